@@ -1,0 +1,31 @@
+"""Run-time errors of compiled kernels (compile errors live in ``compiler.diagnostics``).
+
+    KernelRuntimeError
+    ├── KernelArgumentError   a call's arguments do not fit the kernel's parameters (names the parameter)
+    ├── KernelFault           the kernel did something illegal while running (an out-of-bounds on-chip access)
+    └── TargetUnavailable     the target cannot run on this machine (no CUDA device, backend missing)
+"""
+
+from __future__ import annotations
+
+from compiler.diagnostics import Span
+
+
+class KernelRuntimeError(RuntimeError):
+    """Base of run-time errors of a compiled kernel."""
+
+
+class KernelArgumentError(KernelRuntimeError, ValueError):
+    """Wrong argument for a parameter: count, kind, rank, shape, dtype, device or layout."""
+
+
+class KernelFault(KernelRuntimeError):
+    """An illegal action while the kernel ran, reported at the DSL line that did it."""
+
+    def __init__(self, message: str, span: Span | None = None):
+        super().__init__(f"{span}: {message}" if span else message)
+        self.message, self.span = message, span
+
+
+class TargetUnavailable(KernelRuntimeError):
+    """The target cannot be used here."""

@@ -1,0 +1,677 @@
+"""Frontend: a function decorated with ``@T.prim_func`` -> tile IR.
+
+In: the Python function object. Its source is read with ``inspect`` and parsed with ``ast`` (no tracing); names
+resolve through the DSL's own bindings, then the function's closure cells, its module globals and Python builtins.
+Out: a ``compiler.ir.PrimFunc``.
+Guarantees: every statement carries the span (file, line, col) of the DSL code it came from; Python ``if``/``for``
+over compile-time values are resolved here; only ``CompileError`` subclasses escape (anything else is wrapped as
+an ``InternalCompilerError`` at the span of the statement being parsed).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import difflib
+import inspect
+import operator
+import textwrap
+
+from compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, InternalCompilerError,
+                                  NameResolutionError, ShapeError, Span)
+from compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
+from compiler.ir.expr import Expr, Load, Var, as_expr, describe, make_cast, make_cmp, make_logical, make_select, make_unary
+from compiler.ir.simplify import static_int
+from compiler.ir.stmt import Alloc, Buffer, For, If, Kernel, Let, Parallel, PrimFunc, Region, Stmt, Store
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+           ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor,
+           ast.LShift: operator.lshift, ast.RShift: operator.rshift}
+_CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+_PY_CMP = {ast.Is: operator.is_, ast.IsNot: operator.is_not, ast.In: lambda a, b: a in b,
+           ast.NotIn: lambda a, b: a not in b}
+_UNSET = object()
+
+
+def prim_func(func=None, **_options):
+    """Decorator: parse the function into a PrimFunc now (``@T.prim_func`` or ``@T.prim_func(...)``)."""
+    if func is None:
+        return lambda f: parse(f)
+    return parse(func)
+
+
+def parse(func) -> PrimFunc:
+    """Parse ``func`` (a Python function written in the DSL) into a PrimFunc."""
+    try:
+        lines, first_line = inspect.getsourcelines(func)
+        file = inspect.getsourcefile(func) or "<unknown>"
+    except (OSError, TypeError) as e:
+        raise DSLSyntaxError(f"cannot read the source of {getattr(func, '__name__', func)!r}: {e}", code="E101",
+                             hint="define prim_funcs in a .py file (the DSL is parsed from source)") from None
+    indent = len(lines[0]) - len(lines[0].lstrip())
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    fdef = tree.body[0]
+    if not isinstance(fdef, ast.FunctionDef):
+        raise DSLSyntaxError("T.prim_func must decorate a function definition", Span(file, first_line), code="E101")
+    closure = {}
+    for name, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
+        try:
+            closure[name] = cell.cell_contents
+        except ValueError:  # a cell not yet filled: the name is assigned after the def
+            pass
+    return _Parser(file, first_line - 1, indent, closure, func.__globals__).function(fdef, func)
+
+
+class _Parser:
+    def __init__(self, file: str, line_offset: int, col_offset: int, closure: dict, globals_: dict):
+        self.file, self.line_offset, self.col_offset = file, line_offset, col_offset
+        self.closure, self.globals = closure, globals_
+        self.scopes: list[dict] = [{}]
+        self.blocks: list[list[Stmt]] = [[]]
+        self.kernel_depth = 0
+        self.buffer_names: set[str] = set()
+
+    # -- spans and errors ------------------------------------------------------------------------------------
+    def span(self, node: ast.AST) -> Span:
+        return Span(self.file, node.lineno + self.line_offset, node.col_offset + self.col_offset,
+                    (node.end_lineno or node.lineno) + self.line_offset,
+                    (node.end_col_offset or node.col_offset) + self.col_offset)
+
+    def _guard(self, node: ast.AST, fn, *args):
+        """Run fn; CompileErrors get this node's span if they have none, anything else becomes an internal error."""
+        try:
+            return fn(*args)
+        except CompileError as e:
+            raise e.with_span(self.span(node))
+        except RecursionError:
+            raise DSLSyntaxError("expression nested too deeply", self.span(node), code="E101") from None
+        except Exception as e:  # noqa: BLE001 -- the contract: nothing but CompileError escapes
+            raise InternalCompilerError(f"internal error while parsing this code: {type(e).__name__}: {e}",
+                                        self.span(node)) from e
+
+    # -- names -----------------------------------------------------------------------------------------------
+    def lookup(self, name: str, node: ast.AST):
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        for table in (self.closure, self.globals, vars(builtins)):
+            if name in table:
+                return table[name]
+        known = [n for s in self.scopes for n in s] + list(self.closure) + list(self.globals)
+        close = difflib.get_close_matches(name, known, n=1)
+        raise NameResolutionError(f"name '{name}' is not defined", self.span(node), code="E201",
+                                  hint=f"did you mean '{close[0]}'?" if close else
+                                  "define it in the prim_func or pass it to the jit function")
+
+    def bind(self, name: str, value) -> None:
+        self.scopes[-1][name] = value
+
+    def emit(self, stmt: Stmt, node: ast.AST) -> None:
+        self.blocks[-1].append(_with_span(stmt, self.span(node)))
+
+    def body(self, stmts: list[ast.stmt], new_scope: bool = True) -> tuple[Stmt, ...]:
+        self.blocks.append([])
+        if new_scope:
+            self.scopes.append({})
+        try:
+            for s in stmts:
+                self._guard(s, self.stmt, s)
+        finally:
+            if new_scope:
+                self.scopes.pop()
+            out = self.blocks.pop()
+        return tuple(out)
+
+    # -- the function ----------------------------------------------------------------------------------------
+    def function(self, fdef: ast.FunctionDef, func) -> PrimFunc:
+        args = fdef.args
+        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or args.defaults:
+            raise DSLSyntaxError("prim_func parameters must be plain annotated names", self.span(fdef), code="E105")
+        annotations = getattr(func, "__annotations__", {})
+        params, dynamic = [], []
+        for a in args.args:
+            ann = annotations.get(a.arg, _UNSET)
+            if isinstance(ann, str):  # from __future__ import annotations
+                ann = self._guard(a, self.expr, ast.parse(ann, mode="eval").body)
+            param = self._guard(a, self.param, a, ann)
+            params.append(param)
+            self.bind(a.arg, param)
+            if isinstance(param, Buffer):
+                for d in param.shape:
+                    for v in _vars_in(d):
+                        if not any(v is x for x in dynamic):
+                            dynamic.append(v)
+        body = self.body(fdef.body, new_scope=False)
+        if not any(isinstance(s, Kernel) for s in body):
+            raise DSLSyntaxError(f"prim_func '{fdef.name}' has no `with T.Kernel(...)` scope", self.span(fdef),
+                                 code="E103", hint="wrap the body in `with T.Kernel(grid..., threads=128) as bx:`")
+        return PrimFunc(fdef.name, tuple(params), body, tuple(dynamic), self.span(fdef))
+
+    def param(self, a: ast.arg, ann):
+        from compiler.language.types import Tensor
+
+        if ann is _UNSET:
+            raise DSLSyntaxError(f"parameter '{a.arg}' has no annotation", code="E105",
+                                 hint=f"write {a.arg}: T.Tensor((M, N), 'float16') or {a.arg}: T.int32")
+        if isinstance(ann, Tensor):
+            dt = self._dtype(ann.dtype, f"parameter '{a.arg}'")
+            shape = []
+            for d in ann.shape:
+                if isinstance(d, bool) or not isinstance(d, (int, Expr)):
+                    raise DSLTypeError(f"parameter '{a.arg}': shape entries must be ints or T.dynamic variables, "
+                                       f"got {d!r}", code="E105")
+                if isinstance(d, int) and d < 0:
+                    raise ShapeError(f"parameter '{a.arg}': negative dimension {d}", code="E105")
+                shape.append(d)
+            return Buffer(a.arg, tuple(shape), dt, "global", self.span(a))
+        if isinstance(ann, (str, DType)) or _is_torch_dtype(ann):
+            return Var(a.arg, self._dtype(ann, f"parameter '{a.arg}'"))
+        raise DSLTypeError(f"parameter '{a.arg}' is annotated with {describe(ann)}", code="E105",
+                           hint="use T.Tensor(shape, dtype) for tensors or a dtype such as T.int32 for scalars")
+
+    @staticmethod
+    def _dtype(value, what: str) -> DType:
+        try:
+            return as_dtype(value)
+        except UnsupportedDType as e:
+            raise DSLTypeError(f"{what}: {e}", code="E302") from None
+
+    # -- statements ------------------------------------------------------------------------------------------
+    def stmt(self, node: ast.stmt) -> None:
+        method = getattr(self, f"stmt_{type(node).__name__}", None)
+        if method is None:
+            raise DSLSyntaxError(f"`{type(node).__name__}` statements are not supported in a prim_func",
+                                 code="E101", hint=_UNSUPPORTED_HINTS.get(type(node).__name__, ""))
+        method(node)
+
+    def stmt_Pass(self, node):
+        pass
+
+    def stmt_Expr(self, node: ast.Expr):
+        if isinstance(node.value, ast.Constant):  # docstring or bare literal
+            return
+        value = self.expr(node.value)
+        self._emit_value(value, node, None)
+
+    def _emit_value(self, value, node, name):
+        from compiler.language.kernel import AllocSpec, KernelSpec
+
+        if isinstance(value, Stmt):
+            self.emit(value, node)
+        elif isinstance(value, AllocSpec):
+            self.allocate(value, name or f"buf{len(self.buffer_names)}", node)
+        elif isinstance(value, KernelSpec):
+            raise DSLSyntaxError("T.Kernel must open a `with` block", code="E103",
+                                 hint="write `with T.Kernel(...) as bx:` and put the kernel body inside")
+
+    def allocate(self, spec, name: str, node: ast.AST) -> Buffer:
+        if self.kernel_depth == 0:
+            raise DSLSyntaxError(f"allocation of '{name}' outside T.Kernel", code="E505",
+                                 hint="allocate shared memory and fragments inside `with T.Kernel(...)`")
+        base, k = name, 1
+        while name in self.buffer_names:
+            name, k = f"{base}_{k}", k + 1
+        self.buffer_names.add(name)
+        buf = Buffer(name, spec.shape, spec.dtype, spec.scope, self.span(node))
+        init = None if spec.init is None else make_cast(as_expr(spec.init, spec.dtype), spec.dtype)
+        self.emit(Alloc(buf, init), node)
+        self.bind(base, buf)
+        return buf
+
+    def stmt_Assign(self, node: ast.Assign):
+        if len(node.targets) != 1:
+            raise DSLSyntaxError("chained assignment (a = b = ...) is not supported", code="E102")
+        self.assign(node.targets[0], node.value, node)
+
+    def stmt_AnnAssign(self, node: ast.AnnAssign):
+        if node.value is None:
+            raise DSLSyntaxError("a bare annotation declares nothing in a prim_func", code="E102",
+                                 hint="use T.alloc_var(dtype) for a scalar variable")
+        self.assign(node.target, node.value, node, cast_to=self.expr(node.annotation))
+
+    def assign(self, target: ast.expr, value_node: ast.expr, node: ast.stmt, cast_to=None):
+        value = self.expr(value_node)
+        if cast_to is not None and isinstance(value, (Expr, int, float)) and not isinstance(value, bool):
+            value = make_cast(value, self._dtype(cast_to, "annotation"))
+        if isinstance(target, ast.Name):
+            self.assign_name(target.id, value, node)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            names = [t.id for t in target.elts if isinstance(t, ast.Name)]
+            if len(names) != len(target.elts) or not isinstance(value, (tuple, list)) or len(value) != len(names):
+                raise DSLSyntaxError("tuple assignment needs plain names and a tuple of the same length",
+                                     code="E102")
+            for n, v in zip(names, value):
+                self.bind(n, v)
+        elif isinstance(target, ast.Subscript):
+            ref = self.expr(target)
+            if isinstance(ref, Region):
+                raise DSLSyntaxError("cannot assign to a slice", code="E102",
+                                     hint="use T.fill(buf[...], v), T.copy(src, dst) or a T.Parallel loop")
+            if not isinstance(ref, Load):
+                raise DSLSyntaxError(f"cannot assign to an element of {describe(ref)}", code="E102")
+            self.store(ref.buffer, ref.indices, value, node)
+        else:
+            raise DSLSyntaxError(f"cannot assign to `{ast.unparse(target)}`", code="E102")
+
+    def _current(self, name: str):
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        return None
+
+    def store(self, buf: Buffer, indices, value, node):
+        if not isinstance(value, (Expr, int, float)):
+            raise DSLTypeError(f"cannot store {describe(value)} into {buf.name}", code="E309",
+                               hint="tiles move with T.copy; element stores need a scalar value")
+        self.emit(Store(buf, tuple(indices), make_cast(as_expr(value, buf.dtype), buf.dtype)), node)
+
+    def stmt_AugAssign(self, node: ast.AugAssign):
+        op = _BINOPS.get(type(node.op))
+        if op is None:
+            raise DSLSyntaxError(f"operator {type(node.op).__name__} is not supported", code="E101")
+        target = node.target
+        if isinstance(target, ast.Subscript):
+            ref = self.expr(target)
+            if not isinstance(ref, Load):
+                raise DSLSyntaxError(f"cannot update `{ast.unparse(target)}` in place", code="E102",
+                                     hint="in-place updates work on single elements inside T.Parallel")
+            self.store(ref.buffer, ref.indices, self._binop(op, ref, self.expr(node.value)), node)
+        elif isinstance(target, ast.Name):
+            self.assign_name(target.id, self._binop(op, self.expr(target), self.expr(node.value)), node)
+        else:
+            raise DSLSyntaxError(f"cannot update `{ast.unparse(target)}`", code="E102")
+
+    def assign_name(self, name: str, value, node):
+        """``name = value``: a store into an alloc_var, an allocation, a let-binding, or a compile-time binding."""
+        from compiler.language.kernel import AllocSpec
+
+        current = self._current(name)
+        if isinstance(current, Buffer) and current.scope == "var":
+            self.store(current, (0,), value, node)
+        elif isinstance(value, AllocSpec):
+            self.allocate(value, name, node)
+        elif isinstance(value, Expr) and self.kernel_depth and not _is_constant(value):
+            if isinstance(current, Var) and name not in self.scopes[-1]:
+                raise DSLSyntaxError(f"cannot reassign '{name}' inside a nested block: it is bound outside",
+                                     code="E102", hint=f"for a loop-carried scalar use {name} = T.alloc_var(dtype)")
+            var = Var(name, value.dtype)
+            self.emit(Let(var, value), node)
+            self.bind(name, var)
+        else:
+            self.bind(name, value)
+
+    def stmt_If(self, node: ast.If):
+        cond = self.expr(node.test)
+        if not isinstance(cond, Expr):  # compile-time: pick the branch now
+            for s in node.body if cond else node.orelse:
+                self._guard(s, self.stmt, s)
+            return
+        if cond.dtype != "bool":
+            cond = make_cmp("!=", cond, 0)
+        then_body, else_body = self.body(node.body), self.body(node.orelse)
+        self.emit(If(cond, then_body, else_body), node)
+
+    def stmt_With(self, node: ast.With):
+        from compiler.language.kernel import KernelSpec
+
+        if len(node.items) != 1:
+            raise DSLSyntaxError("`with` takes one context in a prim_func", code="E101")
+        item = node.items[0]
+        spec = self.expr(item.context_expr)
+        if not isinstance(spec, KernelSpec):
+            raise DSLSyntaxError(f"`with` is only for T.Kernel, got {describe(spec)}", code="E101")
+        if self.kernel_depth:
+            raise DSLSyntaxError("T.Kernel cannot be nested inside another T.Kernel", code="E103",
+                                 hint="several T.Kernel scopes may follow each other at the top of the function")
+        default = ("bx", "by", "bz")
+        names = [default[i] for i in range(len(spec.grid))]
+        target = item.optional_vars
+        if isinstance(target, (ast.Tuple, ast.List)):
+            if len(target.elts) != len(spec.grid) or not all(isinstance(t, ast.Name) for t in target.elts):
+                raise DSLSyntaxError(f"T.Kernel has {len(spec.grid)} grid dims but `as` names "
+                                     f"{len(target.elts)} variables", code="E103")
+            names = [t.id for t in target.elts]
+        block_vars = tuple(Var(n, DType("int32")) for n in names)
+        self.scopes.append({})
+        if isinstance(target, ast.Name):
+            self.bind(target.id, block_vars[0] if len(block_vars) == 1 else block_vars)
+        elif target is not None:
+            for n, v in zip(names, block_vars):
+                self.bind(n, v)
+        self.kernel_depth += 1
+        try:
+            body = self.body(node.body, new_scope=False)
+        finally:
+            self.kernel_depth -= 1
+            self.scopes.pop()
+        grid = tuple(spec.grid)
+        self.emit(Kernel(grid, spec.threads, block_vars, body), node)
+
+    def stmt_For(self, node: ast.For):
+        from compiler.language.loops import LoopSpec, serial
+
+        if node.orelse:
+            raise DSLSyntaxError("for ... else is not supported", code="E101")
+        it = node.iter
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and self.lookup(it.func.id, it) is range:
+            args = [self.expr(a) for a in it.args]
+            spec = self._guard(it, serial, *args)
+        else:
+            spec = self.expr(it)
+        if isinstance(spec, LoopSpec):
+            self.loop(node, spec)
+            return
+        if isinstance(spec, Expr) or not hasattr(spec, "__iter__"):
+            raise DSLSyntaxError(f"cannot loop over {describe(spec)}", code="E101",
+                                 hint="use T.serial(n), T.Parallel(...), T.Pipelined(n, num_stages=...) or range(n)")
+        for value in spec:  # a Python iterable of compile-time values: unrolled now
+            self._bind_target(node.target, value)
+            for s in node.body:
+                self._guard(s, self.stmt, s)
+
+    def _bind_target(self, target, value):
+        if isinstance(target, ast.Name):
+            self.bind(target.id, value)
+        elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (tuple, list)) and \
+                len(value) == len(target.elts):
+            for t, v in zip(target.elts, value):
+                self._bind_target(t, v)
+        else:
+            raise DSLSyntaxError(f"cannot unpack {describe(value)} into `{ast.unparse(target)}`", code="E102")
+
+    def loop(self, node: ast.For, spec):
+        if self.kernel_depth == 0:
+            raise DSLSyntaxError("loops over DSL ranges must be inside T.Kernel", code="E505")
+        t = node.target
+        names = [t.id] if isinstance(t, ast.Name) else [e.id for e in getattr(t, "elts", []) if
+                                                        isinstance(e, ast.Name)]
+        want = len(spec.extents) if spec.kind == "parallel" else 1
+        if len(names) != want or (not isinstance(t, ast.Name) and len(names) != len(t.elts)):
+            raise DSLSyntaxError(f"T.{_LOOP_NAMES[spec.kind]} with {want} extent(s) needs {want} loop variable(s), "
+                                 f"got `{ast.unparse(t)}`", code="E102")
+        loop_vars = tuple(Var(n, DType("int32")) for n in names)
+        self.scopes.append(dict(zip(names, loop_vars)))
+        try:
+            body = self.body(node.body)
+        finally:
+            self.scopes.pop()
+        if spec.kind == "parallel":
+            self.emit(Parallel(loop_vars, spec.extents, body, dict(spec.annotations)), node)
+        else:
+            self.emit(For(loop_vars[0], spec.start, spec.extent, spec.step, spec.kind, body,
+                          dict(spec.annotations)), node)
+
+    def stmt_Return(self, node: ast.Return):
+        if node.value is not None:
+            raise DSLSyntaxError("a prim_func returns nothing; outputs are written to its tensor parameters",
+                                 code="E101", hint="mark output parameters with @jit(out_idx=[...])")
+
+    def stmt_Assert(self, node: ast.Assert):
+        cond = self.expr(node.test)
+        if isinstance(cond, Expr):
+            raise DSLSyntaxError("assert needs a compile-time condition", code="E104")
+        if not cond:
+            msg = self.expr(node.msg) if node.msg is not None else ast.unparse(node.test)
+            raise DSLTypeError(f"assertion failed: {msg}", code="E301")
+
+    # -- expressions -----------------------------------------------------------------------------------------
+    def expr(self, node: ast.expr):
+        method = getattr(self, f"expr_{type(node).__name__}", None)
+        if method is None:
+            raise DSLSyntaxError(f"`{type(node).__name__}` expressions are not supported in a prim_func",
+                                 self.span(node), code="E101")
+        return method(node)
+
+    def expr_Constant(self, node):
+        return node.value
+
+    def expr_Name(self, node: ast.Name):
+        value = self.lookup(node.id, node)
+        if isinstance(value, Buffer) and value.scope == "var":
+            return Load(value, (0,), value.dtype, self.span(node))
+        return value
+
+    def expr_Attribute(self, node: ast.Attribute):
+        from compiler.language.tileops import GemmWarpPolicy
+
+        obj = self.expr(node.value)
+        try:
+            return getattr(obj, node.attr)
+        except AttributeError:
+            pass
+        except CompileError as e:
+            raise e.with_span(self.span(node))
+        if obj is GemmWarpPolicy:
+            raise DSLTypeError(f"unknown GemmWarpPolicy '{node.attr}'", self.span(node), code="E303",
+                               hint="use T.GemmWarpPolicy.Square, FullRow or FullCol")
+        owner = ast.unparse(node.value)
+        close = difflib.get_close_matches(node.attr, [n for n in dir(obj) if not n.startswith("_")], n=1)
+        raise NameResolutionError(f"'{owner}' has no attribute '{node.attr}'", self.span(node), code="E202",
+                                  hint=f"did you mean '{owner}.{close[0]}'?" if close else "")
+
+    def expr_Subscript(self, node: ast.Subscript):
+        obj = self.expr(node.value)
+        idx_nodes = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if not isinstance(obj, Buffer):
+            if isinstance(obj, (Expr,)) or not hasattr(obj, "__getitem__"):
+                raise DSLTypeError(f"{describe(obj)} cannot be indexed", self.span(node), code="E309")
+            key = self.expr(node.slice)
+            try:
+                return obj[key]
+            except (IndexError, KeyError, TypeError) as e:
+                raise DSLTypeError(f"indexing `{ast.unparse(node.value)}` failed: {e}", self.span(node),
+                                   code="E301") from None
+        if len(idx_nodes) != obj.ndim:
+            raise ShapeError(f"buffer '{obj.name}' has {obj.ndim} dim(s) {_shape_str(obj.shape)} but is indexed "
+                             f"with {len(idx_nodes)} index(es)", self.span(node), code="E401",
+                             hint=f"write {obj.name}[{', '.join('i' + str(k) for k in range(obj.ndim))}]")
+        if not any(isinstance(i, ast.Slice) for i in idx_nodes):
+            indices = tuple(self._index(i) for i in idx_nodes)
+            return Load(obj, indices, obj.dtype, self.span(node))
+        starts, extents = [], []
+        for dim, i in enumerate(idx_nodes):
+            if not isinstance(i, ast.Slice):
+                starts.append(self._index(i))
+                extents.append(1)
+                continue
+            if i.step is not None:
+                raise ShapeError("slices with a step are not supported", self.span(i), code="E407")
+            lo = self._index(i.lower) if i.lower is not None else 0
+            hi = self._index(i.upper) if i.upper is not None else obj.shape[dim]
+            ext = static_int(hi - lo if isinstance(hi, Expr) or isinstance(lo, Expr) else hi - lo)
+            if ext is None:
+                raise ShapeError(f"the extent of slice `{ast.unparse(i)}` of '{obj.name}' is not a compile-time "
+                                 f"constant", self.span(i), code="E405",
+                                 hint="write slices as start:start + size with a constant size")
+            if ext < 1:
+                raise ShapeError(f"slice `{ast.unparse(i)}` of '{obj.name}' is empty (extent {ext})", self.span(i),
+                                 code="E407")
+            starts.append(lo)
+            extents.append(ext)
+        return Region(obj, tuple(starts), tuple(extents))
+
+    def _index(self, node):
+        v = self.expr(node)
+        if isinstance(v, bool) or not isinstance(v, (int, Expr)) or (isinstance(v, Expr) and v.dtype.is_float):
+            raise DSLTypeError(f"index `{ast.unparse(node)}` must be an integer, got {describe(v)}", self.span(node),
+                               code="E309")
+        return v
+
+    def _binop(self, op, a, b):
+        try:
+            return op(a, b)
+        except CompileError:
+            raise
+        except (TypeError, ZeroDivisionError, ValueError) as e:
+            raise DSLTypeError(f"unsupported operation on {describe(a)} and {describe(b)}: {e}", code="E309",
+                               hint="index buffers to get scalars (x[i, j]); tile ops work on whole buffers") from None
+
+    def expr_BinOp(self, node: ast.BinOp):
+        op = _BINOPS.get(type(node.op))
+        if op is None:
+            raise DSLSyntaxError(f"operator {type(node.op).__name__} is not supported", self.span(node), code="E101")
+        return self._guard(node, self._binop, op, self.expr(node.left), self.expr(node.right))
+
+    def expr_UnaryOp(self, node: ast.UnaryOp):
+        v = self.expr(node.operand)
+        if isinstance(node.op, ast.Not):
+            return self._guard(node, make_unary, "not", v) if isinstance(v, Expr) else not v
+        op = {ast.USub: "-", ast.UAdd: "+", ast.Invert: "~"}[type(node.op)]
+        if op == "+":
+            return v
+        if not isinstance(v, (Expr, int, float)):
+            raise DSLTypeError(f"unary {op} on {describe(v)}", self.span(node), code="E309")
+        return self._guard(node, make_unary, op, v)
+
+    def expr_BoolOp(self, node: ast.BoolOp):
+        is_and = isinstance(node.op, ast.And)
+        runtime = None
+        for operand in node.values:
+            v = self.expr(operand)
+            if not isinstance(v, Expr):
+                if is_and and not v:
+                    return v if runtime is None else False
+                if not is_and and v:
+                    return v if runtime is None else True
+                continue
+            runtime = v if runtime is None else make_logical("and" if is_and else "or", runtime, v)
+        return runtime if runtime is not None else v
+
+    def expr_Compare(self, node: ast.Compare):
+        left = self.expr(node.left)
+        result = None
+        for op, right_node in zip(node.ops, node.comparators):
+            right = self.expr(right_node)
+            if type(op) in _PY_CMP:
+                if isinstance(left, Expr) or isinstance(right, Expr):
+                    raise DSLSyntaxError(f"`{type(op).__name__}` needs compile-time values", self.span(node),
+                                         code="E104")
+                r = _PY_CMP[type(op)](left, right)
+            else:
+                r = self._guard(node, make_cmp, _CMPOPS[type(op)], left, right) if (
+                    isinstance(left, Expr) or isinstance(right, Expr)) else _py_compare(op, left, right)
+            if result is None:
+                result = r
+            elif isinstance(result, Expr) or isinstance(r, Expr):
+                result = make_logical("and", result, r)
+            else:
+                result = result and r
+            if result is False:
+                return False
+            left = right
+        return result
+
+    def expr_IfExp(self, node: ast.IfExp):
+        cond = self.expr(node.test)
+        if not isinstance(cond, Expr):
+            return self.expr(node.body if cond else node.orelse)
+        return self._guard(node, make_select, cond, self.expr(node.body), self.expr(node.orelse))
+
+    def expr_Tuple(self, node):
+        return tuple(self._elements(node.elts))
+
+    def expr_List(self, node):
+        return list(self._elements(node.elts))
+
+    def _elements(self, elts):
+        for e in elts:
+            if isinstance(e, ast.Starred):
+                yield from self.expr(e.value)
+            else:
+                yield self.expr(e)
+
+    def expr_Dict(self, node: ast.Dict):
+        if any(k is None for k in node.keys):
+            raise DSLSyntaxError("`**` in dict literals is not supported", self.span(node), code="E101")
+        return {self.expr(k): self.expr(v) for k, v in zip(node.keys, node.values)}
+
+    def expr_JoinedStr(self, node: ast.JoinedStr):
+        parts = []
+        for v in node.values:
+            parts.append(str(self.expr(v.value)) if isinstance(v, ast.FormattedValue) else str(v.value))
+        return "".join(parts)
+
+    def expr_Call(self, node: ast.Call):
+        fn = self.expr(node.func)
+        args = list(self._elements(node.args))
+        kwargs = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                kwargs.update(self.expr(kw.value))
+            else:
+                kwargs[kw.arg] = self.expr(kw.value)
+        return self._guard(node, self.call, fn, args, kwargs, ast.unparse(node.func))
+
+    def call(self, fn, args, kwargs, name: str):
+        if not callable(fn):
+            raise DSLTypeError(f"`{name}` is {describe(fn)}, not a function", code="E309")
+        if _is_builtin(fn):
+            try:
+                inspect.signature(fn).bind(*args, **kwargs)
+            except TypeError as e:
+                raise DSLTypeError(f"{name}(): {e}", code="E301",
+                                   hint=f"signature: {name}{inspect.signature(fn)}") from None
+            return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except CompileError:
+            raise
+        except Exception as e:  # a user helper or Python builtin failed on these values
+            raise DSLTypeError(f"calling `{name}` raised {type(e).__name__}: {e}", code="E301") from None
+
+
+_LOOP_NAMES = {"parallel": "Parallel", "pipelined": "Pipelined", "serial": "serial", "unroll": "unroll"}
+_UNSUPPORTED_HINTS = {
+    "While": "use T.serial(n) with a compile-time bound and an `if`",
+    "FunctionDef": "define helpers outside the prim_func; call them with compile-time values",
+    "Try": "errors cannot be caught inside a kernel",
+    "Import": "import at module level",
+    "ImportFrom": "import at module level",
+    "Break": "loops of the DSL have fixed trip counts; guard the body with `if`",
+    "Continue": "guard the rest of the body with `if`",
+}
+
+
+def _is_builtin(fn) -> bool:
+    module = getattr(fn, "__module__", "") or ""
+    return module.startswith("compiler.language")
+
+
+def _is_torch_dtype(x) -> bool:
+    import torch
+
+    return isinstance(x, torch.dtype)
+
+
+def _is_constant(e: Expr) -> bool:
+    from compiler.ir.expr import Const
+
+    return isinstance(e, Const)
+
+
+def _py_compare(op, a, b):
+    return {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+            ast.Eq: operator.eq, ast.NotEq: operator.ne}[type(op)](a, b)
+
+
+def _vars_in(e):
+    if isinstance(e, Var):
+        yield e
+    elif isinstance(e, Expr):
+        for name in getattr(e, "__slots__", ()):
+            child = getattr(e, name)
+            if isinstance(child, Expr):
+                yield from _vars_in(child)
+
+
+def _shape_str(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _with_span(stmt: Stmt, span: Span) -> Stmt:
+    if getattr(stmt, "span", None) is not None:
+        return stmt
+    from dataclasses import replace
+
+    return replace(stmt, span=span)

@@ -1,0 +1,378 @@
+"""CPU interpreter of the tile IR: the semantic reference every other backend is checked against.
+
+In: a checked PrimFunc, its arguments as CPU torch tensors (and Python scalars), and the values of its dynamic
+shape variables. Out: the tensor arguments updated in place.
+Guarantees: thread blocks run one after another (bx fastest); tile ops run as torch operations; T.Parallel nests
+run vectorized over their whole iteration space (an ``if`` inside runs masked); T.Pipelined runs as a serial loop.
+Float arithmetic rounds to the expression's dtype after every operation, computing in float32 (float64 for
+float64), as the GPU does. Global memory is guarded: out-of-bounds reads give 0, out-of-bounds writes are dropped.
+On-chip buffers start as NaN (floats) so reads of unwritten data show up; an out-of-bounds on-chip access raises
+KernelFault at the DSL line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+import torch
+
+from compiler.errors import KernelFault
+from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
+from compiler.ir.printer import region_str
+from compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, Gemm, If,
+                              Kernel, Let, Parallel, Print, PrimFunc, Reduce, Region, Store, UseSwizzle)
+
+_INT_POISON = -(2**30) + 7
+
+
+def run(func: PrimFunc, args: dict, env: dict) -> None:
+    """Execute ``func``. ``args`` maps each parameter (Buffer or Var) to its tensor or number; ``env`` binds the
+    dynamic shape Vars to ints."""
+    interp = _Interpreter(args, env)
+    for s in func.body:
+        interp.stmt(s, None)
+
+
+def _compute_dtype(dt):
+    return torch.float64 if dt == "float64" else torch.float32
+
+
+def _as_tensor(v, dt) -> torch.Tensor:
+    if isinstance(v, torch.Tensor):
+        return v
+    return torch.tensor(v, dtype=dt.torch if not dt.is_int else torch.int64)
+
+
+_MATH = {"exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.log2, "sqrt": torch.sqrt,
+         "rsqrt": torch.rsqrt, "abs": torch.abs, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf,
+         "floor": torch.floor, "ceil": torch.ceil, "pow": torch.pow, "min": torch.minimum, "max": torch.maximum}
+
+
+class _Interpreter:
+    def __init__(self, args: dict, env: dict):
+        self.mem: dict[Buffer, torch.Tensor] = {}
+        self.env: dict[Var, object] = dict(env)
+        for p, v in args.items():
+            if isinstance(p, Buffer):
+                self.mem[p] = v
+            else:
+                self.env[p] = v
+        self.shapes: dict[Buffer, tuple[int, ...]] = {b: tuple(t.shape) for b, t in self.mem.items()}
+
+    # -- statements ------------------------------------------------------------------------------------------
+    def stmt(self, s, mask) -> None:
+        handler = self._HANDLERS[type(s)]
+        handler(self, s, mask)
+
+    def body(self, stmts, mask) -> None:
+        for s in stmts:
+            self.stmt(s, mask)
+
+    def kernel(self, s: Kernel, mask) -> None:
+        grid = [int(self.ev(g)) for g in s.grid]
+        for idx in itertools.product(*(range(g) for g in reversed(grid))):
+            for var, value in zip(s.block_vars, reversed(idx)):
+                self.env[var] = value
+            self.body(s.body, None)
+
+    def alloc(self, s: Alloc, mask) -> None:
+        b = s.buffer
+        if s.init is not None:
+            self.mem[b] = _as_tensor(self.ev(s.init), b.dtype).to(b.dtype.torch).reshape(1).clone()
+        elif b.dtype.is_float:
+            self.mem[b] = torch.full(b.shape, float("nan"), dtype=b.dtype.torch)
+        else:
+            self.mem[b] = torch.full(b.shape, _INT_POISON if b.dtype.bits >= 32 else 0, dtype=b.dtype.torch)
+        self.shapes[b] = tuple(b.shape)
+
+    def for_(self, s: For, mask) -> None:
+        start, extent, step = int(self.ev(s.start)), int(self.ev(s.extent)), int(self.ev(s.step))
+        for k in range(extent):
+            self.env[s.var] = start + k * step
+            self.body(s.body, mask)
+
+    def parallel(self, s: Parallel, mask) -> None:
+        n = len(s.vars)
+        for d, (var, ext) in enumerate(zip(s.vars, s.extents)):
+            shape = [1] * n
+            shape[d] = int(self.ev(ext))
+            self.env[var] = torch.arange(shape[d], dtype=torch.int64).reshape(shape)
+        self.body(s.body, mask)
+
+    def if_(self, s: If, mask) -> None:
+        c = self.ev(s.cond)
+        if isinstance(c, torch.Tensor) and c.dim() > 0:
+            c = c.to(torch.bool)
+            self.body(s.then_body, c if mask is None else mask & c)
+            self.body(s.else_body, ~c if mask is None else mask & ~c)
+        elif bool(c):
+            self.body(s.then_body, mask)
+        else:
+            self.body(s.else_body, mask)
+
+    def let(self, s: Let, mask) -> None:
+        self.env[s.var] = self.ev(s.value)
+
+    def store(self, s: Store, mask) -> None:
+        self.write_elements(s.buffer, s.indices, self.ev(s.value), mask, s.span, accumulate=False)
+
+    def atomic_add(self, s: AtomicAdd, mask) -> None:
+        self.write_elements(s.buffer, s.indices, self.ev(s.value), mask, s.span, accumulate=True)
+
+    def copy(self, s: Copy, mask) -> None:
+        tile = self.read_region(s.src, s.span)
+        self.write_region(s.dst, tile.reshape(s.dst.extents).to(s.dst.buffer.dtype.torch), s.span)
+
+    def atomic_add_tile(self, s: AtomicAddTile, mask) -> None:
+        old = self.read_region(s.dst, s.span)
+        add = self.read_region(s.src, s.span).reshape(s.dst.extents)
+        cd = _compute_dtype(s.dst.buffer.dtype)
+        self.write_region(s.dst, (old.to(cd) + add.to(cd)).to(s.dst.buffer.dtype.torch), s.span)
+
+    def fill(self, s: Fill, mask) -> None:
+        value = _as_tensor(self.ev(s.value), s.dst.buffer.dtype).to(s.dst.buffer.dtype.torch)
+        self.write_region(s.dst, value.expand(s.dst.extents), s.span)
+
+    def gemm(self, s: Gemm, mask) -> None:
+        a = self.read_region(s.a, s.span).reshape(_mat_shape(s.a)).to(torch.float32)
+        b = self.read_region(s.b, s.span).reshape(_mat_shape(s.b)).to(torch.float32)
+        a = a.T if s.transpose_a else a
+        b = b.T if s.transpose_b else b
+        c_dt = s.c.buffer.dtype
+        prod = a @ b
+        if s.clear_accum:
+            out = prod
+        else:
+            out = self.read_region(s.c, s.span).reshape(prod.shape).to(torch.float32) + prod
+        self.write_region(s.c, out.to(c_dt.torch).reshape(s.c.extents), s.span)
+
+    def reduce(self, s: Reduce, mask) -> None:
+        src = self.mem[s.src]
+        cd = _compute_dtype(s.dst.dtype)
+        x = src.to(cd)
+        dim = s.dim % src.dim()
+        if s.kind in ("abssum", "absmax"):
+            x = x.abs()
+        if s.kind in ("sum", "abssum"):
+            r = x.sum(dim)
+        elif s.kind in ("max", "absmax"):
+            r = x.amax(dim)
+        else:
+            r = x.amin(dim)
+        r = r.reshape(s.dst.shape)
+        dst = self.mem[s.dst]
+        if not s.clear:
+            old = dst.to(cd)
+            r = {"sum": torch.add, "abssum": torch.add, "max": torch.maximum, "absmax": torch.maximum,
+                 "min": torch.minimum}[s.kind](old, r)
+        dst.copy_(r.to(dst.dtype))
+
+    def print_(self, s: Print, mask) -> None:
+        value = self.mem[s.value] if isinstance(s.value, Buffer) else self.ev(s.value)
+        blocks = {v.name: k for v, k in self.env.items() if isinstance(k, int) and v.name in ("bx", "by", "bz")}
+        sys.stdout.write(f"{s.msg} {blocks} {getattr(s.value, 'name', '')} = {value}\n")
+
+    def nothing(self, s, mask) -> None:
+        pass
+
+    _HANDLERS = {Kernel: kernel, Alloc: alloc, For: for_, Parallel: parallel, If: if_, Let: let, Store: store,
+                 AtomicAdd: atomic_add, Copy: copy, AtomicAddTile: atomic_add_tile, Fill: fill, Gemm: gemm,
+                 Reduce: reduce, Print: print_, AnnotateLayout: nothing, UseSwizzle: nothing}
+
+    # -- memory ----------------------------------------------------------------------------------------------
+    def _clip(self, r: Region, span):
+        """Per dim: (start, in-bounds lo, hi). Faults on out-of-bounds on-chip regions."""
+        shape = self.shapes[r.buffer]
+        out = []
+        for dim, (s, n) in enumerate(zip(r.starts, r.extents)):
+            start = int(self.ev(s))
+            lo, hi = max(start, 0), min(start + n, shape[dim])
+            if r.buffer.scope != "global" and (lo != start or hi != start + n):
+                raise KernelFault(f"region {region_str(r)} = [{start}, {start + n}) in dim {dim} is out of bounds "
+                                  f"of '{r.buffer.name}' (shape {shape})", span)
+            out.append((start, lo, hi))
+        return out
+
+    def read_region(self, r: Region, span) -> torch.Tensor:
+        t = self.mem[r.buffer]
+        clip = self._clip(r, span)
+        if all(lo == s and hi == s + n for (s, lo, hi), n in zip(clip, r.extents)):
+            return t[tuple(slice(lo, hi) for _, lo, hi in clip)]
+        tile = torch.zeros(r.extents, dtype=t.dtype)
+        if all(hi > lo for _, lo, hi in clip):
+            tile[tuple(slice(lo - s, hi - s) for s, lo, hi in clip)] = t[tuple(slice(lo, hi) for _, lo, hi in clip)]
+        return tile
+
+    def write_region(self, r: Region, tile: torch.Tensor, span) -> None:
+        t = self.mem[r.buffer]
+        clip = self._clip(r, span)
+        if all(hi > lo for _, lo, hi in clip):
+            t[tuple(slice(lo, hi) for _, lo, hi in clip)] = tile[tuple(slice(lo - s, hi - s) for s, lo, hi in clip)]
+
+    def _element_indices(self, buf: Buffer, indices, span, for_write: bool):
+        """Evaluated indices (broadcast tensors or ints) and the in-bounds mask (None when all in bounds)."""
+        idx = [self.ev(i) for i in indices]
+        shape = self.shapes[buf]
+        inb = None
+        for dim, (i, n) in enumerate(zip(idx, shape)):
+            ok = (i >= 0) & (i < n) if isinstance(i, torch.Tensor) else (0 <= i < n)
+            if isinstance(ok, bool):
+                if ok:
+                    continue
+                ok = torch.tensor(False)
+            if buf.scope != "global" and not bool(ok.all()):
+                bad = [int(x) for x in torch.as_tensor(i).flatten()[~ok.flatten()][:3]]
+                raise KernelFault(f"index {bad[0]} is out of bounds for dim {dim} of '{buf.name}' (shape {shape})",
+                                  span)
+            inb = ok if inb is None else inb & ok
+        return idx, inb
+
+    def load(self, e: Load):
+        buf = e.buffer
+        idx, inb = self._element_indices(buf, e.indices, e.span, False)
+        t = self.mem[buf]
+        if inb is not None:
+            idx = [torch.as_tensor(i).clamp(0, n - 1) for i, n in zip(idx, self.shapes[buf])]
+        if all(isinstance(i, int) for i in idx):
+            return t[tuple(idx)].clone()
+        val = t[tuple(torch.as_tensor(i) for i in idx)]
+        if inb is not None:
+            val = torch.where(inb, val, torch.zeros((), dtype=val.dtype))
+        return val
+
+    def write_elements(self, buf: Buffer, indices, value, mask, span, accumulate: bool) -> None:
+        idx, inb = self._element_indices(buf, indices, span, True)
+        t = self.mem[buf]
+        value = _as_tensor(value, buf.dtype)
+        if mask is None and inb is None and all(isinstance(i, int) for i in idx):
+            if accumulate:
+                cd = _compute_dtype(buf.dtype)
+                t[tuple(idx)] = (t[tuple(idx)].to(cd) + value.to(cd)).to(t.dtype)
+            else:
+                t[tuple(idx)] = value.to(t.dtype)
+            return
+        parts = [torch.as_tensor(i) for i in idx] + [value]
+        keep = mask if inb is None else (inb if mask is None else mask & inb)
+        if keep is not None:
+            parts.append(torch.as_tensor(keep))
+        parts = torch.broadcast_tensors(*parts)
+        n_idx = len(idx)
+        flat = [p.reshape(-1) for p in parts]
+        if keep is not None:
+            sel = flat[-1]
+            flat = [f[sel] for f in flat[:-1]]
+        index, vals = tuple(flat[:n_idx]), flat[n_idx]
+        if accumulate:
+            cd = _compute_dtype(buf.dtype)
+            acc = t.to(cd)
+            acc.index_put_(index, vals.to(cd), accumulate=True)
+            t.copy_(acc.to(t.dtype))
+        else:
+            t.index_put_(index, vals.to(t.dtype))
+
+    # -- expressions -----------------------------------------------------------------------------------------
+    def ev(self, e):
+        if isinstance(e, (int, float, bool)):
+            return e
+        t = type(e)
+        if t is Var:
+            try:
+                return self.env[e]
+            except KeyError:
+                raise KernelFault(f"variable '{e.name}' has no value here") from None
+        if t is Const:
+            return e.value if not e.dtype.is_float or e.dtype == "float32" else torch.tensor(e.value, dtype=e.dtype.torch)
+        if t is Load:
+            return self.load(e)
+        if t is BinOp:
+            return self.binop(e)
+        if t is Cast:
+            return self.cast(self.ev(e.value), e.value.dtype, e.dtype)
+        if t is Cmp:
+            a, b = self.ev(e.a), self.ev(e.b)
+            return {"<": lambda: a < b, "<=": lambda: a <= b, ">": lambda: a > b, ">=": lambda: a >= b,
+                    "==": lambda: a == b, "!=": lambda: a != b}[e.op]()
+        if t is Unary:
+            a = self.ev(e.a)
+            if e.op == "-":
+                return -a
+            if e.op == "~":
+                return ~a
+            return ~a if isinstance(a, torch.Tensor) else not a
+        if t is Select:
+            c, a, b = self.ev(e.cond), self.ev(e.a), self.ev(e.b)
+            if not isinstance(c, torch.Tensor):
+                return a if c else b
+            return torch.where(c, _as_tensor(a, e.dtype).to(_storage(e.dtype)), _as_tensor(b, e.dtype).to(
+                _storage(e.dtype)))
+        if t is Call:
+            return self.call(e)
+        raise KernelFault(f"cannot evaluate {type(e).__name__}")
+
+    def binop(self, e: BinOp):
+        a, b = self.ev(e.a), self.ev(e.b)
+        op, dt = e.op, e.dtype
+        if dt.is_float:
+            cd = _compute_dtype(dt)
+            a, b = _as_tensor(a, dt).to(cd), _as_tensor(b, dt).to(cd)
+            r = {"+": torch.add, "-": torch.sub, "*": torch.mul, "/": torch.div}.get(op)
+            if r is None:
+                r = {"//": lambda x, y: torch.floor(x / y), "%": lambda x, y: x - torch.floor(x / y) * y}[op]
+            return r(a, b).to(dt.torch)
+        if op in ("and", "or"):
+            if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+                a, b = torch.as_tensor(a, dtype=torch.bool), torch.as_tensor(b, dtype=torch.bool)
+                return a & b if op == "and" else a | b
+            return (a and b) if op == "and" else (a or b)
+        if op == "/":
+            if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+                return torch.div(torch.as_tensor(a), torch.as_tensor(b), rounding_mode="trunc")
+            return int(a / b)
+        if op == "//":
+            return torch.div(a, b, rounding_mode="floor") if isinstance(a, torch.Tensor) or isinstance(
+                b, torch.Tensor) else a // b
+        if op == "%":
+            return torch.remainder(torch.as_tensor(a), b) if isinstance(a, torch.Tensor) or isinstance(
+                b, torch.Tensor) else a % b
+        return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "&": lambda: a & b,
+                "|": lambda: a | b, "^": lambda: a ^ b, "<<": lambda: a << b, ">>": lambda: a >> b}[op]()
+
+    @staticmethod
+    def cast(v, src, dst):
+        if dst.is_float:
+            return _as_tensor(v, src).to(dst.torch)
+        if dst.is_bool:
+            return (v != 0) if isinstance(v, torch.Tensor) else bool(v)
+        if isinstance(v, torch.Tensor):
+            if v.is_floating_point():
+                v = torch.trunc(v.to(torch.float64))
+            v = v.to(torch.int64)
+            return int(v) if v.dim() == 0 else v
+        return int(v)
+
+    def call(self, e: Call):
+        args = [self.ev(a) for a in e.args]
+        dt = e.dtype
+        if not dt.is_float:
+            if e.name in ("min", "max"):
+                if any(isinstance(a, torch.Tensor) for a in args):
+                    return _MATH[e.name](torch.as_tensor(args[0]), torch.as_tensor(args[1]))
+                return min(args) if e.name == "min" else max(args)
+            if e.name == "abs":
+                return abs(args[0])
+            return args[0]
+        cd = _compute_dtype(dt)
+        ts = [_as_tensor(a, dt).to(cd) for a in args]
+        return _MATH[e.name](*ts).to(dt.torch)
+
+
+def _storage(dt):
+    return dt.torch if not dt.is_int else torch.int64
+
+
+def _mat_shape(r: Region) -> tuple[int, int]:
+    ext = list(r.extents)
+    while len(ext) > 2 and ext[0] == 1:
+        ext.pop(0)
+    return ext[0], ext[1]

@@ -1,0 +1,231 @@
+"""Buffers, regions and statements of the tile IR.
+
+In: built by ``compiler.frontend`` from DSL source (and by passes). Out: an immutable tree rooted at ``PrimFunc``.
+Guarantees: every statement carries the span of the DSL line it came from; buffers and variables compare by
+identity; bodies are tuples. Tile ops (Copy, Gemm, Reduce, Fill, AtomicAddTile) work on whole tiles (Regions);
+element statements (Store, Let, AtomicAdd) work on one element per iteration of the enclosing loops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from compiler.diagnostics import Span
+from compiler.dtypes import DType
+from compiler.ir.expr import Expr, Var
+
+SCOPES = ("global", "shared", "fragment", "local", "var")
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Buffer:
+    """A named array in one memory scope. ``var`` buffers are scalars (shape (1,)) stored by plain assignment."""
+
+    name: str
+    shape: tuple  # ints, or Vars / expressions for dynamic global shapes
+    dtype: DType
+    scope: str
+    span: Span | None = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Region:
+    """The tile of ``buffer`` starting at ``starts`` with static ``extents`` (one per buffer dim)."""
+
+    buffer: Buffer
+    starts: tuple
+    extents: tuple[int, ...]
+
+    @staticmethod
+    def whole(buffer: Buffer) -> "Region":
+        return Region(buffer, (0,) * buffer.ndim, tuple(buffer.shape))
+
+    def tile_shape(self) -> tuple[int, ...]:
+        """Extents with the size-1 dims dropped: what must agree between the two sides of a copy."""
+        return tuple(e for e in self.extents if e != 1)
+
+
+class Stmt:
+    __slots__ = ()
+    span: Span | None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Alloc(Stmt):
+    """Declares ``buffer`` (shared, fragment, local or var) for the rest of the enclosing kernel."""
+
+    buffer: Buffer
+    init: Expr | None = None
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Kernel(Stmt):
+    """``with T.Kernel(*grid, threads=...) as block_vars``: one launch; the body is one thread block's view."""
+
+    grid: tuple
+    threads: tuple[int, int, int]
+    block_vars: tuple[Var, ...]
+    body: tuple[Stmt, ...]
+    span: Span | None = None
+
+    @property
+    def num_threads(self) -> int:
+        return self.threads[0] * self.threads[1] * self.threads[2]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class For(Stmt):
+    """A sequential loop: kind is 'serial', 'unroll' or 'pipelined' (annotations: num_stages, order, stage)."""
+
+    var: Var
+    start: object
+    extent: object
+    step: object
+    kind: str
+    body: tuple[Stmt, ...]
+    annotations: dict = field(default_factory=dict)
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Parallel(Stmt):
+    """``for i, j in T.Parallel(M, N)``: an elementwise nest whose iterations are independent."""
+
+    vars: tuple[Var, ...]
+    extents: tuple
+    body: tuple[Stmt, ...]
+    annotations: dict = field(default_factory=dict)
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Store(Stmt):
+    buffer: Buffer
+    indices: tuple
+    value: Expr
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Let(Stmt):
+    """``v = expr``: binds ``var`` for the statements that follow in the same body."""
+
+    var: Var
+    value: Expr
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class If(Stmt):
+    cond: Expr
+    then_body: tuple[Stmt, ...]
+    else_body: tuple[Stmt, ...]
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Copy(Stmt):
+    """T.copy: dst = cast(src); tile shapes agree once size-1 dims are dropped. OOB global reads give 0, writes drop."""
+
+    src: Region
+    dst: Region
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Gemm(Stmt):
+    """T.gemm: C (+)= op(A) @ op(B), accumulated in C's dtype. C is cleared first when clear_accum."""
+
+    a: Region
+    b: Region
+    c: Region
+    transpose_a: bool
+    transpose_b: bool
+    policy: int
+    clear_accum: bool
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Reduce(Stmt):
+    """T.reduce_<kind>: dst = reduce(src, dim), combined with dst's old value when not clear."""
+
+    kind: str  # sum, max, min, abssum, absmax
+    src: Buffer
+    dst: Buffer
+    dim: int
+    clear: bool
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Fill(Stmt):
+    dst: Region
+    value: Expr
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class AtomicAdd(Stmt):
+    """Scalar form: ``T.atomic_add(C[i, j], value)``."""
+
+    buffer: Buffer
+    indices: tuple
+    value: Expr
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class AtomicAddTile(Stmt):
+    """Tile form: ``T.atomic_add(C[by * BM, bx * BN], C_local)``: dst += src elementwise, atomically."""
+
+    dst: Region
+    src: Region
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Print(Stmt):
+    value: object  # Expr or Buffer
+    msg: str
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class AnnotateLayout(Stmt):
+    layouts: tuple  # ((Buffer, layout spec), ...)
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class UseSwizzle(Stmt):
+    """Block rasterization in panels of ``panel_size`` along rows or columns, for L2 reuse."""
+
+    panel_size: int
+    order: str  # "row" or "column"
+    enable: bool
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class PrimFunc:
+    """One DSL function: parameters (global Buffers and scalar Vars), body, and where it came from."""
+
+    name: str
+    params: tuple
+    body: tuple[Stmt, ...]
+    dynamic_vars: tuple[Var, ...]
+    span: Span | None = None
+
+    def __repr__(self) -> str:
+        from compiler.ir.printer import print_func
+
+        return print_func(self)

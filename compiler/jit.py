@@ -1,0 +1,276 @@
+"""Compile entry points: ``compile(prim_func)``, the ``@jit`` decorator, and the kernel object they return.
+
+In: a PrimFunc (from ``@T.prim_func``) or a function returning one. Out: a ``JITKernel``, callable on torch tensors.
+Guarantees: the PrimFunc passed the semantic checks before a kernel exists; a call checks every argument against
+its parameter (count, kind, rank, shape, dtype, device, contiguity) and names the parameter in the error;
+``out_idx`` parameters are allocated and returned; dynamic shape variables are bound from the arguments' shapes.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import logging
+
+import torch
+
+from compiler.check import check
+from compiler.diagnostics import CompileError, DSLTypeError, TargetError
+from compiler.errors import KernelArgumentError, TargetUnavailable
+from compiler.ir.expr import Expr, Var
+from compiler.ir.printer import print_func
+from compiler.ir.stmt import Buffer, PrimFunc
+
+log = logging.getLogger("tileagent.compiler")
+
+TARGETS = ("auto", "cpu", "cuda")
+
+
+class PassConfigKey(str, enum.Enum):
+    """TileLang's pass-config keys. All are accepted; the ones that do not apply to this compiler are ignored."""
+
+    TL_ENABLE_FAST_MATH = "tl.enable_fast_math"
+    TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
+    TL_DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"
+    TL_DISABLE_WGMMA = "tl.disable_wgmma"
+    TL_ENABLE_ASYNC_COPY = "tl.enable_async_copy"
+    TL_DISABLE_SAFE_MEMORY_ACCESS = "tl.disable_safe_memory_legalize"
+    TL_DISABLE_VECTORIZE_256 = "tl.disable_vectorize_256"
+    TIR_DISABLE_VECTORIZE = "tirx.disable_vectorize"
+    TL_DISABLE_THREAD_STORAGE_SYNC = "tl.disable_thread_storage_sync"
+    TL_PTXAS_REGISTER_USAGE_LEVEL = "tl.ptxas_register_usage_level"
+    TL_DEVICE_COMPILE_FLAGS = "tl.device_compile_flags"
+    TL_CONFIG_INDEX_BITWIDTH = "tl.config_index_bitwidth"
+    TL_ENABLE_AGGRESSIVE_SHARED_MEMORY_MERGE = "tl.enable_aggressive_shared_memory_merge"
+    TL_DISABLE_SHARED_MEMORY_REUSE = "tl.disable_shared_memory_reuse"
+    TL_LAYOUT_VISUALIZATION_ENABLE = "tl.layout_visualization_enable"
+    TL_LAYOUT_VISUALIZATION_FORMATS = "tl.layout_visualization_formats"
+    TL_ENABLE_DUMP_IR = "tl.enable_dump_ir"
+    TL_DUMP_IR_PATH = "tl.dump_ir_path"
+    TL_DISABLE_PRELOWER_SEMANTIC_CHECK = "tl.disable_prelower_semantic_check"
+    TL_DISABLE_DATA_RACE_CHECK = "tl.disable_data_race_check"
+    TL_LAYOUT_COST_MODEL = "tl.layout_cost_model"
+    TL_DISABLE_DYNAMIC_TAIL_SPLIT = "tl.disable_dynamic_tail_split"
+    TL_DYNAMIC_ALIGNMENT = "tl.dynamic_alignment"
+    TIR_DISABLE_CSE = "tir.disable_cse_tir"
+    TIR_SIMPLIFY = "tir.Simplify"
+
+
+_KNOWN_KEYS = {k.value for k in PassConfigKey}
+
+
+def _pass_configs(configs) -> dict:
+    out = {}
+    for key, value in (configs or {}).items():
+        name = key.value if isinstance(key, PassConfigKey) else str(key)
+        if name not in _KNOWN_KEYS:
+            raise DSLTypeError(f"unknown pass config key {name!r}", code="E308",
+                               hint="use tileagent.PassConfigKey members, e.g. PassConfigKey.TL_ENABLE_FAST_MATH")
+        out[name] = value
+    return out
+
+
+def _resolve_target(target) -> str:
+    if isinstance(target, dict):
+        target = target.get("kind", "auto")
+    target = "auto" if target is None else str(target).split()[0]
+    if target not in TARGETS:
+        raise TargetError(f"unknown target {target!r}; known: {', '.join(TARGETS)}", code="E601")
+    if target == "auto":
+        target = "cuda" if torch.cuda.is_available() else "cpu"
+    if target == "cuda":
+        raise TargetError("the CUDA backend is not available in this build; compile with target='cpu' to run the "
+                          "kernel in the CPU interpreter", code="E601")
+    return target
+
+
+def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, execution_backend=None,  # noqa: A001
+            target_host=None, verbose=None, compile_flags=None) -> "JITKernel":
+    """Check ``func`` and build a kernel for ``target`` ("cpu", "cuda", or "auto": CUDA when torch sees a GPU).
+
+    Raises:
+        CompileError: the first problem found, with its code, span and hint.
+    """
+    if not isinstance(func, PrimFunc):
+        raise DSLTypeError(f"compile() takes a T.prim_func, got {type(func).__name__}", code="E301",
+                           hint="decorate the kernel function with @T.prim_func")
+    configs = _pass_configs(pass_configs)
+    for key in configs:
+        log.info("pass config %s is accepted and has no effect on this compiler", key)
+    resolved = _resolve_target(target)
+    outs = _out_indices(out_idx, len(func.params))
+    check(func)
+    return JITKernel(func, outs, resolved, configs)
+
+
+def _out_indices(out_idx, n_params: int) -> tuple[int, ...]:
+    if out_idx is None:
+        return ()
+    items = [out_idx] if isinstance(out_idx, int) else list(out_idx)
+    out = []
+    for i in items:
+        if isinstance(i, bool) or not isinstance(i, int) or not -n_params <= i < n_params:
+            raise DSLTypeError(f"out_idx {i!r} is out of range for a kernel with {n_params} parameters", code="E301")
+        out.append(i % n_params)
+    return tuple(sorted(set(out)))
+
+
+class JITKernel:
+    """A compiled kernel. Call it with the input tensors; ``out_idx`` parameters are allocated and returned."""
+
+    def __init__(self, func: PrimFunc, out_idx: tuple[int, ...], target: str, pass_configs: dict):
+        self.func, self.out_idx, self.target, self.pass_configs = func, out_idx, target, pass_configs
+        self.params = func.params
+
+    def __repr__(self) -> str:
+        return f"JITKernel({self.func.name}, target={self.target!r}, out_idx={list(self.out_idx)})"
+
+    def get_ir(self, stage: str = "tile") -> str:
+        """The IR at ``stage`` as text. Stages: "tile" (after parsing and checks)."""
+        if stage != "tile":
+            raise ValueError(f"unknown IR stage {stage!r}; available: 'tile'")
+        return print_func(self.func)
+
+    def get_kernel_source(self) -> str:
+        raise TargetUnavailable(f"kernel {self.func.name} was compiled for target {self.target!r}, which runs the "
+                                f"tile IR in the CPU interpreter and has no CUDA source")
+
+    def __call__(self, *args):
+        from compiler import interp
+
+        bound, env, outputs = bind_arguments(self.func, args, self.out_idx, self.target)
+        interp.run(self.func, bound, env)
+        if not outputs:
+            return None
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+def bind_arguments(func: PrimFunc, args, out_idx: tuple[int, ...], target: str):
+    """Match call arguments to parameters. Returns (param -> value, dynamic var -> int, allocated outputs)."""
+    inputs = [p for k, p in enumerate(func.params) if k not in out_idx]
+    if len(args) != len(inputs):
+        names = ", ".join(p.name for p in inputs)
+        raise KernelArgumentError(f"kernel {func.name} expects {len(inputs)} input(s) ({names}) but got {len(args)}")
+    bound, env = {}, {}
+    for p, a in zip(inputs, args):
+        if isinstance(p, Buffer):
+            _check_tensor(p, a, env, target)
+        else:
+            a = _check_scalar(p, a)
+        bound[p] = a
+    outputs = []
+    for k in out_idx:
+        p = func.params[k]
+        shape = []
+        for d in p.shape:
+            try:
+                shape.append(int(_eval_shape(d, env)))
+            except KeyError as e:
+                raise KernelArgumentError(f"cannot allocate output '{p.name}': its shape uses '{e.args[0]}', which "
+                                          f"no input binds") from None
+        t = torch.empty(shape, dtype=p.dtype.torch, device=_device_of(bound, target))
+        bound[p] = t
+        outputs.append(t)
+    return bound, env, outputs
+
+
+def _device_of(bound: dict, target: str) -> torch.device:
+    for v in bound.values():
+        if isinstance(v, torch.Tensor):
+            return v.device
+    return torch.device("cpu" if target == "cpu" else "cuda")
+
+
+def _describe_param(p: Buffer) -> str:
+    return f"a {p.dtype} tensor of shape ({', '.join(str(d) for d in p.shape)})"
+
+
+def _check_tensor(p: Buffer, a, env: dict, target: str) -> None:
+    if not isinstance(a, torch.Tensor):
+        raise KernelArgumentError(f"parameter '{p.name}' expects {_describe_param(p)}, got {type(a).__name__}")
+    if a.dim() != p.ndim:
+        raise KernelArgumentError(f"parameter '{p.name}' expects rank {p.ndim} {tuple(p.shape)}, got a tensor of "
+                                  f"rank {a.dim()} {tuple(a.shape)}")
+    if a.dtype != p.dtype.torch:
+        raise KernelArgumentError(f"parameter '{p.name}' expects dtype {p.dtype}, got {a.dtype}")
+    if target == "cpu" and a.device.type != "cpu":
+        raise KernelArgumentError(f"parameter '{p.name}' is on {a.device}, but the kernel was compiled for the CPU "
+                                  f"target")
+    if target == "cuda" and a.device.type != "cuda":
+        raise KernelArgumentError(f"parameter '{p.name}' is on {a.device}, but the kernel runs on CUDA")
+    for dim, (want, got) in enumerate(zip(p.shape, a.shape)):
+        if isinstance(want, Var):
+            if want in env and env[want] != got:
+                raise KernelArgumentError(f"parameter '{p.name}' dim {dim} is {got}, but '{want.name}' was already "
+                                          f"bound to {env[want]} by an earlier argument")
+            env[want] = got
+    for dim, (want, got) in enumerate(zip(p.shape, a.shape)):
+        expected = _eval_shape(want, env) if isinstance(want, Expr) else want
+        if int(expected) != got:
+            raise KernelArgumentError(f"parameter '{p.name}' expects shape {tuple(p.shape)}, got {tuple(a.shape)} "
+                                      f"(dim {dim}: expected {expected}, got {got})")
+    if not a.is_contiguous():
+        raise KernelArgumentError(f"parameter '{p.name}' must be contiguous (row-major); call .contiguous() first")
+
+
+def _check_scalar(p: Var, a):
+    if isinstance(a, torch.Tensor) and a.dim() == 0:
+        a = a.item()
+    if p.dtype.is_int and (isinstance(a, bool) or not isinstance(a, int)):
+        raise KernelArgumentError(f"parameter '{p.name}' expects an integer ({p.dtype}), got {a!r}")
+    if p.dtype.is_float and not isinstance(a, (int, float)):
+        raise KernelArgumentError(f"parameter '{p.name}' expects a number ({p.dtype}), got {a!r}")
+    return a
+
+
+def _eval_shape(e, env: dict):
+    from compiler.ir.simplify import linear_form
+
+    if isinstance(e, int):
+        return e
+    if isinstance(e, Var):
+        if e not in env:
+            raise KeyError(e.name)
+        return env[e]
+    form = linear_form(e)
+    if form is None:
+        raise KernelArgumentError(f"shape expression {e} is not supported (only sums and constant multiples)")
+    coef, const = form
+    return const + sum(c * _eval_shape(v, env) for v, c in coef.items())
+
+
+class JITImpl:
+    """What ``@jit`` returns: call it with the kernel's compile-time parameters to get a JITKernel (cached)."""
+
+    def __init__(self, fn, out_idx, target, pass_configs):
+        self.fn, self.out_idx, self.target, self.pass_configs = fn, out_idx, target, pass_configs
+        self._cache: dict = {}
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs) -> JITKernel:
+        try:
+            key = (args, tuple(sorted(kwargs.items())))
+            hash(key)
+        except TypeError:
+            key = None
+        if key is not None and key in self._cache:
+            return self._cache[key]
+        func = self.fn(*args, **kwargs)
+        if not isinstance(func, PrimFunc):
+            raise DSLTypeError(f"@jit function {self.fn.__name__} returned {type(func).__name__}, not a T.prim_func",
+                               code="E301", hint="define the kernel with @T.prim_func inside and return it")
+        kernel = compile(func, out_idx=self.out_idx, target=self.target, pass_configs=self.pass_configs)
+        if key is not None:
+            self._cache[key] = kernel
+        return kernel
+
+
+def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, execution_backend=None, target_host=None,
+        verbose=None, debug_root_path=None, compile_flags=None):
+    """``@jit`` or ``@jit(out_idx=[-1], pass_configs={...})`` over a function that returns a T.prim_func."""
+    if func is None:
+        return lambda f: JITImpl(f, out_idx, target, pass_configs)
+    return JITImpl(func, out_idx, target, pass_configs)
+
+
+__all__ = ["CompileError", "JITImpl", "JITKernel", "PassConfigKey", "compile", "jit"]

@@ -1,0 +1,105 @@
+"""Launch scope and allocation: ``T.Kernel``, ``T.alloc_shared/fragment/local/var``.
+
+Each builtin validates its arguments and returns a spec; the frontend turns specs into IR with names and spans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.diagnostics import DSLTypeError, ShapeError
+from compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
+from compiler.ir.expr import Expr
+from compiler.ir.simplify import static_int
+
+MAX_THREADS = 1024
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    grid: tuple
+    threads: tuple[int, int, int]
+    prelude: str | None
+
+
+def Kernel(*blocks, threads=None, prelude=None, is_cpu=False):
+    """``with T.Kernel(gx[, gy, gz], threads=128) as (bx, ...)``: one launch of a grid of thread blocks.
+
+    Args:
+        blocks: 1 to 3 grid extents (ints or runtime expressions such as ``T.ceildiv(N, 128)``).
+        threads: threads per block: an int (x only) or a tuple of up to 3; at most 1024 in total. Default 128.
+    Raises:
+        DSLTypeError: E305 for a bad grid, E304 for bad threads.
+    """
+    if not 1 <= len(blocks) <= 3:
+        raise DSLTypeError(f"T.Kernel takes 1 to 3 grid extents, got {len(blocks)}", code="E305",
+                           hint="write T.Kernel(gx), T.Kernel(gx, gy) or T.Kernel(gx, gy, gz)")
+    for b in blocks:
+        if isinstance(b, Expr):
+            continue
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise DSLTypeError(f"T.Kernel grid extent must be a positive integer or expression, got {b!r}",
+                               code="E305")
+    if threads is None:
+        threads = 128
+    dims = tuple(threads) if isinstance(threads, (tuple, list)) else (threads,)
+    if not 1 <= len(dims) <= 3 or any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in dims):
+        raise DSLTypeError(f"T.Kernel threads must be a positive int or a tuple of 1 to 3 positive ints, "
+                           f"got {threads!r}", code="E304", hint="threads=128 is the usual choice")
+    dims = dims + (1,) * (3 - len(dims))
+    total = dims[0] * dims[1] * dims[2]
+    if total > MAX_THREADS:
+        raise DSLTypeError(f"T.Kernel asks for {total} threads per block; the limit is {MAX_THREADS}", code="E304",
+                           hint="use fewer threads and give each thread more elements")
+    return KernelSpec(tuple(blocks), dims, prelude)
+
+
+@dataclass(frozen=True)
+class AllocSpec:
+    """What an alloc_* call asked for; the frontend names it after the assignment target."""
+
+    shape: tuple[int, ...]
+    dtype: DType
+    scope: str
+    init: object = None
+
+
+def _shape(shape, what: str) -> tuple[int, ...]:
+    dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    out = []
+    for d in dims:
+        v = static_int(d)
+        if v is None or isinstance(d, bool):
+            raise ShapeError(f"{what} shape must be compile-time integers, got {shape!r}", code="E405",
+                             hint="tile shapes are fixed when the kernel compiles; use the largest size and mask")
+        if v < 1:
+            raise ShapeError(f"{what} shape entries must be >= 1, got {shape!r}", code="E405")
+        out.append(v)
+    return tuple(out)
+
+
+def _dtype(value, what: str) -> DType:
+    try:
+        return as_dtype(value)
+    except UnsupportedDType as e:
+        raise DSLTypeError(f"{what}: {e}", code="E302") from None
+
+
+def alloc_shared(shape, dtype, scope="shared.dyn"):
+    """A tile in shared memory, visible to every thread of the block."""
+    return AllocSpec(_shape(shape, "T.alloc_shared"), _dtype(dtype, "T.alloc_shared"), "shared")
+
+
+def alloc_fragment(shape, dtype, scope="local.fragment"):
+    """A tile held in registers, distributed over the block's threads by layout inference."""
+    return AllocSpec(_shape(shape, "T.alloc_fragment"), _dtype(dtype, "T.alloc_fragment"), "fragment")
+
+
+def alloc_local(shape, dtype, scope="local"):
+    """A per-thread array. It may not be indexed by T.Parallel variables (use a fragment for that)."""
+    return AllocSpec(_shape(shape, "T.alloc_local"), _dtype(dtype, "T.alloc_local"), "local")
+
+
+def alloc_var(dtype, init=None, scope="local.var"):
+    """A per-thread scalar; ``x = expr`` stores into it and ``x`` reads it."""
+    return AllocSpec((1,), _dtype(dtype, "T.alloc_var"), "var", init)

@@ -1,0 +1,86 @@
+"""Scalar math and helpers: ``T.exp2``, ``T.max``, ``T.ceildiv``, ``T.cast``, ``T.if_then_else``, ``T.infinity``...
+
+On Python numbers they compute at compile time; on expressions they build IR. Float math on integer operands is
+done in float32.
+"""
+
+from __future__ import annotations
+
+from compiler.diagnostics import DSLTypeError
+from compiler.dtypes import UnsupportedDType, dtype as as_dtype
+from compiler.ir.expr import Const, Expr, is_number, make_binop, make_call, make_cast, make_select
+
+
+def _check(name, *args):
+    for a in args:
+        if not (is_number(a) or isinstance(a, Expr)):
+            raise DSLTypeError(f"T.{name} takes numbers or scalar expressions, got {type(a).__name__}", code="E309",
+                               hint="index a buffer (x[i, j]) to get a scalar; tile ops work on whole buffers")
+    return make_call(name, *args)
+
+
+def exp(x): return _check("exp", x)
+def exp2(x): return _check("exp2", x)
+def log(x): return _check("log", x)
+def log2(x): return _check("log2", x)
+def sqrt(x): return _check("sqrt", x)
+def rsqrt(x): return _check("rsqrt", x)
+def abs(x): return _check("abs", x)  # noqa: A001
+def tanh(x): return _check("tanh", x)
+def sigmoid(x): return _check("sigmoid", x)
+def erf(x): return _check("erf", x)
+def floor(x): return _check("floor", x)
+def ceil(x): return _check("ceil", x)
+def pow(x, y): return _check("pow", x, y)  # noqa: A001
+def max(a, b): return _check("max", a, b)  # noqa: A001
+def min(a, b): return _check("min", a, b)  # noqa: A001
+
+
+def ceildiv(a, b):
+    """(a + b - 1) // b for positive integers."""
+    return make_binop("//", make_binop("+", a, make_binop("-", b, 1)), b)
+
+
+def floordiv(a, b): return make_binop("//", a, b)
+def floormod(a, b): return make_binop("%", a, b)
+
+
+def cast(value, dtype):
+    """Convert ``value`` to ``dtype`` (round to nearest for floats, truncate toward zero for float -> int)."""
+    try:
+        return make_cast(value, dtype)
+    except UnsupportedDType as e:
+        raise DSLTypeError(f"T.cast: {e}", code="E302") from None
+
+
+def if_then_else(cond, a, b):
+    """``a`` where ``cond`` holds, else ``b``; both sides are evaluated (a select, not a branch)."""
+    return make_select(cond, a, b)
+
+
+def _dt(dtype, name):
+    try:
+        return as_dtype(dtype)
+    except UnsupportedDType as e:
+        raise DSLTypeError(f"T.{name}: {e}", code="E302") from None
+
+
+def infinity(dtype):
+    """+inf of a float dtype."""
+    return Const(float("inf"), _dt(dtype, "infinity"))
+
+
+def max_value(dtype):
+    import torch
+
+    dt = _dt(dtype, "max_value")
+    info = torch.finfo(dt.torch) if dt.is_float else torch.iinfo(dt.torch)
+    return Const(info.max, dt)
+
+
+def min_value(dtype):
+    import torch
+
+    dt = _dt(dtype, "min_value")
+    info = torch.finfo(dt.torch) if dt.is_float else torch.iinfo(dt.torch)
+    return Const(info.min, dt)
