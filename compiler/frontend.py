@@ -327,7 +327,9 @@ class _Parser:
         default = ("bx", "by", "bz")
         names = [default[i] for i in range(len(spec.grid))]
         target = item.optional_vars
-        if isinstance(target, (ast.Tuple, ast.List)):
+        if isinstance(target, ast.Name) and len(spec.grid) == 1:
+            names = [target.id]
+        elif isinstance(target, (ast.Tuple, ast.List)):
             if len(target.elts) != len(spec.grid) or not all(isinstance(t, ast.Name) for t in target.elts):
                 raise DSLSyntaxError(f"T.Kernel has {len(spec.grid)} grid dims but `as` names "
                                      f"{len(target.elts)} variables", code="E103")

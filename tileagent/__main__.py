@@ -1,0 +1,3 @@
+from tileagent.cli import app
+
+app()
