@@ -1,3 +1,5 @@
+"""Run the CLI: python -m tileagent."""
+
 from tileagent.cli import app
 
 app()

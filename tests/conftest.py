@@ -1,0 +1,31 @@
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_EXAMPLES = Path(os.environ.get("TILEAGENT_SHARED", REPO.parent / "shared")) / "examples"
+
+
+def load_module(path: Path):
+    """Import a DSL program from its file, as a user's script would be."""
+    spec = importlib.util.spec_from_file_location(f"_example_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def shared_example():
+    """Load an acceptance program from ../shared/examples by name (the files are read in place, as written)."""
+    if not SHARED_EXAMPLES.is_dir():
+        pytest.fail(f"acceptance programs not found at {SHARED_EXAMPLES}; set TILEAGENT_SHARED to the shared folder")
+    cache = {}
+
+    def load(name: str):
+        if name not in cache:
+            cache[name] = load_module(SHARED_EXAMPLES / f"{name}.py")
+        return cache[name]
+
+    return load
