@@ -1,0 +1,103 @@
+"""Thread IR: the per-thread program one CUDA thread runs, produced by lowering the tile IR.
+
+In: built by ``compiler.lower`` from a checked, layout-annotated PrimFunc. Out: consumed by
+``compiler.targets.cuda`` (CUDA C++) and ``compiler.emulate`` (lock-step CPU emulation).
+
+The thread IR reuses the tile IR's expression nodes (Const, Var, BinOp, Cmp, Unary, Call, Cast, Select, Load) and
+statement nodes (Store, Let, If, For, AtomicAdd), with these rules:
+
+- Every buffer is one-dimensional (``shape == (size,)``) and every Load/Store/AtomicAdd has exactly one index, in
+  elements. ``scope`` is "global" (a kernel parameter), "shared" (a slice of the block's dynamic shared-memory
+  arena, at ``DeviceKernel.shared_offsets[buffer]`` bytes) or "local" (a per-thread register array, declared by
+  ``Declare``). Global sizes may be expressions of the dynamic shape variables.
+- Special variables: ``THREAD`` is the thread's linear index in its block (threadIdx.x + threadIdx.y * blockDim.x
+  + threadIdx.z * blockDim.x * blockDim.y); ``LANE`` and ``WARP`` are THREAD % 32 and THREAD // 32;
+  ``BLOCK_IDX[d]`` is blockIdx.x/y/z and ``GRID_DIM[d]`` gridDim.x/y/z. The tile IR's block variables are bound by
+  ``Let`` statements at the top of the kernel body (block rasterization is just a different Let).
+- ``For`` loops have a kind "serial" or "unroll" and trip counts that are the same for every thread of a block.
+- Warp collectives are ``Call`` nodes: ``Call("shfl_xor", (value, Const(mask), Const(width)))`` returns the value of
+  lane ``LANE ^ mask`` within groups of ``width`` lanes; every lane of the warp executes it (no divergence around it).
+- ``VecCopy(dst, dst_index, src, src_index, width)`` copies ``width`` consecutive elements, converting from src's
+  dtype to dst's; lowering guarantees both ranges are in bounds and that ``index * dtype.bytes`` is a multiple of
+  ``width * dtype.bytes`` whenever ``width * dtype.bytes`` is 4, 8 or 16 (so it may be one vector access).
+- ``Barrier()`` is __syncthreads(): every thread reaches it (never inside a thread-dependent branch).
+- ``Store``/``AtomicAdd`` to global memory and loads from it are in bounds: lowering predicates them with ``If``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from compiler.diagnostics import Span
+from compiler.dtypes import DType
+from compiler.ir.expr import Expr, Var
+from compiler.ir.stmt import Buffer, Stmt
+
+THREAD = Var("tid", DType("int32"))
+LANE = Var("lane", DType("int32"))
+WARP = Var("warp", DType("int32"))
+BLOCK_IDX = (Var("blockIdx.x"), Var("blockIdx.y"), Var("blockIdx.z"))
+GRID_DIM = (Var("gridDim.x"), Var("gridDim.y"), Var("gridDim.z"))
+SPECIAL_VARS = (THREAD, LANE, WARP) + BLOCK_IDX + GRID_DIM
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Declare(Stmt):
+    """A per-thread register array ``buffer`` (scope "local"), uninitialized unless ``init`` is given."""
+
+    buffer: Buffer
+    init: Expr | None = None
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class VecCopy(Stmt):
+    """dst[dst_index + v] = cast(src[src_index + v]) for v in range(width)."""
+
+    dst: Buffer
+    dst_index: Expr
+    src: Buffer
+    src_index: Expr
+    width: int
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Barrier(Stmt):
+    """__syncthreads(): all shared-memory writes before it are visible to all threads after it."""
+
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class DeviceKernel:
+    """One ``__global__`` function: what one T.Kernel scope became.
+
+    ``params`` lists, in order, what the launcher passes: global 1-d Buffers (pointers), then scalar Vars (the
+    PrimFunc's scalar parameters, then its dynamic shape variables). ``grid`` holds 1 to 3 expressions of those
+    scalar Vars (missing dims are 1); ``block`` is blockDim; ``shared_bytes`` the size of the dynamic
+    shared-memory arena, ``shared_offsets`` the byte offset of each shared Buffer in it (16-byte aligned).
+    """
+
+    name: str
+    params: tuple
+    grid: tuple
+    block: tuple[int, int, int]
+    shared_bytes: int
+    shared_offsets: dict
+    body: tuple[Stmt, ...]
+    span: Span | None = None
+
+    @property
+    def num_threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceModule:
+    """All kernels of one PrimFunc, launched in order. ``flat_globals`` maps each PrimFunc tensor parameter to
+    the 1-d global Buffer the kernels use for it."""
+
+    name: str
+    kernels: tuple[DeviceKernel, ...]
+    flat_globals: dict = field(default_factory=dict)
