@@ -9,6 +9,7 @@ The tree::
     ├── ShapeError                E4xx  index ranks, copy extents, gemm and reduce shapes
     ├── ScopeError                E5xx  memory scopes and loop contexts (tile op inside T.Parallel, ...)
     ├── TargetError               E6xx  the requested target cannot run this kernel
+    ├── LayoutError               L0xx  layout inference found no layout that satisfies every op
     └── InternalCompilerError     I000  a bug in the compiler, reported at the span of the op being processed
 
 Run-time errors of compiled kernels are not CompileErrors: see ``compiler.errors``.
@@ -134,6 +135,12 @@ class TargetError(CompileError):
     code = "E600"
 
 
+class LayoutError(CompileError):
+    """Layout inference conflict: two ops need different thread maps for one fragment. Notes print both layouts."""
+
+    code = "L001"
+
+
 class InternalCompilerError(CompileError):
     """A bug in the compiler. Reported at the span of the op being processed so the user can work around it."""
 
@@ -175,5 +182,10 @@ CODES = {
     "E507": "T.Parallel with a non-static extent indexing a fragment",
     "E508": "atomic_add destination not in global or shared memory",
     "E601": "unknown or unavailable target",
+    "E602": "an op the CUDA backend does not lower yet",
+    "L001": "a T.Parallel loop needs a fragment on other threads than its layout puts it",
+    "L002": "a reduction's output already has a layout that does not follow its input",
+    "L003": "a copy between fragments with different layouts",
+    "L004": "a fragment indexed in T.Parallel by an expression other than a loop variable or a constant",
     "I000": "internal compiler error",
 }

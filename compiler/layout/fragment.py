@@ -1,0 +1,267 @@
+"""Fragment: how a tile held in registers is spread over the threads of a block.
+
+In: a shape, per-dimension *levels* and replication levels. Each logical dim ``d`` is split, innermost first, into
+levels of given sizes (their product covers ``shape[d]``, padding allowed); a level is either a register level
+(``stride is None``: it enumerates registers of one thread) or a thread level (digit * stride is added to the
+thread id). Replication levels are thread levels that hold copies of the same element.
+Out: ``thread(idx)`` (the base owner), ``threads(idx)`` (all owners), ``slot(idx)`` (the register), ``inverse``
+(thread, slot) -> idx, numeric tables, projections for reductions, and a printable table.
+Guarantees: thread levels (including replication) have disjoint digit ranges over the thread id: sorted by stride,
+each stride is the product of the sizes below it (checked in ``__post_init__``). Slots are numbered with the
+innermost register level of the innermost dim fastest, so a run of ``vector_width`` registers is contiguous.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler.ir.expr import make_binop
+
+
+@dataclass(frozen=True)
+class Level:
+    size: int
+    stride: int | None = None  # None: register level; int: thread level adding digit * stride to the thread id
+
+    @property
+    def is_thread(self) -> bool:
+        return self.stride is not None
+
+
+@dataclass(frozen=True)
+class Fragment:
+    shape: tuple[int, ...]
+    dims: tuple[tuple[Level, ...], ...]
+    replicate: tuple[Level, ...] = ()
+    num_threads: int = 128
+
+    def __post_init__(self):
+        if len(self.dims) != len(self.shape):
+            raise ValueError(f"fragment of rank {len(self.shape)} needs levels for every dim, got {len(self.dims)}")
+        for d, (n, levels) in enumerate(zip(self.shape, self.dims)):
+            if math.prod(lv.size for lv in levels) < n:
+                raise ValueError(f"levels of dim {d} cover {math.prod(lv.size for lv in levels)} < {n}")
+        expected = 1
+        for lv in sorted(self.thread_levels(), key=lambda lv: lv.stride):
+            if lv.stride != expected:
+                raise ValueError(f"thread levels overlap or leave gaps: stride {lv.stride}, expected {expected}")
+            expected *= lv.size
+        if expected > self.num_threads:
+            raise ValueError(f"fragment needs {expected} threads, the block has {self.num_threads}")
+
+    # -- structure -------------------------------------------------------------------------------------------
+    def thread_levels(self) -> list[Level]:
+        return [lv for levels in self.dims for lv in levels if lv.is_thread] + list(self.replicate)
+
+    def _slot_levels(self) -> list[tuple[int, int, Level]]:
+        """(dim, position in dim, level) of register levels, slowest first."""
+        out = []
+        for d, levels in enumerate(self.dims):
+            for k in reversed(range(len(levels))):
+                if not levels[k].is_thread:
+                    out.append((d, k, levels[k]))
+        return out
+
+    @property
+    def num_slots(self) -> int:
+        return math.prod(lv.size for _, _, lv in self._slot_levels())
+
+    @property
+    def num_replicas(self) -> int:
+        return math.prod(lv.size for lv in self.replicate)
+
+    @property
+    def threads_used(self) -> int:
+        return math.prod(lv.size for lv in self.thread_levels())
+
+    @property
+    def vector_width(self) -> int:
+        """Registers that hold consecutive elements of the innermost dim (the innermost level when it is a register
+        level)."""
+        inner = self.dims[-1][0] if self.dims and self.dims[-1] else Level(1)
+        return 1 if inner.is_thread else inner.size
+
+    # -- maps (ints or IR expressions) -----------------------------------------------------------------------
+    def _digits(self, d: int, i):
+        digits, rest = [], i
+        levels = self.dims[d]
+        for k, lv in enumerate(levels):
+            if k == len(levels) - 1:
+                digits.append(rest)
+            else:
+                digits.append(make_binop("%", rest, lv.size))
+                rest = make_binop("//", rest, lv.size)
+        return digits
+
+    def thread(self, idx):
+        """The base owner of element ``idx`` (replica 0)."""
+        t = 0
+        for d, i in enumerate(idx):
+            for lv, digit in zip(self.dims[d], self._digits(d, i)):
+                if lv.is_thread:
+                    t = make_binop("+", t, make_binop("*", digit, lv.stride))
+        return t
+
+    def slot(self, idx):
+        s = 0
+        digits = {d: self._digits(d, i) for d, i in enumerate(idx)}
+        for d, k, lv in self._slot_levels():
+            s = make_binop("+", make_binop("*", s, lv.size), digits[d][k])
+        return s
+
+    def replica_offsets(self) -> list[int]:
+        offsets = [0]
+        for lv in self.replicate:
+            offsets = [o + r * lv.stride for o in offsets for r in range(lv.size)]
+        return offsets
+
+    def inverse(self, thread, slot):
+        """(thread, slot) -> (idx tuple, is_replica_0 condition or True). Indices may exceed the shape where the
+        levels pad it; callers predicate on ``idx[d] < shape[d]``."""
+        slot_digit = {}
+        rest = slot
+        for d, k, lv in reversed(self._slot_levels()):
+            slot_digit[(d, k)] = make_binop("%", rest, lv.size)
+            rest = make_binop("//", rest, lv.size)
+        idx = []
+        for d, levels in enumerate(self.dims):
+            value, scale = 0, 1
+            for k, lv in enumerate(levels):
+                digit = make_binop("%", make_binop("//", thread, lv.stride), lv.size) if lv.is_thread \
+                    else slot_digit[(d, k)]
+                value = make_binop("+", value, make_binop("*", digit, scale))
+                scale *= lv.size
+            idx.append(value)
+        return tuple(idx)
+
+    # -- algebra ---------------------------------------------------------------------------------------------
+    def project(self, dim: int) -> "Fragment":
+        """The fragment of ``shape`` without ``dim`` (a reduction's output): that dim's thread levels become
+        replication, its register levels disappear. A 1-d fragment projects to shape (1,)."""
+        dropped = [lv for lv in self.dims[dim] if lv.is_thread]
+        dims = tuple(levels for d, levels in enumerate(self.dims) if d != dim)
+        shape = tuple(n for d, n in enumerate(self.shape) if d != dim)
+        if not shape:
+            shape, dims = (1,), ((Level(1),),)
+        return Fragment(shape, dims, tuple(self.replicate) + tuple(dropped), self.num_threads)
+
+    def replicate_over(self, n: int) -> "Fragment":
+        """Every element held by ``n`` times more threads (the next thread digits)."""
+        return Fragment(self.shape, self.dims, self.replicate + (Level(n, self.threads_used),), self.num_threads)
+
+    def repeat(self, dim: int, n: int) -> "Fragment":
+        """The same thread map tiled ``n`` times along ``dim`` in more registers (shape[dim] * n)."""
+        if math.prod(lv.size for lv in self.dims[dim]) != self.shape[dim]:
+            raise ValueError("repeat needs a dim without padding")
+        dims = list(self.dims)
+        dims[dim] = tuple(dims[dim]) + (Level(n),)
+        shape = tuple(s * n if d == dim else s for d, s in enumerate(self.shape))
+        return Fragment(shape, tuple(dims), self.replicate, self.num_threads)
+
+    # -- tables ----------------------------------------------------------------------------------------------
+    def tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """(base thread, slot) for every index of the shape, as int arrays of that shape."""
+        grids = np.meshgrid(*[np.arange(n) for n in self.shape], indexing="ij")
+        thread = np.zeros(self.shape, dtype=np.int64)
+        slot = np.zeros(self.shape, dtype=np.int64)
+        for d, grid in enumerate(grids):
+            rest = grid
+            for lv in self.dims[d]:
+                digit, rest = rest % lv.size, rest // lv.size
+                if lv.is_thread:
+                    thread += digit * lv.stride
+        slot_digits = {}
+        for d, grid in enumerate(grids):
+            rest = grid
+            for k, lv in enumerate(self.dims[d]):
+                slot_digits[(d, k)], rest = rest % lv.size, rest // lv.size
+        for d, k, lv in self._slot_levels():
+            slot = slot * lv.size + slot_digits[(d, k)]
+        return thread, slot
+
+    def owner_mask(self) -> np.ndarray:
+        """bool array (*shape, num_threads): which threads hold each element."""
+        thread, _ = self.tables()
+        mask = np.zeros(self.shape + (self.num_threads,), dtype=bool)
+        flat = mask.reshape(-1, self.num_threads)
+        base = thread.reshape(-1)
+        for off in self.replica_offsets():
+            flat[np.arange(base.size), base + off] = True
+        return mask
+
+    def same_as(self, other: "Fragment") -> bool:
+        if self.shape != other.shape or self.num_threads != other.num_threads:
+            return False
+        a, b = self.tables(), other.tables()
+        return bool((a[0] == b[0]).all() and (a[1] == b[1]).all()) and \
+            sorted(self.replica_offsets()) == sorted(other.replica_offsets())
+
+    def describe(self) -> str:
+        levels = " x ".join("[" + ", ".join(f"{lv.size}{'t' + str(lv.stride) if lv.is_thread else 'r'}"
+                                            for lv in levels) + "]" for levels in self.dims)
+        rep = f", replicated x{self.num_replicas}" if self.replicate else ""
+        return (f"Fragment{self.shape}: {levels}{rep}; {self.threads_used} threads, {self.num_slots} registers each")
+
+    def table(self, max_rows: int = 16, max_cols: int = 16) -> str:
+        """A printable table of 'T<thread>:<slot>' per element (first rows/cols of a 1-d or 2-d fragment)."""
+        thread, slot = self.tables()
+        if thread.ndim == 1:
+            thread, slot = thread[None, :], slot[None, :]
+        elif thread.ndim > 2:
+            thread = thread.reshape(-1, thread.shape[-1])
+            slot = slot.reshape(-1, slot.shape[-1])
+        rows = []
+        for i in range(min(thread.shape[0], max_rows)):
+            cells = [f"T{thread[i, j]}:{slot[i, j]}" for j in range(min(thread.shape[1], max_cols))]
+            rows.append(" ".join(f"{c:>8}" for c in cells))
+        return self.describe() + "\n" + "\n".join(rows)
+
+    __str__ = describe
+
+
+def _pow2_divisor(n: int, cap: int) -> int:
+    """The largest power of two that divides n and is <= cap."""
+    p = 1
+    while n % (p * 2) == 0 and p * 2 <= cap:
+        p *= 2
+    return p
+
+
+def make_blocked(shape: tuple[int, ...], num_threads: int, vector: int = 8) -> Fragment:
+    """The default layout of a tile: ``vector`` consecutive elements of the innermost dim per register run,
+    consecutive threads on consecutive runs (coalesced), remaining threads on the outer dims from the inside out;
+    threads left over replicate. The vector shrinks (down to 1) until every thread gets work when the tile is
+    small."""
+    numel = math.prod(shape)
+    per_thread = max(1, numel // num_threads)
+    v = _pow2_divisor(shape[-1], min(vector, per_thread)) if shape else 1
+    remaining, stride = num_threads, 1
+    dims: list[tuple[Level, ...]] = [()] * len(shape)
+    for d in reversed(range(len(shape))):
+        n = shape[d]
+        inner = v if d == len(shape) - 1 else 1
+        units = n // inner
+        t = _pow2_divisor(units, remaining)
+        if t == 1 and units > 1 and remaining > 1 and d == 0:
+            t = min(remaining, 1 << (units - 1).bit_length())  # pad the outermost dim instead of leaving idle
+        rest = -(-units // t)
+        levels = [Level(inner)] if inner > 1 else []
+        if t > 1:
+            levels.append(Level(t, stride))
+        if rest > 1 or not levels:
+            levels.append(Level(rest))
+        dims[d] = tuple(levels)
+        stride *= t
+        remaining //= t
+    frag = Fragment(tuple(shape), tuple(dims), (), num_threads)
+    if remaining > 1:
+        frag = frag.replicate_over(remaining)
+    return frag
+
+
+def all_indices(shape):
+    return itertools.product(*(range(n) for n in shape))

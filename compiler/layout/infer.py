@@ -1,0 +1,306 @@
+"""Layout inference: choose a Fragment for every fragment buffer and every T.Parallel loop of a PrimFunc.
+
+In: a checked PrimFunc. Out: a ``LayoutMap`` (fragment buffer -> Fragment, Parallel loop -> Fragment over its
+iteration space, and the op that fixed each fragment's layout, for diagnostics).
+Levels, as in TileLang: strict constraints first (``T.annotate_layout``), then common ones that propagate through
+ops (a reduction's output follows its input with the reduced dim replicated; a loop that indexes a fragment with its
+own variables runs on that fragment's layout), then free choices (an unconstrained loop or tile gets the blocked,
+coalesced default of ``make_blocked``, reusing an earlier loop's layout of the same extents when it fits), and back
+to propagation until everything has a layout.
+Guarantees: in every T.Parallel loop, the threads that run an iteration hold every fragment element it reads, and
+exactly the threads holding an element it writes run that iteration; a reduction's output layout is its input's
+projection. Otherwise a LayoutError names both ops, both layouts, both source lines, and gives a hint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from compiler.diagnostics import LayoutError
+from compiler.ir.expr import Expr, Load, Var
+from compiler.ir.simplify import static_int
+from compiler.ir.stmt import (AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, Gemm, If, Kernel,
+                              Let, Parallel, PrimFunc, Reduce, Store)
+from compiler.layout.fragment import Fragment, make_blocked
+
+
+@dataclass
+class LayoutMap:
+    fragments: dict = field(default_factory=dict)  # Buffer -> Fragment
+    loops: dict = field(default_factory=dict)  # Parallel -> Fragment over the iteration space
+    origin: dict = field(default_factory=dict)  # Buffer -> (stmt, why)
+    shared: dict = field(default_factory=dict)  # Buffer -> Layout or SwizzledLayout from annotations
+
+    def __str__(self) -> str:
+        lines = []
+        for buf, frag in self.fragments.items():
+            stmt, why = self.origin.get(buf, (None, ""))
+            where = f" (line {stmt.span.line}: {why})" if stmt is not None and stmt.span else ""
+            lines.append(f"{buf.name}: {frag.describe()}{where}")
+        for loop, frag in self.loops.items():
+            names = ", ".join(v.name for v in loop.vars)
+            line = f"line {loop.span.line}" if loop.span else "?"
+            lines.append(f"T.Parallel({names}) at {line}: {frag.describe()}")
+        return "\n".join(lines)
+
+
+def infer_layouts(func: PrimFunc) -> LayoutMap:
+    result = LayoutMap()
+    for k in func.body:
+        if isinstance(k, Kernel):
+            _KernelInference(k, result).run()
+    return result
+
+
+def _walk(stmts):
+    for s in stmts:
+        yield s
+        for name in ("body", "then_body", "else_body"):
+            yield from _walk(getattr(s, name, ()) or ())
+
+
+def _loads(e):
+    if isinstance(e, Load):
+        yield e
+        for i in e.indices:
+            yield from _loads(i)
+    elif isinstance(e, Expr):
+        for name in getattr(e, "__slots__", ()):
+            child = getattr(e, name)
+            if isinstance(child, Expr):
+                yield from _loads(child)
+
+
+def _vector_for(buffers) -> int:
+    sizes = [b.dtype.bytes for b in buffers if b.scope in ("global", "shared")]
+    return max(1, 16 // min(sizes)) if sizes else 4
+
+
+class _KernelInference:
+    def __init__(self, kernel: Kernel, result: LayoutMap):
+        self.kernel, self.r = kernel, result
+        self.threads = kernel.num_threads
+        self.ops = [s for s in _walk(kernel.body) if isinstance(s, (Copy, Reduce, Parallel, AnnotateLayout, Fill,
+                                                                      Gemm, AtomicAddTile))]
+        self.fragments = [s.buffer for s in _walk(kernel.body) if getattr(s, "buffer", None) is not None
+                          and type(s).__name__ == "Alloc" and s.buffer.scope == "fragment"]
+
+    # -- assignment and conflicts ----------------------------------------------------------------------------
+    def assign(self, buf: Buffer, frag: Fragment, stmt, why: str) -> bool:
+        known = self.r.fragments.get(buf)
+        if known is not None:
+            if not known.same_as(frag):
+                self.conflict(buf, known, frag, stmt, "L002" if isinstance(stmt, Reduce) else "L003")
+            return False
+        self.r.fragments[buf] = frag
+        self.r.origin[buf] = (stmt, why)
+        return True
+
+    def conflict(self, buf: Buffer, known: Fragment, wanted: Fragment, stmt, code: str):
+        first, why = self.r.origin.get(buf, (None, ""))
+        first_line = first.span.line if first is not None and first.span else "?"
+        this_line = stmt.span.line if stmt.span else "?"
+        raise LayoutError(
+            f"layout conflict on fragment '{buf.name}': line {first_line} ({why}) and line {this_line} "
+            f"({_op_desc(stmt)}) need different thread maps", stmt.span, code=code,
+            notes=[f"line {first_line}: {known.describe()}", f"line {this_line}: {wanted.describe()}"],
+            hint=f"give both ops the same tile shape, copy '{buf.name}' through T.alloc_shared between them, or pin "
+                 f"one layout with T.annotate_layout")
+
+    # -- the passes ------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        for op in self.ops:
+            if isinstance(op, AnnotateLayout):
+                for buf, layout in op.layouts:
+                    if isinstance(layout, Fragment):
+                        self.assign(buf, layout, op, "T.annotate_layout")
+                    else:
+                        self.r.shared[buf] = layout
+        while True:
+            while self.propagate():
+                pass
+            if not self.free_choice():
+                break
+        for op in self.ops:
+            if isinstance(op, Parallel):
+                self.verify_loop(op)
+            elif isinstance(op, Reduce) and op.src.scope == op.dst.scope == "fragment":
+                want = self.r.fragments[op.src].project(op.dim % op.src.ndim)
+                if not self.r.fragments[op.dst].same_as(want):
+                    self.conflict(op.dst, self.r.fragments[op.dst], want, op, "L002")
+
+    def propagate(self) -> bool:
+        changed = False
+        for op in self.ops:
+            if isinstance(op, Reduce) and op.src.scope == "fragment" and op.dst.scope == "fragment":
+                src = self.r.fragments.get(op.src)
+                if src is not None and op.dst not in self.r.fragments:
+                    changed |= self.assign(op.dst, src.project(op.dim % op.src.ndim), op, "reduction output")
+            elif isinstance(op, Copy) and op.src.buffer.scope == op.dst.buffer.scope == "fragment":
+                a, b = op.src.buffer, op.dst.buffer
+                if a.shape == b.shape:
+                    for x, y in ((a, b), (b, a)):
+                        if x in self.r.fragments and y not in self.r.fragments:
+                            changed |= self.assign(y, self.r.fragments[x], op, f"copy of '{x.name}'")
+            elif isinstance(op, Parallel) and op not in self.r.loops:
+                layout = self.loop_from_fragments(op)
+                if layout is not None:
+                    self.set_loop(op, layout)
+                    changed = True
+        return changed
+
+    def free_choice(self) -> bool:
+        """Give the first op still without a layout the default one. False when nothing is left."""
+        for op in self.ops:
+            if isinstance(op, Parallel) and op not in self.r.loops:
+                self.set_loop(op, self.free_loop_layout(op))
+                return True
+            if isinstance(op, Reduce) and op.src.scope == "fragment" and op.src not in self.r.fragments:
+                self.assign(op.src, make_blocked(op.src.shape, self.threads, 4), op, "reduction input")
+                return True
+            if isinstance(op, (Copy, Fill, AtomicAddTile)):
+                for region, other in _tile_sides(op):
+                    if region.buffer.scope == "fragment" and region.buffer not in self.r.fragments:
+                        vec = _vector_for([other.buffer]) if other is not None else 4
+                        self.assign(region.buffer, make_blocked(region.buffer.shape, self.threads, vec), op,
+                                    f"{_op_desc(op)}, default layout")
+                        return True
+        for buf in self.fragments:
+            if buf not in self.r.fragments:
+                self.r.fragments[buf] = make_blocked(buf.shape, self.threads, 4)
+                self.r.origin[buf] = (None, "unused")
+                return True
+        return False
+
+    # -- loops -----------------------------------------------------------------------------------------------
+    def accesses(self, loop: Parallel):
+        """(buffer, index tuple, is_store) of every fragment access in the loop body."""
+        out = []
+        for s in _walk(loop.body):
+            exprs = []
+            if isinstance(s, (Store, AtomicAdd)):
+                if s.buffer.scope == "fragment":
+                    out.append((s.buffer, s.indices, True, s))
+                exprs = list(s.indices) + [s.value]
+            elif isinstance(s, Let):
+                exprs = [s.value]
+            elif isinstance(s, If):
+                exprs = [s.cond]
+            for e in exprs:
+                for load in _loads(e):
+                    if load.buffer.scope == "fragment":
+                        out.append((load.buffer, load.indices, False, s))
+        return out
+
+    def _pattern(self, loop: Parallel, buf: Buffer, indices, stmt):
+        """Per fragment dim: the loop dim its index is, or ('const', c). LayoutError for anything else."""
+        pattern = []
+        for i in indices:
+            if isinstance(i, Var) and any(i is v for v in loop.vars):
+                pattern.append(next(d for d, v in enumerate(loop.vars) if v is i))
+            elif static_int(i) is not None:
+                pattern.append(("const", static_int(i)))
+            else:
+                raise LayoutError(f"fragment '{buf.name}' is indexed by an expression of the loop variables",
+                                  getattr(stmt, "span", None) or loop.span, code="L004",
+                                  hint="index fragments with the T.Parallel variables themselves (x[i, j]); stage "
+                                       "shifted or strided accesses through T.alloc_shared")
+        return pattern
+
+    def loop_from_fragments(self, loop: Parallel) -> Fragment | None:
+        extents = tuple(static_int(e) for e in loop.extents)
+        for buf, indices, _, stmt in self.accesses(loop):
+            if buf in self.r.fragments and self._pattern(loop, buf, indices, stmt) == list(range(len(extents))) \
+                    and tuple(buf.shape) == extents:
+                return self.r.fragments[buf]
+        return None
+
+    def free_loop_layout(self, loop: Parallel) -> Fragment:
+        extents = tuple(static_int(e) for e in loop.extents)
+        for other, layout in self.r.loops.items():
+            if layout.shape == extents and self.compatible(loop, layout):
+                return layout
+        buffers = [s.buffer for s in _walk(loop.body) if isinstance(s, (Store, AtomicAdd))]
+        buffers += [ld.buffer for s in _walk(loop.body) for e in _stmt_exprs(s) for ld in _loads(e)]
+        return make_blocked(extents, self.threads, _vector_for(buffers))
+
+    def set_loop(self, loop: Parallel, layout: Fragment) -> None:
+        self.r.loops[loop] = layout
+        extents = layout.shape
+        for buf, indices, _, stmt in self.accesses(loop):
+            if buf in self.r.fragments:
+                continue
+            pattern = self._pattern(loop, buf, indices, stmt)
+            if any(isinstance(p, tuple) for p in pattern) or pattern != sorted(pattern):
+                continue
+            frag = layout
+            for d in reversed(range(len(extents))):
+                if d not in pattern:
+                    frag = frag.project(d)
+            if tuple(buf.shape) == frag.shape:
+                self.assign(buf, frag, loop, "T.Parallel loop" if len(pattern) == len(extents) else
+                            "T.Parallel loop, replicated over the loop dims it does not index")
+
+    def compatible(self, loop: Parallel, layout: Fragment) -> bool:
+        try:
+            self._check_accesses(loop, layout)
+        except LayoutError:
+            return False
+        return True
+
+    def verify_loop(self, loop: Parallel) -> None:
+        self._check_accesses(loop, self.r.loops[loop], raise_conflict=True)
+
+    def _check_accesses(self, loop: Parallel, layout: Fragment, raise_conflict: bool = False) -> None:
+        runs = layout.owner_mask()
+        grids = np.meshgrid(*[np.arange(n) for n in layout.shape], indexing="ij")
+        for buf, indices, is_store, stmt in self.accesses(loop):
+            frag = self.r.fragments.get(buf)
+            if frag is None:
+                continue
+            pattern = self._pattern(loop, buf, indices, stmt)
+            idx = tuple(grids[p] if not isinstance(p, tuple) else np.full(layout.shape, p[1]) for p in pattern)
+            holds = frag.owner_mask()[idx]
+            bad = (runs != holds) if is_store else (runs & ~holds)
+            if bad.any():
+                if not raise_conflict:
+                    raise LayoutError("incompatible")
+                first, why = self.r.origin.get(buf, (None, ""))
+                first_line = first.span.line if first is not None and first.span else "?"
+                point = tuple(int(x[0]) for x in np.nonzero(bad.any(-1)))
+                raise LayoutError(
+                    f"layout conflict on fragment '{buf.name}': the T.Parallel loop at line "
+                    f"{loop.span.line if loop.span else '?'} runs iteration {point} on threads that do not hold "
+                    f"{buf.name}[{', '.join(str(int(i[point])) for i in idx)}] (its layout comes from line "
+                    f"{first_line}: {why})", getattr(stmt, "span", None) or loop.span, code="L001",
+                    notes=[f"loop: {layout.describe()}", f"{buf.name}: {frag.describe()}"],
+                    hint=f"make the loop's extents match '{buf.name}''s shape, or go through T.alloc_shared")
+
+
+def _stmt_exprs(s):
+    if isinstance(s, (Store, AtomicAdd)):
+        return list(s.indices) + [s.value]
+    if isinstance(s, Let):
+        return [s.value]
+    if isinstance(s, If):
+        return [s.cond]
+    if isinstance(s, For):
+        return [s.start, s.extent]
+    return []
+
+
+def _tile_sides(op):
+    if isinstance(op, Fill):
+        return [(op.dst, None)]
+    return [(op.src, op.dst), (op.dst, op.src)]
+
+
+def _op_desc(stmt) -> str:
+    if isinstance(stmt, Parallel):
+        return "T.Parallel loop"
+    if isinstance(stmt, Reduce):
+        return f"T.reduce_{stmt.kind}"
+    return {Copy: "T.copy", Fill: "T.fill", AnnotateLayout: "T.annotate_layout", Gemm: "T.gemm",
+            AtomicAddTile: "T.atomic_add"}.get(type(stmt), type(stmt).__name__)

@@ -1,0 +1,105 @@
+"""Layout: logical index -> element offset in memory, with padding and XOR swizzles (shared-memory tiles).
+
+In: a shape, strides (row-major by default; a padded row stride leaves gaps) and an optional Swizzle applied to the
+linear offset. Out: ``offset(idx)`` on ints or IR expressions, ``compose``, ``inverse`` and printable tables.
+Guarantees: without padding the map is a bijection onto ``0 .. size-1`` (a Swizzle permutes within aligned groups
+of ``2 ** (bits + base + shift)`` elements, so it never leaves the tile).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler.ir.expr import make_binop
+
+
+@dataclass(frozen=True)
+class Swizzle:
+    """offset ^ (((offset >> (base + shift)) & (2**bits - 1)) << base): XOR ``bits`` bits of the row into the
+    column, in units of ``2**base`` elements (CuTe's Swizzle<bits, base, shift>)."""
+
+    bits: int
+    base: int
+    shift: int
+
+    def apply(self, offset):
+        if isinstance(offset, (int, np.ndarray, np.integer)):
+            return offset ^ (((offset >> (self.base + self.shift)) & ((1 << self.bits) - 1)) << self.base)
+        hi = make_binop("%", make_binop("//", offset, 1 << (self.base + self.shift)), 1 << self.bits)
+        return make_binop("^", offset, make_binop("*", hi, 1 << self.base))
+
+
+@dataclass(frozen=True)
+class Layout:
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None = None
+    swizzle: Swizzle | None = None
+
+    @staticmethod
+    def row_major(shape, pad: int = 0) -> "Layout":
+        """Row-major strides; ``pad`` extra elements after each row of the innermost dim (bank-conflict padding)."""
+        strides, acc = [], 1
+        for k, n in enumerate(reversed(shape)):
+            strides.append(acc)
+            acc *= n + (pad if k == 0 else 0)
+        return Layout(tuple(shape), tuple(reversed(strides)))
+
+    def _strides(self) -> tuple[int, ...]:
+        return self.strides if self.strides is not None else Layout.row_major(self.shape).strides
+
+    @property
+    def size(self) -> int:
+        """Elements of memory the layout spans (including padding)."""
+        return max((n - 1) * s for n, s in zip(self.shape, self._strides())) + 1 if self.shape else 1
+
+    def offset(self, idx):
+        off = 0
+        for i, s in zip(idx, self._strides()):
+            off = make_binop("+", off, make_binop("*", i, s))
+        return self.swizzle.apply(off) if self.swizzle else off
+
+    def compose(self, other: "Layout") -> "Layout | _Composed":
+        """self after other: idx -> self.offset(unflatten(other.offset(idx)))."""
+        return _Composed(self, other)
+
+    def table(self) -> np.ndarray:
+        grids = np.meshgrid(*[np.arange(n) for n in self.shape], indexing="ij")
+        off = sum(g * s for g, s in zip(grids, self._strides()))
+        return self.swizzle.apply(off) if self.swizzle else off
+
+    def inverse(self) -> np.ndarray:
+        """offset -> flat logical index, as a table (-1 where the offset is padding)."""
+        t = self.table().reshape(-1)
+        inv = np.full(self.size if not self.swizzle else max(self.size, int(t.max()) + 1), -1, dtype=np.int64)
+        inv[t] = np.arange(t.size)
+        return inv
+
+    def is_bijective(self) -> bool:
+        t = self.table().reshape(-1)
+        return len(np.unique(t)) == t.size == math.prod(self.shape) and int(t.max()) == t.size - 1
+
+    def __str__(self) -> str:
+        rows = self.table().reshape(-1, self.shape[-1]) if self.shape else np.zeros((1, 1), dtype=int)
+        return f"Layout{self.shape} strides={self._strides()} swizzle={self.swizzle}\n" + \
+            "\n".join(" ".join(f"{v:>5}" for v in row[:16]) for row in rows[:16])
+
+
+@dataclass(frozen=True)
+class _Composed:
+    outer: Layout
+    inner: Layout
+
+    @property
+    def shape(self):
+        return self.inner.shape
+
+    def offset(self, idx):
+        flat = self.inner.offset(idx)
+        coords, rest = [], flat
+        for n in reversed(self.outer.shape):
+            coords.append(make_binop("%", rest, n))
+            rest = make_binop("//", rest, n)
+        return self.outer.offset(tuple(reversed(coords)))
