@@ -132,8 +132,8 @@ class _Parser:
         params, dynamic = [], []
         for a in args.args:
             ann = annotations.get(a.arg, _UNSET)
-            if isinstance(ann, str):  # from __future__ import annotations
-                ann = self._guard(a, self.expr, ast.parse(ann, mode="eval").body)
+            if isinstance(ann, str) and not isinstance(ann, DType) and ann not in _DTYPE_NAMES:
+                ann = self._guard(a, self.expr, ast.parse(ann, mode="eval").body)  # from __future__ import annotations
             param = self._guard(a, self.param, a, ann)
             params.append(param)
             self.bind(a.arg, param)
@@ -623,6 +623,7 @@ class _Parser:
             raise DSLTypeError(f"calling `{name}` raised {type(e).__name__}: {e}", code="E301") from None
 
 
+_DTYPE_NAMES = frozenset(("float", "half", "double", "int") + __import__("compiler.dtypes").dtypes.KNOWN)
 _LOOP_NAMES = {"parallel": "Parallel", "pipelined": "Pipelined", "serial": "serial", "unroll": "unroll"}
 _UNSUPPORTED_HINTS = {
     "While": "use T.serial(n) with a compile-time bound and an `if`",

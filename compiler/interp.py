@@ -59,6 +59,7 @@ class _Interpreter:
             else:
                 self.env[p] = v
         self.shapes: dict[Buffer, tuple[int, ...]] = {b: tuple(t.shape) for b, t in self.mem.items()}
+        self.active = None  # the lanes of a T.Parallel nest that a runtime `if` leaves running (None: all)
 
     # -- statements ------------------------------------------------------------------------------------------
     def stmt(self, s, mask) -> None:
@@ -104,8 +105,11 @@ class _Interpreter:
         c = self.ev(s.cond)
         if isinstance(c, torch.Tensor) and c.dim() > 0:
             c = c.to(torch.bool)
-            self.body(s.then_body, c if mask is None else mask & c)
-            self.body(s.else_body, ~c if mask is None else mask & ~c)
+            outer = self.active
+            for branch, m in ((s.then_body, c), (s.else_body, ~c)):
+                self.active = m if mask is None else mask & m
+                self.body(branch, self.active)
+            self.active = outer
         elif bool(c):
             self.body(s.then_body, mask)
         else:
@@ -221,8 +225,10 @@ class _Interpreter:
                 if ok:
                     continue
                 ok = torch.tensor(False)
-            if buf.scope != "global" and not bool(ok.all()):
-                bad = [int(x) for x in torch.as_tensor(i).flatten()[~ok.flatten()][:3]]
+            live = ok if self.active is None else ok | ~self.active
+            if buf.scope != "global" and not bool(live.all()):
+                i_b, live_b = torch.broadcast_tensors(torch.as_tensor(i), live)
+                bad = [int(x) for x in i_b.flatten()[~live_b.flatten()][:3]]
                 raise KernelFault(f"index {bad[0]} is out of bounds for dim {dim} of '{buf.name}' (shape {shape})",
                                   span)
             inb = ok if inb is None else inb & ok

@@ -297,11 +297,12 @@ def test_reduce_over_a_dim_matches_torch(kind, dim):
 def test_reduce_without_clear_combines_with_the_old_contents(kind, dim):
     R, C = 8, 12
     kernel, n = _reduce_kernel(kind, dim, R, C, clear=False)
-    x, y0, y = torch.randn(R, C), torch.randn(n), nan(n)
-    if kind == "absmax":
-        y0 = y0.abs()
+    x, y = torch.randn(R, C), nan(n)
+    y0 = REDUCE[kind](x, dim) + torch.tensor([0.5, -0.5]).repeat(n // 2)
+    want = COMBINE[kind](y0, REDUCE[kind](x, dim))
+    assert not torch.equal(want, REDUCE[kind](x, dim))
     kernel(x, y0, y)
-    torch.testing.assert_close(y, COMBINE[kind](y0, REDUCE[kind](x, dim)), **F32)
+    torch.testing.assert_close(y, want, **F32)
 
 
 def test_reduce_of_a_shared_tile_into_a_fragment():
@@ -437,6 +438,23 @@ def test_alloc_var_carries_a_running_sum_and_max_across_a_serial_loop():
     build(scan)(x, s, mx)
     torch.testing.assert_close(s, x.cumsum(1), **F32)
     torch.testing.assert_close(mx, x.cummax(1).values, **EXACT)
+
+
+def test_runtime_if_on_a_scalar_outside_parallel_counts_positives():
+    M, K = 6, 10
+
+    @T.prim_func
+    def count(X: T.Tensor((M, K), "float32"), C: T.Tensor((M,), "int32")):
+        with T.Kernel(M) as bx:
+            n = T.alloc_var("int32", init=0)
+            for k in T.serial(K):
+                if X[bx, k] > 0:
+                    n += 1
+            C[bx] = n
+
+    x, c = torch.randn(M, K), torch.full((M,), -1, dtype=torch.int32)
+    build(count)(x, c)
+    torch.testing.assert_close(c, (x > 0).sum(1).to(torch.int32), **EXACT)
 
 
 def test_alloc_local_indexed_by_a_serial_loop_variable():
@@ -710,7 +728,7 @@ def test_out_of_bounds_shared_region_copy_faults_at_the_dsl_line():
     assert str(e.value).startswith(f"{__file__}:{line_of('region-copy-fault')}:")
 
 
-def test_masked_off_lanes_of_a_runtime_if_do_not_touch_on_chip_memory():
+def test_masked_off_lanes_of_a_runtime_if_do_not_store_to_on_chip_memory():
     N, H = 16, 8
 
     @T.prim_func
@@ -725,6 +743,25 @@ def test_masked_off_lanes_of_a_runtime_if_do_not_touch_on_chip_memory():
     x, y = torch.randn(N), nan(H)
     build(half)(x, y)
     torch.testing.assert_close(y, x[:H] + 1.0, **EXACT)
+
+
+def test_masked_off_lanes_of_a_runtime_if_do_not_load_from_on_chip_memory():
+    N, H = 16, 8
+
+    @T.prim_func
+    def pad(X: T.Tensor((H,), "float32"), Y: T.Tensor((N,), "float32")):
+        with T.Kernel(1):
+            f = T.alloc_fragment((H,), "float32")
+            T.copy(X, f)
+            for i in T.Parallel(N):
+                if i < H:
+                    Y[i] = f[i] * 2.0
+                else:
+                    Y[i] = 0.0
+
+    x, y = torch.randn(H), nan(N)
+    build(pad)(x, y)
+    torch.testing.assert_close(y, torch.cat([x * 2.0, torch.zeros(N - H)]), **EXACT)
 
 
 def test_print_of_a_scalar_writes_its_value_to_stdout(capsys):
