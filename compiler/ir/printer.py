@@ -123,7 +123,29 @@ def stmt_lines(s, indent: int = 0) -> list[str]:
     if isinstance(s, UseSwizzle):
         return [f"{pad}T.use_swizzle(panel_size={s.panel_size}, order={s.order!r}"
                 f"{'' if s.enable else ', enable=False'})"]
+    return _thread_stmt_lines(s, pad)
+
+
+def _thread_stmt_lines(s, pad: str) -> list[str]:
+    from compiler.tir import Barrier, Declare, VecCopy
+
+    if isinstance(s, Declare):
+        init = "" if s.init is None else f" = {expr_str(s.init)}"
+        return [f"{pad}{s.buffer.dtype} {s.buffer.name}[{expr_str(s.buffer.shape[0])}]{init}"]
+    if isinstance(s, VecCopy):
+        return [f"{pad}{s.dst.name}[{expr_str(s.dst_index)}:+{s.width}] = {s.src.name}[{expr_str(s.src_index)}:+{s.width}]"]
+    if isinstance(s, Barrier):
+        return [f"{pad}T.sync_threads()"]
     return [f"{pad}{s!r}"]
+
+
+def print_device_kernel(k) -> str:
+    """A DeviceKernel of the thread IR, in the same style."""
+    params = ", ".join(f"{p.name}: {p.dtype}" + ("*" if hasattr(p, "scope") else "") for p in k.params)
+    head = [f"kernel {k.name}({params})  grid={tuple(expr_str(g) for g in k.grid)} block={k.block} "
+            f"shared={k.shared_bytes}B"]
+    head += [f"    shared {b.name}: {b.dtype}[{expr_str(b.shape[0])}] at +{o}" for b, o in k.shared_offsets.items()]
+    return "\n".join(head + _body(k.body, 4)) + "\n"
 
 
 def _body(body, indent: int) -> list[str]:

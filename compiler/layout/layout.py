@@ -53,7 +53,7 @@ class Layout:
     @property
     def size(self) -> int:
         """Elements of memory the layout spans (including padding)."""
-        return max((n - 1) * s for n, s in zip(self.shape, self._strides())) + 1 if self.shape else 1
+        return sum((n - 1) * s for n, s in zip(self.shape, self._strides())) + 1
 
     def offset(self, idx):
         off = 0

@@ -1,0 +1,155 @@
+"""Lowering: checked tile IR + layouts -> thread IR (one DeviceKernel per T.Kernel scope).
+
+In: a PrimFunc that passed ``check`` and its ``LayoutMap``. Out: a ``DeviceModule`` (see ``compiler.tir``).
+Steps per kernel: barriers between tile statements (``barriers``), the shared-memory arena (``smem``), then each tile
+statement by its rule (``copy``, ``parallel``, ``reduce``); sequential loops, uniform ifs and let-bindings pass
+through. Block indices are bound at the top, through the rasterization of ``T.use_swizzle`` when present.
+Guarantees: the thread IR obeys every rule in ``compiler.tir``; an op this backend cannot lower raises TargetError
+E602 at its span.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from compiler.diagnostics import CompileError, InternalCompilerError, TargetError
+from compiler.ir.expr import Var, make_binop, make_call
+from compiler.ir.simplify import static_int
+from compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, Gemm, If,
+                              Kernel, Let, Parallel, Print, PrimFunc, Reduce, Store, UseSwizzle)
+from compiler.lower.barriers import insert_barriers
+from compiler.lower.context import LowerContext
+from compiler.lower.copy import lower_atomic_add_tile, lower_copy, lower_fill
+from compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
+from compiler.lower.reduce import lower_reduce
+from compiler.lower.smem import plan_shared
+from compiler.tir import BLOCK_IDX, GRID_DIM, Barrier, Declare, DeviceKernel, DeviceModule
+
+log = logging.getLogger("tileagent.compiler")
+
+
+def lower(func: PrimFunc, layouts) -> DeviceModule:
+    flat = {}
+    for p in func.params:
+        if isinstance(p, Buffer):
+            numel = 1
+            for n in p.shape:
+                numel = make_binop("*", numel, n)
+            flat[p] = Buffer(p.name, (numel,), p.dtype, "global", p.span)
+    scalars = tuple(p for p in func.params if isinstance(p, Var)) + tuple(func.dynamic_vars)
+    params = tuple(flat.values()) + scalars
+    kernels = [s for s in func.body if isinstance(s, Kernel)]
+    out = []
+    for n, k in enumerate(kernels):
+        name = f"{func.name}_kernel" + (f"_{n}" if len(kernels) > 1 else "")
+        out.append(_lower_kernel(name, k, layouts, flat, params))
+    return DeviceModule(func.name, tuple(out), flat)
+
+
+def _lower_kernel(name, k: Kernel, layouts, flat, params) -> DeviceKernel:
+    body = insert_barriers(k.body)
+    needs_scratch = any(isinstance(s, Reduce) for s in _walk(body))
+    plan = plan_shared(k, layouts.shared, k.num_threads * 8 if needs_scratch else 0)
+    ctx = LowerContext(k, layouts, flat, k.num_threads)
+    ctx.shared_layouts = plan.layouts
+    ctx.shared = {b: Buffer(b.name, (layout.size,), b.dtype, "shared", b.span) for b, layout in plan.layouts.items()}
+    ctx.scratch_offset = plan.scratch_offset if needs_scratch else None
+    for var, extent in zip(k.block_vars, k.grid):
+        n = static_int(extent)
+        if n is not None:
+            ctx.ranges[var] = (0, n - 1)
+    stmts = _block_indices(k, body) + _Lowering(ctx).body(body)
+    offsets = {ctx.shared[b]: o for b, o in plan.offsets.items()}
+    for buf in ctx._scratch.values():
+        offsets[buf] = plan.scratch_offset
+    return DeviceKernel(name, params, tuple(k.grid), k.threads, plan.total_bytes, offsets, tuple(stmts), k.span)
+
+
+def _block_indices(k: Kernel, body) -> list:
+    """Let-bind the kernel's block variables to blockIdx, rasterized by T.use_swizzle when it asks."""
+    swizzle = next((s for s in _walk(body) if isinstance(s, UseSwizzle) and s.enable), None)
+    raw = [BLOCK_IDX[d] for d in range(len(k.block_vars))]
+    if swizzle is not None and len(raw) >= 2:
+        gx, gy = GRID_DIM[0], GRID_DIM[1]
+        lin = make_binop("+", BLOCK_IDX[0], make_binop("*", BLOCK_IDX[1], gx))
+        p = swizzle.panel_size
+        across, along = (gx, gy) if swizzle.order == "row" else (gy, gx)
+        span = make_binop("*", p, across)
+        panel, off = make_binop("//", lin, span), make_binop("%", lin, span)
+        width = make_call("min", p, make_binop("-", along, make_binop("*", panel, p)))
+        inner = make_binop("+", make_binop("*", panel, p), make_binop("%", off, width))
+        outer = make_binop("//", off, width)
+        raw[0], raw[1] = (outer, inner) if swizzle.order == "row" else (inner, outer)
+    return [Let(v, r, k.span) for v, r in zip(k.block_vars, raw)]
+
+
+def _walk(stmts):
+    for s in stmts:
+        yield s
+        for name in ("body", "then_body", "else_body"):
+            yield from _walk(getattr(s, name, ()) or ())
+
+
+class _Lowering:
+    def __init__(self, ctx: LowerContext):
+        self.ctx = ctx
+
+    def body(self, stmts) -> list:
+        out = []
+        for s in stmts:
+            try:
+                out += self.stmt(s)
+            except CompileError as e:
+                raise e.with_span(getattr(s, "span", None))
+            except Exception as e:  # noqa: BLE001 -- nothing but CompileError escapes a compile
+                raise InternalCompilerError(f"internal error while lowering {type(s).__name__}: "
+                                            f"{type(e).__name__}: {e}", getattr(s, "span", None)) from e
+        return out
+
+    def stmt(self, s) -> list:
+        ctx = self.ctx
+        if isinstance(s, Alloc):
+            if s.buffer.scope == "shared":
+                return []
+            reg = ctx.register_array(s.buffer)
+            init = ctx.rewrite(s.init, {}) if s.init is not None else None
+            return [Declare(reg, init, s.span)]
+        if isinstance(s, Copy):
+            return lower_copy(ctx, s)
+        if isinstance(s, Fill):
+            return lower_fill(ctx, s)
+        if isinstance(s, AtomicAddTile):
+            return lower_atomic_add_tile(ctx, s)
+        if isinstance(s, Reduce):
+            return lower_reduce(ctx, s)
+        if isinstance(s, Parallel):
+            return lower_parallel(ctx, s)
+        if isinstance(s, For):
+            start, extent = ctx.rewrite(s.start, {}), ctx.rewrite(s.extent, {})
+            lo, n = static_int(start), static_int(extent)
+            if lo is not None and n is not None and static_int(s.step) is not None:
+                ctx.ranges[s.var] = (lo, lo + max(n - 1, 0) * static_int(s.step))
+            kind = "unroll" if s.kind == "unroll" else "serial"
+            return [For(s.var, start, extent, s.step, kind, tuple(self.body(s.body)), {}, s.span)]
+        if isinstance(s, If):
+            return [If(ctx.rewrite(s.cond, {}), tuple(self.body(s.then_body)), tuple(self.body(s.else_body)),
+                       s.span)]
+        if isinstance(s, Let):
+            return [Let(s.var, ctx.rewrite(s.value, {}), s.span)]
+        if isinstance(s, (Store, AtomicAdd)):
+            on_chip = s.buffer.scope in ("fragment", "local", "var")
+            return lower_elements(ctx, [s], {}, True if on_chip else kernel_level_writer())
+        if isinstance(s, Barrier):
+            return [s]
+        if isinstance(s, Gemm):
+            raise TargetError("T.gemm is not lowered by the CUDA backend yet (tensor cores come next); "
+                              "use target='cpu' meanwhile", code="E602")
+        if isinstance(s, Print):
+            log.warning("T.print at %s is ignored on the CUDA target", s.span)
+            return []
+        if isinstance(s, (AnnotateLayout, UseSwizzle)):
+            return []
+        raise TargetError(f"{type(s).__name__} is not lowered by the CUDA backend", code="E602")
+
+
+__all__ = ["lower"]

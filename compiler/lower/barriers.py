@@ -1,0 +1,102 @@
+"""Barrier insertion: put ``Barrier()`` between tile-level statements wherever shared memory written by one is
+read or rewritten by a later one, or read by one and then overwritten.
+
+In: a T.Kernel body of the tile IR (before lowering). Out: the same body with ``tir.Barrier`` statements added.
+Guarantees: for every pair of statements A before B (also across loop iterations: B early in the body, A late)
+where A writes a shared buffer that B reads or writes, or A reads one that B writes, a barrier runs between them.
+Barriers are only placed at block-uniform points (between statements of kernel, loop and uniform-if bodies).
+Statements are the unit: the threads of one tile op never race with each other on their own tile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from compiler.ir.expr import Expr, Load
+from compiler.ir.stmt import (AtomicAdd, AtomicAddTile, Copy, Fill, For, Gemm, If, Let, Parallel, Reduce, Store)
+from compiler.tir import Barrier
+
+
+def insert_barriers(body: tuple) -> tuple:
+    out, _ = _body(body, (frozenset(), frozenset()))
+    return out
+
+
+def _body(body, state):
+    written, read = state
+    out = []
+    for s in body:
+        if isinstance(s, For):
+            _, after_one = _body(s.body, (written, read))  # what one iteration leaves for the next one
+            inner, (written, read) = _body(s.body, (written | after_one[0], read | after_one[1]))
+            out.append(replace(s, body=tuple(inner)))
+            continue
+        if isinstance(s, If):
+            then_body, st1 = _body(s.then_body, (written, read))
+            else_body, st2 = _body(s.else_body, (written, read))
+            out.append(replace(s, then_body=tuple(then_body), else_body=tuple(else_body)))
+            written, read = st1[0] | st2[0], st1[1] | st2[1]
+            continue
+        w, r = shared_effects(s)
+        if (r & written) or (w & read) or (w & written):
+            out.append(Barrier())
+            written, read = frozenset(), frozenset()
+        out.append(s)
+        written, read = written | w, read | r
+    return out, (written, read)
+
+
+def shared_effects(s) -> tuple[frozenset, frozenset]:
+    """(shared buffers written, shared buffers read) by one tile-level statement, its nested body included."""
+    w, r = set(), set()
+    _effects(s, w, r)
+    return frozenset(w), frozenset(r)
+
+
+def _effects(s, w, r):
+    if isinstance(s, (Copy, AtomicAddTile)):
+        _add(w, s.dst.buffer)
+        _add(r, s.src.buffer)
+        for e in s.src.starts + s.dst.starts:
+            _reads(e, r)
+    elif isinstance(s, Fill):
+        _add(w, s.dst.buffer)
+    elif isinstance(s, Gemm):
+        _add(r, s.a.buffer)
+        _add(r, s.b.buffer)
+    elif isinstance(s, Reduce):
+        _add(r, s.src)
+        _add(w, s.dst)
+    elif isinstance(s, (Store, AtomicAdd)):
+        _add(w, s.buffer)
+        for e in tuple(s.indices) + (s.value,):
+            _reads(e, r)
+    elif isinstance(s, Let):
+        _reads(s.value, r)
+    elif isinstance(s, (Parallel, For)):
+        for x in s.body:
+            _effects(x, w, r)
+    elif isinstance(s, If):
+        _reads(s.cond, r)
+        for x in s.then_body + s.else_body:
+            _effects(x, w, r)
+
+
+def _add(target, buf):
+    if buf.scope == "shared":
+        target.add(buf)
+
+
+def _reads(e, r):
+    if isinstance(e, Load):
+        _add(r, e.buffer)
+        for i in e.indices:
+            _reads(i, r)
+    elif isinstance(e, Expr):
+        for name in getattr(e, "__slots__", ()):
+            child = getattr(e, name)
+            if isinstance(child, Expr):
+                _reads(child, r)
+            elif isinstance(child, tuple):
+                for c in child:
+                    _reads(c, r)

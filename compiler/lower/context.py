@@ -1,0 +1,276 @@
+"""Shared state of lowering one T.Kernel: the thread-IR buffer of every tile buffer, index maps, guards.
+
+In: the tile IR Kernel, the LayoutMap and the shared-memory plan. Out: helpers the lowering rules call:
+``mem(buf)`` (the 1-d thread-IR buffer), ``element(buf, idx)`` (a Load of one element, guarded when it may leave a
+global tensor), ``store(buf, idx, value)``, ``rewrite(expr, subst)`` (tile IR expression -> thread IR), value
+ranges of index expressions (to drop guards that can never fail) and per-thread evaluation of index expressions.
+Guarantees: global accesses it builds are in bounds (guarded or proven); fragment accesses are register slots that
+are compile-time constants whenever every thread computes the same slot.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from compiler.diagnostics import TargetError
+from compiler.dtypes import DType
+from compiler.ir.expr import (BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Unary, Var, as_expr, make_binop,
+                              make_cast, make_cmp, make_logical, make_select)
+from compiler.ir.simplify import static_int
+from compiler.ir.stmt import Buffer, Store
+from compiler.layout import Fragment, Layout
+from compiler.tir import THREAD
+
+
+class LowerContext:
+    def __init__(self, kernel, layouts, flat_globals: dict, threads: int):
+        self.kernel, self.layouts, self.threads = kernel, layouts, threads
+        self.flat_globals = flat_globals  # global param Buffer -> 1-d Buffer
+        self.local: dict[Buffer, Buffer] = {}  # fragment/local/var -> register array
+        self.shared: dict[Buffer, Buffer] = {}  # shared tile -> 1-d shared buffer
+        self.shared_layouts: dict[Buffer, Layout] = {}
+        self.ranges: dict = {THREAD: (0, threads - 1)}
+        self.counter = 0
+        self.scratch_offset: int | None = None
+        self._scratch: dict = {}
+
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def scratch_registers(self, prefix: str, size: int, dtype) -> Buffer:
+        return Buffer(self.fresh(prefix), (size,), DType(dtype), "local")
+
+    def scratch(self, dtype) -> Buffer:
+        """The shared-memory scratch area (one element per thread), viewed as ``dtype``."""
+        if self.scratch_offset is None:
+            raise TargetError("internal: no shared scratch was planned for this kernel", code="I000")
+        key = DType(dtype)
+        if key not in self._scratch:
+            self._scratch[key] = Buffer(f"scratch_{key}", (self.threads,), key, "shared")
+        return self._scratch[key]
+
+    def var(self, prefix: str, dtype="int32") -> Var:
+        return Var(self.fresh(prefix), DType(dtype))
+
+    # -- buffers ---------------------------------------------------------------------------------------------
+    def frag(self, buf: Buffer) -> Fragment:
+        return self.layouts.fragments[buf]
+
+    def mem(self, buf: Buffer) -> Buffer:
+        if buf.scope == "global":
+            return self.flat_globals[buf]
+        if buf.scope == "shared":
+            return self.shared[buf]
+        return self.local[buf]
+
+    def register_array(self, buf: Buffer) -> Buffer:
+        if buf.scope == "fragment":
+            size = self.frag(buf).num_slots
+        else:
+            size = math.prod(buf.shape)
+        reg = Buffer(buf.name, (size,), buf.dtype, "local", buf.span)
+        self.local[buf] = reg
+        return reg
+
+    def offset(self, buf: Buffer, idx):
+        """Flat element offset of ``buf[idx]`` in its thread-IR buffer (not for fragments)."""
+        if buf.scope == "shared":
+            return self.shared_layouts[buf].offset(idx)
+        off, stride = 0, 1
+        for i, n in reversed(list(zip(idx, buf.shape))):
+            off = make_binop("+", off, make_binop("*", i, stride))
+            stride = make_binop("*", stride, n)
+        return off
+
+    def slot(self, buf: Buffer, idx, span=None):
+        """The register slot of fragment element ``idx`` for this thread: a constant when it is the same for all
+        threads, else an expression."""
+        s = self.frag(buf).slot(idx)
+        values = self.per_thread(s)
+        if values is not None and (values == values[0]).all():
+            return int(values[0])
+        if static_int(s) is not None:
+            return static_int(s)
+        return s
+
+    # -- guards ----------------------------------------------------------------------------------------------
+    def in_bounds(self, buf: Buffer, idx):
+        """The condition that ``idx`` lies inside global ``buf`` (True when it provably does)."""
+        cond = True
+        for i, n in zip(idx, buf.shape):
+            r = self.range_of(i)
+            n_static = static_int(n)
+            lo_ok = r is not None and r[0] >= 0
+            hi_ok = r is not None and n_static is not None and r[1] < n_static
+            if not lo_ok:
+                cond = _and(cond, make_cmp(">=", i, 0))
+            if not hi_ok:
+                cond = _and(cond, make_cmp("<", i, n))
+        return cond
+
+    def element(self, buf: Buffer, idx, span=None) -> Expr:
+        """A Load of ``buf[idx]``; global reads outside the tensor give 0."""
+        if buf.scope in ("fragment",):
+            return Load(self.mem(buf), (as_expr(self.slot(buf, idx)),), buf.dtype, span)
+        if buf.scope in ("local", "var"):
+            return Load(self.mem(buf), (as_expr(self.offset(buf, idx)),), buf.dtype, span)
+        off = as_expr(self.offset(buf, idx))
+        if buf.scope != "global":
+            return Load(self.mem(buf), (off,), buf.dtype, span)
+        cond = self.in_bounds(buf, idx)
+        if cond is True:
+            return Load(self.mem(buf), (off,), buf.dtype, span)
+        safe = make_select(cond, off, 0)
+        return make_select(cond, Load(self.mem(buf), (safe,), buf.dtype, span), make_cast(0, buf.dtype))
+
+    def store(self, buf: Buffer, idx, value, span=None):
+        """(guard, Store) for ``buf[idx] = value``; guard is True or the in-bounds condition of a global write."""
+        value = make_cast(value, buf.dtype)
+        if buf.scope == "fragment":
+            return True, Store(self.mem(buf), (as_expr(self.slot(buf, idx)),), value, span)
+        off = as_expr(self.offset(buf, idx))
+        guard = self.in_bounds(buf, idx) if buf.scope == "global" else True
+        return guard, Store(self.mem(buf), (off,), value, span)
+
+    # -- expressions -----------------------------------------------------------------------------------------
+    def rewrite(self, e, subst: dict):
+        """Tile IR expression -> thread IR: substitute loop variables, turn buffer loads into 1-d accesses."""
+        if not isinstance(e, Expr):
+            return e
+        if isinstance(e, Var):
+            return subst.get(e, e)
+        if isinstance(e, Const):
+            return e
+        if isinstance(e, Load):
+            idx = tuple(self.rewrite(i, subst) for i in e.indices)
+            if e.buffer.scope == "fragment" and any(self.per_thread(i) is None and not _only_thread(i)
+                                                    for i in idx):
+                raise TargetError(f"fragment '{e.buffer.name}' is read with an index that depends on runtime values",
+                                  e.span, code="E602", hint="read fragments inside T.Parallel with its variables")
+            return self.element(e.buffer, idx, e.span)
+        if isinstance(e, BinOp):
+            a, b = self.rewrite(e.a, subst), self.rewrite(e.b, subst)
+            if e.op in ("and", "or"):
+                return make_logical(e.op, a, b)
+            return _typed_binop(e, a, b)
+        if isinstance(e, Cmp):
+            return Cmp(e.op, self.rewrite(e.a, subst), self.rewrite(e.b, subst))
+        if isinstance(e, Unary):
+            return Unary(e.op, self.rewrite(e.a, subst), e.dtype)
+        if isinstance(e, Cast):
+            return make_cast(self.rewrite(e.value, subst), e.dtype)
+        if isinstance(e, Select):
+            return Select(self.rewrite(e.cond, subst), self.rewrite(e.a, subst), self.rewrite(e.b, subst), e.dtype)
+        if isinstance(e, Call):
+            return Call(e.name, tuple(self.rewrite(a, subst) for a in e.args), e.dtype)
+        raise TargetError(f"cannot lower expression {type(e).__name__}", code="E602")
+
+    # -- static analysis -------------------------------------------------------------------------------------
+    def range_of(self, e):
+        """(min, max) of an integer expression over all threads and loop iterations, or None if unknown."""
+        return int_range(e, self.ranges)
+
+    def per_thread(self, e) -> np.ndarray | None:
+        """The value of an integer expression for every thread, when it depends on nothing else."""
+        return eval_per_thread(e, self.threads)
+
+    def per_thread_bool(self, e) -> np.ndarray | None:
+        """The value of a condition for every thread, when it depends on nothing but THREAD (None otherwise)."""
+        if isinstance(e, Cmp):
+            a, b = self.per_thread(e.a), self.per_thread(e.b)
+            if a is None or b is None:
+                return None
+            return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b, "!=": a != b}[e.op]
+        if isinstance(e, BinOp) and e.op in ("and", "or"):
+            a, b = self.per_thread_bool(e.a), self.per_thread_bool(e.b)
+            if e.op == "and" and ((a is not None and not a.any()) or (b is not None and not b.any())):
+                return np.zeros(self.threads, dtype=bool)
+            if a is None or b is None:
+                return None
+            return a & b if e.op == "and" else a | b
+        if isinstance(e, Const) and e.dtype.is_bool:
+            return np.full(self.threads, bool(e.value))
+        return None
+
+
+def _typed_binop(e: BinOp, a, b):
+    out = make_binop(e.op, a, b)
+    return make_cast(out, e.dtype) if isinstance(out, Expr) else as_expr(out, e.dtype)
+
+
+def _and(a, b):
+    if a is True:
+        return b
+    return make_logical("and", a, b)
+
+
+def _only_thread(e) -> bool:
+    return eval_per_thread(e, 1) is not None
+
+
+def eval_per_thread(e, threads: int):
+    """Evaluate an int expression of THREAD and constants for THREAD = 0..threads-1 (None if other vars occur)."""
+    if isinstance(e, bool):
+        return None
+    if isinstance(e, int):
+        return np.full(threads, e, dtype=np.int64)
+    if isinstance(e, Const):
+        return np.full(threads, int(e.value), dtype=np.int64) if not e.dtype.is_float else None
+    if e is THREAD:
+        return np.arange(threads, dtype=np.int64)
+    if isinstance(e, Cast) and not e.dtype.is_float:
+        return eval_per_thread(e.value, threads)
+    if isinstance(e, BinOp) and e.op in ("+", "-", "*", "//", "%", "/"):
+        a, b = eval_per_thread(e.a, threads), eval_per_thread(e.b, threads)
+        if a is None or b is None:
+            return None
+        if e.op in ("//", "%", "/") and (b == 0).any():
+            return None
+        return {"+": a + b, "-": a - b, "*": a * b, "//": None, "%": None, "/": None}[e.op] if e.op in "+-*" else (
+            a // b if e.op == "//" else a % b if e.op == "%" else np.trunc(a / b).astype(np.int64))
+    return None
+
+
+def int_range(e, ranges: dict):
+    """Interval of an integer expression given intervals of its variables; None when unknown."""
+    if isinstance(e, bool):
+        return None
+    if isinstance(e, int):
+        return (e, e)
+    if isinstance(e, Const):
+        return None if e.dtype.is_float else (int(e.value), int(e.value))
+    if isinstance(e, Var):
+        return ranges.get(e)
+    if isinstance(e, Cast) and not e.dtype.is_float:
+        return int_range(e.value, ranges)
+    if isinstance(e, BinOp):
+        a, b = int_range(e.a, ranges), int_range(e.b, ranges)
+        if a is None or b is None:
+            if e.op == "%" and b is not None and b[0] > 0:
+                return (0, b[1] - 1) if a is None or a[0] >= 0 else None
+            return None
+        if e.op == "+":
+            return (a[0] + b[0], a[1] + b[1])
+        if e.op == "-":
+            return (a[0] - b[1], a[1] - b[0])
+        if e.op == "*":
+            products = [x * y for x in a for y in b]
+            return (min(products), max(products))
+        if e.op == "//" and b[0] > 0 and b[0] == b[1]:
+            return (a[0] // b[0], a[1] // b[0])
+        if e.op == "%" and b[0] > 0 and b[0] == b[1]:
+            return (a[0], a[1]) if a[0] >= 0 and a[1] < b[0] else (0, b[0] - 1) if a[0] >= 0 else None
+        return None
+    if isinstance(e, Call) and e.name in ("min", "max"):
+        a, b = int_range(e.args[0], ranges), int_range(e.args[1], ranges)
+        if a is None or b is None:
+            return None
+        f = min if e.name == "min" else max
+        return (f(a[0], b[0]), f(a[1], b[1]))
+    if isinstance(e, Select):
+        a, b = int_range(e.a, ranges), int_range(e.b, ranges)
+        return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
+    return None

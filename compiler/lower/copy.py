@@ -1,0 +1,177 @@
+"""Lowering of tile data movement: ``T.copy``, ``T.fill``/``T.clear`` and tile ``T.atomic_add``.
+
+In: one tile op and the LowerContext. Out: thread-IR statements.
+How: the op iterates over tile coordinates with a Fragment: the fragment operand's own layout when there is one (so
+each thread moves the registers it holds), else the blocked default over the tile (coalesced, ``16 bytes`` per
+thread-access where alignment allows). Each thread handles runs of ``vector`` consecutive elements of the
+innermost dim as one ``VecCopy``.
+Guarantees: global reads outside the tensor give 0 (the destination is zero-filled), global writes outside it are
+dropped; only replica 0 of a replicated layout writes to memory; vector accesses only where both sides are
+contiguous and aligned for the whole run.
+"""
+
+from __future__ import annotations
+
+import math
+
+from compiler.diagnostics import TargetError
+from compiler.ir.expr import Const, as_expr, make_binop, make_cast, make_cmp, make_logical
+from compiler.ir.simplify import linear_form, static_int
+from compiler.ir.stmt import AtomicAdd, AtomicAddTile, Copy, Fill, For, If, Region, Store
+from compiler.layout import Fragment, make_blocked
+from compiler.tir import THREAD, VecCopy
+
+
+def lower_copy(ctx, s: Copy) -> list:
+    src, dst = s.src, s.dst
+    if src.buffer.scope == "fragment" and dst.buffer.scope == "fragment":
+        _whole(src, s)
+        _whole(dst, s)
+        n = ctx.frag(src.buffer).num_slots
+        return [VecCopy(ctx.mem(dst.buffer), as_expr(0), ctx.mem(src.buffer), as_expr(0), n, s.span)]
+    layout, coords = _iteration(ctx, src, dst, s)
+    return _transfer(ctx, layout, coords, src, dst, s, atomic=False)
+
+
+def lower_atomic_add_tile(ctx, s: AtomicAddTile) -> list:
+    layout, coords = _iteration(ctx, s.src, s.dst, s)
+    return _transfer(ctx, layout, coords, s.src, s.dst, s, atomic=True)
+
+
+def lower_fill(ctx, s: Fill) -> list:
+    buf = s.dst.buffer
+    value = ctx.rewrite(s.value, {})
+    if buf.scope == "fragment":
+        _whole(s.dst, s)
+        k = ctx.var("k")
+        reg = ctx.mem(buf)
+        return [For(k, 0, reg.shape[0], 1, "unroll", (Store(reg, (k,), make_cast(value, buf.dtype), s.span),),
+                    span=s.span)]
+    if buf.scope in ("local", "var"):
+        k = ctx.var("k")
+        reg = ctx.mem(buf)
+        return [For(k, 0, reg.shape[0], 1, "unroll", (Store(reg, (k,), make_cast(value, buf.dtype), s.span),),
+                    span=s.span)]
+    layout = make_blocked(tuple(s.dst.extents), ctx.threads, 1)
+    out = []
+    for k in range(layout.num_slots):
+        c = layout.inverse(THREAD, k)
+        idx = _region_index(s.dst, tuple(s.dst.extents), c)
+        guard, store = ctx.store(buf, idx, value, s.span)
+        out += guarded(ctx, and_(valid_condition(ctx, layout, c, write=True), guard), [store])
+    return out
+
+
+# -- helpers ---------------------------------------------------------------------------------------------------
+def _whole(r: Region, s):
+    if any(static_int(x) != 0 for x in r.starts) or tuple(r.extents) != tuple(r.buffer.shape):
+        raise TargetError(f"the CUDA backend moves whole fragments only; '{r.buffer.name}' is sliced here", s.span,
+                          code="E602", hint=f"copy the whole fragment '{r.buffer.name}' or stage it in shared memory")
+
+
+def _iteration(ctx, src: Region, dst: Region, s) -> tuple[Fragment, tuple[int, ...]]:
+    """The Fragment that iterates the op's tile coordinates, and the coordinate shape."""
+    for r in (src, dst):
+        if r.buffer.scope == "fragment":
+            _whole(r, s)
+            return ctx.frag(r.buffer), tuple(r.buffer.shape)
+    coords = tuple(dst.extents)
+    sizes = [src.buffer.dtype.bytes, dst.buffer.dtype.bytes]
+    return make_blocked(coords, ctx.threads, max(1, 16 // max(sizes))), coords
+
+
+def _region_index(r: Region, coords_shape, c) -> tuple:
+    """Index into r.buffer of tile coordinate c (coordinates over coords_shape; size-1 dims are skipped on both
+    sides, the rest pair up in order)."""
+    along = [c[d] for d, n in enumerate(coords_shape) if n != 1]
+    idx = []
+    for start, n in zip(r.starts, r.extents):
+        idx.append(make_binop("+", start, along.pop(0)) if n != 1 else start)
+    return tuple(idx)
+
+
+def _vector_ok(ctx, r: Region, coords_shape, width: int) -> bool:
+    """Whether runs of ``width`` along the last tile coordinate are contiguous and aligned in r's memory."""
+    if width == 1 or r.buffer.scope == "fragment":
+        return True
+    last_coord = max(d for d, n in enumerate(coords_shape) if n != 1)
+    nonunit = [d for d, n in enumerate(r.extents) if n != 1]
+    if not nonunit or nonunit[-1] != r.buffer.ndim - 1 or last_coord != len(coords_shape) - 1:
+        return False
+    if r.buffer.scope == "shared":
+        row = ctx.shared_layouts[r.buffer].strides[-2] if r.buffer.ndim > 1 else width
+        if ctx.shared_layouts[r.buffer].swizzle is not None or row % width:
+            return False
+    else:
+        inner = static_int(r.buffer.shape[-1])
+        if inner is None or inner % width:
+            return False
+    form = linear_form(r.starts[-1])
+    return form is not None and form[1] % width == 0 and all(c % width == 0 for c in form[0].values())
+
+
+def _transfer(ctx, layout: Fragment, coords, src: Region, dst: Region, s, atomic: bool) -> list:
+    width = layout.vector_width if not atomic else 1
+    max_elems = max(1, 16 // max(src.buffer.dtype.bytes, dst.buffer.dtype.bytes))
+    while width > 1 and (width > max_elems or not (_vector_ok(ctx, src, coords, width)
+                                                    and _vector_ok(ctx, dst, coords, width))):
+        width //= 2
+    out = []
+    for k in range(0, layout.num_slots, width):
+        c = layout.inverse(THREAD, k)
+        valid = valid_condition(ctx, layout, c, write=dst.buffer.scope != "fragment")
+        s_idx, d_idx = _region_index(src, coords, c), _region_index(dst, coords, c)
+        s_in = ctx.in_bounds(src.buffer, s_idx) if src.buffer.scope == "global" else True
+        d_in = ctx.in_bounds(dst.buffer, d_idx) if dst.buffer.scope == "global" else True
+        s_pos = k if src.buffer.scope == "fragment" else ctx.offset(src.buffer, s_idx)
+        d_pos = k if dst.buffer.scope == "fragment" else ctx.offset(dst.buffer, d_idx)
+        if atomic:
+            value = make_cast(ctx.element(src.buffer, s_idx), dst.buffer.dtype) if src.buffer.scope != "fragment" \
+                else ctx.element(src.buffer, s_idx)
+            body = [AtomicAdd(ctx.mem(dst.buffer), (as_expr(d_pos),), make_cast(value, dst.buffer.dtype), s.span)]
+            out += guarded(ctx, and_(valid, and_(s_in, d_in)), body)
+            continue
+        move = VecCopy(ctx.mem(dst.buffer), as_expr(d_pos), ctx.mem(src.buffer), as_expr(s_pos), width, s.span)
+        if s_in is True:
+            out += guarded(ctx, and_(valid, d_in), [move])
+        else:
+            zeros = [Store(ctx.mem(dst.buffer), (as_expr(make_binop("+", d_pos, v)),), Const(0, dst.buffer.dtype)
+                           if not dst.buffer.dtype.is_float else Const(0.0, dst.buffer.dtype), s.span)
+                     for v in range(width)]
+            out += guarded(ctx, and_(valid, and_(s_in, d_in)), [move], guarded(ctx, and_(valid, d_in), zeros))
+    return out
+
+
+def valid_condition(ctx, layout: Fragment, c, write: bool):
+    """Padding and (for writes to memory) replica-0 conditions of the element at tile coordinate c."""
+    cond = True
+    for d, n in enumerate(layout.shape):
+        if math.prod(lv.size for lv in layout.dims[d]) > n:
+            r = ctx.range_of(c[d])
+            if r is None or r[1] >= n:
+                cond = and_(cond, make_cmp("<", c[d], n))
+    if layout.threads_used < ctx.threads:
+        cond = and_(cond, make_cmp("<", THREAD, layout.threads_used))
+    if write:
+        for lv in layout.replicate:
+            cond = and_(cond, make_cmp("==", make_binop("%", make_binop("//", THREAD, lv.stride), lv.size), 0))
+    return cond
+
+
+def and_(a, b):
+    if a is True:
+        return b
+    if b is True:
+        return a
+    return make_logical("and", a, b)
+
+
+def guarded(ctx, cond, then, otherwise=()) -> list:
+    """Statements for ``if cond: then else: otherwise``, folded when cond is known for every thread."""
+    then, otherwise = list(then), list(otherwise)
+    values = None if cond is True else ctx.per_thread_bool(cond)
+    if cond is True or (values is not None and values.all()):
+        return then
+    if values is not None and not values.any():
+        return otherwise
+    return [If(cond, tuple(then), tuple(otherwise))]

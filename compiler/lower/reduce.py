@@ -1,0 +1,119 @@
+"""Lowering of ``T.reduce_*`` over fragments: in-thread, then warp shuffles, then shared memory across warps.
+
+In: a Reduce whose source and destination are fragments, the destination's layout being the source's projection
+(layout inference guarantees it). Out: thread-IR statements.
+How: each thread folds the source registers into one accumulator per destination register; then, for every thread
+level of the reduced dim (the threads that split one output element between them), a butterfly of ``shfl_xor``
+when the level lies inside a warp and is a power of two, otherwise a round through the shared-memory scratch area
+(``ctx.scratch``). Every thread that holds an output ends with the full result (replicas agree).
+Guarantees: padded source elements are not counted; ``clear=False`` combines with the destination's old value;
+accumulation happens in float32 (float64 for float64) and is rounded once into the destination dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+from compiler.diagnostics import TargetError
+from compiler.dtypes import DType
+from compiler.ir.expr import Call, Const, Load, as_expr, make_binop, make_call, make_cast
+from compiler.ir.stmt import For, Reduce, Store
+from compiler.layout import Level
+from compiler.lower.copy import guarded, valid_condition
+from compiler.tir import THREAD, Barrier, Declare
+
+_COMBINE = {"sum": "+", "abssum": "+", "max": "max", "absmax": "max", "min": "min"}
+
+
+def lower_reduce(ctx, s: Reduce) -> list:
+    if s.src.scope != "fragment" or s.dst.scope != "fragment":
+        raise TargetError("the CUDA backend reduces fragments only", s.span, code="E602",
+                          hint="T.copy the shared tile into a fragment first")
+    src_layout, dim = ctx.frag(s.src), s.dim % s.src.ndim
+    acc_dtype = DType("float64") if s.dst.dtype == "float64" else (
+        DType("float32") if s.dst.dtype.is_float else s.dst.dtype)
+    n_out = ctx.frag(s.dst).num_slots
+    acc = ctx.scratch_registers(f"red_{s.dst.name}", n_out, acc_dtype)
+    combine = _COMBINE[s.kind]
+    identity = _identity(combine, acc_dtype)
+    out = [Declare(acc, span=s.span)]
+    out += [Store(acc, (as_expr(j),), identity, s.span) for j in range(n_out)]
+    src_reg = ctx.mem(s.src)
+    for k in range(src_layout.num_slots):
+        idx = src_layout.inverse(THREAD, k)
+        out_idx = tuple(i for d, i in enumerate(idx) if d != dim) or (0,)
+        j = ctx.slot(s.dst, out_idx)
+        value = make_cast(Load(src_reg, (as_expr(k),), s.src.dtype), acc_dtype)
+        if s.kind in ("abssum", "absmax"):
+            value = make_call("abs", value)
+        update = Store(acc, (as_expr(j),), _combine(combine, Load(acc, (as_expr(j),), acc_dtype), value), s.span)
+        out += guarded(ctx, valid_condition(ctx, src_layout, idx, write=False), [update])
+    for level in _split_at_warp([lv for lv in src_layout.dims[dim] if lv.is_thread]):
+        out += _across_threads(ctx, acc, n_out, level, combine, identity, s)
+    dst_reg = ctx.mem(s.dst)
+    for j in range(n_out):
+        total = Load(acc, (as_expr(j),), acc_dtype)
+        if not s.clear:
+            total = _combine(combine, make_cast(Load(dst_reg, (as_expr(j),), s.dst.dtype), acc_dtype), total)
+        out.append(Store(dst_reg, (as_expr(j),), make_cast(total, s.dst.dtype), s.span))
+    return out
+
+
+def _split_at_warp(levels):
+    """Split a thread level that straddles the warp boundary into its in-warp and cross-warp parts."""
+    out = []
+    for lv in levels:
+        if lv.stride < 32 < lv.stride * lv.size and _pow2(lv.size) and _pow2(lv.stride):
+            inner = 32 // lv.stride
+            out += [Level(inner, lv.stride), Level(lv.size // inner, 32)]
+        else:
+            out.append(lv)
+    return out
+
+
+def _across_threads(ctx, acc, n_out, level, combine, identity, s) -> list:
+    size, stride = level.size, level.stride
+    if _pow2(size) and _pow2(stride) and stride * size <= 32:
+        out = []
+        mask = stride
+        while mask < stride * size:
+            for j in range(n_out):
+                cur = Load(acc, (as_expr(j),), acc.dtype)
+                other = make_call_shfl(cur, mask)
+                out.append(Store(acc, (as_expr(j),), _combine(combine, cur, other), s.span))
+            mask *= 2
+        return out
+    ws = ctx.scratch(acc.dtype)
+    base = make_binop("-", THREAD, make_binop("*", make_binop("%", make_binop("//", THREAD, stride), size), stride))
+    out = []
+    for j in range(n_out):
+        out += [Barrier(), Store(ws, (THREAD,), Load(acc, (as_expr(j),), acc.dtype), s.span), Barrier()]
+        r = ctx.var("r")
+        total = _combine(combine, Load(acc, (as_expr(j),), acc.dtype),
+                         Load(ws, (make_binop("+", base, make_binop("*", r, stride)),), acc.dtype))
+        out.append(Store(acc, (as_expr(j),), identity, s.span))
+        out.append(For(r, 0, size, 1, "unroll", (Store(acc, (as_expr(j),), total, s.span),), span=s.span))
+    out.append(Barrier())
+    return out
+
+
+def make_call_shfl(value, mask: int):
+    return Call("shfl_xor", (value, Const(mask, DType("int32")), Const(32, DType("int32"))), value.dtype)
+
+
+def _combine(op: str, a, b):
+    if op == "+":
+        return make_binop("+", a, b)
+    return make_call(op, a, b)
+
+
+def _identity(op: str, dtype: DType):
+    if op == "+":
+        return Const(0.0 if dtype.is_float else 0, dtype)
+    big = math.inf if dtype.is_float else (2 ** (dtype.bits - 1) - 1)
+    return Const(-big if op == "max" else big, dtype)
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+

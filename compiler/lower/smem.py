@@ -1,0 +1,95 @@
+"""Shared-memory planning: one dynamic arena per kernel; buffers whose lifetimes do not overlap share bytes.
+
+In: a T.Kernel of the tile IR, the shared buffers' Layouts, and the bytes of scratch the lowering needs (reduction
+workspace). Out: ``SharedPlan`` (byte offset of each buffer, the scratch offset, the arena size).
+Guarantees: offsets are 16-byte aligned; two buffers used by overlapping ranges of top-level statements never
+overlap in memory; the scratch area overlaps nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.ir.expr import Expr, Load
+from compiler.ir.stmt import Alloc, Buffer, Kernel, Region
+from compiler.layout import Layout
+
+ALIGN = 16
+
+
+@dataclass
+class SharedPlan:
+    offsets: dict
+    layouts: dict
+    scratch_offset: int
+    total_bytes: int
+
+
+def plan_shared(kernel: Kernel, annotated: dict, scratch_bytes: int) -> SharedPlan:
+    buffers = [s.buffer for s in kernel.body if isinstance(s, Alloc) and s.buffer.scope == "shared"]
+    buffers += [b for b in _nested_allocs(kernel.body) if b.scope == "shared" and b not in buffers]
+    layouts = {b: annotated.get(b) if isinstance(annotated.get(b), Layout) else Layout.row_major(b.shape)
+               for b in buffers}
+    live = {b: [None, None] for b in buffers}
+    for k, s in enumerate(kernel.body):
+        for b in _buffers_used(s):
+            if b in live:
+                live[b][0] = k if live[b][0] is None else live[b][0]
+                live[b][1] = k
+    placed: list[tuple[int, int, int, int]] = []  # offset, size, first, last
+    offsets = {}
+    for b in sorted(buffers, key=lambda b: (live[b][0] if live[b][0] is not None else -1)):
+        first, last = live[b]
+        first, last = (first, last) if first is not None else (0, len(kernel.body))
+        size = _align(layouts[b].size * b.dtype.bytes)
+        offset = 0
+        for o, sz, f, la in sorted(placed):
+            overlaps_in_time = not (la < first or last < f)
+            if overlaps_in_time and o < offset + size and offset < o + sz:
+                offset = _align(o + sz)
+        placed.append((offset, size, first, last))
+        offsets[b] = offset
+    end = max((o + sz for o, sz, _, _ in placed), default=0)
+    scratch = _align(end)
+    return SharedPlan(offsets, layouts, scratch, scratch + _align(scratch_bytes) if scratch_bytes else end)
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _nested_allocs(body):
+    for s in body:
+        if isinstance(s, Alloc):
+            yield s.buffer
+        for name in ("body", "then_body", "else_body"):
+            yield from _nested_allocs(getattr(s, name, ()) or ())
+
+
+def _buffers_used(s) -> set:
+    found = set()
+    _collect(s, found)
+    return found
+
+
+def _collect(x, found):
+    if isinstance(x, Buffer):
+        found.add(x)
+    elif isinstance(x, Region):
+        found.add(x.buffer)
+        for e in x.starts:
+            _collect(e, found)
+    elif isinstance(x, Load):
+        found.add(x.buffer)
+        for i in x.indices:
+            _collect(i, found)
+    elif isinstance(x, Expr):
+        for name in getattr(x, "__slots__", ()):
+            _collect(getattr(x, name), found)
+    elif isinstance(x, (tuple, list)):
+        for c in x:
+            _collect(c, found)
+    elif hasattr(x, "__dataclass_fields__") and not isinstance(x, Alloc):
+        for name in x.__dataclass_fields__:
+            if name != "span":
+                _collect(getattr(x, name), found)
