@@ -1,0 +1,216 @@
+"""The SIMT emulator on hand-built thread-IR kernels, each checked against torch in the same test."""
+
+import pytest
+import torch
+
+from compiler.diagnostics import Span
+from compiler.dtypes import DType
+from compiler.emulate import EmulationError, run_kernel, run_module
+from compiler.errors import KernelFault
+from compiler.ir.expr import Call, Const, Load, Var, as_expr, make_cmp, make_select
+from compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
+from compiler.tir import BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceKernel, DeviceModule, VecCopy
+
+F32, F16, I32 = DType("float32"), DType("float16"), DType("int32")
+EXACT = dict(rtol=0, atol=0)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def buf(name, size, dtype=F32, scope="global"):
+    return Buffer(name, (size,), dtype, scope)
+
+
+def ld(b, i):
+    return Load(b, (as_expr(i),), b.dtype)
+
+
+def st(b, i, v, line=None):
+    return Store(b, (as_expr(i),), as_expr(v, b.dtype), Span("kern.py", line) if line else None)
+
+
+def eq(a, b):
+    return make_cmp("==", a, b)  # expressions do not overload ==
+
+
+def shfl(v, mask, width=32):
+    return Call("shfl_xor", (v, Const(mask, I32), Const(width, I32)), v.dtype)
+
+
+def kernel(params, body, grid=(1,), block=(128, 1, 1), shared=()):
+    offsets, off = {}, 0
+    for b in shared:
+        offsets[b] = off
+        off += -(-b.shape[0] * b.dtype.bytes // 16) * 16
+    return DeviceKernel("k", tuple(params), tuple(grid), block, off, offsets, tuple(body))
+
+
+def warp_sum(v: Var):
+    """Lets that leave the sum over the warp in ``v`` in every lane."""
+    return [Let(v, v + shfl(v, m)) for m in (16, 8, 4, 2, 1)]
+
+
+# -- numerics ----------------------------------------------------------------------------------------------------
+
+
+def test_elementwise_with_predicated_tail():
+    n = Var("n")
+    X, Y = buf("X", n), buf("Y", n)
+    i = Var("i")
+    k = kernel([X, Y, n], [Let(i, BLOCK_IDX[0] * 128 + THREAD), If(i < n, (st(Y, i, ld(X, i) * 2.0 + 1.0),), ())],
+               grid=((n + 127) // 128,))
+    x, y = torch.randn(300), torch.full((300,), float("nan"))
+    run_kernel(k, {X: x, Y: y, n: 300})
+    torch.testing.assert_close(y, x * 2.0 + 1.0, **EXACT)
+
+
+def test_block_reduction_with_shuffles_shared_memory_and_barriers():
+    X, Y = buf("X", 3 * 128), buf("Y", 3)
+    red = buf("red", 4, scope="shared")
+    v = Var("v", F32)
+    body = [Let(v, ld(X, BLOCK_IDX[0] * 128 + THREAD)), *warp_sum(v),
+            If(eq(LANE, 0), (st(red, WARP, v),), ()),
+            Barrier(),
+            If(eq(WARP, 0), (Let(v, make_select(LANE < 4, ld(red, LANE), 0.0)), *warp_sum(v),  # red[LANE] only if < 4
+                           If(eq(LANE, 0), (st(Y, BLOCK_IDX[0], v),), ())), ())]
+    x, y = torch.randn(3 * 128), torch.full((3,), float("nan"))
+    run_kernel(kernel([X, Y], body, grid=(3,), shared=[red]), {X: x, Y: y})
+    torch.testing.assert_close(y, x.reshape(3, 128).sum(1), rtol=1e-5, atol=1e-5)
+
+
+def transpose_kernel(M, N, barrier=True):
+    """B[N, M] = A[M, N].T through a padded 16x17 shared tile, 16x16 threads per tile."""
+    A, B = buf("A", M * N), buf("B", M * N)
+    tile = buf("tile", 16 * 17, scope="shared")
+    tx, ty = Var("tx"), Var("ty")
+    bx, by = BLOCK_IDX[0], BLOCK_IDX[1]
+    body = [Let(tx, THREAD % 16), Let(ty, THREAD // 16),
+            st(tile, ty * 17 + tx, ld(A, (by * 16 + ty) * N + bx * 16 + tx)),
+            *([Barrier()] if barrier else []),
+            st(B, (bx * 16 + ty) * M + by * 16 + tx, ld(tile, tx * 17 + ty), line=12)]
+    return kernel([A, B], body, grid=(N // 16, M // 16), block=(16, 16, 1), shared=[tile]), A, B
+
+
+def test_transpose_through_shared_memory():
+    k, A, B = transpose_kernel(32, 48)
+    a, b = torch.randn(32, 48), torch.full((48, 32), float("nan"))
+    run_kernel(k, {A: a, B: b})
+    torch.testing.assert_close(b, a.T, **EXACT)
+
+
+def test_race_detector_fires_without_the_barrier():
+    k, A, B = transpose_kernel(32, 48, barrier=False)
+    with pytest.raises(EmulationError) as err:
+        run_kernel(k, {A: torch.randn(32, 48), B: torch.zeros(48, 32)})
+    assert str(err.value).startswith("kern.py:12:1: shared-memory race on tile[17]: written by thread 16, then read "
+                                     "by thread 1 without a barrier")
+    run_kernel(k, {A: torch.randn(32, 48), B: torch.zeros(48, 32)}, check_races=False)  # detector off: runs
+
+
+def test_race_detector_fires_on_write_after_read():
+    Y = buf("Y", 64)
+    s = buf("s", 64, scope="shared")
+    body = [st(s, THREAD, THREAD.astype(F32)), Barrier(),
+            st(s, THREAD, ld(s, (THREAD + 1) % 64) + 1.0, line=3)]  # reads its neighbour's element, then writes
+    with pytest.raises(EmulationError, match=r"race on s\[0\]: read by thread 63, then written by thread 0"):
+        run_kernel(kernel([Y], body, block=(64, 1, 1), shared=[s]), {Y: torch.zeros(64)})
+
+
+def test_vec_copy_converts_fp16_to_fp32_through_shared_and_local():
+    X, Y = buf("X", 256, F16), buf("Y", 256, F32)
+    xs = buf("xs", 256, F16, scope="shared")
+    r = buf("r", 4, F32, scope="local")
+    body = [VecCopy(xs, THREAD * 4, X, THREAD * 4, 4), Barrier(), Declare(r),
+            VecCopy(r, 0, xs, (63 - THREAD) * 4, 4),  # another thread's elements: legal after the barrier
+            VecCopy(Y, (63 - THREAD) * 4, r, 0, 4)]
+    x, y = torch.randn(256).half(), torch.full((256,), float("nan"))
+    run_kernel(kernel([X, Y], body, block=(64, 1, 1), shared=[xs]), {X: x, Y: y})
+    torch.testing.assert_close(y, x.float(), **EXACT)
+
+
+def test_vec_copy_rejects_a_misaligned_vector():
+    X, Y = buf("X", 260, F16), buf("Y", 260, F32)
+    body = [VecCopy(Y, THREAD * 4, X, THREAD * 4 + 2, 4)]
+    with pytest.raises(EmulationError, match=r"misaligned vector copy from global buffer 'X': index 2 in thread 0 "
+                                             r"is not a multiple of the width 4 \(8-byte access\)"):
+        run_kernel(kernel([X, Y], body, block=(64, 1, 1)), {X: torch.zeros(260).half(), Y: torch.zeros(260)})
+
+
+def test_atomic_add_accumulates_and_store_keeps_the_last_thread():
+    X, S, L = buf("X", 512), buf("S", 1), buf("L", 1, I32)
+    body = [AtomicAdd(S, (as_expr(0),), ld(X, BLOCK_IDX[0] * 256 + THREAD)), st(L, 0, THREAD)]
+    x, s, last = torch.randn(512), torch.zeros(1), torch.zeros(1, dtype=torch.int32)
+    run_kernel(kernel([X, S, L], body, grid=(2,), block=(256, 1, 1)), {X: x, S: s, L: last})
+    torch.testing.assert_close(s, x.sum().reshape(1), rtol=1e-5, atol=1e-5)
+    assert last.item() == 255
+
+
+def test_multi_block_grid_with_2d_block_index_runs_x_fastest():
+    Y, C = buf("Y", 6, I32), buf("C", 1, I32)
+    bx, by = BLOCK_IDX[0], BLOCK_IDX[1]
+    lin = by * GRID_DIM[0] + bx
+    body = [If(eq(THREAD, 0), (st(Y, lin, ld(C, 0) * 100 + by * 10 + bx), st(C, 0, ld(C, 0) + 1)), ())]
+    y, c = torch.full((6,), -1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    k = kernel([Y, C], body, grid=(3, 2), block=(32, 1, 1))
+    run_module(DeviceModule("m", (k,)), {Y: y, C: c})
+    assert y.tolist() == [0, 101, 202, 310, 411, 512]  # launch order * 100 + by * 10 + bx
+    assert c.item() == 6
+
+
+def test_for_loop_accumulates_in_a_local_register_array():
+    X, Y = buf("X", 8 * 32), buf("Y", 32)
+    acc, k = buf("acc", 1, scope="local"), Var("k")
+    body = [Declare(acc, as_expr(0.0)),
+            For(k, 0, 8, 1, "serial", (st(acc, 0, ld(acc, 0) + ld(X, k * 32 + THREAD)),)),
+            st(Y, THREAD, ld(acc, 0))]
+    x, y = torch.randn(8 * 32), torch.zeros(32)
+    run_kernel(kernel([X, Y], body, block=(32, 1, 1)), {X: x, Y: y})
+    torch.testing.assert_close(y, x.reshape(8, 32).sum(0), rtol=1e-5, atol=1e-5)
+
+
+# -- errors ------------------------------------------------------------------------------------------------------
+
+
+def test_out_of_bounds_load_names_buffer_size_index_and_thread():
+    X, Y = buf("X", 64), buf("Y", 64)
+    body = [st(Y, THREAD, ld(X, THREAD + 1), line=7)]
+    with pytest.raises(EmulationError) as err:
+        run_kernel(kernel([X, Y], body, block=(64, 1, 1)), {X: torch.zeros(64), Y: torch.zeros(64)})
+    assert isinstance(err.value, KernelFault)
+    assert err.value.span == Span("kern.py", 7)
+    assert str(err.value) == ("kern.py:7:1: out-of-bounds load from global buffer 'X' (size 64): index 64 in thread "
+                              "63 of block (0, 0, 0)")
+
+
+def test_shuffle_under_divergence_is_an_error():
+    Y = buf("Y", 32)
+    v = Var("v", F32)
+    body = [Let(v, THREAD.astype(F32)), If(LANE < 16, (Let(v, shfl(v, 1)),), ()), st(Y, THREAD, v)]
+    with pytest.raises(EmulationError, match="shfl_xor under divergence: 16 of 32 lanes of warp 0 are active"):
+        run_kernel(kernel([Y], body, block=(64, 1, 1)), {Y: torch.zeros(32)})
+
+
+def test_shuffle_in_a_warp_uniform_branch_is_allowed():
+    Y = buf("Y", 64)
+    v = Var("v", F32)
+    body = [Let(v, THREAD.astype(F32)), If(eq(WARP, 1), (Let(v, shfl(v, 1)),), ()), st(Y, THREAD, v)]
+    y = torch.zeros(64)
+    run_kernel(kernel([Y], body, block=(64, 1, 1)), {Y: y})
+    assert y.tolist() == list(range(32)) + [t ^ 1 for t in range(32, 64)]
+
+
+def test_barrier_under_divergence_is_an_error():
+    Y = buf("Y", 64)
+    with pytest.raises(EmulationError, match="thread-divergent Barrier: reached by 32 of 64 threads"):
+        run_kernel(kernel([Y], [If(THREAD < 32, (Barrier(),), ())], block=(64, 1, 1)), {Y: torch.zeros(64)})
+
+
+def test_loop_trip_count_must_be_uniform():
+    Y, k = buf("Y", 64), Var("k")
+    body = [For(k, 0, THREAD // 32 + 1, 1, "serial", (st(Y, THREAD, k.astype(F32)),))]
+    with pytest.raises(EmulationError, match="trip count of loop 'k' differs between threads: 1 in thread 0, 2 in "
+                                             "thread 32"):
+        run_kernel(kernel([Y], body, block=(64, 1, 1)), {Y: torch.zeros(64)})
