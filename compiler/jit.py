@@ -16,14 +16,14 @@ import torch
 
 from compiler.check import check
 from compiler.diagnostics import CompileError, DSLTypeError, TargetError
-from compiler.errors import KernelArgumentError, TargetUnavailable
+from compiler.errors import KernelArgumentError
 from compiler.ir.expr import Expr, Var
 from compiler.ir.printer import print_func
 from compiler.ir.stmt import Buffer, PrimFunc
 
 log = logging.getLogger("tileagent.compiler")
 
-TARGETS = ("auto", "cpu", "cuda")
+TARGETS = ("auto", "cpu", "sim", "cuda")
 
 
 class PassConfigKey(str, enum.Enum):
@@ -78,9 +78,9 @@ def _resolve_target(target) -> str:
         raise TargetError(f"unknown target {target!r}; known: {', '.join(TARGETS)}", code="E601")
     if target == "auto":
         target = "cuda" if torch.cuda.is_available() else "cpu"
-    if target == "cuda":
-        raise TargetError("the CUDA backend is not available in this build; compile with target='cpu' to run the "
-                          "kernel in the CPU interpreter", code="E601")
+    if target == "cuda" and not torch.cuda.is_available():
+        raise TargetError("target 'cuda' needs a CUDA device and torch sees none; use target='cpu' (interpreter) or "
+                          "'sim' (the lowered kernel in the SIMT emulator)", code="E601")
     return target
 
 
@@ -100,7 +100,25 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, exec
     resolved = _resolve_target(target)
     outs = _out_indices(out_idx, len(func.params))
     check(func)
-    return JITKernel(func, outs, resolved, configs)
+    return JITKernel(func, outs, resolved, configs, _backend(func, resolved, configs))
+
+
+def _backend(func: PrimFunc, target: str, configs: dict):
+    from compiler import backends
+
+    if target == "cpu":
+        return backends.InterpreterBackend(func)
+    from compiler.layout.infer import infer_layouts
+    from compiler.lower import lower
+
+    module = lower(func, infer_layouts(func))
+    if target == "sim":
+        return backends.EmulatorBackend(module)
+    from compiler.runtime.nvrtc import device_arch
+    from compiler.targets.cuda import generate
+
+    options = ("--use_fast_math",) if configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value) else ()
+    return backends.CudaBackend(module, generate(module), device_arch(), options)
 
 
 def _out_indices(out_idx, n_params: int) -> tuple[int, ...]:
@@ -118,28 +136,66 @@ def _out_indices(out_idx, n_params: int) -> tuple[int, ...]:
 class JITKernel:
     """A compiled kernel. Call it with the input tensors; ``out_idx`` parameters are allocated and returned."""
 
-    def __init__(self, func: PrimFunc, out_idx: tuple[int, ...], target: str, pass_configs: dict):
+    def __init__(self, func: PrimFunc, out_idx: tuple[int, ...], target: str, pass_configs: dict, backend):
         self.func, self.out_idx, self.target, self.pass_configs = func, out_idx, target, pass_configs
+        self.backend = backend
         self.params = func.params
+        self._layouts = None
 
     def __repr__(self) -> str:
         return f"JITKernel({self.func.name}, target={self.target!r}, out_idx={list(self.out_idx)})"
 
+    @property
+    def module(self):
+        """The lowered DeviceModule (thread IR) of the sim and cuda targets; lowered on demand for cpu."""
+        module = getattr(self.backend, "module", None)
+        if module is None:
+            from compiler.lower import lower
+
+            module = lower(self.func, self.layouts())
+        return module
+
+    def layouts(self):
+        """The inferred layouts (a LayoutMap; ``print(kernel.layouts())`` shows one line per fragment and loop)."""
+        if self._layouts is None:
+            from compiler.layout.infer import infer_layouts
+
+            self._layouts = infer_layouts(self.func)
+        return self._layouts
+
     def get_ir(self, stage: str = "tile") -> str:
-        """The IR at ``stage`` as text. Stages: "tile" (after parsing and checks)."""
-        if stage != "tile":
-            raise ValueError(f"unknown IR stage {stage!r}; available: 'tile'")
-        return print_func(self.func)
+        """The IR at ``stage`` as text: "tile" (parsed and checked) or "thread" (lowered, per thread)."""
+        if stage == "tile":
+            return print_func(self.func)
+        if stage == "thread":
+            from compiler.ir.printer import print_device_kernel
+
+            return "\n".join(print_device_kernel(k) for k in self.module.kernels)
+        raise ValueError(f"unknown IR stage {stage!r}; available: 'tile', 'thread'")
 
     def get_kernel_source(self) -> str:
-        raise TargetUnavailable(f"kernel {self.func.name} was compiled for target {self.target!r}, which runs the "
-                                f"tile IR in the CPU interpreter and has no CUDA source")
+        """The CUDA C++ of the kernel (generated on demand for the cpu and sim targets)."""
+        source = getattr(self.backend, "source", None)
+        if source is None:
+            from compiler.targets.cuda import generate
+
+            source = generate(self.module)
+        return source
+
+    def cubin(self, arch: str = "sm_90a") -> bytes:
+        """The kernel compiled by NVRTC for ``arch`` (works without a GPU)."""
+        from compiler.runtime.nvrtc import compile_to_cubin
+
+        return compile_to_cubin(self.get_kernel_source(), arch)
+
+    def get_profiler(self):
+        from compiler.profiler import Profiler
+
+        return Profiler(self)
 
     def __call__(self, *args):
-        from compiler import interp
-
         bound, env, outputs = bind_arguments(self.func, args, self.out_idx, self.target)
-        interp.run(self.func, bound, env)
+        self.backend.run(bound, env)
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else outputs
@@ -178,7 +234,7 @@ def _device_of(bound: dict, target: str) -> torch.device:
     for v in bound.values():
         if isinstance(v, torch.Tensor):
             return v.device
-    return torch.device("cpu" if target == "cpu" else "cuda")
+    return torch.device("cuda" if target == "cuda" else "cpu")
 
 
 def _describe_param(p: Buffer) -> str:
@@ -193,9 +249,9 @@ def _check_tensor(p: Buffer, a, env: dict, target: str) -> None:
                                   f"rank {a.dim()} {tuple(a.shape)}")
     if a.dtype != p.dtype.torch:
         raise KernelArgumentError(f"parameter '{p.name}' expects dtype {p.dtype}, got {a.dtype}")
-    if target == "cpu" and a.device.type != "cpu":
-        raise KernelArgumentError(f"parameter '{p.name}' is on {a.device}, but the kernel was compiled for the CPU "
-                                  f"target")
+    if target in ("cpu", "sim") and a.device.type != "cpu":
+        raise KernelArgumentError(f"parameter '{p.name}' is on {a.device}, but the kernel was compiled for the "
+                                  f"{target} target, which runs on the CPU")
     if target == "cuda" and a.device.type != "cuda":
         raise KernelArgumentError(f"parameter '{p.name}' is on {a.device}, but the kernel runs on CUDA")
     for dim, (want, got) in enumerate(zip(p.shape, a.shape)):
@@ -211,6 +267,9 @@ def _check_tensor(p: Buffer, a, env: dict, target: str) -> None:
                                       f"(dim {dim}: expected {expected}, got {got})")
     if not a.is_contiguous():
         raise KernelArgumentError(f"parameter '{p.name}' must be contiguous (row-major); call .contiguous() first")
+    if target == "cuda" and a.data_ptr() % 16:
+        raise KernelArgumentError(f"parameter '{p.name}' must be 16-byte aligned (its data_ptr is "
+                                  f"{a.data_ptr():#x}); pass a tensor that starts its own storage or .clone() it")
 
 
 def _check_scalar(p: Var, a):

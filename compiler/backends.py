@@ -1,0 +1,74 @@
+"""Backends: what runs a compiled kernel. One class per target, each with ``run(bound, env)``.
+
+In: a checked PrimFunc (``cpu``) or its lowered DeviceModule (``sim``, ``cuda``). ``run`` takes the arguments bound
+by ``compiler.jit.bind_arguments`` (param -> tensor or number) and the dynamic shape values.
+Out: the tensors updated in place.
+- ``cpu``: the tile-IR interpreter (the semantic reference).
+- ``sim``: the lowered per-thread program in the SIMT emulator on CPU tensors: checks layouts and lowering in CI.
+- ``cuda``: CUDA C++ compiled by NVRTC (cached on disk), launched on torch's current stream.
+"""
+
+from __future__ import annotations
+
+from compiler.ir.stmt import Buffer, PrimFunc
+from compiler.tir import DeviceModule
+
+
+def device_values(module: DeviceModule, bound: dict, env: dict) -> dict:
+    """Kernel parameter -> value: flat views of tensors, scalar parameters, dynamic shape values."""
+    values = {}
+    for p, v in bound.items():
+        if isinstance(p, Buffer):
+            values[module.flat_globals[p]] = v.reshape(-1)
+        else:
+            values[p] = v
+    values.update(env)
+    return values
+
+
+class InterpreterBackend:
+    target = "cpu"
+
+    def __init__(self, func: PrimFunc):
+        self.func = func
+
+    def run(self, bound: dict, env: dict) -> None:
+        from compiler import interp
+
+        interp.run(self.func, bound, env)
+
+
+class EmulatorBackend:
+    target = "sim"
+
+    def __init__(self, module: DeviceModule):
+        self.module = module
+
+    def run(self, bound: dict, env: dict) -> None:
+        from compiler import emulate
+
+        emulate.run_module(self.module, device_values(self.module, bound, env))
+
+
+class CudaBackend:
+    target = "cuda"
+
+    def __init__(self, module: DeviceModule, source: str, arch: str, options: tuple = ()):
+        from compiler.runtime.nvrtc import compile_to_cubin
+
+        self.module, self.source, self.arch = module, source, arch
+        self.cubin = compile_to_cubin(source, arch, options)
+        self._loaded = None
+
+    def load(self):
+        if self._loaded is None:
+            from compiler.runtime.launch import LoadedModule
+
+            self._loaded = LoadedModule(self.cubin)
+        return self._loaded
+
+    def run(self, bound: dict, env: dict) -> None:
+        loaded = self.load()
+        values = device_values(self.module, bound, env)
+        for kernel in self.module.kernels:
+            loaded.launch(kernel, values)
