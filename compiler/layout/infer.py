@@ -243,6 +243,15 @@ class _KernelInference:
                 self.assign(buf, frag, loop, "T.Parallel loop" if len(pattern) == len(extents) else
                             "T.Parallel loop, replicated over the loop dims it does not index")
 
+    def loop_owner(self, loop: Parallel, layout: Fragment):
+        """The fragment whose layout the loop runs on (indexed with all loop variables in order), if any."""
+        for buf, indices, _, stmt in self.accesses(loop):
+            frag = self.r.fragments.get(buf)
+            if frag is layout or (frag is not None and frag.shape == layout.shape and frag.same_as(layout)):
+                if self._pattern(loop, buf, indices, stmt) == list(range(len(layout.shape))):
+                    return buf
+        return None
+
     def compatible(self, loop: Parallel, layout: Fragment) -> bool:
         try:
             self._check_accesses(loop, layout)
@@ -270,12 +279,14 @@ class _KernelInference:
                 first, why = self.r.origin.get(buf, (None, ""))
                 first_line = first.span.line if first is not None and first.span else "?"
                 point = tuple(int(x[0]) for x in np.nonzero(bad.any(-1)))
+                owner = self.loop_owner(loop, layout)
+                runs_on = f"the layout of '{owner.name}'" if owner is not None else "its own layout"
                 raise LayoutError(
-                    f"layout conflict on fragment '{buf.name}': the T.Parallel loop at line "
-                    f"{loop.span.line if loop.span else '?'} runs iteration {point} on threads that do not hold "
-                    f"{buf.name}[{', '.join(str(int(i[point])) for i in idx)}] (its layout comes from line "
-                    f"{first_line}: {why})", getattr(stmt, "span", None) or loop.span, code="L001",
-                    notes=[f"loop: {layout.describe()}", f"{buf.name}: {frag.describe()}"],
+                    f"layout conflict between '{buf.name}' (layout from line {first_line}: {why}) and the T.Parallel "
+                    f"loop at line {loop.span.line if loop.span else '?'}, which runs on {runs_on}: iteration "
+                    f"{point} runs on threads that do not hold {buf.name}[{', '.join(str(int(i[point])) for i in idx)}]",
+                    getattr(stmt, "span", None) or loop.span, code="L001",
+                    notes=[f"loop ({runs_on}): {layout.describe()}", f"{buf.name}: {frag.describe()}"],
                     hint=f"make the loop's extents match '{buf.name}''s shape, or go through T.alloc_shared")
 
 

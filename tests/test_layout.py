@@ -1,0 +1,83 @@
+"""Layouts against hand-checked tables, and the algebra that layout inference relies on."""
+
+import numpy as np
+import pytest
+
+from compiler.layout import Fragment, Layout, Level, Swizzle, make_blocked
+
+
+def test_blocked_layout_puts_consecutive_pairs_on_consecutive_threads():
+    frag = make_blocked((2, 8), num_threads=8, vector=2)
+    thread, slot = frag.tables()
+    assert thread.tolist() == [[0, 0, 1, 1, 2, 2, 3, 3], [4, 4, 5, 5, 6, 6, 7, 7]]
+    assert slot.tolist() == [[0, 1, 0, 1, 0, 1, 0, 1], [0, 1, 0, 1, 0, 1, 0, 1]]
+    assert frag.num_slots == 2 and frag.vector_width == 2 and frag.num_replicas == 1
+
+
+def test_blocked_layout_replicates_when_the_tile_is_smaller_than_the_block():
+    frag = make_blocked((4,), num_threads=8, vector=4)
+    thread, _ = frag.tables()
+    assert thread.tolist() == [0, 1, 2, 3]
+    assert frag.replica_offsets() == [0, 4]
+    assert frag.owner_mask()[2].nonzero()[0].tolist() == [2, 6]
+
+
+def test_projection_turns_the_reduced_dims_threads_into_replicas():
+    rows = make_blocked((2, 8), num_threads=8, vector=2).project(1)
+    assert rows.shape == (2,)
+    assert [rows.owner_mask()[i].nonzero()[0].tolist() for i in range(2)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_levels_reproduce_the_mma_m16n8_accumulator_table():
+    # PTX mma.m16n8k16 C/D fragment: lane = (row % 8) * 4 + (col % 8) // 2, register = (row // 8) * 2 + col % 2
+    frag = Fragment((16, 8), ((Level(8, 4), Level(2)), (Level(2), Level(4, 1))), num_threads=32)
+    thread, slot = frag.tables()
+    rows, cols = np.meshgrid(np.arange(16), np.arange(8), indexing="ij")
+    assert (thread == (rows % 8) * 4 + cols // 2).all()
+    assert (slot == (rows // 8) * 2 + cols % 2).all()
+    assert thread[9, 5] == 6 and slot[9, 5] == 3
+
+
+def test_inverse_undoes_the_tables():
+    frag = make_blocked((6, 40), num_threads=64, vector=4)
+    thread, slot = frag.tables()
+    for i, j in [(0, 0), (5, 39), (3, 17)]:
+        assert frag.inverse(int(thread[i, j]), int(slot[i, j])) == (i, j)
+
+
+def test_repeat_and_replicate_grow_registers_and_owners():
+    frag = Fragment((4, 8), make_blocked((4, 8), num_threads=16, vector=2).dims, num_threads=32)
+    assert frag.repeat(0, 2).shape == (8, 8) and frag.repeat(0, 2).num_slots == 2 * frag.num_slots
+    doubled = frag.replicate_over(2)
+    assert doubled.num_replicas == 2 and doubled.owner_mask()[0, 0].nonzero()[0].tolist() == [0, 16]
+
+
+def test_overlapping_thread_levels_are_rejected():
+    with pytest.raises(ValueError, match="overlap"):
+        Fragment((4, 4), ((Level(4, 1),), (Level(4, 2),)), num_threads=16)
+
+
+def test_padded_row_layout_leaves_gaps():
+    layout = Layout.row_major((4, 8), pad=4)
+    assert layout.strides == (12, 1) and layout.size == 44
+    assert layout.offset((2, 3)) == 27
+
+
+def test_128_byte_swizzle_of_a_half_tile():
+    layout = Layout((8, 64), swizzle=Swizzle(bits=3, base=3, shift=3))
+    assert layout.offset((0, 5)) == 5
+    assert layout.offset((1, 0)) == 72 and layout.offset((2, 8)) == 152
+    assert layout.is_bijective()
+    inverse = layout.inverse()
+    assert inverse[152] == 2 * 64 + 8
+
+
+def test_compose_applies_the_inner_layout_first():
+    inner = Layout((4, 4), strides=(1, 4))  # column-major view
+    outer = Layout.row_major((4, 4))
+    assert outer.compose(inner).offset((1, 2)) == 9
+
+
+def test_table_prints_thread_and_register():
+    text = make_blocked((2, 8), num_threads=8, vector=2).table()
+    assert "T0:0" in text.splitlines()[1] and "T7:1" in text.splitlines()[2]
