@@ -1,0 +1,108 @@
+"""The lowered per-thread program, run in the SIMT emulator (target "sim"), against torch, at ragged sizes; and the
+generated CUDA compiled by NVRTC for sm_80 and sm_90a. This is how CI checks layout inference and lowering."""
+
+import inspect
+
+import pytest
+import torch
+
+import tileagent
+import tileagent.language as T
+from compiler.diagnostics import CompileError
+from tests import kernels as K
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def _nan(*shape, dtype=torch.float32):
+    return torch.full(shape, float("nan"), dtype=dtype)
+
+
+CASES = {
+    "bias_gelu": (lambda: K.bias_gelu(37, 96),
+                  lambda: (torch.randn(37, 96, dtype=torch.float16), torch.randn(96, dtype=torch.float16)),
+                  lambda: _nan(37, 96, dtype=torch.float16)),
+    "layernorm": (lambda: K.layernorm(13, 160),
+                  lambda: (torch.randn(13, 160, dtype=torch.float16), torch.randn(160, dtype=torch.float16),
+                           torch.randn(160, dtype=torch.float16)),
+                  lambda: _nan(13, 160, dtype=torch.float16)),
+    "column_max": (lambda: K.column_max(64, 80), lambda: (torch.randn(64, 80),), lambda: _nan(80)),
+    "transpose": (lambda: K.transpose(70, 45), lambda: (torch.randn(70, 45, dtype=torch.float16),),
+                  lambda: _nan(45, 70, dtype=torch.float16)),
+    "column_sum_atomic": (lambda: K.column_sum_atomic(50, 64), lambda: (torch.randn(50, 64),),
+                          lambda: torch.zeros(64)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_lowered_kernel_matches_torch_in_the_emulator(name):
+    factory, inputs, output = CASES[name]
+    kernel = tileagent.compile(factory(), target="sim")
+    ins, out = inputs(), output()
+    kernel(*ins, out)
+    torch.testing.assert_close(out, K.REFERENCES[name](*ins), rtol=1e-2, atol=1e-2)
+
+
+def test_dynamic_rows_run_with_two_sizes_in_the_emulator():
+    kernel = tileagent.compile(K.scale_rows(0, 100), target="sim")
+    for m in (3, 5):
+        x, y = torch.randn(m, 100), _nan(m, 100)
+        kernel(x, y)
+        torch.testing.assert_close(y, K.REFERENCES["scale_rows"](x))
+
+
+@pytest.mark.parametrize("C", [32, 96, 160, 192, 320, 1024])
+def test_shared_rmsnorm_silu_lowers_correctly(shared_example, C):
+    mod = shared_example("rmsnorm_silu")
+    kernel = tileagent.compile(mod.rmsnorm_silu.fn(7, C), target="sim")
+    x, g = torch.randn(7, C, dtype=torch.float16), torch.randn(C, dtype=torch.float16)
+    y = _nan(7, C, dtype=torch.float16)
+    kernel(x, g, y)
+    torch.testing.assert_close(y, mod.reference(x, g), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("M,N", [(3, 256), (2, 2048)])
+def test_shared_softmax_lowers_correctly(shared_example, M, N):
+    mod = shared_example("softmax")
+    kernel = tileagent.compile(mod.softmax.fn(M, N), target="sim")
+    x = torch.randn(M, N, dtype=torch.float16) * 4
+    y = _nan(M, N, dtype=torch.float16)
+    kernel(x, y)
+    torch.testing.assert_close(y, mod.reference(x), rtol=1e-2, atol=1e-3)
+
+
+def _marked_lines(fn) -> dict:
+    src, start = inspect.getsourcelines(fn)
+    return {text.split("# <- ")[1].strip(): start + k for k, text in enumerate(src) if "# <- " in text}
+
+
+def test_layout_conflict_names_both_fragments_and_lines():
+    @T.prim_func
+    def f(X: T.Tensor((64, 4), "float32"), Y: T.Tensor((4, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            a = T.alloc_fragment((64, 4), "float32")
+            c = T.alloc_fragment((4, 64), "float32")
+            T.copy(X, a)  # <- copy
+            for i, j in T.Parallel(4, 64):  # <- loop
+                c[i, j] = a[j, i]  # <- conflict
+            T.copy(c, Y)
+
+    lines = _marked_lines(test_layout_conflict_names_both_fragments_and_lines)
+    with pytest.raises(CompileError) as info:
+        tileagent.compile(f, target="sim")
+    err = info.value
+    assert err.code == "L001" and err.span.line == lines["conflict"]
+    assert f"between 'a' (layout from line {lines['copy']}: T.copy, default layout)" in err.message
+    assert f"loop at line {lines['loop']}, which runs on the layout of 'c'" in err.message
+    assert err.hint and len(err.notes) == 2
+
+
+def test_layouts_print_one_line_per_fragment_and_loop(shared_example):
+    kernel = tileagent.compile(shared_example("softmax").softmax.fn(4, 512), target="sim")
+    text = str(kernel.layouts())
+    assert text.startswith("x: Fragment(1, 512)")
+    assert "row_max: Fragment(1,)" in text and "replicated x128" in text
+    assert text.count("T.Parallel(i, j)") == 2
