@@ -75,7 +75,7 @@ def _loads(e):
 
 def _vector_for(buffers) -> int:
     sizes = [b.dtype.bytes for b in buffers if b.scope in ("global", "shared")]
-    return max(1, 16 // min(sizes)) if sizes else 4
+    return max(1, 16 // min(sizes)) if sizes else 8
 
 
 class _KernelInference:
@@ -152,27 +152,43 @@ class _KernelInference:
         return changed
 
     def free_choice(self) -> bool:
-        """Give the first op still without a layout the default one. False when nothing is left."""
-        for op in self.ops:
+        """Give the largest op still without a layout the default one (loops before tiles on ties, then program
+        order), so that small loops and reduction outputs follow the big tiles. False when nothing is left."""
+        candidates = []
+        for n, op in enumerate(self.ops):
             if isinstance(op, Parallel) and op not in self.r.loops:
-                self.set_loop(op, self.free_loop_layout(op))
-                return True
-            if isinstance(op, Reduce) and op.src.scope == "fragment" and op.src not in self.r.fragments:
-                self.assign(op.src, make_blocked(op.src.shape, self.threads, 4), op, "reduction input")
-                return True
+                extents = tuple(static_int(e) for e in op.extents)
+                candidates.append((-len(extents), -np.prod(extents), 0, n, op, None))
+            tiles = [(op.src, None)] if isinstance(op, Reduce) and op.src.scope == "fragment" else []
             if isinstance(op, (Copy, Fill, AtomicAddTile)):
-                for region, other in _tile_sides(op):
-                    if region.buffer.scope == "fragment" and region.buffer not in self.r.fragments:
-                        vec = _vector_for([other.buffer]) if other is not None else 4
-                        self.assign(region.buffer, make_blocked(region.buffer.shape, self.threads, vec), op,
-                                    f"{_op_desc(op)}, default layout")
-                        return True
+                tiles = [(r.buffer, o) for r, o in _tile_sides(op) if r.buffer.scope == "fragment"]
+            for buf, other in tiles:
+                if buf not in self.r.fragments:
+                    candidates.append((-buf.ndim, -np.prod(buf.shape), 1, n, op, (buf, other)))
+        if candidates:
+            *_, op, tile = min(candidates, key=lambda c: c[:4])
+            if tile is None:
+                self.set_loop(op, self.free_loop_layout(op))
+            else:
+                buf, other = tile
+                vec = _vector_for([other.buffer]) if other is not None else self.copy_vector(buf)
+                self.assign(buf, make_blocked(buf.shape, self.threads, vec), op, f"{_op_desc(op)}, default layout")
+            return True
         for buf in self.fragments:
             if buf not in self.r.fragments:
                 self.r.fragments[buf] = make_blocked(buf.shape, self.threads, 4)
                 self.r.origin[buf] = (None, "unused")
                 return True
         return False
+
+    def copy_vector(self, buf: Buffer) -> int:
+        """The vector width that suits the copies moving ``buf`` to or from memory."""
+        for op in self.ops:
+            if isinstance(op, Copy) and buf in (op.src.buffer, op.dst.buffer):
+                other = op.dst.buffer if op.src.buffer is buf else op.src.buffer
+                if other.scope in ("global", "shared"):
+                    return _vector_for([other])
+        return 8
 
     # -- loops -----------------------------------------------------------------------------------------------
     def accesses(self, loop: Parallel):

@@ -1,7 +1,8 @@
-"""Y = SiLU(RMSNorm(X) * gamma), one row per thread-block slice: a verified example kernel.
+"""Y = SiLU(RMSNorm(X) * gamma) over the rows of X: a verified example kernel, tuned for any C.
 
-The whole row is read once into a float32 fragment, squared and reduced, then scaled, activated and written:
-one read and one write of X. Works for any C; M need not be a multiple of the block.
+Each block owns ``block_m`` whole rows, held in float32 registers: one read of X, one write of Y, gamma read once per
+block into registers. ``block_m`` and ``threads`` follow C so that every block moves about 8 KB and every thread
+holds about 32 values. M may be left dynamic (one compiled kernel for every M).
 """
 import torch
 
@@ -9,11 +10,24 @@ import tileagent
 import tileagent.language as T
 
 
+def schedule(C: int) -> tuple[int, int]:
+    """(block_m, threads) for a row length C: about 32 values per thread, block_m a power of two."""
+    threads = 256 if C >= 2048 else 128
+    block_m = 1
+    while block_m * 2 * C <= threads * 32 and block_m < 64:
+        block_m *= 2
+    return block_m, threads
+
+
 @tileagent.jit(out_idx=[2])
-def rmsnorm_silu(M, C, block_m=4, threads=128, dtype="float16", eps=1e-5):
+def rmsnorm_silu(M, C, block_m=None, threads=None, dtype="float16", eps=1e-5):
+    default_m, default_threads = schedule(C)
+    block_m, threads = block_m or default_m, threads or default_threads
+    rows = M if M is not None else T.dynamic("M")
+
     @T.prim_func
-    def main(X: T.Tensor((M, C), dtype), gamma: T.Tensor((C,), dtype), Y: T.Tensor((M, C), dtype)):
-        with T.Kernel(T.ceildiv(M, block_m), threads=threads) as bm:
+    def main(X: T.Tensor((rows, C), dtype), gamma: T.Tensor((C,), dtype), Y: T.Tensor((rows, C), dtype)):
+        with T.Kernel(T.ceildiv(rows, block_m), threads=threads) as bm:
             x = T.alloc_fragment((block_m, C), "float32")
             g = T.alloc_fragment((C,), "float32")
             sq = T.alloc_fragment((block_m, C), "float32")
