@@ -53,3 +53,7 @@ def test_wrong_kernel_is_caught_by_check(shared_example):
     assert (c >= 0).all()
     with pytest.raises(AssertionError):
         torch.testing.assert_close(c, (a.float() @ b.float()).half(), rtol=1e-2, atol=1e-2)
+
+
+def test_prompt_example_softmax_matches_reference():
+    load_module(REPO / "prompts" / "examples" / "softmax.py").check(device="cpu", M=5, N=512)

@@ -56,8 +56,7 @@ def _lower_kernel(name, k: Kernel, layouts, flat, params) -> DeviceKernel:
     ctx.scratch_offset = plan.scratch_offset if needs_scratch else None
     for var, extent in zip(k.block_vars, k.grid):
         n = static_int(extent)
-        if n is not None:
-            ctx.ranges[var] = (0, n - 1)
+        ctx.ranges[var] = (0, n - 1 if n is not None else 2**31 - 1)
     stmts = _block_indices(k, body) + _Lowering(ctx).body(body)
     offsets = {ctx.shared[b]: o for b, o in plan.offsets.items()}
     for buf in ctx._scratch.values():

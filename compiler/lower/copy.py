@@ -112,7 +112,8 @@ def _vector_ok(ctx, r: Region, coords_shape, width: int) -> bool:
 
 def _transfer(ctx, layout: Fragment, coords, src: Region, dst: Region, s, atomic: bool) -> list:
     width = layout.vector_width if not atomic else 1
-    max_elems = max(1, 16 // max(src.buffer.dtype.bytes, dst.buffer.dtype.bytes))
+    memory_sides = [r.buffer.dtype.bytes for r in (src, dst) if r.buffer.scope in ("global", "shared")]
+    max_elems = max(1, 16 // max(memory_sides)) if memory_sides else width
     while width > 1 and (width > max_elems or not (_vector_ok(ctx, src, coords, width)
                                                     and _vector_ok(ctx, dst, coords, width))):
         width //= 2
