@@ -1,0 +1,269 @@
+"""CUDA C++ -> cubin with NVRTC (``cuda.bindings.nvrtc``), behind an on-disk cache.
+
+In: a CUDA C++ translation unit (``compiler.targets.cuda.generate``), an arch such as ``"sm_90a"`` and extra NVRTC
+options. Out: cubin bytes (an ELF image) that ``compiler.runtime.launch.LoadedModule`` loads.
+Guarantees:
+
+- Compiles with ``--gpu-architecture=<arch> -std=c++17 -I<CUDA include dir>`` plus the caller's options; no GPU needed.
+- Failures raise :class:`NvrtcError` with the full program log and, for each source line the log names, that line.
+- Cache: ``$TILEAGENT_CACHE_DIR`` (default ``~/.cache/tileagent``) ``/nvrtc/<sha256>.cubin``, keyed by source, arch,
+  options, ``compiler.__version__`` and the NVRTC version; written atomically (temp file + ``os.replace``); an entry
+  that fails its checksum is ignored and rewritten; an unwritable cache only logs a warning.
+- Library discovery: ``cuda.pathfinder`` first, then the ``nvidia`` wheels next to torch and on ``sys.path``, then
+  ``LD_LIBRARY_PATH`` and ``/usr/local/cuda``; include directory the same way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import glob
+import hashlib
+import logging
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from compiler.errors import KernelRuntimeError, TargetUnavailable
+
+logger = logging.getLogger(__name__)
+
+_MAGIC = b"TACUBIN1"  # cache file: magic, sha256 of the cubin, cubin
+_LIB_SUBDIRS = ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib", "nvidia/cu12/lib")
+_INCLUDE_SUBDIRS = ("nvidia/cu13/include", "nvidia/cuda_runtime/include", "nvidia/cu12/include")
+
+
+class NvrtcError(KernelRuntimeError):
+    """NVRTC rejected a program; ``log`` is the full program log, ``source`` the program."""
+
+    def __init__(self, message: str, log: str = "", source: str = ""):
+        super().__init__(message)
+        self.log, self.source = log, source
+
+
+def _search_roots() -> list[Path]:
+    """site-packages-like roots: the one holding torch first, then every ``sys.path`` entry."""
+    roots = []
+    try:
+        import torch
+
+        roots.append(Path(torch.__file__).resolve().parent.parent)
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    roots += [Path(p) for p in sys.path if p]
+    seen, out = set(), []
+    for r in roots:
+        if r not in seen and r.is_dir():
+            seen.add(r)
+            out.append(r)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _load_nvrtc():
+    """Make sure libnvrtc can be loaded, then return the ``cuda.bindings.nvrtc`` module."""
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as e:
+        raise TargetUnavailable(f"cuda-python (cuda.bindings) is not installed: {e}") from None
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        load_nvidia_dynamic_lib("nvrtc")
+        return nvrtc
+    except Exception as e:  # noqa: BLE001 - pathfinder missing or failed: search ourselves
+        logger.debug("cuda.pathfinder could not load libnvrtc (%s); searching wheels and LD_LIBRARY_PATH", e)
+    dirs = [r / sub for r in _search_roots() for sub in _LIB_SUBDIRS]
+    dirs += [Path(p) for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    dirs += [Path("/usr/local/cuda/lib64"), Path("/usr/local/cuda/lib")]
+    for d in dirs:
+        for lib in sorted(glob.glob(str(d / "libnvrtc.so*")), reverse=True):
+            if "builtins" in lib:
+                continue
+            try:
+                ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+                logger.debug("loaded %s", lib)
+                return nvrtc
+            except OSError:
+                continue
+    return nvrtc  # let cuda.bindings try its own search; a failure surfaces at the first call
+
+
+@functools.lru_cache(maxsize=1)
+def include_dir() -> str:
+    """The directory holding ``cuda_fp16.h`` (CUDA's include dir), or raise TargetUnavailable."""
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+
+        d = find_nvidia_header_directory("cudart")
+        if d and (Path(d) / "cuda_fp16.h").is_file():
+            return str(d)
+    except Exception as e:  # noqa: BLE001 - older pathfinder, or not found
+        logger.debug("cuda.pathfinder found no CUDA headers (%s)", e)
+    cands = [r / sub for r in _search_roots() for sub in _INCLUDE_SUBDIRS]
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    cands += [Path(home) / "include"] if home else []
+    cands += [Path("/usr/local/cuda/include")]
+    for d in cands:
+        if (d / "cuda_fp16.h").is_file():
+            return str(d)
+    raise TargetUnavailable("CUDA headers (cuda_fp16.h) not found; install the nvidia-cuda-runtime wheel")
+
+
+@functools.lru_cache(maxsize=1)
+def nvrtc_version() -> tuple[int, int]:
+    """(major, minor) of the NVRTC library in use."""
+    nvrtc = _load_nvrtc()
+    try:
+        err, major, minor = nvrtc.nvrtcVersion()
+    except Exception as e:  # noqa: BLE001 - library not loadable
+        raise TargetUnavailable(f"NVRTC could not be loaded: {e}") from None
+    _check(nvrtc, err, "nvrtcVersion")
+    return int(major), int(minor)
+
+
+def device_arch(device=None) -> str:
+    """The NVRTC arch for a torch CUDA device: ``"sm_90a"`` for 9.0, ``"sm_100a"`` for 10.0, else ``sm_<major><minor>``.
+
+    Raises:
+        TargetUnavailable: when torch sees no CUDA device.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        raise TargetUnavailable("no CUDA device is available")
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) in ((9, 0), (10, 0)):
+        return f"sm_{major}{minor}a"
+    return f"sm_{major}{minor}"
+
+
+def cache_dir() -> Path:
+    """Where compiled cubins are kept: ``$TILEAGENT_CACHE_DIR/nvrtc`` (default ``~/.cache/tileagent/nvrtc``)."""
+    return Path(os.environ.get("TILEAGENT_CACHE_DIR") or "~/.cache/tileagent").expanduser() / "nvrtc"
+
+
+def cache_key(source: str, arch: str, options: tuple[str, ...] = ()) -> str:
+    """sha256 of everything that decides the cubin: source, arch, options, compiler and NVRTC versions."""
+    from compiler import __version__
+
+    h = hashlib.sha256()
+    for part in (source, arch, "\0".join(options), __version__, "%d.%d" % nvrtc_version()):
+        h.update(part.encode())
+        h.update(b"\0\1")
+    return h.hexdigest()
+
+
+def cache_path(source: str, arch: str, options: tuple[str, ...] = ()) -> Path:
+    """The cache file for this compilation (it may not exist)."""
+    return cache_dir() / f"{cache_key(source, arch, tuple(options))}.cubin"
+
+
+def compile_to_cubin(source: str, arch: str, options: tuple[str, ...] = (), *, cache: bool = True) -> bytes:
+    """Compile CUDA C++ ``source`` for ``arch`` (e.g. ``"sm_90a"``) to a cubin, reusing the on-disk cache.
+
+    Args:
+        source: one CUDA C++ translation unit.
+        arch: ``sm_XY`` or ``sm_XYa``.
+        options: extra NVRTC options (``"-lineinfo"``, ``"--use_fast_math"``, ...).
+        cache: read and write the on-disk cache.
+
+    Raises:
+        NvrtcError: NVRTC rejected the program (message holds the log and the failing lines).
+        TargetUnavailable: NVRTC or the CUDA headers are missing.
+    """
+    options = tuple(options)
+    path = cache_path(source, arch, options) if cache else None
+    if path is not None:
+        cubin = _read_cache(path)
+        if cubin is not None:
+            logger.debug("nvrtc cache hit %s", path.name)
+            return cubin
+    t0 = time.perf_counter()
+    cubin = _compile(source, arch, options)
+    logger.debug("nvrtc compiled %d lines for %s in %.3f s", source.count("\n") + 1, arch, time.perf_counter() - t0)
+    if path is not None:
+        _write_cache(path, cubin)
+    return cubin
+
+
+def _check(nvrtc, err, what: str) -> None:
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        _, name = nvrtc.nvrtcGetErrorString(err)
+        raise NvrtcError(f"{what} failed: {name.decode() if isinstance(name, bytes) else name}")
+
+
+def _compile(source: str, arch: str, options: tuple[str, ...]) -> bytes:
+    nvrtc = _load_nvrtc()
+    nvrtc_version()  # raises TargetUnavailable when the library cannot be loaded
+    if not re.fullmatch(r"sm_\d+[af]?", arch):
+        raise NvrtcError(f"arch {arch!r} is not of the form sm_XY or sm_XYa")
+    opts = [f"--gpu-architecture={arch}", "-std=c++17", f"-I{include_dir()}", *options]
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
+    _check(nvrtc, err, "nvrtcCreateProgram")
+    try:
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        log = _program_log(nvrtc, prog)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise NvrtcError(_failure_message(log, source, opts), log=log, source=source)
+        if log.strip():
+            logger.debug("nvrtc log:\n%s", log)
+        err, size = nvrtc.nvrtcGetCUBINSize(prog)
+        _check(nvrtc, err, "nvrtcGetCUBINSize")
+        buf = b" " * size
+        (err,) = nvrtc.nvrtcGetCUBIN(prog, buf)
+        _check(nvrtc, err, "nvrtcGetCUBIN")
+        return bytes(buf)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _program_log(nvrtc, prog) -> str:
+    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or size <= 1:
+        return ""
+    buf = b" " * size
+    nvrtc.nvrtcGetProgramLog(prog, buf)
+    return buf.rstrip(b"\0").decode(errors="replace")
+
+
+def _failure_message(log: str, source: str, opts: list[str]) -> str:
+    lines = source.splitlines()
+    quoted = []
+    for n in dict.fromkeys(int(m) for m in re.findall(r"\((\d+)\): (?:catastrophic )?error", log)):
+        if 1 <= n <= len(lines):
+            quoted.append(f"  line {n}: {lines[n - 1].strip()}")
+    msg = f"NVRTC compilation failed ({' '.join(opts)}):\n{log.rstrip()}"
+    if quoted:
+        msg += "\nfailing source lines:\n" + "\n".join(quoted[:20])
+    return msg
+
+
+def _read_cache(path: Path) -> bytes | None:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    head, digest, cubin = data[:8], data[8:40], data[40:]
+    if head != _MAGIC or hashlib.sha256(cubin).digest() != digest or not cubin.startswith(b"\x7fELF"):
+        logger.warning("ignoring corrupt cache entry %s", path)
+        return None
+    return cubin
+
+
+def _write_cache(path: Path, cubin: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".cubin")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(_MAGIC + hashlib.sha256(cubin).digest() + cubin)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as e:
+        logger.warning("could not write the nvrtc cache entry %s: %s", path, e)
