@@ -30,7 +30,7 @@ import struct
 import torch
 
 from compiler.dtypes import DType
-from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Unary, Var, as_expr
+from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, as_expr
 from compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
 from compiler.tir import BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceKernel, DeviceModule, VecCopy
 
@@ -70,7 +70,9 @@ template <typename T> __device__ __forceinline__ T tl_floormod(T a, T b) {
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 template <> __device__ __forceinline__ float tl_floormod<float>(float a, float b) { return a - floorf(a / b) * b; }
-template <> __device__ __forceinline__ double tl_floormod<double>(double a, double b) { return a - floor(a / b) * b; }""",
+template <> __device__ __forceinline__ double tl_floormod<double>(double a, double b) {
+  return a - floor(a / b) * b;
+}""",
     "minmax": """\
 template <typename T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 template <typename T> __device__ __forceinline__ T tl_max(T a, T b) { return a < b ? b : a; }
@@ -620,7 +622,7 @@ class _KernelEmitter:
         return f"(({self.ct(dt)}){r})" if narrow else r
 
     def e_cmp(self, e: Cmp, w: bool) -> str:
-        if e.a.dtype in _LOWP:
+        if e.a.dtype in _LOWP or e.b.dtype in _LOWP:
             return f"({self.f32(e.a)} {e.op} {self.f32(e.b)})"
         return f"({self.operand(e.a, False, e.op)} {e.op} {self.operand(e.b, False, e.op, True)})"
 
