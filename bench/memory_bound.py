@@ -132,6 +132,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--cs", default="96,160,192,256,320,384,512,640,1024,4096", help="C values of the timed rows")
+    ap.add_argument("--ms", default="262144,16384", help="M values of the timed rows")
     args = ap.parse_args()
     torch.manual_seed(0)
     rms, sm = load("rmsnorm_silu"), load("softmax")
@@ -145,9 +147,9 @@ def main() -> None:
         print(f"correctness sweep: {len(report['sweep_failures'])} failures in {time.time() - t0:.0f} s", flush=True)
         for f in report["sweep_failures"][:20]:
             print("  ", f)
-    cs = (96, 160, 192, 256, 320, 384, 512, 640, 1024, 4096)
+    cs = [int(c) for c in args.cs.split(",")]
     report["rows"] = []
-    for M in (262144, 16384):
+    for M in [int(m) for m in args.ms.split(",")]:
         report["rows"] += bandwidth_rows(rms, M, cs)
     x = torch.randn(16384, 4096, device="cuda", dtype=torch.float16) * 4
     sk = sm.softmax(None, 4096)

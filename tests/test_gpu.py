@@ -1,0 +1,67 @@
+"""On a CUDA device: the lowered kernels compiled by NVRTC and launched, against torch. Skipped without a GPU."""
+
+import pytest
+import torch
+
+import tileagent
+from tests import kernels as K
+from tests.conftest import REPO, load_module
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+
+def _nan(*shape, dtype=torch.float32):
+    return torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+
+
+@pytest.mark.parametrize("C", [32, 96, 160, 192, 320, 1024, 4096, 8192])
+@pytest.mark.parametrize("M", [1, 7, 1000])
+def test_rmsnorm_silu_example_on_gpu(C, M):
+    mod = load_module(REPO / "prompts" / "examples" / "rmsnorm_silu.py")
+    kernel = mod.rmsnorm_silu(None, C)
+    x = torch.randn(M, C, device="cuda", dtype=torch.float16)
+    g = torch.randn(C, device="cuda", dtype=torch.float16)
+    torch.testing.assert_close(kernel(x, g), mod.reference(x, g), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("M,N", [(777, 2048), (3, 4096), (64, 96)])
+def test_softmax_example_on_gpu(M, N):
+    mod = load_module(REPO / "prompts" / "examples" / "softmax.py")
+    x = torch.randn(M, N, device="cuda", dtype=torch.float16) * 4
+    torch.testing.assert_close(mod.softmax(None, N)(x), mod.reference(x), rtol=1e-2, atol=1e-3)
+
+
+def test_own_kernels_on_gpu():
+    x, b = torch.randn(37, 96, device="cuda", dtype=torch.float16), torch.randn(96, device="cuda", dtype=torch.float16)
+    y = _nan(37, 96, dtype=torch.float16)
+    tileagent.compile(K.bias_gelu(37, 96))(x, b, y)
+    torch.testing.assert_close(y, K.REFERENCES["bias_gelu"](x, b), rtol=1e-2, atol=1e-2)
+    x = torch.randn(13, 160, device="cuda", dtype=torch.float16)
+    w, bb = torch.randn(160, device="cuda", dtype=torch.float16), torch.randn(160, device="cuda", dtype=torch.float16)
+    y = _nan(13, 160, dtype=torch.float16)
+    tileagent.compile(K.layernorm(13, 160))(x, w, bb, y)
+    torch.testing.assert_close(y, K.REFERENCES["layernorm"](x, w, bb), rtol=1e-2, atol=1e-2)
+    x, y = torch.randn(64, 80, device="cuda"), _nan(80)
+    tileagent.compile(K.column_max(64, 80))(x, y)
+    torch.testing.assert_close(y, K.REFERENCES["column_max"](x))
+    x, y = torch.randn(70, 45, device="cuda", dtype=torch.float16), _nan(45, 70, dtype=torch.float16)
+    tileagent.compile(K.transpose(70, 45))(x, y)
+    torch.testing.assert_close(y, K.REFERENCES["transpose"](x))
+    x, y = torch.randn(50, 64, device="cuda"), torch.zeros(64, device="cuda")
+    tileagent.compile(K.column_sum_atomic(50, 64))(x, y)
+    torch.testing.assert_close(y, K.REFERENCES["column_sum_atomic"](x), rtol=1e-5, atol=1e-5)
+    kernel = tileagent.compile(K.scale_rows(0, 100))
+    for m in (3, 5000):
+        x, y = torch.randn(m, 100, device="cuda"), _nan(m, 100)
+        kernel(x, y)
+        torch.testing.assert_close(y, K.REFERENCES["scale_rows"](x))
+
+
+def test_shared_memory_over_48_kib_launches():
+    kernel = tileagent.compile(K.transpose(256, 256, block=128, threads=256, dtype="float32"))
+    assert kernel.module.kernels[0].shared_bytes > 48 * 1024
+    x, y = torch.randn(256, 256, device="cuda"), _nan(256, 256)
+    kernel(x, y)
+    torch.testing.assert_close(y, x.T.contiguous())
