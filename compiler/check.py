@@ -4,7 +4,9 @@ In: a PrimFunc from the frontend. Out: the same PrimFunc, unchanged.
 Guarantees, once it returns: tile ops sit inside a T.Kernel and outside T.Parallel; copy extents agree after
 dropping size-1 dims; gemm operands are 2-d tiles in legal scopes with matching M/N/K and supported dtypes;
 reduce outputs have the input's shape minus ``dim``; local buffers are not indexed by T.Parallel variables;
-fragments outside T.Parallel are indexed by constants; constant indices of on-chip buffers are in bounds;
+fragments outside T.Parallel are indexed by constants; constant indices of on-chip buffers are in bounds (element
+accesses of stores, lets, conditions, atomics and T.print alike); T.Parallel holds no other loop (the frontend merges
+perfect T.Parallel nests into one);
 Pipelined ``order``/``stage`` lists cover the body. Violations raise CompileError subclasses with the op's span.
 """
 
@@ -14,7 +16,7 @@ from compiler.diagnostics import CompileError, DSLTypeError, InternalCompilerErr
 from compiler.ir.expr import Expr, Load
 from compiler.ir.simplify import depends_on, static_int
 from compiler.ir.stmt import (Alloc, AtomicAdd, AtomicAddTile, Copy, Fill, For, Gemm, If, Kernel, Let, Parallel,
-                              PrimFunc, Reduce, Region, Store)
+                              Print, PrimFunc, Reduce, Region, Store)
 
 GEMM_INPUT_DTYPES = ("float16", "bfloat16", "float32", "int8", "float8_e4m3fn", "float8_e5m2")
 GEMM_ACCUM_DTYPES = ("float32", "float16", "int32")
@@ -52,7 +54,9 @@ class _Checker:
         elif isinstance(s, Parallel):
             if in_par:
                 raise ScopeError("T.Parallel nested inside T.Parallel", code="E506",
-                                 hint="write one nest: for i, j in T.Parallel(M, N)")
+                                 hint="only a perfect nest is allowed (the inner T.Parallel the outer one's only "
+                                      "statement, its extents free of the outer variables); or write one nest: "
+                                      "for i, j in T.Parallel(M, N)")
             static = all(static_int(e) is not None for e in s.extents)
             self.body(s.body, in_kernel, s.vars, static)
         elif isinstance(s, For):
@@ -70,6 +74,8 @@ class _Checker:
             self.exprs((s.cond,), par_vars, static_par)
             self.body(s.then_body, in_kernel, par_vars, static_par)
             self.body(s.else_body, in_kernel, par_vars, static_par)
+        elif isinstance(s, Print):
+            self.exprs((s.value,), par_vars, static_par)
         elif isinstance(s, Store):
             self.access(s.buffer, s.indices, par_vars, static_par)
             self.exprs(s.indices + (s.value,), par_vars, static_par)

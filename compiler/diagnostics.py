@@ -29,7 +29,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Span:
-    """A place in DSL source: 1-based line, 0-based columns, as Python's ast reports them."""
+    """A place in DSL source: 1-based lines and 0-based columns.
+
+    Columns count characters, not the UTF-8 bytes Python's ast reports (the frontend converts them), so ``str``
+    prints the column an editor shows and ``excerpt`` puts the caret under the right character after non-ASCII text.
+    """
 
     file: str
     line: int
@@ -178,7 +182,8 @@ CODES = {
     "E503": "local buffer indexed by a T.Parallel variable",
     "E504": "fragment indexed by a non-constant outside T.Parallel",
     "E505": "allocation or tile op outside T.Kernel",
-    "E506": "T.Parallel nested inside T.Parallel after other statements, or T.Pipelined inside T.Parallel",
+    "E506": "T.Parallel nested inside T.Parallel after other statements, or a sequential loop (T.serial, "
+            "T.Pipelined, T.unroll) inside T.Parallel",
     "E507": "T.Parallel with a non-static extent indexing a fragment",
     "E508": "atomic_add destination not in global or shared memory",
     "E601": "unknown or unavailable target",

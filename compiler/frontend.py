@@ -3,9 +3,10 @@
 In: the Python function object. Its source is read with ``inspect`` and parsed with ``ast`` (no tracing); names
 resolve through the DSL's own bindings, then the function's closure cells, its module globals and Python builtins.
 Out: a ``compiler.ir.PrimFunc``.
-Guarantees: every statement carries the span (file, line, col) of the DSL code it came from; Python ``if``/``for``
-over compile-time values are resolved here; only ``CompileError`` subclasses escape (anything else is wrapped as
-an ``InternalCompilerError`` at the span of the statement being parsed).
+Guarantees: every statement carries the span (file, line, character col) of the DSL code it came from; Python
+``if``/``for`` over compile-time values are resolved here; a perfect nest of T.Parallel loops becomes one Parallel;
+only ``CompileError`` subclasses escape (a plain ValueError/TypeError/... a builtin raises on the user's values is an
+E301 naming it; anything else is wrapped as an ``InternalCompilerError`` at the span of the statement being parsed).
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ import builtins
 import difflib
 import inspect
 import operator
-import textwrap
+from collections.abc import Mapping
 
 from compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, InternalCompilerError,
                                   NameResolutionError, ShapeError, Span)
 from compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
 from compiler.ir.expr import Expr, Load, Var, as_expr, describe, make_cast, make_cmp, make_logical, make_select, make_unary
-from compiler.ir.simplify import static_int
+from compiler.ir.simplify import depends_on, static_int
 from compiler.ir.stmt import Alloc, Buffer, For, If, Kernel, Let, Parallel, PrimFunc, Region, Stmt, Store
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -29,8 +30,9 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor,
            ast.LShift: operator.lshift, ast.RShift: operator.rshift}
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
-_PY_CMP = {ast.Is: operator.is_, ast.IsNot: operator.is_not, ast.In: lambda a, b: a in b,
-           ast.NotIn: lambda a, b: a not in b}
+_PY_CMP = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+           ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+           ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
 _UNSET = object()
 
 
@@ -43,29 +45,47 @@ def prim_func(func=None, **_options):
 
 def parse(func) -> PrimFunc:
     """Parse ``func`` (a Python function written in the DSL) into a PrimFunc."""
+    name = getattr(func, "__name__", func)
     try:
         lines, first_line = inspect.getsourcelines(func)
         file = inspect.getsourcefile(func) or "<unknown>"
     except (OSError, TypeError) as e:
-        raise DSLSyntaxError(f"cannot read the source of {getattr(func, '__name__', func)!r}: {e}", code="E101",
+        raise DSLSyntaxError(f"cannot read the source of {name!r}: {e}", code="E101",
                              hint="define prim_funcs in a .py file (the DSL is parsed from source)") from None
-    indent = len(lines[0]) - len(lines[0].lstrip())
-    tree = ast.parse(textwrap.dedent("".join(lines)))
-    fdef = tree.body[0]
+    try:
+        fdef = _parse_def(lines)
+    except SyntaxError as e:
+        raise DSLSyntaxError(f"cannot parse the source of {name!r}: {e.msg}", Span(file, first_line),
+                             code="E101") from None
     if not isinstance(fdef, ast.FunctionDef):
         raise DSLSyntaxError("T.prim_func must decorate a function definition", Span(file, first_line), code="E101")
     closure = {}
-    for name, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
+    for var, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
         try:
-            closure[name] = cell.cell_contents
+            closure[var] = cell.cell_contents
         except ValueError:  # a cell not yet filled: the name is assigned after the def
             pass
-    return _Parser(file, first_line - 1, indent, closure, func.__globals__).function(fdef, func)
+    return _Parser(file, first_line, lines, closure, func.__globals__).function(fdef, func)
+
+
+def _parse_def(lines: list[str]) -> ast.stmt:
+    """The first statement of ``lines`` (a def with its decorators), parsed from the text as it stands in the file.
+
+    An indented def (nested in a function or class) is parsed as the body of an ``if 1:`` line put before it
+    rather than dedented: ast columns stay file columns, and comments or string lines left of the def's
+    indentation parse. Line 1 of the result is the first of ``lines``.
+    """
+    source = "".join(lines)
+    if not lines[0][:1].isspace():
+        return ast.parse(source).body[0]
+    tree = ast.parse("if 1:\n" + source)
+    ast.increment_lineno(tree, -1)
+    return tree.body[0].body[0]
 
 
 class _Parser:
-    def __init__(self, file: str, line_offset: int, col_offset: int, closure: dict, globals_: dict):
-        self.file, self.line_offset, self.col_offset = file, line_offset, col_offset
+    def __init__(self, file: str, first_line: int, lines: list[str], closure: dict, globals_: dict):
+        self.file, self.first_line, self.lines = file, first_line, lines
         self.closure, self.globals = closure, globals_
         self.scopes: list[dict] = [{}]
         self.blocks: list[list[Stmt]] = [[]]
@@ -74,9 +94,16 @@ class _Parser:
 
     # -- spans and errors ------------------------------------------------------------------------------------
     def span(self, node: ast.AST) -> Span:
-        return Span(self.file, node.lineno + self.line_offset, node.col_offset + self.col_offset,
-                    (node.end_lineno or node.lineno) + self.line_offset,
-                    (node.end_col_offset or node.col_offset) + self.col_offset)
+        """The file span of ``node``; ast's UTF-8 byte columns become character columns (see ``Span``)."""
+        end_line = node.end_lineno or node.lineno
+        end_col = node.col_offset if node.end_col_offset is None else node.end_col_offset
+        return Span(self.file, node.lineno + self.first_line - 1, self._char_col(node.lineno, node.col_offset),
+                    end_line + self.first_line - 1, self._char_col(end_line, end_col))
+
+    def _char_col(self, line: int, byte_col: int) -> int:
+        """The character offset of UTF-8 byte offset ``byte_col`` on line ``line`` (1-based) of the source."""
+        text = self.lines[line - 1] if 1 <= line <= len(self.lines) else ""
+        return len(text.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
 
     def _guard(self, node: ast.AST, fn, *args):
         """Run fn; CompileErrors get this node's span if they have none, anything else becomes an internal error."""
@@ -133,7 +160,7 @@ class _Parser:
         for a in args.args:
             ann = annotations.get(a.arg, _UNSET)
             if isinstance(ann, str) and not isinstance(ann, DType) and ann not in _DTYPE_NAMES:
-                ann = self._guard(a, self.expr, ast.parse(ann, mode="eval").body)  # from __future__ import annotations
+                ann = self._guard(a, self._string_annotation, a, ann)
             param = self._guard(a, self.param, a, ann)
             params.append(param)
             self.bind(a.arg, param)
@@ -147,6 +174,20 @@ class _Parser:
             raise DSLSyntaxError(f"prim_func '{fdef.name}' has no `with T.Kernel(...)` scope", self.span(fdef),
                                  code="E103", hint="wrap the body in `with T.Kernel(grid..., threads=128) as bx:`")
         return PrimFunc(fdef.name, tuple(params), body, tuple(dynamic), self.span(fdef))
+
+    def _string_annotation(self, a: ast.arg, text: str):
+        """The value of a string annotation (``from __future__ import annotations``), with errors at parameter ``a``.
+
+        The string is parsed on its own, so its nodes are moved to ``a``'s place before they are evaluated.
+        """
+        try:
+            tree = ast.parse(text.strip(), mode="eval")
+        except SyntaxError as e:
+            raise DSLSyntaxError(f"parameter '{a.arg}': annotation {text!r} is not a Python expression ({e.msg})",
+                                 code="E105") from None
+        for node in ast.walk(tree):
+            ast.copy_location(node, a)
+        return self.expr(tree.body)
 
     def param(self, a: ast.arg, ann):
         from compiler.language.types import Tensor
@@ -276,9 +317,9 @@ class _Parser:
             if not isinstance(ref, Load):
                 raise DSLSyntaxError(f"cannot update `{ast.unparse(target)}` in place", code="E102",
                                      hint="in-place updates work on single elements inside T.Parallel")
-            self.store(ref.buffer, ref.indices, self._binop(op, ref, self.expr(node.value)), node)
+            self.store(ref.buffer, ref.indices, self._operate(op, ref, self.expr(node.value)), node)
         elif isinstance(target, ast.Name):
-            self.assign_name(target.id, self._binop(op, self.expr(target), self.expr(node.value)), node)
+            self.assign_name(target.id, self._operate(op, self.expr(target), self.expr(node.value)), node)
         else:
             raise DSLSyntaxError(f"cannot update `{ast.unparse(target)}`", code="E102")
 
@@ -324,9 +365,13 @@ class _Parser:
         if self.kernel_depth:
             raise DSLSyntaxError("T.Kernel cannot be nested inside another T.Kernel", code="E103",
                                  hint="several T.Kernel scopes may follow each other at the top of the function")
+        target = item.optional_vars
+        if target is not None and not isinstance(target, (ast.Name, ast.Tuple, ast.List)):
+            raise DSLSyntaxError(f"`as {ast.unparse(target)}`: T.Kernel binds its block indices to a name or a "
+                                 f"tuple of names", self.span(target), code="E103",
+                                 hint="write `with T.Kernel(gx, gy) as (bx, by):`")
         default = ("bx", "by", "bz")
         names = [default[i] for i in range(len(spec.grid))]
-        target = item.optional_vars
         if isinstance(target, ast.Name) and len(spec.grid) == 1:
             names = [target.id]
         elif isinstance(target, (ast.Tuple, ast.List)):
@@ -351,14 +396,13 @@ class _Parser:
         self.emit(Kernel(grid, spec.threads, block_vars, body), node)
 
     def stmt_For(self, node: ast.For):
-        from compiler.language.loops import LoopSpec, serial
+        from compiler.language.loops import LoopSpec
 
         if node.orelse:
             raise DSLSyntaxError("for ... else is not supported", code="E101")
         it = node.iter
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and self.lookup(it.func.id, it) is range:
-            args = [self.expr(a) for a in it.args]
-            spec = self._guard(it, serial, *args)
+            spec = self._guard(it, self._range, it)
         else:
             spec = self.expr(it)
         if isinstance(spec, LoopSpec):
@@ -367,10 +411,33 @@ class _Parser:
         if isinstance(spec, Expr) or not hasattr(spec, "__iter__"):
             raise DSLSyntaxError(f"cannot loop over {describe(spec)}", code="E101",
                                  hint="use T.serial(n), T.Parallel(...), T.Pipelined(n, num_stages=...) or range(n)")
-        for value in spec:  # a Python iterable of compile-time values: unrolled now
+        for value in self._iterate(spec, it):  # a Python iterable of compile-time values: unrolled now
             self._bind_target(node.target, value)
             for s in node.body:
                 self._guard(s, self.stmt, s)
+
+    def _range(self, node: ast.Call):
+        """``range(...)`` as a loop: T.serial, with Python's signature (1 to 3 positional arguments)."""
+        from compiler.language.loops import serial
+
+        if node.keywords:
+            raise DSLTypeError("range() takes no keyword arguments", code="E301",
+                               hint="write range(stop) or range(start, stop, step)")
+        args = list(self._elements(node.args))
+        if not 1 <= len(args) <= 3:
+            raise DSLTypeError(f"range expected 1 to 3 arguments, got {len(args)}", code="E301",
+                               hint="write range(stop) or range(start, stop, step)")
+        return _call_builtin(serial, args, {}, "range")
+
+    def _iterate(self, iterable, node: ast.expr):
+        """The values of a compile-time Python iterable; an exception raised while iterating is an E301 at ``node``."""
+        try:
+            yield from iterable
+        except CompileError as e:
+            raise e.with_span(self.span(node))
+        except Exception as e:  # noqa: BLE001 -- user code (a generator, a container) failed
+            raise DSLTypeError(f"iterating over `{ast.unparse(node)}` raised {type(e).__name__}: {e}",
+                               self.span(node), code="E301") from None
 
     def _bind_target(self, target, value):
         if isinstance(target, ast.Name):
@@ -399,7 +466,7 @@ class _Parser:
         finally:
             self.scopes.pop()
         if spec.kind == "parallel":
-            self.emit(Parallel(loop_vars, spec.extents, body, dict(spec.annotations)), node)
+            self.emit(_parallel_nest(loop_vars, spec, body), node)
         else:
             self.emit(For(loop_vars[0], spec.start, spec.extent, spec.step, spec.kind, body,
                           dict(spec.annotations)), node)
@@ -500,20 +567,23 @@ class _Parser:
                                code="E309")
         return v
 
-    def _binop(self, op, a, b):
+    @staticmethod
+    def _operate(op, a, b):
+        """``op(a, b)`` for a Python operator; the exception it raises on values it cannot take is an E309."""
         try:
             return op(a, b)
         except CompileError:
             raise
-        except (TypeError, ZeroDivisionError, ValueError) as e:
-            raise DSLTypeError(f"unsupported operation on {describe(a)} and {describe(b)}: {e}", code="E309",
+        except (TypeError, ZeroDivisionError, ValueError, OverflowError) as e:
+            detail = "the result is out of range" if isinstance(e, OverflowError) else str(e)
+            raise DSLTypeError(f"unsupported operation on {describe(a)} and {describe(b)}: {detail}", code="E309",
                                hint="index buffers to get scalars (x[i, j]); tile ops work on whole buffers") from None
 
     def expr_BinOp(self, node: ast.BinOp):
         op = _BINOPS.get(type(node.op))
         if op is None:
             raise DSLSyntaxError(f"operator {type(node.op).__name__} is not supported", self.span(node), code="E101")
-        return self._guard(node, self._binop, op, self.expr(node.left), self.expr(node.right))
+        return self._guard(node, self._operate, op, self.expr(node.left), self.expr(node.right))
 
     def expr_UnaryOp(self, node: ast.UnaryOp):
         v = self.expr(node.operand)
@@ -545,14 +615,12 @@ class _Parser:
         result = None
         for op, right_node in zip(node.ops, node.comparators):
             right = self.expr(right_node)
-            if type(op) in _PY_CMP:
-                if isinstance(left, Expr) or isinstance(right, Expr):
-                    raise DSLSyntaxError(f"`{type(op).__name__}` needs compile-time values", self.span(node),
-                                         code="E104")
-                r = _PY_CMP[type(op)](left, right)
+            if not (isinstance(left, Expr) or isinstance(right, Expr)):
+                r = self._guard(node, self._operate, _PY_CMP[type(op)], left, right)
+            elif type(op) in _CMPOPS:
+                r = self._guard(node, make_cmp, _CMPOPS[type(op)], left, right)
             else:
-                r = self._guard(node, make_cmp, _CMPOPS[type(op)], left, right) if (
-                    isinstance(left, Expr) or isinstance(right, Expr)) else _py_compare(op, left, right)
+                raise DSLSyntaxError(f"`{type(op).__name__}` needs compile-time values", self.span(node), code="E104")
             if result is None:
                 result = r
             elif isinstance(result, Expr) or isinstance(r, Expr):
@@ -579,14 +647,33 @@ class _Parser:
     def _elements(self, elts):
         for e in elts:
             if isinstance(e, ast.Starred):
-                yield from self.expr(e.value)
+                yield from self._iterate(self._compile_time(e.value, "a sequence to unpack with *"), e.value)
             else:
                 yield self.expr(e)
+
+    def _compile_time(self, node: ast.expr, what: str, kind=None):
+        """The value of ``node``, which must be a compile-time ``kind`` (default: any iterable): else E309."""
+        value = self.expr(node)
+        ok = isinstance(value, kind) if kind is not None else hasattr(value, "__iter__")
+        if isinstance(value, (Expr, Buffer)) or not ok:
+            raise DSLTypeError(f"`{ast.unparse(node)}` is {describe(value)}; {what} must be a compile-time "
+                               f"Python value", self.span(node), code="E309")
+        return value
 
     def expr_Dict(self, node: ast.Dict):
         if any(k is None for k in node.keys):
             raise DSLSyntaxError("`**` in dict literals is not supported", self.span(node), code="E101")
-        return {self.expr(k): self.expr(v) for k, v in zip(node.keys, node.values)}
+        out = {}
+        for k, v in zip(node.keys, node.values):
+            key = self.expr(k)
+            try:
+                hash(key)
+            except TypeError:
+                raise DSLTypeError(f"dict key `{ast.unparse(k)}` is {describe(key)}, which is not hashable",
+                                   self.span(k), code="E309",
+                                   hint="use a number, a string, a tuple or a buffer as the key") from None
+            out[key] = self.expr(v)
+        return out
 
     def expr_JoinedStr(self, node: ast.JoinedStr):
         parts = []
@@ -600,7 +687,7 @@ class _Parser:
         kwargs = {}
         for kw in node.keywords:
             if kw.arg is None:
-                kwargs.update(self.expr(kw.value))
+                kwargs.update(self._compile_time(kw.value, "a mapping to unpack with **", Mapping))
             else:
                 kwargs[kw.arg] = self.expr(kw.value)
         return self._guard(node, self.call, fn, args, kwargs, ast.unparse(node.func))
@@ -614,7 +701,7 @@ class _Parser:
             except TypeError as e:
                 raise DSLTypeError(f"{name}(): {e}", code="E301",
                                    hint=f"signature: {name}{inspect.signature(fn)}") from None
-            return fn(*args, **kwargs)
+            return _call_builtin(fn, args, kwargs, name)
         try:
             return fn(*args, **kwargs)
         except CompileError:
@@ -641,6 +728,26 @@ def _is_builtin(fn) -> bool:
     return module.startswith("compiler.language")
 
 
+# What a builtin lets escape while it checks or folds the user's values (int(x), a // b, a dict lookup, ...).
+_VALUE_ERRORS = (ValueError, TypeError, ZeroDivisionError, OverflowError, KeyError)
+
+
+def _call_builtin(fn, args, kwargs, name: str):
+    """Call the DSL builtin ``fn`` (spelled ``name`` in the source) on arguments that fit its signature.
+
+    Builtins report bad values with CompileErrors, but one may let a plain ``_VALUE_ERRORS`` exception escape
+    from the user's values: that becomes an E301 (E302 for a dtype) naming the builtin. Any other exception is a
+    compiler bug and propagates (the frontend reports it as I000); the original stays chained as ``__cause__``.
+    """
+    try:
+        return fn(*args, **kwargs)
+    except CompileError:
+        raise
+    except _VALUE_ERRORS as e:
+        raise DSLTypeError(f"{name}: {e}", code="E302" if isinstance(e, UnsupportedDType) else "E301",
+                           hint=f"signature: {name}{inspect.signature(fn)}") from e
+
+
 def _is_torch_dtype(x) -> bool:
     import torch
 
@@ -653,9 +760,18 @@ def _is_constant(e: Expr) -> bool:
     return isinstance(e, Const)
 
 
-def _py_compare(op, a, b):
-    return {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-            ast.Eq: operator.eq, ast.NotEq: operator.ne}[type(op)](a, b)
+def _parallel_nest(loop_vars: tuple, spec, body: tuple) -> Parallel:
+    """The T.Parallel of ``loop_vars`` over ``body``.
+
+    A perfect nest -- a body that is exactly one T.Parallel whose extents do not use ``loop_vars`` -- merges into
+    one Parallel over the concatenated variables and extents (the inner loop's annotations win), as TileLang
+    allows, so later stages see a single nest. Other nests stay nested and the checks reject them (E506).
+    """
+    inner = body[0] if len(body) == 1 and isinstance(body[0], Parallel) else None
+    if inner is None or any(depends_on(e, loop_vars) for e in inner.extents):
+        return Parallel(loop_vars, spec.extents, body, dict(spec.annotations))
+    return Parallel(loop_vars + inner.vars, tuple(spec.extents) + tuple(inner.extents), inner.body,
+                    {**spec.annotations, **inner.annotations})
 
 
 def _vars_in(e):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
+from collections.abc import Mapping
 
 import torch
 
@@ -60,8 +61,13 @@ _KNOWN_KEYS = {k.value for k in PassConfigKey}
 
 
 def _pass_configs(configs) -> dict:
+    if configs is None:
+        return {}
+    if not isinstance(configs, Mapping):
+        raise DSLTypeError(f"pass_configs must be a dict {{key: value}}, got {type(configs).__name__}", code="E301",
+                           hint="e.g. pass_configs={PassConfigKey.TL_ENABLE_FAST_MATH: True}")
     out = {}
-    for key, value in (configs or {}).items():
+    for key, value in configs.items():
         name = key.value if isinstance(key, PassConfigKey) else str(key)
         if name not in _KNOWN_KEYS:
             raise DSLTypeError(f"unknown pass config key {name!r}", code="E308",
@@ -73,7 +79,8 @@ def _pass_configs(configs) -> dict:
 def _resolve_target(target) -> str:
     if isinstance(target, dict):
         target = target.get("kind", "auto")
-    target = "auto" if target is None else str(target).split()[0]
+    words = str("auto" if target is None else target).split()  # "cuda -arch=sm_90": the kind is the first word
+    target = words[0] if words else ""
     if target not in TARGETS:
         raise TargetError(f"unknown target {target!r}; known: {', '.join(TARGETS)}", code="E601")
     if target == "auto":
@@ -124,10 +131,14 @@ def _backend(func: PrimFunc, target: str, configs: dict):
 def _out_indices(out_idx, n_params: int) -> tuple[int, ...]:
     if out_idx is None:
         return ()
-    items = [out_idx] if isinstance(out_idx, int) else list(out_idx)
+    if not isinstance(out_idx, (int, list, tuple)):
+        raise DSLTypeError(f"out_idx must be an int or a list of ints, got {type(out_idx).__name__} {out_idx!r}",
+                           code="E301", hint="e.g. out_idx=[-1] for the last parameter")
     out = []
-    for i in items:
-        if isinstance(i, bool) or not isinstance(i, int) or not -n_params <= i < n_params:
+    for i in [out_idx] if isinstance(out_idx, int) else out_idx:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise DSLTypeError(f"out_idx entries must be ints, got {type(i).__name__} {i!r}", code="E301")
+        if not -n_params <= i < n_params:
             raise DSLTypeError(f"out_idx {i!r} is out of range for a kernel with {n_params} parameters", code="E301")
         out.append(i % n_params)
     return tuple(sorted(set(out)))

@@ -2,7 +2,8 @@
 
 In: Python numbers and other expressions, combined with Python operators or the ``make_*`` functions.
 Out: immutable expression trees whose every node has a dtype.
-Guarantees: operations on two Python numbers stay Python numbers (compile-time folding); a Python literal takes
+Guarantees: operations on two Python numbers stay Python numbers (compile-time folding; float intrinsics fold to
+IEEE-754 inf/nan where Python's math would raise); operands that are not scalars raise E309; a Python literal takes
 the dtype of the expression it meets (TVM's rule); mixed dtypes are made explicit with ``Cast`` nodes.
 Nodes compare by identity (``eq=False``) so they can key dicts; ``==`` on expressions is not overloaded.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
+
+import numpy as np
 
 from compiler.diagnostics import DSLSyntaxError, DSLTypeError, Span
 from compiler.dtypes import DType, dtype as as_dtype, from_python, promote
@@ -154,13 +157,20 @@ def as_expr(x, like: DType | None = None) -> Expr:
     """Wrap a Python number as a Const (dtype from ``like`` when given), or return the expression itself."""
     if isinstance(x, Expr):
         return x
-    if is_number(x):
-        if like is not None and like.is_float:
-            return Const(float(x), like)
-        if like is not None and like.is_int and not isinstance(x, float):
-            return Const(int(x), like)
-        return Const(x, from_python(x))
-    raise DSLTypeError(f"expected a number or a scalar expression, got {describe(x)}", code="E309")
+    _require_scalar(x)
+    if like is not None and like.is_float:
+        return Const(float(x), like)
+    if like is not None and like.is_int and not isinstance(x, float):
+        return Const(int(x), like)
+    return Const(x, from_python(x))
+
+
+def _require_scalar(*xs) -> None:
+    """Raise E309 unless every x is a Python number or a scalar expression."""
+    for x in xs:
+        if not (isinstance(x, Expr) or is_number(x)):
+            raise DSLTypeError(f"expected a number or a scalar expression, got {describe(x)}", code="E309",
+                               hint="index a buffer (x[i, j]) to get a scalar; tile ops work on whole buffers")
 
 
 def describe(x) -> str:
@@ -176,6 +186,7 @@ def describe(x) -> str:
 
 
 def _operand_dtypes(a, b) -> DType:
+    _require_scalar(a, b)
     if isinstance(a, Expr) and isinstance(b, Expr):
         return promote(a.dtype, b.dtype)
     e, lit = (a, b) if isinstance(a, Expr) else (b, a)
@@ -236,6 +247,9 @@ def make_cmp(op: str, a, b):
 
 
 def make_unary(op: str, a):
+    _require_scalar(a)
+    if op == "~" and (isinstance(a, float) or (isinstance(a, Expr) and a.dtype.is_float)):
+        raise DSLTypeError(f"bitwise ~ needs an integer, got {describe(a)}", code="E309")
     if is_number(a):
         return {"-": operator.neg, "~": operator.invert, "not": operator.not_}[op](a)
     if isinstance(a, Const) and op == "-":
@@ -243,15 +257,28 @@ def make_unary(op: str, a):
     return Unary(op, a, DType("bool") if op == "not" else a.dtype)
 
 
-_PY_MATH = {"exp": math.exp, "exp2": lambda x: 2.0**x, "log": math.log, "log2": math.log2,
-            "sqrt": math.sqrt, "rsqrt": lambda x: 1.0 / math.sqrt(x), "abs": abs, "tanh": math.tanh,
-            "sigmoid": lambda x: 1.0 / (1.0 + math.exp(-x)), "erf": math.erf, "pow": math.pow,
+def _ieee(fn):
+    """``fn`` folded in float64 with IEEE-754 results, as the device computes them.
+
+    Where Python's math raises, this gives what the hardware does: log(0) = -inf, log(-1) = sqrt(-1) = nan,
+    rsqrt(0) = inf, exp(1000) = inf.
+    """
+    def folded(*args):
+        with np.errstate(all="ignore"):
+            return float(fn(*(np.float64(a) for a in args)))
+    return folded
+
+
+_PY_MATH = {"exp": _ieee(np.exp), "exp2": _ieee(np.exp2), "log": _ieee(np.log), "log2": _ieee(np.log2),
+            "sqrt": _ieee(np.sqrt), "rsqrt": _ieee(lambda x: 1.0 / np.sqrt(x)), "abs": abs, "tanh": math.tanh,
+            "sigmoid": _ieee(lambda x: 1.0 / (1.0 + np.exp(-x))), "erf": math.erf, "pow": _ieee(np.power),
             "floor": math.floor, "ceil": math.ceil, "min": min, "max": max}
 INTRINSICS = tuple(_PY_MATH)
 
 
 def make_call(name: str, *args):
     """A math intrinsic; folded when every argument is a Python number. Float results for float math."""
+    _require_scalar(*args)
     if all(is_number(a) for a in args):
         return _PY_MATH[name](*args)
     exprs = [a for a in args if isinstance(a, Expr)]

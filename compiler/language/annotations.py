@@ -52,7 +52,7 @@ def use_swizzle(panel_size, order="row", enable=True):
 
     ``order`` is "row", "column" or "col" (the seed article's spelling of "column").
     """
-    if order not in SWIZZLE_ORDERS:
+    if not isinstance(order, str) or order not in SWIZZLE_ORDERS:
         raise DSLTypeError(f"T.use_swizzle: unknown order {order!r}; use 'row', 'column' or 'col'", code="E306")
     if isinstance(panel_size, bool) or not isinstance(panel_size, int) or panel_size < 1:
         raise DSLTypeError(f"T.use_swizzle: panel_size must be a positive int, got {panel_size!r}", code="E306")

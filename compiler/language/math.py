@@ -8,14 +8,19 @@ from __future__ import annotations
 
 from compiler.diagnostics import DSLTypeError
 from compiler.dtypes import UnsupportedDType, dtype as as_dtype
-from compiler.ir.expr import Const, Expr, is_number, make_binop, make_call, make_cast, make_select
+from compiler.ir.expr import Const, Expr, describe, is_number, make_binop, make_call, make_cast, make_select
+
+
+def _scalars(name, *args):
+    """Raise E309 naming T.``name`` unless every argument is a number or a scalar expression."""
+    for a in args:
+        if not (is_number(a) or isinstance(a, Expr)):
+            raise DSLTypeError(f"T.{name} takes numbers or scalar expressions, got {describe(a)}", code="E309",
+                               hint="index a buffer (x[i, j]) to get a scalar; tile ops work on whole buffers")
 
 
 def _check(name, *args):
-    for a in args:
-        if not (is_number(a) or isinstance(a, Expr)):
-            raise DSLTypeError(f"T.{name} takes numbers or scalar expressions, got {type(a).__name__}", code="E309",
-                               hint="index a buffer (x[i, j]) to get a scalar; tile ops work on whole buffers")
+    _scalars(name, *args)
     return make_call(name, *args)
 
 
@@ -38,11 +43,18 @@ def min(a, b): return _check("min", a, b)  # noqa: A001
 
 def ceildiv(a, b):
     """(a + b - 1) // b for positive integers."""
+    _scalars("ceildiv", a, b)
     return make_binop("//", make_binop("+", a, make_binop("-", b, 1)), b)
 
 
-def floordiv(a, b): return make_binop("//", a, b)
-def floormod(a, b): return make_binop("%", a, b)
+def floordiv(a, b):
+    _scalars("floordiv", a, b)
+    return make_binop("//", a, b)
+
+
+def floormod(a, b):
+    _scalars("floormod", a, b)
+    return make_binop("%", a, b)
 
 
 def cast(value, dtype):
@@ -70,17 +82,23 @@ def infinity(dtype):
     return Const(float("inf"), _dt(dtype, "infinity"))
 
 
-def max_value(dtype):
+def _limits(dt):
+    """(lowest, highest) finite value of ``dt``; (False, True) for bool."""
     import torch
 
-    dt = _dt(dtype, "max_value")
+    if dt.is_bool:
+        return False, True
     info = torch.finfo(dt.torch) if dt.is_float else torch.iinfo(dt.torch)
-    return Const(info.max, dt)
+    return info.min, info.max
+
+
+def max_value(dtype):
+    """The largest finite value of ``dtype``."""
+    dt = _dt(dtype, "max_value")
+    return Const(_limits(dt)[1], dt)
 
 
 def min_value(dtype):
-    import torch
-
+    """The lowest finite value of ``dtype``."""
     dt = _dt(dtype, "min_value")
-    info = torch.finfo(dt.torch) if dt.is_float else torch.iinfo(dt.torch)
-    return Const(info.min, dt)
+    return Const(_limits(dt)[0], dt)

@@ -5,8 +5,9 @@
 
 from __future__ import annotations
 
+from compiler.diagnostics import DSLTypeError
 from compiler.dtypes import KNOWN, DType
-from compiler.ir.expr import Var
+from compiler.ir.expr import Var, describe
 
 
 class Tensor:
@@ -31,7 +32,10 @@ Buffer = Tensor  # TileLang's legacy name for the same annotation
 
 def dynamic(names: str, dtype="int32"):
     """``T.dynamic("m")`` -> a shape variable bound from tensor shapes at call time; ``"m, n"`` gives a tuple."""
-    parts = [p.strip() for p in names.split(",") if p.strip()]
+    parts = [p.strip() for p in names.split(",") if p.strip()] if isinstance(names, str) else []
+    if not parts:
+        raise DSLTypeError(f"T.dynamic takes variable names like \"m\" or \"m, n\", got {describe(names)}",
+                           code="E301")
     made = tuple(Var(p, DType(dtype)) for p in parts)
     return made[0] if len(made) == 1 else made
 
