@@ -14,15 +14,16 @@ from compiler.ir.stmt import Buffer, PrimFunc
 from compiler.tir import DeviceModule
 
 
-def device_values(module: DeviceModule, bound: dict, env: dict) -> dict:
-    """Kernel parameter -> value: flat views of tensors, scalar parameters, dynamic shape values."""
+def device_values(module: DeviceModule, func: PrimFunc, bound: dict, env: dict) -> dict:
+    """Kernel parameter -> value: flat views of tensors, then scalar parameters and dynamic shape values, matched to
+    the module's own variables by position (a cached module has its own Var objects)."""
     values = {}
     for p, v in bound.items():
         if isinstance(p, Buffer):
             values[module.flat_globals[p]] = v.reshape(-1)
-        else:
-            values[p] = v
-    values.update(env)
+    scalars = [p for p in func.params if not isinstance(p, Buffer)] + list(func.dynamic_vars)
+    for mine, theirs in zip(scalars, module.scalars):
+        values[theirs] = bound[mine] if mine in bound else env[mine]
     return values
 
 
@@ -41,22 +42,22 @@ class InterpreterBackend:
 class EmulatorBackend:
     target = "sim"
 
-    def __init__(self, module: DeviceModule):
-        self.module = module
+    def __init__(self, module: DeviceModule, func: PrimFunc):
+        self.module, self.func = module, func
 
     def run(self, bound: dict, env: dict) -> None:
         from compiler import emulate
 
-        emulate.run_module(self.module, device_values(self.module, bound, env))
+        emulate.run_module(self.module, device_values(self.module, self.func, bound, env))
 
 
 class CudaBackend:
     target = "cuda"
 
-    def __init__(self, module: DeviceModule, source: str, arch: str, options: tuple = ()):
+    def __init__(self, module: DeviceModule, func: PrimFunc, source: str, arch: str, options: tuple = ()):
         from compiler.runtime.nvrtc import compile_to_cubin
 
-        self.module, self.source, self.arch = module, source, arch
+        self.module, self.func, self.source, self.arch = module, func, source, arch
         self.cubin = compile_to_cubin(source, arch, options)
         self._loaded = None
 
@@ -69,6 +70,6 @@ class CudaBackend:
 
     def run(self, bound: dict, env: dict) -> None:
         loaded = self.load()
-        values = device_values(self.module, bound, env)
+        values = device_values(self.module, self.func, bound, env)
         for kernel in self.module.kernels:
             loaded.launch(kernel, values)

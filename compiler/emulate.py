@@ -39,7 +39,8 @@ import torch
 from compiler.errors import KernelArgumentError, KernelFault
 from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
 from compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
-from compiler.tir import BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceKernel, DeviceModule, VecCopy
+from compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar,
+                          THREAD, VecCopy, WARP)
 
 __all__ = ["EmulationError", "run_kernel", "run_module"]
 
@@ -460,7 +461,7 @@ class _Block:
         if isinstance(e, (int, float, bool)):
             return e
         t = type(e)
-        if t is Var:
+        if t is Var or t is SpecialVar:
             try:
                 return self.env[e]
             except KeyError:

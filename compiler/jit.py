@@ -118,14 +118,21 @@ def _backend(func: PrimFunc, target: str, configs: dict):
     from compiler.layout.infer import infer_layouts
     from compiler.lower import lower
 
-    module = lower(func, infer_layouts(func))
     if target == "sim":
-        return backends.EmulatorBackend(module)
+        return backends.EmulatorBackend(lower(func, infer_layouts(func)), func)
+    from compiler import module_cache
     from compiler.runtime.nvrtc import device_arch
     from compiler.targets.cuda import generate
 
+    arch = device_arch()
     options = ("--use_fast_math",) if configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value) else ()
-    return backends.CudaBackend(module, generate(module), device_arch(), options)
+    key = module_cache.cache_key(func, target, arch, *options)
+    cached = module_cache.load(key, func)
+    if cached is None:
+        module = lower(func, infer_layouts(func))
+        cached = module, generate(module)
+        module_cache.store(key, *cached)
+    return backends.CudaBackend(cached[0], func, cached[1], arch, options)
 
 
 def _out_indices(out_idx, n_params: int) -> tuple[int, ...]:

@@ -33,12 +33,25 @@ from compiler.dtypes import DType
 from compiler.ir.expr import Expr, Var
 from compiler.ir.stmt import Buffer, Stmt
 
-THREAD = Var("tid", DType("int32"))
-LANE = Var("lane", DType("int32"))
-WARP = Var("warp", DType("int32"))
-BLOCK_IDX = (Var("blockIdx.x"), Var("blockIdx.y"), Var("blockIdx.z"))
-GRID_DIM = (Var("gridDim.x"), Var("gridDim.y"), Var("gridDim.z"))
+class SpecialVar(Var):
+    """A hardware index (threadIdx, blockIdx, ...). One object per name, also after pickling (compared by ``is``)."""
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        return _special, (self.name,)
+
+
+THREAD = SpecialVar("tid", DType("int32"))
+LANE = SpecialVar("lane", DType("int32"))
+WARP = SpecialVar("warp", DType("int32"))
+BLOCK_IDX = (SpecialVar("blockIdx.x"), SpecialVar("blockIdx.y"), SpecialVar("blockIdx.z"))
+GRID_DIM = (SpecialVar("gridDim.x"), SpecialVar("gridDim.y"), SpecialVar("gridDim.z"))
 SPECIAL_VARS = (THREAD, LANE, WARP) + BLOCK_IDX + GRID_DIM
+
+
+def _special(name: str) -> SpecialVar:
+    return next(v for v in SPECIAL_VARS if v.name == name)
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -96,8 +109,10 @@ class DeviceKernel:
 @dataclass(frozen=True, eq=False)
 class DeviceModule:
     """All kernels of one PrimFunc, launched in order. ``flat_globals`` maps each PrimFunc tensor parameter to
-    the 1-d global Buffer the kernels use for it."""
+    the 1-d global Buffer the kernels use for it; ``scalars`` pairs by position with the PrimFunc's scalar
+    parameters followed by its dynamic shape variables."""
 
     name: str
     kernels: tuple[DeviceKernel, ...]
     flat_globals: dict = field(default_factory=dict)
+    scalars: tuple = ()  # the kernels' scalar Vars, in order: the PrimFunc's scalar params, then its dynamic vars

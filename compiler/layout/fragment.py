@@ -183,6 +183,24 @@ class Fragment:
             slot = slot * lv.size + slot_digits[(d, k)]
         return thread, slot
 
+    def index_table(self) -> np.ndarray:
+        """Indices held by each (thread, slot): int array (num_threads, num_slots, ndim). Entries may exceed the
+        shape where levels pad it, and threads beyond ``threads_used`` get garbage (callers mask both)."""
+        t = np.arange(self.num_threads)[:, None]
+        k = np.arange(self.num_slots)[None, :]
+        slot_digit, rest = {}, k
+        for d, j, lv in reversed(self._slot_levels()):
+            slot_digit[(d, j)], rest = rest % lv.size, rest // lv.size
+        out = np.zeros((self.num_threads, self.num_slots, len(self.shape)), dtype=np.int64)
+        for d, levels in enumerate(self.dims):
+            value, scale = 0, 1
+            for j, lv in enumerate(levels):
+                digit = (t // lv.stride) % lv.size if lv.is_thread else slot_digit[(d, j)]
+                value = value + digit * scale
+                scale *= lv.size
+            out[:, :, d] = value
+        return out
+
     def owner_mask(self) -> np.ndarray:
         """bool array (*shape, num_threads): which threads hold each element."""
         thread, _ = self.tables()
@@ -233,12 +251,20 @@ def _pow2_divisor(n: int, cap: int) -> int:
 
 def make_blocked(shape: tuple[int, ...], num_threads: int, vector: int = 8) -> Fragment:
     """The default layout of a tile: ``vector`` consecutive elements of the innermost dim per register run,
-    consecutive threads on consecutive runs (coalesced), remaining threads on the outer dims from the inside out;
-    threads left over replicate. The vector shrinks (down to 1) until every thread gets work when the tile is
-    small."""
+    consecutive threads on consecutive runs (coalesced), remaining threads on the outer dims from the inside out.
+    The run shrinks (down to 1) while that lets more threads share the work instead of replicating it."""
     numel = math.prod(shape)
-    per_thread = max(1, numel // num_threads)
-    v = _pow2_divisor(shape[-1], min(vector, per_thread)) if shape else 1
+    v = _pow2_divisor(shape[-1], min(vector, max(1, numel // num_threads))) if shape else 1
+    best = _blocked(shape, num_threads, v)
+    while best.num_replicas > 1 and v > 1:
+        v //= 2
+        candidate = _blocked(shape, num_threads, v)
+        if candidate.num_replicas < best.num_replicas:
+            best = candidate
+    return best
+
+
+def _blocked(shape: tuple[int, ...], num_threads: int, v: int) -> Fragment:
     remaining, stride = num_threads, 1
     dims: list[tuple[Level, ...]] = [()] * len(shape)
     for d in reversed(range(len(shape))):
@@ -258,9 +284,7 @@ def make_blocked(shape: tuple[int, ...], num_threads: int, vector: int = 8) -> F
         stride *= t
         remaining //= t
     frag = Fragment(tuple(shape), tuple(dims), (), num_threads)
-    if remaining > 1:
-        frag = frag.replicate_over(remaining)
-    return frag
+    return frag.replicate_over(remaining) if remaining > 1 else frag
 
 
 def all_indices(shape):

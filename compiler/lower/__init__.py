@@ -43,17 +43,20 @@ def lower(func: PrimFunc, layouts) -> DeviceModule:
     for n, k in enumerate(kernels):
         name = f"{func.name}_kernel" + (f"_{n}" if len(kernels) > 1 else "")
         out.append(_lower_kernel(name, k, layouts, flat, params))
-    return DeviceModule(func.name, tuple(out), flat)
+    return DeviceModule(func.name, tuple(out), flat, scalars)
 
 
 def _lower_kernel(name, k: Kernel, layouts, flat, params) -> DeviceKernel:
     body = insert_barriers(k.body)
-    needs_scratch = any(isinstance(s, Reduce) for s in _walk(body))
-    plan = plan_shared(k, layouts.shared, k.num_threads * 8 if needs_scratch else 0)
+    outputs = [layouts.fragments[s.dst].num_slots for s in _walk(body)
+               if isinstance(s, Reduce) and s.dst in layouts.fragments]
+    needs_scratch = bool(outputs)
+    plan = plan_shared(k, layouts.shared, k.num_threads * 8 * max(outputs, default=0))
     ctx = LowerContext(k, layouts, flat, k.num_threads)
     ctx.shared_layouts = plan.layouts
     ctx.shared = {b: Buffer(b.name, (layout.size,), b.dtype, "shared", b.span) for b, layout in plan.layouts.items()}
     ctx.scratch_offset = plan.scratch_offset if needs_scratch else None
+    ctx.scratch_bytes = plan.total_bytes - plan.scratch_offset if needs_scratch else 0
     for var, extent in zip(k.block_vars, k.grid):
         n = static_int(extent)
         ctx.ranges[var] = (0, n - 1 if n is not None else 2**31 - 1)

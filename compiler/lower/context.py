@@ -34,6 +34,9 @@ class LowerContext:
         self.ranges: dict = {THREAD: (0, threads - 1)}
         self.counter = 0
         self.scratch_offset: int | None = None
+        self.scratch_bytes = 0
+        self.numeric = None  # inside a T.Parallel slot: ({loop var: value per thread}, running-thread mask)
+        self._slot_tables: dict = {}
         self._scratch: dict = {}
 
     def fresh(self, prefix: str) -> str:
@@ -49,7 +52,8 @@ class LowerContext:
             raise TargetError("internal: no shared scratch was planned for this kernel", code="I000")
         key = DType(dtype)
         if key not in self._scratch:
-            self._scratch[key] = Buffer(f"scratch_{key}", (self.threads,), key, "shared")
+            size = (self.scratch_bytes // key.bytes) if self.scratch_bytes else self.threads
+            self._scratch[key] = Buffer(f"scratch_{key}", (size,), key, "shared")
         return self._scratch[key]
 
     def var(self, prefix: str, dtype="int32") -> Var:
@@ -96,6 +100,27 @@ class LowerContext:
             return static_int(s)
         return s
 
+    def numeric_slot(self, buf: Buffer, indices) -> int | None:
+        """Inside a T.Parallel slot: the register of ``buf[indices]`` (indices are loop variables or constants),
+        computed from tables, when all running threads agree on it."""
+        values, valid = self.numeric
+        idx = []
+        for i in indices:
+            if isinstance(i, Var) and i in values:
+                idx.append(values[i])
+            elif static_int(i) is not None:
+                idx.append(np.full(self.threads, static_int(i)))
+            else:
+                return None
+        if buf not in self._slot_tables:
+            self._slot_tables[buf] = self.frag(buf).tables()[1]
+        table = self._slot_tables[buf]
+        if not valid.any():
+            return 0
+        clipped = tuple(np.clip(i[valid], 0, n - 1) for i, n in zip(idx, buf.shape))
+        slots = table[clipped]
+        return int(slots[0]) if (slots == slots[0]).all() else None
+
     # -- guards ----------------------------------------------------------------------------------------------
     def in_bounds(self, buf: Buffer, idx):
         """The condition that ``idx`` lies inside global ``buf`` (True when it provably does)."""
@@ -126,11 +151,13 @@ class LowerContext:
         safe = make_select(cond, off, 0)
         return make_select(cond, Load(self.mem(buf), (safe,), buf.dtype, span), make_cast(0, buf.dtype))
 
-    def store(self, buf: Buffer, idx, value, span=None):
+    def store(self, buf: Buffer, idx, value, span=None, original=None):
         """(guard, Store) for ``buf[idx] = value``; guard is True or the in-bounds condition of a global write."""
         value = make_cast(value, buf.dtype)
         if buf.scope == "fragment":
-            return True, Store(self.mem(buf), (as_expr(self.slot(buf, idx)),), value, span)
+            slot = self.numeric_slot(buf, original) if self.numeric is not None and original is not None else None
+            slot = self.slot(buf, idx) if slot is None else slot
+            return True, Store(self.mem(buf), (as_expr(slot),), value, span)
         off = as_expr(self.offset(buf, idx))
         guard = self.in_bounds(buf, idx) if buf.scope == "global" else True
         return guard, Store(self.mem(buf), (off,), value, span)
@@ -145,6 +172,10 @@ class LowerContext:
         if isinstance(e, Const):
             return e
         if isinstance(e, Load):
+            if e.buffer.scope == "fragment" and self.numeric is not None:
+                slot = self.numeric_slot(e.buffer, e.indices)
+                if slot is not None:
+                    return Load(self.mem(e.buffer), (as_expr(slot),), e.buffer.dtype, e.span)
             idx = tuple(self.rewrite(i, subst) for i in e.indices)
             if e.buffer.scope == "fragment" and any(self.per_thread(i) is None and not _only_thread(i)
                                                     for i in idx):

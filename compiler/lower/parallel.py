@@ -11,6 +11,8 @@ block", as in the CPU interpreter).
 
 from __future__ import annotations
 
+import numpy as np
+
 from compiler.diagnostics import TargetError
 from compiler.ir.expr import Var, as_expr, make_binop, make_cast, make_cmp
 from compiler.ir.stmt import AtomicAdd, If, Let, Parallel, Store
@@ -21,11 +23,18 @@ from compiler.tir import THREAD
 def lower_parallel(ctx, loop: Parallel) -> list:
     layout = ctx.layouts.loops[loop]
     writer = _replica_only(ctx, layout)
+    table = layout.index_table()
+    live = np.arange(ctx.threads) < layout.threads_used
     out = []
     for k in range(layout.num_slots):
         c = layout.inverse(THREAD, k)
         subst = {v: c[d] for d, v in enumerate(loop.vars)}
-        body = lower_elements(ctx, loop.body, subst, writer)
+        valid = live & (table[:, k, :] < np.array(layout.shape)).all(-1)
+        ctx.numeric = ({v: table[:, k, d] for d, v in enumerate(loop.vars)}, valid)
+        try:
+            body = lower_elements(ctx, loop.body, subst, writer)
+        finally:
+            ctx.numeric = None
         out += guarded(ctx, valid_condition(ctx, layout, c, write=False), body)
     return out
 
@@ -49,7 +58,7 @@ def lower_elements(ctx, stmts, subst: dict, writer) -> list:
         elif isinstance(s, Store):
             idx = tuple(ctx.rewrite(i, subst) for i in s.indices)
             value = ctx.rewrite(s.value, subst)
-            guard, store = ctx.store(s.buffer, idx, value, s.span)
+            guard, store = ctx.store(s.buffer, idx, value, s.span, original=s.indices)
             if s.buffer.scope in ("global", "shared"):
                 guard = and_(writer, guard)
             out += guarded(ctx, guard, [store])

@@ -84,16 +84,18 @@ def _across_threads(ctx, acc, n_out, level, combine, identity, s) -> list:
             mask *= 2
         return out
     ws = ctx.scratch(acc.dtype)
+    threads = ctx.threads
     base = make_binop("-", THREAD, make_binop("*", make_binop("%", make_binop("//", THREAD, stride), size), stride))
-    out = []
-    for j in range(n_out):
-        out += [Barrier(), Store(ws, (THREAD,), Load(acc, (as_expr(j),), acc.dtype), s.span), Barrier()]
-        r = ctx.var("r")
-        total = _combine(combine, Load(acc, (as_expr(j),), acc.dtype),
-                         Load(ws, (make_binop("+", base, make_binop("*", r, stride)),), acc.dtype))
-        out.append(Store(acc, (as_expr(j),), identity, s.span))
-        out.append(For(r, 0, size, 1, "unroll", (Store(acc, (as_expr(j),), total, s.span),), span=s.span))
+    out = [Store(ws, (make_binop("+", THREAD, j * threads),), Load(acc, (as_expr(j),), acc.dtype), s.span)
+           for j in range(n_out)]
     out.append(Barrier())
+    for j in range(n_out):
+        r = ctx.var("r")
+        partner = make_binop("+", make_binop("+", base, make_binop("*", r, stride)), j * threads)
+        out.append(Store(acc, (as_expr(j),), identity, s.span))
+        out.append(For(r, 0, size, 1, "unroll", (Store(acc, (as_expr(j),), _combine(
+            combine, Load(acc, (as_expr(j),), acc.dtype), Load(ws, (partner,), acc.dtype)), s.span),), span=s.span))
+    out.append(Barrier())  # the scratch may be written again by the next reduction
     return out
 
 

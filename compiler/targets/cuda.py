@@ -32,7 +32,8 @@ import torch
 from compiler.dtypes import DType
 from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, as_expr
 from compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
-from compiler.tir import BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceKernel, DeviceModule, VecCopy
+from compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar,
+                          THREAD, VecCopy, WARP)
 
 _CTYPES = {
     "bool": "bool", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
@@ -243,6 +244,7 @@ class _KernelEmitter:
         self.depth = 1
         self.taken = set(_RESERVED)
         self.scopes: list[dict] = [{}]
+        self.nonneg_vars: set = set()  # integer variables known to be >= 0 (Let and loop variables)
         self.buffers: dict = {}
         self.used_buffers: set = set()
         self.used_special: set = set()
@@ -371,7 +373,26 @@ class _KernelEmitter:
         ref = self.ref(s.buffer, s.indices)
         self.line(f"{ref} = {_strip(self.value_as(s.value, s.buffer.dtype))};")
 
+    def nonneg(self, e) -> bool:
+        """Whether an integer expression is provably >= 0 (then C's / and % are floor division and modulo)."""
+        e = as_expr(e)
+        if isinstance(e, Const):
+            return e.value >= 0
+        if isinstance(e, Var):
+            return e in self.nonneg_vars or any(e is v for v in (THREAD, LANE, WARP) + BLOCK_IDX + GRID_DIM)
+        if isinstance(e, BinOp) and e.op in ("+", "*", "//", "%", "/"):
+            return self.nonneg(e.a) and self.nonneg(e.b)
+        if isinstance(e, Call) and e.name in ("min", "max"):
+            return all(self.nonneg(a) for a in e.args)
+        if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int:
+            return self.nonneg(e.value)
+        if isinstance(e, Select):
+            return self.nonneg(e.a) and self.nonneg(e.b)
+        return False
+
     def let(self, s: Let) -> None:
+        if s.var.dtype.is_int and self.nonneg(s.value):
+            self.nonneg_vars.add(s.var)
         name = self.fresh(s.var.name)
         self.line(f"const {self.ct(s.var.dtype)} {name} = {_strip(self.value_as(s.value, s.var.dtype))};")
         self.scopes[-1][s.var] = name
@@ -395,6 +416,8 @@ class _KernelEmitter:
                 bounds[i] = self.fresh(f"tl_{('start', 'extent', 'step')[i]}", raw=True)
                 self.line(f"const {t} {bounds[i]} = {_strip(b)};")
         start, extent, step_s = bounds
+        if self.nonneg(s.start) and self.nonneg(s.step):
+            self.nonneg_vars.add(s.var)
         name = self.fresh(s.var.name)
         if s.kind == "unroll":
             self.line("#pragma unroll")
@@ -441,11 +464,13 @@ class _KernelEmitter:
         w, sd, dd = s.width, s.src.dtype, s.dst.dtype
         src, dst = self.buf(s.src), self.buf(s.dst)
         si, di = self.index(s.src, s.src_index), self.index(s.dst, s.dst_index)
-        sv, dv = vector_bytes(sd, w), vector_bytes(dd, w)
+        # registers are never accessed through a vector pointer: taking their address can push them to local memory
+        sv = vector_bytes(sd, w) if s.src.scope != "local" else None
+        dv = vector_bytes(dd, w) if s.dst.scope != "local" else None
         if w == 1:
             self.line(f"{dst}[{di}] = {_strip(self.convert(f'{src}[{si}]', sd, dd))};")
             return
-        if sd == dd and sv:
+        if sd == dd and sv and dv:
             v = _VECTOR_TYPES[sv]
             self.line(f"*reinterpret_cast<{v}*>(&{dst}[{di}]) = *reinterpret_cast<const {v}*>(&{src}[{si}]);")
             return
@@ -611,7 +636,11 @@ class _KernelEmitter:
                 self.fail(f"operator {op} on {dt}")
             return self.from_f32(r, dt)
         narrow = dt.is_int and dt.bits < 32 and not w
-        if op in ("//", "%") and not dt.startswith("uint"):
+        if op in ("//", "%") and w and dt.bits <= 32:  # divide in 32 bits, widen the quotient (64-bit division is slow)
+            return self.widen(self.e_binop(e, False), True)
+        if op in ("//", "%") and self.nonneg(e.a) and self.nonneg(e.b):
+            r = f"({a} {'/' if op == '//' else op} {b})"
+        elif op in ("//", "%") and not dt.startswith("uint"):
             self.state.helpers.add("floordiv" if op == "//" else "floormod")
             t = "long long" if w else ("int" if narrow else self.ct(dt))
             r = f"tl_{'floordiv' if op == '//' else 'floormod'}<{t}>({_strip(a)}, {_strip(b)})"
@@ -685,6 +714,6 @@ class _KernelEmitter:
 _STMT_HANDLERS = {Store: _KernelEmitter.store, Let: _KernelEmitter.let, If: _KernelEmitter.if_,
                   For: _KernelEmitter.for_, AtomicAdd: _KernelEmitter.atomic_add, Declare: _KernelEmitter.declare,
                   Barrier: _KernelEmitter.barrier, VecCopy: _KernelEmitter.vec_copy}
-_EXPR_HANDLERS = {Const: _KernelEmitter.e_const, Var: _KernelEmitter.e_var, BinOp: _KernelEmitter.e_binop,
+_EXPR_HANDLERS = {Const: _KernelEmitter.e_const, Var: _KernelEmitter.e_var, SpecialVar: _KernelEmitter.e_var, BinOp: _KernelEmitter.e_binop,
                   Cmp: _KernelEmitter.e_cmp, Unary: _KernelEmitter.e_unary, Select: _KernelEmitter.e_select,
                   Cast: _KernelEmitter.e_cast, Load: _KernelEmitter.e_load, Call: _KernelEmitter.e_call}

@@ -11,7 +11,7 @@ import tileagent.language as T
 
 @tileagent.jit(out_idx=[1])
 def softmax(M, N, block_m=1, threads=None, dtype="float16"):
-    threads = threads or (256 if N >= 2048 else 128)
+    threads = threads or max(32, min(256, N // 32))
     log2e = 1.4426950408889634
     rows = M if M is not None else T.dynamic("M")
 
