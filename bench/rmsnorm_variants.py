@@ -6,7 +6,7 @@ Variants: "example" (prompts/examples/rmsnorm_silu.py), "gamma_global" (gamma re
 per block). Also times each compile stage of the example (frontend+lowering+codegen, NVRTC, module load).
 """
 
-from __future__ import annotations
+
 
 import argparse
 import sys

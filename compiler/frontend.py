@@ -16,6 +16,7 @@ import builtins
 import difflib
 import inspect
 import operator
+import sys
 from collections.abc import Mapping
 
 from compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, InternalCompilerError,
@@ -37,14 +38,18 @@ _UNSET = object()
 
 
 def prim_func(func=None, **_options):
-    """Decorator: parse the function into a PrimFunc now (``@T.prim_func`` or ``@T.prim_func(...)``)."""
+    """Decorator: parse the function into a PrimFunc now (``@T.prim_func`` or ``@T.prim_func(...)``).
+
+    The defining function's local variables are visible too (after the closure), so string annotations under
+    ``from __future__ import annotations`` can name sizes and dtypes the body never mentions."""
     if func is None:
-        return lambda f: parse(f)
-    return parse(func)
+        return lambda f: parse(f, sys._getframe(1).f_locals)
+    return parse(func, sys._getframe(1).f_locals)
 
 
-def parse(func) -> PrimFunc:
-    """Parse ``func`` (a Python function written in the DSL) into a PrimFunc."""
+def parse(func, enclosing: dict | None = None) -> PrimFunc:
+    """Parse ``func`` (a Python function written in the DSL) into a PrimFunc. ``enclosing``: the locals of the
+    function that defines it, looked up after the closure."""
     name = getattr(func, "__name__", func)
     try:
         lines, first_line = inspect.getsourcelines(func)
@@ -59,7 +64,7 @@ def parse(func) -> PrimFunc:
                              code="E101") from None
     if not isinstance(fdef, ast.FunctionDef):
         raise DSLSyntaxError("T.prim_func must decorate a function definition", Span(file, first_line), code="E101")
-    closure = {}
+    closure = dict(enclosing or {})
     for var, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
         try:
             closure[var] = cell.cell_contents
