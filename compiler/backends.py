@@ -72,4 +72,4 @@ class CudaBackend:
         loaded = self.load()
         values = device_values(self.module, self.func, bound, env)
         for kernel in self.module.kernels:
-            loaded.launch(kernel, values)
+            loaded.launch(kernel, values, checked=False)  # bind_arguments checked shapes, dtypes and alignment

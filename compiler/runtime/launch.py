@@ -239,10 +239,11 @@ class LoadedModule:
             self._functions[key] = f
         return f
 
-    def launch(self, kernel: DeviceKernel, values: dict, stream=None) -> None:
+    def launch(self, kernel: DeviceKernel, values: dict, stream=None, checked: bool = True) -> None:
         """Launch ``kernel`` with ``values`` (param or param name -> tensor / number) on ``stream``.
 
         ``stream`` is None (torch's current stream of the tensors' device), a ``torch.cuda.Stream`` or a raw handle.
+        ``checked=False`` skips the argument checks, for callers that already made them (``JITKernel``).
 
         Raises:
             KernelArgumentError: a missing or unsuitable argument (the message names the parameter).
@@ -258,10 +259,13 @@ class LoadedModule:
                 scalars[p] = v
                 args.append(_pack_scalar(p, v))
                 continue
-            device = self._check_tensor(kernel, p, v, device)
-            check_alignment(v, align[p], f"kernel {kernel.name}, parameter {p.name}")
+            if checked:
+                device = self._check_tensor(kernel, p, v, device)
+                check_alignment(v, align[p], f"kernel {kernel.name}, parameter {p.name}")
+            else:
+                device = v.device.index
             args.append(ctypes.c_void_p(v.data_ptr()))
-        for p in kernel.params:  # sizes may depend on any scalar, so check them once all are known
+        for p in kernel.params if checked else ():  # sizes may depend on any scalar: check once all are known
             if isinstance(p, Buffer):
                 self._check_size(kernel, p, values[p] if p in values else values[p.name], scalars)
         grid = [eval_scalar(g, scalars) for g in kernel.grid] + [1] * (3 - len(kernel.grid))
