@@ -37,6 +37,7 @@ class LowerContext:
         self.scratch_bytes = 0
         self.numeric = None  # inside a T.Parallel slot: ({loop var: value per thread}, running-thread mask)
         self._slot_tables: dict = {}
+        self.slot_overrides = None  # in a compact T.Parallel: {(fragment, id of its index exprs): register expr}
         self._scratch: dict = {}
 
     def fresh(self, prefix: str) -> str:
@@ -155,7 +156,10 @@ class LowerContext:
         """(guard, Store) for ``buf[idx] = value``; guard is True or the in-bounds condition of a global write."""
         value = make_cast(value, buf.dtype)
         if buf.scope == "fragment":
-            slot = self.numeric_slot(buf, original) if self.numeric is not None and original is not None else None
+            slot = self.slot_overrides.get((buf, tuple(map(id, original)))) if self.slot_overrides and \
+                original is not None else None
+            if slot is None and self.numeric is not None and original is not None:
+                slot = self.numeric_slot(buf, original)
             slot = self.slot(buf, idx) if slot is None else slot
             return True, Store(self.mem(buf), (as_expr(slot),), value, span)
         off = as_expr(self.offset(buf, idx))
@@ -172,6 +176,9 @@ class LowerContext:
         if isinstance(e, Const):
             return e
         if isinstance(e, Load):
+            override = self.slot_overrides.get((e.buffer, tuple(map(id, e.indices)))) if self.slot_overrides else None
+            if override is not None:
+                return Load(self.mem(e.buffer), (as_expr(override),), e.buffer.dtype, e.span)
             if e.buffer.scope == "fragment" and self.numeric is not None:
                 slot = self.numeric_slot(e.buffer, e.indices)
                 if slot is not None:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import math
 
 from compiler.diagnostics import TargetError
-from compiler.ir.expr import Const, as_expr, make_binop, make_cast, make_cmp, make_logical
+from compiler.ir.expr import Const, Load, as_expr, make_binop, make_cast, make_cmp, make_logical
 from compiler.ir.simplify import linear_form, static_int
 from compiler.ir.stmt import AtomicAdd, AtomicAddTile, Copy, Fill, For, If, Region, Store
 from compiler.layout import Fragment, make_blocked
 from compiler.tir import THREAD, VecCopy
+from compiler.lower.slots import SlotLoops
 
 
 def lower_copy(ctx, s: Copy) -> list:
@@ -117,30 +118,35 @@ def _transfer(ctx, layout: Fragment, coords, src: Region, dst: Region, s, atomic
     while width > 1 and (width > max_elems or not (_vector_ok(ctx, src, coords, width)
                                                     and _vector_ok(ctx, dst, coords, width))):
         width //= 2
+    if layout.vector_width % width == 0:
+        loops = SlotLoops(ctx, layout, vector=width)
+        return loops.nest(_transfer_group(ctx, layout, coords, src, dst, s, atomic, width, loops.index(THREAD),
+                                          loops.slot()))
     out = []
     for k in range(0, layout.num_slots, width):
-        c = layout.inverse(THREAD, k)
-        valid = valid_condition(ctx, layout, c, write=dst.buffer.scope != "fragment")
-        s_idx, d_idx = _region_index(src, coords, c), _region_index(dst, coords, c)
-        s_in = ctx.in_bounds(src.buffer, s_idx) if src.buffer.scope == "global" else True
-        d_in = ctx.in_bounds(dst.buffer, d_idx) if dst.buffer.scope == "global" else True
-        s_pos = k if src.buffer.scope == "fragment" else ctx.offset(src.buffer, s_idx)
-        d_pos = k if dst.buffer.scope == "fragment" else ctx.offset(dst.buffer, d_idx)
-        if atomic:
-            value = make_cast(ctx.element(src.buffer, s_idx), dst.buffer.dtype) if src.buffer.scope != "fragment" \
-                else ctx.element(src.buffer, s_idx)
-            body = [AtomicAdd(ctx.mem(dst.buffer), (as_expr(d_pos),), make_cast(value, dst.buffer.dtype), s.span)]
-            out += guarded(ctx, and_(valid, and_(s_in, d_in)), body)
-            continue
-        move = VecCopy(ctx.mem(dst.buffer), as_expr(d_pos), ctx.mem(src.buffer), as_expr(s_pos), width, s.span)
-        if s_in is True:
-            out += guarded(ctx, and_(valid, d_in), [move])
-        else:
-            zeros = [Store(ctx.mem(dst.buffer), (as_expr(make_binop("+", d_pos, v)),), Const(0, dst.buffer.dtype)
-                           if not dst.buffer.dtype.is_float else Const(0.0, dst.buffer.dtype), s.span)
-                     for v in range(width)]
-            out += guarded(ctx, and_(valid, and_(s_in, d_in)), [move], guarded(ctx, and_(valid, d_in), zeros))
+        out += _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, layout.inverse(THREAD, k), k)
     return out
+
+
+def _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, c, k) -> list:
+    """Statements moving the ``width`` elements at tile coordinate ``c`` (register ``k`` of the layout)."""
+    valid = valid_condition(ctx, layout, c, write=dst.buffer.scope != "fragment")
+    s_idx, d_idx = _region_index(src, coords, c), _region_index(dst, coords, c)
+    s_in = ctx.in_bounds(src.buffer, s_idx) if src.buffer.scope == "global" else True
+    d_in = ctx.in_bounds(dst.buffer, d_idx) if dst.buffer.scope == "global" else True
+    s_pos = k if src.buffer.scope == "fragment" else ctx.offset(src.buffer, s_idx)
+    d_pos = k if dst.buffer.scope == "fragment" else ctx.offset(dst.buffer, d_idx)
+    if atomic:
+        value = Load(ctx.mem(src.buffer), (as_expr(s_pos),), src.buffer.dtype) if src.buffer.scope == "fragment" \
+            else ctx.element(src.buffer, s_idx)
+        body = [AtomicAdd(ctx.mem(dst.buffer), (as_expr(d_pos),), make_cast(value, dst.buffer.dtype), s.span)]
+        return guarded(ctx, and_(valid, and_(s_in, d_in)), body)
+    move = VecCopy(ctx.mem(dst.buffer), as_expr(d_pos), ctx.mem(src.buffer), as_expr(s_pos), width, s.span)
+    if s_in is True:
+        return guarded(ctx, and_(valid, d_in), [move])
+    zero = Const(0.0 if dst.buffer.dtype.is_float else 0, dst.buffer.dtype)
+    zeros = [Store(ctx.mem(dst.buffer), (as_expr(make_binop("+", d_pos, v)),), zero, s.span) for v in range(width)]
+    return guarded(ctx, and_(valid, and_(s_in, d_in)), [move], guarded(ctx, and_(valid, d_in), zeros))
 
 
 def valid_condition(ctx, layout: Fragment, c, write: bool):

@@ -14,15 +14,97 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.diagnostics import TargetError
-from compiler.ir.expr import Var, as_expr, make_binop, make_cast, make_cmp
+from compiler.ir.expr import Expr, Load, Var, as_expr, make_binop, make_cast, make_cmp
+from compiler.ir.simplify import static_int
 from compiler.ir.stmt import AtomicAdd, If, Let, Parallel, Store
 from compiler.lower.copy import and_, guarded, valid_condition
+from compiler.lower.slots import SlotLoops
 from compiler.tir import THREAD
 
 
 def lower_parallel(ctx, loop: Parallel) -> list:
     layout = ctx.layouts.loops[loop]
     writer = _replica_only(ctx, layout)
+    compact = _lower_as_loops(ctx, loop, layout, writer)
+    return compact if compact is not None else _lower_unrolled(ctx, loop, layout, writer)
+
+
+def _lower_as_loops(ctx, loop: Parallel, layout, writer) -> list | None:
+    """The body once, inside unrolled loops over the layout's registers; None when some fragment's register is not
+    a linear function of the loop variables (then the caller unrolls in Python)."""
+    loops = SlotLoops(ctx, layout)
+    table = layout.index_table()  # (threads, slots, dims)
+    valid = (np.arange(ctx.threads) < layout.threads_used)[:, None] & (table < np.array(layout.shape)).all(-1)
+    overrides = {}
+    for buf, indices in _fragment_accesses(loop.body):
+        per_slot = _slots_of(ctx, buf, indices, loop, table, valid)
+        expr = None if per_slot is None else loops.fit(per_slot, valid.any(0))
+        if expr is None:
+            return None
+        overrides[(buf, tuple(map(id, indices)))] = expr
+    c = loops.index(THREAD)
+    ctx.slot_overrides = overrides
+    try:
+        body = lower_elements(ctx, loop.body, {v: c[d] for d, v in enumerate(loop.vars)}, writer)
+    finally:
+        ctx.slot_overrides = None
+    return loops.nest(guarded(ctx, valid_condition(ctx, layout, c, write=False), body))
+
+
+def _slots_of(ctx, buf, indices, loop: Parallel, table, valid):
+    """For each register slot of the loop layout: the register of ``buf[indices]`` all running threads use, or -1
+    where they disagree. None when an index is neither a loop variable nor a constant."""
+    idx = []
+    for dim, i in enumerate(indices):
+        if isinstance(i, Var) and any(i is v for v in loop.vars):
+            d = next(d for d, v in enumerate(loop.vars) if v is i)
+            idx.append(np.clip(table[:, :, d], 0, buf.shape[dim] - 1))
+        elif static_int(i) is not None:
+            idx.append(np.full(table.shape[:2], static_int(i)))
+        else:
+            return None
+    slots = ctx.frag(buf).tables()[1][tuple(idx)]  # (threads, slots)
+    first = slots[valid.argmax(0), np.arange(slots.shape[1])]
+    agree = ((slots == first) | ~valid).all(0)
+    return np.where(agree, first, -1)
+
+
+def _fragment_accesses(stmts):
+    for s in stmts:
+        if isinstance(s, (Store, AtomicAdd)) and s.buffer.scope == "fragment":
+            yield s.buffer, s.indices
+        for e in _exprs(s):
+            yield from _fragment_loads(e)
+        yield from _fragment_accesses(getattr(s, "then_body", ()) + getattr(s, "else_body", ()))
+
+
+def _exprs(s):
+    if isinstance(s, (Store, AtomicAdd)):
+        return list(s.indices) + [s.value]
+    if isinstance(s, Let):
+        return [s.value]
+    if isinstance(s, If):
+        return [s.cond]
+    return []
+
+
+def _fragment_loads(e):
+    if isinstance(e, Load):
+        if e.buffer.scope == "fragment":
+            yield e.buffer, e.indices
+        for i in e.indices:
+            yield from _fragment_loads(i)
+    elif isinstance(e, Expr):
+        for name in getattr(e, "__slots__", ()):
+            child = getattr(e, name)
+            if isinstance(child, Expr):
+                yield from _fragment_loads(child)
+            elif isinstance(child, tuple):
+                for c in child:
+                    yield from _fragment_loads(c)
+
+
+def _lower_unrolled(ctx, loop: Parallel, layout, writer) -> list:
     table = layout.index_table()
     live = np.arange(ctx.threads) < layout.threads_used
     out = []

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from compiler.diagnostics import TargetError
 from compiler.dtypes import DType
 from compiler.ir.expr import Call, Const, Load, as_expr, make_binop, make_call, make_cast
 from compiler.ir.stmt import For, Reduce, Store
 from compiler.layout import Level
 from compiler.lower.copy import guarded, valid_condition
+from compiler.lower.slots import SlotLoops
 from compiler.tir import THREAD, Barrier, Declare
 
 _COMBINE = {"sum": "+", "abssum": "+", "max": "max", "absmax": "max", "min": "min"}
@@ -39,15 +42,22 @@ def lower_reduce(ctx, s: Reduce) -> list:
     out = [Declare(acc, span=s.span)]
     out += [Store(acc, (as_expr(j),), identity, s.span) for j in range(n_out)]
     src_reg = ctx.mem(s.src)
-    for k in range(src_layout.num_slots):
-        idx = src_layout.inverse(THREAD, k)
-        out_idx = tuple(i for d, i in enumerate(idx) if d != dim) or (0,)
-        j = ctx.slot(s.dst, out_idx)
+
+    def fold(k, j, idx):
         value = make_cast(Load(src_reg, (as_expr(k),), s.src.dtype), acc_dtype)
         if s.kind in ("abssum", "absmax"):
             value = make_call("abs", value)
         update = Store(acc, (as_expr(j),), _combine(combine, Load(acc, (as_expr(j),), acc_dtype), value), s.span)
-        out += guarded(ctx, valid_condition(ctx, src_layout, idx, write=False), [update])
+        return guarded(ctx, valid_condition(ctx, src_layout, idx, write=False), [update])
+
+    loops = SlotLoops(ctx, src_layout)
+    j = loops.fit(*_output_slots(ctx, s, src_layout, dim))
+    if j is not None:
+        out += loops.nest(fold(loops.slot(), j, loops.index(THREAD)))
+    else:
+        for k in range(src_layout.num_slots):
+            idx = src_layout.inverse(THREAD, k)
+            out += fold(k, ctx.slot(s.dst, tuple(i for d, i in enumerate(idx) if d != dim) or (0,)), idx)
     for level in _split_at_warp([lv for lv in src_layout.dims[dim] if lv.is_thread]):
         out += _across_threads(ctx, acc, n_out, level, combine, identity, s)
     dst_reg = ctx.mem(s.dst)
@@ -57,6 +67,17 @@ def lower_reduce(ctx, s: Reduce) -> list:
             total = _combine(combine, make_cast(Load(dst_reg, (as_expr(j),), s.dst.dtype), acc_dtype), total)
         out.append(Store(dst_reg, (as_expr(j),), make_cast(total, s.dst.dtype), s.span))
     return out
+
+
+def _output_slots(ctx, s: Reduce, src_layout, dim: int):
+    """Per source register: the output register it folds into (-1 where threads disagree), and whether any running
+    thread holds a real element there."""
+    table = src_layout.index_table()  # (threads, slots, dims)
+    valid = (np.arange(ctx.threads) < src_layout.threads_used)[:, None] & (table < np.array(src_layout.shape)).all(-1)
+    kept = [np.clip(table[:, :, d], 0, s.src.shape[d] - 1) for d in range(table.shape[2]) if d != dim]
+    slots = ctx.frag(s.dst).tables()[1][tuple(kept)] if kept else np.zeros(table.shape[:2], dtype=np.int64)
+    first = slots[valid.argmax(0), np.arange(slots.shape[1])]
+    return np.where(((slots == first) | ~valid).all(0), first, -1), valid.any(0)
 
 
 def _split_at_warp(levels):
