@@ -15,25 +15,16 @@ import ast
 import builtins
 import difflib
 import inspect
-import operator
 import sys
-from collections.abc import Mapping
 
 from compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, InternalCompilerError,
                                   NameResolutionError, ShapeError, Span)
 from compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
-from compiler.ir.expr import Expr, Load, Var, as_expr, describe, make_cast, make_cmp, make_logical, make_select, make_unary
-from compiler.ir.simplify import depends_on, static_int
+from compiler.ir.expr import Expr, Load, Var, as_expr, describe, make_cast, make_cmp
+from compiler.ir.simplify import depends_on
+from compiler.frontend_expressions import _BINOPS, ExpressionParser, _call_builtin
 from compiler.ir.stmt import Alloc, Buffer, For, If, Kernel, Let, Parallel, PrimFunc, Region, Stmt, Store
 
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-           ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor,
-           ast.LShift: operator.lshift, ast.RShift: operator.rshift}
-_CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
-_PY_CMP = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-           ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Is: operator.is_, ast.IsNot: operator.is_not,
-           ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
 _UNSET = object()
 
 
@@ -88,7 +79,7 @@ def _parse_def(lines: list[str]) -> ast.stmt:
     return tree.body[0].body[0]
 
 
-class _Parser:
+class _Parser(ExpressionParser):
     def __init__(self, file: str, first_line: int, lines: list[str], closure: dict, globals_: dict):
         self.file, self.first_line, self.lines = file, first_line, lines
         self.closure, self.globals = closure, globals_
@@ -489,231 +480,6 @@ class _Parser:
             msg = self.expr(node.msg) if node.msg is not None else ast.unparse(node.test)
             raise DSLTypeError(f"assertion failed: {msg}", code="E301")
 
-    # -- expressions -----------------------------------------------------------------------------------------
-    def expr(self, node: ast.expr):
-        method = getattr(self, f"expr_{type(node).__name__}", None)
-        if method is None:
-            raise DSLSyntaxError(f"`{type(node).__name__}` expressions are not supported in a prim_func",
-                                 self.span(node), code="E101")
-        return method(node)
-
-    def expr_Constant(self, node):
-        return node.value
-
-    def expr_Name(self, node: ast.Name):
-        value = self.lookup(node.id, node)
-        if isinstance(value, Buffer) and value.scope == "var":
-            return Load(value, (0,), value.dtype, self.span(node))
-        return value
-
-    def expr_Attribute(self, node: ast.Attribute):
-        from compiler.language.tileops import GemmWarpPolicy
-
-        obj = self.expr(node.value)
-        try:
-            return getattr(obj, node.attr)
-        except AttributeError:
-            pass
-        except CompileError as e:
-            raise e.with_span(self.span(node))
-        if obj is GemmWarpPolicy:
-            raise DSLTypeError(f"unknown GemmWarpPolicy '{node.attr}'", self.span(node), code="E303",
-                               hint="use T.GemmWarpPolicy.Square, FullRow or FullCol")
-        owner = ast.unparse(node.value)
-        close = difflib.get_close_matches(node.attr, [n for n in dir(obj) if not n.startswith("_")], n=1)
-        raise NameResolutionError(f"'{owner}' has no attribute '{node.attr}'", self.span(node), code="E202",
-                                  hint=f"did you mean '{owner}.{close[0]}'?" if close else "")
-
-    def expr_Subscript(self, node: ast.Subscript):
-        obj = self.expr(node.value)
-        idx_nodes = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        if not isinstance(obj, Buffer):
-            if isinstance(obj, (Expr,)) or not hasattr(obj, "__getitem__"):
-                raise DSLTypeError(f"{describe(obj)} cannot be indexed", self.span(node), code="E309")
-            key = self.expr(node.slice)
-            try:
-                return obj[key]
-            except (IndexError, KeyError, TypeError) as e:
-                raise DSLTypeError(f"indexing `{ast.unparse(node.value)}` failed: {e}", self.span(node),
-                                   code="E301") from None
-        if len(idx_nodes) != obj.ndim:
-            raise ShapeError(f"buffer '{obj.name}' has {obj.ndim} dim(s) {_shape_str(obj.shape)} but is indexed "
-                             f"with {len(idx_nodes)} index(es)", self.span(node), code="E401",
-                             hint=f"write {obj.name}[{', '.join('i' + str(k) for k in range(obj.ndim))}]")
-        if not any(isinstance(i, ast.Slice) for i in idx_nodes):
-            indices = tuple(self._index(i) for i in idx_nodes)
-            return Load(obj, indices, obj.dtype, self.span(node))
-        starts, extents = [], []
-        for dim, i in enumerate(idx_nodes):
-            if not isinstance(i, ast.Slice):
-                starts.append(self._index(i))
-                extents.append(1)
-                continue
-            if i.step is not None:
-                raise ShapeError("slices with a step are not supported", self.span(i), code="E407")
-            lo = self._index(i.lower) if i.lower is not None else 0
-            hi = self._index(i.upper) if i.upper is not None else obj.shape[dim]
-            ext = static_int(hi - lo if isinstance(hi, Expr) or isinstance(lo, Expr) else hi - lo)
-            if ext is None:
-                raise ShapeError(f"the extent of slice `{ast.unparse(i)}` of '{obj.name}' is not a compile-time "
-                                 f"constant", self.span(i), code="E405",
-                                 hint="write slices as start:start + size with a constant size")
-            if ext < 1:
-                raise ShapeError(f"slice `{ast.unparse(i)}` of '{obj.name}' is empty (extent {ext})", self.span(i),
-                                 code="E407")
-            starts.append(lo)
-            extents.append(ext)
-        return Region(obj, tuple(starts), tuple(extents))
-
-    def _index(self, node):
-        v = self.expr(node)
-        if isinstance(v, bool) or not isinstance(v, (int, Expr)) or (isinstance(v, Expr) and v.dtype.is_float):
-            raise DSLTypeError(f"index `{ast.unparse(node)}` must be an integer, got {describe(v)}", self.span(node),
-                               code="E309")
-        return v
-
-    @staticmethod
-    def _operate(op, a, b):
-        """``op(a, b)`` for a Python operator; the exception it raises on values it cannot take is an E309."""
-        try:
-            return op(a, b)
-        except CompileError:
-            raise
-        except (TypeError, ZeroDivisionError, ValueError, OverflowError) as e:
-            detail = "the result is out of range" if isinstance(e, OverflowError) else str(e)
-            raise DSLTypeError(f"unsupported operation on {describe(a)} and {describe(b)}: {detail}", code="E309",
-                               hint="index buffers to get scalars (x[i, j]); tile ops work on whole buffers") from None
-
-    def expr_BinOp(self, node: ast.BinOp):
-        op = _BINOPS.get(type(node.op))
-        if op is None:
-            raise DSLSyntaxError(f"operator {type(node.op).__name__} is not supported", self.span(node), code="E101")
-        return self._guard(node, self._operate, op, self.expr(node.left), self.expr(node.right))
-
-    def expr_UnaryOp(self, node: ast.UnaryOp):
-        v = self.expr(node.operand)
-        if isinstance(node.op, ast.Not):
-            return self._guard(node, make_unary, "not", v) if isinstance(v, Expr) else not v
-        op = {ast.USub: "-", ast.UAdd: "+", ast.Invert: "~"}[type(node.op)]
-        if op == "+":
-            return v
-        if not isinstance(v, (Expr, int, float)):
-            raise DSLTypeError(f"unary {op} on {describe(v)}", self.span(node), code="E309")
-        return self._guard(node, make_unary, op, v)
-
-    def expr_BoolOp(self, node: ast.BoolOp):
-        is_and = isinstance(node.op, ast.And)
-        runtime = None
-        for operand in node.values:
-            v = self.expr(operand)
-            if not isinstance(v, Expr):
-                if is_and and not v:
-                    return v if runtime is None else False
-                if not is_and and v:
-                    return v if runtime is None else True
-                continue
-            runtime = v if runtime is None else make_logical("and" if is_and else "or", runtime, v)
-        return runtime if runtime is not None else v
-
-    def expr_Compare(self, node: ast.Compare):
-        left = self.expr(node.left)
-        result = None
-        for op, right_node in zip(node.ops, node.comparators):
-            right = self.expr(right_node)
-            if not (isinstance(left, Expr) or isinstance(right, Expr)):
-                r = self._guard(node, self._operate, _PY_CMP[type(op)], left, right)
-            elif type(op) in _CMPOPS:
-                r = self._guard(node, make_cmp, _CMPOPS[type(op)], left, right)
-            else:
-                raise DSLSyntaxError(f"`{type(op).__name__}` needs compile-time values", self.span(node), code="E104")
-            if result is None:
-                result = r
-            elif isinstance(result, Expr) or isinstance(r, Expr):
-                result = make_logical("and", result, r)
-            else:
-                result = result and r
-            if result is False:
-                return False
-            left = right
-        return result
-
-    def expr_IfExp(self, node: ast.IfExp):
-        cond = self.expr(node.test)
-        if not isinstance(cond, Expr):
-            return self.expr(node.body if cond else node.orelse)
-        return self._guard(node, make_select, cond, self.expr(node.body), self.expr(node.orelse))
-
-    def expr_Tuple(self, node):
-        return tuple(self._elements(node.elts))
-
-    def expr_List(self, node):
-        return list(self._elements(node.elts))
-
-    def _elements(self, elts):
-        for e in elts:
-            if isinstance(e, ast.Starred):
-                yield from self._iterate(self._compile_time(e.value, "a sequence to unpack with *"), e.value)
-            else:
-                yield self.expr(e)
-
-    def _compile_time(self, node: ast.expr, what: str, kind=None):
-        """The value of ``node``, which must be a compile-time ``kind`` (default: any iterable): else E309."""
-        value = self.expr(node)
-        ok = isinstance(value, kind) if kind is not None else hasattr(value, "__iter__")
-        if isinstance(value, (Expr, Buffer)) or not ok:
-            raise DSLTypeError(f"`{ast.unparse(node)}` is {describe(value)}; {what} must be a compile-time "
-                               f"Python value", self.span(node), code="E309")
-        return value
-
-    def expr_Dict(self, node: ast.Dict):
-        if any(k is None for k in node.keys):
-            raise DSLSyntaxError("`**` in dict literals is not supported", self.span(node), code="E101")
-        out = {}
-        for k, v in zip(node.keys, node.values):
-            key = self.expr(k)
-            try:
-                hash(key)
-            except TypeError:
-                raise DSLTypeError(f"dict key `{ast.unparse(k)}` is {describe(key)}, which is not hashable",
-                                   self.span(k), code="E309",
-                                   hint="use a number, a string, a tuple or a buffer as the key") from None
-            out[key] = self.expr(v)
-        return out
-
-    def expr_JoinedStr(self, node: ast.JoinedStr):
-        parts = []
-        for v in node.values:
-            parts.append(str(self.expr(v.value)) if isinstance(v, ast.FormattedValue) else str(v.value))
-        return "".join(parts)
-
-    def expr_Call(self, node: ast.Call):
-        fn = self.expr(node.func)
-        args = list(self._elements(node.args))
-        kwargs = {}
-        for kw in node.keywords:
-            if kw.arg is None:
-                kwargs.update(self._compile_time(kw.value, "a mapping to unpack with **", Mapping))
-            else:
-                kwargs[kw.arg] = self.expr(kw.value)
-        return self._guard(node, self.call, fn, args, kwargs, ast.unparse(node.func))
-
-    def call(self, fn, args, kwargs, name: str):
-        if not callable(fn):
-            raise DSLTypeError(f"`{name}` is {describe(fn)}, not a function", code="E309")
-        if _is_builtin(fn):
-            try:
-                inspect.signature(fn).bind(*args, **kwargs)
-            except TypeError as e:
-                raise DSLTypeError(f"{name}(): {e}", code="E301",
-                                   hint=f"signature: {name}{inspect.signature(fn)}") from None
-            return _call_builtin(fn, args, kwargs, name)
-        try:
-            return fn(*args, **kwargs)
-        except CompileError:
-            raise
-        except Exception as e:  # a user helper or Python builtin failed on these values
-            raise DSLTypeError(f"calling `{name}` raised {type(e).__name__}: {e}", code="E301") from None
-
 
 _DTYPE_NAMES = frozenset(("float", "half", "double", "int") + __import__("compiler.dtypes").dtypes.KNOWN)
 _LOOP_NAMES = {"parallel": "Parallel", "pipelined": "Pipelined", "serial": "serial", "unroll": "unroll"}
@@ -726,31 +492,6 @@ _UNSUPPORTED_HINTS = {
     "Break": "loops of the DSL have fixed trip counts; guard the body with `if`",
     "Continue": "guard the rest of the body with `if`",
 }
-
-
-def _is_builtin(fn) -> bool:
-    module = getattr(fn, "__module__", "") or ""
-    return module.startswith("compiler.language")
-
-
-# What a builtin lets escape while it checks or folds the user's values (int(x), a // b, a dict lookup, ...).
-_VALUE_ERRORS = (ValueError, TypeError, ZeroDivisionError, OverflowError, KeyError)
-
-
-def _call_builtin(fn, args, kwargs, name: str):
-    """Call the DSL builtin ``fn`` (spelled ``name`` in the source) on arguments that fit its signature.
-
-    Builtins report bad values with CompileErrors, but one may let a plain ``_VALUE_ERRORS`` exception escape
-    from the user's values: that becomes an E301 (E302 for a dtype) naming the builtin. Any other exception is a
-    compiler bug and propagates (the frontend reports it as I000); the original stays chained as ``__cause__``.
-    """
-    try:
-        return fn(*args, **kwargs)
-    except CompileError:
-        raise
-    except _VALUE_ERRORS as e:
-        raise DSLTypeError(f"{name}: {e}", code="E302" if isinstance(e, UnsupportedDType) else "E301",
-                           hint=f"signature: {name}{inspect.signature(fn)}") from e
 
 
 def _is_torch_dtype(x) -> bool:
@@ -787,10 +528,6 @@ def _vars_in(e):
             child = getattr(e, name)
             if isinstance(child, Expr):
                 yield from _vars_in(child)
-
-
-def _shape_str(shape) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _with_span(stmt: Stmt, span: Span) -> Stmt:
