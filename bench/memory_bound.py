@@ -48,26 +48,18 @@ def flush_l2():
 def bench(fn, trials: int = 30, warmup: int = 5) -> tuple[float, float]:
     """(median ms, IQR ms) of the GPU time of one call over ``trials``, L2 flushed before each.
 
-    The call is captured in a CUDA graph and the graph replayed between two events, so host-side launch overhead
-    (Python argument checks, torch.compile guards) is left out for every contender alike."""
+    Before each trial the stream is kept busy (``torch.cuda._sleep``) while the host enqueues the start event, the
+    call and the end event, so host-side launch overhead (Python argument checks, torch.compile guards) is left out
+    for every contender alike; copies stay SM copies (a CUDA graph would turn ``copy_`` into a copy-engine node)."""
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-        torch.cuda.synchronize()
-        with torch.cuda.graph(graph, stream=stream):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
     times = []
     for _ in range(trials):
         flush_l2()
+        torch.cuda._sleep(1_000_000)  # ~0.5 ms of GPU time: longer than any host-side overhead
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        graph.replay()
+        fn()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
