@@ -252,19 +252,25 @@ def _pow2_divisor(n: int, cap: int) -> int:
 def make_blocked(shape: tuple[int, ...], num_threads: int, vector: int = 8) -> Fragment:
     """The default layout of a tile: ``vector`` consecutive elements of the innermost dim per register run,
     consecutive threads on consecutive runs (coalesced), remaining threads on the outer dims from the inside out.
-    The run shrinks (down to 1) while that lets more threads share the work instead of replicating it."""
+    Among runs of ``vector`` down to 1, with thread counts that divide the dims or that pad them, it takes the
+    layout that replicates least, then one that pads by at most 1.5x, then the longest runs, then the least
+    padding."""
     numel = math.prod(shape)
     v = _pow2_divisor(shape[-1], min(vector, max(1, numel // num_threads))) if shape else 1
-    best = _blocked(shape, num_threads, v)
-    while best.num_replicas > 1 and v > 1:
+    candidates = []
+    while True:
+        for pad in (False, True):
+            frag = _blocked(shape, num_threads, v, pad)
+            covered = math.prod(math.prod(lv.size for lv in levels) for levels in frag.dims)
+            ratio = covered / numel
+            candidates.append((frag.num_replicas, ratio > 1.5, -v, ratio, pad, frag))
+        if v == 1:
+            break
         v //= 2
-        candidate = _blocked(shape, num_threads, v)
-        if candidate.num_replicas < best.num_replicas:
-            best = candidate
-    return best
+    return min(candidates, key=lambda c: c[:5])[-1]
 
 
-def _blocked(shape: tuple[int, ...], num_threads: int, v: int) -> Fragment:
+def _blocked(shape: tuple[int, ...], num_threads: int, v: int, pad_inner: bool = False) -> Fragment:
     remaining, stride = num_threads, 1
     dims: list[tuple[Level, ...]] = [()] * len(shape)
     for d in reversed(range(len(shape))):
@@ -272,6 +278,8 @@ def _blocked(shape: tuple[int, ...], num_threads: int, v: int) -> Fragment:
         inner = v if d == len(shape) - 1 else 1
         units = n // inner
         t = _pow2_divisor(units, remaining)
+        if pad_inner and d == len(shape) - 1 and t < remaining and t < units:
+            t = min(remaining, 1 << (units - 1).bit_length())  # more threads on the row, the last ones partly idle
         if t == 1 and units > 1 and remaining > 1 and d == 0:
             t = min(remaining, 1 << (units - 1).bit_length())  # pad the outermost dim instead of leaving idle
         rest = -(-units // t)

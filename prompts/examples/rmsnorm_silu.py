@@ -11,14 +11,10 @@ import tileagent.language as T
 
 
 def schedule(C: int) -> tuple[int, int]:
-    """(block_m, threads) for a row length C: 16-byte loads, whole warps on a row's columns, about 32 values per
-    thread, block_m a multiple of the rows one pass of the threads covers."""
+    """(block_m, threads) for a row length C: about 32 values per thread, block_m a power of two."""
     threads = 256 if C >= 2048 else 128
-    cols = 1  # threads along a row: the largest power of two dividing C / 8, at most `threads`
-    while (C // 8) % (cols * 2) == 0 and cols * 2 <= threads and C % 8 == 0:
-        cols *= 2
-    block_m = threads // cols
-    while block_m * 2 * C <= threads * 32:
+    block_m = 1
+    while block_m * 2 * C <= threads * 32 and block_m < 128:
         block_m *= 2
     return block_m, threads
 
