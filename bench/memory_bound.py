@@ -149,6 +149,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--sweep-only", action="store_true", help="compile times and the correctness sweep, no timings")
     ap.add_argument("--cs", default="96,160,192,256,320,384,512,640,1024,4096", help="C values of the timed rows")
     ap.add_argument("--ms", default="262144,16384", help="M values of the timed rows")
     args = ap.parse_args()
@@ -164,6 +165,10 @@ def main() -> None:
         print(f"correctness sweep: {len(report['sweep_failures'])} failures in {time.time() - t0:.0f} s", flush=True)
         for f in report["sweep_failures"][:20]:
             print("  ", f)
+    if args.sweep_only:
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2))
+        return
     cs = [int(c) for c in args.cs.split(",")]
     report["rows"] = []
     for M in [int(m) for m in args.ms.split(",")]:
