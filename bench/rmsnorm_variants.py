@@ -1,9 +1,9 @@
 """Variants of the RMSNorm+SiLU DSL program, timed side by side with a device copy (what the example should be).
 
 Usage (CUDA machine): python bench/rmsnorm_variants.py [--cs 96,320,1024,4096] [--m 262144]
-Variants: "example" (prompts/examples/rmsnorm_silu.py), "gamma_global" (gamma read in the loop, no fragment),
-"exp2" (sigmoid through exp2), "threads128" (128 threads, one row per 32 values per thread), "rows_x2" (twice the rows
-per block). Also times each compile stage of the example (frontend+lowering+codegen, NVRTC, module load).
+Variants: "example" (the schedule of prompts/examples/rmsnorm_silu.py, SiLU through exp2), "sigmoid" (T.sigmoid),
+"gamma_global" (gamma read in the loop, no fragment), "rows_half" / "rows_x2" (half / twice the rows per block),
+"threads256" (256 threads, the same values per thread). Also times each compile stage of the example (frontend+lowering+codegen, NVRTC, module load).
 """
 
 
@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tileagent  # noqa: E402
 import tileagent.language as T  # noqa: E402
 from bench.memory_bound import bench, load  # noqa: E402
+
 
 
 def program(C, block_m, threads, gamma_fragment=True, use_exp2=False, dtype="float16", eps=1e-5):
@@ -60,11 +61,12 @@ def main() -> None:
     for C in [int(c) for c in args.cs.split(",")]:
         bm, th = rms.schedule(C)
         variants = {
-            "example": dict(block_m=bm, threads=th),
-            "gamma_global": dict(block_m=bm, threads=th, gamma_fragment=False),
-            "exp2": dict(block_m=bm, threads=th, use_exp2=True),
-            "threads128": dict(block_m=max(1, bm * th // 128 // 2) if th > 128 else bm, threads=128),
-            "rows_x2": dict(block_m=bm * 2, threads=th),
+            "example": dict(block_m=bm, threads=th, use_exp2=True),
+            "sigmoid": dict(block_m=bm, threads=th),
+            "gamma_global": dict(block_m=bm, threads=th, gamma_fragment=False, use_exp2=True),
+            "rows_half": dict(block_m=max(1, bm // 2), threads=th, use_exp2=True),
+            "rows_x2": dict(block_m=bm * 2, threads=th, use_exp2=True),
+            "threads256": dict(block_m=bm * 2 if th == 128 else bm, threads=256, use_exp2=True),
         }
         x = torch.randn(args.m, C, device="cuda", dtype=torch.float16)
         g = torch.randn(C, device="cuda", dtype=torch.float16)
