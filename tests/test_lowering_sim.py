@@ -106,3 +106,20 @@ def test_layouts_print_one_line_per_fragment_and_loop(shared_example):
     assert text.startswith("x: Fragment(1, 512)")
     assert "row_max: Fragment(1,)" in text and "replicated x128" in text
     assert text.count("T.Parallel(i, j)") == 2
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_lowered_kernels_compile_with_nvrtc(shared_example, arch):
+    kernels = [factory() for factory, _, _ in CASES.values()] + [
+        K.scale_rows(0, 100), shared_example("rmsnorm_silu").rmsnorm_silu.fn(1000, 320),
+        shared_example("softmax").softmax.fn(777, 2048)]
+    for func in kernels:
+        cubin = tileagent.compile(func, target="sim").cubin(arch)
+        assert cubin[:4] == b"\x7fELF"
+
+
+def test_profiler_times_and_checks_on_the_cpu_target():
+    kernel = tileagent.compile(K.bias_gelu(16, 64), out_idx=[2], target="cpu")
+    profiler = kernel.get_profiler()
+    profiler.assert_allclose(K.REFERENCES["bias_gelu"], atol=1e-2, rtol=1e-2)
+    assert profiler.do_bench(warmup=1, rep=3) > 0
