@@ -3,7 +3,7 @@
 Usage (CUDA machine): python bench/rmsnorm_variants.py [--cs 96,320,1024,4096] [--m 262144]
 Variants: "example" (the schedule of prompts/examples/rmsnorm_silu.py, SiLU through exp2), "sigmoid" (T.sigmoid),
 "gamma_global" (gamma read in the loop, no fragment), "rows_half" / "rows_x2" (half / twice the rows per block),
-"threads256" (256 threads, the same values per thread). Also times each compile stage of the example (frontend+lowering+codegen, NVRTC, module load).
+"threads256" (256 threads, the same values per thread), "fast_math" (the example with tl.enable_fast_math). Also times each compile stage of the example (frontend+lowering+codegen, NVRTC, module load).
 """
 
 
@@ -67,6 +67,7 @@ def main() -> None:
             "rows_half": dict(block_m=max(1, bm // 2), threads=th, use_exp2=True),
             "rows_x2": dict(block_m=bm * 2, threads=th, use_exp2=True),
             "threads256": dict(block_m=bm * 2 if th == 128 else bm, threads=256, use_exp2=True),
+            "fast_math": dict(block_m=bm, threads=th, use_exp2=True, fast_math=True),
         }
         x = torch.randn(args.m, C, device="cuda", dtype=torch.float16)
         g = torch.randn(C, device="cuda", dtype=torch.float16)
@@ -74,7 +75,8 @@ def main() -> None:
         copy = bench(lambda: y.copy_(x))[0]
         ref = rms.reference(x, g)
         for name, kw in variants.items():
-            kernel = tileagent.compile(program(C, **kw), out_idx=[2])
+            configs = {"tl.enable_fast_math": True} if kw.pop("fast_math", False) else None
+            kernel = tileagent.compile(program(C, **kw), out_idx=[2], pass_configs=configs)
             out = kernel(x, g)
             ok = torch.allclose(out.float(), ref.float(), rtol=2e-2, atol=2e-2)
             ms = bench(lambda: kernel(x, g))[0]
