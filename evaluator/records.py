@@ -1,0 +1,66 @@
+"""Records of the evaluator: requests and results, as pydantic models (JSON on disk and over the worker pipe).
+
+In: built by ``evaluator.correctness``, ``evaluator.timing`` and ``evaluator.worker``. Out: ``.model_dump_json()``.
+Guarantees: every field is documented; a result always says which status it ended in and, when not "ok", the first
+failure in the form the agent loop feeds back.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Status = Literal["ok", "spec_error", "compile_error", "mismatch", "guard_violation", "timeout", "crash",
+                 "internal_error"]
+
+
+class EvalRequest(BaseModel):
+    """What to evaluate."""
+
+    kernel_path: str = Field(description="the candidate module (defines class ModelNew)")
+    reference_path: str = Field(description="the reference module (KernelBench format, optional config grid)")
+    configs: list[dict] | None = Field(None, description="configs to run (default: the spec's grid)")
+    device: str = Field("auto", description="'cuda', 'cuda:N', 'cpu' or 'auto' (cuda when available)")
+    seeds: int = Field(5, description="random seeds per config and input distribution")
+    timing: bool = Field(True, description="time candidate and baselines (CUDA only)")
+    compile_timeout_s: float = Field(120.0, description="limit for building the candidate")
+    run_timeout_s: float = Field(120.0, description="limit for checking and timing one config")
+
+
+class Timing(BaseModel):
+    """One timed function: medians over trials, L2 flushed before each trial."""
+
+    median_ms: float
+    iqr_ms: float = Field(description="interquartile range of the trials")
+    trials: int
+    outliers: int = Field(0, description="trials beyond 1.5 IQR of the quartiles")
+
+
+class ConfigResult(BaseModel):
+    """The outcome for one config of the grid."""
+
+    config: dict
+    correct: bool
+    checks: int = Field(0, description="candidate runs compared with the reference")
+    max_abs_err: float | None = None
+    rel_l2: float | None = Field(None, description="||out - ref|| / ||ref|| over all checks, worst case")
+    candidate: Timing | None = None
+    eager: Timing | None = None
+    compiled: Timing | None = Field(None, description="torch.compile of the reference")
+    speedup_eager: float | None = None
+    speedup_compiled: float | None = None
+    roofline_pct: float | None = Field(None, description="% of the bound (measured copy bandwidth or matmul rate)")
+    bound: Literal["memory", "compute"] | None = None
+    notes: list[str] = Field(default_factory=list, description="flags such as degenerate references")
+
+
+class EvalResult(BaseModel):
+    """The outcome of one request."""
+
+    status: Status
+    message: str = ""
+    failure: dict | None = Field(None, description="the first failure (EvalError.to_dict()), fed back to drafters")
+    configs: list[ConfigResult] = Field(default_factory=list)
+    device: str = ""
+    timing_available: bool = False
