@@ -13,8 +13,8 @@ Pipelined ``order``/``stage`` lists cover the body. Violations raise CompileErro
 from __future__ import annotations
 
 from compiler.diagnostics import CompileError, DSLTypeError, InternalCompilerError, ScopeError, ShapeError
-from compiler.ir.expr import Expr, Load
 from compiler.ir.simplify import depends_on, static_int
+from compiler.ir.visit import loads
 from compiler.ir.stmt import (Alloc, AtomicAdd, AtomicAddTile, Copy, Fill, For, Gemm, If, Kernel, Let, Parallel,
                               Print, PrimFunc, Reduce, Region, Store)
 
@@ -104,7 +104,7 @@ class _Checker:
     # -- element accesses ------------------------------------------------------------------------------------
     def exprs(self, exprs, par_vars, static_par) -> None:
         for e in exprs:
-            for load in _loads(e):
+            for load in loads(e):
                 self.access(load.buffer, load.indices, par_vars, static_par, load.span)
 
     def access(self, buf, indices, par_vars, static_par, span=None) -> None:
@@ -200,21 +200,6 @@ def _matrix(r: Region, arg: str) -> tuple[int, int]:
     if len(ext) != 2:
         raise ShapeError(f"T.gemm operand {arg} must be a 2-d tile, got extents {tuple(r.extents)}", code="E403")
     return ext[0], ext[1]
-
-
-def _loads(e):
-    if isinstance(e, Load):
-        yield e
-        for i in e.indices:
-            yield from _loads(i)
-    elif isinstance(e, Expr):
-        for name in getattr(e, "__slots__", ()):
-            child = getattr(e, name)
-            if isinstance(child, Expr):
-                yield from _loads(child)
-            elif isinstance(child, tuple):
-                for c in child:
-                    yield from _loads(c)
 
 
 def _op_name(s) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from compiler.ir.printer import print_func
 from compiler.ir.stmt import AnnotateLayout, Buffer, Parallel, PrimFunc
+from compiler.ir.visit import walk
 from compiler.tir import DeviceModule
 
 log = logging.getLogger("tileagent.compiler")
@@ -27,7 +28,7 @@ def cache_key(func: PrimFunc, *parts: str) -> str:
     from compiler import __version__
 
     h = hashlib.sha256(print_func(func).encode())
-    for s in _walk(func.body):
+    for s in walk(func.body):
         if isinstance(s, AnnotateLayout):
             h.update(repr(s.layouts).encode())
         elif isinstance(s, Parallel) and s.annotations:
@@ -65,10 +66,3 @@ def store(key: str, module: DeviceModule, source: str) -> None:
         os.replace(tmp, path)
     except OSError as e:
         log.warning("could not write the module cache %s: %s", path, e)
-
-
-def _walk(stmts):
-    for s in stmts:
-        yield s
-        for name in ("body", "then_body", "else_body"):
-            yield from _walk(getattr(s, name, ()) or ())

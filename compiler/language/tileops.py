@@ -80,7 +80,7 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Sq
         r = _tile(x, "T.gemm", arg)
         if isinstance(r, Load):
             raise DSLTypeError(f"T.gemm: {arg} must be a whole buffer or a sliced region, not an element",
-                               code="E309", hint=f"pass the tile itself: T.gemm(A_shared, B_shared, C_local)")
+                               code="E309", hint="pass the tile itself: T.gemm(A_shared, B_shared, C_local)")
         regions.append(r)
     if isinstance(policy, bool) or not isinstance(policy, int) or policy not in tuple(GemmWarpPolicy):
         raise DSLTypeError(f"T.gemm: unknown policy {policy!r}", code="E303",

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from compiler.diagnostics import LayoutError
-from compiler.ir.expr import Expr, Load, Var
+from compiler.ir.expr import Var
 from compiler.ir.simplify import static_int
-from compiler.ir.stmt import (AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, Gemm, If, Kernel,
+from compiler.ir.stmt import (AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, Gemm, If, Kernel,
                               Let, Parallel, PrimFunc, Reduce, Store)
+from compiler.ir.visit import loads, stmt_exprs, walk
 from compiler.layout.fragment import Fragment, make_blocked
 
 
@@ -54,25 +55,6 @@ def infer_layouts(func: PrimFunc) -> LayoutMap:
     return result
 
 
-def _walk(stmts):
-    for s in stmts:
-        yield s
-        for name in ("body", "then_body", "else_body"):
-            yield from _walk(getattr(s, name, ()) or ())
-
-
-def _loads(e):
-    if isinstance(e, Load):
-        yield e
-        for i in e.indices:
-            yield from _loads(i)
-    elif isinstance(e, Expr):
-        for name in getattr(e, "__slots__", ()):
-            child = getattr(e, name)
-            if isinstance(child, Expr):
-                yield from _loads(child)
-
-
 def _vector_for(buffers) -> int:
     sizes = [b.dtype.bytes for b in buffers if b.scope in ("global", "shared")]
     return max(1, 16 // min(sizes)) if sizes else 8
@@ -82,9 +64,9 @@ class _KernelInference:
     def __init__(self, kernel: Kernel, result: LayoutMap):
         self.kernel, self.r = kernel, result
         self.threads = kernel.num_threads
-        self.ops = [s for s in _walk(kernel.body) if isinstance(s, (Copy, Reduce, Parallel, AnnotateLayout, Fill,
+        self.ops = [s for s in walk(kernel.body) if isinstance(s, (Copy, Reduce, Parallel, AnnotateLayout, Fill,
                                                                       Gemm, AtomicAddTile))]
-        self.fragments = [s.buffer for s in _walk(kernel.body) if getattr(s, "buffer", None) is not None
+        self.fragments = [s.buffer for s in walk(kernel.body) if getattr(s, "buffer", None) is not None
                           and type(s).__name__ == "Alloc" and s.buffer.scope == "fragment"]
 
     # -- assignment and conflicts ----------------------------------------------------------------------------
@@ -194,7 +176,7 @@ class _KernelInference:
     def accesses(self, loop: Parallel):
         """(buffer, index tuple, is_store) of every fragment access in the loop body."""
         out = []
-        for s in _walk(loop.body):
+        for s in walk(loop.body):
             exprs = []
             if isinstance(s, (Store, AtomicAdd)):
                 if s.buffer.scope == "fragment":
@@ -205,7 +187,7 @@ class _KernelInference:
             elif isinstance(s, If):
                 exprs = [s.cond]
             for e in exprs:
-                for load in _loads(e):
+                for load in loads(e):
                     if load.buffer.scope == "fragment":
                         out.append((load.buffer, load.indices, False, s))
         return out
@@ -238,8 +220,8 @@ class _KernelInference:
         for other, layout in self.r.loops.items():
             if layout.shape == extents and self.compatible(loop, layout):
                 return layout
-        buffers = [s.buffer for s in _walk(loop.body) if isinstance(s, (Store, AtomicAdd))]
-        buffers += [ld.buffer for s in _walk(loop.body) for e in _stmt_exprs(s) for ld in _loads(e)]
+        buffers = [s.buffer for s in walk(loop.body) if isinstance(s, (Store, AtomicAdd))]
+        buffers += [ld.buffer for s in walk(loop.body) for e in stmt_exprs(s) for ld in loads(e)]
         return make_blocked(extents, self.threads, _vector_for(buffers))
 
     def set_loop(self, loop: Parallel, layout: Fragment) -> None:
@@ -304,18 +286,6 @@ class _KernelInference:
                     getattr(stmt, "span", None) or loop.span, code="L001",
                     notes=[f"loop ({runs_on}): {layout.describe()}", f"{buf.name}: {frag.describe()}"],
                     hint=f"make the loop's extents match '{buf.name}''s shape, or go through T.alloc_shared")
-
-
-def _stmt_exprs(s):
-    if isinstance(s, (Store, AtomicAdd)):
-        return list(s.indices) + [s.value]
-    if isinstance(s, Let):
-        return [s.value]
-    if isinstance(s, If):
-        return [s.cond]
-    if isinstance(s, For):
-        return [s.start, s.extent]
-    return []
 
 
 def _tile_sides(op):

@@ -15,6 +15,7 @@ import logging
 from compiler.diagnostics import CompileError, InternalCompilerError, TargetError
 from compiler.ir.expr import Var, make_binop, make_call
 from compiler.ir.simplify import static_int
+from compiler.ir.visit import walk
 from compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, Gemm, If,
                               Kernel, Let, Parallel, Print, PrimFunc, Reduce, Store, UseSwizzle)
 from compiler.lower.barriers import insert_barriers
@@ -48,7 +49,7 @@ def lower(func: PrimFunc, layouts) -> DeviceModule:
 
 def _lower_kernel(name, k: Kernel, layouts, flat, params) -> DeviceKernel:
     body = insert_barriers(k.body)
-    outputs = [layouts.fragments[s.dst].num_slots for s in _walk(body)
+    outputs = [layouts.fragments[s.dst].num_slots for s in walk(body)
                if isinstance(s, Reduce) and s.dst in layouts.fragments]
     needs_scratch = bool(outputs)
     plan = plan_shared(k, layouts.shared, k.num_threads * 8 * max(outputs, default=0))
@@ -69,7 +70,7 @@ def _lower_kernel(name, k: Kernel, layouts, flat, params) -> DeviceKernel:
 
 def _block_indices(k: Kernel, body) -> list:
     """Let-bind the kernel's block variables to blockIdx, rasterized by T.use_swizzle when it asks."""
-    swizzle = next((s for s in _walk(body) if isinstance(s, UseSwizzle) and s.enable), None)
+    swizzle = next((s for s in walk(body) if isinstance(s, UseSwizzle) and s.enable), None)
     raw = [BLOCK_IDX[d] for d in range(len(k.block_vars))]
     if swizzle is not None and len(raw) >= 2:
         gx, gy = GRID_DIM[0], GRID_DIM[1]
@@ -83,13 +84,6 @@ def _block_indices(k: Kernel, body) -> list:
         outer = make_binop("//", off, width)
         raw[0], raw[1] = (outer, inner) if swizzle.order == "row" else (inner, outer)
     return [Let(v, r, k.span) for v, r in zip(k.block_vars, raw)]
-
-
-def _walk(stmts):
-    for s in stmts:
-        yield s
-        for name in ("body", "then_body", "else_body"):
-            yield from _walk(getattr(s, name, ()) or ())
 
 
 class _Lowering:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.diagnostics import TargetError
-from compiler.ir.expr import Expr, Load, Var, as_expr, make_binop, make_cast, make_cmp
+from compiler.ir.expr import Var, as_expr, make_binop, make_cast, make_cmp
 from compiler.ir.simplify import static_int
+from compiler.ir.visit import loads, stmt_exprs
 from compiler.ir.stmt import AtomicAdd, If, Let, Parallel, Store
 from compiler.lower.copy import and_, guarded, valid_condition
 from compiler.lower.slots import SlotLoops
@@ -73,35 +74,9 @@ def _fragment_accesses(stmts):
     for s in stmts:
         if isinstance(s, (Store, AtomicAdd)) and s.buffer.scope == "fragment":
             yield s.buffer, s.indices
-        for e in _exprs(s):
-            yield from _fragment_loads(e)
+        for e in stmt_exprs(s):
+            yield from ((ld.buffer, ld.indices) for ld in loads(e) if ld.buffer.scope == "fragment")
         yield from _fragment_accesses(getattr(s, "then_body", ()) + getattr(s, "else_body", ()))
-
-
-def _exprs(s):
-    if isinstance(s, (Store, AtomicAdd)):
-        return list(s.indices) + [s.value]
-    if isinstance(s, Let):
-        return [s.value]
-    if isinstance(s, If):
-        return [s.cond]
-    return []
-
-
-def _fragment_loads(e):
-    if isinstance(e, Load):
-        if e.buffer.scope == "fragment":
-            yield e.buffer, e.indices
-        for i in e.indices:
-            yield from _fragment_loads(i)
-    elif isinstance(e, Expr):
-        for name in getattr(e, "__slots__", ()):
-            child = getattr(e, name)
-            if isinstance(child, Expr):
-                yield from _fragment_loads(child)
-            elif isinstance(child, tuple):
-                for c in child:
-                    yield from _fragment_loads(c)
 
 
 def _lower_unrolled(ctx, loop: Parallel, layout, writer) -> list:

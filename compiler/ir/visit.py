@@ -1,0 +1,47 @@
+"""Traversals of the IR shared by the passes: statements in a tree, expressions of a statement, loads in an
+expression.
+
+In: tile-IR or thread-IR statements and expressions. Out: generators, in source order.
+Guarantees: ``walk`` yields every statement (pre-order) including those nested in loop, if and kernel bodies;
+``loads`` yields every Load, also those inside indices of other Loads.
+"""
+
+from __future__ import annotations
+
+from compiler.ir.expr import Expr, Load
+from compiler.ir.stmt import AtomicAdd, For, If, Let, Store
+
+
+def walk(stmts):
+    for s in stmts:
+        yield s
+        for name in ("body", "then_body", "else_body"):
+            yield from walk(getattr(s, name, ()) or ())
+
+
+def stmt_exprs(s) -> list:
+    """The scalar expressions a statement evaluates itself (not those of nested statements)."""
+    if isinstance(s, (Store, AtomicAdd)):
+        return list(s.indices) + [s.value]
+    if isinstance(s, Let):
+        return [s.value]
+    if isinstance(s, If):
+        return [s.cond]
+    if isinstance(s, For):
+        return [s.start, s.extent]
+    return []
+
+
+def loads(e):
+    if isinstance(e, Load):
+        yield e
+        for i in e.indices:
+            yield from loads(i)
+    elif isinstance(e, Expr):
+        for name in getattr(e, "__slots__", ()):
+            child = getattr(e, name)
+            if isinstance(child, Expr):
+                yield from loads(child)
+            elif isinstance(child, tuple):
+                for c in child:
+                    yield from loads(c)
