@@ -76,6 +76,29 @@ class VecCopy(Stmt):
 
 
 @dataclass(frozen=True, eq=False, slots=True)
+class Mma(Stmt):
+    """One warp-wide ``mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32``: D = A @ B + C.
+
+    Every lane of the warp executes it (never under a lane-dependent branch). Per lane, the operands are registers
+    named by index: ``a`` holds 8 elements of the 16x16 A tile, ``b`` 4 of the 16x8 B tile, ``c`` 4 of the 16x8
+    fp32 accumulator (read, then written with D). With g = lane // 4 and t = lane % 4 (PTX ISA, mma m16n8k16):
+    a[0], a[1]: A[g, 2t], A[g, 2t+1];    a[2], a[3]: A[g+8, 2t], A[g+8, 2t+1];
+    a[4], a[5]: A[g, 2t+8], A[g, 2t+9];  a[6], a[7]: A[g+8, 2t+8], A[g+8, 2t+9];
+    b[0], b[1]: B[2t, g], B[2t+1, g];    b[2], b[3]: B[2t+8, g], B[2t+9, g];
+    c[0], c[1]: C[g, 2t], C[g, 2t+1];    c[2], c[3]: C[g+8, 2t], C[g+8, 2t+1].
+    ``a_buf``/``b_buf`` are local arrays of float16 or bfloat16 (the same dtype); ``c_buf`` a local float32 array.
+    """
+
+    c_buf: Buffer
+    c: tuple
+    a_buf: Buffer
+    a: tuple
+    b_buf: Buffer
+    b: tuple
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class Barrier(Stmt):
     """__syncthreads(): all shared-memory writes before it are visible to all threads after it."""
 
