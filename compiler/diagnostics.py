@@ -192,5 +192,6 @@ CODES = {
     "L002": "a reduction's output already has a layout that does not follow its input",
     "L003": "a copy between fragments with different layouts",
     "L004": "a fragment indexed in T.Parallel by an expression other than a loop variable or a constant",
+    "L005": "a T.gemm tile that the warp policy cannot split into 16 x 8 mma atoms",
     "I000": "internal compiler error",
 }

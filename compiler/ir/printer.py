@@ -127,7 +127,7 @@ def stmt_lines(s, indent: int = 0) -> list[str]:
 
 
 def _thread_stmt_lines(s, pad: str) -> list[str]:
-    from compiler.tir import Barrier, Declare, VecCopy
+    from compiler.tir import Barrier, Declare, Mma, VecCopy
 
     if isinstance(s, Declare):
         init = "" if s.init is None else f" = {expr_str(s.init)}"
@@ -136,6 +136,10 @@ def _thread_stmt_lines(s, pad: str) -> list[str]:
         return [f"{pad}{s.dst.name}[{expr_str(s.dst_index)}:+{s.width}] = {s.src.name}[{expr_str(s.src_index)}:+{s.width}]"]
     if isinstance(s, Barrier):
         return [f"{pad}T.sync_threads()"]
+    if isinstance(s, Mma):
+        regs = [f"{b.name}[{', '.join(expr_str(i) for i in idx)}]" for b, idx in ((s.c_buf, s.c), (s.a_buf, s.a),
+                                                                                  (s.b_buf, s.b))]
+        return [f"{pad}mma_m16n8k16({regs[0]}, {regs[1]}, {regs[2]})"]
     return [f"{pad}{s!r}"]
 
 

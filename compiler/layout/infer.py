@@ -25,6 +25,7 @@ from compiler.ir.stmt import (AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, 
                               Let, Parallel, PrimFunc, Reduce, Store)
 from compiler.ir.visit import loads, stmt_exprs, walk
 from compiler.layout.fragment import Fragment, make_blocked
+from compiler.layout.mma import accumulator_layout, operand_a_layout, warp_partition
 
 
 @dataclass
@@ -33,6 +34,7 @@ class LayoutMap:
     loops: dict = field(default_factory=dict)  # Parallel -> Fragment over the iteration space
     origin: dict = field(default_factory=dict)  # Buffer -> (stmt, why)
     shared: dict = field(default_factory=dict)  # Buffer -> Layout or SwizzledLayout from annotations
+    gemm_partition: dict = field(default_factory=dict)  # Gemm -> (warps along M, warps along N)
 
     def __str__(self) -> str:
         lines = []
@@ -94,6 +96,9 @@ class _KernelInference:
     # -- the passes ------------------------------------------------------------------------------------------
     def run(self) -> None:
         for op in self.ops:
+            if isinstance(op, Gemm):
+                self.gemm(op)
+        for op in self.ops:
             if isinstance(op, AnnotateLayout):
                 for buf, layout in op.layouts:
                     if isinstance(layout, Fragment):
@@ -112,6 +117,24 @@ class _KernelInference:
                 want = self.r.fragments[op.src].project(op.dim % op.src.ndim)
                 if not self.r.fragments[op.dst].same_as(want):
                     self.conflict(op.dst, self.r.fragments[op.dst], want, op, "L002")
+
+    def gemm(self, op: Gemm) -> None:
+        """Strict: the accumulator gets the mma layout of the warp partition; an A operand in registers gets the
+        A-operand layout (a copy into it from another layout becomes a conversion through shared memory)."""
+        m, n = _matrix_shape(op.c)
+        try:
+            wm, wn = warp_partition(m, n, self.threads // 32, op.policy)
+        except LayoutError as e:
+            raise e.with_span(op.span)
+        self.r.gemm_partition[op] = (wm, wn)
+        if op.c.buffer.scope == "fragment":
+            self.assign(op.c.buffer, accumulator_layout(m, n, wm, wn, self.threads), op, "T.gemm accumulator")
+        if op.a.buffer.scope == "fragment":
+            if op.transpose_a:
+                raise LayoutError("T.gemm with A in registers needs transpose_A=False", op.span, code="L005",
+                                  hint="stage A through shared memory to transpose it")
+            self.assign(op.a.buffer, operand_a_layout(m, _matrix_shape(op.a)[1], wm, wn, self.threads), op,
+                        "T.gemm A operand")
 
     def propagate(self) -> bool:
         changed = False
@@ -286,6 +309,13 @@ class _KernelInference:
                     getattr(stmt, "span", None) or loop.span, code="L001",
                     notes=[f"loop ({runs_on}): {layout.describe()}", f"{buf.name}: {frag.describe()}"],
                     hint=f"make the loop's extents match '{buf.name}''s shape, or go through T.alloc_shared")
+
+
+def _matrix_shape(r, transpose: bool = False) -> tuple[int, int]:
+    ext = [e for e in r.extents]
+    while len(ext) > 2 and ext[0] == 1:
+        ext.pop(0)
+    return (ext[1], ext[0]) if transpose else (ext[0], ext[1])
 
 
 def _tile_sides(op):

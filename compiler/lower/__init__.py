@@ -11,6 +11,7 @@ E602 at its span.
 from __future__ import annotations
 
 import logging
+import math
 
 from compiler.diagnostics import CompileError, InternalCompilerError, TargetError
 from compiler.ir.expr import Var, make_binop, make_call
@@ -21,6 +22,7 @@ from compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, AtomicAddTile, B
 from compiler.lower.barriers import insert_barriers
 from compiler.lower.context import LowerContext
 from compiler.lower.copy import lower_atomic_add_tile, lower_copy, lower_fill
+from compiler.lower.gemm import lower_gemm
 from compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
 from compiler.lower.reduce import lower_reduce
 from compiler.lower.smem import plan_shared
@@ -49,10 +51,13 @@ def lower(func: PrimFunc, layouts) -> DeviceModule:
 
 def _lower_kernel(name, k: Kernel, layouts, flat, params) -> DeviceKernel:
     body = insert_barriers(k.body)
-    outputs = [layouts.fragments[s.dst].num_slots for s in walk(body)
+    scratch = [k.num_threads * 8 * layouts.fragments[s.dst].num_slots for s in walk(body)
                if isinstance(s, Reduce) and s.dst in layouts.fragments]
-    needs_scratch = bool(outputs)
-    plan = plan_shared(k, layouts.shared, k.num_threads * 8 * max(outputs, default=0))
+    scratch += [math.prod(s.src.buffer.shape) * 4 for s in walk(body) if isinstance(s, Copy)
+                and s.src.buffer.scope == s.dst.buffer.scope == "fragment"
+                and not layouts.fragments[s.src.buffer].same_as(layouts.fragments[s.dst.buffer])]
+    needs_scratch = bool(scratch)
+    plan = plan_shared(k, layouts.shared, max(scratch, default=0))
     ctx = LowerContext(k, layouts, flat, k.num_threads)
     ctx.shared_layouts = plan.layouts
     ctx.shared = {b: Buffer(b.name, (layout.size,), b.dtype, "shared", b.span) for b, layout in plan.layouts.items()}
@@ -138,8 +143,7 @@ class _Lowering:
         if isinstance(s, Barrier):
             return [s]
         if isinstance(s, Gemm):
-            raise TargetError("T.gemm is not lowered by the CUDA backend yet (tensor cores come next); "
-                              "use target='cpu' meanwhile", code="E602")
+            return lower_gemm(ctx, s)
         if isinstance(s, Print):
             log.warning("T.print at %s is ignored on the CUDA target", s.span)
             return []

@@ -17,9 +17,9 @@ import math
 from compiler.diagnostics import TargetError
 from compiler.ir.expr import Const, Load, as_expr, make_binop, make_cast, make_cmp, make_logical
 from compiler.ir.simplify import linear_form, static_int
-from compiler.ir.stmt import AtomicAdd, AtomicAddTile, Copy, Fill, For, If, Region, Store
+from compiler.ir.stmt import AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, If, Region, Store
 from compiler.layout import Fragment, make_blocked
-from compiler.tir import THREAD, VecCopy
+from compiler.tir import THREAD, Barrier, VecCopy
 from compiler.lower.slots import SlotLoops
 
 
@@ -28,10 +28,32 @@ def lower_copy(ctx, s: Copy) -> list:
     if src.buffer.scope == "fragment" and dst.buffer.scope == "fragment":
         _whole(src, s)
         _whole(dst, s)
-        n = ctx.frag(src.buffer).num_slots
-        return [VecCopy(ctx.mem(dst.buffer), as_expr(0), ctx.mem(src.buffer), as_expr(0), n, s.span)]
+        if ctx.frag(src.buffer).same_as(ctx.frag(dst.buffer)):
+            n = ctx.frag(src.buffer).num_slots
+            return [VecCopy(ctx.mem(dst.buffer), as_expr(0), ctx.mem(src.buffer), as_expr(0), n, s.span)]
+        return _convert_through_shared(ctx, src.buffer, dst.buffer, s)
     layout, coords = _iteration(ctx, src, dst, s)
     return _transfer(ctx, layout, coords, src, dst, s, atomic=False)
+
+
+def _convert_through_shared(ctx, src, dst, s) -> list:
+    """A copy between fragments whose layouts differ: every thread writes the elements it holds into the shared
+    scratch (row-major, in float32), then reads the ones its destination layout gives it."""
+    ws = ctx.scratch("float32")
+    out = []
+    for frag_buf, write in ((src, True), (dst, False)):
+        layout = ctx.frag(frag_buf)
+        loops = SlotLoops(ctx, layout)
+        idx = loops.index(THREAD)
+        offset = ctx.offset(Buffer(frag_buf.name, frag_buf.shape, frag_buf.dtype, "global"), idx)
+        reg = Load(ctx.mem(frag_buf), (as_expr(loops.slot()),), frag_buf.dtype)
+        move = Store(ws, (as_expr(offset),), make_cast(reg, "float32"), s.span) if write else \
+            Store(ctx.mem(frag_buf), (as_expr(loops.slot()),), make_cast(Load(ws, (as_expr(offset),),
+                                                                                   ws.dtype), frag_buf.dtype), s.span)
+        valid = valid_condition(ctx, layout, idx, write=write)
+        out += loops.nest(guarded(ctx, valid, [move]))
+        out.append(Barrier())
+    return out
 
 
 def lower_atomic_add_tile(ctx, s: AtomicAddTile) -> list:

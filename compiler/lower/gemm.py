@@ -1,0 +1,113 @@
+"""Lowering of ``T.gemm`` to tensor cores: warp-wide ``mma.sync`` m16n8k16 (fp16/bf16 in, fp32 accumulate).
+
+In: a Gemm whose accumulator has the mma layout of its warp partition (layout inference guarantees it; see
+``compiler.layout.mma``), A and B in shared memory, or A in registers with the A-operand layout. Out: thread IR.
+How: each warp walks its (M / wm) x (N / wn) tile in 16 x 8 atoms; for every 16-deep step of K it loads its A atom
+(8 values per lane) and B atom (4 per lane) from shared memory by the PTX register layout (or names A's registers
+directly when A lives in registers) and issues one ``Mma`` per atom.
+Guarantees: C += op(A) @ op(B) for the whole tile (C zeroed first with ``clear_accum``), every lane of every warp
+executing each Mma.
+"""
+
+from __future__ import annotations
+
+from compiler.diagnostics import TargetError
+from compiler.dtypes import DType
+from compiler.ir.expr import Const, as_expr, make_binop
+from compiler.ir.stmt import For, Gemm, Store
+from compiler.tir import THREAD, Declare, Mma
+
+_MMA_DTYPES = ("float16", "bfloat16")
+
+
+def lower_gemm(ctx, s: Gemm) -> list:
+    a_buf, b_buf, c_buf = s.a.buffer, s.b.buffer, s.c.buffer
+    if a_buf.dtype not in _MMA_DTYPES or b_buf.dtype != a_buf.dtype or c_buf.dtype != "float32":
+        raise TargetError(f"T.gemm on tensor cores takes float16/bfloat16 A and B and a float32 accumulator; got "
+                          f"{a_buf.dtype}, {b_buf.dtype} -> {c_buf.dtype}", code="E602")
+    if b_buf.scope != "shared" or a_buf.scope not in ("shared", "fragment"):
+        raise TargetError("T.gemm on tensor cores reads B from shared memory and A from shared memory or registers",
+                          code="E602", hint="T.copy the operand into T.alloc_shared first")
+    wm, wn = ctx.layouts.gemm_partition[s]
+    m, n = _dims(s.c)
+    k = _dims(s.a)[0] if s.transpose_a else _dims(s.a)[1]
+    tm, tn = m // wm, n // wn
+    lane = make_binop("%", THREAD, 32)
+    warp = make_binop("//", THREAD, 32)
+    g, t = make_binop("//", lane, 4), make_binop("%", lane, 4)
+    row_base = make_binop("*", make_binop("//", warp, wn), tm)
+    col_base = make_binop("*", make_binop("%", warp, wn), tn)
+    c_reg = ctx.mem(c_buf)
+    out = []
+    if s.clear_accum:
+        zero = ctx.var("z")
+        out.append(For(zero, 0, c_reg.shape[0], 1, "unroll", (Store(c_reg, (zero,), Const(0.0, DType("float32"))),)))
+    b_frag = ctx.scratch_registers("b_frag", 4, b_buf.dtype)
+    out.append(Declare(b_frag, span=s.span))
+    a_frag = None
+    if a_buf.scope == "shared":
+        a_frag = ctx.scratch_registers("a_frag", 8, a_buf.dtype)
+        out.append(Declare(a_frag, span=s.span))
+    n_atoms = tn // 8
+
+    def c_slot(am, h, an, pair):
+        return make_binop("+", make_binop("*", make_binop("+", make_binop("*", make_binop("+", make_binop(
+            "*", am, 2), h), n_atoms), an), 2), pair)
+
+    def step(kb):
+        """Statements of one 16-deep K step (kb: its index, an int or a loop variable)."""
+        body = []
+        am, an = ctx.var("am"), ctx.var("an")
+        row = make_binop("+", make_binop("+", row_base, make_binop("*", am, 16)), g)
+        k0 = make_binop("+", make_binop("*", kb, 16), make_binop("*", t, 2))
+        atom = []
+        if a_buf.scope == "shared":
+            for i, (dr, dk) in enumerate(((0, 0), (0, 1), (8, 0), (8, 1), (0, 8), (0, 9), (8, 8), (8, 9))):
+                idx = _element(s.a, make_binop("+", row, dr), make_binop("+", k0, dk), s.transpose_a)
+                atom.append(Store(a_frag, (as_expr(i),), ctx.element(a_buf, idx), s.span))
+            a_regs = tuple(as_expr(i) for i in range(8))
+        else:
+            # A in registers with the A-operand layout: slot ((am * 2 + h) * (K / 8) + kat) * 2 + pair
+            k_atoms = k // 8
+            a_regs = tuple(as_expr(make_binop("+", make_binop("*", make_binop("+", make_binop("*", make_binop(
+                "+", make_binop("*", am, 2), h), k_atoms), make_binop("+", make_binop("*", kb, 2), hk)), 2), pair))
+                for h, hk, pair in ((0, 0, 0), (0, 0, 1), (1, 0, 0), (1, 0, 1), (0, 1, 0), (0, 1, 1), (1, 1, 0),
+                                    (1, 1, 1)))
+        col = make_binop("+", make_binop("+", col_base, make_binop("*", an, 8)), g)
+        inner = []
+        for i, dk in enumerate((0, 1, 8, 9)):
+            idx = _element(s.b, make_binop("+", k0, dk), col, s.transpose_b)
+            inner.append(Store(b_frag, (as_expr(i),), ctx.element(b_buf, idx), s.span))
+        c_regs = tuple(as_expr(c_slot(am, h, an, pair)) for h, pair in ((0, 0), (0, 1), (1, 0), (1, 1)))
+        inner.append(Mma(c_reg, c_regs, ctx.mem(a_buf) if a_frag is None else a_frag, a_regs, b_frag,
+                         tuple(as_expr(i) for i in range(4)), s.span))
+        atom.append(For(an, 0, n_atoms, 1, "unroll", tuple(inner)))
+        body.append(For(am, 0, tm // 16, 1, "unroll", tuple(atom)))
+        return body
+
+    if a_buf.scope == "fragment":
+        for kb in range(k // 16):  # register indices of A must be constants: unroll in Python
+            out += step(kb)
+    else:
+        kb = ctx.var("kb")
+        ctx.ranges[kb] = (0, k // 16 - 1)
+        out.append(For(kb, 0, k // 16, 1, "serial", tuple(step(kb))))
+    return out
+
+
+def _dims(r) -> tuple[int, int]:
+    ext = list(r.extents)
+    while len(ext) > 2 and ext[0] == 1:
+        ext.pop(0)
+    return ext[0], ext[1]
+
+
+def _element(r, i, j, transpose: bool):
+    """Index into r.buffer of element (i, j) of op(r): the tile is stored transposed when ``transpose``."""
+    a, b = (j, i) if transpose else (i, j)
+    idx = list(r.starts)
+    dims = [d for d, e in enumerate(r.extents) if e != 1][-2:]
+    idx[dims[0]] = make_binop("+", idx[dims[0]], a)
+    idx[dims[1]] = make_binop("+", idx[dims[1]], b)
+    return tuple(idx)
+
