@@ -21,6 +21,7 @@ from compiler.errors import KernelArgumentError
 from compiler.ir.expr import Expr, Var
 from compiler.ir.printer import print_func
 from compiler.ir.stmt import Buffer, PrimFunc
+from compiler.kernel_scope import kernel_scope
 
 log = logging.getLogger("tileagent.compiler")
 
@@ -213,7 +214,8 @@ class JITKernel:
 
     def __call__(self, *args):
         bound, env, outputs = bind_arguments(self.func, args, self.out_idx, self.target)
-        self.backend.run(bound, env)
+        with kernel_scope():  # the evaluator's guard tells our kernels' work from the caller's torch ops
+            self.backend.run(bound, env)
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else outputs
