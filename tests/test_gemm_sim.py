@@ -1,0 +1,90 @@
+"""Tensor-core kernels (T.gemm on mma.sync) lowered and run in the SIMT emulator against torch, at ragged sizes."""
+
+import pytest
+import torch
+
+import tileagent
+import tileagent.language as T
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def _gemm(M, N, K, bm, bn, bk, trans_a, trans_b, dtype, policy, stages):
+    a_shape = (K, M) if trans_a else (M, K)
+    b_shape = (N, K) if trans_b else (K, N)
+    a_tile = (bk, bm) if trans_a else (bm, bk)
+    b_tile = (bn, bk) if trans_b else (bk, bn)
+
+    @T.prim_func
+    def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared(a_tile, dtype)
+            B_s = T.alloc_shared(b_tile, dtype)
+            acc = T.alloc_fragment((bm, bn), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                if trans_a:
+                    T.copy(A[k * bk, by * bm], A_s)
+                else:
+                    T.copy(A[by * bm, k * bk], A_s)
+                if trans_b:
+                    T.copy(B[bx * bn, k * bk], B_s)
+                else:
+                    T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, acc, transpose_A=trans_a, transpose_B=trans_b, policy=policy)
+            T.copy(acc, C[by * bm, bx * bn])
+
+    return main
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gemm_transposes_and_dtypes_with_tails(trans_a, trans_b, dtype):
+    M, N, K = 40, 24, 40
+    kernel = tileagent.compile(_gemm(M, N, K, 32, 32, 32, trans_a, trans_b, dtype, T.GemmWarpPolicy.Square, 2),
+                               target="sim")
+    td = getattr(torch, dtype)
+    a = torch.randn((K, M) if trans_a else (M, K), dtype=td)
+    b = torch.randn((N, K) if trans_b else (K, N), dtype=td)
+    c = torch.full((M, N), float("nan"))
+    kernel(a, b, c)
+    ref = (a.T if trans_a else a).float() @ (b.T if trans_b else b).float()
+    torch.testing.assert_close(c, ref, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("policy", [T.GemmWarpPolicy.Square, T.GemmWarpPolicy.FullRow, T.GemmWarpPolicy.FullCol])
+def test_gemm_warp_policies(policy):
+    kernel = tileagent.compile(_gemm(64, 64, 32, 64, 64, 32, False, False, "float16", policy, 0), target="sim")
+    a, b = torch.randn(64, 32, dtype=torch.float16), torch.randn(32, 64, dtype=torch.float16)
+    c = torch.full((64, 64), float("nan"))
+    kernel(a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
+def test_shared_gemm_relu_with_col_swizzle(shared_example):
+    mod = shared_example("gemm_relu")
+    kernel = tileagent.compile(mod.matmul.fn(136, 72, 64, 64, 64, 32), target="sim")
+    a, b = torch.randn(136, 64, dtype=torch.float16), torch.randn(64, 72, dtype=torch.float16)
+    c = torch.full((136, 72), float("nan"), dtype=torch.float16)
+    kernel(a, b, c)
+    torch.testing.assert_close(c, mod.reference(a, b), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_shared_flash_attn_fwd(shared_example, is_causal):
+    mod = shared_example("flash_attn_fwd")
+    kernel = tileagent.compile(mod.flash_attn_fwd.fn(1, 1, 150, 32, is_causal), out_idx=[3], target="sim")
+    q, k, v = (torch.randn(1, 150, 1, 32, dtype=torch.float16) for _ in range(3))
+    torch.testing.assert_close(kernel(q, k, v), mod.reference(q, k, v, is_causal), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("variant", ["shared", "fragment"])
+def test_shared_mla_decode(shared_example, variant):
+    mod = shared_example("mla_decode")
+    kernel = tileagent.compile(mod.mla_decode.fn(1, 64, 70, variant=variant), out_idx=[4], target="sim")
+    q, q_pe = torch.randn(1, 64, 512, dtype=torch.float16), torch.randn(1, 64, 64, dtype=torch.float16)
+    kv, k_pe = torch.randn(1, 70, 1, 512, dtype=torch.float16), torch.randn(1, 70, 1, 64, dtype=torch.float16)
+    torch.testing.assert_close(kernel(q, q_pe, kv, k_pe), mod.reference(q, q_pe, kv, k_pe), rtol=2e-2, atol=2e-2)
