@@ -23,6 +23,10 @@ Guarantees:
   value) and needs every lane of each warp that runs it; ``Barrier`` needs every thread of the block; ``For`` needs
   one trip count for all active threads; ``VecCopy`` checks both ranges and the alignment stated in ``compiler.tir``
   (and, for a global buffer, that the tensor's data pointer is aligned to the vector size).
+- ``Mma`` runs for every executing warp of the block at once: each warp's A (16x16), B (16x8) and C (16x8) are
+  gathered from its lanes' registers in the layout of ``compiler.tir.Mma``, D = A @ B + C is computed in float32
+  from the stored float16/bfloat16 values and scattered back into the C registers. Like ``shfl_xor`` it needs every
+  lane of each warp that runs it (a warp with no active lane skips it).
 - Race detector (``check_races=True``), per byte of the shared arena and barrier epoch: a byte written by thread A
   and then read or written by thread B, or read by A and then written by B, with no Barrier in between, raises
   "shared-memory race on buf[i]". Writes that leave the bytes unchanged are ignored (no thread can observe their
@@ -39,8 +43,8 @@ import torch
 from compiler.errors import KernelArgumentError, KernelFault
 from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
 from compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
-from compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar,
-                          THREAD, VecCopy, WARP)
+from compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, Mma,
+                          SpecialVar, THREAD, VecCopy, WARP)
 
 __all__ = ["EmulationError", "run_kernel", "run_module"]
 
@@ -54,9 +58,24 @@ _MATH = {"exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.l
          "floor": torch.floor, "ceil": torch.ceil, "pow": torch.pow, "min": torch.minimum, "max": torch.maximum}
 
 
+def _mma_layout():
+    """(row, col) of each lane's operand elements in the warp's tile: A [32, 8] in 16x16, B [32, 4] as (k, n) in
+    16x8, C [32, 4] in 16x8; see ``compiler.tir.Mma``."""
+    lane = torch.arange(WARP_SIZE)[:, None]
+    g, t = lane // 4, lane % 4
+    i, j = torch.arange(8), torch.arange(4)
+    a = (g + 8 * (i // 2 % 2), 2 * t + i % 2 + 8 * (i // 4))
+    b = (2 * t + j % 2 + 8 * (j // 2), g.expand(WARP_SIZE, 4))
+    c = (g + 8 * (j // 2), 2 * t + j % 2)
+    return a, b, c
+
+
+_MMA_A, _MMA_B, _MMA_C = _mma_layout()
+
+
 class EmulationError(KernelFault):
-    """The thread IR did something illegal on the emulated GPU: an out-of-bounds access, a divergent barrier or
-    shuffle, a non-uniform loop, a misaligned vector copy or a shared-memory race."""
+    """The thread IR did something illegal on the emulated GPU: an out-of-bounds access, a divergent barrier,
+    shuffle or mma, a non-uniform loop, a misaligned vector copy or a shared-memory race."""
 
 
 def run_module(module: DeviceModule, values: dict, *, check_races: bool = True) -> None:
@@ -295,8 +314,64 @@ class _Block:
                                  s.span)
         self.epoch += 1
 
+    def mma(self, s: Mma) -> None:
+        """One mma.sync m16n8k16 in every warp that executes it (all warps of the block at once)."""
+        ab = s.a_buf.dtype
+        if ab not in ("float16", "bfloat16") or s.b_buf.dtype != ab or s.c_buf.dtype != "float32":
+            raise EmulationError(f"Mma wants float16 or bfloat16 A and B of one dtype and a float32 C, got A {ab}, "
+                                 f"B {s.b_buf.dtype}, C {s.c_buf.dtype}", s.span)
+        for buf, regs, n in ((s.a_buf, s.a, 8), (s.b_buf, s.b, 4), (s.c_buf, s.c, 4)):
+            if buf.scope != "local" or len(regs) != n:
+                raise EmulationError(f"Mma operand '{buf.name}' must be a local array with {n} register indices, "
+                                     f"got a {buf.scope} buffer with {len(regs)}", s.span)
+        warps = self.full_warps("Mma")
+        if not len(warps):
+            return
+        threads = (warps[:, None] * WARP_SIZE + torch.arange(WARP_SIZE)).reshape(-1)
+        nw = len(warps)
+
+        def gather(buf, regs):
+            idx = torch.cat([self.elements(buf, self.ev(r), 1, "Mma operand in")[1] for r in regs], 1)[threads]
+            return self.mem[buf], idx
+
+        (a_mem, a_idx), (b_mem, b_idx), (c_mem, c_idx) = (gather(s.a_buf, s.a), gather(s.b_buf, s.b),
+                                                          gather(s.c_buf, s.c))
+        dup = (c_idx.sort(1).values.diff(dim=1) == 0).any(1)
+        if bool(dup.any()):
+            t = int(threads[dup.nonzero()[0]])
+            raise EmulationError(f"Mma in thread {t}: the accumulator registers {s.c_buf.name}"
+                                 f"{[int(v) for v in c_idx[int(dup.nonzero()[0])]]} are not distinct", s.span)
+        rows = threads[:, None]
+        A = torch.empty(nw, 16, 16, dtype=a_mem.dtype)
+        B = torch.empty(nw, 16, 8, dtype=b_mem.dtype)
+        C = torch.empty(nw, 16, 8, dtype=torch.float32)
+        A[:, _MMA_A[0], _MMA_A[1]] = a_mem[rows, a_idx].view(nw, WARP_SIZE, 8)
+        B[:, _MMA_B[0], _MMA_B[1]] = b_mem[rows, b_idx].view(nw, WARP_SIZE, 4)
+        C[:, _MMA_C[0], _MMA_C[1]] = c_mem[rows, c_idx].view(nw, WARP_SIZE, 4)
+        D = torch.matmul(A.float(), B.float()) + C
+        c_mem[rows, c_idx] = D[:, _MMA_C[0], _MMA_C[1]].reshape(nw * WARP_SIZE, 4)
+
+    def full_warps(self, what: str) -> torch.Tensor:
+        """Ids of the warps that execute a warp-wide ``what``: those with an active lane; raises if one of them has
+        an inactive or missing lane."""
+        warp = self.tid // WARP_SIZE
+        present = torch.bincount(warp)
+        active = present if self.mask is None else torch.zeros_like(present).index_add_(0, warp,
+                                                                                         self.mask.to(torch.int64))
+        partial = ((active > 0) & (active < present)).nonzero()
+        if len(partial):
+            w = int(partial[0])
+            raise EmulationError(f"{what} under divergence: {int(active[w])} of {int(present[w])} lanes of warp {w} "
+                                 f"are active; every lane of the warp must execute it", self.span)
+        short = ((active > 0) & (present < WARP_SIZE)).nonzero()
+        if len(short):
+            w = int(short[0])
+            raise EmulationError(f"{what} in warp {w}, which has only {int(present[w])} of {WARP_SIZE} lanes in a "
+                                 f"block of {self.nt} threads; every lane of the warp must execute it", self.span)
+        return (active > 0).nonzero()[:, 0]
+
     _HANDLERS = {Let: let, If: if_, For: for_, Declare: declare, Store: store, AtomicAdd: atomic_add,
-                 VecCopy: vec_copy, Barrier: barrier}
+                 VecCopy: vec_copy, Barrier: barrier, Mma: mma}
 
     # -- memory ------------------------------------------------------------------------------------------------
     def buffer_memory(self, buf: Buffer) -> torch.Tensor:

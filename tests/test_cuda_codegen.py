@@ -20,7 +20,7 @@ from compiler.runtime import nvrtc as nvrtc_mod
 from compiler.runtime.launch import _pack_scalar, eval_scalar
 from compiler.runtime.nvrtc import NvrtcError, cache_path, compile_to_cubin
 from compiler.targets.cuda import CodegenError, dtype_to_ctype, generate, required_alignment, vector_bytes
-from compiler.tir import BLOCK_IDX, LANE, THREAD, WARP, Barrier, Declare, DeviceKernel, DeviceModule, VecCopy
+from compiler.tir import BLOCK_IDX, LANE, THREAD, WARP, Barrier, Declare, DeviceKernel, DeviceModule, Mma, VecCopy
 
 F16, BF16, F32, F64 = DType("float16"), DType("bfloat16"), DType("float32"), DType("float64")
 I32, I64 = DType("int32"), DType("int64")
@@ -154,6 +154,26 @@ def atomic_kernel():
     return kernel("atomics", [f, h, q, bf], body, (c(1),)), (f, h, q, bf)
 
 
+def mma_kernel(dtype=F16, warps=1, ksteps=1):
+    """C[16 warps, 8] = A[16 warps, 16 ksteps] @ B[16 ksteps, 8] (row-major, C float): warp w owns rows 16w..16w+15
+    and accumulates one Mma per 16-wide k-step on a zeroed accumulator, its fragments loaded from global memory into
+    local arrays in the layout of tir.Mma (g = lane / 4, t = lane % 4)."""
+    K = 16 * ksteps
+    a, b, out = gbuf("A", dtype, 16 * warps * K), gbuf("B", dtype, K * 8), gbuf("C", F32, 16 * warps * 8)
+    af, bf = Buffer("a_frag", (8,), DType(dtype), "local"), Buffer("b_frag", (4,), DType(dtype), "local")
+    acc = Buffer("acc", (4,), F32, "local")
+    g, t, m0, kk = Var("g"), Var("t"), Var("m0"), Var("kk")
+    loads = [st(af, c(i), ld(a, (m0 + g + 8 * (i // 2 % 2)) * K + kk * 16 + 2 * t + (i % 2 + 8 * (i // 4))))
+             for i in range(8)]
+    loads += [st(bf, c(j), ld(b, (kk * 16 + 2 * t + (j % 2 + 8 * (j // 2))) * 8 + g)) for j in range(4)]
+    body = [Let(g, LANE // 4), Let(t, LANE % 4), Let(m0, WARP * 16), Declare(af), Declare(bf),
+            Declare(acc, c(0.0, F32)),
+            For(kk, 0, ksteps, 1, "unroll", (*loads, Mma(acc, (0, 1, 2, 3), af, tuple(range(8)), bf, (0, 1, 2, 3)))),
+            *[st(out, (m0 + g + 8 * (j // 2)) * 8 + 2 * t + j % 2, ld(acc, c(j))) for j in range(4)]]
+    name = f"mma_{DType(dtype)}_{warps}x{ksteps}"
+    return kernel(name, [a, b, out], body, (c(1),), block=(32 * warps, 1, 1)), (a, b, out)
+
+
 def module(*kernels):
     return DeviceModule("test_module", tuple(kernels))
 
@@ -279,6 +299,47 @@ def test_names_are_sanitized_and_rebinding_a_let_gets_a_fresh_name(tmp_path):
     assert "const float x_0 = 1.0f;" in src and "const float x_0_1 = x_0 + 1.0f;" in src
     assert "const int int_1 = 3;" in src and "out_buf[(long long)tid] = x_0_1;" in src
     compiles(src, tmp_path)
+
+
+def test_mma_m16n8k16_f16_is_inline_ptx_on_register_elements(tmp_path):
+    k, _ = mma_kernel(F16)
+    src = generate(module(k))
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 " in src
+    assert "__device__ __forceinline__ void tl_mma_m16n8k16_f16(float& d0, float& d1, float& d2, float& d3," in src
+    assert "const __half2 v = __halves2half2(lo, hi);" in src  # lower-index element in the low 16 bits
+    assert '"+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)' in src
+    assert ("tl_mma_m16n8k16_f16(acc[0], acc[1], acc[2], acc[3], a_frag[0], a_frag[1], a_frag[2], a_frag[3], "
+            "a_frag[4], a_frag[5], a_frag[6], a_frag[7], b_frag[0], b_frag[1], b_frag[2], b_frag[3]);") in flat(src)
+    assert "__align__(16) half a_frag[8];" in src and "__align__(16) float acc[4];" in src
+    assert "bf16" not in src and "cuda_bf16.h" not in src
+    assert "mma" not in generate(module(elementwise_kernel()[0]))  # the helper only when used
+    compiles(src, tmp_path)
+
+
+def test_mma_bf16_two_warps_two_k_steps_compiles(tmp_path):
+    k, _ = mma_kernel(BF16, warps=2, ksteps=2)
+    src = generate(module(k, mma_kernel(F16)[0]))
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 " in src
+    assert "const __nv_bfloat162 v = __halves2bfloat162(lo, hi);" in src
+    assert src.count("__device__ __forceinline__ void tl_mma_m16n8k16_bf16(") == 1
+    assert src.count("__device__ __forceinline__ void tl_mma_m16n8k16_f16(") == 1
+    assert "#include <cuda_bf16.h>" in src and "__launch_bounds__(64) mma_bfloat16_2x2(" in src
+    compiles(src, tmp_path)
+
+
+def test_mma_operand_errors_raise_codegen_error():
+    acc, a32 = Buffer("acc", (4,), F32, "local"), Buffer("a32", (8,), F32, "local")
+    a, b = Buffer("a", (8,), F16, "local"), Buffer("b", (4,), F16, "local")
+    decl = [Declare(acc), Declare(a32), Declare(a), Declare(b)]
+    bad = {"want float16 or bfloat16 A and B": Mma(acc, (0, 1, 2, 3), a32, tuple(range(8)), b, (0, 1, 2, 3)),
+           "must be distinct": Mma(acc, (0, 1, 1, 3), a, tuple(range(8)), b, (0, 1, 2, 3)),
+           r"register b\[4\] is outside the array of 4": Mma(acc, (0, 1, 2, 3), a, tuple(range(8)), b, (0, 1, 2, 4)),
+           "with 4 register indices": Mma(acc, (0, 1, 2, 3), a, tuple(range(8)), b, (0, 1))}
+    for msg, mma in bad.items():
+        with pytest.raises(CodegenError, match=msg):
+            generate(module(kernel("k", [], [*decl, mma], (c(1),), block=(32, 1, 1))))
+    with pytest.raises(CodegenError, match="the block has 48 threads"):
+        generate(module(kernel("k", [], [*decl, bad["must be distinct"]], (c(1),), block=(48, 1, 1))))
 
 
 def test_unbound_variable_and_unlowered_statement_raise_codegen_error():
@@ -488,6 +549,24 @@ def test_gpu_wrong_arguments_raise_before_launch():
         _load(k2).launch(k2, {a2: x2[1:], b2: x2})
     with pytest.raises(KernelArgumentError, match="expected a torch.Tensor"):
         mod.launch(k, {"A": x, "B": [0.0] * 16, "n": 16})  # params may also be given by name
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype,warps,ksteps", [(F16, 1, 1), (BF16, 1, 1), (F16, 2, 2), (BF16, 4, 3)])
+def test_gpu_mma_matches_torch(dtype, warps, ksteps):
+    k, (a, b, out) = mma_kernel(dtype, warps, ksteps)
+    mod = _load(k)
+    x = torch.randn(16 * warps, 16 * ksteps, device="cuda").to(dtype.torch)
+    y = torch.randn(16 * ksteps, 8, device="cuda").to(dtype.torch)
+    z = torch.full((16 * warps, 8), float("nan"), device="cuda")
+    mod.launch(k, {a: x, b: y, out: z})
+    torch.cuda.synchronize()
+    torch.testing.assert_close(z, x.double().matmul(y.double()).float(), rtol=1e-4, atol=1e-4)
+    xi = torch.randint(-4, 5, (16 * warps, 16 * ksteps), device="cuda").to(dtype.torch)  # small integers: exact
+    mod.launch(k, {a: xi, b: y.round(), out: z})
+    torch.cuda.synchronize()
+    torch.testing.assert_close(z, xi.float() @ y.round().float(), rtol=0, atol=0)
 
 
 def test_every_dtype_operator_and_intrinsic_compiles(tmp_path):

@@ -9,9 +9,10 @@ from compiler.emulate import EmulationError, run_kernel, run_module
 from compiler.errors import KernelFault
 from compiler.ir.expr import Call, Const, Load, Var, as_expr, make_cmp, make_select
 from compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
-from compiler.tir import BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceKernel, DeviceModule, VecCopy
+from compiler.tir import (BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceKernel, DeviceModule, Mma,
+                          VecCopy)
 
-F32, F16, I32 = DType("float32"), DType("float16"), DType("int32")
+F32, F16, BF16, I32 = DType("float32"), DType("float16"), DType("bfloat16"), DType("int32")
 EXACT = dict(rtol=0, atol=0)
 
 
@@ -171,6 +172,50 @@ def test_for_loop_accumulates_in_a_local_register_array():
     torch.testing.assert_close(y, x.reshape(8, 32).sum(0), rtol=1e-5, atol=1e-5)
 
 
+def mma_kernel(dtype=F16, warps=1, ksteps=1, guard=None):
+    """C[16 warps, 8] = A[16 warps, 16 ksteps] @ B[16 ksteps, 8] (row-major): warp w owns rows 16w..16w+15 and
+    accumulates one Mma per 16-wide k-step, its fragments loaded from global memory in the layout of tir.Mma.
+    ``guard(stmt)`` may wrap the Mma (in an If)."""
+    K = 16 * ksteps
+    A, B, C = buf("A", 16 * warps * K, dtype), buf("B", K * 8, dtype), buf("C", 16 * warps * 8)
+    a, b, acc = buf("a", 8, dtype, "local"), buf("b", 4, dtype, "local"), buf("acc", 4, F32, "local")
+    g, t, m0, kk = Var("g"), Var("t"), Var("m0"), Var("kk")
+    loads = [st(a, i, ld(A, (m0 + g + 8 * (i // 2 % 2)) * K + kk * 16 + 2 * t + (i % 2 + 8 * (i // 4))))
+             for i in range(8)]
+    loads += [st(b, j, ld(B, (kk * 16 + 2 * t + (j % 2 + 8 * (j // 2))) * 8 + g)) for j in range(4)]
+    mma = Mma(acc, (0, 1, 2, 3), a, tuple(range(8)), b, tuple(range(4)), Span("kern.py", 9))
+    body = [Let(g, LANE // 4), Let(t, LANE % 4), Let(m0, WARP * 16), Declare(a), Declare(b),
+            Declare(acc, as_expr(0.0)),
+            For(kk, 0, ksteps, 1, "unroll", (*loads, guard(mma) if guard else mma)),
+            *[st(C, (m0 + g + 8 * (j // 2)) * 8 + 2 * t + j % 2, ld(acc, j)) for j in range(4)]]
+    return kernel([A, B, C], body, block=(32 * warps, 1, 1)), (A, B, C)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16])
+def test_mma_two_warps_two_k_steps_match_torch(dtype):
+    k, (A, B, C) = mma_kernel(dtype, warps=2, ksteps=2)
+    a, b = torch.randn(32, 32).to(dtype.torch), torch.randn(32, 8).to(dtype.torch)
+    c = torch.full((32, 8), float("nan"))
+    run_kernel(k, {A: a, B: b, C: c})
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-5, atol=1e-5)
+
+
+def test_mma_single_tile_is_exact_on_small_integers():
+    k, (A, B, C) = mma_kernel(F16)
+    a, b = torch.randint(-4, 5, (16, 16)).half(), torch.randint(-4, 5, (16, 8)).half()
+    c = torch.zeros(16, 8)
+    run_kernel(k, {A: a, B: b, C: c})
+    torch.testing.assert_close(c, a.float() @ b.float(), **EXACT)
+
+
+def test_mma_in_a_warp_uniform_branch_runs_only_there():
+    k, (A, B, C) = mma_kernel(F16, warps=2, guard=lambda s: If(eq(WARP, 1), (s,), ()))
+    a, b, c = torch.randn(32, 16).half(), torch.randn(16, 8).half(), torch.full((32, 8), float("nan"))
+    run_kernel(k, {A: a, B: b, C: c})
+    assert torch.all(c[:16] == 0)
+    torch.testing.assert_close(c[16:], a[16:].float() @ b.float(), rtol=1e-5, atol=1e-5)
+
+
 # -- errors ------------------------------------------------------------------------------------------------------
 
 
@@ -214,3 +259,18 @@ def test_loop_trip_count_must_be_uniform():
     with pytest.raises(EmulationError, match="trip count of loop 'k' differs between threads: 1 in thread 0, 2 in "
                                              "thread 32"):
         run_kernel(kernel([Y], body, block=(64, 1, 1)), {Y: torch.zeros(64)})
+
+
+def test_mma_with_a_masked_lane_is_an_error():
+    k, (A, B, C) = mma_kernel(F16, warps=2, guard=lambda s: If(make_cmp("!=", THREAD, 37), (s,), ()))
+    with pytest.raises(EmulationError) as err:
+        run_kernel(k, {A: torch.zeros(32, 16).half(), B: torch.zeros(16, 8).half(), C: torch.zeros(32, 8)})
+    assert str(err.value) == ("kern.py:9:1: Mma under divergence: 31 of 32 lanes of warp 1 are active; every lane of "
+                              "the warp must execute it")
+
+
+def test_mma_in_an_incomplete_warp_is_an_error():
+    k, (A, B, C) = mma_kernel(F16, warps=2)
+    k = DeviceKernel(k.name, k.params, k.grid, (48, 1, 1), k.shared_bytes, k.shared_offsets, k.body)
+    with pytest.raises(EmulationError, match="Mma in warp 1, which has only 16 of 32 lanes in a block of 48 threads"):
+        run_kernel(k, {A: torch.zeros(32, 16).half(), B: torch.zeros(16, 8).half(), C: torch.zeros(32, 8)})
