@@ -63,32 +63,24 @@ def lower_atomic_add_tile(ctx, s: AtomicAddTile) -> list:
 
 def lower_fill(ctx, s: Fill) -> list:
     buf = s.dst.buffer
-    value = ctx.rewrite(s.value, {})
-    if buf.scope == "fragment":
+    value = make_cast(ctx.rewrite(s.value, {}), buf.dtype)
+    if buf.scope in ("fragment", "local", "var"):  # every register of the thread
         _whole(s.dst, s)
         k = ctx.var("k")
         reg = ctx.mem(buf)
-        return [For(k, 0, reg.shape[0], 1, "unroll", (Store(reg, (k,), make_cast(value, buf.dtype), s.span),),
-                    span=s.span)]
-    if buf.scope in ("local", "var"):
-        k = ctx.var("k")
-        reg = ctx.mem(buf)
-        return [For(k, 0, reg.shape[0], 1, "unroll", (Store(reg, (k,), make_cast(value, buf.dtype), s.span),),
-                    span=s.span)]
+        return [For(k, 0, reg.shape[0], 1, "unroll", (Store(reg, (k,), value, s.span),), span=s.span)]
     layout = make_blocked(tuple(s.dst.extents), ctx.threads, 1)
-    out = []
-    for k in range(layout.num_slots):
-        c = layout.inverse(THREAD, k)
-        idx = _region_index(s.dst, tuple(s.dst.extents), c)
-        guard, store = ctx.store(buf, idx, value, s.span)
-        out += guarded(ctx, and_(valid_condition(ctx, layout, c, write=True), guard), [store])
-    return out
+    loops = SlotLoops(ctx, layout)
+    c = loops.index(THREAD)
+    guard, store = ctx.store(buf, _region_index(s.dst, tuple(s.dst.extents), c), value, s.span)
+    return loops.nest(guarded(ctx, and_(valid_condition(ctx, layout, c, write=True), guard), [store]))
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
 def _whole(r: Region, s):
     if any(static_int(x) != 0 for x in r.starts) or tuple(r.extents) != tuple(r.buffer.shape):
-        raise TargetError(f"the CUDA backend moves whole fragments only; '{r.buffer.name}' is sliced here", s.span,
+        raise TargetError(f"the CUDA backend moves and fills whole register tiles only; '{r.buffer.name}' is sliced "
+                          f"here", s.span,
                           code="E602", hint=f"copy the whole fragment '{r.buffer.name}' or stage it in shared memory")
 
 
