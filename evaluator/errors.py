@@ -3,7 +3,9 @@
     EvalError                      anything the evaluator reports instead of a result
     ├── SpecError                  the reference file is unusable (syntax, missing function, bad inputs, flaky ref)
     ├── CandidateError             the candidate is at fault
+    │   ├── LoadFailed             its module does not import, has no usable ModelNew, or ModelNew() raised
     │   ├── CompileFailed          its kernel did not compile (carries the compiler's diagnostic dict)
+    │   ├── RunFailed              its forward raised (a kernel argument error, a fault, any exception)
     │   ├── Mismatch               wrong numbers (carries config, seed, distribution, index, expected, got)
     │   └── GuardViolation         it tried to game the evaluation (carries the rule it broke)
     └── WorkerError                the isolated worker could not finish
@@ -36,6 +38,14 @@ class SpecError(EvalError):
 
 class CandidateError(EvalError):
     """The candidate kernel is at fault."""
+
+
+class LoadFailed(CandidateError):
+    """The candidate module cannot be used: syntax error, import error, no ``ModelNew``, or its constructor raised."""
+
+
+class RunFailed(CandidateError):
+    """The candidate's forward raised; details: config, exception (class name), and the candidate's line if known."""
 
 
 class CompileFailed(CandidateError):
