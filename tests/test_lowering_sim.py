@@ -123,3 +123,23 @@ def test_profiler_times_and_checks_on_the_cpu_target():
     profiler = kernel.get_profiler()
     profiler.assert_allclose(K.REFERENCES["bias_gelu"], atol=1e-2, rtol=1e-2)
     assert profiler.do_bench(warmup=1, rep=3) > 0
+
+
+def test_shared_buffers_with_disjoint_lifetimes_share_bytes():
+    @T.prim_func
+    def f(X: T.Tensor((64, 64), "float32"), Y: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            first = T.alloc_shared((64, 64), "float32")
+            second = T.alloc_shared((64, 64), "float32")
+            T.copy(X, first)
+            T.copy(first, Y)
+            T.copy(Y, second)
+            T.copy(second, Y)
+
+    kernel = tileagent.compile(f, target="sim")
+    offsets = {b.name: o for b, o in kernel.module.kernels[0].shared_offsets.items()}
+    assert offsets["first"] == offsets["second"] == 0
+    assert kernel.module.kernels[0].shared_bytes == 64 * 64 * 4
+    x, y = torch.randn(64, 64), torch.full((64, 64), float("nan"))
+    kernel(x, y)
+    torch.testing.assert_close(y, x)
