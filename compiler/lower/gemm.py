@@ -15,7 +15,8 @@ from compiler.diagnostics import TargetError
 from compiler.dtypes import DType
 from compiler.ir.expr import Const, as_expr, make_binop
 from compiler.ir.stmt import For, Gemm, Store
-from compiler.tir import THREAD, Declare, Mma
+from compiler.ir.simplify import linear_form
+from compiler.tir import THREAD, Declare, Mma, VecCopy
 
 _MMA_DTYPES = ("float16", "bfloat16")
 
@@ -42,29 +43,50 @@ def lower_gemm(ctx, s: Gemm) -> list:
     if s.clear_accum:
         zero = ctx.var("z")
         out.append(For(zero, 0, c_reg.shape[0], 1, "unroll", (Store(c_reg, (zero,), Const(0.0, DType("float32"))),)))
-    b_frag = ctx.scratch_registers("b_frag", 4, b_buf.dtype)
+    n_atoms = tn // 8
+    b_frag = ctx.scratch_registers("b_frag", 4 * n_atoms, b_buf.dtype)
     out.append(Declare(b_frag, span=s.span))
     a_frag = None
     if a_buf.scope == "shared":
         a_frag = ctx.scratch_registers("a_frag", 8, a_buf.dtype)
         out.append(Declare(a_frag, span=s.span))
-    n_atoms = tn // 8
 
     def c_slot(am, h, an, pair):
         return make_binop("+", make_binop("*", make_binop("+", make_binop("*", make_binop("+", make_binop(
             "*", am, 2), h), n_atoms), an), 2), pair)
 
+    def load(frag, first, region, pairs, transpose: bool) -> list:
+        """frag[first + i] = op(region)[pairs[i]], two elements at a time as one 32-bit access where they are
+        adjacent in shared memory."""
+        stmts = []
+        for i in range(0, len(pairs), 2):
+            idx = [_element(region, *pairs[j], transpose) for j in (i, i + 1)]
+            offsets = [ctx.offset(region.buffer, x) for x in idx]
+            step_ = linear_form(make_binop("-", offsets[1], offsets[0]))
+            base = linear_form(offsets[0])
+            if step_ == ({}, 1) and base is not None and base[1] % 2 == 0 and all(c % 2 == 0 for c in base[0].values()):
+                stmts.append(VecCopy(frag, as_expr(make_binop("+", first, i)), ctx.mem(region.buffer),
+                                     as_expr(offsets[0]), 2, s.span))
+            else:
+                stmts += [Store(frag, (as_expr(make_binop("+", first, j)),), ctx.element(region.buffer, idx[j - i]),
+                                s.span) for j in (i, i + 1)]
+        return stmts
+
     def step(kb):
-        """Statements of one 16-deep K step (kb: its index, an int or a loop variable)."""
-        body = []
+        """Statements of one 16-deep K step (kb: its index, an int or a loop variable): B atoms of the warp's
+        columns once, then per row atom its A atom and one Mma per column atom."""
         am, an = ctx.var("am"), ctx.var("an")
-        row = make_binop("+", make_binop("+", row_base, make_binop("*", am, 16)), g)
         k0 = make_binop("+", make_binop("*", kb, 16), make_binop("*", t, 2))
+        col = make_binop("+", make_binop("+", col_base, make_binop("*", an, 8)), g)
+        b_pairs = [(make_binop("+", k0, dk), col) for dk in (0, 1, 8, 9)]
+        body = [For(an, 0, n_atoms, 1, "unroll", tuple(load(b_frag, make_binop("*", an, 4), s.b, b_pairs,
+                                                              s.transpose_b)))]
+        row = make_binop("+", make_binop("+", row_base, make_binop("*", am, 16)), g)
         atom = []
         if a_buf.scope == "shared":
-            for i, (dr, dk) in enumerate(((0, 0), (0, 1), (8, 0), (8, 1), (0, 8), (0, 9), (8, 8), (8, 9))):
-                idx = _element(s.a, make_binop("+", row, dr), make_binop("+", k0, dk), s.transpose_a)
-                atom.append(Store(a_frag, (as_expr(i),), ctx.element(a_buf, idx), s.span))
+            a_pairs = [(make_binop("+", row, dr), make_binop("+", k0, dk))
+                       for dr, dk in ((0, 0), (0, 1), (8, 0), (8, 1), (0, 8), (0, 9), (8, 8), (8, 9))]
+            atom += load(a_frag, 0, s.a, a_pairs, s.transpose_a)
             a_regs = tuple(as_expr(i) for i in range(8))
         else:
             # A in registers with the A-operand layout: slot ((am * 2 + h) * (K / 8) + kat) * 2 + pair
@@ -73,15 +95,11 @@ def lower_gemm(ctx, s: Gemm) -> list:
                 "+", make_binop("*", am, 2), h), k_atoms), make_binop("+", make_binop("*", kb, 2), hk)), 2), pair))
                 for h, hk, pair in ((0, 0, 0), (0, 0, 1), (1, 0, 0), (1, 0, 1), (0, 1, 0), (0, 1, 1), (1, 1, 0),
                                     (1, 1, 1)))
-        col = make_binop("+", make_binop("+", col_base, make_binop("*", an, 8)), g)
-        inner = []
-        for i, dk in enumerate((0, 1, 8, 9)):
-            idx = _element(s.b, make_binop("+", k0, dk), col, s.transpose_b)
-            inner.append(Store(b_frag, (as_expr(i),), ctx.element(b_buf, idx), s.span))
-        c_regs = tuple(as_expr(c_slot(am, h, an, pair)) for h, pair in ((0, 0), (0, 1), (1, 0), (1, 1)))
-        inner.append(Mma(c_reg, c_regs, ctx.mem(a_buf) if a_frag is None else a_frag, a_regs, b_frag,
-                         tuple(as_expr(i) for i in range(4)), s.span))
-        atom.append(For(an, 0, n_atoms, 1, "unroll", tuple(inner)))
+        an2 = ctx.var("an")
+        c_regs = tuple(as_expr(c_slot(am, h, an2, pair)) for h, pair in ((0, 0), (0, 1), (1, 0), (1, 1)))
+        mma = Mma(c_reg, c_regs, ctx.mem(a_buf) if a_frag is None else a_frag, a_regs, b_frag,
+                  tuple(as_expr(make_binop("+", make_binop("*", an2, 4), i)) for i in range(4)), s.span)
+        atom.append(For(an2, 0, n_atoms, 1, "unroll", (mma,)))
         body.append(For(am, 0, tm // 16, 1, "unroll", tuple(atom)))
         return body
 
