@@ -11,8 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-Status = Literal["ok", "spec_error", "compile_error", "mismatch", "guard_violation", "timeout", "crash",
-                 "internal_error"]
+Status = Literal["ok", "spec_error", "compile_error", "mismatch", "guard_violation", "candidate_error", "timeout",
+                 "crash", "internal_error"]
+"""candidate_error: the candidate failed otherwise (its module does not import, no ModelNew, its forward raised)."""
 
 
 class EvalRequest(BaseModel):
@@ -21,6 +22,8 @@ class EvalRequest(BaseModel):
     kernel_path: str = Field(description="the candidate module (defines class ModelNew)")
     reference_path: str = Field(description="the reference module (KernelBench format, optional config grid)")
     configs: list[dict] | None = Field(None, description="configs to run (default: the spec's grid)")
+    overrides: dict = Field(default_factory=dict, description="keys set in every config (a list value: one config "
+                            "per value), e.g. {'M': 1000} from `tileagent eval --config M=1000`; duplicates dropped")
     device: str = Field("auto", description="'cuda', 'cuda:N', 'cpu' or 'auto' (cuda when available)")
     seeds: int = Field(5, description="random seeds per config and input distribution")
     timing: bool = Field(True, description="time candidate and baselines (CUDA only)")
