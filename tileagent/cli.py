@@ -91,6 +91,90 @@ def run(program: Path = typer.Argument(..., help="a .py file defining check(devi
     console.print(table)
 
 
+EVALUATE_FN = "evaluator.worker:evaluate"  # what the eval worker runs per request (tests substitute a fake)
+_NOT_CORRECT = {"mismatch", "guard_violation", "compile_error", "candidate_error", "timeout", "crash",
+                "internal_error"}
+
+
+def _parse_overrides(items: list[str]) -> dict:
+    """``k=v`` items -> {k: v}; ``k=a,b`` -> {k: [a, b]} (one config per value)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            err_console.print(f"[red]error:[/] --config expects key=value, got {item!r}")
+            raise typer.Exit(EXIT_BAD_INPUT)
+        values = [_parse_params([f"{key}={v}"])[key] for v in value.split(",")]
+        out[key] = values if len(values) > 1 else values[0]
+    return out
+
+
+def _ms(t) -> str:
+    return f"{t.median_ms:.4f} ±{t.iqr_ms:.4f}" if t is not None else "-"
+
+
+def _eval_table(result, title: str) -> Table:
+    table = Table(title=title)
+    for col in ("config", "correct", "max err", "time ms (±IQR)", "eager ms", "compile ms", "x eager", "x compile",
+                "% roofline"):
+        table.add_column(col, justify="left" if col in ("config", "correct") else "right")
+    for c in result.configs:
+        table.add_row(", ".join(f"{k}={v}" for k, v in c.config.items()),
+                      "[green]yes[/]" if c.correct else "[red]no[/]",
+                      f"{c.max_abs_err:.2e}" if c.max_abs_err is not None else "-",
+                      _ms(c.candidate), _ms(c.eager), _ms(c.compiled),
+                      f"{c.speedup_eager:.2f}" if c.speedup_eager else "-",
+                      f"{c.speedup_compiled:.2f}" if c.speedup_compiled else "-",
+                      f"{c.roofline_pct:.0f}% {c.bound}" if c.roofline_pct is not None else "-")
+    return table
+
+
+@app.command(name="eval", help="Check a candidate kernel against a reference, config by config, in an isolated "
+                               "worker; on CUDA also time it against eager and torch.compile.\n\n"
+                               "Example: tileagent eval my_rmsnorm.py tasks/rmsnorm_silu.py --config M=1000\n\n"
+                               "Exit codes: 0 correct on every config; 1 not correct (mismatch, guard, compile error, "
+                               "crash, timeout); 2 bad input (missing file, bad reference, bad arguments).")
+def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file defining class ModelNew"),
+          reference: Path = typer.Argument(..., help="the reference: a KernelBench-format .py file"),
+          config: list[str] = typer.Option([], "--config", "-c", help="set a config key in every config of the "
+                                           "grid, as key=value (key=a,b: one config per value)"),
+          device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N"),
+          json_out: Path | None = typer.Option(None, "--json", help="write the result record (JSON) here"),
+          no_timing: bool = typer.Option(False, "--no-timing", help="check correctness only"),
+          seeds: int = typer.Option(5, help="random seeds per config and input distribution"),
+          compile_timeout: float = typer.Option(120.0, help="seconds to load the reference and the candidate"),
+          run_timeout: float = typer.Option(120.0, help="seconds to check (or time) one config"),
+          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    from evaluator.records import EvalRequest
+    from evaluator.worker import EvalWorker
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
+    for path in (kernel, reference):
+        if not path.is_file():
+            err_console.print(f"[red]error:[/] no such file: {path}")
+            raise typer.Exit(EXIT_BAD_INPUT)
+    request = EvalRequest(kernel_path=str(kernel.resolve()), reference_path=str(reference.resolve()),
+                          overrides=_parse_overrides(config), device=device, seeds=seeds, timing=not no_timing,
+                          compile_timeout_s=compile_timeout, run_timeout_s=run_timeout)
+    with console.status(f"evaluating {kernel.name} against {reference.name}"):
+        with EvalWorker(device, evaluate_fn=EVALUATE_FN) as worker:
+            result = worker.evaluate(request)
+    if json_out is not None:
+        json_out.write_text(result.model_dump_json(indent=2))
+    if result.configs:
+        console.print(_eval_table(result, f"{kernel.name} vs {reference.name} on {result.device}"))
+    for c in result.configs:
+        for note in c.notes:
+            console.print(f"[yellow]note[/] ({', '.join(f'{k}={v}' for k, v in c.config.items())}): {note}",
+                          markup=True, highlight=False)
+    if result.status == "ok":
+        timed = "" if result.timing_available else " (timing unavailable on this device)"
+        console.print(f"[green]correct[/] on {len(result.configs)} config(s){timed}")
+        return
+    err_console.print(f"[red]{result.status}:[/] {result.message}", highlight=False)
+    raise typer.Exit(EXIT_CHECK_FAILED if result.status in _NOT_CORRECT else EXIT_BAD_INPUT)
+
+
 @app.command(help="Print the version.")
 def version() -> None:
     from compiler import __version__

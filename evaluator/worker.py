@@ -1,0 +1,545 @@
+"""Isolation: candidates run in a worker subprocess (one per device) that may crash, hang or fault without harm.
+
+In: ``EvalRequest``s. Out: one ``EvalResult`` per request, always.
+Guarantees:
+
+- ``evaluate(request)`` runs a request in the calling process (the worker calls it; so can tests). Every failure
+  becomes a status through one function, ``status_of(error)``; a device left unusable (a sticky CUDA fault such as an
+  illegal address, or CUDA out of memory) is reported as status "crash".
+- ``EvalWorker(device)`` owns a subprocess (``python -m evaluator.worker``) fed JSON lines over a pipe: requests in;
+  phase reports, finished configs and the result out. The candidate's own prints go to the worker's stderr, never
+  into the pipe. The parent enforces the time limits: ``compile_timeout_s`` for loading the reference and the
+  candidate, ``run_timeout_s`` for checking one config (plus ``compile_timeout_s`` for the first config, whose call
+  builds the kernels) and ``run_timeout_s + compile_timeout_s`` for timing one config (torch.compile of the baseline).
+- A hang (status "timeout") or a dead worker (segfault, killed for memory: status "crash", with the signal and the
+  tail of the worker's stderr) kills the worker's process group; the next request starts a fresh worker, and the
+  configs finished before the failure are kept in the result. After a "crash" result the worker restarts too (its
+  CUDA context may be poisoned).
+- Without a GPU the worker runs candidates on the CPU target: correctness only, ``timing_available=False``.
+
+Limits: the candidate runs in the worker's interpreter, so a hostile one could still write to the pipe; the static
+guards (``evaluator.guards``) are the defence against that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import importlib
+import itertools
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from evaluator.errors import (
+    CandidateError,
+    CompileFailed,
+    DeviceFault,
+    EvalError,
+    GuardViolation,
+    Mismatch,
+    SpecError,
+    Timeout,
+    WorkerError,
+)
+from evaluator.records import ConfigResult, EvalRequest, EvalResult, Status
+
+log = logging.getLogger("tileagent.evaluator")
+
+DEFAULT_EVALUATE = "evaluator.worker:evaluate"
+REPO = Path(__file__).resolve().parents[1]
+
+_STATUS: tuple[tuple[type, Status], ...] = (
+    (SpecError, "spec_error"),
+    (CompileFailed, "compile_error"),
+    (Mismatch, "mismatch"),
+    (GuardViolation, "guard_violation"),
+    (CandidateError, "candidate_error"),
+    (Timeout, "timeout"),
+    (WorkerError, "crash"),
+)
+
+
+def status_of(error: BaseException) -> Status:
+    """The status of a request that ended with ``error`` (the one place where errors become statuses)."""
+    for cls, status in _STATUS:
+        if isinstance(error, cls):
+            return status
+    return "internal_error"
+
+
+def failed(error: EvalError, **fields) -> EvalResult:
+    """An EvalResult for ``error``: its status, its message, and its ``to_dict()`` as the failure fed back."""
+    return EvalResult(status=status_of(error), message=error.message, failure=error.to_dict(), **fields)
+
+
+# -- in-process evaluation ----------------------------------------------------------------------------------------
+
+
+class Progress:
+    """What ``evaluate`` reports while it works (the worker forwards it to the parent; the default ignores it)."""
+
+    def phase(self, name: str, index: int | None = None, config: dict | None = None) -> None:
+        """Entering phase ``name`` ("load", "check" or "timing"; the latter two for config number ``index``)."""
+
+    def config(self, result: ConfigResult) -> None:
+        """A config finished (kept even if a later one crashes the worker)."""
+
+
+def resolve_device(device: str) -> str:
+    """'auto' -> 'cuda' when torch sees a GPU, else 'cpu'; other names unchanged."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def expand_configs(grid: list[dict], configs: list[dict] | None = None, overrides: dict | None = None) -> list[dict]:
+    """The configs to run: ``configs`` if given, else ``grid``; then each key of ``overrides`` set in every config
+    (a list value gives one config per value), duplicates dropped in order."""
+    base = [dict(c) for c in (configs if configs else grid)] or [{}]
+    if not overrides:
+        return base
+    keys = list(overrides)
+    choices = [v if isinstance(v, (list, tuple)) else [v] for v in overrides.values()]
+    out = []
+    for cfg in base:
+        for values in itertools.product(*choices):
+            merged = {**cfg, **dict(zip(keys, values))}
+            if merged not in out:
+                out.append(merged)
+    return out
+
+
+def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spec: Callable | None = None,
+             check_candidate: Callable | None = None) -> EvalResult:
+    """Check (and on CUDA time) ``request``'s candidate against its reference, config by config, in this process.
+
+    Stops at the first failing config. Never raises for the candidate's or the spec's faults: they become the
+    result's status, message and failure (``status_of``). ``load_spec`` and ``check_candidate`` default to
+    ``evaluator.spec.load_spec`` and ``evaluator.correctness.check_candidate``.
+    """
+    progress = progress or Progress()
+    device = resolve_device(request.device)
+    timed = request.timing and device.startswith("cuda")
+    result = EvalResult(status="ok", device=device, timing_available=timed)
+    try:
+        progress.phase("load")
+        if load_spec is None:
+            from evaluator.spec import load_spec
+        if check_candidate is None:
+            from evaluator.correctness import check_candidate
+        spec = load_spec(request.reference_path)
+        configs = expand_configs(list(spec.configs), request.configs, request.overrides)
+        for index, config in enumerate(configs):
+            progress.phase("check", index, config)
+            (checked,) = check_candidate(spec, request.kernel_path, device=device, configs=[config],
+                                         seeds=request.seeds)
+            if timed and checked.correct:
+                from evaluator import timing
+
+                progress.phase("timing", index, config)
+                checked = timing.time_candidate(spec, request.kernel_path, config, checked, device=device)
+            result.configs.append(checked)
+            progress.config(checked)
+            if not checked.correct:
+                raise Mismatch(f"config {config}: outputs differ from the reference", config=config)
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        error = classify(e, device, request.kernel_path)
+        return failed(error, configs=result.configs, device=device, timing_available=timed)
+    return result
+
+
+def classify(error: BaseException, device: str = "cpu", candidate_path: str | None = None) -> EvalError:
+    """``error`` as an EvalError: EvalErrors as they are, unless the device is left unusable (then DeviceFault);
+    out of memory -> DeviceFault; a CompileError that escaped -> CompileFailed; a kernel's run-time error, or any
+    exception raised from a line of ``candidate_path`` -> CandidateError; anything else -> an internal EvalError."""
+    fault = _device_fault(error, device)
+    if fault is not None:
+        return fault
+    if isinstance(error, EvalError):
+        return error
+    from compiler.diagnostics import CompileError
+    from compiler.errors import KernelRuntimeError
+
+    frames = traceback.extract_tb(error.__traceback__) if error.__traceback__ else []
+    text = f"{type(error).__name__}: {error}"
+    if isinstance(error, CompileError):
+        return CompileFailed(str(error), diagnostic=error.to_dict())
+    if isinstance(error, KernelRuntimeError):
+        return CandidateError(f"the candidate's kernel failed: {text}", exception=type(error).__name__)
+    own = [f for f in frames if candidate_path and os.path.abspath(f.filename) == os.path.abspath(candidate_path)]
+    if own:
+        return CandidateError(f"the candidate raised {text} (line {own[-1].lineno}: {own[-1].line})",
+                              exception=type(error).__name__, line=own[-1].lineno)
+    at = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return EvalError(f"internal error: {text}{at}", exception=type(error).__name__)
+
+
+def _chain(error: BaseException):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _device_fault(error: BaseException, device: str) -> DeviceFault | None:
+    """A DeviceFault when ``error`` (or its cause) is an out-of-memory, or the CUDA device no longer works."""
+    for e in _chain(error):
+        text = str(e)
+        lower = text.lower()
+        if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or "out of memory" in lower or \
+                "can't allocate memory" in lower:
+            return DeviceFault(f"out of memory: {text.splitlines()[0] if text else type(e).__name__}",
+                               fault="oom")
+    if device.startswith("cuda"):
+        broken = device_broken(device)
+        if broken:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            return DeviceFault(f"the device faulted: {broken} (raised as {type(error).__name__}: {first[:200]})",
+                               fault="cuda")
+    return None
+
+
+def device_broken(device: str) -> str | None:
+    """None when ``device`` still runs work; else the CUDA error that a sticky fault leaves behind."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    try:
+        torch.cuda.synchronize(device)
+        torch.ones(1, device=device).add_(1).item()
+    except Exception as e:
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return None
+
+
+# -- the worker process -------------------------------------------------------------------------------------------
+
+
+def _resolve(path: str) -> Callable:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+class _PipeProgress(Progress):
+    def __init__(self, send: Callable[[dict], None], request_id: int):
+        self.send, self.id = send, request_id
+
+    def phase(self, name: str, index: int | None = None, config: dict | None = None) -> None:
+        self.send({"type": "phase", "id": self.id, "phase": name, "index": index, "config": config})
+
+    def config(self, result: ConfigResult) -> None:
+        self.send({"type": "config", "id": self.id, "result": result.model_dump(mode="json")})
+
+
+def serve(evaluate_fn: str = DEFAULT_EVALUATE, device: str = "cpu") -> None:
+    """The worker's main loop: JSON lines on stdin -> JSON lines on (the original) stdout. Returns on "stop", on
+    end of input, or after a "crash" result (the parent starts a fresh worker)."""
+    proto_in = os.fdopen(os.dup(0), "r")
+    proto_out = os.fdopen(os.dup(1), "w")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(2, 1)  # prints of the candidate land in stderr, not in the protocol
+    faulthandler.enable(file=sys.stderr)
+    lock = threading.Lock()
+
+    def send(message: dict) -> None:
+        with lock:
+            proto_out.write(json.dumps(message, default=str) + "\n")
+            proto_out.flush()
+
+    fn = _resolve(evaluate_fn)
+    if evaluate_fn == DEFAULT_EVALUATE:  # import the evaluator now, so that the time limits measure the candidate
+        with contextlib.suppress(ImportError):
+            importlib.import_module("evaluator.correctness")
+            importlib.import_module("evaluator.timing")
+    send({"type": "ready", "pid": os.getpid(), "device": device})
+    for line in proto_in:
+        message = json.loads(line)
+        if message.get("type") == "stop":
+            return
+        request_id = message["id"]
+        send({"type": "ack", "id": request_id})
+        try:
+            request = EvalRequest.model_validate(message["request"]).model_copy(update={"device": device})
+            result = fn(request, _PipeProgress(send, request_id))
+            payload = result.model_dump(mode="json")
+        except BaseException as e:
+            error = classify(e, device)
+            result = failed(error, device=device)
+            payload = result.model_dump(mode="json")
+        send({"type": "result", "id": request_id, "result": payload})
+        if result.status == "crash":
+            return
+
+
+def budget_s(request: EvalRequest, phase: str, index: int | None) -> float:
+    """Seconds allowed for ``phase`` of ``request`` (see the module docstring)."""
+    if phase == "check":
+        return request.run_timeout_s + (request.compile_timeout_s if index == 0 else 0.0)
+    if phase == "timing":
+        return request.run_timeout_s + request.compile_timeout_s
+    return request.compile_timeout_s
+
+
+class _Process:
+    """One worker subprocess: its pipes, a file holding its stderr, and the bytes read but not yet parsed."""
+
+    def __init__(self, evaluate_fn: str, device: str, env: dict):
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, "-m", "evaluator.worker", evaluate_fn, device],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env,
+                                     cwd=str(REPO), start_new_session=True)
+        self.pid, self.buf, self.ready = self.proc.pid, b"", False
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, message: dict) -> None:
+        try:
+            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # it died: reading finds out and says why
+
+    def read(self, deadline: float) -> dict | None:
+        """The next message, None at end of output (the worker died); raises TimeoutError at ``deadline``."""
+        fd = self.proc.stdout.fileno()
+        while True:
+            line, sep, rest = self.buf.partition(b"\n")
+            if sep:
+                self.buf = rest
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    log.warning("worker %s wrote a line that is not JSON: %r", self.pid, line[:200])
+                    continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    return None
+                self.buf += chunk
+
+    def stderr_since(self, mark: int, limit: int = 1500) -> str:
+        """The worker's stderr after byte ``mark`` (at most its last ``limit`` bytes)."""
+        end = self.stderr.seek(0, os.SEEK_END)
+        self.stderr.seek(max(mark, end - limit))
+        return self.stderr.read().decode(errors="replace").strip()
+
+    def death(self) -> str:
+        code = None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            code = self.proc.wait(timeout=30)
+        if code is not None and code < 0:
+            with contextlib.suppress(ValueError):
+                return f"the worker died from signal {signal.Signals(-code).name}"
+        return f"the worker exited with code {code}"
+
+    def stop(self, polite: bool = False) -> None:
+        """End the process (after a "stop" message when ``polite``), its process group, and its files."""
+        if polite and self.alive():
+            self.send({"type": "stop"})
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # it leads its own session: its children go too
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=30)
+        for f in (self.proc.stdin, self.proc.stdout, self.stderr):
+            with contextlib.suppress(OSError):
+                f.close()
+
+
+class EvalWorker:
+    """A worker subprocess for one device; ``evaluate(request)`` returns its result, restarting the worker as needed.
+
+    After the first restart a spare worker is kept started, so that later restarts cost no start-up time.
+
+    Args:
+        device: "auto" (cuda:0 when torch sees a GPU, else cpu), "cpu", "cuda" or "cuda:N". A CUDA worker sees only
+            its own GPU (``CUDA_VISIBLE_DEVICES``), as "cuda".
+        evaluate_fn: "module:function" run in the worker for each request (default: ``evaluate``); tests pass fakes.
+        start_timeout_s: limit for a fresh worker to import torch and the evaluator and report ready.
+        env: extra environment variables for the worker.
+    """
+
+    def __init__(self, device: str = "auto", evaluate_fn: str = DEFAULT_EVALUATE, start_timeout_s: float = 120.0,
+                 env: dict | None = None):
+        if device == "auto":
+            import torch
+
+            device = "cuda:0" if torch.cuda.is_available() else "cpu"
+        self.device, self.evaluate_fn, self.start_timeout_s = device, evaluate_fn, start_timeout_s
+        self.env = {**os.environ, **(env or {})}
+        self.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), *sys.path, self.env.get("PYTHONPATH", ""))
+                                                 if p)
+        if device.startswith("cuda") and "CUDA_VISIBLE_DEVICES" not in (env or {}):
+            self.env["CUDA_VISIBLE_DEVICES"] = device.partition(":")[2] or "0"
+        self.restarts = 0
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._spare: _Process | None = None
+        self._worker: _Process | None = self._spawn()
+
+    @property
+    def pid(self) -> int | None:
+        """The process id of the current worker."""
+        return self._worker.pid if self._worker is not None else None
+
+    def _spawn(self) -> _Process:
+        return _Process(self.evaluate_fn, "cuda" if self.device.startswith("cuda") else "cpu", self.env)
+
+    def _restart(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+        self._worker = self._spare if self._spare is not None and self._spare.alive() else self._spawn()
+        self._spare = self._spawn()
+        self.restarts += 1
+
+    def close(self) -> None:
+        """Stop the workers (politely, then by force)."""
+        for w in (self._worker, self._spare):
+            if w is not None:
+                w.stop(polite=True)
+        self._worker = self._spare = None
+
+    def __enter__(self) -> EvalWorker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _wait_ready(self) -> str | None:
+        """None once the worker is ready; else why it is not."""
+        w = self._worker
+        if w.ready:
+            return None
+        try:
+            message = w.read(time.monotonic() + self.start_timeout_s)
+        except TimeoutError:
+            return f"the worker did not start within {self.start_timeout_s:g} s"
+        if message is None:
+            return f"{w.death()} while starting"
+        w.ready = message.get("type") == "ready"
+        return None if w.ready else f"unexpected first message from the worker: {message}"
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        """The result of ``request`` (never raises for the candidate's faults; a dead or hung worker is replaced)."""
+        with self._lock:
+            if self._worker is None:
+                raise RuntimeError("this EvalWorker is closed")
+            return self._evaluate(request)
+
+    def _evaluate(self, request: EvalRequest, retry: bool = True) -> EvalResult:
+        if not self._worker.alive():
+            self._restart()
+        why = self._wait_ready()
+        if why is not None:
+            tail = self._worker.stderr_since(0, 800)
+            self._restart()
+            return failed(EvalError(f"{why}: {tail}" if tail else why), device=self.device)
+        w, request_id = self._worker, next(self._ids)
+        mark = w.stderr.seek(0, os.SEEK_END)
+        w.send({"type": "request", "id": request_id, "request": request.model_dump(mode="json")})
+        timed = request.timing and self.device.startswith("cuda")
+        phase, index, config, acknowledged = "load", None, None, False
+        done: list[ConfigResult] = []
+        deadline = time.monotonic() + budget_s(request, phase, index)
+        while True:
+            try:
+                message = w.read(deadline)
+            except TimeoutError:
+                limit = budget_s(request, phase, index)
+                self._restart()
+                what = "loading the reference and the candidate" if phase == "load" else \
+                    f"{'checking' if phase == 'check' else 'timing'} config {config}"
+                error = Timeout(f"{what} did not finish within {limit:g} s; the worker was killed and restarted",
+                                phase=phase, config=config, limit_s=limit)
+                return failed(error, configs=done, device=self.device, timing_available=timed)
+            if message is None and not acknowledged and retry:  # it died before it saw the request: not the
+                self._restart()                                     # candidate's doing; once more on a fresh one
+                return self._evaluate(request, retry=False)
+            if message is None:
+                why, tail = w.death(), w.stderr_since(mark)
+                self._restart()
+                where = "while loading" if phase == "load" else \
+                    f"while {'checking' if phase == 'check' else 'timing'} config {config}"
+                error = DeviceFault(f"{why} {where}" + (f"; its last output:\n{tail}" if tail else ""),
+                                    phase=phase, config=config, fault="died")
+                return failed(error, configs=done, device=self.device, timing_available=timed)
+            if message.get("id") != request_id:
+                continue
+            kind = message.get("type")
+            acknowledged = True
+            if kind == "phase":
+                phase, index, config = message["phase"], message.get("index"), message.get("config")
+                deadline = time.monotonic() + budget_s(request, phase, index)
+            elif kind == "config":
+                done.append(ConfigResult.model_validate(message["result"]))
+            elif kind == "result":
+                result = EvalResult.model_validate(message["result"])
+                if result.status == "crash":
+                    self._restart()  # the worker exits after a crash result; its successor takes over
+                return result.model_copy(update={"device": self.device})
+
+
+class WorkerPool:
+    """One EvalWorker per device; ``evaluate_many`` spreads requests over them and keeps their order."""
+
+    def __init__(self, devices: list[str], evaluate_fn: str = DEFAULT_EVALUATE):
+        self.workers = [EvalWorker(d, evaluate_fn) for d in devices]
+
+    def evaluate_many(self, requests: list[EvalRequest]) -> list[EvalResult]:
+        results: list[EvalResult | None] = [None] * len(requests)
+        pending = iter(enumerate(requests))
+        lock = threading.Lock()
+
+        def drain(worker: EvalWorker) -> None:
+            while True:
+                with lock:
+                    item = next(pending, None)
+                if item is None:
+                    return
+                results[item[0]] = worker.evaluate(item[1])
+
+        threads = [threading.Thread(target=drain, args=(w,), daemon=True) for w in self.workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.close()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+if __name__ == "__main__":
+    serve(*sys.argv[1:3])

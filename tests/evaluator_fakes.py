@@ -1,0 +1,73 @@
+"""Stand-ins that tests run inside the evaluation worker.
+
+- ``fake_evaluate``: imports the reference and the candidate by path and compares ``ModelNew`` with ``Model`` on one
+  small input per config (no guards, no seeds): the isolation layer alone (phases, partial configs, crashes, hangs).
+- ``lite_evaluate``: the real ``evaluate`` (and, on CUDA, the real timing) with a light check in place of
+  ``evaluator.correctness`` (normal inputs, two seeds, allclose; no guards).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from evaluator.errors import Mismatch, SpecError
+from evaluator.records import ConfigResult, EvalRequest, EvalResult
+from evaluator.worker import Progress, classify, evaluate, expand_configs, failed
+
+
+def _load(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake_evaluate(request: EvalRequest, progress: Progress | None = None) -> EvalResult:
+    progress = progress or Progress()
+    done: list[ConfigResult] = []
+    try:
+        progress.phase("load")
+        reference, candidate = _load(request.reference_path, "_ref"), _load(request.kernel_path, "_cand")
+        if not hasattr(reference, "Model"):
+            raise SpecError(f"{request.reference_path} defines no class Model")
+        for index, config in enumerate(expand_configs([{"n": 4}], request.configs, request.overrides)):
+            progress.phase("check", index, config)
+            x = torch.arange(float(config.get("n", 4)))
+            want, got = reference.Model()(x), candidate.ModelNew()(x)
+            err = float((want - got).abs().max())
+            result = ConfigResult(config=config, correct=err == 0, checks=1, max_abs_err=err)
+            done.append(result)
+            progress.config(result)
+            if not result.correct:
+                raise Mismatch(f"config {config}: max abs error {err}", config=config)
+    except Exception as e:
+        return failed(classify(e), configs=done, device=request.device)
+    return EvalResult(status="ok", configs=done, device=request.device)
+
+
+def lite_check(spec, candidate_path: str, device: str = "cpu", configs=None, seeds: int = 2,
+               tol: float = 2e-2) -> list[ConfigResult]:
+    from evaluator.candidate import build_models, load_candidate
+
+    results = []
+    for config in configs or spec.configs:
+        reference, candidate = build_models(spec, load_candidate(candidate_path), config, device)
+        worst = 0.0
+        for seed in range(min(seeds, 2)):
+            inputs = spec.make_inputs(config, seed, "normal", device)
+            with torch.no_grad():
+                got, want = candidate(*[t.clone() for t in inputs]).float(), reference(*inputs).float()
+            err = float((got - want).abs().max()) if torch.isfinite(got).all() else float("inf")
+            worst = max(worst, err)
+            if not torch.allclose(got, want, rtol=tol, atol=tol):
+                raise Mismatch(f"config {config}, seed {seed}: max abs error {err:.3g}", config=config, seed=seed)
+        results.append(ConfigResult(config=config, correct=True, checks=min(seeds, 2), max_abs_err=worst))
+    return results
+
+
+def lite_evaluate(request: EvalRequest, progress: Progress | None = None) -> EvalResult:
+    from evaluator.spec import load_spec
+
+    return evaluate(request, progress, load_spec=load_spec, check_candidate=lite_check)

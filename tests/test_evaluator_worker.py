@@ -1,0 +1,258 @@
+"""Isolation: a candidate that hangs or crashes costs its own request only; the worker restarts and goes on.
+
+The worker runs ``tests.evaluator_fakes.fake_evaluate`` (the candidate's forward against the reference's, nothing
+else), so these tests exercise the isolation layer alone; ``test_real_evaluation_*`` use the real evaluator.
+"""
+
+import importlib.util
+import json
+import os
+import signal
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from evaluator.errors import (
+    CandidateError,
+    CompileFailed,
+    DeviceFault,
+    EvalError,
+    GuardViolation,
+    Mismatch,
+    SpecError,
+    Timeout,
+    WorkerError,
+)
+from evaluator.records import EvalRequest
+from evaluator.worker import EvalWorker, budget_s, expand_configs, status_of
+
+FAKE = "tests.evaluator_fakes:fake_evaluate"
+
+REFERENCE = """
+import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+"""
+CANDIDATES = {
+    "honest": """
+        import torch
+        class ModelNew(torch.nn.Module):
+            def forward(self, x):
+                print("candidate output goes to stderr, not into the pipe")
+                return x + x
+    """,
+    "wrong": """
+        import torch
+        class ModelNew(torch.nn.Module):
+            def forward(self, x):
+                return x + 1
+    """,
+    "hang": """
+        import torch
+        class ModelNew(torch.nn.Module):
+            def forward(self, x):
+                while True:
+                    pass
+    """,
+    "segfault_on_5": """
+        import os, signal
+        import torch
+        class ModelNew(torch.nn.Module):
+            def forward(self, x):
+                if x.numel() == 5:
+                    os.kill(os.getpid(), signal.SIGSEGV)
+                return x + x
+    """,
+}
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "ref.py").write_text(REFERENCE)
+    (tmp_path / "no_model.py").write_text("import torch\n")
+    for name, text in CANDIDATES.items():
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+def _request(files, candidate, **kw):
+    kw = {"configs": [{"n": 3}, {"n": 5}], "compile_timeout_s": 5, "run_timeout_s": 1, **kw}
+    return EvalRequest(kernel_path=str(files / f"{candidate}.py"), reference_path=str(files / "ref.py"),
+                       device="cpu", **kw)
+
+
+def test_hang_and_segfault_are_contained_and_the_same_worker_goes_on(files):
+    with EvalWorker("cpu", evaluate_fn=FAKE) as worker:
+        first = worker.evaluate(_request(files, "honest"))
+        assert first.status == "ok" and [c.config for c in first.configs] == [{"n": 3}, {"n": 5}]
+
+        hung = worker.evaluate(_request(files, "hang", compile_timeout_s=2))
+        assert hung.status == "timeout" and hung.failure["kind"] == "Timeout"
+        assert "checking config {'n': 3} did not finish within 3 s" in hung.message
+        assert worker.restarts == 1
+
+        crashed = worker.evaluate(_request(files, "segfault_on_5"))
+        assert crashed.status == "crash" and "SIGSEGV" in crashed.message and "config {'n': 5}" in crashed.message
+        assert "segfault_on_5.py" in crashed.message  # the faulthandler's traceback from the worker's stderr
+        assert [c.config for c in crashed.configs] == [{"n": 3}]  # the config finished before the crash is kept
+        assert worker.restarts == 2
+
+        after = worker.evaluate(_request(files, "honest"))
+        assert after.status == "ok" and all(c.correct for c in after.configs)
+
+
+def test_worker_killed_between_requests_is_replaced(files):
+    with EvalWorker("cpu", evaluate_fn=FAKE) as worker:
+        assert worker.evaluate(_request(files, "honest", configs=[{"n": 2}])).status == "ok"
+        os.kill(worker.pid, signal.SIGKILL)
+        assert worker.evaluate(_request(files, "honest", configs=[{"n": 2}])).status == "ok"
+        assert worker.restarts == 1
+
+
+def test_every_error_maps_to_one_status():
+    cases = [(SpecError("x"), "spec_error"), (CompileFailed("x"), "compile_error"), (Mismatch("x"), "mismatch"),
+             (GuardViolation("x", rule="r"), "guard_violation"), (CandidateError("x"), "candidate_error"),
+             (Timeout("x"), "timeout"), (DeviceFault("x"), "crash"), (WorkerError("x"), "crash"),
+             (EvalError("x"), "internal_error"), (ValueError("x"), "internal_error")]
+    assert [status_of(e) for e, _ in cases] == [s for _, s in cases]
+
+
+def test_configs_expand_from_the_grid_and_overrides():
+    grid = [{"M": 16384, "C": 96}, {"M": 16384, "C": 160}]
+    assert expand_configs(grid) == grid
+    assert expand_configs(grid, overrides={"M": 1000}) == [{"M": 1000, "C": 96}, {"M": 1000, "C": 160}]
+    assert expand_configs(grid, overrides={"C": 320}) == [{"M": 16384, "C": 320}]
+    assert expand_configs(grid, overrides={"M": [7, 9], "C": 96}) == [{"M": 7, "C": 96}, {"M": 9, "C": 96}]
+    assert expand_configs(grid, configs=[{"M": 1, "C": 32}]) == [{"M": 1, "C": 32}]
+
+
+def test_time_limits_per_phase():
+    r = EvalRequest(kernel_path="k.py", reference_path="r.py", compile_timeout_s=10, run_timeout_s=3)
+    assert [budget_s(r, "load", None), budget_s(r, "check", 0), budget_s(r, "check", 1),
+            budget_s(r, "timing", 1)] == [10, 13, 3, 13]
+
+
+# -- the CLI ------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli(monkeypatch):
+    from tileagent import cli as module
+
+    monkeypatch.setattr(module, "EVALUATE_FN", FAKE)
+    runner = CliRunner()
+    return lambda *args: runner.invoke(module.app, ["eval", *map(str, args), "--device", "cpu"])
+
+
+def test_cli_eval_exit_codes(cli, files):
+    out = files / "out.json"
+    ok = cli(files / "honest.py", files / "ref.py", "--config", "n=3,6", "--json", out)
+    assert ok.exit_code == 0, ok.output
+    record = json.loads(out.read_text())
+    assert record["status"] == "ok" and [c["config"] for c in record["configs"]] == [{"n": 3}, {"n": 6}]
+    assert "correct" in ok.output and "timing unavailable" in ok.output
+
+    wrong = cli(files / "wrong.py", files / "ref.py")
+    assert wrong.exit_code == 1 and "mismatch" in wrong.output
+
+    bad_spec = cli(files / "honest.py", files / "no_model.py")
+    assert bad_spec.exit_code == 2 and "defines no class Model" in bad_spec.output
+
+
+def test_cli_eval_bad_input_exits_2_without_a_worker(cli, files):
+    assert cli(files / "missing.py", files / "ref.py").exit_code == 2
+    assert cli(files / "honest.py", files / "missing.py").exit_code == 2
+    assert cli(files / "honest.py", files / "ref.py", "--config", "n").exit_code == 2
+
+
+# -- the real evaluator, once its parts exist ---------------------------------------------------------------------
+
+needs_correctness = pytest.mark.skipif(importlib.util.find_spec("evaluator.correctness") is None,
+                                       reason="evaluator.correctness not built yet")
+
+
+KERNEL = """
+import torch.nn as nn
+
+import tileagent
+import tileagent.language as T
+
+
+@tileagent.jit(out_idx=[1])
+def relu_scale(M, N):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(M, threads=32) as row:
+            x = T.alloc_fragment((N,), "float32")
+            T.copy(X[row, 0], x)
+            for j in T.Parallel(N):
+                x[j] = T.max(x[j], 0.0) * 2.0
+            T.copy(x, Y[row, 0])
+
+    return main
+"""
+REAL = {
+    "reference": """
+        import torch
+        import torch.nn as nn
+
+        CONFIGS = [{"M": 4, "N": 32}]
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.relu(x) * 2
+
+
+        def get_inputs(M=4, N=32):
+            return [torch.randn(M, N)]
+
+
+        def get_init_inputs(M=4, N=32):
+            return []
+    """,
+    "honest": KERNEL + """
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return relu_scale(*x.shape)(x)
+""",
+    "hang": KERNEL + """
+class ModelNew(nn.Module):
+    def forward(self, x):
+        while True:
+            pass
+""",
+    "oom": KERNEL + """
+import torch
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.empty(1 << 50, dtype=torch.uint8)  # a petabyte
+""",
+}
+
+
+@needs_correctness
+def test_real_evaluation_contains_a_hang_and_an_oom_and_goes_on(tmp_path):
+    """The real evaluator in the worker (static and run-time guards, seeds, distributions). A segfault cannot get
+    past its static guard (os, signal, ctypes are banned imports), so out of memory stands in for the crash."""
+    for name, text in REAL.items():
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(text) if name == "reference" else text)
+
+    def request(name, **kw):
+        return EvalRequest(kernel_path=str(tmp_path / f"{name}.py"), reference_path=str(tmp_path / "reference.py"),
+                           device="cpu", seeds=2, compile_timeout_s=3, run_timeout_s=1, **kw)
+
+    with EvalWorker("cpu") as worker:
+        first = worker.evaluate(request("honest"))
+        assert first.status == "ok" and first.configs[0].correct and first.configs[0].checks > 2
+        hung = worker.evaluate(request("hang"))
+        assert hung.status == "timeout" and "config {'M': 4, 'N': 32} did not finish within 4 s" in hung.message
+        oom = worker.evaluate(request("oom"))
+        assert oom.status == "crash" and oom.message.startswith("out of memory") and oom.failure["fault"] == "oom"
+        assert worker.restarts == 2
+        after = worker.evaluate(request("honest"))
+        assert after.status == "ok" and after.configs[0].correct and not after.timing_available
