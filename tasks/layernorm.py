@@ -1,0 +1,32 @@
+"""Y = LayerNorm(X) * weight + bias over the last dim of X (M, N), fp16, eps 1e-5; math in fp32."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CONFIGS = [{"M": 16384, "N": n} for n in (768, 1024, 2048, 4096, 8192)]
+SMALL_CONFIG = {"M": 37, "N": 160}
+FREE_DIMS = ["M"]
+
+
+def BYTES(M, N):
+    return 2 * M * N * 2 + 2 * N * 2
+
+
+class Model(nn.Module):
+    def __init__(self, N, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(1.0 + 0.5 * torch.randn(N, dtype=torch.float16))
+        self.bias = nn.Parameter(0.5 * torch.randn(N, dtype=torch.float16))
+
+    def forward(self, x):
+        y = F.layer_norm(x.float(), x.shape[-1:], self.weight.float(), self.bias.float(), self.eps)
+        return y.to(x.dtype)
+
+
+def get_inputs(M=16384, N=1024):
+    return [torch.randn(M, N, dtype=torch.float16)]
+
+
+def get_init_inputs(M=16384, N=1024):
+    return [N]
