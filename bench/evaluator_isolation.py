@@ -1,0 +1,253 @@
+"""The evaluator's isolation and timing stability on a GPU (issue 5's GPU acceptance).
+
+Usage (on a CUDA machine): python bench/evaluator_isolation.py [--check-m 16384] [--ms 262144] [--cs 96,320,1024]
+                                                              [--json out.json]
+
+One EvalWorker evaluates, in order, against tasks/rmsnorm_silu.py at M = --check-m:
+1. ``illegal_access``: a DSL kernel that reads shared memory at a run-time offset of 2^28 elements (the lowering
+   guards global accesses only; the H200 reports "an illegal instruction was encountered") -> status "crash", the
+   worker restarted;
+2. ``endless``: a DSL kernel whose inner ``T.serial(1 << 30)`` loops never finish -> "timeout" after --run-timeout
+   (plus the compile allowance of the first config), restarted;
+3. ``oom``: a forward that allocates 2^40 bytes -> "crash" (out of memory), restarted;
+4. ``honest``: the verified RMSNorm+SiLU kernel -> "ok", by the same EvalWorker object.
+Then the honest kernel is timed at M = --ms in 3 separate evaluations (a fresh worker each; one seed, since the
+checks draw their inputs on the host) and the spread of the candidate's median per config, (max - min) / median, is
+printed (target < 3%). A table at the end; exit status 0 when everything is as expected.
+
+``--evaluate-fn`` picks what the worker runs (default: the real ``evaluator.worker:evaluate``; while
+``evaluator.correctness`` does not exist, ``tests.evaluator_fakes:lite_evaluate``: the real evaluate and timing with
+a light check in place of the guards and the full correctness suite).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+COMMON = '''
+import torch
+import tileagent
+import tileagent.language as T
+'''
+
+HONEST = COMMON + '''
+
+def schedule(C):
+    threads = 256 if C >= 2048 else 128
+    per_thread = 16 if C in (256, 512, 1024) else 32
+    block_m = 1
+    while block_m * 2 * C <= threads * per_thread and block_m < 128:
+        block_m *= 2
+    return block_m, threads
+
+
+@tileagent.jit(out_idx=[2], pass_configs={tileagent.PassConfigKey.TL_ENABLE_FAST_MATH: True})
+def rmsnorm_silu(C, eps=1e-5):
+    block_m, threads = schedule(C)
+    M = T.dynamic("M")
+    log2e = 1.4426950408889634
+
+    @T.prim_func
+    def main(X: T.Tensor((M, C), "float16"), gamma: T.Tensor((C,), "float16"), Y: T.Tensor((M, C), "float16")):
+        with T.Kernel(T.ceildiv(M, block_m), threads=threads) as bm:
+            x = T.alloc_fragment((block_m, C), "float32")
+            g = T.alloc_fragment((C,), "float32")
+            sq = T.alloc_fragment((block_m, C), "float32")
+            rinv = T.alloc_fragment((block_m,), "float32")
+            T.copy(X[bm * block_m, 0], x)
+            T.copy(gamma, g)
+            for i, j in T.Parallel(block_m, C):
+                sq[i, j] = x[i, j] * x[i, j]
+            T.reduce_sum(sq, rinv, dim=1)
+            for i in T.Parallel(block_m):
+                rinv[i] = T.rsqrt(rinv[i] / C + eps)
+            for i, j in T.Parallel(block_m, C):
+                v = x[i, j] * rinv[i] * g[j]
+                x[i, j] = v / (1.0 + T.exp2(v * -log2e))
+            T.copy(x, Y[bm * block_m, 0])
+
+    return main
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.ones(C, dtype=torch.float16))
+        self.kernel = rmsnorm_silu(C, eps)
+
+    def forward(self, x):
+        return self.kernel(x, self.gamma.detach())
+'''
+
+ILLEGAL_ACCESS = COMMON + '''
+
+@tileagent.jit(out_idx=[2])
+def far_read(C):
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def main(X: T.Tensor((M, C), "float16"), offset: T.int32, Y: T.Tensor((M, C), "float16")):
+        with T.Kernel(M, threads=128) as bm:
+            row = T.alloc_shared((C,), "float16")
+            T.copy(X[bm, 0], row)
+            for j in T.Parallel(C):
+                Y[bm, j] = row[j + offset]  # shared memory is not bounds-guarded: 2^28 elements away faults
+
+    return main
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.ones(C, dtype=torch.float16))
+        self.kernel = far_read(C)
+
+    def forward(self, x):
+        return self.kernel(x, 1 << 28)
+'''
+
+ENDLESS = COMMON + '''
+
+@tileagent.jit(out_idx=[1])
+def spin(C):
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def main(X: T.Tensor((M, C), "float16"), Y: T.Tensor((M, C), "float16")):
+        with T.Kernel(T.ceildiv(M, 4), threads=128) as bm:
+            x = T.alloc_fragment((4, C), "float32")
+            T.copy(X[bm * 4, 0], x)
+            for _ in T.serial(1 << 30):
+                for _ in T.serial(1 << 30):
+                    for i, j in T.Parallel(4, C):
+                        x[i, j] = x[i, j] * 0.999999 + 1e-7
+            T.copy(x, Y[bm * 4, 0])
+
+    return main
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.ones(C, dtype=torch.float16))
+        self.kernel = spin(C)
+
+    def forward(self, x):
+        return self.kernel(x)
+'''
+
+OOM = COMMON + '''
+
+@tileagent.jit(out_idx=[1])
+def copy(C):
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def main(X: T.Tensor((M, C), "float16"), Y: T.Tensor((M, C), "float16")):
+        with T.Kernel(M, threads=128) as bm:
+            T.copy(X[bm, 0], Y[bm, 0])
+
+    return main
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.ones(C, dtype=torch.float16))
+        self.kernel = copy(C)
+
+    def forward(self, x):
+        return torch.empty(1 << 40, dtype=torch.uint8, device=x.device)  # 1 TiB
+'''
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check-m", type=int, default=16384, help="M (rows) of the isolation runs")
+    ap.add_argument("--ms", default="262144", help="M (rows) of the timed configs")
+    ap.add_argument("--cs", default="96,320,1024", help="C of the timed configs")
+    ap.add_argument("--evaluate-fn", default=None)
+    ap.add_argument("--run-timeout", type=float, default=30.0, help="run limit of the endless kernel's request")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+
+    import torch
+
+    from evaluator.records import EvalRequest
+    from evaluator.worker import EvalWorker
+
+    if not torch.cuda.is_available():
+        sys.exit("needs a CUDA device")
+    fn = args.evaluate_fn or ("evaluator.worker:evaluate" if importlib.util.find_spec("evaluator.correctness")
+                              else "tests.evaluator_fakes:lite_evaluate")
+    print(f"worker runs {fn} on {torch.cuda.get_device_name()}", flush=True)
+    reference = str(REPO / "tasks" / "rmsnorm_silu.py")
+    cs = [int(c) for c in args.cs.split(",")]
+    check_configs = [{"M": args.check_m, "C": c} for c in cs]
+    timed_configs = [{"M": int(m), "C": c} for m in args.ms.split(",") for c in cs]
+    tmp = Path(tempfile.mkdtemp(prefix="tileagent_isolation_"))
+    paths = {}
+    for name, text in (("illegal_access", ILLEGAL_ACCESS), ("endless", ENDLESS), ("oom", OOM), ("honest", HONEST)):
+        paths[name] = tmp / f"{name}.py"
+        paths[name].write_text(text)
+
+    def request(name, timing):
+        return EvalRequest(kernel_path=str(paths[name]), reference_path=reference, device="cuda", timing=timing,
+                           configs=timed_configs if timing else check_configs, seeds=1 if timing else 5,
+                           run_timeout_s=args.run_timeout if name == "endless" else 600, compile_timeout_s=60)
+
+    rows, report = [], {"gpu": torch.cuda.get_device_name(), "evaluate_fn": fn, "runs": []}
+    worker = EvalWorker("cuda:0", evaluate_fn=fn)
+    for name, want in (("illegal_access", "crash"), ("endless", "timeout"), ("oom", "crash"), ("honest", "ok")):
+        before, t0 = worker.restarts, time.time()
+        result = worker.evaluate(request(name, timing=False))
+        rows.append((name, want, result.status, worker.restarts - before, time.time() - t0, result.message))
+        report["runs"].append({"candidate": name, "expected": want, **result.model_dump(mode="json")})
+        print(f"{name}: {result.status} ({time.time() - t0:.1f} s) {result.message[:300]}", flush=True)
+    worker.close()
+
+    medians: dict[str, list[float]] = {}
+    for k in range(3):
+        with EvalWorker("cuda:0", evaluate_fn=fn) as fresh:
+            result = fresh.evaluate(request("honest", timing=True))
+        print(f"timing run {k + 1}: {result.status} {result.message[:200]}", flush=True)
+        report["runs"].append({"candidate": f"honest timed #{k + 1}", **result.model_dump(mode="json")})
+        for c in result.configs:
+            if c.candidate is not None:
+                medians.setdefault(f"M={c.config['M']} C={c.config['C']}", []).append(c.candidate.median_ms)
+                print(f"  {c.config}: {c.candidate.median_ms:.4f} ms ±{c.candidate.iqr_ms:.4f} "
+                      f"(outliers {c.candidate.outliers}), eager {c.eager.median_ms:.4f}, compile "
+                      f"{c.compiled.median_ms if c.compiled else float('nan'):.4f}, x eager {c.speedup_eager:.2f}, "
+                      f"x compile {c.speedup_compiled or float('nan'):.2f}, {c.roofline_pct:.0f}% {c.bound} roofline",
+                      flush=True)
+
+    print(f"\n{'candidate':<16} {'expected':<9} {'status':<9} {'restarts':>8} {'seconds':>8}")
+    for name, want, got, restarts, seconds, _ in rows:
+        mark = "" if got == want else "  <-- unexpected"
+        print(f"{name:<16} {want:<9} {got:<9} {restarts:>8} {seconds:>8.1f}{mark}")
+    print(f"\n{'config':<20} {'run 1 ms':>9} {'run 2 ms':>9} {'run 3 ms':>9} {'spread':>7}")
+    spreads = []
+    for key, ms in medians.items():
+        spread = 100 * (max(ms) - min(ms)) / sorted(ms)[len(ms) // 2]
+        spreads.append(spread)
+        print(f"{key:<20} " + " ".join(f"{m:>9.4f}" for m in ms) + f" {spread:>6.2f}%")
+    ok = all(want == got for _, want, got, *_ in rows) and spreads and max(spreads) < 3.0
+    report["spreads_pct"] = dict(zip(medians, spreads))
+    print(f"\nisolation {'as expected' if all(w == g for _, w, g, *_ in rows) else 'NOT as expected'}; "
+          f"largest median-to-median spread {max(spreads) if spreads else float('nan'):.2f}% (target < 3%)")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
