@@ -26,9 +26,13 @@ class EvalRequest(BaseModel):
                             "per value), e.g. {'M': 1000} from `tileagent eval --config M=1000`; duplicates dropped")
     device: str = Field("auto", description="'cuda', 'cuda:N', 'cpu' or 'auto' (cuda when available)")
     seeds: int = Field(5, description="random seeds per config and input distribution")
+    distributions: list[str] | None = Field(None, description="input distributions to check (default: all of the "
+                                            "spec's, hidden ones included); fewer make a quick check")
     timing: bool = Field(True, description="time candidate and baselines (CUDA only)")
-    compile_timeout_s: float = Field(120.0, description="limit for building the candidate")
-    run_timeout_s: float = Field(120.0, description="limit for checking and timing one config")
+    compile_timeout_s: float = Field(120.0, description="limit for loading the reference and the candidate; also "
+                                     "added to the first config's check (its kernels build) and to each timing")
+    run_timeout_s: float = Field(120.0, description="limit for checking one config, and (plus compile_timeout_s, "
+                                 "for torch.compile) for timing it")
 
 
 class Timing(BaseModel):

@@ -144,8 +144,9 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
         configs = expand_configs(list(spec.configs), request.configs, request.overrides)
         for index, config in enumerate(configs):
             progress.phase("check", index, config)
+            extra = {"distributions": request.distributions} if request.distributions else {}
             (checked,) = check_candidate(spec, request.kernel_path, device=device, configs=[config],
-                                         seeds=request.seeds)
+                                         seeds=request.seeds, **extra)
             if timed and checked.correct:
                 from evaluator import timing
 

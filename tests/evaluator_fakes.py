@@ -47,8 +47,8 @@ def fake_evaluate(request: EvalRequest, progress: Progress | None = None) -> Eva
     return EvalResult(status="ok", configs=done, device=request.device)
 
 
-def lite_check(spec, candidate_path: str, device: str = "cpu", configs=None, seeds: int = 2,
-               tol: float = 2e-2) -> list[ConfigResult]:
+def lite_check(spec, candidate_path: str, device: str = "cpu", configs=None, seeds: int = 2, tol: float = 2e-2,
+               **_) -> list[ConfigResult]:
     from evaluator.candidate import build_models, load_candidate
 
     results = []
