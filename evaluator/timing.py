@@ -5,9 +5,10 @@ Out: ``Timing`` records; ``time_candidate`` fills a ``ConfigResult``'s timing, s
 Guarantees:
 
 - Each trial times one call with CUDA events on the current stream: inputs are copied into fixed buffers (a fresh
-  input set per trial, rotating over ``SETS`` sets, so a result cached by pointer goes stale and is caught), the L2
-  is flushed (a write of at least twice its size), and the stream is kept busy (``torch.cuda._sleep``, calibrated)
-  while the host enqueues the call, so host overhead is left out for every contender alike.
+  input set per trial, rotating over ``SETS`` sets: one drawn by the spec, the others its values rolled to new
+  places, so a result cached by pointer goes stale and is caught), the L2 is flushed (a write of at least twice its
+  size), and the stream is kept busy (``torch.cuda._sleep``, calibrated) while the host enqueues the call, so host
+  overhead is left out for every contender alike.
 - Warm-up runs first (at least ``warmup`` calls and 100 ms); ``trials`` >= 30; the record holds the median, the
   IQR and the number of outliers (beyond 1.5 IQR of the quartiles).
 - A device-wide synchronize follows each trial; when it ends well after the timed stream (work left on another
@@ -320,6 +321,18 @@ def build_models(spec, kernel_path: str, config: dict, device: str):
     return build(spec, load_candidate(kernel_path), config, device)
 
 
+def derived_sets(inputs: list, sets: int = SETS) -> list[list]:
+    """``inputs`` and ``sets - 1`` variants: floating tensors with their values rolled (on the device) by a different
+    odd offset each, so every set has the same values in new places; other inputs are shared."""
+    import torch
+
+    out = [inputs]
+    for k in range(1, sets):
+        out.append([t.flatten().roll(7919 * k).view_as(t).contiguous() if isinstance(t, torch.Tensor) and
+                    t.is_floating_point() and t.numel() > 1 else t for t in inputs])
+    return out
+
+
 def op_size(spec, config: dict, reference, inputs: list) -> tuple[float, float | None, list[str]]:
     """(bytes, FLOPs or None, notes) of one call: the spec's BYTES/FLOPS, else bytes of inputs, outputs and weights."""
     import torch
@@ -341,7 +354,7 @@ def time_candidate(spec, kernel_path: str, config: dict, checked: ConfigResult, 
     import torch
 
     reference, candidate = build_models(spec, kernel_path, config, device)
-    input_sets = [list(spec.make_inputs(config, 10_000 + k, "normal", device)) for k in range(SETS)]
+    input_sets = derived_sets(list(spec.make_inputs(config, 10_000, "normal", device)))
     nbytes, flops, notes = op_size(spec, config, reference, input_sets[0])
     with torch.no_grad():
         fields = time_models(candidate, reference, input_sets, device=device, trials=trials, bytes_moved=nbytes,
