@@ -11,9 +11,11 @@ One EvalWorker evaluates, in order, against tasks/rmsnorm_silu.py at M = --check
    (plus the compile allowance of the first config), restarted;
 3. ``oom``: a forward that allocates 2^40 bytes -> "crash" (out of memory), restarted;
 4. ``honest``: the verified RMSNorm+SiLU kernel -> "ok", by the same EvalWorker object.
-Then the honest kernel is timed at M = --ms in 3 separate evaluations (a fresh worker each; one seed, since the
-checks draw their inputs on the host) and the spread of the candidate's median per config, (max - min) / median, is
-printed (target < 3%). A table at the end; exit status 0 when everything is as expected.
+Then the honest kernel is timed at M = --ms in 3 separate evaluations (a fresh worker each; checked on one seed of
+the normal distribution only, since the spec draws inputs on the host, which takes seconds per 2^28 elements) and
+the spread of the candidate's median per config, (max - min) / median, is printed (target < 3%). A table at the end;
+exit status 0 when everything is as expected. The two parts take a few minutes each; --skip-isolation and
+--skip-timing run one of them (e.g. to stay within a 10-minute command limit).
 
 ``--evaluate-fn`` picks what the worker runs (default: the real ``evaluator.worker:evaluate``; while
 ``evaluator.correctness`` does not exist, ``tests.evaluator_fakes:lite_evaluate``: the real evaluate and timing with
@@ -177,6 +179,8 @@ def main() -> None:
     ap.add_argument("--cs", default="96,320,1024", help="C of the timed configs")
     ap.add_argument("--evaluate-fn", default=None)
     ap.add_argument("--run-timeout", type=float, default=30.0, help="run limit of the endless kernel's request")
+    ap.add_argument("--skip-isolation", action="store_true", help="only the 3 timed evaluations")
+    ap.add_argument("--skip-timing", action="store_true", help="only the isolation runs")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
@@ -201,13 +205,17 @@ def main() -> None:
         paths[name].write_text(text)
 
     def request(name, timing):
+        quick = {"seeds": 1, "distributions": ["normal"]} if timing else {}  # inputs are drawn on the host: slow
         return EvalRequest(kernel_path=str(paths[name]), reference_path=reference, device="cuda", timing=timing,
-                           configs=timed_configs if timing else check_configs, seeds=1 if timing else 5,
-                           run_timeout_s=args.run_timeout if name == "endless" else 600, compile_timeout_s=60)
+                           configs=timed_configs if timing else check_configs, **quick,
+                           run_timeout_s=args.run_timeout if name == "endless" else 600,
+                           compile_timeout_s=20 if name == "endless" else 120)
 
     rows, report = [], {"gpu": torch.cuda.get_device_name(), "evaluate_fn": fn, "runs": []}
     worker = EvalWorker("cuda:0", evaluate_fn=fn)
-    for name, want in (("illegal_access", "crash"), ("endless", "timeout"), ("oom", "crash"), ("honest", "ok")):
+    runs = () if args.skip_isolation else (("illegal_access", "crash"), ("endless", "timeout"), ("oom", "crash"),
+                                           ("honest", "ok"))
+    for name, want in runs:
         before, t0 = worker.restarts, time.time()
         result = worker.evaluate(request(name, timing=False))
         rows.append((name, want, result.status, worker.restarts - before, time.time() - t0, result.message))
@@ -216,7 +224,7 @@ def main() -> None:
     worker.close()
 
     medians: dict[str, list[float]] = {}
-    for k in range(3):
+    for k in range(0 if args.skip_timing else 3):
         with EvalWorker("cuda:0", evaluate_fn=fn) as fresh:
             result = fresh.evaluate(request("honest", timing=True))
         print(f"timing run {k + 1}: {result.status} {result.message[:200]}", flush=True)
@@ -240,7 +248,7 @@ def main() -> None:
         spread = 100 * (max(ms) - min(ms)) / sorted(ms)[len(ms) // 2]
         spreads.append(spread)
         print(f"{key:<20} " + " ".join(f"{m:>9.4f}" for m in ms) + f" {spread:>6.2f}%")
-    ok = all(want == got for _, want, got, *_ in rows) and spreads and max(spreads) < 3.0
+    ok = all(want == got for _, want, got, *_ in rows) and (args.skip_timing or (spreads and max(spreads) < 3.0))
     report["spreads_pct"] = dict(zip(medians, spreads))
     print(f"\nisolation {'as expected' if all(w == g for _, w, g, *_ in rows) else 'NOT as expected'}; "
           f"largest median-to-median spread {max(spreads) if spreads else float('nan'):.2f}% (target < 3%)")
