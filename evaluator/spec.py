@@ -1,0 +1,493 @@
+"""Reference specs: load a KernelBench-format file, validate it, and build seeded inputs for any config.
+
+In: a Python file with ``class Model(nn.Module)``, ``get_inputs()`` and ``get_init_inputs()`` (KernelBench, unchanged),
+plus optional extensions (docs/evaluator.md is the reference):
+
+- ``CONFIGS`` (list of dicts) or ``get_configs()``: a config grid; ``get_inputs(**cfg)`` / ``get_init_inputs(**cfg)``
+  then take the config (only the keys a function names are passed, unless it has ``**kwargs``).
+- ``SMALL_CONFIG``: a config for the quick sanity run at load time (default: the first config).
+- ``FREE_DIMS``: config keys whose sizes may vary; tail sizes (v - 1, v + 3) are tested as well.
+- ``DTYPES``: one dtype name for every floating input and the models' floating weights, or one per input position
+  (a list with ``None`` to keep, or a dict {position: dtype}).
+- ``TOLERANCES``: {dtype name: (atol, rtol) or (atol, rtol, rel_l2)} overriding the defaults.
+- ``DISTRIBUTIONS``: the input distributions to use (names, or a dict name -> fn(shape, generator) -> float32 tensor);
+  ``FIXED_INPUTS``: positions whose values come from ``get_inputs`` itself (run under the seeded RNG).
+- ``KEEP_PARAMS``: True keeps constant-valued parameters (by default they are re-drawn, see ``make_model``).
+- ``BYTES`` / ``FLOPS``: numbers, or functions of the config (``f(**cfg)``, or ``f(cfg)`` for one parameter named
+  cfg or config), for the roofline; bytes default to the sizes of inputs and outputs.
+
+Out: ``Spec``. Guarantees: every problem with the file raises ``SpecError`` with an exact message (syntax error with
+its line, missing class or function, non-tensor inputs by position, the reference raising, non-deterministic or of
+the wrong output type); inputs are a pure function of (config, seed, distribution); hidden distributions are in
+``ALL_DISTRIBUTIONS`` but never in ``PUBLIC_DISTRIBUTIONS`` or ``public_distribution_text()``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from evaluator.errors import SpecError
+
+# -- input distributions ---------------------------------------------------------------------------------------------
+# Each draws a float32 CPU tensor of ``shape`` from ``g``; inputs are then cast to their dtype.
+
+
+def _row_scales(shape, g):
+    x = torch.randn(shape, generator=g)
+    if len(shape) == 0:
+        return x
+    return x * 10.0 ** torch.empty(*shape[:-1], 1).uniform_(-3.0, 2.0, generator=g)
+
+
+def _outliers(shape, g):
+    x = torch.randn(shape, generator=g)
+    flat = x.view(-1)
+    k = max(1, flat.numel() // 100)
+    where = torch.randperm(flat.numel(), generator=g)[:k]
+    sign = torch.randint(0, 2, (k,), generator=g) * 2.0 - 1.0
+    flat[where] = sign * torch.empty(k).uniform_(100.0, 200.0, generator=g)
+    return x
+
+
+PUBLIC_DISTRIBUTIONS: dict[str, tuple[Callable, str]] = {
+    "normal": (lambda s, g: torch.randn(s, generator=g), "standard normal N(0, 1)"),
+    "uniform": (lambda s, g: torch.empty(s).uniform_(-1.0, 1.0, generator=g), "uniform on (-1, 1)"),
+    "normal_x3": (lambda s, g: torch.randn(s, generator=g) * 3.0, "N(0, 1) times 3"),
+    "normal_x0.01": (lambda s, g: torch.randn(s, generator=g) * 0.01, "N(0, 1) times 0.01"),
+    "negative": (lambda s, g: -torch.randn(s, generator=g).abs(), "negative only: -|N(0, 1)|"),
+}
+_HIDDEN_DISTRIBUTIONS: dict[str, tuple[Callable, str]] = {
+    "row_scales": (_row_scales, "each row (last dim) scaled by 10^U(-3, 2)"),
+    "outliers": (_outliers, "N(0, 1) with 1% of the elements replaced by +-U(100, 200)"),
+    "offset": (lambda s, g: torch.randn(s, generator=g) + 64.0, "N(0, 1) + 64"),
+}
+ALL_DISTRIBUTIONS: dict[str, tuple[Callable, str]] = {**PUBLIC_DISTRIBUTIONS, **_HIDDEN_DISTRIBUTIONS}
+HIDDEN = frozenset(_HIDDEN_DISTRIBUTIONS)
+
+
+def public_distribution_text() -> str:
+    """The input distributions a drafter may be told about, one per line (hidden ones are never included)."""
+    return "\n".join(f"- {name}: {doc}" for name, (_, doc) in PUBLIC_DISTRIBUTIONS.items())
+
+
+# -- dtypes and tolerances -------------------------------------------------------------------------------------------
+
+_DTYPE_NAMES = {"float32": torch.float32, "float": torch.float32, "fp32": torch.float32, "float16": torch.float16,
+                "half": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+                "float64": torch.float64, "double": torch.float64, "fp64": torch.float64}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """|out - ref| <= atol + rtol * |ref| elementwise, and ||out - ref||_2 <= rel_l2 * ||ref||_2 over each output."""
+
+    atol: float
+    rtol: float
+    rel_l2: float
+
+
+DEFAULT_TOLERANCES = {torch.float32: Tolerance(1e-4, 1e-4, 1e-4), torch.float16: Tolerance(1e-2, 1e-2, 1e-2),
+                      torch.bfloat16: Tolerance(1e-2, 1e-2, 1e-2), torch.float64: Tolerance(1e-7, 1e-7, 1e-7)}
+EXACT = Tolerance(0.0, 0.0, 0.0)  # integer and bool outputs
+
+
+def parse_dtype(value, where: str) -> torch.dtype:
+    if isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, str) and value.removeprefix("torch.") in _DTYPE_NAMES:
+        return _DTYPE_NAMES[value.removeprefix("torch.")]
+    raise SpecError(f"{where}: unknown dtype {value!r}; use one of {', '.join(sorted(_DTYPE_NAMES))}")
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """What one call must move and compute; ``derived`` when bytes come from input and output sizes."""
+
+    bytes: float
+    flops: float | None
+    derived: bool
+
+
+@dataclass
+class ReferenceInfo:
+    """What the sanity run learned about one config: the outputs' shapes and dtypes, and the inputs' bytes."""
+
+    shapes: list[tuple[int, ...]]
+    dtypes: list[torch.dtype]
+    input_bytes: int
+    output_bytes: int
+
+
+def _describe(value) -> str:
+    return f"{type(value).__name__} ({value!r})" if isinstance(value, (int, float, bool, str)) else type(value).__name__
+
+
+def _config_suffix(config: dict) -> str:
+    return f" (config {config})" if config else ""
+
+
+def call_with_config(fn: Callable, config: dict):
+    """``fn(**config)`` restricted to the keys ``fn`` names (all of them when it takes ``**kwargs``)."""
+    if not config:
+        return fn()
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return fn(**config)
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return fn(**config)
+    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return fn(**{k: v for k, v in config.items() if k in names})
+
+
+def normalize_outputs(out, who: str) -> tuple[torch.Tensor, ...] | str:
+    """``out`` as a tuple of tensors, or the reason it is not one (for the caller's error message)."""
+    if isinstance(out, torch.Tensor):
+        return (out,)
+    if isinstance(out, (tuple, list)) and out:
+        for k, item in enumerate(out):
+            if not isinstance(item, torch.Tensor):
+                return f"{who} returned a {type(out).__name__} whose item {k} is a {_describe(item)}"
+        return tuple(out)
+    return f"{who} returned a {_describe(out)}"
+
+
+@dataclass
+class Spec:
+    """A loaded reference. Build with ``load_spec``; every method raises SpecError for faults of the file."""
+
+    path: Path
+    module: object
+    configs: list[dict]
+    has_grid: bool
+    free_dims: tuple[str, ...] = ()
+    distributions: tuple[str, ...] = tuple(ALL_DISTRIBUTIONS)
+    custom_distributions: dict = field(default_factory=dict)
+    fixed_inputs: frozenset = frozenset()
+    dtypes: object = None
+    tolerances: dict = field(default_factory=dict)
+    keep_params: bool = False
+    small_config: dict | None = None
+    _validated: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    # -- building ----------------------------------------------------------------------------------------------------
+
+    def init_inputs(self, config: dict) -> list:
+        try:
+            init = call_with_config(self.module.get_init_inputs, config)
+        except Exception as e:
+            raise SpecError(f"get_init_inputs() raised {type(e).__name__}: {e}{_config_suffix(config)}") from e
+        if not isinstance(init, (list, tuple)):
+            raise SpecError(f"get_init_inputs() returned a {_describe(init)}, not a list of constructor arguments")
+        return list(init)
+
+    def make_model(self, config: dict, device="cpu", seed: int = 0) -> nn.Module:
+        """Model(*get_init_inputs(config)) built under ``torch.manual_seed(seed)`` (global RNG state restored), on
+        ``device`` in DTYPES' dtype if it is one name, in eval mode. Constant-valued floating parameters with more
+        than one element (a norm's weight of ones, a zero bias) are re-drawn around their value, so a kernel that
+        ignores them cannot pass; ``KEEP_PARAMS = True`` turns that off. ``model.redrawn`` lists their names."""
+        init = self.init_inputs(config)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            try:
+                model = self.module.Model(*init)
+            except Exception as e:
+                raise SpecError(f"Model(*get_init_inputs()) raised {type(e).__name__}: {e}"
+                                f"{_config_suffix(config)}") from e
+            redrawn = [] if self.keep_params else _redraw_constant_params(model)
+        model = model.to(device)
+        if isinstance(self.dtypes, torch.dtype):
+            model = _cast_floating(model, self.dtypes)
+        model.redrawn = redrawn
+        return model.eval()
+
+    def sample_inputs(self, config: dict, seed: int) -> list[torch.Tensor]:
+        """``get_inputs(config)`` under a seeded RNG, checked to be a list of tensors."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(_mix(seed, config, "get_inputs"))
+            try:
+                inputs = call_with_config(self.module.get_inputs, config)
+            except Exception as e:
+                raise SpecError(f"get_inputs() raised {type(e).__name__}: {e}{_config_suffix(config)}") from e
+        if isinstance(inputs, torch.Tensor) or not isinstance(inputs, (list, tuple)):
+            raise SpecError(f"get_inputs() returned a {_describe(inputs)}, not a list of tensors")
+        for k, t in enumerate(inputs):
+            if not isinstance(t, torch.Tensor):
+                raise SpecError(f"get_inputs() returned a non-tensor at position {k}: {_describe(t)}; every input "
+                                f"must be a torch.Tensor (put constants in get_init_inputs())")
+        return list(inputs)
+
+    def make_inputs(self, config: dict, seed: int, distribution: str = "normal", device="cpu") -> list[torch.Tensor]:
+        """Inputs for one check: ``get_inputs(config)``'s shapes and dtypes (DTYPES applied), floating values drawn
+        from ``distribution`` with a generator seeded by (config, seed, distribution, position). Integer, bool and
+        FIXED_INPUTS positions keep get_inputs' values (seeded), so their dtype and range are the spec's."""
+        draw = self._distribution(distribution)
+        out = []
+        for k, t in enumerate(self.sample_inputs(config, seed)):
+            dtype = self._input_dtype(k, t)
+            if t.is_floating_point() and k not in self.fixed_inputs:
+                g = torch.Generator().manual_seed(_mix(seed, config, f"{distribution}/{k}"))
+                t = draw(tuple(t.shape), g).to(dtype)
+            elif t.dtype != dtype:
+                t = t.to(dtype)
+            out.append(t.to(device).contiguous())
+        return out
+
+    def _distribution(self, name: str) -> Callable:
+        if name in self.custom_distributions:
+            return self.custom_distributions[name]
+        if name not in ALL_DISTRIBUTIONS:
+            raise SpecError(f"unknown input distribution {name!r}; known: {', '.join(self.distributions)}")
+        return ALL_DISTRIBUTIONS[name][0]
+
+    def _input_dtype(self, k: int, t: torch.Tensor) -> torch.dtype:
+        if isinstance(self.dtypes, torch.dtype):
+            return self.dtypes if t.is_floating_point() else t.dtype
+        if isinstance(self.dtypes, dict):
+            return self.dtypes.get(k) or t.dtype
+        return t.dtype
+
+    def tolerance(self, dtype: torch.dtype) -> Tolerance:
+        if dtype in self.tolerances:
+            return self.tolerances[dtype]
+        if not dtype.is_floating_point:
+            return EXACT
+        return DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES[torch.float32])
+
+    def tail_configs(self, config: dict) -> list[dict]:
+        """For each free dim of ``config`` with value v: the config with v - 1 (when >= 1) and with v + 3."""
+        tails = []
+        for key in self.free_dims:
+            v = config[key]
+            for w in (v - 1, v + 3):
+                if w >= 1 and {**config, key: w} not in tails:
+                    tails.append({**config, key: w})
+        return tails
+
+    # -- the reference -----------------------------------------------------------------------------------------------
+
+    def run_reference(self, model: nn.Module, inputs: list, config: dict | None = None) -> tuple[torch.Tensor, ...]:
+        """The reference's outputs (no grad) as a tuple of tensors."""
+        with torch.no_grad():
+            try:
+                out = model(*inputs)
+            except Exception as e:
+                raise SpecError(f"Model.forward raised {type(e).__name__}: {e}{_config_suffix(config or {})}") from e
+        outputs = normalize_outputs(out, "Model.forward")
+        if isinstance(outputs, str):
+            raise SpecError(f"{outputs}; the output must be a tensor or a tuple of tensors")
+        return outputs
+
+    def validate(self, config: dict, device="cpu") -> ReferenceInfo:
+        """Sanity-run the reference on ``config`` (cached): inputs are tensors, the forward runs, returns tensors, and
+        gives identical outputs twice on the same inputs."""
+        key = (repr(sorted(config.items())), str(device))
+        if key in self._validated:
+            return self._validated[key]
+        inputs = self.make_inputs(config, 0, self.distributions[0], device)
+        model = self.make_model(config, device)
+        first = self.run_reference(model, [t.clone() for t in inputs], config)
+        second = self.run_reference(model, [t.clone() for t in inputs], config)
+        for k, (a, b) in enumerate(zip(first, second)):
+            if a.shape != b.shape or not torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)):
+                diff = (a.double() - b.double()).abs().max().item() if a.shape == b.shape else "shapes differ"
+                raise SpecError(f"Model.forward is non-deterministic: two runs on the same inputs differ (output {k}, "
+                                f"max abs diff {diff}){_config_suffix(config)}; a reference must be deterministic")
+        info = ReferenceInfo([tuple(t.shape) for t in first], [t.dtype for t in first],
+                             sum(t.numel() * t.element_size() for t in inputs),
+                             sum(t.numel() * t.element_size() for t in first))
+        self._validated[key] = info
+        return info
+
+    def roofline(self, config: dict, device="cpu") -> Roofline:
+        """Bytes moved and FLOPs of one call: BYTES/FLOPS of the spec, else bytes of inputs plus outputs."""
+        nbytes = self._metadata("BYTES", config)
+        flops = self._metadata("FLOPS", config)
+        if nbytes is None:
+            info = self.validate(config, device)
+            return Roofline(float(info.input_bytes + info.output_bytes), flops, True)
+        return Roofline(nbytes, flops, False)
+
+    def _metadata(self, name: str, config: dict) -> float | None:
+        value = getattr(self.module, name, None)
+        if value is None:
+            return None
+        if callable(value):
+            params = list(inspect.signature(value).parameters)
+            value = value(config) if params in (["cfg"], ["config"]) else call_with_config(value, config)
+        return None if value is None else float(value)
+
+
+def _mix(seed: int, config: dict, what: str) -> int:
+    return zlib.crc32(repr((seed, sorted(config.items()), what)).encode())
+
+
+def _redraw_constant_params(model: nn.Module) -> list[str]:
+    redrawn = []
+    g = torch.Generator().manual_seed(1234)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.is_floating_point() and p.numel() > 1 and bool((p == p.reshape(-1)[0]).all()):
+                v = float(p.reshape(-1)[0])
+                p.copy_(v + 0.5 * max(abs(v), 1.0) * torch.randn(p.shape, generator=g))
+                redrawn.append(name)
+    return redrawn
+
+
+def _cast_floating(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    for t in list(model.parameters()) + list(model.buffers()):
+        if t.is_floating_point():
+            t.data = t.data.to(dtype)
+    return model
+
+
+# -- loading ---------------------------------------------------------------------------------------------------------
+
+
+def import_file(path: Path, prefix: str, error: Callable[[str], Exception]):
+    """Compile and import ``path`` as a fresh module (not left in sys.modules); syntax errors and import-time
+    exceptions become ``error(message)``."""
+    try:
+        source = path.read_text()
+    except OSError as e:
+        raise error(f"{path}: cannot read it ({e.strerror or e})") from None
+    try:
+        compile(source, str(path), "exec")
+    except SyntaxError as e:
+        raise error(f"{path.name}:{e.lineno}: syntax error: {e.msg}") from None
+    name = f"{prefix}{zlib.crc32(str(path.resolve()).encode()):08x}_{path.stem}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module  # dataclasses and inspect look modules up while they import
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as e:
+        raise error(f"{path.name}: importing it raised {type(e).__name__}: {e}") from e
+    finally:
+        sys.modules.pop(name, None)
+    return module
+
+
+def load_spec(path, check: bool = True) -> Spec:
+    """Load and validate the reference at ``path``.
+
+    With ``check``, the reference is also run on SMALL_CONFIG (or the first config) on the CPU: inputs are tensors,
+    the forward runs twice with identical results and returns a tensor or a tuple of tensors.
+
+    Raises:
+        SpecError: the first problem found, with an exact message.
+    """
+    path = Path(path)
+    module = import_file(path, "_tileagent_spec_", SpecError)
+    name = path.name
+    model = getattr(module, "Model", None)
+    if model is None:
+        raise SpecError(f"{name} defines no class Model (KernelBench format: class Model(nn.Module) whose forward is "
+                        f"the reference)")
+    if not (isinstance(model, type) and issubclass(model, nn.Module)):
+        raise SpecError(f"{name}: Model is a {_describe(model)}, not a torch.nn.Module subclass")
+    if not callable(getattr(module, "get_inputs", None)):
+        raise SpecError(f"{name} defines no function get_inputs() (KernelBench format: it returns the list of input "
+                        f"tensors)")
+    if not callable(getattr(module, "get_init_inputs", None)):
+        raise SpecError(f"{name} defines no function get_init_inputs() (KernelBench format: it returns Model's "
+                        f"constructor arguments, [] for none)")
+    configs, has_grid = _configs(module, name)
+    spec = Spec(path=path, module=module, configs=configs, has_grid=has_grid, **_extensions(module, name, configs))
+    if check:
+        spec.validate(spec.small_config or configs[0])
+    return spec
+
+
+def _configs(module, name: str) -> tuple[list[dict], bool]:
+    grid, fn = getattr(module, "CONFIGS", None), getattr(module, "get_configs", None)
+    if grid is not None and fn is not None:
+        raise SpecError(f"{name} defines both CONFIGS and get_configs(); keep one")
+    if fn is not None:
+        try:
+            grid = fn()
+        except Exception as e:
+            raise SpecError(f"get_configs() raised {type(e).__name__}: {e}") from e
+    if grid is None:
+        return [{}], False
+    where = "get_configs()" if fn is not None else "CONFIGS"
+    if not isinstance(grid, (list, tuple)) or not grid:
+        raise SpecError(f"{where} must be a non-empty list of dicts, got {_describe(grid)}")
+    for k, cfg in enumerate(grid):
+        if not isinstance(cfg, dict) or not all(isinstance(key, str) for key in cfg):
+            raise SpecError(f"{where} must be a non-empty list of dicts with str keys; item {k} is {_describe(cfg)}")
+    return [dict(c) for c in grid], True
+
+
+def _extensions(module, name: str, configs: list[dict]) -> dict:
+    out = {}
+    free = tuple(getattr(module, "FREE_DIMS", ()) or ())
+    for key in free:
+        bad = [c for c in configs if not isinstance(c.get(key), int) or isinstance(c.get(key), bool)]
+        if bad:
+            raise SpecError(f"FREE_DIMS names {key!r}, but config {bad[0]} has no integer {key!r}")
+    out["free_dims"] = free
+    dists = getattr(module, "DISTRIBUTIONS", None)
+    if dists is not None:
+        custom = dict(dists) if isinstance(dists, dict) else {}
+        names = list(dists)
+        unknown = [d for d in names if d not in ALL_DISTRIBUTIONS and not callable(custom.get(d))]
+        if unknown or not names:
+            raise SpecError(f"DISTRIBUTIONS: unknown distribution {unknown[0] if unknown else None!r}; known: "
+                            f"{', '.join(PUBLIC_DISTRIBUTIONS)} (or a dict name -> fn(shape, generator))")
+        out["distributions"], out["custom_distributions"] = tuple(names), {k: v for k, v in custom.items()
+                                                                          if callable(v)}
+    out["fixed_inputs"] = frozenset(getattr(module, "FIXED_INPUTS", ()) or ())
+    dtypes = getattr(module, "DTYPES", None)
+    if isinstance(dtypes, (str, torch.dtype)):
+        out["dtypes"] = parse_dtype(dtypes, "DTYPES")
+    elif isinstance(dtypes, (list, tuple)):
+        out["dtypes"] = {k: parse_dtype(d, f"DTYPES[{k}]") for k, d in enumerate(dtypes) if d is not None}
+    elif isinstance(dtypes, dict):
+        out["dtypes"] = {int(k): parse_dtype(d, f"DTYPES[{k}]") for k, d in dtypes.items() if d is not None}
+    elif dtypes is not None:
+        raise SpecError(f"DTYPES must be a dtype name, a list or a dict of them, got {_describe(dtypes)}")
+    out["tolerances"] = _tolerances(getattr(module, "TOLERANCES", None) or {})
+    out["keep_params"] = bool(getattr(module, "KEEP_PARAMS", False))
+    small = getattr(module, "SMALL_CONFIG", None)
+    if small is not None and not isinstance(small, dict):
+        raise SpecError(f"SMALL_CONFIG must be a dict, got {_describe(small)}")
+    out["small_config"] = small
+    return out
+
+
+def _tolerances(table) -> dict:
+    if not isinstance(table, dict):
+        raise SpecError(f"TOLERANCES must be a dict {{dtype name: (atol, rtol)}}, got {_describe(table)}")
+    out = {}
+    for key, value in table.items():
+        dtype = parse_dtype(key, "TOLERANCES")
+        if isinstance(value, dict):
+            value = (value.get("atol"), value.get("rtol"), value.get("rel_l2"))
+        value = tuple(value) if isinstance(value, (list, tuple)) else ()
+        if len(value) == 2:
+            default = DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES[torch.float32])
+            value = (*value, max(value[1], default.rel_l2))
+        if len(value) != 3 or not all(isinstance(v, (int, float)) and v >= 0 for v in value):
+            raise SpecError(f"TOLERANCES[{key!r}] must be (atol, rtol) or (atol, rtol, rel_l2) of numbers >= 0, got "
+                            f"{table[key]!r}")
+        out[dtype] = Tolerance(*(float(v) for v in value))
+    return out
+
+
+__all__ = ["ALL_DISTRIBUTIONS", "DEFAULT_TOLERANCES", "HIDDEN", "PUBLIC_DISTRIBUTIONS", "ReferenceInfo", "Roofline",
+           "Spec", "Tolerance", "call_with_config", "import_file", "load_spec", "normalize_outputs",
+           "public_distribution_text"]
