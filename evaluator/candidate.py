@@ -1,0 +1,132 @@
+"""Candidates: load a module that defines ``class ModelNew``, and build it next to the reference.
+
+In: the path of the candidate's Python file (and a ``Spec`` and config to build models).
+Out: ``Candidate`` (its source, module and ModelNew class); ``build_models`` gives (Model, ModelNew) for a config.
+Guarantees: the static guard (``evaluator.guards.check_source``) runs before any of the candidate's code; every
+failure is a ``CandidateError``: ``GuardViolation`` (static rules), ``CompileFailed`` (a ``CompileError`` of our
+compiler, with ``details['diagnostic']`` its ``to_dict()``), ``LoadFailed`` (anything else while loading or
+constructing); Model and ModelNew are constructed under the same seed, then the reference's weights are copied into
+ModelNew wherever a name and shape match.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from torch import nn
+
+from compiler.diagnostics import CompileError
+from evaluator.errors import CompileFailed, LoadFailed
+from evaluator.guards import check_source
+
+
+@dataclass
+class Candidate:
+    """A loaded candidate module."""
+
+    path: Path
+    source: str
+    module: ModuleType
+    model_cls: type
+
+
+def compile_failed(err: CompileError, where: str) -> CompileFailed:
+    """A CompileError of our compiler as the evaluator reports it."""
+    return CompileFailed(f"{where}: the kernel did not compile: {err}", diagnostic=err.to_dict())
+
+
+def candidate_line(error: BaseException, path: Path) -> int | None:
+    """The last line of the candidate's file in ``error``'s traceback, if any."""
+    line = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        if Path(frame.filename).resolve() == path.resolve():
+            line = frame.lineno
+    return line
+
+
+def load_candidate(path, static_checks: bool = True) -> Candidate:
+    """Read, statically check and import the candidate at ``path``.
+
+    Raises:
+        LoadFailed: unreadable file, syntax error (with its line), an exception on import, no ModelNew class.
+        GuardViolation: a static rule is broken (``static_checks``).
+        CompileFailed: a kernel was compiled at import time and failed.
+    """
+    path = Path(path)
+    try:
+        source = path.read_text()
+    except OSError as e:
+        raise LoadFailed(f"{path}: cannot read the candidate ({e.strerror or e})") from None
+    try:
+        if static_checks:
+            check_source(source, str(path))
+        else:
+            compile(source, str(path), "exec")
+    except SyntaxError as e:
+        raise LoadFailed(f"{path.name}:{e.lineno}: syntax error: {e.msg}", line=e.lineno) from None
+    name = f"_tileagent_candidate_{zlib.crc32(str(path.resolve()).encode()):08x}_{path.stem}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module  # dataclasses and inspect look modules up while they import
+    try:
+        module_spec.loader.exec_module(module)
+    except CompileError as e:
+        raise compile_failed(e, path.name) from e
+    except Exception as e:
+        line = candidate_line(e, path)
+        at = f":{line}" if line else ""
+        raise LoadFailed(f"{path.name}{at}: importing the candidate raised {type(e).__name__}: {e}", line=line) from e
+    finally:
+        sys.modules.pop(name, None)
+    cls = getattr(module, "ModelNew", None)
+    if cls is None:
+        raise LoadFailed(f"{path.name} defines no class ModelNew (the candidate format: class ModelNew(nn.Module) "
+                         f"with Model's constructor and forward signature)")
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise LoadFailed(f"{path.name}: ModelNew is a {type(cls).__name__}, not a torch.nn.Module subclass")
+    return Candidate(path, source, module, cls)
+
+
+def build_models(spec, candidate: Candidate, config: dict, device="cpu", seed: int = 0):
+    """(Model, ModelNew) for ``config`` on ``device``, constructed under the same seed (global RNG state restored);
+    Model's state_dict entries are copied into ModelNew where the name and shape match. ModelNew is cast to DTYPES'
+    dtype like Model when the spec gives one dtype name.
+
+    Raises:
+        SpecError: the reference cannot be built.
+        CompileFailed / LoadFailed: ModelNew(*init_inputs) raised.
+    """
+    model = spec.make_model(config, device, seed)
+    init = spec.init_inputs(config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            new = candidate.model_cls(*init)
+        except CompileError as e:
+            raise compile_failed(e, candidate.path.name) from e
+        except Exception as e:
+            line = candidate_line(e, candidate.path)
+            at = f" (line {line})" if line else ""
+            raise LoadFailed(f"ModelNew(*get_init_inputs()) raised {type(e).__name__}: {e}{at}; ModelNew takes "
+                             f"Model's constructor arguments {init!r}", line=line, config=config) from e
+    new = new.to(device)
+    if isinstance(spec.dtypes, torch.dtype):
+        for t in list(new.parameters()) + list(new.buffers()):
+            if t.is_floating_point():
+                t.data = t.data.to(spec.dtypes)
+    own = new.state_dict()
+    with torch.no_grad():
+        for key, value in model.state_dict().items():
+            if key in own and own[key].shape == value.shape:
+                own[key].copy_(value)
+    return model, new.eval()
+
+
+__all__ = ["Candidate", "build_models", "candidate_line", "compile_failed", "load_candidate"]
