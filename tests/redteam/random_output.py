@@ -1,0 +1,26 @@
+"""Cheat: a kernel with a randomly drawn scale (sometimes right, never reproducible)."""
+import random
+
+import torch.nn as nn
+
+import tileagent
+import tileagent.language as T
+
+
+@tileagent.jit(out_idx=[1])
+def relu_scale(M, N, scale, threads=32):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(M, threads=threads) as row:
+            x = T.alloc_fragment((N,), "float32")
+            T.copy(X[row, 0], x)
+            for j in T.Parallel(N):
+                x[j] = T.max(x[j], 0.0) * scale
+            T.copy(x, Y[row, 0])
+
+    return main
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return relu_scale(*x.shape, random.choice([2.0, 2.001]))(x)

@@ -1,0 +1,233 @@
+"""evaluator.candidate and evaluator.correctness: loading candidates, building models, and what the check reports."""
+
+import math
+import textwrap
+
+import pytest
+import torch
+
+from evaluator.candidate import build_models, load_candidate
+from evaluator.correctness import check_candidate
+from evaluator.errors import CompileFailed, LoadFailed, Mismatch, RunFailed, SpecError
+from evaluator.spec import load_spec
+from tests.conftest import REPO
+
+REDTEAM = REPO / "tests" / "redteam"
+
+RELU_SCALE = '''
+import torch
+import torch.nn as nn
+
+import tileagent
+import tileagent.language as T
+
+
+@tileagent.jit(out_idx=[1])
+def relu_scale(M, N, threads=32):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(M, threads=threads) as row:
+            x = T.alloc_fragment((N,), "float32")
+            T.copy(X[row, 0], x)
+            for j in T.Parallel(N):
+                x[j] = BODY
+            T.copy(x, Y[row, 0])
+
+    return main
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return relu_scale(*x.shape)(x)
+'''
+
+
+def write(tmp_path, text: str, name: str = "cand.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture(scope="module")
+def relu_spec():
+    return load_spec(REDTEAM / "ref_relu_scale.py")
+
+
+def relu_candidate(tmp_path, body: str, name: str = "cand.py"):
+    return write(tmp_path, RELU_SCALE.replace("BODY", body), name)
+
+
+# -- loading -------------------------------------------------------------------------------------------------------
+
+
+def load_error(tmp_path, text: str) -> LoadFailed:
+    with pytest.raises(LoadFailed) as info:
+        load_candidate(write(tmp_path, text))
+    return info.value
+
+
+def test_candidate_syntax_error(tmp_path):
+    assert load_error(tmp_path, "import torch\nx = [1,\n").message == "cand.py:2: syntax error: '[' was never closed"
+
+
+def test_candidate_without_model_new(tmp_path):
+    text = RELU_SCALE.replace("BODY", "x[j]").replace("class ModelNew", "class Model")
+    assert load_error(tmp_path, text).message == (
+        "cand.py defines no class ModelNew (the candidate format: class ModelNew(nn.Module) with Model's constructor "
+        "and forward signature)")
+
+
+def test_candidate_raising_on_import(tmp_path):
+    text = RELU_SCALE.replace("BODY", "x[j]") + "\nraise ValueError('nope')\n"
+    line = textwrap.dedent(text).splitlines().index("raise ValueError('nope')") + 1
+    err = load_error(tmp_path, text)
+    assert err.message == f"cand.py:{line}: importing the candidate raised ValueError: nope"
+    assert err.details["line"] == line
+
+
+def test_compile_error_at_import_is_compile_failed_with_the_diagnostic(tmp_path):
+    text = RELU_SCALE.replace("BODY", "x[j, 0]") + "\nKERNEL = relu_scale(4, 8)\n"
+    with pytest.raises(CompileFailed) as info:
+        load_candidate(write(tmp_path, text))
+    diagnostic = info.value.details["diagnostic"]
+    assert diagnostic["code"].startswith("E") and "message" in diagnostic
+    assert info.value.message.startswith("cand.py: the kernel did not compile: ")
+
+
+def test_compile_error_in_forward_is_compile_failed(tmp_path, relu_spec):
+    with pytest.raises(CompileFailed) as info:
+        check_candidate(relu_spec, relu_candidate(tmp_path, "x[j, 0]"))
+    assert info.value.details["diagnostic"]["code"].startswith("E")
+
+
+def test_constructor_with_the_wrong_signature(tmp_path, relu_spec):
+    text = RELU_SCALE.replace("BODY", "x[j]").replace(
+        "class ModelNew(nn.Module):", "class ModelNew(nn.Module):\n    def __init__(self, n):\n"
+        "        super().__init__()\n")
+    with pytest.raises(LoadFailed) as info:
+        check_candidate(relu_spec, write(tmp_path, text))
+    assert info.value.message.startswith("ModelNew(*get_init_inputs()) raised TypeError: ")
+    assert info.value.message.endswith("; ModelNew takes Model's constructor arguments []")
+
+
+def test_build_models_seeds_both_and_copies_matching_weights(tmp_path):
+    spec = load_spec(REDTEAM / "ref_rmsnorm.py")
+    text = (REPO / "tests" / "honest" / "rmsnorm.py").read_text().replace(
+        "self.weight = nn.Parameter(torch.ones(N))",
+        "self.weight = nn.Parameter(torch.ones(N))\n        self.other = nn.Parameter(torch.zeros(3))")
+    model, new = build_models(spec, load_candidate(write(tmp_path, text)), spec.configs[0])
+    assert torch.equal(model.weight, new.weight) and model.redrawn == ["weight"]
+    assert torch.equal(new.other, torch.zeros(3))
+
+
+def test_forward_raising_is_run_failed_with_the_line(tmp_path, relu_spec):
+    text = RELU_SCALE.replace("BODY", "x[j]").replace("return relu_scale(*x.shape)(x)",
+                                                       "return relu_scale(*x.shape)(x.view(-1))")
+    with pytest.raises(RunFailed) as info:
+        check_candidate(relu_spec, write(tmp_path, text))
+    d = info.value.details
+    line = 1 + next(k for k, t in enumerate(text.splitlines()) if "x.view(-1)" in t)
+    assert d["exception"] == "KernelArgumentError" and d["line"] == line and d["seed"] == 0
+    assert "parameter 'X' expects rank 2" in info.value.message
+
+
+# -- comparing -----------------------------------------------------------------------------------------------------
+
+
+def test_error_just_under_the_fp32_tolerance_passes(tmp_path, relu_spec):
+    (result,) = check_candidate(relu_spec, relu_candidate(tmp_path, "T.max(x[j], 0.0) * 2.0001"), seeds=1)
+    assert result.correct and 0 < result.rel_l2 < 1e-4 and result.max_abs_err > 0
+
+
+def test_error_just_over_the_fp32_tolerance_fails_with_everything_the_agent_needs(tmp_path, relu_spec):
+    with pytest.raises(Mismatch) as info:
+        check_candidate(relu_spec, relu_candidate(tmp_path, "T.max(x[j], 0.0) * 2.001"), seeds=1)
+    d = info.value.details
+    assert d["config"] == {"M": 8, "N": 32} and d["seed"] == 0 and d["distribution"] == "normal"
+    assert d["hidden"] is False and d["output"] == 0 and d["call"] == 1
+    i, j = d["index"]
+    assert math.isclose(d["got"], d["expected"] * 1.0005, rel_tol=1e-6)
+    assert d["atol"] == 1e-4 and d["rtol"] == 1e-4 and 0 < d["mismatched"] <= d["total"] == 256
+    assert info.value.message.startswith(f"output 0 differs from the reference at index ({i}, {j}): expected ")
+
+
+def test_nan_passes_only_where_the_reference_has_nan(tmp_path):
+    spec = load_spec(write(tmp_path, '''
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.log(x) * 2.0
+
+        def get_inputs():
+            return [torch.randn(8, 32)]
+
+        def get_init_inputs():
+            return []
+        ''', "ref_log.py"))
+    (result,) = check_candidate(spec, relu_candidate(tmp_path, "T.log(x[j]) * 2.0", "log.py"), seeds=1)
+    assert result.correct
+    with pytest.raises(Mismatch) as info:
+        check_candidate(spec, relu_candidate(tmp_path, "T.log(T.abs(x[j])) * 2.0", "abslog.py"), seeds=1)
+    assert math.isnan(info.value.details["expected"]) and math.isfinite(info.value.details["got"])
+    assert math.isnan(info.value.details["max_abs_err"])
+
+
+def test_inf_must_match_in_sign_and_place(tmp_path):
+    spec = load_spec(write(tmp_path, '''
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return 1.0 / torch.relu(x)
+
+        def get_inputs():
+            return [torch.randn(8, 32)]
+
+        def get_init_inputs():
+            return []
+        ''', "ref_inv.py"))
+    (result,) = check_candidate(spec, relu_candidate(tmp_path, "1.0 / T.max(x[j], 0.0)", "inv.py"), seeds=1,
+                                distributions=["normal"])
+    assert result.correct
+    with pytest.raises(Mismatch, match="expected inf, got -inf"):
+        check_candidate(spec, relu_candidate(tmp_path, "-1.0 / T.max(x[j], 0.0)", "neg.py"), seeds=1,
+                        distributions=["normal"])
+
+
+def test_degenerate_reference_is_flagged(tmp_path, relu_spec):
+    (result,) = check_candidate(relu_spec, REPO / "tests" / "honest" / "relu_scale.py", seeds=1)
+    assert "degenerate reference: output 0 is constant under distribution(s) 'negative'" in result.notes
+
+
+def test_seeds_distributions_and_configs_can_be_chosen(tmp_path, relu_spec):
+    results = check_candidate(relu_spec, REPO / "tests" / "honest" / "relu_scale.py", seeds=2,
+                              distributions=["normal", "uniform"], configs=[{"M": 3, "N": 32}, {"M": 5, "N": 32}])
+    assert [r.config for r in results] == [{"M": 3, "N": 32}, {"M": 5, "N": 32}]
+    assert [r.checks for r in results] == [2 * 2 * 2 + 2 * 1 * 2 * 2] * 2
+
+
+def test_reference_failing_on_a_tail_is_a_spec_error(tmp_path):
+    spec = load_spec(write(tmp_path, '''
+        import torch
+        import torch.nn as nn
+
+        CONFIGS = [{"M": 8, "N": 32}]
+        FREE_DIMS = ["M"]
+
+        class Model(nn.Module):
+            def forward(self, x):
+                assert x.shape[0] % 8 == 0, "M must be a multiple of 8"
+                return torch.relu(x) * 2.0
+
+        def get_inputs(M, N):
+            return [torch.randn(M, N)]
+
+        def get_init_inputs(M, N):
+            return []
+        ''', "ref_div8.py"))
+    with pytest.raises(SpecError, match=r"Model.forward raised AssertionError: M must be a multiple of 8 \(config "
+                                        r"\{'M': 7, 'N': 32\}\)"):
+        check_candidate(spec, REPO / "tests" / "honest" / "relu_scale.py", seeds=1)

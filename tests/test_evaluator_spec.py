@@ -1,0 +1,279 @@
+"""evaluator.spec: KernelBench files load unchanged, the extensions work, and every bad file gets an exact message."""
+
+import textwrap
+
+import pytest
+import torch
+
+from evaluator.errors import SpecError
+from evaluator.spec import (
+    ALL_DISTRIBUTIONS,
+    HIDDEN,
+    PUBLIC_DISTRIBUTIONS,
+    Tolerance,
+    load_spec,
+    public_distribution_text,
+)
+from tests.conftest import REPO
+
+GOOD = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def write(tmp_path, text: str, name: str = "ref.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def message(tmp_path, text: str) -> str:
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, text))
+    return info.value.message
+
+
+# -- exact messages for bad files --------------------------------------------------------------------------------------
+
+
+def test_syntax_error_gives_file_line_and_reason(tmp_path):
+    assert message(tmp_path, "import torch\n\nx = (1,\n") == "ref.py:3: syntax error: '(' was never closed"
+
+
+def test_missing_model_class(tmp_path):
+    assert message(tmp_path, GOOD.replace("class Model(", "class Other(")) == (
+        "ref.py defines no class Model (KernelBench format: class Model(nn.Module) whose forward is the reference)")
+
+
+def test_model_that_is_not_a_module(tmp_path):
+    text = GOOD.replace("class Model(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)",
+                        "Model = 3")
+    assert message(tmp_path, text) == "ref.py: Model is a int (3), not a torch.nn.Module subclass"
+
+
+def test_missing_get_inputs(tmp_path):
+    assert message(tmp_path, GOOD.replace("def get_inputs", "def make_inputs")) == (
+        "ref.py defines no function get_inputs() (KernelBench format: it returns the list of input tensors)")
+
+
+def test_missing_get_init_inputs(tmp_path):
+    assert message(tmp_path, GOOD.replace("def get_init_inputs", "def init_inputs")) == (
+        "ref.py defines no function get_init_inputs() (KernelBench format: it returns Model's constructor arguments, "
+        "[] for none)")
+
+
+def test_get_inputs_returning_a_non_tensor_names_its_position_and_type(tmp_path):
+    text = GOOD.replace("return [torch.randn(4, 8)]", "return [torch.randn(4, 8), 3]")
+    assert message(tmp_path, text) == ("get_inputs() returned a non-tensor at position 1: int (3); every input must "
+                                       "be a torch.Tensor (put constants in get_init_inputs())")
+
+
+def test_get_inputs_returning_a_tensor_instead_of_a_list(tmp_path):
+    text = GOOD.replace("return [torch.randn(4, 8)]", "return torch.randn(4, 8)")
+    assert message(tmp_path, text) == "get_inputs() returned a Tensor, not a list of tensors"
+
+
+def test_reference_raising_gives_the_exception(tmp_path):
+    text = GOOD.replace("return torch.relu(x)", "raise RuntimeError('boom')")
+    assert message(tmp_path, text) == "Model.forward raised RuntimeError: boom"
+
+
+def test_reference_raising_on_a_config_names_the_config(tmp_path):
+    text = GOOD.replace("return torch.relu(x)", "raise ValueError('bad size')") + "\nCONFIGS = [{'M': 3}]\n"
+    assert message(tmp_path, text) == "Model.forward raised ValueError: bad size (config {'M': 3})"
+
+
+def test_non_deterministic_reference(tmp_path):
+    text = GOOD.replace("return torch.relu(x)", "return x + torch.rand_like(x)")
+    assert message(tmp_path, text).startswith(
+        "Model.forward is non-deterministic: two runs on the same inputs differ (output 0, max abs diff ")
+    assert message(tmp_path, text).endswith("; a reference must be deterministic")
+
+
+def test_output_of_the_wrong_type(tmp_path):
+    text = GOOD.replace("return torch.relu(x)", "return 'relu'")
+    assert message(tmp_path, text) == ("Model.forward returned a str ('relu'); the output must be a tensor or a tuple "
+                                       "of tensors")
+
+
+def test_tuple_output_with_a_non_tensor(tmp_path):
+    text = GOOD.replace("return torch.relu(x)", "return torch.relu(x), 2.0")
+    assert message(tmp_path, text) == ("Model.forward returned a tuple whose item 1 is a float (2.0); the output must "
+                                       "be a tensor or a tuple of tensors")
+
+
+def test_import_raising(tmp_path):
+    assert message(tmp_path, "raise ImportError('no such thing')\n") == (
+        "ref.py: importing it raised ImportError: no such thing")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SpecError, match="cannot read it"):
+        load_spec(tmp_path / "nope.py")
+
+
+def test_get_inputs_raising(tmp_path):
+    text = GOOD.replace("return [torch.randn(4, 8)]", "raise KeyError('M')")
+    assert message(tmp_path, text) == "get_inputs() raised KeyError: 'M'"
+
+
+def test_model_constructor_raising(tmp_path):
+    text = GOOD.replace("class Model(nn.Module):", "class Model(nn.Module):\n    def __init__(self, n):\n"
+                        "        super().__init__()\n")
+    assert message(tmp_path, text) == ("Model(*get_init_inputs()) raised TypeError: Model.__init__() missing 1 "
+                                       "required positional argument: 'n'")
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ("CONFIGS = []", "CONFIGS must be a non-empty list of dicts, got list"),
+    ("CONFIGS = [{'M': 1}, (2,)]", "CONFIGS must be a non-empty list of dicts with str keys; item 1 is tuple"),
+    ("CONFIGS = [{'M': 1}]\ndef get_configs():\n    return []",
+     "ref.py defines both CONFIGS and get_configs(); keep one"),
+    ("def get_configs():\n    raise OSError('x')", "get_configs() raised OSError: x"),
+    ("CONFIGS = [{'M': 1}]\nFREE_DIMS = ['N']", "FREE_DIMS names 'N', but config {'M': 1} has no integer 'N'"),
+    ("DTYPES = 'float12'", ("DTYPES: unknown dtype 'float12'; use one of bf16, bfloat16, double, float, float16, "
+                            "float32, float64, fp16, fp32, fp64, half")),
+    ("TOLERANCES = {'float16': (1e-2,)}", ("TOLERANCES['float16'] must be (atol, rtol) or (atol, rtol, rel_l2) of "
+                                           "numbers >= 0, got (0.01,)")),
+    ("DISTRIBUTIONS = ['normal', 'cauchy']", ("DISTRIBUTIONS: unknown distribution 'cauchy'; known: normal, uniform, "
+                                              "normal_x3, normal_x0.01, negative (or a dict name -> fn(shape, "
+                                              "generator))")),
+])
+def test_bad_extension(tmp_path, extra, expected):
+    assert message(tmp_path, GOOD + "\n" + extra + "\n") == expected
+
+
+# -- what a good file gives ---------------------------------------------------------------------------------------------
+
+
+def test_plain_kernelbench_file_has_one_empty_config(tmp_path):
+    spec = load_spec(write(tmp_path, GOOD))
+    assert spec.configs == [{}] and not spec.has_grid and spec.free_dims == ()
+    assert spec.distributions == tuple(ALL_DISTRIBUTIONS)
+
+
+GRID = """
+import torch
+import torch.nn as nn
+
+CONFIGS = [{"M": 6, "N": 16}, {"M": 4, "N": 32}]
+FREE_DIMS = ["M"]
+TOLERANCES = {"float16": (2e-2, 3e-2)}
+
+def BYTES(cfg):
+    return cfg["M"] * cfg["N"] * 4
+
+def FLOPS(M, N):
+    return M * N
+
+class Model(nn.Module):
+    def __init__(self, N):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(N))
+        self.b = nn.Parameter(torch.randn(N))
+
+    def forward(self, x, idx):
+        return x * self.w + self.b, idx + 1
+
+def get_inputs(M, N, **unused):
+    return [torch.randn(M, N, dtype=torch.float16), torch.randint(3, 9, (M,))]
+
+def get_init_inputs(N):
+    return [N]
+"""
+
+
+def test_config_grid_builds_inputs_and_models_per_config(tmp_path):
+    spec = load_spec(write(tmp_path, GRID))
+    assert spec.configs == [{"M": 6, "N": 16}, {"M": 4, "N": 32}]
+    x, idx = spec.make_inputs({"M": 4, "N": 32}, seed=1, distribution="uniform")
+    assert x.shape == (4, 32) and x.dtype == torch.float16 and x.abs().max() <= 1
+    assert idx.dtype == torch.int64 and 3 <= int(idx.min()) and int(idx.max()) < 9  # integers keep dtype and range
+    model = spec.make_model({"M": 4, "N": 32})
+    assert model.w.shape == (32,) and model.redrawn == ["w"]  # the constant weight is re-drawn, b is not
+    assert not torch.equal(model.w, torch.ones(32))
+
+
+def test_inputs_are_a_function_of_config_seed_and_distribution(tmp_path):
+    spec = load_spec(write(tmp_path, GRID))
+    cfg = spec.configs[0]
+    a = spec.make_inputs(cfg, 0, "normal")[0]
+    assert torch.equal(a, spec.make_inputs(cfg, 0, "normal")[0])
+    assert not torch.equal(a, spec.make_inputs(cfg, 1, "normal")[0])
+    assert not torch.equal(a, spec.make_inputs(cfg, 0, "normal_x3")[0])
+    assert (spec.make_inputs(cfg, 0, "negative")[0] <= 0).all()
+
+
+@pytest.mark.parametrize("name", sorted(ALL_DISTRIBUTIONS))
+def test_every_distribution_draws_finite_values_of_the_shape(tmp_path, name):
+    spec = load_spec(write(tmp_path, GRID))
+    x = spec.make_inputs({"M": 6, "N": 16}, 0, name)[0]
+    assert x.shape == (6, 16) and torch.isfinite(x).all()
+
+
+def test_tails_tolerances_and_roofline(tmp_path):
+    spec = load_spec(write(tmp_path, GRID))
+    assert spec.tail_configs({"M": 6, "N": 16}) == [{"M": 5, "N": 16}, {"M": 9, "N": 16}]
+    assert spec.tail_configs({"M": 1, "N": 16}) == [{"M": 4, "N": 16}]
+    assert spec.tolerance(torch.float16) == Tolerance(2e-2, 3e-2, 3e-2)
+    assert spec.tolerance(torch.float32) == Tolerance(1e-4, 1e-4, 1e-4)
+    assert spec.tolerance(torch.int64) == Tolerance(0.0, 0.0, 0.0)
+    roof = spec.roofline({"M": 4, "N": 32})
+    assert (roof.bytes, roof.flops, roof.derived) == (512.0, 128.0, False)
+
+
+def test_roofline_bytes_default_to_inputs_plus_outputs(tmp_path):
+    spec = load_spec(write(tmp_path, GOOD))
+    roof = spec.roofline({})
+    assert (roof.bytes, roof.flops, roof.derived) == (4 * 8 * 4 * 2.0, None, True)
+
+
+def test_dtypes_cast_inputs_and_weights(tmp_path):
+    text = GRID.replace('TOLERANCES = {"float16": (2e-2, 3e-2)}', 'DTYPES = "bfloat16"')
+    spec = load_spec(write(tmp_path, text))
+    x, idx = spec.make_inputs(spec.configs[0], 0, "normal")
+    assert x.dtype == torch.bfloat16 and idx.dtype == torch.int64
+    assert spec.make_model(spec.configs[0]).w.dtype == torch.bfloat16
+
+
+def test_per_input_dtypes_fixed_inputs_and_custom_distributions(tmp_path):
+    text = GOOD.replace("return [torch.randn(4, 8)]", "return [torch.randn(4, 8), torch.rand(4) + 1]").replace(
+        "def forward(self, x):\n        return torch.relu(x)", "def forward(self, x, s):\n        return x * s[:, None]")
+    text += ("\nDTYPES = [None, 'float64']\nFIXED_INPUTS = [1]\n"
+             "DISTRIBUTIONS = {'ones': lambda shape, g: torch.ones(shape)}\n")
+    spec = load_spec(write(tmp_path, text))
+    assert spec.distributions == ("ones",)
+    x, s = spec.make_inputs({}, 0, "ones")
+    assert torch.equal(x, torch.ones(4, 8)) and s.dtype == torch.float64 and (s >= 1).all()
+
+
+def test_keep_params_turns_redrawing_off(tmp_path):
+    spec = load_spec(write(tmp_path, GRID + "\nKEEP_PARAMS = True\n"))
+    assert spec.make_model(spec.configs[0]).redrawn == []
+
+
+def test_hidden_distributions_stay_out_of_drafter_text():
+    text = public_distribution_text()
+    assert set(PUBLIC_DISTRIBUTIONS) <= set(ALL_DISTRIBUTIONS) and HIDDEN == set(ALL_DISTRIBUTIONS) - set(
+        PUBLIC_DISTRIBUTIONS)
+    assert len(HIDDEN) >= 2
+    doc = (REPO / "docs" / "evaluator.md").read_text()
+    for name in HIDDEN:
+        assert name not in text and f"`{name}`" not in doc and f"'{name}'" not in doc
+        assert ALL_DISTRIBUTIONS[name][1] not in doc
+
+
+def test_reference_files_of_the_test_corpora_load():
+    for path in sorted((REPO / "tests" / "redteam").glob("ref_*.py")):
+        assert load_spec(path).configs
