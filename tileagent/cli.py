@@ -114,18 +114,21 @@ def _ms(t) -> str:
 
 
 def _eval_table(result, title: str) -> Table:
+    timed = any(c.candidate is not None for c in result.configs)
+    cols = ["config", "correct", "max err"] + (["ms ±IQR", "eager ms", "compile ms", "x eager", "x compile",
+                                                   "% roofline"] if timed else [])
     table = Table(title=title)
-    for col in ("config", "correct", "max err", "time ms (±IQR)", "eager ms", "compile ms", "x eager", "x compile",
-                "% roofline"):
-        table.add_column(col, justify="left" if col in ("config", "correct") else "right")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("config", "correct") else "right", no_wrap=True)
     for c in result.configs:
-        table.add_row(", ".join(f"{k}={v}" for k, v in c.config.items()),
-                      "[green]yes[/]" if c.correct else "[red]no[/]",
-                      f"{c.max_abs_err:.2e}" if c.max_abs_err is not None else "-",
-                      _ms(c.candidate), _ms(c.eager), _ms(c.compiled),
-                      f"{c.speedup_eager:.2f}" if c.speedup_eager else "-",
-                      f"{c.speedup_compiled:.2f}" if c.speedup_compiled else "-",
-                      f"{c.roofline_pct:.0f}% {c.bound}" if c.roofline_pct is not None else "-")
+        row = [" ".join(f"{k}={v}" for k, v in c.config.items()), "[green]yes[/]" if c.correct else "[red]no[/]",
+               f"{c.max_abs_err:.2e}" if c.max_abs_err is not None else "-"]
+        if timed:
+            row += [_ms(c.candidate), _ms(c.eager), _ms(c.compiled),
+                    f"{c.speedup_eager:.2f}" if c.speedup_eager else "-",
+                    f"{c.speedup_compiled:.2f}" if c.speedup_compiled else "-",
+                    f"{c.roofline_pct:.0f}% {c.bound}" if c.roofline_pct is not None else "-"]
+        table.add_row(*row)
     return table
 
 
