@@ -114,7 +114,7 @@ class _ConfigCheck:
             raise RunFailed(f"ModelNew.forward raised {type(e).__name__}: {e}{at}; {_where(where)}",
                             exception=type(e).__name__, line=line, **where) from e
         for j, (t, p) in enumerate(zip(inputs, pristine)):
-            if not _identical(t, p):
+            if not identical(t, p):
                 raise violation("input-mutation", f"the forward changed input {j} (every input must be left as it "
                                 f"was); {_where(where)}", input=j, **where)
         return outs
@@ -145,7 +145,7 @@ class _ConfigCheck:
                             f"or state kept between calls; {_where(where)}", **where)
         self.checks += 2
         for k, (a, b) in enumerate(zip(out1, out2)):
-            if not _identical(a, b):
+            if not identical(a, b):
                 self.note(f"the candidate is not bitwise deterministic: two calls on the same inputs differ "
                           f"(output {k})")
         self.flag_degenerate(ref, where)
@@ -216,6 +216,9 @@ class _ConfigCheck:
             constant = r.numel() > 1 and float(r64.max()) == float(r64.min())
             self.constant[key] = self.constant.get(key, True) and constant
             self.atol[k] = self.spec.tolerance(r.dtype).atol
+            if not bool(torch.isfinite(r64).all()):
+                self.note(f"the reference gives NaN or Inf in output {k} under distribution "
+                          f"{where['distribution']!r} (they must match in place; consider DISTRIBUTIONS in the spec)")
 
     def degenerate_notes(self) -> list[str]:
         """One note per output: the distributions under which the reference was constant, or always below atol."""
@@ -243,7 +246,8 @@ def _where(where: dict) -> str:
     return text
 
 
-def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+def identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape, dtype and values, NaN equal to NaN."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if torch.equal(a, b):

@@ -302,7 +302,7 @@ class Spec:
         first = self.run_reference(model, [t.clone() for t in inputs], config)
         second = self.run_reference(model, [t.clone() for t in inputs], config)
         for k, (a, b) in enumerate(zip(first, second)):
-            if a.shape != b.shape or not torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)):
+            if not _identical(a, b):
                 diff = (a.double() - b.double()).abs().max().item() if a.shape == b.shape else "shapes differ"
                 raise SpecError(f"Model.forward is non-deterministic: two runs on the same inputs differ (output {k}, "
                                 f"max abs diff {diff}){_config_suffix(config)}; a reference must be deterministic")
@@ -329,6 +329,14 @@ class Spec:
             params = list(inspect.signature(value).parameters)
             value = value(config) if params in (["cfg"], ["config"]) else call_with_config(value, config)
         return None if value is None else float(value)
+
+
+def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        return torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
+    return torch.equal(a, b)
 
 
 def _mix(seed: int, config: dict, what: str) -> int:
