@@ -300,7 +300,7 @@ def time_models(candidate: Callable, reference: Callable, input_sets: list[list]
                 torch._dynamo.reset()
                 fn = torch.compile(reference, dynamic=False)
                 compiled = summarize(bench(fn, input_sets, trials, device=device)[0])
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - a missing baseline is a note, not a failure
                 notes.append(f"torch.compile baseline unavailable: {type(e).__name__}: {str(e).splitlines()[0]}")
     if bytes_moved is None:
         bytes_moved = tensor_bytes(input_sets[0], expected[0])

@@ -12,9 +12,12 @@ Guarantees:
   candidate, ``run_timeout_s`` for checking one config (plus ``compile_timeout_s`` for the first config, whose call
   builds the kernels) and ``run_timeout_s + compile_timeout_s`` for timing one config (torch.compile of the baseline).
 - A hang (status "timeout") or a dead worker (segfault, killed for memory: status "crash", with the signal and the
-  tail of the worker's stderr) kills the worker's process group; the next request starts a fresh worker, and the
-  configs finished before the failure are kept in the result. After a "crash" result the worker restarts too (its
-  CUDA context may be poisoned).
+  tail of the worker's stderr, where faulthandler writes the Python stack) kills the worker's process group; the
+  next request goes to a fresh worker (after the first restart a spare is kept started, so restarts are instant),
+  and the configs finished before the failure are kept in the result. After a "crash" result the worker restarts
+  too (its CUDA context may be poisoned: an illegal address, or on the H200 an out-of-range shared-memory access,
+  reported as an illegal instruction). A worker that dies before it acknowledges a request is replaced and the
+  request sent once more. A worker whose parent died exits by itself.
 - Without a GPU the worker runs candidates on the CPU target: correctness only, ``timing_available=False``.
 
 Limits: the candidate runs in the worker's interpreter, so a hostile one could still write to the pipe; the static
@@ -156,7 +159,7 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
             progress.config(checked)
             if not checked.correct:
                 raise Mismatch(f"config {config}: outputs differ from the reference", config=config)
-    except BaseException as e:
+    except BaseException as e:  # noqa: BLE001 - every failure becomes a status; KeyboardInterrupt propagates
         if isinstance(e, KeyboardInterrupt):
             raise
         error = classify(e, device, request.kernel_path)
@@ -225,7 +228,7 @@ def device_broken(device: str) -> str | None:
     try:
         torch.cuda.synchronize(device)
         torch.ones(1, device=device).add_(1).item()
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any failure here means the context is gone
         return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return None
 
@@ -259,6 +262,14 @@ def serve(evaluate_fn: str = DEFAULT_EVALUATE, device: str = "cpu") -> None:
     os.dup2(2, 1)  # prints of the candidate land in stderr, not in the protocol
     faulthandler.enable(file=sys.stderr)
     lock = threading.Lock()
+    parent = os.getppid()
+
+    def orphaned() -> None:  # a hung candidate must not outlive the evaluator that started it
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(3)
+
+    threading.Thread(target=orphaned, daemon=True, name="tileagent-orphan-watch").start()
 
     def send(message: dict) -> None:
         with lock:
@@ -281,7 +292,7 @@ def serve(evaluate_fn: str = DEFAULT_EVALUATE, device: str = "cpu") -> None:
             request = EvalRequest.model_validate(message["request"]).model_copy(update={"device": device})
             result = fn(request, _PipeProgress(send, request_id))
             payload = result.model_dump(mode="json")
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - the parent gets a result for every request
             error = classify(e, device)
             result = failed(error, device=device)
             payload = result.model_dump(mode="json")
