@@ -599,18 +599,35 @@ def check_outputs(outputs, inputs, device, earlier=()) -> tuple[torch.Tensor, ..
 
 @contextmanager
 def guard_forward():
-    """Run the candidate's forward inside: ForwardGuard active, and afterwards checks that a kernel was launched and
-    no thread was left running. Yields the ForwardGuard."""
+    """Run the candidate's forward inside: ForwardGuard active, and afterwards checks that a kernel was launched, that
+    every kernel scope was entered by a call of a compiled kernel (``JITKernel.__call__``, counted while the forward
+    runs), and that no thread was left running. Yields the ForwardGuard."""
+    from compiler.jit import JITKernel
+
     threads = set(threading.enumerate())
     launches = kernel_scope.launch_count()
+    genuine, calls = JITKernel.__call__, [0]
+
+    def counted(self, *args):
+        calls[0] += 1
+        return genuine(self, *args)
+
     guard = ForwardGuard()
-    with torch.no_grad(), guard:
-        yield guard
+    JITKernel.__call__ = counted
+    try:
+        with torch.no_grad(), guard:
+            yield guard
+    finally:
+        JITKernel.__call__ = genuine
     if guard.violations:
         raise guard.violations[0]
-    if kernel_scope.launch_count() == launches:
+    launched = kernel_scope.launch_count() - launches
+    if launched == 0:
         raise violation("no-kernel", "the forward launched no compiled kernel: outputs must be computed by "
                          "tileagent kernels")
+    if launched > calls[0]:
+        raise violation("compiler-internals", "the forward entered the compiler's kernel scope without calling a "
+                        "compiled kernel (torch ops there would pass as kernel work)")
     extra = [t for t in threading.enumerate() if t not in threads and t.is_alive()]
     if extra:
         raise violation("threads", f"the forward left {len(extra)} thread(s) running ({extra[0].name})")

@@ -71,6 +71,7 @@ RUNTIME_ONLY = {
     "returns_parameter": (GuardViolation, "output-type", "torch.nn.parameter.Parameter"),
     "eval_hidden_code": (GuardViolation, "torch-op", "aten::relu"),
     "getattr_escape": (GuardViolation, "torch-op", "aten::relu"),
+    "fake_kernel_scope": (GuardViolation, "compiler-internals", "entered the compiler's kernel scope without calling"),
     "imports_triton": (LoadFailed, None, "No module named 'triton'"),
 }
 
