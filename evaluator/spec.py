@@ -214,9 +214,10 @@ class Spec:
         model.redrawn = redrawn
         return model.eval()
 
-    def sample_inputs(self, config: dict, seed: int) -> list[torch.Tensor]:
-        """``get_inputs(config)`` under a seeded RNG, checked to be a list of tensors."""
-        with torch.random.fork_rng(devices=[]):
+    def sample_inputs(self, config: dict, seed: int, device="cpu") -> list[torch.Tensor]:
+        """``get_inputs(config)`` under a seeded RNG, with ``device`` as torch's default device (large inputs are
+        drawn where they are used), checked to be a list of tensors."""
+        with torch.random.fork_rng(devices=[]), torch.device(device):
             torch.manual_seed(_mix(seed, config, "get_inputs"))
             try:
                 inputs = call_with_config(self.module.get_inputs, config)
@@ -232,15 +233,18 @@ class Spec:
 
     def make_inputs(self, config: dict, seed: int, distribution: str = "normal", device="cpu") -> list[torch.Tensor]:
         """Inputs for one check: ``get_inputs(config)``'s shapes and dtypes (DTYPES applied), floating values drawn
-        from ``distribution`` with a generator seeded by (config, seed, distribution, position). Integer, bool and
+        on ``device`` from ``distribution`` with a generator seeded by (config, seed, distribution, position) (the
+        same seed gives other values on another device type). Integer, bool and
         FIXED_INPUTS positions keep get_inputs' values (seeded), so their dtype and range are the spec's."""
         draw = self._distribution(distribution)
+        device = torch.device(device)
         out = []
-        for k, t in enumerate(self.sample_inputs(config, seed)):
+        for k, t in enumerate(self.sample_inputs(config, seed, device)):
             dtype = self._input_dtype(k, t)
             if t.is_floating_point() and k not in self.fixed_inputs:
-                g = torch.Generator().manual_seed(_mix(seed, config, f"{distribution}/{k}"))
-                t = draw(tuple(t.shape), g).to(dtype)
+                g = torch.Generator(device=device).manual_seed(_mix(seed, config, f"{distribution}/{k}"))
+                with torch.device(device):  # values are drawn on the device that uses them
+                    t = draw(tuple(t.shape), g).to(dtype)
             elif t.dtype != dtype:
                 t = t.to(dtype)
             out.append(t.to(device).contiguous())
