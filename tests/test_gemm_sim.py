@@ -88,3 +88,14 @@ def test_shared_mla_decode(shared_example, variant):
     q, q_pe = torch.randn(1, 64, 512, dtype=torch.float16), torch.randn(1, 64, 64, dtype=torch.float16)
     kv, k_pe = torch.randn(1, 70, 1, 512, dtype=torch.float16), torch.randn(1, 70, 1, 64, dtype=torch.float16)
     torch.testing.assert_close(kernel(q, q_pe, kv, k_pe), mod.reference(q, q_pe, kv, k_pe), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_tensor_core_kernels_compile_with_nvrtc(shared_example, arch):
+    funcs = [_gemm(64, 64, 64, 64, 64, 32, False, True, "bfloat16", T.GemmWarpPolicy.Square, 2),
+             shared_example("gemm_relu").matmul.fn(256, 256, 256, 128, 128, 64),
+             shared_example("flash_attn_fwd").flash_attn_fwd.fn(1, 2, 256, 64, True),
+             shared_example("mla_decode").mla_decode.fn(1, 64, 128, variant="fragment")]
+    for func in funcs:
+        cubin = tileagent.compile(func, target="sim").cubin(arch)
+        assert cubin[:4] == b"\x7fELF"

@@ -178,6 +178,46 @@ def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file def
     raise typer.Exit(EXIT_CHECK_FAILED if result.status in _NOT_CORRECT else EXIT_BAD_INPUT)
 
 
+@app.command(help="Compile a DSL program's kernel and show a stage: the tile IR, the inferred layouts, the lowered "
+                  "per-thread IR or the CUDA source; compile errors print with their code, line and hint.\n\n"
+                  "Example: tileagent compile prompts/examples/softmax.py -p M=1024 -p N=2048 --show layouts")
+def compile(program: Path = typer.Argument(..., help="a .py file defining a @tileagent.jit kernel factory"),  # noqa: A001
+            kernel: str = typer.Option(None, "--kernel", "-k", help="the factory's name, when the file has several"),
+            param: list[str] = typer.Option([], "--param", "-p", help="keyword for the factory, as key=value"),
+            show: str = typer.Option("tile", help="tile | layouts | thread | cuda"),
+            target: str = typer.Option("sim", help="sim (CPU, lowered as for CUDA), cuda or cpu")) -> None:
+    from compiler.jit import JITImpl
+
+    module = _load_module(program)
+    factories = {name: obj for name, obj in vars(module).items() if isinstance(obj, JITImpl)}
+    if kernel is not None and kernel not in factories:
+        err_console.print(f"[red]error:[/] {program} has no @jit factory named {kernel!r}; it has: "
+                          f"{', '.join(factories) or 'none'}")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if kernel is None and len(factories) != 1:
+        err_console.print(f"[red]error:[/] {program} has {len(factories)} @jit factories ({', '.join(factories)}); "
+                          f"pick one with --kernel")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    factory = factories[kernel] if kernel else next(iter(factories.values()))
+    if show not in ("tile", "layouts", "thread", "cuda"):
+        err_console.print(f"[red]error:[/] --show must be tile, layouts, thread or cuda, not {show!r}")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    import tileagent
+
+    try:
+        built = tileagent.compile(factory.fn(**_parse_params(param)), out_idx=factory.out_idx, target=target,
+                                  pass_configs=factory.pass_configs)
+        text = {"tile": lambda: built.get_ir("tile"), "layouts": lambda: str(built.layouts()),
+                "thread": lambda: built.get_ir("thread"), "cuda": built.get_kernel_source}[show]()
+    except CompileError as e:
+        err_console.print(str(e), markup=False, highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    except TypeError as e:
+        err_console.print(f"[red]error:[/] calling {factory.fn.__name__}: {e}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
 @app.command(help="Print the version.")
 def version() -> None:
     from compiler import __version__

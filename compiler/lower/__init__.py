@@ -24,7 +24,7 @@ from compiler.lower.context import LowerContext
 from compiler.lower.copy import lower_atomic_add_tile, lower_copy, lower_fill
 from compiler.lower.gemm import lower_gemm
 from compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
-from compiler.lower.reduce import lower_reduce
+from compiler.lower.reduce import lower_reduce, scratch_bytes
 from compiler.lower.smem import plan_shared
 from compiler.tir import BLOCK_IDX, GRID_DIM, Barrier, Declare, DeviceKernel, DeviceModule
 
@@ -51,12 +51,11 @@ def lower(func: PrimFunc, layouts) -> DeviceModule:
 
 def _lower_kernel(name, k: Kernel, layouts, flat, params) -> DeviceKernel:
     body = insert_barriers(k.body)
-    scratch = [k.num_threads * 8 * layouts.fragments[s.dst].num_slots for s in walk(body)
-               if isinstance(s, Reduce) and s.dst in layouts.fragments]
+    scratch = [scratch_bytes(s, layouts, k.num_threads) for s in walk(body) if isinstance(s, Reduce)]
     scratch += [math.prod(s.src.buffer.shape) * 4 for s in walk(body) if isinstance(s, Copy)
                 and s.src.buffer.scope == s.dst.buffer.scope == "fragment"
                 and not layouts.fragments[s.src.buffer].same_as(layouts.fragments[s.dst.buffer])]
-    needs_scratch = bool(scratch)
+    needs_scratch = any(scratch)
     plan = plan_shared(k, layouts.shared, max(scratch, default=0))
     ctx = LowerContext(k, layouts, flat, k.num_threads)
     ctx.shared_layouts = plan.layouts

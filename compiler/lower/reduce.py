@@ -80,6 +80,17 @@ def _output_slots(ctx, s: Reduce, src_layout, dim: int):
     return np.where(((slots == first) | ~valid).all(0), first, -1), valid.any(0)
 
 
+def scratch_bytes(s: Reduce, layouts, threads: int) -> int:
+    """Shared scratch the reduction needs: none when every thread level it folds lies within a warp."""
+    if s.src not in layouts.fragments or s.dst not in layouts.fragments:
+        return 0
+    src = layouts.fragments[s.src]
+    levels = _split_at_warp([lv for lv in src.dims[s.dim % s.src.ndim] if lv.is_thread])
+    if all(_pow2(lv.size) and _pow2(lv.stride) and lv.stride * lv.size <= 32 for lv in levels):
+        return 0
+    return threads * 8 * layouts.fragments[s.dst].num_slots
+
+
 def _split_at_warp(levels):
     """Split a thread level that straddles the warp boundary into its in-warp and cross-warp parts."""
     out = []
