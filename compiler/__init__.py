@@ -1,7 +1,9 @@
 """The embedded tile-DSL compiler.
 
-Stages (one module each): ``frontend`` (Python source -> tile IR), ``check`` (semantic checks), ``interp``
-(CPU interpreter of the tile IR). ``jit`` ties them together; ``diagnostics`` and ``errors`` hold what they raise.
+Stages (one module or package each): ``frontend`` (Python source -> tile IR), ``check`` (semantic checks),
+``layout.infer`` (fragment and loop layouts), ``lower`` (tile IR -> per-thread IR, ``tir``), ``targets.cuda`` (CUDA
+C++), ``runtime`` (NVRTC and launch); on the CPU, ``interp`` runs the tile IR and ``emulate`` the per-thread IR.
+``jit`` ties them together (``backends`` picks the runner); ``diagnostics`` and ``errors`` hold what they raise.
 """
 
 from compiler.diagnostics import CompileError
