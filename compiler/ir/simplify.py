@@ -69,3 +69,59 @@ def depends_on(e, variables) -> bool:
         if isinstance(child, tuple) and any(depends_on(c, variables) for c in child):
             return True
     return False
+
+
+def difference(a, b) -> int | None:
+    """a - b when it is a constant, treating any non-linear sub-expression as an opaque atom (compared by its printed
+    form): ``(k0 + 1) - k0`` is 1 even when k0 = ``lane % 4 * 2``. None otherwise."""
+    fa, fb = _atoms(a), _atoms(b)
+    if fa is None or fb is None:
+        return None
+    keys = set(fa[0]) | set(fb[0])
+    if any(fa[0].get(k, 0) != fb[0].get(k, 0) for k in keys):
+        return None
+    return fa[1] - fb[1]
+
+
+def is_even(e) -> bool:
+    """Whether an integer expression is even for every binding of its variables (sums of even terms, products with
+    an even factor)."""
+    if isinstance(e, bool):
+        return False
+    if isinstance(e, int):
+        return e % 2 == 0
+    if isinstance(e, Const):
+        return not e.dtype.is_float and int(e.value) % 2 == 0
+    if isinstance(e, BinOp) and e.op in ("+", "-"):
+        return is_even(e.a) and is_even(e.b)
+    if isinstance(e, BinOp) and e.op == "*":
+        return is_even(e.a) or is_even(e.b)
+    return False
+
+
+def _atoms(e):
+    """Linear form over variables and opaque atoms: ({key: coefficient}, constant)."""
+    from compiler.ir.printer import expr_str
+
+    if isinstance(e, bool):
+        return None
+    if isinstance(e, int):
+        return {}, e
+    if isinstance(e, Const):
+        return None if e.dtype.is_float else ({}, int(e.value))
+    if isinstance(e, BinOp) and e.op in ("+", "-", "*"):
+        fa, fb = _atoms(e.a), _atoms(e.b)
+        if fa is not None and fb is not None:
+            if e.op == "*":
+                if not fa[0] or not fb[0]:
+                    (coef, const), k = (fa, fb[1]) if not fb[0] else (fb, fa[1])
+                    return {v: c * k for v, c in coef.items() if c * k}, const * k
+            else:
+                sign = 1 if e.op == "+" else -1
+                coef = dict(fa[0])
+                for v, c in fb[0].items():
+                    coef[v] = coef.get(v, 0) + sign * c
+                return {v: c for v, c in coef.items() if c}, fa[1] + sign * fb[1]
+    if isinstance(e, Expr):
+        return {expr_str(e): 1}, 0
+    return None

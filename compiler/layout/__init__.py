@@ -8,6 +8,6 @@ is a bijection from indices to offsets ``0 .. size-1``; ``inverse`` undoes it.
 """
 
 from compiler.layout.fragment import Fragment, Level, make_blocked
-from compiler.layout.layout import Layout, Swizzle
+from compiler.layout.layout import Layout, Swizzle, swizzled
 
-__all__ = ["Fragment", "Layout", "Level", "Swizzle", "make_blocked"]
+__all__ = ["Fragment", "Layout", "Level", "Swizzle", "make_blocked", "swizzled"]

@@ -25,6 +25,7 @@ from compiler.ir.stmt import (AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, 
                               Let, Parallel, PrimFunc, Reduce, Store)
 from compiler.ir.visit import loads, stmt_exprs, walk
 from compiler.layout.fragment import Fragment, make_blocked
+from compiler.layout.layout import Layout, swizzled
 from compiler.layout.mma import accumulator_layout, operand_a_layout, warp_partition
 
 
@@ -103,8 +104,10 @@ class _KernelInference:
                 for buf, layout in op.layouts:
                     if isinstance(layout, Fragment):
                         self.assign(buf, layout, op, "T.annotate_layout")
-                    else:
+                    elif isinstance(layout, Layout):
                         self.r.shared[buf] = layout
+                    else:  # make_swizzled_layout(buf)
+                        self.r.shared[buf] = swizzled(tuple(buf.shape), buf.dtype.bytes)
         while True:
             while self.propagate():
                 pass
@@ -127,6 +130,9 @@ class _KernelInference:
         except LayoutError as e:
             raise e.with_span(op.span)
         self.r.gemm_partition[op] = (wm, wn)
+        for operand in (op.a.buffer, op.b.buffer):  # conflict-free operand reads (annotations win)
+            if operand.scope == "shared" and operand not in self.r.shared:
+                self.r.shared[operand] = swizzled(tuple(operand.shape), operand.dtype.bytes)
         if op.c.buffer.scope == "fragment":
             self.assign(op.c.buffer, accumulator_layout(m, n, wm, wn, self.threads), op, "T.gemm accumulator")
         if op.a.buffer.scope == "fragment":

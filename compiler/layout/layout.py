@@ -103,3 +103,16 @@ class _Composed:
             coords.append(make_binop("%", rest, n))
             rest = make_binop("//", rest, n)
         return self.outer.offset(tuple(reversed(coords)))
+
+
+def swizzled(shape: tuple[int, ...], elem_bytes: int) -> Layout:
+    """A row-major tile whose 16-byte chunks are XOR-permuted by the row index (128-, 64- or 32-byte swizzle,
+    CuTe's Swizzle<bits, base, shift>): the 8 rows an mma fragment or ldmatrix reads at one column land in distinct
+    banks. Falls back to plain row-major when the row is not a power of two of at least 32 bytes."""
+    cols = shape[-1]
+    row_bytes = cols * elem_bytes
+    if len(shape) < 2 or cols & (cols - 1) or row_bytes < 32 or 16 % elem_bytes:
+        return Layout.row_major(shape)
+    base = (16 // elem_bytes).bit_length() - 1  # log2(elements per 16-byte chunk)
+    bits = min(3, (row_bytes // 16).bit_length() - 1)  # log2(chunks per row), at most 8 rows permuted
+    return Layout(tuple(shape), Layout.row_major(shape).strides, Swizzle(bits, base, cols.bit_length() - 1 - base))

@@ -114,9 +114,10 @@ def _vector_ok(ctx, r: Region, coords_shape, width: int) -> bool:
     if not nonunit or nonunit[-1] != r.buffer.ndim - 1 or last_coord != len(coords_shape) - 1:
         return False
     if r.buffer.scope == "shared":
-        row = ctx.shared_layouts[r.buffer].strides[-2] if r.buffer.ndim > 1 else width
-        if ctx.shared_layouts[r.buffer].swizzle is not None or row % width:
-            return False
+        layout = ctx.shared_layouts[r.buffer]
+        row = layout._strides()[-2] if r.buffer.ndim > 1 else width
+        if row % width or (layout.swizzle is not None and width > 1 << layout.swizzle.base):
+            return False  # a run must not cross a swizzled 16-byte chunk
     else:
         inner = static_int(r.buffer.shape[-1])
         if inner is None or inner % width:

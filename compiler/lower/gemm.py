@@ -15,7 +15,7 @@ from compiler.diagnostics import TargetError
 from compiler.dtypes import DType
 from compiler.ir.expr import Const, as_expr, make_binop
 from compiler.ir.stmt import For, Gemm, Store
-from compiler.ir.simplify import linear_form
+from compiler.ir.simplify import difference, is_even
 from compiler.tir import THREAD, Declare, Mma, VecCopy
 
 _MMA_DTYPES = ("float16", "bfloat16")
@@ -62,9 +62,7 @@ def lower_gemm(ctx, s: Gemm) -> list:
         for i in range(0, len(pairs), 2):
             idx = [_element(region, *pairs[j], transpose) for j in (i, i + 1)]
             offsets = [ctx.offset(region.buffer, x) for x in idx]
-            step_ = linear_form(make_binop("-", offsets[1], offsets[0]))
-            base = linear_form(offsets[0])
-            if step_ == ({}, 1) and base is not None and base[1] % 2 == 0 and all(c % 2 == 0 for c in base[0].values()):
+            if _adjacent_pair(ctx, region.buffer, idx):
                 stmts.append(VecCopy(frag, as_expr(make_binop("+", first, i)), ctx.mem(region.buffer),
                                      as_expr(offsets[0]), 2, s.span))
             else:
@@ -111,6 +109,18 @@ def lower_gemm(ctx, s: Gemm) -> list:
         ctx.ranges[kb] = (0, k // 16 - 1)
         out.append(For(kb, 0, k // 16, 1, "serial", tuple(step(kb))))
     return out
+
+
+def _adjacent_pair(ctx, buf, idx) -> bool:
+    """Whether shared elements idx[0] and idx[1] are neighbours in memory, the first at an even offset: they differ
+    by one in the last dim from an even column, in a row-major tile with even row strides whose swizzle (if any)
+    moves whole chunks of at least two elements."""
+    layout = ctx.shared_layouts[buf]
+    strides = layout._strides()
+    if strides[-1] != 1 or any(s % 2 for s in strides[:-1]) or (layout.swizzle and layout.swizzle.base < 1):
+        return False
+    same_rows = all(difference(b, a) == 0 for a, b in zip(idx[0][:-1], idx[1][:-1]))
+    return same_rows and difference(idx[1][-1], idx[0][-1]) == 1 and is_even(idx[0][-1])
 
 
 def _dims(r) -> tuple[int, int]:
