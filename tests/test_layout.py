@@ -81,3 +81,28 @@ def test_compose_applies_the_inner_layout_first():
 def test_table_prints_thread_and_register():
     text = make_blocked((2, 8), num_threads=8, vector=2).table()
     assert "T0:0" in text.splitlines()[1] and "T7:1" in text.splitlines()[2]
+
+
+def test_swizzle_choice_follows_the_row_bytes():
+    from compiler.layout import swizzled
+
+    assert swizzled((128, 64), 2).swizzle == Swizzle(bits=3, base=3, shift=3)  # 128-byte rows: 8 chunks
+    assert swizzled((64, 32), 2).swizzle == Swizzle(bits=2, base=3, shift=2)  # 64-byte rows
+    assert swizzled((64, 128), 2).swizzle == Swizzle(bits=3, base=3, shift=4)  # row index above 128 columns
+    assert swizzled((64, 24), 2).swizzle is None  # not a power of two: plain rows
+    # the 8 rows an mma fragment reads at one 16-byte column chunk fall in 8 different chunks (banks)
+    layout = swizzled((128, 64), 2)
+    assert sorted(layout.offset((r, 0)) % 64 // 8 for r in range(8)) == list(range(8))
+
+
+def test_mma_accumulator_layout_and_partition():
+    from compiler.layout.mma import accumulator_layout, operand_a_layout, warp_partition
+
+    assert warp_partition(128, 128, 4, 0) == (2, 2)
+    assert warp_partition(64, 64, 8, 2) == (1, 8)
+    acc = accumulator_layout(32, 16, 2, 1, 64)
+    thread, slot = acc.tables()
+    assert thread[17, 3] == 32 + 4 * 1 + 1 and slot[17, 3] == 1  # warp 1, row 1 of its atom, cols 2-3
+    assert thread[9, 13] == 4 * 1 + 2 and slot[9, 13] == ((0 * 2 + 1) * 2 + 1) * 2 + 1
+    a = operand_a_layout(16, 32, 1, 2, 64)
+    assert a.num_replicas == 2 and a.owner_mask()[0, 0].nonzero()[0].tolist() == [0, 32]
