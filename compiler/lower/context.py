@@ -132,9 +132,9 @@ class LowerContext:
             lo_ok = r is not None and r[0] >= 0
             hi_ok = r is not None and n_static is not None and r[1] < n_static
             if not lo_ok:
-                cond = _and(cond, make_cmp(">=", i, 0))
+                cond = and_(cond, make_cmp(">=", i, 0))
             if not hi_ok:
-                cond = _and(cond, make_cmp("<", i, n))
+                cond = and_(cond, make_cmp("<", i, n))
         return cond
 
     def element(self, buf: Buffer, idx, span=None) -> Expr:
@@ -184,8 +184,7 @@ class LowerContext:
                 if slot is not None:
                     return Load(self.mem(e.buffer), (as_expr(slot),), e.buffer.dtype, e.span)
             idx = tuple(self.rewrite(i, subst) for i in e.indices)
-            if e.buffer.scope == "fragment" and any(self.per_thread(i) is None and not _only_thread(i)
-                                                    for i in idx):
+            if e.buffer.scope == "fragment" and any(self.per_thread(i) is None for i in idx):
                 raise TargetError(f"fragment '{e.buffer.name}' is read with an index that depends on runtime values",
                                   e.span, code="E602", hint="read fragments inside T.Parallel with its variables")
             return self.element(e.buffer, idx, e.span)
@@ -239,14 +238,13 @@ def _typed_binop(e: BinOp, a, b):
     return make_cast(out, e.dtype) if isinstance(out, Expr) else as_expr(out, e.dtype)
 
 
-def _and(a, b):
+def and_(a, b):
+    """a and b, where either may be the constant True."""
     if a is True:
         return b
+    if b is True:
+        return a
     return make_logical("and", a, b)
-
-
-def _only_thread(e) -> bool:
-    return eval_per_thread(e, 1) is not None
 
 
 def eval_per_thread(e, threads: int):
@@ -261,15 +259,16 @@ def eval_per_thread(e, threads: int):
         return np.arange(threads, dtype=np.int64)
     if isinstance(e, Cast) and not e.dtype.is_float:
         return eval_per_thread(e.value, threads)
-    if isinstance(e, BinOp) and e.op in ("+", "-", "*", "//", "%", "/"):
+    if isinstance(e, BinOp) and e.op in _INT_OPS:
         a, b = eval_per_thread(e.a, threads), eval_per_thread(e.b, threads)
-        if a is None or b is None:
+        if a is None or b is None or (e.op in ("//", "%", "/") and (b == 0).any()):
             return None
-        if e.op in ("//", "%", "/") and (b == 0).any():
-            return None
-        return {"+": a + b, "-": a - b, "*": a * b, "//": None, "%": None, "/": None}[e.op] if e.op in "+-*" else (
-            a // b if e.op == "//" else a % b if e.op == "%" else np.trunc(a / b).astype(np.int64))
+        return _INT_OPS[e.op](a, b)
     return None
+
+
+_INT_OPS = {"+": np.add, "-": np.subtract, "*": np.multiply, "//": np.floor_divide, "%": np.mod,
+            "/": lambda a, b: np.trunc(a / b).astype(np.int64)}
 
 
 def int_range(e, ranges: dict):

@@ -15,11 +15,12 @@ from __future__ import annotations
 import math
 
 from compiler.diagnostics import TargetError
-from compiler.ir.expr import Const, Load, as_expr, make_binop, make_cast, make_cmp, make_logical
+from compiler.ir.expr import Const, Load, as_expr, make_binop, make_cast, make_cmp
 from compiler.ir.simplify import linear_form, static_int
 from compiler.ir.stmt import AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, If, Region, Store
 from compiler.layout import Fragment, make_blocked
 from compiler.tir import THREAD, Barrier, VecCopy
+from compiler.lower.context import and_
 from compiler.lower.slots import SlotLoops
 
 
@@ -178,14 +179,6 @@ def valid_condition(ctx, layout: Fragment, c, write: bool):
         for lv in layout.replicate:
             cond = and_(cond, make_cmp("==", make_binop("%", make_binop("//", THREAD, lv.stride), lv.size), 0))
     return cond
-
-
-def and_(a, b):
-    if a is True:
-        return b
-    if b is True:
-        return a
-    return make_logical("and", a, b)
 
 
 def guarded(ctx, cond, then, otherwise=()) -> list:
