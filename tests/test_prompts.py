@@ -1,0 +1,249 @@
+"""prompts/: the templates render strictly, the DSL guide cites real diagnostics, and every example kernel compiles
+and matches its reference on the CPU targets (interpreter and SIMT emulator) and compiles with NVRTC for sm_90a; the
+example candidate passes the evaluator."""
+
+import re
+import textwrap
+
+import pytest
+import torch
+
+import tileagent
+import tileagent.language as T
+from compiler.diagnostics import CODES, CompileError
+from compiler.jit import JITImpl
+from evaluator.correctness import check_candidate
+from evaluator.spec import load_spec
+from tests.conftest import REPO, load_module
+from tileagent import prompts
+
+FEEDBACK = ["compile_error", "mismatch", "guard_violation", "candidate_error", "worker_error", "timing_row", "timing",
+            "malformed_answer"]
+TEMPLATES = ["system", "dsl_guide"] + [f"feedback.{name}" for name in FEEDBACK]
+
+# Per example kernel: sizes for check() on the interpreter; sizes and a small schedule for check() on the emulator
+# (kept small: the emulator runs every thread); (factory, args) of a production-sized kernel for NVRTC.
+EXAMPLES = {
+    "rmsnorm_silu": ({"M": 37, "C": 160}, {"M": 7, "C": 96}, ("rmsnorm_silu", (None, 320))),
+    "softmax": ({"M": 5, "N": 512}, {"M": 3, "N": 256}, ("softmax", (None, 2048))),
+    "layernorm": ({"M": 37, "N": 160}, {"M": 7, "N": 160}, ("layernorm", (None, 4096))),
+    "bias_gelu": ({"M": 37, "N": 1000}, {"M": 9, "N": 96, "block_m": 4, "block_n": 64, "threads": 64},
+                  ("bias_gelu", (None, 4096))),
+    "gemm_relu": ({"M": 200, "N": 136, "K": 72}, {"M": 40, "N": 48, "K": 64, "block_M": 64, "block_N": 64},
+                  ("gemm_relu", (None, 4096, 4096))),
+    "sum_dim1": ({"B": 3, "D1": 17, "D2": 20}, {"B": 2, "D1": 17, "D2": 20, "block_k": 8, "block_n": 32,
+                                                 "threads": 64}, ("sum_dim1", (None, 4096, 256))),
+    "attention": ({"B": 2, "S": 130, "H": 2, "D": 64, "causal": True}, {"B": 1, "S": 40, "H": 1, "D": 64},
+                  ("attention", (16, 128, True))),
+}
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def _sample(name: str) -> dict:
+    return {field: f"<{field}>" for field in prompts.fields(name)}
+
+
+# -- templates -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_template_renders_with_every_field_filled(name):
+    values = _sample(name)
+    text = prompts.render(name, **values, unused="extra fields are ignored")
+    assert text.strip()
+    assert "<!--" not in text, "the maintainers' comment is not rendered"
+    for field, value in values.items():
+        assert value in text, f"field {field} is not in the rendered text"
+
+
+@pytest.mark.parametrize("name", [n for n in TEMPLATES if prompts.fields(n)])
+def test_template_fails_naming_a_missing_field(name):
+    values = _sample(name)
+    for field in values:
+        partial = {k: v for k, v in values.items() if k != field}
+        with pytest.raises(KeyError) as info:
+            prompts.render(name, **partial)
+        assert isinstance(info.value, prompts.MissingField)
+        assert f"template {name!r} needs field {field!r}" in str(info.value)
+
+
+def test_feedback_sections_are_the_documented_templates():
+    text = (prompts.prompts_dir() / "feedback.md").read_text()
+    comment, body = text.split("-->", 1)
+    assert re.findall(r"^## (\S+)$", body, re.MULTILINE) == FEEDBACK
+    for name in FEEDBACK:
+        assert re.search(rf"^{name}\s", comment, re.MULTILINE), f"feedback.md does not document {name}'s fields"
+        for field in prompts.fields(f"feedback.{name}"):
+            assert field in comment, f"feedback.md does not document field {field} of {name}"
+
+
+def test_unknown_template_names_the_ones_there_are():
+    with pytest.raises(KeyError, match="compile_error"):
+        prompts.template("feedback.nonexistent")
+    with pytest.raises(FileNotFoundError):
+        prompts.template("nonexistent")
+
+
+def test_compile_error_template_renders_a_real_diagnostic():
+    @T.prim_func
+    def main(X: T.Tensor((64, 64), "float32"), Y: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            x = T.alloc_fragment((64, 64), "float32")
+            T.copy(X, x)
+            for i, j in T.Parallel(64, 32):
+                x[i, j] = x[i, j] * 2
+            T.copy(x, Y)
+
+    with pytest.raises(CompileError) as info:
+        tileagent.compile(main, target="sim")
+    diag = info.value.to_dict()
+    notes = "\n".join(f"  note: {n}" for n in diag["notes"])
+    text = prompts.render("feedback.compile_error", **{**diag, "notes": notes})
+    assert f"error[L001]: {diag['message']}" in text and "x[i, j] = x[i, j] * 2" in text
+    assert f"  hint: {diag['hint']}" in text and "The DSL guide's error table explains L001" in text
+
+
+def test_timing_template_takes_rendered_rows():
+    row = {"config": {"M": 16384, "C": 320}, "time_ms": "0.0097", "eager_ms": "0.0917", "compile_ms": "0.0128",
+           "speedup_eager": "9.45", "speedup_compiled": "1.32", "roofline_pct": "94.7", "bound": "memory"}
+    rows = "\n".join(prompts.render("feedback.timing_row", **row) for _ in range(2))
+    text = prompts.render("feedback.timing", device="one NVIDIA H200", rows=rows, target="1.0")
+    assert text.count("- {'M': 16384, 'C': 320}: 0.0097 ms; eager 0.0917 ms (speedup 9.45x)") == 2
+    assert "\n\n- {'M'" in text and "memory-bound roofline\n- {'M'" in text
+
+
+# -- the DSL guide and the system prompt -----------------------------------------------------------------------------
+
+
+def test_dsl_guide_cites_real_codes_and_covers_the_frequent_ones():
+    guide = prompts.render("dsl_guide")
+    cited = set(re.findall(r"`([EL]\d{3})`", guide))
+    assert cited <= set(CODES), f"the guide cites unknown codes: {sorted(cited - set(CODES))}"
+    frequent = {"E401", "E402", "E403", "E501", "E502", "E503", "E504", "E506", "L001", "L002", "L004", "L005", "E602"}
+    assert frequent <= cited, f"the guide's error table lacks {sorted(frequent - cited)}"
+
+
+def test_dsl_guide_quotes_the_compiler_verbatim():
+    guide = prompts.render("dsl_guide")
+
+    @T.prim_func
+    def copy_kernel(A: T.Tensor((128, 128), "float16"), Y: T.Tensor((128, 128), "float16")):
+        with T.Kernel(2, 2, threads=128) as (bx, by):
+            A_s = T.alloc_shared((64, 64), "float16")
+            for k in T.serial(2):
+                T.copy(A[by * 64:(by + 1) * 64, k * 32:(k + 1) * 32], A_s)
+            T.copy(A_s, Y[by * 64, bx * 64])
+
+    @T.prim_func
+    def half_loop(X: T.Tensor((64, 64), "float32"), Y: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            x = T.alloc_fragment((64, 64), "float32")
+            T.copy(X, x)
+            for i, j in T.Parallel(64, 32):
+                x[i, j] = x[i, j] * 2
+            T.copy(x, Y)
+
+    for func, code in ((copy_kernel, "E402"), (half_loop, "L001")):
+        with pytest.raises(CompileError) as info:
+            tileagent.compile(func, target="sim")
+        err = info.value
+        assert err.code == code
+        message = re.sub(r"line \d+", "line N", err.message)
+        assert message in re.sub(r"line \d+", "line N", guide), f"the guide misquotes {code}"
+        assert f"hint: {err.hint}" in guide
+        for note in err.notes:
+            assert f"note: {note}" in guide
+
+
+def test_dsl_guide_opening_example_computes_softmax(tmp_path):
+    block = re.findall(r"```python\n(.*?)```", prompts.render("dsl_guide"), re.DOTALL)[0]
+    path = tmp_path / "guide_softmax.py"
+    path.write_text("import torch\nx = torch.randn(7, 4096, dtype=torch.float16) * 3\n" + block)
+    module = load_module(path)
+    torch.testing.assert_close(module.y, torch.softmax(module.x.float(), -1).half(), rtol=1e-2, atol=1e-3)
+
+
+def test_system_prompt_example_passes_the_evaluator(tmp_path):
+    system = prompts.render("system", device="the CPU")
+    blocks = re.findall(r"```python\n(.*?)```", system, re.DOTALL)
+    candidate = next(b for b in blocks if "class ModelNew" in b)
+    (tmp_path / "candidate.py").write_text(candidate)
+    (tmp_path / "ref.py").write_text(textwrap.dedent('''
+        import torch
+        import torch.nn as nn
+
+        CONFIGS = [{"M": 9, "N": 96}]
+        FREE_DIMS = ["M"]
+
+        class Model(nn.Module):
+            def __init__(self, N):
+                super().__init__()
+                self.weight = nn.Parameter(torch.randn(N, dtype=torch.float16))
+
+            def forward(self, x):
+                return (x.float() * self.weight.float()).to(x.dtype)
+
+        def get_inputs(M=9, N=96):
+            return [torch.randn(M, N, dtype=torch.float16)]
+
+        def get_init_inputs(M=9, N=96):
+            return [N]
+    '''))
+    spec = load_spec(tmp_path / "ref.py")
+    results = check_candidate(spec, tmp_path / "candidate.py", device="cpu", configs=[{"M": 9, "N": 96}], seeds=1,
+                              distributions=["normal"])
+    assert all(r.correct for r in results)
+
+
+# -- example kernels -------------------------------------------------------------------------------------------------
+
+
+def _example(name: str):
+    return load_module(REPO / "prompts" / "examples" / f"{name}.py")  # a fresh module: its own kernel caches
+
+
+def test_every_example_file_is_checked_here():
+    names = {p.stem for p in prompts.example_kernels()}
+    kernels = {n for n in names if not n.startswith("candidate_")}
+    assert kernels == set(EXAMPLES), "add new example kernels to EXAMPLES in this file"
+    assert 4 <= len(kernels) <= 8
+    for name in kernels:
+        module = _example(name)
+        assert module.__doc__ and callable(module.reference) and callable(module.check), name
+        assert any(isinstance(v, JITImpl) for v in vars(module).values()), f"{name} has no @tileagent.jit factory"
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_example_matches_its_reference_in_the_interpreter(name):
+    cpu_sizes = EXAMPLES[name][0]
+    kernel = _example(name).check(device="cpu", **cpu_sizes)
+    assert kernel.target == "cpu"
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_example_lowers_correctly_and_compiles_for_sm90a(name):
+    """The same check() with the kernels built for the emulator: the lowered per-thread program is what runs; then
+    NVRTC compiles its CUDA source, and the CUDA source of the production-sized kernel."""
+    module = _example(name)
+    for factory in (v for v in vars(module).values() if isinstance(v, JITImpl)):
+        factory.target = "sim"
+    kernel = module.check(device="cpu", **EXAMPLES[name][1])
+    assert kernel.target == "sim"
+    assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+    factory_name, args = EXAMPLES[name][2]
+    factory = getattr(module, factory_name)
+    big = tileagent.compile(factory.fn(*args), out_idx=factory.out_idx, target="sim",
+                            pass_configs=factory.pass_configs)
+    assert big.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
+def test_candidate_passes_the_evaluator():
+    spec = load_spec(REPO / "tasks" / "rmsnorm_silu.py")
+    path = REPO / "prompts" / "examples" / "candidate_rmsnorm_silu.py"
+    results = check_candidate(spec, path, device="cpu", configs=[spec.module.SMALL_CONFIG], seeds=1)
+    assert [r.correct for r in results] == [True]
+    assert results[0].checks > 0

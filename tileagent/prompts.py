@@ -1,0 +1,91 @@
+"""The text an LLM drafter reads: ``prompts/*.md`` rendered strictly, and the verified example kernels.
+
+In: a template name and its fields. ``render("system", device=...)`` renders the whole of ``prompts/system.md``;
+``render("feedback.mismatch", config=..., ...)`` renders the template under the heading ``## mismatch`` of
+``prompts/feedback.md`` (the first fenced block after that heading, without its final newline). Out: the text.
+Guarantees: templates are Python ``str.format`` strings (literal braces are doubled); a leading ``<!-- ... -->``
+comment is documentation for maintainers and is not rendered; a field the template needs and the caller did not
+give raises :class:`MissingField` naming the template, the field and every field the template takes (extra fields
+are ignored, so a caller may pass a whole record).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import string
+import sys
+from pathlib import Path
+
+_COMMENT = re.compile(r"\A\s*<!--.*?-->\s*", re.DOTALL)
+_FENCE = re.compile(r"^```[^\n]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+
+
+class MissingField(KeyError):
+    """A template needs a field the caller did not give."""
+
+    def __init__(self, template: str, field: str, needed: list[str]):
+        super().__init__(field)
+        self.template, self.field, self.needed = template, field, needed
+
+    def __str__(self) -> str:
+        return (f"template {self.template!r} needs field {self.field!r}, which was not given "
+                f"(its fields: {', '.join(self.needed)})")
+
+
+def prompts_dir() -> Path:
+    """``$TILEAGENT_PROMPTS``, else ``prompts/`` of this checkout, else ``<prefix>/share/tileagent/prompts``."""
+    env = os.environ.get("TILEAGENT_PROMPTS")
+    if env:
+        return Path(env)
+    checkout = Path(__file__).resolve().parents[1] / "prompts"
+    return checkout if checkout.is_dir() else Path(sys.prefix) / "share" / "tileagent" / "prompts"
+
+
+def template(name: str) -> str:
+    """The raw text of template ``name`` ("system", or "feedback.mismatch" for a section of feedback.md)."""
+    file, _, section = name.partition(".")
+    path = prompts_dir() / f"{file}.md"
+    if not path.is_file():
+        raise FileNotFoundError(f"no prompt file {path} for template {name!r}")
+    text = _COMMENT.sub("", path.read_text(), count=1)
+    if not section:
+        return text
+    heading = re.search(rf"^## {re.escape(section)}[ \t]*$", text, re.MULTILINE)
+    block = _FENCE.search(text, heading.end()) if heading else None
+    if block is None:
+        sections = re.findall(r"^## (\S+)[ \t]*$", text, re.MULTILINE)
+        raise KeyError(f"{path.name} has no template {section!r} (a '## {section}' heading followed by a fenced "
+                       f"block); it has: {', '.join(sections)}")
+    return block.group(1).removesuffix("\n")
+
+
+def fields(name: str) -> list[str]:
+    """The fields template ``name`` takes, in order of first use."""
+    out = []
+    for _, field, _, _ in string.Formatter().parse(template(name)):
+        if field is not None and field not in out:
+            out.append(field)
+    return out
+
+
+def render(name: str, **values) -> str:
+    """Template ``name`` with its fields filled from ``values``.
+
+    Raises:
+        MissingField: the template needs a field that ``values`` lacks.
+    """
+    needed = fields(name)
+    for field in needed:
+        if field not in values:
+            raise MissingField(name, field, needed)
+    return template(name).format(**values)
+
+
+def example_kernels() -> list[Path]:
+    """The verified examples, ``prompts/examples/*.py`` sorted by name: kernel programs with ``reference()`` and
+    ``check()``, and ``candidate_*.py`` modules in the evaluator's candidate format."""
+    return sorted((prompts_dir() / "examples").glob("*.py"))
+
+
+__all__ = ["MissingField", "example_kernels", "fields", "prompts_dir", "render", "template"]
