@@ -194,9 +194,7 @@ class _Checker:
 
 
 def _matrix(r: Region, arg: str) -> tuple[int, int]:
-    ext = list(r.extents)
-    while len(ext) > 2 and ext[0] == 1:
-        ext.pop(0)
+    ext = r.matrix_shape()
     if len(ext) != 2:
         raise ShapeError(f"T.gemm operand {arg} must be a 2-d tile, got extents {tuple(r.extents)}", code="E403")
     return ext[0], ext[1]

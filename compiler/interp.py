@@ -139,8 +139,8 @@ class _Interpreter:
         self.write_region(s.dst, value.expand(s.dst.extents), s.span)
 
     def gemm(self, s: Gemm, mask) -> None:
-        a = self.read_region(s.a, s.span).reshape(_mat_shape(s.a)).to(torch.float32)
-        b = self.read_region(s.b, s.span).reshape(_mat_shape(s.b)).to(torch.float32)
+        a = self.read_region(s.a, s.span).reshape(s.a.matrix_shape()).to(torch.float32)
+        b = self.read_region(s.b, s.span).reshape(s.b.matrix_shape()).to(torch.float32)
         a = a.T if s.transpose_a else a
         b = b.T if s.transpose_b else b
         c_dt = s.c.buffer.dtype
@@ -214,7 +214,7 @@ class _Interpreter:
         if all(hi > lo for _, lo, hi in clip):
             t[tuple(slice(lo, hi) for _, lo, hi in clip)] = tile[tuple(slice(lo - s, hi - s) for s, lo, hi in clip)]
 
-    def _element_indices(self, buf: Buffer, indices, span, for_write: bool):
+    def _element_indices(self, buf: Buffer, indices, span):
         """Evaluated indices (broadcast tensors or ints) and the in-bounds mask (None when all in bounds)."""
         idx = [self.ev(i) for i in indices]
         shape = self.shapes[buf]
@@ -236,7 +236,7 @@ class _Interpreter:
 
     def load(self, e: Load):
         buf = e.buffer
-        idx, inb = self._element_indices(buf, e.indices, e.span, False)
+        idx, inb = self._element_indices(buf, e.indices, e.span)
         t = self.mem[buf]
         if inb is not None:
             idx = [torch.as_tensor(i).clamp(0, n - 1) for i, n in zip(idx, self.shapes[buf])]
@@ -248,7 +248,7 @@ class _Interpreter:
         return val
 
     def write_elements(self, buf: Buffer, indices, value, mask, span, accumulate: bool) -> None:
-        idx, inb = self._element_indices(buf, indices, span, True)
+        idx, inb = self._element_indices(buf, indices, span)
         t = self.mem[buf]
         value = _as_tensor(value, buf.dtype)
         if mask is None and inb is None and all(isinstance(i, int) for i in idx):
@@ -375,10 +375,3 @@ class _Interpreter:
 
 def _storage(dt):
     return dt.torch if not dt.is_int else torch.int64
-
-
-def _mat_shape(r: Region) -> tuple[int, int]:
-    ext = list(r.extents)
-    while len(ext) > 2 and ext[0] == 1:
-        ext.pop(0)
-    return ext[0], ext[1]

@@ -7,7 +7,7 @@ an element-wise store prints as an assignment. Output is stable (tests paste it 
 
 from __future__ import annotations
 
-from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Unary, Var
+from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
 from compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, Gemm, If,
                               Kernel, Let, Parallel, Print, PrimFunc, Reduce, Region, Store, UseSwizzle)
 
@@ -168,11 +168,3 @@ def print_func(f: PrimFunc) -> str:
             params.append(f"{p.name}: T.{p.dtype}")
     lines = ["@T.prim_func", f"def {f.name}({', '.join(params)}):"]
     return "\n".join(lines + _body(f.body, 4)) + "\n"
-
-
-def to_str(node) -> str:
-    if isinstance(node, PrimFunc):
-        return print_func(node)
-    if isinstance(node, Expr):
-        return expr_str(node)
-    return "\n".join(stmt_lines(node))

@@ -52,10 +52,6 @@ def static_int(e) -> int | None:
     return f[1]
 
 
-def is_static(e) -> bool:
-    return static_int(e) is not None
-
-
 def depends_on(e, variables) -> bool:
     """Whether expression e mentions any of ``variables``."""
     if not isinstance(e, Expr):

@@ -14,9 +14,6 @@ from compiler.diagnostics import Span
 from compiler.dtypes import DType
 from compiler.ir.expr import Expr, Var
 
-SCOPES = ("global", "shared", "fragment", "local", "var")
-
-
 @dataclass(frozen=True, eq=False, slots=True)
 class Buffer:
     """A named array in one memory scope. ``var`` buffers are scalars (shape (1,)) stored by plain assignment."""
@@ -46,6 +43,13 @@ class Region:
     @staticmethod
     def whole(buffer: Buffer) -> "Region":
         return Region(buffer, (0,) * buffer.ndim, tuple(buffer.shape))
+
+    def matrix_shape(self) -> tuple[int, ...]:
+        """The extents with leading size-1 dims dropped down to two (a gemm operand); longer if more are left."""
+        ext = list(self.extents)
+        while len(ext) > 2 and ext[0] == 1:
+            ext.pop(0)
+        return tuple(ext)
 
     def tile_shape(self) -> tuple[int, ...]:
         """Extents with the size-1 dims dropped: what must agree between the two sides of a copy."""

@@ -13,7 +13,6 @@ innermost register level of the innermost dim fastest, so a run of ``vector_widt
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
@@ -293,7 +292,3 @@ def _blocked(shape: tuple[int, ...], num_threads: int, v: int, pad_inner: bool =
         remaining //= t
     frag = Fragment(tuple(shape), tuple(dims), (), num_threads)
     return frag.replicate_over(remaining) if remaining > 1 else frag
-
-
-def all_indices(shape):
-    return itertools.product(*(range(n) for n in shape))

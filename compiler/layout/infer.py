@@ -124,7 +124,7 @@ class _KernelInference:
     def gemm(self, op: Gemm) -> None:
         """Strict: the accumulator gets the mma layout of the warp partition; an A operand in registers gets the
         A-operand layout (a copy into it from another layout becomes a conversion through shared memory)."""
-        m, n = _matrix_shape(op.c)
+        m, n = op.c.matrix_shape()
         try:
             wm, wn = warp_partition(m, n, self.threads // 32, op.policy)
         except LayoutError as e:
@@ -139,7 +139,7 @@ class _KernelInference:
             if op.transpose_a:
                 raise LayoutError("T.gemm with A in registers needs transpose_A=False", op.span, code="L005",
                                   hint="stage A through shared memory to transpose it")
-            self.assign(op.a.buffer, operand_a_layout(m, _matrix_shape(op.a)[1], wm, wn, self.threads), op,
+            self.assign(op.a.buffer, operand_a_layout(m, op.a.matrix_shape()[1], wm, wn, self.threads), op,
                         "T.gemm A operand")
 
     def propagate(self) -> bool:
@@ -315,13 +315,6 @@ class _KernelInference:
                     getattr(stmt, "span", None) or loop.span, code="L001",
                     notes=[f"loop ({runs_on}): {layout.describe()}", f"{buf.name}: {frag.describe()}"],
                     hint=f"make the loop's extents match '{buf.name}''s shape, or go through T.alloc_shared")
-
-
-def _matrix_shape(r, transpose: bool = False) -> tuple[int, int]:
-    ext = [e for e in r.extents]
-    while len(ext) > 2 and ext[0] == 1:
-        ext.pop(0)
-    return (ext[1], ext[0]) if transpose else (ext[0], ext[1])
 
 
 def _tile_sides(op):

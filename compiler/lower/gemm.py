@@ -30,8 +30,8 @@ def lower_gemm(ctx, s: Gemm) -> list:
         raise TargetError("T.gemm on tensor cores reads B from shared memory and A from shared memory or registers",
                           code="E602", hint="T.copy the operand into T.alloc_shared first")
     wm, wn = ctx.layouts.gemm_partition[s]
-    m, n = _dims(s.c)
-    k = _dims(s.a)[0] if s.transpose_a else _dims(s.a)[1]
+    m, n = s.c.matrix_shape()
+    k = s.a.matrix_shape()[0 if s.transpose_a else 1]
     tm, tn = m // wm, n // wn
     lane = make_binop("%", THREAD, 32)
     warp = make_binop("//", THREAD, 32)
@@ -121,13 +121,6 @@ def _adjacent_pair(ctx, buf, idx) -> bool:
         return False
     same_rows = all(difference(b, a) == 0 for a, b in zip(idx[0][:-1], idx[1][:-1]))
     return same_rows and difference(idx[1][-1], idx[0][-1]) == 1 and is_even(idx[0][-1])
-
-
-def _dims(r) -> tuple[int, int]:
-    ext = list(r.extents)
-    while len(ext) > 2 and ext[0] == 1:
-        ext.pop(0)
-    return ext[0], ext[1]
 
 
 def _element(r, i, j, transpose: bool):

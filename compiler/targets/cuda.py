@@ -36,6 +36,7 @@ import torch
 from compiler.dtypes import DType
 from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, as_expr
 from compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
+from compiler.ir.visit import walk
 from compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, Mma,
                           SpecialVar, THREAD, VecCopy, WARP)
 
@@ -145,7 +146,7 @@ def kernel_symbol(kernel: DeviceKernel) -> str:
 def required_alignment(kernel: DeviceKernel) -> dict:
     """Byte alignment each global parameter Buffer needs for the vector accesses ``generate`` emits (1 if none)."""
     need = {p: max(1, p.dtype.bytes) for p in kernel.params if isinstance(p, Buffer)}
-    for s in _walk(kernel.body):
+    for s in walk(kernel.body):
         if isinstance(s, VecCopy):
             for buf in (s.src, s.dst):
                 if buf in need:
@@ -204,16 +205,6 @@ def _strip(s: str) -> str:
         if depth == 0 and i < len(s) - 1:
             return s
     return s[1:-1]
-
-
-def _walk(body):
-    for s in body:
-        yield s
-        if isinstance(s, If):
-            yield from _walk(s.then_body)
-            yield from _walk(s.else_body)
-        elif isinstance(s, For):
-            yield from _walk(s.body)
 
 
 def _int_literal(value: int, dt: DType, wide: bool) -> str:
@@ -311,8 +302,8 @@ class _KernelEmitter:
 
     def emit(self) -> str:
         k = self.k
-        written = {s.buffer for s in _walk(k.body) if isinstance(s, (Store, AtomicAdd))}
-        written |= {s.dst for s in _walk(k.body) if isinstance(s, VecCopy)}
+        written = {s.buffer for s in walk(k.body) if isinstance(s, (Store, AtomicAdd))}
+        written |= {s.dst for s in walk(k.body) if isinstance(s, VecCopy)}
         params = []
         for p in k.params:
             if isinstance(p, Buffer):
