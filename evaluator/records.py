@@ -29,6 +29,11 @@ class EvalRequest(BaseModel):
     distributions: list[str] | None = Field(None, description="input distributions to check (default: all of the "
                                             "spec's, hidden ones included); fewer make a quick check")
     timing: bool = Field(True, description="time candidate and baselines (CUDA only)")
+    timing_trials: int | None = Field(None, description="timed trials per function (default evaluator.timing.TRIALS); "
+                                      "fewer make a quick screening (the autotuner's)")
+    keep_going: bool = Field(False, description="check every config even after one fails: a failing config gets a "
+                             "ConfigResult with correct=False and the failure's message in its notes; the status and "
+                             "failure are the first failing config's")
     compile_timeout_s: float = Field(120.0, description="limit for loading the reference and the candidate; also "
                                      "added to the first config's check (its kernels build) and to each timing")
     run_timeout_s: float = Field(120.0, description="limit for checking one config, and (plus compile_timeout_s, "

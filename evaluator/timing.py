@@ -17,6 +17,8 @@ Guarantees:
   match its untimed output for the same set (``GuardViolation(rule="stale-results")``).
 - Baselines: eager with TF32 allowed (for fp32) and ``torch.compile(dynamic=False)``, compile time excluded; a
   baseline that cannot be built is left out with a note.
+- Baselines of one reference config are measured once per worker process and reused for every candidate
+  (``time_candidate``'s cache, keyed by the reference file, its modification time, the config and the device).
 - Roofline: the op's bytes and FLOPs (the spec's ``BYTES``/``FLOPS`` when given, else bytes of inputs, outputs and
   weights and no FLOPs), against the copy bandwidth and cuBLAS matmul rate measured once per process; the larger of
   the two times is the bound.
@@ -268,8 +270,11 @@ def _close(a, b, rel_l2: float = 1e-3) -> bool:
 
 def time_models(candidate: Callable, reference: Callable, input_sets: list[list], *, device: str = "cuda",
                 trials: int = TRIALS, bytes_moved: float | None = None, flops: float | None = None,
-                compile_reference: bool = True) -> dict:
+                compile_reference: bool = True, baselines: dict | None = None) -> dict:
     """Time ``candidate`` and the baselines of ``reference`` on ``input_sets``; the ConfigResult fields.
+
+    ``baselines`` (``{"eager": Timing, "compiled": Timing | None, "notes": [...]}``, as the result's
+    ``"baselines"`` entry gives them) skips timing the baselines again.
 
     Raises:
         GuardViolation: the candidate's outputs during timing differ from its untimed outputs on the same inputs.
@@ -292,6 +297,28 @@ def time_models(candidate: Callable, reference: Callable, input_sets: list[list]
     lag = statistics.median(lags)
     if lag > SIDE_WORK_MS and lag > 0.1 * cand.median_ms:
         notes.append(f"a device-wide synchronize ended {lag:.3f} ms after the timed stream: work on another stream?")
+    if baselines is None:
+        baselines = time_baselines(reference, input_sets, device=device, trials=trials,
+                                   compile_reference=compile_reference)
+    eager, compiled = baselines["eager"], baselines["compiled"]
+    notes += baselines["notes"]
+    if bytes_moved is None:
+        bytes_moved = tensor_bytes(input_sets[0], expected[0])
+        notes.append("roofline bytes: inputs + outputs (no BYTES given)")
+    dtype = next((t.dtype for t in input_sets[0] if isinstance(t, torch.Tensor) and t.is_floating_point()), None)
+    peak = matmul_tflops(device, "bfloat16" if dtype == torch.bfloat16 else "float16") if flops else None
+    sol = roofline(bytes_moved, flops, cand.median_ms, copy_bandwidth_gbs(device), peak)
+    return {"candidate": cand, "eager": eager, "compiled": compiled, "speedup_eager": speedup(eager, cand),
+            "speedup_compiled": speedup(compiled, cand), "roofline_pct": sol.pct, "bound": sol.bound, "notes": notes,
+            "baselines": baselines}
+
+
+def time_baselines(reference: Callable, input_sets: list[list], *, device: str = "cuda", trials: int = TRIALS,
+                   compile_reference: bool = True) -> dict:
+    """Eager (TF32 allowed) and ``torch.compile`` timings of ``reference``: {"eager", "compiled", "notes"}."""
+    import torch
+
+    notes = []
     with tf32_allowed():
         eager = summarize(bench(reference, input_sets, trials, device=device)[0])
         compiled = None
@@ -302,14 +329,19 @@ def time_models(candidate: Callable, reference: Callable, input_sets: list[list]
                 compiled = summarize(bench(fn, input_sets, trials, device=device)[0])
             except Exception as e:  # noqa: BLE001 - a missing baseline is a note, not a failure
                 notes.append(f"torch.compile baseline unavailable: {type(e).__name__}: {str(e).splitlines()[0]}")
-    if bytes_moved is None:
-        bytes_moved = tensor_bytes(input_sets[0], expected[0])
-        notes.append("roofline bytes: inputs + outputs (no BYTES given)")
-    dtype = next((t.dtype for t in input_sets[0] if isinstance(t, torch.Tensor) and t.is_floating_point()), None)
-    peak = matmul_tflops(device, "bfloat16" if dtype == torch.bfloat16 else "float16") if flops else None
-    sol = roofline(bytes_moved, flops, cand.median_ms, copy_bandwidth_gbs(device), peak)
-    return {"candidate": cand, "eager": eager, "compiled": compiled, "speedup_eager": speedup(eager, cand),
-            "speedup_compiled": speedup(compiled, cand), "roofline_pct": sol.pct, "bound": sol.bound, "notes": notes}
+    return {"eager": eager, "compiled": compiled, "notes": notes}
+
+
+_BASELINES: dict[tuple, dict] = {}  # (reference file, mtime, config, device) -> time_baselines(...), per process
+
+
+def baseline_key(spec, config: dict, device: str) -> tuple:
+    """The key of ``config``'s baselines in this process's cache."""
+    import os
+
+    path = str(getattr(spec, "path", ""))
+    mtime = os.stat(path).st_mtime_ns if path and os.path.exists(path) else 0
+    return path, mtime, repr(sorted(config.items())), str(device)
 
 
 def build_models(spec, kernel_path: str, config: dict, device: str):
@@ -349,14 +381,18 @@ def op_size(spec, config: dict, reference, inputs: list) -> tuple[float, float |
 
 
 def time_candidate(spec, kernel_path: str, config: dict, checked: ConfigResult, device: str = "cuda",
-                   trials: int = TRIALS) -> ConfigResult:
-    """``checked`` (a correct config) with its timing, speedup and roofline fields filled."""
+                   trials: int | None = None) -> ConfigResult:
+    """``checked`` (a correct config) with its timing, speedup and roofline fields filled. The baselines come from
+    this process's cache when ``config`` of this reference was timed before (see the module docstring)."""
     import torch
 
+    trials = trials or TRIALS
     reference, candidate = build_models(spec, kernel_path, config, device)
     input_sets = derived_sets(list(spec.make_inputs(config, 10_000, "normal", device)))
     nbytes, flops, notes = op_size(spec, config, reference, input_sets[0])
+    key = baseline_key(spec, config, device)
     with torch.no_grad():
         fields = time_models(candidate, reference, input_sets, device=device, trials=trials, bytes_moved=nbytes,
-                             flops=flops)
+                             flops=flops, baselines=_BASELINES.get(key))
+    _BASELINES[key] = fields.pop("baselines")
     return checked.model_copy(update={**fields, "notes": [*checked.notes, *notes, *fields["notes"]]})

@@ -129,8 +129,9 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
              check_candidate: Callable | None = None) -> EvalResult:
     """Check (and on CUDA time) ``request``'s candidate against its reference, config by config, in this process.
 
-    Stops at the first failing config. Never raises for the candidate's or the spec's faults: they become the
-    result's status, message and failure (``status_of``). ``load_spec`` and ``check_candidate`` default to
+    Stops at the first failing config (with ``request.keep_going``: checks every config, see EvalRequest). Baselines
+    are timed once per reference config and worker process (``evaluator.timing.time_candidate``). Never raises for
+    the candidate's or the spec's faults: they become the result's status, message and failure (``status_of``). ``load_spec`` and ``check_candidate`` default to
     ``evaluator.spec.load_spec`` and ``evaluator.correctness.check_candidate``.
     """
     progress = progress or Progress()
@@ -145,26 +146,48 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
             from evaluator.correctness import check_candidate
         spec = load_spec(request.reference_path)
         configs = expand_configs(list(spec.configs), request.configs, request.overrides)
+        first: EvalError | None = None
         for index, config in enumerate(configs):
-            progress.phase("check", index, config)
-            extra = {"distributions": request.distributions} if request.distributions else {}
-            (checked,) = check_candidate(spec, request.kernel_path, device=device, configs=[config],
-                                         seeds=request.seeds, **extra)
-            if timed and checked.correct:
-                from evaluator import timing
-
-                progress.phase("timing", index, config)
-                checked = timing.time_candidate(spec, request.kernel_path, config, checked, device=device)
+            try:
+                checked = _check_config(request, spec, config, index, device, timed, progress, check_candidate)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:  # noqa: BLE001 - with keep_going a candidate's fault ends this config only
+                error = classify(e, device, request.kernel_path)
+                if not request.keep_going or not isinstance(error, CandidateError):
+                    raise
+                first = first or error
+                checked = ConfigResult(config=config, correct=False, notes=[f"{status_of(error)}: {error.message}"])
             result.configs.append(checked)
             progress.config(checked)
-            if not checked.correct:
-                raise Mismatch(f"config {config}: outputs differ from the reference", config=config)
+            if not checked.correct and first is None:
+                first = Mismatch(f"config {config}: outputs differ from the reference", config=config)
+            if first is not None and not request.keep_going:
+                raise first
+        if first is not None:
+            raise first
     except BaseException as e:  # noqa: BLE001 - every failure becomes a status; KeyboardInterrupt propagates
         if isinstance(e, KeyboardInterrupt):
             raise
         error = classify(e, device, request.kernel_path)
         return failed(error, configs=result.configs, device=device, timing_available=timed)
     return result
+
+
+def _check_config(request: EvalRequest, spec, config: dict, index: int, device: str, timed: bool,
+                  progress: Progress, check_candidate: Callable) -> ConfigResult:
+    """One config of ``evaluate``: checked, then timed when correct; raises the candidate's first failure."""
+    progress.phase("check", index, config)
+    extra = {"distributions": request.distributions} if request.distributions else {}
+    (checked,) = check_candidate(spec, request.kernel_path, device=device, configs=[config], seeds=request.seeds,
+                                 **extra)
+    if timed and checked.correct:
+        from evaluator import timing
+
+        progress.phase("timing", index, config)
+        checked = timing.time_candidate(spec, request.kernel_path, config, checked, device=device,
+                                        trials=request.timing_trials)
+    return checked
 
 
 def classify(error: BaseException, device: str = "cpu", candidate_path: str | None = None) -> EvalError:
