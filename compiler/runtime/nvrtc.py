@@ -9,6 +9,9 @@ Guarantees:
 - Cache: ``$TILEAGENT_CACHE_DIR`` (default ``~/.cache/tileagent``) ``/nvrtc/<sha256>.cubin``, keyed by source, arch,
   options, ``compiler.__version__`` and the NVRTC version; written atomically (temp file + ``os.replace``); an entry
   that fails its checksum is ignored and rewritten; an unwritable cache only logs a warning.
+- Read-only cubin directories (``add_cubin_dir``, or ``$TILEAGENT_CUBIN_DIRS`` separated by ``os.pathsep``) hold
+  entries in the cache's own layout and format (``write_cubin_entry``, e.g. cubins shipped with an exported module);
+  they are consulted after a miss in the cache and never written.
 - Library discovery: ``cuda.pathfinder`` first, then the ``nvidia`` wheels next to torch and on ``sys.path``, then
   ``LD_LIBRARY_PATH`` and ``/usr/local/cuda``; include directory the same way.
 """
@@ -162,6 +165,33 @@ def cache_path(source: str, arch: str, options: tuple[str, ...] = ()) -> Path:
     return cache_dir() / f"{cache_key(source, arch, tuple(options))}.cubin"
 
 
+_CUBIN_DIRS: list[Path] = []
+
+
+def add_cubin_dir(path) -> None:
+    """Also look compiled cubins up in ``path`` (read-only; files named and formatted as the cache's entries)."""
+    path = Path(path)
+    if path not in _CUBIN_DIRS:
+        _CUBIN_DIRS.append(path)
+
+
+def cubin_dirs() -> list[Path]:
+    """The read-only cubin directories: ``$TILEAGENT_CUBIN_DIRS`` first, then those given to ``add_cubin_dir``."""
+    env = [Path(p) for p in os.environ.get("TILEAGENT_CUBIN_DIRS", "").split(os.pathsep) if p]
+    return env + [p for p in _CUBIN_DIRS if p not in env]
+
+
+def write_cubin_entry(directory, source: str, arch: str, options: tuple[str, ...] = ()) -> Path:
+    """Compile ``source`` for ``arch`` (through the cache) and write it into ``directory`` as a cache entry, for use
+    as a read-only cubin directory elsewhere; returns the file. Raises like ``compile_to_cubin``, and OSError."""
+    options = tuple(options)
+    cubin = compile_to_cubin(source, arch, options)
+    path = Path(directory) / f"{cache_key(source, arch, options)}.cubin"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(_MAGIC + hashlib.sha256(cubin).digest() + cubin)
+    return path
+
+
 def compile_to_cubin(source: str, arch: str, options: tuple[str, ...] = (), *, cache: bool = True) -> bytes:
     """Compile CUDA C++ ``source`` for ``arch`` (e.g. ``"sm_90a"``) to a cubin, reusing the on-disk cache.
 
@@ -182,6 +212,11 @@ def compile_to_cubin(source: str, arch: str, options: tuple[str, ...] = (), *, c
         if cubin is not None:
             logger.debug("nvrtc cache hit %s", path.name)
             return cubin
+        for extra in cubin_dirs():
+            cubin = _read_cache(extra / path.name) if (extra / path.name).is_file() else None
+            if cubin is not None:
+                logger.debug("nvrtc cubin found in %s", extra)
+                return cubin
     t0 = time.perf_counter()
     cubin = _compile(source, arch, options)
     logger.debug("nvrtc compiled %d lines for %s in %.3f s", source.count("\n") + 1, arch, time.perf_counter() - t0)

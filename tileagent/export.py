@@ -1,0 +1,326 @@
+"""Export verified kernels as a drop-in module: one ``torch.library`` custom op that dispatches per config.
+
+In: the reference file (KernelBench format + config grid, ``evaluator.spec``) and ``ExportEntry`` records (a config,
+the candidate module's source, its autotuned TUNABLES values, its time).
+Out: ``export_module(...)`` writes ``<out_dir>/<name>_tileagent.py`` (and, with ``prebuild_arches``,
+``<name>_tileagent_cubins/<arch>/*.cubin``) and returns the module's path. docs/export.md describes the module.
+Guarantees:
+
+- The written module imports torch, the standard library, and (through the embedded candidates and for shipped
+  cubins) ``tileagent``/``compiler`` only: never the loop, the drafters or the evaluator.
+- Each distinct candidate source is embedded once; the reference is embedded for the fallback and the fake.
+- An entry covers the exact shapes and dtypes of ``get_inputs(config)`` and of the Model's state_dict, except dims
+  that change when a FREE_DIMS key of the config changes (wildcards), with the constructor arguments of
+  ``get_init_inputs(config)``; a call matching no entry runs the reference with one warning per kind of call.
+- Problems with the reference or the entries raise ``ExportError`` before anything is written; the module is
+  written atomically and is syntax-checked first.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime
+import keyword
+import logging
+import os
+import tempfile
+import zlib
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, Field
+
+from evaluator.spec import Spec, load_spec
+from tileagent.export_template import init_key, literal, render
+
+log = logging.getLogger("tileagent.export")
+
+
+class ExportError(ValueError):
+    """The reference or the entries cannot be exported (the message says which and why)."""
+
+
+class ExportEntry(BaseModel):
+    """One covered config and the kernel that serves it."""
+
+    config: dict = Field(description="a config of the spec's grid, e.g. {'M': 16384, 'C': 320}")
+    source: str = Field(description="the candidate module's text (defines class ModelNew)")
+    tunables: dict = Field(default_factory=dict, description="UPPER_CASE module constant -> value, assigned after "
+                                                             "the module runs and before ModelNew is used")
+    time_ms: float | None = Field(default=None, description="the measured time of one call, for the header")
+
+
+def export_module(reference_path, entries: list[ExportEntry], out_dir, name: str | None = None, *,
+                  devices: tuple[str, ...] = ("cuda",), prebuild_arches: list[str] | tuple[str, ...] = ()) -> Path:
+    """Write the drop-in module for ``entries`` of the reference at ``reference_path``; returns its path.
+
+    Args:
+        reference_path: the reference file (``tasks/rmsnorm_silu.py``).
+        entries: the exported configs, most preferred first (the first match serves a call).
+        out_dir: where ``<name>_tileagent.py`` is written (created if missing).
+        name: the op's name (``torch.ops.tileagent.<name>``); default: the reference file's stem.
+        devices: device types the kernels run on; other devices run the reference. ``("cuda", "cpu")`` also
+            serves CPU tensors (the interpreter: slow, for tests).
+        prebuild_arches: NVRTC archs (``"sm_90a"``) to compile every kernel the entries launch for, shipped in
+            ``<name>_tileagent_cubins/<arch>/`` (needs NVRTC, no GPU).
+
+    Raises:
+        ExportError: no entries, a bad name, an entry whose source has no ModelNew or whose config the reference
+            rejects, state_dict keys that differ between configs, constructor arguments that are not literals.
+    """
+    reference_path = Path(reference_path)
+    name = name or reference_path.stem
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise ExportError(f"op name {name!r} is not a Python identifier; pass name=")
+    entries = [e if isinstance(e, ExportEntry) else ExportEntry.model_validate(e) for e in entries]
+    if not entries:
+        raise ExportError("nothing to export: no entries")
+    try:
+        spec = load_spec(reference_path, check=False)
+    except Exception as e:
+        raise ExportError(f"{reference_path}: {e}") from e
+    sources: dict[str, int] = {}
+    rows = []
+    for entry in entries:
+        _check_candidate(entry)
+        index = sources.setdefault(entry.source, len(sources))
+        rows.append(_entry_row(spec, entry, index))
+    state_names = rows[0].pop("state_names")
+    for row in rows[1:]:
+        if row.pop("state_names") != state_names:
+            raise ExportError(f"the Model's state_dict keys differ between configs {entries[0].config} and "
+                              f"{row['config']}; export those configs separately")
+    input_names = _forward_names(spec, len(rows[0]["tensors"]) - len(state_names))
+    cast = str(spec.dtypes).removeprefix("torch.") if isinstance(spec.dtypes, torch.dtype) else None
+    cubin_dir = f"{name}_tileagent_cubins"
+    text = render(name=name, header=_header(name, reference_path, entries, input_names, state_names, devices),
+                  reference_source=reference_path.read_text(), sources=list(sources), entries=rows,
+                  devices=tuple(devices), input_names=input_names, state_names=state_names,
+                  arg_names=_arg_names(input_names, state_names), n_outputs=_n_outputs(spec, entries[0].config),
+                  cast_dtype=cast, cubin_dir=cubin_dir)
+    compile(text, f"{name}_tileagent.py", "exec")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if prebuild_arches:
+        prebuild_cubins(spec, entries, out_dir / cubin_dir, prebuild_arches)
+    path = out_dir / f"{name}_tileagent.py"
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}-", suffix=".py")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    log.info("exported %d config(s) of %s to %s", len(entries), reference_path.name, path)
+    return path
+
+
+# -- what an entry covers ----------------------------------------------------------------------------------------------
+
+
+def _check_candidate(entry: ExportEntry) -> None:
+    try:
+        tree = ast.parse(entry.source)
+    except SyntaxError as e:
+        raise ExportError(f"the candidate for {entry.config} has a syntax error at line {e.lineno}: {e.msg}") from None
+    if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body):
+        raise ExportError(f"the candidate for {entry.config} defines no class ModelNew")
+    for key in entry.tunables:
+        if not (isinstance(key, str) and key.isidentifier() and key.isupper()):
+            raise ExportError(f"tunable {key!r} of {entry.config} is not an UPPER_CASE module constant")
+        literal(entry.tunables[key])  # raises ValueError for values that cannot be embedded
+
+
+def _entry_row(spec: Spec, entry: ExportEntry, source: int) -> dict:
+    """The entry as the exported module stores it (plus ``state_names``, popped by the caller)."""
+    config = entry.config
+    init = spec.init_inputs(config)
+    try:
+        literal(init)
+    except ValueError:
+        raise ExportError(f"get_init_inputs({config}) returned {init!r}: constructor arguments must be Python "
+                          f"literals (numbers, strings, tuples, ...) to be embedded") from None
+    names, tensors = _tensors(spec, config)
+    for key in spec.free_dims:
+        if isinstance(config.get(key), int):
+            other = _tensors(spec, {**config, key: config[key] + 3})[1]
+            if [len(s) for s, _ in other] != [len(s) for s, _ in tensors]:
+                raise ExportError(f"changing free dim {key!r} of {config} changes the rank of an input or weight")
+            tensors = [(tuple(None if a != b else a for a, b in zip(s, o)), d) for (s, d), (o, _) in
+                       zip(tensors, other)]
+    try:
+        time_ms = None if entry.time_ms is None else float(entry.time_ms)
+        literal(config)
+    except ValueError:
+        raise ExportError(f"config {config!r} is not made of Python literals") from None
+    return {"config": dict(config), "source": source, "tunables": dict(entry.tunables), "time_ms": time_ms,
+            "init": init_key(spec.module.Model, init, {}), "args": list(init), "tensors": tensors,
+            "state_names": names}
+
+
+def _tensors(spec: Spec, config: dict):
+    """(state_dict keys, [(shape, dtype name)] for each input then each state tensor) at ``config``, built on the
+    meta device where the reference allows it (else on the CPU)."""
+    inputs = None
+    try:
+        inputs = spec.sample_inputs(config, 0, device="meta")
+    except Exception as e:  # noqa: BLE001 - get_inputs did something meta tensors cannot: use real ones
+        log.debug("get_inputs on meta failed (%s); using the CPU", e)
+    if inputs is None:
+        try:
+            inputs = spec.sample_inputs(config, 0)
+        except Exception as e:
+            raise ExportError(str(e)) from e
+    dtypes = [_input_dtype(spec, k, t) for k, t in enumerate(inputs)]
+    model = _model(spec, config)
+    state = model.state_dict(keep_vars=True)
+    shapes = [(tuple(t.shape), d) for t, d in zip(inputs, dtypes)]
+    shapes += [(tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in state.values()]
+    return list(state), shapes
+
+
+def _input_dtype(spec: Spec, k: int, t: torch.Tensor) -> str:
+    dtype = t.dtype
+    if isinstance(spec.dtypes, torch.dtype) and t.is_floating_point():
+        dtype = spec.dtypes
+    elif isinstance(spec.dtypes, dict) and spec.dtypes.get(k) is not None:
+        dtype = spec.dtypes[k]
+    return str(dtype).removeprefix("torch.")
+
+
+def _model(spec: Spec, config: dict) -> torch.nn.Module:
+    init = spec.init_inputs(config)
+    try:
+        with torch.device("meta"):
+            model = spec.module.Model(*init)
+    except Exception as e:  # noqa: BLE001 - the constructor needs real tensors
+        log.debug("Model(*init) on meta failed (%s); using the CPU", e)
+        try:
+            model = spec.module.Model(*init)
+        except Exception as e2:
+            raise ExportError(f"Model(*get_init_inputs({config})) raised {type(e2).__name__}: {e2}") from e2
+    if isinstance(spec.dtypes, torch.dtype):
+        for t in list(model.parameters()) + list(model.buffers()):
+            if t.is_floating_point():
+                t.data = t.data.to(spec.dtypes)
+    return model
+
+
+def _n_outputs(spec: Spec, config: dict) -> int:
+    """How many tensors the reference returns (run on meta tensors where possible, else on the CPU)."""
+    for device in ("meta", "cpu"):
+        try:
+            with torch.device(device):
+                model = spec.make_model(config, device) if device == "cpu" else _model(spec, config)
+            inputs = spec.sample_inputs(config, 0, device=device)
+            with torch.no_grad():
+                out = model(*inputs)
+            return 1 if isinstance(out, torch.Tensor) else len(out)
+        except Exception as e:  # noqa: BLE001 - try the CPU next
+            last = e
+    raise ExportError(f"running the reference at {config} raised {type(last).__name__}: {last}")
+
+
+def _forward_names(spec: Spec, n_inputs: int) -> list[str]:
+    import inspect
+
+    params = list(inspect.signature(spec.module.Model.forward).parameters.values())[1:]
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < n_inputs:
+        raise ExportError(f"Model.forward takes {len(positional)} positional argument(s) but get_inputs() gives "
+                          f"{n_inputs}; name every input in forward's signature")
+    return [p.name for p in positional[:n_inputs]]
+
+
+def _arg_names(input_names: list[str], state_names: list[str]) -> list[str]:
+    """The op's argument names: the forward's input names, then the state keys made identifiers, all distinct."""
+    taken = set(input_names) | {"init"}
+    out = list(input_names)
+    for key in state_names:
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in key)
+        base = base if base.isidentifier() and not keyword.iskeyword(base) else f"w_{base}"
+        name, n = base, 1
+        while name in taken:
+            name, n = f"{base}_{n}", n + 1
+        taken.add(name)
+        out.append(name)
+    return out
+
+
+def _header(name: str, reference: Path, entries: list[ExportEntry], input_names, state_names, devices) -> str:
+    args = ", ".join([*input_names, *(s.replace(".", "_") for s in state_names)])
+    lines = [f"tileagent::{name}: {reference.name} as generated tile-DSL kernels (exported by TileAgent on "
+             f"{datetime.date.today().isoformat()}).", "",
+             f"Configs covered (kernels run on: {', '.join(devices)}; dims of FREE_DIMS are free):"]
+    for e in entries:
+        t = "" if e.time_ms is None else f": {e.time_ms:.4g} ms"
+        tun = f" (tunables {e.tunables})" if e.tunables else ""
+        lines.append(f"  {e.config}{t}{tun}")
+    lines += ["", "Any other config, device or dtype runs the embedded PyTorch reference (one warning per kind of call).",
+              "", "Usage:", f"    from {name}_tileagent import Model        # the reference's constructor and "
+              f"state_dict", f"    y = Model(...).cuda()({', '.join(input_names)})",
+              f"    y = torch.ops.tileagent.{name}({args})   # after importing the module",
+              "torch.compile traces the op through its fake implementation. Needs torch and TileAgent's compiler "
+              "(the `compiler` and `tileagent` packages); prebuilt cubins, when shipped, lie in "
+              f"{name}_tileagent_cubins/<arch>/."]
+    body = "\n".join(lines).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    return f'"""{body}\n"""'
+
+
+# -- prebuilt cubins ---------------------------------------------------------------------------------------------------
+
+
+def launched_kernels(spec: Spec, entry: ExportEntry) -> list:
+    """The JITKernels entry's ModelNew launches at its config, found by a dry run on CPU tensors: kernels are built
+    (checked, not run) and their outputs allocated, so that no kernel executes."""
+    from compiler.jit import JITKernel, bind_arguments
+    from tileagent.export_template import exec_source
+
+    tag = f"{zlib.crc32(entry.source.encode()):08x}"
+    module = exec_source(entry.source, f"_tileagent_export_{tag}", f"<exported candidate {tag}>")
+    for key, value in entry.tunables.items():
+        setattr(module, key, value)
+    model, _ = _candidate_model(spec, module, entry.config)
+    inputs = spec.make_inputs(entry.config, 0)
+    seen = []
+
+    def dry_call(kernel, *args):
+        seen.append(kernel)
+        _, _, outputs = bind_arguments(kernel.func, args, kernel.out_idx, "cpu")
+        return None if not outputs else outputs[0] if len(outputs) == 1 else outputs
+
+    real = JITKernel.__call__
+    JITKernel.__call__ = dry_call
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        JITKernel.__call__ = real
+    return list({id(k): k for k in seen}.values())
+
+
+def _candidate_model(spec: Spec, module, config: dict):
+    init = spec.init_inputs(config)
+    model = module.ModelNew(*init)
+    ref = spec.make_model(config)
+    own = model.state_dict()
+    with torch.no_grad():
+        for key, value in ref.state_dict().items():
+            if key in own and own[key].shape == value.shape:
+                own[key].copy_(value.to(own[key].dtype))
+    return model.eval(), ref
+
+
+def prebuild_cubins(spec: Spec, entries: list[ExportEntry], directory: Path, arches) -> list[Path]:
+    """Compile every kernel the entries launch for each arch into ``directory/<arch>/`` (NVRTC cache format)."""
+    from compiler.runtime.nvrtc import write_cubin_entry
+
+    written = []
+    for entry in entries:
+        for kernel in launched_kernels(spec, entry):
+            fast = kernel.pass_configs.get("tl.enable_fast_math")  # as compiler.jit chooses NVRTC options
+            options = ("--use_fast_math",) if fast else ()
+            source = kernel.get_kernel_source()
+            for arch in arches:
+                written.append(write_cubin_entry(Path(directory) / arch, source, arch, options))
+    return sorted(set(written))
+
+
+__all__ = ["ExportEntry", "ExportError", "export_module", "launched_kernels", "prebuild_cubins"]
