@@ -1,6 +1,8 @@
 """The ``tileagent`` command line (typer + rich).
 
 Exit codes: 0 success; 1 the program ran but its check failed; 2 bad input (file, arguments, compile error).
+``generate`` and ``batch`` (the agent, docs/agent.md): 0 target met (on the CPU: correct on every config, not timed);
+3 correct on every config but not faster than the target; 4 no correct kernel for some or all configs; 2 bad input.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ console = Console()
 err_console = Console(stderr=True)
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_NOT_FASTER, EXIT_NO_CORRECT = 3, 4
 
 
 def _load_module(path: Path):
@@ -216,6 +219,200 @@ def compile(program: Path = typer.Argument(..., help="a .py file defining a @til
         err_console.print(f"[red]error:[/] calling {factory.fn.__name__}: {e}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
     console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _bad(message: str) -> typer.Exit:
+    err_console.print(f"[red]error:[/] {message}", highlight=False)
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+def _drafter_options(provider: str | None, model: str | None, base_url: str | None, api_key_env: str | None,
+                     seed: int) -> dict:
+    """The provider and its options from the flags: builtin unless an endpoint is configured (docs/agent.md)."""
+    import os
+
+    model = model or os.environ.get("TILEAGENT_MODEL")
+    if provider is None:
+        endpoint = base_url or api_key_env or os.environ.get("OPENAI_API_KEY")
+        provider = "openai" if endpoint else "builtin"
+        if provider == "openai" and not model:
+            err_console.print("[yellow]note:[/] an endpoint is configured (--base-url, --api-key-env or "
+                              "OPENAI_API_KEY) but no --model: using the built-in drafter")
+            provider = "builtin"
+    return {"provider": provider, "model": model, "base_url": base_url, "api_key_env": api_key_env, "seed": seed}
+
+
+def _make_drafter(options: dict):
+    import os
+
+    from tileagent.drafters import make_drafter
+
+    kwargs = {k: v for k, v in options.items() if k not in ("provider", "api_key_env")}
+    if options["provider"] == "openai":
+        env = options.get("api_key_env") or "OPENAI_API_KEY"
+        if options.get("api_key_env") and not os.environ.get(env):
+            raise _bad(f"--api-key-env {env}: the environment variable {env} is not set")
+        kwargs["api_key"] = os.environ.get(env)
+    try:
+        return make_drafter(options["provider"], **kwargs)
+    except (ValueError, ImportError) as e:
+        raise _bad(str(e)) from None
+
+
+def _agent(command: str, reference: Path | None, resume: Path | None, out: Path | None, configs: list[str],
+           grid: list[str], flags: dict, drafter_flags: dict, verbose: bool) -> None:
+    """generate and batch: set up (or resume) a run, run the loop, print the table and the outputs, exit."""
+    import datetime
+
+    from evaluator.errors import SpecError
+    from evaluator.worker import EvalWorker, resolve_device
+    from tileagent import configs as cfgs
+    from tileagent.archive import Archive
+    from tileagent.display import LiveProgress, result_table
+    from tileagent.loop import EXIT_CODES, Loop, LoopOptions, finalize
+    from tileagent.runstore import RunStore, RunStoreError
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
+    if resume is not None:
+        try:
+            store = RunStore.open(resume)
+            stored = store.options
+            options = LoopOptions.model_validate(stored["loop"])
+            drafter_opts = stored["drafter"]
+        except (RunStoreError, KeyError, ValueError) as e:
+            raise _bad(f"cannot resume {resume}: {e}") from None
+        if flags.get("max_turns") is not None:
+            options.max_turns = flags["max_turns"]
+        store.append("run_resumed")
+        console.print(f"resuming [bold]{store.root}[/] ({Path(options.reference).name})")
+    else:
+        if reference is None:
+            raise _bad(f"{command} needs a REFERENCE file (or --resume RUN_DIR)")
+        if not reference.is_file():
+            raise _bad(f"no such file: {reference}")
+        from evaluator.spec import load_spec
+
+        try:
+            spec = load_spec(reference)
+        except SpecError as e:
+            raise _bad(f"{reference}: {e}") from None
+        device = resolve_device(flags["device"])
+        try:
+            base = cfgs.grid(spec.configs[0], grid) if command == "batch" else list(spec.configs)
+            chosen = cfgs.reduce_for_device(spec, cfgs.select(base, configs), device)
+        except cfgs.ConfigSelectionError as e:
+            raise _bad(str(e)) from None
+        options = LoopOptions(reference=str(reference.resolve()), configs=chosen, device=device,
+                              max_turns=flags["max_turns"] or 8, candidates=flags["candidates"], target=flags["target"],
+                              budget_tokens=flags["budget_tokens"], seed=flags["seed"], seeds=flags["seeds"],
+                              tune=flags["tune"], reuse_archive=flags["reuse_archive"], keep_going=command == "batch")
+        drafter_opts = drafter_flags
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        root = out or Path("runs") / f"{reference.stem}-{stamp}"
+        try:
+            store = RunStore.create(root, {"command": command, "loop": options.model_dump(mode="json"),
+                                           "drafter": drafter_opts})
+        except (RunStoreError, OSError) as e:
+            raise _bad(str(e)) from None
+        store.append("run_started", options=options.model_dump(mode="json"), drafter=drafter_opts)
+        reduced = [rc for rc in chosen if rc.eval != rc.spec]
+        console.print(f"[bold]{command}[/] {reference} -> {store.root}: {len(chosen)} config(s) on {device}, "
+                      f"drafter {drafter_opts['provider']}")
+        if reduced:
+            console.print("  CPU: free dims evaluated at their SMALL_CONFIG sizes ("
+                          + "; ".join(f"{cfgs_key(rc.spec)} -> {cfgs_key(rc.eval)}" for rc in reduced[:3])
+                          + (" ..." if len(reduced) > 3 else "") + "); not timed", highlight=False)
+    drafter = _make_drafter(drafter_opts)
+    archive = Archive()
+    with EvalWorker(options.device) as worker, LiveProgress(console) as progress:
+        loop = Loop(options, store, drafter, worker, archive=archive, on_event=progress)
+        outcome = loop.run()
+        outputs = finalize(loop, outcome, command=command)
+    from tileagent import report
+
+    rows = report.rows(options, outcome, loop.meets_target)
+    console.print(result_table(rows, f"{Path(options.reference).name} on {options.device}", loop.timed,
+                               options.target))
+    for what, path in outputs.items():
+        console.print(f"{what}: {path}", highlight=False)
+    code = EXIT_CODES[outcome.outcome]
+    colour = "green" if code == 0 else "yellow" if code == EXIT_NOT_FASTER else "red"
+    words = {"target_met": "target met", "correct_untimed": "correct on every config; not timed (CPU)",
+             "correct_not_faster": "correct on every config, but not faster than the target everywhere",
+             "partial": "no correct kernel for some configs", "no_correct": "no correct kernel"}[outcome.outcome]
+    console.print(f"[{colour}]{words}[/] ({outcome.reason}; {outcome.turns} turn(s), {outcome.tokens} tokens)",
+                  highlight=False)
+    raise typer.Exit(code)
+
+
+def cfgs_key(config: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+_AGENT_EXIT = ("Exit codes: 0 target met (on the CPU: correct on every config; not timed); 3 correct but not faster "
+               "than the target; 4 no correct kernel (for some or all configs); 2 bad input.")
+_PROVIDER = typer.Option(None, help="builtin | openai | file (default: builtin unless an endpoint is configured)")
+_MODEL = typer.Option(None, help="the model name (openai; default $TILEAGENT_MODEL)")
+_BASE_URL = typer.Option(None, help="OpenAI-compatible endpoint URL (openai)")
+_KEY_ENV = typer.Option(None, help="environment variable holding the API key (default OPENAI_API_KEY)")
+_CONFIGS = typer.Option([], "--configs", help="select configs: KEY=v1,v2 (repeatable) or indices 0,3 of the grid")
+_DEVICE = typer.Option("auto", help="auto (cuda when available, else cpu), cpu, cuda or cuda:N")
+
+
+@app.command(help="Draft, verify and tune a kernel for REFERENCE with the agent loop; write the run directory, the "
+                  "best kernels, an exported drop-in module and a report.\n\n"
+                  "Example: tileagent generate tasks/rmsnorm_silu.py\n\n" + _AGENT_EXIT)
+def generate(reference: Path = typer.Argument(None, help="the reference: a KernelBench-format .py file"),
+             provider: str = _PROVIDER, model: str = _MODEL, base_url: str = _BASE_URL, api_key_env: str = _KEY_ENV,
+             max_turns: int = typer.Option(None, help="turns at most (default 8)"),
+             candidates: int = typer.Option(2, help="candidates per turn"),
+             target: float = typer.Option(1.0, help="speedup over eager and over torch.compile every config must "
+                                          "reach"),
+             configs: list[str] = _CONFIGS,
+             out: Path = typer.Option(None, help="the run directory (default runs/<task>-<timestamp>)"),
+             resume: Path = typer.Option(None, help="continue the run in this directory"),
+             device: str = _DEVICE,
+             budget_tokens: int = typer.Option(None, help="stop once the drafters used more tokens than this"),
+             seed: int = typer.Option(0, help="seed for the drafter"),
+             seeds: int = typer.Option(5, help="evaluator seeds per config and input distribution"),
+             no_tune: bool = typer.Option(False, "--no-tune", help="do not autotune TUNABLES"),
+             no_archive: bool = typer.Option(False, "--no-archive", help="do not try archived kernels first"),
+             verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    flags = {"max_turns": max_turns, "candidates": candidates, "target": target, "device": device,
+             "budget_tokens": budget_tokens, "seed": seed, "seeds": seeds, "tune": not no_tune,
+             "reuse_archive": not no_archive}
+    _agent("generate", reference, resume, out, configs, [], flags,
+           _drafter_options(provider, model, base_url, api_key_env, seed) if resume is None else {}, verbose)
+
+
+@app.command(help="Cover a grid of configs with one kernel family: reuse and re-tune archived kernels where they "
+                  "work, run the agent loop for the configs where they do not, export one module for all.\n\n"
+                  "Example: tileagent batch tasks/rmsnorm_silu.py --grid C=160,256,320,512,640,1024\n\n"
+                  + _AGENT_EXIT)
+def batch(reference: Path = typer.Argument(None, help="the reference: a KernelBench-format .py file"),
+          grid: list[str] = typer.Option([], "--grid", help="KEY=v1,v2 axis over the spec's first config "
+                                         "(repeatable: the product)"),
+          provider: str = _PROVIDER, model: str = _MODEL, base_url: str = _BASE_URL, api_key_env: str = _KEY_ENV,
+          max_turns: int = typer.Option(None, help="turns at most (default 8)"),
+          candidates: int = typer.Option(2, help="candidates per turn"),
+          target: float = typer.Option(1.0, help="speedup over eager and torch.compile every config must reach"),
+          configs: list[str] = _CONFIGS,
+          out: Path = typer.Option(None, help="the run directory (default runs/<task>-<timestamp>)"),
+          resume: Path = typer.Option(None, help="continue the run in this directory"),
+          device: str = _DEVICE,
+          budget_tokens: int = typer.Option(None, help="stop once the drafters used more tokens than this"),
+          seed: int = typer.Option(0, help="seed for the drafter"),
+          seeds: int = typer.Option(5, help="evaluator seeds per config and input distribution"),
+          no_tune: bool = typer.Option(False, "--no-tune", help="do not autotune TUNABLES"),
+          no_archive: bool = typer.Option(False, "--no-archive", help="do not try archived kernels first"),
+          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    if resume is None and not grid:
+        raise _bad("batch needs at least one --grid KEY=v1,v2 (e.g. --grid C=160,256,320)")
+    flags = {"max_turns": max_turns, "candidates": candidates, "target": target, "device": device,
+             "budget_tokens": budget_tokens, "seed": seed, "seeds": seeds, "tune": not no_tune,
+             "reuse_archive": not no_archive}
+    _agent("batch", reference, resume, out, configs, grid, flags,
+           _drafter_options(provider, model, base_url, api_key_env, seed) if resume is None else {}, verbose)
 
 
 @app.command(help="Print the version.")

@@ -1,0 +1,113 @@
+"""The archive of verified kernels: candidates that passed the full check, kept on disk across runs.
+
+In: verified kernels from the loop (``put``). Out: entries by op family (``find``), for prompt examples and for reuse
+across configs (``tileagent batch`` tries archived kernels of the family first).
+Where: ``$TILEAGENT_ARCHIVE``, else ``~/.cache/tileagent/archive``. Layout: ``<family>/<dtype>/<arch>/<config>/``
+holding ``candidate.py`` (the module, tunables assigned) and ``entry.json`` (an ``ArchiveEntry``).
+Guarantees: files are written atomically; a later kernel for the same key replaces an earlier one only when it is
+faster (or when neither was timed); unreadable entries are skipped with a logged warning, never an error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from tileagent.runstore import config_key, slug, write_atomic
+
+log = logging.getLogger("tileagent.archive")
+
+
+class ArchiveEntry(BaseModel):
+    """One verified kernel."""
+
+    family: str = Field(description="op family (tileagent.drafters.builtin.recognize_family), else the task's stem")
+    dtype: str = Field(description="dtype of the reference's first floating input, e.g. 'float16'")
+    arch: str = Field(description="'sm_90a', 'sm_80', ... or 'cpu' (checked in the interpreter only)")
+    config: dict
+    task: str = Field(description="the reference's file stem")
+    tunables: dict = Field(default_factory=dict, description="the knob values assigned in the source")
+    time_ms: float | None = None
+    speedup_eager: float | None = None
+    speedup_compiled: float | None = None
+    run_dir: str = ""
+    attempt_id: str = ""
+    source: str = Field("", description="the candidate module (read from candidate.py)")
+
+
+def default_root() -> Path:
+    """``$TILEAGENT_ARCHIVE``, else ``~/.cache/tileagent/archive``."""
+    env = os.environ.get("TILEAGENT_ARCHIVE")
+    return Path(env) if env else Path.home() / ".cache" / "tileagent" / "archive"
+
+
+class Archive:
+    """The archive at ``root`` (default: ``default_root()``)."""
+
+    def __init__(self, root: Path | None = None):
+        self.root = Path(root) if root is not None else default_root()
+
+    def _dir(self, family: str, dtype: str, arch: str, config: dict) -> Path:
+        return self.root / slug(family) / slug(dtype) / slug(arch) / slug(config_key(config))
+
+    def put(self, entry: ArchiveEntry) -> bool:
+        """Store ``entry`` unless a faster kernel is already stored under its key; True when stored."""
+        where = self._dir(entry.family, entry.dtype, entry.arch, entry.config)
+        old = self._read(where)
+        if old is not None and old.time_ms is not None and (entry.time_ms is None or entry.time_ms >= old.time_ms):
+            return False
+        try:
+            write_atomic(where / "candidate.py", entry.source)
+            write_atomic(where / "entry.json", entry.model_copy(update={"source": ""}).model_dump_json(indent=2))
+        except OSError as e:
+            log.warning("archive: cannot write %s: %s", where, e)
+            return False
+        return True
+
+    def _read(self, where: Path) -> ArchiveEntry | None:
+        try:
+            entry = ArchiveEntry.model_validate(json.loads((where / "entry.json").read_text()))
+            return entry.model_copy(update={"source": (where / "candidate.py").read_text()})
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            log.warning("archive: skipping unreadable entry %s: %s", where, e)
+            return None
+
+    def find(self, family: str, dtype: str | None = None, arch: str | None = None) -> list[ArchiveEntry]:
+        """Entries of ``family`` (optionally of one dtype and arch), fastest first, untimed last."""
+        base = self.root / slug(family)
+        if not base.is_dir():
+            return []
+        out = []
+        for entry_file in sorted(base.glob("*/*/*/entry.json")):
+            entry = self._read(entry_file.parent)
+            if entry is None or (dtype and entry.dtype != dtype) or (arch and entry.arch != arch):
+                continue
+            out.append(entry)
+        return sorted(out, key=lambda e: (e.time_ms is None, e.time_ms or 0.0))
+
+
+def reference_dtype(spec, config: dict) -> str:
+    """The dtype name of the first floating input of ``spec`` at ``config`` ('float32' when none is floating)."""
+    for t in spec.make_inputs(config, 0, "normal", "cpu"):
+        if t.is_floating_point():
+            return str(t.dtype).removeprefix("torch.")
+    return "float32"
+
+
+def device_arch(device: str) -> str:
+    """'cpu', or the CUDA device's arch as the compiler names it ('sm_90a' on Hopper, else 'sm_XY')."""
+    if not device.startswith("cuda"):
+        return "cpu"
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}" + ("a" if major == 9 else "")
+
+
+__all__ = ["Archive", "ArchiveEntry", "default_root", "device_arch", "reference_dtype"]

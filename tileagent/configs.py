@@ -1,0 +1,111 @@
+"""Which configs a run serves and at which sizes it evaluates them.
+
+In: a loaded spec, ``--configs`` selections, ``--grid`` axes (batch), the device. Out: ``RunConfig`` pairs: the
+config as the spec states it (what the exported module serves) and the config the evaluator runs (``eval``).
+Guarantees:
+
+- ``--configs`` items: ``KEY=v1,v2`` keeps the configs whose KEY is one of the values (items for several keys all
+  apply); a list of 0-based indices ``0,3`` keeps those positions of the grid. A selection that matches nothing, an
+  unknown key or an index out of range raises ``ConfigSelectionError`` naming it and what the grid has.
+- ``--grid KEY=v1,v2`` (batch): the product of every axis, each applied over the spec's first config (its other keys
+  kept).
+- On the CPU (the interpreter is slow: the rmsnorm candidate takes minutes per config at M = 16384, seconds at
+  M = 37) every FREE_DIMS key is set to its SMALL_CONFIG value when that is smaller; other keys are kept. Configs
+  that become equal are evaluated once. On CUDA the configs are evaluated as stated.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from pydantic import BaseModel
+
+
+class ConfigSelectionError(ValueError):
+    """A --configs or --grid argument does not fit the spec's grid."""
+
+
+class RunConfig(BaseModel):
+    spec: dict  # as the reference's grid states it
+    eval: dict  # as the evaluator runs it (free dims reduced on the CPU)
+
+
+def _value(text: str):
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return {"true": True, "false": False, "none": None}.get(text.lower(), text)
+
+
+def parse_axis(item: str, flag: str) -> tuple[str, list]:
+    """``KEY=v1,v2`` -> (KEY, [v1, v2]) with ints and floats parsed."""
+    key, sep, values = item.partition("=")
+    if not sep or not key.strip() or not values.strip():
+        raise ConfigSelectionError(f"{flag} expects KEY=v1,v2 (e.g. C=96,320), got {item!r}")
+    return key.strip(), [_value(v) for v in values.split(",") if v.strip()]
+
+
+def select(configs: list[dict], items: list[str]) -> list[dict]:
+    """The configs that ``items`` (``--configs`` values) keep, in grid order."""
+    if not items:
+        return list(configs)
+    keep = list(configs)
+    for item in items:
+        if "=" not in item:
+            try:
+                indices = [int(x) for x in item.split(",") if x.strip()]
+            except ValueError:
+                raise ConfigSelectionError(f"--configs expects KEY=v1,v2 or indices like 0,3; got {item!r}") from None
+            bad = [i for i in indices if not 0 <= i < len(configs)]
+            if bad:
+                raise ConfigSelectionError(f"--configs index {bad[0]} is out of range: the grid has {len(configs)} "
+                                           f"configs (0 to {len(configs) - 1})")
+            chosen = [configs[i] for i in indices]
+            keep = [c for c in keep if c in chosen]
+            continue
+        key, values = parse_axis(item, "--configs")
+        if not any(key in c for c in configs):
+            keys = sorted({k for c in configs for k in c})
+            raise ConfigSelectionError(f"--configs {item}: the grid has no key {key!r} (its keys: {', '.join(keys)})")
+        keep = [c for c in keep if c.get(key) in values]
+        if not keep:
+            have = sorted({str(c.get(key)) for c in configs}, key=lambda s: (len(s), s))
+            raise ConfigSelectionError(f"--configs {item}: no config of the grid has {key} in {values} "
+                                       f"(its values: {', '.join(have)})")
+    return keep
+
+
+def grid(base: dict, axes: list[str]) -> list[dict]:
+    """The product of ``--grid`` axes applied over ``base`` (other keys kept), duplicates dropped."""
+    parsed = [parse_axis(a, "--grid") for a in axes]
+    if not parsed:
+        raise ConfigSelectionError("batch needs at least one --grid KEY=v1,v2")
+    out = []
+    for combo in itertools.product(*(values for _, values in parsed)):
+        cfg = {**base, **{k: v for (k, _), v in zip(parsed, combo)}}
+        if cfg not in out:
+            out.append(cfg)
+    return out
+
+
+def reduce_for_device(spec, configs: list[dict], device: str) -> list[RunConfig]:
+    """The RunConfigs for ``device`` (see the module docstring)."""
+    small = dict(spec.small_config or {})
+    out: list[RunConfig] = []
+    for cfg in configs:
+        ev = dict(cfg)
+        if not device.startswith("cuda"):
+            for key in spec.free_dims:
+                if key in small and isinstance(ev.get(key), int) and small[key] < ev[key]:
+                    ev[key] = small[key]
+        if all(rc.eval != ev for rc in out):
+            out.append(RunConfig(spec=cfg, eval=ev))
+    return out
+
+
+__all__ = ["ConfigSelectionError", "RunConfig", "grid", "parse_axis", "reduce_for_device", "select"]

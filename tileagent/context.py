@@ -1,0 +1,139 @@
+"""The per-turn context an LLM drafter reads: chat messages built from ``prompts/`` and the run so far.
+
+In: the reference, the configs, the device, the best kernel so far, the history of attempts (``AttemptSummary``)
+and example kernels (the archive's verified kernels of the op family first, then ``prompts/examples``).
+Out: ``[{"role": "system", ...}, {"role": "user", ...}]``: the system prompt and the DSL guide; then one user
+message with the examples, the task, the best kernel, the last candidates with their feedback, and the ask.
+Guarantees: deterministic for the same inputs (a resumed run rebuilds the same prompts); bounded: at most
+``MAX_EXAMPLES`` examples, the last turn's candidates with their source (each cut to ``MAX_SOURCE_CHARS``), older
+attempts as feedback only (``MAX_OLDER``, each cut to ``MAX_FEEDBACK_CHARS``), and older items dropped first until
+the estimate (characters / 4) is under ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from tileagent.drafters.base import AttemptSummary
+from tileagent.prompts import example_kernels, render
+
+log = logging.getLogger("tileagent.context")
+
+MAX_EXAMPLES, MAX_OLDER = 2, 6
+MAX_SOURCE_CHARS, MAX_FEEDBACK_CHARS = 12_000, 2_500
+MAX_TOKENS = 32_000
+FAMILY_EXAMPLES = {  # op family -> prompts/examples stem, most relevant first
+    "rmsnorm": ["candidate_rmsnorm_silu", "rmsnorm_silu"],
+    "layernorm": ["layernorm", "candidate_rmsnorm_silu"],
+    "softmax": ["softmax", "candidate_rmsnorm_silu"],
+    "row_reduction": ["sum_dim1", "candidate_rmsnorm_silu"],
+    "elementwise": ["bias_gelu", "candidate_rmsnorm_silu"],
+    "gemm_epilogue": ["gemm_relu", "candidate_rmsnorm_silu"],
+    "attention": ["attention", "candidate_rmsnorm_silu"],
+}
+
+
+def family_of(reference_path: str | Path) -> str:
+    """The op family of a reference (``recognize_family`` of the built-in drafter), else the file's stem."""
+    try:
+        from tileagent.drafters.builtin import recognize_family
+
+        match = recognize_family(str(reference_path))
+    except Exception as e:  # noqa: BLE001 - recognition is a hint; any failure falls back to the stem
+        log.info("op family of %s not recognized (%s: %s)", reference_path, type(e).__name__, e)
+        match = None
+    return getattr(match, "family", None) or Path(reference_path).stem
+
+
+def device_words(device: str) -> str:
+    """The device in words for the system prompt."""
+    if device.startswith("cuda"):
+        try:
+            import torch
+
+            props = torch.cuda.get_device_properties(device)
+            arch = f"sm_{props.major}{props.minor}" + ("a" if props.major == 9 else "")
+            return f"one {props.name} ({arch}, {props.multi_processor_count} SMs)"
+        except Exception:  # noqa: BLE001 - words only
+            return "one NVIDIA GPU"
+    return "the CPU (TileAgent's tile interpreter: checked for correctness only, not timed)"
+
+
+def pick_examples(family: str, archived: list[tuple[str, str]] | None = None,
+                  limit: int = MAX_EXAMPLES) -> list[tuple[str, str]]:
+    """Up to ``limit`` (title, source) examples: ``archived`` ones (verified kernels of this family) first, then
+    ``prompts/examples`` for the family, then the candidate-format example."""
+    out = list(archived or [])[:limit]
+    files = {p.stem: p for p in example_kernels()}
+    for stem in FAMILY_EXAMPLES.get(family, ["candidate_rmsnorm_silu"]):
+        if len(out) >= limit:
+            break
+        if stem in files:
+            out.append((f"prompts/examples/{stem}.py", files[stem].read_text()))
+    return out
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n... [{len(text) - limit} characters cut]"
+
+
+def _fence(source: str) -> str:
+    return f"```python\n{source.rstrip()}\n```"
+
+
+def _attempt_block(a: AttemptSummary, with_source: bool) -> str:
+    head = f"### {a.attempt_id} ({a.label or 'candidate'}): {a.status}"
+    parts = [head]
+    if with_source and a.source:
+        parts.append(_fence(_cut(a.source, MAX_SOURCE_CHARS)))
+    parts.append(_cut(a.feedback, MAX_FEEDBACK_CHARS))
+    return "\n\n".join(parts)
+
+
+def build_messages(*, device: str, reference_path: str, reference_source: str, configs: list[dict], turn: int,
+                   n: int, history: list[AttemptSummary], best: AttemptSummary | None, examples: list[tuple[str, str]],
+                   config_note: str = "", max_tokens: int = MAX_TOKENS) -> list[dict]:
+    """The messages of one turn (see the module docstring)."""
+    system = render("system", device=device_words(device)) + "\n\n" + render("dsl_guide")
+    last_turn = max((a.turn for a in history), default=0)
+    recent = [a for a in history if a.turn == last_turn]
+    older = [a for a in history if a.turn != last_turn][-MAX_OLDER:]
+
+    def user(examples, older, recent) -> str:
+        parts = []
+        if examples:
+            parts.append("## Verified example kernels")
+            parts += [f"### {title}\n\n{_fence(src)}" for title, src in examples]
+        configs_text = "\n".join(f"- {', '.join(f'{k}={v}' for k, v in c.items())}" for c in configs)
+        parts.append(f"## The task: {Path(reference_path).name}\n\n{_fence(reference_source)}\n\nConfigs your "
+                     f"kernel is checked on:\n{configs_text}" + (f"\n\n{config_note}" if config_note else ""))
+        if best is not None and best.source:
+            said = best.label or best.status
+            parts.append(f"## Best kernel so far: {best.attempt_id} ({said})\n\n"
+                         f"{_fence(_cut(best.source, MAX_SOURCE_CHARS))}")
+        if older:
+            parts.append("## Earlier attempts (feedback only)")
+            parts += [_attempt_block(a, with_source=False) for a in older]
+        if recent:
+            parts.append(f"## Your candidates of turn {last_turn} and their feedback")
+            parts += [_attempt_block(a, with_source=True) for a in recent]
+        ask = "Write the module" if not history else "Write an improved module"
+        parts.append(f"## Turn {turn}\n\n{ask}: one ```python block with the complete module (class ModelNew)."
+                     + (f" This turn asks for {n} candidates; make this one differ from the others in its schedule."
+                        if n > 1 else ""))
+        return "\n\n".join(parts)
+
+    text = user(examples, older, recent)
+    while (len(system) + len(text)) / 4 > max_tokens and (older or len(examples) > 1 or len(recent) > 1):
+        if older:
+            older = older[1:]
+        elif len(examples) > 1:
+            examples = examples[:-1]
+        else:
+            recent = recent[:-1]
+        text = user(examples, older, recent)
+    return [{"role": "system", "content": system}, {"role": "user", "content": text}]
+
+
+__all__ = ["FAMILY_EXAMPLES", "build_messages", "device_words", "family_of", "pick_examples"]

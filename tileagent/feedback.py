@@ -1,0 +1,91 @@
+"""Feedback: what a drafter is told about one evaluated candidate, rendered from ``prompts/feedback.md``.
+
+In: an ``EvalResult`` (or a malformed answer's problem), the device in words and the target speedup. Out: the text
+(``render_feedback``) and a one-line summary for tables and logs (``summary``).
+Guarantees: every status maps to one template (compile errors -> ``compile_error`` with the compiler's diagnostic;
+mismatches -> ``mismatch``, hidden distributions named as such; guard violations; load/run failures; timeouts and
+crashes; a correct candidate -> ``timing`` when timed); numbers are formatted before they are inserted.
+"""
+
+from __future__ import annotations
+
+from evaluator.records import ConfigResult, EvalResult
+from tileagent.prompts import render
+
+UNTIMED_OK = ("Your kernel is correct on every config ({configs} checked). Timing is unavailable on {device}, so "
+              "there is nothing to speed up here.")
+
+
+def _num(x, digits: int = 4) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def _cfg(config: dict | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (config or {}).items()) or "default"
+
+
+def timing_rows(configs: list[ConfigResult]) -> str:
+    rows = []
+    for c in configs:
+        rows.append(render("feedback.timing_row", config=_cfg(c.config),
+                           time_ms=_num(c.candidate.median_ms if c.candidate else None),
+                           eager_ms=_num(c.eager.median_ms if c.eager else None),
+                           compile_ms=_num(c.compiled.median_ms if c.compiled else None),
+                           speedup_eager=_num(c.speedup_eager, 3), speedup_compiled=_num(c.speedup_compiled, 3),
+                           roofline_pct=_num(c.roofline_pct, 3), bound=c.bound or "memory"))
+    return "\n".join(rows)
+
+
+def render_feedback(result: EvalResult | None, *, problem: str | None = None, device: str = "cpu",
+                    target: float = 1.0) -> str:
+    """The feedback text for one candidate (``result`` None: the answer was malformed, ``problem`` says how)."""
+    if result is None:
+        return render("feedback.malformed_answer", problem=problem or "no python code block")
+    failure = dict(result.failure or {})
+    status = result.status
+    if status == "ok":
+        if result.timing_available and all(c.candidate is not None for c in result.configs):
+            return render("feedback.timing", device=device, rows=timing_rows(result.configs), target=_num(target))
+        return UNTIMED_OK.format(configs=len(result.configs), device=device)
+    if status == "compile_error" and isinstance(failure.get("diagnostic"), dict):
+        d = failure["diagnostic"]
+        notes = d.get("notes") or []
+        notes_text = "\n".join(f"  note: {n}" for n in notes) if isinstance(notes, list) else str(notes)
+        return render("feedback.compile_error", **{**{k: "" if v is None else v for k, v in d.items()},
+                                                   "notes": notes_text, "excerpt": d.get("excerpt") or ""})
+    if status == "mismatch" and "index" in failure:
+        f = {k: _num(v) for k, v in failure.items()}
+        f["config"] = _cfg(failure.get("config"))
+        f["distribution"] = "a hidden distribution" if failure.get("hidden") else f"'{failure.get('distribution')}'"
+        f["index"] = str(tuple(failure["index"])) if isinstance(failure["index"], list) else f["index"]
+        needed = ("output", "expected", "got", "mismatched", "total", "atol", "rtol", "max_abs_err", "rel_l2", "seed")
+        return render("feedback.mismatch", **{**{k: "-" for k in needed}, **f})
+    if status == "guard_violation":
+        return render("feedback.guard_violation", rule=failure.get("rule", "?"), message=result.message)
+    if status in ("timeout", "crash"):
+        return render("feedback.worker_error", kind=failure.get("kind", status), message=result.message)
+    return render("feedback.candidate_error", kind=failure.get("kind", status), message=result.message)
+
+
+def summary(result: EvalResult | None, problem: str | None = None) -> str:
+    """One line: 'correct (9/9 configs), worst x1.31 over torch.compile' or 'mismatch: output 0 ...'."""
+    if result is None:
+        return f"malformed answer: {problem}"
+    if result.status == "ok":
+        text = f"correct ({len(result.configs)}/{len(result.configs)} configs)"
+        comp = [c.speedup_compiled for c in result.configs if c.speedup_compiled]
+        eager = [c.speedup_eager for c in result.configs if c.speedup_eager]
+        if eager:
+            text += f", worst x{min(eager):.2f} over eager"
+        if comp:
+            text += f", x{min(comp):.2f} over torch.compile"
+        return text
+    first = result.message.strip().splitlines()[0] if result.message.strip() else ""
+    return f"{result.status}: {first[:160]}"
+
+
+__all__ = ["render_feedback", "summary", "timing_rows"]

@@ -1,0 +1,457 @@
+"""The agent loop: draft -> evaluate -> feed back, turn after turn, persisted as it happens, resumable.
+
+In: ``LoopOptions`` (the reference, the configs, the device, the budget), a ``RunStore``, a drafter, an evaluation
+worker (``EvalWorker`` or anything with ``evaluate(EvalRequest) -> EvalResult``) and optionally an ``Archive``.
+Out: ``Loop.run() -> Outcome``; the run directory holds every step (``tileagent.runstore``).
+Guarantees:
+
+- Turn 0 tries kernels already verified for this op family (the archive, when ``reuse_archive``) on every config.
+  Each later turn asks the drafter for ``candidates`` candidates, evaluates them on the configs that do not yet meet
+  the target, and feeds the results back (``tileagent.feedback``) in the next turn's context (``tileagent.context``).
+- Best per config: any fully checked correct config of any candidate (or autotuned variant) counts; the fastest wins
+  (untimed: the first). A candidate correct on all of its configs is autotuned when timing is available
+  (``tileagent.autotune``).
+- Stops when every config meets the target (correct, and on CUDA at least ``target`` times faster than eager and
+  torch.compile; on the CPU, correct), after ``max_turns`` turns, when the drafters' tokens exceed
+  ``budget_tokens``, or when the drafter gives up (``DrafterUnavailable``).
+- Resume: the loop replays the store's events; a recorded draft is not drafted again and a recorded evaluation is
+  not run again (variants included), so a killed run continues where it stopped with the same turn numbers, token
+  count and best kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from evaluator.records import ConfigResult, EvalRequest, EvalResult
+from tileagent import autotune
+from tileagent.configs import RunConfig
+from tileagent.context import build_messages, family_of, pick_examples
+from tileagent.drafters.base import AttemptSummary, Draft, DrafterUnavailable, DraftTask
+from tileagent.feedback import render_feedback, summary
+from tileagent.runstore import RunStore, config_key
+
+log = logging.getLogger("tileagent.loop")
+
+
+class LoopOptions(BaseModel):
+    """A run's settings (stored in run.json; ``--resume`` reuses them)."""
+
+    reference: str = Field(description="absolute path of the reference file")
+    configs: list[RunConfig]
+    device: str = "cpu"
+    max_turns: int = 8
+    candidates: int = 2
+    target: float = 1.0
+    budget_tokens: int | None = None
+    seed: int = 0
+    seeds: int = 5
+    tune: bool = True
+    reuse_archive: bool = True
+    keep_going: bool = Field(False, description="evaluate each candidate on every config even after one fails "
+                             "(batch: a kernel may serve some configs only)")
+    compile_timeout_s: float = 120.0
+    run_timeout_s: float = 300.0
+
+
+class Best(BaseModel):
+    """The kernel serving one config."""
+
+    attempt_id: str
+    source: str = Field(description="the candidate's source (tunables not assigned)")
+    tunables: dict = Field(default_factory=dict)
+    result: ConfigResult
+
+    @property
+    def time_ms(self) -> float | None:
+        return self.result.candidate.median_ms if self.result.candidate else None
+
+
+class Attempt(BaseModel):
+    attempt_id: str
+    turn: int
+    draft: Draft
+    result: EvalResult | None = None
+    feedback: str = ""
+
+
+class Outcome(BaseModel):
+    outcome: str = Field(description="target_met | correct_untimed | correct_not_faster | partial | no_correct")
+    reason: str
+    best: dict[str, Best] = Field(description="config_key(eval config) -> Best")
+    turns: int
+    tokens: int
+    attempts: int
+
+
+EXIT_CODES = {"target_met": 0, "correct_untimed": 0, "correct_not_faster": 3, "partial": 4, "no_correct": 4}
+
+
+def _time(c: ConfigResult | None) -> float | None:
+    return c.candidate.median_ms if c is not None and c.correct and c.candidate is not None else None
+
+
+class Loop:
+    """One run of the agent loop (see the module docstring). ``on_event(kind, fields)`` reports progress."""
+
+    def __init__(self, options: LoopOptions, store: RunStore, drafter, worker, archive=None,
+                 on_event: Callable[[str, dict], None] | None = None):
+        self.o, self.store, self.drafter, self.worker, self.archive = options, store, drafter, worker, archive
+        self.on_event = on_event or (lambda kind, fields: None)
+        self.reference_source = Path(options.reference).read_text()
+        self.family = family_of(options.reference)
+        self.attempts: dict[str, Attempt] = {}
+        self.best: dict[str, Best] = {}
+        self.tokens, self.turn, self.cost_usd = 0, 0, 0.0
+        self.memo_drafts: dict[int, list[dict]] = {}
+        self.memo_evals: dict[str, dict] = {}
+        self.memo_variants: dict[tuple, dict] = {}
+        self.tuned: set[str] = set()
+        self.gave_up: str | None = None
+        for e in store.events():
+            kind = e["event"]
+            if kind == "drafted":
+                self.memo_drafts[e["turn"]] = e["drafts"]
+            elif kind == "evaluated":
+                self.memo_evals[e["attempt_id"]] = e
+            elif kind == "variant_evaluated":
+                self.memo_variants[(e["attempt_id"], e["variant"], e["phase"], e["configs_key"])] = e["result"]
+            elif kind == "tuned":
+                self.tuned.add(e["attempt_id"])
+
+    # -- targets ----------------------------------------------------------------------------------------------------
+
+    @property
+    def timed(self) -> bool:
+        return self.o.device.startswith("cuda")
+
+    def meets_target(self, best: Best | None) -> bool:
+        if best is None or not best.result.correct:
+            return False
+        if not self.timed:
+            return True
+        r = best.result  # a missing torch.compile baseline (a note says why) is not held against the kernel
+        return r.speedup_eager is not None and r.speedup_eager >= self.o.target and \
+            (r.speedup_compiled is None or r.speedup_compiled >= self.o.target)
+
+    def pending(self) -> list[RunConfig]:
+        """The configs whose best kernel does not meet the target yet."""
+        return [rc for rc in self.o.configs if not self.meets_target(self.best.get(config_key(rc.eval)))]
+
+    # -- the loop ---------------------------------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        reason = f"{self.o.max_turns} turn(s) done"
+        if self.o.reuse_archive and self.archive is not None:
+            self._turn_zero()
+        for turn in range(1, self.o.max_turns + 1):
+            if not self.pending():
+                reason = "every config meets the target"
+                break
+            if self.o.budget_tokens is not None and self.tokens > self.o.budget_tokens:
+                reason = f"token budget spent ({self.tokens} > {self.o.budget_tokens})"
+                break
+            self.turn = turn
+            drafts = self._drafts(turn)
+            if drafts is None:
+                reason = f"the drafter gave up at turn {turn}"
+                break
+            for k, draft in enumerate(drafts):
+                if not self.pending():
+                    self.on_event("skipped", {"attempt_id": f"t{turn}-c{k}", "why": "every config meets the target"})
+                    continue
+                self._attempt(f"t{turn}-c{k}", turn, draft, keep_going=self.o.keep_going)
+        else:
+            if not self.pending():
+                reason = "every config meets the target"
+        return self._finish(reason)
+
+    def _turn_zero(self) -> None:
+        """Verified kernels of the family from the archive, evaluated on every config."""
+        from tileagent.archive import device_arch
+
+        arch = device_arch(self.o.device)
+        seen, drafts = set(), []
+        for entry in self.archive.find(self.family, arch=arch):
+            if entry.source not in seen and len(drafts) < 3:
+                seen.add(entry.source)
+                drafts.append(Draft(source=entry.source, response=f"archived kernel from {entry.run_dir}",
+                                    label=f"archive: {entry.task} {config_key(entry.config)}"))
+        if 0 not in self.memo_drafts and drafts:
+            self.store.append("drafted", turn=0, drafts=[d.model_dump() for d in drafts])
+            self.memo_drafts[0] = [d.model_dump() for d in drafts]
+        for k, d in enumerate(self.memo_drafts.get(0, [])):
+            self._attempt(f"t0-c{k}", 0, Draft.model_validate(d), keep_going=True, every=True)
+
+    def _drafts(self, turn: int) -> list[Draft] | None:
+        if turn in self.memo_drafts:
+            drafts = [Draft.model_validate(d) for d in self.memo_drafts[turn]]
+            self._count(drafts)
+            self.on_event("drafted", {"turn": turn, "n": len(drafts), "tokens": self.tokens, "replayed": True})
+            return drafts
+        task = self.task(turn)
+        prompt = self.store.write_json(f"attempts/t{turn}-c0/prompt.json", task.model_dump())
+        self.on_event("drafting", {"turn": turn, "n": task.n, "configs": len(task.configs)})
+        try:
+            drafts = list(self.drafter.draft(task))[: max(1, task.n)]
+        except DrafterUnavailable as e:
+            self.store.append("drafter_failed", turn=turn, message=str(e))
+            self.on_event("drafter_failed", {"turn": turn, "message": str(e)})
+            self.gave_up = f"the drafter gave up at turn {turn}: {e}"
+            return None
+        if not drafts:
+            self.store.append("drafter_failed", turn=turn, message="the drafter returned no drafts")
+            return None
+        for k, d in enumerate(drafts):
+            adir = f"attempts/t{turn}-c{k}"
+            if k:
+                self.store.write(f"{adir}/prompt.json", prompt.read_text())
+            self.store.write(f"{adir}/response.md", d.response or "")
+            if d.source is not None:
+                self.store.write(f"{adir}/candidate.py", d.source)
+        self.store.append("drafted", turn=turn, drafts=[d.model_dump() for d in drafts])
+        self._count(drafts)
+        self.on_event("drafted", {"turn": turn, "n": len(drafts), "tokens": self.tokens})
+        return drafts
+
+    def _count(self, drafts: list[Draft]) -> None:
+        self.tokens += sum(d.prompt_tokens + d.completion_tokens for d in drafts)
+        self.cost_usd += sum(d.cost_usd for d in drafts)
+
+    def task(self, turn: int) -> DraftTask:
+        """The DraftTask of ``turn`` (context from the attempts so far)."""
+        history = self.history()
+        best = self.best_attempt()
+        pending = [rc.eval for rc in self.pending()] or [rc.eval for rc in self.o.configs]
+        note = ""
+        if any(rc.eval != rc.spec for rc in self.o.configs):
+            note = ("Evaluated on the CPU interpreter with the free dims (FREE_DIMS) at their SMALL_CONFIG sizes; "
+                    "the kernel must still work for any size of those dims.")
+        messages = build_messages(device=self.o.device, reference_path=self.o.reference,
+                                  reference_source=self.reference_source, configs=pending, turn=turn,
+                                  n=self.o.candidates, history=history, best=best, examples=self.examples(),
+                                  config_note=note)
+        return DraftTask(task_name=Path(self.o.reference).stem, reference_path=self.o.reference,
+                         reference_source=self.reference_source, configs=pending, turn=turn, n=self.o.candidates,
+                         messages=messages, history=history, device="cuda" if self.timed else "cpu",
+                         run_dir=str(self.store.root), seed=self.o.seed)
+
+    def examples(self) -> list[tuple[str, str]]:
+        archived = []
+        if self.archive is not None:
+            seen = set()
+            for e in self.archive.find(self.family):
+                if e.source not in seen:
+                    seen.add(e.source)
+                    speed = f", x{e.speedup_compiled:.2f} over torch.compile" if e.speedup_compiled else ""
+                    archived.append((f"verified {e.family} kernel ({e.task}, {config_key(e.config)}, {e.arch}"
+                                     f"{speed})", e.source))
+        return pick_examples(self.family, archived)
+
+    def history(self) -> list[AttemptSummary]:
+        out = []
+        for a in self.attempts.values():
+            r = a.result
+            comp = [c.speedup_compiled for c in (r.configs if r else []) if c.speedup_compiled]
+            eager = [c.speedup_eager for c in (r.configs if r else []) if c.speedup_eager]
+            out.append(AttemptSummary(attempt_id=a.attempt_id, turn=a.turn, label=a.draft.label,
+                                      source=a.draft.source, status=r.status if r else "malformed",
+                                      feedback=a.feedback, correct=bool(r and r.status == "ok"),
+                                      speedup_eager=min(eager) if eager else None,
+                                      speedup_compiled=min(comp) if comp else None))
+        return out
+
+    def best_attempt(self) -> AttemptSummary | None:
+        """The attempt serving the most configs (ties: the one seen first)."""
+        counts: dict[str, int] = {}
+        for b in self.best.values():
+            counts[b.attempt_id.split("/")[0]] = counts.get(b.attempt_id.split("/")[0], 0) + 1
+        if not counts:
+            return None
+        aid = max(counts, key=lambda k: counts[k])
+        a = self.attempts[aid]
+        return AttemptSummary(attempt_id=aid, turn=a.turn, label=f"serves {counts[aid]} of {len(self.o.configs)} "
+                              f"configs; {summary(a.result)}", source=a.draft.source, status="ok", correct=True)
+
+    # -- one attempt ------------------------------------------------------------------------------------------------
+
+    def _attempt(self, aid: str, turn: int, draft: Draft, keep_going: bool = False, every: bool = False) -> None:
+        configs = [rc.eval for rc in self.o.configs] if every else \
+            ([rc.eval for rc in self.pending()] or [rc.eval for rc in self.o.configs])
+        if aid in self.memo_evals:
+            e = self.memo_evals[aid]
+            result = EvalResult.model_validate(e["result"]) if e["result"] else None
+            feedback = e["feedback"]
+        else:
+            result = None
+            if draft.source is not None:
+                path = self.store.write(f"attempts/{aid}/candidate.py", draft.source)
+                self.on_event("evaluating", {"attempt_id": aid, "configs": len(configs)})
+                result = self.worker.evaluate(self._request(path, configs, keep_going=keep_going))
+                self.store.write(f"attempts/{aid}/eval.json", result.model_dump_json(indent=2))
+            feedback = render_feedback(result, problem=draft.problem, device=self.o.device, target=self.o.target)
+            self.store.write(f"attempts/{aid}/feedback.md", feedback)
+            self.store.append("evaluated", attempt_id=aid, result=result.model_dump(mode="json") if result else None,
+                              feedback=feedback, summary=summary(result, draft.problem))
+        self.attempts[aid] = Attempt(attempt_id=aid, turn=turn, draft=draft, result=result, feedback=feedback)
+        self.on_event("evaluated", {"attempt_id": aid, "summary": summary(result, draft.problem),
+                                    "replayed": aid in self.memo_evals})
+        if result is None:
+            return
+        for c in result.configs:
+            if c.correct:
+                self._offer(Best(attempt_id=aid, source=draft.source, result=c))
+        correct = [c for c in result.configs if c.correct]
+        if self.o.tune and self.timed and correct and autotune.tunables_of(draft.source):
+            self._tune(aid, draft.source, result.model_copy(update={"configs": correct}))
+
+    def _request(self, path: Path, configs: list[dict], *, seeds: int | None = None, distributions=None,
+                 trials: int | None = None, keep_going: bool = False) -> EvalRequest:
+        return EvalRequest(kernel_path=str(path.resolve()), reference_path=self.o.reference, configs=configs,
+                           device=self.o.device, seeds=seeds or self.o.seeds, distributions=distributions,
+                           timing=True, timing_trials=trials, keep_going=keep_going,
+                           compile_timeout_s=self.o.compile_timeout_s, run_timeout_s=self.o.run_timeout_s)
+
+    def _offer(self, b: Best) -> bool:
+        key = config_key(b.result.config)
+        old = self.best.get(key)
+        if old is not None and (b.time_ms is None or (old.time_ms is not None and old.time_ms <= b.time_ms)):
+            return False
+        self.best[key] = b
+        self.on_event("best", {"config": b.result.config, "attempt_id": b.attempt_id, "time_ms": b.time_ms,
+                               "speedup_compiled": b.result.speedup_compiled})
+        return True
+
+    def _tune(self, aid: str, source: str, base: EvalResult) -> None:
+        configs = [c.config for c in base.configs]
+        self.on_event("tuning", {"attempt_id": aid, "knobs": autotune.tunables_of(source)})
+
+        def evaluate(values: dict, phase: str, cfgs: list[dict]) -> EvalResult:
+            vkey = autotune.variant_key(values)
+            ckey = json.dumps(cfgs, sort_keys=True)
+            memo = self.memo_variants.get((aid, vkey, phase, ckey))
+            if memo is not None:
+                return EvalResult.model_validate(memo)
+            path = self.store.write(f"attempts/{aid}/tune/{vkey}.py", autotune.assign(source, values))
+            screen = phase == "screen"
+            request = self._request(path, cfgs, seeds=autotune.SCREEN_SEEDS if screen else None,
+                                    distributions=["normal"] if screen else None,
+                                    trials=autotune.SCREEN_TRIALS if screen else None, keep_going=True)
+            result = self.worker.evaluate(request)
+            self.store.write(f"attempts/{aid}/tune/{vkey}.{phase}.json", result.model_dump_json(indent=2))
+            self.store.append("variant_evaluated", attempt_id=aid, variant=vkey, tunables=values, phase=phase,
+                              configs_key=ckey, result=result.model_dump(mode="json"), summary=summary(result))
+            self.memo_variants[(aid, vkey, phase, ckey)] = result.model_dump(mode="json")
+            self.on_event("variant", {"attempt_id": aid, "variant": vkey, "phase": phase, "summary": summary(result)})
+            return result
+
+        tuned = autotune.autotune(source, configs, base, evaluate)
+        for w in tuned.winners.values():
+            if w.result.correct:
+                self._offer(Best(attempt_id=f"{aid}/{w.variant}" if w.values != tuned_default(source) else aid,
+                                 source=source, tunables=w.values, result=w.result))
+        if aid not in self.tuned:
+            self.store.append("tuned", attempt_id=aid, screened=tuned.screened, note=tuned.note,
+                              winners={k: {"variant": w.variant, "tunables": w.values,
+                                           "time_ms": _time(w.result)} for k, w in tuned.winners.items()})
+            self.tuned.add(aid)
+        self.on_event("tuned", {"attempt_id": aid, "screened": tuned.screened, "note": tuned.note})
+
+    # -- the end ----------------------------------------------------------------------------------------------------
+
+    def _finish(self, reason: str) -> Outcome:
+        covered = [rc for rc in self.o.configs if config_key(rc.eval) in self.best]
+        if len(covered) == len(self.o.configs):
+            if not self.timed:
+                outcome = "correct_untimed"
+            else:
+                outcome = "target_met" if not self.pending() else "correct_not_faster"
+        else:
+            outcome = "partial" if covered else "no_correct"
+        out = Outcome(outcome=outcome, reason=self.gave_up or reason, best=self.best,
+                      turns=self.turn, tokens=self.tokens, attempts=len(self.attempts))
+        self.store.append("finished", outcome=outcome, reason=out.reason, turns=out.turns, tokens=out.tokens)
+        return out
+
+
+def finalize(loop: Loop, outcome: Outcome, command: str = "generate", export: bool = True) -> dict[str, str]:
+    """Write the run's outputs: ``best/<config>.py`` (each config's kernel, knobs assigned), ``best.py`` (the kernel
+    serving most configs), the exported module (``tileagent.export``, when any config is served), archive entries,
+    REPORT.md and report.json. Returns {what: path}. An export failure is logged and reported, not raised."""
+    from tileagent import report
+
+    o, store, outputs = loop.o, loop.store, {}
+    for rc in o.configs:
+        b = outcome.best.get(config_key(rc.eval))
+        if b is not None:
+            store.write(f"best/{config_key(rc.eval)}.py", autotune.assign(b.source, b.tunables) if b.tunables
+                        else b.source)
+    top = loop.best_attempt()
+    if top is not None:
+        outputs["best kernel"] = str(store.write("best.py", top.source))
+    if export and outcome.best:
+        try:
+            from tileagent.export import ExportEntry, export_module
+
+            entries = [ExportEntry(config=rc.spec, source=b.source, tunables=b.tunables, time_ms=b.time_ms)
+                       for rc in o.configs if (b := outcome.best.get(config_key(rc.eval))) is not None]
+            devices = ("cuda",) if loop.timed else ("cuda", "cpu")
+            outputs["exported module"] = str(export_module(o.reference, entries, store.root, devices=devices))
+        except Exception as e:  # noqa: BLE001 - the kernels are on disk either way; the report says what failed
+            log.warning("export failed: %s: %s", type(e).__name__, e)
+            outputs["export failed"] = f"{type(e).__name__}: {e}"
+    if loop.archive is not None and outcome.best:
+        outputs["archive"] = str(loop.archive.root)
+        _archive(loop, outcome)
+    table = report.rows(o, outcome, loop.meets_target)
+    from tileagent.context import device_words
+
+    md_path = store.root / "REPORT.md"
+    outputs["report"] = str(md_path)
+    outputs["report (JSON)"] = str(store.root / "report.json")
+    data = report.build(o, outcome, table, command=command, device=device_words(o.device), cost_usd=loop.cost_usd,
+                        outputs=outputs)
+    report.write(store, data)
+    return outputs
+
+
+def _archive(loop: Loop, outcome: Outcome) -> None:
+    from evaluator.spec import load_spec
+    from tileagent.archive import ArchiveEntry, device_arch, reference_dtype
+
+    try:
+        spec = load_spec(loop.o.reference, check=False)
+        dtype = reference_dtype(spec, loop.o.configs[0].eval)
+        arch = device_arch(loop.o.device)
+    except Exception as e:  # noqa: BLE001 - archiving is a convenience for later runs
+        log.warning("not archiving: %s: %s", type(e).__name__, e)
+        return
+    for rc in loop.o.configs:
+        b = outcome.best.get(config_key(rc.eval))
+        if b is None:
+            continue
+        source = autotune.assign(b.source, b.tunables) if b.tunables else b.source
+        loop.archive.put(ArchiveEntry(family=loop.family, dtype=dtype, arch=arch, config=rc.spec,
+                                      task=Path(loop.o.reference).stem, tunables=b.tunables, time_ms=b.time_ms,
+                                      speedup_eager=b.result.speedup_eager,
+                                      speedup_compiled=b.result.speedup_compiled, run_dir=str(loop.store.root),
+                                      attempt_id=b.attempt_id, source=source))
+
+
+def tuned_default(source: str) -> dict:
+    """The default variant of ``source`` (every knob at the value the source assigns)."""
+    return autotune.current_values(source, autotune.tunables_of(source) or {})
+
+
+def geomean(values: list[float]) -> float | None:
+    vals = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+__all__ = ["EXIT_CODES", "Best", "Loop", "LoopOptions", "Outcome", "finalize", "geomean", "tuned_default"]

@@ -1,0 +1,194 @@
+"""The run directory: every prompt, response, candidate and evaluation of a run, persisted as it happens.
+
+In: events and files from the agent loop (``tileagent.loop``). Out: a directory that a person can read and that
+``--resume`` replays. Layout::
+
+    RUN_DIR/
+      run.json                      format version, the options the run started with (what --resume reuses)
+      events.jsonl                  append-only log, one JSON object per line (see EVENTS)
+      attempts/t1-c0/prompt.json    the DraftTask of the turn (messages, history), once per turn's candidates
+      attempts/t1-c0/response.md    the drafter's whole answer
+      attempts/t1-c0/candidate.py   the candidate module as evaluated
+      attempts/t1-c0/eval.json      the EvalResult
+      attempts/t1-c0/feedback.md    what the drafter is told about it
+      attempts/t1-c0/tune/<variant>.py, <variant>.<phase>.json     the autotuner's variants and their evaluations
+      best/<config>.py              the fastest verified kernel per config (tunables assigned)
+      REPORT.md, report.json        written at the end (tileagent.report)
+
+Guarantees:
+
+- Files are written atomically (a temporary file in the same folder, fsync, ``os.replace``): a reader sees the old
+  content or the new, never a part.
+- ``append(event)`` writes one line and flushes and fsyncs it before returning: a SIGKILL after ``append`` returns
+  loses nothing that was appended. A line torn by a kill (the last one, without its newline) is ignored by
+  ``events()`` and cut by the next ``append``.
+- Every event carries ``event`` (its kind), ``t`` (UNIX time) and the fields listed in EVENTS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger("tileagent.runstore")
+
+FORMAT_VERSION = 1
+EVENTS = {
+    "run_started": "options (the run's settings), configs (the configs evaluated)",
+    "run_resumed": "resumes (how many times the run was resumed)",
+    "drafted": "turn, drafts (list of Draft dicts with attempt_id)",
+    "drafter_failed": "turn, message (DrafterUnavailable or the drafter's exception)",
+    "evaluated": "attempt_id, result (EvalResult dict), feedback (text)",
+    "variant_evaluated": "attempt_id, variant, tunables, phase ('screen' or 'full'), result",
+    "tuned": "attempt_id, winners ({config key: {variant, tunables, time_ms}})",
+    "finished": "outcome ('target_met', 'correct', 'correct_not_faster', 'no_correct'), reason",
+}
+
+
+class RunStoreError(Exception):
+    """The run directory cannot be used (the message says which file and why)."""
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and ``os.replace`` (fsync'd before the rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def config_key(config: dict) -> str:
+    """A file-name-safe key of a config: ``M=37,C=96`` (keys in the config's order)."""
+    return ",".join(f"{k}={v}" for k, v in config.items()) or "default"
+
+
+def slug(text: str) -> str:
+    """``text`` with every character outside ``[A-Za-z0-9_.,=-]`` replaced by ``_`` (for file names)."""
+    return re.sub(r"[^A-Za-z0-9_.,=-]", "_", text)
+
+
+class RunStore:
+    """One run directory. ``RunStore.create(dir, options)`` starts a run; ``RunStore.open(dir)`` resumes one."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.events_path = self.root / "events.jsonl"
+
+    # -- creating and opening -------------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, root: Path, options: dict) -> RunStore:
+        """A new run in ``root`` (created; it must not already hold a run)."""
+        root = Path(root)
+        if (root / "run.json").exists():
+            raise RunStoreError(f"{root} already holds a run; continue it with --resume {root}, or pick another --out")
+        root.mkdir(parents=True, exist_ok=True)
+        store = cls(root)
+        write_atomic(root / "run.json", json.dumps({"format_version": FORMAT_VERSION, "options": options},
+                                                   indent=2, default=str))
+        return store
+
+    @classmethod
+    def open(cls, root: Path) -> RunStore:
+        """The run in ``root``, to resume it."""
+        root = Path(root)
+        meta = root / "run.json"
+        if not meta.is_file():
+            raise RunStoreError(f"{root} is not a run directory (no run.json); start a run with tileagent generate")
+        try:
+            data = json.loads(meta.read_text())
+        except ValueError as e:
+            raise RunStoreError(f"{meta}: not valid JSON ({e})") from None
+        if data.get("format_version") != FORMAT_VERSION:
+            raise RunStoreError(f"{meta}: run format version {data.get('format_version')!r}; this tileagent reads "
+                                f"version {FORMAT_VERSION}")
+        return cls(root)
+
+    @property
+    def options(self) -> dict:
+        """The options the run started with."""
+        return json.loads((self.root / "run.json").read_text())["options"]
+
+    # -- the event log ----------------------------------------------------------------------------------------------
+
+    def append(self, event: str, **fields) -> dict:
+        """Append one event (flushed and fsync'd before returning); returns it."""
+        record = {"event": event, "t": round(time.time(), 3), **fields}
+        line = json.dumps(record, default=str)
+        self._drop_torn_tail()
+        with open(self.events_path, "a") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        return record
+
+    def _drop_torn_tail(self) -> None:
+        """Cut a last line left without its newline by a kill, so the next event starts on a line of its own."""
+        if not self.events_path.exists():
+            return
+        with open(self.events_path, "rb+") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            f.seek(size - 1)
+            if f.read(1) == b"\n":
+                return
+            f.seek(0)
+            data = f.read()
+            keep = data.rfind(b"\n") + 1
+            log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted write", self.events_path,
+                        size - keep)
+            f.truncate(keep)
+
+    def events(self) -> list[dict]:
+        """Every complete event, oldest first. A last line without its newline was torn by a kill and is ignored
+        (``append`` cuts it); an invalid line elsewhere is an error naming the line."""
+        if not self.events_path.exists():
+            return []
+        lines = self.events_path.read_bytes().split(b"\n")
+        if lines[-1]:
+            log.warning("%s:%d: ignoring a torn last line", self.events_path, len(lines))
+        out = []
+        for number, raw in enumerate(lines[:-1], 1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                record = None
+            if not isinstance(record, dict) or "event" not in record:
+                raise RunStoreError(f"{self.events_path}:{number}: not an event (a JSON object with 'event'): "
+                                    f"{raw[:80]!r}")
+            out.append(record)
+        return out
+
+    # -- files ------------------------------------------------------------------------------------------------------
+
+    def attempt_dir(self, attempt_id: str) -> Path:
+        return self.root / "attempts" / attempt_id
+
+    def write(self, relative: str | Path, text: str) -> Path:
+        """Write ``text`` to ``RUN_DIR/relative`` atomically; returns the path."""
+        path = self.root / relative
+        write_atomic(path, text)
+        return path
+
+    def write_json(self, relative: str | Path, data) -> Path:
+        return self.write(relative, json.dumps(data, indent=2, default=str) + "\n")
+
+
+__all__ = ["EVENTS", "FORMAT_VERSION", "RunStore", "RunStoreError", "config_key", "slug", "write_atomic"]
