@@ -1,5 +1,6 @@
 """The LLM and file drafters: answers.py's rules, the real openai client against tests/fake_openai.py, the file exchange."""
 
+import email.utils
 import json
 import os
 import threading
@@ -118,6 +119,16 @@ def test_openai_drafter_retries_429_and_5xx_then_succeeds():
     assert sleeps[0] == 7 and sleeps[2] == 0.5  # Retry-After honoured
     assert 1.0 <= sleeps[1] <= 2.0  # backoff_s * 2**1 with jitter in [0.5, 1]
     assert drafter.usage.retries == 3 and drafter.usage.requests == 1
+
+
+def test_openai_drafter_honours_retry_after_as_a_date_and_caps_it():
+    in_30_s = email.utils.formatdate(time.time() + 30, usegmt=True)
+    sleeps = Sleeps()
+    script = [error(429, retry_after=in_30_s), error(429, retry_after=9999), error(429, retry_after="soon"),
+              answer(GOOD)]
+    with FakeOpenAI(script) as server:
+        make_drafter(server, sleeps, max_retry_after_s=100).draft(make_task())
+    assert 28 <= sleeps[0] <= 30 and sleeps[1] == 100 and 2 <= sleeps[2] <= 4  # "soon": the computed backoff
 
 
 def test_openai_drafter_backoff_doubles_and_is_capped():

@@ -94,9 +94,11 @@ def _retry_after(err: openai.APIStatusError) -> float | None:
         try:
             return max(0.0, float(value) * scale)
         except ValueError:
-            date = email.utils.parsedate_to_datetime(value) if name == "retry-after" else None
-            if date is not None:
-                return max(0.0, date.timestamp() - time.time())
+            try:
+                date = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
+                continue
+            return max(0.0, date.timestamp() - time.time())
     return None
 
 
