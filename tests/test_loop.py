@@ -1,0 +1,242 @@
+"""The agent loop with a scripted drafter and a fake worker: feedback, best per config, autotune, stops, resume."""
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from evaluator.records import ConfigResult, EvalRequest, EvalResult, Timing
+from tileagent.archive import Archive, ArchiveEntry
+from tileagent.autotune import assign, current_values, tunables_of
+from tileagent.configs import ConfigSelectionError, RunConfig, grid, reduce_for_device, select
+from tileagent.context import build_messages
+from tileagent.drafters import make_drafter
+from tileagent.drafters.base import AttemptSummary, DrafterUnavailable
+from tileagent.drafters.scripted import ScriptedDrafter
+from tileagent.feedback import render_feedback
+from tileagent.loop import EXIT_CODES, Loop, LoopOptions
+from tileagent.runstore import RunStore
+
+REFERENCE = "tasks/rmsnorm_silu.py"
+DIAGNOSTIC = {"code": "E404", "kind": "CheckError", "message": "T.reduce_sum: dim 3 is out of range", "file": "k.py",
+              "line": 48, "col": 13, "excerpt": "T.reduce_sum(sq, rinv, dim=3)\n^", "hint": "use dim=1",
+              "notes": ["the buffer is 2-d"]}
+MISMATCH = {"kind": "Mismatch", "message": "output 0 differs", "config": {"M": 37, "C": 96}, "seed": 0,
+            "distribution": "outliers", "hidden": True, "output": 0, "index": [27, 59], "expected": -0.00718,
+            "got": -6.86, "mismatched": 3435, "total": 3552, "atol": 0.01, "rtol": 0.01, "max_abs_err": 6.85,
+            "rel_l2": 0.98}
+
+
+def cand(kind: str, ms: float = 1.0, tunables: list | None = None) -> str:
+    """A fake candidate: the fake worker reads its outcome from the first line."""
+    knobs = f"BLOCK = None\nTUNABLES = {{'BLOCK': {tunables!r}}}\n" if tunables else ""
+    return f"# FAKE {kind} {ms}\n{knobs}class ModelNew:\n    pass\n"
+
+
+class FakeWorker:
+    """Outcome from the candidate's first line; time = ms * C / 100, scaled by BLOCK: best 2 at C=96, 4 at C=320."""
+
+    def __init__(self):
+        self.requests: list[EvalRequest] = []
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        self.requests.append(request)
+        source = Path(request.kernel_path).read_text()
+        _, _, kind, ms = source.splitlines()[0].split()
+        if kind == "compile_error":
+            return EvalResult(status="compile_error", message="did not compile",
+                              failure={"kind": "CompileFailed", "message": "did not compile", "diagnostic": DIAGNOSTIC})
+        if kind == "mismatch":
+            return EvalResult(status="mismatch", message="output 0 differs", failure=MISMATCH)
+        block = current_values(source, tunables_of(source) or {}).get("BLOCK")
+        configs = []
+        for cfg in request.configs:
+            best = 2 if cfg["C"] == 96 else 4
+            t = float(ms) * cfg["C"] / 100 * (1.0 if block is None else 0.5 + 0.1 * abs(block - best))
+            eager, compiled = cfg["C"] / 100, 1.1 * cfg["C"] / 100
+            timing = Timing(median_ms=t, iqr_ms=0.0, trials=request.timing_trials or 50)
+            configs.append(ConfigResult(config=cfg, correct=True, candidate=timing,
+                                        eager=Timing(median_ms=eager, iqr_ms=0, trials=50),
+                                        compiled=Timing(median_ms=compiled, iqr_ms=0, trials=50),
+                                        speedup_eager=eager / t, speedup_compiled=compiled / t, roofline_pct=50.0,
+                                        bound="memory"))
+        return EvalResult(status="ok", configs=configs, device=request.device, timing_available=True)
+
+
+def options(device="cuda", **kw) -> LoopOptions:
+    configs = [RunConfig(spec={"M": 16384, "C": c}, eval={"M": 16384, "C": c}) for c in (96, 320)]
+    return LoopOptions(**{"reference": REFERENCE, "configs": configs, "device": device, "max_turns": 4,
+                          "candidates": 2, **kw})
+
+
+def run(tmp_path, turns, worker=None, **kw):
+    store = RunStore(tmp_path / "run") if (tmp_path / "run" / "run.json").exists() else \
+        RunStore.create(tmp_path / "run", {})
+    drafter = ScriptedDrafter(turns, tokens=kw.pop("tokens", 0))
+    worker = worker or FakeWorker()
+    loop = Loop(options(**kw), store, drafter, worker)
+    return loop, loop.run(), drafter, worker
+
+
+def test_feedback_of_each_failure_reaches_the_next_turn(tmp_path):
+    loop, outcome, drafter, _ = run(tmp_path, [[cand("compile_error"), None], [cand("mismatch")], [cand("ok", 0.5)]])
+    assert outcome.outcome == "target_met" and outcome.turns == 3
+    second, third = drafter.calls[1], drafter.calls[2]
+    fb = {a.attempt_id: a.feedback for a in third.history}
+    assert "k.py:48:13: error[E404]: T.reduce_sum: dim 3 is out of range" in fb["t1-c0"]
+    assert "  note: the buffer is 2-d" in fb["t1-c0"] and "hint: use dim=1" in fb["t1-c0"]
+    assert "no python code block" in fb["t1-c1"]
+    assert "input distribution a hidden distribution" in fb["t2-c0"] and "(27, 59)" in fb["t2-c0"]
+    user = third.messages[1]["content"]
+    assert "## Your candidates of turn 2 and their feedback" in user and "error[E404]" in user
+    assert second.turn == 2 and third.turn == 3
+
+
+def test_best_per_config_and_autotune_picks_the_fastest_knob_per_config(tmp_path):
+    loop, outcome, _, worker = run(tmp_path, [[cand("ok", 2.0, tunables=[None, 1, 2, 4, 8])]], max_turns=1)
+    assert outcome.best["M=16384,C=96"].tunables == {"BLOCK": 2}
+    assert outcome.best["M=16384,C=320"].tunables == {"BLOCK": 4}
+    screens = [r for r in worker.requests if "/tune/" in r.kernel_path and r.seeds == 1]
+    assert len(screens) == 4 and all(r.distributions == ["normal"] and r.timing_trials == 20 and r.keep_going
+                                     for r in screens)
+    fulls = [r for r in worker.requests if "/tune/" in r.kernel_path and r.seeds == 5]
+    assert sorted(r.configs[0]["C"] for r in fulls) == [96, 320]
+    events = [e["event"] for e in loop.store.events()]
+    assert events.count("variant_evaluated") == 6 and "tuned" in events
+    assert (tmp_path / "run/attempts/t1-c0/tune/BLOCK=4.py").read_text().count("BLOCK = 4  # tuned") == 1
+
+
+def test_correct_but_slower_than_the_target_exits_3(tmp_path):
+    _, outcome, _, _ = run(tmp_path, [[cand("ok", 3.0)]], max_turns=2, candidates=1)
+    assert outcome.outcome == "correct_not_faster" and EXIT_CODES[outcome.outcome] == 3
+    assert outcome.turns == 2
+
+
+def test_target_met_skips_the_remaining_candidates(tmp_path):
+    _, outcome, _, worker = run(tmp_path, [[cand("ok", 0.5), cand("ok", 0.4)]])
+    assert outcome.outcome == "target_met" and len(worker.requests) == 1
+
+
+def test_no_correct_kernel_exits_4_and_the_token_budget_stops(tmp_path):
+    _, outcome, drafter, _ = run(tmp_path, [[cand("mismatch")]], tokens=60, budget_tokens=100, candidates=1)
+    assert outcome.outcome == "no_correct" and EXIT_CODES[outcome.outcome] == 4
+    assert len(drafter.calls) == 2 and "token budget spent (120 > 100)" in outcome.reason
+
+
+def test_cpu_runs_stop_once_every_config_is_correct(tmp_path):
+    _, outcome, _, _ = run(tmp_path, [[cand("ok", 9.0, tunables=[None, 1])]], device="cpu")
+    assert outcome.outcome == "correct_untimed" and EXIT_CODES["correct_untimed"] == 0 and outcome.turns == 1
+
+
+class GivesUp:
+    name = "giving-up"
+
+    def draft(self, task):
+        raise DrafterUnavailable("no template for this op")
+
+
+def test_a_drafter_that_gives_up_ends_the_run_with_its_reason(tmp_path):
+    loop = Loop(options(), RunStore.create(tmp_path / "run", {}), GivesUp(), FakeWorker())
+    outcome = loop.run()
+    assert outcome.outcome == "no_correct" and "no template for this op" in outcome.reason
+
+
+class Dies(FakeWorker):
+    def __init__(self, after: int):
+        super().__init__()
+        self.after = after
+
+    def evaluate(self, request):
+        if len(self.requests) >= self.after:
+            raise KeyboardInterrupt  # the process is killed here
+        return super().evaluate(request)
+
+
+def test_resume_replays_finished_attempts_and_continues_the_turns(tmp_path):
+    turns = [[cand("compile_error"), cand("mismatch")], [cand("mismatch")], [cand("ok", 0.5)]]
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, turns, worker=Dies(after=2))
+    events = RunStore(tmp_path / "run").events()
+    assert [e.get("attempt_id") for e in events if e["event"] == "evaluated"] == ["t1-c0", "t1-c1"]
+    loop, outcome, drafter, worker = run(tmp_path, turns)
+    assert outcome.outcome == "target_met" and outcome.turns == 3
+    assert [c.turn for c in drafter.calls] == [3]  # turns 1 and 2 were drafted before the kill: not drafted again
+    assert [r.kernel_path.split("/")[-2] for r in worker.requests] == ["t2-c0", "t3-c0"]
+    evaluated = [e["attempt_id"] for e in loop.store.events() if e["event"] == "evaluated"]
+    assert evaluated == ["t1-c0", "t1-c1", "t2-c0", "t3-c0"]
+
+
+def test_context_stays_bounded_with_a_long_history():
+    history = [AttemptSummary(attempt_id=f"t{t}-c0", turn=t, source="x = 1\n" * 5000, status="mismatch",
+                              feedback="wrong " * 2000) for t in range(1, 30)]
+    messages = build_messages(device="cpu", reference_path=REFERENCE, reference_source=Path(REFERENCE).read_text(),
+                              configs=[{"M": 37, "C": 96}], turn=30, n=1, history=history, best=None,
+                              examples=[("e", "y = 2\n")], max_tokens=20_000)
+    assert messages[0]["role"] == "system" and "The TileAgent tile DSL" in messages[0]["content"]
+    user = messages[1]["content"]
+    assert (len(messages[0]["content"]) + len(user)) / 4 <= 20_000
+    assert "class Model(nn.Module)" in user and "## Turn 30" in user and "t29-c0" in user and "t1-c0" not in user
+
+
+def test_feedback_for_an_untimed_correct_candidate_and_a_guard_violation():
+    ok = EvalResult(status="ok", configs=[ConfigResult(config={"C": 96}, correct=True)])
+    assert "correct on every config (1 checked)" in render_feedback(ok, device="the CPU")
+    guard = EvalResult(status="guard_violation", message="line 3: torch.exp [rule torch-compute]",
+                       failure={"kind": "GuardViolation", "rule": "torch-compute"})
+    assert "broke the evaluation rule `torch-compute`:\nline 3: torch.exp" in render_feedback(guard)
+
+
+def test_autotune_assign_replaces_only_the_module_level_knob():
+    source = "BLOCK = None\nTUNABLES = {'BLOCK': [None, 2]}\ndef f():\n    BLOCK = 7\n"
+    out = assign(source, {"BLOCK": 2})
+    assert out.splitlines()[0] == "BLOCK = 2  # tuned" and "    BLOCK = 7" in out
+    assert current_values(out, tunables_of(out)) == {"BLOCK": 2}
+    assert tunables_of("TUNABLES = {'X': [1, 2]}\n") is None  # X is never assigned: nothing to tune
+    ast.parse(out)
+
+
+def test_config_selection_by_key_and_index_with_clear_errors():
+    grid_ = [{"M": 16384, "C": c} for c in (96, 160, 320)]
+    assert select(grid_, ["C=96,320"]) == [grid_[0], grid_[2]]
+    assert select(grid_, ["1"]) == [grid_[1]]
+    with pytest.raises(ConfigSelectionError, match=r"no config of the grid has C in \[97\] \(its values: 96, 160, "
+                                                   r"320\)"):
+        select(grid_, ["C=97"])
+    with pytest.raises(ConfigSelectionError, match=r"the grid has no key 'N' \(its keys: C, M\)"):
+        select(grid_, ["N=1"])
+    with pytest.raises(ConfigSelectionError, match=r"index 5 is out of range: the grid has 3 configs"):
+        select(grid_, ["0,5"])
+    assert grid({"M": 16384, "C": 96}, ["C=160,256", "M=8,16"])[1] == {"M": 16, "C": 160}
+
+
+def test_cpu_evaluates_free_dims_at_their_small_config_size():
+    from evaluator.spec import load_spec
+
+    spec = load_spec(REFERENCE, check=False)
+    cpu = reduce_for_device(spec, spec.configs[:2], "cpu")
+    assert [(rc.spec, rc.eval) for rc in cpu][0] == ({"M": 16384, "C": 96}, {"M": 37, "C": 96})
+    assert reduce_for_device(spec, spec.configs[:2], "cuda")[1].eval == {"M": 16384, "C": 160}
+
+
+def test_archive_keeps_the_fastest_kernel_per_key(tmp_path):
+    archive = Archive(tmp_path)
+    entry = ArchiveEntry(family="rmsnorm", dtype="float16", arch="sm_90a", config={"C": 96}, task="t", time_ms=2.0,
+                         source="A")
+    assert archive.put(entry)
+    assert not archive.put(entry.model_copy(update={"time_ms": 3.0, "source": "B"}))
+    assert archive.put(entry.model_copy(update={"time_ms": 1.0, "source": "C"}))
+    assert [e.source for e in archive.find("rmsnorm")] == ["C"] and archive.find("softmax") == []
+
+
+def test_make_drafter_names_the_known_providers():
+    with pytest.raises(ValueError, match=r"unknown drafter provider 'gpt'; known: builtin, openai, file"):
+        make_drafter("gpt")
+    with pytest.raises(ValueError, match=r"--provider openai needs --model"):
+        make_drafter("openai")
+
+
+def test_scripted_drafter_reads_its_script(tmp_path):
+    (tmp_path / "s.json").write_text(json.dumps({"turns": [["a"]], "tokens": 5}))
+    drafter = make_drafter(f"scripted:{tmp_path / 's.json'}")
+    assert drafter.turns == [["a"]] and drafter.tokens == 5
