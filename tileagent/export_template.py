@@ -302,6 +302,8 @@ class Model(_EXPORT.reference.Model):
     def forward(self, {fwd_args}):
         named = dict(self.named_parameters(remove_duplicate=False))
         named.update(self.named_buffers(remove_duplicate=False))
+        if any(n not in named for n in STATE_NAMES):  # weights unlike the exported configs': the reference
+            return super().forward({fwd_args})
         return torch.ops.tileagent.{name}({fwd_args}, *[named[n] for n in STATE_NAMES], init=self._tileagent_init)
 
 
