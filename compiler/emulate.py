@@ -23,10 +23,8 @@ Guarantees:
   value) and needs every lane of each warp that runs it; ``Barrier`` needs every thread of the block; ``For`` needs
   one trip count for all active threads; ``VecCopy`` checks both ranges and the alignment stated in ``compiler.tir``
   (and, for a global buffer, that the tensor's data pointer is aligned to the vector size).
-- ``Mma`` runs for every executing warp of the block at once: each warp's A (16x16), B (16x8) and C (16x8) are
-  gathered from its lanes' registers in the layout of ``compiler.tir.Mma``, D = A @ B + C is computed in float32
-  from the stored float16/bfloat16 values and scattered back into the C registers. Like ``shfl_xor`` it needs every
-  lane of each warp that runs it (a warp with no active lane skips it).
+- ``Mma``, ``LdMatrix`` and the asynchronous copies are emulated by ``compiler.emulate_tensor`` (warp-wide, and
+  cp.async writes landing only at the AsyncWait that retires their group).
 - Race detector (``check_races=True``), per byte of the shared arena and barrier epoch: a byte written by thread A
   and then read or written by thread B, or read by A and then written by B, with no Barrier in between, raises
   "shared-memory race on buf[i]". Writes that leave the bytes unchanged are ignored (no thread can observe their
@@ -40,42 +38,22 @@ import logging
 
 import torch
 
-from compiler.errors import KernelArgumentError, KernelFault
+from compiler.errors import KernelArgumentError
 from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
 from compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
-from compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, Mma,
-                          SpecialVar, THREAD, VecCopy, WARP)
+from compiler.emulate_tensor import HANDLERS as tensor_handlers, WARP_SIZE, EmulationError, finish_async
+from compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
+                          VecCopy, WARP)
 
 __all__ = ["EmulationError", "run_kernel", "run_module"]
 
 log = logging.getLogger(__name__)
 
-WARP_SIZE = 32
 _INT_POISON = -(2**30) + 7
 _ATOMIC = -2  # writer id of bytes last updated by an atomic add
 _MATH = {"exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.log2, "sqrt": torch.sqrt,
          "rsqrt": torch.rsqrt, "abs": torch.abs, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf,
          "floor": torch.floor, "ceil": torch.ceil, "pow": torch.pow, "min": torch.minimum, "max": torch.maximum}
-
-
-def _mma_layout():
-    """(row, col) of each lane's operand elements in the warp's tile: A [32, 8] in 16x16, B [32, 4] as (k, n) in
-    16x8, C [32, 4] in 16x8; see ``compiler.tir.Mma``."""
-    lane = torch.arange(WARP_SIZE)[:, None]
-    g, t = lane // 4, lane % 4
-    i, j = torch.arange(8), torch.arange(4)
-    a = (g + 8 * (i // 2 % 2), 2 * t + i % 2 + 8 * (i // 4))
-    b = (2 * t + j % 2 + 8 * (j // 2), g.expand(WARP_SIZE, 4))
-    c = (g + 8 * (j // 2), 2 * t + j % 2)
-    return a, b, c
-
-
-_MMA_A, _MMA_B, _MMA_C = _mma_layout()
-
-
-class EmulationError(KernelFault):
-    """The thread IR did something illegal on the emulated GPU: an out-of-bounds access, a divergent barrier,
-    shuffle or mma, a non-uniform loop, a misaligned vector copy or a shared-memory race."""
 
 
 def run_module(module: DeviceModule, values: dict, *, check_races: bool = True) -> None:
@@ -199,7 +177,10 @@ class _Block:
 
     def run(self) -> None:
         self._setup_shared()
+        self.async_open: list = []  # AsyncCopies issued since the last AsyncCommit
+        self.async_groups: list = []  # committed groups whose writes have not landed yet, oldest first
         self.body(self.kernel.body)
+        finish_async(self)
 
     # -- masks and uniformity ----------------------------------------------------------------------------------
     @property
@@ -314,43 +295,6 @@ class _Block:
                                  s.span)
         self.epoch += 1
 
-    def mma(self, s: Mma) -> None:
-        """One mma.sync m16n8k16 in every warp that executes it (all warps of the block at once)."""
-        ab = s.a_buf.dtype
-        if ab not in ("float16", "bfloat16") or s.b_buf.dtype != ab or s.c_buf.dtype != "float32":
-            raise EmulationError(f"Mma wants float16 or bfloat16 A and B of one dtype and a float32 C, got A {ab}, "
-                                 f"B {s.b_buf.dtype}, C {s.c_buf.dtype}", s.span)
-        for buf, regs, n in ((s.a_buf, s.a, 8), (s.b_buf, s.b, 4), (s.c_buf, s.c, 4)):
-            if buf.scope != "local" or len(regs) != n:
-                raise EmulationError(f"Mma operand '{buf.name}' must be a local array with {n} register indices, "
-                                     f"got a {buf.scope} buffer with {len(regs)}", s.span)
-        warps = self.full_warps("Mma")
-        if not len(warps):
-            return
-        threads = (warps[:, None] * WARP_SIZE + torch.arange(WARP_SIZE)).reshape(-1)
-        nw = len(warps)
-
-        def gather(buf, regs):
-            idx = torch.cat([self.elements(buf, self.ev(r), 1, "Mma operand in")[1] for r in regs], 1)[threads]
-            return self.mem[buf], idx
-
-        (a_mem, a_idx), (b_mem, b_idx), (c_mem, c_idx) = (gather(s.a_buf, s.a), gather(s.b_buf, s.b),
-                                                          gather(s.c_buf, s.c))
-        dup = (c_idx.sort(1).values.diff(dim=1) == 0).any(1)
-        if bool(dup.any()):
-            t = int(threads[dup.nonzero()[0]])
-            raise EmulationError(f"Mma in thread {t}: the accumulator registers {s.c_buf.name}"
-                                 f"{[int(v) for v in c_idx[int(dup.nonzero()[0])]]} are not distinct", s.span)
-        rows = threads[:, None]
-        A = torch.empty(nw, 16, 16, dtype=a_mem.dtype)
-        B = torch.empty(nw, 16, 8, dtype=b_mem.dtype)
-        C = torch.empty(nw, 16, 8, dtype=torch.float32)
-        A[:, _MMA_A[0], _MMA_A[1]] = a_mem[rows, a_idx].view(nw, WARP_SIZE, 8)
-        B[:, _MMA_B[0], _MMA_B[1]] = b_mem[rows, b_idx].view(nw, WARP_SIZE, 4)
-        C[:, _MMA_C[0], _MMA_C[1]] = c_mem[rows, c_idx].view(nw, WARP_SIZE, 4)
-        D = torch.matmul(A.float(), B.float()) + C
-        c_mem[rows, c_idx] = D[:, _MMA_C[0], _MMA_C[1]].reshape(nw * WARP_SIZE, 4)
-
     def full_warps(self, what: str) -> torch.Tensor:
         """Ids of the warps that execute a warp-wide ``what``: those with an active lane; raises if one of them has
         an inactive or missing lane."""
@@ -371,7 +315,7 @@ class _Block:
         return (active > 0).nonzero()[:, 0]
 
     _HANDLERS = {Let: let, If: if_, For: for_, Declare: declare, Store: store, AtomicAdd: atomic_add,
-                 VecCopy: vec_copy, Barrier: barrier, Mma: mma}
+                 VecCopy: vec_copy, Barrier: barrier, **tensor_handlers}
 
     # -- memory ------------------------------------------------------------------------------------------------
     def buffer_memory(self, buf: Buffer) -> torch.Tensor:

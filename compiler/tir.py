@@ -99,6 +99,59 @@ class Mma(Stmt):
 
 
 @dataclass(frozen=True, eq=False, slots=True)
+class LdMatrix(Stmt):
+    """One warp-wide ``ldmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16``: ``num`` 8x8 matrices of 16-bit
+    elements from shared memory into registers.
+
+    Every lane of the warp executes it. Lane ``l`` gives, in ``src_index`` (elements of ``src``), the start of row
+    ``l % 8`` of matrix ``l // 8`` (lanes of matrices beyond ``num`` give none): eight contiguous elements, 16-byte
+    aligned. Matrix ``i`` lands in ``dst[dst_first + 2 i]`` and ``dst[dst_first + 2 i + 1]``: with g = lane // 4 and
+    t = lane % 4, its elements (g, 2t) and (g, 2t + 1), or with ``trans`` (2t, g) and (2t + 1, g). ``dst`` is a local
+    array of the same 16-bit dtype as ``src``; ``dst_first`` is even.
+    """
+
+    dst: Buffer
+    dst_first: Expr
+    src: Buffer
+    src_index: Expr
+    num: int
+    trans: bool
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class AsyncCopy(Stmt):
+    """``cp.async``: dst[dst_index + v] = src[src_index + v] for v in range(width), global to shared, the same dtype,
+    ``width * bytes`` of 4, 8 or 16 (both indices multiples of ``width``). Where ``valid`` is false nothing is read
+    and zeros are written (``src_index`` need not be in bounds then). The write lands at some point before the
+    ``AsyncWait`` that retires the group it was committed with; until then the destination must not be read."""
+
+    dst: Buffer
+    dst_index: Expr
+    src: Buffer
+    src_index: Expr
+    width: int
+    valid: Expr | None = None
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class AsyncCommit(Stmt):
+    """``cp.async.commit_group``: the thread's AsyncCopies since the last commit form one group. Block-uniform."""
+
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class AsyncWait(Stmt):
+    """``cp.async.wait_group pending``: the thread's groups except the newest ``pending`` have landed. Block-uniform;
+    other threads' copies are visible only after a Barrier that follows."""
+
+    pending: int
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class Barrier(Stmt):
     """__syncthreads(): all shared-memory writes before it are visible to all threads after it."""
 

@@ -3,13 +3,16 @@ expression.
 
 In: tile-IR or thread-IR statements and expressions. Out: generators, in source order.
 Guarantees: ``walk`` yields every statement (pre-order) including those nested in loop, if and kernel bodies;
-``loads`` yields every Load, also those inside indices of other Loads.
+``loads`` yields every Load, also those inside indices of other Loads. ``substitute`` returns a copy of an
+expression or region with variables replaced (unchanged nodes are shared).
 """
 
 from __future__ import annotations
 
-from compiler.ir.expr import Expr, Load
-from compiler.ir.stmt import AtomicAdd, For, If, Let, Store
+from dataclasses import fields, replace
+
+from compiler.ir.expr import Const, Expr, Load, Var
+from compiler.ir.stmt import AtomicAdd, For, If, Let, Region, Store
 
 
 def walk(stmts):
@@ -45,3 +48,23 @@ def loads(e):
             elif isinstance(child, tuple):
                 for c in child:
                     yield from loads(c)
+
+
+def substitute(x, mapping: dict):
+    """``x`` (an expression, a Region, or a tuple of them) with every Var in ``mapping`` replaced by its value."""
+    if isinstance(x, Var):
+        return mapping.get(x, x)
+    if isinstance(x, tuple):
+        return tuple(substitute(c, mapping) for c in x)
+    if isinstance(x, Region):
+        return replace(x, starts=substitute(tuple(x.starts), mapping))
+    if not isinstance(x, Expr) or isinstance(x, Const):
+        return x
+    changes = {}
+    for f in fields(x):
+        v = getattr(x, f.name)
+        if isinstance(v, (Expr, tuple)):
+            nv = substitute(v, mapping)
+            if nv is not v:
+                changes[f.name] = nv
+    return replace(x, **changes) if changes else x

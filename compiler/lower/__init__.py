@@ -1,8 +1,9 @@
 """Lowering: checked tile IR + layouts -> thread IR (one DeviceKernel per T.Kernel scope).
 
 In: a PrimFunc that passed ``check`` and its ``LayoutMap``. Out: a ``DeviceModule`` (see ``compiler.tir``).
-Steps per kernel: barriers between tile statements (``barriers``), the shared-memory arena (``smem``), then each tile
-statement by its rule (``copy``, ``parallel``, ``reduce``); sequential loops, uniform ifs and let-bindings pass
+Steps per kernel: software pipelines for T.Pipelined loops (``pipeline``), barriers between tile statements
+(``barriers``), the shared-memory arena (``smem``), then each tile statement by its rule (``copy``, ``parallel``,
+``reduce``, ``gemm``, ``pipeline``); sequential loops, uniform ifs and let-bindings pass
 through. Block indices are bound at the top, through the rasterization of ``T.use_swizzle`` when present.
 Guarantees: the thread IR obeys every rule in ``compiler.tir``; an op this backend cannot lower raises TargetError
 E602 at its span.
@@ -24,6 +25,7 @@ from compiler.lower.context import LowerContext
 from compiler.lower.copy import lower_atomic_add_tile, lower_copy, lower_fill
 from compiler.lower.gemm import lower_gemm
 from compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
+from compiler.lower.pipeline import SoftwarePipeline, lower_pipeline, plan_pipelines, stage_stride
 from compiler.lower.reduce import lower_reduce, scratch_bytes
 from compiler.lower.smem import plan_shared
 from compiler.tir import BLOCK_IDX, GRID_DIM, Barrier, Declare, DeviceKernel, DeviceModule
@@ -50,21 +52,25 @@ def lower(func: PrimFunc, layouts) -> DeviceModule:
 
 
 def _lower_kernel(name, k: Kernel, layouts, flat, params) -> DeviceKernel:
-    body = insert_barriers(k.body)
+    body = insert_barriers(plan_pipelines(k.body))
     scratch = [scratch_bytes(s, layouts, k.num_threads) for s in walk(body) if isinstance(s, Reduce)]
     scratch += [math.prod(s.src.buffer.shape) * 4 for s in walk(body) if isinstance(s, Copy)
                 and s.src.buffer.scope == s.dst.buffer.scope == "fragment"
                 and not layouts.fragments[s.src.buffer].same_as(layouts.fragments[s.dst.buffer])]
     needs_scratch = any(scratch)
-    plan = plan_shared(k, layouts.shared, max(scratch, default=0))
+    stages = {b: p.stages for p in walk(body) if isinstance(p, SoftwarePipeline) for b in p.staged}
+    plan = plan_shared(body, layouts.shared, max(scratch, default=0), stages)
     ctx = LowerContext(k, layouts, flat, k.num_threads)
     ctx.shared_layouts = plan.layouts
-    ctx.shared = {b: Buffer(b.name, (layout.size,), b.dtype, "shared", b.span) for b, layout in plan.layouts.items()}
+    ctx.shared = {b: Buffer(b.name, (stage_stride(b, layout) * stages[b] if b in stages else layout.size,), b.dtype,
+                            "shared", b.span) for b, layout in plan.layouts.items()}
     ctx.scratch_offset = plan.scratch_offset if needs_scratch else None
     ctx.scratch_bytes = plan.total_bytes - plan.scratch_offset if needs_scratch else 0
     for var, extent in zip(k.block_vars, k.grid):
         n = static_int(extent)
         ctx.ranges[var] = (0, n - 1 if n is not None else 2**31 - 1)
+    body = tuple(s for n, s in enumerate(body) for s in ((Barrier(), s) if n in plan.reuse_points and n and
+                                                           not isinstance(body[n - 1], Barrier) else (s,)))
     stmts = _block_indices(k, body) + _Lowering(ctx).body(body)
     offsets = {ctx.shared[b]: o for b, o in plan.offsets.items()}
     for buf in ctx._scratch.values():
@@ -106,6 +112,12 @@ class _Lowering:
                                             f"{type(e).__name__}: {e}", getattr(s, "span", None)) from e
         return out
 
+    def note_loop(self, var, start, extent, step) -> None:
+        """Record the value range of a loop variable (for dropping bounds guards) when its bounds are static."""
+        lo, n = static_int(start), static_int(extent)
+        if lo is not None and n is not None and static_int(step) is not None:
+            self.ctx.ranges[var] = (lo, lo + max(n - 1, 0) * static_int(step))
+
     def stmt(self, s) -> list:
         ctx = self.ctx
         if isinstance(s, Alloc):
@@ -124,11 +136,11 @@ class _Lowering:
             return lower_reduce(ctx, s)
         if isinstance(s, Parallel):
             return lower_parallel(ctx, s)
+        if isinstance(s, SoftwarePipeline):
+            return lower_pipeline(self, s)
         if isinstance(s, For):
             start, extent = ctx.rewrite(s.start, {}), ctx.rewrite(s.extent, {})
-            lo, n = static_int(start), static_int(extent)
-            if lo is not None and n is not None and static_int(s.step) is not None:
-                ctx.ranges[s.var] = (lo, lo + max(n - 1, 0) * static_int(s.step))
+            self.note_loop(s.var, start, extent, s.step)
             kind = "unroll" if s.kind == "unroll" else "serial"
             return [For(s.var, start, extent, s.step, kind, tuple(self.body(s.body)), {}, s.span)]
         if isinstance(s, If):

@@ -5,7 +5,9 @@ In: a T.Kernel body of the tile IR (before lowering). Out: the same body with ``
 Guarantees: for every pair of statements A before B (also across loop iterations: B early in the body, A late)
 where A writes a shared buffer that B reads or writes, or A reads one that B writes, a barrier runs between them.
 Barriers are only placed at block-uniform points (between statements of kernel, loop and uniform-if bodies).
-Statements are the unit: the threads of one tile op never race with each other on their own tile.
+Statements are the unit: the threads of one tile op never race with each other on their own tile. A
+``SoftwarePipeline`` (``compiler.lower.pipeline``) brings its own barrier at the top of every iteration; only its
+consumers are analysed inside.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import replace
 
 from compiler.ir.expr import Expr, Load
 from compiler.ir.stmt import (AtomicAdd, AtomicAddTile, Copy, Fill, For, Gemm, If, Let, Parallel, Reduce, Store)
+from compiler.lower.pipeline import SoftwarePipeline
 from compiler.tir import Barrier
 
 
@@ -26,6 +29,15 @@ def _body(body, state):
     written, read = state
     out = []
     for s in body:
+        if isinstance(s, SoftwarePipeline):
+            w, r = shared_effects(s)
+            if (r & written) or (w & read) or (w & written):
+                out.append(Barrier())
+            # every iteration starts with a barrier (lower_pipeline); the staged tiles are only read in it
+            consumers, (written, read) = _body(s.consumers, (frozenset(), frozenset()))
+            out.append(replace(s, consumers=tuple(consumers)))
+            written = written | frozenset(s.staged)
+            continue
         if isinstance(s, For):
             _, after_one = _body(s.body, (written, read))  # what one iteration leaves for the next one
             inner, (written, read) = _body(s.body, (written | after_one[0], read | after_one[1]))
@@ -73,7 +85,7 @@ def _effects(s, w, r):
             _reads(e, r)
     elif isinstance(s, Let):
         _reads(s.value, r)
-    elif isinstance(s, (Parallel, For)):
+    elif isinstance(s, (Parallel, For, SoftwarePipeline)):
         for x in s.body:
             _effects(x, w, r)
     elif isinstance(s, If):

@@ -39,6 +39,8 @@ class LowerContext:
         self._slot_tables: dict = {}
         self.slot_overrides = None  # in a compact T.Parallel: {(fragment, id of its index exprs): register expr}
         self._scratch: dict = {}
+        self.stage_base: dict = {}  # in a software pipeline: staged shared tile -> element offset of the stage in use
+        self.async_copies = False  # lowering a pipeline's producers: global -> shared copies may use cp.async
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
@@ -83,7 +85,9 @@ class LowerContext:
     def offset(self, buf: Buffer, idx):
         """Flat element offset of ``buf[idx]`` in its thread-IR buffer (not for fragments)."""
         if buf.scope == "shared":
-            return self.shared_layouts[buf].offset(idx)
+            off = self.shared_layouts[buf].offset(idx)
+            base = self.stage_base.get(buf)
+            return off if base is None else make_binop("+", base, off)
         off, stride = 0, 1
         for i, n in reversed(list(zip(idx, buf.shape))):
             off = make_binop("+", off, make_binop("*", i, stride))

@@ -5,6 +5,8 @@ How: the op iterates over tile coordinates with a Fragment: the fragment operand
 each thread moves the registers it holds), else the blocked default over the tile (coalesced, ``16 bytes`` per
 thread-access where alignment allows). Each thread handles runs of ``vector`` consecutive elements of the
 innermost dim as one ``VecCopy``.
+In a software pipeline's producers (``ctx.async_copies``) a global -> shared run of 4, 8 or 16 bytes without a cast
+becomes one ``AsyncCopy`` (zero-filled outside the tensor).
 Guarantees: global reads outside the tensor give 0 (the destination is zero-filled), global writes outside it are
 dropped; only replica 0 of a replicated layout writes to memory; vector accesses only where both sides are
 contiguous and aligned for the whole run.
@@ -19,7 +21,7 @@ from compiler.ir.expr import Const, Load, as_expr, make_binop, make_cast, make_c
 from compiler.ir.simplify import linear_form, static_int
 from compiler.ir.stmt import AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, If, Region, Store
 from compiler.layout import Fragment, make_blocked
-from compiler.tir import THREAD, Barrier, VecCopy
+from compiler.tir import THREAD, AsyncCopy, Barrier, VecCopy
 from compiler.lower.context import and_
 from compiler.lower.slots import SlotLoops
 
@@ -157,6 +159,11 @@ def _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, c, k) -> li
             else ctx.element(src.buffer, s_idx)
         body = [AtomicAdd(ctx.mem(dst.buffer), (as_expr(d_pos),), make_cast(value, dst.buffer.dtype), s.span)]
         return guarded(ctx, and_(valid, and_(s_in, d_in)), body)
+    if ctx.async_copies and src.buffer.scope == "global" and dst.buffer.scope == "shared" and \
+            src.buffer.dtype == dst.buffer.dtype and width * src.buffer.dtype.bytes in (4, 8, 16):
+        copy = AsyncCopy(ctx.mem(dst.buffer), as_expr(d_pos), ctx.mem(src.buffer), as_expr(s_pos), width,
+                         None if s_in is True else as_expr(s_in), s.span)
+        return guarded(ctx, valid, [copy])
     move = VecCopy(ctx.mem(dst.buffer), as_expr(d_pos), ctx.mem(src.buffer), as_expr(s_pos), width, s.span)
     if s_in is True:
         return guarded(ctx, and_(valid, d_in), [move])

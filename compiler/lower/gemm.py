@@ -2,9 +2,11 @@
 
 In: a Gemm whose accumulator has the mma layout of its warp partition (layout inference guarantees it; see
 ``compiler.layout.mma``), A and B in shared memory, or A in registers with the A-operand layout. Out: thread IR.
-How: each warp walks its (M / wm) x (N / wn) tile in 16 x 8 atoms; for every 16-deep step of K it loads its A atom
-(8 values per lane) and B atom (4 per lane) from shared memory by the PTX register layout (or names A's registers
-directly when A lives in registers) and issues one ``Mma`` per atom.
+How: each warp walks its (M / wm) x (N / wn) tile in 16 x 8 atoms; for every 16-deep step of K it loads the B atoms
+of its columns once (``ldmatrix.x4``, ``.trans`` for a K x N tile, two atoms per instruction), then per row atom its
+A atom (one ``ldmatrix.x4``, ``.trans`` for a transposed A; or A's registers named directly when A lives in
+registers) and issues one ``Mma`` per column atom. Operands ldmatrix cannot read (not 16-byte rows, a sub-chunk
+swizzle) are loaded element by element in the mma register layout instead.
 Guarantees: C += op(A) @ op(B) for the whole tile (C zeroed first with ``clear_accum``), every lane of every warp
 executing each Mma.
 """
@@ -15,8 +17,8 @@ from compiler.diagnostics import TargetError
 from compiler.dtypes import DType
 from compiler.ir.expr import Const, as_expr, make_binop
 from compiler.ir.stmt import For, Gemm, Store
-from compiler.ir.simplify import difference, is_even
-from compiler.tir import THREAD, Declare, Mma, VecCopy
+from compiler.ir.simplify import difference, is_even, linear_form
+from compiler.tir import THREAD, Declare, LdMatrix, Mma, VecCopy
 
 _MMA_DTYPES = ("float16", "bfloat16")
 
@@ -70,21 +72,53 @@ def lower_gemm(ctx, s: Gemm) -> list:
                                 s.span) for j in (i, i + 1)]
         return stmts
 
+    ld_a = a_buf.scope == "shared" and ldmatrix_ok(ctx, s.a)
+    ld_b = ldmatrix_ok(ctx, s.b)
+    mi, r8 = make_binop("//", lane, 8), make_binop("%", lane, 8)
+
+    def load_b(kb, k0) -> list:
+        """B atoms of the warp's columns for one K step: ldmatrix (.trans for a K x N tile) two atoms at a time, or
+        element loads by the mma register layout."""
+        if not ld_b:
+            an = ctx.var("an")
+            col = make_binop("+", make_binop("+", col_base, make_binop("*", an, 8)), g)
+            b_pairs = [(make_binop("+", k0, dk), col) for dk in (0, 1, 8, 9)]
+            return [For(an, 0, n_atoms, 1, "unroll", tuple(load(b_frag, make_binop("*", an, 4), s.b, b_pairs,
+                                                                 s.transpose_b)))]
+        out = []
+        for first in range(0, n_atoms, 2):  # matrix mi: K half mi % 2 of atom first + mi // 2
+            num = 4 if first + 1 < n_atoms else 2
+            kk = make_binop("+", make_binop("*", kb, 16), make_binop("*", make_binop("%", mi, 2), 8))
+            nn = make_binop("+", col_base, make_binop("*", make_binop("+", first, make_binop("//", mi, 2)), 8))
+            elem = (make_binop("+", kk, r8), nn) if not s.transpose_b else (kk, make_binop("+", nn, r8))
+            index = ctx.offset(b_buf, _element(s.b, *elem, s.transpose_b))
+            out.append(LdMatrix(b_frag, as_expr(first * 4), ctx.mem(b_buf), as_expr(index), num,
+                                not s.transpose_b, s.span))
+        return out
+
+    def load_a(kb, k0, am) -> list:
+        """The A atom (16 x 16) of row atom ``am`` for one K step into a_frag."""
+        if ld_a:  # matrix mi: rows + 8 (mi % 2), K + 8 (mi // 2)
+            mm = make_binop("+", make_binop("+", row_base, make_binop("*", am, 16)),
+                            make_binop("*", make_binop("%", mi, 2), 8))
+            kk = make_binop("+", make_binop("*", kb, 16), make_binop("*", make_binop("//", mi, 2), 8))
+            elem = (make_binop("+", mm, r8), kk) if not s.transpose_a else (mm, make_binop("+", kk, r8))
+            index = ctx.offset(a_buf, _element(s.a, *elem, s.transpose_a))
+            return [LdMatrix(a_frag, as_expr(0), ctx.mem(a_buf), as_expr(index), 4, s.transpose_a, s.span)]
+        row = make_binop("+", make_binop("+", row_base, make_binop("*", am, 16)), g)
+        a_pairs = [(make_binop("+", row, dr), make_binop("+", k0, dk))
+                   for dr, dk in ((0, 0), (0, 1), (8, 0), (8, 1), (0, 8), (0, 9), (8, 8), (8, 9))]
+        return load(a_frag, 0, s.a, a_pairs, s.transpose_a)
+
     def step(kb):
         """Statements of one 16-deep K step (kb: its index, an int or a loop variable): B atoms of the warp's
         columns once, then per row atom its A atom and one Mma per column atom."""
-        am, an = ctx.var("am"), ctx.var("an")
+        am = ctx.var("am")
         k0 = make_binop("+", make_binop("*", kb, 16), make_binop("*", t, 2))
-        col = make_binop("+", make_binop("+", col_base, make_binop("*", an, 8)), g)
-        b_pairs = [(make_binop("+", k0, dk), col) for dk in (0, 1, 8, 9)]
-        body = [For(an, 0, n_atoms, 1, "unroll", tuple(load(b_frag, make_binop("*", an, 4), s.b, b_pairs,
-                                                              s.transpose_b)))]
-        row = make_binop("+", make_binop("+", row_base, make_binop("*", am, 16)), g)
+        body = load_b(kb, k0)
         atom = []
         if a_buf.scope == "shared":
-            a_pairs = [(make_binop("+", row, dr), make_binop("+", k0, dk))
-                       for dr, dk in ((0, 0), (0, 1), (8, 0), (8, 1), (0, 8), (0, 9), (8, 8), (8, 9))]
-            atom += load(a_frag, 0, s.a, a_pairs, s.transpose_a)
+            atom += load_a(kb, k0, am)
             a_regs = tuple(as_expr(i) for i in range(8))
         else:
             # A in registers with the A-operand layout: slot ((am * 2 + h) * (K / 8) + kat) * 2 + pair
@@ -107,8 +141,24 @@ def lower_gemm(ctx, s: Gemm) -> list:
     else:
         kb = ctx.var("kb")
         ctx.ranges[kb] = (0, k // 16 - 1)
-        out.append(For(kb, 0, k // 16, 1, "serial", tuple(step(kb))))
+        out.append(For(kb, 0, k // 16, 1, "unroll" if k // 16 <= 8 else "serial", tuple(step(kb))))
     return out
+
+
+def ldmatrix_ok(ctx, r) -> bool:
+    """Whether ldmatrix can read gemm operand ``r``: a 16-bit shared tile stored row-major along its last dim with
+    rows of whole 16-byte chunks (any swizzle moving whole chunks), the tile's last-dim start a multiple of 8."""
+    buf = r.buffer
+    if buf.scope != "shared" or buf.dtype.bytes != 2:
+        return False
+    layout = ctx.shared_layouts[buf]
+    strides = layout._strides()
+    if strides[-1] != 1 or any(x % 8 for x in strides[:-1]) or (layout.swizzle and layout.swizzle.base < 3):
+        return False
+    dims = [d for d, e in enumerate(r.extents) if e != 1][-2:]
+    form = linear_form(r.starts[-1])
+    return len(dims) == 2 and dims[1] == buf.ndim - 1 and form is not None and form[1] % 8 == 0 and \
+        all(c % 8 == 0 for c in form[0].values())
 
 
 def _adjacent_pair(ctx, buf, idx) -> bool:

@@ -2,17 +2,20 @@
 
 In: a T.Kernel of the tile IR, the shared buffers' Layouts, and the bytes of scratch the lowering needs (reduction
 workspace). Out: ``SharedPlan`` (byte offset of each buffer, the scratch offset, the arena size).
+A staged tile (software pipeline) takes its number of stages times its 128-byte-aligned size.
 Guarantees: offsets are 16-byte aligned; two buffers used by overlapping ranges of top-level statements never
-overlap in memory; the scratch area overlaps nothing.
+overlap in memory; the scratch area overlaps nothing; ``reuse_points`` lists the top-level statements that first
+use bytes an earlier, now dead buffer used (the lowering puts a barrier before each).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from compiler.ir.expr import Expr, Load
-from compiler.ir.stmt import Alloc, Buffer, Kernel, Region
+from compiler.ir.stmt import Alloc, Buffer, Region
 from compiler.layout import Layout
+from compiler.lower.pipeline import stage_stride
 
 ALIGN = 16
 
@@ -23,35 +26,43 @@ class SharedPlan:
     layouts: dict
     scratch_offset: int
     total_bytes: int
+    reuse_points: set = field(default_factory=set)  # top-level statements that write bytes a dead buffer used
 
 
-def plan_shared(kernel: Kernel, annotated: dict, scratch_bytes: int) -> SharedPlan:
-    buffers = [s.buffer for s in kernel.body if isinstance(s, Alloc) and s.buffer.scope == "shared"]
-    buffers += [b for b in _nested_allocs(kernel.body) if b.scope == "shared" and b not in buffers]
+def plan_shared(body: tuple, annotated: dict, scratch_bytes: int, stages: dict | None = None) -> SharedPlan:
+    """``body``: the kernel's top-level statements; ``stages``: buffers a software pipeline keeps several copies of
+    (``pipeline.stage_stride`` apart), and how many."""
+    stages = stages or {}
+    buffers = [s.buffer for s in body if isinstance(s, Alloc) and s.buffer.scope == "shared"]
+    buffers += [b for b in _nested_allocs(body) if b.scope == "shared" and b not in buffers]
     layouts = {b: annotated.get(b) if isinstance(annotated.get(b), Layout) else Layout.row_major(b.shape)
                for b in buffers}
     live = {b: [None, None] for b in buffers}
-    for k, s in enumerate(kernel.body):
+    for k, s in enumerate(body):
         for b in _buffers_used(s):
             if b in live:
                 live[b][0] = k if live[b][0] is None else live[b][0]
                 live[b][1] = k
     placed: list[tuple[int, int, int, int]] = []  # offset, size, first, last
+    reuse: set[int] = set()
     offsets = {}
     for b in sorted(buffers, key=lambda b: (live[b][0] if live[b][0] is not None else -1)):
         first, last = live[b]
-        first, last = (first, last) if first is not None else (0, len(kernel.body))
-        size = _align(layouts[b].size * b.dtype.bytes)
+        first, last = (first, last) if first is not None else (0, len(body))
+        size = _align(layouts[b].size * b.dtype.bytes) if b not in stages else \
+            stage_stride(b, layouts[b]) * b.dtype.bytes * stages[b]
         offset = 0
         for o, sz, f, la in sorted(placed):
             overlaps_in_time = not (la < first or last < f)
             if overlaps_in_time and o < offset + size and offset < o + sz:
                 offset = _align(o + sz)
+        if any(la < first and o < offset + size and offset < o + sz for o, sz, f, la in placed):
+            reuse.add(first)
         placed.append((offset, size, first, last))
         offsets[b] = offset
     end = max((o + sz for o, sz, _, _ in placed), default=0)
     scratch = _align(end)
-    return SharedPlan(offsets, layouts, scratch, scratch + _align(scratch_bytes) if scratch_bytes else end)
+    return SharedPlan(offsets, layouts, scratch, scratch + _align(scratch_bytes) if scratch_bytes else end, reuse)
 
 
 def _align(n: int) -> int:

@@ -1,0 +1,177 @@
+"""Emulation of the warp-wide tensor-core statements and the asynchronous copies of the thread IR, for
+``compiler.emulate``: ``Mma``, ``LdMatrix``, ``AsyncCopy``, ``AsyncCommit``, ``AsyncWait``.
+
+In: the emulated block (``compiler.emulate._Block``: its memory, masks, ``ev``, ``elements``, race detector) and one
+statement. Out: the block's registers and shared memory updated; ``EmulationError`` when the statement breaks its
+rule in ``compiler.tir``.
+Guarantees:
+
+- ``Mma`` runs for every executing warp of the block at once: each warp's A (16x16), B (16x8) and C (16x8) are
+  gathered from its lanes' registers in the layout of ``compiler.tir.Mma``, D = A @ B + C is computed in float32
+  from the stored float16/bfloat16 values and scattered back into the C registers. ``LdMatrix`` gathers each warp's
+  8x8 matrices from the row addresses its lanes give (each row 16-byte aligned and inside the buffer) and hands each
+  lane its two elements per matrix (transposed with ``trans``). Both need every lane of each warp that runs them (a
+  warp with no active lane skips them); shared reads go through the race detector.
+- ``AsyncCopy`` reads its source when issued (zeros where ``valid`` is false, and then nothing is read) but its
+  write lands only when an ``AsyncWait`` retires its group (``AsyncCommit`` closes a group), as late as the hardware
+  may deliver it: a kernel that reads the destination before waiting sees the old bytes, and the write goes through
+  the race detector at that point. Copies still pending when the block ends land then.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from compiler.errors import KernelFault
+from compiler.tir import AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma
+
+WARP_SIZE = 32
+
+
+class EmulationError(KernelFault):
+    """The thread IR did something illegal on the emulated GPU: an out-of-bounds access, a divergent barrier,
+    shuffle or mma, a non-uniform loop, a misaligned vector copy or a shared-memory race."""
+
+
+def _mma_layout():
+    """(row, col) of each lane's operand elements in the warp's tile: A [32, 8] in 16x16, B [32, 4] as (k, n) in
+    16x8, C [32, 4] in 16x8; see ``compiler.tir.Mma``."""
+    lane = torch.arange(WARP_SIZE)[:, None]
+    g, t = lane // 4, lane % 4
+    i, j = torch.arange(8), torch.arange(4)
+    a = (g + 8 * (i // 2 % 2), 2 * t + i % 2 + 8 * (i // 4))
+    b = (2 * t + j % 2 + 8 * (j // 2), g.expand(WARP_SIZE, 4))
+    c = (g + 8 * (j // 2), 2 * t + j % 2)
+    return a, b, c
+
+
+_MMA_A, _MMA_B, _MMA_C = _mma_layout()
+
+
+def _warp_threads(block, what: str):
+    warps = block.full_warps(what)
+    return (warps[:, None] * WARP_SIZE + torch.arange(WARP_SIZE)).reshape(-1), len(warps)
+
+
+def mma(block, s: Mma) -> None:
+    """One mma.sync m16n8k16 in every warp that executes it (all warps of the block at once)."""
+    ab = s.a_buf.dtype
+    if ab not in ("float16", "bfloat16") or s.b_buf.dtype != ab or s.c_buf.dtype != "float32":
+        raise EmulationError(f"Mma wants float16 or bfloat16 A and B of one dtype and a float32 C, got A {ab}, "
+                             f"B {s.b_buf.dtype}, C {s.c_buf.dtype}", s.span)
+    for buf, regs, n in ((s.a_buf, s.a, 8), (s.b_buf, s.b, 4), (s.c_buf, s.c, 4)):
+        if buf.scope != "local" or len(regs) != n:
+            raise EmulationError(f"Mma operand '{buf.name}' must be a local array with {n} register indices, "
+                                 f"got a {buf.scope} buffer with {len(regs)}", s.span)
+    threads, nw = _warp_threads(block, "Mma")
+    if not nw:
+        return
+
+    def gather(buf, regs):
+        idx = torch.cat([block.elements(buf, block.ev(r), 1, "Mma operand in")[1] for r in regs], 1)[threads]
+        return block.mem[buf], idx
+
+    (a_mem, a_idx), (b_mem, b_idx), (c_mem, c_idx) = (gather(s.a_buf, s.a), gather(s.b_buf, s.b),
+                                                      gather(s.c_buf, s.c))
+    dup = (c_idx.sort(1).values.diff(dim=1) == 0).any(1)
+    if bool(dup.any()):
+        t = int(threads[dup.nonzero()[0]])
+        raise EmulationError(f"Mma in thread {t}: the accumulator registers {s.c_buf.name}"
+                             f"{[int(v) for v in c_idx[int(dup.nonzero()[0])]]} are not distinct", s.span)
+    rows = threads[:, None]
+    A = torch.empty(nw, 16, 16, dtype=a_mem.dtype)
+    B = torch.empty(nw, 16, 8, dtype=b_mem.dtype)
+    C = torch.empty(nw, 16, 8, dtype=torch.float32)
+    A[:, _MMA_A[0], _MMA_A[1]] = a_mem[rows, a_idx].view(nw, WARP_SIZE, 8)
+    B[:, _MMA_B[0], _MMA_B[1]] = b_mem[rows, b_idx].view(nw, WARP_SIZE, 4)
+    C[:, _MMA_C[0], _MMA_C[1]] = c_mem[rows, c_idx].view(nw, WARP_SIZE, 4)
+    D = torch.matmul(A.float(), B.float()) + C
+    c_mem[rows, c_idx] = D[:, _MMA_C[0], _MMA_C[1]].reshape(nw * WARP_SIZE, 4)
+
+
+def ldmatrix(block, s: LdMatrix) -> None:
+    """Each executing warp loads ``num`` 8x8 matrices from the row addresses of its lanes."""
+    if s.src.dtype.bytes != 2 or s.dst.dtype != s.src.dtype or s.src.scope != "shared" or s.dst.scope != "local":
+        raise EmulationError(f"LdMatrix wants a 16-bit shared source and a local destination of its dtype, got "
+                             f"{s.src.scope} {s.src.dtype} -> {s.dst.scope} {s.dst.dtype}", s.span)
+    if s.num not in (1, 2, 4):
+        raise EmulationError(f"LdMatrix loads 1, 2 or 4 matrices, not {s.num}", s.span)
+    threads, nw = _warp_threads(block, "LdMatrix")
+    if not nw:
+        return
+    addr = block.lanes(block.ev(s.src_index), torch.int64)[threads].view(nw, WARP_SIZE)
+    mem = block.buffer_memory(s.src)
+    providers = threads.view(nw, WARP_SIZE)[:, :8 * s.num]
+    rows = addr[:, :8 * s.num]  # [nw, 8 num]: lane 8 i + r gives row r of matrix i
+    bad = (rows % 8 != 0) | (rows < 0) | (rows + 8 > mem.shape[0])
+    if bool(bad.any()):
+        w, lane = (int(x) for x in bad.nonzero()[0])
+        raise EmulationError(f"LdMatrix row address {int(rows[w, lane])} of lane {lane} (thread "
+                             f"{int(providers[w, lane])}) in '{s.src.name}' (size {mem.shape[0]}) is out of bounds or "
+                             f"not 16-byte aligned", s.span)
+    idx = rows[:, :, None] + torch.arange(8)  # [nw, 8 num, 8]
+    if block.check_races:
+        block.race_read(s.src, idx.reshape(-1, 8), providers.reshape(-1))
+    mats = mem[idx].view(nw, s.num, 8, 8)
+    if s.trans:
+        mats = mats.transpose(2, 3)
+    lane = torch.arange(WARP_SIZE)
+    g, t = lane // 4, lane % 4
+    got = mats[:, :, g[:, None], (2 * t[:, None] + torch.arange(2))]  # [nw, num, 32, 2]
+    got = got.permute(0, 2, 1, 3).reshape(nw * WARP_SIZE, 2 * s.num)
+    dst_mem, dst_idx = block.elements(s.dst, block.ev(s.dst_first), 2 * s.num, "LdMatrix into")
+    dst_mem[threads[:, None], dst_idx[threads]] = got.to(dst_mem.dtype)
+
+
+def async_copy(block, s: AsyncCopy) -> None:
+    """Issue: read the source now (zeros where not valid); the write waits in the open group."""
+    if s.src.scope != "global" or s.dst.scope != "shared" or s.src.dtype != s.dst.dtype or \
+            s.width * s.src.dtype.bytes not in (4, 8, 16):
+        raise EmulationError(f"AsyncCopy wants global -> shared of one dtype and 4, 8 or 16 bytes, got "
+                             f"{s.src.scope} {s.src.dtype} -> {s.dst.scope} {s.dst.dtype} x {s.width}", s.span)
+    ok = block.lanes(True if s.valid is None else block.ev(s.valid), torch.bool)
+    block.check_vector(s.dst, block.ev(s.dst_index), s.width, "to")
+    _, dst_idx = block.elements(s.dst, block.ev(s.dst_index), s.width, "async copy to")
+    block.masks.append(ok if block.mask is None else block.mask & ok)
+    try:
+        if bool(block.masks[-1].any()):
+            block.check_vector(s.src, block.ev(s.src_index), s.width, "from")
+            vals = block.read(s.src, block.ev(s.src_index), s.width, "async copy from")
+        else:
+            vals = None
+    finally:
+        block.masks.pop()
+    ids = block.active()
+    values = torch.zeros(block.nt, s.width, dtype=block.mem[s.dst].dtype)
+    if vals is not None:
+        values[ok] = vals[ok].to(values.dtype)
+    block.async_open.append((s.dst, dst_idx[ids], values[ids], ids))
+
+
+def async_commit(block, s: AsyncCommit) -> None:
+    block.async_groups.append(block.async_open)
+    block.async_open = []
+
+
+def async_wait(block, s: AsyncWait) -> None:
+    keep = max(int(s.pending), 0)
+    while len(block.async_groups) > keep:
+        _land(block, block.async_groups.pop(0))
+
+
+def finish_async(block) -> None:
+    """Land every copy still pending when the block ends."""
+    for group in block.async_groups + [block.async_open]:
+        _land(block, group)
+    block.async_groups, block.async_open = [], []
+
+
+def _land(block, group) -> None:
+    for buf, idx, vals, ids in group:
+        mem = block.mem[buf]
+        if block.check_races:
+            block.race_write(buf, idx, ids, vals.to(mem.dtype), False)
+        mem[idx.reshape(-1)] = vals.reshape(-1).to(mem.dtype)
+
+
+HANDLERS = {Mma: mma, LdMatrix: ldmatrix, AsyncCopy: async_copy, AsyncCommit: async_commit, AsyncWait: async_wait}

@@ -1,0 +1,196 @@
+"""Software pipelining of ``T.Pipelined`` loops: multi-buffered shared tiles filled by ``cp.async`` stages ahead.
+
+In: a T.Kernel body of the tile IR (before barrier insertion) and, for lowering, one ``SoftwarePipeline``.
+Out: ``plan_pipelines`` replaces each loop it can pipeline by a ``SoftwarePipeline`` statement (the loop, its
+producers, its consumers, the staged buffers); ``lower_pipeline`` turns one into thread IR.
+
+Which loops: ``T.Pipelined(n, num_stages=s)`` with s >= 2 whose body has producers: ``T.copy`` from global into a
+shared tile whose source indices depend only on the loop variable and values fixed before the loop, and whose tile
+nothing else in the kernel touches except reads by the loop's other statements (the consumers). With ``order`` /
+``stage`` the body is first put in ``order``; the statements of stage 0 must then all be such copies. Any other
+pipelined loop runs as a plain loop (``log`` says why).
+
+How (s stages, n iterations): every staged tile gets s buffers (``stage_stride`` elements apart, 128-byte aligned).
+Prologue: the producers of iterations 0 .. s-2, one cp.async group each. Iteration k: wait until at most s-2 groups
+are pending (iteration k's tiles have landed), barrier (everyone's copies are visible and everyone has finished
+iteration k-1), issue the producers of iteration k+s-1 into buffer (k+s-1) % s, the one iteration k-1 read, and
+commit (an empty group past the end keeps the count), then run the consumers on buffer k % s. After the loop: wait
+for all groups.
+Guarantees: no read-after-write hazard (a tile is read only after the wait and barrier that follow its copy) and no
+write-after-read hazard (a buffer is refilled only after the barrier that follows every read of it); copies that
+cannot be asynchronous (a dtype cast, a run shorter than 4 bytes) are issued as ordinary loads and stores at the same
+point, which keeps both guarantees.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+from compiler.ir.expr import make_binop, make_cmp
+from compiler.ir.simplify import depends_on
+from compiler.ir.stmt import Buffer, Copy, For, Let, Stmt
+from compiler.ir.visit import loads, stmt_exprs, substitute, walk
+from compiler.lower.copy import guarded, lower_copy
+from compiler.tir import AsyncCommit, AsyncWait, Barrier
+
+log = logging.getLogger("tileagent.compiler")
+
+STAGE_ALIGN_BYTES = 128
+
+
+@dataclass(frozen=True, eq=False)
+class SoftwarePipeline(Stmt):
+    """A ``T.Pipelined`` loop split into producers (copies into ``staged`` tiles) and consumers (the rest)."""
+
+    loop: For
+    stages: int
+    producers: tuple
+    consumers: tuple
+    staged: tuple
+
+    @property
+    def body(self) -> tuple:
+        return self.producers + self.consumers
+
+    @property
+    def span(self):
+        return self.loop.span
+
+
+def stage_stride(buf: Buffer, layout) -> int:
+    """Elements between two stages of a staged tile."""
+    nbytes = layout.size * buf.dtype.bytes
+    return -(-nbytes // STAGE_ALIGN_BYTES) * STAGE_ALIGN_BYTES // buf.dtype.bytes
+
+
+def plan_pipelines(body: tuple) -> tuple:
+    """``body`` with every pipelinable ``T.Pipelined`` loop (at any depth) replaced by a SoftwarePipeline."""
+    return _plan(body, body)
+
+
+def _plan(stmts, kernel_body) -> tuple:
+    """``stmts`` with pipelines planned; statements with nothing planned inside stay the same objects (layout
+    inference keys its results by them)."""
+    out = []
+    for s in stmts:
+        fields = getattr(s, "__dataclass_fields__", {})
+        changes = {}
+        for name in ("body", "then_body", "else_body"):
+            if name in fields:
+                new = _plan(getattr(s, name), kernel_body)
+                if any(a is not b for a, b in zip(new, getattr(s, name))):
+                    changes[name] = new
+        if changes:
+            s = replace(s, **changes)
+        if isinstance(s, For) and s.kind == "pipelined":
+            s = _pipeline(s, kernel_body) or s
+        out.append(s)
+    return tuple(out)
+
+
+def _pipeline(loop: For, kernel_body) -> SoftwarePipeline | None:
+    stages = loop.annotations.get("num_stages", 0)
+    if stages < 2:
+        return None
+    body = list(loop.body)
+    order, stage = loop.annotations.get("order"), loop.annotations.get("stage")
+    if order is not None:
+        if sorted(order) != list(range(len(body))) or len(stage) != len(body):
+            log.info("T.Pipelined at %s: order/stage do not match the %d statements; not pipelined", loop.span,
+                     len(body))
+            return None
+        body = [body[order.index(i)] for i in range(len(body))]
+        stage = [stage[order.index(i)] for i in range(len(body))]
+        chosen = [s for s, st in zip(body, stage) if st == 0]
+        if not all(_is_producer(s, loop, body, kernel_body) for s in chosen):
+            log.info("T.Pipelined at %s: a statement of stage 0 is not a global -> shared copy the loop can issue "
+                     "ahead; not pipelined", loop.span)
+            return None
+    else:
+        chosen = [s for s in body if _is_producer(s, loop, body, kernel_body)]
+    if not chosen:
+        log.info("T.Pipelined at %s: no copy from global into a shared tile can be issued ahead; not pipelined",
+                 loop.span)
+        return None
+    consumers = tuple(s for s in body if not any(s is c for c in chosen))
+    staged = tuple(dict.fromkeys(c.dst.buffer for c in chosen))
+    return SoftwarePipeline(loop, stages, tuple(chosen), consumers, staged)
+
+
+def _is_producer(s, loop: For, body, kernel_body) -> bool:
+    """Whether copy ``s`` can be issued iterations ahead: global -> shared, indices fixed before the loop apart from
+    its variable, the only writer of its tile in the kernel, the tile read nowhere outside the loop body."""
+    from compiler.lower.barriers import shared_effects
+
+    if not isinstance(s, Copy) or s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared":
+        return False
+    defined = [x.var for x in walk(body) if isinstance(x, (Let, For))] + \
+        [v for x in walk(body) for v in getattr(x, "vars", ())]
+    changed = set()
+    for x in walk(body):
+        if not hasattr(x, "body"):
+            changed |= shared_effects(x)[0] | {b for b in (getattr(x, "buffer", None),
+                                                           getattr(getattr(x, "dst", None), "buffer", None)) if b}
+    for e in tuple(s.src.starts) + tuple(s.dst.starts):
+        if depends_on(e, defined) or any(ld.buffer in changed for ld in loads(e)):
+            return False
+    tile, inside = s.dst.buffer, set(map(id, walk(body)))
+    for x in walk(kernel_body):
+        if x is s or type(x).__name__ == "Alloc":
+            continue
+        if hasattr(x, "body") or hasattr(x, "then_body"):
+            if id(x) not in inside and any(ld.buffer is tile for e in stmt_exprs(x) for ld in loads(e)):
+                return False
+            continue
+        written, read = shared_effects(x)
+        if tile in written or (tile in read and id(x) not in inside):
+            return False
+    return True
+
+
+def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
+    """Thread IR of one SoftwarePipeline (see the module docstring for the schedule)."""
+    ctx = lowering.ctx
+    loop, s, v = p.loop, p.stages, p.loop.var
+    start, extent = ctx.rewrite(loop.start, {}), ctx.rewrite(loop.extent, {})
+    end = make_binop("+", start, extent)
+    lowering.note_loop(v, start, extent, loop.step)
+    strides = {b: stage_stride(b, ctx.shared_layouts[b]) for b in p.staged}
+
+    def producers(iteration, stage) -> list:
+        """The producers of ``iteration`` (an int, or a Var bound to an iteration inside the loop's range)."""
+        ctx.stage_base = {b: make_binop("*", stage, n) for b, n in strides.items()}
+        ctx.async_copies = True
+        try:
+            out = []
+            for c in p.producers:
+                out += lower_copy(ctx, Copy(substitute(c.src, {v: iteration}), substitute(c.dst, {v: iteration}),
+                                            c.span))
+            return out
+        finally:
+            ctx.stage_base, ctx.async_copies = {}, False
+
+    out = []
+    for i in range(s - 1):
+        out += guarded(ctx, make_cmp("<", i, extent), producers(make_binop("+", start, i), i))
+        out.append(AsyncCommit(p.span))
+    rel = make_binop("-", v, start)
+    ahead = ctx.var(f"{v.name}_ahead")
+    ctx.ranges[ahead] = ctx.ranges.get(v)
+    body = [AsyncWait(s - 2, p.span), Barrier(p.span)]
+    issue = [Let(ahead, make_binop("+", v, s - 1), p.span)]
+    issue += producers(ahead, make_binop("%", make_binop("-", ahead, start), s))
+    body += guarded(ctx, make_cmp("<", make_binop("+", v, s - 1), end), issue)
+    body.append(AsyncCommit(p.span))
+    ctx.stage_base = {b: make_binop("*", make_binop("%", rel, s), n) for b, n in strides.items()}
+    try:
+        body += lowering.body(p.consumers)
+    finally:
+        ctx.stage_base = {}
+    out.append(For(v, start, extent, loop.step, "serial", tuple(body), {}, loop.span))
+    out.append(AsyncWait(0, p.span))
+    return out
+
+
+__all__ = ["SoftwarePipeline", "lower_pipeline", "plan_pipelines", "stage_stride"]

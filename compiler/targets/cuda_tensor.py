@@ -1,0 +1,149 @@
+"""CUDA C++ for the tensor-core and asynchronous-copy statements of the thread IR: ``Mma``, ``LdMatrix``,
+``AsyncCopy``, ``AsyncCommit``, ``AsyncWait``.
+
+In: one such statement and the kernel emitter of ``compiler.targets.cuda`` (its ``line``, ``buf``, ``index``,
+``register``, ``ct``, ``fail`` and module state). Out: lines of C++ appended to the kernel, and the names of the
+preamble helpers they need (``HELPERS``).
+Guarantees:
+
+- ``Mma`` becomes one call of ``tl_mma_m16n8k16_{f16,bf16}``: inline PTX ``mma.sync.aligned.m16n8k16.row.col.f32``
+  whose A/B elements are passed by value and packed in pairs (lower index in the low 16 bits) and whose four
+  accumulators are passed by reference ("+f"), so register arrays are indexed by constants, never through a pointer.
+- ``LdMatrix`` becomes one ``ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16`` whose ``num`` 32-bit results
+  are unpacked into the destination registers (lower half first), again without taking a register's address.
+- ``AsyncCopy`` becomes ``cp.async.{ca,cg}.shared.global`` with a source size of 0 (zero fill, nothing read) when its
+  ``valid`` condition is false; the source pointer is then the tensor's base, so no out-of-range address is formed.
+  16-byte copies use ``.cg`` (bypass L1), 4- and 8-byte ones ``.ca``.
+- ``AsyncCommit`` / ``AsyncWait`` become ``cp.async.commit_group`` / ``cp.async.wait_group N``.
+"""
+
+from __future__ import annotations
+
+from compiler.tir import AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma
+
+_MMA_HELPER = """\
+// mma.sync m16n8k16, fp32 accumulate, in place: {{d0..d3}} = A (16x16, {dt}) @ B (16x8, {dt}) + {{d0..d3}}.
+// Per-lane fragment layout: compiler/tir.py (Mma). Each .b32 operand packs two elements, lower index in the low half.
+__device__ __forceinline__ unsigned tl_pack_{sfx}x2({t} lo, {t} hi) {{
+  const {t2} v = {halves}(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&v);
+}}
+__device__ __forceinline__ void tl_mma_m16n8k16_{sfx}(float& d0, float& d1, float& d2, float& d3,
+    {t} a0, {t} a1, {t} a2, {t} a3, {t} a4, {t} a5, {t} a6, {t} a7, {t} b0, {t} b1, {t} b2, {t} b3) {{
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.{sfx}.{sfx}.f32 "
+      "{{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"
+      : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+      : "r"(tl_pack_{sfx}x2(a0, a1)), "r"(tl_pack_{sfx}x2(a2, a3)), "r"(tl_pack_{sfx}x2(a4, a5)),
+        "r"(tl_pack_{sfx}x2(a6, a7)), "r"(tl_pack_{sfx}x2(b0, b1)), "r"(tl_pack_{sfx}x2(b2, b3)));
+}}"""
+_UNPACK_HELPER = """\
+// The two 16-bit halves of a 32-bit register (lower index in the low half), as {t}.
+__device__ __forceinline__ {t} tl_lo_{sfx}(unsigned r) {{
+  const unsigned short h = (unsigned short)(r & 0xffffu);
+  return *reinterpret_cast<const {t}*>(&h);
+}}
+__device__ __forceinline__ {t} tl_hi_{sfx}(unsigned r) {{
+  const unsigned short h = (unsigned short)(r >> 16);
+  return *reinterpret_cast<const {t}*>(&h);
+}}"""
+_TYPES = {"float16": ("f16", "half", "__half2", "__halves2half2"),
+          "bfloat16": ("bf16", "__nv_bfloat16", "__nv_bfloat162", "__halves2bfloat162")}
+HELPERS = {}
+for _dt, (_sfx, _t, _t2, _halves) in _TYPES.items():
+    HELPERS[f"mma_{_sfx}"] = _MMA_HELPER.format(dt=_dt, sfx=_sfx, t=_t, t2=_t2, halves=_halves)
+    HELPERS[f"unpack_{_sfx}"] = _UNPACK_HELPER.format(t=_t, sfx=_sfx)
+HELPER_ORDER = tuple(HELPERS)
+
+
+def emit_mma(em, s: Mma) -> None:
+    what = f"Mma into {s.c_buf.name}"
+    if em.k.num_threads % 32:
+        em.fail(f"{what}: mma.sync is warp-wide, but the block has {em.k.num_threads} threads (not whole warps)")
+    ab = s.a_buf.dtype
+    if ab not in _TYPES or s.b_buf.dtype != ab or s.c_buf.dtype != "float32":
+        em.fail(f"{what}: want float16 or bfloat16 A and B of one dtype and a float32 C, got A {ab}, "
+                f"B {s.b_buf.dtype}, C {s.c_buf.dtype}")
+    regs = []
+    for buf, idx, n in ((s.c_buf, s.c, 4), (s.a_buf, s.a, 8), (s.b_buf, s.b, 4)):
+        if buf.scope != "local" or len(idx) != n:
+            em.fail(f"{what}: operand {buf.name} must be a local array with {n} register indices, got a "
+                    f"{buf.scope} buffer with {len(idx)}")
+        regs.append([em.register(buf, i) for i in idx])
+    if len(set(regs[0])) != 4:
+        em.fail(f"{what}: the four accumulator registers must be distinct, got {', '.join(regs[0])}")
+    sfx = _TYPES[ab][0]
+    em.ct(ab)
+    em.state.helpers.add(f"mma_{sfx}")
+    call = f"tl_mma_m16n8k16_{sfx}("
+    pad = " " * len(call)  # continuation lines line up with the first argument
+    c, a, b = (", ".join(r) for r in regs)
+    em.line(f"{call}{c},")
+    em.lines.append("  " * em.depth + pad + f"{a},")
+    em.lines.append("  " * em.depth + pad + f"{b});")
+
+
+def emit_ldmatrix(em, s: LdMatrix) -> None:
+    what = f"LdMatrix into {s.dst.name}"
+    dt = s.src.dtype
+    if dt not in _TYPES or s.dst.dtype != dt or s.src.scope != "shared" or s.dst.scope != "local":
+        em.fail(f"{what}: want a float16/bfloat16 shared source and a local destination of the same dtype, got "
+                f"{s.src.scope} {dt} -> {s.dst.scope} {s.dst.dtype}")
+    if s.num not in (1, 2, 4):
+        em.fail(f"{what}: num must be 1, 2 or 4, got {s.num}")
+    sfx = _TYPES[dt][0]
+    em.ct(dt)
+    em.state.helpers.add(f"unpack_{sfx}")
+    outs = [em.register(s.dst, _plus(s.dst_first, k)) for k in range(2 * s.num)]
+    regs = ", ".join(f"%{i}" for i in range(s.num))
+    em.line("{")
+    em.depth += 1
+    em.line(f"unsigned tl_r[{s.num}];")
+    em.line(f"const unsigned tl_a = (unsigned)__cvta_generic_to_shared(&{em.buf(s.src)}[{em.index(s.src, s.src_index)}]);")
+    constraints = ", ".join(f'"=r"(tl_r[{i}])' for i in range(s.num))
+    em.line(f'asm volatile("ldmatrix.sync.aligned.m8n8.x{s.num}{".trans" if s.trans else ""}.shared.b16 '
+            f'{{{regs}}}, [%{s.num}];" : {constraints} : "r"(tl_a));')
+    for i in range(s.num):
+        em.line(f"{outs[2 * i]} = tl_lo_{sfx}(tl_r[{i}]); {outs[2 * i + 1]} = tl_hi_{sfx}(tl_r[{i}]);")
+    em.depth -= 1
+    em.line("}")
+
+
+def emit_async_copy(em, s: AsyncCopy) -> None:
+    nbytes = s.width * s.src.dtype.bytes
+    if s.src.scope != "global" or s.dst.scope != "shared" or s.src.dtype != s.dst.dtype or nbytes not in (4, 8, 16):
+        em.fail(f"AsyncCopy {s.src.name} -> {s.dst.name}: want global -> shared of one dtype and 4, 8 or 16 bytes, "
+                f"got {s.src.scope} {s.src.dtype} -> {s.dst.scope} {s.dst.dtype}, {nbytes} bytes")
+    src, dst = em.buf(s.src), em.buf(s.dst)
+    si, di = em.index(s.src, s.src_index), em.index(s.dst, s.dst_index)
+    kind = "cg" if nbytes == 16 else "ca"
+    em.line("{")
+    em.depth += 1
+    em.line(f"const unsigned tl_d = (unsigned)__cvta_generic_to_shared(&{dst}[{di}]);")
+    if s.valid is None:
+        em.line(f'asm volatile("cp.async.{kind}.shared.global [%0], [%1], {nbytes};" :: "r"(tl_d), '
+                f'"l"(&{src}[{si}]) : "memory");')
+    else:
+        em.line(f"const bool tl_ok = {em.ex(s.valid)};")
+        em.line(f"const void* tl_s = tl_ok ? (const void*)&{src}[{si}] : (const void*){src};")
+        em.line(f'asm volatile("cp.async.{kind}.shared.global [%0], [%1], {nbytes}, %2;" :: "r"(tl_d), "l"(tl_s), '
+                f'"r"(tl_ok ? {nbytes} : 0) : "memory");')
+    em.depth -= 1
+    em.line("}")
+
+
+def emit_async_commit(em, s: AsyncCommit) -> None:
+    em.line('asm volatile("cp.async.commit_group;" ::: "memory");')
+
+
+def emit_async_wait(em, s: AsyncWait) -> None:
+    em.line(f'asm volatile("cp.async.wait_group {int(s.pending)};" ::: "memory");')
+
+
+def _plus(e, k: int):
+    from compiler.ir.expr import make_binop
+    return make_binop("+", e, k) if k else e
+
+
+HANDLERS = {Mma: emit_mma, LdMatrix: emit_ldmatrix, AsyncCopy: emit_async_copy, AsyncCommit: emit_async_commit,
+            AsyncWait: emit_async_wait}
