@@ -1,0 +1,82 @@
+"""Template ``elementwise``: a fused pointwise DAG over (rows, N) tiles, after prompts/examples/bias_gelu.py.
+
+In: a ``FamilyMatch`` of family ``elementwise`` and a variant (overrides of the module's knobs). Out: the candidate
+module's text. Every operand is viewed as (M, N) (inputs and parameters of the output's shape), (N,) (one value per
+column: a bias) or (M,) (one value per row); each block loads a ``block_m x block_n`` tile of each into float32
+registers, evaluates the translated expression once per element and stores in the output dtype. M (the product of
+the leading dims) is dynamic; N is compiled in. Tiles hanging over either end read zeros and drop their stores.
+"""
+
+from __future__ import annotations
+
+from tileagent.drafters.builtin.recognize import FamilyMatch
+from tileagent.drafters.builtin.templates import common
+
+VARIANTS = [
+    ("t128x32", {"THREADS": 128, "PER_THREAD": 32}),
+    ("t256x16", {"THREADS": 256, "PER_THREAD": 16}),
+    ("t256x32", {"THREADS": 256, "PER_THREAD": 32}),
+    ("t128x16", {"THREADS": 128, "PER_THREAD": 16}),
+]
+
+SCHEDULE = '''
+def schedule(N):
+    """(block_m, block_n, threads): a row tile of up to 512 columns (a power of two), PER_THREAD values a thread."""
+    threads = THREADS
+    block_n = 32
+    while block_n < N and block_n < 512:
+        block_n *= 2
+    block_n = BLOCK_N or block_n
+    block_m = max(1, threads * PER_THREAD // block_n)
+    return block_m, block_n, threads
+'''
+
+
+def render(match: FamilyMatch, knobs: dict) -> str:
+    """The candidate module for ``match`` with the variant's ``knobs``."""
+    ops = match.operands
+    full = [k for k, o in enumerate(ops) if o.role == "full" and o.kind == "input"]
+    first_full = ops[full[0]]
+    x_ref = common.operand_ref(match, first_full)
+    constants = {"THREADS": knobs["THREADS"], "PER_THREAD": knobs["PER_THREAD"], "BLOCK_N": None}
+    tunables = {"THREADS": [knobs["THREADS"]] + [t for t in (128, 256) if t != knobs["THREADS"]],
+                "PER_THREAD": [knobs["PER_THREAD"]] + [p for p in (16, 32) if p != knobs["PER_THREAD"]],
+                "BLOCK_N": [None, 256, 512]}
+    doc = (f"Candidate drafted by the built-in drafter (template elementwise): {match.summary}, fused into one kernel "
+           f"over (rows, N) tiles; float32 math, output {match.out_dtype}. Knobs: THREADS, PER_THREAD (values per "
+           f"thread), BLOCK_N (None: schedule()'s choice).")
+    cparams, cargs = common.const_params(match)
+    dparams = "".join(f", d_{o.name}" for o in ops)
+    shapes = {"full": "(M, N)", "row": "(N,)", "col": "(M,)"}
+    frag = {"full": "(block_m, block_n)", "row": "(block_n,)", "col": "(block_m,)"}
+    origin = {"full": "[bm * block_m, bn * block_n]", "row": "[bn * block_n]", "col": "[bm * block_m]"}
+    texts = {k: f"f_{o.name}[i, j]" if o.role == "full" else f"f_{o.name}[{'j' if o.role == 'row' else 'i'}]"
+             for k, o in enumerate(ops)}
+    stmts, result = common.body(match, match.expr, texts, None, 16)
+    sig = ", ".join(f"g_{o.name}: T.Tensor({shapes[o.role]}, d_{o.name})" for o in ops)
+    allocs = "".join(f"            f_{o.name} = T.alloc_fragment({frag[o.role]}, \"float32\")\n" for o in ops)
+    loads = "".join(f"            T.copy(g_{o.name}{origin[o.role]}, f_{o.name})\n" for o in ops)
+    kernel = f'''
+@tileagent.jit(out_idx=[{len(ops)}]{common.pass_configs(match)})
+def fused_elementwise(N, block_m, block_n, threads{dparams}, out_dtype{cparams}):
+    M = T.dynamic("M")  # rows: the product of the leading dims, any count
+
+    @T.prim_func
+    def main({sig}, out: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=threads) as (bn, bm):
+{allocs}            y = T.alloc_fragment((block_m, block_n), "float32")
+{loads}            for i, j in T.Parallel(block_m, block_n):
+{stmts}                y[i, j] = {result}
+            T.copy(y, out[bm * block_m, bn * block_n])
+
+    return main
+'''
+    views = ", ".join(common.rows_view(match, o, "N") for o in ops)
+    dargs = "".join(f", {common.dtype_ref(match, o)}" for o in ops)
+    forward = (f"        N = {x_ref}.shape[-1]\n"
+               f"        block_m, block_n, threads = schedule(N)\n"
+               f"        kernel = fused_elementwise(N, block_m, block_n, threads{dargs}, "
+               f"{common.out_dtype_ref(match, x_ref)}{cargs})\n"
+               f"        return kernel({views}).view({x_ref}.shape)\n")
+    return common.header(doc, constants, tunables, match) + SCHEDULE + "\n" + kernel + "\n\n" + \
+        common.model_class(match, forward)

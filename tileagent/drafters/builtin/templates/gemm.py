@@ -1,0 +1,87 @@
+"""Template ``gemm_epilogue``: a tiled tensor-core GEMM with a fused pointwise epilogue, after
+prompts/examples/gemm_relu.py.
+
+In: a ``FamilyMatch`` of family ``gemm_epilogue`` and a variant. Out: the candidate module's text. Each block owns a
+``block_M x block_N`` tile of C; along K it copies an A tile and a B tile (``(block_N, block_K)`` with
+``transpose_B=True`` for an ``nn.Linear`` weight or a ``.t()`` operand) into shared memory and accumulates ``T.gemm``
+into a float32 fragment inside ``T.Pipelined(num_stages=...)``. The epilogue runs on the accumulator's own shape:
+per-column operands (a bias) load as ``(block_N,)`` fragments, operands of C's shape (a residual) as tiles, then the
+translated expression, then one store in the output dtype. A's leading dims are flattened into a dynamic M; ragged
+M, N, K need no masks (padding reads 0). ``T.use_swizzle`` orders blocks in panels for L2 reuse.
+"""
+
+from __future__ import annotations
+
+from tileagent.drafters.builtin.recognize import FamilyMatch
+from tileagent.drafters.builtin.templates import common
+
+VARIANTS = [
+    ("128x128x32s3t128", {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "NUM_STAGES": 3, "THREADS": 128}),
+    ("128x128x64s2t256", {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "NUM_STAGES": 2, "THREADS": 256}),
+    ("64x128x32s3t128", {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "NUM_STAGES": 3, "THREADS": 128}),
+    ("128x256x32s3t256", {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32, "NUM_STAGES": 3, "THREADS": 256}),
+    ("64x64x32s2t128", {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "NUM_STAGES": 2, "THREADS": 128}),
+]
+
+
+def render(match: FamilyMatch, knobs: dict) -> str:
+    """The candidate module for ``match`` with the variant's ``knobs``."""
+    ops = match.operands
+    a_ref = match.traced.input_names[match.subject]
+    b = match.gemm_b
+    b_ref = common.operand_ref(match, b)
+    tb = match.gemm_b_transposed
+    constants = dict(knobs, PANEL=8)
+    tunables = {"NUM_STAGES": [knobs["NUM_STAGES"]] + [s for s in (2, 3, 4) if s != knobs["NUM_STAGES"]],
+                "BLOCK_K": [knobs["BLOCK_K"]] + [k for k in (32, 64) if k != knobs["BLOCK_K"]],
+                "PANEL": [8, 4, 16]}
+    doc = (f"Candidate drafted by the built-in drafter (template gemm_epilogue): {match.summary}; "
+           f"{match.dtype} operands on tensor cores, float32 accumulation, output {match.out_dtype}. Knobs: BLOCK_M, "
+           f"BLOCK_N, BLOCK_K, NUM_STAGES, THREADS, PANEL (the block swizzle's panel).")
+    cparams, cargs = common.const_params(match)
+    dparams = "".join(f", d_{o.name}" for o in ops)
+    shapes = {"full": "(M, N)", "row": "(N,)", "col": "(M,)"}
+    frag = {"full": "(block_M, block_N)", "row": "(block_N,)", "col": "(block_M,)"}
+    origin = {"full": "[by * block_M, bx * block_N]", "row": "[bx * block_N]", "col": "[by * block_M]"}
+    texts = {k: f"f_{o.name}[i, j]" if o.role == "full" else f"f_{o.name}[{'j' if o.role == 'row' else 'i'}]"
+             for k, o in enumerate(ops)}
+    stmts, result = common.body(match, match.expr, texts, "acc[i, j]", 16)
+    sig = "".join(f", g_{o.name}: T.Tensor({shapes[o.role]}, d_{o.name})" for o in ops)
+    allocs = "".join(f"            f_{o.name} = T.alloc_fragment({frag[o.role]}, \"float32\")\n" for o in ops)
+    loads = "".join(f"            T.copy(g_{o.name}{origin[o.role]}, f_{o.name})\n" for o in ops)
+    b_shape, b_tile = ("(N, K)", "(block_N, block_K)") if tb else ("(K, N)", "(block_K, block_N)")
+    b_origin = "[bx * block_N, k * block_K]" if tb else "[k * block_K, bx * block_N]"
+    kernel = f'''
+@tileagent.jit(out_idx=[{len(ops) + 2}]{common.pass_configs(match)})
+def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, dtype{dparams}, out_dtype{cparams}):
+    M = T.dynamic("M")  # rows of A: its leading dims flattened, any count
+
+    @T.prim_func
+    def main(g_a: T.Tensor((M, K), dtype), g_b: T.Tensor({b_shape}, dtype){sig}, out: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_s = T.alloc_shared({b_tile}, dtype)
+            acc = T.alloc_fragment((block_M, block_N), "float32")
+{allocs}
+            T.use_swizzle(panel_size=panel)
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(g_a[by * block_M, k * block_K], A_s)
+                T.copy(g_b{b_origin}, B_s)
+                T.gemm(A_s, B_s, acc{', transpose_B=True' if tb else ''})  # acc += A_s @ B_s{'^T' if tb else ''}
+{loads}            for i, j in T.Parallel(block_M, block_N):  # the epilogue, on the accumulator's layout
+{stmts}                acc[i, j] = {result}
+            T.copy(acc, out[by * block_M, bx * block_N])
+
+    return main
+'''
+    n_expr = f"{b_ref}.shape[{0 if tb else 1}]"
+    views = "".join(f", {common.rows_view(match, o, 'N')}" for o in ops)
+    dargs = "".join(f", {common.dtype_ref(match, o)}" for o in ops)
+    forward = (f"        K, N = {a_ref}.shape[-1], {n_expr}\n"
+               f"        kernel = gemm_epilogue(N, K, BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES, THREADS, PANEL, "
+               f"TL_DTYPE[{a_ref}.dtype]{dargs},\n"
+               f"                               {common.out_dtype_ref(match, a_ref)}{cargs})\n"
+               f"        y = kernel({a_ref}.reshape(-1, K), {b_ref}{views})\n"
+               f"        return y.view(tuple({a_ref}.shape[:-1]) + (N,))\n")
+    return common.header(doc, constants, tunables, match) + "\n" + kernel + "\n\n" + common.model_class(match, forward)

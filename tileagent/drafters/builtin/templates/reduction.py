@@ -1,0 +1,126 @@
+"""Template ``row_reduction``: sum / mean / amax / amin over one dim (or adjacent dims), after
+prompts/examples/sum_dim1.py.
+
+In: a ``FamilyMatch`` of family ``row_reduction`` and a variant. Out: the candidate module's text. The forward views
+the input as (A, D, B) around the reduced dims (plain Python ints from the shape): when B == 1 (the last dim) the
+``reduce_rows`` kernel gives each block ``block_m`` rows and walks D in ``block_d`` tiles; otherwise ``reduce_cols``
+gives each block ``block_n`` columns of one A index and walks D in ``block_k``-row tiles, as the column-sum example
+does. Both accumulate elementwise in a float32 tile (no communication in the loop) and reduce it once at the end.
+Elements past D are masked with the reduction's identity (0, -inf, +inf), so any pre-op (``x * x``, ``abs``) and any
+D work; A is dynamic. Pointwise work before the reduction runs on each element, after it on each result.
+"""
+
+from __future__ import annotations
+
+from tileagent.drafters.builtin.recognize import FamilyMatch
+from tileagent.drafters.builtin.templates import common
+
+VARIANTS = [
+    ("t128", {"THREADS": 128, "PER_THREAD": 32}),
+    ("t256", {"THREADS": 256, "PER_THREAD": 32}),
+    ("t128x16", {"THREADS": 128, "PER_THREAD": 16}),
+]
+
+SCHEDULE = '''
+def pow2_at_least(n, low, high):
+    """The smallest power of two >= n, clamped to [low, high]."""
+    p = low
+    while p < n and p < high:
+        p *= 2
+    return p
+
+
+def schedule_rows(D):
+    """(block_m, block_d, threads) for rows of length D: PER_THREAD values per thread in each tile."""
+    block_d = pow2_at_least(D, 32, 1024)
+    return max(1, THREADS * PER_THREAD // block_d), block_d, THREADS
+
+
+def schedule_cols(D, B):
+    """(block_k, block_n, threads) for columns of height D and B columns."""
+    block_n = pow2_at_least(B, 32, 128)
+    return max(1, THREADS * PER_THREAD // block_n), block_n, THREADS
+'''
+
+INIT = {"sum": "0.0", "mean": "0.0", "amax": '-T.infinity("float32")', "amin": 'T.infinity("float32")'}
+COMBINE = {"sum": "acc[i, j] + {v}", "mean": "acc[i, j] + {v}", "amax": "T.max(acc[i, j], {v})",
+           "amin": "T.min(acc[i, j], {v})"}
+REDUCE = {"sum": "T.reduce_sum", "mean": "T.reduce_sum", "amax": "T.reduce_max", "amin": "T.reduce_min"}
+
+
+def render(match: FamilyMatch, knobs: dict) -> str:
+    """The candidate module for ``match`` with the variant's ``knobs``."""
+    op = match.reduce_op
+    x_ref = match.traced.input_names[match.subject]
+    ndim = len(match.traced.input_shapes[match.subject])
+    constants = {"THREADS": knobs["THREADS"], "PER_THREAD": knobs["PER_THREAD"]}
+    tunables = {"THREADS": [knobs["THREADS"]] + [t for t in (128, 256) if t != knobs["THREADS"]],
+                "PER_THREAD": [knobs["PER_THREAD"]] + [p for p in (16, 32) if p != knobs["PER_THREAD"]]}
+    doc = (f"Candidate drafted by the built-in drafter (template row_reduction): {match.summary}"
+           f"{', keepdim' if match.keepdim else ''}; float32 accumulation, output {match.out_dtype}. Knobs: THREADS, "
+           f"PER_THREAD (values per thread in a tile).")
+    cparams, cargs = common.const_params(match)
+    init = INIT[op]
+
+    def kernel(kind: str) -> str:
+        i, tile = ("j", "block_d") if kind == "rows" else ("i", "block_k")
+        pre_stmts, pre = common.body(match, match.pre, {}, "x[i, j]", 20)
+        scale = " * (1.0 / D)" if op == "mean" else ""
+        post_stmts, post = common.body(match, match.expr, {}, "v", 16)
+        k = "j" if kind == "cols" else "i"
+        if kind == "rows":
+            head = ("def reduce_rows(D, block_m, block_d, threads, d_x, out_dtype{c}):\n"
+                    "    A = T.dynamic(\"A\")  # rows: the product of the dims before the reduced ones\n\n"
+                    "    @T.prim_func\n"
+                    "    def main(g_x: T.Tensor((A, D), d_x), out: T.Tensor((A,), out_dtype)):\n"
+                    "        with T.Kernel(T.ceildiv(A, block_m), threads=threads) as bm:\n"
+                    "            x = T.alloc_fragment((block_m, block_d), \"float32\")\n"
+                    "            acc = T.alloc_fragment((block_m, block_d), \"float32\")\n"
+                    "            r = T.alloc_fragment((block_m,), \"float32\")\n")
+            load = "                T.copy(g_x[bm * block_m, k * block_d], x)\n"
+            loop, dim, store = "T.Parallel(block_m, block_d)", 1, "            T.copy(r, out[bm * block_m])\n"
+            out_loop = "block_m"
+        else:
+            head = ("def reduce_cols(D, B, block_k, block_n, threads, d_x, out_dtype{c}):\n"
+                    "    A = T.dynamic(\"A\")  # the product of the dims before the reduced ones\n\n"
+                    "    @T.prim_func\n"
+                    "    def main(g_x: T.Tensor((A, D, B), d_x), out: T.Tensor((A, 1, B), out_dtype)):\n"
+                    "        with T.Kernel(T.ceildiv(B, block_n), A, threads=threads) as (bn, a):\n"
+                    "            x = T.alloc_fragment((block_k, block_n), \"float32\")\n"
+                    "            acc = T.alloc_fragment((block_k, block_n), \"float32\")\n"
+                    "            r = T.alloc_fragment((block_n,), \"float32\")\n")
+            load = "                T.copy(g_x[a, k * block_k, bn * block_n], x)  # columns past B read as 0\n"
+            loop, dim, store = "T.Parallel(block_k, block_n)", 0, "            T.copy(r, out[a, 0, bn * block_n])\n"
+            out_loop = "block_n"
+        return (f"@tileagent.jit(out_idx=[1]{common.pass_configs(match)})\n" + head.format(c=cparams) +
+                f"            T.fill(acc, {init})\n"
+                f"            for k in T.serial(T.ceildiv(D, {tile})):\n" + load +
+                f"                for i, j in {loop}:\n{pre_stmts}"
+                f"                    v = T.if_then_else(k * {tile} + {i} < D, {pre}, {init})\n"
+                f"                    acc[i, j] = {COMBINE[op].format(v='v')}\n"
+                f"            {REDUCE[op]}(acc, r, dim={dim})\n"
+                f"            for {k} in T.Parallel({out_loop}):\n"
+                f"                v = r[{k}]{scale}\n{post_stmts}"
+                f"                r[{k}] = {post}\n" + store + "\n    return main\n")
+
+    dims = match.reduce_dims
+    if match.reduce_dim_attr and len(dims) == 1:
+        d0 = f"self.{match.reduce_dim_attr} % {x_ref}.dim()"
+        d1 = "d0"
+    else:
+        d0, d1 = str(dims[0] - ndim) + f" + {x_ref}.dim()", str(dims[-1] - ndim) + f" + {x_ref}.dim()"
+    out_shape = "shape[:d0] + (1,) * (d1 + 1 - d0) + shape[d1 + 1:]" if match.keepdim else "shape[:d0] + shape[d1 + 1:]"
+    dt = f"TL_DTYPE[{x_ref}.dtype], {common.out_dtype_ref(match, x_ref)}{cargs}"
+    forward = (f"        shape = tuple({x_ref}.shape)\n"
+               f"        d0 = {d0}\n"
+               f"        d1 = {d1}\n"
+               f"        A, D, B = math.prod(shape[:d0]), math.prod(shape[d0:d1 + 1]), math.prod(shape[d1 + 1:])\n"
+               f"        if B == 1:\n"
+               f"            block_m, block_d, threads = schedule_rows(D)\n"
+               f"            y = reduce_rows(D, block_m, block_d, threads, {dt})({x_ref}.view(A, D))\n"
+               f"        else:\n"
+               f"            block_k, block_n, threads = schedule_cols(D, B)\n"
+               f"            y = reduce_cols(D, B, block_k, block_n, threads, {dt})({x_ref}.view(A, D, B))\n"
+               f"        return y.view({out_shape})\n")
+    return common.header(doc, constants, tunables, match) + SCHEDULE + "\n\n" + kernel("rows") + "\n\n" + \
+        kernel("cols") + "\n\n" + common.model_class(match, forward)

@@ -1,0 +1,122 @@
+"""Templates ``rmsnorm``, ``layernorm`` and ``softmax``: whole rows in registers, after prompts/examples/rmsnorm_silu.py,
+layernorm.py and softmax.py.
+
+In: a ``FamilyMatch`` of one of those families and a variant. Out: the candidate module's text. Each block holds
+``block_m`` whole rows of the subject (viewed as (M, N), M dynamic) in float32 registers: one read of each operand,
+one write of the output. The row statistic is computed with ``T.reduce_*`` (RMS: mean of squares; LayerNorm: mean,
+then the mean of squared deviations, never E[x^2] - mean^2; softmax: max, then the sum of exp2 of the shifted
+row), then the fused pointwise epilogue (weight, bias, activation, other operands of the row's shape) runs per
+element. ``schedule()`` picks ``block_m`` and ``threads`` from N so each thread holds 16 to 32 values.
+"""
+
+from __future__ import annotations
+
+from tileagent.drafters.builtin.recognize import FamilyMatch
+from tileagent.drafters.builtin.templates import common
+
+VARIANTS = [
+    ("auto", {"PER_THREAD": None, "THREADS": None}),
+    ("x16", {"PER_THREAD": 16, "THREADS": None}),
+    ("x32", {"PER_THREAD": 32, "THREADS": None}),
+    ("t256", {"PER_THREAD": None, "THREADS": 256}),
+    ("t64", {"PER_THREAD": None, "THREADS": 64}),
+]
+
+SCHEDULE = '''
+def schedule(N):
+    """(block_m, threads) for a row length N: whole rows per block, 16 to 32 values per thread (16 for mid-sized
+    power-of-two rows, as measured for rmsnorm on an H200), block_m a power of two."""
+    threads = THREADS or (256 if N >= 2048 else 128)
+    per_thread = PER_THREAD or (16 if N in (256, 512, 1024) else 32)
+    block_m = 1
+    while block_m * 2 * N <= threads * per_thread and block_m < 128:
+        block_m *= 2
+    return BLOCK_M or block_m, threads
+'''
+
+STATS = {
+    "rmsnorm": '''            for i, j in T.Parallel(block_m, N):
+                sq[i, j] = x[i, j] * x[i, j]
+            T.reduce_sum(sq, rstd, dim=1)
+            for i in T.Parallel(block_m):
+                rstd[i] = T.rsqrt(rstd[i] * (1.0 / N) + eps)
+''',
+    "layernorm": '''            T.reduce_sum(x, mean, dim=1)
+            for i in T.Parallel(block_m):
+                mean[i] = mean[i] * (1.0 / N)
+            for i, j in T.Parallel(block_m, N):
+                sq[i, j] = (x[i, j] - mean[i]) * (x[i, j] - mean[i])
+            T.reduce_sum(sq, rstd, dim=1)
+            for i in T.Parallel(block_m):
+                rstd[i] = T.rsqrt(rstd[i] * (1.0 / N) + eps)
+''',
+    "softmax": '''            T.reduce_max(x, mean, dim=1)
+            for i, j in T.Parallel(block_m, N):
+                x[i, j] = T.exp2((x[i, j] - mean[i]) * LOG2E)
+            T.reduce_sum(x, rstd, dim=1)
+            for i in T.Parallel(block_m):
+                rstd[i] = 1.0 / rstd[i]
+''',
+}
+CENTER = {"rmsnorm": "x[i, j] * rstd[i]", "layernorm": "(x[i, j] - mean[i]) * rstd[i]", "softmax": "x[i, j] * rstd[i]"}
+WHAT = {"rmsnorm": "RMSNorm (x * rsqrt(mean(x^2) + eps))", "layernorm": "LayerNorm ((x - mean) * rsqrt(var + eps))",
+        "softmax": "softmax over the last dim (max-shifted, exp2)"}
+
+
+def render(match: FamilyMatch, knobs: dict) -> str:
+    """The candidate module for ``match`` with the variant's ``knobs``."""
+    family = match.family
+    ops = match.operands
+    x_ref = match.traced.input_names[match.subject]
+    constants = {"BLOCK_M": None, "THREADS": knobs["THREADS"], "PER_THREAD": knobs["PER_THREAD"]}
+    tunables = {"BLOCK_M": [None, 1, 2, 4],
+                "THREADS": [knobs["THREADS"]] + [t for t in (None, 128, 256) if t != knobs["THREADS"]],
+                "PER_THREAD": [knobs["PER_THREAD"]] + [p for p in (None, 16, 32) if p != knobs["PER_THREAD"]]}
+    doc = (f"Candidate drafted by the built-in drafter (template {family}): {match.summary}. {WHAT[family]} with the "
+           f"whole row in float32 registers, one block per block_m rows, output {match.out_dtype}. Knobs: BLOCK_M, "
+           f"THREADS, PER_THREAD (None: schedule()'s choice for the row length).")
+    cparams, cargs = common.const_params(match)
+    eps_param = ", eps" if family != "softmax" else ""
+    eps_arg = f", {match.eps.code()}" if family != "softmax" else ""
+    dparams = "".join(f", d_{o.name}" for o in ops)
+    texts = {k: f"f_{o.name}[i, j]" if o.role == "full" else f"f_{o.name}[j]" for k, o in enumerate(ops)}
+    sig = "".join(f", g_{o.name}: T.Tensor({'(M, N)' if o.role == 'full' else '(N,)'}, d_{o.name})" for o in ops)
+    allocs = "".join(f"            f_{o.name} = T.alloc_fragment({'(block_m, N)' if o.role == 'full' else '(N,)'}, "
+                     f"\"float32\")\n" for o in ops)
+    loads = "".join(f"            T.copy(g_{o.name}{'[bm * block_m, 0]' if o.role == 'full' else ''}, f_{o.name})\n"
+                    for o in ops)
+    pre = ""
+    if match.pre is not None and match.pre.op != "center":
+        stmts, result = common.body(match, match.pre, {}, "x[i, j]", 16)
+        pre = f"            for i, j in T.Parallel(block_m, N):\n{stmts}" \
+              f"                x[i, j] = {result}\n"
+    stmts, result = common.body(match, match.expr, texts, "v", 16)
+    sq = '            sq = T.alloc_fragment((block_m, N), "float32")\n' if family != "softmax" else ""
+    kernel = f'''
+@tileagent.jit(out_idx=[{len(ops) + 1}]{common.pass_configs(match)})
+def fused_{family}(N, block_m, threads{eps_param}, d_x{dparams}, out_dtype{cparams}):
+    M = T.dynamic("M")  # rows: the product of the leading dims, any count
+
+    @T.prim_func
+    def main(g_x: T.Tensor((M, N), d_x){sig}, out: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(M, block_m), threads=threads) as bm:
+            x = T.alloc_fragment((block_m, N), "float32")
+{sq}            mean = T.alloc_fragment((block_m,), "float32")
+            rstd = T.alloc_fragment((block_m,), "float32")
+{allocs}            T.copy(g_x[bm * block_m, 0], x)  # rows past M read as 0; their stores are dropped
+{loads}{pre}{STATS[family]}            for i, j in T.Parallel(block_m, N):
+                v = {CENTER[family]}
+{stmts}                x[i, j] = {result}
+            T.copy(x, out[bm * block_m, 0])
+
+    return main
+'''
+    views = "".join(f", {common.rows_view(match, o, 'N')}" for o in ops)
+    dargs = "".join(f", {common.dtype_ref(match, o)}" for o in ops)
+    forward = (f"        N = {x_ref}.shape[-1]\n"
+               f"        block_m, threads = schedule(N)\n"
+               f"        kernel = fused_{family}(N, block_m, threads{eps_arg}, TL_DTYPE[{x_ref}.dtype]{dargs},\n"
+               f"                                {common.out_dtype_ref(match, x_ref)}{cargs})\n"
+               f"        return kernel({x_ref}.reshape(-1, N){views}).view({x_ref}.shape)\n")
+    return common.header(doc, constants, tunables, match) + SCHEDULE + "\n" + kernel + "\n\n" + \
+        common.model_class(match, forward)
