@@ -307,8 +307,13 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
                               budget_tokens=flags["budget_tokens"], seed=flags["seed"], seeds=flags["seeds"],
                               tune=flags["tune"], reuse_archive=flags["reuse_archive"], keep_going=command == "batch")
         drafter_opts = drafter_flags
+        drafter = _make_drafter(drafter_opts)  # before anything is written: a bad provider leaves no run behind
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         root = out or Path("runs") / f"{reference.stem}-{stamp}"
+        for k in range(2, 100):
+            if out is not None or not root.exists():
+                break
+            root = Path("runs") / f"{reference.stem}-{stamp}-{k}"
         try:
             store = RunStore.create(root, {"command": command, "loop": options.model_dump(mode="json"),
                                            "drafter": drafter_opts})
@@ -322,7 +327,8 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
             console.print("  CPU: free dims evaluated at their SMALL_CONFIG sizes ("
                           + "; ".join(f"{cfgs_key(rc.spec)} -> {cfgs_key(rc.eval)}" for rc in reduced[:3])
                           + (" ..." if len(reduced) > 3 else "") + "); not timed", highlight=False)
-    drafter = _make_drafter(drafter_opts)
+    if resume is not None:
+        drafter = _make_drafter(drafter_opts)
     archive = Archive()
     with EvalWorker(options.device) as worker, LiveProgress(console) as progress:
         loop = Loop(options, store, drafter, worker, archive=archive, on_event=progress)

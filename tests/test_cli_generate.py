@@ -1,0 +1,162 @@
+"""`tileagent generate` and `tileagent batch` end to end on the CPU: outputs on disk, exit codes, bad input, resume
+after SIGKILL, and reuse of archived kernels across configs."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import REPO
+from tileagent.cli import app
+
+CANDIDATE = (REPO / "prompts/examples/candidate_rmsnorm_silu.py").read_text()
+WRONG = CANDIDATE.replace("v / (1.0 + T.exp2(v * -LOG2E))", "v")  # forgets the SiLU
+RMSNORM = str(REPO / "tasks/rmsnorm_silu.py")
+
+
+@pytest.fixture(autouse=True)
+def archive(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEAGENT_ARCHIVE", str(tmp_path / "archive"))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    return tmp_path / "archive"
+
+
+def script(tmp_path: Path, turns, delay_s: float = 0.0, name: str = "script.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps({"turns": turns, "delay_s": delay_s, "tokens": 7}))
+    return f"scripted:{path}"
+
+
+def invoke(*args):
+    """Run the CLI in this process; ``.text`` is its output with line wrapping undone."""
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    result.text = " ".join(result.output.split())
+    return result
+
+
+def events(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+
+
+def test_generate_on_cpu_writes_the_run_the_best_kernel_the_module_and_the_report(tmp_path):
+    run = tmp_path / "run"
+    result = invoke("generate", RMSNORM, "--device", "cpu", "--provider", script(tmp_path, [[WRONG], [CANDIDATE]]),
+                    "--configs", "C=96,320", "--seeds", "1", "--candidates", "1", "--out", run)
+    assert result.exit_code == 0, result.output
+    assert "correct on every config; not timed (CPU)" in result.text
+    assert "M=16384 C=96 -> M=37 C=96" in result.text  # the CPU evaluates free dims at SMALL_CONFIG sizes
+    for name in ("attempts/t1-c0/prompt.json", "attempts/t1-c0/response.md", "attempts/t1-c0/candidate.py",
+                 "attempts/t1-c0/eval.json", "attempts/t2-c0/eval.json", "best.py", "best/M=37,C=96.py",
+                 "REPORT.md", "report.json", "rmsnorm_silu_tileagent.py"):
+        assert (run / name).is_file(), name
+    assert json.loads((run / "attempts/t1-c0/eval.json").read_text())["status"] == "mismatch"
+    report = json.loads((run / "report.json").read_text())
+    assert report["outcome"] == "correct_untimed" and report["turns"] == 2 and report["tokens"] == 14
+    assert [(r["config"], r["evaluated_at"], r["correct"], r["attempt_id"]) for r in report["configs"]] == [
+        ({"M": 16384, "C": 96}, {"M": 37, "C": 96}, True, "t2-c0"),
+        ({"M": 16384, "C": 320}, {"M": 37, "C": 320}, True, "t2-c0")]
+    assert "| M=16384,C=96 | M=37,C=96 | yes | t2-c0 |" in (run / "REPORT.md").read_text()
+
+
+def test_no_correct_kernel_exits_4(tmp_path):
+    result = invoke("generate", RMSNORM, "--device", "cpu", "--provider", script(tmp_path, [[WRONG]]),
+                    "--configs", "C=96", "--seeds", "1", "--max-turns", "1", "--out", tmp_path / "run")
+    assert result.exit_code == 4, result.output
+    assert "no correct kernel" in result.text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["generate", "nope.py"], "error: no such file: nope.py"),
+    (["generate", RMSNORM, "--configs", "C=97"], "--configs C=97: no config of the grid has C in [97]"),
+    (["generate", RMSNORM, "--provider", "openai"], "--provider openai needs --model"),
+    (["generate", RMSNORM, "--provider", "gpt"], "unknown drafter provider 'gpt'; known: builtin, openai, file"),
+    (["batch", RMSNORM], "batch needs at least one --grid KEY=v1,v2"),
+    (["batch", RMSNORM, "--grid", "C"], "--grid expects KEY=v1,v2 (e.g. C=96,320), got 'C'"),
+    (["generate"], "generate needs a REFERENCE file (or --resume RUN_DIR)"),
+])
+def test_bad_arguments_exit_2_with_a_message(args, message):
+    result = invoke(*args)
+    assert result.exit_code == 2 and message in result.text, result.output
+
+
+def test_bad_reference_files_exit_2_with_the_spec_message(tmp_path):
+    (tmp_path / "nomodel.py").write_text("import torch\n\ndef get_inputs():\n    return []\n")
+    (tmp_path / "broken.py").write_text("class Model(:\n")
+    result = invoke("generate", tmp_path / "nomodel.py", "--device", "cpu")
+    assert result.exit_code == 2 and "nomodel.py defines no class Model (KernelBench format" in result.text
+    result = invoke("generate", tmp_path / "broken.py", "--device", "cpu")
+    assert result.exit_code == 2 and "broken.py:1: syntax error" in result.text
+
+
+def test_resume_of_a_directory_without_a_run_exits_2(tmp_path):
+    result = invoke("generate", "--resume", tmp_path)
+    assert result.exit_code == 2 and "is not a run directory (no run.json)" in result.text
+
+
+def test_sigkill_mid_run_loses_no_finished_attempt_and_resume_completes(tmp_path, archive):
+    run = tmp_path / "run"
+    provider = script(tmp_path, [[WRONG], [WRONG.replace("* g[j]", "* 2.0")], [CANDIDATE]], delay_s=1.5)
+    env = {**os.environ, "TILEAGENT_ARCHIVE": str(archive)}
+    cmd = [sys.executable, "-m", "tileagent", "generate", RMSNORM, "--device", "cpu", "--provider", provider,
+           "--configs", "C=96", "--seeds", "1", "--candidates", "1"]
+    proc = subprocess.Popen([*cmd, "--out", str(run)], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if (run / "events.jsonl").exists() and any(e["event"] == "evaluated" for e in events(run)):
+            break
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    before = events(run)
+    finished = [e["attempt_id"] for e in before if e["event"] == "evaluated"]
+    assert finished and "finished" not in [e["event"] for e in before]
+    for aid in finished:
+        assert (run / "attempts" / aid / "eval.json").is_file() and (run / "attempts" / aid / "candidate.py").is_file()
+    done = subprocess.run([sys.executable, "-m", "tileagent", "generate", "--resume", str(run)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = events(run)
+    evaluated = [e["attempt_id"] for e in after if e["event"] == "evaluated"]
+    assert evaluated == ["t1-c0", "t2-c0", "t3-c0"]  # each once: finished attempts were not evaluated again
+    assert [e["event"] for e in after].count("run_resumed") == 1 and after[-1]["outcome"] == "correct_untimed"
+    assert [e["turn"] for e in after if e["event"] == "drafted"] == [1, 2, 3]
+
+
+def test_batch_covers_the_grid_with_one_module_and_reuses_archived_kernels(tmp_path):
+    first = invoke("batch", RMSNORM, "--grid", "C=96,160", "--device", "cpu", "--seeds", "1", "--candidates", "1",
+                   "--provider", script(tmp_path, [[CANDIDATE]]), "--out", tmp_path / "one")
+    assert first.exit_code == 0, first.output
+    report = json.loads((tmp_path / "one/report.json").read_text())
+    assert [r["config"]["C"] for r in report["configs"]] == [96, 160] and report["command"] == "batch"
+    assert (tmp_path / "one/rmsnorm_silu_tileagent.py").is_file()
+    second = invoke("batch", RMSNORM, "--grid", "C=96,160,320", "--device", "cpu", "--seeds", "1",
+                    "--provider", script(tmp_path, [[WRONG]], name="wrong.json"), "--out", tmp_path / "two")
+    assert second.exit_code == 0, second.output
+    rows = json.loads((tmp_path / "two/report.json").read_text())["configs"]
+    assert [(r["config"]["C"], r["attempt_id"]) for r in rows] == [(96, "t0-c0"), (160, "t0-c0"), (320, "t0-c0")]
+    assert not (tmp_path / "two/attempts/t1-c0").exists()  # the archived kernel served every config: no drafting
+
+
+def test_generate_with_the_builtin_drafter_on_cpu(tmp_path):
+    pytest.importorskip("tileagent.drafters.builtin", exc_type=ImportError)
+    from tileagent.drafters import builtin
+
+    if not hasattr(builtin, "BuiltinDrafter"):
+        pytest.skip("the built-in drafter is not built yet")
+    run = tmp_path / "run"
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "tileagent", "generate", "tasks/rmsnorm_silu.py", "--device", "cpu",
+                           "--configs", "C=96,320", "--seeds", "2", "--out", str(run)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert time.monotonic() - start < 120
+    report = json.loads((run / "report.json").read_text())
+    assert report["outcome"] == "correct_untimed" and all(r["correct"] for r in report["configs"])
