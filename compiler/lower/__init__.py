@@ -22,7 +22,8 @@ from compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, AtomicAddTile, B
                               Kernel, Let, Parallel, Print, PrimFunc, Reduce, Store, UseSwizzle)
 from compiler.lower.barriers import insert_barriers
 from compiler.lower.context import LowerContext
-from compiler.lower.copy import lower_atomic_add_tile, lower_copy, lower_fill
+from compiler.dtypes import DType
+from compiler.lower.copy import conversion_dtype, lower_atomic_add_tile, lower_copy, lower_fill
 from compiler.lower.gemm import lower_gemm
 from compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
 from compiler.lower.pipeline import SoftwarePipeline, lower_pipeline, plan_pipelines, stage_stride
@@ -31,6 +32,8 @@ from compiler.lower.smem import plan_shared
 from compiler.tir import BLOCK_IDX, GRID_DIM, Barrier, Declare, DeviceKernel, DeviceModule
 
 log = logging.getLogger("tileagent.compiler")
+
+MAX_SHARED_BYTES = 232448  # dynamic shared memory one block may use on sm_90 (H100/H200): 227 KiB
 
 
 def lower(func: PrimFunc, layouts) -> DeviceModule:
@@ -52,14 +55,22 @@ def lower(func: PrimFunc, layouts) -> DeviceModule:
 
 
 def _lower_kernel(name, k: Kernel, layouts, flat, params) -> DeviceKernel:
-    body = insert_barriers(plan_pipelines(k.body))
-    scratch = [scratch_bytes(s, layouts, k.num_threads) for s in walk(body) if isinstance(s, Reduce)]
-    scratch += [math.prod(s.src.buffer.shape) * 4 for s in walk(body) if isinstance(s, Copy)
+    scratch = [scratch_bytes(s, layouts, k.num_threads) for s in walk(k.body) if isinstance(s, Reduce)]
+    scratch += [math.prod(s.src.buffer.shape) * DType(conversion_dtype(s.dst.buffer)).bytes for s in walk(k.body)
+                if isinstance(s, Copy)
                 and s.src.buffer.scope == s.dst.buffer.scope == "fragment"
                 and not layouts.fragments[s.src.buffer].same_as(layouts.fragments[s.dst.buffer])]
     needs_scratch = any(scratch)
-    stages = {b: p.stages for p in walk(body) if isinstance(p, SoftwarePipeline) for b in p.staged}
-    plan = plan_shared(body, layouts.shared, max(scratch, default=0), stages)
+    max_stages = None
+    while True:  # fewer pipeline stages until the shared memory fits the device (a plain loop at worst)
+        body = insert_barriers(plan_pipelines(k.body, max_stages))
+        stages = {b: p.stages for p in walk(body) if isinstance(p, SoftwarePipeline) for b in p.staged}
+        plan = plan_shared(body, layouts.shared, max(scratch, default=0), stages)
+        if plan.total_bytes <= MAX_SHARED_BYTES or not stages:
+            break
+        max_stages = max(stages.values()) - 1
+        log.info("kernel %s: %d bytes of shared memory with %d pipeline stages exceed %d; trying %d", name,
+                 plan.total_bytes, max_stages + 1, MAX_SHARED_BYTES, max_stages)
     ctx = LowerContext(k, layouts, flat, k.num_threads)
     ctx.shared_layouts = plan.layouts
     ctx.shared = {b: Buffer(b.name, (stage_stride(b, layout) * stages[b] if b in stages else layout.size,), b.dtype,

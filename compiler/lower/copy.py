@@ -41,8 +41,9 @@ def lower_copy(ctx, s: Copy) -> list:
 
 def _convert_through_shared(ctx, src, dst, s) -> list:
     """A copy between fragments whose layouts differ: every thread writes the elements it holds into the shared
-    scratch (row-major, in float32), then reads the ones its destination layout gives it."""
-    ws = ctx.scratch("float32")
+    scratch (row-major, in the destination's dtype when that is a float, which rounds exactly as the copy does;
+    else float32), then reads the ones its destination layout gives it."""
+    ws = ctx.scratch(conversion_dtype(dst))
     out = []
     for frag_buf, write in ((src, True), (dst, False)):
         layout = ctx.frag(frag_buf)
@@ -57,6 +58,11 @@ def _convert_through_shared(ctx, src, dst, s) -> list:
         out += loops.nest(guarded(ctx, valid, [move]))
         out.append(Barrier())
     return out
+
+
+def conversion_dtype(dst: Buffer) -> str:
+    """The dtype a fragment-to-fragment layout conversion stages its values in."""
+    return str(dst.dtype) if dst.dtype.is_float else "float32"
 
 
 def lower_atomic_add_tile(ctx, s: AtomicAddTile) -> list:

@@ -64,12 +64,13 @@ def stage_stride(buf: Buffer, layout) -> int:
     return -(-nbytes // STAGE_ALIGN_BYTES) * STAGE_ALIGN_BYTES // buf.dtype.bytes
 
 
-def plan_pipelines(body: tuple) -> tuple:
-    """``body`` with every pipelinable ``T.Pipelined`` loop (at any depth) replaced by a SoftwarePipeline."""
-    return _plan(body, body)
+def plan_pipelines(body: tuple, max_stages: int | None = None) -> tuple:
+    """``body`` with every pipelinable ``T.Pipelined`` loop (at any depth) replaced by a SoftwarePipeline of at most
+    ``max_stages`` stages (the lowering lowers it when shared memory would not fit)."""
+    return _plan(body, body, max_stages)
 
 
-def _plan(stmts, kernel_body) -> tuple:
+def _plan(stmts, kernel_body, max_stages) -> tuple:
     """``stmts`` with pipelines planned; statements with nothing planned inside stay the same objects (layout
     inference keys its results by them)."""
     out = []
@@ -78,19 +79,19 @@ def _plan(stmts, kernel_body) -> tuple:
         changes = {}
         for name in ("body", "then_body", "else_body"):
             if name in fields:
-                new = _plan(getattr(s, name), kernel_body)
+                new = _plan(getattr(s, name), kernel_body, max_stages)
                 if any(a is not b for a, b in zip(new, getattr(s, name))):
                     changes[name] = new
         if changes:
             s = replace(s, **changes)
         if isinstance(s, For) and s.kind == "pipelined":
-            s = _pipeline(s, kernel_body) or s
+            s = _pipeline(s, kernel_body, max_stages) or s
         out.append(s)
     return tuple(out)
 
 
-def _pipeline(loop: For, kernel_body) -> SoftwarePipeline | None:
-    stages = loop.annotations.get("num_stages", 0)
+def _pipeline(loop: For, kernel_body, max_stages) -> SoftwarePipeline | None:
+    stages = min(loop.annotations.get("num_stages", 0), max_stages or 1 << 30)
     if stages < 2:
         return None
     body = list(loop.body)

@@ -88,7 +88,7 @@ def scratch_bytes(s: Reduce, layouts, threads: int) -> int:
     levels = _split_at_warp([lv for lv in src.dims[s.dim % s.src.ndim] if lv.is_thread])
     if all(_pow2(lv.size) and _pow2(lv.stride) and lv.stride * lv.size <= 32 for lv in levels):
         return 0
-    return threads * 8 * layouts.fragments[s.dst].num_slots
+    return threads * max(4, s.dst.dtype.bytes) * layouts.fragments[s.dst].num_slots
 
 
 def _split_at_warp(levels):

@@ -35,6 +35,8 @@ def plan_shared(body: tuple, annotated: dict, scratch_bytes: int, stages: dict |
     stages = stages or {}
     buffers = [s.buffer for s in body if isinstance(s, Alloc) and s.buffer.scope == "shared"]
     buffers += [b for b in _nested_allocs(body) if b.scope == "shared" and b not in buffers]
+    used = set().union(*(_buffers_used(s) for s in body if not isinstance(s, Alloc)))
+    buffers = [b for b in buffers if b in used or b in annotated]  # an unused tile takes no memory
     layouts = {b: annotated.get(b) if isinstance(annotated.get(b), Layout) else Layout.row_major(b.shape)
                for b in buffers}
     live = {b: [None, None] for b in buffers}
