@@ -160,3 +160,22 @@ def test_generate_with_the_builtin_drafter_on_cpu(tmp_path):
     assert time.monotonic() - start < 120
     report = json.loads((run / "report.json").read_text())
     assert report["outcome"] == "correct_untimed" and all(r["correct"] for r in report["configs"])
+
+
+def test_generate_against_the_fake_server_fixes_a_compile_error_and_a_mismatch(tmp_path, monkeypatch):
+    from tests.fake_openai import FakeOpenAI, answer
+
+    broken = CANDIDATE.replace("T.reduce_sum(sq, rinv, dim=1)", "T.reduce_sum(sq, rinv, dim=3)")
+    script = [answer(f"```python\n{src}```") for src in (broken, WRONG, CANDIDATE)]
+    monkeypatch.setenv("FAKE_KEY", "k")
+    with FakeOpenAI(script, api_key="k") as server:
+        result = invoke("generate", RMSNORM, "--device", "cpu", "--provider", "openai", "--model", "fake-model",
+                        "--base-url", server.base_url, "--api-key-env", "FAKE_KEY", "--configs", "C=96",
+                        "--seeds", "1", "--candidates", "1", "--out", tmp_path / "run")
+        sent = [r.messages for r in server.requests if r.path.endswith("/chat/completions")]
+    assert result.exit_code == 0, result.output
+    assert len(sent) == 3
+    assert "error[E404]: T.reduce_sum: dim 3 is out of range" in sent[1][1]["content"]
+    assert "Your kernel ran but computed wrong values." in sent[2][1]["content"]
+    report = json.loads((tmp_path / "run/report.json").read_text())
+    assert report["tokens"] == 450 and report["configs"][0]["attempt_id"] == "t3-c0"

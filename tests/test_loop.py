@@ -22,6 +22,9 @@ REFERENCE = "tasks/rmsnorm_silu.py"
 DIAGNOSTIC = {"code": "E404", "kind": "CheckError", "message": "T.reduce_sum: dim 3 is out of range", "file": "k.py",
               "line": 48, "col": 13, "excerpt": "T.reduce_sum(sq, rinv, dim=3)\n^", "hint": "use dim=1",
               "notes": ["the buffer is 2-d"]}
+LAYOUT = {"code": "L003", "kind": "LayoutError", "message": "a copy between fragments x and y with different layouts",
+          "file": "k.py", "line": 51, "col": 13, "excerpt": "T.copy(x, y)\n^", "hint": "copy through shared memory",
+          "notes": ["x: Fragment(...)", "y: Fragment(...)"]}
 MISMATCH = {"kind": "Mismatch", "message": "output 0 differs", "config": {"M": 37, "C": 96}, "seed": 0,
             "distribution": "outliers", "hidden": True, "output": 0, "index": [27, 59], "expected": -0.00718,
             "got": -6.86, "mismatched": 3435, "total": 3552, "atol": 0.01, "rtol": 0.01, "max_abs_err": 6.85,
@@ -44,9 +47,10 @@ class FakeWorker:
         self.requests.append(request)
         source = Path(request.kernel_path).read_text()
         _, _, kind, ms = source.splitlines()[0].split()
-        if kind == "compile_error":
+        if kind in ("compile_error", "layout_error"):
+            diagnostic = DIAGNOSTIC if kind == "compile_error" else LAYOUT
             return EvalResult(status="compile_error", message="did not compile",
-                              failure={"kind": "CompileFailed", "message": "did not compile", "diagnostic": DIAGNOSTIC})
+                              failure={"kind": "CompileFailed", "message": "did not compile", "diagnostic": diagnostic})
         if kind == "mismatch":
             return EvalResult(status="mismatch", message="output 0 differs", failure=MISMATCH)
         block = current_values(source, tunables_of(source) or {}).get("BLOCK")
@@ -240,3 +244,23 @@ def test_scripted_drafter_reads_its_script(tmp_path):
     (tmp_path / "s.json").write_text(json.dumps({"turns": [["a"]], "tokens": 5}))
     drafter = make_drafter(f"scripted:{tmp_path / 's.json'}")
     assert drafter.turns == [["a"]] and drafter.tokens == 5
+
+
+def test_against_the_fake_server_the_loop_feeds_back_each_failure_until_correct(tmp_path):
+    from tests.fake_openai import FakeOpenAI, answer
+    from tileagent.drafters.openai_drafter import OpenAIDrafter
+
+    script = [answer(f"Try this.\n```python\n{cand(kind)}```") for kind in
+              ("compile_error", "layout_error", "mismatch")] + [answer(f"```python\n{cand('ok', 0.5)}```")]
+    with FakeOpenAI(script) as server:
+        drafter = OpenAIDrafter(model="fake-model", base_url=server.base_url, api_key="k", max_retries=0)
+        loop = Loop(options(candidates=1, max_turns=6), RunStore.create(tmp_path / "run", {}), drafter, FakeWorker())
+        outcome = loop.run()
+        sent = [r.messages for r in server.requests if r.path.endswith("/chat/completions")]
+    assert outcome.outcome == "target_met" and outcome.turns == 4 and outcome.tokens == 4 * 150
+    assert len(sent) == 4 and sent[0][0]["role"] == "system" and "## Turn 1" in sent[0][1]["content"]
+    assert "k.py:48:13: error[E404]" in sent[1][1]["content"]
+    assert "k.py:51:13: error[L003]: a copy between fragments x and y" in sent[2][1]["content"]
+    assert "  note: x: Fragment(...)" in sent[2][1]["content"]
+    assert "differs from the reference at index (27, 59)" in sent[3][1]["content"]
+    assert (tmp_path / "run/attempts/t2-c0/response.md").read_text().startswith("Try this.")
