@@ -13,6 +13,8 @@ Guarantees:
 - Screening ("screen" phase): one seed, the 'normal' distribution, every config even after one fails, fewer timed
   trials; baselines are not re-timed (the worker caches them). Winners are then fully checked ("full" phase: every
   seed and distribution, full trials) on the configs they won; a config whose winner fails keeps the default.
+- Bounded: at most ``max_variants`` variants, and no new screening after ``max_seconds`` (the winners so far are
+  still fully checked; the note says the search was cut short).
 - Never raises for a variant's failure; a source without TUNABLES (or with an unusable one) gives ``TuneResult``
   with no variants and a ``note`` saying why.
 """
@@ -23,6 +25,7 @@ import ast
 import itertools
 import logging
 import math
+import time
 from collections.abc import Callable
 
 from pydantic import BaseModel, Field
@@ -119,8 +122,11 @@ class Tuner:
     """One autotuning run; ``run()`` returns the TuneResult."""
 
     def __init__(self, source: str, configs: list[dict], base: EvalResult,
-                 evaluate: Callable[[dict, str, list[dict]], EvalResult], max_variants: int = 64):
+                 evaluate: Callable[[dict, str, list[dict]], EvalResult], max_variants: int = 64,
+                 max_seconds: float | None = None):
         self.source, self.configs, self.evaluate, self.max_variants = source, configs, evaluate, max_variants
+        self.deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        self.cut = False
         self.knobs = tunables_of(source) or {}
         self.default = current_values(source, self.knobs)
         self.results: dict[str, dict[str, ConfigResult]] = {}  # variant -> config key -> screening result
@@ -135,6 +141,9 @@ class Tuner:
     def _screen(self, values: dict) -> None:
         key = variant_key(values)
         if key in self.results or len(self.results) > self.max_variants:
+            return
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self.cut = True
             return
         self._record(values, self.evaluate(values, "screen", self.configs))
 
@@ -188,7 +197,8 @@ class Tuner:
                 if c.correct and (base is None or _time(base.result) is None or
                                   (_time(c) is not None and _time(c) < _time(base.result))):
                     winners[config_key(c.config)] = Winner(values=self.values[key], variant=key, result=c)
-        return TuneResult(winners=winners, screened=len(self.results) - 1)
+        note = "tuning time budget spent: the search was cut short" if self.cut else ""
+        return TuneResult(winners=winners, screened=len(self.results) - 1, note=note)
 
     def evaluate_timed(self) -> bool:
         base = self.results[variant_key(self.default)]
@@ -201,9 +211,10 @@ class Tuner:
 
 
 def autotune(source: str, configs: list[dict], base: EvalResult,
-             evaluate: Callable[[dict, str, list[dict]], EvalResult], max_variants: int = 64) -> TuneResult:
+             evaluate: Callable[[dict, str, list[dict]], EvalResult], max_variants: int = 64,
+             max_seconds: float | None = None) -> TuneResult:
     """Tune ``source``'s knobs (see the module docstring)."""
-    return Tuner(source, configs, base, evaluate, max_variants).run()
+    return Tuner(source, configs, base, evaluate, max_variants, max_seconds).run()
 
 
 __all__ = ["PRODUCT_LIMIT", "SCREEN_SEEDS", "SCREEN_TRIALS", "TuneResult", "Winner", "assign", "autotune",

@@ -305,7 +305,8 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
         options = LoopOptions(reference=str(reference.resolve()), configs=chosen, device=device,
                               max_turns=flags["max_turns"] or 8, candidates=flags["candidates"], target=flags["target"],
                               budget_tokens=flags["budget_tokens"], seed=flags["seed"], seeds=flags["seeds"],
-                              tune=flags["tune"], reuse_archive=flags["reuse_archive"], keep_going=command == "batch")
+                              tune=flags["tune"], tune_seconds=flags["tune_seconds"],
+                              reuse_archive=flags["reuse_archive"], keep_going=command == "batch")
         drafter_opts = drafter_flags
         drafter = _make_drafter(drafter_opts)  # before anything is written: a bad provider leaves no run behind
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -382,11 +383,12 @@ def generate(reference: Path = typer.Argument(None, help="the reference: a Kerne
              seed: int = typer.Option(0, help="seed for the drafter"),
              seeds: int = typer.Option(5, help="evaluator seeds per config and input distribution"),
              no_tune: bool = typer.Option(False, "--no-tune", help="do not autotune TUNABLES"),
+             tune_seconds: float = typer.Option(90.0, help="screening time for autotuning one candidate"),
              no_archive: bool = typer.Option(False, "--no-archive", help="do not try archived kernels first"),
              verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     flags = {"max_turns": max_turns, "candidates": candidates, "target": target, "device": device,
              "budget_tokens": budget_tokens, "seed": seed, "seeds": seeds, "tune": not no_tune,
-             "reuse_archive": not no_archive}
+             "tune_seconds": tune_seconds, "reuse_archive": not no_archive}
     _agent("generate", reference, resume, out, configs, [], flags,
            _drafter_options(provider, model, base_url, api_key_env, seed) if resume is None else {}, verbose)
 
@@ -410,13 +412,14 @@ def batch(reference: Path = typer.Argument(None, help="the reference: a KernelBe
           seed: int = typer.Option(0, help="seed for the drafter"),
           seeds: int = typer.Option(5, help="evaluator seeds per config and input distribution"),
           no_tune: bool = typer.Option(False, "--no-tune", help="do not autotune TUNABLES"),
+          tune_seconds: float = typer.Option(90.0, help="screening time for autotuning one candidate"),
           no_archive: bool = typer.Option(False, "--no-archive", help="do not try archived kernels first"),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     if resume is None and not grid:
         raise _bad("batch needs at least one --grid KEY=v1,v2 (e.g. --grid C=160,256,320)")
     flags = {"max_turns": max_turns, "candidates": candidates, "target": target, "device": device,
              "budget_tokens": budget_tokens, "seed": seed, "seeds": seeds, "tune": not no_tune,
-             "reuse_archive": not no_archive}
+             "tune_seconds": tune_seconds, "reuse_archive": not no_archive}
     _agent("batch", reference, resume, out, configs, grid, flags,
            _drafter_options(provider, model, base_url, api_key_env, seed) if resume is None else {}, verbose)
 

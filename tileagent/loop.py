@@ -53,6 +53,7 @@ class LoopOptions(BaseModel):
     seed: int = 0
     seeds: int = 5
     tune: bool = True
+    tune_seconds: float = Field(90.0, description="screening time per tuned candidate (tileagent.autotune)")
     reuse_archive: bool = True
     keep_going: bool = Field(False, description="evaluate each candidate on every config even after one fails "
                              "(batch: a kernel may serve some configs only)")
@@ -187,6 +188,8 @@ class Loop:
             self.store.append("drafted", turn=0, drafts=[d.model_dump() for d in drafts])
             self.memo_drafts[0] = [d.model_dump() for d in drafts]
         for k, d in enumerate(self.memo_drafts.get(0, [])):
+            if not self.pending():
+                break
             self._attempt(f"t0-c{k}", 0, Draft.model_validate(d), keep_going=True, every=True)
 
     def _drafts(self, turn: int) -> list[Draft] | None:
@@ -351,7 +354,7 @@ class Loop:
             self.on_event("variant", {"attempt_id": aid, "variant": vkey, "phase": phase, "summary": summary(result)})
             return result
 
-        tuned = autotune.autotune(source, configs, base, evaluate)
+        tuned = autotune.autotune(source, configs, base, evaluate, max_seconds=self.o.tune_seconds)
         for w in tuned.winners.values():
             if w.result.correct:
                 self._offer(Best(attempt_id=f"{aid}/{w.variant}" if w.values != tuned_default(source) else aid,
