@@ -121,3 +121,50 @@ def _atoms(e):
     if isinstance(e, Expr):
         return {expr_str(e): 1}, 0
     return None
+
+
+def split_multiples(e, period: int):
+    """``e`` as (rest, multiple) with e == rest + multiple and ``multiple`` a sum of terms whose coefficients are
+    multiples of ``period`` (non-linear sub-expressions are opaque terms of coefficient 1); None when ``e`` is not a
+    sum of terms or nothing splits off. Used to pull whole swizzle periods out of an XOR swizzle."""
+    terms = _terms(e)
+    if terms is None:
+        return None
+    coef, const = terms
+    outer = [(a, c) for a, c in coef if c % period == 0]
+    if not outer and const < period:
+        return None
+    inner = [(a, c) for a, c in coef if c % period]
+    return _sum(inner, const % period), _sum(outer, const - const % period)
+
+
+def _terms(e):
+    """e as ([(atom, coefficient)], constant): atoms are Vars or non-linear sub-expressions (by identity)."""
+    if isinstance(e, bool):
+        return None
+    if isinstance(e, int):
+        return [], e
+    if isinstance(e, Const):
+        return None if e.dtype.is_float else ([], int(e.value))
+    if isinstance(e, BinOp) and e.op in ("+", "-", "*"):
+        fa, fb = _terms(e.a), _terms(e.b)
+        if fa is not None and fb is not None:
+            if e.op == "*" and (not fa[0] or not fb[0]):
+                (coef, const), k = (fa, fb[1]) if not fb[0] else (fb, fa[1])
+                return [(a, c * k) for a, c in coef if c * k], const * k
+            if e.op != "*":
+                sign = 1 if e.op == "+" else -1
+                return fa[0] + [(a, sign * c) for a, c in fb[0]], fa[1] + sign * fb[1]
+    if isinstance(e, Expr) and not e.dtype.is_float:
+        return [(e, 1)], 0
+    return None
+
+
+def _sum(terms, const):
+    from compiler.ir.expr import make_binop
+
+    out = const
+    for atom, c in terms:
+        term = atom if c == 1 else make_binop("*", atom, c)
+        out = term if isinstance(out, int) and out == 0 else make_binop("+", out, term)
+    return out

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.ir.expr import make_binop
+from compiler.ir.simplify import split_multiples
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,14 @@ class Layout:
         off = 0
         for i, s in zip(idx, self._strides()):
             off = make_binop("+", off, make_binop("*", i, s))
-        return self.swizzle.apply(off) if self.swizzle else off
+        if not self.swizzle:
+            return off
+        period = 1 << (self.swizzle.bits + self.swizzle.base + self.swizzle.shift)
+        split = None if isinstance(off, (int, np.integer)) else split_multiples(off, period)
+        if split is None:
+            return self.swizzle.apply(off)
+        rest, whole = split  # the XOR pattern repeats every period: keep whole periods out of it
+        return make_binop("+", self.swizzle.apply(rest), whole)
 
     def compose(self, other: "Layout") -> "Layout | _Composed":
         """self after other: idx -> self.offset(unflatten(other.offset(idx)))."""

@@ -50,7 +50,7 @@ def lower_gemm(ctx, s: Gemm) -> list:
     out.append(Declare(b_frag, span=s.span))
     a_frag = None
     if a_buf.scope == "shared":
-        a_frag = ctx.scratch_registers("a_frag", 8, a_buf.dtype)
+        a_frag = ctx.scratch_registers("a_frag", 8 * (tm // 16), a_buf.dtype)  # every row atom of one K step
         out.append(Declare(a_frag, span=s.span))
 
     def c_slot(am, h, an, pair):
@@ -97,29 +97,31 @@ def lower_gemm(ctx, s: Gemm) -> list:
         return out
 
     def load_a(kb, k0, am) -> list:
-        """The A atom (16 x 16) of row atom ``am`` for one K step into a_frag."""
+        """The A atom (16 x 16) of row atom ``am`` for one K step into a_frag[8 am ...]."""
         if ld_a:  # matrix mi: rows + 8 (mi % 2), K + 8 (mi // 2)
             mm = make_binop("+", make_binop("+", row_base, make_binop("*", am, 16)),
                             make_binop("*", make_binop("%", mi, 2), 8))
             kk = make_binop("+", make_binop("*", kb, 16), make_binop("*", make_binop("//", mi, 2), 8))
             elem = (make_binop("+", mm, r8), kk) if not s.transpose_a else (mm, make_binop("+", kk, r8))
             index = ctx.offset(a_buf, _element(s.a, *elem, s.transpose_a))
-            return [LdMatrix(a_frag, as_expr(0), ctx.mem(a_buf), as_expr(index), 4, s.transpose_a, s.span)]
+            return [LdMatrix(a_frag, as_expr(make_binop("*", am, 8)), ctx.mem(a_buf), as_expr(index), 4,
+                             s.transpose_a, s.span)]
         row = make_binop("+", make_binop("+", row_base, make_binop("*", am, 16)), g)
         a_pairs = [(make_binop("+", row, dr), make_binop("+", k0, dk))
                    for dr, dk in ((0, 0), (0, 1), (8, 0), (8, 1), (0, 8), (0, 9), (8, 8), (8, 9))]
-        return load(a_frag, 0, s.a, a_pairs, s.transpose_a)
+        return load(a_frag, make_binop("*", am, 8), s.a, a_pairs, s.transpose_a)
 
     def step(kb):
-        """Statements of one 16-deep K step (kb: its index, an int or a loop variable): B atoms of the warp's
-        columns once, then per row atom its A atom and one Mma per column atom."""
+        """Statements of one 16-deep K step (kb: its index, an int or a loop variable): the B atoms of the warp's
+        columns and the A atoms of its rows (all loads first, so they overlap), then one Mma per atom pair."""
         am = ctx.var("am")
         k0 = make_binop("+", make_binop("*", kb, 16), make_binop("*", t, 2))
         body = load_b(kb, k0)
         atom = []
         if a_buf.scope == "shared":
-            atom += load_a(kb, k0, am)
-            a_regs = tuple(as_expr(i) for i in range(8))
+            am_load = ctx.var("am")
+            body.append(For(am_load, 0, tm // 16, 1, "unroll", tuple(load_a(kb, k0, am_load))))
+            a_regs = tuple(as_expr(make_binop("+", make_binop("*", am, 8), i)) for i in range(8))
         else:
             # A in registers with the A-operand layout: slot ((am * 2 + h) * (K / 8) + kat) * 2 + pair
             k_atoms = k // 8
