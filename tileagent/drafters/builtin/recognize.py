@@ -444,7 +444,7 @@ def _row_family(t: Traced, nodes: list[Expr]) -> FamilyMatch:
                 if eps is not None:
                     x = strip(_centered_subject(node))
                     m = ("layernorm", x, node, _center(node.shape), _bind(float(eps), t.model))
-        elif node.op == "softmax" or (node.op == "div" and _manual_softmax(node) is not None):
+        if m is None and (node.op == "softmax" or (node.op == "div" and _manual_softmax(node) is not None)):
             z = node.args[0] if node.op == "softmax" else _manual_softmax(node)
             if node.kwargs.get("dims", (len(node.shape) - 1,)) != (len(node.shape) - 1,):
                 raise NoMatch("softmax over another dim than the last")
