@@ -131,8 +131,9 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
 
     Stops at the first failing config (with ``request.keep_going``: checks every config, see EvalRequest). Baselines
     are timed once per reference config and worker process (``evaluator.timing.time_candidate``). Never raises for
-    the candidate's or the spec's faults: they become the result's status, message and failure (``status_of``). ``load_spec`` and ``check_candidate`` default to
-    ``evaluator.spec.load_spec`` and ``evaluator.correctness.check_candidate``.
+    the candidate's or the spec's faults: they become the result's status, message and failure (``status_of``).
+    ``load_spec`` and ``check_candidate`` default to ``evaluator.spec.load_spec`` and
+    ``evaluator.correctness.check_candidate``.
     """
     progress = progress or Progress()
     device = resolve_device(request.device)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -452,9 +451,4 @@ def tuned_default(source: str) -> dict:
     return autotune.current_values(source, autotune.tunables_of(source) or {})
 
 
-def geomean(values: list[float]) -> float | None:
-    vals = [v for v in values if v and v > 0]
-    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
-
-
-__all__ = ["EXIT_CODES", "Best", "Loop", "LoopOptions", "Outcome", "finalize", "geomean", "tuned_default"]
+__all__ = ["EXIT_CODES", "Best", "Loop", "LoopOptions", "Outcome", "finalize", "tuned_default"]
