@@ -267,11 +267,12 @@ class _Block:
         if b.scope != "local":
             raise EmulationError(f"Declare of '{b.name}' in scope {b.scope}; only local buffers are declared", s.span)
         fill = float("nan") if b.dtype.is_float else (_INT_POISON if b.dtype.bits >= 32 else 0)
+        storage = torch.int64 if b.dtype == "uint32" else b.dtype.torch  # torch's uint32 lacks indexing
         if b not in self.mem:
-            self.mem[b] = torch.full((self.nt, int(b.shape[0])), fill, dtype=b.dtype.torch)
+            self.mem[b] = torch.full((self.nt, int(b.shape[0])), fill, dtype=storage)
         rows = self.active()
         if s.init is not None:
-            fill = self.lanes(_as_tensor(self.ev(s.init), b.dtype).to(b.dtype.torch))[rows, None]
+            fill = self.lanes(_as_tensor(self.ev(s.init), b.dtype).to(storage))[rows, None]
         self.mem[b][rows] = fill
 
     def store(self, s: Store) -> None:

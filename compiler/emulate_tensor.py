@@ -55,11 +55,13 @@ def _warp_threads(block, what: str):
 
 def mma(block, s: Mma) -> None:
     """One mma.sync m16n8k16 in every warp that executes it (all warps of the block at once)."""
-    ab = s.a_buf.dtype
-    if ab not in ("float16", "bfloat16") or s.b_buf.dtype != ab or s.c_buf.dtype != "float32":
-        raise EmulationError(f"Mma wants float16 or bfloat16 A and B of one dtype and a float32 C, got A {ab}, "
-                             f"B {s.b_buf.dtype}, C {s.c_buf.dtype}", s.span)
+    ab = s.element_dtype
+    if ab not in ("float16", "bfloat16") or any(b.dtype not in (ab, "uint32") for b in (s.a_buf, s.b_buf)) or \
+            s.c_buf.dtype != "float32":
+        raise EmulationError(f"Mma wants float16 or bfloat16 A and B of one dtype (or uint32 packed pairs) and a "
+                             f"float32 C, got A {s.a_buf.dtype}, B {s.b_buf.dtype}, C {s.c_buf.dtype}", s.span)
     for buf, regs, n in ((s.a_buf, s.a, 8), (s.b_buf, s.b, 4), (s.c_buf, s.c, 4)):
+        n = n // 2 if buf.dtype == "uint32" else n
         if buf.scope != "local" or len(regs) != n:
             raise EmulationError(f"Mma operand '{buf.name}' must be a local array with {n} register indices, "
                                  f"got a {buf.scope} buffer with {len(regs)}", s.span)
@@ -71,19 +73,25 @@ def mma(block, s: Mma) -> None:
         idx = torch.cat([block.elements(buf, block.ev(r), 1, "Mma operand in")[1] for r in regs], 1)[threads]
         return block.mem[buf], idx
 
-    (a_mem, a_idx), (b_mem, b_idx), (c_mem, c_idx) = (gather(s.a_buf, s.a), gather(s.b_buf, s.b),
-                                                      gather(s.c_buf, s.c))
+    def values(buf, regs):
+        """The operand's elements per lane [nw * 32, 2 len(regs) or len(regs)] in the element dtype."""
+        mem, idx = gather(buf, regs)
+        vals = mem[threads[:, None], idx]
+        return vals if buf.dtype != "uint32" else unpack(vals, ab)
+
+    a_vals, b_vals = values(s.a_buf, s.a), values(s.b_buf, s.b)
+    c_mem, c_idx = gather(s.c_buf, s.c)
     dup = (c_idx.sort(1).values.diff(dim=1) == 0).any(1)
     if bool(dup.any()):
         t = int(threads[dup.nonzero()[0]])
         raise EmulationError(f"Mma in thread {t}: the accumulator registers {s.c_buf.name}"
                              f"{[int(v) for v in c_idx[int(dup.nonzero()[0])]]} are not distinct", s.span)
     rows = threads[:, None]
-    A = torch.empty(nw, 16, 16, dtype=a_mem.dtype)
-    B = torch.empty(nw, 16, 8, dtype=b_mem.dtype)
+    A = torch.empty(nw, 16, 16, dtype=a_vals.dtype)
+    B = torch.empty(nw, 16, 8, dtype=b_vals.dtype)
     C = torch.empty(nw, 16, 8, dtype=torch.float32)
-    A[:, _MMA_A[0], _MMA_A[1]] = a_mem[rows, a_idx].view(nw, WARP_SIZE, 8)
-    B[:, _MMA_B[0], _MMA_B[1]] = b_mem[rows, b_idx].view(nw, WARP_SIZE, 4)
+    A[:, _MMA_A[0], _MMA_A[1]] = a_vals.reshape(nw, WARP_SIZE, 8)
+    B[:, _MMA_B[0], _MMA_B[1]] = b_vals.reshape(nw, WARP_SIZE, 4)
     C[:, _MMA_C[0], _MMA_C[1]] = c_mem[rows, c_idx].view(nw, WARP_SIZE, 4)
     D = torch.matmul(A.float(), B.float()) + C
     c_mem[rows, c_idx] = D[:, _MMA_C[0], _MMA_C[1]].reshape(nw * WARP_SIZE, 4)
@@ -91,8 +99,8 @@ def mma(block, s: Mma) -> None:
 
 def ldmatrix(block, s: LdMatrix) -> None:
     """Each executing warp loads ``num`` 8x8 matrices from the row addresses of its lanes."""
-    if s.src.dtype.bytes != 2 or s.dst.dtype != s.src.dtype or s.src.scope != "shared" or s.dst.scope != "local":
-        raise EmulationError(f"LdMatrix wants a 16-bit shared source and a local destination of its dtype, got "
+    if s.src.dtype.bytes != 2 or s.dst.dtype != "uint32" or s.src.scope != "shared" or s.dst.scope != "local":
+        raise EmulationError(f"LdMatrix wants a 16-bit shared source and a local uint32 destination, got "
                              f"{s.src.scope} {s.src.dtype} -> {s.dst.scope} {s.dst.dtype}", s.span)
     if s.num not in (1, 2, 4):
         raise EmulationError(f"LdMatrix loads 1, 2 or 4 matrices, not {s.num}", s.span)
@@ -118,9 +126,22 @@ def ldmatrix(block, s: LdMatrix) -> None:
     lane = torch.arange(WARP_SIZE)
     g, t = lane // 4, lane % 4
     got = mats[:, :, g[:, None], (2 * t[:, None] + torch.arange(2))]  # [nw, num, 32, 2]
-    got = got.permute(0, 2, 1, 3).reshape(nw * WARP_SIZE, 2 * s.num)
-    dst_mem, dst_idx = block.elements(s.dst, block.ev(s.dst_first), 2 * s.num, "LdMatrix into")
-    dst_mem[threads[:, None], dst_idx[threads]] = got.to(dst_mem.dtype)
+    got = got.permute(0, 2, 1, 3).reshape(nw * WARP_SIZE, s.num, 2)
+    dst_mem, dst_idx = block.elements(s.dst, block.ev(s.dst_first), s.num, "LdMatrix into")
+    dst_mem[threads[:, None], dst_idx[threads]] = pack(got).to(dst_mem.dtype)
+
+
+def pack(pairs: torch.Tensor) -> torch.Tensor:
+    """16-bit element pairs [..., 2] as 32-bit register values (int64), the first element in the low half."""
+    bits = pairs.contiguous().view(torch.int16).to(torch.int64) & 0xFFFF
+    return bits[..., 0] | (bits[..., 1] << 16)
+
+
+def unpack(regs: torch.Tensor, dtype: str) -> torch.Tensor:
+    """32-bit register values [n, r] as their 16-bit elements [n, 2 r] of ``dtype`` (low half first)."""
+    halves = torch.stack([regs & 0xFFFF, (regs >> 16) & 0xFFFF], -1).reshape(regs.shape[0], -1)
+    torch_dtype = torch.float16 if dtype == "float16" else torch.bfloat16
+    return halves.to(torch.int32).to(torch.int16).view(torch_dtype)
 
 
 def async_copy(block, s: AsyncCopy) -> None:

@@ -86,7 +86,10 @@ class Mma(Stmt):
     a[4], a[5]: A[g, 2t+8], A[g, 2t+9];  a[6], a[7]: A[g+8, 2t+8], A[g+8, 2t+9];
     b[0], b[1]: B[2t, g], B[2t+1, g];    b[2], b[3]: B[2t+8, g], B[2t+9, g];
     c[0], c[1]: C[g, 2t], C[g, 2t+1];    c[2], c[3]: C[g+8, 2t], C[g+8, 2t+1].
-    ``a_buf``/``b_buf`` are local arrays of float16 or bfloat16 (the same dtype); ``c_buf`` a local float32 array.
+    ``a_buf``/``b_buf`` are local arrays of the element dtype ``dtype`` (float16 or bfloat16; default: the dtype of
+    whichever operand has 16-bit elements), or "uint32" arrays of packed pairs: then ``a`` names 4 registers
+    (a[0..1], a[2..3], a[4..5], a[6..7], lower index in the low half) and ``b`` 2 (b[0..1], b[2..3]), which is what
+    ``LdMatrix`` writes. ``c_buf`` is a local float32 array.
     """
 
     c_buf: Buffer
@@ -96,6 +99,13 @@ class Mma(Stmt):
     b_buf: Buffer
     b: tuple
     span: Span | None = None
+    dtype: str | None = None
+
+    @property
+    def element_dtype(self) -> str | None:
+        if self.dtype is not None:
+            return self.dtype
+        return next((str(b.dtype) for b in (self.a_buf, self.b_buf) if b.dtype.bytes == 2), None)
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -105,9 +115,9 @@ class LdMatrix(Stmt):
 
     Every lane of the warp executes it. Lane ``l`` gives, in ``src_index`` (elements of ``src``), the start of row
     ``l % 8`` of matrix ``l // 8`` (lanes of matrices beyond ``num`` give none): eight contiguous elements, 16-byte
-    aligned. Matrix ``i`` lands in ``dst[dst_first + 2 i]`` and ``dst[dst_first + 2 i + 1]``: with g = lane // 4 and
-    t = lane % 4, its elements (g, 2t) and (g, 2t + 1), or with ``trans`` (2t, g) and (2t + 1, g). ``dst`` is a local
-    array of the same 16-bit dtype as ``src``; ``dst_first`` is even.
+    aligned. Matrix ``i`` lands in the 32-bit register ``dst[dst_first + i]`` (``dst``: a local "uint32" array) as
+    two elements, the lower one in the low half: with g = lane // 4 and t = lane % 4, its elements (g, 2t) and
+    (g, 2t + 1), or with ``trans`` (2t, g) and (2t + 1, g).
     """
 
     dst: Buffer

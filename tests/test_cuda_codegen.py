@@ -20,7 +20,8 @@ from compiler.runtime import nvrtc as nvrtc_mod
 from compiler.runtime.launch import _pack_scalar, eval_scalar
 from compiler.runtime.nvrtc import NvrtcError, cache_path, compile_to_cubin
 from compiler.targets.cuda import CodegenError, dtype_to_ctype, generate, required_alignment, vector_bytes
-from compiler.tir import BLOCK_IDX, LANE, THREAD, WARP, Barrier, Declare, DeviceKernel, DeviceModule, Mma, VecCopy
+from compiler.tir import (BLOCK_IDX, LANE, THREAD, WARP, Barrier, Declare, DeviceKernel, DeviceModule, LdMatrix, Mma,
+                          VecCopy)
 
 F16, BF16, F32, F64 = DType("float16"), DType("bfloat16"), DType("float32"), DType("float64")
 I32, I64 = DType("int32"), DType("int64")
@@ -308,8 +309,9 @@ def test_mma_m16n8k16_f16_is_inline_ptx_on_register_elements(tmp_path):
     assert "__device__ __forceinline__ void tl_mma_m16n8k16_f16(float& d0, float& d1, float& d2, float& d3," in src
     assert "const __half2 v = __halves2half2(lo, hi);" in src  # lower-index element in the low 16 bits
     assert '"+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)' in src
-    assert ("tl_mma_m16n8k16_f16(acc[0], acc[1], acc[2], acc[3], a_frag[0], a_frag[1], a_frag[2], a_frag[3], "
-            "a_frag[4], a_frag[5], a_frag[6], a_frag[7], b_frag[0], b_frag[1], b_frag[2], b_frag[3]);") in flat(src)
+    assert ("tl_mma_m16n8k16_f16(acc[0], acc[1], acc[2], acc[3], tl_pack_f16x2(a_frag[0], a_frag[1]), "
+            "tl_pack_f16x2(a_frag[2], a_frag[3]), tl_pack_f16x2(a_frag[4], a_frag[5]), tl_pack_f16x2(a_frag[6], "
+            "a_frag[7]), tl_pack_f16x2(b_frag[0], b_frag[1]), tl_pack_f16x2(b_frag[2], b_frag[3]));") in flat(src)
     assert "__align__(16) half a_frag[8];" in src and "__align__(16) float acc[4];" in src
     assert "bf16" not in src and "cuda_bf16.h" not in src
     assert "mma" not in generate(module(elementwise_kernel()[0]))  # the helper only when used
@@ -611,3 +613,22 @@ def test_every_dtype_operator_and_intrinsic_compiles(tmp_path):
     src = generate(module(k))
     assert "long long step" in src and "uint1" in src and "uint2" in src
     compiles(src, tmp_path)
+
+
+def test_ldmatrix_writes_packed_registers_that_mma_reads_as_they_are(tmp_path):
+    acc, a, b = Buffer("acc", (4,), F32, "local"), Buffer("a", (4,), "uint32", "local"), \
+        Buffer("b", (2,), "uint32", "local")
+    tile = Buffer("tile", (256,), F16, "shared")
+    lane = THREAD % 32
+    body = [Declare(acc), Declare(a), Declare(b),
+            LdMatrix(a, c(0), tile, (lane % 16) * 16 + (lane // 16) * 8, 4, False),
+            LdMatrix(b, c(0), tile, lane * 8, 2, True),
+            Mma(acc, (0, 1, 2, 3), a, (0, 1, 2, 3), b, (0, 1), None, "float16")]
+    k = DeviceKernel("ldm", (), (c(1),), (32, 1, 1), 512, {tile: 0}, tuple(body))
+    src = flat(generate(module(k)))
+    assert ('asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(a[0]), '
+            '"=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"((unsigned)__cvta_generic_to_shared(&tile[') in src
+    assert '"ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(b[0]), "=r"(b[1])' in src
+    assert "tl_mma_m16n8k16_f16(acc[0], acc[1], acc[2], acc[3], a[0], a[1], a[2], a[3], b[0], b[1]);" in src
+    assert "__align__(16) unsigned int a[4];" in src
+    compiles(generate(module(k)), tmp_path)

@@ -46,11 +46,16 @@ def lower_gemm(ctx, s: Gemm) -> list:
         zero = ctx.var("z")
         out.append(For(zero, 0, c_reg.shape[0], 1, "unroll", (Store(c_reg, (zero,), Const(0.0, DType("float32"))),)))
     n_atoms = tn // 8
-    b_frag = ctx.scratch_registers("b_frag", 4 * n_atoms, b_buf.dtype)
+    ld_a = a_buf.scope == "shared" and ldmatrix_ok(ctx, s.a)
+    ld_b = ldmatrix_ok(ctx, s.b)
+    # ldmatrix fills 32-bit registers of packed pairs (uint32: 2 per B atom, 4 per A atom); element loads fill 16-bit
+    # registers (4 per B atom, 8 per A atom)
+    b_per, a_per = (2 if ld_b else 4), (4 if ld_a else 8)
+    b_frag = ctx.scratch_registers("b_frag", b_per * n_atoms, "uint32" if ld_b else b_buf.dtype)
     out.append(Declare(b_frag, span=s.span))
     a_frag = None
-    if a_buf.scope == "shared":
-        a_frag = ctx.scratch_registers("a_frag", 8 * (tm // 16), a_buf.dtype)  # every row atom of one K step
+    if a_buf.scope == "shared":  # every row atom of one K step
+        a_frag = ctx.scratch_registers("a_frag", a_per * (tm // 16), "uint32" if ld_a else a_buf.dtype)
         out.append(Declare(a_frag, span=s.span))
 
     def c_slot(am, h, an, pair):
@@ -72,8 +77,6 @@ def lower_gemm(ctx, s: Gemm) -> list:
                                 s.span) for j in (i, i + 1)]
         return stmts
 
-    ld_a = a_buf.scope == "shared" and ldmatrix_ok(ctx, s.a)
-    ld_b = ldmatrix_ok(ctx, s.b)
     mi, r8 = make_binop("//", lane, 8), make_binop("%", lane, 8)
 
     def load_b(kb, k0) -> list:
@@ -92,7 +95,7 @@ def lower_gemm(ctx, s: Gemm) -> list:
             nn = make_binop("+", col_base, make_binop("*", make_binop("+", first, make_binop("//", mi, 2)), 8))
             elem = (make_binop("+", kk, r8), nn) if not s.transpose_b else (kk, make_binop("+", nn, r8))
             index = ctx.offset(b_buf, _element(s.b, *elem, s.transpose_b))
-            out.append(LdMatrix(b_frag, as_expr(first * 4), ctx.mem(b_buf), as_expr(index), num,
+            out.append(LdMatrix(b_frag, as_expr(first * 2), ctx.mem(b_buf), as_expr(index), num,
                                 not s.transpose_b, s.span))
         return out
 
@@ -104,7 +107,7 @@ def lower_gemm(ctx, s: Gemm) -> list:
             kk = make_binop("+", make_binop("*", kb, 16), make_binop("*", make_binop("//", mi, 2), 8))
             elem = (make_binop("+", mm, r8), kk) if not s.transpose_a else (mm, make_binop("+", kk, r8))
             index = ctx.offset(a_buf, _element(s.a, *elem, s.transpose_a))
-            return [LdMatrix(a_frag, as_expr(make_binop("*", am, 8)), ctx.mem(a_buf), as_expr(index), 4,
+            return [LdMatrix(a_frag, as_expr(make_binop("*", am, 4)), ctx.mem(a_buf), as_expr(index), 4,
                              s.transpose_a, s.span)]
         row = make_binop("+", make_binop("+", row_base, make_binop("*", am, 16)), g)
         a_pairs = [(make_binop("+", row, dr), make_binop("+", k0, dk))
@@ -121,7 +124,7 @@ def lower_gemm(ctx, s: Gemm) -> list:
         if a_buf.scope == "shared":
             am_load = ctx.var("am")
             body.append(For(am_load, 0, tm // 16, 1, "unroll", tuple(load_a(kb, k0, am_load))))
-            a_regs = tuple(as_expr(make_binop("+", make_binop("*", am, 8), i)) for i in range(8))
+            a_regs = tuple(as_expr(make_binop("+", make_binop("*", am, a_per), i)) for i in range(a_per))
         else:
             # A in registers with the A-operand layout: slot ((am * 2 + h) * (K / 8) + kat) * 2 + pair
             k_atoms = k // 8
@@ -132,7 +135,8 @@ def lower_gemm(ctx, s: Gemm) -> list:
         an2 = ctx.var("an")
         c_regs = tuple(as_expr(c_slot(am, h, an2, pair)) for h, pair in ((0, 0), (0, 1), (1, 0), (1, 1)))
         mma = Mma(c_reg, c_regs, ctx.mem(a_buf) if a_frag is None else a_frag, a_regs, b_frag,
-                  tuple(as_expr(make_binop("+", make_binop("*", an2, 4), i)) for i in range(4)), s.span)
+                  tuple(as_expr(make_binop("+", make_binop("*", an2, b_per), i)) for i in range(b_per)), s.span,
+                  str(a_buf.dtype))
         atom.append(For(an2, 0, n_atoms, 1, "unroll", (mma,)))
         body.append(For(am, 0, tm // 16, 1, "unroll", tuple(atom)))
         return body

@@ -7,10 +7,11 @@ preamble helpers they need (``HELPERS``).
 Guarantees:
 
 - ``Mma`` becomes one call of ``tl_mma_m16n8k16_{f16,bf16}``: inline PTX ``mma.sync.aligned.m16n8k16.row.col.f32``
-  whose A/B elements are passed by value and packed in pairs (lower index in the low 16 bits) and whose four
-  accumulators are passed by reference ("+f"), so register arrays are indexed by constants, never through a pointer.
-- ``LdMatrix`` becomes one ``ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16`` whose ``num`` 32-bit results
-  are unpacked into the destination registers (lower half first), again without taking a register's address.
+  whose A/B operands are 32-bit registers passed by value (uint32 arrays as they are; 16-bit arrays packed in pairs,
+  lower index in the low 16 bits) and whose four accumulators are passed by reference ("+f"), so register arrays are
+  indexed by constants, never through a pointer.
+- ``LdMatrix`` becomes one ``ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16`` writing its ``num`` 32-bit
+  results straight into the destination's uint32 registers.
 - ``AsyncCopy`` becomes ``cp.async.{ca,cg}.shared.global`` with a source size of 0 (zero fill, nothing read) when its
   ``valid`` condition is false; the source pointer is then the tensor's base, so no out-of-range address is formed.
   16-byte copies use ``.cg`` (bypass L1), 4- and 8-byte ones ``.ca``.
@@ -19,6 +20,7 @@ Guarantees:
 
 from __future__ import annotations
 
+from compiler.ir.expr import make_binop
 from compiler.tir import AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma
 
 _MMA_HELPER = """\
@@ -29,30 +31,17 @@ __device__ __forceinline__ unsigned tl_pack_{sfx}x2({t} lo, {t} hi) {{
   return *reinterpret_cast<const unsigned*>(&v);
 }}
 __device__ __forceinline__ void tl_mma_m16n8k16_{sfx}(float& d0, float& d1, float& d2, float& d3,
-    {t} a0, {t} a1, {t} a2, {t} a3, {t} a4, {t} a5, {t} a6, {t} a7, {t} b0, {t} b1, {t} b2, {t} b3) {{
+    unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {{
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.{sfx}.{sfx}.f32 "
       "{{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"
       : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-      : "r"(tl_pack_{sfx}x2(a0, a1)), "r"(tl_pack_{sfx}x2(a2, a3)), "r"(tl_pack_{sfx}x2(a4, a5)),
-        "r"(tl_pack_{sfx}x2(a6, a7)), "r"(tl_pack_{sfx}x2(b0, b1)), "r"(tl_pack_{sfx}x2(b2, b3)));
-}}"""
-_UNPACK_HELPER = """\
-// The two 16-bit halves of a 32-bit register (lower index in the low half), as {t}.
-__device__ __forceinline__ {t} tl_lo_{sfx}(unsigned r) {{
-  const unsigned short h = (unsigned short)(r & 0xffffu);
-  return *reinterpret_cast<const {t}*>(&h);
-}}
-__device__ __forceinline__ {t} tl_hi_{sfx}(unsigned r) {{
-  const unsigned short h = (unsigned short)(r >> 16);
-  return *reinterpret_cast<const {t}*>(&h);
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }}"""
 _TYPES = {"float16": ("f16", "half", "__half2", "__halves2half2"),
           "bfloat16": ("bf16", "__nv_bfloat16", "__nv_bfloat162", "__halves2bfloat162")}
-HELPERS = {}
-for _dt, (_sfx, _t, _t2, _halves) in _TYPES.items():
-    HELPERS[f"mma_{_sfx}"] = _MMA_HELPER.format(dt=_dt, sfx=_sfx, t=_t, t2=_t2, halves=_halves)
-    HELPERS[f"unpack_{_sfx}"] = _UNPACK_HELPER.format(t=_t, sfx=_sfx)
+HELPERS = {f"mma_{sfx}": _MMA_HELPER.format(dt=dt, sfx=sfx, t=t, t2=t2, halves=halves)
+           for dt, (sfx, t, t2, halves) in _TYPES.items()}
 HELPER_ORDER = tuple(HELPERS)
 
 
@@ -60,19 +49,24 @@ def emit_mma(em, s: Mma) -> None:
     what = f"Mma into {s.c_buf.name}"
     if em.k.num_threads % 32:
         em.fail(f"{what}: mma.sync is warp-wide, but the block has {em.k.num_threads} threads (not whole warps)")
-    ab = s.a_buf.dtype
-    if ab not in _TYPES or s.b_buf.dtype != ab or s.c_buf.dtype != "float32":
-        em.fail(f"{what}: want float16 or bfloat16 A and B of one dtype and a float32 C, got A {ab}, "
-                f"B {s.b_buf.dtype}, C {s.c_buf.dtype}")
+    ab = s.element_dtype
+    if ab not in _TYPES or any(b.dtype not in (ab, "uint32") for b in (s.a_buf, s.b_buf)) or \
+            s.c_buf.dtype != "float32":
+        em.fail(f"{what}: want float16 or bfloat16 A and B of one dtype (or uint32 packed pairs) and a float32 C, "
+                f"got A {s.a_buf.dtype}, B {s.b_buf.dtype}, C {s.c_buf.dtype}")
+    sfx = _TYPES[ab][0]
     regs = []
     for buf, idx, n in ((s.c_buf, s.c, 4), (s.a_buf, s.a, 8), (s.b_buf, s.b, 4)):
-        if buf.scope != "local" or len(idx) != n:
-            em.fail(f"{what}: operand {buf.name} must be a local array with {n} register indices, got a "
-                    f"{buf.scope} buffer with {len(idx)}")
-        regs.append([em.register(buf, i) for i in idx])
+        packed = buf.dtype == "uint32"
+        if buf.scope != "local" or len(idx) != (n // 2 if packed else n):
+            em.fail(f"{what}: operand {buf.name} must be a local array with {n // 2 if packed else n} register "
+                    f"indices, got a {buf.scope} buffer with {len(idx)}")
+        names = [em.register(buf, i) for i in idx]
+        if buf is not s.c_buf and not packed:
+            names = [f"tl_pack_{sfx}x2({lo}, {hi})" for lo, hi in zip(names[::2], names[1::2])]
+        regs.append(names)
     if len(set(regs[0])) != 4:
         em.fail(f"{what}: the four accumulator registers must be distinct, got {', '.join(regs[0])}")
-    sfx = _TYPES[ab][0]
     em.ct(ab)
     em.state.helpers.add(f"mma_{sfx}")
     call = f"tl_mma_m16n8k16_{sfx}("
@@ -86,27 +80,16 @@ def emit_mma(em, s: Mma) -> None:
 def emit_ldmatrix(em, s: LdMatrix) -> None:
     what = f"LdMatrix into {s.dst.name}"
     dt = s.src.dtype
-    if dt not in _TYPES or s.dst.dtype != dt or s.src.scope != "shared" or s.dst.scope != "local":
-        em.fail(f"{what}: want a float16/bfloat16 shared source and a local destination of the same dtype, got "
+    if dt not in _TYPES or s.dst.dtype != "uint32" or s.src.scope != "shared" or s.dst.scope != "local":
+        em.fail(f"{what}: want a float16/bfloat16 shared source and a local uint32 destination, got "
                 f"{s.src.scope} {dt} -> {s.dst.scope} {s.dst.dtype}")
     if s.num not in (1, 2, 4):
         em.fail(f"{what}: num must be 1, 2 or 4, got {s.num}")
-    sfx = _TYPES[dt][0]
-    em.ct(dt)
-    em.state.helpers.add(f"unpack_{sfx}")
-    outs = [em.register(s.dst, _plus(s.dst_first, k)) for k in range(2 * s.num)]
+    outs = ", ".join(f'"=r"({em.register(s.dst, _plus(s.dst_first, i))})' for i in range(s.num))
     regs = ", ".join(f"%{i}" for i in range(s.num))
-    em.line("{")
-    em.depth += 1
-    em.line(f"unsigned tl_r[{s.num}];")
-    em.line(f"const unsigned tl_a = (unsigned)__cvta_generic_to_shared(&{em.buf(s.src)}[{em.index(s.src, s.src_index)}]);")
-    constraints = ", ".join(f'"=r"(tl_r[{i}])' for i in range(s.num))
+    address = f"&{em.buf(s.src)}[{em.index(s.src, s.src_index)}]"
     em.line(f'asm volatile("ldmatrix.sync.aligned.m8n8.x{s.num}{".trans" if s.trans else ""}.shared.b16 '
-            f'{{{regs}}}, [%{s.num}];" : {constraints} : "r"(tl_a));')
-    for i in range(s.num):
-        em.line(f"{outs[2 * i]} = tl_lo_{sfx}(tl_r[{i}]); {outs[2 * i + 1]} = tl_hi_{sfx}(tl_r[{i}]);")
-    em.depth -= 1
-    em.line("}")
+            f'{{{regs}}}, [%{s.num}];" : {outs} : "r"((unsigned)__cvta_generic_to_shared({address})));')
 
 
 def emit_async_copy(em, s: AsyncCopy) -> None:
@@ -141,7 +124,6 @@ def emit_async_wait(em, s: AsyncWait) -> None:
 
 
 def _plus(e, k: int):
-    from compiler.ir.expr import make_binop
     return make_binop("+", e, k) if k else e
 
 
