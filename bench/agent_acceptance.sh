@@ -12,10 +12,10 @@ mkdir -p "$OUT" "$RUNS"
 ta() { python -m tileagent "$@"; }
 step() {  # name, command...: run, log, record wall time and exit status
   local name=$1; shift
-  local t0=$(date +%s.%N)
+  local t0=$(date +%s)
   "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
-  printf '%-22s exit %s  %6.1f s\n' "$name" "$rc" "$(echo "$(date +%s.%N) - $t0" | bc)" | tee -a "$OUT/summary.txt"
+  printf '%-22s exit %s  %5d s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" | tee -a "$OUT/summary.txt"
 }
 case "${1:-}" in
   rmsnorm)
