@@ -274,3 +274,30 @@ def test_mma_in_an_incomplete_warp_is_an_error():
     k = DeviceKernel(k.name, k.params, k.grid, (48, 1, 1), k.shared_bytes, k.shared_offsets, k.body)
     with pytest.raises(EmulationError, match="Mma in warp 1, which has only 16 of 32 lanes in a block of 48 threads"):
         run_kernel(k, {A: torch.zeros(32, 16).half(), B: torch.zeros(16, 8).half(), C: torch.zeros(32, 8)})
+
+
+def test_async_copy_lands_only_at_its_wait():
+    """cp.async semantics in the emulator: a read of the destination before the AsyncWait that retires the copy sees
+    the old bytes (a missing wait shows up as wrong values); after the wait it sees the copied ones; a false
+    ``valid`` writes zeros and reads nothing."""
+    from compiler.tir import AsyncCommit, AsyncCopy, AsyncWait
+
+    src = Buffer("src", (64,), DType("float32"), "global")
+    out = Buffer("out", (64,), DType("float32"), "global")
+    tile = Buffer("tile", (64,), DType("float32"), "shared")
+    i = THREAD * 4
+    valid = THREAD < 15  # thread 15's chunk reads nothing and is zero-filled
+
+    def run(wait: bool):
+        body = [AsyncCopy(tile, i, src, i, 4, valid), AsyncCommit()]
+        body += [AsyncWait(0)] if wait else []
+        body += [Barrier(), VecCopy(out, i, tile, i, 4)]
+        k = DeviceKernel("k", (src, out), (Const(1, DType("int32")),), (16, 1, 1), 256, {tile: 0}, tuple(body))
+        x, y = torch.arange(64, dtype=torch.float32), torch.zeros(64)
+        run_kernel(k, {src: x, out: y})
+        return x, y
+
+    x, y = run(wait=True)
+    assert torch.equal(y[:60], x[:60]) and torch.equal(y[60:], torch.zeros(4))
+    _, y = run(wait=False)
+    assert torch.isnan(y).all()  # the shared arena's initial bytes (all ones): NaN
