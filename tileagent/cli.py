@@ -364,31 +364,41 @@ _BASE_URL = typer.Option(None, help="OpenAI-compatible endpoint URL (openai)")
 _KEY_ENV = typer.Option(None, help="environment variable holding the API key (default OPENAI_API_KEY)")
 _CONFIGS = typer.Option([], "--configs", help="select configs: KEY=v1,v2 (repeatable) or indices 0,3 of the grid")
 _DEVICE = typer.Option("auto", help="auto (cuda when available, else cpu), cpu, cuda or cuda:N")
+_MAX_TURNS = typer.Option(None, help="turns at most (default 8)")
+_CANDIDATES = typer.Option(2, help="candidates per turn")
+_TARGET = typer.Option(1.0, help="speedup over eager and over torch.compile every config must reach")
+_OUT = typer.Option(None, help="the run directory (default runs/<task>-<timestamp>)")
+_RESUME = typer.Option(None, help="continue the run in this directory")
+_BUDGET = typer.Option(None, help="stop once the drafters used more tokens than this")
+_SEED = typer.Option(0, help="seed for the drafter")
+_SEEDS = typer.Option(5, help="evaluator seeds per config and input distribution")
+_NO_TUNE = typer.Option(False, "--no-tune", help="do not autotune TUNABLES")
+_TUNE_SECONDS = typer.Option(90.0, help="screening time for autotuning one candidate")
+_NO_ARCHIVE = typer.Option(False, "--no-archive", help="do not try archived kernels first")
+_VERBOSE = typer.Option(False, "--verbose", "-v")
+_REFERENCE = typer.Argument(None, help="the reference: a KernelBench-format .py file")
+
+
+def _loop_flags(max_turns, candidates, target, device, budget_tokens, seed, seeds, no_tune, tune_seconds,
+                no_archive) -> dict:
+    return {"max_turns": max_turns, "candidates": candidates, "target": target, "device": device,
+            "budget_tokens": budget_tokens, "seed": seed, "seeds": seeds, "tune": not no_tune,
+            "tune_seconds": tune_seconds, "reuse_archive": not no_archive}
+
+
 
 
 @app.command(help="Draft, verify and tune a kernel for REFERENCE with the agent loop; write the run directory, the "
                   "best kernels, an exported drop-in module and a report.\n\n"
                   "Example: tileagent generate tasks/rmsnorm_silu.py\n\n" + _AGENT_EXIT)
-def generate(reference: Path = typer.Argument(None, help="the reference: a KernelBench-format .py file"),
-             provider: str = _PROVIDER, model: str = _MODEL, base_url: str = _BASE_URL, api_key_env: str = _KEY_ENV,
-             max_turns: int = typer.Option(None, help="turns at most (default 8)"),
-             candidates: int = typer.Option(2, help="candidates per turn"),
-             target: float = typer.Option(1.0, help="speedup over eager and over torch.compile every config must "
-                                          "reach"),
-             configs: list[str] = _CONFIGS,
-             out: Path = typer.Option(None, help="the run directory (default runs/<task>-<timestamp>)"),
-             resume: Path = typer.Option(None, help="continue the run in this directory"),
-             device: str = _DEVICE,
-             budget_tokens: int = typer.Option(None, help="stop once the drafters used more tokens than this"),
-             seed: int = typer.Option(0, help="seed for the drafter"),
-             seeds: int = typer.Option(5, help="evaluator seeds per config and input distribution"),
-             no_tune: bool = typer.Option(False, "--no-tune", help="do not autotune TUNABLES"),
-             tune_seconds: float = typer.Option(90.0, help="screening time for autotuning one candidate"),
-             no_archive: bool = typer.Option(False, "--no-archive", help="do not try archived kernels first"),
-             verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
-    flags = {"max_turns": max_turns, "candidates": candidates, "target": target, "device": device,
-             "budget_tokens": budget_tokens, "seed": seed, "seeds": seeds, "tune": not no_tune,
-             "tune_seconds": tune_seconds, "reuse_archive": not no_archive}
+def generate(reference: Path = _REFERENCE, provider: str = _PROVIDER, model: str = _MODEL, base_url: str = _BASE_URL,
+             api_key_env: str = _KEY_ENV, max_turns: int = _MAX_TURNS, candidates: int = _CANDIDATES,
+             target: float = _TARGET, configs: list[str] = _CONFIGS, out: Path = _OUT, resume: Path = _RESUME,
+             device: str = _DEVICE, budget_tokens: int = _BUDGET, seed: int = _SEED, seeds: int = _SEEDS,
+             no_tune: bool = _NO_TUNE, tune_seconds: float = _TUNE_SECONDS, no_archive: bool = _NO_ARCHIVE,
+             verbose: bool = _VERBOSE) -> None:
+    flags = _loop_flags(max_turns, candidates, target, device, budget_tokens, seed, seeds, no_tune, tune_seconds,
+                        no_archive)
     _agent("generate", reference, resume, out, configs, [], flags,
            _drafter_options(provider, model, base_url, api_key_env, seed) if resume is None else {}, verbose)
 
@@ -397,29 +407,18 @@ def generate(reference: Path = typer.Argument(None, help="the reference: a Kerne
                   "work, run the agent loop for the configs where they do not, export one module for all.\n\n"
                   "Example: tileagent batch tasks/rmsnorm_silu.py --grid C=160,256,320,512,640,1024\n\n"
                   + _AGENT_EXIT)
-def batch(reference: Path = typer.Argument(None, help="the reference: a KernelBench-format .py file"),
+def batch(reference: Path = _REFERENCE,
           grid: list[str] = typer.Option([], "--grid", help="KEY=v1,v2 axis over the spec's first config "
                                          "(repeatable: the product)"),
           provider: str = _PROVIDER, model: str = _MODEL, base_url: str = _BASE_URL, api_key_env: str = _KEY_ENV,
-          max_turns: int = typer.Option(None, help="turns at most (default 8)"),
-          candidates: int = typer.Option(2, help="candidates per turn"),
-          target: float = typer.Option(1.0, help="speedup over eager and torch.compile every config must reach"),
-          configs: list[str] = _CONFIGS,
-          out: Path = typer.Option(None, help="the run directory (default runs/<task>-<timestamp>)"),
-          resume: Path = typer.Option(None, help="continue the run in this directory"),
-          device: str = _DEVICE,
-          budget_tokens: int = typer.Option(None, help="stop once the drafters used more tokens than this"),
-          seed: int = typer.Option(0, help="seed for the drafter"),
-          seeds: int = typer.Option(5, help="evaluator seeds per config and input distribution"),
-          no_tune: bool = typer.Option(False, "--no-tune", help="do not autotune TUNABLES"),
-          tune_seconds: float = typer.Option(90.0, help="screening time for autotuning one candidate"),
-          no_archive: bool = typer.Option(False, "--no-archive", help="do not try archived kernels first"),
-          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+          max_turns: int = _MAX_TURNS, candidates: int = _CANDIDATES, target: float = _TARGET,
+          configs: list[str] = _CONFIGS, out: Path = _OUT, resume: Path = _RESUME, device: str = _DEVICE,
+          budget_tokens: int = _BUDGET, seed: int = _SEED, seeds: int = _SEEDS, no_tune: bool = _NO_TUNE,
+          tune_seconds: float = _TUNE_SECONDS, no_archive: bool = _NO_ARCHIVE, verbose: bool = _VERBOSE) -> None:
     if resume is None and not grid:
         raise _bad("batch needs at least one --grid KEY=v1,v2 (e.g. --grid C=160,256,320)")
-    flags = {"max_turns": max_turns, "candidates": candidates, "target": target, "device": device,
-             "budget_tokens": budget_tokens, "seed": seed, "seeds": seeds, "tune": not no_tune,
-             "tune_seconds": tune_seconds, "reuse_archive": not no_archive}
+    flags = _loop_flags(max_turns, candidates, target, device, budget_tokens, seed, seeds, no_tune, tune_seconds,
+                        no_archive)
     _agent("batch", reference, resume, out, configs, grid, flags,
            _drafter_options(provider, model, base_url, api_key_env, seed) if resume is None else {}, verbose)
 
