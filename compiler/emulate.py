@@ -43,7 +43,7 @@ from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary,
 from compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
 from compiler.emulate_tensor import HANDLERS as tensor_handlers, WARP_SIZE, EmulationError, finish_async
 from compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
-                          VecCopy, WARP)
+                          VecAtomicAdd, VecCopy, WARP)
 
 __all__ = ["EmulationError", "run_kernel", "run_module"]
 
@@ -288,6 +288,12 @@ class _Block:
         vals = self.read(s.src, src_index, s.width, "vector copy from")
         self.write(s.dst, dst_index, s.width, vals, "vector copy to", accumulate=False)
 
+    def vec_atomic_add(self, s: VecAtomicAdd) -> None:
+        src_index, dst_index = self.ev(s.src_index), self.ev(s.dst_index)
+        self.check_vector(s.dst, dst_index, s.width, "to")
+        vals = self.read(s.src, src_index, s.width, "vector atomic add from")
+        self.write(s.dst, dst_index, s.width, vals.to(s.dst.dtype.torch), "vector atomic add to", accumulate=True)
+
     def barrier(self, s: Barrier) -> None:
         if self.mask is not None:
             n = int(self.mask.sum())
@@ -316,7 +322,7 @@ class _Block:
         return (active > 0).nonzero()[:, 0]
 
     _HANDLERS = {Let: let, If: if_, For: for_, Declare: declare, Store: store, AtomicAdd: atomic_add,
-                 VecCopy: vec_copy, Barrier: barrier, **tensor_handlers}
+                 VecCopy: vec_copy, VecAtomicAdd: vec_atomic_add, Barrier: barrier, **tensor_handlers}
 
     # -- memory ------------------------------------------------------------------------------------------------
     def buffer_memory(self, buf: Buffer) -> torch.Tensor:

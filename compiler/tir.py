@@ -76,6 +76,20 @@ class VecCopy(Stmt):
 
 
 @dataclass(frozen=True, eq=False, slots=True)
+class VecAtomicAdd(Stmt):
+    """dst[dst_index + v] += cast(src[src_index + v]) for v in range(width), as one vector atomic: ``dst`` global
+    float32 (width 2 or 4) or float16/bfloat16 (width 2), ``dst_index`` a multiple of ``width``. Each element's add is
+    atomic; the elements of one call are not updated as one unit."""
+
+    dst: Buffer
+    dst_index: Expr
+    src: Buffer
+    src_index: Expr
+    width: int
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class Mma(Stmt):
     """One warp-wide ``mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32``: D = A @ B + C.
 

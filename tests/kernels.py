@@ -84,6 +84,27 @@ def column_sum_atomic(M, N, block_m=16, threads=128):
     return main
 
 
+def splitk_gemm(M, N, K, splits, block=32, block_k=32, dtype="float16", out_dtype="float32"):
+    """C += A @ B with K split over ``splits`` blocks along z, each adding its partial tile with a tile-form
+    T.atomic_add (C must start zeroed)."""
+    k_per = K // splits
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, block), T.ceildiv(M, block), splits, threads=128) as (bx, by, bz):
+            A_s = T.alloc_shared((block, block_k), dtype)
+            B_s = T.alloc_shared((block_k, block), dtype)
+            acc = T.alloc_fragment((block, block), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(k_per, block_k), num_stages=2):
+                T.copy(A[by * block, bz * k_per + k * block_k], A_s)
+                T.copy(B[bz * k_per + k * block_k, bx * block], B_s)
+                T.gemm(A_s, B_s, acc)
+            T.atomic_add(C[by * block, bx * block], acc)
+
+    return main
+
+
 def scale_rows(M, N, threads=64):
     m = T.dynamic("m")
 
@@ -111,4 +132,5 @@ REFERENCES = {
     "transpose": lambda x: x.T.contiguous(),
     "column_sum_atomic": lambda x: x.sum(0),
     "scale_rows": lambda x: torch.exp2(x) * 0.5 - x.abs(),
+    "splitk_gemm": lambda a, b: (a.float() @ b.float()),
 }

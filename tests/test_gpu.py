@@ -52,6 +52,11 @@ def test_own_kernels_on_gpu():
     x, y = torch.randn(50, 64, device="cuda"), torch.zeros(64, device="cuda")
     tileagent.compile(K.column_sum_atomic(50, 64))(x, y)
     torch.testing.assert_close(y, K.REFERENCES["column_sum_atomic"](x), rtol=1e-5, atol=1e-5)
+    a, b = torch.randn(200, 256, device="cuda", dtype=torch.float16), torch.randn(256, 96, device="cuda",
+                                                                                 dtype=torch.float16)
+    c = torch.zeros(200, 96, device="cuda")
+    tileagent.compile(K.splitk_gemm(200, 96, 256, 4))(a, b, c)  # tile-form atomic_add, vectorized
+    torch.testing.assert_close(c, K.REFERENCES["splitk_gemm"](a, b), rtol=1e-3, atol=1e-3)
     kernel = tileagent.compile(K.scale_rows(0, 100))
     for m in (3, 5000):
         x, y = torch.randn(m, 100, device="cuda"), _nan(m, 100)

@@ -34,7 +34,17 @@ CASES = {
                   lambda: _nan(45, 70, dtype=torch.float16)),
     "column_sum_atomic": (lambda: K.column_sum_atomic(50, 64), lambda: (torch.randn(50, 64),),
                           lambda: torch.zeros(64)),
+    "splitk_gemm": (lambda: K.splitk_gemm(40, 64, 128, 2),
+                    lambda: (torch.randn(40, 128, dtype=torch.float16), torch.randn(128, 64, dtype=torch.float16)),
+                    lambda: torch.zeros(40, 64)),
 }
+
+
+def test_tile_atomic_add_is_vectorized():
+    """Split-K partial tiles go out as float2 atomics (float4 needs runs of 4, which the mma accumulator layout
+    does not have), with the per-element fallback below sm_90 in the same source."""
+    src = tileagent.compile(K.splitk_gemm(40, 64, 128, 2), target="sim").get_kernel_source()
+    assert "atomicAdd(reinterpret_cast<float2*>(&C[" in src and "#if __CUDA_ARCH__ >= 900" in src
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

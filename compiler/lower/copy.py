@@ -5,6 +5,8 @@ How: the op iterates over tile coordinates with a Fragment: the fragment operand
 each thread moves the registers it holds), else the blocked default over the tile (coalesced, ``16 bytes`` per
 thread-access where alignment allows). Each thread handles runs of ``vector`` consecutive elements of the
 innermost dim as one ``VecCopy``.
+A tile ``T.atomic_add`` into global memory adds runs of 4 float32 or 2 float16/bfloat16 values with one vector atomic
+where the run is contiguous and aligned.
 In a software pipeline's producers (``ctx.async_copies``) a global -> shared run of 4, 8 or 16 bytes without a cast
 becomes one ``AsyncCopy`` (zero-filled outside the tensor).
 Guarantees: global reads outside the tensor give 0 (the destination is zero-filled), global writes outside it are
@@ -21,7 +23,7 @@ from compiler.ir.expr import Const, Load, as_expr, make_binop, make_cast, make_c
 from compiler.ir.simplify import linear_form, static_int
 from compiler.ir.stmt import AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, If, Region, Store
 from compiler.layout import Fragment, make_blocked
-from compiler.tir import THREAD, AsyncCopy, Barrier, VecCopy
+from compiler.tir import THREAD, AsyncCopy, Barrier, VecAtomicAdd, VecCopy
 from compiler.lower.context import and_
 from compiler.lower.slots import SlotLoops
 
@@ -136,9 +138,12 @@ def _vector_ok(ctx, r: Region, coords_shape, width: int) -> bool:
 
 
 def _transfer(ctx, layout: Fragment, coords, src: Region, dst: Region, s, atomic: bool) -> list:
-    width = layout.vector_width if not atomic else 1
+    width = layout.vector_width
     memory_sides = [r.buffer.dtype.bytes for r in (src, dst) if r.buffer.scope in ("global", "shared")]
     max_elems = max(1, 16 // max(memory_sides)) if memory_sides else width
+    if atomic:  # vector atomics: 4 x float32 or 2 x 16-bit floats into global memory
+        max_elems = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(dst.buffer.dtype), 1) \
+            if dst.buffer.scope == "global" else 1
     while width > 1 and (width > max_elems or not (_vector_ok(ctx, src, coords, width)
                                                     and _vector_ok(ctx, dst, coords, width))):
         width //= 2
@@ -160,6 +165,9 @@ def _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, c, k) -> li
     d_in = ctx.in_bounds(dst.buffer, d_idx) if dst.buffer.scope == "global" else True
     s_pos = k if src.buffer.scope == "fragment" else ctx.offset(src.buffer, s_idx)
     d_pos = k if dst.buffer.scope == "fragment" else ctx.offset(dst.buffer, d_idx)
+    if atomic and width > 1:
+        add = VecAtomicAdd(ctx.mem(dst.buffer), as_expr(d_pos), ctx.mem(src.buffer), as_expr(s_pos), width, s.span)
+        return guarded(ctx, and_(valid, and_(s_in, d_in)), [add])
     if atomic:
         value = Load(ctx.mem(src.buffer), (as_expr(s_pos),), src.buffer.dtype) if src.buffer.scope == "fragment" \
             else ctx.element(src.buffer, s_idx)

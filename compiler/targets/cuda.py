@@ -16,6 +16,8 @@ Guarantees:
   cannot overflow 32 bits. Values bound by ``Let`` keep their IR dtype; shared/local indices stay ``int``.
 - ``VecCopy`` becomes one ``uint1``/``uint2``/``uint4`` access per side whose ``width * bytes`` is 4, 8 or 16
   (:func:`vector_bytes`); local arrays are declared ``__align__(16)`` so that this is legal for them too.
+- ``VecAtomicAdd`` becomes one ``atomicAdd`` on ``float2``/``float4`` (sm_90+), ``__half2`` or ``__nv_bfloat162``,
+  with a per-element fallback for older architectures in the same source (``#if __CUDA_ARCH__``).
 - ``Mma``, ``LdMatrix`` and the asynchronous copies are emitted by ``compiler.targets.cuda_tensor``.
 - Headers (``cuda_fp16.h``, ``cuda_bf16.h``, ``cuda_fp8.h``) are included only when their types are used; NVRTC
   needs the CUDA include directory for them (``compiler.runtime.nvrtc`` passes it).
@@ -36,7 +38,7 @@ from compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
 from compiler.ir.visit import walk
 from compiler.targets.cuda_tensor import HANDLERS, HELPER_ORDER, HELPERS as TENSOR_HELPERS
 from compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
-                          VecCopy, WARP)
+                          VecAtomicAdd, VecCopy, WARP)
 
 _CTYPES = {
     "bool": "bool", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
@@ -60,6 +62,10 @@ _F64_MATH = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt":
 _PREC = {"*": 3, "/": 3, "%": 3, "+": 4, "-": 4, "<": 6, "<=": 6, ">": 6, ">=": 6, "==": 7, "!=": 7, "&&": 11,
          "||": 12, "?": 13}  # C precedence levels (lower binds tighter) of the operators emitted as (a op b)
 _VECTOR_TYPES = {4: "uint1", 8: "uint2", 16: "uint4"}
+# (dtype, width) -> (vector type, constructor, first __CUDA_ARCH__ with the vector atomicAdd)
+_VECTOR_ATOMICS = {("float32", 2): ("float2", "make_float2", 900), ("float32", 4): ("float4", "make_float4", 900),
+                   ("float16", 2): ("__half2", "__halves2half2", 600),
+                   ("bfloat16", 2): ("__nv_bfloat162", "__halves2bfloat162", 800)}
 _HELPERS = {
     "floordiv": """\
 template <typename T> __device__ __forceinline__ T tl_floordiv(T a, T b) {
@@ -281,7 +287,7 @@ class _KernelEmitter:
     def emit(self) -> str:
         k = self.k
         written = {s.buffer for s in walk(k.body) if isinstance(s, (Store, AtomicAdd))}
-        written |= {s.dst for s in walk(k.body) if isinstance(s, VecCopy)}
+        written |= {s.dst for s in walk(k.body) if isinstance(s, (VecCopy, VecAtomicAdd))}
         params = []
         for p in k.params:
             if isinstance(p, Buffer):
@@ -437,6 +443,22 @@ class _KernelEmitter:
             self.line(f"atomicAdd(reinterpret_cast<unsigned long long*>(&{ref}), (unsigned long long)({val}));")
         else:
             self.fail(f"atomic add on {dt} buffer {s.buffer.name} is not supported by CUDA")
+
+    def vec_atomic_add(self, s: VecAtomicAdd) -> None:
+        dt, w = s.dst.dtype, s.width
+        if s.dst.scope != "global" or (dt, w) not in _VECTOR_ATOMICS:
+            self.fail(f"vector atomic add of {w} x {dt} into {s.dst.scope} buffer {s.dst.name} is not supported")
+        dst, src = self.buf(s.dst), self.buf(s.src)
+        di, si = self.index(s.dst, s.dst_index), self.index(s.src, s.src_index)
+        vals = [_strip(self.convert(f"{src}[{si} + {v}]", s.src.dtype, dt)) for v in range(w)]
+        vector, make, arch = _VECTOR_ATOMICS[(dt, w)]
+        self.ct(dt)
+        self.line(f"#if __CUDA_ARCH__ >= {arch}")
+        self.line(f"atomicAdd(reinterpret_cast<{vector}*>(&{dst}[{di}]), {make}({', '.join(vals)}));")
+        self.line("#else")
+        for v in range(w):
+            self.line(f"atomicAdd(&{dst}[{di} + {v}], {vals[v]});")
+        self.line("#endif")
 
     def declare(self, s: Declare) -> None:
         b = s.buffer
@@ -715,7 +737,8 @@ class _KernelEmitter:
 
 _STMT_HANDLERS = {Store: _KernelEmitter.store, Let: _KernelEmitter.let, If: _KernelEmitter.if_,
                   For: _KernelEmitter.for_, AtomicAdd: _KernelEmitter.atomic_add, Declare: _KernelEmitter.declare,
-                  Barrier: _KernelEmitter.barrier, VecCopy: _KernelEmitter.vec_copy, **HANDLERS}
+                  Barrier: _KernelEmitter.barrier, VecCopy: _KernelEmitter.vec_copy,
+                  VecAtomicAdd: _KernelEmitter.vec_atomic_add, **HANDLERS}
 _EXPR_HANDLERS = {Const: _KernelEmitter.e_const, Var: _KernelEmitter.e_var, SpecialVar: _KernelEmitter.e_var, BinOp: _KernelEmitter.e_binop,
                   Cmp: _KernelEmitter.e_cmp, Unary: _KernelEmitter.e_unary, Select: _KernelEmitter.e_select,
                   Cast: _KernelEmitter.e_cast, Load: _KernelEmitter.e_load, Call: _KernelEmitter.e_call}
