@@ -165,3 +165,30 @@ def test_mla_decode_pipelines_within_the_shared_memory_of_one_block(shared_examp
                                 target="sim").get_kernel_source()
         shared = int(re.search(r"(\d+) bytes of dynamic shared memory", src).group(1))
         assert shared <= 232448 and ("cp.async" in src) == pipelined, (variant, shared)
+
+
+def test_pipeline_with_a_dynamic_trip_count_shorter_than_its_stages():
+    """K is dynamic: the loop may run fewer iterations than the prologue would fill (K = 16: one tile, 3 stages),
+    or end on a partial tile (K = 72)."""
+    K = T.dynamic("K")
+
+    @T.prim_func
+    def main(A: T.Tensor((32, K), "float16"), B: T.Tensor((K, 32), "float16"), C: T.Tensor((32, 32), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            A_s = T.alloc_shared((32, 32), "float16")
+            B_s = T.alloc_shared((32, 32), "float16")
+            acc = T.alloc_fragment((32, 32), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(K, 32), num_stages=3):
+                T.copy(A[0, k * 32], A_s)
+                T.copy(B[k * 32, 0], B_s)
+                T.gemm(A_s, B_s, acc)
+            T.copy(acc, C[0, 0])
+
+    kernel = tileagent.compile(main, target="sim")
+    assert "cp.async.wait_group 1;" in kernel.get_kernel_source()
+    for k in (16, 72):
+        a, b = torch.randn(32, k, dtype=torch.float16), torch.randn(k, 32, dtype=torch.float16)
+        c = torch.full((32, 32), float("nan"))
+        kernel(a, b, c)
+        torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
