@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
+import os
 from collections.abc import Mapping
 
 import torch
@@ -111,13 +112,22 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, exec
     return JITKernel(func, outs, resolved, configs, _backend(func, resolved, configs))
 
 
+CPU_LOWERING_CHECK = "TILEAGENT_CPU_LOWERING_CHECK"
+"""Set to "1": kernels built for the CPU interpreter are also put through layout inference and the CUDA lowering
+(not run), so that layout conflicts (L0xx) and what the CUDA backend cannot lower (E602) are reported without a GPU.
+The evaluator sets it while it checks candidates on the CPU."""
+
+
 def _backend(func: PrimFunc, target: str, configs: dict):
     from compiler import backends
 
-    if target == "cpu":
-        return backends.InterpreterBackend(func)
     from compiler.layout.infer import infer_layouts
     from compiler.lower import lower
+
+    if target == "cpu":
+        if os.environ.get(CPU_LOWERING_CHECK) == "1":  # the GPU lowering's diagnostics on a CPU-only run
+            lower(func, infer_layouts(func))
+        return backends.InterpreterBackend(func)
 
     if target == "sim":
         return backends.EmulatorBackend(lower(func, infer_layouts(func)), func)

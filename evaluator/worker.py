@@ -18,7 +18,8 @@ Guarantees:
   too (its CUDA context may be poisoned: an illegal address, or on the H200 an out-of-range shared-memory access,
   reported as an illegal instruction). A worker that dies before it acknowledges a request is replaced and the
   request sent once more. A worker whose parent died exits by itself.
-- Without a GPU the worker runs candidates on the CPU target: correctness only, ``timing_available=False``.
+- Without a GPU the worker runs candidates on the CPU target: correctness only, ``timing_available=False``; their
+  kernels are also put through the CUDA lowering there, so layout and lowering diagnostics surface without a GPU.
 
 Limits: the candidate runs in the worker's interpreter, so a hostile one could still write to the pipe; the static
 guards (``evaluator.guards``) are the defence against that.
@@ -175,13 +176,32 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
     return result
 
 
+@contextlib.contextmanager
+def _gpu_lowering_checked(enabled: bool):
+    """On the CPU, kernels also go through the CUDA lowering (``compiler.jit.CPU_LOWERING_CHECK``), so a candidate
+    that the interpreter runs but a GPU could not compile fails here with its layout or lowering diagnostic."""
+    from compiler.jit import CPU_LOWERING_CHECK
+
+    old = os.environ.get(CPU_LOWERING_CHECK)
+    if enabled:
+        os.environ[CPU_LOWERING_CHECK] = "1"
+    try:
+        yield
+    finally:
+        if enabled and old is None:
+            os.environ.pop(CPU_LOWERING_CHECK, None)
+        elif enabled:
+            os.environ[CPU_LOWERING_CHECK] = old
+
+
 def _check_config(request: EvalRequest, spec, config: dict, index: int, device: str, timed: bool,
                   progress: Progress, check_candidate: Callable) -> ConfigResult:
     """One config of ``evaluate``: checked, then timed when correct; raises the candidate's first failure."""
     progress.phase("check", index, config)
     extra = {"distributions": request.distributions} if request.distributions else {}
-    (checked,) = check_candidate(spec, request.kernel_path, device=device, configs=[config], seeds=request.seeds,
-                                 **extra)
+    with _gpu_lowering_checked(device == "cpu"):
+        (checked,) = check_candidate(spec, request.kernel_path, device=device, configs=[config],
+                                     seeds=request.seeds, **extra)
     if timed and checked.correct:
         from evaluator import timing
 

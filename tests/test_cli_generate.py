@@ -162,11 +162,13 @@ def test_generate_with_the_builtin_drafter_on_cpu(tmp_path):
     assert report["outcome"] == "correct_untimed" and all(r["correct"] for r in report["configs"])
 
 
-def test_generate_against_the_fake_server_fixes_a_compile_error_and_a_mismatch(tmp_path, monkeypatch):
+def test_generate_against_the_fake_server_fixes_a_compile_error_a_layout_diagnostic_and_a_mismatch(tmp_path,
+                                                                                                  monkeypatch):
     from tests.fake_openai import FakeOpenAI, answer
 
     broken = CANDIDATE.replace("T.reduce_sum(sq, rinv, dim=1)", "T.reduce_sum(sq, rinv, dim=3)")
-    script = [answer(f"```python\n{src}```") for src in (broken, WRONG, CANDIDATE)]
+    shifted = CANDIDATE.replace("rinv[i] * g[j]", "rinv[i] * g[C - 1 - j]")  # runs on the CPU; no GPU layout
+    script = [answer(f"```python\n{src}```") for src in (broken, shifted, WRONG, CANDIDATE)]
     monkeypatch.setenv("FAKE_KEY", "k")
     with FakeOpenAI(script, api_key="k") as server:
         result = invoke("generate", RMSNORM, "--device", "cpu", "--provider", "openai", "--model", "fake-model",
@@ -174,8 +176,9 @@ def test_generate_against_the_fake_server_fixes_a_compile_error_and_a_mismatch(t
                         "--seeds", "1", "--candidates", "1", "--out", tmp_path / "run")
         sent = [r.messages for r in server.requests if r.path.endswith("/chat/completions")]
     assert result.exit_code == 0, result.output
-    assert len(sent) == 3
+    assert len(sent) == 4
     assert "error[E404]: T.reduce_sum: dim 3 is out of range" in sent[1][1]["content"]
-    assert "Your kernel ran but computed wrong values." in sent[2][1]["content"]
+    assert "error[L004]: fragment 'g' is indexed by an expression of the loop variables" in sent[2][1]["content"]
+    assert "Your kernel ran but computed wrong values." in sent[3][1]["content"]
     report = json.loads((tmp_path / "run/report.json").read_text())
-    assert report["tokens"] == 450 and report["configs"][0]["attempt_id"] == "t3-c0"
+    assert report["tokens"] == 600 and report["configs"][0]["attempt_id"] == "t4-c0"
