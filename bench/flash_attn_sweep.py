@@ -1,6 +1,7 @@
 """Schedules of the shared flash_attn_fwd example (the kernel text as written, its parameters varied) next to SDPA.
 
 Usage (CUDA machine): TILEAGENT_SHARED=/path/to/shared python bench/flash_attn_sweep.py [--causal]
+                                                                        [--schedule 128,32,2,128 ...]
 Each schedule is checked against the example's reference at seq_len 1000 before it is timed at B8 H32 S4096 D128.
 """
 
@@ -22,7 +23,11 @@ from bench.tensor_core import load  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--schedule", action="append", default=[],
+                    help="block_M,block_N,num_stages,threads (repeatable; default: a grid of 36)")
     args = ap.parse_args()
+    grid = [tuple(int(x) for x in s.split(",")) for s in args.schedule] or \
+        list(itertools.product((64, 128), (32, 64, 128), (1, 2, 3), (128, 256)))
     fa = load("flash_attn_fwd")
     B, H, S, D = 8, 32, 4096, 128
     q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.float16) for _ in range(3))
@@ -31,7 +36,7 @@ def main() -> None:
     sdpa = bench(lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal),
                  trials=10)[0]
     rows = []
-    for bm, bn, stages, threads in itertools.product((64, 128), (32, 64, 128), (1, 2, 3), (128, 256)):
+    for bm, bn, stages, threads in grid:
         name = f"block_M={bm} block_N={bn} num_stages={stages} threads={threads}"
         try:
             small = fa.flash_attn_fwd(1, 2, 1000, D, args.causal, block_M=bm, block_N=bn, num_stages=stages,

@@ -192,3 +192,15 @@ def test_pipeline_with_a_dynamic_trip_count_shorter_than_its_stages():
         c = torch.full((32, 32), float("nan"))
         kernel(a, b, c)
         torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
+def test_loop_invariant_a_operand_is_loaded_once_before_the_loop(shared_example):
+    """Flash attention's Q tile never changes inside the K/V loop: its atoms go to registers before the loop (and the
+    results stay right: test_shared_flash_attn_fwd); the GEMM's A tile changes every iteration and is not hoisted."""
+    fa = tileagent.compile(shared_example("flash_attn_fwd").flash_attn_fwd.fn(1, 1, 150, 32, False), out_idx=[3],
+                           target="sim").get_kernel_source()
+    head, loop = fa.split("for (int k = 0;", 1)
+    assert "a_hoisted" in head and "ldmatrix.sync.aligned.m8n8.x4.shared" in head
+    gemm = tileagent.compile(shared_example("gemm_relu").matmul.fn(256, 256, 256, 128, 128, 64),
+                             target="sim").get_kernel_source()
+    assert "a_hoisted" not in gemm

@@ -41,6 +41,7 @@ class LowerContext:
         self._scratch: dict = {}
         self.stage_base: dict = {}  # in a software pipeline: staged shared tile -> element offset of the stage in use
         self.async_copies = False  # lowering a pipeline's producers: global -> shared copies may use cp.async
+        self.hoisted_a: dict = {}  # Gemm -> register array holding its loop-invariant A operand (lower.gemm)
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1

@@ -31,15 +31,9 @@ def lower_gemm(ctx, s: Gemm) -> list:
     if b_buf.scope != "shared" or a_buf.scope not in ("shared", "fragment"):
         raise TargetError("T.gemm on tensor cores reads B from shared memory and A from shared memory or registers",
                           code="E602", hint="T.copy the operand into T.alloc_shared first")
-    wm, wn = ctx.layouts.gemm_partition[s]
-    m, n = s.c.matrix_shape()
-    k = s.a.matrix_shape()[0 if s.transpose_a else 1]
-    tm, tn = m // wm, n // wn
+    row_base, col_base, tm, tn, k = _warp_tile(ctx, s)
     lane = make_binop("%", THREAD, 32)
-    warp = make_binop("//", THREAD, 32)
     g, t = make_binop("//", lane, 4), make_binop("%", lane, 4)
-    row_base = make_binop("*", make_binop("//", warp, wn), tm)
-    col_base = make_binop("*", make_binop("%", warp, wn), tn)
     c_reg = ctx.mem(c_buf)
     out = []
     if s.clear_accum:
@@ -53,8 +47,8 @@ def lower_gemm(ctx, s: Gemm) -> list:
     b_per, a_per = (2 if ld_b else 4), (4 if ld_a else 8)
     b_frag = ctx.scratch_registers("b_frag", b_per * n_atoms, "uint32" if ld_b else b_buf.dtype)
     out.append(Declare(b_frag, span=s.span))
-    a_frag = None
-    if a_buf.scope == "shared":  # every row atom of one K step
+    a_frag = hoisted = ctx.hoisted_a.get(s)  # A's atoms of every K step, loaded before the enclosing loop
+    if a_buf.scope == "shared" and hoisted is None:  # every row atom of one K step
         a_frag = ctx.scratch_registers("a_frag", a_per * (tm // 16), "uint32" if ld_a else a_buf.dtype)
         out.append(Declare(a_frag, span=s.span))
 
@@ -101,14 +95,8 @@ def lower_gemm(ctx, s: Gemm) -> list:
 
     def load_a(kb, k0, am) -> list:
         """The A atom (16 x 16) of row atom ``am`` for one K step into a_frag[8 am ...]."""
-        if ld_a:  # matrix mi: rows + 8 (mi % 2), K + 8 (mi // 2)
-            mm = make_binop("+", make_binop("+", row_base, make_binop("*", am, 16)),
-                            make_binop("*", make_binop("%", mi, 2), 8))
-            kk = make_binop("+", make_binop("*", kb, 16), make_binop("*", make_binop("//", mi, 2), 8))
-            elem = (make_binop("+", mm, r8), kk) if not s.transpose_a else (mm, make_binop("+", kk, r8))
-            index = ctx.offset(a_buf, _element(s.a, *elem, s.transpose_a))
-            return [LdMatrix(a_frag, as_expr(make_binop("*", am, 4)), ctx.mem(a_buf), as_expr(index), 4,
-                             s.transpose_a, s.span)]
+        if ld_a:
+            return [_ldmatrix_a(ctx, s, row_base, kb, am, a_frag, make_binop("*", am, 4))]
         row = make_binop("+", make_binop("+", row_base, make_binop("*", am, 16)), g)
         a_pairs = [(make_binop("+", row, dr), make_binop("+", k0, dk))
                    for dr, dk in ((0, 0), (0, 1), (8, 0), (8, 1), (0, 8), (0, 9), (8, 8), (8, 9))]
@@ -121,7 +109,10 @@ def lower_gemm(ctx, s: Gemm) -> list:
         k0 = make_binop("+", make_binop("*", kb, 16), make_binop("*", t, 2))
         body = load_b(kb, k0)
         atom = []
-        if a_buf.scope == "shared":
+        if hoisted is not None:  # registers (kb * m_atoms + am) * 4 + i
+            first = make_binop("*", make_binop("+", make_binop("*", kb, tm // 16), am), 4)
+            a_regs = tuple(as_expr(make_binop("+", first, i)) for i in range(4))
+        elif a_buf.scope == "shared":
             am_load = ctx.var("am")
             body.append(For(am_load, 0, tm // 16, 1, "unroll", tuple(load_a(kb, k0, am_load))))
             a_regs = tuple(as_expr(make_binop("+", make_binop("*", am, a_per), i)) for i in range(a_per))
@@ -149,6 +140,50 @@ def lower_gemm(ctx, s: Gemm) -> list:
         ctx.ranges[kb] = (0, k // 16 - 1)
         out.append(For(kb, 0, k // 16, 1, "unroll" if k // 16 <= 8 else "serial", tuple(step(kb))))
     return out
+
+
+MAX_HOISTED_REGISTERS = 64  # 32-bit registers one thread may spend on a loop-invariant A operand
+
+
+def hoist_a_operand(ctx, s: Gemm) -> list:
+    """For a gemm inside a loop whose shared A tile the loop never changes (the caller checks that): statements that
+    load A's atoms of every K step into registers once, before the loop (``ctx.hoisted_a[s]`` then names them and
+    ``lower_gemm`` skips A's loads). Nothing when ldmatrix cannot read A, the K steps are not unrolled (more than
+    8), or the registers would exceed MAX_HOISTED_REGISTERS."""
+    if s.a.buffer.scope != "shared" or s in ctx.hoisted_a or not ldmatrix_ok(ctx, s.a) or \
+            s not in ctx.layouts.gemm_partition:
+        return []
+    row_base, _, tm, _, k = _warp_tile(ctx, s)
+    m_atoms, k_steps = tm // 16, k // 16
+    if k_steps > 8 or 4 * m_atoms * k_steps > MAX_HOISTED_REGISTERS:
+        return []
+    frag = ctx.scratch_registers("a_hoisted", 4 * m_atoms * k_steps, "uint32")
+    ctx.hoisted_a[s] = frag
+    return [Declare(frag, span=s.span)] + [_ldmatrix_a(ctx, s, row_base, kb, am, frag, (kb * m_atoms + am) * 4)
+                                           for kb in range(k_steps) for am in range(m_atoms)]
+
+
+def _warp_tile(ctx, s: Gemm):
+    """(first row, first column, rows, columns) of this thread's warp tile of C, and the depth K."""
+    wm, wn = ctx.layouts.gemm_partition[s]
+    m, n = s.c.matrix_shape()
+    k = s.a.matrix_shape()[0 if s.transpose_a else 1]
+    tm, tn = m // wm, n // wn
+    warp = make_binop("//", THREAD, 32)
+    return (make_binop("*", make_binop("//", warp, wn), tm), make_binop("*", make_binop("%", warp, wn), tn), tm, tn,
+            k)
+
+
+def _ldmatrix_a(ctx, s: Gemm, row_base, kb, am, frag, first) -> LdMatrix:
+    """ldmatrix.x4 of A's atom (row atom ``am``, K step ``kb``) into frag[first .. first + 3]: matrix mi holds rows
+    + 8 (mi % 2) and K + 8 (mi // 2); .trans when A is stored K x M."""
+    lane = make_binop("%", THREAD, 32)
+    mi, r8 = make_binop("//", lane, 8), make_binop("%", lane, 8)
+    mm = make_binop("+", make_binop("+", row_base, make_binop("*", am, 16)), make_binop("*", make_binop("%", mi, 2), 8))
+    kk = make_binop("+", make_binop("*", kb, 16), make_binop("*", make_binop("//", mi, 2), 8))
+    elem = (make_binop("+", mm, r8), kk) if not s.transpose_a else (mm, make_binop("+", kk, r8))
+    index = ctx.offset(s.a.buffer, _element(s.a, *elem, s.transpose_a))
+    return LdMatrix(frag, as_expr(first), ctx.mem(s.a.buffer), as_expr(index), 4, s.transpose_a, s.span)
 
 
 def ldmatrix_ok(ctx, r) -> bool:

@@ -16,6 +16,8 @@ are pending (iteration k's tiles have landed), barrier (everyone's copies are vi
 iteration k-1), issue the producers of iteration k+s-1 into buffer (k+s-1) % s, the one iteration k-1 read, and
 commit (an empty group past the end keeps the count), then run the consumers on buffer k % s. After the loop: wait
 for all groups.
+A gemm among the consumers whose A operand is a shared tile the loop never changes (flash attention's Q) gets that
+operand's atoms loaded into registers once, before the loop (``gemm.hoist_a_operand``), when they fit.
 Guarantees: no read-after-write hazard (a tile is read only after the wait and barrier that follow its copy) and no
 write-after-read hazard (a buffer is refilled only after the barrier that follows every read of it); copies that
 cannot be asynchronous (a dtype cast, a run shorter than 4 bytes) are issued as ordinary loads and stores at the same
@@ -29,9 +31,10 @@ from dataclasses import dataclass, replace
 
 from compiler.ir.expr import make_binop, make_cmp
 from compiler.ir.simplify import depends_on
-from compiler.ir.stmt import Buffer, Copy, For, Let, Stmt
+from compiler.ir.stmt import Buffer, Copy, For, Gemm, Let, Stmt
 from compiler.ir.visit import loads, stmt_exprs, substitute, walk
 from compiler.lower.copy import guarded, lower_copy
+from compiler.lower.gemm import hoist_a_operand
 from compiler.tir import AsyncCommit, AsyncWait, Barrier
 
 log = logging.getLogger("tileagent.compiler")
@@ -126,16 +129,8 @@ def _is_producer(s, loop: For, body, kernel_body) -> bool:
 
     if not isinstance(s, Copy) or s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared":
         return False
-    defined = [x.var for x in walk(body) if isinstance(x, (Let, For))] + \
-        [v for x in walk(body) for v in getattr(x, "vars", ())]
-    changed = set()
-    for x in walk(body):
-        if not hasattr(x, "body"):
-            changed |= shared_effects(x)[0] | {b for b in (getattr(x, "buffer", None),
-                                                           getattr(getattr(x, "dst", None), "buffer", None)) if b}
-    for e in tuple(s.src.starts) + tuple(s.dst.starts):
-        if depends_on(e, defined) or any(ld.buffer in changed for ld in loads(e)):
-            return False
+    if not _fixed_in_loop(tuple(s.src.starts) + tuple(s.dst.starts), body):
+        return False
     tile, inside = s.dst.buffer, set(map(id, walk(body)))
     for x in walk(kernel_body):
         if x is s or type(x).__name__ == "Alloc":
@@ -148,6 +143,32 @@ def _is_producer(s, loop: For, body, kernel_body) -> bool:
         if tile in written or (tile in read and id(x) not in inside):
             return False
     return True
+
+
+def _fixed_in_loop(exprs, body) -> bool:
+    """Whether index expressions take the same value in every iteration of a loop with this body, apart from the
+    loop variable (which the caller substitutes): they use no variable the body defines and read no buffer it
+    writes."""
+    from compiler.lower.barriers import shared_effects
+
+    defined = [x.var for x in walk(body) if isinstance(x, (Let, For))] + \
+        [v for x in walk(body) for v in getattr(x, "vars", ())]
+    changed = set()
+    for x in walk(body):
+        if not hasattr(x, "body"):
+            changed |= shared_effects(x)[0] | {b for b in (getattr(x, "buffer", None),
+                                                           getattr(getattr(x, "dst", None), "buffer", None)) if b}
+    return not any(depends_on(e, defined) or any(ld.buffer in changed for ld in loads(e)) for e in exprs)
+
+
+def _invariant_a(g, p: SoftwarePipeline) -> bool:
+    """Whether gemm ``g``'s A operand is a shared tile the pipelined loop never changes, read at fixed indices."""
+    from compiler.lower.barriers import shared_effects
+
+    tile = g.a.buffer
+    written = set().union(*(shared_effects(x)[0] for x in p.consumers))
+    return tile.scope == "shared" and tile not in p.staged and tile not in written and \
+        _fixed_in_loop(tuple(g.a.starts), p.consumers) and not any(depends_on(e, [p.loop.var]) for e in g.a.starts)
 
 
 def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
@@ -173,6 +194,9 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
             ctx.stage_base, ctx.async_copies = {}, False
 
     out = []
+    for g in walk(p.consumers):  # A operands the loop never changes: into registers once, before it
+        if isinstance(g, Gemm) and _invariant_a(g, p):
+            out += hoist_a_operand(ctx, g)
     for i in range(s - 1):
         out += guarded(ctx, make_cmp("<", i, extent), producers(make_binop("+", start, i), i))
         out.append(AsyncCommit(p.span))
