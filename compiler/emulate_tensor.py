@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from compiler.errors import KernelFault
-from compiler.tir import AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma
+from compiler.tir import AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma, PackPairs
 
 WARP_SIZE = 32
 
@@ -144,6 +144,18 @@ def unpack(regs: torch.Tensor, dtype: str) -> torch.Tensor:
     return halves.to(torch.int32).to(torch.int16).view(torch_dtype)
 
 
+def pack_pairs(block, s: PackPairs) -> None:
+    """Round pairs of float32 registers to the 16-bit dtype and pack each pair into one 32-bit register."""
+    if s.dst.dtype != "uint32" or s.src.dtype != "float32" or s.dtype not in ("float16", "bfloat16"):
+        raise EmulationError(f"PackPairs wants float32 -> uint32 as float16/bfloat16, got {s.src.dtype} -> "
+                             f"{s.dst.dtype} as {s.dtype}", s.span)
+    src_mem, _ = block.elements(s.src, 0, 2 * s.count, "PackPairs from")
+    dst_mem, _ = block.elements(s.dst, 0, s.count, "PackPairs into")
+    rows = block.active()
+    halves = src_mem[rows, :2 * s.count].to(torch.float16 if s.dtype == "float16" else torch.bfloat16)
+    dst_mem[rows, :s.count] = pack(halves.reshape(len(rows), s.count, 2))
+
+
 def async_copy(block, s: AsyncCopy) -> None:
     """Issue: read the source now (zeros where not valid); the write waits in the open group."""
     if s.src.scope != "global" or s.dst.scope != "shared" or s.src.dtype != s.dst.dtype or \
@@ -195,4 +207,5 @@ def _land(block, group) -> None:
         mem[idx.reshape(-1)] = vals.reshape(-1).to(mem.dtype)
 
 
-HANDLERS = {Mma: mma, LdMatrix: ldmatrix, AsyncCopy: async_copy, AsyncCommit: async_commit, AsyncWait: async_wait}
+HANDLERS = {Mma: mma, LdMatrix: ldmatrix, PackPairs: pack_pairs, AsyncCopy: async_copy, AsyncCommit: async_commit,
+            AsyncWait: async_wait}

@@ -90,6 +90,19 @@ class VecAtomicAdd(Stmt):
 
 
 @dataclass(frozen=True, eq=False, slots=True)
+class PackPairs(Stmt):
+    """dst[i] = the pair (src[2 i], src[2 i + 1]) rounded to ``dtype`` (float16 or bfloat16) and packed into one
+    32-bit register, the first in the low half, for i in range(count): how a float32 fragment becomes an mma A operand
+    in registers. ``dst`` is a local "uint32" array, ``src`` a local float32 array."""
+
+    dst: Buffer
+    src: Buffer
+    count: int
+    dtype: str
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class Mma(Stmt):
     """One warp-wide ``mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32``: D = A @ B + C.
 

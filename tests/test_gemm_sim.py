@@ -201,6 +201,8 @@ def test_loop_invariant_a_operand_is_loaded_once_before_the_loop(shared_example)
                            target="sim").get_kernel_source()
     head, loop = fa.split("for (int k = 0;", 1)
     assert "a_hoisted" in head and "ldmatrix.sync.aligned.m8n8.x4.shared" in head
+    # P (float32 scores cast to float16, used only as the second gemm's A) lives as packed pairs
+    assert "unsigned int p[" in head and "tl_cvt_pack_f16x2(s[2 * tl_i], s[2 * tl_i + 1])" in loop
     gemm = tileagent.compile(shared_example("gemm_relu").matmul.fn(256, 256, 256, 128, 128, 64),
                              target="sim").get_kernel_source()
     assert "a_hoisted" not in gemm

@@ -24,7 +24,7 @@ from compiler.lower.barriers import insert_barriers
 from compiler.lower.context import LowerContext
 from compiler.dtypes import DType
 from compiler.lower.copy import conversion_dtype, lower_atomic_add_tile, lower_copy, lower_fill
-from compiler.lower.gemm import lower_gemm
+from compiler.lower.gemm import lower_gemm, packable_a_operands
 from compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
 from compiler.lower.pipeline import SoftwarePipeline, lower_pipeline, plan_pipelines, stage_stride
 from compiler.lower.reduce import lower_reduce, scratch_bytes
@@ -72,6 +72,7 @@ def _lower_kernel(name, k: Kernel, layouts, flat, params) -> DeviceKernel:
         log.info("kernel %s: %d bytes of shared memory with %d pipeline stages exceed %d; trying %d", name,
                  plan.total_bytes, max_stages + 1, MAX_SHARED_BYTES, max_stages)
     ctx = LowerContext(k, layouts, flat, k.num_threads)
+    ctx.packed = packable_a_operands(k.body, layouts)
     ctx.shared_layouts = plan.layouts
     ctx.shared = {b: Buffer(b.name, (stage_stride(b, layout) * stages[b] if b in stages else layout.size,), b.dtype,
                             "shared", b.span) for b, layout in plan.layouts.items()}

@@ -42,6 +42,7 @@ class LowerContext:
         self.stage_base: dict = {}  # in a software pipeline: staged shared tile -> element offset of the stage in use
         self.async_copies = False  # lowering a pipeline's producers: global -> shared copies may use cp.async
         self.hoisted_a: dict = {}  # Gemm -> register array holding its loop-invariant A operand (lower.gemm)
+        self.packed: set = set()  # 16-bit fragments stored as packed 32-bit pairs (gemm.packable_a_operands)
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
@@ -75,6 +76,10 @@ class LowerContext:
         return self.local[buf]
 
     def register_array(self, buf: Buffer) -> Buffer:
+        if buf in self.packed:
+            reg = Buffer(buf.name, (self.frag(buf).num_slots // 2,), DType("uint32"), "local", buf.span)
+            self.local[buf] = reg
+            return reg
         if buf.scope == "fragment":
             size = self.frag(buf).num_slots
         else:

@@ -23,7 +23,7 @@ from compiler.ir.expr import Const, Load, as_expr, make_binop, make_cast, make_c
 from compiler.ir.simplify import linear_form, static_int
 from compiler.ir.stmt import AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, If, Region, Store
 from compiler.layout import Fragment, make_blocked
-from compiler.tir import THREAD, AsyncCopy, Barrier, VecAtomicAdd, VecCopy
+from compiler.tir import THREAD, AsyncCopy, Barrier, PackPairs, VecAtomicAdd, VecCopy
 from compiler.lower.context import and_
 from compiler.lower.slots import SlotLoops
 
@@ -33,6 +33,9 @@ def lower_copy(ctx, s: Copy) -> list:
     if src.buffer.scope == "fragment" and dst.buffer.scope == "fragment":
         _whole(src, s)
         _whole(dst, s)
+        if dst.buffer in ctx.packed:  # float32 -> 16-bit pairs packed for a gemm (gemm.packable_a_operands)
+            return [PackPairs(ctx.mem(dst.buffer), ctx.mem(src.buffer), ctx.frag(dst.buffer).num_slots // 2,
+                              str(dst.buffer.dtype), s.span)]
         if ctx.frag(src.buffer).same_as(ctx.frag(dst.buffer)):
             n = ctx.frag(src.buffer).num_slots
             return [VecCopy(ctx.mem(dst.buffer), as_expr(0), ctx.mem(src.buffer), as_expr(0), n, s.span)]

@@ -17,6 +17,7 @@ from compiler.diagnostics import TargetError
 from compiler.dtypes import DType
 from compiler.ir.expr import Const, as_expr, make_binop
 from compiler.ir.stmt import For, Gemm, Store
+from compiler.ir.visit import walk
 from compiler.ir.simplify import difference, is_even, linear_form
 from compiler.tir import THREAD, Declare, LdMatrix, Mma, VecCopy
 
@@ -116,6 +117,11 @@ def lower_gemm(ctx, s: Gemm) -> list:
             am_load = ctx.var("am")
             body.append(For(am_load, 0, tm // 16, 1, "unroll", tuple(load_a(kb, k0, am_load))))
             a_regs = tuple(as_expr(make_binop("+", make_binop("*", am, a_per), i)) for i in range(a_per))
+        elif a_buf in ctx.packed:  # packed pairs: register ((am * 2 + h) * (K / 8) + kat) holds slots 2r, 2r + 1
+            k_atoms = k // 8
+            a_regs = tuple(as_expr(make_binop("+", make_binop("*", make_binop("+", make_binop("*", am, 2), h), k_atoms),
+                                              make_binop("+", make_binop("*", kb, 2), hk)))
+                           for h, hk in ((0, 0), (1, 0), (0, 1), (1, 1)))
         else:
             # A in registers with the A-operand layout: slot ((am * 2 + h) * (K / 8) + kat) * 2 + pair
             k_atoms = k // 8
@@ -140,6 +146,28 @@ def lower_gemm(ctx, s: Gemm) -> list:
         ctx.ranges[kb] = (0, k // 16 - 1)
         out.append(For(kb, 0, k // 16, 1, "unroll" if k // 16 <= 8 else "serial", tuple(step(kb))))
     return out
+
+
+def packable_a_operands(body, layouts) -> set:
+    """16-bit fragments used only as T.gemm A operands and as the destination of whole copies from float32 fragments
+    of the same layout (flash attention's P): they can live as packed 32-bit pairs (``PackPairs`` fills them, ``Mma``
+    reads them as they are), which saves a convert and a repack per pair."""
+    from compiler.ir.stmt import Alloc, Copy
+    from compiler.lower.smem import buffers_used
+
+    candidates = {g.a.buffer for g in walk(body) if isinstance(g, Gemm) and g.a.buffer.scope == "fragment"
+                  and str(g.a.buffer.dtype) in _MMA_DTYPES}
+    for x in walk(body):
+        if hasattr(x, "body") or hasattr(x, "then_body"):
+            continue
+        for b in candidates & buffers_used(x):
+            ok = (isinstance(x, Alloc) or (isinstance(x, Gemm) and b is x.a.buffer and b not in (x.b.buffer, x.c.buffer))
+                  or (isinstance(x, Copy) and x.dst.buffer is b and x.src.buffer.scope == "fragment"
+                      and x.src.buffer.dtype == "float32" and x.src.buffer in layouts.fragments
+                      and layouts.fragments[x.src.buffer].same_as(layouts.fragments[b])))
+            if not ok:
+                candidates = candidates - {b}
+    return {b for b in candidates if b in layouts.fragments and layouts.fragments[b].num_slots % 2 == 0}
 
 
 MAX_HOISTED_REGISTERS = 32  # per thread, for a loop-invariant A operand (64 spilled in MLA and slowed 4-warp FA)

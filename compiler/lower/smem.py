@@ -35,13 +35,13 @@ def plan_shared(body: tuple, annotated: dict, scratch_bytes: int, stages: dict |
     stages = stages or {}
     buffers = [s.buffer for s in body if isinstance(s, Alloc) and s.buffer.scope == "shared"]
     buffers += [b for b in _nested_allocs(body) if b.scope == "shared" and b not in buffers]
-    used = set().union(*(_buffers_used(s) for s in body if not isinstance(s, Alloc)))
+    used = set().union(*(buffers_used(s) for s in body if not isinstance(s, Alloc)))
     buffers = [b for b in buffers if b in used or b in annotated]  # an unused tile takes no memory
     layouts = {b: annotated.get(b) if isinstance(annotated.get(b), Layout) else Layout.row_major(b.shape)
                for b in buffers}
     live = {b: [None, None] for b in buffers}
     for k, s in enumerate(body):
-        for b in _buffers_used(s):
+        for b in buffers_used(s):
             if b in live:
                 live[b][0] = k if live[b][0] is None else live[b][0]
                 live[b][1] = k
@@ -79,7 +79,8 @@ def _nested_allocs(body):
             yield from _nested_allocs(getattr(s, name, ()) or ())
 
 
-def _buffers_used(s) -> set:
+def buffers_used(s) -> set:
+    """Every buffer a statement (with its nested statements) mentions."""
     found = set()
     _collect(s, found)
     return found

@@ -12,6 +12,8 @@ Guarantees:
   indexed by constants, never through a pointer.
 - ``LdMatrix`` becomes one ``ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16`` writing its ``num`` 32-bit
   results straight into the destination's uint32 registers.
+- ``PackPairs`` becomes an unrolled loop of ``__floats2half2_rn`` / ``__floats2bfloat162_rn`` (one convert-and-pack
+  instruction per pair) into the destination's 32-bit registers.
 - ``AsyncCopy`` becomes ``cp.async.{ca,cg}.shared.global`` with a source size of 0 (zero fill, nothing read) when its
   ``valid`` condition is false; the source pointer is then the tensor's base, so no out-of-range address is formed.
   16-byte copies use ``.cg`` (bypass L1), 4- and 8-byte ones ``.ca``.
@@ -21,7 +23,7 @@ Guarantees:
 from __future__ import annotations
 
 from compiler.ir.expr import make_binop
-from compiler.tir import AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma
+from compiler.tir import AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma, PackPairs
 
 _MMA_HELPER = """\
 // mma.sync m16n8k16, fp32 accumulate, in place: {{d0..d3}} = A (16x16, {dt}) @ B (16x8, {dt}) + {{d0..d3}}.
@@ -38,10 +40,19 @@ __device__ __forceinline__ void tl_mma_m16n8k16_{sfx}(float& d0, float& d1, floa
       : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }}"""
+_CVT_PACK_HELPER = """\
+// Two floats rounded to {dt} and packed into one 32-bit register, the first in the low half.
+__device__ __forceinline__ unsigned tl_cvt_pack_{sfx}x2(float lo, float hi) {{
+  const {t2} v = {floats}(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&v);
+}}"""
 _TYPES = {"float16": ("f16", "half", "__half2", "__halves2half2"),
           "bfloat16": ("bf16", "__nv_bfloat16", "__nv_bfloat162", "__halves2bfloat162")}
+_FLOATS2 = {"float16": "__floats2half2_rn", "bfloat16": "__floats2bfloat162_rn"}
 HELPERS = {f"mma_{sfx}": _MMA_HELPER.format(dt=dt, sfx=sfx, t=t, t2=t2, halves=halves)
            for dt, (sfx, t, t2, halves) in _TYPES.items()}
+HELPERS.update({f"cvt_pack_{sfx}": _CVT_PACK_HELPER.format(dt=dt, sfx=sfx, t2=t2, floats=_FLOATS2[dt])
+                for dt, (sfx, _, t2, _) in _TYPES.items()})
 HELPER_ORDER = tuple(HELPERS)
 
 
@@ -92,6 +103,21 @@ def emit_ldmatrix(em, s: LdMatrix) -> None:
             f'{{{regs}}}, [%{s.num}];" : {outs} : "r"((unsigned)__cvta_generic_to_shared({address})));')
 
 
+def emit_pack_pairs(em, s: PackPairs) -> None:
+    if s.dtype not in _TYPES or s.dst.dtype != "uint32" or s.src.dtype != "float32" or \
+            s.dst.scope != "local" or s.src.scope != "local":
+        em.fail(f"PackPairs {s.src.name} -> {s.dst.name}: want local float32 -> local uint32 as float16/bfloat16, got "
+                f"{s.src.dtype} -> {s.dst.dtype} as {s.dtype}")
+    sfx = _TYPES[s.dtype][0]
+    em.ct(s.dtype)
+    em.state.helpers.add(f"cvt_pack_{sfx}")
+    dst, src = em.buf(s.dst), em.buf(s.src)
+    em.line("#pragma unroll")
+    em.line(f"for (int tl_i = 0; tl_i < {s.count}; ++tl_i) {{")
+    em.line(f"  {dst}[tl_i] = tl_cvt_pack_{sfx}x2({src}[2 * tl_i], {src}[2 * tl_i + 1]);")
+    em.line("}")
+
+
 def emit_async_copy(em, s: AsyncCopy) -> None:
     nbytes = s.width * s.src.dtype.bytes
     if s.src.scope != "global" or s.dst.scope != "shared" or s.src.dtype != s.dst.dtype or nbytes not in (4, 8, 16):
@@ -127,5 +153,5 @@ def _plus(e, k: int):
     return make_binop("+", e, k) if k else e
 
 
-HANDLERS = {Mma: emit_mma, LdMatrix: emit_ldmatrix, AsyncCopy: emit_async_copy, AsyncCommit: emit_async_commit,
-            AsyncWait: emit_async_wait}
+HANDLERS = {Mma: emit_mma, LdMatrix: emit_ldmatrix, PackPairs: emit_pack_pairs, AsyncCopy: emit_async_copy,
+            AsyncCommit: emit_async_commit, AsyncWait: emit_async_wait}
