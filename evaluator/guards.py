@@ -216,6 +216,14 @@ def _torch_rule(dotted: str, region: str) -> str | None:
     return None if sub in FORWARD_TORCH_ALLOWED else "torch-compute"
 
 
+LAYER_DATA_ATTRIBUTES = frozenset({
+    "weight", "bias", "running_mean", "running_var", "eps", "normalized_shape", "in_features", "out_features",
+    "num_features", "embedding_dim", "num_embeddings", "padding_idx", "in_channels", "out_channels", "kernel_size",
+    "stride", "padding", "dilation", "groups", "negative_slope", "momentum", "elementwise_affine", "num_heads",
+    "head_dim", "embed_dim"})
+"""What forward may read from one of its nn layers (``self.linear.weight``): parameters, buffers and settings."""
+
+
 class _Checker(ast.NodeVisitor):
     def __init__(self, aliases: dict[str, str]):
         self.aliases = aliases
@@ -347,6 +355,10 @@ class _Checker(ast.NodeVisitor):
                 self.flag(rule, node, f"uses {dotted}")
             return  # the chain is one reference; its parts are not checked again
         receiver_is_self = isinstance(node.value, ast.Name) and node.value.id == "self"
+        inner = node.value
+        if node.attr in LAYER_DATA_ATTRIBUTES and isinstance(inner, ast.Attribute) and \
+                isinstance(inner.value, ast.Name) and inner.value.id == "self" and inner.attr in self.layers:
+            return  # self.linear.weight: a layer's parameter or setting handed to a kernel, not the layer called
         if node.attr.startswith("_") and not node.attr.startswith("__") and not receiver_is_self:
             self.flag("private", node, f"accesses private attribute .{node.attr}")
         elif not receiver_is_self and node.attr in _SPECIAL_METHODS:

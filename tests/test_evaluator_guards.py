@@ -161,6 +161,15 @@ def test_forbidden_construct(body, rule, fragment):
     assert v.details["line"] is not None and v.message.startswith(f"line {v.details['line']}: ")
 
 
+def test_reading_a_layers_parameters_in_forward_is_fine_calling_it_is_not():
+    init = ("class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            "        self.lin = nn.Linear(4, 4)\n")
+    check_source(source(init + "    def forward(self, x):\n        return kernel(4, 4)(self.lin.weight)\n"))
+    for call in ("self.lin.forward(x)", "self.lin(x)"):
+        v = violation_of(init + f"    def forward(self, x):\n        return {call}\n")
+        assert v.details["rule"] == "nn-layer" and "self.lin" in v.message
+
+
 def test_try_finally_without_except_is_fine():
     check_source(source("def f():\n    try:\n        pass\n    finally:\n        pass\n"))
 
