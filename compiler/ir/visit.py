@@ -2,7 +2,8 @@
 expression.
 
 In: tile-IR or thread-IR statements and expressions. Out: generators, in source order.
-Guarantees: ``walk`` yields every statement (pre-order) including those nested in loop, if and kernel bodies;
+Guarantees: ``walk`` yields every statement (pre-order) including those nested in loop, if and kernel bodies
+(``leaves`` only those without nested statements);
 ``loads`` yields every Load, also those inside indices of other Loads. ``substitute`` returns a copy of an
 expression or region with variables replaced (unchanged nodes are shared).
 """
@@ -20,6 +21,11 @@ def walk(stmts):
         yield s
         for name in ("body", "then_body", "else_body"):
             yield from walk(getattr(s, name, ()) or ())
+
+
+def leaves(stmts):
+    """The statements of ``stmts`` (at any depth) that hold no nested statements, in source order."""
+    return (s for s in walk(stmts) if not any(hasattr(s, n) for n in ("body", "then_body", "else_body")))
 
 
 def stmt_exprs(s) -> list:

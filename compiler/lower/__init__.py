@@ -26,7 +26,7 @@ from compiler.dtypes import DType
 from compiler.lower.copy import conversion_dtype, lower_atomic_add_tile, lower_copy, lower_fill
 from compiler.lower.gemm import lower_gemm, packable_a_operands
 from compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
-from compiler.lower.pipeline import SoftwarePipeline, lower_pipeline, plan_pipelines, stage_stride
+from compiler.lower.pipeline import SoftwarePipeline, lower_pipeline, plan_pipelines
 from compiler.lower.reduce import lower_reduce, scratch_bytes
 from compiler.lower.smem import plan_shared
 from compiler.tir import BLOCK_IDX, GRID_DIM, Barrier, Declare, DeviceKernel, DeviceModule
@@ -74,20 +74,28 @@ def _lower_kernel(name, k: Kernel, layouts, flat, params) -> DeviceKernel:
     ctx = LowerContext(k, layouts, flat, k.num_threads)
     ctx.packed = packable_a_operands(k.body, layouts)
     ctx.shared_layouts = plan.layouts
-    ctx.shared = {b: Buffer(b.name, (stage_stride(b, layout) * stages[b] if b in stages else layout.size,), b.dtype,
-                            "shared", b.span) for b, layout in plan.layouts.items()}
+    ctx.shared = {b: Buffer(b.name, (plan.elements[b],), b.dtype, "shared", b.span) for b in plan.layouts}
     ctx.scratch_offset = plan.scratch_offset if needs_scratch else None
     ctx.scratch_bytes = plan.total_bytes - plan.scratch_offset if needs_scratch else 0
     for var, extent in zip(k.block_vars, k.grid):
         n = static_int(extent)
         ctx.ranges[var] = (0, n - 1 if n is not None else 2**31 - 1)
-    body = tuple(s for n, s in enumerate(body) for s in ((Barrier(), s) if n in plan.reuse_points and n and
-                                                           not isinstance(body[n - 1], Barrier) else (s,)))
-    stmts = _block_indices(k, body) + _Lowering(ctx).body(body)
+    stmts = _block_indices(k, body) + _Lowering(ctx).body(_barriers_before(body, plan.reuse_points))
     offsets = {ctx.shared[b]: o for b, o in plan.offsets.items()}
     for buf in ctx._scratch.values():
         offsets[buf] = plan.scratch_offset
     return DeviceKernel(name, params, tuple(k.grid), k.threads, plan.total_bytes, offsets, tuple(stmts), k.span)
+
+
+def _barriers_before(body: tuple, points) -> tuple:
+    """``body`` with a Barrier before each top-level statement in ``points`` (it reuses shared bytes that earlier
+    statements used) unless one is already there."""
+    out = []
+    for n, s in enumerate(body):
+        if n in points and out and not isinstance(out[-1], Barrier):
+            out.append(Barrier())
+        out.append(s)
+    return tuple(out)
 
 
 def _block_indices(k: Kernel, body) -> list:

@@ -16,8 +16,8 @@ from __future__ import annotations
 from compiler.diagnostics import TargetError
 from compiler.dtypes import DType
 from compiler.ir.expr import Const, as_expr, make_binop
-from compiler.ir.stmt import For, Gemm, Store
-from compiler.ir.visit import walk
+from compiler.ir.stmt import Alloc, Copy, For, Gemm, Store
+from compiler.ir.visit import leaves, walk
 from compiler.ir.simplify import difference, is_even, linear_form
 from compiler.tir import THREAD, Declare, LdMatrix, Mma, VecCopy
 
@@ -152,14 +152,11 @@ def packable_a_operands(body, layouts) -> set:
     """16-bit fragments used only as T.gemm A operands and as the destination of whole copies from float32 fragments
     of the same layout (flash attention's P): they can live as packed 32-bit pairs (``PackPairs`` fills them, ``Mma``
     reads them as they are), which saves a convert and a repack per pair."""
-    from compiler.ir.stmt import Alloc, Copy
     from compiler.lower.smem import buffers_used
 
     candidates = {g.a.buffer for g in walk(body) if isinstance(g, Gemm) and g.a.buffer.scope == "fragment"
                   and str(g.a.buffer.dtype) in _MMA_DTYPES}
-    for x in walk(body):
-        if hasattr(x, "body") or hasattr(x, "then_body"):
-            continue
+    for x in leaves(body):
         for b in candidates & buffers_used(x):
             ok = (isinstance(x, Alloc) or (isinstance(x, Gemm) and b is x.a.buffer and b not in (x.b.buffer, x.c.buffer))
                   or (isinstance(x, Copy) and x.dst.buffer is b and x.src.buffer.scope == "fragment"

@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 
 from compiler.ir.expr import make_binop, make_cmp
 from compiler.ir.simplify import depends_on
-from compiler.ir.stmt import Buffer, Copy, For, Gemm, Let, Stmt
-from compiler.ir.visit import loads, stmt_exprs, substitute, walk
+from compiler.ir.stmt import Alloc, Buffer, Copy, For, Gemm, Let, Stmt
+from compiler.ir.visit import leaves, loads, stmt_exprs, substitute, walk
 from compiler.lower.copy import guarded, lower_copy
 from compiler.lower.gemm import hoist_a_operand
 from compiler.tir import AsyncCommit, AsyncWait, Barrier
@@ -132,10 +132,11 @@ def _is_producer(s, loop: For, body, kernel_body) -> bool:
     if not _fixed_in_loop(tuple(s.src.starts) + tuple(s.dst.starts), body):
         return False
     tile, inside = s.dst.buffer, set(map(id, walk(body)))
+    leaf = set(map(id, leaves(kernel_body)))
     for x in walk(kernel_body):
-        if x is s or type(x).__name__ == "Alloc":
+        if x is s or isinstance(x, Alloc):
             continue
-        if hasattr(x, "body") or hasattr(x, "then_body"):
+        if id(x) not in leaf:  # a loop or if: its own header expressions
             if id(x) not in inside and any(ld.buffer is tile for e in stmt_exprs(x) for ld in loads(e)):
                 return False
             continue
@@ -154,10 +155,9 @@ def _fixed_in_loop(exprs, body) -> bool:
     defined = [x.var for x in walk(body) if isinstance(x, (Let, For))] + \
         [v for x in walk(body) for v in getattr(x, "vars", ())]
     changed = set()
-    for x in walk(body):
-        if not hasattr(x, "body"):
-            changed |= shared_effects(x)[0] | {b for b in (getattr(x, "buffer", None),
-                                                           getattr(getattr(x, "dst", None), "buffer", None)) if b}
+    for x in leaves(body):
+        changed |= shared_effects(x)[0] | {b for b in (getattr(x, "buffer", None),
+                                                       getattr(getattr(x, "dst", None), "buffer", None)) if b}
     return not any(depends_on(e, defined) or any(ld.buffer in changed for ld in loads(e)) for e in exprs)
 
 
@@ -202,7 +202,8 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
         out.append(AsyncCommit(p.span))
     rel = make_binop("-", v, start)
     ahead = ctx.var(f"{v.name}_ahead")
-    ctx.ranges[ahead] = ctx.ranges.get(v)
+    if v in ctx.ranges:  # issued only while ahead < end: inside the loop's range
+        ctx.ranges[ahead] = ctx.ranges[v]
     body = [AsyncWait(s - 2, p.span), Barrier(p.span)]
     issue = [Let(ahead, make_binop("+", v, s - 1), p.span)]
     issue += producers(ahead, make_binop("%", make_binop("-", ahead, start), s))

@@ -27,6 +27,7 @@ class SharedPlan:
     scratch_offset: int
     total_bytes: int
     reuse_points: set = field(default_factory=set)  # top-level statements that write bytes a dead buffer used
+    elements: dict = field(default_factory=dict)  # buffer -> elements of its slice of the arena (all its stages)
 
 
 def plan_shared(body: tuple, annotated: dict, scratch_bytes: int, stages: dict | None = None) -> SharedPlan:
@@ -48,11 +49,11 @@ def plan_shared(body: tuple, annotated: dict, scratch_bytes: int, stages: dict |
     placed: list[tuple[int, int, int, int]] = []  # offset, size, first, last
     reuse: set[int] = set()
     offsets = {}
+    elements = {b: layouts[b].size if b not in stages else stage_stride(b, layouts[b]) * stages[b] for b in buffers}
     for b in sorted(buffers, key=lambda b: (live[b][0] if live[b][0] is not None else -1)):
         first, last = live[b]
         first, last = (first, last) if first is not None else (0, len(body))
-        size = _align(layouts[b].size * b.dtype.bytes) if b not in stages else \
-            stage_stride(b, layouts[b]) * b.dtype.bytes * stages[b]
+        size = _align(elements[b] * b.dtype.bytes)
         offset = 0
         for o, sz, f, la in sorted(placed):
             overlaps_in_time = not (la < first or last < f)
@@ -64,7 +65,8 @@ def plan_shared(body: tuple, annotated: dict, scratch_bytes: int, stages: dict |
         offsets[b] = offset
     end = max((o + sz for o, sz, _, _ in placed), default=0)
     scratch = _align(end)
-    return SharedPlan(offsets, layouts, scratch, scratch + _align(scratch_bytes) if scratch_bytes else end, reuse)
+    return SharedPlan(offsets, layouts, scratch, scratch + _align(scratch_bytes) if scratch_bytes else end, reuse,
+                      elements)
 
 
 def _align(n: int) -> int:

@@ -88,6 +88,7 @@ template <typename T> __device__ __forceinline__ T tl_min(T a, T b) { return b <
 template <typename T> __device__ __forceinline__ T tl_max(T a, T b) { return a < b ? b : a; }
 template <typename T> __device__ __forceinline__ T tl_abs(T a) { return a < T(0) ? T(-a) : a; }""",
 }
+_ALL_HELPERS = {**_HELPERS, **TENSOR_HELPERS}
 _RESERVED = set("""
 alignas alignof and asm auto bool break case catch char char16_t char32_t class const constexpr const_cast continue
 decltype default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
@@ -157,7 +158,7 @@ def generate(module: DeviceModule) -> str:
     out += [f"#include <{h}>" for h in sorted(state.headers)]
     for name in ("floordiv", "floormod", "minmax") + HELPER_ORDER:
         if name in state.helpers:
-            out += ["", {**_HELPERS, **TENSOR_HELPERS}[name]]
+            out += ["", _ALL_HELPERS[name]]
     for text in kernels:
         out += ["", text]
     return "\n".join(out) + "\n"
