@@ -11,10 +11,7 @@ ModelNew wherever a name and shape match.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import traceback
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +22,7 @@ from torch import nn
 from compiler.diagnostics import CompileError
 from evaluator.errors import CompileFailed, LoadFailed
 from evaluator.guards import check_source
+from evaluator.spec import exec_fresh_module
 
 
 @dataclass
@@ -71,20 +69,14 @@ def load_candidate(path, static_checks: bool = True) -> Candidate:
             compile(source, str(path), "exec")
     except SyntaxError as e:
         raise LoadFailed(f"{path.name}:{e.lineno}: syntax error: {e.msg}", line=e.lineno) from None
-    name = f"_tileagent_candidate_{zlib.crc32(str(path.resolve()).encode()):08x}_{path.stem}"
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module  # dataclasses and inspect look modules up while they import
     try:
-        module_spec.loader.exec_module(module)
+        module = exec_fresh_module(path, "_tileagent_candidate_")
     except CompileError as e:
         raise compile_failed(e, path.name) from e
     except Exception as e:
         line = candidate_line(e, path)
         at = f":{line}" if line else ""
         raise LoadFailed(f"{path.name}{at}: importing the candidate raised {type(e).__name__}: {e}", line=line) from e
-    finally:
-        sys.modules.pop(name, None)
     cls = getattr(module, "ModelNew", None)
     if cls is None:
         raise LoadFailed(f"{path.name} defines no class ModelNew (the candidate format: class ModelNew(nn.Module) "

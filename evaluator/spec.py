@@ -380,14 +380,21 @@ def import_file(path: Path, prefix: str, error: Callable[[str], Exception]):
         compile(source, str(path), "exec")
     except SyntaxError as e:
         raise error(f"{path.name}:{e.lineno}: syntax error: {e.msg}") from None
+    try:
+        return exec_fresh_module(path, prefix)
+    except Exception as e:
+        raise error(f"{path.name}: importing it raised {type(e).__name__}: {e}") from e
+
+
+def exec_fresh_module(path: Path, prefix: str):
+    """Run ``path`` as a new module named after ``prefix`` and the file, listed in sys.modules only while it runs
+    (dataclasses and inspect look modules up while they import); its exceptions propagate."""
     name = f"{prefix}{zlib.crc32(str(path.resolve()).encode()):08x}_{path.stem}"
     module_spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module  # dataclasses and inspect look modules up while they import
+    sys.modules[name] = module
     try:
         module_spec.loader.exec_module(module)
-    except Exception as e:
-        raise error(f"{path.name}: importing it raised {type(e).__name__}: {e}") from e
     finally:
         sys.modules.pop(name, None)
     return module
