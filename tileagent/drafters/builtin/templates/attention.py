@@ -97,7 +97,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     q_rows = "b, bx * block_M:(bx + 1) * block_M, h, :" if bshd else "b, h, bx * block_M:(bx + 1) * block_M, :"
     kv_rows = "b, k * block_N:(k + 1) * block_N, h, :" if bshd else "b, h, k * block_N:(k + 1) * block_N, :"
     constants = dict(knobs)
-    tunables = {"NUM_STAGES": [knobs["NUM_STAGES"]] + [s for s in (1, 2, 3) if s != knobs["NUM_STAGES"]]}
+    tunables = {"NUM_STAGES": common.knob_values(knobs, "NUM_STAGES", (1, 2, 3))}
     causal = f"bool({match.causal.code()})" if match.causal.attr else repr(bool(match.causal.value))
     doc = (f"Candidate drafted by the built-in drafter (template attention): {match.summary}, Q K V O in "
            f"{match.layout.upper()} layout, {match.dtype}; FlashAttention forward with an online softmax in float32. "

@@ -127,3 +127,23 @@ def rows_view(match: FamilyMatch, op: Operand, n: str) -> str:
     """The forward's text viewing an operand for a (rows, N) kernel: full -> (-1, N), row/col -> (-1,)."""
     ref = operand_ref(match, op)
     return f"{ref}.reshape(-1, {n})" if op.role == "full" else f"{ref}.reshape(-1)"
+
+
+def knob_values(knobs: dict, name: str, others) -> list:
+    """A knob's TUNABLES list: the drafted value first, then ``others`` without it."""
+    return [knobs[name]] + [v for v in others if v != knobs[name]]
+
+
+def operand_tiles(ops, block_rows: str, block_cols: str, row_origin: str, col_origin: str):
+    """The pieces a template needs for extra operands broadcast over its (rows, N) output tile, by each operand's role
+    ('full': (M, N); 'row': one value per column; 'col': one value per row): the kernel parameters (a list), the
+    register tiles and their loads (statement lines), and each operand's element inside ``T.Parallel(i, j)``."""
+    shapes = {"full": "(M, N)", "row": "(N,)", "col": "(M,)"}
+    frag = {"full": f"({block_rows}, {block_cols})", "row": f"({block_cols},)", "col": f"({block_rows},)"}
+    origin = {"full": f"[{row_origin}, {col_origin}]", "row": f"[{col_origin}]", "col": f"[{row_origin}]"}
+    params = [f"g_{o.name}: T.Tensor({shapes[o.role]}, d_{o.name})" for o in ops]
+    allocs = "".join(f"            f_{o.name} = T.alloc_fragment({frag[o.role]}, \"float32\")\n" for o in ops)
+    loads = "".join(f"            T.copy(g_{o.name}{origin[o.role]}, f_{o.name})\n" for o in ops)
+    texts = {k: f"f_{o.name}[i, j]" if o.role == "full" else f"f_{o.name}[{'j' if o.role == 'row' else 'i'}]"
+             for k, o in enumerate(ops)}
+    return params, allocs, loads, texts

@@ -39,23 +39,17 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     first_full = ops[full[0]]
     x_ref = common.operand_ref(match, first_full)
     constants = {"THREADS": knobs["THREADS"], "PER_THREAD": knobs["PER_THREAD"], "BLOCK_N": None}
-    tunables = {"THREADS": [knobs["THREADS"]] + [t for t in (128, 256) if t != knobs["THREADS"]],
-                "PER_THREAD": [knobs["PER_THREAD"]] + [p for p in (16, 32) if p != knobs["PER_THREAD"]],
+    tunables = {"THREADS": common.knob_values(knobs, "THREADS", (128, 256)),
+                "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (16, 32)),
                 "BLOCK_N": [None, 256, 512]}
     doc = (f"Candidate drafted by the built-in drafter (template elementwise): {match.summary}, fused into one kernel "
            f"over (rows, N) tiles; float32 math, output {match.out_dtype}. Knobs: THREADS, PER_THREAD (values per "
            f"thread), BLOCK_N (None: schedule()'s choice).")
     cparams, cargs = common.const_params(match)
     dparams = "".join(f", d_{o.name}" for o in ops)
-    shapes = {"full": "(M, N)", "row": "(N,)", "col": "(M,)"}
-    frag = {"full": "(block_m, block_n)", "row": "(block_n,)", "col": "(block_m,)"}
-    origin = {"full": "[bm * block_m, bn * block_n]", "row": "[bn * block_n]", "col": "[bm * block_m]"}
-    texts = {k: f"f_{o.name}[i, j]" if o.role == "full" else f"f_{o.name}[{'j' if o.role == 'row' else 'i'}]"
-             for k, o in enumerate(ops)}
+    params, allocs, loads, texts = common.operand_tiles(ops, "block_m", "block_n", "bm * block_m", "bn * block_n")
     stmts, result = common.body(match, match.expr, texts, None, 16)
-    sig = ", ".join(f"g_{o.name}: T.Tensor({shapes[o.role]}, d_{o.name})" for o in ops)
-    allocs = "".join(f"            f_{o.name} = T.alloc_fragment({frag[o.role]}, \"float32\")\n" for o in ops)
-    loads = "".join(f"            T.copy(g_{o.name}{origin[o.role]}, f_{o.name})\n" for o in ops)
+    sig = ", ".join(params)
     kernel = f'''
 @tileagent.jit(out_idx=[{len(ops)}]{common.pass_configs(match)})
 def fused_elementwise(N, block_m, block_n, threads{dparams}, out_dtype{cparams}):

@@ -32,23 +32,17 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     b_ref = common.operand_ref(match, b)
     tb = match.gemm_b_transposed
     constants = dict(knobs, PANEL=8)
-    tunables = {"NUM_STAGES": [knobs["NUM_STAGES"]] + [s for s in (2, 3, 4) if s != knobs["NUM_STAGES"]],
-                "BLOCK_K": [knobs["BLOCK_K"]] + [k for k in (32, 64) if k != knobs["BLOCK_K"]],
+    tunables = {"NUM_STAGES": common.knob_values(knobs, "NUM_STAGES", (2, 3, 4)),
+                "BLOCK_K": common.knob_values(knobs, "BLOCK_K", (32, 64)),
                 "PANEL": [8, 4, 16]}
     doc = (f"Candidate drafted by the built-in drafter (template gemm_epilogue): {match.summary}; "
            f"{match.dtype} operands on tensor cores, float32 accumulation, output {match.out_dtype}. Knobs: BLOCK_M, "
            f"BLOCK_N, BLOCK_K, NUM_STAGES, THREADS, PANEL (the block swizzle's panel).")
     cparams, cargs = common.const_params(match)
     dparams = "".join(f", d_{o.name}" for o in ops)
-    shapes = {"full": "(M, N)", "row": "(N,)", "col": "(M,)"}
-    frag = {"full": "(block_M, block_N)", "row": "(block_N,)", "col": "(block_M,)"}
-    origin = {"full": "[by * block_M, bx * block_N]", "row": "[bx * block_N]", "col": "[by * block_M]"}
-    texts = {k: f"f_{o.name}[i, j]" if o.role == "full" else f"f_{o.name}[{'j' if o.role == 'row' else 'i'}]"
-             for k, o in enumerate(ops)}
+    params, allocs, loads, texts = common.operand_tiles(ops, "block_M", "block_N", "by * block_M", "bx * block_N")
     stmts, result = common.body(match, match.expr, texts, "acc[i, j]", 16)
-    sig = "".join(f", g_{o.name}: T.Tensor({shapes[o.role]}, d_{o.name})" for o in ops)
-    allocs = "".join(f"            f_{o.name} = T.alloc_fragment({frag[o.role]}, \"float32\")\n" for o in ops)
-    loads = "".join(f"            T.copy(g_{o.name}{origin[o.role]}, f_{o.name})\n" for o in ops)
+    sig = "".join(f", {p}" for p in params)
     b_shape, b_tile = ("(N, K)", "(block_N, block_K)") if tb else ("(K, N)", "(block_K, block_N)")
     b_origin = "[bx * block_N, k * block_K]" if tb else "[k * block_K, bx * block_N]"
     kernel = f'''

@@ -54,8 +54,8 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     x_ref = match.traced.input_names[match.subject]
     ndim = len(match.traced.input_shapes[match.subject])
     constants = {"THREADS": knobs["THREADS"], "PER_THREAD": knobs["PER_THREAD"]}
-    tunables = {"THREADS": [knobs["THREADS"]] + [t for t in (128, 256) if t != knobs["THREADS"]],
-                "PER_THREAD": [knobs["PER_THREAD"]] + [p for p in (16, 32) if p != knobs["PER_THREAD"]]}
+    tunables = {"THREADS": common.knob_values(knobs, "THREADS", (128, 256)),
+                "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (16, 32))}
     doc = (f"Candidate drafted by the built-in drafter (template row_reduction): {match.summary}"
            f"{', keepdim' if match.keepdim else ''}; float32 accumulation, output {match.out_dtype}. Knobs: THREADS, "
            f"PER_THREAD (values per thread in a tile).")

@@ -70,8 +70,8 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     x_ref = match.traced.input_names[match.subject]
     constants = {"BLOCK_M": None, "THREADS": knobs["THREADS"], "PER_THREAD": knobs["PER_THREAD"]}
     tunables = {"BLOCK_M": [None, 1, 2, 4],
-                "THREADS": [knobs["THREADS"]] + [t for t in (None, 128, 256) if t != knobs["THREADS"]],
-                "PER_THREAD": [knobs["PER_THREAD"]] + [p for p in (None, 16, 32) if p != knobs["PER_THREAD"]]}
+                "THREADS": common.knob_values(knobs, "THREADS", (None, 128, 256)),
+                "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (None, 16, 32))}
     doc = (f"Candidate drafted by the built-in drafter (template {family}): {match.summary}. {WHAT[family]} with the "
            f"whole row in float32 registers, one block per block_m rows, output {match.out_dtype}. Knobs: BLOCK_M, "
            f"THREADS, PER_THREAD (None: schedule()'s choice for the row length).")
