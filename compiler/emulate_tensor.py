@@ -1,5 +1,5 @@
 """Emulation of the warp-wide tensor-core statements and the asynchronous copies of the thread IR, for
-``compiler.emulate``: ``Mma``, ``LdMatrix``, ``AsyncCopy``, ``AsyncCommit``, ``AsyncWait``.
+``compiler.emulate``: ``Mma``, ``LdMatrix``, ``PackPairs``, ``AsyncCopy``, ``AsyncCommit``, ``AsyncWait``.
 
 In: the emulated block (``compiler.emulate._Block``: its memory, masks, ``ev``, ``elements``, race detector) and one
 statement. Out: the block's registers and shared memory updated; ``EmulationError`` when the statement breaks its

@@ -121,13 +121,15 @@ The evaluator sets it while it checks candidates on the CPU."""
 def _backend(func: PrimFunc, target: str, configs: dict):
     from compiler import backends
 
-    from compiler.layout.infer import infer_layouts
-    from compiler.lower import lower
-
     if target == "cpu":
         if os.environ.get(CPU_LOWERING_CHECK) == "1":  # the GPU lowering's diagnostics on a CPU-only run
+            from compiler.layout.infer import infer_layouts
+            from compiler.lower import lower
+
             lower(func, infer_layouts(func))
         return backends.InterpreterBackend(func)
+    from compiler.layout.infer import infer_layouts
+    from compiler.lower import lower
 
     if target == "sim":
         return backends.EmulatorBackend(lower(func, infer_layouts(func)), func)

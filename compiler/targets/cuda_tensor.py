@@ -1,5 +1,5 @@
 """CUDA C++ for the tensor-core and asynchronous-copy statements of the thread IR: ``Mma``, ``LdMatrix``,
-``AsyncCopy``, ``AsyncCommit``, ``AsyncWait``.
+``PackPairs``, ``AsyncCopy``, ``AsyncCommit``, ``AsyncWait``.
 
 In: one such statement and the kernel emitter of ``compiler.targets.cuda`` (its ``line``, ``buf``, ``index``,
 ``register``, ``ct``, ``fail`` and module state). Out: lines of C++ appended to the kernel, and the names of the
