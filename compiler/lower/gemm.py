@@ -83,16 +83,17 @@ def lower_gemm(ctx, s: Gemm) -> list:
             b_pairs = [(make_binop("+", k0, dk), col) for dk in (0, 1, 8, 9)]
             return [For(an, 0, n_atoms, 1, "unroll", tuple(load(b_frag, make_binop("*", an, 4), s.b, b_pairs,
                                                                  s.transpose_b)))]
-        out = []
-        for first in range(0, n_atoms, 2):  # matrix mi: K half mi % 2 of atom first + mi // 2
-            num = 4 if first + 1 < n_atoms else 2
-            kk = make_binop("+", make_binop("*", kb, 16), make_binop("*", make_binop("%", mi, 2), 8))
-            nn = make_binop("+", col_base, make_binop("*", make_binop("+", first, make_binop("//", mi, 2)), 8))
-            elem = (make_binop("+", kk, r8), nn) if not s.transpose_b else (kk, make_binop("+", nn, r8))
-            index = ctx.offset(b_buf, _element(s.b, *elem, s.transpose_b))
-            out.append(LdMatrix(b_frag, as_expr(first * 2), ctx.mem(b_buf), as_expr(index), num,
-                                not s.transpose_b, s.span))
-        return out
+        return [ldmatrix_b(kb, first) for first in range(0, n_atoms, 2)]
+
+    def ldmatrix_b(kb, first) -> LdMatrix:
+        """B atoms first and first + 1 (the last one alone when n_atoms is odd) of one K step: matrix mi holds K
+        half mi % 2 of atom first + mi // 2."""
+        num = 4 if first + 1 < n_atoms else 2
+        kk = make_binop("+", make_binop("*", kb, 16), make_binop("*", make_binop("%", mi, 2), 8))
+        nn = make_binop("+", col_base, make_binop("*", make_binop("+", first, make_binop("//", mi, 2)), 8))
+        elem = (make_binop("+", kk, r8), nn) if not s.transpose_b else (kk, make_binop("+", nn, r8))
+        index = ctx.offset(b_buf, _element(s.b, *elem, s.transpose_b))
+        return LdMatrix(b_frag, as_expr(first * 2), ctx.mem(b_buf), as_expr(index), num, not s.transpose_b, s.span)
 
     def load_a(kb, k0, am) -> list:
         """The A atom (16 x 16) of row atom ``am`` for one K step into a_frag[8 am ...]."""
@@ -104,12 +105,12 @@ def lower_gemm(ctx, s: Gemm) -> list:
         return load(a_frag, make_binop("*", am, 8), s.a, a_pairs, s.transpose_a)
 
     def step(kb):
-        """Statements of one 16-deep K step (kb: its index, an int or a loop variable): the B atoms of the warp's
-        columns and the A atoms of its rows (all loads first, so they overlap), then one Mma per atom pair."""
+        """Statements of one 16-deep K step (kb: its index, an int or a loop variable): the A atoms of the warp's
+        rows, then its B atoms and one Mma per atom pair. With ldmatrix, B comes two atoms at a time right before
+        the Mmas that read them, so a wide warp tile (P @ V: 16 atoms) does not hold all its B registers at once."""
         am = ctx.var("am")
         k0 = make_binop("+", make_binop("*", kb, 16), make_binop("*", t, 2))
-        body = load_b(kb, k0)
-        atom = []
+        body = [] if ld_b else load_b(kb, k0)
         if hoisted is not None:  # registers (kb * m_atoms + am) * 4 + i
             first = make_binop("*", make_binop("+", make_binop("*", kb, tm // 16), am), 4)
             a_regs = tuple(as_expr(make_binop("+", first, i)) for i in range(4))
@@ -129,13 +130,20 @@ def lower_gemm(ctx, s: Gemm) -> list:
                 "+", make_binop("*", am, 2), h), k_atoms), make_binop("+", make_binop("*", kb, 2), hk)), 2), pair))
                 for h, hk, pair in ((0, 0, 0), (0, 0, 1), (1, 0, 0), (1, 0, 1), (0, 1, 0), (0, 1, 1), (1, 1, 0),
                                     (1, 1, 1)))
-        an2 = ctx.var("an")
-        c_regs = tuple(as_expr(c_slot(am, h, an2, pair)) for h, pair in ((0, 0), (0, 1), (1, 0), (1, 1)))
-        mma = Mma(c_reg, c_regs, ctx.mem(a_buf) if a_frag is None else a_frag, a_regs, b_frag,
-                  tuple(as_expr(make_binop("+", make_binop("*", an2, b_per), i)) for i in range(b_per)), s.span,
-                  str(a_buf.dtype))
-        atom.append(For(an2, 0, n_atoms, 1, "unroll", (mma,)))
-        body.append(For(am, 0, tm // 16, 1, "unroll", tuple(atom)))
+
+        def mmas(first, count) -> For:
+            """One Mma per (row atom, column atom first .. first + count - 1)."""
+            an2 = ctx.var("an")
+            c_regs = tuple(as_expr(c_slot(am, h, an2, pair)) for h, pair in ((0, 0), (0, 1), (1, 0), (1, 1)))
+            mma = Mma(c_reg, c_regs, ctx.mem(a_buf) if a_frag is None else a_frag, a_regs, b_frag,
+                      tuple(as_expr(make_binop("+", make_binop("*", an2, b_per), i)) for i in range(b_per)), s.span,
+                      str(a_buf.dtype))
+            return For(am, 0, tm // 16, 1, "unroll", (For(an2, first, count, 1, "unroll", (mma,)),))
+
+        if not ld_b:
+            return body + [mmas(0, n_atoms)]
+        for first in range(0, n_atoms, 2):
+            body += [ldmatrix_b(kb, first), mmas(first, min(2, n_atoms - first))]
         return body
 
     if a_buf.scope == "fragment":
