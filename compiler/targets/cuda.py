@@ -35,7 +35,9 @@ import torch
 from compiler.dtypes import DType
 from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, as_expr
 from compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
+from compiler.ir.simplify import static_int
 from compiler.ir.visit import walk
+from compiler.targets.swizzle_address import SMEM_ALIGN
 from compiler.targets.cuda_tensor import HANDLERS, HELPER_ORDER, HELPERS as TENSOR_HELPERS
 from compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
                           VecAtomicAdd, VecCopy, WARP)
@@ -253,6 +255,7 @@ class _KernelEmitter:
         self.taken = set(_RESERVED)
         self.scopes: list[dict] = [{}]
         self.nonneg_vars: set = set()  # integer variables known to be >= 0 (Let and loop variables)
+        self.unrolled: dict = {}  # Var of an enclosing unrolled loop with constant bounds -> (first, last) value
         self.buffers: dict = {}
         self.used_buffers: set = set()
         self.used_special: set = set()
@@ -349,7 +352,7 @@ class _KernelEmitter:
             pro.append("  const int warp = tid >> 5;")
         used_shared = [(b, off) for b, off in shared if b in self.used_buffers]
         if used_shared:
-            pro.append("  extern __shared__ __align__(16) unsigned char smem[];")
+            pro.append(f"  extern __shared__ __align__({SMEM_ALIGN}) unsigned char smem[];")
             for b, off in used_shared:
                 t = self.ct(b.dtype)
                 pro.append(f"  {t}* {self.buffers[b]} = reinterpret_cast<{t}*>(smem + {off});  // {b.shape[0]} x {t}")
@@ -427,6 +430,9 @@ class _KernelEmitter:
         if self.nonneg(s.start) and self.nonneg(s.step):
             self.nonneg_vars.add(s.var)
         name = self.fresh(s.var.name)
+        first, count = static_int(s.start), static_int(s.extent)
+        if s.kind == "unroll" and first is not None and count and (not isinstance(step, int) or step == 1):
+            self.unrolled[s.var] = (first, first + count - 1)
         if s.kind == "unroll":
             self.line("#pragma unroll")
         if isinstance(step, int) and step == 1:
@@ -440,6 +446,7 @@ class _KernelEmitter:
             self.line(f"const {t} {name} = {start} + {cnt} * {step_s};")
             self.depth -= 1
             self.block(s.body, {s.var: name})
+        self.unrolled.pop(s.var, None)
         self.line("}")
 
     def atomic_add(self, s: AtomicAdd) -> None:

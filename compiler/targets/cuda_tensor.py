@@ -23,7 +23,8 @@ Guarantees:
 from __future__ import annotations
 
 from compiler.ir.expr import make_binop
-from compiler.tir import AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma, PackPairs
+from compiler.targets.swizzle_address import split_swizzled_index
+from compiler.tir import LANE, THREAD, WARP, AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma, PackPairs
 
 _MMA_HELPER = """\
 // mma.sync m16n8k16, fp32 accumulate, in place: {{d0..d3}} = A (16x16, {dt}) @ B (16x8, {dt}) + {{d0..d3}}.
@@ -98,9 +99,24 @@ def emit_ldmatrix(em, s: LdMatrix) -> None:
         em.fail(f"{what}: num must be 1, 2 or 4, got {s.num}")
     outs = ", ".join(f'"=r"({em.register(s.dst, _plus(s.dst_first, i))})' for i in range(s.num))
     regs = ", ".join(f"%{i}" for i in range(s.num))
-    address = f"&{em.buf(s.src)}[{em.index(s.src, s.src_index)}]"
     em.line(f'asm volatile("ldmatrix.sync.aligned.m8n8.x{s.num}{".trans" if s.trans else ""}.shared.b16 '
-            f'{{{regs}}}, [%{s.num}];" : {outs} : "r"((unsigned)__cvta_generic_to_shared({address})));')
+            f'{{{regs}}}, [%{s.num}];" : {outs} : "r"({_shared_address(em, s.src, s.src_index)}));')
+
+
+def _shared_address(em, buf, index) -> str:
+    """The 32-bit shared address of buf[index]; for a swizzled tile split as compiler.targets.swizzle_address says
+    (a loop-invariant base, one add per iteration, an immediate XOR and offset per instruction)."""
+    n = em.k.num_threads
+    ranges = {THREAD: (0, n - 1), LANE: (0, 31), WARP: (0, max(0, (n - 1) // 32)), **em.unrolled}
+    split = split_swizzled_index(index, ranges, set(em.unrolled), buf.dtype.bytes, em.k.shared_offsets.get(buf, 1))
+    if split is None:
+        return f"(unsigned)__cvta_generic_to_shared(&{em.buf(buf)}[{em.index(buf, index)}])"
+    eb = buf.dtype.bytes
+    out = f"(unsigned)__cvta_generic_to_shared(&{em.buf(buf)}[{em.index(buf, split.thread)}])"
+    for op, part in (("+", split.runtime), ("^", split.xor_const), ("+", split.const)):
+        if not (isinstance(part, int) and part == 0):
+            out = f"({out} {op} {eb}u * (unsigned)({em.index(buf, part)}))"
+    return out
 
 
 def emit_pack_pairs(em, s: PackPairs) -> None:
