@@ -10,14 +10,12 @@ nothing else in the kernel touches except reads by the loop's other statements (
 ``stage`` the body is first put in ``order``; the statements of stage 0 must then all be such copies. Any other
 pipelined loop runs as a plain loop (``log`` says why).
 
-How (s stages, n iterations, q producers): every staged tile gets s buffers (``stage_stride`` elements apart,
-128-byte aligned). Each producer of each iteration is one cp.async group, committed in program order. Prologue: the
-producers of iterations 0 .. s-2. Iteration k: wait until the producers the first consumers read have landed
-(``cp.async.wait_group`` with the count of groups committed after them), barrier (everyone's copies are visible and
-everyone has finished iteration k-1), issue the producers of iteration k+s-1 into buffer (k+s-1) % s, the one
-iteration k-1 read (an empty group past the end keeps the count), then run the consumers on buffer k % s; before the
-first consumer that reads a later producer's tile, wait for that producer and barrier again (flash attention: V's
-tile may still be in flight while Q @ K^T and the softmax run). After the loop: wait for all groups.
+How (s stages, n iterations): every staged tile gets s buffers (``stage_stride`` elements apart, 128-byte aligned).
+Prologue: the producers of iterations 0 .. s-2, one cp.async group each. Iteration k: wait until at most s-2 groups
+are pending (iteration k's tiles have landed), barrier (everyone's copies are visible and everyone has finished
+iteration k-1), issue the producers of iteration k+s-1 into buffer (k+s-1) % s, the one iteration k-1 read, and
+commit (an empty group past the end keeps the count), then run the consumers on buffer k % s. After the loop: wait
+for all groups.
 A gemm among the consumers whose A operand is a shared tile the loop never changes (flash attention's Q) gets that
 operand's atoms loaded into registers once, before the loop (``gemm.hoist_a_operand``), when they fit.
 Guarantees: no read-after-write hazard (a tile is read only after the wait and barrier that follow its copy) and no
@@ -173,18 +171,6 @@ def _invariant_a(g, p: SoftwarePipeline) -> bool:
         _fixed_in_loop(tuple(g.a.starts), p.consumers) and not any(depends_on(e, [p.loop.var]) for e in g.a.starts)
 
 
-def _producers_needed(p: SoftwarePipeline) -> list:
-    """For each consumer, the last producer (index) whose tile it or an earlier consumer reads; -1 for none."""
-    from compiler.lower.barriers import shared_effects
-
-    out, need = [], -1
-    for c in p.consumers:
-        read = set().union(*(shared_effects(x)[1] for x in leaves((c,))))
-        need = max([need] + [j for j, prod in enumerate(p.producers) if prod.dst.buffer in read])
-        out.append(need)
-    return out
-
-
 def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
     """Thread IR of one SoftwarePipeline (see the module docstring for the schedule)."""
     ctx = lowering.ctx
@@ -194,13 +180,13 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
     lowering.note_loop(v, start, extent, loop.step)
     strides = {b: stage_stride(b, ctx.shared_layouts[b]) for b in p.staged}
 
-    def producers(iteration, stage, copies) -> list:
-        """``copies`` (producers) of ``iteration`` (an int, or a Var bound to an iteration inside the loop's range)."""
+    def producers(iteration, stage) -> list:
+        """The producers of ``iteration`` (an int, or a Var bound to an iteration inside the loop's range)."""
         ctx.stage_base = {b: make_binop("*", stage, n) for b, n in strides.items()}
         ctx.async_copies = True
         try:
             out = []
-            for c in copies:
+            for c in p.producers:
                 out += lower_copy(ctx, Copy(substitute(c.src, {v: iteration}), substitute(c.dst, {v: iteration}),
                                             c.span))
             return out
@@ -211,40 +197,21 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
     for g in walk(p.consumers):  # A operands the loop never changes: into registers once, before it
         if isinstance(g, Gemm) and _invariant_a(g, p):
             out += hoist_a_operand(ctx, g)
-    q = len(p.producers)  # one cp.async group per producer and iteration, committed in program order
     for i in range(s - 1):
-        for c in p.producers:
-            out += guarded(ctx, make_cmp("<", i, extent), producers(make_binop("+", start, i), i, (c,)))
-            out.append(AsyncCommit(p.span))
+        out += guarded(ctx, make_cmp("<", i, extent), producers(make_binop("+", start, i), i))
+        out.append(AsyncCommit(p.span))
     rel = make_binop("-", v, start)
     ahead = ctx.var(f"{v.name}_ahead")
     if v in ctx.ranges:  # issued only while ahead < end: inside the loop's range
         ctx.ranges[ahead] = ctx.ranges[v]
-    needed = _producers_needed(p)
-    later = (s - 2) * q  # groups of iterations k+1 .. k+s-2, committed before iteration k starts
-
-    def wait(producer: int, issued: int) -> list:
-        """Wait until producer ``producer`` of this iteration (and every group before it) has landed, then a
-        barrier; ``issued``: groups this iteration has committed so far."""
-        return [AsyncWait(q - 1 - producer + later + issued, p.span), Barrier(p.span)]
-
-    waited = next((j for j in needed if j >= 0), -1)  # the top barrier is needed anyway: wait there for the first
-    body = wait(waited, 0)
-    for c in p.producers:
-        issue = [Let(ahead, make_binop("+", v, s - 1), p.span)]
-        issue += producers(ahead, make_binop("%", make_binop("-", ahead, start), s), (c,))
-        body += guarded(ctx, make_cmp("<", make_binop("+", v, s - 1), end), issue)
-        body.append(AsyncCommit(p.span))
+    body = [AsyncWait(s - 2, p.span), Barrier(p.span)]
+    issue = [Let(ahead, make_binop("+", v, s - 1), p.span)]
+    issue += producers(ahead, make_binop("%", make_binop("-", ahead, start), s))
+    body += guarded(ctx, make_cmp("<", make_binop("+", v, s - 1), end), issue)
+    body.append(AsyncCommit(p.span))
     ctx.stage_base = {b: make_binop("*", make_binop("%", rel, s), n) for b, n in strides.items()}
     try:
-        first = 0
-        for i in range(1, len(p.consumers) + 1):
-            if i == len(p.consumers) or needed[i] > waited:
-                body += lowering.body(p.consumers[first:i])
-                if i < len(p.consumers):
-                    waited = needed[i]
-                    body += wait(waited, q)
-                first = i
+        body += lowering.body(p.consumers)
     finally:
         ctx.stage_base = {}
     out.append(For(v, start, extent, loop.step, "serial", tuple(body), {}, loop.span))
