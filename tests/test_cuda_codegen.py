@@ -200,7 +200,7 @@ def test_elementwise_kernel_source_and_cubins(tmp_path):
 def test_shared_buffer_barrier_and_vec_copy_of_eight_halves(tmp_path):
     k, _ = shared_kernel()
     src = generate(module(k))
-    assert "extern __shared__ __align__(16) unsigned char smem[];" in src
+    assert "extern __shared__ __align__(1024) unsigned char smem[];" in src
     assert "half* A_shared = reinterpret_cast<half*>(smem + 0);" in src
     assert "__syncthreads();" in src
     assert "*reinterpret_cast<uint4*>(&A_shared[" in src and "*reinterpret_cast<const uint4*>(&A[" in src
