@@ -29,6 +29,10 @@ def load(name: str):
     return module
 
 
+# the best schedule of bench/flash_attn_sweep.py (block_M, block_N, num_stages, threads; BENCHMARKS.md)
+TUNED_FA = {"block_M": 128, "block_N": 64, "num_stages": 2, "threads": 128}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller timing sizes")
@@ -56,13 +60,17 @@ def main() -> None:
         relu = bench(lambda: torch.relu(a @ b), trials=10)[0]
         rows.append((f"gemm_relu {n}^3", flops / ours / 1e9, flops / cublas / 1e9, flops / relu / 1e9, "cuBLAS"))
     B, H, S, D = (2, 8, 2048, 128) if args.quick else (8, 32, 4096, 128)
-    kernel = fa.flash_attn_fwd(B, H, S, D, False)
     q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.float16) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-    flops = 4 * B * H * S * S * D
-    ours = bench(lambda: kernel(q, k, v), trials=10)[0]
-    sdpa = bench(lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt), trials=10)[0]
-    rows.append((f"flash_attn B{B} H{H} S{S} D{D}", flops / ours / 1e9, flops / sdpa / 1e9, None, "SDPA"))
+    for causal, schedule in ((False, {}), (False, TUNED_FA), (True, TUNED_FA)):
+        kernel = fa.flash_attn_fwd(B, H, S, D, causal, **schedule)
+        flops = 4 * B * H * S * S * D // (2 if causal else 1)
+        ours = bench(lambda: kernel(q, k, v), trials=10)[0]
+        sdpa = bench(lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal),
+                     trials=10)[0]
+        label = "/".join(str(x) for x in schedule.values()) if schedule else "default"
+        rows.append((f"flash_attn{' causal' if causal else ''} B{B} H{H} S{S} D{D} {label}", flops / ours / 1e9,
+                     flops / sdpa / 1e9, None, "SDPA"))
     B, Hh, ctx = (8, 128, 2048) if args.quick else (64, 128, 8192)
     for variant in ("shared", "fragment"):
         kernel = mla.mla_decode(B, Hh, ctx, variant=variant)
@@ -73,10 +81,11 @@ def main() -> None:
         flops = 2 * B * Hh * ctx * (512 + 64) + 2 * B * Hh * ctx * 512
         ours = bench(lambda: kernel(q, q_pe, kv, k_pe), trials=10)[0]
         rows.append((f"mla_decode {variant} B{B} H{Hh} ctx{ctx}", flops / ours / 1e9, None, None, "-"))
-    print(f"\n{'case':<40} {'ours TFLOP/s':>12} {'baseline':>10} {'relu(a@b)':>10}  baseline")
+    print(f"\n{'case':<52} {'ours TFLOP/s':>12} {'baseline':>10} {'relu(a@b)':>10} {'ours/base':>9}  baseline")
     for name, ours, base, relu, label in rows:
-        print(f"{name:<40} {ours:>12.1f} {base if base is None else round(base, 1)!s:>10} "
-              f"{relu if relu is None else round(relu, 1)!s:>10}  {label}")
+        ratio = "" if base is None else f"{100 * ours / base:.1f}%"
+        print(f"{name:<52} {ours:>12.1f} {base if base is None else round(base, 1)!s:>10} "
+              f"{relu if relu is None else round(relu, 1)!s:>10} {ratio:>9}  {label}")
 
 
 if __name__ == "__main__":
