@@ -48,8 +48,8 @@ def _check_kernel(kernel) -> int:
     for k in kernel.module.kernels:
         n = k.num_threads
         for ld, loops in _ldmatrix_with_loops(k.body):
-            unrolled = {f.var: (f.start, f.start + f.extent - 1) for f in loops
-                        if f.kind == "unroll" and isinstance(f.start, int) and isinstance(f.extent, int)}
+            unrolled = {f.var: (f.start, f.start + f.extent - 1) for f in loops if f.kind == "unroll"
+                        and isinstance(f.start, int) and isinstance(f.extent, int) and f.step == 1}
             ranges = {THREAD: (0, n - 1), LANE: (0, 31), WARP: (0, (n - 1) // 32), **unrolled}
             off, eb = k.shared_offsets[ld.src], ld.src.dtype.bytes
             split = split_swizzled_index(ld.src_index, ranges, set(unrolled), eb, off)
@@ -57,7 +57,8 @@ def _check_kernel(kernel) -> int:
                 continue
             split_count += 1
             others = [f.var for f in loops if f.var not in unrolled]
-            axes = [np.arange(n)] + [np.arange(lo, hi + 1) for lo, hi in unrolled.values()] + [np.arange(5)] * len(others)
+            axes = [np.arange(n)] + [np.arange(lo, hi + 1) for lo, hi in unrolled.values()]
+            axes += [np.arange(5)] * len(others)  # loop variables that stay variables: the pipeline stage and such
             grids = np.meshgrid(*axes, indexing="ij")
             env = {THREAD: grids[0], LANE: grids[0] % 32, WARP: grids[0] // 32}
             env.update(zip(list(unrolled) + others, grids[1:]))

@@ -127,7 +127,7 @@ def split_multiples(e, period: int):
     """``e`` as (rest, multiple) with e == rest + multiple and ``multiple`` a sum of terms whose coefficients are
     multiples of ``period`` (non-linear sub-expressions are opaque terms of coefficient 1); None when ``e`` is not a
     sum of terms or nothing splits off. Used to pull whole swizzle periods out of an XOR swizzle."""
-    terms = _terms(e)
+    terms = additive_terms(e)
     if terms is None:
         return None
     coef, const = terms
@@ -135,11 +135,12 @@ def split_multiples(e, period: int):
     if not outer and const < period:
         return None
     inner = [(a, c) for a, c in coef if c % period]
-    return _sum(inner, const % period), _sum(outer, const - const % period)
+    return sum_of_terms(inner, const % period), sum_of_terms(outer, const - const % period)
 
 
-def _terms(e):
-    """e as ([(atom, coefficient)], constant): atoms are Vars or non-linear sub-expressions (by identity)."""
+def additive_terms(e):
+    """e as ([(atom, coefficient)], constant), or None (a float): atoms are Vars or non-linear sub-expressions (by
+    identity). ``sum_of_terms`` builds the expression back."""
     if isinstance(e, bool):
         return None
     if isinstance(e, int):
@@ -147,7 +148,7 @@ def _terms(e):
     if isinstance(e, Const):
         return None if e.dtype.is_float else ([], int(e.value))
     if isinstance(e, BinOp) and e.op in ("+", "-", "*"):
-        fa, fb = _terms(e.a), _terms(e.b)
+        fa, fb = additive_terms(e.a), additive_terms(e.b)
         if fa is not None and fb is not None:
             if e.op == "*" and (not fa[0] or not fb[0]):
                 (coef, const), k = (fa, fb[1]) if not fb[0] else (fb, fa[1])
@@ -160,7 +161,8 @@ def _terms(e):
     return None
 
 
-def _sum(terms, const):
+def sum_of_terms(terms, const):
+    """The expression ``sum(c * atom for atom, c in terms) + const`` (an int when there are no terms)."""
     from compiler.ir.expr import make_binop
 
     out = const

@@ -431,7 +431,7 @@ class _KernelEmitter:
             self.nonneg_vars.add(s.var)
         name = self.fresh(s.var.name)
         first, count = static_int(s.start), static_int(s.extent)
-        if s.kind == "unroll" and first is not None and count and (not isinstance(step, int) or step == 1):
+        if s.kind == "unroll" and first is not None and count and isinstance(step, int) and step == 1:
             self.unrolled[s.var] = (first, first + count - 1)
         if s.kind == "unroll":
             self.line("#pragma unroll")

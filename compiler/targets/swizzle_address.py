@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from compiler.ir.expr import BinOp, Call, Cast, Const, Expr, Unary, Var, make_binop
 from compiler.ir.printer import expr_str
-from compiler.ir.simplify import _sum, _terms
+from compiler.ir.simplify import additive_terms, sum_of_terms
 from compiler.tir import LANE, THREAD, WARP
 
 SMEM_ALIGN = 1024  # bytes: the dynamic shared-memory arena is declared __align__(SMEM_ALIGN)
@@ -50,7 +50,7 @@ def split_swizzled_index(index, ranges: dict, unrolled: set, elem_bytes: int, ti
         unrolled: the Vars of unrolled loops with constant bounds (constants once the loop is unrolled).
         elem_bytes: bytes of one element of the tile; tile_offset: the tile's byte offset in the arena.
     """
-    terms = _terms(index)
+    terms = additive_terms(index)
     if terms is None:
         return None
     coef, const = terms
@@ -59,7 +59,7 @@ def split_swizzled_index(index, ranges: dict, unrolled: set, elem_bytes: int, ti
         return None
     atom = swz[0][0]
     r, period, modulus, unit = _swizzle_parts(atom)
-    inner = _terms(r)
+    inner = additive_terms(r)
     if inner is None:
         return None
     r_coef, r_const = inner
@@ -77,15 +77,15 @@ def split_swizzled_index(index, ranges: dict, unrolled: set, elem_bytes: int, ti
     if const % align or any(c % align for _, c in outer) or tile_offset % (align * elem_bytes) or \
             SMEM_ALIGN % (align * elem_bytes):
         return None
-    rt_expr = _sum(rt, 0)
+    rt_expr = sum_of_terms(rt, 0)
     swizzled = make_binop("^", rt_expr, make_binop("*", make_binop("%", make_binop("//", rt_expr, period), modulus),
                                                    unit))
     kinds = {"thread": [], "runtime": [], "const": []}
     for a, c in outer:
         kinds["thread" if _mentions_thread(a) else "const" if _is_const(a, unrolled) else "runtime"].append((a, c))
-    return SwizzledAddress(thread=make_binop("+", _sum(kinds["thread"], 0), swizzled),
-                           runtime=_sum(kinds["runtime"], 0), xor_const=_sum(ru, r_const),
-                           const=_sum(kinds["const"], const))
+    return SwizzledAddress(thread=make_binop("+", sum_of_terms(kinds["thread"], 0), swizzled),
+                           runtime=sum_of_terms(kinds["runtime"], 0), xor_const=sum_of_terms(ru, r_const),
+                           const=sum_of_terms(kinds["const"], const))
 
 
 def _swizzle_parts(e):
