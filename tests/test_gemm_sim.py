@@ -155,16 +155,19 @@ def test_manual_pipeline_order_and_stage(order, stage, pipelined):
 
 
 def test_mla_decode_pipelines_within_the_shared_memory_of_one_block(shared_example):
-    """At B64 H128 ctx8192 the `shared` variant's two-stage tiles would need 237568 bytes (> 227 KiB): it drops to
-    a plain loop; the `fragment` variant fits with two stages."""
+    """At B64 H128 ctx8192 both variants pipeline with two stages inside 227 KiB: the `shared` variant's tiles take
+    229376 bytes, and its cross-warp row reductions keep one partial per (row, warp) in the scratch (64 x 8 x 4 =
+    2048 bytes, where one slot per thread and register took 8192 and pushed it to 237568)."""
     import re
 
     mod = shared_example("mla_decode")
-    for variant, pipelined in (("shared", False), ("fragment", True)):
+    for variant in ("shared", "fragment"):
         src = tileagent.compile(mod.mla_decode.fn(64, 128, 8192, variant=variant), out_idx=[4],
                                 target="sim").get_kernel_source()
         shared = int(re.search(r"(\d+) bytes of dynamic shared memory", src).group(1))
-        assert shared <= 232448 and ("cp.async" in src) == pipelined, (variant, shared)
+        assert shared <= 232448 and "cp.async" in src, (variant, shared)
+        if variant == "shared":
+            assert shared == 229376 + 2048, shared
 
 
 def test_pipeline_with_a_dynamic_trip_count_shorter_than_its_stages():

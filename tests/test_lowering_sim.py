@@ -153,3 +153,39 @@ def test_shared_buffers_with_disjoint_lifetimes_share_bytes():
     x, y = torch.randn(64, 64), torch.full((64, 64), float("nan"))
     kernel(x, y)
     torch.testing.assert_close(y, x)
+
+
+def _row_sum_and_max(M, N, threads):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), S: T.Tensor((M,), "float32"), Mx: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=threads) as _:
+            x = T.alloc_fragment((M, N), "float32")
+            s = T.alloc_fragment((M,), "float32")
+            m = T.alloc_fragment((M,), "float32")
+            T.copy(X, x)
+            T.reduce_sum(x, s, dim=1)
+            T.reduce_max(x, m, dim=1)
+            T.copy(s, S)
+            T.copy(m, Mx)
+
+    return main
+
+
+@pytest.mark.parametrize("M,N,threads,scratch_floats", [
+    (2, 512, 256, 2 * 4),  # each row over 128 threads: 4 warps meet in shared memory (one slot each per thread: 256)
+    (4, 40, 128, 4 * 2),  # 64 threads per row over 40 columns (padding in the reduced dim), 2 registers per thread
+    (3, 96, 256, 4 * 4),  # 3 rows padded to 4
+    (2, 64, 256, 2 * 2),  # the fragment replicated over the block's two halves: replicas write the same values
+])
+def test_cross_warp_row_reductions_keep_one_partial_per_row_and_warp(M, N, threads, scratch_floats):
+    """Rows split across warps: after the shuffles, one float per (row, warp) goes through the shared scratch (not
+    one per thread and register), every holder of a row gets the same total, padding is not counted."""
+    import re
+
+    kernel = tileagent.compile(_row_sum_and_max(M, N, threads), target="sim")
+    src = kernel.get_kernel_source()
+    assert int(re.search(r"float\* scratch_float32 = .*// (\d+) x float", src).group(1)) == scratch_floats
+    x, s, m = torch.randn(M, N), _nan(M), _nan(M)
+    kernel(x, s, m)
+    torch.testing.assert_close(s, x.sum(1), rtol=1e-5, atol=1e-5)
+    assert torch.equal(m, x.amax(1))

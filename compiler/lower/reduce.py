@@ -2,10 +2,11 @@
 
 In: a Reduce whose source and destination are fragments, the destination's layout being the source's projection
 (layout inference guarantees it). Out: thread-IR statements.
-How: each thread folds the source registers into one accumulator per destination register; then, for every thread
-level of the reduced dim (the threads that split one output element between them), a butterfly of ``shfl_xor``
-when the level lies inside a warp and is a power of two, otherwise a round through the shared-memory scratch area
-(``ctx.scratch``). Every thread that holds an output ends with the full result (replicas agree).
+How: each thread folds the source registers into one accumulator per destination register; then the thread levels
+of the reduced dim (the threads that split one output element between them) that lie inside a warp and are powers
+of two are combined by butterflies of ``shfl_xor``, and the rest in one round through the shared-memory scratch
+area (``ctx.scratch``: one partial per destination element and combination of those levels). Every thread that
+holds an output ends with the full result (replicas agree).
 Guarantees: padded source elements are not counted; ``clear=False`` combines with the destination's old value;
 accumulation happens in float32 (float64 for float64) and is rounded once into the destination dtype.
 """
@@ -18,7 +19,7 @@ import numpy as np
 
 from compiler.diagnostics import TargetError
 from compiler.dtypes import DType
-from compiler.ir.expr import Call, Const, Load, as_expr, make_binop, make_call, make_cast
+from compiler.ir.expr import Call, Const, Load, as_expr, make_binop, make_call, make_cast, make_cmp
 from compiler.ir.stmt import For, Reduce, Store
 from compiler.layout import Level
 from compiler.lower.copy import guarded, valid_condition
@@ -58,8 +59,11 @@ def lower_reduce(ctx, s: Reduce) -> list:
         for k in range(src_layout.num_slots):
             idx = src_layout.inverse(THREAD, k)
             out += fold(k, ctx.slot(s.dst, tuple(i for d, i in enumerate(idx) if d != dim) or (0,)), idx)
-    for level in _split_at_warp([lv for lv in src_layout.dims[dim] if lv.is_thread]):
-        out += _across_threads(ctx, acc, n_out, level, combine, identity, s)
+    shuffled, shared = _thread_levels(src_layout, dim)
+    for level in shuffled:
+        out += _butterfly(acc, n_out, level, combine, s)
+    if shared:
+        out += _through_shared(ctx, acc, n_out, shared, combine, identity, s)
     dst_reg = ctx.mem(s.dst)
     for j in range(n_out):
         total = Load(acc, (as_expr(j),), acc_dtype)
@@ -81,14 +85,27 @@ def _output_slots(ctx, s: Reduce, src_layout, dim: int):
 
 
 def scratch_bytes(s: Reduce, layouts, threads: int) -> int:
-    """Shared scratch the reduction needs: none when every thread level it folds lies within a warp."""
+    """Shared scratch the reduction needs: none when every thread level it folds lies within a warp; otherwise one
+    partial result per (destination element, combination of the levels that go through shared memory)."""
     if s.src not in layouts.fragments or s.dst not in layouts.fragments:
         return 0
-    src = layouts.fragments[s.src]
-    levels = _split_at_warp([lv for lv in src.dims[s.dim % s.src.ndim] if lv.is_thread])
-    if all(_pow2(lv.size) and _pow2(lv.stride) and lv.stride * lv.size <= 32 for lv in levels):
+    _, shared = _thread_levels(layouts.fragments[s.src], s.dim % s.src.ndim)
+    if not shared:
         return 0
-    return threads * max(4, s.dst.dtype.bytes) * layouts.fragments[s.dst].num_slots
+    return _padded_size(layouts.fragments[s.dst]) * math.prod(lv.size for lv in shared) * max(4, s.dst.dtype.bytes)
+
+
+def _thread_levels(src_layout, dim: int):
+    """The thread levels of the reduced dim: (those a warp butterfly combines, those combined through shared
+    memory). Butterflies run first, so the shared round sees one partial per combination of its own levels."""
+    levels = _split_at_warp([lv for lv in src_layout.dims[dim] if lv.is_thread])
+    shuffled = [lv for lv in levels if _pow2(lv.size) and _pow2(lv.stride) and lv.stride * lv.size <= 32]
+    return shuffled, [lv for lv in levels if lv not in shuffled]
+
+
+def _padded_size(layout) -> int:
+    """Elements of a fragment's index space, padding included (every index ``inverse`` can return)."""
+    return math.prod(math.prod(lv.size for lv in levels) for levels in layout.dims)
 
 
 def _split_at_warp(levels):
@@ -103,30 +120,49 @@ def _split_at_warp(levels):
     return out
 
 
-def _across_threads(ctx, acc, n_out, level, combine, identity, s) -> list:
-    size, stride = level.size, level.stride
-    if _pow2(size) and _pow2(stride) and stride * size <= 32:
-        out = []
-        mask = stride
-        while mask < stride * size:
-            for j in range(n_out):
-                cur = Load(acc, (as_expr(j),), acc.dtype)
-                other = make_call_shfl(cur, mask)
-                out.append(Store(acc, (as_expr(j),), _combine(combine, cur, other), s.span))
-            mask *= 2
-        return out
+def _butterfly(acc, n_out, level, combine, s) -> list:
+    """Combine a power-of-two level inside a warp with shfl_xor rounds; every lane ends with the same value."""
+    out = []
+    mask = level.stride
+    while mask < level.stride * level.size:
+        for j in range(n_out):
+            cur = Load(acc, (as_expr(j),), acc.dtype)
+            out.append(Store(acc, (as_expr(j),), _combine(combine, cur, make_call_shfl(cur, mask)), s.span))
+        mask *= 2
+    return out
+
+
+def _through_shared(ctx, acc, n_out, levels, combine, identity, s) -> list:
+    """Combine ``levels`` through the scratch: each thread writes its partial of every destination element it holds
+    at (element, its digits in ``levels``), barrier, then folds all partials of the element in the same order (so
+    every holder gets the same value). Threads that hold the same element and digits hold the same value (they
+    differ only in combined or replicated levels), so their identical writes do not conflict; threads past the
+    source's ``threads_used`` hold nothing and do not write."""
     ws = ctx.scratch(acc.dtype)
-    threads = ctx.threads
-    base = make_binop("-", THREAD, make_binop("*", make_binop("%", make_binop("//", THREAD, stride), size), stride))
-    out = [Store(ws, (make_binop("+", THREAD, j * threads),), Load(acc, (as_expr(j),), acc.dtype), s.span)
-           for j in range(n_out)]
+    dst, src = ctx.frag(s.dst), ctx.frag(s.src)
+    group, digit = 1, 0
+    for lv in levels:
+        digit = make_binop("+", digit, make_binop("*", make_binop("%", make_binop("//", THREAD, lv.stride), lv.size),
+                                                  group))
+        group *= lv.size
+    padded = [math.prod(lv.size for lv in levels_d) for levels_d in dst.dims]
+
+    def element(j):
+        flat = 0
+        for i, n in zip(dst.inverse(THREAD, j), padded):
+            flat = make_binop("+", make_binop("*", flat, n), i)
+        return make_binop("*", flat, group)
+
+    writes = [Store(ws, (make_binop("+", element(j), digit),), Load(acc, (as_expr(j),), acc.dtype), s.span)
+              for j in range(n_out)]
+    out = guarded(ctx, make_cmp("<", THREAD, src.threads_used), writes) if src.threads_used < ctx.threads else writes
     out.append(Barrier())
     for j in range(n_out):
         r = ctx.var("r")
-        partner = make_binop("+", make_binop("+", base, make_binop("*", r, stride)), j * threads)
         out.append(Store(acc, (as_expr(j),), identity, s.span))
-        out.append(For(r, 0, size, 1, "unroll", (Store(acc, (as_expr(j),), _combine(
-            combine, Load(acc, (as_expr(j),), acc.dtype), Load(ws, (partner,), acc.dtype)), s.span),), span=s.span))
+        out.append(For(r, 0, group, 1, "unroll", (Store(acc, (as_expr(j),), _combine(
+            combine, Load(acc, (as_expr(j),), acc.dtype), Load(ws, (make_binop("+", element(j), r),), acc.dtype)),
+            s.span),), span=s.span))
     out.append(Barrier())  # the scratch may be written again by the next reduction
     return out
 
