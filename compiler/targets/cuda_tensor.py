@@ -106,13 +106,12 @@ def emit_ldmatrix(em, s: LdMatrix) -> None:
 def _shared_address(em, buf, index) -> str:
     """The 32-bit shared address of buf[index]; for a swizzled tile split as compiler.targets.swizzle_address says
     (a loop-invariant base, one add per iteration, an immediate XOR and offset per instruction)."""
-    n = em.k.num_threads
+    name, n, eb = em.buf(buf), em.k.num_threads, buf.dtype.bytes  # em.buf: a shared tile with an arena offset
     ranges = {THREAD: (0, n - 1), LANE: (0, 31), WARP: (0, max(0, (n - 1) // 32)), **em.unrolled}
-    split = split_swizzled_index(index, ranges, set(em.unrolled), buf.dtype.bytes, em.k.shared_offsets.get(buf, 1))
+    split = split_swizzled_index(index, ranges, set(em.unrolled), eb, em.k.shared_offsets[buf])
     if split is None:
-        return f"(unsigned)__cvta_generic_to_shared(&{em.buf(buf)}[{em.index(buf, index)}])"
-    eb = buf.dtype.bytes
-    out = f"(unsigned)__cvta_generic_to_shared(&{em.buf(buf)}[{em.index(buf, split.thread)}])"
+        return f"(unsigned)__cvta_generic_to_shared(&{name}[{em.index(buf, index)}])"
+    out = f"(unsigned)__cvta_generic_to_shared(&{name}[{em.index(buf, split.thread)}])"
     for op, part in (("+", split.runtime), ("^", split.xor_const), ("+", split.const)):
         if not (isinstance(part, int) and part == 0):
             out = f"({out} {op} {eb}u * (unsigned)({em.index(buf, part)}))"
