@@ -79,6 +79,9 @@ def test_no_correct_kernel_exits_4(tmp_path):
     (["batch", RMSNORM], "batch needs at least one --grid KEY=v1,v2"),
     (["batch", RMSNORM, "--grid", "C"], "--grid expects KEY=v1,v2 (e.g. C=96,320), got 'C'"),
     (["generate"], "generate needs a REFERENCE file (or --resume RUN_DIR)"),
+    (["generate", RMSNORM, "--price", "2.5"],
+     "--price expects IN,OUT in USD per million input and output tokens (e.g. 2.5,10), got '2.5'"),
+    (["batch", RMSNORM, "--grid", "C=96", "--price", "1,-2"], "--price: prices must be finite and >= 0, got '1,-2'"),
 ])
 def test_bad_arguments_exit_2_with_a_message(args, message):
     result = invoke(*args)
@@ -173,7 +176,7 @@ def test_generate_against_the_fake_server_fixes_a_compile_error_a_layout_diagnos
     with FakeOpenAI(script, api_key="k") as server:
         result = invoke("generate", RMSNORM, "--device", "cpu", "--provider", "openai", "--model", "fake-model",
                         "--base-url", server.base_url, "--api-key-env", "FAKE_KEY", "--configs", "C=96",
-                        "--seeds", "1", "--candidates", "1", "--out", tmp_path / "run")
+                        "--seeds", "1", "--candidates", "1", "--price", "1000,1000", "--out", tmp_path / "run")
         sent = [r.messages for r in server.requests if r.path.endswith("/chat/completions")]
     assert result.exit_code == 0, result.output
     assert len(sent) == 4
@@ -182,3 +185,5 @@ def test_generate_against_the_fake_server_fixes_a_compile_error_a_layout_diagnos
     assert "Your kernel ran but computed wrong values." in sent[3][1]["content"]
     report = json.loads((tmp_path / "run/report.json").read_text())
     assert report["tokens"] == 600 and report["configs"][0]["attempt_id"] == "t4-c0"
+    assert report["cost_usd"] == pytest.approx(600 * 1000 / 1e6)  # --price 1000,1000 USD per million tokens
+    assert "$0.6000" in (tmp_path / "run/REPORT.md").read_text()

@@ -227,10 +227,11 @@ def _bad(message: str) -> typer.Exit:
 
 
 def _drafter_options(provider: str | None, model: str | None, base_url: str | None, api_key_env: str | None,
-                     seed: int) -> dict:
+                     seed: int, price: str | None = None) -> dict:
     """The provider and its options from the flags: builtin unless an endpoint is configured (docs/agent.md)."""
     import os
 
+    price_per_mtok = _parse_price(price) if price is not None else None
     model = model or os.environ.get("TILEAGENT_MODEL")
     if provider is None:
         endpoint = base_url or api_key_env or os.environ.get("OPENAI_API_KEY")
@@ -239,7 +240,22 @@ def _drafter_options(provider: str | None, model: str | None, base_url: str | No
             err_console.print("[yellow]note:[/] an endpoint is configured (--base-url, --api-key-env or "
                               "OPENAI_API_KEY) but no --model: using the built-in drafter")
             provider = "builtin"
-    return {"provider": provider, "model": model, "base_url": base_url, "api_key_env": api_key_env, "seed": seed}
+    return {"provider": provider, "model": model, "base_url": base_url, "api_key_env": api_key_env, "seed": seed,
+            "price_per_mtok": price_per_mtok}
+
+
+def _parse_price(text: str) -> tuple[float, float]:
+    """``--price IN,OUT``: USD per million input and output tokens, both finite and >= 0."""
+    import math
+
+    try:
+        price_in, price_out = (float(x) for x in text.split(","))
+    except ValueError:
+        raise _bad(f"--price expects IN,OUT in USD per million input and output tokens (e.g. 2.5,10), "
+                   f"got {text!r}") from None
+    if not all(math.isfinite(x) and x >= 0 for x in (price_in, price_out)):
+        raise _bad(f"--price: prices must be finite and >= 0, got {text!r}")
+    return price_in, price_out
 
 
 def _make_drafter(options: dict):
@@ -371,6 +387,7 @@ _OUT = typer.Option(None, help="the run directory (default runs/<task>-<timestam
 _RESUME = typer.Option(None, help="continue the run in this directory")
 _BUDGET = typer.Option(None, help="stop once the drafters used more tokens than this")
 _SEED = typer.Option(0, help="seed for the drafter")
+_PRICE = typer.Option(None, help="USD per million input and output tokens, as IN,OUT (openai: the report's cost)")
 _SEEDS = typer.Option(5, help="evaluator seeds per config and input distribution")
 _NO_TUNE = typer.Option(False, "--no-tune", help="do not autotune TUNABLES")
 _TUNE_SECONDS = typer.Option(90.0, help="screening time for autotuning one candidate")
@@ -396,11 +413,11 @@ def generate(reference: Path = _REFERENCE, provider: str = _PROVIDER, model: str
              target: float = _TARGET, configs: list[str] = _CONFIGS, out: Path = _OUT, resume: Path = _RESUME,
              device: str = _DEVICE, budget_tokens: int = _BUDGET, seed: int = _SEED, seeds: int = _SEEDS,
              no_tune: bool = _NO_TUNE, tune_seconds: float = _TUNE_SECONDS, no_archive: bool = _NO_ARCHIVE,
-             verbose: bool = _VERBOSE) -> None:
+             price: str = _PRICE, verbose: bool = _VERBOSE) -> None:
     flags = _loop_flags(max_turns, candidates, target, device, budget_tokens, seed, seeds, no_tune, tune_seconds,
                         no_archive)
     _agent("generate", reference, resume, out, configs, [], flags,
-           _drafter_options(provider, model, base_url, api_key_env, seed) if resume is None else {}, verbose)
+           _drafter_options(provider, model, base_url, api_key_env, seed, price) if resume is None else {}, verbose)
 
 
 @app.command(help="Cover a grid of configs with one kernel family: reuse and re-tune archived kernels where they "
@@ -414,13 +431,14 @@ def batch(reference: Path = _REFERENCE,
           max_turns: int = _MAX_TURNS, candidates: int = _CANDIDATES, target: float = _TARGET,
           configs: list[str] = _CONFIGS, out: Path = _OUT, resume: Path = _RESUME, device: str = _DEVICE,
           budget_tokens: int = _BUDGET, seed: int = _SEED, seeds: int = _SEEDS, no_tune: bool = _NO_TUNE,
-          tune_seconds: float = _TUNE_SECONDS, no_archive: bool = _NO_ARCHIVE, verbose: bool = _VERBOSE) -> None:
+          tune_seconds: float = _TUNE_SECONDS, no_archive: bool = _NO_ARCHIVE, price: str = _PRICE,
+          verbose: bool = _VERBOSE) -> None:
     if resume is None and not grid:
         raise _bad("batch needs at least one --grid KEY=v1,v2 (e.g. --grid C=160,256,320)")
     flags = _loop_flags(max_turns, candidates, target, device, budget_tokens, seed, seeds, no_tune, tune_seconds,
                         no_archive)
     _agent("batch", reference, resume, out, configs, grid, flags,
-           _drafter_options(provider, model, base_url, api_key_env, seed) if resume is None else {}, verbose)
+           _drafter_options(provider, model, base_url, api_key_env, seed, price) if resume is None else {}, verbose)
 
 
 @app.command(help="Print the version.")
