@@ -305,6 +305,17 @@ class _Block:
     def full_warps(self, what: str) -> torch.Tensor:
         """Ids of the warps that execute a warp-wide ``what``: those with an active lane; raises if one of them has
         an inactive or missing lane."""
+        present, active = self.warp_lanes(what)
+        short = ((active > 0) & (present < WARP_SIZE)).nonzero()
+        if len(short):
+            w = int(short[0])
+            raise EmulationError(f"{what} in warp {w}, which has only {int(present[w])} of {WARP_SIZE} lanes in a "
+                                 f"block of {self.nt} threads; every lane of the warp must execute it", self.span)
+        return (active > 0).nonzero()[:, 0]
+
+    def warp_lanes(self, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(lanes present, lanes active) per warp of the block; raises if a warp executing the warp-wide ``what``
+        has only some of its lanes active."""
         warp = self.tid // WARP_SIZE
         present = torch.bincount(warp)
         active = present if self.mask is None else torch.zeros_like(present).index_add_(0, warp,
@@ -314,12 +325,7 @@ class _Block:
             w = int(partial[0])
             raise EmulationError(f"{what} under divergence: {int(active[w])} of {int(present[w])} lanes of warp {w} "
                                  f"are active; every lane of the warp must execute it", self.span)
-        short = ((active > 0) & (present < WARP_SIZE)).nonzero()
-        if len(short):
-            w = int(short[0])
-            raise EmulationError(f"{what} in warp {w}, which has only {int(present[w])} of {WARP_SIZE} lanes in a "
-                                 f"block of {self.nt} threads; every lane of the warp must execute it", self.span)
-        return (active > 0).nonzero()[:, 0]
+        return present, active
 
     _HANDLERS = {Let: let, If: if_, For: for_, Declare: declare, Store: store, AtomicAdd: atomic_add,
                  VecCopy: vec_copy, VecAtomicAdd: vec_atomic_add, Barrier: barrier, **tensor_handlers}
@@ -617,15 +623,8 @@ class _Block:
         if width not in (1, 2, 4, 8, 16, 32) or not 0 <= lane_mask < WARP_SIZE:
             raise EmulationError(f"shfl_xor with lane mask {lane_mask} and width {width}: the width must be a power "
                                  f"of 2 up to {WARP_SIZE} and the mask below {WARP_SIZE}", self.span)
+        self.warp_lanes("shfl_xor")
         warp = self.tid // WARP_SIZE
-        if self.mask is not None:
-            active = torch.bincount(warp, weights=self.mask.to(torch.float64))
-            present = torch.bincount(warp).to(torch.float64)
-            partial = ((active > 0) & (active < present)).nonzero()
-            if len(partial):
-                w = int(partial[0])
-                raise EmulationError(f"shfl_xor under divergence: {int(active[w])} of {int(present[w])} lanes of warp "
-                                     f"{w} are active; every lane of the warp must execute it", self.span)
         lane = self.tid % WARP_SIZE
         src = lane ^ lane_mask
         src = torch.where(src >= (lane // width + 1) * width, lane, src) + warp * WARP_SIZE

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from compiler.dtypes import DType
 from compiler.errors import KernelFault
 from compiler.tir import AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma, PackPairs
 
@@ -140,8 +141,7 @@ def pack(pairs: torch.Tensor) -> torch.Tensor:
 def unpack(regs: torch.Tensor, dtype: str) -> torch.Tensor:
     """32-bit register values [n, r] as their 16-bit elements [n, 2 r] of ``dtype`` (low half first)."""
     halves = torch.stack([regs & 0xFFFF, (regs >> 16) & 0xFFFF], -1).reshape(regs.shape[0], -1)
-    torch_dtype = torch.float16 if dtype == "float16" else torch.bfloat16
-    return halves.to(torch.int32).to(torch.int16).view(torch_dtype)
+    return halves.to(torch.int32).to(torch.int16).view(DType(dtype).torch)
 
 
 def pack_pairs(block, s: PackPairs) -> None:
@@ -152,7 +152,7 @@ def pack_pairs(block, s: PackPairs) -> None:
     src_mem, _ = block.elements(s.src, 0, 2 * s.count, "PackPairs from")
     dst_mem, _ = block.elements(s.dst, 0, s.count, "PackPairs into")
     rows = block.active()
-    halves = src_mem[rows, :2 * s.count].to(torch.float16 if s.dtype == "float16" else torch.bfloat16)
+    halves = src_mem[rows, :2 * s.count].to(DType(s.dtype).torch)
     dst_mem[rows, :s.count] = pack(halves.reshape(len(rows), s.count, 2))
 
 

@@ -41,9 +41,9 @@ class Fragment:
     def __post_init__(self):
         if len(self.dims) != len(self.shape):
             raise ValueError(f"fragment of rank {len(self.shape)} needs levels for every dim, got {len(self.dims)}")
-        for d, (n, levels) in enumerate(zip(self.shape, self.dims)):
-            if math.prod(lv.size for lv in levels) < n:
-                raise ValueError(f"levels of dim {d} cover {math.prod(lv.size for lv in levels)} < {n}")
+        for d, (n, covered) in enumerate(zip(self.shape, self.padded_shape)):
+            if covered < n:
+                raise ValueError(f"levels of dim {d} cover {covered} < {n}")
         expected = 1
         for lv in sorted(self.thread_levels(), key=lambda lv: lv.stride):
             if lv.stride != expected:
@@ -64,6 +64,11 @@ class Fragment:
                 if not levels[k].is_thread:
                     out.append((d, k, levels[k]))
         return out
+
+    @property
+    def padded_shape(self) -> tuple[int, ...]:
+        """Per dim, the extent its levels cover (``shape`` plus padding): every index ``inverse`` can return."""
+        return tuple(math.prod(lv.size for lv in levels) for levels in self.dims)
 
     @property
     def num_slots(self) -> int:
@@ -154,7 +159,7 @@ class Fragment:
 
     def repeat(self, dim: int, n: int) -> "Fragment":
         """The same thread map tiled ``n`` times along ``dim`` in more registers (shape[dim] * n)."""
-        if math.prod(lv.size for lv in self.dims[dim]) != self.shape[dim]:
+        if self.padded_shape[dim] != self.shape[dim]:
             raise ValueError("repeat needs a dim without padding")
         dims = list(self.dims)
         dims[dim] = tuple(dims[dim]) + (Level(n),)
@@ -260,7 +265,7 @@ def make_blocked(shape: tuple[int, ...], num_threads: int, vector: int = 8) -> F
     while True:
         for pad in (False, True):
             frag = _blocked(shape, num_threads, v, pad)
-            covered = math.prod(math.prod(lv.size for lv in levels) for levels in frag.dims)
+            covered = math.prod(frag.padded_shape)
             ratio = covered / numel
             candidates.append((frag.num_replicas, ratio > 1.5, -v, ratio, pad, frag))
         if v == 1:

@@ -37,16 +37,21 @@ def warp_partition(M: int, N: int, num_warps: int, policy: int) -> tuple[int, in
     return min(valid, key=lambda mn: (abs(math.log((M / mn[0]) / (N / mn[1]))), -mn[0]))  # squarest warp tile
 
 
+def _row_levels(tm: int, wm: int, wn: int) -> list[Level]:
+    """Levels of the M dim shared by the accumulator and the A operand: 8 rows over lane groups, the two row halves
+    of an m16 atom, the warp tile's row atoms, then the warps along M."""
+    return [Level(8, 4), Level(2)] + ([Level(tm // 16)] if tm > 16 else []) + ([Level(wm, 32 * wn)] if wm > 1 else [])
+
+
 def accumulator_layout(M: int, N: int, wm: int, wn: int, num_threads: int) -> Fragment:
     tm, tn = M // wm, N // wn
-    rows = [Level(8, 4), Level(2)] + ([Level(tm // 16)] if tm > 16 else []) + ([Level(wm, 32 * wn)] if wm > 1 else [])
+    rows = _row_levels(tm, wm, wn)
     cols = [Level(2), Level(4, 1)] + ([Level(tn // 8)] if tn > 8 else []) + ([Level(wn, 32)] if wn > 1 else [])
     return Fragment((M, N), (tuple(rows), tuple(cols)), (), num_threads)
 
 
 def operand_a_layout(M: int, K: int, wm: int, wn: int, num_threads: int) -> Fragment:
-    tm = M // wm
-    rows = [Level(8, 4), Level(2)] + ([Level(tm // 16)] if tm > 16 else []) + ([Level(wm, 32 * wn)] if wm > 1 else [])
+    rows = _row_levels(M // wm, wm, wn)
     cols = [Level(2), Level(4, 1)] + ([Level(K // 8)] if K > 8 else [])
     replicate = (Level(wn, 32),) if wn > 1 else ()
     return Fragment((M, K), (tuple(rows), tuple(cols)), replicate, num_threads)

@@ -12,7 +12,6 @@ E602 at its span.
 from __future__ import annotations
 
 import logging
-import math
 
 from compiler.diagnostics import CompileError, InternalCompilerError, TargetError
 from compiler.ir.expr import Var, make_binop, make_call
@@ -22,12 +21,11 @@ from compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, AtomicAddTile, B
                               Kernel, Let, Parallel, Print, PrimFunc, Reduce, Store, UseSwizzle)
 from compiler.lower.barriers import insert_barriers
 from compiler.lower.context import LowerContext
-from compiler.dtypes import DType
-from compiler.lower.copy import conversion_dtype, lower_atomic_add_tile, lower_copy, lower_fill
+from compiler.lower.copy import lower_atomic_add_tile, lower_copy, lower_fill, scratch_bytes as copy_scratch_bytes
 from compiler.lower.gemm import lower_gemm, packable_a_operands
 from compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
 from compiler.lower.pipeline import SoftwarePipeline, lower_pipeline, plan_pipelines
-from compiler.lower.reduce import lower_reduce, scratch_bytes
+from compiler.lower.reduce import lower_reduce, scratch_bytes as reduce_scratch_bytes
 from compiler.lower.smem import plan_shared
 from compiler.tir import BLOCK_IDX, GRID_DIM, Barrier, Declare, DeviceKernel, DeviceModule
 
@@ -55,11 +53,8 @@ def lower(func: PrimFunc, layouts) -> DeviceModule:
 
 
 def _lower_kernel(name, k: Kernel, layouts, flat, params) -> DeviceKernel:
-    scratch = [scratch_bytes(s, layouts, k.num_threads) for s in walk(k.body) if isinstance(s, Reduce)]
-    scratch += [math.prod(s.src.buffer.shape) * DType(conversion_dtype(s.dst.buffer)).bytes for s in walk(k.body)
-                if isinstance(s, Copy)
-                and s.src.buffer.scope == s.dst.buffer.scope == "fragment"
-                and not layouts.fragments[s.src.buffer].same_as(layouts.fragments[s.dst.buffer])]
+    scratch = [reduce_scratch_bytes(s, layouts, k.num_threads) for s in walk(k.body) if isinstance(s, Reduce)]
+    scratch += [copy_scratch_bytes(s, layouts) for s in walk(k.body) if isinstance(s, Copy)]
     needs_scratch = any(scratch)
     max_stages = None
     while True:  # fewer pipeline stages until the shared memory fits the device (a plain loop at worst)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from compiler.ir.expr import Expr, Load
 from compiler.ir.stmt import (AtomicAdd, AtomicAddTile, Copy, Fill, For, Gemm, If, Let, Parallel, Reduce, Store)
+from compiler.ir.visit import loads
 from compiler.lower.pipeline import SoftwarePipeline
 from compiler.tir import Barrier
 
@@ -100,15 +100,5 @@ def _add(target, buf):
 
 
 def _reads(e, r):
-    if isinstance(e, Load):
-        _add(r, e.buffer)
-        for i in e.indices:
-            _reads(i, r)
-    elif isinstance(e, Expr):
-        for name in getattr(e, "__slots__", ()):
-            child = getattr(e, name)
-            if isinstance(child, Expr):
-                _reads(child, r)
-            elif isinstance(child, tuple):
-                for c in child:
-                    _reads(c, r)
+    for ld in loads(e):
+        _add(r, ld.buffer)

@@ -8,7 +8,8 @@ innermost dim as one ``VecCopy``.
 A tile ``T.atomic_add`` into global memory adds runs of 4 float32 or 2 float16/bfloat16 values with one vector atomic
 where the run is contiguous and aligned.
 In a software pipeline's producers (``ctx.async_copies``) a global -> shared run of 4, 8 or 16 bytes without a cast
-becomes one ``AsyncCopy`` (zero-filled outside the tensor).
+becomes one ``AsyncCopy`` (zero-filled outside the tensor). ``scratch_bytes``: the shared scratch a copy between
+fragments of different layouts goes through.
 Guarantees: global reads outside the tensor give 0 (the destination is zero-filled), global writes outside it are
 dropped; only replica 0 of a replicated layout writes to memory; vector accesses only where both sides are
 contiguous and aligned for the whole run.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import math
 
 from compiler.diagnostics import TargetError
+from compiler.dtypes import DType
 from compiler.ir.expr import Const, Load, as_expr, make_binop, make_cast, make_cmp
 from compiler.ir.simplify import linear_form, static_int
 from compiler.ir.stmt import AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, If, Region, Store
@@ -68,6 +70,15 @@ def _convert_through_shared(ctx, src, dst, s) -> list:
 def conversion_dtype(dst: Buffer) -> str:
     """The dtype a fragment-to-fragment layout conversion stages its values in."""
     return str(dst.dtype) if dst.dtype.is_float else "float32"
+
+
+def scratch_bytes(s: Copy, layouts) -> int:
+    """Shared scratch the copy needs: the whole source tile in ``conversion_dtype`` for a copy between fragments
+    whose layouts differ, else none."""
+    if s.src.buffer.scope == s.dst.buffer.scope == "fragment" and \
+            not layouts.fragments[s.src.buffer].same_as(layouts.fragments[s.dst.buffer]):
+        return math.prod(s.src.buffer.shape) * DType(conversion_dtype(s.dst.buffer)).bytes
+    return 0
 
 
 def lower_atomic_add_tile(ctx, s: AtomicAddTile) -> list:
@@ -192,8 +203,8 @@ def _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, c, k) -> li
 def valid_condition(ctx, layout: Fragment, c, write: bool):
     """Padding and (for writes to memory) replica-0 conditions of the element at tile coordinate c."""
     cond = True
-    for d, n in enumerate(layout.shape):
-        if math.prod(lv.size for lv in layout.dims[d]) > n:
+    for d, (n, covered) in enumerate(zip(layout.shape, layout.padded_shape)):
+        if covered > n:
             r = ctx.range_of(c[d])
             if r is None or r[1] >= n:
                 cond = and_(cond, make_cmp("<", c[d], n))

@@ -63,10 +63,9 @@ def lower_gemm(ctx, s: Gemm) -> list:
         stmts = []
         for i in range(0, len(pairs), 2):
             idx = [_element(region, *pairs[j], transpose) for j in (i, i + 1)]
-            offsets = [ctx.offset(region.buffer, x) for x in idx]
             if _adjacent_pair(ctx, region.buffer, idx):
                 stmts.append(VecCopy(frag, as_expr(make_binop("+", first, i)), ctx.mem(region.buffer),
-                                     as_expr(offsets[0]), 2, s.span))
+                                     as_expr(ctx.offset(region.buffer, idx[0])), 2, s.span))
             else:
                 stmts += [Store(frag, (as_expr(make_binop("+", first, j)),), ctx.element(region.buffer, idx[j - i]),
                                 s.span) for j in (i, i + 1)]

@@ -92,7 +92,8 @@ def scratch_bytes(s: Reduce, layouts, threads: int) -> int:
     _, shared = _thread_levels(layouts.fragments[s.src], s.dim % s.src.ndim)
     if not shared:
         return 0
-    return _padded_size(layouts.fragments[s.dst]) * math.prod(lv.size for lv in shared) * max(4, s.dst.dtype.bytes)
+    partials = math.prod(layouts.fragments[s.dst].padded_shape) * math.prod(lv.size for lv in shared)
+    return partials * max(4, s.dst.dtype.bytes)
 
 
 def _thread_levels(src_layout, dim: int):
@@ -101,11 +102,6 @@ def _thread_levels(src_layout, dim: int):
     levels = _split_at_warp([lv for lv in src_layout.dims[dim] if lv.is_thread])
     shuffled = [lv for lv in levels if _pow2(lv.size) and _pow2(lv.stride) and lv.stride * lv.size <= 32]
     return shuffled, [lv for lv in levels if lv not in shuffled]
-
-
-def _padded_size(layout) -> int:
-    """Elements of a fragment's index space, padding included (every index ``inverse`` can return)."""
-    return math.prod(math.prod(lv.size for lv in levels) for levels in layout.dims)
 
 
 def _split_at_warp(levels):
@@ -145,7 +141,7 @@ def _through_shared(ctx, acc, n_out, levels, combine, identity, s) -> list:
         digit = make_binop("+", digit, make_binop("*", make_binop("%", make_binop("//", THREAD, lv.stride), lv.size),
                                                   group))
         group *= lv.size
-    padded = [math.prod(lv.size for lv in levels_d) for levels_d in dst.dims]
+    padded = dst.padded_shape
 
     def element(j):
         flat = 0

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from compiler.ir.expr import Expr, Load
 from compiler.ir.stmt import Alloc, Buffer, Region
+from compiler.ir.visit import walk
 from compiler.layout import Layout
 from compiler.lower.pipeline import stage_stride
 
@@ -35,14 +36,16 @@ def plan_shared(body: tuple, annotated: dict, scratch_bytes: int, stages: dict |
     (``pipeline.stage_stride`` apart), and how many."""
     stages = stages or {}
     buffers = [s.buffer for s in body if isinstance(s, Alloc) and s.buffer.scope == "shared"]
-    buffers += [b for b in _nested_allocs(body) if b.scope == "shared" and b not in buffers]
-    used = set().union(*(buffers_used(s) for s in body if not isinstance(s, Alloc)))
+    nested = (s.buffer for s in walk(body) if isinstance(s, Alloc))
+    buffers += [b for b in nested if b.scope == "shared" and b not in buffers]
+    mentioned = [buffers_used(s) for s in body]
+    used = set().union(*(m for s, m in zip(body, mentioned) if not isinstance(s, Alloc)))
     buffers = [b for b in buffers if b in used or b in annotated]  # an unused tile takes no memory
     layouts = {b: annotated.get(b) if isinstance(annotated.get(b), Layout) else Layout.row_major(b.shape)
                for b in buffers}
     live = {b: [None, None] for b in buffers}
-    for k, s in enumerate(body):
-        for b in buffers_used(s):
+    for k, found in enumerate(mentioned):
+        for b in found:
             if b in live:
                 live[b][0] = k if live[b][0] is None else live[b][0]
                 live[b][1] = k
@@ -71,14 +74,6 @@ def plan_shared(body: tuple, annotated: dict, scratch_bytes: int, stages: dict |
 
 def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
-
-
-def _nested_allocs(body):
-    for s in body:
-        if isinstance(s, Alloc):
-            yield s.buffer
-        for name in ("body", "then_body", "else_body"):
-            yield from _nested_allocs(getattr(s, name, ()) or ())
 
 
 def buffers_used(s) -> set:

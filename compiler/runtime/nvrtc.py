@@ -188,7 +188,7 @@ def write_cubin_entry(directory, source: str, arch: str, options: tuple[str, ...
     cubin = compile_to_cubin(source, arch, options)
     path = Path(directory) / f"{cache_key(source, arch, options)}.cubin"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(_MAGIC + hashlib.sha256(cubin).digest() + cubin)
+    path.write_bytes(_entry_bytes(cubin))
     return path
 
 
@@ -277,6 +277,11 @@ def _failure_message(log: str, source: str, opts: list[str]) -> str:
     return msg
 
 
+def _entry_bytes(cubin: bytes) -> bytes:
+    """A cache file's contents: magic, sha256 of the cubin, cubin (what ``_read_cache`` checks)."""
+    return _MAGIC + hashlib.sha256(cubin).digest() + cubin
+
+
 def _read_cache(path: Path) -> bytes | None:
     try:
         data = path.read_bytes()
@@ -295,7 +300,7 @@ def _write_cache(path: Path, cubin: bytes) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".cubin")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(_MAGIC + hashlib.sha256(cubin).digest() + cubin)
+                f.write(_entry_bytes(cubin))
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)

@@ -54,7 +54,6 @@ HELPERS = {f"mma_{sfx}": _MMA_HELPER.format(dt=dt, sfx=sfx, t=t, t2=t2, halves=h
            for dt, (sfx, t, t2, halves) in _TYPES.items()}
 HELPERS.update({f"cvt_pack_{sfx}": _CVT_PACK_HELPER.format(dt=dt, sfx=sfx, t2=t2, floats=_FLOATS2[dt])
                 for dt, (sfx, _, t2, _) in _TYPES.items()})
-HELPER_ORDER = tuple(HELPERS)
 
 
 def emit_mma(em, s: Mma) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from compiler.ir.expr import BinOp, Call, Cast, Const, Expr, Unary, Var, make_binop
 from compiler.ir.printer import expr_str
-from compiler.ir.simplify import additive_terms, sum_of_terms
+from compiler.ir.simplify import additive_terms, depends_on, sum_of_terms
 from compiler.tir import LANE, THREAD, WARP
 
 SMEM_ALIGN = 1024  # bytes: the dynamic shared-memory arena is declared __align__(SMEM_ALIGN)
@@ -82,7 +82,8 @@ def split_swizzled_index(index, ranges: dict, unrolled: set, elem_bytes: int, ti
                                                    unit))
     kinds = {"thread": [], "runtime": [], "const": []}
     for a, c in outer:
-        kinds["thread" if _mentions_thread(a) else "const" if _is_const(a, unrolled) else "runtime"].append((a, c))
+        kind = "thread" if depends_on(a, (THREAD, LANE, WARP)) else "const" if _is_const(a, unrolled) else "runtime"
+        kinds[kind].append((a, c))
     return SwizzledAddress(thread=make_binop("+", sum_of_terms(kinds["thread"], 0), swizzled),
                            runtime=sum_of_terms(kinds["runtime"], 0), xor_const=sum_of_terms(ru, r_const),
                            const=sum_of_terms(kinds["const"], const))
@@ -166,10 +167,6 @@ def _variables(e):
             for x in (child if isinstance(child, tuple) else (child,)):
                 if isinstance(x, (Expr, Var)):
                     yield from _variables(x)
-
-
-def _mentions_thread(e) -> bool:
-    return any(v is THREAD or v is LANE or v is WARP for v in _variables(e))
 
 
 def _is_const(e, unrolled) -> bool:
