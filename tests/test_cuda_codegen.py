@@ -20,8 +20,8 @@ from compiler.runtime import nvrtc as nvrtc_mod
 from compiler.runtime.launch import _pack_scalar, eval_scalar
 from compiler.runtime.nvrtc import NvrtcError, cache_path, compile_to_cubin
 from compiler.targets.cuda import CodegenError, dtype_to_ctype, generate, required_alignment, vector_bytes
-from compiler.tir import (BLOCK_IDX, LANE, THREAD, WARP, Barrier, Declare, DeviceKernel, DeviceModule, LdMatrix, Mma,
-                          VecCopy)
+from compiler.tir import (BLOCK_IDX, LANE, THREAD, WARP, AsyncCommit, AsyncCopy, AsyncWait, Barrier, Declare,
+                          DeviceKernel, DeviceModule, LdMatrix, Mma, VecAtomicAdd, VecCopy)
 
 F16, BF16, F32, F64 = DType("float16"), DType("bfloat16"), DType("float32"), DType("float64")
 I32, I64 = DType("int32"), DType("int64")
@@ -207,6 +207,23 @@ def test_shared_buffer_barrier_and_vec_copy_of_eight_halves(tmp_path):
     assert "#pragma unroll" in src
     assert required_alignment(k) == {k.params[0]: 16, k.params[1]: 16}
     compiles(src, tmp_path)
+
+
+def test_required_alignment_covers_async_copy_sources_and_vector_atomic_destinations():
+    """cp.async reads ``width * bytes`` from global memory and a vector atomicAdd writes a float2/float4/half2: the
+    launcher must reject tensors not aligned to those (required_alignment tells it)."""
+    a, b, out = gbuf("A", F16, 1024), gbuf("B", F16, 1024), gbuf("Out", F32, 1024)
+    tile = Buffer("tile", (2048,), F16, "shared")
+    acc = Buffer("acc", (2,), F32, "local")
+    body = [AsyncCopy(tile, mul(THREAD, c(8)), a, mul(THREAD, c(8)), 8),
+            AsyncCopy(tile, add(c(1024), mul(THREAD, c(2))), b, mul(THREAD, c(2)), 2, Cmp("<", THREAD, c(64))),
+            AsyncCommit(), AsyncWait(0), Barrier(),
+            Declare(acc, c(0.0, F32)), VecAtomicAdd(out, mul(THREAD, c(2)), acc, c(0), 2)]
+    k = kernel("async_and_atomic", [a, b, out], body, (c(1),), shared_bytes=4096, shared_offsets={tile: 0})
+    assert required_alignment(k) == {a: 16, b: 4, out: 8}
+    src = generate(module(k))
+    assert "cp.async.cg.shared.global [%0], [%1], 16;" in src and "cp.async.ca.shared.global" in src
+    assert "atomicAdd(reinterpret_cast<float2*>(&Out[" in src
 
 
 def test_vec_copy_with_conversion_loads_one_vector_then_converts():

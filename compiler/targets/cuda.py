@@ -39,8 +39,8 @@ from compiler.ir.simplify import static_int
 from compiler.ir.visit import walk
 from compiler.targets.swizzle_address import SMEM_ALIGN
 from compiler.targets.cuda_tensor import HANDLERS, HELPERS as TENSOR_HELPERS
-from compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
-                          VecAtomicAdd, VecCopy, WARP)
+from compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
+                          SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP)
 
 _CTYPES = {
     "bool": "bool", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
@@ -139,10 +139,11 @@ def kernel_symbol(kernel: DeviceKernel) -> str:
 
 
 def required_alignment(kernel: DeviceKernel) -> dict:
-    """Byte alignment each global parameter Buffer needs for the vector accesses ``generate`` emits (1 if none)."""
+    """Byte alignment each global parameter Buffer needs for the vector accesses ``generate`` emits (1 if none):
+    ``VecCopy`` sides, ``VecAtomicAdd`` destinations and ``AsyncCopy`` (cp.async) sources of ``width * bytes``."""
     need = {p: max(1, p.dtype.bytes) for p in kernel.params if isinstance(p, Buffer)}
     for s in walk(kernel.body):
-        if isinstance(s, VecCopy):
+        if isinstance(s, (VecCopy, VecAtomicAdd, AsyncCopy)):
             for buf in (s.src, s.dst):
                 if buf in need:
                     need[buf] = max(need[buf], vector_bytes(buf.dtype, s.width))
