@@ -101,13 +101,12 @@ def reference_dtype(spec, config: dict) -> str:
 
 
 def device_arch(device: str) -> str:
-    """'cpu', or the CUDA device's arch as the compiler names it ('sm_90a' on Hopper, else 'sm_XY')."""
+    """'cpu', or the CUDA device's arch as the compiler names it (``compiler.runtime.nvrtc.device_arch``)."""
     if not device.startswith("cuda"):
         return "cpu"
-    import torch
+    from compiler.runtime.nvrtc import device_arch as nvrtc_arch
 
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}" + ("a" if major == 9 else "")
+    return nvrtc_arch(device)
 
 
 __all__ = ["Archive", "ArchiveEntry", "default_root", "device_arch", "reference_dtype"]

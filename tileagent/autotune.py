@@ -112,7 +112,8 @@ def variant_key(values: dict) -> str:
     return config_key(values)
 
 
-def _time(result: ConfigResult | None) -> float | None:
+def time_of(result: ConfigResult | None) -> float | None:
+    """The candidate's median time of a correct, timed config result, else None."""
     if result is None or not result.correct or result.candidate is None:
         return None
     return result.candidate.median_ms
@@ -149,7 +150,7 @@ class Tuner:
 
     def _score(self, key: str) -> float:
         """Geometric mean of the times over the configs (inf when a config failed)."""
-        times = [_time(self.results[key].get(config_key(c))) for c in self.configs]
+        times = [time_of(self.results[key].get(config_key(c))) for c in self.configs]
         if any(t is None or t <= 0 for t in times):
             return math.inf
         return math.exp(sum(math.log(t) for t in times) / len(times))
@@ -182,7 +183,7 @@ class Tuner:
         picks: dict[str, str] = {}
         for config in self.configs:
             ck = config_key(config)
-            timed = [(t, key) for key, res in self.results.items() if (t := _time(res.get(ck))) is not None]
+            timed = [(t, key) for key, res in self.results.items() if (t := time_of(res.get(ck))) is not None]
             picks[ck] = min(timed)[1] if timed else default_key
         winners = {ck: Winner(values=self.default, variant=default_key, result=self.results[default_key][ck])
                    for ck in picks if ck in self.results[default_key]}
@@ -194,15 +195,15 @@ class Tuner:
             full = self.evaluate(self.values[key], "full", configs)
             for c in full.configs:
                 base = winners.get(config_key(c.config))
-                if c.correct and (base is None or _time(base.result) is None or
-                                  (_time(c) is not None and _time(c) < _time(base.result))):
+                if c.correct and (base is None or time_of(base.result) is None or
+                                  (time_of(c) is not None and time_of(c) < time_of(base.result))):
                     winners[config_key(c.config)] = Winner(values=self.values[key], variant=key, result=c)
         note = "tuning time budget spent: the search was cut short" if self.cut else ""
         return TuneResult(winners=winners, screened=len(self.results) - 1, note=note)
 
     def evaluate_timed(self) -> bool:
         base = self.results[variant_key(self.default)]
-        return bool(base) and all(_time(r) is not None for r in base.values())
+        return bool(base) and all(time_of(r) is not None for r in base.values())
 
     def _defaults(self, note: str) -> TuneResult:
         base = self.results[variant_key(self.default)]
@@ -218,4 +219,4 @@ def autotune(source: str, configs: list[dict], base: EvalResult,
 
 
 __all__ = ["PRODUCT_LIMIT", "SCREEN_SEEDS", "SCREEN_TRIALS", "TuneResult", "Winner", "assign", "autotune",
-           "current_values", "tunables_of", "variant_key"]
+           "current_values", "time_of", "tunables_of", "variant_key"]

@@ -124,7 +124,7 @@ def _eval_table(result, title: str) -> Table:
     for col in cols:
         table.add_column(col, justify="left" if col in ("config", "correct") else "right", no_wrap=True)
     for c in result.configs:
-        row = [" ".join(f"{k}={v}" for k, v in c.config.items()), "[green]yes[/]" if c.correct else "[red]no[/]",
+        row = [cfgs_key(c.config), "[green]yes[/]" if c.correct else "[red]no[/]",
                f"{c.max_abs_err:.2e}" if c.max_abs_err is not None else "-"]
         if timed:
             row += [_ms(c.candidate), _ms(c.eager), _ms(c.compiled),

@@ -52,8 +52,10 @@ def device_words(device: str) -> str:
         try:
             import torch
 
+            from tileagent.archive import device_arch
+
             props = torch.cuda.get_device_properties(device)
-            arch = f"sm_{props.major}{props.minor}" + ("a" if props.major == 9 else "")
+            arch = device_arch(device)
             return f"one {props.name} ({arch}, {props.multi_processor_count} SMs)"
         except Exception:  # noqa: BLE001 - words only
             return "one NVIDIA GPU"

@@ -12,6 +12,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from tileagent.report import cell
 from tileagent.runstore import config_key
 
 
@@ -69,10 +70,6 @@ class LiveProgress:
             self._line(f"  tuned {f['attempt_id']}: {f['screened']} variant(s) screened{note}")
 
 
-def _f(x, fmt: str) -> str:
-    return "-" if x is None else format(x, fmt)
-
-
 def result_table(rows: list[dict], title: str, timed: bool, target: float) -> Table:
     """The final table: one row per config."""
     table = Table(title=title)
@@ -87,8 +84,8 @@ def result_table(rows: list[dict], title: str, timed: bool, target: float) -> Ta
         cells = [config_key(r["config"])] + ([] if timed else [config_key(r["evaluated_at"])])
         cells += ["[green]yes[/]" if r["correct"] else "[red]no[/]", kernel]
         if timed:
-            cells += [_f(r["time_ms"], ".4f"), _f(r["eager_ms"], ".4f"), _f(r["compile_ms"], ".4f"),
-                      _f(r["speedup_eager"], ".2f"), _f(r["speedup_compiled"], ".2f"),
+            cells += [cell(r["time_ms"], ".4f"), cell(r["eager_ms"], ".4f"), cell(r["compile_ms"], ".4f"),
+                      cell(r["speedup_eager"], ".2f"), cell(r["speedup_compiled"], ".2f"),
                       f"{r['roofline_pct']:.0f}% {r['bound']}" if r["roofline_pct"] is not None else "-",
                       "[green]met[/]" if r["meets_target"] else "[red]no[/]"]
         table.add_row(*cells)

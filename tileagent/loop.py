@@ -72,6 +72,11 @@ class Best(BaseModel):
     def time_ms(self) -> float | None:
         return self.result.candidate.median_ms if self.result.candidate else None
 
+    @property
+    def assigned_source(self) -> str:
+        """The source with the tunables assigned (``autotune.assign``), as written to ``best/<config>.py``."""
+        return autotune.assign(self.source, self.tunables) if self.tunables else self.source
+
 
 class Attempt(BaseModel):
     attempt_id: str
@@ -91,10 +96,6 @@ class Outcome(BaseModel):
 
 
 EXIT_CODES = {"target_met": 0, "correct_untimed": 0, "correct_not_faster": 3, "partial": 4, "no_correct": 4}
-
-
-def _time(c: ConfigResult | None) -> float | None:
-    return c.candidate.median_ms if c is not None and c.correct and c.candidate is not None else None
 
 
 class Loop:
@@ -143,6 +144,10 @@ class Loop:
     def pending(self) -> list[RunConfig]:
         """The configs whose best kernel does not meet the target yet."""
         return [rc for rc in self.o.configs if not self.meets_target(self.best.get(config_key(rc.eval)))]
+
+    def pending_evals(self) -> list[dict]:
+        """The eval configs of ``pending()``, else (every config meets the target) those of every config."""
+        return [rc.eval for rc in self.pending()] or [rc.eval for rc in self.o.configs]
 
     # -- the loop ---------------------------------------------------------------------------------------------------
 
@@ -230,7 +235,7 @@ class Loop:
         """The DraftTask of ``turn`` (context from the attempts so far)."""
         history = self.history()
         best = self.best_attempt()
-        pending = [rc.eval for rc in self.pending()] or [rc.eval for rc in self.o.configs]
+        pending = self.pending_evals()
         note = ""
         if any(rc.eval != rc.spec for rc in self.o.configs):
             note = ("Evaluated on the CPU interpreter with the free dims (FREE_DIMS) at their SMALL_CONFIG sizes; "
@@ -284,8 +289,7 @@ class Loop:
     # -- one attempt ------------------------------------------------------------------------------------------------
 
     def _attempt(self, aid: str, turn: int, draft: Draft, keep_going: bool = False, every: bool = False) -> None:
-        configs = [rc.eval for rc in self.o.configs] if every else \
-            ([rc.eval for rc in self.pending()] or [rc.eval for rc in self.o.configs])
+        configs = [rc.eval for rc in self.o.configs] if every else self.pending_evals()
         if aid in self.memo_evals:
             e = self.memo_evals[aid]
             result = EvalResult.model_validate(e["result"]) if e["result"] else None
@@ -354,14 +358,15 @@ class Loop:
             return result
 
         tuned = autotune.autotune(source, configs, base, evaluate, max_seconds=self.o.tune_seconds)
+        default = tuned_default(source)
         for w in tuned.winners.values():
             if w.result.correct:
-                self._offer(Best(attempt_id=f"{aid}/{w.variant}" if w.values != tuned_default(source) else aid,
+                self._offer(Best(attempt_id=f"{aid}/{w.variant}" if w.values != default else aid,
                                  source=source, tunables=w.values, result=w.result))
         if aid not in self.tuned:
             self.store.append("tuned", attempt_id=aid, screened=tuned.screened, note=tuned.note,
                               winners={k: {"variant": w.variant, "tunables": w.values,
-                                           "time_ms": _time(w.result)} for k, w in tuned.winners.items()})
+                                           "time_ms": autotune.time_of(w.result)} for k, w in tuned.winners.items()})
             self.tuned.add(aid)
         self.on_event("tuned", {"attempt_id": aid, "screened": tuned.screened, "note": tuned.note})
 
@@ -392,8 +397,7 @@ def finalize(loop: Loop, outcome: Outcome, command: str = "generate", export: bo
     for rc in o.configs:
         b = outcome.best.get(config_key(rc.eval))
         if b is not None:
-            store.write(f"best/{config_key(rc.eval)}.py", autotune.assign(b.source, b.tunables) if b.tunables
-                        else b.source)
+            store.write(f"best/{config_key(rc.eval)}.py", b.assigned_source)
     top = loop.best_attempt()
     if top is not None:
         outputs["best kernel"] = str(store.write("best.py", top.source))
@@ -438,12 +442,11 @@ def _archive(loop: Loop, outcome: Outcome) -> None:
         b = outcome.best.get(config_key(rc.eval))
         if b is None:
             continue
-        source = autotune.assign(b.source, b.tunables) if b.tunables else b.source
         loop.archive.put(ArchiveEntry(family=loop.family, dtype=dtype, arch=arch, config=rc.spec,
                                       task=Path(loop.o.reference).stem, tunables=b.tunables, time_ms=b.time_ms,
                                       speedup_eager=b.result.speedup_eager,
                                       speedup_compiled=b.result.speedup_compiled, run_dir=str(loop.store.root),
-                                      attempt_id=b.attempt_id, source=source))
+                                      attempt_id=b.attempt_id, source=b.assigned_source))
 
 
 def tuned_default(source: str) -> dict:

@@ -60,13 +60,18 @@ def template(name: str) -> str:
     return block.group(1).removesuffix("\n")
 
 
-def fields(name: str) -> list[str]:
-    """The fields template ``name`` takes, in order of first use."""
+def _fields(text: str) -> list[str]:
+    """The fields of the template text ``text``, in order of first use."""
     out = []
-    for _, field, _, _ in string.Formatter().parse(template(name)):
+    for _, field, _, _ in string.Formatter().parse(text):
         if field is not None and field not in out:
             out.append(field)
     return out
+
+
+def fields(name: str) -> list[str]:
+    """The fields template ``name`` takes, in order of first use."""
+    return _fields(template(name))
 
 
 def render(name: str, **values) -> str:
@@ -75,11 +80,12 @@ def render(name: str, **values) -> str:
     Raises:
         MissingField: the template needs a field that ``values`` lacks.
     """
-    needed = fields(name)
+    text = template(name)
+    needed = _fields(text)
     for field in needed:
         if field not in values:
             raise MissingField(name, field, needed)
-    return template(name).format(**values)
+    return text.format(**values)
 
 
 def example_kernels() -> list[Path]:

@@ -2,7 +2,7 @@
 
 In: the loop's options and outcome, the run's totals (turns, tokens, cost) and its output paths. Out: ``rows`` (one
 dict per config: correctness, times, speedups, roofline, which attempt and knob values serve it), ``build`` (the
-report as a dict) and ``write`` (both files, atomically).
+report as a dict), ``write`` (both files, atomically) and ``cell`` (a number as a table cell, '-' when None).
 Guarantees: report.json carries ``format_version``; every config of the run has a row, served or not; times are in
 milliseconds, None when not timed (the CPU); the Markdown table has the same rows.
 """
@@ -51,7 +51,8 @@ def build(options, outcome, table: list[dict], *, command: str, device: str, cos
     }
 
 
-def _cell(x, fmt: str) -> str:
+def cell(x, fmt: str) -> str:
+    """A table cell: ``x`` formatted with ``fmt``, '-' when None (REPORT.md and the final console table)."""
     return "-" if x is None else format(x, fmt)
 
 
@@ -73,9 +74,9 @@ def markdown(report: dict) -> str:
         cells = [config_key(r["config"]), config_key(r["evaluated_at"]), "yes" if r["correct"] else "**no**",
                  r["attempt_id"] or "-", config_key(r["tunables"]) if r["tunables"] else "-"]
         if timed:
-            cells += [_cell(r["time_ms"], ".4f"), _cell(r["eager_ms"], ".4f"), _cell(r["compile_ms"], ".4f"),
-                      _cell(r["speedup_eager"], ".2f"), _cell(r["speedup_compiled"], ".2f"),
-                      _cell(r["roofline_pct"], ".0f"), "met" if r["meets_target"] else "**not met**"]
+            cells += [cell(r["time_ms"], ".4f"), cell(r["eager_ms"], ".4f"), cell(r["compile_ms"], ".4f"),
+                      cell(r["speedup_eager"], ".2f"), cell(r["speedup_compiled"], ".2f"),
+                      cell(r["roofline_pct"], ".0f"), "met" if r["meets_target"] else "**not met**"]
         lines.append("| " + " | ".join(cells) + " |")
     if report["outputs"]:
         lines += ["", "## Outputs", ""] + [f"- {k}: `{v}`" for k, v in report["outputs"].items()]
@@ -89,4 +90,4 @@ def write(store: RunStore, report: dict) -> tuple[Path, Path]:
     return md, js
 
 
-__all__ = ["FORMAT_VERSION", "build", "markdown", "rows", "write"]
+__all__ = ["FORMAT_VERSION", "build", "cell", "markdown", "rows", "write"]

@@ -178,9 +178,6 @@ class RunStore:
 
     # -- files ------------------------------------------------------------------------------------------------------
 
-    def attempt_dir(self, attempt_id: str) -> Path:
-        return self.root / "attempts" / attempt_id
-
     def write(self, relative: str | Path, text: str) -> Path:
         """Write ``text`` to ``RUN_DIR/relative`` atomically; returns the path."""
         path = self.root / relative

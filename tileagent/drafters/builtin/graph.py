@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,19 +67,22 @@ class Traced:
 
     def nodes(self) -> list[Expr]:
         """Every Expr reachable from the output, each once, operands before users."""
-        seen, order = set(), []
+        return walk(self.output)
 
-        def visit(e):
-            if id(e) in seen:
-                return
-            seen.add(id(e))
-            for a in e.args:
-                if isinstance(a, Expr):
-                    visit(a)
-            order.append(e)
 
-        visit(self.output)
-        return order
+def walk(e) -> list[Expr]:
+    """Every Expr reachable from ``e``, each once (by identity), operands before users; [] when ``e`` is no Expr."""
+    seen, order = set(), []
+
+    def visit(x):
+        if isinstance(x, Expr) and id(x) not in seen:
+            seen.add(id(x))
+            for a in x.args:
+                visit(a)
+            order.append(x)
+
+    visit(e)
+    return order
 
 
 # -- op tables: fx target name -> canonical op ---------------------------------------------------------------------
@@ -121,8 +123,8 @@ def _norm_dims(dim, ndim: int) -> tuple[int, ...] | None:
 class _Converter:
     """fx graph -> Expr DAG."""
 
-    def __init__(self, gm: torch.fx.GraphModule, model: nn.Module):
-        self.gm, self.model, self.env, self.n_inputs = gm, model, {}, 0
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.gm, self.env, self.n_inputs = gm, {}, 0
 
     def value(self, a):
         if isinstance(a, torch.fx.Node):
@@ -366,17 +368,12 @@ def trace_reference(path, config: dict | None = None) -> Traced:
     except Exception as e:  # noqa: BLE001
         raise TraceError(f"torch.fx could not trace Model.forward: {type(e).__name__}: {str(e).splitlines()[0]}") \
             from e
-    output = _Converter(gm, model).run()
+    output = _Converter(gm).run()
     names = [n.target for n in gm.graph.nodes if n.op == "placeholder"]
     forward_params = str(inspect.signature(type(model).forward))[1:-1]
     init_src, prelude = _init_source(spec.module)
     return Traced(spec, config, model, output, names, [tuple(t.shape) for t in inputs], [t.dtype for t in inputs],
                   init_src, prelude, forward_params)
-
-
-def prod(values) -> int:
-    """The product of ints (1 for none)."""
-    return math.prod(values)
 
 
 def strip(e: Expr) -> Expr:

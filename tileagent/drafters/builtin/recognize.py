@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tileagent.drafters.builtin.graph import Expr, Traced, TraceError, strip, trace_reference
+from tileagent.drafters.builtin.graph import Expr, Traced, TraceError, strip, trace_reference, walk
 from tileagent.drafters.builtin.translate import is_pointwise
 
 FAMILIES = ("rmsnorm", "layernorm", "softmax", "elementwise", "row_reduction", "gemm_epilogue", "attention")
@@ -454,7 +454,7 @@ def _row_family(t: Traced, nodes: list[Expr]) -> FamilyMatch:
         family, x, node, value, eps = m
         pre = None
         if family == "softmax":
-            inputs = {id(e): e for e in _walk(x) if e.op == "input"}
+            inputs = {id(e): e for e in walk(x) if e.op == "input"}
             if len(inputs) != 1:
                 raise NoMatch("softmax of a value computed from several inputs")
             x_in = next(iter(inputs.values()))
@@ -478,20 +478,6 @@ def _row_family(t: Traced, nodes: list[Expr]) -> FamilyMatch:
                         f"{' + bias' if match.bias else ''})"
         return match
     raise NoMatch("no norm or softmax over the last dim")
-
-
-def _walk(e: Expr):
-    seen, out = set(), []
-
-    def go(x):
-        if isinstance(x, Expr) and id(x) not in seen:
-            seen.add(id(x))
-            for a in x.args:
-                go(a)
-            out.append(x)
-
-    go(e)
-    return out
 
 
 def _centered(e: Expr) -> bool:
@@ -542,7 +528,7 @@ def _reduction(t: Traced, nodes: list[Expr]) -> FamilyMatch:
     if list(dims) != list(range(dims[0], dims[-1] + 1)):
         raise NoMatch("a reduction over non-adjacent dims")
     x_expr = r.args[0]
-    inputs = {id(e): e for e in _walk(x_expr) if e.op == "input"}
+    inputs = {id(e): e for e in walk(x_expr) if e.op == "input"}
     if len(inputs) != 1:
         raise NoMatch("a reduction of a value computed from several inputs")
     x = next(iter(inputs.values()))

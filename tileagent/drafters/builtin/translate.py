@@ -42,7 +42,6 @@ UNARY = {
     "relu6": "T.min(T.max({a}, 0.0), 6.0)",
     "hardsigmoid": "T.min(T.max({a} * (1.0 / 6.0) + 0.5, 0.0), 1.0)",
     "hardswish": "{a} * T.min(T.max({a} * (1.0 / 6.0) + 0.5, 0.0), 1.0)",
-    "cast": "{a}",
 }
 BINARY = {
     "add": "{a} + {b}",
@@ -53,7 +52,7 @@ BINARY = {
     "max": "T.max({a}, {b})",
     "min": "T.min({a}, {b})",
 }
-SPECIAL = {"gelu", "clamp", "leaky_relu", "pow", "softplus", "mish"}
+SPECIAL = {"cast", "gelu", "clamp", "leaky_relu", "pow", "softplus", "mish"}  # written by ``emit`` itself
 POINTWISE = frozenset(UNARY) | frozenset(BINARY) | SPECIAL
 
 
