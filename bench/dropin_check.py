@@ -4,7 +4,8 @@ PyTorch and torch.compile of the reference, all in this process (issue 6's GPU a
 
 Usage (CUDA machine): python bench/dropin_check.py RUN_DIR/<name>_tileagent.py tasks/<name>.py
                                                   [--grid KEY=v1,v2 ...] [--trials 30] [--json out.json]
-Configs: the spec's grid with each --grid key replaced by its values (as ``tileagent batch`` builds them).
+Configs: the spec's grid, or with --grid the product of the axes over its first config (``tileagent.configs.grid``,
+as ``tileagent batch`` builds them).
 Prints a table; exit 0 when the module imported without the agent or the evaluator, every config matched the
 reference and the drop-in beat torch.compile at each config.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import itertools
 import json
 import sys
 from pathlib import Path
@@ -45,13 +45,10 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     from bench.memory_bound import bench
     from evaluator.spec import load_spec
+    from tileagent.configs import grid
 
     spec = load_spec(args.reference)
-    configs = [dict(c) for c in spec.configs]
-    for item in args.grid:
-        key, _, values = item.partition("=")
-        vals = [int(v) for v in values.split(",")]
-        configs = [dict(c, **{key: v}) for c, v in itertools.product(configs[:1], vals)]
+    configs = grid(spec.configs[0], args.grid) if args.grid else [dict(c) for c in spec.configs]
     configs = [dict(t) for t in dict.fromkeys(tuple(sorted(c.items())) for c in configs)]
     rows, ok = [], agent_free
     for config in configs:

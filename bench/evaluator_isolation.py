@@ -17,15 +17,12 @@ the spread of the candidate's median per config, (max - min) / median, is printe
 exit status 0 when everything is as expected. The two parts take a few minutes each; --skip-isolation and
 --skip-timing run one of them (e.g. to stay within a 10-minute command limit).
 
-``--evaluate-fn`` picks what the worker runs (default: the real ``evaluator.worker:evaluate``; while
-``evaluator.correctness`` does not exist, ``tests.evaluator_fakes:lite_evaluate``: the real evaluate and timing with
-a light check in place of the guards and the full correctness suite).
+``--evaluate-fn`` picks what the worker runs (default: the real ``evaluator.worker:evaluate``).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import tempfile
@@ -39,6 +36,22 @@ COMMON = '''
 import torch
 import tileagent
 import tileagent.language as T
+'''
+
+
+def model_new(kernel: str, returns: str) -> str:
+    """The faulty candidates' ModelNew (the reference's constructor): builds ``kernel`` (an expression of C) and
+    returns ``returns`` from forward(x)."""
+    return f'''
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.ones(C, dtype=torch.float16))
+        self.kernel = {kernel}
+
+    def forward(self, x):
+        return {returns}
 '''
 
 HONEST = COMMON + '''
@@ -105,17 +118,7 @@ def far_read(C):
                 Y[bm, j] = row[j + offset]  # shared memory is not bounds-guarded: 2^28 elements away faults
 
     return main
-
-
-class ModelNew(torch.nn.Module):
-    def __init__(self, C, eps=1e-5):
-        super().__init__()
-        self.gamma = torch.nn.Parameter(torch.ones(C, dtype=torch.float16))
-        self.kernel = far_read(C)
-
-    def forward(self, x):
-        return self.kernel(x, 1 << 28)
-'''
+''' + model_new("far_read(C)", "self.kernel(x, 1 << 28)")
 
 ENDLESS = COMMON + '''
 
@@ -135,17 +138,7 @@ def spin(C):
             T.copy(x, Y[bm * 4, 0])
 
     return main
-
-
-class ModelNew(torch.nn.Module):
-    def __init__(self, C, eps=1e-5):
-        super().__init__()
-        self.gamma = torch.nn.Parameter(torch.ones(C, dtype=torch.float16))
-        self.kernel = spin(C)
-
-    def forward(self, x):
-        return self.kernel(x)
-'''
+''' + model_new("spin(C)", "self.kernel(x)")
 
 OOM = COMMON + '''
 
@@ -159,17 +152,7 @@ def copy(C):
             T.copy(X[bm, 0], Y[bm, 0])
 
     return main
-
-
-class ModelNew(torch.nn.Module):
-    def __init__(self, C, eps=1e-5):
-        super().__init__()
-        self.gamma = torch.nn.Parameter(torch.ones(C, dtype=torch.float16))
-        self.kernel = copy(C)
-
-    def forward(self, x):
-        return torch.empty(1 << 40, dtype=torch.uint8, device=x.device)  # 1 TiB
-'''
+''' + model_new("copy(C)", "torch.empty(1 << 40, dtype=torch.uint8, device=x.device)  # 1 TiB")
 
 
 def main() -> None:
@@ -191,8 +174,7 @@ def main() -> None:
 
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA device")
-    fn = args.evaluate_fn or ("evaluator.worker:evaluate" if importlib.util.find_spec("evaluator.correctness")
-                              else "tests.evaluator_fakes:lite_evaluate")
+    fn = args.evaluate_fn or "evaluator.worker:evaluate"
     print(f"worker runs {fn} on {torch.cuda.get_device_name()}", flush=True)
     reference = str(REPO / "tasks" / "rmsnorm_silu.py")
     cs = [int(c) for c in args.cs.split(",")]

@@ -28,8 +28,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "prompts" / "examples" / f"{name}.py")
+def load(name: str, directory: Path = REPO / "prompts" / "examples"):
+    """Import ``directory/<name>.py`` as module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, directory / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

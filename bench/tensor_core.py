@@ -8,7 +8,6 @@ The acceptance programs are read from $TILEAGENT_SHARED/examples (the device mac
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -18,15 +17,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.memory_bound import bench  # noqa: E402
+from bench.memory_bound import load as load_from
 
 SHARED = Path(os.environ.get("TILEAGENT_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "examples"
 
 
 def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, SHARED / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_from(name, SHARED)
 
 
 # the best schedule of bench/flash_attn_sweep.py (block_M, block_N, num_stages, threads; BENCHMARKS.md)

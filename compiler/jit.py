@@ -118,6 +118,11 @@ CPU_LOWERING_CHECK = "TILEAGENT_CPU_LOWERING_CHECK"
 The evaluator sets it while it checks candidates on the CPU."""
 
 
+def nvrtc_options(pass_configs: dict) -> tuple[str, ...]:
+    """The NVRTC options a kernel with ``pass_configs`` (as ``JITKernel.pass_configs`` holds them) is compiled with."""
+    return ("--use_fast_math",) if pass_configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value) else ()
+
+
 def _backend(func: PrimFunc, target: str, configs: dict):
     from compiler import backends
 
@@ -138,7 +143,7 @@ def _backend(func: PrimFunc, target: str, configs: dict):
     from compiler.targets.cuda import generate
 
     arch = device_arch()
-    options = ("--use_fast_math",) if configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value) else ()
+    options = nvrtc_options(configs)
     key = module_cache.cache_key(func, target, arch, *options)
     cached = module_cache.load(key, func)
     if cached is None:

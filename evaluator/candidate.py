@@ -22,7 +22,7 @@ from torch import nn
 from compiler.diagnostics import CompileError
 from evaluator.errors import CompileFailed, LoadFailed
 from evaluator.guards import check_source
-from evaluator.spec import exec_fresh_module
+from evaluator.spec import cast_floating, exec_fresh_module
 
 
 @dataclass
@@ -110,9 +110,7 @@ def build_models(spec, candidate: Candidate, config: dict, device="cpu", seed: i
                              f"Model's constructor arguments {init!r}", line=line, config=config) from e
     new = new.to(device)
     if isinstance(spec.dtypes, torch.dtype):
-        for t in list(new.parameters()) + list(new.buffers()):
-            if t.is_floating_point():
-                t.data = t.data.to(spec.dtypes)
+        new = cast_floating(new, spec.dtypes)
     own = new.state_dict()
     with torch.no_grad():
         for key, value in model.state_dict().items():

@@ -31,7 +31,7 @@ from evaluator.candidate import build_models, candidate_line, compile_failed, lo
 from evaluator.errors import EvalError, Mismatch, RunFailed
 from evaluator.guards import Identities, run_guarded, violation
 from evaluator.records import ConfigResult
-from evaluator.spec import HIDDEN, Spec, Tolerance
+from evaluator.spec import HIDDEN, Spec, Tolerance, identical
 
 
 def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seeds: int = 5, distributions=None,
@@ -244,17 +244,6 @@ def _where(where: dict) -> str:
     if "tail_of" in where:
         text += f" (a tail size of config {where['tail_of']})"
     return text
-
-
-def identical(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same shape, dtype and values, NaN equal to NaN."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if torch.equal(a, b):
-        return True
-    if a.is_floating_point():
-        return torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
-    return False
 
 
 def _at_new_address(t: torch.Tensor) -> torch.Tensor:

@@ -26,10 +26,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from compiler import kernel_scope
 from evaluator.errors import GuardViolation
+from evaluator.spec import normalize_outputs
 
+_ALLOWED_IMPORT_NAMES = ("torch", "torch.nn", "torch.nn.functional", "tileagent", "tileagent.language", "math",
+                         "functools", "typing", "dataclasses", "itertools", "operator", "__future__")
 RULES = {
-    "import": "imports only torch, torch.nn, torch.nn.functional, tileagent, tileagent.language, math, functools, "
-              "typing, dataclasses, itertools, operator, __future__",
+    "import": f"imports only {', '.join(_ALLOWED_IMPORT_NAMES)}",
     "torch-compute": "no torch compute in the forward path (torch.* math, tensor methods that compute, @, F.*, "
                      "dtype conversions); allocation (torch.empty, empty_like, new_empty), views and shapes only",
     "nn-layer": "no torch.nn layers in the forward path",
@@ -65,8 +67,7 @@ RULES = {
     "inconsistent-runs": "the same inputs give the same outputs in every call (no state, no caching by identity)",
 }
 
-ALLOWED_IMPORTS = {"torch", "torch.nn", "torch.nn.functional", "tileagent", "tileagent.language", "math", "functools",
-                   "typing", "dataclasses", "itertools", "operator", "__future__"}
+ALLOWED_IMPORTS = set(_ALLOWED_IMPORT_NAMES)
 _MODULE_RULES = {
     "threads": {"threading", "_thread", "multiprocessing", "concurrent", "asyncio", "subprocess", "sched", "queue"},
     "timer": {"time", "timeit"},
@@ -491,14 +492,17 @@ class ForwardGuard(TorchDispatchMode):
 _WATCHED_MODULES = ("time", "torch", "torch.cuda", "torch.testing", "threading")
 
 
+def _watched_classes() -> list[type]:
+    """The classes whose methods are watched and to which no attribute may be added."""
+    return [torch.Tensor, threading.Thread] + ([torch.cuda.Event] if "torch.cuda" in sys.modules else [])
+
+
 def _watched_objects() -> list[tuple[str, object, object]]:
     """((owner label, name), owner, object) for every function and class we rely on staying genuine: timers,
     threading, torch, its Tensor and CUDA event methods, and everything in the compiler and the evaluator."""
     owners = [sys.modules[m] for m in _WATCHED_MODULES if m in sys.modules]
     owners += [m for n, m in list(sys.modules.items()) if n.split(".")[0] in ("evaluator", "compiler") and m]
-    owners += [torch.Tensor, threading.Thread]
-    if "torch.cuda" in sys.modules:
-        owners.append(torch.cuda.Event)
+    owners += _watched_classes()
     out = []
     for owner in owners:
         label = getattr(owner, "__name__", repr(owner))
@@ -546,7 +550,7 @@ class Identities:
         restore()
         for key, owner, value in _watched_objects():
             _GENUINE.setdefault(key, (owner, value))
-        for cls in [torch.Tensor, threading.Thread] + ([torch.cuda.Event] if "torch.cuda" in sys.modules else []):
+        for cls in _watched_classes():
             _CLASS_KEYS.setdefault(cls, set(vars(cls)))
 
     def check(self, when: str) -> None:
@@ -581,8 +585,6 @@ def check_outputs(outputs, inputs, device, earlier=()) -> tuple[torch.Tensor, ..
     Raises:
         GuardViolation: rules output-type, output-storage, output-device, output-aliases-input, output-reused.
     """
-    from evaluator.spec import normalize_outputs
-
     device = torch.device(device)
     outs = normalize_outputs(outputs, "ModelNew.forward")
     if isinstance(outs, str):

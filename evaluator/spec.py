@@ -210,7 +210,7 @@ class Spec:
             redrawn = [] if self.keep_params else _redraw_constant_params(model)
         model = model.to(device)
         if isinstance(self.dtypes, torch.dtype):
-            model = _cast_floating(model, self.dtypes)
+            model = cast_floating(model, self.dtypes)
         model.redrawn = redrawn
         return model.eval()
 
@@ -306,7 +306,7 @@ class Spec:
         first = self.run_reference(model, [t.clone() for t in inputs], config)
         second = self.run_reference(model, [t.clone() for t in inputs], config)
         for k, (a, b) in enumerate(zip(first, second)):
-            if not _identical(a, b):
+            if not identical(a, b):
                 diff = (a.double() - b.double()).abs().max().item() if a.shape == b.shape else "shapes differ"
                 raise SpecError(f"Model.forward is non-deterministic: two runs on the same inputs differ (output {k}, "
                                 f"max abs diff {diff}){_config_suffix(config)}; a reference must be deterministic")
@@ -318,29 +318,36 @@ class Spec:
 
     def roofline(self, config: dict, device="cpu") -> Roofline:
         """Bytes moved and FLOPs of one call: BYTES/FLOPS of the spec, else bytes of inputs plus outputs."""
-        nbytes = self._metadata("BYTES", config)
-        flops = self._metadata("FLOPS", config)
+        nbytes = metadata(self.module, "BYTES", config)
+        flops = metadata(self.module, "FLOPS", config)
         if nbytes is None:
             info = self.validate(config, device)
             return Roofline(float(info.input_bytes + info.output_bytes), flops, True)
         return Roofline(nbytes, flops, False)
 
-    def _metadata(self, name: str, config: dict) -> float | None:
-        value = getattr(self.module, name, None)
-        if value is None:
-            return None
-        if callable(value):
-            params = list(inspect.signature(value).parameters)
-            value = value(config) if params in (["cfg"], ["config"]) else call_with_config(value, config)
-        return None if value is None else float(value)
+
+def metadata(module, name: str, config: dict) -> float | None:
+    """The spec module's ``BYTES`` or ``FLOPS`` (``name``) for ``config``: a number, or a function of the config
+    (``f(cfg)`` for one parameter named cfg or config, else ``call_with_config``); None when ``module`` (which may be
+    None) gives none."""
+    value = getattr(module, name, None) if module is not None else None
+    if value is None:
+        return None
+    if callable(value):
+        params = list(inspect.signature(value).parameters)
+        value = value(config) if params in (["cfg"], ["config"]) else call_with_config(value, config)
+    return None if value is None else float(value)
 
 
-def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+def identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape, dtype and values, NaN equal to NaN."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    if torch.equal(a, b):
+        return True
     if a.is_floating_point():
         return torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
-    return torch.equal(a, b)
+    return False
 
 
 def _mix(seed: int, config: dict, what: str) -> int:
@@ -359,7 +366,8 @@ def _redraw_constant_params(model: nn.Module) -> list[str]:
     return redrawn
 
 
-def _cast_floating(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+def cast_floating(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """``model`` with its floating parameters and buffers cast to ``dtype`` in place (their ``.data`` replaced)."""
     for t in list(model.parameters()) + list(model.buffers()):
         if t.is_floating_point():
             t.data = t.data.to(dtype)
@@ -508,5 +516,5 @@ def _tolerances(table) -> dict:
 
 
 __all__ = ["ALL_DISTRIBUTIONS", "DEFAULT_TOLERANCES", "HIDDEN", "PUBLIC_DISTRIBUTIONS", "ReferenceInfo", "Roofline",
-           "Spec", "Tolerance", "call_with_config", "import_file", "load_spec", "normalize_outputs",
-           "public_distribution_text"]
+           "Spec", "Tolerance", "call_with_config", "cast_floating", "identical", "import_file", "load_spec",
+           "metadata", "normalize_outputs", "public_distribution_text"]

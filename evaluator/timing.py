@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import torch
+
 from evaluator.errors import GuardViolation
 from evaluator.records import ConfigResult, Timing
+from evaluator.spec import metadata
 
 TRIALS, WARMUP, SETS = 50, 5, 3
 SIDE_WORK_MS = 0.1  # a device-wide sync ending this much (and 10%) after the timed stream means work elsewhere
@@ -96,8 +99,6 @@ def roofline(bytes_moved: float, flops: float | None, time_ms: float, bandwidth_
 
 def tensor_bytes(*groups) -> int:
     """Total bytes of the tensors in ``groups`` (tensors, or lists/tuples of them; other values count 0)."""
-    import torch
-
     total = 0
     for g in groups:
         for t in g if isinstance(g, (list, tuple)) else [g]:
@@ -106,29 +107,11 @@ def tensor_bytes(*groups) -> int:
     return total
 
 
-def metadata(module, name: str, config: dict) -> float | None:
-    """The spec module's ``BYTES`` or ``FLOPS`` for ``config``: a number, or a function of the config's keys."""
-    value = getattr(module, name, None) if module is not None else None
-    if value is None:
-        return None
-    if callable(value):
-        params = inspect.signature(value).parameters
-        if list(params) in (["cfg"], ["config"]):
-            value = value(config)
-        elif any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            value = value(**config)
-        else:  # the keys it names, as evaluator.spec passes them
-            value = value(**{k: v for k, v in config.items() if k in params})
-    return None if value is None else float(value)
-
-
 # -- the device: calibration once per process --------------------------------------------------------------------
 
 
 @functools.cache
 def _flush_buffer(device: str):
-    import torch
-
     l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0
     return torch.empty(max(2 * l2, 256 << 20), dtype=torch.uint8, device=device)
 
@@ -140,8 +123,6 @@ def flush_l2(device: str = "cuda") -> None:
 
 @functools.cache
 def _sleep_cycles_per_ms(device: str) -> float:
-    import torch
-
     with torch.cuda.device(device):
         _no_persisting_l2()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -168,8 +149,6 @@ def bench(fn: Callable, input_sets: list[list], trials: int = TRIALS, warmup: in
 
     Inputs of trial k are ``input_sets[k % len(input_sets)]`` copied into buffers allocated once (same pointers,
     fresh values)."""
-    import torch
-
     arena = [t.clone() if isinstance(t, torch.Tensor) else t for t in input_sets[0]]
 
     def load(k: int) -> None:
@@ -205,8 +184,6 @@ def bench(fn: Callable, input_sets: list[list], trials: int = TRIALS, warmup: in
 
 
 def _clone_outputs(out) -> list:
-    import torch
-
     items = out if isinstance(out, (list, tuple)) else [out]
     return [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in items]
 
@@ -214,8 +191,6 @@ def _clone_outputs(out) -> list:
 @functools.cache
 def copy_bandwidth_gbs(device: str = "cuda", nbytes: int = 1 << 30) -> float:
     """Device memory bandwidth measured by a ``copy_`` of ``nbytes`` (read + write), in GB/s, once per process."""
-    import torch
-
     src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
     dst = torch.empty_like(src)
     times, _, _ = bench(lambda s: dst.copy_(s), [[src]], trials=30, device=device)
@@ -225,8 +200,6 @@ def copy_bandwidth_gbs(device: str = "cuda", nbytes: int = 1 << 30) -> float:
 @functools.cache
 def matmul_tflops(device: str = "cuda", dtype: str = "float16", n: int = 8192) -> float:
     """cuBLAS dense matmul rate (n x n x n) in TFLOP/s for ``dtype`` (float16 or bfloat16), once per process."""
-    import torch
-
     dt = getattr(torch, dtype)
     a, b = (torch.randn(n, n, device=device, dtype=dt) for _ in range(2))
     times, _, _ = bench(torch.matmul, [[a, b]], trials=30, device=device)
@@ -239,8 +212,6 @@ def matmul_tflops(device: str = "cuda", dtype: str = "float16", n: int = 8192) -
 @contextlib.contextmanager
 def tf32_allowed():
     """TF32 on for the baselines (a realistic fp32 baseline), restored afterwards."""
-    import torch
-
     old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     try:
@@ -251,8 +222,6 @@ def tf32_allowed():
 
 def _close(a, b, rel_l2: float = 1e-3) -> bool:
     """Same outputs up to accumulation order: finite where ``b`` is, relative L2 distance <= ``rel_l2``."""
-    import torch
-
     if len(a) != len(b):
         return False
     for x, y in zip(a, b):
@@ -279,8 +248,6 @@ def time_models(candidate: Callable, reference: Callable, input_sets: list[list]
     Raises:
         GuardViolation: the candidate's outputs during timing differ from its untimed outputs on the same inputs.
     """
-    import torch
-
     notes = []
     expected = [_clone_outputs(candidate(*inputs)) for inputs in input_sets]
     for k, inputs in enumerate(input_sets):
@@ -316,8 +283,6 @@ def time_models(candidate: Callable, reference: Callable, input_sets: list[list]
 def time_baselines(reference: Callable, input_sets: list[list], *, device: str = "cuda", trials: int = TRIALS,
                    compile_reference: bool = True) -> dict:
     """Eager (TF32 allowed) and ``torch.compile`` timings of ``reference``: {"eager", "compiled", "notes"}."""
-    import torch
-
     notes = []
     with tf32_allowed():
         eager = summarize(bench(reference, input_sets, trials, device=device)[0])
@@ -337,27 +302,14 @@ _BASELINES: dict[tuple, dict] = {}  # (reference file, mtime, config, device) ->
 
 def baseline_key(spec, config: dict, device: str) -> tuple:
     """The key of ``config``'s baselines in this process's cache."""
-    import os
-
     path = str(getattr(spec, "path", ""))
     mtime = os.stat(path).st_mtime_ns if path and os.path.exists(path) else 0
     return path, mtime, repr(sorted(config.items())), str(device)
 
 
-def build_models(spec, kernel_path: str, config: dict, device: str):
-    """(reference Model, candidate ModelNew) for ``config`` on ``device``, built as the correctness check builds
-    them (``evaluator.candidate``: same seed, the reference's weights copied into the candidate)."""
-    from evaluator.candidate import build_models as build
-    from evaluator.candidate import load_candidate
-
-    return build(spec, load_candidate(kernel_path), config, device)
-
-
 def derived_sets(inputs: list, sets: int = SETS) -> list[list]:
     """``inputs`` and ``sets - 1`` variants: floating tensors with their values rolled (on the device) by a different
     odd offset each, so every set has the same values in new places; other inputs are shared."""
-    import torch
-
     out = [inputs]
     for k in range(1, sets):
         out.append([t.flatten().roll(7919 * k).view_as(t).contiguous() if isinstance(t, torch.Tensor) and
@@ -367,8 +319,6 @@ def derived_sets(inputs: list, sets: int = SETS) -> list[list]:
 
 def op_size(spec, config: dict, reference, inputs: list) -> tuple[float, float | None, list[str]]:
     """(bytes, FLOPs or None, notes) of one call: the spec's BYTES/FLOPS, else bytes of inputs, outputs and weights."""
-    import torch
-
     module = getattr(spec, "module", None)
     nbytes, flops = metadata(module, "BYTES", config), metadata(module, "FLOPS", config)
     if nbytes is not None:
@@ -383,11 +333,12 @@ def op_size(spec, config: dict, reference, inputs: list) -> tuple[float, float |
 def time_candidate(spec, kernel_path: str, config: dict, checked: ConfigResult, device: str = "cuda",
                    trials: int | None = None) -> ConfigResult:
     """``checked`` (a correct config) with its timing, speedup and roofline fields filled. The baselines come from
-    this process's cache when ``config`` of this reference was timed before (see the module docstring)."""
-    import torch
+    this process's cache when ``config`` of this reference was timed before (see the module docstring). The models
+    are built as the correctness check builds them (same seed, the reference's weights copied into the candidate)."""
+    from evaluator.candidate import build_models, load_candidate
 
     trials = trials or TRIALS
-    reference, candidate = build_models(spec, kernel_path, config, device)
+    reference, candidate = build_models(spec, load_candidate(kernel_path), config, device)
     input_sets = derived_sets(list(spec.make_inputs(config, 10_000, "normal", device)))
     nbytes, flops, notes = op_size(spec, config, reference, input_sets[0])
     key = baseline_key(spec, config, device)

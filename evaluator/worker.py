@@ -155,8 +155,10 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
             except KeyboardInterrupt:
                 raise
             except BaseException as e:  # noqa: BLE001 - with keep_going a candidate's fault ends this config only
+                if not request.keep_going:
+                    raise  # classified once, below
                 error = classify(e, device, request.kernel_path)
-                if not request.keep_going or not isinstance(error, CandidateError):
+                if not isinstance(error, CandidateError):
                     raise
                 first = first or error
                 checked = ConfigResult(config=config, correct=False, notes=[f"{status_of(error)}: {error.message}"])

@@ -2,8 +2,6 @@
 
 - ``fake_evaluate``: imports the reference and the candidate by path and compares ``ModelNew`` with ``Model`` on one
   small input per config (no guards, no seeds): the isolation layer alone (phases, partial configs, crashes, hangs).
-- ``lite_evaluate``: the real ``evaluate`` (and, on CUDA, the real timing) with a light check in place of
-  ``evaluator.correctness`` (normal inputs, two seeds, allclose; no guards).
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ import torch
 
 from evaluator.errors import Mismatch, SpecError
 from evaluator.records import ConfigResult, EvalRequest, EvalResult
-from evaluator.worker import Progress, classify, evaluate, expand_configs, failed
+from evaluator.worker import Progress, classify, expand_configs, failed
 
 
 def _load(path: str, name: str):
@@ -46,28 +44,3 @@ def fake_evaluate(request: EvalRequest, progress: Progress | None = None) -> Eva
         return failed(classify(e), configs=done, device=request.device)
     return EvalResult(status="ok", configs=done, device=request.device)
 
-
-def lite_check(spec, candidate_path: str, device: str = "cpu", configs=None, seeds: int = 2, tol: float = 2e-2,
-               **_) -> list[ConfigResult]:
-    from evaluator.candidate import build_models, load_candidate
-
-    results = []
-    for config in configs or spec.configs:
-        reference, candidate = build_models(spec, load_candidate(candidate_path), config, device)
-        worst = 0.0
-        for seed in range(min(seeds, 2)):
-            inputs = spec.make_inputs(config, seed, "normal", device)
-            with torch.no_grad():
-                got, want = candidate(*[t.clone() for t in inputs]).float(), reference(*inputs).float()
-            err = float((got - want).abs().max()) if torch.isfinite(got).all() else float("inf")
-            worst = max(worst, err)
-            if not torch.allclose(got, want, rtol=tol, atol=tol):
-                raise Mismatch(f"config {config}, seed {seed}: max abs error {err:.3g}", config=config, seed=seed)
-        results.append(ConfigResult(config=config, correct=True, checks=min(seeds, 2), max_abs_err=worst))
-    return results
-
-
-def lite_evaluate(request: EvalRequest, progress: Progress | None = None) -> EvalResult:
-    from evaluator.spec import load_spec
-
-    return evaluate(request, progress, load_spec=load_spec, check_candidate=lite_check)

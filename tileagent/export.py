@@ -22,16 +22,15 @@ import ast
 import datetime
 import keyword
 import logging
-import os
-import tempfile
 import zlib
 from pathlib import Path
 
 import torch
 from pydantic import BaseModel, Field
 
-from evaluator.spec import Spec, load_spec
+from evaluator.spec import Spec, cast_floating, load_spec
 from tileagent.export_template import init_key, literal, render
+from tileagent.runstore import write_atomic
 
 log = logging.getLogger("tileagent.export")
 
@@ -93,21 +92,18 @@ def export_module(reference_path, entries: list[ExportEntry], out_dir, name: str
     input_names = _forward_names(spec, len(rows[0]["tensors"]) - len(state_names))
     cast = str(spec.dtypes).removeprefix("torch.") if isinstance(spec.dtypes, torch.dtype) else None
     cubin_dir = f"{name}_tileagent_cubins"
-    text = render(name=name, header=_header(name, reference_path, entries, input_names, state_names, devices),
+    arg_names = _arg_names(input_names, state_names)
+    text = render(name=name, header=_header(name, reference_path, entries, input_names, arg_names, devices),
                   reference_source=reference_path.read_text(), sources=list(sources), entries=rows,
-                  devices=tuple(devices), input_names=input_names, state_names=state_names,
-                  arg_names=_arg_names(input_names, state_names), n_outputs=_n_outputs(spec, entries[0].config),
-                  cast_dtype=cast, cubin_dir=cubin_dir)
+                  devices=tuple(devices), input_names=input_names, state_names=state_names, arg_names=arg_names,
+                  n_outputs=_n_outputs(spec, entries[0].config), cast_dtype=cast, cubin_dir=cubin_dir)
     compile(text, f"{name}_tileagent.py", "exec")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if prebuild_arches:
         prebuild_cubins(spec, entries, out_dir / cubin_dir, prebuild_arches)
     path = out_dir / f"{name}_tileagent.py"
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}-", suffix=".py")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_atomic(path, text)
     log.info("exported %d config(s) of %s to %s", len(entries), reference_path.name, path)
     return path
 
@@ -168,21 +164,12 @@ def _tensors(spec: Spec, config: dict):
             inputs = spec.sample_inputs(config, 0)
         except Exception as e:
             raise ExportError(str(e)) from e
-    dtypes = [_input_dtype(spec, k, t) for k, t in enumerate(inputs)]
+    dtypes = [str(spec._input_dtype(k, t)).removeprefix("torch.") for k, t in enumerate(inputs)]  # DTYPES applied
     model = _model(spec, config)
     state = model.state_dict(keep_vars=True)
     shapes = [(tuple(t.shape), d) for t, d in zip(inputs, dtypes)]
     shapes += [(tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in state.values()]
     return list(state), shapes
-
-
-def _input_dtype(spec: Spec, k: int, t: torch.Tensor) -> str:
-    dtype = t.dtype
-    if isinstance(spec.dtypes, torch.dtype) and t.is_floating_point():
-        dtype = spec.dtypes
-    elif isinstance(spec.dtypes, dict) and spec.dtypes.get(k) is not None:
-        dtype = spec.dtypes[k]
-    return str(dtype).removeprefix("torch.")
 
 
 def _model(spec: Spec, config: dict) -> torch.nn.Module:
@@ -197,9 +184,7 @@ def _model(spec: Spec, config: dict) -> torch.nn.Module:
         except Exception as e2:
             raise ExportError(f"Model(*get_init_inputs({config})) raised {type(e2).__name__}: {e2}") from e2
     if isinstance(spec.dtypes, torch.dtype):
-        for t in list(model.parameters()) + list(model.buffers()):
-            if t.is_floating_point():
-                t.data = t.data.to(spec.dtypes)
+        model = cast_floating(model, spec.dtypes)
     return model
 
 
@@ -244,8 +229,8 @@ def _arg_names(input_names: list[str], state_names: list[str]) -> list[str]:
     return out
 
 
-def _header(name: str, reference: Path, entries: list[ExportEntry], input_names, state_names, devices) -> str:
-    args = ", ".join([*input_names, *(s.replace(".", "_") for s in state_names)])
+def _header(name: str, reference: Path, entries: list[ExportEntry], input_names, arg_names, devices) -> str:
+    args = ", ".join(arg_names)
     lines = [f"tileagent::{name}: {reference.name} as generated tile-DSL kernels (exported by TileAgent on "
              f"{datetime.date.today().isoformat()}).", "",
              f"Configs covered (kernels run on: {', '.join(devices)}; dims of FREE_DIMS are free):"]
@@ -310,13 +295,13 @@ def _candidate_model(spec: Spec, module, config: dict):
 
 def prebuild_cubins(spec: Spec, entries: list[ExportEntry], directory: Path, arches) -> list[Path]:
     """Compile every kernel the entries launch for each arch into ``directory/<arch>/`` (NVRTC cache format)."""
+    from compiler.jit import nvrtc_options
     from compiler.runtime.nvrtc import write_cubin_entry
 
     written = []
     for entry in entries:
         for kernel in launched_kernels(spec, entry):
-            fast = kernel.pass_configs.get("tl.enable_fast_math")  # as compiler.jit chooses NVRTC options
-            options = ("--use_fast_math",) if fast else ()
+            options = nvrtc_options(kernel.pass_configs)
             source = kernel.get_kernel_source()
             for arch in arches:
                 written.append(write_cubin_entry(Path(directory) / arch, source, arch, options))
