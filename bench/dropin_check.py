@@ -44,7 +44,7 @@ def main() -> int:
                          for m in sys.modules)
     sys.path.insert(0, str(REPO))
     from bench.memory_bound import bench
-    from evaluator.spec import load_spec
+    from tileagent.evaluator.spec import load_spec
     from tileagent.configs import grid
 
     spec = load_spec(args.reference)

@@ -169,12 +169,12 @@ def main() -> None:
 
     import torch
 
-    from evaluator.records import EvalRequest
-    from evaluator.worker import EvalWorker
+    from tileagent.evaluator.records import EvalRequest
+    from tileagent.evaluator.worker import EvalWorker
 
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA device")
-    fn = args.evaluate_fn or "evaluator.worker:evaluate"
+    fn = args.evaluate_fn or "tileagent.evaluator.worker:evaluate"
     print(f"worker runs {fn} on {torch.cuda.get_device_name()}", flush=True)
     reference = str(REPO / "tasks" / "rmsnorm_silu.py")
     cs = [int(c) for c in args.cs.split(",")]

@@ -120,7 +120,7 @@ def bandwidth_rows(rms, M: int, cs) -> list[dict]:
 
 
 def compile_times(rms) -> dict:
-    from compiler.jit import JITImpl
+    from tileagent.compiler.jit import JITImpl
 
     cold, warm = [], []
     old = os.environ.get("TILEAGENT_CACHE_DIR")

@@ -12,7 +12,7 @@ import statistics
 import time
 from pathlib import Path
 
-from compiler.check import check
+from tileagent.compiler.check import check
 
 CASES = {
     "flash_attn_fwd": ("flash_attn_fwd", dict(batch=8, heads=32, seq_len=4096, dim=128, is_causal=True)),

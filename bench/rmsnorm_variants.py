@@ -90,12 +90,12 @@ def main() -> None:
     for C in (352, 416, 480):
         t0 = time.perf_counter()
         func = program(C, *rms.schedule(C))
-        from compiler.check import check
-        from compiler.layout.infer import infer_layouts
-        from compiler.lower import lower
-        from compiler.runtime.launch import LoadedModule
-        from compiler.runtime.nvrtc import compile_to_cubin, device_arch
-        from compiler.targets.cuda import generate
+        from tileagent.compiler.check import check
+        from tileagent.compiler.layout.infer import infer_layouts
+        from tileagent.compiler.lower import lower
+        from tileagent.compiler.runtime.launch import LoadedModule
+        from tileagent.compiler.runtime.nvrtc import compile_to_cubin, device_arch
+        from tileagent.compiler.targets.cuda import generate
 
         check(func)
         module = lower(func, infer_layouts(func))

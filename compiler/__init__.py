@@ -6,9 +6,9 @@ C++), ``runtime`` (NVRTC and launch); on the CPU, ``interp`` runs the tile IR an
 ``jit`` ties them together (``backends`` picks the runner); ``diagnostics`` and ``errors`` hold what they raise.
 """
 
-from compiler.diagnostics import CompileError
-from compiler.errors import KernelArgumentError, KernelFault, KernelRuntimeError, TargetUnavailable
-from compiler.jit import JITKernel, PassConfigKey, compile, jit
+from tileagent.compiler.diagnostics import CompileError
+from tileagent.compiler.errors import KernelArgumentError, KernelFault, KernelRuntimeError, TargetUnavailable
+from tileagent.compiler.jit import JITKernel, PassConfigKey, compile, jit
 
 __version__ = "0.1.0"
 __all__ = ["CompileError", "JITKernel", "KernelArgumentError", "KernelFault", "KernelRuntimeError", "PassConfigKey",

@@ -10,8 +10,8 @@ Out: the tensors updated in place.
 
 from __future__ import annotations
 
-from compiler.ir.stmt import Buffer, PrimFunc
-from compiler.tir import DeviceModule
+from tileagent.compiler.ir.stmt import Buffer, PrimFunc
+from tileagent.compiler.tir import DeviceModule
 
 
 def device_values(module: DeviceModule, func: PrimFunc, bound: dict, env: dict) -> dict:
@@ -34,7 +34,7 @@ class InterpreterBackend:
         self.func = func
 
     def run(self, bound: dict, env: dict) -> None:
-        from compiler import interp
+        from tileagent.compiler import interp
 
         interp.run(self.func, bound, env)
 
@@ -46,7 +46,7 @@ class EmulatorBackend:
         self.module, self.func = module, func
 
     def run(self, bound: dict, env: dict) -> None:
-        from compiler import emulate
+        from tileagent.compiler import emulate
 
         emulate.run_module(self.module, device_values(self.module, self.func, bound, env))
 
@@ -55,7 +55,7 @@ class CudaBackend:
     target = "cuda"
 
     def __init__(self, module: DeviceModule, func: PrimFunc, source: str, arch: str, options: tuple = ()):
-        from compiler.runtime.nvrtc import compile_to_cubin
+        from tileagent.compiler.runtime.nvrtc import compile_to_cubin
 
         self.module, self.func, self.source, self.arch = module, func, source, arch
         self.cubin = compile_to_cubin(source, arch, options)
@@ -63,7 +63,7 @@ class CudaBackend:
 
     def load(self):
         if self._loaded is None:
-            from compiler.runtime.launch import LoadedModule
+            from tileagent.compiler.runtime.launch import LoadedModule
 
             self._loaded = LoadedModule(self.cubin)
         return self._loaded

@@ -12,10 +12,10 @@ Pipelined ``order``/``stage`` lists cover the body. Violations raise CompileErro
 
 from __future__ import annotations
 
-from compiler.diagnostics import CompileError, DSLTypeError, InternalCompilerError, ScopeError, ShapeError
-from compiler.ir.simplify import depends_on, static_int
-from compiler.ir.visit import loads
-from compiler.ir.stmt import (Alloc, AtomicAdd, AtomicAddTile, Copy, Fill, For, Gemm, If, Kernel, Let, Parallel,
+from tileagent.compiler.diagnostics import CompileError, DSLTypeError, InternalCompilerError, ScopeError, ShapeError
+from tileagent.compiler.ir.simplify import depends_on, static_int
+from tileagent.compiler.ir.visit import loads
+from tileagent.compiler.ir.stmt import (Alloc, AtomicAdd, AtomicAddTile, Copy, Fill, For, Gemm, If, Kernel, Let, Parallel,
                               Print, PrimFunc, Reduce, Region, Store)
 
 GEMM_INPUT_DTYPES = ("float16", "bfloat16", "float32", "int8", "float8_e4m3fn", "float8_e5m2")

@@ -40,7 +40,7 @@ class DType(str):
     """A canonical dtype name. Calling it builds a constant: ``T.float32(0)``."""
 
     def __call__(self, value=0):
-        from compiler.ir.expr import Const
+        from tileagent.compiler.ir.expr import Const
 
         return Const(value, self)
 

@@ -38,11 +38,11 @@ import logging
 
 import torch
 
-from compiler.errors import KernelArgumentError
-from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
-from compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
-from compiler.emulate_tensor import HANDLERS as tensor_handlers, WARP_SIZE, EmulationError, finish_async
-from compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
+from tileagent.compiler.errors import KernelArgumentError
+from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
+from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
+from tileagent.compiler.emulate_tensor import HANDLERS as tensor_handlers, WARP_SIZE, EmulationError, finish_async
+from tileagent.compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
                           VecAtomicAdd, VecCopy, WARP)
 
 __all__ = ["EmulationError", "run_kernel", "run_module"]

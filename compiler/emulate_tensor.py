@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import torch
 
-from compiler.dtypes import DType
-from compiler.errors import KernelFault
-from compiler.tir import AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma, PackPairs
+from tileagent.compiler.dtypes import DType
+from tileagent.compiler.errors import KernelFault
+from tileagent.compiler.tir import AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma, PackPairs
 
 WARP_SIZE = 32
 

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from compiler.diagnostics import Span
+from tileagent.compiler.diagnostics import Span
 
 
 class KernelRuntimeError(RuntimeError):

@@ -17,13 +17,13 @@ import difflib
 import inspect
 import sys
 
-from compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, InternalCompilerError,
+from tileagent.compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, InternalCompilerError,
                                   NameResolutionError, ShapeError, Span)
-from compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
-from compiler.ir.expr import Expr, Load, Var, as_expr, describe, make_cast, make_cmp
-from compiler.ir.simplify import depends_on
-from compiler.frontend_expressions import _BINOPS, ExpressionParser, _call_builtin
-from compiler.ir.stmt import Alloc, Buffer, For, If, Kernel, Let, Parallel, PrimFunc, Region, Stmt, Store
+from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
+from tileagent.compiler.ir.expr import Expr, Load, Var, as_expr, describe, make_cast, make_cmp
+from tileagent.compiler.ir.simplify import depends_on
+from tileagent.compiler.frontend_expressions import _BINOPS, ExpressionParser, _call_builtin
+from tileagent.compiler.ir.stmt import Alloc, Buffer, For, If, Kernel, Let, Parallel, PrimFunc, Region, Stmt, Store
 
 _UNSET = object()
 
@@ -186,7 +186,7 @@ class _Parser(ExpressionParser):
         return self.expr(tree.body)
 
     def param(self, a: ast.arg, ann):
-        from compiler.language.types import Tensor
+        from tileagent.compiler.language.types import Tensor
 
         if ann is _UNSET:
             raise DSLSyntaxError(f"parameter '{a.arg}' has no annotation", code="E105",
@@ -232,7 +232,7 @@ class _Parser(ExpressionParser):
         self._emit_value(value, node, None)
 
     def _emit_value(self, value, node, name):
-        from compiler.language.kernel import AllocSpec, KernelSpec
+        from tileagent.compiler.language.kernel import AllocSpec, KernelSpec
 
         if isinstance(value, Stmt):
             self.emit(value, node)
@@ -321,7 +321,7 @@ class _Parser(ExpressionParser):
 
     def assign_name(self, name: str, value, node):
         """``name = value``: a store into an alloc_var, an allocation, a let-binding, or a compile-time binding."""
-        from compiler.language.kernel import AllocSpec
+        from tileagent.compiler.language.kernel import AllocSpec
 
         current = self._current(name)
         if isinstance(current, Buffer) and current.scope == "var":
@@ -350,7 +350,7 @@ class _Parser(ExpressionParser):
         self.emit(If(cond, then_body, else_body), node)
 
     def stmt_With(self, node: ast.With):
-        from compiler.language.kernel import KernelSpec
+        from tileagent.compiler.language.kernel import KernelSpec
 
         if len(node.items) != 1:
             raise DSLSyntaxError("`with` takes one context in a prim_func", code="E101")
@@ -392,7 +392,7 @@ class _Parser(ExpressionParser):
         self.emit(Kernel(grid, spec.threads, block_vars, body), node)
 
     def stmt_For(self, node: ast.For):
-        from compiler.language.loops import LoopSpec
+        from tileagent.compiler.language.loops import LoopSpec
 
         if node.orelse:
             raise DSLSyntaxError("for ... else is not supported", code="E101")
@@ -414,7 +414,7 @@ class _Parser(ExpressionParser):
 
     def _range(self, node: ast.Call):
         """``range(...)`` as a loop: T.serial, with Python's signature (1 to 3 positional arguments)."""
-        from compiler.language.loops import serial
+        from tileagent.compiler.language.loops import serial
 
         if node.keywords:
             raise DSLTypeError("range() takes no keyword arguments", code="E301",
@@ -481,7 +481,7 @@ class _Parser(ExpressionParser):
             raise DSLTypeError(f"assertion failed: {msg}", code="E301")
 
 
-_DTYPE_NAMES = frozenset(("float", "half", "double", "int") + __import__("compiler.dtypes").dtypes.KNOWN)
+_DTYPE_NAMES = frozenset(("float", "half", "double", "int") + __import__("tileagent.compiler.dtypes").compiler.dtypes.KNOWN)
 _LOOP_NAMES = {"parallel": "Parallel", "pipelined": "Pipelined", "serial": "serial", "unroll": "unroll"}
 _UNSUPPORTED_HINTS = {
     "While": "use T.serial(n) with a compile-time bound and an `if`",
@@ -501,7 +501,7 @@ def _is_torch_dtype(x) -> bool:
 
 
 def _is_constant(e: Expr) -> bool:
-    from compiler.ir.expr import Const
+    from tileagent.compiler.ir.expr import Const
 
     return isinstance(e, Const)
 

@@ -15,11 +15,11 @@ import inspect
 import operator
 from collections.abc import Mapping
 
-from compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, NameResolutionError, ShapeError)
-from compiler.dtypes import UnsupportedDType
-from compiler.ir.expr import Expr, Load, describe, make_cmp, make_logical, make_select, make_unary
-from compiler.ir.simplify import static_int
-from compiler.ir.stmt import Buffer, Region
+from tileagent.compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, NameResolutionError, ShapeError)
+from tileagent.compiler.dtypes import UnsupportedDType
+from tileagent.compiler.ir.expr import Expr, Load, describe, make_cmp, make_logical, make_select, make_unary
+from tileagent.compiler.ir.simplify import static_int
+from tileagent.compiler.ir.stmt import Buffer, Region
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
@@ -51,7 +51,7 @@ class ExpressionParser:
         return value
 
     def expr_Attribute(self, node: ast.Attribute):
-        from compiler.language.tileops import GemmWarpPolicy
+        from tileagent.compiler.language.tileops import GemmWarpPolicy
 
         obj = self.expr(node.value)
         try:
@@ -261,7 +261,7 @@ class ExpressionParser:
 
 def _is_builtin(fn) -> bool:
     module = getattr(fn, "__module__", "") or ""
-    return module.startswith("compiler.language")
+    return module.startswith("tileagent.compiler.language")
 
 
 # What a builtin lets escape while it checks or folds the user's values (int(x), a // b, a dict lookup, ...).

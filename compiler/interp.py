@@ -17,10 +17,10 @@ import sys
 
 import torch
 
-from compiler.errors import KernelFault
-from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
-from compiler.ir.printer import region_str
-from compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, Gemm, If,
+from tileagent.compiler.errors import KernelFault
+from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
+from tileagent.compiler.ir.printer import region_str
+from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, Gemm, If,
                               Kernel, Let, Parallel, Print, PrimFunc, Reduce, Region, Store, UseSwizzle)
 
 _INT_POISON = -(2**30) + 7

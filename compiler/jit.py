@@ -16,13 +16,13 @@ from collections.abc import Mapping
 
 import torch
 
-from compiler.check import check
-from compiler.diagnostics import CompileError, DSLTypeError, TargetError
-from compiler.errors import KernelArgumentError
-from compiler.ir.expr import Expr, Var
-from compiler.ir.printer import print_func
-from compiler.ir.stmt import Buffer, PrimFunc
-from compiler.kernel_scope import kernel_scope
+from tileagent.compiler.check import check
+from tileagent.compiler.diagnostics import CompileError, DSLTypeError, TargetError
+from tileagent.compiler.errors import KernelArgumentError
+from tileagent.compiler.ir.expr import Expr, Var
+from tileagent.compiler.ir.printer import print_func
+from tileagent.compiler.ir.stmt import Buffer, PrimFunc
+from tileagent.compiler.kernel_scope import kernel_scope
 
 log = logging.getLogger("tileagent.compiler")
 
@@ -124,23 +124,23 @@ def nvrtc_options(pass_configs: dict) -> tuple[str, ...]:
 
 
 def _backend(func: PrimFunc, target: str, configs: dict):
-    from compiler import backends
+    from tileagent.compiler import backends
 
     if target == "cpu":
         if os.environ.get(CPU_LOWERING_CHECK) == "1":  # the GPU lowering's diagnostics on a CPU-only run
-            from compiler.layout.infer import infer_layouts
-            from compiler.lower import lower
+            from tileagent.compiler.layout.infer import infer_layouts
+            from tileagent.compiler.lower import lower
 
             lower(func, infer_layouts(func))
         return backends.InterpreterBackend(func)
-    from compiler.layout.infer import infer_layouts
-    from compiler.lower import lower
+    from tileagent.compiler.layout.infer import infer_layouts
+    from tileagent.compiler.lower import lower
 
     if target == "sim":
         return backends.EmulatorBackend(lower(func, infer_layouts(func)), func)
-    from compiler import module_cache
-    from compiler.runtime.nvrtc import device_arch
-    from compiler.targets.cuda import generate
+    from tileagent.compiler import module_cache
+    from tileagent.compiler.runtime.nvrtc import device_arch
+    from tileagent.compiler.targets.cuda import generate
 
     arch = device_arch()
     options = nvrtc_options(configs)
@@ -186,7 +186,7 @@ class JITKernel:
         """The lowered DeviceModule (thread IR) of the sim and cuda targets; lowered on demand for cpu."""
         module = getattr(self.backend, "module", None)
         if module is None:
-            from compiler.lower import lower
+            from tileagent.compiler.lower import lower
 
             module = lower(self.func, self.layouts())
         return module
@@ -194,7 +194,7 @@ class JITKernel:
     def layouts(self):
         """The inferred layouts (a LayoutMap; ``print(kernel.layouts())`` shows one line per fragment and loop)."""
         if self._layouts is None:
-            from compiler.layout.infer import infer_layouts
+            from tileagent.compiler.layout.infer import infer_layouts
 
             self._layouts = infer_layouts(self.func)
         return self._layouts
@@ -204,7 +204,7 @@ class JITKernel:
         if stage == "tile":
             return print_func(self.func)
         if stage == "thread":
-            from compiler.ir.printer import print_device_kernel
+            from tileagent.compiler.ir.printer import print_device_kernel
 
             return "\n".join(print_device_kernel(k) for k in self.module.kernels)
         raise ValueError(f"unknown IR stage {stage!r}; available: 'tile', 'thread'")
@@ -213,19 +213,19 @@ class JITKernel:
         """The CUDA C++ of the kernel (generated on demand for the cpu and sim targets)."""
         source = getattr(self.backend, "source", None)
         if source is None:
-            from compiler.targets.cuda import generate
+            from tileagent.compiler.targets.cuda import generate
 
             source = generate(self.module)
         return source
 
     def cubin(self, arch: str = "sm_90a") -> bytes:
         """The kernel compiled by NVRTC for ``arch`` (works without a GPU)."""
-        from compiler.runtime.nvrtc import compile_to_cubin
+        from tileagent.compiler.runtime.nvrtc import compile_to_cubin
 
         return compile_to_cubin(self.get_kernel_source(), arch)
 
     def get_profiler(self):
-        from compiler.profiler import Profiler
+        from tileagent.compiler.profiler import Profiler
 
         return Profiler(self)
 
@@ -320,7 +320,7 @@ def _check_scalar(p: Var, a):
 
 
 def _eval_shape(e, env: dict):
-    from compiler.ir.simplify import linear_form
+    from tileagent.compiler.ir.simplify import linear_form
 
     if isinstance(e, int):
         return e

@@ -16,16 +16,16 @@ import pickle
 from dataclasses import replace
 from pathlib import Path
 
-from compiler.ir.printer import print_func
-from compiler.ir.stmt import AnnotateLayout, Buffer, Parallel, PrimFunc
-from compiler.ir.visit import walk
-from compiler.tir import DeviceModule
+from tileagent.compiler.ir.printer import print_func
+from tileagent.compiler.ir.stmt import AnnotateLayout, Buffer, Parallel, PrimFunc
+from tileagent.compiler.ir.visit import walk
+from tileagent.compiler.tir import DeviceModule
 
 log = logging.getLogger("tileagent.compiler")
 
 
 def cache_key(func: PrimFunc, *parts: str) -> str:
-    from compiler import __version__
+    from tileagent.compiler import __version__
 
     h = hashlib.sha256(print_func(func).encode())
     for s in walk(func.body):

@@ -13,9 +13,9 @@ import time
 
 import torch
 
-from compiler.errors import KernelArgumentError
-from compiler.ir.simplify import static_int
-from compiler.ir.stmt import Buffer
+from tileagent.compiler.errors import KernelArgumentError
+from tileagent.compiler.ir.simplify import static_int
+from tileagent.compiler.ir.stmt import Buffer
 
 
 class Profiler:

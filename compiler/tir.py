@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compiler.diagnostics import Span
-from compiler.dtypes import DType
-from compiler.ir.expr import Expr, Var
-from compiler.ir.stmt import Buffer, Stmt
+from tileagent.compiler.diagnostics import Span
+from tileagent.compiler.dtypes import DType
+from tileagent.compiler.ir.expr import Expr, Var
+from tileagent.compiler.ir.stmt import Buffer, Stmt
 
 class SpecialVar(Var):
     """A hardware index (threadIdx, blockIdx, ...). One object per name, also after pickling (compared by ``is``)."""

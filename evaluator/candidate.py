@@ -19,10 +19,10 @@ from types import ModuleType
 import torch
 from torch import nn
 
-from compiler.diagnostics import CompileError
-from evaluator.errors import CompileFailed, LoadFailed
-from evaluator.guards import check_source
-from evaluator.spec import cast_floating, exec_fresh_module
+from tileagent.compiler.diagnostics import CompileError
+from tileagent.evaluator.errors import CompileFailed, LoadFailed
+from tileagent.evaluator.guards import check_source
+from tileagent.evaluator.spec import cast_floating, exec_fresh_module
 
 
 @dataclass

@@ -26,12 +26,12 @@ import math
 
 import torch
 
-from compiler.diagnostics import CompileError
-from evaluator.candidate import build_models, candidate_line, compile_failed, load_candidate
-from evaluator.errors import EvalError, Mismatch, RunFailed
-from evaluator.guards import Identities, run_guarded, violation
-from evaluator.records import ConfigResult
-from evaluator.spec import HIDDEN, Spec, Tolerance, identical
+from tileagent.compiler.diagnostics import CompileError
+from tileagent.evaluator.candidate import build_models, candidate_line, compile_failed, load_candidate
+from tileagent.evaluator.errors import EvalError, Mismatch, RunFailed
+from tileagent.evaluator.guards import Identities, run_guarded, violation
+from tileagent.evaluator.records import ConfigResult
+from tileagent.evaluator.spec import HIDDEN, Spec, Tolerance, identical
 
 
 def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seeds: int = 5, distributions=None,

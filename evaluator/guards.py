@@ -24,9 +24,9 @@ from contextlib import contextmanager
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from compiler import kernel_scope
-from evaluator.errors import GuardViolation
-from evaluator.spec import normalize_outputs
+from tileagent.compiler import kernel_scope
+from tileagent.evaluator.errors import GuardViolation
+from tileagent.evaluator.spec import normalize_outputs
 
 _ALLOWED_IMPORT_NAMES = ("torch", "torch.nn", "torch.nn.functional", "tileagent", "tileagent.language", "math",
                          "functools", "typing", "dataclasses", "itertools", "operator", "__future__")
@@ -73,8 +73,8 @@ _MODULE_RULES = {
     "timer": {"time", "timeit"},
     "foreign-compute": {"triton", "ctypes", "cffi", "cuda", "pycuda", "cupy", "numba", "numpy", "jax", "tvm",
                         "tilelang", "cutlass", "nvidia", "torch_tensorrt", "scipy"},
-    "evaluator-access": {"evaluator"},
-    "compiler-internals": {"compiler"},
+    "evaluator-access": {"evaluator", "tileagent.evaluator"},
+    "compiler-internals": {"compiler", "tileagent.compiler"},
     "introspection": {"sys", "gc", "inspect", "importlib", "builtins", "os", "types", "weakref", "traceback",
                       "pickle", "marshal", "dis", "runpy", "linecache", "signal", "atexit", "ctypes", "contextlib",
                       "copyreg", "site", "io", "pathlib", "shutil", "tempfile", "socket"},
@@ -173,13 +173,18 @@ def _aliases(tree: ast.AST) -> dict[str, str]:
 def _module_rule(name: str) -> str | None:
     if name in ALLOWED_IMPORTS:
         return None
-    top = name.split(".")[0]
-    if top == "torch":
+    parts = name.split(".")
+    if parts[0] == "torch":
         return _torch_rule(name, "init")
     for rule, modules in _MODULE_RULES.items():
-        if top in modules:
+        if parts[0] in modules or ".".join(parts[:2]) in modules:
             return rule
     return "import"
+
+
+def _is_internal(module_name: str) -> bool:
+    """Whether a module belongs to TileAgent's compiler or evaluator (tileagent.compiler.*, tileagent.evaluator.*)."""
+    return module_name.split(".")[:2] in (["tileagent", "compiler"], ["tileagent", "evaluator"])
 
 
 def _torch_rule(dotted: str, region: str) -> str | None:
@@ -321,7 +326,7 @@ class _Checker(ast.NodeVisitor):
             if node.module.split(".")[0] == "torch":
                 rule = _torch_rule(full, "init")  # what may be used where is checked at each use
             else:
-                rule = _module_rule(node.module)
+                rule = _module_rule(full) if _is_internal(full) else _module_rule(node.module)
                 if not rule and a.name.startswith("_"):
                     rule = "private"
             if rule:
@@ -343,6 +348,8 @@ class _Checker(ast.NodeVisitor):
             return _torch_rule(dotted, self.region)
         if top == "tileagent" and any(p.startswith("_") and not p.startswith("__") for p in dotted.split(".")):
             return "private"
+        if top == "tileagent" and _is_internal(dotted):
+            return _module_rule(dotted)
         return None
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
@@ -501,7 +508,7 @@ def _watched_objects() -> list[tuple[str, object, object]]:
     """((owner label, name), owner, object) for every function and class we rely on staying genuine: timers,
     threading, torch, its Tensor and CUDA event methods, and everything in the compiler and the evaluator."""
     owners = [sys.modules[m] for m in _WATCHED_MODULES if m in sys.modules]
-    owners += [m for n, m in list(sys.modules.items()) if n.split(".")[0] in ("evaluator", "compiler") and m]
+    owners += [m for n, m in list(sys.modules.items()) if _is_internal(n) and m]
     owners += _watched_classes()
     out = []
     for owner in owners:
@@ -510,7 +517,7 @@ def _watched_objects() -> list[tuple[str, object, object]]:
             if not callable(value) or isinstance(value, type(sys)):
                 continue
             out.append(((label, name), owner, value))
-            if isinstance(value, type) and getattr(value, "__module__", "").split(".")[0] in ("evaluator", "compiler"):
+            if isinstance(value, type) and _is_internal(getattr(value, "__module__", "")):
                 out += [((f"{label}.{name}", attr), value, m) for attr, m in list(vars(value).items()) if callable(m)]
     return out
 
@@ -616,7 +623,7 @@ def guard_forward():
     """Run the candidate's forward inside: ForwardGuard active, and afterwards checks that a kernel was launched, that
     every kernel scope was entered by a call of a compiled kernel (``JITKernel.__call__``, counted while the forward
     runs), and that no thread was left running. Yields the ForwardGuard."""
-    from compiler.jit import JITKernel
+    from tileagent.compiler.jit import JITKernel
 
     threads = set(threading.enumerate())
     launches = kernel_scope.launch_count()

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from evaluator.errors import SpecError
+from tileagent.evaluator.errors import SpecError
 
 # -- input distributions ---------------------------------------------------------------------------------------------
 # Each draws a float32 CPU tensor of ``shape`` from ``g``; inputs are then cast to their dtype.

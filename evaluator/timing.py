@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 import torch
 
-from evaluator.errors import GuardViolation
-from evaluator.records import ConfigResult, Timing
-from evaluator.spec import metadata
+from tileagent.evaluator.errors import GuardViolation
+from tileagent.evaluator.records import ConfigResult, Timing
+from tileagent.evaluator.spec import metadata
 
 TRIALS, WARMUP, SETS = 50, 5, 3
 SIDE_WORK_MS = 0.1  # a device-wide sync ending this much (and 10%) after the timed stream means work elsewhere
@@ -335,7 +335,7 @@ def time_candidate(spec, kernel_path: str, config: dict, checked: ConfigResult, 
     """``checked`` (a correct config) with its timing, speedup and roofline fields filled. The baselines come from
     this process's cache when ``config`` of this reference was timed before (see the module docstring). The models
     are built as the correctness check builds them (same seed, the reference's weights copied into the candidate)."""
-    from evaluator.candidate import build_models, load_candidate
+    from tileagent.evaluator.candidate import build_models, load_candidate
 
     trials = trials or TRIALS
     reference, candidate = build_models(spec, load_candidate(kernel_path), config, device)

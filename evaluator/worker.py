@@ -6,7 +6,7 @@ Guarantees:
 - ``evaluate(request)`` runs a request in the calling process (the worker calls it; so can tests). Every failure
   becomes a status through one function, ``status_of(error)``; a device left unusable (a sticky CUDA fault such as an
   illegal address, or CUDA out of memory) is reported as status "crash".
-- ``EvalWorker(device)`` owns a subprocess (``python -m evaluator.worker``) fed JSON lines over a pipe: requests in;
+- ``EvalWorker(device)`` owns a subprocess (``python -m tileagent.evaluator.worker``) fed JSON lines over a pipe: requests in;
   phase reports, finished configs and the result out. The candidate's own prints go to the worker's stderr, never
   into the pipe. The parent enforces the time limits: ``compile_timeout_s`` for loading the reference and the
   candidate, ``run_timeout_s`` for checking one config (plus ``compile_timeout_s`` for the first config, whose call
@@ -45,7 +45,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from evaluator.errors import (
+from tileagent.evaluator.errors import (
     CandidateError,
     CompileFailed,
     DeviceFault,
@@ -56,11 +56,11 @@ from evaluator.errors import (
     Timeout,
     WorkerError,
 )
-from evaluator.records import ConfigResult, EvalRequest, EvalResult, Status
+from tileagent.evaluator.records import ConfigResult, EvalRequest, EvalResult, Status
 
 log = logging.getLogger("tileagent.evaluator")
 
-DEFAULT_EVALUATE = "evaluator.worker:evaluate"
+DEFAULT_EVALUATE = "tileagent.evaluator.worker:evaluate"
 REPO = Path(__file__).resolve().parents[1]
 
 _STATUS: tuple[tuple[type, Status], ...] = (
@@ -143,9 +143,9 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
     try:
         progress.phase("load")
         if load_spec is None:
-            from evaluator.spec import load_spec
+            from tileagent.evaluator.spec import load_spec
         if check_candidate is None:
-            from evaluator.correctness import check_candidate
+            from tileagent.evaluator.correctness import check_candidate
         spec = load_spec(request.reference_path)
         configs = expand_configs(list(spec.configs), request.configs, request.overrides)
         first: EvalError | None = None
@@ -182,7 +182,7 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
 def _gpu_lowering_checked(enabled: bool):
     """On the CPU, kernels also go through the CUDA lowering (``compiler.jit.CPU_LOWERING_CHECK``), so a candidate
     that the interpreter runs but a GPU could not compile fails here with its layout or lowering diagnostic."""
-    from compiler.jit import CPU_LOWERING_CHECK
+    from tileagent.compiler.jit import CPU_LOWERING_CHECK
 
     old = os.environ.get(CPU_LOWERING_CHECK)
     if enabled:
@@ -205,7 +205,7 @@ def _check_config(request: EvalRequest, spec, config: dict, index: int, device: 
         (checked,) = check_candidate(spec, request.kernel_path, device=device, configs=[config],
                                      seeds=request.seeds, **extra)
     if timed and checked.correct:
-        from evaluator import timing
+        from tileagent.evaluator import timing
 
         progress.phase("timing", index, config)
         checked = timing.time_candidate(spec, request.kernel_path, config, checked, device=device,
@@ -222,8 +222,8 @@ def classify(error: BaseException, device: str = "cpu", candidate_path: str | No
         return fault
     if isinstance(error, EvalError):
         return error
-    from compiler.diagnostics import CompileError
-    from compiler.errors import KernelRuntimeError
+    from tileagent.compiler.diagnostics import CompileError
+    from tileagent.compiler.errors import KernelRuntimeError
 
     frames = traceback.extract_tb(error.__traceback__) if error.__traceback__ else []
     text = f"{type(error).__name__}: {error}"
@@ -325,8 +325,8 @@ def serve(evaluate_fn: str = DEFAULT_EVALUATE, device: str = "cpu") -> None:
     fn = _resolve(evaluate_fn)
     if evaluate_fn == DEFAULT_EVALUATE:  # import the evaluator now, so that the time limits measure the candidate
         with contextlib.suppress(ImportError):
-            importlib.import_module("evaluator.correctness")
-            importlib.import_module("evaluator.timing")
+            importlib.import_module("tileagent.evaluator.correctness")
+            importlib.import_module("tileagent.evaluator.timing")
     send({"type": "ready", "pid": os.getpid(), "device": device})
     for line in proto_in:
         message = json.loads(line)
@@ -361,7 +361,7 @@ class _Process:
 
     def __init__(self, evaluate_fn: str, device: str, env: dict):
         self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "evaluator.worker", evaluate_fn, device],
+        self.proc = subprocess.Popen([sys.executable, "-m", "tileagent.evaluator.worker", evaluate_fn, device],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env,
                                      cwd=str(REPO), start_new_session=True)
         self.pid, self.buf, self.ready = self.proc.pid, b"", False

@@ -10,9 +10,9 @@ import importlib.util
 
 import torch
 
-from evaluator.errors import Mismatch, SpecError
-from evaluator.records import ConfigResult, EvalRequest, EvalResult
-from evaluator.worker import Progress, classify, expand_configs, failed
+from tileagent.evaluator.errors import Mismatch, SpecError
+from tileagent.evaluator.records import ConfigResult, EvalRequest, EvalResult
+from tileagent.evaluator.worker import Progress, classify, expand_configs, failed
 
 
 def _load(path: str, name: str):

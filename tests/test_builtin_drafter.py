@@ -7,10 +7,10 @@ import textwrap
 import pytest
 import torch
 
-from compiler.jit import JITImpl
-from evaluator.correctness import check_candidate
-from evaluator.guards import check_source
-from evaluator.spec import load_spec
+from tileagent.compiler.jit import JITImpl
+from tileagent.evaluator.correctness import check_candidate
+from tileagent.evaluator.guards import check_source
+from tileagent.evaluator.spec import load_spec
 from tests.conftest import REPO
 from tileagent.drafters.base import AttemptSummary, DrafterUnavailable, DraftTask
 from tileagent.drafters.builtin import BuiltinDrafter, explain, recognize_family

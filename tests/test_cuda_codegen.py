@@ -12,15 +12,15 @@ import re
 import pytest
 import torch
 
-from compiler.dtypes import DType
-from compiler.errors import KernelArgumentError, KernelRuntimeError
-from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
-from compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
-from compiler.runtime import nvrtc as nvrtc_mod
-from compiler.runtime.launch import _pack_scalar, eval_scalar
-from compiler.runtime.nvrtc import NvrtcError, cache_path, compile_to_cubin
-from compiler.targets.cuda import CodegenError, dtype_to_ctype, generate, required_alignment, vector_bytes
-from compiler.tir import (BLOCK_IDX, LANE, THREAD, WARP, AsyncCommit, AsyncCopy, AsyncWait, Barrier, Declare,
+from tileagent.compiler.dtypes import DType
+from tileagent.compiler.errors import KernelArgumentError, KernelRuntimeError
+from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
+from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
+from tileagent.compiler.runtime import nvrtc as nvrtc_mod
+from tileagent.compiler.runtime.launch import _pack_scalar, eval_scalar
+from tileagent.compiler.runtime.nvrtc import NvrtcError, cache_path, compile_to_cubin
+from tileagent.compiler.targets.cuda import CodegenError, dtype_to_ctype, generate, required_alignment, vector_bytes
+from tileagent.compiler.tir import (BLOCK_IDX, LANE, THREAD, WARP, AsyncCommit, AsyncCopy, AsyncWait, Barrier, Declare,
                           DeviceKernel, DeviceModule, LdMatrix, Mma, VecAtomicAdd, VecCopy)
 
 F16, BF16, F32, F64 = DType("float16"), DType("bfloat16"), DType("float32"), DType("float64")
@@ -460,7 +460,7 @@ def test_scalar_packing_by_dtype():
 
 
 def test_loaded_module_rejects_what_is_not_a_cubin():
-    from compiler.runtime import LoadedModule
+    from tileagent.compiler.runtime import LoadedModule
 
     with pytest.raises(KernelRuntimeError):  # TargetUnavailable without a GPU, a load error with one
         LoadedModule(b"\x7fELF not really a cubin")
@@ -474,7 +474,7 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA dev
 
 
 def _load(k):
-    from compiler.runtime import LoadedModule, device_arch
+    from tileagent.compiler.runtime import LoadedModule, device_arch
 
     return LoadedModule(compile_to_cubin(generate(module(k)), device_arch()))
 

@@ -13,7 +13,7 @@ import torch
 
 import tileagent
 import tileagent.language as T
-from compiler.diagnostics import CODES, CompileError, InternalCompilerError
+from tileagent.compiler.diagnostics import CODES, CompileError, InternalCompilerError
 
 MARK = "# <- here"
 

@@ -3,13 +3,13 @@
 import pytest
 import torch
 
-from compiler.diagnostics import Span
-from compiler.dtypes import DType
-from compiler.emulate import EmulationError, run_kernel, run_module
-from compiler.errors import KernelFault
-from compiler.ir.expr import Call, Const, Load, Var, as_expr, make_cmp, make_select
-from compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
-from compiler.tir import (BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceKernel, DeviceModule, Mma,
+from tileagent.compiler.diagnostics import Span
+from tileagent.compiler.dtypes import DType
+from tileagent.compiler.emulate import EmulationError, run_kernel, run_module
+from tileagent.compiler.errors import KernelFault
+from tileagent.compiler.ir.expr import Call, Const, Load, Var, as_expr, make_cmp, make_select
+from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
+from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceKernel, DeviceModule, Mma,
                           VecCopy)
 
 F32, F16, BF16, I32 = DType("float32"), DType("float16"), DType("bfloat16"), DType("int32")
@@ -280,7 +280,7 @@ def test_async_copy_lands_only_at_its_wait():
     """cp.async semantics in the emulator: a read of the destination before the AsyncWait that retires the copy sees
     the old bytes (a missing wait shows up as wrong values); after the wait it sees the copied ones; a false
     ``valid`` writes zeros and reads nothing."""
-    from compiler.tir import AsyncCommit, AsyncCopy, AsyncWait
+    from tileagent.compiler.tir import AsyncCommit, AsyncCopy, AsyncWait
 
     src = Buffer("src", (64,), DType("float32"), "global")
     out = Buffer("out", (64,), DType("float32"), "global")

@@ -6,10 +6,10 @@ import textwrap
 import pytest
 import torch
 
-from evaluator.candidate import build_models, load_candidate
-from evaluator.correctness import check_candidate
-from evaluator.errors import CompileFailed, LoadFailed, Mismatch, RunFailed, SpecError
-from evaluator.spec import load_spec
+from tileagent.evaluator.candidate import build_models, load_candidate
+from tileagent.evaluator.correctness import check_candidate
+from tileagent.evaluator.errors import CompileFailed, LoadFailed, Mismatch, RunFailed, SpecError
+from tileagent.evaluator.spec import load_spec
 from tests.conftest import REPO
 
 REDTEAM = REPO / "tests" / "redteam"

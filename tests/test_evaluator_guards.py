@@ -7,8 +7,8 @@ import threading
 import pytest
 import torch
 
-from evaluator.errors import GuardViolation
-from evaluator.guards import ForwardGuard, Identities, check_outputs, check_source, guard_forward, poison
+from tileagent.evaluator.errors import GuardViolation
+from tileagent.evaluator.guards import ForwardGuard, Identities, check_outputs, check_source, guard_forward, poison
 from tests.conftest import REPO
 
 HEADER = """
@@ -127,6 +127,9 @@ def test_honest_corpus_passes(path):
     ("import evaluator", "evaluator-access", "import evaluator"),
     ("from compiler import jit", "compiler-internals", "from compiler import jit"),
     ("import compiler.interp", "compiler-internals", "import compiler.interp"),
+    ("from tileagent import compiler", "compiler-internals", "from tileagent import compiler"),
+    ("from tileagent.evaluator import spec", "evaluator-access", "from tileagent.evaluator import spec"),
+    ("import tileagent.compiler.interp", "compiler-internals", "import tileagent.compiler.interp"),
     ("x = torch._C", "private", "torch._C"),
     ("x = tileagent._private", "private", "tileagent._private"),
     ("def f(k):\n    return k._backend", "private", "._backend"),
@@ -231,7 +234,7 @@ def test_guard_forward_requires_a_kernel_launch():
 
 
 def test_guard_forward_catches_a_thread_left_running():
-    import compiler
+    from tileagent import compiler
     from tests.kernels import scale_rows
 
     kernel = compiler.compile(scale_rows(4, 8), out_idx=[1], target="cpu")

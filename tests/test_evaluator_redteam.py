@@ -3,9 +3,9 @@
 
 import pytest
 
-from evaluator.correctness import check_candidate
-from evaluator.errors import GuardViolation, LoadFailed, Mismatch, RunFailed
-from evaluator.spec import load_spec
+from tileagent.evaluator.correctness import check_candidate
+from tileagent.evaluator.errors import GuardViolation, LoadFailed, Mismatch, RunFailed
+from tileagent.evaluator.spec import load_spec
 from tests.conftest import REPO
 
 REDTEAM, HONEST = REPO / "tests" / "redteam", REPO / "tests" / "honest"
@@ -27,7 +27,7 @@ CHEATS = {
     "patch_cuda_event": ("softmax", GuardViolation, "patch", "assigns torch.cuda.Event"),
     "cache_by_data_ptr": ("softmax", GuardViolation, "identity-cache", ".data_ptr"),
     "lazy_subclass": ("softmax", GuardViolation, "tensor-subclass", "subclasses torch.Tensor"),
-    "monkeypatch_evaluator": ("softmax", GuardViolation, "evaluator-access", "import evaluator.correctness"),
+    "monkeypatch_evaluator": ("softmax", GuardViolation, "evaluator-access", "from tileagent import evaluator"),
     "reads_reference_global": ("softmax", GuardViolation, "introspection", "import sys"),
     "random_output": ("relu_scale", GuardViolation, "nondeterminism", "import random"),
     "returns_parameter": ("relu_scale", GuardViolation, "tensor-subclass", "torch.nn.Parameter"),

@@ -5,8 +5,8 @@ import textwrap
 import pytest
 import torch
 
-from evaluator.errors import SpecError
-from evaluator.spec import (
+from tileagent.evaluator.errors import SpecError
+from tileagent.evaluator.spec import (
     ALL_DISTRIBUTIONS,
     HIDDEN,
     PUBLIC_DISTRIBUTIONS,

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from evaluator.errors import GuardViolation
-from evaluator.timing import (
+from tileagent.evaluator.errors import GuardViolation
+from tileagent.evaluator.timing import (
     _close,
     metadata,
     outliers,
@@ -71,7 +71,7 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA dev
 @pytest.mark.gpu
 @gpu
 def test_time_models_on_gpu():
-    from evaluator.timing import copy_bandwidth_gbs, time_models
+    from tileagent.evaluator.timing import copy_bandwidth_gbs, time_models
 
     sets = [[torch.randn(4096, 4096, device="cuda", dtype=torch.float16)] for _ in range(3)]
     fields = time_models(lambda x: torch.relu(x), torch.nn.ReLU(), sets, trials=30)
@@ -83,7 +83,7 @@ def test_time_models_on_gpu():
 @pytest.mark.gpu
 @gpu
 def test_results_cached_by_pointer_are_caught():
-    from evaluator.timing import time_models
+    from tileagent.evaluator.timing import time_models
 
     cache = {}
 

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 from typer.testing import CliRunner
 
-from evaluator.errors import (
+from tileagent.evaluator.errors import (
     CandidateError,
     CompileFailed,
     DeviceFault,
@@ -24,8 +24,8 @@ from evaluator.errors import (
     Timeout,
     WorkerError,
 )
-from evaluator.records import EvalRequest
-from evaluator.worker import EvalWorker, budget_s, expand_configs, status_of
+from tileagent.evaluator.records import EvalRequest
+from tileagent.evaluator.worker import EvalWorker, budget_s, expand_configs, status_of
 
 FAKE = "tests.evaluator_fakes:fake_evaluate"
 
@@ -170,7 +170,8 @@ class _InProcessWorker:
 
 
 def test_cli_eval_exit_codes(cli, files, monkeypatch):
-    import evaluator.worker
+    from tileagent import evaluator
+    import tileagent.evaluator.worker
 
     monkeypatch.setattr(evaluator.worker, "EvalWorker", _InProcessWorker)
     assert cli(files / "honest.py", files / "ref.py").exit_code == 0

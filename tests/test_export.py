@@ -149,7 +149,7 @@ def test_export_rejects_what_it_cannot_serve(tmp_path):
 
 def _nvrtc_available() -> bool:
     try:
-        from compiler.runtime.nvrtc import nvrtc_version
+        from tileagent.compiler.runtime.nvrtc import nvrtc_version
 
         nvrtc_version()
         return True
@@ -159,7 +159,7 @@ def _nvrtc_available() -> bool:
 
 @pytest.mark.skipif(not _nvrtc_available(), reason="NVRTC is not importable")
 def test_prebuilt_cubins_are_found_without_nvrtc(tmp_path, monkeypatch):
-    from compiler.runtime import nvrtc
+    from tileagent.compiler.runtime import nvrtc
 
     monkeypatch.setenv("TILEAGENT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(nvrtc, "_CUBIN_DIRS", [])
@@ -167,7 +167,7 @@ def test_prebuilt_cubins_are_found_without_nvrtc(tmp_path, monkeypatch):
     path = export_module(TASK, [entry], tmp_path / "out", prebuild_arches=["sm_90a"])
     cubins = sorted((path.parent / "rmsnorm_silu_tileagent_cubins" / "sm_90a").glob("*.cubin"))
     assert len(cubins) == 1
-    from evaluator.spec import load_spec
+    from tileagent.evaluator.spec import load_spec
 
     (kernel,) = launched_kernels(load_spec(TASK, check=False), entry)
     source = kernel.get_kernel_source()

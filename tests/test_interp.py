@@ -7,7 +7,7 @@ import torch
 
 import tileagent
 import tileagent.language as T
-from compiler.errors import KernelArgumentError, KernelFault
+from tileagent.compiler.errors import KernelArgumentError, KernelFault
 
 F32 = dict(rtol=1e-5, atol=1e-6)
 EXACT = dict(rtol=0, atol=0)

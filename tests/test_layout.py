@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from compiler.layout import Fragment, Layout, Level, Swizzle, make_blocked
+from tileagent.compiler.layout import Fragment, Layout, Level, Swizzle, make_blocked
 
 
 def test_blocked_layout_puts_consecutive_pairs_on_consecutive_threads():
@@ -84,7 +84,7 @@ def test_table_prints_thread_and_register():
 
 
 def test_swizzle_choice_follows_the_row_bytes():
-    from compiler.layout import swizzled
+    from tileagent.compiler.layout import swizzled
 
     assert swizzled((128, 64), 2).swizzle == Swizzle(bits=3, base=3, shift=3)  # 128-byte rows: 8 chunks
     assert swizzled((64, 32), 2).swizzle == Swizzle(bits=2, base=3, shift=2)  # 64-byte rows
@@ -96,7 +96,7 @@ def test_swizzle_choice_follows_the_row_bytes():
 
 
 def test_mma_accumulator_layout_and_partition():
-    from compiler.layout.mma import accumulator_layout, operand_a_layout, warp_partition
+    from tileagent.compiler.layout.mma import accumulator_layout, operand_a_layout, warp_partition
 
     assert warp_partition(128, 128, 4, 0) == (2, 2)
     assert warp_partition(64, 64, 8, 2) == (1, 8)

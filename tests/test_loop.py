@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluator.records import ConfigResult, EvalRequest, EvalResult, Timing
+from tileagent.evaluator.records import ConfigResult, EvalRequest, EvalResult, Timing
 from tileagent.archive import Archive, ArchiveEntry
 from tileagent.autotune import assign, current_values, tunables_of
 from tileagent.configs import ConfigSelectionError, RunConfig, grid, reduce_for_device, select
@@ -215,7 +215,7 @@ def test_config_selection_by_key_and_index_with_clear_errors():
 
 
 def test_cpu_evaluates_free_dims_at_their_small_config_size():
-    from evaluator.spec import load_spec
+    from tileagent.evaluator.spec import load_spec
 
     spec = load_spec(REFERENCE, check=False)
     cpu = reduce_for_device(spec, spec.configs[:2], "cpu")

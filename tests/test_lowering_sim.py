@@ -8,7 +8,7 @@ import torch
 
 import tileagent
 import tileagent.language as T
-from compiler.diagnostics import CompileError
+from tileagent.compiler.diagnostics import CompileError
 from tests import kernels as K
 
 

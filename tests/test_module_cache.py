@@ -2,13 +2,13 @@
 
 import torch
 
-from compiler import module_cache
-from compiler.backends import EmulatorBackend
-from compiler.check import check
-from compiler.jit import bind_arguments
-from compiler.layout.infer import infer_layouts
-from compiler.lower import lower
-from compiler.targets.cuda import generate
+from tileagent.compiler import module_cache
+from tileagent.compiler.backends import EmulatorBackend
+from tileagent.compiler.check import check
+from tileagent.compiler.jit import bind_arguments
+from tileagent.compiler.layout.infer import infer_layouts
+from tileagent.compiler.lower import lower
+from tileagent.compiler.targets.cuda import generate
 from tests.conftest import REPO, load_module
 
 

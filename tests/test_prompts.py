@@ -10,10 +10,10 @@ import torch
 
 import tileagent
 import tileagent.language as T
-from compiler.diagnostics import CODES, CompileError
-from compiler.jit import JITImpl
-from evaluator.correctness import check_candidate
-from evaluator.spec import load_spec
+from tileagent.compiler.diagnostics import CODES, CompileError
+from tileagent.compiler.jit import JITImpl
+from tileagent.evaluator.correctness import check_candidate
+from tileagent.evaluator.spec import load_spec
 from tests.conftest import REPO, load_module
 from tileagent import prompts
 

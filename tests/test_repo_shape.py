@@ -19,8 +19,19 @@ def test_module_is_small_and_documented(path):
 
 
 def test_every_diagnostic_code_is_documented():
-    from compiler.diagnostics import CODES
+    from tileagent.compiler.diagnostics import CODES
 
     doc = (REPO / "docs" / "dsl.md").read_text()
     missing = [code for code in CODES if f"`{code}`" not in doc]
     assert not missing, f"codes missing from docs/dsl.md: {missing}"
+
+
+def test_every_package_folder_is_installed_under_the_tileagent_namespace():
+    import tomllib
+
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {"tileagent": "tileagent", "compiler": "tileagent.compiler", "evaluator": "tileagent.evaluator"}
+    found = {folders[init.relative_to(REPO).parts[0]] + "".join("." + p for p in init.relative_to(REPO).parts[1:-1])
+             for top in folders for init in (REPO / top).rglob("__init__.py")}
+    assert found == set(meta["packages"])
+    assert not any(name.split(".")[0] in ("compiler", "evaluator") for name in meta["packages"])

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 import tileagent
-from compiler.dtypes import DType
-from compiler.ir.expr import BinOp, Cast, Const, Var, make_binop
-from compiler.ir.stmt import For
-from compiler.targets.swizzle_address import SMEM_ALIGN, split_swizzled_index
-from compiler.tir import LANE, THREAD, WARP, LdMatrix
+from tileagent.compiler.dtypes import DType
+from tileagent.compiler.ir.expr import BinOp, Cast, Const, Var, make_binop
+from tileagent.compiler.ir.stmt import For
+from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN, split_swizzled_index
+from tileagent.compiler.tir import LANE, THREAD, WARP, LdMatrix
 from tests.test_gemm_sim import _gemm
 import tileagent.language as T
 
@@ -94,7 +94,7 @@ def test_mla_decode_addresses_equal(shared_example):
 
 
 def test_no_split_when_a_term_outside_the_swizzle_would_carry_into_the_xor_bits():
-    from compiler.layout.layout import Swizzle
+    from tileagent.compiler.layout.layout import Swizzle
 
     kb, row = Var("kb", DType("int32")), Var("row", DType("int32"))
     sw = Swizzle(3, 3, 4)

@@ -57,7 +57,7 @@ def test_kernelbench_defaults_still_work():
 @pytest.mark.skipif(importlib.util.find_spec("evaluator.spec") is None, reason="evaluator.spec not built yet")
 @pytest.mark.parametrize("name", TASKS)
 def test_load_spec_accepts_task(name):
-    from evaluator.spec import load_spec
+    from tileagent.evaluator.spec import load_spec
 
     spec = load_spec(str(REPO / "tasks" / f"{name}.py"))
     assert list(spec.configs)

@@ -4,7 +4,11 @@
 ``tileagent.PassConfigKey`` and ``tileagent.language`` come from the embedded compiler.
 """
 
-from compiler import CompileError, JITKernel, PassConfigKey, __version__, compile, jit
+from tileagent import _layout
+
+_layout.mount_sibling_packages(__path__)
+
+from tileagent.compiler import CompileError, JITKernel, PassConfigKey, __version__, compile, jit
 from tileagent import language
 
 __all__ = ["CompileError", "JITKernel", "PassConfigKey", "__version__", "compile", "jit", "language"]

@@ -104,7 +104,7 @@ def device_arch(device: str) -> str:
     """'cpu', or the CUDA device's arch as the compiler names it (``compiler.runtime.nvrtc.device_arch``)."""
     if not device.startswith("cuda"):
         return "cpu"
-    from compiler.runtime.nvrtc import device_arch as nvrtc_arch
+    from tileagent.compiler.runtime.nvrtc import device_arch as nvrtc_arch
 
     return nvrtc_arch(device)
 

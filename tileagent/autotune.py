@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
-from evaluator.records import ConfigResult, EvalResult
+from tileagent.evaluator.records import ConfigResult, EvalResult
 from tileagent.runstore import config_key
 
 log = logging.getLogger("tileagent.autotune")

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from compiler.diagnostics import CompileError
+from tileagent.compiler.diagnostics import CompileError
 
 app = typer.Typer(help="TileAgent: verified GPU kernels from PyTorch references, in a TileLang-compatible DSL.",
                   no_args_is_help=True, add_completion=False)
@@ -94,7 +94,7 @@ def run(program: Path = typer.Argument(..., help="a .py file defining check(devi
     console.print(table)
 
 
-EVALUATE_FN = "evaluator.worker:evaluate"  # what the eval worker runs per request (tests substitute a fake)
+EVALUATE_FN = "tileagent.evaluator.worker:evaluate"  # what the eval worker runs per request (tests substitute a fake)
 _NOT_CORRECT = {"mismatch", "guard_violation", "compile_error", "candidate_error", "timeout", "crash",
                 "internal_error"}
 
@@ -151,8 +151,8 @@ def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file def
           compile_timeout: float = typer.Option(120.0, help="seconds to load the reference and the candidate"),
           run_timeout: float = typer.Option(120.0, help="seconds to check (or time) one config"),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
-    from evaluator.records import EvalRequest
-    from evaluator.worker import EvalWorker
+    from tileagent.evaluator.records import EvalRequest
+    from tileagent.evaluator.worker import EvalWorker
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
     for path in (kernel, reference):
@@ -189,7 +189,7 @@ def compile(program: Path = typer.Argument(..., help="a .py file defining a @til
             param: list[str] = typer.Option([], "--param", "-p", help="keyword for the factory, as key=value"),
             show: str = typer.Option("tile", help="tile | layouts | thread | cuda"),
             target: str = typer.Option("sim", help="sim (CPU, lowered as for CUDA), cuda or cpu")) -> None:
-    from compiler.jit import JITImpl
+    from tileagent.compiler.jit import JITImpl
 
     module = _load_module(program)
     factories = {name: obj for name, obj in vars(module).items() if isinstance(obj, JITImpl)}
@@ -280,8 +280,8 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
     """generate and batch: set up (or resume) a run, run the loop, print the table and the outputs, exit."""
     import datetime
 
-    from evaluator.errors import SpecError
-    from evaluator.worker import EvalWorker, resolve_device
+    from tileagent.evaluator.errors import SpecError
+    from tileagent.evaluator.worker import EvalWorker, resolve_device
     from tileagent import configs as cfgs
     from tileagent.archive import Archive
     from tileagent.display import LiveProgress, result_table
@@ -306,7 +306,7 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
             raise _bad(f"{command} needs a REFERENCE file (or --resume RUN_DIR)")
         if not reference.is_file():
             raise _bad(f"no such file: {reference}")
-        from evaluator.spec import load_spec
+        from tileagent.evaluator.spec import load_spec
 
         try:
             spec = load_spec(reference)
@@ -443,7 +443,7 @@ def batch(reference: Path = _REFERENCE,
 
 @app.command(help="Print the version.")
 def version() -> None:
-    from compiler import __version__
+    from tileagent.compiler import __version__
 
     console.print(__version__)
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, Field
 
-from evaluator.spec import Spec, cast_floating, load_spec
+from tileagent.evaluator.spec import Spec, cast_floating, load_spec
 from tileagent.export_template import init_key, literal, render
 from tileagent.runstore import write_atomic
 
@@ -255,7 +255,7 @@ def _header(name: str, reference: Path, entries: list[ExportEntry], input_names,
 def launched_kernels(spec: Spec, entry: ExportEntry) -> list:
     """The JITKernels entry's ModelNew launches at its config, found by a dry run on CPU tensors: kernels are built
     (checked, not run) and their outputs allocated, so that no kernel executes."""
-    from compiler.jit import JITKernel, bind_arguments
+    from tileagent.compiler.jit import JITKernel, bind_arguments
     from tileagent.export_template import exec_source
 
     tag = f"{zlib.crc32(entry.source.encode()):08x}"
@@ -295,8 +295,8 @@ def _candidate_model(spec: Spec, module, config: dict):
 
 def prebuild_cubins(spec: Spec, entries: list[ExportEntry], directory: Path, arches) -> list[Path]:
     """Compile every kernel the entries launch for each arch into ``directory/<arch>/`` (NVRTC cache format)."""
-    from compiler.jit import nvrtc_options
-    from compiler.runtime.nvrtc import write_cubin_entry
+    from tileagent.compiler.jit import nvrtc_options
+    from tileagent.compiler.runtime.nvrtc import write_cubin_entry
 
     written = []
     for entry in entries:

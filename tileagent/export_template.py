@@ -271,7 +271,7 @@ ENTRIES = [
 
 CUBIN_DIR = Path(__file__).resolve().with_name({cubin_dir!r})
 if CUBIN_DIR.is_dir():  # prebuilt cubins, one folder per arch: loading on that arch skips NVRTC
-    from compiler.runtime import nvrtc as _nvrtc
+    from tileagent.compiler.runtime import nvrtc as _nvrtc
 
     for _arch_dir in sorted(CUBIN_DIR.iterdir()):
         if _arch_dir.is_dir():

@@ -9,7 +9,7 @@ crashes; a correct candidate -> ``timing`` when timed); numbers are formatted be
 
 from __future__ import annotations
 
-from evaluator.records import ConfigResult, EvalResult
+from tileagent.evaluator.records import ConfigResult, EvalResult
 from tileagent.prompts import render
 
 UNTIMED_OK = ("Your kernel is correct on every config ({configs} checked). Timing is unavailable on {device}, so "

@@ -1,4 +1,4 @@
 """``import tileagent.language as T``: the tile DSL (re-exported from ``compiler.language``)."""
 
-from compiler.language import *  # noqa: F401,F403
-from compiler.language import __all__ as _all  # noqa: F401
+from tileagent.compiler.language import *  # noqa: F401,F403
+from tileagent.compiler.language import __all__ as _all  # noqa: F401

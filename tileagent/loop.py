@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from evaluator.records import ConfigResult, EvalRequest, EvalResult
+from tileagent.evaluator.records import ConfigResult, EvalRequest, EvalResult
 from tileagent import autotune
 from tileagent.configs import RunConfig
 from tileagent.context import build_messages, family_of, pick_examples
@@ -428,7 +428,7 @@ def finalize(loop: Loop, outcome: Outcome, command: str = "generate", export: bo
 
 
 def _archive(loop: Loop, outcome: Outcome) -> None:
-    from evaluator.spec import load_spec
+    from tileagent.evaluator.spec import load_spec
     from tileagent.archive import ArchiveEntry, device_arch, reference_dtype
 
     try:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.diagnostics import DSLSyntaxError, DSLTypeError, Span
-from compiler.dtypes import DType, dtype as as_dtype, from_python, promote
+from tileagent.compiler.diagnostics import DSLSyntaxError, DSLTypeError, Span
+from tileagent.compiler.dtypes import DType, dtype as as_dtype, from_python, promote
 
 Number = (int, float, bool)
 

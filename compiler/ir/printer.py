@@ -7,8 +7,8 @@ an element-wise store prints as an assignment. Output is stable (tests paste it 
 
 from __future__ import annotations
 
-from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
-from compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, Gemm, If,
+from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
+from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, Gemm, If,
                               Kernel, Let, Parallel, Print, PrimFunc, Reduce, Region, Store, UseSwizzle)
 
 _PREC = {"or": 1, "and": 2, "|": 4, "^": 5, "&": 6, "<<": 7, ">>": 7, "+": 8, "-": 8, "*": 9, "/": 9, "//": 9,
@@ -127,7 +127,7 @@ def stmt_lines(s, indent: int = 0) -> list[str]:
 
 
 def _thread_stmt_lines(s, pad: str) -> list[str]:
-    from compiler.tir import Barrier, Declare, Mma, VecCopy
+    from tileagent.compiler.tir import Barrier, Declare, Mma, VecCopy
 
     if isinstance(s, Declare):
         init = "" if s.init is None else f" = {expr_str(s.init)}"

@@ -7,7 +7,7 @@ Guarantees: ``static_int`` returns an int only when the expression has that valu
 
 from __future__ import annotations
 
-from compiler.ir.expr import BinOp, Cast, Const, Expr, Unary, Var
+from tileagent.compiler.ir.expr import BinOp, Cast, Const, Expr, Unary, Var
 
 
 def linear_form(e) -> tuple[dict, int] | None:
@@ -97,7 +97,7 @@ def is_even(e) -> bool:
 
 def _atoms(e):
     """Linear form over variables and opaque atoms: ({key: coefficient}, constant)."""
-    from compiler.ir.printer import expr_str
+    from tileagent.compiler.ir.printer import expr_str
 
     if isinstance(e, bool):
         return None
@@ -163,7 +163,7 @@ def additive_terms(e):
 
 def sum_of_terms(terms, const):
     """The expression ``sum(c * atom for atom, c in terms) + const`` (an int when there are no terms)."""
-    from compiler.ir.expr import make_binop
+    from tileagent.compiler.ir.expr import make_binop
 
     out = const
     for atom, c in terms:

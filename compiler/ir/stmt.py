@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compiler.diagnostics import Span
-from compiler.dtypes import DType
-from compiler.ir.expr import Expr, Var
+from tileagent.compiler.diagnostics import Span
+from tileagent.compiler.dtypes import DType
+from tileagent.compiler.ir.expr import Expr, Var
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Buffer:
@@ -230,6 +230,6 @@ class PrimFunc:
     span: Span | None = None
 
     def __repr__(self) -> str:
-        from compiler.ir.printer import print_func
+        from tileagent.compiler.ir.printer import print_func
 
         return print_func(self)

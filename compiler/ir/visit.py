@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
-from compiler.ir.expr import Const, Expr, Load, Var
-from compiler.ir.stmt import AtomicAdd, For, If, Let, Region, Store
+from tileagent.compiler.ir.expr import Const, Expr, Load, Var
+from tileagent.compiler.ir.stmt import AtomicAdd, For, If, Let, Region, Store
 
 
 def walk(stmts):

@@ -4,19 +4,19 @@ Builtins are thin: each validates its arguments and returns one IR node or spec.
 decorated function to ``compiler.frontend``, which parses its source and calls these builtins.
 """
 
-from compiler.dtypes import DType
-from compiler.frontend import prim_func
-from compiler.language.annotations import (annotate_layout, make_full_bank_swizzled_layout,
+from tileagent.compiler.dtypes import DType
+from tileagent.compiler.frontend import prim_func
+from tileagent.compiler.language.annotations import (annotate_layout, make_full_bank_swizzled_layout,
                                            make_half_bank_swizzled_layout, make_quarter_bank_swizzled_layout,
                                            make_swizzled_layout, print, use_swizzle)
-from compiler.language.kernel import Kernel, alloc_fragment, alloc_local, alloc_shared, alloc_var
-from compiler.language.loops import Parallel, Pipelined, Serial, serial, unroll
-from compiler.language.math import (abs, cast, ceil, ceildiv, erf, exp, exp2, floor, floordiv, floormod,
+from tileagent.compiler.language.kernel import Kernel, alloc_fragment, alloc_local, alloc_shared, alloc_var
+from tileagent.compiler.language.loops import Parallel, Pipelined, Serial, serial, unroll
+from tileagent.compiler.language.math import (abs, cast, ceil, ceildiv, erf, exp, exp2, floor, floordiv, floormod,
                                     if_then_else, infinity, log, log2, max, max_value, min, min_value, pow, rsqrt,
                                     sigmoid, sqrt, tanh)
-from compiler.language.tileops import (GemmWarpPolicy, atomic_add, clear, copy, fill, gemm, reduce, reduce_abssum,
+from tileagent.compiler.language.tileops import (GemmWarpPolicy, atomic_add, clear, copy, fill, gemm, reduce, reduce_abssum,
                                        reduce_absmax, reduce_max, reduce_min, reduce_sum)
-from compiler.language.types import DTYPES, Buffer, Tensor, dynamic, symbolic
+from tileagent.compiler.language.types import DTYPES, Buffer, Tensor, dynamic, symbolic
 
 globals().update(DTYPES)  # T.float16, T.float32, T.float, T.bfloat16, T.int32, ...
 Select = if_then_else

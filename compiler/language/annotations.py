@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.diagnostics import DSLTypeError
-from compiler.ir.expr import Expr, describe
-from compiler.ir.stmt import AnnotateLayout, Buffer, Print, UseSwizzle
+from tileagent.compiler.diagnostics import DSLTypeError
+from tileagent.compiler.ir.expr import Expr, describe
+from tileagent.compiler.ir.stmt import AnnotateLayout, Buffer, Print, UseSwizzle
 
 SWIZZLE_ORDERS = {"row": "row", "column": "column", "col": "column"}
 

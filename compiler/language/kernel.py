@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.diagnostics import DSLTypeError, ShapeError
-from compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
-from compiler.ir.expr import Expr
-from compiler.ir.simplify import static_int
+from tileagent.compiler.diagnostics import DSLTypeError, ShapeError
+from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
+from tileagent.compiler.ir.expr import Expr
+from tileagent.compiler.ir.simplify import static_int
 
 MAX_THREADS = 1024
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compiler.diagnostics import DSLTypeError
-from compiler.ir.expr import Expr, make_binop
+from tileagent.compiler.diagnostics import DSLTypeError
+from tileagent.compiler.ir.expr import Expr, make_binop
 
 
 @dataclass(frozen=True)

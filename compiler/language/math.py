@@ -6,9 +6,9 @@ done in float32.
 
 from __future__ import annotations
 
-from compiler.diagnostics import DSLTypeError
-from compiler.dtypes import UnsupportedDType, dtype as as_dtype
-from compiler.ir.expr import Const, Expr, describe, is_number, make_binop, make_call, make_cast, make_select
+from tileagent.compiler.diagnostics import DSLTypeError
+from tileagent.compiler.dtypes import UnsupportedDType, dtype as as_dtype
+from tileagent.compiler.ir.expr import Const, Expr, describe, is_number, make_binop, make_call, make_cast, make_select
 
 
 def _scalars(name, *args):

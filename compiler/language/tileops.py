@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import enum
 
-from compiler.diagnostics import DSLTypeError, ShapeError
-from compiler.ir.expr import Expr, Load, as_expr, describe, make_cast
-from compiler.ir.stmt import (AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, Gemm, Reduce, Region, Store)
+from tileagent.compiler.diagnostics import DSLTypeError, ShapeError
+from tileagent.compiler.ir.expr import Expr, Load, as_expr, describe, make_cast
+from tileagent.compiler.ir.stmt import (AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, Gemm, Reduce, Region, Store)
 
 
 class GemmWarpPolicy(enum.IntEnum):

@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
-from compiler.diagnostics import DSLTypeError
-from compiler.dtypes import KNOWN, DType
-from compiler.ir.expr import Var, describe
+from tileagent.compiler.diagnostics import DSLTypeError
+from tileagent.compiler.dtypes import KNOWN, DType
+from tileagent.compiler.ir.expr import Var, describe
 
 
 class Tensor:

@@ -7,7 +7,7 @@ that hold the same value; distinct indices owned by the same thread get distinct
 is a bijection from indices to offsets ``0 .. size-1``; ``inverse`` undoes it.
 """
 
-from compiler.layout.fragment import Fragment, Level, make_blocked
-from compiler.layout.layout import Layout, Swizzle, swizzled
+from tileagent.compiler.layout.fragment import Fragment, Level, make_blocked
+from tileagent.compiler.layout.layout import Layout, Swizzle, swizzled
 
 __all__ = ["Fragment", "Layout", "Level", "Swizzle", "make_blocked", "swizzled"]

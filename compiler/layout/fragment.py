@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.ir.expr import make_binop
+from tileagent.compiler.ir.expr import make_binop
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compiler.diagnostics import LayoutError
-from compiler.ir.expr import Var
-from compiler.ir.simplify import static_int
-from compiler.ir.stmt import (AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, Gemm, If, Kernel,
+from tileagent.compiler.diagnostics import LayoutError
+from tileagent.compiler.ir.expr import Var
+from tileagent.compiler.ir.simplify import static_int
+from tileagent.compiler.ir.stmt import (AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, Gemm, If, Kernel,
                               Let, Parallel, PrimFunc, Reduce, Store)
-from compiler.ir.visit import loads, stmt_exprs, walk
-from compiler.layout.fragment import Fragment, make_blocked
-from compiler.layout.layout import Layout, swizzled
-from compiler.layout.mma import accumulator_layout, operand_a_layout, warp_partition
+from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
+from tileagent.compiler.layout.fragment import Fragment, make_blocked
+from tileagent.compiler.layout.layout import Layout, swizzled
+from tileagent.compiler.layout.mma import accumulator_layout, operand_a_layout, warp_partition
 
 
 @dataclass

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.ir.expr import make_binop
-from compiler.ir.simplify import split_multiples
+from tileagent.compiler.ir.expr import make_binop
+from tileagent.compiler.ir.simplify import split_multiples
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 
-from compiler.diagnostics import LayoutError
-from compiler.layout.fragment import Fragment, Level
+from tileagent.compiler.diagnostics import LayoutError
+from tileagent.compiler.layout.fragment import Fragment, Level
 
 SQUARE, FULL_ROW, FULL_COL = 0, 1, 2
 _POLICY_NAMES = ("Square", "FullRow", "FullCol")

@@ -13,21 +13,21 @@ from __future__ import annotations
 
 import logging
 
-from compiler.diagnostics import CompileError, InternalCompilerError, TargetError
-from compiler.ir.expr import Var, make_binop, make_call
-from compiler.ir.simplify import static_int
-from compiler.ir.visit import walk
-from compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, Gemm, If,
+from tileagent.compiler.diagnostics import CompileError, InternalCompilerError, TargetError
+from tileagent.compiler.ir.expr import Var, make_binop, make_call
+from tileagent.compiler.ir.simplify import static_int
+from tileagent.compiler.ir.visit import walk
+from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, Gemm, If,
                               Kernel, Let, Parallel, Print, PrimFunc, Reduce, Store, UseSwizzle)
-from compiler.lower.barriers import insert_barriers
-from compiler.lower.context import LowerContext
-from compiler.lower.copy import lower_atomic_add_tile, lower_copy, lower_fill, scratch_bytes as copy_scratch_bytes
-from compiler.lower.gemm import lower_gemm, packable_a_operands
-from compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
-from compiler.lower.pipeline import SoftwarePipeline, lower_pipeline, plan_pipelines
-from compiler.lower.reduce import lower_reduce, scratch_bytes as reduce_scratch_bytes
-from compiler.lower.smem import plan_shared
-from compiler.tir import BLOCK_IDX, GRID_DIM, Barrier, Declare, DeviceKernel, DeviceModule
+from tileagent.compiler.lower.barriers import insert_barriers
+from tileagent.compiler.lower.context import LowerContext
+from tileagent.compiler.lower.copy import lower_atomic_add_tile, lower_copy, lower_fill, scratch_bytes as copy_scratch_bytes
+from tileagent.compiler.lower.gemm import lower_gemm, packable_a_operands
+from tileagent.compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
+from tileagent.compiler.lower.pipeline import SoftwarePipeline, lower_pipeline, plan_pipelines
+from tileagent.compiler.lower.reduce import lower_reduce, scratch_bytes as reduce_scratch_bytes
+from tileagent.compiler.lower.smem import plan_shared
+from tileagent.compiler.tir import BLOCK_IDX, GRID_DIM, Barrier, Declare, DeviceKernel, DeviceModule
 
 log = logging.getLogger("tileagent.compiler")
 

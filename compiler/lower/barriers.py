@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from compiler.ir.stmt import (AtomicAdd, AtomicAddTile, Copy, Fill, For, Gemm, If, Let, Parallel, Reduce, Store)
-from compiler.ir.visit import loads
-from compiler.lower.pipeline import SoftwarePipeline
-from compiler.tir import Barrier
+from tileagent.compiler.ir.stmt import (AtomicAdd, AtomicAddTile, Copy, Fill, For, Gemm, If, Let, Parallel, Reduce, Store)
+from tileagent.compiler.ir.visit import loads
+from tileagent.compiler.lower.pipeline import SoftwarePipeline
+from tileagent.compiler.tir import Barrier
 
 
 def insert_barriers(body: tuple) -> tuple:

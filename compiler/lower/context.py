@@ -14,14 +14,14 @@ import math
 
 import numpy as np
 
-from compiler.diagnostics import TargetError
-from compiler.dtypes import DType
-from compiler.ir.expr import (BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Unary, Var, as_expr, make_binop,
+from tileagent.compiler.diagnostics import TargetError
+from tileagent.compiler.dtypes import DType
+from tileagent.compiler.ir.expr import (BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Unary, Var, as_expr, make_binop,
                               make_cast, make_cmp, make_logical, make_select)
-from compiler.ir.simplify import static_int
-from compiler.ir.stmt import Buffer, Store
-from compiler.layout import Fragment, Layout
-from compiler.tir import THREAD
+from tileagent.compiler.ir.simplify import static_int
+from tileagent.compiler.ir.stmt import Buffer, Store
+from tileagent.compiler.layout import Fragment, Layout
+from tileagent.compiler.tir import THREAD
 
 
 class LowerContext:

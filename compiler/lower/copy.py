@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import math
 
-from compiler.diagnostics import TargetError
-from compiler.dtypes import DType
-from compiler.ir.expr import Const, Load, as_expr, make_binop, make_cast, make_cmp
-from compiler.ir.simplify import linear_form, static_int
-from compiler.ir.stmt import AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, If, Region, Store
-from compiler.layout import Fragment, make_blocked
-from compiler.tir import THREAD, AsyncCopy, Barrier, PackPairs, VecAtomicAdd, VecCopy
-from compiler.lower.context import and_
-from compiler.lower.slots import SlotLoops
+from tileagent.compiler.diagnostics import TargetError
+from tileagent.compiler.dtypes import DType
+from tileagent.compiler.ir.expr import Const, Load, as_expr, make_binop, make_cast, make_cmp
+from tileagent.compiler.ir.simplify import linear_form, static_int
+from tileagent.compiler.ir.stmt import AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, If, Region, Store
+from tileagent.compiler.layout import Fragment, make_blocked
+from tileagent.compiler.tir import THREAD, AsyncCopy, Barrier, PackPairs, VecAtomicAdd, VecCopy
+from tileagent.compiler.lower.context import and_
+from tileagent.compiler.lower.slots import SlotLoops
 
 
 def lower_copy(ctx, s: Copy) -> list:

@@ -13,13 +13,13 @@ executing each Mma.
 
 from __future__ import annotations
 
-from compiler.diagnostics import TargetError
-from compiler.dtypes import DType
-from compiler.ir.expr import Const, as_expr, make_binop
-from compiler.ir.stmt import Alloc, Copy, For, Gemm, Store
-from compiler.ir.visit import leaves, walk
-from compiler.ir.simplify import difference, is_even, linear_form
-from compiler.tir import THREAD, Declare, LdMatrix, Mma, VecCopy
+from tileagent.compiler.diagnostics import TargetError
+from tileagent.compiler.dtypes import DType
+from tileagent.compiler.ir.expr import Const, as_expr, make_binop
+from tileagent.compiler.ir.stmt import Alloc, Copy, For, Gemm, Store
+from tileagent.compiler.ir.visit import leaves, walk
+from tileagent.compiler.ir.simplify import difference, is_even, linear_form
+from tileagent.compiler.tir import THREAD, Declare, LdMatrix, Mma, VecCopy
 
 _MMA_DTYPES = ("float16", "bfloat16")
 
@@ -159,7 +159,7 @@ def packable_a_operands(body, layouts) -> set:
     """16-bit fragments used only as T.gemm A operands and as the destination of whole copies from float32 fragments
     of the same layout (flash attention's P): they can live as packed 32-bit pairs (``PackPairs`` fills them, ``Mma``
     reads them as they are), which saves a convert and a repack per pair."""
-    from compiler.lower.smem import buffers_used
+    from tileagent.compiler.lower.smem import buffers_used
 
     candidates = {g.a.buffer for g in walk(body) if isinstance(g, Gemm) and g.a.buffer.scope == "fragment"
                   and str(g.a.buffer.dtype) in _MMA_DTYPES}

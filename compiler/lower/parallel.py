@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.diagnostics import TargetError
-from compiler.ir.expr import Var, as_expr, make_binop, make_cast, make_cmp
-from compiler.ir.simplify import static_int
-from compiler.ir.visit import loads, stmt_exprs
-from compiler.ir.stmt import AtomicAdd, If, Let, Parallel, Store
-from compiler.lower.copy import and_, guarded, valid_condition
-from compiler.lower.slots import SlotLoops
-from compiler.tir import THREAD
+from tileagent.compiler.diagnostics import TargetError
+from tileagent.compiler.ir.expr import Var, as_expr, make_binop, make_cast, make_cmp
+from tileagent.compiler.ir.simplify import static_int
+from tileagent.compiler.ir.visit import loads, stmt_exprs
+from tileagent.compiler.ir.stmt import AtomicAdd, If, Let, Parallel, Store
+from tileagent.compiler.lower.copy import and_, guarded, valid_condition
+from tileagent.compiler.lower.slots import SlotLoops
+from tileagent.compiler.tir import THREAD
 
 
 def lower_parallel(ctx, loop: Parallel) -> list:

@@ -29,13 +29,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from compiler.ir.expr import make_binop, make_cmp
-from compiler.ir.simplify import depends_on
-from compiler.ir.stmt import Alloc, Buffer, Copy, For, Gemm, Let, Stmt
-from compiler.ir.visit import leaves, loads, stmt_exprs, substitute, walk
-from compiler.lower.copy import guarded, lower_copy
-from compiler.lower.gemm import hoist_a_operand
-from compiler.tir import AsyncCommit, AsyncWait, Barrier
+from tileagent.compiler.ir.expr import make_binop, make_cmp
+from tileagent.compiler.ir.simplify import depends_on
+from tileagent.compiler.ir.stmt import Alloc, Buffer, Copy, For, Gemm, Let, Stmt
+from tileagent.compiler.ir.visit import leaves, loads, stmt_exprs, substitute, walk
+from tileagent.compiler.lower.copy import guarded, lower_copy
+from tileagent.compiler.lower.gemm import hoist_a_operand
+from tileagent.compiler.tir import AsyncCommit, AsyncWait, Barrier
 
 log = logging.getLogger("tileagent.compiler")
 
@@ -125,7 +125,7 @@ def _pipeline(loop: For, kernel_body, max_stages) -> SoftwarePipeline | None:
 def _is_producer(s, loop: For, body, kernel_body) -> bool:
     """Whether copy ``s`` can be issued iterations ahead: global -> shared, indices fixed before the loop apart from
     its variable, the only writer of its tile in the kernel, the tile read nowhere outside the loop body."""
-    from compiler.lower.barriers import shared_effects
+    from tileagent.compiler.lower.barriers import shared_effects
 
     if not isinstance(s, Copy) or s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared":
         return False
@@ -150,7 +150,7 @@ def _fixed_in_loop(exprs, body) -> bool:
     """Whether index expressions take the same value in every iteration of a loop with this body, apart from the
     loop variable (which the caller substitutes): they use no variable the body defines and read no buffer it
     writes."""
-    from compiler.lower.barriers import shared_effects
+    from tileagent.compiler.lower.barriers import shared_effects
 
     defined = [x.var for x in walk(body) if isinstance(x, (Let, For))] + \
         [v for x in walk(body) for v in getattr(x, "vars", ())]
@@ -163,7 +163,7 @@ def _fixed_in_loop(exprs, body) -> bool:
 
 def _invariant_a(g, p: SoftwarePipeline) -> bool:
     """Whether gemm ``g``'s A operand is a shared tile the pipelined loop never changes, read at fixed indices."""
-    from compiler.lower.barriers import shared_effects
+    from tileagent.compiler.lower.barriers import shared_effects
 
     tile = g.a.buffer
     written = set().union(*(shared_effects(x)[0] for x in p.consumers))

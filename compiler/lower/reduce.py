@@ -17,14 +17,14 @@ import math
 
 import numpy as np
 
-from compiler.diagnostics import TargetError
-from compiler.dtypes import DType
-from compiler.ir.expr import Call, Const, Load, as_expr, make_binop, make_call, make_cast, make_cmp
-from compiler.ir.stmt import For, Reduce, Store
-from compiler.layout import Level
-from compiler.lower.copy import guarded, valid_condition
-from compiler.lower.slots import SlotLoops
-from compiler.tir import THREAD, Barrier, Declare
+from tileagent.compiler.diagnostics import TargetError
+from tileagent.compiler.dtypes import DType
+from tileagent.compiler.ir.expr import Call, Const, Load, as_expr, make_binop, make_call, make_cast, make_cmp
+from tileagent.compiler.ir.stmt import For, Reduce, Store
+from tileagent.compiler.layout import Level
+from tileagent.compiler.lower.copy import guarded, valid_condition
+from tileagent.compiler.lower.slots import SlotLoops
+from tileagent.compiler.tir import THREAD, Barrier, Declare
 
 _COMBINE = {"sum": "+", "abssum": "+", "max": "max", "absmax": "max", "min": "min"}
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.dtypes import DType
-from compiler.ir.expr import Var, make_binop
-from compiler.ir.stmt import For
-from compiler.layout import Fragment
+from tileagent.compiler.dtypes import DType
+from tileagent.compiler.ir.expr import Var, make_binop
+from tileagent.compiler.ir.stmt import For
+from tileagent.compiler.layout import Fragment
 
 
 class SlotLoops:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compiler.ir.expr import Expr, Load
-from compiler.ir.stmt import Alloc, Buffer, Region
-from compiler.ir.visit import walk
-from compiler.layout import Layout
-from compiler.lower.pipeline import stage_stride
+from tileagent.compiler.ir.expr import Expr, Load
+from tileagent.compiler.ir.stmt import Alloc, Buffer, Region
+from tileagent.compiler.ir.visit import walk
+from tileagent.compiler.layout import Layout
+from tileagent.compiler.lower.pipeline import stage_stride
 
 ALIGN = 16
 

@@ -5,7 +5,7 @@ kernel launches on torch tensors on torch's current stream.
 Guarantees: importing this package needs neither a GPU nor a loadable NVRTC; those are looked up at first use.
 """
 
-from compiler.runtime.launch import LoadedModule, check_alignment, eval_scalar
-from compiler.runtime.nvrtc import NvrtcError, compile_to_cubin, device_arch
+from tileagent.compiler.runtime.launch import LoadedModule, check_alignment, eval_scalar
+from tileagent.compiler.runtime.nvrtc import NvrtcError, compile_to_cubin, device_arch
 
 __all__ = ["LoadedModule", "NvrtcError", "check_alignment", "compile_to_cubin", "device_arch", "eval_scalar"]

@@ -27,12 +27,12 @@ import threading
 
 import torch
 
-from compiler.dtypes import DType
-from compiler.errors import KernelArgumentError, KernelRuntimeError, TargetUnavailable
-from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Select, Unary, Var
-from compiler.ir.stmt import Buffer
-from compiler.targets.cuda import kernel_symbol, required_alignment
-from compiler.tir import DeviceKernel
+from tileagent.compiler.dtypes import DType
+from tileagent.compiler.errors import KernelArgumentError, KernelRuntimeError, TargetUnavailable
+from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Select, Unary, Var
+from tileagent.compiler.ir.stmt import Buffer
+from tileagent.compiler.targets.cuda import kernel_symbol, required_alignment
+from tileagent.compiler.tir import DeviceKernel
 
 logger = logging.getLogger(__name__)
 

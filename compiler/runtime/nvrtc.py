@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from compiler.errors import KernelRuntimeError, TargetUnavailable
+from tileagent.compiler.errors import KernelRuntimeError, TargetUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def cache_dir() -> Path:
 
 def cache_key(source: str, arch: str, options: tuple[str, ...] = ()) -> str:
     """sha256 of everything that decides the cubin: source, arch, options, compiler and NVRTC versions."""
-    from compiler import __version__
+    from tileagent.compiler import __version__
 
     h = hashlib.sha256()
     for part in (source, arch, "\0".join(options), __version__, "%d.%d" % nvrtc_version()):

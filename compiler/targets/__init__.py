@@ -4,6 +4,6 @@ In: a ``compiler.tir.DeviceModule``. Out: source text a runtime compiles (``cuda
 Guarantees: generators are pure functions of the module; they never touch a device.
 """
 
-from compiler.targets.cuda import CodegenError, dtype_to_ctype, generate
+from tileagent.compiler.targets.cuda import CodegenError, dtype_to_ctype, generate
 
 __all__ = ["CodegenError", "dtype_to_ctype", "generate"]

@@ -32,14 +32,14 @@ import struct
 
 import torch
 
-from compiler.dtypes import DType
-from compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, as_expr
-from compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
-from compiler.ir.simplify import static_int
-from compiler.ir.visit import walk
-from compiler.targets.swizzle_address import SMEM_ALIGN
-from compiler.targets.cuda_tensor import HANDLERS, HELPERS as TENSOR_HELPERS
-from compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
+from tileagent.compiler.dtypes import DType
+from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, as_expr
+from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
+from tileagent.compiler.ir.simplify import static_int
+from tileagent.compiler.ir.visit import walk
+from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
+from tileagent.compiler.targets.cuda_tensor import HANDLERS, HELPERS as TENSOR_HELPERS
+from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
                           SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP)
 
 _CTYPES = {

@@ -22,9 +22,9 @@ Guarantees:
 
 from __future__ import annotations
 
-from compiler.ir.expr import make_binop
-from compiler.targets.swizzle_address import split_swizzled_index
-from compiler.tir import LANE, THREAD, WARP, AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma, PackPairs
+from tileagent.compiler.ir.expr import make_binop
+from tileagent.compiler.targets.swizzle_address import split_swizzled_index
+from tileagent.compiler.tir import LANE, THREAD, WARP, AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma, PackPairs
 
 _MMA_HELPER = """\
 // mma.sync m16n8k16, fp32 accumulate, in place: {{d0..d3}} = A (16x16, {dt}) @ B (16x8, {dt}) + {{d0..d3}}.

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.ir.expr import BinOp, Call, Cast, Const, Expr, Unary, Var, make_binop
-from compiler.ir.printer import expr_str
-from compiler.ir.simplify import additive_terms, depends_on, sum_of_terms
-from compiler.tir import LANE, THREAD, WARP
+from tileagent.compiler.ir.expr import BinOp, Call, Cast, Const, Expr, Unary, Var, make_binop
+from tileagent.compiler.ir.printer import expr_str
+from tileagent.compiler.ir.simplify import additive_terms, depends_on, sum_of_terms
+from tileagent.compiler.tir import LANE, THREAD, WARP
 
 SMEM_ALIGN = 1024  # bytes: the dynamic shared-memory arena is declared __align__(SMEM_ALIGN)
 

@@ -4,7 +4,7 @@ import torch.nn as nn
 
 import tileagent
 import tileagent.language as T
-from compiler.kernel_scope import kernel_scope
+from tileagent.compiler.kernel_scope import kernel_scope
 
 
 @tileagent.jit(out_idx=[1])

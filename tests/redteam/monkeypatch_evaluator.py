@@ -1,7 +1,8 @@
 """Cheat: replaces the evaluator's comparison so that everything matches."""
 import torch.nn as nn
 
-import evaluator.correctness
+from tileagent import evaluator
+import tileagent.evaluator.correctness
 import tileagent
 import tileagent.language as T
 

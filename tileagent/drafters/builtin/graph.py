@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from evaluator.spec import Spec, load_spec
+from tileagent.evaluator.spec import Spec, load_spec
 
 
 class TraceError(Exception):
@@ -344,7 +344,7 @@ def trace_reference(path, config: dict | None = None) -> Traced:
     from torch.fx import symbolic_trace
     from torch.fx.passes.shape_prop import ShapeProp
 
-    from evaluator.errors import SpecError
+    from tileagent.evaluator.errors import SpecError
 
     try:
         spec = load_spec(path, check=False)
