@@ -3,12 +3,14 @@
 In: a checked PrimFunc and everything else that decides its lowering (target, arch, options). Out: the cached
 (DeviceModule, CUDA source), re-bound to this PrimFunc's parameters, or None.
 Guarantees: the key covers the printed tile IR plus what the printer leaves out (layout annotations, loop
-annotations) and the compiler version, so a hit is the module a fresh lowering would build; a corrupt or
+annotations) and a fingerprint of the compiler's own source files (not just its version string: an upgrade or a
+checkout of other code under the same version must not load modules pickled by different classes), so a hit is the module a fresh lowering would build; a corrupt or
 incompatible entry is a miss. Entries live under ``$TILEAGENT_CACHE_DIR/modules``.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -24,16 +26,24 @@ from tileagent.compiler.tir import DeviceModule
 log = logging.getLogger("tileagent.compiler")
 
 
-def cache_key(func: PrimFunc, *parts: str) -> str:
-    from tileagent.compiler import __version__
+@functools.cache
+def compiler_fingerprint() -> str:
+    """sha256 over the compiler package's Python sources (relative path and bytes), computed once per process."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
 
+
+def cache_key(func: PrimFunc, *parts: str) -> str:
     h = hashlib.sha256(print_func(func).encode())
     for s in walk(func.body):
         if isinstance(s, AnnotateLayout):
             h.update(repr(s.layouts).encode())
         elif isinstance(s, Parallel) and s.annotations:
             h.update(repr(sorted(s.annotations.items())).encode())
-    for part in (*parts, __version__):
+    for part in (*parts, compiler_fingerprint()):
         h.update(b"\0" + str(part).encode())
     return h.hexdigest()
 

@@ -48,3 +48,13 @@ def test_corrupt_entry_is_a_miss(tmp_path, monkeypatch):
     (tmp_path / "modules").mkdir()
     (tmp_path / "modules" / f"{key}.pkl").write_bytes(b"not a pickle")
     assert module_cache.load(key, _program(96)) is None
+
+
+def test_the_key_changes_with_the_compiler_source_not_only_its_version(monkeypatch):
+    from tileagent.compiler import module_cache
+    from tests.kernels import scale_rows
+
+    func = scale_rows(4, 8)
+    before = module_cache.cache_key(func, "cuda", "sm_90a")
+    monkeypatch.setattr(module_cache, "compiler_fingerprint", lambda: "other compiler sources")
+    assert module_cache.cache_key(func, "cuda", "sm_90a") != before
