@@ -264,3 +264,23 @@ def test_against_the_fake_server_the_loop_feeds_back_each_failure_until_correct(
     assert "  note: x: Fragment(...)" in sent[2][1]["content"]
     assert "differs from the reference at index (27, 59)" in sent[3][1]["content"]
     assert (tmp_path / "run/attempts/t2-c0/response.md").read_text().startswith("Try this.")
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_archived_kernels_reach_the_prompt_only_when_archive_reuse_is_on(tmp_path, reuse):
+    archive = Archive(tmp_path / "archive")
+    archive.put(ArchiveEntry(family="rmsnorm", dtype="float16", arch="sm_90a", config={"C": 96}, task="t",
+                             time_ms=1.0, source="# ARCHIVED KERNEL\n"))
+    loop = Loop(options(reuse_archive=reuse), RunStore.create(tmp_path / "run", {}), ScriptedDrafter([[cand("ok")]]),
+                FakeWorker(), archive=archive)
+    loop.family = "rmsnorm"
+    prompt = loop.task(1).messages[1]["content"]
+    assert ("# ARCHIVED KERNEL" in prompt) == reuse
+
+
+def test_a_cpu_run_tells_the_model_the_real_configs_too(tmp_path):
+    configs = [RunConfig(spec={"M": 16384, "C": 96}, eval={"M": 37, "C": 96})]
+    loop = Loop(options(device="cpu", configs=configs), RunStore.create(tmp_path / "run", {}), ScriptedDrafter([[cand("ok")]]),
+                FakeWorker())
+    prompt = loop.task(1).messages[1]["content"]
+    assert "- M=37, C=96" in prompt and "timed on, on a GPU):\n- M=16384, C=96" in prompt

@@ -35,6 +35,9 @@ EXAMPLES = {
                                                  "threads": 64}, ("sum_dim1", (None, 4096, 256))),
     "attention": ({"B": 2, "S": 130, "H": 2, "D": 64, "causal": True}, {"B": 1, "S": 40, "H": 1, "D": 64},
                   ("attention", (16, 128, True))),
+    "cross_entropy": ({"M": 5, "V": 1000, "block_v": 256, "threads": 64},
+                      {"M": 3, "V": 300, "block_v": 128, "threads": 64}, ("cross_entropy", (None, 128256))),
+    "add_rmsnorm": ({"M": 37, "C": 160}, {"M": 7, "C": 96}, ("add_rmsnorm", (None, 4096))),
 }
 
 
@@ -168,7 +171,7 @@ def test_dsl_guide_opening_example_computes_softmax(tmp_path):
 
 
 def test_system_prompt_example_passes_the_evaluator(tmp_path):
-    system = prompts.render("system", device="the CPU")
+    system = prompts.render("system", device="the CPU", **prompts.evaluator_facts())
     blocks = re.findall(r"```python\n(.*?)```", system, re.DOTALL)
     candidate = next(b for b in blocks if "class ModelNew" in b)
     (tmp_path / "candidate.py").write_text(candidate)
@@ -210,7 +213,7 @@ def test_every_example_file_is_checked_here():
     names = {p.stem for p in prompts.example_kernels()}
     kernels = {n for n in names if not n.startswith("candidate_")}
     assert kernels == set(EXAMPLES), "add new example kernels to EXAMPLES in this file"
-    assert 4 <= len(kernels) <= 8
+    assert 4 <= len(kernels) <= 12
     for name in kernels:
         module = _example(name)
         assert module.__doc__ and callable(module.reference) and callable(module.check), name
@@ -247,3 +250,88 @@ def test_candidate_passes_the_evaluator():
     results = check_candidate(spec, path, device="cpu", configs=[spec.module.SMALL_CONFIG], seeds=1)
     assert [r.correct for r in results] == [True]
     assert results[0].checks > 0
+
+
+# -- what the model is told ------------------------------------------------------------------------------------------
+
+
+def test_system_prompt_states_the_evaluators_own_rules():
+    from tileagent.evaluator import guards, spec
+
+    text = prompts.render("system", device="one GPU", **prompts.evaluator_facts())
+    for module in guards.ALLOWED_IMPORTS:
+        assert f"`{module}`" in text, f"allowed import {module} is not in the system prompt"
+    for dtype, tol in spec.DEFAULT_TOLERANCES.items():
+        if dtype != torch.float64:
+            assert f"{str(dtype).removeprefix('torch.')}" in text and f"atol {tol.atol:g}" in text
+    for name, (_, words) in spec.PUBLIC_DISTRIBUTIONS.items():
+        assert f"- {name}: {words}" in text
+    for hidden in spec.HIDDEN:
+        assert f"- {hidden}:" not in text, "a hidden distribution leaked into the prompt"
+
+
+def test_a_changed_evaluator_constant_changes_the_prompt(monkeypatch):
+    from tileagent.evaluator import guards
+
+    monkeypatch.setattr(guards, "ALLOWED_IMPORTS", guards.ALLOWED_IMPORTS | {"einops"})
+    assert "`einops`" in prompts.render("system", device="one GPU", **prompts.evaluator_facts())
+
+
+OUTSIDE_TASKS = {  # references that tasks/ does not ship -> the examples their prompt must carry
+    "cross_entropy": ("""
+        import torch.nn as nn
+        import torch.nn.functional as F
+        class Model(nn.Module):
+            def forward(self, logits, labels):
+                return F.cross_entropy(logits.float(), labels)
+        """, {"cross_entropy"}),
+    "residual_rmsnorm": ("""
+        import torch
+        import torch.nn as nn
+        class Model(nn.Module):
+            def __init__(self, C):
+                super().__init__()
+                self.weight = nn.Parameter(torch.ones(C))
+            def forward(self, x, residual):
+                h = x + residual
+                y = h.float() * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+                return (y * self.weight).to(x.dtype), h
+        """, {"add_rmsnorm"}),
+    "group_norm": ("""
+        import torch.nn as nn
+        class Model(nn.Module):
+            def __init__(self, G, C):
+                super().__init__()
+                self.gn = nn.GroupNorm(G, C)
+            def forward(self, x):
+                return self.gn(x)
+        """, {"layernorm"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OUTSIDE_TASKS))
+def test_prompt_of_a_task_outside_tasks_carries_the_examples_of_its_idioms(name, tmp_path):
+    from tileagent.context import FORMAT_EXAMPLE, build_messages, pick_examples
+
+    source, wanted = OUTSIDE_TASKS[name]
+    source = textwrap.dedent(source)
+    examples = pick_examples(name, reference_source=source)
+    stems = {title.removeprefix("prompts/examples/").removesuffix(".py") for title, _ in examples}
+    assert wanted <= stems and FORMAT_EXAMPLE in stems
+    messages = build_messages(device="cpu", reference_path=f"{name}.py", reference_source=source,
+                              configs=[{"M": 5}], turn=1, n=1, history=[], best=None, examples=examples,
+                              config_note="")
+    user = messages[1]["content"]
+    for title, _ in examples:
+        assert f"### {title}" in user
+    assert "{" not in messages[0]["content"].split("## Tunable")[0].replace("{{", ""), "an unrendered field"
+
+
+def test_archived_kernels_come_first_and_the_format_example_last():
+    from tileagent.context import FORMAT_EXAMPLE, pick_examples
+
+    archived = [("verified softmax kernel (softmax, N=4096, sm_90a)", "SRC")]
+    examples = pick_examples("softmax", archived, limit=3, reference_source="import torch\ntorch.softmax(x, -1)")
+    assert [t for t, _ in examples] == [archived[0][0], "prompts/examples/softmax.py",
+                                        f"prompts/examples/{FORMAT_EXAMPLE}.py"]
+

@@ -1,7 +1,8 @@
 """The per-turn context an LLM drafter reads: chat messages built from ``prompts/`` and the run so far.
 
 In: the reference, the configs, the device, the best kernel so far, the history of attempts (``AttemptSummary``)
-and example kernels (the archive's verified kernels of the op family first, then ``prompts/examples``).
+and example kernels (the archive's verified kernels of the op family first when archive reuse is on, then
+``prompts/examples`` of the family and of the idioms the reference shows, then the candidate-format example).
 Out: ``[{"role": "system", ...}, {"role": "user", ...}]``: the system prompt and the DSL guide; then one user
 message with the examples, the task, the best kernel, the last candidates with their feedback, and the ask.
 Guarantees: deterministic for the same inputs (a resumed run rebuilds the same prompts); bounded: at most
@@ -12,25 +13,51 @@ the estimate (characters / 4) is under ``max_tokens``.
 
 from __future__ import annotations
 
+import ast
 import logging
 from pathlib import Path
 
 from tileagent.drafters.base import AttemptSummary
-from tileagent.prompts import example_kernels, render
+from tileagent.prompts import evaluator_facts, example_kernels, render
 
 log = logging.getLogger("tileagent.context")
 
-MAX_EXAMPLES, MAX_OLDER = 2, 6
+MAX_EXAMPLES, MAX_OLDER = 3, 6
 MAX_SOURCE_CHARS, MAX_FEEDBACK_CHARS = 12_000, 2_500
 MAX_TOKENS = 32_000
-FAMILY_EXAMPLES = {  # op family -> prompts/examples stem, most relevant first
-    "rmsnorm": ["candidate_rmsnorm_silu", "rmsnorm_silu"],
-    "layernorm": ["layernorm", "candidate_rmsnorm_silu"],
-    "softmax": ["softmax", "candidate_rmsnorm_silu"],
-    "row_reduction": ["sum_dim1", "candidate_rmsnorm_silu"],
-    "elementwise": ["bias_gelu", "candidate_rmsnorm_silu"],
-    "gemm_epilogue": ["gemm_relu", "candidate_rmsnorm_silu"],
-    "attention": ["attention", "candidate_rmsnorm_silu"],
+FAMILY_EXAMPLES = {  # op family (the built-in drafter's recognition) -> prompts/examples stems, most relevant first
+    "rmsnorm": ["rmsnorm_silu"],
+    "layernorm": ["layernorm"],
+    "softmax": ["softmax"],
+    "row_reduction": ["sum_dim1"],
+    "elementwise": ["bias_gelu"],
+    "gemm_epilogue": ["gemm_relu"],
+    "attention": ["attention"],
+}
+FORMAT_EXAMPLE = "candidate_rmsnorm_silu"  # a complete answer module: always the last example that fits
+IDIOM_EXAMPLES = {  # an idiom seen in the reference -> the prompts/examples stem that shows it
+    "several_outputs": "add_rmsnorm",
+    "lookup": "cross_entropy",
+    "streamed_row": "cross_entropy",
+    "attention": "attention",
+    "gemm": "gemm_relu",
+    "softmax": "softmax",
+    "mean_variance": "layernorm",
+    "rms": "rmsnorm_silu",
+    "dim_reduction": "sum_dim1",
+    "broadcast": "bias_gelu",
+}
+_IDIOM_CALLS = {  # names of torch functions, methods and nn layers -> idiom
+    "lookup": {"cross_entropy", "nll_loss", "gather", "take_along_dim", "index_select", "embedding", "Embedding",
+               "one_hot", "CrossEntropyLoss", "NLLLoss"},
+    "streamed_row": {"logsumexp", "cross_entropy", "CrossEntropyLoss", "log_softmax"},
+    "attention": {"scaled_dot_product_attention", "MultiheadAttention"},
+    "gemm": {"matmul", "mm", "bmm", "linear", "Linear", "einsum", "addmm", "baddbmm"},
+    "softmax": {"softmax", "log_softmax", "Softmax", "LogSoftmax", "topk"},
+    "mean_variance": {"layer_norm", "LayerNorm", "group_norm", "GroupNorm", "var", "std", "var_mean",
+                      "instance_norm", "InstanceNorm1d", "InstanceNorm2d", "batch_norm", "BatchNorm1d", "BatchNorm2d"},
+    "rms": {"rsqrt", "rms_norm", "RMSNorm", "normalize"},
+    "dim_reduction": {"sum", "mean", "amax", "amin", "max", "min", "prod", "norm", "cumsum", "argmax", "argmin"},
 }
 
 
@@ -62,16 +89,42 @@ def device_words(device: str) -> str:
     return "the CPU (TileAgent's tile interpreter: checked for correctness only, not timed)"
 
 
-def pick_examples(family: str, archived: list[tuple[str, str]] | None = None,
-                  limit: int = MAX_EXAMPLES) -> list[tuple[str, str]]:
+def idioms_of(reference_source: str) -> list[str]:
+    """The idioms (keys of ``IDIOM_EXAMPLES``) a reference's source shows, in ``IDIOM_EXAMPLES``' order: the torch
+    functions, methods and layers it names, ``@`` (a GEMM), and a ``forward`` returning a tuple (several outputs).
+    A source that does not parse shows none."""
+    try:
+        tree = ast.parse(reference_source)
+    except SyntaxError:
+        return []
+    names, found = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+            found.add("gemm")
+        elif isinstance(node, ast.FunctionDef) and node.name == "forward":
+            if any(isinstance(r, ast.Return) and isinstance(r.value, (ast.Tuple, ast.List)) for r in ast.walk(node)):
+                found.add("several_outputs")
+    found |= {idiom for idiom, calls in _IDIOM_CALLS.items() if names & calls}
+    if not found & {"gemm", "attention", "lookup"}:
+        found.add("broadcast")  # a pointwise op: the 2-d elementwise example with a broadcast operand
+    return [idiom for idiom in IDIOM_EXAMPLES if idiom in found]
+
+
+def pick_examples(family: str, archived: list[tuple[str, str]] | None = None, limit: int = MAX_EXAMPLES,
+                  reference_source: str = "") -> list[tuple[str, str]]:
     """Up to ``limit`` (title, source) examples: ``archived`` ones (verified kernels of this family) first, then
-    ``prompts/examples`` for the family, then the candidate-format example."""
+    ``prompts/examples`` for the family, then those showing the reference's idioms (``idioms_of``), then the
+    candidate-format example; no file twice."""
     out = list(archived or [])[:limit]
     files = {p.stem: p for p in example_kernels()}
-    for stem in FAMILY_EXAMPLES.get(family, ["candidate_rmsnorm_silu"]):
-        if len(out) >= limit:
-            break
-        if stem in files:
+    stems = FAMILY_EXAMPLES.get(family, []) + [IDIOM_EXAMPLES[i] for i in idioms_of(reference_source)]
+    stems = [s for s in dict.fromkeys(stems) if s in files][:max(0, limit - len(out) - 1)]
+    for stem in [*stems, FORMAT_EXAMPLE]:
+        if len(out) < limit and stem in files:
             out.append((f"prompts/examples/{stem}.py", files[stem].read_text()))
     return out
 
@@ -97,7 +150,7 @@ def build_messages(*, device: str, reference_path: str, reference_source: str, c
                    n: int, history: list[AttemptSummary], best: AttemptSummary | None, examples: list[tuple[str, str]],
                    config_note: str = "", max_tokens: int = MAX_TOKENS) -> list[dict]:
     """The messages of one turn (see the module docstring)."""
-    system = render("system", device=device_words(device)) + "\n\n" + render("dsl_guide")
+    system = render("system", device=device_words(device), **evaluator_facts()) + "\n\n" + render("dsl_guide")
     last_turn = max((a.turn for a in history), default=0)
     recent = [a for a in history if a.turn == last_turn]
     older = [a for a in history if a.turn != last_turn][-MAX_OLDER:]
@@ -138,4 +191,5 @@ def build_messages(*, device: str, reference_path: str, reference_source: str, c
     return [{"role": "system", "content": system}, {"role": "user", "content": text}]
 
 
-__all__ = ["FAMILY_EXAMPLES", "build_messages", "device_words", "family_of", "pick_examples"]
+__all__ = ["FAMILY_EXAMPLES", "IDIOM_EXAMPLES", "build_messages", "device_words", "family_of", "idioms_of",
+           "pick_examples"]

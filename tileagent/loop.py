@@ -238,8 +238,10 @@ class Loop:
         pending = self.pending_evals()
         note = ""
         if any(rc.eval != rc.spec for rc in self.o.configs):
+            real = "\n".join(f"- {', '.join(f'{k}={v}' for k, v in rc.spec.items())}" for rc in self.o.configs)
             note = ("Evaluated on the CPU interpreter with the free dims (FREE_DIMS) at their SMALL_CONFIG sizes; "
-                    "the kernel must still work for any size of those dims.")
+                    "the kernel must still work for any size of those dims. The configs it is made for (and is "
+                    f"timed on, on a GPU):\n{real}")
         messages = build_messages(device=self.o.device, reference_path=self.o.reference,
                                   reference_source=self.reference_source, configs=pending, turn=turn,
                                   n=self.o.candidates, history=history, best=best, examples=self.examples(),
@@ -251,7 +253,7 @@ class Loop:
 
     def examples(self) -> list[tuple[str, str]]:
         archived = []
-        if self.archive is not None:
+        if self.o.reuse_archive and self.archive is not None:  # --no-archive: runs stay independent
             seen = set()
             for e in self.archive.find(self.family):
                 if e.source not in seen:
@@ -259,7 +261,7 @@ class Loop:
                     speed = f", x{e.speedup_compiled:.2f} over torch.compile" if e.speedup_compiled else ""
                     archived.append((f"verified {e.family} kernel ({e.task}, {config_key(e.config)}, {e.arch}"
                                      f"{speed})", e.source))
-        return pick_examples(self.family, archived)
+        return pick_examples(self.family, archived, reference_source=self.reference_source)
 
     def history(self) -> list[AttemptSummary]:
         out = []

@@ -95,3 +95,24 @@ def example_kernels() -> list[Path]:
 
 
 __all__ = ["MissingField", "example_kernels", "fields", "prompts_dir", "render", "template"]
+
+
+def evaluator_facts() -> dict[str, str]:
+    """The system prompt's fields that restate the evaluator's rules, generated from its own constants so that the
+    prompt and the checker cannot drift: ``allowed_imports`` (the guards' import allow-list), ``tolerances`` (the
+    default tolerance per floating dtype) and ``distributions`` (the public input distributions, one line each)."""
+    import torch
+
+    from tileagent.evaluator import guards, spec
+
+    imports = sorted(guards.ALLOWED_IMPORTS, key=lambda m: (m.split(".")[0] not in ("torch", "tileagent"), m))
+    by_value: dict = {}
+    for dtype, tol in spec.DEFAULT_TOLERANCES.items():
+        if dtype != torch.float64:
+            by_value.setdefault((tol.atol, tol.rtol, tol.rel_l2), []).append(str(dtype).removeprefix("torch."))
+    tolerances = "; ".join(f"{' and '.join(names)} atol {a:g}, rtol {r:g}, relative L2 {l2:g}"
+                           for (a, r, l2), names in by_value.items())
+    distributions = "\n".join("  " + line for line in spec.public_distribution_text().splitlines())
+    return {"allowed_imports": ", ".join(f"`{m}`" for m in imports), "tolerances": tolerances,
+            "distributions": distributions}
+
