@@ -12,7 +12,8 @@ Guarantees:
   (untimed: the first). A candidate correct on all of its configs is autotuned when timing is available
   (``tileagent.autotune``).
 - Stops when every config meets the target (correct, and on CUDA at least ``target`` times faster than eager and
-  torch.compile; on the CPU, correct), after ``max_turns`` turns, when the drafters' tokens exceed
+  torch.compile, or at the limit of its roofline and tied with them: ``tileagent.target``; on the CPU, correct),
+  after ``max_turns`` turns, when the drafters' tokens exceed
   ``budget_tokens``, or when the drafter gives up (``DrafterUnavailable``).
 - Resume: the loop replays the store's events; a recorded draft is not drafted again and a recorded evaluation is
   not run again (variants included), so a killed run continues where it stopped with the same turn numbers, token
@@ -32,6 +33,7 @@ from tileagent.evaluator.records import ConfigResult, EvalRequest, EvalResult
 from tileagent import autotune
 from tileagent.configs import RunConfig
 from tileagent.context import build_messages, family_of, pick_examples
+from tileagent.target import meets_target
 from tileagent.drafters.base import AttemptSummary, Draft, DrafterUnavailable, DraftTask
 from tileagent.feedback import render_feedback, summary
 from tileagent.runstore import RunStore, config_key
@@ -137,9 +139,7 @@ class Loop:
             return False
         if not self.timed:
             return True
-        r = best.result  # a missing torch.compile baseline (a note says why) is not held against the kernel
-        return r.speedup_eager is not None and r.speedup_eager >= self.o.target and \
-            (r.speedup_compiled is None or r.speedup_compiled >= self.o.target)
+        return meets_target(best.result, self.o.target)
 
     def pending(self) -> list[RunConfig]:
         """The configs whose best kernel does not meet the target yet."""
