@@ -284,3 +284,22 @@ def test_a_cpu_run_tells_the_model_the_real_configs_too(tmp_path):
                 FakeWorker())
     prompt = loop.task(1).messages[1]["content"]
     assert "- M=37, C=96" in prompt and "timed on, on a GPU):\n- M=16384, C=96" in prompt
+
+
+def test_cpu_runs_shrink_free_dims_even_without_a_small_config():
+    from types import SimpleNamespace
+
+    from tileagent.configs import AUTO_SMALL
+
+    spec = SimpleNamespace(small_config=None, free_dims=("S",))
+    rcs = reduce_for_device(spec, [{"B": 1, "S": 8192, "D": 128}, {"B": 1, "S": 16, "D": 128}], "cpu")
+    assert [rc.eval for rc in rcs] == [{"B": 1, "S": AUTO_SMALL, "D": 128}, {"B": 1, "S": 16, "D": 128}]
+    assert reduce_for_device(spec, [{"B": 1, "S": 8192, "D": 128}], "cuda")[0].eval["S"] == 8192
+
+
+def test_a_cpu_timeout_is_not_blamed_on_the_kernel_alone():
+    result = EvalResult(status="timeout", message="no result after 420 s at config S=8192",
+                        failure={"kind": "timeout"})
+    cpu = render_feedback(result, device="cpu")
+    assert "CPU interpreter" in cpu and "a large config can time out\nwith a correct kernel" in cpu
+    assert "far too large" in render_feedback(result, device="cuda")

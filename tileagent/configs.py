@@ -10,8 +10,10 @@ Guarantees:
 - ``--grid KEY=v1,v2`` (batch): the product of every axis, each applied over the spec's first config (its other keys
   kept).
 - On the CPU (the interpreter is slow: the rmsnorm candidate takes minutes per config at M = 16384, seconds at
-  M = 37) every FREE_DIMS key is set to its SMALL_CONFIG value when that is smaller; other keys are kept. Configs
-  that become equal are evaluated once. On CUDA the configs are evaluated as stated.
+  M = 37) every FREE_DIMS key is set to its SMALL_CONFIG value when that is smaller, or to ``AUTO_SMALL`` when the
+  reference declares no SMALL_CONFIG value for it (a size that is no multiple of a tile or vector width, so tails
+  are exercised); other keys are kept. Configs that become equal are evaluated once. On CUDA the configs are
+  evaluated as stated.
 """
 
 from __future__ import annotations
@@ -93,6 +95,9 @@ def grid(base: dict, axes: list[str]) -> list[dict]:
     return out
 
 
+AUTO_SMALL = 37  # a free dim's CPU size when the reference gives no SMALL_CONFIG value for it
+
+
 def reduce_for_device(spec, configs: list[dict], device: str) -> list[RunConfig]:
     """The RunConfigs for ``device`` (see the module docstring)."""
     small = dict(spec.small_config or {})
@@ -101,8 +106,9 @@ def reduce_for_device(spec, configs: list[dict], device: str) -> list[RunConfig]
         ev = dict(cfg)
         if not device.startswith("cuda"):
             for key in spec.free_dims:
-                if key in small and isinstance(ev.get(key), int) and small[key] < ev[key]:
-                    ev[key] = small[key]
+                size = small.get(key, AUTO_SMALL)
+                if isinstance(ev.get(key), int) and isinstance(size, int) and size < ev[key]:
+                    ev[key] = size
         if all(rc.eval != ev for rc in out):
             out.append(RunConfig(spec=cfg, eval=ev))
     return out

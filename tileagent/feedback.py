@@ -66,6 +66,8 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         return render("feedback.mismatch", **{**{k: "-" for k in needed}, **f})
     if status == "guard_violation":
         return render("feedback.guard_violation", rule=failure.get("rule", "?"), message=result.message)
+    if status == "timeout" and not device.startswith("cuda"):
+        return render("feedback.cpu_timeout", message=result.message)
     if status in ("timeout", "crash"):
         return render("feedback.worker_error", kind=failure.get("kind", status), message=result.message)
     return render("feedback.candidate_error", kind=failure.get("kind", status), message=result.message)
