@@ -303,3 +303,17 @@ def test_a_cpu_timeout_is_not_blamed_on_the_kernel_alone():
     cpu = render_feedback(result, device="cpu")
     assert "CPU interpreter" in cpu and "a large config can time out\nwith a correct kernel" in cpu
     assert "far too large" in render_feedback(result, device="cuda")
+
+
+def test_timing_feedback_names_the_configs_that_miss_the_target_slowest_first():
+    t = lambda ms: Timing(median_ms=ms, iqr_ms=0.0, trials=50)  # noqa: E731
+    rows = [ConfigResult(config={"C": c}, correct=True, candidate=t(ours), eager=t(2.0), compiled=t(comp),
+                         speedup_eager=2.0 / ours, speedup_compiled=comp / ours, roofline_pct=pct, bound="memory")
+            for c, ours, comp, pct in ((96, 1.0, 1.2, 60.0), (320, 1.0, 0.8, 70.0), (1024, 1.0, 0.9, 80.0))]
+    text = render_feedback(EvalResult(status="ok", configs=rows, timing_available=True), device="cuda")
+    assert ("2 of 3 configs miss the target, slowest first:\n"
+            "- C=320: 0.8x torch.compile (25% slower than it), 70% of its memory-bound roofline\n"
+            "- C=1024: 0.9x torch.compile (11% slower than it), 80% of its memory-bound roofline") in text
+    rows[1].speedup_compiled = rows[2].speedup_compiled = 1.5
+    text = render_feedback(EvalResult(status="ok", configs=rows, timing_available=True), device="cuda")
+    assert "Every config meets the target of 1x." in text

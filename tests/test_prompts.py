@@ -115,7 +115,7 @@ def test_timing_template_takes_rendered_rows():
     row = {"config": {"M": 16384, "C": 320}, "time_ms": "0.0097", "eager_ms": "0.0917", "compile_ms": "0.0128",
            "speedup_eager": "9.45", "speedup_compiled": "1.32", "roofline_pct": "94.7", "bound": "memory"}
     rows = "\n".join(prompts.render("feedback.timing_row", **row) for _ in range(2))
-    text = prompts.render("feedback.timing", device="one NVIDIA H200", rows=rows, target="1.0")
+    text = prompts.render("feedback.timing", device="one NVIDIA H200", rows=rows, verdict="V", target="1.0")
     assert text.count("- {'M': 16384, 'C': 320}: 0.0097 ms; eager 0.0917 ms (speedup 9.45x)") == 2
     assert "\n\n- {'M'" in text and "memory-bound roofline\n- {'M'" in text
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from tileagent.evaluator.records import ConfigResult, EvalResult
 from tileagent.prompts import render
+from tileagent.target import meets_target
 
 UNTIMED_OK = ("Your kernel is correct on every config ({configs} checked). Timing is unavailable on {device}, so "
               "there is nothing to speed up here.")
@@ -40,6 +41,24 @@ def timing_rows(configs: list[ConfigResult]) -> str:
     return "\n".join(rows)
 
 
+def verdict(configs: list[ConfigResult], target: float) -> str:
+    """Which configs miss ``target`` and by how much (the slowest first), or that every config meets it."""
+    misses = []
+    for c in configs:
+        if meets_target(c, target):
+            continue
+        worst = min((s, name) for s, name in ((c.speedup_eager, "eager"), (c.speedup_compiled, "torch.compile"))
+                    if s is not None)
+        room = f", {_num(c.roofline_pct, 3)}% of its {c.bound or 'memory'}-bound roofline" if c.roofline_pct else ""
+        misses.append((worst[0], f"{_cfg(c.config)}: {_num(worst[0], 3)}x {worst[1]} "
+                                  f"({_num(100 * (1 / worst[0] - 1), 2)}% slower than it){room}"))
+    if not misses:
+        return f"Every config meets the target of {_num(target)}x."
+    misses.sort()
+    return f"{len(misses)} of {len(configs)} configs miss the target, slowest first:\n" + \
+        "\n".join(f"- {text}" for _, text in misses)
+
+
 def render_feedback(result: EvalResult | None, *, problem: str | None = None, device: str = "cpu",
                     target: float = 1.0) -> str:
     """The feedback text for one candidate (``result`` None: the answer was malformed, ``problem`` says how)."""
@@ -49,7 +68,8 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
     status = result.status
     if status == "ok":
         if result.timing_available and all(c.candidate is not None for c in result.configs):
-            return render("feedback.timing", device=device, rows=timing_rows(result.configs), target=_num(target))
+            return render("feedback.timing", device=device, rows=timing_rows(result.configs),
+                          verdict=verdict(result.configs, target), target=_num(target))
         return UNTIMED_OK.format(configs=len(result.configs), device=device)
     if status == "compile_error" and isinstance(failure.get("diagnostic"), dict):
         d = failure["diagnostic"]
