@@ -226,7 +226,10 @@ LAYER_DATA_ATTRIBUTES = frozenset({
     "weight", "bias", "running_mean", "running_var", "eps", "normalized_shape", "in_features", "out_features",
     "num_features", "embedding_dim", "num_embeddings", "padding_idx", "in_channels", "out_channels", "kernel_size",
     "stride", "padding", "dilation", "groups", "negative_slope", "momentum", "elementwise_affine", "num_heads",
-    "head_dim", "embed_dim"})
+    "head_dim", "embed_dim", "num_groups", "num_channels", "affine", "track_running_stats", "approximate", "dim",
+    "variance_epsilon", "hidden_size", "inplace", "alpha", "beta", "threshold", "lambd", "min_val", "max_val",
+    "upscale_factor", "scale_factor", "output_padding", "padding_mode", "transposed", "output_size", "max_norm",
+    "norm_type", "scale_grad_by_freq", "sparse", "batch_first", "dropout", "p"})
 """What forward may read from one of its nn layers (``self.linear.weight``): parameters, buffers and settings."""
 
 

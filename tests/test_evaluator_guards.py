@@ -298,3 +298,12 @@ def test_poison_fills_floats_with_nan():
     t = torch.zeros(2, dtype=torch.bfloat16)
     poison(t)
     assert all(math.isnan(v) for v in t.float().tolist())
+
+
+def test_a_group_norm_model_keeps_its_layer_and_reads_its_settings():
+    init = ("class ModelNew(nn.Module):\n    def __init__(self, G, C):\n        super().__init__()\n"
+            "        self.gn = nn.GroupNorm(G, C)\n")
+    check_source(source(init + "    def forward(self, x):\n        return kernel(self.gn.num_groups, x.shape[1], "
+                               "self.gn.eps)(x, self.gn.weight, self.gn.bias)\n"))
+    v = violation_of(init + "    def forward(self, x):\n        return self.gn(x)\n")
+    assert v.details["rule"] == "nn-layer"
