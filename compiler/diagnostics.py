@@ -9,6 +9,7 @@ The tree::
     ├── ShapeError                E4xx  index ranks, copy extents, gemm and reduce shapes
     ├── ScopeError                E5xx  memory scopes and loop contexts (tile op inside T.Parallel, ...)
     ├── TargetError               E6xx  the requested target cannot run this kernel
+    ├── UnsupportedError          E7xx  TileLang API that TileAgent does not provide (also an ImportError)
     ├── LayoutError               L0xx  layout inference found no layout that satisfies every op
     └── InternalCompilerError     I000  a bug in the compiler, reported at the span of the op being processed
 
@@ -139,6 +140,18 @@ class TargetError(CompileError):
     code = "E600"
 
 
+class UnsupportedError(CompileError, ImportError):
+    """TileLang API that TileAgent does not provide: a ``tilelang.*`` module, a function, a dtype, a ``T.`` name.
+
+    Also an ``ImportError``, so that ``import tilelang.carver`` / ``from tilelang import tvm`` fail the way an import
+    does, with the code and the reason in the message."""
+
+    code = "E701"
+
+    def __init__(self, message: str, span: Span | None = None, **kwargs):
+        CompileError.__init__(self, message, span, **kwargs)
+
+
 class LayoutError(CompileError):
     """Layout inference conflict: two ops need different thread maps for one fragment. Notes print both layouts."""
 
@@ -188,6 +201,7 @@ CODES = {
     "E508": "atomic_add destination not in global or shared memory",
     "E601": "unknown or unavailable target",
     "E602": "an op the CUDA backend does not lower yet",
+    "E701": "a TileLang API (module, function, dtype or language construct) that TileAgent does not support",
     "L001": "a T.Parallel loop needs a fragment on other threads than its layout puts it",
     "L002": "a reduction's output already has a layout that does not follow its input",
     "L003": "a copy between fragments with different layouts",

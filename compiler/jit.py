@@ -30,33 +30,77 @@ TARGETS = ("auto", "cpu", "sim", "cuda")
 
 
 class PassConfigKey(str, enum.Enum):
-    """TileLang's pass-config keys. All are accepted; the ones that do not apply to this compiler are ignored."""
+    """TileLang's pass-config keys (its full list, old spellings included). All are accepted; the ones without an
+    effect on this compiler (all but the fast-math switches) are logged, as warnings when compiling verbosely."""
 
     TL_ENABLE_FAST_MATH = "tl.enable_fast_math"
-    TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
+    TL_DISABLE_FAST_MATH = "tl.disable_fast_math"
+    TL_SIMPLIFY = "tl.Simplify"
+    TL_SIMPLIFY_TRANSITIVELY_PROVE_INEQUALITIES = "transitively_prove_inequalities"
+    TL_SIMPLIFY_CONVERT_BOOLEAN_TO_AND_OF_ORS = "convert_boolean_to_and_of_ors"
+    TL_SIMPLIFY_APPLY_CONSTRAINTS_TO_BOOLEAN_BRANCHES = "apply_constraints_to_boolean_branches"
+    TL_SIMPLIFY_PROPAGATE_KNOWNS_TO_PROVE_CONDITIONAL = "propagate_knowns_to_prove_conditional"
+    TL_SIMPLIFY_PROPAGATE_KNOWNS_TO_SIMPLIFY_EXPRESSIONS = "propagate_knowns_to_simplify_expressions"
+    TL_SIMPLIFY_ENABLE_LET_INLINE = "enable_simplify_let_inline"
+    TL_DISABLE_BUFFER_INIT_CHECK = "tl.disable_buffer_init_check"
+    TL_DISABLE_DATA_RACE_CHECK = "tl.disable_data_race_check"
+    TL_DISABLE_PRELOWER_SEMANTIC_CHECK = "tl.disable_prelower_semantic_check"
     TL_DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"
-    TL_DISABLE_WGMMA = "tl.disable_wgmma"
-    TL_ENABLE_ASYNC_COPY = "tl.enable_async_copy"
-    TL_DISABLE_SAFE_MEMORY_ACCESS = "tl.disable_safe_memory_legalize"
-    TL_DISABLE_VECTORIZE_256 = "tl.disable_vectorize_256"
-    TIR_DISABLE_VECTORIZE = "tirx.disable_vectorize"
-    TL_DISABLE_THREAD_STORAGE_SYNC = "tl.disable_thread_storage_sync"
     TL_PTXAS_REGISTER_USAGE_LEVEL = "tl.ptxas_register_usage_level"
     TL_DEVICE_COMPILE_FLAGS = "tl.device_compile_flags"
+    TL_EMIT_LINE_DIRECTIVES = "tl.emit_line_directives"
     TL_CONFIG_INDEX_BITWIDTH = "tl.config_index_bitwidth"
+    TL_ENABLE_REDUCER_PLAN_VERBOSE = "tl.enable_reducer_plan_verbose"
+    TL_LAYOUT_COST_MODEL = "tl.layout_cost_model"
+    TL_REDUCER_FORCE_BASELINE = "tl.reducer_force_baseline"
+    TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
+    TL_DISABLE_SAFE_MEMORY_ACCESS = "tl.disable_safe_memory_legalize"
+    TL_DISABLE_VECTORIZE_256 = "tl.disable_vectorize_256"
+    TL_ENABLE_ASYNC_COPY = "tl.enable_async_copy"
+    TL_ENABLE_LOWER_LDGSTG = "tl.enable_lower_ldgstg"
+    TL_ENABLE_LOWER_LDGSTG_PREDICATED = "tl.enable_lower_ldgstg_predicated"
+    TL_ENABLE_VECTORIZE_PLANNER_VERBOSE = "tl.enable_vectorize_planner_verbose"
+    TL_DISABLE_WGMMA = "tl.disable_wgmma"
+    TL_DEBUG_MERGE_SHARED_MEMORY_ALLOCATIONS = "tl.debug_merge_shared_memory_allocations"
     TL_ENABLE_AGGRESSIVE_SHARED_MEMORY_MERGE = "tl.enable_aggressive_shared_memory_merge"
     TL_DISABLE_SHARED_MEMORY_REUSE = "tl.disable_shared_memory_reuse"
+    TL_DISABLE_SHUFFLE_ELECT = "tl.disable_shuffle_elect"
+    TL_DISABLE_LOOP_UNSWITCHING = "tl.disable_loop_unswitching"
+    TL_LOOP_UNSWITCHING_ALLOW_NON_TRIVIAL_ELSE = "tl.loop_unswitching_allow_non_trivial_else"
+    TL_IF_STMT_BINDING_INLINE_REPLAYABLE_BINDS = "tl.if_stmt_binding_inline_replayable_binds"
+    TL_DISABLE_THREAD_STORAGE_SYNC = "tl.disable_thread_storage_sync"
+    TL_FORCE_LET_INLINE = "tl.force_let_inline"
+    TL_AST_PRINT_ENABLE = "tl.ast_print_enable"
     TL_LAYOUT_VISUALIZATION_ENABLE = "tl.layout_visualization_enable"
     TL_LAYOUT_VISUALIZATION_FORMATS = "tl.layout_visualization_formats"
-    TL_ENABLE_DUMP_IR = "tl.enable_dump_ir"
-    TL_DUMP_IR_PATH = "tl.dump_ir_path"
-    TL_DISABLE_PRELOWER_SEMANTIC_CHECK = "tl.disable_prelower_semantic_check"
-    TL_DISABLE_DATA_RACE_CHECK = "tl.disable_data_race_check"
-    TL_LAYOUT_COST_MODEL = "tl.layout_cost_model"
+    TL_STORAGE_REWRITE_DETECT_INPLACE = "tl.storage_rewrite_detect_inplace"
     TL_DISABLE_DYNAMIC_TAIL_SPLIT = "tl.disable_dynamic_tail_split"
     TL_DYNAMIC_ALIGNMENT = "tl.dynamic_alignment"
-    TIR_DISABLE_CSE = "tir.disable_cse_tir"
-    TIR_SIMPLIFY = "tir.Simplify"
+    TL_DISABLE_OUT_OF_BOUND_WARNING = "tl.disable_out_of_bound_warning"
+    TL_ENABLE_DUMP_IR = "tl.enable_dump_ir"
+    TL_DUMP_IR_DIR = "tl.dump_ir_path"
+    TL_DUMP_IR_PATH = "tl.dump_ir_path"  # alias of TL_DUMP_IR_DIR
+    TL_PASS_PROFILE = "tl.pass_profile"
+    TL_PASS_PROFILE_THRESHOLD_MS = "tl.pass_profile_threshold_ms"
+    TIR_ENABLE_EQUIV_TERMS_IN_CSE = "tirx.enable_equiv_terms_in_cse_tir"
+    TIR_DISABLE_CSE = "tirx.disable_cse_tir"
+    TIR_SIMPLIFY = "tirx.Simplify"
+    TIR_DISABLE_STORAGE_REWRITE = "tirx.disable_storage_rewrite"
+    TIR_DISABLE_VECTORIZE = "tirx.disable_vectorize"
+    TIR_USE_ASYNC_COPY = "tirx.use_async_copy"
+    TIR_ENABLE_DEBUG = "tirx.enable_debug"
+    TIR_MERGE_STATIC_SMEM = "tirx.merge_static_smem"
+    TIR_ADD_LOWER_PASS = "tirx.add_lower_pass"
+    TIR_NOALIAS = "tirx.noalias"
+    CUDA_KERNELS_OUTPUT_DIR = "cuda.kernels_output_dir"
+
+
+EFFECTIVE_KEYS = frozenset((PassConfigKey.TL_ENABLE_FAST_MATH.value, PassConfigKey.TL_DISABLE_FAST_MATH.value))
+
+
+def _canonical_key(name: str) -> str:
+    """TVM's older ``tir.`` prefix is TileLang's ``tirx.`` today; both spellings name one key."""
+    return "tirx." + name[4:] if name.startswith("tir.") else name
 
 
 _KNOWN_KEYS = {k.value for k in PassConfigKey}
@@ -70,7 +114,7 @@ def _pass_configs(configs) -> dict:
                            hint="e.g. pass_configs={PassConfigKey.TL_ENABLE_FAST_MATH: True}")
     out = {}
     for key, value in configs.items():
-        name = key.value if isinstance(key, PassConfigKey) else str(key)
+        name = _canonical_key(key.value if isinstance(key, PassConfigKey) else str(key))
         if name not in _KNOWN_KEYS:
             raise DSLTypeError(f"unknown pass config key {name!r}", code="E308",
                                hint="use tileagent.PassConfigKey members, e.g. PassConfigKey.TL_ENABLE_FAST_MATH")
@@ -104,8 +148,10 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, exec
         raise DSLTypeError(f"compile() takes a T.prim_func, got {type(func).__name__}", code="E301",
                            hint="decorate the kernel function with @T.prim_func")
     configs = _pass_configs(pass_configs)
-    for key in configs:
-        log.info("pass config %s is accepted and has no effect on this compiler", key)
+    for key, value in configs.items():
+        if key not in EFFECTIVE_KEYS:
+            (log.warning if verbose else log.info)("pass config %s=%r is accepted and has no effect on this "
+                                                   "compiler", key, value)
     resolved = _resolve_target(target)
     outs = _out_indices(out_idx, len(func.params))
     check(func)
@@ -209,7 +255,7 @@ class JITKernel:
             return "\n".join(print_device_kernel(k) for k in self.module.kernels)
         raise ValueError(f"unknown IR stage {stage!r}; available: 'tile', 'thread'")
 
-    def get_kernel_source(self) -> str:
+    def get_kernel_source(self, kernel_only: bool = True) -> str:
         """The CUDA C++ of the kernel (generated on demand for the cpu and sim targets)."""
         source = getattr(self.backend, "source", None)
         if source is None:
@@ -224,10 +270,24 @@ class JITKernel:
 
         return compile_to_cubin(self.get_kernel_source(), arch)
 
-    def get_profiler(self):
-        from tileagent.compiler.profiler import Profiler
+    def get_profiler(self, tensor_supply_type=None):
+        """A Profiler (``do_bench``, ``assert_allclose``) whose generated inputs follow ``tensor_supply_type``
+        (a ``TensorSupplyType``; default ``Auto``)."""
+        from tileagent.compiler.profiler import Profiler, TensorSupplyType
 
-        return Profiler(self)
+        return Profiler(self, TensorSupplyType.Auto if tensor_supply_type is None else tensor_supply_type)
+
+    @property
+    def prim_func(self) -> PrimFunc:
+        """The checked tile-IR function (TileLang's name)."""
+        return self.func
+
+    latency = config = ref_latency = None  # set by the autotuner on the kernel it picked
+
+    def update_tuner_result(self, latency, config, ref_latency) -> "JITKernel":
+        """Record the autotuner's result on this kernel (TileLang's ``kernel.latency/config/ref_latency``)."""
+        self.latency, self.config, self.ref_latency = latency, config, ref_latency
+        return self
 
     def __call__(self, *args):
         bound, env, outputs = bind_arguments(self.func, args, self.out_idx, self.target)
@@ -336,14 +396,75 @@ def _eval_shape(e, env: dict):
 
 
 class JITImpl:
-    """What ``@jit`` returns: call it with the kernel's compile-time parameters to get a JITKernel (cached)."""
+    """What ``@jit`` returns: call it with the kernel's compile-time parameters to get a JITKernel (cached).
 
-    def __init__(self, fn, out_idx, target, pass_configs):
+    ``get_tir(...)`` gives the PrimFunc without compiling; ``compile(...)`` the kernel (the same as a call).
+    """
+
+    def __init__(self, fn, out_idx, target, pass_configs, execution_backend="auto", target_host=None, verbose=False,
+                 debug_root_path=None, compile_flags=None):
         self.fn, self.out_idx, self.target, self.pass_configs = fn, out_idx, target, pass_configs
+        self.execution_backend, self.target_host, self.verbose = execution_backend, target_host, verbose
+        self.debug_root_path, self.compile_flags = debug_root_path, compile_flags
         self._cache: dict = {}
         functools.update_wrapper(self, fn)
 
+    @property
+    def func(self):
+        """The decorated factory (TileLang's name)."""
+        return self.fn
+
+    @property
+    def signature(self):
+        import inspect
+
+        return inspect.signature(self.fn)
+
+    @property
+    def eager(self) -> bool:
+        """True when the decorated function is written in the eager style (its body is the kernel; see
+        ``compiler.frontend_eager``): a call with tensors compiles (cached per shapes) and runs it."""
+        from tileagent.compiler.frontend_eager import is_eager
+
+        return is_eager(self.fn)
+
+    def _eager_kernel(self, args, kwargs):
+        from tileagent.compiler import frontend_eager
+
+        key = frontend_eager.cache_key(self.fn, args, kwargs)
+        if key is not None and key in self._cache:
+            return self._cache[key]
+        func, out_idx, tensors = frontend_eager.parse_eager(self.fn, args, kwargs)
+        kernel = compile(func, out_idx=list(out_idx), target=self.target, pass_configs=self.pass_configs,
+                         verbose=self.verbose)
+        result = kernel, tensors
+        if key is not None:
+            self._cache[key] = result
+        return result
+
+    def get_tir(self, *args, **kwargs) -> PrimFunc:
+        """The PrimFunc the factory returns for these compile-time parameters (not compiled)."""
+        if self.eager:
+            from tileagent.compiler.frontend_eager import parse_eager
+
+            return parse_eager(self.fn, args, kwargs)[0]
+        func = self.fn(*args, **kwargs)
+        if not isinstance(func, PrimFunc):
+            raise DSLTypeError(f"@jit function {self.fn.__name__} returned {type(func).__name__}, not a T.prim_func",
+                               code="E301", hint="define the kernel with @T.prim_func inside and return it")
+        return func
+
+    def compile(self, *args, **kwargs) -> JITKernel:
+        """The kernel for these compile-time parameters (cached per argument values), as a call gives it; for an
+        eager function, sizes come from tensors passed or from keywords (``compile(M=1024, N=1024, ...)``)."""
+        if self.eager:
+            return self._eager_kernel(args, kwargs)[0]
+        return JITImpl.__call__(self, *args, **kwargs)
+
     def __call__(self, *args, **kwargs) -> JITKernel:
+        if self.eager:  # compile (cached) and run on the tensors given; no tensors: the kernel itself
+            kernel, tensors = self._eager_kernel(args, kwargs)
+            return kernel(*tensors) if tensors else kernel
         try:
             key = (args, tuple(sorted(kwargs.items())))
             hash(key)
@@ -351,22 +472,25 @@ class JITImpl:
             key = None
         if key is not None and key in self._cache:
             return self._cache[key]
-        func = self.fn(*args, **kwargs)
-        if not isinstance(func, PrimFunc):
-            raise DSLTypeError(f"@jit function {self.fn.__name__} returned {type(func).__name__}, not a T.prim_func",
-                               code="E301", hint="define the kernel with @T.prim_func inside and return it")
-        kernel = compile(func, out_idx=self.out_idx, target=self.target, pass_configs=self.pass_configs)
+        func = self.get_tir(*args, **kwargs)
+        kernel = compile(func, out_idx=self.out_idx, target=self.target, pass_configs=self.pass_configs,
+                         verbose=self.verbose)
         if key is not None:
             self._cache[key] = kernel
         return kernel
 
 
-def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, execution_backend=None, target_host=None,
-        verbose=None, debug_root_path=None, compile_flags=None):
-    """``@jit`` or ``@jit(out_idx=[-1], pass_configs={...})`` over a function that returns a T.prim_func."""
+def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, execution_backend="auto", target_host=None,
+        verbose=False, debug_root_path=None, compile_flags=None):
+    """``@jit`` or ``@jit(out_idx=[-1], pass_configs={...})`` over a function that returns a T.prim_func.
+
+    ``execution_backend``, ``target_host``, ``verbose``, ``debug_root_path`` and ``compile_flags`` are TileLang's
+    options: accepted and kept on the JITImpl; this compiler has one backend per target."""
+    options = dict(execution_backend=execution_backend, target_host=target_host, verbose=verbose,
+                   debug_root_path=debug_root_path, compile_flags=compile_flags)
     if func is None:
-        return lambda f: JITImpl(f, out_idx, target, pass_configs)
-    return JITImpl(func, out_idx, target, pass_configs)
+        return lambda f: JITImpl(f, out_idx, target, pass_configs, **options)
+    return JITImpl(func, out_idx, target, pass_configs, **options)
 
 
 __all__ = ["CompileError", "JITImpl", "JITKernel", "PassConfigKey", "compile", "jit"]

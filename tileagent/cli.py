@@ -441,6 +441,18 @@ def batch(reference: Path = _REFERENCE,
            _drafter_options(provider, model, base_url, api_key_env, seed, price) if resume is None else {}, verbose)
 
 
+@app.command(name="tilelang", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                               "allow_interspersed_args": False},
+             help="Run a TileLang program unchanged, with `import tilelang` resolved to TileAgent; ARGS go to the "
+                  "script.\n\nExample: tileagent tilelang example_mha_fwd_bshd.py --batch 1 --seq_len 256\n\n"
+                  "Exit codes: the script's own; 1 it raised (a failed check); 2 compile error or unsupported "
+                  "TileLang API (E701).")
+def tilelang_(ctx: typer.Context, script: Path = typer.Argument(..., help="the TileLang program (.py)")) -> None:
+    from tileagent.compat.run import run_script
+
+    raise typer.Exit(run_script(script, list(ctx.args)))
+
+
 @app.command(help="Print the version.")
 def version() -> None:
     from tileagent.compiler import __version__

@@ -1,0 +1,105 @@
+"""Run TileLang programs unchanged: ``import tilelang`` (and every ``tilelang.*`` submodule) resolved to TileAgent.
+
+In: a process that calls ``install()`` (or a script started by ``tileagent tilelang SCRIPT`` /
+``python -m tileagent.tilelang SCRIPT``). Out: ``import tilelang``, ``import tilelang.language as T``,
+``from tilelang.autotuner import autotune`` ... give the modules of ``tileagent.compat.tilelang``.
+Guarantees:
+
+- Nothing named ``tilelang`` is installed: a meta-path finder, first on ``sys.meta_path`` after ``install()``, maps
+  ``tilelang[.x.y]`` to ``tileagent.compat.tilelang[.x.y]`` (the same module objects, so ``tilelang.jit is
+  tileagent.compat.tilelang.jit``). ``uninstall()`` removes it and the aliases.
+- A ``tilelang.*`` module TileAgent does not provide (``tilelang.carver``, ``tilelang.contrib``, ...) fails to import
+  with ``UnsupportedError`` (E701, also an ImportError) naming it, never a bare ModuleNotFoundError.
+- ``install()`` refuses (RuntimeError) when a real TileLang is already imported in the process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+
+from tileagent.compiler.diagnostics import UnsupportedError
+
+ALIAS = "tilelang"
+TARGET = "tileagent.compat.tilelang"
+
+# Modules of real TileLang that TileAgent does not provide, with what to use instead.
+UNSUPPORTED_MODULES = {
+    "carver": "TileLang's hardware-aware config generator (carver/roller) is not provided; list configs by hand",
+    "contrib": "TileLang's nvcc/hipcc wrappers are not provided; TileAgent compiles with NVRTC",
+    "tools": "TileLang's tools (iket, lower traces, plotting) are not provided",
+    "engine": "TileLang's lowering engine and its callbacks are not provided; kernel.get_kernel_source() shows the "
+              "CUDA TileAgent generates",
+    "cuda": "TileLang's hand-written CUDA intrinsic emitters (mma/ldmatrix macro generators) are not provided; "
+            "T.gemm selects tensor-core instructions itself",
+    "rocm": "AMD targets are not supported",
+    "intrinsics": "TileLang's intrinsic emitters are not provided; T.gemm selects tensor-core instructions itself",
+    "ir": "TileLang's TVM IR classes are not provided",
+    "tvm": "TVM is not part of TileAgent",
+    "quantize": "TileLang's quantization helpers are not provided",
+    "analysis": "TileLang's IR analyses are not provided",
+}
+
+
+def _unsupported(fullname: str) -> UnsupportedError:
+    parts = fullname.split(".")
+    reason = next((UNSUPPORTED_MODULES[p] for p in parts[1:] if p in UNSUPPORTED_MODULES), None)
+    return UnsupportedError(f"module '{fullname}' is not provided by TileAgent's TileLang compatibility layer"
+                            + (f": {reason}" if reason else ""),
+                            hint="docs/dsl.md lists what TileAgent supports of TileLang's API")
+
+
+class _AliasLoader(importlib.abc.Loader):
+    def __init__(self, real: str):
+        self.real = real
+
+    def create_module(self, spec):
+        return importlib.import_module(self.real)
+
+    def exec_module(self, module):
+        pass  # the real module is already executed
+
+
+class TileLangFinder(importlib.abc.MetaPathFinder):
+    """Finds ``tilelang`` and ``tilelang.*`` as aliases of ``tileagent.compat.tilelang[.*]``."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != ALIAS and not fullname.startswith(ALIAS + "."):
+            return None
+        real = TARGET + fullname[len(ALIAS):]
+        try:
+            spec = importlib.util.find_spec(real)
+        except ModuleNotFoundError:
+            spec = None
+        if spec is None:
+            raise _unsupported(fullname)
+        return importlib.util.spec_from_loader(fullname, _AliasLoader(real),
+                                               is_package=spec.submodule_search_locations is not None)
+
+
+def installed() -> bool:
+    return any(isinstance(f, TileLangFinder) for f in sys.meta_path)
+
+
+def install() -> None:
+    """Make ``import tilelang`` resolve to TileAgent in this process (idempotent)."""
+    if installed():
+        return
+    current = sys.modules.get(ALIAS)
+    if current is not None and not getattr(current, "__name__", "").startswith(TARGET):
+        raise RuntimeError(f"a real TileLang is already imported ({getattr(current, '__file__', current)}); "
+                           f"call tileagent.compat.install() before anything imports tilelang")
+    sys.meta_path.insert(0, TileLangFinder())
+
+
+def uninstall() -> None:
+    """Undo ``install()``: remove the finder and the ``tilelang*`` aliases from ``sys.modules``."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, TileLangFinder)]
+    for name in [n for n in sys.modules if n == ALIAS or n.startswith(ALIAS + ".")]:
+        if getattr(sys.modules[name], "__name__", "").startswith(TARGET):
+            del sys.modules[name]
+
+
+__all__ = ["ALIAS", "TARGET", "TileLangFinder", "UNSUPPORTED_MODULES", "install", "installed", "uninstall"]

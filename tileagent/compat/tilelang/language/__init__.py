@@ -1,0 +1,95 @@
+"""``import tilelang.language as T`` under the compatibility layer: TileAgent's DSL plus TileLang's names for it.
+
+In: attribute lookups ``T.<name>``, inside a prim_func (the frontend resolves them) or in plain Python.
+Out: the DSL builtins of ``tileagent.language`` (the same objects). Guarantees: a TileLang name TileAgent does not
+support raises ``UnsupportedError`` (E701) saying why and what to write instead; inside a prim_func the frontend
+reports it at the line that uses it. ``UNSUPPORTED`` is the table (docs/dsl.md prints it).
+"""
+
+from __future__ import annotations
+
+from tileagent.compiler.diagnostics import UnsupportedError
+from tileagent.language import *  # noqa: F401,F403
+from tileagent.compiler.language import __all__ as _dsl_names
+
+_HOPPER = ("Hopper warp specialization by hand (TMA, mbarriers, wgmma, register reallocation) is not supported; "
+           "write the plain T.Pipelined / T.copy / T.gemm form and the compiler schedules it")
+_SIMT = ("explicit per-thread (SIMT) code is not supported: TileAgent's tile IR has no thread index; write the work "
+         "as T.Parallel loops and tile ops")
+_ESCAPE = ("escape hatches into hand-written CUDA/PTX are not supported: the tile IR runs on the CPU interpreter "
+           "too, which cannot execute foreign code")
+_SUBBYTE = "sub-byte dtypes (int4/uint4/fp4) are not supported; store such data packed in int8/uint8 and unpack it"
+
+UNSUPPORTED = {
+    # warp specialization, Hopper/Blackwell machinery
+    **{n: _HOPPER for n in ("alloc_barrier", "barrier_arrive", "barrier_wait", "mbarrier_arrive", "mbarrier_wait_parity",
+                            "mbarrier_expect_tx", "create_list_of_mbarrier", "get_mbarrier", "tma_copy", "wgmma_gemm",
+                            "wait_wgmma", "set_max_nreg", "disable_warp_group_reg_alloc", "fence_proxy_async",
+                            "annotate_producer_reg_dealloc", "annotate_consumer_reg_alloc", "warpgroup_arrive",
+                            "warpgroup_commit_batch", "warpgroup_wait", "ws", "ClusterKernel", "alloc_tmem",
+                            "alloc_descriptor", "tcgen05_gemm", "mma_gemm_blockscaled", "cp_async_barrier_noinc",
+                            "ptx_cp_async", "ptx_commit_group", "ptx_wait_group", "async_copy")},
+    # SIMT-level code
+    **{n: _SIMT for n in ("get_thread_binding", "get_thread_bindings", "thread_binding", "get_warp_idx",
+                          "get_lane_idx", "get_warp_group_idx", "get_warp_idx_sync", "get_thread_extent",
+                          "tvm_thread_allreduce", "shfl_xor", "shfl_down", "shfl_up", "shfl_sync", "sync_warp",
+                          "sync_grid", "Persistent", "PersistentTileScheduler")},
+    # escape hatches
+    **{n: _ESCAPE for n in ("import_source", "call_extern", "call_intrin", "call_pure_extern", "ptx", "ptx_mma",
+                            "ptx_ldmatrix", "CUDASourceCodeKernel", "evaluate", "attr", "access_ptr", "address_of",
+                            "make_tensor", "ptr", "reinterpret", "dp4a")},
+    **{n: _SUBBYTE for n in ("int4", "uint4", "int2", "uint2", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn")},
+    "tfloat32": "tfloat32 buffers are not supported; use float32 (T.gemm on float32 tiles already uses TF32 tensor "
+                "cores where the target allows)",
+    "Layout": "user-defined layouts (T.Layout/T.Fragment functions) are not supported; T.annotate_layout takes "
+              "make_swizzled_layout(buf) only",
+    "Fragment": "user-defined fragment layouts are not supported; layouts are inferred",
+    "comm_reducer": "custom reducers are not supported; use T.reduce_sum/max/min/abssum/absmax",
+    "alloc_reducer": "reducers are not supported; reduce into a fragment with T.reduce_*",
+    "atomic_max": "T.atomic_max is not supported yet; only T.atomic_add is",
+    "atomic_min": "T.atomic_min is not supported yet; only T.atomic_add is",
+    "atomic_addx2": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
+    "atomic_addx4": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
+    "alloc_global": "T.alloc_global (a runtime-allocated workspace) is not supported; pass the workspace as a "
+                    "T.Tensor parameter (an out_idx output if the caller does not need it)",
+    "alloc_buffer": "raw TIR buffers are not supported; use T.alloc_shared / T.alloc_fragment / T.alloc_local",
+    "allocate": "raw TIR buffers are not supported; use T.alloc_shared / T.alloc_fragment / T.alloc_local",
+    "macro": "T.macro (inlined helper functions) is not supported yet; inline the helper's body or make it a "
+             "compile-time Python function that returns expressions",
+    "SharedBuffer": "typed macro parameters are not supported (T.macro is not)",
+    "FragmentBuffer": "typed macro parameters are not supported (T.macro is not)",
+    "LocalBuffer": "typed macro parameters are not supported (T.macro is not)",
+    "Ref": "typed macro parameters are not supported (T.macro is not)",
+    "get_block_binding": "T.get_block_binding is not supported; use the variables bound by `with T.Kernel(...) as "
+                         "(bx, by)`",
+    "get_block_bindings": "T.get_block_bindings is not supported; use the variables bound by `with T.Kernel(...) as "
+                          "(bx, by)`",
+    "cumsum": "T.cumsum is not supported yet",
+    "gemm_sp": "sparse T.gemm_sp is not supported",
+    "im2col": "T.im2col is not supported",
+    "c2d_im2col": "T.im2col is not supported",
+    "transpose": "T.transpose is not supported; copy through a T.Parallel loop",
+    "view": "T.view is not supported",
+    "reshape": "T.reshape is not supported",
+    "device_assert": "T.device_assert is not supported",
+    "index_to_coordinates": "T.index_to_coordinates is not supported",
+    "annotate_pass_configs": "function-level pass configs are not supported; pass pass_configs= to tilelang.jit",
+    "annotate_compile_flags": "compile flags are not supported",
+    "annotate_safe_value": "T.annotate_safe_value is not supported (out-of-bounds global reads give 0)",
+    "annotate_l2_hit_ratio": "L2 persistence hints are not supported",
+    "rng_init": "device random numbers are not supported",
+    "rng_rand": "device random numbers are not supported",
+}
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    reason = UNSUPPORTED.get(name)
+    if reason is None:
+        raise AttributeError(f"module 'tilelang.language' has no attribute '{name}'")
+    raise UnsupportedError(f"T.{name} is not supported by TileAgent: {reason}",
+                           hint="docs/dsl.md has the table of TileLang features TileAgent supports")
+
+
+__all__ = list(_dsl_names)
