@@ -82,6 +82,20 @@ def run_script(script: str | os.PathLike, args: list[str] | None = None) -> int:
     return EXIT_OK
 
 
+def load_script(script: str | os.PathLike) -> dict:
+    """The globals of ``script`` executed under the compatibility layer as a module (not ``__main__``): its kernels
+    and reference functions, to call at chosen sizes."""
+    from tileagent import compat
+
+    compat.install()
+    path = Path(script)
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        return runpy.run_path(str(path), run_name=f"tilelang_script_{path.stem}")
+    finally:
+        sys.path.remove(str(path.resolve().parent))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):

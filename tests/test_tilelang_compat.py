@@ -1,0 +1,424 @@
+"""TileLang programs run unchanged (tileagent.compat): the import alias, the launcher, eager-style @jit, the
+profiler/autotuner/testing surface, and the E701 diagnostics; TileLang's own example programs (copied in
+tests/data/tilelang_examples) on the CPU interpreter at small sizes."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from tileagent import compat
+from tileagent.compat.run import load_script, run_script
+from tileagent.compiler.diagnostics import CompileError, UnsupportedError
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "tests" / "data" / "tilelang_examples"
+
+
+@pytest.fixture
+def tilelang():
+    """``import tilelang`` resolved to TileAgent for one test; undone afterwards."""
+    compat.install()
+    import tilelang as tl
+
+    yield tl
+    compat.uninstall()
+
+
+def _write(tmp_path: Path, name: str, source: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+# -- the import alias --------------------------------------------------------------------------------------------
+
+
+def test_install_aliases_every_tilelang_module_and_uninstall_removes_them(tilelang):
+    import tilelang.language as T
+    import tilelang.profiler
+    from tilelang.autotuner import AutoTuner, autotune
+
+    import tileagent.compat.tilelang.language as ours
+    from tileagent.compat.tilelang import autotuner
+
+    assert T is ours and tilelang.language is ours and autotune is autotuner.autotune and AutoTuner is autotuner.AutoTuner
+    assert tilelang.profiler.do_bench is tilelang.profiler.Profiler.do_bench.__globals__["do_bench"]
+    compat.uninstall()
+    assert "tilelang" not in sys.modules and not compat.installed()
+    with pytest.raises(ModuleNotFoundError):
+        import tilelang  # noqa: F401,F811
+
+
+def test_unknown_tilelang_module_or_name_is_an_E701_import_error(tilelang):
+    with pytest.raises(ImportError) as info:
+        import tilelang.carver.arch  # noqa: F401
+    assert isinstance(info.value, UnsupportedError) and info.value.code == "E701"
+    assert "tilelang.carver" in info.value.message and "config" in info.value.message
+    with pytest.raises(UnsupportedError, match=r"tilelang\.tvm is not provided"):
+        from tilelang import tvm  # noqa: F401
+
+
+def test_install_refuses_when_a_real_tilelang_is_imported(monkeypatch):
+    import types
+
+    monkeypatch.setitem(sys.modules, "tilelang", types.ModuleType("tilelang"))
+    with pytest.raises(RuntimeError, match="real TileLang is already imported"):
+        compat.install()
+    assert not compat.installed()
+
+
+def test_unsupported_T_name_in_a_prim_func_is_E701_at_its_line(tilelang, tmp_path):
+    path = _write(tmp_path, "barrier_kernel.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[-1])
+        def kernel(N):
+            @T.prim_func
+            def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+                with T.Kernel(1, threads=32) as bx:
+                    bar = T.alloc_barrier(arrive_count=32)
+                    T.copy(A, B)
+            return main
+        """)
+    module = load_script(path)
+    with pytest.raises(CompileError) as info:
+        module["kernel"](64)
+    err = info.value
+    assert err.code == "E701" and err.span.line == 10 and "T.alloc_barrier" in err.message
+    assert "T.Pipelined" in err.message  # says what to write instead
+
+
+# -- the launcher ------------------------------------------------------------------------------------------------
+
+
+def test_launcher_runs_tilelang_flash_attention_example_unchanged_on_the_cpu():
+    """TileLang's own MHA forward example: @autotune over @tilelang.jit, get_profiler, assert_allclose, do_bench."""
+    proc = subprocess.run([sys.executable, "-m", "tileagent.tilelang", str(EXAMPLES / "example_mha_fwd_bshd.py"),
+                           "--batch", "1", "--heads", "1", "--seq_len", "64", "--dim", "32"],
+                          capture_output=True, text=True, timeout=600, env={**__import__("os").environ,
+                                                                          "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "All checks pass." in proc.stdout and "Tile-lang:" in proc.stdout
+
+
+def test_cli_subcommand_reports_unsupported_api_with_the_script_line_and_exit_2(tmp_path, capsys):
+    from typer.testing import CliRunner
+
+    from tileagent.cli import app
+
+    path = _write(tmp_path, "uses_carver.py", """\
+        import tilelang
+        from tilelang.carver.arch import CUDA
+        print("unreachable")
+        """)
+    try:
+        result = CliRunner().invoke(app, ["tilelang", str(path), "--flag", "x"])
+    finally:
+        compat.uninstall()
+    assert result.exit_code == 2
+    text = result.output + (result.stderr if result.stderr_bytes is not None else "")
+    assert f"{path}:2:1: error[E701]: module 'tilelang.carver'" in text and "unreachable" not in text
+
+
+def test_run_script_passes_argv_and_the_scripts_exit_status(tmp_path):
+    path = _write(tmp_path, "argv.py", """\
+        import sys
+        import tilelang
+        assert tilelang.cdiv(7, 2) == 4
+        sys.exit(int(sys.argv[1]) + len(sys.argv))
+        """)
+    try:
+        assert run_script(path, ["3", "--x"]) == 6
+        failing = _write(tmp_path, "fails.py", "assert 1 == 2, 'the check failed'\n")
+        assert run_script(failing) == 1
+        assert run_script(tmp_path / "missing.py") == 2
+    finally:
+        compat.uninstall()
+
+
+# -- TileLang's examples, called at small sizes ------------------------------------------------------------------
+
+
+def test_eager_elementwise_add_example(tilelang):
+    import tilelang.language as T
+
+    ns = load_script(EXAMPLES / "example_elementwise_add.py")
+    a, b = torch.randn(64, 96), torch.randn(64, 96)
+    out = ns["elementwise_add"](a, b, block_M=32, block_N=32, threads=128, in_dtype=T.float32, out_dtype=T.float32)
+    torch.testing.assert_close(out, ns["ref_program"](a, b))
+    # a second call with other shapes compiles again (sizes are compile-time); the same shapes hit the cache
+    kernel = ns["elementwise_add"].compile(a, b, block_M=32, block_N=32, threads=128, in_dtype=T.float32,
+                                           out_dtype=T.float32)
+    assert kernel is ns["elementwise_add"].compile(a, b, block_M=32, block_N=32, threads=128, in_dtype=T.float32,
+                                                   out_dtype=T.float32)
+    assert [p.name for p in kernel.params] == ["A", "B", "C"] and kernel.out_idx == (2,)
+    c, d = torch.randn(32, 64), torch.randn(32, 64)
+    torch.testing.assert_close(ns["elementwise_add"](c, d, block_M=32, block_N=32, threads=128,
+                                                     in_dtype=T.float32, out_dtype=T.float32), c + d)
+
+
+def test_eager_rms_norm_example_compiles_from_keyword_sizes(tilelang):
+    ns = load_script(EXAMPLES / "rms_norm.py")
+    ns["test_rms_norm"](M=64, N=128, blk_m=1)  # the example's own test: compile(M=, N=, blk_m=) + assert_allclose
+    kernel = ns["rms_norm_splitk"].compile(M=32, N=256, blk_m=1, blk_k=64)
+    kernel.get_profiler().assert_allclose(ns["ref_program"], rtol=0.01, atol=0.01)
+
+
+def test_eager_splitk_gemm_example_writes_its_in_place_output(tilelang):
+    ns = load_script(EXAMPLES / "example_tilelang_gemm_splitk.py")
+    a, b, c = torch.randn(64, 128).half(), torch.randn(128, 64).half(), torch.zeros(64, 64)
+    assert ns["matmul"](a, b, c, 32, 32, 32, 2) is None
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_classic_layernorm_example_forward(tilelang):
+    ns = load_script(EXAMPLES / "layernorm.py")
+    x, g, b = torch.randn(8, 256).bfloat16(), torch.randn(256).bfloat16(), torch.randn(256).bfloat16()
+    y, mean, rstd = ns["_layernorm_fwd"](8, 256, eps=1e-5, blk_m=1, threads=128)(x, g, b)
+    torch.testing.assert_close(y, ns["ref_program"](x, g, b, 1e-5), rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(mean, x.float().mean(-1), rtol=1e-3, atol=1e-3)
+
+
+# -- eager-style errors ------------------------------------------------------------------------------------------
+
+
+def test_eager_const_used_before_any_tensor_binds_it_is_E104(tilelang, tmp_path):
+    path = _write(tmp_path, "early.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit
+        def scale(A, block):
+            M = T.const("M")
+            half = M // 2
+            A: T.Tensor((M,), "float32")
+            with T.Kernel(T.ceildiv(M, block)) as bx:
+                pass
+        """)
+    ns = load_script(path)
+    with pytest.raises(CompileError) as info:
+        ns["scale"].compile(block=32)
+    assert info.value.code == "E104" and info.value.span.line == 8 and "'M' has no value" in info.value.message
+
+
+def test_T_empty_outside_an_eager_function_is_E101(tilelang, tmp_path):
+    path = _write(tmp_path, "lazy_empty.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit
+        def k(N):
+            @T.prim_func
+            def main(A: T.Tensor((N,), "float32")):
+                with T.Kernel(1) as bx:
+                    C = T.empty((N,), "float32")
+            return main
+        """)
+    ns = load_script(path)
+    with pytest.raises(CompileError) as info:
+        ns["k"](16)
+    assert info.value.code == "E101" and info.value.span.line == 10 and "eager" in info.value.message
+
+
+# -- autotuner ---------------------------------------------------------------------------------------------------
+
+
+_SCALE_KERNEL = """\
+    import tilelang
+    import tilelang.language as T
+    from tilelang.autotuner import autotune
+
+    CALLS = []
+
+
+    def ref(x):
+        return x * 2
+
+
+    @autotune(configs=[{"block": 4096, "factor": 2}, {"block": 32, "factor": 3}, {"block": 64, "factor": 2},
+                       {"block": 16, "factor": 2}], warmup=1, rep=3, ref_prog=ref)
+    @tilelang.jit(out_idx=[-1])
+    def scale(N, block=16, factor=2):
+        CALLS.append((block, factor))
+
+        @T.prim_func
+        def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32")):
+            with T.Kernel(T.ceildiv(N, block), threads=min(block, 1024) if block <= 1024 else 2048) as bx:
+                for i in T.Parallel(block):
+                    Y[bx * block + i] = X[bx * block + i] * factor
+        return main
+    """
+
+
+def test_autotune_skips_failing_configs_picks_a_checked_one_and_caches(tilelang, tmp_path):
+    ns = load_script(_write(tmp_path, "tune_scale.py", _SCALE_KERNEL))
+    kernel = ns["scale"](128)
+    # 4096 threads does not compile (E304); factor 3 fails the reference check; 64 and 16 are timed
+    assert kernel.config in ({"block": 64, "factor": 2}, {"block": 16, "factor": 2})
+    assert kernel.latency > 0 and kernel.ref_latency > 0
+    x = torch.randn(128)
+    torch.testing.assert_close(kernel(x), x * 2)
+    calls = len(ns["CALLS"])
+    assert ns["scale"](128) is kernel and len(ns["CALLS"]) == calls  # cached per key
+    direct = ns["scale"](128, block=32, factor=3)  # tunables given: compiled as asked, not tuned
+    assert direct.config is None and torch.equal(direct(x), x * 3)
+
+
+def test_autotuner_from_kernel_run_returns_result_and_fails_clearly_when_nothing_passes(tilelang):
+    from tilelang.autotuner import AutoTuner
+
+    import tilelang.language as T
+
+    def kernel(block=None):
+        @T.prim_func
+        def main(X: T.Tensor((64,), "float32"), Y: T.Tensor((64,), "float32")):
+            with T.Kernel(T.ceildiv(64, block), threads=32) as bx:
+                for i in T.Parallel(block):
+                    Y[bx * block + i] = X[bx * block + i] + 1.0
+        return main
+
+    tuner = AutoTuner.from_kernel(kernel=kernel, configs=[{"block": 16}, {"block": 32}]).set_compile_args(
+        out_idx=[-1], target="cpu").set_profile_args(ref_prog=lambda x: x + 1)
+    result = tuner.run(warmup=1, rep=2)
+    assert result.config in ({"block": 16}, {"block": 32}) and result.latency > 0 and result.kernel is not None
+    bad = AutoTuner.from_kernel(kernel=kernel, configs=[{"block": 16}]).set_compile_args(out_idx=[-1]) \
+        .set_profile_args(ref_prog=lambda x: x + 2)
+    with pytest.raises(RuntimeError, match="no configuration compiled and passed"):
+        bad.run(warmup=1, rep=2)
+    with pytest.raises(ValueError, match="not parameters of kernel"):
+        AutoTuner.from_kernel(kernel=kernel, configs=[{"blk": 16}]).run(warmup=1, rep=2)
+
+
+# -- profiler, testing, misc surface ------------------------------------------------------------------------------
+
+
+def test_tensor_supply_types_follow_tilelangs_rules(tilelang):
+    from tilelang.profiler import TensorSupplyType as S
+
+    from tileagent.compiler.profiler import supply_tensor
+
+    torch.manual_seed(0)
+    auto = supply_tensor((4096,), torch.float16, S.Auto, "cpu")
+    assert auto.min() >= -1 and auto.max() <= 1 and auto.float().std() > 0.3
+    ints = supply_tensor((4096,), torch.float32, S.Integer, "cpu")
+    assert set(ints.unique().tolist()) == {-2.0, -1.0, 0.0, 1.0, 2.0}
+    assert set(supply_tensor((512,), torch.uint8, S.Auto, "cpu").unique().tolist()) == {0, 1, 2}
+    assert torch.equal(supply_tensor((3,), torch.int8, S.Normal, "cpu"), torch.ones(3, dtype=torch.int8))
+    assert supply_tensor((3,), torch.float32, S.Zero, "cpu").abs().sum() == 0
+    assert tilelang.TensorSupplyType.Randn is S.Randn
+
+
+def test_torch_assert_close_allows_a_mismatch_ratio(tilelang):
+    import tilelang.testing
+
+    a = torch.zeros(1000)
+    b = a.clone()
+    b[:5] = 1.0
+    tilelang.testing.torch_assert_close(a, b, atol=1e-3, rtol=0, max_mismatched_ratio=0.01)
+    with pytest.raises(AssertionError, match=r"5 of 1000 elements \(0\.50%\)"):
+        tilelang.testing.torch_assert_close(a, b, atol=1e-3, rtol=0, max_mismatched_ratio=0.001)
+
+
+def test_do_bench_on_the_cpu_returns_median_or_quantiles(tilelang):
+    from tilelang.profiler import do_bench
+
+    calls = []
+    t = do_bench(lambda: calls.append(1), warmup=1, rep=1, device="cpu")
+    assert t >= 0 and len(calls) >= 4
+    q = do_bench(lambda: None, _n_warmup=1, _n_repeat=7, quantiles=[0.5, 0.9], device="cpu")
+    assert isinstance(q, list) and len(q) == 2 and q[0] <= q[1]
+    with pytest.raises(ValueError, match="return_mode"):
+        do_bench(lambda: None, return_mode="p99", device="cpu")
+
+
+def test_testing_helpers(tilelang):
+    import tilelang.testing
+
+    tilelang.testing.set_random_seed(7)
+    first = torch.rand(3)
+    tilelang.testing.set_random_seed(7)
+    assert torch.equal(first, torch.rand(3))
+
+    @tilelang.testing.requires_package("surely_not_a_package_xyz")
+    def needs_missing():
+        pass
+
+    @tilelang.testing.requires_cuda_compute_version_ge(99, 0)
+    def needs_future_gpu():
+        pass
+
+    assert needs_missing.pytestmark[0].args == (True,)
+    assert any(m.args == (True,) for m in needs_future_gpu.pytestmark)
+    tilelang.testing.process_func(lambda: 1.5, "perf")
+
+
+def test_datatype_dtype_and_pass_config_keys(tilelang, caplog, tmp_path):
+    import tilelang.language as T
+
+    assert tilelang.DataType("float16").bits == 16 and tilelang.DataType("int8x4").lanes == 4
+    assert tilelang.DataType("int4").bits == 4 and tilelang.DataType(torch.bfloat16) == "bfloat16"
+    assert T.dtype(torch.float16) == "float16" and T.dtype("float").bits == 32
+    with pytest.raises(ValueError, match="unsupported dtype"):
+        tilelang.DataType("float13")
+
+    from tileagent.compiler.jit import _pass_configs
+
+    keys = {k: True for k in tilelang.PassConfigKey}
+    assert len(_pass_configs(keys)) >= 55
+    assert _pass_configs({"tir.disable_cse_tir": True}) == {"tirx.disable_cse_tir": True}
+    with pytest.raises(CompileError) as info:
+        _pass_configs({"tl.no_such_key": True})
+    assert info.value.code == "E308"
+
+    ns = load_script(_write(tmp_path, "fill.py", """\
+        import tilelang.language as T
+        def k():
+            @T.prim_func
+            def main(A: T.Tensor((32,), "float32")):
+                with T.Kernel(1, threads=32) as bx:
+                    T.fill(A, 1.0)
+            return main
+        """))
+    with caplog.at_level(logging.INFO, logger="tileagent.compiler"):
+        tilelang.compile(ns["k"](), target="cpu", verbose=True, pass_configs={
+            tilelang.PassConfigKey.TL_DISABLE_TMA_LOWER: True, tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True})
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("tl.disable_tma_lower" in m and "no effect" in m for m in warned)
+    assert not any("tl.enable_fast_math" in m for m in warned)
+
+
+def test_jit_accepts_tilelangs_options_and_exposes_compile_and_get_tir(tilelang, tmp_path):
+    ns = load_script(_write(tmp_path, "opts.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[-1], target="cpu", execution_backend="cython", debug_root_path="/tmp/x",
+                      pass_configs={tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True})
+        def plus_one(N, block=32):
+            @T.prim_func
+            def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+                with T.Kernel(T.ceildiv(N, block), threads=block) as bx:
+                    for i in T.Parallel(block):
+                        B[bx * block + i] = T.Cast("float32", A[bx * block + i]) + 1.0
+            return main
+        """))
+    f = ns["plus_one"]
+    assert f.get_tir(64).name == "main"
+    kernel = f.compile(N=64, block=16)
+    assert kernel is f.compile(N=64, block=16) and kernel.prim_func is kernel.func
+    x = torch.randn(64)
+    torch.testing.assert_close(kernel(x), x + 1)
+    profiler = kernel.get_profiler(tensor_supply_type=tilelang.TensorSupplyType.Integer)
+    assert all(t.eq(t.round()).all() for t in profiler._get_inputs())
