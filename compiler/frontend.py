@@ -87,6 +87,7 @@ class _Parser(ExpressionParser):
         self.blocks: list[list[Stmt]] = [[]]
         self.kernel_depth = 0
         self.buffer_names: set[str] = set()
+        self.workspaces: list[Buffer] = []
 
     # -- spans and errors ------------------------------------------------------------------------------------
     def span(self, node: ast.AST) -> Span:
@@ -169,7 +170,8 @@ class _Parser(ExpressionParser):
         if not any(isinstance(s, Kernel) for s in body):
             raise DSLSyntaxError(f"prim_func '{fdef.name}' has no `with T.Kernel(...)` scope", self.span(fdef),
                                  code="E103", hint="wrap the body in `with T.Kernel(grid..., threads=128) as bx:`")
-        return PrimFunc(fdef.name, tuple(params), body, tuple(dynamic), self.span(fdef))
+        return PrimFunc(fdef.name, tuple(params) + tuple(self.workspaces), body, tuple(dynamic), self.span(fdef),
+                        tuple(range(len(params), len(params) + len(self.workspaces))))
 
     def _string_annotation(self, a: ast.arg, text: str):
         """The value of a string annotation (``from __future__ import annotations``), with errors at parameter ``a``.
@@ -243,6 +245,8 @@ class _Parser(ExpressionParser):
                                  hint="write `with T.Kernel(...) as bx:` and put the kernel body inside")
 
     def allocate(self, spec, name: str, node: ast.AST) -> Buffer:
+        if spec.scope == "global":
+            return self.allocate_workspace(spec, name, node)
         if self.kernel_depth == 0:
             raise DSLSyntaxError(f"allocation of '{name}' outside T.Kernel", code="E505",
                                  hint="allocate shared memory and fragments inside `with T.Kernel(...)`")
@@ -254,6 +258,19 @@ class _Parser(ExpressionParser):
         init = None if spec.init is None else make_cast(as_expr(spec.init, spec.dtype), spec.dtype)
         self.emit(Alloc(buf, init), node)
         self.bind(base, buf)
+        return buf
+
+    def allocate_workspace(self, spec, name: str, node: ast.AST) -> Buffer:
+        """``T.alloc_global``: a global buffer the runtime allocates per call; a hidden parameter after the others."""
+        if self.kernel_depth:
+            raise DSLSyntaxError(f"T.alloc_global '{name}' must be outside T.Kernel (at the top of the prim_func)",
+                                 code="E505", hint="allocate workspaces before the first `with T.Kernel(...)`")
+        if name in self.buffer_names:
+            raise DSLSyntaxError(f"a buffer named '{name}' already exists", code="E102")
+        self.buffer_names.add(name)
+        buf = Buffer(name, spec.shape, spec.dtype, "global", self.span(node))
+        self.workspaces.append(buf)
+        self.bind(name, buf)
         return buf
 
     def stmt_Assign(self, node: ast.Assign):
@@ -382,10 +399,14 @@ class _Parser(ExpressionParser):
         elif target is not None:
             for n, v in zip(names, block_vars):
                 self.bind(n, v)
+        from tileagent.compiler.language.extras import CURRENT_BLOCK_VARS
+
         self.kernel_depth += 1
+        token = CURRENT_BLOCK_VARS.set(block_vars)  # for T.get_block_binding
         try:
             body = self.body(node.body, new_scope=False)
         finally:
+            CURRENT_BLOCK_VARS.reset(token)
             self.kernel_depth -= 1
             self.scopes.pop()
         grid = tuple(spec.grid)

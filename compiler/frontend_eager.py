@@ -230,8 +230,10 @@ class _EagerParser(_Parser):
                     for v in _vars_in(d):
                         if not any(v is x for x in dynamic):
                             dynamic.append(v)
-        func = PrimFunc(fdef.name, tuple(all_params), body, tuple(dynamic), self.span(fdef))
-        return func, tuple(range(len(ins), len(all_params)))
+        n = len(all_params)
+        func = PrimFunc(fdef.name, tuple(all_params) + tuple(self.workspaces), body, tuple(dynamic), self.span(fdef),
+                        tuple(range(n, n + len(self.workspaces))))
+        return func, tuple(range(len(ins), n))
 
 
 def _sizes_from_tensors(fdef: ast.FunctionDef, values: dict) -> dict:

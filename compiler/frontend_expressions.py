@@ -242,6 +242,10 @@ class ExpressionParser:
         return self._guard(node, self.call, fn, args, kwargs, ast.unparse(node.func))
 
     def call(self, fn, args, kwargs, name: str):
+        from tileagent.compiler.frontend_macro import Macro, inline
+
+        if isinstance(fn, Macro):  # T.macro: its body is inlined here
+            return inline(self, fn, args, kwargs, name)
         if not callable(fn):
             raise DSLTypeError(f"`{name}` is {describe(fn)}, not a function", code="E309")
         if _is_builtin(fn):

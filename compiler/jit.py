@@ -153,7 +153,7 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, exec
             (log.warning if verbose else log.info)("pass config %s=%r is accepted and has no effect on this "
                                                    "compiler", key, value)
     resolved = _resolve_target(target)
-    outs = _out_indices(out_idx, len(func.params))
+    outs = _out_indices(out_idx, len(func.params) - len(func.workspaces))  # workspaces are last and hidden
     check(func)
     return JITKernel(func, outs, resolved, configs, _backend(func, resolved, configs))
 
@@ -300,7 +300,7 @@ class JITKernel:
 
 def bind_arguments(func: PrimFunc, args, out_idx: tuple[int, ...], target: str):
     """Match call arguments to parameters. Returns (param -> value, dynamic var -> int, allocated outputs)."""
-    inputs = [p for k, p in enumerate(func.params) if k not in out_idx]
+    inputs = [p for k, p in enumerate(func.params) if k not in out_idx and k not in func.workspaces]
     if len(args) != len(inputs):
         names = ", ".join(p.name for p in inputs)
         raise KernelArgumentError(f"kernel {func.name} expects {len(inputs)} input(s) ({names}) but got {len(args)}")
@@ -312,7 +312,7 @@ def bind_arguments(func: PrimFunc, args, out_idx: tuple[int, ...], target: str):
             a = _check_scalar(p, a)
         bound[p] = a
     outputs = []
-    for k in out_idx:
+    for k in (*out_idx, *func.workspaces):
         p = func.params[k]
         shape = []
         for d in p.shape:
@@ -323,7 +323,8 @@ def bind_arguments(func: PrimFunc, args, out_idx: tuple[int, ...], target: str):
                                           f"no input binds") from None
         t = torch.empty(shape, dtype=p.dtype.torch, device=_device_of(bound, target))
         bound[p] = t
-        outputs.append(t)
+        if k in out_idx:
+            outputs.append(t)
     return bound, env, outputs
 
 

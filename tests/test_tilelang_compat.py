@@ -422,3 +422,89 @@ def test_jit_accepts_tilelangs_options_and_exposes_compile_and_get_tir(tilelang,
     torch.testing.assert_close(kernel(x), x + 1)
     profiler = kernel.get_profiler(tensor_supply_type=tilelang.TensorSupplyType.Integer)
     assert all(t.eq(t.round()).all() for t in profiler._get_inputs())
+
+
+# -- T.alloc_global, T.macro, T.get_block_binding, T.Layout -------------------------------------------------------
+
+
+def test_alloc_global_workspaces_in_tilelangs_split_kv_decoding_example(tilelang):
+    """TileLang's flash-decoding MHA example: two T.Kernel scopes sharing T.alloc_global workspaces."""
+    ns = load_script(EXAMPLES / "example_mha_inference.py")
+    kernel = ns["flashattn"](1, 2, 64, 256, 32, False, 64, 32)
+    assert [p.name for p in kernel.params] == ["Q", "K", "V", "Output", "glse", "Output_partial"]
+    assert kernel.func.workspaces == (4, 5) and kernel.out_idx == (3,)
+    profiler = kernel.get_profiler(tensor_supply_type=tilelang.TensorSupplyType.Normal)
+    assert len(profiler._get_inputs()) == 3  # workspaces are neither inputs nor outputs
+    q, k, v = (torch.randn(1, n, 2, 32).half() for n in (64, 256, 256))
+    out = kernel(q, k, v)
+    torch.testing.assert_close(out.float(), ns["ref_program"](q.float(), k.float(), v.float(), False),
+                               rtol=1e-2, atol=1e-2)
+
+
+_HELPERS = """\
+    import tilelang
+    import tilelang.language as T
+
+
+    @T.macro
+    def scale_row(buf, row, factor):
+        for j in T.Parallel(buf.shape[1]):
+            buf[row, j] = buf[row, j] * factor
+
+
+    @T.macro
+    def twice(x):
+        return x * 2
+
+
+    def make_layout(t):
+        return T.Layout(t.shape, lambda i, j: [j, i])
+
+
+    @tilelang.jit(out_idx=[-1])
+    def kernel(M, N):
+        @T.prim_func
+        def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+            with T.Kernel(M, threads=32) as bx:
+                T.annotate_layout({B: make_layout(B)})
+                tile = T.alloc_shared((1, N), "float32")
+                T.copy(A[T.get_block_binding(0), 0], tile)
+                scale_row(tile, 0, twice(bx + 1))
+                T.copy(tile, B[bx, 0])
+        return main
+
+
+    @tilelang.jit(out_idx=[-1])
+    def bad_layout(N):
+        @T.prim_func
+        def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+            with T.Kernel(1, threads=32) as bx:
+                s = T.alloc_shared((N,), "float32")
+                T.annotate_layout({s: make_layout(s)})
+                T.copy(A, B)
+        return main
+
+
+    @tilelang.jit(out_idx=[-1])
+    def global_inside(N):
+        @T.prim_func
+        def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+            with T.Kernel(1, threads=32) as bx:
+                w = T.alloc_global((N,), "float32")
+                T.copy(A, B)
+        return main
+    """
+
+
+def test_macro_block_binding_and_global_layout_hint(tilelang, tmp_path):
+    ns = load_script(_write(tmp_path, "helpers.py", _HELPERS))
+    a = torch.randn(4, 32)
+    out = ns["kernel"](4, 32)(a)
+    torch.testing.assert_close(out, a * (2 * torch.arange(1, 5, dtype=torch.float32))[:, None])
+    assert ns["twice"](3) == 6  # outside a prim_func a macro is the Python function
+    with pytest.raises(CompileError) as info:
+        ns["bad_layout"](32)
+    assert info.value.code == "E701" and "shared buffer 's'" in info.value.message and info.value.span.line == 39
+    with pytest.raises(CompileError) as info:
+        ns["global_inside"](32)
+    assert info.value.code == "E505" and info.value.span.line == 49

@@ -228,6 +228,7 @@ class PrimFunc:
     body: tuple[Stmt, ...]
     dynamic_vars: tuple[Var, ...]
     span: Span | None = None
+    workspaces: tuple[int, ...] = ()  # indices of params the runtime allocates per call (T.alloc_global); last
 
     def __repr__(self) -> str:
         from tileagent.compiler.ir.printer import print_func

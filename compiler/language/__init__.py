@@ -7,7 +7,10 @@ decorated function to ``compiler.frontend``, which parses its source and calls t
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.frontend import prim_func
 from tileagent.compiler.frontend_eager import const, empty
-from tileagent.compiler.language.extras import Cast, dtype, vectorized
+from tileagent.compiler.frontend_macro import macro
+from tileagent.compiler.language.extras import (Cast, FragmentBuffer, Layout, LocalBuffer, Ref, SharedBuffer,
+                                                alloc_global, dtype, get_block_binding, get_block_bindings,
+                                                vectorized)
 from tileagent.compiler.language.annotations import (annotate_layout, make_full_bank_swizzled_layout,
                                            make_half_bank_swizzled_layout, make_quarter_bank_swizzled_layout,
                                            make_swizzled_layout, print, use_swizzle)

@@ -44,7 +44,12 @@ def annotate_layout(layout_map):
     for buf in layout_map:
         if not isinstance(buf, Buffer):
             raise DSLTypeError(f"T.annotate_layout: keys must be buffers, got {describe(buf)}", code="E309")
-    return AnnotateLayout(tuple(layout_map.items()))
+    from tileagent.compiler.language.extras import kept_layouts
+
+    kept = kept_layouts(layout_map)
+    if not kept:
+        return None  # only storage orders of global tensors, which are kept row-major (see extras.Layout)
+    return AnnotateLayout(tuple(kept.items()))
 
 
 def use_swizzle(panel_size, order="row", enable=True):

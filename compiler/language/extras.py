@@ -1,4 +1,5 @@
-"""TileLang spellings that map onto what the DSL already has: ``T.Cast``, ``T.vectorized``, ``T.dtype``.
+"""TileLang spellings that map onto what the DSL already has: ``T.Cast``, ``T.vectorized``, ``T.dtype``, and
+``T.alloc_global`` (a workspace parameter the runtime allocates).
 
 In: the arguments as a TileLang program writes them. Out: the same specs and expressions as the DSL's own builtins
 (``T.cast``, ``T.unroll``), so nothing downstream sees a difference. Guarantees: argument errors are CompileErrors
@@ -7,10 +8,48 @@ with the builtin's name (E301/E302), like every other builtin.
 
 from __future__ import annotations
 
-from tileagent.compiler.diagnostics import DSLTypeError
+import contextvars
+import logging
+
+from tileagent.compiler.diagnostics import DSLSyntaxError, DSLTypeError, UnsupportedError
 from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
+from tileagent.compiler.language.kernel import AllocSpec, _dtype, _shape
 from tileagent.compiler.language.loops import LoopSpec, unroll
 from tileagent.compiler.language.math import cast
+from tileagent.compiler.language.types import Tensor
+
+log = logging.getLogger("tileagent.compiler")
+
+# Typed parameter annotations of T.macro helpers: recorded, not checked (the macro's body is checked where inlined).
+SharedBuffer = FragmentBuffer = LocalBuffer = Tensor
+
+
+class Ref:
+    """``x: T.Ref`` on a T.macro parameter: the argument is passed as written (a buffer element), as TileLang does."""
+
+
+# The block index variables of the T.Kernel being parsed (set by the frontend), for T.get_block_binding.
+CURRENT_BLOCK_VARS: contextvars.ContextVar = contextvars.ContextVar("tileagent_block_vars", default=None)
+
+
+def get_block_binding(dim: int = 0):
+    """``T.get_block_binding(dim)``: blockIdx along ``dim`` of the enclosing T.Kernel (the variable its ``as``
+    binds)."""
+    block_vars = CURRENT_BLOCK_VARS.get()
+    if block_vars is None:
+        raise DSLSyntaxError("T.get_block_binding outside T.Kernel", code="E505")
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < len(block_vars):
+        raise DSLTypeError(f"T.get_block_binding: dim must be 0..{len(block_vars) - 1} for this {len(block_vars)}-d "
+                           f"grid, got {dim!r}", code="E301")
+    return block_vars[dim]
+
+
+def get_block_bindings():
+    """All blockIdx variables of the enclosing T.Kernel."""
+    block_vars = CURRENT_BLOCK_VARS.get()
+    if block_vars is None:
+        raise DSLSyntaxError("T.get_block_bindings outside T.Kernel", code="E505")
+    return list(block_vars)
 
 
 def Cast(dtype, value):  # noqa: N802 -- TileLang's name
@@ -32,3 +71,39 @@ def dtype(value) -> DType:
         return as_dtype(value)
     except UnsupportedDType as e:
         raise DSLTypeError(f"T.dtype: {e}", code="E302") from None
+
+
+def alloc_global(shape, dtype):
+    """``buf = T.alloc_global(shape, dtype)`` at the top of a prim_func (outside T.Kernel): a global-memory
+    workspace the runtime allocates for every call (uninitialized), shared by the function's T.Kernel scopes and
+    never returned. It becomes a hidden last parameter of the kernel."""
+    return AllocSpec(_shape(shape, "T.alloc_global"), _dtype(dtype, "T.alloc_global"), "global")
+
+
+class Layout:
+    """``T.Layout(shape, lambda *idx: [...])``: a user-written storage order (TileLang's index map).
+
+    Supported for global tensors only, where it is a performance hint: TileLang programs use it to store an
+    intermediate tensor (attention backward's dQ accumulator) in an order that suits atomics, and every kernel that
+    touches the tensor annotates the same order, so keeping it row-major gives the same results. For shared memory
+    and fragments (where layouts are inferred) it is an E701.
+    """
+
+    def __init__(self, shape, forward_fn=None, *args, **kwargs):
+        self.shape, self.forward_fn = shape, forward_fn
+
+
+def kept_layouts(layout_map: dict) -> dict:
+    """The ``T.annotate_layout`` entries layout inference uses: a ``T.Layout`` on a global tensor is dropped (logged);
+    on any other buffer it is an E701."""
+    kept = {}
+    for buf, layout in layout_map.items():
+        if isinstance(layout, Layout):
+            if buf.scope != "global":
+                raise UnsupportedError(f"T.Layout on {buf.scope} buffer '{buf.name}' is not supported: layouts of "
+                                       f"shared memory and fragments are inferred (T.annotate_layout takes "
+                                       f"make_swizzled_layout(buf) for shared tiles)")
+            log.info("T.Layout of global tensor %s: kept row-major (a storage-order hint)", buf.name)
+            continue
+        kept[buf] = layout
+    return kept

@@ -216,7 +216,8 @@ class AutoTuner:
         if args.supply_prog is not None:
             params = [KernelParam(p.name, tuple(p.shape), p.dtype.torch) if isinstance(p, Buffer) else
                       KernelParam(p.name, (), p.dtype.torch)
-                      for k, p in enumerate(kernel.params) if k not in kernel.out_idx]
+                      for k, p in enumerate(kernel.params)
+                      if k not in kernel.out_idx and k not in kernel.func.workspaces]
             return list(args.supply_prog(params))
         return profiler._get_inputs()
 

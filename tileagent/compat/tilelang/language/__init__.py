@@ -41,8 +41,6 @@ UNSUPPORTED = {
     **{n: _SUBBYTE for n in ("int4", "uint4", "int2", "uint2", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn")},
     "tfloat32": "tfloat32 buffers are not supported; use float32 (T.gemm on float32 tiles already uses TF32 tensor "
                 "cores where the target allows)",
-    "Layout": "user-defined layouts (T.Layout/T.Fragment functions) are not supported; T.annotate_layout takes "
-              "make_swizzled_layout(buf) only",
     "Fragment": "user-defined fragment layouts are not supported; layouts are inferred",
     "comm_reducer": "custom reducers are not supported; use T.reduce_sum/max/min/abssum/absmax",
     "alloc_reducer": "reducers are not supported; reduce into a fragment with T.reduce_*",
@@ -50,20 +48,8 @@ UNSUPPORTED = {
     "atomic_min": "T.atomic_min is not supported yet; only T.atomic_add is",
     "atomic_addx2": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
     "atomic_addx4": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
-    "alloc_global": "T.alloc_global (a runtime-allocated workspace) is not supported; pass the workspace as a "
-                    "T.Tensor parameter (an out_idx output if the caller does not need it)",
     "alloc_buffer": "raw TIR buffers are not supported; use T.alloc_shared / T.alloc_fragment / T.alloc_local",
     "allocate": "raw TIR buffers are not supported; use T.alloc_shared / T.alloc_fragment / T.alloc_local",
-    "macro": "T.macro (inlined helper functions) is not supported yet; inline the helper's body or make it a "
-             "compile-time Python function that returns expressions",
-    "SharedBuffer": "typed macro parameters are not supported (T.macro is not)",
-    "FragmentBuffer": "typed macro parameters are not supported (T.macro is not)",
-    "LocalBuffer": "typed macro parameters are not supported (T.macro is not)",
-    "Ref": "typed macro parameters are not supported (T.macro is not)",
-    "get_block_binding": "T.get_block_binding is not supported; use the variables bound by `with T.Kernel(...) as "
-                         "(bx, by)`",
-    "get_block_bindings": "T.get_block_bindings is not supported; use the variables bound by `with T.Kernel(...) as "
-                          "(bx, by)`",
     "cumsum": "T.cumsum is not supported yet",
     "gemm_sp": "sparse T.gemm_sp is not supported",
     "im2col": "T.im2col is not supported",

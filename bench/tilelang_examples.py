@@ -1,0 +1,181 @@
+"""TileLang's own example programs, run unchanged through ``tileagent tilelang`` and (optionally) real TileLang.
+
+In: the programs under ``bench/tilelang_examples/`` (copied from TileLang's repository, MIT, attributed), each with
+the command-line arguments listed in ``PROGRAMS``; optionally ``--tilelang-site DIR``, a folder on which
+``import tilelang`` finds a real TileLang (``../shared/tools/tilelang-on-device.sh`` packs 0.1.15).
+Out: one table row per program: pass/fail on each side (the program's own checks: exit status 0), the latency in ms
+and TFLOP/s the program printed for its TileLang kernel, and the ratio TileLang time / TileAgent time (> 1: TileAgent
+faster). ``--markdown`` prints the table in BENCHMARKS.md's format.
+Guarantees: every run is a separate process (``python -m tileagent.tilelang PROGRAM ARGS`` with this checkout first
+on PYTHONPATH; ``python PROGRAM ARGS`` with only DIR for real TileLang), in the program's folder, with a time limit;
+a failure's reason is the diagnostic code it printed (``E701``...) or the last line of its error output. The two
+sides of one program run one after the other, never at once, so they do not share the GPU.
+
+    python bench/tilelang_examples.py                       # TileAgent only, the default set
+    python bench/tilelang_examples.py --tilelang-site /tmp/tl --markdown
+    python bench/tilelang_examples.py --only rms_norm,layernorm --timeout 120
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "bench" / "tilelang_examples"
+
+# name -> (program under EXAMPLES, arguments, in the default set)
+PROGRAMS: dict[str, tuple[str, list[str], bool]] = {
+    "rms_norm": ("norm/rms_norm.py", [], True),
+    "layernorm": ("norm/layernorm.py", [], True),
+    "elementwise_add": ("elementwise/example_elementwise_add.py", ["--m", "4096", "--n", "4096"], True),
+    "gemm": ("gemm/example_gemm.py", [], True),
+    "gemm_splitk": ("gemm_splitk/example_tilelang_gemm_splitk.py", [], False),
+    "online_softmax": ("online_softmax/online_softmax.py", [], True),
+    "mha_fwd_bshd": ("flash_attention/example_mha_fwd_bshd.py",
+                     ["--batch", "8", "--heads", "32", "--seq_len", "4096", "--dim", "128"], True),
+    "mha_fwd_bhsd": ("flash_attention/example_mha_fwd_bhsd.py", [], False),
+    "gqa_fwd_bshd": ("flash_attention/example_gqa_fwd_bshd.py", [], True),
+    "mha_bwd_bshd": ("flash_attention/example_mha_bwd_bshd.py", [], True),
+    "mha_inference": ("flash_decoding/example_mha_inference.py", [], True),
+    "gqa_decode": ("flash_decoding/example_gqa_decode.py", [], True),
+    "mla_decode": ("deepseek_mla/example_mla_decode.py", [], True),
+    "retention_fwd": ("linear_attention/example_retention_fwd.py", [], False),
+    "dynamic_shape": ("dynamic_shape/example_dynamic.py", [], False),
+    "per_token_cast_fp8": ("cast/example_per_token_cast_to_fp8.py", [], False),
+    "topk": ("topk/example_topk.py", [], False),
+    "blocksparse_gemm": ("blocksparse_gemm/example_blocksparse_gemm.py", [], False),
+    "convolution": ("convolution/example_convolution.py", [], False),
+    "gemv": ("gemv/example_gemv.py", [], False),
+}
+
+_NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+_MS = re.compile(r"(?i)tile-?lang[^\n]*?:\s*" + _NUM + r"\s*ms")
+_MS_BARE = re.compile(r"(?i)^\s*(?:tile-?lang\s+)?latency:\s*" + _NUM)
+_MS_ONLY = re.compile(r"^\s*" + _NUM + r"\s*ms\s*$")  # "0.1234 ms" alone on a line: the last one is the kernel's
+_TFLOPS = re.compile(r"(?i)tile-?lang[^\n]*?:\s*" + _NUM + r"\s*tflops")
+_TFLOPS_ALT = re.compile(r"(?i)tile-?lang\s+tflops:\s*" + _NUM)
+_CODE = re.compile(r"error\[([EL]\d{3}|I000)\]: ([^\n]*)")
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    seconds: float
+    ms: float | None = None
+    tflops: float | None = None
+    reason: str = ""
+    output: list[str] = field(default_factory=list)
+
+
+def parse_metrics(stdout: str) -> tuple[float | None, float | None]:
+    """(ms, TFLOP/s) of the TileLang kernel as the program printed them (the first such lines), or None."""
+    ms = tflops = None
+    for line in stdout.splitlines():
+        if ms is None and (m := _MS.search(line) or _MS_BARE.search(line)):
+            ms = float(m.group(1))
+        if tflops is None and (m := _TFLOPS.search(line) or _TFLOPS_ALT.search(line)):
+            tflops = float(m.group(1))
+    if ms is None:
+        bare = [float(m.group(1)) for line in stdout.splitlines() if (m := _MS_ONLY.search(line))]
+        ms = bare[-1] if bare else None
+    return ms, tflops
+
+
+def failure_reason(stdout: str, stderr: str, code: int | None) -> str:
+    if code is None:
+        return "timed out"
+    if m := _CODE.search(stderr) or _CODE.search(stdout):
+        return f"{m.group(1)}: {m.group(2)[:90]}"
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    return (lines[-1] if lines else f"exit status {code}")[:120]
+
+
+def run(command: list[str], cwd: Path, env: dict, timeout: float) -> Outcome:
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return Outcome(False, time.perf_counter() - start, *parse_metrics(out), reason="timed out")
+    seconds = time.perf_counter() - start
+    ms, tflops = parse_metrics(proc.stdout)
+    ok = proc.returncode == 0
+    return Outcome(ok, seconds, ms, tflops, "" if ok else failure_reason(proc.stdout, proc.stderr, proc.returncode),
+                   proc.stdout.splitlines()[-5:] + proc.stderr.splitlines()[-15:])
+
+
+def _env(pythonpath: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = pythonpath
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _cell(o: Outcome | None) -> list[str]:
+    if o is None:
+        return ["-", "-", "-"]
+    result = "pass" if o.ok else f"FAIL ({o.reason})"
+    return [result, f"{o.ms:.4g}" if o.ms is not None else "-", f"{o.tflops:.4g}" if o.tflops is not None else "-"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="comma-separated program names (default: the default set)")
+    parser.add_argument("--all", action="store_true", help="every program in PROGRAMS")
+    parser.add_argument("--tilelang-site", help="a folder holding a real TileLang (also run the programs on it)")
+    parser.add_argument("--timeout", type=float, default=150, help="seconds per program and side")
+    parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    parser.add_argument("--verbose", "-v", action="store_true", help="print the end of each failing run's output")
+    args = parser.parse_args(argv)
+    if args.only:
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in names if n not in PROGRAMS]
+        if unknown:
+            parser.error(f"unknown program(s) {unknown}; known: {', '.join(PROGRAMS)}")
+    else:
+        names = [n for n, (_, _, default) in PROGRAMS.items() if default or args.all]
+    ours_env = _env(os.pathsep.join([str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH")
+                                                   else [])))
+    theirs_env = _env(args.tilelang_site) if args.tilelang_site else None
+    rows = []
+    for name in names:
+        rel, extra, _ = PROGRAMS[name]
+        path = EXAMPLES / rel
+        ours = run([sys.executable, "-m", "tileagent.tilelang", path.name, *extra], path.parent, ours_env,
+                   args.timeout)
+        theirs = run([sys.executable, path.name, *extra], path.parent, theirs_env, args.timeout) \
+            if theirs_env else None
+        ratio = "-"
+        if ours.ok and theirs is not None and theirs.ok and ours.ms and theirs.ms:
+            ratio = f"{theirs.ms / ours.ms:.2f}"
+        rows.append([name, " ".join(extra) or "defaults", *_cell(ours), *_cell(theirs), ratio])
+        print(f"[{name}] TileAgent: {_cell(ours)[0]} in {ours.seconds:.0f} s"
+              + (f"; TileLang: {_cell(theirs)[0]} in {theirs.seconds:.0f} s" if theirs else ""), flush=True)
+        if args.verbose:
+            for o, who in ((ours, "TileAgent"), (theirs, "TileLang")):
+                if o is not None and not o.ok:
+                    print(f"  --- {who} output (end) ---\n  " + "\n  ".join(o.output), flush=True)
+    header = ["program", "args", "TileAgent", "ms", "TFLOP/s", "TileLang", "ms", "TFLOP/s", "TileLang ms / ours"]
+    if args.markdown:
+        print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+        for r in rows:
+            print("| " + " | ".join(c.replace("|", "/") for c in r) + " |")
+    else:
+        widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+        for r in [header] + rows:
+            print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+    passed = sum(1 for r in rows if r[2] == "pass")
+    print(f"TileAgent passed {passed} of {len(rows)}" + (f"; TileLang passed {sum(1 for r in rows if r[5] == 'pass')}"
+                                                          if theirs_env else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
