@@ -28,7 +28,7 @@ _TORCH = {
     "float8_e5m2": torch.float8_e5m2,
 }
 _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32", "bf16": "bfloat16",
-            "fp16": "float16", "fp32": "float32"}
+            "fp16": "float16", "fp32": "float32", "float8_e4m3": "float8_e4m3fn"}  # TileLang: e4m3 is e4m3fn on CUDA
 _BITS = {"bool": 8, "float8_e4m3fn": 8, "float8_e5m2": 8}
 
 

@@ -508,3 +508,27 @@ def test_macro_block_binding_and_global_layout_hint(tilelang, tmp_path):
     with pytest.raises(CompileError) as info:
         ns["global_inside"](32)
     assert info.value.code == "E505" and info.value.span.line == 49
+
+
+def test_autotune_over_an_eager_function_runs_the_best_kernel_on_the_tensors(tilelang, tmp_path):
+    ns = load_script(_write(tmp_path, "eager_tune.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.autotune(configs=[{"block": 16}, {"block": 32}], warmup=1, rep=2)
+        @tilelang.jit
+        def double(X, block=8):
+            N = T.const("N")
+            X: T.Tensor((N,), "float32")
+            Y = T.empty((N,), "float32")
+            with T.Kernel(T.ceildiv(N, block), threads=block) as bx:
+                for i in T.Parallel(block):
+                    Y[bx * block + i] = X[bx * block + i] * 2.0
+            return Y
+        """))
+    x = torch.randn(64)
+    torch.testing.assert_close(ns["double"](x), x * 2)
+    kernel = ns["double"].compile(x)
+    assert kernel.config in ({"block": 16}, {"block": 32}) and kernel.latency > 0
+    torch.testing.assert_close(ns["double"](x, block=8), x * 2)  # tunable given: no tuning, runs as asked

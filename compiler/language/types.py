@@ -43,4 +43,5 @@ def dynamic(names: str, dtype="int32"):
 symbolic = dynamic
 
 DTYPES = {name: DType(name) for name in KNOWN}
-DTYPES.update(float=DType("float32"), half=DType("float16"), double=DType("float64"))
+DTYPES.update(float=DType("float32"), half=DType("float16"), double=DType("float64"),
+              float8_e4m3=DType("float8_e4m3fn"))

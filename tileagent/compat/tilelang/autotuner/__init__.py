@@ -350,11 +350,14 @@ class AutoTuneImpl:
         return any(k in kwargs for k in tuned) or any(names.index(k) < len(args) for k in tuned if k in names)
 
     def __call__(self, *args, **kwargs) -> JITKernel:
+        return_kernel = kwargs.pop("_tileagent_return_kernel", False)
         configs = self.configs(*args, **kwargs) if callable(self.configs) else list(self.configs or [])
         if configs and self._given_tunables(args, kwargs, configs):
-            return self.jit_impl(*args, **kwargs)
-        bound = inspect.signature(self.jit_impl.fn).bind_partial(*args, **kwargs).arguments
-        key = _normalize({k: v for k, v in bound.items() if k not in self.do_not_specialize})
+            return self.jit_impl.compile(*args, **kwargs) if return_kernel else self.jit_impl(*args, **kwargs)
+        sig = inspect.signature(self.jit_impl.fn)
+        extra = {k: v for k, v in kwargs.items() if k not in sig.parameters}  # eager T.const values
+        bound = sig.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in sig.parameters}).arguments
+        key = _normalize({**{k: v for k, v in bound.items() if k not in self.do_not_specialize}, **extra})
         if key not in self._cache:
             tuner = AutoTuner(self.jit_impl.fn, configs)
             tuner.set_compile_args(out_idx=self.jit_impl.out_idx, target=self.jit_impl.target,
@@ -363,13 +366,17 @@ class AutoTuneImpl:
                                    pass_configs=self.jit_impl.pass_configs)
             tuner.set_profile_args(warmup=self.warmup, rep=self.rep, timeout=self.timeout, **self.profile)
             tuner.set_kernel_parameters((args, tuple(sorted(kwargs.items()))), dict(bound))
-            tuner.jit_compile = lambda **config: self.jit_impl(*args, **{**kwargs, **config})
+            tuner.jit_compile = lambda **config: self.jit_impl.compile(*args, **{**kwargs, **config})
             tuner.jit_elaborate = lambda **config: self.jit_impl.get_tir(*args, **{**kwargs, **config})
             self._cache[key] = tuner.run(self.warmup, self.rep, self.timeout).kernel
-        return self._cache[key]
+        kernel = self._cache[key]
+        if self.jit_impl.eager and not return_kernel:
+            return self.jit_impl(*args, **{**kwargs, **kernel.config})  # eager: run the best kernel on the tensors
+        return kernel
 
     def compile(self, *args, **kwargs) -> JITKernel:
-        return self(*args, **kwargs)
+        """The tuned kernel (not run, also for an eager function)."""
+        return self(*args, **kwargs, _tileagent_return_kernel=True)
 
 
 def autotune(func=None, *, configs, warmup=25, rep=100, timeout=100, supply_type=TensorSupplyType.Auto,
