@@ -4,6 +4,7 @@ tests/data/tilelang_examples) on the CPU interpreter at small sizes."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import logging
 import subprocess
 import sys
@@ -63,6 +64,9 @@ def test_unknown_tilelang_module_or_name_is_an_E701_import_error(tilelang):
     assert "tilelang.carver" in info.value.message and "config" in info.value.message
     with pytest.raises(UnsupportedError, match=r"tilelang\.tvm is not provided"):
         from tilelang import tvm  # noqa: F401
+    if importlib.machinery.PathFinder.find_spec("tvm") is None:
+        with pytest.raises(UnsupportedError, match="does not include TVM"):
+            import tvm  # noqa: F401
 
 
 def test_install_refuses_when_a_real_tilelang_is_imported(monkeypatch):

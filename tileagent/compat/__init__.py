@@ -10,6 +10,7 @@ Guarantees:
   tileagent.compat.tilelang.jit``). ``uninstall()`` removes it and the aliases.
 - A ``tilelang.*`` module TileAgent does not provide (``tilelang.carver``, ``tilelang.contrib``, ...) fails to import
   with ``UnsupportedError`` (E701, also an ImportError) naming it, never a bare ModuleNotFoundError.
+- ``import tvm`` without a TVM installed is also an E701 (TileLang programs sometimes use TVM's API directly).
 - ``install()`` refuses (RuntimeError) when a real TileLang is already imported in the process.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 
@@ -66,6 +68,10 @@ class TileLangFinder(importlib.abc.MetaPathFinder):
     """Finds ``tilelang`` and ``tilelang.*`` as aliases of ``tileagent.compat.tilelang[.*]``."""
 
     def find_spec(self, fullname, path=None, target=None):
+        if fullname == "tvm" and importlib.machinery.PathFinder.find_spec(fullname) is None:
+            raise UnsupportedError("module 'tvm' is not installed, and TileAgent does not include TVM (TileLang "
+                                   "programs that use TVM's API directly cannot run on TileAgent)",
+                                   hint="docs/dsl.md lists what TileAgent supports of TileLang's API")
         if fullname != ALIAS and not fullname.startswith(ALIAS + "."):
             return None
         real = TARGET + fullname[len(ALIAS):]
