@@ -9,8 +9,8 @@ from tileagent.compiler.frontend import prim_func
 from tileagent.compiler.frontend_eager import const, empty
 from tileagent.compiler.frontend_macro import macro
 from tileagent.compiler.language.extras import (Cast, FragmentBuffer, Layout, LocalBuffer, Ref, SharedBuffer,
-                                                alloc_global, dtype, get_block_binding, get_block_bindings,
-                                                vectorized)
+                                                alloc_global, clamp, dtype, get_block_binding,
+                                                get_block_bindings, vectorized)
 from tileagent.compiler.language.annotations import (annotate_layout, make_full_bank_swizzled_layout,
                                            make_half_bank_swizzled_layout, make_quarter_bank_swizzled_layout,
                                            make_swizzled_layout, print, use_swizzle)

@@ -15,7 +15,7 @@ from tileagent.compiler.diagnostics import DSLSyntaxError, DSLTypeError, Unsuppo
 from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
 from tileagent.compiler.language.kernel import AllocSpec, _dtype, _shape
 from tileagent.compiler.language.loops import LoopSpec, unroll
-from tileagent.compiler.language.math import cast
+from tileagent.compiler.language.math import cast, max as _max, min as _min
 from tileagent.compiler.language.types import Tensor
 
 log = logging.getLogger("tileagent.compiler")
@@ -107,3 +107,8 @@ def kept_layouts(layout_map: dict) -> dict:
             continue
         kept[buf] = layout
     return kept
+
+
+def clamp(x, lo, hi):
+    """``T.clamp(x, lo, hi)``: ``max(min(x, hi), lo)``."""
+    return _max(_min(x, hi), lo)
