@@ -1,9 +1,11 @@
 """tileagent.export: the drop-in module (custom op dispatching per config) written for a reference and its kernels.
 
-CPU only: the exports serve ("cuda", "cpu") so that the interpreter runs the embedded candidate; sizes are small.
-The module is imported in a fresh process (nothing of the agent loaded) and, for the warning checks, in this one.
+CPU only. The module is imported in a fresh process that cannot import tileagent (CPU tensors run the reference
+there: opcheck, torch.compile in training mode, gradients) and, exported with devices ("cuda", "cpu"), in this one,
+where its kernel runtime's launches run in the SIMT emulator: the generated kernel's path end to end without a GPU.
 """
 
+import ast
 import importlib.util
 import json
 import os
@@ -28,7 +30,7 @@ def _entries():
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    return export_module(TASK, _entries(), tmp_path_factory.mktemp("export"), devices=("cuda", "cpu"))
+    return export_module(TASK, _entries(), tmp_path_factory.mktemp("export"))  # kernels on CUDA: CPU runs the reference
 
 
 def _import(path, name):
@@ -46,93 +48,190 @@ def test_module_embeds_each_source_once_and_states_configs_in_its_header(exporte
     header = text.split('"""')[1]
     assert "tileagent::rmsnorm_silu" in header and "{'M': 37, 'C': 96}: 0.0123 ms" in header
     assert "{'M': 37, 'C': 160}" in header and "from rmsnorm_silu_tileagent import Model" in header
-    assert "torch.ops.tileagent.rmsnorm_silu(x, gamma)" in header
+    assert "torch.ops.tileagent.rmsnorm_silu(x, gamma, C)" in header
+    imported = {a.name.split(".")[0] for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ImportFrom)}
+    assert "tileagent" not in imported and "torch" in imported  # the embedded candidates' imports are text
 
 
-FRESH = textwrap.dedent("""
-    import json, sys, warnings
+# Runs with `python -I` and an import blocker: tileagent (installed editable here) cannot be imported, as in a venv
+# that has only torch (and cuda-python).
+WITHOUT_TILEAGENT = textwrap.dedent("""
+    import importlib.abc, sys
+
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("tileagent", "compiler", "evaluator"):
+                raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
+
+    sys.meta_path.insert(0, Block())
+    sys.path.insert(0, sys.argv[1])
+    import json, warnings
     import torch
     import rmsnorm_silu_tileagent as ex
-    out = {"agent_modules": sorted(m for m in sys.modules if m.split(".")[0] == "evaluator"
-                                   or m.startswith(("tileagent.loop", "tileagent.drafters")))}
+
+    out = {"schema": str(torch.ops.tileagent.rmsnorm_silu.default._schema)}
     ref_mod = ex._EXPORT.reference
     torch.manual_seed(0)
-    ref = ref_mod.Model(96)
-    model = ex.Model(96)
-    out["keys"] = [list(model.state_dict()), list(ref.state_dict())]
+    ref = ref_mod.Model(96).float()
+    model = ex.Model(96).float()
     model.load_state_dict(ref.state_dict())
-    x = torch.randn(50, 96, dtype=torch.float16)                  # covered config, another M (a free dim)
-    y = model(x)
-    want = ref(x)
-    out["err"] = (y.float() - want.float()).abs().max().item()
-    out["direct_equal"] = torch.equal(torch.ops.tileagent.rmsnorm_silu(x, model.gamma), y)
-    out["block_m"] = [ns.BLOCK_M for ns in ex._EXPORT.namespaces.values()]
-    compiled = torch.compile(model, backend="eager", fullgraph=True)
-    out["compiled_equal"] = torch.equal(compiled(x), y)
+    out["keys"] = [list(model.state_dict()), list(ref.state_dict())]
+    x = torch.randn(50, 96)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        other = ex.Model(192)                                      # not covered: the reference, one warning
-        x2 = torch.randn(7, 192, dtype=torch.float16)
-        a, b = other(x2), other(x2)
-        ref2 = ref_mod.Model(192)
-        ref2.load_state_dict(other.state_dict())
-    out["fallback_equal"] = torch.equal(a, ref2(x2)) and torch.equal(a, b)
-    out["warnings"] = [str(w.message) for w in caught]
+        y, y2 = model(x), model(x)                                  # CPU tensors: the reference, one warning
+        out["equal"] = torch.equal(y, ref(x)) and torch.equal(y, y2)
+        out["direct_equal"] = torch.equal(torch.ops.tileagent.rmsnorm_silu(x, model.gamma, 96), y)
+        xg = torch.randn(50, 96, requires_grad=True)
+        compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+        compiled(xg).square().sum().backward()                     # training mode through torch.compile
+        xr = xg.detach().clone().requires_grad_()
+        ref(xr).square().sum().backward()
+        out["grads_equal"] = [torch.equal(xg.grad, xr.grad), torch.equal(model.gamma.grad, ref.gamma.grad)]
+        with torch.no_grad():
+            out["inference_equal"] = torch.equal(compiled(x), y)
+        torch.library.opcheck(torch.ops.tileagent.rmsnorm_silu.default,
+                              (torch.randn(5, 96, requires_grad=True), torch.randn(96, requires_grad=True), 96, 1e-5))
+    out["warnings"] = sorted({str(w.message) for w in caught})
+    out["tileagent_modules"] = sorted(m for m in sys.modules if m.split(".")[0] in ("tileagent", "compiler",
+                                                                                    "evaluator"))
     print(json.dumps(out))
 """)
 
 
-def test_module_in_a_fresh_process_runs_kernels_falls_back_and_compiles(exported, tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(exported.parent), str(REPO)]),
-           "TILEAGENT_CACHE_DIR": str(tmp_path / "cache")}
-    proc = subprocess.run([sys.executable, "-c", FRESH], capture_output=True, text=True, env=env, timeout=180)
+def test_module_imports_without_tileagent_falls_back_on_cpu_and_passes_opcheck_and_compile(exported, tmp_path):
+    proc = subprocess.run([sys.executable, "-I", "-c", WITHOUT_TILEAGENT, str(exported.parent)], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["agent_modules"] == []
+    assert out["tileagent_modules"] == []
+    assert out["schema"].startswith("tileagent::rmsnorm_silu(Tensor x, Tensor gamma, SymInt C, float eps=1.0")  # int: SymInt
     assert out["keys"][0] == out["keys"][1] == ["gamma"]
-    assert out["err"] <= 1e-2
-    assert out["direct_equal"] and out["compiled_equal"]
-    assert out["block_m"] == [2]  # only the C=96 entry ran, with its tunable assigned
-    assert out["fallback_equal"]
-    assert len(out["warnings"]) == 1
-    assert "(7, 192) float16 on cpu" in out["warnings"][0] and "{'M': 37, 'C': 96}" in out["warnings"][0]
+    assert out["equal"] and out["direct_equal"] and out["inference_equal"]
+    assert out["grads_equal"] == [True, True]
+    assert out["warnings"] == ["tileagent::rmsnorm_silu: running the PyTorch reference: x is on cpu; the kernels "
+                               "run on cuda"]
 
 
 @pytest.fixture(scope="module")
 def module_here(tmp_path_factory):
-    """The export under another op name, imported into this process (an op name is registered once per process)."""
-    path = export_module(TASK, _entries()[:1], tmp_path_factory.mktemp("here"), name="rmsnorm_silu_t",
+    """The export under another op name, imported into this process (an op name is registered once per process),
+    serving CPU tensors through its kernel runtime, whose launches run in the SIMT emulator (the lowered kernel, as
+    the GPU would run it)."""
+    from tileagent.compiler import emulate
+    from tileagent.compiler.targets.cuda import kernel_symbol
+    from tileagent.evaluator.spec import load_spec
+
+    entries = _entries()[:1]
+    path = export_module(TASK, entries, tmp_path_factory.mktemp("here"), name="rmsnorm_silu_t",
                          devices=("cuda", "cpu"))
-    return _import(path, "rmsnorm_silu_t_tileagent")
+    module = _import(path, "rmsnorm_silu_t_tileagent")
+    spec = load_spec(TASK, check=False)
+    kernels = {kernel_symbol(k): k for jk in launched_kernels(spec, entries[0]) for k in jk.module.kernels}
+    module.launches = []
+
+    def launcher(kernel, symbol, grid, block, shared, values):
+        module.launches.append((symbol, grid, block))
+        k = kernels[symbol]
+        emulate.run_kernel(k, dict(zip(k.params, values)))
+
+    module.set_launcher(launcher)
+    yield module
+    module.set_launcher(None)
 
 
-def test_uncovered_dtype_falls_back_to_the_reference_with_one_warning(module_here):
-    model = module_here.Model(96).float()  # fp32 weights: no entry covers them
-    x = torch.randn(3, 96)
-    with pytest.warns(RuntimeWarning, match=r"no generated kernel for inputs \(3, 96\) float32 on cpu") as caught:
-        y1, y2 = model(x), model(x)
-    assert len(caught) == 1
-    ref = module_here._EXPORT.reference.Model(96).float()
+def _reference_of(module, model):
+    ref = module._EXPORT.reference.Model(model.gamma.shape[0]).to(model.gamma.dtype)
     ref.load_state_dict(model.state_dict())
+    return ref
+
+
+def test_kernels_run_through_the_runtime_with_strided_inputs_copied(module_here):
+    torch.manual_seed(0)
+    model = module_here.Model(96)
+    ref = _reference_of(module_here, model)
+    x = torch.randn(50, 96, dtype=torch.float16)  # another M than exported: M is a free dim
+    module_here.launches.clear()
+    y = model(x)
+    assert module_here.launches == [("main_kernel", (25, 1, 1), (128, 1, 1))]  # BLOCK_M=2 rows per block
+    assert [ns.BLOCK_M for ns in module_here._EXPORT.namespaces.values()] == [2]
+    assert (y.float() - ref(x).float()).abs().max().item() <= 1e-2
+    xt = torch.randn(96, 50, dtype=torch.float16).t()  # a transposed view: copied to row-major for the kernel
+    yt = model(xt)
+    assert yt.is_contiguous() and (yt.float() - ref(xt).float()).abs().max().item() <= 1e-2
+    assert len(module_here.launches) == 2
+
+
+def test_compile_fullgraph_trains_with_the_references_gradients(module_here):
+    torch.manual_seed(1)
+    model = module_here.Model(96)
+    ref = _reference_of(module_here, model)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    x = torch.randn(50, 96, dtype=torch.float16, requires_grad=True)
+    module_here.launches.clear()
+    y = compiled(x)
+    assert len(module_here.launches) == 1  # the forward ran the kernel
+    w = torch.randn(50, 96)  # a loss linear in y: its gradient does not depend on the forward's rounding
+    (y.float() * w).sum().backward()
+    xr = x.detach().clone().requires_grad_()
+    (ref(xr).float() * w).sum().backward()
+    # the backward is the reference's own autograd on the saved inputs: exactly the reference's gradients
+    assert torch.equal(x.grad, xr.grad) and torch.equal(model.gamma.grad, ref.gamma.grad)
+    with torch.no_grad():
+        assert torch.equal(compiled(x), model(x))
+
+
+def test_opcheck_passes_on_the_kernel_path(module_here):
+    x = torch.randn(5, 96, dtype=torch.float16, requires_grad=True)
+    gamma = torch.randn(96, dtype=torch.float16, requires_grad=True)
+    module_here.launches.clear()
+    torch.library.opcheck(torch.ops.tileagent.rmsnorm_silu_t.default, (x, gamma, 96, 1e-5))
+    assert module_here.launches  # the real implementation ran the kernel
+    y = torch.ops.tileagent.rmsnorm_silu_t(x.to("meta"), gamma.to("meta"), 96)
+    assert (y.shape, y.dtype, y.device.type) == ((5, 96), torch.float16, "meta")
+
+
+def test_fallback_warns_once_per_reason_naming_the_argument(module_here):
+    model = module_here.Model(96)
+    x = torch.randn(3, 96, dtype=torch.float16)
+    with pytest.warns(RuntimeWarning) as caught:
+        y1, y2 = model.float()(x), model(x)  # fp32 weights: no entry covers gamma's dtype
+    assert [str(w.message) for w in caught] == [
+        "tileagent::rmsnorm_silu_t: running the PyTorch reference: gamma has dtype float32; the kernels take float16"]
+    ref = _reference_of(module_here, model)
     assert torch.equal(y1, ref(x)) and torch.equal(y1, y2)
+    other = module_here.Model(192)
+    with pytest.warns(RuntimeWarning, match=r"x has shape \(7, 192\); the kernels take \(\*, 96\) \(\* is any size\)"):
+        other(torch.randn(7, 192, dtype=torch.float16))
+    with pytest.warns(RuntimeWarning, match=r"eps=0\.001; the kernels were exported for eps in \{1e-05\}"):
+        module_here.Model(96, eps=1e-3)(x)
+
+
+def test_runtime_checks_arguments_and_names_the_parameter(module_here):
+    kernel = module_here._EXPORT.kernel(0)
+    x = torch.randn(4, 96, dtype=torch.float16)
+    with pytest.raises(module_here.ArgumentError, match="kernel main, parameter gamma: expected dtype float16, got "
+                                                        "torch.float32"):
+        kernel.plan(x, torch.randn(96), check_device=False)
+    with pytest.raises(module_here.ArgumentError, match=r"parameter gamma: expected shape \(96,\), got \(95,\)"):
+        kernel.plan(x, torch.randn(95, dtype=torch.float16), check_device=False)
+    with pytest.raises(module_here.ArgumentError, match="parameter X: the tensor is on cpu, the kernel runs on CUDA"):
+        kernel.plan(x, torch.randn(96, dtype=torch.float16))
+    outputs, launches = kernel.plan(torch.randn(1001, 96, dtype=torch.float16), torch.randn(96, dtype=torch.float16),
+                                    check_device=False)
+    assert outputs[0].shape == (1001, 96) and launches[0][1] == (501, 1, 1)  # ceildiv(1001, 2)
+    assert module_here.eval_expr(["bin", "/", -7, 2, "i"], {}) == -3  # the IR's truncating division
+    assert module_here.eval_expr(["bin", "//", -7, 2, "i"], {}) == -4
 
 
 def test_cuda_only_export_serves_cpu_tensors_by_the_reference(tmp_path):
     path = export_module(TASK, _entries()[:1], tmp_path, name="rmsnorm_silu_gpu")
     module = _import(path, "rmsnorm_silu_gpu_tileagent")
     assert module.DEVICES == ("cuda",)
-    with pytest.warns(RuntimeWarning, match="running the PyTorch reference"):
+    with pytest.warns(RuntimeWarning, match="x is on cpu; the kernels run on cuda"):
         module.Model(96)(torch.randn(2, 96, dtype=torch.float16))
     assert module._EXPORT.namespaces == {}  # no candidate was loaded
-
-
-def test_fake_implementation_gives_shape_and_dtype_on_meta_and_opcheck_passes(module_here):
-    x = torch.randn(5, 96, dtype=torch.float16)
-    gamma = torch.randn(96, dtype=torch.float16)
-    y = torch.ops.tileagent.rmsnorm_silu_t(x.to("meta"), gamma.to("meta"))
-    assert (y.shape, y.dtype, y.device.type) == ((5, 96), torch.float16, "meta")
-    torch.library.opcheck(torch.ops.tileagent.rmsnorm_silu_t.default, (x, gamma),
-                          test_utils=("test_schema", "test_faketensor"))
 
 
 def test_export_rejects_what_it_cannot_serve(tmp_path):
@@ -158,29 +257,23 @@ def _nvrtc_available() -> bool:
 
 
 @pytest.mark.skipif(not _nvrtc_available(), reason="NVRTC is not importable")
-def test_prebuilt_cubins_are_found_without_nvrtc(tmp_path, monkeypatch):
-    from tileagent.compiler.runtime import nvrtc
-
+def test_prebuilt_cubins_are_loaded_without_nvrtc_and_the_runtime_compiles_alone(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEAGENT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(nvrtc, "_CUBIN_DIRS", [])
-    entry = _entries()[0]
-    path = export_module(TASK, [entry], tmp_path / "out", prebuild_arches=["sm_90a"])
-    cubins = sorted((path.parent / "rmsnorm_silu_tileagent_cubins" / "sm_90a").glob("*.cubin"))
-    assert len(cubins) == 1
-    from tileagent.evaluator.spec import load_spec
+    path = export_module(TASK, _entries()[:1], tmp_path / "out", name="rmsnorm_silu_cubin", prebuild_arches=["sm_90a"])
+    module = _import(path, "rmsnorm_silu_cubin_tileagent")
+    (descriptor,) = module.KERNELS
+    cubins = sorted((path.parent / "rmsnorm_silu_cubin_tileagent_cubins" / "sm_90a").glob("*.cubin"))
+    assert [c.name for c in cubins] == [f"{descriptor['id']}.cubin"]
 
-    (kernel,) = launched_kernels(load_spec(TASK, check=False), entry)
-    source = kernel.get_kernel_source()
-    monkeypatch.setenv("TILEAGENT_CACHE_DIR", str(tmp_path / "empty"))  # a fresh machine's cache
+    def no_nvrtc():
+        raise AssertionError("NVRTC was loaded although a prebuilt cubin exists")
 
-    def no_compile(*args):
-        raise AssertionError("NVRTC ran although a prebuilt cubin exists")
-
-    monkeypatch.setattr(nvrtc, "_compile", no_compile)
-    nvrtc.add_cubin_dir(cubins[0].parent)  # what the exported module does when it is imported
-    cubin = nvrtc.compile_to_cubin(source, "sm_90a", ("--use_fast_math",))
-    assert cubin[:4] == b"\x7fELF"
-    monkeypatch.setattr(nvrtc, "_CUBIN_DIRS", [])
-    monkeypatch.setenv("TILEAGENT_CUBIN_DIRS", str(cubins[0].parent))  # the same through the environment
-    assert nvrtc.compile_to_cubin(source, "sm_90a", ("--use_fast_math",)) == cubin
-    assert nvrtc.cubin_dirs() == [cubins[0].parent]
+    monkeypatch.setattr(module, "_nvrtc", no_nvrtc)
+    kernel = module._EXPORT.kernel(0)
+    shipped = kernel.cubin("sm_90a")
+    assert shipped[:4] == b"\x7fELF"
+    monkeypatch.undo()
+    monkeypatch.setenv("TILEAGENT_CACHE_DIR", str(tmp_path / "cache2"))
+    # the vendored NVRTC path (what a machine without the cubins runs) builds the same kernel on its own
+    own = module.compile_cubin(descriptor["source"], "sm_90a", descriptor["options"])
+    assert own[:4] == b"\x7fELF" and len(own) == len(shipped)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import ast
 import datetime
+import hashlib
+import inspect
 import keyword
 import logging
 import zlib
@@ -29,7 +31,8 @@ import torch
 from pydantic import BaseModel, Field
 
 from tileagent.evaluator.spec import Spec, cast_floating, load_spec
-from tileagent.export_template import init_key, literal, render
+from tileagent.export_runtime import RUNTIME_VERSION, cubin_file_bytes
+from tileagent.export_template import call_key, literal, render
 from tileagent.runstore import write_atomic
 
 log = logging.getLogger("tileagent.export")
@@ -78,12 +81,23 @@ def export_module(reference_path, entries: list[ExportEntry], out_dir, name: str
         spec = load_spec(reference_path, check=False)
     except Exception as e:
         raise ExportError(f"{reference_path}: {e}") from e
+    init_params = _init_params(spec, entries)
     sources: dict[str, int] = {}
+    kernels: dict[str, int] = {}  # descriptor id -> index
+    descriptors: list[dict] = []
     rows = []
     for entry in entries:
         _check_candidate(entry)
         index = sources.setdefault(entry.source, len(sources))
-        rows.append(_entry_row(spec, entry, index))
+        row = _entry_row(spec, entry, index, init_params)
+        for factory, calls in record_kernels(spec, entry).items():
+            for key, kernel in calls.items():
+                d = kernel_descriptor(kernel)
+                if d["id"] not in kernels:
+                    kernels[d["id"]] = len(descriptors)
+                    descriptors.append(d)
+                row["kernels"].setdefault(factory, {})[key] = kernels[d["id"]]
+        rows.append(row)
     state_names = rows[0].pop("state_names")
     for row in rows[1:]:
         if row.pop("state_names") != state_names:
@@ -92,16 +106,23 @@ def export_module(reference_path, entries: list[ExportEntry], out_dir, name: str
     input_names = _forward_names(spec, len(rows[0]["tensors"]) - len(state_names))
     cast = str(spec.dtypes).removeprefix("torch.") if isinstance(spec.dtypes, torch.dtype) else None
     cubin_dir = f"{name}_tileagent_cubins"
-    arg_names = _arg_names(input_names, state_names)
-    text = render(name=name, header=_header(name, reference_path, entries, input_names, arg_names, devices),
+    arg_names = _arg_names(input_names, state_names, name)
+    taken = set(arg_names) | {name}
+    for p in init_params:  # the op's argument names for the constructor's, distinct from the tensors'
+        while p["arg"] in taken:
+            p["arg"] += "_"
+        taken.add(p["arg"])
+    text = render(name=name, header=_header(name, reference_path, entries, input_names, arg_names, init_params,
+                                            devices),
                   reference_source=reference_path.read_text(), sources=list(sources), entries=rows,
-                  devices=tuple(devices), input_names=input_names, state_names=state_names, arg_names=arg_names,
-                  n_outputs=_n_outputs(spec, entries[0].config), cast_dtype=cast, cubin_dir=cubin_dir)
+                  kernels=descriptors, devices=tuple(devices), input_names=input_names, state_names=state_names,
+                  arg_names=arg_names, init_params=init_params, n_outputs=_n_outputs(spec, entries[0].config),
+                  cast_dtype=cast, cubin_dir=cubin_dir)
     compile(text, f"{name}_tileagent.py", "exec")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if prebuild_arches:
-        prebuild_cubins(spec, entries, out_dir / cubin_dir, prebuild_arches)
+        prebuild_cubins(descriptors, out_dir / cubin_dir, prebuild_arches)
     path = out_dir / f"{name}_tileagent.py"
     write_atomic(path, text)
     log.info("exported %d config(s) of %s to %s", len(entries), reference_path.name, path)
@@ -124,15 +145,79 @@ def _check_candidate(entry: ExportEntry) -> None:
         literal(entry.tunables[key])  # raises ValueError for values that cannot be embedded
 
 
-def _entry_row(spec: Spec, entry: ExportEntry, source: int) -> dict:
-    """The entry as the exported module stores it (plus ``state_names``, popped by the caller)."""
-    config = entry.config
+def _bound_init(spec: Spec, config: dict) -> dict:
+    """Model's constructor arguments at ``config``, bound to ``Model.__init__`` with defaults applied."""
     init = spec.init_inputs(config)
     try:
         literal(init)
     except ValueError:
         raise ExportError(f"get_init_inputs({config}) returned {init!r}: constructor arguments must be Python "
                           f"literals (numbers, strings, tuples, ...) to be embedded") from None
+    try:
+        bound = inspect.signature(spec.module.Model.__init__).bind(None, *init)
+    except TypeError as e:
+        raise ExportError(f"Model(*get_init_inputs({config})) does not fit Model.__init__: {e}") from None
+    bound.apply_defaults()
+    return dict(list(bound.arguments.items())[1:])
+
+
+_SCALAR_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
+
+
+def _scalar_type(values: list, where: str) -> str:
+    """The op schema's type of a constructor argument that takes ``values`` (one per entry)."""
+    present = [v for v in values if v is not None]
+    optional = len(present) < len(values)
+    if present and all(isinstance(v, (list, tuple)) for v in present):
+        inner = {_scalar_type(list(v), where) for v in present if len(v)}
+        if len(inner) == 1 and inner <= {"int", "float", "bool"}:
+            text = f"typing.List[{inner.pop()}]"
+        elif inner == {"int", "float"}:
+            text = "typing.List[float]"
+        else:
+            raise ExportError(f"{where} takes {present!r}: a list argument must hold ints, floats or bools")
+    else:
+        kinds = {_SCALAR_TYPES.get(type(v)) for v in present}
+        if kinds == {"int", "float"}:
+            kinds = {"float"}
+        if len(kinds) != 1 or None in kinds:
+            raise ExportError(f"{where} takes {values!r}: a constructor argument must be a bool, int, float, str or "
+                              f"a list of numbers, one type for every config, to be an argument of the op")
+        text = kinds.pop()
+    return f"typing.Optional[{text}]" if optional else text
+
+
+def _init_params(spec: Spec, entries: list[ExportEntry]) -> list[dict]:
+    """The op's scalar arguments: one per parameter of ``Model.__init__`` (after self), typed from the entries'
+    values, with the constructor's default when it has one."""
+    sig = inspect.signature(spec.module.Model.__init__)
+    bound = [_bound_init(spec, e.config) for e in entries]
+    out = []
+    for param in list(sig.parameters.values())[1:]:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ExportError(f"Model.__init__ takes *{param.name}: name every constructor parameter to export it")
+        values = [b[param.name] for b in bound]
+        row = {"arg": param.name, "param": param.name, "positional": param.kind != param.KEYWORD_ONLY,
+               "type": _scalar_type(values, f"Model.__init__'s parameter {param.name!r}")}
+        if param.default is not param.empty:
+            default = list(param.default) if isinstance(param.default, tuple) else param.default
+            try:
+                literal(default)
+            except ValueError:
+                raise ExportError(f"the default of Model.__init__'s parameter {param.name!r} is not a literal") from None
+            if default is None and not row["type"].startswith("typing.Optional"):
+                row["type"] = f"typing.Optional[{row['type']}]"
+            row["default"] = default
+        out.append(row)
+    return out
+
+
+def _entry_row(spec: Spec, entry: ExportEntry, source: int, init_params: list[dict]) -> dict:
+    """The entry as the exported module stores it (plus ``state_names``, popped by the caller)."""
+    config = entry.config
+    init = spec.init_inputs(config)
+    bound = _bound_init(spec, config)
+    init_values = [list(v) if isinstance(v, tuple) else v for v in (bound[p["param"]] for p in init_params)]
     names, tensors = _tensors(spec, config)
     for key in spec.free_dims:
         if isinstance(config.get(key), int):
@@ -147,8 +232,7 @@ def _entry_row(spec: Spec, entry: ExportEntry, source: int) -> dict:
     except ValueError:
         raise ExportError(f"config {config!r} is not made of Python literals") from None
     return {"config": dict(config), "source": source, "tunables": dict(entry.tunables), "time_ms": time_ms,
-            "init": init_key(spec.module.Model, init, {}), "args": list(init), "tensors": tensors,
-            "state_names": names}
+            "init": init_values, "args": list(init), "tensors": tensors, "kernels": {}, "state_names": names}
 
 
 def _tensors(spec: Spec, config: dict):
@@ -204,8 +288,6 @@ def _n_outputs(spec: Spec, config: dict) -> int:
 
 
 def _forward_names(spec: Spec, n_inputs: int) -> list[str]:
-    import inspect
-
     params = list(inspect.signature(spec.module.Model.forward).parameters.values())[1:]
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(positional) < n_inputs:
@@ -214,9 +296,10 @@ def _forward_names(spec: Spec, n_inputs: int) -> list[str]:
     return [p.name for p in positional[:n_inputs]]
 
 
-def _arg_names(input_names: list[str], state_names: list[str]) -> list[str]:
-    """The op's argument names: the forward's input names, then the state keys made identifiers, all distinct."""
-    taken = set(input_names) | {"init"}
+def _arg_names(input_names: list[str], state_names: list[str], op_name: str) -> list[str]:
+    """The op's tensor argument names: the forward's input names, then the state keys made identifiers, all
+    distinct (and distinct from the op's name)."""
+    taken = set(input_names) | {op_name}
     out = list(input_names)
     for key in state_names:
         base = "".join(c if c.isalnum() or c == "_" else "_" for c in key)
@@ -229,56 +312,141 @@ def _arg_names(input_names: list[str], state_names: list[str]) -> list[str]:
     return out
 
 
-def _header(name: str, reference: Path, entries: list[ExportEntry], input_names, arg_names, devices) -> str:
-    args = ", ".join(arg_names)
+def _header(name: str, reference: Path, entries: list[ExportEntry], input_names, arg_names, init_params,
+            devices) -> str:
+    args = ", ".join(arg_names + [p["arg"] for p in init_params if "default" not in p])
     lines = [f"tileagent::{name}: {reference.name} as generated tile-DSL kernels (exported by TileAgent on "
-             f"{datetime.date.today().isoformat()}).", "",
+             f"{datetime.date.today().isoformat()}; kernel runtime version {RUNTIME_VERSION}).", "",
              f"Configs covered (kernels run on: {', '.join(devices)}; dims of FREE_DIMS are free):"]
     for e in entries:
         t = "" if e.time_ms is None else f": {e.time_ms:.4g} ms"
         tun = f" (tunables {e.tunables})" if e.tunables else ""
         lines.append(f"  {e.config}{t}{tun}")
-    lines += ["", "Any other config, device or dtype runs the embedded PyTorch reference (one warning per kind of call).",
+    lines += ["", "Any other config, device or dtype runs the embedded PyTorch reference (one RuntimeWarning per "
+              "reason, naming the argument that did not match). Gradients are the reference's (its autograd on the "
+              "saved inputs); torch.compile traces the op through its fake implementation.",
               "", "Usage:", f"    from {name}_tileagent import Model        # the reference's constructor and "
               f"state_dict", f"    y = Model(...).cuda()({', '.join(input_names)})",
               f"    y = torch.ops.tileagent.{name}({args})   # after importing the module",
-              "torch.compile traces the op through its fake implementation. Needs torch and TileAgent's compiler "
-              "(the `compiler` and `tileagent` packages); prebuilt cubins, when shipped, lie in "
-              f"{name}_tileagent_cubins/<arch>/."]
+              "Needs torch and, to run the kernels, cuda-python (plus the nvidia-cuda-nvrtc and nvidia-cuda-runtime "
+              f"wheels unless {name}_tileagent_cubins/<arch>/ holds prebuilt cubins); never tileagent."]
     body = "\n".join(lines).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
     return f'"""{body}\n"""'
 
 
-# -- prebuilt cubins ---------------------------------------------------------------------------------------------------
+# -- the kernels: recorded at export, described for the runtime ------------------------------------------------------
 
 
-def launched_kernels(spec: Spec, entry: ExportEntry) -> list:
-    """The JITKernels entry's ModelNew launches at its config, found by a dry run on CPU tensors: kernels are built
-    (checked, not run) and their outputs allocated, so that no kernel executes."""
-    from tileagent.compiler.jit import JITKernel, bind_arguments
+def record_kernels(spec: Spec, entry: ExportEntry) -> dict:
+    """{factory name: {call key: JITKernel}}: every ``@jit`` factory call the entry's ModelNew makes (constructor and
+    forward) at its config, found by a dry run on CPU tensors in which kernels are built but not executed."""
+    from tileagent.compiler.jit import JITImpl, JITKernel, bind_arguments
     from tileagent.export_template import exec_source
 
     tag = f"{zlib.crc32(entry.source.encode()):08x}"
     module = exec_source(entry.source, f"_tileagent_export_{tag}", f"<exported candidate {tag}>")
     for key, value in entry.tunables.items():
         setattr(module, key, value)
-    model, _ = _candidate_model(spec, module, entry.config)
-    inputs = spec.make_inputs(entry.config, 0)
-    seen = []
+    calls: dict = {}
+
+    def recording_factory(impl, *args, **kwargs):
+        kernel = real_factory(impl, *args, **kwargs)
+        calls.setdefault(impl.fn.__name__, {})[call_key(args, kwargs)] = kernel
+        return kernel
 
     def dry_call(kernel, *args):
-        seen.append(kernel)
         _, _, outputs = bind_arguments(kernel.func, args, kernel.out_idx, "cpu")
         return None if not outputs else outputs[0] if len(outputs) == 1 else outputs
 
-    real = JITKernel.__call__
-    JITKernel.__call__ = dry_call
+    real_factory, real_call = JITImpl.__call__, JITKernel.__call__
+    JITImpl.__call__, JITKernel.__call__ = recording_factory, dry_call
     try:
+        model, _ = _candidate_model(spec, module, entry.config)
+        inputs = spec.make_inputs(entry.config, 0)
         with torch.no_grad():
             model(*inputs)
+    except Exception as e:
+        raise ExportError(f"the candidate for {entry.config} failed in a dry run on the CPU: "
+                          f"{type(e).__name__}: {e}") from e
     finally:
-        JITKernel.__call__ = real
-    return list({id(k): k for k in seen}.values())
+        JITImpl.__call__, JITKernel.__call__ = real_factory, real_call
+    return calls
+
+
+def launched_kernels(spec: Spec, entry: ExportEntry) -> list:
+    """The JITKernels entry's ModelNew launches at its config (``record_kernels``), each once."""
+    kernels = [k for calls in record_kernels(spec, entry).values() for k in calls.values()]
+    return list({id(k): k for k in kernels}.values())
+
+
+def _expr(e, names: dict):
+    """A scalar IR expression as the runtime's nested lists (``export_runtime.eval_expr``)."""
+    from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Select, Unary, Var
+
+    if isinstance(e, bool | int | float):
+        return e
+    kind = "b" if e.dtype.is_bool else "i" if e.dtype.is_int else "f"
+    if isinstance(e, Const):
+        return ["const", bool(e.value) if kind == "b" else int(e.value) if kind == "i" else float(e.value)]
+    if isinstance(e, Var):
+        return ["var", names.get(id(e), e.name), kind]
+    if isinstance(e, BinOp):
+        return ["bin", e.op, _expr(e.a, names), _expr(e.b, names), kind]
+    if isinstance(e, Cmp):
+        return ["cmp", e.op, _expr(e.a, names), _expr(e.b, names)]
+    if isinstance(e, Unary):
+        return ["un", e.op, _expr(e.a, names), kind]
+    if isinstance(e, Select):
+        return ["sel", _expr(e.cond, names), _expr(e.a, names), _expr(e.b, names), kind]
+    if isinstance(e, Call):
+        return ["call", e.name, [_expr(a, names) for a in e.args], kind]
+    if isinstance(e, Cast):
+        return ["cast", _expr(e.value, names), kind]
+    raise ExportError(f"a launch or shape expression holds {type(e).__name__} ({e!r}), which the exported runtime "
+                      f"cannot evaluate on the host")
+
+
+def kernel_descriptor(kernel) -> dict:
+    """What the exported runtime needs to launch ``kernel`` (a JITKernel): its CUDA C++, NVRTC options, parameters
+    (dtype, shape expressions of the dynamic dims), outputs, and one launch per ``__global__`` function (symbol,
+    argument names and dtypes, grid expressions, block, dynamic shared bytes, alignment per pointer)."""
+    from tileagent.compiler.ir.stmt import Buffer
+    from tileagent.compiler.jit import nvrtc_options
+    from tileagent.compiler.targets.cuda import kernel_symbol, required_alignment
+
+    func, module = kernel.func, kernel.module
+    source = kernel.get_kernel_source()
+    options = list(nvrtc_options(kernel.pass_configs))
+    names: dict = {}
+    for p in func.params:
+        if isinstance(p, Buffer):
+            names[id(module.flat_globals[p])] = p.name
+    scalars = [p for p in func.params if not isinstance(p, Buffer)] + list(func.dynamic_vars)
+    for mine, theirs in zip(scalars, module.scalars):
+        names[id(theirs)] = names[id(mine)] = mine.name
+    seen = [p.name for p in func.params] + [v.name for v in func.dynamic_vars]
+    if len(set(seen)) != len(seen):
+        raise ExportError(f"kernel {func.name}: its parameters and dynamic dims share a name ({seen})")
+    params = []
+    for p in func.params:
+        if isinstance(p, Buffer):
+            params.append({"name": p.name, "kind": "buffer", "dtype": str(p.dtype),
+                           "shape": [_expr(d, names) for d in p.shape]})
+        else:
+            params.append({"name": p.name, "kind": "scalar", "dtype": str(p.dtype)})
+    launches = []
+    for k in module.kernels:
+        align = required_alignment(k)
+        launches.append({
+            "symbol": kernel_symbol(k),
+            "args": [[names[id(p)], "buffer" if isinstance(p, Buffer) else str(p.dtype)] for p in k.params],
+            "grid": [_expr(g, names) for g in k.grid], "block": [int(b) for b in k.block],
+            "shared_bytes": int(k.shared_bytes),
+            "align": {names[id(p)]: int(a) for p, a in align.items() if a > 1}})
+    digest = hashlib.sha256("\0".join([source, *options]).encode()).hexdigest()[:20]
+    return {"runtime_version": RUNTIME_VERSION, "name": func.name, "id": digest, "source": source,
+            "options": options, "params": params, "out_idx": list(kernel.out_idx),
+            "dynamic": [v.name for v in func.dynamic_vars], "launches": launches}
 
 
 def _candidate_model(spec: Spec, module, config: dict):
@@ -293,19 +461,20 @@ def _candidate_model(spec: Spec, module, config: dict):
     return model.eval(), ref
 
 
-def prebuild_cubins(spec: Spec, entries: list[ExportEntry], directory: Path, arches) -> list[Path]:
-    """Compile every kernel the entries launch for each arch into ``directory/<arch>/`` (NVRTC cache format)."""
-    from tileagent.compiler.jit import nvrtc_options
-    from tileagent.compiler.runtime.nvrtc import write_cubin_entry
+def prebuild_cubins(descriptors: list[dict], directory: Path, arches) -> list[Path]:
+    """Compile every exported kernel for each arch into ``directory/<arch>/<kernel id>.cubin`` (needs NVRTC, no
+    GPU); the exported runtime loads them instead of compiling."""
+    from tileagent.compiler.runtime.nvrtc import compile_to_cubin
 
     written = []
-    for entry in entries:
-        for kernel in launched_kernels(spec, entry):
-            options = nvrtc_options(kernel.pass_configs)
-            source = kernel.get_kernel_source()
-            for arch in arches:
-                written.append(write_cubin_entry(Path(directory) / arch, source, arch, options))
+    for d in descriptors:
+        for arch in arches:
+            path = Path(directory) / arch / f"{d['id']}.cubin"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(cubin_file_bytes(compile_to_cubin(d["source"], arch, tuple(d["options"]))))
+            written.append(path)
     return sorted(set(written))
 
 
-__all__ = ["ExportEntry", "ExportError", "export_module", "launched_kernels", "prebuild_cubins"]
+__all__ = ["ExportEntry", "ExportError", "export_module", "kernel_descriptor", "launched_kernels", "prebuild_cubins",
+           "record_kernels"]
