@@ -455,6 +455,10 @@ class EvalWorker:
         if device.startswith("cuda") and "CUDA_VISIBLE_DEVICES" not in (env or {}):
             self.env["CUDA_VISIBLE_DEVICES"] = device.partition(":")[2] or "0"
         self.restarts = 0
+        self.on_progress: Callable[[str, dict], None] | None = None
+        """Called (in the calling thread) as the worker reports: ("phase", {phase, index, config}) on entering
+        load/check/timing, ("config", {index, result: ConfigResult}) when a config is done. Display only: an
+        exception it raises is logged and ignored."""
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._spare: _Process | None = None
@@ -501,6 +505,13 @@ class EvalWorker:
             return f"{w.death()} while starting"
         w.ready = message.get("type") == "ready"
         return None if w.ready else f"unexpected first message from the worker: {message}"
+
+    def _notify(self, kind: str, fields: dict) -> None:
+        if self.on_progress is not None:
+            try:
+                self.on_progress(kind, fields)
+            except Exception as e:  # noqa: BLE001 - a display must not break an evaluation
+                log.warning("progress callback failed: %s: %s", type(e).__name__, e)
 
     def evaluate(self, request: EvalRequest) -> EvalResult:
         """The result of ``request`` (never raises for the candidate's faults; a dead or hung worker is replaced)."""
@@ -553,8 +564,10 @@ class EvalWorker:
             if kind == "phase":
                 phase, index, config = message["phase"], message.get("index"), message.get("config")
                 deadline = time.monotonic() + budget_s(request, phase, index)
+                self._notify("phase", {"phase": phase, "index": index, "config": config})
             elif kind == "config":
                 done.append(ConfigResult.model_validate(message["result"]))
+                self._notify("config", {"index": len(done) - 1, "result": done[-1]})
             elif kind == "result":
                 result = EvalResult.model_validate(message["result"])
                 if result.status == "crash":

@@ -33,5 +33,7 @@ def test_every_package_folder_is_installed_under_the_tileagent_namespace():
     folders = {"tileagent": "tileagent", "compiler": "tileagent.compiler", "evaluator": "tileagent.evaluator"}
     found = {folders[init.relative_to(REPO).parts[0]] + "".join("." + p for p in init.relative_to(REPO).parts[1:-1])
              for top in folders for init in (REPO / top).rglob("__init__.py")}
-    assert found == set(meta["packages"])
+    data_only = {"tileagent.tasks"}  # tasks/: package data (no __init__.py), listed so that a wheel ships it
+    assert found == set(meta["packages"]) - data_only
+    assert all(meta["package-dir"][p] and (REPO / meta["package-dir"][p]).is_dir() for p in data_only)
     assert not any(name.split(".")[0] in ("compiler", "evaluator") for name in meta["packages"])

@@ -5,7 +5,8 @@ across configs (``tileagent batch`` tries archived kernels of the family first).
 Where: ``$TILEAGENT_ARCHIVE``, else ``~/.cache/tileagent/archive``. Layout: ``<family>/<dtype>/<arch>/<config>/``
 holding ``candidate.py`` (the module, tunables assigned) and ``entry.json`` (an ``ArchiveEntry``).
 Guarantees: files are written atomically; a later kernel for the same key replaces an earlier one only when it is
-faster (or when neither was timed); unreadable entries are skipped with a logged warning, never an error.
+faster (or when neither was timed), decided under a ``filelock`` lock per key so that concurrent runs cannot race;
+unreadable entries are skipped with a logged warning, never an error.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import os
 from pathlib import Path
 
+from filelock import FileLock, Timeout
 from pydantic import BaseModel, Field
 
 from tileagent.runstore import config_key, slug, write_atomic
@@ -54,16 +56,21 @@ class Archive:
     def _dir(self, family: str, dtype: str, arch: str, config: dict) -> Path:
         return self.root / slug(family) / slug(dtype) / slug(arch) / slug(config_key(config))
 
-    def put(self, entry: ArchiveEntry) -> bool:
-        """Store ``entry`` unless a faster kernel is already stored under its key; True when stored."""
+    def put(self, entry: ArchiveEntry, lock_timeout_s: float = 60.0) -> bool:
+        """Store ``entry`` unless a faster kernel is already stored under its key; True when stored. The read, the
+        comparison and the replacement run under a file lock on the key (``<key>.lock`` beside its folder), so that
+        concurrent runs never replace a faster kernel with a slower one or mix two entries' files."""
         where = self._dir(entry.family, entry.dtype, entry.arch, entry.config)
-        old = self._read(where)
-        if old is not None and old.time_ms is not None and (entry.time_ms is None or entry.time_ms >= old.time_ms):
-            return False
         try:
-            write_atomic(where / "candidate.py", entry.source)
-            write_atomic(where / "entry.json", entry.model_copy(update={"source": ""}).model_dump_json(indent=2))
-        except OSError as e:
+            where.parent.mkdir(parents=True, exist_ok=True)
+            with FileLock(where.parent / f".{where.name}.lock", timeout=lock_timeout_s):
+                old = self._read(where)
+                if old is not None and old.time_ms is not None and (entry.time_ms is None
+                                                                    or entry.time_ms >= old.time_ms):
+                    return False
+                write_atomic(where / "candidate.py", entry.source)
+                write_atomic(where / "entry.json", entry.model_copy(update={"source": ""}).model_dump_json(indent=2))
+        except (OSError, Timeout) as e:
             log.warning("archive: cannot write %s: %s", where, e)
             return False
         return True

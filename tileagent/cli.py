@@ -8,21 +8,22 @@ Exit codes: 0 success; 1 the program ran but its check failed; 2 bad input (file
 from __future__ import annotations
 
 import importlib.util
-import logging
 import sys
 import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from tileagent.compiler.diagnostics import CompileError
+from tileagent.display import CLIConsole, setup_logging
 
-app = typer.Typer(help="TileAgent: verified GPU kernels from PyTorch references, in a TileLang-compatible DSL.",
-                  no_args_is_help=True, add_completion=False)
-console = Console()
-err_console = Console(stderr=True)
+app = typer.Typer(help="TileAgent: verified GPU kernels from PyTorch references, in a TileLang-compatible DSL.\n\n"
+                       "Start with `tileagent tasks` (the shipped references) and `tileagent generate rmsnorm_silu`. "
+                       "Shell completion: `tileagent --install-completion`.",
+                  no_args_is_help=True, add_completion=True, context_settings={"help_option_names": ["-h", "--help"]})
+console = CLIConsole()
+err_console = CLIConsole(stderr=True)
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_NOT_FASTER, EXIT_NO_CORRECT = 3, 4
@@ -67,7 +68,7 @@ def run(program: Path = typer.Argument(..., help="a .py file defining check(devi
         param: list[str] = typer.Option([], "--param", "-p", help="keyword for check(), as key=value"),
         show_ir: bool = typer.Option(False, "--show-ir", help="print the kernel's tile IR"),
         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
+    setup_logging(err_console, verbose)
     module = _load_module(program)
     check = getattr(module, "check", None)
     if check is None:
@@ -141,7 +142,8 @@ def _eval_table(result, title: str) -> Table:
                                "Exit codes: 0 correct on every config; 1 not correct (mismatch, guard, compile error, "
                                "crash, timeout); 2 bad input (missing file, bad reference, bad arguments).")
 def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file defining class ModelNew"),
-          reference: Path = typer.Argument(..., help="the reference: a KernelBench-format .py file"),
+          reference: Path = typer.Argument(..., help="the reference: a KernelBench-format .py file or a shipped "
+                                           "task's name"),
           config: list[str] = typer.Option([], "--config", "-c", help="set a config key in every config of the "
                                            "grid, as key=value (key=a,b: one config per value)"),
           device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N"),
@@ -154,7 +156,8 @@ def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file def
     from tileagent.evaluator.records import EvalRequest
     from tileagent.evaluator.worker import EvalWorker
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
+    setup_logging(err_console, verbose)
+    reference = _reference_path(reference)
     for path in (kernel, reference):
         if not path.is_file():
             err_console.print(f"[red]error:[/] no such file: {path}")
@@ -221,6 +224,16 @@ def compile(program: Path = typer.Argument(..., help="a .py file defining a @til
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
+def _reference_path(reference: Path) -> Path:
+    """A reference file: the path itself when it exists, else the shipped task of that name (``tileagent tasks``)."""
+    from tileagent import shipped
+
+    try:
+        return shipped.resolve_reference(reference)
+    except shipped.UnknownTask as e:
+        raise _bad(str(e)) from None
+
+
 def _bad(message: str) -> typer.Exit:
     err_console.print(f"[red]error:[/] {message}", highlight=False)
     return typer.Exit(EXIT_BAD_INPUT)
@@ -284,11 +297,11 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
     from tileagent.evaluator.worker import EvalWorker, resolve_device
     from tileagent import configs as cfgs
     from tileagent.archive import Archive
-    from tileagent.display import LiveProgress, result_table
+    from tileagent.display import LiveProgress, result_table, speedup_bars
     from tileagent.loop import EXIT_CODES, Loop, LoopOptions, finalize
     from tileagent.runstore import RunStore, RunStoreError
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
+    setup_logging(err_console, verbose)
     if resume is not None:
         try:
             store = RunStore.open(resume)
@@ -304,8 +317,7 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
     else:
         if reference is None:
             raise _bad(f"{command} needs a REFERENCE file (or --resume RUN_DIR)")
-        if not reference.is_file():
-            raise _bad(f"no such file: {reference}")
+        reference = _reference_path(reference)
         from tileagent.evaluator.spec import load_spec
 
         try:
@@ -347,7 +359,8 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
     if resume is not None:
         drafter = _make_drafter(drafter_opts)
     archive = Archive()
-    with EvalWorker(options.device) as worker, LiveProgress(console) as progress:
+    with EvalWorker(options.device) as worker, LiveProgress(console, len(options.configs)) as progress:
+        worker.on_progress = progress.worker_progress
         loop = Loop(options, store, drafter, worker, archive=archive, on_event=progress)
         outcome = loop.run()
         outputs = finalize(loop, outcome, command=command)
@@ -356,6 +369,9 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
     rows = report.rows(options, outcome, loop.meets_target)
     console.print(result_table(rows, f"{Path(options.reference).name} on {options.device}", loop.timed,
                                options.target))
+    bars = speedup_bars(rows, options.target)
+    if bars is not None:
+        console.print(bars)
     for what, path in outputs.items():
         console.print(f"{what}: {path}", highlight=False)
     code = EXIT_CODES[outcome.outcome]
@@ -393,7 +409,8 @@ _NO_TUNE = typer.Option(False, "--no-tune", help="do not autotune TUNABLES")
 _TUNE_SECONDS = typer.Option(90.0, help="screening time for autotuning one candidate")
 _NO_ARCHIVE = typer.Option(False, "--no-archive", help="do not try archived kernels first")
 _VERBOSE = typer.Option(False, "--verbose", "-v")
-_REFERENCE = typer.Argument(None, help="the reference: a KernelBench-format .py file")
+_REFERENCE = typer.Argument(None, help="the reference: a KernelBench-format .py file, or the name of a shipped task "
+                                       "(`tileagent tasks`)")
 
 
 def _loop_flags(max_turns, candidates, target, device, budget_tokens, seed, seeds, no_tune, tune_seconds,
@@ -453,11 +470,95 @@ def tilelang_(ctx: typer.Context, script: Path = typer.Argument(..., help="the T
     raise typer.Exit(run_script(script, list(ctx.args)))
 
 
-@app.command(help="Print the version.")
-def version() -> None:
-    from tileagent.compiler import __version__
+def _version_text() -> str:
+    import platform
 
-    console.print(__version__)
+    import torch
+
+    from tileagent.compiler import __version__
+    from tileagent.export_runtime import RUNTIME_VERSION
+
+    return (f"tileagent {__version__} (exported-module runtime {RUNTIME_VERSION}; torch {torch.__version__}; "
+            f"python {platform.python_version()})")
+
+
+def _version_flag(value: bool) -> None:
+    if value:
+        console.print(_version_text(), highlight=False)
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", "-V", help="print the version and exit", is_eager=True,
+                                       callback=_version_flag)) -> None:
+    """TileAgent: verified GPU kernels from PyTorch references, in a TileLang-compatible DSL."""
+
+
+@app.command(help="Print the version (the same as --version).")
+def version() -> None:
+    console.print(_version_text(), highlight=False)
+
+
+@app.command(help="List the reference tasks shipped with TileAgent; pass a name to generate/batch/eval from any "
+                  "directory.\n\nExample: tileagent tasks; tileagent generate rmsnorm_silu")
+def tasks() -> None:
+    from tileagent import shipped
+
+    names = shipped.task_names()
+    if not names:
+        raise _bad(f"no shipped tasks found in {shipped.tasks_dir()} (set TILEAGENT_TASKS to a folder of tasks)")
+    table = Table(title=f"shipped tasks ({shipped.tasks_dir()})")
+    table.add_column("name", no_wrap=True)
+    table.add_column("what")
+    for name in names:
+        table.add_row(name, shipped.describe(shipped.tasks_dir() / f"{name}.py"))
+    console.print(table)
+
+
+SCHEMAS = {"report": ("tileagent.report", "RunReport"), "run": ("tileagent.runstore", "RunFile"),
+           "event": ("tileagent.runstore", "Event")}
+
+
+def schema_of(what: str) -> dict:
+    """The JSON Schema of report.json ("report"), run.json ("run") or one line of events.jsonl ("event")."""
+    import importlib
+
+    module, name = SCHEMAS[what]
+    return getattr(importlib.import_module(module), name).model_json_schema()
+
+
+@app.command(help="Print the JSON Schema of a run directory's files: report (report.json), run (run.json) or event "
+                  "(one line of events.jsonl). The same schemas are in docs/schemas/.\n\n"
+                  "Example: tileagent schema report > report.schema.json")
+def schema(what: str = typer.Argument(..., help="report | run | event")) -> None:
+    import json
+
+    if what not in SCHEMAS:
+        raise _bad(f"schema: expected one of {', '.join(SCHEMAS)}, got {what!r}")
+    text = json.dumps(schema_of(what), indent=2)
+    if console.is_terminal:
+        console.print_json(text)
+    else:
+        sys.stdout.write(text + "\n")  # exactly the JSON, for redirection
+
+
+@app.command(name="report", help="Re-render a run's REPORT.md (and its charts) from its report.json, and print its "
+                                 "table.\n\nExample: tileagent report runs/rmsnorm_silu-20250101-120000")
+def report_(run_dir: Path = typer.Argument(..., help="a run directory (holding report.json)")) -> None:
+    from tileagent import report as rep
+    from tileagent.display import result_table, speedup_bars
+
+    try:
+        data, written = rep.rerender(run_dir)
+    except rep.ReportError as e:
+        raise _bad(str(e)) from None
+    console.print(result_table(data["configs"], f"{data['task']} on {data['device']}", data["timed"],
+                               data["target"]))
+    bars = speedup_bars(data["configs"], data["target"])
+    if bars is not None:
+        console.print(bars)
+    for path in written:
+        console.print(f"wrote {path}", highlight=False)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ Guarantees:
 - ``append(event)`` writes one line and flushes and fsyncs it before returning: a SIGKILL after ``append`` returns
   loses nothing that was appended. A line torn by a kill (the last one, without its newline) is ignored by
   ``events()`` and cut by the next ``append``.
-- Every event carries ``event`` (its kind), ``t`` (UNIX time) and the fields listed in EVENTS.
+- Every event carries ``event`` (its kind), ``t`` (UNIX time) and the fields listed in EVENTS; run.json is a
+  ``RunFile`` and each event an ``Event`` (pydantic models; JSON Schemas: ``tileagent schema run|event``,
+  docs/schemas/).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ import re
 import tempfile
 import time
 from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 log = logging.getLogger("tileagent.runstore")
 
@@ -49,6 +53,25 @@ EVENTS = {
     "tuned": "attempt_id, winners ({config key: {variant, tunables, time_ms}})",
     "finished": "outcome ('target_met', 'correct', 'correct_not_faster', 'no_correct'), reason",
 }
+
+
+class RunFile(BaseModel):
+    """run.json: what a run started with (``--resume`` reads it back)."""
+
+    format_version: int = Field(FORMAT_VERSION, description="the run directory's format version")
+    options: dict = Field(description="{command: 'generate'|'batch', loop: LoopOptions as JSON, drafter: the "
+                                      "drafter's provider and options (never a key)}")
+
+
+class Event(BaseModel):
+    """One line of events.jsonl: ``event`` (its kind), ``t`` (UNIX time) and the kind's fields (EVENTS lists the
+    known kinds and their fields; readers ignore fields they do not know)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    event: str = Field(pattern=r"^[a-z][a-z_]*$", description="the kind: " + "; ".join(
+        f"{k}: {v}" for k, v in EVENTS.items()), examples=list(EVENTS))
+    t: float = Field(description="UNIX time, seconds")
 
 
 class RunStoreError(Exception):
@@ -98,8 +121,8 @@ class RunStore:
             raise RunStoreError(f"{root} already holds a run; continue it with --resume {root}, or pick another --out")
         root.mkdir(parents=True, exist_ok=True)
         store = cls(root)
-        write_atomic(root / "run.json", json.dumps({"format_version": FORMAT_VERSION, "options": options},
-                                                   indent=2, default=str))
+        data = json.loads(json.dumps({"format_version": FORMAT_VERSION, "options": options}, default=str))
+        write_atomic(root / "run.json", RunFile.model_validate(data).model_dump_json(indent=2))
         return store
 
     @classmethod
@@ -113,9 +136,15 @@ class RunStore:
             data = json.loads(meta.read_text())
         except ValueError as e:
             raise RunStoreError(f"{meta}: not valid JSON ({e})") from None
-        if data.get("format_version") != FORMAT_VERSION:
-            raise RunStoreError(f"{meta}: run format version {data.get('format_version')!r}; this tileagent reads "
-                                f"version {FORMAT_VERSION}")
+        if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION:
+            version = data.get("format_version") if isinstance(data, dict) else None
+            raise RunStoreError(f"{meta}: run format version {version!r}; this tileagent reads version "
+                                f"{FORMAT_VERSION}")
+        try:
+            RunFile.model_validate(data)
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise RunStoreError(f"{meta}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
         return cls(root)
 
     @property
@@ -128,6 +157,7 @@ class RunStore:
     def append(self, event: str, **fields) -> dict:
         """Append one event (flushed and fsync'd before returning); returns it."""
         record = {"event": event, "t": round(time.time(), 3), **fields}
+        Event.model_validate({"event": event, "t": record["t"]})  # the kind's spelling; fields are free-form JSON
         line = json.dumps(record, default=str)
         self._drop_torn_tail()
         with open(self.events_path, "a") as f:
@@ -188,4 +218,5 @@ class RunStore:
         return self.write(relative, json.dumps(data, indent=2, default=str) + "\n")
 
 
-__all__ = ["EVENTS", "FORMAT_VERSION", "RunStore", "RunStoreError", "config_key", "slug", "write_atomic"]
+__all__ = ["EVENTS", "FORMAT_VERSION", "Event", "RunFile", "RunStore", "RunStoreError", "config_key", "slug",
+           "write_atomic"]

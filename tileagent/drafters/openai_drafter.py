@@ -9,7 +9,8 @@ Guarantees:
 - Candidates: the drafter asks for all ``n`` in one request and, when the server returns fewer choices (Ollama and
   llama.cpp ignore ``n``) or rejects ``n > 1`` with a 400, asks for the rest one request at a time; it remembers
   the answer, so later turns go straight to single requests.
-- Retries are its own (the client's are off): on 408, 409, 429, 5xx, connection errors and timeouts it waits
+- Retries through ``tenacity`` (the client's own are off, so that the waits below hold and are counted): on 408, 409,
+  429, 5xx, connection errors and timeouts it waits
   ``backoff_s * 2**attempt`` (capped at ``max_backoff_s``, times a jitter in [0.5, 1]) or the server's
   ``Retry-After`` / ``retry-after-ms`` when given (honoured up to ``max_retry_after_s``), at most ``max_retries``
   times per request. The sleep function is injectable (tests pass a no-op).
@@ -39,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import openai
+import tenacity
 
 from tileagent.answers import NO_BLOCK, parse_answer
 from tileagent.drafters.base import Draft, DrafterUnavailable, DraftTask
@@ -100,6 +102,13 @@ def _retry_after(err: openai.APIStatusError) -> float | None:
                 continue
             return max(0.0, date.timestamp() - time.time())
     return None
+
+
+def _retryable(err: BaseException) -> bool:
+    """Whether a failed request is worth repeating: 408, 409, 429, 5xx, connection errors and timeouts."""
+    if isinstance(err, openai.APIStatusError):
+        return err.status_code in RETRY_STATUS
+    return isinstance(err, openai.APIConnectionError)
 
 
 def _describe(err: Exception) -> str:
@@ -196,38 +205,41 @@ class OpenAIDrafter:
             kwargs["n"] = n
         if self.max_tokens is not None:
             kwargs["max_tokens"] = self.max_tokens
-        attempt = 0
-        while True:
-            try:
-                response = client.chat.completions.create(**kwargs)
-                break
-            except openai.APIStatusError as e:
-                if e.status_code == 400 and n > 1 and self.n_supported is None:
-                    logger.info("%s rejected n=%d (%s): asking one candidate per request",
-                                self._where(), n, _describe(e))
-                    self.n_supported = False
-                    return self._request(client, messages, 1)
-                if e.status_code not in RETRY_STATUS:
-                    hint = _HINTS.get(e.status_code, "retrying would not help")
-                    raise DrafterUnavailable(f"{self._where()}: {_describe(e)}; {hint}") from None
-                wait = _retry_after(e)
-                error = e
-            except openai.APIConnectionError as e:  # includes APITimeoutError
-                wait, error = None, e
-            if attempt >= self.max_retries:
-                raise DrafterUnavailable(f"{self._where()} still failing after {self.max_retries} retries: "
-                                         f"{_describe(error)}") from None
-            if wait is None:
-                wait = min(self.max_backoff_s, self.backoff_s * 2**attempt) * (0.5 + 0.5 * self._rng.random())
-            else:
-                wait = min(wait, self.max_retry_after_s)
-            attempt += 1
-            self.usage.retries += 1
-            logger.warning("%s: %s; retry %d of %d in %.1f s", self._where(), _describe(error), attempt,
-                           self.max_retries, wait)
-            self.sleep(wait)
+        retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(_retryable),
+                                     stop=tenacity.stop_after_attempt(self.max_retries + 1), wait=self._wait,
+                                     sleep=self.sleep, before_sleep=self._before_sleep, reraise=True)
+        try:
+            response = retrying(client.chat.completions.create, **kwargs)
+        except openai.APIStatusError as e:
+            if e.status_code == 400 and n > 1 and self.n_supported is None:
+                logger.info("%s rejected n=%d (%s): asking one candidate per request", self._where(), n, _describe(e))
+                self.n_supported = False
+                return self._request(client, messages, 1)
+            if e.status_code not in RETRY_STATUS:
+                hint = _HINTS.get(e.status_code, "retrying would not help")
+                raise DrafterUnavailable(f"{self._where()}: {_describe(e)}; {hint}") from None
+            raise DrafterUnavailable(f"{self._where()} still failing after {self.max_retries} retries: "
+                                     f"{_describe(e)}") from None
+        except openai.APIConnectionError as e:  # includes APITimeoutError
+            raise DrafterUnavailable(f"{self._where()} still failing after {self.max_retries} retries: "
+                                     f"{_describe(e)}") from None
         self.usage.requests += 1
         return self._drafts(response, messages)
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        """Seconds before retry ``state.attempt_number``: the server's Retry-After (capped at
+        ``max_retry_after_s``), else ``backoff_s * 2**k`` capped at ``max_backoff_s``, times a jitter in [0.5, 1]."""
+        error = state.outcome.exception()
+        wait = _retry_after(error) if isinstance(error, openai.APIStatusError) else None
+        if wait is not None:
+            return min(wait, self.max_retry_after_s)
+        k = state.attempt_number - 1
+        return min(self.max_backoff_s, self.backoff_s * 2**k) * (0.5 + 0.5 * self._rng.random())
+
+    def _before_sleep(self, state: tenacity.RetryCallState) -> None:
+        self.usage.retries += 1
+        logger.warning("%s: %s; retry %d of %d in %.1f s", self._where(), _describe(state.outcome.exception()),
+                       state.attempt_number, self.max_retries, state.next_action.sleep)
 
     def _drafts(self, response, messages: list[dict]) -> list[Draft]:
         """The response's choices as drafts, with their share of the tokens and the cost."""
