@@ -22,13 +22,13 @@ case "${1:-}" in
     step generate_rmsnorm ta generate tasks/rmsnorm_silu.py --out "$RUNS/gen-rmsnorm"
     step batch_rmsnorm ta batch tasks/rmsnorm_silu.py --grid C=160,256,320,512,640,1024 --out "$RUNS/batch-rmsnorm"
     step dropin_rmsnorm python bench/dropin_check.py "$RUNS/batch-rmsnorm/rmsnorm_silu_tileagent.py" \
-      tasks/rmsnorm_silu.py --grid C=160,256,320,512,640,1024 ;;
+      tasks/rmsnorm_silu.py --grid C=160,256,320,512,640,1024 --timing ;;
   others)
     step batch_softmax ta batch tasks/softmax.py --grid N=1024,2048,4096,8192 --out "$RUNS/batch-softmax"
     step dropin_softmax python bench/dropin_check.py "$RUNS/batch-softmax/softmax_tileagent.py" tasks/softmax.py \
-      --grid N=1024,2048,4096,8192
+      --grid N=1024,2048,4096,8192 --timing
     step batch_gemm ta batch tasks/gemm_relu.py --grid N=4096,11008 --out "$RUNS/batch-gemm"
     step dropin_gemm python bench/dropin_check.py "$RUNS/batch-gemm/gemm_relu_tileagent.py" tasks/gemm_relu.py \
-      --grid N=4096,11008 ;;
+      --grid N=4096,11008 --timing ;;
   *) echo "usage: bash bench/agent_acceptance.sh rmsnorm|others" >&2; exit 2 ;;
 esac

@@ -18,7 +18,8 @@ Checks, each printed as a line ``PASS``/``FAIL``:
    tests on CUDA (inputs requiring grad); ``torch.compile(model, fullgraph=True)`` (inductor) in training mode gives
    gradients equal to the eager drop-in's (which are the reference's own autograd: checked exactly) and close to the
    reference's; under ``torch.no_grad`` and ``torch.inference_mode`` the compiled module matches the eager one;
-3. with ``--timing``: times of the drop-in, eager reference and torch.compile of the reference.
+3. with ``--timing``: times of the drop-in, eager reference and torch.compile of the reference (``bench.memory_bound
+   .bench``); the drop-in must beat torch.compile at each config.
 
 Exit 0 when every check passed. ``--json out.json`` writes the rows.
 """
@@ -180,8 +181,9 @@ def check_config(dropin, spec, config: dict, report: Report, timing: bool, trial
             row["ms"] = bench(lambda: ours(*inputs), trials=trials)[0]
             row["eager_ms"] = bench(lambda: ref(*inputs), trials=trials)[0]
             row["compile_ms"] = bench(lambda: comp_ref(*inputs), trials=trials)[0]
-        print(f"      {name}: drop-in {row['ms']:.4f} ms, eager {row['eager_ms']:.4f} ms, torch.compile "
-              f"{row['compile_ms']:.4f} ms (x{row['compile_ms'] / row['ms']:.2f})")
+        report.check(f"[{name}] drop-in faster than torch.compile of the reference", row["ms"] < row["compile_ms"],
+                     f"drop-in {row['ms']:.4f} ms, eager {row['eager_ms']:.4f} ms, torch.compile "
+                     f"{row['compile_ms']:.4f} ms (x{row['compile_ms'] / row['ms']:.2f})")
     return row
 
 

@@ -277,3 +277,37 @@ def test_prebuilt_cubins_are_loaded_without_nvrtc_and_the_runtime_compiles_alone
     # the vendored NVRTC path (what a machine without the cubins runs) builds the same kernel on its own
     own = module.compile_cubin(descriptor["source"], "sm_90a", descriptor["options"])
     assert own[:4] == b"\x7fELF" and len(own) == len(shipped)
+
+
+def test_two_outputs_no_constructor_and_a_kernel_the_export_did_not_see(tmp_path):
+    """tests/redteam/ref_rms_stats.py: nn.Module's own constructor, two outputs; its candidate passes M to the kernel
+    factory, so another M needs a kernel that was not exported: the reference runs, and the warning says why."""
+    from tileagent.compiler import emulate
+    from tileagent.compiler.targets.cuda import kernel_symbol
+    from tileagent.evaluator.spec import load_spec
+
+    ref_path = REPO / "tests" / "redteam" / "ref_rms_stats.py"
+    entry = ExportEntry(config={"M": 5, "N": 32}, source=(REPO / "tests" / "honest" / "rms_stats.py").read_text())
+    module = _import(export_module(ref_path, [entry], tmp_path, name="rms_stats_t", devices=("cuda", "cpu")),
+                     "rms_stats_t_tileagent")
+    spec = load_spec(ref_path, check=False)
+    kernels = {kernel_symbol(k): k for jk in launched_kernels(spec, entry) for k in jk.module.kernels}
+    module.set_launcher(lambda kernel, symbol, grid, block, shared, values: emulate.run_kernel(
+        kernels[symbol], dict(zip(kernels[symbol].params, values))))
+    op = torch.ops.tileagent.rms_stats_t
+    assert str(op.default._schema) == "tileagent::rms_stats_t(Tensor x) -> (Tensor, Tensor)"
+    x = torch.randn(5, 32, requires_grad=True)
+    y, rms = module.Model()(x)
+    want_y, want_rms = module._EXPORT.reference.Model()(x)
+    assert torch.allclose(y, want_y, atol=1e-5) and torch.allclose(rms, want_rms, atol=1e-5)
+    (y.sum() + 2 * rms.sum()).backward()  # both outputs feed the gradient
+    xr = x.detach().clone().requires_grad_()
+    a, b = module._EXPORT.reference.Model()(xr)
+    (a.sum() + 2 * b.sum()).backward()
+    assert torch.equal(x.grad, xr.grad)
+    torch.library.opcheck(op.default, (torch.randn(5, 32, requires_grad=True),))
+    with pytest.warns(RuntimeWarning, match=r"the candidate asked for rms_stats\(7, 32\), a kernel that was not "
+                                            r"exported"):
+        y7, _ = module.Model()(torch.randn(7, 32))
+    assert y7.shape == (7, 32)
+    module.set_launcher(None)

@@ -194,9 +194,12 @@ def _init_params(spec: Spec, entries: list[ExportEntry]) -> list[dict]:
     bound = [_bound_init(spec, e.config) for e in entries]
     out = []
     for param in list(sig.parameters.values())[1:]:
+        values = [b.get(param.name) for b in bound]
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise ExportError(f"Model.__init__ takes *{param.name}: name every constructor parameter to export it")
-        values = [b[param.name] for b in bound]
+            if any(values):  # nn.Module's own (*args, **kwargs) with nothing passed is fine
+                raise ExportError(f"Model.__init__ passes {values[0]!r} through *{param.name}: name every "
+                                  f"constructor parameter to export it")
+            continue
         row = {"arg": param.name, "param": param.name, "positional": param.kind != param.KEYWORD_ONLY,
                "type": _scalar_type(values, f"Model.__init__'s parameter {param.name!r}")}
         if param.default is not param.empty:
