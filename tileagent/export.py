@@ -353,6 +353,9 @@ def record_kernels(spec: Spec, entry: ExportEntry) -> dict:
     calls: dict = {}
 
     def recording_factory(impl, *args, **kwargs):
+        if getattr(impl, "eager", False):
+            raise ExportError(f"{impl.fn.__name__} is an eager-style @jit kernel (called with tensors); the exported "
+                              f"runtime serves factory-style kernels only (a @jit function returning a T.prim_func)")
         kernel = real_factory(impl, *args, **kwargs)
         calls.setdefault(impl.fn.__name__, {})[call_key(args, kwargs)] = kernel
         return kernel
@@ -368,6 +371,8 @@ def record_kernels(spec: Spec, entry: ExportEntry) -> dict:
         inputs = spec.make_inputs(entry.config, 0)
         with torch.no_grad():
             model(*inputs)
+    except ExportError:
+        raise
     except Exception as e:
         raise ExportError(f"the candidate for {entry.config} failed in a dry run on the CPU: "
                           f"{type(e).__name__}: {e}") from e
