@@ -310,16 +310,28 @@ class ExportedOp:
     def setup_context(self, ctx, inputs, output) -> None:
         ctx.save_for_backward(*inputs[:self.n_tensors])
         ctx.tileagent_init = tuple(inputs[self.n_tensors:])
+        outs = (output,) if isinstance(output, torch.Tensor) else tuple(output)
+        ctx.tileagent_outputs = [(o.shape, o.dtype) for o in outs]
 
     def backward(self, ctx, grads):
-        """Gradients of every op argument: the reference's own autograd (``torch.func.vjp``) on the saved inputs."""
-        tensors = list(ctx.saved_tensors)
-        init = ctx.tileagent_init
-        want = [i for i, t in enumerate(tensors) if ctx.needs_input_grad[i] and t.is_floating_point()]
-        result = [None] * (self.n_tensors + len(init))
-        if not want:
-            return tuple(result)
+        """The op's backward formula: the backward op (``tileagent::<name>_backward``, whose implementation runs the
+        reference's own autograd eagerly and whose fake gives the gradients' shapes, so tracers never enter it) on
+        the saved inputs; None for arguments that need no gradient."""
+        tensors, init = list(ctx.saved_tensors), ctx.tileagent_init
+        needed = [ctx.needs_input_grad[i] and t.is_floating_point() for i, t in enumerate(tensors)]
+        if not any(needed):
+            return (None,) * (self.n_tensors + len(init))
+        grads = [g if g is not None else torch.zeros(shape, dtype=dtype, device=tensors[0].device)
+                 for g, (shape, dtype) in zip(grads, ctx.tileagent_outputs)]
+        backward_op = getattr(torch.ops.tileagent, f"{self.name}_backward")
+        out = backward_op(grads, *tensors, *init)
+        return tuple(g if need else None for g, need in zip(out, needed)) + (None,) * len(init)
 
+    def reference_grads(self, grads, args) -> list:
+        """Gradients of every tensor argument (zeros where none flows) for the output gradients ``grads``: the
+        reference's own autograd (``torch.func.vjp``) on ``args`` (tensors, then constructor values)."""
+        tensors, init = list(args[:self.n_tensors]), tuple(args[self.n_tensors:])
+        want = [i for i, t in enumerate(tensors) if t.is_floating_point()]
         floating: list = []  # whether each output of the reference is differentiable
 
         def forward(*diff):
@@ -332,11 +344,15 @@ class ExportedOp:
 
         with torch.enable_grad():
             outs, vjp = torch.func.vjp(forward, *[tensors[i] for i in want])
-        cotangents = tuple(g if g is not None else torch.zeros_like(o)
-                           for g, o in zip([g for g, f in zip(grads, floating) if f], outs))
+        cotangents = tuple(g.to(o.dtype) for g, o in zip([g for g, f in zip(grads, floating) if f], outs))
+        result = [torch.zeros_like(t) for t in tensors]
         for i, g in zip(want, vjp(cotangents)):
             result[i] = g
-        return tuple(result)
+        return result
+
+    def grads_fake(self, args) -> list:
+        """The backward op's fake implementation: one gradient per tensor argument, shaped like it."""
+        return [torch.empty_like(t) for t in args[:self.n_tensors]]
 
 
 # --- runtime: end
@@ -446,6 +462,17 @@ def _{name}_setup_context(ctx, inputs, output):
 
 def _{name}_backward(ctx, *grads):
     return _EXPORT.backward(ctx, grads)
+
+
+@torch.library.custom_op("tileagent::{name}_backward", mutates_args=())
+def {name}_backward(grads: typing.List[Tensor], {", ".join(sig)}) -> typing.List[Tensor]:
+    \"\"\"Gradients of the op's tensor arguments: the reference's own autograd, run eagerly (tracers see the fake).\"\"\"
+    return _EXPORT.reference_grads(grads, ({every},))
+
+
+@{name}_backward.register_fake
+def _{name}_backward_fake(grads, {", ".join(plain)}):
+    return _EXPORT.grads_fake(({every},))
 
 
 {name}.register_autograd(_{name}_backward, setup_context=_{name}_setup_context)
