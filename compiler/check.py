@@ -7,7 +7,8 @@ reduce outputs have the input's shape minus ``dim``; local buffers are not index
 fragments outside T.Parallel are indexed by constants; constant indices of on-chip buffers are in bounds (element
 accesses of stores, lets, conditions, atomics and T.print alike); T.Parallel holds no other loop (the frontend merges
 perfect T.Parallel nests into one);
-Pipelined ``order``/``stage`` lists cover the body. Violations raise CompileError subclasses with the op's span.
+Pipelined ``order``/``stage`` lists cover the body; every tile op passed its own ``check`` (``compiler.tileops``).
+Violations raise CompileError subclasses with the op's span.
 """
 
 from __future__ import annotations
@@ -15,12 +16,8 @@ from __future__ import annotations
 from tileagent.compiler.diagnostics import CompileError, DSLTypeError, InternalCompilerError, ScopeError, ShapeError
 from tileagent.compiler.ir.simplify import depends_on, static_int
 from tileagent.compiler.ir.visit import loads
-from tileagent.compiler.ir.stmt import (Alloc, AtomicAdd, AtomicAddTile, Copy, Fill, For, Gemm, If, Kernel, Let, Parallel,
-                              Print, PrimFunc, Reduce, Region, Store)
-
-GEMM_INPUT_DTYPES = ("float16", "bfloat16", "float32", "int8", "float8_e4m3fn", "float8_e5m2")
-GEMM_ACCUM_DTYPES = ("float32", "float16", "int32")
-TILE_OPS = (Copy, Gemm, Reduce, Fill, AtomicAddTile)
+from tileagent.compiler.ir.stmt import Alloc, AtomicAdd, For, If, Kernel, Let, Parallel, Print, PrimFunc, Region, Store
+from tileagent.compiler.tileops import describe, op_for
 
 
 def check(func: PrimFunc) -> PrimFunc:
@@ -42,7 +39,7 @@ class _Checker:
 
     def stmt(self, s, in_kernel: bool, par_vars: tuple, static_par: bool) -> None:
         in_par = bool(par_vars)
-        if isinstance(s, TILE_OPS) or isinstance(s, Alloc):
+        if op_for(s) is not None or isinstance(s, Alloc):
             if not in_kernel:
                 raise ScopeError(f"{_op_name(s)} outside T.Kernel", code="E505",
                                  hint="tile ops and allocations belong inside `with T.Kernel(...)`")
@@ -87,22 +84,17 @@ class _Checker:
                                  hint="atomics target global or shared memory; update fragments with +=")
             self.access(s.buffer, s.indices, par_vars, static_par)
             self.exprs(s.indices + (s.value,), par_vars, static_par)
-        elif isinstance(s, Copy):
-            self.copy_shapes("T.copy", s.src, s.dst)
-        elif isinstance(s, AtomicAddTile):
-            if s.dst.buffer.scope not in ("global", "shared"):
-                raise ScopeError(f"T.atomic_add into {s.dst.buffer.name} ({s.dst.buffer.scope})", code="E508")
-            self.copy_shapes("T.atomic_add", s.src, s.dst)
-        elif isinstance(s, Fill):
-            self.region_bounds(s.dst)
-            self.exprs((s.value,), par_vars, static_par)
-        elif isinstance(s, Gemm):
-            self.gemm(s)
-        elif isinstance(s, Reduce):
-            self.reduce(s)
+        else:
+            op = op_for(s)
+            if op is not None:
+                self.par_context = (par_vars, static_par)
+                op.check(s, self)
 
     # -- element accesses ------------------------------------------------------------------------------------
-    def exprs(self, exprs, par_vars, static_par) -> None:
+    def exprs(self, exprs, par_vars=None, static_par=None) -> None:
+        """Check the element accesses of ``exprs`` (by default in the context of the tile op being checked)."""
+        if par_vars is None:
+            par_vars, static_par = self.par_context
         for e in exprs:
             for load in loads(e):
                 self.access(load.buffer, load.indices, par_vars, static_par, load.span)
@@ -152,57 +144,8 @@ class _Checker:
                              hint="both sides must have the same extents once size-1 dims are dropped; "
                                   "check the slice bounds and the tile shape")
 
-    def gemm(self, g: Gemm) -> None:
-        for r, arg, scopes in ((g.a, "A", ("shared", "fragment")), (g.b, "B", ("shared", "fragment")),
-                               (g.c, "C", ("fragment",))):
-            if r.buffer.scope not in scopes:
-                raise ScopeError(f"T.gemm operand {arg} '{r.buffer.name}' is in {r.buffer.scope} memory; it must be "
-                                 f"in {' or '.join(scopes)}", code="E501",
-                                 hint="T.copy the tile into T.alloc_shared (A, B) or use a T.alloc_fragment "
-                                      "accumulator (C)")
-        a, b, c = (_matrix(r, arg) for r, arg in ((g.a, "A"), (g.b, "B"), (g.c, "C")))
-        m, ka = (a[1], a[0]) if g.transpose_a else a
-        kb, n = (b[1], b[0]) if g.transpose_b else b
-        if ka != kb:
-            raise ShapeError(f"T.gemm K shape check failed: K_A = {ka}, K_B = {kb}", code="E403",
-                             hint="check transpose_A/transpose_B and the tile shapes")
-        if c[0] != m:
-            raise ShapeError(f"T.gemm M shape check failed: M_A = {m}, M_C = {c[0]}", code="E403")
-        if c[1] != n:
-            raise ShapeError(f"T.gemm N shape check failed: N_B = {n}, N_C = {c[1]}", code="E403")
-        if g.a.buffer.dtype != g.b.buffer.dtype or g.a.buffer.dtype not in GEMM_INPUT_DTYPES:
-            raise DSLTypeError(f"T.gemm inputs must share a dtype among {', '.join(GEMM_INPUT_DTYPES)}; got "
-                               f"A {g.a.buffer.dtype}, B {g.b.buffer.dtype}", code="E302")
-        if g.c.buffer.dtype not in GEMM_ACCUM_DTYPES:
-            raise DSLTypeError(f"T.gemm accumulator dtype {g.c.buffer.dtype} is not supported; use one of "
-                               f"{', '.join(GEMM_ACCUM_DTYPES)}", code="E302")
-
-    def reduce(self, r: Reduce) -> None:
-        for buf, arg in ((r.src, "buffer"), (r.dst, "out")):
-            if buf.scope not in ("fragment", "shared"):
-                raise ScopeError(f"T.reduce_{r.kind} {arg} '{buf.name}' is in {buf.scope} memory; reductions work "
-                                 f"on fragments or shared tiles", code="E501")
-        nd = r.src.ndim
-        if not -nd <= r.dim < nd:
-            raise ShapeError(f"T.reduce_{r.kind}: dim {r.dim} is out of range for the {nd}-d buffer "
-                             f"'{r.src.name}'", code="E404")
-        dim = r.dim % nd
-        want = tuple(d for k, d in enumerate(r.src.shape) if k != dim) or (1,)
-        if tuple(r.dst.shape) != want:
-            raise ShapeError(f"T.reduce_{r.kind}: out '{r.dst.name}' has shape {tuple(r.dst.shape)}, but reducing "
-                             f"'{r.src.name}' {tuple(r.src.shape)} over dim {dim} gives {want}", code="E404")
-
-
-def _matrix(r: Region, arg: str) -> tuple[int, int]:
-    ext = r.matrix_shape()
-    if len(ext) != 2:
-        raise ShapeError(f"T.gemm operand {arg} must be a 2-d tile, got extents {tuple(r.extents)}", code="E403")
-    return ext[0], ext[1]
-
 
 def _op_name(s) -> str:
-    if isinstance(s, Reduce):
-        return f"T.reduce_{s.kind}"
     if isinstance(s, Alloc):
         return f"allocation of '{s.buffer.name}'"
-    return {Copy: "T.copy", Gemm: "T.gemm", Fill: "T.fill", AtomicAddTile: "T.atomic_add"}[type(s)]
+    return describe(s)

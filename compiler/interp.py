@@ -2,7 +2,8 @@
 
 In: a checked PrimFunc, its arguments as CPU torch tensors (and Python scalars), and the values of its dynamic
 shape variables. Out: the tensor arguments updated in place.
-Guarantees: thread blocks run one after another (bx fastest); tile ops run as torch operations; T.Parallel nests
+Guarantees: thread blocks run one after another (bx fastest); tile ops run as torch operations (each op's
+``interpret``, ``compiler.tileops``); T.Parallel nests
 run vectorized over their whole iteration space (an ``if`` inside runs masked); T.Pipelined runs as a serial loop.
 Float arithmetic rounds to the expression's dtype after every operation, computing in float32 (float64 for
 float64), as the GPU does. Global memory is guarded: out-of-bounds reads give 0, out-of-bounds writes are dropped.
@@ -20,8 +21,9 @@ import torch
 from tileagent.compiler.errors import KernelFault
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
 from tileagent.compiler.ir.printer import region_str
-from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, Gemm, If,
-                              Kernel, Let, Parallel, Print, PrimFunc, Reduce, Region, Store, UseSwizzle)
+from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, Parallel, Print,
+                              PrimFunc, Region, Store, UseSwizzle)
+from tileagent.compiler.tileops import op_for
 
 _INT_POISON = -(2**30) + 7
 
@@ -34,11 +36,13 @@ def run(func: PrimFunc, args: dict, env: dict) -> None:
         interp.stmt(s, None)
 
 
-def _compute_dtype(dt):
+def compute_dtype(dt):
+    """The dtype float arithmetic of ``dt`` is carried out in: float64 for float64, else float32."""
     return torch.float64 if dt == "float64" else torch.float32
 
 
-def _as_tensor(v, dt) -> torch.Tensor:
+def as_tensor(v, dt) -> torch.Tensor:
+    """``v`` as a tensor (ints as int64)."""
     if isinstance(v, torch.Tensor):
         return v
     return torch.tensor(v, dtype=dt.torch if not dt.is_int else torch.int64)
@@ -63,8 +67,11 @@ class _Interpreter:
 
     # -- statements ------------------------------------------------------------------------------------------
     def stmt(self, s, mask) -> None:
-        handler = self._HANDLERS[type(s)]
-        handler(self, s, mask)
+        handler = self._HANDLERS.get(type(s))
+        if handler is not None:
+            handler(self, s, mask)
+        else:  # a tile op runs itself
+            op_for(s).interpret(s, self, mask)
 
     def body(self, stmts, mask) -> None:
         for s in stmts:
@@ -80,7 +87,7 @@ class _Interpreter:
     def alloc(self, s: Alloc, mask) -> None:
         b = s.buffer
         if s.init is not None:
-            self.mem[b] = _as_tensor(self.ev(s.init), b.dtype).to(b.dtype.torch).reshape(1).clone()
+            self.mem[b] = as_tensor(self.ev(s.init), b.dtype).to(b.dtype.torch).reshape(1).clone()
         elif b.dtype.is_float:
             self.mem[b] = torch.full(b.shape, float("nan"), dtype=b.dtype.torch)
         else:
@@ -124,54 +131,6 @@ class _Interpreter:
     def atomic_add(self, s: AtomicAdd, mask) -> None:
         self.write_elements(s.buffer, s.indices, self.ev(s.value), mask, s.span, accumulate=True)
 
-    def copy(self, s: Copy, mask) -> None:
-        tile = self.read_region(s.src, s.span)
-        self.write_region(s.dst, tile.reshape(s.dst.extents).to(s.dst.buffer.dtype.torch), s.span)
-
-    def atomic_add_tile(self, s: AtomicAddTile, mask) -> None:
-        old = self.read_region(s.dst, s.span)
-        add = self.read_region(s.src, s.span).reshape(s.dst.extents)
-        cd = _compute_dtype(s.dst.buffer.dtype)
-        self.write_region(s.dst, (old.to(cd) + add.to(cd)).to(s.dst.buffer.dtype.torch), s.span)
-
-    def fill(self, s: Fill, mask) -> None:
-        value = _as_tensor(self.ev(s.value), s.dst.buffer.dtype).to(s.dst.buffer.dtype.torch)
-        self.write_region(s.dst, value.expand(s.dst.extents), s.span)
-
-    def gemm(self, s: Gemm, mask) -> None:
-        a = self.read_region(s.a, s.span).reshape(s.a.matrix_shape()).to(torch.float32)
-        b = self.read_region(s.b, s.span).reshape(s.b.matrix_shape()).to(torch.float32)
-        a = a.T if s.transpose_a else a
-        b = b.T if s.transpose_b else b
-        c_dt = s.c.buffer.dtype
-        prod = a @ b
-        if s.clear_accum:
-            out = prod
-        else:
-            out = self.read_region(s.c, s.span).reshape(prod.shape).to(torch.float32) + prod
-        self.write_region(s.c, out.to(c_dt.torch).reshape(s.c.extents), s.span)
-
-    def reduce(self, s: Reduce, mask) -> None:
-        src = self.mem[s.src]
-        cd = _compute_dtype(s.dst.dtype)
-        x = src.to(cd)
-        dim = s.dim % src.dim()
-        if s.kind in ("abssum", "absmax"):
-            x = x.abs()
-        if s.kind in ("sum", "abssum"):
-            r = x.sum(dim)
-        elif s.kind in ("max", "absmax"):
-            r = x.amax(dim)
-        else:
-            r = x.amin(dim)
-        r = r.reshape(s.dst.shape)
-        dst = self.mem[s.dst]
-        if not s.clear:
-            old = dst.to(cd)
-            r = {"sum": torch.add, "abssum": torch.add, "max": torch.maximum, "absmax": torch.maximum,
-                 "min": torch.minimum}[s.kind](old, r)
-        dst.copy_(r.to(dst.dtype))
-
     def print_(self, s: Print, mask) -> None:
         value = self.mem[s.value] if isinstance(s.value, Buffer) else self.ev(s.value)
         blocks = {v.name: k for v, k in self.env.items() if isinstance(k, int) and v.name in ("bx", "by", "bz")}
@@ -181,8 +140,7 @@ class _Interpreter:
         pass
 
     _HANDLERS = {Kernel: kernel, Alloc: alloc, For: for_, Parallel: parallel, If: if_, Let: let, Store: store,
-                 AtomicAdd: atomic_add, Copy: copy, AtomicAddTile: atomic_add_tile, Fill: fill, Gemm: gemm,
-                 Reduce: reduce, Print: print_, AnnotateLayout: nothing, UseSwizzle: nothing}
+                 AtomicAdd: atomic_add, Print: print_, AnnotateLayout: nothing, UseSwizzle: nothing}
 
     # -- memory ----------------------------------------------------------------------------------------------
     def _clip(self, r: Region, span):
@@ -250,10 +208,10 @@ class _Interpreter:
     def write_elements(self, buf: Buffer, indices, value, mask, span, accumulate: bool) -> None:
         idx, inb = self._element_indices(buf, indices, span)
         t = self.mem[buf]
-        value = _as_tensor(value, buf.dtype)
+        value = as_tensor(value, buf.dtype)
         if mask is None and inb is None and all(isinstance(i, int) for i in idx):
             if accumulate:
-                cd = _compute_dtype(buf.dtype)
+                cd = compute_dtype(buf.dtype)
                 t[tuple(idx)] = (t[tuple(idx)].to(cd) + value.to(cd)).to(t.dtype)
             else:
                 t[tuple(idx)] = value.to(t.dtype)
@@ -270,7 +228,7 @@ class _Interpreter:
             flat = [f[sel] for f in flat[:-1]]
         index, vals = tuple(flat[:n_idx]), flat[n_idx]
         if accumulate:
-            cd = _compute_dtype(buf.dtype)
+            cd = compute_dtype(buf.dtype)
             acc = t.to(cd)
             acc.index_put_(index, vals.to(cd), accumulate=True)
             t.copy_(acc.to(t.dtype))
@@ -310,7 +268,7 @@ class _Interpreter:
             c, a, b = self.ev(e.cond), self.ev(e.a), self.ev(e.b)
             if not isinstance(c, torch.Tensor):
                 return a if c else b
-            return torch.where(c, _as_tensor(a, e.dtype).to(_storage(e.dtype)), _as_tensor(b, e.dtype).to(
+            return torch.where(c, as_tensor(a, e.dtype).to(_storage(e.dtype)), as_tensor(b, e.dtype).to(
                 _storage(e.dtype)))
         if t is Call:
             return self.call(e)
@@ -320,8 +278,8 @@ class _Interpreter:
         a, b = self.ev(e.a), self.ev(e.b)
         op, dt = e.op, e.dtype
         if dt.is_float:
-            cd = _compute_dtype(dt)
-            a, b = _as_tensor(a, dt).to(cd), _as_tensor(b, dt).to(cd)
+            cd = compute_dtype(dt)
+            a, b = as_tensor(a, dt).to(cd), as_tensor(b, dt).to(cd)
             r = {"+": torch.add, "-": torch.sub, "*": torch.mul, "/": torch.div}.get(op)
             if r is None:
                 r = {"//": lambda x, y: torch.floor(x / y), "%": lambda x, y: x - torch.floor(x / y) * y}[op]
@@ -347,7 +305,7 @@ class _Interpreter:
     @staticmethod
     def cast(v, src, dst):
         if dst.is_float:
-            return _as_tensor(v, src).to(dst.torch)
+            return as_tensor(v, src).to(dst.torch)
         if dst.is_bool:
             return (v != 0) if isinstance(v, torch.Tensor) else bool(v)
         if isinstance(v, torch.Tensor):
@@ -368,8 +326,8 @@ class _Interpreter:
             if e.name == "abs":
                 return abs(args[0])
             return args[0]
-        cd = _compute_dtype(dt)
-        ts = [_as_tensor(a, dt).to(cd) for a in args]
+        cd = compute_dtype(dt)
+        ts = [as_tensor(a, dt).to(cd) for a in args]
         return _MATH[e.name](*ts).to(dt.torch)
 
 

@@ -2,18 +2,18 @@
 
 In: a PrimFunc, a statement or an expression. Out: a string.
 Guarantees: one line per statement, nested bodies indented by 4; regions print as slices ``A[0:128, k * 64:k * 64 + 64]``;
-an element-wise store prints as an assignment. Output is stable (tests paste it back as regression checks).
+an element-wise store prints as an assignment; a tile op prints as its
+``compiler.tileops`` class says (``dsl``). Output is stable (tests paste it back as regression checks).
 """
 
 from __future__ import annotations
 
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
-from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, Gemm, If,
-                              Kernel, Let, Parallel, Print, PrimFunc, Reduce, Region, Store, UseSwizzle)
+from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, Parallel, Print,
+                              PrimFunc, Region, Store, UseSwizzle)
 
 _PREC = {"or": 1, "and": 2, "|": 4, "^": 5, "&": 6, "<<": 7, ">>": 7, "+": 8, "-": 8, "*": 9, "/": 9, "//": 9,
          "%": 9}
-_POLICY = ("Square", "FullRow", "FullCol")
 _ALLOC = {"shared": "alloc_shared", "fragment": "alloc_fragment", "local": "alloc_local"}
 
 
@@ -62,7 +62,12 @@ def _shape(shape) -> str:
 
 
 def stmt_lines(s, indent: int = 0) -> list[str]:
+    from tileagent.compiler.tileops import op_for
+
     pad = " " * indent
+    op = op_for(s)
+    if op is not None:  # a tile op prints itself
+        return [pad + op.dsl(s)]
     if isinstance(s, Kernel):
         grid = ", ".join(expr_str(g) for g in s.grid)
         th = s.threads[0] if s.threads[1:] == (1, 1) else tuple(t for t in s.threads)
@@ -97,23 +102,9 @@ def stmt_lines(s, indent: int = 0) -> list[str]:
         return [f"{pad}{target} = {expr_str(s.value)}"]
     if isinstance(s, Let):
         return [f"{pad}{s.var.name} = {expr_str(s.value)}"]
-    if isinstance(s, Copy):
-        return [f"{pad}T.copy({region_str(s.src)}, {region_str(s.dst)})"]
-    if isinstance(s, Gemm):
-        opts = "".join([", transpose_A=True" if s.transpose_a else "", ", transpose_B=True" if s.transpose_b else "",
-                        f", policy=T.GemmWarpPolicy.{_POLICY[s.policy]}" if s.policy else "",
-                        ", clear_accum=True" if s.clear_accum else ""])
-        return [f"{pad}T.gemm({region_str(s.a)}, {region_str(s.b)}, {region_str(s.c)}{opts})"]
-    if isinstance(s, Reduce):
-        clear = "" if s.clear or s.kind == "abssum" else ", clear=False"
-        return [f"{pad}T.reduce_{s.kind}({s.src.name}, {s.dst.name}, dim={s.dim}{clear})"]
-    if isinstance(s, Fill):
-        return [f"{pad}T.fill({region_str(s.dst)}, {expr_str(s.value)})"]
     if isinstance(s, AtomicAdd):
         return [f"{pad}T.atomic_add({s.buffer.name}[{', '.join(expr_str(i) for i in s.indices)}], "
                 f"{expr_str(s.value)})"]
-    if isinstance(s, AtomicAddTile):
-        return [f"{pad}T.atomic_add({region_str(s.dst)}, {region_str(s.src)})"]
     if isinstance(s, Print):
         value = s.value.name if isinstance(s.value, Buffer) else expr_str(s.value)
         return [f"{pad}T.print({value}{', msg=' + repr(s.msg) if s.msg else ''})"]

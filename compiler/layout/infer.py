@@ -21,12 +21,11 @@ import numpy as np
 from tileagent.compiler.diagnostics import LayoutError
 from tileagent.compiler.ir.expr import Var
 from tileagent.compiler.ir.simplify import static_int
-from tileagent.compiler.ir.stmt import (AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, Gemm, If, Kernel,
-                              Let, Parallel, PrimFunc, Reduce, Store)
+from tileagent.compiler.ir.stmt import AnnotateLayout, AtomicAdd, Buffer, Copy, If, Kernel, Let, Parallel, PrimFunc, Reduce, Store
 from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
 from tileagent.compiler.layout.fragment import Fragment, make_blocked
 from tileagent.compiler.layout.layout import Layout, swizzled
-from tileagent.compiler.layout.mma import accumulator_layout, operand_a_layout, warp_partition
+from tileagent.compiler.tileops import describe, op_for
 
 
 @dataclass
@@ -67,8 +66,7 @@ class _KernelInference:
     def __init__(self, kernel: Kernel, result: LayoutMap):
         self.kernel, self.r = kernel, result
         self.threads = kernel.num_threads
-        self.ops = [s for s in walk(kernel.body) if isinstance(s, (Copy, Reduce, Parallel, AnnotateLayout, Fill,
-                                                                      Gemm, AtomicAddTile))]
+        self.ops = [s for s in walk(kernel.body) if isinstance(s, (Parallel, AnnotateLayout)) or op_for(s) is not None]
         self.fragments = [s.buffer for s in walk(kernel.body) if getattr(s, "buffer", None) is not None
                           and type(s).__name__ == "Alloc" and s.buffer.scope == "fragment"]
 
@@ -89,7 +87,7 @@ class _KernelInference:
         this_line = stmt.span.line if stmt.span else "?"
         raise LayoutError(
             f"layout conflict on fragment '{buf.name}': line {first_line} ({why}) and line {this_line} "
-            f"({_op_desc(stmt)}) need different thread maps", stmt.span, code=code,
+            f"({describe(stmt)}) need different thread maps", stmt.span, code=code,
             notes=[f"line {first_line}: {known.describe()}", f"line {this_line}: {wanted.describe()}"],
             hint=f"give both ops the same tile shape, copy '{buf.name}' through T.alloc_shared between them, or pin "
                  f"one layout with T.annotate_layout")
@@ -97,8 +95,9 @@ class _KernelInference:
     # -- the passes ------------------------------------------------------------------------------------------
     def run(self) -> None:
         for op in self.ops:
-            if isinstance(op, Gemm):
-                self.gemm(op)
+            tile_op = op_for(op)
+            if tile_op is not None and tile_op.layout_level == "strict":
+                tile_op.infer_strict(op, self)
         for op in self.ops:
             if isinstance(op, AnnotateLayout):
                 for buf, layout in op.layouts:
@@ -116,45 +115,15 @@ class _KernelInference:
         for op in self.ops:
             if isinstance(op, Parallel):
                 self.verify_loop(op)
-            elif isinstance(op, Reduce) and op.src.scope == op.dst.scope == "fragment":
-                want = self.r.fragments[op.src].project(op.dim % op.src.ndim)
-                if not self.r.fragments[op.dst].same_as(want):
-                    self.conflict(op.dst, self.r.fragments[op.dst], want, op, "L002")
-
-    def gemm(self, op: Gemm) -> None:
-        """Strict: the accumulator gets the mma layout of the warp partition; an A operand in registers gets the
-        A-operand layout (a copy into it from another layout becomes a conversion through shared memory)."""
-        m, n = op.c.matrix_shape()
-        try:
-            wm, wn = warp_partition(m, n, self.threads // 32, op.policy)
-        except LayoutError as e:
-            raise e.with_span(op.span)
-        self.r.gemm_partition[op] = (wm, wn)
-        for operand in (op.a.buffer, op.b.buffer):  # conflict-free operand reads (annotations win)
-            if operand.scope == "shared" and operand not in self.r.shared:
-                self.r.shared[operand] = swizzled(tuple(operand.shape), operand.dtype.bytes)
-        if op.c.buffer.scope == "fragment":
-            self.assign(op.c.buffer, accumulator_layout(m, n, wm, wn, self.threads), op, "T.gemm accumulator")
-        if op.a.buffer.scope == "fragment":
-            if op.transpose_a:
-                raise LayoutError("T.gemm with A in registers needs transpose_A=False", op.span, code="L005",
-                                  hint="stage A through shared memory to transpose it")
-            self.assign(op.a.buffer, operand_a_layout(m, op.a.matrix_shape()[1], wm, wn, self.threads), op,
-                        "T.gemm A operand")
+            elif op_for(op) is not None:
+                op_for(op).verify_layout(op, self)
 
     def propagate(self) -> bool:
         changed = False
         for op in self.ops:
-            if isinstance(op, Reduce) and op.src.scope == "fragment" and op.dst.scope == "fragment":
-                src = self.r.fragments.get(op.src)
-                if src is not None and op.dst not in self.r.fragments:
-                    changed |= self.assign(op.dst, src.project(op.dim % op.src.ndim), op, "reduction output")
-            elif isinstance(op, Copy) and op.src.buffer.scope == op.dst.buffer.scope == "fragment":
-                a, b = op.src.buffer, op.dst.buffer
-                if a.shape == b.shape:
-                    for x, y in ((a, b), (b, a)):
-                        if x in self.r.fragments and y not in self.r.fragments:
-                            changed |= self.assign(y, self.r.fragments[x], op, f"copy of '{x.name}'")
+            tile_op = op_for(op)
+            if tile_op is not None:
+                changed |= tile_op.infer_common(op, self)
             elif isinstance(op, Parallel) and op not in self.r.loops:
                 layout = self.loop_from_fragments(op)
                 if layout is not None:
@@ -170,9 +139,7 @@ class _KernelInference:
             if isinstance(op, Parallel) and op not in self.r.loops:
                 extents = tuple(static_int(e) for e in op.extents)
                 candidates.append((-len(extents), -np.prod(extents), 0, n, op, None))
-            tiles = [(op.src, None)] if isinstance(op, Reduce) and op.src.scope == "fragment" else []
-            if isinstance(op, (Copy, Fill, AtomicAddTile)):
-                tiles = [(r.buffer, o) for r, o in _tile_sides(op) if r.buffer.scope == "fragment"]
+            tiles = op_for(op).free_tiles(op) if op_for(op) is not None else []
             for buf, other in tiles:
                 if buf not in self.r.fragments:
                     candidates.append((-buf.ndim, -np.prod(buf.shape), 1, n, op, (buf, other)))
@@ -183,7 +150,7 @@ class _KernelInference:
             else:
                 buf, other = tile
                 vec = _vector_for([other.buffer]) if other is not None else self.copy_vector(buf)
-                self.assign(buf, make_blocked(buf.shape, self.threads, vec), op, f"{_op_desc(op)}, default layout")
+                self.assign(buf, make_blocked(buf.shape, self.threads, vec), op, f"{describe(op)}, default layout")
             return True
         for buf in self.fragments:
             if buf not in self.r.fragments:
@@ -315,18 +282,3 @@ class _KernelInference:
                     getattr(stmt, "span", None) or loop.span, code="L001",
                     notes=[f"loop ({runs_on}): {layout.describe()}", f"{buf.name}: {frag.describe()}"],
                     hint=f"make the loop's extents match '{buf.name}''s shape, or go through T.alloc_shared")
-
-
-def _tile_sides(op):
-    if isinstance(op, Fill):
-        return [(op.dst, None)]
-    return [(op.src, op.dst), (op.dst, op.src)]
-
-
-def _op_desc(stmt) -> str:
-    if isinstance(stmt, Parallel):
-        return "T.Parallel loop"
-    if isinstance(stmt, Reduce):
-        return f"T.reduce_{stmt.kind}"
-    return {Copy: "T.copy", Fill: "T.fill", AnnotateLayout: "T.annotate_layout", Gemm: "T.gemm",
-            AtomicAddTile: "T.atomic_add"}.get(type(stmt), type(stmt).__name__)

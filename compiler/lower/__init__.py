@@ -2,8 +2,8 @@
 
 In: a PrimFunc that passed ``check`` and its ``LayoutMap``. Out: a ``DeviceModule`` (see ``compiler.tir``).
 Steps per kernel: software pipelines for T.Pipelined loops (``pipeline``), barriers between tile statements
-(``barriers``), the shared-memory arena (``smem``), then each tile statement by its rule (``copy``, ``parallel``,
-``reduce``, ``gemm``, ``pipeline``); sequential loops, uniform ifs and let-bindings pass
+(``barriers``), the shared-memory arena (``smem``), then each tile op by its own ``lower`` (``compiler.tileops``),
+T.Parallel nests by ``parallel`` and pipelines by ``pipeline``; sequential loops, uniform ifs and let-bindings pass
 through. Block indices are bound at the top, through the rasterization of ``T.use_swizzle`` when present.
 Guarantees: the thread IR obeys every rule in ``compiler.tir``; an op this backend cannot lower raises TargetError
 E602 at its span.
@@ -17,16 +17,15 @@ from tileagent.compiler.diagnostics import CompileError, InternalCompilerError, 
 from tileagent.compiler.ir.expr import Var, make_binop, make_call
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import walk
-from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, Gemm, If,
-                              Kernel, Let, Parallel, Print, PrimFunc, Reduce, Store, UseSwizzle)
+from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, Parallel, Print,
+                              PrimFunc, Store, UseSwizzle)
 from tileagent.compiler.lower.barriers import insert_barriers
 from tileagent.compiler.lower.context import LowerContext
-from tileagent.compiler.lower.copy import lower_atomic_add_tile, lower_copy, lower_fill, scratch_bytes as copy_scratch_bytes
-from tileagent.compiler.lower.gemm import lower_gemm, packable_a_operands
+from tileagent.compiler.lower.gemm import packable_a_operands
 from tileagent.compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
 from tileagent.compiler.lower.pipeline import SoftwarePipeline, lower_pipeline, plan_pipelines
-from tileagent.compiler.lower.reduce import lower_reduce, scratch_bytes as reduce_scratch_bytes
 from tileagent.compiler.lower.smem import plan_shared
+from tileagent.compiler.tileops import op_for
 from tileagent.compiler.tir import BLOCK_IDX, GRID_DIM, Barrier, Declare, DeviceKernel, DeviceModule
 
 log = logging.getLogger("tileagent.compiler")
@@ -53,8 +52,7 @@ def lower(func: PrimFunc, layouts) -> DeviceModule:
 
 
 def _lower_kernel(name, k: Kernel, layouts, flat, params) -> DeviceKernel:
-    scratch = [reduce_scratch_bytes(s, layouts, k.num_threads) for s in walk(k.body) if isinstance(s, Reduce)]
-    scratch += [copy_scratch_bytes(s, layouts) for s in walk(k.body) if isinstance(s, Copy)]
+    scratch = [op_for(s).scratch_bytes(s, layouts, k.num_threads) for s in walk(k.body) if op_for(s) is not None]
     needs_scratch = any(scratch)
     max_stages = None
     while True:  # fewer pipeline stages until the shared memory fits the device (a plain loop at worst)
@@ -141,14 +139,9 @@ class _Lowering:
             reg = ctx.register_array(s.buffer)
             init = ctx.rewrite(s.init, {}) if s.init is not None else None
             return [Declare(reg, init, s.span)]
-        if isinstance(s, Copy):
-            return lower_copy(ctx, s)
-        if isinstance(s, Fill):
-            return lower_fill(ctx, s)
-        if isinstance(s, AtomicAddTile):
-            return lower_atomic_add_tile(ctx, s)
-        if isinstance(s, Reduce):
-            return lower_reduce(ctx, s)
+        op = op_for(s)
+        if op is not None:  # a tile op lowers itself
+            return op.lower(s, ctx)
         if isinstance(s, Parallel):
             return lower_parallel(ctx, s)
         if isinstance(s, SoftwarePipeline):
@@ -168,8 +161,6 @@ class _Lowering:
             return lower_elements(ctx, [s], {}, True if on_chip else kernel_level_writer())
         if isinstance(s, Barrier):
             return [s]
-        if isinstance(s, Gemm):
-            return lower_gemm(ctx, s)
         if isinstance(s, Print):
             log.warning("T.print at %s is ignored on the CUDA target", s.span)
             return []

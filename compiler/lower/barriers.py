@@ -7,16 +7,17 @@ where A writes a shared buffer that B reads or writes, or A reads one that B wri
 Barriers are only placed at block-uniform points (between statements of kernel, loop and uniform-if bodies).
 Statements are the unit: the threads of one tile op never race with each other on their own tile. A
 ``SoftwarePipeline`` (``compiler.lower.pipeline``) brings its own barrier at the top of every iteration; only its
-consumers are analysed inside.
+consumers are analysed inside. A tile op's reads and writes are its ``effects`` (``compiler.tileops``).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from tileagent.compiler.ir.stmt import (AtomicAdd, AtomicAddTile, Copy, Fill, For, Gemm, If, Let, Parallel, Reduce, Store)
+from tileagent.compiler.ir.stmt import AtomicAdd, For, If, Let, Parallel, Store
 from tileagent.compiler.ir.visit import loads
 from tileagent.compiler.lower.pipeline import SoftwarePipeline
+from tileagent.compiler.tileops import op_for
 from tileagent.compiler.tir import Barrier
 
 
@@ -66,19 +67,13 @@ def shared_effects(s) -> tuple[frozenset, frozenset]:
 
 
 def _effects(s, w, r):
-    if isinstance(s, (Copy, AtomicAddTile)):
-        _add(w, s.dst.buffer)
-        _add(r, s.src.buffer)
-        for e in s.src.starts + s.dst.starts:
-            _reads(e, r)
-    elif isinstance(s, Fill):
-        _add(w, s.dst.buffer)
-    elif isinstance(s, Gemm):
-        _add(r, s.a.buffer)
-        _add(r, s.b.buffer)
-    elif isinstance(s, Reduce):
-        _add(r, s.src)
-        _add(w, s.dst)
+    op = op_for(s)
+    if op is not None:  # a tile op says what it touches
+        effects = op.effects(s)
+        for buf in effects.writes:
+            _add(w, buf)
+        for buf in effects.reads:
+            _add(r, buf)
     elif isinstance(s, (Store, AtomicAdd)):
         _add(w, s.buffer)
         for e in tuple(s.indices) + (s.value,):

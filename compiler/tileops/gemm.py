@@ -1,0 +1,118 @@
+"""``T.gemm(A, B, C, transpose_A, transpose_B, policy, clear_accum)``: C (+)= op(A) @ op(B).
+
+Check: A and B in shared memory or fragments, C a fragment; 2-d tiles with matching M, N, K; A and B of one dtype
+among GEMM_INPUT_DTYPES, C among GEMM_ACCUM_DTYPES. Effects: reads A, B (and C unless clear_accum), writes C.
+Layouts (strict): the warp partition and the fragment layouts of the accumulator (and of an A operand in registers)
+are those of the instruction that implements the gemm (``compiler.layout.mma`` for mma.sync); shared operands get
+a swizzled layout unless annotated. Lowering: ``compiler.lower.gemm``. Interpreter: float32 products, C rounded once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tileagent.compiler.diagnostics import DSLTypeError, LayoutError, ScopeError, ShapeError
+from tileagent.compiler.ir.printer import region_str
+from tileagent.compiler.ir.stmt import Gemm, Region
+from tileagent.compiler.layout.layout import swizzled
+from tileagent.compiler.layout.mma import accumulator_layout, operand_a_layout, warp_partition
+from tileagent.compiler.tileops.base import Effects, TileOp
+
+GEMM_INPUT_DTYPES = ("float16", "bfloat16", "float32", "int8", "float8_e4m3fn", "float8_e5m2")
+GEMM_ACCUM_DTYPES = ("float32", "float16", "int32")
+POLICY_NAMES = ("Square", "FullRow", "FullCol")
+
+
+class GemmOp(TileOp):
+    node = Gemm
+    layout_level = "strict"
+
+    def name(self, s) -> str:
+        return "T.gemm"
+
+    def dsl(self, s) -> str:
+        opts = "".join([", transpose_A=True" if s.transpose_a else "", ", transpose_B=True" if s.transpose_b else "",
+                        f", policy=T.GemmWarpPolicy.{POLICY_NAMES[s.policy]}" if s.policy else "",
+                        ", clear_accum=True" if s.clear_accum else ""])
+        return f"T.gemm({region_str(s.a)}, {region_str(s.b)}, {region_str(s.c)}{opts})"
+
+    def check(self, g, checker) -> None:
+        for r, arg, scopes in ((g.a, "A", ("shared", "fragment")), (g.b, "B", ("shared", "fragment")),
+                               (g.c, "C", ("fragment",))):
+            if r.buffer.scope not in scopes:
+                raise ScopeError(f"T.gemm operand {arg} '{r.buffer.name}' is in {r.buffer.scope} memory; it must be "
+                                 f"in {' or '.join(scopes)}", code="E501",
+                                 hint="T.copy the tile into T.alloc_shared (A, B) or use a T.alloc_fragment "
+                                      "accumulator (C)")
+        m, n, ka, kb = gemm_shape(g)
+        c = _matrix(g.c, "C")
+        if ka != kb:
+            raise ShapeError(f"T.gemm K shape check failed: K_A = {ka}, K_B = {kb}", code="E403",
+                             hint="check transpose_A/transpose_B and the tile shapes")
+        if c[0] != m:
+            raise ShapeError(f"T.gemm M shape check failed: M_A = {m}, M_C = {c[0]}", code="E403")
+        if c[1] != n:
+            raise ShapeError(f"T.gemm N shape check failed: N_B = {n}, N_C = {c[1]}", code="E403")
+        if g.a.buffer.dtype != g.b.buffer.dtype or g.a.buffer.dtype not in GEMM_INPUT_DTYPES:
+            raise DSLTypeError(f"T.gemm inputs must share a dtype among {', '.join(GEMM_INPUT_DTYPES)}; got "
+                               f"A {g.a.buffer.dtype}, B {g.b.buffer.dtype}", code="E302")
+        if g.c.buffer.dtype not in GEMM_ACCUM_DTYPES:
+            raise DSLTypeError(f"T.gemm accumulator dtype {g.c.buffer.dtype} is not supported; use one of "
+                               f"{', '.join(GEMM_ACCUM_DTYPES)}", code="E302")
+
+    def effects(self, s) -> Effects:
+        return Effects.of(reads=(s.a, s.b) if s.clear_accum else (s.a, s.b, s.c), writes=(s.c,))
+
+    def infer_strict(self, op, inference) -> None:
+        """The accumulator gets the mma layout of the warp partition; an A operand in registers gets the A-operand
+        layout (a copy into it from another layout becomes a conversion through shared memory)."""
+        m, n = op.c.matrix_shape()
+        try:
+            wm, wn = warp_partition(m, n, inference.threads // 32, op.policy)
+        except LayoutError as e:
+            raise e.with_span(op.span)
+        inference.r.gemm_partition[op] = (wm, wn)
+        for operand in (op.a.buffer, op.b.buffer):  # conflict-free operand reads (annotations win)
+            if operand.scope == "shared" and operand not in inference.r.shared:
+                inference.r.shared[operand] = swizzled(tuple(operand.shape), operand.dtype.bytes)
+        if op.c.buffer.scope == "fragment":
+            inference.assign(op.c.buffer, accumulator_layout(m, n, wm, wn, inference.threads), op,
+                             "T.gemm accumulator")
+        if op.a.buffer.scope == "fragment":
+            if op.transpose_a:
+                raise LayoutError("T.gemm with A in registers needs transpose_A=False", op.span, code="L005",
+                                  hint="stage A through shared memory to transpose it")
+            inference.assign(op.a.buffer, operand_a_layout(m, op.a.matrix_shape()[1], wm, wn, inference.threads), op,
+                             "T.gemm A operand")
+
+    def lower(self, s, ctx) -> list:
+        from tileagent.compiler.lower.gemm import lower_gemm
+
+        return lower_gemm(ctx, s)
+
+    def interpret(self, s, it, mask) -> None:
+        a = it.read_region(s.a, s.span).reshape(s.a.matrix_shape()).to(torch.float32)
+        b = it.read_region(s.b, s.span).reshape(s.b.matrix_shape()).to(torch.float32)
+        a = a.T if s.transpose_a else a
+        b = b.T if s.transpose_b else b
+        prod = a @ b
+        if s.clear_accum:
+            out = prod
+        else:
+            out = it.read_region(s.c, s.span).reshape(prod.shape).to(torch.float32) + prod
+        it.write_region(s.c, out.to(s.c.buffer.dtype.torch).reshape(s.c.extents), s.span)
+
+
+def gemm_shape(g: Gemm) -> tuple[int, int, int, int]:
+    """(M, N, K of A, K of B) of a gemm, after its transposes (ShapeError for an operand that is not 2-d)."""
+    a, b = _matrix(g.a, "A"), _matrix(g.b, "B")
+    m, ka = (a[1], a[0]) if g.transpose_a else a
+    kb, n = (b[1], b[0]) if g.transpose_b else b
+    return m, n, ka, kb
+
+
+def _matrix(r: Region, arg: str) -> tuple[int, int]:
+    ext = r.matrix_shape()
+    if len(ext) != 2:
+        raise ShapeError(f"T.gemm operand {arg} must be a 2-d tile, got extents {tuple(r.extents)}", code="E403")
+    return ext[0], ext[1]
