@@ -22,8 +22,10 @@ from tileagent.compiler.language.math import (abs, cast, ceil, ceildiv, erf, exp
 from tileagent.compiler.language.tileops import (GemmWarpPolicy, atomic_add, clear, copy, fill, gemm, reduce, reduce_abssum,
                                        reduce_absmax, reduce_max, reduce_min, reduce_sum)
 from tileagent.compiler.language.types import DTYPES, Buffer, Tensor, dynamic, symbolic
+from tileagent.compiler.tileops import BUILTINS as _TILE_OP_BUILTINS
 
 globals().update(DTYPES)  # T.float16, T.float32, T.float, T.bfloat16, T.int32, ...
+globals().update(_TILE_OP_BUILTINS)  # builtins a tile-op module defines itself (compiler.tileops), e.g. T.cumsum
 Select = if_then_else
 
 __all__ = [n for n in dir() if not n.startswith("_")]
