@@ -41,7 +41,8 @@ import torch
 from tileagent.compiler.errors import KernelArgumentError
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
 from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
-from tileagent.compiler.emulate_tensor import HANDLERS as tensor_handlers, WARP_SIZE, EmulationError, finish_async
+from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
+from tileagent.compiler.instructions import emulators
 from tileagent.compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
                           VecAtomicAdd, VecCopy, WARP)
 
@@ -328,7 +329,7 @@ class _Block:
         return present, active
 
     _HANDLERS = {Let: let, If: if_, For: for_, Declare: declare, Store: store, AtomicAdd: atomic_add,
-                 VecCopy: vec_copy, VecAtomicAdd: vec_atomic_add, Barrier: barrier, **tensor_handlers}
+                 VecCopy: vec_copy, VecAtomicAdd: vec_atomic_add, Barrier: barrier, **emulators()}
 
     # -- memory ------------------------------------------------------------------------------------------------
     def buffer_memory(self, buf: Buffer) -> torch.Tensor:

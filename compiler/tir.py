@@ -213,6 +213,7 @@ class DeviceKernel:
     shared_offsets: dict
     body: tuple[Stmt, ...]
     span: Span | None = None
+    instructions: tuple = ()  # ("T.gemm at line 31", "mma.sync m16n8k16, FullRow, 4 warps (4 x 1)"), in program order
 
     @property
     def num_threads(self) -> int:

@@ -140,6 +140,7 @@ def print_device_kernel(k) -> str:
     head = [f"kernel {k.name}({params})  grid={tuple(expr_str(g) for g in k.grid)} block={k.block} "
             f"shared={k.shared_bytes}B"]
     head += [f"    shared {b.name}: {b.dtype}[{expr_str(b.shape[0])}] at +{o}" for b, o in k.shared_offsets.items()]
+    head += [f"    # {what}: {how}" for what, how in getattr(k, "instructions", ())]
     return "\n".join(head + _body(k.body, 4)) + "\n"
 
 

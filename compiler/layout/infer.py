@@ -35,6 +35,7 @@ class LayoutMap:
     origin: dict = field(default_factory=dict)  # Buffer -> (stmt, why)
     shared: dict = field(default_factory=dict)  # Buffer -> Layout or SwizzledLayout from annotations
     gemm_partition: dict = field(default_factory=dict)  # Gemm -> (warps along M, warps along N)
+    instructions: dict = field(default_factory=dict)  # Gemm -> GemmChoice (compiler.instructions)
 
     def __str__(self) -> str:
         lines = []

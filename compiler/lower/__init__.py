@@ -77,7 +77,13 @@ def _lower_kernel(name, k: Kernel, layouts, flat, params) -> DeviceKernel:
     offsets = {ctx.shared[b]: o for b, o in plan.offsets.items()}
     for buf in ctx._scratch.values():
         offsets[buf] = plan.scratch_offset
-    return DeviceKernel(name, params, tuple(k.grid), k.threads, plan.total_bytes, offsets, tuple(stmts), k.span)
+    return DeviceKernel(name, params, tuple(k.grid), k.threads, plan.total_bytes, offsets, tuple(stmts), k.span,
+                        _instructions(ctx.instructions))
+
+
+def _instructions(chosen: dict) -> tuple:
+    """(what, instructions) per lowered tile op, in source order: ("T.copy at line 12", "cp.async 16B")."""
+    return tuple((f"{op} at line {line or '?'}", ", ".join(how)) for (line, op), how in sorted(chosen.items()))
 
 
 def _barriers_before(body: tuple, points) -> tuple:

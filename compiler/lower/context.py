@@ -43,6 +43,16 @@ class LowerContext:
         self.async_copies = False  # lowering a pipeline's producers: global -> shared copies may use cp.async
         self.hoisted_a: dict = {}  # Gemm -> register array holding its loop-invariant A operand (lower.gemm)
         self.packed: set = set()  # 16-bit fragments stored as packed 32-bit pairs (gemm.packable_a_operands)
+        self.instructions: dict = {}  # (line, tile op) -> the instructions it was lowered to (compiler.instructions)
+
+    def note_instruction(self, stmt, what: str) -> None:
+        """Record that tile statement ``stmt`` was lowered with ``what`` (shown by ``kernel.get_ir("thread")``).
+        Statements of one source line and op share an entry (a pipeline's prologue repeats its copies)."""
+        from tileagent.compiler.tileops import describe
+
+        seen = self.instructions.setdefault((stmt.span.line if stmt.span else 0, describe(stmt)), [])
+        if what not in seen:
+            seen.append(what)
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1

@@ -7,8 +7,9 @@ thread-access where alignment allows). Each thread handles runs of ``vector`` co
 innermost dim as one ``VecCopy``.
 A tile ``T.atomic_add`` into global memory adds runs of 4 float32 or 2 float16/bfloat16 values with one vector atomic
 where the run is contiguous and aligned.
-In a software pipeline's producers (``ctx.async_copies``) a global -> shared run of 4, 8 or 16 bytes without a cast
-becomes one ``AsyncCopy`` (zero-filled outside the tensor). ``scratch_bytes``: the shared scratch a copy between
+How one run moves is the copy entry of ``compiler.instructions`` that ``select_copy`` picks: in a software pipeline's
+producers (``ctx.async_copies``) a global -> shared run of 4, 8 or 16 bytes without a cast is one ``AsyncCopy``
+(cp.async, zero-filled outside the tensor), else a vectorized or scalar ``VecCopy``. ``scratch_bytes``: the shared scratch a copy between
 fragments of different layouts goes through.
 Guarantees: global reads outside the tensor give 0 (the destination is zero-filled), global writes outside it are
 dropped; only replica 0 of a replicated layout writes to memory; vector accesses only where both sides are
@@ -26,6 +27,7 @@ from tileagent.compiler.ir.simplify import linear_form, static_int
 from tileagent.compiler.ir.stmt import AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, If, Region, Store
 from tileagent.compiler.layout import Fragment, make_blocked
 from tileagent.compiler.tir import THREAD, AsyncCopy, Barrier, PackPairs, VecAtomicAdd, VecCopy
+from tileagent.compiler.instructions import select_copy
 from tileagent.compiler.lower.context import and_
 from tileagent.compiler.lower.slots import SlotLoops
 
@@ -36,11 +38,14 @@ def lower_copy(ctx, s: Copy) -> list:
         _whole(src, s)
         _whole(dst, s)
         if dst.buffer in ctx.packed:  # float32 -> 16-bit pairs packed for a gemm (gemm.packable_a_operands)
+            ctx.note_instruction(s, "register pack (cvt to 16-bit pairs)")
             return [PackPairs(ctx.mem(dst.buffer), ctx.mem(src.buffer), ctx.frag(dst.buffer).num_slots // 2,
                               str(dst.buffer.dtype), s.span)]
         if ctx.frag(src.buffer).same_as(ctx.frag(dst.buffer)):
+            ctx.note_instruction(s, "register move")
             n = ctx.frag(src.buffer).num_slots
             return [VecCopy(ctx.mem(dst.buffer), as_expr(0), ctx.mem(src.buffer), as_expr(0), n, s.span)]
+        ctx.note_instruction(s, "layout conversion through shared memory")
         return _convert_through_shared(ctx, src.buffer, dst.buffer, s)
     layout, coords = _iteration(ctx, src, dst, s)
     return _transfer(ctx, layout, coords, src, dst, s, atomic=False)
@@ -161,18 +166,24 @@ def _transfer(ctx, layout: Fragment, coords, src: Region, dst: Region, s, atomic
     while width > 1 and (width > max_elems or not (_vector_ok(ctx, src, coords, width)
                                                     and _vector_ok(ctx, dst, coords, width))):
         width //= 2
+    instruction = None
+    if not atomic:
+        instruction = select_copy(src, dst, width, ctx.async_copies, getattr(ctx, "target", None))
+        ctx.note_instruction(s, instruction.describe(src, width))
     if layout.vector_width % width == 0:
         loops = SlotLoops(ctx, layout, vector=width)
         return loops.nest(_transfer_group(ctx, layout, coords, src, dst, s, atomic, width, loops.index(THREAD),
-                                          loops.slot()))
+                                          loops.slot(), instruction))
     out = []
     for k in range(0, layout.num_slots, width):
-        out += _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, layout.inverse(THREAD, k), k)
+        out += _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, layout.inverse(THREAD, k), k,
+                               instruction)
     return out
 
 
-def _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, c, k) -> list:
-    """Statements moving the ``width`` elements at tile coordinate ``c`` (register ``k`` of the layout)."""
+def _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, c, k, instruction) -> list:
+    """Statements moving the ``width`` elements at tile coordinate ``c`` (register ``k`` of the layout), by
+    ``instruction`` (a copy entry of ``compiler.instructions``) unless ``atomic``."""
     valid = valid_condition(ctx, layout, c, write=dst.buffer.scope != "fragment")
     s_idx, d_idx = _region_index(src, coords, c), _region_index(dst, coords, c)
     s_in = ctx.in_bounds(src.buffer, s_idx) if src.buffer.scope == "global" else True
@@ -187,17 +198,7 @@ def _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, c, k) -> li
             else ctx.element(src.buffer, s_idx)
         body = [AtomicAdd(ctx.mem(dst.buffer), (as_expr(d_pos),), make_cast(value, dst.buffer.dtype), s.span)]
         return guarded(ctx, and_(valid, and_(s_in, d_in)), body)
-    if ctx.async_copies and src.buffer.scope == "global" and dst.buffer.scope == "shared" and \
-            src.buffer.dtype == dst.buffer.dtype and width * src.buffer.dtype.bytes in (4, 8, 16):
-        copy = AsyncCopy(ctx.mem(dst.buffer), as_expr(d_pos), ctx.mem(src.buffer), as_expr(s_pos), width,
-                         None if s_in is True else as_expr(s_in), s.span)
-        return guarded(ctx, valid, [copy])
-    move = VecCopy(ctx.mem(dst.buffer), as_expr(d_pos), ctx.mem(src.buffer), as_expr(s_pos), width, s.span)
-    if s_in is True:
-        return guarded(ctx, and_(valid, d_in), [move])
-    zero = Const(0.0 if dst.buffer.dtype.is_float else 0, dst.buffer.dtype)
-    zeros = [Store(ctx.mem(dst.buffer), (as_expr(make_binop("+", d_pos, v)),), zero, s.span) for v in range(width)]
-    return guarded(ctx, and_(valid, and_(s_in, d_in)), [move], guarded(ctx, and_(valid, d_in), zeros))
+    return instruction.build(ctx, s, src, dst, width, s_pos, d_pos, s_in, d_in, valid)
 
 
 def valid_condition(ctx, layout: Fragment, c, write: bool):

@@ -18,7 +18,8 @@ Guarantees:
   (:func:`vector_bytes`); local arrays are declared ``__align__(16)`` so that this is legal for them too.
 - ``VecAtomicAdd`` becomes one ``atomicAdd`` on ``float2``/``float4`` (sm_90+), ``__half2`` or ``__nv_bfloat162``,
   with a per-element fallback for older architectures in the same source (``#if __CUDA_ARCH__``).
-- ``Mma``, ``LdMatrix`` and the asynchronous copies are emitted by ``compiler.targets.cuda_tensor``.
+- ``Mma``, ``LdMatrix`` and the asynchronous copies are emitted by ``compiler.targets.cuda_tensor``, reached through
+  the instruction registry (``compiler.instructions.cuda_emitters``).
 - Headers (``cuda_fp16.h``, ``cuda_bf16.h``, ``cuda_fp8.h``) are included only when their types are used; NVRTC
   needs the CUDA include directory for them (``compiler.runtime.nvrtc`` passes it).
 - Kernel and variable names are sanitized to unique C identifiers; :func:`kernel_symbol` gives the exported name.
@@ -38,7 +39,8 @@ from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
-from tileagent.compiler.targets.cuda_tensor import HANDLERS, HELPERS as TENSOR_HELPERS
+from tileagent.compiler.instructions import cuda_emitters
+from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
 from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
                           SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP)
 
@@ -758,7 +760,7 @@ class _KernelEmitter:
 _STMT_HANDLERS = {Store: _KernelEmitter.store, Let: _KernelEmitter.let, If: _KernelEmitter.if_,
                   For: _KernelEmitter.for_, AtomicAdd: _KernelEmitter.atomic_add, Declare: _KernelEmitter.declare,
                   Barrier: _KernelEmitter.barrier, VecCopy: _KernelEmitter.vec_copy,
-                  VecAtomicAdd: _KernelEmitter.vec_atomic_add, **HANDLERS}
+                  VecAtomicAdd: _KernelEmitter.vec_atomic_add, **cuda_emitters()}
 _EXPR_HANDLERS = {Const: _KernelEmitter.e_const, Var: _KernelEmitter.e_var, SpecialVar: _KernelEmitter.e_var, BinOp: _KernelEmitter.e_binop,
                   Cmp: _KernelEmitter.e_cmp, Unary: _KernelEmitter.e_unary, Select: _KernelEmitter.e_select,
                   Cast: _KernelEmitter.e_cast, Load: _KernelEmitter.e_load, Call: _KernelEmitter.e_call}

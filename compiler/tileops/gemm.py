@@ -2,12 +2,15 @@
 
 Check: A and B in shared memory or fragments, C a fragment; 2-d tiles with matching M, N, K; A and B of one dtype
 among GEMM_INPUT_DTYPES, C among GEMM_ACCUM_DTYPES. Effects: reads A, B (and C unless clear_accum), writes C.
-Layouts (strict): the warp partition and the fragment layouts of the accumulator (and of an A operand in registers)
-are those of the instruction that implements the gemm (``compiler.layout.mma`` for mma.sync); shared operands get
-a swizzled layout unless annotated. Lowering: ``compiler.lower.gemm``. Interpreter: float32 products, C rounded once.
+Layouts (strict): the instruction registry (``compiler.instructions.select_gemm``) picks the instruction; its warp
+partition and fragment layouts of the accumulator (and of an A operand in registers) are imposed (mma.sync:
+``compiler.layout.mma``); shared operands get a swizzled layout unless annotated. Lowering: the chosen entry's
+``lower`` (mma.sync: ``compiler.lower.gemm``); the choice shows in ``kernel.get_ir("thread")`` and the log. Interpreter: float32 products, C rounded once.
 """
 
 from __future__ import annotations
+
+import logging
 
 import torch
 
@@ -15,12 +18,14 @@ from tileagent.compiler.diagnostics import DSLTypeError, LayoutError, ScopeError
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.ir.stmt import Gemm, Region
 from tileagent.compiler.layout.layout import swizzled
-from tileagent.compiler.layout.mma import accumulator_layout, operand_a_layout, warp_partition
+from tileagent.compiler.instructions import gemm_unavailable, select_gemm
 from tileagent.compiler.tileops.base import Effects, TileOp
 
 GEMM_INPUT_DTYPES = ("float16", "bfloat16", "float32", "int8", "float8_e4m3fn", "float8_e5m2")
 GEMM_ACCUM_DTYPES = ("float32", "float16", "int32")
 POLICY_NAMES = ("Square", "FullRow", "FullCol")
+
+log = logging.getLogger("tileagent.compiler")
 
 
 class GemmOp(TileOp):
@@ -64,31 +69,34 @@ class GemmOp(TileOp):
         return Effects.of(reads=(s.a, s.b) if s.clear_accum else (s.a, s.b, s.c), writes=(s.c,))
 
     def infer_strict(self, op, inference) -> None:
-        """The accumulator gets the mma layout of the warp partition; an A operand in registers gets the A-operand
-        layout (a copy into it from another layout becomes a conversion through shared memory)."""
-        m, n = op.c.matrix_shape()
-        try:
-            wm, wn = warp_partition(m, n, inference.threads // 32, op.policy)
-        except LayoutError as e:
-            raise e.with_span(op.span)
-        inference.r.gemm_partition[op] = (wm, wn)
+        """The instruction chosen from the registry fixes the warp partition, the accumulator's layout and that of an
+        A operand in registers (a copy into it from another layout becomes a conversion through shared memory)."""
+        choice = select_gemm(op, inference.threads, getattr(inference, "target", None))
+        inference.r.gemm_partition[op] = choice.partition
+        inference.r.instructions[op] = choice
         for operand in (op.a.buffer, op.b.buffer):  # conflict-free operand reads (annotations win)
             if operand.scope == "shared" and operand not in inference.r.shared:
                 inference.r.shared[operand] = swizzled(tuple(operand.shape), operand.dtype.bytes)
+        try:
+            layouts = choice.instruction.layouts(op, inference.threads, choice.partition)
+        except LayoutError as e:
+            raise e.with_span(op.span)
         if op.c.buffer.scope == "fragment":
-            inference.assign(op.c.buffer, accumulator_layout(m, n, wm, wn, inference.threads), op,
-                             "T.gemm accumulator")
-        if op.a.buffer.scope == "fragment":
-            if op.transpose_a:
-                raise LayoutError("T.gemm with A in registers needs transpose_A=False", op.span, code="L005",
-                                  hint="stage A through shared memory to transpose it")
-            inference.assign(op.a.buffer, operand_a_layout(m, op.a.matrix_shape()[1], wm, wn, inference.threads), op,
-                             "T.gemm A operand")
+            inference.assign(op.c.buffer, layouts["C"], op, "T.gemm accumulator")
+        if "A" in layouts:
+            inference.assign(op.a.buffer, layouts["A"], op, "T.gemm A operand")
 
     def lower(self, s, ctx) -> list:
-        from tileagent.compiler.lower.gemm import lower_gemm
-
-        return lower_gemm(ctx, s)
+        """The instruction layout inference chose lowers the gemm (E602 listing every entry's reason when none
+        can)."""
+        target = getattr(ctx, "target", None)
+        error = gemm_unavailable(s, ctx.threads, target)
+        if error is not None:
+            raise error
+        choice = ctx.layouts.instructions.get(s) or select_gemm(s, ctx.threads, target)
+        ctx.note_instruction(s, choice.describe())
+        log.info("%s at line %s: %s", self.name(s), s.span.line if s.span else "?", choice.describe())
+        return choice.instruction.lower(s, ctx)
 
     def interpret(self, s, it, mask) -> None:
         a = it.read_region(s.a, s.span).reshape(s.a.matrix_shape()).to(torch.float32)

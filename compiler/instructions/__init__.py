@@ -1,0 +1,87 @@
+"""The instruction registry: for each tile op, the hardware instructions that can carry it out, best first.
+
+In: the op's statement, the block's thread count and the target (``None``: all features). Out: ``select_gemm`` (a
+``GemmChoice``: the entry, its warp partition) and ``select_copy`` (the entry moving one run of a copy), each the
+cheapest entry that applies; a TargetError/LayoutError that lists every entry with the reason it does not apply when
+none does. ``cuda_emitters()`` / ``emulators()``: the thread-IR statements the entries emit, with their CUDA emitter
+and SIMT-emulator handler (``compiler.targets.cuda`` and ``compiler.emulate`` take them from here).
+Guarantees: selection is deterministic (cost, then registry order). A new instruction (wgmma, TMA) is a new module in
+this package plus one line in ``GEMM`` or ``COPY``.
+"""
+
+from __future__ import annotations
+
+from tileagent.compiler.diagnostics import LayoutError, TargetError
+from tileagent.compiler.instructions.base import GemmChoice, Instruction, has_feature
+from tileagent.compiler.instructions.copy import CpAsync, LoadStore
+from tileagent.compiler.instructions.mma_sync import MmaSyncM16N8K16
+
+GEMM = (
+    MmaSyncM16N8K16(),   # mma.sync.aligned.m16n8k16, sm_80+: fp16/bf16 in, fp32 accumulate
+)
+COPY = (
+    CpAsync(),               # cp.async global -> shared, 4/8/16 bytes, pipeline producers only
+    LoadStore(vector=True),  # ld/st of 4, 8 or 16 bytes
+    LoadStore(vector=False),  # one element at a time
+)
+
+
+def select_gemm(g, threads: int, target=None) -> GemmChoice:
+    """The gemm instruction for ``g``: the cheapest entry that applies; when none applies fully, the first whose warp
+    partition fits (its layouts serve the interpreter, and lowering reports why it cannot run it). LayoutError L005
+    when no entry can split the tile over the block's warps."""
+    fits, errors = [], []
+    for entry in GEMM:
+        try:
+            partition = entry.partition(g, threads)
+        except LayoutError as e:
+            errors.append((entry, e))
+            continue
+        fits.append((entry, partition))
+    if not fits:
+        first = errors[0][1]
+        if len(errors) > 1:
+            first.notes = list(first.notes) + [f"{e.name}: {err.message}" for e, err in errors[1:]]
+        raise first.with_span(g.span)
+    usable = [(entry.cost(g, threads, target), n, entry, p) for n, (entry, p) in enumerate(fits)
+              if entry.reason(g, threads, target) is None]
+    entry, partition = (min(usable)[2:] if usable else fits[0])
+    return GemmChoice(entry, partition, g.policy, threads // 32)
+
+
+def gemm_unavailable(g, threads: int, target=None) -> TargetError | None:
+    """None when the chosen entry can lower ``g``; else the E602 error naming every entry and why it does not apply."""
+    reasons = [(e, e.reason(g, threads, target)) for e in GEMM]
+    if any(r is None for _, r in reasons):
+        return None
+    first = reasons[0][1]
+    return TargetError(f"T.gemm on tensor cores: {first}", g.span, code="E602",
+                       notes=[f"{e.name}: {r}" for e, r in reasons],
+                       hint="T.copy the operands into float16/bfloat16 shared tiles and accumulate in float32")
+
+
+def select_copy(src, dst, width: int, async_ok: bool, target=None):
+    """The entry that moves runs of ``width`` elements from ``src`` to ``dst`` (Regions)."""
+    usable = [(e.cost(width), n, e) for n, e in enumerate(COPY) if e.reason(src, dst, width, async_ok, target) is None]
+    if not usable:
+        reasons = "; ".join(f"{e.name}: {e.reason(src, dst, width, async_ok, target)}" for e in COPY)
+        raise TargetError(f"no copy instruction moves {src.buffer.name} -> {dst.buffer.name}: {reasons}", code="E602")
+    return min(usable, key=lambda u: u[:2])[2]
+
+
+def cuda_emitters() -> dict:
+    out = {}
+    for entry in GEMM + COPY:
+        out.update(entry.cuda_emitters())
+    return out
+
+
+def emulators() -> dict:
+    out = {}
+    for entry in GEMM + COPY:
+        out.update(entry.emulators())
+    return out
+
+
+__all__ = ["COPY", "GEMM", "GemmChoice", "Instruction", "cuda_emitters", "emulators", "gemm_unavailable",
+           "has_feature", "select_copy", "select_gemm"]

@@ -1,0 +1,53 @@
+"""What an instruction-registry entry is: one hardware way of carrying out (part of) a tile op.
+
+In: the tile op's statement, the block's thread count and the target (``None``: no target given; every feature is
+assumed, as for the sm_90a/sm_80 kernels this compiler emits). Out: whether the entry applies (``reason`` is None,
+else one line saying why not), its ``cost`` (lower is preferred), and what the op's lowering needs from it.
+Guarantees: entries never mutate the statement or the context they are asked about; ``emits`` lists the thread-IR
+statement classes the entry's lowering produces, and ``cuda_emitters`` / ``emulators`` give, for each, the CUDA
+emitter (``compiler.targets.cuda``) and the SIMT-emulator handler (``compiler.emulate``) that implement it, so a
+new instruction family is one module plus its line in ``compiler.instructions``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def has_feature(target, feature: str) -> bool:
+    """Whether ``target`` offers ``feature`` ("mma_sync", "ldmatrix", "cp_async", ...). No target: every feature."""
+    if target is None:
+        return True
+    features = getattr(target, "features", None)
+    return True if features is None else feature in features
+
+
+class Instruction:
+    """Base of every registry entry."""
+
+    name: str = ""
+    op: str = ""  # the tile op it implements: "gemm", "copy"
+
+    def cuda_emitters(self) -> dict:
+        """Thread-IR statement class -> ``fn(emitter, stmt)`` writing its CUDA C++."""
+        return {}
+
+    def emulators(self) -> dict:
+        """Thread-IR statement class -> ``fn(emulator, stmt)`` executing it on the SIMT emulator."""
+        return {}
+
+
+@dataclass(frozen=True)
+class GemmChoice:
+    """The instruction chosen for one T.gemm and how it splits the block: ``partition`` = (warps along M, along N)."""
+
+    instruction: object
+    partition: tuple[int, int]
+    policy: int
+    warps: int
+
+    def describe(self) -> str:
+        from tileagent.compiler.tileops.gemm import POLICY_NAMES
+
+        wm, wn = self.partition
+        return f"{self.instruction.name}, {POLICY_NAMES[self.policy]}, {self.warps} warps ({wm} x {wn})"

@@ -1,0 +1,96 @@
+"""Registry entries for the element moves of ``T.copy``: ``cp.async``, vectorized ld/st and scalar ld/st.
+
+``compiler.lower.copy`` walks a copy's tile in runs of ``width`` consecutive elements per thread (the widest run
+both sides hold contiguously and aligned, at most 16 bytes) and asks ``compiler.instructions.select_copy`` how to
+move one run. In: the source and destination Regions, the run width, whether the statement is a software pipeline's
+producer (``async_ok``: ``compiler.lower.pipeline`` sets it; cp.async lands only at the pipeline's wait) and the target.
+Out: the entry; its ``build`` gives the run's statements (global reads outside the tensor give zeros).
+Emits: ``AsyncCopy``/``AsyncCommit``/``AsyncWait`` (cp.async) or ``VecCopy`` (one vector access of 4, 8 or 16 bytes,
+or a scalar move).
+"""
+
+from __future__ import annotations
+
+from tileagent.compiler.instructions.base import Instruction, has_feature
+
+
+class CpAsync(Instruction):
+    name = "cp.async"
+    op = "copy"
+
+    def reason(self, src, dst, width: int, async_ok: bool, target) -> str | None:
+        if not async_ok:
+            return "only in a software pipeline's producers"
+        if not has_feature(target, "cp_async"):
+            return f"the target {getattr(target, 'name', target)} has no cp.async"
+        if src.buffer.scope != "global" or dst.buffer.scope != "shared":
+            return "moves global memory into shared memory only"
+        if src.buffer.dtype != dst.buffer.dtype:
+            return "cannot convert dtypes"
+        if width * src.buffer.dtype.bytes not in (4, 8, 16):
+            return "moves 4, 8 or 16 bytes"
+        return None
+
+    def cost(self, width: int) -> float:
+        return 0.0
+
+    def describe(self, src, width: int) -> str:
+        return f"cp.async {width * src.buffer.dtype.bytes}B"
+
+    def build(self, ctx, s, src, dst, width, s_pos, d_pos, s_in, d_in, valid) -> list:
+        from tileagent.compiler.ir.expr import as_expr
+        from tileagent.compiler.lower.copy import guarded
+        from tileagent.compiler.tir import AsyncCopy
+
+        copy = AsyncCopy(ctx.mem(dst.buffer), as_expr(d_pos), ctx.mem(src.buffer), as_expr(s_pos), width,
+                         None if s_in is True else as_expr(s_in), s.span)
+        return guarded(ctx, valid, [copy])
+
+    def cuda_emitters(self) -> dict:
+        from tileagent.compiler.targets.cuda_tensor import emit_async_commit, emit_async_copy, emit_async_wait
+        from tileagent.compiler.tir import AsyncCommit, AsyncCopy, AsyncWait
+
+        return {AsyncCopy: emit_async_copy, AsyncCommit: emit_async_commit, AsyncWait: emit_async_wait}
+
+    def emulators(self) -> dict:
+        from tileagent.compiler.emulate_tensor import HANDLERS
+        from tileagent.compiler.tir import AsyncCommit, AsyncCopy, AsyncWait
+
+        return {k: HANDLERS[k] for k in (AsyncCopy, AsyncCommit, AsyncWait)}
+
+
+class LoadStore(Instruction):
+    """Plain loads and stores (``VecCopy``), ``width`` elements at a time: vectorized when width > 1."""
+
+    op = "copy"
+
+    def __init__(self, vector: bool):
+        self.vector = vector
+        self.name = "vectorized ld/st" if vector else "scalar ld/st"
+
+    def reason(self, src, dst, width: int, async_ok: bool, target) -> str | None:
+        if self.vector and width == 1:
+            return "needs runs of more than one element, contiguous and aligned on both sides"
+        if not self.vector and width != 1:
+            return "moves one element at a time"
+        return None
+
+    def cost(self, width: int) -> float:
+        return 1.0 if self.vector else 2.0
+
+    def describe(self, src, width: int) -> str:
+        return f"vectorized ld/st x{width}" if self.vector else "scalar ld/st"
+
+    def build(self, ctx, s, src, dst, width, s_pos, d_pos, s_in, d_in, valid) -> list:
+        from tileagent.compiler.ir.expr import Const, as_expr, make_binop
+        from tileagent.compiler.ir.stmt import Store
+        from tileagent.compiler.lower.context import and_
+        from tileagent.compiler.lower.copy import guarded
+        from tileagent.compiler.tir import VecCopy
+
+        move = VecCopy(ctx.mem(dst.buffer), as_expr(d_pos), ctx.mem(src.buffer), as_expr(s_pos), width, s.span)
+        if s_in is True:
+            return guarded(ctx, and_(valid, d_in), [move])
+        zero = Const(0.0 if dst.buffer.dtype.is_float else 0, dst.buffer.dtype)
+        zeros = [Store(ctx.mem(dst.buffer), (as_expr(make_binop("+", d_pos, v)),), zero, s.span) for v in range(width)]
+        return guarded(ctx, and_(valid, and_(s_in, d_in)), [move], guarded(ctx, and_(valid, d_in), zeros))

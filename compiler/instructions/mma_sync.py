@@ -1,0 +1,76 @@
+"""Registry entry ``mma.sync m16n8k16``: T.gemm on the warp-wide tensor-core MMA of sm_80 and later.
+
+Applies to: float16/bfloat16 A and B of one dtype, a float32 accumulator fragment, B in shared memory, A in shared
+memory or (not transposed) in registers, and a tile that the gemm's GemmWarpPolicy splits over the block's whole
+warps into 16 x 8 atoms (``compiler.layout.mma.warp_partition``). Layouts: the accumulator and register-A layouts
+of ``compiler.layout.mma``. Lowering: ``compiler.lower.gemm`` (ldmatrix where the shared layout allows, else element
+loads). Emits ``Mma``, ``LdMatrix`` and ``PackPairs`` (CUDA: ``compiler.targets.cuda_tensor``; emulator:
+``compiler.emulate_tensor``).
+"""
+
+from __future__ import annotations
+
+from tileagent.compiler.diagnostics import LayoutError
+from tileagent.compiler.instructions.base import Instruction, has_feature
+from tileagent.compiler.layout.mma import accumulator_layout, operand_a_layout, warp_partition
+
+DTYPES = ("float16", "bfloat16")
+
+
+class MmaSyncM16N8K16(Instruction):
+    name = "mma.sync m16n8k16"
+    op = "gemm"
+
+    def partition(self, g, threads: int) -> tuple[int, int]:
+        """(warps along M, warps along N); LayoutError L005 when the tile does not split into whole atoms."""
+        if threads % 32:
+            raise LayoutError(f"T.gemm on mma.sync needs whole warps, but the block has {threads} threads",
+                              code="L005", hint="use a multiple of 32 threads")
+        m, n = g.c.matrix_shape()
+        return warp_partition(m, n, threads // 32, g.policy)
+
+    def reason(self, g, threads: int, target) -> str | None:
+        a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
+        if not has_feature(target, "mma_sync"):
+            return f"the target {getattr(target, 'name', target)} has no mma.sync"
+        if a.dtype not in DTYPES or b.dtype != a.dtype or c.dtype != "float32":
+            return f"takes float16/bfloat16 A and B and a float32 accumulator; got {a.dtype}, {b.dtype} -> {c.dtype}"
+        if b.scope != "shared" or a.scope not in ("shared", "fragment"):
+            return "reads B from shared memory and A from shared memory or registers"
+        try:
+            self.partition(g, threads)
+        except LayoutError as e:
+            return e.message if hasattr(e, "message") else str(e).splitlines()[0]
+        return None
+
+    def cost(self, g, threads: int, target) -> float:
+        return 1.0
+
+    def layouts(self, g, threads: int, partition) -> dict:
+        """{"C": accumulator Fragment, "A": A-operand Fragment when A lives in registers}."""
+        m, n = g.c.matrix_shape()
+        wm, wn = partition
+        out = {"C": accumulator_layout(m, n, wm, wn, threads)}
+        if g.a.buffer.scope == "fragment":
+            if g.transpose_a:
+                raise LayoutError("T.gemm with A in registers needs transpose_A=False", g.span, code="L005",
+                                  hint="stage A through shared memory to transpose it")
+            out["A"] = operand_a_layout(m, g.a.matrix_shape()[1], wm, wn, threads)
+        return out
+
+    def lower(self, g, ctx) -> list:
+        from tileagent.compiler.lower.gemm import lower_gemm
+
+        return lower_gemm(ctx, g)
+
+    def cuda_emitters(self) -> dict:
+        from tileagent.compiler.targets.cuda_tensor import emit_ldmatrix, emit_mma, emit_pack_pairs
+        from tileagent.compiler.tir import LdMatrix, Mma, PackPairs
+
+        return {Mma: emit_mma, LdMatrix: emit_ldmatrix, PackPairs: emit_pack_pairs}
+
+    def emulators(self) -> dict:
+        from tileagent.compiler.emulate_tensor import HANDLERS
+        from tileagent.compiler.tir import LdMatrix, Mma, PackPairs
+
+        return {k: HANDLERS[k] for k in (Mma, LdMatrix, PackPairs)}

@@ -1,0 +1,146 @@
+"""The instruction registry (compiler.instructions): which instruction carries out a T.gemm or one run of a T.copy,
+how the choice shows in ``kernel.get_ir("thread")`` and in diagnostics, and that a new entry is picked up from its
+registry line alone."""
+
+import types
+
+import pytest
+import torch
+
+import tileagent
+import tileagent.language as T
+from tileagent.compiler import instructions
+from tileagent.compiler.diagnostics import CompileError, LayoutError
+from tileagent.compiler.instructions import (COPY, GEMM, CpAsync, LoadStore, MmaSyncM16N8K16, cuda_emitters,
+                                             emulators, gemm_unavailable, select_copy, select_gemm)
+from tileagent.compiler.ir.stmt import Buffer, Gemm, Region
+from tileagent.compiler.dtypes import DType
+from tileagent.compiler.tir import AsyncCopy, LdMatrix, Mma, PackPairs
+
+
+def _buf(name, shape, dtype, scope):
+    return Buffer(name, shape, DType(dtype), scope)
+
+
+def _gemm(m=64, n=64, k=32, dtype="float16", acc="float32", policy=0, a_scope="shared"):
+    a = _buf("A_s", (m, k), dtype, a_scope)
+    b = _buf("B_s", (k, n), dtype, "shared")
+    c = _buf("C_l", (m, n), acc, "fragment")
+    return Gemm(Region.whole(a), Region.whole(b), Region.whole(c), False, False, policy, False)
+
+
+def _target(*features):
+    return types.SimpleNamespace(name="test_arch", features=frozenset(features))
+
+
+def test_mma_sync_is_the_first_gemm_entry_and_describes_its_choice():
+    assert isinstance(GEMM[0], MmaSyncM16N8K16)
+    choice = select_gemm(_gemm(m=128, n=64, policy=1), threads=128)
+    assert choice.instruction is GEMM[0]
+    assert choice.partition == (4, 1)
+    assert choice.describe() == "mma.sync m16n8k16, FullRow, 4 warps (4 x 1)"
+    assert select_gemm(_gemm(m=128, n=128), threads=256).describe() == "mma.sync m16n8k16, Square, 8 warps (4 x 2)"
+
+
+def test_gemm_entry_reasons_name_what_does_not_fit():
+    mma = GEMM[0]
+    assert mma.reason(_gemm(), 128, None) is None
+    assert "float16/bfloat16 A and B and a float32 accumulator; got float32, float32 -> float32" in \
+        mma.reason(_gemm(dtype="float32"), 128, None)
+    assert mma.reason(_gemm(), 128, _target("cp_async")) == "the target test_arch has no mma.sync"
+    assert mma.reason(_gemm(), 128, _target("mma_sync")) is None
+    error = gemm_unavailable(_gemm(dtype="float32"), 128)
+    assert error.code == "E602" and error.notes[0].startswith("mma.sync m16n8k16: takes float16/bfloat16")
+
+
+def test_a_tile_no_entry_can_split_is_a_layout_error():
+    with pytest.raises(LayoutError) as info:
+        select_gemm(_gemm(m=48, n=64, policy=1), threads=128)
+    assert info.value.code == "L005" and "cannot split a 48 x 64 tile over 4 warps" in str(info.value)
+
+
+def test_copy_entries_by_cost():
+    g = Region.whole(_buf("A", (64, 64), "float16", "global"))
+    s = Region.whole(_buf("A_s", (64, 64), "float16", "shared"))
+    f = Region.whole(_buf("A_f", (64, 64), "float32", "fragment"))
+    assert [type(e) for e in COPY] == [CpAsync, LoadStore, LoadStore]
+    assert isinstance(select_copy(g, s, 8, True), CpAsync)
+    assert select_copy(g, s, 8, True).describe(g, 8) == "cp.async 16B"
+    assert select_copy(g, s, 8, False).name == "vectorized ld/st"  # not a pipeline producer
+    assert select_copy(g, s, 8, True, _target("mma_sync")).name == "vectorized ld/st"  # no cp.async on the target
+    assert select_copy(g, f, 8, True).name == "vectorized ld/st"  # cp.async moves into shared memory only
+    assert select_copy(g, s, 1, False).name == "scalar ld/st"
+
+
+def test_emitted_statements_come_with_their_cuda_emitter_and_emulator():
+    for node in (Mma, LdMatrix, PackPairs, AsyncCopy):
+        assert node in cuda_emitters() and node in emulators()
+
+
+def _pipelined_gemm(M, N, K, dtype="float16"):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, 64), T.ceildiv(M, 64), threads=128) as (bx, by):
+            A_s = T.alloc_shared((64, 32), dtype)
+            B_s = T.alloc_shared((32, 64), dtype)
+            C_l = T.alloc_fragment((64, 64), "float32")
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, 32), num_stages=2):
+                T.copy(A[by * 64, k * 32], A_s)
+                T.copy(B[k * 32, bx * 64], B_s)
+                T.gemm(A_s, B_s, C_l, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(C_l, C[by * 64, bx * 64])
+
+    return main
+
+
+def _line_of(func, text):
+    import inspect
+
+    lines, first = inspect.getsourcelines(func)
+    return first + next(n for n, line in enumerate(lines) if text in line)
+
+
+def test_thread_ir_names_the_chosen_instructions():
+    ir = tileagent.compile(_pipelined_gemm(128, 128, 64), target="sim").get_ir("thread")
+    gemm_line = _line_of(_pipelined_gemm, "T.gemm(A_s")
+    copy_line = _line_of(_pipelined_gemm, "T.copy(A[by")
+    store_line = _line_of(_pipelined_gemm, "T.copy(C_l")
+    assert f"# T.gemm at line {gemm_line}: mma.sync m16n8k16, FullRow, 4 warps (4 x 1)" in ir
+    assert f"# T.copy at line {copy_line}: cp.async 16B" in ir
+    assert f"# T.copy at line {store_line}: vectorized ld/st x2" in ir
+
+
+def test_float32_gemm_runs_on_the_interpreter_and_is_refused_by_the_cuda_lowering_with_reasons():
+    func = _pipelined_gemm(64, 64, 32, dtype="float32")
+    a, b, c = torch.randn(64, 32), torch.randn(32, 64), torch.zeros(64, 64)
+    tileagent.compile(func, target="cpu")(a, b, c)
+    torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(CompileError) as info:
+        tileagent.compile(func, target="sim")
+    e = info.value
+    assert e.code == "E602" and e.span.line == _line_of(_pipelined_gemm, "T.gemm(A_s")
+    assert any(n.startswith("mma.sync m16n8k16: takes float16/bfloat16") for n in e.notes)
+
+
+def test_a_new_gemm_entry_is_used_from_its_registry_line_alone(monkeypatch):
+    """A cheaper entry registered in front wins: its layouts, its lowering and its name in the thread IR."""
+    calls = []
+
+    class Cheaper(MmaSyncM16N8K16):
+        name = "test.mma"
+
+        def cost(self, g, threads, target):
+            return 0.5
+
+        def lower(self, g, ctx):
+            calls.append(g)
+            return super().lower(g, ctx)
+
+    monkeypatch.setattr(instructions, "GEMM", (MmaSyncM16N8K16(), Cheaper()))
+    kernel = tileagent.compile(_pipelined_gemm(64, 64, 32), target="sim")
+    assert "test.mma, FullRow, 4 warps (4 x 1)" in kernel.get_ir("thread") and calls
+    a, b = torch.randn(64, 32, dtype=torch.float16), torch.randn(32, 64, dtype=torch.float16)
+    c = torch.zeros(64, 64)
+    kernel(a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
