@@ -70,3 +70,22 @@ def test_shared_memory_over_48_kib_launches():
     x, y = torch.randn(256, 256, device="cuda"), _nan(256, 256)
     kernel(x, y)
     torch.testing.assert_close(y, x.T.contiguous())
+
+
+@pytest.mark.parametrize("scope", ["shared", "fragment"])
+@pytest.mark.parametrize("dim,reverse", [(0, False), (1, True)])
+def test_cumsum_on_gpu(scope, dim, reverse):
+    """T.cumsum on the device: float32 against torch; float16 bit for bit equal to the tile interpreter."""
+    from tests.test_tileop_cumsum import reference, tiled_cumsum
+
+    a = torch.randn(100, 70, device="cuda")
+    b = _nan(100, 70)
+    tileagent.compile(tiled_cumsum(100, 70, 32, 64, scope, dim, reverse))(a, b)
+    torch.testing.assert_close(b.cpu(), reference(a.cpu(), 32, 64, dim, reverse), rtol=1e-5, atol=1e-4)
+    func = tiled_cumsum(100, 70, 32, 64, scope, dim, reverse, dtype="float16")
+    h = (torch.rand(100, 70) + 0.5).half()
+    on_cpu = torch.full((100, 70), float("nan"), dtype=torch.float16)
+    tileagent.compile(func, target="cpu")(h, on_cpu)
+    on_gpu = _nan(100, 70, dtype=torch.float16)
+    tileagent.compile(func)(h.cuda(), on_gpu)
+    assert torch.equal(on_gpu.cpu(), on_cpu)

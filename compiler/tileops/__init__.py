@@ -13,6 +13,7 @@ import sys
 from tileagent.compiler.tileops.atomic_add import AtomicAddTileOp
 from tileagent.compiler.tileops.base import Effects, TileOp
 from tileagent.compiler.tileops.copy import CopyOp
+from tileagent.compiler.tileops.cumsum import CumSumOp
 from tileagent.compiler.tileops.fill import FillOp
 from tileagent.compiler.tileops.gemm import GemmOp
 from tileagent.compiler.tileops.reduce import ReduceOp
@@ -23,6 +24,7 @@ _OPS = (
     ReduceOp(),          # T.reduce_*
     FillOp(),            # T.fill / T.clear
     AtomicAddTileOp(),   # T.atomic_add of a tile
+    CumSumOp(),          # T.cumsum
 )
 
 REGISTRY: dict[type, TileOp] = {op.node: op for op in _OPS}
