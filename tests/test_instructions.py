@@ -29,8 +29,8 @@ def _gemm(m=64, n=64, k=32, dtype="float16", acc="float32", policy=0, a_scope="s
     return Gemm(Region.whole(a), Region.whole(b), Region.whole(c), False, False, policy, False)
 
 
-def _target(*features):
-    return types.SimpleNamespace(name="test_arch", features=frozenset(features))
+def _target(*features, arch="sm_90a"):
+    return types.SimpleNamespace(name=f"cuda:{arch}", arch=arch, features=frozenset(features))
 
 
 def test_mma_sync_is_the_first_gemm_entry_and_describes_its_choice():
@@ -47,8 +47,8 @@ def test_gemm_entry_reasons_name_what_does_not_fit():
     assert mma.reason(_gemm(), 128, None) is None
     assert "float16/bfloat16 A and B and a float32 accumulator; got float32, float32 -> float32" in \
         mma.reason(_gemm(dtype="float32"), 128, None)
-    assert mma.reason(_gemm(), 128, _target("cp_async")) == "the target test_arch has no mma.sync"
-    assert mma.reason(_gemm(), 128, _target("mma_sync")) is None
+    assert mma.reason(_gemm(), 128, _target(arch="sm_75")) == "needs sm_80 or newer; the target is cuda:sm_75"
+    assert mma.reason(_gemm(), 128, _target(arch="sm_80")) is None
     error = gemm_unavailable(_gemm(dtype="float32"), 128)
     assert error.code == "E602" and error.notes[0].startswith("mma.sync m16n8k16: takes float16/bfloat16")
 
@@ -67,7 +67,7 @@ def test_copy_entries_by_cost():
     assert isinstance(select_copy(g, s, 8, True), CpAsync)
     assert select_copy(g, s, 8, True).describe(g, 8) == "cp.async 16B"
     assert select_copy(g, s, 8, False).name == "vectorized ld/st"  # not a pipeline producer
-    assert select_copy(g, s, 8, True, _target("mma_sync")).name == "vectorized ld/st"  # no cp.async on the target
+    assert select_copy(g, s, 8, True, _target("ldmatrix")).name == "vectorized ld/st"  # no cp.async on the target
     assert select_copy(g, f, 8, True).name == "vectorized ld/st"  # cp.async moves into shared memory only
     assert select_copy(g, s, 1, False).name == "scalar ld/st"
 

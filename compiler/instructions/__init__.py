@@ -12,7 +12,7 @@ this package plus one line in ``GEMM`` or ``COPY``.
 from __future__ import annotations
 
 from tileagent.compiler.diagnostics import LayoutError, TargetError
-from tileagent.compiler.instructions.base import GemmChoice, Instruction, has_feature
+from tileagent.compiler.instructions.base import GemmChoice, Instruction, has_feature, sm_version
 from tileagent.compiler.instructions.copy import CpAsync, LoadStore
 from tileagent.compiler.instructions.mma_sync import MmaSyncM16N8K16
 
@@ -84,4 +84,4 @@ def emulators() -> dict:
 
 
 __all__ = ["COPY", "GEMM", "GemmChoice", "Instruction", "cuda_emitters", "emulators", "gemm_unavailable",
-           "has_feature", "select_copy", "select_gemm"]
+           "has_feature", "select_copy", "select_gemm", "sm_version"]

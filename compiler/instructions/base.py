@@ -11,11 +11,19 @@ new instruction family is one module plus its line in ``compiler.instructions``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
+def sm_version(target) -> int | None:
+    """The compute capability of ``target`` as a number (``sm_90a`` -> 90), None without a target or an arch."""
+    match = re.fullmatch(r"sm_(\d+)[a-z]?", str(getattr(target, "arch", "") or ""))
+    return int(match.group(1)) if match else None
+
+
 def has_feature(target, feature: str) -> bool:
-    """Whether ``target`` offers ``feature`` ("mma_sync", "ldmatrix", "cp_async", ...). No target: every feature."""
+    """Whether ``target`` offers ``feature`` (``Target.features``: "cp_async", "ldmatrix", "wgmma", "tma", ...). No
+    target: every feature."""
     if target is None:
         return True
     features = getattr(target, "features", None)

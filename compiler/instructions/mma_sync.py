@@ -1,6 +1,6 @@
 """Registry entry ``mma.sync m16n8k16``: T.gemm on the warp-wide tensor-core MMA of sm_80 and later.
 
-Applies to: float16/bfloat16 A and B of one dtype, a float32 accumulator fragment, B in shared memory, A in shared
+Applies to: targets of sm_80 and newer (every arch this compiler emits for); float16/bfloat16 A and B of one dtype, a float32 accumulator fragment, B in shared memory, A in shared
 memory or (not transposed) in registers, and a tile that the gemm's GemmWarpPolicy splits over the block's whole
 warps into 16 x 8 atoms (``compiler.layout.mma.warp_partition``). Layouts: the accumulator and register-A layouts
 of ``compiler.layout.mma``. Lowering: ``compiler.lower.gemm`` (ldmatrix where the shared layout allows, else element
@@ -11,7 +11,7 @@ loads). Emits ``Mma``, ``LdMatrix`` and ``PackPairs`` (CUDA: ``compiler.targets.
 from __future__ import annotations
 
 from tileagent.compiler.diagnostics import LayoutError
-from tileagent.compiler.instructions.base import Instruction, has_feature
+from tileagent.compiler.instructions.base import Instruction, sm_version
 from tileagent.compiler.layout.mma import accumulator_layout, operand_a_layout, warp_partition
 
 DTYPES = ("float16", "bfloat16")
@@ -31,8 +31,8 @@ class MmaSyncM16N8K16(Instruction):
 
     def reason(self, g, threads: int, target) -> str | None:
         a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
-        if not has_feature(target, "mma_sync"):
-            return f"the target {getattr(target, 'name', target)} has no mma.sync"
+        if sm_version(target) is not None and sm_version(target) < 80:
+            return f"needs sm_80 or newer; the target is {getattr(target, 'name', target)}"
         if a.dtype not in DTYPES or b.dtype != a.dtype or c.dtype != "float32":
             return f"takes float16/bfloat16 A and B and a float32 accumulator; got {a.dtype}, {b.dtype} -> {c.dtype}"
         if b.scope != "shared" or a.scope not in ("shared", "fragment"):
