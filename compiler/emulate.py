@@ -43,6 +43,7 @@ from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Sele
 from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
 from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
 from tileagent.compiler.instructions import emulators
+from tileagent.compiler.intrinsics import MATH, as_tensor, compute_dtype, float_binop, float_call, storage
 from tileagent.compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
                           VecAtomicAdd, VecCopy, WARP)
 
@@ -52,11 +53,6 @@ log = logging.getLogger(__name__)
 
 _INT_POISON = -(2**30) + 7
 _ATOMIC = -2  # writer id of bytes last updated by an atomic add
-_MATH = {"exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.log2, "sqrt": torch.sqrt,
-         "rsqrt": torch.rsqrt, "abs": torch.abs, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf,
-         "floor": torch.floor, "ceil": torch.ceil, "pow": torch.pow, "min": torch.minimum, "max": torch.maximum}
-
-
 def run_module(module: DeviceModule, values: dict, *, check_races: bool = True) -> None:
     """Run every kernel of ``module`` in order. ``values`` may also key tensors by the PrimFunc's own tensor
     parameters (``module.flat_globals``); they are bound to the flat buffers the kernels use."""
@@ -108,20 +104,6 @@ def _bind_params(kernel: DeviceKernel, values: dict) -> tuple[dict, dict]:
             raise KernelArgumentError(f"{where} has {size} elements, got a tensor of {flat.numel()}")
         globals_[p] = flat
     return scalars, globals_
-
-
-def _as_tensor(v, dt) -> torch.Tensor:
-    if isinstance(v, torch.Tensor):
-        return v
-    return torch.tensor(v, dtype=dt.torch if not dt.is_int else torch.int64)
-
-
-def _compute_dtype(dt):
-    return torch.float64 if dt == "float64" else torch.float32
-
-
-def _storage(dt):
-    return dt.torch if not dt.is_int else torch.int64
 
 
 def _wrap(v, dt):
@@ -243,7 +225,7 @@ class _Block:
         v = self.ev(s.value)
         old = self.env.get(s.var)
         if self.mask is not None and old is not None:
-            dt = _storage(s.var.dtype)
+            dt = storage(s.var.dtype)
             v = torch.where(self.mask, self.lanes(v, dt), self.lanes(old, dt))
         self.env[s.var] = v
 
@@ -268,12 +250,12 @@ class _Block:
         if b.scope != "local":
             raise EmulationError(f"Declare of '{b.name}' in scope {b.scope}; only local buffers are declared", s.span)
         fill = float("nan") if b.dtype.is_float else (_INT_POISON if b.dtype.bits >= 32 else 0)
-        storage = torch.int64 if b.dtype == "uint32" else b.dtype.torch  # torch's uint32 lacks indexing
+        held = torch.int64 if b.dtype == "uint32" else b.dtype.torch  # torch's uint32 lacks indexing
         if b not in self.mem:
-            self.mem[b] = torch.full((self.nt, int(b.shape[0])), fill, dtype=storage)
+            self.mem[b] = torch.full((self.nt, int(b.shape[0])), fill, dtype=held)
         rows = self.active()
         if s.init is not None:
-            fill = self.lanes(_as_tensor(self.ev(s.init), b.dtype).to(storage))[rows, None]
+            fill = self.lanes(as_tensor(self.ev(s.init), b.dtype).to(held))[rows, None]
         self.mem[b][rows] = fill
 
     def store(self, s: Store) -> None:
@@ -392,7 +374,7 @@ class _Block:
     def write(self, buf: Buffer, base, width: int, value, verb: str, accumulate: bool) -> None:
         mem, idx = self.elements(buf, base, width, verb)
         ids = self.active()
-        value = _as_tensor(value, buf.dtype)
+        value = as_tensor(value, buf.dtype)
         if value.dim() == 1:
             value = value[:, None]
         vals = value.expand(self.nt, width)[ids]
@@ -400,7 +382,7 @@ class _Block:
         if buf.scope == "local":
             rows = ids[:, None].expand_as(idx)
             if accumulate:
-                cd = _compute_dtype(buf.dtype)
+                cd = compute_dtype(buf.dtype)
                 mem[rows, idx] = (mem[rows, idx].to(cd) + vals.to(cd)).to(mem.dtype)
             else:
                 mem[rows, idx] = vals.to(mem.dtype)
@@ -410,7 +392,7 @@ class _Block:
         flat_idx, flat_vals = idx.reshape(-1), vals.reshape(-1)
         if accumulate:
             uniq, inv = torch.unique(flat_idx, return_inverse=True)
-            cd = _compute_dtype(buf.dtype) if buf.dtype.is_float else torch.int64
+            cd = compute_dtype(buf.dtype) if buf.dtype.is_float else torch.int64
             acc = mem[uniq].to(cd)
             acc.index_add_(0, inv, flat_vals.to(cd))
             mem[uniq] = acc.to(mem.dtype)
@@ -541,11 +523,11 @@ class _Block:
         if not isinstance(c, torch.Tensor) or c.dim() == 0:
             return self.ev(e.a) if bool(c) else self.ev(e.b)
         c = c.to(torch.bool)
-        dt = _storage(e.dtype)
+        dt = storage(e.dtype)
         a, b = self.under(c, e.a), self.under(~c, e.b)
         if a is None or b is None:
-            return _as_tensor(b if a is None else a, e.dtype).to(dt)
-        return torch.where(c, _as_tensor(a, e.dtype).to(dt), _as_tensor(b, e.dtype).to(dt))
+            return as_tensor(b if a is None else a, e.dtype).to(dt)
+        return torch.where(c, as_tensor(a, e.dtype).to(dt), as_tensor(b, e.dtype).to(dt))
 
     def load(self, e: Load):
         vals = self.read(e.buffer, self.ev(e.indices[0]), 1, "load from")[:, 0]
@@ -567,12 +549,7 @@ class _Block:
             return self.ev(e.b)
         b = self.ev(e.b)
         if dt.is_float:
-            cd = _compute_dtype(dt)
-            a, b = _as_tensor(a, dt).to(cd), _as_tensor(b, dt).to(cd)
-            r = {"+": torch.add, "-": torch.sub, "*": torch.mul, "/": torch.div}.get(op)
-            if r is None:
-                r = {"//": lambda x, y: torch.floor(x / y), "%": lambda x, y: x - torch.floor(x / y) * y}[op]
-            return r(a, b).to(dt.torch)
+            return float_binop(op, a, b, dt)
         if op in ("/", "//", "%"):
             return _wrap(self.int_div(op, a, b), dt)
         r = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "&": lambda: a & b,
@@ -601,20 +578,19 @@ class _Block:
         return torch.div(a, b, rounding_mode="trunc" if op == "/" else "floor")
 
     def call(self, e: Call):
-        if e.name not in _MATH:
+        if e.name not in MATH:
             raise EmulationError(f"unknown intrinsic '{e.name}'", self.span)
         args = [self.ev(a) for a in e.args]
         dt = e.dtype
         if not dt.is_float:
             if e.name in ("min", "max"):
                 if any(isinstance(a, torch.Tensor) for a in args):
-                    return _MATH[e.name](torch.as_tensor(args[0]), torch.as_tensor(args[1]))
+                    return MATH[e.name](torch.as_tensor(args[0]), torch.as_tensor(args[1]))
                 return min(args) if e.name == "min" else max(args)
             if e.name == "abs":
                 return _wrap(abs(args[0]), dt)
             return args[0]
-        cd = _compute_dtype(dt)
-        return _MATH[e.name](*[_as_tensor(a, dt).to(cd) for a in args]).to(dt.torch)
+        return float_call(e.name, args, dt)
 
     def shfl_xor(self, e: Call):
         """CUDA __shfl_xor_sync(0xffffffff, v, mask, width) over every warp of the block at once."""
@@ -641,7 +617,7 @@ class _Block:
 
 def _cast(v, src, dst):
     if dst.is_float:
-        return _as_tensor(v, src).to(dst.torch)
+        return as_tensor(v, src).to(dst.torch)
     if dst.is_bool:
         return (v != 0) if isinstance(v, torch.Tensor) else bool(v)
     if isinstance(v, torch.Tensor):

@@ -19,6 +19,7 @@ import sys
 import torch
 
 from tileagent.compiler.errors import KernelFault
+from tileagent.compiler.intrinsics import MATH, as_tensor, compute_dtype, float_binop, float_call, storage
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, Parallel, Print,
@@ -34,23 +35,6 @@ def run(func: PrimFunc, args: dict, env: dict) -> None:
     interp = _Interpreter(args, env)
     for s in func.body:
         interp.stmt(s, None)
-
-
-def compute_dtype(dt):
-    """The dtype float arithmetic of ``dt`` is carried out in: float64 for float64, else float32."""
-    return torch.float64 if dt == "float64" else torch.float32
-
-
-def as_tensor(v, dt) -> torch.Tensor:
-    """``v`` as a tensor (ints as int64)."""
-    if isinstance(v, torch.Tensor):
-        return v
-    return torch.tensor(v, dtype=dt.torch if not dt.is_int else torch.int64)
-
-
-_MATH = {"exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.log2, "sqrt": torch.sqrt,
-         "rsqrt": torch.rsqrt, "abs": torch.abs, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf,
-         "floor": torch.floor, "ceil": torch.ceil, "pow": torch.pow, "min": torch.minimum, "max": torch.maximum}
 
 
 class _Interpreter:
@@ -268,8 +252,8 @@ class _Interpreter:
             c, a, b = self.ev(e.cond), self.ev(e.a), self.ev(e.b)
             if not isinstance(c, torch.Tensor):
                 return a if c else b
-            return torch.where(c, as_tensor(a, e.dtype).to(_storage(e.dtype)), as_tensor(b, e.dtype).to(
-                _storage(e.dtype)))
+            return torch.where(c, as_tensor(a, e.dtype).to(storage(e.dtype)), as_tensor(b, e.dtype).to(
+                storage(e.dtype)))
         if t is Call:
             return self.call(e)
         raise KernelFault(f"cannot evaluate {type(e).__name__}")
@@ -278,12 +262,7 @@ class _Interpreter:
         a, b = self.ev(e.a), self.ev(e.b)
         op, dt = e.op, e.dtype
         if dt.is_float:
-            cd = compute_dtype(dt)
-            a, b = as_tensor(a, dt).to(cd), as_tensor(b, dt).to(cd)
-            r = {"+": torch.add, "-": torch.sub, "*": torch.mul, "/": torch.div}.get(op)
-            if r is None:
-                r = {"//": lambda x, y: torch.floor(x / y), "%": lambda x, y: x - torch.floor(x / y) * y}[op]
-            return r(a, b).to(dt.torch)
+            return float_binop(op, a, b, dt)
         if op in ("and", "or"):
             if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
                 a, b = torch.as_tensor(a, dtype=torch.bool), torch.as_tensor(b, dtype=torch.bool)
@@ -321,15 +300,9 @@ class _Interpreter:
         if not dt.is_float:
             if e.name in ("min", "max"):
                 if any(isinstance(a, torch.Tensor) for a in args):
-                    return _MATH[e.name](torch.as_tensor(args[0]), torch.as_tensor(args[1]))
+                    return MATH[e.name](torch.as_tensor(args[0]), torch.as_tensor(args[1]))
                 return min(args) if e.name == "min" else max(args)
             if e.name == "abs":
                 return abs(args[0])
             return args[0]
-        cd = compute_dtype(dt)
-        ts = [as_tensor(a, dt).to(cd) for a in args]
-        return _MATH[e.name](*ts).to(dt.torch)
-
-
-def _storage(dt):
-    return dt.torch if not dt.is_int else torch.int64
+        return float_call(e.name, args, dt)

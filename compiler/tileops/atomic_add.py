@@ -10,6 +10,7 @@ Interpreter: adds in float32 (float64 for float64), rounds once to dst's dtype.
 from __future__ import annotations
 
 from tileagent.compiler.diagnostics import ScopeError
+from tileagent.compiler.intrinsics import compute_dtype
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.ir.stmt import AtomicAddTile
 from tileagent.compiler.tileops.base import Effects, TileOp
@@ -43,8 +44,6 @@ class AtomicAddTileOp(TileOp):
         return lower_atomic_add_tile(ctx, s)
 
     def interpret(self, s, it, mask) -> None:
-        from tileagent.compiler.interp import compute_dtype
-
         old = it.read_region(s.dst, s.span)
         add = it.read_region(s.src, s.span).reshape(s.dst.extents)
         cd = compute_dtype(s.dst.buffer.dtype)

@@ -8,6 +8,7 @@ shared or global tile). Interpreter: writes the value, cast to the buffer's dtyp
 
 from __future__ import annotations
 
+from tileagent.compiler.intrinsics import as_tensor
 from tileagent.compiler.ir.printer import expr_str, region_str
 from tileagent.compiler.ir.stmt import Fill
 from tileagent.compiler.tileops.base import Effects, TileOp
@@ -39,7 +40,5 @@ class FillOp(TileOp):
         return lower_fill(ctx, s)
 
     def interpret(self, s, it, mask) -> None:
-        from tileagent.compiler.interp import as_tensor
-
         value = as_tensor(it.ev(s.value), s.dst.buffer.dtype).to(s.dst.buffer.dtype.torch)
         it.write_region(s.dst, value.expand(s.dst.extents), s.span)

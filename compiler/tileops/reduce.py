@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from tileagent.compiler.diagnostics import ScopeError, ShapeError
+from tileagent.compiler.intrinsics import compute_dtype
 from tileagent.compiler.ir.stmt import Reduce
 from tileagent.compiler.tileops.base import Effects, TileOp
 
@@ -77,8 +78,6 @@ class ReduceOp(TileOp):
         return lower_reduce(ctx, s)
 
     def interpret(self, s, it, mask) -> None:
-        from tileagent.compiler.interp import compute_dtype
-
         src = it.mem[s.src]
         cd = compute_dtype(s.dst.dtype)
         x = src.to(cd)

@@ -1,0 +1,48 @@
+"""Scalar semantics shared by the two CPU executors: the tile interpreter (``compiler.interp``) and the SIMT emulator
+(``compiler.emulate``).
+
+In: values (Python numbers or torch tensors) and the IR dtype of the result. Out: torch tensors.
+Guarantees: float arithmetic and intrinsics compute in float32 (float64 for float64) and round once to the result
+dtype, as the CUDA target does; integer values travel as int64 tensors (``storage``); both executors get bit-equal
+float results from the same expression because they call these functions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+MATH = {"exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.log2, "sqrt": torch.sqrt,
+        "rsqrt": torch.rsqrt, "abs": torch.abs, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf,
+        "floor": torch.floor, "ceil": torch.ceil, "pow": torch.pow, "min": torch.minimum, "max": torch.maximum}
+
+_FLOAT_OPS = {"+": torch.add, "-": torch.sub, "*": torch.mul, "/": torch.div,
+              "//": lambda x, y: torch.floor(x / y), "%": lambda x, y: x - torch.floor(x / y) * y}
+
+
+def compute_dtype(dt):
+    """The torch dtype float arithmetic of IR dtype ``dt`` is carried out in: float64 for float64, else float32."""
+    return torch.float64 if dt == "float64" else torch.float32
+
+
+def as_tensor(v, dt) -> torch.Tensor:
+    """``v`` as a tensor of ``dt`` (integers as int64)."""
+    if isinstance(v, torch.Tensor):
+        return v
+    return torch.tensor(v, dtype=dt.torch if not dt.is_int else torch.int64)
+
+
+def storage(dt):
+    """The torch dtype values of IR dtype ``dt`` are held in while computing (int64 for integers)."""
+    return dt.torch if not dt.is_int else torch.int64
+
+
+def float_binop(op: str, a, b, dt):
+    """``a op b`` for a float result dtype ``dt`` (op in + - * / // %)."""
+    cd = compute_dtype(dt)
+    return _FLOAT_OPS[op](as_tensor(a, dt).to(cd), as_tensor(b, dt).to(cd)).to(dt.torch)
+
+
+def float_call(name: str, args, dt):
+    """The math intrinsic ``name`` (a key of MATH) of ``args`` for a float result dtype ``dt``."""
+    cd = compute_dtype(dt)
+    return MATH[name](*[as_tensor(a, dt).to(cd) for a in args]).to(dt.torch)
