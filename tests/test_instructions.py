@@ -72,6 +72,18 @@ def test_copy_entries_by_cost():
     assert select_copy(g, s, 1, False).name == "scalar ld/st"
 
 
+def test_tile_atomic_add_entries():
+    from tileagent.compiler.instructions import ATOMIC
+
+    f = Region.whole(_buf("C_l", (32, 32), "float32", "fragment"))
+    g32 = Region.whole(_buf("C", (32, 32), "float32", "global"))
+    g16 = Region.whole(_buf("C", (32, 32), "float16", "global"))
+    assert select_copy(f, g32, 4, False, None, ATOMIC).describe(f, 4) == "vector atomicAdd x4"
+    assert select_copy(f, g16, 2, False, None, ATOMIC).name == "vector atomicAdd"
+    assert select_copy(f, g16, 1, False, None, ATOMIC).name == "atomicAdd"
+    assert ATOMIC[0].reason(f, g16, 4, False, None) == "adds 2 or 4 float32, or 2 float16/bfloat16, into global memory"
+
+
 def test_emitted_statements_come_with_their_cuda_emitter_and_emulator():
     for node in (Mma, LdMatrix, PackPairs, AsyncCopy):
         assert node in cuda_emitters() and node in emulators()

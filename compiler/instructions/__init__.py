@@ -1,19 +1,19 @@
 """The instruction registry: for each tile op, the hardware instructions that can carry it out, best first.
 
 In: the op's statement, the block's thread count and the target (``None``: all features). Out: ``select_gemm`` (a
-``GemmChoice``: the entry, its warp partition) and ``select_copy`` (the entry moving one run of a copy), each the
+``GemmChoice``: the entry, its warp partition) and ``select_copy`` (the entry moving one run of a copy, or adding one run of a tile atomic_add), each the
 cheapest entry that applies; a TargetError/LayoutError that lists every entry with the reason it does not apply when
 none does. ``cuda_emitters()`` / ``emulators()``: the thread-IR statements the entries emit, with their CUDA emitter
 and SIMT-emulator handler (``compiler.targets.cuda`` and ``compiler.emulate`` take them from here).
 Guarantees: selection is deterministic (cost, then registry order). A new instruction (wgmma, TMA) is a new module in
-this package plus one line in ``GEMM`` or ``COPY``.
+this package plus one line in ``GEMM``, ``COPY`` or ``ATOMIC``.
 """
 
 from __future__ import annotations
 
 from tileagent.compiler.diagnostics import LayoutError, TargetError
 from tileagent.compiler.instructions.base import GemmChoice, Instruction, has_feature, sm_version
-from tileagent.compiler.instructions.copy import CpAsync, LoadStore
+from tileagent.compiler.instructions.copy import AtomicAdd, CpAsync, LoadStore
 from tileagent.compiler.instructions.mma_sync import MmaSyncM16N8K16
 
 GEMM = (
@@ -23,6 +23,10 @@ COPY = (
     CpAsync(),               # cp.async global -> shared, 4/8/16 bytes, pipeline producers only
     LoadStore(vector=True),  # ld/st of 4, 8 or 16 bytes
     LoadStore(vector=False),  # one element at a time
+)
+ATOMIC = (
+    AtomicAdd(vector=True),   # atomicAdd of float2/float4, __half2/__nv_bfloat162 into global memory
+    AtomicAdd(vector=False),  # one atomicAdd per element
 )
 
 
@@ -60,28 +64,31 @@ def gemm_unavailable(g, threads: int, target=None) -> TargetError | None:
                        hint="T.copy the operands into float16/bfloat16 shared tiles and accumulate in float32")
 
 
-def select_copy(src, dst, width: int, async_ok: bool, target=None):
-    """The entry that moves runs of ``width`` elements from ``src`` to ``dst`` (Regions)."""
-    usable = [(e.cost(width), n, e) for n, e in enumerate(COPY) if e.reason(src, dst, width, async_ok, target) is None]
+def select_copy(src, dst, width: int, async_ok: bool, target=None, entries=None):
+    """The entry that moves runs of ``width`` elements from ``src`` to ``dst`` (Regions): one of ``entries``
+    (default ``COPY``; ``ATOMIC`` for a tile atomic_add)."""
+    entries = COPY if entries is None else entries
+    usable = [(e.cost(width), n, e) for n, e in enumerate(entries)
+              if e.reason(src, dst, width, async_ok, target) is None]
     if not usable:
-        reasons = "; ".join(f"{e.name}: {e.reason(src, dst, width, async_ok, target)}" for e in COPY)
+        reasons = "; ".join(f"{e.name}: {e.reason(src, dst, width, async_ok, target)}" for e in entries)
         raise TargetError(f"no copy instruction moves {src.buffer.name} -> {dst.buffer.name}: {reasons}", code="E602")
     return min(usable, key=lambda u: u[:2])[2]
 
 
 def cuda_emitters() -> dict:
     out = {}
-    for entry in GEMM + COPY:
+    for entry in GEMM + COPY + ATOMIC:
         out.update(entry.cuda_emitters())
     return out
 
 
 def emulators() -> dict:
     out = {}
-    for entry in GEMM + COPY:
+    for entry in GEMM + COPY + ATOMIC:
         out.update(entry.emulators())
     return out
 
 
-__all__ = ["COPY", "GEMM", "GemmChoice", "Instruction", "cuda_emitters", "emulators", "gemm_unavailable",
+__all__ = ["ATOMIC", "COPY", "GEMM", "GemmChoice", "Instruction", "cuda_emitters", "emulators", "gemm_unavailable",
            "has_feature", "select_copy", "select_gemm", "sm_version"]

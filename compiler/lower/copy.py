@@ -5,8 +5,8 @@ How: the op iterates over tile coordinates with a Fragment: the fragment operand
 each thread moves the registers it holds), else the blocked default over the tile (coalesced, ``16 bytes`` per
 thread-access where alignment allows). Each thread handles runs of ``vector`` consecutive elements of the
 innermost dim as one ``VecCopy``.
-A tile ``T.atomic_add`` into global memory adds runs of 4 float32 or 2 float16/bfloat16 values with one vector atomic
-where the run is contiguous and aligned.
+A tile ``T.atomic_add`` adds runs the same way, by an ``ATOMIC`` entry: 4 float32 or 2 float16/bfloat16 values into
+global memory with one vector atomic where the run is contiguous and aligned, else one atomicAdd per element.
 How one run moves is the copy entry of ``compiler.instructions`` that ``select_copy`` picks: in a software pipeline's
 producers (``ctx.async_copies``) a global -> shared run of 4, 8 or 16 bytes without a cast is one ``AsyncCopy``
 (cp.async, zero-filled outside the tensor), else a vectorized or scalar ``VecCopy``. ``scratch_bytes``: the shared scratch a copy between
@@ -22,12 +22,13 @@ import math
 
 from tileagent.compiler.diagnostics import TargetError
 from tileagent.compiler.dtypes import DType
-from tileagent.compiler.ir.expr import Const, Load, as_expr, make_binop, make_cast, make_cmp
+from tileagent.compiler.ir.expr import Load, as_expr, make_binop, make_cast, make_cmp
 from tileagent.compiler.ir.simplify import linear_form, static_int
-from tileagent.compiler.ir.stmt import AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, For, If, Region, Store
+from tileagent.compiler.ir.stmt import AtomicAddTile, Buffer, Copy, Fill, For, If, Region, Store
 from tileagent.compiler.layout import Fragment, make_blocked
-from tileagent.compiler.tir import THREAD, AsyncCopy, Barrier, PackPairs, VecAtomicAdd, VecCopy
-from tileagent.compiler.instructions import select_copy
+from tileagent.compiler.tir import THREAD, Barrier, PackPairs, VecCopy
+from tileagent.compiler.instructions import ATOMIC, select_copy
+from tileagent.compiler.instructions.copy import Run
 from tileagent.compiler.lower.context import and_
 from tileagent.compiler.lower.slots import SlotLoops
 
@@ -96,10 +97,12 @@ def lower_fill(ctx, s: Fill) -> list:
     value = make_cast(ctx.rewrite(s.value, {}), buf.dtype)
     if buf.scope in ("fragment", "local", "var"):  # every register of the thread
         _whole(s.dst, s)
+        ctx.note_instruction(s, "register fill")
         k = ctx.var("k")
         reg = ctx.mem(buf)
         return [For(k, 0, reg.shape[0], 1, "unroll", (Store(reg, (k,), value, s.span),), span=s.span)]
     layout = make_blocked(tuple(s.dst.extents), ctx.threads, 1)
+    ctx.note_instruction(s, "scalar st")
     loops = SlotLoops(ctx, layout)
     c = loops.index(THREAD)
     guard, store = ctx.store(buf, _region_index(s.dst, tuple(s.dst.extents), c), value, s.span)
@@ -166,10 +169,9 @@ def _transfer(ctx, layout: Fragment, coords, src: Region, dst: Region, s, atomic
     while width > 1 and (width > max_elems or not (_vector_ok(ctx, src, coords, width)
                                                     and _vector_ok(ctx, dst, coords, width))):
         width //= 2
-    instruction = None
-    if not atomic:
-        instruction = select_copy(src, dst, width, ctx.async_copies, getattr(ctx, "target", None))
-        ctx.note_instruction(s, instruction.describe(src, width))
+    entries = ATOMIC if atomic else None
+    instruction = select_copy(src, dst, width, ctx.async_copies and not atomic, getattr(ctx, "target", None), entries)
+    ctx.note_instruction(s, instruction.describe(src, width))
     if layout.vector_width % width == 0:
         loops = SlotLoops(ctx, layout, vector=width)
         return loops.nest(_transfer_group(ctx, layout, coords, src, dst, s, atomic, width, loops.index(THREAD),
@@ -183,22 +185,14 @@ def _transfer(ctx, layout: Fragment, coords, src: Region, dst: Region, s, atomic
 
 def _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, c, k, instruction) -> list:
     """Statements moving the ``width`` elements at tile coordinate ``c`` (register ``k`` of the layout), by
-    ``instruction`` (a copy entry of ``compiler.instructions``) unless ``atomic``."""
+    ``instruction`` (a copy or atomic entry of ``compiler.instructions``)."""
     valid = valid_condition(ctx, layout, c, write=dst.buffer.scope != "fragment")
     s_idx, d_idx = _region_index(src, coords, c), _region_index(dst, coords, c)
     s_in = ctx.in_bounds(src.buffer, s_idx) if src.buffer.scope == "global" else True
     d_in = ctx.in_bounds(dst.buffer, d_idx) if dst.buffer.scope == "global" else True
     s_pos = k if src.buffer.scope == "fragment" else ctx.offset(src.buffer, s_idx)
     d_pos = k if dst.buffer.scope == "fragment" else ctx.offset(dst.buffer, d_idx)
-    if atomic and width > 1:
-        add = VecAtomicAdd(ctx.mem(dst.buffer), as_expr(d_pos), ctx.mem(src.buffer), as_expr(s_pos), width, s.span)
-        return guarded(ctx, and_(valid, and_(s_in, d_in)), [add])
-    if atomic:
-        value = Load(ctx.mem(src.buffer), (as_expr(s_pos),), src.buffer.dtype) if src.buffer.scope == "fragment" \
-            else ctx.element(src.buffer, s_idx)
-        body = [AtomicAdd(ctx.mem(dst.buffer), (as_expr(d_pos),), make_cast(value, dst.buffer.dtype), s.span)]
-        return guarded(ctx, and_(valid, and_(s_in, d_in)), body)
-    return instruction.build(ctx, s, src, dst, width, s_pos, d_pos, s_in, d_in, valid)
+    return instruction.build(ctx, s, src, dst, Run(width, s_idx, d_idx, s_pos, d_pos, s_in, d_in, valid))
 
 
 def valid_condition(ctx, layout: Fragment, c, write: bool):

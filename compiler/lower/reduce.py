@@ -60,6 +60,9 @@ def lower_reduce(ctx, s: Reduce) -> list:
             idx = src_layout.inverse(THREAD, k)
             out += fold(k, ctx.slot(s.dst, tuple(i for d, i in enumerate(idx) if d != dim) or (0,)), idx)
     shuffled, shared = _thread_levels(src_layout, dim)
+    rounds = sum(int(math.log2(level.size)) for level in shuffled)
+    ctx.note_instruction(s, "in-thread fold" + (f", {rounds} shfl.xor round{'s' if rounds > 1 else ''}" if rounds else "") +
+                         (", one round through shared memory" if shared else ""))
     for level in shuffled:
         out += _butterfly(acc, n_out, level, combine, s)
     if shared:

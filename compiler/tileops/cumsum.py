@@ -106,6 +106,8 @@ class CumSumOp(TileOp):
         from tileagent.compiler.tir import THREAD, Barrier, Declare
 
         acc_dt = accumulation_dtype(s.dst.dtype)
+        ctx.note_instruction(s, "sequential scan per line" + (" in the shared scratch" if s.src.scope == "fragment"
+                                                              else ""))
         acc = ctx.scratch_registers(f"cs_{s.dst.name}", 1, acc_dt)
         out = [Declare(acc, span=s.span)]
         if s.src.scope == "shared":
