@@ -13,25 +13,18 @@ executing each Mma.
 
 from __future__ import annotations
 
-from tileagent.compiler.diagnostics import TargetError
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import Const, as_expr, make_binop
 from tileagent.compiler.ir.stmt import Alloc, Copy, For, Gemm, Store
+from tileagent.compiler.instructions.mma_sync import DTYPES as MMA_DTYPES
 from tileagent.compiler.ir.visit import leaves, walk
 from tileagent.compiler.ir.simplify import difference, is_even, linear_form
 from tileagent.compiler.tir import THREAD, Declare, LdMatrix, Mma, VecCopy
 
-_MMA_DTYPES = ("float16", "bfloat16")
-
-
 def lower_gemm(ctx, s: Gemm) -> list:
+    """The mma.sync lowering of ``s`` (the registry entry ``compiler.instructions.mma_sync`` applies: its dtypes and
+    operand scopes were checked there)."""
     a_buf, b_buf, c_buf = s.a.buffer, s.b.buffer, s.c.buffer
-    if a_buf.dtype not in _MMA_DTYPES or b_buf.dtype != a_buf.dtype or c_buf.dtype != "float32":
-        raise TargetError(f"T.gemm on tensor cores takes float16/bfloat16 A and B and a float32 accumulator; got "
-                          f"{a_buf.dtype}, {b_buf.dtype} -> {c_buf.dtype}", code="E602")
-    if b_buf.scope != "shared" or a_buf.scope not in ("shared", "fragment"):
-        raise TargetError("T.gemm on tensor cores reads B from shared memory and A from shared memory or registers",
-                          code="E602", hint="T.copy the operand into T.alloc_shared first")
     row_base, col_base, tm, tn, k = _warp_tile(ctx, s)
     lane = make_binop("%", THREAD, 32)
     g, t = make_binop("//", lane, 4), make_binop("%", lane, 4)
@@ -162,7 +155,7 @@ def packable_a_operands(body, layouts) -> set:
     from tileagent.compiler.lower.smem import buffers_used
 
     candidates = {g.a.buffer for g in walk(body) if isinstance(g, Gemm) and g.a.buffer.scope == "fragment"
-                  and str(g.a.buffer.dtype) in _MMA_DTYPES}
+                  and str(g.a.buffer.dtype) in MMA_DTYPES}
     for x in leaves(body):
         for b in candidates & buffers_used(x):
             ok = (isinstance(x, Alloc) or (isinstance(x, Gemm) and b is x.a.buffer and b not in (x.b.buffer, x.c.buffer))
