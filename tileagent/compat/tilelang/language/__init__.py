@@ -50,7 +50,6 @@ UNSUPPORTED = {
     "atomic_addx4": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
     "alloc_buffer": "raw TIR buffers are not supported; use T.alloc_shared / T.alloc_fragment / T.alloc_local",
     "allocate": "raw TIR buffers are not supported; use T.alloc_shared / T.alloc_fragment / T.alloc_local",
-    "cumsum": "T.cumsum is not supported yet",
     "gemm_sp": "sparse T.gemm_sp is not supported",
     "im2col": "T.im2col is not supported",
     "c2d_im2col": "T.im2col is not supported",
