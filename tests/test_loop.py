@@ -317,3 +317,78 @@ def test_timing_feedback_names_the_configs_that_miss_the_target_slowest_first():
     rows[1].speedup_compiled = rows[2].speedup_compiled = 1.5
     text = render_feedback(EvalResult(status="ok", configs=rows, timing_available=True), device="cuda")
     assert "Every config meets the target of 1x." in text
+
+
+def _rewrite_events(run_dir: Path, edit) -> None:
+    path = run_dir / "events.jsonl"
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(e) + "\n" for e in edit(events)))
+
+
+def _forge_ok(events: list[dict], source_sha256=None) -> list[dict]:
+    """Turn t1-c0's recorded mismatch into a correct, fast result (the hash kept, or replaced) and drop the end."""
+    out = []
+    for e in events:
+        if e["event"] == "finished":
+            continue
+        if e["event"] == "evaluated" and e["attempt_id"] == "t1-c0":
+            timing = {"median_ms": 0.1, "iqr_ms": 0.0, "trials": 50}
+            e["result"] = {"status": "ok", "device": "cuda", "timing_available": True, "configs": [
+                {"config": {"M": 16384, "C": c}, "correct": True, "candidate": timing, "eager": timing,
+                 "compiled": timing, "speedup_eager": 10.0, "speedup_compiled": 10.0} for c in (96, 320)]}
+            if source_sha256 is not None:
+                e["source_sha256"] = source_sha256
+        out.append(e)
+    return out
+
+
+def test_a_forged_correct_result_is_checked_again_before_it_can_serve_a_config(tmp_path, caplog):
+    run(tmp_path, [[cand("mismatch")]], max_turns=1, candidates=1)
+    _rewrite_events(tmp_path / "run", _forge_ok)  # the hash still names the wrong kernel's text
+    loop, outcome, drafter, worker = run(tmp_path, [[cand("mismatch")]], max_turns=1, candidates=1)
+    assert drafter.calls == []  # the forged verdict was replayed: every config looked served
+    assert outcome.outcome == "no_correct" and outcome.best == {}  # ... until the kernel was checked again
+    assert [Path(r.kernel_path).parent.name for r in worker.requests] == ["reverify"]
+    assert loop.reverify_failed == [f"t1-c0 on M=16384,C={c}: output 0 differs" for c in (96, 320)]
+    assert "the recorded result of t1-c0 on M=16384,C=96 did not hold when checked again (output 0 differs): it " \
+           "serves no config and is not exported" in caplog.text
+    assert [e["event"] for e in loop.store.events()][-2:] == ["reverified", "finished"]
+
+
+def test_a_recorded_result_counts_only_for_the_kernel_text_whose_hash_it_names(tmp_path, caplog):
+    run(tmp_path, [[cand("mismatch")]], max_turns=1, candidates=1)
+    _rewrite_events(tmp_path / "run", lambda events: _forge_ok(events, source_sha256="0" * 64))
+    loop, outcome, _, worker = run(tmp_path, [[cand("mismatch")]], max_turns=1, candidates=1)
+    assert outcome.outcome == "no_correct"
+    assert [Path(r.kernel_path).parent.name for r in worker.requests] == ["t1-c0"]  # evaluated again, not trusted
+    assert "the recorded evaluation of t1-c0 names kernel text sha256 000000000000..., but its text is " in caplog.text
+
+
+def test_an_honest_replayed_best_is_rechecked_and_keeps_serving(tmp_path):
+    turns = [[cand("mismatch")], [cand("ok", 0.5)]]
+    run(tmp_path, turns, candidates=1)
+    _rewrite_events(tmp_path / "run", lambda events: events[:-1])  # killed before "finished" was written
+    loop, outcome, drafter, worker = run(tmp_path, turns, candidates=1)
+    assert outcome.outcome == "target_met" and outcome.turns == 2 and drafter.calls == []
+    assert [Path(r.kernel_path).parent.name for r in worker.requests] == ["reverify"]
+    assert outcome.best["M=16384,C=96"].attempt_id == "t2-c0" and loop.reverify_failed == []
+
+
+def test_malformed_events_are_skipped_with_a_warning(tmp_path, caplog):
+    run(tmp_path, [[cand("mismatch")]], max_turns=1, candidates=1)
+
+    def damage(events):
+        events = [e for e in events if e["event"] != "finished"]
+        return events + [{"event": "evaluated"}, {"event": "drafted", "turn": "x", "drafts": []},
+                         {"event": "variant_evaluated", "attempt_id": "t1-c0", "variant": "v", "phase": "full",
+                          "configs_key": "[]", "result": {"status": "fine"}}]
+
+    _rewrite_events(tmp_path / "run", damage)
+    loop, outcome, _, _ = run(tmp_path, [[cand("mismatch")]], max_turns=1, candidates=1)
+    assert outcome.outcome == "no_correct" and outcome.turns == 1
+    skipped = [r.getMessage() for r in caplog.records if "skipping a malformed" in r.getMessage()]
+    assert [m.split(": skipping ")[1].split(" (")[0] for m in skipped] == [
+        "a malformed 'evaluated' event", "a malformed 'drafted' event", "a malformed 'variant_evaluated' event"]
+    assert skipped[0].endswith("(KeyError: 'attempt_id')") and skipped[1].endswith("(ValueError: turn 'x' is not a "
+                                                                                   "turn number)")
+    assert skipped[2].endswith("(ValidationError: 1 validation error for EvalResult)")

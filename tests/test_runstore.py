@@ -36,14 +36,16 @@ def test_a_complete_object_without_its_newline_counts_as_torn(tmp_path):
     assert [e["event"] for e in store.events()] == ["drafted"]
 
 
-def test_a_corrupt_line_in_the_middle_is_an_error_naming_the_line(tmp_path):
+def test_a_corrupt_line_in_the_middle_is_skipped_with_a_warning_naming_the_line(tmp_path, caplog):
     store = RunStore.create(tmp_path / "run", {})
     store.append("drafted", turn=1)
     with open(store.events_path, "a") as f:
-        f.write("garbage\n")
+        f.write("garbage\n[1, 2]\n{\"event\": 3}\n")
     store.append("evaluated", attempt_id="t1-c0")
-    with pytest.raises(RunStoreError, match=r"events.jsonl:2: not an event .*garbage"):
-        store.events()
+    assert [e["event"] for e in store.events()] == ["drafted", "evaluated"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "tileagent.runstore"]
+    assert warned == [f"{store.events_path}:{n}: skipping a line that is not an event (a JSON object with 'event'): "
+                      f"{text!r}" for n, text in ((2, b"garbage"), (3, b"[1, 2]"), (4, b'{"event": 3}'))]
 
 
 def test_create_refuses_an_existing_run_and_open_refuses_a_non_run(tmp_path):

@@ -36,7 +36,7 @@ from tileagent.context import build_messages, family_of, pick_examples
 from tileagent.target import meets_target
 from tileagent.drafters.base import AttemptSummary, Draft, DrafterUnavailable, DraftTask
 from tileagent.feedback import render_feedback, summary
-from tileagent.runstore import RunStore, config_key
+from tileagent.runstore import RunStore, config_key, source_digest
 
 log = logging.getLogger("tileagent.loop")
 
@@ -116,17 +116,50 @@ class Loop:
         self.memo_evals: dict[str, dict] = {}
         self.memo_variants: dict[tuple, dict] = {}
         self.tuned: set[str] = set()
+        self.fresh: list[ConfigResult] = []  # verdicts computed by this process (compared by identity)
+        self.reverify_failed: list[str] = []
         self.gave_up: str | None = None
         for e in store.events():
-            kind = e["event"]
-            if kind == "drafted":
-                self.memo_drafts[e["turn"]] = e["drafts"]
-            elif kind == "evaluated":
-                self.memo_evals[e["attempt_id"]] = e
-            elif kind == "variant_evaluated":
-                self.memo_variants[(e["attempt_id"], e["variant"], e["phase"], e["configs_key"])] = e["result"]
-            elif kind == "tuned":
-                self.tuned.add(e["attempt_id"])
+            try:
+                self._replay(e)
+            except (KeyError, TypeError, ValueError, AttributeError) as err:  # pydantic's errors are ValueErrors
+                log.warning("%s: skipping a malformed %r event (%s: %s)", store.events_path, e.get("event"),
+                            type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+        self.turn = max(self.memo_drafts, default=0)
+
+    def _replay(self, e: dict) -> None:
+        """Remember one recorded event (checked field by field: a malformed one raises and is skipped)."""
+        kind = e["event"]
+        if kind == "drafted":
+            turn = e["turn"]
+            if not isinstance(turn, int) or isinstance(turn, bool) or turn < 0:
+                raise ValueError(f"turn {turn!r} is not a turn number")
+            self.memo_drafts[turn] = [Draft.model_validate(d).model_dump() for d in e["drafts"]]
+        elif kind == "evaluated":
+            aid = e["attempt_id"]
+            if not isinstance(aid, str):
+                raise ValueError(f"attempt_id {aid!r} is not a string")
+            if e["result"] is not None:
+                EvalResult.model_validate(e["result"])
+            self.memo_evals[aid] = {"result": e["result"], "feedback": str(e["feedback"]),
+                                    "source_sha256": e.get("source_sha256")}
+        elif kind == "variant_evaluated":
+            result = EvalResult.model_validate(e["result"]).model_dump(mode="json")
+            self.memo_variants[(e["attempt_id"], e["variant"], e["phase"], e["configs_key"])] = {
+                "result": result, "source_sha256": e.get("source_sha256")}
+        elif kind == "tuned":
+            self.tuned.add(str(e["attempt_id"]))
+
+    def _trusted(self, memo: dict, source: str | None, what: str) -> bool:
+        """Whether a recorded verdict applies to ``source``: only for the kernel text whose hash it names."""
+        digest = source_digest(source)
+        if memo.get("source_sha256") == digest:
+            return True
+        named = memo.get("source_sha256")
+        log.warning("%s: the recorded evaluation of %s %s; evaluating it again", self.store.events_path, what,
+                    f"names kernel text sha256 {str(named)[:12]}..., but its text is {digest[:12]}..." if named
+                    else "names no kernel text (no source_sha256)")
+        return False
 
     # -- targets ----------------------------------------------------------------------------------------------------
 
@@ -292,7 +325,8 @@ class Loop:
 
     def _attempt(self, aid: str, turn: int, draft: Draft, keep_going: bool = False, every: bool = False) -> None:
         configs = [rc.eval for rc in self.o.configs] if every else self.pending_evals()
-        if aid in self.memo_evals:
+        replayed = aid in self.memo_evals and self._trusted(self.memo_evals[aid], draft.source, aid)
+        if replayed:
             e = self.memo_evals[aid]
             result = EvalResult.model_validate(e["result"]) if e["result"] else None
             feedback = e["feedback"]
@@ -305,11 +339,14 @@ class Loop:
                 self.store.write(f"attempts/{aid}/eval.json", result.model_dump_json(indent=2))
             feedback = render_feedback(result, problem=draft.problem, device=self.o.device, target=self.o.target)
             self.store.write(f"attempts/{aid}/feedback.md", feedback)
-            self.store.append("evaluated", attempt_id=aid, result=result.model_dump(mode="json") if result else None,
+            self.store.append("evaluated", attempt_id=aid, source_sha256=source_digest(draft.source),
+                              result=result.model_dump(mode="json") if result else None,
                               feedback=feedback, summary=summary(result, draft.problem))
+            if result is not None:
+                self.fresh.extend(result.configs)
         self.attempts[aid] = Attempt(attempt_id=aid, turn=turn, draft=draft, result=result, feedback=feedback)
         self.on_event("evaluated", {"attempt_id": aid, "summary": summary(result, draft.problem),
-                                    "replayed": aid in self.memo_evals})
+                                    "replayed": replayed})
         if result is None:
             return
         for c in result.configs:
@@ -343,10 +380,11 @@ class Loop:
         def evaluate(values: dict, phase: str, cfgs: list[dict]) -> EvalResult:
             vkey = autotune.variant_key(values)
             ckey = json.dumps(cfgs, sort_keys=True)
+            text = autotune.assign(source, values)
             memo = self.memo_variants.get((aid, vkey, phase, ckey))
-            if memo is not None:
-                return EvalResult.model_validate(memo)
-            path = self.store.write(f"attempts/{aid}/tune/{vkey}.py", autotune.assign(source, values))
+            if memo is not None and self._trusted(memo, text, f"{aid} variant {vkey} ({phase})"):
+                return EvalResult.model_validate(memo["result"])
+            path = self.store.write(f"attempts/{aid}/tune/{vkey}.py", text)
             screen = phase == "screen"
             request = self._request(path, cfgs, seeds=autotune.SCREEN_SEEDS if screen else None,
                                     distributions=["normal"] if screen else None,
@@ -354,8 +392,11 @@ class Loop:
             result = self.worker.evaluate(request)
             self.store.write(f"attempts/{aid}/tune/{vkey}.{phase}.json", result.model_dump_json(indent=2))
             self.store.append("variant_evaluated", attempt_id=aid, variant=vkey, tunables=values, phase=phase,
-                              configs_key=ckey, result=result.model_dump(mode="json"), summary=summary(result))
-            self.memo_variants[(aid, vkey, phase, ckey)] = result.model_dump(mode="json")
+                              configs_key=ckey, source_sha256=source_digest(text),
+                              result=result.model_dump(mode="json"), summary=summary(result))
+            self.fresh.extend(result.configs)
+            self.memo_variants[(aid, vkey, phase, ckey)] = {"result": result.model_dump(mode="json"),
+                                                            "source_sha256": source_digest(text)}
             self.on_event("variant", {"attempt_id": aid, "variant": vkey, "phase": phase, "summary": summary(result)})
             return result
 
@@ -374,7 +415,39 @@ class Loop:
 
     # -- the end ----------------------------------------------------------------------------------------------------
 
+    def _reverify(self) -> None:
+        """Check again every best kernel whose verdict was read from the run log rather than computed here (a
+        resumed run), on its configs, before anything is exported or archived: the log can be edited. A config
+        whose kernel is no longer correct loses it (``reverify_failed`` says which, with a warning); the others
+        take the fresh result (and timings)."""
+        stale: dict[str, list[str]] = {}
+        for key, b in self.best.items():
+            if not any(b.result is r for r in self.fresh):
+                stale.setdefault(b.assigned_source, []).append(key)
+        for text, keys in stale.items():
+            digest = source_digest(text)
+            path = self.store.write(f"reverify/{digest[:16]}.py", text)
+            configs = [self.best[k].result.config for k in keys]
+            ids = sorted({self.best[k].attempt_id for k in keys})
+            self.on_event("evaluating", {"attempt_id": f"{', '.join(ids)} (re-check)", "configs": len(configs)})
+            result = self.worker.evaluate(self._request(path, configs, keep_going=True))
+            self.store.append("reverified", source_sha256=digest, attempt_ids=ids, configs=configs,
+                              result=result.model_dump(mode="json"), summary=summary(result))
+            checked = {config_key(c.config): c for c in result.configs}
+            for k in keys:
+                c = checked.get(k)
+                if c is not None and c.correct:
+                    self.best[k] = self.best[k].model_copy(update={"result": c})
+                    self.fresh.append(c)
+                    continue
+                why = (c.notes[0] if c is not None and c.notes else result.message) or result.status
+                log.warning("the recorded result of %s on %s did not hold when checked again (%s): it serves no "
+                            "config and is not exported", self.best[k].attempt_id, k, why)
+                self.reverify_failed.append(f"{self.best[k].attempt_id} on {k}: {why}")
+                del self.best[k]
+
     def _finish(self, reason: str) -> Outcome:
+        self._reverify()
         covered = [rc for rc in self.o.configs if config_key(rc.eval) in self.best]
         if len(covered) == len(self.o.configs):
             if not self.timed:

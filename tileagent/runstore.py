@@ -25,11 +25,15 @@ Guarantees:
 - Every event carries ``event`` (its kind), ``t`` (UNIX time) and the fields listed in EVENTS; run.json is a
   ``RunFile`` and each event an ``Event`` (pydantic models; JSON Schemas: ``tileagent schema run|event``,
   docs/schemas/).
+- The log is not trusted: ``events()`` skips lines that are not events (with a warning), and the loop trusts a
+  recorded evaluation only for the kernel text whose SHA-256 it names and re-checks replayed best kernels before
+  anything is exported or archived (``tileagent.loop``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -48,10 +52,13 @@ EVENTS = {
     "run_resumed": "resumes (how many times the run was resumed)",
     "drafted": "turn, drafts (list of Draft dicts with attempt_id)",
     "drafter_failed": "turn, message (DrafterUnavailable or the drafter's exception)",
-    "evaluated": "attempt_id, result (EvalResult dict), feedback (text)",
-    "variant_evaluated": "attempt_id, variant, tunables, phase ('screen' or 'full'), result",
+    "evaluated": "attempt_id, source_sha256 (of the candidate's text), result (EvalResult dict), feedback (text)",
+    "variant_evaluated": "attempt_id, variant, tunables, phase ('screen' or 'full'), configs_key, source_sha256 (of "
+                         "the variant's text), result",
+    "reverified": "source_sha256, attempt_ids, configs, result: a replayed best kernel checked again before export",
     "tuned": "attempt_id, winners ({config key: {variant, tunables, time_ms}})",
-    "finished": "outcome ('target_met', 'correct', 'correct_not_faster', 'no_correct'), reason",
+    "finished": "outcome ('target_met', 'correct_untimed', 'correct_not_faster', 'partial', 'no_correct'), reason, "
+                "turns, tokens",
 }
 
 
@@ -97,6 +104,11 @@ def write_atomic(path: Path, text: str) -> None:
 def config_key(config: dict) -> str:
     """A file-name-safe key of a config: ``M=37,C=96`` (keys in the config's order)."""
     return ",".join(f"{k}={v}" for k, v in config.items()) or "default"
+
+
+def source_digest(source: str | None) -> str:
+    """The SHA-256 (hex) of a kernel's text, as recorded with its evaluations; ``"none"`` for no text."""
+    return "none" if source is None else hashlib.sha256(source.encode()).hexdigest()
 
 
 def slug(text: str) -> str:
@@ -186,7 +198,8 @@ class RunStore:
 
     def events(self) -> list[dict]:
         """Every complete event, oldest first. A last line without its newline was torn by a kill and is ignored
-        (``append`` cuts it); an invalid line elsewhere is an error naming the line."""
+        (``append`` cuts it); any other line that is not a JSON object with an ``event`` string is skipped with a
+        warning naming the file and line (a damaged or hand-edited log never stops a resume)."""
         if not self.events_path.exists():
             return []
         lines = self.events_path.read_bytes().split(b"\n")
@@ -200,9 +213,10 @@ class RunStore:
                 record = json.loads(raw)
             except ValueError:
                 record = None
-            if not isinstance(record, dict) or "event" not in record:
-                raise RunStoreError(f"{self.events_path}:{number}: not an event (a JSON object with 'event'): "
-                                    f"{raw[:80]!r}")
+            if not isinstance(record, dict) or not isinstance(record.get("event"), str):
+                log.warning("%s:%d: skipping a line that is not an event (a JSON object with 'event'): %r",
+                            self.events_path, number, raw[:80])
+                continue
             out.append(record)
         return out
 
@@ -219,4 +233,4 @@ class RunStore:
 
 
 __all__ = ["EVENTS", "FORMAT_VERSION", "Event", "RunFile", "RunStore", "RunStoreError", "config_key", "slug",
-           "write_atomic"]
+           "source_digest", "write_atomic"]
