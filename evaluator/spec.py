@@ -16,8 +16,9 @@ plus optional extensions (docs/evaluator.md is the reference):
 - ``BYTES`` / ``FLOPS``: numbers, or functions of the config (``f(**cfg)``, or ``f(cfg)`` for one parameter named
   cfg or config), for the roofline; bytes default to the sizes of inputs and outputs.
 
-Out: ``Spec``. Guarantees: every problem with the file raises ``SpecError`` with an exact message (syntax error with
-its line, missing class or function, non-tensor inputs by position, the reference raising, non-deterministic or of
+Out: ``Spec``. Guarantees: every problem with the file raises ``SpecError`` with an exact message (not UTF-8, syntax
+error with its line, ``sys.exit`` at import, missing class or function, a config key (CONFIGS, get_configs(),
+SMALL_CONFIG) that neither get_inputs nor get_init_inputs takes, non-tensor inputs by position, the reference raising, non-deterministic or of
 the wrong output type); inputs are a pure function of (config, seed, distribution); hidden distributions are in
 ``ALL_DISTRIBUTIONS`` but never in ``PUBLIC_DISTRIBUTIONS`` or ``public_distribution_text()``.
 """
@@ -378,18 +379,23 @@ def cast_floating(model: nn.Module, dtype: torch.dtype) -> nn.Module:
 
 
 def import_file(path: Path, prefix: str, error: Callable[[str], Exception]):
-    """Compile and import ``path`` as a fresh module (not left in sys.modules); syntax errors and import-time
-    exceptions become ``error(message)``."""
+    """Compile and import ``path`` as a fresh module (not left in sys.modules); a file that is not UTF-8, syntax
+    errors, import-time exceptions and ``sys.exit`` at import become ``error(message)``."""
     try:
-        source = path.read_text()
+        source = path.read_text(encoding="utf-8")
     except OSError as e:
         raise error(f"{path}: cannot read it ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise error(f"{path.name}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); save it as "
+                    f"UTF-8") from None
     try:
         compile(source, str(path), "exec")
     except SyntaxError as e:
         raise error(f"{path.name}:{e.lineno}: syntax error: {e.msg}") from None
     try:
         return exec_fresh_module(path, prefix)
+    except SystemExit as e:
+        raise error(f"{path.name}: importing it called sys.exit({e.code!r}); a module must not exit") from None
     except Exception as e:
         raise error(f"{path.name}: importing it raised {type(e).__name__}: {e}") from e
 
@@ -434,9 +440,42 @@ def load_spec(path, check: bool = True) -> Spec:
                         f"constructor arguments, [] for none)")
     configs, has_grid = _configs(module, name)
     spec = Spec(path=path, module=module, configs=configs, has_grid=has_grid, **_extensions(module, name, configs))
+    accepts = accepted_config_keys(module)
+    for k, cfg in enumerate(configs if has_grid else []):
+        check_config_keys(cfg, accepts, f"{name}: {'CONFIGS' if hasattr(module, 'CONFIGS') else 'get_configs()'}"
+                                        f"[{k}] {cfg}")
+    if spec.small_config is not None:
+        check_config_keys(spec.small_config, accepts, f"{name}: SMALL_CONFIG {spec.small_config}")
     if check:
         spec.validate(spec.small_config or configs[0])
     return spec
+
+
+def accepted_config_keys(module) -> frozenset[str] | None:
+    """The config keys that reach the reference: the parameters ``get_inputs`` and ``get_init_inputs`` name
+    (``call_with_config`` passes no others); None when one of them takes ``**kwargs`` (every key reaches it)."""
+    names: set[str] = set()
+    for fn in (module.get_inputs, module.get_init_inputs):
+        try:
+            params = inspect.signature(fn).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        if any(p.kind is p.VAR_KEYWORD for p in params):
+            return None
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return frozenset(names)
+
+
+def check_config_keys(config: dict, accepts: frozenset[str] | None, where: str) -> None:
+    """Raise SpecError when ``config`` has a key outside ``accepts`` (``accepted_config_keys``): such a key would be
+    dropped silently, and the config run at other sizes than its label says."""
+    if accepts is None:
+        return
+    unknown = [k for k in config if k not in accepts]
+    if unknown:
+        takes = ", ".join(sorted(accepts)) or "no keys"
+        raise SpecError(f"{where}: key {unknown[0]!r} is not a parameter of get_inputs() or get_init_inputs() "
+                        f"(they take: {takes}); the config would run without it")
 
 
 def _configs(module, name: str) -> tuple[list[dict], bool]:
@@ -516,5 +555,5 @@ def _tolerances(table) -> dict:
 
 
 __all__ = ["ALL_DISTRIBUTIONS", "DEFAULT_TOLERANCES", "HIDDEN", "PUBLIC_DISTRIBUTIONS", "ReferenceInfo", "Roofline",
-           "Spec", "Tolerance", "call_with_config", "cast_floating", "identical", "import_file", "load_spec",
-           "metadata", "normalize_outputs", "public_distribution_text"]
+           "Spec", "Tolerance", "accepted_config_keys", "call_with_config", "cast_floating", "check_config_keys",
+           "identical", "import_file", "load_spec", "metadata", "normalize_outputs", "public_distribution_text"]

@@ -90,8 +90,10 @@ def test_reference_raising_gives_the_exception(tmp_path):
 
 
 def test_reference_raising_on_a_config_names_the_config(tmp_path):
-    text = GOOD.replace("return torch.relu(x)", "raise ValueError('bad size')") + "\nCONFIGS = [{'M': 3}]\n"
-    assert message(tmp_path, text) == "Model.forward raised ValueError: bad size (config {'M': 3})"
+    text = GOOD.replace("return torch.relu(x)", "raise ValueError('bad size')").replace(
+        "def get_inputs():\n    return [torch.randn(4, 8)]", "def get_inputs(M):\n    return [torch.randn(M, 8)]")
+    assert message(tmp_path, text + "\nCONFIGS = [{'M': 3}]\n") == \
+        "Model.forward raised ValueError: bad size (config {'M': 3})"
 
 
 def test_non_deterministic_reference(tmp_path):
@@ -152,6 +154,42 @@ def test_model_constructor_raising(tmp_path):
 ])
 def test_bad_extension(tmp_path, extra, expected):
     assert message(tmp_path, GOOD + "\n" + extra + "\n") == expected
+
+
+def test_a_file_that_is_not_utf8_is_named_with_the_offending_byte(tmp_path):
+    path = tmp_path / "ref.py"
+    path.write_bytes(GOOD.encode() + b"# caf\xe9\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert info.value.message == f"ref.py: not UTF-8 text (byte 0xe9 at offset {len(GOOD) + 5}); save it as UTF-8"
+
+
+def test_sys_exit_at_import_is_the_files_error(tmp_path):
+    assert message(tmp_path, "import sys\nsys.exit(0)\n" + GOOD) == (
+        "ref.py: importing it called sys.exit(0); a module must not exit")
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ("CONFIGS = [{'M': 1024, 'N': 4096}]", "ref.py: CONFIGS[0] {'M': 1024, 'N': 4096}: key 'M' is not a parameter of "
+     "get_inputs() or get_init_inputs() (they take: no keys); the config would run without it"),
+    ("def get_configs():\n    return [{'n': 2}]", "ref.py: get_configs()[0] {'n': 2}: key 'n' is not a parameter "
+     "of get_inputs() or get_init_inputs() (they take: no keys); the config would run without it"),
+    ("SMALL_CONFIG = {'M': 8}", "ref.py: SMALL_CONFIG {'M': 8}: key 'M' is not a parameter of get_inputs() or "
+     "get_init_inputs() (they take: no keys); the config would run without it"),
+])
+def test_a_config_key_that_reaches_no_function_is_an_error(tmp_path, extra, expected):
+    assert message(tmp_path, GOOD + "\n" + extra + "\n") == expected
+
+
+def test_config_keys_reach_get_inputs_or_get_init_inputs_or_kwargs(tmp_path):
+    takes = GOOD.replace("def get_inputs():", "def get_inputs(M, N=8):").replace(
+        "def get_init_inputs():", "def get_init_inputs(scale=1.0):")
+    assert message(tmp_path, takes + "\nCONFIGS = [{'M': 4, 'N': 8, 'K': 2}]\n").endswith(
+        "key 'K' is not a parameter of get_inputs() or get_init_inputs() (they take: M, N, scale); the config would "
+        "run without it")
+    assert load_spec(write(tmp_path, takes + "\nCONFIGS = [{'M': 4, 'N': 8, 'scale': 2.0}]\n")).configs[0]["M"] == 4
+    spread = GOOD.replace("def get_inputs():", "def get_inputs(**cfg):")
+    assert load_spec(write(tmp_path, spread + "\nCONFIGS = [{'anything': 1}]\n")).configs == [{"anything": 1}]
 
 
 # -- what a good file gives ---------------------------------------------------------------------------------------------
