@@ -34,6 +34,10 @@ import torch
 class Model(torch.nn.Module):
     def forward(self, x):
         return x * 2
+def get_inputs(n=4):
+    return [torch.arange(float(n))]
+def get_init_inputs(n=4):
+    return []
 """
 CANDIDATES = {
     "honest": """

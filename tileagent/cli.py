@@ -8,6 +8,7 @@ Exit codes: 0 success; 1 the program ran but its check failed; 2 bad input (file
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
@@ -64,11 +65,13 @@ def _parse_params(params: list[str]) -> dict:
 @app.command(help="Run a DSL program's check(): build its kernel, run it, compare with its torch reference.\n\n"
                   "Example: tileagent run prompts/examples/rmsnorm_silu.py --device cpu -p M=1000 -p C=320")
 def run(program: Path = typer.Argument(..., help="a .py file defining check(device=..., **sizes)"),
-        device: str = typer.Option("cpu", help="cpu (the interpreter) or cuda"),
+        device: str = typer.Option("auto", help="auto (cuda when available, else cpu), cpu (the interpreter), cuda "
+                                   "or cuda:N"),
         param: list[str] = typer.Option([], "--param", "-p", help="keyword for check(), as key=value"),
         show_ir: bool = typer.Option(False, "--show-ir", help="print the kernel's tile IR"),
         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     setup_logging(err_console, verbose)
+    device = _check_device(device)
     module = _load_module(program)
     check = getattr(module, "check", None)
     if check is None:
@@ -100,17 +103,94 @@ _NOT_CORRECT = {"mismatch", "guard_violation", "compile_error", "candidate_error
                 "internal_error"}
 
 
-def _parse_overrides(items: list[str]) -> dict:
-    """``k=v`` items -> {k: v}; ``k=a,b`` -> {k: [a, b]} (one config per value)."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            err_console.print(f"[red]error:[/] --config expects key=value, got {item!r}")
-            raise typer.Exit(EXIT_BAD_INPUT)
-        values = [_parse_params([f"{key}={v}"])[key] for v in value.split(",")]
-        out[key] = values if len(values) > 1 else values[0]
-    return out
+def _bad(message: str) -> typer.Exit:
+    err_console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+def _deprecated(old: str, new: str) -> None:
+    err_console.print(f"[yellow]note:[/] {old} is deprecated; use {new} (same meaning)", highlight=False)
+
+
+def _check_device(device: str) -> str:
+    """``--device`` checked against what torch sees, before any work: 'auto' -> 'cuda' or 'cpu'; 'cuda' / 'cuda:N'
+    need that GPU. Raises the exit-2 error otherwise."""
+    import re
+
+    if device in ("auto", "cpu"):
+        if device == "cpu":
+            return "cpu"
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    match = re.fullmatch(r"cuda(?::(\d+))?", device)
+    if match is None:
+        raise _bad(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise _bad(f"--device {device}: no CUDA GPU is visible to torch (torch.cuda.is_available() is False); use "
+                   f"--device cpu or --device auto")
+    count, index = torch.cuda.device_count(), int(match.group(1) or 0)
+    if index >= count:
+        raise _bad(f"--device {device}: torch sees {count} GPU(s) (cuda:0 to cuda:{count - 1})")
+    return device
+
+
+def _json_target(path: Path | None) -> None:
+    """``--json PATH``: its folder is created now (before the run); a PATH that cannot be written is refused."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise _bad(f"--json {path}: is a folder; give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _bad(f"--json {path}: cannot create the folder {path.parent} ({e.strerror or e})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise _bad(f"--json {path}: the folder {path.parent} is not writable")
+
+
+def _reference(reference: Path, timeout_s: float):
+    """The reference, imported and sanity-run in a throw-away process (``evaluator.probe``); exit 2 naming it."""
+    from tileagent.evaluator import probe
+    from tileagent.evaluator.errors import SpecError
+
+    if not reference.is_file():
+        raise _bad(f"no such file: {reference}")
+    try:
+        return probe.probe_reference(reference, timeout_s)
+    except SpecError as e:
+        raise _bad(f"{reference}: {e}") from None
+
+
+def _select_configs(summary, selections: list[str], axes: list[str], flag: str = "--grid") -> list[dict]:
+    """The reference's configs, narrowed by ``--configs`` and with ``--grid`` axes set over each; every key and
+    value checked against the reference (exit 2 naming the flag)."""
+    from tileagent import configs as cfgs
+    from tileagent.evaluator.errors import SpecError
+    from tileagent.evaluator.worker import expand_configs
+
+    try:
+        base = cfgs.select(summary.configs, selections)
+        overrides = {}
+        for item in axes:
+            key, values = cfgs.check_axis(item, flag, summary.configs, summary.accepts)
+            overrides[key] = values
+        chosen = expand_configs(base, None, overrides)
+        for config in chosen:
+            summary.check_config(config, f"config {config}")
+    except (cfgs.ConfigSelectionError, SpecError) as e:
+        raise _bad(str(e)) from None
+    return chosen
+
+
+def _cpu_note(chosen) -> None:
+    reduced = [rc for rc in chosen if rc.eval != rc.spec]
+    if reduced:
+        console.print("  CPU: free dims evaluated at their SMALL_CONFIG sizes ("
+                      + "; ".join(f"{cfgs_key(rc.spec)} -> {cfgs_key(rc.eval)}" for rc in reduced[:3])
+                      + (" ..." if len(reduced) > 3 else "") + "); not timed", highlight=False)
 
 
 def _ms(t) -> str:
@@ -137,37 +217,54 @@ def _eval_table(result, title: str) -> Table:
 
 
 @app.command(name="eval", help="Check a candidate kernel against a reference, config by config, in an isolated "
-                               "worker; on CUDA also time it against eager and torch.compile.\n\n"
-                               "Example: tileagent eval my_rmsnorm.py tasks/rmsnorm_silu.py --config M=1000\n\n"
+                               "worker; on CUDA also time it against eager and torch.compile. On the CPU the free "
+                               "dims (FREE_DIMS) run at their SMALL_CONFIG sizes, as in generate.\n\n"
+                               "Example: tileagent eval my_rmsnorm.py tasks/rmsnorm_silu.py --grid M=1000\n\n"
                                "Exit codes: 0 correct on every config; 1 not correct (mismatch, guard, compile error, "
                                "crash, timeout); 2 bad input (missing file, bad reference, bad arguments).")
 def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file defining class ModelNew"),
           reference: Path = typer.Argument(..., help="the reference: a KernelBench-format .py file or a shipped "
                                            "task's name"),
-          config: list[str] = typer.Option([], "--config", "-c", help="set a config key in every config of the "
-                                           "grid, as key=value (key=a,b: one config per value)"),
-          device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N"),
-          json_out: Path | None = typer.Option(None, "--json", help="write the result record (JSON) here"),
+          configs: list[str] = typer.Option([], "--configs", help="select configs: KEY=v1,v2 (repeatable) or "
+                                            "indices 0,3 of the grid"),
+          grid: list[str] = typer.Option([], "--grid", help="set KEY in every selected config, as KEY=v (KEY=a,b: "
+                                         "one config per value; repeatable)"),
+          config: list[str] = typer.Option([], "--config", "-c", hidden=True, help="deprecated: --grid"),
+          device: str = typer.Option("auto", help="auto (cuda when available, else cpu), cpu, cuda or cuda:N"),
+          json_out: Path | None = typer.Option(None, "--json", help="write the result record (JSON) here (its "
+                                               "folder is created)"),
           no_timing: bool = typer.Option(False, "--no-timing", help="check correctness only"),
           seeds: int = typer.Option(5, help="random seeds per config and input distribution"),
           compile_timeout: float = typer.Option(120.0, help="seconds to load the reference and the candidate"),
           run_timeout: float = typer.Option(120.0, help="seconds to check (or time) one config"),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    from tileagent import configs as cfgs
     from tileagent.evaluator.records import EvalRequest
     from tileagent.evaluator.worker import EvalWorker
 
     setup_logging(err_console, verbose)
     reference = _reference_path(reference)
-    for path in (kernel, reference):
-        if not path.is_file():
-            err_console.print(f"[red]error:[/] no such file: {path}")
-            raise typer.Exit(EXIT_BAD_INPUT)
+    if not kernel.is_file():
+        raise _bad(f"no such file: {kernel}")
+    if config:
+        _deprecated("--config/-c", "--grid")
+    device = _check_device(device)
+    _json_target(json_out)
+    summary = _reference(reference, compile_timeout)
+    chosen = cfgs.reduce_for_device(summary, _select_configs(summary, configs, [*grid, *config]), device)
     request = EvalRequest(kernel_path=str(kernel.resolve()), reference_path=str(reference.resolve()),
-                          overrides=_parse_overrides(config), device=device, seeds=seeds, timing=not no_timing,
+                          configs=[rc.eval for rc in chosen], device=device, seeds=seeds, timing=not no_timing,
                           compile_timeout_s=compile_timeout, run_timeout_s=run_timeout)
-    with console.status(f"evaluating {kernel.name} against {reference.name}"):
-        with EvalWorker(device, evaluate_fn=EVALUATE_FN) as worker:
-            result = worker.evaluate(request)
+    console.print(f"evaluating {kernel.name} against {reference.name}: {len(chosen)} config(s) on {device}",
+                  highlight=False)
+    _cpu_note(chosen)
+    try:
+        with console.status(f"evaluating {kernel.name} against {reference.name}"):
+            with EvalWorker(device, evaluate_fn=EVALUATE_FN) as worker:
+                result = worker.evaluate(request)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        raise typer.Exit(130) from None
     if json_out is not None:
         json_out.write_text(result.model_dump_json(indent=2))
     if result.configs:
@@ -191,8 +288,13 @@ def compile(program: Path = typer.Argument(..., help="a .py file defining a @til
             kernel: str = typer.Option(None, "--kernel", "-k", help="the factory's name, when the file has several"),
             param: list[str] = typer.Option([], "--param", "-p", help="keyword for the factory, as key=value"),
             show: str = typer.Option("tile", help="tile | layouts | thread | cuda"),
-            target: str = typer.Option("sim", help="sim (CPU, lowered as for CUDA), cuda or cpu")) -> None:
+            backend: str = typer.Option("sim", help="sim (CPU, lowered as for CUDA), cuda or cpu"),
+            target: str = typer.Option(None, "--target", hidden=True, help="deprecated: --backend")) -> None:
     from tileagent.compiler.jit import JITImpl
+
+    if target is not None:
+        _deprecated("compile --target", "--backend")
+        backend = target
 
     module = _load_module(program)
     factories = {name: obj for name, obj in vars(module).items() if isinstance(obj, JITImpl)}
@@ -211,7 +313,7 @@ def compile(program: Path = typer.Argument(..., help="a .py file defining a @til
     import tileagent
 
     try:
-        built = tileagent.compile(factory.fn(**_parse_params(param)), out_idx=factory.out_idx, target=target,
+        built = tileagent.compile(factory.fn(**_parse_params(param)), out_idx=factory.out_idx, target=backend,
                                   pass_configs=factory.pass_configs)
         text = {"tile": lambda: built.get_ir("tile"), "layouts": lambda: str(built.layouts()),
                 "thread": lambda: built.get_ir("thread"), "cuda": built.get_kernel_source}[show]()
@@ -234,27 +336,57 @@ def _reference_path(reference: Path) -> Path:
         raise _bad(str(e)) from None
 
 
-def _bad(message: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/] {message}", highlight=False)
-    return typer.Exit(EXIT_BAD_INPUT)
+_LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]")
 
 
 def _drafter_options(provider: str | None, model: str | None, base_url: str | None, api_key_env: str | None,
                      seed: int, price: str | None = None) -> dict:
-    """The provider and its options from the flags: builtin unless an endpoint is configured (docs/agent.md)."""
-    import os
-
+    """The provider and its options from the flags: builtin unless an endpoint is configured (docs/agent.md).
+    ``--base-url`` or ``--api-key-env`` without a model is an error (exit 2), not a silent fall-back."""
     price_per_mtok = _parse_price(price) if price is not None else None
     model = model or os.environ.get("TILEAGENT_MODEL")
     if provider is None:
-        endpoint = base_url or api_key_env or os.environ.get("OPENAI_API_KEY")
-        provider = "openai" if endpoint else "builtin"
+        if (base_url or api_key_env) and not model:
+            flag = "--base-url" if base_url else "--api-key-env"
+            raise _bad(f"{flag} needs --model (the model name the endpoint serves; or set $TILEAGENT_MODEL); "
+                       f"without an endpoint, leave {flag} out to use the built-in drafter")
+        provider = "openai" if base_url or api_key_env or os.environ.get("OPENAI_API_KEY") else "builtin"
         if provider == "openai" and not model:
-            err_console.print("[yellow]note:[/] an endpoint is configured (--base-url, --api-key-env or "
-                              "OPENAI_API_KEY) but no --model: using the built-in drafter")
+            err_console.print("[yellow]note:[/] OPENAI_API_KEY is set but no --model is given: using the built-in "
+                              "drafter")
             provider = "builtin"
     return {"provider": provider, "model": model, "base_url": base_url, "api_key_env": api_key_env, "seed": seed,
             "price_per_mtok": price_per_mtok}
+
+
+def _check_openai(options: dict) -> str | None:
+    """The openai provider's settings checked before any work (exit 2): a model, an API key or a base URL, the key's
+    variable set, and a local endpoint that accepts connections. Returns the API key (None for none)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if not options.get("model"):
+        raise _bad("--provider openai needs --model (the model name the endpoint serves)")
+    env = options.get("api_key_env") or "OPENAI_API_KEY"
+    if options.get("api_key_env") and not os.environ.get(env):
+        raise _bad(f"--api-key-env {env}: the environment variable {env} is not set")
+    key = os.environ.get(env)
+    url = options.get("base_url") or os.environ.get("OPENAI_BASE_URL")
+    if not key and not url:
+        raise _bad("--provider openai needs an API key (set OPENAI_API_KEY, or name the variable with --api-key-env) "
+                   "or the --base-url of a server that needs none")
+    if url:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise _bad(f"--base-url {url}: not an http(s) URL (e.g. http://localhost:8000/v1)")
+        if parts.hostname in _LOCAL_HOSTS or parts.hostname.startswith("127."):
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            try:
+                socket.create_connection((parts.hostname, port), timeout=5).close()
+            except OSError as e:
+                why = "connection refused" if isinstance(e, ConnectionRefusedError) else (e.strerror or str(e))
+                raise _bad(f"--base-url {url}: {why} at {parts.hostname}:{port}; is the server running?") from None
+    return key
 
 
 def _parse_price(text: str) -> tuple[float, float]:
@@ -272,32 +404,47 @@ def _parse_price(text: str) -> tuple[float, float]:
 
 
 def _make_drafter(options: dict):
-    import os
-
     from tileagent.drafters import make_drafter
 
     kwargs = {k: v for k, v in options.items() if k not in ("provider", "api_key_env")}
     if options["provider"] == "openai":
-        env = options.get("api_key_env") or "OPENAI_API_KEY"
-        if options.get("api_key_env") and not os.environ.get(env):
-            raise _bad(f"--api-key-env {env}: the environment variable {env} is not set")
-        kwargs["api_key"] = os.environ.get(env)
+        kwargs["api_key"] = _check_openai(options)
+    if options["provider"] == "file":
+        kwargs["notify"] = lambda text: console.print(text, highlight=False, soft_wrap=True)
     try:
         return make_drafter(options["provider"], **kwargs)
     except (ValueError, ImportError) as e:
         raise _bad(str(e)) from None
 
 
+_OUTCOME_WORDS = {"target_met": "target met", "correct_untimed": "correct on every config; not timed (CPU)",
+                  "correct_not_faster": "correct on every config, but not faster than the target everywhere",
+                  "partial": "no correct kernel for some configs", "no_correct": "no correct kernel"}
+
+
+def _finished(store) -> dict | None:
+    """The run's "finished" event when nothing but a resume came after it (the run ended), else None."""
+    last = None
+    for e in store.events():
+        if e["event"] == "finished":
+            last = e
+        elif e["event"] != "run_resumed":
+            last = None
+    return last
+
+
 def _agent(command: str, reference: Path | None, resume: Path | None, out: Path | None, configs: list[str],
            grid: list[str], flags: dict, drafter_flags: dict, verbose: bool) -> None:
-    """generate and batch: set up (or resume) a run, run the loop, print the table and the outputs, exit."""
+    """generate and batch: check the input, set up (or resume) a run, run the loop, print the table and the outputs,
+    exit. Every check of the input happens before a worker starts or a run directory is made."""
     import datetime
 
-    from tileagent.evaluator.errors import SpecError
-    from tileagent.evaluator.worker import EvalWorker, resolve_device
     from tileagent import configs as cfgs
     from tileagent.archive import Archive
     from tileagent.display import LiveProgress, result_table, speedup_bars
+    from tileagent.evaluator import probe
+    from tileagent.evaluator.errors import SpecError
+    from tileagent.evaluator.worker import EvalWorker
     from tileagent.loop import EXIT_CODES, Loop, LoopOptions, finalize
     from tileagent.runstore import RunStore, RunStoreError
 
@@ -308,35 +455,52 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
             stored = store.options
             options = LoopOptions.model_validate(stored["loop"])
             drafter_opts = stored["drafter"]
-        except (RunStoreError, KeyError, ValueError) as e:
+        except (RunStoreError, KeyError, TypeError, ValueError) as e:
             raise _bad(f"cannot resume {resume}: {e}") from None
+        ended = _finished(store)
+        if ended is not None and ended.get("outcome") in EXIT_CODES and \
+                (flags.get("max_turns") is None or flags["max_turns"] <= options.max_turns):
+            outcome = ended["outcome"]
+            console.print(f"{store.root} is finished: {_OUTCOME_WORDS[outcome]} ({ended.get('reason')}; "
+                          f"{ended.get('turns')} turn(s), {ended.get('tokens')} tokens); nothing was run again. Its "
+                          f"report: {store.root / 'REPORT.md'}", highlight=False, soft_wrap=True)
+            if EXIT_CODES[outcome] != 0:
+                console.print(f"To run more turns: tileagent {command} --resume {store.root} --max-turns "
+                              f"{options.max_turns + 4}", highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_CODES[outcome])
         if flags.get("max_turns") is not None:
             options.max_turns = flags["max_turns"]
+        _check_device(options.device)
+        drafter = _make_drafter(drafter_opts)
+        _reference(Path(options.reference), probe.REFERENCE_TIMEOUT_S)
         store.append("run_resumed")
         console.print(f"resuming [bold]{store.root}[/] ({Path(options.reference).name})")
     else:
         if reference is None:
             raise _bad(f"{command} needs a REFERENCE file (or --resume RUN_DIR)")
+        device = _check_device(flags["device"])
         reference = _reference_path(reference)
-        from tileagent.evaluator.spec import load_spec
-
         try:
-            spec = load_spec(reference)
-        except SpecError as e:
-            raise _bad(f"{reference}: {e}") from None
-        device = resolve_device(flags["device"])
-        try:
-            base = cfgs.grid(spec.configs[0], grid) if command == "batch" else list(spec.configs)
-            chosen = cfgs.reduce_for_device(spec, cfgs.select(base, configs), device)
+            for item in grid:
+                cfgs.parse_axis(item, "--grid")
         except cfgs.ConfigSelectionError as e:
+            raise _bad(str(e)) from None
+        drafter_opts = drafter_flags
+        drafter = _make_drafter(drafter_opts)
+        summary = _reference(reference, probe.REFERENCE_TIMEOUT_S)
+        try:
+            base = cfgs.grid(summary.configs[0], grid, summary.accepts, summary.configs) if command == "batch" \
+                else list(summary.configs)
+            for config in base:
+                summary.check_config(config, f"config {config}")
+            chosen = cfgs.reduce_for_device(summary, cfgs.select(base, configs), device)
+        except (cfgs.ConfigSelectionError, SpecError) as e:
             raise _bad(str(e)) from None
         options = LoopOptions(reference=str(reference.resolve()), configs=chosen, device=device,
                               max_turns=flags["max_turns"] or 8, candidates=flags["candidates"], target=flags["target"],
                               budget_tokens=flags["budget_tokens"], seed=flags["seed"], seeds=flags["seeds"],
                               tune=flags["tune"], tune_seconds=flags["tune_seconds"],
                               reuse_archive=flags["reuse_archive"], keep_going=command == "batch")
-        drafter_opts = drafter_flags
-        drafter = _make_drafter(drafter_opts)  # before anything is written: a bad provider leaves no run behind
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         root = out or Path("runs") / f"{reference.stem}-{stamp}"
         for k in range(2, 100):
@@ -349,21 +513,24 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
         except (RunStoreError, OSError) as e:
             raise _bad(str(e)) from None
         store.append("run_started", options=options.model_dump(mode="json"), drafter=drafter_opts)
-        reduced = [rc for rc in chosen if rc.eval != rc.spec]
         console.print(f"[bold]{command}[/] {reference} -> {store.root}: {len(chosen)} config(s) on {device}, "
                       f"drafter {drafter_opts['provider']}")
-        if reduced:
-            console.print("  CPU: free dims evaluated at their SMALL_CONFIG sizes ("
-                          + "; ".join(f"{cfgs_key(rc.spec)} -> {cfgs_key(rc.eval)}" for rc in reduced[:3])
-                          + (" ..." if len(reduced) > 3 else "") + "); not timed", highlight=False)
-    if resume is not None:
-        drafter = _make_drafter(drafter_opts)
+        _cpu_note(chosen)
     archive = Archive()
-    with EvalWorker(options.device) as worker, LiveProgress(console, len(options.configs)) as progress:
-        worker.on_progress = progress.worker_progress
-        loop = Loop(options, store, drafter, worker, archive=archive, on_event=progress)
-        outcome = loop.run()
-        outputs = finalize(loop, outcome, command=command)
+    try:
+        with EvalWorker(options.device) as worker, LiveProgress(console, len(options.configs)) as progress:
+            worker.on_progress = progress.worker_progress
+            try:
+                loop = Loop(options, store, drafter, worker, archive=archive, on_event=progress)
+                outcome = loop.run()
+                outputs = finalize(loop, outcome, command=command)
+            except KeyboardInterrupt:
+                progress.__exit__(None, None, None)
+                err_console.print(f"interrupted: the run so far is saved in {store.root}; continue it with: "
+                                  f"tileagent {command} --resume {store.root}", highlight=False, soft_wrap=True)
+                raise
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
     from tileagent import report
 
     rows = report.rows(options, outcome, loop.meets_target)
@@ -374,13 +541,13 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
         console.print(bars)
     for what, path in outputs.items():
         console.print(f"{what}: {path}", highlight=False)
+    for line in loop.reverify_failed:
+        err_console.print(f"[yellow]warning:[/] a recorded result did not hold when checked again: {line}",
+                          highlight=False, soft_wrap=True)
     code = EXIT_CODES[outcome.outcome]
     colour = "green" if code == 0 else "yellow" if code == EXIT_NOT_FASTER else "red"
-    words = {"target_met": "target met", "correct_untimed": "correct on every config; not timed (CPU)",
-             "correct_not_faster": "correct on every config, but not faster than the target everywhere",
-             "partial": "no correct kernel for some configs", "no_correct": "no correct kernel"}[outcome.outcome]
-    console.print(f"[{colour}]{words}[/] ({outcome.reason}; {outcome.turns} turn(s), {outcome.tokens} tokens)",
-                  highlight=False)
+    console.print(f"[{colour}]{_OUTCOME_WORDS[outcome.outcome]}[/] ({outcome.reason}; {outcome.turns} turn(s), "
+                  f"{outcome.tokens} tokens)", highlight=False)
     raise typer.Exit(code)
 
 

@@ -8,7 +8,8 @@ Guarantees:
   apply); a list of 0-based indices ``0,3`` keeps those positions of the grid. A selection that matches nothing, an
   unknown key or an index out of range raises ``ConfigSelectionError`` naming it and what the grid has.
 - ``--grid KEY=v1,v2`` (batch): the product of every axis, each applied over the spec's first config (its other keys
-  kept).
+  kept). A key the reference does not take, or a value of another kind than the configs give the key (``C=abc``
+  where C is an integer), raises ``ConfigSelectionError`` before any work.
 - On the CPU (the interpreter is slow: the rmsnorm candidate takes minutes per config at M = 16384, seconds at
   M = 37) every FREE_DIMS key is set to its SMALL_CONFIG value when that is smaller, or to ``AUTO_SMALL`` when the
   reference declares no SMALL_CONFIG value for it (a size that is no multiple of a tile or vector width, so tails
@@ -82,9 +83,38 @@ def select(configs: list[dict], items: list[str]) -> list[dict]:
     return keep
 
 
-def grid(base: dict, axes: list[str]) -> list[dict]:
-    """The product of ``--grid`` axes applied over ``base`` (other keys kept), duplicates dropped."""
-    parsed = [parse_axis(a, "--grid") for a in axes]
+def check_axis(item: str, flag: str, configs: list[dict], accepts=None) -> tuple[str, list]:
+    """``parse_axis(item)``, checked against the reference: a key that no config has must be one that
+    ``get_inputs`` / ``get_init_inputs`` take (``accepts``, None: any), and each value must be of the kind the
+    configs give that key (integers for an integer key, numbers for a float key, true/false for a bool key)."""
+    key, values = parse_axis(item, flag)
+    known = [c[key] for c in configs if key in c]
+    if not known:
+        if accepts is not None and key not in accepts:
+            takes = ", ".join(sorted(accepts)) or "no keys"
+            raise ConfigSelectionError(f"{flag} {item}: the reference has no config key {key!r} (get_inputs() and "
+                                       f"get_init_inputs() take: {takes})")
+        return key, values
+    sample = known[0]
+    if isinstance(sample, bool):
+        kind, ok = "true or false", lambda v: isinstance(v, bool)
+    elif isinstance(sample, int):
+        kind, ok = "integers", lambda v: isinstance(v, int) and not isinstance(v, bool)
+    elif isinstance(sample, float):
+        kind, ok = "numbers", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    else:
+        return key, values
+    for v in values:
+        if not ok(v):
+            raise ConfigSelectionError(f"{flag} {item}: {key} takes {kind} (the reference's configs have "
+                                       f"{key}={sample}), got {v!r}")
+    return key, values
+
+
+def grid(base: dict, axes: list[str], accepts=None, reference: list[dict] | None = None) -> list[dict]:
+    """The product of ``--grid`` axes applied over ``base`` (other keys kept), duplicates dropped; each axis
+    checked with ``check_axis`` against ``reference`` (default ``[base]``) and ``accepts``."""
+    parsed = [check_axis(a, "--grid", reference or [base], accepts) for a in axes]
     if not parsed:
         raise ConfigSelectionError("batch needs at least one --grid KEY=v1,v2")
     out = []
@@ -114,4 +144,4 @@ def reduce_for_device(spec, configs: list[dict], device: str) -> list[RunConfig]
     return out
 
 
-__all__ = ["ConfigSelectionError", "RunConfig", "grid", "parse_axis", "reduce_for_device", "select"]
+__all__ = ["ConfigSelectionError", "RunConfig", "check_axis", "grid", "parse_axis", "reduce_for_device", "select"]

@@ -17,7 +17,8 @@ The exchange protocol, in ``<run_dir>/exchange/`` (candidates numbered from 1, t
 3. The drafter polls every ``poll_s`` seconds until every candidate's response is there, then parses them. A
    response that already exists when the turn starts (a resumed run) is used at once, without rewriting its prompt.
 
-Guarantees: logs (``logging``, INFO) each path it waits for; never prints. With ``timeout_s`` set, a turn that
+Guarantees: logs (``logging``, INFO) each path it waits for and hands the same line to ``notify`` when given (the
+CLI prints it, so a person sees where to answer at default verbosity); never prints itself. With ``timeout_s`` set, a turn that
 waits longer raises ``DrafterUnavailable`` naming the missing files when no response arrived, or, when some did,
 logs a warning and returns those (the missing candidates are dropped). The response files are kept; nothing in the
 exchange directory is ever deleted.
@@ -68,15 +69,18 @@ class FileDrafter:
         timeout_s: the longest wait for one turn's responses; None waits for ever.
         clock: the monotonic clock (tests may inject one).
         sleep: the function that waits between polls.
+        notify: called with one line per prompt written: where the prompt is and where to write the answer.
     """
 
     name = "file"
 
     def __init__(self, poll_s: float = 1.0, timeout_s: float | None = None, *,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 notify: Callable[[str], None] | None = None):
         if poll_s <= 0:
             raise ValueError(f"poll_s must be positive, not {poll_s}")
         self.poll_s, self.timeout_s, self.clock, self.sleep = poll_s, timeout_s, clock, sleep
+        self.notify = notify
 
     def __repr__(self) -> str:
         return f"FileDrafter(poll_s={self.poll_s}, timeout_s={self.timeout_s})"
@@ -97,8 +101,11 @@ class FileDrafter:
             meta = {"task": task.task_name, "turn": task.turn, "candidate": k, "n": task.n,
                     "response": str(response), "messages": task.messages}
             _write_atomic(prompt.with_suffix(".json"), json.dumps(meta, indent=1) + "\n")
-            logger.info("waiting for %s (the prompt is %s; write %s.tmp, then rename it)", response, prompt,
-                        response.name)
+            line = (f"turn {task.turn}, candidate {k} of {task.n}: the prompt is {prompt}; write the answer to "
+                    f"{response}.tmp, then rename it to {response.name}")
+            logger.info("waiting for %s: %s", response, line)
+            if self.notify is not None:
+                self.notify(line)
         texts = self._wait(pending)
         drafts = []
         for k, text in sorted(texts.items()):
