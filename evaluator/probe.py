@@ -28,8 +28,11 @@ import contextlib
 import json
 import os
 import signal
+import select
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +40,8 @@ from tileagent.evaluator.errors import SpecError
 
 REFERENCE_TIMEOUT_S = 120.0
 """The default limit for importing and sanity-running a reference."""
+STARTUP_TIMEOUT_S = 300.0
+"""The limit for the probe process to import torch and the evaluator, before the reference's clock starts."""
 _REPO = Path(__file__).resolve().parents[1]
 
 
@@ -98,7 +103,9 @@ def _probe(path: Path) -> dict:
 
 
 def probe_reference(path: str | Path, timeout_s: float = REFERENCE_TIMEOUT_S) -> ReferenceSummary:
-    """Import and sanity-run the reference at ``path`` in a subprocess (see the module docstring).
+    """Import and sanity-run the reference at ``path`` in a subprocess (see the module docstring). ``timeout_s``
+    counts from the moment the probe has imported torch and the evaluator (a loaded machine's slow start is not
+    held against the reference; that start has ``STARTUP_TIMEOUT_S``).
 
     Raises:
         SpecError: the reference cannot be used; the message names it and says why.
@@ -107,24 +114,32 @@ def probe_reference(path: str | Path, timeout_s: float = REFERENCE_TIMEOUT_S) ->
     name = path.name
     env = {**os.environ}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), *sys.path, env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.Popen([sys.executable, "-m", "tileagent.evaluator.probe", str(path)], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=str(_REPO),
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill(proc)
-        raise SpecError(f"the reference {name} did not finish loading within {timeout_s:g} s (importing it and "
-                        f"running it once on its SMALL_CONFIG): it hangs, sleeps or is too slow") from None
-    except BaseException:
-        _kill(proc)
-        raise
-    _kill(proc)  # anything the reference left running in its session
-    tail = err.decode(errors="replace").strip()[-600:]
+    with tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen([sys.executable, "-m", "tileagent.evaluator.probe", str(path)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, env=env,
+                                cwd=str(_REPO), start_new_session=True)
+        answer_lines = _Lines(proc)
+        try:
+            if answer_lines.read(1, STARTUP_TIMEOUT_S) == 1:
+                answer_lines.read(1, timeout_s)
+        except TimeoutError:
+            _kill(proc)
+            if not answer_lines.lines():
+                raise SpecError(f"the probe of the reference {name} did not start within {STARTUP_TIMEOUT_S:g} s "
+                                f"(importing torch); the machine is overloaded") from None
+            raise SpecError(f"the reference {name} did not finish loading within {timeout_s:g} s (importing it and "
+                            f"running it once on its SMALL_CONFIG): it hangs, sleeps or is too slow") from None
+        except BaseException:
+            _kill(proc)
+            raise
+        _kill(proc)  # anything the reference left running in its session
+        errors.seek(0)
+        tail = errors.read().decode(errors="replace").strip()[-600:]
     last = f"; its last output: {tail}" if tail else ""
+    out = answer_lines.lines()
     try:
-        answer = json.loads(out.decode().strip().splitlines()[-1]) if out.strip() else None
-    except (ValueError, IndexError):
+        answer = json.loads(out[1]) if len(out) > 1 else None
+    except ValueError:
         answer = None
     if not isinstance(answer, dict):
         code = proc.returncode
@@ -135,6 +150,8 @@ def probe_reference(path: str | Path, timeout_s: float = REFERENCE_TIMEOUT_S) ->
             with contextlib.suppress(ValueError):
                 raise SpecError(f"the reference {name} died from signal {signal.Signals(-code).name} while "
                                 f"loading{last}")
+        if not out:
+            raise SpecError(f"the probe of the reference {name} could not start (exit code {code}){last}")
         raise SpecError(f"the reference {name} exited with code {code} while loading (os._exit or a crash); a "
                         f"reference must not exit{last}")
     if not answer.get("ok"):
@@ -147,17 +164,55 @@ def probe_reference(path: str | Path, timeout_s: float = REFERENCE_TIMEOUT_S) ->
                             keys=sorted({k for c in configs for k in c}))
 
 
+class _Lines:
+    """The probe's stdout, read line by line against deadlines (``select``), so a hang is seen as one."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.fd, self.buf = proc.stdout.fileno(), b""
+
+    def lines(self) -> list[str]:
+        """The complete lines read so far."""
+        return self.buf.decode(errors="replace").split("\n")[:-1]
+
+    def read(self, want: int, timeout_s: float) -> int:
+        """Read until ``want`` more complete lines arrived (returns ``want``) or the output closed (returns how many
+        did); raises TimeoutError after ``timeout_s``."""
+        have = self.buf.count(b"\n")
+        deadline = time.monotonic() + timeout_s
+        while self.buf.count(b"\n") < have + want:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([self.fd], [], [], remaining)
+            if ready:
+                chunk = os.read(self.fd, 1 << 16)
+                if not chunk:
+                    break
+                self.buf += chunk
+        return self.buf.count(b"\n") - have
+
+
 def _kill(proc: subprocess.Popen) -> None:
+    """Kill the probe's whole session (the reference may have started processes), reap it, close its pipes."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=30)
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
 
 
 def main(path: str) -> None:
-    """The probe process: the answer (one JSON line) on the original stdout; the reference's prints on stderr."""
+    """The probe process: "ready" once torch is imported, then the answer (one JSON line), on the original stdout;
+    the reference's prints go to stderr."""
     answer_to = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
+    import tileagent.evaluator.spec  # noqa: F401 - torch and the evaluator, before the reference's clock starts
+
+    answer_to.write("ready\n")
+    answer_to.flush()
     answer = _probe(Path(path))
     answer_to.write(json.dumps(answer, default=repr) + "\n")
     answer_to.flush()

@@ -180,14 +180,17 @@ def test_openai_drafter_retries_a_timeout():
     assert draft.source == MODULE and len(sleeps) == 1 and len(server.chat_requests) == 2
 
 
-def test_openai_drafter_retries_a_refused_connection():
+def test_openai_drafter_does_not_retry_a_local_endpoint_that_refuses_connections():
+    # #15: a refused connection to this machine means no server listens; retrying four times only waits
     with FakeOpenAI() as server:
         base_url = server.base_url  # the port is free again once the server is gone
     sleeps = Sleeps()
-    drafter = OpenAIDrafter("m", base_url=base_url, sleep=sleeps, max_retries=1, timeout_s=2)
-    with pytest.raises(DrafterUnavailable, match="still failing after 1 retries: connection failed"):
+    drafter = OpenAIDrafter("m", base_url=base_url, sleep=sleeps, max_retries=4, timeout_s=2)
+    with pytest.raises(DrafterUnavailable) as info:
         drafter.draft(make_task())
-    assert len(sleeps) == 1
+    assert str(info.value) == (f"model 'm' at {base_url}: connection refused; is the server running? (a local "
+                               f"endpoint that refuses connections is not retried)")
+    assert len(sleeps) == 0 and drafter.usage.retries == 0
 
 
 @pytest.mark.parametrize("reply, problem", [

@@ -2,7 +2,10 @@
 
 Exit codes: 0 success; 1 the program ran but its check failed; 2 bad input (file, arguments, compile error).
 ``generate`` and ``batch`` (the agent, docs/agent.md): 0 target met (on the CPU: correct on every config, not timed);
-3 correct on every config but not faster than the target; 4 no correct kernel for some or all configs; 2 bad input.
+3 correct on every config but not faster than the target; 4 no correct kernel for some or all configs; 2 bad input;
+130 interrupted (Ctrl-C: the message says how to ``--resume``).
+Bad input is caught before any work (before a worker starts or a run directory is made): the device, the drafter's
+settings, the reference (loaded in a throw-away process, ``evaluator.probe``), the configs and the ``--json`` folder.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ Guarantees:
   llama.cpp ignore ``n``) or rejects ``n > 1`` with a 400, asks for the rest one request at a time; it remembers
   the answer, so later turns go straight to single requests.
 - Retries through ``tenacity`` (the client's own are off, so that the waits below hold and are counted): on 408, 409,
-  429, 5xx, connection errors and timeouts it waits
+  429, 5xx, connection errors and timeouts (except a refused
+  connection to an endpoint on this machine, which raises ``DrafterUnavailable`` at once) it waits
   ``backoff_s * 2**attempt`` (capped at ``max_backoff_s``, times a jitter in [0.5, 1]) or the server's
   ``Retry-After`` / ``retry-after-ms`` when given (honoured up to ``max_retry_after_s``), at most ``max_retries``
   times per request. The sleep function is injectable (tests pass a no-op).
@@ -196,6 +197,22 @@ class OpenAIDrafter:
     def _where(self) -> str:
         return f"model {self.model!r} at {self.base_url or 'the default OpenAI endpoint'}"
 
+    def _refused_locally(self, error: Exception) -> bool:
+        """Whether ``error`` is a refused connection to an endpoint on this machine (no server listens: waiting
+        would not help)."""
+        from urllib.parse import urlsplit
+
+        host = urlsplit(self.base_url or os.environ.get("OPENAI_BASE_URL") or "").hostname or ""
+        if host not in ("localhost", "::1", "0.0.0.0") and not host.startswith("127."):
+            return False
+        seen, e = set(), error
+        while e is not None and id(e) not in seen:
+            seen.add(id(e))
+            if isinstance(e, ConnectionRefusedError) or "connection refused" in str(e).lower():
+                return True
+            e = e.__cause__ or e.__context__
+        return False
+
     def _request(self, client: openai.OpenAI, messages: list[dict], n: int) -> list[Draft]:
         """Up to ``n`` drafts from one chat completion, retried as the module docstring says."""
         kwargs: dict = {"model": self.model, "messages": messages}
@@ -205,7 +222,8 @@ class OpenAIDrafter:
             kwargs["n"] = n
         if self.max_tokens is not None:
             kwargs["max_tokens"] = self.max_tokens
-        retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(_retryable),
+        retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(
+                                         lambda e: _retryable(e) and not self._refused_locally(e)),
                                      stop=tenacity.stop_after_attempt(self.max_retries + 1), wait=self._wait,
                                      sleep=self.sleep, before_sleep=self._before_sleep, reraise=True)
         try:
@@ -221,6 +239,9 @@ class OpenAIDrafter:
             raise DrafterUnavailable(f"{self._where()} still failing after {self.max_retries} retries: "
                                      f"{_describe(e)}") from None
         except openai.APIConnectionError as e:  # includes APITimeoutError
+            if self._refused_locally(e):
+                raise DrafterUnavailable(f"{self._where()}: connection refused; is the server running? (a local "
+                                         f"endpoint that refuses connections is not retried)") from None
             raise DrafterUnavailable(f"{self._where()} still failing after {self.max_retries} retries: "
                                      f"{_describe(e)}") from None
         self.usage.requests += 1

@@ -1,0 +1,212 @@
+"""The CLI's input checks (#15, #18.7): bad input ends in exit 2 with one line before any work and before a run
+directory exists; a reference's own failures (hang, exit, out of memory, not UTF-8, config keys it ignores) are
+reported as the reference's. Also the renamed flags and their deprecated spellings."""
+
+import json
+import socket
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import REPO
+from tileagent.cli import app
+
+RMSNORM = str(REPO / "tasks/rmsnorm_silu.py")
+CANDIDATE = REPO / "prompts/examples/candidate_rmsnorm_silu.py"
+GOOD_REF = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.fixture(autouse=True)
+def clean_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEAGENT_ARCHIVE", str(tmp_path / "archive"))
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TILEAGENT_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def invoke(*args):
+    """Run the CLI in this process; ``.text`` is its output with line wrapping undone."""
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    result.text = " ".join(result.output.split())
+    return result
+
+
+@pytest.fixture
+def in_process_probe(monkeypatch):
+    """The reference probe without its subprocess (for tests of what the CLI does with a good reference)."""
+    from tileagent.evaluator import probe
+
+    def fake(path, timeout_s=probe.REFERENCE_TIMEOUT_S):
+        answer = probe._probe(probe.Path(path))
+        if not answer["ok"]:
+            raise probe.SpecError(answer["message"])
+        return probe.ReferenceSummary(path=probe.Path(path), configs=answer["configs"],
+                                      has_grid=answer["has_grid"], free_dims=tuple(answer["free_dims"]),
+                                      small_config=answer["small_config"],
+                                      accepts=frozenset(answer["accepts"]) if answer["accepts"] is not None else None)
+
+    monkeypatch.setattr(probe, "probe_reference", fake)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- flags: exit 2 before any work -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, message", [
+    (["generate", RMSNORM, "--device", "cuda"], "error: --device cuda: no CUDA GPU is visible to torch "
+     "(torch.cuda.is_available() is False); use --device cpu or --device auto"),
+    (["batch", RMSNORM, "--grid", "C=96", "--device", "cuda:1"], "error: --device cuda:1: no CUDA GPU is visible"),
+    (["generate", RMSNORM, "--device", "gpu"], "error: --device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
+    (["generate", RMSNORM, "--base-url", "http://localhost:8000/v1"], "error: --base-url needs --model (the model "
+     "name the endpoint serves; or set $TILEAGENT_MODEL); without an endpoint, leave --base-url out to use the "
+     "built-in drafter"),
+    (["generate", RMSNORM, "--api-key-env", "MY_KEY"], "error: --api-key-env needs --model"),
+    (["generate", RMSNORM, "--provider", "openai", "--model", "gpt-4.1"], "error: --provider openai needs an API "
+     "key (set OPENAI_API_KEY, or name the variable with --api-key-env) or the --base-url of a server that needs "
+     "none"),
+    (["generate", RMSNORM, "--provider", "openai", "--model", "m", "--base-url", "localhost:8000"],
+     "error: --base-url localhost:8000: not an http(s) URL (e.g. http://localhost:8000/v1)"),
+    (["batch", RMSNORM, "--grid", "C"], "error: --grid expects KEY=v1,v2 (e.g. C=96,320), got 'C'"),
+])
+def test_bad_flags_exit_2_with_one_line_and_no_run_directory(tmp_path, no_gpu, args, message):
+    result = invoke(*args, "--out", tmp_path / "run")
+    assert result.exit_code == 2 and message in result.text, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_local_endpoint_that_refuses_connections_is_refused_before_the_run(tmp_path):
+    port = free_port()
+    result = invoke("generate", RMSNORM, "--provider", "openai", "--model", "m", "--base-url",
+                    f"http://127.0.0.1:{port}/v1", "--out", tmp_path / "run")
+    assert result.exit_code == 2 and result.text == (f"error: --base-url http://127.0.0.1:{port}/v1: connection "
+                                                     f"refused at 127.0.0.1:{port}; is the server running?")
+    assert not (tmp_path / "run").exists()
+
+
+def test_eval_bad_device_and_json_folder_exit_2_before_the_run(tmp_path, no_gpu):
+    result = invoke("eval", CANDIDATE, RMSNORM, "--device", "cuda")
+    assert result.exit_code == 2 and "error: --device cuda: no CUDA GPU is visible to torch" in result.text
+    (tmp_path / "file.txt").write_text("")
+    target = tmp_path / "file.txt" / "out.json"
+    result = invoke("eval", CANDIDATE, RMSNORM, "--device", "cpu", "--json", target)
+    assert result.exit_code == 2 and result.text == (f"error: --json {target}: cannot create the folder "
+                                                     f"{tmp_path / 'file.txt'} (File exists)")
+    result = invoke("eval", CANDIDATE, RMSNORM, "--device", "cpu", "--json", tmp_path)
+    assert result.exit_code == 2 and result.text == f"error: --json {tmp_path}: is a folder; give a file name"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["batch", RMSNORM, "--grid", "N=abc"], "error: --grid N=abc: the reference has no config key 'N' "
+     "(get_inputs() and get_init_inputs() take: C, M)"),
+    (["batch", RMSNORM, "--grid", "C=96,abc"], "error: --grid C=96,abc: C takes integers (the reference's configs "
+     "have C=96), got 'abc'"),
+    (["eval", CANDIDATE, RMSNORM, "--grid", "M=1.5"], "error: --grid M=1.5: M takes integers (the reference's "
+     "configs have M=16384), got 1.5"),
+    (["eval", CANDIDATE, RMSNORM, "--configs", "C=97"], "error: --configs C=97: no config of the grid has C in "
+     "[97]"),
+])
+def test_config_keys_and_values_are_checked_against_the_reference(tmp_path, in_process_probe, args, message):
+    result = invoke(*args, "--device", "cpu", *(["--out", tmp_path / "run"] if args[0] == "batch" else []))
+    assert result.exit_code == 2 and message in result.text, result.output
+    assert not (tmp_path / "run").exists()
+
+
+# -- the reference's own failures ----------------------------------------------------------------------------------
+
+FAILING = {
+    "sleeps": ("import time\ntime.sleep(600)\n", "the reference sleeps.py did not finish loading within 4 s "
+               "(importing it and running it once on its SMALL_CONFIG): it hangs, sleeps or is too slow"),
+    "exits": ("import os\nos._exit(3)\n", "the reference exits.py exited with code 3 while loading (os._exit or a "
+              "crash); a reference must not exit"),
+    "sysexit": ("import sys\nsys.exit(0)\n", "sysexit.py: importing it called sys.exit(0); a module must not exit"),
+    "hungry": ("import torch\nWEIGHTS = torch.empty(1 << 60, dtype=torch.uint8)\n", "the reference hungry.py ran "
+               "out of memory while loading ("),
+    "labels": ("CONFIGS = [{'M': 1024, 'N': 4096}]\n", "labels.py: CONFIGS[0] {'M': 1024, 'N': 4096}: key 'M' is not "
+               "a parameter of get_inputs() or get_init_inputs() (they take: no keys); the config would run without "
+               "it"),
+}
+
+
+def _failing_reference(tmp_path, name):
+    path = tmp_path / f"{name}.py"
+    path.write_text(FAILING[name][0] + textwrap.dedent(GOOD_REF))
+    return path
+
+
+@pytest.mark.parametrize("name", list(FAILING))
+def test_generate_reports_a_failing_reference_as_the_references_with_exit_2(tmp_path, monkeypatch, name):
+    from tileagent.evaluator import probe
+
+    monkeypatch.setattr(probe, "REFERENCE_TIMEOUT_S", 4.0)  # from the end of the probe's start-up (torch)
+    path = _failing_reference(tmp_path, name)
+    result = invoke("generate", path, "--device", "cpu", "--out", tmp_path / "run")
+    assert result.exit_code == 2 and result.text.startswith(f"error: {path}: {FAILING[name][1]}"), result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_reference_that_is_not_utf8_is_named(tmp_path):
+    path = tmp_path / "latin1.py"
+    path.write_bytes(GOOD_REF.encode() + b"# caf\xe9\n")
+    result = invoke("generate", path, "--device", "cpu", "--out", tmp_path / "run")
+    assert result.exit_code == 2 and result.text == (f"error: {path}: latin1.py: not UTF-8 text (byte 0xe9 at offset "
+                                                     f"{len(GOOD_REF) + 5}); save it as UTF-8")
+
+
+@pytest.mark.parametrize("name", ["sleeps", "exits"])
+def test_eval_reports_a_failing_reference_with_exit_2_before_a_worker(tmp_path, name):
+    path = _failing_reference(tmp_path, name)
+    result = invoke("eval", CANDIDATE, path, "--device", "cpu", "--compile-timeout", "4")
+    assert result.exit_code == 2 and result.text == f"error: {path}: {FAILING[name][1]}", result.output
+
+
+# -- eval on the CPU -----------------------------------------------------------------------------------------------
+
+
+def test_eval_on_the_cpu_shrinks_free_dims_and_creates_the_json_folder(tmp_path):
+    out = tmp_path / "new" / "folder" / "record.json"
+    result = invoke("eval", CANDIDATE, RMSNORM, "--device", "cpu", "--configs", "C=96", "--seeds", "1", "--json", out)
+    assert result.exit_code == 0, result.output
+    assert "evaluating candidate_rmsnorm_silu.py against rmsnorm_silu.py: 1 config(s) on cpu" in result.text
+    assert "CPU: free dims evaluated at their SMALL_CONFIG sizes (M=16384 C=96 -> M=37 C=96); not timed" in result.text
+    record = json.loads(out.read_text())
+    assert record["status"] == "ok" and [c["config"] for c in record["configs"]] == [{"M": 37, "C": 96}]
+
+
+# -- renamed flags ---------------------------------------------------------------------------------------------------
+
+
+def test_compile_target_is_now_backend_and_the_old_spelling_still_works():
+    program = REPO / "prompts/examples/softmax.py"
+    new = invoke("compile", program, "-p", "M=4", "-p", "N=64", "--backend", "sim")
+    old = invoke("compile", program, "-p", "M=4", "-p", "N=64", "--target", "sim")
+    assert new.exit_code == 0 and old.exit_code == 0, new.output + old.output
+    assert "note: compile --target is deprecated; use --backend (same meaning)" in old.text
+    assert old.output.endswith(new.output)
