@@ -188,7 +188,9 @@ def test_cli_eval_exit_codes(cli, files, monkeypatch):
 def test_cli_eval_bad_input_exits_2_without_a_worker(cli, files):
     assert cli(files / "missing.py", files / "ref.py").exit_code == 2
     assert cli(files / "honest.py", files / "missing.py").exit_code == 2
-    assert cli(files / "honest.py", files / "ref.py", "--config", "n").exit_code == 2
+    no_value = cli(files / "honest.py", files / "ref.py", "--config", "n")
+    assert no_value.exit_code == 2 and "--config expects KEY=v1,v2 (e.g. C=96,320), got 'n'" in no_value.output
+    assert "note: --config/-c is deprecated; use --grid (same meaning)" in no_value.output
 
 
 # -- the real evaluator, once its parts exist ---------------------------------------------------------------------

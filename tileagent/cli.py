@@ -167,7 +167,7 @@ def _reference(reference: Path, timeout_s: float):
         raise _bad(f"{reference}: {e}") from None
 
 
-def _select_configs(summary, selections: list[str], axes: list[str], flag: str = "--grid") -> list[dict]:
+def _select_configs(summary, selections: list[str], axes: list[tuple[str, str]]) -> list[dict]:
     """The reference's configs, narrowed by ``--configs`` and with ``--grid`` axes set over each; every key and
     value checked against the reference (exit 2 naming the flag)."""
     from tileagent import configs as cfgs
@@ -177,7 +177,7 @@ def _select_configs(summary, selections: list[str], axes: list[str], flag: str =
     try:
         base = cfgs.select(summary.configs, selections)
         overrides = {}
-        for item in axes:
+        for flag, item in axes:
             key, values = cfgs.check_axis(item, flag, summary.configs, summary.accepts)
             overrides[key] = values
         chosen = expand_configs(base, None, overrides)
@@ -252,9 +252,15 @@ def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file def
     if config:
         _deprecated("--config/-c", "--grid")
     device = _check_device(device)
+    axes = [("--grid", item) for item in grid] + [("--config", item) for item in config]
+    try:
+        for flag, item in axes:
+            cfgs.parse_axis(item, flag)
+    except cfgs.ConfigSelectionError as e:
+        raise _bad(str(e)) from None
     _json_target(json_out)
     summary = _reference(reference, compile_timeout)
-    chosen = cfgs.reduce_for_device(summary, _select_configs(summary, configs, [*grid, *config]), device)
+    chosen = cfgs.reduce_for_device(summary, _select_configs(summary, configs, axes), device)
     request = EvalRequest(kernel_path=str(kernel.resolve()), reference_path=str(reference.resolve()),
                           configs=[rc.eval for rc in chosen], device=device, seeds=seeds, timing=not no_timing,
                           compile_timeout_s=compile_timeout, run_timeout_s=run_timeout)
