@@ -88,6 +88,7 @@ class _Parser(ExpressionParser):
         self.kernel_depth = 0
         self.buffer_names: set[str] = set()
         self.workspaces: list[Buffer] = []
+        self.let_values: dict = {}
 
     # -- spans and errors ------------------------------------------------------------------------------------
     def span(self, node: ast.AST) -> Span:
@@ -351,6 +352,7 @@ class _Parser(ExpressionParser):
                                      code="E102", hint=f"for a loop-carried scalar use {name} = T.alloc_var(dtype)")
             var = Var(name, value.dtype)
             self.emit(Let(var, value), node)
+            self.let_values[var] = value  # slice extents may be differences of let-bound bounds
             self.bind(name, var)
         else:
             self.bind(name, value)

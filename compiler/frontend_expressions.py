@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from tileagent.compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, NameResolutionError, ShapeError)
 from tileagent.compiler.dtypes import UnsupportedDType
 from tileagent.compiler.ir.expr import Expr, Load, describe, make_cmp, make_logical, make_select, make_unary
-from tileagent.compiler.ir.simplify import static_int
+from tileagent.compiler.ir.simplify import difference, static_int
 from tileagent.compiler.ir.stmt import Buffer, Region
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -98,6 +98,8 @@ class ExpressionParser:
             lo = self._index(i.lower) if i.lower is not None else 0
             hi = self._index(i.upper) if i.upper is not None else obj.shape[dim]
             ext = static_int(hi - lo if isinstance(hi, Expr) or isinstance(lo, Expr) else hi - lo)
+            if ext is None:  # bounds held in let-bound names: `lo = k * 64` ... `x[lo:hi]`
+                ext = difference(self._expand_lets(hi), self._expand_lets(lo))
             if ext is None:
                 raise ShapeError(f"the extent of slice `{ast.unparse(i)}` of '{obj.name}' is not a compile-time "
                                  f"constant", self.span(i), code="E405",
@@ -108,6 +110,20 @@ class ExpressionParser:
             starts.append(lo)
             extents.append(ext)
         return Region(obj, tuple(starts), tuple(extents))
+
+    def _expand_lets(self, e, depth: int = 8):
+        """``e`` with the let-bound variables of this kernel replaced by their values (``let_values``)."""
+        from tileagent.compiler.ir.visit import substitute
+
+        lets = getattr(self, "let_values", None)
+        for _ in range(depth):
+            if not lets or not isinstance(e, Expr):
+                return e
+            new = substitute(e, lets)
+            if new is e:
+                return e
+            e = new
+        return e
 
     def _index(self, node):
         v = self.expr(node)

@@ -536,3 +536,26 @@ def test_autotune_over_an_eager_function_runs_the_best_kernel_on_the_tensors(til
     kernel = ns["double"].compile(x)
     assert kernel.config in ({"block": 16}, {"block": 32}) and kernel.latency > 0
     torch.testing.assert_close(ns["double"](x, block=8), x * 2)  # tunable given: no tuning, runs as asked
+
+
+def test_slice_between_let_bound_bounds_has_a_static_extent(tilelang, tmp_path):
+    """TileLang's MLA decode slices KV[b, kv_start:kv_end, ...] with both bounds in local names."""
+    ns = load_script(_write(tmp_path, "let_slice.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[-1])
+        def rows(N, block):
+            @T.prim_func
+            def main(A: T.Tensor((N, 8), "float32"), B: T.Tensor((N, 8), "float32")):
+                with T.Kernel(N // block, threads=32) as bx:
+                    s = T.alloc_shared((block, 8), "float32")
+                    start = bx * block
+                    end = (bx + 1) * block
+                    T.copy(A[start:end, :], s)
+                    T.copy(s, B[start:end, :])
+            return main
+        """))
+    a = torch.randn(64, 8)
+    torch.testing.assert_close(ns["rows"](64, 16)(a), a)
