@@ -8,7 +8,8 @@ and TFLOP/s the program printed for its TileLang kernel, and the ratio TileLang 
 faster). ``--markdown`` prints the table in BENCHMARKS.md's format.
 Guarantees: every run is a separate process (``python -m tileagent.tilelang PROGRAM ARGS`` with this checkout first
 on PYTHONPATH; ``python PROGRAM ARGS`` with only DIR for real TileLang), in the program's folder, with a time limit;
-a failure's reason is the diagnostic code it printed (``E701``...) or the last line of its error output. The two
+a failure's reason is the diagnostic code it printed (``E701``...) or the last line of its error output; a program
+whose extra imports (einops, triton) are missing here is skipped on both sides with that reason. The two
 sides of one program run one after the other, never at once, so they do not share the GPU.
 
     python bench/tilelang_examples.py                       # TileAgent only, the default set
@@ -19,6 +20,7 @@ sides of one program run one after the other, never at once, so they do not shar
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import subprocess
@@ -30,29 +32,29 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "bench" / "tilelang_examples"
 
-# name -> (program under EXAMPLES, arguments, in the default set)
-PROGRAMS: dict[str, tuple[str, list[str], bool]] = {
-    "rms_norm": ("norm/rms_norm.py", [], True),
-    "layernorm": ("norm/layernorm.py", [], True),
-    "elementwise_add": ("elementwise/example_elementwise_add.py", ["--m", "4096", "--n", "4096"], True),
-    "gemm": ("gemm/example_gemm.py", [], True),
-    "gemm_splitk": ("gemm_splitk/example_tilelang_gemm_splitk.py", [], False),
-    "online_softmax": ("online_softmax/online_softmax.py", [], True),
+# name -> (program under EXAMPLES, arguments, in the default set, modules it imports besides torch/tilelang)
+PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
+    "rms_norm": ("norm/rms_norm.py", [], True, ()),
+    "layernorm": ("norm/layernorm.py", [], True, ()),
+    "elementwise_add": ("elementwise/example_elementwise_add.py", ["--m", "4096", "--n", "4096"], True, ()),
+    "gemm": ("gemm/example_gemm.py", [], True, ()),
     "mha_fwd_bshd": ("flash_attention/example_mha_fwd_bshd.py",
-                     ["--batch", "8", "--heads", "32", "--seq_len", "4096", "--dim", "128"], True),
-    "mha_fwd_bhsd": ("flash_attention/example_mha_fwd_bhsd.py", [], False),
-    "gqa_fwd_bshd": ("flash_attention/example_gqa_fwd_bshd.py", [], True),
-    "mha_bwd_bshd": ("flash_attention/example_mha_bwd_bshd.py", [], True),
-    "mha_inference": ("flash_decoding/example_mha_inference.py", [], True),
-    "gqa_decode": ("flash_decoding/example_gqa_decode.py", [], True),
-    "mla_decode": ("deepseek_mla/example_mla_decode.py", [], True),
-    "retention_fwd": ("linear_attention/example_retention_fwd.py", [], False),
-    "dynamic_shape": ("dynamic_shape/example_dynamic.py", [], False),
-    "per_token_cast_fp8": ("cast/example_per_token_cast_to_fp8.py", [], False),
-    "topk": ("topk/example_topk.py", [], False),
-    "blocksparse_gemm": ("blocksparse_gemm/example_blocksparse_gemm.py", [], False),
-    "convolution": ("convolution/example_convolution.py", [], False),
-    "gemv": ("gemv/example_gemv.py", [], False),
+                     ["--batch", "8", "--heads", "32", "--seq_len", "4096", "--dim", "128"], True, ()),
+    "mha_bwd_bshd": ("flash_attention/example_mha_bwd_bshd.py", [], True, ()),
+    "gqa_decode": ("flash_decoding/example_gqa_decode.py", [], True, ("einops",)),
+    "mla_decode": ("deepseek_mla/example_mla_decode.py", [], True, ("einops",)),
+    "gemm_splitk": ("gemm_splitk/example_tilelang_gemm_splitk.py", [], False, ()),
+    "online_softmax": ("online_softmax/online_softmax.py", [], False, ()),
+    "mha_fwd_bhsd": ("flash_attention/example_mha_fwd_bhsd.py", [], False, ()),
+    "gqa_fwd_bshd": ("flash_attention/example_gqa_fwd_bshd.py", [], False, ()),
+    "mha_inference": ("flash_decoding/example_mha_inference.py", [], False, ()),
+    "retention_fwd": ("linear_attention/example_retention_fwd.py", [], False, ()),
+    "dynamic_shape": ("dynamic_shape/example_dynamic.py", [], False, ()),
+    "per_token_cast_fp8": ("cast/example_per_token_cast_to_fp8.py", [], False, ("triton",)),
+    "topk": ("topk/example_topk.py", [], False, ()),
+    "blocksparse_gemm": ("blocksparse_gemm/example_blocksparse_gemm.py", [], False, ()),
+    "convolution": ("convolution/example_convolution.py", [], False, ()),
+    "gemv": ("gemv/example_gemv.py", [], False, ("tvm",)),
 }
 
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
@@ -140,14 +142,21 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown program(s) {unknown}; known: {', '.join(PROGRAMS)}")
     else:
-        names = [n for n, (_, _, default) in PROGRAMS.items() if default or args.all]
+        names = [n for n, (_, _, default, _) in PROGRAMS.items() if default or args.all]
     ours_env = _env(os.pathsep.join([str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH")
                                                    else [])))
     theirs_env = _env(args.tilelang_site) if args.tilelang_site else None
     rows = []
     for name in names:
-        rel, extra, _ = PROGRAMS[name]
+        rel, extra, _, needs = PROGRAMS[name]
         path = EXAMPLES / rel
+        missing = [m for m in needs if m != "tvm" and importlib.util.find_spec(m) is None]
+        if missing:  # a module the program imports for its baseline or helpers is not installed here
+            skipped = Outcome(False, 0.0, reason=f"needs {', '.join(missing)}")
+            rows.append([name, " ".join(extra) or "defaults", *_cell(skipped), *_cell(skipped if theirs_env else None),
+                         "-"])
+            print(f"[{name}] skipped: {skipped.reason} is not installed", flush=True)
+            continue
         ours = run([sys.executable, "-m", "tileagent.tilelang", path.name, *extra], path.parent, ours_env,
                    args.timeout)
         theirs = run([sys.executable, path.name, *extra], path.parent, theirs_env, args.timeout) \

@@ -559,3 +559,21 @@ def test_slice_between_let_bound_bounds_has_a_static_extent(tilelang, tmp_path):
         """))
     a = torch.randn(64, 8)
     torch.testing.assert_close(ns["rows"](64, 16)(a), a)
+
+
+def test_gpu_bench_lists_existing_programs_and_reads_their_printed_numbers():
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import tilelang_examples as bench
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    for rel, args, _, _ in bench.PROGRAMS.values():
+        text = (bench.EXAMPLES / rel).read_text()
+        assert text.startswith("# From TileLang (https://github.com/tile-ai/tilelang)") and "MIT License" in text
+    assert (bench.EXAMPLES / "LICENSE").is_file()
+    assert bench.parse_metrics("Ref: 1.00 ms\nTile-lang: 0.50 ms\nTile-lang: 123.4 TFlops") == (0.5, 123.4)
+    assert bench.parse_metrics("fwd  tilelang: 0.0440 ms   ref: 0.0630 ms") == (0.044, None)
+    assert bench.parse_metrics("Tilelang latency: 0.123 ms\nTilelang TFLOPs: 55.5") == (0.123, 55.5)
+    assert bench.parse_metrics("1.20 ms\n2.00 TFlops\n0.3000 ms\n") == (0.3, None)
+    assert bench.failure_reason("", "x.py:3:1: error[E701]: module 'tilelang.carver' is not provided", 2) \
+        .startswith("E701: module 'tilelang.carver'")
