@@ -43,6 +43,7 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "mha_bwd_bshd": ("flash_attention/example_mha_bwd_bshd.py", [], False, ()),
     "gqa_decode": ("flash_decoding/example_gqa_decode.py", [], True, ("einops",)),
     "mla_decode": ("deepseek_mla/example_mla_decode.py", [], True, ("einops",)),
+    "block_sparse_attn": ("blocksparse_attention/example_tilelang_block_sparse_attn.py", [], False, ()),
     "gemm_splitk": ("gemm_splitk/example_tilelang_gemm_splitk.py", [], False, ()),
     "online_softmax": ("online_softmax/online_softmax.py", [], False, ()),
     "mha_fwd_bhsd": ("flash_attention/example_mha_fwd_bhsd.py", [], False, ()),

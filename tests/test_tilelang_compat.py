@@ -577,3 +577,48 @@ def test_gpu_bench_lists_existing_programs_and_reads_their_printed_numbers():
     assert bench.parse_metrics("1.20 ms\n2.00 TFlops\n0.3000 ms\n") == (0.3, None)
     assert bench.failure_reason("", "x.py:3:1: error[E701]: module 'tilelang.carver' is not provided", 2) \
         .startswith("E701: module 'tilelang.carver'")
+
+
+def test_table_fragment_read_by_a_serial_index_is_replicated_per_thread(tilelang, tmp_path):
+    """TileLang's block-sparse attention loads a block mask into a fragment with T.copy and tests block_mask[k] in
+    a serial loop: every thread needs every entry (TileLang's replicated layout), i.e. a per-thread array."""
+    ns = load_script(_write(tmp_path, "mask_table.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[-1])
+        def masked_sum(N, M):
+            @T.prim_func
+            def main(Mask: T.Tensor((M,), "bool"), A: T.Tensor((M, N), "float32"), B: T.Tensor((N,), "float32")):
+                with T.Kernel(1, threads=32) as bx:
+                    mask = T.alloc_fragment((M,), "bool")
+                    acc = T.alloc_fragment((N,), "float32")
+                    T.copy(Mask, mask)
+                    T.clear(acc)
+                    for k in T.serial(M):
+                        if mask[k]:
+                            for i in T.Parallel(N):
+                                acc[i] += A[k, i]
+                    T.copy(acc, B)
+            return main
+
+
+        @tilelang.jit(out_idx=[-1])
+        def computed(N):
+            @T.prim_func
+            def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+                with T.Kernel(1, threads=32) as bx:
+                    acc = T.alloc_fragment((N,), "float32")
+                    T.fill(acc, 1.0)
+                    for k in T.serial(N):
+                        B[k] = acc[k]
+            return main
+        """))
+    kernel = ns["masked_sum"](64, 4)
+    assert [s.buffer.scope for s in kernel.func.body[0].body if hasattr(s, "buffer")][:2] == ["local", "fragment"]
+    mask, a = torch.tensor([True, False, True, True]), torch.randn(4, 64)
+    torch.testing.assert_close(kernel(mask, a), a[mask].sum(0))
+    with pytest.raises(CompileError) as info:  # a fragment computed in place, read by a serial index: still E504
+        ns["computed"](32)
+    assert info.value.code == "E504"
