@@ -57,6 +57,13 @@ def test_install_aliases_every_tilelang_module_and_uninstall_removes_them(tilela
         import tilelang  # noqa: F401,F811
 
 
+def test_submodules_are_attributes_and_jit_stays_the_decorator(tilelang):
+    assert tilelang.profiler.do_bench is not None and tilelang.testing.set_random_seed is not None  # no import needed
+    from tilelang.jit import JITKernel  # noqa: F401 -- loading the tilelang.jit module ...
+
+    assert callable(tilelang.jit) and tilelang.jit.__name__ == "jit"  # ... keeps tilelang.jit the decorator
+
+
 def test_unknown_tilelang_module_or_name_is_an_E701_import_error(tilelang):
     with pytest.raises(ImportError) as info:
         import tilelang.carver.arch  # noqa: F401

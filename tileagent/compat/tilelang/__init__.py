@@ -9,11 +9,15 @@ raises ``UnsupportedError`` (E701) naming it, never a bare AttributeError.
 
 from __future__ import annotations
 
+import importlib
 import logging
+import sys
+import types
 
 from tileagent.compiler import __version__ as _tileagent_version
 from tileagent.compiler.diagnostics import UnsupportedError
-from tileagent.compiler.jit import JITImpl, JITKernel, PassConfigKey, compile, jit  # noqa: A004
+from tileagent.compat.tilelang import jit as _jit_module  # noqa: F401 -- loaded first: `tilelang.jit` stays the function
+from tileagent.compiler.jit import JITImpl, JITKernel, PassConfigKey, compile, jit  # noqa: A004,E402
 from tileagent.compiler.profiler import Profiler, TensorSupplyType
 from tileagent.compat.tilelang.datatype import DataType
 from tileagent.compat.tilelang.math import cdiv, next_power_of_2
@@ -56,6 +60,10 @@ def par_compile(funcs, out_idx=None, target="auto", pass_configs=None, **_option
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
+    import importlib.util
+
+    if importlib.util.find_spec(f"{__name__}.{name}") is not None:  # `import tilelang` then tilelang.profiler...
+        return importlib.import_module(f"{__name__}.{name}")
     from tileagent.compat import UNSUPPORTED_MODULES
 
     reason = UNSUPPORTED_MODULES.get(name)
@@ -63,6 +71,18 @@ def __getattr__(name: str):
                            + (f": {reason}" if reason else ""),
                            hint="docs/dsl.md lists what TileAgent supports of TileLang's API")
 
+
+class _Package(types.ModuleType):
+    """The module type of ``tilelang``: importing the submodule ``tilelang.jit`` (or its alias) must not rebind the
+    package's ``jit`` from the decorator to that module, as the import system would."""
+
+    def __setattr__(self, name, value):
+        if name == "jit" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = ["DataType", "JITImpl", "JITKernel", "PassConfigKey", "Profiler", "TensorSupplyType", "autotune", "cdiv",
            "compile", "disable_cache", "enable_cache", "is_cache_enabled", "jit", "language", "next_power_of_2",
