@@ -323,6 +323,15 @@ def parse_eager(fn, args: tuple, kwargs: dict) -> tuple[PrimFunc, tuple[int, ...
     return func, out_idx, given
 
 
+def tensor_arguments(fn, args: tuple, kwargs: dict) -> list:
+    """The call's values of the parameters the eager function declares (its runtime arguments), in declaration
+    order; empty when the call passes none of them (``compile(M=..., ...)``)."""
+    sig = inspect.signature(fn)
+    bound = sig.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in sig.parameters}).arguments
+    values = [bound.get(p) for p in tensor_params(fn)]
+    return [v for v in values if v is not None]
+
+
 def cache_key(fn, args: tuple, kwargs: dict):
     """A hashable key of one eager call: its compile-time values and each tensor's dtype and shape; None when a
     value cannot be hashed."""
@@ -339,4 +348,5 @@ def cache_key(fn, args: tuple, kwargs: dict):
     return key
 
 
-__all__ = ["ConstVar", "EmptySpec", "cache_key", "const", "empty", "is_eager", "parse_eager", "tensor_params"]
+__all__ = ["ConstVar", "EmptySpec", "cache_key", "const", "empty", "is_eager", "parse_eager", "tensor_arguments",
+           "tensor_params"]

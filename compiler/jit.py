@@ -433,15 +433,14 @@ class JITImpl:
         from tileagent.compiler import frontend_eager
 
         key = frontend_eager.cache_key(self.fn, args, kwargs)
-        if key is not None and key in self._cache:
-            return self._cache[key]
-        func, out_idx, tensors = frontend_eager.parse_eager(self.fn, args, kwargs)
-        kernel = compile(func, out_idx=list(out_idx), target=self.target, pass_configs=self.pass_configs,
-                         verbose=self.verbose)
-        result = kernel, tensors
-        if key is not None:
-            self._cache[key] = result
-        return result
+        kernel = self._cache.get(key) if key is not None else None
+        if kernel is None:
+            func, out_idx, _ = frontend_eager.parse_eager(self.fn, args, kwargs)
+            kernel = compile(func, out_idx=list(out_idx), target=self.target, pass_configs=self.pass_configs,
+                             verbose=self.verbose)
+            if key is not None:
+                self._cache[key] = kernel
+        return kernel, frontend_eager.tensor_arguments(self.fn, args, kwargs)  # this call's tensors, never cached
 
     def get_tir(self, *args, **kwargs) -> PrimFunc:
         """The PrimFunc the factory returns for these compile-time parameters (not compiled)."""

@@ -172,6 +172,9 @@ def test_eager_elementwise_add_example(tilelang):
     assert kernel is ns["elementwise_add"].compile(a, b, block_M=32, block_N=32, threads=128, in_dtype=T.float32,
                                                    out_dtype=T.float32)
     assert [p.name for p in kernel.params] == ["A", "B", "C"] and kernel.out_idx == (2,)
+    a2, b2 = torch.randn(64, 96), torch.randn(64, 96)  # same shapes: the cached kernel runs on these tensors
+    torch.testing.assert_close(ns["elementwise_add"](a2, b2, block_M=32, block_N=32, threads=128,
+                                                     in_dtype=T.float32, out_dtype=T.float32), a2 + b2)
     c, d = torch.randn(32, 64), torch.randn(32, 64)
     torch.testing.assert_close(ns["elementwise_add"](c, d, block_M=32, block_N=32, threads=128,
                                                      in_dtype=T.float32, out_dtype=T.float32), c + d)
