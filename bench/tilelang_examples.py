@@ -7,7 +7,8 @@ Out: one table row per program: pass/fail on each side (the program's own checks
 and TFLOP/s the program printed for its TileLang kernel, and the ratio TileLang time / TileAgent time (> 1: TileAgent
 faster). ``--markdown`` prints the table in BENCHMARKS.md's format.
 Guarantees: every run is a separate process (``python -m tileagent.tilelang PROGRAM ARGS`` with this checkout first
-on PYTHONPATH; ``python PROGRAM ARGS`` with only DIR for real TileLang), in the program's folder, with a time limit;
+on PYTHONPATH; ``python PROGRAM ARGS`` with DIR first on PYTHONPATH for real TileLang; nothing named ``tilelang``
+is importable from this checkout, so DIR's wins), in the program's folder, with a time limit;
 a failure's reason is the diagnostic code it printed (``E701``...) or the last line of its error output; a program
 whose extra imports (einops, triton) are missing here is skipped on both sides with that reason. The two
 sides of one program run one after the other, never at once, so they do not share the GPU.
@@ -146,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         names = [n for n, (_, _, default, _) in PROGRAMS.items() if default or args.all]
     ours_env = _env(os.pathsep.join([str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH")
                                                    else [])))
-    theirs_env = _env(args.tilelang_site) if args.tilelang_site else None
+    theirs_env = _env(os.pathsep.join([args.tilelang_site] + ([os.environ["PYTHONPATH"]]
+                                                              if os.environ.get("PYTHONPATH") else []))) \
+        if args.tilelang_site else None  # DIR first: its tilelang wins; the rest (einops...) stays reachable
     rows = []
     for name in names:
         rel, extra, _, needs = PROGRAMS[name]
