@@ -143,7 +143,8 @@ class GivesUp:
 def test_a_drafter_that_gives_up_ends_the_run_with_its_reason(tmp_path):
     loop = Loop(options(), RunStore.create(tmp_path / "run", {}), GivesUp(), FakeWorker())
     outcome = loop.run()
-    assert outcome.outcome == "no_correct" and "no template for this op" in outcome.reason
+    assert outcome.outcome == "not_drafted" and "no template for this op" in outcome.reason
+    assert EXIT_CODES["not_drafted"] == 5 and EXIT_CODES["no_correct"] == 4
 
 
 class Dies(FakeWorker):

@@ -428,7 +428,8 @@ def _make_drafter(options: dict):
 
 _OUTCOME_WORDS = {"target_met": "target met", "correct_untimed": "correct on every config; not timed (CPU)",
                   "correct_not_faster": "correct on every config, but not faster than the target everywhere",
-                  "partial": "no correct kernel for some configs", "no_correct": "no correct kernel"}
+                  "partial": "no correct kernel for some configs", "no_correct": "no correct kernel",
+                  "not_drafted": "no drafter could draft this op"}
 
 
 def _finished(store) -> dict | None:
@@ -565,7 +566,8 @@ def cfgs_key(config: dict) -> str:
 
 
 _AGENT_EXIT = ("Exit codes: 0 target met (on the CPU: correct on every config; not timed); 3 correct but not faster "
-               "than the target; 4 no correct kernel (for some or all configs); 2 bad input.")
+               "than the target; 4 no correct kernel (for some or all configs); 5 no drafter could draft the op (nothing was "
+               "tried); 2 bad input.")
 _PROVIDER = typer.Option(None, help="builtin | openai | file (default: builtin unless an endpoint is configured)")
 _MODEL = typer.Option(None, help="the model name (openai; default $TILEAGENT_MODEL)")
 _BASE_URL = typer.Option(None, help="OpenAI-compatible endpoint URL (openai)")

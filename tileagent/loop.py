@@ -89,7 +89,8 @@ class Attempt(BaseModel):
 
 
 class Outcome(BaseModel):
-    outcome: str = Field(description="target_met | correct_untimed | correct_not_faster | partial | no_correct")
+    outcome: str = Field(description="target_met | correct_untimed | correct_not_faster | partial | no_correct | "
+                                     "not_drafted (the drafter gave up before any candidate)")
     reason: str
     best: dict[str, Best] = Field(description="config_key(eval config) -> Best")
     turns: int
@@ -97,7 +98,8 @@ class Outcome(BaseModel):
     attempts: int
 
 
-EXIT_CODES = {"target_met": 0, "correct_untimed": 0, "correct_not_faster": 3, "partial": 4, "no_correct": 4}
+EXIT_CODES = {"target_met": 0, "correct_untimed": 0, "correct_not_faster": 3, "partial": 4, "no_correct": 4,
+              "not_drafted": 5}
 
 
 class Loop:
@@ -454,6 +456,8 @@ class Loop:
                 outcome = "correct_untimed"
             else:
                 outcome = "target_met" if not self.pending() else "correct_not_faster"
+        elif not covered and not self.attempts and self.gave_up:
+            outcome = "not_drafted"  # no drafter could draft it: distinct from kernels that were wrong
         else:
             outcome = "partial" if covered else "no_correct"
         out = Outcome(outcome=outcome, reason=self.gave_up or reason, best=self.best,

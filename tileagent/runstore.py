@@ -57,8 +57,8 @@ EVENTS = {
                          "the variant's text), result",
     "reverified": "source_sha256, attempt_ids, configs, result: a replayed best kernel checked again before export",
     "tuned": "attempt_id, winners ({config key: {variant, tunables, time_ms}})",
-    "finished": "outcome ('target_met', 'correct_untimed', 'correct_not_faster', 'partial', 'no_correct'), reason, "
-                "turns, tokens",
+    "finished": "outcome ('target_met', 'correct_untimed', 'correct_not_faster', 'partial', 'no_correct', "
+                "'not_drafted'), reason, turns, tokens",
 }
 
 
