@@ -18,12 +18,14 @@ from types import ModuleType
 
 from tileagent.drafters.base import Draft, DrafterUnavailable, DraftTask
 from tileagent.drafters.builtin.recognize import FAMILIES, FamilyMatch, explain
-from tileagent.drafters.builtin.templates import attention, elementwise, gemm, reduction, rows
+from tileagent.drafters.builtin.templates import attention, elementwise, fusion, gemm, reduction, rows
 
 TEMPLATES: dict[str, ModuleType] = {"rmsnorm": rows, "layernorm": rows, "softmax": rows, "elementwise": elementwise,
-                                    "row_reduction": reduction, "gemm_epilogue": gemm, "attention": attention}
+                                    "row_reduction": reduction, "gemm_epilogue": gemm, "attention": attention,
+                                    "fusion": fusion}
 LLM_HINT = ("an LLM endpoint would be needed for it: tileagent generate REFERENCE --provider openai --model MODEL "
-            "--base-url URL")
+            "--base-url URL, or answer the prompts yourself (or with another tool) through files: tileagent "
+            "generate REFERENCE --provider file")
 
 
 def outside_message(task_name: str, reason: str) -> str:

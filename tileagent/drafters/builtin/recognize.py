@@ -28,7 +28,7 @@ import torch
 from tileagent.drafters.builtin.graph import Expr, Traced, TraceError, strip, trace_reference, walk
 from tileagent.drafters.builtin.translate import is_pointwise
 
-FAMILIES = ("rmsnorm", "layernorm", "softmax", "elementwise", "row_reduction", "gemm_epilogue", "attention")
+FAMILIES = ("rmsnorm", "layernorm", "softmax", "elementwise", "row_reduction", "gemm_epilogue", "attention", "fusion")
 DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
                torch.float64: "float64"}
 LEAVES = ("input", "param", "const", "center")
@@ -88,6 +88,8 @@ class FamilyMatch:
     gemm_b: Operand | None = None
     gemm_b_transposed: bool = False
     traced: Traced | None = field(default=None, repr=False)
+    plan: object = field(default=None, repr=False)  # fusion: the fusion.Plan at the traced config
+    plans: list = field(default_factory=list, repr=False)  # fusion: the plans at every traced config
 
 
 class NoMatch(Exception):
@@ -342,7 +344,8 @@ def _gemm(t: Traced, nodes: list[Expr]) -> FamilyMatch:
             b, transposed = strip(b.args[0]), True
     if not (b.op in ("input", "param") and len(b.shape) == 2):
         raise NoMatch("the matmul's right operand is not a 2-d input or parameter")
-    if a.dtype != b.dtype or a.dtype not in (torch.float16, torch.bfloat16):
+    cast_b = b.dtype == torch.float32 and strip(mm.args[1]) is not mm.args[1]  # fp32 master weight cast in forward
+    if (a.dtype != b.dtype and not cast_b) or a.dtype not in (torch.float16, torch.bfloat16):
         raise NoMatch(f"the GEMM template takes float16 or bfloat16 operands (got {a.dtype}, {b.dtype})")
     center = _center(mm.shape)
     value = center if bias is None else Expr("add", (center, bias), None, mm.shape, mm.dtype)
@@ -563,7 +566,51 @@ def _elementwise(t: Traced) -> FamilyMatch:
 
 
 def explain(path_or_traced) -> tuple[FamilyMatch | None, str]:
-    """(the match, '') or (None, why nothing matched, in plain words)."""
+    """(the match, '') or (None, why nothing matched, in plain words). The template families are tried first; what
+    none of them matches goes to the fusion lowering (``fusion.Plan`` over the ATen graph)."""
+    match, reason = _explain_families(path_or_traced)
+    if match is not None or isinstance(path_or_traced, Traced):
+        return match, reason
+    try:
+        return _fusion(path_or_traced), ""
+    except FusionDeclined as e:
+        return None, str(e)
+
+
+class FusionDeclined(Exception):
+    """The fusion lowering cannot draft the reference (the message names the op and the source line)."""
+
+
+FUSION_CONFIGS = 2  # the plan must render one text at SMALL_CONFIG and the first and last configs
+
+
+def _fusion(path) -> FamilyMatch:
+    from tileagent.drafters.builtin.aten import trace_aten
+    from tileagent.drafters.builtin.fusion import Plan, Unsupported
+    from tileagent.drafters.builtin.templates import fusion as template
+
+    try:
+        small = trace_aten(path)
+        configs = small.spec.configs
+        picks = [configs[k] for k in sorted({0, len(configs) - 1})][:FUSION_CONFIGS]
+        traces = [small] + [trace_aten(path, config) for config in picks if config != small.config]
+        # the master: the config with the fewest size-1 dims (torch specializes those; the others stay symbolic)
+        traces.sort(key=lambda tr: sum(s == 1 for shape in tr.input_shapes for s in shape))
+        plans = [Plan(tr) for tr in traces]
+        t, plan = traces[0], plans[0]
+        template.lifted(plans, template.VARIANTS[0][1])  # raises when no one text serves every config
+    except (Unsupported, TraceError) as e:
+        raise FusionDeclined(str(e)) from e
+    dtypes = [d for d in t.input_dtypes if d in DTYPE_NAMES] or [torch.float32]
+    out_dtype = plan.outputs[0].dtype
+    m = FamilyMatch(family="fusion", summary=template.describe(plan), dtype=DTYPE_NAMES[dtypes[0]],
+                    out_dtype=DTYPE_NAMES.get(out_dtype, str(out_dtype).replace("torch.", "")),
+                    out_follows_input=out_dtype == dtypes[0])
+    m.plan, m.plans = plan, plans
+    return m
+
+
+def _explain_families(path_or_traced) -> tuple[FamilyMatch | None, str]:
     try:
         t = path_or_traced if isinstance(path_or_traced, Traced) else trace_reference(path_or_traced)
     except TraceError as e:

@@ -47,11 +47,11 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     b_origin = "[bx * block_N, k * block_K]" if tb else "[k * block_K, bx * block_N]"
     kernel = f'''
 @tileagent.jit(out_idx=[{len(ops) + 2}]{common.pass_configs(match)})
-def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, dtype{dparams}, out_dtype{cparams}):
+def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, dtype, b_dtype{dparams}, out_dtype{cparams}):
     M = T.dynamic("M")  # rows of A: its leading dims flattened, any count
 
     @T.prim_func
-    def main(g_a: T.Tensor((M, K), dtype), g_b: T.Tensor({b_shape}, dtype){sig}, out: T.Tensor((M, N), out_dtype)):
+    def main(g_a: T.Tensor((M, K), dtype), g_b: T.Tensor({b_shape}, b_dtype){sig}, out: T.Tensor((M, N), out_dtype)):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             A_s = T.alloc_shared((block_M, block_K), dtype)
             B_s = T.alloc_shared({b_tile}, dtype)
@@ -61,7 +61,7 @@ def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, d
             T.clear(acc)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                 T.copy(g_a[by * block_M, k * block_K], A_s)
-                T.copy(g_b{b_origin}, B_s)
+                T.copy(g_b{b_origin}, B_s)  # converts to A's dtype (an fp32 master weight cast in forward)
                 T.gemm(A_s, B_s, acc{', transpose_B=True' if tb else ''})  # acc += A_s @ B_s{'^T' if tb else ''}
 {loads}            for i, j in T.Parallel(block_M, block_N):  # the epilogue, on the accumulator's layout
 {stmts}                acc[i, j] = {result}
@@ -74,7 +74,7 @@ def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, d
     dargs = "".join(f", {common.dtype_ref(match, o)}" for o in ops)
     forward = (f"        K, N = {a_ref}.shape[-1], {n_expr}\n"
                f"        kernel = gemm_epilogue(N, K, BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES, THREADS, PANEL, "
-               f"TL_DTYPE[{a_ref}.dtype]{dargs},\n"
+               f"TL_DTYPE[{a_ref}.dtype], TL_DTYPE[{b_ref}.dtype]{dargs},\n"
                f"                               {common.out_dtype_ref(match, a_ref)}{cargs})\n"
                f"        y = kernel({a_ref}.reshape(-1, K), {b_ref}{views})\n"
                f"        return y.view(tuple({a_ref}.shape[:-1]) + (N,))\n")

@@ -1,0 +1,112 @@
+"""Template ``fusion``: the kernels of a ``fusion.Plan`` (any graph of pointwise, shape and reduction ops).
+
+In: a ``FamilyMatch`` of family ``fusion`` (``match.plan``) and a variant. Out: the candidate module's text: one
+``@tileagent.jit`` factory per kernel of the plan (sizes, dtypes and the schedule as compile-time arguments), a
+``schedule()`` choosing rows per block, the column tile and threads from the domain's size, and ``ModelNew`` whose
+forward reads the size symbols from the shapes, launches the kernels in order (each returns its outputs and the
+per-row buffers later kernels read) and views the outputs to the reference's shapes.
+
+Schedule: a column tile ``BR`` of the row length rounded up to a power of two (at most ``BR_MAX``: longer rows loop
+over tiles, the reductions accumulating elementwise in a float32 tile), ``BM`` rows per block so a thread holds about
+``PER_THREAD`` values, ``THREADS`` threads (fewer when the tile is small).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from types import SimpleNamespace
+
+from tileagent.drafters.builtin.recognize import FamilyMatch, Operand
+from tileagent.drafters.builtin.templates import common
+
+VARIANTS = [
+    ("t128x32", {"THREADS": 128, "PER_THREAD": 32, "BR_MAX": 4096}),
+    ("t256x16", {"THREADS": 256, "PER_THREAD": 16, "BR_MAX": 4096}),
+    ("t256x32", {"THREADS": 256, "PER_THREAD": 32, "BR_MAX": 8192}),
+    ("t128x16", {"THREADS": 128, "PER_THREAD": 16, "BR_MAX": 1024}),
+]
+
+SCHEDULE = '''
+def schedule(NX, NR, pointwise, topk):
+    """(BM, BR, THREADS) for NX rows of NR columns: BR the row length as a power of two (up to BR_MAX, 512 for a
+    pointwise kernel; the whole row for top-k), BM rows so a thread holds about PER_THREAD values."""
+    cap = 512 if pointwise else (1 << 16 if topk else BR_MAX)
+    br = 32
+    while br < NR and br < cap:
+        br *= 2
+    bm = max(1, THREADS * PER_THREAD // br)
+    rows = 1
+    while rows < NX and rows < bm:
+        rows *= 2
+    bm = min(bm, rows)
+    threads = THREADS
+    while threads > 32 and bm * br < threads * 4:
+        threads //= 2
+    return bm, br, threads
+
+
+def round_half_even(v):
+    """torch.round: to nearest, ties to even (v rounded to float32 first, as torch's float32 tensor holds it)."""
+    w = T.cast(v, "float32")
+    r = T.floor(w + 0.5)
+    return T.if_then_else(r - w == 0.5, 2.0 * T.floor(r * 0.5), r)
+'''
+
+
+def render(match: FamilyMatch, knobs: dict) -> str:
+    """The candidate module for ``match`` with the variant's ``knobs``."""
+    plan = match.plan
+    kernels, forward = lifted(match.plans or [plan], knobs)
+    constants = dict(knobs)
+    tunables = {"THREADS": common.knob_values(knobs, "THREADS", (128, 256)),
+                "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (16, 32)),
+                "BR_MAX": common.knob_values(knobs, "BR_MAX", (1024, 4096, 8192))}
+    doc = (f"Candidate drafted by the built-in drafter (template fusion): {match.summary}. Each kernel walks rows "
+           f"(kept dims) x columns (reduced dims) in (BM, BR) tiles, float32 math, reductions in registers. Knobs: "
+           f"THREADS, PER_THREAD (values per thread), BR_MAX (the longest column tile before looping).")
+    shim = SimpleNamespace(traced=plan.t)
+    head = common.header(doc, constants, tunables, shim)
+    head += ('TL_DTYPE.update({torch.float64: "float64", torch.int8: "int8", torch.int16: "int16", '
+             'torch.int32: "int32",\n                 torch.int64: "int64", torch.uint8: "uint8", '
+             'torch.bool: "bool"})\n')
+    nested = [Operand("param", g.ref_key, g.name, "full", "", None) for g in plan.globals
+              if g.origin == "param" and "." in g.ref_key]
+    model = common.model_class(SimpleNamespace(traced=plan.t, operands=nested, gemm_b=None), forward)
+    return head + SCHEDULE + "\n\n" + "\n\n".join(kernels) + "\n\n" + model
+
+
+SEP = "\n#<kernel>\n"
+
+
+def lifted(plans, knobs) -> tuple[list[str], str]:
+    """The kernels and forward body rendered at every traced config and made one text (``fusion.lift``): numbers
+    that follow a shape or a Model attribute become factory arguments read in forward."""
+    import re
+
+    from tileagent.drafters.builtin.fusion import lift
+
+    texts = []
+    for p in plans:
+        kernels, forward = p.render_kernels(knobs)
+        texts.append(SEP.join(kernels + [forward]))
+    text, names = lift(plans, texts)
+    pieces = text.split(SEP)
+    kernels, forward = pieces[:-1], pieces[-1]
+    if names:
+        params = ", ".join(names)
+        kernels = [re.sub(r"^def (kernel\d+)\(", rf"def \1({params}, ", k, flags=re.M) for k in kernels]
+        forward = re.sub(r"= (kernel\d+)\(", rf"= \1({params}, ", forward)
+        forward = "".join(f"        {n} = {src}\n" for n, src in names.items()) + forward
+    return kernels, forward
+
+
+def describe(plan) -> str:
+    parts = []
+    for k in plan.kernels:
+        what = "pointwise" if k.pointwise else "+".join(type(r).__name__ == "TopK" and "topk" or r.op
+                                                          for r in k.reduces)
+        parts.append(f"{what} over {k.X.v}x{k.R.v}")
+    return f"{len(plan.kernels)} fused kernel(s): " + "; ".join(parts)
+
+
+__all__ = ["VARIANTS", "render", "describe", "textwrap"]
