@@ -1,0 +1,656 @@
+"""Lazy values of the fusion lowering: the ATen graph as functions from an index to DSL text.
+
+In: an ``AtenTrace``. Out: ``Builder(trace).run() -> [V]`` (the outputs) with ``Builder.globals`` (the inputs and
+parameters, kernel arguments) and ``Builder.reduces`` (the reductions and top-k, in graph order). ``V.load(cx, idx)``
+gives the DSL text of one element at index ``idx`` (a list of ``Lin``) inside a ``T.Parallel`` body being written
+(``cx``: ``fusion.Cx``, which owns memory reads, reductions and temporaries).
+
+Views, permutes, slices, chunk/split, cat, expand, as_strided, casts, where, factories (full, arange: masks such as
+``tril(ones(S, S))``) and gathers (a label's logit, embedding rows) only rewrite indices; pointwise ops write float32
+math (rounded to fp16/bf16 after each op where eager does); reductions (sum, amax, amin, mean, var as two passes)
+and ``topk`` are nodes the planner places in kernels.
+
+Guarantees: an op without a lowering raises ``Unsupported`` naming it and the reference's source line.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+
+from tileagent.drafters.builtin.aten import AtenTrace, source_line
+from tileagent.drafters.builtin.index import ONE, ZERO, Dyn, Lin, Size, Unsupported, prod, ravel, unravel
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+# -- lazy values -------------------------------------------------------------------------------------------------------
+
+FLOAT, INT, BOOL = "f", "i", "b"
+
+
+def kind_of(dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return BOOL
+    return FLOAT if dtype.is_floating_point else INT
+
+
+class V:
+    """A lazy tensor: ``shape`` (Sizes), ``dtype``; ``load(cx, idx)`` gives the DSL text of one element."""
+
+    shape: list
+    dtype: torch.dtype
+    node = None
+
+    def load(self, cx, idx):
+        key = (id(self), tuple(i.key() for i in idx))
+        if key in cx.memo:
+            return cx.memo[key]
+        text = self.compute(cx, idx)
+        if not _simple(text):
+            text = cx.let(text)
+        cx.memo[key] = text
+        return text
+
+    def compute(self, cx, idx):
+        raise NotImplementedError
+
+
+def _simple(text: str) -> bool:
+    return text.replace("_", "").replace(".", "").replace("-", "").isalnum() or (
+        text.endswith("]") and text.count("[") == 1)
+
+
+class Global(V):
+    """A kernel argument: an input or a parameter (read from global memory)."""
+
+    def __init__(self, name, ref, shape, dtype, node):
+        self.name, self.ref, self.shape, self.dtype, self.node = name, ref, shape, dtype, node
+
+    def compute(self, cx, idx):
+        return cx.read_global(self, ravel(idx, self.shape))
+
+
+class Const(V):
+    def __init__(self, value, dtype, shape=()):
+        self.value, self.dtype, self.shape = value, dtype, list(shape)
+
+    def compute(self, cx, idx):
+        return literal(self.value, kind_of(self.dtype))
+
+    def load(self, cx, idx):
+        return self.compute(cx, idx)
+
+
+def literal(value, kind=FLOAT) -> str:
+    if kind == BOOL:
+        return "True" if value else "False"
+    if kind == INT:
+        return str(int(value))
+    value = float(value)
+    if math.isinf(value):
+        return "T.infinity(\"float32\")" if value > 0 else "-T.infinity(\"float32\")"
+    if math.isnan(value):
+        raise Unsupported("a NaN constant")
+    return repr(value)
+
+
+class Fn(V):
+    """A value given by a Python function of the index (views, pointwise ops)."""
+
+    def __init__(self, shape, dtype, fn, node=None):
+        self.shape, self.dtype, self.fn, self.node = shape, dtype, fn, node
+
+    def compute(self, cx, idx):
+        return self.fn(cx, idx)
+
+
+class Reduce(V):
+    """A reduction realized per row of a kernel: ``op`` in sum/amax/amin over ``dims`` of ``src``."""
+
+    def __init__(self, op, src: V, dims, keepdim, dtype, node, value=None):
+        self.op, self.src, self.dims, self.keepdim, self.dtype, self.node = op, src, sorted(dims), keepdim, dtype, node
+        self.value = value or src  # the element that is reduced (var: the squared deviation)
+        n = len(src.shape)
+        self.kept = [d for d in range(n) if d not in self.dims]
+        self.shape = [ONE if d in self.dims else src.shape[d] for d in range(n)] if keepdim else \
+            [src.shape[d] for d in self.kept]
+        self.post = None  # a function of the reduced text: var divides by the count, mean is decomposed before
+
+    def kept_index(self, idx):
+        if self.keepdim:
+            return [idx[d] for d in self.kept]
+        return list(idx)
+
+    def compute(self, cx, idx):
+        return cx.read_reduction(self, self.kept_index(idx))
+
+
+class TopK(V):
+    """``topk(src, k)`` over the last dim: a pair of outputs (values, int64 indices), never read by other math."""
+
+    def __init__(self, src, k, node):
+        self.src, self.k, self.node, self.dtype = src, k, node, src.dtype
+        self.shape = list(src.shape[:-1]) + [Size(k, str(k))]
+
+
+class TopKPart(V):
+    def __init__(self, topk, which):
+        self.topk, self.which = topk, which
+        self.shape = topk.shape
+        self.dtype = topk.dtype if which == 0 else torch.int64
+        self.node = topk.node
+
+    def compute(self, cx, idx):
+        raise Unsupported(f"topk's result used by other math ({_where(self.node, cx.path)})")
+
+
+def _where(node, path) -> str:
+    line = source_line(node, path) if node is not None else ""
+    name = f"aten.{node.target}" if node is not None and not isinstance(node.target, str) else str(node)
+    if node is not None and hasattr(node.target, "_schema"):
+        name = f"aten::{node.target._schema.name.split('::')[-1]}"
+    return f"{name} at {line}" if line else name
+
+
+# -- the ATen graph -> lazy values -----------------------------------------------------------------------------------
+
+POINTWISE_1 = {
+    "exp": "T.exp2({a} * LOG2E)", "exp2": "T.exp2({a})", "log": "T.log({a})", "log2": "T.log2({a})",
+    "sqrt": "T.sqrt({a})", "rsqrt": "T.rsqrt({a})", "abs": "T.abs({a})", "tanh": "T.tanh({a})", "erf": "T.erf({a})",
+    "sigmoid": "1.0 / (1.0 + T.exp2({a} * -LOG2E))", "neg": "(-{a})", "reciprocal": "(1.0 / {a})",
+    "relu": "T.max({a}, 0.0)", "floor": "T.floor({a})", "ceil": "T.ceil({a})", "trunc": "T.if_then_else({a} < 0.0, "
+    "T.ceil({a}), T.floor({a}))", "log1p": "T.log(1.0 + {a})", "expm1": "(T.exp2({a} * LOG2E) - 1.0)",
+    "sign": "T.if_then_else({a} > 0.0, 1.0, T.if_then_else({a} < 0.0, -1.0, 0.0))",
+    "round": "round_half_even({a})", "silu": "{a} / (1.0 + T.exp2({a} * -LOG2E))",
+}
+BINARY_F = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "div": "({a} / {b})",
+            "maximum": "T.max({a}, {b})", "minimum": "T.min({a}, {b})", "pow": "T.pow({a}, {b})",
+            "atan2": None, "fmod": None, "remainder": None}
+COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+LOGICAL = {"logical_and": "and", "logical_or": "or", "bitwise_and": "and", "bitwise_or": "or"}
+VIEW_OPS = {"view", "_unsafe_view", "reshape", "alias", "clone", "lift_fresh_copy", "detach", "contiguous",
+            "_reshape_alias"}
+
+
+def _opname(node) -> str:
+    t = node.target
+    if hasattr(t, "_schema"):
+        return t._schema.name.split("::")[-1]
+    return getattr(t, "__name__", str(t))
+
+
+class Builder:
+    """fx graph (symbolic ATen) -> lazy values; ``outputs`` and the kernel arguments (``globals``)."""
+
+    def __init__(self, trace: AtenTrace):
+        self.t = trace
+        self.env: dict = {}
+        self.globals: list[Global] = []
+        self.reduces: list[V] = []
+
+    def size(self, x) -> Size:
+        if isinstance(x, torch.fx.Node):
+            x = self.env[x]
+        return Size.of(x, self.t.hints)
+
+    def shape_of(self, node) -> list[Size]:
+        return [Size.of(s, self.t.hints) for s in node.meta["val"].shape]
+
+    def fail(self, node, what=None):
+        raise Unsupported(f"{what or 'the op ' + _opname(node)} ({_where(node, self.t.path)})")
+
+    def run(self) -> list:
+        from tileagent.drafters.builtin.templates.common import alias
+
+        placeholders = iter(self.t.places)
+        out = None
+        for node in self.t.gm.graph.nodes:
+            if node.op == "placeholder":
+                kind, ref = next(placeholders)
+                val = node.meta.get("val")
+                if not isinstance(val, torch.Tensor):
+                    self.env[node] = val
+                    continue
+                name = _safe(ref if kind == "param" else self.t.input_names[ref])
+                g = Global(name, f"self.{alias(ref)}" if kind == "param" else self.t.input_names[ref],
+                           self.shape_of(node), val.dtype, node)
+                g.origin, g.ref_key = kind, ref
+                self.globals.append(g)
+                self.env[node] = g
+            elif node.op == "call_function":
+                self.env[node] = self.convert(node)
+            elif node.op == "output":
+                out = node.args[0]
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        values = []
+        for o in outs:
+            v = self.env[o] if isinstance(o, torch.fx.Node) else o
+            if not isinstance(v, V):
+                raise Unsupported("an output that is not a tensor")
+            values.append(v)
+        return values
+
+    # -- conversion ---------------------------------------------------------------------------------------------
+
+    def arg(self, a):
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return [self.arg(x) for x in a]
+        return a
+
+    def convert(self, node):
+        name = _opname(node)
+        args = [self.arg(a) for a in node.args]
+        kw = {k: self.arg(v) for k, v in node.kwargs.items()}
+        val = node.meta.get("val")
+        if node.target is operator.getitem:
+            return args[0][args[1]]
+        if not isinstance(val, (torch.Tensor, list, tuple)) or name in ("sym_size", "sym_float", "sym_int"):
+            return self.scalar(node, name, args)
+        if not isinstance(val, torch.Tensor) and name not in ("split_with_sizes", "split", "topk"):
+            self.fail(node)
+        shape, dtype = (self.shape_of(node), val.dtype) if isinstance(val, torch.Tensor) else (None, None)
+        if name in VIEW_OPS and name not in ("view", "_unsafe_view", "reshape", "_reshape_alias"):
+            return args[0]
+        if name in ("view", "_unsafe_view", "reshape", "_reshape_alias"):
+            src = args[0]
+            return Fn(shape, dtype, lambda cx, idx, s=src, sh=shape: s.load(cx, unravel(ravel(idx, sh), s.shape)),
+                      node).with_ins([src])
+        if name in ("_to_copy", "convert_element_type", "to"):
+            return self.cast(node, args[0], dtype, shape)
+        if name in ("expand", "broadcast_in_dim", "expand_copy"):
+            src = args[0]
+            if name == "broadcast_in_dim":
+                bdims = list(args[2])
+            else:
+                bdims = list(range(len(shape) - len(src.shape), len(shape)))
+            return Fn(shape, dtype, lambda cx, idx, s=src, b=bdims: s.load(
+                cx, [Lin.c(0) if s.shape[k].v == 1 else idx[b[k]] for k in range(len(s.shape))]), node).with_ins([src])
+        if name in ("permute", "transpose", "t", "numpy_T"):
+            src = args[0]
+            n = len(src.shape)
+            if name == "permute":
+                perm = [d % n for d in args[1]]
+            elif name == "t":
+                perm = [1, 0] if n == 2 else [0]
+            else:
+                a, b = args[1] % n, args[2] % n
+                perm = list(range(n))
+                perm[a], perm[b] = perm[b], perm[a]
+
+            def load(cx, idx, s=src, p=perm):
+                src_idx = [None] * len(p)
+                for k, d in enumerate(p):
+                    src_idx[d] = idx[k]
+                return s.load(cx, src_idx)
+            return Fn(shape, dtype, load, node).with_ins([src])
+        if name == "unsqueeze":
+            src = args[0]
+            d = args[1] % (len(src.shape) + 1)
+            return Fn(shape, dtype, lambda cx, idx, s=src, d=d: s.load(cx, idx[:d] + idx[d + 1:]), node).with_ins([src])
+        if name in ("squeeze", "squeeze_copy"):
+            src = args[0]
+            n = len(src.shape)
+            dims = args[1] if len(args) > 1 else [d for d in range(n) if src.shape[d].v == 1]
+            dims = [dims] if isinstance(dims, int) else list(dims)
+            dims = {d % n for d in dims if src.shape[d % n].v == 1}
+
+            def load(cx, idx, s=src, dims=dims):
+                it = iter(idx)
+                return s.load(cx, [Lin.c(0) if d in dims else next(it) for d in range(len(s.shape))])
+            return Fn(shape, dtype, load, node).with_ins([src])
+        if name in ("slice", "slice_copy"):
+            src = args[0]
+            n = len(src.shape)
+            d = (args[1] if len(args) > 1 else 0) % n
+            start = args[2] if len(args) > 2 else 0
+            step = args[4] if len(args) > 4 else 1
+            start = self.size(start) if start is not None else ZERO
+            if start.v < 0:
+                start = start + src.shape[d]
+            step = self.size(step)
+            return Fn(shape, dtype, lambda cx, idx, s=src, d=d, st=start, sp=step: s.load(
+                cx, idx[:d] + [idx[d].scale(sp) + Lin.c(st)] + idx[d + 1:]), node).with_ins([src])
+        if name in ("select",):
+            src = args[0]
+            n = len(src.shape)
+            d = args[1] % n
+            i = self.size(args[2])
+            if i.v < 0:
+                i = i + src.shape[d]
+            return Fn(shape, dtype, lambda cx, idx, s=src, d=d, i=i: s.load(cx, idx[:d] + [Lin.c(i)] + idx[d:]),
+                      node).with_ins([src])
+        if name in ("split_with_sizes", "split"):
+            src = args[0]
+            n = len(src.shape)
+            d = (args[2] if len(args) > 2 else kw.get("dim", 0)) % n
+            parts, start = [], ZERO
+            for part in val:
+                psh = [Size.of(s, self.t.hints) for s in part.shape]
+                parts.append(Fn(psh, dtype if False else part.dtype, lambda cx, idx, s=src, d=d, st=start: s.load(
+                    cx, idx[:d] + [idx[d] + Lin.c(st)] + idx[d + 1:]), node).with_ins([src]))
+                start = start + psh[d]
+            return parts
+        if name == "as_strided":
+            src = args[0]
+            sizes, strides = [self.size(s) for s in args[1]], [self.size(s) for s in args[2]]
+            offset = self.size(args[3]) if len(args) > 3 else ZERO
+
+            def load(cx, idx, s=src, st=strides, off=offset):
+                flat = Lin.c(off)
+                for i, k in zip(idx, st):
+                    flat = flat + i.scale(k)
+                return s.load(cx, unravel(flat, s.shape))
+            return Fn(shape, dtype, load, node).with_ins([src])
+        if name == "cat":
+            parts = [p for p in args[0] if not (len(p.shape) == 1 and p.shape[0].v == 0)]
+            d = (args[1] if len(args) > 1 else 0) % len(shape)
+            bounds, start = [], ZERO
+            for p in parts:
+                bounds.append(start)
+                start = start + p.shape[d]
+            kind = kind_of(dtype)
+
+            def load(cx, idx, parts=parts, d=d, bounds=bounds, kind=kind):
+                text = cx.convert(parts[-1], parts[-1].load(cx, idx[:d] + [idx[d] - Lin.c(bounds[-1])] + idx[d + 1:]),
+                                  kind)
+                for p, b, e in reversed(list(zip(parts[:-1], bounds[:-1], bounds[1:]))):
+                    v = cx.convert(p, p.load(cx, idx[:d] + [idx[d] - Lin.c(b)] + idx[d + 1:]), kind)
+                    text = f"T.if_then_else({idx[d].text()} < {e.t}, {v}, {text})"
+                return text
+            return Fn(shape, dtype, load, node).with_ins(parts)
+        if name in ("empty", "empty_like", "new_empty", "empty_strided", "empty_permuted"):
+            return Const(0, dtype, shape)  # an unused output of a decomposition (saved statistics)
+        if name in ("full", "scalar_tensor", "full_like", "new_full", "zeros", "ones", "zeros_like", "ones_like",
+                    "new_zeros", "new_ones"):
+            value = {"zeros": 0, "zeros_like": 0, "new_zeros": 0, "ones": 1, "ones_like": 1, "new_ones": 1}.get(name)
+            if value is None:
+                value = args[1] if name in ("full", "full_like", "new_full") else args[0]
+            if isinstance(value, (torch.SymInt, torch.SymFloat)):
+                self.fail(node, "a fill with a symbolic value")
+            return Const(value, dtype, shape)
+        if name in ("arange", "iota"):
+            start, step = 0, 1
+            if name == "arange":
+                if len(args) == 1:
+                    start = 0
+                else:
+                    start = args[0]
+                    step = args[2] if len(args) > 2 else kw.get("step", 1)
+            else:
+                start, step = kw.get("start", 0), kw.get("step", 1)
+            start, step = self.size(start), self.size(step)
+            return Fn(shape, dtype, lambda cx, idx, a=start, b=step: cx.index_value(idx[0].scale(b) + Lin.c(a), dtype),
+                      node).with_ins([])
+        if name in ("gather",):
+            src, d, index = args[0], args[1] % len(args[0].shape), args[2]
+
+            def load(cx, idx, s=src, d=d, ix=index):
+                dyn = Dyn(cx.int_value(ix, ix.load(cx, idx)), s.shape[d].v - 1)
+                return s.load(cx, idx[:d] + [Lin.atom(dyn)] + idx[d + 1:])
+            return Fn(shape, dtype, load, node).with_ins([src, index])
+        if name == "embedding":
+            weight, index = args[0], args[1]
+
+            def load(cx, idx, w=weight, ix=index):
+                dyn = Dyn(cx.int_value(ix, ix.load(cx, idx[:-1])), w.shape[0].v - 1)
+                return w.load(cx, [Lin.atom(dyn), idx[-1]])
+            return Fn(shape, dtype, load, node).with_ins([weight, index])
+        if name == "index" and len(args) > 1:
+            src, indices = args[0], args[1]
+            if sum(i is not None for i in indices) != 1 or any(i is not None for i in indices[1:]) and \
+                    indices[0] is not None:
+                self.fail(node, "advanced indexing with several index tensors")
+            d = next(k for k, i in enumerate(indices) if i is not None)
+            ix = indices[d]
+            r = len(ix.shape)
+
+            def load(cx, idx, s=src, d=d, ix=ix, r=r):
+                dyn = Dyn(cx.int_value(ix, ix.load(cx, idx[d:d + r])), s.shape[d].v - 1)
+                return s.load(cx, idx[:d] + [Lin.atom(dyn)] + idx[d + r:])
+            return Fn(shape, dtype, load, node).with_ins([src, ix])
+        if name in ("sum", "amax", "amin", "var", "mean", "prod", "any", "all", "max", "min") and \
+                isinstance(val, torch.Tensor):
+            return self.reduction(node, name, args, kw, shape, dtype)
+        if name == "topk":
+            src, k = args[0], args[1]
+            d = (args[2] if len(args) > 2 else kw.get("dim", -1)) % len(src.shape)
+            largest = args[3] if len(args) > 3 else kw.get("largest", True)
+            if d != len(src.shape) - 1 or not largest or not isinstance(k, int) or k > 64:
+                self.fail(node, "topk other than the k (<= 64) largest along the last dim")
+            tk = TopK(src, k, node)
+            tk.ins = [src]
+            self.reduces.append(tk)
+            return [TopKPart(tk, 0), TopKPart(tk, 1)]
+        return self.pointwise(node, name, args, kw, shape, dtype)
+
+    def scalar(self, node, name, args):
+        """A size computed in the graph (sym_size, arithmetic on SymInts, sym_float)."""
+        val = node.meta.get("val")
+        if name == "sym_size":
+            return self.size(val)
+        if isinstance(val, torch.SymInt):
+            return Size.of(val, self.t.hints)
+        if name == "sym_float" and isinstance(args[0], Size):
+            return ScalarF(args[0])
+        if isinstance(val, (int, float)):
+            return val
+        self.fail(node, f"a scalar computation {name}")
+
+    def cast(self, node, src, dtype, shape):
+        sk, dk = src.kind if hasattr(src, "kind") else kind_of(src.dtype), kind_of(dtype)
+
+        def load(cx, idx, s=src):
+            text = cx.convert(s, s.load(cx, idx), dk)
+            if dk == FLOAT and dtype in (torch.float16, torch.bfloat16) and kind_of(s.dtype) == FLOAT and \
+                    s.dtype.itemsize > dtype.itemsize:
+                return f"T.cast(T.cast({text}, \"{DT[dtype]}\"), \"float32\")"  # rounds as torch does
+            if dk == INT and sk == FLOAT:
+                return f"T.cast({text}, \"{DT[dtype]}\")"
+            return text
+        return Fn(shape, dtype, load, node).with_ins([src])
+
+    def reduction(self, node, name, args, kw, shape, dtype):
+        src = args[0]
+        n = len(src.shape)
+        dims = args[1] if len(args) > 1 else kw.get("dim")
+        if name in ("max", "min") and (dims is None or isinstance(dims, int)) and len(args) > 1:
+            self.fail(node, f"{name} along a dim with indices (argmax)")
+        if dims is None or dims == []:
+            dims = list(range(n))
+        dims = [dims] if isinstance(dims, int) else list(dims)
+        dims = sorted({d % n for d in dims}) if n else []
+        keepdim = bool(args[2] if len(args) > 2 and not isinstance(args[2], (float,)) and name != "var"
+                       else kw.get("keepdim", False))
+        if node.target in (prims.sum.default, prims.amax.default, prims.amin.default):
+            keepdim = False
+        if name in ("prod", "any", "all"):
+            self.fail(node)
+        if name == "mean":
+            count = prod(src.shape[d] for d in dims)
+            r = Reduce("sum", src, dims, keepdim, torch.float32, node)
+            r.post = lambda t, c=count: f"({t} * (1.0 / {c.t}))"
+            r.ins = [src]
+            self.reduces.append(r)
+            return r
+        if name == "var":
+            correction = args[2] if len(args) > 2 else kw.get("correction", 1)
+            correction = 1 if correction is None else correction
+            count = prod(src.shape[d] for d in dims)
+            mean = Reduce("sum", src, dims, True, torch.float32, node)
+            mean.post = lambda t, c=count: f"({t} * (1.0 / {c.t}))"
+            mean.ins = [src]
+            self.reduces.append(mean)
+
+            def dev(cx, idx, s=src, m=mean):
+                a = cx.convert(s, s.load(cx, idx), FLOAT)
+                b = m.load(cx, [Lin.c(0) if d in m.dims else i for d, i in enumerate(idx)])
+                return f"(({a} - {b}) * ({a} - {b}))"
+            value = Fn(src.shape, torch.float32, dev, node).with_ins([src, mean])
+            r = Reduce("sum", src, dims, keepdim, torch.float32, node, value=value)
+            corr = float(correction)
+            r.post = lambda t, c=count, k=corr: f"({t} * (1.0 / ({c.t} - {k})))"
+            r.ins = [value]
+            self.reduces.append(r)
+            return r
+        op = {"sum": "sum", "amax": "amax", "amin": "amin", "max": "amax", "min": "amin"}[name]
+        r = Reduce(op, src, dims, keepdim, dtype, node)
+        r.ins = [src]
+        self.reduces.append(r)
+        return r
+
+    def pointwise(self, node, name, args, kw, shape, dtype):
+        out_kind = kind_of(dtype)
+        tensors = [a for a in args if isinstance(a, V)]
+        if name in POINTWISE_1 or name in BINARY_F or name in COMPARE or name in LOGICAL or name in (
+                "where", "clamp", "clamp_min", "clamp_max", "logical_not", "bitwise_not", "rsub", "true_divide",
+                "gelu", "fill", "lerp", "copy", "masked_fill"):
+            pass
+        else:
+            self.fail(node)
+        if name in BINARY_F and BINARY_F[name] is None:
+            self.fail(node)
+        shapes = shape
+
+        def operand(cx, a, idx, kind):
+            if isinstance(a, V):
+                return cx.convert(a, a.load(cx, _bcast(idx, a.shape, shapes)), kind)
+            if isinstance(a, ScalarF):
+                return a.text()
+            if isinstance(a, Size):
+                return a.t if kind == INT else f"(1.0 * {a.t})"
+            if isinstance(a, bool):
+                return literal(a, BOOL if kind == BOOL else FLOAT)
+            if isinstance(a, (int, float)):
+                return literal(a, kind)
+            raise Unsupported(f"an operand {a!r} of {_where(node, self.t.path)}")
+
+        def load(cx, idx):
+            if name in POINTWISE_1:
+                a = operand(cx, args[0], idx, FLOAT)
+                if name == "round" and len(args) > 1 or kw.get("decimals"):
+                    raise Unsupported(f"round with decimals ({_where(node, self.t.path)})")
+                if kind_of(args[0].dtype) != FLOAT and name in ("neg", "abs"):
+                    a = operand(cx, args[0], idx, INT)
+                    return f"(-{a})" if name == "neg" else f"T.abs({a})"
+                return POINTWISE_1[name].format(a=a)
+            if name in ("gelu",):
+                a = operand(cx, args[0], idx, FLOAT)
+                if kw.get("approximate", "none") == "tanh":
+                    return f"(0.5 * {a} * (1.0 + T.tanh(0.7978845608028654 * ({a} + 0.044715 * {a} * {a} * {a}))))"
+                return f"(0.5 * {a} * (1.0 + T.erf({a} * 0.7071067811865476)))"
+            if name in COMPARE:
+                k = FLOAT if any(kind_of(a.dtype) == FLOAT for a in tensors) or any(
+                    isinstance(a, float) for a in args[:2]) else INT
+                return f"({operand(cx, args[0], idx, k)} {COMPARE[name]} {operand(cx, args[1], idx, k)})"
+            if name in LOGICAL:
+                if out_kind != BOOL:
+                    self.fail(node, f"{name} on integers")
+                return f"({operand(cx, args[0], idx, BOOL)} {LOGICAL[name]} {operand(cx, args[1], idx, BOOL)})"
+            if name in ("logical_not", "bitwise_not"):
+                if out_kind != BOOL:
+                    self.fail(node, f"{name} on integers")
+                return f"(not {operand(cx, args[0], idx, BOOL)})"
+            if name == "where":
+                c = operand(cx, args[0], idx, BOOL)
+                return f"T.if_then_else({c}, {operand(cx, args[1], idx, out_kind)}, " \
+                       f"{operand(cx, args[2], idx, out_kind)})"
+            if name == "masked_fill":
+                c = operand(cx, args[1], idx, BOOL)
+                return f"T.if_then_else({c}, {operand(cx, args[2], idx, out_kind)}, " \
+                       f"{operand(cx, args[0], idx, out_kind)})"
+            if name in ("clamp", "clamp_min", "clamp_max"):
+                a = operand(cx, args[0], idx, out_kind)
+                lo = args[1] if name in ("clamp", "clamp_min") and len(args) > 1 else kw.get("min")
+                hi = args[2] if name == "clamp" and len(args) > 2 else (args[1] if name == "clamp_max" else
+                                                                        kw.get("max"))
+                if lo is not None:
+                    a = f"T.max({a}, {operand(cx, lo, idx, out_kind)})"
+                if hi is not None:
+                    a = f"T.min({a}, {operand(cx, hi, idx, out_kind)})"
+                return a
+            if name in ("fill", "copy"):
+                return operand(cx, args[1], idx, out_kind)
+            if name == "rsub":
+                return f"({operand(cx, args[1], idx, out_kind)} - {operand(cx, args[0], idx, out_kind)})"
+            if name == "lerp":
+                a, b, w = (operand(cx, x, idx, FLOAT) for x in args[:3])
+                return f"({a} + {w} * ({b} - {a}))"
+            k = out_kind if name not in ("div", "true_divide") else FLOAT
+            if name == "div" and (kw.get("rounding_mode") is not None):
+                self.fail(node, "div with a rounding mode")
+            if k == BOOL:
+                self.fail(node, f"{name} on booleans")
+            a, b = operand(cx, args[0], idx, k), operand(cx, args[1], idx, k)
+            if name == "pow":
+                p = args[1]
+                if isinstance(p, (int, float)) and not isinstance(p, bool):
+                    return _pow(a, p)
+                if isinstance(args[0], (int, float)):
+                    return f"T.exp2({b} * {math.log2(args[0])!r})"
+            return BINARY_F.get(name, BINARY_F.get("div")).format(a=a, b=b)
+
+        if dtype in (torch.float16, torch.bfloat16):  # eager rounds every op's result to the tensor's dtype
+            def rounded(cx, idx, inner=load):
+                return f"T.cast(T.cast({inner(cx, idx)}, \"{DT[dtype]}\"), \"float32\")"
+            return Fn(shape, dtype, rounded, node).with_ins(tensors)
+        return Fn(shape, dtype, load, node).with_ins(tensors)
+
+
+def _pow(a: str, p) -> str:
+    if p == 1:
+        return a
+    if p == 2:
+        return f"({a} * {a})"
+    if p == 3:
+        return f"({a} * {a} * {a})"
+    if p == 0.5:
+        return f"T.sqrt({a})"
+    if p == -0.5:
+        return f"T.rsqrt({a})"
+    if p == -1:
+        return f"(1.0 / {a})"
+    if p == 0:
+        return "1.0"
+    return f"T.pow({a}, {float(p)!r})"
+
+
+def _bcast(idx, shape, out_shape):
+    """The index of an operand of ``shape`` broadcast to ``out_shape``."""
+    n = len(shape)
+    tail = idx[len(idx) - n:] if n else []
+    return [Lin.c(0) if s.v == 1 else i for s, i in zip(shape, tail)]
+
+
+class ScalarF:
+    """A float computed from sizes (sym_float(n)): its Python text."""
+
+    def __init__(self, size: Size):
+        self.size = size
+
+    def text(self):
+        return f"(1.0 * {self.size.t})"
+
+
+def _with_ins(self, ins):
+    self.ins = list(ins)
+    return self
+
+
+V.with_ins = _with_ins
+V.ins = ()
+DT = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64",
+      torch.int8: "int8", torch.int16: "int16", torch.int32: "int32", torch.int64: "int64", torch.uint8: "uint8",
+      torch.bool: "bool"}
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in str(name))
+
+
+V.kind = property(lambda self: kind_of(self.dtype))
