@@ -19,7 +19,6 @@ XFAIL = {
     "softmax_topk": "top-k indices of tied values (softmax underflows to 0 under the 'outliers' inputs) differ from "
                     "torch's order",
     "int8_row_quant": "one value rounds to the other neighbour on the CPU interpreter (-63 vs -64)",
-    "instance_norm": "the statistics of instance_norm's decomposition are read at another row",
 }
 
 

@@ -272,7 +272,32 @@ class Lin:
                 if isinstance(a, Div):
                     return out + Lin.atom(Div(a.lin, a.d * dd))
                 return out + Lin.atom(Div(inner, dd))
+        split = r.split_small(d)
+        if split is not None:  # (g L' + small) // d = L' // (d / g) when 0 <= small < g and g divides d
+            g, big, _ = split
+            return out + big.fdiv(d // g)
         return out + Lin.atom(Div(r, d))
+
+    def split_small(self, d: Size):
+        """(g, L', small) with self = g * L' + small, g a proper divisor of d (from a coefficient), 0 <= small < g;
+        None when there is no such g."""
+        import math
+
+        for _, c in sorted(self.terms, key=lambda ac: -abs(ac[1].v)):
+            g = math.gcd(abs(c.v), d.v)
+            if g <= 1 or g == d.v:
+                continue
+            gs = Size(g, None) if d.e.is_Integer or c.e.is_Integer else (c if c.v == g else d // (d // g))
+            big = {a: cc // gs for a, cc in self.terms if cc.v % g == 0}
+            small = Lin.make({a: cc for a, cc in self.terms if cc.v % g != 0}, self.const % gs
+                             if self.const.v % g != self.const.v else self.const)
+            if self.const.v % g != self.const.v:
+                small = Lin.make(dict(small.terms), Size(self.const.v % g, None))
+            lo, hi = small.rng()
+            if 0 <= lo and hi < g:
+                const_q = Size(self.const.v // g, None)
+                return gs, Lin.make(big, const_q), small
+        return None
 
     def mod(self, m: Size) -> "Lin":
         rest = {a: c for a, c in self.terms if c.v % m.v != 0}
@@ -281,6 +306,10 @@ class Lin:
         lo, hi = r.rng()
         if 0 <= lo and hi < m.v:
             return r
+        split = r.split_small(m)
+        if split is not None:  # (g L' + small) % m = (L' % (m / g)) * g + small
+            g, big, small = split
+            return big.mod(m // g).scale(g) + small
         return Lin.atom(Mod(r, m))
 
 
