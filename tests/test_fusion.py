@@ -98,3 +98,16 @@ def test_fp32_master_weight_cast_is_a_gemm_epilogue():
     match, _ = explain(REPO / "bench" / "suite" / "linear_fp32_master.py")
     assert match.family == "gemm_epilogue" and match.gemm_b.dtype == "float32"
     assert torch.float32 in {p.dtype for p in match.traced.model.parameters()}
+
+
+def test_column_reduction_split_over_blocks_is_correct(tmp_path):
+    """The mean over S of (B, S, D) with the reduced dim split over 4 blocks (partials, then a combining pass)."""
+    path = REPO / "bench" / "suite" / "mean_seq.py"
+    draft = BuiltinDrafter().draft(DraftTask(task_name="mean_seq", reference_path=str(path), reference_source="",
+                                             configs=[], turn=1))[0]
+    assert "SPLIT = None" in draft.source and "reduce_cols_split" in draft.source
+    candidate = tmp_path / "mean_seq_split.py"
+    candidate.write_text(draft.source.replace("SPLIT = None", "SPLIT = 4"))
+    spec = load_spec(path)
+    results = check_candidate(spec, candidate, device="cpu", configs=[spec.small_config], seeds=1)
+    assert [r.correct for r in results] == [True], [r.message for r in results]

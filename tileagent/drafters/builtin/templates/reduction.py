@@ -6,6 +6,9 @@ the input as (A, D, B) around the reduced dims (plain Python ints from the shape
 ``reduce_rows`` kernel gives each block ``block_m`` rows and walks D in ``block_d`` tiles; otherwise ``reduce_cols``
 gives each block ``block_n`` columns of one A index and walks D in ``block_k``-row tiles, as the column-sum example
 does. Both accumulate elementwise in a float32 tile (no communication in the loop) and reduce it once at the end.
+When too few (A, column tile) pairs fill the GPU (``schedule_split``: under 264 blocks, e.g. the mean over S of a
+(1, 8192, 4096) tensor), ``reduce_cols_split`` also splits D over ``split`` blocks writing float32 partials, and a
+second kernel scope combines them and applies the pointwise tail.
 Elements past D are masked with the reduction's identity (0, -inf, +inf), so any pre-op (``x * x``, ``abs``) and any
 D work; A is dynamic. Pointwise work before the reduction runs on each element, after it on each result.
 """
@@ -36,6 +39,16 @@ def schedule_rows(D):
     return max(1, THREADS * PER_THREAD // block_d), block_d, THREADS
 
 
+def schedule_split(A, D, B, block_k, block_n):
+    """Blocks along the reduced dim when too few (A, column tile) pairs fill the GPU (132 SMs): each reduces a chunk
+    of at least 4 tiles into a float32 partial, a second pass combines them. 1: no split."""
+    blocks = A * ((B + block_n - 1) // block_n)
+    split = 1
+    while blocks * split < 264 and split < 64 and D >= 8 * block_k * split:
+        split *= 2
+    return split
+
+
 def schedule_cols(D, B):
     """(block_k, block_n, threads) for columns of height D and B columns."""
     block_n = pow2_at_least(B, 32, 128)
@@ -53,9 +66,9 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     op = match.reduce_op
     x_ref = match.traced.input_names[match.subject]
     ndim = len(match.traced.input_shapes[match.subject])
-    constants = {"THREADS": knobs["THREADS"], "PER_THREAD": knobs["PER_THREAD"]}
+    constants = {"THREADS": knobs["THREADS"], "PER_THREAD": knobs["PER_THREAD"], "SPLIT": None}
     tunables = {"THREADS": common.knob_values(knobs, "THREADS", (128, 256)),
-                "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (16, 32))}
+                "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (16, 32)), "SPLIT": [None, 1, 4, 16]}
     doc = (f"Candidate drafted by the built-in drafter (template row_reduction): {match.summary}"
            f"{', keepdim' if match.keepdim else ''}; float32 accumulation, output {match.out_dtype}. Knobs: THREADS, "
            f"PER_THREAD (values per thread in a tile).")
@@ -103,6 +116,39 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                 f"                v = r[{k}]{scale}\n{post_stmts}"
                 f"                r[{k}] = {post}\n" + store + "\n    return main\n")
 
+    def split_kernel() -> str:
+        pre_stmts, pre = common.body(match, match.pre, {}, "x[i, j]", 20)
+        post_stmts, post = common.body(match, match.expr, {}, "v", 16)
+        scale = " * (1.0 / D)" if op == "mean" else ""
+        return (f"@tileagent.jit(out_idx=[1, 2]{common.pass_configs(match)})\n"
+                f"def reduce_cols_split(D, B, split, block_k, block_n, threads, d_x, out_dtype{cparams}):\n"
+                "    A = T.dynamic(\"A\")\n"
+                "    chunk = (((D + split - 1) // split + block_k - 1) // block_k) * block_k  # rows per split block\n\n"
+                "    @T.prim_func\n"
+                "    def main(g_x: T.Tensor((A, D, B), d_x), out: T.Tensor((A, 1, B), out_dtype),\n"
+                "             ws: T.Tensor((A, split, B), \"float32\")):\n"
+                "        with T.Kernel(T.ceildiv(B, block_n), A, split, threads=threads) as (bn, a, sp):\n"
+                "            x = T.alloc_fragment((block_k, block_n), \"float32\")\n"
+                "            acc = T.alloc_fragment((block_k, block_n), \"float32\")\n"
+                "            r = T.alloc_fragment((block_n,), \"float32\")\n"
+                f"            T.fill(acc, {init})\n"
+                "            for k in T.serial(chunk // block_k):\n"
+                "                T.copy(g_x[a, sp * chunk + k * block_k, bn * block_n], x)\n"
+                f"                for i, j in T.Parallel(block_k, block_n):\n{pre_stmts}"
+                f"                    v = T.if_then_else(sp * chunk + k * block_k + i < D, {pre}, {init})\n"
+                f"                    acc[i, j] = {COMBINE[op].format(v='v')}\n"
+                f"            {REDUCE[op]}(acc, r, dim=0)\n"
+                "            T.copy(r, ws[a, sp, bn * block_n])\n"
+                "        with T.Kernel(T.ceildiv(B, block_n), A, threads=threads) as (bn, a):  # after every partial\n"
+                "            p = T.alloc_fragment((split, block_n), \"float32\")\n"
+                "            q = T.alloc_fragment((block_n,), \"float32\")\n"
+                "            T.copy(ws[a, 0, bn * block_n], p)\n"
+                f"            {REDUCE[op]}(p, q, dim=0)\n"
+                "            for j in T.Parallel(block_n):\n"
+                f"                v = q[j]{scale}\n{post_stmts}"
+                f"                q[j] = {post}\n"
+                "            T.copy(q, out[a, 0, bn * block_n])\n\n    return main\n")
+
     dims = match.reduce_dims
     if match.reduce_dim_attr and len(dims) == 1:
         d0 = f"self.{match.reduce_dim_attr} % {x_ref}.dim()"
@@ -120,7 +166,12 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                f"            y = reduce_rows(D, block_m, block_d, threads, {dt})({x_ref}.view(A, D))\n"
                f"        else:\n"
                f"            block_k, block_n, threads = schedule_cols(D, B)\n"
-               f"            y = reduce_cols(D, B, block_k, block_n, threads, {dt})({x_ref}.view(A, D, B))\n"
+               f"            split = SPLIT or schedule_split(A, D, B, block_k, block_n)\n"
+               f"            if split == 1:\n"
+               f"                y = reduce_cols(D, B, block_k, block_n, threads, {dt})({x_ref}.view(A, D, B))\n"
+               f"            else:\n"
+               f"                y, _ = reduce_cols_split(D, B, split, block_k, block_n, threads, {dt})(\n"
+               f"                    {x_ref}.view(A, D, B))\n"
                f"        return y.view({out_shape})\n")
     return common.header(doc, constants, tunables, match) + SCHEDULE + "\n\n" + kernel("rows") + "\n\n" + \
-        kernel("cols") + "\n\n" + common.model_class(match, forward)
+        kernel("cols") + "\n\n" + split_kernel() + "\n\n" + common.model_class(match, forward)
