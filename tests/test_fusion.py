@@ -111,3 +111,25 @@ def test_column_reduction_split_over_blocks_is_correct(tmp_path):
     spec = load_spec(path)
     results = check_candidate(spec, candidate, device="cpu", configs=[spec.small_config], seeds=1)
     assert [r.correct for r in results] == [True], [r.message for r in results]
+
+
+@pytest.mark.parametrize("name", ["mse_loss", "frobenius_norm"])
+def test_reduction_to_few_values_splits_columns_over_blocks(name, tmp_path):
+    """A loss (a reduction to one value) with 32-column tiles: SPLIT > 1 blocks per row write float32 partials that a
+    second kernel scope combines; the result matches the reference."""
+    path = REPO / "bench" / "suite" / f"{name}.py"
+    draft = BuiltinDrafter().draft(DraftTask(task_name=name, reference_path=str(path), reference_source="",
+                                             configs=[], turn=1))[0]
+    assert "schedule_split(" in draft.source and "BR_MAX = 4096" in draft.source
+    candidate = tmp_path / f"{name}_split.py"
+    candidate.write_text(draft.source.replace("BR_MAX = 4096", "BR_MAX = 32"))
+    module = {}
+    exec(compile(candidate.read_text(), str(candidate), "exec"), module)  # the schedule the candidate will use
+    spec = load_spec(path)
+    n = 1
+    for v in spec.small_config.values():
+        n *= v
+    n = n * spec.small_config["HW"] if name == "frobenius_norm" else n  # (B, F, HW, HW)
+    assert module["schedule_split"](1, n)[3] > 1
+    results = check_candidate(spec, candidate, device="cpu", configs=[spec.small_config], seeds=1)
+    assert [r.correct for r in results] == [True], [r.message for r in results]

@@ -225,6 +225,9 @@ class KernelWriter:
         self.done: set = set()
         self.red_alias: dict = {}  # reduction number -> the earlier one computing the same values
         self.hoisted: dict = {}  # tile loads done once before the passes when a row is one tile (NK == 1)
+        self.split_reduces: list = []  # (number, op, partials buffer) of a kernel split along its columns
+        self.split_at = 0
+        self.allocs2: list = []
 
     # -- reads ----------------------------------------------------------------------------------------------------
 
@@ -368,6 +371,9 @@ class KernelWriter:
             grid = "T.ceildiv(NX, BM)"
             head = "bm"
         valid = "xg < NX and rg < NR"
+        split = self.splittable()
+        if split:
+            grid, head = "T.ceildiv(NX, BM), SPLIT", "(bm, sp)"
         seen = {}
         for n_red, r in enumerate(k.reduces):
             if isinstance(r, TopK):
@@ -388,11 +394,26 @@ class KernelWriter:
             val = cx.convert(r.value, r.value.load(cx, idx), FLOAT)
             stmt = f"acc[i, j] = {COMBINE[r.op].format(a='acc[i, j]', b=f'T.if_then_else(rg < NR, {val}, {IDENT[r.op]})')}"
             body.append(" " * pad + f"T.fill(acc, {IDENT[r.op]})")
-            body.append(" " * pad + "for kk in T.serial(NK):")
-            body += self.loads(cx, pad + 4, looped=True)
-            body += self.body(cx, "tile", [stmt], pad + 4)
-            body.append(" " * pad + f"{REDUCE_FN[r.op]}(acc, red{n_red}, dim=1)")
+            if split:  # this block's share of the column tiles; a partial per row, combined by the second scope
+                body.append(" " * pad + "for kt in T.serial(CH):")
+                body.append(" " * pad + "    kk = sp * CH + kt")
+                body += self.loads(cx, pad + 4)
+                body += self.body(cx, "tile", [stmt], pad + 4)
+                del self.allocs[f"red{n_red}"]
+                self.allocs[f"pr{n_red}"] = "(BM,)"
+                ws = f"ws{k.index}_{n_red}"
+                body.append(" " * pad + f"{REDUCE_FN[r.op]}(acc, pr{n_red}, dim=1)")
+                body.append(" " * pad + f"T.copy(pr{n_red}, {ws}[sp, bm * BM])")
+                out_params.append((ws, f"{ws}: T.Tensor((SPLIT, {k.X.t}), \"float32\")", None))
+                self.split_reduces.append((n_red, r.op, ws))
+            else:
+                body.append(" " * pad + "for kk in T.serial(NK):")
+                body += self.loads(cx, pad + 4, looped=True)
+                body += self.body(cx, "tile", [stmt], pad + 4)
+                body.append(" " * pad + f"{REDUCE_FN[r.op]}(acc, red{n_red}, dim=1)")
             self.done.add(id(r))
+        self.split_at = len(body)
+        allocs_before = set(self.allocs)
         # per-row outputs and the reductions later kernels read
         rows = [(f"o{n}", o, n) for n, o in k.row_outs]
         if rows or k.realize:
@@ -443,7 +464,20 @@ class KernelWriter:
                 body += self.loads(cx, pad + 4, looped=True)
                 body += self.body(cx, "tile", stmts, pad + 4)
                 body += [" " * (pad + 4) + s for s in stores]
+        self.allocs2 = [n for n in self.allocs if n not in allocs_before]
         return self.assemble(grid, head, body, out_params)
+
+    def splittable(self) -> bool:
+        """Whether the columns may be split over blocks: independent sum/max/min reductions (none reads another of
+        this kernel) whose results leave only per row (no full-size output in this kernel)."""
+        k = self.k
+        if k.pointwise or k.full_outs or not k.reduces or any(isinstance(r, TopK) for r in k.reduces):
+            return False
+        for r in k.reduces:
+            extra = [r.value] if r.value is not r.src else []
+            if any(self.plan.owner.get(id(d)) is k for d in _deps(r.value) + extra):
+                return False
+        return True
 
     def topk(self, r: TopK, n_red, out_params, pad):
         k = self.k
@@ -486,16 +520,28 @@ class KernelWriter:
         syms = sorted(s for s in self.plan.t.binds if _uses("\n".join(sig + body) + k.X.t + k.R.t, s))
         dts = sorted({f"d_{g.name}" for _, (_, _, g) in ins if g is not None})
         fname = f"kernel{k.index}"
-        allocs = [" " * 12 + f"{n} = T.alloc_fragment({shape}, \"float32\")" for n, shape in self.allocs.items()]
+        split = bool(self.split_reduces)
+        allocs = [" " * 12 + f"{n} = T.alloc_fragment({shape}, \"float32\")" for n, shape in self.allocs.items()
+                  if not split or n not in self.allocs2]
+        if split:  # the second scope: combine the partials of every row, then the per-row outputs
+            second = [" " * 12 + f"{n} = T.alloc_fragment({self.allocs[n]}, \"float32\")" for n in self.allocs2]
+            second += [" " * 12 + "part = T.alloc_fragment((SPLIT, BM), \"float32\")"]
+            for n_red, op, ws in self.split_reduces:
+                second += [" " * 12 + f"red{n_red} = T.alloc_fragment((BM,), \"float32\")",
+                           " " * 12 + f"T.copy({ws}[0, bm * BM], part)",
+                           " " * 12 + f"{REDUCE_FN[op]}(part, red{n_red}, dim=0)"]
+            body = body[:self.split_at] + ["", " " * 8 + "with T.Kernel(T.ceildiv(NX, BM), threads=THREADS) as bm:  "
+                                           "# after every partial"] + second + body[self.split_at:]
         if self.hoisted:
             allocs += [" " * 12 + "if NK == 1:  # the whole row is one tile: load it once for every pass"]
             allocs += [" " * 16 + s for s in self.hoisted.values()]
         fast = any(DT.get(o.dtype) in ("float16", "bfloat16") for _, o in k.full_outs + k.row_outs)
         text = [f"@tileagent.jit(out_idx={out_idx}{', ' + FAST_MATH if fast else ''})",
-                f"def {fname}({', '.join(syms + dts + ['BM', 'BR', 'THREADS'])}):",
+                f"def {fname}({', '.join(syms + dts + ['BM', 'BR', 'THREADS'] + (['SPLIT'] if split else []))}):",
                 f"    NX = {k.X.t}",
                 f"    NR = {k.R.t}",
-                "    NK = (NR + BR - 1) // BR",
+                "    NK = (NR + BR - 1) // BR"] + (["    CH = (NK + SPLIT - 1) // SPLIT  # column tiles per block"]
+                                                  if split else []) + [
                 "",
                 "    @T.prim_func",
                 f"    def main({', '.join(sig)}):",
@@ -505,6 +551,8 @@ class KernelWriter:
                                         key=lambda g: g.name)])
         topk = any(isinstance(r, TopK) for r in k.reduces)
         sched = f"schedule({k.X.t}, {k.R.t}, {'True' if k.pointwise else 'False'}, {'True' if topk else 'False'})"
+        if split:
+            sched = f"schedule_split({k.X.t}, {k.R.t})"
         call = f"{fname}({args}{', ' if args else ''}*{sched})({', '.join(arg for _, (_, arg, _) in ins)})"
         outs = [f"o{n}" if n is not None else name for name, _, n in out_params]
         return "\n".join(text) + "\n", (call, outs)

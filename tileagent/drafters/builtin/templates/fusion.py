@@ -45,6 +45,18 @@ def schedule(NX, NR, pointwise, topk):
     return bm, br, threads
 
 
+def schedule_split(NX, NR):
+    """(BM, BR, THREADS, SPLIT): schedule() plus SPLIT blocks per row group along the columns when fewer than 264
+    blocks would run (a reduction to a few values: a norm of the whole tensor, a loss)."""
+    bm, br, threads = schedule(NX, NR, False, False)
+    blocks = (NX + bm - 1) // bm
+    tiles = (NR + br - 1) // br
+    split = 1
+    while blocks * split < 264 and split * 2 <= tiles and split < 1024:
+        split *= 2
+    return bm, br, threads, split
+
+
 def round_half_even(v):
     """torch.round: to nearest, ties to even (v rounded to float32 first, as torch's float32 tensor holds it)."""
     w = T.cast(v, "float32")
