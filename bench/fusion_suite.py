@@ -1,8 +1,8 @@
 """The fusion suite on the GPU: the built-in drafter end to end on every op of bench/suite/, against eager PyTorch,
 torch.compile and a device copy of the same bytes.
 
-Usage (on a CUDA machine): python bench/fusion_suite.py [--ops a,b,...] [--max-configs N] [--budget SECONDS]
-    [--json out.json]
+Usage (on a CUDA machine): python bench/fusion_suite.py [--ops a,b,...] [--part K/N] [--max-configs N]
+    [--budget SECONDS] [--json out.json]
 For each op: the built-in drafter's first draft (turn 1, default flags), then per config (CONFIGS, at most
 --max-configs): correctness against the reference (fresh inputs, the evaluator's tolerances via
 ``evaluator.correctness.check_candidate``), median GPU times (L2 flushed, ``bench/memory_bound.bench``) of the
@@ -93,6 +93,7 @@ def run_op(path: Path, max_configs: int, tmp: Path) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", default="", help="comma-separated op names (default: every file in bench/suite)")
+    ap.add_argument("--part", default="1/1", help="K/N: the K-th of N equal slices of the op list (e.g. 1/2, 2/2)")
     ap.add_argument("--max-configs", type=int, default=1)
     ap.add_argument("--budget", type=float, default=480.0, help="seconds; no new op starts after this")
     ap.add_argument("--json", default="")
@@ -101,6 +102,8 @@ def main() -> None:
     if args.ops:
         wanted = set(args.ops.split(","))
         paths = [p for p in paths if p.stem in wanted]
+    k, n = (int(v) for v in args.part.split("/"))
+    paths = paths[(k - 1) * len(paths) // n: k * len(paths) // n]
     start = time.perf_counter()
     rows, skipped = [], []
     with tempfile.TemporaryDirectory() as tmp:
