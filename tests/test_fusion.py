@@ -18,7 +18,6 @@ SUITE = sorted(p.stem for p in (REPO / "bench" / "suite").glob("*.py"))
 XFAIL = {
     "softmax_topk": "top-k indices of tied values (softmax underflows to 0 under the 'outliers' inputs) differ from "
                     "torch's order",
-    "int8_row_quant": "one value rounds to the other neighbour on the CPU interpreter (-63 vs -64)",
 }
 
 

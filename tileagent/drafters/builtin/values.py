@@ -165,7 +165,8 @@ POINTWISE_1 = {
     "relu": "T.max({a}, 0.0)", "floor": "T.floor({a})", "ceil": "T.ceil({a})", "trunc": "T.if_then_else({a} < 0.0, "
     "T.ceil({a}), T.floor({a}))", "log1p": "T.log(1.0 + {a})", "expm1": "(T.exp2({a} * LOG2E) - 1.0)",
     "sign": "T.if_then_else({a} > 0.0, 1.0, T.if_then_else({a} < 0.0, -1.0, 0.0))",
-    "round": "round_half_even({a})", "silu": "{a} / (1.0 + T.exp2({a} * -LOG2E))",
+    "round": "",  # written in Builder.pointwise (ties to even, with temporaries)
+    "silu": "{a} / (1.0 + T.exp2({a} * -LOG2E))",
 }
 BINARY_F = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "div": "({a} / {b})",
             "maximum": "T.max({a}, {b})", "minimum": "T.min({a}, {b})", "pow": "T.pow({a}, {b})",
@@ -535,6 +536,10 @@ class Builder:
                 a = operand(cx, args[0], idx, FLOAT)
                 if name == "round" and len(args) > 1 or kw.get("decimals"):
                     raise Unsupported(f"round with decimals ({_where(node, self.t.path)})")
+                if name == "round":  # ties to even; the operands bound as temporaries (float32 values)
+                    w = cx.let(f"T.cast({a}, \"float32\")")
+                    r = cx.let(f"T.floor({w} + 0.5)")
+                    return f"T.if_then_else({r} - {w} == 0.5, 2.0 * T.floor({r} * 0.5), {r})"
                 if kind_of(args[0].dtype) != FLOAT and name in ("neg", "abs"):
                     a = operand(cx, args[0], idx, INT)
                     return f"(-{a})" if name == "neg" else f"T.abs({a})"

@@ -56,12 +56,6 @@ def schedule_split(NX, NR):
         split *= 2
     return bm, br, threads, split
 
-
-def round_half_even(v):
-    """torch.round: to nearest, ties to even (v rounded to float32 first, as torch's float32 tensor holds it)."""
-    w = T.cast(v, "float32")
-    r = T.floor(w + 0.5)
-    return T.if_then_else(r - w == 0.5, 2.0 * T.floor(r * 0.5), r)
 '''
 
 
