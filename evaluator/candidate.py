@@ -49,6 +49,28 @@ def candidate_line(error: BaseException, path: Path) -> int | None:
     return line
 
 
+def read_candidate(path, static_checks: bool = True) -> str:
+    """The candidate's source, parsed and (with ``static_checks``) put through the static rules; nothing of it runs.
+
+    Raises:
+        LoadFailed: unreadable file, syntax error (with its line).
+        GuardViolation: a static rule is broken.
+    """
+    path = Path(path)
+    try:
+        source = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise LoadFailed(f"{path}: cannot read the candidate ({getattr(e, 'strerror', None) or e})") from None
+    try:
+        if static_checks:
+            check_source(source, str(path))
+        else:
+            compile(source, str(path), "exec")
+    except SyntaxError as e:
+        raise LoadFailed(f"{path.name}:{e.lineno}: syntax error: {e.msg}", line=e.lineno) from None
+    return source
+
+
 def load_candidate(path, static_checks: bool = True) -> Candidate:
     """Read, statically check and import the candidate at ``path``.
 
@@ -58,17 +80,7 @@ def load_candidate(path, static_checks: bool = True) -> Candidate:
         CompileFailed: a kernel was compiled at import time and failed.
     """
     path = Path(path)
-    try:
-        source = path.read_text()
-    except OSError as e:
-        raise LoadFailed(f"{path}: cannot read the candidate ({e.strerror or e})") from None
-    try:
-        if static_checks:
-            check_source(source, str(path))
-        else:
-            compile(source, str(path), "exec")
-    except SyntaxError as e:
-        raise LoadFailed(f"{path.name}:{e.lineno}: syntax error: {e.msg}", line=e.lineno) from None
+    source = read_candidate(path, static_checks)
     try:
         module = exec_fresh_module(path, "_tileagent_candidate_")
     except CompileError as e:
@@ -86,17 +98,13 @@ def load_candidate(path, static_checks: bool = True) -> Candidate:
     return Candidate(path, source, module, cls)
 
 
-def build_models(spec, candidate: Candidate, config: dict, device="cpu", seed: int = 0):
-    """(Model, ModelNew) for ``config`` on ``device``, constructed under the same seed (global RNG state restored);
-    Model's state_dict entries are copied into ModelNew where the name and shape match. ModelNew is cast to DTYPES'
-    dtype like Model when the spec gives one dtype name.
+def construct(candidate: Candidate, init: list, config: dict, device="cpu", seed: int = 0, dtype=None) -> nn.Module:
+    """ModelNew(*init) built under ``seed`` (global RNG state restored), moved to ``device`` and, when ``dtype`` is
+    given, its floating weights cast to it.
 
     Raises:
-        SpecError: the reference cannot be built.
-        CompileFailed / LoadFailed: ModelNew(*init_inputs) raised.
+        CompileFailed / LoadFailed: ModelNew(*init) raised.
     """
-    model = spec.make_model(config, device, seed)
-    init = spec.init_inputs(config)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         try:
@@ -109,8 +117,25 @@ def build_models(spec, candidate: Candidate, config: dict, device="cpu", seed: i
             raise LoadFailed(f"ModelNew(*get_init_inputs()) raised {type(e).__name__}: {e}{at}; ModelNew takes "
                              f"Model's constructor arguments {init!r}", line=line, config=config) from e
     new = new.to(device)
-    if isinstance(spec.dtypes, torch.dtype):
-        new = cast_floating(new, spec.dtypes)
+    if dtype is not None:
+        new = cast_floating(new, dtype)
+    return new
+
+
+def build_models(spec, candidate: Candidate, config: dict, device="cpu", seed: int = 0):
+    """(Model, ModelNew) for ``config`` on ``device``, in this process, constructed under the same seed;
+    Model's state_dict entries are copied into ModelNew where the name and shape match. ModelNew is cast to DTYPES'
+    dtype like Model when the spec gives one dtype name. (The evaluator itself builds ModelNew in the candidate's own
+    process, ``evaluator.sandbox``, the same way.)
+
+    Raises:
+        SpecError: the reference cannot be built.
+        CompileFailed / LoadFailed: ModelNew(*init_inputs) raised.
+    """
+    model = spec.make_model(config, device, seed)
+    init = spec.init_inputs(config)
+    new = construct(candidate, init, config, device, seed, spec.dtypes if isinstance(spec.dtypes, torch.dtype)
+                    else None)
     own = new.state_dict()
     with torch.no_grad():
         for key, value in model.state_dict().items():
@@ -119,4 +144,4 @@ def build_models(spec, candidate: Candidate, config: dict, device="cpu", seed: i
     return model, new.eval()
 
 
-__all__ = ["Candidate", "build_models", "candidate_line", "compile_failed", "load_candidate"]
+__all__ = ["Candidate", "build_models", "construct", "read_candidate", "candidate_line", "compile_failed", "load_candidate"]

@@ -23,20 +23,26 @@ Raises the first ``CandidateError`` (``Mismatch``, ``GuardViolation``, ``Compile
 from __future__ import annotations
 
 import math
+import random
+import secrets
 
 import torch
 
-from tileagent.compiler.diagnostics import CompileError
-from tileagent.evaluator.candidate import build_models, candidate_line, compile_failed, load_candidate
-from tileagent.evaluator.errors import EvalError, Mismatch, RunFailed
-from tileagent.evaluator.guards import Identities, run_guarded, violation
+from tileagent.evaluator.candidate import read_candidate
+from tileagent.evaluator.errors import EvalError, Mismatch
+from tileagent.evaluator.guards import _overlaps, _storage_range, violation
+from tileagent.evaluator.sandbox import Buffer, Sandbox
 from tileagent.evaluator.records import ConfigResult
 from tileagent.evaluator.spec import HIDDEN, Spec, Tolerance, identical
 
 
 def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seeds: int = 5, distributions=None,
-                    static_checks: bool = True) -> list[ConfigResult]:
+                    static_checks: bool = True, sandbox: Sandbox | None = None,
+                    seed: int | None = None) -> list[ConfigResult]:
     """Check the candidate at ``candidate_path`` against ``spec`` on ``configs`` (default: the spec's grid).
+
+    The candidate runs in its own process (``evaluator.sandbox``); the reference, the comparisons and the verdict
+    stay in this one.
 
     Args:
         spec: the loaded reference (``evaluator.spec.load_spec``).
@@ -46,95 +52,200 @@ def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seed
         seeds: seeds per config and distribution (at least 1).
         distributions: names to use (default: the spec's, public and hidden).
         static_checks: run the static guard before importing (tests turn it off to exercise the run-time guard).
+        sandbox: the candidate's process to use (``evaluator.worker.evaluate`` shares one with timing); default: a
+            new one, closed on return.
+        seed: the evaluation's base seed (default: drawn from the OS; each result records it, for a replay).
 
     Raises:
         CandidateError: the first failure (Mismatch, GuardViolation, CompileFailed, RunFailed, LoadFailed).
         SpecError: the reference failed on a config.
     """
-    identities = Identities()  # before any of the candidate's code runs
-    candidate = load_candidate(candidate_path, static_checks)
-    identities.check("while the candidate was imported")
-    dists = tuple(distributions or spec.distributions)
-    results = []
-    for config in configs if configs is not None else spec.configs:
-        checker = _ConfigCheck(spec, candidate, device, identities)
-        checker.run(config, max(1, seeds), dists)
-        tails = spec.tail_configs(config)
-        for tail in tails:
-            checker.run(tail, max(1, seeds // 2), dists, tail_of=config)
-        if tails:
-            checker.note(f"tail sizes checked: {', '.join(str(t) for t in tails)}")
-        results.append(ConfigResult(config=config, correct=True, checks=checker.checks, max_abs_err=checker.max_abs,
-                                    rel_l2=checker.rel_l2, notes=checker.degenerate_notes() + checker.notes))
-    return results
+    read_candidate(candidate_path, static_checks)
+    own = sandbox is None
+    if own:
+        sandbox = Sandbox(candidate_path, device)
+    base = draw_seed() if seed is None else int(seed)
+    try:
+        dists = tuple(distributions or spec.distributions)
+        results = []
+        for config in configs if configs is not None else spec.configs:
+            checker = _ConfigCheck(spec, sandbox, device, base)
+            checker.run(config, max(1, seeds), dists)
+            tails, fixed = spec.tail_configs(config, base), spec.tail_configs(config)
+            for i, tail in enumerate(tails):
+                if tail in fixed:
+                    checker.run(tail, max(1, seeds // 2), dists, tail_of=config)
+                else:  # a residue tail: one seed, two distributions (rotating, so all are covered over the tails)
+                    checker.run(tail, 1, tuple(dists[(2 * i + j) % len(dists)] for j in range(min(2, len(dists)))),
+                                tail_of=config)
+            if tails:
+                checker.note(f"tail sizes checked: {', '.join(str(t) for t in tails)}")
+            results.append(ConfigResult(config=config, correct=True, checks=checker.checks,
+                                        max_abs_err=checker.max_abs, rel_l2=checker.rel_l2, seed=base,
+                                        notes=checker.degenerate_notes() + checker.oracle_notes() + checker.notes))
+        return results
+    finally:
+        if own:
+            sandbox.close()
+
+
+def timed_calls(spec: Spec, sandbox: Sandbox, config: dict, device="cpu", trials: int = 50, warmup: int = 5,
+                seed: int | None = None, samples: int = 5, distribution: str = "normal") -> list[float]:
+    """The candidate's time (ms) of ``trials`` calls on ``config``, each on freshly drawn inputs (new values in the
+    same shared buffers: nothing can be cached by content or by address), made exactly as the checks make their calls
+    (``Sandbox.call``: same process, guard, buffers and poison). ``samples`` trials chosen at random (from ``seed``,
+    drawn from the OS by default; the candidate cannot know which) are compared with the reference like a check; every
+    trial's outputs are checked for aliasing and earlier outputs re-checked. Warm-up calls (at least ``warmup``, and
+    100 ms) come first, on fresh inputs as well.
+
+    Raises:
+        Mismatch: a sampled timed call's outputs differ from the reference ("timed trial N" in the message).
+        GuardViolation: any rule, as in the checks.
+    """
+    import time
+
+    base = draw_seed() if seed is None else int(seed)
+    checker = _ConfigCheck(spec, sandbox, device, base)
+    model, key = checker.build(config)
+    rng = random.Random(base)
+    sampled = set(rng.sample(range(trials), min(samples, trials)))
+    arena: list[Buffer] | None = None
+    times: list[float] = []
+    t0, k = time.perf_counter(), 0
+    total = None
+    while total is None or k < total:
+        inputs = spec.make_inputs(config, checker.input_seed(1000 + k), distribution, device)
+        if arena is None:
+            arena = [Buffer(t.clone()) for t in inputs]
+        else:
+            for b, v in zip(arena, inputs):
+                b.tensor.copy_(v)
+        trial = k - (total - trials) if total is not None else None
+        where = {"config": config, "seed": 1000 + k, "input_seed": checker.input_seed(1000 + k),
+                 "distribution": distribution, "hidden": distribution in HIDDEN,
+                 "trial": trial if trial is not None else f"warm-up {k}"}
+        outs = checker.call(key, arena, inputs, where)
+        if trial is not None:
+            times.append(sandbox.last_ms)
+            if trial in sampled:
+                ref = spec.run_reference(model, [t.clone() for t in inputs], config)
+                failure = checker.compare(outs, ref, where, 1, checker.oracle(model, inputs))
+                if failure is not None:
+                    raise failure
+        k += 1
+        if total is None and k >= warmup and time.perf_counter() - t0 >= 0.1:
+            total = k + trials
+    return times
+
+
+def draw_seed() -> int:
+    """A seed from the OS (the candidate's process cannot derive it)."""
+    return secrets.randbits(62)
+
+
+HELD_OUTPUTS = 6  # outputs of the latest calls kept mapped and re-checked after every later call
+ORACLE_FACTOR = 2.0  # the oracle rule accepts an error up to this multiple of the reference's own error
 
 
 class _ConfigCheck:
     """The checks of one config and its tails; accumulates statistics and notes."""
 
-    def __init__(self, spec: Spec, candidate, device, identities: Identities):
-        self.spec, self.candidate, self.device, self.identities = spec, candidate, device, identities
+    def __init__(self, spec: Spec, sandbox: Sandbox, device, base_seed: int):
+        self.spec, self.sandbox, self.device, self.base = spec, sandbox, str(device), base_seed
         self.checks, self.max_abs, self.rel_l2 = 0, 0.0, 0.0
         self.notes: list[str] = []
         self.peaks: dict = {}  # (output, distribution) -> max |reference| seen
         self.constant: dict = {}  # (output, distribution) -> the reference was constant in every check
         self.atol: dict = {}  # output -> atol of its dtype
+        self.held: list[tuple[torch.Tensor, torch.Tensor]] = []  # (an earlier output as mapped, its values then)
+        self.models64: dict = {}  # id(reference model) -> (model, its float64 copy or None)
+        self.oracle_accepted: dict = {}  # output -> (the reference's worst own error, the oracle rules that decided)
 
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
 
-    def run(self, config: dict, seeds: int, dists: tuple[str, ...], tail_of: dict | None = None) -> None:
-        self.spec.validate(config, self.device)
-        model, new = build_models(self.spec, self.candidate, config, self.device)
+    def input_seed(self, k: int) -> int:
+        return (self.base + 1_000_003 * k) % (1 << 62)
+
+    def build(self, config: dict):
+        """(the reference Model, the key of ModelNew in the candidate's process) for ``config``."""
+        model = self.spec.make_model(config, self.device)
         if model.redrawn:
             self.note(f"constant parameters re-drawn at random (a kernel must use them): {', '.join(model.redrawn)}")
+        dtype = self.spec.dtypes if isinstance(self.spec.dtypes, torch.dtype) else None
+        key = self.sandbox.build(config, self.spec.init_inputs(config), model.state_dict(), 0, dtype)
+        return model, key
+
+    def run(self, config: dict, seeds: int, dists: tuple[str, ...], tail_of: dict | None = None) -> None:
+        self.spec.validate(config, self.device)
+        model, key = self.build(config)
         previous = None  # the input buffers of the last check's first call, refilled for the next check's second call
         for seed in range(seeds):
             for dist in dists:
-                where = {"config": config, "seed": seed, "distribution": dist, "hidden": dist in HIDDEN}
+                where = {"config": config, "seed": seed, "input_seed": self.input_seed(seed), "distribution": dist,
+                         "hidden": dist in HIDDEN}
                 if tail_of is not None:
                     where["tail_of"] = tail_of
-                inputs = self.spec.make_inputs(config, seed, dist, self.device)
-                previous = self.check(model, new, inputs, previous, where)
+                inputs = self.spec.make_inputs(config, self.input_seed(seed), dist, self.device)
+                previous = self.check(model, key, inputs, previous, where)
 
-    def call(self, new, inputs, pristine, where: dict, earlier=()) -> tuple[torch.Tensor, ...]:
+    def call(self, key, buffers: list[Buffer], pristine, where: dict) -> tuple[torch.Tensor, ...]:
         try:
-            outs = run_guarded(new, inputs, self.device, earlier, self.identities)
+            outs, _ = self.sandbox.call(key, buffers, f" ({_where(where)})")
         except EvalError as e:
             e.details.update({k: v for k, v in where.items() if k not in e.details})
-            e.message = f"{e.message}; {_where(where)}"
+            if _where(where) not in e.message:
+                e.message = f"{e.message}; {_where(where)}"
             e.args = (e.message,)
             raise
-        except CompileError as e:
-            raise compile_failed(e, self.candidate.path.name) from e
-        except Exception as e:
-            line = candidate_line(e, self.candidate.path)
-            at = f" (line {line})" if line else ""
-            raise RunFailed(f"ModelNew.forward raised {type(e).__name__}: {e}{at}; {_where(where)}",
-                            exception=type(e).__name__, line=line, **where) from e
-        for j, (t, p) in enumerate(zip(inputs, pristine)):
-            if not identical(t, p):
+        for j, (b, p) in enumerate(zip(buffers, pristine)):
+            if not identical(b.tensor, p):
                 raise violation("input-mutation", f"the forward changed input {j} (every input must be left as it "
                                 f"was); {_where(where)}", input=j, **where)
+        self.check_storage(outs, buffers, where)
         return outs
 
-    def check(self, model, new, inputs, previous, where: dict):
+    def check_storage(self, outs, buffers: list[Buffer], where: dict) -> None:
+        """Outputs alias no input and no held earlier output, and every held earlier output is as it was."""
+        for k, o in enumerate(outs):
+            mine = _storage_range(o)
+            for j, b in enumerate(buffers):
+                if _overlaps(mine, _storage_range(b.tensor)):
+                    raise violation("output-aliases-input", f"output {k} shares memory with input {j}: return a new "
+                                    f"tensor; {_where(where)}", output=k, input=j, **where)
+            for t, _ in self.held:
+                if _overlaps(mine, _storage_range(t)):
+                    raise violation("output-reused", f"output {k} shares memory with an output of an earlier call "
+                                    f"that the caller still holds: allocate each call's outputs afresh; "
+                                    f"{_where(where)}", output=k, **where)
+        for t, then in self.held:
+            if not identical(t, then):
+                raise violation("output-reused", f"an output of an earlier call changed after a later call (the "
+                                f"candidate wrote into memory it had returned): allocate each call's outputs afresh; "
+                                f"{_where(where)}", **where)
+        self.held = (self.held + [(o, o.clone()) for o in outs])[-HELD_OUTPUTS:]
+
+    def check(self, model, key, inputs, previous: list[Buffer] | None, where: dict):
         spec = self.spec
-        first_inputs = [t.clone() for t in inputs]
-        out1 = self.call(new, first_inputs, inputs, where)
+        first = [Buffer(t.clone()) for t in inputs]
+        out1 = self.call(key, first, inputs, where)
         ref = spec.run_reference(model, [t.clone() for t in inputs], where["config"])
-        if previous is not None and all(a.shape == b.shape and a.dtype == b.dtype for a, b in zip(previous, inputs)):
-            second_inputs = previous
-            for t, v in zip(second_inputs, inputs):
-                t.copy_(v)
+        if previous is not None and all(a.tensor.shape == b.shape and a.tensor.dtype == b.dtype
+                                        for a, b in zip(previous, inputs)):
+            second = previous
+            for b, v in zip(second, inputs):
+                b.tensor.copy_(v)
         else:
-            second_inputs = [t.clone() for t in inputs]
-        out2 = self.call(new, second_inputs, inputs, where, earlier=out1)
-        fail1, fail2 = self.compare(out1, ref, where, 1), self.compare(out2, ref, where, 2)
+            if previous is not None:
+                self.sandbox.forget(previous)
+            second = [Buffer(t.clone()) for t in inputs]
+        out2 = self.call(key, second, inputs, where)
+        oracle = self.oracle(model, inputs)
+        fail1, fail2 = self.compare(out1, ref, where, 1, oracle), self.compare(out2, ref, where, 2, oracle)
         if fail1 or fail2:
-            fresh = [_at_new_address(t) for t in inputs]
-            fail3 = self.compare(self.call(new, fresh, inputs, where, earlier=out1 + out2), ref, where, 3)
+            fresh = [Buffer(_at_new_address(t)) for t in inputs]
+            fail3 = self.compare(self.call(key, fresh, inputs, where), ref, where, 3, oracle)
             if fail1 and fail2 and fail3:
                 raise fail1
             verdicts = ", ".join(f"call {k} {'did not match' if f else 'matched'}"
@@ -143,23 +254,98 @@ class _ConfigCheck:
                             f"({verdicts} the reference; call 2 reused an earlier call's input buffers refilled with "
                             f"these values, call 3 used fresh buffers): results cached by input address or identity, "
                             f"or state kept between calls; {_where(where)}", **where)
+        if second is not previous:
+            self.sandbox.forget(second)
         self.checks += 2
         for k, (a, b) in enumerate(zip(out1, out2)):
             if not identical(a, b):
                 self.note(f"the candidate is not bitwise deterministic: two calls on the same inputs differ "
                           f"(output {k})")
         self.flag_degenerate(ref, where)
-        return first_inputs
+        return first
 
-    def compare(self, outs, ref, where: dict, call: int) -> Mismatch | None:
+    def compare(self, outs, ref, where: dict, call: int, oracle=None) -> Mismatch | None:
+        """The first output that fails both rules (``compare_one``), as a Mismatch; None when all pass. ``oracle``
+        (a function returning the float64 oracle's outputs, or None where the reference cannot run in float64) is
+        called only when an output fails the fixed rule."""
         if len(outs) != len(ref):
             return Mismatch(f"ModelNew returned {len(outs)} output(s), the reference {len(ref)}; {_where(where)}",
                             call=call, **where)
         for k, (o, r) in enumerate(zip(outs, ref)):
             failure = self.compare_one(k, o, r, self.spec.tolerance(r.dtype), where, call)
+            if failure and oracle is not None and failure.details.get("index") is not None:
+                truth = oracle()
+                if truth is not None:
+                    failure = self.compare_oracle(k, o, r, truth[k], self.spec.tolerance(r.dtype), where, failure)
             if failure:
                 return failure
         return None
+
+    def compare_oracle(self, k: int, out, ref, truth, tol: Tolerance, where: dict, failure: Mismatch):
+        """The second rule (issue 18, point 9): judged against the float64 oracle ``truth``, an element passes when
+        it is within the fixed tolerance of the oracle, or its error against the oracle is at most ``ORACLE_FACTOR``
+        times the reference's own error there; the relative L2 error likewise (within rel_l2 of the oracle's norm, or
+        at most ``ORACLE_FACTOR`` times the reference's). None (accepted, with a note saying which rule decided) or
+        ``failure`` with the oracle's numbers added."""
+        o, r, t = (x.detach().to(torch.float64) for x in (out, ref, truth))
+        if t.shape != o.shape or not bool(torch.isfinite(t).all() & torch.isfinite(o).all()):
+            return failure
+        err, own = (o - t).abs(), (r - t).abs()
+        fixed = err <= tol.atol + tol.rtol * t.abs()
+        relative = err <= ORACLE_FACTOR * own
+        bad = ~(fixed | relative)
+        t_l2 = float(torch.linalg.vector_norm(t))
+        e_l2, own_l2 = float(torch.linalg.vector_norm(err)), float(torch.linalg.vector_norm(own))
+        l2_ok = e_l2 <= tol.rel_l2 * t_l2 or e_l2 <= ORACLE_FACTOR * own_l2
+        n_bad = int(bad.sum())
+        if n_bad == 0 and l2_ok:
+            rule = "oracle-tolerance" if bool(fixed.all()) else "oracle-relative"
+            worst, rules = self.oracle_accepted.get(k, (0.0, set()))
+            self.oracle_accepted[k] = (max(worst, float(own.max())), rules | {rule})
+            return None
+        failure.details.update(oracle_mismatched=n_bad, oracle_max_abs_err=float(err.max()),
+                               reference_max_abs_err=float(own.max()))
+        failure.message = (f"{failure.message}; against the float64 oracle {n_bad} element(s) are outside the "
+                           f"tolerance and more than {ORACLE_FACTOR:g}x the reference's own error (max abs err "
+                           f"{float(err.max()):.3g}, the reference's {float(own.max()):.3g})")
+        failure.args = (failure.message,)
+        return failure
+
+    def oracle(self, model, inputs):
+        """A function giving the reference's outputs computed in float64 (a float64 copy of the model on float64
+        inputs; the reference's own casts, e.g. ``.float()``, still apply), or None when it cannot run so; computed
+        at most once."""
+        memo = []
+
+        def run():
+            if not memo:
+                memo.append(self._oracle(model, inputs))
+            return memo[0]
+
+        return run
+
+    def _oracle(self, model, inputs):
+        import copy
+
+        key = id(model)
+        if key not in self.models64:
+            try:
+                self.models64[key] = (model, copy.deepcopy(model).to(torch.float64))
+            except Exception:  # noqa: BLE001 - a model that cannot be copied has no oracle
+                self.models64[key] = (model, None)
+        m64 = self.models64[key][1]
+        if m64 is None:
+            return None
+        args = [t.detach().to(torch.float64) if t.is_floating_point() else t for t in inputs]
+        try:
+            with torch.no_grad():
+                out = m64(*args)
+        except Exception:  # noqa: BLE001 - ops without float64 support: no oracle, the fixed rule decides alone
+            return None
+        outs = (out,) if isinstance(out, torch.Tensor) else tuple(out) if isinstance(out, (tuple, list)) else ()
+        if not outs or not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in outs):
+            return None
+        return outs
 
     def compare_one(self, k: int, out, ref, tol: Tolerance, where: dict, call: int) -> Mismatch | None:
         base = {"output": k, "call": call, **where}
@@ -220,6 +406,14 @@ class _ConfigCheck:
                 self.note(f"the reference gives NaN or Inf in output {k} under distribution "
                           f"{where['distribution']!r} (they must match in place; consider DISTRIBUTIONS in the spec)")
 
+    def oracle_notes(self) -> list[str]:
+        """One note per output that only the oracle rule accepted, saying which rule decided."""
+        text = {"oracle-tolerance": "within the fixed tolerance of the float64 oracle",
+                "oracle-relative": f"within {ORACLE_FACTOR:g}x the reference's own error against the float64 oracle"}
+        return [f"output {k}: accepted by the oracle rule, not the fixed one: the reference itself is off by up to "
+                f"{worst:.3g} against the float64 oracle, the candidate is {' or '.join(text[r] for r in sorted(rules))}"
+                for k, (worst, rules) in sorted(self.oracle_accepted.items())]
+
     def degenerate_notes(self) -> list[str]:
         """One note per output: the distributions under which the reference was constant, or always below atol."""
         notes = []
@@ -239,6 +433,8 @@ class _ConfigCheck:
 
 def _where(where: dict) -> str:
     text = f"config {where['config']}, seed {where['seed']}, input distribution {where['distribution']!r}"
+    if "trial" in where:
+        text += f", timed trial {where['trial']}"
     if where.get("hidden"):
         text += " (hidden)"
     if "tail_of" in where:
@@ -256,4 +452,4 @@ def _at_new_address(t: torch.Tensor) -> torch.Tensor:
     return out
 
 
-__all__ = ["check_candidate"]
+__all__ = ["check_candidate", "draw_seed", "timed_calls"]

@@ -15,7 +15,9 @@ nn.Module classes (and ``get_inputs``/``get_init_inputs``) may use any torch com
 
 from __future__ import annotations
 
+import _thread
 import ast
+import gc
 import math
 import sys
 import threading
@@ -222,6 +224,56 @@ def _torch_rule(dotted: str, region: str) -> str | None:
     return None if sub in FORWARD_TORCH_ALLOWED else "torch-compute"
 
 
+_CHAIN_ROOTS = ("torch", "math", "functools", "typing", "dataclasses", "itertools", "operator", "tileagent")
+
+
+def _resolve(dotted: str):
+    """The object ``dotted`` names, found through the real modules without running any attribute hook
+    (``inspect.getattr_static``); None when some part is not there. Only roots the candidate may import are looked up."""
+    import importlib
+    import inspect
+
+    parts = dotted.split(".")
+    if parts[0] not in _CHAIN_ROOTS:
+        return None
+    try:
+        obj = importlib.import_module(parts[0])
+        for p in parts[1:]:
+            obj = inspect.getattr_static(obj, p)
+    except (ImportError, AttributeError):
+        return None
+    return obj
+
+
+def _chain_rule(dotted: str) -> str | None:
+    """The rule broken by an attribute chain that reaches, through the real objects, a module the candidate may not
+    import (``typing.sys.modules``, ``torch.sys``, ``dataclasses.inspect``): that module's rule, or "import"."""
+    import importlib
+    import inspect
+
+    parts = dotted.split(".")
+    if parts[0] not in _CHAIN_ROOTS:
+        return None
+    try:
+        obj = importlib.import_module(parts[0])
+    except ImportError:
+        return None
+    for i, p in enumerate(parts[1:], 1):
+        try:
+            obj = inspect.getattr_static(obj, p)
+        except AttributeError:
+            return None
+        if isinstance(obj, type(sys)):
+            name = obj.__name__
+            root = name.split(".")[0]
+            if root == "torch" or (root == "tileagent" and not _is_internal(name)):
+                continue  # torch.* is judged by its own rules, by name
+            rule = _module_rule(name)
+            if rule:
+                return rule
+    return None
+
+
 LAYER_DATA_ATTRIBUTES = frozenset({
     "weight", "bias", "running_mean", "running_var", "eps", "normalized_shape", "in_features", "out_features",
     "num_features", "embedding_dim", "num_embeddings", "padding_idx", "in_channels", "out_channels", "kernel_size",
@@ -241,6 +293,8 @@ class _Checker(ast.NodeVisitor):
         self.layers: set[str] = set()  # self.X assigned an nn layer in __init__
         self.module_classes: set[str] = set()
         self.defines_kernel = False
+        self.self_trusted = False  # `self` here is the first parameter of a method of one of the candidate's classes
+        self.class_body: ast.ClassDef | None = None  # the class whose body is being visited (methods, not nested)
 
     def flag(self, rule: str, node: ast.AST, message: str, **details) -> None:
         self.found.append(violation(rule, message, getattr(node, "lineno", None), **details))
@@ -259,11 +313,20 @@ class _Checker(ast.NodeVisitor):
 
     def visit_If(self, node: ast.If) -> None:
         test = node.test
-        if (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
-                and self.region == "forward"):
+        script = (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+                  and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+                  and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == "__main__")
+        if script and node in self.module_body:
+            # the script part of the file (it never runs when the evaluator imports it): torch compute is fine
+            # there, as in __init__, every other rule holds
+            self.visit(test)
+            self.region = "init"
+            for stmt in node.body:
+                self.visit(stmt)
+            self.region = "forward"
             for stmt in node.orelse:
                 self.visit(stmt)
-            return  # the script part of the file never runs when the evaluator imports it
+            return
         self.generic_visit(node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
@@ -271,9 +334,33 @@ class _Checker(ast.NodeVisitor):
             name = self.dotted(base) or (base.id if isinstance(base, ast.Name) else "")
             if name.endswith(("Tensor", "Parameter")):
                 self.flag("tensor-subclass", node, f"class {node.name} subclasses {name}")
-            if name.endswith("Module") or name in self.module_classes:
-                self.module_classes.add(node.name)
-        self.generic_visit(node)
+        for item in node.decorator_list + node.bases + node.keywords:
+            self.visit(item)
+        outer, trusted, region = self.class_body, self.self_trusted, self.region
+        self.class_body, self.self_trusted = node, False
+        if region == "init":
+            self.region = "forward"  # a class made inside __init__ is forward-path code
+        for stmt in node.body:
+            self.visit(stmt)
+        self.class_body, self.self_trusted, self.region = outer, trusted, region
+
+    def _module_classes(self, tree: ast.Module) -> set[str]:
+        """Names of the candidate's nn.Module classes (subclasses of nn.Module, or of one of them), wherever defined."""
+        classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+        found: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for c in classes:
+                if c.name in found:
+                    continue
+                for base in c.bases:
+                    name = self.dotted(base) or (base.id if isinstance(base, ast.Name) else "")
+                    if name.endswith("Module") or name in found:
+                        found.add(c.name)
+                        changed = True
+                        break
+        return found
 
     def visit_FunctionDef(self, node) -> None:
         if node.name in ("__torch_function__", "__torch_dispatch__"):
@@ -288,21 +375,45 @@ class _Checker(ast.NodeVisitor):
                 self.visit(default)
         for deco in node.decorator_list:
             self.visit(deco)
-        region = self.region
-        if (node.name in ("get_inputs", "get_init_inputs") and region == "forward") or (
-                node.name == "__init__" and self._in_module_class(node)):
+        region, trusted, cls = self.region, self.self_trusted, self.class_body
+        method = cls is not None and node in cls.body
+        params = [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]
+        params += [a.arg for a in (node.args.vararg, node.args.kwarg) if a is not None]
+        for name in params:
+            if name.startswith("__") and name.endswith("__"):
+                self.flag("patch", node, f"binds the name {name} (dunder names are the interpreter's)")
+        statics = {self.dotted(d) or getattr(d, "id", "") for d in node.decorator_list}
+        if method and node.args.posonlyargs + node.args.args and (node.args.posonlyargs + node.args.args)[0].arg == \
+                "self" and not statics & {"staticmethod", "classmethod"}:
+            self.self_trusted = True  # the instance the method is called on
+        elif "self" in params:
+            self.self_trusted = False  # a parameter that is merely named self: any value can be passed
+        if region == "init":
+            self.region = "forward"  # a function made inside __init__ can be called from forward
+        if node.name in ("get_inputs", "get_init_inputs") and region == "forward" and cls is None and \
+                node in self.module_body:
             self.region = "init"
+        if node.name == "__init__" and method and cls.name in self.module_classes and region == "forward":
+            self.region = "init"
+        self.class_body = None
         for stmt in node.body:
             self.visit(stmt)
-        self.region = region
+        self.region, self.self_trusted, self.class_body = region, trusted, cls
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
-    def _in_module_class(self, node) -> bool:
-        return any(node in cls.body for cls in self._classes if cls.name in self.module_classes)
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        region, trusted = self.region, self.self_trusted
+        if any(a.arg == "self" for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs):
+            self.self_trusted = False
+        if region == "init":
+            self.region = "forward"
+        self.generic_visit(node)
+        self.region, self.self_trusted = region, trusted
 
     def visit_Module(self, node: ast.Module) -> None:
-        self._classes = [n for n in ast.walk(node) if isinstance(n, ast.ClassDef)]
+        self.module_body = node.body
+        self.module_classes = self._module_classes(node)
         self.generic_visit(node)
 
     def visit_Try(self, node) -> None:
@@ -336,17 +447,25 @@ class _Checker(ast.NodeVisitor):
                 self.flag(rule, node, f"from {node.module} import {a.name}")
 
     def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, (ast.Store, ast.Del)) and (node.id == "self" or (node.id.startswith("__") and
+                                                                                  node.id.endswith("__"))):
+            self.flag("patch", node, f"binds the name {node.id} (self is the instance; dunder names are the "
+                      f"interpreter's)")
+            return
         if node.id in self.aliases:  # reached only for names not at the root of an attribute chain
             target = self.aliases[node.id]
             rule = self._reference_rule(target)
             if rule:
                 self.flag(rule, node, f"uses {target}")
-            elif target in ("torch", "torch.nn", "torch.nn.functional", "torch.cuda"):
+            elif target not in ("tileagent", "tileagent.language") and isinstance(_resolve(target), type(sys)):
                 self.flag("introspection", node, f"uses the module {target} as a value (write {target}.NAME in "
                           f"full, so that every use can be checked)")
 
     def _reference_rule(self, dotted: str) -> str | None:
         top = dotted.split(".")[0]
+        reached = _chain_rule(dotted)
+        if reached:
+            return reached
         if top == "torch":
             return _torch_rule(dotted, self.region)
         if top == "tileagent" and any(p.startswith("_") and not p.startswith("__") for p in dotted.split(".")):
@@ -365,9 +484,9 @@ class _Checker(ast.NodeVisitor):
             if rule:
                 self.flag(rule, node, f"uses {dotted}")
             return  # the chain is one reference; its parts are not checked again
-        receiver_is_self = isinstance(node.value, ast.Name) and node.value.id == "self"
+        receiver_is_self = isinstance(node.value, ast.Name) and node.value.id == "self" and self.self_trusted
         inner = node.value
-        if node.attr in LAYER_DATA_ATTRIBUTES and isinstance(inner, ast.Attribute) and \
+        if node.attr in LAYER_DATA_ATTRIBUTES and isinstance(inner, ast.Attribute) and self.self_trusted and \
                 isinstance(inner.value, ast.Name) and inner.value.id == "self" and inner.attr in self.layers:
             return  # self.linear.weight: a layer's parameter or setting handed to a kernel, not the layer called
         if node.attr.startswith("_") and not node.attr.startswith("__") and not receiver_is_self:
@@ -395,6 +514,11 @@ class _Checker(ast.NodeVisitor):
         dotted = self.dotted(func) or ""
         if dotted in ("tileagent.compile", "tileagent.jit"):
             self.defines_kernel = True
+        if dotted in ("operator.attrgetter", "operator.methodcaller"):
+            self.flag("introspection", node, f"calls {dotted}() (attribute access by name)")
+        if isinstance(func, ast.Name) and func.id in self.module_classes and self.region == "forward":
+            self.flag("nn-layer", node, f"constructs the nn.Module {func.id} in the forward path (its __init__ may "
+                      f"compute with torch)")
         self.generic_visit(node)
 
     # -- assignments -------------------------------------------------------------------------------------------------
@@ -411,7 +535,7 @@ class _Checker(ast.NodeVisitor):
             root = target
             while isinstance(root, ast.Attribute):
                 root = root.value
-            if not (isinstance(root, ast.Name) and root.id == "self"):
+            if not (isinstance(root, ast.Name) and root.id == "self" and self.self_trusted):
                 text = ast.unparse(target)
                 self.flag("patch", target, f"assigns {text} (a candidate may only set attributes of self)")
                 return
@@ -468,8 +592,9 @@ class ForwardGuard(TorchDispatchMode):
     ``violations``, in case the candidate swallows the exception.
     """
 
-    def __init__(self):
+    def __init__(self, poison_allocations: bool = True):
         super().__init__()
+        self.poison_allocations = poison_allocations
         self.violations: list[GuardViolation] = []
 
     @classmethod
@@ -483,7 +608,8 @@ class ForwardGuard(TorchDispatchMode):
         name = func._schema.name
         if name in ALLOCATION_OPS:
             out = func(*args, **kwargs)
-            poison(out)
+            if self.poison_allocations:
+                poison(out)
             return out
         if func.is_view and name not in NOT_VIEWS:
             return func(*args, **kwargs)
@@ -622,30 +748,42 @@ def check_outputs(outputs, inputs, device, earlier=()) -> tuple[torch.Tensor, ..
 
 
 @contextmanager
-def guard_forward():
+def guard_forward(poison_allocations: bool = True, launches: list | None = None, collect: bool = False):
     """Run the candidate's forward inside: ForwardGuard active, and afterwards checks that a kernel was launched, that
     every kernel scope was entered by a call of a compiled kernel (``JITKernel.__call__``, counted while the forward
-    runs), and that no thread was left running. Yields the ForwardGuard."""
+    runs), that the guard is still the innermost dispatch mode, and that no thread was left running (Python threads,
+    and threads started through ``_thread`` directly). Yields the ForwardGuard. ``launches``, when given, receives
+    the names of the device kernels of every compiled kernel called (for the CUDA kernel accounting). With ``collect``
+    a garbage collection runs before the guard ends, so finalizers of the candidate's objects run under it (the
+    candidate's process freezes its start-up objects, which makes this cheap)."""
     from tileagent.compiler.jit import JITKernel
 
-    threads = set(threading.enumerate())
-    launches = kernel_scope.launch_count()
+    threads, raw_threads = set(threading.enumerate()), _THREAD_COUNT()
+    launched_before = kernel_scope.launch_count()
     genuine, calls = JITKernel.__call__, [0]
 
     def counted(self, *args):
         calls[0] += 1
+        if launches is not None:
+            launches.extend(_kernel_names(self))
         return genuine(self, *args)
 
-    guard = ForwardGuard()
+    guard = ForwardGuard(poison_allocations)
     JITKernel.__call__ = counted
     try:
         with torch.no_grad(), guard:
             yield guard
+            depth = torch._C._len_torch_dispatch_stack()
+            if depth == 0 or torch._C._get_dispatch_stack_at(depth - 1) is not guard:
+                guard.violations.append(violation(
+                    "torch-op", "the forward left the run-time guard (a torch dispatch mode was pushed or popped)"))
+            if collect:
+                gc.collect()  # finalizers of the candidate's objects run here, still under the guard
     finally:
         JITKernel.__call__ = genuine
     if guard.violations:
         raise guard.violations[0]
-    launched = kernel_scope.launch_count() - launches
+    launched = kernel_scope.launch_count() - launched_before
     if launched == 0:
         raise violation("no-kernel", "the forward launched no compiled kernel: outputs must be computed by "
                          "tileagent kernels")
@@ -655,6 +793,22 @@ def guard_forward():
     extra = [t for t in threading.enumerate() if t not in threads and t.is_alive()]
     if extra:
         raise violation("threads", f"the forward left {len(extra)} thread(s) running ({extra[0].name})")
+    if _THREAD_COUNT() > raw_threads:
+        raise violation("threads", f"the forward left {_THREAD_COUNT() - raw_threads} thread(s) running (started "
+                        f"through _thread)")
+
+
+_THREAD_COUNT = _thread._count  # the genuine counter of threads started through _thread (threading uses it too)
+
+
+def _kernel_names(kernel) -> list[str]:
+    """The device kernels a compiled kernel's call launches (CUDA backend; none for the CPU backends)."""
+    module = getattr(getattr(kernel, "backend", None), "module", None)
+    if getattr(kernel.backend, "target", None) != "cuda" or module is None:
+        return []
+    from tileagent.compiler.targets.cuda import kernel_symbol
+
+    return [kernel_symbol(k) for k in module.kernels]
 
 
 def run_guarded(model, inputs: list, device, earlier=(), identities: Identities | None = None):
@@ -669,5 +823,124 @@ def run_guarded(model, inputs: list, device, earlier=(), identities: Identities 
     return outs
 
 
+class CallGuard:
+    """One call of the candidate's forward, made the same way whether the caller checks or times it.
+
+    On every call: on CUDA, free memory of the last call's output sizes is filled with poison (all bits set: NaN for
+    floats) and released, so the candidate's allocations most likely reuse it (no fill inside the timed region); the
+    L2 is flushed and the stream kept busy (a calibrated sleep kernel) while the host enqueues the call; CUDA events
+    time it (the host clock on the CPU, where allocations are poisoned by the dispatch mode instead); the run-time
+    guard (``guard_forward``) is active; the CUDA kernel accounting (``KernelAccount``) checks that every kernel or
+    memory operation on the device during the call, from any thread or stream, is one of the candidate's compiled
+    kernels launched through our runtime, on the timed stream; then the watched functions are checked
+    (``Identities``) and the outputs (``check_outputs``) against the inputs and the previous call's outputs.
+    """
+
+    def __init__(self, device: str):
+        self.device = str(device)
+        self.cuda = self.device.startswith("cuda")
+        self.host_ms: list[float] = []
+        self.account = KernelAccount() if self.cuda else None
+
+    def _prepoison(self, earlier) -> None:
+        blocks = [torch.empty(t.numel() * t.element_size(), dtype=torch.uint8, device=self.device).fill_(255)
+                  for t in earlier]
+        del blocks
+
+    def call(self, model, inputs: list, earlier=(), identities: Identities | None = None):
+        """(outputs as a tuple of tensors, milliseconds of the call)."""
+        import time
+
+        if not self.cuda:
+            t0 = time.perf_counter()
+            with guard_forward(poison_allocations=True, collect=True):
+                out = model(*inputs)
+            ms = 1e3 * (time.perf_counter() - t0)
+        else:
+            from tileagent.evaluator import timing
+
+            self._prepoison(earlier)
+            torch.cuda.synchronize()
+            per_ms = timing.sleep_cycles_per_ms(self.device)
+            host = sorted(self.host_ms[-9:])[len(self.host_ms[-9:]) // 2] if self.host_ms else 1.0
+            cycles = int(per_ms * min(50.0, 2 * host + 0.2))
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            launches: list[str] = []
+            with self.account.window() as window:
+                timing.flush_l2(self.device)
+                torch.cuda._sleep(cycles)
+                start.record()
+                h = time.perf_counter()
+                with guard_forward(poison_allocations=False, launches=launches, collect=True):
+                    out = model(*inputs)
+                    end.record()
+                self.host_ms.append(1e3 * (time.perf_counter() - h))
+                torch.cuda.synchronize()
+            window.check(launches)
+            ms = start.elapsed_time(end)
+        if identities is not None:
+            identities.check("during the candidate's forward")
+        outs = check_outputs(out, inputs, self.device, earlier)
+        return outs, ms
+
+
+class KernelAccount:
+    """Every device activity during a call, seen by CUPTI through the torch profiler (all threads, all streams,
+    graph replays included), must be the harness's own (one L2 flush, one sleep kernel) or a launch of one of the
+    candidate's compiled kernels recorded by ``guard_forward``, on the timed stream (the sleep kernel's)."""
+
+    FLUSH = ("FillFunctor", "Memset")
+    SLEEP = "spin_kernel"
+
+    @contextmanager
+    def window(self):
+        from torch.profiler import ProfilerActivity, profile
+
+        prof = profile(activities=[ProfilerActivity.CUDA])
+        prof.__enter__()
+        result = _Window()
+        try:
+            yield result
+        finally:
+            prof.__exit__(None, None, None)
+            result.events = _device_activities(prof)
+
+
+def _device_activities(prof) -> list[tuple[str, int]]:
+    """(name, stream) of every device-side activity the profiler recorded."""
+    from torch.autograd import DeviceType
+
+    results = getattr(prof.profiler, "kineto_results", None)
+    if results is None:
+        return []
+    return [(e.name(), e.device_resource_id()) for e in results.events() if e.device_type() == DeviceType.CUDA]
+
+
+class _Window:
+    def __init__(self):
+        self.events: list[tuple[str, int]] = []
+
+    def check(self, launches: list[str]) -> None:
+        events = list(self.events)
+        sleep = [e for e in events if KernelAccount.SLEEP in e[0]]
+        flush = [e for e in events if any(f in e[0] for f in KernelAccount.FLUSH)]
+        if not sleep:
+            return  # the profiler saw nothing (no CUPTI): the dispatch mode and the static rules stand alone
+        events.remove(sleep[0])
+        if flush:
+            events.remove(flush[0])
+        stream = sleep[0][1]
+        pending = list(launches)
+        for name, where in events:
+            if name not in pending:
+                raise violation("torch-op", f"the device ran {name!r} during the forward, which is not a launch of "
+                                 f"the candidate's compiled kernels (torch, cuBLAS, a CUDA graph replay, or work "
+                                 f"from another thread)", kernel=name)
+            pending.remove(name)
+            if where != stream:
+                raise violation("stream", f"the compiled kernel {name!r} ran on another stream than the timed one",
+                                kernel=name)
+
+
 __all__ = ["ALLOWED_IMPORTS", "RULES", "ForwardGuard", "Identities", "check_outputs", "check_source", "guard_forward",
-           "poison", "restore", "run_guarded", "violation"]
+           "poison", "restore", "run_guarded", "violation", "CallGuard", "KernelAccount"]

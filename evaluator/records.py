@@ -64,6 +64,8 @@ class ConfigResult(BaseModel):
     speedup_compiled: float | None = None
     roofline_pct: float | None = Field(None, description="% of the bound (measured copy bandwidth or matmul rate)")
     bound: Literal["memory", "compute"] | None = None
+    seed: int | None = Field(None, description="the evaluation's base seed, drawn from the OS (inputs, tail sizes and "
+                             "timed trials derive from it); check_candidate(..., seed=...) replays it")
     notes: list[str] = Field(default_factory=list, description="flags such as degenerate references")
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import random
 import sys
 import zlib
 from collections.abc import Callable
@@ -59,6 +60,29 @@ def _outliers(shape, g):
     return x
 
 
+def _ties(shape, g):
+    x = (torch.randint(-16, 16, shape, generator=g).float() + 0.5) / 4.0
+    flat = x.view(-1)
+    which = torch.rand(flat.numel(), generator=g)
+    flat[which < 0.1] = 0.0
+    flat[(which >= 0.1) & (which < 0.2)] = -0.0
+    return x
+
+
+def _extremes(shape, g, dtype=torch.float32):
+    x = torch.randn(shape, generator=g)
+    flat = x.view(-1)
+    k = max(1, flat.numel() // 100)
+    where = torch.randperm(flat.numel(), generator=g)[:2 * k]
+    sign = torch.randint(0, 2, (2 * k,), generator=g) * 2.0 - 1.0
+    info = torch.finfo(dtype if dtype.is_floating_point else torch.float32)
+    # large values, but small enough that a sum of squares over a row of the reference stays finite in fp32
+    big = min(float(info.max) / 4, 1e15)
+    flat[where[:k]] = sign[:k] * torch.empty(k).uniform_(0.5 * big, big, generator=g)
+    flat[where[k:]] = sign[k:] * float(info.tiny)
+    return x
+
+
 PUBLIC_DISTRIBUTIONS: dict[str, tuple[Callable, str]] = {
     "normal": (lambda s, g: torch.randn(s, generator=g), "standard normal N(0, 1)"),
     "uniform": (lambda s, g: torch.empty(s).uniform_(-1.0, 1.0, generator=g), "uniform on (-1, 1)"),
@@ -70,6 +94,10 @@ _HIDDEN_DISTRIBUTIONS: dict[str, tuple[Callable, str]] = {
     "row_scales": (_row_scales, "each row (last dim) scaled by 10^U(-3, 2)"),
     "outliers": (_outliers, "N(0, 1) with 1% of the elements replaced by +-U(100, 200)"),
     "offset": (lambda s, g: torch.randn(s, generator=g) + 64.0, "N(0, 1) + 64"),
+    "offset_x1000": (lambda s, g: torch.randn(s, generator=g) + 1000.0, "N(0, 1) + 1000 (a large mean: one-pass "
+                     "variances and unshifted sums lose it)"),
+    "ties": (_ties, "exact halves of a quantization grid ((k + 0.5) / 4, ties for rounding ops), with +0 and -0"),
+    "extremes": (_extremes, "N(0, 1) with 1% of the elements at the dtype's extremes (near its max, and tiny)"),
 }
 ALL_DISTRIBUTIONS: dict[str, tuple[Callable, str]] = {**PUBLIC_DISTRIBUTIONS, **_HIDDEN_DISTRIBUTIONS}
 HIDDEN = frozenset(_HIDDEN_DISTRIBUTIONS)
@@ -99,6 +127,7 @@ class Tolerance:
 DEFAULT_TOLERANCES = {torch.float32: Tolerance(1e-4, 1e-4, 1e-4), torch.float16: Tolerance(1e-2, 1e-2, 1e-2),
                       torch.bfloat16: Tolerance(1e-2, 1e-2, 1e-2), torch.float64: Tolerance(1e-7, 1e-7, 1e-7)}
 EXACT = Tolerance(0.0, 0.0, 0.0)  # integer and bool outputs
+VECTOR_WIDTH = 8  # tails cover every residue modulo this (8 fp16 or 4 fp32 elements make a 128-bit access)
 
 
 def parse_dtype(value, where: str) -> torch.dtype:
@@ -245,7 +274,8 @@ class Spec:
             if t.is_floating_point() and k not in self.fixed_inputs:
                 g = torch.Generator(device=device).manual_seed(_mix(seed, config, f"{distribution}/{k}"))
                 with torch.device(device):  # values are drawn on the device that uses them
-                    t = draw(tuple(t.shape), g).to(dtype)
+                    values = draw(tuple(t.shape), g, dtype) if draw is _extremes else draw(tuple(t.shape), g)
+                    t = values.to(dtype)
             elif t.dtype != dtype:
                 t = t.to(dtype)
             out.append(t.to(device).contiguous())
@@ -272,13 +302,21 @@ class Spec:
             return EXACT
         return DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES[torch.float32])
 
-    def tail_configs(self, config: dict) -> list[dict]:
-        """For each free dim of ``config`` with value v: the config with v - 1 (when >= 1) and with v + 3."""
+    def tail_configs(self, config: dict, seed: int | None = None) -> list[dict]:
+        """For each free dim of ``config`` with value v: the config with v - 1 (when >= 1) and with v + 3; with a
+        ``seed`` (the evaluation's), also sizes drawn from it that cover every residue 1..VECTOR_WIDTH-1 modulo
+        ``VECTOR_WIDTH`` (random per evaluation, so no fixed set of sizes can be special-cased)."""
         tails = []
         for key in self.free_dims:
             v = config[key]
-            for w in (v - 1, v + 3):
-                if w >= 1 and {**config, key: w} not in tails:
+            sizes = [v - 1, v + 3]
+            if seed is not None:
+                rng = random.Random(_mix(seed, config, f"tails/{key}"))
+                blocks = max(0, v // VECTOR_WIDTH - 1)
+                for r in range(1, VECTOR_WIDTH):
+                    sizes.append(VECTOR_WIDTH * rng.randint(max(0, blocks - 2), blocks) + r)
+            for w in sizes:
+                if w >= 1 and w != v and {**config, key: w} not in tails:
                     tails.append({**config, key: w})
         return tails
 

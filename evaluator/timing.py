@@ -122,7 +122,7 @@ def flush_l2(device: str = "cuda") -> None:
 
 
 @functools.cache
-def _sleep_cycles_per_ms(device: str) -> float:
+def sleep_cycles_per_ms(device: str) -> float:
     with torch.cuda.device(device):
         _no_persisting_l2()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -164,7 +164,7 @@ def bench(fn: Callable, input_sets: list[list], trials: int = TRIALS, warmup: in
         host_ms.append(1e3 * (time.perf_counter() - h))
         torch.cuda.synchronize(device)
         calls += 1
-    cycles = int(_sleep_cycles_per_ms(device) * min(50.0, 2 * statistics.median(host_ms) + 0.2))
+    cycles = int(sleep_cycles_per_ms(device) * min(50.0, 2 * statistics.median(host_ms) + 0.2))
     times, lags, last = [], [], [None] * len(input_sets)
     for k in range(trials):
         load(k)
@@ -331,19 +331,39 @@ def op_size(spec, config: dict, reference, inputs: list) -> tuple[float, float |
 
 
 def time_candidate(spec, kernel_path: str, config: dict, checked: ConfigResult, device: str = "cuda",
-                   trials: int | None = None) -> ConfigResult:
-    """``checked`` (a correct config) with its timing, speedup and roofline fields filled. The baselines come from
-    this process's cache when ``config`` of this reference was timed before (see the module docstring). The models
-    are built as the correctness check builds them (same seed, the reference's weights copied into the candidate)."""
-    from tileagent.evaluator.candidate import build_models, load_candidate
+                   trials: int | None = None, sandbox=None, seed: int | None = None) -> ConfigResult:
+    """``checked`` (a correct config) with its timing, speedup and roofline fields filled.
+
+    The candidate is timed in its own process (``sandbox``, the one that was checked when given), by
+    ``correctness.timed_calls``: fresh inputs every trial, the same guard as the checks, a random sample of the timed
+    outputs compared with the reference. The baselines are timed here, in the checker's process, the same way (L2
+    flushed, stream kept busy), and come from this process's cache when ``config`` of this reference was timed before
+    (see the module docstring)."""
+    from tileagent.evaluator.correctness import timed_calls
+    from tileagent.evaluator.sandbox import Sandbox
 
     trials = trials or TRIALS
-    reference, candidate = build_models(spec, load_candidate(kernel_path), config, device)
+    own = sandbox is None
+    if own:
+        sandbox = Sandbox(kernel_path, device)
+    try:
+        times = timed_calls(spec, sandbox, config, device, trials=trials, warmup=WARMUP, seed=seed)
+    finally:
+        if own:
+            sandbox.close()
+    cand = summarize(times)
+    reference = spec.make_model(config, device)
     input_sets = derived_sets(list(spec.make_inputs(config, 10_000, "normal", device)))
     nbytes, flops, notes = op_size(spec, config, reference, input_sets[0])
     key = baseline_key(spec, config, device)
     with torch.no_grad():
-        fields = time_models(candidate, reference, input_sets, device=device, trials=trials, bytes_moved=nbytes,
-                             flops=flops, baselines=_BASELINES.get(key))
-    _BASELINES[key] = fields.pop("baselines")
-    return checked.model_copy(update={**fields, "notes": [*checked.notes, *notes, *fields["notes"]]})
+        baselines = _BASELINES.get(key) or time_baselines(reference, input_sets, device=device, trials=trials)
+    _BASELINES[key] = baselines
+    eager, compiled = baselines["eager"], baselines["compiled"]
+    notes += baselines["notes"]
+    dtype = next((t.dtype for t in input_sets[0] if isinstance(t, torch.Tensor) and t.is_floating_point()), None)
+    peak = matmul_tflops(device, "bfloat16" if dtype == torch.bfloat16 else "float16") if flops else None
+    sol = roofline(nbytes, flops, cand.median_ms, copy_bandwidth_gbs(device), peak)
+    fields = {"candidate": cand, "eager": eager, "compiled": compiled, "speedup_eager": speedup(eager, cand),
+              "speedup_compiled": speedup(compiled, cand), "roofline_pct": sol.pct, "bound": sol.bound}
+    return checked.model_copy(update={**fields, "notes": [*checked.notes, *notes]})

@@ -140,6 +140,7 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
     device = resolve_device(request.device)
     timed = request.timing and device.startswith("cuda")
     result = EvalResult(status="ok", device=device, timing_available=timed)
+    stack = contextlib.ExitStack()
     try:
         progress.phase("load")
         if load_spec is None:
@@ -148,10 +149,18 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
             from tileagent.evaluator.correctness import check_candidate
         spec = load_spec(request.reference_path)
         configs = expand_configs(list(spec.configs), request.configs, request.overrides)
+        sandbox = None
+        if check_candidate is _default_check():
+            from tileagent.evaluator.candidate import read_candidate
+            from tileagent.evaluator.sandbox import Sandbox
+
+            read_candidate(request.kernel_path)  # the static rules, before any of the candidate's code runs
+            sandbox = stack.enter_context(Sandbox(request.kernel_path, device, lowering_check=device == "cpu"))
         first: EvalError | None = None
         for index, config in enumerate(configs):
             try:
-                checked = _check_config(request, spec, config, index, device, timed, progress, check_candidate)
+                checked = _check_config(request, spec, config, index, device, timed, progress, check_candidate,
+                                        sandbox)
             except KeyboardInterrupt:
                 raise
             except BaseException as e:  # noqa: BLE001 - with keep_going a candidate's fault ends this config only
@@ -175,7 +184,15 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
             raise
         error = classify(e, device, request.kernel_path)
         return failed(error, configs=result.configs, device=device, timing_available=timed)
+    finally:
+        stack.close()
     return result
+
+
+def _default_check() -> Callable:
+    from tileagent.evaluator.correctness import check_candidate
+
+    return check_candidate
 
 
 @contextlib.contextmanager
@@ -197,10 +214,13 @@ def _gpu_lowering_checked(enabled: bool):
 
 
 def _check_config(request: EvalRequest, spec, config: dict, index: int, device: str, timed: bool,
-                  progress: Progress, check_candidate: Callable) -> ConfigResult:
-    """One config of ``evaluate``: checked, then timed when correct; raises the candidate's first failure."""
+                  progress: Progress, check_candidate: Callable, sandbox=None) -> ConfigResult:
+    """One config of ``evaluate``: checked, then timed when correct (both in the same candidate process,
+    ``sandbox``); raises the candidate's first failure."""
     progress.phase("check", index, config)
     extra = {"distributions": request.distributions} if request.distributions else {}
+    if sandbox is not None:
+        extra["sandbox"] = sandbox
     with _gpu_lowering_checked(device == "cpu"):
         (checked,) = check_candidate(spec, request.kernel_path, device=device, configs=[config],
                                      seeds=request.seeds, **extra)
@@ -209,7 +229,7 @@ def _check_config(request: EvalRequest, spec, config: dict, index: int, device: 
 
         progress.phase("timing", index, config)
         checked = timing.time_candidate(spec, request.kernel_path, config, checked, device=device,
-                                        trials=request.timing_trials)
+                                        trials=request.timing_trials, sandbox=sandbox, seed=checked.seed)
     return checked
 
 
@@ -327,6 +347,7 @@ def serve(evaluate_fn: str = DEFAULT_EVALUATE, device: str = "cpu") -> None:
         with contextlib.suppress(ImportError):
             importlib.import_module("tileagent.evaluator.correctness")
             importlib.import_module("tileagent.evaluator.timing")
+            importlib.import_module("tileagent.evaluator.sandbox").start_server()  # candidates' processes fork from it
     send({"type": "ready", "pid": os.getpid(), "device": device})
     for line in proto_in:
         message = json.loads(line)

@@ -204,10 +204,13 @@ def test_degenerate_reference_is_flagged(tmp_path, relu_spec):
 
 
 def test_seeds_distributions_and_configs_can_be_chosen(tmp_path, relu_spec):
+    configs = [{"M": 3, "N": 32}, {"M": 5, "N": 32}]
     results = check_candidate(relu_spec, REPO / "tests" / "honest" / "relu_scale.py", seeds=2,
-                              distributions=["normal", "uniform"], configs=[{"M": 3, "N": 32}, {"M": 5, "N": 32}])
-    assert [r.config for r in results] == [{"M": 3, "N": 32}, {"M": 5, "N": 32}]
-    assert [r.checks for r in results] == [2 * 2 * 2 + 2 * 1 * 2 * 2] * 2
+                              distributions=["normal", "uniform"], configs=configs, seed=12345)
+    assert [r.config for r in results] == configs and {r.seed for r in results} == {12345}
+    # seeds x distributions x 2 calls; the tails v - 1 and v + 3 with half the seeds; residue tails 1 seed, 2 dists
+    residue_tails = [len(relu_spec.tail_configs(c, 12345)) - len(relu_spec.tail_configs(c)) for c in configs]
+    assert [r.checks for r in results] == [2 * 2 * 2 + 2 * 1 * 2 * 2 + n * 2 * 2 for n in residue_tails]
 
 
 def test_reference_failing_on_a_tail_is_a_spec_error(tmp_path):
@@ -232,3 +235,52 @@ def test_reference_failing_on_a_tail_is_a_spec_error(tmp_path):
     with pytest.raises(SpecError, match=r"Model.forward raised AssertionError: M must be a multiple of 8 \(config "
                                         r"\{'M': 7, 'N': 32\}\)"):
         check_candidate(spec, REPO / "tests" / "honest" / "relu_scale.py", seeds=1)
+
+
+# -- issue 18, point 9: fair tolerances (a float64 oracle) -----------------------------------------------------------
+
+def test_a_fused_epilogue_more_accurate_than_the_reference_is_accepted_by_the_oracle_rule():
+    spec = load_spec(REPO / "tests" / "redteam" / "ref_out_proj.py")
+    (result,) = check_candidate(spec, REPO / "tests" / "honest" / "out_proj_fused.py", seeds=1)
+    assert result.correct
+    (note,) = [n for n in result.notes if "oracle rule" in n]
+    assert note.startswith("output 0: accepted by the oracle rule, not the fixed one: the reference itself is off by")
+    assert note.endswith("the candidate is within the fixed tolerance of the float64 oracle")
+
+
+def test_an_fp16_accumulating_gemm_is_rejected_although_judged_against_the_oracle():
+    spec = load_spec(REPO / "tests" / "redteam" / "ref_out_proj.py")
+    with pytest.raises(Mismatch) as info:
+        check_candidate(spec, REPO / "tests" / "redteam" / "fp16_accumulate_gemm.py", seeds=1)
+    d = info.value.details
+    assert "against the float64 oracle" in info.value.message and "more than 2x the reference's own error" in \
+        info.value.message
+    assert d["oracle_mismatched"] > 0 and d["oracle_max_abs_err"] > 2 * d["reference_max_abs_err"]
+
+
+def test_without_a_float64_oracle_the_fixed_rule_decides(tmp_path):
+    """A reference whose ops refuse float64 (here: it insists on float32 weights) has no oracle; nothing breaks."""
+    spec = load_spec(write(tmp_path, '''
+        import torch
+        import torch.nn as nn
+
+        CONFIGS = [{"M": 4, "N": 32}]
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                assert x.dtype == torch.float32
+                return torch.relu(x) * 2
+
+
+        def get_inputs(M=4, N=32):
+            return [torch.randn(M, N)]
+
+
+        def get_init_inputs(M=4, N=32):
+            return []
+    ''', name="ref.py"))
+    path = relu_candidate(tmp_path, "T.max(x[j], 0.0) * 2.001")
+    with pytest.raises(Mismatch) as info:
+        check_candidate(spec, path, seeds=1, distributions=["normal"])
+    assert "oracle" not in info.value.message

@@ -70,8 +70,7 @@ def get_inputs():
 
 
 if __name__ == "__main__":
-    import time
-    print(torch.softmax(torch.randn(3), 0), time.time())
+    print(torch.softmax(torch.randn(3), 0))  # a self-test may compute with torch (issue 18: other rules hold here)
 """
 
 
@@ -156,6 +155,37 @@ def test_honest_corpus_passes(path):
     ("x = torch.compile", "torch-compile", "torch.compile"),
     ("import torch._dynamo", "torch-compile", "torch._dynamo"),
     ("f = torch.jit.script", "torch-compile", "torch.jit.script"),
+    # issue 18, point 5: blind spots closed
+    ("import typing\nm = typing.sys.modules", "introspection", "uses typing.sys.modules"),
+    ("import dataclasses\nf = dataclasses.inspect.currentframe", "introspection", "dataclasses.inspect"),
+    ("class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.m = torch.sys.modules", "introspection", "uses torch.sys.modules"),
+    ("import typing as t\nm = t.sys", "introspection", "uses typing.sys"),
+    ("import math\nm = math", "introspection", "uses the module math as a value"),
+    ("import operator\nf = operator.attrgetter('sys')", "introspection", "operator.attrgetter"),
+    ("if __name__ != '__main__':\n    X = torch.randn(3)", "torch-compute", "torch.randn"),
+    ("if __name__ == __name__:\n    X = torch.randn(3)", "torch-compute", "torch.randn"),
+    ("if __name__ == '__main__':\n    import os", "introspection", "import os"),
+    ("if __name__ == '__main__':\n    torch.cuda.synchronize()", "timer", "torch.cuda.synchronize"),
+    ("__name__ = '__main__'", "patch", "binds the name __name__"),
+    ("def f(__name__='__main__'):\n    if __name__ == '__main__':\n        return torch.randn(3)", "patch",
+     "binds the name __name__"),
+    ("class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        def fwd(x):\n            return torch.softmax(x, 0)\n        self.fwd = fwd", "torch-compute",
+     "torch.softmax"),
+    ("class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.fwd = lambda x: x.exp()", "torch-compute", ".exp()"),
+    ("class Helper(nn.Module):\n    def __init__(self, x):\n        super().__init__()\n        self.y = x.exp()\n"
+     "class ModelNew(nn.Module):\n    def forward(self, x):\n        return Helper(x).y", "nn-layer",
+     "constructs the nn.Module Helper"),
+    ("class ModelNew(nn.Module):\n    def get_inputs(self, x):\n        return x.exp()", "torch-compute", ".exp()"),
+    ("def helper(self, x):\n    return self.softmax(x, 0)\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+     "        return helper(torch, x)", "torch-compute", ".softmax()"),
+    ("def helper(self):\n    self.backend = None", "patch", "assigns self.backend"),
+    ("class ModelNew(nn.Module):\n    def forward(self, x):\n        self = torch\n        return self.exp(x)",
+     "patch", "binds the name self"),
+    ("class ModelNew(nn.Module):\n    @staticmethod\n    def forward(self):\n        return self.exp()",
+     "torch-compute", ".exp()"),
 ])
 def test_forbidden_construct(body, rule, fragment):
     v = violation_of(body)

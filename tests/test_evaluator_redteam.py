@@ -1,6 +1,8 @@
 """The red-team corpus (tests/redteam/): every cheating candidate is rejected, for the right reason; the honest corpus
 (tests/honest/) is accepted. Each cheat is a plausible ModelNew for a reference op in tests/redteam/ref_*.py."""
 
+import re
+
 import pytest
 
 from tileagent.evaluator.correctness import check_candidate
@@ -50,6 +52,7 @@ CHEATS = {
     "cache_by_tensor_key": ("softmax", GuardViolation, "inconsistent-runs", "call 1 matched, call 2 did not match"),
     "stateful_first_call": ("relu_scale", GuardViolation, "inconsistent-runs", "call 1 matched"),
     "output_reused": ("relu_scale", GuardViolation, "output-reused", "an output of an earlier call"),
+    "fp16_accumulate_gemm": ("out_proj", Mismatch, None, "against the float64 oracle"),
 }
 
 # the same cheats with the static check off: the run-time defences alone reject them
@@ -65,7 +68,8 @@ RUNTIME_ONLY = {
     "patch_cuda_event": (GuardViolation, "patch", "torch.cuda.Event"),
     "cache_by_data_ptr": (GuardViolation, "no-kernel", "launched no compiled kernel"),
     "lazy_subclass": (GuardViolation, "output-type", "LazyResult, not a plain torch.Tensor"),
-    "monkeypatch_evaluator": (GuardViolation, "patch", "evaluator.correctness._ConfigCheck.compare"),
+    # the patch lands in the candidate's own process, where no comparison runs; its `* 0` is what fails it
+    "monkeypatch_evaluator": (GuardViolation, "torch-op", "aten::mul"),
     "reads_reference_global": (RunFailed, None, "ModelNew.forward raised"),
     "random_output": ((GuardViolation, Mismatch), None, "differ"),  # a run of luck decides which of the two
     "returns_parameter": (GuardViolation, "output-type", "torch.nn.parameter.Parameter"),
@@ -129,7 +133,8 @@ def test_mismatch_on_a_tail_names_the_tail_and_its_config():
 
 
 HONEST_REFS = {"softmax": "softmax", "rmsnorm": "rmsnorm", "relu_scale": "relu_scale", "tiny_scale": "tiny_scale",
-               "bias_gelu": "bias_gelu", "rmsnorm_silu": "rmsnorm_silu", "rms_stats": "rms_stats"}
+               "bias_gelu": "bias_gelu", "rmsnorm_silu": "rmsnorm_silu", "rms_stats": "rms_stats",
+               "out_proj_fused": "out_proj"}
 
 
 def test_every_honest_candidate_has_a_reference():
@@ -141,6 +146,11 @@ def test_honest_candidate_is_accepted(name):
     spec = spec_for(HONEST_REFS[name])
     (result,) = check_candidate(spec, HONEST / f"{name}.py")
     assert result.correct and result.config == spec.configs[0]
-    # 5 seeds x 8 distributions x 2 calls, plus 2 tails x 2 seeds x 8 x 2
-    assert result.checks == 5 * 8 * 2 + 2 * 2 * 8 * 2
-    assert any(note.startswith("tail sizes checked") for note in result.notes)
+    if not spec.free_dims:
+        assert result.checks == 5 * len(spec.distributions) * 2
+        return
+    (tails,) = [note for note in result.notes if note.startswith("tail sizes checked")]
+    sizes = [int(m) for m in re.findall(r"'M': (\d+)", tails)]
+    assert {m % 8 for m in sizes + [result.config["M"]]} >= set(range(1, 8))  # every residue of the vector width
+    # 5 seeds x 11 distributions x 2 calls; the tails v - 1 and v + 3: 2 seeds x 11 x 2; the others: 1 x 2 x 2
+    assert result.checks == 5 * 11 * 2 + 2 * 2 * 11 * 2 + (len(sizes) - 2) * 4
