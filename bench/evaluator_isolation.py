@@ -17,6 +17,12 @@ the spread of the candidate's median per config, (max - min) / median, is printe
 exit status 0 when everything is as expected. The two parts take a few minutes each; --skip-isolation and
 --skip-timing run one of them (e.g. to stay within a 10-minute command limit).
 
+``--cheats-only`` (issue 18) runs instead: the timing cheats of ``TIMING_CHEATS`` (a content cache probed on the
+host, torch with the dispatch mode popped, the kernel on a side stream, a CUDA graph replay, work launched by a
+thread after forward returned), each checked and timed the new way with the static checks off (in its own process:
+the guard, the CUDA kernel accounting and fresh inputs every trial) and expected to be rejected; then the honest kernel
+timed old way against new way in the same run (alternating rounds), expected within 2%.
+
 ``--evaluate-fn`` picks what the worker runs (default: the real ``evaluator.worker:evaluate``).
 """
 
@@ -155,6 +161,178 @@ def copy(C):
 ''' + model_new("copy(C)", "torch.empty(1 << 40, dtype=torch.uint8, device=x.device)  # 1 TiB")
 
 
+# -- timing cheats (issue 18): each must be rejected with the run-time defences alone (static checks off) ----------
+
+CHEAT_KERNELS = HONEST.replace("class ModelNew(torch.nn.Module):", "class _Honest(torch.nn.Module):") + '''
+
+@tileagent.jit(out_idx=[1])
+def copy_rows(C):
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def main(X: T.Tensor((M, C), "float16"), Y: T.Tensor((M, C), "float16")):
+        with T.Kernel(M, threads=128) as bm:
+            T.copy(X[bm, 0], Y[bm, 0])
+
+    return main
+'''
+
+TIMING_CHEATS = {
+    # a cache keyed on the input's values: a host-side probe of a few elements decides (the fixed timing sets of the
+    # old evaluator made every timed call a hit)
+    "content_cache": CHEAT_KERNELS + '''
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.ones(C, dtype=torch.float16))
+        self.kernel, self.copy, self.cache = rmsnorm_silu(C, eps), copy_rows(C), []
+
+    def forward(self, x):
+        probe = tuple(x[0, :4].tolist())
+        for key, y in self.cache:
+            if key == probe:
+                return self.copy(y)
+        y = self.kernel(x, self.gamma.detach())
+        self.cache.append((probe, y))
+        return self.copy(y)
+''',
+    # cuBLAS/torch while the dispatch mode is popped: only the CUDA kernel accounting (CUPTI) sees it
+    "torch_with_mode_popped": CHEAT_KERNELS + '''
+from torch.utils._python_dispatch import _pop_mode_temporarily
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.ones(C, dtype=torch.float16))
+        self.copy, self.eps = copy_rows(C), eps
+
+    def forward(self, x):
+        self.copy(x)
+        with _pop_mode_temporarily():
+            xf = x.float()
+            y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.gamma.float()
+            return torch.nn.functional.silu(y).to(x.dtype)
+''',
+    # the compiled kernel on a side stream: the timed stream's end event does not wait for it
+    "side_stream": CHEAT_KERNELS + '''
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.ones(C, dtype=torch.float16))
+        self.kernel, self.side = rmsnorm_silu(C, eps), torch.cuda.Stream()
+
+    def forward(self, x):
+        with torch.cuda.stream(self.side):
+            return self.kernel(x, self.gamma.detach())
+''',
+    # a CUDA graph of the compiled kernel, captured on the first call and replayed after (no launch of ours)
+    "cuda_graph_replay": CHEAT_KERNELS + '''
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.ones(C, dtype=torch.float16))
+        self.kernel, self.copy, self.graphs = rmsnorm_silu(C, eps), copy_rows(C), {}
+
+    def forward(self, x):
+        key = tuple(x.shape)
+        if key not in self.graphs:
+            static_in = self.copy(x)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_out = self.kernel(static_in, self.gamma.detach())
+            self.graphs[key] = (graph, static_in, static_out)
+        graph, static_in, static_out = self.graphs[key]
+        self.copy(x)
+        graph.replay()
+        return self.copy(static_out)
+''',
+    # the work is launched by a thread after forward has returned
+    "work_after_return": CHEAT_KERNELS + '''
+import threading
+import time
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.ones(C, dtype=torch.float16))
+        self.kernel, self.copy = rmsnorm_silu(C, eps), copy_rows(C)
+
+    def forward(self, x):
+        y = self.copy(x)
+
+        def later():
+            time.sleep(0.002)
+            self.kernel(x, self.gamma.detach())
+
+        threading.Thread(target=later, daemon=True).start()
+        return y
+''',
+}
+
+
+def timing_cheats(reference: Path, tmp: Path, config: dict) -> tuple[list, list]:
+    """Each timing cheat checked and timed the new way (its own process, static checks off): (rows, report)."""
+    import torch
+
+    from tileagent.evaluator.correctness import check_candidate, timed_calls
+    from tileagent.evaluator.errors import EvalError
+    from tileagent.evaluator.sandbox import Sandbox
+    from tileagent.evaluator.spec import load_spec
+
+    spec = load_spec(reference)
+    rows, report = [], []
+    for name, text in TIMING_CHEATS.items():
+        path = tmp / f"{name}.py"
+        path.write_text(text)
+        t0, outcome = time.time(), "accepted"
+        try:
+            with Sandbox(path, "cuda") as sandbox:
+                check_candidate(spec, path, device="cuda", configs=[config], seeds=1, distributions=["normal"],
+                                static_checks=False, sandbox=sandbox)
+                times = timed_calls(spec, sandbox, config, "cuda", trials=20)
+                outcome = f"accepted ({sorted(times)[len(times) // 2]:.4f} ms)"
+        except EvalError as e:
+            outcome = f"rejected: {e.kind} {e.details.get('rule') or ''}: {e.message[:160]}"
+        torch.cuda.synchronize()
+        rows.append((name, outcome, time.time() - t0))
+        report.append({"cheat": name, "outcome": outcome})
+        print(f"{name}: {outcome} ({time.time() - t0:.1f} s)", flush=True)
+    return rows, report
+
+
+def isolation_ab(reference: Path, tmp: Path, config: dict, rounds: int = 3, trials: int = 50) -> dict:
+    """The honest kernel's median time, old way (in this process, no guard, three fixed input sets rotated) against
+    new (its own process, the guard and CUDA kernel accounting on, fresh inputs every trial), alternating."""
+    import statistics
+
+    import torch
+
+    from tileagent.evaluator.candidate import build_models, load_candidate
+    from tileagent.evaluator.correctness import timed_calls
+    from tileagent.evaluator.sandbox import Sandbox
+    from tileagent.evaluator.spec import load_spec
+    from tileagent.evaluator.timing import bench, derived_sets
+
+    spec = load_spec(reference)
+    path = tmp / "honest.py"
+    _, model = build_models(spec, load_candidate(path), config, "cuda")
+    sets = derived_sets(list(spec.make_inputs(config, 10_000, "normal", "cuda")))
+    old, new = [], []
+    with Sandbox(path, "cuda") as sandbox, torch.no_grad():
+        for _ in range(rounds):
+            old.append(statistics.median(bench(model, sets, trials, device="cuda")[0]))
+            new.append(statistics.median(timed_calls(spec, sandbox, config, "cuda", trials=trials)))
+    a, b = statistics.median(old), statistics.median(new)
+    return {"config": config, "old_ms": old, "new_ms": new, "old_median": a, "new_median": b,
+            "diff_pct": 100 * (b - a) / a}
+
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--check-m", type=int, default=16384, help="M (rows) of the isolation runs")
@@ -164,6 +342,10 @@ def main() -> None:
     ap.add_argument("--run-timeout", type=float, default=30.0, help="run limit of the endless kernel's request")
     ap.add_argument("--skip-isolation", action="store_true", help="only the 3 timed evaluations")
     ap.add_argument("--skip-timing", action="store_true", help="only the isolation runs")
+    ap.add_argument("--cheats-only", action="store_true", help="only the timing cheats and the isolation A/B "
+                    "(issue 18): each cheat must be rejected, the honest kernel's time the same within 2%%")
+    ap.add_argument("--cheat-m", type=int, default=4096, help="M of the timing cheats' config (C = 1024)")
+    ap.add_argument("--ab-m", type=int, default=131072, help="M of the A/B config (C = 1024)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
@@ -194,6 +376,18 @@ def main() -> None:
                            compile_timeout_s=20 if name == "endless" else 120)
 
     rows, report = [], {"gpu": torch.cuda.get_device_name(), "evaluate_fn": fn, "runs": []}
+    if args.cheats_only:
+        cheat_rows, report["timing_cheats"] = timing_cheats(Path(reference), tmp, {"M": args.cheat_m, "C": 1024})
+        ab = report["isolation_ab"] = isolation_ab(Path(reference), tmp, {"M": args.ab_m, "C": 1024})
+        print(f"\n{'timing cheat':<24} {'seconds':>8}  outcome")
+        for name, outcome, seconds in cheat_rows:
+            print(f"{name:<24} {seconds:>8.1f}  {outcome}")
+        print(f"\nisolation A/B at {ab['config']}: old {ab['old_median']:.4f} ms {ab['old_ms']}, new "
+              f"{ab['new_median']:.4f} ms {ab['new_ms']}: {ab['diff_pct']:+.2f}% (target within 2%)")
+        ok = all(o.startswith("rejected") for _, o, _ in cheat_rows) and abs(ab["diff_pct"]) <= 2.0
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2))
+        sys.exit(0 if ok else 1)
     worker = EvalWorker("cuda:0", evaluate_fn=fn)
     runs = () if args.skip_isolation else (("illegal_access", "crash"), ("endless", "timeout"), ("oom", "crash"),
                                            ("honest", "ok"))

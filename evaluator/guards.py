@@ -722,6 +722,10 @@ def check_outputs(outputs, inputs, device, earlier=()) -> tuple[torch.Tensor, ..
         GuardViolation: rules output-type, output-storage, output-device, output-aliases-input, output-reused.
     """
     device = torch.device(device)
+    if isinstance(outputs, (tuple, list)) and type(outputs) not in (tuple, list):
+        raise violation("output-type", f"forward returned a {type(outputs).__qualname__}, a subclass of "
+                        f"{'tuple' if isinstance(outputs, tuple) else 'list'} (its methods would run after the guard): "
+                        f"return a tensor or a plain tuple of tensors")
     outs = normalize_outputs(outputs, "ModelNew.forward")
     if isinstance(outs, str):
         raise violation("output-type", f"{outs}; return a tensor or a tuple of tensors")
@@ -761,14 +765,22 @@ def guard_forward(poison_allocations: bool = True, launches: list | None = None,
     threads, raw_threads = set(threading.enumerate()), _THREAD_COUNT()
     launched_before = kernel_scope.launch_count()
     genuine, calls = JITKernel.__call__, [0]
+    caller = threading.get_ident()
+    stream = torch.cuda.current_stream() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    guard = ForwardGuard(poison_allocations)
 
     def counted(self, *args):
         calls[0] += 1
+        if threading.get_ident() != caller:
+            guard.violations.append(violation("threads", "a compiled kernel was launched from another thread than "
+                                              "the forward's (work left to a thread)"))
+        elif stream is not None and torch.cuda.current_stream() != stream:
+            guard.violations.append(violation("stream", "a compiled kernel was launched on another CUDA stream than "
+                                              "the caller's (work the caller's timing would not wait for)"))
         if launches is not None:
             launches.extend(_kernel_names(self))
         return genuine(self, *args)
 
-    guard = ForwardGuard(poison_allocations)
     JITKernel.__call__ = counted
     try:
         with torch.no_grad(), guard:

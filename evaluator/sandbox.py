@@ -33,6 +33,7 @@ import os
 import pickle
 import signal
 import sys
+import traceback
 import types
 from pathlib import Path
 
@@ -321,6 +322,42 @@ class Sandbox:
 
 # -- the runner's side (runs in the candidate's process) ----------------------------------------------------------
 
+_NO_NEW_TASKS = {"x86_64": (0xC000003E, (56, 57, 58, 435)), "aarch64": (0xC00000B7, (220, 435))}
+"""machine -> (AUDIT_ARCH, the syscalls that make threads and processes: clone, fork, vfork, clone3)."""
+
+
+def forbid_new_tasks() -> bool:
+    """Install a seccomp filter in this process: from now on no thread or process can be created in it (the
+    syscalls fail with EPERM, so Python raises "can't start new thread"). A filter cannot be removed, from Python or
+    C. Returns False where it is unavailable (another machine type, or no seccomp). Used on the CPU path, where the
+    run-time guard (a dispatch mode) sees only the calling thread."""
+    import ctypes
+    import platform
+    import struct
+
+    arch = _NO_NEW_TASKS.get(platform.machine())
+    if arch is None:
+        return False
+    audit, calls = arch
+    ld, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, audit), (ret, 0, 0, allow), (ld, 0, 0, 0)]
+    for k, nr in enumerate(calls):
+        prog.append((jeq, len(calls) - k, 0, nr))
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    code = b"".join(struct.pack("HBBI", *op) for op in prog)
+    buf = ctypes.create_string_buffer(code)
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fprog = SockFprog(len(prog), ctypes.addressof(buf))
+    pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
+    if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+        return False
+    return libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(fprog), 0, 0) == 0
+
 
 class _Runner:
     def __init__(self, conn, path: str, device: str):
@@ -378,6 +415,9 @@ class _Runner:
             fault = _device_fault(e, self.device)
             if fault is not None:
                 raise fault from e
+            if _new_task_refused(e):
+                raise _violation("threads", f"the forward tried to start a thread or a process ({type(e).__name__}: "
+                                 f"{e}); the candidate's process may not") from e
             line = candidate_line(e, self.candidate.path)
             at = f" (line {line})" if line else ""
             raise RunFailed(f"ModelNew.forward raised {type(e).__name__}: {e}{at}", exception=type(e).__name__,
@@ -415,6 +455,18 @@ class _Runner:
         return classify(error, self.device, str(self.candidate.path) if hasattr(self, "candidate") else None)
 
 
+def _new_task_refused(error: BaseException) -> bool:
+    """Whether ``error`` is the seccomp filter refusing a thread or a process (``forbid_new_tasks``)."""
+    if isinstance(error, RuntimeError) and "can't start new thread" in str(error):
+        return True
+    if isinstance(error, PermissionError):
+        frames = traceback.extract_tb(error.__traceback__)
+        names = {f.name for f in frames}
+        return bool(names & {"fork", "_fork_exec", "_execute_child", "_launch", "start_new_thread"}) or \
+            any("fork(" in (f.line or "") or "spawn" in (f.line or "") for f in frames[-1:])
+    return False
+
+
 def serve(conn, path: str, device: str, lowering_check: bool = False) -> None:
     """The runner's main loop (the target of the candidate's process)."""
     from tileagent.compiler.jit import CPU_LOWERING_CHECK
@@ -426,6 +478,11 @@ def serve(conn, path: str, device: str, lowering_check: bool = False) -> None:
         os.environ.pop(CPU_LOWERING_CHECK, None)
     if device.startswith("cuda"):
         torch.cuda.init()
+    else:  # before any of the candidate's code: from here on no thread or process can start in this one
+        torch.set_num_threads(1)  # no thread pool is needed (or could start) once new threads are forbidden
+        dump_tensors([torch.zeros(1)])  # starts the thread that hands out shared memory, before the filter
+        if not forbid_new_tasks():
+            log.warning("the candidate's process could not forbid new threads (no seccomp here)")
     runner = _Runner(conn, path, device)
     try:
         runner.load(path)
@@ -434,6 +491,10 @@ def serve(conn, path: str, device: str, lowering_check: bool = False) -> None:
             raise
         error = e if isinstance(e, EvalError) else LoadFailed(
             f"{Path(path).name}: loading the candidate raised {type(e).__name__}: {e}")
+        if _new_task_refused(e) or (e.__cause__ is not None and _new_task_refused(e.__cause__)):
+            error = _violation("threads", f"the candidate tried to start a thread or a process while it was "
+                               f"imported ({error.message if isinstance(error, EvalError) else error}); the "
+                               f"candidate's process may not")
         runner.send({"error": _error_dict(runner.classify(error))})
         return
     runner.send({"ok": True, "pid": os.getpid()})

@@ -5,8 +5,9 @@ import re
 
 import pytest
 
-from tileagent.evaluator.correctness import check_candidate
+from tileagent.evaluator.correctness import check_candidate, timed_calls
 from tileagent.evaluator.errors import GuardViolation, LoadFailed, Mismatch, RunFailed
+from tileagent.evaluator.sandbox import Sandbox
 from tileagent.evaluator.spec import load_spec
 from tests.conftest import REPO
 
@@ -53,6 +54,64 @@ CHEATS = {
     "stateful_first_call": ("relu_scale", GuardViolation, "inconsistent-runs", "call 1 matched"),
     "output_reused": ("relu_scale", GuardViolation, "output-reused", "an output of an earlier call"),
     "fp16_accumulate_gemm": ("out_proj", Mismatch, None, "against the float64 oracle"),
+    # issue 18: a candidate that shares the checker's process could reach it
+    "stack_frames_reference": ("relu_scale", GuardViolation, "introspection", "import sys"),
+    "setprofile_hook": ("relu_scale", GuardViolation, "introspection", "import sys"),
+    "forge_result_and_exit": ("relu_scale", GuardViolation, "introspection", "import os"),
+    "forge_reply_on_sockets": ("relu_scale", GuardViolation, "introspection", "import os"),
+    "loosen_tolerances": ("relu_scale", GuardViolation, "evaluator-access", "from tileagent.evaluator import spec"),
+    "loosen_distributions": ("relu_scale", GuardViolation, "evaluator-access", "from tileagent.evaluator import spec"),
+    "loosen_free_dims": ("relu_scale", GuardViolation, "evaluator-access", "from tileagent.evaluator import spec"),
+    "patch_vector_norm": ("tiny_scale", GuardViolation, "patch", "assigns torch.linalg.vector_norm"),
+    "patch_torch_equal": ("relu_scale", GuardViolation, "patch", "assigns torch.equal"),
+    "writes_reference_weights": ("rmsnorm", GuardViolation, "introspection", "import gc"),
+    "swap_model_forward": ("relu_scale", GuardViolation, "introspection", "import sys"),
+    "reads_reference_file": ("relu_scale", GuardViolation, "dynamic-code", "calls exec()"),
+    # the run-time guard left or sidestepped from inside
+    "pop_dispatch_mode": ("relu_scale", GuardViolation, "private", "_pop_mode_temporarily"),
+    "raw_thread_compute": ("relu_scale", GuardViolation, "threads", "import _thread"),
+    "thread_at_import": ("relu_scale", GuardViolation, "threads", "import queue"),
+    "subprocess_compute": ("relu_scale", GuardViolation, "threads", "import subprocess"),
+    "fork_compute": ("relu_scale", GuardViolation, "introspection", "import os"),
+    "subclass_via_alias": ("relu_scale", GuardViolation, "introspection", "accesses __torch_function__"),
+    "list_subclass_lazy_iter": ("relu_scale", GuardViolation, "introspection", "accesses __getitem__"),
+    "tuple_subclass": ("relu_scale", GuardViolation, "output-type", "a subclass of tuple"),
+    "padded_launch_counter": ("relu_scale", GuardViolation, "compiler-internals",
+                              "from tileagent.compiler import kernel_scope"),
+    "finalizer_compute": ("relu_scale", GuardViolation, "torch-compute", "uses torch.relu"),
+    # static blind spots
+    "typing_sys_modules": ("relu_scale", GuardViolation, "introspection", "uses typing.sys.modules"),
+    "dataclasses_inspect": ("relu_scale", GuardViolation, "introspection", "uses dataclasses.inspect.currentframe"),
+    "torch_sys_in_init": ("relu_scale", GuardViolation, "introspection", "uses torch.sys.modules"),
+    "name_not_main_block": ("relu_scale", GuardViolation, "torch-compute", "uses torch.relu"),
+    "main_block_patch": ("relu_scale", GuardViolation, "patch", "binds the name __name__"),
+    "nested_in_init": ("relu_scale", GuardViolation, "torch-compute", "uses torch.relu"),
+    "lambda_in_init": ("relu_scale", GuardViolation, "torch-compute", ".relu()"),
+    "module_built_in_forward": ("relu_scale", GuardViolation, "nn-layer", "constructs the nn.Module Helper"),
+    "param_named_self": ("relu_scale", GuardViolation, "torch-compute", ".relu()"),
+    "self_rebound": ("relu_scale", GuardViolation, "patch", "binds the name self"),
+    "method_named_get_inputs": ("relu_scale", GuardViolation, "torch-compute", "uses torch.relu"),
+    "operator_attrgetter": ("relu_scale", GuardViolation, "introspection", "calls operator.attrgetter()"),
+    "module_as_value": ("relu_scale", GuardViolation, "torch-compute", ".relu()"),
+    # telling checking from timing
+    "detects_dispatch_mode": ("relu_scale", GuardViolation, "private", "torch._C._len_torch_dispatch_stack"),
+    "reads_argv": ("relu_scale", GuardViolation, "introspection", "import sys"),
+    "reads_environment": ("relu_scale", GuardViolation, "introspection", "import os"),
+    # predictable inputs
+    "precomputes_public_seeds": ("relu_scale", GuardViolation, "evaluator-access",
+                                 "from tileagent.evaluator.spec import load_spec"),
+    "precomputes_seed_table": ("relu_scale", GuardViolation, "global-state", "uses torch.Generator"),
+    # coverage
+    "wrong_when_m_mod_4_is_1_or_2": ("relu_scale", Mismatch, None, "(a tail size of config {'M': 8, 'N': 32})"),
+    "one_pass_variance": ("layernorm", Mismatch, None, "input distribution 'offset"),
+    "output_ping_pong": ("relu_scale", GuardViolation, "output-reused", "an output of an earlier call"),
+    "round_half_up": ("quantize", Mismatch, None, "input distribution 'ties'"),
+    "signed_zero_lost": ("half_recip", Mismatch, None, "input distribution 'ties'"),
+}
+
+# cheats that pass the checks and are caught by the timed calls (checked, then timed in the same process)
+TIMING_ONLY = {
+    "stale_after_many_calls": ("relu_scale", Mismatch, None, "timed trial"),
 }
 
 # the same cheats with the static check off: the run-time defences alone reject them
@@ -77,7 +136,48 @@ RUNTIME_ONLY = {
     "getattr_escape": (GuardViolation, "torch-op", "aten::relu"),
     "fake_kernel_scope": (GuardViolation, "compiler-internals", "entered the compiler's kernel scope without calling"),
     "imports_triton": (LoadFailed, None, "No module named 'triton'"),
+    # issue 18: the tricks reach only the candidate's own process; its own wrong kernel is what fails
+    "stack_frames_reference": (Mismatch, None, "output 0 differs"),
+    "setprofile_hook": (Mismatch, None, "output 0 differs"),
+    "forge_result_and_exit": (RunFailed, None, "the candidate's process exited with code 0"),
+    "forge_reply_on_sockets": (GuardViolation, "output-type", "not tensors"),
+    "loosen_tolerances": (Mismatch, None, "output 0 differs"),
+    "loosen_distributions": (Mismatch, None, "output 0 differs"),
+    "loosen_free_dims": (GuardViolation, "patch", "Spec.tail_configs was replaced"),
+    "patch_vector_norm": (Mismatch, None, "relative L2 error 1 exceeds 0.01"),
+    "patch_torch_equal": (GuardViolation, "patch", "torch.equal was replaced"),
+    "writes_reference_weights": (Mismatch, None, "output 0 differs"),
+    "swap_model_forward": (Mismatch, None, "output 0 differs"),
+    "reads_reference_file": (GuardViolation, "torch-op", "aten::relu"),
+    "raw_thread_compute": (GuardViolation, "threads", "can't start new thread"),
+    "thread_at_import": (GuardViolation, "threads", "while it was imported"),
+    "subprocess_compute": (GuardViolation, "threads", "tried to start a thread or a process"),
+    "fork_compute": (GuardViolation, "threads", "tried to start a thread or a process"),
+    "subclass_via_alias": (GuardViolation, "output-type", "not a plain torch.Tensor"),
+    "list_subclass_lazy_iter": (GuardViolation, "output-type", "a subclass of list"),
+    "finalizer_compute": (GuardViolation, "torch-op", "aten::relu"),
+    "typing_sys_modules": (RunFailed, None, "ModelNew.forward raised"),
+    "dataclasses_inspect": (Mismatch, None, "output 0 differs"),
+    "torch_sys_in_init": (Mismatch, None, "output 0 differs"),
+    "name_not_main_block": (GuardViolation, "torch-op", "aten::relu"),
+    "main_block_patch": (GuardViolation, "patch", "torch.relu was replaced"),
+    "nested_in_init": (GuardViolation, "torch-op", "aten::relu"),
+    "lambda_in_init": (GuardViolation, "torch-op", "aten::relu"),
+    "module_built_in_forward": (GuardViolation, "torch-op", "aten::relu"),
+    "param_named_self": (GuardViolation, "torch-op", "aten::relu"),
+    "self_rebound": (GuardViolation, "torch-op", "aten::relu"),
+    "method_named_get_inputs": (GuardViolation, "torch-op", "aten::relu"),
+    "operator_attrgetter": (GuardViolation, "torch-op", "aten::relu"),
+    "module_as_value": (GuardViolation, "torch-op", "aten::relu"),
+    "precomputes_public_seeds": (Mismatch, None, "output 0 differs"),
+    "precomputes_seed_table": (Mismatch, None, "output 0 differs"),
 }
+
+# with the static checks off these look at the phase and find none: every call, timed or not, is made alike, so they
+# compute in every call (the old evaluator timed them unguarded, where they skipped the work)
+PHASE_BLIND = ["detects_dispatch_mode", "reads_argv", "reads_environment"]
+# caught only by the static rules on the CPU (on CUDA the kernel accounting sees the torch kernels: the GPU bench)
+CPU_STATIC_ONLY = ["pop_dispatch_mode", "padded_launch_counter"]
 
 _SPECS = {}
 
@@ -90,8 +190,10 @@ def spec_for(name: str):
 
 def test_corpus_is_complete():
     cheats = sorted(p.stem for p in REDTEAM.glob("*.py") if not p.stem.startswith("ref_"))
-    assert cheats == sorted(CHEATS)
-    assert len(cheats) >= 25
+    assert cheats == sorted({**CHEATS, **TIMING_ONLY})
+    assert len(cheats) >= 80
+    static_off = set(RUNTIME_ONLY) | set(PHASE_BLIND) | set(CPU_STATIC_ONLY)
+    assert not static_off - set(CHEATS)
     assert len(list(HONEST.glob("*.py"))) >= 4
 
 
@@ -114,6 +216,27 @@ def test_cheat_is_rejected_at_run_time_without_the_static_check(name):
     else:
         assert info.value.details.get("rule") == rule
     assert fragment in info.value.message
+
+
+@pytest.mark.parametrize("name", sorted(TIMING_ONLY))
+def test_timing_cheat_is_caught_by_the_sampled_timed_calls(name):
+    ref, error, rule, fragment = TIMING_ONLY[name]
+    spec = spec_for(ref)
+    with Sandbox(REDTEAM / f"{name}.py") as sandbox:
+        (result,) = check_candidate(spec, REDTEAM / f"{name}.py", sandbox=sandbox)
+        assert result.correct  # the checks alone do not catch it
+        with pytest.raises(error) as info:
+            timed_calls(spec, sandbox, spec.configs[0], trials=60, samples=60)
+    assert info.value.details.get("rule") == rule and fragment in info.value.message
+
+
+@pytest.mark.parametrize("name", PHASE_BLIND)
+def test_phase_detectors_find_no_phase_and_compute_in_timed_calls_too(name):
+    spec = spec_for("relu_scale")
+    with Sandbox(REDTEAM / f"{name}.py") as sandbox:
+        check_candidate(spec, REDTEAM / f"{name}.py", static_checks=False, sandbox=sandbox, seeds=1)
+        times = timed_calls(spec, sandbox, spec.configs[0], trials=8, samples=8)  # every timed output compared
+    assert len(times) == 8
 
 
 def test_mismatch_on_a_hidden_distribution_names_it():

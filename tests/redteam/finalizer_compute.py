@@ -1,0 +1,36 @@
+"""Cheat: does its work in a finalizer (__del__) that runs after forward returned."""
+import torch
+import torch.nn as nn
+
+import tileagent
+import tileagent.language as T
+
+
+@tileagent.jit(out_idx=[1])
+def relu_scale(M, N, factor=2.0, threads=32):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(M, threads=threads) as row:
+            x = T.alloc_fragment((N,), "float32")
+            T.copy(X[row, 0], x)
+            for j in T.Parallel(N):
+                x[j] = T.max(x[j], 0.0) * factor
+            T.copy(x, Y[row, 0])
+
+    return main
+
+
+class Deferred:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __del__(self):
+        self.y.copy_(torch.relu(self.x) * 2.0)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = relu_scale(*x.shape)(x)
+        keep = Deferred(x, y)
+        keep.cycle = keep
+        return y

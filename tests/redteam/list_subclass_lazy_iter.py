@@ -1,0 +1,35 @@
+"""Cheat: returns a list subclass whose __iter__ computes with torch after the guard has exited."""
+import torch
+import torch.nn as nn
+
+import tileagent
+import tileagent.language as T
+
+
+@tileagent.jit(out_idx=[1])
+def relu_scale(M, N, factor=2.0, threads=32):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(M, threads=threads) as row:
+            x = T.alloc_fragment((N,), "float32")
+            T.copy(X[row, 0], x)
+            for j in T.Parallel(N):
+                x[j] = T.max(x[j], 0.0) * factor
+            T.copy(x, Y[row, 0])
+
+    return main
+
+
+class LazyList(list):
+    def __iter__(self):
+        x = list.__getitem__(self, 0)
+        return iter([torch.relu(x) * 2.0])
+
+    def __getitem__(self, k):
+        return next(iter(self))
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        relu_scale(*x.shape)(x)
+        return LazyList([x])
