@@ -225,7 +225,7 @@ class Sandbox:
         with _hidden_main():
             self.proc.start()
         child.close()
-        self._models, self.last_ms = 0, float("nan")
+        self._models, self.last_ms, self._built = 0, float("nan"), {}
         self._reply("while loading the candidate")
 
     # -- protocol --------------------------------------------------------------------------------------------------
@@ -268,7 +268,12 @@ class Sandbox:
 
     def build(self, config: dict, init: list, state: dict, seed: int = 0, dtype=None) -> int:
         """Build ModelNew(*init) in the runner under ``seed``; copy ``state`` (shared copies of the reference's weights)
-        into it where names and shapes match; cast to ``dtype`` when given. Returns the model's key."""
+        into it where names and shapes match; cast to ``dtype`` when given. Returns the model's key. A config built
+        before gets the same model again (checking and timing use one instance: constructing it again would tell the
+        candidate that a new phase began)."""
+        memo = repr((sorted(config.items()), init, seed, str(dtype)))
+        if memo in self._built:
+            return self._built[memo]
         self._models += 1
         shared = {k: v.detach().clone() for k, v in state.items()}
         for v in shared.values():
@@ -276,6 +281,7 @@ class Sandbox:
                 v.share_memory_()
         self._send(("build", self._models, config, list(init), shared, seed, str(dtype) if dtype else None))
         self._reply(f"while building ModelNew for config {config}")
+        self._built[memo] = self._models
         return self._models
 
     def call(self, model: int, inputs: list[Buffer], where: str = "") -> tuple[tuple[torch.Tensor, ...], float]:

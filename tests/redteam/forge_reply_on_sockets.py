@@ -1,4 +1,4 @@
-"""Cheat: writes a forged reply (an 'ok' header and a pickled tensor) into every socket it has, hoping to reach the checker's pipe; its own kernel is wrong."""
+"""Cheat: writes a forged reply (an 'ok' header and a pickle that calls os.system) into every socket it has, hoping to reach the checker's pipe; its own kernel is wrong."""
 import os
 import pickle
 import stat
@@ -28,7 +28,8 @@ def frame(data):
     return struct.pack("!i", len(data)) + data
 
 
-FORGED = frame(b'{"ok": true, "ms": 0.001, "outputs": 1}') + frame(pickle.dumps((torch.ones(3),)))
+# an 'ok' header, then a pickle that would run os.system in whoever loads it
+FORGED = frame(b'{"ok": true, "ms": 0.001, "outputs": 1}') + frame(pickle.dumps((os.system,)))
 
 
 class ModelNew(nn.Module):
