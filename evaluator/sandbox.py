@@ -226,7 +226,11 @@ class Sandbox:
             self.proc.start()
         child.close()
         self._models, self.last_ms, self._built = 0, float("nan"), {}
-        self._reply("while loading the candidate")
+        try:
+            self._reply("while loading the candidate")
+        except BaseException:
+            self.close()
+            raise
 
     # -- protocol --------------------------------------------------------------------------------------------------
 
