@@ -482,6 +482,7 @@ def serve(conn, path: str, device: str, lowering_check: bool = False) -> None:
     from tileagent.compiler.jit import CPU_LOWERING_CHECK
 
     os.dup2(2, 1)  # the candidate's prints go to stderr
+    sys.argv = ["tileagent-candidate"]  # the same in every phase, whatever the checker's command line was
     if lowering_check:
         os.environ[CPU_LOWERING_CHECK] = "1"
     else:
