@@ -4,6 +4,7 @@ Usage:
     python bench/codegen_golden.py --check            # compare with tests/golden/codegen.json; exit 1 on a change
     python bench/codegen_golden.py --write            # rewrite tests/golden/codegen.json
     python bench/codegen_golden.py --dump DIR         # write every source as DIR/<arch>/<label>.cu (for diffing)
+    python bench/codegen_golden.py --cubins OLD NEW   # NVRTC both dumps: which sources give different cubins
 
 The kernels: every program of ../shared/examples and prompts/examples at the config its ``check()`` builds (plus the
 variants the acceptance tests use), each lowered for sm_80 and sm_90a without a GPU. The golden file holds the
@@ -63,15 +64,17 @@ def _load(where: str, stem: str):
 
 def source_of(label: str, arch: str) -> str:
     """The CUDA C++ of kernel ``label`` lowered for ``arch`` (no GPU needed)."""
-    from tileagent.compiler import compile as compile_kernel
+    from tileagent.compiler import CompileError, compile as compile_kernel
 
     where, stem, factory, args, kwargs = KERNELS[label]
     impl = getattr(_load(where, stem), factory)
     func = impl.fn(*args, **kwargs)
     try:
-        kernel = compile_kernel(func, out_idx=impl.out_idx, target=f"cuda:{arch}", pass_configs=impl.pass_configs,
-                                 build=False)
-    except TypeError:  # before the compiler knew its targets: the lowering did not depend on the arch
+        kernel = compile_kernel(func, out_idx=impl.out_idx, target=f"cpu:{arch}", pass_configs=impl.pass_configs)
+    except CompileError as e:
+        if e.code != "E601":
+            raise
+        # before the compiler knew its targets (unknown target "cpu:<arch>"): the lowering ignored the arch
         kernel = compile_kernel(func, out_idx=impl.out_idx, target="cpu", pass_configs=impl.pass_configs)
     return kernel.get_kernel_source()
 
@@ -81,14 +84,38 @@ def hashes() -> dict:
             for label in KERNELS}
 
 
+def compare_cubins(old: Path, new: Path) -> int:
+    """Compile every source of two ``--dump`` folders with NVRTC (with and without fast math) and report those whose
+    cubins differ: a source change with identical cubins cannot change a kernel's speed."""
+    from tileagent.compiler.runtime.nvrtc import compile_to_cubin
+
+    differ = same = 0
+    for arch in ARCHS:
+        for path in sorted((new / arch).glob("*.cu")):
+            before, after = (old / arch / path.name).read_text(), path.read_text()
+            if before == after:
+                continue
+            for options in ((), ("--use_fast_math",)):
+                equal = compile_to_cubin(before, arch, options, cache=False) == \
+                    compile_to_cubin(after, arch, options, cache=False)
+                same, differ = same + equal, differ + (not equal)
+                if not equal:
+                    print(f"different cubin: {arch} {path.stem} {' '.join(options)}")
+    print(f"{same} changed sources compile to identical cubins, {differ} to different ones")
+    return 1 if differ else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--check", action="store_true")
     g.add_argument("--write", action="store_true")
     g.add_argument("--dump", metavar="DIR")
+    g.add_argument("--cubins", nargs=2, metavar=("OLD", "NEW"))
     a = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
+    if a.cubins:
+        return compare_cubins(*map(Path, a.cubins))
     if a.dump:
         for label in KERNELS:
             for arch in ARCHS:

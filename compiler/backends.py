@@ -54,11 +54,12 @@ class EmulatorBackend:
 class CudaBackend:
     target = "cuda"
 
-    def __init__(self, module: DeviceModule, func: PrimFunc, source: str, arch: str, options: tuple = ()):
+    def __init__(self, module: DeviceModule, func: PrimFunc, source: str, arch: str, options: tuple = (),
+                 cubin: bytes | None = None):
         from tileagent.compiler.runtime.nvrtc import compile_to_cubin
 
         self.module, self.func, self.source, self.arch = module, func, source, arch
-        self.cubin = compile_to_cubin(source, arch, options)
+        self.cubin = cubin if cubin is not None else compile_to_cubin(source, arch, options)
         self._loaded = None
 
     def load(self):

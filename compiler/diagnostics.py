@@ -10,6 +10,7 @@ The tree::
     ├── ScopeError                E5xx  memory scopes and loop contexts (tile op inside T.Parallel, ...)
     ├── TargetError               E6xx  the requested target cannot run this kernel
     ├── UnsupportedError          E7xx  TileLang API that TileAgent does not provide (also an ImportError)
+    ├── ResourceError             E8xx  the kernel exceeds a limit of the target or of the compiler
     ├── LayoutError               L0xx  layout inference found no layout that satisfies every op
     └── InternalCompilerError     I000  a bug in the compiler, reported at the span of the op being processed
 
@@ -150,6 +151,11 @@ class UnsupportedError(CompileError, ImportError):
 
     def __init__(self, message: str, span: Span | None = None, **kwargs):
         CompileError.__init__(self, message, span, **kwargs)
+class ResourceError(CompileError):
+    """The kernel needs more than the target has (shared memory, registers) or than the compiler allows itself
+    (unrolled code, expression depth, NVRTC time): each limit has its code and names the limit."""
+
+    code = "E800"
 
 
 class LayoutError(CompileError):
@@ -202,6 +208,11 @@ CODES = {
     "E601": "unknown or unavailable target",
     "E602": "an op the CUDA backend does not lower yet",
     "E701": "a TileLang API (module, function, dtype or language construct) that TileAgent does not support",
+    "E801": "shared memory of a block over the target's limit",
+    "E802": "register arrays (fragments, locals) of a thread over the target's register budget",
+    "E803": "expression or statement nesting deeper than the compiler handles",
+    "E804": "compile-time unrolling over the compiler's bound",
+    "E805": "NVRTC did not finish within its time limit",
     "L001": "a T.Parallel loop needs a fragment on other threads than its layout puts it",
     "L002": "a reduction's output already has a layout that does not follow its input",
     "L003": "a copy between fragments with different layouts",

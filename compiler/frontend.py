@@ -18,7 +18,7 @@ import inspect
 import sys
 
 from tileagent.compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, InternalCompilerError,
-                                  NameResolutionError, ShapeError, Span)
+                                  NameResolutionError, ResourceError, ShapeError, Span)
 from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
 from tileagent.compiler.ir.expr import Expr, Load, Var, as_expr, describe, make_cast, make_cmp
 from tileagent.compiler.ir.simplify import depends_on
@@ -110,7 +110,8 @@ class _Parser(ExpressionParser):
         except CompileError as e:
             raise e.with_span(self.span(node))
         except RecursionError:
-            raise DSLSyntaxError("expression nested too deeply", self.span(node), code="E101") from None
+            raise ResourceError("expression nested too deeply for the compiler", self.span(node), code="E803",
+                                hint="split it with intermediate variables (v = a + b; w = v + c)") from None
         except Exception as e:  # noqa: BLE001 -- the contract: nothing but CompileError escapes
             raise InternalCompilerError(f"internal error while parsing this code: {type(e).__name__}: {e}",
                                         self.span(node)) from e

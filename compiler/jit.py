@@ -8,26 +8,28 @@ its parameter (count, kind, rank, shape, dtype, device, contiguity) and names th
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 import functools
 import logging
-import os
+import time
 from collections.abc import Mapping
+from dataclasses import replace
 
 import torch
 
-from tileagent.compiler.check import check
-from tileagent.compiler.diagnostics import CompileError, DSLTypeError, TargetError
+from tileagent.compiler import passes
+from tileagent.compiler.diagnostics import CompileError, DSLTypeError
 from tileagent.compiler.errors import KernelArgumentError
 from tileagent.compiler.ir.expr import Expr, Var
-from tileagent.compiler.ir.printer import print_func
 from tileagent.compiler.ir.stmt import Buffer, PrimFunc
 from tileagent.compiler.kernel_scope import kernel_scope
+from tileagent.compiler.passes import Options
+from tileagent.compiler.runtime.hooks import notify_launch
+from tileagent.compiler.target import Target, resolve as resolve_target
 
 log = logging.getLogger("tileagent.compiler")
-
-TARGETS = ("auto", "cpu", "sim", "cuda")
-
 
 class PassConfigKey(str, enum.Enum):
     """TileLang's pass-config keys (its full list, old spellings included). All are accepted; the ones without an
@@ -122,24 +124,51 @@ def _pass_configs(configs) -> dict:
     return out
 
 
-def _resolve_target(target) -> str:
-    if isinstance(target, dict):
-        target = target.get("kind", "auto")
-    words = str("auto" if target is None else target).split()  # "cuda -arch=sm_90": the kind is the first word
-    target = words[0] if words else ""
-    if target not in TARGETS:
-        raise TargetError(f"unknown target {target!r}; known: {', '.join(TARGETS)}", code="E601")
-    if target == "auto":
-        target = "cuda" if torch.cuda.is_available() else "cpu"
-    if target == "cuda" and not torch.cuda.is_available():
-        raise TargetError("target 'cuda' needs a CUDA device and torch sees none; use target='cpu' (interpreter) or "
-                          "'sim' (the lowered kernel in the SIMT emulator)", code="E601")
-    return target
+_SCOPED: contextvars.ContextVar[dict] = contextvars.ContextVar("tileagent_compile_defaults", default={})
+_PROCESS: dict = {}
+
+
+class _Defaults:
+    """The process-wide defaults (``set_compile_defaults``) under the scoped ones (``compile_defaults``)."""
+
+    @staticmethod
+    def get() -> dict:
+        return {**_PROCESS, **_SCOPED.get()}
+
+
+_DEFAULTS = _Defaults()
+
+
+def set_compile_defaults(**options) -> None:
+    """Defaults of ``compile`` for the rest of this process (``lowering_check``, ``debug``): for a process that only
+    checks candidates (the evaluator's sandbox runner). Prefer the scoped ``compile_defaults`` elsewhere."""
+    unknown = set(options) - {"lowering_check", "debug"}
+    if unknown:
+        raise TypeError(f"set_compile_defaults takes lowering_check and debug, not {sorted(unknown)}")
+    _PROCESS.update(options)
+
+
+@contextlib.contextmanager
+def compile_defaults(**options):
+    """Within the block, ``compile`` (and ``@jit`` kernels built in it) use these options where the call leaves them
+    unset: ``lowering_check`` and ``debug`` (see ``compile``). Scoped to the current thread's context, so the caller
+    says it explicitly (the evaluator checks candidates on the CPU with ``lowering_check=True``)."""
+    unknown = set(options) - {"lowering_check", "debug"}
+    if unknown:
+        raise TypeError(f"compile_defaults takes lowering_check and debug, not {sorted(unknown)}")
+    token = _SCOPED.set({**_SCOPED.get(), **options})
+    try:
+        yield
+    finally:
+        _SCOPED.reset(token)
 
 
 def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, execution_backend=None,  # noqa: A001
-            target_host=None, verbose=None, compile_flags=None) -> "JITKernel":
-    """Check ``func`` and build a kernel for ``target`` ("cpu", "cuda", or "auto": CUDA when torch sees a GPU).
+            target_host=None, verbose=None, compile_flags=None, *, lowering_check=None, debug=None) -> "JITKernel":
+    """Check ``func`` and build a kernel for ``target``: "cpu", "sim", "cuda", or "auto" (CUDA when torch sees a
+    GPU), optionally with an arch ("cuda:sm_80": lowered and compiled by NVRTC without a GPU); see
+    ``compiler.target``. ``lowering_check``: on "cpu", also run the GPU lowering so that its diagnostics (L0xx, E602,
+    E8xx) are reported without a GPU. ``debug``: verify the IR after every pass.
 
     Raises:
         CompileError: the first problem found, with its code, span and hint.
@@ -152,16 +181,14 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, exec
         if key not in EFFECTIVE_KEYS:
             (log.warning if verbose else log.info)("pass config %s=%r is accepted and has no effect on this "
                                                    "compiler", key, value)
-    resolved = _resolve_target(target)
+    resolved = resolve_target(target)
     outs = _out_indices(out_idx, len(func.params) - len(func.workspaces))  # workspaces are last and hidden
-    check(func)
-    return JITKernel(func, outs, resolved, configs, _backend(func, resolved, configs))
-
-
-CPU_LOWERING_CHECK = "TILEAGENT_CPU_LOWERING_CHECK"
-"""Set to "1": kernels built for the CPU interpreter are also put through layout inference and the CUDA lowering
-(not run), so that layout conflicts (L0xx) and what the CUDA backend cannot lower (E602) are reported without a GPU.
-The evaluator sets it while it checks candidates on the CPU."""
+    defaults = _DEFAULTS.get()
+    options = Options(lowering_check=bool(defaults.get("lowering_check", False) if lowering_check is None
+                                          else lowering_check),
+                      debug=bool(defaults.get("debug", False) if debug is None else debug),
+                      nvrtc_options=nvrtc_options(configs))
+    return JITKernel(func, outs, resolved, configs, options=options)
 
 
 def nvrtc_options(pass_configs: dict) -> tuple[str, ...]:
@@ -169,34 +196,29 @@ def nvrtc_options(pass_configs: dict) -> tuple[str, ...]:
     return ("--use_fast_math",) if pass_configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value) else ()
 
 
-def _backend(func: PrimFunc, target: str, configs: dict):
+def _build(func: PrimFunc, target: Target, options: Options):
+    """(the Unit the passes built, the backend that runs it). The cuda target reuses the on-disk module cache."""
     from tileagent.compiler import backends
 
-    if target == "cpu":
-        if os.environ.get(CPU_LOWERING_CHECK) == "1":  # the GPU lowering's diagnostics on a CPU-only run
-            from tileagent.compiler.layout.infer import infer_layouts
-            from tileagent.compiler.lower import lower
-
-            lower(func, infer_layouts(func))
-        return backends.InterpreterBackend(func)
-    from tileagent.compiler.layout.infer import infer_layouts
-    from tileagent.compiler.lower import lower
-
-    if target == "sim":
-        return backends.EmulatorBackend(lower(func, infer_layouts(func)), func)
+    if target.kind == "cpu":
+        return passes.run(func, target, options), backends.InterpreterBackend(func)
+    if target.kind == "sim":
+        unit = passes.run(func, target, options)
+        return unit, backends.EmulatorBackend(unit.module, func)
     from tileagent.compiler import module_cache
-    from tileagent.compiler.runtime.nvrtc import device_arch
-    from tileagent.compiler.targets.cuda import generate
 
-    arch = device_arch()
-    options = nvrtc_options(configs)
-    key = module_cache.cache_key(func, target, arch, *options)
+    t0 = time.perf_counter()
+    key = module_cache.cache_key(func, target.name, *options.nvrtc_options)
     cached = module_cache.load(key, func)
+    lookup = (("module_cache", time.perf_counter() - t0),)
+    start = None if cached is None else passes.Unit(func, target, options, module=cached[0], source=cached[1],
+                                                     timings=lookup)
+    unit = passes.run(func, target, options, start=start)
     if cached is None:
-        module = lower(func, infer_layouts(func))
-        cached = module, generate(module)
-        module_cache.store(key, *cached)
-    return backends.CudaBackend(cached[0], func, cached[1], arch, options)
+        module_cache.store(key, unit.module, unit.source)
+        unit = replace(unit, timings=lookup + unit.timings)
+    return unit, backends.CudaBackend(unit.module, func, unit.source, target.arch, options.nvrtc_options,
+                                      cubin=unit.cubin)
 
 
 def _out_indices(out_idx, n_params: int) -> tuple[int, ...]:
@@ -216,59 +238,79 @@ def _out_indices(out_idx, n_params: int) -> tuple[int, ...]:
 
 
 class JITKernel:
-    """A compiled kernel. Call it with the input tensors; ``out_idx`` parameters are allocated and returned."""
+    """A compiled kernel. Call it with the input tensors; ``out_idx`` parameters are allocated and returned.
+    ``target`` is the resolved ``Target``; ``options`` the compile ``Options``."""
 
-    def __init__(self, func: PrimFunc, out_idx: tuple[int, ...], target: str, pass_configs: dict, backend):
-        self.func, self.out_idx, self.target, self.pass_configs = func, out_idx, target, pass_configs
+    def __init__(self, func: PrimFunc, out_idx: tuple[int, ...], target, pass_configs: dict, backend=None, *,
+                 options: Options | None = None):
+        self.func, self.out_idx, self.pass_configs = func, out_idx, pass_configs
+        self.target = resolve_target(target)
+        self.options = options or Options(nvrtc_options=nvrtc_options(pass_configs))
+        if backend is None:
+            self.unit, backend = _build(func, self.target, self.options)
+        else:  # a backend built elsewhere (tests, exported modules)
+            self.unit = passes.Unit(func, self.target, self.options, module=getattr(backend, "module", None),
+                                    source=getattr(backend, "source", None))
         self.backend = backend
         self.params = func.params
-        self._layouts = None
 
     def __repr__(self) -> str:
-        return f"JITKernel({self.func.name}, target={self.target!r}, out_idx={list(self.out_idx)})"
+        return f"JITKernel({self.func.name}, target={self.target.name!r}, out_idx={list(self.out_idx)})"
+
+    def _upto(self, name: str) -> passes.Unit:
+        """The unit after pass ``name``, running the passes again on demand (for the stages a backend skips)."""
+        done = [p for p, _ in self.unit.timings]
+        have = {"module": self.unit.module, "source": self.unit.source, "layouts": self.unit.layouts}
+        if name in done or (name == "lower_tile_ops" and have["module"] is not None) or \
+                (name == "codegen_cuda" and have["source"] is not None):
+            return self.unit
+        return passes.run(self.func, self.target, self.options, until=name)
 
     @property
     def module(self):
-        """The lowered DeviceModule (thread IR) of the sim and cuda targets; lowered on demand for cpu."""
-        module = getattr(self.backend, "module", None)
-        if module is None:
-            from tileagent.compiler.lower import lower
-
-            module = lower(self.func, self.layouts())
-        return module
+        """The lowered DeviceModule (thread IR) for the target's arch; lowered on demand for cpu."""
+        return self._upto("lower_tile_ops").module
 
     def layouts(self):
         """The inferred layouts (a LayoutMap; ``print(kernel.layouts())`` shows one line per fragment and loop)."""
-        if self._layouts is None:
-            from tileagent.compiler.layout.infer import infer_layouts
+        layouts = self.unit.layouts
+        if layouts is None:
+            layouts = self._upto("infer_layouts").layouts
+            self.unit = replace(self.unit, layouts=layouts)
+        return layouts
 
-            self._layouts = infer_layouts(self.func)
-        return self._layouts
+    def get_ir(self, stage: str = "tile", *, after: str | None = None) -> str:
+        """The IR as text: ``stage`` "tile" (parsed and checked) or "thread" (lowered, per thread), or the IR after
+        any pass of the target's pipeline (``after="plan_shared"``; ``compiler.passes.pass_names``)."""
+        if after is None:
+            if stage not in ("tile", "thread"):
+                raise ValueError(f"unknown IR stage {stage!r}; available: 'tile', 'thread', or after=<pass> with a "
+                                 f"pass of {', '.join(passes.pass_names(self.target))}")
+            after = "check" if stage == "tile" else "lower_tile_ops"
+        if after not in passes.pass_names(self.target):
+            raise ValueError(f"unknown pass {after!r}; the passes of {self.target.arch}: "
+                             f"{', '.join(passes.pass_names(self.target))}")
+        return passes.render(self._upto(after), after)
 
-    def get_ir(self, stage: str = "tile") -> str:
-        """The IR at ``stage`` as text: "tile" (parsed and checked) or "thread" (lowered, per thread)."""
-        if stage == "tile":
-            return print_func(self.func)
-        if stage == "thread":
-            from tileagent.compiler.ir.printer import print_device_kernel
-
-            return "\n".join(print_device_kernel(k) for k in self.module.kernels)
-        raise ValueError(f"unknown IR stage {stage!r}; available: 'tile', 'thread'")
+    def pass_timings(self) -> dict:
+        """Seconds each pass took when this kernel was built, in order (``module_cache``: the cache lookup)."""
+        return dict(self.unit.timings)
 
     def get_kernel_source(self, kernel_only: bool = True) -> str:
-        """The CUDA C++ of the kernel (generated on demand for the cpu and sim targets)."""
+        """The CUDA C++ of the kernel for the target's arch (generated on demand for the cpu and sim targets)."""
         source = getattr(self.backend, "source", None)
-        if source is None:
-            from tileagent.compiler.targets.cuda import generate
+        return source if source is not None else self._upto("codegen_cuda").source
 
-            source = generate(self.module)
-        return source
-
-    def cubin(self, arch: str = "sm_90a") -> bytes:
-        """The kernel compiled by NVRTC for ``arch`` (works without a GPU)."""
+    def cubin(self, arch: str | None = None) -> bytes:
+        """The kernel compiled by NVRTC for ``arch`` (default: the target's; works without a GPU)."""
         from tileagent.compiler.runtime.nvrtc import compile_to_cubin
+        from tileagent.compiler.target import for_arch
 
-        return compile_to_cubin(self.get_kernel_source(), arch)
+        if arch is None or for_arch(arch).arch == self.target.arch:
+            source, arch = self.get_kernel_source(), self.target.arch
+        else:
+            source = passes.run(self.func, for_arch(arch, "sim"), self.options, until="codegen_cuda").source
+        return compile_to_cubin(source, arch, self.options.nvrtc_options, timeout_s=self.options.nvrtc_timeout_s)
 
     def get_profiler(self, tensor_supply_type=None):
         """A Profiler (``do_bench``, ``assert_allclose``) whose generated inputs follow ``tensor_supply_type``
@@ -290,7 +332,8 @@ class JITKernel:
         return self
 
     def __call__(self, *args):
-        bound, env, outputs = bind_arguments(self.func, args, self.out_idx, self.target)
+        notify_launch(self)  # public hooks (compiler.runtime.launch.on_launch) see every call
+        bound, env, outputs = bind_arguments(self.func, args, self.out_idx, self.target.kind)
         with kernel_scope():  # the evaluator's guard tells our kernels' work from the caller's torch ops
             self.backend.run(bound, env)
         if not outputs:
@@ -403,8 +446,9 @@ class JITImpl:
     """
 
     def __init__(self, fn, out_idx, target, pass_configs, execution_backend="auto", target_host=None, verbose=False,
-                 debug_root_path=None, compile_flags=None):
+                 debug_root_path=None, compile_flags=None, lowering_check=None, debug=None):
         self.fn, self.out_idx, self.target, self.pass_configs = fn, out_idx, target, pass_configs
+        self.lowering_check, self.debug = lowering_check, debug
         self.execution_backend, self.target_host, self.verbose = execution_backend, target_host, verbose
         self.debug_root_path, self.compile_flags = debug_root_path, compile_flags
         self._cache: dict = {}
@@ -429,15 +473,23 @@ class JITImpl:
 
         return is_eager(self.fn)
 
+    def _options(self) -> tuple:
+        """(lowering_check, debug) as this factory or the enclosing ``compile_defaults`` set them."""
+        defaults = _DEFAULTS.get()
+        return (self.lowering_check if self.lowering_check is not None else defaults.get("lowering_check"),
+                self.debug if self.debug is not None else defaults.get("debug"))
+
     def _eager_kernel(self, args, kwargs):
         from tileagent.compiler import frontend_eager
 
+        options = self._options()
         key = frontend_eager.cache_key(self.fn, args, kwargs)
+        key = None if key is None else (key, options)
         kernel = self._cache.get(key) if key is not None else None
         if kernel is None:
             func, out_idx, _ = frontend_eager.parse_eager(self.fn, args, kwargs)
             kernel = compile(func, out_idx=list(out_idx), target=self.target, pass_configs=self.pass_configs,
-                             verbose=self.verbose)
+                             verbose=self.verbose, lowering_check=options[0], debug=options[1])
             if key is not None:
                 self._cache[key] = kernel
         return kernel, frontend_eager.tensor_arguments(self.fn, args, kwargs)  # this call's tensors, never cached
@@ -465,8 +517,9 @@ class JITImpl:
         if self.eager:  # compile (cached) and run on the tensors given; no tensors: the kernel itself
             kernel, tensors = self._eager_kernel(args, kwargs)
             return kernel(*tensors) if tensors else kernel
+        options = self._options()
         try:
-            key = (args, tuple(sorted(kwargs.items())))
+            key = (args, tuple(sorted(kwargs.items())), options)
             hash(key)
         except TypeError:
             key = None
@@ -474,23 +527,26 @@ class JITImpl:
             return self._cache[key]
         func = self.get_tir(*args, **kwargs)
         kernel = compile(func, out_idx=self.out_idx, target=self.target, pass_configs=self.pass_configs,
-                         verbose=self.verbose)
+                         verbose=self.verbose, lowering_check=options[0], debug=options[1])
         if key is not None:
             self._cache[key] = kernel
         return kernel
 
 
 def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, execution_backend="auto", target_host=None,
-        verbose=False, debug_root_path=None, compile_flags=None):
+        verbose=False, debug_root_path=None, compile_flags=None, lowering_check=None, debug=None):
     """``@jit`` or ``@jit(out_idx=[-1], pass_configs={...})`` over a function that returns a T.prim_func.
 
-    ``execution_backend``, ``target_host``, ``verbose``, ``debug_root_path`` and ``compile_flags`` are TileLang's
-    options: accepted and kept on the JITImpl; this compiler has one backend per target."""
+    ``target``, ``lowering_check`` and ``debug`` as for ``compile``. ``execution_backend``, ``target_host``,
+    ``verbose``, ``debug_root_path`` and ``compile_flags`` are TileLang's options: accepted and kept on the JITImpl;
+    this compiler has one backend per target."""
     options = dict(execution_backend=execution_backend, target_host=target_host, verbose=verbose,
-                   debug_root_path=debug_root_path, compile_flags=compile_flags)
+                   debug_root_path=debug_root_path, compile_flags=compile_flags, lowering_check=lowering_check,
+                   debug=debug)
     if func is None:
         return lambda f: JITImpl(f, out_idx, target, pass_configs, **options)
     return JITImpl(func, out_idx, target, pass_configs, **options)
 
 
-__all__ = ["CompileError", "JITImpl", "JITKernel", "PassConfigKey", "compile", "jit"]
+__all__ = ["CompileError", "JITImpl", "JITKernel", "PassConfigKey", "compile", "compile_defaults", "jit",
+           "set_compile_defaults"]

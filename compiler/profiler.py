@@ -184,7 +184,7 @@ class Profiler:
             raise ValueError(f"tensor_supply_type must be a TensorSupplyType, got {tensor_supply_type!r}")
         self.kernel = kernel
         self.supply_type = tensor_supply_type
-        self.device = torch.device("cuda" if kernel.target == "cuda" else "cpu")
+        self.device = torch.device("cuda" if kernel.target.kind == "cuda" else "cpu")
 
     @property
     def params(self):

@@ -212,8 +212,8 @@ class Sandbox:
     Args:
         candidate_path: the candidate module (already statically checked by the caller when it wants that).
         device: "cpu" or "cuda"/"cuda:N" (the runner uses the same device).
-        lowering_check: on the CPU, also put kernels through the CUDA lowering (``compiler.jit.CPU_LOWERING_CHECK``,
-            set in the runner's environment before the candidate loads, for the whole evaluation).
+        lowering_check: on the CPU, also put kernels through the CUDA lowering (``compiler.jit.set_compile_defaults``
+            in the runner's process before the candidate loads, for the whole evaluation).
     """
 
     def __init__(self, candidate_path, device: str = "cpu", lowering_check: bool = False):
@@ -479,14 +479,11 @@ def _new_task_refused(error: BaseException) -> bool:
 
 def serve(conn, path: str, device: str, lowering_check: bool = False) -> None:
     """The runner's main loop (the target of the candidate's process)."""
-    from tileagent.compiler.jit import CPU_LOWERING_CHECK
+    from tileagent.compiler.jit import set_compile_defaults
 
     os.dup2(2, 1)  # the candidate's prints go to stderr
     sys.argv = ["tileagent-candidate"]  # the same in every phase, whatever the checker's command line was
-    if lowering_check:
-        os.environ[CPU_LOWERING_CHECK] = "1"
-    else:
-        os.environ.pop(CPU_LOWERING_CHECK, None)
+    set_compile_defaults(lowering_check=bool(lowering_check))  # every kernel the candidate builds in this process
     if device.startswith("cuda"):
         torch.cuda.init()
     else:  # before any of the candidate's code: from here on no thread or process can start in this one

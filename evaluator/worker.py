@@ -195,22 +195,12 @@ def _default_check() -> Callable:
     return check_candidate
 
 
-@contextlib.contextmanager
 def _gpu_lowering_checked(enabled: bool):
-    """On the CPU, kernels also go through the CUDA lowering (``compiler.jit.CPU_LOWERING_CHECK``), so a candidate
+    """On the CPU, kernels also go through the CUDA lowering (``compile(..., lowering_check=True)``), so a candidate
     that the interpreter runs but a GPU could not compile fails here with its layout or lowering diagnostic."""
-    from tileagent.compiler.jit import CPU_LOWERING_CHECK
+    from tileagent.compiler.jit import compile_defaults
 
-    old = os.environ.get(CPU_LOWERING_CHECK)
-    if enabled:
-        os.environ[CPU_LOWERING_CHECK] = "1"
-    try:
-        yield
-    finally:
-        if enabled and old is None:
-            os.environ.pop(CPU_LOWERING_CHECK, None)
-        elif enabled:
-            os.environ[CPU_LOWERING_CHECK] = old
+    return compile_defaults(lowering_check=True) if enabled else contextlib.nullcontext()
 
 
 def _check_config(request: EvalRequest, spec, config: dict, index: int, device: str, timed: bool,

@@ -297,7 +297,10 @@ def compile(program: Path = typer.Argument(..., help="a .py file defining a @til
             kernel: str = typer.Option(None, "--kernel", "-k", help="the factory's name, when the file has several"),
             param: list[str] = typer.Option([], "--param", "-p", help="keyword for the factory, as key=value"),
             show: str = typer.Option("tile", help="tile | layouts | thread | cuda"),
-            backend: str = typer.Option("sim", help="sim (CPU, lowered as for CUDA), cuda or cpu"),
+            after: str = typer.Option(None, "--after", help="show the IR after this pass instead (e.g. plan_shared; "
+                                                            "docs/architecture.md lists them)"),
+            backend: str = typer.Option("sim", help="sim (CPU, lowered as for CUDA), cuda or cpu; an arch after a "
+                                                    "colon lowers for it (cuda:sm_80 builds without a GPU)"),
             target: str = typer.Option(None, "--target", hidden=True, help="deprecated: --backend")) -> None:
     from tileagent.compiler.jit import JITImpl
 
@@ -324,13 +327,17 @@ def compile(program: Path = typer.Argument(..., help="a .py file defining a @til
     try:
         built = tileagent.compile(factory.fn(**_parse_params(param)), out_idx=factory.out_idx, target=backend,
                                   pass_configs=factory.pass_configs)
-        text = {"tile": lambda: built.get_ir("tile"), "layouts": lambda: str(built.layouts()),
-                "thread": lambda: built.get_ir("thread"), "cuda": built.get_kernel_source}[show]()
+        text = built.get_ir(after=after) if after else \
+            {"tile": lambda: built.get_ir("tile"), "layouts": lambda: str(built.layouts()),
+             "thread": lambda: built.get_ir("thread"), "cuda": built.get_kernel_source}[show]()
     except CompileError as e:
         err_console.print(str(e), markup=False, highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except TypeError as e:
         err_console.print(f"[red]error:[/] calling {factory.fn.__name__}: {e}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    except ValueError as e:  # an unknown --after pass
+        err_console.print(f"[red]error:[/] {e}", highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 

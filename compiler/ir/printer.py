@@ -131,6 +131,9 @@ def _thread_stmt_lines(s, pad: str) -> list[str]:
         regs = [f"{b.name}[{', '.join(expr_str(i) for i in idx)}]" for b, idx in ((s.c_buf, s.c), (s.a_buf, s.a),
                                                                                   (s.b_buf, s.b))]
         return [f"{pad}mma_m16n8k16({regs[0]}, {regs[1]}, {regs[2]})"]
+    own = getattr(s, "ir_lines", None)  # a statement a pass introduces may print itself (lower.pipeline)
+    if own is not None:
+        return own(len(pad), stmt_lines)
     return [f"{pad}{s!r}"]
 
 

@@ -1,10 +1,11 @@
 """Lowering: checked tile IR + layouts -> thread IR (one DeviceKernel per T.Kernel scope).
 
-In: a PrimFunc that passed ``check`` and its ``LayoutMap``. Out: a ``DeviceModule`` (see ``compiler.tir``).
-Steps per kernel: software pipelines for T.Pipelined loops (``pipeline``), barriers between tile statements
-(``barriers``), the shared-memory arena (``smem``), then each tile op by its own ``lower`` (``compiler.tileops``),
-T.Parallel nests by ``parallel`` and pipelines by ``pipeline``; sequential loops, uniform ifs and let-bindings pass
-through. Block indices are bound at the top, through the rasterization of ``T.use_swizzle`` when present.
+In: a PrimFunc that passed ``check``, its ``LayoutMap`` and one ``KernelPlan`` per T.Kernel, built by the planning
+passes of ``compiler.passes`` (software pipelines from ``pipeline``, barriers from ``barriers``, the shared-memory
+arena from ``smem``, packed operands from ``gemm``). Out: a ``DeviceModule`` (see ``compiler.tir``).
+``lower_module`` lowers each tile op by its own ``lower`` (``compiler.tileops``), T.Parallel nests by
+``parallel`` and pipelines by ``pipeline``; sequential loops, uniform ifs and let-bindings pass through. Block indices are bound at the top,
+through the rasterization of ``T.use_swizzle`` when present.
 Guarantees: the thread IR obeys every rule in ``compiler.tir``; an op this backend cannot lower raises TargetError
 E602 at its span.
 """
@@ -19,21 +20,33 @@ from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, Parallel, Print,
                               PrimFunc, Store, UseSwizzle)
-from tileagent.compiler.lower.barriers import insert_barriers
 from tileagent.compiler.lower.context import LowerContext
-from tileagent.compiler.lower.gemm import packable_a_operands
 from tileagent.compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
-from tileagent.compiler.lower.pipeline import SoftwarePipeline, lower_pipeline, plan_pipelines
-from tileagent.compiler.lower.smem import plan_shared
+from tileagent.compiler.lower.pipeline import SoftwarePipeline, lower_pipeline
 from tileagent.compiler.tileops import op_for
 from tileagent.compiler.tir import BLOCK_IDX, GRID_DIM, Barrier, Declare, DeviceKernel, DeviceModule
 
 log = logging.getLogger("tileagent.compiler")
 
-MAX_SHARED_BYTES = 232448  # dynamic shared memory one block may use on sm_90 (H100/H200): 227 KiB
+
+def lower(func: PrimFunc, layouts=None, target=None) -> DeviceModule:
+    """``func`` lowered for ``target`` (a Target or a name; default the ``sim`` target of ``DEFAULT_ARCH``): the
+    passes of ``compiler.passes`` through ``lower_tile_ops``, with ``layouts`` when given."""
+    from tileagent.compiler import passes
+    from tileagent.compiler.target import DEFAULT_ARCH, resolve
+
+    target = resolve(target if target is not None else f"sim:{DEFAULT_ARCH}")
+    return passes.run(func, target, until="lower_tile_ops", layouts=layouts).module
 
 
-def lower(func: PrimFunc, layouts) -> DeviceModule:
+def kernel_scratch_bytes(k: Kernel, layouts) -> int:
+    """Bytes of shared scratch the tile ops of kernel ``k`` need at most (reductions across warps, conversions)."""
+    scratch = [op_for(s).scratch_bytes(s, layouts, k.num_threads) for s in walk(k.body) if op_for(s) is not None]
+    return max(scratch, default=0)
+
+
+def lower_module(func: PrimFunc, layouts, plans, target) -> DeviceModule:
+    """The thread IR of ``func``: one DeviceKernel per KernelPlan (``compiler.passes``), global tensors flattened."""
     flat = {}
     for p in func.params:
         if isinstance(p, Buffer):
@@ -43,41 +56,19 @@ def lower(func: PrimFunc, layouts) -> DeviceModule:
             flat[p] = Buffer(p.name, (numel,), p.dtype, "global", p.span)
     scalars = tuple(p for p in func.params if isinstance(p, Var)) + tuple(func.dynamic_vars)
     params = tuple(flat.values()) + scalars
-    kernels = [s for s in func.body if isinstance(s, Kernel)]
-    out = []
-    for n, k in enumerate(kernels):
-        name = f"{func.name}_kernel" + (f"_{n}" if len(kernels) > 1 else "")
-        out.append(_lower_kernel(name, k, layouts, flat, params))
-    return DeviceModule(func.name, tuple(out), flat, scalars)
+    kernels = tuple(_lower_kernel(plan, layouts, flat, params, target) for plan in plans)
+    return DeviceModule(func.name, kernels, flat, scalars)
 
 
-def _lower_kernel(name, k: Kernel, layouts, flat, params) -> DeviceKernel:
-    scratch = [op_for(s).scratch_bytes(s, layouts, k.num_threads) for s in walk(k.body) if op_for(s) is not None]
-    needs_scratch = any(scratch)
-    max_stages = None
-    while True:  # fewer pipeline stages until the shared memory fits the device (a plain loop at worst)
-        body = insert_barriers(plan_pipelines(k.body, max_stages))
-        stages = {b: p.stages for p in walk(body) if isinstance(p, SoftwarePipeline) for b in p.staged}
-        plan = plan_shared(body, layouts.shared, max(scratch, default=0), stages)
-        if plan.total_bytes <= MAX_SHARED_BYTES or not stages:
-            break
-        max_stages = max(stages.values()) - 1
-        log.info("kernel %s: %d bytes of shared memory with %d pipeline stages exceed %d; trying %d", name,
-                 plan.total_bytes, max_stages + 1, MAX_SHARED_BYTES, max_stages)
-    ctx = LowerContext(k, layouts, flat, k.num_threads)
-    ctx.packed = packable_a_operands(k.body, layouts)
-    ctx.shared_layouts = plan.layouts
-    ctx.shared = {b: Buffer(b.name, (plan.elements[b],), b.dtype, "shared", b.span) for b in plan.layouts}
-    ctx.scratch_offset = plan.scratch_offset if needs_scratch else None
-    ctx.scratch_bytes = plan.total_bytes - plan.scratch_offset if needs_scratch else 0
+def _lower_kernel(plan, layouts, flat, params, target) -> DeviceKernel:
+    k, shared = plan.kernel, plan.shared
+    ctx = LowerContext(k, layouts, flat, k.num_threads, target=target, plan=plan)
     for var, extent in zip(k.block_vars, k.grid):
         n = static_int(extent)
         ctx.ranges[var] = (0, n - 1 if n is not None else 2**31 - 1)
-    stmts = _block_indices(k, body) + _Lowering(ctx).body(_barriers_before(body, plan.reuse_points))
-    offsets = {ctx.shared[b]: o for b, o in plan.offsets.items()}
-    for buf in ctx._scratch.values():
-        offsets[buf] = plan.scratch_offset
-    return DeviceKernel(name, params, tuple(k.grid), k.threads, plan.total_bytes, offsets, tuple(stmts), k.span,
+    stmts = _block_indices(k, plan.body) + _Lowering(ctx).body(_barriers_before(plan.body, shared.reuse_points))
+    return DeviceKernel(plan.name, params, tuple(k.grid), k.threads, shared.total_bytes, ctx.shared_offsets(),
+                        tuple(stmts), k.span,
                         _instructions(ctx.instructions))
 
 
@@ -118,6 +109,10 @@ def _block_indices(k: Kernel, body) -> list:
 class _Lowering:
     def __init__(self, ctx: LowerContext):
         self.ctx = ctx
+
+    def with_context(self, ctx: LowerContext) -> "_Lowering":
+        """The same lowering under another view of the context (``LowerContext.derive``)."""
+        return _Lowering(ctx)
 
     def body(self, stmts) -> list:
         out = []
@@ -175,4 +170,4 @@ class _Lowering:
         raise TargetError(f"{type(s).__name__} is not lowered by the CUDA backend", code="E602")
 
 
-__all__ = ["lower"]
+__all__ = ["kernel_scratch_bytes", "lower", "lower_module"]

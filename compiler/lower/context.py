@@ -1,6 +1,6 @@
 """Shared state of lowering one T.Kernel: the thread-IR buffer of every tile buffer, index maps, guards.
 
-In: the tile IR Kernel, the LayoutMap and the shared-memory plan. Out: helpers the lowering rules call:
+In: the tile IR Kernel, the LayoutMap, the Target and the KernelPlan the passes built (``compiler.passes``). Out: helpers the lowering rules call:
 ``mem(buf)`` (the 1-d thread-IR buffer), ``element(buf, idx)`` (a Load of one element, guarded when it may leave a
 global tensor), ``store(buf, idx, value)``, ``rewrite(expr, subst)`` (tile IR expression -> thread IR), value
 ranges of index expressions (to drop guards that can never fail) and per-thread evaluation of index expressions.
@@ -10,6 +10,7 @@ are compile-time constants whenever every thread computes the same slot.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -25,25 +26,57 @@ from tileagent.compiler.tir import THREAD
 
 
 class LowerContext:
-    def __init__(self, kernel, layouts, flat_globals: dict, threads: int):
+    """Lowering state of one kernel. What the planning passes decided comes from ``plan`` (a ``KernelPlan``) and is
+    only read here: shared buffers and layouts, the scratch area, packed operands. What the lowering itself builds
+    as it goes (register arrays, value ranges of loop variables, fresh names, scratch views, hoisted operands) is
+    shared by every view of the context. The modes a rule lowers under (a pipeline stage's buffer offsets, cp.async
+    producers, a T.Parallel body's register tables) are set only through ``derive``, which returns a new view."""
+
+    def __init__(self, kernel, layouts, flat_globals: dict, threads: int, target=None, plan=None):
         self.kernel, self.layouts, self.threads = kernel, layouts, threads
+        self.target, self.plan = target, plan
         self.flat_globals = flat_globals  # global param Buffer -> 1-d Buffer
         self.local: dict[Buffer, Buffer] = {}  # fragment/local/var -> register array
-        self.shared: dict[Buffer, Buffer] = {}  # shared tile -> 1-d shared buffer
-        self.shared_layouts: dict[Buffer, Layout] = {}
         self.ranges: dict = {THREAD: (0, threads - 1)}
-        self.counter = 0
-        self.scratch_offset: int | None = None
-        self.scratch_bytes = 0
-        self.numeric = None  # inside a T.Parallel slot: ({loop var: value per thread}, running-thread mask)
+        self._counter = [0]
         self._slot_tables: dict = {}
-        self.slot_overrides = None  # in a compact T.Parallel: {(fragment, id of its index exprs): register expr}
         self._scratch: dict = {}
+        self.hoisted_a: dict = {}  # Gemm -> register array holding its loop-invariant A operand (lower.gemm)
+        shared = plan.shared if plan is not None else None
+        # tile shared buffer -> 1-d shared buffer over its slice of the arena (all its stages)
+        self.shared: dict[Buffer, Buffer] = {} if shared is None else {
+            b: Buffer(b.name, (shared.elements[b],), b.dtype, "shared", b.span) for b in shared.layouts}
+        self.shared_layouts: dict[Buffer, Layout] = {} if shared is None else dict(shared.layouts)
+        needs_scratch = plan is not None and plan.scratch_bytes > 0
+        self.scratch_offset: int | None = shared.scratch_offset if needs_scratch else None
+        self.scratch_bytes = shared.total_bytes - shared.scratch_offset if needs_scratch else 0
+        self.packed: frozenset = plan.packed if plan is not None else frozenset()  # (gemm.packable_a_operands)
+        # modes (see ``derive``)
+        self.numeric = None  # inside a T.Parallel slot: ({loop var: value per thread}, running-thread mask)
+        self.slot_overrides = None  # in a compact T.Parallel: {(fragment, id of its index exprs): register expr}
         self.stage_base: dict = {}  # in a software pipeline: staged shared tile -> element offset of the stage in use
         self.async_copies = False  # lowering a pipeline's producers: global -> shared copies may use cp.async
-        self.hoisted_a: dict = {}  # Gemm -> register array holding its loop-invariant A operand (lower.gemm)
-        self.packed: set = set()  # 16-bit fragments stored as packed 32-bit pairs (gemm.packable_a_operands)
         self.instructions: dict = {}  # (line, tile op) -> the instructions it was lowered to (compiler.instructions)
+
+    MODES = ("numeric", "slot_overrides", "stage_base", "async_copies")
+
+    def derive(self, **modes) -> "LowerContext":
+        """A view of this context with other modes (``MODES``); everything else is shared with this one."""
+        unknown = set(modes) - set(self.MODES)
+        if unknown:
+            raise TypeError(f"not lowering modes: {sorted(unknown)}")
+        view = copy.copy(self)
+        for name, value in modes.items():
+            setattr(view, name, value)
+        return view
+
+    def shared_offsets(self) -> dict:
+        """Byte offset in the arena of every 1-d shared buffer the lowering used: the planned tiles and the views of
+        the scratch area (``scratch``)."""
+        offsets = {self.shared[b]: o for b, o in self.plan.shared.offsets.items()}
+        for buf in self._scratch.values():
+            offsets[buf] = self.scratch_offset
+        return offsets
 
     def note_instruction(self, stmt, what: str) -> None:
         """Record that tile statement ``stmt`` was lowered with ``what`` (shown by ``kernel.get_ir("thread")``).
@@ -55,8 +88,8 @@ class LowerContext:
             seen.append(what)
 
     def fresh(self, prefix: str) -> str:
-        self.counter += 1
-        return f"{prefix}{self.counter}"
+        self._counter[0] += 1
+        return f"{prefix}{self._counter[0]}"
 
     def scratch_registers(self, prefix: str, size: int, dtype) -> Buffer:
         return Buffer(self.fresh(prefix), (size,), DType(dtype), "local")

@@ -44,11 +44,8 @@ def _lower_as_loops(ctx, loop: Parallel, layout, writer) -> list | None:
             return None
         overrides[(buf, tuple(map(id, indices)))] = expr
     c = loops.index(THREAD)
-    ctx.slot_overrides = overrides
-    try:
-        body = lower_elements(ctx, loop.body, {v: c[d] for d, v in enumerate(loop.vars)}, writer)
-    finally:
-        ctx.slot_overrides = None
+    body = lower_elements(ctx.derive(slot_overrides=overrides), loop.body, {v: c[d] for d, v in enumerate(loop.vars)},
+                          writer)
     return loops.nest(guarded(ctx, valid_condition(ctx, layout, c, write=False), body))
 
 
@@ -87,11 +84,8 @@ def _lower_unrolled(ctx, loop: Parallel, layout, writer) -> list:
         c = layout.inverse(THREAD, k)
         subst = {v: c[d] for d, v in enumerate(loop.vars)}
         valid = live & (table[:, k, :] < np.array(layout.shape)).all(-1)
-        ctx.numeric = ({v: table[:, k, d] for d, v in enumerate(loop.vars)}, valid)
-        try:
-            body = lower_elements(ctx, loop.body, subst, writer)
-        finally:
-            ctx.numeric = None
+        view = ctx.derive(numeric=({v: table[:, k, d] for d, v in enumerate(loop.vars)}, valid))
+        body = lower_elements(view, loop.body, subst, writer)
         out += guarded(ctx, valid_condition(ctx, layout, c, write=False), body)
     return out
 

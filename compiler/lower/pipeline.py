@@ -2,7 +2,9 @@
 
 In: a T.Kernel body of the tile IR (before barrier insertion) and, for lowering, one ``SoftwarePipeline``.
 Out: ``plan_pipelines`` replaces each loop it can pipeline by a ``SoftwarePipeline`` statement (the loop, its
-producers, its consumers, the staged buffers); ``lower_pipeline`` turns one into thread IR.
+producers, its consumers, the staged buffers); ``fit_pipelines`` (the ``plan_pipelines`` pass) also decides how
+many stages fit the target's shared memory; ``lower_pipeline`` turns one into thread IR (its producers and consumers
+under lowering contexts derived with their stage offsets, ``LowerContext.derive``).
 
 Which loops: ``T.Pipelined(n, num_stages=s)`` with s >= 2 whose body has producers: ``T.copy`` from global into a
 shared tile whose source indices depend only on the loop variable and values fixed before the loop, and whose tile
@@ -60,11 +62,39 @@ class SoftwarePipeline(Stmt):
     def span(self):
         return self.loop.span
 
+    def ir_lines(self, indent: int, stmt_lines) -> list[str]:
+        """How ``get_ir`` shows it: the loop, a note of the schedule, its producers, then its consumers."""
+        head = stmt_lines(replace(self.loop, body=()), indent)[0]
+        names = ", ".join(b.name for b in self.staged)
+        out = [f"{head}  # software pipeline: {self.stages} stages of {names}; producers issued "
+               f"{self.stages - 1} iteration(s) ahead"]
+        for s in self.producers + self.consumers:
+            out += stmt_lines(s, indent + 4)
+        return out
+
 
 def stage_stride(buf: Buffer, layout) -> int:
     """Elements between two stages of a staged tile."""
     nbytes = layout.size * buf.dtype.bytes
     return -(-nbytes // STAGE_ALIGN_BYTES) * STAGE_ALIGN_BYTES // buf.dtype.bytes
+
+
+def fit_pipelines(name: str, body: tuple, layouts, scratch_bytes: int, limit: int) -> tuple[tuple, dict]:
+    """(``body`` with its pipelines planned, staged tile -> stages): every pipeline gets the stages it asks for, or
+    fewer, down to a plain loop, until the kernel's shared memory (``smem.plan_shared``) fits ``limit`` bytes. What
+    still does not fit is left to ``smem.check_fits`` to report."""
+    from tileagent.compiler.lower.smem import plan_shared
+
+    max_stages = None
+    while True:
+        planned = plan_pipelines(body, max_stages)
+        stages = {b: p.stages for p in walk(planned) if isinstance(p, SoftwarePipeline) for b in p.staged}
+        total = plan_shared(planned, layouts.shared, scratch_bytes, stages).total_bytes
+        if total <= limit or not stages:
+            return planned, stages
+        max_stages = max(stages.values()) - 1
+        log.info("kernel %s: %d bytes of shared memory with %d pipeline stages exceed %d; trying %d", name, total,
+                 max_stages + 1, limit, max_stages)
 
 
 def plan_pipelines(body: tuple, max_stages: int | None = None) -> tuple:
@@ -182,16 +212,12 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
 
     def producers(iteration, stage) -> list:
         """The producers of ``iteration`` (an int, or a Var bound to an iteration inside the loop's range)."""
-        ctx.stage_base = {b: make_binop("*", stage, n) for b, n in strides.items()}
-        ctx.async_copies = True
-        try:
-            out = []
-            for c in p.producers:
-                out += lower_copy(ctx, Copy(substitute(c.src, {v: iteration}), substitute(c.dst, {v: iteration}),
-                                            c.span))
-            return out
-        finally:
-            ctx.stage_base, ctx.async_copies = {}, False
+        view = ctx.derive(stage_base={b: make_binop("*", stage, n) for b, n in strides.items()}, async_copies=True)
+        out = []
+        for c in p.producers:
+            out += lower_copy(view, Copy(substitute(c.src, {v: iteration}), substitute(c.dst, {v: iteration}),
+                                         c.span))
+        return out
 
     out = []
     for g in walk(p.consumers):  # A operands the loop never changes: into registers once, before it
@@ -209,14 +235,11 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
     issue += producers(ahead, make_binop("%", make_binop("-", ahead, start), s))
     body += guarded(ctx, make_cmp("<", make_binop("+", v, s - 1), end), issue)
     body.append(AsyncCommit(p.span))
-    ctx.stage_base = {b: make_binop("*", make_binop("%", rel, s), n) for b, n in strides.items()}
-    try:
-        body += lowering.body(p.consumers)
-    finally:
-        ctx.stage_base = {}
+    consumers = ctx.derive(stage_base={b: make_binop("*", make_binop("%", rel, s), n) for b, n in strides.items()})
+    body += lowering.with_context(consumers).body(p.consumers)
     out.append(For(v, start, extent, loop.step, "serial", tuple(body), {}, loop.span))
     out.append(AsyncWait(0, p.span))
     return out
 
 
-__all__ = ["SoftwarePipeline", "lower_pipeline", "plan_pipelines", "stage_stride"]
+__all__ = ["SoftwarePipeline", "fit_pipelines", "lower_pipeline", "plan_pipelines", "stage_stride"]

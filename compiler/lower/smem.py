@@ -5,13 +5,15 @@ workspace). Out: ``SharedPlan`` (byte offset of each buffer, the scratch offset,
 A staged tile (software pipeline) takes its number of stages times its 128-byte-aligned size.
 Guarantees: offsets are 16-byte aligned; two buffers used by overlapping ranges of top-level statements never
 overlap in memory; the scratch area overlaps nothing; ``reuse_points`` lists the top-level statements that first
-use bytes an earlier, now dead buffer used (the lowering puts a barrier before each).
+use bytes an earlier, now dead buffer used (the lowering puts a barrier before each). ``check_fits`` reports a plan
+over the target's shared memory (E801).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tileagent.compiler.diagnostics import ResourceError
 from tileagent.compiler.ir.expr import Expr, Load
 from tileagent.compiler.ir.stmt import Alloc, Buffer, Region
 from tileagent.compiler.ir.visit import walk
@@ -21,7 +23,7 @@ from tileagent.compiler.lower.pipeline import stage_stride
 ALIGN = 16
 
 
-@dataclass
+@dataclass(frozen=True)
 class SharedPlan:
     offsets: dict
     layouts: dict
@@ -70,6 +72,20 @@ def plan_shared(body: tuple, annotated: dict, scratch_bytes: int, stages: dict |
     scratch = _align(end)
     return SharedPlan(offsets, layouts, scratch, scratch + _align(scratch_bytes) if scratch_bytes else end, reuse,
                       elements)
+
+
+def check_fits(plan: SharedPlan, kernel, target) -> None:
+    """Raise ResourceError E801 at the T.Kernel when ``plan`` needs more shared memory than ``target`` gives a block,
+    naming the largest buffers."""
+    if plan.total_bytes <= target.shared_bytes:
+        return
+    sizes = sorted(((plan.elements[b] * b.dtype.bytes, b) for b in plan.offsets), key=lambda x: -x[0])
+    top = ", ".join(f"'{b.name}' {tuple(b.shape)} {b.dtype} {n} B" for n, b in sizes[:3])
+    scratch = plan.total_bytes - plan.scratch_offset if plan.total_bytes > plan.scratch_offset else 0
+    raise ResourceError(f"this kernel needs {plan.total_bytes} bytes of shared memory per block; {target.arch} "
+                        f"allows {target.shared_bytes} (largest: {top or 'none'}" +
+                        (f"; scratch {scratch} B" if scratch else "") + ")", kernel.span, code="E801",
+                        hint="use smaller shared tiles or fewer pipeline stages, or keep data in fragments")
 
 
 def _align(n: int) -> int:

@@ -31,6 +31,7 @@ from tileagent.compiler.dtypes import DType
 from tileagent.compiler.errors import KernelArgumentError, KernelRuntimeError, TargetUnavailable
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Select, Unary, Var
 from tileagent.compiler.ir.stmt import Buffer
+from tileagent.compiler.runtime.hooks import on_launch  # noqa: F401 -- public here too: runtime.launch.on_launch
 from tileagent.compiler.targets.cuda import kernel_symbol, required_alignment
 from tileagent.compiler.tir import DeviceKernel
 

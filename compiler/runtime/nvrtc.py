@@ -4,7 +4,9 @@ In: a CUDA C++ translation unit (``compiler.targets.cuda.generate``), an arch su
 options. Out: cubin bytes (an ELF image) that ``compiler.runtime.launch.LoadedModule`` loads.
 Guarantees:
 
-- Compiles with ``--gpu-architecture=<arch> -std=c++17 -I<CUDA include dir>`` plus the caller's options; no GPU needed.
+- Compiles with ``--gpu-architecture=<arch> -std=c++17 -minimal -I<CUDA include dir>`` plus the caller's options (no
+  ``-minimal`` before NVRTC 12.4); no GPU needed.
+- Time limit: ``compile_to_cubin(timeout_s=...)`` (120 s by default) raises ``ResourceError`` E805 past it.
 - Failures raise :class:`NvrtcError` with the full program log and, for each source line the log names, that line.
 - Cache: ``$TILEAGENT_CACHE_DIR`` (default ``~/.cache/tileagent``) ``/nvrtc/<sha256>.cubin``, keyed by source, arch,
   options, ``compiler.__version__`` and the NVRTC version; written atomically (temp file + ``os.replace``); an entry
@@ -27,6 +29,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -192,7 +195,11 @@ def write_cubin_entry(directory, source: str, arch: str, options: tuple[str, ...
     return path
 
 
-def compile_to_cubin(source: str, arch: str, options: tuple[str, ...] = (), *, cache: bool = True) -> bytes:
+DEFAULT_TIMEOUT_S = 120.0
+
+
+def compile_to_cubin(source: str, arch: str, options: tuple[str, ...] = (), *, cache: bool = True,
+                     timeout_s: float | None = DEFAULT_TIMEOUT_S) -> bytes:
     """Compile CUDA C++ ``source`` for ``arch`` (e.g. ``"sm_90a"``) to a cubin, reusing the on-disk cache.
 
     Args:
@@ -200,9 +207,11 @@ def compile_to_cubin(source: str, arch: str, options: tuple[str, ...] = (), *, c
         arch: ``sm_XY`` or ``sm_XYa``.
         options: extra NVRTC options (``"-lineinfo"``, ``"--use_fast_math"``, ...).
         cache: read and write the on-disk cache.
+        timeout_s: the most NVRTC may take (None: no limit).
 
     Raises:
         NvrtcError: NVRTC rejected the program (message holds the log and the failing lines).
+        ResourceError: E805, NVRTC did not finish within ``timeout_s``.
         TargetUnavailable: NVRTC or the CUDA headers are missing.
     """
     options = tuple(options)
@@ -218,11 +227,38 @@ def compile_to_cubin(source: str, arch: str, options: tuple[str, ...] = (), *, c
                 logger.debug("nvrtc cubin found in %s", extra)
                 return cubin
     t0 = time.perf_counter()
-    cubin = _compile(source, arch, options)
+    cubin = _compile(source, arch, options) if timeout_s is None else _compile_limited(source, arch, options, timeout_s)
     logger.debug("nvrtc compiled %d lines for %s in %.3f s", source.count("\n") + 1, arch, time.perf_counter() - t0)
     if path is not None:
         _write_cache(path, cubin)
     return cubin
+
+
+def _compile_limited(source: str, arch: str, options: tuple[str, ...], timeout_s: float) -> bytes:
+    """``_compile`` on a worker thread, waited for at most ``timeout_s`` seconds. NVRTC releases the GIL but cannot be
+    interrupted: past the limit the caller gets E805 at once and the compilation ends on its own in the background,
+    its result dropped."""
+    result: list = []
+
+    def work():
+        try:
+            result.append((True, _compile(source, arch, options)))
+        except BaseException as e:  # noqa: BLE001 -- handed to the waiting thread
+            result.append((False, e))
+
+    worker = threading.Thread(target=work, name="tileagent-nvrtc", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if not result:
+        from tileagent.compiler.diagnostics import ResourceError
+
+        raise ResourceError(f"NVRTC did not finish compiling the kernel ({source.count(chr(10)) + 1} lines of CUDA "
+                            f"for {arch}) within {timeout_s:g} s", code="E805",
+                            hint="large unrolled bodies compile slowly: use smaller tiles or T.serial loops")
+    ok, value = result[0]
+    if not ok:
+        raise value
+    return value
 
 
 def _check(nvrtc, err, what: str) -> None:
@@ -236,7 +272,10 @@ def _compile(source: str, arch: str, options: tuple[str, ...]) -> bytes:
     nvrtc_version()  # raises TargetUnavailable when the library cannot be loaded
     if not re.fullmatch(r"sm_\d+[af]?", arch):
         raise NvrtcError(f"arch {arch!r} is not of the form sm_XY or sm_XYa")
-    opts = [f"--gpu-architecture={arch}", "-std=c++17", f"-I{include_dir()}", *options]
+    # -minimal (NVRTC 12.4+): no texture, device-runtime or driver-API declarations, which the generated code never
+    # uses; identical cubins (bench/codegen_golden.py), less to parse
+    minimal = ["-minimal"] if nvrtc_version() >= (12, 4) else []
+    opts = [f"--gpu-architecture={arch}", "-std=c++17", *minimal, f"-I{include_dir()}", *options]
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
     _check(nvrtc, err, "nvrtcCreateProgram")
     try:

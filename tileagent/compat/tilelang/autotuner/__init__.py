@@ -313,7 +313,7 @@ class AutoTuner:
         kernel.update_tuner_result(latency=latency, config=config, ref_latency=ref_latency)
         self.ref_latency_cache, self.jit_input_tensors = ref_latency, state.get("inputs")
         result = AutotuneResult(latency, config, ref_latency, kernel.get_kernel_source()
-                                if kernel.target == "cuda" else None, kernel.func, kernel, tried)
+                                if kernel.target.kind == "cuda" else None, kernel.func, kernel, tried)
         with self._lock:
             self._memory_cache[key] = result
         return result

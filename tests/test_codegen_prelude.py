@@ -1,0 +1,33 @@
+"""The float16 prelude of the CUDA target (compiler.targets.cuda): compile time without a change of machine code.
+
+A module that uses float16 only as a storage type with its two conversions gets a few lines of our own instead of
+``cuda_fp16.h`` (NVRTC parses less); the cubin must be the one the header gives, byte for byte. Anything more of the
+header (vector types, packing, atomics) includes the header.
+"""
+
+import pytest
+
+import tileagent
+from tests.conftest import REPO, load_module
+from tileagent.compiler.runtime.nvrtc import compile_to_cubin
+from tileagent.compiler.targets.cuda import _FP16_PRELUDE
+
+
+def source(example, factory, *args):
+    impl = getattr(load_module(REPO / "prompts" / "examples" / f"{example}.py"), factory)
+    return tileagent.compile(impl.fn(*args), out_idx=impl.out_idx, target="cpu:sm_90a").get_kernel_source()
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_a_conversion_only_module_uses_the_prelude_and_compiles_to_the_same_cubin(arch):
+    src = source("rmsnorm_silu", "rmsnorm_silu", None, 352)
+    assert "#include <cuda_fp16.h>" not in src and _FP16_PRELUDE in src
+    with_header = src.replace(_FP16_PRELUDE, "#include <cuda_fp16.h>")
+    for options in ((), ("--use_fast_math",)):
+        assert compile_to_cubin(src, arch, options, cache=False) == \
+            compile_to_cubin(with_header, arch, options, cache=False)
+
+
+def test_a_module_using_more_of_float16_includes_the_header():
+    src = source("gemm_relu", "gemm_relu", None, 256, 128)  # mma operands packed as __half2
+    assert "#include <cuda_fp16.h>" in src and _FP16_PRELUDE not in src
