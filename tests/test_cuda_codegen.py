@@ -187,7 +187,8 @@ def test_elementwise_kernel_source_and_cubins(tmp_path):
     src = generate(module(k))
     assert ('extern "C" __global__ void __launch_bounds__(128) elementwise(const half* __restrict__ A, '
             'float* __restrict__ B, int n) {') in flat(src)
-    assert "#include <cuda_fp16.h>" in src and "cuda_bf16.h" not in src
+    # float16 only converted: our prelude instead of cuda_fp16.h (tests/test_codegen_prelude.py: identical cubins)
+    assert "__half2float(const __half a)" in src and "#include" not in src and "cuda_bf16.h" not in src
     assert "const int tid = threadIdx.x;" in src
     assert "const int bx = (int)blockIdx.x;" in src
     assert "if (i < n) {" in src

@@ -172,8 +172,8 @@ def generate(module: DeviceModule) -> str:
            "// Global indices are computed in 64-bit (long long); see compiler/targets/cuda.py."]
     helpers = [_ALL_HELPERS[name] for name in _ALL_HELPERS if name in state.helpers]
     headers = sorted(state.headers)
-    own_fp16 = "cuda_fp16.h" in headers and not state.fp16_atomics and \
-        not any(_FULL_FP16.search(text) for text in helpers + kernels)
+    own_fp16 = headers == ["cuda_fp16.h"] and not state.fp16_header and \
+        not any(_FULL_FP16.search(text) for text in helpers + kernels)  # cuda_bf16.h / cuda_fp8.h bring the header
     out += [_FP16_PRELUDE if h == "cuda_fp16.h" and own_fp16 else f"#include <{h}>" for h in headers]
     for text in helpers:
         out += ["", text]
@@ -188,7 +188,7 @@ class _ModuleState:
     def __init__(self):
         self.headers: set[str] = set()
         self.helpers: set[str] = set()
-        self.fp16_atomics = False  # atomicAdd on half / __half2: needs cuda_fp16.h itself
+        self.fp16_header = False  # half atomics, shuffles, int conversions: cuda_fp16.h itself
 
 
 # float16 without cuda_fp16.h, for modules that use only the storage type and the two conversions: the same PTX as the
@@ -207,8 +207,9 @@ static __device__ __forceinline__ __half __float2half_rn(const float a) {
   asm("{  cvt.rn.f16.f32 %0, %1;}\\n" : "=h"(val.__x) : "f"(a));
   return val;
 }"""
-# anything else of cuda_fp16.h the generated code may use (vector types, packing): then the header is included
-_FULL_FP16 = re.compile(r"\b(__half2|__halves2half2|__floats2half2_rn|__half_raw|__h[a-z]+2?|half2)\b")
+# anything else of cuda_fp16.h the generated code may use (vector types, packing in compiler.targets.cuda_tensor):
+# then the header is included (the emitter itself flags atomics, shuffles and integer conversions of float16)
+_FULL_FP16 = re.compile(r"\b(__half2|__halves2half2|__floats2half2_rn|__half_raw|__h[a-z]+2?|half2|__double2half)\b")
 
 
 def _sanitize(name: str) -> str:
@@ -483,7 +484,7 @@ class _KernelEmitter:
         ref = self.ref(s.buffer, s.indices)
         val = _strip(self.value_as(s.value, dt))
         if dt in ("float16", "bfloat16", "float32", "float64", "int32", "uint32", "uint64"):
-            self.state.fp16_atomics |= dt == "float16"
+            self.state.fp16_header |= dt == "float16"
             self.line(f"atomicAdd(&{ref}, {val});")
         elif dt == "int64":  # two's complement: the unsigned 64-bit add gives the signed sum
             self.line(f"atomicAdd(reinterpret_cast<unsigned long long*>(&{ref}), (unsigned long long)({val}));")
@@ -499,7 +500,7 @@ class _KernelEmitter:
         vals = [_strip(self.convert(f"{src}[{si} + {v}]", s.src.dtype, dt)) for v in range(w)]
         vector, make, arch = _VECTOR_ATOMICS[(dt, w)]
         self.ct(dt)
-        self.state.fp16_atomics |= dt == "float16"
+        self.state.fp16_header |= dt == "float16"
         self.line(f"#if __CUDA_ARCH__ >= {arch}")
         self.line(f"atomicAdd(reinterpret_cast<{vector}*>(&{dst}[{di}]), {make}({', '.join(vals)}));")
         self.line("#else")
@@ -615,6 +616,7 @@ class _KernelEmitter:
             if src == "float32":
                 return self.from_f32(s, dst)
             if dst in ("float16", "bfloat16"):  # via double: exact for every int32, one rounding
+                self.state.fp16_header |= dst == "float16"
                 fn = "__double2half" if dst == "float16" else "__double2bfloat16"
                 return f"{fn}({_strip(s) if src == 'float64' else f'(double)({_strip(s)})'})"
             return self.from_f32(f"(float)({_strip(s)})", dst)
@@ -779,6 +781,7 @@ class _KernelEmitter:
         dt = value.dtype
         v, m, wd = _strip(self.ex(value)), _strip(self.ex(mask)), _strip(self.ex(width))
         if dt in ("float16", "bfloat16", "float32", "float64", "int32", "uint32", "int64", "uint64"):
+            self.state.fp16_header |= dt == "float16"  # cuda_fp16.h's overload for __half
             return f"__shfl_xor_sync(0xffffffffu, {v}, {m}, {wd})"
         if dt in _LOWP:  # fp8: shuffle the float32 value
             return self.from_f32(f"__shfl_xor_sync(0xffffffffu, {self.to_f32(v, dt)}, {m}, {wd})", dt)
