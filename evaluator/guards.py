@@ -165,6 +165,11 @@ class Identities:
 
     def __init__(self):
         restore()
+        # Imports that re-bind torch functions themselves (torch._dynamo wraps torch.manual_seed; the profiler that
+        # accounts CUDA kernels imports it on first use) happen before the genuine record, not during a forward.
+        import torch._dynamo  # noqa: F401
+        import torch.profiler  # noqa: F401
+
         for key, owner, value in _watched_objects():
             _GENUINE.setdefault(key, (owner, value))
         for cls in _watched_classes():

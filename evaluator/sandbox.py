@@ -52,7 +52,7 @@ from tileagent.evaluator.errors import (
 
 log = logging.getLogger("tileagent.evaluator")
 
-_PRELOAD = ["torch", "torch.multiprocessing", "tileagent", "tileagent.language", "tileagent.evaluator.sandbox",
+_PRELOAD = ["torch", "torch.multiprocessing", "torch._dynamo", "torch.profiler", "tileagent", "tileagent.language", "tileagent.evaluator.sandbox",
             "tileagent.evaluator.candidate", "tileagent.evaluator.guards", "tileagent.evaluator.worker",
             "tileagent.compiler.interp", "tileagent.compiler.emulate", "tileagent.compiler.lower",
             "tileagent.compiler.targets.cuda"]

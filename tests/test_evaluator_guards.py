@@ -337,3 +337,15 @@ def test_a_group_norm_model_keeps_its_layer_and_reads_its_settings():
                                "self.gn.eps)(x, self.gn.weight, self.gn.bias)\n"))
     v = violation_of(init + "    def forward(self, x):\n        return self.gn(x)\n")
     assert v.details["rule"] == "nn-layer"
+
+
+def test_torch_imports_that_rebind_torch_functions_are_not_taken_for_a_candidates_patch():
+    """torch._dynamo wraps torch.manual_seed when first imported, and the CUDA kernel accounting's profiler imports it
+    during the first forward: on the H200 every candidate was rejected as a patch of torch.manual_seed."""
+    import subprocess
+    import sys
+
+    code = ("import torch\nfrom tileagent.evaluator.guards import Identities\nids = Identities()\n"
+            "import torch._dynamo\nids.check('after importing torch._dynamo')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
