@@ -535,12 +535,13 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
         _cpu_note(chosen)
     archive = Archive()
     try:
-        with EvalWorker(options.device) as worker, LiveProgress(console, len(options.configs)) as progress:
-            worker.on_progress = progress.worker_progress
+        with _open_pool(options.device, flags) as pool, \
+                LiveProgress(console, len(options.configs), pool=pool) as progress:
+            pool.on_progress = progress.worker_progress
             try:
-                loop = Loop(options, store, drafter, worker, archive=archive, on_event=progress)
+                loop = Loop(options, store, drafter, pool, archive=archive, on_event=progress)
                 outcome = loop.run()
-                outputs = finalize(loop, outcome, command=command)
+                outputs = finalize(loop, outcome, command=command, workers=pool.report())
             except KeyboardInterrupt:
                 progress.__exit__(None, None, None)
                 err_console.print(f"interrupted: the run so far is saved in {store.root}; continue it with: "
@@ -566,6 +567,16 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
     console.print(f"[{colour}]{_OUTCOME_WORDS[outcome.outcome]}[/] ({outcome.reason}; {outcome.turns} turn(s), "
                   f"{outcome.tokens} tokens)", highlight=False)
     raise typer.Exit(code)
+
+
+def _open_pool(device: str, flags: dict):
+    """The evaluation workers of a run (``--gpus``, ``--ray``: tileagent.pool); a bad choice exits 2."""
+    from tileagent.pool import GpuSelectionError, open_pool
+
+    try:
+        return open_pool(device, flags.get("gpus") or "all", flags.get("ray"))
+    except GpuSelectionError as e:
+        raise _bad(str(e)) from None
 
 
 def cfgs_key(config: dict) -> str:
@@ -594,15 +605,19 @@ _NO_TUNE = typer.Option(False, "--no-tune", help="do not autotune TUNABLES")
 _TUNE_SECONDS = typer.Option(90.0, help="screening time for autotuning one candidate")
 _NO_ARCHIVE = typer.Option(False, "--no-archive", help="do not try archived kernels first")
 _VERBOSE = typer.Option(False, "--verbose", "-v")
+_GPUS = typer.Option("all", help="evaluation workers, one per GPU: all (every visible GPU), a count N, or GPU "
+                     "indices such as 0,2,5 (on the CPU: N interpreter workers; all: one)")
+_RAY = typer.Option(None, help="evaluate on a Ray cluster: auto (the running cluster), local (start one here) or "
+                    "its ADDRESS; one actor per GPU (pip install 'tileagent[ray]')")
 _REFERENCE = typer.Argument(None, help="the reference: a KernelBench-format .py file, or the name of a shipped task "
                                        "(`tileagent tasks`)")
 
 
 def _loop_flags(max_turns, candidates, target, device, budget_tokens, seed, seeds, no_tune, tune_seconds,
-                no_archive) -> dict:
+                no_archive, gpus="all", ray=None) -> dict:
     return {"max_turns": max_turns, "candidates": candidates, "target": target, "device": device,
             "budget_tokens": budget_tokens, "seed": seed, "seeds": seeds, "tune": not no_tune,
-            "tune_seconds": tune_seconds, "reuse_archive": not no_archive}
+            "tune_seconds": tune_seconds, "reuse_archive": not no_archive, "gpus": gpus, "ray": ray}
 
 
 
@@ -615,9 +630,9 @@ def generate(reference: Path = _REFERENCE, provider: str = _PROVIDER, model: str
              target: float = _TARGET, configs: list[str] = _CONFIGS, out: Path = _OUT, resume: Path = _RESUME,
              device: str = _DEVICE, budget_tokens: int = _BUDGET, seed: int = _SEED, seeds: int = _SEEDS,
              no_tune: bool = _NO_TUNE, tune_seconds: float = _TUNE_SECONDS, no_archive: bool = _NO_ARCHIVE,
-             price: str = _PRICE, verbose: bool = _VERBOSE) -> None:
+             price: str = _PRICE, gpus: str = _GPUS, ray: str = _RAY, verbose: bool = _VERBOSE) -> None:
     flags = _loop_flags(max_turns, candidates, target, device, budget_tokens, seed, seeds, no_tune, tune_seconds,
-                        no_archive)
+                        no_archive, gpus, ray)
     _agent("generate", reference, resume, out, configs, [], flags,
            _drafter_options(provider, model, base_url, api_key_env, seed, price) if resume is None else {}, verbose)
 
@@ -634,11 +649,11 @@ def batch(reference: Path = _REFERENCE,
           configs: list[str] = _CONFIGS, out: Path = _OUT, resume: Path = _RESUME, device: str = _DEVICE,
           budget_tokens: int = _BUDGET, seed: int = _SEED, seeds: int = _SEEDS, no_tune: bool = _NO_TUNE,
           tune_seconds: float = _TUNE_SECONDS, no_archive: bool = _NO_ARCHIVE, price: str = _PRICE,
-          verbose: bool = _VERBOSE) -> None:
+          gpus: str = _GPUS, ray: str = _RAY, verbose: bool = _VERBOSE) -> None:
     if resume is None and not grid:
         raise _bad("batch needs at least one --grid KEY=v1,v2 (e.g. --grid C=160,256,320)")
     flags = _loop_flags(max_turns, candidates, target, device, budget_tokens, seed, seeds, no_tune, tune_seconds,
-                        no_archive)
+                        no_archive, gpus, ray)
     _agent("batch", reference, resume, out, configs, grid, flags,
            _drafter_options(provider, model, base_url, api_key_env, seed, price) if resume is None else {}, verbose)
 

@@ -5,12 +5,17 @@ In: the loop's events (``Loop(on_event=...)``), the evaluation worker's per-conf
 Guarantees: a line per step (turn, candidate results, new best per config, tuning) above a live bar for the current
 turn: configs x candidates evaluated (n/N), elapsed, ETA, and the best speedup so far; on a non-terminal (a pipe, a
 log file, CI) only the lines are printed. One table and one bar chart per run; nothing is printed outside the given
-console.
+console. With a pool of several evaluation workers (``tileagent.pool.Pool.snapshot``), a panel under the bar: per
+worker (GPU) what it runs now, how many requests it finished and how long it was busy, and the evaluations done of
+those submitted. Thread-safe: the loops of several references report to one display (``for_task`` prefixes their
+lines with the reference's name).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
+import threading
 import time
 
 from rich.console import Console, ConsoleDimensions, Group
@@ -69,15 +74,40 @@ def setup_logging(console: Console, verbose: bool = False) -> None:
     root.setLevel(logging.INFO if verbose else logging.WARNING)
 
 
-class LiveProgress:
-    """``on_event`` for the loop and ``on_progress`` for the worker: lines per step, a live bar for the turn."""
+class _WorkersProgress(Progress):
+    """The bar, then one line per evaluation worker of ``pool``."""
 
-    def __init__(self, console: Console, n_configs: int | None = None):
+    def __init__(self, *columns, pool, **kwargs):
+        super().__init__(*columns, **kwargs)
+        self.pool = pool
+
+    def get_renderables(self):
+        yield from super().get_renderables()
+        snap = self.pool.snapshot()
+        table = Table.grid(padding=(0, 2))
+        for s in snap["slots"]:
+            state = s["current"] or ("[red]lost[/]" if not s["alive"] else "[dim]idle[/]")
+            table.add_row(f"[bold]{s['worker']}[/]", state, f"{s['done']} done", f"busy {s['busy_s']:.0f} s")
+        yield Text.from_markup(f"[dim]{snap['finished']}/{snap['submitted']} evaluations done, {snap['queued']} "
+                               f"queued, {len(snap['slots'])} workers[/]")
+        yield table
+
+
+class LiveProgress:
+    """``on_event`` for the loop and ``on_progress`` for the worker: lines per step, a live bar for the turn (and,
+    with several workers, their panel)."""
+
+    def __init__(self, console: Console, n_configs: int | None = None, pool=None):
         self.console, self.start, self.n_configs = console, time.monotonic(), n_configs
-        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TextColumn("elapsed"), TimeElapsedColumn(),
-                                 TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[best]}"),
-                                 console=console, transient=True)
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("elapsed"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                   TextColumn("{task.fields[best]}"))
+        if pool is not None and len(getattr(pool, "slots", ())) > 1:
+            self.progress = _WorkersProgress(*columns, pool=pool, console=console, transient=True)
+        else:
+            self.progress = Progress(*columns, console=console, transient=True)
+        self.prefix = ""
+        self._lock = threading.RLock()
         self.task = None
         self.best: dict[str, float | None] = {}  # config key -> best speedup over torch.compile (None: untimed)
         self.turn = 0
@@ -97,8 +127,15 @@ class LiveProgress:
 
     # -- output ---------------------------------------------------------------------------------------------------
 
+    def for_task(self, name: str) -> LiveProgress:
+        """The ``on_event`` for the loop of reference ``name`` (several at once): the same display and bar, its own
+        counts, its lines prefixed with the name."""
+        child = copy.copy(self)
+        child.prefix, child.best, child.n_configs = f"[cyan]{name}[/] ", {}, None
+        return child
+
     def _line(self, text: str) -> None:
-        self.console.print(f"[dim]{time.monotonic() - self.start:6.1f}s[/] {text}", highlight=False)
+        self.console.print(f"[dim]{time.monotonic() - self.start:6.1f}s[/] {self.prefix}{text}", highlight=False)
 
     def _best_text(self) -> str:
         served = [v for v in self.best.values() if v is not None]
@@ -117,6 +154,10 @@ class LiveProgress:
 
     def worker_progress(self, kind: str, f: dict) -> None:
         """``EvalWorker.on_progress``: advances the bar by one config as each finishes."""
+        with self._lock:
+            self._worker_progress(kind, f)
+
+    def _worker_progress(self, kind: str, f: dict) -> None:
         if kind == "phase" and f.get("config") is not None:
             what = {"check": "checking", "timing": "timing"}.get(f["phase"], f["phase"])
             self._update(description=f"{self.evaluating}: {what} {config_key(f['config'])}")
@@ -127,6 +168,10 @@ class LiveProgress:
     # -- the loop's events ----------------------------------------------------------------------------------------
 
     def __call__(self, kind: str, f: dict) -> None:
+        with self._lock:
+            self._event(kind, f)
+
+    def _event(self, kind: str, f: dict) -> None:
         replay = " [dim](from the run log)[/]" if f.get("replayed") else ""
         if kind == "drafting":
             self.turn, self.turn_configs, self.done_in_turn, self.candidates_done = f["turn"], f["configs"], 0, 0

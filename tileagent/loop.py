@@ -466,10 +466,12 @@ class Loop:
         return out
 
 
-def finalize(loop: Loop, outcome: Outcome, command: str = "generate", export: bool = True) -> dict[str, str]:
+def finalize(loop: Loop, outcome: Outcome, command: str = "generate", export: bool = True,
+             workers: dict | None = None) -> dict[str, str]:
     """Write the run's outputs: ``best/<config>.py`` (each config's kernel, knobs assigned), ``best.py`` (the kernel
     serving most configs), the exported module (``tileagent.export``, when any config is served), archive entries,
-    REPORT.md and report.json. Returns {what: path}. An export failure is logged and reported, not raised."""
+    REPORT.md and report.json (with ``workers``: the evaluation workers' busy times, ``tileagent.pool.Pool.report``).
+    Returns {what: path}. An export failure is logged and reported, not raised."""
     from tileagent import report
 
     o, store, outputs = loop.o, loop.store, {}
@@ -501,7 +503,7 @@ def finalize(loop: Loop, outcome: Outcome, command: str = "generate", export: bo
     outputs["report"] = str(md_path)
     outputs["report (JSON)"] = str(store.root / "report.json")
     data = report.build(o, outcome, table, command=command, device=device_words(o.device), cost_usd=loop.cost_usd,
-                        outputs=outputs)
+                        outputs=outputs, workers=workers)
     report.write(store, data)
     return outputs
 

@@ -8,7 +8,7 @@ matplotlib is installed, ``speedup.png``/``speedup.svg``), ``rerender`` (all of 
 Guarantees: report.json is a ``RunReport`` (its JSON Schema: ``tileagent schema report``, docs/schemas/) with
 ``format_version``; every config of the run has a row, served or not; times are in milliseconds, None when not timed
 (the CPU); the Markdown table has the same rows; REPORT.md links the chart when one was written and says why not
-otherwise.
+otherwise; ``workers`` (when given) says how long each evaluation worker (GPU) was busy.
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ class RunReport(BaseModel):
     cost_usd: float
     configs: list[ConfigRow]
     outputs: dict[str, str] = Field(description="what the run wrote: {what: path}")
+    workers: dict | None = Field(None, description="the evaluation workers (tileagent.pool.Pool.report): wall_s of "
+                                 "this invocation and per worker its busy_s, requests, retried, alive")
 
 
 def _ms(timing) -> float | None:
@@ -93,13 +95,14 @@ def rows(options, outcome, meets_target) -> list[dict]:
 
 
 def build(options, outcome, table: list[dict], *, command: str, device: str, cost_usd: float,
-          outputs: dict[str, str]) -> dict:
-    """The report as a dict (what report.json holds), validated by ``RunReport``."""
+          outputs: dict[str, str], workers: dict | None = None) -> dict:
+    """The report as a dict (what report.json holds), validated by ``RunReport``. ``workers``: the evaluation
+    workers' wall and busy seconds (``tileagent.pool.Pool.report``), when known."""
     return RunReport(
         command=command, reference=options.reference, task=Path(options.reference).stem, device=device,
         timed=options.device.startswith("cuda"), target=options.target, outcome=outcome.outcome,
         reason=outcome.reason, turns=outcome.turns, attempts=outcome.attempts, tokens=outcome.tokens,
-        cost_usd=round(cost_usd, 6), configs=table, outputs=outputs).model_dump(mode="json")
+        cost_usd=round(cost_usd, 6), configs=table, outputs=outputs, workers=workers).model_dump(mode="json")
 
 
 def cell(x, fmt: str) -> str:
@@ -133,6 +136,7 @@ def markdown(report: dict, chart: str | None = None) -> str:
                       cell(r["speedup_eager"], ".2f"), cell(r["speedup_compiled"], ".2f"),
                       cell(r["roofline_pct"], ".0f"), "met" if r["meets_target"] else "**not met**"]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += workers_markdown(report.get("workers"))
     if report["outputs"]:
         lines += ["", "## Outputs", ""] + [f"- {k}: `{v}`" for k, v in report["outputs"].items()]
     return "\n".join(lines) + "\n"
@@ -185,6 +189,21 @@ def chart(report: dict, directory: Path) -> tuple[list[Path], str]:
     return written, f"{CHART}.png"
 
 
+def workers_markdown(workers: dict | None) -> list[str]:
+    """The report's section on the evaluation workers: how long each was busy (of the wall time of this invocation;
+    a resumed run counts from its resume)."""
+    if not workers or not workers.get("workers"):
+        return []
+    wall = workers["wall_s"]
+    lines = ["", "## Evaluation workers", "", f"Wall time {wall:.1f} s (this invocation).", "",
+             "| worker | busy s | busy % | requests | retried |", "|---|---|---|---|---|"]
+    for w in workers["workers"]:
+        pct = f"{100 * w['busy_s'] / wall:.0f}" if wall > 0 else "-"
+        lines.append(f"| {w['worker']}{'' if w.get('alive', True) else ' (lost)'} | {w['busy_s']:.1f} | {pct} | "
+                     f"{w['requests']} | {w['retried']} |")
+    return lines
+
+
 def write(store: RunStore, report: dict) -> tuple[Path, Path]:
     """Write report.json, the chart (when possible) and REPORT.md into the run directory; returns (REPORT.md,
     report.json)."""
@@ -228,4 +247,5 @@ def rerender(run_dir: Path) -> tuple[dict, list[Path]]:
 
 
 __all__ = ["CHART", "FORMAT_VERSION", "ConfigRow", "ReportError", "RunReport", "build", "cell", "chart", "load",
+           "workers_markdown",
            "markdown", "rerender", "rows", "write"]

@@ -1,0 +1,86 @@
+"""`tileagent batch` / `generate` with several evaluation workers (`--gpus N`: N CPU interpreters here; on a GPU host
+one per GPU): the same results as one worker, the workers' busy time in the report, and a driver SIGKILLed mid-batch
+loses no finished attempt on `--resume`."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_cli_generate import CANDIDATE, RMSNORM, WRONG, events, invoke, script
+
+
+@pytest.fixture(autouse=True)
+def archive(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEAGENT_ARCHIVE", str(tmp_path / "archive"))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    return tmp_path / "archive"
+
+
+def test_two_workers_give_the_verdicts_of_one_and_report_their_busy_time(tmp_path):
+    reports = {}
+    for gpus in ("1", "2"):
+        result = invoke("batch", RMSNORM, "--grid", "C=96,160", "--device", "cpu", "--seeds", "1", "--candidates", "1",
+                        "--no-archive", "--provider", script(tmp_path, [[WRONG], [CANDIDATE]], name=f"s{gpus}.json"),
+                        "--gpus", gpus, "--out", tmp_path / f"run{gpus}")
+        assert result.exit_code == 0, result.output
+        reports[gpus] = json.loads((tmp_path / f"run{gpus}/report.json").read_text())
+        statuses = [(e["attempt_id"], e["result"]["status"], [c["correct"] for c in e["result"]["configs"]])
+                    for e in events(tmp_path / f"run{gpus}") if e["event"] == "evaluated"]
+        assert statuses == [("t1-c0", "mismatch", [False, False]), ("t2-c0", "ok", [True, True])]
+    assert reports["1"]["configs"] == reports["2"]["configs"]
+    assert [r["attempt_id"] for r in reports["2"]["configs"]] == ["t2-c0", "t2-c0"]
+    workers = reports["2"]["workers"]["workers"]
+    assert [w["worker"] for w in workers] == ["cpu", "cpu#1"]
+    assert all(w["busy_s"] > 0 and w["requests"] == 2 for w in workers)  # 2 attempts x 2 configs, one each
+    assert [w["requests"] for w in reports["1"]["workers"]["workers"]] == [2]  # one worker: a request per attempt
+    assert "## Evaluation workers" in (tmp_path / "run2/REPORT.md").read_text()
+
+
+def test_bad_gpus_exit_2():
+    result = invoke("batch", RMSNORM, "--grid", "C=96", "--device", "cpu", "--gpus", "0,1")
+    assert result.exit_code == 2
+    assert "--gpus 0,1: the device is cpu, which has no GPU indices; give a count of CPU workers" in result.text
+
+
+def test_sigkill_of_the_driver_mid_batch_with_two_workers_then_resume_loses_nothing(tmp_path, archive):
+    run = tmp_path / "run"
+    provider = script(tmp_path, [[WRONG, WRONG.replace("* g[j]", "* 2.0")], [CANDIDATE]], delay_s=1.0)
+    env = {**os.environ, "TILEAGENT_ARCHIVE": str(archive)}
+    cmd = [sys.executable, "-m", "tileagent", "batch", RMSNORM, "--grid", "C=96,160", "--device", "cpu",
+           "--provider", provider, "--seeds", "1", "--candidates", "2", "--gpus", "2"]
+    proc = subprocess.Popen([*cmd, "--out", str(run)], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if (run / "events.jsonl").exists() and any(e["event"] == "evaluated" for e in events(run)):
+            break
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    before = events(run)
+    finished = [e["attempt_id"] for e in before if e["event"] == "evaluated"]
+    assert finished and "finished" not in [e["event"] for e in before]
+    done = subprocess.run([sys.executable, "-m", "tileagent", "batch", "--resume", str(run), "--gpus", "2"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = events(run)
+    evaluated = [e["attempt_id"] for e in after if e["event"] == "evaluated"]
+    assert evaluated == ["t1-c0", "t1-c1", "t2-c0"]  # each once, whichever worker finished it
+    assert [e for e in after if e["event"] == "evaluated"][:len(finished)] == \
+        [e for e in before if e["event"] == "evaluated"]
+    report = json.loads((run / "report.json").read_text())
+    assert report["outcome"] == "correct_untimed" and [r["attempt_id"] for r in report["configs"]] == ["t2-c0"] * 2
+
+
+def test_ray_is_not_imported_without_ray():
+    code = ("import sys\nfrom tileagent.pool import open_pool\nfrom tileagent import cli\n"
+            "p = open_pool('cpu', '1', None, evaluate_fn='tests.pool_fakes:traced_evaluate')\np.close()\n"
+            "assert 'ray' not in sys.modules, 'ray was imported'\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
