@@ -66,3 +66,20 @@ def without_pids(result: EvalResult) -> dict:
 
 def pids(result: EvalResult) -> list[int]:
     return [int(n[len(PID_NOTE):]) for c in result.configs for n in c.notes if n.startswith(PID_NOTE)]
+
+
+def gpu_evaluate(request: EvalRequest, progress: Progress | None = None) -> EvalResult:
+    """Touches no GPU: each config sleeps ``config['sleep']`` s and notes the worker's pid, the GPU it was given
+    (``CUDA_VISIBLE_DEVICES``, as the pool set it), its device and the interval it ran in (``ran T0 T1``)."""
+    progress = progress or Progress()
+    progress.phase("load")
+    done = []
+    for index, config in enumerate(request.configs or []):
+        progress.phase("check", index, config)
+        start = time.time()
+        time.sleep(float(config.get("sleep", 0)))
+        done.append(ConfigResult(config=config, correct=True, notes=[
+            f"{PID_NOTE}{os.getpid()}", f"gpu {os.environ.get('CUDA_VISIBLE_DEVICES')}", f"device {request.device}",
+            f"ran {start} {time.time()}"]))
+        progress.config(done[-1])
+    return EvalResult(status="ok", configs=done, device=request.device)

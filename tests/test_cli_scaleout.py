@@ -84,3 +84,40 @@ def test_ray_is_not_imported_without_ray():
             "assert 'ray' not in sys.modules, 'ray was imported'\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_batch_of_a_folder_runs_each_reference_on_its_grid_with_one_report_and_a_module_per_op(tmp_path):
+    folder = tmp_path / "ops"
+    folder.mkdir()
+    for name in ("rms_a", "rms_b"):
+        (folder / f"{name}.py").write_text((REPO / "tasks/rmsnorm_silu.py").read_text())
+    out = tmp_path / "batch"
+    result = invoke("batch", folder, "--grid", "rms_a:C=96,160", "--grid", "rms_b:C=320", "--device", "cpu",
+                    "--seeds", "1", "--candidates", "1", "--no-archive", "--gpus", "2",
+                    "--provider", script(tmp_path, [[WRONG], [CANDIDATE]]), "--out", out)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert [(o["task"], [r["config"]["C"] for r in o["configs"]], o["outcome"]) for o in report["ops"]] == [
+        ("rms_a", [96, 160], "correct_untimed"), ("rms_b", [320], "correct_untimed")]
+    for op in ("rms_a", "rms_b"):
+        assert (out / op / f"{op}_tileagent.py").is_file() and (out / op / "REPORT.md").is_file()
+        assert [e["attempt_id"] for e in events(out / op) if e["event"] == "evaluated"] == ["t1-c0", "t2-c0"]
+    md = (out / "REPORT.md").read_text()
+    assert "| rms_a | M=16384,C=96 | M=37,C=96 | correct | t2-c0 |" in md
+    assert "| rms_b | correct untimed | 1/1 | 2 |" in md and "## Evaluation workers" in md
+    assert sum(w["requests"] for w in report["workers"]["workers"]) == 6  # 2 attempts x 3 configs over 2 workers
+    assert report["exit_code"] == 0
+    again = invoke("batch", "--resume", out, "--gpus", "2")
+    assert again.exit_code == 0, again.output
+    assert [e["event"] for e in events(out / "rms_a")].count("evaluated") == 2  # replayed, not evaluated again
+    assert json.loads((out / "report.json").read_text())["workers"]["workers"][0]["requests"] == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--grid", "nope:C=96"], "--grid nope:C=96: no reference named nope (the references: rmsnorm_silu, softmax)"),
+    (["--configs", "C=96"], "--configs selects configs of one reference; with several, use --grid STEM:KEY=v1,v2"),
+    (["--grid", "Q=1,2"], "--grid Q=1,2: no reference has the key 'Q'"),
+])
+def test_bad_batch_of_several_references_exits_2(args, message):
+    result = invoke("batch", RMSNORM, str(REPO / "tasks/softmax.py"), "--device", "cpu", *args)
+    assert result.exit_code == 2 and message in result.text, result.output

@@ -185,3 +185,32 @@ def test_each_worker_sees_only_its_own_gpu():
     assert physical_gpu("cuda:1", visible="") == "1"
     assert physical_gpu("cuda:1", visible="4,6,7") == "6"  # the parent's own CUDA_VISIBLE_DEVICES is respected
     assert physical_gpu("cuda:0", visible="GPU-abc,GPU-def") == "GPU-abc"
+
+
+def test_eight_gpu_workers_each_alone_on_its_gpu(monkeypatch):
+    """Issue 17's path on the CPU: 8 workers for cuda:0..7 (the evaluate function touches no GPU). Each sees only its
+    own GPU, mapped through the parent's CUDA_VISIBLE_DEVICES; no worker runs two configs at once; all take part."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(str(10 + k) for k in range(8)))
+    devices = resolve_gpus("all", "cuda", count=8)
+    with Pool(local_slots(devices, "tests.pool_fakes:gpu_evaluate")) as pool:
+        assert [s.name for s in pool.slots] == [f"cuda:{k}" for k in range(8)]
+        req = EvalRequest(kernel_path="/run/attempts/t1-c0/candidate.py", reference_path="/ref.py", device="cuda",
+                          configs=[{"C": c, "sleep": 0.3} for c in range(24)])
+        result = pool.evaluate(req)
+        assert result.status == "ok" and [c.config["C"] for c in result.configs] == list(range(24))
+        notes = [dict(n.split(" ", 1) for n in c.notes if not n.startswith("ran in")) for c in result.configs]
+        gpu_of_pid = {}
+        for c, n in zip(result.configs, notes):
+            gpu_of_pid.setdefault(pids(EvalResult(status="ok", configs=[c]))[0], set()).add(n["gpu"])
+            assert n["device"] == "cuda"
+        assert all(len(g) == 1 for g in gpu_of_pid.values())  # a worker keeps its GPU
+        assert sorted(g.pop() for g in gpu_of_pid.values()) == [str(10 + k) for k in range(8)]  # one worker per GPU
+        by_pid = {}
+        for c, n in zip(result.configs, notes):
+            start, end = map(float, n["ran"].split())
+            by_pid.setdefault(pids(EvalResult(status="ok", configs=[c]))[0], []).append((start, end))
+        for spans in by_pid.values():
+            spans.sort()
+            assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # one config at a time per worker / GPU
+        usage = pool.report()["workers"]
+        assert all(u["requests"] >= 1 for u in usage) and sum(u["requests"] for u in usage) == 24

@@ -641,19 +641,30 @@ def generate(reference: Path = _REFERENCE, provider: str = _PROVIDER, model: str
                   "work, run the agent loop for the configs where they do not, export one module for all.\n\n"
                   "Example: tileagent batch tasks/rmsnorm_silu.py --grid C=160,256,320,512,640,1024\n\n"
                   + _AGENT_EXIT)
-def batch(reference: Path = _REFERENCE,
+def batch(references: list[Path] = typer.Argument(None, help="the reference(s): KernelBench-format .py files, or "
+                                                "folders of them (one run each, one report across them)"),
           grid: list[str] = typer.Option([], "--grid", help="KEY=v1,v2 axis over the spec's first config "
-                                         "(repeatable: the product)"),
+                                         "(repeatable: the product); with several references it applies to those "
+                                         "having KEY, STEM:KEY=v1,v2 to STEM.py only (others keep their CONFIGS)"),
           provider: str = _PROVIDER, model: str = _MODEL, base_url: str = _BASE_URL, api_key_env: str = _KEY_ENV,
           max_turns: int = _MAX_TURNS, candidates: int = _CANDIDATES, target: float = _TARGET,
           configs: list[str] = _CONFIGS, out: Path = _OUT, resume: Path = _RESUME, device: str = _DEVICE,
           budget_tokens: int = _BUDGET, seed: int = _SEED, seeds: int = _SEEDS, no_tune: bool = _NO_TUNE,
           tune_seconds: float = _TUNE_SECONDS, no_archive: bool = _NO_ARCHIVE, price: str = _PRICE,
           gpus: str = _GPUS, ray: str = _RAY, verbose: bool = _VERBOSE) -> None:
-    if resume is None and not grid:
-        raise _bad("batch needs at least one --grid KEY=v1,v2 (e.g. --grid C=160,256,320)")
+    references = references or []
     flags = _loop_flags(max_turns, candidates, target, device, budget_tokens, seed, seeds, no_tune, tune_seconds,
                         no_archive, gpus, ray)
+    if len(references) > 1 or any(p.is_dir() for p in references) or \
+            (resume is not None and (resume / "batch.json").is_file()):
+        from tileagent.batch_cli import batch_many
+
+        batch_many(references, resume, out, configs, grid, flags,
+                   _drafter_options(provider, model, base_url, api_key_env, seed, price) if resume is None else {},
+                   verbose)
+    reference = references[0] if references else None
+    if resume is None and not grid:
+        raise _bad("batch needs at least one --grid KEY=v1,v2 (e.g. --grid C=160,256,320)")
     _agent("batch", reference, resume, out, configs, grid, flags,
            _drafter_options(provider, model, base_url, api_key_env, seed, price) if resume is None else {}, verbose)
 
