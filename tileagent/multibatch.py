@@ -14,7 +14,8 @@ own ``CONFIGS``), the loop's flags, the drafter's options, and a ``tileagent.poo
 
 Guarantees: every run directory is created (and batch.json written) before any loop starts, so ``--resume`` finds
 them all after a kill at any point; each reference's loop runs in its own thread with its own drafter, all loops
-sharing the pool, so the workers serve every op at once; a loop that raises ends its op with outcome ``error`` (the
+sharing the pool, so the workers serve every op at once (their outputs and archive entries are written one op at
+a time); a loop that raises ends its op with outcome ``error`` (the
 others go on); the exit code is the worst over the ops (``tileagent.loop.EXIT_CODES``; an error counts as 4).
 Bad input raises ``BatchError`` with what and where.
 """
@@ -158,6 +159,7 @@ def run(batch: Batch, pool, make_drafter, archive, progress, resumed: bool = Fal
     Returns the report (a dict, as written to report.json)."""
     start = time.monotonic()
     ops: dict[str, dict] = {}
+    finalizing = threading.Lock()  # one op at a time writes its outputs and the shared archive
 
     def one(stem: str, root: Path) -> None:
         try:
@@ -171,7 +173,8 @@ def run(batch: Batch, pool, make_drafter, archive, progress, resumed: bool = Fal
             loop = Loop(options, store, make_drafter(stored["drafter"]), pool, archive=archive,
                         on_event=progress.for_task(stem))
             outcome = loop.run()
-            outputs = finalize(loop, outcome, command="batch")
+            with finalizing:
+                outputs = finalize(loop, outcome, command="batch")
             ops[stem] = {"task": stem, "reference": options.reference, "run_dir": str(root),
                          "outcome": outcome.outcome, "reason": outcome.reason, "turns": outcome.turns,
                          "attempts": outcome.attempts, "tokens": outcome.tokens, "timed": loop.timed,
