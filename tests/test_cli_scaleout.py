@@ -42,10 +42,27 @@ def test_two_workers_give_the_verdicts_of_one_and_report_their_busy_time(tmp_pat
     assert "## Evaluation workers" in (tmp_path / "run2/REPORT.md").read_text()
 
 
-def test_bad_gpus_exit_2():
-    result = invoke("batch", RMSNORM, "--grid", "C=96", "--device", "cpu", "--gpus", "0,1")
+def test_bad_gpus_exit_2_and_leave_no_run_behind(tmp_path):
+    result = invoke("batch", RMSNORM, "--grid", "C=96", "--device", "cpu", "--gpus", "0,1", "--out", tmp_path / "r")
     assert result.exit_code == 2
     assert "--gpus 0,1: the device is cpu, which has no GPU indices; give a count of CPU workers" in result.text
+    result = invoke("batch", RMSNORM, str(REPO / "tasks/softmax.py"), "--device", "cpu", "--gpus", "0",
+                    "--out", tmp_path / "b")
+    assert result.exit_code == 2 and "--gpus 0: a count must be at least 1" in result.text
+    assert not (tmp_path / "r").exists() and not (tmp_path / "b").exists()
+
+
+def test_ray_without_a_cluster_exits_2_and_says_how_to_start_one(tmp_path):
+    pytest.importorskip("ray")
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom tileagent.cli import app\n"
+            f"r = CliRunner().invoke(app, ['generate', {RMSNORM!r}, '--device', 'cpu', '--ray', 'auto', "
+            f"'--out', {str(tmp_path / 'r')!r}])\nprint(r.exit_code)\nprint(' '.join(r.output.split()))\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env=env)
+    code_line, text = done.stdout.splitlines()[:2]
+    assert code_line == "2" and "--ray auto: cannot connect to a Ray cluster" in text, done.stdout + done.stderr
+    assert "start one with `ray start --head`, or use --ray local" in text and not (tmp_path / "r").exists()
 
 
 def test_sigkill_of_the_driver_mid_batch_with_two_workers_then_resume_loses_nothing(tmp_path, archive):

@@ -44,7 +44,7 @@ def batch_many(references: list[Path], resume: Path | None, out: Path | None, co
                 raise cli._bad(f"cannot resume {resume}: {e}") from None
             cli.console.print(f"resuming [bold]{batch.root}[/] ({', '.join(batch.runs)})")
         else:
-            refs = mb.expand(references)
+            refs = mb.expand([r if r.exists() else cli._reference_path(r) for r in references])
             device = resolve_device(flags["device"]) if not flags.get("ray") or flags["device"] != "auto" else \
                 cli._ray_device(flags["ray"])
             loop_kwargs = {"max_turns": flags["max_turns"] or 8, "candidates": flags["candidates"],
@@ -53,6 +53,7 @@ def batch_many(references: list[Path], resume: Path | None, out: Path | None, co
                            "reuse_archive": flags["reuse_archive"]}
             options = mb.plan(refs, grid, device, loop_kwargs)
             cli._make_drafter(drafter_flags)  # a bad provider exits before anything is written
+            cli._check_workers(device, flags)  # and so do bad --gpus / --ray
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             root = out or Path("runs") / f"batch-{stamp}"
             batch = mb.Batch.create(root, options, drafter_flags)

@@ -495,7 +495,8 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
     else:
         if reference is None:
             raise _bad(f"{command} needs a REFERENCE file (or --resume RUN_DIR)")
-        device = _check_device(flags["device"])
+        device = _check_device(flags["device"]) if not flags.get("ray") or flags["device"] != "auto" else \
+            _ray_device(flags["ray"])
         reference = _reference_path(reference)
         try:
             for item in grid:
@@ -518,6 +519,7 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
                               budget_tokens=flags["budget_tokens"], seed=flags["seed"], seeds=flags["seeds"],
                               tune=flags["tune"], tune_seconds=flags["tune_seconds"],
                               reuse_archive=flags["reuse_archive"], keep_going=command == "batch")
+        _check_workers(device, flags)  # bad --gpus / --ray exit before anything is written
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         root = out or Path("runs") / f"{reference.stem}-{stamp}"
         for k in range(2, 100):
@@ -575,6 +577,26 @@ def _open_pool(device: str, flags: dict):
 
     try:
         return open_pool(device, flags.get("gpus") or "all", flags.get("ray"))
+    except GpuSelectionError as e:
+        raise _bad(str(e)) from None
+
+
+def _check_workers(device: str, flags: dict) -> None:
+    from tileagent.pool import GpuSelectionError, check_workers
+
+    try:
+        check_workers(device, flags.get("gpus") or "all", flags.get("ray"))
+    except GpuSelectionError as e:
+        raise _bad(str(e)) from None
+
+
+def _ray_device(address: str) -> str:
+    """``--device auto`` with ``--ray``: cuda when the cluster has GPUs (the driver may have none)."""
+    from tileagent.pool import GpuSelectionError
+    from tileagent.ray_backend import cluster_device
+
+    try:
+        return cluster_device(address)
     except GpuSelectionError as e:
         raise _bad(str(e)) from None
 

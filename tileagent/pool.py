@@ -443,6 +443,16 @@ class Pool:
         self.close()
 
 
+def check_workers(device: str, gpus: str = "all", ray: str | None = None) -> int:
+    """How many workers ``open_pool`` would start, without starting any (on Ray: connects and reads the cluster's
+    resources). Raises GpuSelectionError as ``open_pool`` would: call it before writing anything."""
+    if ray:
+        from tileagent.ray_backend import actor_count
+
+        return actor_count(ray, device, gpus)[0]
+    return len(resolve_gpus(gpus, device))
+
+
 def open_pool(device: str, gpus: str = "all", ray: str | None = None, evaluate_fn: str | None = None) -> Pool:
     """The pool for a run: local workers for ``--gpus`` on ``device``, or Ray actors when ``ray`` is given
     (``tileagent.ray_backend``, imported only then). Raises GpuSelectionError for a bad ``--gpus``."""
@@ -454,5 +464,6 @@ def open_pool(device: str, gpus: str = "all", ray: str | None = None, evaluate_f
     return Pool(local_slots(resolve_gpus(gpus, device), evaluate_fn))
 
 
-__all__ = ["CONTINUES", "GpuSelectionError", "LocalSlot", "Pool", "SlotDead", "label_of", "local_slots", "merge",
+__all__ = ["CONTINUES", "GpuSelectionError", "LocalSlot", "Pool", "SlotDead", "check_workers", "label_of",
+           "local_slots", "merge",
            "open_pool", "physical_gpu", "resolve_gpus"]

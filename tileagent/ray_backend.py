@@ -50,13 +50,17 @@ def _ray():
     return ray
 
 
+_connected_here = False  # whether connect() initialized Ray (then the pool's close disconnects)
+
+
 def connect(address: str):
     """Ray, connected: ``auto`` (the running cluster: ``RAY_ADDRESS`` or a local ``ray start``), ``local`` (start a
     Ray instance in this process with this machine's CPUs and GPUs) or a cluster ADDRESS. An already initialized Ray
-    (a test's local cluster) is used as it is. Returns (ray, whether this call started it)."""
+    (a test's local cluster, or an earlier call) is used as it is. Returns (ray, whether tileagent initialized it)."""
+    global _connected_here
     ray = _ray()
     if ray.is_initialized():
-        return ray, False
+        return ray, _connected_here
     env = {k: v for k, v in os.environ.items() if k.startswith("TILEAGENT_")}
     kwargs = {"log_to_driver": False, "include_dashboard": False}
     if env:
@@ -70,7 +74,18 @@ def connect(address: str):
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise GpuSelectionError(f"--ray {address}: cannot connect to a Ray cluster ({first}); start one with "
                                 f"`ray start --head`, or use --ray local") from None
+    _connected_here = True
     return ray, True
+
+
+def disconnect() -> None:
+    """Shut Ray down if ``connect`` initialized it."""
+    global _connected_here
+    if _connected_here:
+        ray = _ray()
+        if ray.is_initialized():
+            ray.shutdown()
+        _connected_here = False
 
 
 def cluster_device(address: str) -> str:
@@ -172,17 +187,10 @@ class RaySlot:
             self.ray.kill(self.actor)
 
 
-def ray_slots(address: str, device: str, gpus: str = "all", evaluate_fn: str | None = None,
-              start_timeout_s: float = ACTOR_START_TIMEOUT_S) -> tuple[list[RaySlot], Callable[[], None]]:
-    """An actor per GPU of the cluster at ``address`` (see the module docstring) as pool slots, each named
-    ``host:gpuN``, and what to call once they are closed (disconnects from Ray when this call connected).
-    Raises GpuSelectionError when Ray is missing, unreachable, or the cluster lacks what is asked."""
-    ray, started = connect(address)
-
-    def done() -> None:
-        if started and ray.is_initialized():
-            ray.shutdown()
-
+def actor_count(address: str, device: str, gpus: str = "all") -> tuple[int, bool]:
+    """How many actors ``--gpus`` asks of the cluster at ``address`` and whether each holds a GPU (else one CPU).
+    Connects; raises GpuSelectionError when Ray is missing, unreachable, or the cluster lacks what is asked."""
+    ray, _ = connect(address)
     resources = ray.cluster_resources()
     n_gpus, n_cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
     per_gpu = device.startswith("cuda") or n_gpus > 0
@@ -191,13 +199,22 @@ def ray_slots(address: str, device: str, gpus: str = "all", evaluate_fn: str | N
         raise GpuSelectionError(f"--ray {address}: the cluster has no GPU (its resources: {dict(resources)})")
     text = gpus.strip()
     if text == "all":
-        count = have
-    elif text.isdigit() and int(text) >= 1:
-        count = int(text)
-        if count > have:
+        return have, per_gpu
+    if text.isdigit() and int(text) >= 1:
+        if int(text) > have:
             raise GpuSelectionError(f"--gpus {gpus}: the Ray cluster has {have} {'GPU' if per_gpu else 'CPU'}(s)")
-    else:
-        raise GpuSelectionError(f"--gpus {gpus}: on Ray, --gpus takes all or a count N (Ray places the actors)")
+        return int(text), per_gpu
+    raise GpuSelectionError(f"--gpus {gpus}: on Ray, --gpus takes all or a count N (Ray places the actors)")
+
+
+def ray_slots(address: str, device: str, gpus: str = "all", evaluate_fn: str | None = None,
+              start_timeout_s: float = ACTOR_START_TIMEOUT_S) -> tuple[list[RaySlot], Callable[[], None]]:
+    """An actor per GPU of the cluster at ``address`` (see the module docstring) as pool slots, each named
+    ``host:gpuN``, and what to call once they are closed (disconnects from Ray when tileagent connected).
+    Raises GpuSelectionError as ``actor_count`` does, or when the actors do not start in time."""
+    ray, _ = connect(address)
+    count, per_gpu = actor_count(address, device, gpus)
+    done = disconnect
     options = {"num_gpus": 1, "num_cpus": 0} if per_gpu else {"num_cpus": 1}
     remote = ray.remote(max_restarts=2, max_task_retries=1, **options)(EvalActor)
     actors = [remote.remote(device, evaluate_fn) for _ in range(count)]
@@ -219,4 +236,4 @@ def ray_slots(address: str, device: str, gpus: str = "all", evaluate_fn: str | N
     return slots, done
 
 
-__all__ = ["EvalActor", "RaySlot", "cluster_device", "connect", "ray_slots"]
+__all__ = ["EvalActor", "RaySlot", "actor_count", "cluster_device", "connect", "disconnect", "ray_slots"]
