@@ -214,3 +214,36 @@ def test_eight_gpu_workers_each_alone_on_its_gpu(monkeypatch):
             assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # one config at a time per worker / GPU
         usage = pool.report()["workers"]
         assert all(u["requests"] >= 1 for u in usage) and sum(u["requests"] for u in usage) == 24
+
+
+def test_autotuning_with_several_workers_screens_variants_at_once_and_picks_the_same(tmp_path):
+    from tests.test_loop import FakeWorker, cand, run
+
+    class Parallel(FakeWorker):
+        parallel = 4
+
+        def __init__(self):
+            super().__init__()
+            self.lock, self.running, self.most = threading.Lock(), 0, 0
+
+        def evaluate(self, request):
+            with self.lock:
+                self.running += 1
+                self.most = max(self.most, self.running)
+            time.sleep(0.05)
+            try:
+                return super().evaluate(request)
+            finally:
+                with self.lock:
+                    self.running -= 1
+
+    script = [[cand("ok", 2.0, tunables=[None, 1, 2, 4, 8])]]
+    one_loop, one, _, _ = run(tmp_path / "one", script, max_turns=1)
+    many_loop, many, _, worker = run(tmp_path / "many", script, worker=Parallel(), max_turns=1)
+    assert worker.most == 4  # four variants screened at once
+    assert {k: (b.attempt_id, b.tunables) for k, b in many.best.items()} == \
+        {k: (b.attempt_id, b.tunables) for k, b in one.best.items()}
+    assert many.best["M=16384,C=96"].tunables == {"BLOCK": 2}
+    kinds = lambda loop: sorted((e["event"], e.get("variant"), e.get("phase"))  # noqa: E731
+                                for e in loop.store.events() if e["event"] in ("variant_evaluated", "tuned"))
+    assert kinds(many_loop) == kinds(one_loop)

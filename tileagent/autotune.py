@@ -15,6 +15,9 @@ Guarantees:
   seed and distribution, full trials) on the configs they won; a config whose winner fails keeps the default.
 - Bounded: at most ``max_variants`` variants, and no new screening after ``max_seconds`` (the winners so far are
   still fully checked; the note says the search was cut short).
+- ``parallel`` > 1 (the loop passes its evaluation workers' count, ``tileagent.pool``): the variants of one search
+  step (the whole product, or one knob's values in a descent round), and the winners' full checks, are evaluated up
+  to ``parallel`` at once; the results and the choice are the same as one at a time (given the same timings).
 - Never raises for a variant's failure; a source without TUNABLES (or with an unusable one) gives ``TuneResult``
   with no variants and a ``note`` saying why.
 """
@@ -25,6 +28,7 @@ import ast
 import itertools
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable
 
@@ -124,8 +128,9 @@ class Tuner:
 
     def __init__(self, source: str, configs: list[dict], base: EvalResult,
                  evaluate: Callable[[dict, str, list[dict]], EvalResult], max_variants: int = 64,
-                 max_seconds: float | None = None):
+                 max_seconds: float | None = None, parallel: int = 1):
         self.source, self.configs, self.evaluate, self.max_variants = source, configs, evaluate, max_variants
+        self.parallel = max(1, parallel)
         self.deadline = None if max_seconds is None else time.monotonic() + max_seconds
         self.cut = False
         self.knobs = tunables_of(source) or {}
@@ -148,6 +153,27 @@ class Tuner:
             return
         self._record(values, self.evaluate(values, "screen", self.configs))
 
+    def _screen_many(self, batch: list[dict]) -> None:
+        """``_screen`` each of ``batch``; with ``parallel`` > 1, up to that many at once (threads; the deadline is
+        checked before each group, results are recorded in ``batch``'s order)."""
+        if self.parallel == 1:
+            for values in batch:
+                self._screen(values)
+            return
+        todo: list[dict] = []
+        for values in batch:
+            if variant_key(values) not in self.results and all(variant_key(v) != variant_key(values) for v in todo):
+                todo.append(values)
+        todo = todo[:max(0, self.max_variants + 1 - len(self.results))]
+        for start in range(0, len(todo), self.parallel):
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                self.cut = True
+                return
+            group = todo[start:start + self.parallel]
+            for values, result in zip(group, _concurrently(lambda v: self.evaluate(v, "screen", self.configs),
+                                                           group)):
+                self._record(values, result)
+
     def _score(self, key: str) -> float:
         """Geometric mean of the times over the configs (inf when a config failed)."""
         times = [time_of(self.results[key].get(config_key(c))) for c in self.configs]
@@ -159,15 +185,13 @@ class Tuner:
         names = list(self.knobs)
         product = math.prod(len(v) for v in self.knobs.values())
         if product <= PRODUCT_LIMIT:
-            for combo in itertools.product(*(self.knobs[n] for n in names)):
-                self._screen(dict(zip(names, combo)))
+            self._screen_many([dict(zip(names, combo)) for combo in itertools.product(*(self.knobs[n] for n in names))])
             return
         best = dict(self.default)
         for _ in range(2):
             before = variant_key(best)
             for name in names:
-                for value in self.knobs[name]:
-                    self._screen({**best, name: value})
+                self._screen_many([{**best, name: value} for value in self.knobs[name]])
                 candidates = [{**best, name: v} for v in self.knobs[name]]
                 best = min(candidates, key=lambda vals: self._score(variant_key(vals)))
             if variant_key(best) == before:
@@ -191,8 +215,10 @@ class Tuner:
         for config in self.configs:
             if picks[config_key(config)] != default_key:
                 by_variant.setdefault(picks[config_key(config)], []).append(config)
-        for key, configs in by_variant.items():
-            full = self.evaluate(self.values[key], "full", configs)
+        checks = list(by_variant.items())
+        fulls = _concurrently(lambda kc: self.evaluate(self.values[kc[0]], "full", kc[1]), checks) \
+            if self.parallel > 1 else [self.evaluate(self.values[key], "full", configs) for key, configs in checks]
+        for (key, _), full in zip(checks, fulls):
             for c in full.configs:
                 base = winners.get(config_key(c.config))
                 if c.correct and (base is None or time_of(base.result) is None or
@@ -213,9 +239,30 @@ class Tuner:
 
 def autotune(source: str, configs: list[dict], base: EvalResult,
              evaluate: Callable[[dict, str, list[dict]], EvalResult], max_variants: int = 64,
-             max_seconds: float | None = None) -> TuneResult:
+             max_seconds: float | None = None, parallel: int = 1) -> TuneResult:
     """Tune ``source``'s knobs (see the module docstring)."""
-    return Tuner(source, configs, base, evaluate, max_variants, max_seconds).run()
+    return Tuner(source, configs, base, evaluate, max_variants, max_seconds, parallel).run()
+
+
+def _concurrently(fn: Callable, items: list) -> list:
+    """``[fn(x) for x in items]``, each call in its own thread; the first exception is raised after all ended."""
+    results: list = [None] * len(items)
+    errors: list[BaseException] = []
+
+    def run(k: int) -> None:
+        try:
+            results[k] = fn(items[k])
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(len(items))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 __all__ = ["PRODUCT_LIMIT", "SCREEN_SEEDS", "SCREEN_TRIALS", "TuneResult", "Winner", "assign", "autotune",

@@ -1,7 +1,8 @@
 """The agent loop: draft -> evaluate -> feed back, turn after turn, persisted as it happens, resumable.
 
 In: ``LoopOptions`` (the reference, the configs, the device, the budget), a ``RunStore``, a drafter, an evaluation
-worker (``EvalWorker`` or anything with ``evaluate(EvalRequest) -> EvalResult``) and optionally an ``Archive``.
+worker (``EvalWorker``, a ``tileagent.pool.Pool``, or anything with ``evaluate(EvalRequest) -> EvalResult``; a
+``parallel`` attribute > 1 lets autotuning evaluate that many variants at once) and optionally an ``Archive``.
 Out: ``Loop.run() -> Outcome``; the run directory holds every step (``tileagent.runstore``).
 Guarantees:
 
@@ -402,7 +403,8 @@ class Loop:
             self.on_event("variant", {"attempt_id": aid, "variant": vkey, "phase": phase, "summary": summary(result)})
             return result
 
-        tuned = autotune.autotune(source, configs, base, evaluate, max_seconds=self.o.tune_seconds)
+        tuned = autotune.autotune(source, configs, base, evaluate, max_seconds=self.o.tune_seconds,
+                                  parallel=getattr(self.worker, "parallel", 1))
         default = tuned_default(source)
         for w in tuned.winners.values():
             if w.result.correct:

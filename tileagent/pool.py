@@ -292,6 +292,12 @@ class Pool:
         return results  # type: ignore[return-value]
 
     @property
+    def parallel(self) -> int:
+        """How many requests are worth having in flight at once (the loop's autotuning uses it): the live slots."""
+        with self._cond:
+            return max(1, len(self._alive_slots()))
+
+    @property
     def on_progress(self):
         return getattr(self, "_on_progress", None)
 

@@ -19,9 +19,9 @@ Guarantees:
 
 - Files are written atomically (a temporary file in the same folder, fsync, ``os.replace``): a reader sees the old
   content or the new, never a part.
-- ``append(event)`` writes one line and flushes and fsyncs it before returning: a SIGKILL after ``append`` returns
-  loses nothing that was appended. A line torn by a kill (the last one, without its newline) is ignored by
-  ``events()`` and cut by the next ``append``.
+- ``append(event)`` (thread-safe) writes one line and flushes and fsyncs it before returning: a SIGKILL after
+  ``append`` returns loses nothing that was appended. A line torn by a kill (the last one, without its newline) is
+  ignored by ``events()`` and cut by the next ``append``.
 - Every event carries ``event`` (its kind), ``t`` (UNIX time) and the fields listed in EVENTS; run.json is a
   ``RunFile`` and each event an ``Event`` (pydantic models; JSON Schemas: ``tileagent schema run|event``,
   docs/schemas/).
@@ -39,6 +39,7 @@ import logging
 import os
 import re
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -122,6 +123,7 @@ class RunStore:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.events_path = self.root / "events.jsonl"
+        self._append_lock = threading.Lock()  # appends from several threads (parallel autotuning) stay whole lines
 
     # -- creating and opening -------------------------------------------------------------------------------------
 
@@ -171,11 +173,12 @@ class RunStore:
         record = {"event": event, "t": round(time.time(), 3), **fields}
         Event.model_validate({"event": event, "t": record["t"]})  # the kind's spelling; fields are free-form JSON
         line = json.dumps(record, default=str)
-        self._drop_torn_tail()
-        with open(self.events_path, "a") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        with self._append_lock:
+            self._drop_torn_tail()
+            with open(self.events_path, "a") as f:
+                f.write(line + "\n")
+                f.flush()
+                os.fsync(f.fileno())
         return record
 
     def _drop_torn_tail(self) -> None:
