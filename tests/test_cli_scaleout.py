@@ -58,6 +58,7 @@ def test_ray_without_a_cluster_exits_2_and_says_how_to_start_one(tmp_path):
             f"r = CliRunner().invoke(app, ['generate', {RMSNORM!r}, '--device', 'cpu', '--ray', 'auto', "
             f"'--out', {str(tmp_path / 'r')!r}])\nprint(r.exit_code)\nprint(' '.join(r.output.split()))\n")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_TMPDIR"] = str(tmp_path / "ray")  # where Ray looks for a running cluster: none (not another test's)
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
                           env=env)
     code_line, text = done.stdout.splitlines()[:2]
