@@ -378,6 +378,7 @@ class Pool:
                 if dead is not None and isinstance(dead, SlotDead):
                     usage.alive = False
                     log.warning("worker %s left the pool: %s", slot.name, dead)
+                    self._cond.notify_all()  # parts it was preferred for go to the others
                 retry = result is None or result.status == "crash"
                 if retry and part.tries == 0 and self._alive_slots():
                     part.tries, part.avoid = 1, i
