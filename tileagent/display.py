@@ -78,8 +78,8 @@ class _WorkersProgress(Progress):
     """The bar, then one line per evaluation worker of ``pool``."""
 
     def __init__(self, *columns, pool, **kwargs):
+        self.pool = pool  # before Progress.__init__, which may render already
         super().__init__(*columns, **kwargs)
-        self.pool = pool
 
     def get_renderables(self):
         yield from super().get_renderables()
