@@ -33,7 +33,8 @@ def test_two_workers_give_the_verdicts_of_one_and_report_their_busy_time(tmp_pat
         statuses = [(e["attempt_id"], e["result"]["status"], [c["correct"] for c in e["result"]["configs"]])
                     for e in events(tmp_path / f"run{gpus}") if e["event"] == "evaluated"]
         assert statuses == [("t1-c0", "mismatch", [False, False]), ("t2-c0", "ok", [True, True])]
-    assert reports["1"]["configs"] == reports["2"]["configs"]
+    verdicts = lambda rows: [(r["config"], r["correct"], r["attempt_id"], r["meets_target"]) for r in rows]  # noqa
+    assert verdicts(reports["1"]["configs"]) == verdicts(reports["2"]["configs"])  # notes and errors: random tails
     assert [r["attempt_id"] for r in reports["2"]["configs"]] == ["t2-c0", "t2-c0"]
     workers = reports["2"]["workers"]["workers"]
     assert [w["worker"] for w in workers] == ["cpu", "cpu#1"]
