@@ -129,7 +129,11 @@ def test_batch_of_a_folder_runs_each_reference_on_its_grid_with_one_report_and_a
     again = invoke("batch", "--resume", out, "--gpus", "2")
     assert again.exit_code == 0, again.output
     assert [e["event"] for e in events(out / "rms_a")].count("evaluated") == 2  # replayed, not evaluated again
-    assert json.loads((out / "report.json").read_text())["workers"]["workers"][0]["requests"] == 0
+    # the only work of the resume: each op's replayed best kernel is checked again before export (issue 18.6)
+    reverified = [e for op in ("rms_a", "rms_b") for e in events(out / op) if e["event"] == "reverified"]
+    assert len(reverified) == 2
+    resumed = json.loads((out / "report.json").read_text())["workers"]["workers"]
+    assert sum(w["requests"] for w in resumed) == sum(len(e["configs"]) for e in reverified) == 3  # one per config
 
 
 @pytest.mark.parametrize("args, message", [
