@@ -42,6 +42,7 @@ from tileagent.compiler.errors import KernelArgumentError
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
 from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
 from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
+from tileagent.compiler.emulate_wgmma import finish_wgmma
 from tileagent.compiler.instructions import emulators
 from tileagent.compiler.intrinsics import MATH, as_tensor, compute_dtype, float_binop, float_call, storage
 from tileagent.compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
@@ -164,6 +165,7 @@ class _Block:
         self.async_groups: list = []  # committed groups whose writes have not landed yet, oldest first
         self.body(self.kernel.body)
         finish_async(self)
+        finish_wgmma(self)
 
     # -- masks and uniformity ----------------------------------------------------------------------------------
     @property

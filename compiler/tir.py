@@ -230,3 +230,60 @@ class DeviceModule:
     kernels: tuple[DeviceKernel, ...]
     flat_globals: dict = field(default_factory=dict)
     scalars: tuple = ()  # the kernels' scalar Vars, in order: the PrimFunc's scalar params, then its dynamic vars
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class WgmmaFence(Stmt):
+    """``fence.proxy.async.shared::cta``, ``__syncthreads()``, then ``wgmma.fence.sync.aligned``: every thread's
+    completed generic-proxy shared-memory writes (st.shared, waited cp.async) become visible to the tensor cores'
+    asynchronous-proxy reads of every warpgroup (the writer-side fence plus a barrier, as the PTX memory model asks),
+    and register writes to accumulators are ordered before the Wgmmas that follow. Executed by every thread of the
+    block (it contains a barrier); required before the first Wgmma after a wait."""
+
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Wgmma(Stmt):
+    """One warpgroup-wide ``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{f16,bf16}.{f16,bf16}``, both operands in
+    shared memory (SS): D (64 x n, float32) = A (64 x 16) @ B (16 x n) (+ D when ``accumulate``).
+
+    Every thread of each warpgroup executes it. ``a_buf``/``b_buf`` are 16-bit shared buffers; ``a_index`` /
+    ``b_index`` (elements, block-uniform per warpgroup) are where each operand's matrix descriptor starts. Both are
+    128-byte-swizzled canonical layouts (PTX "Matrix Descriptor Format", swizzle mode 1) whose swizzle atoms lie on
+    1024-byte boundaries of the shared window: A is K-major (row m at ``(m // 8) * a_sbo + (m % 8) * 128`` bytes,
+    k at ``2 k``); B is K-major (``b_major == "k"``: row n like A's m) or N-major (``"mn"``: row k at
+    ``(k // 8) * b_sbo + (k % 8) * 128``, n at ``2 n``, n < 64). Byte address bits [4:6] are XORed with bits [7:9].
+    ``c`` names the thread's n / 2 accumulator registers of ``c_buf`` (local float32) in PTX order: with warp w of
+    the group, g = lane // 4, t = lane % 4: d[4j + 2h + p] holds D[16 w + g + 8 h, 8 j + 2 t + p]. Results are
+    undefined until a WgmmaWait retires the WgmmaCommit group the Wgmma belongs to."""
+
+    c_buf: Buffer
+    c: tuple
+    a_buf: Buffer
+    a_index: Expr
+    a_sbo: int
+    b_buf: Buffer
+    b_index: Expr
+    b_sbo: int
+    b_major: str
+    n: int
+    accumulate: bool
+    dtype: str
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class WgmmaCommit(Stmt):
+    """``wgmma.commit_group.sync.aligned``: the Wgmmas issued since the last commit form one group."""
+
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class WgmmaWait(Stmt):
+    """``wgmma.wait_group.sync.aligned pending``: all but the newest ``pending`` groups are complete; their
+    accumulators may be read and their shared operands overwritten."""
+
+    pending: int
+    span: Span | None = None

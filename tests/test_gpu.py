@@ -89,3 +89,31 @@ def test_cumsum_on_gpu(scope, dim, reverse):
     on_gpu = _nan(100, 70, dtype=torch.float16)
     tileagent.compile(func)(h.cuda(), on_gpu)
     assert torch.equal(on_gpu.cpu(), on_cpu)
+
+
+WGMMA_CASES = [("shared", 1024, 1024, 1024, torch.float16), ("shared", 1000, 776, 520, torch.bfloat16),
+               ("prompts", 1000, 768, 520, torch.float16)]
+
+
+@pytest.mark.skipif(torch.cuda.get_device_capability() != (9, 0), reason="wgmma needs an sm_90a GPU")
+@pytest.mark.parametrize("where,M,N,K,dtype", WGMMA_CASES)
+def test_gemm_relu_examples_with_wgmma_on_gpu(monkeypatch, where, M, N, K, dtype):
+    """TILEAGENT_ENABLE_WGMMA=1: the gemm examples at tiles 128/64/64 lower to wgmma.mma_async and match torch."""
+    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    import os
+    from pathlib import Path
+
+    shared = Path(os.environ.get("TILEAGENT_SHARED", REPO.parent / "shared")) / "examples"
+    a = torch.randn(M, K, device="cuda", dtype=dtype)
+    b = torch.randn(K, N, device="cuda", dtype=dtype)
+    if where == "shared":
+        mod = load_module(shared / "gemm_relu.py")
+        kernel = tileagent.compile(mod.matmul.fn(M, N, K, 128, 64, 64, dtype=str(dtype).split(".")[1]))
+        c = _nan(M, N, dtype=dtype)
+        kernel(a, b, c)
+    else:
+        mod = load_module(REPO / "prompts" / "examples" / "gemm_relu.py")
+        kernel = tileagent.compile(mod.gemm_relu.fn(None, N, K, block_M=128, block_N=64, block_K=64), out_idx=[2])
+        c = kernel(a, b)
+    assert "wgmma.mma_async" in kernel.get_kernel_source()
+    torch.testing.assert_close(c.float(), torch.relu(a.float() @ b.float()), rtol=2e-2, atol=5e-2)

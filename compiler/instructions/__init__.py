@@ -15,9 +15,12 @@ from tileagent.compiler.diagnostics import LayoutError, TargetError
 from tileagent.compiler.instructions.base import GemmChoice, Instruction, has_feature, sm_version
 from tileagent.compiler.instructions.copy import AtomicAdd, CpAsync, LoadStore
 from tileagent.compiler.instructions.mma_sync import MmaSyncM16N8K16
+from tileagent.compiler.instructions.wgmma import WgmmaM64NK16
 
 GEMM = (
     MmaSyncM16N8K16(),   # mma.sync.aligned.m16n8k16, sm_80+: fp16/bf16 in, fp32 accumulate
+    WgmmaM64NK16(),      # wgmma.mma_async m64nNk16 SS, sm_90a, opt-in (TILEAGENT_ENABLE_WGMMA=1): fp16/bf16 -> fp32;
+    # cheaper (cost 0.5) so it wins where it applies; listed second so fallbacks and errors stay mma.sync's
 )
 COPY = (
     CpAsync(),               # cp.async global -> shared, 4/8/16 bytes, pipeline producers only

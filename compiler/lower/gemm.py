@@ -16,7 +16,7 @@ from __future__ import annotations
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import Const, as_expr, make_binop
 from tileagent.compiler.ir.stmt import Alloc, Copy, For, Gemm, Store
-from tileagent.compiler.instructions.mma_sync import DTYPES as MMA_DTYPES
+from tileagent.compiler.instructions.mma_sync import DTYPES as MMA_DTYPES, MmaSyncM16N8K16
 from tileagent.compiler.ir.visit import leaves, walk
 from tileagent.compiler.ir.simplify import difference, is_even, linear_form
 from tileagent.compiler.tir import THREAD, Declare, LdMatrix, Mma, VecCopy
@@ -177,6 +177,9 @@ def hoist_a_operand(ctx, s: Gemm) -> list:
     8), or the registers would exceed MAX_HOISTED_REGISTERS."""
     if s.a.buffer.scope != "shared" or s in ctx.hoisted_a or not ldmatrix_ok(ctx, s.a) or \
             s not in ctx.layouts.gemm_partition:
+        return []
+    choice = ctx.layouts.instructions.get(s)
+    if choice is not None and not isinstance(choice.instruction, MmaSyncM16N8K16):  # wgmma reads A from shared
         return []
     row_base, _, tm, _, k = _warp_tile(ctx, s)
     m_atoms, k_steps = tm // 16, k // 16
