@@ -11,7 +11,8 @@ Guarantees (what a run checks):
   bits [4:6] XORed with bits [7:9] of the absolute arena address, so a wrong start, SBO, swizzle or a tile that is not
   on a 1024-byte swizzle boundary gives wrong numbers; every byte read must lie inside the operand's buffer.
 - ``WgmmaFence`` is a block barrier (every thread, not divergent). ``Wgmma`` is executed by whole warpgroups (all
-  128 threads active), with descriptor starts uniform within each warpgroup, and only after a ``WgmmaFence`` executed since the last ``WgmmaWait`` (or the block's start).
+  128 threads active), with descriptor starts uniform within each warpgroup, and only after a ``WgmmaFence``
+  executed since the last ``WgmmaWait`` (or the block's start).
 - Results are asynchronous: at issue the accumulator registers become NaN (undefined); chained Wgmmas on the same
   registers see the pending values; a ``WgmmaWait(N)`` writes the results of all but the newest N committed groups.
   A group still pending (or Wgmmas never committed) when the block ends raises EmulationError: a missing
