@@ -1,6 +1,6 @@
 """TileLang programs run unchanged (tileagent.compat): the import alias, the launcher, eager-style @jit, the
 profiler/autotuner/testing surface, and the E701 diagnostics; TileLang's own example programs (copied in
-tests/data/tilelang_examples) on the CPU interpreter at small sizes."""
+bench/tilelang_examples, the copies the GPU bench runs) on the CPU interpreter at small sizes."""
 
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ from tileagent.compat.run import load_script, run_script
 from tileagent.compiler.diagnostics import CompileError, UnsupportedError
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLES = REPO / "tests" / "data" / "tilelang_examples"
+EXAMPLES = REPO / "bench" / "tilelang_examples"
+SMALL = {  # the programs CI runs, in their folders under EXAMPLES
+    "example_mha_fwd_bshd.py": "flash_attention", "example_elementwise_add.py": "elementwise", "rms_norm.py": "norm",
+    "example_tilelang_gemm_splitk.py": "gemm_splitk", "layernorm.py": "norm", "example_mha_inference.py":
+    "flash_decoding"}
 
 
 @pytest.fixture
@@ -113,7 +117,7 @@ def test_unsupported_T_name_in_a_prim_func_is_E701_at_its_line(tilelang, tmp_pat
 
 def test_launcher_runs_tilelang_flash_attention_example_unchanged_on_the_cpu():
     """TileLang's own MHA forward example: @autotune over @tilelang.jit, get_profiler, assert_allclose, do_bench."""
-    proc = subprocess.run([sys.executable, "-m", "tileagent.tilelang", str(EXAMPLES / "example_mha_fwd_bshd.py"),
+    proc = subprocess.run([sys.executable, "-m", "tileagent.tilelang", str(EXAMPLES / SMALL["example_mha_fwd_bshd.py"] / "example_mha_fwd_bshd.py"),
                            "--batch", "1", "--heads", "1", "--seq_len", "64", "--dim", "32"],
                           capture_output=True, text=True, timeout=600, env={**__import__("os").environ,
                                                                           "PYTHONPATH": str(REPO)})
@@ -162,7 +166,7 @@ def test_run_script_passes_argv_and_the_scripts_exit_status(tmp_path):
 def test_eager_elementwise_add_example(tilelang):
     import tilelang.language as T
 
-    ns = load_script(EXAMPLES / "example_elementwise_add.py")
+    ns = load_script(EXAMPLES / SMALL["example_elementwise_add.py"] / "example_elementwise_add.py")
     a, b = torch.randn(64, 96), torch.randn(64, 96)
     out = ns["elementwise_add"](a, b, block_M=32, block_N=32, threads=128, in_dtype=T.float32, out_dtype=T.float32)
     torch.testing.assert_close(out, ns["ref_program"](a, b))
@@ -181,21 +185,21 @@ def test_eager_elementwise_add_example(tilelang):
 
 
 def test_eager_rms_norm_example_compiles_from_keyword_sizes(tilelang):
-    ns = load_script(EXAMPLES / "rms_norm.py")
+    ns = load_script(EXAMPLES / SMALL["rms_norm.py"] / "rms_norm.py")
     ns["test_rms_norm"](M=64, N=128, blk_m=1)  # the example's own test: compile(M=, N=, blk_m=) + assert_allclose
     kernel = ns["rms_norm_splitk"].compile(M=32, N=256, blk_m=1, blk_k=64)
     kernel.get_profiler().assert_allclose(ns["ref_program"], rtol=0.01, atol=0.01)
 
 
 def test_eager_splitk_gemm_example_writes_its_in_place_output(tilelang):
-    ns = load_script(EXAMPLES / "example_tilelang_gemm_splitk.py")
+    ns = load_script(EXAMPLES / SMALL["example_tilelang_gemm_splitk.py"] / "example_tilelang_gemm_splitk.py")
     a, b, c = torch.randn(64, 128).half(), torch.randn(128, 64).half(), torch.zeros(64, 64)
     assert ns["matmul"](a, b, c, 32, 32, 32, 2) is None
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-2, atol=1e-2)
 
 
 def test_classic_layernorm_example_forward(tilelang):
-    ns = load_script(EXAMPLES / "layernorm.py")
+    ns = load_script(EXAMPLES / SMALL["layernorm.py"] / "layernorm.py")
     x, g, b = torch.randn(8, 256).bfloat16(), torch.randn(256).bfloat16(), torch.randn(256).bfloat16()
     y, mean, rstd = ns["_layernorm_fwd"](8, 256, eps=1e-5, blk_m=1, threads=128)(x, g, b)
     torch.testing.assert_close(y, ns["ref_program"](x, g, b, 1e-5), rtol=1e-2, atol=1e-2)
@@ -443,7 +447,7 @@ def test_jit_accepts_tilelangs_options_and_exposes_compile_and_get_tir(tilelang,
 
 def test_alloc_global_workspaces_in_tilelangs_split_kv_decoding_example(tilelang):
     """TileLang's flash-decoding MHA example: two T.Kernel scopes sharing T.alloc_global workspaces."""
-    ns = load_script(EXAMPLES / "example_mha_inference.py")
+    ns = load_script(EXAMPLES / SMALL["example_mha_inference.py"] / "example_mha_inference.py")
     kernel = ns["flashattn"](1, 2, 64, 256, 32, False, 64, 32)
     assert [p.name for p in kernel.params] == ["Q", "K", "V", "Output", "glse", "Output_partial"]
     assert kernel.func.workspaces == (4, 5) and kernel.out_idx == (3,)
