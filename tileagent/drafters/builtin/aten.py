@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from tileagent.drafters.builtin.graph import TraceError, _init_source
-from tileagent.evaluator.spec import Spec, load_spec
+from tileagent.drafters.builtin.graph import TraceError, _init_source, meta_model
+from tileagent.evaluator.spec import Spec
 
 aten = torch.ops.aten
 
@@ -89,24 +89,7 @@ def trace_aten(path, config: dict | None = None) -> AtenTrace:
     from torch.func import functional_call
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from tileagent.evaluator.errors import SpecError
-
-    try:
-        spec = load_spec(path, check=False)
-    except SpecError as e:
-        raise TraceError(f"the reference does not load: {e}") from e
-    config = config if config is not None else (spec.small_config or spec.configs[0])
-    try:
-        init = spec.init_inputs(config)
-        with torch.device("meta"):
-            model = spec.module.Model(*init)
-        if isinstance(spec.dtypes, torch.dtype):
-            model = model.to(spec.dtypes)
-        model.eval()
-        inputs = spec.sample_inputs(config, 0, "meta")
-        inputs = [t.to(spec._input_dtype(k, t)) for k, t in enumerate(inputs)]
-    except Exception as e:  # noqa: BLE001 - any failure of the user's file is reported in words
-        raise TraceError(f"building Model and its inputs on the meta device failed: {type(e).__name__}: {e}") from e
+    spec, model, inputs = meta_model(path, config)
     names = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
     tensors = dict(model.named_parameters())
     tensors.update(dict(model.named_buffers()))

@@ -335,15 +335,9 @@ def _init_source(module) -> tuple[str | None, list[str]]:
     return src, needed
 
 
-def trace_reference(path, config: dict | None = None) -> Traced:
-    """Load the reference at ``path`` and trace its forward at ``config`` (default: SMALL_CONFIG, else the first).
-
-    Raises:
-        TraceError: the file does not load as a spec, or torch.fx cannot trace its forward.
-    """
-    from torch.fx import symbolic_trace
-    from torch.fx.passes.shape_prop import ShapeProp
-
+def meta_model(path, config: dict | None = None):
+    """(spec, Model in eval mode, inputs) of the reference at ``path`` built on the meta device at ``config``
+    (default: SMALL_CONFIG, else the first config), DTYPES applied. Raises TraceError saying what failed."""
     from tileagent.evaluator.errors import SpecError
 
     try:
@@ -359,9 +353,22 @@ def trace_reference(path, config: dict | None = None) -> Traced:
             model = model.to(spec.dtypes)
         model.eval()
         inputs = spec.sample_inputs(config, 0, "meta")
-        inputs = [t.to(spec._input_dtype(k, t)) for k, t in enumerate(inputs)]  # DTYPES applied
+        inputs = [t.to(spec._input_dtype(k, t)) for k, t in enumerate(inputs)]
     except Exception as e:  # noqa: BLE001 - any failure of the user's file is reported in words
         raise TraceError(f"building Model and its inputs on the meta device failed: {type(e).__name__}: {e}") from e
+    return spec, model, inputs
+
+
+def trace_reference(path, config: dict | None = None) -> Traced:
+    """Load the reference at ``path`` and trace its forward at ``config`` (default: SMALL_CONFIG, else the first).
+
+    Raises:
+        TraceError: the file does not load as a spec, or torch.fx cannot trace its forward.
+    """
+    from torch.fx import symbolic_trace
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    spec, model, inputs = meta_model(path, config)
     try:
         gm = symbolic_trace(model)
         ShapeProp(gm).propagate(*inputs)
