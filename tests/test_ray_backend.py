@@ -3,7 +3,6 @@ each running a CPU interpreter worker. The same results as one local worker; Ray
 evaluator inside an actor is retried; a killed actor is restarted by Ray and its call run again; tileagent never
 imports Ray unless --ray is given."""
 
-import json
 import os
 import signal
 import subprocess
@@ -94,23 +93,3 @@ def test_asking_for_more_gpus_than_the_cluster_has_is_refused(cluster):
         ray_slots("auto", "cpu", "3")
     with pytest.raises(GpuSelectionError, match=r"--gpus 0,1: on Ray, --gpus takes all or a count N"):
         ray_slots("auto", "cpu", "0,1")
-
-
-def test_cli_batch_on_ray_gives_the_report_of_local_workers(tmp_path, monkeypatch, cluster):
-    from tests.test_cli_generate import CANDIDATE, RMSNORM, WRONG, events, invoke, script
-
-    monkeypatch.setenv("TILEAGENT_ARCHIVE", str(tmp_path / "archive"))
-    reports = {}
-    for how in (["--gpus", "1"], ["--ray", "auto"]):
-        run = tmp_path / how[0].strip("-")
-        result = invoke("batch", RMSNORM, "--grid", "C=96,160", "--device", "cpu", "--seeds", "1", "--no-archive",
-                        "--candidates", "1", "--provider", script(tmp_path, [[WRONG], [CANDIDATE]], name=f"{how[0]}.j"),
-                        *how, "--out", run)
-        assert result.exit_code == 0, result.output
-        reports[how[0]] = json.loads((run / "report.json").read_text())
-        evaluated = [e for e in events(run) if e["event"] == "evaluated"]
-        assert [e["result"]["status"] for e in evaluated] == ["mismatch", "ok"]
-    assert reports["--gpus"]["configs"] == reports["--ray"]["configs"]
-    workers = reports["--ray"]["workers"]["workers"]
-    assert sorted(w["worker"].rsplit(":", 1)[1] for w in workers) == ["gpu0", "gpu1"]
-    assert sum(w["requests"] for w in workers) == 4  # two attempts x two configs
