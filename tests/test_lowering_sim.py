@@ -110,6 +110,69 @@ def test_layout_conflict_names_both_fragments_and_lines():
     assert err.hint and len(err.notes) == 2
 
 
+def _serial_rows(S, N):
+    """TileLang's split-KV combine pattern: a fragment written by T.Parallel(S, N), reduced over dim 0, then read and
+    written row by row as x[k, j] with k an enclosing T.serial variable, and a slice of it copied out."""
+
+    @T.prim_func
+    def f(X: T.Tensor((S, N), "float32"), Y: T.Tensor((N,), "float32"), Z: T.Tensor((2, N), "float32")):
+        with T.Kernel(1, threads=64):
+            x = T.alloc_fragment((S, N), "float32")
+            m = T.alloc_fragment((N,), "float32")
+            acc = T.alloc_fragment((N,), "float32")
+            for k, j in T.Parallel(S, N):
+                x[k, j] = X[k, j]
+            T.reduce_max(x, m, dim=0, clear=True)
+            T.clear(acc)
+            for k in T.serial(S):
+                for j in T.Parallel(N):
+                    acc[j] += T.exp(x[k, j] - m[j])
+                    x[k, j] = x[k, j] * (k + 1)
+            T.copy(acc, Y)
+            T.copy(x[1:3, :], Z)
+
+    return f
+
+
+def test_fragment_indexed_by_an_enclosing_serial_variable_keeps_that_dim_in_registers():
+    kernel = tileagent.compile(_serial_rows(4, 96), target="sim")
+    layouts = {b.name: f for b, f in kernel.layouts().fragments.items()}
+    assert [lv.is_thread for lv in layouts["x"].dims[0]] == [False]  # every owner holds the whole column
+    x = torch.randn(4, 96)
+    y, z = _nan(96), _nan(2, 96)
+    kernel(x, y, z)
+    torch.testing.assert_close(y, torch.exp(x - x.max(0).values).sum(0))
+    torch.testing.assert_close(z, x[1:3] * torch.tensor([[2.0], [3.0]]))
+    assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
+def test_serial_index_into_a_dim_spread_over_threads_is_L004():
+    @T.prim_func
+    def f(A: T.Tensor((32, 32), "float16"), B: T.Tensor((32, 32), "float16"), Y: T.Tensor((32,), "float32")):
+        with T.Kernel(1, threads=128):
+            a = T.alloc_shared((32, 32), "float16")
+            b = T.alloc_shared((32, 32), "float16")
+            acc = T.alloc_fragment((32, 32), "float32")
+            s = T.alloc_fragment((32,), "float32")
+            T.copy(A, a)
+            T.copy(B, b)
+            T.clear(acc)
+            T.gemm(a, b, acc)
+            T.clear(s)
+            for i in T.serial(32):
+                for j in T.Parallel(32):
+                    s[j] += acc[i, j]  # <- row
+            T.copy(s, Y)
+
+    lines = _marked_lines(test_serial_index_into_a_dim_spread_over_threads_is_L004)
+    with pytest.raises(CompileError) as info:
+        tileagent.compile(f, target="sim")
+    err = info.value
+    assert err.code == "L004" and err.span.line == lines["row"]
+    assert "fragment 'acc' is indexed in the T.Parallel loop at line" in err.message
+    assert "spreads that dim over threads" in err.message and "T.alloc_shared" in err.hint
+
+
 def test_layouts_print_one_line_per_fragment_and_loop(shared_example):
     kernel = tileagent.compile(shared_example("softmax").softmax.fn(4, 512), target="sim")
     text = str(kernel.layouts())

@@ -153,6 +153,13 @@ class Fragment:
             shape, dims = (1,), ((Level(1),),)
         return Fragment(shape, dims, tuple(self.replicate) + tuple(dropped), self.num_threads)
 
+    def insert_register_dim(self, dim: int, n: int) -> "Fragment":
+        """A fragment of rank + 1 whose new dim ``dim`` (extent ``n``) is held in registers: every thread that holds
+        an element of ``self`` holds all ``n`` elements along the new dim."""
+        dims = self.dims[:dim] + ((Level(n),),) + self.dims[dim:]
+        shape = self.shape[:dim] + (n,) + self.shape[dim:]
+        return Fragment(shape, dims, self.replicate, self.num_threads)
+
     def replicate_over(self, n: int) -> "Fragment":
         """Every element held by ``n`` times more threads (the next thread digits)."""
         return Fragment(self.shape, self.dims, self.replicate + (Level(n, self.threads_used),), self.num_threads)
@@ -253,12 +260,24 @@ def _pow2_divisor(n: int, cap: int) -> int:
     return p
 
 
-def make_blocked(shape: tuple[int, ...], num_threads: int, vector: int = 8) -> Fragment:
+def make_blocked(shape: tuple[int, ...], num_threads: int, vector: int = 8, register_dims=()) -> Fragment:
     """The default layout of a tile: ``vector`` consecutive elements of the innermost dim per register run,
     consecutive threads on consecutive runs (coalesced), remaining threads on the outer dims from the inside out.
     Among runs of ``vector`` down to 1, with thread counts that divide the dims or that pad them, it takes the
     layout that replicates least, then one that pads by at most 1.5x, then the longest runs, then the least
-    padding."""
+    padding. ``register_dims``: dims kept whole in every owner's registers (the other dims are laid out as above;
+    a tile indexed by a serial loop variable along those dims inside T.Parallel needs it)."""
+    if register_dims:
+        keep = [d for d in range(len(shape)) if d not in register_dims]
+        if keep:
+            frag = make_blocked(tuple(shape[d] for d in keep), num_threads, vector)
+        else:
+            frag = Fragment((1,), ((Level(1),),), (), num_threads).replicate_over(num_threads)
+        for d in sorted(register_dims):
+            frag = frag.insert_register_dim(d, shape[d])
+        if not keep:
+            frag = frag.project(len(shape))  # drop the placeholder dim of extent 1
+        return frag
     numel = math.prod(shape)
     v = _pow2_divisor(shape[-1], min(vector, max(1, numel // num_threads))) if shape else 1
     candidates = []

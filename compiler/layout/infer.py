@@ -7,6 +7,11 @@ ops (a reduction's output follows its input with the reduced dim replicated; a l
 own variables runs on that fragment's layout), then free choices (an unconstrained loop or tile gets the blocked,
 coalesced default of ``make_blocked``, reusing an earlier loop's layout of the same extents when it fits), and back
 to propagation until everything has a layout.
+Fragment indices inside T.Parallel are loop variables, constants, or loop-invariant expressions (an enclosing serial
+loop's variable, a block index: TileLang composes the fragment's thread map with any index expression and rejects only
+variables bound inside the loop). A loop-invariant index may take any value of its dim, so every check holds for all
+of them; a fragment some loop indexes that way gets that dim in registers (every thread holds all of it) when its
+layout is a free choice, and a fragment whose layout spreads such a dim over threads is an L004 error.
 Guarantees: in every T.Parallel loop, the threads that run an iteration hold every fragment element it reads, and
 exactly the threads holding an element it writes run that iteration; a reduction's output layout is its input's
 projection. Otherwise a LayoutError names both ops, both layouts, both source lines, and gives a hint.
@@ -19,9 +24,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tileagent.compiler.diagnostics import LayoutError
-from tileagent.compiler.ir.expr import Var
+from tileagent.compiler.ir.expr import Expr, Load, Var
 from tileagent.compiler.ir.simplify import static_int
-from tileagent.compiler.ir.stmt import AnnotateLayout, AtomicAdd, Buffer, Copy, If, Kernel, Let, Parallel, PrimFunc, Reduce, Store
+from tileagent.compiler.ir.stmt import (AnnotateLayout, AtomicAdd, Buffer, Copy, For, If, Kernel, Let, Parallel, PrimFunc,
+                                        Reduce, Store)
 from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
 from tileagent.compiler.layout.fragment import Fragment, make_blocked
 from tileagent.compiler.layout.layout import Layout, swizzled
@@ -58,6 +64,32 @@ def infer_layouts(func: PrimFunc) -> LayoutMap:
     return result
 
 
+ANY = ("any", None)  # pattern entry: an index that does not change within the loop (any value of its dim)
+
+
+def _vars_of(e, out: set) -> set:
+    """The Vars an expression reads (also inside load indices), by identity."""
+    if isinstance(e, Var):
+        out.add(id(e))
+    elif isinstance(e, Load):
+        for i in e.indices:
+            _vars_of(i, out)
+    elif isinstance(e, Expr):
+        for name in getattr(e, "__slots__", ()):
+            child = getattr(e, name)
+            for c in (child if isinstance(child, tuple) else (child,)):
+                if isinstance(c, Expr):
+                    _vars_of(c, out)
+    return out
+
+
+def loop_invariant(loop: Parallel, e) -> bool:
+    """True when ``e`` does not change within ``loop``: it reads neither its variables nor names bound in its body."""
+    bound = {id(v) for v in loop.vars}
+    bound |= {id(s.var) for s in walk(loop.body) if isinstance(s, (Let, For))}
+    return not (_vars_of(e, set()) & bound)
+
+
 def _vector_for(buffers) -> int:
     sizes = [b.dtype.bytes for b in buffers if b.scope in ("global", "shared")]
     return max(1, 16 // min(sizes)) if sizes else 8
@@ -70,6 +102,14 @@ class _KernelInference:
         self.ops = [s for s in walk(kernel.body) if isinstance(s, (Parallel, AnnotateLayout)) or op_for(s) is not None]
         self.fragments = [s.buffer for s in walk(kernel.body) if getattr(s, "buffer", None) is not None
                           and type(s).__name__ == "Alloc" and s.buffer.scope == "fragment"]
+        self.register_dims: dict = {}  # fragment -> dims some T.Parallel indexes with a loop-invariant expression
+        for op in self.ops:
+            if isinstance(op, Parallel):
+                for buf, indices, _, _ in self.accesses(op):
+                    dims = {d for d, i in enumerate(indices) if not self._loop_index(op, i) and
+                            static_int(i) is None and loop_invariant(op, i)}
+                    if dims:
+                        self.register_dims.setdefault(buf, set()).update(dims)
 
     # -- assignment and conflicts ----------------------------------------------------------------------------
     def assign(self, buf: Buffer, frag: Fragment, stmt, why: str) -> bool:
@@ -151,11 +191,12 @@ class _KernelInference:
             else:
                 buf, other = tile
                 vec = _vector_for([other.buffer]) if other is not None else self.copy_vector(buf)
-                self.assign(buf, make_blocked(buf.shape, self.threads, vec), op, f"{describe(op)}, default layout")
+                self.assign(buf, make_blocked(buf.shape, self.threads, vec, self.register_dims.get(buf, ())), op,
+                            f"{describe(op)}, default layout")
             return True
         for buf in self.fragments:
             if buf not in self.r.fragments:
-                self.r.fragments[buf] = make_blocked(buf.shape, self.threads, 4)
+                self.r.fragments[buf] = make_blocked(buf.shape, self.threads, 4, self.register_dims.get(buf, ()))
                 self.r.origin[buf] = (None, "unused")
                 return True
         return False
@@ -189,36 +230,67 @@ class _KernelInference:
                         out.append((load.buffer, load.indices, False, s))
         return out
 
+    @staticmethod
+    def _loop_index(loop: Parallel, i) -> bool:
+        return isinstance(i, Var) and any(i is v for v in loop.vars)
+
     def _pattern(self, loop: Parallel, buf: Buffer, indices, stmt):
-        """Per fragment dim: the loop dim its index is, or ('const', c). LayoutError for anything else."""
+        """Per fragment dim: the loop dim its index is, ('const', c), or ANY (loop-invariant). LayoutError (L004)
+        for anything else."""
         pattern = []
         for i in indices:
-            if isinstance(i, Var) and any(i is v for v in loop.vars):
+            if self._loop_index(loop, i):
                 pattern.append(next(d for d, v in enumerate(loop.vars) if v is i))
             elif static_int(i) is not None:
                 pattern.append(("const", static_int(i)))
+            elif loop_invariant(loop, i):
+                pattern.append(ANY)
             else:
                 raise LayoutError(f"fragment '{buf.name}' is indexed by an expression of the loop variables",
                                   getattr(stmt, "span", None) or loop.span, code="L004",
-                                  hint="index fragments with the T.Parallel variables themselves (x[i, j]); stage "
-                                       "shifted or strided accesses through T.alloc_shared")
+                                  hint="index fragments with the T.Parallel variables themselves (x[i, j]), constants, "
+                                       "or values that do not change in the loop (an enclosing T.serial variable); "
+                                       "stage shifted or strided accesses through T.alloc_shared")
         return pattern
+
+    def _sliced(self, frag: Fragment, pattern) -> Fragment | None:
+        """``frag`` without its ANY dims (they must be held in registers only: the same threads for every value),
+        or None when some ANY dim is spread over threads."""
+        for d in reversed(range(len(pattern))):
+            if pattern[d] is ANY:
+                if any(lv.is_thread and lv.size > 1 for lv in frag.dims[d]):
+                    return None
+                frag = frag.project(d) if len(frag.shape) > 1 else None
+                if frag is None:
+                    return None
+        return frag
 
     def loop_from_fragments(self, loop: Parallel) -> Fragment | None:
         extents = tuple(static_int(e) for e in loop.extents)
         for buf, indices, _, stmt in self.accesses(loop):
-            if buf in self.r.fragments and self._pattern(loop, buf, indices, stmt) == list(range(len(extents))) \
-                    and tuple(buf.shape) == extents:
+            if buf not in self.r.fragments:
+                continue
+            pattern = self._pattern(loop, buf, indices, stmt)
+            if pattern == list(range(len(extents))) and tuple(buf.shape) == extents:
                 return self.r.fragments[buf]
+            if ANY in pattern and [p for p in pattern if p is not ANY] == list(range(len(extents))):
+                frag = self._sliced(self.r.fragments[buf], pattern)  # x[k, j] with k serial: x's row layout
+                if frag is not None and frag.shape == extents:
+                    return frag
         return None
 
     def free_loop_layout(self, loop: Parallel) -> Fragment:
         extents = tuple(static_int(e) for e in loop.extents)
+        buffers = [s.buffer for s in walk(loop.body) if isinstance(s, (Store, AtomicAdd))]
+        buffers += [ld.buffer for s in walk(loop.body) for e in stmt_exprs(s) for ld in loads(e)]
+        for buf, indices, _, stmt in self.accesses(loop):
+            if buf not in self.r.fragments and self.register_dims.get(buf) and tuple(buf.shape) == extents and \
+                    self._pattern(loop, buf, indices, stmt) == list(range(len(extents))):
+                # another loop indexes some dims of buf with a serial variable: keep those in registers
+                return make_blocked(extents, self.threads, _vector_for(buffers), self.register_dims[buf])
         for other, layout in self.r.loops.items():
             if layout.shape == extents and self.compatible(loop, layout):
                 return layout
-        buffers = [s.buffer for s in walk(loop.body) if isinstance(s, (Store, AtomicAdd))]
-        buffers += [ld.buffer for s in walk(loop.body) for e in stmt_exprs(s) for ld in loads(e)]
         return make_blocked(extents, self.threads, _vector_for(buffers))
 
     def set_loop(self, loop: Parallel, layout: Fragment) -> None:
@@ -228,12 +300,16 @@ class _KernelInference:
             if buf in self.r.fragments:
                 continue
             pattern = self._pattern(loop, buf, indices, stmt)
-            if any(isinstance(p, tuple) for p in pattern) or pattern != sorted(pattern):
+            dims = [p for p in pattern if p is not ANY]
+            if any(isinstance(p, tuple) for p in dims) or dims != sorted(dims) or not dims:
                 continue
             frag = layout
             for d in reversed(range(len(extents))):
-                if d not in pattern:
+                if d not in dims:
                     frag = frag.project(d)
+            for d, p in enumerate(pattern):  # loop-invariant dims: every value in each owner's registers
+                if p is ANY:
+                    frag = frag.insert_register_dim(d, buf.shape[d])
             if tuple(buf.shape) == frag.shape:
                 self.assign(buf, frag, loop, "T.Parallel loop" if len(pattern) == len(extents) else
                             "T.Parallel loop, replicated over the loop dims it does not index")
@@ -265,9 +341,29 @@ class _KernelInference:
             if frag is None:
                 continue
             pattern = self._pattern(loop, buf, indices, stmt)
-            idx = tuple(grids[p] if not isinstance(p, tuple) else np.full(layout.shape, p[1]) for p in pattern)
-            holds = frag.owner_mask()[idx]
-            bad = (runs != holds) if is_store else (runs & ~holds)
+            spread = [d for d, p in enumerate(pattern) if p is ANY and
+                      any(lv.is_thread and lv.size > 1 for lv in frag.dims[d])]
+            if spread:
+                if not raise_conflict:
+                    raise LayoutError("incompatible")
+                first, why = self.r.origin.get(buf, (None, ""))
+                first_line = first.span.line if first is not None and first.span else "?"
+                raise LayoutError(
+                    f"fragment '{buf.name}' is indexed in the T.Parallel loop at line "
+                    f"{loop.span.line if loop.span else '?'} by a value that does not change in the loop (dim "
+                    f"{spread[0]}), but its layout (line {first_line}: {why}) spreads that dim over threads, so no "
+                    f"one thread holds the element for every value", getattr(stmt, "span", None) or loop.span,
+                    code="L004", notes=[f"{buf.name}: {frag.describe()}"],
+                    hint=f"let a T.Parallel loop over all of '{buf.name}' write it first (its serially indexed dims "
+                         f"then stay in registers), or go through T.alloc_shared")
+            mask = frag.owner_mask()
+            any_dims = tuple(d for d, p in enumerate(pattern) if p is ANY)
+            every = mask.all(axis=any_dims, keepdims=True) if any_dims else mask  # held for every value
+            some = mask.any(axis=any_dims, keepdims=True) if any_dims else mask
+            idx = tuple(grids[p] if not isinstance(p, tuple) else np.full(layout.shape, p[1] if p is not ANY else 0)
+                        for p in pattern)
+            holds = every[idx]
+            bad = ((runs != holds) | (runs != some[idx])) if is_store else (runs & ~holds)
             if bad.any():
                 if not raise_conflict:
                     raise LayoutError("incompatible")

@@ -154,6 +154,11 @@ class LowerContext:
             return static_int(s)
         return s
 
+    def spread(self, buf: Buffer, dim: int) -> bool:
+        """Whether fragment ``buf`` spreads ``dim`` over threads (else every owner holds that whole dim in registers,
+        so a runtime index along it is a register index the layout inference proved held)."""
+        return any(lv.is_thread and lv.size > 1 for lv in self.frag(buf).dims[dim])
+
     def numeric_slot(self, buf: Buffer, indices) -> int | None:
         """Inside a T.Parallel slot: the register of ``buf[indices]`` (indices are loop variables or constants),
         computed from tables, when all running threads agree on it."""
@@ -237,7 +242,8 @@ class LowerContext:
                 if slot is not None:
                     return Load(self.mem(e.buffer), (as_expr(slot),), e.buffer.dtype, e.span)
             idx = tuple(self.rewrite(i, subst) for i in e.indices)
-            if e.buffer.scope == "fragment" and any(self.per_thread(i) is None for i in idx):
+            if e.buffer.scope == "fragment" and any(self.per_thread(i) is None and self.spread(e.buffer, d)
+                                                    for d, i in enumerate(idx)):
                 raise TargetError(f"fragment '{e.buffer.name}' is read with an index that depends on runtime values",
                                   e.span, code="E602", hint="read fragments inside T.Parallel with its variables")
             return self.element(e.buffer, idx, e.span)

@@ -48,8 +48,8 @@ def lower_copy(ctx, s: Copy) -> list:
             return [VecCopy(ctx.mem(dst.buffer), as_expr(0), ctx.mem(src.buffer), as_expr(0), n, s.span)]
         ctx.note_instruction(s, "layout conversion through shared memory")
         return _convert_through_shared(ctx, src.buffer, dst.buffer, s)
-    layout, coords = _iteration(ctx, src, dst, s)
-    return _transfer(ctx, layout, coords, src, dst, s, atomic=False)
+    layout, coords, window = _iteration(ctx, src, dst, s)
+    return _transfer(ctx, layout, coords, src, dst, s, atomic=False, window=window)
 
 
 def _convert_through_shared(ctx, src, dst, s) -> list:
@@ -88,8 +88,8 @@ def scratch_bytes(s: Copy, layouts) -> int:
 
 
 def lower_atomic_add_tile(ctx, s: AtomicAddTile) -> list:
-    layout, coords = _iteration(ctx, s.src, s.dst, s)
-    return _transfer(ctx, layout, coords, s.src, s.dst, s, atomic=True)
+    layout, coords, window = _iteration(ctx, s.src, s.dst, s)
+    return _transfer(ctx, layout, coords, s.src, s.dst, s, atomic=True, window=window)
 
 
 def lower_fill(ctx, s: Fill) -> list:
@@ -117,15 +117,29 @@ def _whole(r: Region, s):
                           code="E602", hint=f"copy the whole fragment '{r.buffer.name}' or stage it in shared memory")
 
 
-def _iteration(ctx, src: Region, dst: Region, s) -> tuple[Fragment, tuple[int, ...]]:
-    """The Fragment that iterates the op's tile coordinates, and the coordinate shape."""
+def _window(r: Region, s) -> tuple | None:
+    """For a fragment region: None when it is the whole fragment, else its static (start, extent) per dim (TileLang
+    copies slices such as ``acc_o[:valid_rows, :]``); E602 when a start is not a compile-time constant."""
+    if all(static_int(x) == 0 for x in r.starts) and tuple(r.extents) == tuple(r.buffer.shape):
+        return None
+    starts = [static_int(x) for x in r.starts]
+    extents = [static_int(x) for x in r.extents]
+    if None in starts or None in extents:
+        raise TargetError(f"the CUDA backend moves slices of register tiles at compile-time offsets only; "
+                          f"'{r.buffer.name}' is sliced at a runtime offset here", s.span, code="E602",
+                          hint=f"copy the whole fragment '{r.buffer.name}' or stage it in shared memory")
+    return tuple(zip(starts, extents))
+
+
+def _iteration(ctx, src: Region, dst: Region, s):
+    """The Fragment that iterates the op's tile coordinates, the coordinate shape, and the fragment window (None, or
+    the static (start, extent) per dim of a sliced fragment operand: coordinates outside it are skipped)."""
     for r in (src, dst):
         if r.buffer.scope == "fragment":
-            _whole(r, s)
-            return ctx.frag(r.buffer), tuple(r.buffer.shape)
+            return ctx.frag(r.buffer), tuple(r.buffer.shape), _window(r, s)
     coords = tuple(dst.extents)
     sizes = [src.buffer.dtype.bytes, dst.buffer.dtype.bytes]
-    return make_blocked(coords, ctx.threads, max(1, 16 // max(sizes))), coords
+    return make_blocked(coords, ctx.threads, max(1, 16 // max(sizes))), coords, None
 
 
 def _region_index(r: Region, coords_shape, c) -> tuple:
@@ -159,15 +173,20 @@ def _vector_ok(ctx, r: Region, coords_shape, width: int) -> bool:
     return form is not None and form[1] % width == 0 and all(c % width == 0 for c in form[0].values())
 
 
-def _transfer(ctx, layout: Fragment, coords, src: Region, dst: Region, s, atomic: bool) -> list:
+def _transfer(ctx, layout: Fragment, coords, src: Region, dst: Region, s, atomic: bool, window=None) -> list:
     width = layout.vector_width
+    if window is not None:  # a run lies wholly inside or outside the fragment window
+        start, extent = window[-1]
+        while width > 1 and (start % width or extent % width):
+            width //= 2
     memory_sides = [r.buffer.dtype.bytes for r in (src, dst) if r.buffer.scope in ("global", "shared")]
     max_elems = max(1, 16 // max(memory_sides)) if memory_sides else width
     if atomic:  # vector atomics: 4 x float32 or 2 x 16-bit floats into global memory
         max_elems = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(dst.buffer.dtype), 1) \
             if dst.buffer.scope == "global" else 1
-    while width > 1 and (width > max_elems or not (_vector_ok(ctx, src, coords, width)
-                                                    and _vector_ok(ctx, dst, coords, width))):
+    mem_coords = coords if window is None else tuple(n for _, n in window)
+    while width > 1 and (width > max_elems or not (_vector_ok(ctx, src, mem_coords, width)
+                                                    and _vector_ok(ctx, dst, mem_coords, width))):
         width //= 2
     entries = ATOMIC if atomic else None
     instruction = select_copy(src, dst, width, ctx.async_copies and not atomic, getattr(ctx, "target", None), entries)
@@ -175,19 +194,29 @@ def _transfer(ctx, layout: Fragment, coords, src: Region, dst: Region, s, atomic
     if layout.vector_width % width == 0:
         loops = SlotLoops(ctx, layout, vector=width)
         return loops.nest(_transfer_group(ctx, layout, coords, src, dst, s, atomic, width, loops.index(THREAD),
-                                          loops.slot(), instruction))
+                                          loops.slot(), instruction, window))
     out = []
     for k in range(0, layout.num_slots, width):
         out += _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, layout.inverse(THREAD, k), k,
-                               instruction)
+                               instruction, window)
     return out
 
 
-def _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, c, k, instruction) -> list:
+def _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, c, k, instruction, window=None) -> list:
     """Statements moving the ``width`` elements at tile coordinate ``c`` (register ``k`` of the layout), by
-    ``instruction`` (a copy or atomic entry of ``compiler.instructions``)."""
+    ``instruction`` (a copy or atomic entry of ``compiler.instructions``). With a ``window`` (a sliced fragment
+    operand), ``c`` is a coordinate of the whole fragment: those outside the window are skipped and the memory side
+    is indexed relative to the window's start."""
     valid = valid_condition(ctx, layout, c, write=dst.buffer.scope != "fragment")
-    s_idx, d_idx = _region_index(src, coords, c), _region_index(dst, coords, c)
+    mem_c, mem_coords = c, coords
+    if window is not None:
+        for d, (start, extent) in enumerate(window):
+            if (start, extent) != (0, layout.shape[d]):
+                valid = and_(valid, and_(make_cmp(">=", c[d], start), make_cmp("<", c[d], start + extent)))
+        mem_c = tuple(make_binop("-", x, start) for x, (start, _) in zip(c, window))
+        mem_coords = tuple(n for _, n in window)
+    s_idx, d_idx = (tuple(c) if window is not None and r.buffer.scope == "fragment" else
+                    _region_index(r, mem_coords, mem_c) for r in (src, dst))
     s_in = ctx.in_bounds(src.buffer, s_idx) if src.buffer.scope == "global" else True
     d_in = ctx.in_bounds(dst.buffer, d_idx) if dst.buffer.scope == "global" else True
     s_pos = k if src.buffer.scope == "fragment" else ctx.offset(src.buffer, s_idx)

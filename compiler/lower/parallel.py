@@ -19,6 +19,7 @@ from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import loads, stmt_exprs
 from tileagent.compiler.ir.stmt import AtomicAdd, If, Let, Parallel, Store
 from tileagent.compiler.lower.copy import and_, guarded, valid_condition
+from tileagent.compiler.layout.infer import loop_invariant
 from tileagent.compiler.lower.slots import SlotLoops
 from tileagent.compiler.tir import THREAD
 
@@ -38,10 +39,15 @@ def _lower_as_loops(ctx, loop: Parallel, layout, writer) -> list | None:
     valid = (np.arange(ctx.threads) < layout.threads_used)[:, None] & (table < np.array(layout.shape)).all(-1)
     overrides = {}
     for buf, indices in _fragment_accesses(loop.body):
-        per_slot = _slots_of(ctx, buf, indices, loop, table, valid)
-        expr = None if per_slot is None else loops.fit(per_slot, valid.any(0))
+        found = _slots_of(ctx, buf, indices, loop, table, valid)
+        if found is None:
+            return None
+        per_slot, extra = found
+        expr = loops.fit(per_slot, valid.any(0))
         if expr is None:
             return None
+        for i, stride in extra:  # loop-invariant indices along register-only dims: a runtime register offset
+            expr = make_binop("+", expr, make_binop("*", ctx.rewrite(i, {}), stride))
         overrides[(buf, tuple(map(id, indices)))] = expr
     c = loops.index(THREAD)
     body = lower_elements(ctx.derive(slot_overrides=overrides), loop.body, {v: c[d] for d, v in enumerate(loop.vars)},
@@ -51,20 +57,40 @@ def _lower_as_loops(ctx, loop: Parallel, layout, writer) -> list | None:
 
 def _slots_of(ctx, buf, indices, loop: Parallel, table, valid):
     """For each register slot of the loop layout: the register of ``buf[indices]`` all running threads use, or -1
-    where they disagree. None when an index is neither a loop variable nor a constant."""
-    idx = []
+    where they disagree, and the (index, register stride) terms of loop-invariant indices (taken as 0 in the table);
+    None when an index is none of a loop variable, a constant, or loop-invariant along a dim held in registers with
+    registers linear in it."""
+    idx, extra = [], []
+    slot_table = ctx.frag(buf).tables()[1]
     for dim, i in enumerate(indices):
         if isinstance(i, Var) and any(i is v for v in loop.vars):
             d = next(d for d, v in enumerate(loop.vars) if v is i)
             idx.append(np.clip(table[:, :, d], 0, buf.shape[dim] - 1))
         elif static_int(i) is not None:
             idx.append(np.full(table.shape[:2], static_int(i)))
+        elif loop_invariant(loop, i) and not ctx.spread(buf, dim):
+            stride = _register_stride(slot_table, dim)
+            if stride is None:
+                return None
+            idx.append(np.zeros(table.shape[:2], dtype=np.int64))
+            extra.append((i, stride))
         else:
             return None
-    slots = ctx.frag(buf).tables()[1][tuple(idx)]  # (threads, slots)
+    slots = slot_table[tuple(idx)]  # (threads, slots)
     first = slots[valid.argmax(0), np.arange(slots.shape[1])]
     agree = ((slots == first) | ~valid).all(0)
-    return np.where(agree, first, -1)
+    return np.where(agree, first, -1), extra
+
+
+def _register_stride(slot_table: np.ndarray, dim: int) -> int | None:
+    """s when the register of element idx is register(idx with idx[dim] = 0) + idx[dim] * s everywhere, else None."""
+    n = slot_table.shape[dim]
+    if n == 1:
+        return 0
+    base = np.take(slot_table, [0], axis=dim)
+    stride = int(np.take(slot_table, [1], axis=dim).flat[0] - base.flat[0])
+    steps = np.arange(n).reshape([n if d == dim else 1 for d in range(slot_table.ndim)])
+    return stride if (slot_table == base + steps * stride).all() else None
 
 
 def _fragment_accesses(stmts):
