@@ -80,7 +80,7 @@ class _Checker:
             self.exprs((s.value,), par_vars, static_par)
         elif isinstance(s, AtomicAdd):
             if s.buffer.scope not in ("global", "shared"):
-                raise ScopeError(f"T.atomic_add into {s.buffer.name} ({s.buffer.scope})", code="E508",
+                raise ScopeError(f"T.atomic_{s.op} into {s.buffer.name} ({s.buffer.scope})", code="E508",
                                  hint="atomics target global or shared memory; update fragments with +=")
             self.access(s.buffer, s.indices, par_vars, static_par)
             self.exprs(s.indices + (s.value,), par_vars, static_par)

@@ -204,7 +204,7 @@ CODES = {
     "E506": "T.Parallel nested inside T.Parallel after other statements, or a sequential loop (T.serial, "
             "T.Pipelined, T.unroll) inside T.Parallel",
     "E507": "T.Parallel with a non-static extent indexing a fragment",
-    "E508": "atomic_add destination not in global or shared memory",
+    "E508": "atomic_add/max/min destination not in global or shared memory",
     "E601": "unknown or unavailable target",
     "E602": "an op the CUDA backend does not lower yet",
     "E701": "a TileLang API (module, function, dtype or language construct) that TileAgent does not support",

@@ -40,6 +40,7 @@ import torch
 
 from tileagent.compiler.errors import KernelArgumentError
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
+from tileagent.compiler.atomic_ops import combine, elementwise
 from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
 from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
 from tileagent.compiler.emulate_wgmma import finish_wgmma
@@ -264,7 +265,8 @@ class _Block:
         self.write(s.buffer, self.ev(s.indices[0]), 1, self.ev(s.value), "store to", accumulate=False)
 
     def atomic_add(self, s: AtomicAdd) -> None:
-        self.write(s.buffer, self.ev(s.indices[0]), 1, self.ev(s.value), "atomic add to", accumulate=True)
+        self.write(s.buffer, self.ev(s.indices[0]), 1, self.ev(s.value), f"atomic {s.op} to",
+                   accumulate=True if s.op == "add" else s.op)
 
     def vec_copy(self, s: VecCopy) -> None:
         src_index, dst_index = self.ev(s.src_index), self.ev(s.dst_index)
@@ -373,7 +375,8 @@ class _Block:
             self.race_read(buf, idx[ids], ids)
         return mem[safe]
 
-    def write(self, buf: Buffer, base, width: int, value, verb: str, accumulate: bool) -> None:
+    def write(self, buf: Buffer, base, width: int, value, verb: str, accumulate) -> None:
+        """Store (accumulate False), atomic add (True) or atomic max/min ("max"/"min", compiler.atomic_ops)."""
         mem, idx = self.elements(buf, base, width, verb)
         ids = self.active()
         value = as_tensor(value, buf.dtype)
@@ -383,15 +386,21 @@ class _Block:
         idx = idx[ids]
         if buf.scope == "local":
             rows = ids[:, None].expand_as(idx)
-            if accumulate:
+            if accumulate in ("max", "min"):
+                mem[rows, idx] = elementwise(mem[rows, idx], vals.to(mem.dtype), accumulate)
+            elif accumulate:
                 cd = compute_dtype(buf.dtype)
                 mem[rows, idx] = (mem[rows, idx].to(cd) + vals.to(cd)).to(mem.dtype)
             else:
                 mem[rows, idx] = vals.to(mem.dtype)
             return
         if buf.scope == "shared" and self.check_races:
-            self.race_write(buf, idx, ids, vals.to(mem.dtype), accumulate)
+            self.race_write(buf, idx, ids, vals.to(mem.dtype), bool(accumulate))
         flat_idx, flat_vals = idx.reshape(-1), vals.reshape(-1)
+        if accumulate in ("max", "min"):
+            uniq, inv = torch.unique(flat_idx, return_inverse=True)
+            mem[uniq] = combine(mem[uniq], inv, flat_vals, accumulate)
+            return
         if accumulate:
             uniq, inv = torch.unique(flat_idx, return_inverse=True)
             cd = compute_dtype(buf.dtype) if buf.dtype.is_float else torch.int64

@@ -22,6 +22,7 @@ from tileagent.compiler.errors import KernelFault
 from tileagent.compiler.intrinsics import MATH, as_tensor, compute_dtype, float_binop, float_call, storage
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
 from tileagent.compiler.ir.printer import region_str
+from tileagent.compiler.atomic_ops import combine
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, Parallel, Print,
                               PrimFunc, Region, Store, UseSwizzle)
 from tileagent.compiler.tileops import op_for
@@ -113,7 +114,8 @@ class _Interpreter:
         self.write_elements(s.buffer, s.indices, self.ev(s.value), mask, s.span, accumulate=False)
 
     def atomic_add(self, s: AtomicAdd, mask) -> None:
-        self.write_elements(s.buffer, s.indices, self.ev(s.value), mask, s.span, accumulate=True)
+        self.write_elements(s.buffer, s.indices, self.ev(s.value), mask, s.span,
+                            accumulate=True if s.op == "add" else s.op)
 
     def print_(self, s: Print, mask) -> None:
         value = self.mem[s.value] if isinstance(s.value, Buffer) else self.ev(s.value)
@@ -189,10 +191,15 @@ class _Interpreter:
             val = torch.where(inb, val, torch.zeros((), dtype=val.dtype))
         return val
 
-    def write_elements(self, buf: Buffer, indices, value, mask, span, accumulate: bool) -> None:
+    def write_elements(self, buf: Buffer, indices, value, mask, span, accumulate) -> None:
+        """Store (accumulate False), atomic add (True) or atomic max/min ("max"/"min") ``value`` at ``indices``."""
         idx, inb = self._element_indices(buf, indices, span)
         t = self.mem[buf]
         value = as_tensor(value, buf.dtype)
+        if accumulate in ("max", "min"):
+            self._atomic_extreme(t, idx, value, mask if inb is None else (inb if mask is None else mask & inb),
+                                 accumulate)
+            return
         if mask is None and inb is None and all(isinstance(i, int) for i in idx):
             if accumulate:
                 cd = compute_dtype(buf.dtype)
@@ -218,6 +225,23 @@ class _Interpreter:
             t.copy_(acc.to(t.dtype))
         else:
             t.index_put_(index, vals.to(t.dtype))
+
+    @staticmethod
+    def _atomic_extreme(t: torch.Tensor, idx, value, keep, op: str) -> None:
+        """T.atomic_max / T.atomic_min of ``value`` into ``t[idx]`` where ``keep`` (compiler.atomic_ops)."""
+        parts = torch.broadcast_tensors(*([torch.as_tensor(i) for i in idx] + [torch.as_tensor(value)] +
+                                          ([torch.as_tensor(keep)] if keep is not None else [])))
+        flat = [p.reshape(-1) for p in parts]
+        if keep is not None:
+            flat = [f[flat[-1]] for f in flat[:-1]]
+        lin = torch.zeros_like(flat[0], dtype=torch.int64)
+        for i, stride in zip(flat[:len(idx)], t.stride()):
+            lin += i.to(torch.int64) * stride
+        uniq, inv = torch.unique(lin, return_inverse=True)
+        view = t.as_strided((t.numel(),), (1,)) if t.is_contiguous() else None
+        if view is None:
+            raise KernelFault("atomic max/min into a non-contiguous buffer")
+        view[uniq] = combine(view[uniq], inv, flat[len(idx)], op)
 
     # -- expressions -----------------------------------------------------------------------------------------
     def ev(self, e):

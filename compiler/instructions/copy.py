@@ -120,7 +120,8 @@ class LoadStore(Instruction):
 
 class AtomicAdd(Instruction):
     """Atomic adds of a tile ``T.atomic_add``, ``width`` elements at a time: one vector ``atomicAdd`` (``VecAtomicAdd``:
-    4 x float32 or 2 x float16/bfloat16 into global memory, aligned) or one scalar ``atomicAdd`` per element."""
+    4 x float32 or 2 x float16/bfloat16 into global memory, aligned) or one scalar ``atomicAdd`` per element. The
+    scalar entry also lowers tile ``T.atomic_max`` / ``T.atomic_min`` (the tile's ``op``; runs of one element)."""
 
     op = "atomic_add"
 
@@ -157,7 +158,8 @@ class AtomicAdd(Instruction):
             return guarded(ctx, guard, [add])
         value = Load(ctx.mem(src.buffer), (as_expr(run.s_pos),), src.buffer.dtype) if src.buffer.scope == "fragment" \
             else ctx.element(src.buffer, run.s_idx)
-        body = [AtomicAddStmt(ctx.mem(dst.buffer), (as_expr(run.d_pos),), make_cast(value, dst.buffer.dtype), s.span)]
+        body = [AtomicAddStmt(ctx.mem(dst.buffer), (as_expr(run.d_pos),), make_cast(value, dst.buffer.dtype), s.span,
+                              getattr(s, "op", "add"))]
         return guarded(ctx, guard, body)
 
 

@@ -103,7 +103,7 @@ def stmt_lines(s, indent: int = 0) -> list[str]:
     if isinstance(s, Let):
         return [f"{pad}{s.var.name} = {expr_str(s.value)}"]
     if isinstance(s, AtomicAdd):
-        return [f"{pad}T.atomic_add({s.buffer.name}[{', '.join(expr_str(i) for i in s.indices)}], "
+        return [f"{pad}T.atomic_{s.op}({s.buffer.name}[{', '.join(expr_str(i) for i in s.indices)}], "
                 f"{expr_str(s.value)})"]
     if isinstance(s, Print):
         value = s.value.name if isinstance(s.value, Buffer) else expr_str(s.value)

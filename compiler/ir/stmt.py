@@ -179,21 +179,25 @@ class Fill(Stmt):
 
 @dataclass(frozen=True, eq=False, slots=True)
 class AtomicAdd(Stmt):
-    """Scalar form: ``T.atomic_add(C[i, j], value)``."""
+    """Scalar form: ``T.atomic_add(C[i, j], value)``; ``op`` "max" / "min" for ``T.atomic_max`` / ``T.atomic_min``
+    (the element is replaced only where the value compares greater / less: a NaN value never replaces)."""
 
     buffer: Buffer
     indices: tuple
     value: Expr
     span: Span | None = None
+    op: str = "add"
 
 
 @dataclass(frozen=True, eq=False, slots=True)
 class AtomicAddTile(Stmt):
-    """Tile form: ``T.atomic_add(C[by * BM, bx * BN], C_local)``: dst += src elementwise, atomically."""
+    """Tile form: ``T.atomic_add(C[by * BM, bx * BN], C_local)``: dst += src elementwise, atomically (``op`` "max" /
+    "min": dst = max / min(dst, src) elementwise, for ``T.atomic_max`` / ``T.atomic_min``)."""
 
     dst: Region
     src: Region
     span: Span | None = None
+    op: str = "add"
 
 
 @dataclass(frozen=True, eq=False, slots=True)

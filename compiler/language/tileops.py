@@ -1,4 +1,4 @@
-"""Tile operators: ``T.copy``, ``T.gemm``, ``T.fill``/``T.clear``, ``T.reduce_*``, ``T.atomic_add``.
+"""Tile operators: ``T.copy``, ``T.gemm``, ``T.fill``/``T.clear``, ``T.reduce_*``, ``T.atomic_add/max/min``.
 
 Each builtin turns its operands into Regions and builds one statement. Operands are a whole Buffer, a sliced
 region ``A[b, i * 64:(i + 1) * 64, :]``, or an element ``A[i, j]`` naming the tile's origin (its extent is taken
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-from tileagent.compiler.diagnostics import DSLTypeError, ShapeError
+from tileagent.compiler.diagnostics import DSLTypeError, ShapeError, UnsupportedError
 from tileagent.compiler.ir.expr import Expr, Load, as_expr, describe, make_cast
 from tileagent.compiler.ir.stmt import (AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, Gemm, Reduce, Region, Store)
 
@@ -140,23 +140,59 @@ def reduce(buffer, out, reduce_type, dim=-1, clear=True):
     return _reduce(reduce_type, buffer, out, dim, clear)
 
 
+_MEMORY_ORDERS = ("relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst")
+
+
+def _atomic(op: str, dst, value, memory_order, return_prev):
+    """The scalar (AtomicAdd) or tile (AtomicAddTile) statement of ``T.atomic_<op>``."""
+    name = f"T.atomic_{op}"
+    if memory_order is not None and memory_order not in _MEMORY_ORDERS:
+        raise DSLTypeError(f"{name}: memory_order must be one of {', '.join(_MEMORY_ORDERS)}, got {memory_order!r}",
+                           code="E309")
+    if memory_order not in (None, "relaxed"):
+        raise UnsupportedError(f"{name}(memory_order={memory_order!r}) is not supported: TileAgent's atomics are "
+                               f"relaxed (CUDA's atomicAdd/atomicMax/atomicCAS)",
+                               hint="drop memory_order or pass 'relaxed'; order other accesses with T.sync_threads "
+                                    "or a separate kernel")
+    if return_prev:
+        raise UnsupportedError(f"{name}(return_prev=True) is not supported: TileAgent's atomics are statements and "
+                               f"do not return the previous value",
+                               hint="count with a T.Parallel reduction or T.cumsum instead of fetch-and-add positions")
+    if isinstance(value, (Buffer, Region)) or (isinstance(value, Load) and not isinstance(dst, Load)):
+        src = _tile(value, name, "value")
+        d = _tile(dst, name, "dst")
+        if isinstance(src, Load):
+            src = _from_origin(src, d.extents, name)
+        if isinstance(d, Load):
+            d = _from_origin(d, src.extents, name)
+        return AtomicAddTile(d, src, op=op)
+    if not isinstance(dst, Load):
+        raise DSLTypeError(f"{name}: dst must be an element like C[i, j] for a scalar value, got "
+                           f"{describe(dst)}", code="E309")
+    if not isinstance(value, (Expr, int, float)):
+        raise DSLTypeError(f"{name}: value must be a number, an expression or a tile, got {describe(value)}",
+                           code="E309")
+    return AtomicAdd(dst.buffer, dst.indices, make_cast(as_expr(value, dst.buffer.dtype), dst.buffer.dtype), op=op)
+
+
 def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, annotations=None):
     """Atomically add into global (or shared) memory.
 
     Scalar form: ``T.atomic_add(C[i, j], x)``. Tile form: ``T.atomic_add(C[by * BM, bx * BN], C_local)``.
+    ``memory_order``: None or "relaxed" (stronger orders and ``return_prev=True`` are E701).
     """
-    if isinstance(value, (Buffer, Region)) or (isinstance(value, Load) and not isinstance(dst, Load)):
-        src = _tile(value, "T.atomic_add", "value")
-        d = _tile(dst, "T.atomic_add", "dst")
-        if isinstance(src, Load):
-            src = _from_origin(src, d.extents, "T.atomic_add")
-        if isinstance(d, Load):
-            d = _from_origin(d, src.extents, "T.atomic_add")
-        return AtomicAddTile(d, src)
-    if not isinstance(dst, Load):
-        raise DSLTypeError(f"T.atomic_add: dst must be an element like C[i, j] for a scalar value, got "
-                           f"{describe(dst)}", code="E309")
-    if not isinstance(value, (Expr, int, float)):
-        raise DSLTypeError(f"T.atomic_add: value must be a number, an expression or a tile, got {describe(value)}",
-                           code="E309")
-    return AtomicAdd(dst.buffer, dst.indices, make_cast(as_expr(value, dst.buffer.dtype), dst.buffer.dtype))
+    return _atomic("add", dst, value, memory_order, return_prev)
+
+
+def atomic_max(dst, value, memory_order=None, return_prev=False, annotations=None):
+    """Atomically replace ``dst`` by ``value`` where ``value`` is greater (TileLang's T.atomic_max).
+
+    Scalar form: ``T.atomic_max(M[i], x)``. Tile form: ``T.atomic_max(M[by * BM, bx * BN], tile)`` (elementwise).
+    A NaN value never replaces an element (as TileLang's CUDA AtomicMax). ``dst`` is global or shared memory.
+    """
+    return _atomic("max", dst, value, memory_order, return_prev)
+
+
+def atomic_min(dst, value, memory_order=None, return_prev=False, annotations=None):
+    """Atomically replace ``dst`` by ``value`` where ``value`` is less (TileLang's T.atomic_min); see atomic_max."""
+    return _atomic("min", dst, value, memory_order, return_prev)

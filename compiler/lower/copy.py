@@ -6,7 +6,8 @@ each thread moves the registers it holds), else the blocked default over the til
 thread-access where alignment allows). Each thread handles runs of ``vector`` consecutive elements of the
 innermost dim as one ``VecCopy``.
 A tile ``T.atomic_add`` adds runs the same way, by an ``ATOMIC`` entry: 4 float32 or 2 float16/bfloat16 values into
-global memory with one vector atomic where the run is contiguous and aligned, else one atomicAdd per element.
+global memory with one vector atomic where the run is contiguous and aligned, else one atomicAdd per element; a tile
+``T.atomic_max`` / ``T.atomic_min`` goes one element at a time.
 How one run moves is the copy entry of ``compiler.instructions`` that ``select_copy`` picks: in a software pipeline's
 producers (``ctx.async_copies``) a global -> shared run of 4, 8 or 16 bytes without a cast is one ``AsyncCopy``
 (cp.async, zero-filled outside the tensor), else a vectorized or scalar ``VecCopy``. ``scratch_bytes``: the shared scratch a copy between
@@ -88,6 +89,9 @@ def scratch_bytes(s: Copy, layouts) -> int:
 
 
 def lower_atomic_add_tile(ctx, s: AtomicAddTile) -> list:
+    from tileagent.compiler.lower.parallel import check_atomic_dtype
+
+    check_atomic_dtype(s.op, s.dst.buffer, s.span)
     layout, coords, window = _iteration(ctx, s.src, s.dst, s)
     return _transfer(ctx, layout, coords, s.src, s.dst, s, atomic=True, window=window)
 
@@ -183,7 +187,7 @@ def _transfer(ctx, layout: Fragment, coords, src: Region, dst: Region, s, atomic
     max_elems = max(1, 16 // max(memory_sides)) if memory_sides else width
     if atomic:  # vector atomics: 4 x float32 or 2 x 16-bit floats into global memory
         max_elems = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(dst.buffer.dtype), 1) \
-            if dst.buffer.scope == "global" else 1
+            if dst.buffer.scope == "global" and getattr(s, "op", "add") == "add" else 1  # no vector max/min
     mem_coords = coords if window is None else tuple(n for _, n in window)
     while width > 1 and (width > max_elems or not (_vector_ok(ctx, src, mem_coords, width)
                                                     and _vector_ok(ctx, dst, mem_coords, width))):

@@ -142,10 +142,11 @@ def lower_elements(ctx, stmts, subst: dict, writer) -> list:
         elif isinstance(s, AtomicAdd):
             idx = tuple(ctx.rewrite(i, subst) for i in s.indices)
             if s.buffer.scope not in ("global", "shared"):
-                raise TargetError("T.atomic_add needs global or shared memory", s.span, code="E602")
+                raise TargetError(f"T.atomic_{s.op} needs global or shared memory", s.span, code="E602")
+            check_atomic_dtype(s.op, s.buffer, s.span)
             guard = and_(writer, ctx.in_bounds(s.buffer, idx) if s.buffer.scope == "global" else True)
             add = AtomicAdd(ctx.mem(s.buffer), (as_expr(ctx.offset(s.buffer, idx)),),
-                            make_cast(ctx.rewrite(s.value, subst), s.buffer.dtype), s.span)
+                            make_cast(ctx.rewrite(s.value, subst), s.buffer.dtype), s.span, s.op)
             out += guarded(ctx, guard, [add])
         elif isinstance(s, If):
             cond = ctx.rewrite(s.cond, subst)
@@ -154,6 +155,17 @@ def lower_elements(ctx, stmts, subst: dict, writer) -> list:
         else:
             raise TargetError(f"{type(s).__name__} is not lowered inside T.Parallel", s.span, code="E602")
     return out
+
+
+ATOMIC_EXTREME_DTYPES = ("int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64")
+
+
+def check_atomic_dtype(op: str, buf, span) -> None:
+    """E602 for a T.atomic_max / T.atomic_min into a dtype the CUDA backend has no atomic for."""
+    if op != "add" and str(buf.dtype) not in ATOMIC_EXTREME_DTYPES:
+        raise TargetError(f"T.atomic_{op} into {buf.dtype} buffer '{buf.name}' is not lowered for CUDA (it has "
+                          f"atomics of 32- and 64-bit integers and 16/32/64-bit floats)", span, code="E602",
+                          hint=f"keep '{buf.name}' in int32 or float32")
 
 
 def kernel_level_writer():

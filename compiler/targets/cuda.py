@@ -19,7 +19,7 @@ Guarantees:
 - ``VecAtomicAdd`` becomes one ``atomicAdd`` on ``float2``/``float4`` (sm_90+), ``__half2`` or ``__nv_bfloat162``,
   with a per-element fallback for older architectures in the same source (``#if __CUDA_ARCH__``).
 - ``Mma``, ``LdMatrix`` and the asynchronous copies are emitted by ``compiler.targets.cuda_tensor``, reached through
-  the instruction registry (``compiler.instructions.cuda_emitters``).
+  the instruction registry (``compiler.instructions.cuda_emitters``); atomic max/min by ``cuda_atomic``.
 - Headers (``cuda_fp16.h``, ``cuda_bf16.h``, ``cuda_fp8.h``) are included only when their types are used; NVRTC
   needs the CUDA include directory for them (``compiler.runtime.nvrtc`` passes it). A module whose float16 use is the
   type and its two conversions gets a few lines of our own instead of ``cuda_fp16.h`` (``_FP16_PRELUDE``: the same
@@ -42,6 +42,7 @@ from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
 from tileagent.compiler.instructions import cuda_emitters
+from tileagent.compiler.targets.cuda_atomic import HELPERS as ATOMIC_HELPERS, atomic_extreme  # T.atomic_max/min
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
 from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
                           SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP)
@@ -102,7 +103,7 @@ __device__ __forceinline__ float tl_exp2f(float x) {
   return y;
 }""",
 }
-_ALL_HELPERS = {**_HELPERS, **TENSOR_HELPERS}
+_ALL_HELPERS = {**_HELPERS, **TENSOR_HELPERS, **ATOMIC_HELPERS}
 _RESERVED = set("""
 alignas alignof and asm auto bool break case catch char char16_t char32_t class const constexpr const_cast continue
 decltype default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
@@ -480,6 +481,8 @@ class _KernelEmitter:
         self.line("}")
 
     def atomic_add(self, s: AtomicAdd) -> None:
+        if s.op != "add":
+            return atomic_extreme(self, s)
         dt = s.buffer.dtype
         ref = self.ref(s.buffer, s.indices)
         val = _strip(self.value_as(s.value, dt))

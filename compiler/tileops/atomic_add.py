@@ -1,14 +1,17 @@
-"""Tile ``T.atomic_add(dst, src)``: dst += src elementwise, each element's add atomic (dst global or shared).
+"""Tile ``T.atomic_add(dst, src)``: dst += src elementwise, each element's add atomic (dst global or shared); the same
+node with ``op`` "max" / "min" is ``T.atomic_max`` / ``T.atomic_min`` (dst = max / min(dst, src), one scalar atomic
+per element; ``compiler.atomic_ops`` states the NaN rules).
 
 (The scalar form ``T.atomic_add(C[i, j], x)`` is an element statement, ``ir.stmt.AtomicAdd``, not a tile op.)
 Check: dst in global or shared memory; extents agree as for a copy. Effects: reads src and dst, writes dst.
 Layouts (common, as a copy): a fragment source without a layout takes the blocked default. Lowering:
 ``compiler.lower.copy.lower_atomic_add_tile`` (vector atomics of 4 float32 / 2 16-bit floats where aligned).
-Interpreter: adds in float32 (float64 for float64), rounds once to dst's dtype.
+Interpreter: adds in float32 (float64 for float64), rounds once to dst's dtype; max/min compare exactly.
 """
 
 from __future__ import annotations
 
+from tileagent.compiler.atomic_ops import elementwise
 from tileagent.compiler.diagnostics import ScopeError
 from tileagent.compiler.intrinsics import compute_dtype
 from tileagent.compiler.ir.printer import region_str
@@ -21,15 +24,16 @@ class AtomicAddTileOp(TileOp):
     layout_level = "common"
 
     def name(self, s) -> str:
-        return "T.atomic_add"
+        return f"T.atomic_{s.op}"
 
     def dsl(self, s) -> str:
-        return f"T.atomic_add({region_str(s.dst)}, {region_str(s.src)})"
+        return f"T.atomic_{s.op}({region_str(s.dst)}, {region_str(s.src)})"
 
     def check(self, s, checker) -> None:
         if s.dst.buffer.scope not in ("global", "shared"):
-            raise ScopeError(f"T.atomic_add into {s.dst.buffer.name} ({s.dst.buffer.scope})", code="E508")
-        checker.copy_shapes("T.atomic_add", s.src, s.dst)
+            raise ScopeError(f"T.atomic_{s.op} into {s.dst.buffer.name} ({s.dst.buffer.scope})", code="E508",
+                             hint="atomics target global or shared memory")
+        checker.copy_shapes(f"T.atomic_{s.op}", s.src, s.dst)
 
     def effects(self, s) -> Effects:
         # the destination is read-modify-written, but by atomics: ordering against other statements is that of a write
@@ -46,5 +50,8 @@ class AtomicAddTileOp(TileOp):
     def interpret(self, s, it, mask) -> None:
         old = it.read_region(s.dst, s.span)
         add = it.read_region(s.src, s.span).reshape(s.dst.extents)
+        if s.op != "add":
+            it.write_region(s.dst, elementwise(old, add.to(old.dtype), s.op), s.span)
+            return
         cd = compute_dtype(s.dst.buffer.dtype)
         it.write_region(s.dst, (old.to(cd) + add.to(cd)).to(s.dst.buffer.dtype.torch), s.span)

@@ -44,8 +44,6 @@ UNSUPPORTED = {
     "Fragment": "user-defined fragment layouts are not supported; layouts are inferred",
     "comm_reducer": "custom reducers are not supported; use T.reduce_sum/max/min/abssum/absmax",
     "alloc_reducer": "reducers are not supported; reduce into a fragment with T.reduce_*",
-    "atomic_max": "T.atomic_max is not supported yet; only T.atomic_add is",
-    "atomic_min": "T.atomic_min is not supported yet; only T.atomic_add is",
     "atomic_addx2": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
     "atomic_addx4": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
     "alloc_buffer": "raw TIR buffers are not supported; use T.alloc_shared / T.alloc_fragment / T.alloc_local",

@@ -1,0 +1,60 @@
+"""CUDA C++ for ``T.atomic_max`` / ``T.atomic_min`` (thread-IR ``AtomicAdd`` with ``op`` "max" / "min").
+
+In: the statement and the kernel emitter of ``compiler.targets.cuda`` (its ``ref``/``value_as``/``line`` helpers and
+module state). Out: one line per statement, plus the helper functions it needs (``HELPERS``, emitted once per module).
+Guarantees: 32- and 64-bit integers use CUDA's ``atomicMax``/``atomicMin``; float16, bfloat16, float32 and float64
+(which CUDA has no such atomics for) use a compare-and-swap loop on the element's bits that stores the value while it
+compares greater / less than the element, as TileLang's ``AtomicMax``/``AtomicMin`` do: a NaN value never stores
+(``compiler.atomic_ops`` is the same rule on the CPU). 16-bit CAS needs sm_70 or newer. Other dtypes: CodegenError
+(the lowering reports them first, as E602 at the statement's line).
+"""
+
+from __future__ import annotations
+
+
+def _helper(ctype: str, bits: str, to_bits: str, from_bits: str, to_float: str) -> str:
+    out = []
+    for name, cmp in (("max", ">"), ("min", "<")):
+        out.append(f"""\
+__device__ __forceinline__ void tl_atomic_{name}({ctype}* addr, {ctype} val) {{
+  {bits}* p = reinterpret_cast<{bits}*>(addr);
+  const {bits} want = {to_bits}(val);
+  {bits} old = *p;
+  while ({to_float}(val) {cmp} {to_float}({from_bits}(old))) {{
+    const {bits} assumed = old;
+    old = atomicCAS(p, assumed, want);
+    if (old == assumed) break;
+  }}
+}}""")
+    return "\n".join(out)
+
+
+HELPERS = {
+    "atomic_extreme_float32": _helper("float", "unsigned int", "__float_as_uint", "__uint_as_float", ""),
+    "atomic_extreme_float64": _helper("double", "unsigned long long", "__double_as_longlong", "__longlong_as_double",
+                                      ""),
+    "atomic_extreme_float16": _helper("half", "unsigned short", "__half_as_ushort", "__ushort_as_half",
+                                      "__half2float"),
+    "atomic_extreme_bfloat16": _helper("__nv_bfloat16", "unsigned short", "__bfloat16_as_ushort",
+                                       "__ushort_as_bfloat16", "__bfloat162float"),
+}
+INTEGER_DTYPES = ("int32", "uint32", "int64", "uint64")
+
+
+def atomic_extreme(emitter, s) -> None:
+    """Emit ``s`` (an AtomicAdd whose op is "max" or "min") through ``emitter`` (a cuda ``_KernelEmitter``)."""
+    from tileagent.compiler.targets.cuda import _strip
+
+    dt = s.buffer.dtype
+    ref = emitter.ref(s.buffer, s.indices)
+    val = _strip(emitter.value_as(s.value, dt))
+    if dt in INTEGER_DTYPES:
+        emitter.line(f"{'atomicMax' if s.op == 'max' else 'atomicMin'}(&{ref}, {val});")
+    elif f"atomic_extreme_{dt}" in HELPERS:
+        emitter.ct(dt)
+        emitter.state.fp16_header |= dt == "float16"  # __half_as_ushort is cuda_fp16.h's, not the small prelude's
+        emitter.state.helpers.add(f"atomic_extreme_{dt}")
+        emitter.line(f"tl_atomic_{s.op}(&{ref}, {val});")
+    else:
+        emitter.fail(f"atomic {s.op} on {dt} buffer {s.buffer.name} is not supported by CUDA (32- and 64-bit "
+                     f"integers and float16/bfloat16/float32/float64 are)")
