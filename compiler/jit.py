@@ -26,6 +26,7 @@ from tileagent.compiler.ir.expr import Expr, Var
 from tileagent.compiler.ir.stmt import Buffer, PrimFunc
 from tileagent.compiler.kernel_scope import kernel_scope
 from tileagent.compiler.passes import Options
+from tileagent.compiler.resources import active_dry_run
 from tileagent.compiler.runtime.hooks import notify_launch
 from tileagent.compiler.target import Target, resolve as resolve_target
 
@@ -333,9 +334,13 @@ class JITKernel:
 
     def __call__(self, *args):
         notify_launch(self)  # public hooks (compiler.runtime.launch.on_launch) see every call
-        bound, env, outputs = bind_arguments(self.func, args, self.out_idx, self.target.kind)
-        with kernel_scope():  # the evaluator's guard tells our kernels' work from the caller's torch ops
-            self.backend.run(bound, env)
+        dry = active_dry_run()
+        if dry is not None:  # compiled and sized at these shapes, not run (compiler.resources.dry_run)
+            outputs = dry.launch(self, args)
+        else:
+            bound, env, outputs = bind_arguments(self.func, args, self.out_idx, self.target.kind)
+            with kernel_scope():  # the evaluator's guard tells our kernels' work from the caller's torch ops
+                self.backend.run(bound, env)
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else outputs

@@ -42,6 +42,8 @@ class Target:
     registers_per_thread: int = 255
     registers_per_sm: int = 65536
     max_threads_per_block: int = 1024
+    threads_per_sm: int = 2048  # resident threads per SM (occupancy)
+    blocks_per_sm: int = 32  # resident blocks per SM (occupancy)
     warp_size: int = 32
     features: frozenset = field(default_factory=frozenset)
 
@@ -70,13 +72,14 @@ class Target:
 
 
 # The archs the lowering supports (cp.async, ldmatrix and mma.sync m16n8k16 need sm_80). Shared memory: the opt-in
-# maximum per block and the capacity per SM (CUDA C Programming Guide, "Technical Specifications per Compute
-# Capability").
+# maximum per block and the capacity per SM; resident threads and blocks per SM (CUDA C Programming Guide,
+# "Technical Specifications per Compute Capability").
 ARCHS = {
     "sm_80": dict(shared_bytes=163 * 1024, shared_bytes_per_sm=164 * 1024, registers_per_sm=65536, features=_AMPERE),
-    "sm_86": dict(shared_bytes=99 * 1024, shared_bytes_per_sm=100 * 1024, registers_per_sm=65536, features=_AMPERE),
-    "sm_89": dict(shared_bytes=99 * 1024, shared_bytes_per_sm=100 * 1024, registers_per_sm=65536,
-                  features=_AMPERE | {"fp8"}),
+    "sm_86": dict(shared_bytes=99 * 1024, shared_bytes_per_sm=100 * 1024, registers_per_sm=65536, threads_per_sm=1536,
+                  blocks_per_sm=16, features=_AMPERE),
+    "sm_89": dict(shared_bytes=99 * 1024, shared_bytes_per_sm=100 * 1024, registers_per_sm=65536, threads_per_sm=1536,
+                  blocks_per_sm=24, features=_AMPERE | {"fp8"}),
     "sm_90a": dict(shared_bytes=227 * 1024, shared_bytes_per_sm=228 * 1024, registers_per_sm=65536, features=_HOPPER),
 }
 _ALIASES = {"sm_90": "sm_90a"}  # TileLang's "-arch=sm_90" and a 9.0 device: the lowering may use sm_90a features
@@ -118,8 +121,9 @@ def device_target(device=None) -> Target:
     optin = getattr(props, "shared_memory_per_block_optin", None) or 48 * 1024
     per_sm = getattr(props, "shared_memory_per_multiprocessor", None) or optin
     regs = getattr(props, "regs_per_multiprocessor", None) or 65536
+    threads = getattr(props, "max_threads_per_multi_processor", None) or 2048
     return Target(kind="cuda", arch=arch, shared_bytes=int(optin), shared_bytes_per_sm=int(per_sm),
-                  registers_per_sm=int(regs), features=_HOPPER if major >= 9 else _AMPERE | ({"fp8"} if
+                  registers_per_sm=int(regs), threads_per_sm=int(threads), features=_HOPPER if major >= 9 else _AMPERE | ({"fp8"} if
                                                                                             (major, minor) >= (8, 9)
                                                                                             else set()))
 

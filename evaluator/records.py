@@ -31,6 +31,10 @@ class EvalRequest(BaseModel):
     timing: bool = Field(True, description="time candidate and baselines (CUDA only)")
     timing_trials: int | None = Field(None, description="timed trials per function (default evaluator.timing.TRIALS); "
                                       "fewer make a quick screening (the autotuner's)")
+    plan_configs: list[dict] | None = Field(None, description="configs whose kernels are compiled for the GPU and "
+                                            "sized (resources, occupancy, waves) after the checks pass, shapes only, "
+                                            "nothing runs (compiler.resources.dry_run): on the CPU the configs as "
+                                            "the GPU runs them (free dims not shrunk); default: the checked configs")
     keep_going: bool = Field(False, description="check every config even after one fails: a failing config gets a "
                              "ConfigResult with correct=False and the failure's message in its notes; the status and "
                              "failure are the first failing config's")
@@ -78,3 +82,5 @@ class EvalResult(BaseModel):
     configs: list[ConfigResult] = Field(default_factory=list)
     device: str = ""
     timing_available: bool = False
+    plans: list[dict] = Field(default_factory=list, description="per plan config: {'config', 'launches': "
+                              "[compiler.resources.KernelResources.to_dict()]} or {'config', 'unavailable': why}")

@@ -307,6 +307,17 @@ class Sandbox:
         self.last_ms = float(ms) if isinstance(ms, (int, float)) else float("nan")
         return outs, self.last_ms
 
+    def plan(self, config: dict, init: list, inputs: list, seed: int = 0, dtype=None, arch: str | None = None) -> dict:
+        """Build ModelNew(*init) on the meta device and run its forward on ``inputs`` (tensors of any device: only
+        their shapes and dtypes travel) in a dry run (``compiler.resources.dry_run``): every kernel the forward
+        calls is compiled for ``arch`` (default: the device's, else sm_90a) and sized; nothing computes. Returns
+        {"launches": [KernelResources.to_dict(), ...]}, or {"unavailable": why} when the forward cannot run on meta
+        tensors (it reads values, say). A kernel that does not compile at these sizes raises CompileFailed."""
+        described = [("tensor", list(t.shape), str(t.dtype).removeprefix("torch.")) if isinstance(t, torch.Tensor)
+                     else ("value", t) for t in inputs]
+        self._send(("plan", config, list(init), described, seed, str(dtype) if dtype else None, arch))
+        return self._reply(f"while compiling the kernels of ModelNew.forward at config {config}")
+
     def forget(self, buffers: list[Buffer]) -> None:
         """Let the runner drop its mappings of ``buffers``."""
         ids = [b.id for b in buffers if b.sent]
@@ -435,6 +446,39 @@ class _Runner:
         self.earlier = list(outs)
         self.send({"ok": True, "ms": ms, "outputs": len(outs)}, dump_tensors(o.detach() for o in outs))
 
+    def plan(self, config, init, described, seed, dtype, arch) -> None:
+        from tileagent.compiler.diagnostics import CompileError
+        from tileagent.compiler.errors import KernelArgumentError, KernelRuntimeError, TargetUnavailable
+        from tileagent.compiler.resources import dry_run
+        from tileagent.evaluator.candidate import candidate_line, compile_failed, construct
+        from tileagent.evaluator.spec import parse_dtype
+
+        cast = parse_dtype(dtype, "dtype") if dtype else None
+        args = [torch.empty(d[1], dtype=getattr(torch, d[2]), device="meta") if d[0] == "tensor" else d[1]
+                for d in described]
+        device = self.device if self.device.startswith("cuda") else None
+        try:
+            with torch.device("meta"):
+                model = construct(self.candidate, init, config, "meta", seed, cast)
+            with dry_run(arch, device, nvrtc_timeout_s=None) as run, torch.no_grad():
+                model.eval()(*args)
+        except CompileError as e:
+            raise compile_failed(e, self.candidate.path.name) from e
+        except TargetUnavailable as e:
+            self.send({"ok": True, "unavailable": f"no GPU compiler here ({e})"})
+            return
+        except KernelArgumentError as e:  # shapes, dtypes or layouts the kernel refuses: the GPU would refuse them
+            line = candidate_line(e, self.candidate.path)
+            raise RunFailed(f"ModelNew.forward raised KernelArgumentError: {e}{f' (line {line})' if line else ''}",
+                            exception="KernelArgumentError", line=line) from e
+        except (KernelRuntimeError, EvalError):  # NVRTC rejected the generated code; the runner's own errors
+            raise
+        except Exception as e:  # noqa: BLE001 - the forward needs real values (or CUDA): no plan, not a failure
+            self.send({"ok": True, "unavailable": f"the forward cannot run on shapes alone ({type(e).__name__}: "
+                                                  f"{str(e).strip()[:200]})"})
+            return
+        self.send({"ok": True, "launches": [r.to_dict() for r in run.launches]})
+
     def serve(self) -> None:
         while True:
             try:
@@ -454,6 +498,8 @@ class _Runner:
                     self.send({"ok": True})
                 elif kind == "call":
                     self.call(*message[1:])
+                elif kind == "plan":
+                    self.plan(*message[1:])
             except BaseException as e:  # noqa: BLE001 - every failure is reported; the checker decides
                 if isinstance(e, KeyboardInterrupt):
                     raise

@@ -179,6 +179,8 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
                 raise first
         if first is not None:
             raise first
+        if sandbox is not None:
+            result.plans = _plans(request, spec, configs, device, sandbox, progress)
     except BaseException as e:  # noqa: BLE001 - every failure becomes a status; KeyboardInterrupt propagates
         if isinstance(e, KeyboardInterrupt):
             raise
@@ -201,6 +203,30 @@ def _gpu_lowering_checked(enabled: bool):
     from tileagent.compiler.jit import compile_defaults
 
     return compile_defaults(lowering_check=True) if enabled else contextlib.nullcontext()
+
+
+def _plans(request: EvalRequest, spec, configs: list[dict], device: str, sandbox, progress: Progress) -> list[dict]:
+    """Every plan config's kernels compiled for the GPU and sized in the candidate's process (``Sandbox.plan``);
+    raises CompileFailed, naming the config, when one does not compile at its size."""
+    import torch
+
+    plans = []
+    dtype = spec.dtypes if isinstance(spec.dtypes, torch.dtype) else None
+    for config in request.plan_configs or configs:
+        progress.phase("plan", None, config)
+        try:
+            inputs = [t.to(spec._input_dtype(k, t)) for k, t in enumerate(spec.sample_inputs(config, 0, "meta"))]
+        except Exception as e:  # noqa: BLE001 - get_inputs needs real values: no plan for this config
+            plans.append({"config": config, "unavailable": f"the reference's inputs cannot be made on the meta "
+                                                           f"device ({type(e).__name__}: {str(e).strip()[:160]})"})
+            continue
+        try:
+            plan = sandbox.plan(config, spec.init_inputs(config), inputs, 0, dtype)
+        except CandidateError as e:  # CompileFailed, RunFailed: at a size the checks did not run
+            raise type(e)(f"at the config the GPU runs, {config}: {e.message}",
+                          **{**e.details, "config": config, "planned": True}) from e
+        plans.append({"config": config, **{k: v for k, v in plan.items() if k in ("launches", "unavailable")}})
+    return plans
 
 
 def _check_config(request: EvalRequest, spec, config: dict, index: int, device: str, timed: bool,

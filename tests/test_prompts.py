@@ -18,7 +18,7 @@ from tests.conftest import REPO, load_module
 from tileagent import prompts
 
 FEEDBACK = ["compile_error", "mismatch", "guard_violation", "candidate_error", "worker_error", "cpu_timeout", "timing_row",
-            "timing",
+            "timing", "resources",
             "malformed_answer"]
 TEMPLATES = ["system", "dsl_guide"] + [f"feedback.{name}" for name in FEEDBACK]
 
@@ -106,7 +106,8 @@ def test_compile_error_template_renders_a_real_diagnostic():
         tileagent.compile(main, target="sim")
     diag = info.value.to_dict()
     notes = "\n".join(f"  note: {n}" for n in diag["notes"])
-    text = prompts.render("feedback.compile_error", **{**diag, "notes": notes})
+    text = prompts.render("feedback.compile_error", **{**diag, "notes": notes, "where": ""})
+    assert text.startswith("Your module did not compile:\n")
     assert f"error[L001]: {diag['message']}" in text and "x[i, j] = x[i, j] * 2" in text
     assert f"  hint: {diag['hint']}" in text and "The DSL guide's error table explains L001" in text
 

@@ -41,6 +41,23 @@ def timing_rows(configs: list[ConfigResult]) -> str:
     return "\n".join(rows)
 
 
+def resources(plans: list[dict]) -> str:
+    """The ``resources`` section for a result's plans (``EvalResult.plans``), or "" when there are none."""
+    from tileagent.compiler.resources import render_launch
+
+    rows, where = [], None
+    for plan in plans:
+        for launch in plan.get("launches") or []:
+            rows.append(f"- {_cfg(plan['config'])}: {render_launch(launch)}")
+            where = where or launch
+        if "unavailable" in plan:
+            rows.append(f"- {_cfg(plan['config'])}: not sized: {plan['unavailable']}")
+    if where is None:
+        return ""
+    sms = f"{where['sms']} SMs" if where["sm_source"] == "device" else f"assumed {where['sm_source']}"
+    return render("feedback.resources", arch=where["arch"], sms=sms, rows="\n".join(rows))
+
+
 def verdict(configs: list[ConfigResult], target: float) -> str:
     """Which configs miss ``target`` and by how much (the slowest first), or that every config meets it."""
     misses = []
@@ -67,16 +84,21 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
     failure = dict(result.failure or {})
     status = result.status
     if status == "ok":
+        cost = resources(result.plans)
+        cost = f"\n\n{cost}" if cost else ""
         if result.timing_available and all(c.candidate is not None for c in result.configs):
             return render("feedback.timing", device=device, rows=timing_rows(result.configs),
-                          verdict=verdict(result.configs, target), target=_num(target))
-        return UNTIMED_OK.format(configs=len(result.configs), device=device)
+                          verdict=verdict(result.configs, target), target=_num(target)) + cost
+        return UNTIMED_OK.format(configs=len(result.configs), device=device) + cost
     if status == "compile_error" and isinstance(failure.get("diagnostic"), dict):
         d = failure["diagnostic"]
         notes = d.get("notes") or []
         notes_text = "\n".join(f"  note: {n}" for n in notes) if isinstance(notes, list) else str(notes)
+        where = (f" at the config the GPU runs, {_cfg(failure.get('config'))} (compiled for the GPU and not run: "
+                 f"the CPU checks smaller sizes)") if failure.get("planned") else ""
         return render("feedback.compile_error", **{**{k: "" if v is None else v for k, v in d.items()},
-                                                   "notes": notes_text, "excerpt": d.get("excerpt") or ""})
+                                                   "notes": notes_text, "excerpt": d.get("excerpt") or "",
+                                                   "where": where})
     if status == "mismatch" and "index" in failure:
         f = {k: _num(v) for k, v in failure.items()}
         f["config"] = _cfg(failure.get("config"))
@@ -110,4 +132,4 @@ def summary(result: EvalResult | None, problem: str | None = None) -> str:
     return f"{result.status}: {first[:160]}"
 
 
-__all__ = ["render_feedback", "summary", "timing_rows"]
+__all__ = ["render_feedback", "resources", "summary", "timing_rows"]

@@ -361,7 +361,9 @@ class Loop:
 
     def _request(self, path: Path, configs: list[dict], *, seeds: int | None = None, distributions=None,
                  trials: int | None = None, keep_going: bool = False) -> EvalRequest:
+        gpu_sizes = [spec for c in configs for spec in ([rc.spec for rc in self.o.configs if rc.eval == c] or [c])]
         return EvalRequest(kernel_path=str(path.resolve()), reference_path=self.o.reference, configs=configs,
+                           plan_configs=gpu_sizes if gpu_sizes != configs else None,  # CPU: the GPU's sizes compile
                            device=self.o.device, seeds=seeds or self.o.seeds, distributions=distributions,
                            timing=True, timing_trials=trials, keep_going=keep_going,
                            compile_timeout_s=self.o.compile_timeout_s, run_timeout_s=self.o.run_timeout_s)

@@ -1,0 +1,119 @@
+"""compiler.resources: what a compiled kernel costs the GPU, read from the cubin NVRTC builds (no GPU), and the dry
+run through which the evaluator compiles and sizes the GPU's configs on a CPU machine (issue 19: feedback that
+explains speed; CPU checks that compile the real configs' specializations)."""
+
+import pytest
+import torch
+
+from tests.conftest import REPO, load_module
+from tileagent.compiler.resources import cubin_functions, dry_run, occupancy, render_launch
+from tileagent.compiler.runtime.nvrtc import compile_to_cubin
+from tileagent.compiler.target import for_arch
+from tileagent.evaluator.records import EvalRequest
+from tileagent.evaluator.worker import evaluate
+from tileagent.feedback import render_feedback
+
+CANDIDATE = REPO / "prompts" / "examples" / "candidate_rmsnorm_silu.py"
+RMSNORM = REPO / "tasks" / "rmsnorm_silu.py"
+
+SOURCE = r"""
+extern "C" __global__ void plain(float* out) { out[threadIdx.x] *= 2.0f; }
+extern "C" __global__ void staged(float* out, int i) {
+    __shared__ float tile[300];
+    tile[threadIdx.x] = out[threadIdx.x];
+    __syncthreads();
+    out[threadIdx.x] = tile[(threadIdx.x + i) % 300];
+}
+extern "C" __global__ void local_array(float* out, int i) {
+    float a[256];
+    for (int j = 0; j < 256; ++j) a[j] = out[j * 7 + threadIdx.x];
+    for (int j = 0; j < 256; ++j) a[(i * j) & 255] += 1.0f;
+    out[threadIdx.x] = a[i & 255];
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_the_cubin_tells_registers_local_memory_and_static_shared_memory(arch):
+    functions = cubin_functions(compile_to_cubin(SOURCE, arch))
+    assert set(functions) == {"plain", "staged", "local_array"}
+    assert all(0 < f.registers <= 255 for f in functions.values())
+    # sm_90's cubin counts the 1 KiB the system reserves per block in the function's shared section: not ours
+    assert functions["staged"].static_shared_bytes == 1200 and functions["plain"].static_shared_bytes == 0
+    assert functions["local_array"].frame_bytes == 1024  # a dynamically indexed array lives in local memory
+    assert functions["plain"].frame_bytes == 0
+
+
+def test_bytes_that_are_no_cubin_are_refused():
+    from tileagent.compiler.resources import CubinFormatError
+
+    with pytest.raises(CubinFormatError, match="not an ELF64 cubin"):
+        cubin_functions(b"#include <cuda.h>")
+
+
+@pytest.mark.parametrize("arch, threads, registers, shared, expected", [
+    ("sm_90a", 128, 40, 0, (12, "registers")),  # 40 x 32 = 1280 registers a warp: 51 warps, 12 blocks of 4
+    ("sm_90a", 256, 64, 1088, (4, "registers")),  # 2048 a warp: 32 warps, 4 blocks of 8
+    ("sm_90a", 1024, 32, 0, (2, "threads")),
+    ("sm_90a", 128, 32, 100 * 1024, (2, "shared memory")),  # 233472 // (102400 + 1024 reserved)
+    ("sm_90a", 32, 16, 0, (32, "blocks")),
+    ("sm_86", 128, 32, 0, (12, "threads")),  # 1536 threads an SM on sm_86
+    ("sm_80", 256, 255, 0, (1, "registers")),  # 255 rounds to 8192 a warp: 8 warps
+])
+def test_blocks_per_sm_follow_the_occupancy_rules(arch, threads, registers, shared, expected):
+    assert occupancy(for_arch(arch), threads, registers, shared) == expected
+
+
+def _rmsnorm():
+    return load_module(REPO / "prompts" / "examples" / "rmsnorm_silu.py").rmsnorm_silu
+
+
+def test_a_dry_run_compiles_and_sizes_a_gpu_sized_call_without_computing():
+    impl = _rmsnorm()
+    x = torch.empty(16384, 4096, dtype=torch.float16, device="meta")
+    gamma = torch.empty(4096, dtype=torch.float16, device="meta")
+    with dry_run("sm_90a") as run:
+        y = impl(None, 4096)(x, gamma)
+    assert y.device.type == "meta" and tuple(y.shape) == (16384, 4096)
+    (launch,) = run.launches
+    block_m, threads = load_module(REPO / "prompts" / "examples" / "rmsnorm_silu.py").schedule(4096)
+    assert launch.grid == (16384 // block_m, 1, 1) and launch.threads == threads
+    assert launch.access_bytes == {"X": 16, "gamma": 16, "Y": 16}  # 128-bit accesses
+    assert launch.sms == 132 and launch.waves == pytest.approx(launch.blocks / (launch.blocks_per_sm * 132))
+    assert (launch.blocks_per_sm, launch.limited_by) == occupancy(for_arch("sm_90a"), threads, launch.registers,
+                                                                  launch.shared_bytes)
+
+
+def test_render_launch_is_one_line_with_every_figure():
+    launch = dict(kernel="main_kernel", blocks=512, threads=128, registers=40, frame_bytes=0, shared_bytes=0,
+                  blocks_per_sm=12, limited_by="registers", waves=0.3232, access_bytes={"X": 16, "Y": 4})
+    assert render_launch(launch) == ("main_kernel: 512 blocks x 128 threads, 40 registers/thread, 0 B shared/block "
+                                     "-> 12 block(s)/SM (limited by registers), 0.32 waves; global accesses "
+                                     "32-bit/128-bit")
+    spilled = render_launch({**launch, "frame_bytes": 96})
+    assert "96 B local memory/thread (spills or local arrays)" in spilled
+
+
+def test_the_cpu_evaluation_compiles_and_sizes_the_gpu_configs_and_the_feedback_shows_them():
+    request = EvalRequest(kernel_path=str(CANDIDATE), reference_path=str(RMSNORM), configs=[{"M": 37, "C": 96}],
+                          plan_configs=[{"M": 16384, "C": 96}, {"M": 16384, "C": 8192}], device="cpu", seeds=1)
+    result = evaluate(request)
+    assert result.status == "ok", result.message
+    assert [p["config"] for p in result.plans] == request.plan_configs
+    small, large = (p["launches"][0] for p in result.plans)
+    assert small["arch"] == "sm_90a" and small["blocks"] < large["blocks"]
+    text = render_feedback(result, device="cpu")
+    assert "What the kernels cost the GPU (sm_90a, assumed 132 SMs of an H100/H200 SXM) at each config" in text
+    assert f"- M=16384, C=8192: {render_launch(large)}" in text
+
+
+def test_a_kernel_that_fails_to_compile_only_at_the_gpu_size_fails_on_the_cpu_naming_that_config():
+    request = EvalRequest(kernel_path=str(CANDIDATE), reference_path=str(RMSNORM), configs=[{"M": 37, "C": 96}],
+                          plan_configs=[{"M": 64, "C": 262144}], device="cpu", seeds=1)
+    result = evaluate(request)
+    assert result.status == "compile_error" and result.configs[0].correct  # the small config itself passed
+    assert result.message.startswith("at the config the GPU runs, {'M': 64, 'C': 262144}: ")
+    assert result.failure["diagnostic"]["code"] == "E802"
+    text = render_feedback(result, device="cpu")
+    assert text.startswith("Your module did not compile at the config the GPU runs, M=64, C=262144 (compiled for "
+                           "the GPU and not run: the CPU checks smaller sizes):")
