@@ -70,6 +70,10 @@ class DType(str):
     def torch(self) -> torch.dtype:
         return _TORCH[self]
 
+    def as_torch(self) -> torch.dtype:
+        """The torch dtype (TileLang's ``T.float16.as_torch()``)."""
+        return _TORCH[self]
+
 
 def dtype(value) -> DType:
     """Normalize a user-written dtype to its canonical DType; raise UnsupportedDType otherwise."""

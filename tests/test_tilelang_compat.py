@@ -5,6 +5,7 @@ bench/tilelang_examples, the copies the GPU bench runs) on the CPU interpreter a
 from __future__ import annotations
 
 import importlib.machinery
+import importlib.util
 import logging
 import subprocess
 import sys
@@ -79,6 +80,10 @@ def test_unknown_tilelang_module_or_name_is_an_E701_import_error(tilelang):
     if importlib.machinery.PathFinder.find_spec("tvm") is None:
         with pytest.raises(UnsupportedError, match="does not include TVM"):
             import tvm  # noqa: F401
+        # a probe is not an import: torch._dynamo calls find_spec("tvm") when it loads (once an E701 for any
+        # program whose torch ops reached dynamo, e.g. TileLang's block-sparse attention example)
+        assert importlib.util.find_spec("tvm") is None
+    assert importlib.util.find_spec("tilelang.carver") is None
 
 
 def test_install_refuses_when_a_real_tilelang_is_imported(monkeypatch):

@@ -11,6 +11,7 @@ Guarantees:
 - A ``tilelang.*`` module TileAgent does not provide (``tilelang.carver``, ``tilelang.contrib``, ...) fails to import
   with ``UnsupportedError`` (E701, also an ImportError) naming it, never a bare ModuleNotFoundError.
 - ``import tvm`` without a TVM installed is also an E701 (TileLang programs sometimes use TVM's API directly).
+  Probes that are not imports (``importlib.util.find_spec("tvm")``, as torch._dynamo does when it loads) get None.
 - ``install()`` refuses (RuntimeError) when a real TileLang is already imported in the process.
 """
 
@@ -64,11 +65,26 @@ class _AliasLoader(importlib.abc.Loader):
         pass  # the real module is already executed
 
 
+def _importing() -> bool:
+    """Whether the finder runs for an import statement (``import x``), not for a probe such as
+    ``importlib.util.find_spec("tvm")`` (torch._dynamo probes for tvm when it loads): a probe must get None."""
+    frame = sys._getframe(2)
+    for _ in range(4):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "_find_and_load_unlocked":
+            return True
+        frame = frame.f_back
+    return False
+
+
 class TileLangFinder(importlib.abc.MetaPathFinder):
     """Finds ``tilelang`` and ``tilelang.*`` as aliases of ``tileagent.compat.tilelang[.*]``."""
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname == "tvm" and importlib.machinery.PathFinder.find_spec(fullname) is None:
+            if not _importing():
+                return None
             raise UnsupportedError("module 'tvm' is not installed, and TileAgent does not include TVM (TileLang "
                                    "programs that use TVM's API directly cannot run on TileAgent)",
                                    hint="docs/dsl.md lists what TileAgent supports of TileLang's API")
@@ -80,6 +96,8 @@ class TileLangFinder(importlib.abc.MetaPathFinder):
         except ModuleNotFoundError:
             spec = None
         if spec is None:
+            if not _importing():
+                return None
             raise _unsupported(fullname)
         return importlib.util.spec_from_loader(fullname, _AliasLoader(real),
                                                is_package=spec.submodule_search_locations is not None)
