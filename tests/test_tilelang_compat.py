@@ -86,6 +86,16 @@ def test_unknown_tilelang_module_or_name_is_an_E701_import_error(tilelang):
     assert importlib.util.find_spec("tilelang.carver") is None
 
 
+def test_fp8_helpers_and_dtype_as_torch(tilelang):
+    import tilelang.language as T
+    from tilelang.language.fp8 import determine_fp8_type, determine_torch_fp8_type
+
+    assert determine_fp8_type() == T.float8_e4m3fn and determine_fp8_type("e5m2") == T.float8_e5m2
+    assert determine_torch_fp8_type("e5m2") is torch.float8_e5m2 and T.dtype(T.float16).as_torch() is torch.float16
+    with pytest.raises(ValueError, match="Unsupported FP8 format"):
+        determine_fp8_type("e3m4")
+
+
 def test_install_refuses_when_a_real_tilelang_is_imported(monkeypatch):
     import types
 
