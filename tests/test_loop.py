@@ -111,6 +111,20 @@ def test_best_per_config_and_autotune_picks_the_fastest_knob_per_config(tmp_path
     assert (tmp_path / "run/attempts/t1-c0/tune/BLOCK=4.py").read_text().count("BLOCK = 4  # tuned") == 1
 
 
+def test_the_best_kernel_shows_what_it_gained_and_what_changed(tmp_path):
+    """Turn 1's kernel is correct and slow; turn 2's replaces it on both configs: turn 3's prompt shows the per-config
+    times before and after and the diff between the two kernels."""
+    _, _, drafter, _ = run(tmp_path, [[cand("ok", 3.0)], [cand("ok", 2.0)], [cand("ok", 3.0)]], max_turns=3,
+                           candidates=1)
+    second, third = drafter.calls[1], drafter.calls[2]
+    assert "What it gained" not in second.messages[1]["content"]  # turn 1's kernel replaced nothing
+    user = third.messages[1]["content"]
+    assert "## Best kernel so far: t2-c0" in user
+    assert "- M=16384,C=96: 2.88 ms (t1-c0) -> 1.92 ms, x1.50" in user
+    assert "- M=16384,C=320: 9.6 ms (t1-c0) -> 6.4 ms, x1.50" in user
+    assert "What changed since t1-c0:\n```diff\n--- t1-c0\n+++ t2-c0\n@@ -1,2 +1,2 @@\n-# FAKE ok 3.0\n+# FAKE ok 2.0" in user
+
+
 def test_correct_but_slower_than_the_target_exits_3(tmp_path):
     _, outcome, _, _ = run(tmp_path, [[cand("ok", 3.0)]], max_turns=2, candidates=1)
     assert outcome.outcome == "correct_not_faster" and EXIT_CODES[outcome.outcome] == 3

@@ -166,7 +166,7 @@ def build_messages(*, device: str, reference_path: str, reference_source: str, c
         if best is not None and best.source:
             said = best.label or best.status
             parts.append(f"## Best kernel so far: {best.attempt_id} ({said})\n\n"
-                         f"{_fence(_cut(best.source, MAX_SOURCE_CHARS))}")
+                         f"{_fence(_cut(best.source, MAX_SOURCE_CHARS))}" + (f"\n\n{best.gains}" if best.gains else ""))
         if older:
             parts.append("## Earlier attempts (feedback only)")
             parts += [_attempt_block(a, with_source=False) for a in older]

@@ -23,6 +23,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 from collections.abc import Callable
@@ -99,6 +100,7 @@ class Outcome(BaseModel):
     attempts: int
 
 
+MAX_DIFF_LINES = 60  # of the best kernel's diff against the one it replaced, in the prompt
 EXIT_CODES = {"target_met": 0, "correct_untimed": 0, "correct_not_faster": 3, "partial": 4, "no_correct": 4,
               "not_drafted": 5}
 
@@ -114,6 +116,7 @@ class Loop:
         self.family = family_of(options.reference)
         self.attempts: dict[str, Attempt] = {}
         self.best: dict[str, Best] = {}
+        self.replaced: dict[str, Best] = {}  # config key -> the best kernel the current best replaced
         self.tokens, self.turn, self.cost_usd = 0, 0, 0.0
         self.memo_drafts: dict[int, list[dict]] = {}
         self.memo_evals: dict[str, dict] = {}
@@ -322,7 +325,30 @@ class Loop:
         aid = max(counts, key=lambda k: counts[k])
         a = self.attempts[aid]
         return AttemptSummary(attempt_id=aid, turn=a.turn, label=f"serves {counts[aid]} of {len(self.o.configs)} "
-                              f"configs; {summary(a.result)}", source=a.draft.source, status="ok", correct=True)
+                              f"configs; {summary(a.result)}", source=a.draft.source, status="ok", correct=True,
+                              gains=self.gains(aid))
+
+    def gains(self, aid: str) -> str:
+        """What attempt ``aid`` gained over the kernels it replaced as the best, per config (timed runs only), and
+        what changed: the diff against the kernel it replaced on the most configs. "" when it replaced none."""
+        rows, replaced = [], {}
+        for key, b in self.best.items():
+            old = self.replaced.get(key)
+            if b.attempt_id.split("/")[0] != aid or old is None or not (old.time_ms and b.time_ms):
+                continue
+            rows.append(f"- {key}: {old.time_ms:.4g} ms ({old.attempt_id}) -> {b.time_ms:.4g} ms, "
+                        f"x{old.time_ms / b.time_ms:.2f}")
+            replaced[old.attempt_id] = replaced.get(old.attempt_id, 0) + 1
+        if not rows:
+            return ""
+        before = max(replaced, key=lambda k: replaced[k])
+        old_source = self.attempts[before.split("/")[0]].draft.source
+        diff = list(difflib.unified_diff(old_source.splitlines(), self.attempts[aid].draft.source.splitlines(),
+                                         before, aid, n=1, lineterm=""))
+        if len(diff) > MAX_DIFF_LINES:
+            diff = diff[:MAX_DIFF_LINES] + [f"... ({len(diff) - MAX_DIFF_LINES} more diff lines)"]
+        return ("What it gained over the kernels it replaced:\n" + "\n".join(rows) +
+                f"\n\nWhat changed since {before}:\n```diff\n" + "\n".join(diff) + "\n```")
 
     # -- one attempt ------------------------------------------------------------------------------------------------
 
@@ -373,6 +399,8 @@ class Loop:
         old = self.best.get(key)
         if old is not None and (b.time_ms is None or (old.time_ms is not None and old.time_ms <= b.time_ms)):
             return False
+        if old is not None and old.attempt_id.split("/")[0] != b.attempt_id.split("/")[0]:
+            self.replaced[key] = old
         self.best[key] = b
         self.on_event("best", {"config": b.result.config, "attempt_id": b.attempt_id, "time_ms": b.time_ms,
                                "speedup_compiled": b.result.speedup_compiled})

@@ -27,6 +27,8 @@ class AttemptSummary(BaseModel):
     correct: bool = False
     speedup_eager: float | None = Field(None, description="worst speedup over eager across configs, when timed")
     speedup_compiled: float | None = Field(None, description="worst speedup over torch.compile, when timed")
+    gains: str = Field("", description="for the best kernel: its speedups over the kernels it replaced, per config, "
+                       "and its diff against the one it replaced most (timed runs)")
 
 
 class DraftTask(BaseModel):
