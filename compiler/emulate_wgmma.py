@@ -6,10 +6,15 @@ In: the emulated block (its shared arena, whose byte 0 stands for a 1024-byte-al
 wait retires a group; ``EmulationError`` when the program breaks the rules.
 Guarantees (what a run checks):
 
-- Operands are read the way the hardware decodes a matrix descriptor, not through the compiler's layout: element
-  (r, c) of a 128B-swizzled canonical tile at byte ``start + (r // 8) * SBO + (r % 8) * 128 + 2 c`` with address
-  bits [4:6] XORed with bits [7:9] of the absolute arena address, so a wrong start, SBO, swizzle or a tile that is not
-  on a 1024-byte swizzle boundary gives wrong numbers; every byte read must lie inside the operand's buffer.
+- Operands are read the way the hardware decodes a matrix descriptor, not through the compiler's layout: the
+  statement's start address (the arena offset), LBO, SBO and swizzle are packed by the same
+  ``encode_descriptor`` the CUDA code uses and unpacked by ``decode_descriptor``; then (PTX "Shared Memory Matrix
+  Layout", W the swizzle width, e the element size) a K-major element (r, k) lies at byte
+  ``start + (r // 8) * SBO + (r % 8) * W + e k``, an MN-major element (k, n) at
+  ``start + (k // 8) * SBO + (k % 8) * W + (n // (W / e)) * LBO + e (n % (W / e))``, and every address has bits
+  [4, 4 + log2(W / 16)) XORed with bits [7, 7 + log2(W / 16)) of the absolute arena address. So a wrong start, LBO,
+  SBO, swizzle, encoding or a tile that is not on its swizzle-atom boundary gives wrong numbers; every byte read must
+  lie inside the operand's buffer.
 - ``WgmmaFence`` is a block barrier (every thread, not divergent). ``Wgmma`` is executed by whole warpgroups (all
   128 threads active), with descriptor starts uniform within each warpgroup, and only after a ``WgmmaFence``
   executed since the last ``WgmmaWait`` (or the block's start).
@@ -23,9 +28,12 @@ gemm ends, so a stage is never overwritten under a pending Wgmma).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError
+from tileagent.compiler.emulate_tensor import EmulationError
+from tileagent.compiler.instructions.wgmma import d_position, decode_descriptor, encode_descriptor
 from tileagent.compiler.tir import Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait
 
 GROUP = 128  # threads of a warpgroup
@@ -56,21 +64,45 @@ def wgmma_fence(block, s: WgmmaFence) -> None:
     _state(block)["fenced"] = True
 
 
-def _read_tile(block, buf, start_el: int, sbo: int, rows: int, cols: int, span, what: str) -> torch.Tensor:
-    """[rows, cols] elements of a 128B-swizzled canonical tile whose descriptor starts at element ``start_el``."""
+def _read_tile(block, buf, start_el: int, lbo: int, sbo: int, width: int, rows: int, cols: int, mn_major: bool,
+               span, what: str) -> torch.Tensor:
+    """[rows, cols] elements (MN-major: [16 K rows, N]; K-major: [M or N rows, 16]) of a canonical tile read
+    through the descriptor whose fields are given, decoded as the hardware decodes it (module docstring)."""
     off = block.offset[buf]
-    nbytes = int(buf.shape[0]) * buf.dtype.bytes
+    eb = buf.dtype.bytes
+    nbytes = int(buf.shape[0]) * eb
+    try:
+        desc = decode_descriptor(encode_descriptor(off + start_el * eb, lbo, sbo, width))
+    except ValueError as e:
+        raise EmulationError(f"Wgmma {what}: {e}", span) from None
+    if desc["base_offset"] or not desc["swizzle"]:
+        raise EmulationError(f"Wgmma {what} descriptor: base offset {desc['base_offset']} / swizzle "
+                             f"{desc['swizzle']} is not modelled", span)
+    w = desc["swizzle"]
     r = torch.arange(rows)[:, None]
     c = torch.arange(cols)[None, :]
-    addr = off + start_el * buf.dtype.bytes + (r // 8) * sbo + (r % 8) * 128 + 2 * c
-    addr = addr ^ (((addr >> 7) & 7) << 4)
-    bad = (addr < off) | (addr + 2 > off + nbytes)
+    addr = desc["start"] + (r // 8) * desc["sbo"] + (r % 8) * w
+    if mn_major:
+        per = w // eb
+        addr = addr + (c // per) * desc["lbo"] + (c % per) * eb
+    else:
+        addr = addr + c * eb
+    bits = (w // 16).bit_length() - 1
+    addr = addr ^ (((addr >> 7) & ((1 << bits) - 1)) << 4)
+    bad = (addr < off) | (addr + eb > off + nbytes)
     if bool(bad.any()):
         i, j = (int(x) for x in bad.nonzero()[0])
         raise EmulationError(f"Wgmma {what} descriptor reads byte {int(addr[i, j])} for element ({i}, {j}), outside "
                              f"'{buf.name}' (bytes {off}..{off + nbytes - 1} of the shared arena)", span)
     pairs = torch.stack([block.arena[addr], block.arena[addr + 1]], -1).contiguous()
     return pairs.view(torch.int16).squeeze(-1).view(buf.dtype.torch)
+
+
+@functools.lru_cache(maxsize=None)
+def _d_positions(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, cols), each [128, n / 2]: where register d[i] of each warpgroup thread sits in D (``d_position``)."""
+    pos = torch.tensor([[d_position(t, i) for i in range(n // 2)] for t in range(GROUP)])
+    return pos[..., 0], pos[..., 1]
 
 
 def _uniform_start(block, expr, q: int, what: str, span) -> int:
@@ -91,8 +123,6 @@ def wgmma(block, s: Wgmma) -> None:
     if s.n % 8 or not 8 <= s.n <= 256 or len(s.c) != s.n // 2:
         raise EmulationError(f"Wgmma m64n{s.n}k16 needs N in 8..256 (a multiple of 8) and N / 2 accumulator "
                              f"registers, got {len(s.c)}", s.span)
-    if s.b_major == "mn" and s.n > 64:
-        raise EmulationError(f"Wgmma with an N-major B reads one 64-wide swizzle block; N = {s.n}", s.span)
     groups = _warpgroups(block, "Wgmma", s.span)
     if not groups:
         return
@@ -102,17 +132,14 @@ def wgmma(block, s: Wgmma) -> None:
     mem = block.buffer_memory(s.c_buf)
     shadow = st["shadow"].setdefault(s.c_buf, mem.clone())
     regs = torch.stack([block.lanes(block.ev(r), torch.int64) for r in s.c], 1)  # [nt, n / 2]
-    lane = torch.arange(GROUP)
-    w, g, t = lane // WARP_SIZE, lane % WARP_SIZE // 4, lane % 4
-    j = torch.arange(s.n // 2) // 4
-    hh, p = torch.arange(s.n // 2) // 2 % 2, torch.arange(s.n // 2) % 2
-    rows = (16 * w + g)[:, None] + 8 * hh[None, :]
-    cols = (8 * j + p)[None, :] + 2 * t[:, None]
+    rows, cols = _d_positions(s.n)
     for q in groups:
-        a = _read_tile(block, s.a_buf, _uniform_start(block, s.a_index, q, "A", s.span), s.a_sbo, 64, 16, s.span, "A")
+        a = _read_tile(block, s.a_buf, _uniform_start(block, s.a_index, q, "A", s.span), s.a_lbo, s.a_sbo,
+                       s.a_swizzle, 64, 16, False, s.span, "A")
         b0 = _uniform_start(block, s.b_index, q, "B", s.span)
-        b = (_read_tile(block, s.b_buf, b0, s.b_sbo, s.n, 16, s.span, "B").T if s.b_major == "k"
-             else _read_tile(block, s.b_buf, b0, s.b_sbo, 16, s.n, s.span, "B"))
+        b = (_read_tile(block, s.b_buf, b0, s.b_lbo, s.b_sbo, s.b_swizzle, s.n, 16, False, s.span, "B").T
+             if s.b_major == "k" else
+             _read_tile(block, s.b_buf, b0, s.b_lbo, s.b_sbo, s.b_swizzle, 16, s.n, True, s.span, "B"))
         d = a.float() @ b.float()
         threads = torch.arange(q * GROUP, (q + 1) * GROUP)
         idx = regs[threads]

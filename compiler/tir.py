@@ -202,7 +202,10 @@ class DeviceKernel:
     ``params`` lists, in order, what the launcher passes: global 1-d Buffers (pointers), then scalar Vars (the
     PrimFunc's scalar parameters, then its dynamic shape variables). ``grid`` holds 1 to 3 expressions of those
     scalar Vars (missing dims are 1); ``block`` is blockDim; ``shared_bytes`` the size of the dynamic
-    shared-memory arena, ``shared_offsets`` the byte offset of each shared Buffer in it (16-byte aligned).
+    shared-memory arena, ``shared_offsets`` the byte offset of each shared Buffer in it (16-byte aligned);
+    ``shared_align`` the alignment (bytes) the arena's start must have in the shared window: above 16 (a tile whose
+    hardware swizzle XORs absolute address bits), the CUDA kernel rounds its arena start up to it and
+    ``shared_bytes`` includes the ``shared_align - 16`` bytes that rounding may skip.
     """
 
     name: str
@@ -214,6 +217,7 @@ class DeviceKernel:
     body: tuple[Stmt, ...]
     span: Span | None = None
     instructions: tuple = ()  # ("T.gemm at line 31", "mma.sync m16n8k16, FullRow, 4 warps (4 x 1)"), in program order
+    shared_align: int = 16
 
     @property
     def num_threads(self) -> int:
@@ -242,6 +246,9 @@ class WgmmaFence(Stmt):
 
     span: Span | None = None
 
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        return [" " * indent + "fence.proxy.async.shared::cta; T.sync_threads(); wgmma.fence"]
+
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Wgmma(Stmt):
@@ -249,11 +256,14 @@ class Wgmma(Stmt):
     shared memory (SS): D (64 x n, float32) = A (64 x 16) @ B (16 x n) (+ D when ``accumulate``).
 
     Every thread of each warpgroup executes it. ``a_buf``/``b_buf`` are 16-bit shared buffers; ``a_index`` /
-    ``b_index`` (elements, block-uniform per warpgroup) are where each operand's matrix descriptor starts. Both are
-    128-byte-swizzled canonical layouts (PTX "Matrix Descriptor Format", swizzle mode 1) whose swizzle atoms lie on
-    1024-byte boundaries of the shared window: A is K-major (row m at ``(m // 8) * a_sbo + (m % 8) * 128`` bytes,
-    k at ``2 k``); B is K-major (``b_major == "k"``: row n like A's m) or N-major (``"mn"``: row k at
-    ``(k // 8) * b_sbo + (k % 8) * 128``, n at ``2 n``, n < 64). Byte address bits [4:6] are XORed with bits [7:9].
+    ``b_index`` (elements, uniform per warpgroup) are where each operand's matrix descriptor starts; ``*_lbo``,
+    ``*_sbo`` (bytes) and ``*_swizzle`` (width in bytes: 128, 64 or 32) are the descriptor's other fields
+    (``compiler.instructions.wgmma.encode_descriptor``, base offset 0: the swizzle atoms (8 x width bytes) lie on
+    their natural boundary of the shared window). The hardware reads, with W the swizzle width and e the element
+    size: A (K-major) element (m, k) at ``start + (m // 8) * sbo + (m % 8) * W + e k``; B K-major
+    (``b_major == "k"``) element (k, n) like A's (n, k); B N-major (``"mn"``) element (k, n) at
+    ``start + (k // 8) * sbo + (k % 8) * W + (n // (W / e)) * lbo + e (n % (W / e))``; each byte address with bits
+    [4, 4 + log2(W / 16)) XORed with bits [7, 7 + log2(W / 16)).
     ``c`` names the thread's n / 2 accumulator registers of ``c_buf`` (local float32) in PTX order: with warp w of
     the group, g = lane // 4, t = lane % 4: d[4j + 2h + p] holds D[16 w + g + 8 h, 8 j + 2 t + p]. Results are
     undefined until a WgmmaWait retires the WgmmaCommit group the Wgmma belongs to."""
@@ -262,15 +272,28 @@ class Wgmma(Stmt):
     c: tuple
     a_buf: Buffer
     a_index: Expr
+    a_lbo: int
     a_sbo: int
+    a_swizzle: int
     b_buf: Buffer
     b_index: Expr
+    b_lbo: int
     b_sbo: int
+    b_swizzle: int
     b_major: str
     n: int
     accumulate: bool
     dtype: str
     span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        from tileagent.compiler.ir.printer import expr_str
+
+        regs = ", ".join(str(expr_str(r)) for r in self.c)
+        return [" " * indent + f"wgmma.mma_async m64n{self.n}k16 {self.c_buf.name}[{regs}] "
+                f"{'+' if self.accumulate else ''}= A {self.a_buf.name}@{expr_str(self.a_index)} (K-major, "
+                f"{self.a_swizzle}B swizzle, SBO {self.a_sbo}) x B {self.b_buf.name}@{expr_str(self.b_index)} "
+                f"({self.b_major.upper()}-major, {self.b_swizzle}B swizzle, LBO {self.b_lbo}, SBO {self.b_sbo})"]
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -278,6 +301,9 @@ class WgmmaCommit(Stmt):
     """``wgmma.commit_group.sync.aligned``: the Wgmmas issued since the last commit form one group."""
 
     span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        return [" " * indent + "wgmma.commit_group"]
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -287,3 +313,6 @@ class WgmmaWait(Stmt):
 
     pending: int
     span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        return [" " * indent + f"wgmma.wait_group {self.pending}"]

@@ -44,6 +44,11 @@ class Instruction:
         """Thread-IR statement class -> ``fn(emulator, stmt)`` executing it on the SIMT emulator."""
         return {}
 
+    def shared_layout(self, g, buf):
+        """The shared-memory Layout this entry needs for operand tile ``buf`` of ``g``; None: the default (the
+        bank-conflict swizzle of ``compiler.layout.layout.swizzled``)."""
+        return None
+
 
 @dataclass(frozen=True)
 class GemmChoice:
@@ -54,8 +59,11 @@ class GemmChoice:
     policy: int
     warps: int
 
-    def describe(self) -> str:
+    def describe(self, g=None) -> str:
+        """Entry name (with the entry's ``detail`` of gemm ``g`` when it has one), policy and warp split."""
         from tileagent.compiler.tileops.gemm import POLICY_NAMES
 
         wm, wn = self.partition
-        return f"{self.instruction.name}, {POLICY_NAMES[self.policy]}, {self.warps} warps ({wm} x {wn})"
+        detail = getattr(self.instruction, "detail", None)
+        name = self.instruction.name + (f": {detail(g)}" if detail is not None and g is not None else "")
+        return f"{name}, {POLICY_NAMES[self.policy]}, {self.warps} warps ({wm} x {wn})"

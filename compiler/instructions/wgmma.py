@@ -5,14 +5,20 @@ Opt-in: it applies only when the environment variable ``TILEAGENT_ENABLE_WGMMA``
 been validated on an H200; otherwise default code generation is unchanged (mma.sync).
 Applies to: an sm_90a target (a target object whose arch is ``sm_90a`` or whose features include "wgmma"; without a
 target, the visible GPU must be sm_90 or there must be none, as for the SIMT emulator); float16/bfloat16 A and B of
-one dtype with a float32 accumulator fragment; A (M x K, not transposed) and B in shared memory with rows of exactly
-128 bytes (64 elements: K for A and for a transposed N x K B; N for a K x N B), so that the compiler's default
-swizzled shared layout (16-byte chunk ^= row % 8) is the hardware's 128B-swizzle canonical layout; blocks of whole
-warpgroups (128 threads) splitting M into 64-row atoms (M % (64 x warpgroups) == 0); N <= 256, a multiple of 8;
-K a multiple of 16.
+one dtype with a float32 accumulator fragment; A (M x K, not transposed) and B (K x N, or N x K with transpose_B) as
+whole 2-d shared tiles whose contiguous rows are 32 or 64 bytes or a multiple of 128 bytes: the entry gives them the
+wgmma canonical layout (``compiler.layout.layout.wgmma_operand``: 128/64/32-byte hardware swizzle, rows wider than
+128 bytes cut into 128-byte column blocks, the tile on its swizzle-atom boundary); blocks of whole warpgroups (128
+threads) splitting M into 64-row atoms (M % (64 x warpgroups) == 0); N <= 256, a multiple of 8; K a multiple of 16.
+Descriptors (PTX ISA 9.7.15.5.1.2 "Matrix Descriptor Format", sm_90a): ``encode_descriptor`` packs bits 0-13 start
+address, 16-29 leading byte offset, 32-45 stride byte offset (each (x & 0x3FFFF) >> 4), 49-51 base offset (0: atoms
+on their natural boundary) and 62-63 the swizzle mode (1 = 128B, 2 = 64B, 3 = 32B); ``decode_descriptor`` inverts
+it. K-major operand: SBO = 8 rows x W bytes, LBO unused (16 bytes, encoded 1), a K step moves the start 32 bytes
+inside the atom row (or to the next column block). MN-major B (K x N, imm-trans-b 1): SBO = 8 K-rows x W, LBO = the
+distance between two W-byte column blocks along N.
 Layout (strict): thread T, warpgroup q = T // 128, warp w = T // 32 % 4, g = T % 32 // 4, t = T % 4 owns rows
 q * M / Q + 64 a + 16 w + g + 8 h and columns 8 j + 2 t + p (PTX "WGMMA .m64nNk16 register fragment layout for
-accumulator D", repeated over the row atoms a); slot ((a * 2 + h) * N / 8 + j) * 2 + p.
+accumulator D", ``d_position``, repeated over the row atoms a); slot ((a * 2 + h) * N / 8 + j) * 2 + p.
 Lowering: wgmma.fence, then per row atom and 16-deep K step one ``Wgmma`` (the first of a clear_accum gemm with
 scale-d 0), then commit_group and wait_group 0, so results are in the registers before anything reads them and the
 shared operands are free to be overwritten. Emits ``WgmmaFence``, ``Wgmma``, ``WgmmaCommit``, ``WgmmaWait`` (CUDA:
@@ -26,10 +32,46 @@ import os
 from tileagent.compiler.diagnostics import LayoutError
 from tileagent.compiler.instructions.base import Instruction, has_feature, sm_version
 from tileagent.compiler.layout.fragment import Fragment, Level
+from tileagent.compiler.layout.layout import wgmma_operand
 
 ENV = "TILEAGENT_ENABLE_WGMMA"
 DTYPES = ("float16", "bfloat16")
-ROW_BYTES = 128  # the 128B swizzle: the only canonical layout the default shared layout matches
+SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}  # swizzle width in bytes -> descriptor bits 62-63 (sm_90a; 0 = none)
+_FIELD = 0x3FFF  # 14-bit address fields
+
+
+def _encode(x: int) -> int:
+    """PTX matrix-descriptor-encode(x) = (x & 0x3FFFF) >> 4."""
+    return (x & 0x3FFFF) >> 4
+
+
+def encode_descriptor(start: int, lbo: int, sbo: int, swizzle: int, base_offset: int = 0) -> int:
+    """The 64-bit wgmma shared-memory matrix descriptor: ``start`` (shared-window byte address), ``lbo`` / ``sbo``
+    (bytes, multiples of 16), ``swizzle`` width in bytes (128, 64, 32), ``base_offset`` (3 bits)."""
+    for what, v in (("start address", start), ("leading byte offset", lbo), ("stride byte offset", sbo)):
+        if v % 16 or not 0 <= v < 1 << 18:
+            raise ValueError(f"wgmma descriptor {what} {v} must be a multiple of 16 in [0, 2**18)")
+    if swizzle not in SWIZZLE_MODE or not 0 <= base_offset < 8:
+        raise ValueError(f"wgmma descriptor: swizzle {swizzle} not in {sorted(SWIZZLE_MODE)} or base offset "
+                         f"{base_offset} not in 0..7")
+    return _encode(start) | _encode(lbo) << 16 | _encode(sbo) << 32 | base_offset << 49 | SWIZZLE_MODE[swizzle] << 62
+
+
+def decode_descriptor(desc: int) -> dict:
+    """The fields of a descriptor (bytes): start, lbo, sbo, base_offset, swizzle (width in bytes, 0 = none)."""
+    widths = {v: k for k, v in SWIZZLE_MODE.items()}
+    return {"start": (desc & _FIELD) << 4, "lbo": (desc >> 16 & _FIELD) << 4, "sbo": (desc >> 32 & _FIELD) << 4,
+            "base_offset": desc >> 49 & 7, "swizzle": widths.get(desc >> 62 & 3, 0)}
+
+
+def d_position(thread: int, i: int) -> tuple[int, int]:
+    """(row, col) of accumulator register d[i] of warpgroup thread ``thread`` (0..127) in the m64nN D tile (PTX
+    "WGMMA .m64nNk16 register fragment layout for accumulator D": warp w owns rows 16 w .. 16 w + 15; within it
+    the m16n8 C fragment, repeated along N every 4 registers)."""
+    w, lane = divmod(thread, 32)
+    g, t = divmod(lane, 4)
+    j, r = divmod(i, 4)
+    return 16 * w + g + 8 * (r // 2), 8 * j + 2 * t + r % 2
 
 
 def enabled() -> bool:
@@ -91,9 +133,9 @@ class WgmmaM64NK16(Instruction):
         if g.transpose_a:
             return "needs A stored M x K (transpose_A=False)"
         for buf, what in ((a, "A"), (b, "B")):
-            if buf.shape[-1] * buf.dtype.bytes != ROW_BYTES or len(buf.shape) != 2:
-                return (f"needs {what} in a 2-d shared tile with rows of {ROW_BYTES} bytes (128B swizzle); "
-                        f"'{buf.name}' has shape {tuple(buf.shape)}")
+            if len(buf.shape) != 2 or wgmma_operand(tuple(buf.shape), buf.dtype.bytes) is None:
+                return (f"needs {what} in a 2-d shared tile of rows of 32 or 64 bytes or a multiple of 128 bytes "
+                        f"(a wgmma swizzle), a multiple of 8 rows; '{buf.name}' has shape {tuple(buf.shape)}")
         if tuple(g.a.extents) != tuple(a.shape) or tuple(g.b.extents) != tuple(b.shape):
             return "needs whole shared tiles as operands"
         k = g.a.matrix_shape()[1]
@@ -107,6 +149,19 @@ class WgmmaM64NK16(Instruction):
 
     def cost(self, g, threads: int, target) -> float:
         return 0.5
+
+    def shared_layout(self, g, buf):
+        """The wgmma canonical layout of shared operand ``buf`` (``wgmma_operand``)."""
+        return wgmma_operand(tuple(buf.shape), buf.dtype.bytes)
+
+    def detail(self, g) -> str:
+        """The instruction as issued: shape, types and the swizzle each operand's descriptor reads."""
+        n = g.c.matrix_shape()[1]
+        a, b = g.a.buffer, g.b.buffer
+        sfx = {"float16": "f16", "bfloat16": "bf16"}.get(str(a.dtype), str(a.dtype))
+        wa, wb = (wgmma_operand(tuple(x.shape), x.dtype.bytes).align_bytes // 8 for x in (a, b))
+        return (f"m64n{n}k16.f32.{sfx}.{sfx}, A K-major {wa}B swizzle, B {'K' if g.transpose_b else 'N'}-major "
+                f"{wb}B swizzle")
 
     def layouts(self, g, threads: int, partition) -> dict:
         m, n = g.c.matrix_shape()

@@ -1,7 +1,11 @@
 """Layout: logical index -> element offset in memory, with padding and XOR swizzles (shared-memory tiles).
 
-In: a shape, strides (row-major by default; a padded row stride leaves gaps) and an optional Swizzle applied to the
-linear offset. Out: ``offset(idx)`` on ints or IR expressions, ``compose``, ``inverse`` and printable tables.
+In: a shape, strides (row-major by default; a padded row stride leaves gaps), an optional Swizzle applied to the
+linear offset, and optionally ``col_block``: the last dimension cut into blocks of that many columns, each block a
+tile of its own (all rows of columns ``b * col_block ..``, then the next block), as the wgmma canonical layouts
+want a tile wider than one swizzle atom (``wgmma_operand``). Out: ``offset(idx)`` on ints or IR expressions,
+``compose``, ``inverse`` and printable tables; ``align_bytes``: the byte alignment the tile's start needs in shared
+memory (16, or the swizzle atom's size when the swizzle is the hardware's, which XORs absolute address bits).
 Guarantees: without padding the map is a bijection onto ``0 .. size-1`` (a Swizzle permutes within aligned groups
 of ``2 ** (bits + base + shift)`` elements, so it never leaves the tile).
 """
@@ -38,6 +42,8 @@ class Layout:
     shape: tuple[int, ...]
     strides: tuple[int, ...] | None = None
     swizzle: Swizzle | None = None
+    col_block: int = 0  # > 0: the last dim is stored in blocks of this many columns, one after the other
+    align_bytes: int = 16  # the byte alignment the tile's first element needs in shared memory
 
     @staticmethod
     def row_major(shape, pad: int = 0) -> "Layout":
@@ -54,12 +60,37 @@ class Layout:
     @property
     def size(self) -> int:
         """Elements of memory the layout spans (including padding)."""
+        if self.col_block:
+            return math.prod(self.shape[:-1]) * self.col_block * self._blocks()
         return sum((n - 1) * s for n, s in zip(self.shape, self._strides())) + 1
 
-    def offset(self, idx):
-        off = 0
-        for i, s in zip(idx, self._strides()):
+    def _blocks(self) -> int:
+        return -(-self.shape[-1] // self.col_block)
+
+    @property
+    def block_stride(self) -> int:
+        """Elements between two column blocks (``col_block``): one block holds every row."""
+        return math.prod(self.shape[:-1]) * self.col_block
+
+    def _linear(self, idx):
+        """The offset before the swizzle (ints, numpy arrays or IR expressions)."""
+        strides = self._strides()
+        if any(isinstance(i, np.ndarray) for i in idx):
+            blocks = idx[-1] // self.col_block * self.block_stride if self.col_block else 0
+            last = idx[-1] % self.col_block if self.col_block else idx[-1]
+            return blocks + sum(i * s for i, s in zip((*idx[:-1], last), strides))
+        if self.col_block:
+            c = idx[-1]
+            idx = (*idx[:-1], make_binop("%", c, self.col_block))
+            off = make_binop("*", make_binop("//", c, self.col_block), self.block_stride)
+        else:
+            off = 0
+        for i, s in zip(idx, strides):
             off = make_binop("+", off, make_binop("*", i, s))
+        return off
+
+    def offset(self, idx):
+        off = self._linear(idx)
         if not self.swizzle:
             return off
         period = 1 << (self.swizzle.bits + self.swizzle.base + self.swizzle.shift)
@@ -75,7 +106,7 @@ class Layout:
 
     def table(self) -> np.ndarray:
         grids = np.meshgrid(*[np.arange(n) for n in self.shape], indexing="ij")
-        off = sum(g * s for g, s in zip(grids, self._strides()))
+        off = self._linear(tuple(grids))
         return self.swizzle.apply(off) if self.swizzle else off
 
     def inverse(self) -> np.ndarray:
@@ -124,3 +155,37 @@ def swizzled(shape: tuple[int, ...], elem_bytes: int) -> Layout:
     base = (16 // elem_bytes).bit_length() - 1  # log2(elements per 16-byte chunk)
     bits = min(3, (row_bytes // 16).bit_length() - 1)  # log2(chunks per row), at most 8 rows permuted
     return Layout(tuple(shape), Layout.row_major(shape).strides, Swizzle(bits, base, cols.bit_length() - 1 - base))
+
+
+WGMMA_SWIZZLES = (128, 64, 32)  # bytes: the swizzle widths of the wgmma canonical layouts (PTX "Matrix Descriptor")
+
+
+def wgmma_operand(shape: tuple[int, ...], elem_bytes: int) -> "Layout | None":
+    """The wgmma canonical shared layout of a 2-d [rows][cols] tile whose ``cols`` are contiguous (K for a K-major
+    operand, M or N for an MN-major one), or None when there is none.
+
+    Swizzle width W: 128 bytes when a row is a multiple of 128 bytes, else 64 or 32 when the row is exactly that
+    (PTX "Shared Memory Matrix Layout": swizzle atoms of 8 rows x W bytes). A row wider than W is cut into column
+    blocks of W bytes (``col_block``), each block holding every row at a W-byte pitch, so that one block of 8 rows is
+    one atom (W * 8 bytes, contiguous). The XOR is the hardware's: byte-address bits [4, 4 + log2(W / 16)) ^= bits
+    [7, 7 + log2(W / 16)) (CuTe Swizzle<log2(W/16), 4, 3> on bytes); it acts on absolute shared addresses, so the tile
+    must start on an atom boundary (``align_bytes`` = 8 W) and rows must come in multiples of 8."""
+    if len(shape) != 2 or 16 % elem_bytes or shape[0] % 8:
+        return None
+    rows, cols = shape
+    row_bytes = cols * elem_bytes
+    width = 128 if row_bytes % 128 == 0 else row_bytes if row_bytes in (64, 32) else None
+    if width is None:
+        return None
+    cb = width // elem_bytes
+    base = (16 // elem_bytes).bit_length() - 1
+    swizzle = Swizzle((width // 16).bit_length() - 1, base, 3)
+    return Layout((rows, cols), (cb, 1), swizzle, col_block=cb if cols > cb else 0, align_bytes=8 * width)
+
+
+def swizzle_width(layout: "Layout", elem_bytes: int) -> int | None:
+    """W (bytes) when ``layout`` is a wgmma canonical layout (``wgmma_operand``) of its shape, else None."""
+    want = wgmma_operand(tuple(layout.shape), elem_bytes)
+    if want is None or want != layout:
+        return None
+    return want.align_bytes // 8

@@ -69,7 +69,7 @@ def _lower_kernel(plan, layouts, flat, params, target) -> DeviceKernel:
     stmts = _block_indices(k, plan.body) + _Lowering(ctx).body(_barriers_before(plan.body, shared.reuse_points))
     return DeviceKernel(plan.name, params, tuple(k.grid), k.threads, shared.total_bytes, ctx.shared_offsets(),
                         tuple(stmts), k.span,
-                        _instructions(ctx.instructions))
+                        _instructions(ctx.instructions), shared.base_align)
 
 
 def _instructions(chosen: dict) -> tuple:

@@ -74,9 +74,11 @@ class SoftwarePipeline(Stmt):
 
 
 def stage_stride(buf: Buffer, layout) -> int:
-    """Elements between two stages of a staged tile."""
+    """Elements between two stages of a staged tile: its size rounded up to 128 bytes, or to the layout's
+    ``align_bytes`` when larger (every stage of a wgmma operand starts on a swizzle-atom boundary)."""
     nbytes = layout.size * buf.dtype.bytes
-    return -(-nbytes // STAGE_ALIGN_BYTES) * STAGE_ALIGN_BYTES // buf.dtype.bytes
+    align = max(STAGE_ALIGN_BYTES, getattr(layout, "align_bytes", 0))
+    return -(-nbytes // align) * align // buf.dtype.bytes
 
 
 def fit_pipelines(name: str, body: tuple, layouts, scratch_bytes: int, limit: int) -> tuple[tuple, dict]:

@@ -3,7 +3,9 @@
 In: a T.Kernel of the tile IR, the shared buffers' Layouts, and the bytes of scratch the lowering needs (reduction
 workspace). Out: ``SharedPlan`` (byte offset of each buffer, the scratch offset, the arena size).
 A staged tile (software pipeline) takes its number of stages times its 128-byte-aligned size.
-Guarantees: offsets are 16-byte aligned; two buffers used by overlapping ranges of top-level statements never
+Guarantees: offsets are 16-byte aligned, and multiples of a layout's ``align_bytes`` where it asks for more (a
+wgmma operand's swizzle atom); then ``base_align`` is the largest such alignment and ``total_bytes`` includes
+``base_align - 16`` bytes of slack so that the kernel can round its arena start up to it; two buffers used by overlapping ranges of top-level statements never
 overlap in memory; the scratch area overlaps nothing; ``reuse_points`` lists the top-level statements that first
 use bytes an earlier, now dead buffer used (the lowering puts a barrier before each). ``check_fits`` reports a plan
 over the target's shared memory (E801).
@@ -31,6 +33,7 @@ class SharedPlan:
     total_bytes: int
     reuse_points: set = field(default_factory=set)  # top-level statements that write bytes a dead buffer used
     elements: dict = field(default_factory=dict)  # buffer -> elements of its slice of the arena (all its stages)
+    base_align: int = ALIGN  # bytes the arena's start must be aligned to (see the module docstring)
 
 
 def plan_shared(body: tuple, annotated: dict, scratch_bytes: int, stages: dict | None = None) -> SharedPlan:
@@ -59,19 +62,23 @@ def plan_shared(body: tuple, annotated: dict, scratch_bytes: int, stages: dict |
         first, last = live[b]
         first, last = (first, last) if first is not None else (0, len(body))
         size = _align(elements[b] * b.dtype.bytes)
+        align = max(ALIGN, layouts[b].align_bytes)
         offset = 0
         for o, sz, f, la in sorted(placed):
             overlaps_in_time = not (la < first or last < f)
             if overlaps_in_time and o < offset + size and offset < o + sz:
-                offset = _align(o + sz)
+                offset = _align(o + sz, align)
         if any(la < first and o < offset + size and offset < o + sz for o, sz, f, la in placed):
             reuse.add(first)
         placed.append((offset, size, first, last))
         offsets[b] = offset
     end = max((o + sz for o, sz, _, _ in placed), default=0)
     scratch = _align(end)
-    return SharedPlan(offsets, layouts, scratch, scratch + _align(scratch_bytes) if scratch_bytes else end, reuse,
-                      elements)
+    total = scratch + _align(scratch_bytes) if scratch_bytes else end
+    base_align = max([ALIGN] + [layouts[b].align_bytes for b in offsets])
+    if base_align > ALIGN:
+        total += base_align - ALIGN  # the arena start is 16-byte aligned; rounding it up skips at most this
+    return SharedPlan(offsets, layouts, scratch, total, reuse, elements, base_align)
 
 
 def check_fits(plan: SharedPlan, kernel, target) -> None:
@@ -88,8 +95,8 @@ def check_fits(plan: SharedPlan, kernel, target) -> None:
                         hint="use smaller shared tiles or fewer pipeline stages, or keep data in fragments")
 
 
-def _align(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
+def _align(n: int, align: int = ALIGN) -> int:
+    return (n + align - 1) // align * align
 
 
 def buffers_used(s) -> set:

@@ -1,15 +1,23 @@
 """Lowering of ``T.gemm`` to ``wgmma.mma_async`` m64nNk16 with both operands in shared memory (sm_90a).
 
-In: a Gemm the registry entry ``compiler.instructions.wgmma`` accepted (its reason() checked dtypes, scopes, the
-128-byte rows and the warpgroup split); the accumulator has that entry's layout. Out: thread IR.
-How: ``WgmmaFence``; for each of the warpgroup's 64-row atoms a and each 16-deep K step kb one ``Wgmma`` whose A
-descriptor starts at A[row0 + 64 a, 16 kb] and whose B descriptor starts at B[16 kb, 0] (K x N, N-major) or B[0, 16 kb]
-(N x K, K-major), SBO 1024 bytes (eight 128-byte rows); the start moves by 32 bytes per K step inside a K-major swizzle
-atom, which is how the hardware expects it. Then ``WgmmaCommit`` and ``WgmmaWait(0)``.
+In: a Gemm the registry entry ``compiler.instructions.wgmma`` accepted (its reason() checked dtypes, scopes, row
+widths and the warpgroup split); the accumulator has that entry's layout and both shared operands its canonical
+layout (``compiler.layout.layout.wgmma_operand``: swizzle width W, rows wider than W cut into W-byte column blocks of
+``R x W`` bytes, R the tile's rows). Out: thread IR.
+How: ``WgmmaFence``; for each of the warpgroup's 64-row atoms a and each 16-deep K step kb one ``Wgmma`` whose
+descriptors are (PTX ISA "Shared Memory Matrix Layout", CuTe ``make_gmma_desc``):
+
+- A (M x K, K-major): start at A[row0 + 64 a, 16 kb] (inside column block 16 kb // (W / e), 32 bytes further per K
+  step inside it), SBO = 8 W (eight W-byte rows), LBO 16 (unused for swizzled K-major).
+- B stored N x K (transpose_B, K-major): start at B[0, 16 kb], SBO = 8 W, LBO 16.
+- B stored K x N (N-major, imm-trans-b 1): start at B[16 kb, 0], SBO = 8 W (eight K rows), LBO = R x W (the next
+  W-byte column block along N).
+
+The start is the layout's own offset of that element, whose swizzle key is 0 (the row is a multiple of 8), plus the
+pipeline stage. Then ``WgmmaCommit`` and ``WgmmaWait(0)``.
 Guarantees: C += op(A) @ op(B) for the whole tile (C = op(A) @ op(B) with clear_accum, through scale-d 0 on the first
 K step), the accumulators complete before the statement after the gemm runs; every thread executes every Wgmma.
-Raises TargetError E602 when a shared operand's layout is not the 128B-swizzled row-major tile (an annotated
-layout).
+Raises TargetError E602 when a shared operand's layout is not its wgmma canonical layout (an annotated layout).
 """
 
 from __future__ import annotations
@@ -17,21 +25,31 @@ from __future__ import annotations
 from tileagent.compiler.diagnostics import TargetError
 from tileagent.compiler.ir.expr import as_expr, make_binop
 from tileagent.compiler.ir.stmt import Gemm
-from tileagent.compiler.layout.layout import Swizzle
+from tileagent.compiler.layout.layout import swizzle_width
 from tileagent.compiler.tir import THREAD, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait
 
-SBO = 1024  # bytes between 8-row groups of a 128-byte-row swizzled tile
+UNUSED_LBO = 16  # K-major swizzled layouts ignore the leading byte offset (PTX: "assumed to be 1", i.e. 16 bytes)
+
+
+def operand_descriptor(ctx, buf, mn_major: bool) -> tuple[int, int, int]:
+    """(LBO, SBO, swizzle width) in bytes of shared operand ``buf`` in its canonical layout (see the module)."""
+    layout = ctx.shared_layouts[buf]
+    width = swizzle_width(layout, buf.dtype.bytes)
+    if width is None:
+        raise TargetError(f"T.gemm on wgmma needs '{buf.name}' in its wgmma canonical shared layout (hardware "
+                          f"swizzle, column blocks of at most 128 bytes), got {layout!r}", code="E602",
+                          hint=f"drop the T.annotate_layout of '{buf.name}' or unset TILEAGENT_ENABLE_WGMMA")
+    lbo = int(buf.shape[0]) * width if mn_major else UNUSED_LBO
+    return lbo, 8 * width, width
 
 
 def lower_wgmma(ctx, s: Gemm) -> list:
     a_buf, b_buf, c_buf = s.a.buffer, s.b.buffer, s.c.buffer
-    for buf in (a_buf, b_buf):
-        layout = ctx.shared_layouts[buf]
-        cols = buf.shape[-1]
-        if tuple(layout._strides()) != (cols, 1) or layout.swizzle != Swizzle(3, 3, 3):
-            raise TargetError(f"T.gemm on wgmma needs '{buf.name}' in the 128B-swizzled row-major layout, got "
-                              f"strides {layout._strides()} swizzle {layout.swizzle}", s.span, code="E602",
-                              hint=f"drop the T.annotate_layout of '{buf.name}' or unset TILEAGENT_ENABLE_WGMMA")
+    try:
+        a_lbo, a_sbo, a_sw = operand_descriptor(ctx, a_buf, False)
+        b_lbo, b_sbo, b_sw = operand_descriptor(ctx, b_buf, not s.transpose_b)
+    except TargetError as e:
+        raise e.with_span(s.span)
     m, n = s.c.matrix_shape()
     k = s.a.matrix_shape()[1]
     q = ctx.threads // 128
@@ -46,8 +64,10 @@ def lower_wgmma(ctx, s: Gemm) -> list:
         for kb in range(k // 16):
             a_idx = ctx.offset(a_buf, _at(s.a, make_binop("+", row0, 64 * a), 16 * kb))
             b_idx = ctx.offset(b_buf, _at(s.b, 0, 16 * kb) if s.transpose_b else _at(s.b, 16 * kb, 0))
-            out.append(Wgmma(c_reg, c_regs, ctx.mem(a_buf), as_expr(a_idx), SBO, ctx.mem(b_buf), as_expr(b_idx), SBO,
-                             b_major, n, not (s.clear_accum and kb == 0), str(a_buf.dtype), s.span))
+            out.append(Wgmma(c_buf=c_reg, c=c_regs, a_buf=ctx.mem(a_buf), a_index=as_expr(a_idx), a_lbo=a_lbo,
+                             a_sbo=a_sbo, a_swizzle=a_sw, b_buf=ctx.mem(b_buf), b_index=as_expr(b_idx), b_lbo=b_lbo,
+                             b_sbo=b_sbo, b_swizzle=b_sw, b_major=b_major, n=n,
+                             accumulate=not (s.clear_accum and kb == 0), dtype=str(a_buf.dtype), span=s.span))
     out += [WgmmaCommit(s.span), WgmmaWait(0, s.span)]
     return out
 

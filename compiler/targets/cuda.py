@@ -382,6 +382,14 @@ class _KernelEmitter:
         if "warp" in sp:
             pro.append("  const int warp = tid >> 5;")
         used_shared = [(b, off) for b, off in shared if b in self.used_buffers]
+        if used_shared and k.shared_align > 16:  # hardware swizzles (wgmma): round the arena start up
+            pro.append(f"  extern __shared__ __align__({SMEM_ALIGN}) unsigned char tl_smem_raw[];")
+            pro.append(f"  unsigned char* smem = tl_smem_raw + ((0u - (unsigned)__cvta_generic_to_shared(tl_smem_raw)) "
+                       f"& {k.shared_align - 1}u);  // to {k.shared_align} B: __align__ is no guarantee here")
+            for b, off in used_shared:
+                t = self.ct(b.dtype)
+                pro.append(f"  {t}* {self.buffers[b]} = reinterpret_cast<{t}*>(smem + {off});  // {b.shape[0]} x {t}")
+            return "\n".join(head + pro + self.lines + ["}"])
         if used_shared:
             pro.append(f"  extern __shared__ __align__({SMEM_ALIGN}) unsigned char smem[];")
             for b, off in used_shared:

@@ -7,23 +7,24 @@ Guarantees:
 - ``WgmmaFence`` is ``fence.proxy.async.shared::cta`` (this thread's generic-proxy shared writes, st.shared or waited
   cp.async, become visible to async-proxy reads), ``__syncthreads()`` (so for every thread's), then
   ``wgmma.fence.sync.aligned``.
-- ``Wgmma`` builds two 64-bit matrix descriptors from the operands' 32-bit shared-window addresses:
-  bits 0-13 (address & 0x3FFFF) >> 4, bits 16-29 LBO >> 4 (1: unused for one 128-byte-wide swizzle block),
-  bits 32-45 SBO >> 4, bits 62-63 = 1 (128B swizzle), base offset 0; and issues one
-  ``wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{f16,bf16}.{f16,bf16}`` whose N / 2 accumulators are ``"+f"``
-  operands named by constant register indices, scale-d a predicate set from ``accumulate``, imm-trans-a 0,
-  imm-trans-b 1 for an N-major B. An operand whose arena offset is not a multiple of 1024 bytes is a CodegenError
-  (the swizzle atoms must sit on their 1024-byte boundary; the arena is ``__align__(1024)``).
+- ``Wgmma`` builds two 64-bit matrix descriptors: the operand's 32-bit shared-window address as
+  ``(address & 0x3FFFF) >> 4`` ORed with the constant ``encode_descriptor(0, lbo, sbo, swizzle)`` of
+  ``compiler.instructions.wgmma`` (LBO, SBO, base offset 0, swizzle mode; the one encoder the emulator decodes);
+  and issues one ``wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{f16,bf16}.{f16,bf16}`` whose N / 2 accumulators are
+  ``"+f"`` operands named by constant register indices, scale-d a predicate set from ``accumulate``, imm-trans-a 0,
+  imm-trans-b 1 for an N-major B. An operand whose arena offset is not a multiple of its swizzle atom (8 x width
+  bytes) is a CodegenError; the arena start itself is rounded up to ``DeviceKernel.shared_align`` by the kernel's
+  prologue (``compiler.targets.cuda``), since ``__align__`` on ``extern __shared__`` is not a guarantee.
 - ``WgmmaCommit`` / ``WgmmaWait`` are ``wgmma.commit_group.sync.aligned`` / ``wgmma.wait_group.sync.aligned N``.
 """
 
 from __future__ import annotations
 
+from tileagent.compiler.instructions.wgmma import SWIZZLE_MODE, encode_descriptor
 from tileagent.compiler.targets.cuda_tensor import _shared_address
 from tileagent.compiler.tir import Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait
 
 _SFX = {"float16": "f16", "bfloat16": "bf16"}
-ATOM_BYTES = 1024
 
 
 def emit_wgmma_fence(em, s: WgmmaFence) -> None:
@@ -43,11 +44,13 @@ def emit_wgmma(em, s: Wgmma) -> None:
     if s.n % 8 or not 8 <= s.n <= 256 or len(s.c) != s.n // 2 or s.b_major not in ("k", "mn"):
         em.fail(f"{what}: m64n{s.n}k16 needs N in 8..256 (a multiple of 8), N / 2 accumulator registers (got "
                 f"{len(s.c)}) and b_major 'k' or 'mn' (got {s.b_major!r})")
-    for buf in (s.a_buf, s.b_buf):
+    for buf, width in ((s.a_buf, s.a_swizzle), (s.b_buf, s.b_swizzle)):
         off = em.k.shared_offsets.get(buf)
-        if off is None or off % ATOM_BYTES:
-            em.fail(f"{what}: shared operand {buf.name} is at arena byte {off}; wgmma's 128B-swizzle atoms need a "
-                    f"multiple of {ATOM_BYTES}")
+        if width not in SWIZZLE_MODE:
+            em.fail(f"{what}: swizzle width {width} of {buf.name} is not one of {sorted(SWIZZLE_MODE)}")
+        if off is None or off % (8 * width) or em.k.shared_align % (8 * width):
+            em.fail(f"{what}: shared operand {buf.name} is at arena byte {off} of an arena aligned to "
+                    f"{em.k.shared_align}; its {width}B-swizzle atoms need multiples of {8 * width}")
     regs = [em.register(s.c_buf, i) for i in s.c]
     if len(set(regs)) != len(regs):
         em.fail(f"{what}: the accumulator registers must be distinct")
@@ -56,9 +59,10 @@ def emit_wgmma(em, s: Wgmma) -> None:
     nd = len(regs)
     em.line("{")
     em.depth += 1
-    for name, buf, idx, sbo in (("a", s.a_buf, s.a_index, s.a_sbo), ("b", s.b_buf, s.b_index, s.b_sbo)):
+    for name, buf, idx, lbo, sbo, width in (("a", s.a_buf, s.a_index, s.a_lbo, s.a_sbo, s.a_swizzle),
+                                            ("b", s.b_buf, s.b_index, s.b_lbo, s.b_sbo, s.b_swizzle)):
         em.line(f"const unsigned long long tl_d{name} = (unsigned long long)((({_shared_address(em, buf, idx)}) "
-                f"& 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long){sbo >> 4} << 32) | (1ull << 62);")
+                f"& 0x3FFFFu) >> 4) | 0x{encode_descriptor(0, lbo, sbo, width):016x}ull;")
     dlist = ", ".join(f"%{i}" for i in range(nd))
     em.line(f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 2}, 0;\\n'
             f'wgmma.mma_async.sync.aligned.m64n{s.n}k16.f32.{sfx}.{sfx} {{{dlist}}}, %{nd}, %{nd + 1}, p, 1, 1, 0, '

@@ -74,9 +74,10 @@ class GemmOp(TileOp):
         choice = select_gemm(op, inference.threads, getattr(inference, "target", None))
         inference.r.gemm_partition[op] = choice.partition
         inference.r.instructions[op] = choice
-        for operand in (op.a.buffer, op.b.buffer):  # conflict-free operand reads (annotations win)
+        for operand in (op.a.buffer, op.b.buffer):  # the entry's layout, else conflict-free reads (annotations win)
             if operand.scope == "shared" and operand not in inference.r.shared:
-                inference.r.shared[operand] = swizzled(tuple(operand.shape), operand.dtype.bytes)
+                inference.r.shared[operand] = choice.instruction.shared_layout(op, operand) or \
+                    swizzled(tuple(operand.shape), operand.dtype.bytes)
         try:
             layouts = choice.instruction.layouts(op, inference.threads, choice.partition)
         except LayoutError as e:
@@ -94,8 +95,8 @@ class GemmOp(TileOp):
         if error is not None:
             raise error
         choice = ctx.layouts.instructions.get(s) or select_gemm(s, ctx.threads, target)
-        ctx.note_instruction(s, choice.describe())
-        log.info("%s at line %s: %s", self.name(s), s.span.line if s.span else "?", choice.describe())
+        ctx.note_instruction(s, choice.describe(s))
+        log.info("%s at line %s: %s", self.name(s), s.span.line if s.span else "?", choice.describe(s))
         return choice.instruction.lower(s, ctx)
 
     def interpret(self, s, it, mask) -> None:
