@@ -64,6 +64,22 @@ def wgmma_fence(block, s: WgmmaFence) -> None:
     _state(block)["fenced"] = True
 
 
+def hardware_addresses(desc: dict, rows: int, cols: int, mn_major: bool, eb: int) -> torch.Tensor:
+    """[rows, cols] shared byte addresses the tensor core reads for a decoded descriptor (``decode_descriptor``):
+    K-major element (r, k) or MN-major element (k, n), swizzle applied (module docstring)."""
+    w = desc["swizzle"]
+    r = torch.arange(rows)[:, None]
+    c = torch.arange(cols)[None, :]
+    addr = desc["start"] + (r // 8) * desc["sbo"] + (r % 8) * w
+    if mn_major:
+        per = w // eb
+        addr = addr + (c // per) * desc["lbo"] + (c % per) * eb
+    else:
+        addr = addr + c * eb
+    bits = (w // 16).bit_length() - 1
+    return addr ^ (((addr >> 7) & ((1 << bits) - 1)) << 4)
+
+
 def _read_tile(block, buf, start_el: int, lbo: int, sbo: int, width: int, rows: int, cols: int, mn_major: bool,
                span, what: str) -> torch.Tensor:
     """[rows, cols] elements (MN-major: [16 K rows, N]; K-major: [M or N rows, 16]) of a canonical tile read
@@ -78,17 +94,7 @@ def _read_tile(block, buf, start_el: int, lbo: int, sbo: int, width: int, rows: 
     if desc["base_offset"] or not desc["swizzle"]:
         raise EmulationError(f"Wgmma {what} descriptor: base offset {desc['base_offset']} / swizzle "
                              f"{desc['swizzle']} is not modelled", span)
-    w = desc["swizzle"]
-    r = torch.arange(rows)[:, None]
-    c = torch.arange(cols)[None, :]
-    addr = desc["start"] + (r // 8) * desc["sbo"] + (r % 8) * w
-    if mn_major:
-        per = w // eb
-        addr = addr + (c // per) * desc["lbo"] + (c % per) * eb
-    else:
-        addr = addr + c * eb
-    bits = (w // 16).bit_length() - 1
-    addr = addr ^ (((addr >> 7) & ((1 << bits) - 1)) << 4)
+    addr = hardware_addresses(desc, rows, cols, mn_major, eb)
     bad = (addr < off) | (addr + eb > off + nbytes)
     if bool(bad.any()):
         i, j = (int(x) for x in bad.nonzero()[0])

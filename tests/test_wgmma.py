@@ -1,7 +1,9 @@
 """The opt-in sm_90a wgmma.mma_async entry of the gemm registry (compiler.instructions.wgmma): chosen only with
 TILEAGENT_ENABLE_WGMMA=1, run in the SIMT emulator against torch (descriptors decoded as the hardware does), a missing
 wait or fence fails the emulator, the accumulator layout is the PTX m64nNk16 D figure, and NVRTC compiles it for
-sm_90a."""
+sm_90a. Hand-checked tables (worked out from the PTX ISA "Matrix Descriptor Format", "Shared Memory Matrix Layout"
+and the D-fragment figure, and CuTe's canonical GMMA layouts) pin the descriptor bits, the addresses the tensor core
+reads and which thread holds which D element, independently of the code under test."""
 
 import pytest
 import torch
@@ -9,8 +11,12 @@ import torch
 import tileagent
 import tileagent.language as T
 from tileagent.compiler.emulate_tensor import EmulationError
+from tileagent.compiler.emulate_wgmma import hardware_addresses
 from tileagent.compiler.instructions import wgmma as wgmma_entry
-from tileagent.compiler.tir import WgmmaFence, WgmmaWait
+from tileagent.compiler.instructions.wgmma import d_position, decode_descriptor, encode_descriptor
+from tileagent.compiler.layout.layout import wgmma_operand
+from tileagent.compiler.tir import Wgmma, WgmmaFence, WgmmaWait
+from tests.conftest import REPO, load_module
 from tests.test_gemm_sim import _gemm
 
 
@@ -63,10 +69,22 @@ def test_k_major_b_and_two_warpgroups(wgmma_on):
     torch.testing.assert_close(c, a.float() @ b.float().T, rtol=1e-3, atol=1e-3)
 
 
+def test_shared_example_own_tiles_take_wgmma(shared_example, wgmma_on):
+    # the example's own tiles 128/128/64: B is 64 x 128 (256-byte rows) = two 128-byte column blocks read through one
+    # N-major descriptor (LBO = 64 rows x 128 B); ragged N, two K tiles
+    kernel = _run_gemm_relu(shared_example("gemm_relu"), 128, 120, 128, (128, 128, 64))
+    ir = kernel.get_ir("thread")
+    assert "wgmma.mma_async m64nNk16 SS: m64n128k16.f32.f16.f16, A K-major 128B swizzle, B N-major 128B swizzle" in ir
+    assert "LBO 8192, SBO 1024" in ir
+    src = kernel.get_kernel_source()
+    assert "0x4000004000010000ull" in src  # A: LBO 16 (encoded 1), SBO 1024 (64), 128B swizzle (mode 1 << 62)
+    assert "0x4000004002000000ull" in src  # B: LBO 8192 (encoded 512 << 16), SBO 1024, 128B swizzle
+
+
 def test_tiles_the_entry_does_not_take_fall_back_to_mma_sync(shared_example, wgmma_on):
-    # the example's own tiles: B is 64 x 128 (256-byte rows), not a 128B-swizzle canonical layout
-    kernel = _run_gemm_relu(shared_example("gemm_relu"), 128, 128, 64, (128, 128, 64))
-    assert "mma.sync m16n8k16" in kernel.get_ir("thread")
+    # block_K = 48: A rows of 96 bytes are no wgmma swizzle width, so mma.sync keeps the gemm
+    kernel = _run_gemm_relu(shared_example("gemm_relu"), 128, 64, 96, (128, 64, 48))
+    assert "mma.sync m16n8k16" in kernel.get_ir("thread") and "wgmma" not in kernel.get_kernel_source()
 
 
 def _drop(monkeypatch, kind):
@@ -88,12 +106,21 @@ def test_missing_fence_fails_the_emulator(shared_example, wgmma_on, monkeypatch)
         _run_gemm_relu(shared_example("gemm_relu"), 128, 64, 64, (128, 64, 64))
 
 
-def test_wrong_descriptor_stride_gives_wrong_numbers(shared_example, wgmma_on, monkeypatch):
+@pytest.mark.parametrize("field", [1, 0])  # SBO, then LBO (the N-major B of the 128/128/64 tiles needs it)
+def test_wrong_descriptor_offsets_give_wrong_numbers(shared_example, wgmma_on, monkeypatch, field):
     from tileagent.compiler.lower import wgmma as lowering
 
-    monkeypatch.setattr(lowering, "SBO", 512)  # the emulator decodes the descriptor, not the compiler's layout
+    real = lowering.operand_descriptor
+
+    def halved(ctx, buf, mn_major):
+        out = list(real(ctx, buf, mn_major))
+        if field == 1 or mn_major:
+            out[field] //= 2
+        return tuple(out)
+
+    monkeypatch.setattr(lowering, "operand_descriptor", halved)  # the emulator decodes the descriptor
     with pytest.raises(AssertionError):
-        _run_gemm_relu(shared_example("gemm_relu"), 128, 64, 64, (128, 64, 64))
+        _run_gemm_relu(shared_example("gemm_relu"), 128, 128, 64, (128, 128, 64))
 
 
 def test_accumulator_layout_is_the_ptx_m64nNk16_d_figure():
@@ -142,3 +169,182 @@ def test_prompts_gemm_relu_with_dynamic_m_and_ragged_k_on_wgmma(wgmma_on):
     assert "wgmma" in kernel.get_ir("thread")
     a, b = torch.randn(70, 136, dtype=torch.float16), torch.randn(136, 72, dtype=torch.float16)
     torch.testing.assert_close(kernel(a, b), mod.reference(a, b), rtol=1e-2, atol=1e-2)
+
+
+# -- hand-checked tables -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("start,lbo,sbo,width,bits", [
+    # 128B K-major A at 0x400: start 0x400 >> 4 = 0x40; LBO 16 -> 1 << 16; SBO 1024 -> 64 << 32; mode 1 << 62
+    (0x400, 16, 1024, 128, 0x4000_0040_0001_0040),
+    # 128B N-major B, two column blocks of 64 K rows: LBO 8192 -> 512 << 16 = 0x200_0000
+    (0x4000, 8192, 1024, 128, 0x4000_0040_0200_0400),
+    # 64B K-major: SBO 512 -> 32 << 32; mode 2 << 62 = 0x8000...
+    (0x200, 16, 512, 64, 0x8000_0020_0001_0020),
+    # 32B K-major: SBO 256 -> 16 << 32; mode 3 << 62 = 0xC000...
+    (0x100, 16, 256, 32, 0xC000_0010_0001_0010),
+    # the largest start the 14-bit field holds (bits 4..17 of the address)
+    (0x3FFF0, 16, 1024, 128, 0x4000_0040_0001_3FFF),
+])
+def test_descriptor_bits_hand_table(start, lbo, sbo, width, bits):
+    assert encode_descriptor(start, lbo, sbo, width) == bits
+    fields = decode_descriptor(bits)
+    assert fields == {"start": start, "lbo": lbo, "sbo": sbo, "base_offset": 0, "swizzle": width}
+    assert bits >> 46 & 7 == 0 and bits >> 52 & 0x3FF == 0  # reserved bits stay clear (sm_90a; not tcgen05's 0b001)
+
+
+def test_descriptor_rejects_what_the_hardware_would_truncate():
+    with pytest.raises(ValueError, match="multiple of 16"):
+        encode_descriptor(0x408, 16, 1024, 128)
+    with pytest.raises(ValueError, match="in \\[0, 2\\*\\*18\\)"):
+        encode_descriptor(0x40400, 16, 1024, 128)  # the hardware would keep bits 4..17 only
+    with pytest.raises(ValueError, match="swizzle 16"):
+        encode_descriptor(0x400, 16, 1024, 16)
+
+
+@pytest.mark.parametrize("width,sbo,lbo,mn_major,element,address", [
+    # K-major 128B, element (r=9, k=5): 1 * 1024 + 1 * 128 + 2 * 5 = 1162; bits [7:9] = 1 -> chunk 0 ^ 1: 1178
+    (128, 1024, 16, False, (9, 5), 1178),
+    # K-major 128B at +32 (k step 2), element (3, 0): 32 + 3 * 128 = 416; chunk 2 ^ 3 = 1: 400
+    (128, 1024, 16, False, (3, 0), 400 - 32),  # (start added below)
+    # N-major 128B, LBO 8192: (k=9, n=70): 1024 + 128 + 8192 + 2 * 6 = 9356; bits [7:9] = 1: chunk 0 -> 1: 9372
+    (128, 1024, 8192, True, (9, 70), 9372),
+    # K-major 64B: (r=2, k=9): 2 * 64 + 18 = 146; bits [7:8] = 1, chunk 1 ^ 1 = 0: 130
+    (64, 512, 16, False, (2, 9), 130),
+    # K-major 32B: (r=4, k=3): 128 + 6 = 134 -> bit 7 set, chunk 0 -> 1: 150; (4, 8): 144 -> chunk 1 -> 0: 128
+    (32, 256, 16, False, (4, 3), 150),
+    (32, 256, 16, False, (4, 8), 128),
+])
+def test_hardware_read_addresses_hand_table(width, sbo, lbo, mn_major, element, address):
+    start = 32 if element == (3, 0) and width == 128 and not mn_major else 0
+    desc = decode_descriptor(encode_descriptor(start, lbo, sbo, width))
+    rows, cols = (16, 128) if mn_major else (16, 16)
+    assert int(hardware_addresses(desc, rows, cols, mn_major, 2)[element]) == address + start
+
+
+@pytest.mark.parametrize("shape,mn_major", [((128, 64), False), ((128, 128), False), ((128, 32), False),
+                                            ((64, 16), False), ((64, 128), True), ((32, 256), True),
+                                            ((16, 64), True), ((16, 32), True), ((128, 192), False)])
+def test_compiler_layout_is_what_the_descriptor_reads(shape, mn_major):
+    """The layout T.copy writes (wgmma_operand) puts every element where the tensor core reads it: for each K step,
+    the descriptor the lowering builds (start = the layout's offset of the step's first element, SBO = 8 rows x W,
+    LBO = rows x W for N-major) addresses exactly the layout's bytes."""
+    layout = wgmma_operand(shape, 2)
+    width = layout.align_bytes // 8
+    table = torch.from_numpy(layout.table()) * 2
+    rows, cols = shape
+    for kb in range((rows if mn_major else cols) // 16):
+        first = (16 * kb, 0) if mn_major else (0, 16 * kb)
+        lbo = rows * width if mn_major else 16
+        desc = decode_descriptor(encode_descriptor(int(table[first]), lbo, 8 * width, width))
+        got = hardware_addresses(desc, 16 if mn_major else rows, cols if mn_major else 16, mn_major, 2)
+        want = table[16 * kb:16 * kb + 16, :] if mn_major else table[:, 16 * kb:16 * kb + 16]
+        assert torch.equal(got, want), (shape, kb)
+
+
+@pytest.mark.parametrize("thread,i,row_col", [
+    (0, 0, (0, 0)), (0, 1, (0, 1)), (0, 2, (8, 0)), (0, 3, (8, 1)), (0, 4, (0, 8)),  # d0..d4 of thread 0
+    (5, 0, (1, 2)),                        # lane 5: group 1, thread-in-group 1
+    (37, 0, (17, 2)), (37, 3, (25, 3)),    # warp 1 owns rows 16..31
+    (64, 6, (40, 8)),                      # warp 2, d6 = second column block, lower half
+    (127, 0, (55, 6)), (127, 31, (63, 63)),  # the last register of m64n64 lands on the corner
+])
+def test_d_fragment_hand_table(thread, i, row_col):
+    assert d_position(thread, i) == row_col
+
+
+def test_lowering_passes_registers_in_ptx_order(wgmma_on):
+    """For every Wgmma of a 2-warpgroup, 2-atom kernel: accumulator operand i of thread T is the register the
+    accumulator layout puts D[d_position(T, i)] (offset by warpgroup and atom) in."""
+    from tileagent.compiler.ir.visit import walk
+    from tileagent.compiler.lower import lower
+
+    M, N, K = 256, 24, 32
+    module = lower(_wg_gemm(M, N, K, 256, 24, 32, True, "float16", threads=256), target="sim:sm_90a")  # B 24 x 32
+    wg = [s for s in walk(module.kernels[0].body) if isinstance(s, Wgmma)]
+    assert len(wg) == 2 * 2  # 2 row atoms per warpgroup x 2 K steps
+    frag = wgmma_entry.accumulator_layout(M, N, 2, 256)
+    for n, s in enumerate(wg):
+        atom = n // 2
+        for thread in (0, 5, 37, 100, 127, 128, 200, 255):
+            for i in range(N // 2):
+                r, c = d_position(thread % 128, i)
+                r += thread // 128 * (M // 2) + 64 * atom
+                assert frag.thread((r, c)) == thread and frag.slot((r, c)) == int(s.c[i].value), (thread, i)
+
+
+# -- the shapes of the examples and the drafter's tuned configs, on the emulator ----------------------------------
+
+def _wg_gemm(M, N, K, bm, bn, bk, trans_b, dtype, threads=128, stages=2):
+    b_shape, b_tile = ((N, K), (bn, bk)) if trans_b else ((K, N), (bk, bn))
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared(b_tile, dtype)
+            acc = T.alloc_fragment((bm, bn), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, k * bk], A_s)
+                if trans_b:
+                    T.copy(B[bx * bn, k * bk], B_s)
+                else:
+                    T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, acc, transpose_B=trans_b)
+            T.copy(acc, C[by * bm, bx * bn])
+
+    return main
+
+
+@pytest.mark.parametrize("M,N,K,tiles,trans_b,dtype,threads,detail", [
+    # K-major A and B both two 128-byte column blocks along K (block_K 128), transposed B
+    (72, 64, 256, (64, 64, 128), True, "bfloat16", 128, "m64n64k16.f32.bf16.bf16, A K-major 128B swizzle, B K-major "
+                                                        "128B swizzle"),
+    # 32-byte swizzle (block_K 16) on A, N-major B of one 128-byte block
+    (64, 64, 48, (64, 64, 16), False, "float16", 128, "A K-major 32B swizzle, B N-major 128B swizzle"),
+    # 64-byte swizzle on both (block_K 32, N-major B of 32 columns)
+    (64, 32, 64, (64, 32, 32), False, "float16", 128, "A K-major 64B swizzle, B N-major 64B swizzle"),
+    # two warpgroups, N = 256: four 128-byte column blocks of B
+    (128, 256, 64, (128, 256, 32), False, "float16", 256, "m64n256k16.f32.f16.f16, A K-major 64B swizzle"),
+])
+def test_multi_atom_and_narrow_swizzles_match_torch(wgmma_on, M, N, K, tiles, trans_b, dtype, threads, detail):
+    kernel = tileagent.compile(_wg_gemm(M, N, K, *tiles, trans_b, dtype, threads), target="sim")
+    assert detail in kernel.get_ir("thread")
+    td = getattr(torch, dtype)
+    a = torch.randn(M, K, dtype=td)
+    b = torch.randn((N, K) if trans_b else (K, N), dtype=td)
+    c = torch.full((M, N), float("nan"))
+    kernel(a, b, c)
+    torch.testing.assert_close(c, a.float() @ (b.float().T if trans_b else b.float()), rtol=1e-3, atol=1e-3)
+
+
+def test_prompts_gemm_relu_default_config_on_wgmma(wgmma_on):
+    # the prompt example's defaults 128/128/32: A rows of 64 bytes (64B swizzle), B 32 x 128 (two 128B blocks)
+    mod = load_module(REPO / "prompts" / "examples" / "gemm_relu.py")
+    kernel = tileagent.compile(mod.gemm_relu.fn(None, 128, 96), out_idx=[2], target="sim")
+    assert "m64n128k16.f32.f16.f16, A K-major 64B swizzle, B N-major 128B swizzle" in kernel.get_ir("thread")
+    a, b = torch.randn(70, 96, dtype=torch.float16), torch.randn(96, 128, dtype=torch.float16)
+    torch.testing.assert_close(kernel(a, b), mod.reference(a, b), rtol=1e-2, atol=1e-2)
+
+
+def test_arena_start_is_rounded_to_the_swizzle_atom(shared_example, monkeypatch):
+    func = shared_example("gemm_relu").matmul.fn(256, 256, 256, 128, 128, 64)
+    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)
+    plain = tileagent.compile(func, target="sim")
+    assert "tl_smem_raw" not in plain.get_kernel_source()
+    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    kernel = tileagent.compile(shared_example("gemm_relu").matmul.fn(256, 256, 256, 128, 128, 64), target="sim")
+    src = kernel.get_kernel_source()
+    assert "unsigned char* smem = tl_smem_raw + ((0u - (unsigned)__cvta_generic_to_shared(tl_smem_raw)) & 1023u);" \
+        in src
+    # 3 stages of A (16 KB) and B (16 KB) + the 1008 bytes the rounding may skip
+    assert "shared=99312B" in kernel.get_ir("thread") and "shared=98304B" in plain.get_ir("thread")
+
+
+def test_nvrtc_compiles_the_multi_atom_kernels_for_sm_90a(shared_example, wgmma_on):
+    mod = load_module(REPO / "prompts" / "examples" / "gemm_relu.py")
+    for func in (shared_example("gemm_relu").matmul.fn(256, 256, 256, 128, 128, 64),
+                 mod.gemm_relu.fn(None, 256, 256, block_M=128, block_N=256, block_K=32, threads=256)):
+        kernel = tileagent.compile(func, target="sim")
+        assert "wgmma.mma_async" in kernel.get_kernel_source()
+        assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
