@@ -91,14 +91,29 @@ def test_cumsum_on_gpu(scope, dim, reverse):
     assert torch.equal(on_gpu.cpu(), on_cpu)
 
 
-WGMMA_CASES = [("shared", 1024, 1024, 1024, torch.float16), ("shared", 1000, 776, 520, torch.bfloat16),
-               ("prompts", 1000, 768, 520, torch.float16)]
+WGMMA_CASES = [  # (where, M, N, K, dtype, schedule, the instruction the gemm must lower to)
+    ("shared", 1024, 1024, 1024, torch.float16, (128, 64, 64), "m64n64k16.f32.f16.f16, A K-major 128B swizzle, "
+                                                              "B N-major 128B swizzle"),
+    ("shared", 1000, 776, 520, torch.bfloat16, (128, 64, 64), "m64n64k16.f32.bf16.bf16"),
+    # the example's own tiles: B 64 x 128 = two 128-byte column blocks (LBO 8192)
+    ("shared", 1000, 776, 520, torch.float16, (128, 128, 64), "m64n128k16.f32.f16.f16, A K-major 128B swizzle, "
+                                                               "B N-major 128B swizzle"),
+    ("shared", 4096, 4096, 4096, torch.float16, (128, 128, 64), "m64n128k16"),
+    ("prompts", 1000, 768, 520, torch.float16, dict(block_M=128, block_N=64, block_K=64), "m64n64k16"),
+    # the prompt example's defaults 128/128/32: A rows of 64 bytes (64B swizzle)
+    ("prompts", 1000, 768, 520, torch.float16, {}, "m64n128k16.f32.f16.f16, A K-major 64B swizzle, B N-major 128B"),
+    # the drafter's tuned configs: two warpgroups, N = 256 (four column blocks); 2 stages of 128/128/64 in bf16
+    ("prompts", 1000, 768, 520, torch.float16, dict(block_M=128, block_N=256, block_K=32, threads=256), "m64n256k16"),
+    ("prompts", 1000, 768, 520, torch.bfloat16, dict(block_M=128, block_N=128, block_K=64, num_stages=2, threads=256),
+     "m64n128k16.f32.bf16.bf16"),
+]
 
 
 @pytest.mark.skipif(torch.cuda.get_device_capability() != (9, 0), reason="wgmma needs an sm_90a GPU")
-@pytest.mark.parametrize("where,M,N,K,dtype", WGMMA_CASES)
-def test_gemm_relu_examples_with_wgmma_on_gpu(monkeypatch, where, M, N, K, dtype):
-    """TILEAGENT_ENABLE_WGMMA=1: the gemm examples at tiles 128/64/64 lower to wgmma.mma_async and match torch."""
+@pytest.mark.parametrize("where,M,N,K,dtype,schedule,instruction", WGMMA_CASES)
+def test_gemm_relu_examples_with_wgmma_on_gpu(monkeypatch, where, M, N, K, dtype, schedule, instruction):
+    """TILEAGENT_ENABLE_WGMMA=1: the gemm examples at the examples' and the drafter's schedules lower to
+    wgmma.mma_async (the instruction named in get_ir) and match torch."""
     monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
     import os
     from pathlib import Path
@@ -106,14 +121,37 @@ def test_gemm_relu_examples_with_wgmma_on_gpu(monkeypatch, where, M, N, K, dtype
     shared = Path(os.environ.get("TILEAGENT_SHARED", REPO.parent / "shared")) / "examples"
     a = torch.randn(M, K, device="cuda", dtype=dtype)
     b = torch.randn(K, N, device="cuda", dtype=dtype)
+    name = str(dtype).split(".")[1]
     if where == "shared":
         mod = load_module(shared / "gemm_relu.py")
-        kernel = tileagent.compile(mod.matmul.fn(M, N, K, 128, 64, 64, dtype=str(dtype).split(".")[1]))
+        kernel = tileagent.compile(mod.matmul.fn(M, N, K, *schedule, dtype=name))
         c = _nan(M, N, dtype=dtype)
         kernel(a, b, c)
     else:
         mod = load_module(REPO / "prompts" / "examples" / "gemm_relu.py")
-        kernel = tileagent.compile(mod.gemm_relu.fn(None, N, K, block_M=128, block_N=64, block_K=64), out_idx=[2])
+        kernel = tileagent.compile(mod.gemm_relu.fn(None, N, K, dtype=name, **schedule), out_idx=[2])
         c = kernel(a, b)
-    assert "wgmma.mma_async" in kernel.get_kernel_source()
-    torch.testing.assert_close(c.float(), torch.relu(a.float() @ b.float()), rtol=2e-2, atol=5e-2)
+    torch.cuda.synchronize()
+    assert "wgmma.mma_async" in kernel.get_kernel_source() and instruction in kernel.get_ir("thread")
+    tol = 5e-2 * (K / 1024) ** 0.5 + 2e-2  # fp16 / bf16 output of sums of K unit-variance products
+    torch.testing.assert_close(c.float(), torch.relu(a.float() @ b.float()), rtol=2e-2, atol=tol)
+
+
+@pytest.mark.skipif(torch.cuda.get_device_capability() != (9, 0), reason="wgmma needs an sm_90a GPU")
+@pytest.mark.parametrize("dim,causal", [(128, False), (64, True)])
+def test_flash_attn_example_with_wgmma_on_gpu(monkeypatch, dim, causal):
+    """TILEAGENT_ENABLE_WGMMA=1: flash_attn_fwd's Q @ K^T (K-major B; head dim 128 = two 128-byte column blocks)
+    lowers to wgmma, P @ V stays on mma.sync, and the output matches SDPA."""
+    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    import os
+    from pathlib import Path
+
+    shared = Path(os.environ.get("TILEAGENT_SHARED", REPO.parent / "shared")) / "examples"
+    mod = load_module(shared / "flash_attn_fwd.py")
+    kernel = tileagent.compile(mod.flash_attn_fwd.fn(2, 4, 1000, dim, causal))
+    q, k, v = (torch.randn(2, 1000, 4, dim, device="cuda", dtype=torch.float16) for _ in range(3))
+    o = _nan(2, 1000, 4, dim, dtype=torch.float16)
+    kernel(q, k, v, o)
+    torch.cuda.synchronize()
+    assert "B K-major 128B swizzle" in kernel.get_ir("thread")
+    torch.testing.assert_close(o, mod.reference(q, k, v, causal), rtol=1e-2, atol=1e-2)

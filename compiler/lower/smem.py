@@ -5,8 +5,8 @@ workspace). Out: ``SharedPlan`` (byte offset of each buffer, the scratch offset,
 A staged tile (software pipeline) takes its number of stages times its 128-byte-aligned size.
 Guarantees: offsets are 16-byte aligned, and multiples of a layout's ``align_bytes`` where it asks for more (a
 wgmma operand's swizzle atom); then ``base_align`` is the largest such alignment and ``total_bytes`` includes
-``base_align - 16`` bytes of slack so that the kernel can round its arena start up to it; two buffers used by overlapping ranges of top-level statements never
-overlap in memory; the scratch area overlaps nothing; ``reuse_points`` lists the top-level statements that first
+``base_align - 16`` bytes of slack so that the kernel can round its arena start up to it; two buffers used by
+overlapping ranges of top-level statements never overlap in memory; the scratch area overlaps nothing; ``reuse_points`` lists the top-level statements that first
 use bytes an earlier, now dead buffer used (the lowering puts a barrier before each). ``check_fits`` reports a plan
 over the target's shared memory (E801).
 """
