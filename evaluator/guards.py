@@ -240,22 +240,23 @@ def check_outputs(outputs, inputs, device, earlier=()) -> tuple[torch.Tensor, ..
 @contextmanager
 def guard_forward(poison_allocations: bool = True, launches: list | None = None, collect: bool = False):
     """Run the candidate's forward inside: ForwardGuard active, and afterwards checks that a kernel was launched, that
-    every kernel scope was entered by a call of a compiled kernel (``JITKernel.__call__``, counted while the forward
-    runs), that the guard is still the innermost dispatch mode, and that no thread was left running (Python threads,
-    and threads started through ``_thread`` directly). Yields the ForwardGuard. ``launches``, when given, receives
+    every kernel scope was entered by a call of a compiled kernel (counted through the runtime's public hook
+    ``compiler.runtime.launch.on_launch`` while the forward runs; no compiler class is patched), that the guard is
+    still the innermost dispatch mode, and that no thread was left running (Python threads, and threads started
+    through ``_thread`` directly). Yields the ForwardGuard. ``launches``, when given, receives
     the names of the device kernels of every compiled kernel called (for the CUDA kernel accounting). With ``collect``
     a garbage collection runs before the guard ends, so finalizers of the candidate's objects run under it (the
     candidate's process freezes its start-up objects, which makes this cheap)."""
-    from tileagent.compiler.jit import JITKernel
+    from tileagent.compiler.runtime.hooks import on_launch
 
     threads, raw_threads = set(threading.enumerate()), _THREAD_COUNT()
     launched_before = kernel_scope.launch_count()
-    genuine, calls = JITKernel.__call__, [0]
+    calls = [0]
     caller = threading.get_ident()
     stream = torch.cuda.current_stream() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
     guard = ForwardGuard(poison_allocations)
 
-    def counted(self, *args):
+    def counted(kernel) -> None:
         calls[0] += 1
         if threading.get_ident() != caller:
             guard.violations.append(violation("threads", "a compiled kernel was launched from another thread than "
@@ -264,21 +265,16 @@ def guard_forward(poison_allocations: bool = True, launches: list | None = None,
             guard.violations.append(violation("stream", "a compiled kernel was launched on another CUDA stream than "
                                               "the caller's (work the caller's timing would not wait for)"))
         if launches is not None:
-            launches.extend(_kernel_names(self))
-        return genuine(self, *args)
+            launches.extend(_kernel_names(kernel))
 
-    JITKernel.__call__ = counted
-    try:
-        with torch.no_grad(), guard:
-            yield guard
-            depth = torch._C._len_torch_dispatch_stack()
-            if depth == 0 or torch._C._get_dispatch_stack_at(depth - 1) is not guard:
-                guard.violations.append(violation(
-                    "torch-op", "the forward left the run-time guard (a torch dispatch mode was pushed or popped)"))
-            if collect:
-                gc.collect()  # finalizers of the candidate's objects run here, still under the guard
-    finally:
-        JITKernel.__call__ = genuine
+    with on_launch(counted), torch.no_grad(), guard:
+        yield guard
+        depth = torch._C._len_torch_dispatch_stack()
+        if depth == 0 or torch._C._get_dispatch_stack_at(depth - 1) is not guard:
+            guard.violations.append(violation(
+                "torch-op", "the forward left the run-time guard (a torch dispatch mode was pushed or popped)"))
+        if collect:
+            gc.collect()  # finalizers of the candidate's objects run here, still under the guard
     if guard.violations:
         raise guard.violations[0]
     launched = kernel_scope.launch_count() - launched_before

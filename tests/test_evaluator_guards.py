@@ -275,6 +275,35 @@ def test_guard_forward_catches_a_thread_left_running():
     stop.set()
 
 
+def test_guard_counts_launches_through_the_runtime_hook_and_patches_no_compiler_class():
+    """The launch count comes from ``compiler.runtime.launch.on_launch``: JITKernel stays genuine, a launch reported
+    through the hook by any path is counted, a kernel scope entered without one is not, and the hook is removed after
+    the call (also when the guard raises)."""
+    from tileagent import compiler
+    from tileagent.compiler import kernel_scope
+    from tileagent.compiler.jit import JITKernel
+    from tileagent.compiler.runtime import hooks, launch
+    from tests.kernels import scale_rows
+
+    assert launch.on_launch is hooks.on_launch
+    genuine = vars(JITKernel)["__call__"]
+    kernel = compiler.compile(scale_rows(4, 8), out_idx=[1], target="cpu")
+    x = torch.randn(4, 8)
+    with guard_forward():
+        assert vars(JITKernel)["__call__"] is genuine and len(hooks._CALLBACKS) == 1
+        kernel(x)
+    with guard_forward():  # another launch path that reports through the hook (as the runtime's callers do)
+        hooks.notify_launch(kernel)
+        with kernel_scope.kernel_scope():
+            pass
+    with pytest.raises(GuardViolation, match="entered the compiler's kernel scope without calling a compiled "
+                       "kernel"), guard_forward():
+        kernel(x)
+        with kernel_scope.kernel_scope():
+            pass
+    assert hooks._CALLBACKS == [] and vars(JITKernel)["__call__"] is genuine
+
+
 def test_check_outputs_accepts_plain_tensors_and_tuples():
     x = torch.randn(3)
     y = torch.empty(3)
