@@ -332,7 +332,8 @@ class _ConfigCheck:
         key = id(model)
         if key not in self.models64:
             try:
-                self.models64[key] = (model, copy.deepcopy(model).to(torch.float64))
+                with self.spec.running("a float64 copy of Model (the oracle)"):
+                    self.models64[key] = (model, copy.deepcopy(model).to(torch.float64))
             except Exception:  # noqa: BLE001 - a model that cannot be copied has no oracle
                 self.models64[key] = (model, None)
         m64 = self.models64[key][1]
@@ -340,7 +341,7 @@ class _ConfigCheck:
             return None
         args = [t.detach().to(torch.float64) if t.is_floating_point() else t for t in inputs]
         try:
-            with torch.no_grad():
+            with torch.no_grad(), self.spec.running("Model.forward in float64 (the oracle)"):
                 out = m64(*args)
         except Exception:  # noqa: BLE001 - ops without float64 support: no oracle, the fixed rule decides alone
             return None

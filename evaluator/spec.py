@@ -25,10 +25,13 @@ the wrong output type); inputs are a pure function of (config, seed, distributio
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
+import os
 import random
 import sys
+import traceback
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -165,6 +168,64 @@ def _config_suffix(config: dict) -> str:
     return f" (config {config})" if config else ""
 
 
+def reference_line(error: BaseException, path) -> int | None:
+    """The innermost line of the reference file ``path`` in ``error``'s traceback (or its causes'), if any."""
+    target = os.path.abspath(str(path))
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        lines = [f.lineno for f in traceback.extract_tb(error.__traceback__) if os.path.abspath(f.filename) == target]
+        if lines:
+            return lines[-1]
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _at(error: BaseException, path) -> str:
+    line = reference_line(error, path)
+    return f" at {Path(path).name}:{line}" if line else ""
+
+
+# -- who runs: the evaluation worker tells its parent when the reference's own code runs --------------------------
+
+_watch: dict = {"callback": None, "depth": 0}
+
+
+@contextlib.contextmanager
+def watch_reference(callback: Callable[[dict | None], None]):
+    """While the block runs, ``callback(info)`` hears when this process starts running a reference's own code
+    (``info``: {"reference": path, "what": ..., "config": ...}) and ``callback(None)`` when it stops (outermost
+    ``running_reference`` blocks only). The evaluation worker forwards these to its parent, so that a reference that
+    kills or hangs the worker is reported as the reference's fault, not the candidate's."""
+    old = _watch["callback"]
+    _watch["callback"] = callback
+    try:
+        yield
+    finally:
+        _watch["callback"] = old
+
+
+@contextlib.contextmanager
+def running_reference(path, what: str, config: dict | None = None):
+    """Mark the block as running the reference's code (``what``: e.g. "Model.forward"), for ``watch_reference``.
+    ``sys.exit`` called by the reference becomes a SpecError naming its file and line; other exceptions pass
+    unchanged (callers turn them into their SpecErrors)."""
+    callback, outer = _watch["callback"], _watch["depth"] == 0
+    _watch["depth"] += 1
+    if callback is not None and outer:
+        callback({"reference": str(path), "what": what, "config": config})
+    try:
+        yield
+    except SystemExit as e:
+        raise SpecError(f"the reference {Path(path).name} called sys.exit({e.code!r}) in {what}"
+                        f"{_config_suffix(config or {})}{_at(e, path)}; a reference must not exit",
+                        reference=str(path), line=reference_line(e, path)) from None
+    finally:
+        _watch["depth"] -= 1
+        if callback is not None and outer:
+            callback(None)
+
+
 def call_with_config(fn: Callable, config: dict):
     """``fn(**config)`` restricted to the keys ``fn`` names (all of them when it takes ``**kwargs``)."""
     if not config:
@@ -215,11 +276,23 @@ class Spec:
 
     # -- building ----------------------------------------------------------------------------------------------------
 
+    def _raised(self, what: str, error: Exception, config: dict | None) -> SpecError:
+        """SpecError for the reference's ``what`` raising ``error``, naming the reference's file:line."""
+        return SpecError(f"{what} raised {type(error).__name__}: {error}{_config_suffix(config or {})}"
+                         f"{_at(error, self.path)}", reference=str(self.path), line=reference_line(error, self.path))
+
+    def running(self, what: str, config: dict | None = None):
+        """``running_reference`` for this spec's file."""
+        return running_reference(self.path, what, config)
+
     def init_inputs(self, config: dict) -> list:
         try:
-            init = call_with_config(self.module.get_init_inputs, config)
+            with self.running("get_init_inputs()", config):
+                init = call_with_config(self.module.get_init_inputs, config)
+        except SpecError:
+            raise
         except Exception as e:
-            raise SpecError(f"get_init_inputs() raised {type(e).__name__}: {e}{_config_suffix(config)}") from e
+            raise self._raised("get_init_inputs()", e, config) from e
         if not isinstance(init, (list, tuple)):
             raise SpecError(f"get_init_inputs() returned a {_describe(init)}, not a list of constructor arguments")
         return list(init)
@@ -230,29 +303,28 @@ class Spec:
         than one element (a norm's weight of ones, a zero bias) are re-drawn around their value, so a kernel that
         ignores them cannot pass; ``KEEP_PARAMS = True`` turns that off. ``model.redrawn`` lists their names."""
         init = self.init_inputs(config)
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), self.running("Model(*get_init_inputs())", config):
             torch.manual_seed(seed)
             try:
                 model = self.module.Model(*init)
             except Exception as e:
-                raise SpecError(f"Model(*get_init_inputs()) raised {type(e).__name__}: {e}"
-                                f"{_config_suffix(config)}") from e
+                raise self._raised("Model(*get_init_inputs())", e, config) from e
             redrawn = [] if self.keep_params else _redraw_constant_params(model)
-        model = model.to(device)
-        if isinstance(self.dtypes, torch.dtype):
-            model = cast_floating(model, self.dtypes)
+            model = model.to(device)
+            if isinstance(self.dtypes, torch.dtype):
+                model = cast_floating(model, self.dtypes)
         model.redrawn = redrawn
         return model.eval()
 
     def sample_inputs(self, config: dict, seed: int, device="cpu") -> list[torch.Tensor]:
         """``get_inputs(config)`` under a seeded RNG, with ``device`` as torch's default device (large inputs are
         drawn where they are used), checked to be a list of tensors."""
-        with torch.random.fork_rng(devices=[]), torch.device(device):
+        with torch.random.fork_rng(devices=[]), torch.device(device), self.running("get_inputs()", config):
             torch.manual_seed(_mix(seed, config, "get_inputs"))
             try:
                 inputs = call_with_config(self.module.get_inputs, config)
             except Exception as e:
-                raise SpecError(f"get_inputs() raised {type(e).__name__}: {e}{_config_suffix(config)}") from e
+                raise self._raised("get_inputs()", e, config) from e
         if isinstance(inputs, torch.Tensor) or not isinstance(inputs, (list, tuple)):
             raise SpecError(f"get_inputs() returned a {_describe(inputs)}, not a list of tensors")
         for k, t in enumerate(inputs):
@@ -273,7 +345,7 @@ class Spec:
             dtype = self._input_dtype(k, t)
             if t.is_floating_point() and k not in self.fixed_inputs:
                 g = torch.Generator(device=device).manual_seed(_mix(seed, config, f"{distribution}/{k}"))
-                with torch.device(device):  # values are drawn on the device that uses them
+                with torch.device(device), self.running(f"the input distribution {distribution!r}", config):
                     values = draw(tuple(t.shape), g, dtype) if draw is _extremes else draw(tuple(t.shape), g)
                     t = values.to(dtype)
             elif t.dtype != dtype:
@@ -324,11 +396,11 @@ class Spec:
 
     def run_reference(self, model: nn.Module, inputs: list, config: dict | None = None) -> tuple[torch.Tensor, ...]:
         """The reference's outputs (no grad) as a tuple of tensors."""
-        with torch.no_grad():
+        with torch.no_grad(), self.running("Model.forward", config):
             try:
                 out = model(*inputs)
             except Exception as e:
-                raise SpecError(f"Model.forward raised {type(e).__name__}: {e}{_config_suffix(config or {})}") from e
+                raise self._raised("Model.forward", e, config) from e
         outputs = normalize_outputs(out, "Model.forward")
         if isinstance(outputs, str):
             raise SpecError(f"{outputs}; the output must be a tensor or a tuple of tensors")
@@ -374,7 +446,8 @@ def metadata(module, name: str, config: dict) -> float | None:
         return None
     if callable(value):
         params = list(inspect.signature(value).parameters)
-        value = value(config) if params in (["cfg"], ["config"]) else call_with_config(value, config)
+        with running_reference(getattr(module, "__file__", None) or "the reference", name, config):
+            value = value(config) if params in (["cfg"], ["config"]) else call_with_config(value, config)
     return None if value is None else float(value)
 
 
@@ -462,7 +535,8 @@ def load_spec(path, check: bool = True) -> Spec:
         SpecError: the first problem found, with an exact message.
     """
     path = Path(path)
-    module = import_file(path, "_tileagent_spec_", SpecError)
+    with running_reference(path, "importing it"):
+        module = import_file(path, "_tileagent_spec_", SpecError)
     name = path.name
     model = getattr(module, "Model", None)
     if model is None:
@@ -522,9 +596,14 @@ def _configs(module, name: str) -> tuple[list[dict], bool]:
         raise SpecError(f"{name} defines both CONFIGS and get_configs(); keep one")
     if fn is not None:
         try:
-            grid = fn()
+            with running_reference(getattr(module, "__file__", None) or name, "get_configs()"):
+                grid = fn()
+        except SpecError:
+            raise
         except Exception as e:
-            raise SpecError(f"get_configs() raised {type(e).__name__}: {e}") from e
+            path = getattr(module, "__file__", None) or name
+            raise SpecError(f"get_configs() raised {type(e).__name__}: {e}{_at(e, path)}", reference=str(path),
+                            line=reference_line(e, path)) from e
     if grid is None:
         return [{}], False
     where = "get_configs()" if fn is not None else "CONFIGS"

@@ -354,9 +354,10 @@ def time_candidate(spec, kernel_path: str, config: dict, checked: ConfigResult, 
     cand = summarize(times)
     reference = spec.make_model(config, device)
     input_sets = derived_sets(list(spec.make_inputs(config, 10_000, "normal", device)))
-    nbytes, flops, notes = op_size(spec, config, reference, input_sets[0])
+    with spec.running("Model.forward (sizing the op for the roofline)", config):
+        nbytes, flops, notes = op_size(spec, config, reference, input_sets[0])
     key = baseline_key(spec, config, device)
-    with torch.no_grad():
+    with torch.no_grad(), spec.running("Model.forward (timing the eager and torch.compile baselines)", config):
         baselines = _BASELINES.get(key) or time_baselines(reference, input_sets, device=device, trials=trials)
     _BASELINES[key] = baselines
     eager, compiled = baselines["eager"], baselines["compiled"]

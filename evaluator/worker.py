@@ -34,6 +34,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import select
 import signal
 import subprocess
@@ -166,7 +167,7 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
             except BaseException as e:  # noqa: BLE001 - with keep_going a candidate's fault ends this config only
                 if not request.keep_going:
                     raise  # classified once, below
-                error = classify(e, device, request.kernel_path)
+                error = classify(e, device, request.kernel_path, request.reference_path)
                 if not isinstance(error, CandidateError):
                     raise
                 first = first or error
@@ -184,7 +185,7 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
     except BaseException as e:  # noqa: BLE001 - every failure becomes a status; KeyboardInterrupt propagates
         if isinstance(e, KeyboardInterrupt):
             raise
-        error = classify(e, device, request.kernel_path)
+        error = classify(e, device, request.kernel_path, request.reference_path)
         return failed(error, configs=result.configs, device=device, timing_available=timed)
     finally:
         stack.close()
@@ -249,10 +250,13 @@ def _check_config(request: EvalRequest, spec, config: dict, index: int, device: 
     return checked
 
 
-def classify(error: BaseException, device: str = "cpu", candidate_path: str | None = None) -> EvalError:
+def classify(error: BaseException, device: str = "cpu", candidate_path: str | None = None,
+             reference_path: str | None = None) -> EvalError:
     """``error`` as an EvalError: EvalErrors as they are, unless the device is left unusable (then DeviceFault);
     out of memory -> DeviceFault; a CompileError that escaped -> CompileFailed; a kernel's run-time error, or any
-    exception raised from a line of ``candidate_path`` -> CandidateError; anything else -> an internal EvalError."""
+    exception raised from a line of ``candidate_path`` -> CandidateError; any other exception raised from a line of
+    ``reference_path`` -> SpecError naming that file:line (the reference's fault, never the candidate's); anything
+    else -> an internal EvalError."""
     fault = _device_fault(error, device)
     if fault is not None:
         return fault
@@ -271,6 +275,14 @@ def classify(error: BaseException, device: str = "cpu", candidate_path: str | No
     if own:
         return CandidateError(f"the candidate raised {text} (line {own[-1].lineno}: {own[-1].line})",
                               exception=type(error).__name__, line=own[-1].lineno)
+    if reference_path:
+        from tileagent.evaluator.spec import reference_line
+
+        line = reference_line(error, reference_path)
+        if line is not None:
+            name = Path(reference_path).name
+            return SpecError(f"the reference {name} raised {text} at {name}:{line}", reference=str(reference_path),
+                             line=line, exception=type(error).__name__)
     at = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
     return EvalError(f"internal error: {text}{at}", exception=type(error).__name__)
 
@@ -343,6 +355,7 @@ def serve(evaluate_fn: str = DEFAULT_EVALUATE, device: str = "cpu") -> None:
     os.dup2(null, 0)
     os.dup2(2, 1)  # prints of the candidate land in stderr, not in the protocol
     faulthandler.enable(file=sys.stderr)
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)  # the parent asks before a kill
     lock = threading.Lock()
     parent = os.getppid()
 
@@ -371,12 +384,19 @@ def serve(evaluate_fn: str = DEFAULT_EVALUATE, device: str = "cpu") -> None:
             return
         request_id = message["id"]
         send({"type": "ack", "id": request_id})
+
+        def reference(info: dict | None, request_id=request_id) -> None:
+            send({"type": "reference", "id": request_id, "running": info})
+
         try:
             request = EvalRequest.model_validate(message["request"]).model_copy(update={"device": device})
-            result = fn(request, _PipeProgress(send, request_id))
+            from tileagent.evaluator.spec import watch_reference
+
+            with watch_reference(reference):
+                result = fn(request, _PipeProgress(send, request_id))
             payload = result.model_dump(mode="json")
         except BaseException as e:  # noqa: BLE001 - the parent gets a result for every request
-            error = classify(e, device)
+            error = classify(e, device, reference_path=message.get("request", {}).get("reference_path"))
             result = failed(error, device=device)
             payload = result.model_dump(mode="json")
         send({"type": "result", "id": request_id, "result": payload})
@@ -570,6 +590,7 @@ class EvalWorker:
         w.send({"type": "request", "id": request_id, "request": request.model_dump(mode="json")})
         timed = request.timing and self.device.startswith("cuda")
         phase, index, config, acknowledged = "load", None, None, False
+        running = None  # what of the reference's own code the worker runs now (its "reference" messages)
         done: list[ConfigResult] = []
         deadline = time.monotonic() + budget_s(request, phase, index)
         while True:
@@ -577,6 +598,10 @@ class EvalWorker:
                 message = w.read(deadline)
             except TimeoutError:
                 limit = budget_s(request, phase, index)
+                if running is not None:  # the reference hangs: its stack says where, then the worker goes
+                    error = _reference_hung(running, limit, w, mark)
+                    self._restart()
+                    return failed(error, configs=done, device=self.device, timing_available=timed)
                 self._restart()
                 what = "loading the reference and the candidate" if phase == "load" else \
                     f"{'checking' if phase == 'check' else 'timing'} config {config}"
@@ -586,6 +611,10 @@ class EvalWorker:
             if message is None and not acknowledged and retry:  # it died before it saw the request: not the
                 self._restart()                                     # candidate's doing; once more on a fresh one
                 return self._evaluate(request, retry=False)
+            if message is None and running is not None:  # the reference's own code ended the worker
+                error = _reference_died(running, w.death(), w.stderr_since(mark, 1 << 16))
+                self._restart()
+                return failed(error, configs=done, device=self.device, timing_available=timed)
             if message is None:
                 why, tail = w.death(), w.stderr_since(mark)
                 self._restart()
@@ -598,7 +627,9 @@ class EvalWorker:
                 continue
             kind = message.get("type")
             acknowledged = True
-            if kind == "phase":
+            if kind == "reference":
+                running = message.get("running") if isinstance(message.get("running"), dict) else None
+            elif kind == "phase":
                 phase, index, config = message["phase"], message.get("index"), message.get("config")
                 deadline = time.monotonic() + budget_s(request, phase, index)
                 self._notify("phase", {"phase": phase, "index": index, "config": config})
@@ -610,6 +641,59 @@ class EvalWorker:
                 if result.status == "crash":
                     self._restart()  # the worker exits after a crash result; its successor takes over
                 return result.model_copy(update={"device": self.device})
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def _reference_frame(stack: str, reference: str) -> int | None:
+    """The innermost line of ``reference`` in the last Python stack that faulthandler wrote into ``stack`` (its
+    frames run from the most recent call)."""
+    start = max(stack.rfind("most recent call first"), 0)
+    target = os.path.abspath(reference)
+    for m in _FRAME.finditer(stack, start):
+        if os.path.abspath(m["file"]) == target:
+            return int(m["line"])
+    return None
+
+
+def _running_text(running: dict, line: int | None) -> str:
+    name = Path(str(running.get("reference", "the reference"))).name
+    config = running.get("config")
+    at = f" at {name}:{line}" if line else ""
+    return f"{running.get('what', 'its code')}{f' (config {config})' if config else ''}{at}"
+
+
+def _reference_died(running: dict, why: str, stderr: str) -> SpecError:
+    """The SpecError for a worker that died while the reference's own code ran (``running``: its "reference"
+    message): the reference's file, what of it ran, its line (from faulthandler's stack when there is one)."""
+    reference = str(running.get("reference", ""))
+    name = Path(reference).name or "the reference"
+    line = _reference_frame(stderr, reference) if reference else None
+    unknown = "" if line else " (no Python stack: the process ended itself, e.g. os._exit, so no line is known)"
+    tail = stderr[-1500:].strip()
+    return SpecError(f"the reference {name} ended the evaluation worker in {_running_text(running, line)}{unknown}: "
+                     f"{why.removeprefix('the worker ')}; the reference is at fault, not the candidate"
+                     + (f"; the worker's last output:\n{tail}" if tail else ""),
+                     reference=reference, line=line, what=running.get("what"), config=running.get("config"),
+                     fault="died")
+
+
+def _reference_hung(running: dict, limit: float, w: _Process, mark: int) -> SpecError:
+    """The SpecError for a worker that ran out of time while the reference's own code ran; asks the worker for its
+    Python stack first (faulthandler on SIGUSR1) to name the reference's line."""
+    reference = str(running.get("reference", ""))
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(w.pid, signal.SIGUSR1)
+    line, until = None, time.monotonic() + 2.0
+    while line is None and time.monotonic() < until and reference:
+        time.sleep(0.05)
+        line = _reference_frame(w.stderr_since(mark, 1 << 16), reference)
+    name = Path(reference).name or "the reference"
+    return SpecError(f"the reference {name} did not finish {_running_text(running, line)} within {limit:g} s (it "
+                     f"hangs, sleeps or is too slow); the worker was killed and restarted; the reference is at fault, "
+                     f"not the candidate", reference=reference, line=line, what=running.get("what"),
+                     config=running.get("config"), limit_s=limit)
 
 
 class WorkerPool:

@@ -2,6 +2,8 @@
 
 - ``fake_evaluate``: imports the reference and the candidate by path and compares ``ModelNew`` with ``Model`` on one
   small input per config (no guards, no seeds): the isolation layer alone (phases, partial configs, crashes, hangs).
+  Like the real evaluator it marks the reference's own code (``evaluator.spec.running_reference``), so a reference
+  that kills or hangs the worker is reported as the reference's.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import torch
 
 from tileagent.evaluator.errors import Mismatch, SpecError
 from tileagent.evaluator.records import ConfigResult, EvalRequest, EvalResult
+from tileagent.evaluator.spec import running_reference
 from tileagent.evaluator.worker import Progress, classify, expand_configs, failed
 
 
@@ -27,13 +30,17 @@ def fake_evaluate(request: EvalRequest, progress: Progress | None = None) -> Eva
     done: list[ConfigResult] = []
     try:
         progress.phase("load")
-        reference, candidate = _load(request.reference_path, "_ref"), _load(request.kernel_path, "_cand")
+        with running_reference(request.reference_path, "importing it"):
+            reference = _load(request.reference_path, "_ref")
+        candidate = _load(request.kernel_path, "_cand")
         if not hasattr(reference, "Model"):
             raise SpecError(f"{request.reference_path} defines no class Model")
         for index, config in enumerate(expand_configs([{"n": 4}], request.configs, request.overrides)):
             progress.phase("check", index, config)
             x = torch.arange(float(config.get("n", 4)))
-            want, got = reference.Model()(x), candidate.ModelNew()(x)
+            with running_reference(request.reference_path, "Model.forward", config):
+                want = reference.Model()(x)
+            got = candidate.ModelNew()(x)
             err = float((want - got).abs().max())
             result = ConfigResult(config=config, correct=err == 0, checks=1, max_abs_err=err)
             done.append(result)
@@ -41,6 +48,6 @@ def fake_evaluate(request: EvalRequest, progress: Progress | None = None) -> Eva
             if not result.correct:
                 raise Mismatch(f"config {config}: max abs error {err}", config=config)
     except Exception as e:  # noqa: BLE001 - as evaluate does: every failure becomes a status
-        return failed(classify(e), configs=done, device=request.device)
+        return failed(classify(e, reference_path=request.reference_path), configs=done, device=request.device)
     return EvalResult(status="ok", configs=done, device=request.device)
 

@@ -187,3 +187,30 @@ def test_generate_against_the_fake_server_fixes_a_compile_error_a_layout_diagnos
     assert report["tokens"] == 600 and report["configs"][0]["attempt_id"] == "t4-c0"
     assert report["cost_usd"] == pytest.approx(600 * 1000 / 1e6)  # --price 1000,1000 USD per million tokens
     assert "$0.6000" in (tmp_path / "run/REPORT.md").read_text()
+
+
+def test_a_reference_failing_inside_the_evaluation_exits_2_and_the_attempt_is_not_counted(tmp_path, monkeypatch):
+    """The reference passes its load-time check (config n=3) and raises on n=5 inside the worker (the isolation
+    layer's fake evaluator, which runs Model and ModelNew in the worker): exit 2 with the reference's file:line, a
+    "reference_failed" event, and no evaluation of the attempt in the run log."""
+    from tileagent import pool
+
+    real = pool.open_pool
+    monkeypatch.setattr(pool, "open_pool", lambda device, gpus="all", ray=None: real(
+        device, gpus, ray, evaluate_fn="tests.evaluator_fakes:fake_evaluate"))
+    reference = tmp_path / "doubling.py"
+    reference.write_text("import torch\nCONFIGS = [{'n': 3}, {'n': 5}]\nclass Model(torch.nn.Module):\n"
+                         "    def forward(self, x):\n        if x.numel() == 5:\n"
+                         "            raise RuntimeError('boom')\n        return x * 2\n"
+                         "def get_inputs(n=3):\n    return [torch.arange(float(n))]\n"
+                         "def get_init_inputs(n=3):\n    return []\n")
+    honest = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x + x\n"
+    run = tmp_path / "run"
+    result = invoke("generate", reference, "--device", "cpu", "--provider", script(tmp_path, [[honest]]),
+                    "--candidates", "1", "--max-turns", "1", "--no-archive", "--out", run)
+    assert result.exit_code == 2, result.output
+    assert ("error: the reference failed, not the candidate (t1-c0 is not counted): the reference doubling.py raised "
+            "RuntimeError: boom at doubling.py:6 Fix doubling.py and continue the run with: tileagent generate "
+            f"--resume {run}") in result.text
+    kinds = [e["event"] for e in events(run)]
+    assert kinds[-1] == "reference_failed" and "evaluated" not in kinds

@@ -86,14 +86,14 @@ def test_get_inputs_returning_a_tensor_instead_of_a_list(tmp_path):
 
 def test_reference_raising_gives_the_exception(tmp_path):
     text = GOOD.replace("return torch.relu(x)", "raise RuntimeError('boom')")
-    assert message(tmp_path, text) == "Model.forward raised RuntimeError: boom"
+    assert message(tmp_path, text) == "Model.forward raised RuntimeError: boom at ref.py:7"  # names the line
 
 
 def test_reference_raising_on_a_config_names_the_config(tmp_path):
     text = GOOD.replace("return torch.relu(x)", "raise ValueError('bad size')").replace(
         "def get_inputs():\n    return [torch.randn(4, 8)]", "def get_inputs(M):\n    return [torch.randn(M, 8)]")
     assert message(tmp_path, text + "\nCONFIGS = [{'M': 3}]\n") == \
-        "Model.forward raised ValueError: bad size (config {'M': 3})"
+        "Model.forward raised ValueError: bad size (config {'M': 3}) at ref.py:7"
 
 
 def test_non_deterministic_reference(tmp_path):
@@ -127,7 +127,7 @@ def test_missing_file(tmp_path):
 
 def test_get_inputs_raising(tmp_path):
     text = GOOD.replace("return [torch.randn(4, 8)]", "raise KeyError('M')")
-    assert message(tmp_path, text) == "get_inputs() raised KeyError: 'M'"
+    assert message(tmp_path, text) == "get_inputs() raised KeyError: 'M' at ref.py:10"
 
 
 def test_model_constructor_raising(tmp_path):
@@ -142,7 +142,7 @@ def test_model_constructor_raising(tmp_path):
     ("CONFIGS = [{'M': 1}, (2,)]", "CONFIGS must be a non-empty list of dicts with str keys; item 1 is tuple"),
     ("CONFIGS = [{'M': 1}]\ndef get_configs():\n    return []",
      "ref.py defines both CONFIGS and get_configs(); keep one"),
-    ("def get_configs():\n    raise OSError('x')", "get_configs() raised OSError: x"),
+    ("def get_configs():\n    raise OSError('x')", "get_configs() raised OSError: x at ref.py:16"),
     ("CONFIGS = [{'M': 1}]\nFREE_DIMS = ['N']", "FREE_DIMS names 'N', but config {'M': 1} has no integer 'N'"),
     ("DTYPES = 'float12'", ("DTYPES: unknown dtype 'float12'; use one of bf16, bfloat16, double, float, float16, "
                             "float32, float64, fp16, fp32, fp64, half")),

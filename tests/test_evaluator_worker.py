@@ -111,6 +111,48 @@ def test_hang_and_segfault_are_contained_and_the_same_worker_goes_on(files):
         assert worker.restarts == 3
 
 
+REFERENCE_FAULTS = {  # Model.forward at n == 5 (config {'n': 5}); line 6 of each file
+    "raises": "raise RuntimeError('boom')",
+    "exits": "os._exit(3)",
+    "segfaults": "os.kill(os.getpid(), signal.SIGSEGV)",
+    "hangs": "time.sleep(60)",
+}
+
+
+def _faulty_reference(files, kind: str) -> str:
+    text = ("import os, signal, time\nimport torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+            f"        if x.numel() == 5:\n            {REFERENCE_FAULTS[kind]}\n        return x * 2\n")
+    (files / f"ref_{kind}.py").write_text(text)
+    return str(files / f"ref_{kind}.py")
+
+
+def test_a_reference_failing_in_the_worker_is_the_references_fault_never_the_candidates(files):
+    """Raising, exiting, crashing or hanging in the reference's own code (marked by ``spec.running_reference``) is a
+    spec_error naming the reference's file and line (where Python knows it), not a candidate crash or timeout; the
+    configs finished before are kept and the worker goes on."""
+    with EvalWorker("cpu", evaluate_fn=FAKE) as worker:
+        results = {kind: worker.evaluate(_request(files, "honest").model_copy(
+            update={"reference_path": _faulty_reference(files, kind)})) for kind in REFERENCE_FAULTS}
+        assert all(r.status == "spec_error" and r.failure["kind"] == "SpecError" for r in results.values())
+        assert all([c.config for c in r.configs] == [{"n": 3}] for r in results.values())
+        assert results["raises"].message == "the reference ref_raises.py raised RuntimeError: boom at ref_raises.py:6"
+        assert results["exits"].message.partition("; the worker's last output:")[0] == (  # then the candidate's print
+            "the reference ref_exits.py ended the evaluation worker in Model.forward (config {'n': 5}) (no Python "
+            "stack: the process ended itself, e.g. os._exit, so no line is known): exited with code 3; the reference "
+            "is at fault, not the candidate")
+        assert results["segfaults"].message.startswith(
+            "the reference ref_segfaults.py ended the evaluation worker in Model.forward (config {'n': 5}) at "
+            "ref_segfaults.py:6: died from signal SIGSEGV; the reference is at fault, not the candidate; the worker's "
+            "last output:\n")
+        assert results["segfaults"].failure["line"] == 6 and results["segfaults"].failure["fault"] == "died"
+        assert results["hangs"].message == (
+            "the reference ref_hangs.py did not finish Model.forward (config {'n': 5}) at ref_hangs.py:6 within 1 s "
+            "(it hangs, sleeps or is too slow); the worker was killed and restarted; the reference is at fault, not "
+            "the candidate")
+        assert worker.restarts == 3
+        assert worker.evaluate(_request(files, "honest")).status == "ok"
+
+
 def test_every_error_maps_to_one_status():
     cases = [(SpecError("x"), "spec_error"), (CompileFailed("x"), "compile_error"), (Mismatch("x"), "mismatch"),
              (GuardViolation("x", rule="r"), "guard_violation"), (CandidateError("x"), "candidate_error"),

@@ -15,7 +15,7 @@ from tileagent.drafters import make_drafter
 from tileagent.drafters.base import AttemptSummary, DrafterUnavailable
 from tileagent.drafters.scripted import ScriptedDrafter
 from tileagent.feedback import render_feedback
-from tileagent.loop import EXIT_CODES, Loop, LoopOptions
+from tileagent.loop import EXIT_CODES, Loop, LoopOptions, ReferenceFailed
 from tileagent.runstore import RunStore
 
 REFERENCE = "tasks/rmsnorm_silu.py"
@@ -53,6 +53,10 @@ class FakeWorker:
                               failure={"kind": "CompileFailed", "message": "did not compile", "diagnostic": diagnostic})
         if kind == "mismatch":
             return EvalResult(status="mismatch", message="output 0 differs", failure=MISMATCH)
+        if kind == "reference_fails" and not getattr(self, "reference_fixed", False):
+            message = "Model.forward raised RuntimeError: boom (config {'M': 16384, 'C': 320}) at rmsnorm_silu.py:12"
+            return EvalResult(status="spec_error", message=message, failure={"kind": "SpecError", "message": message,
+                                                                             "reference": REFERENCE, "line": 12})
         block = current_values(source, tunables_of(source) or {}).get("BLOCK")
         configs = []
         for cfg in request.configs:
@@ -407,3 +411,22 @@ def test_malformed_events_are_skipped_with_a_warning(tmp_path, caplog):
     assert skipped[0].endswith("(KeyError: 'attempt_id')") and skipped[1].endswith("(ValueError: turn 'x' is not a "
                                                                                    "turn number)")
     assert skipped[2].endswith("(ValidationError: 1 validation error for EvalResult)")
+
+
+def test_a_failing_reference_stops_the_loop_without_counting_the_attempt_and_resume_evaluates_it_again(tmp_path):
+    """A spec_error from the worker is the reference's fault: the loop raises ReferenceFailed with the message, records
+    "reference_failed" (no "evaluated" event, no feedback for the drafter), and a resume after the fix evaluates the
+    same draft again without drafting it anew."""
+    worker = FakeWorker()
+    with pytest.raises(ReferenceFailed) as info:
+        run(tmp_path, [[cand("reference_fails", 0.5)]], worker=worker, max_turns=1, candidates=1)
+    assert info.value.attempt_id == "t1-c0" and info.value.message.endswith("at rmsnorm_silu.py:12")
+    store = RunStore(tmp_path / "run")
+    kinds = [e["event"] for e in store.events()]
+    assert "evaluated" not in kinds and kinds[-1] == "reference_failed"
+    assert store.events()[-1]["message"] == info.value.message
+    assert not (tmp_path / "run/attempts/t1-c0/feedback.md").exists()
+    worker.reference_fixed = True
+    loop, outcome, drafter, _ = run(tmp_path, [[cand("mismatch")]], worker=worker, max_turns=1, candidates=1)
+    assert drafter.calls == [] and outcome.outcome == "target_met"  # the recorded draft, evaluated this time
+    assert [e["attempt_id"] for e in loop.store.events() if e["event"] == "evaluated"] == ["t1-c0"]

@@ -71,6 +71,9 @@ def batch_many(references: list[Path], resume: Path | None, out: Path | None, co
             cli.console.print(f"exported module ({o['task']}): {o['exported_module']}", highlight=False)
         if o["outcome"] == "error":
             cli.err_console.print(f"[red]{o['task']} failed:[/] {o['reason']}", highlight=False)
+        elif o["outcome"] == "reference_failed":
+            cli.err_console.print(f"[red]{o['task']}: the reference failed, not the candidate:[/] {o['reason']} "
+                                  f"(fix it and continue with --resume {batch.root})", highlight=False, soft_wrap=True)
     cli.console.print(f"report: {batch.root / 'REPORT.md'}", highlight=False)
     busy = ", ".join(f"{w['worker']} {w['busy_s']:.0f} s" for w in (report.get("workers") or {}).get("workers", []))
     cli.console.print(f"wall time {report['wall_s']:.1f} s; busy: {busy}", highlight=False)

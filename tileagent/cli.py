@@ -462,7 +462,7 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
     from tileagent.evaluator import probe
     from tileagent.evaluator.errors import SpecError
     from tileagent.evaluator.worker import EvalWorker
-    from tileagent.loop import EXIT_CODES, Loop, LoopOptions, finalize
+    from tileagent.loop import EXIT_CODES, Loop, LoopOptions, ReferenceFailed, finalize
     from tileagent.runstore import RunStore, RunStoreError
 
     setup_logging(err_console, verbose)
@@ -540,10 +540,13 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
         with _open_pool(options.device, flags) as pool, \
                 LiveProgress(console, len(options.configs), pool=pool) as progress:
             pool.on_progress = progress.worker_progress
+            broken = None
             try:
                 loop = Loop(options, store, drafter, pool, archive=archive, on_event=progress)
                 outcome = loop.run()
                 outputs = finalize(loop, outcome, command=command, workers=pool.report())
+            except ReferenceFailed as e:
+                broken = e
             except KeyboardInterrupt:
                 progress.__exit__(None, None, None)
                 err_console.print(f"interrupted: the run so far is saved in {store.root}; continue it with: "
@@ -551,6 +554,11 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
                 raise
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    if broken is not None:
+        err_console.print(f"[red]error:[/] the reference failed, not the candidate ({broken.attempt_id} is not "
+                          f"counted): {broken.message}\nFix {Path(options.reference).name} and continue the run with: "
+                          f"tileagent {command} --resume {store.root}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT)
     from tileagent import report
 
     rows = report.rows(options, outcome, loop.meets_target)
@@ -607,7 +615,7 @@ def cfgs_key(config: dict) -> str:
 
 _AGENT_EXIT = ("Exit codes: 0 target met (on the CPU: correct on every config; not timed); 3 correct but not faster "
                "than the target; 4 no correct kernel (for some or all configs); 5 no drafter could draft the op (nothing was "
-               "tried); 2 bad input.")
+               "tried); 2 bad input, or the reference failed during an evaluation (the run stops; --resume continues it).")
 _PROVIDER = typer.Option(None, help="builtin | openai | file (default: builtin unless an endpoint is configured)")
 _MODEL = typer.Option(None, help="the model name (openai; default $TILEAGENT_MODEL)")
 _BASE_URL = typer.Option(None, help="OpenAI-compatible endpoint URL (openai)")

@@ -105,6 +105,18 @@ EXIT_CODES = {"target_met": 0, "correct_untimed": 0, "correct_not_faster": 3, "p
               "not_drafted": 5}
 
 
+class ReferenceFailed(Exception):
+    """The reference itself failed inside an evaluation (status "spec_error": it raised, exited, crashed or hung the
+    evaluation worker on a config its load-time check did not run). No candidate can be judged against it, so the
+    loop stops: the attempt is not counted (no "evaluated" event, no feedback; ``--resume`` evaluates it again once
+    the reference is fixed) and a "reference_failed" event records the message. ``message`` names the reference's
+    file (and line, where known)."""
+
+    def __init__(self, attempt_id: str, result: EvalResult):
+        self.attempt_id, self.result, self.message = attempt_id, result, result.message
+        super().__init__(f"the reference failed while {attempt_id} was evaluated: {result.message}")
+
+
 class Loop:
     """One run of the agent loop (see the module docstring). ``on_event(kind, fields)`` reports progress."""
 
@@ -364,7 +376,7 @@ class Loop:
             if draft.source is not None:
                 path = self.store.write(f"attempts/{aid}/candidate.py", draft.source)
                 self.on_event("evaluating", {"attempt_id": aid, "configs": len(configs)})
-                result = self.worker.evaluate(self._request(path, configs, keep_going=keep_going))
+                result = self._evaluate(aid, self._request(path, configs, keep_going=keep_going))
                 self.store.write(f"attempts/{aid}/eval.json", result.model_dump_json(indent=2))
             feedback = render_feedback(result, problem=draft.problem, device=self.o.device, target=self.o.target)
             self.store.write(f"attempts/{aid}/feedback.md", feedback)
@@ -384,6 +396,16 @@ class Loop:
         correct = [c for c in result.configs if c.correct]
         if self.o.tune and self.timed and correct and autotune.tunables_of(draft.source):
             self._tune(aid, draft.source, result.model_copy(update={"configs": correct}))
+
+    def _evaluate(self, aid: str, request: EvalRequest) -> EvalResult:
+        """The worker's result for ``request``; raises ReferenceFailed (after recording a "reference_failed" event)
+        when the reference, not the candidate, failed."""
+        result = self.worker.evaluate(request)
+        if result.status == "spec_error":
+            self.store.append("reference_failed", attempt_id=aid, message=result.message, failure=result.failure)
+            self.on_event("reference_failed", {"attempt_id": aid, "message": result.message})
+            raise ReferenceFailed(aid, result)
+        return result
 
     def _request(self, path: Path, configs: list[dict], *, seeds: int | None = None, distributions=None,
                  trials: int | None = None, keep_going: bool = False) -> EvalRequest:
@@ -422,7 +444,7 @@ class Loop:
             request = self._request(path, cfgs, seeds=autotune.SCREEN_SEEDS if screen else None,
                                     distributions=["normal"] if screen else None,
                                     trials=autotune.SCREEN_TRIALS if screen else None, keep_going=True)
-            result = self.worker.evaluate(request)
+            result = self._evaluate(f"{aid} variant {vkey} ({phase})", request)
             self.store.write(f"attempts/{aid}/tune/{vkey}.{phase}.json", result.model_dump_json(indent=2))
             self.store.append("variant_evaluated", attempt_id=aid, variant=vkey, tunables=values, phase=phase,
                               configs_key=ckey, source_sha256=source_digest(text),
@@ -464,7 +486,7 @@ class Loop:
             configs = [self.best[k].result.config for k in keys]
             ids = sorted({self.best[k].attempt_id for k in keys})
             self.on_event("evaluating", {"attempt_id": f"{', '.join(ids)} (re-check)", "configs": len(configs)})
-            result = self.worker.evaluate(self._request(path, configs, keep_going=True))
+            result = self._evaluate(f"{', '.join(ids)} (re-check)", self._request(path, configs, keep_going=True))
             self.store.append("reverified", source_sha256=digest, attempt_ids=ids, configs=configs,
                               result=result.model_dump(mode="json"), summary=summary(result))
             checked = {config_key(c.config): c for c in result.configs}

@@ -16,7 +16,9 @@ Guarantees: every run directory is created (and batch.json written) before any l
 them all after a kill at any point; each reference's loop runs in its own thread with its own drafter, all loops
 sharing the pool, so the workers serve every op at once (their outputs and archive entries are written one op at
 a time); a loop that raises ends its op with outcome ``error`` (the
-others go on); the exit code is the worst over the ops (``tileagent.loop.EXIT_CODES``; an error counts as 4).
+others go on), and one whose reference fails inside an evaluation (``tileagent.loop.ReferenceFailed``) with outcome
+``reference_failed``; the exit code is the worst over the ops (``tileagent.loop.EXIT_CODES``; an error counts as 4,
+a failed reference as 2).
 Bad input raises ``BatchError`` with what and where.
 """
 
@@ -30,7 +32,7 @@ import traceback
 from pathlib import Path
 
 from tileagent.configs import ConfigSelectionError, grid, reduce_for_device
-from tileagent.loop import EXIT_CODES, Loop, LoopOptions, finalize
+from tileagent.loop import EXIT_CODES, Loop, LoopOptions, ReferenceFailed, finalize
 from tileagent.report import cell, rows, workers_markdown
 from tileagent.runstore import RunStore, RunStoreError, config_key, write_atomic
 
@@ -180,6 +182,10 @@ def run(batch: Batch, pool, make_drafter, archive, progress, resumed: bool = Fal
                          "attempts": outcome.attempts, "tokens": outcome.tokens, "timed": loop.timed,
                          "target": options.target, "exported_module": outputs.get("exported module"),
                          "configs": rows(options, outcome, loop.meets_target)}
+        except ReferenceFailed as e:  # this op's reference is broken: its run stops, the others go on
+            log.error("%s: %s", stem, e)
+            ops[stem] = {"task": stem, "run_dir": str(root), "outcome": "reference_failed", "reason": e.message,
+                         "configs": [], "exported_module": None}
         except Exception as e:  # noqa: BLE001 - one op's failure must not end the others
             log.error("%s: %s", stem, traceback.format_exc())
             ops[stem] = {"task": stem, "run_dir": str(root), "outcome": "error",
@@ -192,7 +198,7 @@ def run(batch: Batch, pool, make_drafter, archive, progress, resumed: bool = Fal
     for t in threads:
         t.join()
     ordered = [ops[stem] for stem in batch.runs]
-    worst = max((EXIT_CODES.get(o["outcome"], 4) for o in ordered), default=0)
+    worst = max(({**EXIT_CODES, "reference_failed": 2}.get(o["outcome"], 4) for o in ordered), default=0)
     report = {"format_version": FORMAT_VERSION, "command": "batch", "batch_dir": str(batch.root),
               "wall_s": round(time.monotonic() - start, 3), "exit_code": worst, "ops": ordered,
               "workers": pool.report() if hasattr(pool, "report") else None}
@@ -219,7 +225,7 @@ def markdown(report: dict) -> str:
             lines.append(f"| {o['task']} | {config_key(r['config'])} | {config_key(r['evaluated_at'])} | {verdict} | "
                          f"{r['attempt_id'] or '-'} | {cell(r['time_ms'], '.4f')} | {cell(r['speedup_eager'], '.2f')} | "
                          f"{cell(r['speedup_compiled'], '.2f')} |")
-    errors = [o for o in report["ops"] if o["outcome"] == "error"]
+    errors = [o for o in report["ops"] if o["outcome"] in ("error", "reference_failed")]
     if errors:
         lines += ["", "## Errors", ""] + [f"- {o['task']}: {o['reason']}" for o in errors]
     lines += workers_markdown(report.get("workers"))

@@ -58,6 +58,8 @@ EVENTS = {
                          "the variant's text), result",
     "reverified": "source_sha256, attempt_ids, configs, result: a replayed best kernel checked again before export",
     "tuned": "attempt_id, winners ({config key: {variant, tunables, time_ms}})",
+    "reference_failed": "attempt_id, message, failure: the reference (not the candidate) failed while the attempt was "
+                        "evaluated; the run stopped there and the attempt is not counted (--resume evaluates it again)",
     "finished": "outcome ('target_met', 'correct_untimed', 'correct_not_faster', 'partial', 'no_correct', "
                 "'not_drafted'), reason, turns, tokens",
 }
