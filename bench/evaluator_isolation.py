@@ -18,7 +18,8 @@ exit status 0 when everything is as expected. The two parts take a few minutes e
 --skip-timing run one of them (e.g. to stay within a 10-minute command limit).
 
 ``--cheats-only`` (issue 18) runs instead: the timing cheats of ``TIMING_CHEATS`` (a content cache probed on the
-host, torch with the dispatch mode popped, the kernel on a side stream, a CUDA graph replay, work launched by a
+host, torch with the dispatch mode popped (returned, or copied into an output allocated under the guard), the kernel
+on a side stream, a CUDA graph replay, work launched by a
 thread after forward returned), each checked and timed the new way with the static checks off (in its own process:
 the guard, the CUDA kernel accounting and fresh inputs every trial) and expected to be rejected (the content cache may
 instead be neutralized: accepted, but no faster than the honest kernel, the control run first, since fresh inputs
@@ -217,6 +218,26 @@ class ModelNew(torch.nn.Module):
             xf = x.float()
             y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.gamma.float()
             return torch.nn.functional.silu(y).to(x.dtype)
+''',
+    # the same, its result copied into an output allocated under the guard (so the output's memory passes the
+    # output-provenance rule): on the CPU only the static rules catch this one; here the kernel accounting must
+    "torch_popped_into_allocation": CHEAT_KERNELS + '''
+from torch.utils._python_dispatch import _pop_mode_temporarily
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.ones(C, dtype=torch.float16))
+        self.copy, self.eps = copy_rows(C), eps
+
+    def forward(self, x):
+        out = self.copy(x)
+        with _pop_mode_temporarily():
+            xf = x.float()
+            y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.gamma.float()
+            out.copy_(torch.nn.functional.silu(y).to(x.dtype))
+        return out
 ''',
     # the compiled kernel on a side stream: the timed stream's end event does not wait for it
     "side_stream": CHEAT_KERNELS + '''

@@ -77,6 +77,7 @@ class ForwardGuard(TorchDispatchMode):
         super().__init__()
         self.poison_allocations = poison_allocations
         self.violations: list[GuardViolation] = []
+        self.allocated: list[torch.Tensor] = []  # every allocation seen, held until the call ends (no address reuse)
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -91,6 +92,8 @@ class ForwardGuard(TorchDispatchMode):
             out = func(*args, **kwargs)
             if self.poison_allocations:
                 poison(out)
+            if isinstance(out, torch.Tensor):
+                self.allocated.append(out)
             return out
         if func.is_view and name not in NOT_VIEWS:
             return func(*args, **kwargs)
@@ -200,12 +203,14 @@ def _same_device(t: torch.Tensor, device: torch.device) -> bool:
     return t.device.type == device.type and (device.index is None or t.device.index == device.index)
 
 
-def check_outputs(outputs, inputs, device, earlier=()) -> tuple[torch.Tensor, ...]:
+def check_outputs(outputs, inputs, device, earlier=(), allocated=None) -> tuple[torch.Tensor, ...]:
     """``outputs`` as a tuple of plain tensors with storage on ``device``, aliasing no input and no tensor of
-    ``earlier`` (outputs of previous calls the caller still holds).
+    ``earlier`` (outputs of previous calls the caller still holds), and, when ``allocated`` (the allocations the
+    run-time guard saw during the call, ``ForwardGuard.allocated``) is given, each in the storage of one of them.
 
     Raises:
-        GuardViolation: rules output-type, output-storage, output-device, output-aliases-input, output-reused.
+        GuardViolation: rules output-type, output-storage, output-device, output-aliases-input, output-reused,
+            output-provenance.
     """
     device = torch.device(device)
     if isinstance(outputs, (tuple, list)) and type(outputs) not in (tuple, list):
@@ -234,6 +239,15 @@ def check_outputs(outputs, inputs, device, earlier=()) -> tuple[torch.Tensor, ..
             if _overlaps(mine, _storage_range(t)):
                 raise violation("output-reused", f"output {k} shares memory with an output of an earlier call that "
                                  f"the caller still holds: allocate each call's outputs afresh", output=k)
+    if allocated is not None:
+        seen = {t.untyped_storage().data_ptr() for t in allocated if t.numel()}
+        for k, o in enumerate(outs):
+            if o.numel() and o.untyped_storage().data_ptr() not in seen:
+                raise violation("output-provenance", f"output {k} is not in memory that the forward allocated during "
+                                f"this call: allocate each call's outputs afresh (torch.empty, empty_like, new_empty, "
+                                f"or a kernel's out_idx); memory kept from an earlier call or from __init__, or made "
+                                f"where the run-time guard could not see it (a dispatch mode popped, a kernel scope "
+                                f"entered by hand), is not accepted", output=k)
     return outs
 
 
@@ -307,11 +321,11 @@ def _kernel_names(kernel) -> list[str]:
 
 def run_guarded(model, inputs: list, device, earlier=(), identities: Identities | None = None):
     """``model(*inputs)`` under ``guard_forward``, then ``check_outputs``; the outputs as a tuple of tensors."""
-    with guard_forward():
+    with guard_forward() as guard:
         out = model(*inputs)
     if identities is not None:
         identities.check("during the candidate's forward")
-    outs = check_outputs(out, inputs, device, earlier)
+    outs = check_outputs(out, inputs, device, earlier, guard.allocated)
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
     return outs
@@ -347,7 +361,7 @@ class CallGuard:
 
         if not self.cuda:
             t0 = time.perf_counter()
-            with guard_forward(poison_allocations=True, collect=True):
+            with guard_forward(poison_allocations=True, collect=True) as guard:
                 out = model(*inputs)
             ms = 1e3 * (time.perf_counter() - t0)
         else:
@@ -365,7 +379,7 @@ class CallGuard:
                 torch.cuda._sleep(cycles)
                 start.record()
                 h = time.perf_counter()
-                with guard_forward(poison_allocations=False, launches=launches, collect=True):
+                with guard_forward(poison_allocations=False, launches=launches, collect=True) as guard:
                     out = model(*inputs)
                     end.record()
                 self.host_ms.append(1e3 * (time.perf_counter() - h))
@@ -374,7 +388,8 @@ class CallGuard:
             ms = start.elapsed_time(end)
         if identities is not None:
             identities.check("during the candidate's forward")
-        outs = check_outputs(out, inputs, self.device, earlier)
+        outs = check_outputs(out, inputs, self.device, earlier, guard.allocated)
+        guard.allocated.clear()
         return outs, ms
 
 

@@ -43,7 +43,8 @@ RULES = {
     "identity-cache": "no data_ptr, storage, id() or hash() (results must not be cached by identity)",
     "tensor-subclass": "no tensor subclasses, nn.Parameter or as_subclass in the forward path",
     "evaluator-access": "no access to the evaluator",
-    "compiler-internals": "no access to compiler internals (use tileagent and tileagent.language)",
+    "compiler-internals": "no access to compiler internals or TileAgent's other modules (use tileagent.jit, "
+                          "tileagent.compile and tileagent.language)",
     "nondeterminism": "no random numbers in the forward path",
     "no-kernel": "the candidate defines a tileagent kernel (@tileagent.jit or @T.prim_func) and its forward launches "
                  "one",
@@ -54,6 +55,8 @@ RULES = {
     "output-device": "outputs are on the inputs' device",
     "output-aliases-input": "outputs are new tensors, not inputs or views of them",
     "output-reused": "each call allocates its outputs (no buffer shared with an earlier call's output)",
+    "output-provenance": "outputs live in memory the forward allocated during the call, where the run-time guard saw "
+                         "it",
     "input-mutation": "inputs are left unchanged",
     "inconsistent-runs": "the same inputs give the same outputs in every call (no state, no caching by identity)",
 }
@@ -171,6 +174,18 @@ def _module_rule(name: str) -> str | None:
         if parts[0] in modules or ".".join(parts[:2]) in modules:
             return rule
     return "import"
+
+
+TILEAGENT_API = frozenset({"jit", "compile", "language", "JITKernel", "PassConfigKey", "CompileError",
+                           "__version__"})
+"""What a candidate may use of the ``tileagent`` package itself: the kernel API. Its other modules (the exported
+modules' runtime, which launches CUDA C++ given as text; the loop, the pool, the archive) are not for candidates."""
+
+
+def _beyond_api(dotted: str) -> bool:
+    """Whether ``dotted`` (tileagent.X...) reaches a part of ``tileagent`` outside ``TILEAGENT_API``."""
+    parts = dotted.split(".")
+    return parts[0] == "tileagent" and len(parts) > 1 and parts[1] not in TILEAGENT_API
 
 
 def _is_internal(module_name: str) -> bool:
@@ -432,6 +447,8 @@ class _Checker(ast.NodeVisitor):
                 rule = _module_rule(full) if _is_internal(full) else _module_rule(node.module)
                 if not rule and a.name.startswith("_"):
                     rule = "private"
+                if not rule and _beyond_api(full) and not _is_internal(full):
+                    rule = "compiler-internals"
             if rule:
                 self.flag(rule, node, f"from {node.module} import {a.name}")
 
@@ -461,6 +478,8 @@ class _Checker(ast.NodeVisitor):
             return "private"
         if top == "tileagent" and _is_internal(dotted):
             return _module_rule(dotted)
+        if _beyond_api(dotted):
+            return "compiler-internals"
         return None
 
     def visit_Attribute(self, node: ast.Attribute) -> None:

@@ -69,6 +69,7 @@ CHEATS = {
     "reads_reference_file": ("relu_scale", GuardViolation, "dynamic-code", "calls exec()"),
     # the run-time guard left or sidestepped from inside
     "pop_dispatch_mode": ("relu_scale", GuardViolation, "private", "_pop_mode_temporarily"),
+    "pop_mode_copy_into_allocation": ("relu_scale", GuardViolation, "private", "_pop_mode_temporarily"),
     "raw_thread_compute": ("relu_scale", GuardViolation, "threads", "import _thread"),
     "thread_at_import": ("relu_scale", GuardViolation, "threads", "import queue"),
     "subprocess_compute": ("relu_scale", GuardViolation, "threads", "import subprocess"),
@@ -78,6 +79,8 @@ CHEATS = {
     "tuple_subclass": ("relu_scale", GuardViolation, "output-type", "a subclass of tuple"),
     "padded_launch_counter": ("relu_scale", GuardViolation, "compiler-internals",
                               "from tileagent.compiler import kernel_scope"),
+    "export_runtime_raw_cuda": ("relu_scale", GuardViolation, "compiler-internals",
+                                "from tileagent import export_runtime"),
     "finalizer_compute": ("relu_scale", GuardViolation, "torch-compute", "uses torch.relu"),
     # static blind spots
     "typing_sys_modules": ("relu_scale", GuardViolation, "introspection", "uses typing.sys.modules"),
@@ -104,7 +107,9 @@ CHEATS = {
     # coverage
     "wrong_when_m_mod_4_is_1_or_2": ("relu_scale", Mismatch, None, "(a tail size of config {'M': 8, 'N': 32})"),
     "one_pass_variance": ("layernorm", Mismatch, None, "input distribution 'offset"),
-    "output_ping_pong": ("relu_scale", GuardViolation, "output-reused", "an output of an earlier call"),
+    # two buffers in turn: the third call returns the first call's memory (the last call's outputs are checked for
+    # reuse first, so output_reused above keeps its rule)
+    "output_ping_pong": ("relu_scale", GuardViolation, "output-provenance", "memory kept from an earlier call"),
     "round_half_up": ("quantize", Mismatch, None, "input distribution 'ties'"),
     "signed_zero_lost": ("half_recip", Mismatch, None, "input distribution 'ties'"),
 }
@@ -172,13 +177,19 @@ RUNTIME_ONLY = {
     "module_as_value": (GuardViolation, "torch-op", "aten::relu"),
     "precomputes_public_seeds": (Mismatch, None, "output 0 differs"),
     "precomputes_seed_table": (Mismatch, None, "output 0 differs"),
+    # their torch ops run where the dispatch mode cannot see them; the output's memory was not allocated under it
+    "pop_dispatch_mode": (GuardViolation, "output-provenance", "output 0 is not in memory that the forward allocated"),
+    "padded_launch_counter": (GuardViolation, "output-provenance", "output 0 is not in memory that the forward "
+                              "allocated"),
 }
 
 # with the static checks off these look at the phase and find none: every call, timed or not, is made alike, so they
 # compute in every call (the old evaluator timed them unguarded, where they skipped the work)
 PHASE_BLIND = ["detects_dispatch_mode", "reads_argv", "reads_environment"]
-# caught only by the static rules on the CPU (on CUDA the kernel accounting sees the torch kernels: the GPU bench)
-CPU_STATIC_ONLY = ["pop_dispatch_mode", "padded_launch_counter"]
+# caught only by the static rules on the CPU (on CUDA the kernel accounting sees the torch kernels: the GPU bench): a
+# torch op run with the dispatch mode popped leaves no trace in the candidate's process when its result is copied
+# into memory allocated under the guard (docs/evaluator.md, "What the run-time guard cannot see on the CPU")
+CPU_STATIC_ONLY = ["pop_mode_copy_into_allocation"]
 
 _SPECS = {}
 
