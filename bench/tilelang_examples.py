@@ -57,6 +57,8 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "blocksparse_gemm": ("blocksparse_gemm/example_blocksparse_gemm.py", [], False, ()),
     "convolution": ("convolution/example_convolution.py", [], False, ()),
     "gemv": ("gemv/example_gemv.py", [], False, ("tvm",)),
+    "mha_sink_fwd_bhsd": ("attention_sink/example_mha_sink_fwd_bhsd.py", [], True, ()),
+    "mha_sink_fwd_bhsd_window": ("attention_sink/example_mha_sink_fwd_bhsd.py", ["--window_size", "1024"], False, ()),
 }
 
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"

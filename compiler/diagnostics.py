@@ -217,7 +217,8 @@ CODES = {
     "L002": "a reduction's output already has a layout that does not follow its input",
     "L003": "a copy between fragments with different layouts",
     "L004": "a fragment indexed in T.Parallel by an expression of its variables other than the variable itself, "
-            "or by a loop-invariant value along a dim its layout spreads over threads",
+            "by a variable running past its shape, or by a loop-invariant value along a dim its layout spreads over "
+            "threads",
     "L005": "a T.gemm tile that the warp policy cannot split into 16 x 8 mma atoms",
     "I000": "internal compiler error",
 }

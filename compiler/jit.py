@@ -518,6 +518,10 @@ class JITImpl:
             return self._eager_kernel(args, kwargs)[0]
         return JITImpl.__call__(self, *args, **kwargs)
 
+    def get_kernel_source(self, *args, **kwargs) -> str:
+        """The CUDA source of ``compile(*args, **kwargs)`` (TileLang's ``JITImpl.get_kernel_source``)."""
+        return self.compile(*args, **kwargs).get_kernel_source()
+
     def __call__(self, *args, **kwargs) -> JITKernel:
         if self.eager:  # compile (cached) and run on the tensors given; no tensors: the kernel itself
             kernel, tensors = self._eager_kernel(args, kwargs)

@@ -173,6 +173,26 @@ def test_serial_index_into_a_dim_spread_over_threads_is_L004():
     assert "spreads that dim over threads" in err.message and "T.alloc_shared" in err.hint
 
 
+def test_parallel_variable_running_past_a_fragment_is_L004_on_the_gpu_path():
+    """TileLang's attention-sink backward writes sinks[i] (a [heads] fragment) for i in T.Parallel(block_M); guarded
+    by an if such a loop is fine on the CPU interpreter, but the GPU layouts cover the declared shape (was I000)."""
+    @T.prim_func
+    def f(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
+        with T.Kernel(1, threads=64):
+            sinks = T.alloc_fragment((4,), "float32")
+            for i in T.Parallel(64):
+                sinks[i] = A[0]  # <- write
+            T.copy(sinks, B)
+
+    lines = _marked_lines(test_parallel_variable_running_past_a_fragment_is_L004_on_the_gpu_path)
+    with pytest.raises(CompileError) as info:
+        tileagent.compile(f, target="sim")
+    err = info.value
+    assert err.code == "L004" and err.span.line == lines["write"]
+    assert "'sinks' (shape (4,)) is indexed by 'i', a T.Parallel variable running to 63, past dim 0" in err.message
+    assert "allocate 'sinks' with the loop's extent (64)" in err.hint
+
+
 def test_layouts_print_one_line_per_fragment_and_loop(shared_example):
     kernel = tileagent.compile(shared_example("softmax").softmax.fn(4, 512), target="sim")
     text = str(kernel.layouts())

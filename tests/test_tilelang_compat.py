@@ -25,7 +25,7 @@ EXAMPLES = REPO / "bench" / "tilelang_examples"
 SMALL = {  # the programs CI runs, in their folders under EXAMPLES
     "example_mha_fwd_bshd.py": "flash_attention", "example_elementwise_add.py": "elementwise", "rms_norm.py": "norm",
     "example_tilelang_gemm_splitk.py": "gemm_splitk", "layernorm.py": "norm", "example_mha_inference.py":
-    "flash_decoding", "example_gqa_decode.py": "flash_decoding"}
+    "flash_decoding", "example_gqa_decode.py": "flash_decoding", "example_mha_sink_fwd_bhsd.py": "attention_sink"}
 
 
 @pytest.fixture
@@ -452,6 +452,8 @@ def test_jit_accepts_tilelangs_options_and_exposes_compile_and_get_tir(tilelang,
     assert f.get_tir(64).name == "main"
     kernel = f.compile(N=64, block=16)
     assert kernel is f.compile(N=64, block=16) and kernel.prim_func is kernel.func
+    source = kernel.get_kernel_source()
+    assert f.get_kernel_source(N=64, block=16) == source and "__global__" in source
     x = torch.randn(64)
     torch.testing.assert_close(kernel(x), x + 1)
     profiler = kernel.get_profiler(tensor_supply_type=tilelang.TensorSupplyType.Integer)
@@ -492,6 +494,20 @@ def test_gqa_decode_example_runs_and_lowers_for_the_gpu(tilelang):
     torch.testing.assert_close(out.float(), ns["ref_program"](q.float(), k.float(), v.float(), mask),
                                rtol=1e-2, atol=1e-2)
     assert kernel.cubin()[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("window", [None, 64])
+def test_attention_sink_example_runs_and_lowers_for_the_gpu(tilelang, window):
+    """TileLang's attention-sink forward (T.dtype(...).as_torch(), a [block_M] fragment of one head's sink, optional
+    sliding window), on the CPU with the GPU lowering checked, against the program's own reference."""
+    ns = load_script(EXAMPLES / SMALL["example_mha_sink_fwd_bhsd.py"] / "example_mha_sink_fwd_bhsd.py")
+    with compile_defaults(lowering_check=True):
+        kernel = ns["flashattn"](1, 2, 128, 128, 64, window, block_M=64, block_N=64, num_stages=2, threads=128,
+                                 dtype="float16")
+    q, k, v = (torch.randn(1, 2, 128, 64, dtype=torch.float16) for _ in range(3))
+    sinks = torch.randn(2, dtype=torch.float16)
+    torch.testing.assert_close(kernel(q, k, v, sinks), ns["ref_program"](q, k, v, sinks, window, dtype=torch.float16),
+                               rtol=1e-2, atol=1e-2)
 
 
 _HELPERS = """\

@@ -238,9 +238,18 @@ class _KernelInference:
         """Per fragment dim: the loop dim its index is, ('const', c), or ANY (loop-invariant). LayoutError (L004)
         for anything else."""
         pattern = []
-        for i in indices:
+        for dim, i in enumerate(indices):
             if self._loop_index(loop, i):
-                pattern.append(next(d for d, v in enumerate(loop.vars) if v is i))
+                d = next(d for d, v in enumerate(loop.vars) if v is i)
+                extent = static_int(loop.extents[d])
+                if extent is not None and extent > buf.shape[dim]:  # guarded by an if: fine on the CPU interpreter
+                    raise LayoutError(f"fragment '{buf.name}' (shape {tuple(buf.shape)}) is indexed by '{i.name}', a "
+                                      f"T.Parallel variable running to {extent - 1}, past dim {dim}: the GPU "
+                                      f"layouts cover the declared shape only", getattr(stmt, "span", None) or
+                                      loop.span, code="L004",
+                                      hint=f"allocate '{buf.name}' with the loop's extent ({extent}) in dim {dim} "
+                                           f"(TileLang sizes it by the loop), or loop over {buf.shape[dim]}")
+                pattern.append(d)
             elif static_int(i) is not None:
                 pattern.append(("const", static_int(i)))
             elif loop_invariant(loop, i):
