@@ -43,7 +43,7 @@ def test_default_codegen_keeps_mma_sync(shared_example, monkeypatch):
     monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)
     kernel = tileagent.compile(shared_example("gemm_relu").matmul.fn(128, 128, 64, 128, 64, 64), target="sim")
     assert "mma.sync m16n8k16" in kernel.get_ir("thread")
-    assert "wgmma" not in kernel.get_kernel_source()
+    assert "wgmma" not in kernel.get_kernel_source() and "wgmma" not in kernel.get_ir("thread")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -84,7 +84,11 @@ def test_shared_example_own_tiles_take_wgmma(shared_example, wgmma_on):
 def test_tiles_the_entry_does_not_take_fall_back_to_mma_sync(shared_example, wgmma_on):
     # block_K = 48: A rows of 96 bytes are no wgmma swizzle width, so mma.sync keeps the gemm
     kernel = _run_gemm_relu(shared_example("gemm_relu"), 128, 64, 96, (128, 64, 48))
-    assert "mma.sync m16n8k16" in kernel.get_ir("thread") and "wgmma" not in kernel.get_kernel_source()
+    assert "wgmma" not in kernel.get_kernel_source()
+    # the thread IR says which instruction ran and why the faster one did not
+    assert "T.gemm at line 36: mma.sync m16n8k16, Square, 4 warps (4 x 1); wgmma.mma_async m64nNk16 SS not used: " \
+        "needs A in a 2-d shared tile of rows of 32 or 64 bytes or a multiple of 128 bytes (a wgmma swizzle), a " \
+        "multiple of 8 rows; 'A_shared' has shape (128, 48)" in kernel.get_ir("thread")
 
 
 def _drop(monkeypatch, kind):

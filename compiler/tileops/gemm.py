@@ -95,8 +95,10 @@ class GemmOp(TileOp):
         if error is not None:
             raise error
         choice = ctx.layouts.instructions.get(s) or select_gemm(s, ctx.threads, target)
-        ctx.note_instruction(s, choice.describe(s))
-        log.info("%s at line %s: %s", self.name(s), s.span.line if s.span else "?", choice.describe(s))
+        how = choice.describe(s) + "".join(f"; {e.name} not used: {why}" for e, why in passed_over(s, ctx.threads,
+                                                                                                   target, choice))
+        ctx.note_instruction(s, how)
+        log.info("%s at line %s: %s", self.name(s), s.span.line if s.span else "?", how)
         return choice.instruction.lower(s, ctx)
 
     def interpret(self, s, it, mask) -> None:
@@ -110,6 +112,23 @@ class GemmOp(TileOp):
         else:
             out = it.read_region(s.c, s.span).reshape(prod.shape).to(torch.float32) + prod
         it.write_region(s.c, out.to(s.c.buffer.dtype.torch).reshape(s.c.extents), s.span)
+
+
+def passed_over(g: Gemm, threads: int, target, choice) -> list:
+    """(entry, reason) of each registry entry cheaper than the chosen one that does not apply to ``g``, except those
+    that are merely not switched on (an opt-in entry's reason starts with "opt-in"): why a faster instruction was not
+    used, for ``get_ir("thread")`` and the log."""
+    from tileagent.compiler.instructions import GEMM
+
+    cost = choice.instruction.cost(g, threads, target)
+    out = []
+    for entry in GEMM:
+        if entry is choice.instruction or entry.cost(g, threads, target) >= cost:
+            continue
+        why = entry.reason(g, threads, target)
+        if why is not None and not why.startswith("opt-in"):
+            out.append((entry, why))
+    return out
 
 
 def gemm_shape(g: Gemm) -> tuple[int, int, int, int]:
