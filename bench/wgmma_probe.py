@@ -1,0 +1,132 @@
+"""First-contact GPU check of the opt-in wgmma entry (TILEAGENT_ENABLE_WGMMA=1): a ladder of small gemms, each in
+its own subprocess (a fault kills only its case), checked exactly before anything is timed.
+
+Usage (H200): python bench/wgmma_probe.py            (all cases, ~1 minute)
+              python bench/wgmma_probe.py --case NAME (one case, in this process)
+Without a GPU, ``--sim`` runs the same ladder in the SIMT emulator (slow: the ragged cases take minutes).
+Each case compiles C = A @ B (fp32 accumulator, stored as fp32) with the wgmma entry for the GPU, checks that the
+gemm lowered to wgmma.mma_async (the get_ir("thread") line is printed), runs it on integer-valued fp16/bf16 inputs in
+[-2, 2] (every product and partial sum is exact in fp32, so the result must equal torch's fp64 product bit for bit)
+and reports ok, WRONG (how many elements, and where: the wrong rows by row % 8 and the wrong columns by 64-column
+block, which points at the swizzle, SBO or LBO), FAULT (the exit status and the last lines of the CUDA error) or
+TIMEOUT. The ladder goes from the layout already verified on the H200 by hand-written kernels (one 128-byte swizzle
+atom per operand) to the generalized ones (column blocks along N and K, 64B / 32B swizzles, two row atoms, two
+warpgroups with N = 256, ragged sizes), so the first failing rung names the feature at fault.
+Exit status 0 when every case is ok, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# name: (M, N, K, (block_M, block_N, block_K), transpose_B, threads, dtype, what it adds)
+CASES = {
+    "atom128": (64, 64, 64, (64, 64, 64), False, 128, "float16", "one 128B atom per operand, 4 K steps (+32 B)"),
+    "ktiles": (64, 64, 256, (64, 64, 64), False, 128, "float16", "4 K tiles through the 2-stage cp.async pipeline"),
+    "n128_lbo": (64, 128, 64, (64, 128, 64), False, 128, "float16", "N-major B in two 128B column blocks (LBO)"),
+    "kmajor_b": (64, 64, 64, (64, 64, 64), True, 128, "float16", "K-major B (transpose_B, imm-trans-b 0)"),
+    "kmajor_k128": (64, 64, 256, (64, 64, 128), True, 128, "float16", "A and B K-major in two column blocks along K"),
+    "swz64": (64, 32, 64, (64, 32, 32), False, 128, "float16", "64B swizzle on A and on a 32-wide N-major B"),
+    "swz32": (64, 64, 48, (64, 64, 16), False, 128, "float16", "32B swizzle on A (block_K 16)"),
+    "two_atoms": (128, 64, 128, (128, 64, 64), False, 128, "float16", "two 64-row atoms per warpgroup"),
+    "two_wg_n256": (128, 256, 64, (128, 256, 32), False, 256, "float16", "two warpgroups, m64n256, 4 column blocks"),
+    "ragged": (1000, 776, 520, (128, 128, 64), False, 128, "float16", "the example's tiles at ragged M, N, K"),
+    "ragged_bf16": (1000, 776, 520, (128, 128, 64), False, 128, "bfloat16", "the same in bf16"),
+}
+
+
+def gemm(M, N, K, bm, bn, bk, trans_b, threads, dtype):
+    import tileagent.language as T
+
+    b_shape, b_tile = ((N, K), (bn, bk)) if trans_b else ((K, N), (bk, bn))
+
+    @T.prim_func
+    def probe(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared(b_tile, dtype)
+            acc = T.alloc_fragment((bm, bn), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=2):
+                T.copy(A[by * bm, k * bk], A_s)
+                if trans_b:
+                    T.copy(B[bx * bn, k * bk], B_s)
+                else:
+                    T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, acc, transpose_B=trans_b)
+            T.copy(acc, C[by * bm, bx * bn])
+
+    return probe
+
+
+def run_case(name: str, sim: bool = False) -> int:
+    import torch
+
+    import tileagent
+
+    M, N, K, tiles, trans_b, threads, dtype, _ = CASES[name]
+    os.environ["TILEAGENT_ENABLE_WGMMA"] = "1"
+    kernel = tileagent.compile(gemm(M, N, K, *tiles, trans_b, threads, dtype), target="sim" if sim else "cuda")
+    device = "cpu" if sim else "cuda"
+    line = next((x.strip() for x in kernel.get_ir("thread").splitlines() if "T.gemm" in x), "?")
+    print(f"    {line}")
+    if "wgmma.mma_async" not in kernel.get_kernel_source():
+        print("    NOT ON WGMMA")
+        return 1
+    torch.manual_seed(0)
+    td = getattr(torch, dtype)
+    a = torch.randint(-2, 3, (M, K), device=device).to(td)
+    b = torch.randint(-2, 3, (N, K) if trans_b else (K, N), device=device).to(td)
+    c = torch.full((M, N), float("nan"), device=device)
+    kernel(a, b, c)
+    if not sim:
+        torch.cuda.synchronize()
+    ref = a.double() @ (b.double().T if trans_b else b.double())
+    wrong = c.double() != ref
+    if not bool(wrong.any()):
+        return 0
+    rows, cols = wrong.nonzero(as_tuple=True)
+    by_row = torch.bincount(rows % 8, minlength=8).tolist()
+    by_block = torch.bincount(cols // 64, minlength=(N + 63) // 64).tolist()
+    r, col = int(rows[0]), int(cols[0])
+    print(f"    WRONG: {int(wrong.sum())} of {M * N} elements; wrong rows by row % 8 {by_row}; wrong columns by "
+          f"64-column block {by_block}; first C[{r}, {col}] = {float(c[r, col])}, want {float(ref[r, col])}")
+    return 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--case", choices=sorted(CASES))
+    ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--sim", action="store_true", help="run in the SIMT emulator (no GPU)")
+    args = ap.parse_args()
+    if args.case:
+        return run_case(args.case, args.sim)
+    status = 0
+    for name, case in CASES.items():
+        print(f"{name:<12} {case[-1]}", flush=True)
+        try:
+            p = subprocess.run([sys.executable, __file__, "--case", name] + (["--sim"] if args.sim else []),
+                               capture_output=True, text=True, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            print("    TIMEOUT (a hang: wait or barrier)", flush=True)
+            status = 1
+            continue
+        print(p.stdout.rstrip())
+        if p.returncode == 0:
+            print("    ok", flush=True)
+        else:
+            status = 1
+            if "WRONG" not in p.stdout and "NOT ON" not in p.stdout:
+                print(f"    FAULT rc={p.returncode}: " + " | ".join(p.stderr.strip().splitlines()[-3:]), flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
