@@ -50,7 +50,11 @@ step new "$WORK/new/batch" tasks/rmsnorm_silu.py tasks/softmax.py --grid "rmsnor
 step old_rmsnorm_silu "$WORK/old/rmsnorm_silu" tasks/rmsnorm_silu.py --grid "C=$RMS" --gpus 1
 step old_softmax "$WORK/old/softmax" tasks/softmax.py --grid "N=$SOFTMAX" --gpus 1
 
-python - "$DEST" "$WORK/steps.txt" <<'PY' 2>&1 | tee "$DEST/summary.txt"
+{ echo "commit $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown); device $DEVICE; RMS=$RMS" \
+    "SOFTMAX=$SOFTMAX TUNE=$TUNE SEEDS=$SEEDS"
+  command -v nvidia-smi >/dev/null && nvidia-smi -L; } > "$WORK/header.txt" 2>&1
+tee "$DEST/summary.txt" < "$WORK/header.txt"
+python - "$DEST" "$WORK/steps.txt" <<'PY' 2>&1 | tee -a "$DEST/summary.txt"
 import json, sys
 from pathlib import Path
 
@@ -107,8 +111,8 @@ print("exit codes: " + ", ".join(f"{name} {code}" for name, (code, _) in runs.it
 for name, (code, _) in runs.items():
     if code not in (0, 3, 4):
         log = (dest / f"{name}.log").read_text(errors="replace").splitlines()
-        print(f"--- {name} exited {code}; the last 40 lines of {name}.log:")
-        print("\n".join(log[-40:]))
+        print(f"--- {name} exited {code}; the last 30 lines of {name}.log:")
+        print("\n".join(log[-30:]))
 PY
 [ "${KEEP_WORK:-0}" = 1 ] || rm -rf "$WORK"
 echo "logs, reports and summary.txt: $DEST"
