@@ -132,3 +132,73 @@ def test_reduction_to_few_values_splits_columns_over_blocks(name, tmp_path):
     assert module["schedule_split"](1, n)[3] > 1
     results = check_candidate(spec, candidate, device="cpu", configs=[spec.small_config], seeds=1)
     assert [r.correct for r in results] == [True], [r.message for r in results]
+
+
+def _candidate(name, tmp_path, path=None):
+    """The built-in drafter's first candidate for a suite op (or the reference at ``path``), loaded as a module."""
+    path = path or REPO / "bench" / "suite" / f"{name}.py"
+    draft = BuiltinDrafter().draft(DraftTask(task_name=name, reference_path=str(path), reference_source="",
+                                             configs=[], turn=1))[0]
+    candidate = tmp_path / f"{name}_candidate.py"
+    candidate.write_text(draft.source)
+    module = {"__name__": f"{name}_candidate"}
+    exec(compile(draft.source, str(candidate), "exec"), module)
+    return draft.source, module
+
+
+def test_division_by_a_python_number_follows_torch_on_each_device(tmp_path):
+    """``amax / 127.0``: eager torch divides on the CPU but multiplies by the float32 reciprocal on CUDA
+    (div_true_kernel_cuda), and int8 quantization turns the last-bit difference into an off-by-one. The kernel takes
+    the device as ON_CUDA and matches both formulas exactly (the CUDA one run here on the CPU interpreter)."""
+    source, module = _candidate("int8_row_quant", tmp_path)
+    assert "x.is_cuda" in source and "ON_CUDA" in source
+    g = torch.Generator().manual_seed(0)
+    M, K = 256, 96
+    x = (torch.randn(M, K, generator=g) * 3).half()
+    amax = x.abs().amax(dim=-1, keepdim=True).float()
+    scales = {False: amax / 127.0, True: amax * torch.tensor(1.0 / 127.0, dtype=torch.float32)}
+    assert not torch.equal(scales[False], scales[True])  # the inputs exercise the difference
+    for on_cuda in (False, True):
+        kernel = module["kernel0"](M, K, "float16", on_cuda, *module["schedule"](M, K, False, False))
+        scale, q = kernel(x)
+        assert torch.equal(scale.view(M, 1), scales[on_cuda])
+        expected = torch.round(x.float() / scales[on_cuda]).clamp(-128, 127).to(torch.int8)
+        assert torch.equal(q.view(M, K), expected), on_cuda
+    kernel = module["kernel0"](M, K, "float16", True, *module["schedule"](M, K, False, False))
+    cuda_source = kernel.get_kernel_source()
+    assert "* 0.007874016f" in cuda_source and "/ 127.0f" not in cuda_source
+
+
+def test_round_is_half_to_even_for_every_float(tmp_path):
+    """torch.round in a fused kernel: ties to even, and 0.49999997 (where floor(x + 0.5) rounds up) to 0."""
+    path = write_reference(tmp_path, "rnd", """
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.round(x * 2.0)
+        """, "[torch.randn(4, 64)]")
+    _, module = _candidate("rnd", tmp_path, path)
+    below_half = float(torch.nextafter(torch.tensor(0.5), torch.tensor(0.0)))
+    values = [below_half / 2, 0.25, 0.75, 1.25, -0.25, -0.75, -1.25, 3.1, -3.1, 2.0 ** 22 + 0.25, 1e30, 0.0]
+    x = torch.tensor(values * 22, dtype=torch.float32)[:256].view(4, 64)
+    out = module["ModelNew"]()(x)
+    assert torch.equal(out, torch.round(x * 2.0))
+
+
+def test_buffers_of_submodules_are_read_after_the_model_moves(tmp_path):
+    """BatchNorm's running statistics are buffers: ``.to(...)`` replaces them (a CUDA run moved them while an alias
+    bound in ``__init__`` kept the CPU tensors). The candidate reads them with get_buffer, so the statistics the
+    evaluator copies in after the move are the ones used."""
+    source, module = _candidate("batchnorm_eval", tmp_path)
+    assert 'self.get_buffer("bn.running_mean")' in source and "p_bn_running_mean" not in source
+    spec = load_spec(REPO / "bench" / "suite" / "batchnorm_eval.py")
+    torch.manual_seed(1)
+    ref = spec.module.Model(4)
+    torch.manual_seed(2)
+    new = module["ModelNew"](4).to(torch.float64).to(torch.float32)  # buffers replaced, as by .to("cuda")
+    own = new.state_dict()
+    with torch.no_grad():
+        for key, value in ref.state_dict().items():
+            own[key].copy_(value)
+    x = torch.randn(2, 4, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(new.eval()(x), ref(x))

@@ -108,13 +108,13 @@ def trace_aten(path, config: dict | None = None) -> AtenTrace:
     places = [("param", n) for n in names] + [("input", k) for k in range(len(inputs))]
     hints, binds = {}, {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    from tileagent.drafters.builtin.templates.common import alias
+    from tileagent.drafters.builtin.templates.common import param_ref
 
     for node, (kind, ref) in zip(placeholders, places):
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
             continue
-        text = f"self.{alias(ref)}" if kind == "param" else (input_names[ref] if ref < len(input_names)
+        text = param_ref(model, ref) if kind == "param" else (input_names[ref] if ref < len(input_names)
                                                               else f"args[{ref}]")
         for d, s in enumerate(val.shape):
             if isinstance(s, torch.SymInt):

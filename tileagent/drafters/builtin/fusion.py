@@ -29,8 +29,8 @@ import torch
 
 from tileagent.drafters.builtin.aten import AtenTrace
 from tileagent.drafters.builtin.index import ONE, Lin, Size, Unsupported, Var, prod, ravel, unravel
-from tileagent.drafters.builtin.values import (BOOL, DT, FLOAT, INT, Builder, Fn, Global, Reduce, TopK, TopKPart, V,
-                                               _simple, _where, kind_of)
+from tileagent.drafters.builtin.values import (BOOL, DT, FLOAT, INT, ON_CUDA, Builder, Fn, Global, Reduce, TopK,
+                                               TopKPart, V, _simple, _where, kind_of)
 
 Reduce.kind = property(lambda self: FLOAT)
 IDENT = {"sum": "0.0", "amax": "-T.infinity(\"float32\")", "amin": "T.infinity(\"float32\")"}
@@ -521,6 +521,7 @@ class KernelWriter:
         dts = sorted({f"d_{g.name}" for _, (_, _, g) in ins if g is not None})
         fname = f"kernel{k.index}"
         split = bool(self.split_reduces)
+        on_cuda = _uses("\n".join(body), ON_CUDA)  # torch's device-dependent rounding (values._scalar_division)
         allocs = [" " * 12 + f"{n} = T.alloc_fragment({shape}, \"float32\")" for n, shape in self.allocs.items()
                   if not split or n not in self.allocs2]
         if split:  # the second scope: combine the partials of every row, then the per-row outputs
@@ -537,7 +538,7 @@ class KernelWriter:
             allocs += [" " * 16 + s for s in self.hoisted.values()]
         fast = any(DT.get(o.dtype) in ("float16", "bfloat16") for _, o in k.full_outs + k.row_outs)
         text = [f"@tileagent.jit(out_idx={out_idx}{', ' + FAST_MATH if fast else ''})",
-                f"def {fname}({', '.join(syms + dts + ['BM', 'BR', 'THREADS'] + (['SPLIT'] if split else []))}):",
+                f"def {fname}({', '.join(syms + dts + [ON_CUDA] * on_cuda + ['BM', 'BR', 'THREADS'] + (['SPLIT'] if split else []))}):",
                 f"    NX = {k.X.t}",
                 f"    NR = {k.R.t}",
                 "    NK = (NR + BR - 1) // BR"] + (["    CH = (NK + SPLIT - 1) // SPLIT  # column tiles per block"]
@@ -548,7 +549,7 @@ class KernelWriter:
                 f"        with T.Kernel({grid}, threads=THREADS) as {head}:"] + allocs + body + ["", "    return main"]
         args = ", ".join(syms + [f"TL_DTYPE[{g.ref}.dtype]" for g in
                                  sorted({g.name: g for _, (_, _, g) in ins if g is not None}.values(),
-                                        key=lambda g: g.name)])
+                                        key=lambda g: g.name)] + [f"{self.plan.globals[0].ref}.is_cuda"] * on_cuda)
         topk = any(isinstance(r, TopK) for r in k.reduces)
         sched = f"schedule({k.X.t}, {k.R.t}, {'True' if k.pointwise else 'False'}, {'True' if topk else 'False'})"
         if split:
@@ -574,7 +575,7 @@ NUMBER = r"(?<![\w.])(\d+\.\d+|\d+)(?![\w.])"
 
 def dims_of(trace: AtenTrace) -> dict:
     """(Python text of a tensor in forward, dim) -> its size at the trace's config, for inputs and parameters."""
-    from tileagent.drafters.builtin.templates.common import alias
+    from tileagent.drafters.builtin.templates.common import param_ref
 
     out = {}
     for k, shape in enumerate(trace.input_shapes):
@@ -584,7 +585,7 @@ def dims_of(trace: AtenTrace) -> dict:
                 out[(name, d)] = int(s)
     for name, t in list(trace.model.named_parameters()) + list(trace.model.named_buffers()):
         for d, s in enumerate(t.shape):
-            out[(f"self.{alias(name)}", d)] = int(s)
+            out[(param_ref(trace.model, name), d)] = int(s)
     return out
 
 

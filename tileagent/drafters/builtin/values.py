@@ -205,7 +205,7 @@ class Builder:
         raise Unsupported(f"{what or 'the op ' + _opname(node)} ({_where(node, self.t.path)})")
 
     def run(self) -> list:
-        from tileagent.drafters.builtin.templates.common import alias
+        from tileagent.drafters.builtin.templates.common import param_ref
 
         placeholders = iter(self.t.places)
         out = None
@@ -217,7 +217,7 @@ class Builder:
                     self.env[node] = val
                     continue
                 name = _safe(ref if kind == "param" else self.t.input_names[ref])
-                g = Global(name, f"self.{alias(ref)}" if kind == "param" else self.t.input_names[ref],
+                g = Global(name, param_ref(self.t.model, ref) if kind == "param" else self.t.input_names[ref],
                            self.shape_of(node), val.dtype, node)
                 g.origin, g.ref_key = kind, ref
                 self.globals.append(g)
@@ -536,10 +536,8 @@ class Builder:
                 a = operand(cx, args[0], idx, FLOAT)
                 if name == "round" and len(args) > 1 or kw.get("decimals"):
                     raise Unsupported(f"round with decimals ({_where(node, self.t.path)})")
-                if name == "round":  # ties to even; the operands bound as temporaries (float32 values)
-                    w = cx.let(f"T.cast({a}, \"float32\")")
-                    r = cx.let(f"T.floor({w} + 0.5)")
-                    return f"T.if_then_else({r} - {w} == 0.5, 2.0 * T.floor({r} * 0.5), {r})"
+                if name == "round":
+                    return _round_half_even(cx, a)
                 if kind_of(args[0].dtype) != FLOAT and name in ("neg", "abs"):
                     a = operand(cx, args[0], idx, INT)
                     return f"(-{a})" if name == "neg" else f"T.abs({a})"
@@ -592,6 +590,9 @@ class Builder:
             if k == BOOL:
                 self.fail(node, f"{name} on booleans")
             a, b = operand(cx, args[0], idx, k), operand(cx, args[1], idx, k)
+            if name in ("div", "true_divide") and _python_number(args[1]) and isinstance(args[0], V) and \
+                    args[1] != 0:
+                return _scalar_division(a, b, args[1])
             if name == "pow":
                 p = args[1]
                 if isinstance(p, (int, float)) and not isinstance(p, bool):
@@ -605,6 +606,36 @@ class Builder:
                 return f"T.cast(T.cast({inner(cx, idx)}, \"{DT[dtype]}\"), \"float32\")"
             return Fn(shape, dtype, rounded, node).with_ins(tensors)
         return Fn(shape, dtype, load, node).with_ins(tensors)
+
+
+ON_CUDA = "ON_CUDA"  # a kernel factory's argument: whether the kernel runs on CUDA (read from an input in forward)
+
+
+def _python_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _scalar_division(a: str, b: str, divisor) -> str:
+    """``a / divisor`` (a Python number) as eager torch computes it on the kernel's device: on CUDA, ATen's true
+    division by a CPU scalar multiplies by the reciprocal rounded to float32 (``div_true_kernel_cuda``: "compute
+    a * reciprocal(b) ... may lose one bit of precision"); on the CPU it divides. The two differ in the last bit for
+    about 4% of the values, which an int8 quantization's ``round(x / (amax / 127))`` turns into an off-by-one."""
+    import numpy as np
+
+    recip = float(np.float32(1.0) / np.float32(divisor))
+    if not math.isfinite(recip):
+        return f"({a} / {b})"
+    return f"T.if_then_else({ON_CUDA}, ({a} * {literal(recip)}), ({a} / {b}))"
+
+
+def _round_half_even(cx, a: str) -> str:
+    """``torch.round`` (ties to even) of the float32 value ``a``, exact for every float: ``w - floor(w)`` is exact,
+    so a tie is seen as a tie (``floor(w + 0.5)`` rounds 0.49999997 + 0.5 up to 1.0)."""
+    w = cx.let(f"T.cast({a}, \"float32\")")
+    r = cx.let(f"T.floor({w})")
+    d = cx.let(f"{w} - {r}")
+    return (f"T.if_then_else({d} > 0.5, {r} + 1.0, T.if_then_else({d} == 0.5, {r} + ({r} - 2.0 * T.floor({r} * 0.5)), "
+            f"{r}))")
 
 
 def _pow(a: str, p) -> str:

@@ -71,14 +71,31 @@ def operand_ref(match: FamilyMatch, op: Operand) -> str:
     """The forward's Python text for an operand's tensor: the argument's name or ``self.<param>``."""
     if op.kind == "input":
         return match.traced.input_names[op.ref]
-    return f"self.{alias(op.ref)}"
+    return param_ref(match.traced.model if match.traced else None, op.ref)
 
 
 def alias(param: str) -> str:
     """The attribute the forward reads for a parameter: its name, or ``p_<dotted name>`` for a parameter of a
-    submodule (the static guard rejects any ``self.<layer>`` in the forward, even ``self.linear.weight``; ModelNew's
-    ``__init__`` binds the alias to the same Parameter, so the weights the evaluator copies in are the ones read)."""
+    submodule (the static guard rejects ``self.<module>.<...>`` chains in the forward; ModelNew's ``__init__`` binds
+    the alias to the same Parameter, so the weights the evaluator copies in are the ones read)."""
     return param if "." not in param else "p_" + param.replace(".", "_")
+
+
+def is_buffer(model, name: str) -> bool:
+    """Whether the dotted ``name`` is a buffer of ``model`` (not a Parameter)."""
+    return model is not None and name in dict(model.named_buffers())
+
+
+def param_ref(model, name: str) -> str:
+    """The forward's Python text reading Model's parameter or buffer ``name`` (dotted) in ModelNew.
+
+    A parameter of a submodule is read through its alias (``alias``): ``.to(device)`` and dtype casts change a
+    Parameter's data in place, so the alias stays the module's own. A buffer of a submodule is read with
+    ``self.get_buffer("a.b")``: ``.to(device)`` replaces buffers with new tensors, so an alias bound in ``__init__``
+    would keep the CPU tensor (BatchNorm's running statistics on a CUDA run)."""
+    if "." in name and is_buffer(model, name):
+        return f'self.get_buffer("{name}")'
+    return f"self.{alias(name)}"
 
 
 def dtype_ref(match: FamilyMatch, op: Operand) -> str:
@@ -113,7 +130,7 @@ def model_class(match: FamilyMatch, forward_body: str) -> str:
     init = t.init_source
     parts = ["class ModelNew(nn.Module):\n"]
     nested = sorted({o.ref for o in match.operands + ([match.gemm_b] if match.gemm_b else [])
-                     if o.kind == "param" and "." in o.ref})
+                     if o.kind == "param" and "." in o.ref and not is_buffer(t.model if t else None, o.ref)})
     if init:
         parts.append(textwrap.indent(textwrap.dedent(init), "    ").rstrip() + "\n")
         parts += [f"        self.{alias(ref)} = self.{ref}  # the same Parameter, read in forward\n" for ref in nested]
