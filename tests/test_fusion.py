@@ -15,10 +15,7 @@ from tests.test_builtin_drafter import write_reference
 
 SUITE = sorted(p.stem for p in (REPO / "bench" / "suite").glob("*.py"))
 # Known failures, each with its reason (kept honest: the test fails when one starts to pass or another breaks).
-XFAIL = {
-    "softmax_topk": "top-k indices of tied values (softmax underflows to 0 under the 'outliers' inputs) differ from "
-                    "torch's order",
-}
+XFAIL: dict = {}
 
 
 def test_the_suite_has_at_least_30_ops():
@@ -202,3 +199,24 @@ def test_buffers_of_submodules_are_read_after_the_model_moves(tmp_path):
     x = torch.randn(2, 4, 8, 8)
     with torch.no_grad():
         torch.testing.assert_close(new.eval()(x), ref(x))
+
+
+def test_column_sums_are_compensated(tmp_path):
+    """A sum down a column accumulates D / block_k values per register; Kahan compensation keeps a 1024-long chain
+    at least as accurate as torch's own sum against float64 (plain float32 accumulation is 5x worse at this length)."""
+    import importlib.util
+
+    source, _ = _candidate("sum_dim", tmp_path)
+    assert "comp[i, j] = (t - acc[i, j]) - y" in source
+    path = tmp_path / "sum_dim_module.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("sum_dim_module", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    A, D, B = 1, 8192, 32
+    x = torch.randn(A, D, B, generator=torch.Generator().manual_seed(0))
+    truth = x.double().sum(1, keepdim=True)
+    out = module.reduce_cols(D, B, 8, 32, 32, "float32", "float32")(x)  # 8-row tiles: 1024 values per register
+    ours = float((out.double() - truth).abs().max())
+    torch_own = float((x.sum(1, keepdim=True).double() - truth).abs().max())
+    assert ours <= 1.5 * torch_own, (ours, torch_own)

@@ -5,7 +5,8 @@ In: a ``FamilyMatch`` of family ``row_reduction`` and a variant. Out: the candid
 the input as (A, D, B) around the reduced dims (plain Python ints from the shape): when B == 1 (the last dim) the
 ``reduce_rows`` kernel gives each block ``block_m`` rows and walks D in ``block_d`` tiles; otherwise ``reduce_cols``
 gives each block ``block_n`` columns of one A index and walks D in ``block_k``-row tiles, as the column-sum example
-does. Both accumulate elementwise in a float32 tile (no communication in the loop) and reduce it once at the end.
+does. Both accumulate elementwise in a float32 tile (no communication in the loop) and reduce it once at the end;
+a sum down columns is Kahan-compensated (each register adds D / block_k values in sequence).
 When too few (A, column tile) pairs fill the GPU (``schedule_split``: under 264 blocks, e.g. the mean over S of a
 (1, 8192, 4096) tensor), ``reduce_cols_split`` also splits D over ``split`` blocks writing float32 partials, and a
 second kernel scope combines them and applies the pointwise tail.
@@ -56,9 +57,31 @@ def schedule_cols(D, B):
 '''
 
 INIT = {"sum": "0.0", "mean": "0.0", "amax": '-T.infinity("float32")', "amin": 'T.infinity("float32")'}
+COMPENSATED = ("sum", "mean")  # column sums accumulate D / block_k values per register: Kahan-compensated
 COMBINE = {"sum": "acc[i, j] + {v}", "mean": "acc[i, j] + {v}", "amax": "T.max(acc[i, j], {v})",
            "amin": "T.min(acc[i, j], {v})"}
 REDUCE = {"sum": "T.reduce_sum", "mean": "T.reduce_sum", "amax": "T.reduce_max", "amin": "T.reduce_min"}
+
+
+def accumulate(op: str, compensated: bool, pad: int) -> str:
+    """The statements adding ``v`` into ``acc[i, j]``; compensated (Kahan: ``comp`` holds the low-order bits each
+    addition lost) for a sum down a column, where one register accumulates D / block_k values in sequence (128 at
+    D = 4096) and plain float32 addition drifts past the tolerance on sums near 0 (sum_dim on the H200)."""
+    p = " " * pad
+    if not (compensated and op in COMPENSATED):
+        return f"{p}acc[i, j] = {COMBINE[op].format(v='v')}\n"
+    return (f"{p}y = v - comp[i, j]\n"
+            f"{p}t = acc[i, j] + y\n"
+            f"{p}comp[i, j] = (t - acc[i, j]) - y\n"
+            f"{p}acc[i, j] = t\n")
+
+
+def comp_alloc(op: str, compensated: bool, rows: str, cols: str) -> str:
+    """The compensation fragment's allocation and fill (nothing when the sum is not compensated)."""
+    if not (compensated and op in COMPENSATED):
+        return ""
+    return (f"            comp = T.alloc_fragment(({rows}, {cols}), \"float32\")\n"
+            f"            T.fill(comp, 0.0)\n")
 
 
 def render(match: FamilyMatch, knobs: dict) -> str:
@@ -105,12 +128,13 @@ def render(match: FamilyMatch, knobs: dict) -> str:
             load = "                T.copy(g_x[a, k * block_k, bn * block_n], x)  # columns past B read as 0\n"
             loop, dim, store = "T.Parallel(block_k, block_n)", 0, "            T.copy(r, out[a, 0, bn * block_n])\n"
             out_loop = "block_n"
+        cols = kind == "cols"
         return (f"@tileagent.jit(out_idx=[1]{common.pass_configs(match)})\n" + head.format(c=cparams) +
-                f"            T.fill(acc, {init})\n"
+                f"            T.fill(acc, {init})\n" + comp_alloc(op, cols, "block_k", "block_n") +
                 f"            for k in T.serial(T.ceildiv(D, {tile})):\n" + load +
                 f"                for i, j in {loop}:\n{pre_stmts}"
-                f"                    v = T.if_then_else(k * {tile} + {i} < D, {pre}, {init})\n"
-                f"                    acc[i, j] = {COMBINE[op].format(v='v')}\n"
+                f"                    v = T.if_then_else(k * {tile} + {i} < D, {pre}, {init})\n" +
+                accumulate(op, cols, 20) +
                 f"            {REDUCE[op]}(acc, r, dim={dim})\n"
                 f"            for {k} in T.Parallel({out_loop}):\n"
                 f"                v = r[{k}]{scale}\n{post_stmts}"
@@ -131,12 +155,12 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                 "            x = T.alloc_fragment((block_k, block_n), \"float32\")\n"
                 "            acc = T.alloc_fragment((block_k, block_n), \"float32\")\n"
                 "            r = T.alloc_fragment((block_n,), \"float32\")\n"
-                f"            T.fill(acc, {init})\n"
+                f"            T.fill(acc, {init})\n" + comp_alloc(op, True, "block_k", "block_n") +
                 "            for k in T.serial(chunk // block_k):\n"
                 "                T.copy(g_x[a, sp * chunk + k * block_k, bn * block_n], x)\n"
                 f"                for i, j in T.Parallel(block_k, block_n):\n{pre_stmts}"
-                f"                    v = T.if_then_else(sp * chunk + k * block_k + i < D, {pre}, {init})\n"
-                f"                    acc[i, j] = {COMBINE[op].format(v='v')}\n"
+                f"                    v = T.if_then_else(sp * chunk + k * block_k + i < D, {pre}, {init})\n" +
+                accumulate(op, True, 20) +
                 f"            {REDUCE[op]}(acc, r, dim=0)\n"
                 "            T.copy(r, ws[a, sp, bn * block_n])\n"
                 "        with T.Kernel(T.ceildiv(B, block_n), A, threads=threads) as (bn, a):  # after every partial\n"
