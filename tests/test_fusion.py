@@ -220,3 +220,13 @@ def test_column_sums_are_compensated(tmp_path):
     ours = float((out.double() - truth).abs().max())
     torch_own = float((x.sum(1, keepdim=True).double() - truth).abs().max())
     assert ours <= 1.5 * torch_own, (ours, torch_own)
+
+
+def test_whole_tensor_reduction_splits_and_writes_full_outputs_in_a_pointwise_kernel(tmp_path):
+    """x / norm(x): the reduction to one value is its own kernel, split over blocks (one block walked all 2^26
+    elements twice: 35.9 ms on the H200), and a pointwise kernel writes x / norm from the stored result."""
+    match, _ = explain(REPO / "bench" / "suite" / "frobenius_norm.py")
+    kernels = match.plan.kernels
+    assert len(kernels) == 2 and kernels[0].X.t == "1" and not kernels[0].full_outs and kernels[1].pointwise
+    source, _ = _candidate("frobenius_norm", tmp_path)
+    assert "= kernel0(" in source and "*schedule_split(1, " in source and "w0_0)" in source

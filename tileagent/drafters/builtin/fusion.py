@@ -118,19 +118,30 @@ class Plan:
             elif k is not None and numel.v == k.X.v and not (numel.v == 1 and k.X.v == 1 and k.R.v > 1 and False):
                 k.row_outs.append((n, o))
             else:
-                key = numel.v
-                if key not in pointwise:
-                    shape = o.shape if len(o.shape) else [ONE]
-                    anchor = Fn(shape, o.dtype, None)
-                    kp = Kernel(len(self.kernels), anchor, list(range(len(shape) - 1)), [len(shape) - 1],
-                                pointwise=True)
-                    pointwise[key] = kp
-                    self.kernels.append(kp)
-                pointwise[key].full_outs.append((n, o))
+                self._pointwise_out(pointwise, n, o)
+        for k in list(self.kernels):
+            if not k.pointwise and k.full_outs and k.X.t == "1" and not any(isinstance(r, TopK) for r in k.reduces):
+                # a reduction of the whole tensor (x / norm(x)): in its own kernel one block would walk every element
+                # twice (35.9 ms for 2^26 elements on the H200); a pointwise kernel writes the full-size outputs from
+                # the stored result, so the reduction's columns can split over blocks (KernelWriter.splittable)
+                for n, o in k.full_outs:
+                    self._pointwise_out(pointwise, n, o)
+                k.full_outs = []
         for k in self.kernels:
             for r in k.reduces:
                 if isinstance(r, TopK) and len(getattr(r, "outs", {})) != 2:
                     raise Unsupported(f"topk with an output unused or used by other math ({_where(r.node, trace.path)})")
+
+    def _pointwise_out(self, pointwise: dict, n: int, o: V) -> None:
+        """Output ``n`` written by a pointwise kernel over its elements (one per element count, made on first use)."""
+        key = prod(o.shape).v
+        if key not in pointwise:
+            shape = o.shape if len(o.shape) else [ONE]
+            anchor = Fn(shape, o.dtype, None)
+            kp = Kernel(len(self.kernels), anchor, list(range(len(shape) - 1)), [len(shape) - 1], pointwise=True)
+            pointwise[key] = kp
+            self.kernels.append(kp)
+        pointwise[key].full_outs.append((n, o))
 
     def render_kernels(self, knobs: dict) -> tuple[list[str], str]:
         """(kernel factory texts, forward body) with the schedule ``knobs``."""

@@ -590,9 +590,9 @@ class Builder:
             if k == BOOL:
                 self.fail(node, f"{name} on booleans")
             a, b = operand(cx, args[0], idx, k), operand(cx, args[1], idx, k)
-            if name in ("div", "true_divide") and _python_number(args[1]) and isinstance(args[0], V) and \
-                    args[1] != 0:
-                return _scalar_division(a, b, args[1])
+            if name in ("div", "true_divide") and type(args[1]) is float and isinstance(args[0], V) and \
+                    math.isfinite(args[1]) and args[1] != 0:
+                return _scalar_division(a, b)
             if name == "pow":
                 p = args[1]
                 if isinstance(p, (int, float)) and not isinstance(p, bool):
@@ -611,21 +611,15 @@ class Builder:
 ON_CUDA = "ON_CUDA"  # a kernel factory's argument: whether the kernel runs on CUDA (read from an input in forward)
 
 
-def _python_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _scalar_division(a: str, b: str, divisor) -> str:
-    """``a / divisor`` (a Python number) as eager torch computes it on the kernel's device: on CUDA, ATen's true
-    division by a CPU scalar multiplies by the reciprocal rounded to float32 (``div_true_kernel_cuda``: "compute
-    a * reciprocal(b) ... may lose one bit of precision"); on the CPU it divides. The two differ in the last bit for
-    about 4% of the values, which an int8 quantization's ``round(x / (amax / 127))`` turns into an off-by-one."""
-    import numpy as np
-
-    recip = float(np.float32(1.0) / np.float32(divisor))
-    if not math.isfinite(recip):
-        return f"({a} / {b})"
-    return f"T.if_then_else({ON_CUDA}, ({a} * {literal(recip)}), ({a} / {b}))"
+def _scalar_division(a: str, b: str) -> str:
+    """``a / b`` with ``b`` a Python float of the reference (``amax / 127.0``) as eager torch computes it on the
+    kernel's device: on CUDA, ATen's true division by a CPU scalar multiplies by the float32 reciprocal
+    (``div_true_kernel_cuda``: "compute a * reciprocal(b) ... may lose one bit of precision"); on the CPU it divides.
+    The two differ in the last bit for about 4% of the values, which an int8 quantization's
+    ``round(x / (amax / 127))`` turns into an off-by-one. ``1.0 / b`` is folded in float32 when the kernel is built
+    (and stays a plain number for ``fusion.lift``). Integer divisors (the counts of decomposed means and variances)
+    keep the division."""
+    return f"T.if_then_else({ON_CUDA}, ({a} * (1.0 / {b})), ({a} / {b}))"
 
 
 def _round_half_even(cx, a: str) -> str:
