@@ -533,6 +533,7 @@ class KernelWriter:
         fname = f"kernel{k.index}"
         split = bool(self.split_reduces)
         on_cuda = _uses("\n".join(body), ON_CUDA)  # torch's device-dependent rounding (values._scalar_division)
+        factory_args = syms + dts + [ON_CUDA] * on_cuda + ["BM", "BR", "THREADS"] + (["SPLIT"] if split else [])
         allocs = [" " * 12 + f"{n} = T.alloc_fragment({shape}, \"float32\")" for n, shape in self.allocs.items()
                   if not split or n not in self.allocs2]
         if split:  # the second scope: combine the partials of every row, then the per-row outputs
@@ -549,7 +550,7 @@ class KernelWriter:
             allocs += [" " * 16 + s for s in self.hoisted.values()]
         fast = any(DT.get(o.dtype) in ("float16", "bfloat16") for _, o in k.full_outs + k.row_outs)
         text = [f"@tileagent.jit(out_idx={out_idx}{', ' + FAST_MATH if fast else ''})",
-                f"def {fname}({', '.join(syms + dts + [ON_CUDA] * on_cuda + ['BM', 'BR', 'THREADS'] + (['SPLIT'] if split else []))}):",
+                f"def {fname}({', '.join(factory_args)}):",
                 f"    NX = {k.X.t}",
                 f"    NR = {k.R.t}",
                 "    NK = (NR + BR - 1) // BR"] + (["    CH = (NK + SPLIT - 1) // SPLIT  # column tiles per block"]
