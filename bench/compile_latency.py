@@ -1,10 +1,19 @@
 """Where the cold compile time of a kernel goes: our passes vs NVRTC, per pass, median over distinct sources.
 
-Usage: python bench/compile_latency.py [--arch sm_90a] [--kernel rmsnorm_silu] [--runs 7] [--load]
-Compiles prompts/examples/<kernel>.py for ``--runs`` distinct row lengths C (distinct sources, so NVRTC really
-compiles) with an empty cache directory, on target cuda:<arch> (no GPU needed: ``--load`` also loads the module on
+Usage: python bench/compile_latency.py [--arch sm_90a] [--kernel rmsnorm_silu] [--dtype bfloat16] [--runs 7] [--load]
+                                      [--ab]
+Compiles prompts/examples/<kernel>.py (a factory ``kernel(M, C, ..., dtype=...)``) for ``--runs`` distinct row lengths
+C (distinct sources, so NVRTC really compiles; ``--dtype`` passed on when given: bfloat16 includes cuda_bf16.h) with an
+empty cache directory, on target cuda:<arch> (no GPU needed: ``--load`` also loads the module on
 the GPU, as bench/memory_bound.py's "cold" figure does). Prints the median seconds of each pass and of the whole
-compile; the last line is the summary.
+compile, and NVRTC's CPU seconds (this process, all threads: on a busy machine the wall time grows, the CPU time
+much less); the last line is the summary.
+
+``--ab`` compiles every C twice, alternating which goes first, each side with its own empty cache directory: "before"
+without the compile-time options of compiler/runtime/nvrtc.py (``TILEAGENT_NVRTC_PCH=0 TILEAGENT_NVRTC_CACHE=1``:
+no precompiled header, NVRTC's own cache on), "after" with them (the default), and prints both summaries. The CUDA
+driver's compute cache, where NVRTC 12.9+ keeps its own cache, is pointed at a fresh directory
+(``CUDA_CACHE_PATH``) unless set, so that no earlier run hits it.
 """
 
 from __future__ import annotations
@@ -20,43 +29,80 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+SIDES = {"before": {"TILEAGENT_NVRTC_PCH": "0", "TILEAGENT_NVRTC_CACHE": "1"},
+         "after": {"TILEAGENT_NVRTC_PCH": "1", "TILEAGENT_NVRTC_CACHE": "0"}}
+
+
+def compile_once(factory, arch: str, C: int, load: bool, dtype: str | None = None) -> dict:
+    """One cold compile of ``factory`` for row length C: seconds in total, per pass, and NVRTC's CPU seconds."""
+    from tileagent.compiler.jit import JITImpl
+    from tileagent.compiler.runtime import nvrtc
+
+    fresh = JITImpl(factory.fn, factory.out_idx, f"cuda:{arch}", factory.pass_configs)
+    t0 = time.perf_counter()
+    kernel = fresh(None, C, **({"dtype": dtype} if dtype else {}))
+    if load:
+        kernel.backend.load()
+    total = time.perf_counter() - t0
+    return dict(total=total, passes=kernel.pass_timings(), nvrtc_cpu=nvrtc.last_compile["cpu_s"])
+
+
+def summary(runs: list[dict], label: str, kernel: str, arch: str, per_pass: bool = True) -> str:
+    names = list(runs[0]["passes"])
+    medians = {n: statistics.median(r["passes"].get(n, 0.0) for r in runs) for n in names}
+    lines = []
+    if per_pass:
+        lines.append(f"{kernel} on cuda:{arch}, {len(runs)} distinct sources{label}, median seconds per pass:")
+        lines += [f"  {n:<16} {m:8.4f}" for n, m in medians.items()]
+    ours = sum(m for n, m in medians.items() if n != "nvrtc")
+    nvrtc = medians.get("nvrtc", 0.0)
+    total = statistics.median(r["total"] for r in runs)
+    cpu = statistics.median(r["nvrtc_cpu"] for r in runs)
+    lines.append(f"cold compile median{label} {total:.3f} s: our passes {ours:.3f} s, NVRTC {nvrtc:.3f} s "
+                 f"(CPU {cpu:.3f} s), other (frontend, load) {max(0.0, total - ours - nvrtc):.3f} s")
+    return "\n".join(lines)
+
 
 def main(argv=None) -> int:
     from bench.memory_bound import load
-    from tileagent.compiler.jit import JITImpl
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--kernel", default="rmsnorm_silu")
+    ap.add_argument("--dtype", help="the factory's dtype argument (default: its own)")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--load", action="store_true", help="also load the module on the GPU (needs one)")
+    ap.add_argument("--ab", action="store_true", help="before/after the NVRTC compile-time options, interleaved")
     a = ap.parse_args(argv)
-    module = load(a.kernel)
-    factory = getattr(module, a.kernel)
-    per_pass: dict[str, list[float]] = {}
-    totals = []
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ["TILEAGENT_CACHE_DIR"] = tmp
-        for k in range(a.runs):
-            C = 160 + 64 * k
-            fresh = JITImpl(factory.fn, factory.out_idx, f"cuda:{a.arch}", factory.pass_configs)
-            t0 = time.perf_counter()
-            kernel = fresh(None, C)
-            if a.load:
-                kernel.backend.load()
-            totals.append(time.perf_counter() - t0)
-            for name, seconds in kernel.pass_timings().items():
-                per_pass.setdefault(name, []).append(seconds)
-    print(f"{a.kernel} on cuda:{a.arch}, {a.runs} distinct sources, median seconds per pass:")
-    ours = 0.0
-    for name, values in per_pass.items():
-        m = statistics.median(values)
-        ours += m if name != "nvrtc" else 0.0
-        print(f"  {name:<16} {m:8.4f}")
-    nvrtc = statistics.median(per_pass.get("nvrtc", [0.0]))
-    total = statistics.median(totals)
-    print(f"cold compile median {total:.3f} s: our passes {ours:.3f} s, NVRTC {nvrtc:.3f} s, "
-          f"other (frontend, load) {max(0.0, total - ours - nvrtc):.3f} s")
+    if a.runs < 1:
+        ap.error("--runs must be at least 1")
+    factory = getattr(load(a.kernel), a.kernel)
+    label = f"{a.kernel}" + (f" ({a.dtype})" if a.dtype else "")
+    saved = {k: os.environ.get(k) for k in ("TILEAGENT_CACHE_DIR", "CUDA_CACHE_PATH", *SIDES["before"])}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            os.environ.setdefault("CUDA_CACHE_PATH", os.path.join(tmp, "cuda-compute-cache"))
+            sides = list(SIDES) if a.ab else [None]
+            runs: dict = {s: [] for s in sides}
+            for k in range(a.runs):
+                C = 160 + 64 * k
+                for side in (sides if k % 2 == 0 else sides[::-1]):
+                    os.environ["TILEAGENT_CACHE_DIR"] = os.path.join(tmp, side or "cache")
+                    os.environ.update(SIDES.get(side, {}))
+                    runs[side].append(compile_once(factory, a.arch, C, a.load, a.dtype))
+        if a.ab:
+            for side in sides:
+                print(summary(runs[side], f" ({side})", label, a.arch))
+            for side in sides:
+                print(summary(runs[side], f" ({side})", label, a.arch, per_pass=False))
+        else:
+            print(summary(runs[None], "", label, a.arch))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return 0
 
 

@@ -6,6 +6,16 @@ Guarantees:
 
 - Compiles with ``--gpu-architecture=<arch> -std=c++17 -minimal -I<CUDA include dir>`` plus the caller's options (no
   ``-minimal`` before NVRTC 12.4); no GPU needed.
+- Compile-time options that leave the cubin byte-identical (bench/nvrtc_identity.py checks every example kernel):
+  ``--no-cache`` (NVRTC 12.9+; skips NVRTC's own cache in the driver's compute cache, which our cache already fronts;
+  ``TILEAGENT_NVRTC_CACHE=1`` keeps it) and, for a source that opens with ``#include`` lines, a precompiled header
+  (NVRTC 12.8+; ``TILEAGENT_NVRTC_PCH=0`` turns it off) of NVRTC's builtin header plus those includes, created by the
+  first such compile of this process (one creation at a time) and used by the next ones with the same key (includes,
+  options, NVRTC version, included headers' size and mtime). A PCH works only in the process that made it and its
+  forked children (NVRTC maps it at its PCH heap's address), so it is kept as an unlinked file (``/proc/self/fd``)
+  and never outlives the process. A PCH that NVRTC reports unusable (warnings 626/629/630/20282) is dropped and made
+  again by a later compile; a PCH that vanished, or an option this NVRTC rejects, means one retry without these
+  options (rejected options stay off in this process). Compile errors are reported as without them.
 - Time limit: ``compile_to_cubin(timeout_s=...)`` (120 s by default) raises ``ResourceError`` E805 past it.
 - Failures raise :class:`NvrtcError` with the full program log and, for each source line the log names, that line.
 - Cache: ``$TILEAGENT_CACHE_DIR`` (default ``~/.cache/tileagent``) ``/nvrtc/<sha256>.cubin``, keyed by source, arch,
@@ -20,6 +30,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import glob
@@ -196,6 +207,8 @@ def write_cubin_entry(directory, source: str, arch: str, options: tuple[str, ...
 
 
 DEFAULT_TIMEOUT_S = 120.0
+# the last compilation that ran NVRTC (not a cache hit): wall seconds and CPU seconds of this process (all threads)
+last_compile: dict = {"wall_s": 0.0, "cpu_s": 0.0}
 
 
 def compile_to_cubin(source: str, arch: str, options: tuple[str, ...] = (), *, cache: bool = True,
@@ -226,9 +239,10 @@ def compile_to_cubin(source: str, arch: str, options: tuple[str, ...] = (), *, c
             if cubin is not None:
                 logger.debug("nvrtc cubin found in %s", extra)
                 return cubin
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     cubin = _compile(source, arch, options) if timeout_s is None else _compile_limited(source, arch, options, timeout_s)
-    logger.debug("nvrtc compiled %d lines for %s in %.3f s", source.count("\n") + 1, arch, time.perf_counter() - t0)
+    last_compile.update(wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0)
+    logger.debug("nvrtc compiled %d lines for %s in %.3f s", source.count("\n") + 1, arch, last_compile["wall_s"])
     if path is not None:
         _write_cache(path, cubin)
     return cubin
@@ -267,32 +281,195 @@ def _check(nvrtc, err, what: str) -> None:
         raise NvrtcError(f"{what} failed: {name.decode() if isinstance(name, bytes) else name}")
 
 
+def base_options(arch: str, options: tuple[str, ...] = ()) -> list[str]:
+    """The NVRTC options of a compilation for ``arch``: the ones every compile gets, then ``options``. These decide
+    the code (and the cache key holds them); the compile-time options of ``speed_options`` come on top."""
+    # -minimal (NVRTC 12.4+): no texture, device-runtime or driver-API declarations, which the generated code never
+    # uses; identical cubins (bench/codegen_golden.py), less to parse
+    minimal = ["-minimal"] if nvrtc_version() >= (12, 4) else []
+    return [f"--gpu-architecture={arch}", "-std=c++17", *minimal, f"-I{include_dir()}", *options]
+
+
+# ---- compile-time options that do not change the cubin (docs/architecture.md, "Compile latency")
+
+_INCLUDE_LINE = re.compile(r'#\s*include\s*(<[^<>"]+>|"[^<>"]+")')
+# NVRTC compiled without the PCH: invalid or another version, other options, other directives, another PCH heap
+_PCH_UNUSABLE = re.compile(r"#(626|629|630|20282)-D")
+_PCH_MISSING = "cannot open precompiled header file"
+_PCH_CREATE_LOCK = threading.Lock()  # NVRTC's PCH heap is per process: one creation at a time
+_PCH: dict[str, str] = {}  # key -> the file given to --use-pch; this process's own, or inherited through fork
+_PCH_FDS: dict[str, int] = {}  # key -> open descriptor of an unlinked PCH file (Linux: /proc/self/fd/<fd>)
+_PCH_KEEP: list[Path] = []  # PCH files kept by name (no /proc/self/fd), removed at exit
+_REJECTED: set[str] = set()  # speed options this NVRTC refused (INVALID_OPTION): left off in this process
+
+
+def pch_includes(source: str) -> tuple[str, ...] | None:
+    """The ``#include`` lines before the first token of ``source`` (what a precompiled header of it holds on top of
+    NVRTC's builtin header), or None when that prefix holds anything else (another directive, a block comment, a
+    continued line)."""
+    includes = []
+    for line in source.splitlines():
+        text = line.strip()
+        if text.endswith("\\") or text.startswith("/*"):
+            return None
+        if not text or text.startswith("//"):
+            continue
+        if text.startswith("#"):
+            if not _INCLUDE_LINE.fullmatch(text):
+                return None
+            includes.append(text)
+            continue
+        break
+    return tuple(includes)
+
+
+def pch_key(source: str, opts: list[str]) -> str | None:
+    """The key of the precompiled header that compiling ``source`` with the full option list ``opts``
+    (``base_options``) may use: its ``#include`` lines, the options, the NVRTC version and each included header's size
+    and mtime. None when the source gets no PCH: no ``#include`` (NVRTC's builtin header alone is parsed faster than a
+    PCH of it is loaded), or anything but ``#include`` lines and comments before its first token."""
+    includes = pch_includes(source)
+    if not includes:
+        return None
+    h = hashlib.sha256()
+    parts = ["\n".join(includes), "\0".join(opts), "%d.%d" % nvrtc_version()]
+    for line in includes:  # a reinstalled CUDA header is another PCH
+        name = _INCLUDE_LINE.fullmatch(line).group(1)[1:-1]
+        try:
+            st = (Path(include_dir()) / name).stat()
+            parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            parts.append(f"{name}:?")
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0\1")
+    return h.hexdigest()
+
+
+def speed_options(source: str, opts: list[str]) -> tuple[list[str], str | None, str | None]:
+    """The compile-time options for compiling ``source`` with ``opts`` (``base_options``): (options, key of the
+    precompiled header they use or None, key of the precompiled header to create or None). Creating adds
+    ``--create-pch`` with a temporary file when the compilation runs (``_compile_program``). Reads
+    ``TILEAGENT_NVRTC_CACHE`` and ``TILEAGENT_NVRTC_PCH`` at every call; no side effects."""
+    extra: list[str] = []
+    if os.environ.get("TILEAGENT_NVRTC_CACHE", "0") != "1" and nvrtc_version() >= (12, 9) and \
+            "--no-cache" not in _REJECTED:
+        extra.append("--no-cache")
+    use = create = None
+    if os.environ.get("TILEAGENT_NVRTC_PCH", "1") != "0" and nvrtc_version() >= (12, 8) and "pch" not in _REJECTED:
+        key = pch_key(source, opts)
+        if key is not None and key in _PCH:
+            use = key
+            extra.append(f"--use-pch={_PCH[key]}")
+        else:
+            create = key
+    return extra, use, create
+
+
+def _keep_pch(key: str, tmp: Path) -> None:
+    """Register the PCH NVRTC just wrote to ``tmp``. A PCH only works in the process that made it (NVRTC maps it at
+    the address of its PCH heap; another process reports warning 20282) and in that process's forked children, so it
+    never outlives the process: on Linux the file is unlinked at once and used as ``/proc/self/fd/<fd>``."""
+    _drop_pch(key)
+    if Path("/proc/self/fd").is_dir():
+        fd = os.open(tmp, os.O_RDONLY)
+        tmp.unlink()
+        _PCH_FDS[key] = fd
+        _PCH[key] = f"/proc/self/fd/{fd}"
+    else:  # pragma: no cover - not Linux
+        if not _PCH_KEEP:
+            atexit.register(lambda: [p.unlink(missing_ok=True) for p in _PCH_KEEP])
+        _PCH_KEEP.append(tmp)
+        _PCH[key] = str(tmp)
+    logger.debug("created a precompiled header (%s)", _PCH[key])
+
+
+def _drop_pch(key: str) -> None:
+    _PCH.pop(key, None)
+    fd = _PCH_FDS.pop(key, None)
+    if fd is not None:
+        os.close(fd)
+
+
 def _compile(source: str, arch: str, options: tuple[str, ...]) -> bytes:
     nvrtc = _load_nvrtc()
     nvrtc_version()  # raises TargetUnavailable when the library cannot be loaded
     if not re.fullmatch(r"sm_\d+[af]?", arch):
         raise NvrtcError(f"arch {arch!r} is not of the form sm_XY or sm_XYa")
-    # -minimal (NVRTC 12.4+): no texture, device-runtime or driver-API declarations, which the generated code never
-    # uses; identical cubins (bench/codegen_golden.py), less to parse
-    minimal = ["-minimal"] if nvrtc_version() >= (12, 4) else []
-    opts = [f"--gpu-architecture={arch}", "-std=c++17", *minimal, f"-I{include_dir()}", *options]
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
-    _check(nvrtc, err, "nvrtcCreateProgram")
+    opts = base_options(arch, options)
+    extra, use, create = speed_options(source, opts)
     try:
-        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
-        log = _program_log(nvrtc, prog)
-        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise NvrtcError(_failure_message(log, source, opts), log=log, source=source)
-        if log.strip():
-            logger.debug("nvrtc log:\n%s", log)
-        err, size = nvrtc.nvrtcGetCUBINSize(prog)
-        _check(nvrtc, err, "nvrtcGetCUBINSize")
-        buf = b" " * size
-        (err,) = nvrtc.nvrtcGetCUBIN(prog, buf)
-        _check(nvrtc, err, "nvrtcGetCUBIN")
-        return bytes(buf)
+        return _compile_program(nvrtc, source, opts, extra, use, create)
+    except _Retry as e:
+        logger.warning("NVRTC compiles without %s: %s", " ".join(extra), e)
+        return _compile_program(nvrtc, source, opts, [], None, None)
+
+
+class _Retry(Exception):
+    """A compile-time option got in the way (not the source): compile again without them."""
+
+
+def _compile_program(nvrtc, source: str, opts: list[str], extra: list[str], use: str | None,
+                     create: str | None) -> bytes:
+    tmp = None
+    if create is not None and _PCH_CREATE_LOCK.acquire(blocking=False):  # else another thread is creating one
+        try:
+            fd, name = tempfile.mkstemp(prefix="tileagent-", suffix=".pch")
+            os.close(fd)
+            tmp = Path(name)
+            extra = [*extra, f"--create-pch={tmp}"]
+        except OSError as e:
+            _PCH_CREATE_LOCK.release()
+            logger.debug("no precompiled header: %s", e)
+    try:
+        err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
+        _check(nvrtc, err, "nvrtcCreateProgram")
+        try:
+            all_opts = opts + extra
+            (err,) = nvrtc.nvrtcCompileProgram(prog, len(all_opts), [o.encode() for o in all_opts])
+            log = _program_log(nvrtc, prog)
+            if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+                if extra and err == nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION:
+                    _REJECTED.update(("--no-cache", "pch"))  # the log need not say which one
+                    raise _Retry(log.strip() or "invalid option")
+                if use is not None and _PCH_MISSING in log:
+                    _drop_pch(use)
+                    raise _Retry(log.strip())
+                raise NvrtcError(_failure_message(log, source, all_opts), log=log, source=source)
+            if use is not None and _PCH_UNUSABLE.search(log):
+                logger.info("NVRTC could not use the precompiled header %s (a later compile makes another): %s",
+                            _PCH.get(use), log.strip())
+                _drop_pch(use)
+            elif log.strip():
+                logger.debug("nvrtc log:\n%s", log)
+            if tmp is not None and _pch_created(nvrtc, prog, tmp):
+                _keep_pch(create, tmp)
+            err, size = nvrtc.nvrtcGetCUBINSize(prog)
+            _check(nvrtc, err, "nvrtcGetCUBINSize")
+            buf = b" " * size
+            (err,) = nvrtc.nvrtcGetCUBIN(prog, buf)
+            _check(nvrtc, err, "nvrtcGetCUBIN")
+            return bytes(buf)
+        finally:
+            nvrtc.nvrtcDestroyProgram(prog)
     finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+        if tmp is not None:
+            _PCH_CREATE_LOCK.release()
+            if create not in _PCH or _PCH[create] != str(tmp):
+                tmp.unlink(missing_ok=True)
+
+
+def _pch_created(nvrtc, prog, tmp: Path) -> bool:
+    """Whether NVRTC wrote a precompiled header to ``tmp`` in this compilation."""
+    try:
+        (status,) = nvrtc.nvrtcGetPCHCreateStatus(prog)
+    except Exception as e:  # noqa: BLE001 - bindings without the PCH API: trust a non-empty file
+        logger.debug("nvrtcGetPCHCreateStatus unavailable (%s)", e)
+        status = nvrtc.nvrtcResult.NVRTC_SUCCESS
+    if status != nvrtc.nvrtcResult.NVRTC_SUCCESS or not tmp.is_file() or tmp.stat().st_size == 0:
+        logger.debug("NVRTC created no precompiled header (%s)", status)
+        return False
+    return True
 
 
 def _program_log(nvrtc, prog) -> str:
