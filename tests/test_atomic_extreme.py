@@ -130,3 +130,23 @@ def test_unsupported_forms_are_diagnosed_at_their_line():
         _bad("order")
     assert info.value.code == "E701" and "memory_order='acquire'" in info.value.message
     tileagent.compile(_bad("int8"), target="cpu")  # the interpreter has int8 atomics; only CUDA lacks them
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int32", "int64"])
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_atomics_on_the_gpu(dtype, op):
+    """The CAS loops and atomicMax/Min launched on a GPU, many blocks racing on the same elements (global), and a
+    block's threads racing in shared memory."""
+    kernel = tileagent.compile(_global(4096, 40, dtype, op, False), target="cuda")
+    x, y = (t.cuda() for t in _inputs(4096, 40, dtype, op))
+    kernel(x, y)
+    assert torch.equal(y, x.max(0).values if op == "max" else x.min(0).values)
+    if dtype in ("float32", "int32"):
+        kernel = tileagent.compile(_shared(256, 96, dtype, op), target="cuda")
+        x = (torch.randn(256, 96, device="cuda") * 100).to(getattr(torch, dtype))
+        y = torch.zeros(32, 96, dtype=x.dtype, device="cuda")
+        kernel(x, y)
+        rows = x.reshape(32, 8, 96)
+        assert torch.equal(y, rows.amax(1) if op == "max" else rows.amin(1))
