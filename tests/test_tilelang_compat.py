@@ -579,6 +579,28 @@ def test_macro_block_binding_and_global_layout_hint(tilelang, tmp_path):
     assert info.value.code == "E505" and info.value.span.line == 49
 
 
+def test_disable_warp_group_reg_alloc_is_a_statement_without_effect(tilelang, tmp_path):
+    ns = load_script(_write(tmp_path, "no_setmaxnreg.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[-1])
+        def double(N):
+            @T.prim_func
+            def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+                with T.Kernel(1, threads=32) as bx:
+                    T.disable_warp_group_reg_alloc()
+                    for i in T.Parallel(N):
+                        B[i] = A[i] * 2.0
+            return main
+        """))
+    a = torch.randn(64)
+    kernel = ns["double"](64)
+    torch.testing.assert_close(kernel(a), a * 2)
+    assert "setmaxnreg" not in kernel.get_kernel_source()
+
+
 def test_autotune_over_an_eager_function_runs_the_best_kernel_on_the_tensors(tilelang, tmp_path):
     ns = load_script(_write(tmp_path, "eager_tune.py", """\
         import tilelang

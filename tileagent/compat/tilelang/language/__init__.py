@@ -24,7 +24,7 @@ UNSUPPORTED = {
     # warp specialization, Hopper/Blackwell machinery
     **{n: _HOPPER for n in ("alloc_barrier", "barrier_arrive", "barrier_wait", "mbarrier_arrive", "mbarrier_wait_parity",
                             "mbarrier_expect_tx", "create_list_of_mbarrier", "get_mbarrier", "tma_copy", "wgmma_gemm",
-                            "wait_wgmma", "set_max_nreg", "disable_warp_group_reg_alloc", "fence_proxy_async",
+                            "wait_wgmma", "set_max_nreg", "fence_proxy_async",
                             "annotate_producer_reg_dealloc", "annotate_consumer_reg_alloc", "warpgroup_arrive",
                             "warpgroup_commit_batch", "warpgroup_wait", "ws", "ClusterKernel", "alloc_tmem",
                             "alloc_descriptor", "tcgen05_gemm", "mma_gemm_blockscaled", "cp_async_barrier_noinc",
@@ -65,6 +65,13 @@ UNSUPPORTED = {
 }
 
 
+def disable_warp_group_reg_alloc() -> None:
+    """TileLang's ``T.disable_warp_group_reg_alloc()``: keep the compiler from re-balancing registers between warp
+    groups (``setmaxnreg``) in warp-specialized kernels. TileAgent never does that, so inside a prim_func the call
+    is a statement with no effect, as the hint it is."""
+    return None
+
+
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
@@ -75,4 +82,4 @@ def __getattr__(name: str):
                            hint="docs/dsl.md has the table of TileLang features TileAgent supports")
 
 
-__all__ = list(_dsl_names)
+__all__ = list(_dsl_names) + ["disable_warp_group_reg_alloc"]
