@@ -591,6 +591,7 @@ def test_disable_warp_group_reg_alloc_is_a_statement_without_effect(tilelang, tm
             def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
                 with T.Kernel(1, threads=32) as bx:
                     T.disable_warp_group_reg_alloc()
+                    T.no_set_max_nreg()
                     for i in T.Parallel(N):
                         B[i] = A[i] * 2.0
             return main

@@ -72,6 +72,9 @@ def disable_warp_group_reg_alloc() -> None:
     return None
 
 
+no_set_max_nreg = disable_warp_group_reg_alloc  # TileLang's other name for it
+
+
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
@@ -82,4 +85,4 @@ def __getattr__(name: str):
                            hint="docs/dsl.md has the table of TileLang features TileAgent supports")
 
 
-__all__ = list(_dsl_names) + ["disable_warp_group_reg_alloc"]
+__all__ = list(_dsl_names) + ["disable_warp_group_reg_alloc", "no_set_max_nreg"]
