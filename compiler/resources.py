@@ -252,5 +252,5 @@ def dry_run(arch: str | None = None, device=None, nvrtc_timeout_s="default"):
         _DRY_RUN.reset(token)
 
 
-__all__ = ["ASSUMED_SMS", "DryRun", "active_dry_run", "dry_run", "render_launch", "CubinFormatError", "FunctionInfo", "KernelResources", "cubin_functions",
-           "launch_resources", "occupancy", "sm_count"]
+__all__ = ["ASSUMED_SMS", "CubinFormatError", "DryRun", "FunctionInfo", "KernelResources", "active_dry_run",
+           "cubin_functions", "dry_run", "launch_resources", "occupancy", "render_launch", "sm_count"]

@@ -311,3 +311,41 @@ def test_two_outputs_no_constructor_and_a_kernel_the_export_did_not_see(tmp_path
         y7, _ = module.Model()(torch.randn(7, 32))
     assert y7.shape == (7, 32)
     module.set_launcher(None)
+
+
+def test_a_kernel_whose_lowering_differs_per_arch_ships_each_arch_its_own(shared_example, monkeypatch, tmp_path):
+    """MLA decode with 2 stages needs 231424 bytes of shared memory: sm_90a runs it pipelined, sm_80 (163 KiB) as a
+    plain loop. The descriptor carries the sm_80 lowering as a variant, the runtime picks it for an sm_80 device, and
+    prebuilt cubins for sm_80 are compiled from it (not from the sm_90a source)."""
+    import tileagent
+    from tileagent.compiler.runtime import nvrtc
+    from tileagent.export import kernel_descriptor, prebuild_cubins
+    from tileagent.export_runtime import load
+
+    impl = shared_example("mla_decode").mla_decode
+    kernel = tileagent.compile(impl.fn(4, 128, 1000), out_idx=impl.out_idx, target="sim:sm_90a")
+    d = kernel_descriptor(kernel, ("sm_80", "sm_90a"))
+    assert d["arch"] == "sm_90a" and set(d["variants"]) == {"sm_80"}  # sm_90a is the default itself
+    hopper, ampere = d, d["variants"]["sm_80"]
+    assert [x["shared_bytes"] for x in hopper["launches"]] == [231424]
+    assert [x["shared_bytes"] for x in ampere["launches"]] == [157696]
+    assert ampere["id"] != hopper["id"] and ampere["source"] != hopper["source"]
+    runtime = load(d)
+    assert runtime.variant("sm_80") is ampere and runtime.variant("sm_90a") is d and runtime.variant(None) is d
+    compiled = []
+    monkeypatch.setattr(nvrtc, "compile_to_cubin", lambda src, arch, opts: compiled.append((src, arch)) or b"\x7fELF")
+    paths = prebuild_cubins([d], tmp_path, ["sm_80", "sm_90a"])
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in paths) == sorted(
+        [f"sm_80/{ampere['id']}.cubin", f"sm_90a/{hopper['id']}.cubin"])
+    assert compiled == [(ampere["source"], "sm_80"), (hopper["source"], "sm_90a")]
+
+
+def test_a_kernel_lowered_alike_for_every_arch_has_no_variants():
+    import tileagent
+    from tests.conftest import load_module
+    from tileagent.export import VARIANT_ARCHES, kernel_descriptor
+
+    impl = load_module(REPO / "prompts" / "examples" / "rmsnorm_silu.py").rmsnorm_silu
+    kernel = tileagent.compile(impl.fn(None, 320), out_idx=impl.out_idx, target="sim:sm_90a",
+                               pass_configs=impl.pass_configs)
+    assert kernel_descriptor(kernel, VARIANT_ARCHES)["variants"] == {}

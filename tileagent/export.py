@@ -35,6 +35,8 @@ from tileagent.export_runtime import RUNTIME_VERSION, cubin_file_bytes
 from tileagent.export_template import call_key, literal, render
 from tileagent.runstore import write_atomic
 
+VARIANT_ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90a")  # every kernel is lowered for each (a variant where it differs)
+
 log = logging.getLogger("tileagent.export")
 
 
@@ -92,7 +94,7 @@ def export_module(reference_path, entries: list[ExportEntry], out_dir, name: str
         row = _entry_row(spec, entry, index, init_params)
         for factory, calls in record_kernels(spec, entry).items():
             for key, kernel in calls.items():
-                d = kernel_descriptor(kernel)
+                d = kernel_descriptor(kernel, VARIANT_ARCHES)
                 if d["id"] not in kernels:
                     kernels[d["id"]] = len(descriptors)
                     descriptors.append(d)
@@ -414,27 +416,24 @@ def _expr(e, names: dict):
                       f"cannot evaluate on the host")
 
 
-def kernel_descriptor(kernel) -> dict:
+def kernel_descriptor(kernel, arches=()) -> dict:
     """What the exported runtime needs to launch ``kernel`` (a JITKernel): its CUDA C++, NVRTC options, parameters
     (dtype, shape expressions of the dynamic dims), outputs, and one launch per ``__global__`` function (symbol,
-    argument names and dtypes, grid expressions, block, dynamic shared bytes, alignment per pointer)."""
+    argument names and dtypes, grid expressions, block, dynamic shared bytes, alignment per pointer). ``variants``:
+    for each of ``arches`` whose lowering differs from the kernel's own target (shared memory per block decides the
+    pipeline stages, features decide instructions), that arch's ``id``, ``source`` and ``launches``; the runtime
+    uses them on a device of that arch."""
+    from tileagent.compiler import passes
     from tileagent.compiler.ir.stmt import Buffer
     from tileagent.compiler.jit import nvrtc_options
-    from tileagent.compiler.targets.cuda import kernel_symbol, required_alignment
+    from tileagent.compiler.target import for_arch
 
-    func, module = kernel.func, kernel.module
-    source = kernel.get_kernel_source()
+    func = kernel.func
     options = list(nvrtc_options(kernel.pass_configs))
-    names: dict = {}
-    for p in func.params:
-        if isinstance(p, Buffer):
-            names[id(module.flat_globals[p])] = p.name
-    scalars = [p for p in func.params if not isinstance(p, Buffer)] + list(func.dynamic_vars)
-    for mine, theirs in zip(scalars, module.scalars):
-        names[id(theirs)] = names[id(mine)] = mine.name
     seen = [p.name for p in func.params] + [v.name for v in func.dynamic_vars]
     if len(set(seen)) != len(seen):
         raise ExportError(f"kernel {func.name}: its parameters and dynamic dims share a name ({seen})")
+    source, launches, names = _lowered(func, kernel.module, kernel.get_kernel_source())
     params = []
     for p in func.params:
         if isinstance(p, Buffer):
@@ -442,6 +441,36 @@ def kernel_descriptor(kernel) -> dict:
                            "shape": [_expr(d, names) for d in p.shape]})
         else:
             params.append({"name": p.name, "kind": "scalar", "dtype": str(p.dtype)})
+    variants = {}
+    for arch in arches:
+        target = for_arch(arch, "sim")
+        if target.arch == kernel.target.arch:
+            continue
+        unit = passes.run(func, target, kernel.options, until="codegen_cuda")
+        other, other_launches, _ = _lowered(func, unit.module, unit.source)
+        if (other, other_launches) != (source, launches):
+            variants[target.arch] = {"id": _digest(other, options), "source": other, "launches": other_launches}
+    return {"runtime_version": RUNTIME_VERSION, "name": func.name, "id": _digest(source, options), "source": source,
+            "arch": kernel.target.arch, "options": options, "params": params, "out_idx": list(kernel.out_idx),
+            "dynamic": [v.name for v in func.dynamic_vars], "launches": launches, "variants": variants}
+
+
+def _digest(source: str, options: list[str]) -> str:
+    return hashlib.sha256("\0".join([source, *options]).encode()).hexdigest()[:20]
+
+
+def _lowered(func, module, source: str) -> tuple[str, list[dict], dict]:
+    """(source, launches, names of the module's variables) of one lowering of ``func``."""
+    from tileagent.compiler.ir.stmt import Buffer
+    from tileagent.compiler.targets.cuda import kernel_symbol, required_alignment
+
+    names: dict = {}
+    for p in func.params:
+        if isinstance(p, Buffer):
+            names[id(module.flat_globals[p])] = p.name
+    scalars = [p for p in func.params if not isinstance(p, Buffer)] + list(func.dynamic_vars)
+    for mine, theirs in zip(scalars, module.scalars):
+        names[id(theirs)] = names[id(mine)] = mine.name
     launches = []
     for k in module.kernels:
         align = required_alignment(k)
@@ -451,10 +480,7 @@ def kernel_descriptor(kernel) -> dict:
             "grid": [_expr(g, names) for g in k.grid], "block": [int(b) for b in k.block],
             "shared_bytes": int(k.shared_bytes),
             "align": {names[id(p)]: int(a) for p, a in align.items() if a > 1}})
-    digest = hashlib.sha256("\0".join([source, *options]).encode()).hexdigest()[:20]
-    return {"runtime_version": RUNTIME_VERSION, "name": func.name, "id": digest, "source": source,
-            "options": options, "params": params, "out_idx": list(kernel.out_idx),
-            "dynamic": [v.name for v in func.dynamic_vars], "launches": launches}
+    return source, launches, names
 
 
 def _candidate_model(spec: Spec, module, config: dict):
@@ -477,9 +503,10 @@ def prebuild_cubins(descriptors: list[dict], directory: Path, arches) -> list[Pa
     written = []
     for d in descriptors:
         for arch in arches:
-            path = Path(directory) / arch / f"{d['id']}.cubin"
+            own = d.get("variants", {}).get(arch, d)  # the lowering for this arch
+            path = Path(directory) / arch / f"{own['id']}.cubin"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(cubin_file_bytes(compile_to_cubin(d["source"], arch, tuple(d["options"]))))
+            path.write_bytes(cubin_file_bytes(compile_to_cubin(own["source"], arch, tuple(d["options"]))))
             written.append(path)
     return sorted(set(written))
 

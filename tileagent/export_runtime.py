@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-RUNTIME_VERSION = "1"
+RUNTIME_VERSION = "2"  # 2: per-arch lowerings ("variants")
 """The descriptor format and API of this runtime; ``load`` refuses descriptors of another version."""
 
 
@@ -335,11 +335,20 @@ class Kernel:
             outputs.append(t)
         return env, outputs
 
+    def variant(self, arch) -> dict:
+        """The lowering for ``arch`` (``id``, ``source``, ``launches``): the export's own for that arch when it
+        differs from the default (``variants``), else the default (``arch`` None: the default)."""
+        return self.d.get("variants", {}).get(arch) or self.d
+
     def plan(self, *args, check_device: bool = True):
-        """(outputs, [(symbol, grid, block, shared_bytes, values)]) for a call with ``args``, nothing launched."""
+        """(outputs, [(symbol, grid, block, shared_bytes, values)]) for a call with ``args``, nothing launched: the
+        launches of the lowering for the arch of the arguments' CUDA device (the default one off CUDA)."""
         env, outputs = self.bind(args, check_device)
+        device = next((v.device for v in env.values() if isinstance(v, torch.Tensor)), None)
+        arch = device_arch(device.index if device.index is not None else torch.cuda.current_device()) \
+            if device is not None and device.type == "cuda" else None
         launches = []
-        for launch in self.d["launches"]:
+        for launch in self.variant(arch)["launches"]:
             values = []
             for name, _ in launch["args"]:
                 v = env[name]
@@ -359,29 +368,31 @@ class Kernel:
 
     def __call__(self, *args):
         outputs, launches = self.plan(*args, check_device=_launcher is None)
-        for launch, (symbol, grid, block, shared, values) in zip(self.d["launches"], launches):
+        for symbol, grid, block, shared, values in launches:
             if 0 in grid:
                 continue
             if _launcher is not None:
                 _launcher(self, symbol, grid, block, shared, values)
             else:
-                self._launch(launch, grid, values)
+                self._launch(symbol, grid, block, shared, values)
         return None if not outputs else outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     # -- the driver -----------------------------------------------------------------------------------------------
 
     def cubin(self, arch: str) -> bytes:
-        """The cubin for ``arch``: shipped (``<cubin_dir>/<arch>/<id>.cubin``), cached, or compiled by NVRTC."""
+        """The cubin of the lowering for ``arch`` (``variant``): shipped (``<cubin_dir>/<arch>/<id>.cubin``), cached,
+        or compiled by NVRTC."""
         if arch in self._cubins:
             return self._cubins[arch]
-        cubin = read_cubin_file(self.cubin_dir / arch / f"{self.id}.cubin") if self.cubin_dir else None
+        own = self.variant(arch)
+        cubin = read_cubin_file(self.cubin_dir / arch / f"{own['id']}.cubin") if self.cubin_dir else None
         if cubin is None:
             _, _, version = _nvrtc()
             cache = (Path(os.environ.get("TILEAGENT_CACHE_DIR") or "~/.cache/tileagent").expanduser() / "export"
-                     / arch / f"{self.id}-nvrtc{version}.cubin")
+                     / arch / f"{own['id']}-nvrtc{version}.cubin")
             cubin = read_cubin_file(cache)
             if cubin is None:
-                cubin = compile_cubin(self.d["source"], arch, self.d["options"])
+                cubin = compile_cubin(own["source"], arch, self.d["options"])
                 try:
                     cache.parent.mkdir(parents=True, exist_ok=True)
                     tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
@@ -416,9 +427,10 @@ class Kernel:
             self._functions[key] = f
         return f
 
-    def _launch(self, launch: dict, grid, values) -> None:
-        symbol, block, shared = launch["symbol"], tuple(launch["block"]), launch["shared_bytes"]
+    def _launch(self, symbol: str, grid, block, shared: int, values) -> None:
         device = next((v.device.index for v in values if isinstance(v, torch.Tensor)), torch.cuda.current_device())
+        arch = device_arch(device)
+        launch = next(x for x in self.variant(arch)["launches"] if x["symbol"] == symbol)
         args = []
         for (name, dtype), v in zip(launch["args"], values):
             if isinstance(v, torch.Tensor):
