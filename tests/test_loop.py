@@ -322,6 +322,20 @@ def test_a_cpu_timeout_is_not_blamed_on_the_kernel_alone():
     cpu = render_feedback(result, device="cpu")
     assert "CPU interpreter" in cpu and "a large config can time out\nwith a correct kernel" in cpu
     assert "far too large" in render_feedback(result, device="cuda")
+    assert "Checked correct before" not in cpu
+
+
+def test_a_cpu_timeout_after_a_passing_config_names_it_and_does_not_ask_for_larger_tiles():
+    """A kernel correct on V=32000 timed out on V=50257: the feedback says which config passed, and that tiles made
+    larger for the interpreter only slow the GPU kernel down (played-LLM stuck points 3 and 7)."""
+    result = EvalResult(status="timeout", message="checking config {'M': 5, 'V': 50257} did not finish within 300 s",
+                        failure={"kind": "Timeout"},
+                        configs=[ConfigResult(config={"M": 5, "V": 32000}, correct=True)])
+    cpu = render_feedback(result, device="cpu")
+    assert "(checking config {'M': 5, 'V': 50257} did not finish within 300 s).\nChecked correct before the timeout: " \
+           "M=5, V=32000.\n" in cpu
+    assert "tiles made larger only to please the interpreter make the GPU\nkernel slower" in cpu
+    assert "fewer, larger tiles" not in cpu
 
 
 def test_timing_feedback_names_the_configs_that_miss_the_target_slowest_first():

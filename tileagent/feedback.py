@@ -109,7 +109,9 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
     if status == "guard_violation":
         return render("feedback.guard_violation", rule=failure.get("rule", "?"), message=result.message)
     if status == "timeout" and not device.startswith("cuda"):
-        return render("feedback.cpu_timeout", message=result.message)
+        correct = [_cfg(c.config) for c in result.configs if c.correct]
+        passed = f"\nChecked correct before the timeout: {'; '.join(correct)}." if correct else ""
+        return render("feedback.cpu_timeout", message=result.message, passed=passed)
     if status in ("timeout", "crash"):
         return render("feedback.worker_error", kind=failure.get("kind", status), message=result.message)
     return render("feedback.candidate_error", kind=failure.get("kind", status), message=result.message)
