@@ -43,7 +43,7 @@ from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Sele
 from tileagent.compiler.atomic_ops import combine, elementwise
 from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
 from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
-from tileagent.compiler.emulate_wgmma import finish_wgmma
+from tileagent.compiler.emulate_wgmma import check_not_busy, finish_wgmma
 from tileagent.compiler.instructions import emulators
 from tileagent.compiler.intrinsics import MATH, as_tensor, compute_dtype, float_binop, float_call, storage
 from tileagent.compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
@@ -450,6 +450,7 @@ class _Block:
 
     def race_write(self, buf: Buffer, idx: torch.Tensor, ids: torch.Tensor, vals: torch.Tensor, atomic: bool) -> None:
         b, t = self._bytes(buf, idx, ids)
+        check_not_busy(self, buf, b.reshape(-1))  # bytes a pending wgmma still reads
         if not atomic:  # only bytes whose value changes can be observed in a different order
             new = vals.contiguous().view(torch.uint8).reshape(b.shape)
             changed = new != self.arena[b]

@@ -15,7 +15,9 @@ Guarantees:
 - ``AsyncCopy`` reads its source when issued (zeros where ``valid`` is false, and then nothing is read) but its
   write lands only when an ``AsyncWait`` retires its group (``AsyncCommit`` closes a group), as late as the hardware
   may deliver it: a kernel that reads the destination before waiting sees the old bytes, and the write goes through
-  the race detector at that point. Copies still pending when the block ends land then.
+  the race detector at that point. Copies still pending when the block ends land then. With the race detector on,
+  issuing a copy into bytes a pending wgmma still reads is an EmulationError (``emulate_wgmma.check_not_busy``): the
+  copy may write as early as its issue.
 """
 
 from __future__ import annotations
@@ -178,6 +180,11 @@ def async_copy(block, s: AsyncCopy) -> None:
     values = torch.zeros(block.nt, s.width, dtype=block.mem[s.dst].dtype)
     if vals is not None:
         values[ok] = vals[ok].to(values.dtype)
+    if block.check_races and getattr(block, "wgmma_busy", None) is not None:
+        from tileagent.compiler.emulate_wgmma import check_not_busy  # (a module-level import would be circular)
+
+        nb = s.dst.dtype.bytes  # the copy may write as soon as it is issued: not into bytes a pending wgmma reads
+        check_not_busy(block, s.dst, (block.offset[s.dst] + dst_idx[ids][..., None] * nb + torch.arange(nb)).view(-1))
     block.async_open.append((s.dst, dst_idx[ids], values[ids], ids))
 
 

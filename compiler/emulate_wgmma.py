@@ -18,12 +18,14 @@ Guarantees (what a run checks):
 - ``WgmmaFence`` is a block barrier (every thread, not divergent). ``Wgmma`` is executed by whole warpgroups (all
   128 threads active), with descriptor starts uniform within each warpgroup, and only after a ``WgmmaFence``
   executed since the last ``WgmmaWait`` (or the block's start).
-- Results are asynchronous: at issue the accumulator registers become NaN (undefined); chained Wgmmas on the same
-  registers see the pending values; a ``WgmmaWait(N)`` writes the results of all but the newest N committed groups.
-  A group still pending (or Wgmmas never committed) when the block ends raises EmulationError: a missing
-  ``wgmma.wait_group`` fails the run; reading an accumulator before its wait reads NaN.
-Not modelled: the shared-memory race detector for the asynchronous operand reads (the lowering waits before the
-gemm ends, so a stage is never overwritten under a pending Wgmma).
+- Results are asynchronous: at issue the accumulator registers become NaN (undefined); a ``WgmmaWait(N)`` retires
+  all but the newest N committed groups, carrying out their Wgmmas in issue order: the shared operands are read then
+  (the latest moment the hardware may read them), chained Wgmmas on the same registers accumulate onto each other,
+  and the results land in the registers. A group still pending (or Wgmmas never committed) when the block ends raises
+  EmulationError: a missing ``wgmma.wait_group`` fails the run; reading an accumulator before its wait reads NaN.
+- The operand bytes of pending Wgmmas are busy: with the race detector on, a shared-memory write to them (a store,
+  a vector copy, a landing cp.async) before the wait that retires the Wgmma raises EmulationError
+  (``check_not_busy``); without it, the late read gives wrong numbers.
 """
 
 from __future__ import annotations
@@ -80,10 +82,10 @@ def hardware_addresses(desc: dict, rows: int, cols: int, mn_major: bool, eb: int
     return addr ^ (((addr >> 7) & ((1 << bits) - 1)) << 4)
 
 
-def _read_tile(block, buf, start_el: int, lbo: int, sbo: int, width: int, rows: int, cols: int, mn_major: bool,
-               span, what: str) -> torch.Tensor:
-    """[rows, cols] elements (MN-major: [16 K rows, N]; K-major: [M or N rows, 16]) of a canonical tile read
-    through the descriptor whose fields are given, decoded as the hardware decodes it (module docstring)."""
+def _tile_addresses(block, buf, start_el: int, lbo: int, sbo: int, width: int, rows: int, cols: int,
+                    mn_major: bool, span, what: str) -> torch.Tensor:
+    """Arena byte addresses [rows, cols] (MN-major: [16 K rows, N]; K-major: [M or N rows, 16]) of a canonical tile
+    read through the descriptor whose fields are given, decoded as the hardware decodes it (module docstring)."""
     off = block.offset[buf]
     eb = buf.dtype.bytes
     nbytes = int(buf.shape[0]) * eb
@@ -100,8 +102,37 @@ def _read_tile(block, buf, start_el: int, lbo: int, sbo: int, width: int, rows: 
         i, j = (int(x) for x in bad.nonzero()[0])
         raise EmulationError(f"Wgmma {what} descriptor reads byte {int(addr[i, j])} for element ({i}, {j}), outside "
                              f"'{buf.name}' (bytes {off}..{off + nbytes - 1} of the shared arena)", span)
+    return addr
+
+
+def _values(block, buf, addr: torch.Tensor) -> torch.Tensor:
     pairs = torch.stack([block.arena[addr], block.arena[addr + 1]], -1).contiguous()
     return pairs.view(torch.int16).squeeze(-1).view(buf.dtype.torch)
+
+
+def _mark_busy(block, addrs, delta: int) -> None:
+    """Count the arena bytes that pending Wgmmas read (``busy``; the race detector refuses writes to them)."""
+    busy = getattr(block, "wgmma_busy", None)
+    if busy is None:
+        busy = block.wgmma_busy = torch.zeros(block.arena.shape[0], dtype=torch.int32)
+    for addr in addrs:
+        b = torch.cat([addr.reshape(-1), addr.reshape(-1) + 1])
+        busy.index_add_(0, b, torch.full_like(b, delta, dtype=torch.int32))
+
+
+def check_not_busy(block, buf, byte_positions: torch.Tensor) -> None:
+    """EmulationError when a shared-memory write hits bytes a pending (issued, not yet retired) Wgmma reads: the
+    tensor core reads its operands asynchronously, any time before the wgmma.wait_group that retires it."""
+    busy = getattr(block, "wgmma_busy", None)
+    if busy is None or not len(byte_positions):
+        return
+    hit = busy[byte_positions] > 0
+    if bool(hit.any()):
+        byte = int(byte_positions[hit.nonzero()[0]])
+        i = (byte - block.offset[buf]) // buf.dtype.bytes
+        raise EmulationError(f"shared memory {buf.name}[{i}] written while a wgmma that reads it is pending (issued "
+                             "and not yet retired by wgmma.wait_group): the tensor core may read the new value",
+                             block.span)
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,26 +167,36 @@ def wgmma(block, s: Wgmma) -> None:
         raise EmulationError("Wgmma issued without a wgmma.fence since the last wgmma.wait_group (or the start of "
                              "the kernel): accumulator registers written before it are not ordered", s.span)
     mem = block.buffer_memory(s.c_buf)
-    shadow = st["shadow"].setdefault(s.c_buf, mem.clone())
+    st["shadow"].setdefault(s.c_buf, mem.clone())  # the registers as the chain of Wgmmas starts from them
     regs = torch.stack([block.lanes(block.ev(r), torch.int64) for r in s.c], 1)  # [nt, n / 2]
-    rows, cols = _d_positions(s.n)
     for q in groups:
-        a = _read_tile(block, s.a_buf, _uniform_start(block, s.a_index, q, "A", s.span), s.a_lbo, s.a_sbo,
-                       s.a_swizzle, 64, 16, False, s.span, "A")
+        a = _tile_addresses(block, s.a_buf, _uniform_start(block, s.a_index, q, "A", s.span), s.a_lbo, s.a_sbo,
+                            s.a_swizzle, 64, 16, False, s.span, "A")
         b0 = _uniform_start(block, s.b_index, q, "B", s.span)
-        b = (_read_tile(block, s.b_buf, b0, s.b_lbo, s.b_sbo, s.b_swizzle, s.n, 16, False, s.span, "B").T
+        b = (_tile_addresses(block, s.b_buf, b0, s.b_lbo, s.b_sbo, s.b_swizzle, s.n, 16, False, s.span, "B").T
              if s.b_major == "k" else
-             _read_tile(block, s.b_buf, b0, s.b_lbo, s.b_sbo, s.b_swizzle, 16, s.n, True, s.span, "B"))
-        d = a.float() @ b.float()
+             _tile_addresses(block, s.b_buf, b0, s.b_lbo, s.b_sbo, s.b_swizzle, 16, s.n, True, s.span, "B"))
         threads = torch.arange(q * GROUP, (q + 1) * GROUP)
         idx = regs[threads]
         if bool(((idx < 0) | (idx >= mem.shape[-1])).any()):
             raise EmulationError(f"Wgmma accumulator register index outside '{s.c_buf.name}' ({mem.shape[-1]})",
                                  s.span)
+        mem[threads[:, None], idx] = float("nan")
+        _mark_busy(block, (a, b), 1)
+        st["open"].append((s, threads, idx, a, b))
+
+
+def _retire(block, st, group) -> None:
+    """Carry out a group's Wgmmas in issue order: read the operands now (the latest the hardware may read them),
+    chain the accumulators through the shadow registers, write the results and free the operand bytes."""
+    for s, threads, idx, a_addr, b_addr in group:
+        rows, cols = _d_positions(s.n)
+        d = _values(block, s.a_buf, a_addr).float() @ _values(block, s.b_buf, b_addr).float()
+        shadow = st["shadow"][s.c_buf]
         vals = d[rows, cols] + (shadow[threads[:, None], idx] if s.accumulate else 0)
         shadow[threads[:, None], idx] = vals
-        mem[threads[:, None], idx] = float("nan")
-        st["open"].append((s.c_buf, threads, idx, vals))
+        block.mem[s.c_buf][threads[:, None], idx] = vals
+        _mark_busy(block, (a_addr, b_addr), -1)
 
 
 def wgmma_commit(block, s: WgmmaCommit) -> None:
@@ -170,8 +211,7 @@ def wgmma_wait(block, s: WgmmaWait) -> None:
     st = _state(block)
     keep = max(int(s.pending), 0)
     while len(st["groups"]) > keep:
-        for buf, threads, idx, vals in st["groups"].pop(0):
-            block.mem[buf][threads[:, None], idx] = vals
+        _retire(block, st, st["groups"].pop(0))
     if not st["groups"] and not st["open"]:
         st["shadow"] = {}
     st["fenced"] = False

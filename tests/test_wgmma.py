@@ -110,6 +110,17 @@ def test_missing_fence_fails_the_emulator(shared_example, wgmma_on, monkeypatch)
         _run_gemm_relu(shared_example("gemm_relu"), 128, 64, 64, (128, 64, 64))
 
 
+def test_overwriting_an_operand_before_its_wait_fails_the_emulator(shared_example, wgmma_on, monkeypatch):
+    # wait_group 1 instead of 0: the pipeline's next producer refills the stage a still-pending wgmma reads
+    from tileagent.compiler.lower import wgmma as lowering
+
+    real = lowering.lower_wgmma
+    monkeypatch.setattr(lowering, "lower_wgmma", lambda ctx, s: [WgmmaWait(1, x.span) if isinstance(x, WgmmaWait)
+                                                                 else x for x in real(ctx, s)])
+    with pytest.raises(EmulationError, match="written while a wgmma that reads it is pending"):
+        _run_gemm_relu(shared_example("gemm_relu"), 128, 64, 256, (128, 64, 64))
+
+
 @pytest.mark.parametrize("field", [1, 0])  # SBO, then LBO (the N-major B of the 128/128/64 tiles needs it)
 def test_wrong_descriptor_offsets_give_wrong_numbers(shared_example, wgmma_on, monkeypatch, field):
     from tileagent.compiler.lower import wgmma as lowering
@@ -329,6 +340,21 @@ def test_prompts_gemm_relu_default_config_on_wgmma(wgmma_on):
     assert "m64n128k16.f32.f16.f16, A K-major 64B swizzle, B N-major 128B swizzle" in kernel.get_ir("thread")
     a, b = torch.randn(70, 96, dtype=torch.float16), torch.randn(96, 128, dtype=torch.float16)
     torch.testing.assert_close(kernel(a, b), mod.reference(a, b), rtol=1e-2, atol=1e-2)
+
+
+def test_flash_attn_example_scores_on_wgmma(shared_example, wgmma_on):
+    # Q @ K^T on wgmma (K-major B; head dim 128 = two 128-byte column blocks of Q and K), the online softmax on the
+    # wgmma accumulator layout, P @ V (A in registers) on mma.sync, with the reason wgmma was not used for it
+    fa = shared_example("flash_attn_fwd")
+    kernel = tileagent.compile(fa.flash_attn_fwd.fn(1, 1, 72, 128, False, 64, 32, 2, 128), target="sim")
+    ir = kernel.get_ir("thread")
+    assert "wgmma.mma_async m64nNk16 SS: m64n32k16.f32.f16.f16, A K-major 128B swizzle, B K-major 128B swizzle" in ir
+    assert "mma.sync m16n8k16, FullRow, 4 warps (4 x 1); wgmma.mma_async m64nNk16 SS not used: reads A and B from " \
+        "shared memory (SS)" in ir
+    q, k, v = (torch.randn(1, 72, 1, 128, dtype=torch.float16) for _ in range(3))
+    o = torch.full_like(q, float("nan"))
+    kernel(q, k, v, o)
+    torch.testing.assert_close(o, fa.reference(q, k, v), rtol=1e-2, atol=1e-2)
 
 
 def test_arena_start_is_rounded_to_the_swizzle_atom(shared_example, monkeypatch):
