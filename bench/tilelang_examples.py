@@ -9,7 +9,8 @@ faster). ``--markdown`` prints the table in BENCHMARKS.md's format.
 Guarantees: every run is a separate process (``python -m tileagent.tilelang PROGRAM ARGS`` with this checkout first
 on PYTHONPATH; ``python PROGRAM ARGS`` with DIR first on PYTHONPATH for real TileLang; nothing named ``tilelang``
 is importable from this checkout, so DIR's wins), in the program's folder, with a time limit;
-a failure's reason is the diagnostic code it printed (``E701``...) or the last line of its error output; a program
+a failure's reason is the diagnostic code it printed (``E701``...) or the last line of its error output (a program
+that exits 0 but prints a failed check, a line with "❌", fails too); a program
 whose extra imports (einops, triton) are missing here is skipped on both sides with that reason. The two
 sides of one program run one after the other, never at once, so they do not share the GPU.
 
@@ -59,6 +60,8 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "gemv": ("gemv/example_gemv.py", [], False, ("tvm",)),
     "mha_sink_fwd_bhsd": ("attention_sink/example_mha_sink_fwd_bhsd.py", [], True, ()),
     "mha_sink_fwd_bhsd_window": ("attention_sink/example_mha_sink_fwd_bhsd.py", ["--window_size", "1024"], False, ()),
+    "grouped_gemm_fwd": ("grouped_gemm/example_grouped_gemm_fwd.py", ["--batch_sizes", "64,128,256,512", "--profile"],
+                         True, ()),
 }
 
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
@@ -112,9 +115,16 @@ def run(command: list[str], cwd: Path, env: dict, timeout: float) -> Outcome:
         return Outcome(False, time.perf_counter() - start, *parse_metrics(out), reason="timed out")
     seconds = time.perf_counter() - start
     ms, tflops = parse_metrics(proc.stdout)
-    ok = proc.returncode == 0
-    return Outcome(ok, seconds, ms, tflops, "" if ok else failure_reason(proc.stdout, proc.stderr, proc.returncode),
-                   proc.stdout.splitlines()[-5:] + proc.stderr.splitlines()[-15:])
+    ok = proc.returncode == 0 and not printed_mismatch(proc.stdout)
+    reason = "" if ok else failure_reason(proc.stdout, proc.stderr, proc.returncode) if proc.returncode else \
+        f"exit 0 but printed: {printed_mismatch(proc.stdout)}"
+    return Outcome(ok, seconds, ms, tflops, reason, proc.stdout.splitlines()[-5:] + proc.stderr.splitlines()[-15:])
+
+
+def printed_mismatch(stdout: str) -> str:
+    """The first line where a program that exits 0 either way reports a failed check (TileLang's grouped GEMM prints
+    "❌ Tilelang and Torch mismatch"), or ""."""
+    return next((ln.strip()[:90] for ln in stdout.splitlines() if "\u274c" in ln), "")
 
 
 def _env(pythonpath: str) -> dict:

@@ -238,16 +238,31 @@ class _EagerParser(_Parser):
         return func, tuple(range(len(ins), n))
 
 
-def _sizes_from_tensors(fdef: ast.FunctionDef, values: dict) -> dict:
+def _sizes_from_tensors(fdef: ast.FunctionDef, values: dict, env: dict | None = None) -> dict:
     """T.const names that a tensor annotation uses directly as a dimension, valued from the call's tensors, so that
-    the body may use them before the annotation (``splitK = K // split_k`` above ``A: T.Tensor((M, K), ...)``)."""
+    the body may use them before the annotation (``splitK = K // split_k`` above ``A: T.Tensor((M, K), ...)``).
+    The shape may also be a name assigned earlier in the body (``B_shape = [G, K, N] if not trans_b else [G, N, K]``,
+    the condition evaluated on the call's compile-time arguments, ``env``) and a dimension a plain alias of a const
+    (``KH, KW = K, K``), as in TileLang's grouped GEMM, stream-K GEMM and convolution examples."""
     names = set()
     for node in ast.walk(fdef):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "const" and \
                 node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
             names.update(p.strip() for p in node.args[0].value.split(","))
+    env = {**(env or {}), **values}
+    assigned: dict = {}  # name -> the value node of its latest plain assignment so far
     out = {}
     for stmt in fdef.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], stmt.value
+            if isinstance(target, ast.Name):
+                assigned[target.id] = value
+            elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) and \
+                    len(target.elts) == len(value.elts):
+                for t, v in zip(target.elts, value.elts):
+                    if isinstance(t, ast.Name):
+                        assigned[t.id] = v
+            continue
         if not (isinstance(stmt, ast.AnnAssign) and stmt.value is None and isinstance(stmt.target, ast.Name)):
             continue
         tensor = values.get(stmt.target.id)
@@ -257,13 +272,34 @@ def _sizes_from_tensors(fdef: ast.FunctionDef, values: dict) -> dict:
             shape_node = ann.args[0]
         elif isinstance(ann, ast.Subscript) and isinstance(ann.slice, ast.Tuple) and ann.slice.elts:
             shape_node = ann.slice.elts[0]
+        shape_node = _resolve(shape_node, assigned, env)
         if not hasattr(tensor, "shape") or not isinstance(shape_node, (ast.Tuple, ast.List)) or \
                 len(shape_node.elts) != len(tensor.shape):
             continue
         for dim, elt in enumerate(shape_node.elts):
+            for _ in range(4):  # follow plain aliases: KH -> K
+                if isinstance(elt, ast.Name) and elt.id not in names and isinstance(assigned.get(elt.id), ast.Name):
+                    elt = assigned[elt.id]
             if isinstance(elt, ast.Name) and elt.id in names and elt.id not in out:
                 out[elt.id] = int(tensor.shape[dim])
     return out
+
+
+def _resolve(node, assigned: dict, env: dict):
+    """A shape node with names of earlier assignments and conditionals on compile-time arguments resolved, as far as
+    that is possible without running the body (else the node as it was)."""
+    for _ in range(4):
+        if isinstance(node, ast.Name) and node.id in assigned:
+            node = assigned[node.id]
+        elif isinstance(node, ast.IfExp):
+            try:
+                test = eval(compile(ast.Expression(node.test), "<shape>", "eval"), {"__builtins__": {}}, env)  # noqa: S307
+            except Exception:  # noqa: BLE001 -- not decidable before the body runs
+                return node
+            node = node.body if test else node.orelse
+        else:
+            break
+    return node
 
 
 def parse_eager(fn, args: tuple, kwargs: dict) -> tuple[PrimFunc, tuple[int, ...], list]:
@@ -294,14 +330,14 @@ def parse_eager(fn, args: tuple, kwargs: dict) -> tuple[PrimFunc, tuple[int, ...
     lines, first_line = inspect.getsourcelines(fn)
     file = inspect.getsourcefile(fn) or "<unknown>"
     fdef = _parse_def(lines)
-    for name, value in _sizes_from_tensors(fdef, values).items():
-        consts.setdefault(name, value)
     closure = {}
     for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
         try:
             closure[var] = cell.cell_contents
         except ValueError:
             pass
+    for name, value in _sizes_from_tensors(fdef, values, {**fn.__globals__, **closure}).items():
+        consts.setdefault(name, value)
     parser = _EagerParser(file, first_line, lines, closure, fn.__globals__, values=values, consts=consts)
     token = _EAGER.set(True)
     try:

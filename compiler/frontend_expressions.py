@@ -225,6 +225,50 @@ class ExpressionParser:
                                f"Python value", self.span(node), code="E309")
         return value
 
+    def _comprehension(self, node):
+        """The values of a comprehension over compile-time iterables (``sum(n // 64 for n in sizes)`` in TileLang's
+        grouped GEMM), computed now; its targets are bound in a scope of their own. A filter must be compile-time."""
+        out = []
+
+        def produce(generators):
+            if not generators:
+                out.append((self.expr(node.key), self.expr(node.value)) if isinstance(node, ast.DictComp)
+                           else self.expr(node.elt))
+                return
+            g = generators[0]
+            if g.is_async:
+                raise DSLSyntaxError("async comprehensions are not supported", self.span(node), code="E101")
+            for value in self._iterate(self._compile_time(g.iter, "the iterable of a comprehension"), g.iter):
+                self._bind_target(g.target, value)
+                if all(self._compile_time_truth(c) for c in g.ifs):
+                    produce(generators[1:])
+
+        self.scopes.append({})
+        try:
+            produce(node.generators)
+        finally:
+            self.scopes.pop()
+        return out
+
+    def _compile_time_truth(self, node: ast.expr) -> bool:
+        value = self.expr(node)
+        if isinstance(value, (Expr, Buffer)):
+            raise DSLTypeError(f"`{ast.unparse(node)}` is {describe(value)}; a comprehension's filter must be a "
+                               f"compile-time Python value", self.span(node), code="E309")
+        return bool(value)
+
+    def expr_ListComp(self, node: ast.ListComp):
+        return self._comprehension(node)
+
+    def expr_GeneratorExp(self, node: ast.GeneratorExp):
+        return iter(self._comprehension(node))
+
+    def expr_SetComp(self, node: ast.SetComp):
+        return set(self._comprehension(node))
+
+    def expr_DictComp(self, node: ast.DictComp):
+        return dict(self._comprehension(node))
+
     def expr_Dict(self, node: ast.Dict):
         if any(k is None for k in node.keys):
             raise DSLSyntaxError("`**` in dict literals is not supported", self.span(node), code="E101")

@@ -25,7 +25,8 @@ EXAMPLES = REPO / "bench" / "tilelang_examples"
 SMALL = {  # the programs CI runs, in their folders under EXAMPLES
     "example_mha_fwd_bshd.py": "flash_attention", "example_elementwise_add.py": "elementwise", "rms_norm.py": "norm",
     "example_tilelang_gemm_splitk.py": "gemm_splitk", "layernorm.py": "norm", "example_mha_inference.py":
-    "flash_decoding", "example_gqa_decode.py": "flash_decoding", "example_mha_sink_fwd_bhsd.py": "attention_sink"}
+    "flash_decoding", "example_gqa_decode.py": "flash_decoding", "example_mha_sink_fwd_bhsd.py": "attention_sink",
+    "example_grouped_gemm_fwd.py": "grouped_gemm"}
 
 
 @pytest.fixture
@@ -510,6 +511,41 @@ def test_attention_sink_example_runs_and_lowers_for_the_gpu(tilelang, window):
                                rtol=1e-2, atol=1e-2)
 
 
+def test_grouped_gemm_example_runs_and_lowers_for_the_gpu(tilelang):
+    """TileLang's grouped GEMM: an eager kernel whose grid is a generator expression over the group sizes and whose B
+    shape is a conditional name (``B_shape = [G, K, N] if not trans_b else ...``) binding N and K (once E101/E104)."""
+    ns = load_script(EXAMPLES / SMALL["example_grouped_gemm_fwd.py"] / "example_grouped_gemm_fwd.py")
+    sizes = [63, 77, 111]
+    a, b, bs, offsets, padded = ns["construct_inputs"](sizes, 256, 128, False, 64, torch.device("cpu"), torch.float16)
+    with compile_defaults(lowering_check=True):
+        out = ns["grouped_gemm"](a, b, bs, offsets, padded, tuple(sizes), 64, 64, 64, False, 2, 128)
+    torch.testing.assert_close(out, ns["torch_gmm"](a, b, bs, offsets, False), rtol=1e-2, atol=1e-2)
+
+
+def test_comprehensions_and_shape_names_in_an_eager_kernel(tilelang, tmp_path):
+    ns = load_script(_write(tmp_path, "comprehension.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit
+        def scale(X, factors, transposed=False):
+            M, N = T.const("M, N")
+            shape = (N, M) if transposed else (M, N)
+            rows, cols = M, N
+            X: T.Tensor(shape, "float32")
+            Y = T.empty((rows, cols), "float32")
+            total = sum(f for f in factors if f > 0)
+            squares = {f: f * f for f in factors}
+            with T.Kernel(1, threads=32) as bx:
+                for i, j in T.Parallel(M, N):
+                    Y[i, j] = X[i, j] * total + squares[factors[0]]
+            return Y
+        """))
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(ns["scale"](x, (1, -2, 3)), x * 4 + 1)
+
+
 _HELPERS = """\
     import tilelang
     import tilelang.language as T
@@ -663,6 +699,8 @@ def test_gpu_bench_lists_existing_programs_and_reads_their_printed_numbers():
     assert bench.parse_metrics("fwd  tilelang: 0.0440 ms   ref: 0.0630 ms") == (0.044, None)
     assert bench.parse_metrics("Tilelang latency: 0.123 ms\nTilelang TFLOPs: 55.5") == (0.123, 55.5)
     assert bench.parse_metrics("1.20 ms\n2.00 TFlops\n0.3000 ms\n") == (0.3, None)
+    assert bench.printed_mismatch("ok\n\u274c Tilelang and Torch mismatch\n") == "\u274c Tilelang and Torch mismatch"
+    assert bench.printed_mismatch("\u2705 Tilelang and Torch match\n") == ""
     assert bench.failure_reason("", "x.py:3:1: error[E701]: module 'tilelang.carver' is not provided", 2) \
         .startswith("E701: module 'tilelang.carver'")
 
