@@ -59,7 +59,9 @@ def test_gemm_relu_example_on_wgmma_in_the_emulator(shared_example, wgmma_on, dt
         src.index("wgmma.mma_async") < src.index("wgmma.wait_group")
 
 
-def test_k_major_b_and_two_warpgroups(wgmma_on):
+def test_k_major_b_with_ragged_m(wgmma_on):
+    # (was named "..._and_two_warpgroups", but _gemm's blocks have 128 threads: one warpgroup; two warpgroups are in
+    # test_multi_atom_and_narrow_swizzles_match_torch and test_lowering_passes_registers_in_ptx_order)
     func = _gemm(130, 40, 96, 64, 40, 64, False, True, "float16", T.GemmWarpPolicy.Square, 2)
     kernel = tileagent.compile(func, target="sim")
     assert "wgmma" in kernel.get_ir("thread")
@@ -374,7 +376,9 @@ def test_arena_start_is_rounded_to_the_swizzle_atom(shared_example, monkeypatch)
 def test_nvrtc_compiles_the_multi_atom_kernels_for_sm_90a(shared_example, wgmma_on):
     mod = load_module(REPO / "prompts" / "examples" / "gemm_relu.py")
     for func in (shared_example("gemm_relu").matmul.fn(256, 256, 256, 128, 128, 64),
-                 mod.gemm_relu.fn(None, 256, 256, block_M=128, block_N=256, block_K=32, threads=256)):
+                 mod.gemm_relu.fn(None, 256, 256, block_M=128, block_N=256, block_K=32, threads=256),
+                 mod.gemm_relu.fn(None, 256, 256, block_M=64, block_N=64, block_K=16),  # 32B swizzle
+                 shared_example("flash_attn_fwd").flash_attn_fwd.fn(2, 4, 1000, 128)):
         kernel = tileagent.compile(func, target="sim")
         assert "wgmma.mma_async" in kernel.get_kernel_source()
         assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
