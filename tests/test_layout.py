@@ -106,3 +106,28 @@ def test_mma_accumulator_layout_and_partition():
     assert thread[9, 13] == 4 * 1 + 2 and slot[9, 13] == ((0 * 2 + 1) * 2 + 1) * 2 + 1
     a = operand_a_layout(16, 32, 1, 2, 64)
     assert a.num_replicas == 2 and a.owner_mask()[0, 0].nonzero()[0].tolist() == [0, 32]
+
+
+def test_tables_are_computed_once_per_fragment_value_and_read_only(monkeypatch):
+    """Layout inference and the lowering ask for a fragment's tables many times per kernel (compile latency)."""
+    from tileagent.compiler.layout import fragment as fragment_mod
+
+    calls = []
+    real = Fragment._tables
+    monkeypatch.setattr(Fragment, "_tables", lambda self: calls.append(self) or real(self))
+    frag = make_blocked((4, 8), num_threads=16, vector=2)
+    same = make_blocked((4, 8), num_threads=16, vector=2)  # another object, equal value: shares the tables
+    assert frag.tables()[0] is same.tables()[0] and len(calls) == 1
+    frag.owner_mask(), frag.owner_mask(), frag.index_table()
+    assert len(calls) == 1
+    for table in (*frag.tables(), frag.owner_mask(), frag.index_table()):
+        with pytest.raises(ValueError, match="read-only"):
+            table[(0,) * table.ndim] = 1
+    other = make_blocked((8, 8), num_threads=16, vector=2)
+    assert other != frag and other.tables()[0].shape == (8, 8) and len(calls) == 2
+    del frag, same
+    calls.clear()  # it held the fragment too
+    import gc
+
+    gc.collect()
+    assert make_blocked((4, 8), num_threads=16, vector=2) not in fragment_mod._MEMO  # held only while one lives

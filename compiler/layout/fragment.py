@@ -14,6 +14,7 @@ innermost register level of the innermost dim fastest, so a run of ``vector_widt
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -173,9 +174,13 @@ class Fragment:
         shape = tuple(s * n if d == dim else s for d, s in enumerate(self.shape))
         return Fragment(shape, tuple(dims), self.replicate, self.num_threads)
 
-    # -- tables ----------------------------------------------------------------------------------------------
+    # -- tables (computed once per fragment value while one lives, read-only: layout inference and the lowering ask
+    # for them many times per kernel) ---------------------------------------------------------------------------
     def tables(self) -> tuple[np.ndarray, np.ndarray]:
-        """(base thread, slot) for every index of the shape, as int arrays of that shape."""
+        """(base thread, slot) for every index of the shape, as read-only int arrays of that shape."""
+        return _memo(self, "tables", self._tables)
+
+    def _tables(self) -> tuple[np.ndarray, np.ndarray]:
         grids = np.meshgrid(*[np.arange(n) for n in self.shape], indexing="ij")
         thread = np.zeros(self.shape, dtype=np.int64)
         slot = np.zeros(self.shape, dtype=np.int64)
@@ -195,8 +200,11 @@ class Fragment:
         return thread, slot
 
     def index_table(self) -> np.ndarray:
-        """Indices held by each (thread, slot): int array (num_threads, num_slots, ndim). Entries may exceed the
-        shape where levels pad it, and threads beyond ``threads_used`` get garbage (callers mask both)."""
+        """Indices held by each (thread, slot): read-only int array (num_threads, num_slots, ndim). Entries may exceed
+        the shape where levels pad it, and threads beyond ``threads_used`` get garbage (callers mask both)."""
+        return _memo(self, "index_table", self._index_table)
+
+    def _index_table(self) -> np.ndarray:
         t = np.arange(self.num_threads)[:, None]
         k = np.arange(self.num_slots)[None, :]
         slot_digit, rest = {}, k
@@ -213,7 +221,10 @@ class Fragment:
         return out
 
     def owner_mask(self) -> np.ndarray:
-        """bool array (*shape, num_threads): which threads hold each element."""
+        """Read-only bool array (*shape, num_threads): which threads hold each element."""
+        return _memo(self, "owner_mask", self._owner_mask)
+
+    def _owner_mask(self) -> np.ndarray:
         thread, _ = self.tables()
         mask = np.zeros(self.shape + (self.num_threads,), dtype=bool)
         flat = mask.reshape(-1, self.num_threads)
@@ -250,6 +261,22 @@ class Fragment:
         return self.describe() + "\n" + "\n".join(rows)
 
     __str__ = describe
+
+
+_MEMO: "weakref.WeakKeyDictionary[Fragment, dict]" = weakref.WeakKeyDictionary()
+
+
+def _memo(frag: Fragment, name: str, make):
+    """``make()`` once per fragment value (equal fragments share it) while one of them lives, its arrays read-only."""
+    entry = _MEMO.get(frag)
+    if entry is None:
+        entry = _MEMO[frag] = {}
+    if name not in entry:
+        value = make()
+        for a in value if isinstance(value, tuple) else (value,):
+            a.flags.writeable = False
+        entry[name] = value
+    return entry[name]
 
 
 def _pow2_divisor(n: int, cap: int) -> int:
