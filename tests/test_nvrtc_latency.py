@@ -207,6 +207,8 @@ def test_a_bad_source_still_raises_nvrtc_error_with_log_and_line_and_keeps_no_pc
             nvrtc.compile_to_cubin(bad, "sm_90a", cache=False)
         assert "line 3: x[0] = undefined_name;" in str(info.value), attempt
         assert "undefined_name" in info.value.log and info.value.source == bad
+        assert "precompiled" not in str(info.value) and "precompiled" not in info.value.log  # no PCH chatter
+        assert "-pch" not in str(info.value) and "--no-cache" not in str(info.value)  # the options that decide code
         if attempt.startswith("while"):
             assert nvrtc._PCH == {}
             nvrtc.compile_to_cubin(FP16, "sm_90a", cache=False)  # same includes: makes the pch the bad one uses

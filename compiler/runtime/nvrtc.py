@@ -15,7 +15,8 @@ Guarantees:
   forked children (NVRTC maps it at its PCH heap's address), so it is kept as an unlinked file (``/proc/self/fd``)
   and never outlives the process. A PCH that NVRTC reports unusable (warnings 626/629/630/20282) is dropped and made
   again by a later compile; a PCH that vanished, or an option this NVRTC rejects, means one retry without these
-  options (rejected options stay off in this process). Compile errors are reported as without them.
+  options (rejected options stay off in this process). Compile errors read as without them: the log without
+  NVRTC's PCH messages, the message with the options that decide the code.
 - Time limit: ``compile_to_cubin(timeout_s=...)`` (120 s by default) raises ``ResourceError`` E805 past it.
 - Failures raise :class:`NvrtcError` with the full program log and, for each source line the log names, that line.
 - Cache: ``$TILEAGENT_CACHE_DIR`` (default ``~/.cache/tileagent``) ``/nvrtc/<sha256>.cubin``, keyed by source, arch,
@@ -296,6 +297,7 @@ _INCLUDE_LINE = re.compile(r'#\s*include\s*(<[^<>"]+>|"[^<>"]+")')
 # NVRTC compiled without the PCH: invalid or another version, other options, other directives, another PCH heap
 _PCH_UNUSABLE = re.compile(r"#(626|629|630|20282)-D")
 _PCH_MISSING = "cannot open precompiled header file"
+_PCH_CHATTER = re.compile(r'^"[^"\n]*": (?:using|creating) precompiled header file "[^"\n]*"\n?', re.M)
 _PCH_CREATE_LOCK = threading.Lock()  # NVRTC's PCH heap is per process: one creation at a time
 _PCH: dict[str, str] = {}  # key -> the file given to --use-pch; this process's own, or inherited through fork
 _PCH_FDS: dict[str, int] = {}  # key -> open descriptor of an unlinked PCH file (Linux: /proc/self/fd/<fd>)
@@ -435,7 +437,8 @@ def _compile_program(nvrtc, source: str, opts: list[str], extra: list[str], use:
                 if use is not None and _PCH_MISSING in log:
                     _drop_pch(use)
                     raise _Retry(log.strip())
-                raise NvrtcError(_failure_message(log, source, all_opts), log=log, source=source)
+                log = _PCH_CHATTER.sub("", log)  # the user (or the agent's LLM) reads this: only the source's errors
+                raise NvrtcError(_failure_message(log, source, opts), log=log, source=source)
             if use is not None and _PCH_UNUSABLE.search(log):
                 logger.info("NVRTC could not use the precompiled header %s (a later compile makes another): %s",
                             _PCH.get(use), log.strip())
