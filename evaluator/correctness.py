@@ -131,7 +131,7 @@ def timed_calls(spec: Spec, sandbox: Sandbox, config: dict, device="cpu", trials
                 ref = spec.run_reference(model, [t.clone() for t in inputs], config)
                 failure = checker.compare(outs, ref, where, 1, checker.oracle(model, inputs))
                 if failure is not None:
-                    raise failure
+                    raise with_inputs_at_index(failure, inputs)
         k += 1
         if total is None and k >= warmup and time.perf_counter() - t0 >= 0.1:
             total = k + trials
@@ -247,7 +247,7 @@ class _ConfigCheck:
             fresh = [Buffer(_at_new_address(t)) for t in inputs]
             fail3 = self.compare(self.call(key, fresh, inputs, where), ref, where, 3, oracle)
             if fail1 and fail2 and fail3:
-                raise fail1
+                raise with_inputs_at_index(fail1, inputs)
             verdicts = ", ".join(f"call {k} {'did not match' if f else 'matched'}"
                                  for k, f in ((1, fail1), (2, fail2), (3, fail3)))
             raise violation("inconsistent-runs", f"the same inputs gave different results in different calls "
@@ -432,6 +432,28 @@ class _ConfigCheck:
                              f"{peak:.3g}) under distribution(s) {', '.join(map(repr, small))}; the relative L2 bound "
                              f"decides there")
         return notes
+
+
+MAX_INPUTS_AT_INDEX = 4
+
+
+def with_inputs_at_index(failure: Mismatch, inputs) -> Mismatch:
+    """``failure`` with ``inputs_at_index``: [position, value] of each input tensor (up to ``MAX_INPUTS_AT_INDEX``)
+    that has an element at the failing output index (same rank, index in range), so the feedback can say what the
+    inputs were there (a hidden distribution stays unnamed; its magnitudes show)."""
+    index = failure.details.get("index")
+    if not isinstance(index, (list, tuple)):
+        return failure
+    values = []
+    for position, t in enumerate(inputs):
+        if isinstance(t, torch.Tensor) and t.dim() == len(index) and all(0 <= i < n for i, n in zip(index, t.shape)):
+            v = t[tuple(index)].item()
+            values.append([position, v if isinstance(v, (bool, int)) else float(v)])
+        if len(values) == MAX_INPUTS_AT_INDEX:
+            break
+    if values:
+        failure.details["inputs_at_index"] = values
+    return failure
 
 
 def _where(where: dict) -> str:

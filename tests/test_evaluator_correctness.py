@@ -149,6 +149,24 @@ def test_error_just_over_the_fp32_tolerance_fails_with_everything_the_agent_need
     assert math.isclose(d["got"], d["expected"] * 1.0005, rel_tol=1e-6)
     assert d["atol"] == 1e-4 and d["rtol"] == 1e-4 and 0 < d["mismatched"] <= d["total"] == 256
     assert info.value.message.startswith(f"output 0 differs from the reference at index ({i}, {j}): expected ")
+    ((position, x),) = d["inputs_at_index"]  # the input there: relu(x) * 2 is the expected value
+    assert position == 0 and math.isclose(d["expected"], max(x, 0.0) * 2.0, rel_tol=1e-6)
+
+
+def test_the_mismatch_feedback_quotes_the_inputs_at_the_failing_index(tmp_path, relu_spec):
+    """A hidden distribution stays unnamed, but its magnitudes show: the input value at the wrong element."""
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.feedback import render_feedback
+
+    with pytest.raises(Mismatch) as info:
+        check_candidate(relu_spec, relu_candidate(tmp_path, "T.max(x[j], 0.0) * 2.001"), seeds=1,
+                        distributions=["offset_x1000"])
+    d = info.value.to_dict()
+    assert d["hidden"] is True and d["inputs_at_index"][0][1] > 900
+    text = render_feedback(EvalResult(status="mismatch", message=d["message"], failure=d))
+    x = d["inputs_at_index"][0][1]
+    assert f"got {d['got']:.4g}.\nInputs at that index: input 0 = {x:.6g}.\n" in text
+    assert "input distribution a hidden distribution" in text and "offset" not in text
 
 
 def test_nan_passes_only_where_the_reference_has_nan(tmp_path):

@@ -105,6 +105,9 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         f["distribution"] = "a hidden distribution" if failure.get("hidden") else f"'{failure.get('distribution')}'"
         f["index"] = str(tuple(failure["index"])) if isinstance(failure["index"], list) else f["index"]
         needed = ("output", "expected", "got", "mismatched", "total", "atol", "rtol", "max_abs_err", "rel_l2", "seed")
+        at = failure.get("inputs_at_index") or []
+        f["inputs_at_index"] = ("\nInputs at that index: " + ", ".join(f"input {p} = {_num(v, 6)}" for p, v in at) +
+                                ".") if at else ""
         return render("feedback.mismatch", **{**{k: "-" for k in needed}, **f})
     if status == "guard_violation":
         return render("feedback.guard_violation", rule=failure.get("rule", "?"), message=result.message)
