@@ -193,6 +193,25 @@ def test_parallel_variable_running_past_a_fragment_is_L004_on_the_gpu_path():
     assert "allocate 'sinks' with the loop's extent (64)" in err.hint
 
 
+def test_copy_offset_read_from_a_var_runs_in_the_emulator():
+    """TileLang's grouped GEMM copies B[cur_batch_idx, ...] with cur_batch_idx a T.alloc_var: the region's start reads
+    the var's register (it once reached codegen as a tile-level load: I000)."""
+    @T.prim_func
+    def f(Sel: T.Tensor((2,), "int32"), A: T.Tensor((4, 64), "float16"), B: T.Tensor((2, 64), "float16")):
+        with T.Kernel(2, threads=64) as bx:
+            row = T.alloc_var("int32")
+            s = T.alloc_shared((64,), "float16")
+            row = Sel[bx]
+            T.copy(A[row, 0:64], s)
+            T.copy(s, B[bx, 0:64])
+
+    kernel = tileagent.compile(f, target="sim")
+    a, out = torch.randn(4, 64, dtype=torch.float16), _nan(2, 64, dtype=torch.float16)
+    kernel(torch.tensor([3, 1], dtype=torch.int32), a, out)
+    torch.testing.assert_close(out, a[[3, 1]])
+    assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
 def test_layouts_print_one_line_per_fragment_and_loop(shared_example):
     kernel = tileagent.compile(shared_example("softmax").softmax.fn(4, 512), target="sim")
     text = str(kernel.layouts())

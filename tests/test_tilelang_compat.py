@@ -509,6 +509,7 @@ def test_attention_sink_example_runs_and_lowers_for_the_gpu(tilelang, window):
     sinks = torch.randn(2, dtype=torch.float16)
     torch.testing.assert_close(kernel(q, k, v, sinks), ns["ref_program"](q, k, v, sinks, window, dtype=torch.float16),
                                rtol=1e-2, atol=1e-2)
+    assert kernel.cubin()[:4] == b"\x7fELF"
 
 
 def test_grouped_gemm_example_runs_and_lowers_for_the_gpu(tilelang):
@@ -520,6 +521,8 @@ def test_grouped_gemm_example_runs_and_lowers_for_the_gpu(tilelang):
     with compile_defaults(lowering_check=True):
         out = ns["grouped_gemm"](a, b, bs, offsets, padded, tuple(sizes), 64, 64, 64, False, 2, 128)
     torch.testing.assert_close(out, ns["torch_gmm"](a, b, bs, offsets, False), rtol=1e-2, atol=1e-2)
+    kernel = ns["grouped_gemm"].compile(a, b, bs, offsets, padded, tuple(sizes), 64, 64, 64, False, 2, 128)
+    assert kernel.cubin()[:4] == b"\x7fELF"  # B's offset reads the T.alloc_var cur_batch_idx (once I000 in codegen)
 
 
 def test_comprehensions_and_shape_names_in_an_eager_kernel(tilelang, tmp_path):

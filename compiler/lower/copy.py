@@ -25,6 +25,7 @@ from tileagent.compiler.diagnostics import TargetError
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import Load, as_expr, make_binop, make_cast, make_cmp
 from tileagent.compiler.ir.simplify import linear_form, static_int
+from tileagent.compiler.ir.visit import loads
 from tileagent.compiler.ir.stmt import AtomicAddTile, Buffer, Copy, Fill, For, If, Region, Store
 from tileagent.compiler.layout import Fragment, make_blocked
 from tileagent.compiler.tir import THREAD, Barrier, PackPairs, VecCopy
@@ -109,7 +110,7 @@ def lower_fill(ctx, s: Fill) -> list:
     ctx.note_instruction(s, "scalar st")
     loops = SlotLoops(ctx, layout)
     c = loops.index(THREAD)
-    guard, store = ctx.store(buf, _region_index(s.dst, tuple(s.dst.extents), c), value, s.span)
+    guard, store = ctx.store(buf, _region_index(s.dst, tuple(s.dst.extents), c, ctx), value, s.span)
     return loops.nest(guarded(ctx, and_(valid_condition(ctx, layout, c, write=True), guard), [store]))
 
 
@@ -146,12 +147,15 @@ def _iteration(ctx, src: Region, dst: Region, s):
     return make_blocked(coords, ctx.threads, max(1, 16 // max(sizes))), coords, None
 
 
-def _region_index(r: Region, coords_shape, c) -> tuple:
+def _region_index(r: Region, coords_shape, c, ctx=None) -> tuple:
     """Index into r.buffer of tile coordinate c (coordinates over coords_shape; size-1 dims are skipped on both
-    sides, the rest pair up in order)."""
+    sides, the rest pair up in order). With ``ctx``, a start that reads a buffer (``B[cur_batch_idx, ...]`` with a
+    T.alloc_var) is rewritten to the thread IR's register of it."""
     along = [c[d] for d, n in enumerate(coords_shape) if n != 1]
     idx = []
     for start, n in zip(r.starts, r.extents):
+        if ctx is not None and next(loads(start), None) is not None:
+            start = ctx.rewrite(start, {})
         idx.append(make_binop("+", start, along.pop(0)) if n != 1 else start)
     return tuple(idx)
 
@@ -220,7 +224,7 @@ def _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, c, k, instr
         mem_c = tuple(make_binop("-", x, start) for x, (start, _) in zip(c, window))
         mem_coords = tuple(n for _, n in window)
     s_idx, d_idx = (tuple(c) if window is not None and r.buffer.scope == "fragment" else
-                    _region_index(r, mem_coords, mem_c) for r in (src, dst))
+                    _region_index(r, mem_coords, mem_c, ctx) for r in (src, dst))
     s_in = ctx.in_bounds(src.buffer, s_idx) if src.buffer.scope == "global" else True
     d_in = ctx.in_bounds(dst.buffer, d_idx) if dst.buffer.scope == "global" else True
     s_pos = k if src.buffer.scope == "fragment" else ctx.offset(src.buffer, s_idx)
