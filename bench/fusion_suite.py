@@ -58,9 +58,11 @@ def run_op(path: Path, max_configs: int, tmp: Path) -> list[dict]:
             results = check_candidate(spec, cand, device="cuda", configs=[config], seeds=1)
             row["correct"] = all(r.correct for r in results)
             if not row["correct"]:
-                row["reason"] = "; ".join(f"{r.status}: {(r.message or '')[:200]}" for r in results if not r.correct)
+                row["reason"] = "; ".join(f"not correct (max abs err {r.max_abs_err}): {'; '.join(r.notes)[:200]}"
+                                          for r in results if not r.correct)  # check_candidate raises on a mismatch
         except Exception as e:  # noqa: BLE001 - reported per config
-            row["correct"], row["reason"] = False, f"{type(e).__name__}: {str(e)[:200]}"
+            text = str(e) if len(str(e)) <= 400 else f"{str(e)[:240]} ... {str(e)[-160:]}"  # the end names the inputs
+            row["correct"], row["reason"] = False, f"{type(e).__name__}: {text}"
         if row["correct"]:
             module = load(f"{path.stem}_candidate", tmp)
             init = spec.init_inputs(config)
