@@ -230,3 +230,19 @@ def test_whole_tensor_reduction_splits_and_writes_full_outputs_in_a_pointwise_ke
     assert len(kernels) == 2 and kernels[0].X.t == "1" and not kernels[0].full_outs and kernels[1].pointwise
     source, _ = _candidate("frobenius_norm", tmp_path)
     assert "= kernel0(" in source and "*schedule_split(1, " in source and "w0_0)" in source
+
+
+@pytest.mark.parametrize("name", ["logsumexp", "cross_entropy", "log_softmax"])
+def test_max_and_sum_of_exponentials_in_one_pass_over_long_rows(name, tmp_path):
+    """amax(x) then sum(exp(x - max)): a row of several tiles is read once (a running max and rescaled sum per lane)
+    instead of twice; with 32-column tiles the SMALL_CONFIG rows span 4 tiles and the result matches the reference
+    (a row of one tile keeps the two passes over registers)."""
+    path = REPO / "bench" / "suite" / f"{name}.py"
+    draft = BuiltinDrafter().draft(DraftTask(task_name=name, reference_path=str(path), reference_source="",
+                                             configs=[], turn=1))[0]
+    assert "if NK == 1:  # the row is one tile in registers" in draft.source and "accs[i, j] * e + 1.0" in draft.source
+    candidate = tmp_path / f"{name}_online.py"
+    candidate.write_text(draft.source.replace("BR_MAX = 4096", "BR_MAX = 32"))
+    spec = load_spec(path)
+    results = check_candidate(spec, candidate, device="cpu", configs=[spec.small_config], seeds=1)
+    assert [r.correct for r in results] == [True], [r.message for r in results]

@@ -8,7 +8,8 @@ Model. Every tensor of the graph is a lazy value ``V.load(cx, idx) -> DSL text``
 Inductor does). Views, permutes, slices, chunk/split, cat, expand, as_strided, casts, where, factories (full, arange:
 masks such as ``tril(ones(S, S))``) and gathers (a label's logit, embedding rows) only rewrite indices; pointwise ops
 write float32 math; reductions (sum, amax, amin, var) are realized in the kernel whose domain is their input with the
-kept dims as rows and the reduced dims as columns, in a float32 fragment per row; ``topk`` (small k) runs k
+kept dims as rows and the reduced dims as columns, in a float32 fragment per row (a sum of ``exp(x - max)`` with its
+``amax`` in one pass over rows of several tiles: ``KernelWriter.online_pair``); ``topk`` (small k) runs k
 max/argmax rounds over a row in registers. Kernels are grouped greedily: a reduction joins the previous kernel when
 its (X, R) domain is the same; a value read by a later kernel is stored to a float32 buffer that the next kernel
 reads; an output is written by the kernel of its last reduction when it has that domain's size (X * R or X), else by
@@ -30,7 +31,7 @@ import torch
 from tileagent.drafters.builtin.aten import AtenTrace
 from tileagent.drafters.builtin.index import ONE, Lin, Size, Unsupported, Var, prod, ravel, unravel
 from tileagent.drafters.builtin.values import (BOOL, DT, FLOAT, INT, ON_CUDA, Builder, Fn, Global, Reduce, TopK,
-                                               TopKPart, V, _simple, _where, kind_of)
+                                               TopKPart, V, _bcast, _simple, _where, kind_of)
 
 Reduce.kind = property(lambda self: FLOAT)
 IDENT = {"sum": "0.0", "amax": "-T.infinity(\"float32\")", "amin": "T.infinity(\"float32\")"}
@@ -392,20 +393,34 @@ class KernelWriter:
                 body += self.topk(r, n_red, out_params, pad)
                 self.done.add(id(r))
                 continue
+            if id(r) in self.done:  # the sum of an online pair, written with its max
+                continue
             key = (r.op, id(r.value), tuple(r.dims))
             if key in seen:  # the same reduction again (a decomposition's mean and its var's mean): one pass
                 self.red_alias[n_red] = seen[key]
                 self.done.add(id(r))
                 continue
             seen[key] = n_red
+            pair = None if split else self.online_pair(n_red, r, pad + 4)
+            if pair is not None:
+                n_sum, total, online = pair
+                seen[(total.op, id(total.value), tuple(total.dims))] = n_sum
+                body.append(" " * pad + "if NK == 1:  # the row is one tile in registers: the max, then the sum")
+                body += self.plain_pass(n_red, r, pad + 4)
+                self.done.add(id(r))
+                body += self.plain_pass(n_sum, total, pad + 4)
+                body.append(" " * pad + "else:  # several tiles: one pass over x, a running max and rescaled sum")
+                body += online
+                self.done.add(id(total))
+                continue
             self.allocs[f"red{n_red}"] = "(BM,)"
             self.allocs["acc"] = "(BM, BR)"
             cx = Cx(self, "tile")
             idx = k.domain_index(r.src, r.dims)
             val = cx.convert(r.value, r.value.load(cx, idx), FLOAT)
             stmt = f"acc[i, j] = {COMBINE[r.op].format(a='acc[i, j]', b=f'T.if_then_else(rg < NR, {val}, {IDENT[r.op]})')}"
-            body.append(" " * pad + f"T.fill(acc, {IDENT[r.op]})")
             if split:  # this block's share of the column tiles; a partial per row, combined by the second scope
+                body.append(" " * pad + f"T.fill(acc, {IDENT[r.op]})")
                 body.append(" " * pad + "for kt in T.serial(CH):")
                 body.append(" " * pad + "    kk = sp * CH + kt")
                 body += self.loads(cx, pad + 4)
@@ -418,10 +433,7 @@ class KernelWriter:
                 out_params.append((ws, f"{ws}: T.Tensor((SPLIT, {k.X.t}), \"float32\")", None))
                 self.split_reduces.append((n_red, r.op, ws))
             else:
-                body.append(" " * pad + "for kk in T.serial(NK):")
-                body += self.loads(cx, pad + 4, looped=True)
-                body += self.body(cx, "tile", [stmt], pad + 4)
-                body.append(" " * pad + f"{REDUCE_FN[r.op]}(acc, red{n_red}, dim=1)")
+                body += self.plain_pass(n_red, r, pad, cx, stmt)
             self.done.add(id(r))
         self.split_at = len(body)
         allocs_before = set(self.allocs)
@@ -477,6 +489,68 @@ class KernelWriter:
                 body += [" " * (pad + 4) + s for s in stores]
         self.allocs2 = [n for n in self.allocs if n not in allocs_before]
         return self.assemble(grid, head, body, out_params)
+
+    def plain_pass(self, n_red: int, r: Reduce, pad: int, cx: Cx | None = None, stmt: str | None = None) -> list:
+        """One pass over the row's column tiles accumulating reduction ``r`` into ``red<n_red>``."""
+        k = self.k
+        self.allocs[f"red{n_red}"] = "(BM,)"
+        self.allocs["acc"] = "(BM, BR)"
+        if cx is None:
+            cx = Cx(self, "tile")
+            val = cx.convert(r.value, r.value.load(cx, k.domain_index(r.src, r.dims)), FLOAT)
+            stmt = f"acc[i, j] = {COMBINE[r.op].format(a='acc[i, j]', b=f'T.if_then_else(rg < NR, {val}, {IDENT[r.op]})')}"
+        lines = [" " * pad + f"T.fill(acc, {IDENT[r.op]})"]
+        lines.append(" " * pad + "for kk in T.serial(NK):")
+        lines += self.loads(cx, pad + 4, looped=True)
+        lines += self.body(cx, "tile", [stmt], pad + 4)
+        lines.append(" " * pad + f"{REDUCE_FN[r.op]}(acc, red{n_red}, dim=1)")
+        return lines
+
+    def online_pair(self, n_max: int, m: Reduce, pad: int):
+        """``(n_sum, sum, lines)`` when a later reduction of this kernel is ``sum(exp(x - b))`` with ``b`` from this
+        ``amax(x)`` (``Reduce.online``): the lines compute both in one pass over x, each lane keeping a running max
+        ``acc`` and the sum ``accs`` of its exponentials relative to it (rescaled when the max grows), then
+        ``sum = reduce_sum(accs * exp(acc - b))``. A row of several tiles is then read once, not twice (logsumexp and
+        cross-entropy over a 32000-word vocabulary). None when there is no such pair or ``b`` reads more than the max.
+        """
+        k = self.k
+        if m.op != "amax":
+            return None
+        total = next((s for s in k.reduces[n_max + 1:] if isinstance(s, Reduce) and s.online is not None
+                      and s.online[0] is m and id(s) not in self.done), None)
+        if total is None:
+            return None
+        n_sum = k.reduces.index(total)
+        _, x, b, shape = total.online
+        ninf = "-T.infinity(\"float32\")"
+        idx = k.domain_index(total.src, total.dims)
+        cx = Cx(self, "tile")
+        xv = cx.convert(x, x.load(cx, _bcast(idx, x.shape, shape)), FLOAT)
+        stmts = [f"xv = T.if_then_else(rg < NR, {xv}, {ninf})",
+                 "hi = T.max(acc[i, j], xv)",
+                 "lo = T.min(acc[i, j], xv)",
+                 "e = T.if_then_else(lo == hi, 1.0, T.exp2((lo - hi) * LOG2E))  # equal (also both -inf): 1",
+                 "accs[i, j] = T.if_then_else(xv > acc[i, j], accs[i, j] * e + 1.0, accs[i, j] + e)",
+                 "acc[i, j] = hi"]
+        done = set(self.done)
+        self.done.add(id(m))
+        cx2 = Cx(self, "row")
+        bt = cx2.convert(b, b.load(cx2, _bcast(idx, b.shape, shape)), FLOAT)
+        self.done = done
+        tail = cx2.lines + [f"accs[i, j] = accs[i, j] * T.exp2((acc[i, j] - {bt}) * LOG2E)  # lanes at -inf: 0"]
+        if cx2.loads or any(_uses("\n".join(tail), v.name) for v in k.rvars):
+            return None
+        p = " " * pad
+        self.allocs[f"red{n_max}"] = self.allocs[f"red{n_sum}"] = "(BM,)"
+        self.allocs["acc"] = self.allocs["accs"] = "(BM, BR)"
+        lines = [p + f"T.fill(acc, {ninf})", p + "T.fill(accs, 0.0)", p + "for kk in T.serial(NK):"]
+        lines += self.loads(cx, pad + 4, looped=True)
+        lines += self.body(cx, "tile", stmts, pad + 4)
+        lines.append(p + f"T.reduce_max(acc, red{n_max}, dim=1)")
+        lines.append(p + "for i, j in T.Parallel(BM, BR):")
+        lines += [p + "    " + line for line in self.prelude("row") + tail]
+        lines.append(p + f"T.reduce_sum(accs, red{n_sum}, dim=1)")
+        return n_sum, total, lines
 
     def splittable(self) -> bool:
         """Whether the columns may be split over blocks: independent sum/max/min reductions (none reads another of

@@ -119,6 +119,7 @@ class Reduce(V):
         self.shape = [ONE if d in self.dims else src.shape[d] for d in range(n)] if keepdim else \
             [src.shape[d] for d in self.kept]
         self.post = None  # a function of the reduced text: var divides by the count, mean is decomposed before
+        self.online = None  # a sum of exp(x - b(amax(x))): (amax, x, b, shape of x - b), see Builder.shifted_exp
 
     def kept_index(self, idx):
         if self.keepdim:
@@ -502,8 +503,30 @@ class Builder:
         op = {"sum": "sum", "amax": "amax", "amin": "amin", "max": "amax", "min": "amin"}[name]
         r = Reduce(op, src, dims, keepdim, dtype, node)
         r.ins = [src]
+        if op == "sum":
+            r.online = self.shifted_exp(node.args[0], dims)
         self.reduces.append(r)
         return r
+
+    def shifted_exp(self, arg, dims):
+        """``(m, x, b, shape)`` when the summed value is ``exp(x - b)`` with ``b`` computed from ``m = amax(x)`` over
+        the same dims (softmax, log_softmax, logsumexp, cross-entropy after decomposition), all float32; else None.
+        The kernel may then compute both in one pass over x (``fusion.KernelWriter.online``)."""
+        if not isinstance(arg, torch.fx.Node) or arg.target is not aten.exp.default:
+            return None
+        sub = arg.args[0]
+        if not isinstance(sub, torch.fx.Node) or sub.target is not aten.sub.Tensor or len(sub.args) != 2 or \
+                sub.kwargs.get("alpha", 1) != 1 or not all(isinstance(a, torch.fx.Node) for a in sub.args):
+            return None
+        x, b = (self.env[a] for a in sub.args)
+        values = [x, b, self.env[sub], self.env[arg]]
+        if not all(isinstance(v, V) and v.dtype == torch.float32 for v in values):
+            return None
+        for m in self.reduces:
+            if isinstance(m, Reduce) and m.op == "amax" and m.src is x and m.value is x and m.dims == sorted(dims) \
+                    and _reads(b, m):
+                return m, x, b, self.env[sub].shape
+        return None
 
     def pointwise(self, node, name, args, kw, shape, dtype):
         out_kind = kind_of(dtype)
@@ -630,6 +653,20 @@ def _round_half_even(cx, a: str) -> str:
     d = cx.let(f"{w} - {r}")
     return (f"T.if_then_else({d} > 0.5, {r} + 1.0, T.if_then_else({d} == 0.5, {r} + ({r} - 2.0 * T.floor({r} * 0.5)), "
             f"{r}))")
+
+
+def _reads(v, target) -> bool:
+    """Whether the lazy value ``v`` reads ``target`` (through its operands)."""
+    seen, stack = set(), [v]
+    while stack:
+        x = stack.pop()
+        if x is target:
+            return True
+        if id(x) in seen or isinstance(x, (Reduce, TopK)) and x is not v:
+            continue
+        seen.add(id(x))
+        stack.extend(a for a in getattr(x, "ins", ()) if isinstance(a, V))
+    return False
 
 
 def _pow(a: str, p) -> str:
