@@ -100,9 +100,11 @@ def _check(u: Unit) -> Unit:
 def _infer_layouts(u: Unit) -> Unit:
     if u.layouts is not None:  # given by the caller (lower(func, layouts))
         return u
+    from tileagent.compiler.desugar import desugar
     from tileagent.compiler.layout.infer import infer_layouts
 
-    return replace(u, layouts=infer_layouts(u.func))
+    func = desugar(u.func)  # sliced fragment-to-fragment copies become the T.Parallel loops they mean
+    return replace(u, func=func, layouts=infer_layouts(func))
 
 
 def _check_limits(u: Unit) -> Unit:
@@ -178,7 +180,8 @@ def _nvrtc(u: Unit) -> Unit:
 # One list per arch; each line one pass and what it does. The kind of target decides how far it runs (``pipeline``).
 SM80 = (
     Pass("check", _check, "shapes, scopes, dtypes, indices of the tile IR; coded diagnostics (E1xx-E5xx)"),
-    Pass("infer_layouts", _infer_layouts, "fragment and T.Parallel layouts: strict -> common -> free (L0xx)"),
+    Pass("infer_layouts", _infer_layouts, "fragment and T.Parallel layouts: strict -> common -> free (L0xx); "
+                                          "sliced fragment copies become T.Parallel loops first (compiler.desugar)"),
     Pass("check_limits", _check_limits, "register arrays within target.registers_per_thread (E802); unrolled "
                                         "code within limits.MAX_UNROLLED (E804)"),
     Pass("plan_scratch", _plan_scratch, "one KernelPlan per T.Kernel; shared scratch its reductions and conversions "

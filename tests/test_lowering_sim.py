@@ -212,6 +212,31 @@ def test_copy_offset_read_from_a_var_runs_in_the_emulator():
     assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
 
 
+def test_sliced_copy_between_fragments_runs_as_a_parallel_loop_in_the_emulator():
+    """TileLang's split-KV decoding copies T.copy(lse_local[k, :], lse_split) with k a T.serial variable (once E602:
+    whole register tiles only); compiler.desugar makes it the T.Parallel loop it means."""
+    @T.prim_func
+    def f(X: T.Tensor((4, 96), "float32"), Y: T.Tensor((96,), "float32")):
+        with T.Kernel(1, threads=64):
+            x = T.alloc_fragment((4, 96), "float32")
+            row = T.alloc_fragment((96,), "float32")
+            acc = T.alloc_fragment((96,), "float32")
+            for k, j in T.Parallel(4, 96):
+                x[k, j] = X[k, j]
+            T.clear(acc)
+            for k in T.serial(4):
+                T.copy(x[k, :], row)
+                for j in T.Parallel(96):
+                    acc[j] += row[j] * (k + 1)
+            T.copy(acc, Y)
+
+    kernel = tileagent.compile(f, target="sim")
+    x, y = torch.randn(4, 96), _nan(96)
+    kernel(x, y)
+    torch.testing.assert_close(y, (x * torch.arange(1.0, 5.0)[:, None]).sum(0))
+    assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
 def test_layouts_print_one_line_per_fragment_and_loop(shared_example):
     kernel = tileagent.compile(shared_example("softmax").softmax.fn(4, 512), target="sim")
     text = str(kernel.layouts())
