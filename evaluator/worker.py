@@ -18,11 +18,18 @@ Guarantees:
   too (its CUDA context may be poisoned: an illegal address, or on the H200 an out-of-range shared-memory access,
   reported as an illegal instruction). A worker that dies before it acknowledges a request is replaced and the
   request sent once more. A worker whose parent died exits by itself.
+- The reference's failures are the reference's: the worker reports when the reference's own code starts and stops
+  running ("reference" messages, from ``evaluator.spec.running_reference``), so a worker that dies or runs out of
+  time meanwhile gives status "spec_error" with a ``SpecError`` naming the reference's file, what of it ran, the
+  config and the line (faulthandler's stack: written on a fatal signal, and on SIGUSR1, which the parent sends before
+  it kills a hung worker), never "crash" or "timeout"; an exception raised from a line of the reference is a
+  ``SpecError`` at that line (``classify``).
 - Without a GPU the worker runs candidates on the CPU target: correctness only, ``timing_available=False``; their
   kernels are also put through the CUDA lowering there, so layout and lowering diagnostics surface without a GPU.
 
-Limits: the candidate runs in the worker's interpreter, so a hostile one could still write to the pipe; the static
-guards (``evaluator.guards``) are the defence against that.
+Limits: the real ``evaluate`` runs the candidate in a process of its own (``evaluator.sandbox``), which cannot reach
+this pipe; an ``evaluate_fn`` that runs the candidate in the worker (the tests' fakes) leaves the pipe within its
+reach, and then only the static guards (``evaluator.guards``) stand between a hostile candidate and the protocol.
 """
 
 from __future__ import annotations
