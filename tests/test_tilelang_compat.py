@@ -709,6 +709,42 @@ def test_gpu_bench_lists_existing_programs_and_reads_their_printed_numbers():
         .startswith("E701: module 'tilelang.carver'")
 
 
+def test_survey_groups_outcomes_and_runs_a_program_to_its_first_launch(tmp_path):
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import tilelang_survey as survey
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    assert survey.outcome("launch kernels=2").startswith("builds for sm_90a")
+    assert survey.outcome("E701 kernels=0: T.ptr is not supported by TileAgent: ...") == "E701 unsupported: T.ptr"
+    assert survey.outcome("E701 kernels=0: module 'tilelang.carver' is not provided") == \
+        "E701 unsupported: tilelang.carver"
+    assert survey.outcome("ModuleNotFoundError kernels=0: No module named 'triton.language'") == \
+        "needs Python package triton"
+    assert survey.outcome("L004 kernels=1: fragment 'x' is indexed").startswith("L004: fragment 'x'")
+    program = _write(tmp_path, "double.py", """\
+        import torch
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[-1])
+        def double(N):
+            @T.prim_func
+            def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+                with T.Kernel(1, threads=32) as bx:
+                    for i in T.Parallel(N):
+                        B[i] = A[i] * 2.0
+            return main
+
+
+        if __name__ == "__main__":
+            x = torch.randn(64, device="cuda")
+            torch.testing.assert_close(double(64)(x), x * 2)
+        """)
+    assert survey.survey_one(program, 120, "meta", False) == "launch kernels=1"
+
+
 def test_table_fragment_read_by_a_serial_index_is_replicated_per_thread(tilelang, tmp_path):
     """TileLang's block-sparse attention loads a block mask into a fragment with T.copy and tests block_mask[k] in
     a serial loop: every thread needs every entry (TileLang's replicated layout), i.e. a per-thread array."""
