@@ -50,7 +50,8 @@ class Options:
 class KernelPlan:
     """What the passes decided for one T.Kernel. ``body``: the kernel body as the passes rewrote it (software
     pipelines, barriers); ``stages``: staged shared tile -> number of buffers; ``shared``: the ``SharedPlan``
-    (offsets, reuse, scratch); ``packed``: 16-bit fragments kept as packed pairs for a gemm."""
+    (offsets, reuse, scratch); ``packed``: 16-bit fragments kept as packed pairs for a gemm; ``hoisted``: pipelined
+    gemms whose loop-invariant A operand is loaded into registers once, before the loop."""
 
     name: str
     kernel: Kernel
@@ -59,6 +60,7 @@ class KernelPlan:
     stages: dict = field(default_factory=dict)
     shared: object = None
     packed: frozenset = frozenset()
+    hoisted: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -154,8 +156,10 @@ def _plan_shared(u: Unit) -> Unit:
 
 def _plan_operands(u: Unit) -> Unit:
     from tileagent.compiler.lower.gemm import packable_a_operands
+    from tileagent.compiler.lower.pipeline import hoisted_a_operands
 
-    return u.map_kernels(lambda p: replace(p, packed=frozenset(packable_a_operands(p.kernel.body, u.layouts))))
+    return u.map_kernels(lambda p: replace(p, packed=frozenset(packable_a_operands(p.kernel.body, u.layouts)),
+                                           hoisted=hoisted_a_operands(p.body, u.layouts, p.shared.layouts)))
 
 
 def _lower_tile_ops(u: Unit) -> Unit:
@@ -191,7 +195,8 @@ SM80 = (
     Pass("insert_barriers", _insert_barriers, "__syncthreads() between shared-memory writers and readers"),
     Pass("plan_shared", _plan_shared, "offsets, reuse and scratch of the shared arena; over target.shared_bytes "
                                       "is E801"),
-    Pass("plan_operands", _plan_operands, "16-bit gemm A fragments kept as packed 32-bit pairs"),
+    Pass("plan_operands", _plan_operands, "16-bit gemm A fragments kept as packed 32-bit pairs; loop-invariant "
+                                          "A operands hoisted into registers"),
     Pass("lower_tile_ops", _lower_tile_ops, "tile IR -> thread IR: each tile op, T.Parallel nest and pipeline"),
     Pass("codegen_cuda", _codegen_cuda, "thread IR -> CUDA C++"),
     Pass("nvrtc", _nvrtc, "CUDA C++ -> cubin for target.arch, under a time limit (E805)"),
@@ -285,7 +290,9 @@ def render(unit: Unit, after: str) -> str:
     for p in unit.kernels:
         out.append(f"kernel {p.name}: scratch {p.scratch_bytes} B" +
                    (f", stages {', '.join(f'{b.name}: {n}' for b, n in p.stages.items())}" if p.stages else "") +
-                   (f", packed {', '.join(b.name for b in p.packed)}" if p.packed else ""))
+                   (f", packed {', '.join(b.name for b in p.packed)}" if p.packed else "") +
+                   (f", A hoisted for the gemm(s) at line(s) {', '.join(str(g.span.line) for g in p.hoisted)}"
+                    if p.hoisted else ""))
         for s in p.body if p.body is not None else p.kernel.body:
             out += stmt_lines(s, 4)
         if p.shared is not None:

@@ -119,6 +119,19 @@ def test_stages_that_do_not_fit_are_dropped_by_the_pipelining_pass():
     assert hopper.shared_bytes == 16 * 8192
 
 
+def test_the_plan_decides_which_gemms_keep_a_loop_invariant_a_operand_in_registers(shared_example):
+    """FlashAttention's Q tile never changes inside the K/V loop: plan_operands hoists the Q@K^T gemm's A operand
+    (and not P@V's, whose A is a fragment); the lowering emits the registers it names, before the loop."""
+    impl = shared_example("flash_attn_fwd").flash_attn_fwd
+    kernel = tileagent.compile(impl.fn(1, 2, 256, 64), out_idx=impl.out_idx, target="sim:sm_90a")
+    unit = passes.run(kernel.func, resolve("sim:sm_90a"), until="plan_operands")
+    (plan,) = unit.kernels
+    (gemm_qk,) = plan.hoisted
+    assert gemm_qk.a.buffer.name == "Q_s" and gemm_qk.span.line == 55  # T.gemm(Q_s, K_s, s, transpose_B=True, ...)
+    assert f"A hoisted for the gemm(s) at line(s) {gemm_qk.span.line}" in kernel.get_ir(after="plan_operands")
+    assert "a_hoisted" in kernel.get_ir("thread")
+
+
 def test_plans_are_immutable_and_later_passes_only_read_them():
     unit = passes.run(gemm(), resolve("sim:sm_90a"), until="plan_operands")
     (plan,) = unit.kernels

@@ -27,9 +27,9 @@ from tileagent.compiler.tir import THREAD
 
 class LowerContext:
     """Lowering state of one kernel. What the planning passes decided comes from ``plan`` (a ``KernelPlan``) and is
-    only read here: shared buffers and layouts, the scratch area, packed operands. What the lowering itself builds
-    as it goes (register arrays, value ranges of loop variables, fresh names, scratch views, hoisted operands) is
-    shared by every view of the context. The modes a rule lowers under (a pipeline stage's buffer offsets, cp.async
+    only read here: shared buffers and layouts, the scratch area, packed and hoisted operands. What the lowering
+    itself builds as it goes (register arrays, value ranges of loop variables, fresh names, scratch views, the
+    registers of hoisted operands) is shared by every view of the context. The modes a rule lowers under (a pipeline stage's buffer offsets, cp.async
     producers, a T.Parallel body's register tables) are set only through ``derive``, which returns a new view."""
 
     def __init__(self, kernel, layouts, flat_globals: dict, threads: int, target=None, plan=None):
@@ -51,6 +51,7 @@ class LowerContext:
         self.scratch_offset: int | None = shared.scratch_offset if needs_scratch else None
         self.scratch_bytes = shared.total_bytes - shared.scratch_offset if needs_scratch else 0
         self.packed: frozenset = plan.packed if plan is not None else frozenset()  # (gemm.packable_a_operands)
+        self.hoisted: frozenset = plan.hoisted if plan is not None else frozenset()  # (pipeline.hoisted_a_operands)
         # modes (see ``derive``)
         self.numeric = None  # inside a T.Parallel slot: ({loop var: value per thread}, running-thread mask)
         self.slot_overrides = None  # in a compact T.Parallel: {(fragment, id of its index exprs): register expr}

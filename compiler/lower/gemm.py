@@ -170,21 +170,36 @@ def packable_a_operands(body, layouts) -> set:
 MAX_HOISTED_REGISTERS = 32  # per thread, for a loop-invariant A operand (64 spilled in MLA and slowed 4-warp FA)
 
 
+def hoistable_a(s: Gemm, layouts, shared_layouts: dict) -> bool:
+    """Whether a gemm whose shared A tile its loop never changes (the caller checks that) may keep A's atoms of every
+    K step in registers, loaded once before the loop: ldmatrix can read A, the gemm runs on mma.sync (wgmma reads A
+    from shared memory), the K steps are unrolled (at most 8) and the registers stay within MAX_HOISTED_REGISTERS."""
+    if s.a.buffer.scope != "shared" or s not in layouts.gemm_partition or \
+            not _ldmatrix_readable(s.a, shared_layouts[s.a.buffer]):
+        return False
+    choice = layouts.instructions.get(s)
+    if choice is not None and not isinstance(choice.instruction, MmaSyncM16N8K16):
+        return False
+    m_atoms, k_steps = _hoisted_atoms(s, layouts)
+    return k_steps <= 8 and 4 * m_atoms * k_steps <= MAX_HOISTED_REGISTERS
+
+
+def _hoisted_atoms(s: Gemm, layouts) -> tuple[int, int]:
+    """(row atoms of a warp's tile of A, K steps) of gemm ``s``."""
+    wm, _ = layouts.gemm_partition[s]
+    m, _ = s.c.matrix_shape()
+    k = s.a.matrix_shape()[0 if s.transpose_a else 1]
+    return m // wm // 16, k // 16
+
+
 def hoist_a_operand(ctx, s: Gemm) -> list:
-    """For a gemm inside a loop whose shared A tile the loop never changes (the caller checks that): statements that
-    load A's atoms of every K step into registers once, before the loop (``ctx.hoisted_a[s]`` then names them and
-    ``lower_gemm`` skips A's loads). Nothing when ldmatrix cannot read A, the K steps are not unrolled (more than
-    8), or the registers would exceed MAX_HOISTED_REGISTERS."""
-    if s.a.buffer.scope != "shared" or s in ctx.hoisted_a or not ldmatrix_ok(ctx, s.a) or \
-            s not in ctx.layouts.gemm_partition:
+    """Statements that load A's atoms of every K step of gemm ``s`` into registers once, before its loop (the plan
+    decided it: ``KernelPlan.hoisted``, ``hoistable_a``); ``ctx.hoisted_a[s]`` then names them and ``lower_gemm``
+    skips A's loads."""
+    if s in ctx.hoisted_a:
         return []
-    choice = ctx.layouts.instructions.get(s)
-    if choice is not None and not isinstance(choice.instruction, MmaSyncM16N8K16):  # wgmma reads A from shared
-        return []
-    row_base, _, tm, _, k = _warp_tile(ctx, s)
-    m_atoms, k_steps = tm // 16, k // 16
-    if k_steps > 8 or 4 * m_atoms * k_steps > MAX_HOISTED_REGISTERS:
-        return []
+    row_base = _warp_tile(ctx, s)[0]
+    m_atoms, k_steps = _hoisted_atoms(s, ctx.layouts)
     frag = ctx.scratch_registers("a_hoisted", 4 * m_atoms * k_steps, "uint32")
     ctx.hoisted_a[s] = frag
     return [Declare(frag, span=s.span)] + [_ldmatrix_a(ctx, s, row_base, kb, am, frag, (kb * m_atoms + am) * 4)
@@ -217,10 +232,14 @@ def _ldmatrix_a(ctx, s: Gemm, row_base, kb, am, frag, first) -> LdMatrix:
 def ldmatrix_ok(ctx, r) -> bool:
     """Whether ldmatrix can read gemm operand ``r``: a 16-bit shared tile stored row-major along its last dim with
     rows of whole 16-byte chunks (any swizzle moving whole chunks), the tile's last-dim start a multiple of 8."""
+    return r.buffer.scope == "shared" and _ldmatrix_readable(r, ctx.shared_layouts[r.buffer])
+
+
+def _ldmatrix_readable(r, layout) -> bool:
+    """``ldmatrix_ok`` for shared operand ``r`` stored with ``layout``."""
     buf = r.buffer
-    if buf.scope != "shared" or buf.dtype.bytes != 2:
+    if buf.dtype.bytes != 2:
         return False
-    layout = ctx.shared_layouts[buf]
     strides = layout._strides()
     if strides[-1] != 1 or any(x % 8 for x in strides[:-1]) or (layout.swizzle and layout.swizzle.base < 3):
         return False

@@ -36,7 +36,7 @@ from tileagent.compiler.ir.simplify import depends_on
 from tileagent.compiler.ir.stmt import Alloc, Buffer, Copy, For, Gemm, Let, Stmt
 from tileagent.compiler.ir.visit import leaves, loads, stmt_exprs, substitute, walk
 from tileagent.compiler.lower.copy import guarded, lower_copy
-from tileagent.compiler.lower.gemm import hoist_a_operand
+from tileagent.compiler.lower.gemm import hoist_a_operand, hoistable_a
 from tileagent.compiler.tir import AsyncCommit, AsyncWait, Barrier
 
 log = logging.getLogger("tileagent.compiler")
@@ -203,6 +203,13 @@ def _invariant_a(g, p: SoftwarePipeline) -> bool:
         _fixed_in_loop(tuple(g.a.starts), p.consumers) and not any(depends_on(e, [p.loop.var]) for e in g.a.starts)
 
 
+def hoisted_a_operands(body, layouts, shared_layouts: dict) -> frozenset:
+    """The gemms of ``body``'s software pipelines whose A operand is loaded into registers once, before the loop: a
+    shared tile the loop never changes (``_invariant_a``) that fits the rules of ``gemm.hoistable_a``."""
+    return frozenset(g for p in walk(body) if isinstance(p, SoftwarePipeline) for g in walk(p.consumers)
+                     if isinstance(g, Gemm) and _invariant_a(g, p) and hoistable_a(g, layouts, shared_layouts))
+
+
 def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
     """Thread IR of one SoftwarePipeline (see the module docstring for the schedule)."""
     ctx = lowering.ctx
@@ -223,7 +230,7 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
 
     out = []
     for g in walk(p.consumers):  # A operands the loop never changes: into registers once, before it
-        if isinstance(g, Gemm) and _invariant_a(g, p):
+        if isinstance(g, Gemm) and g in ctx.hoisted:
             out += hoist_a_operand(ctx, g)
     for i in range(s - 1):
         out += guarded(ctx, make_cmp("<", i, extent), producers(make_binop("+", start, i), i))
