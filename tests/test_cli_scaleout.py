@@ -140,6 +140,7 @@ def test_batch_of_a_folder_runs_each_reference_on_its_grid_with_one_report_and_a
     (["--grid", "nope:C=96"], "--grid nope:C=96: no reference named nope (the references: rmsnorm_silu, softmax)"),
     (["--configs", "C=96"], "--configs selects configs of one reference; with several, use --grid STEM:KEY=v1,v2"),
     (["--grid", "Q=1,2"], "--grid Q=1,2: no reference has the key 'Q'"),
+    (["--device", "gpu"], "error: --device must be auto, cpu, cuda or cuda:N, got 'gpu'"),  # ran on device 'gpu' before
 ])
 def test_bad_batch_of_several_references_exits_2(args, message):
     result = invoke("batch", RMSNORM, str(REPO / "tasks/softmax.py"), "--device", "cpu", *args)

@@ -26,7 +26,6 @@ def batch_many(references: list[Path], resume: Path | None, out: Path | None, co
     from tileagent import multibatch as mb
     from tileagent.archive import Archive
     from tileagent.display import LiveProgress
-    from tileagent.evaluator.worker import resolve_device
     from tileagent.loop import LoopOptions
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
@@ -45,8 +44,8 @@ def batch_many(references: list[Path], resume: Path | None, out: Path | None, co
             cli.console.print(f"resuming [bold]{batch.root}[/] ({', '.join(batch.runs)})")
         else:
             refs = mb.expand([r if r.exists() else cli._reference_path(r) for r in references])
-            device = resolve_device(flags["device"]) if not flags.get("ray") or flags["device"] != "auto" else \
-                cli._ray_device(flags["ray"])
+            device = cli._check_device(flags["device"]) if not flags.get("ray") or flags["device"] != "auto" else \
+                cli._ray_device(flags["ray"])  # checked as one reference's batch checks it, before anything is written
             loop_kwargs = {"max_turns": flags["max_turns"] or 8, "candidates": flags["candidates"],
                            "target": flags["target"], "budget_tokens": flags["budget_tokens"], "seed": flags["seed"],
                            "seeds": flags["seeds"], "tune": flags["tune"], "tune_seconds": flags["tune_seconds"],
