@@ -1,0 +1,131 @@
+"""The GPU checks that wait for an H200, as named steps run in order under one time budget, one log and one table.
+
+Usage (repository root, on the GPU machine):
+    python bench/gpu_session.py --group 1 [--out DIR] [--budget 540]
+    python bench/gpu_session.py --only wgmma_probe,wgmma_tests
+    python bench/gpu_session.py --list
+
+Each step is a shell command with its own time limit; its output goes to DIR/session.log (one file: the device tool
+brings back few files), and the last lines of the run are a table: step, exit code, seconds, the step's last line.
+A step starts only while the budget has room for its time limit, so a group fits one 10-minute device call; a
+step that needs an earlier one (``after``) is skipped when that one failed or was skipped. The order inside a group is the order
+in which the results are worth having: correctness before timing. Exit code: 0 when every step ran and passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    group: int
+    command: str
+    limit_s: int
+    why: str
+    after: str | None = None
+
+
+STEPS = (
+    # group 1: the Hopper path (issue 12), compile latency (issue 11), every GPU test
+    Step("wgmma_probe", 1, "python bench/wgmma_probe.py", 90,
+         "first contact: 11 small wgmma gemms, exact; names the swizzle/SBO/LBO at fault"),
+    Step("wgmma_tests", 1, "python -m pytest -q -x tests/test_gpu.py -k wgmma", 90,
+         "gemm_relu schedules and flash_attn Q@K^T on wgmma against torch", after="wgmma_probe"),
+    Step("wgmma_gemm", 1, "python bench/wgmma_gemm.py --sizes 4096 8192", 150,
+         "wgmma vs mma.sync vs cuBLAS, checked before timed", after="wgmma_tests"),
+    Step("compile_latency", 1, "python bench/compile_latency.py --ab --load --runs 15", 60,
+         "cold compile of rmsnorm_silu before/after the NVRTC options (target <= 0.1 s)"),
+    Step("gpu_tests", 1, "python -m pytest -q -m gpu tests/ -x", 150, "every test marked gpu"),
+    # group 2: scale-out (issue 16) and the built-in fusion drafter (issue 14)
+    Step("scaleout", 2, "RMS=96,320,1024 SOFTMAX=1024,8192 TUNE=15 SEEDS=3 STEP_TIMEOUT=150 "
+         "bash bench/scaleout_gpu.sh \"$GPU_SESSION_OUT/scaleout\"", 360,
+         "batch over two references: new multi-worker path vs old single-worker path, same verdicts, wall times"),
+    Step("fusion_suite", 2, "python bench/fusion_suite.py --ops adaln_modulate,bias_gelu_residual,sigmoid_gate,"
+         "int8_row_quant,softmax_topk,sum_dim,batchnorm_eval,frobenius_norm --max-configs 3 --budget 140", 170,
+         "the built-in drafter on the ops that were wrong or slow on the H200"),
+    # group 3: TileLang side by side (issue 13), the main job's wall time; group 4: the played LLM's answers (19)
+    Step("tilelang", 3, "mkdir -p /tmp/tl && tar -xJf .tl/tl_site.tar.xz -C /tmp/tl && "
+         "python bench/tilelang_examples.py --tilelang-site /tmp/tl", 300,
+         "TileLang's own programs on TileAgent and on TileLang 0.1.15, checked and timed side by side"),
+    Step("played_llm", 4, "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\"", 500,
+         "the played LLM's last answers over every config of their ops"),
+    Step("generate_rmsnorm", 3, "tileagent generate tasks/rmsnorm_silu.py --out /tmp/gen_rms --no-archive", 240,
+         "the main job's wall time (180 s last session, 69 s in round 1)"),
+)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--group", type=int, help="run the steps of this group")
+    ap.add_argument("--only", help="comma-separated step names (in the order given)")
+    ap.add_argument("--out", default=os.environ.get("OUT") or "/tmp/gpu_session")
+    ap.add_argument("--budget", type=float, default=540.0, help="seconds; no step starts past what remains")
+    ap.add_argument("--list", action="store_true")
+    a = ap.parse_args(argv)
+    if a.list:
+        for s in STEPS:
+            print(f"{s.group}  {s.name:18s} {s.limit_s:4d} s  {s.why}")
+        return 0
+    by_name = {s.name: s for s in STEPS}
+    if a.only:
+        unknown = [n for n in a.only.split(",") if n not in by_name]
+        if unknown:
+            ap.error(f"unknown step(s) {', '.join(unknown)}; --list shows them")
+        steps = [by_name[n] for n in a.only.split(",")]
+    elif a.group is not None:
+        steps = [s for s in STEPS if s.group == a.group]
+    else:
+        ap.error("give --group N, --only STEPS or --list")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "GPU_SESSION_OUT": str(out), "PYTHONPATH": os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+    start, rows, failed = time.monotonic(), [], set()
+    with open(out / "session.log", "a") as log:
+        for s in steps:
+            left = a.budget - (time.monotonic() - start)
+            if s.after in failed:  # failed or skipped in this run
+                rows.append((s.name, None, 0.0, f"skipped: {s.after} did not pass"))
+                failed.add(s.name)
+                continue
+            if left < s.limit_s:
+                rows.append((s.name, None, 0.0, f"skipped: {left:.0f} s of budget left, the step may take "
+                                                 f"{s.limit_s} s"))
+                failed.add(s.name)
+                continue
+            log.write(f"\n===== {s.name}: {s.command}\n")
+            log.flush()
+            t0 = time.monotonic()
+            try:
+                done = subprocess.run(["bash", "-c", s.command], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, timeout=s.limit_s)
+                code, text = done.returncode, done.stdout
+            except subprocess.TimeoutExpired as e:
+                code, text = 124, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) \
+                    else (e.stdout or "")
+            log.write(text)
+            log.write(f"\n===== {s.name}: exit {code} after {time.monotonic() - t0:.0f} s\n")
+            log.flush()
+            last = next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+            rows.append((s.name, code, time.monotonic() - t0, last[:110]))
+            if code != 0:
+                failed.add(s.name)
+    table = [f"{'step':18s} {'exit':>4s} {'s':>5s}  last line"]
+    table += [f"{n:18s} {'-' if c is None else c:>4} {t:5.0f}  {last}" for n, c, t, last in rows]
+    (out / "summary.txt").write_text("\n".join(table) + "\n")
+    print("\n".join(table))
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
