@@ -278,9 +278,12 @@ class _Parser(ExpressionParser):
         return buf
 
     def stmt_Assign(self, node: ast.Assign):
-        if len(node.targets) != 1:
-            raise DSLSyntaxError("chained assignment (a = b = ...) is not supported", code="E102")
-        self.assign(node.targets[0], node.value, node)
+        if len(node.targets) == 1:
+            self.assign(node.targets[0], node.value, node)
+            return
+        value = self.expr(node.value)  # a = b = v: v once, then each target left to right, as Python does
+        for target in node.targets:
+            self.assign_value(target, value, node)
 
     def stmt_AnnAssign(self, node: ast.AnnAssign):
         if node.value is None:
@@ -292,6 +295,9 @@ class _Parser(ExpressionParser):
         value = self.expr(value_node)
         if cast_to is not None and isinstance(value, (Expr, int, float)) and not isinstance(value, bool):
             value = make_cast(value, self._dtype(cast_to, "annotation"))
+        self.assign_value(target, value, node)
+
+    def assign_value(self, target: ast.expr, value, node: ast.stmt):
         if isinstance(target, ast.Name):
             self.assign_name(target.id, value, node)
         elif isinstance(target, (ast.Tuple, ast.List)):

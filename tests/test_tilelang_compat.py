@@ -526,7 +526,7 @@ def test_grouped_gemm_example_runs_and_lowers_for_the_gpu(tilelang):
     assert kernel.cubin()[:4] == b"\x7fELF"  # B's offset reads the T.alloc_var cur_batch_idx (once I000 in codegen)
 
 
-def test_comprehensions_and_shape_names_in_an_eager_kernel(tilelang, tmp_path):
+def test_comprehensions_chained_assignment_and_shape_names_in_an_eager_kernel(tilelang, tmp_path):
     ns = load_script(_write(tmp_path, "comprehension.py", """\
         import tilelang
         import tilelang.language as T
@@ -541,9 +541,11 @@ def test_comprehensions_and_shape_names_in_an_eager_kernel(tilelang, tmp_path):
             Y = T.empty((rows, cols), "float32")
             total = sum(f for f in factors if f > 0)
             squares = {f: f * f for f in factors}
+            lo = hi = 1  # chained assignment, as TileLang's NSA examples write BK = BV = block_T
             with T.Kernel(1, threads=32) as bx:
                 for i, j in T.Parallel(M, N):
-                    Y[i, j] = X[i, j] * total + squares[factors[0]]
+                    a = b = X[i, j] * total
+                    Y[i, j] = (a + b) / 2 + squares[factors[0]] * lo * hi
             return Y
         """))
     x = torch.randn(4, 8)
