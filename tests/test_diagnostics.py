@@ -116,16 +116,19 @@ def test_assignment_to_slice_is_rejected(marked):
     expect(info, "E102", marked, "slice", hint=True)
 
 
-def test_chained_assignment_is_rejected(marked):
-    with pytest.raises(CompileError) as info:
-        @T.prim_func
-        def main(A: T.Tensor((64,), "float32")):
-            with T.Kernel(1) as bx:
-                x = y = A[0]  # <- here
-                A[1] = x + y
+def test_chained_assignment_binds_every_target():
+    """Once rejected (E102); TileLang's programs write it (BK = BV = block_T), so it now means what Python means."""
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1) as bx:
+            x = y = A[0]
+            A[1] = x + y
 
-        tileagent.compile(main, target="cpu")
-    expect(info, "E102", marked, "chained")
+    a = torch.randn(64)
+    expected = a.clone()
+    expected[1] = 2 * a[0]
+    tileagent.compile(main, target="cpu")(a)
+    torch.testing.assert_close(a, expected)
 
 
 def test_kernel_without_with_is_rejected(marked):
