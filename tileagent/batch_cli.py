@@ -24,6 +24,7 @@ def batch_many(references: list[Path], resume: Path | None, out: Path | None, co
     """Run (or resume) a batch over several references; always ends with ``typer.Exit``."""
     from tileagent import cli
     from tileagent import multibatch as mb
+    from tileagent.drafter_flags import make_drafter
     from tileagent.archive import Archive
     from tileagent.display import LiveProgress
     from tileagent.loop import LoopOptions
@@ -51,7 +52,7 @@ def batch_many(references: list[Path], resume: Path | None, out: Path | None, co
                            "seeds": flags["seeds"], "tune": flags["tune"], "tune_seconds": flags["tune_seconds"],
                            "reuse_archive": flags["reuse_archive"]}
             options = mb.plan(refs, grid, device, loop_kwargs)
-            cli._make_drafter(drafter_flags)  # a bad provider exits before anything is written
+            make_drafter(drafter_flags)  # a bad provider exits before anything is written
             cli._check_workers(device, flags)  # and so do bad --gpus / --ray
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             root = out or Path("runs") / f"batch-{stamp}"
@@ -62,7 +63,7 @@ def batch_many(references: list[Path], resume: Path | None, out: Path | None, co
     except mb.BatchError as e:
         raise cli._bad(str(e)) from None
     with cli._open_pool(device, flags) as pool, LiveProgress(cli.console, pool=pool) as progress:
-        report = mb.run(batch, pool, cli._make_drafter, Archive(), progress, resumed=resume is not None,
+        report = mb.run(batch, pool, make_drafter, Archive(), progress, resumed=resume is not None,
                         max_turns=flags.get("max_turns") if resume is not None else None)
     cli.console.print(table(report))
     for o in report["ops"]:

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from tileagent.compiler.diagnostics import CompileError
 from tileagent.display import CLIConsole, setup_logging
+from tileagent.drafter_flags import drafter_options, make_drafter
 
 app = typer.Typer(help="TileAgent: verified GPU kernels from PyTorch references, in a TileLang-compatible DSL.\n\n"
                        "Start with `tileagent tasks` (the shipped references) and `tileagent generate rmsnorm_silu`. "
@@ -352,87 +353,6 @@ def _reference_path(reference: Path) -> Path:
         raise _bad(str(e)) from None
 
 
-_LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]")
-
-
-def _drafter_options(provider: str | None, model: str | None, base_url: str | None, api_key_env: str | None,
-                     seed: int, price: str | None = None) -> dict:
-    """The provider and its options from the flags: builtin unless an endpoint is configured (docs/agent.md).
-    ``--base-url`` or ``--api-key-env`` without a model is an error (exit 2), not a silent fall-back."""
-    price_per_mtok = _parse_price(price) if price is not None else None
-    model = model or os.environ.get("TILEAGENT_MODEL")
-    if provider is None:
-        if (base_url or api_key_env) and not model:
-            flag = "--base-url" if base_url else "--api-key-env"
-            raise _bad(f"{flag} needs --model (the model name the endpoint serves; or set $TILEAGENT_MODEL); "
-                       f"without an endpoint, leave {flag} out to use the built-in drafter")
-        provider = "openai" if base_url or api_key_env or os.environ.get("OPENAI_API_KEY") else "builtin"
-        if provider == "openai" and not model:
-            err_console.print("[yellow]note:[/] OPENAI_API_KEY is set but no --model is given: using the built-in "
-                              "drafter")
-            provider = "builtin"
-    return {"provider": provider, "model": model, "base_url": base_url, "api_key_env": api_key_env, "seed": seed,
-            "price_per_mtok": price_per_mtok}
-
-
-def _check_openai(options: dict) -> str | None:
-    """The openai provider's settings checked before any work (exit 2): a model, an API key or a base URL, the key's
-    variable set, and a local endpoint that accepts connections. Returns the API key (None for none)."""
-    import socket
-    from urllib.parse import urlsplit
-
-    if not options.get("model"):
-        raise _bad("--provider openai needs --model (the model name the endpoint serves)")
-    env = options.get("api_key_env") or "OPENAI_API_KEY"
-    if options.get("api_key_env") and not os.environ.get(env):
-        raise _bad(f"--api-key-env {env}: the environment variable {env} is not set")
-    key = os.environ.get(env)
-    url = options.get("base_url") or os.environ.get("OPENAI_BASE_URL")
-    if not key and not url:
-        raise _bad("--provider openai needs an API key (set OPENAI_API_KEY, or name the variable with --api-key-env) "
-                   "or the --base-url of a server that needs none")
-    if url:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise _bad(f"--base-url {url}: not an http(s) URL (e.g. http://localhost:8000/v1)")
-        if parts.hostname in _LOCAL_HOSTS or parts.hostname.startswith("127."):
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            try:
-                socket.create_connection((parts.hostname, port), timeout=5).close()
-            except OSError as e:
-                why = "connection refused" if isinstance(e, ConnectionRefusedError) else (e.strerror or str(e))
-                raise _bad(f"--base-url {url}: {why} at {parts.hostname}:{port}; is the server running?") from None
-    return key
-
-
-def _parse_price(text: str) -> tuple[float, float]:
-    """``--price IN,OUT``: USD per million input and output tokens, both finite and >= 0."""
-    import math
-
-    try:
-        price_in, price_out = (float(x) for x in text.split(","))
-    except ValueError:
-        raise _bad(f"--price expects IN,OUT in USD per million input and output tokens (e.g. 2.5,10), "
-                   f"got {text!r}") from None
-    if not all(math.isfinite(x) and x >= 0 for x in (price_in, price_out)):
-        raise _bad(f"--price: prices must be finite and >= 0, got {text!r}")
-    return price_in, price_out
-
-
-def _make_drafter(options: dict):
-    from tileagent.drafters import make_drafter
-
-    kwargs = {k: v for k, v in options.items() if k not in ("provider", "api_key_env")}
-    if options["provider"] == "openai":
-        kwargs["api_key"] = _check_openai(options)
-    if options["provider"] == "file":
-        kwargs["notify"] = lambda text: console.print(text, highlight=False, soft_wrap=True)
-    try:
-        return make_drafter(options["provider"], **kwargs)
-    except (ValueError, ImportError) as e:
-        raise _bad(str(e)) from None
-
-
 _OUTCOME_WORDS = {"target_met": "target met", "correct_untimed": "correct on every config; not timed (CPU)",
                   "correct_not_faster": "correct on every config, but not faster than the target everywhere",
                   "partial": "no correct kernel for some configs", "no_correct": "no correct kernel",
@@ -488,7 +408,7 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
         if flags.get("max_turns") is not None:
             options.max_turns = flags["max_turns"]
         _check_device(options.device)
-        drafter = _make_drafter(drafter_opts)
+        drafter = make_drafter(drafter_opts)
         _reference(Path(options.reference), probe.REFERENCE_TIMEOUT_S)
         store.append("run_resumed")
         console.print(f"resuming [bold]{store.root}[/] ({Path(options.reference).name})")
@@ -504,7 +424,7 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
         except cfgs.ConfigSelectionError as e:
             raise _bad(str(e)) from None
         drafter_opts = drafter_flags
-        drafter = _make_drafter(drafter_opts)
+        drafter = make_drafter(drafter_opts)
         summary = _reference(reference, probe.REFERENCE_TIMEOUT_S)
         try:
             base = cfgs.grid(summary.configs[0], grid, summary.accepts, summary.configs) if command == "batch" \
@@ -664,7 +584,7 @@ def generate(reference: Path = _REFERENCE, provider: str = _PROVIDER, model: str
     flags = _loop_flags(max_turns, candidates, target, device, budget_tokens, seed, seeds, no_tune, tune_seconds,
                         no_archive, gpus, ray)
     _agent("generate", reference, resume, out, configs, [], flags,
-           _drafter_options(provider, model, base_url, api_key_env, seed, price) if resume is None else {}, verbose)
+           drafter_options(provider, model, base_url, api_key_env, seed, price) if resume is None else {}, verbose)
 
 
 @app.command(help="Cover a grid of configs with one kernel family: reuse and re-tune archived kernels where they "
@@ -690,13 +610,13 @@ def batch(references: list[Path] = typer.Argument(None, help="the reference(s): 
         from tileagent.batch_cli import batch_many
 
         batch_many(references, resume, out, configs, grid, flags,
-                   _drafter_options(provider, model, base_url, api_key_env, seed, price) if resume is None else {},
+                   drafter_options(provider, model, base_url, api_key_env, seed, price) if resume is None else {},
                    verbose)
     reference = references[0] if references else None
     if resume is None and not grid:
         raise _bad("batch needs at least one --grid KEY=v1,v2 (e.g. --grid C=160,256,320)")
     _agent("batch", reference, resume, out, configs, grid, flags,
-           _drafter_options(provider, model, base_url, api_key_env, seed, price) if resume is None else {}, verbose)
+           drafter_options(provider, model, base_url, api_key_env, seed, price) if resume is None else {}, verbose)
 
 
 @app.command(name="tilelang", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,

@@ -29,9 +29,7 @@ Guarantees:
 
 from __future__ import annotations
 
-import math
 import re
-import struct
 
 import torch
 
@@ -42,17 +40,13 @@ from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
 from tileagent.compiler.instructions import cuda_emitters
+from tileagent.compiler.targets.cuda_literals import CTYPES as _CTYPES, float_literal as _float_literal, \
+    int_literal as _int_literal
 from tileagent.compiler.targets.cuda_atomic import HELPERS as ATOMIC_HELPERS, atomic_extreme  # T.atomic_max/min
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
 from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
                           SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP)
 
-_CTYPES = {
-    "bool": "bool", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
-    "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int", "uint64": "unsigned long long",
-    "float16": "half", "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double",
-    "float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2",
-}
 # low-precision floats: (header, to float32, from float32). Their arithmetic is done in float32.
 _LOWP = {
     "float16": ("cuda_fp16.h", "__half2float({})", "__float2half_rn({})"),
@@ -231,49 +225,6 @@ def _strip(s: str) -> str:
         if depth == 0 and i < len(s) - 1:
             return s
     return s[1:-1]
-
-
-def _int_literal(value: int, dt: DType, wide: bool) -> str:
-    bits = dt.bits
-    unsigned = dt.startswith("uint")
-    v = int(value) % (1 << bits)
-    if not unsigned and v >= 1 << (bits - 1):
-        v -= 1 << bits
-    if wide or bits == 64:
-        if unsigned:
-            return f"{v}ull"
-        return "(-9223372036854775807LL - 1)" if v == -(1 << 63) else (f"({v}LL)" if v < 0 else f"{v}LL")
-    if bits == 32:
-        if unsigned:
-            return f"{v}u"
-        return "(-2147483647 - 1)" if v == -(1 << 31) else (f"({v})" if v < 0 else str(v))
-    return f"(({_CTYPES[dt]}){v})"
-
-
-def _float_literal(value: float, dt: DType) -> str:
-    v = float(value)
-    double = dt == "float64"
-    if math.isnan(v):
-        return "__longlong_as_double(0x7ff8000000000000LL)" if double else "__int_as_float(0x7fffffff)"
-    if not double:
-        try:
-            v = struct.unpack("f", struct.pack("f", v))[0]
-        except OverflowError:
-            v = math.copysign(math.inf, v)
-    if math.isinf(v):
-        inf = "__longlong_as_double(0x7ff0000000000000LL)" if double else "__int_as_float(0x7f800000)"
-        return inf if v > 0 else f"(-{inf})"
-    if double:
-        s = repr(v)
-    else:
-        for p in range(1, 18):  # shortest decimal that reads back as the same float32
-            s = f"{v:.{p}g}"
-            if struct.unpack("f", struct.pack("f", float(s)))[0] == v:
-                break
-    if not any(c in s for c in ".en"):
-        s += ".0"
-    s += "" if double else "f"
-    return f"({s})" if s.startswith("-") else s
 
 
 class _KernelEmitter:
