@@ -237,6 +237,29 @@ def test_sliced_copy_between_fragments_runs_as_a_parallel_loop_in_the_emulator()
     assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
 
 
+def test_loop_over_more_dims_than_a_fragment_it_reads_runs_on_that_fragments_owners():
+    """TileLang's GQA decoding with logits normalizes S_shared[h, k] by scores_max[h] in T.Parallel(H, K): the loop
+    runs each (h, k) on the threads holding scores_max[h] (once L001 against the blocked default)."""
+    @T.prim_func
+    def f(X: T.Tensor((16, 64), "float32"), S: T.Tensor((16, 8), "float32"), Y: T.Tensor((16, 8), "float32")):
+        with T.Kernel(1, threads=64):
+            x = T.alloc_fragment((16, 64), "float32")
+            m = T.alloc_fragment((16,), "float32")
+            s = T.alloc_shared((16, 8), "float32")
+            T.copy(X, x)
+            T.reduce_max(x, m, dim=1)
+            T.copy(S, s)
+            for h, k in T.Parallel(16, 8):
+                s[h, k] = s[h, k] - m[h]
+            T.copy(s, Y)
+
+    kernel = tileagent.compile(f, target="sim")
+    x, sc, y = torch.randn(16, 64), torch.randn(16, 8), _nan(16, 8)
+    kernel(x, sc, y)
+    torch.testing.assert_close(y, sc - x.max(1, keepdim=True).values)
+    assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
 def test_layouts_print_one_line_per_fragment_and_loop(shared_example):
     kernel = tileagent.compile(shared_example("softmax").softmax.fn(4, 512), target="sim")
     text = str(kernel.layouts())

@@ -300,7 +300,23 @@ class _KernelInference:
         for other, layout in self.r.loops.items():
             if layout.shape == extents and self.compatible(loop, layout):
                 return layout
-        return make_blocked(extents, self.threads, _vector_for(buffers))
+        blocked = make_blocked(extents, self.threads, _vector_for(buffers))
+        if self.compatible(loop, blocked):
+            return blocked
+        for buf, indices, is_store, stmt in self.accesses(loop):
+            # TileLang's loop layout from a read fragment: x[h] read in T.Parallel(H, K) runs (h, k) on the owners of
+            # x[h], every k of it in their registers (S[h, k] = ... / logsum[h] in split-KV decoding with logits)
+            pattern = self._pattern(loop, buf, indices, stmt)
+            if is_store or buf not in self.r.fragments or not pattern or \
+                    any(isinstance(p, tuple) for p in pattern) or pattern != sorted(set(pattern)):
+                continue
+            layout = self.r.fragments[buf]
+            for d in range(len(extents)):
+                if d not in pattern:
+                    layout = layout.insert_register_dim(d, extents[d])
+            if layout.shape == extents and self.compatible(loop, layout):
+                return layout
+        return blocked
 
     def set_loop(self, loop: Parallel, layout: Fragment) -> None:
         self.r.loops[loop] = layout
