@@ -117,3 +117,16 @@ def test_a_kernel_that_fails_to_compile_only_at_the_gpu_size_fails_on_the_cpu_na
     text = render_feedback(result, device="cpu")
     assert text.startswith("Your module did not compile at the config the GPU runs, M=64, C=262144 (compiled for "
                            "the GPU and not run: the CPU checks smaller sizes):")
+
+
+def test_tileagent_eval_on_the_cpu_prints_what_the_gpu_sized_configs_cost():
+    from typer.testing import CliRunner
+
+    from tileagent.cli import app
+
+    result = CliRunner().invoke(app, ["eval", str(CANDIDATE), str(RMSNORM), "--device", "cpu", "--configs", "C=96",
+                                      "--seeds", "1"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "What the kernels cost the GPU (sm_90a, assumed 132 SMs of an H100/H200 SXM)" in text
+    assert "- M=16384, C=96: main_kernel: 512 blocks x 128 threads" in text  # the real M, not the CPU's 37

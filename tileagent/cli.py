@@ -264,6 +264,7 @@ def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file def
     chosen = cfgs.reduce_for_device(summary, _select_configs(summary, configs, axes), device)
     request = EvalRequest(kernel_path=str(kernel.resolve()), reference_path=str(reference.resolve()),
                           configs=[rc.eval for rc in chosen], device=device, seeds=seeds, timing=not no_timing,
+                          plan_configs=[rc.spec for rc in chosen] if any(rc.spec != rc.eval for rc in chosen) else None,
                           compile_timeout_s=compile_timeout, run_timeout_s=run_timeout)
     console.print(f"evaluating {kernel.name} against {reference.name}: {len(chosen)} config(s) on {device}",
                   highlight=False)
@@ -283,6 +284,10 @@ def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file def
         for note in c.notes:
             console.print(f"[yellow]note[/] ({', '.join(f'{k}={v}' for k, v in c.config.items())}): {note}",
                           markup=True, highlight=False)
+    if result.plans:
+        from tileagent.feedback import resources
+
+        console.print(resources(result.plans), highlight=False, soft_wrap=True)
     if result.status == "ok":
         timed = "" if result.timing_available else " (timing unavailable on this device)"
         console.print(f"[green]correct[/] on {len(result.configs)} config(s){timed}")
