@@ -458,14 +458,19 @@ class _Runner:
                 for d in described]
         device = self.device if self.device.startswith("cuda") else None
         try:
-            with torch.device("meta"):
-                model = construct(self.candidate, init, config, "meta", seed, cast)
-            with dry_run(arch, device, nvrtc_timeout_s=None) as run, torch.no_grad():
-                model.eval()(*args)
+            with dry_run(arch, device, nvrtc_timeout_s=None) as run:  # kernels called by __init__ are dry too
+                with torch.device("meta"):
+                    model = construct(self.candidate, init, config, "meta", seed, cast)
+                built = len(run.launches)  # what the constructor's kernels cost is not the forward's
+                with torch.no_grad():
+                    model.eval()(*args)
         except CompileError as e:
             raise compile_failed(e, self.candidate.path.name) from e
         except TargetUnavailable as e:
             self.send({"ok": True, "unavailable": f"no GPU compiler here ({e})"})
+            return
+        except LoadFailed as e:  # it was built for the checks; on the meta device it cannot be (it reads values)
+            self.send({"ok": True, "unavailable": f"ModelNew cannot be built from shapes alone ({e.message[:200]})"})
             return
         except KernelArgumentError as e:  # shapes, dtypes or layouts the kernel refuses: the GPU would refuse them
             line = candidate_line(e, self.candidate.path)
@@ -477,7 +482,7 @@ class _Runner:
             self.send({"ok": True, "unavailable": f"the forward cannot run on shapes alone ({type(e).__name__}: "
                                                   f"{str(e).strip()[:200]})"})
             return
-        self.send({"ok": True, "launches": [r.to_dict() for r in run.launches]})
+        self.send({"ok": True, "launches": [r.to_dict() for r in run.launches[built:]]})
 
     def serve(self) -> None:
         while True:

@@ -130,3 +130,20 @@ def test_tileagent_eval_on_the_cpu_prints_what_the_gpu_sized_configs_cost():
     text = " ".join(result.output.split())
     assert "What the kernels cost the GPU (sm_90a, assumed 132 SMs of an H100/H200 SXM)" in text
     assert "- M=16384, C=96: main_kernel: 512 blocks x 128 threads" in text  # the real M, not the CPU's 37
+
+
+def test_a_constructor_that_reads_values_gives_no_plan_and_no_failure(tmp_path):
+    """ModelNew's __init__ may read values (it ran for the checks); on the meta device it cannot: that config's plan
+    says so and the candidate stays correct. A kernel called by __init__ runs dry and is not the forward's cost."""
+    source = CANDIDATE.read_text()
+    reads = source.replace("        self.gamma = nn.Parameter(torch.ones(C, dtype=torch.float16))",
+                           "        self.gamma = nn.Parameter(torch.ones(C, dtype=torch.float16))\n"
+                           "        self.scale = float(torch.ones(1).sum().item())")
+    assert reads != source
+    (tmp_path / "reads.py").write_text(reads)
+    request = EvalRequest(kernel_path=str(tmp_path / "reads.py"), reference_path=str(RMSNORM),
+                          configs=[{"M": 37, "C": 96}], plan_configs=[{"M": 16384, "C": 96}], device="cpu", seeds=1)
+    result = evaluate(request)
+    assert result.status == "ok", result.message
+    (plan,) = result.plans
+    assert "launches" not in plan and plan["unavailable"].startswith("ModelNew cannot be built from shapes alone")
