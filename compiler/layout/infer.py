@@ -201,6 +201,14 @@ class _KernelInference:
                 return True
         return False
 
+    def loop_vector(self, buffers) -> int:
+        """Elements per thread-run of a T.Parallel loop over ``buffers``: 16 bytes of the narrowest memory buffer it
+        touches, else (registers only) the narrowest width the copies moving its fragments use, so that a float32
+        tile loaded by one copy, transformed, and stored by another moves 16 bytes per thread per access."""
+        if any(b.scope in ("global", "shared") for b in buffers):
+            return _vector_for(buffers)
+        return min((self.copy_vector(b) for b in buffers if b.scope == "fragment"), default=8)
+
     def copy_vector(self, buf: Buffer) -> int:
         """The vector width that suits the copies moving ``buf`` to or from memory."""
         for op in self.ops:
@@ -296,11 +304,11 @@ class _KernelInference:
             if buf not in self.r.fragments and self.register_dims.get(buf) and tuple(buf.shape) == extents and \
                     self._pattern(loop, buf, indices, stmt) == list(range(len(extents))):
                 # another loop indexes some dims of buf with a serial variable: keep those in registers
-                return make_blocked(extents, self.threads, _vector_for(buffers), self.register_dims[buf])
+                return make_blocked(extents, self.threads, self.loop_vector(buffers), self.register_dims[buf])
         for other, layout in self.r.loops.items():
             if layout.shape == extents and self.compatible(loop, layout):
                 return layout
-        blocked = make_blocked(extents, self.threads, _vector_for(buffers))
+        blocked = make_blocked(extents, self.threads, self.loop_vector(buffers))
         if self.compatible(loop, blocked):
             return blocked
         for buf, indices, is_store, stmt in self.accesses(loop):
