@@ -8,8 +8,9 @@ Usage (repository root, on the GPU machine):
 Each step is a shell command with its own time limit; its output goes to DIR/session.log (one file: the device tool
 brings back few files), and the last lines of the run are a table: step, exit code, seconds, the step's last line.
 A step starts only while the budget has room for its time limit, so a group fits one 10-minute device call; a
-step that needs an earlier one (``after``) is skipped when that one failed or was skipped. The order inside a group is the order
-in which the results are worth having: correctness before timing. Exit code: 0 when every step ran and passed.
+step that needs an earlier one (``after``) is skipped when that one failed or was skipped. The order inside a group
+is the order in which the results are worth having: correctness before timing. Exit code: 0 when every step ran
+and passed.
 """
 
 from __future__ import annotations
@@ -56,14 +57,16 @@ STEPS = (
          "the built-in drafter on the ops that were wrong or slow on the H200 (issue 14)"),
     Step("evaluator_isolation", 5, "python bench/evaluator_isolation.py --cheats-only", 150,
          "timing cheats rejected on the GPU, the honest control accepted, its timing unchanged (issue 18)"),
-    # group 3: TileLang side by side (issue 13), the main job's wall time; group 4: the played LLM's answers (19)
+    # group 3: TileLang side by side (issue 13); group 4: the played LLM's answers (19); group 5: the evaluator's
+    # isolation on the GPU (18) and the main job's wall time
     Step("tilelang", 3, "mkdir -p /tmp/tl && tar -xJf .tl/tl_site.tar.xz -C /tmp/tl && "
-         "python bench/tilelang_examples.py --tilelang-site /tmp/tl", 300,
-         "TileLang's own programs on TileAgent and on TileLang 0.1.15, checked and timed side by side"),
+         "python bench/tilelang_examples.py --tilelang-site /tmp/tl --only gqa_decode,mha_sink_fwd_bhsd,"
+         "mha_sink_fwd_bhsd_window,grouped_gemm_fwd,mla_decode,mha_fwd_bshd,gemm --timeout 150 --markdown", 520,
+         "TileLang's own programs on TileAgent and on TileLang 0.1.15, checked and timed side by side (issue 13)"),
+    Step("generate_rmsnorm", 5, "tileagent generate tasks/rmsnorm_silu.py --out /tmp/gen_rms --no-archive", 300,
+         "the main job's wall time (180 s last session, 69 s in round 1)"),
     Step("played_llm", 4, "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\"", 500,
          "the played LLM's last answers over every config of their ops"),
-    Step("generate_rmsnorm", 3, "tileagent generate tasks/rmsnorm_silu.py --out /tmp/gen_rms --no-archive", 240,
-         "the main job's wall time (180 s last session, 69 s in round 1)"),
 )
 
 
