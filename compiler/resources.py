@@ -130,7 +130,8 @@ class KernelResources:
     limited_by: str
     sms: int
     sm_source: str  # "device" or the assumed part
-    access_bytes: dict  # tensor parameter -> widest global access in bytes
+    access_bytes: dict  # tensor parameter the kernel reads or writes -> its widest global access in bytes
+    occupancy_pct: int = 0  # resident threads per SM at blocks_per_sm, % of the SM's maximum
 
     @property
     def blocks(self) -> int:
@@ -149,14 +150,14 @@ class KernelResources:
 
 
 def render_launch(launch: dict) -> str:
-    """``KernelResources.to_dict()`` as one line: grid, threads, registers, local and shared memory, blocks per SM
-    and what limits them, waves, the widest global accesses."""
-    widths = sorted(set(launch["access_bytes"].values()))
-    access = "/".join(f"{8 * w}-bit" for w in widths) if widths else "none"
+    """``KernelResources.to_dict()`` as one line: grid, threads, registers, local and shared memory, blocks per SM,
+    the occupancy they give and what limits them, waves, the widest global access to each tensor it touches."""
+    access = ", ".join(f"{name} {8 * width}-bit" for name, width in launch["access_bytes"].items()) or "none"
     local = f", {launch['frame_bytes']} B local memory/thread (spills or local arrays)" if launch["frame_bytes"] else ""
     return (f"{launch['kernel']}: {launch['blocks']} blocks x {launch['threads']} threads, {launch['registers']} "
             f"registers/thread{local}, {launch['shared_bytes']} B shared/block -> {launch['blocks_per_sm']} "
-            f"block(s)/SM (limited by {launch['limited_by']}), {launch['waves']:.2f} waves; global accesses {access}")
+            f"block(s)/SM, {launch.get('occupancy_pct', 0)}% occupancy (limited by {launch['limited_by']}), "
+            f"{launch['waves']:.2f} waves; global accesses: {access}")
 
 
 def sm_count(arch: str, device=None) -> tuple[int, str]:
@@ -207,11 +208,33 @@ def _resources(kernel, bound: dict, env: dict, arch: str | None, device, nvrtc_t
         grid = tuple(int(eval_scalar(g, values)) for g in k.grid) + (1,) * (3 - len(k.grid))
         shared = k.shared_bytes + info.static_shared_bytes
         blocks, limit = occupancy(target, k.num_threads, info.registers, shared)
-        access = {p.name: a for p, a in required_alignment(k).items()}
+        touched = _touched(k)
+        access = {p.name: a for p, a in required_alignment(k).items() if p in touched}
         out.append(KernelResources(kernel=kernel_symbol(k), arch=target.arch, grid=grid, threads=k.num_threads,
                                    registers=info.registers, frame_bytes=info.frame_bytes, shared_bytes=shared,
                                    blocks_per_sm=blocks, limited_by=limit, sms=sms, sm_source=source,
-                                   access_bytes=access))
+                                   access_bytes=access,
+                                   occupancy_pct=min(100, round(100 * blocks * k.num_threads / target.threads_per_sm))))
+    return out
+
+
+def _touched(kernel) -> set:
+    """The buffers ``kernel``'s body reads or writes (every kernel of a module is passed every tensor)."""
+    from dataclasses import fields
+
+    from tileagent.compiler.ir.expr import Expr
+    from tileagent.compiler.ir.stmt import Buffer
+    from tileagent.compiler.ir.visit import loads, walk
+
+    out = set()
+    for stmt in walk(kernel.body):
+        for f in fields(stmt):
+            value = getattr(stmt, f.name)
+            for x in value if isinstance(value, tuple) else (value,):
+                if isinstance(x, Buffer):
+                    out.add(x)
+                elif isinstance(x, Expr):
+                    out.update(ld.buffer for ld in loads(x))
     return out
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.conftest import REPO, load_module
-from tileagent.compiler.resources import cubin_functions, dry_run, occupancy, render_launch
+from tileagent.compiler.resources import cubin_functions, dry_run, launch_resources, occupancy, render_launch
 from tileagent.compiler.runtime.nvrtc import compile_to_cubin
 from tileagent.compiler.target import for_arch
 from tileagent.evaluator.records import EvalRequest
@@ -80,18 +80,43 @@ def test_a_dry_run_compiles_and_sizes_a_gpu_sized_call_without_computing():
     assert launch.grid == (16384 // block_m, 1, 1) and launch.threads == threads
     assert launch.access_bytes == {"X": 16, "gamma": 16, "Y": 16}  # 128-bit accesses
     assert launch.sms == 132 and launch.waves == pytest.approx(launch.blocks / (launch.blocks_per_sm * 132))
+    assert launch.occupancy_pct == min(100, round(100 * launch.blocks_per_sm * threads / 2048))
     assert (launch.blocks_per_sm, launch.limited_by) == occupancy(for_arch("sm_90a"), threads, launch.registers,
                                                                   launch.shared_bytes)
 
 
 def test_render_launch_is_one_line_with_every_figure():
     launch = dict(kernel="main_kernel", blocks=512, threads=128, registers=40, frame_bytes=0, shared_bytes=0,
-                  blocks_per_sm=12, limited_by="registers", waves=0.3232, access_bytes={"X": 16, "Y": 4})
+                  blocks_per_sm=12, limited_by="registers", waves=0.3232, access_bytes={"X": 16, "Y": 4},
+                  occupancy_pct=75)
     assert render_launch(launch) == ("main_kernel: 512 blocks x 128 threads, 40 registers/thread, 0 B shared/block "
-                                     "-> 12 block(s)/SM (limited by registers), 0.32 waves; global accesses "
-                                     "32-bit/128-bit")
+                                     "-> 12 block(s)/SM, 75% occupancy (limited by registers), 0.32 waves; global "
+                                     "accesses: X 128-bit, Y 32-bit")
     spilled = render_launch({**launch, "frame_bytes": 96})
     assert "96 B local memory/thread (spills or local arrays)" in spilled
+
+
+def test_access_widths_name_only_the_tensors_each_kernel_touches(tmp_path):
+    """Every kernel of a module is passed every tensor; a kernel that never reads or writes one does not list it
+    (played LLM, session 2: seq_mean's partial-sum kernel showed the output's 16-bit width it never stores)."""
+    import tileagent
+    import tileagent.language as T
+
+    @T.prim_func
+    def two_steps(X: T.Tensor((256,), "float32"), P: T.Tensor((256,), "float32"), Y: T.Tensor((256,), "float16")):
+        with T.Kernel(2, threads=32) as b:
+            x = T.alloc_fragment((128,), "float32")
+            T.copy(X[b * 128], x)
+            T.copy(x, P[b * 128])
+        with T.Kernel(2, threads=32) as b:
+            p = T.alloc_fragment((128,), "float32")
+            T.copy(P[b * 128], p)
+            T.copy(p, Y[b * 128])
+
+    kernel = tileagent.compile(two_steps, target="sim:sm_90a")
+    first, second = launch_resources(kernel, [torch.empty(256, device="meta"), torch.empty(256, device="meta"),
+                                              torch.empty(256, dtype=torch.float16, device="meta")], "sm_90a")
+    assert set(first.access_bytes) == {"X", "P"} and set(second.access_bytes) == {"P", "Y"}
 
 
 def test_the_cpu_evaluation_compiles_and_sizes_the_gpu_configs_and_the_feedback_shows_them():
