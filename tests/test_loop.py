@@ -130,6 +130,18 @@ def test_the_best_kernel_shows_what_it_gained_and_what_changed(tmp_path):
             "+# FAKE ok 2.0") in user
 
 
+def test_a_module_identical_to_one_that_failed_is_not_evaluated_again(tmp_path):
+    """Played LLM, session 2: a resubmitted module cost a full CPU timeout per turn. Turn 2 resends turn 1's failing
+    module unchanged: no evaluation, the same verdict, feedback that says so; a changed module is evaluated."""
+    _, outcome, drafter, worker = run(tmp_path, [[cand("mismatch")], [cand("mismatch")], [cand("ok", 0.5)]],
+                                      candidates=1)
+    assert outcome.outcome == "target_met" and len(worker.requests) == 2  # turns 1 and 3
+    fb = {a.attempt_id: a for a in drafter.calls[2].history}
+    assert fb["t2-c0"].status == "mismatch" and fb["t2-c0"].feedback.startswith(
+        "This module is identical to t1-c0 (turn 1), which failed on these configs, so it was not evaluated again. "
+        "What that evaluation said:\n\nYour kernel ran but computed wrong values.")
+
+
 def test_correct_but_slower_than_the_target_exits_3(tmp_path):
     _, outcome, _, _ = run(tmp_path, [[cand("ok", 3.0)]], max_turns=2, candidates=1)
     assert outcome.outcome == "correct_not_faster" and EXIT_CODES[outcome.outcome] == 3
@@ -178,7 +190,8 @@ class Dies(FakeWorker):
 
 
 def test_resume_replays_finished_attempts_and_continues_the_turns(tmp_path):
-    turns = [[cand("compile_error"), cand("mismatch")], [cand("mismatch")], [cand("ok", 0.5)]]
+    # turn 2's module differs from t1-c1's (an identical one would not be evaluated again, and not reach the kill)
+    turns = [[cand("compile_error"), cand("mismatch")], [cand("mismatch", 2.0)], [cand("ok", 0.5)]]
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path, turns, worker=Dies(after=2))
     events = RunStore(tmp_path / "run").events()

@@ -16,6 +16,8 @@ Guarantees:
   torch.compile, or at the limit of its roofline and tied with them: ``tileagent.target``; on the CPU, correct),
   after ``max_turns`` turns, when the drafters' tokens exceed
   ``budget_tokens``, or when the drafter gives up (``DrafterUnavailable``).
+- A module identical to one that failed on the same configs is not evaluated again: its attempt gets that verdict,
+  and its feedback says so (a model resending a kernel unchanged learns it at once, not after another evaluation).
 - Resume: the loop replays the store's events; a recorded draft is not drafted again and a recorded evaluation is
   not run again (variants included), so a killed run continues where it stopped with the same turn numbers, token
   count and best kernels.
@@ -129,6 +131,7 @@ class Loop:
         self.attempts: dict[str, Attempt] = {}
         self.best: dict[str, Best] = {}
         self.replaced: dict[str, Best] = {}  # config key -> the best kernel the current best replaced
+        self.failed_sources: dict[tuple, str] = {}  # (source sha256, configs, keep_going) -> the attempt that failed
         self.tokens, self.turn, self.cost_usd = 0, 0, 0.0
         self.memo_drafts: dict[int, list[dict]] = {}
         self.memo_evals: dict[str, dict] = {}
@@ -372,13 +375,20 @@ class Loop:
             result = EvalResult.model_validate(e["result"]) if e["result"] else None
             feedback = e["feedback"]
         else:
-            result = None
+            result, same = None, None
             if draft.source is not None:
                 path = self.store.write(f"attempts/{aid}/candidate.py", draft.source)
-                self.on_event("evaluating", {"attempt_id": aid, "configs": len(configs)})
-                result = self._evaluate(aid, self._request(path, configs, keep_going=keep_going))
+                same = self.failed_sources.get((source_digest(draft.source), repr(configs), keep_going))
+                if same is not None:  # an identical module failed on these configs: its verdict stands
+                    result = self.attempts[same].result
+                else:
+                    self.on_event("evaluating", {"attempt_id": aid, "configs": len(configs)})
+                    result = self._evaluate(aid, self._request(path, configs, keep_going=keep_going))
                 self.store.write(f"attempts/{aid}/eval.json", result.model_dump_json(indent=2))
             feedback = render_feedback(result, problem=draft.problem, device=self.o.device, target=self.o.target)
+            if same is not None:
+                feedback = (f"This module is identical to {same} (turn {self.attempts[same].turn}), which failed on "
+                            f"these configs, so it was not evaluated again. What that evaluation said:\n\n{feedback}")
             self.store.write(f"attempts/{aid}/feedback.md", feedback)
             self.store.append("evaluated", attempt_id=aid, source_sha256=source_digest(draft.source),
                               result=result.model_dump(mode="json") if result else None,
@@ -386,6 +396,8 @@ class Loop:
             if result is not None:
                 self.fresh.extend(result.configs)
         self.attempts[aid] = Attempt(attempt_id=aid, turn=turn, draft=draft, result=result, feedback=feedback)
+        if result is not None and result.status != "ok":
+            self.failed_sources.setdefault((source_digest(draft.source), repr(configs), keep_going), aid)
         self.on_event("evaluated", {"attempt_id": aid, "summary": summary(result, draft.problem),
                                     "replayed": replayed})
         if result is None:
