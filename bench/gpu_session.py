@@ -65,6 +65,8 @@ STEPS = (
          "TileLang's own programs on TileAgent and on TileLang 0.1.15, checked and timed side by side (issue 13)"),
     Step("generate_rmsnorm", 5, "tileagent generate tasks/rmsnorm_silu.py --out /tmp/gen_rms --no-archive", 300,
          "the main job's wall time (180 s last session, 69 s in round 1)"),
+    Step("fp32_vector", 5, "python bench/fusion_suite.py --ops leaky_relu,elu,hardtanh_softplus --max-configs 2 "
+         "--budget 70", 90, "float32 elementwise after the loop vector width change (9df6c3f; 56-78% of copy before)"),
     Step("played_llm", 4, "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\"", 500,
          "the played LLM's last answers over every config of their ops"),
 )
