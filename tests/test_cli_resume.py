@@ -101,7 +101,9 @@ def test_ctrl_c_prints_how_to_resume(tmp_path, archive):
     time.sleep(1.0)  # into the drafter's wait
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, out + err
+    # 130, or death by the SIGINT itself after the message (a shell reports both as 130); seen once in a full run
+    # on the CPU machine (returncode -2 after the message below), not reproduced alone
+    assert proc.returncode in (130, -signal.SIGINT), out + err
     assert f"interrupted: the run so far is saved in {run}; continue it with: tileagent generate --resume {run}" \
         in " ".join(err.split())
     assert "Traceback" not in err
