@@ -144,10 +144,6 @@ class KernelResources:
     def to_dict(self) -> dict:
         return {**asdict(self), "grid": list(self.grid), "blocks": self.blocks, "waves": round(self.waves, 3)}
 
-    def render(self) -> str:
-        """One line, as the agent's feedback shows it (the SM count is said once, above the lines)."""
-        return render_launch(self.to_dict())
-
 
 def render_launch(launch: dict) -> str:
     """``KernelResources.to_dict()`` as one line: grid, threads, registers, local and shared memory, blocks per SM,

@@ -44,6 +44,17 @@ class Instruction:
         """Thread-IR statement class -> ``fn(emulator, stmt)`` executing it on the SIMT emulator."""
         return {}
 
+    def partition_problem(self, g, threads: int) -> str | None:
+        """Why ``self.partition`` (of a gemm entry) cannot split ``g`` over ``threads``: its LayoutError's message,
+        or None when it can."""
+        from tileagent.compiler.diagnostics import LayoutError
+
+        try:
+            self.partition(g, threads)
+        except LayoutError as e:
+            return e.message if hasattr(e, "message") else str(e).splitlines()[0]
+        return None
+
     def shared_layout(self, g, buf):
         """The shared-memory Layout this entry needs for operand tile ``buf`` of ``g``; None: the default (the
         bank-conflict swizzle of ``compiler.layout.layout.swizzled``)."""

@@ -37,11 +37,7 @@ class MmaSyncM16N8K16(Instruction):
             return f"takes float16/bfloat16 A and B and a float32 accumulator; got {a.dtype}, {b.dtype} -> {c.dtype}"
         if b.scope != "shared" or a.scope not in ("shared", "fragment"):
             return "reads B from shared memory and A from shared memory or registers"
-        try:
-            self.partition(g, threads)
-        except LayoutError as e:
-            return e.message if hasattr(e, "message") else str(e).splitlines()[0]
-        return None
+        return self.partition_problem(g, threads)
 
     def cost(self, g, threads: int, target) -> float:
         return 1.0

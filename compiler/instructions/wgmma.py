@@ -141,11 +141,7 @@ class WgmmaM64NK16(Instruction):
         k = g.a.matrix_shape()[1]
         if k % 16:
             return f"needs K a multiple of 16, got {k}"
-        try:
-            self.partition(g, threads)
-        except LayoutError as e:
-            return e.message if hasattr(e, "message") else str(e).splitlines()[0]
-        return None
+        return self.partition_problem(g, threads)
 
     def cost(self, g, threads: int, target) -> float:
         return 0.5
