@@ -67,6 +67,9 @@ STEPS = (
          "the main job's wall time (180 s last session, 69 s in round 1)"),
     Step("fp32_vector", 5, "python bench/fusion_suite.py --ops leaky_relu,elu,hardtanh_softplus --max-configs 2 "
          "--budget 70", 90, "float32 elementwise after the loop vector width change (9df6c3f; 56-78% of copy before)"),
+    Step("dropin", 6, "python bench/dropin_check.py --candidate prompts/examples/candidate_rmsnorm_silu.py "
+         "tasks/rmsnorm_silu.py --timing", 300, "the exported drop-in (runtime 2) on CUDA, opcheck, torch.compile "
+         "training, timed against eager and torch.compile (issue 15)"),
     Step("played_llm", 4, "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\"", 500,
          "the played LLM's last answers over every config of their ops"),
 )
