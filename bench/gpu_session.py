@@ -63,7 +63,7 @@ STEPS = (
          "python bench/tilelang_examples.py --tilelang-site /tmp/tl --only gqa_decode,mha_sink_fwd_bhsd,"
          "mha_sink_fwd_bhsd_window,grouped_gemm_fwd,mla_decode,mha_fwd_bshd,gemm --timeout 150 --markdown", 520,
          "TileLang's own programs on TileAgent and on TileLang 0.1.15, checked and timed side by side (issue 13)"),
-    Step("generate_rmsnorm", 5, "tileagent generate tasks/rmsnorm_silu.py --out /tmp/gen_rms --no-archive", 300,
+    Step("generate_rmsnorm", 5, "python -m tileagent generate tasks/rmsnorm_silu.py --out /tmp/gen_rms --no-archive", 300,
          "the main job's wall time (180 s last session, 69 s in round 1)"),
     Step("fp32_vector", 5, "python bench/fusion_suite.py --ops leaky_relu,elu,hardtanh_softplus --max-configs 2 "
          "--budget 70", 90, "float32 elementwise after the loop vector width change (9df6c3f; 56-78% of copy before)"),
