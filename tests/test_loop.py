@@ -458,3 +458,26 @@ def test_a_failing_reference_stops_the_loop_without_counting_the_attempt_and_res
     loop, outcome, drafter, _ = run(tmp_path, [[cand("mismatch")]], worker=worker, max_turns=1, candidates=1)
     assert drafter.calls == [] and outcome.outcome == "target_met"  # the recorded draft, evaluated this time
     assert [e["attempt_id"] for e in loop.store.events() if e["event"] == "evaluated"] == ["t1-c0"]
+
+
+def test_autotune_coordinate_search_under_a_variant_cap_chooses_among_screened_variants():
+    """Three knobs of four values (64 > PRODUCT_LIMIT: coordinate search) with room for three variants: the
+    search must pick among the variants that ran (it raised KeyError on an unscreened one on the H200)."""
+    from tileagent.autotune import autotune
+
+    source = ("A = None\nB = None\nC = None\nTUNABLES = {'A': [None, 1, 2, 3], 'B': [None, 1, 2, 3], "
+              "'C': [None, 1, 2, 3]}\n")
+    configs = [{"M": 64}]
+
+    def result(ms):
+        timing = Timing(median_ms=ms, iqr_ms=0.0, trials=5)
+        return EvalResult(status="ok", device="cuda", timing_available=True, configs=[
+            ConfigResult(config=configs[0], correct=True, candidate=timing, eager=timing, compiled=timing)])
+
+    def evaluate(values, mode, cfgs):
+        return result(1.0 - 0.1 * (values["A"] or 0))  # A=3 fastest; B and C do not matter
+
+    tuned = autotune(source, configs, result(1.0), evaluate, max_variants=2)
+    assert tuned.screened == 2  # A=1 and A=2 beside the default; the cap left A=3 and every B, C unscreened
+    winner = tuned.winners["M=64"]
+    assert winner.values["A"] == 2 and winner.result.candidate.median_ms == 0.8

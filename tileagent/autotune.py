@@ -192,8 +192,9 @@ class Tuner:
             before = variant_key(best)
             for name in names:
                 self._screen_many([{**best, name: value} for value in self.knobs[name]])
-                candidates = [{**best, name: v} for v in self.knobs[name]]
-                best = min(candidates, key=lambda vals: self._score(variant_key(vals)))
+                # the variant cap or the deadline may have left some unscreened: choose among those that ran
+                candidates = [c for v in self.knobs[name] if variant_key(c := {**best, name: v}) in self.results]
+                best = min(candidates or [best], key=lambda vals: self._score(variant_key(vals)))
             if variant_key(best) == before:
                 break
 
