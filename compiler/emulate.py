@@ -43,7 +43,7 @@ from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Sele
 from tileagent.compiler.atomic_ops import combine, elementwise
 from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
 from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
-from tileagent.compiler.emulate_wgmma import check_not_busy, finish_wgmma
+from tileagent.compiler.emulate_wgmma import check_not_busy, finish_wgmma, note_generic_write
 from tileagent.compiler.instructions import emulators
 from tileagent.compiler.intrinsics import MATH, as_tensor, compute_dtype, float_binop, float_call, storage
 from tileagent.compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
@@ -448,9 +448,23 @@ class _Block:
         self.rmin.scatter_reduce_(0, b, t, "amin")
         self.rmax.scatter_reduce_(0, b, t, "amax")
 
+    def race_issue(self, buf: Buffer, idx: torch.Tensor, ids: torch.Tensor) -> None:
+        """A write that may land any time from now on (a cp.async being issued): another thread's read of these
+        bytes since the last barrier is a race (write-after-read). The write itself is checked when it lands."""
+        b, t = self._bytes(buf, idx, ids)
+        b, t = b.reshape(-1), t.reshape(-1)
+        rmin, rmax = self.rmin[b], self.rmax[b]
+        bad = (self.r_epoch[b] == self.epoch) & ((rmin != t) | (rmax != t))
+        if bool(bad.any()):
+            j = int(bad.nonzero()[0])
+            reader = int(rmin[j]) if int(rmin[j]) != int(t[j]) else int(rmax[j])
+            raise self._race(buf, int(b[j]), f"read by thread {reader}", f"overwritten by the cp.async thread "
+                             f"{int(t[j])} issues")
+
     def race_write(self, buf: Buffer, idx: torch.Tensor, ids: torch.Tensor, vals: torch.Tensor, atomic: bool) -> None:
         b, t = self._bytes(buf, idx, ids)
         check_not_busy(self, buf, b.reshape(-1))  # bytes a pending wgmma still reads
+        note_generic_write(self, b.reshape(-1), t.reshape(-1))  # unfenced for the async proxy (wgmma)
         if not atomic:  # only bytes whose value changes can be observed in a different order
             new = vals.contiguous().view(torch.uint8).reshape(b.shape)
             changed = new != self.arena[b]

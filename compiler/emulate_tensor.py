@@ -16,8 +16,9 @@ Guarantees:
   write lands only when an ``AsyncWait`` retires its group (``AsyncCommit`` closes a group), as late as the hardware
   may deliver it: a kernel that reads the destination before waiting sees the old bytes, and the write goes through
   the race detector at that point. Copies still pending when the block ends land then. With the race detector on,
-  issuing a copy into bytes a pending wgmma still reads is an EmulationError (``emulate_wgmma.check_not_busy``): the
-  copy may write as early as its issue.
+  issuing a copy into bytes a pending wgmma still reads (``emulate_wgmma.check_not_busy``), or into bytes another
+  thread read since the last barrier (``race_issue``), is an EmulationError: the copy may write as early as its
+  issue.
 """
 
 from __future__ import annotations
@@ -185,6 +186,8 @@ def async_copy(block, s: AsyncCopy) -> None:
 
         nb = s.dst.dtype.bytes  # the copy may write as soon as it is issued: not into bytes a pending wgmma reads
         check_not_busy(block, s.dst, (block.offset[s.dst] + dst_idx[ids][..., None] * nb + torch.arange(nb)).view(-1))
+    if block.check_races:  # ... nor into bytes another thread read since the last barrier
+        block.race_issue(s.dst, dst_idx[ids], ids)
     block.async_open.append((s.dst, dst_idx[ids], values[ids], ids))
 
 

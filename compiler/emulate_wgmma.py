@@ -1,5 +1,5 @@
 """Emulation of the sm_90a warpgroup MMA statements of the thread IR: ``WgmmaFence``, ``Wgmma``, ``WgmmaCommit``,
-``WgmmaWait`` (see ``compiler.tir``), for ``compiler.emulate``.
+``WgmmaWait``, ``AsyncProxyFence`` (see ``compiler.tir``), for ``compiler.emulate``.
 
 In: the emulated block (its shared arena, whose byte 0 stands for a 1024-byte-aligned shared-window address as the
 ``__align__(1024)`` arena of the CUDA target, registers, masks) and one statement. Out: registers updated when a
@@ -15,17 +15,28 @@ Guarantees (what a run checks):
   [4, 4 + log2(W / 16)) XORed with bits [7, 7 + log2(W / 16)) of the absolute arena address. So a wrong start, LBO,
   SBO, swizzle, encoding or a tile that is not on its swizzle-atom boundary gives wrong numbers; every byte read must
   lie inside the operand's buffer.
-- ``WgmmaFence`` is a block barrier (every thread, not divergent). ``Wgmma`` is executed by whole warpgroups (all
-  128 threads active), with descriptor starts uniform within each warpgroup, and only after a ``WgmmaFence``
-  executed since the last ``WgmmaWait`` (or the block's start).
+- ``WgmmaFence`` is a block barrier (every thread, not divergent) and an async-proxy fence; with ``sync=False``
+  (``wgmma.fence`` alone) neither. ``Wgmma`` is executed by whole warpgroups (all 128 threads active), with
+  descriptor starts uniform within each warpgroup, and only after a ``WgmmaFence`` executed since the last
+  ``WgmmaWait`` (or the block's start).
 - Results are asynchronous: at issue the accumulator registers become NaN (undefined); a ``WgmmaWait(N)`` retires
   all but the newest N committed groups, carrying out their Wgmmas in issue order: the shared operands are read then
   (the latest moment the hardware may read them), chained Wgmmas on the same registers accumulate onto each other,
-  and the results land in the registers. A group still pending (or Wgmmas never committed) when the block ends raises
-  EmulationError: a missing ``wgmma.wait_group`` fails the run; reading an accumulator before its wait reads NaN.
+  and the results land in the registers, except registers a still-pending Wgmma writes, which stay NaN (so reading an
+  accumulator under ``wait_group 1`` before the wait that retires its newest Wgmma reads NaN). A group still pending
+  (or Wgmmas never committed) when the block ends raises EmulationError: a missing ``wgmma.wait_group`` fails the
+  run.
 - The operand bytes of pending Wgmmas are busy: with the race detector on, a shared-memory write to them (a store,
   a vector copy, a landing cp.async) before the wait that retires the Wgmma raises EmulationError
   (``check_not_busy``); without it, the late read gives wrong numbers.
+- With the race detector on, the operand reads take part in it as reads by every thread of the warpgroup: at issue
+  the bytes must not have been written since the last barrier (read-after-write), and at the retiring wait they are
+  recorded as read in that barrier epoch, so a write by any thread (a store; a cp.async, checked when it is issued,
+  ``emulate_tensor.async_copy``) before the next barrier is a race (write-after-read): the wait only retires the
+  warpgroup's wgmma for the waiting thread, another thread's overwrite needs a barrier after it.
+- Proxies (race detector on): every generic-proxy write to shared memory (a store, a vector copy, a landing
+  cp.async; ``note_generic_write``) leaves its bytes unfenced until the writing thread runs ``fence.proxy.async``
+  (``AsyncProxyFence`` or a ``WgmmaFence`` with ``sync``); a Wgmma reading an unfenced byte raises EmulationError.
 """
 
 from __future__ import annotations
@@ -36,7 +47,7 @@ import torch
 
 from tileagent.compiler.emulate_tensor import EmulationError
 from tileagent.compiler.instructions.wgmma import d_position, decode_descriptor, encode_descriptor
-from tileagent.compiler.tir import Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait
+from tileagent.compiler.tir import AsyncProxyFence, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait
 
 GROUP = 128  # threads of a warpgroup
 
@@ -61,9 +72,64 @@ def _warpgroups(block, what: str, span) -> list[int]:
 
 
 def wgmma_fence(block, s: WgmmaFence) -> None:
-    block.barrier(s)  # the __syncthreads between the proxy fence and wgmma.fence: the whole block, not divergent
+    if s.sync:
+        proxy_fence(block, s)
+        block.barrier(s)  # the __syncthreads between the proxy fence and wgmma.fence: the whole block, not divergent
     _warpgroups(block, "wgmma.fence", s.span)
     _state(block)["fenced"] = True
+
+
+def note_generic_write(block, byte_positions: torch.Tensor, threads: torch.Tensor) -> None:
+    """Record a generic-proxy write to shared memory (race detector on): the bytes stay unfenced for their writer
+    until it runs ``fence.proxy.async``."""
+    dirty = getattr(block, "proxy_dirty", None)
+    if dirty is None:
+        dirty = block.proxy_dirty = torch.full((block.arena.shape[0],), -1, dtype=torch.int32)
+    dirty[byte_positions] = threads.to(torch.int32)
+
+
+def proxy_fence(block, s) -> None:
+    """``fence.proxy.async.shared::cta`` by the active threads: their generic writes become visible to the async
+    proxy (a barrier still has to order them before another thread's wgmma)."""
+    dirty = getattr(block, "proxy_dirty", None)
+    if dirty is None:
+        return
+    if block.mask is None:
+        dirty.fill_(-1)
+    else:
+        dirty[torch.isin(dirty, block.active().to(torch.int32))] = -1
+
+
+def _check_readable(block, buf, addr: torch.Tensor, q: int, what: str, span) -> None:
+    """Race detector: the bytes a Wgmma of warpgroup ``q`` reads were fenced for the async proxy by their writers
+    and not written since the last barrier."""
+    if not block.check_races:
+        return
+    b = torch.cat([addr.reshape(-1), addr.reshape(-1) + 1])
+    dirty = getattr(block, "proxy_dirty", None)
+    if dirty is not None and bool((dirty[b] >= 0).any()):
+        byte = int(b[(dirty[b] >= 0).nonzero()[0]])
+        i = (byte - block.offset[buf]) // buf.dtype.bytes
+        raise EmulationError(f"Wgmma {what} reads {buf.name}[{i}], written by thread {int(dirty[byte])} through the "
+                             "generic proxy (st.shared / cp.async) with no fence.proxy.async.shared::cta by that "
+                             "thread since: the tensor core may read the old bytes", span)
+    bad = block.w_epoch[b] == block.epoch
+    if bool(bad.any()):
+        byte = int(b[bad.nonzero()[0]])
+        raise block._race(buf, byte, block._who_wrote(buf, byte), f"read by the wgmma of warpgroup {q}")
+
+
+def _record_reads(block, addrs, q: int) -> None:
+    """Race detector: the operand bytes count as read, in the current barrier epoch, by every thread of warpgroup
+    ``q`` (the wait retires the wgmma for the waiting thread only)."""
+    if not block.check_races:
+        return
+    b = torch.unique(torch.cat([x for a in addrs for x in (a.reshape(-1), a.reshape(-1) + 1)]))
+    stale = b[block.r_epoch[b] != block.epoch]
+    block.rmin[stale], block.rmax[stale] = block.nt, -1
+    block.r_epoch[b] = block.epoch
+    block.rmin[b] = torch.clamp(block.rmin[b], max=q * GROUP)
+    block.rmax[b] = torch.clamp(block.rmax[b], min=(q + 1) * GROUP - 1)
 
 
 def hardware_addresses(desc: dict, rows: int, cols: int, mn_major: bool, eb: int) -> torch.Tensor:
@@ -176,6 +242,8 @@ def wgmma(block, s: Wgmma) -> None:
         b = (_tile_addresses(block, s.b_buf, b0, s.b_lbo, s.b_sbo, s.b_swizzle, s.n, 16, False, s.span, "B").T
              if s.b_major == "k" else
              _tile_addresses(block, s.b_buf, b0, s.b_lbo, s.b_sbo, s.b_swizzle, 16, s.n, True, s.span, "B"))
+        _check_readable(block, s.a_buf, a, q, "A", s.span)
+        _check_readable(block, s.b_buf, b, q, "B", s.span)
         threads = torch.arange(q * GROUP, (q + 1) * GROUP)
         idx = regs[threads]
         if bool(((idx < 0) | (idx >= mem.shape[-1])).any()):
@@ -197,6 +265,7 @@ def _retire(block, st, group) -> None:
         shadow[threads[:, None], idx] = vals
         block.mem[s.c_buf][threads[:, None], idx] = vals
         _mark_busy(block, (a_addr, b_addr), -1)
+        _record_reads(block, (a_addr, b_addr), int(threads[0]) // GROUP)
 
 
 def wgmma_commit(block, s: WgmmaCommit) -> None:
@@ -212,6 +281,9 @@ def wgmma_wait(block, s: WgmmaWait) -> None:
     keep = max(int(s.pending), 0)
     while len(st["groups"]) > keep:
         _retire(block, st, st["groups"].pop(0))
+    for pending in st["groups"] + [st["open"]]:  # registers a pending Wgmma writes stay undefined
+        for w, threads, idx, _, _ in pending:
+            block.mem[w.c_buf][threads[:, None], idx] = float("nan")
     if not st["groups"] and not st["open"]:
         st["shadow"] = {}
     st["fenced"] = False
@@ -226,4 +298,5 @@ def finish_wgmma(block) -> None:
                              "so the accumulators were never defined", block.span)
 
 
-HANDLERS = {WgmmaFence: wgmma_fence, Wgmma: wgmma, WgmmaCommit: wgmma_commit, WgmmaWait: wgmma_wait}
+HANDLERS = {WgmmaFence: wgmma_fence, Wgmma: wgmma, WgmmaCommit: wgmma_commit, WgmmaWait: wgmma_wait,
+            AsyncProxyFence: proxy_fence}

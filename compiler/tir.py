@@ -242,12 +242,32 @@ class WgmmaFence(Stmt):
     completed generic-proxy shared-memory writes (st.shared, waited cp.async) become visible to the tensor cores'
     asynchronous-proxy reads of every warpgroup (the writer-side fence plus a barrier, as the PTX memory model asks),
     and register writes to accumulators are ordered before the Wgmmas that follow. Executed by every thread of the
-    block (it contains a barrier); required before the first Wgmma after a wait."""
+    block (it contains a barrier); required before the first Wgmma after a wait.
+
+    With ``sync=False`` it is ``wgmma.fence.sync.aligned`` alone (warpgroup-wide): the software pipeline already ran
+    an ``AsyncProxyFence`` and a ``Barrier`` after every shared-memory write the Wgmmas read (``compiler.lower.
+    pipeline``), so the proxy fence and the barrier would be repeated work."""
+
+    span: Span | None = None
+    sync: bool = True
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        if not self.sync:
+            return [" " * indent + "wgmma.fence"]
+        return [" " * indent + "fence.proxy.async.shared::cta; T.sync_threads(); wgmma.fence"]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class AsyncProxyFence(Stmt):
+    """``fence.proxy.async.shared::cta``: this thread's completed generic-proxy writes to shared memory (st.shared,
+    cp.async copies its ``cp.async.wait_group`` has waited for) become visible to later asynchronous-proxy reads
+    (wgmma's descriptors) once a barrier orders them; the software pipeline issues it before its per-iteration
+    barrier when a consumer runs on wgmma. Executed by every thread (no barrier of its own)."""
 
     span: Span | None = None
 
     def ir_lines(self, indent: int, _lines) -> list[str]:
-        return [" " * indent + "fence.proxy.async.shared::cta; T.sync_threads(); wgmma.fence"]
+        return [" " * indent + "fence.proxy.async.shared::cta"]
 
 
 @dataclass(frozen=True, eq=False, slots=True)

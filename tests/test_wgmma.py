@@ -100,8 +100,20 @@ def _drop(monkeypatch, kind):
     monkeypatch.setattr(lowering, "lower_wgmma", lambda ctx, s: [x for x in real(ctx, s) if not isinstance(x, kind)])
 
 
-def test_missing_wait_fails_the_emulator(shared_example, wgmma_on, monkeypatch):
+def _pipeline_output(monkeypatch, edit):
+    """Lower every software pipeline as usual, then hand its thread IR (the statements it returns) to ``edit``."""
+    from tileagent.compiler import lower as lowering
+
+    real = lowering.lower_pipeline
+    monkeypatch.setattr(lowering, "lower_pipeline", lambda low, p: edit(real(low, p)))
+
+
+@pytest.mark.parametrize("overlap", ["0", "1"])
+def test_missing_wait_fails_the_emulator(shared_example, wgmma_on, monkeypatch, overlap):
+    # the gemm's wait and (overlapped) the pipeline's wait after the loop: groups are left pending
+    monkeypatch.setenv("TILEAGENT_WGMMA_OVERLAP", overlap)
     _drop(monkeypatch, WgmmaWait)
+    _pipeline_output(monkeypatch, lambda out: [x for x in out if not isinstance(x, WgmmaWait)])
     with pytest.raises(EmulationError, match="wgmma group\\(s\\) still pending when the block ends"):
         _run_gemm_relu(shared_example("gemm_relu"), 128, 64, 64, (128, 64, 64))
 
@@ -112,15 +124,155 @@ def test_missing_fence_fails_the_emulator(shared_example, wgmma_on, monkeypatch)
         _run_gemm_relu(shared_example("gemm_relu"), 128, 64, 64, (128, 64, 64))
 
 
-def test_overwriting_an_operand_before_its_wait_fails_the_emulator(shared_example, wgmma_on, monkeypatch):
-    # wait_group 1 instead of 0: the pipeline's next producer refills the stage a still-pending wgmma reads
-    from tileagent.compiler.lower import wgmma as lowering
+def _loop_body(out):
+    """(index of the pipelined For in ``out``, its body as a list)."""
+    from tileagent.compiler.ir.stmt import For
+    from tileagent.compiler.tir import AsyncWait
 
-    real = lowering.lower_wgmma
-    monkeypatch.setattr(lowering, "lower_wgmma", lambda ctx, s: [WgmmaWait(1, x.span) if isinstance(x, WgmmaWait)
-                                                                 else x for x in real(ctx, s)])
+    i = next(n for n, x in enumerate(out) if isinstance(x, For) and any(isinstance(y, AsyncWait) for y in x.body))
+    return i, list(out[i].body)
+
+
+def _with_body(out, i, body):
+    from dataclasses import replace
+
+    return out[:i] + [replace(out[i], body=tuple(body))] + out[i + 1:]
+
+
+def _overlapped_parts(body):
+    """(head: copies' wait, proxy fence, barrier; the gemm's statements; the refill: the producers' If and commit)
+    of an overlapped pipeline iteration, checking the order the schedule needs on the way (see the test below)."""
+    from tileagent.compiler.tir import AsyncCommit, AsyncProxyFence, AsyncWait, Barrier, Wgmma, WgmmaCommit
+
+    kinds = [type(x) for x in body]
+    assert kinds[:3] == [AsyncWait, AsyncProxyFence, Barrier]
+    second = kinds.index(Barrier, 3)
+    gemm = body[3:second]
+    assert [type(x) for x in gemm[:1] + gemm[-2:]] == [WgmmaFence, WgmmaCommit, WgmmaWait]
+    assert not gemm[0].sync and gemm[-1].pending == 1 and all(isinstance(x, Wgmma) for x in gemm[1:-2])
+    assert kinds[second + 1:][-1] is AsyncCommit and len(kinds) == second + 3  # If(producers), commit
+    return body[:3], gemm, body[second + 1:]
+
+
+def _mentions(e, op, var, const) -> bool:
+    """Whether expression ``e`` contains ``var op const`` (a BinOp)."""
+    from tileagent.compiler.ir.expr import BinOp, Const
+
+    if isinstance(e, BinOp):
+        if e.op == op and e.a is var and isinstance(e.b, Const) and e.b.value == const:
+            return True
+        return _mentions(e.a, op, var, const) or _mentions(e.b, op, var, const)
+    return False
+
+
+def test_overlapped_schedule_order(shared_example, wgmma_on, monkeypatch):
+    """Hand-checked order of the overlapped pipeline (3 stages, iteration k): wait for iteration k's copies, proxy
+    fence, barrier B1, wgmma.fence alone, the wgmmas on stage k % 3, commit, wait_group 1 (iteration k - 1's wgmmas
+    retired for this thread), barrier B2 (for every thread), then the copies of iteration k + 2 into stage
+    (k + 2) % 3 = (k - 1) % 3, commit. After the loop: wait_group 0 before the epilogue reads the accumulators.
+    The old order (copies right after B1, wait_group 0) fails here."""
+    from tileagent.compiler.ir.visit import walk
+    from tileagent.compiler.lower import lower
+    from tileagent.compiler.ir.stmt import If
+    from tileagent.compiler.tir import AsyncWait
+
+    seen = []
+
+    def keep(out):
+        seen.append(list(out))
+        return out
+
+    _pipeline_output(monkeypatch, keep)
+    lower(shared_example("gemm_relu").matmul.fn(512, 512, 512, 128, 128, 64), target="sim:sm_90a")
+    (out,) = seen
+    i, body = _loop_body(out)
+    head, gemm, refill = _overlapped_parts(body)
+    assert head[0].pending == 1 and len(gemm) == 1 + 8 + 2  # 2 row atoms x 4 K steps
+    ko = out[i].var
+    # the wgmmas read stage ko % 3 (A and B); the refill is guarded by ko + 2 < 8 and writes stage (ko + 2) % 3
+    assert all(_mentions(x.a_index, "%", ko, 3) and _mentions(x.b_index, "%", ko, 3) for x in gemm[1:-2])
+    cond = refill[0].cond
+    assert isinstance(refill[0], If) and cond.op == "<" and _mentions(cond.a, "+", ko, 2) and cond.b.value == 8
+    ahead = refill[0].then_body[0]
+    assert ahead.var.name.startswith("ko_ahead") and _mentions(ahead.value, "+", ko, 2)
+    copies = [x for x in walk(refill[0].then_body) if type(x).__name__ == "AsyncCopy"]
+    assert copies and all(_mentions(x.dst_index, "%", ahead.var, 3) for x in copies)
+    assert [type(x) for x in out[i + 1:i + 3]] == [WgmmaWait, AsyncWait] and out[i + 1].pending == 0
+    # the CUDA source says the same in order
+    monkeypatch.undo()
+    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    src = tileagent.compile(shared_example("gemm_relu").matmul.fn(512, 512, 512, 128, 128, 64),
+                            target="sim").get_kernel_source()
+    loop = src[src.index("for (int ko = 0;"):]
+    marks = ["cp.async.wait_group 1;", "fence.proxy.async.shared::cta;", "__syncthreads();",
+             "wgmma.fence.sync.aligned;", "wgmma.mma_async", "wgmma.commit_group", "wgmma.wait_group.sync.aligned 1;",
+             "__syncthreads();", "if (ko + 2 < 8)", "cp.async.cg.shared.global", "cp.async.commit_group;",
+             "wgmma.wait_group.sync.aligned 0;", "cp.async.wait_group 0;", "fmaxf"]
+    at = 0
+    for m in marks:
+        at = loop.index(m, at) + len(m)
+    assert loop.count("__syncthreads();") == 2 and loop.count("fence.proxy.async") == 1
+
+
+def test_overlap_off_keeps_the_wait_in_the_iteration(shared_example, wgmma_on, monkeypatch):
+    monkeypatch.setenv("TILEAGENT_WGMMA_OVERLAP", "0")
+    kernel = _run_gemm_relu(shared_example("gemm_relu"), 128, 64, 256, (128, 64, 64))
+    src = kernel.get_kernel_source()
+    assert "wgmma.wait_group.sync.aligned 1;" not in src and src.count("wgmma.wait_group.sync.aligned 0;") == 1
+    loop = src[src.index("for (int ko = 0;"):]
+    assert loop.index("if (ko + 2 < 4)") < loop.index("wgmma.fence.sync.aligned;")  # refill first, one barrier
+
+
+def test_refilling_before_the_inflight_wgmma_retires_fails_the_emulator(shared_example, wgmma_on, monkeypatch):
+    # wait_group 1 with the refill in the old place (right after B1): iteration k + 1 refills the stage iteration
+    # k's still-pending wgmmas read
+    def refill_first(out):
+        i, body = _loop_body(out)
+        head, gemm, refill = _overlapped_parts(body)
+        return _with_body(out, i, head + refill + gemm)
+
+    _pipeline_output(monkeypatch, refill_first)
     with pytest.raises(EmulationError, match="written while a wgmma that reads it is pending"):
         _run_gemm_relu(shared_example("gemm_relu"), 128, 64, 256, (128, 64, 64))
+
+
+def test_refilling_without_the_second_barrier_fails_the_emulator(shared_example, wgmma_on, monkeypatch):
+    # wait_group 1 retires iteration k - 1's wgmmas for the waiting thread only: another thread's cp.async into that
+    # stage needs the barrier between (a race the lock-step emulator sees through the race detector)
+    def no_b2(out):
+        i, body = _loop_body(out)
+        head, gemm, refill = _overlapped_parts(body)
+        return _with_body(out, i, head + gemm + refill)
+
+    _pipeline_output(monkeypatch, no_b2)
+    with pytest.raises(EmulationError, match="shared-memory race on (A|B)_shared\\[\\d+\\]: read by thread \\d+, "
+                                             "then overwritten by the cp.async thread \\d+ issues"):
+        _run_gemm_relu(shared_example("gemm_relu"), 128, 64, 256, (128, 64, 64))
+
+
+def test_missing_proxy_fence_fails_the_emulator(shared_example, wgmma_on, monkeypatch):
+    # cp.async writes are generic-proxy writes: wgmma (async proxy) may not see them without fence.proxy.async
+    from tileagent.compiler.tir import AsyncProxyFence
+
+    def no_fence(out):
+        i, body = _loop_body(out)
+        return _with_body(out, i, [x for x in body if not isinstance(x, AsyncProxyFence)])
+
+    _pipeline_output(monkeypatch, no_fence)
+    with pytest.raises(EmulationError, match="written by thread \\d+ through the generic proxy .* with no "
+                                             "fence.proxy.async.shared::cta"):
+        _run_gemm_relu(shared_example("gemm_relu"), 128, 64, 128, (128, 64, 64))
+
+
+def test_reading_the_accumulator_of_an_inflight_wgmma_reads_nan(shared_example, wgmma_on, monkeypatch):
+    # without the wait after the loop (pipeline's wait_group 0 replaced by wait_group 1) the epilogue reads the last
+    # iteration's accumulators while they are pending: NaN, so the numbers are wrong (and a group stays pending)
+    def late(out):
+        return [WgmmaWait(1, x.span) if isinstance(x, WgmmaWait) else x for x in out]
+
+    _pipeline_output(monkeypatch, late)
+    with pytest.raises(EmulationError, match="still pending when the block ends"):
+        _run_gemm_relu(shared_example("gemm_relu"), 128, 64, 128, (128, 64, 64))
 
 
 @pytest.mark.parametrize("field", [1, 0])  # SBO, then LBO (the N-major B of the 128/128/64 tiles needs it)
@@ -382,3 +534,26 @@ def test_nvrtc_compiles_the_multi_atom_kernels_for_sm_90a(shared_example, wgmma_
         kernel = tileagent.compile(func, target="sim")
         assert "wgmma.mma_async" in kernel.get_kernel_source()
         assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
+def _remarks(kernel) -> list:
+    from tileagent.compiler.runtime.nvrtc import compile_log, ptxas_remarks
+
+    return ptxas_remarks(compile_log(kernel.get_kernel_source(), "sm_90a"))
+
+
+def test_ptxas_keeps_the_overlap(shared_example, wgmma_on, monkeypatch):
+    """ptxas says (info C7517 / C7514, no error) when it serializes wgmma: a register of an in-flight wgmma read
+    before its wait makes it inject a wait. The overlapped gemm_relu (the example's tiles and the prompt's 128/256/32
+    on two warpgroups) and flash attention compile for sm_90a without any such remark; the same gemm with its wait
+    after the loop left at 1 (the epilogue reads in-flight accumulators) gets them, so the check can fail."""
+    mod = load_module(REPO / "prompts" / "examples" / "gemm_relu.py")
+    for func in (shared_example("gemm_relu").matmul.fn(4096, 4096, 4096, 128, 128, 64),
+                 mod.gemm_relu.fn(None, 4096, 4096, block_M=128, block_N=256, block_K=32, threads=256),
+                 shared_example("flash_attn_fwd").flash_attn_fwd.fn(8, 32, 4096, 128)):
+        kernel = tileagent.compile(func, target="sim")
+        assert "wgmma.mma_async" in kernel.get_kernel_source()
+        assert _remarks(kernel) == []
+    _pipeline_output(monkeypatch, lambda out: [WgmmaWait(1, x.span) if isinstance(x, WgmmaWait) else x for x in out])
+    kernel = tileagent.compile(shared_example("gemm_relu").matmul.fn(4096, 4096, 4096, 128, 128, 64), target="sim")
+    assert any(r.startswith("(C7517) wgmma.wait_group is injected") for r in _remarks(kernel))

@@ -21,7 +21,8 @@ q * M / Q + 64 a + 16 w + g + 8 h and columns 8 j + 2 t + p (PTX "WGMMA .m64nNk1
 accumulator D", ``d_position``, repeated over the row atoms a); slot ((a * 2 + h) * N / 8 + j) * 2 + p.
 Lowering: wgmma.fence, then per row atom and 16-deep K step one ``Wgmma`` (the first of a clear_accum gemm with
 scale-d 0), then commit_group and wait_group 0, so results are in the registers before anything reads them and the
-shared operands are free to be overwritten. Emits ``WgmmaFence``, ``Wgmma``, ``WgmmaCommit``, ``WgmmaWait`` (CUDA:
+shared operands are free to be overwritten; inside a software pipeline the pipeline may ask for ``wait_group 1``
+and a bare wgmma.fence instead (``compiler.lower.pipeline``: the group stays in flight across the iteration). Emits ``WgmmaFence``, ``Wgmma``, ``WgmmaCommit``, ``WgmmaWait`` (CUDA:
 ``compiler.targets.cuda_wgmma``; emulator: ``compiler.emulate_wgmma``).
 """
 
@@ -35,6 +36,7 @@ from tileagent.compiler.layout.fragment import Fragment, Level
 from tileagent.compiler.layout.layout import wgmma_operand
 
 ENV = "TILEAGENT_ENABLE_WGMMA"
+OVERLAP_ENV = "TILEAGENT_WGMMA_OVERLAP"  # "0": a pipelined gemm waits for its wgmmas in its own iteration (A/B runs)
 DTYPES = ("float16", "bfloat16")
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}  # swizzle width in bytes -> descriptor bits 62-63 (sm_90a; 0 = none)
 _FIELD = 0x3FFF  # 14-bit address fields
@@ -76,6 +78,12 @@ def d_position(thread: int, i: int) -> tuple[int, int]:
 
 def enabled() -> bool:
     return os.environ.get(ENV) == "1"
+
+
+def overlap_enabled() -> bool:
+    """Whether a software pipeline may keep a gemm's wgmma group in flight across iterations (``wait_group 1``,
+    ``compiler.lower.pipeline``); on unless ``TILEAGENT_WGMMA_OVERLAP`` is "0"."""
+    return os.environ.get(OVERLAP_ENV) != "0"
 
 
 def _device_arch_ok() -> str | None:

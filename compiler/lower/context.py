@@ -57,9 +57,10 @@ class LowerContext:
         self.slot_overrides = None  # in a compact T.Parallel: {(fragment, id of its index exprs): register expr}
         self.stage_base: dict = {}  # in a software pipeline: staged shared tile -> element offset of the stage in use
         self.async_copies = False  # lowering a pipeline's producers: global -> shared copies may use cp.async
+        self.wgmma_schedule: dict = {}  # in a software pipeline: Gemm on wgmma -> WgmmaSchedule (lower.pipeline)
         self.instructions: dict = {}  # (line, tile op) -> the instructions it was lowered to (compiler.instructions)
 
-    MODES = ("numeric", "slot_overrides", "stage_base", "async_copies")
+    MODES = ("numeric", "slot_overrides", "stage_base", "async_copies", "wgmma_schedule")
 
     def derive(self, **modes) -> "LowerContext":
         """A view of this context with other modes (``MODES``); everything else is shared with this one."""

@@ -24,6 +24,24 @@ Guarantees: no read-after-write hazard (a tile is read only after the wait and b
 write-after-read hazard (a buffer is refilled only after the barrier that follows every read of it); copies that
 cannot be asynchronous (a dtype cast, a run shorter than 4 bytes) are issued as ordinary loads and stores at the same
 point, which keeps both guarantees.
+
+Consumers on wgmma (sm_90a, ``compiler.instructions.wgmma``; ``wgmma_schedules`` decides, ``WgmmaSchedule`` says):
+
+- The iteration's barrier is preceded by ``fence.proxy.async`` (``AsyncProxyFence``: every thread's landed copies
+  become visible to the tensor cores' async proxy), so a top-level wgmma gemm that no earlier consumer of the
+  iteration writes shared memory before needs only ``wgmma.fence`` (``WgmmaFence(sync=False)``), not its own proxy
+  fence and barrier.
+- Overlap (unless ``TILEAGENT_WGMMA_OVERLAP=0``): a top-level wgmma gemm whose accumulator no other consumer
+  touches and whose shared operands are staged tiles or tiles no consumer writes keeps its group in flight:
+  ``wait_group 1`` instead of 0, so the tensor cores run iteration k's wgmmas while the threads issue the next
+  loads and reach iteration k + 1's wgmmas. Then iteration k is: wait for iteration k's copies, proxy fence,
+  barrier, the consumers (the gemm: wgmma.fence, wgmmas on stage k % s, commit, ``wait_group 1``, which retires
+  iteration k - 1's wgmmas for this thread), a second barrier (every thread has retired them), then the producers
+  of iteration k + s - 1 into stage (k + s - 1) % s = (k - 1) % s, the stage iteration k - 1's wgmmas read, and
+  the commit. The wgmmas of iteration k still read stage k % s, which no copy issued before iteration k + 1's
+  second barrier writes. After the loop ``wait_group 0`` (before anything reads the accumulator), then the copies'
+  wait. The loads are issued later in the iteration than without overlap: with s stages they run about s - 2
+  iterations and the rest of the current one ahead (s - 1 without overlap).
 """
 
 from __future__ import annotations
@@ -37,7 +55,7 @@ from tileagent.compiler.ir.stmt import Alloc, Buffer, Copy, For, Gemm, Let, Stmt
 from tileagent.compiler.ir.visit import leaves, loads, stmt_exprs, substitute, walk
 from tileagent.compiler.lower.copy import guarded, lower_copy
 from tileagent.compiler.lower.gemm import hoist_a_operand, hoistable_a
-from tileagent.compiler.tir import AsyncCommit, AsyncWait, Barrier
+from tileagent.compiler.tir import AsyncCommit, AsyncProxyFence, AsyncWait, Barrier, WgmmaWait
 
 log = logging.getLogger("tileagent.compiler")
 
@@ -210,6 +228,36 @@ def hoisted_a_operands(body, layouts, shared_layouts: dict) -> frozenset:
                      if isinstance(g, Gemm) and _invariant_a(g, p) and hoistable_a(g, layouts, shared_layouts))
 
 
+@dataclass(frozen=True)
+class WgmmaSchedule:
+    """How the pipeline runs one of its top-level wgmma gemms: ``sync`` False when the pipeline's proxy fence and
+    barrier already cover every shared write the gemm reads (its fence is a bare wgmma.fence); ``pending`` the
+    groups its wait leaves in flight (1: overlapped with the next iteration; the pipeline waits after the loop)."""
+
+    sync: bool
+    pending: int
+
+
+def wgmma_schedules(p: SoftwarePipeline, layouts) -> dict:
+    """Gemm -> WgmmaSchedule for the top-level consumers of ``p`` that run on wgmma (see the module docstring)."""
+    from tileagent.compiler.instructions.wgmma import WgmmaM64NK16, overlap_enabled
+    from tileagent.compiler.lower.barriers import shared_effects
+    from tileagent.compiler.lower.smem import buffers_used
+
+    out = {}
+    written_before: set = set()  # shared tiles written by the consumers before this one in the iteration
+    written = set().union(*(shared_effects(x)[0] for x in p.consumers))
+    for g in p.consumers:
+        choice = layouts.instructions.get(g) if isinstance(g, Gemm) else None
+        if choice is not None and isinstance(choice.instruction, WgmmaM64NK16):
+            alone = all(g.c.buffer not in buffers_used(x) for x in p.consumers if x is not g)
+            operands_stay = all(b in p.staged or b not in written for b in (g.a.buffer, g.b.buffer))
+            overlap = overlap_enabled() and alone and operands_stay
+            out[g] = WgmmaSchedule(sync=bool(written_before), pending=1 if overlap else 0)
+        written_before |= shared_effects(g)[0]
+    return out
+
+
 def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
     """Thread IR of one SoftwarePipeline (see the module docstring for the schedule)."""
     ctx = lowering.ctx
@@ -239,16 +287,22 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
     ahead = ctx.var(f"{v.name}_ahead")
     if v in ctx.ranges:  # issued only while ahead < end: inside the loop's range
         ctx.ranges[ahead] = ctx.ranges[v]
-    body = [AsyncWait(s - 2, p.span), Barrier(p.span)]
+    schedules = wgmma_schedules(p, ctx.layouts)
+    overlap = any(w.pending for w in schedules.values())
+    body = [AsyncWait(s - 2, p.span)] + ([AsyncProxyFence(p.span)] if schedules else []) + [Barrier(p.span)]
     issue = [Let(ahead, make_binop("+", v, s - 1), p.span)]
     issue += producers(ahead, make_binop("%", make_binop("-", ahead, start), s))
-    body += guarded(ctx, make_cmp("<", make_binop("+", v, s - 1), end), issue)
-    body.append(AsyncCommit(p.span))
-    consumers = ctx.derive(stage_base={b: make_binop("*", make_binop("%", rel, s), n) for b, n in strides.items()})
-    body += lowering.with_context(consumers).body(p.consumers)
+    refill = guarded(ctx, make_cmp("<", make_binop("+", v, s - 1), end), issue) + [AsyncCommit(p.span)]
+    consumers = ctx.derive(stage_base={b: make_binop("*", make_binop("%", rel, s), n) for b, n in strides.items()},
+                           wgmma_schedule=schedules)
+    work = lowering.with_context(consumers).body(p.consumers)
+    # overlapped: refill stage (k - 1) % s only after every thread's wait_group 1 retired iteration k - 1's wgmmas
+    body += work + [Barrier(p.span)] + refill if overlap else refill + work
     out.append(For(v, start, extent, loop.step, "serial", tuple(body), {}, loop.span))
+    if overlap:
+        out.append(WgmmaWait(0, p.span))  # the last iteration's wgmmas, before anything reads the accumulators
     out.append(AsyncWait(0, p.span))
     return out
 
 
-__all__ = ["SoftwarePipeline", "fit_pipelines", "lower_pipeline", "plan_pipelines", "stage_stride"]
+__all__ = ["SoftwarePipeline", "WgmmaSchedule", "fit_pipelines", "lower_pipeline", "plan_pipelines", "stage_stride"]

@@ -14,9 +14,12 @@ descriptors are (PTX ISA "Shared Memory Matrix Layout", CuTe ``make_gmma_desc``)
   W-byte column block along N).
 
 The start is the layout's own offset of that element, whose swizzle key is 0 (the row is a multiple of 8), plus the
-pipeline stage. Then ``WgmmaCommit`` and ``WgmmaWait(0)``.
+pipeline stage. Then ``WgmmaCommit`` and ``WgmmaWait(0)``. Inside a software pipeline, ``ctx.wgmma_schedule`` (a
+``pipeline.WgmmaSchedule``) may make the fence a bare ``wgmma.fence`` (``sync=False``: the pipeline's proxy fence
+and barrier came just before) and the wait ``WgmmaWait(1)`` (the pipeline waits for the group later).
 Guarantees: C += op(A) @ op(B) for the whole tile (C = op(A) @ op(B) with clear_accum, through scale-d 0 on the first
-K step), the accumulators complete before the statement after the gemm runs; every thread executes every Wgmma.
+K step), the accumulators complete before the statement after the gemm runs (with ``wait_group 1``: before the
+statement after the pipeline's loop, which waits for every group); every thread executes every Wgmma.
 Raises TargetError E602 when a shared operand's layout is not its wgmma canonical layout (an annotated layout).
 """
 
@@ -57,7 +60,8 @@ def lower_wgmma(ctx, s: Gemm) -> list:
     row0 = make_binop("*", make_binop("//", THREAD, 128), m // q)
     c_reg = ctx.mem(c_buf)
     b_major = "k" if s.transpose_b else "mn"
-    out = [WgmmaFence(s.span)]
+    sched = ctx.wgmma_schedule.get(s)  # inside a software pipeline: its fence and wait (lower.pipeline)
+    out = [WgmmaFence(s.span, sync=sched is None or sched.sync)]
     for a in range(atoms):
         c_regs = tuple(as_expr(((a * 2 + h) * (n // 8) + j) * 2 + p)
                        for j in range(n // 8) for h in (0, 1) for p in (0, 1))  # PTX order d[4j + 2h + p]
@@ -68,7 +72,7 @@ def lower_wgmma(ctx, s: Gemm) -> list:
                              a_sbo=a_sbo, a_swizzle=a_sw, b_buf=ctx.mem(b_buf), b_index=as_expr(b_idx), b_lbo=b_lbo,
                              b_sbo=b_sbo, b_swizzle=b_sw, b_major=b_major, n=n,
                              accumulate=not (s.clear_accum and kb == 0), dtype=str(a_buf.dtype), span=s.span))
-    out += [WgmmaCommit(s.span), WgmmaWait(0, s.span)]
+    out += [WgmmaCommit(s.span), WgmmaWait(0 if sched is None else sched.pending, s.span)]
     return out
 
 

@@ -19,6 +19,9 @@ Guarantees:
   NVRTC's PCH messages, the message with the options that decide the code.
 - Time limit: ``compile_to_cubin(timeout_s=...)`` (120 s by default) raises ``ResourceError`` E805 past it.
 - Failures raise :class:`NvrtcError` with the full program log and, for each source line the log names, that line.
+- ptxas remarks C75xx on a successful compile (``ptxas_remarks``: e.g. C7517 "wgmma.wait_group is injected", C7514
+  "wgmma.mma_async instructions are serialized": the tensor cores' overlap is gone, silently) are logged as
+  warnings; ``compile_log`` compiles without any cache and returns the whole log, for checks on them.
 - Cache: ``$TILEAGENT_CACHE_DIR`` (default ``~/.cache/tileagent``) ``/nvrtc/<sha256>.cubin``, keyed by source, arch,
   options, ``compiler.__version__`` and the NVRTC version; written atomically (temp file + ``os.replace``); an entry
   that fails its checksum is ignored and rewritten; an unwritable cache only logs a warning.
@@ -445,6 +448,8 @@ def _compile_program(nvrtc, source: str, opts: list[str], extra: list[str], use:
                 _drop_pch(use)
             elif log.strip():
                 logger.debug("nvrtc log:\n%s", log)
+            for remark in ptxas_remarks(log):
+                logger.warning("ptxas: %s", remark)
             if tmp is not None and _pch_created(nvrtc, prog, tmp):
                 _keep_pch(create, tmp)
             err, size = nvrtc.nvrtcGetCUBINSize(prog)
@@ -473,6 +478,33 @@ def _pch_created(nvrtc, prog, tmp: Path) -> bool:
         logger.debug("NVRTC created no precompiled header (%s)", status)
         return False
     return True
+
+
+_REMARK = re.compile(r"^ptxas info\s*: (\(C75\d\d\).*)$", re.M)
+
+
+def ptxas_remarks(log: str) -> list[str]:
+    """The ptxas performance remarks (codes C75xx: wgmma serialized, a wgmma.wait_group injected, setmaxnreg
+    ignored, ...) in an NVRTC program log; ptxas compiles such code correctly but slower, and says so only here."""
+    return [m.group(1).strip() for m in _REMARK.finditer(log)]
+
+
+def compile_log(source: str, arch: str, options: tuple[str, ...] = ()) -> str:
+    """The NVRTC program log (ptxas's lines included) of compiling ``source`` for ``arch`` with ``options``, with no
+    cache and no precompiled header; NvrtcError when the compile fails."""
+    nvrtc = _load_nvrtc()
+    nvrtc_version()
+    opts = base_options(arch, tuple(options))
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
+    _check(nvrtc, err, "nvrtcCreateProgram")
+    try:
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        log = _program_log(nvrtc, prog)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise NvrtcError(_failure_message(log, source, opts), log=log, source=source)
+        return log
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
 
 
 def _program_log(nvrtc, prog) -> str:

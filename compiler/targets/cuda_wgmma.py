@@ -1,12 +1,13 @@
 """CUDA C++ for the sm_90a warpgroup-MMA statements of the thread IR: ``WgmmaFence``, ``Wgmma``, ``WgmmaCommit``,
-``WgmmaWait`` (see ``compiler.tir``); the module needs an ``sm_90a`` compile (``wgmma`` is arch-specific).
+``WgmmaWait``, ``AsyncProxyFence`` (see ``compiler.tir``); the module needs an ``sm_90a`` compile (``wgmma`` is arch-specific).
 
 In: one statement and the kernel emitter of ``compiler.targets.cuda``. Out: lines of C++ (inline PTX).
 Guarantees:
 
 - ``WgmmaFence`` is ``fence.proxy.async.shared::cta`` (this thread's generic-proxy shared writes, st.shared or waited
   cp.async, become visible to async-proxy reads), ``__syncthreads()`` (so for every thread's), then
-  ``wgmma.fence.sync.aligned``.
+  ``wgmma.fence.sync.aligned``; with ``sync=False`` only ``wgmma.fence.sync.aligned``. ``AsyncProxyFence`` is
+  ``fence.proxy.async.shared::cta`` alone.
 - ``Wgmma`` builds two 64-bit matrix descriptors: the operand's 32-bit shared-window address as
   ``(address & 0x3FFFF) >> 4`` ORed with the constant ``encode_descriptor(0, lbo, sbo, swizzle)`` of
   ``compiler.instructions.wgmma`` (LBO, SBO, base offset 0, swizzle mode; the one encoder the emulator decodes);
@@ -22,14 +23,15 @@ from __future__ import annotations
 
 from tileagent.compiler.instructions.wgmma import SWIZZLE_MODE, encode_descriptor
 from tileagent.compiler.targets.cuda_tensor import _shared_address
-from tileagent.compiler.tir import Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait
+from tileagent.compiler.tir import AsyncProxyFence, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait
 
 _SFX = {"float16": "f16", "bfloat16": "bf16"}
 
 
 def emit_wgmma_fence(em, s: WgmmaFence) -> None:
-    em.line('asm volatile("fence.proxy.async.shared::cta;" ::: "memory");')
-    em.line("__syncthreads();")
+    if s.sync:
+        em.line('asm volatile("fence.proxy.async.shared::cta;" ::: "memory");')
+        em.line("__syncthreads();")
     em.line('asm volatile("wgmma.fence.sync.aligned;" ::: "memory");')
 
 
@@ -73,6 +75,10 @@ def emit_wgmma(em, s: Wgmma) -> None:
     em.line("}")
 
 
+def emit_async_proxy_fence(em, s: AsyncProxyFence) -> None:
+    em.line('asm volatile("fence.proxy.async.shared::cta;" ::: "memory");')
+
+
 def emit_wgmma_commit(em, s: WgmmaCommit) -> None:
     em.line('asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");')
 
@@ -82,4 +88,4 @@ def emit_wgmma_wait(em, s: WgmmaWait) -> None:
 
 
 HANDLERS = {WgmmaFence: emit_wgmma_fence, Wgmma: emit_wgmma, WgmmaCommit: emit_wgmma_commit,
-            WgmmaWait: emit_wgmma_wait}
+            WgmmaWait: emit_wgmma_wait, AsyncProxyFence: emit_async_proxy_fence}
