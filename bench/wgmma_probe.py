@@ -11,7 +11,8 @@ and reports ok, WRONG (how many elements, and where: the wrong rows by row % 8 a
 block, which points at the swizzle, SBO or LBO), FAULT (the exit status and the last lines of the CUDA error) or
 TIMEOUT. The ladder goes from the layout already verified on the H200 by hand-written kernels (one 128-byte swizzle
 atom per operand) to the generalized ones (column blocks along N and K, 64B / 32B swizzles, two row atoms, two
-warpgroups with N = 256, ragged sizes), so the first failing rung names the feature at fault.
+warpgroups with N = 256, ragged sizes), so the first failing rung names the feature at fault; the last two rungs
+keep wgmma groups in flight across many K iterations of a 3-stage pipeline (the overlapped schedule).
 Exit status 0 when every case is ok, 1 otherwise.
 """
 
@@ -38,10 +39,15 @@ CASES = {
     "two_wg_n256": (128, 256, 64, (128, 256, 32), False, 256, "float16", "two warpgroups, m64n256, 4 column blocks"),
     "ragged": (1000, 776, 520, (128, 128, 64), False, 128, "float16", "the example's tiles at ragged M, N, K"),
     "ragged_bf16": (1000, 776, 520, (128, 128, 64), False, 128, "bfloat16", "the same in bf16"),
+    # wgmma groups in flight across K iterations (wait_group 1; every stage refilled many times)
+    "overlap3": (256, 256, 2048, (128, 128, 64), False, 128, "float16", "3 stages, 32 K tiles, wait_group 1"),
+    "overlap3_two_wg": (256, 512, 1024, (128, 256, 64), False, 256, "float16",
+                        "3 stages of 128/256/64, two warpgroups, 16 K tiles, wait_group 1"),
 }
+STAGES = {"overlap3": 3, "overlap3_two_wg": 3}  # num_stages of T.Pipelined; 2 for the other cases
 
 
-def gemm(M, N, K, bm, bn, bk, trans_b, threads, dtype):
+def gemm(M, N, K, bm, bn, bk, trans_b, threads, dtype, stages=2):
     import tileagent.language as T
 
     b_shape, b_tile = ((N, K), (bn, bk)) if trans_b else ((K, N), (bk, bn))
@@ -53,7 +59,7 @@ def gemm(M, N, K, bm, bn, bk, trans_b, threads, dtype):
             B_s = T.alloc_shared(b_tile, dtype)
             acc = T.alloc_fragment((bm, bn), "float32")
             T.clear(acc)
-            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=2):
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
                 T.copy(A[by * bm, k * bk], A_s)
                 if trans_b:
                     T.copy(B[bx * bn, k * bk], B_s)
@@ -72,7 +78,8 @@ def run_case(name: str, sim: bool = False) -> int:
 
     M, N, K, tiles, trans_b, threads, dtype, _ = CASES[name]
     os.environ["TILEAGENT_ENABLE_WGMMA"] = "1"
-    kernel = tileagent.compile(gemm(M, N, K, *tiles, trans_b, threads, dtype), target="sim" if sim else "cuda")
+    kernel = tileagent.compile(gemm(M, N, K, *tiles, trans_b, threads, dtype, STAGES.get(name, 2)),
+                               target="sim" if sim else "cuda")
     device = "cpu" if sim else "cuda"
     line = next((x.strip() for x in kernel.get_ir("thread").splitlines() if "T.gemm" in x), "?")
     print(f"    {line}")
