@@ -557,3 +557,111 @@ def test_ptxas_keeps_the_overlap(shared_example, wgmma_on, monkeypatch):
     _pipeline_output(monkeypatch, lambda out: [WgmmaWait(1, x.span) if isinstance(x, WgmmaWait) else x for x in out])
     kernel = tileagent.compile(shared_example("gemm_relu").matmul.fn(4096, 4096, 4096, 128, 128, 64), target="sim")
     assert any(r.startswith("(C7517) wgmma.wait_group is injected") for r in _remarks(kernel))
+
+
+# -- the overlap where the loop holds two gemms, or sits in an outer loop -----------------------------------------
+
+def _two_gemms(M, N, K, bm, bn, bk, stages):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B1: T.Tensor((K, N), "float16"), B2: T.Tensor((K, N), "float16"),
+             C1: T.Tensor((M, N), "float32"), C2: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B1_s = T.alloc_shared((bk, bn), "float16")
+            B2_s = T.alloc_shared((bk, bn), "float16")
+            acc1 = T.alloc_fragment((bm, bn), "float32")
+            acc2 = T.alloc_fragment((bm, bn), "float32")
+            T.clear(acc1)
+            T.clear(acc2)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, k * bk], A_s)
+                T.copy(B1[k * bk, bx * bn], B1_s)
+                T.copy(B2[k * bk, bx * bn], B2_s)
+                T.gemm(A_s, B1_s, acc1)
+                T.gemm(A_s, B2_s, acc2)
+            T.copy(acc1, C1[by * bm, bx * bn])
+            T.copy(acc2, C2[by * bm, bx * bn])
+    return main
+
+
+def _outer_loop(M, N, K, bm, bn, bk, stages, reps):
+    @T.prim_func
+    def main(A: T.Tensor((reps, M, K), "float16"), B: T.Tensor((reps, K, N), "float16"), C: T.Tensor((reps, M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            acc = T.alloc_fragment((bm, bn), "float32")
+            for r in T.serial(reps):
+                T.clear(acc)
+                for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                    T.copy(A[r, by * bm, k * bk], A_s)
+                    T.copy(B[r, k * bk, bx * bn], B_s)
+                    T.gemm(A_s, B_s, acc)
+                T.copy(acc, C[r, by * bm, bx * bn])
+    return main
+
+
+def test_overlap_with_two_gemms_in_one_loop(wgmma_on):
+    # both keep their group in flight: the second gemm's wait_group 1 retires the first's, and the first's retires
+    # the second's of the previous iteration, so the refill after the second barrier finds iteration k - 1 retired
+    kernel = tileagent.compile(_two_gemms(64, 64, 192, 64, 64, 64, 2), target="sim")
+    ir = kernel.get_ir("thread")
+    assert ir.count("wgmma.wait_group 1") == 2 and ir.count("wgmma.wait_group 0") == 1
+    a, b1, b2 = torch.randn(64, 192, dtype=torch.float16), *(torch.randn(192, 64, dtype=torch.float16) for _ in "12")
+    c1, c2 = torch.full((64, 64), float("nan")), torch.full((64, 64), float("nan"))
+    kernel(a, b1, b2, c1, c2)
+    torch.testing.assert_close(c1, a.float() @ b1.float(), rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(c2, a.float() @ b2.float(), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("K,stages", [(64, 3), (128, 3), (192, 2)])  # fewer iterations than stages; 2 stages
+def test_overlap_in_an_outer_loop(wgmma_on, K, stages):
+    # the pipeline's wait_group 0 after each inner loop, before the accumulator is stored and cleared again
+    kernel = tileagent.compile(_outer_loop(64, 64, K, 64, 64, 64, stages, 2), target="sim")
+    assert "wgmma.wait_group 1" in kernel.get_ir("thread")
+    a, b = torch.randn(2, 64, K, dtype=torch.float16), torch.randn(2, K, 64, dtype=torch.float16)
+    c = torch.full((2, 64, 64), float("nan"))
+    kernel(a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
+def _scaled_b(M, N, K, bm, bn, bk):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            acc = T.alloc_fragment((bm, bn), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=3):
+                T.copy(A[by * bm, k * bk], A_s)
+                for i, j in T.Parallel(bk, bn):  # a consumer writing the gemm's B operand with st.shared
+                    B_s[i, j] = B[k * bk + i, bx * bn + j] * T.float16(2)
+                T.gemm(A_s, B_s, acc)
+            T.copy(acc, C[by * bm, bx * bn])
+
+    return main
+
+
+def test_gemm_reading_a_tile_the_loop_writes_keeps_its_fence_and_wait(wgmma_on):
+    # B_s is written by a consumer (generic proxy, not a staged tile): the gemm keeps its own proxy fence + barrier
+    # and wait_group 0 (an in-flight wgmma would still read B_s when the next iteration rewrites it)
+    kernel = tileagent.compile(_scaled_b(64, 64, 192, 64, 64, 64), target="sim")
+    ir = kernel.get_ir("thread")
+    assert "wgmma.wait_group 1" not in ir and "fence.proxy.async.shared::cta; T.sync_threads(); wgmma.fence" in ir
+    a, b = torch.randn(64, 192, dtype=torch.float16), torch.randn(192, 64, dtype=torch.float16)
+    c = torch.full((64, 64), float("nan"))
+    kernel(a, b, c)
+    torch.testing.assert_close(c, a.float() @ (2 * b.float()), rtol=1e-3, atol=1e-3)
+
+
+def test_flash_attn_scores_keep_wait_0_with_the_pipelines_fence(shared_example, wgmma_on):
+    # the softmax reads Q @ K^T's accumulator in the same iteration: no overlap; no store to shared memory comes
+    # before the gemm in the iteration, so its fence is wgmma.fence alone after the pipeline's proxy fence + barrier
+    fa = shared_example("flash_attn_fwd")
+    ir = tileagent.compile(fa.flash_attn_fwd.fn(1, 1, 72, 128, False, 64, 32, 2, 128), target="sim").get_ir("thread")
+    assert "wgmma.wait_group 1" not in ir and "wgmma.wait_group 0" in ir
+    assert "T.sync_threads(); wgmma.fence" not in ir
+    lines = [x.strip() for x in ir.splitlines()]
+    at = lines.index("fence.proxy.async.shared::cta")
+    assert lines[at + 1] == "T.sync_threads()" and "wgmma.fence" in lines[at + 2:]
