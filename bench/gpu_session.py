@@ -39,7 +39,7 @@ class Step:
 STEPS = (
     # group 1: the Hopper path (issue 12), compile latency (issue 11), every GPU test
     Step("wgmma_probe", 1, "python bench/wgmma_probe.py", 90,
-         "first contact: 11 small wgmma gemms, exact; names the swizzle/SBO/LBO at fault"),
+         "first contact: 13 small wgmma gemms (2 with groups in flight), exact; names the swizzle/SBO/LBO at fault"),
     Step("wgmma_tests", 1, "python -m pytest -q -x tests/test_gpu.py -k wgmma", 90,
          "gemm_relu schedules and flash_attn Q@K^T on wgmma against torch", after="wgmma_probe"),
     Step("wgmma_gemm", 1, "python bench/wgmma_gemm.py --sizes 4096 8192", 150,
