@@ -2,17 +2,17 @@
 cuBLAS, all timed in this run (CUDA events, L2 flushed, medians; bench.memory_bound.bench).
 
 Usage (H200): TILEAGENT_SHARED=/path/to/shared python bench/wgmma_gemm.py [--sizes 4096 8192] [--dtype float16]
-Per size it first checks each kernel against relu(a @ b) (fp32 reference, rtol/atol 2e-2 scaled by sqrt(K)) and
-times only the correct ones (a wrong kernel prints WRONG and its max error), then prints TFLOP/s of: the example's
-own tiles 128/128/64 with wgmma on and off (off = mma.sync, the same program), tiles 128/64/64 with wgmma on, the
-drafter's 128/256/32 on 256 threads with wgmma on, cuBLAS a @ b and relu(a @ b). The example's tiles also run with
-the overlap off (TILEAGENT_WGMMA_OVERLAP=0: wait_group 0 in every K iteration and the refill before the gemm, as
-before the overlap, but with the pipeline's one barrier per iteration instead of two) for a same-run A/B, and the prompt example at 128/256/64 on 256 threads (3 and 4 stages of 48 KB: one block per SM)
-and 128/128/64 with 4 stages (the 4-stage ones with the overlap on and off) as larger-tile / deeper-pipeline data
-points for the autotuner: with s stages the overlap keeps the loads only about s - 2 iterations ahead. Each kernel's line
-names the instruction its gemm lowered to ("wgmma": overlapped, "wgmma, no overlap", "mma.sync"), so a silent
-fallback is visible. Exit status 1 when a kernel is wrong or a wgmma-on kernel did not get the schedule its line
-asks for. Runs in well under 2 minutes.
+Per size it first checks each kernel against relu(a @ b) (fp32 reference, rtol/atol 2e-2 scaled by sqrt(K)) and times
+only the correct ones (a wrong kernel prints WRONG and its max error), then prints TFLOP/s of: the example's own tiles
+128/128/64 with wgmma on and off (off = mma.sync, the same program), tiles 128/64/64 with wgmma on, the drafter's
+128/256/32 on 256 threads with wgmma on, cuBLAS a @ b and relu(a @ b). The example's tiles also run with the overlap
+off (TILEAGENT_WGMMA_OVERLAP=0: wait_group 0 in every K iteration and the refill before the gemm, as before the
+overlap, but with the pipeline's one barrier per iteration instead of two) for a same-run A/B, and the prompt example
+at 128/256/64 on 256 threads (3 and 4 stages of 48 KB: one block per SM) and 128/128/64 with 4 stages (the 4-stage
+ones with the overlap on and off) as larger-tile / deeper-pipeline data points for the autotuner: with s stages the
+overlap keeps the loads only about s - 2 iterations ahead. Each kernel's line names the instruction its gemm lowered
+to ("wgmma": overlapped, "wgmma, no overlap", "mma.sync"), so a silent fallback is visible. Exit status 1 when a
+kernel is wrong or a wgmma-on kernel did not get the schedule its line asks for. Runs in well under 2 minutes.
 """
 
 from __future__ import annotations
