@@ -14,7 +14,9 @@ Guarantees, for every config (and each tail config of its free dims):
   the reference has the same value at the same place;
 - a failing call is run once more on fresh buffers at a new address: if the calls disagree the candidate is stateful
   or caches by identity (``GuardViolation`` rule inconsistent-runs), else it is a ``Mismatch``;
-- degenerate references (an output below atol everywhere, or constant) are flagged in ``ConfigResult.notes``.
+- degenerate references (an output below atol everywhere, or constant) are flagged in ``ConfigResult.notes``;
+- the indices of a (values, indices) pair (top-k, sort) may list the reference's indices of equal values in another
+  order along the last dim (``compare_indices``: the order of ties is not defined); anything else is a mismatch.
 
 Raises the first ``CandidateError`` (``Mismatch``, ``GuardViolation``, ``CompileFailed``, ``RunFailed``,
 ``LoadFailed``) with the details the agent needs, or ``SpecError`` when the reference itself fails.
@@ -273,12 +275,61 @@ class _ConfigCheck:
                             call=call, **where)
         for k, (o, r) in enumerate(zip(outs, ref)):
             failure = self.compare_one(k, o, r, self.spec.tolerance(r.dtype), where, call)
+            if failure and k > 0 and failure.details.get("index") is not None:
+                failure = self.compare_indices(k, outs, ref, failure)
             if failure and oracle is not None and failure.details.get("index") is not None:
                 truth = oracle()
                 if truth is not None:
                     failure = self.compare_oracle(k, o, r, truth[k], self.spec.tolerance(r.dtype), where, failure)
             if failure:
                 return failure
+        return None
+
+    def compare_indices(self, k: int, outs, ref, failure: Mismatch) -> Mismatch | None:
+        """The rule for the indices of equal values (``torch.topk``, ``sort``, ``max(dim)`` return (values, indices),
+        and the order of equal values among the indices is not defined: CUDA's top-k sorts its selection with a
+        bitonic sort): an integer output ``k`` right after a floating output of its shape (the values) may differ from
+        the reference's indices only by a permutation, within a row (the last dim), of positions whose reference
+        values are equal within the values' tolerance. Then each index the candidate returns is one the reference
+        returned at a position of the same value, so it selects the same element; the values themselves are checked
+        as output ``k - 1``. Returns None (accepted, with a note) or ``failure`` saying why the rule did not apply. An
+        index the reference did not return (a tie at the k-th value with an element left out) cannot be verified
+        from the outputs and stays a mismatch."""
+        o, r, values = outs[k], ref[k], ref[k - 1]
+        if o.is_floating_point() or r.is_floating_point() or not isinstance(values, torch.Tensor) or \
+                not values.is_floating_point() or tuple(values.shape) != tuple(r.shape) or \
+                tuple(o.shape) != tuple(r.shape) or r.dim() == 0:
+            return failure
+        tol = self.spec.tolerance(values.dtype)
+        n = r.shape[-1]
+        oi, ri = o.detach().reshape(-1, n).long().cpu(), r.detach().reshape(-1, n).long().cpu()
+        rv = values.detach().reshape(-1, n).to(torch.float64).cpu()
+        rows = (oi != ri).any(dim=1).nonzero().flatten()
+        unmatched = 0
+        for row in rows.tolist():
+            free = {}  # reference index -> its positions not yet matched, among the differing positions
+            differ = (oi[row] != ri[row]).nonzero().flatten().tolist()
+            for t in differ:
+                free.setdefault(int(ri[row, t]), []).append(t)
+            for t in differ:
+                want, ok = rv[row, t], None
+                for u in free.get(int(oi[row, t]), []):
+                    if abs(float(rv[row, u]) - float(want)) <= tol.atol + tol.rtol * abs(float(want)):
+                        ok = u
+                        break
+                if ok is None:
+                    unmatched += 1
+                else:
+                    free[int(oi[row, t])].remove(ok)
+        if unmatched:
+            failure.message = (f"{failure.message}; {unmatched} differing index(es) are not the reference's indices of "
+                               f"equal values (within atol={tol.atol:g} + rtol={tol.rtol:g} of output {k - 1}) in "
+                               f"another order along the last dim")
+            failure.args = (failure.message,)
+            failure.details["indices_not_tied"] = unmatched
+            return failure
+        self.note(f"output {k}: indices that differ from the reference's only in the order of equal values (output "
+                  f"{k - 1} within its tolerance; the same elements selected in each row) were accepted")
         return None
 
     def compare_oracle(self, k: int, out, ref, truth, tol: Tolerance, where: dict, failure: Mismatch):

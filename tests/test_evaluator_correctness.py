@@ -302,3 +302,39 @@ def test_without_a_float64_oracle_the_fixed_rule_decides(tmp_path):
     with pytest.raises(Mismatch) as info:
         check_candidate(spec, path, seeds=1, distributions=["normal"])
     assert "oracle" not in info.value.message
+
+
+def _topk_check():
+    from tileagent.evaluator.correctness import _ConfigCheck
+
+    spec = load_spec(REPO / "bench" / "suite" / "softmax_topk.py")
+    where = {"config": {"M": 2, "E": 6, "K": 3}, "seed": 0, "distribution": "offset"}
+    return _ConfigCheck(spec, None, "cpu", 0), where
+
+
+def test_indices_of_equal_values_may_come_in_another_order():
+    """torch.topk leaves the order of equal values undefined (CUDA sorts its selection with a bitonic sort): the
+    candidate's indices may list the reference's indices of tied values (within the values' tolerance) in another
+    order along the last dim; the check says it accepted that."""
+    check, where = _topk_check()
+    values = torch.tensor([[0.5, 0.25, 0.25], [0.4, 0.3, 0.3 + 1e-9]])
+    ref = (values, torch.tensor([[3, 1, 4], [0, 5, 2]]))
+    outs = (values.clone(), torch.tensor([[3, 4, 1], [0, 2, 5]]))
+    assert check.compare(outs, ref, where, 1) is None
+    assert any("order of equal values" in n for n in check.notes)
+
+
+@pytest.mark.parametrize("indices, why", [
+    ([[1, 3, 4], [0, 5, 2]], "a permutation of untied values"),
+    ([[3, 1, 2], [0, 5, 2]], "an index the reference did not return (a tie at the k-th value cannot be verified)"),
+    ([[3, 1, 1], [0, 5, 2]], "the same index twice"),
+])
+def test_indices_that_select_other_elements_are_a_mismatch(indices, why):
+    check, where = _topk_check()
+    values = torch.tensor([[0.5, 0.25, 0.25], [0.4, 0.3, 0.3]])
+    ref = (values, torch.tensor([[3, 1, 4], [0, 5, 2]]))
+    failure = check.compare((values.clone(), torch.tensor(indices)), ref, where, 1)
+    assert isinstance(failure, Mismatch), why
+    assert failure.message.startswith("output 1 differs from the reference at index (0, ")
+    assert "are not the reference's indices of equal values (within atol=" in failure.message, failure.message
+    assert not check.notes

@@ -187,10 +187,16 @@ def test_round_is_half_to_even_for_every_float(tmp_path):
         """, "[torch.randn(4, 64)]")
     _, module = _candidate("rnd", tmp_path, path)
     below_half = float(torch.nextafter(torch.tensor(0.5), torch.tensor(0.0)))
-    values = [below_half / 2, 0.25, 0.75, 1.25, -0.25, -0.75, -1.25, 3.1, -3.1, 2.0 ** 22 + 0.25, 1e30, 0.0]
-    x = torch.tensor(values * 22, dtype=torch.float32)[:256].view(4, 64)
+    values = [below_half / 2, 0.25, 0.75, 1.25, -0.25, -0.75, -1.25, 3.1, -3.1, 2.0 ** 22 + 0.25, 1e30, 0.0,
+              # around 2**23, where the kernel's "+ 2**23 - 2**23" stops and every float is an integer
+              2.0 ** 21 + 0.25, 2.0 ** 21 + 0.75, 2.0 ** 22 - 0.25, -(2.0 ** 22 - 0.25), 2.0 ** 22 - 0.75, 2.0 ** 22,
+              -0.15, -0.0, float("inf"), float("-inf"), float("nan")]
+    x = torch.tensor(values * 12, dtype=torch.float32)[:256].view(4, 64)
     out = module["ModelNew"]()(x)
-    assert torch.equal(out, torch.round(x * 2.0))
+    expected = torch.round(x * 2.0)
+    assert torch.equal(out.isnan(), expected.isnan())
+    assert torch.equal(out.nan_to_num(), expected.nan_to_num())
+    assert torch.equal(out.signbit() & ~expected.isnan(), expected.signbit() & ~expected.isnan())  # round(-0.3): -0.0
 
 
 def test_buffers_of_submodules_are_read_after_the_model_moves(tmp_path):

@@ -233,6 +233,7 @@ class KernelWriter:
         self.counter = 0
         self.params: dict = {}  # name -> (declaration, forward argument)
         self.allocs: dict = {}
+        self.alloc_dtype: dict = {}  # fragment -> its dtype when not float32 (an integer output's tile)
         self.frag_of: dict = {}
         self.done: set = set()
         self.red_alias: dict = {}  # reduction number -> the earlier one computing the same values
@@ -467,10 +468,14 @@ class KernelWriter:
                 name = f"o{n}"
                 idx = unravel(k.flat, o.shape)
                 val = o.load(cx, idx)
-                tile = k.flat == k.row.scale(k.R) + k.col and o.kind == FLOAT
-                if tile:
+                tile = k.flat == k.row.scale(k.R) + k.col and o.kind in (FLOAT, INT)
+                if tile:  # a fragment of the output's values, stored with T.copy: full-width vector stores
                     self.allocs[f"f_{name}"] = "(BM, BR)"
-                    stmts.append(f"f_{name}[i, j] = {cx.convert(o, val, FLOAT)}")
+                    if o.kind == FLOAT:
+                        stmts.append(f"f_{name}[i, j] = {cx.convert(o, val, FLOAT)}")
+                    else:  # integers: a fragment of the output's dtype (an int8 output stored a byte per store)
+                        self.alloc_dtype[f"f_{name}"] = DT[o.dtype]
+                        stmts.append(f"f_{name}[i, j] = T.cast({cx.convert(o, val, INT)}, \"{DT[o.dtype]}\")")
                     stores.append(f"T.copy(f_{name}, {name}[bm * BM, {self.col_origin()}])")
                     out_params.append((name, f"{name}: T.Tensor(({k.X.t}, {k.R.t}), \"{DT[o.dtype]}\")", n))
                 else:
@@ -608,10 +613,12 @@ class KernelWriter:
         split = bool(self.split_reduces)
         on_cuda = _uses("\n".join(body), ON_CUDA)  # torch's device-dependent rounding (values._scalar_division)
         factory_args = syms + dts + [ON_CUDA] * on_cuda + ["BM", "BR", "THREADS"] + (["SPLIT"] if split else [])
-        allocs = [" " * 12 + f"{n} = T.alloc_fragment({shape}, \"float32\")" for n, shape in self.allocs.items()
-                  if not split or n not in self.allocs2]
+        dt = self.alloc_dtype
+        allocs = [" " * 12 + f"{n} = T.alloc_fragment({shape}, \"{dt.get(n, 'float32')}\")"
+                  for n, shape in self.allocs.items() if not split or n not in self.allocs2]
         if split:  # the second scope: combine the partials of every row, then the per-row outputs
-            second = [" " * 12 + f"{n} = T.alloc_fragment({self.allocs[n]}, \"float32\")" for n in self.allocs2]
+            second = [" " * 12 + f"{n} = T.alloc_fragment({self.allocs[n]}, \"{dt.get(n, 'float32')}\")"
+                      for n in self.allocs2]
             second += [" " * 12 + "part = T.alloc_fragment((SPLIT, BM), \"float32\")"]
             for n_red, op, ws in self.split_reduces:
                 second += [" " * 12 + f"red{n_red} = T.alloc_fragment((BM,), \"float32\")",
@@ -637,12 +644,28 @@ class KernelWriter:
                                  sorted({g.name: g for _, (_, _, g) in ins if g is not None}.values(),
                                         key=lambda g: g.name)] + [f"{self.plan.globals[0].ref}.is_cuda"] * on_cuda)
         topk = any(isinstance(r, TopK) for r in k.reduces)
-        sched = f"schedule({k.X.t}, {k.R.t}, {'True' if k.pointwise else 'False'}, {'True' if topk else 'False'})"
+        sched = f"schedule({k.X.t}, {k.R.t}, {'True' if k.pointwise else 'False'}, {'True' if topk else 'False'}" + \
+            (", True)" if _rereads(body) else ")")
         if split:
             sched = f"schedule_split({k.X.t}, {k.R.t})"
         call = f"{fname}({args}{', ' if args else ''}*{sched})({', '.join(arg for _, (_, arg, _) in ins)})"
         outs = [f"o{n}" if n is not None else name for name, _, n in out_params]
         return "\n".join(text) + "\n", (call, outs)
+
+
+def _rereads(body: list[str]) -> bool:
+    """Whether a kernel's body passes over the column tiles of a row more than once when a row spans several tiles
+    (``for kk in T.serial(NK)`` loops outside the ``if NK == 1:`` branches, which work on registers)."""
+    passes, skip = 0, None
+    for line in body:
+        indent = len(line) - len(line.lstrip())
+        if skip is not None and line.strip() and indent <= skip:
+            skip = None
+        if skip is None and line.strip().startswith("if NK == 1:"):
+            skip = indent
+        elif skip is None and line.strip().startswith(("for kk in T.serial(NK)", "for kt in T.serial(CH)")):
+            passes += 1
+    return passes > 1
 
 
 def _uses(text: str, name: str) -> bool:

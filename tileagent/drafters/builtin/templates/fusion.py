@@ -27,10 +27,14 @@ VARIANTS = [
 ]
 
 SCHEDULE = '''
-def schedule(NX, NR, pointwise, topk):
+def schedule(NX, NR, pointwise, topk, reread=False):
     """(BM, BR, THREADS) for NX rows of NR columns: BR the row length as a power of two (up to BR_MAX, 512 for a
-    pointwise kernel; the whole row for top-k), BM rows so a thread holds about PER_THREAD values."""
+    pointwise kernel; the whole row for top-k), BM rows so a thread holds about PER_THREAD values. ``reread``: the
+    kernel passes over a row more than once (a reduction, then outputs of the row's size): a row of up to
+    512 * PER_THREAD values is then one tile held in registers (up to 512 threads), read from memory once."""
     cap = 512 if pointwise else (1 << 16 if topk else BR_MAX)
+    if reread and NR > cap and NR <= 512 * PER_THREAD:
+        cap = NR
     br = 32
     while br < NR and br < cap:
         br *= 2
@@ -40,6 +44,8 @@ def schedule(NX, NR, pointwise, topk):
         rows *= 2
     bm = min(bm, rows)
     threads = THREADS
+    while threads < 512 and threads * PER_THREAD < bm * br:
+        threads *= 2
     while threads > 32 and bm * br < threads * 4:
         threads //= 2
     return bm, br, threads
