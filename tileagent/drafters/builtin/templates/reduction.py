@@ -70,10 +70,13 @@ def accumulate(op: str, compensated: bool, pad: int) -> str:
     p = " " * pad
     if not (compensated and op in COMPENSATED):
         return f"{p}acc[i, j] = {COMBINE[op].format(v='v')}\n"
-    return (f"{p}y = v - comp[i, j]\n"
-            f"{p}t = acc[i, j] + y\n"
-            f"{p}comp[i, j] = (t - acc[i, j]) - y\n"
-            f"{p}acc[i, j] = t\n")
+    return (f"{p}if KAHAN:  # a float32 output; a float16/bfloat16 one rounds far coarser than the drift\n"
+            f"{p}    y = v - comp[i, j]\n"
+            f"{p}    t = acc[i, j] + y\n"
+            f"{p}    comp[i, j] = (t - acc[i, j]) - y\n"
+            f"{p}    acc[i, j] = t\n"
+            f"{p}else:\n"
+            f"{p}    acc[i, j] = acc[i, j] + v\n")
 
 
 def comp_alloc(op: str, compensated: bool, rows: str, cols: str) -> str:
@@ -118,7 +121,8 @@ def render(match: FamilyMatch, knobs: dict) -> str:
             out_loop = "block_m"
         else:
             head = ("def reduce_cols(D, B, block_k, block_n, threads, d_x, out_dtype{c}):\n"
-                    "    A = T.dynamic(\"A\")  # the product of the dims before the reduced ones\n\n"
+                    "    A = T.dynamic(\"A\")  # the product of the dims before the reduced ones\n"
+                    "    KAHAN = out_dtype in (\"float32\", \"float64\")  # compensated sums for float32 outputs\n\n"
                     "    @T.prim_func\n"
                     "    def main(g_x: T.Tensor((A, D, B), d_x), out: T.Tensor((A, 1, B), out_dtype)):\n"
                     "        with T.Kernel(T.ceildiv(B, block_n), A, threads=threads) as (bn, a):\n"
@@ -147,6 +151,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
         return (f"@tileagent.jit(out_idx=[1, 2]{common.pass_configs(match)})\n"
                 f"def reduce_cols_split(D, B, split, block_k, block_n, threads, d_x, out_dtype{cparams}):\n"
                 "    A = T.dynamic(\"A\")\n"
+                "    KAHAN = out_dtype in (\"float32\", \"float64\")  # compensated sums for float32 outputs\n"
                 "    chunk = (((D + split - 1) // split + block_k - 1) // block_k) * block_k  # rows per split block\n\n"
                 "    @T.prim_func\n"
                 "    def main(g_x: T.Tensor((A, D, B), d_x), out: T.Tensor((A, 1, B), out_dtype),\n"
