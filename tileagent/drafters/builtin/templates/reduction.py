@@ -40,19 +40,25 @@ def schedule_rows(D):
     return max(1, THREADS * PER_THREAD // block_d), block_d, THREADS
 
 
-def schedule_split(A, D, B, block_k, block_n):
+def schedule_split(A, D, B, block_k, block_n, kahan=True):
     """Blocks along the reduced dim when too few (A, column tile) pairs fill the GPU (132 SMs): each reduces a chunk
-    of at least 4 tiles into a float32 partial, a second pass combines them. 1: no split."""
+    of at least 4 tiles into a float32 partial, a second pass combines them. 1: no split. The target is the blocks
+    that can be resident at once: about 4 per SM with compensated sums (~110 registers), 8 without (~72)."""
     blocks = A * ((B + block_n - 1) // block_n)
+    target = 264 if kahan else 1024
     split = 1
-    while blocks * split < 264 and split < 64 and D >= 8 * block_k * split:
+    while blocks * split < target and split < 64 and D >= 8 * block_k * split:
         split *= 2
     return split
 
 
-def schedule_cols(D, B):
-    """(block_k, block_n, threads) for columns of height D and B columns."""
+def schedule_cols(D, B, A=1, kahan=True):
+    """(block_k, block_n, threads) for A groups of B columns of height D: block_n the columns as a power of two in
+    [32, 128]; without compensation (a float16/bfloat16 output, ~72 registers: 7 blocks per SM can be resident)
+    halved down to 64 while fewer than 1024 blocks would run, so each SM has more loads in flight."""
     block_n = pow2_at_least(B, 32, 128)
+    while not kahan and block_n > 64 and A * ((B + block_n - 1) // block_n) < 1024:
+        block_n //= 2
     return max(1, THREADS * PER_THREAD // block_n), block_n, THREADS
 '''
 
@@ -103,7 +109,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
 
     def kernel(kind: str) -> str:
         i, tile = ("j", "block_d") if kind == "rows" else ("i", "block_k")
-        pre_stmts, pre = common.body(match, match.pre, {}, "x[i, j]", 20)
+        pre_stmts, pre = common.body(match, match.pre, {}, "T.cast(x[i, j], \"float32\")", 20)
         scale = " * (1.0 / D)" if op == "mean" else ""
         post_stmts, post = common.body(match, match.expr, {}, "v", 16)
         k = "j" if kind == "cols" else "i"
@@ -126,7 +132,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                     "    @T.prim_func\n"
                     "    def main(g_x: T.Tensor((A, D, B), d_x), out: T.Tensor((A, 1, B), out_dtype)):\n"
                     "        with T.Kernel(T.ceildiv(B, block_n), A, threads=threads) as (bn, a):\n"
-                    "            x = T.alloc_fragment((block_k, block_n), \"float32\")\n"
+                    "            x = T.alloc_fragment((block_k, block_n), d_x)  # the input's dtype: fewer registers\n"
                     "            acc = T.alloc_fragment((block_k, block_n), \"float32\")\n"
                     "            r = T.alloc_fragment((block_n,), \"float32\")\n")
             load = "                T.copy(g_x[a, k * block_k, bn * block_n], x)  # columns past B read as 0\n"
@@ -145,7 +151,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                 f"                r[{k}] = {post}\n" + store + "\n    return main\n")
 
     def split_kernel() -> str:
-        pre_stmts, pre = common.body(match, match.pre, {}, "x[i, j]", 20)
+        pre_stmts, pre = common.body(match, match.pre, {}, "T.cast(x[i, j], \"float32\")", 20)
         post_stmts, post = common.body(match, match.expr, {}, "v", 16)
         scale = " * (1.0 / D)" if op == "mean" else ""
         return (f"@tileagent.jit(out_idx=[1, 2]{common.pass_configs(match)})\n"
@@ -157,7 +163,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                 "    def main(g_x: T.Tensor((A, D, B), d_x), out: T.Tensor((A, 1, B), out_dtype),\n"
                 "             ws: T.Tensor((A, split, B), \"float32\")):\n"
                 "        with T.Kernel(T.ceildiv(B, block_n), A, split, threads=threads) as (bn, a, sp):\n"
-                "            x = T.alloc_fragment((block_k, block_n), \"float32\")\n"
+                "            x = T.alloc_fragment((block_k, block_n), d_x)  # the input's dtype: fewer registers\n"
                 "            acc = T.alloc_fragment((block_k, block_n), \"float32\")\n"
                 "            r = T.alloc_fragment((block_n,), \"float32\")\n"
                 f"            T.fill(acc, {init})\n" + comp_alloc(op, True, "block_k", "block_n") +
@@ -194,8 +200,9 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                f"            block_m, block_d, threads = schedule_rows(D)\n"
                f"            y = reduce_rows(D, block_m, block_d, threads, {dt})({x_ref}.view(A, D))\n"
                f"        else:\n"
-               f"            block_k, block_n, threads = schedule_cols(D, B)\n"
-               f"            split = SPLIT or schedule_split(A, D, B, block_k, block_n)\n"
+               f"            kahan = {common.out_dtype_ref(match, x_ref)} in (\"float32\", \"float64\")\n"
+               f"            block_k, block_n, threads = schedule_cols(D, B, A, kahan)\n"
+               f"            split = SPLIT or schedule_split(A, D, B, block_k, block_n, kahan)\n"
                f"            if split == 1:\n"
                f"                y = reduce_cols(D, B, block_k, block_n, threads, {dt})({x_ref}.view(A, D, B))\n"
                f"            else:\n"
