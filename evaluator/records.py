@@ -57,6 +57,9 @@ class ConfigResult(BaseModel):
     """The outcome for one config of the grid."""
 
     config: dict
+    evaluated_at: dict | None = Field(None, description="the config checked, where it differs from ``config`` (on "
+                                      "the CPU, a config too large for the interpreter is checked at SMALL_CONFIG's "
+                                      "sizes)")
     correct: bool
     checks: int = Field(0, description="candidate runs compared with the reference")
     max_abs_err: float | None = None

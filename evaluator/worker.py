@@ -165,10 +165,13 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
             read_candidate(request.kernel_path)  # the static rules, before any of the candidate's code runs
             sandbox = stack.enter_context(Sandbox(request.kernel_path, device, lowering_check=device == "cpu"))
         first: EvalError | None = None
+        done: dict[str, ConfigResult] = {}  # run config -> its result, for configs the interpreter checks alike
         for index, config in enumerate(configs):
+            run, note = interpreter_config(spec, config) if device == "cpu" else (config, None)
+            key = repr(sorted(run.items()))
             try:
-                checked = _check_config(request, spec, config, index, device, timed, progress, check_candidate,
-                                        sandbox)
+                checked = done.get(key) or _check_config(request, spec, run, index, device, timed, progress,
+                                                         check_candidate, sandbox)
             except KeyboardInterrupt:
                 raise
             except BaseException as e:  # noqa: BLE001 - with keep_going a candidate's fault ends this config only
@@ -178,11 +181,15 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
                 if not isinstance(error, CandidateError):
                     raise
                 first = first or error
-                checked = ConfigResult(config=config, correct=False, notes=[f"{status_of(error)}: {error.message}"])
+                checked = ConfigResult(config=run, correct=False, notes=[f"{status_of(error)}: {error.message}"])
+            done[key] = checked
+            if run != config:
+                checked = checked.model_copy(update={"config": config, "evaluated_at": run,
+                                                     "notes": [note, *checked.notes]})
             result.configs.append(checked)
             progress.config(checked)
             if not checked.correct and first is None:
-                first = Mismatch(f"config {config}: outputs differ from the reference", config=config)
+                first = Mismatch(f"config {run}: outputs differ from the reference", config=run)
             if first is not None and not request.keep_going:
                 raise first
         if first is not None:
@@ -211,6 +218,33 @@ def _gpu_lowering_checked(enabled: bool):
     from tileagent.compiler.jit import compile_defaults
 
     return compile_defaults(lowering_check=True) if enabled else contextlib.nullcontext()
+
+
+INTERPRETER_INPUT_ELEMENTS = 1 << 18
+"""On the CPU, a config whose inputs hold more elements than this is checked at the reference's SMALL_CONFIG sizes
+(the interpreter needs minutes for a few hundred thousand elements; see ``interpreter_config``)."""
+
+
+def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
+    """The config the CPU interpreter checks for ``config``, and why it differs: ``config`` itself when its inputs
+    hold at most ``INTERPRETER_INPUT_ELEMENTS`` elements (counted on the meta device), when their size cannot be
+    told without real values, or when the reference states no SMALL_CONFIG; else ``config`` with each integer key
+    that SMALL_CONFIG states lowered to SMALL_CONFIG's value (other keys, and keys already smaller, kept)."""
+    small = spec.small_config or {}
+    sized = {k: v for k, v in small.items() if type(v) is int and type(config.get(k)) is int and v < config[k]}
+    if not sized:
+        return config, None
+    try:
+        elements = sum(t.numel() for t in spec.sample_inputs(config, 0, "meta"))
+    except Exception:  # noqa: BLE001 - get_inputs needs real values: keep the config as stated
+        return config, None
+    if elements <= INTERPRETER_INPUT_ELEMENTS:
+        return config, None
+    run = {**config, **sized}
+    text = ", ".join(f"{k}={v}" for k, v in run.items())
+    return run, (f"checked at {text} on the CPU interpreter (the reference's SMALL_CONFIG sizes): the inputs of "
+                 f"{', '.join(f'{k}={v}' for k, v in config.items())} hold {elements:,} elements, more than the "
+                 f"interpreter checks in time ({INTERPRETER_INPUT_ELEMENTS:,}); a GPU checks the config as stated")
 
 
 def _plans(request: EvalRequest, spec, configs: list[dict], device: str, sandbox, progress: Progress) -> list[dict]:

@@ -324,3 +324,48 @@ def test_real_evaluation_contains_a_hang_and_an_oom_and_goes_on(tmp_path):
         assert worker.restarts == 2
         after = worker.evaluate(request("honest"))
         assert after.status == "ok" and after.configs[0].correct and not after.timing_available
+
+
+BIG_REFERENCE = """
+import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+CONFIGS = [{"M": 4, "N": 1000}, {"M": 8, "N": 65536}, {"M": 16, "N": 65536}, {"M": 8, "N": 40}]
+SMALL_CONFIG = {"M": 2, "N": 64}
+def get_inputs(M, N):
+    return [torch.randn(M, N)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_on_the_cpu_a_config_too_large_for_the_interpreter_is_checked_at_small_config_sizes(tmp_path):
+    """Inputs over INTERPRETER_INPUT_ELEMENTS (8 x 65536 > 2**18) are checked at SMALL_CONFIG's sizes, once for all
+    configs that come down to the same size; the result keeps the config as stated, names the size checked, and says
+    why. A config under the limit, or already smaller than SMALL_CONFIG on a key, keeps its sizes (issue 19: the
+    played LLM waited 420 s per turn for the interpreter on full-size non-free dims)."""
+    from tileagent.evaluator.records import ConfigResult
+    from tileagent.evaluator.worker import evaluate
+    from tileagent.feedback import render_feedback
+
+    ref = tmp_path / "ref.py"
+    ref.write_text(BIG_REFERENCE)
+    checked = []
+
+    def check(spec, kernel_path, device, configs, seeds, **kw):
+        checked.append(configs[0])
+        return [ConfigResult(config=configs[0], correct=True, checks=seeds)]
+
+    request = EvalRequest(kernel_path=str(ref), reference_path=str(ref), device="cpu", seeds=1)
+    result = evaluate(request, check_candidate=check)
+    assert result.status == "ok"
+    assert checked == [{"M": 4, "N": 1000}, {"M": 2, "N": 64}, {"M": 8, "N": 40}]
+    assert [(c.config, c.evaluated_at) for c in result.configs] == [
+        ({"M": 4, "N": 1000}, None), ({"M": 8, "N": 65536}, {"M": 2, "N": 64}),
+        ({"M": 16, "N": 65536}, {"M": 2, "N": 64}), ({"M": 8, "N": 40}, None)]
+    assert result.configs[1].notes == [
+        "checked at M=2, N=64 on the CPU interpreter (the reference's SMALL_CONFIG sizes): the inputs of M=8, N=65536 "
+        "hold 524,288 elements, more than the interpreter checks in time (262,144); a GPU checks the config as stated"]
+    assert "Checked at the reference's SMALL_CONFIG sizes (inputs too large for the interpreter): M=8, N=65536 at " \
+           "M=2, N=64; M=16, N=65536 at M=2, N=64." in render_feedback(result)

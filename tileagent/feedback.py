@@ -89,7 +89,10 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         if result.timing_available and all(c.candidate is not None for c in result.configs):
             return render("feedback.timing", device=device, rows=timing_rows(result.configs),
                           verdict=verdict(result.configs, target), target=_num(target)) + cost
-        return UNTIMED_OK.format(configs=len(result.configs), device=device) + cost
+        smaller = [f"{_cfg(c.config)} at {_cfg(c.evaluated_at)}" for c in result.configs if c.evaluated_at]
+        checked = (f"\nChecked at the reference's SMALL_CONFIG sizes (inputs too large for the interpreter): "
+                   f"{'; '.join(smaller)}.") if smaller else ""
+        return UNTIMED_OK.format(configs=len(result.configs), device=device) + checked + cost
     if status == "compile_error" and isinstance(failure.get("diagnostic"), dict):
         d = failure["diagnostic"]
         notes = d.get("notes") or []
@@ -112,7 +115,8 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
     if status == "guard_violation":
         return render("feedback.guard_violation", rule=failure.get("rule", "?"), message=result.message)
     if status == "timeout" and not device.startswith("cuda"):
-        correct = [_cfg(c.config) for c in result.configs if c.correct]
+        correct = [_cfg(c.config) + (f" (at {_cfg(c.evaluated_at)})" if c.evaluated_at else "")
+                   for c in result.configs if c.correct]
         passed = f"\nChecked correct before the timeout: {'; '.join(correct)}." if correct else ""
         return render("feedback.cpu_timeout", message=result.message, passed=passed)
     if status in ("timeout", "crash"):

@@ -293,9 +293,10 @@ class Loop:
         note = ""
         if any(rc.eval != rc.spec for rc in self.o.configs):
             real = "\n".join(f"- {', '.join(f'{k}={v}' for k, v in rc.spec.items())}" for rc in self.o.configs)
-            note = ("Evaluated on the CPU interpreter with the free dims (FREE_DIMS) at their SMALL_CONFIG sizes; "
-                    "the kernel must still work for any size of those dims. The configs it is made for (and is "
-                    f"timed on, on a GPU):\n{real}")
+            note = ("Evaluated on the CPU interpreter with the free dims (FREE_DIMS) at their SMALL_CONFIG sizes "
+                    "(and a config whose inputs are still too large for the interpreter at SMALL_CONFIG's sizes of "
+                    "every key: the feedback names the size checked); the kernel must still work for any size of "
+                    f"those dims. The configs it is made for (and is timed on, on a GPU):\n{real}")
         messages = build_messages(device=self.o.device, reference_path=self.o.reference,
                                   reference_source=self.reference_source, configs=pending, turn=turn,
                                   n=self.o.candidates, history=history, best=best, examples=self.examples(),

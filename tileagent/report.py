@@ -35,7 +35,7 @@ class ConfigRow(BaseModel):
     """One config of the run and the kernel serving it."""
 
     config: dict = Field(description="the config as the reference's grid states it (what the export serves)")
-    evaluated_at: dict = Field(description="the config the evaluator ran (free dims reduced on the CPU)")
+    evaluated_at: dict = Field(description="the config the evaluator ran (reduced on the CPU: see configs.py and evaluator.worker.interpreter_config)")
     correct: bool
     attempt_id: str | None = Field(description="the attempt serving the config (attempts/<id>/), None if none")
     tunables: dict = Field(default_factory=dict, description="knob values assigned in the served kernel")
@@ -84,7 +84,7 @@ def rows(options, outcome, meets_target) -> list[dict]:
         b = outcome.best.get(config_key(rc.eval))
         r = b.result if b else None
         out.append(ConfigRow(
-            config=rc.spec, evaluated_at=rc.eval, correct=bool(r and r.correct),
+            config=rc.spec, evaluated_at=(r.evaluated_at if r and r.evaluated_at else rc.eval), correct=bool(r and r.correct),
             attempt_id=b.attempt_id if b else None, tunables=b.tunables if b else {},
             time_ms=_ms(r.candidate) if r else None, eager_ms=_ms(r.eager) if r else None,
             compile_ms=_ms(r.compiled) if r else None, speedup_eager=r.speedup_eager if r else None,
@@ -119,7 +119,8 @@ def markdown(report: dict, chart: str | None = None) -> str:
              + (f", ${report['cost_usd']:.4f}" if report["cost_usd"] else "") + ".", ""]
     if not timed:
         lines += ["Checked on the CPU interpreter: correctness only, not timed. Free dims (FREE_DIMS) were evaluated "
-                  "at their SMALL_CONFIG sizes (column 'evaluated at').", ""]
+                  "at their SMALL_CONFIG sizes, and a config whose inputs were still too large for the interpreter at "
+                  "the SMALL_CONFIG sizes of every key (column 'evaluated at').", ""]
     if chart and chart.endswith((".png", ".svg")):
         lines += [f"![speedup per config over eager PyTorch and torch.compile]({chart})", ""]
     elif chart and timed:
