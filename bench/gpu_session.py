@@ -44,6 +44,9 @@ STEPS = (
          "gemm_relu schedules and flash_attn Q@K^T on wgmma against torch", after="wgmma_probe"),
     Step("wgmma_gemm", 1, "python bench/wgmma_gemm.py --sizes 4096 8192", 240,
          "wgmma (overlap on / off) vs mma.sync vs cuBLAS, checked before timed", after="wgmma_tests"),
+    Step("tensor_core_wgmma", 1, "TILEAGENT_ENABLE_WGMMA=1 python bench/tensor_core.py", 120,
+         "gemm_relu, flash_attn and mla_decode at the issue's sizes with wgmma on, next to cuBLAS and SDPA",
+         after="wgmma_tests"),
     Step("compile_latency", 1, "python bench/compile_latency.py --ab --load --runs 15", 60,
          "cold compile of rmsnorm_silu before/after the NVRTC options (target <= 0.1 s)"),
     Step("gpu_tests", 1, "python -m pytest -q -m gpu tests/ -x", 150, "every test marked gpu"),
@@ -55,6 +58,8 @@ STEPS = (
          "mean_seq,frobenius_norm,logsumexp,cross_entropy,adaln_modulate,bias_gelu_residual,sigmoid_gate "
          "--max-configs 3 --budget 170", 200,
          "the built-in drafter on the ops that were wrong or slow on the H200 (issue 14)"),
+    Step("fusion_full", 2, "python bench/fusion_suite.py --max-configs 3 --budget 260", 280,
+         "every op of the public suite (issue 14): correct, x over torch.compile, % of copy per config"),
     Step("evaluator_isolation", 5, "python bench/evaluator_isolation.py --cheats-only", 150,
          "timing cheats rejected on the GPU, the honest control accepted, its timing unchanged (issue 18)"),
     # group 3: TileLang side by side (issue 13); group 4: the played LLM's answers (19); group 5: the evaluator's
