@@ -2,12 +2,15 @@
 
 In: an integer expression (Python int or Expr). Out: its linear form over Vars, or its static value.
 Guarantees: ``static_int`` returns an int only when the expression has that value for every binding of its Vars
-(e.g. ``(bx + 1) * 64 - bx * 64`` is 64); otherwise None.
+(e.g. ``(bx + 1) * 64 - bx * 64`` is 64); otherwise None. ``below_bound`` returns an expression whose comparison
+with the bound is the same for every binding; ``same_expr`` is True only for expressions equal by construction.
 """
 
 from __future__ import annotations
 
-from tileagent.compiler.ir.expr import BinOp, Cast, Const, Expr, Unary, Var
+import math
+
+from tileagent.compiler.ir.expr import BinOp, Cast, Const, Expr, Load, Unary, Var
 
 
 def linear_form(e) -> tuple[dict, int] | None:
@@ -65,6 +68,57 @@ def depends_on(e, variables) -> bool:
         if isinstance(child, tuple) and any(depends_on(c, variables) for c in child):
             return True
     return False
+
+
+def same_expr(a, b) -> bool:
+    """Whether two expressions are the same by construction: the same node types, operators, constants and dtypes,
+    and the very same Var objects (two Vars of one name are different variables). Loads are the same only when they
+    are one object."""
+    if a is b:
+        return True
+    if isinstance(a, Expr) != isinstance(b, Expr) or type(a) is not type(b):
+        return False
+    if not isinstance(a, Expr):
+        return isinstance(a, (int, float, bool)) and a == b and type(a) is type(b)
+    if isinstance(a, (Var, Load)):
+        return False
+    for name in a.__slots__:
+        x, y = getattr(a, name), getattr(b, name)
+        if isinstance(x, tuple):
+            if not (isinstance(y, tuple) and len(x) == len(y) and all(same_expr(u, v) for u, v in zip(x, y))):
+                return False
+        elif isinstance(x, Expr) or isinstance(y, Expr):
+            if not same_expr(x, y):
+                return False
+        elif x != y or type(x) is not type(y):
+            return False
+    return True
+
+
+def below_bound(e, n: int, range_of):
+    """An expression ``m`` with ``(m < n) == (e < n)`` for every binding, simpler than ``e`` where it can be:
+    ``e = p*X + r`` (every other term a multiple of ``p``) with ``0 <= r < p`` (``range_of(r)``, an interval or
+    None) and ``n`` a multiple of ``p`` gives ``m = p*X``, since ``p*X < n`` means ``p*X <= n - p``. A vector's
+    element ``r + 8*t < 416`` becomes the vector's own bound ``8*t < 416``: one guard per vector instead of one per
+    element, the same for every element (less for NVRTC to optimize away). Otherwise ``e`` itself."""
+    terms = additive_terms(e)
+    if terms is None or not isinstance(n, int) or isinstance(n, bool):
+        return e
+    coef, const = terms
+    period = 0
+    for _, c in coef:
+        if abs(c) > 1:
+            period = math.gcd(period, c)
+    if period < 2 or n % period:
+        return e
+    split = split_multiples(e, period)
+    if split is None:
+        return e
+    rest, multiple = split
+    r = (rest, rest) if isinstance(rest, int) else range_of(rest)
+    if r is None or r[0] < 0 or r[1] >= period or (isinstance(rest, int) and rest == 0):
+        return e
+    return multiple
 
 
 def difference(a, b) -> int | None:

@@ -19,7 +19,7 @@ from tileagent.compiler.diagnostics import TargetError
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import (BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Unary, Var, as_expr, make_binop,
                               make_cast, make_cmp, make_logical, make_select)
-from tileagent.compiler.ir.simplify import static_int
+from tileagent.compiler.ir.simplify import below_bound, same_expr, static_int
 from tileagent.compiler.ir.stmt import Buffer, Store
 from tileagent.compiler.layout import Fragment, Layout
 from tileagent.compiler.tir import THREAD
@@ -194,7 +194,7 @@ class LowerContext:
             if not lo_ok:
                 cond = and_(cond, make_cmp(">=", i, 0))
             if not hi_ok:
-                cond = and_(cond, make_cmp("<", i, n))
+                cond = and_(cond, make_cmp("<", i if n_static is None else below_bound(i, n_static, self.range_of), n))
         return cond
 
     def element(self, buf: Buffer, idx, span=None) -> Expr:
@@ -300,12 +300,27 @@ def _typed_binop(e: BinOp, a, b):
 
 
 def and_(a, b):
-    """a and b, where either may be the constant True."""
+    """a and b, where either may be the constant True; a conjunct already in the other side is not repeated (the
+    conditions are side-effect free: ``x && (y && x)`` is ``y && x``)."""
     if a is True:
         return b
     if b is True:
         return a
+    if _has_conjunct(b, a):
+        return b
+    if _has_conjunct(a, b):
+        return a
     return make_logical("and", a, b)
+
+
+def _has_conjunct(cond, part) -> bool:
+    """Whether ``part`` is ``cond`` or one of its ``and`` operands (nested ``and`` included)."""
+    if same_expr(cond, part):
+        return True
+    while isinstance(cond, Cast) and str(cond.dtype) == "bool":
+        cond = cond.value
+    return isinstance(cond, BinOp) and cond.op == "and" and (_has_conjunct(cond.a, part) or
+                                                               _has_conjunct(cond.b, part))
 
 
 def eval_per_thread(e, threads: int):

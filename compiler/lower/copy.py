@@ -24,7 +24,7 @@ import math
 from tileagent.compiler.diagnostics import TargetError
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import Load, as_expr, make_binop, make_cast, make_cmp
-from tileagent.compiler.ir.simplify import linear_form, static_int
+from tileagent.compiler.ir.simplify import below_bound, linear_form, static_int
 from tileagent.compiler.ir.visit import loads
 from tileagent.compiler.ir.stmt import AtomicAddTile, Buffer, Copy, Fill, For, If, Region, Store
 from tileagent.compiler.layout import Fragment, make_blocked
@@ -237,9 +237,10 @@ def valid_condition(ctx, layout: Fragment, c, write: bool):
     cond = True
     for d, (n, covered) in enumerate(zip(layout.shape, layout.padded_shape)):
         if covered > n:
-            r = ctx.range_of(c[d])
+            x = below_bound(c[d], n, ctx.range_of)  # one bound per vector of registers, not per element
+            r = ctx.range_of(x)
             if r is None or r[1] >= n:
-                cond = and_(cond, make_cmp("<", c[d], n))
+                cond = and_(cond, make_cmp("<", x, n))
     if layout.threads_used < ctx.threads:
         cond = and_(cond, make_cmp("<", THREAD, layout.threads_used))
     if write:
