@@ -52,7 +52,7 @@ def atomic_extreme(emitter, s) -> None:
         emitter.line(f"{'atomicMax' if s.op == 'max' else 'atomicMin'}(&{ref}, {val});")
     elif f"atomic_extreme_{dt}" in HELPERS:
         emitter.ct(dt)
-        emitter.state.fp16_header |= dt == "float16"  # __half_as_ushort is cuda_fp16.h's, not the small prelude's
+        emitter.state.uses_header_api(dt)  # __half_as_ushort / __bfloat16_as_ushort: the header's, not our prelude's
         emitter.state.helpers.add(f"atomic_extreme_{dt}")
         emitter.line(f"tl_atomic_{s.op}(&{ref}, {val});")
     else:
