@@ -29,7 +29,8 @@ VARIANTS = [
 SCHEDULE = '''
 def schedule(NX, NR, pointwise, topk, reread=False):
     """(BM, BR, THREADS) for NX rows of NR columns: BR the row length as a power of two (up to BR_MAX, 512 for a
-    pointwise kernel; the whole row for top-k), BM rows so a thread holds about PER_THREAD values. ``reread``: the
+    pointwise kernel; the whole row for top-k), BM rows so a thread holds about PER_THREAD values (top-k: fewer,
+    down to 8 rows, until 1024 blocks run). ``reread``: the
     kernel passes over a row more than once (a reduction, then outputs of the row's size): a row of up to
     512 * PER_THREAD values is then one tile held in registers (up to 512 threads), read from memory once."""
     cap = 512 if pointwise else (1 << 16 if topk else BR_MAX)
@@ -43,6 +44,9 @@ def schedule(NX, NR, pointwise, topk, reread=False):
     while rows < NX and rows < bm:
         rows *= 2
     bm = min(bm, rows)
+    while topk and bm > 8 and (NX + bm - 1) // bm < 1024:  # top-k: k block-wide passes over each value a thread
+        bm //= 2  # holds; fewer rows per block fill the GPU (M=8192, E=64: 128 blocks at 0.12 waves); not under 8
+        # rows, which the CPU interpreter runs 7x faster than 1 row per block
     threads = THREADS
     while threads < 512 and threads * PER_THREAD < bm * br:
         threads *= 2
