@@ -1,7 +1,7 @@
 """First-contact GPU check of the opt-in wgmma entry (TILEAGENT_ENABLE_WGMMA=1): a ladder of small gemms, each in
 its own subprocess (a fault kills only its case), checked exactly before anything is timed.
 
-Usage (H200): python bench/wgmma_probe.py            (all cases, ~1 minute)
+Usage (H200): python bench/wgmma_probe.py            (all 15 cases, ~1 minute)
               python bench/wgmma_probe.py --case NAME (one case, in this process)
 Without a GPU, ``--sim`` runs the same ladder in the SIMT emulator (slow: the ragged cases take minutes).
 Each case compiles C = A @ B (fp32 accumulator, stored as fp32) with the wgmma entry for the GPU, checks that the
@@ -12,7 +12,9 @@ block, which points at the swizzle, SBO or LBO), FAULT (the exit status and the 
 TIMEOUT. The ladder goes from the layout already verified on the H200 by hand-written kernels (one 128-byte swizzle
 atom per operand) to the generalized ones (column blocks along N and K, 64B / 32B swizzles, two row atoms, two
 warpgroups with N = 256, ragged sizes), so the first failing rung names the feature at fault; the last two rungs
-keep wgmma groups in flight across many K iterations of a 3-stage pipeline (the overlapped schedule).
+keep wgmma groups in flight across many K iterations of a 3-stage pipeline (the overlapped schedule). Two RS cases
+follow (``RS_CASES``): O = fp16(A @ B^T) @ V with P, the first gemm's accumulator cast to fp16, read from registers
+by ``wgmma.mma_async`` (the RS form), on one and on two warpgroups, also exact.
 Exit status 0 when every case is ok, 1 otherwise.
 """
 
@@ -45,6 +47,12 @@ CASES = {
                         "3 stages of 128/256/64, two warpgroups, 16 K tiles, wait_group 1"),
 }
 STAGES = {"overlap3": 3, "overlap3_two_wg": 3}  # num_stages of T.Pipelined; 2 for the other cases
+# RS (A from registers): O = fp16(A @ B^T) @ V in one block, P = the first gemm's accumulator cast into registers
+# name: (M, N, K, D, threads, what it adds)
+RS_CASES = {
+    "rs_one_wg": (64, 32, 64, 64, 128, "RS: P (64 x 32) packed from wgmma's D, m64n64k16, V N-major 128B"),
+    "rs_two_wg": (256, 64, 32, 128, 256, "RS: two warpgroups, two row atoms each, m64n128k16, V in two column blocks"),
+}
 
 
 def gemm(M, N, K, bm, bn, bk, trans_b, threads, dtype, stages=2):
@@ -71,11 +79,70 @@ def gemm(M, N, K, bm, bn, bk, trans_b, threads, dtype, stages=2):
     return probe
 
 
+def two_gemms(M, N, K, D, threads):
+    """O = fp16(A @ B^T) @ V: the first gemm on wgmma SS, P = its accumulator as fp16 registers, the second on RS."""
+    import tileagent.language as T
+
+    @T.prim_func
+    def probe_rs(A: T.Tensor((M, K), "float16"), B: T.Tensor((N, K), "float16"), V: T.Tensor((N, D), "float16"),
+                 O: T.Tensor((M, D), "float32")):
+        with T.Kernel(1, threads=threads) as bx:
+            A_s = T.alloc_shared((M, K), "float16")
+            B_s = T.alloc_shared((N, K), "float16")
+            V_s = T.alloc_shared((N, D), "float16")
+            s = T.alloc_fragment((M, N), "float32")
+            p = T.alloc_fragment((M, N), "float16")
+            acc = T.alloc_fragment((M, D), "float32")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.copy(V, V_s)
+            T.gemm(A_s, B_s, s, transpose_B=True, clear_accum=True)
+            T.copy(s, p)
+            T.gemm(p, V_s, acc, clear_accum=True)
+            T.copy(acc, O)
+
+    return probe_rs
+
+
+def run_rs_case(name: str, sim: bool = False) -> int:
+    import torch
+
+    import tileagent
+
+    M, N, K, D, threads, _ = RS_CASES[name]
+    os.environ["TILEAGENT_ENABLE_WGMMA"] = "1"
+    kernel = tileagent.compile(two_gemms(M, N, K, D, threads), target="sim" if sim else "cuda")
+    device = "cpu" if sim else "cuda"
+    lines = [x.strip() for x in kernel.get_ir("thread").splitlines() if "# T.gemm" in x]
+    print("\n".join(f"    {x}" for x in lines))
+    if not any("m64nNk16 RS:" in x for x in lines):
+        print("    NOT ON WGMMA RS")
+        return 1
+    torch.manual_seed(0)
+    a, b, v = (torch.randint(-2, 3, shape, device=device).half() for shape in ((M, K), (N, K), (N, D)))
+    o = torch.full((M, D), float("nan"), device=device)
+    kernel(a, b, v, o)
+    if not sim:
+        torch.cuda.synchronize()
+    ref = (a.double() @ b.double().T).half().double() @ v.double()  # exact: integers, |S| <= 4 K fits fp16
+    wrong = o.double() != ref
+    if not bool(wrong.any()):
+        return 0
+    rows, cols = wrong.nonzero(as_tuple=True)
+    r, col = int(rows[0]), int(cols[0])
+    print(f"    WRONG: {int(wrong.sum())} of {M * D} elements; wrong rows by row % 16 "
+          f"{torch.bincount(rows % 16, minlength=16).tolist()}; first O[{r}, {col}] = {float(o[r, col])}, want "
+          f"{float(ref[r, col])}")
+    return 1
+
+
 def run_case(name: str, sim: bool = False) -> int:
     import torch
 
     import tileagent
 
+    if name in RS_CASES:
+        return run_rs_case(name, sim)
     M, N, K, tiles, trans_b, threads, dtype, _ = CASES[name]
     os.environ["TILEAGENT_ENABLE_WGMMA"] = "1"
     kernel = tileagent.compile(gemm(M, N, K, *tiles, trans_b, threads, dtype, STAGES.get(name, 2)),
@@ -109,14 +176,14 @@ def run_case(name: str, sim: bool = False) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", choices=sorted(CASES))
+    ap.add_argument("--case", choices=sorted(CASES) + sorted(RS_CASES))
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--sim", action="store_true", help="run in the SIMT emulator (no GPU)")
     args = ap.parse_args()
     if args.case:
         return run_case(args.case, args.sim)
     status = 0
-    for name, case in CASES.items():
+    for name, case in list(CASES.items()) + list(RS_CASES.items()):
         print(f"{name:<12} {case[-1]}", flush=True)
         try:
             p = subprocess.run([sys.executable, __file__, "--case", name] + (["--sim"] if args.sim else []),

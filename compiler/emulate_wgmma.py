@@ -26,6 +26,10 @@ Guarantees (what a run checks):
   accumulator under ``wait_group 1`` before the wait that retires its newest Wgmma reads NaN). A group still pending
   (or Wgmmas never committed) when the block ends raises EmulationError: a missing ``wgmma.wait_group`` fails the
   run.
+- ``WgmmaRS`` (A from registers) reads its A elements from the named registers of each warpgroup thread at issue
+  (PTX A layout, ``instructions.wgmma.a_position``; uint32 registers unpacked low half first) and checks at the
+  retiring wait that those registers still hold the same bits: writing them while the wgmma is pending is undefined
+  on the hardware and an EmulationError here. Its B, accumulators and groups behave as ``Wgmma``'s.
 - The operand bytes of pending Wgmmas are busy: with the race detector on, a shared-memory write to them (a store,
   a vector copy, a landing cp.async) before the wait that retires the Wgmma raises EmulationError
   (``check_not_busy``); without it, the late read gives wrong numbers.
@@ -45,9 +49,9 @@ import functools
 
 import torch
 
-from tileagent.compiler.emulate_tensor import EmulationError
-from tileagent.compiler.instructions.wgmma import d_position, decode_descriptor, encode_descriptor
-from tileagent.compiler.tir import AsyncProxyFence, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait
+from tileagent.compiler.emulate_tensor import EmulationError, unpack
+from tileagent.compiler.instructions.wgmma import a_position, d_position, decode_descriptor, encode_descriptor
+from tileagent.compiler.tir import AsyncProxyFence, Wgmma, WgmmaCommit, WgmmaFence, WgmmaRS, WgmmaWait
 
 GROUP = 128  # threads of a warpgroup
 
@@ -215,14 +219,42 @@ def _uniform_start(block, expr, q: int, what: str, span) -> int:
     return int(v[0])
 
 
-def wgmma(block, s: Wgmma) -> None:
+@functools.lru_cache(maxsize=None)
+def _a_positions() -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, cols), each [128, 8]: where A element i of each warpgroup thread sits in the 64 x 16 tile."""
+    pos = torch.tensor([[a_position(t, i) for i in range(8)] for t in range(GROUP)])
+    return pos[..., 0], pos[..., 1]
+
+
+def _register_a(block, s: WgmmaRS, threads: torch.Tensor):
+    """(A tile [64, 16] in the element dtype, register memory, indices [128, r], their current bits) of one
+    warpgroup's WgmmaRS."""
+    mem = block.buffer_memory(s.a_buf)
+    idx = torch.stack([block.lanes(block.ev(r), torch.int64) for r in s.a], 1)[threads]
+    if bool(((idx < 0) | (idx >= mem.shape[-1])).any()):
+        raise EmulationError(f"WgmmaRS A register index outside '{s.a_buf.name}' ({mem.shape[-1]})", s.span)
+    bits = mem[threads[:, None], idx].clone()
+    vals = unpack(bits.to(torch.int64), s.dtype) if s.a_buf.dtype == "uint32" else bits.to(torch.float32)
+    rows, cols = _a_positions()
+    tile = torch.empty(64, 16, dtype=torch.float32)
+    tile[rows, cols] = vals.float()
+    return tile, mem, idx, bits
+
+
+def wgmma(block, s) -> None:
+    """Issue a ``Wgmma`` (SS) or ``WgmmaRS`` (A in registers)."""
     st = _state(block)
-    if s.dtype not in ("float16", "bfloat16") or s.a_buf.dtype != s.dtype or s.b_buf.dtype != s.dtype or \
-            s.c_buf.dtype != "float32" or s.a_buf.scope != "shared" or s.b_buf.scope != "shared" or \
-            s.c_buf.scope != "local":
-        raise EmulationError(f"Wgmma wants float16/bfloat16 shared A and B and a local float32 C, got "
-                             f"{s.a_buf.scope} {s.a_buf.dtype}, {s.b_buf.scope} {s.b_buf.dtype}, "
-                             f"{s.c_buf.scope} {s.c_buf.dtype}", s.span)
+    rs = isinstance(s, WgmmaRS)
+    if rs:
+        a_ok = s.a_buf.scope == "local" and s.a_buf.dtype in (s.dtype, "uint32") and \
+            len(s.a) == (4 if s.a_buf.dtype == "uint32" else 8)
+    else:
+        a_ok = s.a_buf.scope == "shared" and s.a_buf.dtype == s.dtype
+    if s.dtype not in ("float16", "bfloat16") or not a_ok or s.b_buf.dtype != s.dtype or \
+            s.c_buf.dtype != "float32" or s.b_buf.scope != "shared" or s.c_buf.scope != "local":
+        raise EmulationError(f"{type(s).__name__} wants float16/bfloat16 {'register' if rs else 'shared'} A, a "
+                             f"shared B and a local float32 C, got {s.a_buf.scope} {s.a_buf.dtype}, "
+                             f"{s.b_buf.scope} {s.b_buf.dtype}, {s.c_buf.scope} {s.c_buf.dtype}", s.span)
     if s.n % 8 or not 8 <= s.n <= 256 or len(s.c) != s.n // 2:
         raise EmulationError(f"Wgmma m64n{s.n}k16 needs N in 8..256 (a multiple of 8) and N / 2 accumulator "
                              f"registers, got {len(s.c)}", s.span)
@@ -236,21 +268,23 @@ def wgmma(block, s: Wgmma) -> None:
     st["shadow"].setdefault(s.c_buf, mem.clone())  # the registers as the chain of Wgmmas starts from them
     regs = torch.stack([block.lanes(block.ev(r), torch.int64) for r in s.c], 1)  # [nt, n / 2]
     for q in groups:
-        a = _tile_addresses(block, s.a_buf, _uniform_start(block, s.a_index, q, "A", s.span), s.a_lbo, s.a_sbo,
+        threads = torch.arange(q * GROUP, (q + 1) * GROUP)
+        a = _register_a(block, s, threads) if rs else \
+            _tile_addresses(block, s.a_buf, _uniform_start(block, s.a_index, q, "A", s.span), s.a_lbo, s.a_sbo,
                             s.a_swizzle, 64, 16, False, s.span, "A")
         b0 = _uniform_start(block, s.b_index, q, "B", s.span)
         b = (_tile_addresses(block, s.b_buf, b0, s.b_lbo, s.b_sbo, s.b_swizzle, s.n, 16, False, s.span, "B").T
              if s.b_major == "k" else
              _tile_addresses(block, s.b_buf, b0, s.b_lbo, s.b_sbo, s.b_swizzle, 16, s.n, True, s.span, "B"))
-        _check_readable(block, s.a_buf, a, q, "A", s.span)
+        if not rs:
+            _check_readable(block, s.a_buf, a, q, "A", s.span)
         _check_readable(block, s.b_buf, b, q, "B", s.span)
-        threads = torch.arange(q * GROUP, (q + 1) * GROUP)
         idx = regs[threads]
         if bool(((idx < 0) | (idx >= mem.shape[-1])).any()):
             raise EmulationError(f"Wgmma accumulator register index outside '{s.c_buf.name}' ({mem.shape[-1]})",
                                  s.span)
         mem[threads[:, None], idx] = float("nan")
-        _mark_busy(block, (a, b), 1)
+        _mark_busy(block, (b,) if rs else (a, b), 1)
         st["open"].append((s, threads, idx, a, b))
 
 
@@ -259,13 +293,26 @@ def _retire(block, st, group) -> None:
     chain the accumulators through the shadow registers, write the results and free the operand bytes."""
     for s, threads, idx, a_addr, b_addr in group:
         rows, cols = _d_positions(s.n)
-        d = _values(block, s.a_buf, a_addr).float() @ _values(block, s.b_buf, b_addr).float()
+        if isinstance(a_addr, tuple):  # WgmmaRS: the A tile read at issue; its registers must be unchanged
+            a_vals, a_mem, a_idx, bits = a_addr
+            now = a_mem[threads[:, None], a_idx]
+            same = (now == bits) | (torch.isnan(now) & torch.isnan(bits)) if now.is_floating_point() else now == bits
+            changed = (~same).any(1)
+            if bool(changed.any()):
+                t = int(threads[changed.nonzero()[0]])
+                raise EmulationError(f"thread {t} wrote an A register of '{s.a_buf.name}' while the wgmma reading it "
+                                     "was pending (before the wgmma.wait_group that retires it): undefined on the "
+                                     "hardware", s.span)
+        else:
+            a_vals = _values(block, s.a_buf, a_addr).float()
+        d = a_vals @ _values(block, s.b_buf, b_addr).float()
         shadow = st["shadow"][s.c_buf]
         vals = d[rows, cols] + (shadow[threads[:, None], idx] if s.accumulate else 0)
         shadow[threads[:, None], idx] = vals
         block.mem[s.c_buf][threads[:, None], idx] = vals
-        _mark_busy(block, (a_addr, b_addr), -1)
-        _record_reads(block, (a_addr, b_addr), int(threads[0]) // GROUP)
+        shared = (b_addr,) if isinstance(a_addr, tuple) else (a_addr, b_addr)
+        _mark_busy(block, shared, -1)
+        _record_reads(block, shared, int(threads[0]) // GROUP)
 
 
 def wgmma_commit(block, s: WgmmaCommit) -> None:
@@ -298,5 +345,5 @@ def finish_wgmma(block) -> None:
                              "so the accumulators were never defined", block.span)
 
 
-HANDLERS = {WgmmaFence: wgmma_fence, Wgmma: wgmma, WgmmaCommit: wgmma_commit, WgmmaWait: wgmma_wait,
+HANDLERS = {WgmmaFence: wgmma_fence, Wgmma: wgmma, WgmmaRS: wgmma, WgmmaCommit: wgmma_commit, WgmmaWait: wgmma_wait,
             AsyncProxyFence: proxy_fence}

@@ -317,6 +317,45 @@ class Wgmma(Stmt):
 
 
 @dataclass(frozen=True, eq=False, slots=True)
+class WgmmaRS(Stmt):
+    """One warpgroup-wide ``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{f16,bf16}.{f16,bf16}`` with A from
+    registers (RS): D (64 x n, float32) = A (64 x 16) @ B (16 x n) (+ D when ``accumulate``).
+
+    Every thread of each warpgroup executes it. ``a`` names the thread's A registers of ``a_buf`` (local): four
+    indices into a "uint32" array of packed pairs (the lower element in the low half), or eight into a float16 /
+    bfloat16 array (packed in pairs at issue). With warp w of the group, g = lane // 4, t = lane % 4 (PTX "WGMMA
+    .m64nNk16 register fragment layout for matrix A"): element i (register i // 2, half i % 2) holds
+    A[16 w + g + 8 ((i // 2) % 2), 2 t + i % 2 + 8 (i // 4)]. B, ``c`` and the asynchrony are as in ``Wgmma``; the
+    A registers must not be written until a WgmmaWait retires the group (PTX: undefined), and a ``WgmmaFence`` must
+    come between their last write and the instruction."""
+
+    c_buf: Buffer
+    c: tuple
+    a_buf: Buffer
+    a: tuple
+    b_buf: Buffer
+    b_index: Expr
+    b_lbo: int
+    b_sbo: int
+    b_swizzle: int
+    b_major: str
+    n: int
+    accumulate: bool
+    dtype: str
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        from tileagent.compiler.ir.printer import expr_str
+
+        regs = ", ".join(str(expr_str(r)) for r in self.c)
+        a = ", ".join(str(expr_str(r)) for r in self.a)
+        return [" " * indent + f"wgmma.mma_async m64n{self.n}k16 {self.c_buf.name}[{regs}] "
+                f"{'+' if self.accumulate else ''}= A {self.a_buf.name}[{a}] (registers) x B "
+                f"{self.b_buf.name}@{expr_str(self.b_index)} ({self.b_major.upper()}-major, {self.b_swizzle}B "
+                f"swizzle, LBO {self.b_lbo}, SBO {self.b_sbo})"]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class WgmmaCommit(Stmt):
     """``wgmma.commit_group.sync.aligned``: the Wgmmas issued since the last commit form one group."""
 

@@ -141,7 +141,8 @@ def test_gemm_relu_examples_with_wgmma_on_gpu(monkeypatch, where, M, N, K, dtype
 @pytest.mark.parametrize("dim,causal", [(128, False), (64, True)])
 def test_flash_attn_example_with_wgmma_on_gpu(monkeypatch, dim, causal):
     """TILEAGENT_ENABLE_WGMMA=1: flash_attn_fwd's Q @ K^T (K-major B; head dim 128 = two 128-byte column blocks)
-    lowers to wgmma, P @ V stays on mma.sync, and the output matches SDPA."""
+    lowers to wgmma SS, P @ V to wgmma RS (P in registers, packed from the scores' accumulator), no mma.sync is
+    left, and the output matches SDPA."""
     monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
     import os
     from pathlib import Path
@@ -153,5 +154,6 @@ def test_flash_attn_example_with_wgmma_on_gpu(monkeypatch, dim, causal):
     o = _nan(2, 1000, 4, dim, dtype=torch.float16)
     kernel(q, k, v, o)
     torch.cuda.synchronize()
-    assert "B K-major 128B swizzle" in kernel.get_ir("thread")
+    ir = kernel.get_ir("thread")
+    assert "B K-major 128B swizzle" in ir and "wgmma.mma_async m64nNk16 RS" in ir and "mma.sync" not in ir
     torch.testing.assert_close(o, mod.reference(q, k, v, causal), rtol=1e-2, atol=1e-2)

@@ -496,15 +496,20 @@ def test_prompts_gemm_relu_default_config_on_wgmma(wgmma_on):
     torch.testing.assert_close(kernel(a, b), mod.reference(a, b), rtol=1e-2, atol=1e-2)
 
 
-def test_flash_attn_example_scores_on_wgmma(shared_example, wgmma_on):
-    # Q @ K^T on wgmma (K-major B; head dim 128 = two 128-byte column blocks of Q and K), the online softmax on the
-    # wgmma accumulator layout, P @ V (A in registers) on mma.sync, with the reason wgmma was not used for it
+def test_flash_attn_example_both_gemms_on_wgmma(shared_example, wgmma_on):
+    # Q @ K^T on wgmma SS (K-major B; head dim 128 = two 128-byte column blocks of Q and K), the online softmax on
+    # the wgmma accumulator layout, P @ V on wgmma RS: P (the scores cast to fp16) packed in .b32 pairs straight from
+    # the accumulator registers, V N-major (expectation changed with the RS entry: P @ V ran on mma.sync before)
     fa = shared_example("flash_attn_fwd")
     kernel = tileagent.compile(fa.flash_attn_fwd.fn(1, 1, 72, 128, False, 64, 32, 2, 128), target="sim")
     ir = kernel.get_ir("thread")
     assert "wgmma.mma_async m64nNk16 SS: m64n32k16.f32.f16.f16, A K-major 128B swizzle, B K-major 128B swizzle" in ir
-    assert "mma.sync m16n8k16, FullRow, 4 warps (4 x 1); wgmma.mma_async m64nNk16 SS not used: reads A and B from " \
-        "shared memory (SS)" in ir
+    assert "wgmma.mma_async m64nNk16 RS: m64n128k16.f32.f16.f16, A in registers, B N-major 128B swizzle, FullRow, " \
+        "4 warps (4 x 1)" in ir
+    assert "mma.sync" not in ir and "register pack (cvt to 16-bit pairs)" in ir
+    # register i of K step kb packs d[8 kb + 2 i], d[8 kb + 2 i + 1] (PTX order) of the scores: pair register
+    # (h * K / 8 + 2 kb + i // 2) with h = i % 2, K / 8 = 4
+    assert "+= A p[0, 4, 1, 5] (registers)" in ir and "+= A p[2, 6, 3, 7] (registers)" in ir
     q, k, v = (torch.randn(1, 72, 1, 128, dtype=torch.float16) for _ in range(3))
     o = torch.full_like(q, float("nan"))
     kernel(q, k, v, o)
@@ -665,3 +670,150 @@ def test_flash_attn_scores_keep_wait_0_with_the_pipelines_fence(shared_example, 
     lines = [x.strip() for x in ir.splitlines()]
     at = lines.index("fence.proxy.async.shared::cta")
     assert lines[at + 1] == "T.sync_threads()" and "wgmma.fence" in lines[at + 2:]
+
+
+# -- RS: A from registers (P @ V) --------------------------------------------------------------------------------
+@pytest.mark.parametrize("thread,i,row_col", [
+    (0, 0, (0, 0)), (0, 1, (0, 1)), (0, 2, (8, 0)), (0, 5, (0, 9)), (5, 0, (1, 2)), (5, 3, (9, 3)), (5, 6, (9, 10)),
+    (31, 7, (15, 15)), (37, 4, (17, 10)), (127, 2, (63, 6))])
+def test_a_fragment_hand_table(thread, i, row_col):
+    # PTX "WGMMA .m64nNk16 register fragment layout for matrix A": warp w = T // 32 owns rows 16 w .. 16 w + 15 in
+    # the m16n8k16 A layout (g = lane // 4, t = lane % 4): a0 a1 (g, 2t..), a2 a3 (g + 8, 2t..), a4 a5 (g, 2t + 8..),
+    # a6 a7 (g + 8, 2t + 8..); worked out by hand for these threads
+    assert wgmma_entry.a_position(thread, i) == row_col
+
+
+def test_a_fragment_of_step_kb_is_the_accumulators_columns():
+    # FlashAttention-3's reuse: a[i] of K step kb is d[8 kb + i] shifted left by 16 kb columns
+    for t in range(128):
+        for kb in range(4):
+            for i in range(8):
+                r, c = d_position(t, 8 * kb + i)
+                assert wgmma_entry.a_position(t, i) == (r, c - 16 * kb)
+
+
+def test_register_operand_names_the_ptx_slots_and_refuses_other_layouts():
+    from tileagent.compiler.diagnostics import TargetError
+    from tileagent.compiler.layout.mma import accumulator_layout as mma_accumulator
+    from tileagent.compiler.lower.wgmma import register_operand
+
+    M, K, q = 256, 48, 2
+    frag = wgmma_entry.operand_a_layout(M, K, q, 128 * q)
+    for r in range(0, M, 7):
+        for c in range(K):
+            group, within = divmod(r, M // q)
+            atom, rr = divmod(within, 64)
+            w, g, h = rr // 16, rr % 8, rr % 16 // 8
+            assert frag.thread((r, c)) == 128 * group + 32 * w + 4 * g + c % 8 // 2
+            assert frag.slot((r, c)) == ((atom * 2 + h) * (K // 8) + c // 8) * 2 + c % 2
+    slots, pairs = (register_operand(frag, M, K, q, packed, "p") for packed in (False, True))
+    for a in range(2):
+        for kb in range(K // 16):
+            want = tuple(((a * 2 + i // 2 % 2) * (K // 8) + 2 * kb + i // 4) * 2 + i % 2 for i in range(8))
+            assert slots[a, kb] == want and pairs[a, kb] == tuple(x // 2 for x in want[::2])
+    # an mma.sync accumulator split over 4 warps along K is not the PTX A fragment: refused, never wrong registers
+    with pytest.raises(TargetError, match="does not hold the PTX m64k16 A fragment of row atom 0, K step 0"):
+        register_operand(mma_accumulator(64, 64, 1, 4, 128), 64, 64, 1, False, "p")
+
+
+def _two_gemms_rs(M, N, K, D, threads, trans_a=False, policy=T.GemmWarpPolicy.FullRow):
+    """O = fp16(A @ B^T) @ V in one block: the first gemm's float32 accumulator is cast into P (a T.copy), the
+    second reads P from registers."""
+    a_shape = (K, M) if trans_a else (M, K)
+
+    @T.prim_func
+    def main(A: T.Tensor(a_shape, "float16"), B: T.Tensor((N, K), "float16"), V: T.Tensor((N, D), "float16"),
+             O: T.Tensor((M, D), "float32")):
+        with T.Kernel(1, threads=threads) as bx:
+            A_s = T.alloc_shared(a_shape, "float16")
+            B_s = T.alloc_shared((N, K), "float16")
+            V_s = T.alloc_shared((N, D), "float16")
+            s = T.alloc_fragment((M, N), "float32")
+            p = T.alloc_fragment((M, N), "float16")
+            acc = T.alloc_fragment((M, D), "float32")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.copy(V, V_s)
+            T.gemm(A_s, B_s, s, transpose_A=trans_a, transpose_B=True, policy=policy, clear_accum=True)
+            T.copy(s, p)
+            T.gemm(p, V_s, acc, clear_accum=True)
+            T.copy(acc, O)
+
+    return main
+
+
+def _check_two_gemms(kernel, M, N, K, D, trans_a=False):
+    """Small integers: every product and sum is exact in float32 and P's values in float16, so the emulated kernel
+    must equal the reference bit for bit (a misplaced register or column shows, a rounding order cannot)."""
+    a = torch.randint(-2, 3, (K, M) if trans_a else (M, K)).half()
+    b, v = torch.randint(-2, 3, (N, K)).half(), torch.randint(-2, 3, (N, D)).half()
+    o = torch.full((M, D), float("nan"))
+    kernel(a, b, v, o)
+    s = ((a.T if trans_a else a).float() @ b.float().T).half().float()
+    torch.testing.assert_close(o, s @ v.float(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("M,N,K,D,threads,trans_a,first", [
+    (64, 32, 64, 64, 128, False, "wgmma.mma_async m64nNk16 SS"),    # one warpgroup, P packed from wgmma's D
+    (256, 64, 32, 128, 256, False, "wgmma.mma_async m64nNk16 SS"),  # two warpgroups of two 64-row atoms each
+    (64, 48, 32, 32, 128, True, "mma.sync m16n8k16, FullRow"),      # P from mma.sync with wgmma's thread map
+])
+def test_rs_gemm_matches_torch_in_the_emulator(wgmma_on, M, N, K, D, threads, trans_a, first):
+    kernel = tileagent.compile(_two_gemms_rs(M, N, K, D, threads, trans_a), target="sim")
+    ir = kernel.get_ir("thread")
+    assert first in ir and f"wgmma.mma_async m64nNk16 RS: m64n{D}k16.f32.f16.f16, A in registers" in ir
+    src = kernel.get_kernel_source()
+    assert f"wgmma.mma_async.sync.aligned.m64n{D}k16.f32.f16.f16 {{%0," in src and "}, {%" in src
+    _check_two_gemms(kernel, M, N, K, D, trans_a)
+
+
+def test_rs_falls_back_where_the_layouts_do_not_line_up(monkeypatch):
+    # P from an mma.sync accumulator split over 4 warps along N (FullCol, its A transposed so wgmma SS does not take
+    # it): the RS layout would need a conversion that the current path does not, so P @ V keeps the path it has
+    # without wgmma (the same CUDA source, byte for byte) and the IR says why
+    def build():
+        return tileagent.compile(_two_gemms_rs(64, 64, 32, 32, 128, True, T.GemmWarpPolicy.FullCol), target="sim")
+
+    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)
+    plain = build()
+    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    kernel = build()
+    ir = kernel.get_ir("thread")
+    assert "mma.sync m16n8k16, Square, 4 warps (4 x 1); wgmma.mma_async m64nNk16 RS not used: 'p' is copied from " \
+        "'s' (line" in ir and "m64nNk16 RS: " not in ir
+    assert kernel.get_kernel_source() == plain.get_kernel_source()
+    _check_two_gemms(kernel, 64, 64, 32, 32, True)
+
+
+def test_writing_a_registers_of_a_pending_rs_wgmma_fails_the_emulator(wgmma_on, monkeypatch):
+    from tileagent.compiler.dtypes import DType
+    from tileagent.compiler.ir.expr import Const, as_expr
+    from tileagent.compiler.ir.stmt import Store
+    from tileagent.compiler.lower import wgmma as lowering
+    from tileagent.compiler.tir import WgmmaCommit, WgmmaRS
+
+    real = lowering.lower_wgmma
+
+    def clobber(ctx, s):
+        out = real(ctx, s)
+        rs = [x for x in out if isinstance(x, WgmmaRS)]
+        if not rs:
+            return out
+        at = next(n for n, x in enumerate(out) if isinstance(x, WgmmaCommit)) + 1
+        store = Store(rs[0].a_buf, (rs[0].a[0],), Const(0, DType(rs[0].a_buf.dtype)), s.span)
+        return out[:at] + [store] + out[at:]
+
+    monkeypatch.setattr(lowering, "lower_wgmma", clobber)
+    kernel = tileagent.compile(_two_gemms_rs(64, 32, 64, 64, 128), target="sim")
+    with pytest.raises(EmulationError, match="wrote an A register of 'p' while the wgmma reading it was pending"):
+        _check_two_gemms(kernel, 64, 32, 64, 64)
+
+
+def test_nvrtc_compiles_the_rs_kernels_for_sm_90a_without_serialization(wgmma_on):
+    # ptxas reports (C7517 / C7514) when it serializes wgmma; the RS gemm's packed P and its accumulators must not
+    # make it do so
+    for args in ((64, 32, 64, 64, 128), (256, 64, 32, 128, 256)):
+        kernel = tileagent.compile(_two_gemms_rs(*args), target="sim")
+        assert "}, {%" in kernel.get_kernel_source()
+        assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+        assert _remarks(kernel) == []

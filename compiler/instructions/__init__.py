@@ -15,12 +15,13 @@ from tileagent.compiler.diagnostics import LayoutError, TargetError
 from tileagent.compiler.instructions.base import GemmChoice, Instruction, has_feature, sm_version
 from tileagent.compiler.instructions.copy import AtomicAdd, CpAsync, LoadStore
 from tileagent.compiler.instructions.mma_sync import MmaSyncM16N8K16
-from tileagent.compiler.instructions.wgmma import WgmmaM64NK16
+from tileagent.compiler.instructions.wgmma import WgmmaM64NK16, WgmmaM64NK16RS
 
 GEMM = (
     MmaSyncM16N8K16(),   # mma.sync.aligned.m16n8k16, sm_80+: fp16/bf16 in, fp32 accumulate
     WgmmaM64NK16(),      # wgmma.mma_async m64nNk16 SS, sm_90a, opt-in (TILEAGENT_ENABLE_WGMMA=1): fp16/bf16 -> fp32;
     # cheaper (cost 0.5) so it wins where it applies; listed second so fallbacks and errors stay mma.sync's
+    WgmmaM64NK16RS(),    # the same with A from registers (P @ V), sm_90a, opt-in
 )
 COPY = (
     CpAsync(),               # cp.async global -> shared, 4/8/16 bytes, pipeline producers only
@@ -33,12 +34,15 @@ ATOMIC = (
 )
 
 
-def select_gemm(g, threads: int, target=None) -> GemmChoice:
+def select_gemm(g, threads: int, target=None, exclude=()) -> GemmChoice:
     """The gemm instruction for ``g``: the cheapest entry that applies; when none applies fully, the first whose warp
     partition fits (its layouts serve the interpreter, and lowering reports why it cannot run it). LayoutError L005
-    when no entry can split the tile over the block's warps."""
+    when no entry can split the tile over the block's warps. Entries in ``exclude`` are not considered (layout
+    inference's fallback from an entry whose register-operand layout does not line up with its producer)."""
     fits, errors = [], []
     for entry in GEMM:
+        if entry in exclude:
+            continue
         try:
             partition = entry.partition(g, threads)
         except LayoutError as e:

@@ -24,6 +24,20 @@ scale-d 0), then commit_group and wait_group 0, so results are in the registers 
 shared operands are free to be overwritten; inside a software pipeline the pipeline may ask for ``wait_group 1``
 and a bare wgmma.fence instead (``compiler.lower.pipeline``: the group stays in flight across the iteration). Emits ``WgmmaFence``, ``Wgmma``, ``WgmmaCommit``, ``WgmmaWait`` (CUDA:
 ``compiler.targets.cuda_wgmma``; emulator: ``compiler.emulate_wgmma``).
+
+Registry entry ``wgmma.mma_async m64nNk16 RS`` (``WgmmaM64NK16RS``): the same instruction with A from registers
+(attention's P @ V: P is the softmax of a wgmma accumulator cast to 16 bits). Applies as the SS entry does, except
+that A is a whole 2-d float16/bfloat16 fragment (not transposed) and only B is a shared tile. A fragment (PTX "WGMMA
+.m64nNk16 register fragment layout for matrix A", ``a_position``): four .b32 registers per thread, warp w of the
+warpgroup holding rows 16 w .. 16 w + 15 in the m16n8k16 A layout: a[i] at row 16 w + g + 8 ((i // 2) % 2), column
+2 t + i % 2 + 8 (i // 4). So the A fragment of K step kb is exactly columns 16 kb .. 16 kb + 15 of an m64nN
+accumulator, register a[i] = d[8 kb + i] (FlashAttention-3's reuse of the scores' registers): the entry gives A the
+accumulator layout of an M x K tile (``operand_a_layout``), and a float32 accumulator of the same M and warpgroups
+copied into it is a register move (or a convert-and-pack into .b32 pairs). Where A's producer has another layout
+(a copy from an mma.sync accumulator of another warp split), layout inference drops this entry for that gemm
+(``fallback_on_conversion``; ``compiler.layout.infer``), so the gemm keeps the path it had (mma.sync), never a
+conversion through shared memory it did not need. Emits ``WgmmaRS`` in place of ``Wgmma``; the lowering checks
+that every register it names holds the element the PTX layout says (TargetError E602 otherwise).
 """
 
 from __future__ import annotations
@@ -76,6 +90,15 @@ def d_position(thread: int, i: int) -> tuple[int, int]:
     return 16 * w + g + 8 * (r // 2), 8 * j + 2 * t + r % 2
 
 
+def a_position(thread: int, i: int) -> tuple[int, int]:
+    """(row, col) of A register element a[i] (i = 0..7, two per .b32 register, the lower in the low half) of
+    warpgroup thread ``thread`` in the 64 x 16 A tile of one K step (PTX "WGMMA .m64nNk16 register fragment layout
+    for matrix A": warp w owns rows 16 w .. 16 w + 15 in the m16n8k16 A-fragment layout)."""
+    w, lane = divmod(thread, 32)
+    g, t = divmod(lane, 4)
+    return 16 * w + g + 8 * (i // 2 % 2), 2 * t + i % 2 + 8 * (i // 4)
+
+
 def enabled() -> bool:
     return os.environ.get(ENV) == "1"
 
@@ -108,6 +131,13 @@ def accumulator_layout(M: int, N: int, warpgroups: int, num_threads: int) -> Fra
     return Fragment((M, N), (tuple(rows), tuple(cols)), (), num_threads)
 
 
+def operand_a_layout(M: int, K: int, warpgroups: int, num_threads: int) -> Fragment:
+    """The layout of an M x K A operand in registers (RS): per K step the PTX A fragment (``a_position``), which is
+    the accumulator layout of an M x K tile, so thread T holds A[r, c] in slot ((a * 2 + h) * K / 8 + c // 8) * 2 +
+    c % 2 and a[i] of K step kb is slot ((a * 2 + i // 2 % 2) * K / 8 + 2 kb + i // 4) * 2 + i % 2."""
+    return accumulator_layout(M, K, warpgroups, num_threads)
+
+
 class WgmmaM64NK16(Instruction):
     name = "wgmma.mma_async m64nNk16 SS"
     op = "gemm"
@@ -125,6 +155,16 @@ class WgmmaM64NK16(Instruction):
         return 4 * q, 1
 
     def reason(self, g, threads: int, target) -> str | None:
+        why = self._common_reason(g, threads, target)
+        if why is not None:
+            return why
+        a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
+        if a.scope != "shared" or b.scope != "shared" or c.scope != "fragment":
+            return "reads A and B from shared memory (SS) into a fragment accumulator"
+        return self._operand_reason(g, threads, (("A", g.a), ("B", g.b)))
+
+    def _common_reason(self, g, threads: int, target) -> str | None:
+        """Opt-in, target and dtypes: what both wgmma entries need."""
         if not enabled():
             return f"opt-in: set {ENV}=1"
         if target is not None:
@@ -136,16 +176,19 @@ class WgmmaM64NK16(Instruction):
         a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
         if a.dtype not in DTYPES or b.dtype != a.dtype or c.dtype != "float32":
             return f"takes float16/bfloat16 A and B and a float32 accumulator; got {a.dtype}, {b.dtype} -> {c.dtype}"
-        if a.scope != "shared" or b.scope != "shared" or c.scope != "fragment":
-            return "reads A and B from shared memory (SS) into a fragment accumulator"
+        return None
+
+    def _operand_reason(self, g, threads: int, shared) -> str | None:
+        """Transposes, the ``shared`` operands ((what, region) pairs), K and the warpgroup split."""
         if g.transpose_a:
             return "needs A stored M x K (transpose_A=False)"
-        for buf, what in ((a, "A"), (b, "B")):
+        for what, r in shared:
+            buf = r.buffer
             if len(buf.shape) != 2 or wgmma_operand(tuple(buf.shape), buf.dtype.bytes) is None:
                 return (f"needs {what} in a 2-d shared tile of rows of 32 or 64 bytes or a multiple of 128 bytes "
                         f"(a wgmma swizzle), a multiple of 8 rows; '{buf.name}' has shape {tuple(buf.shape)}")
-        if tuple(g.a.extents) != tuple(a.shape) or tuple(g.b.extents) != tuple(b.shape):
-            return "needs whole shared tiles as operands"
+            if tuple(r.extents) != tuple(buf.shape):
+                return "needs whole shared tiles as operands"
         k = g.a.matrix_shape()[1]
         if k % 16:
             return f"needs K a multiple of 16, got {k}"
@@ -185,3 +228,34 @@ class WgmmaM64NK16(Instruction):
         from tileagent.compiler.emulate_wgmma import HANDLERS
 
         return dict(HANDLERS)
+
+
+class WgmmaM64NK16RS(WgmmaM64NK16):
+    """The RS form: A from registers (see the module)."""
+
+    name = "wgmma.mma_async m64nNk16 RS"
+    fallback_on_conversion = True  # layout inference drops it where A's producer would need a layout conversion
+
+    def reason(self, g, threads: int, target) -> str | None:
+        why = self._common_reason(g, threads, target)
+        if why is not None:
+            return why
+        a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
+        if a.scope != "fragment" or b.scope != "shared" or c.scope != "fragment":
+            return "reads A from registers (RS) and B from shared memory into a fragment accumulator"
+        if len(a.shape) != 2 or tuple(g.a.extents) != tuple(a.shape):
+            return f"needs the whole 2-d register tile '{a.name}' as A"
+        return self._operand_reason(g, threads, (("B", g.b),))
+
+    def detail(self, g) -> str:
+        n = g.c.matrix_shape()[1]
+        b = g.b.buffer
+        sfx = {"float16": "f16", "bfloat16": "bf16"}.get(str(b.dtype), str(b.dtype))
+        wb = wgmma_operand(tuple(b.shape), b.dtype.bytes).align_bytes // 8
+        return f"m64n{n}k16.f32.{sfx}.{sfx}, A in registers, B {'K' if g.transpose_b else 'N'}-major {wb}B swizzle"
+
+    def layouts(self, g, threads: int, partition) -> dict:
+        m, n = g.c.matrix_shape()
+        k = g.a.matrix_shape()[1]
+        q = threads // 128
+        return {"C": accumulator_layout(m, n, q, threads), "A": operand_a_layout(m, k, q, threads)}

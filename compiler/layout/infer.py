@@ -12,6 +12,10 @@ loop's variable, a block index: TileLang composes the fragment's thread map with
 variables bound inside the loop). A loop-invariant index may take any value of its dim, so every check holds for all
 of them; a fragment some loop indexes that way gets that dim in registers (every thread holds all of it) when its
 layout is a free choice, and a fragment whose layout spreads such a dim over threads is an L004 error.
+Register operands: a gemm entry marked ``fallback_on_conversion`` (wgmma RS) that imposes the layout of its A operand
+in registers is dropped for that gemm, and the kernel's inference redone, when a T.copy fills that operand from a
+fragment of another layout (a conversion through shared memory) or when its layout makes inference fail; the gemm
+then takes the next entry (mma.sync), and ``LayoutMap.notes`` says why.
 Guarantees: in every T.Parallel loop, the threads that run an iteration hold every fragment element it reads, and
 exactly the threads holding an element it writes run that iteration; a reduction's output layout is its input's
 projection. Otherwise a LayoutError names both ops, both layouts, both source lines, and gives a hint.
@@ -42,6 +46,7 @@ class LayoutMap:
     shared: dict = field(default_factory=dict)  # Buffer -> Layout or SwizzledLayout from annotations
     gemm_partition: dict = field(default_factory=dict)  # Gemm -> (warps along M, warps along N)
     instructions: dict = field(default_factory=dict)  # Gemm -> GemmChoice (compiler.instructions)
+    notes: dict = field(default_factory=dict)  # Gemm -> [(entry, why)]: entries dropped for it after a first try
 
     def __str__(self) -> str:
         lines = []
@@ -60,7 +65,27 @@ def infer_layouts(func: PrimFunc) -> LayoutMap:
     result = LayoutMap()
     for k in func.body:
         if isinstance(k, Kernel):
-            _KernelInference(k, result).run()
+            excluded: dict = {}  # gemm -> registry entries dropped for it (fallback_on_conversion)
+            while True:
+                part = LayoutMap()
+                inference = _KernelInference(k, part, excluded)
+                try:
+                    inference.run()
+                    drop = inference.misaligned_register_operands()
+                except LayoutError as e:  # a conflict the register layout of an RS entry caused: retry without it
+                    drop = {g: (c.instruction, f"layout inference failed with it: {e.message}")
+                            for g, c in part.instructions.items()
+                            if getattr(c.instruction, "fallback_on_conversion", False) and g.a.buffer.scope ==
+                            "fragment"}
+                    if not drop:
+                        raise
+                if not drop:
+                    break
+                for g, (entry, why) in drop.items():
+                    excluded.setdefault(g, []).append(entry)
+                    result.notes.setdefault(g, []).append((entry, why))
+            for name in ("fragments", "loops", "origin", "shared", "gemm_partition", "instructions"):
+                getattr(result, name).update(getattr(part, name))
     return result
 
 
@@ -96,8 +121,9 @@ def _vector_for(buffers) -> int:
 
 
 class _KernelInference:
-    def __init__(self, kernel: Kernel, result: LayoutMap):
+    def __init__(self, kernel: Kernel, result: LayoutMap, excluded: dict | None = None):
         self.kernel, self.r = kernel, result
+        self.excluded = excluded or {}  # gemm -> registry entries not to choose for it
         self.threads = kernel.num_threads
         self.ops = [s for s in walk(kernel.body) if isinstance(s, (Parallel, AnnotateLayout)) or op_for(s) is not None]
         self.fragments = [s.buffer for s in walk(kernel.body) if getattr(s, "buffer", None) is not None
@@ -110,6 +136,26 @@ class _KernelInference:
                             static_int(i) is None and loop_invariant(op, i)}
                     if dims:
                         self.register_dims.setdefault(buf, set()).update(dims)
+
+    def misaligned_register_operands(self) -> dict:
+        """Gemm -> (entry, why) for each gemm whose chosen entry asks to be dropped (``fallback_on_conversion``) when
+        its A operand in registers would be filled by a copy from a fragment of another layout (a conversion through
+        shared memory): the wgmma RS entry, whose A layout lines up with a wgmma accumulator of the same warpgroup
+        split, not with an mma.sync accumulator of another warp split."""
+        out = {}
+        for g, choice in self.r.instructions.items():
+            a = g.a.buffer
+            if not getattr(choice.instruction, "fallback_on_conversion", False) or a.scope != "fragment":
+                continue
+            for op in self.ops:
+                if isinstance(op, Copy) and op.dst.buffer is a and op.src.buffer.scope == "fragment" and \
+                        not self.r.fragments[op.src.buffer].same_as(self.r.fragments[a]):
+                    line = op.span.line if op.span else "?"
+                    out[g] = (choice.instruction, f"'{a.name}' is copied from '{op.src.buffer.name}' (line {line}), "
+                              "whose layout is not the wgmma A-register layout (it would need a conversion through "
+                              "shared memory)")
+                    break
+        return out
 
     # -- assignment and conflicts ----------------------------------------------------------------------------
     def assign(self, buf: Buffer, frag: Fragment, stmt, why: str) -> bool:

@@ -31,18 +31,17 @@ Consumers on wgmma (sm_90a, ``compiler.instructions.wgmma``; ``wgmma_schedules``
   become visible to the tensor cores' async proxy), so a top-level wgmma gemm that no earlier consumer of the
   iteration writes shared memory before needs only ``wgmma.fence`` (``WgmmaFence(sync=False)``), not its own proxy
   fence and barrier.
-- Overlap (unless ``TILEAGENT_WGMMA_OVERLAP=0``): a top-level wgmma gemm whose accumulator no other consumer
-  touches and whose shared operands are staged tiles or tiles no consumer writes keeps its group in flight:
-  ``wait_group 1`` instead of 0, so the tensor cores run iteration k's wgmmas while the threads issue the next
-  loads and reach iteration k + 1's wgmmas. Then iteration k is: wait for iteration k's copies, proxy fence,
-  barrier, the consumers (the gemm: wgmma.fence, wgmmas on stage k % s, commit, ``wait_group 1``, which retires
-  iteration k - 1's wgmmas for this thread), a second barrier (every thread has retired them), then the producers
-  of iteration k + s - 1 into stage (k + s - 1) % s = (k - 1) % s, the stage iteration k - 1's wgmmas read, and
-  the commit. The wgmmas of iteration k still read stage k % s, which no copy issued before iteration k + 1's
+- Overlap (unless ``TILEAGENT_WGMMA_OVERLAP=0``): a top-level wgmma gemm whose accumulator (and A registers, for
+  the RS form) no other consumer touches and whose shared operands are staged tiles or tiles no consumer writes
+  keeps its group in flight: ``wait_group 1`` instead of 0, so the tensor cores run iteration k's wgmmas while the
+  threads issue the next loads and reach iteration k + 1's wgmmas. Then iteration k is: wait for iteration k's copies,
+  proxy fence, barrier, the consumers (the gemm: wgmma.fence, wgmmas on stage k % s, commit, ``wait_group 1``, which
+  retires iteration k - 1's wgmmas for this thread), a second barrier (every thread has retired them), then the
+  producers of iteration k + s - 1 into stage (k + s - 1) % s = (k - 1) % s, the stage iteration k - 1's wgmmas read,
+  and the commit. The wgmmas of iteration k still read stage k % s, which no copy issued before iteration k + 1's
   second barrier writes. After the loop ``wait_group 0`` (before anything reads the accumulator), then the copies'
   wait. The loads are issued later in the iteration than without overlap: with s stages they run about s - 2
-  iterations and the rest of the current one ahead (s - 1 without overlap).
-"""
+  iterations and the rest of the current one ahead (s - 1 without overlap)."""
 
 from __future__ import annotations
 
@@ -250,7 +249,8 @@ def wgmma_schedules(p: SoftwarePipeline, layouts) -> dict:
     for g in p.consumers:
         choice = layouts.instructions.get(g) if isinstance(g, Gemm) else None
         if choice is not None and isinstance(choice.instruction, WgmmaM64NK16):
-            alone = all(g.c.buffer not in buffers_used(x) for x in p.consumers if x is not g)
+            registers = [g.c.buffer] + ([g.a.buffer] if g.a.buffer.scope == "fragment" else [])  # RS: A too
+            alone = all(b not in buffers_used(x) for x in p.consumers if x is not g for b in registers)
             operands_stay = all(b in p.staged or b not in written for b in (g.a.buffer, g.b.buffer))
             overlap = overlap_enabled() and alone and operands_stay
             out[g] = WgmmaSchedule(sync=bool(written_before), pending=1 if overlap else 0)

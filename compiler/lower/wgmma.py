@@ -21,15 +21,24 @@ Guarantees: C += op(A) @ op(B) for the whole tile (C = op(A) @ op(B) with clear_
 K step), the accumulators complete before the statement after the gemm runs (with ``wait_group 1``: before the
 statement after the pipeline's loop, which waits for every group); every thread executes every Wgmma.
 Raises TargetError E602 when a shared operand's layout is not its wgmma canonical layout (an annotated layout).
+
+RS (A in registers, ``instructions.wgmma.WgmmaM64NK16RS``): the same sequence with ``WgmmaRS`` statements; per row
+atom and K step the A registers are found from A's fragment layout itself (``register_operand``): for every thread
+of every warpgroup and each of the eight PTX A elements (``instructions.wgmma.a_position``) the thread must hold that
+element, in a register slot that is the same constant for all threads (register indices are compile-time); packed
+A (``ctx.packed``, .b32 pairs) names register slot // 2 for each pair, whose low half must be the even slot.
+Anything else is TargetError E602 (never a wrong register).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from tileagent.compiler.diagnostics import TargetError
 from tileagent.compiler.ir.expr import as_expr, make_binop
 from tileagent.compiler.ir.stmt import Gemm
 from tileagent.compiler.layout.layout import swizzle_width
-from tileagent.compiler.tir import THREAD, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait
+from tileagent.compiler.tir import THREAD, Wgmma, WgmmaCommit, WgmmaFence, WgmmaRS, WgmmaWait
 
 UNUSED_LBO = 16  # K-major swizzled layouts ignore the leading byte offset (PTX: "assumed to be 1", i.e. 16 bytes)
 
@@ -46,11 +55,52 @@ def operand_descriptor(ctx, buf, mn_major: bool) -> tuple[int, int, int]:
     return lbo, 8 * width, width
 
 
+def register_operand(frag, m: int, k: int, warpgroups: int, packed: bool, name: str) -> list:
+    """Per (row atom a, K step kb), the register indices of A's fragment ``frag`` (M x K, the layout inference gave
+    it) that hold PTX A elements a[0..7] (``a_position``) of that atom and step for every thread: 8 slots, or with
+    ``packed`` 4 pair registers (slot // 2). TargetError E602 when the layout does not line up (see the module)."""
+    from tileagent.compiler.instructions.wgmma import a_position
+
+    owners = frag.owner_mask()
+    _, slots = frag.tables()
+    pos = np.array([[a_position(t, i) for i in range(8)] for t in range(128)])  # [128, 8, 2]
+    rows_per_group = m // warpgroups
+    out = {}
+    for a in range(rows_per_group // 64):
+        for kb in range(k // 16):
+            found = None
+            for q in range(warpgroups):
+                r = q * rows_per_group + 64 * a + pos[..., 0]
+                c = 16 * kb + pos[..., 1]
+                threads = q * 128 + np.arange(128)[:, None]
+                held = owners[r, c, np.broadcast_to(threads, r.shape)]
+                got = slots[r, c]
+                if not held.all() or (got != got[0]).any() or (found is not None and (got[0] != found).any()):
+                    raise TargetError(f"T.gemm on wgmma RS: the register layout of '{name}' ({frag.describe()}) does "
+                                      f"not hold the PTX m64k16 A fragment of row atom {a}, K step {kb} in the same "
+                                      "registers of every thread", code="E602",
+                                      hint="unset TILEAGENT_ENABLE_WGMMA or stage A through T.alloc_shared")
+                found = got[0]
+            if packed:
+                lo, hi = found[0::2], found[1::2]
+                if (lo % 2).any() or (hi != lo + 1).any():
+                    raise TargetError(f"T.gemm on wgmma RS: '{name}' is packed in .b32 pairs, but the A elements of "
+                                      f"row atom {a}, K step {kb} are slots {found.tolist()}, not pairs", code="E602")
+                out[a, kb] = tuple(int(x) // 2 for x in lo)
+            else:
+                out[a, kb] = tuple(int(x) for x in found)
+    return out
+
+
 def lower_wgmma(ctx, s: Gemm) -> list:
     a_buf, b_buf, c_buf = s.a.buffer, s.b.buffer, s.c.buffer
+    rs = a_buf.scope == "fragment"
     try:
-        a_lbo, a_sbo, a_sw = operand_descriptor(ctx, a_buf, False)
+        if not rs:
+            a_lbo, a_sbo, a_sw = operand_descriptor(ctx, a_buf, False)
         b_lbo, b_sbo, b_sw = operand_descriptor(ctx, b_buf, not s.transpose_b)
+        a_regs = register_operand(ctx.frag(a_buf), s.c.matrix_shape()[0], s.a.matrix_shape()[1],
+                                  ctx.threads // 128, a_buf in ctx.packed, a_buf.name) if rs else None
     except TargetError as e:
         raise e.with_span(s.span)
     m, n = s.c.matrix_shape()
@@ -66,8 +116,15 @@ def lower_wgmma(ctx, s: Gemm) -> list:
         c_regs = tuple(as_expr(((a * 2 + h) * (n // 8) + j) * 2 + p)
                        for j in range(n // 8) for h in (0, 1) for p in (0, 1))  # PTX order d[4j + 2h + p]
         for kb in range(k // 16):
-            a_idx = ctx.offset(a_buf, _at(s.a, make_binop("+", row0, 64 * a), 16 * kb))
             b_idx = ctx.offset(b_buf, _at(s.b, 0, 16 * kb) if s.transpose_b else _at(s.b, 16 * kb, 0))
+            if rs:
+                out.append(WgmmaRS(c_buf=c_reg, c=c_regs, a_buf=ctx.mem(a_buf),
+                                   a=tuple(as_expr(x) for x in a_regs[a, kb]), b_buf=ctx.mem(b_buf),
+                                   b_index=as_expr(b_idx), b_lbo=b_lbo, b_sbo=b_sbo, b_swizzle=b_sw,
+                                   b_major=b_major, n=n, accumulate=not (s.clear_accum and kb == 0),
+                                   dtype=str(b_buf.dtype), span=s.span))
+                continue
+            a_idx = ctx.offset(a_buf, _at(s.a, make_binop("+", row0, 64 * a), 16 * kb))
             out.append(Wgmma(c_buf=c_reg, c=c_regs, a_buf=ctx.mem(a_buf), a_index=as_expr(a_idx), a_lbo=a_lbo,
                              a_sbo=a_sbo, a_swizzle=a_sw, b_buf=ctx.mem(b_buf), b_index=as_expr(b_idx), b_lbo=b_lbo,
                              b_sbo=b_sbo, b_swizzle=b_sw, b_major=b_major, n=n,

@@ -16,6 +16,10 @@ Guarantees:
   imm-trans-b 1 for an N-major B. An operand whose arena offset is not a multiple of its swizzle atom (8 x width
   bytes) is a CodegenError; the arena start itself is rounded up to ``DeviceKernel.shared_align`` by the kernel's
   prologue (``compiler.targets.cuda``), since ``__align__`` on ``extern __shared__`` is not a guarantee.
+- ``WgmmaRS`` builds B's descriptor the same way and issues ``wgmma.mma_async.sync.aligned.m64n{N}k16`` with A as
+  four ``"r"`` (.b32) operands: a uint32 array's registers as they are, 16-bit registers packed in pairs (lower
+  index in the low half, ``tl_pack_*x2`` of ``compiler.targets.cuda_tensor``); operands d, {a0..a3}, b-desc,
+  scale-d, imm-scale-a 1, imm-scale-b 1, imm-trans-b (no imm-trans-a: A in registers is never transposed).
 - ``WgmmaCommit`` / ``WgmmaWait`` are ``wgmma.commit_group.sync.aligned`` / ``wgmma.wait_group.sync.aligned N``.
 """
 
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 from tileagent.compiler.instructions.wgmma import SWIZZLE_MODE, encode_descriptor
 from tileagent.compiler.targets.cuda_tensor import _shared_address
-from tileagent.compiler.tir import AsyncProxyFence, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait
+from tileagent.compiler.tir import AsyncProxyFence, Wgmma, WgmmaCommit, WgmmaFence, WgmmaRS, WgmmaWait
 
 _SFX = {"float16": "f16", "bfloat16": "bf16"}
 
@@ -75,6 +79,52 @@ def emit_wgmma(em, s: Wgmma) -> None:
     em.line("}")
 
 
+def emit_wgmma_rs(em, s: WgmmaRS) -> None:
+    what = f"WgmmaRS into {s.c_buf.name}"
+    if em.k.num_threads % 128:
+        em.fail(f"{what}: wgmma is warpgroup-wide, but the block has {em.k.num_threads} threads")
+    packed = s.a_buf.dtype == "uint32"
+    if s.dtype not in _SFX or s.a_buf.dtype not in (s.dtype, "uint32") or s.b_buf.dtype != s.dtype or \
+            s.c_buf.dtype != "float32" or s.a_buf.scope != "local" or s.b_buf.scope != "shared" or \
+            s.c_buf.scope != "local" or len(s.a) != (4 if packed else 8):
+        em.fail(f"{what}: want float16/bfloat16 A registers (8, or 4 uint32 pairs), a shared B and a local float32 C, "
+                f"got {s.a_buf.scope} {s.a_buf.dtype} x {len(s.a)}, {s.b_buf.scope} {s.b_buf.dtype}, "
+                f"{s.c_buf.scope} {s.c_buf.dtype}")
+    if s.n % 8 or not 8 <= s.n <= 256 or len(s.c) != s.n // 2 or s.b_major not in ("k", "mn"):
+        em.fail(f"{what}: m64n{s.n}k16 needs N in 8..256 (a multiple of 8), N / 2 accumulator registers (got "
+                f"{len(s.c)}) and b_major 'k' or 'mn' (got {s.b_major!r})")
+    off = em.k.shared_offsets.get(s.b_buf)
+    if s.b_swizzle not in SWIZZLE_MODE:
+        em.fail(f"{what}: swizzle width {s.b_swizzle} of {s.b_buf.name} is not one of {sorted(SWIZZLE_MODE)}")
+    if off is None or off % (8 * s.b_swizzle) or em.k.shared_align % (8 * s.b_swizzle):
+        em.fail(f"{what}: shared operand {s.b_buf.name} is at arena byte {off} of an arena aligned to "
+                f"{em.k.shared_align}; its {s.b_swizzle}B-swizzle atoms need multiples of {8 * s.b_swizzle}")
+    regs = [em.register(s.c_buf, i) for i in s.c]
+    if len(set(regs)) != len(regs):
+        em.fail(f"{what}: the accumulator registers must be distinct")
+    sfx = _SFX[s.dtype]
+    a = [em.register(s.a_buf, i) for i in s.a]
+    if not packed:
+        em.state.helpers.add(f"mma_{sfx}")
+        a = [f"tl_pack_{sfx}x2({lo}, {hi})" for lo, hi in zip(a[::2], a[1::2])]
+    em.ct(s.dtype)
+    nd = len(regs)
+    em.line("{")
+    em.depth += 1
+    em.line(f"const unsigned long long tl_db = (unsigned long long)((({_shared_address(em, s.b_buf, s.b_index)}) "
+            f"& 0x3FFFFu) >> 4) | 0x{encode_descriptor(0, s.b_lbo, s.b_sbo, s.b_swizzle):016x}ull;")
+    dlist = ", ".join(f"%{i}" for i in range(nd))
+    alist = ", ".join(f"%{nd + i}" for i in range(4))
+    em.line(f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 5}, 0;\\n'
+            f'wgmma.mma_async.sync.aligned.m64n{s.n}k16.f32.{sfx}.{sfx} {{{dlist}}}, {{{alist}}}, %{nd + 4}, p, 1, 1, '
+            f'{1 if s.b_major == "mn" else 0};\\n}}\\n"')
+    em.line("    : " + ", ".join(f'"+f"({r})' for r in regs))
+    em.line("    : " + ", ".join(f'"r"({x})' for x in a) +
+            f', "l"(tl_db), "n"({1 if s.accumulate else 0}) : "memory");')
+    em.depth -= 1
+    em.line("}")
+
+
 def emit_async_proxy_fence(em, s: AsyncProxyFence) -> None:
     em.line('asm volatile("fence.proxy.async.shared::cta;" ::: "memory");')
 
@@ -87,5 +137,5 @@ def emit_wgmma_wait(em, s: WgmmaWait) -> None:
     em.line(f'asm volatile("wgmma.wait_group.sync.aligned {int(s.pending)};" ::: "memory");')
 
 
-HANDLERS = {WgmmaFence: emit_wgmma_fence, Wgmma: emit_wgmma, WgmmaCommit: emit_wgmma_commit,
+HANDLERS = {WgmmaFence: emit_wgmma_fence, Wgmma: emit_wgmma, WgmmaRS: emit_wgmma_rs, WgmmaCommit: emit_wgmma_commit,
             WgmmaWait: emit_wgmma_wait, AsyncProxyFence: emit_async_proxy_fence}

@@ -71,7 +71,8 @@ class GemmOp(TileOp):
     def infer_strict(self, op, inference) -> None:
         """The instruction chosen from the registry fixes the warp partition, the accumulator's layout and that of an
         A operand in registers (a copy into it from another layout becomes a conversion through shared memory)."""
-        choice = select_gemm(op, inference.threads, getattr(inference, "target", None))
+        choice = select_gemm(op, inference.threads, getattr(inference, "target", None),
+                             tuple(getattr(inference, "excluded", {}).get(op, ())))
         inference.r.gemm_partition[op] = choice.partition
         inference.r.instructions[op] = choice
         for operand in (op.a.buffer, op.b.buffer):  # the entry's layout, else conflict-free reads (annotations win)
@@ -95,8 +96,9 @@ class GemmOp(TileOp):
         if error is not None:
             raise error
         choice = ctx.layouts.instructions.get(s) or select_gemm(s, ctx.threads, target)
-        how = choice.describe(s) + "".join(f"; {e.name} not used: {why}" for e, why in passed_over(s, ctx.threads,
-                                                                                                   target, choice))
+        dropped = ctx.layouts.notes.get(s, [])
+        how = choice.describe(s) + "".join(f"; {e.name} not used: {why}" for e, why in
+                                           dropped + passed_over(s, ctx.threads, target, choice, dropped))
         ctx.note_instruction(s, how)
         log.info("%s at line %s: %s", self.name(s), s.span.line if s.span else "?", how)
         return choice.instruction.lower(s, ctx)
@@ -114,16 +116,18 @@ class GemmOp(TileOp):
         it.write_region(s.c, out.to(s.c.buffer.dtype.torch).reshape(s.c.extents), s.span)
 
 
-def passed_over(g: Gemm, threads: int, target, choice) -> list:
+def passed_over(g: Gemm, threads: int, target, choice, dropped=()) -> list:
     """(entry, reason) of each registry entry cheaper than the chosen one that does not apply to ``g``, except those
-    that are merely not switched on (an opt-in entry's reason starts with "opt-in"): why a faster instruction was not
-    used, for ``get_ir("thread")`` and the log."""
+    that are merely not switched on (an opt-in entry's reason starts with "opt-in") and those in ``dropped`` (layout
+    inference's (entry, why) pairs, reported by the caller): why a faster instruction was not used, for
+    ``get_ir("thread")`` and the log."""
     from tileagent.compiler.instructions import GEMM
 
     cost = choice.instruction.cost(g, threads, target)
+    skip = [e for e, _ in dropped]
     out = []
     for entry in GEMM:
-        if entry is choice.instruction or entry.cost(g, threads, target) >= cost:
+        if entry is choice.instruction or entry in skip or entry.cost(g, threads, target) >= cost:
             continue
         why = entry.reason(g, threads, target)
         if why is not None and not why.startswith("opt-in"):
