@@ -3,14 +3,16 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session2|session1|all]
-# Default session2: the five ops played in session 2 (their last answers), < 5 minutes (2 seeds per config, each op
-# capped at $CAP s, default 55, by `timeout`; a capped op shows "timeout"). session1 re-runs the five ops of
-# session 1 (measured on the H200 at commit 02a7110, BENCHMARKS.md), all runs the ten (< 10 minutes).
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session2|session1|all]
+# Default session3: the four ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
+# CPU check of too-large configs at SMALL_CONFIG sizes, and masked_mean_pool), each op capped at $CAP s (default 60)
+# by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
+# ops of those sessions (their H200 results are in BENCHMARKS.md), all runs every op with its latest answer (11 ops:
+# about 10 minutes; use CAP=40 to shorten).
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session2|session1|all]}
-WHICH=${2:-session2}
-CAP=${CAP:-55}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session2|session1|all]}
+WHICH=${2:-session3}
+CAP=${CAP:-60}
 mkdir -p "$OUT"
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -32,11 +34,30 @@ SESSION2=(
   "seq_mean:answers/seq_mean/turn1.py"
   "causal_softmax:answers/causal_softmax/turn3.py"
 )
+# session 3 ("Session 3" in RESULTS.md): answers under answers/OP/session3/, all correct at turn 1 on the CPU
+SESSION3=(
+  "causal_softmax:answers/causal_softmax/session3/turn1.py"
+  "groupnorm:answers/groupnorm/session3/turn1.py"
+  "cross_entropy:answers/cross_entropy/session3/turn1.py"
+  "masked_mean_pool:answers/masked_mean_pool/session3/turn1.py"
+)
+# every op once, with its latest answer (session 3's for the ops replayed there)
+ALL=(
+  "rotary:answers/rotary/turn2.py"
+  "swiglu:answers/swiglu/turn1.py"
+  "int8_quant:answers/int8_quant/turn1.py"
+  "add_layernorm:answers/add_layernorm/turn1.py"
+  "logsumexp:answers/logsumexp/turn1.py"
+  "l2norm:answers/l2norm/turn1.py"
+  "seq_mean:answers/seq_mean/turn1.py"
+  "${SESSION3[@]}"
+)
 case "$WHICH" in
   session1) ANSWERS=("${SESSION1[@]}") ;;
   session2) ANSWERS=("${SESSION2[@]}") ;;
-  all) ANSWERS=("${SESSION1[@]}" "${SESSION2[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session2, session1 or all)" >&2; exit 2 ;;
+  session3) ANSWERS=("${SESSION3[@]}") ;;
+  all) ANSWERS=("${ALL[@]}") ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session3, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
@@ -53,13 +74,13 @@ done
 python - "$OUT" "${ANSWERS[@]}" <<'PY'
 import json, os, sys
 out = sys.argv[1]
-print(f"{'op':16} {'answer':34} {'correct':8} {'min x eager':>11} {'min x compile':>13}  configs")
+print(f"{'op':16} {'answer':44} {'correct':8} {'min x eager':>11} {'min x compile':>13}  configs")
 for entry in sys.argv[2:]:
     op, ans = entry.split(":", 1)
     path = os.path.join(out, op + ".json")
     rc = open(os.path.join(out, op + ".rc")).read().strip()
     if not os.path.exists(path):
-        print(f"{op:16} {ans:34} {'timeout' if rc == '124' else 'no json (rc ' + rc + ')':8}")
+        print(f"{op:16} {ans:44} {'timeout' if rc == '124' else 'no json (rc ' + rc + ')':8}")
         continue
     r = json.load(open(path))
     cfgs = r.get("configs", [])
@@ -68,5 +89,6 @@ for entry in sys.argv[2:]:
     sc = [c["speedup_compiled"] for c in cfgs if c.get("speedup_compiled") is not None]
     fmt = lambda v: f"{min(v):.2f}" if v else "-"
     why = "" if ok else (r.get("message") or "")[:80]
-    print(f"{op:16} {ans:34} {str(ok):8} {fmt(se):>11} {fmt(sc):>13}  {len(cfgs)} {why}")
+    per = " ".join(f"{c['speedup_compiled']:.2f}" if c.get("speedup_compiled") is not None else "-" for c in cfgs)
+    print(f"{op:16} {ans:44} {str(ok):8} {fmt(se):>11} {fmt(sc):>13}  {len(cfgs)} [x compile per config: {per}] {why}")
 PY
