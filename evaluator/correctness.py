@@ -324,8 +324,9 @@ class _ConfigCheck:
         if unmatched:
             failure.message = (f"{failure.message}; {unmatched} differing index(es) are not the reference's indices of "
                                f"equal values (within atol={tol.atol:g} + rtol={tol.rtol:g} of output {k - 1}) in "
-                               f"another order along the last dim (an element tied with the last selected value that the "
-                               f"reference left out cannot be told apart from a wrong index by the outputs alone)")
+                               f"another order along the last dim (an element tied with the last selected value "
+                               f"that the reference left out cannot be told apart from a wrong index by the outputs "
+                               f"alone)")
             failure.args = (failure.message,)
             failure.details["indices_not_tied"] = unmatched
             return failure

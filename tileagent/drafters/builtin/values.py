@@ -635,7 +635,8 @@ class Builder:
             return BINARY_F.get(name, BINARY_F.get("div")).format(a=a, b=b)
 
         exact = name in ("abs", "neg", "relu", "maximum", "minimum", "where") and all(
-            isinstance(a, V) and a.dtype == dtype for a in (args[1:3] if name == "where" else args))
+            isinstance(a, V) and a.dtype == dtype and not (isinstance(a, Reduce) and a.op == "sum")
+            for a in (args[1:3] if name == "where" else args))  # a float16 sum is read as its float32 accumulation
         if dtype in (torch.float16, torch.bfloat16) and not exact:
             # eager rounds every op's result to the tensor's dtype; the ops in ``exact`` return one of their
             # operands (up to the sign), which are values of that dtype already: the rounding would change nothing
@@ -665,9 +666,9 @@ def _round_half_even(cx, a: str) -> str:
     for ``|w| < 2**23`` the sum ``|w| + 2**23`` lies in [2**23, 2**24), where float32's spacing is 1, so its
     round-to-nearest-even is ``|w|``'s (2**23 is even) and subtracting 2**23 again is exact; from 2**23 on every float
     is an integer (and NaN, inf pass through the comparison unchanged). The sign is put back, so ``round(-0.3)`` is
-    -0.0 as in torch, and a zero is returned as it is (-0.0 stays -0.0). This replaced ``w - floor(w)`` compared with 0.5: two ``floorf`` per element, which run on the
-    GPU's conversion unit at a quarter of the float32 rate and made an int8 row quantization compute-bound (27% of a
-    copy on the H200)."""
+    -0.0 as in torch, and a zero is returned as it is (-0.0 stays -0.0). This replaced ``w - floor(w)`` compared
+    with 0.5: two ``floorf`` per element, which run on the GPU's conversion unit at a quarter of the float32 rate and
+    made an int8 row quantization compute-bound (27% of a copy on the H200)."""
     w = cx.let(f"T.cast({a}, \"float32\")")
     m = cx.let(f"T.abs({w})")
     r = cx.let(f"({m} + 8388608.0) - 8388608.0")
