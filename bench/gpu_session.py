@@ -39,10 +39,11 @@ class Step:
 STEPS = (
     # group 1: the Hopper path (issue 12), compile latency (issue 11), every GPU test
     Step("wgmma_probe", 1, "python bench/wgmma_probe.py", 120,
-         "first contact: 13 small wgmma gemms (2 with groups in flight) and 2 RS (A in registers), exact; names the "
-         "swizzle/SBO/LBO at fault"),
+         "first contact: 15 small wgmma gemms (2 with groups in flight, 2 split along N) and 2 RS (A in registers), "
+         "exact; names the swizzle/SBO/LBO at fault"),
     Step("wgmma_tests", 1, "python -m pytest -q -x tests/test_gpu.py -k wgmma", 90,
-         "gemm_relu schedules and flash_attn (Q@K^T SS, P@V RS) on wgmma against torch", after="wgmma_probe"),
+         "gemm_relu schedules, flash_attn (Q@K^T SS, P@V RS) and mla_decode (N split) on wgmma against torch",
+         after="wgmma_probe"),
     Step("wgmma_gemm", 1, "python bench/wgmma_gemm.py --sizes 4096 8192", 240,
          "wgmma (overlap on / off) vs mma.sync vs cuBLAS, checked before timed", after="wgmma_tests"),
     Step("tensor_core_wgmma", 1, "TILEAGENT_ENABLE_WGMMA=1 python bench/tensor_core.py", 120,

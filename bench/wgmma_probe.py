@@ -1,7 +1,7 @@
 """First-contact GPU check of the opt-in wgmma entry (TILEAGENT_ENABLE_WGMMA=1): a ladder of small gemms, each in
 its own subprocess (a fault kills only its case), checked exactly before anything is timed.
 
-Usage (H200): python bench/wgmma_probe.py            (all 15 cases, ~1 minute)
+Usage (H200): python bench/wgmma_probe.py            (all 17 cases, ~1 minute)
               python bench/wgmma_probe.py --case NAME (one case, in this process)
 Without a GPU, ``--sim`` runs the same ladder in the SIMT emulator (slow: the ragged cases take minutes).
 Each case compiles C = A @ B (fp32 accumulator, stored as fp32) with the wgmma entry for the GPU, checks that the
@@ -41,6 +41,10 @@ CASES = {
     "two_wg_n256": (128, 256, 64, (128, 256, 32), False, 256, "float16", "two warpgroups, m64n256, 4 column blocks"),
     "ragged": (1000, 776, 520, (128, 128, 64), False, 128, "float16", "the example's tiles at ragged M, N, K"),
     "ragged_bf16": (1000, 776, 520, (128, 128, 64), False, 128, "bfloat16", "the same in bf16"),
+    "n_split": (64, 256, 128, (64, 256, 64), False, 256, "float16",
+                "two warpgroups split N (block_M 64): m64n128 each, the second's B starts 2 column blocks in"),
+    "n_split_kmajor": (64, 128, 128, (64, 128, 64), True, 256, "float16",
+                       "two warpgroups split N, K-major B: the second's B starts at row 64"),
     # wgmma groups in flight across K iterations (wait_group 1; every stage refilled many times)
     "overlap3": (256, 256, 2048, (128, 128, 64), False, 128, "float16", "3 stages, 32 K tiles, wait_group 1"),
     "overlap3_two_wg": (256, 512, 1024, (128, 256, 64), False, 256, "float16",

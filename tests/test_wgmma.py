@@ -817,3 +817,97 @@ def test_nvrtc_compiles_the_rs_kernels_for_sm_90a_without_serialization(wgmma_on
         assert "}, {%" in kernel.get_kernel_source()
         assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
         assert _remarks(kernel) == []
+
+
+# -- N split across warpgroups (MLA decode: 64 heads on two warpgroups) -------------------------------------------
+def test_n_split_accumulator_layout_hand_check():
+    # two warpgroups, M = 64: warpgroup q owns columns 128 q .. 128 q + 127 of every row, each the m64n128 D figure
+    frag = wgmma_entry.accumulator_layout(64, 256, 2, 256, n_split=2)
+    for r in range(64):
+        for c in range(0, 256, 3):
+            q, cc = divmod(c, 128)
+            w, g, h = r // 16, r % 8, r % 16 // 8
+            assert frag.thread((r, c)) == 128 * q + 32 * w + 4 * g + cc % 8 // 2
+            assert frag.slot((r, c)) == (h * 16 + cc // 8) * 2 + cc % 2
+
+
+@pytest.mark.parametrize("M,N,K,tiles,trans_b,detail", [
+    (64, 256, 128, (64, 256, 64), False, "m64n128k16.f32.f16.f16, A K-major 128B swizzle, B N-major 128B swizzle"),
+    (72, 128, 128, (64, 128, 64), True, "m64n64k16.f32.f16.f16, A K-major 128B swizzle, B K-major 128B swizzle"),
+])
+def test_n_split_over_two_warpgroups_is_exact(wgmma_on, M, N, K, tiles, trans_b, detail):
+    # block_M = 64 cannot give each of two warpgroups 64 rows: they split N instead, each its own B descriptor start
+    kernel = tileagent.compile(_wg_gemm(M, N, K, *tiles, trans_b, "float16", threads=256), target="sim")
+    assert f"wgmma.mma_async m64nNk16 SS: {detail}, Square, 8 warps (4 x 2)" in kernel.get_ir("thread")
+    a = torch.randint(-2, 3, (M, K)).half()
+    b = torch.randint(-2, 3, (N, K) if trans_b else (K, N)).half()
+    c = torch.full((M, N), float("nan"))
+    kernel(a, b, c)
+    assert torch.equal(c.double(), a.double() @ (b.double().T if trans_b else b.double()))
+
+
+def test_n_split_needs_column_blocks_of_n_major_b(wgmma_on):
+    # 32 columns per warpgroup of a 64-wide N-major B (one 128-byte swizzle block) would start mid-block: mma.sync
+    kernel = tileagent.compile(_wg_gemm(64, 64, 64, 64, 64, 64, False, "float16", threads=256), target="sim")
+    assert "wgmma.mma_async m64nNk16 SS not used: splits N over 2 warpgroups, but a warpgroup's 32 columns of the " \
+        "N-major B 'B_s' do not start on a 128-byte swizzle column block" in kernel.get_ir("thread")
+
+
+def test_mla_decode_shared_variant_on_wgmma(shared_example, wgmma_on):
+    # all three gemms on wgmma with N split over the two warpgroups: the scores m64n32 (Q @ KV^T, Q_pe @ K_pe^T into
+    # one accumulator), P @ V m64n256 from S_shared and the N-major latent KV (four column blocks per warpgroup)
+    mla = shared_example("mla_decode")
+    kernel = tileagent.compile(mla.mla_decode.fn(1, 64, 100, variant="shared"), target="sim")
+    ir = kernel.get_ir("thread")
+    assert ir.count("wgmma.mma_async m64nNk16 SS: m64n32k16.f32.f16.f16, A K-major 128B swizzle, B K-major 128B "
+                    "swizzle, FullCol, 8 warps (4 x 2)") == 2
+    assert "wgmma.mma_async m64nNk16 SS: m64n256k16.f32.f16.f16, A K-major 128B swizzle, B N-major 128B swizzle" in ir
+    assert "mma.sync" not in ir
+    q, qp = torch.randn(1, 64, 512).half(), torch.randn(1, 64, 64).half()
+    kv, kp = torch.randn(1, 100, 1, 512).half(), torch.randn(1, 100, 1, 64).half()
+    o = torch.full((1, 64, 512), float("nan")).half()
+    kernel(q, qp, kv, kp, o)
+    torch.testing.assert_close(o, mla.reference(q, qp, kv, kp), rtol=2e-2, atol=2e-2)
+
+
+def test_a_layout_conflict_drops_the_wgmma_entries(shared_example, monkeypatch):
+    # MLA's fragment variant: wgmma scores split along N next to an mma.sync P @ V (its P needs a conversion) make
+    # layout inference fail; the kernel then compiles as it does without wgmma (same source) and says why
+    mla = shared_example("mla_decode")
+    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)
+    plain = tileagent.compile(mla.mla_decode.fn(64, 128, 8192, variant="fragment"), target="sim")
+    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    kernel = tileagent.compile(mla.mla_decode.fn(64, 128, 8192, variant="fragment"), target="sim")
+    assert kernel.get_kernel_source() == plain.get_kernel_source()
+    assert "wgmma.mma_async m64nNk16 SS not used: layout inference failed with it: layout conflict" in \
+        kernel.get_ir("thread")
+
+
+def test_nvrtc_compiles_mla_decode_on_wgmma_without_serialization(shared_example, wgmma_on):
+    kernel = tileagent.compile(shared_example("mla_decode").mla_decode.fn(64, 128, 8192, variant="shared"),
+                               target="sim")
+    assert "wgmma.mma_async.sync.aligned.m64n256k16" in kernel.get_kernel_source()
+    assert _remarks(kernel) == []
+
+
+def test_rs_with_n_split_reads_a_replicated_over_warpgroups(wgmma_on):
+    # A loaded from global into registers, M = 64 on two warpgroups: each warpgroup holds all of A (the RS layout
+    # replicated over warpgroups) and multiplies it by its 128 columns of B
+    @T.prim_func
+    def main(P: T.Tensor((64, 32), "float16"), V: T.Tensor((32, 256), "float16"), O: T.Tensor((64, 256), "float32")):
+        with T.Kernel(1, threads=256) as bx:
+            V_s = T.alloc_shared((32, 256), "float16")
+            p = T.alloc_fragment((64, 32), "float16")
+            acc = T.alloc_fragment((64, 256), "float32")
+            T.copy(P, p)
+            T.copy(V, V_s)
+            T.gemm(p, V_s, acc, clear_accum=True)
+            T.copy(acc, O)
+
+    kernel = tileagent.compile(main, target="sim")
+    assert "wgmma.mma_async m64nNk16 RS: m64n128k16.f32.f16.f16, A in registers, B N-major 128B swizzle, Square, " \
+        "8 warps (4 x 2)" in kernel.get_ir("thread")
+    p, v = torch.randint(-2, 3, (64, 32)).half(), torch.randint(-2, 3, (32, 256)).half()
+    o = torch.full((64, 256), float("nan"))
+    kernel(p, v, o)
+    assert torch.equal(o.double(), p.double() @ v.double())

@@ -76,5 +76,6 @@ class GemmChoice:
 
         wm, wn = self.partition
         detail = getattr(self.instruction, "detail", None)
-        name = self.instruction.name + (f": {detail(g)}" if detail is not None and g is not None else "")
+        name = self.instruction.name + (f": {detail(g, self.partition)}" if detail is not None and g is not None
+                                        else "")
         return f"{name}, {POLICY_NAMES[self.policy]}, {self.warps} warps ({wm} x {wn})"

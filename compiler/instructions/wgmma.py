@@ -122,12 +122,16 @@ def _device_arch_ok() -> str | None:
     return None if (major, minor) == (9, 0) else f"needs sm_90a; the GPU is sm_{major}{minor}"
 
 
-def accumulator_layout(M: int, N: int, warpgroups: int, num_threads: int) -> Fragment:
-    """The wgmma D layout of an M x N float32 tile over ``warpgroups`` warpgroups splitting M (see the module)."""
-    atoms = M // warpgroups // 64
+def accumulator_layout(M: int, N: int, warpgroups: int, num_threads: int, n_split: int = 1) -> Fragment:
+    """The wgmma D layout of an M x N float32 tile over ``warpgroups`` warpgroups splitting M (see the module), or,
+    with ``n_split`` = the warpgroups, splitting N: warpgroup q owns columns q N / Q .. (q + 1) N / Q - 1 of every
+    row, each an m64n(N / Q) D fragment per 64-row atom (slot ((a * 2 + h) * N / Q / 8 + j) * 2 + p)."""
+    row_groups = warpgroups // n_split
+    atoms = M // row_groups // 64
+    n = N // n_split
     rows = [Level(8, 4), Level(2), Level(4, 32)] + ([Level(atoms)] if atoms > 1 else []) + \
-        ([Level(warpgroups, 128)] if warpgroups > 1 else [])
-    cols = [Level(2), Level(4, 1)] + ([Level(N // 8)] if N > 8 else [])
+        ([Level(row_groups, 128)] if row_groups > 1 else [])
+    cols = [Level(2), Level(4, 1)] + ([Level(n // 8)] if n > 8 else []) + ([Level(n_split, 128)] if n_split > 1 else [])
     return Fragment((M, N), (tuple(rows), tuple(cols)), (), num_threads)
 
 
@@ -138,21 +142,33 @@ def operand_a_layout(M: int, K: int, warpgroups: int, num_threads: int) -> Fragm
     return accumulator_layout(M, K, warpgroups, num_threads)
 
 
+def n_split(g, threads: int) -> int:
+    """Warpgroups splitting the gemm's N (1: they split M; see ``WgmmaM64NK16.partition``)."""
+    m, n = g.c.matrix_shape()
+    q = threads // 128
+    return 1 if m % (64 * q) == 0 and n % 8 == 0 and n <= 256 else q
+
+
 class WgmmaM64NK16(Instruction):
     name = "wgmma.mma_async m64nNk16 SS"
     op = "gemm"
+    fallback_on_conflict = True  # layout inference drops it where its layouts make inference fail (layout.infer)
 
     def partition(self, g, threads: int) -> tuple[int, int]:
-        """(warps along M, warps along N) = (4 x warpgroups, 1); LayoutError L005 when the tile does not split."""
+        """(warps along M, warps along N): (4 x warpgroups, 1) when the warpgroups split M into 64-row atoms with
+        N <= 256; else (4, warpgroups) when they split N (MLA decode's 64 heads x 512 on two warpgroups: m64n256
+        each); LayoutError L005 when neither fits."""
         m, n = g.c.matrix_shape()
         if threads % 128:
             raise LayoutError(f"T.gemm on wgmma needs whole warpgroups (128 threads), but the block has {threads} "
                               "threads", code="L005")
         q = threads // 128
-        if m % (64 * q) or n % 8 or n > 256:
-            raise LayoutError(f"T.gemm on wgmma cannot split a {m} x {n} tile over {q} warpgroups into 64-row "
-                              "atoms of N <= 256 (a multiple of 8)", code="L005")
-        return 4 * q, 1
+        if m % (64 * q) == 0 and n % 8 == 0 and n <= 256:
+            return 4 * q, 1
+        if q > 1 and m % 64 == 0 and n % (8 * q) == 0 and n // q <= 256:
+            return 4, q
+        raise LayoutError(f"T.gemm on wgmma cannot split a {m} x {n} tile over {q} warpgroups into 64-row atoms of "
+                          "N <= 256 (a multiple of 8), along M or along N", code="L005")
 
     def reason(self, g, threads: int, target) -> str | None:
         why = self._common_reason(g, threads, target)
@@ -192,7 +208,15 @@ class WgmmaM64NK16(Instruction):
         k = g.a.matrix_shape()[1]
         if k % 16:
             return f"needs K a multiple of 16, got {k}"
-        return self.partition_problem(g, threads)
+        why = self.partition_problem(g, threads)
+        if why is not None:
+            return why
+        split, b = n_split(g, threads), g.b.buffer
+        width = wgmma_operand(tuple(b.shape), b.dtype.bytes).align_bytes // 8
+        if split > 1 and not g.transpose_b and (g.c.matrix_shape()[1] // split * b.dtype.bytes) % width:
+            return (f"splits N over {split} warpgroups, but a warpgroup's {g.c.matrix_shape()[1] // split} columns "
+                    f"of the N-major B '{b.name}' do not start on a {width}-byte swizzle column block")
+        return None
 
     def cost(self, g, threads: int, target) -> float:
         return 0.5
@@ -201,9 +225,10 @@ class WgmmaM64NK16(Instruction):
         """The wgmma canonical layout of shared operand ``buf`` (``wgmma_operand``)."""
         return wgmma_operand(tuple(buf.shape), buf.dtype.bytes)
 
-    def detail(self, g) -> str:
-        """The instruction as issued: shape, types and the swizzle each operand's descriptor reads."""
-        n = g.c.matrix_shape()[1]
+    def detail(self, g, partition=(1, 1)) -> str:
+        """The instruction as issued: shape (N per warpgroup: ``partition`` = (warps along M, warpgroups along N)),
+        types and the swizzle each operand's descriptor reads."""
+        n = g.c.matrix_shape()[1] // partition[1]
         a, b = g.a.buffer, g.b.buffer
         sfx = {"float16": "f16", "bfloat16": "bf16"}.get(str(a.dtype), str(a.dtype))
         wa, wb = (wgmma_operand(tuple(x.shape), x.dtype.bytes).align_bytes // 8 for x in (a, b))
@@ -212,7 +237,7 @@ class WgmmaM64NK16(Instruction):
 
     def layouts(self, g, threads: int, partition) -> dict:
         m, n = g.c.matrix_shape()
-        return {"C": accumulator_layout(m, n, threads // 128, threads)}
+        return {"C": accumulator_layout(m, n, threads // 128, threads, n_split(g, threads))}
 
     def lower(self, g, ctx) -> list:
         from tileagent.compiler.lower.wgmma import lower_wgmma
@@ -247,8 +272,8 @@ class WgmmaM64NK16RS(WgmmaM64NK16):
             return f"needs the whole 2-d register tile '{a.name}' as A"
         return self._operand_reason(g, threads, (("B", g.b),))
 
-    def detail(self, g) -> str:
-        n = g.c.matrix_shape()[1]
+    def detail(self, g, partition=(1, 1)) -> str:
+        n = g.c.matrix_shape()[1] // partition[1]
         b = g.b.buffer
         sfx = {"float16": "f16", "bfloat16": "bf16"}.get(str(b.dtype), str(b.dtype))
         wb = wgmma_operand(tuple(b.shape), b.dtype.bytes).align_bytes // 8
@@ -257,5 +282,8 @@ class WgmmaM64NK16RS(WgmmaM64NK16):
     def layouts(self, g, threads: int, partition) -> dict:
         m, n = g.c.matrix_shape()
         k = g.a.matrix_shape()[1]
-        q = threads // 128
-        return {"C": accumulator_layout(m, n, q, threads), "A": operand_a_layout(m, k, q, threads)}
+        q, split = threads // 128, n_split(g, threads)
+        a = operand_a_layout(m, k, q // split, threads)  # split N: every warpgroup holds all of A
+        if split > 1:
+            a = Fragment(a.shape, a.dims, a.replicate + (Level(split, 128 * (q // split)),), threads)
+        return {"C": accumulator_layout(m, n, q, threads, split), "A": a}

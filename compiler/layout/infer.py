@@ -12,10 +12,13 @@ loop's variable, a block index: TileLang composes the fragment's thread map with
 variables bound inside the loop). A loop-invariant index may take any value of its dim, so every check holds for all
 of them; a fragment some loop indexes that way gets that dim in registers (every thread holds all of it) when its
 layout is a free choice, and a fragment whose layout spreads such a dim over threads is an L004 error.
-Register operands: a gemm entry marked ``fallback_on_conversion`` (wgmma RS) that imposes the layout of its A operand
+Optional gemm entries: an entry marked ``fallback_on_conversion`` (wgmma RS) that imposes the layout of its A operand
 in registers is dropped for that gemm, and the kernel's inference redone, when a T.copy fills that operand from a
-fragment of another layout (a conversion through shared memory) or when its layout makes inference fail; the gemm
-then takes the next entry (mma.sync), and ``LayoutMap.notes`` says why.
+fragment of another layout (a conversion through shared memory); when inference fails, first every such entry is
+dropped, then every entry marked ``fallback_on_conflict`` (both wgmma entries: their layouts next to mma.sync's can
+conflict, e.g. MLA decode's scores split over warpgroups along N beside an mma.sync P @ V), and inference is redone;
+a failure without such entries is the error. The gemm then takes the next entry (mma.sync), and ``LayoutMap.notes``
+says why. So switching an optional entry on never makes a kernel that compiled without it fail.
 Guarantees: in every T.Parallel loop, the threads that run an iteration hold every fragment element it reads, and
 exactly the threads holding an element it writes run that iteration; a reduction's output layout is its input's
 projection. Otherwise a LayoutError names both ops, both layouts, both source lines, and gives a hint.
@@ -72,11 +75,13 @@ def infer_layouts(func: PrimFunc) -> LayoutMap:
                 try:
                     inference.run()
                     drop = inference.misaligned_register_operands()
-                except LayoutError as e:  # a conflict the register layout of an RS entry caused: retry without it
-                    drop = {g: (c.instruction, f"layout inference failed with it: {e.message}")
-                            for g, c in part.instructions.items()
-                            if getattr(c.instruction, "fallback_on_conversion", False) and g.a.buffer.scope ==
-                            "fragment"}
+                except LayoutError as e:  # a conflict an optional entry's layout caused: retry without it
+                    why = f"layout inference failed with it: {str(e.message).splitlines()[0]}"
+                    chosen = part.instructions.items()
+                    drop = {g: (c.instruction, why) for g, c in chosen
+                            if getattr(c.instruction, "fallback_on_conversion", False)}  # RS first, then the rest
+                    drop = drop or {g: (c.instruction, why) for g, c in chosen
+                                    if getattr(c.instruction, "fallback_on_conflict", False)}
                     if not drop:
                         raise
                 if not drop:

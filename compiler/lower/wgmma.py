@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from tileagent.compiler.diagnostics import TargetError
+from tileagent.compiler.instructions.wgmma import n_split
 from tileagent.compiler.ir.expr import as_expr, make_binop
 from tileagent.compiler.ir.stmt import Gemm
 from tileagent.compiler.layout.layout import swizzle_width
@@ -55,7 +56,7 @@ def operand_descriptor(ctx, buf, mn_major: bool) -> tuple[int, int, int]:
     return lbo, 8 * width, width
 
 
-def register_operand(frag, m: int, k: int, warpgroups: int, packed: bool, name: str) -> list:
+def register_operand(frag, m: int, k: int, warpgroups: int, packed: bool, name: str, n_split: int = 1) -> list:
     """Per (row atom a, K step kb), the register indices of A's fragment ``frag`` (M x K, the layout inference gave
     it) that hold PTX A elements a[0..7] (``a_position``) of that atom and step for every thread: 8 slots, or with
     ``packed`` 4 pair registers (slot // 2). TargetError E602 when the layout does not line up (see the module)."""
@@ -64,13 +65,13 @@ def register_operand(frag, m: int, k: int, warpgroups: int, packed: bool, name: 
     owners = frag.owner_mask()
     _, slots = frag.tables()
     pos = np.array([[a_position(t, i) for i in range(8)] for t in range(128)])  # [128, 8, 2]
-    rows_per_group = m // warpgroups
+    rows_per_group = m // (warpgroups // n_split)  # n_split > 1: every warpgroup multiplies all rows of A
     out = {}
     for a in range(rows_per_group // 64):
         for kb in range(k // 16):
             found = None
             for q in range(warpgroups):
-                r = q * rows_per_group + 64 * a + pos[..., 0]
+                r = q // n_split * rows_per_group + 64 * a + pos[..., 0]
                 c = 16 * kb + pos[..., 1]
                 threads = q * 128 + np.arange(128)[:, None]
                 held = owners[r, c, np.broadcast_to(threads, r.shape)]
@@ -95,19 +96,23 @@ def register_operand(frag, m: int, k: int, warpgroups: int, packed: bool, name: 
 def lower_wgmma(ctx, s: Gemm) -> list:
     a_buf, b_buf, c_buf = s.a.buffer, s.b.buffer, s.c.buffer
     rs = a_buf.scope == "fragment"
+    split = n_split(s, ctx.threads)
     try:
         if not rs:
             a_lbo, a_sbo, a_sw = operand_descriptor(ctx, a_buf, False)
         b_lbo, b_sbo, b_sw = operand_descriptor(ctx, b_buf, not s.transpose_b)
         a_regs = register_operand(ctx.frag(a_buf), s.c.matrix_shape()[0], s.a.matrix_shape()[1],
-                                  ctx.threads // 128, a_buf in ctx.packed, a_buf.name) if rs else None
+                                  ctx.threads // 128, a_buf in ctx.packed, a_buf.name, split) if rs else None
     except TargetError as e:
         raise e.with_span(s.span)
-    m, n = s.c.matrix_shape()
+    m, n_all = s.c.matrix_shape()
     k = s.a.matrix_shape()[1]
     q = ctx.threads // 128
-    atoms = m // q // 64
-    row0 = make_binop("*", make_binop("//", THREAD, 128), m // q)
+    n = n_all // split  # columns per warpgroup: the instruction's N
+    atoms = m // (q // split) // 64
+    wg = make_binop("//", THREAD, 128)
+    row0 = make_binop("*", wg, m // q) if split == 1 else 0
+    col0 = make_binop("*", wg, n) if split > 1 else 0
     c_reg = ctx.mem(c_buf)
     b_major = "k" if s.transpose_b else "mn"
     sched = ctx.wgmma_schedule.get(s)  # inside a software pipeline: its fence and wait (lower.pipeline)
@@ -116,7 +121,7 @@ def lower_wgmma(ctx, s: Gemm) -> list:
         c_regs = tuple(as_expr(((a * 2 + h) * (n // 8) + j) * 2 + p)
                        for j in range(n // 8) for h in (0, 1) for p in (0, 1))  # PTX order d[4j + 2h + p]
         for kb in range(k // 16):
-            b_idx = ctx.offset(b_buf, _at(s.b, 0, 16 * kb) if s.transpose_b else _at(s.b, 16 * kb, 0))
+            b_idx = ctx.offset(b_buf, _at(s.b, col0, 16 * kb) if s.transpose_b else _at(s.b, 16 * kb, col0))
             if rs:
                 out.append(WgmmaRS(c_buf=c_reg, c=c_regs, a_buf=ctx.mem(a_buf),
                                    a=tuple(as_expr(x) for x in a_regs[a, kb]), b_buf=ctx.mem(b_buf),
