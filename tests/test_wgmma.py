@@ -716,20 +716,20 @@ def test_register_operand_names_the_ptx_slots_and_refuses_other_layouts():
         register_operand(mma_accumulator(64, 64, 1, 4, 128), 64, 64, 1, False, "p")
 
 
-def _two_gemms_rs(M, N, K, D, threads, trans_a=False, policy=T.GemmWarpPolicy.FullRow):
-    """O = fp16(A @ B^T) @ V in one block: the first gemm's float32 accumulator is cast into P (a T.copy), the
+def _two_gemms_rs(M, N, K, D, threads, trans_a=False, policy=T.GemmWarpPolicy.FullRow, dtype="float16"):
+    """O = 16-bit(A @ B^T) @ V in one block: the first gemm's float32 accumulator is cast into P (a T.copy), the
     second reads P from registers."""
     a_shape = (K, M) if trans_a else (M, K)
 
     @T.prim_func
-    def main(A: T.Tensor(a_shape, "float16"), B: T.Tensor((N, K), "float16"), V: T.Tensor((N, D), "float16"),
+    def main(A: T.Tensor(a_shape, dtype), B: T.Tensor((N, K), dtype), V: T.Tensor((N, D), dtype),
              O: T.Tensor((M, D), "float32")):
         with T.Kernel(1, threads=threads) as bx:
-            A_s = T.alloc_shared(a_shape, "float16")
-            B_s = T.alloc_shared((N, K), "float16")
-            V_s = T.alloc_shared((N, D), "float16")
+            A_s = T.alloc_shared(a_shape, dtype)
+            B_s = T.alloc_shared((N, K), dtype)
+            V_s = T.alloc_shared((N, D), dtype)
             s = T.alloc_fragment((M, N), "float32")
-            p = T.alloc_fragment((M, N), "float16")
+            p = T.alloc_fragment((M, N), dtype)
             acc = T.alloc_fragment((M, D), "float32")
             T.copy(A, A_s)
             T.copy(B, B_s)
@@ -742,29 +742,31 @@ def _two_gemms_rs(M, N, K, D, threads, trans_a=False, policy=T.GemmWarpPolicy.Fu
     return main
 
 
-def _check_two_gemms(kernel, M, N, K, D, trans_a=False):
+def _check_two_gemms(kernel, M, N, K, D, trans_a=False, dtype=torch.float16):
     """Small integers: every product and sum is exact in float32 and P's values in float16, so the emulated kernel
     must equal the reference bit for bit (a misplaced register or column shows, a rounding order cannot)."""
-    a = torch.randint(-2, 3, (K, M) if trans_a else (M, K)).half()
-    b, v = torch.randint(-2, 3, (N, K)).half(), torch.randint(-2, 3, (N, D)).half()
+    a = torch.randint(-2, 3, (K, M) if trans_a else (M, K)).to(dtype)
+    b, v = torch.randint(-2, 3, (N, K)).to(dtype), torch.randint(-2, 3, (N, D)).to(dtype)
     o = torch.full((M, D), float("nan"))
     kernel(a, b, v, o)
-    s = ((a.T if trans_a else a).float() @ b.float().T).half().float()
+    s = ((a.T if trans_a else a).float() @ b.float().T).to(dtype).float()
     torch.testing.assert_close(o, s @ v.float(), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("M,N,K,D,threads,trans_a,first", [
-    (64, 32, 64, 64, 128, False, "wgmma.mma_async m64nNk16 SS"),    # one warpgroup, P packed from wgmma's D
-    (256, 64, 32, 128, 256, False, "wgmma.mma_async m64nNk16 SS"),  # two warpgroups of two 64-row atoms each
-    (64, 48, 32, 32, 128, True, "mma.sync m16n8k16, FullRow"),      # P from mma.sync with wgmma's thread map
+@pytest.mark.parametrize("M,N,K,D,threads,trans_a,first,dtype", [
+    (64, 32, 64, 64, 128, False, "wgmma.mma_async m64nNk16 SS", "float16"),    # one warpgroup, P packed from D
+    (256, 64, 32, 128, 256, False, "wgmma.mma_async m64nNk16 SS", "float16"),  # two warpgroups, two row atoms each
+    (64, 48, 32, 32, 128, True, "mma.sync m16n8k16, FullRow", "float16"),      # P from mma.sync, wgmma's thread map
+    (64, 32, 64, 64, 128, False, "wgmma.mma_async m64nNk16 SS", "bfloat16"),   # bf16: integers up to 256 exact in P
 ])
-def test_rs_gemm_matches_torch_in_the_emulator(wgmma_on, M, N, K, D, threads, trans_a, first):
-    kernel = tileagent.compile(_two_gemms_rs(M, N, K, D, threads, trans_a), target="sim")
+def test_rs_gemm_matches_torch_in_the_emulator(wgmma_on, M, N, K, D, threads, trans_a, first, dtype):
+    sfx = {"float16": "f16", "bfloat16": "bf16"}[dtype]
+    kernel = tileagent.compile(_two_gemms_rs(M, N, K, D, threads, trans_a, dtype=dtype), target="sim")
     ir = kernel.get_ir("thread")
-    assert first in ir and f"wgmma.mma_async m64nNk16 RS: m64n{D}k16.f32.f16.f16, A in registers" in ir
+    assert first in ir and f"wgmma.mma_async m64nNk16 RS: m64n{D}k16.f32.{sfx}.{sfx}, A in registers" in ir
     src = kernel.get_kernel_source()
-    assert f"wgmma.mma_async.sync.aligned.m64n{D}k16.f32.f16.f16 {{%0," in src and "}, {%" in src
-    _check_two_gemms(kernel, M, N, K, D, trans_a)
+    assert f"wgmma.mma_async.sync.aligned.m64n{D}k16.f32.{sfx}.{sfx} {{%0," in src and "}, {%" in src
+    _check_two_gemms(kernel, M, N, K, D, trans_a, getattr(torch, dtype))
 
 
 def test_rs_falls_back_where_the_layouts_do_not_line_up(monkeypatch):
@@ -911,3 +913,6 @@ def test_rs_with_n_split_reads_a_replicated_over_warpgroups(wgmma_on):
     o = torch.full((64, 256), float("nan"))
     kernel(p, v, o)
     assert torch.equal(o.double(), p.double() @ v.double())
+    # P loaded from memory is not packed: its 16-bit registers are packed in pairs at the instruction; sm_90a compiles
+    assert "tl_pack_f16x2(" in kernel.get_kernel_source() and kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+    assert _remarks(kernel) == []
