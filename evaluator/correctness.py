@@ -304,23 +304,19 @@ class _ConfigCheck:
         n = r.shape[-1]
         oi, ri = o.detach().reshape(-1, n).long().cpu(), r.detach().reshape(-1, n).long().cpu()
         rv = values.detach().reshape(-1, n).to(torch.float64).cpu()
-        rows = (oi != ri).any(dim=1).nonzero().flatten()
-        unmatched = 0
-        for row in rows.tolist():
-            free = {}  # reference index -> its positions not yet matched, among the differing positions
-            differ = (oi[row] != ri[row]).nonzero().flatten().tolist()
-            for t in differ:
-                free.setdefault(int(ri[row, t]), []).append(t)
-            for t in differ:
-                want, ok = rv[row, t], None
-                for u in free.get(int(oi[row, t]), []):
-                    if abs(float(rv[row, u]) - float(want)) <= tol.atol + tol.rtol * abs(float(want)):
-                        ok = u
-                        break
-                if ok is None:
-                    unmatched += 1
-                else:
-                    free[int(oi[row, t])].remove(ok)
+        rows = (oi != ri).any(dim=1)
+        oi, ri, rv = oi[rows], ri[rows], rv[rows]  # the rows with a differing index (vectorized: any size)
+        differ = oi != ri
+        span = int(max(int(ri.max()), 0)) + 1 if ri.numel() else 1
+        valid = (oi >= 0) & (oi < span)
+        position = torch.full((ri.shape[0], span), -1, dtype=torch.long)  # where the reference put each index
+        position.scatter_(1, ri.clamp(0, span - 1), torch.arange(n).expand_as(ri).contiguous())
+        at = torch.where(valid, position.gather(1, oi.clamp(0, span - 1)), torch.full_like(oi, -1))
+        there = rv.gather(1, at.clamp_min(0))  # the reference's value where it put the candidate's index
+        tied = (at >= 0) & ((there - rv).abs() <= tol.atol + tol.rtol * rv.abs())
+        claims = torch.zeros_like(at).scatter_add_(1, at.clamp_min(0), (at >= 0).long())
+        once = claims.gather(1, at.clamp_min(0)) == 1  # no other position returns the same reference element
+        unmatched = int((differ & ~(tied & once)).sum())  # each index once, each at a position of its value
         if unmatched:
             failure.message = (f"{failure.message}; {unmatched} differing index(es) are not the reference's indices of "
                                f"equal values (within atol={tol.atol:g} + rtol={tol.rtol:g} of output {k - 1}) in "

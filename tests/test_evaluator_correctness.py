@@ -317,9 +317,9 @@ def test_indices_of_equal_values_may_come_in_another_order():
     candidate's indices may list the reference's indices of tied values (within the values' tolerance) in another
     order along the last dim; the check says it accepted that."""
     check, where = _topk_check()
-    values = torch.tensor([[0.5, 0.25, 0.25], [0.4, 0.3, 0.3 + 1e-9]])
-    ref = (values, torch.tensor([[3, 1, 4], [0, 5, 2]]))
-    outs = (values.clone(), torch.tensor([[3, 4, 1], [0, 2, 5]]))
+    values = torch.tensor([[0.5, 0.25, 0.25], [0.4, 0.3, 0.3 + 1e-9], [0.1, 0.1, 0.1]])
+    ref = (values, torch.tensor([[3, 1, 4], [0, 5, 2], [7, 8, 9]]))
+    outs = (values.clone(), torch.tensor([[3, 4, 1], [0, 2, 5], [9, 7, 8]]))
     assert check.compare(outs, ref, where, 1) is None
     assert any("order of equal values" in n for n in check.notes)
 
@@ -328,6 +328,8 @@ def test_indices_of_equal_values_may_come_in_another_order():
     ([[1, 3, 4], [0, 5, 2]], "a permutation of untied values"),
     ([[3, 1, 2], [0, 5, 2]], "an index the reference did not return (a tie at the k-th value cannot be verified)"),
     ([[3, 1, 1], [0, 5, 2]], "the same index twice"),
+    ([[3, 1, 999], [0, 5, 2]], "an index past every index the reference returned"),
+    ([[3, 1, -4], [0, 5, 2]], "a negative index"),
 ])
 def test_indices_that_select_other_elements_are_a_mismatch(indices, why):
     check, where = _topk_check()
