@@ -6,6 +6,10 @@ A row of a vocabulary-sized V does not fit in registers, so each block walks its
 by exp(m_old - m) whenever the max grows. Columns past V are masked with -inf (padding reads as 0, which would be
 wrong for a max). The label's logit is picked in the same pass: a select of x where the column equals the row's
 label, summed over the tile (exactly one column of one tile matches). All math in float32; M is dynamic.
+
+The int64 labels go through a shared tile into a fragment written by a ``T.Parallel`` loop: a fragment filled by
+``T.copy`` from an int64 tensor and read in the tile's loop would give that loop 8-byte vectors, and the fp16 row
+tile would then load 2 values (32 bits) at a time instead of 8 (128 bits).
 """
 import torch
 import torch.nn.functional as F
@@ -24,6 +28,7 @@ def cross_entropy(M, V, block_m=1, block_v=2048, threads=256, dtype="float16"):
         with T.Kernel(T.ceildiv(rows, block_m), threads=threads) as bm:
             x = T.alloc_fragment((block_m, block_v), "float32")
             hit = T.alloc_fragment((block_m, block_v), "float32")
+            lab_s = T.alloc_shared((block_m,), "int64")
             lab = T.alloc_fragment((block_m,), "int64")
             m = T.alloc_fragment((block_m,), "float32")
             m_old = T.alloc_fragment((block_m,), "float32")
@@ -31,7 +36,9 @@ def cross_entropy(M, V, block_m=1, block_v=2048, threads=256, dtype="float16"):
             l_tile = T.alloc_fragment((block_m,), "float32")
             picked = T.alloc_fragment((block_m,), "float32")
             picked_tile = T.alloc_fragment((block_m,), "float32")
-            T.copy(labels[bm * block_m], lab)
+            T.copy(labels[bm * block_m], lab_s)             # int64 via shared: keeps X's loads 128-bit
+            for i in T.Parallel(block_m):
+                lab[i] = lab_s[i]
             T.fill(m, -T.infinity("float32"))
             T.clear(l)
             T.clear(picked)
