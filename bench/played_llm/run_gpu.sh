@@ -3,14 +3,15 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|widths|session2|session1|all]
 # Default session3: the four ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes, and masked_mean_pool), each op capped at $CAP s (default 60)
 # by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
 # ops of those sessions (their H200 results are in BENCHMARKS.md), all runs every op with its latest answer (11 ops:
-# about 10 minutes; use CAP=40 to shorten).
+# about 10 minutes; use CAP=40 to shorten). widths: three of session 3's answers with only their narrowed global
+# accesses fixed (an A/B against session3's rows: what the 16/32-bit accesses cost), < 3 minutes.
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-60}
 mkdir -p "$OUT"
@@ -41,6 +42,13 @@ SESSION3=(
   "cross_entropy:answers/cross_entropy/session3/turn1.py"
   "masked_mean_pool:answers/masked_mean_pool/session3/turn1.py"
 )
+# the access-width A/B (RESULTS.md S3-5, S3-6): session 3's answers with only the narrowing patterns removed
+# (LABEL+widths: evaluated against refs/LABEL.py); not played answers
+WIDTHS=(
+  "groupnorm+widths:answers/groupnorm/session3/turn1_widths.py"
+  "cross_entropy+widths:answers/cross_entropy/session3/turn1_widths.py"
+  "masked_mean_pool+widths:answers/masked_mean_pool/session3/turn1_widths.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -56,31 +64,32 @@ case "$WHICH" in
   session1) ANSWERS=("${SESSION1[@]}") ;;
   session2) ANSWERS=("${SESSION2[@]}") ;;
   session3) ANSWERS=("${SESSION3[@]}") ;;
+  widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session3, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
 done
 
 for entry in "${ANSWERS[@]}"; do
-  op=${entry%%:*}; ans=${entry#*:}
-  echo "== $op ($ans)" >&2
+  label=${entry%%:*}; ans=${entry#*:}; op=${label%%+*}
+  echo "== $label ($ans)" >&2
   timeout "$CAP" python -m tileagent eval "$HERE/$ans" "$HERE/refs/$op.py" --device cuda --seeds 2 \
-    --json "$OUT/$op.json" > "$OUT/$op.log" 2>&1
-  echo "$?" > "$OUT/$op.rc"
+    --json "$OUT/$label.json" > "$OUT/$label.log" 2>&1
+  echo "$?" > "$OUT/$label.rc"
 done
 
 python - "$OUT" "${ANSWERS[@]}" <<'PY'
 import json, os, sys
 out = sys.argv[1]
-print(f"{'op':16} {'answer':44} {'correct':8} {'min x eager':>11} {'min x compile':>13}  configs")
+print(f"{'op':24} {'answer':52} {'correct':8} {'min x eager':>11} {'min x compile':>13}  configs")
 for entry in sys.argv[2:]:
     op, ans = entry.split(":", 1)
     path = os.path.join(out, op + ".json")
     rc = open(os.path.join(out, op + ".rc")).read().strip()
     if not os.path.exists(path):
-        print(f"{op:16} {ans:44} {'timeout' if rc == '124' else 'no json (rc ' + rc + ')':8}")
+        print(f"{op:24} {ans:52} {'timeout' if rc == '124' else 'no json (rc ' + rc + ')':8}")
         continue
     r = json.load(open(path))
     cfgs = r.get("configs", [])
@@ -90,5 +99,5 @@ for entry in sys.argv[2:]:
     fmt = lambda v: f"{min(v):.2f}" if v else "-"
     why = "" if ok else (r.get("message") or "")[:80]
     per = " ".join(f"{c['speedup_compiled']:.2f}" if c.get("speedup_compiled") is not None else "-" for c in cfgs)
-    print(f"{op:16} {ans:44} {str(ok):8} {fmt(se):>11} {fmt(sc):>13}  {len(cfgs)} [x compile per config: {per}] {why}")
+    print(f"{op:24} {ans:52} {str(ok):8} {fmt(se):>11} {fmt(sc):>13}  {len(cfgs)} [x compile per config: {per}] {why}")
 PY
