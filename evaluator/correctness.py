@@ -290,7 +290,9 @@ class _ConfigCheck:
         and the order of equal values among the indices is not defined: CUDA's top-k sorts its selection with a
         bitonic sort): an integer output ``k`` right after a floating output of its shape (the values) may differ from
         the reference's indices only by a permutation, within a row (the last dim), of positions whose reference
-        values are equal within the values' tolerance. Then each index the candidate returns is one the reference
+        values are equal within the values' tolerance, where the reference's values are sorted along the last dim
+        in every row (a ranking: top-k, sort; not ``max(dim=0)`` of a 3-d tensor, whose positions along the last
+        dim are different elements). Then each index the candidate returns is one the reference
         returned at a position of the same value, so it selects the same element; the values themselves are checked
         as output ``k - 1``. Returns None (accepted, with a note) or ``failure`` saying why the rule did not apply. An
         index the reference did not return (a tie at the k-th value with an element left out) cannot be verified
@@ -304,6 +306,9 @@ class _ConfigCheck:
         n = r.shape[-1]
         oi, ri = o.detach().reshape(-1, n).long().cpu(), r.detach().reshape(-1, n).long().cpu()
         rv = values.detach().reshape(-1, n).to(torch.float64).cpu()
+        step = rv[:, 1:] - rv[:, :-1]
+        if not (bool((step <= 0).all()) or bool((step >= 0).all())):  # not a ranking along the last dim: the
+            return failure  # positions of a row are other elements (max(dim=0) of a 3-d tensor), not ranks
         rows = (oi != ri).any(dim=1)
         oi, ri, rv = oi[rows], ri[rows], rv[rows]  # the rows with a differing index (vectorized: any size)
         differ = oi != ri

@@ -340,3 +340,14 @@ def test_indices_that_select_other_elements_are_a_mismatch(indices, why):
     assert failure.message.startswith("output 1 differs from the reference at index (0, ")
     assert "are not the reference's indices of equal values (within atol=" in failure.message, failure.message
     assert not check.notes
+
+
+def test_indices_of_unsorted_values_are_not_a_ranking():
+    """max(dim=0) of a 3-d tensor returns (values, indices) whose last dim holds different elements, not ranks: two
+    equal maxima there are no licence to swap their indices, so the tie rule applies only where the reference's
+    values are sorted along the last dim."""
+    check, where = _topk_check()
+    values = torch.tensor([[0.25, 0.5, 0.25], [0.4, 0.3, 0.4]])
+    ref = (values, torch.tensor([[3, 1, 4], [0, 5, 2]]))
+    failure = check.compare((values.clone(), torch.tensor([[4, 1, 3], [0, 5, 2]])), ref, where, 1)
+    assert isinstance(failure, Mismatch) and "indices of equal values" not in failure.message
