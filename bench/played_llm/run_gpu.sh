@@ -4,16 +4,16 @@
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
 # Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|widths|session2|session1|all]
-# Default session3: the four ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
-# CPU check of too-large configs at SMALL_CONFIG sizes, and masked_mean_pool), each op capped at $CAP s (default 60)
-# by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
-# ops of those sessions (their H200 results are in BENCHMARKS.md), all runs every op with its latest answer (11 ops:
+# Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
+# CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
+# $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
+# ops of those sessions (their H200 results are in BENCHMARKS.md), all runs every op with its latest answer (12 ops:
 # about 10 minutes; use CAP=40 to shorten). widths: three of session 3's answers with only their narrowed global
 # accesses fixed (an A/B against session3's rows: what the 16/32-bit accesses cost), < 3 minutes.
 set -u
 OUT=${1:?usage: run_gpu.sh OUTDIR [session3|widths|session2|session1|all]}
 WHICH=${2:-session3}
-CAP=${CAP:-60}
+CAP=${CAP:-55}
 mkdir -p "$OUT"
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -41,6 +41,7 @@ SESSION3=(
   "groupnorm:answers/groupnorm/session3/turn1.py"
   "cross_entropy:answers/cross_entropy/session3/turn1.py"
   "masked_mean_pool:answers/masked_mean_pool/session3/turn1.py"
+  "embed_pos:answers/embed_pos/session3/turn1.py"
 )
 # the access-width A/B (RESULTS.md S3-5, S3-6): session 3's answers with only the narrowing patterns removed
 # (LABEL+widths: evaluated against refs/LABEL.py); not played answers
