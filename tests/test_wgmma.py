@@ -865,6 +865,11 @@ def test_mla_decode_shared_variant_on_wgmma(shared_example, wgmma_on):
                     "swizzle, FullCol, 8 warps (4 x 2)") == 2
     assert "wgmma.mma_async m64nNk16 SS: m64n256k16.f32.f16.f16, A K-major 128B swizzle, B N-major 128B swizzle" in ir
     assert "mma.sync" not in ir
+    # the two score gemms chain onto one accumulator: one wait_group drains both groups
+    steps = [x.strip() for x in ir[ir.index("for k in"):].splitlines()
+             if x.strip() in ("wgmma.fence", "wgmma.commit_group", "wgmma.wait_group 0")]
+    assert steps[:5] == ["wgmma.fence", "wgmma.commit_group", "wgmma.fence", "wgmma.commit_group",
+                         "wgmma.wait_group 0"]
     q, qp = torch.randn(1, 64, 512).half(), torch.randn(1, 64, 64).half()
     kv, kp = torch.randn(1, 100, 1, 512).half(), torch.randn(1, 100, 1, 64).half()
     o = torch.full((1, 64, 512), float("nan")).half()

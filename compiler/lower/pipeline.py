@@ -41,7 +41,13 @@ Consumers on wgmma (sm_90a, ``compiler.instructions.wgmma``; ``wgmma_schedules``
   and the commit. The wgmmas of iteration k still read stage k % s, which no copy issued before iteration k + 1's
   second barrier writes. After the loop ``wait_group 0`` (before anything reads the accumulator), then the copies'
   wait. The loads are issued later in the iteration than without overlap: with s stages they run about s - 2
-  iterations and the rest of the current one ahead (s - 1 without overlap)."""
+  iterations and the rest of the current one ahead (s - 1 without overlap).
+- Chained gemms: a wgmma gemm immediately followed by another wgmma gemm that accumulates into the same whole
+  accumulator (not clear_accum) commits its group without waiting; the second gemm's wait (wait_group 0) retires
+  both groups, in order, before anything reads the accumulator. Nothing runs between them but the second gemm's
+  fence (and, when a consumer wrote shared memory before it, its proxy fence and barrier), which touches neither the
+  accumulator nor the first gemm's operands.
+"""
 
 from __future__ import annotations
 
@@ -231,10 +237,13 @@ def hoisted_a_operands(body, layouts, shared_layouts: dict) -> frozenset:
 class WgmmaSchedule:
     """How the pipeline runs one of its top-level wgmma gemms: ``sync`` False when the pipeline's proxy fence and
     barrier already cover every shared write the gemm reads (its fence is a bare wgmma.fence); ``pending`` the
-    groups its wait leaves in flight (1: overlapped with the next iteration; the pipeline waits after the loop)."""
+    groups its wait leaves in flight (1: overlapped with the next iteration; the pipeline waits after the loop);
+    ``wait`` False when the next consumer is a wgmma gemm accumulating into the same registers, whose wait retires
+    this gemm's group too (MLA's Q @ KV^T then Q_pe @ K_pe^T into one accumulator: one drain, not two)."""
 
     sync: bool
     pending: int
+    wait: bool = True
 
 
 def wgmma_schedules(p: SoftwarePipeline, layouts) -> dict:
@@ -243,17 +252,24 @@ def wgmma_schedules(p: SoftwarePipeline, layouts) -> dict:
     from tileagent.compiler.lower.barriers import shared_effects
     from tileagent.compiler.lower.smem import buffers_used
 
+    def on_wgmma(x) -> bool:
+        choice = layouts.instructions.get(x) if isinstance(x, Gemm) else None
+        return choice is not None and isinstance(choice.instruction, WgmmaM64NK16)
+
     out = {}
     written_before: set = set()  # shared tiles written by the consumers before this one in the iteration
     written = set().union(*(shared_effects(x)[0] for x in p.consumers))
-    for g in p.consumers:
-        choice = layouts.instructions.get(g) if isinstance(g, Gemm) else None
-        if choice is not None and isinstance(choice.instruction, WgmmaM64NK16):
+    for n, g in enumerate(p.consumers):
+        if on_wgmma(g):
             registers = [g.c.buffer] + ([g.a.buffer] if g.a.buffer.scope == "fragment" else [])  # RS: A too
             alone = all(b not in buffers_used(x) for x in p.consumers if x is not g for b in registers)
             operands_stay = all(b in p.staged or b not in written for b in (g.a.buffer, g.b.buffer))
             overlap = overlap_enabled() and alone and operands_stay
-            out[g] = WgmmaSchedule(sync=bool(written_before), pending=1 if overlap else 0)
+            nxt = p.consumers[n + 1] if n + 1 < len(p.consumers) else None
+            chained = not overlap and nxt is not None and on_wgmma(nxt) and nxt.c.buffer is g.c.buffer and \
+                not nxt.clear_accum and tuple(nxt.c.starts) == tuple(g.c.starts) and \
+                tuple(nxt.c.extents) == tuple(g.c.extents)
+            out[g] = WgmmaSchedule(sync=bool(written_before), pending=1 if overlap else 0, wait=not chained)
         written_before |= shared_effects(g)[0]
     return out
 

@@ -16,10 +16,13 @@ descriptors are (PTX ISA "Shared Memory Matrix Layout", CuTe ``make_gmma_desc``)
 The start is the layout's own offset of that element, whose swizzle key is 0 (the row is a multiple of 8), plus the
 pipeline stage. Then ``WgmmaCommit`` and ``WgmmaWait(0)``. Inside a software pipeline, ``ctx.wgmma_schedule`` (a
 ``pipeline.WgmmaSchedule``) may make the fence a bare ``wgmma.fence`` (``sync=False``: the pipeline's proxy fence
-and barrier came just before) and the wait ``WgmmaWait(1)`` (the pipeline waits for the group later).
+and barrier came just before) and the wait ``WgmmaWait(1)`` (the pipeline waits for the group later), or leave
+the wait out (``wait=False``: the next statement is a wgmma gemm chained onto the same accumulator, whose wait
+retires both groups).
 Guarantees: C += op(A) @ op(B) for the whole tile (C = op(A) @ op(B) with clear_accum, through scale-d 0 on the first
 K step), the accumulators complete before the statement after the gemm runs (with ``wait_group 1``: before the
-statement after the pipeline's loop, which waits for every group); every thread executes every Wgmma.
+statement after the pipeline's loop, which waits for every group; without a wait: before the statement after the
+chained gemm); every thread executes every Wgmma.
 Raises TargetError E602 when a shared operand's layout is not its wgmma canonical layout (an annotated layout).
 
 RS (A in registers, ``instructions.wgmma.WgmmaM64NK16RS``): the same sequence with ``WgmmaRS`` statements; per row
@@ -134,7 +137,9 @@ def lower_wgmma(ctx, s: Gemm) -> list:
                              a_sbo=a_sbo, a_swizzle=a_sw, b_buf=ctx.mem(b_buf), b_index=as_expr(b_idx), b_lbo=b_lbo,
                              b_sbo=b_sbo, b_swizzle=b_sw, b_major=b_major, n=n,
                              accumulate=not (s.clear_accum and kb == 0), dtype=str(a_buf.dtype), span=s.span))
-    out += [WgmmaCommit(s.span), WgmmaWait(0 if sched is None else sched.pending, s.span)]
+    out.append(WgmmaCommit(s.span))
+    if sched is None or sched.wait:  # else the next gemm's wait retires this group too (pipeline.WgmmaSchedule)
+        out.append(WgmmaWait(0 if sched is None else sched.pending, s.span))
     return out
 
 
