@@ -921,3 +921,17 @@ def test_rs_with_n_split_reads_a_replicated_over_warpgroups(wgmma_on):
     # P loaded from memory is not packed: its 16-bit registers are packed in pairs at the instruction; sm_90a compiles
     assert "tl_pack_f16x2(" in kernel.get_kernel_source() and kernel.cubin("sm_90a")[:4] == b"\x7fELF"
     assert _remarks(kernel) == []
+
+
+def test_flash_attn_causal_two_warpgroups_on_wgmma_ss_and_rs(shared_example, wgmma_on):
+    # the example's own 128/64/2/256 (two warpgroups), causal, head dim 64, a ragged last tile: Q @ K^T on SS, P @ V
+    # on RS, against the reference
+    fa = shared_example("flash_attn_fwd")
+    kernel = tileagent.compile(fa.flash_attn_fwd.fn(1, 1, 200, 64, True, 128, 64, 2, 256), target="sim")
+    ir = kernel.get_ir("thread")
+    assert "SS: m64n64k16.f32.f16.f16" in ir and "RS: m64n64k16.f32.f16.f16, A in registers, B N-major 128B " \
+        "swizzle, FullRow, 8 warps (8 x 1)" in ir and "mma.sync" not in ir
+    q, k, v = (torch.randn(1, 200, 1, 64, dtype=torch.float16) for _ in range(3))
+    o = torch.full_like(q, float("nan"))
+    kernel(q, k, v, o)
+    torch.testing.assert_close(o, fa.reference(q, k, v, True), rtol=1e-2, atol=1e-2)
