@@ -1,8 +1,15 @@
 """The DSL guide's claims hold (prompts/dsl_guide.md): what the played LLM had to guess (issue 19, stuck points 6, 8,
 9) is now written there, and this checks it through the evaluator on the CPU: a grid-wide intermediate in a
 ``T.alloc_global`` workspace between two ``with T.Kernel`` scopes, a ``T.copy`` whose origin is the middle of the last
-dim, and a 0-d output returned as ``y.view(())`` of a ``(1,)`` kernel output."""
+dim, and a 0-d output returned as ``y.view(())`` of a ``(1,)`` kernel output. Session 3's stuck points: the gather
+idiom (S3-8) and the advice for split tiles (S3-5), checked in the interpreter and in the CUDA source for sm_90a."""
 
+import re
+
+import torch
+
+import tileagent
+import tileagent.language as T
 from tileagent.evaluator.correctness import check_candidate
 from tileagent.evaluator.spec import load_spec
 from tests.conftest import REPO
@@ -81,3 +88,65 @@ def test_a_workspace_a_mid_row_copy_and_a_scalar_output_pass_the_evaluator(tmp_p
     (tmp_path / "cand_mean.py").write_text(CANDIDATE)
     (result,) = check_candidate(load_spec(tmp_path / "ref_mean.py"), tmp_path / "cand_mean.py", seeds=1)
     assert result.correct and result.checks > 0
+
+
+def test_a_tile_origin_on_its_own_grid_axes_is_vectorized_and_one_with_floordiv_is_not_yet():
+    """The guide's advice for split tiles: separate grid axes give 128-bit copies. The `//` / `%` origin is scalar
+    today (a compiler gap, RESULTS.md S3-5); when the compiler learns it, drop the second assertion and the guide's
+    sentence."""
+    source = tileagent.compile(_split_copy(4, 4096, axes=True), out_idx=[1],
+                               target="cuda:sm_90a").get_kernel_source()
+    assert set(re.findall(r"copy (\d+) x half -> float", source)) == {"8"}
+    source = tileagent.compile(_split_copy(4, 4096, axes=False), out_idx=[1],
+                               target="cuda:sm_90a").get_kernel_source()
+    assert not re.findall(r"copy (\d+) x half -> float", source)
+
+
+def _split_copy(n, bw, axes):
+    C, HW = 16, n * bw
+    R = T.dynamic("R")
+
+    @T.prim_func
+    def main(X: T.Tensor((R, C, HW), "float16"), Y: T.Tensor((R, C, HW), "float16")):
+        with T.Kernel(n, C, R, threads=256) as (ph, pc, r):
+            x = T.alloc_fragment((1, bw), "float32")
+            if axes:
+                T.copy(X[r, pc, ph * bw], x)
+                T.copy(x, Y[r, pc, ph * bw])
+            else:
+                p = pc * n + ph
+                T.copy(X[r, p // n, (p % n) * bw], x)
+                T.copy(x, Y[r, p // n, (p % n) * bw])
+
+    return main
+
+
+@tileagent.jit(out_idx=[2])
+def _gather_rows(V, D, block_m=4, block_d=256, threads=32, scale=2.0):
+    """The guide's gather idiom, as written there."""
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def main(Ids: T.Tensor((M,), "int64"), E: T.Tensor((V, D), "float16"), Y: T.Tensor((M, D), "float16")):
+        with T.Kernel(T.ceildiv(D, block_d), T.ceildiv(M, block_m), threads=threads) as (bd, bm):
+            x = T.alloc_fragment((block_d,), "float32")
+            for r in T.serial(block_m):
+                tok = Ids[bm * block_m + r]
+                T.copy(E[tok, bd * block_d], x)
+                for j in T.Parallel(block_d):
+                    x[j] = x[j] * scale
+                T.copy(x, Y[bm * block_m + r, bd * block_d])
+
+    return main
+
+
+def test_the_guides_gather_idiom_is_correct_and_loads_rows_in_128_bit_vectors():
+    """Played-LLM session 3 (S3-8): the guide had no gather; embed_pos guessed this form. M=7 with block_m=4 and
+    D=300 with block_d=256 exercise the row tail (index 0 read, stores dropped) and the column tail."""
+    assert "**Gathers (embedding lookups" in GUIDE and "T.copy(E[tok, bd * block_d], x)" in GUIDE
+    ids = torch.tensor([5, 0, 99, 42, 42, 7, 63])
+    table = torch.randn(100, 300, dtype=torch.float16)
+    y = _gather_rows(100, 300)(ids, table)
+    torch.testing.assert_close(y, (table[ids].float() * 2.0).half(), rtol=0, atol=0)
+    source = tileagent.compile(_gather_rows.fn(50257, 768), out_idx=[2], target="cuda:sm_90a").get_kernel_source()
+    assert set(re.findall(r"copy (\d+) x half -> float", source)) == {"8"}

@@ -260,37 +260,6 @@ def test_cross_entropy_example_loads_its_rows_in_128_bit_vectors(block_m):
     assert "a tile origin\n  computed with `//` or `%`" in guide and "copy int64 values into a shared tile" in guide
 
 
-def test_a_tile_origin_on_its_own_grid_axes_is_vectorized_and_one_with_floordiv_is_not_yet():
-    """The guide's advice for split tiles: separate grid axes give 128-bit copies. The `//` / `%` origin is scalar
-    today (a compiler gap, RESULTS.md S3-5); when the compiler learns it, drop the second assertion and the guide's
-    sentence."""
-    source = tileagent.compile(_split_copy(4, 4096, axes=True), out_idx=[1],
-                               target="cuda:sm_90a").get_kernel_source()
-    assert set(re.findall(r"copy (\d+) x half -> float", source)) == {"8"}
-    source = tileagent.compile(_split_copy(4, 4096, axes=False), out_idx=[1],
-                               target="cuda:sm_90a").get_kernel_source()
-    assert not re.findall(r"copy (\d+) x half -> float", source)
-
-
-def _split_copy(n, bw, axes):
-    C, HW = 16, n * bw
-    R = T.dynamic("R")
-
-    @T.prim_func
-    def main(X: T.Tensor((R, C, HW), "float16"), Y: T.Tensor((R, C, HW), "float16")):
-        with T.Kernel(n, C, R, threads=256) as (ph, pc, r):
-            x = T.alloc_fragment((1, bw), "float32")
-            if axes:
-                T.copy(X[r, pc, ph * bw], x)
-                T.copy(x, Y[r, pc, ph * bw])
-            else:
-                p = pc * n + ph
-                T.copy(X[r, p // n, (p % n) * bw], x)
-                T.copy(x, Y[r, p // n, (p % n) * bw])
-
-    return main
-
-
 def test_candidate_passes_the_evaluator():
     spec = load_spec(REPO / "tasks" / "rmsnorm_silu.py")
     path = REPO / "prompts" / "examples" / "candidate_rmsnorm_silu.py"
