@@ -316,7 +316,7 @@ def test_a_cpu_run_tells_the_model_the_real_configs_too(tmp_path):
     loop = Loop(options(device="cpu", configs=configs), RunStore.create(tmp_path / "run", {}), ScriptedDrafter([[cand("ok")]]),
                 FakeWorker())
     prompt = loop.task(1).messages[1]["content"]
-    assert "- M=37, C=96" in prompt and "timed on, on a GPU):\n- M=16384, C=96" in prompt
+    assert "- M=37, C=96" in prompt and "(which a GPU checks and times):\n- M=16384, C=96" in prompt
 
 
 def test_cpu_runs_shrink_free_dims_even_without_a_small_config():
@@ -481,3 +481,29 @@ def test_autotune_coordinate_search_under_a_variant_cap_chooses_among_screened_v
     assert tuned.screened == 2  # A=1 and A=2 beside the default; the cap left A=3 and every B, C unscreened
     winner = tuned.winners["M=64"]
     assert winner.values["A"] == 2 and winner.result.candidate.median_ms == 0.8
+
+
+def test_configs_with_one_cpu_size_are_all_kept_and_that_size_is_checked_once(tmp_path):
+    """Issue 19, stuck point S3-1: two configs whose free dims come down to the same CPU size both stay in the run
+    (prompt, report), and the evaluator is asked for that size once; on the CPU the prompt says how sizes are
+    reduced even where no free dim shrank (S3-2)."""
+    from types import SimpleNamespace
+
+    from tileagent.configs import unique_evals
+    from tileagent.report import rows
+
+    spec = SimpleNamespace(free_dims=("M",), small_config={"M": 37})
+    chosen = reduce_for_device(spec, [{"M": 16384, "C": 96}, {"M": 8192, "C": 96}, {"M": 16384, "C": 320}], "cpu")
+    assert [rc.spec for rc in chosen] == [{"M": 16384, "C": 96}, {"M": 8192, "C": 96}, {"M": 16384, "C": 320}]
+    assert unique_evals(chosen) == [{"M": 37, "C": 96}, {"M": 37, "C": 320}]
+
+    store = RunStore.create(tmp_path / "run", {})
+    worker, drafter = FakeWorker(), ScriptedDrafter([[cand("ok", 0.5)]])
+    loop = Loop(options(device="cpu", configs=chosen, candidates=1), store, drafter, worker)
+    outcome = loop.run()
+    assert worker.requests[0].configs == [{"M": 37, "C": 96}, {"M": 37, "C": 320}]
+    assert worker.requests[0].plan_configs == [rc.spec for rc in chosen]
+    assert [r["config"] for r in rows(loop.o, outcome, lambda b: True) if r["correct"]] == [rc.spec for rc in chosen]
+    user = drafter.calls[0].messages[1]["content"]
+    assert "more than 2**18 elements at SMALL_CONFIG's size of every key it states" in user
+    assert "- M=8192, C=96" in user

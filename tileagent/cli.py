@@ -189,12 +189,15 @@ def _select_configs(summary, selections: list[str], axes: list[tuple[str, str]])
     return chosen
 
 
-def _cpu_note(chosen) -> None:
+def _cpu_note(chosen, device: str) -> None:
     reduced = [rc for rc in chosen if rc.eval != rc.spec]
     if reduced:
         console.print("  CPU: free dims evaluated at their SMALL_CONFIG sizes ("
                       + "; ".join(f"{cfgs_key(rc.spec)} -> {cfgs_key(rc.eval)}" for rc in reduced[:3])
                       + (" ..." if len(reduced) > 3 else "") + "); not timed", highlight=False)
+    if not device.startswith("cuda"):
+        console.print("  CPU: a config whose inputs still hold more than 2**18 elements is checked at SMALL_CONFIG's "
+                      "sizes (the results say where)", highlight=False)
 
 
 def _ms(t) -> str:
@@ -263,12 +266,12 @@ def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file def
     summary = _reference(reference, compile_timeout)
     chosen = cfgs.reduce_for_device(summary, _select_configs(summary, configs, axes), device)
     request = EvalRequest(kernel_path=str(kernel.resolve()), reference_path=str(reference.resolve()),
-                          configs=[rc.eval for rc in chosen], device=device, seeds=seeds, timing=not no_timing,
+                          configs=cfgs.unique_evals(chosen), device=device, seeds=seeds, timing=not no_timing,
                           plan_configs=[rc.spec for rc in chosen] if any(rc.spec != rc.eval for rc in chosen) else None,
                           compile_timeout_s=compile_timeout, run_timeout_s=run_timeout)
     console.print(f"evaluating {kernel.name} against {reference.name}: {len(chosen)} config(s) on {device}",
                   highlight=False)
-    _cpu_note(chosen)
+    _cpu_note(chosen, device)
     try:
         with console.status(f"evaluating {kernel.name} against {reference.name}"):
             with EvalWorker(device, evaluate_fn=EVALUATE_FN) as worker:
@@ -459,7 +462,7 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
         store.append("run_started", options=options.model_dump(mode="json"), drafter=drafter_opts)
         console.print(f"[bold]{command}[/] {reference} -> {store.root}: {len(chosen)} config(s) on {device}, "
                       f"drafter {drafter_opts['provider']}")
-        _cpu_note(chosen)
+        _cpu_note(chosen, device)
     archive = Archive()
     try:
         with _open_pool(options.device, flags) as pool, \

@@ -13,7 +13,8 @@ Guarantees:
 - On the CPU (the interpreter is slow: the rmsnorm candidate takes minutes per config at M = 16384, seconds at
   M = 37) every FREE_DIMS key is set to its SMALL_CONFIG value when that is smaller, or to ``AUTO_SMALL`` when the
   reference declares no SMALL_CONFIG value for it (a size that is no multiple of a tile or vector width, so tails
-  are exercised); other keys are kept. Configs that become equal are evaluated once. On CUDA the configs are
+  are exercised); other keys are kept. Every config is kept (its prompt, cost section and report row), also when its
+  CPU size equals another's: callers ask for each eval size once (``unique_evals``). On CUDA the configs are
   evaluated as stated.
 """
 
@@ -139,9 +140,17 @@ def reduce_for_device(spec, configs: list[dict], device: str) -> list[RunConfig]
                 size = small.get(key, AUTO_SMALL)
                 if isinstance(ev.get(key), int) and isinstance(size, int) and size < ev[key]:
                     ev[key] = size
-        if all(rc.eval != ev for rc in out):
-            out.append(RunConfig(spec=cfg, eval=ev))
+        out.append(RunConfig(spec=cfg, eval=ev))
     return out
 
 
-__all__ = ["ConfigSelectionError", "RunConfig", "check_axis", "grid", "parse_axis", "reduce_for_device", "select"]
+def unique_evals(configs: list[RunConfig]) -> list[dict]:
+    """The eval configs of ``configs``, each once, in order (configs that share a CPU size share its check)."""
+    out: list[dict] = []
+    for rc in configs:
+        if rc.eval not in out:
+            out.append(rc.eval)
+    return out
+
+
+__all__ = ["ConfigSelectionError", "RunConfig", "check_axis", "grid", "parse_axis", "reduce_for_device", "select", "unique_evals"]

@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field
 
 from tileagent.evaluator.records import ConfigResult, EvalRequest, EvalResult
 from tileagent import autotune
-from tileagent.configs import RunConfig
+from tileagent.configs import RunConfig, unique_evals
 from tileagent.context import build_messages, family_of, pick_examples
 from tileagent.target import meets_target
 from tileagent.drafters.base import AttemptSummary, Draft, DrafterUnavailable, DraftTask
@@ -201,7 +201,7 @@ class Loop:
 
     def pending_evals(self) -> list[dict]:
         """The eval configs of ``pending()``, else (every config meets the target) those of every config."""
-        return [rc.eval for rc in self.pending()] or [rc.eval for rc in self.o.configs]
+        return unique_evals(self.pending()) or unique_evals(self.o.configs)
 
     # -- the loop ---------------------------------------------------------------------------------------------------
 
@@ -291,12 +291,13 @@ class Loop:
         best = self.best_attempt()
         pending = self.pending_evals()
         note = ""
-        if any(rc.eval != rc.spec for rc in self.o.configs):
+        if not self.o.device.startswith("cuda"):
             real = "\n".join(f"- {', '.join(f'{k}={v}' for k, v in rc.spec.items())}" for rc in self.o.configs)
-            note = ("Evaluated on the CPU interpreter with the free dims (FREE_DIMS) at their SMALL_CONFIG sizes "
-                    "(and a config whose inputs are still too large for the interpreter at SMALL_CONFIG's sizes of "
-                    "every key: the feedback names the size checked); the kernel must still work for any size of "
-                    f"those dims. The configs it is made for (and is timed on, on a GPU):\n{real}")
+            note = ("Evaluated on the CPU interpreter, at smaller sizes than the GPU's: the free dims (FREE_DIMS) at "
+                    "their SMALL_CONFIG sizes, and a config whose inputs still hold more than 2**18 elements at "
+                    "SMALL_CONFIG's size of every key it states (the feedback names the size each config was checked "
+                    "at). The kernel must work at every size of the free dims and at the configs it is made for "
+                    f"(which a GPU checks and times):\n{real}")
         messages = build_messages(device=self.o.device, reference_path=self.o.reference,
                                   reference_source=self.reference_source, configs=pending, turn=turn,
                                   n=self.o.candidates, history=history, best=best, examples=self.examples(),
@@ -369,7 +370,7 @@ class Loop:
     # -- one attempt ------------------------------------------------------------------------------------------------
 
     def _attempt(self, aid: str, turn: int, draft: Draft, keep_going: bool = False, every: bool = False) -> None:
-        configs = [rc.eval for rc in self.o.configs] if every else self.pending_evals()
+        configs = unique_evals(self.o.configs) if every else self.pending_evals()
         replayed = aid in self.memo_evals and self._trusted(self.memo_evals[aid], draft.source, aid)
         if replayed:
             e = self.memo_evals[aid]
