@@ -77,6 +77,21 @@ STEPS = (
     Step("dropin", 6, "python bench/dropin_check.py --candidate prompts/examples/candidate_rmsnorm_silu.py "
          "tasks/rmsnorm_silu.py --timing", 300, "the exported drop-in (runtime 2) on CUDA, opcheck, torch.compile "
          "training, timed against eager and torch.compile (issue 15)"),
+    # group 7: round 2 session 3's last call: the new wgmma forms on the whole GPU test set, the codegen changes of
+    # issue 11 (A/B against a --dump of the sources at 5ac1809 carried as .ab_before), the drafter fixes (14), and
+    # the played LLM's session-3 answers (19)
+    Step("gpu_tests_wgmma", 7, "TILEAGENT_ENABLE_WGMMA=1 python -m pytest -q -m gpu tests/ -x", 150,
+         "every GPU test with wgmma on (RS for P @ V, N split over warpgroups): evidence for making it the default"),
+    Step("compile_latency_plain", 7, "python bench/compile_latency.py --load --runs 15 && "
+         "python bench/compile_latency.py --load --runs 15 --dtype bfloat16", 90,
+         "cold compile after the bfloat16 prelude and one guard per vector (float16 and bfloat16)"),
+    Step("cubin_ab", 7, "python bench/cubin_ab.py --old .ab_before", 120,
+         "the kernels whose CUDA changed since 5ac1809: outputs and GPU time, A/B in one run (issue 11)"),
+    Step("fusion_changed", 7, "python bench/fusion_suite.py --ops int8_row_quant,frobenius_norm,mean_seq,softmax_topk,"
+         "sigmoid_gate,cross_entropy,log_softmax,add_rmsnorm_residual --max-configs 3 --budget 110", 130,
+         "the drafter ops changed after the H200 run (sigmoid_gate, cross_entropy: unchanged controls)"),
+    Step("played_s3", 7, "CAP=45 bash bench/played_llm/run_gpu.sh /tmp/played3 session3", 240,
+         "the played LLM's session-3 answers on every config (issue 19)"),
     Step("played_llm", 4, "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\"", 500,
          "the played LLM's last answers over every config of their ops"),
 )
