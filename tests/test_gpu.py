@@ -160,21 +160,23 @@ def test_flash_attn_example_with_wgmma_on_gpu(monkeypatch, dim, causal):
 
 
 @pytest.mark.skipif(torch.cuda.get_device_capability() != (9, 0), reason="wgmma needs an sm_90a GPU")
-def test_mla_decode_shared_variant_with_wgmma_on_gpu(monkeypatch):
+@pytest.mark.parametrize("variant", ["shared", "fragment"])
+def test_mla_decode_with_wgmma_on_gpu(monkeypatch, variant):
     """TILEAGENT_ENABLE_WGMMA=1: mla_decode's three gemms (64 heads on two warpgroups) run on wgmma with N split over
-    the warpgroups (scores m64n32 each, P @ V m64n256 each) and match the reference."""
+    the warpgroups (scores m64n32 each, P @ V m64n256 each; the fragment variant's P in registers, RS) and match the
+    reference."""
     monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
     import os
     from pathlib import Path
 
     shared = Path(os.environ.get("TILEAGENT_SHARED", REPO.parent / "shared")) / "examples"
     mod = load_module(shared / "mla_decode.py")
-    kernel = tileagent.compile(mod.mla_decode.fn(4, 128, 1000, variant="shared"))
+    kernel = tileagent.compile(mod.mla_decode.fn(4, 128, 1000, variant=variant))
     q, q_pe = torch.randn(4, 128, 512, device="cuda").half(), torch.randn(4, 128, 64, device="cuda").half()
     kv, k_pe = torch.randn(4, 1000, 1, 512, device="cuda").half(), torch.randn(4, 1000, 1, 64, device="cuda").half()
     o = _nan(4, 128, 512, dtype=torch.float16)
     kernel(q, q_pe, kv, k_pe, o)
     torch.cuda.synchronize()
     ir = kernel.get_ir("thread")
-    assert "m64n256k16" in ir and "8 warps (4 x 2)" in ir and "mma.sync" not in ir
+    assert "m64n256k16" in ir and "8 warps (4 x 2)" in ir and "mma.sync m16n8k16" not in ir
     torch.testing.assert_close(o, mod.reference(q, q_pe, kv, k_pe), rtol=2e-2, atol=2e-2)

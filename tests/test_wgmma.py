@@ -770,11 +770,11 @@ def test_rs_gemm_matches_torch_in_the_emulator(wgmma_on, M, N, K, D, threads, tr
 
 
 def test_rs_falls_back_where_the_layouts_do_not_line_up(monkeypatch):
-    # P from an mma.sync accumulator split over 4 warps along N (FullCol, its A transposed so wgmma SS does not take
-    # it): the RS layout would need a conversion that the current path does not, so P @ V keeps the path it has
-    # without wgmma (the same CUDA source, byte for byte) and the IR says why
+    # P from an mma.sync accumulator of 128 rows on 4 warps (32 rows each; its A transposed so wgmma SS does not take
+    # it): wgmma's A layout (16 rows per warp, two row atoms) would need a conversion that mma.sync's A layout does
+    # not, so P @ V keeps the path it has without wgmma (the same CUDA source, byte for byte) and the IR says why
     def build():
-        return tileagent.compile(_two_gemms_rs(64, 64, 32, 32, 128, True, T.GemmWarpPolicy.FullCol), target="sim")
+        return tileagent.compile(_two_gemms_rs(128, 64, 32, 32, 128, True, T.GemmWarpPolicy.FullRow), target="sim")
 
     monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)
     plain = build()
@@ -782,8 +782,17 @@ def test_rs_falls_back_where_the_layouts_do_not_line_up(monkeypatch):
     kernel = build()
     ir = kernel.get_ir("thread")
     assert "mma.sync m16n8k16, Square, 4 warps (4 x 1); wgmma.mma_async m64nNk16 RS not used: 'p' is copied from " \
-        "'s' (line" in ir and "m64nNk16 RS: " not in ir
+        "'s' (line" in ir and "m64nNk16 RS: " not in ir and "register pack" in ir
     assert kernel.get_kernel_source() == plain.get_kernel_source()
+    _check_two_gemms(kernel, 128, 64, 32, 32, True)
+
+
+def test_rs_kept_where_every_path_converts(wgmma_on):
+    # P from an mma.sync accumulator split over 4 warps along N (FullCol): mma.sync's A layout needs a conversion as
+    # well, so the gemm stays on RS (the conversion through shared memory is there either way)
+    kernel = tileagent.compile(_two_gemms_rs(64, 64, 32, 32, 128, True, T.GemmWarpPolicy.FullCol), target="sim")
+    ir = kernel.get_ir("thread")
+    assert "wgmma.mma_async m64nNk16 RS: m64n32k16" in ir and "layout conversion through shared memory" in ir
     _check_two_gemms(kernel, 64, 64, 32, 32, True)
 
 
@@ -877,9 +886,29 @@ def test_mla_decode_shared_variant_on_wgmma(shared_example, wgmma_on):
     torch.testing.assert_close(o, mla.reference(q, qp, kv, kp), rtol=2e-2, atol=2e-2)
 
 
+def test_mla_decode_fragment_variant_on_wgmma(shared_example, wgmma_on):
+    # the article's text: T.copy(acc_s, acc_s_cast), T.gemm(acc_s_cast, KV_shared, acc_o): the scores split along N
+    # over the warpgroups are gathered through shared memory into P held whole by each warpgroup (the RS layout
+    # replicated), P @ V on RS m64n256 (mma.sync's FullCol A layout would need the same conversion)
+    mla = shared_example("mla_decode")
+    kernel = tileagent.compile(mla.mla_decode.fn(1, 64, 100, variant="fragment"), target="sim")
+    ir = kernel.get_ir("thread")
+    assert "wgmma.mma_async m64nNk16 RS: m64n256k16.f32.f16.f16, A in registers, B N-major 128B swizzle, FullCol, " \
+        "8 warps (4 x 2)" in ir and "mma.sync m16n8k16" not in ir
+    q, qp = torch.randn(1, 64, 512).half(), torch.randn(1, 64, 64).half()
+    kv, kp = torch.randn(1, 100, 1, 512).half(), torch.randn(1, 100, 1, 64).half()
+    o = torch.full((1, 64, 512), float("nan")).half()
+    kernel(q, qp, kv, kp, o)
+    torch.testing.assert_close(o, mla.reference(q, qp, kv, kp), rtol=2e-2, atol=2e-2)
+
+
 def test_a_layout_conflict_drops_the_wgmma_entries(shared_example, monkeypatch):
-    # MLA's fragment variant: wgmma scores split along N next to an mma.sync P @ V (its P needs a conversion) make
-    # layout inference fail; the kernel then compiles as it does without wgmma (same source) and says why
+    # with the RS entry always dropped on a conversion (as if mma.sync avoided it), MLA's fragment variant puts wgmma
+    # scores split along N next to an mma.sync P @ V, and layout inference fails (alpha's rows vs acc_o's): every
+    # wgmma entry is then dropped, the kernel compiles as it does without wgmma (same source) and says why
+    from tileagent.compiler.layout import infer
+
+    monkeypatch.setattr(infer, "_needless_conversions", lambda kernel, excluded, drop: drop)
     mla = shared_example("mla_decode")
     monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)
     plain = tileagent.compile(mla.mla_decode.fn(64, 128, 8192, variant="fragment"), target="sim")
@@ -890,8 +919,9 @@ def test_a_layout_conflict_drops_the_wgmma_entries(shared_example, monkeypatch):
         kernel.get_ir("thread")
 
 
-def test_nvrtc_compiles_mla_decode_on_wgmma_without_serialization(shared_example, wgmma_on):
-    kernel = tileagent.compile(shared_example("mla_decode").mla_decode.fn(64, 128, 8192, variant="shared"),
+@pytest.mark.parametrize("variant", ["shared", "fragment"])
+def test_nvrtc_compiles_mla_decode_on_wgmma_without_serialization(shared_example, wgmma_on, variant):
+    kernel = tileagent.compile(shared_example("mla_decode").mla_decode.fn(64, 128, 8192, variant=variant),
                                target="sim")
     assert "wgmma.mma_async.sync.aligned.m64n256k16" in kernel.get_kernel_source()
     assert _remarks(kernel) == []

@@ -34,9 +34,11 @@ warpgroup holding rows 16 w .. 16 w + 15 in the m16n8k16 A layout: a[i] at row 1
 accumulator, register a[i] = d[8 kb + i] (FlashAttention-3's reuse of the scores' registers): the entry gives A the
 accumulator layout of an M x K tile (``operand_a_layout``), and a float32 accumulator of the same M and warpgroups
 copied into it is a register move (or a convert-and-pack into .b32 pairs). Where A's producer has another layout
-(a copy from an mma.sync accumulator of another warp split), layout inference drops this entry for that gemm
-(``fallback_on_conversion``; ``compiler.layout.infer``), so the gemm keeps the path it had (mma.sync), never a
-conversion through shared memory it did not need. Emits ``WgmmaRS`` in place of ``Wgmma``; the lowering checks
+(a copy from an mma.sync accumulator of another warp split) that the next entry (mma.sync) would take without a
+conversion, layout inference drops this entry for that gemm (``fallback_on_conversion``; ``compiler.layout.infer``),
+so the gemm keeps the path it had, never a conversion through shared memory it did not need; where mma.sync would
+convert as well (or inference fails without this entry), it stays. With the warpgroups splitting N, every
+warpgroup holds all of A (the layout replicated over them). Emits ``WgmmaRS`` in place of ``Wgmma``; the lowering checks
 that every register it names holds the element the PTX layout says (TargetError E602 otherwise).
 """
 

@@ -14,9 +14,11 @@ of them; a fragment some loop indexes that way gets that dim in registers (every
 layout is a free choice, and a fragment whose layout spreads such a dim over threads is an L004 error.
 Optional gemm entries: an entry marked ``fallback_on_conversion`` (wgmma RS) that imposes the layout of its A operand
 in registers is dropped for that gemm, and the kernel's inference redone, when a T.copy fills that operand from a
-fragment of another layout (a conversion through shared memory); when inference fails, first every such entry is
+fragment of another layout (a conversion through shared memory) that inference without the entry would not need
+(``_needless_conversions`` tries it; where the alternative converts too or fails, the entry stays); when inference
+fails, first every such entry is
 dropped, then every entry marked ``fallback_on_conflict`` (both wgmma entries: their layouts next to mma.sync's can
-conflict, e.g. MLA decode's scores split over warpgroups along N beside an mma.sync P @ V), and inference is redone;
+conflict, e.g. scores split over warpgroups along N beside an mma.sync P @ V), and inference is redone;
 a failure without such entries is the error. The gemm then takes the next entry (mma.sync), and ``LayoutMap.notes``
 says why. So switching an optional entry on never makes a kernel that compiled without it fail.
 Guarantees: in every T.Parallel loop, the threads that run an iteration hold every fragment element it reads, and
@@ -84,6 +86,9 @@ def infer_layouts(func: PrimFunc) -> LayoutMap:
                                     if getattr(c.instruction, "fallback_on_conflict", False)}
                     if not drop:
                         raise
+                    drop = _Failed(drop)
+                if drop and not isinstance(drop, _Failed):
+                    drop = _needless_conversions(k, excluded, drop)
                 if not drop:
                     break
                 for g, (entry, why) in drop.items():
@@ -92,6 +97,27 @@ def infer_layouts(func: PrimFunc) -> LayoutMap:
             for name in ("fragments", "loops", "origin", "shared", "gemm_partition", "instructions"):
                 getattr(result, name).update(getattr(part, name))
     return result
+
+
+class _Failed(dict):
+    """Entries to drop because inference failed with them (not merely because of a conversion)."""
+
+
+def _needless_conversions(kernel: Kernel, excluded: dict, drop: dict) -> dict:
+    """The part of ``drop`` (gemm -> (entry, why): a register-A entry whose layout makes a copy into A a conversion)
+    whose conversion the gemm's next entry would avoid: inference redone without those entries, the copy into A then
+    needs no conversion. Where the alternative converts as well, or fails, the register entry is kept (the conversion
+    is there either way, and the wgmma is the faster gemm)."""
+    trial = {g: list(v) for g, v in excluded.items()}
+    for g, (entry, _) in drop.items():
+        trial.setdefault(g, []).append(entry)
+    alternative = _KernelInference(kernel, LayoutMap(), trial)
+    try:
+        alternative.run()
+    except LayoutError:
+        return {}
+    converting = alternative.register_operand_conversions(only_optional=False)
+    return {g: v for g, v in drop.items() if g not in converting}
 
 
 ANY = ("any", None)  # pattern entry: an index that does not change within the loop (any value of its dim)
@@ -146,11 +172,18 @@ class _KernelInference:
         """Gemm -> (entry, why) for each gemm whose chosen entry asks to be dropped (``fallback_on_conversion``) when
         its A operand in registers would be filled by a copy from a fragment of another layout (a conversion through
         shared memory): the wgmma RS entry, whose A layout lines up with a wgmma accumulator of the same warpgroup
-        split, not with an mma.sync accumulator of another warp split."""
+        split, not with an mma.sync accumulator of another warp split (``infer_layouts`` then checks that the next
+        entry would avoid the conversion)."""
+        return self.register_operand_conversions(only_optional=True)
+
+    def register_operand_conversions(self, only_optional: bool) -> dict:
+        """Gemm -> (entry, why) for each gemm (with ``only_optional``: whose entry is ``fallback_on_conversion``) whose
+        A operand in registers a T.copy fills from a fragment of another layout."""
         out = {}
         for g, choice in self.r.instructions.items():
             a = g.a.buffer
-            if not getattr(choice.instruction, "fallback_on_conversion", False) or a.scope != "fragment":
+            if (only_optional and not getattr(choice.instruction, "fallback_on_conversion", False)) or \
+                    a.scope != "fragment":
                 continue
             for op in self.ops:
                 if isinstance(op, Copy) and op.dst.buffer is a and op.src.buffer.scope == "fragment" and \
