@@ -798,7 +798,7 @@ def test_rs_kept_where_every_path_converts(wgmma_on):
 
 def test_writing_a_registers_of_a_pending_rs_wgmma_fails_the_emulator(wgmma_on, monkeypatch):
     from tileagent.compiler.dtypes import DType
-    from tileagent.compiler.ir.expr import Const, as_expr
+    from tileagent.compiler.ir.expr import Const
     from tileagent.compiler.ir.stmt import Store
     from tileagent.compiler.lower import wgmma as lowering
     from tileagent.compiler.tir import WgmmaCommit, WgmmaRS
