@@ -80,15 +80,17 @@ STEPS = (
     # group 7: round 2 session 3's last call: the new wgmma forms on the whole GPU test set, the codegen changes of
     # issue 11 (A/B against a --dump of the sources at 5ac1809 carried as .ab_before), the drafter fixes (14), and
     # the played LLM's session-3 answers (19)
-    Step("gpu_tests_wgmma", 7, "TILEAGENT_ENABLE_WGMMA=1 python -m pytest -q -m gpu tests/ -x", 150,
+    Step("gpu_tests_wgmma", 7, "TILEAGENT_ENABLE_WGMMA=1 python -m pytest -q -m gpu tests/ -x", 120,
          "every GPU test with wgmma on (RS for P @ V, N split over warpgroups): evidence for making it the default"),
+    Step("wgmma_gemm_8192", 7, "python bench/wgmma_gemm.py --sizes 8192", 90,
+         "wgmma (overlap on / off, tuned schedules) vs mma.sync vs cuBLAS at 8192^3 only"),
     Step("compile_latency_plain", 7, "python bench/compile_latency.py --load --runs 15 && "
-         "python bench/compile_latency.py --load --runs 15 --dtype bfloat16", 90,
+         "python bench/compile_latency.py --load --runs 15 --dtype bfloat16", 60,
          "cold compile after the bfloat16 prelude and one guard per vector (float16 and bfloat16)"),
-    Step("cubin_ab", 7, "python bench/cubin_ab.py --old .ab_before", 120,
+    Step("cubin_ab", 7, "python bench/cubin_ab.py --old .ab_before", 60,
          "the kernels whose CUDA changed since 5ac1809: outputs and GPU time, A/B in one run (issue 11)"),
     Step("fusion_changed", 7, "python bench/fusion_suite.py --ops int8_row_quant,frobenius_norm,mean_seq,softmax_topk,"
-         "sigmoid_gate,cross_entropy,log_softmax,add_rmsnorm_residual --max-configs 3 --budget 110", 130,
+         "sigmoid_gate,cross_entropy,log_softmax,add_rmsnorm_residual --max-configs 3 --budget 75", 90,
          "the drafter ops changed after the H200 run (sigmoid_gate, cross_entropy: unchanged controls)"),
     Step("played_s3", 7, "CAP=45 bash bench/played_llm/run_gpu.sh /tmp/played3 session3", 240,
          "the played LLM's session-3 answers on every config (issue 19)"),
