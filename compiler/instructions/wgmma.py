@@ -1,8 +1,9 @@
 """Registry entry ``wgmma.mma_async m64nNk16`` (SS): T.gemm on the warpgroup-wide asynchronous tensor-core MMA of
 sm_90a, both operands read from shared memory through matrix descriptors.
 
-Opt-in: it applies only when the environment variable ``TILEAGENT_ENABLE_WGMMA`` is "1" (docs/dsl.md), until it has
-been validated on an H200; otherwise default code generation is unchanged (mma.sync).
+Opt-in: it applies only when the environment variable ``TILEAGENT_ENABLE_WGMMA`` is "1" (docs/dsl.md: validated on
+the H200, not yet the default because the cpu and sim targets lower for sm_90a too); otherwise default code
+generation is unchanged (mma.sync).
 Applies to: an sm_90a target (a target object whose arch is ``sm_90a`` or whose features include "wgmma"; without a
 target, the visible GPU must be sm_90 or there must be none, as for the SIMT emulator); float16/bfloat16 A and B of
 one dtype with a float32 accumulator fragment; A (M x K, not transposed) and B (K x N, or N x K with transpose_B) as
