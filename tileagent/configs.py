@@ -153,4 +153,5 @@ def unique_evals(configs: list[RunConfig]) -> list[dict]:
     return out
 
 
-__all__ = ["ConfigSelectionError", "RunConfig", "check_axis", "grid", "parse_axis", "reduce_for_device", "select", "unique_evals"]
+__all__ = ["ConfigSelectionError", "RunConfig", "check_axis", "grid", "parse_axis", "reduce_for_device", "select",
+           "unique_evals"]

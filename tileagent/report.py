@@ -35,7 +35,8 @@ class ConfigRow(BaseModel):
     """One config of the run and the kernel serving it."""
 
     config: dict = Field(description="the config as the reference's grid states it (what the export serves)")
-    evaluated_at: dict = Field(description="the config the evaluator ran (reduced on the CPU: see configs.py and evaluator.worker.interpreter_config)")
+    evaluated_at: dict = Field(description="the config the evaluator ran (reduced on the CPU: see configs.py and "
+                                           "evaluator.worker.interpreter_config)")
     correct: bool
     attempt_id: str | None = Field(description="the attempt serving the config (attempts/<id>/), None if none")
     tunables: dict = Field(default_factory=dict, description="knob values assigned in the served kernel")
@@ -84,7 +85,8 @@ def rows(options, outcome, meets_target) -> list[dict]:
         b = outcome.best.get(config_key(rc.eval))
         r = b.result if b else None
         out.append(ConfigRow(
-            config=rc.spec, evaluated_at=(r.evaluated_at if r and r.evaluated_at else rc.eval), correct=bool(r and r.correct),
+            config=rc.spec, evaluated_at=(r.evaluated_at if r and r.evaluated_at else rc.eval),
+            correct=bool(r and r.correct),
             attempt_id=b.attempt_id if b else None, tunables=b.tunables if b else {},
             time_ms=_ms(r.candidate) if r else None, eager_ms=_ms(r.eager) if r else None,
             compile_ms=_ms(r.compiled) if r else None, speedup_eager=r.speedup_eager if r else None,
