@@ -7,7 +7,7 @@ launch compiled and passed the GPU lowering, for sm_90a), a TileAgent diagnostic
 Python package, or another exception; ``--tsv FILE`` keeps the lines.
 How: each program runs in its own process, under ``tileagent.compat`` (``import tilelang`` is TileAgent), with
 torch's ``device="cuda"`` tensors made ``meta`` tensors (``--device cpu``: CPU tensors, for programs that read data
-on the host), ``torch.cuda`` answering as one sm_90 device, kernels built for the CPU target with
+on the host), ``torch.cuda`` answering as one sm_90 device (an H200's properties: 132 SMs), kernels built for the CPU target with
 ``lowering_check=True`` (``--nvrtc``: also compiled by NVRTC), and the first kernel launch stopping the program.
 Guarantees: nothing is timed and no result is checked: "launch" means the program's kernels build for the GPU, not
 that they compute the right values (``bench/tilelang_examples.py`` runs programs for real on a GPU, and CI runs a
@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 _CHILD = r'''
-import importlib, os, runpy, sys
+import importlib, os, runpy, sys, types
 import torch
 
 DEVICE = os.environ["SURVEY_DEVICE"]
@@ -56,6 +56,11 @@ torch.cuda.get_device_capability = lambda *a: (9, 0)
 torch.cuda.current_device = lambda: 0
 torch.cuda.device_count = lambda: 1
 torch.cuda.get_device_name = lambda *a: "survey (no GPU)"
+torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(  # an H200's, for driver.get_num_sms()
+    name="survey (no GPU)", major=9, minor=0, multi_processor_count=132, shared_memory_per_block=48 * 1024,
+    shared_memory_per_block_optin=227 * 1024, shared_memory_per_multiprocessor=228 * 1024,
+    regs_per_multiprocessor=65536, max_threads_per_multi_processor=2048, L2_cache_size=60 * 1024 * 1024,
+    total_memory=141 * 2**30)
 for _name in ("synchronize", "manual_seed", "manual_seed_all", "empty_cache"):
     setattr(torch.cuda, _name, lambda *a, **k: None)
 

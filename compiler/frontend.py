@@ -20,7 +20,7 @@ import sys
 from tileagent.compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, InternalCompilerError,
                                   NameResolutionError, ResourceError, ShapeError, Span)
 from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
-from tileagent.compiler.ir.expr import Expr, Load, Var, as_expr, describe, make_cast, make_cmp
+from tileagent.compiler.ir.expr import Expr, Load, Var, as_expr, describe, make_binop, make_cast, make_cmp
 from tileagent.compiler.ir.simplify import depends_on
 from tileagent.compiler.frontend_expressions import _BINOPS, ExpressionParser, _call_builtin
 from tileagent.compiler.ir.stmt import Alloc, Buffer, For, If, Kernel, Let, Parallel, PrimFunc, Region, Stmt, Store
@@ -436,6 +436,11 @@ class _Parser(ExpressionParser):
         if isinstance(spec, LoopSpec):
             self.loop(node, spec)
             return
+        from tileagent.compiler.language.loops import PersistentSpec
+
+        if isinstance(spec, PersistentSpec):
+            self.persistent(node, spec)
+            return
         if isinstance(spec, Expr) or not hasattr(spec, "__iter__"):
             raise DSLSyntaxError(f"cannot loop over {describe(spec)}", code="E101",
                                  hint="use T.serial(n), T.Parallel(...), T.Pipelined(n, num_stages=...) or range(n)")
@@ -498,6 +503,44 @@ class _Parser(ExpressionParser):
         else:
             self.emit(For(loop_vars[0], spec.start, spec.extent, spec.step, spec.kind, body,
                           dict(spec.annotations)), node)
+
+    def persistent(self, node: ast.For, spec):
+        """``for bx, by in T.Persistent(domain, wave, index, group_size)`` as TileLang expands it: a T.serial loop
+        over the waves, each tile ``w * wave + index`` split into coordinates over the domain grouped by
+        ``group_size`` along its last dim, the body guarded by the tile being inside the domain."""
+        if self.kernel_depth == 0:
+            raise DSLSyntaxError("loops over DSL ranges must be inside T.Kernel", code="E505")
+        t = node.target
+        names = [t.id] if isinstance(t, ast.Name) else [e.id for e in getattr(t, "elts", []) if
+                                                        isinstance(e, ast.Name)]
+        if len(names) != len(spec.domain) or (not isinstance(t, ast.Name) and len(names) != len(t.elts)):
+            raise DSLSyntaxError(f"T.Persistent over {len(spec.domain)} dim(s) needs {len(spec.domain)} loop "
+                                 f"variable(s), got `{ast.unparse(t)}`", code="E102")
+        last = spec.domain[-1]
+        if not isinstance(last, int):
+            raise DSLTypeError("T.Persistent: the last domain extent must be a compile-time integer (it sets the "
+                               "tile grouping)", code="E301", hint="give the tile counts from compile-time sizes")
+        group = max(1, min(spec.group_size, last))
+        grouped = [-(-last // group), *spec.domain[:-1], group]
+        padded = 1
+        for d in grouped:
+            padded = make_binop("*", padded, d)
+        waves = make_binop("//", make_binop("+", padded, make_binop("-", spec.wave_size, 1)), spec.wave_size)
+        w = Var(f"{names[0]}_wave", DType("int32"))
+        rem = make_binop("+", make_binop("*", w, spec.wave_size), spec.index)
+        idxs = [None] * len(grouped)
+        for i in range(len(grouped) - 1, 0, -1):
+            idxs[i] = make_binop("%", rem, grouped[i])
+            rem = make_binop("//", rem, grouped[i])
+        idxs[0] = rem
+        last_coord = make_binop("+", make_binop("*", idxs[0], group), idxs[-1])
+        coords = [*idxs[1:-1], last_coord]
+        self.scopes.append(dict(zip(names, coords)))
+        try:
+            body = self.body(node.body)
+        finally:
+            self.scopes.pop()
+        self.emit(For(w, 0, waves, 1, "serial", (If(make_cmp("<", last_coord, last), body, ()),), {}), node)
 
     def stmt_Return(self, node: ast.Return):
         if node.value is not None:

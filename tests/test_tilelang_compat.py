@@ -26,7 +26,7 @@ SMALL = {  # the programs CI runs, in their folders under EXAMPLES
     "example_mha_fwd_bshd.py": "flash_attention", "example_elementwise_add.py": "elementwise", "rms_norm.py": "norm",
     "example_tilelang_gemm_splitk.py": "gemm_splitk", "layernorm.py": "norm", "example_mha_inference.py":
     "flash_decoding", "example_gqa_decode.py": "flash_decoding", "example_mha_sink_fwd_bhsd.py": "attention_sink",
-    "example_grouped_gemm_fwd.py": "grouped_gemm"}
+    "example_grouped_gemm_fwd.py": "grouped_gemm", "example_gemm_persistent.py": "gemm"}
 
 
 @pytest.fixture
@@ -72,10 +72,12 @@ def test_submodules_are_attributes_and_jit_stays_the_decorator(tilelang):
 
 
 def test_unknown_tilelang_module_or_name_is_an_E701_import_error(tilelang):
-    with pytest.raises(ImportError) as info:
-        import tilelang.carver.arch  # noqa: F401
+    with pytest.raises(ImportError) as info:  # of tilelang.carver only arch.driver is provided
+        import tilelang.carver.template  # noqa: F401
     assert isinstance(info.value, UnsupportedError) and info.value.code == "E701"
-    assert "tilelang.carver" in info.value.message and "config" in info.value.message
+    assert "tilelang.carver.template" in info.value.message and "config" in info.value.message
+    with pytest.raises(UnsupportedError, match=r"tilelang\.carver\.arch\.CUDA is not provided"):
+        from tilelang.carver.arch import CUDA  # noqa: F401
     with pytest.raises(UnsupportedError, match=r"tilelang\.tvm is not provided"):
         from tilelang import tvm  # noqa: F401
     if importlib.machinery.PathFinder.find_spec("tvm") is None:
@@ -84,7 +86,7 @@ def test_unknown_tilelang_module_or_name_is_an_E701_import_error(tilelang):
         # a probe is not an import: torch._dynamo calls find_spec("tvm") when it loads (once an E701 for any
         # program whose torch ops reached dynamo, e.g. TileLang's block-sparse attention example)
         assert importlib.util.find_spec("tvm") is None
-    assert importlib.util.find_spec("tilelang.carver") is None
+    assert importlib.util.find_spec("tilelang.carver.roller") is None
 
 
 def test_fp8_helpers_and_dtype_as_torch(tilelang):
@@ -149,7 +151,7 @@ def test_cli_subcommand_reports_unsupported_api_with_the_script_line_and_exit_2(
 
     path = _write(tmp_path, "uses_carver.py", """\
         import tilelang
-        from tilelang.carver.arch import CUDA
+        from tilelang.carver.template import MatmulTemplate
         print("unreachable")
         """)
     try:
@@ -158,7 +160,7 @@ def test_cli_subcommand_reports_unsupported_api_with_the_script_line_and_exit_2(
         compat.uninstall()
     assert result.exit_code == 2
     text = result.output + (result.stderr if result.stderr_bytes is not None else "")
-    assert f"{path}:2:1: error[E701]: module 'tilelang.carver'" in text and "unreachable" not in text
+    assert f"{path}:2:1: error[E701]: module 'tilelang.carver.template'" in text and "unreachable" not in text
 
 
 def test_run_script_passes_argv_and_the_scripts_exit_status(tmp_path):
@@ -790,3 +792,44 @@ def test_table_fragment_read_by_a_serial_index_is_replicated_per_thread(tilelang
     with pytest.raises(CompileError) as info:  # a fragment computed in place, read by a serial index: still E504
         ns["computed"](32)
     assert info.value.code == "E504"
+
+
+def test_persistent_gemm_example_with_carver_driver_sm_count(tilelang, monkeypatch):
+    """TileLang's persistent GEMM (examples/gemm/example_gemm_persistent.py): ``driver.get_num_sms()`` sizes the grid
+    and ``for bx, by in T.Persistent([gm, gn], sm_num, block_id)`` walks the tiles (once E701 for both). 3 "SMs"
+    over 5 x 6 tiles: 10 waves, the last-dim grouping clamped from 8 to 6; every tile is written once."""
+    from tilelang.carver.arch import driver
+
+    assert driver.get_device_name() is None or torch.cuda.is_available()
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="Failed to get device properties"):
+            driver.get_num_sms()
+    monkeypatch.setattr(driver, "get_cuda_device_properties",
+                        lambda device_id=0: type("Props", (), {"multi_processor_count": 3})())
+    ns = load_script(EXAMPLES / SMALL["example_gemm_persistent.py"] / "example_gemm_persistent.py")
+    with compile_defaults(lowering_check=True):
+        kernel = ns["matmul_persistent"].compile(M=160, N=192, K=64, block_M=32, block_N=32, block_K=32, threads=128,
+                                                 num_stages=2)
+    a, b = torch.randn(160, 64).half(), torch.randn(64, 192).half()
+    torch.testing.assert_close(kernel(a, b).float(), ns["ref_program"](a.float(), b.float()), rtol=1e-2, atol=1e-2)
+    assert kernel.cubin()[:4] == b"\x7fELF"
+
+
+def test_persistent_loop_needs_one_variable_per_dim(tilelang, tmp_path):
+    path = _write(tmp_path, "persistent_bad.py", """\
+    import tilelang
+    import tilelang.language as T
+
+    @tilelang.jit(out_idx=[1])
+    def k(M=64, N=64):
+        @T.prim_func
+        def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+            with T.Kernel(2, threads=32) as bid:
+                for bx in T.Persistent([2, 2], 2, bid):
+                    B[bx, 0] = A[bx, 0]
+        return main
+    """)
+    ns = load_script(path)
+    with pytest.raises(CompileError) as info:
+        ns["k"]()
+    assert info.value.code == "E102" and "T.Persistent over 2 dim(s) needs 2 loop variable(s)" in info.value.message

@@ -81,3 +81,37 @@ def unroll(start, stop=None, step=None, *, explicit=False, unroll_factor=None):
 
 
 Serial = serial
+
+
+@dataclass(frozen=True)
+class PersistentSpec:
+    """``for bx, by in T.Persistent([gx, gy], wave_size, index, group_size=8)``: what the frontend expands."""
+
+    domain: tuple
+    wave_size: object
+    index: object
+    group_size: int
+
+
+def Persistent(domain, wave_size, index, group_size=8):
+    """A persistent-kernel tile loop (TileLang's ``T.Persistent``): the block numbered ``index`` of ``wave_size``
+    resident blocks visits the tiles ``w * wave_size + index`` of ``domain`` (grouped by ``group_size`` along the last
+    dim, as TileLang orders them), binding one coordinate per dim; tiles past the domain are skipped.
+
+    Raises:
+        DSLTypeError: E301 for an empty domain, a non-integer or non-positive domain extent, wave size or group size.
+    """
+    domain = tuple(domain) if isinstance(domain, (list, tuple)) else (domain,)
+    if not domain:
+        raise DSLTypeError("T.Persistent: the domain needs at least one extent", code="E301")
+    for v, what in [(d, "domain extent") for d in domain] + [(wave_size, "wave_size")]:
+        if isinstance(v, bool) or not isinstance(v, (int, Expr)) or isinstance(v, int) and v < 1:
+            raise DSLTypeError(f"T.Persistent: {what} must be a positive integer or an integer expression, got {v!r}",
+                               code="E301")
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise DSLTypeError(f"T.Persistent: group_size must be a positive Python integer, got {group_size!r}",
+                           code="E301")
+    if not isinstance(index, (int, Expr)) or isinstance(index, bool):
+        raise DSLTypeError(f"T.Persistent: index must be an integer expression (the block index), got {index!r}",
+                           code="E301")
+    return PersistentSpec(domain, wave_size, index, group_size)

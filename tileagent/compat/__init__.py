@@ -8,7 +8,7 @@ Guarantees:
 - Nothing named ``tilelang`` is installed: a meta-path finder, first on ``sys.meta_path`` after ``install()``, maps
   ``tilelang[.x.y]`` to ``tileagent.compat.tilelang[.x.y]`` (the same module objects, so ``tilelang.jit is
   tileagent.compat.tilelang.jit``). ``uninstall()`` removes it and the aliases.
-- A ``tilelang.*`` module TileAgent does not provide (``tilelang.carver``, ``tilelang.contrib``, ...) fails to import
+- A ``tilelang.*`` module TileAgent does not provide (``tilelang.carver.template``, ``tilelang.contrib``, ...) fails to import
   with ``UnsupportedError`` (E701, also an ImportError) naming it, never a bare ModuleNotFoundError.
 - ``import tvm`` without a TVM installed is also an E701 (TileLang programs sometimes use TVM's API directly).
   Probes that are not imports (``importlib.util.find_spec("tvm")``, as torch._dynamo does when it loads) get None.
@@ -30,7 +30,8 @@ TARGET = "tileagent.compat.tilelang"
 
 # Modules of real TileLang that TileAgent does not provide, with what to use instead.
 UNSUPPORTED_MODULES = {
-    "carver": "TileLang's hardware-aware config generator (carver/roller) is not provided; list configs by hand",
+    "carver": "TileLang's hardware-aware config generator (carver/roller) is not provided; list configs by hand "
+              "(of tilelang.carver only arch.driver's device queries are)",
     "contrib": "TileLang's nvcc/hipcc wrappers are not provided; TileAgent compiles with NVRTC",
     "tools": "TileLang's tools (iket, lower traces, plotting) are not provided",
     "engine": "TileLang's lowering engine and its callbacks are not provided; kernel.get_kernel_source() shows the "

@@ -33,7 +33,7 @@ UNSUPPORTED = {
     **{n: _SIMT for n in ("get_thread_binding", "get_thread_bindings", "thread_binding", "get_warp_idx",
                           "get_lane_idx", "get_warp_group_idx", "get_warp_idx_sync", "get_thread_extent",
                           "tvm_thread_allreduce", "shfl_xor", "shfl_down", "shfl_up", "shfl_sync", "sync_warp",
-                          "sync_grid", "Persistent", "PersistentTileScheduler")},
+                          "sync_grid", "PersistentTileScheduler")},
     # escape hatches
     **{n: _ESCAPE for n in ("import_source", "call_extern", "call_intrin", "call_pure_extern", "ptx", "ptx_mma",
                             "ptx_ldmatrix", "CUDASourceCodeKernel", "evaluate", "attr", "access_ptr", "address_of",
