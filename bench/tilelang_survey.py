@@ -7,8 +7,9 @@ launch compiled and passed the GPU lowering, for sm_90a), a TileAgent diagnostic
 Python package, or another exception; ``--tsv FILE`` keeps the lines.
 How: each program runs in its own process, under ``tileagent.compat`` (``import tilelang`` is TileAgent), with
 torch's ``device="cuda"`` tensors made ``meta`` tensors (``--device cpu``: CPU tensors, for programs that read data
-on the host), ``torch.cuda`` answering as one sm_90 device (an H200's properties: 132 SMs), kernels built for the CPU target with
-``lowering_check=True`` (``--nvrtc``: also compiled by NVRTC), and the first kernel launch stopping the program.
+on the host), ``torch.cuda`` answering as one sm_90 device (an H200's properties: 132 SMs), kernels built for the
+CPU target with ``lowering_check=True`` (``--nvrtc``: also compiled by NVRTC), and the first kernel launch stopping
+the program.
 Guarantees: nothing is timed and no result is checked: "launch" means the program's kernels build for the GPU, not
 that they compute the right values (``bench/tilelang_examples.py`` runs programs for real on a GPU, and CI runs a
 subset on the CPU). Programs that need data-dependent host work (``.item()`` on a fake tensor) report a harness

@@ -8,8 +8,8 @@ Guarantees:
 - Nothing named ``tilelang`` is installed: a meta-path finder, first on ``sys.meta_path`` after ``install()``, maps
   ``tilelang[.x.y]`` to ``tileagent.compat.tilelang[.x.y]`` (the same module objects, so ``tilelang.jit is
   tileagent.compat.tilelang.jit``). ``uninstall()`` removes it and the aliases.
-- A ``tilelang.*`` module TileAgent does not provide (``tilelang.carver.template``, ``tilelang.contrib``, ...) fails to import
-  with ``UnsupportedError`` (E701, also an ImportError) naming it, never a bare ModuleNotFoundError.
+- A ``tilelang.*`` module TileAgent does not provide (``tilelang.carver.template``, ``tilelang.contrib``, ...) fails
+  to import with ``UnsupportedError`` (E701, also an ImportError) naming it, never a bare ModuleNotFoundError.
 - ``import tvm`` without a TVM installed is also an E701 (TileLang programs sometimes use TVM's API directly).
   Probes that are not imports (``importlib.util.find_spec("tvm")``, as torch._dynamo does when it loads) get None.
 - ``install()`` refuses (RuntimeError) when a real TileLang is already imported in the process.
