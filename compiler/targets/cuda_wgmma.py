@@ -39,18 +39,13 @@ def emit_wgmma_fence(em, s: WgmmaFence) -> None:
     em.line('asm volatile("wgmma.fence.sync.aligned;" ::: "memory");')
 
 
-def emit_wgmma(em, s: Wgmma) -> None:
-    what = f"Wgmma into {s.c_buf.name}"
-    if em.k.num_threads % 128:
-        em.fail(f"{what}: wgmma is warpgroup-wide, but the block has {em.k.num_threads} threads")
-    if s.dtype not in _SFX or s.a_buf.dtype != s.dtype or s.b_buf.dtype != s.dtype or s.c_buf.dtype != "float32" \
-            or s.a_buf.scope != "shared" or s.b_buf.scope != "shared" or s.c_buf.scope != "local":
-        em.fail(f"{what}: want float16/bfloat16 shared A and B and a local float32 C, got {s.a_buf.scope} "
-                f"{s.a_buf.dtype}, {s.b_buf.scope} {s.b_buf.dtype}, {s.c_buf.scope} {s.c_buf.dtype}")
+def _checked_accumulator_and_shared(em, what: str, s, shared) -> list[str]:
+    """The checks both wgmma forms share: N, the accumulator registers (returned, distinct) and B's major, and each
+    (buffer, swizzle width) of ``shared`` placed on its swizzle-atom boundary in the arena."""
     if s.n % 8 or not 8 <= s.n <= 256 or len(s.c) != s.n // 2 or s.b_major not in ("k", "mn"):
         em.fail(f"{what}: m64n{s.n}k16 needs N in 8..256 (a multiple of 8), N / 2 accumulator registers (got "
                 f"{len(s.c)}) and b_major 'k' or 'mn' (got {s.b_major!r})")
-    for buf, width in ((s.a_buf, s.a_swizzle), (s.b_buf, s.b_swizzle)):
+    for buf, width in shared:
         off = em.k.shared_offsets.get(buf)
         if width not in SWIZZLE_MODE:
             em.fail(f"{what}: swizzle width {width} of {buf.name} is not one of {sorted(SWIZZLE_MODE)}")
@@ -60,6 +55,18 @@ def emit_wgmma(em, s: Wgmma) -> None:
     regs = [em.register(s.c_buf, i) for i in s.c]
     if len(set(regs)) != len(regs):
         em.fail(f"{what}: the accumulator registers must be distinct")
+    return regs
+
+
+def emit_wgmma(em, s: Wgmma) -> None:
+    what = f"Wgmma into {s.c_buf.name}"
+    if em.k.num_threads % 128:
+        em.fail(f"{what}: wgmma is warpgroup-wide, but the block has {em.k.num_threads} threads")
+    if s.dtype not in _SFX or s.a_buf.dtype != s.dtype or s.b_buf.dtype != s.dtype or s.c_buf.dtype != "float32" \
+            or s.a_buf.scope != "shared" or s.b_buf.scope != "shared" or s.c_buf.scope != "local":
+        em.fail(f"{what}: want float16/bfloat16 shared A and B and a local float32 C, got {s.a_buf.scope} "
+                f"{s.a_buf.dtype}, {s.b_buf.scope} {s.b_buf.dtype}, {s.c_buf.scope} {s.c_buf.dtype}")
+    regs = _checked_accumulator_and_shared(em, what, s, ((s.a_buf, s.a_swizzle), (s.b_buf, s.b_swizzle)))
     sfx = _SFX[s.dtype]
     em.ct(s.dtype)
     nd = len(regs)
@@ -90,18 +97,7 @@ def emit_wgmma_rs(em, s: WgmmaRS) -> None:
         em.fail(f"{what}: want float16/bfloat16 A registers (8, or 4 uint32 pairs), a shared B and a local float32 C, "
                 f"got {s.a_buf.scope} {s.a_buf.dtype} x {len(s.a)}, {s.b_buf.scope} {s.b_buf.dtype}, "
                 f"{s.c_buf.scope} {s.c_buf.dtype}")
-    if s.n % 8 or not 8 <= s.n <= 256 or len(s.c) != s.n // 2 or s.b_major not in ("k", "mn"):
-        em.fail(f"{what}: m64n{s.n}k16 needs N in 8..256 (a multiple of 8), N / 2 accumulator registers (got "
-                f"{len(s.c)}) and b_major 'k' or 'mn' (got {s.b_major!r})")
-    off = em.k.shared_offsets.get(s.b_buf)
-    if s.b_swizzle not in SWIZZLE_MODE:
-        em.fail(f"{what}: swizzle width {s.b_swizzle} of {s.b_buf.name} is not one of {sorted(SWIZZLE_MODE)}")
-    if off is None or off % (8 * s.b_swizzle) or em.k.shared_align % (8 * s.b_swizzle):
-        em.fail(f"{what}: shared operand {s.b_buf.name} is at arena byte {off} of an arena aligned to "
-                f"{em.k.shared_align}; its {s.b_swizzle}B-swizzle atoms need multiples of {8 * s.b_swizzle}")
-    regs = [em.register(s.c_buf, i) for i in s.c]
-    if len(set(regs)) != len(regs):
-        em.fail(f"{what}: the accumulator registers must be distinct")
+    regs = _checked_accumulator_and_shared(em, what, s, ((s.b_buf, s.b_swizzle),))
     sfx = _SFX[s.dtype]
     a = [em.register(s.a_buf, i) for i in s.a]
     if not packed:
