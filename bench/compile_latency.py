@@ -1,7 +1,7 @@
 """Where the cold compile time of a kernel goes: our passes vs NVRTC, per pass, median over distinct sources.
 
 Usage: python bench/compile_latency.py [--arch sm_90a] [--kernel rmsnorm_silu] [--dtype bfloat16] [--runs 7] [--load]
-                                      [--ab]
+                                      [--ab] [--options=--Ofast-compile=mid]
 Compiles prompts/examples/<kernel>.py (a factory ``kernel(M, C, ..., dtype=...)``) for ``--runs`` distinct row lengths
 C (distinct sources, so NVRTC really compiles; ``--dtype`` passed on when given: bfloat16 includes cuda_bf16.h) with an
 empty cache directory, on target cuda:<arch> (no GPU needed: ``--load`` also loads the module on
@@ -14,6 +14,9 @@ without the compile-time options of compiler/runtime/nvrtc.py (``TILEAGENT_NVRTC
 no precompiled header, NVRTC's own cache on), "after" with them (the default), and prints both summaries. The CUDA
 driver's compute cache, where NVRTC 12.9+ keeps its own cache, is pointed at a fresh directory
 (``CUDA_CACHE_PATH``) unless set, so that no earlier run hits it.
+
+``--options`` (space-separated NVRTC options) adds them to every compile; with ``--ab`` the two sides are instead
+"default" (as the runtime compiles) and "options" (with them), alternating as above: what an option would save.
 """
 
 from __future__ import annotations
@@ -73,22 +76,32 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--load", action="store_true", help="also load the module on the GPU (needs one)")
     ap.add_argument("--ab", action="store_true", help="before/after the NVRTC compile-time options, interleaved")
+    ap.add_argument("--options", help="extra NVRTC options (space-separated) for every compile, or, with --ab, "
+                                      "for the 'options' side")
     a = ap.parse_args(argv)
     if a.runs < 1:
         ap.error("--runs must be at least 1")
     factory = getattr(load(a.kernel), a.kernel)
     label = f"{a.kernel}" + (f" ({a.dtype})" if a.dtype else "")
+    extra = tuple((a.options or "").split())
+    sides_env = ({"default": {}, "options": {}} if extra and a.ab else SIDES)
+    from tileagent.compiler.runtime import nvrtc
+
+    plain_options = nvrtc.base_options
+    with_extra = lambda arch, options=(): plain_options(arch, (*options, *extra))  # noqa: E731
     saved = {k: os.environ.get(k) for k in ("TILEAGENT_CACHE_DIR", "CUDA_CACHE_PATH", *SIDES["before"])}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             os.environ.setdefault("CUDA_CACHE_PATH", os.path.join(tmp, "cuda-compute-cache"))
-            sides = list(SIDES) if a.ab else [None]
+            sides = list(sides_env) if a.ab else [None]
             runs: dict = {s: [] for s in sides}
             for k in range(a.runs):
                 C = 160 + 64 * k
                 for side in (sides if k % 2 == 0 else sides[::-1]):
                     os.environ["TILEAGENT_CACHE_DIR"] = os.path.join(tmp, side or "cache")
-                    os.environ.update(SIDES.get(side, {}))
+                    os.environ.update(sides_env.get(side, {}))
+                    use_extra = bool(extra) and (side == "options" or not a.ab)
+                    nvrtc.base_options = with_extra if use_extra else plain_options
                     runs[side].append(compile_once(factory, a.arch, C, a.load, a.dtype))
         if a.ab:
             for side in sides:
@@ -98,6 +111,7 @@ def main(argv=None) -> int:
         else:
             print(summary(runs[None], "", label, a.arch))
     finally:
+        nvrtc.base_options = plain_options
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -94,6 +94,12 @@ STEPS = (
          "the drafter ops changed after the H200 run (sigmoid_gate, cross_entropy: unchanged controls)"),
     Step("played_s3", 7, "CAP=45 bash bench/played_llm/run_gpu.sh /tmp/played3 session3", 240,
          "the played LLM's session-3 answers on every config (issue 19)"),
+    # group 8: round 2 session 4's first call: what --Ofast-compile=mid saves in compile time and costs on the GPU
+    # (issue 11), the whole drafter suite at the current commit (issue 14)
+    Step("latency_mid", 8, "python bench/compile_latency.py --ab --load --runs 15 --options=--Ofast-compile=mid", 60,
+         "cold compile of rmsnorm_silu as now vs with --Ofast-compile=mid, interleaved (target <= 0.1 s)"),
+    Step("cubin_ab_mid", 8, "python bench/cubin_ab.py --options=--Ofast-compile=mid --trials 30", 180,
+         "every example kernel as now vs compiled with --Ofast-compile=mid: outputs, GPU time B/A"),
     Step("played_llm", 4, "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\"", 500,
          "the played LLM's last answers over every config of their ops"),
 )
