@@ -100,6 +100,10 @@ STEPS = (
          "cold compile of rmsnorm_silu as now vs with --Ofast-compile=mid, interleaved (target <= 0.1 s)"),
     Step("cubin_ab_mid", 8, "python bench/cubin_ab.py --options=--Ofast-compile=mid --trials 30", 180,
          "every example kernel as now vs compiled with --Ofast-compile=mid: outputs, GPU time B/A"),
+    # group 9: a GPU turn of the played LLM (19): every op's loop run advanced by the answers present, stopped where
+    # it waits for the player; carry bench/played_llm/gpu_runs; the runs come back as $OUT/gpu_runs.tgz
+    Step("played_gpu_turn", 9, "python bench/played_llm/gpu_turn.py --budget 480 --out \"$GPU_SESSION_OUT\"", 520,
+         "the played LLM's runs, one GPU turn: each op resumed until it waits for the next answer (issue 19)"),
     Step("played_llm", 4, "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\"", 500,
          "the played LLM's last answers over every config of their ops"),
 )

@@ -130,3 +130,33 @@ def test_the_file_drafter_prints_where_to_write_each_answer(tmp_path):
     assert result.exit_code == 0, result.output
     assert (f"turn 1, candidate 1 of 1: the prompt is {run / 'exchange' / 't1-c1.prompt.md'}; write the answer to "
             f"{response}.tmp, then rename it to t1-c1.response.md") in result.text
+
+
+def test_a_run_moved_to_another_checkout_resumes_with_its_reference_given_again(tmp_path):
+    """A run directory carried between machines (#19: GPU turns of a played LLM): run.json names the reference where
+    the run started. Without it here, --resume says how to give it; with REFERENCE given, the run goes on from there
+    (the recorded turn is not evaluated again) and the run_resumed event names the new path."""
+    (tmp_path / "a").mkdir()
+    first_ref = tmp_path / "a" / "rmsnorm_silu.py"
+    first_ref.write_text(Path(RMSNORM).read_text())
+    run = tmp_path / "run"
+    first = invoke("generate", first_ref, "--device", "cpu", "--provider", script(tmp_path, [[WRONG]]), "--configs",
+                   "C=96", "--seeds", "1", "--candidates", "1", "--max-turns", "1", "--out", run)
+    assert first.exit_code == 4, first.output
+    first_ref.parent.rename(tmp_path / "b")
+    moved = tmp_path / "b" / "rmsnorm_silu.py"
+
+    lost = invoke("generate", "--resume", run, "--max-turns", "2")
+    assert lost.exit_code == 2, lost.output
+    assert lost.text == (f"error: cannot resume {run}: its reference {first_ref} does not exist here (did the run move "
+                         f"from another machine?); give it: tileagent generate --resume {run} REFERENCE")
+
+    resumed = invoke("generate", "--resume", run, moved, "--max-turns", "2")
+    assert resumed.exit_code == 4, resumed.output
+    assert f"resuming {run} (rmsnorm_silu.py; the reference is now {moved}, not {first_ref})" in resumed.text
+    kinds = events(run)
+    assert [e for e in kinds if e["event"] == "run_resumed"][-1]["reference"] == str(moved)
+    evaluated = [e for e in kinds if e["event"] == "evaluated"]
+    assert [e["attempt_id"] for e in evaluated] == ["t1-c0", "t2-c0"]  # t1-c0 once: replayed, not evaluated again
+    assert evaluated[-1]["feedback"].startswith("This module is identical to t1-c0 (turn 1), which failed")
+    assert json.loads((run / "report.json").read_text())["reference"] == str(moved)

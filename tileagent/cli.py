@@ -417,9 +417,19 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
             options.max_turns = flags["max_turns"]
         _check_device(options.device)
         drafter = make_drafter(drafter_opts)
+        moved = None
+        if reference is not None:  # the run moved (another machine or checkout): its reference is here now
+            given = str(_reference_path(reference).resolve())
+            if given != options.reference:
+                options.reference = moved = given
+        elif not Path(options.reference).is_file():
+            raise _bad(f"cannot resume {resume}: its reference {options.reference} does not exist here (did the run "
+                       f"move from another machine?); give it: tileagent {command} --resume {resume} REFERENCE")
         _reference(Path(options.reference), probe.REFERENCE_TIMEOUT_S)
-        store.append("run_resumed")
-        console.print(f"resuming [bold]{store.root}[/] ({Path(options.reference).name})")
+        store.append("run_resumed", **({"reference": moved} if moved else {}))
+        console.print(f"resuming [bold]{store.root}[/] ({Path(options.reference).name}" +
+                      (f"; the reference is now {moved}, not {stored['loop']['reference']}" if moved else "") + ")",
+                      soft_wrap=True)
     else:
         if reference is None:
             raise _bad(f"{command} needs a REFERENCE file (or --resume RUN_DIR)")
@@ -554,7 +564,8 @@ _MAX_TURNS = typer.Option(None, help="turns at most (default 8)")
 _CANDIDATES = typer.Option(2, help="candidates per turn")
 _TARGET = typer.Option(1.0, help="speedup over eager and over torch.compile every config must reach")
 _OUT = typer.Option(None, help="the run directory (default runs/<task>-<timestamp>)")
-_RESUME = typer.Option(None, help="continue the run in this directory")
+_RESUME = typer.Option(None, help="continue the run in this directory; a REFERENCE given too replaces the run's "
+                       "reference path (a run moved from another machine or checkout)")
 _BUDGET = typer.Option(None, help="stop once the drafters used more tokens than this")
 _SEED = typer.Option(0, help="seed for the drafter")
 _PRICE = typer.Option(None, help="USD per million input and output tokens, as IN,OUT (openai: the report's cost)")

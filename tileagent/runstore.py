@@ -50,7 +50,8 @@ log = logging.getLogger("tileagent.runstore")
 FORMAT_VERSION = 1
 EVENTS = {
     "run_started": "options (the run's settings), configs (the configs evaluated)",
-    "run_resumed": "resumes (how many times the run was resumed)",
+    "run_resumed": "reference (only when --resume was given a REFERENCE other than run.json's: the path used "
+                   "from then on, e.g. a run moved from another machine)",
     "drafted": "turn, drafts (list of Draft dicts with attempt_id)",
     "drafter_failed": "turn, message (DrafterUnavailable or the drafter's exception)",
     "evaluated": "attempt_id, source_sha256 (of the candidate's text), result (EvalResult dict), feedback (text)",
