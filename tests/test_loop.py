@@ -507,3 +507,34 @@ def test_configs_with_one_cpu_size_are_all_kept_and_that_size_is_checked_once(tm
     user = drafter.calls[0].messages[1]["content"]
     assert "more than 2**18 elements at SMALL_CONFIG's size of every key it states" in user
     assert "- M=8192, C=96" in user
+
+
+def test_resume_replays_a_finished_autotuning_as_it_ran_without_screening_more_variants(tmp_path, monkeypatch):
+    """A tuning cut by its time budget (two of four variants screened) is replayed on resume with those two only:
+    replayed results take no time, so a new search under the budget would evaluate the variants it had no time for
+    (on the GPU turns of #19, every resume of turn 1 would tune turn 1's kernel further)."""
+    import types
+
+    from tileagent import autotune as autotune_module
+
+    now = [0.0]
+    monkeypatch.setattr(autotune_module, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+
+    class Slow(FakeWorker):  # every evaluation takes 10 s of the tuner's clock
+        def evaluate(self, request):
+            now[0] += 10.0
+            return super().evaluate(request)
+
+    turns = [[cand("ok", 2.0, tunables=[None, 1, 2, 4, 8])], [cand("ok", 0.5)]]
+    _, first, _, worker = run(tmp_path, turns, worker=Slow(), max_turns=1, candidates=1, tune_seconds=15)
+    screens = [Path(r.kernel_path).name for r in worker.requests if "/tune/" in r.kernel_path and r.seeds == 1]
+    assert screens == ["BLOCK=1.py", "BLOCK=2.py"]  # cut by the budget
+    assert first.outcome == "correct_not_faster" and first.best["M=16384,C=96"].tunables == {"BLOCK": 2}
+
+    loop, outcome, drafter, worker = run(tmp_path, turns, worker=Slow(), max_turns=2, candidates=1, tune_seconds=15)
+    assert [c.turn for c in drafter.calls] == [2]
+    paths = [r.kernel_path for r in worker.requests]
+    assert not [p for p in paths if "/attempts/t1-c0/" in p], paths  # turn 1 and its tuning: replayed only
+    assert any("/attempts/t2-c0/" in p for p in paths) and outcome.outcome == "target_met"
+    kinds = [e["event"] for e in loop.store.events()]
+    assert kinds.count("variant_evaluated") == 3 and kinds.count("tuned") == 1  # 2 screens, 1 full check: once

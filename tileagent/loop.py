@@ -20,7 +20,8 @@ Guarantees:
   and its feedback says so (a model resending a kernel unchanged learns it at once, not after another evaluation).
 - Resume: the loop replays the store's events; a recorded draft is not drafted again and a recorded evaluation is
   not run again (variants included), so a killed run continues where it stopped with the same turn numbers, token
-  count and best kernels.
+  count and best kernels. A finished autotuning is replayed as it ran (the variants it screened, no more), not
+  searched again under its time budget.
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ class Loop:
         self.memo_evals: dict[str, dict] = {}
         self.memo_variants: dict[tuple, dict] = {}
         self.tuned: set[str] = set()
+        self.tuned_screened: dict[str, int] = {}  # attempt -> variants its recorded tuning screened
         self.fresh: list[ConfigResult] = []  # verdicts computed by this process (compared by identity)
         self.reverify_failed: list[str] = []
         self.gave_up: str | None = None
@@ -170,6 +172,9 @@ class Loop:
                 "result": result, "source_sha256": e.get("source_sha256")}
         elif kind == "tuned":
             self.tuned.add(str(e["attempt_id"]))
+            screened = e.get("screened")
+            if isinstance(screened, int) and not isinstance(screened, bool) and screened >= 0:
+                self.tuned_screened[str(e["attempt_id"])] = screened
 
     def _trusted(self, memo: dict, source: str | None, what: str) -> bool:
         """Whether a recorded verdict applies to ``source``: only for the kernel text whose hash it names."""
@@ -469,8 +474,15 @@ class Loop:
             self.on_event("variant", {"attempt_id": aid, "variant": vkey, "phase": phase, "summary": summary(result)})
             return result
 
-        tuned = autotune.autotune(source, configs, base, evaluate, max_seconds=self.o.tune_seconds,
-                                  parallel=getattr(self.worker, "parallel", 1))
+        if aid in self.tuned_screened:
+            # a finished tuning, replayed: the same variants in the same order (the recorded results choose the same
+            # path), as many as it screened; not a new search with the time budget, which replayed results would
+            # barely touch (the variants it had no time for would be evaluated now)
+            tuned = autotune.autotune(source, configs, base, evaluate, max_variants=self.tuned_screened[aid],
+                                      max_seconds=None, parallel=getattr(self.worker, "parallel", 1))
+        else:
+            tuned = autotune.autotune(source, configs, base, evaluate, max_seconds=self.o.tune_seconds,
+                                      parallel=getattr(self.worker, "parallel", 1))
         default = tuned_default(source)
         for w in tuned.winners.values():
             if w.result.correct:
