@@ -359,8 +359,11 @@ def main(argv=None) -> int:
     (runs / SUMMARY_FILE).write_text(text + "\n")
     tgz = pack(runs, a.out)
     (a.out / SUMMARY_FILE).write_text(text + "\n")
-    print(f"[gpu_turn] packed {tgz} ({tgz.stat().st_size / 2**20:.2f} MiB) after {time.monotonic() - t0:.0f} s; "
-          f"unpack with: tar -xzf gpu_runs.tgz -C bench/played_llm/gpu_runs", file=sys.stderr, flush=True)
+    size = sum(f.stat().st_size for f in runs.rglob("*") if f.is_file()) / 2**20
+    print(f"[gpu_turn] packed {tgz} ({tgz.stat().st_size / 2**20:.2f} MiB; the runs folder holds {size:.1f} MiB"
+          f"{', near the 64 MiB carry limit: prune attempts/*/tune/' if size > 48 else ''}) after "
+          f"{time.monotonic() - t0:.0f} s; unpack with: mkdir -p bench/played_llm/gpu_runs && "
+          f"tar -xzf gpu_runs.tgz -C bench/played_llm/gpu_runs", file=sys.stderr, flush=True)
     print(text, flush=True)
     return 0
 
