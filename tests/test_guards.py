@@ -18,7 +18,7 @@ import tileagent
 from tests.conftest import REPO, load_module
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import BinOp, Var, make_binop, make_cmp
-from tileagent.compiler.ir.simplify import below_bound, same_expr
+from tileagent.compiler.ir.simplify import below_bound, known_multiple, same_expr
 from tileagent.compiler.lower.context import and_, int_range
 
 I32 = DType("int32")
@@ -32,7 +32,7 @@ def _value(e, env):
     if hasattr(e, "value") and not hasattr(e, "op"):
         return int(e.value)
     a, b = _value(e.a, env), _value(e.b, env)
-    return {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "%": int.__mod__}[e.op](a, b)
+    return {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "%": int.__mod__, "//": int.__floordiv__}[e.op](a, b)
 
 
 def test_below_bound_drops_an_in_vector_offset_only_where_the_comparison_is_unchanged():
@@ -97,3 +97,42 @@ def test_ragged_rows_guard_each_vector_once_and_match_torch_in_the_emulator(C):
     torch.manual_seed(0)
     x, g = torch.randn(11, C, dtype=torch.float16), torch.randn(C, dtype=torch.float16)
     torch.testing.assert_close(kernel(x, g), impl.reference(x, g), rtol=2e-2, atol=2e-2)
+
+
+def test_known_multiple_hand_table():
+    p, n, k = (Var(name, I32) for name in "pnk")
+    h0 = Var("h0", I32)
+    cases = [
+        (make_binop("*", make_binop("%", p, 4), 4096), {}, 4096),      # a split tile's column origin (S3-5)
+        (make_binop("*", make_binop("//", p, n), 24), {}, 24),
+        (make_binop("+", make_binop("*", k, 2048), make_binop("*", make_binop("%", p, n), 64)), {}, 64),
+        (make_binop("+", h0, make_binop("*", k, 16)), {h0: make_binop("*", make_binop("%", p, 4), 4096)}, 16),
+        (make_binop("+", h0, 8), {}, 1),                                 # an unknown temporary: nothing known
+        (make_binop("%", make_binop("*", p, 12), 18), {}, 6),
+        (make_binop("-", make_binop("*", make_binop("+", k, 1), 8), 8), {}, 8),
+    ]
+    for e, lets, expected in cases:
+        assert known_multiple(e, lets) == expected, (e, expected)
+
+
+def test_known_multiple_divides_every_value_brute_force():
+    """Random expressions over +, -, *, %, // of three non-negative variables and constants: the number returned
+    divides the expression's value for every binding tried."""
+    rng = random.Random(0)
+    xs = [Var(name, I32) for name in "abc"]
+
+    def expr(depth):
+        if depth == 0 or rng.random() < 0.3:
+            return rng.choice(xs) if rng.random() < 0.5 else rng.choice([1, 2, 4, 6, 8, 12, 64, 4096])
+        op = rng.choice(["+", "-", "*", "*", "%", "//"])
+        b = expr(depth - 1)
+        if op in ("%", "//"):
+            b = rng.choice([2, 3, 4, 8, 12, 16])  # a positive divisor, as tile arithmetic has
+        return make_binop(op, expr(depth - 1), b)
+
+    for _ in range(400):
+        e = expr(4)
+        m = known_multiple(e)
+        for env in ({x: rng.randrange(0, 50) for x in xs} for _ in range(20)):
+            value = _value(e, env)
+            assert (value == 0) if m == 0 else value % m == 0, (e, m, value)

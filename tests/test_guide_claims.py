@@ -6,6 +6,8 @@ idiom (S3-8) and the advice for split tiles (S3-5), checked in the interpreter a
 
 import re
 
+import pytest
+
 import torch
 
 import tileagent
@@ -90,16 +92,49 @@ def test_a_workspace_a_mid_row_copy_and_a_scalar_output_pass_the_evaluator(tmp_p
     assert result.correct and result.checks > 0
 
 
-def test_a_tile_origin_on_its_own_grid_axes_is_vectorized_and_one_with_floordiv_is_not_yet():
-    """The guide's advice for split tiles: separate grid axes give 128-bit copies. The `//` / `%` origin is scalar
-    today (a compiler gap, RESULTS.md S3-5); when the compiler learns it, drop the second assertion and the guide's
-    sentence."""
-    source = tileagent.compile(_split_copy(4, 4096, axes=True), out_idx=[1],
-                               target="cuda:sm_90a").get_kernel_source()
+@pytest.mark.parametrize("axes", [True, False])
+def test_a_tile_origin_with_floordiv_and_mod_is_vectorized_like_one_on_its_own_grid_axes(axes):
+    """The split tile of played-LLM session 3 (S3-5): `X[r, p // n, (p % n) * bw]` was copied element by element;
+    its last-dim origin is a multiple of bw whatever p is, so it gets the same 128-bit copies as separate grid axes,
+    and the emulator (thread IR, per-vector alignment checked) moves every element to its place."""
+    func = _split_copy(4, 4096, axes=axes)
+    source = tileagent.compile(func, out_idx=[1], target="cuda:sm_90a").get_kernel_source()
+    assert set(re.findall(r"copy (\d+) x (?:half -> float|float -> half)", source)) == {"8"}
+    x = torch.randn(2, 16, 4 * 4096, dtype=torch.float16)
+    torch.testing.assert_close(tileagent.compile(func, out_idx=[1], target="sim")(x), x, rtol=0, atol=0)
+
+
+@tileagent.jit(out_idx=[2])
+def _row_label_pick(V, block_m=2, block_v=512, threads=64):
+    """cross_entropy's label pick with the int64 label fragment filled by T.copy and read in the tile's loop."""
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def main(X: T.Tensor((M, V), "float16"), labels: T.Tensor((M,), "int64"), Y: T.Tensor((M,), "float32")):
+        with T.Kernel(T.ceildiv(M, block_m), threads=threads) as bm:
+            x = T.alloc_fragment((block_m, block_v), "float32")
+            hit = T.alloc_fragment((block_m, block_v), "float32")
+            lab = T.alloc_fragment((block_m,), "int64")
+            picked = T.alloc_fragment((block_m,), "float32")
+            T.copy(labels[bm * block_m], lab)
+            T.copy(X[bm * block_m, 0], x)
+            for i, j in T.Parallel(block_m, block_v):
+                hit[i, j] = T.if_then_else(j == lab[i], x[i, j], 0.0)
+            T.reduce_sum(hit, picked, dim=1)
+            T.copy(picked, Y[bm * block_m])
+
+    return main
+
+
+def test_an_int64_label_read_once_per_row_keeps_the_row_tile_128_bit():
+    """Played-LLM session 3 (S3-6): the (block_m,) int64 label fragment, the same for a whole row of the loop, cut
+    the loop and so X's copy to 2 halves; only buffers read along the loop's last variable decide its width now."""
+    func = _row_label_pick.get_tir(512)
+    source = tileagent.compile(func, out_idx=[2], target="cuda:sm_90a").get_kernel_source()
     assert set(re.findall(r"copy (\d+) x half -> float", source)) == {"8"}
-    source = tileagent.compile(_split_copy(4, 4096, axes=False), out_idx=[1],
-                               target="cuda:sm_90a").get_kernel_source()
-    assert not re.findall(r"copy (\d+) x half -> float", source)
+    x, labels = torch.randn(5, 512, dtype=torch.float16), torch.tensor([3, 511, 0, 200, 7])
+    sim = tileagent.compile(func, out_idx=[2], target="sim")
+    torch.testing.assert_close(sim(x, labels), x.float()[torch.arange(5), labels], rtol=0, atol=0)
 
 
 def _split_copy(n, bw, axes):

@@ -3,14 +3,15 @@
 In: an integer expression (Python int or Expr). Out: its linear form over Vars, or its static value.
 Guarantees: ``static_int`` returns an int only when the expression has that value for every binding of its Vars
 (e.g. ``(bx + 1) * 64 - bx * 64`` is 64); otherwise None. ``below_bound`` returns an expression whose comparison
-with the bound is the same for every binding; ``same_expr`` is True only for expressions equal by construction.
+with the bound is the same for every binding; ``same_expr`` is True only for expressions equal by construction;
+``known_multiple`` returns a number that divides the expression for every binding.
 """
 
 from __future__ import annotations
 
 import math
 
-from tileagent.compiler.ir.expr import BinOp, Cast, Const, Expr, Load, Unary, Var
+from tileagent.compiler.ir.expr import BinOp, Cast, Const, Expr, Load, Select, Unary, Var
 
 
 def linear_form(e) -> tuple[dict, int] | None:
@@ -45,6 +46,43 @@ def linear_form(e) -> tuple[dict, int] | None:
                 del coef[v]
         return coef, fa[1] + sign * fb[1]
     return None
+
+
+def known_multiple(e, lets=None) -> int:
+    """A number that divides the integer expression e for every binding of its Vars (0: e is always 0; 1: nothing
+    known). Unlike ``linear_form`` it looks through ``%``, ``//`` and selects: ``(p % n) * 4096`` is a multiple of
+    4096 whatever p and n are, since ``a % b`` is a - b * q and so a multiple of every common divisor of a and b.
+    ``lets``: Var -> the expression a named temporary was bound to (``h0 = (p % n) * 4096``)."""
+    form = linear_form(e)
+    linear = math.gcd(form[1], *form[0].values()) if form is not None else 1
+    return math.lcm(linear, _structural_multiple(e, lets or {}))  # both divide e, so their lcm does
+
+
+def _structural_multiple(e, lets) -> int:
+    if isinstance(e, bool):
+        return 1
+    if isinstance(e, int):
+        return abs(e)
+    if isinstance(e, Var):
+        return _structural_multiple(lets[e], lets) if e in lets else 1
+    if isinstance(e, Const):
+        return abs(int(e.value)) if isinstance(e.value, int) and not e.dtype.is_float else 1
+    if isinstance(e, Cast) and not e.dtype.is_float:
+        return _structural_multiple(e.value, lets)
+    if isinstance(e, Unary) and e.op == "-":
+        return _structural_multiple(e.a, lets)
+    if isinstance(e, Select):
+        return math.gcd(_structural_multiple(e.a, lets), _structural_multiple(e.b, lets))
+    if isinstance(e, BinOp):
+        a = _structural_multiple(e.a, lets)
+        if e.op == "*":
+            return a * _structural_multiple(e.b, lets)
+        if e.op in ("+", "-", "%"):
+            return math.gcd(a, _structural_multiple(e.b, lets))
+        shift = static_int(e.b) if e.op == "<<" else None
+        if shift is not None and 0 <= shift < 63:
+            return a << shift
+    return 1
 
 
 def static_int(e) -> int | None:

@@ -293,6 +293,18 @@ class _KernelInference:
             return _vector_for(buffers)
         return min((self.copy_vector(b) for b in buffers if b.scope == "fragment"), default=8)
 
+    @staticmethod
+    def run_buffers(loop: Parallel) -> list:
+        """The buffers a T.Parallel loop accesses along its last variable (the dim of a thread's contiguous run):
+        those decide its vector width. One read the same for the whole run (``lab[i]`` in a loop over (i, j)) does not:
+        an int64 label would otherwise cut the loop, and the copies of the tiles it shares a layout with, to 2-wide.
+        All accessed buffers when none varies along it."""
+        accesses = [(s.buffer, s.indices) for s in walk(loop.body) if isinstance(s, (Store, AtomicAdd))]
+        accesses += [(ld.buffer, ld.indices) for s in walk(loop.body) for e in stmt_exprs(s) for ld in loads(e)]
+        last = {id(loop.vars[-1])}
+        along = [b for b, indices in accesses if any(_vars_of(i, set()) & last for i in indices)]
+        return along or [b for b, _ in accesses]
+
     def copy_vector(self, buf: Buffer) -> int:
         """The vector width that suits the copies moving ``buf`` to or from memory."""
         for op in self.ops:
@@ -382,8 +394,7 @@ class _KernelInference:
 
     def free_loop_layout(self, loop: Parallel) -> Fragment:
         extents = tuple(static_int(e) for e in loop.extents)
-        buffers = [s.buffer for s in walk(loop.body) if isinstance(s, (Store, AtomicAdd))]
-        buffers += [ld.buffer for s in walk(loop.body) for e in stmt_exprs(s) for ld in loads(e)]
+        buffers = self.run_buffers(loop)
         for buf, indices, _, stmt in self.accesses(loop):
             if buf not in self.r.fragments and self.register_dims.get(buf) and tuple(buf.shape) == extents and \
                     self._pattern(loop, buf, indices, stmt) == list(range(len(extents))):

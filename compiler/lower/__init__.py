@@ -156,7 +156,8 @@ class _Lowering:
             return [If(ctx.rewrite(s.cond, {}), tuple(self.body(s.then_body)), tuple(self.body(s.else_body)),
                        s.span)]
         if isinstance(s, Let):
-            return [Let(s.var, ctx.rewrite(s.value, {}), s.span)]
+            ctx.lets[s.var] = value = ctx.rewrite(s.value, {})
+            return [Let(s.var, value, s.span)]
         if isinstance(s, (Store, AtomicAdd)):
             on_chip = s.buffer.scope in ("fragment", "local", "var")
             return lower_elements(ctx, [s], {}, True if on_chip else kernel_level_writer())

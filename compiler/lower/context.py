@@ -38,6 +38,7 @@ class LowerContext:
         self.flat_globals = flat_globals  # global param Buffer -> 1-d Buffer
         self.local: dict[Buffer, Buffer] = {}  # fragment/local/var -> register array
         self.ranges: dict = {THREAD: (0, threads - 1)}
+        self.lets: dict = {}  # Var of a kernel-level named temporary -> its lowered value (alignment analysis)
         self._counter = [0]
         self._slot_tables: dict = {}
         self._scratch: dict = {}

@@ -24,7 +24,7 @@ import math
 from tileagent.compiler.diagnostics import TargetError
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import Load, as_expr, make_binop, make_cast, make_cmp
-from tileagent.compiler.ir.simplify import below_bound, linear_form, static_int
+from tileagent.compiler.ir.simplify import below_bound, known_multiple, static_int
 from tileagent.compiler.ir.visit import loads
 from tileagent.compiler.ir.stmt import AtomicAddTile, Buffer, Copy, Fill, For, If, Region, Store
 from tileagent.compiler.layout import Fragment, make_blocked
@@ -177,8 +177,7 @@ def _vector_ok(ctx, r: Region, coords_shape, width: int) -> bool:
         inner = static_int(r.buffer.shape[-1])
         if inner is None or inner % width:
             return False
-    form = linear_form(r.starts[-1])
-    return form is not None and form[1] % width == 0 and all(c % width == 0 for c in form[0].values())
+    return known_multiple(r.starts[-1], ctx.lets) % width == 0
 
 
 def _transfer(ctx, layout: Fragment, coords, src: Region, dst: Region, s, atomic: bool, window=None) -> list:

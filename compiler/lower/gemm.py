@@ -18,7 +18,7 @@ from tileagent.compiler.ir.expr import Const, as_expr, make_binop
 from tileagent.compiler.ir.stmt import Alloc, Copy, For, Gemm, Store
 from tileagent.compiler.instructions.mma_sync import DTYPES as MMA_DTYPES, MmaSyncM16N8K16
 from tileagent.compiler.ir.visit import leaves, walk
-from tileagent.compiler.ir.simplify import difference, is_even, linear_form
+from tileagent.compiler.ir.simplify import difference, is_even, known_multiple
 from tileagent.compiler.tir import THREAD, Declare, LdMatrix, Mma, VecCopy
 
 def lower_gemm(ctx, s: Gemm) -> list:
@@ -244,9 +244,7 @@ def _ldmatrix_readable(r, layout) -> bool:
     if strides[-1] != 1 or any(x % 8 for x in strides[:-1]) or (layout.swizzle and layout.swizzle.base < 3):
         return False
     dims = [d for d, e in enumerate(r.extents) if e != 1][-2:]
-    form = linear_form(r.starts[-1])
-    return len(dims) == 2 and dims[1] == buf.ndim - 1 and form is not None and form[1] % 8 == 0 and \
-        all(c % 8 == 0 for c in form[0].values())
+    return len(dims) == 2 and dims[1] == buf.ndim - 1 and known_multiple(r.starts[-1]) % 8 == 0
 
 
 def _adjacent_pair(ctx, buf, idx) -> bool:
