@@ -352,3 +352,12 @@ def test_archived_kernels_come_first_and_the_format_example_last():
     assert [t for t, _ in examples] == [archived[0][0], "prompts/examples/softmax.py",
                                         f"prompts/examples/{FORMAT_EXAMPLE}.py"]
 
+
+
+def test_system_prompt_says_how_torch_divides_by_a_python_number_on_cuda():
+    """Played LLM, GPU turn 1 (issue 19): an int8 quantization that divides by max|x| / 127 exactly was correct on the
+    CPU and off by one at 163 ties on the H200, where torch computes `amax / 127.0` as `amax * (1 / 127.0)`. The rule
+    a model needs to match it is in the system prompt."""
+    text = prompts.render("system", device="one GPU", **prompts.evaluator_facts())
+    assert "a multiplication by the float32 reciprocal" in text
+    assert "multiply by `1.0 / c` as torch does" in text
