@@ -440,6 +440,11 @@ class _ConfigCheck:
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(o.shape)))
         expected, got = float(r.reshape(-1)[flat]), float(o.reshape(-1)[flat])
         hint = ""
+        if n_bad and not ref.dtype.is_floating_point and not ref.dtype.is_complex and ref.dtype != torch.bool and \
+                n_bad * 100 <= o.numel() and bool((err[bad] == 1).all()):
+            hint = (" (every differing value is off by exactly 1, at few elements: rounding ties decided the other "
+                    "way; check the rounding rule and that the value before it is computed as the reference does, "
+                    "e.g. on CUDA torch divides by a Python number as a multiplication by its float32 reciprocal)")
         if math.isnan(got) and not math.isnan(expected):
             hint = " (NaN where the reference is finite: an overflow, or an element the kernel never wrote: the " \
                    "evaluator fills fresh allocations with NaN)"

@@ -351,3 +351,23 @@ def test_indices_of_unsorted_values_are_not_a_ranking():
     ref = (values, torch.tensor([[3, 1, 4], [0, 5, 2]]))
     failure = check.compare((values.clone(), torch.tensor([[4, 1, 3], [0, 5, 2]])), ref, where, 1)
     assert isinstance(failure, Mismatch) and "indices of equal values" not in failure.message
+
+
+@pytest.mark.parametrize("delta, hinted", [(1, True), (2, False)])
+def test_integer_values_off_by_one_at_a_few_elements_are_named_as_rounding_ties(delta, hinted):
+    """Played LLM, GPU turn 1 (issue 19): an int8 quantization differed from torch by exactly 1 at 163 of 33.5M
+    values (ties at .5 rounded the other way: torch on CUDA divides by a Python number as a multiplication by its
+    reciprocal). The mismatch says what such a pattern means; a larger difference is not given that reading."""
+    from tileagent.evaluator.correctness import _ConfigCheck
+
+    spec = load_spec(REPO / "bench" / "suite" / "int8_row_quant.py")
+    check = _ConfigCheck(spec, None, "cpu", 0)
+    where = {"config": {"M": 4, "K": 256}, "seed": 0, "distribution": "normal"}
+    q = torch.randint(-127, 128, (4, 256), dtype=torch.int8)
+    scales = torch.rand(4, 1)
+    got = q.clone()
+    got[1, 7] = q[1, 7] - delta if q[1, 7] > 0 else q[1, 7] + delta
+    failure = check.compare((got, scales.clone()), (q, scales), where, 1)
+    assert isinstance(failure, Mismatch)
+    assert failure.message.startswith("output 0 differs from the reference at index (1, 7)")
+    assert ("rounding ties decided the other way" in failure.message) == hinted, failure.message
