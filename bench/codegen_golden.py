@@ -7,9 +7,10 @@ Usage:
     python bench/codegen_golden.py --cubins OLD NEW   # NVRTC both dumps: which sources give different cubins
 
 The kernels: every program of ../shared/examples and prompts/examples at the config its ``check()`` builds (plus the
-variants the acceptance tests use), each lowered for sm_80 and sm_90a without a GPU. The golden file holds the
-sha256 of each source, so a diff in the generated code shows up as a changed hash; ``--dump`` before and after a
-change gives the files to diff.
+variants the acceptance tests use), each lowered without a GPU for sm_80, sm_90a (T.gemm on wgmma where it applies,
+the default there) and "sm_90a-mma" (sm_90a with TileLang's pass config ``tl.disable_wgmma``: T.gemm on mma.sync, as
+sm_90a lowered before wgmma became its default). The golden file holds the sha256 of each source, so a diff in the
+generated code shows up as a changed hash; ``--dump`` before and after a change gives the files to diff.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARED, PROMPTS = "shared", "prompts"  # ../shared/examples ($TILEAGENT_SHARED/examples), prompts/examples
 GOLDEN = REPO / "tests" / "golden" / "codegen.json"
-ARCHS = ("sm_80", "sm_90a")
+ARCHS = ("sm_80", "sm_90a")  # the NVRTC archs
+# golden variant -> (arch, extra pass configs)
+VARIANTS = {"sm_80": ("sm_80", {}), "sm_90a": ("sm_90a", {}), "sm_90a-mma": ("sm_90a", {"tl.disable_wgmma": True})}
 
 # label: (folder, file stem, factory, positional args, keyword args) -- what each file's check() compiles
 KERNELS = {
@@ -62,25 +65,32 @@ def _load(where: str, stem: str):
     return module
 
 
+def arch_of(variant: str) -> str:
+    """The NVRTC arch of golden variant ``variant`` (an arch of ``ARCHS`` or a key of ``VARIANTS``)."""
+    return VARIANTS.get(variant, (variant, {}))[0]
+
+
 def source_of(label: str, arch: str) -> str:
-    """The CUDA C++ of kernel ``label`` lowered for ``arch`` (no GPU needed)."""
+    """The CUDA C++ of kernel ``label`` lowered for ``arch`` (an arch or a key of ``VARIANTS``; no GPU needed)."""
     from tileagent.compiler import CompileError, compile as compile_kernel
 
     where, stem, factory, args, kwargs = KERNELS[label]
     impl = getattr(_load(where, stem), factory)
     func = impl.fn(*args, **kwargs)
+    arch, extra = VARIANTS.get(arch, (arch, {}))
+    configs = {**(impl.pass_configs or {}), **extra}
     try:
-        kernel = compile_kernel(func, out_idx=impl.out_idx, target=f"cpu:{arch}", pass_configs=impl.pass_configs)
+        kernel = compile_kernel(func, out_idx=impl.out_idx, target=f"cpu:{arch}", pass_configs=configs)
     except CompileError as e:
         if e.code != "E601":
             raise
         # before the compiler knew its targets (unknown target "cpu:<arch>"): the lowering ignored the arch
-        kernel = compile_kernel(func, out_idx=impl.out_idx, target="cpu", pass_configs=impl.pass_configs)
+        kernel = compile_kernel(func, out_idx=impl.out_idx, target="cpu", pass_configs=configs)
     return kernel.get_kernel_source()
 
 
 def hashes() -> dict:
-    return {label: {arch: hashlib.sha256(source_of(label, arch).encode()).hexdigest() for arch in ARCHS}
+    return {label: {arch: hashlib.sha256(source_of(label, arch).encode()).hexdigest() for arch in VARIANTS}
             for label in KERNELS}
 
 
@@ -90,9 +100,12 @@ def compare_cubins(old: Path, new: Path) -> int:
     from tileagent.compiler.runtime.nvrtc import compile_to_cubin
 
     differ = same = 0
-    for arch in ARCHS:
-        for path in sorted((new / arch).glob("*.cu")):
-            before, after = (old / arch / path.name).read_text(), path.read_text()
+    for variant in VARIANTS:
+        arch = arch_of(variant)
+        for path in sorted((new / variant).glob("*.cu")):
+            if not (old / variant / path.name).exists():
+                continue
+            before, after = (old / variant / path.name).read_text(), path.read_text()
             if before == after:
                 continue
             for options in ((), ("--use_fast_math",)):
@@ -100,7 +113,7 @@ def compare_cubins(old: Path, new: Path) -> int:
                     compile_to_cubin(after, arch, options, cache=False)
                 same, differ = same + equal, differ + (not equal)
                 if not equal:
-                    print(f"different cubin: {arch} {path.stem} {' '.join(options)}")
+                    print(f"different cubin: {variant} {path.stem} {' '.join(options)}")
     print(f"{same} changed sources compile to identical cubins, {differ} to different ones")
     return 1 if differ else 0
 
@@ -118,11 +131,11 @@ def main(argv=None) -> int:
         return compare_cubins(*map(Path, a.cubins))
     if a.dump:
         for label in KERNELS:
-            for arch in ARCHS:
-                path = Path(a.dump) / arch / f"{label.replace('/', '__')}.cu"
+            for variant in VARIANTS:
+                path = Path(a.dump) / variant / f"{label.replace('/', '__')}.cu"
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(source_of(label, arch))
-        print(f"wrote {len(KERNELS) * len(ARCHS)} sources under {a.dump}")
+                path.write_text(source_of(label, variant))
+        print(f"wrote {len(KERNELS) * len(VARIANTS)} sources under {a.dump}")
         return 0
     now = hashes()
     if a.write:
@@ -131,11 +144,11 @@ def main(argv=None) -> int:
         print(f"wrote {GOLDEN}")
         return 0
     want = json.loads(GOLDEN.read_text())
-    changed = [f"{label} {arch}" for label in sorted(set(want) | set(now)) for arch in ARCHS
+    changed = [f"{label} {arch}" for label in sorted(set(want) | set(now)) for arch in VARIANTS
                if want.get(label, {}).get(arch) != now.get(label, {}).get(arch)]
     for c in changed:
         print(f"changed: {c}")
-    print(f"{len(changed)} of {len(KERNELS) * len(ARCHS)} sources changed")
+    print(f"{len(changed)} of {len(KERNELS) * len(VARIANTS)} sources changed")
     return 1 if changed else 0
 
 

@@ -104,6 +104,12 @@ STEPS = (
     # it waits for the player; carry bench/played_llm/gpu_runs; the runs come back as $OUT/gpu_runs.tgz
     Step("played_gpu_turn", 9, "python bench/played_llm/gpu_turn.py --budget 480 --out \"$GPU_SESSION_OUT\"", 520,
          "the played LLM's runs, one GPU turn: each op resumed until it waits for the next answer (issue 19)"),
+    # also group 9 (its own device call: --only wgmma_default; with played_gpu_turn it exceeds one call's budget):
+    # wgmma as sm_90a's default gemm instruction (issue 12): every GPU test with nothing set (wgmma wherever it
+    # applies, plus the mma.sync opt-outs), then the tensor-core examples at the issue's sizes next to cuBLAS and SDPA
+    Step("wgmma_default", 9, "python -m pytest -q -m gpu tests/ -x && python bench/tensor_core.py", 300,
+         "wgmma by default (no TILEAGENT_ENABLE_WGMMA): GPU tests (incl. tl.disable_wgmma / =0 on mma.sync), then "
+         "gemm_relu 4096/8192, flash_attn (causal), mla_decode TFLOP/s"),
     Step("played_llm", 4, "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\"", 500,
          "the played LLM's last answers over every config of their ops"),
 )

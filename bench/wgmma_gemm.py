@@ -1,4 +1,4 @@
-"""gemm_relu (../shared/examples/gemm_relu.py) with the opt-in wgmma entry (TILEAGENT_ENABLE_WGMMA=1) vs mma.sync vs
+"""gemm_relu (../shared/examples/gemm_relu.py) on wgmma (sm_90a's default) vs mma.sync (TILEAGENT_ENABLE_WGMMA=0) vs
 cuBLAS, all timed in this run (CUDA events, L2 flushed, medians; bench.memory_bound.bench).
 
 Usage (H200): TILEAGENT_SHARED=/path/to/shared python bench/wgmma_gemm.py [--sizes 4096 8192] [--dtype float16]

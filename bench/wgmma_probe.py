@@ -1,4 +1,5 @@
-"""First-contact GPU check of the opt-in wgmma entry (TILEAGENT_ENABLE_WGMMA=1): a ladder of small gemms, each in
+"""First-contact GPU check of the wgmma entries (sm_90a's default; the script sets TILEAGENT_ENABLE_WGMMA=1, which
+only undoes an opt-out =0 in the caller's environment): a ladder of small gemms, each in
 its own subprocess (a fault kills only its case), checked exactly before anything is timed.
 
 Usage (H200): python bench/wgmma_probe.py            (all 17 cases, ~1 minute)

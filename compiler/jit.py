@@ -28,13 +28,14 @@ from tileagent.compiler.kernel_scope import kernel_scope
 from tileagent.compiler.passes import Options
 from tileagent.compiler.resources import active_dry_run
 from tileagent.compiler.runtime.hooks import notify_launch
-from tileagent.compiler.target import Target, resolve as resolve_target
+from tileagent.compiler.target import Target, feature_switches, resolve as resolve_target
 
 log = logging.getLogger("tileagent.compiler")
 
 class PassConfigKey(str, enum.Enum):
     """TileLang's pass-config keys (its full list, old spellings included). All are accepted; the ones without an
-    effect on this compiler (all but the fast-math switches) are logged, as warnings when compiling verbosely."""
+    effect on this compiler (all but the fast-math switches and ``tl.disable_wgmma``, which keeps the kernel's gemms on
+    mma.sync on sm_90a) are logged, as warnings when compiling verbosely."""
 
     TL_ENABLE_FAST_MATH = "tl.enable_fast_math"
     TL_DISABLE_FAST_MATH = "tl.disable_fast_math"
@@ -98,7 +99,10 @@ class PassConfigKey(str, enum.Enum):
     CUDA_KERNELS_OUTPUT_DIR = "cuda.kernels_output_dir"
 
 
-EFFECTIVE_KEYS = frozenset((PassConfigKey.TL_ENABLE_FAST_MATH.value, PassConfigKey.TL_DISABLE_FAST_MATH.value))
+EFFECTIVE_KEYS = frozenset((PassConfigKey.TL_ENABLE_FAST_MATH.value, PassConfigKey.TL_DISABLE_FAST_MATH.value,
+                            PassConfigKey.TL_DISABLE_WGMMA.value))
+# pass config -> the target feature a true value switches off for the kernel (``Options.disabled_features``)
+FEATURE_KEYS = {PassConfigKey.TL_DISABLE_WGMMA.value: "wgmma"}
 
 
 def _canonical_key(name: str) -> str:
@@ -188,13 +192,18 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, exec
     options = Options(lowering_check=bool(defaults.get("lowering_check", False) if lowering_check is None
                                           else lowering_check),
                       debug=bool(defaults.get("debug", False) if debug is None else debug),
-                      nvrtc_options=nvrtc_options(configs))
+                      nvrtc_options=nvrtc_options(configs), disabled_features=disabled_features(configs))
     return JITKernel(func, outs, resolved, configs, options=options)
 
 
 def nvrtc_options(pass_configs: dict) -> tuple[str, ...]:
     """The NVRTC options a kernel with ``pass_configs`` (as ``JITKernel.pass_configs`` holds them) is compiled with."""
     return ("--use_fast_math",) if pass_configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value) else ()
+
+
+def disabled_features(pass_configs: dict) -> frozenset:
+    """The target features ``pass_configs`` switch off for the kernel (``tl.disable_wgmma`` true -> {"wgmma"})."""
+    return frozenset(f for key, f in FEATURE_KEYS.items() if pass_configs.get(key))
 
 
 def _build(func: PrimFunc, target: Target, options: Options):
@@ -209,7 +218,8 @@ def _build(func: PrimFunc, target: Target, options: Options):
     from tileagent.compiler import module_cache
 
     t0 = time.perf_counter()
-    key = module_cache.cache_key(func, target.name, *options.nvrtc_options)
+    off = passes.effective_target(target, options).switched_off()  # tl.disable_wgmma, TILEAGENT_ENABLE_WGMMA=0
+    key = module_cache.cache_key(func, target.name, *options.nvrtc_options, *(f"without {f}" for f in off))
     cached = module_cache.load(key, func)
     lookup = (("module_cache", time.perf_counter() - t0),)
     start = None if cached is None else passes.Unit(func, target, options, module=cached[0], source=cached[1],
@@ -246,7 +256,8 @@ class JITKernel:
                  options: Options | None = None):
         self.func, self.out_idx, self.pass_configs = func, out_idx, pass_configs
         self.target = resolve_target(target)
-        self.options = options or Options(nvrtc_options=nvrtc_options(pass_configs))
+        self.options = options or Options(nvrtc_options=nvrtc_options(pass_configs),
+                                          disabled_features=disabled_features(pass_configs))
         if backend is None:
             self.unit, backend = _build(func, self.target, self.options)
         else:  # a backend built elsewhere (tests, exported modules)
@@ -489,7 +500,7 @@ class JITImpl:
 
         options = self._options()
         key = frontend_eager.cache_key(self.fn, args, kwargs)
-        key = None if key is None else (key, options)
+        key = None if key is None else (key, options, feature_switches())
         kernel = self._cache.get(key) if key is not None else None
         if kernel is None:
             func, out_idx, _ = frontend_eager.parse_eager(self.fn, args, kwargs)
@@ -528,7 +539,7 @@ class JITImpl:
             return kernel(*tensors) if tensors else kernel
         options = self._options()
         try:
-            key = (args, tuple(sorted(kwargs.items())), options)
+            key = (args, tuple(sorted(kwargs.items())), options, feature_switches())  # TILEAGENT_ENABLE_WGMMA=0
             hash(key)
         except TypeError:
             key = None

@@ -45,13 +45,10 @@ def cache_key(func: PrimFunc, *parts: str) -> str:
             h.update(repr(sorted(s.annotations.items())).encode())
     for part in (*parts, compiler_fingerprint()):
         h.update(b"\0" + str(part).encode())
-    from tileagent.compiler.instructions.wgmma import ENV as WGMMA_ENV, OVERLAP_ENV, enabled as wgmma_enabled, \
-        overlap_enabled
+    from tileagent.compiler.instructions.wgmma import OVERLAP_ENV, overlap_enabled
 
-    if wgmma_enabled():  # the opt-in changes the generated code (keys without it are unchanged)
-        h.update(b"\0" + WGMMA_ENV.encode())
-        if not overlap_enabled():  # so does switching the overlapped pipeline off
-            h.update(b"\0" + OVERLAP_ENV.encode())
+    if not overlap_enabled():  # switching the wgmma pipeline's overlap off changes the generated code
+        h.update(b"\0" + OVERLAP_ENV.encode())
     return h.hexdigest()
 
 

@@ -38,12 +38,23 @@ DEBUG_IR = "TILEAGENT_DEBUG_IR"
 class Options:
     """How to compile, besides the target. ``lowering_check``: on the ``cpu`` target, also run the GPU lowering (not
     the code generation) so that layout conflicts (L0xx) and what the CUDA backend cannot lower (E602) are reported
-    without a GPU. ``nvrtc_options``: extra NVRTC flags. ``nvrtc_timeout_s``: the most NVRTC may take (E805)."""
+    without a GPU. ``nvrtc_options``: extra NVRTC flags. ``nvrtc_timeout_s``: the most NVRTC may take (E805).
+    ``disabled_features``: target features the kernel may not use (pass config ``tl.disable_wgmma`` -> "wgmma");
+    ``run`` lowers for the target without them (``effective_target``)."""
 
     lowering_check: bool = False
     debug: bool = False
     nvrtc_options: tuple = ()
     nvrtc_timeout_s: float = 120.0
+    disabled_features: frozenset = frozenset()
+
+
+def effective_target(target: Target, options: Options = Options()) -> Target:
+    """``target`` without the features ``options`` switch off and those the environment switches off for the process
+    (``compiler.target.feature_switches``: ``TILEAGENT_ENABLE_WGMMA=0``). Every pass reads this target."""
+    from tileagent.compiler.target import feature_switches
+
+    return target.without(options.disabled_features | feature_switches())
 
 
 @dataclass(frozen=True)
@@ -106,7 +117,7 @@ def _infer_layouts(u: Unit) -> Unit:
     from tileagent.compiler.layout.infer import infer_layouts
 
     func = desugar(u.func)  # sliced fragment-to-fragment copies become the T.Parallel loops they mean
-    return replace(u, func=func, layouts=infer_layouts(func))
+    return replace(u, func=func, layouts=infer_layouts(func, u.target))
 
 
 def _check_limits(u: Unit) -> Unit:
@@ -229,13 +240,14 @@ def run(func: PrimFunc, target: Target, options: Options = Options(), *, until: 
     """Run ``target``'s pipeline over ``func`` (to the end, or through pass ``until``, which may lie past where its
     kind stops: ``until="codegen_cuda"`` on ``sim``). ``start``: a unit whose fields are already set (a module
     cache hit): the passes that produce what it has are skipped."""
+    target = effective_target(target, options)
     passes = PIPELINES.get(target.arch, SM80) if until is not None else pipeline(target, options)
     names = [p.name for p in passes]
     if until is not None:
         if until not in names:
             raise ValueError(f"unknown pass {until!r}; the passes of {target.arch}: {', '.join(names)}")
         passes = passes[:names.index(until) + 1]
-    unit = start or Unit(func, target, options, layouts=layouts)
+    unit = replace(start, target=target) if start is not None else Unit(func, target, options, layouts=layouts)
     if start is not None:
         produced = {"module": "lower_tile_ops", "source": "codegen_cuda", "cubin": "nvrtc"}
         done = [names.index(p) for f, p in produced.items() if getattr(start, f) is not None and p in names]

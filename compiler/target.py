@@ -11,6 +11,10 @@ features. Every compiler stage reads the limits and features from it, and the mo
   Naming the arch (``"cuda:sm_80"``) needs no GPU: the kernel is lowered and compiled by NVRTC; running it needs a
   device of that arch.
 
+- ``features``: what the arch offers (``FEATURES``); ``Target.without`` drops some (the pass config
+  ``tl.disable_wgmma`` and ``TILEAGENT_ENABLE_WGMMA=0``, ``feature_switches``, do this through
+  ``compiler.passes.effective_target``: T.gemm then stays on mma.sync on sm_90a).
+
 Guarantees: a ``Target`` is hashable and never changes; an unknown name or an arch this compiler cannot lower for
 raises ``TargetError`` E601 listing the known ones; ``"cuda"`` without a CUDA device raises E601 too.
 """
@@ -58,6 +62,17 @@ class Target:
             raise ValueError(f"unknown target feature {feature!r}; known: {', '.join(FEATURES)}")
         return feature in self.features
 
+    def without(self, features) -> "Target":
+        """The same target with ``features`` switched off (those it does not have are ignored): what
+        ``switched_off`` and the pass configs ask for (``tl.disable_wgmma``)."""
+        off = frozenset(features) & self.features
+        return replace(self, features=self.features - off) if off else self
+
+    def switched_off(self) -> tuple:
+        """The features of this target's arch that it was made without (``without``), sorted."""
+        arch = ARCHS.get(self.arch)
+        return tuple(sorted(arch["features"] - self.features)) if arch is not None else ()
+
     def with_kind(self, kind: str) -> "Target":
         """The same arch for another backend."""
         if kind not in KINDS:
@@ -82,7 +97,17 @@ ARCHS = {
                   blocks_per_sm=24, features=_AMPERE | {"fp8"}),
     "sm_90a": dict(shared_bytes=227 * 1024, shared_bytes_per_sm=228 * 1024, registers_per_sm=65536, features=_HOPPER),
 }
+# Environment switches that turn a feature off for every compile of the process (``feature_switches``): "0" is off.
+FEATURE_ENV = {"wgmma": "TILEAGENT_ENABLE_WGMMA"}
 _ALIASES = {"sm_90": "sm_90a"}  # TileLang's "-arch=sm_90" and a 9.0 device: the lowering may use sm_90a features
+
+
+def feature_switches() -> frozenset:
+    """The features switched off for this process by the environment: ``TILEAGENT_ENABLE_WGMMA=0`` -> {"wgmma"}
+    (T.gemm stays on mma.sync on sm_90a; read at each compile, so the module cache keys on it)."""
+    import os
+
+    return frozenset(f for f, env in FEATURE_ENV.items() if os.environ.get(env, "").strip() == "0")
 
 
 def for_arch(arch: str, kind: str = "cuda") -> Target:
@@ -159,4 +184,5 @@ def resolve(target=None) -> Target:
     return for_arch(DEFAULT_ARCH, kind)
 
 
-__all__ = ["ARCHS", "DEFAULT_ARCH", "FEATURES", "KINDS", "Target", "device_target", "for_arch", "resolve"]
+__all__ = ["ARCHS", "DEFAULT_ARCH", "FEATURES", "FEATURE_ENV", "KINDS", "Target", "device_target", "feature_switches",
+           "for_arch", "resolve"]

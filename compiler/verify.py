@@ -8,8 +8,8 @@ Checks, once the unit has them:
   whose live ranges overlap (top-level statements) never overlap in memory; the scratch area overlaps no buffer.
 - thread IR (``compiler.tir`` rules): no tile-IR statement is left (tile ops, T.Parallel, allocations, software
   pipelines); every buffer is one-dimensional and every access has one index; global buffers are kernel parameters,
-  shared buffers have an offset, local buffers are declared before use; loops are serial or unrolled; no Barrier
-  sits under a branch on the thread, lane or warp index.
+  shared buffers (also those a wgmma's descriptors address) have an offset, local buffers are declared before use;
+  loops are serial or unrolled; no Barrier sits under a branch on the thread, lane or warp index.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tileagent.compiler.ir.simplify import depends_on
 from tileagent.compiler.ir.stmt import (Alloc, AtomicAdd, AtomicAddTile, Copy, Fill, For, Gemm, If, Let, Parallel,
                                         Reduce, Store)
 from tileagent.compiler.tir import (LANE, THREAD, WARP, AsyncCopy, Barrier, Declare, LdMatrix, Mma, PackPairs,
-                                    VecAtomicAdd, VecCopy)
+                                    VecAtomicAdd, VecCopy, Wgmma, WgmmaRS)
 
 _TILE_LEVEL = (Alloc, Copy, Fill, Gemm, Reduce, AtomicAddTile, Parallel)
 
@@ -125,7 +125,7 @@ def _thread_ir(k) -> list:
             elif isinstance(s, PackPairs):
                 buffer_ok(s.dst, where)
                 buffer_ok(s.src, where)
-            elif isinstance(s, Mma):
+            elif isinstance(s, (Mma, Wgmma, WgmmaRS)):  # wgmma: the shared tiles its descriptors address too
                 for buf in (s.a_buf, s.b_buf, s.c_buf):
                     buffer_ok(buf, where)
             elif isinstance(s, Let):

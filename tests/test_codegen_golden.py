@@ -17,7 +17,7 @@ GOLDEN = codegen_golden.json.loads(codegen_golden.GOLDEN.read_text())
 def test_generated_cuda_is_unchanged(label):
     if not SHARED_EXAMPLES.is_dir():
         pytest.fail(f"acceptance programs not found at {SHARED_EXAMPLES}; set TILEAGENT_SHARED to the shared folder")
-    for arch in codegen_golden.ARCHS:
+    for arch in codegen_golden.VARIANTS:
         source = codegen_golden.source_of(label, arch)
         got = codegen_golden.hashlib.sha256(source.encode()).hexdigest()
         assert got == GOLDEN[label][arch], f"the CUDA of {label} for {arch} changed"

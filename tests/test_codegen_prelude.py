@@ -25,9 +25,10 @@ from tileagent.compiler.tir import THREAD
 HEADERS = {"float16": ("cuda_fp16.h", _FP16_PRELUDE), "bfloat16": ("cuda_bf16.h", BF16_PRELUDE)}
 
 
-def source(example, factory, *args, **kwargs):
+def source(example, factory, *args, pass_configs=None, **kwargs):
     impl = getattr(load_module(REPO / "prompts" / "examples" / f"{example}.py"), factory)
-    return tileagent.compile(impl.fn(*args, **kwargs), out_idx=impl.out_idx, target="cpu:sm_90a").get_kernel_source()
+    return tileagent.compile(impl.fn(*args, **kwargs), out_idx=impl.out_idx, target="cpu:sm_90a",
+                             pass_configs=pass_configs).get_kernel_source()
 
 
 def with_headers(src, dtypes):
@@ -61,9 +62,19 @@ def test_a_module_converting_float16_to_bfloat16_gets_both_preludes_and_the_same
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_a_module_using_more_of_the_type_includes_the_header(dtype):
-    src = source("gemm_relu", "gemm_relu", None, 256, 128, dtype=dtype)  # mma operands packed as __half2 / ..162
+    # on mma.sync (sm_90a with tl.disable_wgmma) the operands are packed as __half2 / __nv_bfloat162
+    src = source("gemm_relu", "gemm_relu", None, 256, 128, dtype=dtype, pass_configs={"tl.disable_wgmma": True})
     header, prelude = HEADERS[dtype]
     assert f"#include <{header}>" in src and prelude not in src
+
+
+def test_the_wgmma_gemm_uses_the_float16_prelude_and_compiles_to_the_same_cubin():
+    """On wgmma (sm_90a's default) the float16 gemm's operands stay in shared memory (descriptors) and its epilogue
+    only converts: the prelude serves it, and the cubin is the header's, byte for byte."""
+    src = source("gemm_relu", "gemm_relu", None, 256, 128, dtype="float16")
+    assert "wgmma.mma_async" in src and "#include" not in src
+    assert compile_to_cubin(src, "sm_90a", cache=False) == \
+        compile_to_cubin(with_headers(src, ["float16"]), "sm_90a", cache=False)
 
 
 def test_headers_that_include_another_bring_its_type():

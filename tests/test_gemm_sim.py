@@ -1,4 +1,8 @@
-"""Tensor-core kernels (T.gemm on mma.sync) lowered and run in the SIMT emulator against torch, at ragged sizes."""
+"""Tensor-core kernels (T.gemm on mma.sync) lowered and run in the SIMT emulator against torch, at ragged sizes.
+
+The ``sim`` target lowers for sm_90a, where T.gemm runs on wgmma by default (tests/test_wgmma.py); here every kernel is
+compiled with TileLang's pass config ``tl.disable_wgmma`` (``MMA``), so this file keeps testing the mma.sync path
+within sm_90a's limits, as it did before wgmma became the default there. NVRTC builds both (sm_80 and sm_90a)."""
 
 import pytest
 import torch
@@ -10,6 +14,9 @@ import tileagent.language as T
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+MMA = {"tl.disable_wgmma": True}  # T.gemm on mma.sync on the sim target's sm_90a
 
 
 def _gemm(M, N, K, bm, bn, bk, trans_a, trans_b, dtype, policy, stages):
@@ -45,7 +52,7 @@ def _gemm(M, N, K, bm, bn, bk, trans_a, trans_b, dtype, policy, stages):
 def test_gemm_transposes_and_dtypes_with_tails(trans_a, trans_b, dtype):
     M, N, K = 40, 24, 40
     kernel = tileagent.compile(_gemm(M, N, K, 32, 32, 32, trans_a, trans_b, dtype, T.GemmWarpPolicy.Square, 2),
-                               target="sim")
+                               target="sim", pass_configs=MMA)
     td = getattr(torch, dtype)
     a = torch.randn((K, M) if trans_a else (M, K), dtype=td)
     b = torch.randn((N, K) if trans_b else (K, N), dtype=td)
@@ -57,7 +64,8 @@ def test_gemm_transposes_and_dtypes_with_tails(trans_a, trans_b, dtype):
 
 @pytest.mark.parametrize("policy", [T.GemmWarpPolicy.Square, T.GemmWarpPolicy.FullRow, T.GemmWarpPolicy.FullCol])
 def test_gemm_warp_policies(policy):
-    kernel = tileagent.compile(_gemm(64, 64, 32, 64, 64, 32, False, False, "float16", policy, 0), target="sim")
+    kernel = tileagent.compile(_gemm(64, 64, 32, 64, 64, 32, False, False, "float16", policy, 0), target="sim",
+                               pass_configs=MMA)
     a, b = torch.randn(64, 32, dtype=torch.float16), torch.randn(32, 64, dtype=torch.float16)
     c = torch.full((64, 64), float("nan"))
     kernel(a, b, c)
@@ -66,7 +74,7 @@ def test_gemm_warp_policies(policy):
 
 def test_shared_gemm_relu_with_col_swizzle(shared_example):
     mod = shared_example("gemm_relu")
-    kernel = tileagent.compile(mod.matmul.fn(136, 72, 64, 64, 64, 32), target="sim")
+    kernel = tileagent.compile(mod.matmul.fn(136, 72, 64, 64, 64, 32), target="sim", pass_configs=MMA)
     a, b = torch.randn(136, 64, dtype=torch.float16), torch.randn(64, 72, dtype=torch.float16)
     c = torch.full((136, 72), float("nan"), dtype=torch.float16)
     kernel(a, b, c)
@@ -76,7 +84,8 @@ def test_shared_gemm_relu_with_col_swizzle(shared_example):
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_shared_flash_attn_fwd(shared_example, is_causal):
     mod = shared_example("flash_attn_fwd")
-    kernel = tileagent.compile(mod.flash_attn_fwd.fn(1, 1, 150, 32, is_causal), out_idx=[3], target="sim")
+    kernel = tileagent.compile(mod.flash_attn_fwd.fn(1, 1, 150, 32, is_causal), out_idx=[3], target="sim",
+                               pass_configs=MMA)
     q, k, v = (torch.randn(1, 150, 1, 32, dtype=torch.float16) for _ in range(3))
     torch.testing.assert_close(kernel(q, k, v), mod.reference(q, k, v, is_causal), rtol=1e-2, atol=1e-2)
 
@@ -84,7 +93,8 @@ def test_shared_flash_attn_fwd(shared_example, is_causal):
 @pytest.mark.parametrize("variant", ["shared", "fragment"])
 def test_shared_mla_decode(shared_example, variant):
     mod = shared_example("mla_decode")
-    kernel = tileagent.compile(mod.mla_decode.fn(1, 64, 70, variant=variant), out_idx=[4], target="sim")
+    kernel = tileagent.compile(mod.mla_decode.fn(1, 64, 70, variant=variant), out_idx=[4], target="sim",
+                               pass_configs=MMA)
     q, q_pe = torch.randn(1, 64, 512, dtype=torch.float16), torch.randn(1, 64, 64, dtype=torch.float16)
     kv, k_pe = torch.randn(1, 70, 1, 512, dtype=torch.float16), torch.randn(1, 70, 1, 64, dtype=torch.float16)
     torch.testing.assert_close(kernel(q, q_pe, kv, k_pe), mod.reference(q, q_pe, kv, k_pe), rtol=2e-2, atol=2e-2)
@@ -97,7 +107,7 @@ def test_tensor_core_kernels_compile_with_nvrtc(shared_example, arch):
              shared_example("flash_attn_fwd").flash_attn_fwd.fn(1, 2, 256, 64, True),
              shared_example("mla_decode").mla_decode.fn(1, 64, 128, variant="fragment")]
     for func in funcs:
-        cubin = tileagent.compile(func, target="sim").cubin(arch)
+        cubin = tileagent.compile(func, target="sim").cubin(arch)  # the default: wgmma where it applies on sm_90a
         assert cubin[:4] == b"\x7fELF"
 
 
@@ -106,7 +116,7 @@ def test_gemm_pipeline_stages_with_ragged_k(stages):
     """Every num_stages, K = 72 with 32-deep tiles: the last tile is zero-filled past K by cp.async."""
     M, N, K = 40, 24, 72
     kernel = tileagent.compile(_gemm(M, N, K, 32, 32, 32, False, False, "float16", T.GemmWarpPolicy.Square, stages),
-                               target="sim")
+                               target="sim", pass_configs=MMA)
     src = kernel.get_kernel_source()
     assert ("cp.async.cg.shared.global" in src) == (stages >= 2)
     if stages >= 2:
@@ -143,7 +153,7 @@ def _staged_copy_then_gemm(order, stage):
 def test_manual_pipeline_order_and_stage(order, stage, pipelined):
     """order/stage by hand: stage-0 copies are issued ahead; a gemm put in stage 0 cannot be, so the loop runs
     plainly (still correct)."""
-    kernel = tileagent.compile(_staged_copy_then_gemm(order, stage), target="sim")
+    kernel = tileagent.compile(_staged_copy_then_gemm(order, stage), target="sim", pass_configs=MMA)
     src = kernel.get_kernel_source()
     assert ("cp.async" in src) == pipelined
     if pipelined and stage[1] == 1:  # only A's copy is a producer: B's copy is an ordinary consumer
@@ -157,17 +167,19 @@ def test_manual_pipeline_order_and_stage(order, stage, pipelined):
 def test_mla_decode_pipelines_within_the_shared_memory_of_one_block(shared_example):
     """At B64 H128 ctx8192 both variants pipeline with two stages inside 227 KiB: the `shared` variant's tiles take
     229376 bytes, and its cross-warp row reductions keep one partial per (row, warp) in the scratch (64 x 8 x 4 =
-    2048 bytes, where one slot per thread and register took 8192 and pushed it to 237568)."""
+    2048 bytes, where one slot per thread and register took 8192 and pushed it to 237568). On wgmma (sm_90a's
+    default) the scratch is 512 bytes and the arena may be rounded up by 1008 to the swizzle atom: 230896."""
     import re
 
     mod = shared_example("mla_decode")
-    for variant in ("shared", "fragment"):
+    for variant, configs in (("shared", MMA), ("fragment", MMA), ("shared", None), ("fragment", None)):
         src = tileagent.compile(mod.mla_decode.fn(64, 128, 8192, variant=variant), out_idx=[4],
-                                target="sim").get_kernel_source()
+                                target="sim", pass_configs=configs).get_kernel_source()
         shared = int(re.search(r"(\d+) bytes of dynamic shared memory", src).group(1))
         assert shared <= 232448 and "cp.async" in src, (variant, shared)
+        assert ("wgmma.mma_async" in src) == (configs is None)
         if variant == "shared":
-            assert shared == 229376 + 2048, shared
+            assert shared == (229376 + 2048 if configs else 229376 + 512 + 1008), shared
 
 
 def test_pipeline_with_a_dynamic_trip_count_shorter_than_its_stages():
@@ -188,7 +200,7 @@ def test_pipeline_with_a_dynamic_trip_count_shorter_than_its_stages():
                 T.gemm(A_s, B_s, acc)
             T.copy(acc, C[0, 0])
 
-    kernel = tileagent.compile(main, target="sim")
+    kernel = tileagent.compile(main, target="sim", pass_configs=MMA)
     assert "cp.async.wait_group 1;" in kernel.get_kernel_source()
     for k in (16, 72):
         a, b = torch.randn(32, k, dtype=torch.float16), torch.randn(k, 32, dtype=torch.float16)
@@ -201,11 +213,11 @@ def test_loop_invariant_a_operand_is_loaded_once_before_the_loop(shared_example)
     """Flash attention's Q tile never changes inside the K/V loop: its atoms go to registers before the loop (and the
     results stay right: test_shared_flash_attn_fwd); the GEMM's A tile changes every iteration and is not hoisted."""
     fa = tileagent.compile(shared_example("flash_attn_fwd").flash_attn_fwd.fn(1, 1, 150, 32, False), out_idx=[3],
-                           target="sim").get_kernel_source()
+                           target="sim", pass_configs=MMA).get_kernel_source()
     head, loop = fa.split("for (int k = 0;", 1)
     assert "a_hoisted" in head and "ldmatrix.sync.aligned.m8n8.x4.shared" in head
     # P (float32 scores cast to float16, used only as the second gemm's A) lives as packed pairs
     assert "unsigned int p[" in head and "tl_cvt_pack_f16x2(s[2 * tl_i], s[2 * tl_i + 1])" in loop
     gemm = tileagent.compile(shared_example("gemm_relu").matmul.fn(256, 256, 256, 128, 128, 64),
-                             target="sim").get_kernel_source()
+                             target="sim", pass_configs=MMA).get_kernel_source()
     assert "a_hoisted" not in gemm

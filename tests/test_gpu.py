@@ -112,9 +112,9 @@ WGMMA_CASES = [  # (where, M, N, K, dtype, schedule, the instruction the gemm mu
 @pytest.mark.skipif(torch.cuda.get_device_capability() != (9, 0), reason="wgmma needs an sm_90a GPU")
 @pytest.mark.parametrize("where,M,N,K,dtype,schedule,instruction", WGMMA_CASES)
 def test_gemm_relu_examples_with_wgmma_on_gpu(monkeypatch, where, M, N, K, dtype, schedule, instruction):
-    """TILEAGENT_ENABLE_WGMMA=1: the gemm examples at the examples' and the drafter's schedules lower to
+    """By default on the H200: the gemm examples at the examples' and the drafter's schedules lower to
     wgmma.mma_async (the instruction named in get_ir) and match torch."""
-    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)  # wgmma is the default on sm_90a
     import os
     from pathlib import Path
 
@@ -140,10 +140,10 @@ def test_gemm_relu_examples_with_wgmma_on_gpu(monkeypatch, where, M, N, K, dtype
 @pytest.mark.skipif(torch.cuda.get_device_capability() != (9, 0), reason="wgmma needs an sm_90a GPU")
 @pytest.mark.parametrize("dim,causal", [(128, False), (64, True)])
 def test_flash_attn_example_with_wgmma_on_gpu(monkeypatch, dim, causal):
-    """TILEAGENT_ENABLE_WGMMA=1: flash_attn_fwd's Q @ K^T (K-major B; head dim 128 = two 128-byte column blocks)
+    """By default on the H200: flash_attn_fwd's Q @ K^T (K-major B; head dim 128 = two 128-byte column blocks)
     lowers to wgmma SS, P @ V to wgmma RS (P in registers, packed from the scores' accumulator), no mma.sync is
     left, and the output matches SDPA."""
-    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)  # wgmma is the default on sm_90a
     import os
     from pathlib import Path
 
@@ -162,10 +162,10 @@ def test_flash_attn_example_with_wgmma_on_gpu(monkeypatch, dim, causal):
 @pytest.mark.skipif(torch.cuda.get_device_capability() != (9, 0), reason="wgmma needs an sm_90a GPU")
 @pytest.mark.parametrize("variant", ["shared", "fragment"])
 def test_mla_decode_with_wgmma_on_gpu(monkeypatch, variant):
-    """TILEAGENT_ENABLE_WGMMA=1: mla_decode's three gemms (64 heads on two warpgroups) run on wgmma with N split over
+    """By default on the H200: mla_decode's three gemms (64 heads on two warpgroups) run on wgmma with N split over
     the warpgroups (scores m64n32 each, P @ V m64n256 each; the fragment variant's P in registers, RS) and match the
     reference."""
-    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)  # wgmma is the default on sm_90a
     import os
     from pathlib import Path
 
@@ -180,3 +180,38 @@ def test_mla_decode_with_wgmma_on_gpu(monkeypatch, variant):
     ir = kernel.get_ir("thread")
     assert "m64n256k16" in ir and "8 warps (4 x 2)" in ir and "mma.sync m16n8k16" not in ir
     torch.testing.assert_close(o, mod.reference(q, q_pe, kv, k_pe), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.skipif(torch.cuda.get_device_capability() != (9, 0), reason="tests switching sm_90a's wgmma off")
+@pytest.mark.parametrize("how", ["pass config", "environment"])
+def test_tensor_core_examples_on_mma_sync_with_wgmma_switched_off(monkeypatch, how):
+    """tl.disable_wgmma (pass config) or TILEAGENT_ENABLE_WGMMA=0: gemm_relu, flash attention (causal) and MLA decode
+    keep mma.sync on the H200 (no wgmma in the source) and match torch."""
+    import os
+    from pathlib import Path
+
+    configs = {"tl.disable_wgmma": True} if how == "pass config" else None
+    if how == "environment":
+        monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "0")
+    shared = Path(os.environ.get("TILEAGENT_SHARED", REPO.parent / "shared")) / "examples"
+    gemm, fa, mla = (load_module(shared / f"{n}.py") for n in ("gemm_relu", "flash_attn_fwd", "mla_decode"))
+    kernels = []
+    a, b = torch.randn(1000, 520, device="cuda").half(), torch.randn(520, 776, device="cuda").half()
+    kernels.append(tileagent.compile(gemm.matmul.fn(1000, 776, 520, 128, 128, 64), pass_configs=configs))
+    c = _nan(1000, 776, dtype=torch.float16)
+    kernels[-1](a, b, c)
+    torch.testing.assert_close(c, gemm.reference(a, b), rtol=2e-2, atol=5e-2)
+    kernels.append(tileagent.compile(fa.flash_attn_fwd.fn(2, 4, 1000, 128, True), pass_configs=configs))
+    q, k, v = (torch.randn(2, 1000, 4, 128, device="cuda", dtype=torch.float16) for _ in range(3))
+    o = _nan(2, 1000, 4, 128, dtype=torch.float16)
+    kernels[-1](q, k, v, o)
+    torch.testing.assert_close(o, fa.reference(q, k, v, True), rtol=1e-2, atol=1e-2)
+    kernels.append(tileagent.compile(mla.mla_decode.fn(4, 128, 1000, variant="shared"), pass_configs=configs))
+    q, q_pe = torch.randn(4, 128, 512, device="cuda").half(), torch.randn(4, 128, 64, device="cuda").half()
+    kv, k_pe = torch.randn(4, 1000, 1, 512, device="cuda").half(), torch.randn(4, 1000, 1, 64, device="cuda").half()
+    o = _nan(4, 128, 512, dtype=torch.float16)
+    kernels[-1](q, q_pe, kv, k_pe, o)
+    torch.testing.assert_close(o, mla.reference(q, q_pe, kv, k_pe), rtol=2e-2, atol=2e-2)
+    torch.cuda.synchronize()
+    for kernel in kernels:
+        assert "wgmma" not in kernel.get_kernel_source() and "mma.sync m16n8k16" in kernel.get_ir("thread")

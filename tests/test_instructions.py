@@ -15,6 +15,7 @@ from tileagent.compiler.instructions import (COPY, GEMM, CpAsync, LoadStore, Mma
                                              emulators, gemm_unavailable, select_copy, select_gemm)
 from tileagent.compiler.ir.stmt import Buffer, Gemm, Region
 from tileagent.compiler.dtypes import DType
+from tileagent.compiler.target import for_arch
 from tileagent.compiler.tir import AsyncCopy, LdMatrix, Mma, PackPairs
 
 
@@ -34,12 +35,28 @@ def _target(*features, arch="sm_90a"):
 
 
 def test_mma_sync_is_the_first_gemm_entry_and_describes_its_choice():
+    # sm_80 has no wgmma: mma.sync, the first entry (and the fallback), takes every fp16 gemm
     assert isinstance(GEMM[0], MmaSyncM16N8K16)
-    choice = select_gemm(_gemm(m=128, n=64, policy=1), threads=128)
+    sm80 = for_arch("sm_80")
+    choice = select_gemm(_gemm(m=128, n=64, policy=1), threads=128, target=sm80)
     assert choice.instruction is GEMM[0]
     assert choice.partition == (4, 1)
     assert choice.describe() == "mma.sync m16n8k16, FullRow, 4 warps (4 x 1)"
-    assert select_gemm(_gemm(m=128, n=128), threads=256).describe() == "mma.sync m16n8k16, Square, 8 warps (4 x 2)"
+    assert select_gemm(_gemm(m=128, n=128), threads=256, target=sm80).describe() == \
+        "mma.sync m16n8k16, Square, 8 warps (4 x 2)"
+
+
+def test_wgmma_is_chosen_on_sm_90a_by_its_cost_and_mma_sync_where_it_does_not_apply():
+    g = _gemm(m=128, n=64, policy=1)
+    choice = select_gemm(g, threads=128, target=for_arch("sm_90a"))
+    assert choice.instruction is GEMM[1] and GEMM[1].cost(g, 128, None) < GEMM[0].cost(g, 128, None)
+    assert choice.describe(g) == "wgmma.mma_async m64nNk16 SS: m64n64k16.f32.f16.f16, A K-major 64B swizzle, B " \
+                                 "N-major 128B swizzle, FullRow, 4 warps (4 x 1)"
+    assert select_gemm(g, threads=128).instruction is GEMM[1]  # no target: every feature (no GPU visible here)
+    # switched off for the kernel (pass config tl.disable_wgmma), or a gemm wgmma cannot take: mma.sync
+    assert select_gemm(g, threads=128, target=for_arch("sm_90a").without({"wgmma"})).instruction is GEMM[0]
+    assert select_gemm(_gemm(m=32, n=64), threads=128, target=for_arch("sm_90a")).instruction is GEMM[0]
+    assert select_gemm(_gemm(k=24), threads=128, target=for_arch("sm_90a")).instruction is GEMM[0]
 
 
 def test_gemm_entry_reasons_name_what_does_not_fit():
@@ -114,13 +131,16 @@ def _line_of(func, text):
 
 
 def test_thread_ir_names_the_chosen_instructions():
-    ir = tileagent.compile(_pipelined_gemm(128, 128, 64), target="sim").get_ir("thread")
     gemm_line = _line_of(_pipelined_gemm, "T.gemm(A_s")
     copy_line = _line_of(_pipelined_gemm, "T.copy(A[by")
     store_line = _line_of(_pipelined_gemm, "T.copy(C_l")
-    assert f"# T.gemm at line {gemm_line}: mma.sync m16n8k16, FullRow, 4 warps (4 x 1)" in ir
-    assert f"# T.copy at line {copy_line}: cp.async 16B" in ir
-    assert f"# T.copy at line {store_line}: vectorized ld/st x2" in ir
+    for target, gemm in (("sim:sm_80", "mma.sync m16n8k16, FullRow, 4 warps (4 x 1)\n"),
+                         ("sim", "wgmma.mma_async m64nNk16 SS: m64n64k16.f32.f16.f16, A K-major 64B swizzle, B N-major "
+                                 "128B swizzle, FullRow, 4 warps (4 x 1)\n")):
+        ir = tileagent.compile(_pipelined_gemm(128, 128, 64), target=target).get_ir("thread")
+        assert f"# T.gemm at line {gemm_line}: {gemm}" in ir, target
+        assert f"# T.copy at line {copy_line}: cp.async 16B" in ir
+        assert f"# T.copy at line {store_line}: vectorized ld/st x2" in ir
 
 
 def test_float32_gemm_runs_on_the_interpreter_and_is_refused_by_the_cuda_lowering_with_reasons():

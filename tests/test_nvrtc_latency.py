@@ -58,7 +58,9 @@ def _generated_gemm():
     import tileagent
 
     impl = load_module(REPO / "prompts" / "examples" / "gemm_relu.py").gemm_relu
-    return tileagent.compile(impl.fn(None, 256, 128), out_idx=impl.out_idx, target="cpu:sm_90a").get_kernel_source()
+    # on mma.sync (tl.disable_wgmma): its packed operands need cuda_fp16.h, so the source has includes (and a PCH)
+    return tileagent.compile(impl.fn(None, 256, 128), out_idx=impl.out_idx, target="cpu:sm_90a",
+                             pass_configs={"tl.disable_wgmma": True}).get_kernel_source()
 
 
 @pytest.mark.parametrize("which", ["fp16", "generated"])

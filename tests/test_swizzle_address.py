@@ -1,5 +1,6 @@
 """The split ldmatrix addresses of swizzled shared tiles (compiler.targets.swizzle_address) equal the addresses the
-lowering wrote, for every thread, every value of the unrolled loops around them and several pipeline stages."""
+lowering wrote, for every thread, every value of the unrolled loops around them and several pipeline stages. The
+kernels run on mma.sync (sm_90a with tl.disable_wgmma): wgmma reads its operands through descriptors, no ldmatrix."""
 
 import itertools
 
@@ -12,7 +13,7 @@ from tileagent.compiler.ir.expr import BinOp, Cast, Const, Var, make_binop
 from tileagent.compiler.ir.stmt import For
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN, split_swizzled_index
 from tileagent.compiler.tir import LANE, THREAD, WARP, LdMatrix
-from tests.test_gemm_sim import _gemm
+from tests.test_gemm_sim import MMA, _gemm  # MMA: tl.disable_wgmma (ldmatrix reads belong to mma.sync)
 import tileagent.language as T
 
 _OPS = {"+": np.add, "-": np.subtract, "*": np.multiply, "//": np.floor_divide, "%": np.mod, "^": np.bitwise_xor}
@@ -76,21 +77,23 @@ def test_flash_attention_addresses_split_and_equal(shared_example, schedule):
     bm, bn, stages, threads = schedule
     fa = shared_example("flash_attn_fwd")
     kernel = tileagent.compile(fa.flash_attn_fwd.fn(1, 2, 256, 128, False, block_M=bm, block_N=bn,
-                                                    num_stages=stages, threads=threads), out_idx=[3], target="sim")
+                                                    num_stages=stages, threads=threads), out_idx=[3], target="sim",
+                               pass_configs=MMA)
     assert _check_kernel(kernel) >= 3  # Q (or hoisted Q), K and V tiles
 
 
 @pytest.mark.parametrize("trans_a,trans_b", list(itertools.product((False, True), repeat=2)))
 def test_gemm_addresses_split_and_equal(trans_a, trans_b):
     kernel = tileagent.compile(_gemm(128, 128, 128, 64, 64, 64, trans_a, trans_b, "float16",
-                                     T.GemmWarpPolicy.Square, 3), target="sim")
+                                     T.GemmWarpPolicy.Square, 3), target="sim", pass_configs=MMA)
     assert _check_kernel(kernel) >= 2
 
 
 def test_mla_decode_addresses_equal(shared_example):
     mod = shared_example("mla_decode")
     for variant in ("shared", "fragment"):
-        _check_kernel(tileagent.compile(mod.mla_decode.fn(2, 128, 256, variant=variant), out_idx=[4], target="sim"))
+        _check_kernel(tileagent.compile(mod.mla_decode.fn(2, 128, 256, variant=variant), out_idx=[4], target="sim",
+                                        pass_configs=MMA))
 
 
 def test_no_split_when_a_term_outside_the_swizzle_would_carry_into_the_xor_bits():

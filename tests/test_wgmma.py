@@ -1,5 +1,6 @@
-"""The opt-in sm_90a wgmma.mma_async entry of the gemm registry (compiler.instructions.wgmma): chosen only with
-TILEAGENT_ENABLE_WGMMA=1, run in the SIMT emulator against torch (descriptors decoded as the hardware does), a missing
+"""The sm_90a wgmma.mma_async entries of the gemm registry (compiler.instructions.wgmma): the default on targets with
+the wgmma feature (switched off by TILEAGENT_ENABLE_WGMMA=0 or the pass config tl.disable_wgmma, absent on sm_80),
+run in the SIMT emulator against torch (descriptors decoded as the hardware does), a missing
 wait or fence fails the emulator, the accumulator layout is the PTX m64nNk16 D figure, and NVRTC compiles it for
 sm_90a. Hand-checked tables (worked out from the PTX ISA "Matrix Descriptor Format", "Shared Memory Matrix Layout"
 and the D-fragment figure, and CuTe's canonical GMMA layouts) pin the descriptor bits, the addresses the tensor core
@@ -15,6 +16,7 @@ from tileagent.compiler.emulate_wgmma import hardware_addresses
 from tileagent.compiler.instructions import wgmma as wgmma_entry
 from tileagent.compiler.instructions.wgmma import d_position, decode_descriptor, encode_descriptor
 from tileagent.compiler.layout.layout import wgmma_operand
+from tileagent.compiler.target import for_arch
 from tileagent.compiler.tir import Wgmma, WgmmaFence, WgmmaWait
 from tests.conftest import REPO, load_module
 from tests.test_gemm_sim import _gemm
@@ -22,7 +24,13 @@ from tests.test_gemm_sim import _gemm
 
 @pytest.fixture
 def wgmma_on(monkeypatch):
-    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    """wgmma is the default on sm_90a: the environment must not switch it off."""
+    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)
+
+
+def _mma_sync(monkeypatch):
+    """Switch wgmma off for the process (TILEAGENT_ENABLE_WGMMA=0): T.gemm on mma.sync, as before wgmma existed."""
+    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "0")
 
 
 @pytest.fixture(autouse=True)
@@ -39,11 +47,55 @@ def _run_gemm_relu(mod, M, N, K, tiles, dtype=torch.float16):
     return kernel
 
 
-def test_default_codegen_keeps_mma_sync(shared_example, monkeypatch):
+def test_wgmma_is_the_default_on_sm_90a_and_each_switch_keeps_mma_sync(shared_example, monkeypatch):
+    """sm_90a (the sim and cpu targets' default arch) takes wgmma; sm_80, TILEAGENT_ENABLE_WGMMA=0 and TileLang's pass
+    config tl.disable_wgmma keep mma.sync (bench/codegen_golden.py's "sm_90a-mma" sources: as sm_90a was before)."""
     monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)
-    kernel = tileagent.compile(shared_example("gemm_relu").matmul.fn(128, 128, 64, 128, 64, 64), target="sim")
-    assert "mma.sync m16n8k16" in kernel.get_ir("thread")
-    assert "wgmma" not in kernel.get_kernel_source() and "wgmma" not in kernel.get_ir("thread")
+    impl = shared_example("gemm_relu").matmul
+    func = impl.fn(128, 128, 64, 128, 64, 64)
+    for target in ("sim", "cpu", "sim:sm_90a"):
+        kernel = tileagent.compile(func, target=target, lowering_check=True)
+        assert "T.gemm at line 36: wgmma.mma_async m64nNk16 SS: m64n64k16.f32.f16.f16, A K-major 128B swizzle, B " \
+            "N-major 128B swizzle, Square, 4 warps (4 x 1)" in kernel.get_ir("thread"), target
+        assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16" in kernel.get_kernel_source()
+    plain = []
+    for how in ("sm_80", "pass config", "environment"):
+        target, configs = ("sim:sm_80", None) if how == "sm_80" else ("sim", {"tl.disable_wgmma": True}) \
+            if how == "pass config" else ("sim", None)
+        if how == "environment":
+            _mma_sync(monkeypatch)
+        kernel = tileagent.compile(func, target=target, pass_configs=configs)
+        ir = kernel.get_ir("thread")
+        assert "T.gemm at line 36: mma.sync m16n8k16, Square, 4 warps (4 x 1)\n" in ir, how  # no "not used" note
+        assert "wgmma" not in kernel.get_kernel_source() and "wgmma" not in ir, how
+        plain.append(kernel.get_kernel_source())
+    assert plain[0] == plain[1] == plain[2]  # these tiles fit both archs' shared memory alike
+    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA")
+    # a false pass config leaves it on; @jit's kernels follow the environment at each call
+    assert "wgmma" in tileagent.compile(func, target="sim", pass_configs={"tl.disable_wgmma": False}).get_ir("thread")
+    jitted = tileagent.jit(impl.fn, target="sim")
+    assert "wgmma" in jitted(128, 128, 64, 128, 64, 64).get_ir("thread")
+    _mma_sync(monkeypatch)
+    assert "wgmma" not in jitted(128, 128, 64, 128, 64, 64).get_ir("thread")
+
+
+def test_switching_wgmma_off_is_part_of_the_module_cache_key(shared_example, monkeypatch, tmp_path):
+    """The cuda target's module cache (no GPU needed with an arch named) never hands a wgmma module to a compile that
+    switched wgmma off, nor the other way round."""
+    monkeypatch.setenv("TILEAGENT_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)
+    func = shared_example("gemm_relu").matmul.fn(128, 128, 64, 128, 64, 64)
+    on = tileagent.compile(func, target="cuda:sm_90a")
+    off = tileagent.compile(func, target="cuda:sm_90a", pass_configs={"tl.disable_wgmma": True})
+    _mma_sync(monkeypatch)
+    env_off = tileagent.compile(func, target="cuda:sm_90a")
+    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA")
+    again = tileagent.compile(func, target="cuda:sm_90a")
+    assert "wgmma.mma_async" in on.get_kernel_source() and "wgmma" not in off.get_kernel_source()
+    assert "module_cache" in env_off.pass_timings() and "lower_tile_ops" not in env_off.pass_timings()  # off's entry
+    assert env_off.get_kernel_source() == off.get_kernel_source()
+    assert "lower_tile_ops" not in again.pass_timings() and again.get_kernel_source() == on.get_kernel_source()
+    assert "wgmma" not in off.unit.target.features and "wgmma" in off.target.features
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -200,7 +252,7 @@ def test_overlapped_schedule_order(shared_example, wgmma_on, monkeypatch):
     assert [type(x) for x in out[i + 1:i + 3]] == [WgmmaWait, AsyncWait] and out[i + 1].pending == 0
     # the CUDA source says the same in order
     monkeypatch.undo()
-    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)
     src = tileagent.compile(shared_example("gemm_relu").matmul.fn(512, 512, 512, 128, 128, 64),
                             target="sim").get_kernel_source()
     loop = src[src.index("for (int ko = 0;"):]
@@ -315,11 +367,19 @@ def test_entry_reasons(shared_example, monkeypatch):
     g = next(s for s in walk(func.body) if isinstance(s, Gemm))
     entry = wgmma_entry.WgmmaM64NK16()
     monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)
-    assert entry.reason(g, 128, None) == "opt-in: set TILEAGENT_ENABLE_WGMMA=1"
-    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    assert entry.reason(g, 128, None) is None
+    assert entry.reason(g, 128, for_arch("sm_90a")) is None
+    assert entry.reason(g, 128, for_arch("sm_80")) == "needs sm_90a (wgmma); the target is cuda:sm_80"
+    assert entry.reason(g, 128, for_arch("sm_89", "sim")) == "needs sm_90a (wgmma); the target is sim:sm_89"
     assert entry.reason(g, 128, SimpleNamespace(arch="sm_80", name="cuda:sm_80", features=("cp_async",))) == \
-        "needs sm_90a; the target is cuda:sm_80"
+        "needs sm_90a (wgmma); the target is cuda:sm_80"
     assert entry.reason(g, 128, SimpleNamespace(arch="sm_90a", name="cuda:sm_90a", features=None)) is None
+    assert entry.reason(g, 128, for_arch("sm_90a").without({"wgmma"})) == \
+        "switched off for this kernel: pass config tl.disable_wgmma"
+    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "0")
+    assert entry.reason(g, 128, None) == "switched off: TILEAGENT_ENABLE_WGMMA=0"
+    assert entry.reason(g, 128, for_arch("sm_90a").without({"wgmma"})) == "switched off: TILEAGENT_ENABLE_WGMMA=0"
+    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")  # the old opt-in spelling: on, as by default
     assert entry.reason(g, 96, None).startswith("T.gemm on wgmma needs whole warpgroups (128 threads)")
 
 
@@ -518,10 +578,10 @@ def test_flash_attn_example_both_gemms_on_wgmma(shared_example, wgmma_on):
 
 def test_arena_start_is_rounded_to_the_swizzle_atom(shared_example, monkeypatch):
     func = shared_example("gemm_relu").matmul.fn(256, 256, 256, 128, 128, 64)
-    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)
+    _mma_sync(monkeypatch)
     plain = tileagent.compile(func, target="sim")
     assert "tl_smem_raw" not in plain.get_kernel_source()
-    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA")
     kernel = tileagent.compile(shared_example("gemm_relu").matmul.fn(256, 256, 256, 128, 128, 64), target="sim")
     src = kernel.get_kernel_source()
     assert "unsigned char* smem = tl_smem_raw + ((0u - (unsigned)__cvta_generic_to_shared(tl_smem_raw)) & 1023u);" \
@@ -776,9 +836,9 @@ def test_rs_falls_back_where_the_layouts_do_not_line_up(monkeypatch):
     def build():
         return tileagent.compile(_two_gemms_rs(128, 64, 32, 32, 128, True, T.GemmWarpPolicy.FullRow), target="sim")
 
-    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)
+    _mma_sync(monkeypatch)
     plain = build()
-    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA")
     kernel = build()
     ir = kernel.get_ir("thread")
     assert "mma.sync m16n8k16, Square, 4 warps (4 x 1); wgmma.mma_async m64nNk16 RS not used: 'p' is copied from " \
@@ -908,11 +968,11 @@ def test_a_layout_conflict_drops_the_wgmma_entries(shared_example, monkeypatch):
     # wgmma entry is then dropped, the kernel compiles as it does without wgmma (same source) and says why
     from tileagent.compiler.layout import infer
 
-    monkeypatch.setattr(infer, "_needless_conversions", lambda kernel, excluded, drop: drop)
+    monkeypatch.setattr(infer, "_needless_conversions", lambda kernel, excluded, drop, target=None: drop)
     mla = shared_example("mla_decode")
-    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)
+    _mma_sync(monkeypatch)
     plain = tileagent.compile(mla.mla_decode.fn(64, 128, 8192, variant="fragment"), target="sim")
-    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA")
     kernel = tileagent.compile(mla.mla_decode.fn(64, 128, 8192, variant="fragment"), target="sim")
     assert kernel.get_kernel_source() == plain.get_kernel_source()
     assert "wgmma.mma_async m64nNk16 SS not used: layout inference failed with it: layout conflict" in \

@@ -19,9 +19,10 @@ from tileagent.compiler.instructions.wgmma import WgmmaM64NK16, WgmmaM64NK16RS
 
 GEMM = (
     MmaSyncM16N8K16(),   # mma.sync.aligned.m16n8k16, sm_80+: fp16/bf16 in, fp32 accumulate
-    WgmmaM64NK16(),      # wgmma.mma_async m64nNk16 SS, sm_90a, opt-in (TILEAGENT_ENABLE_WGMMA=1): fp16/bf16 -> fp32;
-    # cheaper (cost 0.5) so it wins where it applies; listed second so fallbacks and errors stay mma.sync's
-    WgmmaM64NK16RS(),    # the same with A from registers (P @ V), sm_90a, opt-in
+    WgmmaM64NK16(),      # wgmma.mma_async m64nNk16 SS, targets with "wgmma" (sm_90a): fp16/bf16 -> fp32; cheaper
+    # (cost 0.5) so it is sm_90a's default where it applies; listed second so fallbacks and errors stay mma.sync's
+    # (tl.disable_wgmma / TILEAGENT_ENABLE_WGMMA=0 take the feature off the target: compiler.passes.effective_target)
+    WgmmaM64NK16RS(),    # the same with A from registers (P @ V)
 )
 COPY = (
     CpAsync(),               # cp.async global -> shared, 4/8/16 bytes, pipeline producers only

@@ -44,6 +44,11 @@ class Instruction:
         """Thread-IR statement class -> ``fn(emulator, stmt)`` executing it on the SIMT emulator."""
         return {}
 
+    def target_reason(self, target) -> str | None:
+        """Why this entry serves no op on ``target`` at all (arch, a feature switched off), or None. ``reason``
+        includes it; ``get_ir("thread")`` names only op-specific reasons why a cheaper entry was passed over."""
+        return None
+
     def partition_problem(self, g, threads: int) -> str | None:
         """Why ``self.partition`` (of a gemm entry) cannot split ``g`` over ``threads``: its LayoutError's message,
         or None when it can."""

@@ -1,11 +1,13 @@
 """Registry entry ``wgmma.mma_async m64nNk16`` (SS): T.gemm on the warpgroup-wide asynchronous tensor-core MMA of
 sm_90a, both operands read from shared memory through matrix descriptors.
 
-Opt-in: it applies only when the environment variable ``TILEAGENT_ENABLE_WGMMA`` is "1" (docs/dsl.md: validated on
-the H200, not yet the default because the cpu and sim targets lower for sm_90a too); otherwise default code
-generation is unchanged (mma.sync).
-Applies to: an sm_90a target (a target object whose arch is ``sm_90a`` or whose features include "wgmma"; without a
-target, the visible GPU must be sm_90 or there must be none, as for the SIMT emulator); float16/bfloat16 A and B of
+The default gemm instruction wherever it applies (cost 0.5 against mma.sync's 1): on a target with the "wgmma"
+feature (sm_90a; the cpu and sim targets lower for sm_90a unless told otherwise, and the SIMT emulator runs the wgmma
+form, ``compiler.emulate_wgmma``). Switched off per kernel by TileLang's pass config ``tl.disable_wgmma`` and for the
+process by ``TILEAGENT_ENABLE_WGMMA=0`` (both remove the feature from the target the passes see:
+``compiler.passes.effective_target``); sm_80/86/89 targets have no wgmma and keep mma.sync.
+Applies to: a target with the "wgmma" feature (without a target, the visible GPU must be sm_90 or there must be none,
+as for the SIMT emulator); float16/bfloat16 A and B of
 one dtype with a float32 accumulator fragment; A (M x K, not transposed) and B (K x N, or N x K with transpose_B) as
 whole 2-d shared tiles whose contiguous rows are 32 or 64 bytes or a multiple of 128 bytes: the entry gives them the
 wgmma canonical layout (``compiler.layout.layout.wgmma_operand``: 128/64/32-byte hardware swizzle, rows wider than
@@ -48,11 +50,12 @@ from __future__ import annotations
 import os
 
 from tileagent.compiler.diagnostics import LayoutError
-from tileagent.compiler.instructions.base import Instruction, has_feature, sm_version
+from tileagent.compiler.instructions.base import Instruction, has_feature
 from tileagent.compiler.layout.fragment import Fragment, Level
 from tileagent.compiler.layout.layout import wgmma_operand
+from tileagent.compiler.target import ARCHS, FEATURE_ENV, feature_switches
 
-ENV = "TILEAGENT_ENABLE_WGMMA"
+ENV = FEATURE_ENV["wgmma"]  # "0": every kernel of the process stays on mma.sync
 OVERLAP_ENV = "TILEAGENT_WGMMA_OVERLAP"  # "0": a pipelined gemm waits for its wgmmas in its own iteration (A/B runs)
 DTYPES = ("float16", "bfloat16")
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}  # swizzle width in bytes -> descriptor bits 62-63 (sm_90a; 0 = none)
@@ -103,7 +106,8 @@ def a_position(thread: int, i: int) -> tuple[int, int]:
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV) == "1"
+    """Whether the environment leaves wgmma on for this process (it is, unless ``TILEAGENT_ENABLE_WGMMA`` is "0")."""
+    return "wgmma" not in feature_switches()
 
 
 def overlap_enabled() -> bool:
@@ -182,16 +186,24 @@ class WgmmaM64NK16(Instruction):
             return "reads A and B from shared memory (SS) into a fragment accumulator"
         return self._operand_reason(g, threads, (("A", g.a), ("B", g.b)))
 
+    def target_reason(self, target) -> str | None:
+        """Why no gemm of ``target`` can use wgmma (None: the target has it): the arch lacks it, or the kernel's pass
+        config / the environment switched it off."""
+        if target is None:
+            return _device_arch_ok() if enabled() else f"switched off: {ENV}=0"
+        if has_feature(target, "wgmma"):
+            return None
+        arch = str(getattr(target, "arch", "") or "")
+        if "wgmma" in ARCHS.get(arch, {}).get("features", ()):
+            return (f"switched off: {ENV}=0" if not enabled() else
+                    "switched off for this kernel: pass config tl.disable_wgmma")
+        return f"needs sm_90a (wgmma); the target is {getattr(target, 'name', None) or arch or target}"
+
     def _common_reason(self, g, threads: int, target) -> str | None:
-        """Opt-in, target and dtypes: what both wgmma entries need."""
-        if not enabled():
-            return f"opt-in: set {ENV}=1"
-        if target is not None:
-            arch = str(getattr(target, "arch", "") or "")
-            if arch != "sm_90a" and not (has_feature(target, "wgmma") and getattr(target, "features", None)):
-                return f"needs sm_90a; the target is {getattr(target, 'name', None) or arch or target}"
-        elif sm_version(target) is None and _device_arch_ok() is not None:
-            return _device_arch_ok()
+        """Target and dtypes: what both wgmma entries need."""
+        why = self.target_reason(target)
+        if why is not None:
+            return why
         a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
         if a.dtype not in DTYPES or b.dtype != a.dtype or c.dtype != "float32":
             return f"takes float16/bfloat16 A and B and a float32 accumulator; got {a.dtype}, {b.dtype} -> {c.dtype}"

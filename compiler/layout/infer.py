@@ -66,14 +66,16 @@ class LayoutMap:
         return "\n".join(lines)
 
 
-def infer_layouts(func: PrimFunc) -> LayoutMap:
+def infer_layouts(func: PrimFunc, target=None) -> LayoutMap:
+    """The layouts of ``func``'s kernels; gemm instructions are chosen for ``target`` (a ``Target``: its arch and
+    features decide which registry entries apply; None: every feature, as ``compiler.instructions`` says)."""
     result = LayoutMap()
     for k in func.body:
         if isinstance(k, Kernel):
             excluded: dict = {}  # gemm -> registry entries dropped for it (fallback_on_conversion)
             while True:
                 part = LayoutMap()
-                inference = _KernelInference(k, part, excluded)
+                inference = _KernelInference(k, part, excluded, target)
                 try:
                     inference.run()
                     drop = inference.misaligned_register_operands()
@@ -88,7 +90,7 @@ def infer_layouts(func: PrimFunc) -> LayoutMap:
                         raise
                     drop = _Failed(drop)
                 if drop and not isinstance(drop, _Failed):
-                    drop = _needless_conversions(k, excluded, drop)
+                    drop = _needless_conversions(k, excluded, drop, target)
                 if not drop:
                     break
                 for g, (entry, why) in drop.items():
@@ -103,7 +105,7 @@ class _Failed(dict):
     """Entries to drop because inference failed with them (not merely because of a conversion)."""
 
 
-def _needless_conversions(kernel: Kernel, excluded: dict, drop: dict) -> dict:
+def _needless_conversions(kernel: Kernel, excluded: dict, drop: dict, target=None) -> dict:
     """The part of ``drop`` (gemm -> (entry, why): a register-A entry whose layout makes a copy into A a conversion)
     whose conversion the gemm's next entry would avoid: inference redone without those entries, the copy into A then
     needs no conversion. Where the alternative converts as well, or fails, the register entry is kept (the conversion
@@ -111,7 +113,7 @@ def _needless_conversions(kernel: Kernel, excluded: dict, drop: dict) -> dict:
     trial = {g: list(v) for g, v in excluded.items()}
     for g, (entry, _) in drop.items():
         trial.setdefault(g, []).append(entry)
-    alternative = _KernelInference(kernel, LayoutMap(), trial)
+    alternative = _KernelInference(kernel, LayoutMap(), trial, target)
     try:
         alternative.run()
     except LayoutError:
@@ -152,8 +154,8 @@ def _vector_for(buffers) -> int:
 
 
 class _KernelInference:
-    def __init__(self, kernel: Kernel, result: LayoutMap, excluded: dict | None = None):
-        self.kernel, self.r = kernel, result
+    def __init__(self, kernel: Kernel, result: LayoutMap, excluded: dict | None = None, target=None):
+        self.kernel, self.r, self.target = kernel, result, target
         self.excluded = excluded or {}  # gemm -> registry entries not to choose for it
         self.threads = kernel.num_threads
         self.ops = [s for s in walk(kernel.body) if isinstance(s, (Parallel, AnnotateLayout)) or op_for(s) is not None]

@@ -54,7 +54,7 @@ def operand_descriptor(ctx, buf, mn_major: bool) -> tuple[int, int, int]:
     if width is None:
         raise TargetError(f"T.gemm on wgmma needs '{buf.name}' in its wgmma canonical shared layout (hardware "
                           f"swizzle, column blocks of at most 128 bytes), got {layout!r}", code="E602",
-                          hint=f"drop the T.annotate_layout of '{buf.name}' or unset TILEAGENT_ENABLE_WGMMA")
+                          hint=f"drop the T.annotate_layout of '{buf.name}' or set pass config tl.disable_wgmma")
     lbo = int(buf.shape[0]) * width if mn_major else UNUSED_LBO
     return lbo, 8 * width, width
 
@@ -83,7 +83,7 @@ def register_operand(frag, m: int, k: int, warpgroups: int, packed: bool, name: 
                     raise TargetError(f"T.gemm on wgmma RS: the register layout of '{name}' ({frag.describe()}) does "
                                       f"not hold the PTX m64k16 A fragment of row atom {a}, K step {kb} in the same "
                                       "registers of every thread", code="E602",
-                                      hint="unset TILEAGENT_ENABLE_WGMMA or stage A through T.alloc_shared")
+                                      hint="set pass config tl.disable_wgmma or stage A through T.alloc_shared")
                 found = got[0]
             if packed:
                 lo, hi = found[0::2], found[1::2]

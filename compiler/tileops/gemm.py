@@ -118,19 +118,20 @@ class GemmOp(TileOp):
 
 def passed_over(g: Gemm, threads: int, target, choice, dropped=()) -> list:
     """(entry, reason) of each registry entry cheaper than the chosen one that does not apply to ``g``, except those
-    that are merely not switched on (an opt-in entry's reason starts with "opt-in") and those in ``dropped`` (layout
-    inference's (entry, why) pairs, reported by the caller): why a faster instruction was not used, for
-    ``get_ir("thread")`` and the log."""
+    that serve no gemm of the target (``target_reason``: wgmma on sm_80, or switched off by ``tl.disable_wgmma`` /
+    ``TILEAGENT_ENABLE_WGMMA=0``) and those in ``dropped`` (layout inference's (entry, why) pairs, reported by the
+    caller): why a faster instruction was not used, for ``get_ir("thread")`` and the log."""
     from tileagent.compiler.instructions import GEMM
 
     cost = choice.instruction.cost(g, threads, target)
     skip = [e for e, _ in dropped]
     out = []
     for entry in GEMM:
-        if entry is choice.instruction or entry in skip or entry.cost(g, threads, target) >= cost:
+        if entry is choice.instruction or entry in skip or entry.cost(g, threads, target) >= cost or \
+                entry.target_reason(target) is not None:
             continue
         why = entry.reason(g, threads, target)
-        if why is not None and not why.startswith("opt-in"):
+        if why is not None:
             out.append((entry, why))
     return out
 
