@@ -538,3 +538,46 @@ def test_resume_replays_a_finished_autotuning_as_it_ran_without_screening_more_v
     assert any("/attempts/t2-c0/" in p for p in paths) and outcome.outcome == "target_met"
     kinds = [e["event"] for e in loop.store.events()]
     assert kinds.count("variant_evaluated") == 3 and kinds.count("tuned") == 1  # 2 screens, 1 full check: once
+
+
+class _SlowAtC320(FakeWorker):
+    """FakeWorker whose kernels are 3x slower at C=320: that config misses the target, C=96 meets it."""
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        result = super().evaluate(request)
+        for c in result.configs:
+            if c.config["C"] == 320 and c.candidate is not None:
+                t = 3 * c.candidate.median_ms
+                c.candidate = Timing(median_ms=t, iqr_ms=0.0, trials=c.candidate.trials)
+                c.speedup_eager, c.speedup_compiled = c.eager.median_ms / t, c.compiled.median_ms / t
+        return result
+
+
+def test_a_turn_after_a_partial_success_says_which_configs_it_checks_and_which_keep_their_kernel(tmp_path):
+    """Played LLM, GPU turn 2 (issue 19): the prompt listed 3 of 5 configs as "checked on" while the timings covered
+    all 5, and the player could not tell why; the turn now says that the others keep the kernel that met them."""
+    loop = Loop(options(candidates=1, max_turns=1), RunStore.create(tmp_path / "run", {}),
+                ScriptedDrafter([[cand("ok")]]), _SlowAtC320())
+    loop.run()
+    prompt = loop.task(2).messages[1]["content"]
+    assert "Configs your kernel is checked on:\n- M=16384, C=320\n" in prompt
+    assert ("This turn checks and times your module on the 1 config(s) above, the ones that still miss the target; "
+            "the other 1 keep the earlier kernel that met it (M=16384, C=96)") in prompt
+
+
+def test_the_last_turns_feedback_reaches_the_prompt_whole_and_older_feedback_is_cut_at_a_line():
+    """Played LLM, GPU turn 2: the cost lines of the slowest config were cut mid-token ("X 128-b ... [647 characters
+    cut]"). The last turn's feedback now comes whole; older feedback is cut at a line boundary."""
+    lines = [f"- M=16384, N={n}: main_kernel: 8192 blocks x 128 threads, 64 registers/thread; global accesses: X "
+             f"128-bit, R 128-bit" + " ..." * 10 for n in range(100, 140)]
+    feedback = "\n".join(lines)
+    history = [AttemptSummary(attempt_id=f"t{t}-c0", turn=t, source="x = 1\n", status="ok", feedback=feedback)
+               for t in (1, 2)]
+    messages = build_messages(device="cuda", reference_path=REFERENCE, reference_source=Path(REFERENCE).read_text(),
+                              configs=[{"M": 37, "C": 96}], turn=3, n=1, history=history, best=None, examples=[])
+    user = messages[1]["content"]
+    recent = user.split("## Your candidates of turn 2")[1]
+    assert lines[-1] in recent and "cut]" not in recent
+    older = user.split("## Earlier attempts (feedback only)")[1].split("## Your candidates")[0]
+    kept = older.split("... [")[0].rstrip("\n").splitlines()[-1]
+    assert kept in lines and "more line(s)" in older

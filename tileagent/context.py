@@ -6,9 +6,10 @@ and example kernels (the archive's verified kernels of the op family first when 
 Out: ``[{"role": "system", ...}, {"role": "user", ...}]``: the system prompt and the DSL guide; then one user
 message with the examples, the task, the best kernel, the last candidates with their feedback, and the ask.
 Guarantees: deterministic for the same inputs (a resumed run rebuilds the same prompts); bounded: at most
-``MAX_EXAMPLES`` examples, the last turn's candidates with their source (each cut to ``MAX_SOURCE_CHARS``), older
-attempts as feedback only (``MAX_OLDER``, each cut to ``MAX_FEEDBACK_CHARS``), and older items dropped first until
-the estimate (characters / 4) is under ``max_tokens``.
+``MAX_EXAMPLES`` examples, the last turn's candidates with their source (each cut to ``MAX_SOURCE_CHARS``) and
+feedback (``MAX_RECENT_FEEDBACK_CHARS``), older attempts as feedback only (``MAX_OLDER``, each cut to
+``MAX_FEEDBACK_CHARS``), every cut at a line boundary, and older items dropped first until the estimate
+(characters / 4) is under ``max_tokens``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tileagent.prompts import evaluator_facts, example_kernels, render
 log = logging.getLogger("tileagent.context")
 
 MAX_EXAMPLES, MAX_OLDER = 3, 6
-MAX_SOURCE_CHARS, MAX_FEEDBACK_CHARS = 12_000, 2_500
+MAX_SOURCE_CHARS, MAX_FEEDBACK_CHARS, MAX_RECENT_FEEDBACK_CHARS = 12_000, 2_500, 12_000
 MAX_TOKENS = 32_000
 FAMILY_EXAMPLES = {  # op family (the built-in drafter's recognition) -> prompts/examples stems, most relevant first
     "rmsnorm": ["rmsnorm_silu"],
@@ -130,7 +131,13 @@ def pick_examples(family: str, archived: list[tuple[str, str]] | None = None, li
 
 
 def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"\n... [{len(text) - limit} characters cut]"
+    """``text`` within ``limit`` characters, cut at a line boundary (a line is never cut in the middle), saying what
+    was left out."""
+    if len(text) <= limit:
+        return text
+    kept = text[:limit].rsplit("\n", 1)[0] if "\n" in text[:limit] else text[:limit]
+    rest = text[len(kept):]
+    return kept + f"\n... [{rest.count(chr(10)) + 1} more line(s), {len(rest)} characters, cut]"
 
 
 def _fence(source: str) -> str:
@@ -138,11 +145,13 @@ def _fence(source: str) -> str:
 
 
 def _attempt_block(a: AttemptSummary, with_source: bool) -> str:
+    """One attempt: the last turn's (``with_source``) with its source and whole feedback (timings and the cost of
+    every config: what the next turn works from), an older one with its feedback cut to ``MAX_FEEDBACK_CHARS``."""
     head = f"### {a.attempt_id} ({a.label or 'candidate'}): {a.status}"
     parts = [head]
     if with_source and a.source:
         parts.append(_fence(_cut(a.source, MAX_SOURCE_CHARS)))
-    parts.append(_cut(a.feedback, MAX_FEEDBACK_CHARS))
+    parts.append(_cut(a.feedback, MAX_RECENT_FEEDBACK_CHARS if with_source else MAX_FEEDBACK_CHARS))
     return "\n\n".join(parts)
 
 

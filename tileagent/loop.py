@@ -303,6 +303,12 @@ class Loop:
                     "SMALL_CONFIG's size of every key it states (the feedback names the size each config was checked "
                     "at). The kernel must work at every size of the free dims and at the configs it is made for "
                     f"(which a GPU checks and times):\n{real}")
+        elif len(pending) < len(unique_evals(self.o.configs)):
+            met = [c for c in unique_evals(self.o.configs) if c not in pending]
+            note = (f"This turn checks and times your module on the {len(pending)} config(s) above, the ones that "
+                    f"still miss the target; the other {len(met)} keep the earlier kernel that met it ("
+                    + "; ".join(", ".join(f"{k}={v}" for k, v in c.items()) for c in met)
+                    + "), so the module may change its schedule for the configs above only.")
         messages = build_messages(device=self.o.device, reference_path=self.o.reference,
                                   reference_source=self.reference_source, configs=pending, turn=turn,
                                   n=self.o.candidates, history=history, best=best, examples=self.examples(),
