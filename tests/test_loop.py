@@ -581,3 +581,14 @@ def test_the_last_turns_feedback_reaches_the_prompt_whole_and_older_feedback_is_
     older = user.split("## Earlier attempts (feedback only)")[1].split("## Your candidates")[0]
     kept = older.split("... [")[0].rstrip("\n").splitlines()[-1]
     assert kept in lines and "more line(s)" in older
+
+
+def test_the_next_turn_says_what_the_autotuning_found_per_config(tmp_path):
+    """Played LLM, GPU turn 2 (issue 19): nothing said whether TUNABLES were swept or which values won, so the model
+    could not tell the timings of the module as written from the tuned ones."""
+    loop = Loop(options(candidates=1, max_turns=1), RunStore.create(tmp_path / "run", {}),
+                ScriptedDrafter([[cand("ok", 2.0, tunables=[None, 1, 2, 4, 8])]]), FakeWorker())
+    loop.run()
+    prompt = loop.task(2).messages[1]["content"]
+    assert "Autotuning of TUNABLES: 4 variant(s) screened; the fastest fully checked variant per config:" in prompt
+    assert "- M=16384,C=96: BLOCK=2, " in prompt and "- M=16384,C=320: BLOCK=4, " in prompt

@@ -139,6 +139,7 @@ class Loop:
         self.memo_variants: dict[tuple, dict] = {}
         self.tuned: set[str] = set()
         self.tuned_screened: dict[str, int] = {}  # attempt -> variants its recorded tuning screened
+        self.tune_notes: dict[str, str] = {}  # attempt -> what its autotuning found, for the next turn's prompt
         self.fresh: list[ConfigResult] = []  # verdicts computed by this process (compared by identity)
         self.reverify_failed: list[str] = []
         self.gave_up: str | None = None
@@ -338,7 +339,9 @@ class Loop:
             eager = [c.speedup_eager for c in (r.configs if r else []) if c.speedup_eager]
             out.append(AttemptSummary(attempt_id=a.attempt_id, turn=a.turn, label=a.draft.label,
                                       source=a.draft.source, status=r.status if r else "malformed",
-                                      feedback=a.feedback, correct=bool(r and r.status == "ok"),
+                                      feedback=a.feedback + (f"\n\n{self.tune_notes[a.attempt_id]}"
+                                                             if a.attempt_id in self.tune_notes else ""),
+                                      correct=bool(r and r.status == "ok"),
                                       speedup_eager=min(eager) if eager else None,
                                       speedup_compiled=min(comp) if comp else None))
         return out
@@ -490,6 +493,7 @@ class Loop:
             tuned = autotune.autotune(source, configs, base, evaluate, max_seconds=self.o.tune_seconds,
                                       parallel=getattr(self.worker, "parallel", 1))
         default = tuned_default(source)
+        self.tune_notes[aid] = tuning_note(tuned, default)
         for w in tuned.winners.values():
             if w.result.correct:
                 self._offer(Best(attempt_id=f"{aid}/{w.variant}" if w.values != default else aid,
@@ -614,6 +618,22 @@ def _archive(loop: Loop, outcome: Outcome) -> None:
                                       speedup_eager=b.result.speedup_eager,
                                       speedup_compiled=b.result.speedup_compiled, run_dir=str(loop.store.root),
                                       attempt_id=b.attempt_id, source=b.assigned_source))
+
+
+def tuning_note(tuned: "autotune.TuneResult", default: dict) -> str:
+    """What an autotuning found, as the next turn's prompt says it: variants screened and, per config, the fastest
+    fully checked variant (or the module as written) with its time and speedup over torch.compile."""
+    head = f"Autotuning of TUNABLES: {tuned.screened} variant(s) screened" + (f" ({tuned.note})" if tuned.note else "")
+    if not tuned.winners:
+        return head + "."
+    rows = []
+    for key, w in tuned.winners.items():
+        which = "the module as written" if w.values == default else \
+            ", ".join(f"{k}={v!r}" for k, v in w.values.items())
+        ms, x = autotune.time_of(w.result), w.result.speedup_compiled
+        rows.append(f"- {key}: {which}" + (f", {ms:.4g} ms" if ms else "") + (f", x{x:.3g} over torch.compile"
+                                                                               if x else ""))
+    return head + "; the fastest fully checked variant per config:\n" + "\n".join(rows)
 
 
 def tuned_default(source: str) -> dict:
