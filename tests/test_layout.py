@@ -131,3 +131,21 @@ def test_tables_are_computed_once_per_fragment_value_and_read_only(monkeypatch):
 
     gc.collect()
     assert make_blocked((4, 8), num_threads=16, vector=2) not in fragment_mod._MEMO  # held only while one lives
+
+
+@pytest.mark.parametrize("shape,threads,replicate", [((2, 8), 8, 1), ((4,), 8, 1), ((8, 416), 128, 1),
+                                                     ((3, 5), 32, 1), ((8,), 128, 4), ((64, 4), 128, 2)])
+def test_owner_bits_and_valid_table_agree_with_the_tables(shape, threads, replicate):
+    frag = make_blocked(shape, num_threads=threads)
+    if replicate > 1 and frag.threads_used * replicate <= threads:
+        frag = frag.replicate_over(replicate)
+    # owner_bits: the owner mask packed 8 threads a byte, as np.packbits packs it
+    assert (frag.owner_bits() == np.packbits(frag.owner_mask(), axis=-1)).all()
+    assert not frag.owner_bits().flags.writeable
+    # valid_table: the (thread, slot) pairs that hold an element of the shape, from the inverse map
+    table = frag.index_table()
+    want = np.zeros((threads, frag.num_slots), dtype=bool)
+    for t in range(frag.threads_used):
+        for k in range(frag.num_slots):
+            want[t, k] = all(table[t, k, d] < n for d, n in enumerate(shape))
+    assert (frag.valid_table(threads) == want).all()

@@ -220,6 +220,20 @@ class Fragment:
             out[:, :, d] = value
         return out
 
+    def valid_table(self, threads: int) -> np.ndarray:
+        """Read-only bool array (threads, num_slots): the (thread, slot) pairs of a block of ``threads`` threads that
+        hold a real element (a thread within ``threads_used``, an index within the shape, not the padding)."""
+        return _memo(self, f"valid_table{threads}", lambda: self._valid_table(threads))
+
+    def _valid_table(self, threads: int) -> np.ndarray:
+        table = self.index_table()
+        valid = np.broadcast_to((np.arange(threads) < self.threads_used)[:, None], (threads, self.num_slots)).copy()
+        if threads > self.num_threads:  # index_table covers num_threads: threads beyond hold nothing
+            table = np.concatenate([table, np.zeros((threads - self.num_threads,) + table.shape[1:], table.dtype)])
+        for d, n in enumerate(self.shape):
+            valid &= table[:threads, :, d] < n
+        return valid
+
     def owner_mask(self) -> np.ndarray:
         """Read-only bool array (*shape, num_threads): which threads hold each element."""
         return _memo(self, "owner_mask", self._owner_mask)
@@ -232,6 +246,23 @@ class Fragment:
         for off in self.replica_offsets():
             flat[np.arange(base.size), base + off] = True
         return mask
+
+    def owner_bits(self) -> np.ndarray:
+        """``owner_mask`` packed 8 threads to a byte (``np.packbits`` order: thread 8k + 7 - b is bit b of byte k):
+        read-only uint8 array (*shape, ceil(num_threads / 8)). Layout inference's checks run on it, 8 times less
+        data than the bool mask."""
+        return _memo(self, "owner_bits", self._owner_bits)
+
+    def _owner_bits(self) -> np.ndarray:
+        thread, _ = self.tables()
+        bits = np.zeros(self.shape + ((self.num_threads + 7) // 8,), dtype=np.uint8)
+        flat = bits.reshape(-1, bits.shape[-1])
+        rows = np.arange(thread.size)
+        base = thread.reshape(-1)
+        for off in self.replica_offsets():  # each element once per replica: no row twice in one |=
+            t = base + off
+            flat[rows, t >> 3] |= (np.uint8(128) >> (t & 7).astype(np.uint8))
+        return bits
 
     def same_as(self, other: "Fragment") -> bool:
         if self.shape != other.shape or self.num_threads != other.num_threads:

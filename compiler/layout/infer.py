@@ -464,13 +464,18 @@ class _KernelInference:
         self._check_accesses(loop, self.r.loops[loop], raise_conflict=True)
 
     def _check_accesses(self, loop: Parallel, layout: Fragment, raise_conflict: bool = False) -> None:
-        runs = layout.owner_mask()
-        grids = np.meshgrid(*[np.arange(n) for n in layout.shape], indexing="ij")
+        # Owner sets as packed bits (Fragment.owner_bits: 8 threads a byte) and index grids as open grids that
+        # broadcast to the loop's shape: the same sets as the bool masks of every (iteration, thread), 8 to
+        # hundreds of times less data.
+        identity = list(range(len(layout.shape)))
+        runs = None
         for buf, indices, is_store, stmt in self.accesses(loop):
             frag = self.r.fragments.get(buf)
             if frag is None:
                 continue
             pattern = self._pattern(loop, buf, indices, stmt)
+            if pattern == identity and (frag is layout or frag == layout or frag.same_as(layout)):
+                continue  # the loop runs on this fragment's own thread map: each iteration on the element's owners
             spread = [d for d, p in enumerate(pattern) if p is ANY and
                       any(lv.is_thread and lv.size > 1 for lv in frag.dims[d])]
             if spread:
@@ -486,20 +491,25 @@ class _KernelInference:
                     code="L004", notes=[f"{buf.name}: {frag.describe()}"],
                     hint=f"let a T.Parallel loop over all of '{buf.name}' write it first (its serially indexed dims "
                          f"then stay in registers), or go through T.alloc_shared")
-            mask = frag.owner_mask()
+            if runs is None:
+                runs = layout.owner_bits()
+            bits = frag.owner_bits()
             any_dims = tuple(d for d, p in enumerate(pattern) if p is ANY)
-            every = mask.all(axis=any_dims, keepdims=True) if any_dims else mask  # held for every value
-            some = mask.any(axis=any_dims, keepdims=True) if any_dims else mask
-            idx = tuple(grids[p] if not isinstance(p, tuple) else np.full(layout.shape, p[1] if p is not ANY else 0)
-                        for p in pattern)
+            every = np.bitwise_and.reduce(bits, axis=any_dims, keepdims=True) if any_dims else bits  # every value
+            some = np.bitwise_or.reduce(bits, axis=any_dims, keepdims=True) if any_dims else bits
+            rank = len(layout.shape)
+            idx = tuple(np.arange(layout.shape[p]).reshape([-1 if d == p else 1 for d in range(rank)])
+                        if not isinstance(p, tuple) else (p[1] if p is not ANY else 0) for p in pattern)
             holds = every[idx]
-            bad = ((runs != holds) | (runs != some[idx])) if is_store else (runs & ~holds)
+            bad = ((runs ^ holds) | (runs ^ some[idx])) if is_store else (runs & ~holds)
             if bad.any():
                 if not raise_conflict:
                     raise LayoutError("incompatible")
                 first, why = self.r.origin.get(buf, (None, ""))
                 first_line = first.span.line if first is not None and first.span else "?"
+                bad = np.broadcast_to(bad, runs.shape)
                 point = tuple(int(x[0]) for x in np.nonzero(bad.any(-1)))
+                idx = tuple(np.broadcast_to(i, layout.shape) for i in idx)
                 owner = self.loop_owner(loop, layout)
                 runs_on = f"the layout of '{owner.name}'" if owner is not None else "its own layout"
                 raise LayoutError(

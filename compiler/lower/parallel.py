@@ -36,7 +36,7 @@ def _lower_as_loops(ctx, loop: Parallel, layout, writer) -> list | None:
     a linear function of the loop variables (then the caller unrolls in Python)."""
     loops = SlotLoops(ctx, layout)
     table = layout.index_table()  # (threads, slots, dims)
-    valid = (np.arange(ctx.threads) < layout.threads_used)[:, None] & (table < np.array(layout.shape)).all(-1)
+    valid = layout.valid_table(ctx.threads)
     overrides = {}
     for buf, indices in _fragment_accesses(loop.body):
         found = _slots_of(ctx, buf, indices, loop, table, valid)
@@ -65,7 +65,7 @@ def _slots_of(ctx, buf, indices, loop: Parallel, table, valid):
     for dim, i in enumerate(indices):
         if isinstance(i, Var) and any(i is v for v in loop.vars):
             d = next(d for d, v in enumerate(loop.vars) if v is i)
-            idx.append(np.clip(table[:, :, d], 0, buf.shape[dim] - 1))
+            idx.append(np.minimum(table[:, :, d], buf.shape[dim] - 1))  # indices >= 0: padding clipped
         elif static_int(i) is not None:
             idx.append(np.full(table.shape[:2], static_int(i)))
         elif loop_invariant(loop, i) and not ctx.spread(buf, dim):

@@ -80,8 +80,8 @@ def _output_slots(ctx, s: Reduce, src_layout, dim: int):
     """Per source register: the output register it folds into (-1 where threads disagree), and whether any running
     thread holds a real element there."""
     table = src_layout.index_table()  # (threads, slots, dims)
-    valid = (np.arange(ctx.threads) < src_layout.threads_used)[:, None] & (table < np.array(src_layout.shape)).all(-1)
-    kept = [np.clip(table[:, :, d], 0, s.src.shape[d] - 1) for d in range(table.shape[2]) if d != dim]
+    valid = src_layout.valid_table(ctx.threads)
+    kept = [np.minimum(table[:, :, d], s.src.shape[d] - 1) for d in range(table.shape[2]) if d != dim]  # >= 0
     slots = ctx.frag(s.dst).tables()[1][tuple(kept)] if kept else np.zeros(table.shape[:2], dtype=np.int64)
     first = slots[valid.argmax(0), np.arange(slots.shape[1])]
     return np.where(((slots == first) | ~valid).all(0), first, -1), valid.any(0)

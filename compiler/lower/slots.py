@@ -88,15 +88,33 @@ class SlotLoops:
         if not keep.any():
             return 0
         rows = np.concatenate([np.ones((len(digits), 1), dtype=np.int64), digits], axis=1)[keep]
-        solution, *_ = np.linalg.lstsq(rows.astype(float), y[keep].astype(float), rcond=None)
-        coef = np.rint(solution).astype(np.int64)
-        if not (rows @ coef == y[keep]).all():
+        coef = self._through_corners(per_slot, care)
+        if coef is None:
+            solution, *_ = np.linalg.lstsq(rows.astype(float), y[keep].astype(float), rcond=None)
+            coef = np.rint(solution).astype(np.int64)
+        if not np.array_equal(rows @ coef, y[keep]):
             return None
         expr = int(coef[0])
         for a, v in zip(coef[1:], self.vars):
             if a:
                 expr = make_binop("+", expr, make_binop("*", v, int(a)))
         return expr
+
+    def _through_corners(self, per_slot: np.ndarray, care: np.ndarray):
+        """(c, a_1, ...) of the linear function through the origin of the loop grid and its neighbours along each
+        loop variable (var_i = 1, the others 0), or None when one of those points is not cared for. The points are
+        a basis of the grid: any linear function exact at every cared point takes these coefficients, so ``fit``
+        need not solve a least-squares problem when they are cared for (it checks every point either way)."""
+        steps, stride = {}, 1  # the slot of the point var = 1 (the others 0), as in ``points``
+        for _, _, size, scale, var in reversed(self.parts):
+            if var is not None:
+                steps[id(var)] = stride * scale
+            stride *= size * scale
+        corners = [0] + [steps[id(v)] for v in self.vars]
+        if not all(care[k] for k in corners):
+            return None
+        c = int(per_slot[0])
+        return np.array([c] + [int(per_slot[k]) - c for k in corners[1:]], dtype=np.int64)
 
     def nest(self, body: list) -> list:
         """``body`` inside one unrolled loop per register level (slowest outermost)."""
