@@ -43,13 +43,13 @@ def parse(func, enclosing: dict | None = None) -> PrimFunc:
     function that defines it, looked up after the closure."""
     name = getattr(func, "__name__", func)
     try:
-        lines, first_line = inspect.getsourcelines(func)
-        file = inspect.getsourcefile(func) or "<unknown>"
+        source = source_of(func)
     except (OSError, TypeError) as e:
         raise DSLSyntaxError(f"cannot read the source of {name!r}: {e}", code="E101",
                              hint="define prim_funcs in a .py file (the DSL is parsed from source)") from None
+    lines, first_line, file = source.lines, source.first_line, source.file
     try:
-        fdef = _parse_def(lines)
+        fdef = source.definition()
     except SyntaxError as e:
         raise DSLSyntaxError(f"cannot parse the source of {name!r}: {e.msg}", Span(file, first_line),
                              code="E101") from None
@@ -62,6 +62,44 @@ def parse(func, enclosing: dict | None = None) -> PrimFunc:
         except ValueError:  # a cell not yet filled: the name is assigned after the def
             pass
     return _Parser(file, first_line, lines, closure, func.__globals__).function(fdef, func)
+
+
+class Source:
+    """The source of one function as ``inspect`` reads it: ``lines``, ``first_line``, ``file``; ``definition()`` its
+    def statement parsed (``_parse_def``; SyntaxError when it does not parse). Nothing here changes the AST."""
+
+    __slots__ = ("code", "lines", "first_line", "file", "_fdef")
+
+    def __init__(self, code, lines: list[str], first_line: int, file: str):
+        self.code, self.lines, self.first_line, self.file, self._fdef = code, lines, first_line, file, None
+
+    def definition(self) -> ast.stmt:
+        if self._fdef is None:
+            self._fdef = _parse_def(self.lines)
+        return self._fdef
+
+
+_SOURCES: dict = {}  # id(code object) -> Source of a function with that very code object
+_SOURCES_MAX = 512
+
+
+def source_of(func) -> Source:
+    """``func``'s source (``inspect.getsourcelines`` / ``getsourcefile``), read and parsed once per code object: a
+    ``@T.prim_func`` nested in a ``@jit`` factory is a new function at every call of the factory but always the same
+    code object, so compiling a factory at many configurations (the autotuner, a sweep of shapes) reads and parses
+    its source once. The cached text is the one read when the code object was first parsed, i.e. the code that
+    runs. Raises OSError or TypeError where ``inspect`` finds no source."""
+    code = getattr(func, "__code__", None)
+    cached = _SOURCES.get(id(code)) if code is not None else None
+    if cached is not None and cached.code is code:
+        return cached
+    lines, first_line = inspect.getsourcelines(func)
+    source = Source(code, lines, first_line, inspect.getsourcefile(func) or "<unknown>")
+    if code is not None:
+        if len(_SOURCES) >= _SOURCES_MAX:
+            _SOURCES.clear()
+        _SOURCES[id(code)] = source  # holds the code object: its id stays unique while the entry lives
+    return source
 
 
 def _parse_def(lines: list[str]) -> ast.stmt:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import inspect
 import operator
 from collections.abc import Mapping
@@ -299,7 +300,7 @@ class ExpressionParser:
                 kwargs.update(self._compile_time(kw.value, "a mapping to unpack with **", Mapping))
             else:
                 kwargs[kw.arg] = self.expr(kw.value)
-        return self._guard(node, self.call, fn, args, kwargs, ast.unparse(node.func))
+        return self._guard(node, self.call, fn, args, kwargs, _callee_name(node.func))
 
     def call(self, fn, args, kwargs, name: str):
         from tileagent.compiler.frontend_macro import Macro, inline
@@ -310,7 +311,7 @@ class ExpressionParser:
             raise DSLTypeError(f"`{name}` is {describe(fn)}, not a function", code="E309")
         if _is_builtin(fn):
             try:
-                inspect.signature(fn).bind(*args, **kwargs)
+                _signature(fn).bind(*args, **kwargs)
             except TypeError as e:
                 raise DSLTypeError(f"{name}(): {e}", code="E301",
                                    hint=f"signature: {name}{inspect.signature(fn)}") from None
@@ -321,6 +322,28 @@ class ExpressionParser:
             raise
         except Exception as e:  # a user helper or Python builtin failed on these values
             raise DSLTypeError(f"calling `{name}` raised {type(e).__name__}: {e}", code="E301") from None
+
+
+def _callee_name(node: ast.expr) -> str:
+    """The callee as the source spells it (``ast.unparse``), without unparsing the common ``f`` and ``T.f``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
+    return ast.unparse(node)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_signature(fn) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
+def _signature(fn) -> inspect.Signature:
+    """``inspect.signature(fn)``, computed once per DSL builtin (every T.copy, T.Parallel... of every kernel)."""
+    try:
+        return _cached_signature(fn)
+    except TypeError:  # unhashable callable
+        return inspect.signature(fn)
 
 
 def _is_builtin(fn) -> bool:

@@ -42,7 +42,7 @@ def macro(func=None, *, hygienic: bool = True):
 
 def inline(parser, m: Macro, args: list, kwargs: dict, name: str):
     """Emit the body of macro ``m`` through ``parser`` (a frontend ``_Parser``) and return its value."""
-    from tileagent.compiler.frontend import _parse_def
+    from tileagent.compiler.frontend import source_of
 
     fn = m.fn
     stack = getattr(parser, "_macro_stack", None)
@@ -58,9 +58,9 @@ def inline(parser, m: Macro, args: list, kwargs: dict, name: str):
         raise DSLTypeError(f"{name}(): {e}", code="E301", hint=f"signature: {name}{inspect.signature(fn)}") from None
     bound.apply_defaults()
     try:
-        lines, first_line = inspect.getsourcelines(fn)
-        file = inspect.getsourcefile(fn) or "<unknown>"
-        fdef = _parse_def(lines)
+        source = source_of(fn)
+        lines, first_line, file = source.lines, source.first_line, source.file
+        fdef = source.definition()
     except (OSError, TypeError, SyntaxError) as e:
         raise DSLSyntaxError(f"cannot read the source of macro {name}: {e}", code="E101") from None
     closure = {}

@@ -1317,3 +1317,39 @@ def test_messages_never_mention_internal_module_paths(which):
         for text in (err.message, err.hint, *err.notes):
             assert "compiler/" not in text and "compiler." not in text and ".py" not in text, str(err)
             assert "Traceback" not in text, str(err)
+
+
+def test_a_factory_reads_its_prim_funcs_source_once_and_each_file_keeps_its_own_spans(tmp_path, monkeypatch):
+    """The frontend keeps a function's source per code object: a factory compiled at many configurations reads and
+    parses it once; two files with the same code at the same lines are two code objects, and errors point into
+    each one's own file."""
+    import importlib.util
+
+    from tileagent.compiler import frontend
+
+    text = ("import tileagent.language as T\n\n"
+            "def factory(n):\n"
+            "    @T.prim_func\n"
+            "    def main(X: T.Tensor((n,), 'float32')):\n"
+            "        with T.Kernel(1, threads=32):\n"
+            "            T.copy(X, undefined_name)\n"
+            "    return main\n")
+    modules = []
+    for name in ("first", "second"):
+        (tmp_path / f"{name}.py").write_text(text)
+        spec = importlib.util.spec_from_file_location(f"_src_cache_{name}", tmp_path / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        modules.append(module)
+    reads = []
+    real = inspect.getsourcelines
+    monkeypatch.setattr(inspect, "getsourcelines", lambda fn: reads.append(fn.__code__.co_filename) or real(fn))
+    for module in modules:
+        for n in (32, 64, 96):
+            with pytest.raises(CompileError) as info:
+                module.factory(n)
+            assert info.value.code == "E201" and info.value.span.line == 7
+            assert info.value.span.file == str(tmp_path / f"{module.__name__.split('_')[-1]}.py")
+    assert reads == [str(tmp_path / "first.py"), str(tmp_path / "second.py")]
+    assert frontend.source_of(modules[1].factory) is frontend.source_of(modules[1].factory)
+    assert frontend.source_of(modules[0].factory) is not frontend.source_of(modules[1].factory)
