@@ -58,3 +58,38 @@ def test_the_key_changes_with_the_compiler_source_not_only_its_version(monkeypat
     before = module_cache.cache_key(func, "cuda", "sm_90a")
     monkeypatch.setattr(module_cache, "compiler_fingerprint", lambda: "other compiler sources")
     assert module_cache.cache_key(func, "cuda", "sm_90a") != before
+
+
+def test_a_stored_module_reads_back_as_the_same_cuda_in_a_fresh_process(tmp_path, monkeypatch):
+    """IR nodes are pickled as (class, field values) (``module_cache.dump``); reading needs nothing the writing
+    process set up, hardware indices come back as the module's own objects, and the CUDA is the same text."""
+    from tileagent.compiler.ir.visit import walk
+    from tileagent.compiler.tir import SPECIAL_VARS
+
+    monkeypatch.setenv("TILEAGENT_CACHE_DIR", str(tmp_path))
+    func = _program(160)
+    module = lower(func, infer_layouts(func))
+    key = module_cache.cache_key(func, "cuda", "sm_90a")
+    module_cache.store(key, module, generate(module))
+    module_cache._field_names.cache_clear()  # as in a process that never wrote an entry
+    monkeypatch.setattr(module_cache, "_REDUCERS", None)
+    loaded, source = module_cache.load(key, _program(160))
+    assert generate(loaded) == source == generate(module)
+    names = {v.name for v in SPECIAL_VARS}
+    found = [e for s in walk(loaded.kernels[0].body) for e in _vars(s) if getattr(e, "name", None) in names]
+    assert found and all(any(e is v for v in SPECIAL_VARS) for e in found)
+
+
+def _vars(stmt):
+    from tileagent.compiler.ir.expr import Var
+    from tileagent.compiler.ir.visit import stmt_exprs
+
+    out, stack = [], list(stmt_exprs(stmt))
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Var):
+            out.append(e)
+        for name in getattr(type(e), "__slots__", ()):
+            child = getattr(e, name, None)
+            stack += [c for c in (child if isinstance(child, tuple) else (child,)) if hasattr(c, "dtype")]
+    return out
