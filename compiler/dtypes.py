@@ -29,7 +29,7 @@ _TORCH = {
 }
 _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32", "bf16": "bfloat16",
             "fp16": "float16", "fp32": "float32", "float8_e4m3": "float8_e4m3fn"}  # TileLang: e4m3 is e4m3fn on CUDA
-_BITS = {"bool": 8, "float8_e4m3fn": 8, "float8_e5m2": 8}
+_BITS = {"bool": 8, "float8_e4m3fn": 8, "float8_e5m2": 8}  # the rest filled in by DType.bits
 
 
 class UnsupportedDType(ValueError):
@@ -58,9 +58,10 @@ class DType(str):
 
     @property
     def bits(self) -> int:
-        if self in _BITS:
-            return _BITS[self]
-        return int("".join(ch for ch in self.split("_")[0] if ch.isdigit()))
+        bits = _BITS.get(self)
+        if bits is None:  # every canonical name once (the compiler asks thousands of times per kernel)
+            bits = _BITS[str(self)] = int("".join(ch for ch in self.split("_")[0] if ch.isdigit()))
+        return bits
 
     @property
     def bytes(self) -> int:

@@ -179,6 +179,26 @@ def module(*kernels):
     return DeviceModule("test_module", tuple(kernels))
 
 
+def test_binop_literals_take_the_expressions_dtype_and_mixed_dtypes_get_casts():
+    """make_binop's rules (TVM's): a literal meets an expression in its dtype, an int expression meeting a float
+    literal is cast to float32, bool is promoted, x + 0 and 1 * x fold (the lowering builds these by the hundred)."""
+    from tileagent.compiler.ir.expr import make_binop
+
+    i, h, f, b = Var("i", DType("int32")), Var("h", DType("float16")), Var("f", DType("float32")), Var("b", DType("bool"))
+    e = make_binop("*", i, 8)
+    assert isinstance(e, BinOp) and e.dtype == "int32" and e.a is i and (e.b.value, e.b.dtype) == (8, "int32")
+    e = make_binop("+", 1, h)
+    assert e.dtype == "float16" and e.b is h and type(e.a.value) is float and (e.a.value, e.a.dtype) == (1.0, "float16")
+    e = make_binop("-", i, 2.5)
+    assert e.dtype == "float32" and isinstance(e.a, Cast) and e.a.value is i and e.b.value == 2.5
+    e = make_binop("+", b, 1)
+    assert e.dtype == "int32" and isinstance(e.a, Cast) and e.a.value is b
+    e = make_binop("+", f, i)
+    assert e.dtype == "float32" and e.a is f and isinstance(e.b, Cast) and e.b.value is i
+    assert make_binop("+", i, 0) is i and make_binop("*", 1, i) is i and make_binop("*", f, 1) is not f
+    assert make_binop("+", 2, 3) == 5 and (make_binop("+", Const(2, DType("int32")), 3).value == 5)
+
+
 # ---- code generation
 
 

@@ -214,10 +214,22 @@ def make_cast(x, dtype) -> Expr:
 
 def make_binop(op: str, a, b):
     """a op b with folding of Python numbers and explicit casts for mixed dtypes."""
-    if is_number(a) and is_number(b):
-        return _PY_BINOPS[op](a, b)
-    dt = _operand_dtypes(a, b)
-    a, b = make_cast(as_expr(a, dt), dt), make_cast(as_expr(b, dt), dt)
+    # the shapes the lowering builds by the hundred (e * 8, e + f of one dtype) take the short way to what the
+    # general one below gives them: no cast, the literal a Const of the expression's dtype
+    a_expr, b_expr = isinstance(a, Expr), isinstance(b, Expr)
+    if a_expr and b_expr and a.dtype == b.dtype:
+        dt = a.dtype
+    elif a_expr and type(b) in (int, float) and (a.dtype.is_float or (type(b) is int and a.dtype.is_int)):
+        dt = a.dtype
+        b = Const(float(b) if dt.is_float else b, dt)
+    elif b_expr and type(a) in (int, float) and (b.dtype.is_float or (type(a) is int and b.dtype.is_int)):
+        dt = b.dtype
+        a = Const(float(a) if dt.is_float else a, dt)
+    else:
+        if is_number(a) and is_number(b):
+            return _PY_BINOPS[op](a, b)
+        dt = _operand_dtypes(a, b)
+        a, b = make_cast(as_expr(a, dt), dt), make_cast(as_expr(b, dt), dt)
     if isinstance(a, Const) and isinstance(b, Const) and op in _PY_BINOPS:
         if op == "/" and dt.is_int:
             return Const(int(a.value / b.value), dt)

@@ -196,16 +196,21 @@ def _sanitize(name: str) -> str:
     return s
 
 
+_PARENS = re.compile(r"[()]")
+
+
 def _strip(s: str) -> str:
     """Drop one pair of parentheses around the whole of ``s``."""
     if not (s.startswith("(") and s.endswith(")")):
         return s
-    depth = 0
-    for i, ch in enumerate(s):
-        depth += ch == "("
-        depth -= ch == ")"
-        if depth == 0 and i < len(s) - 1:
-            return s
+    depth, last = 0, len(s) - 1
+    for m in _PARENS.finditer(s):  # only the parentheses: the depth changes nowhere else
+        if s[m.start()] == "(":
+            depth += 1
+            continue
+        depth -= 1
+        if depth == 0:
+            return s[1:-1] if m.start() == last else s
     return s[1:-1]
 
 
