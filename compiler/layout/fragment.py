@@ -181,22 +181,25 @@ class Fragment:
         return _memo(self, "tables", self._tables)
 
     def _tables(self) -> tuple[np.ndarray, np.ndarray]:
-        grids = np.meshgrid(*[np.arange(n) for n in self.shape], indexing="ij")
+        # each level's digit depends on one dim's index: per-dim vectors, summed by broadcasting
+        weight, w = {}, 1  # slot = sum of register digits times the sizes of the faster register levels
+        for d, k, lv in reversed(self._slot_levels()):
+            weight[(d, k)] = w
+            w *= lv.size
         thread = np.zeros(self.shape, dtype=np.int64)
         slot = np.zeros(self.shape, dtype=np.int64)
-        for d, grid in enumerate(grids):
-            rest = grid
-            for lv in self.dims[d]:
+        for d, n in enumerate(self.shape):
+            rest = np.arange(n, dtype=np.int64)
+            t_d, s_d = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+            for k, lv in enumerate(self.dims[d]):
                 digit, rest = rest % lv.size, rest // lv.size
                 if lv.is_thread:
-                    thread += digit * lv.stride
-        slot_digits = {}
-        for d, grid in enumerate(grids):
-            rest = grid
-            for k, lv in enumerate(self.dims[d]):
-                slot_digits[(d, k)], rest = rest % lv.size, rest // lv.size
-        for d, k, lv in self._slot_levels():
-            slot = slot * lv.size + slot_digits[(d, k)]
+                    t_d += digit * lv.stride
+                else:
+                    s_d += digit * weight[(d, k)]
+            along = [n if e == d else 1 for e in range(len(self.shape))]
+            thread += t_d.reshape(along)
+            slot += s_d.reshape(along)
         return thread, slot
 
     def index_table(self) -> np.ndarray:

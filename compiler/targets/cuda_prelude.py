@@ -75,7 +75,7 @@ def preamble(headers, header_api, texts) -> list[str]:
             included.add(h)
             continue
         dtype, _, family, defined = _OWN[h]
-        if dtype in header_api or any(m.group(0) not in defined for t in texts for m in family.finditer(t)):
+        if dtype in header_api or any(set(family.findall(t)) - defined for t in texts):
             included.add(h)
     for h in list(included):
         included |= _BRINGS.get(h, set()) & set(headers)
