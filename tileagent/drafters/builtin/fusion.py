@@ -114,6 +114,8 @@ class Plan:
             ks = [owner[id(d)] for d in deps]
             k = max(ks, key=lambda k: k.index) if ks else None
             numel = prod(o.shape)
+            if k is None:
+                k = self._host(o)
             if k is not None and numel.v == k.X.v * k.R.v and len(o.shape):
                 k.full_outs.append((n, o))
             elif k is not None and numel.v == k.X.v and not (numel.v == 1 and k.X.v == 1 and k.R.v > 1 and False):
@@ -132,6 +134,22 @@ class Plan:
             for r in k.reduces:
                 if isinstance(r, TopK) and len(getattr(r, "outs", {})) != 2:
                     raise Unsupported(f"topk with an output unused or used by other math ({_where(r.node, trace.path)})")
+
+    def _host(self, o: V):
+        """The reduction kernel that also writes ``o``, an output that reads no reduction (the new residual ``x + r``
+        next to ``rmsnorm(x + r)``), or None: the first kernel (no top-k) whose domain is ``o``'s shape and which
+        reads every input ``o`` reads. It holds the row in registers when it fits (``schedule``'s ``reread``), so
+        the output costs its store only; a pointwise kernel of its own would read those inputs a second time (the
+        H200: add_rmsnorm_residual at 65-68% of a copy, two of its six units of traffic)."""
+        reads = _globals(o)
+        for k in self.kernels:
+            if k.pointwise or any(isinstance(r, TopK) for r in k.reduces) or k.X.v == 1:
+                continue
+            if [s.v for s in k.anchor.shape] != [s.v for s in o.shape]:
+                continue
+            if reads <= set().union(*(_globals(r.value) for r in k.reduces)):
+                return k
+        return None
 
     def _pointwise_out(self, pointwise: dict, n: int, o: V) -> None:
         """Output ``n`` written by a pointwise kernel over its elements (one per element count, made on first use)."""
@@ -163,6 +181,22 @@ class Plan:
         lines.append(f"        return {', '.join(rets)}\n" if len(rets) > 1 else f"        return {rets[0]}\n")
         del results
         return "".join(lines)
+
+
+def _globals(v) -> set:
+    """The names of the inputs and parameters ``v`` reads, through pointwise ops, views and reductions."""
+    out, seen, stack = set(), set(), [v]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, Global):
+            out.add(x.name)
+        stack.extend(a for a in getattr(x, "ins", ()) if isinstance(a, V))
+        if isinstance(x, (Reduce, TopK)):
+            stack.append(x.value if isinstance(x, Reduce) else x.src)
+    return out
 
 
 def _deps(v) -> list:
@@ -299,6 +333,9 @@ class KernelWriter:
             return f"{f}[j]"
         self.allocs[f] = "(BM, BR)"
         cx.loads[f] = f"T.copy({self.param(g, pattern[2])}[bm * BM, {col0}{off}], {f})"
+        if g.dtype != torch.float32:  # the tile in the input's dtype: half the registers of float32 for fp16/bf16
+            self.alloc_dtype[f] = f"$d_{g.name}"
+            return f"T.cast({f}[i, j], \"float32\")"
         return f"{f}[i, j]"
 
     def col_origin(self):
@@ -614,10 +651,10 @@ class KernelWriter:
         on_cuda = _uses("\n".join(body), ON_CUDA)  # torch's device-dependent rounding (values._scalar_division)
         factory_args = syms + dts + [ON_CUDA] * on_cuda + ["BM", "BR", "THREADS"] + (["SPLIT"] if split else [])
         dt = self.alloc_dtype
-        allocs = [" " * 12 + f"{n} = T.alloc_fragment({shape}, \"{dt.get(n, 'float32')}\")"
+        allocs = [" " * 12 + f"{n} = T.alloc_fragment({shape}, {_dtype_text(dt.get(n, 'float32'))})"
                   for n, shape in self.allocs.items() if not split or n not in self.allocs2]
         if split:  # the second scope: combine the partials of every row, then the per-row outputs
-            second = [" " * 12 + f"{n} = T.alloc_fragment({self.allocs[n]}, \"{dt.get(n, 'float32')}\")"
+            second = [" " * 12 + f"{n} = T.alloc_fragment({self.allocs[n]}, {_dtype_text(dt.get(n, 'float32'))})"
                       for n in self.allocs2]
             second += [" " * 12 + "part = T.alloc_fragment((SPLIT, BM), \"float32\")"]
             for n_red, op, ws in self.split_reduces:
@@ -651,6 +688,11 @@ class KernelWriter:
         call = f"{fname}({args}{', ' if args else ''}*{sched})({', '.join(arg for _, (_, arg, _) in ins)})"
         outs = [f"o{n}" if n is not None else name for name, _, n in out_params]
         return "\n".join(text) + "\n", (call, outs)
+
+
+def _dtype_text(dtype: str) -> str:
+    """A fragment's dtype in the kernel text: a literal, or (``$name``) the factory's dtype argument ``name``."""
+    return dtype[1:] if dtype.startswith("$") else f"\"{dtype}\""
 
 
 def _rereads(body: list[str]) -> bool:
