@@ -303,3 +303,44 @@ def test_reductions_fill_the_gpu_with_blocks(tmp_path):
     assert module["schedule_split"](1, 8192, 4096, 32, 128, True) == 16  # 512 blocks, as before
     _, frob = _candidate("frobenius_norm", tmp_path)
     assert frob["schedule_split"](1, 16 * 64 * 256 * 256) == (1, 4096, 128, 1024)
+
+
+def test_an_output_without_reductions_is_written_by_the_reduction_kernel_of_its_domain(tmp_path):
+    """add_rmsnorm_residual returns rmsnorm(x + r) and the new residual x + r: one kernel writes both (a pointwise
+    kernel of its own read x and r a second time: 65-68% of a copy on the H200)."""
+    match, _ = explain(REPO / "bench" / "suite" / "add_rmsnorm_residual.py")
+    kernels = match.plan.kernels
+    assert len(kernels) == 1 and [n for n, _ in kernels[0].full_outs] == [0, 1]
+
+
+MOMENTS = '''
+class Model(nn.Module):
+    def forward(self, x):
+        v = x.var(-1, keepdim=True)
+        return (x - x.mean(-1, keepdim=True)) * torch.rsqrt(v + 1e-5), v
+'''
+
+
+@pytest.mark.parametrize("name", ["instance_norm", "var_ragged"])
+def test_mean_and_variance_in_one_pass_over_long_rows(name, tmp_path):
+    """A mean and the variance about it over a row of several tiles: one pass (per-lane shifted sums combined
+    exactly), not a pass for the mean and another for the squared deviations (instance_norm read x three times:
+    49% of a copy on the H200). With 32-column tiles the rows span 2 tiles (instance_norm) and 4, the last ragged
+    (100 columns); correct under every input distribution, the large-mean and outlier ones included."""
+    path = REPO / "bench" / "suite" / f"{name}.py" if name != "var_ragged" else \
+        write_reference(tmp_path, name, MOMENTS, "[torch.randn(5, 100)]")
+    draft = BuiltinDrafter().draft(DraftTask(task_name=name, reference_path=str(path), reference_source="",
+                                             configs=[], turn=1))[0]
+    assert draft.source.count("for kk in T.serial(NK):") == 4  # NK == 1: two passes over registers; else one
+    assert "else:  # several tiles: one pass over x, shifted sums per lane" in draft.source
+    candidate = tmp_path / f"{name}_moments.py"
+    # rows this short are held in registers (the reread rule); without it, tiles of 32
+    assert ", True, 3))(" in draft.source
+    candidate.write_text(draft.source.replace("BR_MAX = 4096", "BR_MAX = 32").replace(", True, 3))(", ", False, 3))("))
+    module = {}
+    exec(compile(candidate.read_text(), str(candidate), "exec"), module)
+    assert module["schedule"](5, 100, False, False, False, 3)[1] == 32  # 4 tiles of 32
+    spec = load_spec(path)
+    configs = [spec.small_config] if name != "var_ragged" else [{}]
+    results = check_candidate(spec, candidate, device="cpu", configs=configs, seeds=1, seed=SEED)
+    assert [r.correct for r in results] == [True], [r.message for r in results]

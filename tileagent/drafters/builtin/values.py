@@ -120,6 +120,7 @@ class Reduce(V):
             [src.shape[d] for d in self.kept]
         self.post = None  # a function of the reduced text: var divides by the count, mean is decomposed before
         self.online = None  # a sum of exp(x - b(amax(x))): (amax, x, b, shape of x - b), see Builder.shifted_exp
+        self.var_of = None  # var: the mean of ``src`` whose squared deviations this sums
 
     def kept_index(self, idx):
         if self.keepdim:
@@ -506,6 +507,7 @@ class Builder:
             corr = float(correction)
             r.post = lambda t, c=count, k=corr: f"({t} * (1.0 / ({c.t} - {k})))"
             r.ins = [value]
+            r.var_of = mean  # the kernel may compute both in one pass over a long row (fusion.KernelWriter.moments)
             self.reduces.append(r)
             return r
         op = {"sum": "sum", "amax": "amax", "amin": "amin", "max": "amax", "min": "amin"}[name]

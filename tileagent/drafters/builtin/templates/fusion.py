@@ -27,19 +27,25 @@ VARIANTS = [
 ]
 
 SCHEDULE = '''
-def schedule(NX, NR, pointwise, topk, reread=False):
+def schedule(NX, NR, pointwise, topk, reread=False, lanes=1):
     """(BM, BR, THREADS) for NX rows of NR columns: BR the row length as a power of two (up to BR_MAX, 512 for a
     pointwise kernel; the whole row for top-k), BM rows so a thread holds about PER_THREAD values (top-k: fewer,
     down to 8 rows, until 1024 blocks run). ``reread``: the
     kernel passes over a row more than once (a reduction, then outputs of the row's size): a row of up to
-    512 * PER_THREAD values is then one tile held in registers (up to 512 threads), read from memory once."""
+    512 * PER_THREAD values is then one tile held in registers (up to 512 threads), read from memory once.
+    ``lanes``: float32 tiles a pass over a longer row keeps per value (3 for a mean and variance in one pass,
+    besides the loaded tile): a thread then holds half as many values, in tiles of up to BR_MAX / 2 (168 registers
+    and 3 blocks per SM at 32 values a thread)."""
     cap = 512 if pointwise else (1 << 16 if topk else BR_MAX)
+    per = PER_THREAD
     if reread and NR > cap and NR <= 512 * PER_THREAD:
         cap = NR
+    elif lanes > 1 and NR > cap:
+        per, cap = max(4, PER_THREAD // 2), max(32, BR_MAX // 2)
     br = 32
     while br < NR and br < cap:
         br *= 2
-    bm = max(1, THREADS * PER_THREAD // br)
+    bm = max(1, THREADS * per // br)
     rows = 1
     while rows < NX and rows < bm:
         rows *= 2
@@ -48,7 +54,7 @@ def schedule(NX, NR, pointwise, topk, reread=False):
         bm //= 2  # holds; fewer rows per block fill the GPU (M=8192, E=64: 128 blocks at 0.12 waves); not under 8
         # rows, which the CPU interpreter runs 7x faster than 1 row per block
     threads = THREADS
-    while threads < 512 and threads * PER_THREAD < bm * br:
+    while threads < 512 and threads * per < bm * br:
         threads *= 2
     while threads > 32 and bm * br < threads * 4:
         threads //= 2
