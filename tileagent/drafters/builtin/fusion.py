@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 
 from tileagent.drafters.builtin.aten import AtenTrace
-from tileagent.drafters.builtin.index import ONE, Lin, Size, Unsupported, Var, prod, ravel, unravel
+from tileagent.drafters.builtin.index import ONE, Dyn, Lin, Size, Unsupported, Var, prod, ravel, unravel
 from tileagent.drafters.builtin.values import (BOOL, DT, FLOAT, INT, ON_CUDA, Builder, Fn, Global, Reduce, TopK,
                                                TopKPart, V, _bcast, _simple, _where, kind_of)
 
@@ -228,6 +228,28 @@ class Cx:
         self.lines: list[str] = []
         self.memo: dict = {}
         self.loads: dict = {}
+        self.narrow: dict = {}  # loop atom -> (lo, hi): its values where the value being written is used
+
+    def narrowed(self, lin: Lin, lo: Size, hi: Size):
+        """A context in which ``lin``'s loop atom (``lin`` = atom + constant) takes only the values that put
+        ``lin`` in [lo, hi) (a cat's part is read where the index falls in the part)."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def scope():
+            saved = dict(self.narrow)
+            if len(lin.terms) == 1 and lin.terms[0][1].v == 1 and isinstance(lin.terms[0][0], Var):
+                a = lin.terms[0][0]
+                alo, ahi = self.narrow.get(a, a.rng())
+                self.narrow[a] = (max(alo, lo.v - lin.const.v), min(ahi, hi.v - 1 - lin.const.v))
+            try:
+                yield
+            finally:
+                self.narrow = saved
+        return scope()
+
+    def narrow_key(self):
+        return tuple(sorted((repr(a), r) for a, r in self.narrow.items()))
 
     def let(self, text):
         name = f"v{self.w.counter}"
@@ -275,6 +297,8 @@ class KernelWriter:
         self.split_reduces: list = []  # (number, op, partials buffer) of a kernel split along its columns
         self.split_at = 0
         self.allocs2: list = []
+        self.block_lets: dict = {}  # text -> (name, let statement) of row-uniform values at the block's first row
+        self.row_div: list = []  # strides BM must divide (uniform_col)
 
     # -- reads ----------------------------------------------------------------------------------------------------
 
@@ -311,8 +335,71 @@ class KernelWriter:
                     rest_t = flat - k.row.scale(pitch) - k.col
                     if rest_t.is_const() and 0 <= rest_t.const.v and rest_t.const.v + k.R.v <= pitch.v:
                         return self.fragment(cx, g, ("tile", rest_t.const, pitch))
+                    if rest_t.is_const() and self.in_row(cx, k.col + rest_t, pitch):
+                        # a tile shifted along the row (rotate_half's cat of the row's halves): the copy reads
+                        # outside the row too (0 there), but every value used lies in the row
+                        return self.fragment(cx, g, ("tile", rest_t.const, pitch))
+        if cx.mode == "tile" and kind_of(g.dtype) in (FLOAT, BOOL):
+            uniform = self.uniform_col(cx, g, flat)
+            if uniform is not None:
+                return uniform
         text = f"{self.param(g)}[{flat.text()}]"
         return f"T.cast({text}, \"float32\")" if kind_of(g.dtype) == FLOAT else text
+
+    @staticmethod
+    def in_row(cx: Cx, col: Lin, pitch: Size) -> bool:
+        """Whether ``col`` lies in [0, pitch) on every lane whose value is used (the ranges ``cx.narrow`` gives the
+        loop atoms where a value is read under a condition, as a cat's parts are)."""
+        lo = hi = col.const.v
+        for a, c in col.terms:
+            alo, ahi = cx.narrow.get(a, a.rng())
+            lo += min(alo * c.v, ahi * c.v)
+            hi += max(alo * c.v, ahi * c.v)
+        return 0 <= lo and hi < pitch.v
+
+    def uniform_col(self, cx: Cx, g: Global, flat: Lin):
+        """``flat = base(row) + column``, ``base`` one value for the block's rows when BM divides the stride of the
+        outermost row dims it reads (cos/sin per position under the heads of a rotary embedding, a padding mask per
+        batch under its heads and queries, an embedding row per token with BM = 1): a (BR,) fragment loaded with one
+        T.copy from ``base`` at the block's first row (vector loads) instead of an element read per value. Adds
+        the stride to ``self.row_div`` (schedule's ``div``); None when ``flat`` is not of that form."""
+        import re
+
+        k = self.k
+        rest = flat - k.col
+        if rest.is_const():
+            return None
+        strides, stride = {}, ONE
+        for v in reversed(k.xvars):
+            strides[v.name] = stride
+            stride = stride * v.size
+        terms, involved = [], set()
+        for a, c in rest.terms:
+            text = a.text()
+            names = set(re.findall(r"\b[A-Za-z_]\w*\b", text))
+            xs = names & set(strides)
+            other = names - xs - set(self.plan.t.binds) - set(self.params) - {"T"}
+            if other or not xs or (not isinstance(a, Var) and "[" in text and not isinstance(a, Dyn)):
+                return None  # reads a loop atom of the columns, or a value bound inside the T.Parallel body
+            involved |= xs
+            text = re.sub(r"\bx(\d+)\b", r"bx\1", text)
+            if isinstance(a, Dyn):  # a run-time row index (a token id): a let, so the copy's start stays linear
+                name = f"bd{len(self.block_lets)}"
+                self.block_lets.setdefault(text, (name, f"{name} = {text}"))
+                text = self.block_lets[text][0]
+            terms.append(text if c.t == "1" else f"{text} * {c.t}")
+        div = min((strides[n] for n in involved), key=lambda s: s.v)
+        self.row_div.append(div)
+        base = " + ".join(terms + ([rest.const.t] if rest.const.v else []))
+        key = (g.name, "ucol", base)
+        if key not in self.frag_of:
+            self.frag_of[key] = f"f{len(self.frag_of)}_{g.name}"
+        f = self.frag_of[key]
+        self.allocs[f] = "(BR,)"
+        if kind_of(g.dtype) == BOOL:
+            self.alloc_dtype[f] = "bool"
+        cx.loads[f] = f"T.copy({self.param(g)}[{base} + {self.col_origin()}], {f})"
+        return f"{f}[j]" if kind_of(g.dtype) == BOOL else f"T.cast({f}[j], \"float32\")"
 
     def fragment(self, cx: Cx, g: Global, pattern):
         key = (g.name,) + tuple((p.v, p.t) if isinstance(p, Size) else p for p in pattern)
@@ -387,6 +474,11 @@ class KernelWriter:
                 q = "rg" if st.t == "1" else f"rg // {st.t}"
                 out.append(f"{v.name} = {q}" if n == 0 else f"{v.name} = ({q}) % {v.size.t}")
         return out
+
+    def block_prelude(self) -> list[str]:
+        """The row atoms at the block's first row (``bx0``... of ``bxg = bm * BM``), as kernel-level lets."""
+        return ["bxg = bm * BM"] + [line.replace("xg", "bxg").replace(f"{v.name} =", f"b{v.name} =", 1)
+                                    for line, v in zip(self.prelude("row")[1:], self.k.xvars)]
 
     def body(self, cx: Cx, mode: str, stmts: list[str], pad: int) -> list[str]:
         loop = "for i, j in T.Parallel(BM, BR):" if mode == "tile" else "for i in T.Parallel(BM):"
@@ -725,6 +817,9 @@ class KernelWriter:
                            " " * 12 + f"{REDUCE_FN[op]}(part, red{n_red}, dim=0)"]
             body = body[:self.split_at] + ["", " " * 8 + "with T.Kernel(T.ceildiv(NX, BM), threads=THREADS) as bm:  "
                                            "# after every partial"] + second + body[self.split_at:]
+        if self.row_div:  # the block's first row, where the row-uniform fragments are read (uniform_col)
+            allocs += [" " * 12 + s for s in self.block_prelude()]
+            allocs += [" " * 12 + let for _, let in self.block_lets.values()]
         if self.hoisted:
             allocs += [" " * 12 + "if NK == 1:  # the whole row is one tile: load it once for every pass"]
             allocs += [" " * 16 + s for s in self.hoisted.values()]
@@ -745,6 +840,9 @@ class KernelWriter:
         topk = any(isinstance(r, TopK) for r in k.reduces)
         sched = f"schedule({k.X.t}, {k.R.t}, {'True' if k.pointwise else 'False'}, {'True' if topk else 'False'}" + \
             (", True" if _rereads(body) else ", False") + (", 3)" if "acc2 = T.alloc_fragment" in "\n".join(allocs) else ")")
+        if self.row_div:
+            div = min(self.row_div, key=lambda d: d.v)
+            sched = sched[:-1] + f", div={div.t})"
         if split:
             sched = f"schedule_split({k.X.t}, {k.R.t})"
         call = f"{fname}({args}{', ' if args else ''}*{sched})({', '.join(arg for _, (_, arg, _) in ins)})"

@@ -46,7 +46,7 @@ class V:
     node = None
 
     def load(self, cx, idx):
-        key = (id(self), tuple(i.key() for i in idx))
+        key = (id(self), tuple(i.key() for i in idx), cx.narrow_key() if hasattr(cx, "narrow_key") else ())
         if key in cx.memo:
             return cx.memo[key]
         text = self.compute(cx, idx)
@@ -362,11 +362,15 @@ class Builder:
                 start = start + p.shape[d]
             kind = kind_of(dtype)
 
-            def load(cx, idx, parts=parts, d=d, bounds=bounds, kind=kind):
-                text = cx.convert(parts[-1], parts[-1].load(cx, idx[:d] + [idx[d] - Lin.c(bounds[-1])] + idx[d + 1:]),
-                                  kind)
+            def load(cx, idx, parts=parts, d=d, bounds=bounds, kind=kind, total=shape[d]):
+                # each part is read where the index falls in it (cx.narrowed: the reads may then be tiles shifted
+                # along a row, which hold the part's values exactly there)
+                with cx.narrowed(idx[d], bounds[-1], total) if hasattr(cx, "narrowed") else _nothing():
+                    text = cx.convert(parts[-1], parts[-1].load(cx, idx[:d] + [idx[d] - Lin.c(bounds[-1])] +
+                                                                idx[d + 1:]), kind)
                 for p, b, e in reversed(list(zip(parts[:-1], bounds[:-1], bounds[1:]))):
-                    v = cx.convert(p, p.load(cx, idx[:d] + [idx[d] - Lin.c(b)] + idx[d + 1:]), kind)
+                    with cx.narrowed(idx[d], b, e) if hasattr(cx, "narrowed") else _nothing():
+                        v = cx.convert(p, p.load(cx, idx[:d] + [idx[d] - Lin.c(b)] + idx[d + 1:]), kind)
                     text = f"T.if_then_else({idx[d].text()} < {e.t}, {v}, {text})"
                 return text
             return Fn(shape, dtype, load, node).with_ins(parts)
@@ -676,6 +680,12 @@ def _round_half_even(cx, a: str) -> str:
     r = cx.let(f"({m} + 8388608.0) - 8388608.0")
     signed = f"T.if_then_else({w} < 0.0, -{r}, T.if_then_else({w} > 0.0, {r}, {w}))"
     return f"T.if_then_else({m} < 8388608.0, {signed}, {w})"
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
 
 
 def _reads(v, target) -> bool:

@@ -27,7 +27,7 @@ VARIANTS = [
 ]
 
 SCHEDULE = '''
-def schedule(NX, NR, pointwise, topk, reread=False, lanes=1):
+def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0):
     """(BM, BR, THREADS) for NX rows of NR columns: BR the row length as a power of two (up to BR_MAX, 512 for a
     pointwise kernel; the whole row for top-k), BM rows so a thread holds about PER_THREAD values (top-k: fewer,
     down to 8 rows, until 1024 blocks run). ``reread``: the
@@ -35,7 +35,9 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1):
     512 * PER_THREAD values is then one tile held in registers (up to 512 threads), read from memory once.
     ``lanes``: float32 tiles a pass over a longer row keeps per value (3 for a mean and variance in one pass,
     besides the loaded tile): a thread then holds half as many values, in tiles of up to BR_MAX / 2 (168 registers
-    and 3 blocks per SM at 32 values a thread)."""
+    and 3 blocks per SM at 32 values a thread). ``div``: BM divides it (the kernel reads row-uniform fragments
+    at the block's first row: an operand per position, batch or token); a pointwise kernel's tile then grows
+    along the row (up to BR_MAX) to keep a thread's PER_THREAD values."""
     cap = 512 if pointwise else (1 << 16 if topk else BR_MAX)
     per = PER_THREAD
     if reread and NR > cap and NR <= 512 * PER_THREAD:
@@ -50,6 +52,11 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1):
     while rows < NX and rows < bm:
         rows *= 2
     bm = min(bm, rows)
+    if div:
+        while bm > 1 and div % bm:
+            bm //= 2
+        while pointwise and bm * br < THREADS * per and br < NR and br < BR_MAX:
+            br *= 2
     while topk and bm > 8 and (NX + bm - 1) // bm < 1024:  # top-k: k block-wide passes over each value a thread
         bm //= 2  # holds; fewer rows per block fill the GPU (M=8192, E=64: 128 blocks at 0.12 waves); not under 8
         # rows, which the CPU interpreter runs 7x faster than 1 row per block
