@@ -332,7 +332,7 @@ def test_mean_and_variance_in_one_pass_over_long_rows(name, tmp_path):
     draft = BuiltinDrafter().draft(DraftTask(task_name=name, reference_path=str(path), reference_source="",
                                              configs=[], turn=1))[0]
     assert draft.source.count("for kk in T.serial(NK):") == 4  # NK == 1: two passes over registers; else one
-    assert "else:  # several tiles: one pass over x, shifted sums per lane" in draft.source
+    assert "else:  # several tiles: one pass, shifted sums per lane" in draft.source
     candidate = tmp_path / f"{name}_moments.py"
     # rows this short are held in registers (the reread rule); without it, tiles of 32
     assert ", True, 3))(" in draft.source

@@ -546,11 +546,11 @@ class KernelWriter:
             mom = None if split else self.moments(n_red, r, pad + 4)
             if mom is not None:
                 n_var, var, lines = mom
-                body.append(" " * pad + "if NK == 1:  # the row is one tile in registers: the mean, then the deviations")
+                body.append(" " * pad + "if NK == 1:  # the row is one tile in registers: the mean, the deviations")
                 body += self.plain_pass(n_red, r, pad + 4)
                 self.done.add(id(r))
                 body += self.plain_pass(n_var, var, pad + 4)
-                body.append(" " * pad + "else:  # several tiles: one pass over x, shifted sums per lane combined exactly")
+                body.append(" " * pad + "else:  # several tiles: one pass, shifted sums per lane combined exactly")
                 body += lines
                 self.done.add(id(var))
                 continue
@@ -839,7 +839,8 @@ class KernelWriter:
                                         key=lambda g: g.name)] + [f"{self.plan.globals[0].ref}.is_cuda"] * on_cuda)
         topk = any(isinstance(r, TopK) for r in k.reduces)
         sched = f"schedule({k.X.t}, {k.R.t}, {'True' if k.pointwise else 'False'}, {'True' if topk else 'False'}" + \
-            (", True" if _rereads(body) else ", False") + (", 3)" if "acc2 = T.alloc_fragment" in "\n".join(allocs) else ")")
+            (", True" if _rereads(body) else ", False") + \
+            (", 3)" if "acc2 = T.alloc_fragment" in "\n".join(allocs) else ")")
         if self.row_div:
             div = min(self.row_div, key=lambda d: d.v)
             sched = sched[:-1] + f", div={div.t})"

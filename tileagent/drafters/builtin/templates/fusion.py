@@ -27,7 +27,7 @@ VARIANTS = [
 ]
 
 SCHEDULE = '''
-def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0):
+def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True):
     """(BM, BR, THREADS) for NX rows of NR columns: BR the row length as a power of two (up to BR_MAX, 512 for a
     pointwise kernel; the whole row for top-k), BM rows so a thread holds about PER_THREAD values (top-k: fewer,
     down to 8 rows, until 1024 blocks run). ``reread``: the
@@ -37,7 +37,9 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0):
     besides the loaded tile): a thread then holds half as many values, in tiles of up to BR_MAX / 2 (168 registers
     and 3 blocks per SM at 32 values a thread). ``div``: BM divides it (the kernel reads row-uniform fragments
     at the block's first row: an operand per position, batch or token); a pointwise kernel's tile then grows
-    along the row (up to BR_MAX) to keep a thread's PER_THREAD values."""
+    along the row (up to BR_MAX) to keep a thread's PER_THREAD values. ``grow``: a reduction over rows of several
+    tiles that runs fewer than 264 blocks of one row (GroupNorm's 64 groups of 40960 values: 0.1 waves) takes
+    wider tiles and more threads, up to 512 (each block then has up to 4x the loads in flight)."""
     cap = 512 if pointwise else (1 << 16 if topk else BR_MAX)
     per = PER_THREAD
     if reread and NR > cap and NR <= 512 * PER_THREAD:
@@ -63,6 +65,8 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0):
     threads = THREADS
     while threads < 512 and threads * per < bm * br:
         threads *= 2
+    while grow and not pointwise and not topk and bm == 1 and NX < 264 and br < NR and threads < 512:
+        br, threads = br * 2, threads * 2
     while threads > 32 and bm * br < threads * 4:
         threads //= 2
     return bm, br, threads
@@ -73,7 +77,7 @@ def schedule_split(NX, NR):
     blocks would run (a reduction to a few values: a norm of the whole tensor, a loss): about 8 blocks per SM of an
     H100/H200 (132 SMs), all resident at once (the kernel holds 10 per SM), so each SM has 8 blocks' loads in
     flight; 264 (2 per SM) left a norm of 268 MB at 49% of a copy."""
-    bm, br, threads = schedule(NX, NR, False, False)
+    bm, br, threads = schedule(NX, NR, False, False, grow=False)
     blocks = (NX + bm - 1) // bm
     tiles = (NR + br - 1) // br
     split = 1
