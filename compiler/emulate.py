@@ -44,6 +44,7 @@ from tileagent.compiler.atomic_ops import combine, elementwise
 from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
 from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
 from tileagent.compiler.emulate_wgmma import check_not_busy, finish_wgmma, note_generic_write
+from tileagent.compiler.emulate_tma import finish_tma
 from tileagent.compiler.instructions import emulators
 from tileagent.compiler.intrinsics import MATH, as_tensor, compute_dtype, float_binop, float_call, storage
 from tileagent.compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
@@ -167,6 +168,7 @@ class _Block:
         self.body(self.kernel.body)
         finish_async(self)
         finish_wgmma(self)
+        finish_tma(self)
 
     # -- masks and uniformity ----------------------------------------------------------------------------------
     @property

@@ -214,7 +214,11 @@ def _build(func: PrimFunc, target: Target, options: Options):
         return passes.run(func, target, options), backends.InterpreterBackend(func)
     if target.kind == "sim":
         unit = passes.run(func, target, options)
-        return unit, backends.EmulatorBackend(unit.module, func)
+        fallback = None
+        if any(k.tensor_maps for k in unit.module.kernels):  # as on the GPU: the variant without TMA
+            without = target.without({"tma"})
+            fallback = lambda: _build(func, without, options)[1]  # noqa: E731
+        return unit, backends.EmulatorBackend(unit.module, func, fallback)
     from tileagent.compiler import module_cache
 
     t0 = time.perf_counter()
@@ -228,8 +232,12 @@ def _build(func: PrimFunc, target: Target, options: Options):
     if cached is None:
         module_cache.store(key, unit.module, unit.source)
         unit = replace(unit, timings=lookup + unit.timings)
+    fallback = None
+    if any(k.tensor_maps for k in unit.module.kernels):  # tensors that break TMA's rules: the same without TMA
+        without = target.without({"tma"})  # its module cache key says "without tma"
+        fallback = lambda: _build(func, without, options)[1]  # noqa: E731
     return unit, backends.CudaBackend(unit.module, func, unit.source, target.arch, options.nvrtc_options,
-                                      cubin=unit.cubin)
+                                      cubin=unit.cubin, fallback=fallback)
 
 
 def _out_indices(out_idx, n_params: int) -> tuple[int, ...]:

@@ -50,6 +50,10 @@ def cache_key(func: PrimFunc, *parts: str) -> str:
 
     if not overlap_enabled():  # switching the wgmma pipeline's overlap off changes the generated code
         h.update(b"\0" + OVERLAP_ENV.encode())
+    from tileagent.compiler.instructions.tma import ENV as TMA_ENV, enabled as tma_enabled
+
+    if tma_enabled():  # so does the TMA opt-in (keys without it are unchanged)
+        h.update(b"\0" + TMA_ENV.encode())
     return h.hexdigest()
 
 

@@ -116,8 +116,12 @@ def _infer_layouts(u: Unit) -> Unit:
     from tileagent.compiler.desugar import desugar
     from tileagent.compiler.layout.infer import infer_layouts
 
+    from tileagent.compiler.instructions.tma import align_tiles
+
     func = desugar(u.func)  # sliced fragment-to-fragment copies become the T.Parallel loops they mean
-    return replace(u, func=func, layouts=infer_layouts(func, u.target))
+    layouts = infer_layouts(func, u.target)
+    align_tiles(func, layouts, u.target)  # TMA destinations on their swizzle atom (opt-in, sm_90a)
+    return replace(u, func=func, layouts=layouts)
 
 
 def _check_limits(u: Unit) -> Unit:

@@ -205,7 +205,9 @@ class DeviceKernel:
     shared-memory arena, ``shared_offsets`` the byte offset of each shared Buffer in it (16-byte aligned);
     ``shared_align`` the alignment (bytes) the arena's start must have in the shared window: above 16 (a tile whose
     hardware swizzle XORs absolute address bits), the CUDA kernel rounds its arena start up to it and
-    ``shared_bytes`` includes the ``shared_align - 16`` bytes that rounding may skip.
+    ``shared_bytes`` includes the ``shared_align - 16`` bytes that rounding may skip. ``tensor_maps``: the TMA
+    tensor maps (``TensorMap``) the kernel takes by value after ``params`` (``__grid_constant__``), which the
+    launcher encodes from the tensors it passes (``compiler.runtime.tma``).
     """
 
     name: str
@@ -218,6 +220,7 @@ class DeviceKernel:
     span: Span | None = None
     instructions: tuple = ()  # ("T.gemm at line 31", "mma.sync m16n8k16, FullRow, 4 warps (4 x 1)"), in program order
     shared_align: int = 16
+    tensor_maps: tuple = ()  # TensorMaps the launcher encodes and passes after ``params`` (TMA, sm_90a)
 
     @property
     def num_threads(self) -> int:
@@ -375,3 +378,104 @@ class WgmmaWait(Stmt):
 
     def ir_lines(self, indent: int, _lines) -> list[str]:
         return [" " * indent + f"wgmma.wait_group {self.pending}"]
+
+
+@dataclass(frozen=True, eq=False)
+class TensorMap:
+    """A TMA tensor map (CUDA's 128-byte ``CUtensorMap``) over global parameter ``buffer`` (the flat 1-d Buffer):
+    ``dims`` elements per dim and ``strides`` elements between consecutive indices of dims 1 .. rank - 1, both
+    innermost first and expressions of the kernel's scalar parameters (a contiguous tensor's row-major shape);
+    ``box`` the elements one load moves per dim (innermost first); ``swizzle`` the shared-memory swizzle width in
+    bytes (128, 64, 32; 0: none). The launcher encodes it (``cuTensorMapEncodeTiled``) for the tensor it passes as
+    ``buffer`` and hands it to the kernel by value, after ``DeviceKernel.params``."""
+
+    name: str
+    buffer: Buffer
+    dims: tuple
+    strides: tuple
+    box: tuple
+    swizzle: int
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class MbarrierInit(Stmt):
+    """``mbarrier.init.shared::cta.b64`` of ``count`` barriers (8 bytes each) of the shared "uint64" buffer
+    ``barriers``, each expecting ``arrivals`` arrivals per phase, then ``fence.mbarrier_init.release.cluster``.
+    Executed by one thread (under ``If(THREAD == 0)``), followed by a Barrier before any thread uses them. A fresh
+    barrier is in phase 0."""
+
+    barriers: Buffer
+    count: int
+    arrivals: int = 1
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        return [" " * indent + f"mbarrier.init {self.barriers.name}[0:{self.count}], {self.arrivals} arrival(s); "
+                "fence.mbarrier_init"]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class MbarrierArriveExpectTx(Stmt):
+    """``mbarrier.arrive.expect_tx.shared::cta.b64 _, [barriers[index]], bytes``: one arrival on the barrier, which
+    now also waits for ``bytes`` more bytes of asynchronous (TMA) transfers before its phase completes. Executed by
+    the issuing thread alone."""
+
+    barriers: Buffer
+    index: Expr
+    bytes: int
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        from tileagent.compiler.ir.printer import expr_str
+
+        return [" " * indent + f"mbarrier.arrive.expect_tx {self.barriers.name}[{expr_str(self.index)}], "
+                f"{self.bytes} B"]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class TmaLoad(Stmt):
+    """``cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes``: the box of ``tmap`` at
+    ``coords`` (elements, innermost first; out-of-bounds elements read as zero) into shared ``dst`` from element
+    ``dst_index`` on (laid out as ``TensorMap.swizzle`` says: ``compiler.instructions.tma.tma_offsets``); its bytes
+    complete on ``barriers[barrier_index]``. Executed by one thread; the data may be read only after an
+    ``MbarrierWait`` has seen that barrier's phase complete. ``dst`` at a byte address that is a multiple of 128 and of
+    8 x the swizzle width."""
+
+    dst: Buffer
+    dst_index: Expr
+    tmap: TensorMap
+    coords: tuple
+    barriers: Buffer
+    barrier_index: Expr
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        from tileagent.compiler.ir.printer import expr_str
+
+        coords = ", ".join(str(expr_str(c)) for c in self.coords)
+        return [" " * indent + f"tma.load {self.dst.name}@{expr_str(self.dst_index)} <- {self.tmap.name}"
+                f"[{coords}] (box {'x'.join(map(str, self.tmap.box))}, "
+                f"{self.tmap.swizzle or 'no'}{'B' if self.tmap.swizzle else ''} swizzle) on "
+                f"{self.barriers.name}[{expr_str(self.barrier_index)}]"]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class MbarrierWait(Stmt):
+    """``mbarrier.try_wait.parity.shared::cta.b64`` in a loop: returns once the phase of ``barriers[index]`` with
+    parity ``parity`` (0 or 1) has completed (a fresh barrier's phase 0 completes after its first arrivals and
+    bytes). Executed by every thread that reads what the barrier's transfers wrote."""
+
+    barriers: Buffer
+    index: Expr
+    parity: Expr
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        from tileagent.compiler.ir.printer import expr_str
+
+        return [" " * indent + f"mbarrier.wait {self.barriers.name}[{expr_str(self.index)}], parity "
+                f"{expr_str(self.parity)}"]

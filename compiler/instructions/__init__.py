@@ -1,7 +1,8 @@
 """The instruction registry: for each tile op, the hardware instructions that can carry it out, best first.
 
 In: the op's statement, the block's thread count and the target (``None``: all features). Out: ``select_gemm`` (a
-``GemmChoice``: the entry, its warp partition) and ``select_copy`` (the entry moving one run of a copy, or adding one run of a tile atomic_add), each the
+``GemmChoice``: the entry, its warp partition), ``select_tile_copy`` (an entry moving a whole copy at once: TMA)
+and ``select_copy`` (the entry moving one run of a copy, or adding one run of a tile atomic_add), each the
 cheapest entry that applies; a TargetError/LayoutError that lists every entry with the reason it does not apply when
 none does. ``cuda_emitters()`` / ``emulators()``: the thread-IR statements the entries emit, with their CUDA emitter
 and SIMT-emulator handler (``compiler.targets.cuda`` and ``compiler.emulate`` take them from here).
@@ -15,6 +16,7 @@ from tileagent.compiler.diagnostics import LayoutError, TargetError
 from tileagent.compiler.instructions.base import GemmChoice, Instruction, has_feature, sm_version
 from tileagent.compiler.instructions.copy import AtomicAdd, CpAsync, LoadStore
 from tileagent.compiler.instructions.mma_sync import MmaSyncM16N8K16
+from tileagent.compiler.instructions.tma import TmaTileCopy
 from tileagent.compiler.instructions.wgmma import WgmmaM64NK16, WgmmaM64NK16RS
 
 GEMM = (
@@ -25,6 +27,8 @@ GEMM = (
     WgmmaM64NK16RS(),    # the same with A from registers (P @ V)
 )
 COPY = (
+    TmaTileCopy(),           # cp.async.bulk.tensor (TMA): a whole global -> shared tile on an mbarrier, sm_90a,
+    # opt-in (TILEAGENT_ENABLE_TMA=1); asked first for the whole copy (select_tile_copy), never for a run
     CpAsync(),               # cp.async global -> shared, 4/8/16 bytes, pipeline producers only
     LoadStore(vector=True),  # ld/st of 4, 8 or 16 bytes
     LoadStore(vector=False),  # one element at a time
@@ -84,6 +88,20 @@ def select_copy(src, dst, width: int, async_ok: bool, target=None, entries=None)
     return min(usable, key=lambda u: u[:2])[2]
 
 
+def select_tile_copy(src, dst, layout, target=None, offsets=None):
+    """(the entry that moves the whole copy ``src`` -> ``dst`` at once (TMA), None) or (None, why none does): the
+    entries of ``COPY`` with a ``tile_reason``; ``layout`` is the destination's shared Layout, ``offsets`` the byte
+    offsets its stages start at."""
+    reasons = []
+    for e in COPY:
+        if hasattr(e, "tile_reason"):
+            why = e.tile_reason(src, dst, layout, target, offsets)
+            if why is None:
+                return e, None
+            reasons.append(f"{e.name}: {why}")
+    return None, "; ".join(reasons) or "no whole-tile copy entry"
+
+
 def cuda_emitters() -> dict:
     out = {}
     for entry in GEMM + COPY + ATOMIC:
@@ -99,4 +117,4 @@ def emulators() -> dict:
 
 
 __all__ = ["ATOMIC", "COPY", "GEMM", "GemmChoice", "Instruction", "cuda_emitters", "emulators", "gemm_unavailable",
-           "has_feature", "select_copy", "select_gemm", "sm_version"]
+           "has_feature", "select_copy", "select_gemm", "select_tile_copy", "sm_version"]

@@ -61,15 +61,26 @@ def lower_module(func: PrimFunc, layouts, plans, target) -> DeviceModule:
 
 
 def _lower_kernel(plan, layouts, flat, params, target) -> DeviceKernel:
+    from tileagent.compiler.instructions.tma import usable as tma_usable
+    from tileagent.compiler.lower.tma import TmaState, capacity, finish_kernel
+
     k, shared = plan.kernel, plan.shared
     ctx = LowerContext(k, layouts, flat, k.num_threads, target=target, plan=plan)
+    if tma_usable(target):
+        ctx.tma = TmaState(capacity(plan.body))
     for var, extent in zip(k.block_vars, k.grid):
         n = static_int(extent)
         ctx.ranges[var] = (0, n - 1 if n is not None else 2**31 - 1)
     stmts = _block_indices(k, plan.body) + _Lowering(ctx).body(_barriers_before(plan.body, shared.reuse_points))
-    return DeviceKernel(plan.name, params, tuple(k.grid), k.threads, shared.total_bytes, ctx.shared_offsets(),
+    shared_bytes, offsets, maps = shared.total_bytes, ctx.shared_offsets(), ()
+    if ctx.tma is not None:  # mbarriers after the arena's buffers, their init and the phase registers first
+        prologue, shared_bytes, offsets = finish_kernel(ctx.tma, shared_bytes, offsets, shared.base_align,
+                                                        getattr(target, "shared_bytes", 1 << 30), k.span)
+        stmts = prologue + stmts
+        maps = tuple(ctx.tma.maps.values())
+    return DeviceKernel(plan.name, params, tuple(k.grid), k.threads, shared_bytes, offsets,
                         tuple(stmts), k.span,
-                        _instructions(ctx.instructions), shared.base_align)
+                        _instructions(ctx.instructions), shared.base_align, maps)
 
 
 def _instructions(chosen: dict) -> tuple:

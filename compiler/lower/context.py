@@ -60,6 +60,7 @@ class LowerContext:
         self.async_copies = False  # lowering a pipeline's producers: global -> shared copies may use cp.async
         self.wgmma_schedule: dict = {}  # in a software pipeline: Gemm on wgmma -> WgmmaSchedule (lower.pipeline)
         self.instructions: dict = {}  # (line, tile op) -> the instructions it was lowered to (compiler.instructions)
+        self.tma = None  # lower.tma.TmaState when the kernel may use TMA (shared by every view)
 
     MODES = ("numeric", "slot_overrides", "stage_base", "async_copies", "wgmma_schedule")
 

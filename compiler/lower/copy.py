@@ -10,7 +10,10 @@ global memory with one vector atomic where the run is contiguous and aligned, el
 ``T.atomic_max`` / ``T.atomic_min`` goes one element at a time.
 How one run moves is the copy entry of ``compiler.instructions`` that ``select_copy`` picks: in a software pipeline's
 producers (``ctx.async_copies``) a global -> shared run of 4, 8 or 16 bytes without a cast is one ``AsyncCopy``
-(cp.async, zero-filled outside the tensor), else a vectorized or scalar ``VecCopy``. ``scratch_bytes``: the shared scratch a copy between
+(cp.async, zero-filled outside the tensor), else a vectorized or scalar ``VecCopy``. Before any run, with
+``TILEAGENT_ENABLE_TMA=1`` on an sm_90a target, a global -> shared copy outside a pipeline's producers moves as one
+TMA transfer on an mbarrier when the TMA entry accepts it (``compiler.lower.tma``; why it does not is noted).
+``scratch_bytes``: the shared scratch a copy between
 fragments of different layouts goes through.
 Guarantees: global reads outside the tensor give 0 (the destination is zero-filled), global writes outside it are
 dropped; only replica 0 of a replicated layout writes to memory; vector accesses only where both sides are
@@ -50,6 +53,14 @@ def lower_copy(ctx, s: Copy) -> list:
             return [VecCopy(ctx.mem(dst.buffer), as_expr(0), ctx.mem(src.buffer), as_expr(0), n, s.span)]
         ctx.note_instruction(s, "layout conversion through shared memory")
         return _convert_through_shared(ctx, src.buffer, dst.buffer, s)
+    if src.buffer.scope == "global" and dst.buffer.scope == "shared" and not ctx.async_copies and \
+            getattr(ctx, "tma", None) is not None:  # the whole tile by TMA (compiler.instructions.tma), where it can
+        from tileagent.compiler.lower.tma import lower_tma_copy, tile_plan
+
+        entry, plan = tile_plan(ctx, s)
+        if entry is not None:
+            return lower_tma_copy(ctx, s, entry, plan)
+        ctx.note_instruction(s, f"no TMA: {plan}")
     layout, coords, window = _iteration(ctx, src, dst, s)
     return _transfer(ctx, layout, coords, src, dst, s, atomic=False, window=window)
 

@@ -47,6 +47,18 @@ Consumers on wgmma (sm_90a, ``compiler.instructions.wgmma``; ``wgmma_schedules``
   both groups, in order, before anything reads the accumulator. Nothing runs between them but the second gemm's
   fence (and, when a consumer wrote shared memory before it, its proxy fence and barrier), which touches neither the
   accumulator nor the first gemm's operands.
+
+Producers on TMA (sm_90a, ``TILEAGENT_ENABLE_TMA=1``; ``compiler.instructions.tma``, ``compiler.lower.tma``): when
+every producer of the pipeline can be a TMA load (else the pipeline keeps cp.async and each copy's instruction note
+says why not), the stages complete on mbarriers instead of cp.async groups: one barrier per stage (init count 1).
+With c = the pipeline's earlier iterations (a phase slot, ``tl_tma_phase``: 0 unless the loop runs again, e.g.
+inside another loop) plus the iteration's index in the loop, iteration k's tiles go to stage c % s on barrier
+c % s, issued by thread 0 (``fence.proxy.async``, one ``arrive.expect_tx`` of all the producers' bytes, the TMA
+loads). Prologue: iterations 0 .. s-2. Iteration k: every thread waits on barrier c % s with parity (c // s) % 2
+(the barrier's phases alternate, its uses are s iterations apart), the proxy fence (with wgmma consumers) and the
+barrier (everyone has finished iteration k-1, so stage (k-1) % s is free), thread 0 issues iteration k+s-1 into
+it, then the consumers; with an overlapped wgmma gemm, consumers, a second barrier, then the refill, as above.
+After the loop the slot advances by the loop's trip count. Every issued load is waited for inside the loop.
 """
 
 from __future__ import annotations
@@ -54,7 +66,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from tileagent.compiler.ir.expr import make_binop, make_cmp
+from tileagent.compiler.ir.expr import make_binop, make_call, make_cmp
 from tileagent.compiler.ir.simplify import depends_on
 from tileagent.compiler.ir.stmt import Alloc, Buffer, Copy, For, Gemm, Let, Stmt
 from tileagent.compiler.ir.visit import leaves, loads, stmt_exprs, substitute, walk
@@ -278,10 +290,13 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
     """Thread IR of one SoftwarePipeline (see the module docstring for the schedule)."""
     ctx = lowering.ctx
     loop, s, v = p.loop, p.stages, p.loop.var
+    strides = {b: stage_stride(b, ctx.shared_layouts[b]) for b in p.staged}
+    tma = _tma_plans(ctx, p)
+    if tma is not None:
+        return _lower_tma_pipeline(lowering, p, tma, strides)
     start, extent = ctx.rewrite(loop.start, {}), ctx.rewrite(loop.extent, {})
     end = make_binop("+", start, extent)
     lowering.note_loop(v, start, extent, loop.step)
-    strides = {b: stage_stride(b, ctx.shared_layouts[b]) for b in p.staged}
 
     def producers(iteration, stage) -> list:
         """The producers of ``iteration`` (an int, or a Var bound to an iteration inside the loop's range)."""
@@ -318,6 +333,78 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
     if overlap:
         out.append(WgmmaWait(0, p.span))  # the last iteration's wgmmas, before anything reads the accumulators
     out.append(AsyncWait(0, p.span))
+    return out
+
+
+def _tma_plans(ctx, p: SoftwarePipeline) -> list | None:
+    """(entry, TmaPlan) per producer of ``p`` when every one can be a TMA load (``compiler.lower.tma``), else None
+    (the pipeline keeps cp.async; each copy's instruction notes say why not)."""
+    if getattr(ctx, "tma", None) is None:
+        return None
+    from tileagent.compiler.lower.tma import tile_plan
+
+    view = ctx.derive(stage_base={b: 0 for b in p.staged})
+    plans = []
+    for c in p.producers:
+        entry, plan = tile_plan(view, c)
+        if entry is None:
+            ctx.note_instruction(c, f"no TMA: {plan}")
+            return None
+        plans.append((entry, plan))
+    return plans
+
+
+def _lower_tma_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict) -> list:
+    """The pipeline with TMA producers: one mbarrier per stage instead of cp.async groups (module docstring)."""
+    from tileagent.compiler.ir.expr import Load, as_expr
+    from tileagent.compiler.ir.stmt import Store
+    from tileagent.compiler.lower.tma import issue, wait
+
+    ctx = lowering.ctx
+    loop, s, v = p.loop, p.stages, p.loop.var
+    start, extent = ctx.rewrite(loop.start, {}), ctx.rewrite(loop.extent, {})
+    end = make_binop("+", start, extent)
+    lowering.note_loop(v, start, extent, loop.step)
+    state = ctx.tma
+    first, slot = state.take_barriers(s), state.take_slot()
+    for c, (entry, plan) in zip(p.producers, plans):
+        ctx.note_instruction(c, entry.describe_plan(plan, c.src.buffer.dtype) + f", {s} stages")
+    done = ctx.var(f"{v.name}_done")  # iterations earlier executions of this loop ran (they set the phases)
+    out = [Let(done, Load(state.phases, (as_expr(slot),), state.phases.dtype), p.span)]
+
+    def producers(iteration, count) -> list:
+        """Thread 0 issues the producers of ``iteration``, the ``count``-th of the pipeline's barriers' uses."""
+        stage = make_binop("%", count, s)
+        view = ctx.derive(stage_base={b: make_binop("*", stage, n) for b, n in strides.items()}, async_copies=True)
+        copies = [(Copy(substitute(c.src, {v: iteration}), substitute(c.dst, {v: iteration}), c.span), pl)
+                  for c, (_, pl) in zip(p.producers, plans)]
+        return issue(view, copies, make_binop("+", first, stage))
+
+    for g in walk(p.consumers):
+        if isinstance(g, Gemm) and g in ctx.hoisted:
+            out += hoist_a_operand(ctx, g)
+    for i in range(s - 1):
+        out += guarded(ctx, make_cmp("<", i, extent), producers(make_binop("+", start, i), make_binop("+", done, i)))
+    count = make_binop("+", done, make_binop("-", v, start))
+    stage = make_binop("%", count, s)
+    ahead = ctx.var(f"{v.name}_ahead")
+    if v in ctx.ranges:
+        ctx.ranges[ahead] = ctx.ranges[v]
+    schedules = wgmma_schedules(p, ctx.layouts)
+    overlap = any(w.pending for w in schedules.values())
+    body = wait(ctx, make_binop("+", first, stage), make_binop("%", make_binop("//", count, s), 2), p.span)
+    body += ([AsyncProxyFence(p.span)] if schedules else []) + [Barrier(p.span)]
+    issue_next = [Let(ahead, make_binop("+", v, s - 1), p.span)] + producers(ahead, make_binop("+", count, s - 1))
+    refill = guarded(ctx, make_cmp("<", make_binop("+", v, s - 1), end), issue_next)
+    consumers = ctx.derive(stage_base={b: make_binop("*", stage, n) for b, n in strides.items()},
+                           wgmma_schedule=schedules)
+    work = lowering.with_context(consumers).body(p.consumers)
+    body += work + [Barrier(p.span)] + refill if overlap else refill + work
+    out.append(For(v, start, extent, loop.step, "serial", tuple(body), {}, loop.span))
+    if overlap:
+        out.append(WgmmaWait(0, p.span))
+    ran = make_binop("+", done, make_call("max", extent, 0))
+    out.append(Store(state.phases, (as_expr(slot),), ran, p.span))
     return out
 
 

@@ -14,6 +14,9 @@ Guarantees:
   need) and wrong ones raise ``KernelArgumentError`` naming the parameter; every driver call is checked and a
   failure raises ``KernelRuntimeError`` with the CUDA error name.
 - ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` is raised once per function when a kernel needs > 48 KiB.
+- A kernel with TMA tensor maps (``DeviceKernel.tensor_maps``) gets them encoded from the tensors of the call
+  (``compiler.runtime.tma``, cached) and passed by value after its other arguments; a tensor that breaks a TMA rule
+  raises ``KernelArgumentError`` here (``JITKernel`` checks first and runs the variant without TMA instead).
 - Launches are asynchronous: faults in the kernel surface at the next synchronizing call (and are sticky).
 """
 
@@ -182,6 +185,23 @@ def _stream_handle(stream, device: int) -> int:
     return int(stream)  # a cuda-python CUstream
 
 
+def tensor_map_args(kernel: DeviceKernel, values: dict, scalars: dict | None = None) -> list:
+    """The encoded TMA tensor maps of ``kernel`` for the call's ``values`` (param or name -> tensor / number).
+
+    Raises:
+        TmaUnsupported: a tensor breaks a TMA rule (``compiler.runtime.tma``).
+    """
+    from tileagent.compiler.runtime.tma import tensor_map_arg
+
+    if scalars is None:
+        scalars = {p: (values[p] if p in values else values[p.name]) for p in kernel.params if isinstance(p, Var)}
+    out = []
+    for tm in kernel.tensor_maps:
+        t = values[tm.buffer] if tm.buffer in values else values[tm.buffer.name]
+        out.append(tensor_map_arg(tm, t, scalars))
+    return out
+
+
 class LoadedModule:
     """A cubin loaded into torch's primary context, one ``CUmodule`` per device, with its functions cached."""
 
@@ -240,11 +260,13 @@ class LoadedModule:
             self._functions[key] = f
         return f
 
-    def launch(self, kernel: DeviceKernel, values: dict, stream=None, checked: bool = True) -> None:
+    def launch(self, kernel: DeviceKernel, values: dict, stream=None, checked: bool = True,
+               tensor_maps: list | None = None) -> None:
         """Launch ``kernel`` with ``values`` (param or param name -> tensor / number) on ``stream``.
 
         ``stream`` is None (torch's current stream of the tensors' device), a ``torch.cuda.Stream`` or a raw handle.
         ``checked=False`` skips the argument checks, for callers that already made them (``JITKernel``).
+        ``tensor_maps``: the kernel's TMA tensor-map arguments (``tensor_map_args``) when the caller made them.
 
         Raises:
             KernelArgumentError: a missing or unsuitable argument (the message names the parameter).
@@ -269,6 +291,16 @@ class LoadedModule:
         for p in kernel.params if checked else ():  # sizes may depend on any scalar: check once all are known
             if isinstance(p, Buffer):
                 self._check_size(kernel, p, values[p] if p in values else values[p.name], scalars)
+        if kernel.tensor_maps:  # TMA: the encoded maps by value, after the other parameters
+            if tensor_maps is None:
+                from tileagent.compiler.runtime.tma import TmaUnsupported
+
+                try:
+                    tensor_maps = tensor_map_args(kernel, values, scalars)
+                except TmaUnsupported as e:
+                    raise KernelArgumentError(f"kernel {kernel.name}: {e} (JITKernel calls run the variant without "
+                                              f"TMA instead)") from None
+            args += list(tensor_maps)
         grid = [eval_scalar(g, scalars) for g in kernel.grid] + [1] * (3 - len(kernel.grid))
         for d, g in enumerate(grid):
             if not isinstance(g, int) or g < 0 or g >= (2**31 if d == 0 else 65536):

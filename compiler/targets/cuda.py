@@ -7,7 +7,8 @@ Out: one self-contained CUDA C++ translation unit (a ``str``) holding every kern
 Guarantees:
 
 - Parameters follow ``DeviceKernel.params``: global Buffers become ``T* __restrict__`` (``const T*`` when the kernel
-  never writes them), scalar Vars plain values of their dtype (``int``, ``long long``, ``float``, ...).
+  never writes them), scalar Vars plain values of their dtype (``int``, ``long long``, ``float``, ...); then one
+  ``const __grid_constant__ tl_tensor_map`` per ``DeviceKernel.tensor_maps`` entry (TMA, ``cuda_tma``).
 - Semantics follow the IR: integer ``/`` truncates, ``//`` and ``%`` floor (helpers ``tl_floordiv``/``tl_floormod``);
   float16/bfloat16/fp8 arithmetic and math are computed in float32 and rounded back after every operation;
   float->int casts truncate.
@@ -45,6 +46,7 @@ from tileagent.compiler.targets.cuda_literals import CTYPES as _CTYPES, float_li
 from tileagent.compiler.targets.cuda_atomic import HELPERS as ATOMIC_HELPERS, atomic_extreme  # T.atomic_max/min
 from tileagent.compiler.targets.cuda_prelude import preamble
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
+from tileagent.compiler.targets.cuda_tma import HELPERS as TMA_HELPERS
 from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
                           SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP)
 
@@ -98,7 +100,7 @@ __device__ __forceinline__ float tl_exp2f(float x) {
   return y;
 }""",
 }
-_ALL_HELPERS = {**_HELPERS, **TENSOR_HELPERS, **ATOMIC_HELPERS}
+_ALL_HELPERS = {**_HELPERS, **TENSOR_HELPERS, **TMA_HELPERS, **ATOMIC_HELPERS}
 _RESERVED = set("""
 alignas alignof and asm auto bool break case catch char char16_t char32_t class const constexpr const_cast continue
 decltype default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
@@ -226,6 +228,7 @@ class _KernelEmitter:
         self.nonneg_vars: set = set()  # integer variables known to be >= 0 (Let and loop variables)
         self.unrolled: dict = {}  # Var of an enclosing unrolled loop with constant bounds -> (first, last) value
         self.buffers: dict = {}
+        self.tmaps: dict = {}  # TensorMap -> parameter name
         self.used_buffers: set = set()
         self.used_special: set = set()
 
@@ -282,6 +285,10 @@ class _KernelEmitter:
                 params.append(f"{self.ct(p.dtype)} {name}")
             else:
                 self.fail(f"parameter {p!r} is neither a Buffer nor a Var")
+        for tm in k.tensor_maps:  # TMA (compiler.targets.cuda_tma): by value, after the others
+            self.tmaps[tm] = name = self.fresh(tm.name)
+            params.append(f"const __grid_constant__ tl_tensor_map {name}")
+            self.state.helpers.add("tma")
         shared = sorted(k.shared_offsets.items(), key=lambda kv: kv[1])
         for buf, off in shared:
             size = buf.shape[0] if len(buf.shape) == 1 and isinstance(buf.shape[0], int) else None

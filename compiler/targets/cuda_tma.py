@@ -1,0 +1,95 @@
+"""CUDA C++ for the TMA and mbarrier statements of the thread IR: ``MbarrierInit``, ``MbarrierArriveExpectTx``,
+``TmaLoad``, ``MbarrierWait`` (see ``compiler.tir``; sm_90).
+
+In: one statement and the kernel emitter of ``compiler.targets.cuda``. Out: lines of C++ (inline PTX) and the
+preamble helper ``tma`` (``HELPERS``).
+Guarantees:
+
+- A kernel's tensor maps are ``const __grid_constant__ tl_tensor_map`` parameters after the others
+  (``compiler.targets.cuda``): ``tl_tensor_map`` is a 64-byte-aligned struct of CUtensorMap's 128 opaque bytes (no
+  CUDA header needed); PTX gets the parameter's generic address.
+- ``MbarrierInit`` is ``mbarrier.init.shared::cta.b64`` per barrier, then ``fence.mbarrier_init.release.cluster``.
+- ``MbarrierArriveExpectTx`` is ``mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], bytes``.
+- ``TmaLoad`` is ``cp.async.bulk.tensor.{1..5}d.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [map,
+  {c0, ..}], [bar]`` with 32-bit signed coordinates, innermost first.
+- ``MbarrierWait`` loops on ``mbarrier.try_wait.parity.shared::cta.b64`` (the predicate turned into a register
+  with ``selp`` inside a ``{ }`` scope, so no PTX label is duplicated when the helper is inlined).
+"""
+
+from __future__ import annotations
+
+from tileagent.compiler.tir import MbarrierArriveExpectTx, MbarrierInit, MbarrierWait, TmaLoad
+
+
+def _load_helper(rank: int) -> str:
+    cs = ", ".join(f"int c{i}" for i in range(rank))
+    regs = ", ".join(f"%{3 + i}" for i in range(rank))
+    ins = ", ".join(f'"r"(c{i})' for i in range(rank))
+    return (f"__device__ __forceinline__ void tl_tma_load_{rank}d(unsigned dst, const tl_tensor_map* map, "
+            f"unsigned bar, {cs}) {{\n"
+            f'  asm volatile("cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes '
+            f'[%0], [%1, {{{regs}}}], [%2];"\n'
+            f'               :: "r"(dst), "l"(map), "r"(bar), {ins} : "memory");\n}}')
+
+
+_TMA_HELPER = """\
+// TMA (sm_90): tensor maps are CUtensorMap's 128 opaque bytes, encoded on the host (compiler/runtime/tma.py).
+struct __align__(64) tl_tensor_map { unsigned long long v[16]; };
+__device__ __forceinline__ void tl_mbar_init(unsigned bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(arrivals) : "memory");
+}
+__device__ __forceinline__ void tl_mbar_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void tl_mbar_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile("{\\n  .reg .pred p;\\n  mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\n"
+                 "  selp.u32 %0, 1, 0, p;\\n}" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}
+""" + "\n".join(_load_helper(r) for r in range(1, 6))
+
+HELPERS = {"tma": _TMA_HELPER}
+
+
+def _address(em, buf, index) -> str:
+    return f"(unsigned)__cvta_generic_to_shared(&{em.buf(buf)}[{em.index(buf, index)}])"
+
+
+def emit_mbarrier_init(em, s: MbarrierInit) -> None:
+    if s.barriers.scope != "shared" or s.barriers.dtype != "uint64" or s.count < 1 or s.arrivals < 1:
+        em.fail(f"MbarrierInit of {s.barriers.name}: want >= 1 shared uint64 barriers with >= 1 arrival")
+    em.state.helpers.add("tma")
+    em.line(f"for (int tl_b = 0; tl_b < {s.count}; ++tl_b) "
+            f"tl_mbar_init((unsigned)__cvta_generic_to_shared(&{em.buf(s.barriers)}[tl_b]), {s.arrivals}u);")
+    em.line('asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");')
+
+
+def emit_expect_tx(em, s: MbarrierArriveExpectTx) -> None:
+    if s.bytes <= 0 or s.bytes >= 1 << 20:
+        em.fail(f"MbarrierArriveExpectTx of {s.bytes} bytes: the tx count is 1 .. 2**20 - 1")
+    em.state.helpers.add("tma")
+    em.line(f"tl_mbar_expect_tx({_address(em, s.barriers, s.index)}, {s.bytes}u);")
+
+
+def emit_tma_load(em, s: TmaLoad) -> None:
+    tm = s.tmap
+    name = em.tmaps.get(tm) if hasattr(em, "tmaps") else None
+    if name is None:
+        em.fail(f"TmaLoad into {s.dst.name}: tensor map {tm.name} is not a parameter of the kernel")
+    if len(s.coords) != tm.rank or not 1 <= tm.rank <= 5:
+        em.fail(f"TmaLoad into {s.dst.name}: {len(s.coords)} coordinates for a rank-{tm.rank} tensor map")
+    em.state.helpers.add("tma")
+    coords = ", ".join(f"(int)({em.index(s.dst, c)})" for c in s.coords)
+    em.line(f"tl_tma_load_{tm.rank}d({_address(em, s.dst, s.dst_index)}, &{name}, "
+            f"{_address(em, s.barriers, s.barrier_index)}, {coords});")
+
+
+def emit_mbarrier_wait(em, s: MbarrierWait) -> None:
+    em.state.helpers.add("tma")
+    em.line(f"tl_mbar_wait({_address(em, s.barriers, s.index)}, (unsigned)({em.index(s.barriers, s.parity)}));")
+
+
+HANDLERS = {MbarrierInit: emit_mbarrier_init, MbarrierArriveExpectTx: emit_expect_tx, TmaLoad: emit_tma_load,
+            MbarrierWait: emit_mbarrier_wait}
