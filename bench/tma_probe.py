@@ -174,15 +174,14 @@ def run_case(name: str, device: str) -> int:
     if name in GEMM_CASES or name == "gemm_nested":
         M, N, K, bm, bn, bk, stages, wgmma, _ = GEMM_CASES.get(name, (128, 128, 384, 128, 128, 64, 2, False, ""))
         repeat = 2 if name == "gemm_nested" else 1
-        if wgmma:
-            os.environ["TILEAGENT_ENABLE_WGMMA"] = "1"
+        os.environ["TILEAGENT_ENABLE_WGMMA"] = "1" if wgmma else "0"  # 0: mma.sync (wgmma is sm_90a's default)
         kernel = tileagent.compile(gemm_kernel(M, N, K, bm, bn, bk, stages, repeat), target=target)
         lines = _tma_lines(kernel)
         print("   ", lines[0], "|", lines[1])
         gemm_line = [ln for ln in kernel.get_ir("thread").splitlines() if "# T.gemm" in ln]
         print("   ", gemm_line[0].strip())
         if not all("TMA" in ln and "stages" in ln for ln in lines[:2]) or \
-                (wgmma and "wgmma" not in gemm_line[0]):
+                ("wgmma" in gemm_line[0]) != wgmma:
             print("NOT-TMA")
             return 3
         a = torch.randint(-2, 3, (repeat, M, K)).half().to(device)

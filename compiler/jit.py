@@ -101,8 +101,9 @@ class PassConfigKey(str, enum.Enum):
 
 EFFECTIVE_KEYS = frozenset((PassConfigKey.TL_ENABLE_FAST_MATH.value, PassConfigKey.TL_DISABLE_FAST_MATH.value,
                             PassConfigKey.TL_DISABLE_WGMMA.value))
-# pass config -> the target feature a true value switches off for the kernel (``Options.disabled_features``)
-FEATURE_KEYS = {PassConfigKey.TL_DISABLE_WGMMA.value: "wgmma"}
+# pass config -> the target feature a true value switches off for the kernel (``Options.disabled_features``);
+# tl.disable_tma_lower matters only where TMA is opted in (TILEAGENT_ENABLE_TMA=1)
+FEATURE_KEYS = {PassConfigKey.TL_DISABLE_WGMMA.value: "wgmma", PassConfigKey.TL_DISABLE_TMA_LOWER.value: "tma"}
 
 
 def _canonical_key(name: str) -> str:
@@ -182,8 +183,10 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, exec
         raise DSLTypeError(f"compile() takes a T.prim_func, got {type(func).__name__}", code="E301",
                            hint="decorate the kernel function with @T.prim_func")
     configs = _pass_configs(pass_configs)
+    from tileagent.compiler.instructions.tma import enabled as tma_enabled
+
     for key, value in configs.items():
-        if key not in EFFECTIVE_KEYS:
+        if key not in EFFECTIVE_KEYS and not (key == PassConfigKey.TL_DISABLE_TMA_LOWER.value and tma_enabled()):
             (log.warning if verbose else log.info)("pass config %s=%r is accepted and has no effect on this "
                                                    "compiler", key, value)
     resolved = resolve_target(target)
@@ -199,6 +202,13 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, exec
 def nvrtc_options(pass_configs: dict) -> tuple[str, ...]:
     """The NVRTC options a kernel with ``pass_configs`` (as ``JITKernel.pass_configs`` holds them) is compiled with."""
     return ("--use_fast_math",) if pass_configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value) else ()
+
+
+def _tma_opt_in() -> bool:
+    """Whether TILEAGENT_ENABLE_TMA=1 is set now (it changes the code; @jit's in-process caches key on it)."""
+    from tileagent.compiler.instructions.tma import enabled
+
+    return enabled()
 
 
 def disabled_features(pass_configs: dict) -> frozenset:
@@ -508,7 +518,7 @@ class JITImpl:
 
         options = self._options()
         key = frontend_eager.cache_key(self.fn, args, kwargs)
-        key = None if key is None else (key, options, feature_switches())
+        key = None if key is None else (key, options, feature_switches(), _tma_opt_in())
         kernel = self._cache.get(key) if key is not None else None
         if kernel is None:
             func, out_idx, _ = frontend_eager.parse_eager(self.fn, args, kwargs)
@@ -547,7 +557,8 @@ class JITImpl:
             return kernel(*tensors) if tensors else kernel
         options = self._options()
         try:
-            key = (args, tuple(sorted(kwargs.items())), options, feature_switches())  # TILEAGENT_ENABLE_WGMMA=0
+            key = (args, tuple(sorted(kwargs.items())), options, feature_switches(),  # TILEAGENT_ENABLE_WGMMA=0
+                   _tma_opt_in())
             hash(key)
         except TypeError:
             key = None

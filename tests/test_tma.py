@@ -157,8 +157,7 @@ def test_sm80_target_has_no_tma(tma_on):
 
 @pytest.mark.parametrize("wgmma", [False, True])
 def test_gemm_relu_pipeline_on_mbarriers(shared_example, tma_on, monkeypatch, wgmma):
-    if wgmma:
-        monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1" if wgmma else "0")  # wgmma is sm_90a's default; 0: mma.sync
     mod = shared_example("gemm_relu")
     M, N, K = 128, 56, 320  # 5 K tiles through 3 stages: every stage's barrier goes through parities 0 and 1
     kernel = tileagent.compile(mod.matmul.fn(M, N, K, 128, 64, 64), target="sim")
@@ -261,8 +260,7 @@ def test_emulator_rejects_reading_before_the_wait(tma_on, monkeypatch):
 
 @pytest.mark.parametrize("wgmma", [False, True])
 def test_nvrtc_compiles_gemm_relu_with_tma(shared_example, tma_on, monkeypatch, wgmma):
-    if wgmma:
-        monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1" if wgmma else "0")  # wgmma is sm_90a's default; 0: mma.sync
     kernel = tileagent.compile(shared_example("gemm_relu").matmul.fn(1024, 1024, 1024, 128, 128, 64),
                                target="cuda:sm_90a")
     src = kernel.get_kernel_source()
