@@ -273,6 +273,20 @@ def test_nvrtc_compiles_gemm_relu_with_tma(shared_example, tma_on, monkeypatch, 
     assert [(tm.box, tm.swizzle) for tm in maps] == [((64, 128), 128), ((64, 64), 128)]
 
 
+def test_ptxas_reports_no_spills_or_serialization_with_tma(shared_example, tma_on):
+    from tileagent.compiler.runtime.nvrtc import compile_log, ptxas_remarks
+
+    kernel = tileagent.compile(shared_example("gemm_relu").matmul.fn(4096, 4096, 4096, 128, 128, 64),
+                               target="cuda:sm_90a")
+    log = compile_log(kernel.get_kernel_source(), "sm_90a", ("--ptxas-options=-v",))
+    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in log and ptxas_remarks(log) == []
+
+
+def test_pass_config_disable_tma_lower(tma_on):
+    k = tileagent.compile(_copy_kernel(64, 64, 32, 64), target="sim", pass_configs={"tl.disable_tma_lower": True})
+    assert "TMA" not in k.get_ir("thread") and not any(x.tensor_maps for x in k.unit.module.kernels)
+
+
 def test_nvrtc_compiles_flash_attention_with_tma(shared_example, tma_on, monkeypatch):
     monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
     fn = shared_example("flash_attn_fwd").flash_attn_fwd.fn(8, 32, 4096, 128)
