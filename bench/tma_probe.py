@@ -16,7 +16,8 @@ bytes (a dynamic dim): the call must run the variant without TMA, correctly, wit
 fp16 inputs in [-2, 2] so the result must equal torch's fp64 product exactly; "gemm_nested" runs the pipeline twice
 per block (phases carried across loop executions). Each case checks that get_ir("thread") shows TMA where it
 should (else NOT-TMA). Output per case: ok / WRONG / NOT-TMA / FAULT (exit status, last lines) / TIMEOUT.
-Exit status 0 when every case is ok.
+Exit status 0 when every case is ok. With TILEAGENT_MBAR_SPIN_LIMIT=<cycles> (gpu_session sets 4e9, about 2 s) an
+mbarrier wait that never completes traps (FAULT) instead of hanging until the case's timeout.
 """
 
 from __future__ import annotations

@@ -52,8 +52,10 @@ def cache_key(func: PrimFunc, *parts: str) -> str:
         h.update(b"\0" + OVERLAP_ENV.encode())
     from tileagent.compiler.instructions.tma import ENV as TMA_ENV, enabled as tma_enabled
 
-    if tma_enabled():  # so does the TMA opt-in (keys without it are unchanged)
-        h.update(b"\0" + TMA_ENV.encode())
+    if tma_enabled():  # so does the TMA opt-in (keys without it are unchanged), and a spin limit on its waits
+        from tileagent.compiler.targets.cuda_tma import SPIN_LIMIT_ENV, spin_limit
+
+        h.update(b"\0" + TMA_ENV.encode() + f" {SPIN_LIMIT_ENV}={spin_limit()}".encode())
     return h.hexdigest()
 
 

@@ -282,6 +282,14 @@ def test_ptxas_reports_no_spills_or_serialization_with_tma(shared_example, tma_o
     assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in log and ptxas_remarks(log) == []
 
 
+def test_spin_limit_turns_a_hang_into_a_trap(tma_on, monkeypatch):
+    monkeypatch.setenv("TILEAGENT_MBAR_SPIN_LIMIT", "2e9")
+    kernel = tileagent.compile(_copy_kernel(64, 64, 32, 64), target="cuda:sm_90a")
+    src = kernel.get_kernel_source()
+    assert "2000000000LL);" in src and "__trap();" in src
+    assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
 def test_pass_config_disable_tma_lower(tma_on):
     k = tileagent.compile(_copy_kernel(64, 64, 32, 64), target="sim", pass_configs={"tl.disable_tma_lower": True})
     assert "TMA" not in k.get_ir("thread") and not any(x.tensor_maps for x in k.unit.module.kernels)

@@ -13,12 +13,18 @@ Guarantees:
 - ``TmaLoad`` is ``cp.async.bulk.tensor.{1..5}d.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [map,
   {c0, ..}], [bar]`` with 32-bit signed coordinates, innermost first.
 - ``MbarrierWait`` loops on ``mbarrier.try_wait.parity.shared::cta.b64`` (the predicate turned into a register
-  with ``selp`` inside a ``{ }`` scope, so no PTX label is duplicated when the helper is inlined).
+  with ``selp`` inside a ``{ }`` scope, so no PTX label is duplicated when the helper is inlined); with
+  ``TILEAGENT_MBAR_SPIN_LIMIT=<cycles>`` set at code generation, a wait still incomplete after that many
+  ``clock64`` cycles executes ``trap`` (a sticky CUDA error instead of a hung GPU: for test runs).
 """
 
 from __future__ import annotations
 
+import os
+
 from tileagent.compiler.tir import MbarrierArriveExpectTx, MbarrierInit, MbarrierWait, TmaLoad
+
+SPIN_LIMIT_ENV = "TILEAGENT_MBAR_SPIN_LIMIT"
 
 
 def _load_helper(rank: int) -> str:
@@ -46,6 +52,17 @@ __device__ __forceinline__ void tl_mbar_wait(unsigned bar, unsigned parity) {
   do {
     asm volatile("{\\n  .reg .pred p;\\n  mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\n"
                  "  selp.u32 %0, 1, 0, p;\\n}" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}
+// The same with a deadline (TILEAGENT_MBAR_SPIN_LIMIT cycles): a phase that never completes traps (a CUDA error the
+// host sees) instead of hanging the GPU.
+__device__ __forceinline__ void tl_mbar_wait_limited(unsigned bar, unsigned parity, long long limit) {
+  const long long t0 = clock64();
+  unsigned done;
+  do {
+    asm volatile("{\\n  .reg .pred p;\\n  mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\n"
+                 "  selp.u32 %0, 1, 0, p;\\n}" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    if (!done && clock64() - t0 > limit) __trap();
   } while (!done);
 }
 """ + "\n".join(_load_helper(r) for r in range(1, 6))
@@ -86,9 +103,24 @@ def emit_tma_load(em, s: TmaLoad) -> None:
             f"{_address(em, s.barriers, s.barrier_index)}, {coords});")
 
 
+def spin_limit() -> int | None:
+    """Cycles an mbarrier wait may spin before it traps (``TILEAGENT_MBAR_SPIN_LIMIT``, for GPU test runs), or None
+    (wait for ever, the default)."""
+    raw = os.environ.get(SPIN_LIMIT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(float(raw))
+    except ValueError:
+        raise ValueError(f"{SPIN_LIMIT_ENV}={raw!r}: want a number of cycles, e.g. 2e9") from None
+    return value if value > 0 else None
+
+
 def emit_mbarrier_wait(em, s: MbarrierWait) -> None:
     em.state.helpers.add("tma")
-    em.line(f"tl_mbar_wait({_address(em, s.barriers, s.index)}, (unsigned)({em.index(s.barriers, s.parity)}));")
+    args = f"{_address(em, s.barriers, s.index)}, (unsigned)({em.index(s.barriers, s.parity)})"
+    limit = spin_limit()
+    em.line(f"tl_mbar_wait({args});" if limit is None else f"tl_mbar_wait_limited({args}, {limit}LL);")
 
 
 HANDLERS = {MbarrierInit: emit_mbarrier_init, MbarrierArriveExpectTx: emit_expect_tx, TmaLoad: emit_tma_load,
