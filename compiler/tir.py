@@ -249,10 +249,17 @@ class WgmmaFence(Stmt):
 
     With ``sync=False`` it is ``wgmma.fence.sync.aligned`` alone (warpgroup-wide): the software pipeline already ran
     an ``AsyncProxyFence`` and a ``Barrier`` after every shared-memory write the Wgmmas read (``compiler.lower.
-    pipeline``), so the proxy fence and the barrier would be repeated work."""
+    pipeline``), so the proxy fence and the barrier would be repeated work.
+
+    ``operands``: (local buffer, register indices) of the registers the Wgmmas that follow read or write (their
+    accumulators; RS: their packed A registers). The CUDA code pins them at the fence (an empty ``asm volatile``
+    with each as a read-write operand, CUTLASS's ``warpgroup_fence_operand``), so that the C++ compiler cannot sink
+    their last writes (an accumulator's zero fill, a mask, a pack of A) past ``wgmma.fence``; ptxas would otherwise
+    serialize the wgmmas (C7517/C7519). No instruction of its own; the emulator has nothing to do for it."""
 
     span: Span | None = None
     sync: bool = True
+    operands: tuple = ()
 
     def ir_lines(self, indent: int, _lines) -> list[str]:
         if not self.sync:
@@ -371,10 +378,12 @@ class WgmmaCommit(Stmt):
 @dataclass(frozen=True, eq=False, slots=True)
 class WgmmaWait(Stmt):
     """``wgmma.wait_group.sync.aligned pending``: all but the newest ``pending`` groups are complete; their
-    accumulators may be read and their shared operands overwritten."""
+    accumulators may be read and their shared operands overwritten. ``operands`` (as for ``WgmmaFence``: the
+    accumulators it retires) are pinned after the wait, so that no read of them is hoisted above it."""
 
     pending: int
     span: Span | None = None
+    operands: tuple = ()
 
     def ir_lines(self, indent: int, _lines) -> list[str]:
         return [" " * indent + f"wgmma.wait_group {self.pending}"]

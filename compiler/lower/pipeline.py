@@ -330,8 +330,11 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
     # overlapped: refill stage (k - 1) % s only after every thread's wait_group 1 retired iteration k - 1's wgmmas
     body += work + [Barrier(p.span)] + refill if overlap else refill + work
     out.append(For(v, start, extent, loop.step, "serial", tuple(body), {}, loop.span))
-    if overlap:
-        out.append(WgmmaWait(0, p.span))  # the last iteration's wgmmas, before anything reads the accumulators
+    if overlap:  # the last iteration's wgmmas, before anything reads the accumulators (pinned after it)
+        from tileagent.compiler.lower.wgmma import accumulator_operand
+
+        out.append(WgmmaWait(0, p.span, operands=tuple(accumulator_operand(consumers, g)
+                                                       for g, w in schedules.items() if w.pending)))
     out.append(AsyncWait(0, p.span))
     return out
 

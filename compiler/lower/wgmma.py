@@ -18,7 +18,9 @@ pipeline stage. Then ``WgmmaCommit`` and ``WgmmaWait(0)``. Inside a software pip
 ``pipeline.WgmmaSchedule``) may make the fence a bare ``wgmma.fence`` (``sync=False``: the pipeline's proxy fence
 and barrier came just before) and the wait ``WgmmaWait(1)`` (the pipeline waits for the group later), or leave
 the wait out (``wait=False``: the next statement is a wgmma gemm chained onto the same accumulator, whose wait
-retires both groups).
+retires both groups). The fence names the registers the gemm's wgmmas use (accumulators; packed RS A registers) and
+a wait that retires the group names the accumulators (``WgmmaFence.operands``, ``WgmmaWait.operands``): the CUDA
+code pins them there, so the C++ compiler keeps their writes before the fence and their reads after the wait.
 Guarantees: C += op(A) @ op(B) for the whole tile (C = op(A) @ op(B) with clear_accum, through scale-d 0 on the first
 K step), the accumulators complete before the statement after the gemm runs (with ``wait_group 1``: before the
 statement after the pipeline's loop, which waits for every group; without a wait: before the statement after the
@@ -119,7 +121,11 @@ def lower_wgmma(ctx, s: Gemm) -> list:
     c_reg = ctx.mem(c_buf)
     b_major = "k" if s.transpose_b else "mn"
     sched = ctx.wgmma_schedule.get(s)  # inside a software pipeline: its fence and wait (lower.pipeline)
-    out = [WgmmaFence(s.span, sync=sched is None or sched.sync)]
+    accumulators = accumulator_operand(ctx, s)
+    registers = (accumulators,)
+    if rs and a_buf in ctx.packed:  # .b32 pairs: pinned too (16-bit registers are packed at the wgmma itself)
+        registers += ((ctx.mem(a_buf), tuple(sorted({int(x) for v in a_regs.values() for x in v}))),)
+    out = [WgmmaFence(s.span, sync=sched is None or sched.sync, operands=registers)]
     for a in range(atoms):
         c_regs = tuple(as_expr(((a * 2 + h) * (n // 8) + j) * 2 + p)
                        for j in range(n // 8) for h in (0, 1) for p in (0, 1))  # PTX order d[4j + 2h + p]
@@ -139,8 +145,16 @@ def lower_wgmma(ctx, s: Gemm) -> list:
                              accumulate=not (s.clear_accum and kb == 0), dtype=str(a_buf.dtype), span=s.span))
     out.append(WgmmaCommit(s.span))
     if sched is None or sched.wait:  # else the next gemm's wait retires this group too (pipeline.WgmmaSchedule)
-        out.append(WgmmaWait(0 if sched is None else sched.pending, s.span))
+        out.append(WgmmaWait(0 if sched is None else sched.pending, s.span,
+                             operands=(accumulators,) if sched is None or not sched.pending else ()))
     return out
+
+
+def accumulator_operand(ctx, s: Gemm) -> tuple:
+    """(local buffer, register indices) of the accumulator registers of ``s`` in each thread: the whole register array
+    of its C fragment (every row atom's wgmmas write it); what ``WgmmaFence`` / ``WgmmaWait`` pin in the CUDA code."""
+    reg = ctx.mem(s.c.buffer)
+    return reg, tuple(range(int(reg.shape[0])))
 
 
 def _at(r, i, j):

@@ -21,6 +21,11 @@ Guarantees:
   index in the low half, ``tl_pack_*x2`` of ``compiler.targets.cuda_tensor``); operands d, {a0..a3}, b-desc,
   scale-d, imm-scale-a 1, imm-scale-b 1, imm-trans-b (no imm-trans-a: A in registers is never transposed).
 - ``WgmmaCommit`` / ``WgmmaWait`` are ``wgmma.commit_group.sync.aligned`` / ``wgmma.wait_group.sync.aligned N``.
+- The registers a ``WgmmaFence`` / ``WgmmaWait`` names (``operands``) are pinned before the fence / after the wait
+  by empty ``asm volatile`` statements with each register as a ``"+f"`` / ``"+r"`` operand (CUTLASS's
+  ``warpgroup_fence_operand``; no instruction): NVVM may otherwise sink an accumulator's last write (a zero fill or
+  mask it folded into constants) past ``wgmma.fence``, between the wgmmas, and ptxas then serializes them and
+  injects a ``wgmma.wait_group`` (remark C7517 / C7519: flash attention at 128/64/2/128, non-causal).
 """
 
 from __future__ import annotations
@@ -32,7 +37,27 @@ from tileagent.compiler.tir import AsyncProxyFence, Wgmma, WgmmaCommit, WgmmaFen
 _SFX = {"float16": "f16", "bfloat16": "bf16"}
 
 
+_CONSTRAINT = {"float32": "f", "uint32": "r"}
+_PER_ASM = 32  # registers pinned per empty asm statement
+
+
+def emit_operand_fence(em, operands) -> None:
+    """CUTLASS's ``warpgroup_fence_operand``: an empty ``asm volatile`` taking each register of ``operands``
+    ((local buffer, indices) pairs) as a read-write operand. It emits no instruction; volatile asm statements keep
+    their order, so every write of those registers before it stays before the next wgmma.fence, and every read after
+    it stays after the wait before it."""
+    for buf, indices in operands:
+        kind = _CONSTRAINT.get(str(buf.dtype))
+        if kind is None:
+            em.fail(f"wgmma operand fence: registers of {buf.name} are {buf.dtype}, not float32 or uint32")
+        regs = [em.register(buf, i) for i in indices]
+        for at in range(0, len(regs), _PER_ASM):
+            em.line('asm volatile("" : ' + ", ".join(f'"+{kind}"({r})' for r in regs[at:at + _PER_ASM]) +
+                    ' :: "memory");')
+
+
 def emit_wgmma_fence(em, s: WgmmaFence) -> None:
+    emit_operand_fence(em, s.operands)
     if s.sync:
         em.line('asm volatile("fence.proxy.async.shared::cta;" ::: "memory");')
         em.line("__syncthreads();")
@@ -131,6 +156,7 @@ def emit_wgmma_commit(em, s: WgmmaCommit) -> None:
 
 def emit_wgmma_wait(em, s: WgmmaWait) -> None:
     em.line(f'asm volatile("wgmma.wait_group.sync.aligned {int(s.pending)};" ::: "memory");')
+    emit_operand_fence(em, s.operands)
 
 
 HANDLERS = {WgmmaFence: emit_wgmma_fence, Wgmma: emit_wgmma, WgmmaRS: emit_wgmma_rs, WgmmaCommit: emit_wgmma_commit,
