@@ -404,8 +404,11 @@ def _lower_tma_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict) -> 
     work = lowering.with_context(consumers).body(p.consumers)
     body += work + [Barrier(p.span)] + refill if overlap else refill + work
     out.append(For(v, start, extent, loop.step, "serial", tuple(body), {}, loop.span))
-    if overlap:
-        out.append(WgmmaWait(0, p.span))
+    if overlap:  # as in the cp.async pipeline: the accumulators pinned after the wait
+        from tileagent.compiler.lower.wgmma import accumulator_operand
+
+        out.append(WgmmaWait(0, p.span, operands=tuple(accumulator_operand(consumers, g)
+                                                       for g, w in schedules.items() if w.pending)))
     ran = make_binop("+", done, make_call("max", extent, 0))
     out.append(Store(state.phases, (as_expr(slot),), ran, p.span))
     return out
