@@ -258,14 +258,18 @@ class Fragment:
 
     def _owner_bits(self) -> np.ndarray:
         thread, _ = self.tables()
-        bits = np.zeros(self.shape + ((self.num_threads + 7) // 8,), dtype=np.uint8)
-        flat = bits.reshape(-1, bits.shape[-1])
-        rows = np.arange(thread.size)
         base = thread.reshape(-1)
-        for off in self.replica_offsets():  # each element once per replica: no row twice in one |=
-            t = base + off
-            flat[rows, t >> 3] |= (np.uint8(128) >> (t & 7).astype(np.uint8))
-        return bits
+        offsets = self.replica_offsets()
+        nbytes = (self.num_threads + 7) // 8
+        if len(offsets) == 1:  # one owner per element: one bit in one byte of each row
+            bits = np.zeros((base.size, nbytes), dtype=np.uint8)
+            t = base + offsets[0]
+            bits[np.arange(base.size), t >> 3] = np.uint8(128) >> (t & 7).astype(np.uint8)
+            return bits.reshape(self.shape + (nbytes,))
+        owners = base[:, None] + np.asarray(offsets, dtype=np.int64)[None, :]  # every replica at once
+        mask = np.zeros((base.size, self.num_threads), dtype=bool)
+        mask[np.arange(base.size)[:, None], owners] = True
+        return np.packbits(mask, axis=-1).reshape(self.shape + (nbytes,))
 
     def same_as(self, other: "Fragment") -> bool:
         if self.shape != other.shape or self.num_threads != other.num_threads:
