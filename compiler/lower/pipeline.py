@@ -51,8 +51,8 @@ Consumers on wgmma (sm_90a, ``compiler.instructions.wgmma``; ``wgmma_schedules``
 Producers on TMA (sm_90a, ``TILEAGENT_ENABLE_TMA=1``; ``compiler.instructions.tma``, ``compiler.lower.tma``): when
 every producer of the pipeline can be a TMA load (else the pipeline keeps cp.async and each copy's instruction note
 says why not), the stages complete on mbarriers instead of cp.async groups: one barrier per stage (init count 1).
-With c = the pipeline's earlier iterations (a phase slot, ``tl_tma_phase``: 0 unless the loop runs again, e.g.
-inside another loop) plus the iteration's index in the loop, iteration k's tiles go to stage c % s on barrier
+With c = the pipeline's earlier iterations (0 for a loop that runs once per block; inside another loop a phase slot,
+``tl_tma_phase``, counts them) plus the iteration's index in the loop, iteration k's tiles go to stage c % s on barrier
 c % s, issued by thread 0 (``fence.proxy.async``, one ``arrive.expect_tx`` of all the producers' bytes, the TMA
 loads). Prologue: iterations 0 .. s-2. Iteration k: every thread waits on barrier c % s with parity (c // s) % 2
 (the barrier's phases alternate, its uses are s iterations apart), the proxy fence (with wgmma consumers) and the
@@ -369,11 +369,17 @@ def _lower_tma_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict) -> 
     end = make_binop("+", start, extent)
     lowering.note_loop(v, start, extent, loop.step)
     state = ctx.tma
-    first, slot = state.take_barriers(s), state.take_slot()
+    first = state.take_barriers(s)
     for c, (entry, plan) in zip(p.producers, plans):
         ctx.note_instruction(c, entry.describe_plan(plan, c.src.buffer.dtype) + f", {s} stages")
-    done = ctx.var(f"{v.name}_done")  # iterations earlier executions of this loop ran (they set the phases)
-    out = [Let(done, Load(state.phases, (as_expr(slot),), state.phases.dtype), p.span)]
+    repeated = ctx.plan is None or _inside_loop(ctx.plan.body or (), p) is not False
+    out = []
+    if repeated:  # the iterations earlier executions of this loop ran set the barriers' phases: count them
+        slot = state.take_slot()
+        done = ctx.var(f"{v.name}_done")
+        out.append(Let(done, Load(state.phases, (as_expr(slot),), state.phases.dtype), p.span))
+    else:  # the loop runs once per block: its barriers start fresh
+        done = 0
 
     def producers(iteration, count) -> list:
         """Thread 0 issues the producers of ``iteration``, the ``count``-th of the pipeline's barriers' uses."""
@@ -409,9 +415,24 @@ def _lower_tma_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict) -> 
 
         out.append(WgmmaWait(0, p.span, operands=tuple(accumulator_operand(consumers, g)
                                                        for g, w in schedules.items() if w.pending)))
-    ran = make_binop("+", done, make_call("max", extent, 0))
-    out.append(Store(state.phases, (as_expr(slot),), ran, p.span))
+    if repeated:
+        ran = make_binop("+", done, make_call("max", extent, 0))
+        out.append(Store(state.phases, (as_expr(slot),), ran, p.span))
     return out
+
+
+def _inside_loop(body, p, depth: int = 0) -> bool | None:
+    """Whether SoftwarePipeline ``p`` lies inside a loop of ``body`` (so it may run more than once per block); None
+    when ``p`` is not in ``body`` (the caller then assumes it may)."""
+    for x in body:
+        if x is p:
+            return depth > 0
+        inner = depth + (1 if isinstance(x, (For, SoftwarePipeline)) else 0)
+        for name in ("body", "then_body", "else_body"):
+            found = _inside_loop(getattr(x, name, ()) or (), p, inner)
+            if found is not None:
+                return found
+    return None
 
 
 __all__ = ["SoftwarePipeline", "WgmmaSchedule", "fit_pipelines", "lower_pipeline", "plan_pipelines", "stage_stride"]

@@ -153,7 +153,7 @@ def finish_kernel(state: TmaState, shared_bytes: int, shared_offsets: dict, base
         return [], shared_bytes, shared_offsets
     from tileagent.compiler.diagnostics import ResourceError
 
-    prologue = [Declare(state.phases, Const(0, DType("int32")), span)]
+    prologue = [Declare(state.phases, Const(0, DType("int32")), span)] if state.used_slots else []
     if state.used_barriers == 0:
         return prologue, shared_bytes, shared_offsets
     slack = base_align - 16 if base_align > 16 else 0
