@@ -16,8 +16,11 @@ bytes (a dynamic dim): the call must run the variant without TMA, correctly, wit
 fp16 inputs in [-2, 2] so the result must equal torch's fp64 product exactly; "gemm_nested" runs the pipeline twice
 per block (phases carried across loop executions). Each case checks that get_ir("thread") shows TMA where it
 should (else NOT-TMA). Output per case: ok / WRONG / NOT-TMA / FAULT (exit status, last lines) / TIMEOUT.
-Exit status 0 when every case is ok. With TILEAGENT_MBAR_SPIN_LIMIT=<cycles> (gpu_session sets 4e9, about 2 s) an
-mbarrier wait that never completes traps (FAULT) instead of hanging until the case's timeout.
+The first case, "raw", launches a hand-written TMA kernel (one 64 x 64 box, no swizzle) with the tensor map our
+runtime encodes and passes: if it fails and nothing else works, the runtime is at fault; if only the compiled cases
+fail, the generated code is. Exit status 0 when every case is ok. With TILEAGENT_MBAR_SPIN_LIMIT=<cycles>
+(gpu_session sets 4e9, about 2 s) an mbarrier wait that never completes traps (FAULT) instead of hanging until the
+case's timeout (the compiled cases; "raw" has no limit and relies on the timeout).
 """
 
 from __future__ import annotations
@@ -50,7 +53,9 @@ GEMM_CASES = {
     "gemm_wgmma_ragged": (1000, 776, 520, 128, 128, 64, 3, True, "wgmma, ragged M, N, K (zero-filled boxes)"),
     "gemm_wgmma_4st": (512, 512, 2048, 128, 128, 64, 4, True, "wgmma, 4 stages, 32 K tiles"),
 }
-SPECIAL = {"fallback": "a dynamic row length of 100 halves (200-byte stride): runs the variant without TMA",
+SPECIAL = {"raw": "a hand-written TMA kernel launched with our runtime's encoded tensor map (no compiler): "
+                  "isolates the runtime from the generated code",
+           "fallback": "a dynamic row length of 100 halves (200-byte stride): runs the variant without TMA",
            "copy3d": "3-d tensor (batch, rows, cols), box with a size-1 dim",
            "gemm_nested": "the pipelined loop inside a serial loop: barrier phases carried over"}
 
@@ -118,6 +123,72 @@ def gemm_kernel(M, N, K, bm, bn, bk, stages, repeat=1):
     return k
 
 
+RAW_SRC = r"""
+struct __align__(64) tl_tensor_map { unsigned long long v[16]; };
+extern "C" __global__ void __launch_bounds__(128) raw_tma(const __grid_constant__ tl_tensor_map map,
+                                                          unsigned short* out, int rows, int cols) {
+  extern __shared__ __align__(1024) unsigned char raw[];
+  unsigned char* smem = raw + ((0u - (unsigned)__cvta_generic_to_shared(raw)) & 1023u);
+  unsigned long long* bar = reinterpret_cast<unsigned long long*>(smem + 8192);
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem), b = (unsigned)__cvta_generic_to_shared(bar);
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(b) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], 8192;" :: "r"(b) : "memory");
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%3, %4}], [%2];" :: "r"(s), "l"(&map), "r"(b), "r"(0), "r"(0) : "memory");
+  }
+  unsigned done = 0;
+  while (!done) {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done) : "r"(b) : "memory");
+  }
+  const unsigned short* tile = reinterpret_cast<const unsigned short*>(smem);
+  for (int i = threadIdx.x; i < 64 * 64; i += 128) out[i] = tile[i];  // as placed: row-major without a swizzle
+}
+"""
+
+
+def raw_case() -> int:
+    """Our runtime's tensor-map encoding and argument passing with a hand-written TMA kernel (no compiler): a 64 x 64
+    fp16 box without swizzle must land row-major. Separates the runtime from the generated code."""
+    import ctypes
+
+    import torch
+
+    from tileagent.compiler.dtypes import DType
+    from tileagent.compiler.runtime.launch import _check, _driver
+    from tileagent.compiler.runtime.nvrtc import compile_to_cubin
+    from tileagent.compiler.runtime.tma import encode
+
+    a = torch.randn(100, 64, dtype=torch.float16, device="cuda")
+    out = torch.zeros(64 * 64, dtype=torch.float16, device="cuda")
+    raw = encode(DType("float16"), a.data_ptr(), (64, 100), (128,), (64, 64), 0)
+    drv = _driver()
+    err, mod = drv.cuModuleLoadData(compile_to_cubin(RAW_SRC, "sm_90a"))
+    _check(drv, err, "cuModuleLoadData")
+    err, f = drv.cuModuleGetFunction(mod, b"raw_tma")
+    _check(drv, err, "cuModuleGetFunction")
+    cfg = drv.CUlaunchConfig()
+    cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = 128, 1, 1
+    cfg.sharedMemBytes = 8192 + 16 + 1024
+    cfg.hStream = drv.CUstream(torch.cuda.current_stream().cuda_stream)
+    cfg.numAttrs = 0
+    args = [(ctypes.c_uint64 * 16).from_buffer_copy(raw), ctypes.c_void_p(out.data_ptr()), ctypes.c_int(100),
+            ctypes.c_int(64)]
+    ptrs = (ctypes.c_void_p * len(args))(*[ctypes.addressof(x) for x in args])
+    (err,) = drv.cuLaunchKernelEx(cfg, f, ctypes.addressof(ptrs), 0)
+    _check(drv, err, "cuLaunchKernelEx")
+    torch.cuda.synchronize()
+    why = _compare(out.view(64, 64), a[:64])
+    print("ok" if why is None else f"WRONG: {why}")
+    return 0 if why is None else 1
+
+
 def _tma_lines(kernel) -> list[str]:
     return [ln.strip() for ln in kernel.get_ir("thread").splitlines() if ln.strip().startswith("# T.copy")]
 
@@ -129,7 +200,10 @@ def _compare(got, want) -> str | None:
     if not bool(bad.any()):
         return None
     r, c = (int(x) for x in bad.nonzero()[0])
-    return f"{int(bad.sum())} of {bad.numel()} elements wrong, first at (row {r}, col {c})"
+    rows = sorted({int(x) % 8 for x in bad.nonzero()[:, 0].tolist()})
+    chunks = sorted({int(x) * got.element_size() // 16 % 8 for x in bad.nonzero()[:, 1].tolist()})
+    return (f"{int(bad.sum())} of {bad.numel()} elements wrong, first at (row {r}, col {c}); wrong rows mod 8: "
+            f"{rows}, wrong 16-byte chunks mod 8: {chunks} (a swizzle or column-block error shows as a pattern)")
 
 
 def run_case(name: str, device: str) -> int:
@@ -138,6 +212,8 @@ def run_case(name: str, device: str) -> int:
     import tileagent
 
     os.environ["TILEAGENT_ENABLE_TMA"] = "1"
+    if name == "raw":
+        return raw_case() if device == "cuda" else 0
     target = "cuda" if device == "cuda" else "sim"
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     torch.manual_seed(0)
@@ -207,7 +283,7 @@ def main(argv=None) -> int:
     device = "cpu" if a.sim else "cuda"
     if a.case:
         return run_case(a.case, device)
-    names = list(COPY_CASES) + ["copy3d", "fallback"] + list(GEMM_CASES) + ["gemm_nested"]
+    names = ["raw"] + list(COPY_CASES) + ["copy3d", "fallback"] + list(GEMM_CASES) + ["gemm_nested"]
     failed = 0
     for name in names:
         what = COPY_CASES.get(name, GEMM_CASES.get(name, (None,)))[-1] if name not in SPECIAL else SPECIAL[name]
