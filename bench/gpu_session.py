@@ -117,7 +117,7 @@ STEPS = (
          "gemm_relu 4096/8192, flash_attn (causal), mla_decode TFLOP/s"),
     # also group 9 (run with --only tma_probe,tma_gemm): TMA (issue 12 item 2, opt-in TILEAGENT_ENABLE_TMA=1): first contact (copies per swizzle, pipelined
     # gemms, exact), then the tensor-core GPU tests with TMA on, then TMA on / off side by side
-    Step("tma_probe", 9, "TILEAGENT_MBAR_SPIN_LIMIT=4e9 python bench/tma_probe.py", 150,
+    Step("tma_probe", 9, "TILEAGENT_MBAR_SPIN_LIMIT=4e9 python bench/tma_probe.py", 180,
          "first contact: TMA copies for each swizzle (none/32/64/128B, column blocks, 3-d, fallback) read back "
          "exactly; pipelined gemms on mbarriers (mma.sync and wgmma consumers) equal to torch's fp64 product"),
     Step("tma_gemm", 9, "TILEAGENT_ENABLE_TMA=1 TILEAGENT_MBAR_SPIN_LIMIT=4e9 python -m pytest -q -x -m gpu "
