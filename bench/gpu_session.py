@@ -106,8 +106,8 @@ STEPS = (
          "the played LLM's runs, one GPU turn: each op resumed until it waits for the next answer (issue 19)"),
     # also group 9 (its own device call: --only fusion_changed4): the drafter ops changed after the d0c4922 run
     Step("fusion_changed4", 9, "python bench/fusion_suite.py --ops add_rmsnorm_residual,instance_norm,groupnorm,"
-         "rotary_cat,embedding_scale,padding_mask_softmax,linear_fp32_master,mean_seq,sum_dim,rmsnorm_module,"
-         "sigmoid_gate --max-configs 3 --budget 200", 230,
+         "rotary_cat,embedding_scale,padding_mask_softmax,linear_fp32_master,mean_seq,sum_dim,cross_entropy,"
+         "logsumexp,rmsnorm_module,sigmoid_gate --max-configs 3 --budget 200", 230,
          "the drafter ops changed after d0c4922's H200 run (rmsnorm_module, sigmoid_gate: unchanged controls)"),
     # also group 9 (its own device call: --only wgmma_default; with played_gpu_turn it exceeds one call's budget):
     # wgmma as sm_90a's default gemm instruction (issue 12): every GPU test with nothing set (wgmma wherever it

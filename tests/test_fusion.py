@@ -332,7 +332,11 @@ def test_mean_and_variance_in_one_pass_over_long_rows(name, tmp_path):
         write_reference(tmp_path, name, MOMENTS, "[torch.randn(5, 100)]")
     draft = BuiltinDrafter().draft(DraftTask(task_name=name, reference_path=str(path), reference_source="",
                                              configs=[], turn=1))[0]
-    assert draft.source.count("for kk in T.serial(NK):") == 4  # NK == 1: two passes over registers; else one
+    # NK == 1: two passes over registers; else one; then the output pass (software pipelines: they copy tiles)
+    assert draft.source.count("for kk in T.Pipelined(NK, num_stages=NS):") == 4
+    assert "NS = 2 if NK > 1 and 1 * BM * BR * 8 <= 163840 else 1" in draft.source
+    assert 'f0_x = T.alloc_shared((BM, BR), "float32") if NS > 1 else T.alloc_fragment((BM, BR), "float32")' \
+        in draft.source
     assert "else:  # several tiles: one pass, shifted sums per lane" in draft.source
     candidate = tmp_path / f"{name}_moments.py"
     # rows this short are held in registers (the reread rule); without it, tiles of 32

@@ -628,12 +628,20 @@ class KernelWriter:
                 body += self.body(cx, "tile", stmts, pad)
                 body += [" " * pad + s for s in stores]
             else:
-                body.append(" " * pad + "for kk in T.serial(NK):")
+                body.append(self.pass_loop(cx, pad))
                 body += self.loads(cx, pad + 4, looped=True)
                 body += self.body(cx, "tile", stmts, pad + 4)
                 body += [" " * (pad + 4) + s for s in stores]
         self.allocs2 = [n for n in self.allocs if n not in allocs_before]
         return self.assemble(grid, head, body, out_params)
+
+    def pass_loop(self, cx: Cx, pad: int) -> str:
+        """The header of a pass over a row's column tiles: a software pipeline when the pass copies tiles (``NS``
+        stages: with NK > 1 the next tiles load, cp.async into shared memory, while this one is used; with one tile
+        the copy is hoisted and the loop runs once on registers)."""
+        if cx.loads:
+            return " " * pad + "for kk in T.Pipelined(NK, num_stages=NS):"
+        return " " * pad + "for kk in T.serial(NK):"
 
     def plain_pass(self, n_red: int, r: Reduce, pad: int, cx: Cx | None = None, stmt: str | None = None) -> list:
         """One pass over the row's column tiles accumulating reduction ``r`` into ``red<n_red>``."""
@@ -645,7 +653,7 @@ class KernelWriter:
             val = cx.convert(r.value, r.value.load(cx, k.domain_index(r.src, r.dims)), FLOAT)
             stmt = f"acc[i, j] = {COMBINE[r.op].format(a='acc[i, j]', b=f'T.if_then_else(rg < NR, {val}, {IDENT[r.op]})')}"
         lines = [" " * pad + f"T.fill(acc, {IDENT[r.op]})"]
-        lines.append(" " * pad + "for kk in T.serial(NK):")
+        lines.append(self.pass_loop(cx, pad))
         lines += self.loads(cx, pad + 4, looped=True)
         lines += self.body(cx, "tile", [stmt], pad + 4)
         lines.append(" " * pad + f"{REDUCE_FN[r.op]}(acc, red{n_red}, dim=1)")
@@ -688,7 +696,7 @@ class KernelWriter:
         p = " " * pad
         self.allocs[f"red{n_max}"] = self.allocs[f"red{n_sum}"] = "(BM,)"
         self.allocs["acc"] = self.allocs["accs"] = "(BM, BR)"
-        lines = [p + f"T.fill(acc, {ninf})", p + "T.fill(accs, 0.0)", p + "for kk in T.serial(NK):"]
+        lines = [p + f"T.fill(acc, {ninf})", p + "T.fill(accs, 0.0)", self.pass_loop(cx, pad)]
         lines += self.loads(cx, pad + 4, looped=True)
         lines += self.body(cx, "tile", stmts, pad + 4)
         lines.append(p + f"T.reduce_max(acc, red{n_max}, dim=1)")
@@ -732,8 +740,7 @@ class KernelWriter:
                  "acc[i, j] = acc[i, j] + md",
                  "acc2[i, j] = acc2[i, j] + md * md"]
         count = "cnt = T.cast((NR - j + BR - 1) // BR, \"float32\")  # the lane's values: its column's tiles"
-        lines = [p + "T.fill(acc, 0.0)", p + "T.fill(acc2, 0.0)", p + "T.fill(piv, 0.0)",
-                 p + "for kk in T.serial(NK):"]
+        lines = [p + "T.fill(acc, 0.0)", p + "T.fill(acc2, 0.0)", p + "T.fill(piv, 0.0)", self.pass_loop(cx, pad)]
         lines += self.loads(cx, pad + 4, looped=True)
         lines += self.body(cx, "tile", stmts, pad + 4)
         lines += [p + "for i, j in T.Parallel(BM, BR):",
@@ -805,7 +812,10 @@ class KernelWriter:
         on_cuda = _uses("\n".join(body), ON_CUDA)  # torch's device-dependent rounding (values._scalar_division)
         factory_args = syms + dts + [ON_CUDA] * on_cuda + ["BM", "BR", "THREADS"] + (["SPLIT"] if split else [])
         dt = self.alloc_dtype
-        allocs = [" " * 12 + f"{n} = T.alloc_fragment({shape}, {_dtype_text(dt.get(n, 'float32'))})"
+        staged = [n for n in self.hoisted if n in self.allocs] if not k.pointwise else []
+        allocs = [" " * 12 + (f"{n} = T.alloc_shared({shape}, {_dtype_text(dt.get(n, 'float32'))}) if NS > 1 else "
+                              if n in staged else f"{n} = ") +
+                  f"T.alloc_fragment({shape}, {_dtype_text(dt.get(n, 'float32'))})"
                   for n, shape in self.allocs.items() if not split or n not in self.allocs2]
         if split:  # the second scope: combine the partials of every row, then the per-row outputs
             second = [" " * 12 + f"{n} = T.alloc_fragment({self.allocs[n]}, {_dtype_text(dt.get(n, 'float32'))})"
@@ -829,7 +839,9 @@ class KernelWriter:
                 f"    NX = {k.X.t}",
                 f"    NR = {k.R.t}",
                 "    NK = (NR + BR - 1) // BR"] + (["    CH = (NK + SPLIT - 1) // SPLIT  # column tiles per block"]
-                                                  if split else []) + [
+                                                  if split else []) + (
+                [f"    NS = 2 if NK > 1 and {len(staged)} * BM * BR * 8 <= 163840 else 1  # pipeline stages: the "
+                 "looped passes' tiles in shared memory"] if staged else ["    NS = 1"]) + [
                 "",
                 "    @T.prim_func",
                 f"    def main({', '.join(sig)}):",
@@ -866,7 +878,8 @@ def _rereads(body: list[str]) -> bool:
             skip = None
         if skip is None and line.strip().startswith("if NK == 1:"):
             skip = indent
-        elif skip is None and line.strip().startswith(("for kk in T.serial(NK)", "for kt in T.serial(CH)")):
+        elif skip is None and line.strip().startswith(("for kk in T.serial(NK)", "for kk in T.Pipelined(NK",
+                                                         "for kt in T.serial(CH)")):
             passes += 1
     return passes > 1
 
