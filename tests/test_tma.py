@@ -230,6 +230,18 @@ def test_pipeline_inside_a_loop_keeps_its_phases(tma_on):
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
 
 
+def test_no_room_for_the_mbarriers_keeps_cp_async(shared_example, tma_on, monkeypatch):
+    # mla_decode on mma.sync: its 2-stage pipeline is planned to within 16 bytes of sm_90a's shared memory, and the
+    # 4 mbarriers (2 single copies + 2 stages) need 32: the kernel is lowered again without TMA (not an E801)
+    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "0")
+    mla = shared_example("mla_decode")
+    kernel = tileagent.compile(mla.mla_decode.fn(1, 64, 100, variant="shared"), target="sim")
+    ir = kernel.get_ir("thread")
+    assert "no TMA: its mbarriers do not fit in shared memory next to the planned tiles (cp.async instead)" in ir
+    assert "TMA 3d box" not in ir and "cp.async 16B" in ir
+    assert kernel.unit.module.kernels[0].shared_bytes <= 227 * 1024
+
+
 def test_emulator_rejects_a_wrong_byte_count(tma_on, monkeypatch):
     from tileagent.compiler.lower import tma as lower_tma
 

@@ -60,22 +60,32 @@ def lower_module(func: PrimFunc, layouts, plans, target) -> DeviceModule:
     return DeviceModule(func.name, kernels, flat, scalars)
 
 
-def _lower_kernel(plan, layouts, flat, params, target) -> DeviceKernel:
+def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True) -> DeviceKernel:
+    """One kernel's thread IR. With TMA usable (``instructions.tma.usable``) and ``tma``, global -> shared copies
+    may use it; when its mbarriers do not fit the target's shared memory next to the planned arena (a pipeline
+    planned to the last byte), the kernel is lowered again without TMA, and its instruction notes say why."""
     from tileagent.compiler.instructions.tma import usable as tma_usable
     from tileagent.compiler.lower.tma import TmaState, capacity, finish_kernel
 
     k, shared = plan.kernel, plan.shared
     ctx = LowerContext(k, layouts, flat, k.num_threads, target=target, plan=plan)
-    if tma_usable(target):
+    if tma and tma_usable(target):
         ctx.tma = TmaState(capacity(plan.body))
+    elif tma_usable(target):
+        ctx.instructions[(k.span.line if k.span else 0, "T.Kernel")] = [
+            "no TMA: its mbarriers do not fit in shared memory next to the planned tiles (cp.async instead)"]
     for var, extent in zip(k.block_vars, k.grid):
         n = static_int(extent)
         ctx.ranges[var] = (0, n - 1 if n is not None else 2**31 - 1)
     stmts = _block_indices(k, plan.body) + _Lowering(ctx).body(_barriers_before(plan.body, shared.reuse_points))
     shared_bytes, offsets, maps = shared.total_bytes, ctx.shared_offsets(), ()
     if ctx.tma is not None:  # mbarriers after the arena's buffers, their init and the phase registers first
-        prologue, shared_bytes, offsets = finish_kernel(ctx.tma, shared_bytes, offsets, shared.base_align,
-                                                        getattr(target, "shared_bytes", 1 << 30), k.span)
+        placed = finish_kernel(ctx.tma, shared_bytes, offsets, shared.base_align,
+                               getattr(target, "shared_bytes", 1 << 30))
+        if placed is None:
+            log.info("kernel %s: no room for TMA's mbarriers in shared memory; lowered without TMA", plan.name)
+            return _lower_kernel(plan, layouts, flat, params, target, tma=False)
+        prologue, shared_bytes, offsets = placed
         stmts = prologue + stmts
         maps = tuple(ctx.tma.maps.values())
     return DeviceKernel(plan.name, params, tuple(k.grid), k.threads, shared_bytes, offsets,

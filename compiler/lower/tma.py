@@ -22,7 +22,7 @@ from __future__ import annotations
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import Const, Load, as_expr, make_binop, make_cmp
 from tileagent.compiler.ir.stmt import Buffer, Copy, If, Store
-from tileagent.compiler.ir.visit import loads, walk
+from tileagent.compiler.ir.visit import loads
 from tileagent.compiler.tir import (THREAD, AsyncProxyFence, Barrier, Declare, MbarrierArriveExpectTx, MbarrierInit,
                                     MbarrierWait, TensorMap, TmaLoad)
 
@@ -72,16 +72,20 @@ class TmaState:
 
 
 def capacity(body) -> int:
-    """An upper bound of the barriers (and phase slots) the TMA lowering of a kernel body can take: one per
-    global -> shared copy plus one per stage of each software pipeline (``compiler.lower.pipeline``)."""
+    """The most barriers (and phase slots) the TMA lowering of a kernel body can take: one per global -> shared copy
+    outside the software pipelines' producers, plus one per stage of each pipeline (``compiler.lower.pipeline``).
+    Phase slots (one per such copy, at most one per pipeline) are never more."""
     from tileagent.compiler.lower.pipeline import SoftwarePipeline
 
     n = 0
-    for s in walk(body):
+    for s in body:
+        if isinstance(s, SoftwarePipeline):
+            n += s.stages + capacity(s.consumers)
+            continue
         if isinstance(s, Copy) and s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared":
             n += 1
-        elif isinstance(s, SoftwarePipeline):
-            n += s.stages + 1
+        for name in ("body", "then_body", "else_body"):
+            n += capacity(getattr(s, name, ()) or ())
     return n
 
 
@@ -145,14 +149,13 @@ def lower_tma_copy(ctx, s: Copy, entry, p) -> list:
         [Store(state.phases, (as_expr(slot),), make_binop("^", phase, 1), s.span)]
 
 
-def finish_kernel(state: TmaState, shared_bytes: int, shared_offsets: dict, base_align: int, limit: int, span):
+def finish_kernel(state: TmaState, shared_bytes: int, shared_offsets: dict, base_align: int, limit: int,
+                  span=None):
     """(prologue statements, shared_bytes, shared_offsets) with the kernel's mbarriers placed after the arena's
-    buffers (before the alignment slack), or the inputs unchanged when no barrier was used. ResourceError E801 when
-    the barriers push the arena over ``limit``."""
+    buffers (before the alignment slack), or the inputs unchanged when no barrier was used; None when the barriers
+    would push the arena over ``limit`` bytes (the caller lowers the kernel without TMA)."""
     if state.used_barriers == 0 and state.used_slots == 0:
         return [], shared_bytes, shared_offsets
-    from tileagent.compiler.diagnostics import ResourceError
-
     prologue = [Declare(state.phases, Const(0, DType("int32")), span)] if state.used_slots else []
     if state.used_barriers == 0:
         return prologue, shared_bytes, shared_offsets
@@ -162,9 +165,7 @@ def finish_kernel(state: TmaState, shared_bytes: int, shared_offsets: dict, base
     nbytes = -(-(state.barriers.shape[0] * 8) // 16) * 16
     total = offset + nbytes + slack
     if total > limit:
-        raise ResourceError(f"this kernel needs {total} bytes of shared memory per block with its TMA mbarriers; the "
-                            f"target allows {limit}", span, code="E801",
-                            hint="use fewer pipeline stages or smaller tiles, or unset TILEAGENT_ENABLE_TMA")
+        return None
     offsets = dict(shared_offsets)
     offsets[state.barriers] = offset
     prologue += [If(make_cmp("==", THREAD, 0), (MbarrierInit(state.barriers, state.barriers.shape[0], 1, span),), (),
