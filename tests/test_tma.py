@@ -150,6 +150,28 @@ def test_static_strides_that_break_the_rules_keep_the_old_path(tma_on):
         in k.get_ir("thread")
 
 
+def test_a_tensor_the_kernel_writes_is_not_read_by_tma(tma_on):
+    @T.prim_func
+    def f(X: T.Tensor((64, 64), "float32"), Y: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            first = T.alloc_shared((64, 32), "float32")
+            second = T.alloc_shared((64, 32), "float32")
+            T.copy(X[0, 0], first)
+            T.copy(first, Y[0, 0])
+            T.copy(Y[0, 0], second)
+            T.copy(second, Y[0, 32])
+
+    kernel = tileagent.compile(f, target="sim")
+    ir = kernel.get_ir("thread")
+    # X is only read: TMA; Y is written by the kernel before it is read back: plain loads
+    assert ir.count("TMA 2d box 32x64 x1, no swizzle, 8192 B on an mbarrier") == 1
+    assert "no TMA: the kernel also writes 'Y' (generic stores that TMA's async-proxy reads are not ordered after)" \
+        in ir
+    x, y = torch.randn(64, 64), torch.full((64, 64), float("nan"))
+    kernel(x, y)
+    torch.testing.assert_close(y, torch.cat([x[:, :32], x[:, :32]], 1))
+
+
 def test_sm80_target_has_no_tma(tma_on):
     k = tileagent.compile(_copy_kernel(64, 64, 32, 64), target="sim:sm_80")
     assert "TMA" not in k.get_ir("thread")

@@ -6,10 +6,11 @@ In: the LowerContext of one kernel and a global -> shared Copy the TMA entry acc
   per stage of a TMA pipeline; its size is bounded before lowering, ``TmaState.capacity``) and a local int32 array
   (``tl_tma_phase``, zero at kernel start) with one slot per copy site or pipeline: the phase parity of a copy's
   barrier, or the number of iterations a pipeline ran in earlier executions of its loop.
-- ``issue(ctx, s, plan, barrier_index)``: thread 0 fences its generic-proxy shared accesses for the async proxy
-  (``fence.proxy.async``), arrives on the barrier expecting the copy's bytes, and issues the TMA loads (one per
-  column block). ``lower_tma_copy``: a copy outside a pipeline: issue, every thread waits on the barrier with the
-  site's parity, then flips it. ``finish_kernel``: the prologue (barrier init by thread 0 and its fence, a Barrier,
+- ``issue(ctx, copies, barrier_index)``: thread 0 fences its generic-proxy shared accesses for the async proxy
+  (``fence.proxy.async``), arrives on the barrier expecting the copies' bytes, and issues the TMA loads (one per
+  column block). ``lower_tma_copy``: a copy outside a pipeline: every thread's proxy fence and a barrier, issue,
+  every thread waits on the barrier with the site's parity, then flips it. A global tensor the kernel also writes
+  is never a TMA source (``tile_plan``). ``finish_kernel``: the prologue (barrier init by thread 0 and its fence, a Barrier,
   the phase slots' Declare) and the barrier array's place at the end of the shared arena.
 Guarantees: a copy's data is read only after every thread's ``MbarrierWait`` of the phase its bytes complete; the
 expected byte count is exactly what its loads deliver (full boxes); each barrier is used by one site, whose waits
@@ -36,6 +37,7 @@ class TmaState:
     def __init__(self, capacity: int):
         self.capacity = capacity
         self.maps: dict = {}
+        self.written = None  # global tensors the kernel writes (written_globals), computed on first use
         self.used_barriers = 0
         self.used_slots = 0
         self.barriers = Buffer(BARRIERS, (max(capacity, 1),), DType("uint64"), "shared")
@@ -89,14 +91,37 @@ def capacity(body) -> int:
     return n
 
 
+def written_globals(body) -> frozenset:
+    """The global tensors a kernel body writes (tile ops, stores, atomics; at any depth)."""
+    from tileagent.compiler.ir.stmt import AtomicAdd
+    from tileagent.compiler.ir.visit import walk
+    from tileagent.compiler.tileops import op_for
+
+    out = set()
+    for x in walk(body):
+        op = op_for(x)
+        if op is not None:
+            out.update(b for b in op.effects(x).writes if b.scope == "global")
+        elif isinstance(x, (Store, AtomicAdd)) and x.buffer.scope == "global":
+            out.add(x.buffer)
+    return frozenset(out)
+
+
 def tile_plan(ctx, s):
-    """(the TMA entry, its TmaPlan) for Copy ``s`` under ``ctx`` (its stage offsets), or (None, why not)."""
+    """(the TMA entry, its TmaPlan) for Copy ``s`` under ``ctx`` (its stage offsets), or (None, why not). A tensor the
+    kernel also writes is not read by TMA: its generic-proxy stores would need a proxy fence in every writing thread
+    before the async-proxy read."""
     from tileagent.compiler.instructions import select_tile_copy
     from tileagent.compiler.instructions.tma import plan
 
     state = getattr(ctx, "tma", None)
     if state is None or state.capacity == 0:
         return None, "no TMA in this kernel"
+    if state.written is None:
+        state.written = written_globals(ctx.kernel.body)
+    if s.src.buffer in state.written:
+        return None, (f"the kernel also writes '{s.src.buffer.name}' (generic stores that TMA's async-proxy reads "
+                      "are not ordered after)")
     t = s.dst.buffer
     layout = ctx.shared_layouts.get(t)
     offsets = [ctx.plan.shared.offsets[t]] if ctx.plan is not None and t in ctx.plan.shared.offsets else []
@@ -139,13 +164,16 @@ def wait(ctx, barrier_index, parity, span=None) -> list:
 
 
 def lower_tma_copy(ctx, s: Copy, entry, p) -> list:
-    """A copy outside a software pipeline: issue on a barrier of its own, wait with the site's parity, flip it."""
+    """A copy outside a software pipeline: every thread's ``fence.proxy.async`` and a barrier (shared bytes of the
+    tile that threads wrote or read before through the generic proxy are ordered before the async-proxy write),
+    issue on a barrier of its own, wait with the site's parity, flip it."""
     state = ctx.tma
     bar = state.take_barriers(1)
     slot = state.take_slot()
     phase = Load(state.phases, (as_expr(slot),), DType("int32"))
     ctx.note_instruction(s, entry.describe_plan(p, s.src.buffer.dtype))
-    return issue(ctx, [(s, p)], bar) + wait(ctx, bar, phase, s.span) + \
+    return [AsyncProxyFence(s.span), Barrier(s.span)] + issue(ctx, [(s, p)], bar, fence=False) + \
+        wait(ctx, bar, phase, s.span) + \
         [Store(state.phases, (as_expr(slot),), make_binop("^", phase, 1), s.span)]
 
 
