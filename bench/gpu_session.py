@@ -125,10 +125,14 @@ STEPS = (
          "gemm_relu, flash_attn, mla_decode GPU tests with TMA on; then gemm_relu TMA on vs off (wgmma and "
          "mma.sync) vs cuBLAS at 4096^3 and 8192^3", after="tma_probe"),
     # also group 9 (run with --only wgmma_pins_ab; carry .ab_pins):
-    Step("wgmma_pins_ab", 9, "python bench/cubin_ab.py --old .ab_pins --only shared/gemm_relu,shared/flash_attn_fwd,"
-         "prompts/attention,prompts/gemm_relu --trials 30", 150,
+    Step("wgmma_pins_ab", 9, "python bench/cubin_ab.py --old .ab_pins --only shared/gemm_relu,prompts/gemm_relu "
+         "--trials 30", 120,
          "the wgmma register pins A/B: B = sources dumped at 8dad5b5 into .ab_pins (bench/codegen_golden.py "
-         "--dump, carried); the 4 kernels whose cubins changed"),
+         "--dump, carried); the gemms whose cubins changed by the pins alone (attention's sources also split masks: "
+         "mask_split_ab)"),
+    Step("mask_split_ab", 9, "python bench/mask_split_ab.py", 180,
+         "flash attention (causal and not, 128/64/2/128 and the default schedule) with masks split by tile vs the "
+         "per-element select on every tile, same run, outputs compared, next to SDPA"),
     Step("played_llm", 4, "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\"", 500,
          "the played LLM's last answers over every config of their ops"),
 )

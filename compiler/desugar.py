@@ -7,6 +7,17 @@ inference maps to threads (a serially indexed dim stays in registers) and the lo
 Guarantees: statements that need no rewrite are kept as they are (the same objects); the loop has the copy's span and
 the tile's extents (size-1 dims dropped, both sides paired in order, as ``T.copy`` pairs them); the value is cast to
 the destination's dtype as the copy would. The CPU interpreter runs the original function.
+
+Masks split by tile (``split_masks``): a T.Parallel loop of static extents whose body is one store of
+``T.if_then_else(cond, a, b)``, where ``cond`` compares two integer expressions whose difference is linear in the
+loop's variables (integer coefficients; the rest may be anything that does not change in the loop: block indices, an
+enclosing loop's variable, a dynamic size), becomes
+``if <cond holds at every point of the tile>: store a / elif <cond holds at none>: store b / else: the loop``. Both
+tests are uniform over the block (they read no loop variable): the smallest and the largest value of the difference
+over the tile's box, from the signs of its coefficients. This is how causal attention's mask (``bx * bM + i >= k * bN +
+j``) costs a compare and a select per element only on the tiles the diagonal crosses, and a ragged-length mask only on
+the last tile. Values are those of the loop, element for element (the branch taken is the select's outcome at every
+point).
 """
 
 from __future__ import annotations
@@ -14,13 +25,82 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tileagent.compiler.dtypes import DType
-from tileagent.compiler.ir.expr import Load, Var, make_binop, make_cast
-from tileagent.compiler.ir.stmt import Copy, Parallel, PrimFunc, Region, Store
+from tileagent.compiler.ir.expr import Cast, Cmp, Load, Select, Var, make_binop, make_cast, make_cmp
+from tileagent.compiler.ir.simplify import additive_terms, depends_on, static_int, sum_of_terms
+from tileagent.compiler.ir.stmt import Copy, If, Parallel, PrimFunc, Region, Store
 
 
 def desugar(func: PrimFunc) -> PrimFunc:
     body = _stmts(func.body)
     return func if body is func.body else replace(func, body=body)
+
+
+def split_masks(func: PrimFunc) -> PrimFunc:
+    """``func`` with each masking T.Parallel loop split by tile (see the module docstring)."""
+    body = _walk(func.body, _split_mask)
+    return func if body is func.body else replace(func, body=body)
+
+
+def _walk(stmts: tuple, fn) -> tuple:
+    out = []
+    for s in stmts:
+        new = fn(s)
+        if new is s:
+            changes = {}
+            for name in ("body", "then_body", "else_body"):
+                body = getattr(s, name, None)
+                if isinstance(body, tuple):
+                    inner = _walk(body, fn)
+                    if inner is not body:
+                        changes[name] = inner
+            new = replace(s, **changes) if changes else s
+        out.append(new)
+    return stmts if all(a is b for a, b in zip(out, stmts)) else tuple(out)
+
+
+_FLIP = {">=": (1, 0), ">": (1, 1), "<=": (-1, 0), "<": (-1, 1)}  # a op b <=> sign * (a - b) - shift >= 0
+
+
+def _split_mask(s):
+    """The If a masking T.Parallel loop becomes, or ``s`` itself."""
+    if not isinstance(s, Parallel) or len(s.body) != 1 or not isinstance(s.body[0], Store):
+        return s
+    store = s.body[0]
+    value, cast = store.value, None
+    if isinstance(value, Cast):
+        value, cast = value.value, value.dtype
+    if not isinstance(value, Select) or not isinstance(value.cond, Cmp) or value.cond.op not in _FLIP:
+        return s
+    extents = [static_int(n) for n in s.extents]
+    if any(n is None or n < 1 for n in extents):
+        return s
+    cond = value.cond
+    terms = additive_terms(make_binop("-", cond.a, cond.b))
+    if terms is None:
+        return s
+    sign, shift = _FLIP[cond.op]
+    coef, const = terms
+    lo = hi = sign * const - shift
+    rest = []
+    for atom, c in coef:
+        c *= sign
+        var = next((n for v, n in zip(s.vars, extents) if atom is v), None)
+        if var is not None:
+            lo, hi = lo + min(0, c * (var - 1)), hi + max(0, c * (var - 1))
+        elif depends_on(atom, s.vars):
+            return s  # the loop's variables inside a non-linear term
+        else:
+            rest.append((atom, c))
+    if len(rest) == len(coef):
+        return s  # the condition does not vary over the tile: nothing to split
+
+    def fill(v):
+        v = make_cast(v, cast) if cast is not None else v
+        return replace(s, body=(Store(store.buffer, store.indices, v, store.span),))
+
+    every = make_cmp(">=", sum_of_terms(rest, lo), 0)  # the smallest difference over the tile holds
+    none = make_cmp("<", sum_of_terms(rest, hi), 0)  # the largest does not
+    return If(every, (fill(value.a),), (If(none, (fill(value.b),), (s,), s.span),), s.span)
 
 
 def _stmts(stmts: tuple) -> tuple:

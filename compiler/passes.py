@@ -113,12 +113,13 @@ def _check(u: Unit) -> Unit:
 def _infer_layouts(u: Unit) -> Unit:
     if u.layouts is not None:  # given by the caller (lower(func, layouts))
         return u
-    from tileagent.compiler.desugar import desugar
+    from tileagent.compiler.desugar import desugar, split_masks
     from tileagent.compiler.layout.infer import infer_layouts
 
     from tileagent.compiler.instructions.tma import align_tiles
 
-    func = desugar(u.func)  # sliced fragment-to-fragment copies become the T.Parallel loops they mean
+    # sliced fragment-to-fragment copies become the T.Parallel loops they mean; masks are split by tile
+    func = split_masks(desugar(u.func))
     layouts = infer_layouts(func, u.target)
     align_tiles(func, layouts, u.target)  # TMA destinations on their swizzle atom (opt-in, sm_90a)
     return replace(u, func=func, layouts=layouts)

@@ -339,3 +339,57 @@ def test_cross_warp_row_reductions_keep_one_partial_per_row_and_warp(M, N, threa
     kernel(x, s, m)
     torch.testing.assert_close(s, x.sum(1), rtol=1e-5, atol=1e-5)
     assert torch.equal(m, x.amax(1))
+
+
+def _mask_kernel(cond, M=96, N=80, bM=32, bN=16, out_dtype="float32"):
+    """Out[r, c] = 1 where cond(r, c, row index, col index, k) else -2, written tile by tile: a T.Parallel mask over
+    each (bM, bN) tile of a serial loop, as attention's masks are."""
+
+    @T.prim_func
+    def main(Out: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(M // bM, threads=128) as bx:
+            s = T.alloc_fragment((bM, bN), out_dtype)
+            for k in T.serial(N // bN):
+                for i, j in T.Parallel(bM, bN):
+                    s[i, j] = T.if_then_else(cond(bx * bM + i, k * bN + j, i, j, k), 1.0, -2.0)
+                T.copy(s, Out[bx * bM, k * bN])
+
+    return main
+
+
+MASKS = {  # name: (the DSL condition, torch's over the row and column grids, whether it is split by tile)
+    "causal": (lambda r, c, i, j, k: r >= c, lambda r, c: r >= c, True),
+    "strict_offset": (lambda r, c, i, j, k: r > c + 5, lambda r, c: r > c + 5, True),
+    "ragged": (lambda r, c, i, j, k: c < 40, lambda r, c: c < 40, True),
+    "slope": (lambda r, c, i, j, k: 2 * r - 3 * j <= c + 7, lambda r, c: 2 * r - 3 * (c % 16) <= c + 7, True),
+    "nonlinear": (lambda r, c, i, j, k: i * j >= k, lambda r, c: (r % 32) * (c % 16) >= c // 16, False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MASKS))
+def test_masks_are_split_by_tile_and_keep_their_values(name):
+    """compiler.desugar.split_masks: a mask linear in the loop's variables becomes 'every point / no point / the
+    loop', tested once per tile; the emulated kernel equals torch's mask at every element, on tiles wholly inside,
+    wholly outside and across the boundary (the interpreter runs the original loop and agrees)."""
+    cond, ref, split = MASKS[name]
+    func = _mask_kernel(cond)
+    rows, cols = torch.meshgrid(torch.arange(96), torch.arange(80), indexing="ij")
+    want = torch.where(ref(rows, cols), 1.0, -2.0)
+    for target in ("sim", "cpu"):
+        out = _nan(96, 80)
+        tileagent.compile(func, target=target)(out)
+        assert torch.equal(out, want), target
+    kernel = tileagent.compile(func, target="sim")
+    ir = kernel.get_ir("thread")
+    assert (ir.count(">= 0:") >= 1 and ir.count("< 0:") >= 1) == split, ir
+    assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
+def test_a_mask_stored_with_a_cast_is_split_too():
+    func = _mask_kernel(MASKS["causal"][0], out_dtype="float16")  # the select is float32, cast to the tile's float16
+    rows, cols = torch.meshgrid(torch.arange(96), torch.arange(80), indexing="ij")
+    out = _nan(96, 80, dtype=torch.float16)
+    kernel = tileagent.compile(func, target="sim")
+    kernel(out)
+    assert torch.equal(out, torch.where(rows >= cols, 1.0, -2.0).half())
+    assert ">= 0:" in kernel.get_ir("thread")
