@@ -561,8 +561,9 @@ def test_a_turn_after_a_partial_success_says_which_configs_it_checks_and_which_k
     loop.run()
     prompt = loop.task(2).messages[1]["content"]
     assert "Configs your kernel is checked on:\n- M=16384, C=320\n" in prompt
-    assert ("This turn checks and times your module on the 1 config(s) above, the ones that still miss the target; "
-            "the other 1 keep the earlier kernel that met it (M=16384, C=96)") in prompt
+    assert ("This turn checks your module (at these configs and their tail sizes) and times it on the 1 config(s) "
+            "above, the ones that still miss the target; the other 1 keep the earlier kernel that met it "
+            "(M=16384, C=96)") in prompt
 
 
 def test_the_last_turns_feedback_reaches_the_prompt_whole_and_older_feedback_is_cut_at_a_line():
@@ -592,3 +593,5 @@ def test_the_next_turn_says_what_the_autotuning_found_per_config(tmp_path):
     prompt = loop.task(2).messages[1]["content"]
     assert "Autotuning of TUNABLES: 4 variant(s) screened; the fastest fully checked variant per config:" in prompt
     assert "- M=16384,C=96: BLOCK=2, " in prompt and "- M=16384,C=320: BLOCK=4, " in prompt
+    # the fake worker's BLOCK=2 at C=96 takes 0.5 of the module's time (BLOCK=None): a gain of x2 over it
+    assert "x2.000 over the module as written" in prompt.split("- M=16384,C=96: BLOCK=2, ")[1].splitlines()[0]

@@ -306,8 +306,9 @@ class Loop:
                     f"(which a GPU checks and times):\n{real}")
         elif len(pending) < len(unique_evals(self.o.configs)):
             met = [c for c in unique_evals(self.o.configs) if c not in pending]
-            note = (f"This turn checks and times your module on the {len(pending)} config(s) above, the ones that "
-                    f"still miss the target; the other {len(met)} keep the earlier kernel that met it ("
+            note = (f"This turn checks your module (at these configs and their tail sizes) and times it on the "
+                    f"{len(pending)} config(s) above, the ones that still miss the target; the other {len(met)} keep "
+                    f"the earlier kernel that met it ("
                     + "; ".join(", ".join(f"{k}={v}" for k, v in c.items()) for c in met)
                     + "), so the module may change its schedule for the configs above only.")
         messages = build_messages(device=self.o.device, reference_path=self.o.reference,
@@ -493,7 +494,7 @@ class Loop:
             tuned = autotune.autotune(source, configs, base, evaluate, max_seconds=self.o.tune_seconds,
                                       parallel=getattr(self.worker, "parallel", 1))
         default = tuned_default(source)
-        self.tune_notes[aid] = tuning_note(tuned, default)
+        self.tune_notes[aid] = tuning_note(tuned, default, base)
         for w in tuned.winners.values():
             if w.result.correct:
                 self._offer(Best(attempt_id=f"{aid}/{w.variant}" if w.values != default else aid,
@@ -620,19 +621,24 @@ def _archive(loop: Loop, outcome: Outcome) -> None:
                                       attempt_id=b.attempt_id, source=b.assigned_source))
 
 
-def tuning_note(tuned: "autotune.TuneResult", default: dict) -> str:
+def tuning_note(tuned: "autotune.TuneResult", default: dict, base: EvalResult | None = None) -> str:
     """What an autotuning found, as the next turn's prompt says it: variants screened and, per config, the fastest
-    fully checked variant (or the module as written) with its time and speedup over torch.compile."""
+    fully checked variant (or the module as written) with its time, its speedup over torch.compile and, given the
+    module's own evaluation ``base``, over the module as written (so that a gain within noise reads as one)."""
     head = f"Autotuning of TUNABLES: {tuned.screened} variant(s) screened" + (f" ({tuned.note})" if tuned.note else "")
     if not tuned.winners:
         return head + "."
+    own = {config_key(c.config): autotune.time_of(c) for c in (base.configs if base else [])}
     rows = []
     for key, w in tuned.winners.items():
         which = "the module as written" if w.values == default else \
             ", ".join(f"{k}={v!r}" for k, v in w.values.items())
         ms, x = autotune.time_of(w.result), w.result.speedup_compiled
-        rows.append(f"- {key}: {which}" + (f", {ms:.4g} ms" if ms else "") + (f", x{x:.3g} over torch.compile"
-                                                                               if x else ""))
+        parts = [f"- {key}: {which}"] + ([f"{ms:.4g} ms"] if ms else []) + \
+            ([f"x{x:.3g} over torch.compile"] if x else [])
+        if ms and own.get(key) and w.values != default:
+            parts.append(f"x{own[key] / ms:.3f} over the module as written")
+        rows.append(", ".join(parts))
     return head + "; the fastest fully checked variant per config:\n" + "\n".join(rows)
 
 
