@@ -192,6 +192,16 @@ def test_gemm_relu_pipeline_on_mbarriers(shared_example, tma_on, monkeypatch, wg
     assert "mbarrier.wait tl_mbar[ko % 3], parity ko // 3 % 2" in ir and "tl_tma_phase" not in ir
     src = kernel.get_kernel_source()
     assert "cp.async.commit_group" not in src and "cp.async.cg" not in src
+    from tileagent.compiler.ir.stmt import For
+    from tileagent.compiler.tir import AsyncProxyFence, Barrier
+
+    body = kernel.unit.module.kernels[0].body
+    at = next(n for n, x in enumerate(body) if isinstance(x, For) and isinstance(x.body[0], MbarrierWait))
+    barriers = sum(isinstance(x, Barrier) for x in body[at].body)
+    # overlapped wgmma, consumers writing no shared memory: one barrier per iteration (before the refill), the proxy
+    # fence and barrier once before the loop; mma.sync: the barrier after the wait, before the refill
+    assert barriers == 1
+    assert (isinstance(body[at - 1], Barrier) and isinstance(body[at - 2], AsyncProxyFence)) == wgmma
     a, b = torch.randn(M, K, dtype=torch.float16), torch.randn(K, N, dtype=torch.float16)
     c = torch.full((M, N), float("nan"), dtype=torch.float16)
     kernel(a, b, c)

@@ -57,7 +57,10 @@ c % s, issued by thread 0 (``fence.proxy.async``, one ``arrive.expect_tx`` of al
 loads). Prologue: iterations 0 .. s-2. Iteration k: every thread waits on barrier c % s with parity (c // s) % 2
 (the barrier's phases alternate, its uses are s iterations apart), the proxy fence (with wgmma consumers) and the
 barrier (everyone has finished iteration k-1, so stage (k-1) % s is free), thread 0 issues iteration k+s-1 into
-it, then the consumers; with an overlapped wgmma gemm, consumers, a second barrier, then the refill, as above.
+it, then the consumers; with an overlapped wgmma gemm, consumers, a second barrier, then the refill, as above. When
+the gemms are overlapped and no consumer writes shared memory (gemm_relu), the first barrier and its proxy fence
+go: the data is ordered by the mbarrier, the refill by the barrier after the wgmma waits, and one proxy fence and
+barrier before the loop cover the generic writes made before it (one barrier per iteration instead of two).
 After the loop the slot advances by the loop's trip count. Every issued load is waited for inside the loop.
 """
 
@@ -361,6 +364,7 @@ def _lower_tma_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict) -> 
     """The pipeline with TMA producers: one mbarrier per stage instead of cp.async groups (module docstring)."""
     from tileagent.compiler.ir.expr import Load, as_expr
     from tileagent.compiler.ir.stmt import Store
+    from tileagent.compiler.lower.barriers import shared_effects
     from tileagent.compiler.lower.tma import issue, wait
 
     ctx = lowering.ctx
@@ -401,8 +405,15 @@ def _lower_tma_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict) -> 
         ctx.ranges[ahead] = ctx.ranges[v]
     schedules = wgmma_schedules(p, ctx.layouts)
     overlap = any(w.pending for w in schedules.values())
+    # overlapped wgmma and consumers that write no shared memory: the stages' data is ordered by the mbarriers, the
+    # refill by the barrier after the wgmma waits, and every generic write the gemms read happened before the loop:
+    # one proxy fence and barrier before the loop replace the one at the top of every iteration
+    lean = overlap and not any(shared_effects(x)[0] for x in p.consumers)
+    if lean:
+        out += [AsyncProxyFence(p.span), Barrier(p.span)]
     body = wait(ctx, make_binop("+", first, stage), make_binop("%", make_binop("//", count, s), 2), p.span)
-    body += ([AsyncProxyFence(p.span)] if schedules else []) + [Barrier(p.span)]
+    if not lean:
+        body += ([AsyncProxyFence(p.span)] if schedules else []) + [Barrier(p.span)]
     issue_next = [Let(ahead, make_binop("+", v, s - 1), p.span)] + producers(ahead, make_binop("+", count, s - 1))
     refill = guarded(ctx, make_cmp("<", make_binop("+", v, s - 1), end), issue_next)
     consumers = ctx.derive(stage_base={b: make_binop("*", stage, n) for b, n in strides.items()},
