@@ -334,9 +334,12 @@ def test_mean_and_variance_in_one_pass_over_long_rows(name, tmp_path):
                                              configs=[], turn=1))[0]
     # NK == 1: two passes over registers; else one; then the output pass (software pipelines: they copy tiles)
     assert draft.source.count("for kk in T.Pipelined(NK, num_stages=NS):") == 4
-    assert "NS = 2 if NK > 1 and 1 * BM * BR * 8 <= 163840 else 1" in draft.source
+    assert "NS = 2 if NK > 1 and max(BM * BR, 0) * 8 <= 196608 else 1" in draft.source
     assert 'f0_x = T.alloc_shared((BM, BR), "float32") if NS > 1 else T.alloc_fragment((BM, BR), "float32")' \
         in draft.source
+    # each pipeline stages its own shared tile (the compiler pipelines no copy into a buffer two pipelines fill);
+    # with one tile (NS == 1) every pass reads the one register tile
+    assert 'f0_x_4 = T.alloc_shared((BM, BR), "float32") if NS > 1 else f0_x' in draft.source
     assert "else:  # several tiles: one pass, shifted sums per lane" in draft.source
     candidate = tmp_path / f"{name}_moments.py"
     # rows this short are held in registers (the reread rule); without it, tiles of 32
@@ -349,3 +352,29 @@ def test_mean_and_variance_in_one_pass_over_long_rows(name, tmp_path):
     configs = [spec.small_config] if name != "var_ragged" else [{}]
     results = check_candidate(spec, candidate, device="cpu", configs=configs, seeds=1, seed=SEED)
     assert [r.correct for r in results] == [True], [r.message for r in results]
+
+
+def test_long_row_passes_are_pipelined_and_row_operands_vectorized(tmp_path):
+    """At the suite's GPU sizes (compiled for sm_90a, nothing run): instance_norm's passes over its 65536-wide rows
+    are two cp.async pipelines with a shared tile each (one 8 KB tile a stage; 90 registers, 5 blocks per SM), and
+    the rotary embedding, the padding mask and the embedding gather read every operand with 128-bit (the pad flags
+    32-bit) loads, where each value was an element read (16-bit, one byte for a flag)."""
+    from tileagent.compiler.resources import dry_run
+
+    _, module = _candidate("instance_norm", tmp_path)
+    with dry_run("sm_90a") as run:
+        module["ModelNew"](64)(torch.empty(16, 64, 256, 256, device="meta"))
+    launch = run.launches[0].to_dict()
+    assert launch["shared_bytes"] >= 2 * 2048 * 4 and launch["blocks_per_sm"] >= 4, launch
+    cases = {"rotary_cat": ([], [(4, 2048, 32, 128), (2048, 128), (2048, 128)], torch.float16),
+             "padding_mask_softmax": ([], [(8, 16, 1024, 1024), (8, 1024)], None),
+             "embedding_scale": ([32000, 4096], [(8, 2048)], torch.int64)}
+    for name, (init, shapes, dtype) in cases.items():
+        _, module = _candidate(name, tmp_path)
+        dtypes = {"padding_mask_softmax": [torch.float32, torch.bool]}.get(name, [dtype] * len(shapes))
+        with dry_run("sm_90a") as run:
+            with torch.device("meta"):
+                model = module["ModelNew"](*init)
+            model(*[torch.empty(s, dtype=d, device="meta") for s, d in zip(shapes, dtypes)])
+        access = run.launches[-1].to_dict()["access_bytes"]
+        assert all(width >= 4 for width in access.values()) and max(access.values()) == 16, (name, access)

@@ -297,6 +297,10 @@ class KernelWriter:
         self.split_reduces: list = []  # (number, op, partials buffer) of a kernel split along its columns
         self.split_at = 0
         self.allocs2: list = []
+        self.passes = 0  # pipelined passes written so far
+        self.staged_once: set = set()  # tiles some pipelined pass copies
+        self.stage_alias: dict = {}  # a later pass's own name for a tile -> the tile (tile_pass)
+        self.stage_sizes: list = []  # per pipelined pass: the elements of its tiles (Python text)
         self.block_lets: dict = {}  # text -> (name, let statement) of row-uniform values at the block's first row
         self.row_div: list = []  # strides BM must divide (uniform_col)
 
@@ -628,20 +632,37 @@ class KernelWriter:
                 body += self.body(cx, "tile", stmts, pad)
                 body += [" " * pad + s for s in stores]
             else:
-                body.append(self.pass_loop(cx, pad))
-                body += self.loads(cx, pad + 4, looped=True)
-                body += self.body(cx, "tile", stmts, pad + 4)
-                body += [" " * (pad + 4) + s for s in stores]
+                body += self.tile_pass(cx, stmts, pad, stores)
         self.allocs2 = [n for n in self.allocs if n not in allocs_before]
         return self.assemble(grid, head, body, out_params)
 
-    def pass_loop(self, cx: Cx, pad: int) -> str:
-        """The header of a pass over a row's column tiles: a software pipeline when the pass copies tiles (``NS``
-        stages: with NK > 1 the next tiles load, cp.async into shared memory, while this one is used; with one tile
-        the copy is hoisted and the loop runs once on registers)."""
-        if cx.loads:
-            return " " * pad + "for kk in T.Pipelined(NK, num_stages=NS):"
-        return " " * pad + "for kk in T.serial(NK):"
+    def tile_pass(self, cx: Cx, stmts: list[str], pad: int, tail=()) -> list[str]:
+        """A pass over a row's column tiles: the loop, the tile copies, the T.Parallel body with ``stmts``, then
+        ``tail`` (stores) in the loop. A pass that copies tiles is a software pipeline (``NS`` stages: with NK > 1
+        the next tiles load, cp.async into shared memory, while this one is used; with one tile the copy is hoisted
+        and the loop runs once on registers). Each pipeline needs shared tiles of its own (the compiler pipelines
+        no copy into a buffer another pipeline also fills): a tile an earlier pass copied too is renamed here to an
+        alias (``stage_alias``) that is its own shared buffer when NS > 1 and the same register tile otherwise."""
+        if not cx.loads:
+            head = " " * pad + "for kk in T.serial(NK):"
+            return [head] + self.body(cx, "tile", stmts, pad + 4) + [" " * (pad + 4) + t for t in tail]
+        self.passes += 1
+        self.stage_sizes.append(" + ".join("BR" if self.allocs.get(f) == "(BR,)" else "BM * BR" for f in cx.loads))
+        rename = {}
+        for f in cx.loads:
+            if f in self.staged_once:
+                rename[f] = f"{f}_{self.passes}"
+                self.stage_alias[rename[f]] = f
+            self.staged_once.add(f)
+        copies = self.loads(cx, pad + 4, looped=True)
+        lines = [" " * pad + "for kk in T.Pipelined(NK, num_stages=NS):"] + copies + \
+            self.body(cx, "tile", stmts, pad + 4) + [" " * (pad + 4) + t for t in tail]
+        if rename:
+            import re
+
+            pattern = re.compile(r"\b(" + "|".join(map(re.escape, rename)) + r")\b")
+            lines = [pattern.sub(lambda m: rename[m.group(1)], line) for line in lines]
+        return lines
 
     def plain_pass(self, n_red: int, r: Reduce, pad: int, cx: Cx | None = None, stmt: str | None = None) -> list:
         """One pass over the row's column tiles accumulating reduction ``r`` into ``red<n_red>``."""
@@ -653,9 +674,7 @@ class KernelWriter:
             val = cx.convert(r.value, r.value.load(cx, k.domain_index(r.src, r.dims)), FLOAT)
             stmt = f"acc[i, j] = {COMBINE[r.op].format(a='acc[i, j]', b=f'T.if_then_else(rg < NR, {val}, {IDENT[r.op]})')}"
         lines = [" " * pad + f"T.fill(acc, {IDENT[r.op]})"]
-        lines.append(self.pass_loop(cx, pad))
-        lines += self.loads(cx, pad + 4, looped=True)
-        lines += self.body(cx, "tile", [stmt], pad + 4)
+        lines += self.tile_pass(cx, [stmt], pad)
         lines.append(" " * pad + f"{REDUCE_FN[r.op]}(acc, red{n_red}, dim=1)")
         return lines
 
@@ -696,9 +715,8 @@ class KernelWriter:
         p = " " * pad
         self.allocs[f"red{n_max}"] = self.allocs[f"red{n_sum}"] = "(BM,)"
         self.allocs["acc"] = self.allocs["accs"] = "(BM, BR)"
-        lines = [p + f"T.fill(acc, {ninf})", p + "T.fill(accs, 0.0)", self.pass_loop(cx, pad)]
-        lines += self.loads(cx, pad + 4, looped=True)
-        lines += self.body(cx, "tile", stmts, pad + 4)
+        lines = [p + f"T.fill(acc, {ninf})", p + "T.fill(accs, 0.0)"]
+        lines += self.tile_pass(cx, stmts, pad)
         lines.append(p + f"T.reduce_max(acc, red{n_max}, dim=1)")
         lines.append(p + "for i, j in T.Parallel(BM, BR):")
         lines += [p + "    " + line for line in self.prelude("row") + tail]
@@ -740,9 +758,8 @@ class KernelWriter:
                  "acc[i, j] = acc[i, j] + md",
                  "acc2[i, j] = acc2[i, j] + md * md"]
         count = "cnt = T.cast((NR - j + BR - 1) // BR, \"float32\")  # the lane's values: its column's tiles"
-        lines = [p + "T.fill(acc, 0.0)", p + "T.fill(acc2, 0.0)", p + "T.fill(piv, 0.0)", self.pass_loop(cx, pad)]
-        lines += self.loads(cx, pad + 4, looped=True)
-        lines += self.body(cx, "tile", stmts, pad + 4)
+        lines = [p + "T.fill(acc, 0.0)", p + "T.fill(acc2, 0.0)", p + "T.fill(piv, 0.0)"]
+        lines += self.tile_pass(cx, stmts, pad)
         lines += [p + "for i, j in T.Parallel(BM, BR):",
                   p + "    " + count,
                   p + "    acc2[i, j] = acc2[i, j] - acc[i, j] * acc[i, j] / cnt  # about the lane's mean",
@@ -817,6 +834,10 @@ class KernelWriter:
                               if n in staged else f"{n} = ") +
                   f"T.alloc_fragment({shape}, {_dtype_text(dt.get(n, 'float32'))})"
                   for n, shape in self.allocs.items() if not split or n not in self.allocs2]
+        allocs += [" " * 12 + f"{a} = T.alloc_shared({self.allocs[f]}, {_dtype_text(dt.get(f, 'float32'))}) if NS > 1 "
+                   f"else {f}  # the same tile, staged for another pipeline" for a, f in self.stage_alias.items()
+                   if f in staged]
+        staged += [a for a, f in self.stage_alias.items() if f in staged]
         if split:  # the second scope: combine the partials of every row, then the per-row outputs
             second = [" " * 12 + f"{n} = T.alloc_fragment({self.allocs[n]}, {_dtype_text(dt.get(n, 'float32'))})"
                       for n in self.allocs2]
@@ -840,8 +861,8 @@ class KernelWriter:
                 f"    NR = {k.R.t}",
                 "    NK = (NR + BR - 1) // BR"] + (["    CH = (NK + SPLIT - 1) // SPLIT  # column tiles per block"]
                                                   if split else []) + (
-                [f"    NS = 2 if NK > 1 and {len(staged)} * BM * BR * 8 <= 163840 else 1  # pipeline stages: the "
-                 "looped passes' tiles in shared memory"] if staged else ["    NS = 1"]) + [
+                [f"    NS = 2 if NK > 1 and max({', '.join(sorted(set(self.stage_sizes)))}, 0) * 8 <= 196608 else 1  "
+                 "# pipeline stages (the tiles of a pass, 2 x 4 bytes)"] if staged else ["    NS = 1"]) + [
                 "",
                 "    @T.prim_func",
                 f"    def main({', '.join(sig)}):",
