@@ -296,8 +296,7 @@ def test_reductions_fill_the_gpu_with_blocks(tmp_path):
     (sum_dim) keeps its schedule; a reduction to one value splits over 1024 blocks."""
     source, module = _candidate("mean_seq", tmp_path)
     assert "KAHAN = out_dtype in (\"float32\", \"float64\")" in source
-    # the tile in the input's dtype, staged in shared memory by a pipelined loop (STAGES cp.async copies in flight)
-    assert "x = T.alloc_shared((block_k, block_n), d_x)" in source and "num_stages=STAGES" in source
+    assert "x = T.alloc_fragment((block_k, block_n), d_x)" in source
     assert module["schedule_cols"](1024, 4096, 16, False) == (64, 64, 128)  # B=16 S=1024 D=4096: 1024 blocks
     assert module["schedule_cols"](1024, 4096, 16, True) == (32, 128, 128)  # float32 output: as before
     assert module["schedule_split"](1, 8192, 4096, 64, 64, False) == 16

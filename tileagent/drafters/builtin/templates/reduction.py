@@ -6,10 +6,7 @@ the input as (A, D, B) around the reduced dims (plain Python ints from the shape
 ``reduce_rows`` kernel gives each block ``block_m`` rows and walks D in ``block_d`` tiles; otherwise ``reduce_cols``
 gives each block ``block_n`` columns of one A index and walks D in ``block_k``-row tiles, as the column-sum example
 does. Both accumulate elementwise in a float32 tile (no communication in the loop) and reduce it once at the end;
-a sum down columns is Kahan-compensated (each register adds D / block_k values in sequence). The column kernels
-stage their row tiles in shared memory through a ``T.Pipelined`` loop (``STAGES`` cp.async copies in flight): a
-block's next tiles load while it adds the current one (mean_seq at 61-69% of a copy on the H200 with one tile in
-flight per block).
+a sum down columns is Kahan-compensated (each register adds D / block_k values in sequence).
 When too few (A, column tile) pairs fill the GPU (``schedule_split``: under 264 blocks, e.g. the mean over S of a
 (1, 8192, 4096) tensor), ``reduce_cols_split`` also splits D over ``split`` blocks writing float32 partials, and a
 second kernel scope combines them and applies the pointwise tail.
@@ -101,10 +98,9 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     op = match.reduce_op
     x_ref = match.traced.input_names[match.subject]
     ndim = len(match.traced.input_shapes[match.subject])
-    constants = {"THREADS": knobs["THREADS"], "PER_THREAD": knobs["PER_THREAD"], "SPLIT": None, "STAGES": 3}
+    constants = {"THREADS": knobs["THREADS"], "PER_THREAD": knobs["PER_THREAD"], "SPLIT": None}
     tunables = {"THREADS": common.knob_values(knobs, "THREADS", (128, 256)),
-                "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (16, 32)), "SPLIT": [None, 1, 4, 16],
-                "STAGES": [3, 2, 4]}
+                "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (16, 32)), "SPLIT": [None, 1, 4, 16]}
     doc = (f"Candidate drafted by the built-in drafter (template row_reduction): {match.summary}"
            f"{', keepdim' if match.keepdim else ''}; float32 accumulation, output {match.out_dtype}. Knobs: THREADS, "
            f"PER_THREAD (values per thread in a tile).")
@@ -136,7 +132,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                     "    @T.prim_func\n"
                     "    def main(g_x: T.Tensor((A, D, B), d_x), out: T.Tensor((A, 1, B), out_dtype)):\n"
                     "        with T.Kernel(T.ceildiv(B, block_n), A, threads=threads) as (bn, a):\n"
-                    "            x = T.alloc_shared((block_k, block_n), d_x)  # staged by cp.async, STAGES deep\n"
+                    "            x = T.alloc_fragment((block_k, block_n), d_x)  # the input's dtype: fewer registers\n"
                     "            acc = T.alloc_fragment((block_k, block_n), \"float32\")\n"
                     "            r = T.alloc_fragment((block_n,), \"float32\")\n")
             load = "                T.copy(g_x[a, k * block_k, bn * block_n], x)  # columns past B read as 0\n"
@@ -145,8 +141,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
         cols = kind == "cols"
         return (f"@tileagent.jit(out_idx=[1]{common.pass_configs(match)})\n" + head.format(c=cparams) +
                 f"            T.fill(acc, {init})\n" + comp_alloc(op, cols, "block_k", "block_n") +
-                (f"            for k in T.serial(T.ceildiv(D, {tile})):\n" if not cols else
-                 f"            for k in T.Pipelined(T.ceildiv(D, {tile}), num_stages=STAGES):\n") + load +
+                f"            for k in T.serial(T.ceildiv(D, {tile})):\n" + load +
                 f"                for i, j in {loop}:\n{pre_stmts}"
                 f"                    v = T.if_then_else(k * {tile} + {i} < D, {pre}, {init})\n" +
                 accumulate(op, cols, 20) +
@@ -168,11 +163,11 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                 "    def main(g_x: T.Tensor((A, D, B), d_x), out: T.Tensor((A, 1, B), out_dtype),\n"
                 "             ws: T.Tensor((A, split, B), \"float32\")):\n"
                 "        with T.Kernel(T.ceildiv(B, block_n), A, split, threads=threads) as (bn, a, sp):\n"
-                "            x = T.alloc_shared((block_k, block_n), d_x)  # staged by cp.async, STAGES deep\n"
+                "            x = T.alloc_fragment((block_k, block_n), d_x)  # the input's dtype: fewer registers\n"
                 "            acc = T.alloc_fragment((block_k, block_n), \"float32\")\n"
                 "            r = T.alloc_fragment((block_n,), \"float32\")\n"
                 f"            T.fill(acc, {init})\n" + comp_alloc(op, True, "block_k", "block_n") +
-                "            for k in T.Pipelined(chunk // block_k, num_stages=STAGES):\n"
+                "            for k in T.serial(chunk // block_k):\n"
                 "                T.copy(g_x[a, sp * chunk + k * block_k, bn * block_n], x)\n"
                 f"                for i, j in T.Parallel(block_k, block_n):\n{pre_stmts}"
                 f"                    v = T.if_then_else(sp * chunk + k * block_k + i < D, {pre}, {init})\n" +
