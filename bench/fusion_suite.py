@@ -2,13 +2,16 @@
 torch.compile and a device copy of the same bytes.
 
 Usage (on a CUDA machine): python bench/fusion_suite.py [--ops a,b,...] [--part K/N] [--max-configs N]
-    [--budget SECONDS] [--json out.json]
+    [--budget SECONDS] [--json out.json] [--knob NAME=VALUE ...]
 For each op: the built-in drafter's first draft (turn 1, default flags), then per config (CONFIGS, at most
 --max-configs): correctness against the reference (fresh inputs, the evaluator's tolerances via
 ``evaluator.correctness.check_candidate``), median GPU times (L2 flushed, ``bench/memory_bound.bench``) of the
 candidate, eager and torch.compile, and of ``copy_`` of the op's bytes (inputs + outputs) for the % of copy
 bandwidth. Prints one line per config and a summary: ops drafted, correct, faster than torch.compile on every
 config. ``--budget`` stops starting new ops past that many seconds (the table says which were skipped).
+``--knob NAME=VALUE`` sets a module-level knob of each draft (``STAGES=2``: the fusion template's passes staged in
+shared memory) before it is checked and timed, for an A/B of a schedule choice in one run; a draft without that
+knob is run as drafted (the line says so).
 """
 
 from __future__ import annotations
@@ -35,7 +38,21 @@ def as_tuple(out):
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
-def run_op(path: Path, max_configs: int, tmp: Path) -> list[dict]:
+def set_knobs(source: str, knobs: list[str]) -> tuple[str, list[str]]:
+    """``source`` with each ``NAME=VALUE`` of ``knobs`` replacing its module-level ``NAME = ...`` line; and the names
+    the source does not define."""
+    import re
+
+    missing = []
+    for item in knobs:
+        name, _, value = item.partition("=")
+        source, n = re.subn(rf"^{re.escape(name)} = .*$", f"{name} = {value}", source, count=1, flags=re.M)
+        if not n:
+            missing.append(name)
+    return source, missing
+
+
+def run_op(path: Path, max_configs: int, tmp: Path, knobs: list[str] = ()) -> list[dict]:
     from bench.memory_bound import bench, load
     from tileagent.drafters.base import DraftTask, DrafterUnavailable
     from tileagent.drafters.builtin import BuiltinDrafter
@@ -49,11 +66,14 @@ def run_op(path: Path, max_configs: int, tmp: Path) -> list[dict]:
     except DrafterUnavailable as e:
         return [dict(op=path.stem, drafted=False, reason=str(e)[:300], wall_s=time.perf_counter() - t0)]
     cand = tmp / f"{path.stem}_candidate.py"
-    cand.write_text(draft.source)
+    source, missing = set_knobs(draft.source, list(knobs))
+    cand.write_text(source)
+    label = draft.label + "".join(f" {k}" for k in knobs if k.partition("=")[0] not in missing) + \
+        "".join(f" (no knob {m})" for m in missing)
     spec = load_spec(path)
     rows = []
     for config in spec.configs[:max_configs]:
-        row = dict(op=path.stem, drafted=True, label=draft.label, config=config)
+        row = dict(op=path.stem, drafted=True, label=label, config=config)
         try:
             results = check_candidate(spec, cand, device="cuda", configs=[config], seeds=1)
             row["correct"] = all(r.correct for r in results)
@@ -99,6 +119,7 @@ def main() -> None:
     ap.add_argument("--max-configs", type=int, default=1)
     ap.add_argument("--budget", type=float, default=480.0, help="seconds; no new op starts after this")
     ap.add_argument("--json", default="")
+    ap.add_argument("--knob", action="append", default=[], help="NAME=VALUE: set a knob of every draft (repeatable)")
     args = ap.parse_args()
     paths = sorted(p for p in SUITE.glob("*.py") if not p.stem.endswith("_candidate"))
     if args.ops:
@@ -113,7 +134,7 @@ def main() -> None:
             if time.perf_counter() - start > args.budget:
                 skipped.append(path.stem)
                 continue
-            for row in run_op(path, args.max_configs, Path(tmp)):
+            for row in run_op(path, args.max_configs, Path(tmp), args.knob):
                 rows.append(row)
                 cfg = " ".join(f"{k}={v}" for k, v in row.get("config", {}).items())
                 if not row["drafted"]:
@@ -123,7 +144,7 @@ def main() -> None:
                 else:
                     print(f"{row['op']:24s} {cfg:32s} ok  {row['ours_ms']:.4f} ms  eager x{row['vs_eager']:.2f}  "
                           f"compile x{row['vs_compile']:.2f}  {row['pct_copy']:.0f}% of copy  "
-                          f"({row['wall_s']:.0f}s)", flush=True)
+                          f"({row['wall_s']:.0f}s){'  [' + row['label'] + ']' if args.knob else ''}", flush=True)
     ops = sorted({r["op"] for r in rows})
     drafted = [o for o in ops if all(r["drafted"] for r in rows if r["op"] == o)]
     correct = [o for o in drafted if all(r.get("correct") for r in rows if r["op"] == o)]

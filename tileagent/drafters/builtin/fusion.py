@@ -861,8 +861,9 @@ class KernelWriter:
                 f"    NR = {k.R.t}",
                 "    NK = (NR + BR - 1) // BR"] + (["    CH = (NK + SPLIT - 1) // SPLIT  # column tiles per block"]
                                                   if split else []) + (
-                [f"    NS = 2 if NK > 1 and max({', '.join(sorted(set(self.stage_sizes)))}, 0) * 8 <= 196608 else 1  "
-                 "# pipeline stages (the tiles of a pass, 2 x 4 bytes)"] if staged else ["    NS = 1"]) + [
+                [f"    NS = STAGES if NK > 1 and max({', '.join(sorted(set(self.stage_sizes)))}, 0) * 4 * STAGES <= "
+                 "196608 else 1  # pipeline stages: a pass's tiles in shared memory when STAGES > 1"]
+                if staged else ["    NS = 1"]) + [
                 "",
                 "    @T.prim_func",
                 f"    def main({', '.join(sig)}):",

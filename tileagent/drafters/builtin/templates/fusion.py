@@ -92,13 +92,15 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     """The candidate module for ``match`` with the variant's ``knobs``."""
     plan = match.plan
     kernels, forward = lifted(match.plans or [plan], knobs)
-    constants = dict(knobs)
+    constants = dict(knobs, STAGES=knobs.get("STAGES", 1))
     tunables = {"THREADS": common.knob_values(knobs, "THREADS", (128, 256)),
                 "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (16, 32)),
-                "BR_MAX": common.knob_values(knobs, "BR_MAX", (1024, 4096, 8192))}
+                "BR_MAX": common.knob_values(knobs, "BR_MAX", (1024, 4096, 8192)),
+                "STAGES": common.knob_values(constants, "STAGES", (1, 2))}
     doc = (f"Candidate drafted by the built-in drafter (template fusion): {match.summary}. Each kernel walks rows "
            f"(kept dims) x columns (reduced dims) in (BM, BR) tiles, float32 math, reductions in registers. Knobs: "
-           f"THREADS, PER_THREAD (values per thread), BR_MAX (the longest column tile before looping).")
+           f"THREADS, PER_THREAD (values per thread), BR_MAX (the longest column tile before looping), STAGES (a "
+           f"pass over a row of several tiles stages them in shared memory, STAGES cp.async copies deep, when > 1).")
     shim = SimpleNamespace(traced=plan.t)
     head = common.header(doc, constants, tunables, shim)
     head += ('TL_DTYPE.update({torch.float64: "float64", torch.int8: "int8", torch.int16: "int16", '
