@@ -135,8 +135,8 @@ STEPS = (
          "--dump, carried); the gemms whose cubins changed by the pins alone (attention's sources also split masks: "
          "mask_split_ab)"),
     Step("mask_split_ab", 9, "python bench/mask_split_ab.py", 180,
-         "flash attention (causal and not, 128/64/2/128 and the default schedule) with masks split by tile vs the "
-         "per-element select on every tile, same run, outputs compared, next to SDPA"),
+         "flash attention (causal and not, 128/64/2/128 and the default schedule): as built (A) vs without split "
+         "masks (B) vs without heavy-first block order (C, causal), same run, outputs compared, next to SDPA"),
     Step("played_llm", 4, "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\"", 500,
          "the played LLM's last answers over every config of their ops"),
 )

@@ -1,12 +1,13 @@
-"""Same-run A/B of split masks (compiler.desugar.split_masks) on flash attention: the shared example as written, with
-the mask tested once per tile (A, the default) and with the per-element select on every tile (B, the rewrite off).
+"""Same-run A/B/C of the causal-attention levers on flash attention, the shared example as written: A as built now;
+B without split masks (compiler.desugar.split_masks: the per-element select on every tile); C without heavy-first
+block order (compiler.lower.heavy_first: bx = blockIdx.x, the heaviest causal row blocks last).
 
 Usage (H200): TILEAGENT_SHARED=/path/to/shared python bench/mask_split_ab.py [--trials 20]
 For causal and non-causal flash_attn_fwd at B8 H32 S4096 D128 (the schedule bench/tensor_core.py times, 128/64/2/128,
-and the example's default), both sides are compiled in this process (each into its own module-cache folder, since
-the rewrite is not part of the cache key), their outputs compared element for element on the same inputs (they must
-be identical: the rewrite keeps every value), then timed in alternating trials (CUDA events, L2 flushed, medians;
-bench.memory_bound.bench) next to SDPA. Prints TFLOP/s of A, B, SDPA and B/A time.
+and the example's default), the sides are compiled in this process (each into its own module-cache folder, since
+neither lever is part of the cache key), their outputs compared element for element on the same inputs (they must be
+identical: both keep every value), then timed in alternating trials (CUDA events, L2 flushed, medians;
+bench.memory_bound.bench) next to SDPA. Prints TFLOP/s of A, B, C, SDPA and the time ratios B/A, C/A.
 """
 
 from __future__ import annotations
@@ -25,22 +26,25 @@ from bench.memory_bound import bench  # noqa: E402
 from bench.tensor_core import TUNED_FA, load  # noqa: E402
 
 
-def compiled(fa, args, split: bool):
-    """The kernel of ``fa.flash_attn_fwd.fn(*args)`` with masks split (A) or not (B), in a fresh module cache."""
+def compiled(fa, args, split: bool = True, heavy: bool = True):
+    """The kernel of ``fa.flash_attn_fwd.fn(*args)`` with masks split or not, heavy-first order or not, in a fresh
+    module cache."""
     import tileagent
-    from tileagent.compiler import desugar
+    from tileagent.compiler import desugar, lower
 
-    os.environ["TILEAGENT_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"mask_ab_{'a' if split else 'b'}_")
-    real = desugar.split_masks
+    os.environ["TILEAGENT_CACHE_DIR"] = tempfile.mkdtemp(prefix="mask_ab_")
+    real = desugar.split_masks, lower.heavy_first
     if not split:
         desugar.split_masks = lambda func: func
+    if not heavy:
+        lower.heavy_first = lambda k: False
     try:
         kernel = tileagent.compile(fa.flash_attn_fwd.fn(*args), out_idx=[3])
-        tests = kernel.get_ir("thread").count(">= 0:")  # (the cpu target lowers here, on demand)
+        ir = kernel.get_ir("thread")  # (the cpu target lowers here, on demand)
     finally:
-        desugar.split_masks = real
-    if split != bool(tests):
-        raise SystemExit(f"side {'A' if split else 'B'}: expected {'a' if split else 'no'} split mask in the IR")
+        desugar.split_masks, lower.heavy_first = real
+    if split != (">= 0:" in ir) or (heavy and args[4]) != ("heaviest first" in ir):
+        raise SystemExit(f"split={split} heavy={heavy}: the IR does not show what was asked")
     return kernel
 
 
@@ -53,7 +57,7 @@ def main() -> None:
     B, H, S, D = 8, 32, 4096, 128
     q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.float16) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-    print(f"{'kernel':52} {'A TF/s':>8} {'B TF/s':>8} {'SDPA':>8} {'B/A time':>9}  outputs")
+    print(f"{'kernel':46} {'A TF/s':>7} {'B TF/s':>7} {'C TF/s':>7} {'SDPA':>7} {'B/A':>6} {'C/A':>6}  outputs")
     for causal in (True, False):
         flops = 4 * B * H * S * S * D // (2 if causal else 1)
         sdpa = min(bench(lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal),
@@ -62,18 +66,21 @@ def main() -> None:
             sched = tuple(schedule.get(x, d) for x, d in
                           (("block_M", 128), ("block_N", 64), ("num_stages", 2), ("threads", 256)))
             args = (B, H, S, D, causal) + sched
-            ka, kb = compiled(fa, args, True), compiled(fa, args, False)
-            oa, ob = ka(q, k, v), kb(q, k, v)
+            sides = [compiled(fa, args), compiled(fa, args, split=False)] + \
+                ([compiled(fa, args, heavy=False)] if causal else [])
+            outs = [kern(q, k, v) for kern in sides]
             torch.cuda.synchronize()
-            same = "identical" if torch.equal(oa, ob) else f"max |A-B| {(oa.float() - ob.float()).abs().max():.3g}"
-            ta, tb = [], []
+            same = ", ".join("identical" if torch.equal(outs[0], o) else
+                             f"max |A-{n}| {(outs[0].float() - o.float()).abs().max():.3g}"
+                             for n, o in zip("BC", outs[1:]))
+            times = [[] for _ in sides]
             for _ in range(3):  # alternate the sides
-                ta.append(bench(lambda: ka(q, k, v), trials=a.trials)[0])
-                tb.append(bench(lambda: kb(q, k, v), trials=a.trials)[0])
-            ta, tb = sorted(ta)[1], sorted(tb)[1]
+                for n, kern in enumerate(sides):
+                    times[n].append(bench(lambda: kern(q, k, v), trials=a.trials)[0])
+            t = [sorted(x)[1] for x in times] + [float("nan")] * (3 - len(sides))
             label = f"flash_attn{' causal' if causal else ''} {'/'.join(map(str, sched))}"
-            print(f"{label:52} {flops / ta / 1e9:8.1f} {flops / tb / 1e9:8.1f} {flops / sdpa / 1e9:8.1f} "
-                  f"{tb / ta:9.3f}  {same}", flush=True)
+            print(f"{label:46} {flops / t[0] / 1e9:7.1f} {flops / t[1] / 1e9:7.1f} {flops / t[2] / 1e9:7.1f} "
+                  f"{flops / sdpa / 1e9:7.1f} {t[1] / t[0]:6.3f} {t[2] / t[0]:6.3f}  {same}", flush=True)
 
 
 if __name__ == "__main__":

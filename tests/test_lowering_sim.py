@@ -393,3 +393,42 @@ def test_a_mask_stored_with_a_cast_is_split_too():
     kernel(out)
     assert torch.equal(out, torch.where(rows >= cols, 1.0, -2.0).half())
     assert ">= 0:" in kernel.get_ir("thread")
+
+
+def _triangular(extent):
+    """Out[b, :] = the sum of rows 0 .. extent(b) - 1 of X: a serial loop whose trip count depends on the block."""
+
+    @T.prim_func
+    def main(X: T.Tensor((8, 64), "float32"), Out: T.Tensor((8, 64), "float32")):
+        with T.Kernel(8, threads=64) as bx:
+            acc = T.alloc_fragment((64,), "float32")
+            T.clear(acc)
+            n = extent(bx)
+            for r in T.serial(n):
+                for j in T.Parallel(64):
+                    acc[j] += X[r, j]
+            T.copy(acc, Out[bx, 0])
+
+    return main
+
+
+@pytest.mark.parametrize("name,extent,reversed_", [
+    ("grows", lambda bx: T.min(8, (bx + 1) * 2 // 2), True),  # through a Let, min and a floor division
+    ("shrinks", lambda bx: 8 - bx, False),
+    ("constant", lambda bx: 5, False),
+    ("non-monotone", lambda bx: (bx * 3) % 8 + 1, False),
+])
+def test_blocks_whose_loop_grows_with_bx_are_issued_heaviest_first(name, extent, reversed_):
+    """compiler.lower.heavy_first: causal attention's row blocks (more K/V tiles the larger bx) run the heaviest first,
+    bx = 7 - blockIdx.x; results are the same (blocks are independent), other kernels keep bx = blockIdx.x."""
+    func = _triangular(extent)
+    kernel = tileagent.compile(func, target="sim")
+    ir = kernel.get_ir("thread")
+    assert ("bx = 7 - blockIdx.x" in ir and "blocks issued heaviest first" in ir) == reversed_, ir
+    assert ("bx = blockIdx.x" in ir) == (not reversed_)
+    x = torch.randn(8, 64)
+    out, want = _nan(8, 64), _nan(8, 64)
+    kernel(x, out)
+    tileagent.compile(func, target="cpu")(x, want)
+    torch.testing.assert_close(out, want)
+    assert ("const int bx = 7 - ((int)blockIdx.x);" in kernel.get_kernel_source()) == reversed_

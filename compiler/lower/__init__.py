@@ -5,7 +5,8 @@ passes of ``compiler.passes`` (software pipelines from ``pipeline``, barriers fr
 arena from ``smem``, packed operands from ``gemm``). Out: a ``DeviceModule`` (see ``compiler.tir``).
 ``lower_module`` lowers each tile op by its own ``lower`` (``compiler.tileops``), T.Parallel nests by
 ``parallel`` and pipelines by ``pipeline``; sequential loops, uniform ifs and let-bindings pass through. Block indices are bound at the top,
-through the rasterization of ``T.use_swizzle`` when present.
+through the rasterization of ``T.use_swizzle`` when present, else with the first counting down from the last block
+when a loop's trip count grows with it (``heavy_first``: the heaviest blocks first, the lightest in the last wave).
 Guarantees: the thread IR obeys every rule in ``compiler.tir``; an op this backend cannot lower raises TargetError
 E602 at its span.
 """
@@ -77,7 +78,7 @@ def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True) -> Devi
     for var, extent in zip(k.block_vars, k.grid):
         n = static_int(extent)
         ctx.ranges[var] = (0, n - 1 if n is not None else 2**31 - 1)
-    stmts = _block_indices(k, plan.body) + _Lowering(ctx).body(_barriers_before(plan.body, shared.reuse_points))
+    stmts = _block_indices(k, plan.body, ctx) + _Lowering(ctx).body(_barriers_before(plan.body, shared.reuse_points))
     shared_bytes, offsets, maps = shared.total_bytes, ctx.shared_offsets(), ()
     if ctx.tma is not None:  # mbarriers after the arena's buffers, their init and the phase registers first
         placed = finish_kernel(ctx.tma, shared_bytes, offsets, shared.base_align,
@@ -109,10 +110,18 @@ def _barriers_before(body: tuple, points) -> tuple:
     return tuple(out)
 
 
-def _block_indices(k: Kernel, body) -> list:
-    """Let-bind the kernel's block variables to blockIdx, rasterized by T.use_swizzle when it asks."""
+def _block_indices(k: Kernel, body, ctx=None) -> list:
+    """Let-bind the kernel's block variables to blockIdx, rasterized by T.use_swizzle when it asks; else, when the
+    kernel's work grows with its first block index (``heavy_first``), that index counts down from the last block, so
+    the heaviest blocks are issued first and the lightest fill the last wave (causal attention's row blocks)."""
     swizzle = next((s for s in walk(body) if isinstance(s, UseSwizzle) and s.enable), None)
     raw = [BLOCK_IDX[d] for d in range(len(k.block_vars))]
+    if swizzle is None and heavy_first(k):
+        raw[0] = make_binop("-", static_int(k.grid[0]) - 1, BLOCK_IDX[0])
+        if ctx is not None:
+            ctx.instructions.setdefault((k.span.line if k.span else 0, "T.Kernel"), []).append(
+                f"blocks issued heaviest first: {k.block_vars[0].name} = {static_int(k.grid[0]) - 1} - blockIdx.x "
+                "(a loop's trip count grows with it)")
     if swizzle is not None and len(raw) >= 2:
         gx, gy = GRID_DIM[0], GRID_DIM[1]
         lin = make_binop("+", BLOCK_IDX[0], make_binop("*", BLOCK_IDX[1], gx))
@@ -125,6 +134,63 @@ def _block_indices(k: Kernel, body) -> list:
         outer = make_binop("//", off, width)
         raw[0], raw[1] = (outer, inner) if swizzle.order == "row" else (inner, outer)
     return [Let(v, r, k.span) for v, r in zip(k.block_vars, raw)]
+
+
+def heavy_first(k: Kernel) -> bool:
+    """Whether a loop of kernel ``k`` runs more iterations the larger its first block index is (its extent, through
+    the Lets before it, is non-decreasing in that index and depends on it: causal attention's
+    ``n_blocks = T.min(S // bN, T.ceildiv((bx + 1) * bM, bN))``), with a static grid along it."""
+    if not k.block_vars or static_int(k.grid[0]) is None or static_int(k.grid[0]) < 2:
+        return False
+    bx, lets = k.block_vars[0], {}
+    for s in walk(k.body):
+        if isinstance(s, Let):
+            lets[s.var] = s.value
+        elif isinstance(s, For) and _trend(s.extent, bx, lets) == 1:
+            return True
+    return False
+
+
+def _trend(e, v, lets, depth: int = 0):
+    """1 when ``e`` is non-decreasing in Var ``v`` and depends on it, -1 non-increasing, 0 independent of it, None
+    unknown (``lets``: Var -> value of the kernel's Lets)."""
+    from tileagent.compiler.ir.expr import BinOp, Call, Cast, Const
+
+    if depth > 32:
+        return None
+    if isinstance(e, (int, float, Const)):
+        return 0
+    if isinstance(e, Var):
+        return 1 if e is v else _trend(lets[e], v, lets, depth + 1) if e in lets else 0
+    if isinstance(e, Cast):
+        return _trend(e.value, v, lets, depth + 1)
+    if isinstance(e, Call) and e.name in ("min", "max"):
+        return _combine(*(_trend(a, v, lets, depth + 1) for a in e.args))
+    if isinstance(e, BinOp):
+        a, b = _trend(e.a, v, lets, depth + 1), _trend(e.b, v, lets, depth + 1)
+        if e.op == "+":
+            return _combine(a, b)
+        if e.op == "-":
+            return _combine(a, None if b is None else -b)
+        if e.op in ("*", "//") and b == 0 and static_int(e.b) is not None and (static_int(e.b) > 0 or e.op == "*"):
+            c = static_int(e.b)
+            return None if a is None else a * (c > 0) - a * (c < 0)
+        if e.op == "*" and a == 0 and static_int(e.a) is not None:
+            c = static_int(e.a)
+            return None if b is None else b * (c > 0) - b * (c < 0)
+        return 0 if a == b == 0 else None
+    return None
+
+
+def _combine(*trends):
+    out = 0
+    for t in trends:
+        if t is None:
+            return None
+        if t and out and t != out:
+            return None
+        out = out or t
+    return out
 
 
 class _Lowering:
