@@ -104,15 +104,18 @@ STEPS = (
     # it waits for the player; carry bench/played_llm/gpu_runs; the runs come back as $OUT/gpu_runs.tgz
     Step("played_gpu_turn", 9, "python bench/played_llm/gpu_turn.py --budget 480 --out \"$GPU_SESSION_OUT\"", 520,
          "the played LLM's runs, one GPU turn: each op resumed until it waits for the next answer (issue 19)"),
-    # also group 9 (its own device call: --only fusion_changed4,fusion_stages4, about 5 minutes): the drafter after
-    # session 4's third call: the GEMM template's new first schedule (linear_fp32_master), mean_seq's staging reverted;
-    # then an A/B in the same call of the fusion template's passes staged in shared memory (STAGES=2, drafted 1)
+    # also group 9 (its own device call: --only fusion_changed4,fusion_stages4,fusion_wide4, about 6 min): the
+    # drafter after session 4's third call: the GEMM template's new first schedule (linear_fp32_master), mean_seq's
+    # staging reverted; then A/Bs in the same call of the fusion template's knobs drafted off (STAGES=2, WIDE_ROWS)
     Step("fusion_changed4", 9, "python bench/fusion_suite.py --ops linear_fp32_master,mean_seq,instance_norm,groupnorm,"
          "cross_entropy,logsumexp,rmsnorm_module --max-configs 3 --budget 150", 180,
          "the drafter ops changed since bc91a8c's H200 run; the STAGES=1 side of the A/B (rmsnorm_module: control)"),
     Step("fusion_stages4", 9, "python bench/fusion_suite.py --ops instance_norm,groupnorm,cross_entropy,logsumexp "
          "--max-configs 3 --knob STAGES=2 --budget 100", 130,
          "the same ops with each pass over a row of several tiles a cp.async pipeline over shared tiles (STAGES=2)"),
+    Step("fusion_wide4", 9, "python bench/fusion_suite.py --ops instance_norm --knob WIDE_ROWS=True && "
+         "python bench/fusion_suite.py --ops instance_norm --knob WIDE_ROWS=True --knob STAGES=2", 70,
+         "instance_norm with one row per SM in flight (WIDE_ROWS: its second pass may hit L2), then with STAGES=2"),
     # also group 9 (its own device call: --only wgmma_default; with played_gpu_turn it exceeds one call's budget):
     # wgmma as sm_90a's default gemm instruction (issue 12): every GPU test with nothing set (wgmma wherever it
     # applies, plus the mma.sync opt-outs), then the tensor-core examples at the issue's sizes next to cuBLAS and SDPA

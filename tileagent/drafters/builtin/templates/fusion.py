@@ -39,7 +39,10 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True):
     at the block's first row: an operand per position, batch or token); a pointwise kernel's tile then grows
     along the row (up to BR_MAX) to keep a thread's PER_THREAD values. ``grow``: a reduction over rows of several
     tiles that runs fewer than 264 blocks of one row (GroupNorm's 64 groups of 40960 values: 0.1 waves) takes
-    wider tiles and more threads, up to 512 (each block then has up to 4x the loads in flight)."""
+    wider tiles and more threads, up to 512 (each block then has up to 4x the loads in flight). ``WIDE_ROWS`` (a
+    knob, drafted off): so do kernels that read rows too long for registers twice (instance_norm's 65536 values):
+    blocks of 512 threads, one per SM by registers, keep about one row per SM in flight (132 x 256 KB, within the
+    H200's 50 MB L2), so the second pass over a row may be served by L2 instead of memory."""
     cap = 512 if pointwise else (1 << 16 if topk else BR_MAX)
     per = PER_THREAD
     if reread and NR > cap and NR <= 512 * PER_THREAD:
@@ -65,7 +68,8 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True):
     threads = THREADS
     while threads < 512 and threads * per < bm * br:
         threads *= 2
-    while grow and not pointwise and not topk and bm == 1 and NX < 264 and br < NR and threads < 512:
+    wide = WIDE_ROWS and reread and NR > 512 * PER_THREAD  # rows read twice that registers cannot hold
+    while (grow and not pointwise and not topk and bm == 1 and (NX < 264 or wide) and br < NR and threads < 512):
         br, threads = br * 2, threads * 2
     while threads > 32 and bm * br < threads * 4:
         threads //= 2
@@ -92,15 +96,17 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     """The candidate module for ``match`` with the variant's ``knobs``."""
     plan = match.plan
     kernels, forward = lifted(match.plans or [plan], knobs)
-    constants = dict(knobs, STAGES=knobs.get("STAGES", 1))
+    constants = dict(knobs, STAGES=knobs.get("STAGES", 1), WIDE_ROWS=knobs.get("WIDE_ROWS", False))
     tunables = {"THREADS": common.knob_values(knobs, "THREADS", (128, 256)),
                 "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (16, 32)),
                 "BR_MAX": common.knob_values(knobs, "BR_MAX", (1024, 4096, 8192)),
-                "STAGES": common.knob_values(constants, "STAGES", (1, 2))}
+                "STAGES": common.knob_values(constants, "STAGES", (1, 2)),
+                "WIDE_ROWS": common.knob_values(constants, "WIDE_ROWS", (False, True))}
     doc = (f"Candidate drafted by the built-in drafter (template fusion): {match.summary}. Each kernel walks rows "
            f"(kept dims) x columns (reduced dims) in (BM, BR) tiles, float32 math, reductions in registers. Knobs: "
            f"THREADS, PER_THREAD (values per thread), BR_MAX (the longest column tile before looping), STAGES (a "
-           f"pass over a row of several tiles stages them in shared memory, STAGES cp.async copies deep, when > 1).")
+           f"pass over a row of several tiles stages them in shared memory, STAGES cp.async copies deep, when > 1), "
+           f"WIDE_ROWS (rows read twice that registers cannot hold: 512 threads a block, about a row per SM).")
     shim = SimpleNamespace(traced=plan.t)
     head = common.header(doc, constants, tunables, shim)
     head += ('TL_DTYPE.update({torch.float64: "float64", torch.int8: "int8", torch.int16: "int16", '
