@@ -108,8 +108,9 @@ STEPS = (
     # drafter after session 4's third call: the GEMM template's new first schedule (linear_fp32_master), mean_seq's
     # staging reverted; then A/Bs in the same call of the fusion template's knobs drafted off (STAGES=2, WIDE_ROWS)
     Step("fusion_changed4", 9, "python bench/fusion_suite.py --ops linear_fp32_master,mean_seq,instance_norm,groupnorm,"
-         "cross_entropy,logsumexp,rmsnorm_module --max-configs 3 --budget 150", 180,
-         "the drafter ops changed since bc91a8c's H200 run; the STAGES=1 side of the A/B (rmsnorm_module: control)"),
+         "cross_entropy,logsumexp,rmsnorm_module,sigmoid_gate --max-configs 3 --budget 150", 180,
+         "the drafter ops changed since bc91a8c's H200 run; the A/B's STAGES=1 side (rmsnorm_module, sigmoid_gate: "
+         "controls)"),
     Step("fusion_stages4", 9, "python bench/fusion_suite.py --ops instance_norm,groupnorm,cross_entropy,logsumexp "
          "--max-configs 3 --knob STAGES=2 --budget 100", 130,
          "the same ops with each pass over a row of several tiles a cp.async pipeline over shared tiles (STAGES=2)"),
