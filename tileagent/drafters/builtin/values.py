@@ -3,7 +3,7 @@
 In: an ``AtenTrace``. Out: ``Builder(trace).run() -> [V]`` (the outputs) with ``Builder.globals`` (the inputs and
 parameters, kernel arguments) and ``Builder.reduces`` (the reductions and top-k, in graph order). ``V.load(cx, idx)``
 gives the DSL text of one element at index ``idx`` (a list of ``Lin``) inside a ``T.Parallel`` body being written
-(``cx``: ``fusion.Cx``, which owns memory reads, reductions and temporaries).
+(``cx``: ``fusion_writer.Cx``, which owns memory reads, reductions and temporaries).
 
 Views, permutes, slices, chunk/split, cat, expand, as_strided, casts, where, factories (full, arange: masks such as
 ``tril(ones(S, S))``) and gathers (a label's logit, embedding rows) only rewrite indices; pointwise ops write float32
@@ -511,7 +511,7 @@ class Builder:
             corr = float(correction)
             r.post = lambda t, c=count, k=corr: f"({t} * (1.0 / ({c.t} - {k})))"
             r.ins = [value]
-            r.var_of = mean  # the kernel may compute both in one pass over a long row (fusion.KernelWriter.moments)
+            r.var_of = mean  # the kernel may compute both in one pass over a long row (fusion_writer.KernelWriter.moments)
             self.reduces.append(r)
             return r
         op = {"sum": "sum", "amax": "amax", "amin": "amin", "max": "amax", "min": "amin"}[name]
@@ -525,7 +525,7 @@ class Builder:
     def shifted_exp(self, arg, dims):
         """``(m, x, b, shape)`` when the summed value is ``exp(x - b)`` with ``b`` computed from ``m = amax(x)`` over
         the same dims (softmax, log_softmax, logsumexp, cross-entropy after decomposition), all float32; else None.
-        The kernel may then compute both in one pass over x (``fusion.KernelWriter.online``)."""
+        The kernel may then compute both in one pass over x (``fusion_writer.KernelWriter.online``)."""
         if not isinstance(arg, torch.fx.Node) or arg.target is not aten.exp.default:
             return None
         sub = arg.args[0]

@@ -1,0 +1,759 @@
+"""The kernel writer of the fusion lowering: how one kernel of a ``fusion.Plan`` is written as DSL text.
+
+In: the plan (its kernels, outputs and which kernel owns each value), one of its ``Kernel``s and the schedule knobs.
+Out: ``KernelWriter(plan, k, knobs).write() -> (the kernel factory's text, (its call in forward, the names it
+returns))``. ``Cx`` is one ``T.Parallel`` body being written: its let statements, memoized reads and the tiles it
+loads; values (``values.V``) read memory, reductions and temporaries through it. The plan (``fusion``) decides what
+each kernel computes; this module decides how (passes over a row's tiles, block-uniform operands, reductions split
+across blocks, pipelined passes when the knobs ask). Guarantees: anything it cannot write raises ``Unsupported``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from tileagent.drafters.builtin.index import ONE, Dyn, Lin, Size, Unsupported, Var, prod, ravel, unravel
+from tileagent.drafters.builtin.values import (BOOL, DT, FLOAT, INT, ON_CUDA, Global, Reduce, TopK, TopKPart, V,
+                                               _bcast, _simple, _where, kind_of)
+
+if TYPE_CHECKING:
+    from tileagent.drafters.builtin.fusion import Kernel, Plan
+
+Reduce.kind = property(lambda self: FLOAT)
+IDENT = {"sum": "0.0", "amax": "-T.infinity(\"float32\")", "amin": "T.infinity(\"float32\")"}
+COMBINE = {"sum": "{a} + {b}", "amax": "T.max({a}, {b})", "amin": "T.min({a}, {b})"}
+REDUCE_FN = {"sum": "T.reduce_sum", "amax": "T.reduce_max", "amin": "T.reduce_min"}
+
+
+def _globals(v) -> set:
+    """The names of the inputs and parameters ``v`` reads, through pointwise ops, views and reductions."""
+    out, seen, stack = set(), set(), [v]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, Global):
+            out.add(x.name)
+        stack.extend(a for a in getattr(x, "ins", ()) if isinstance(a, V))
+        if isinstance(x, (Reduce, TopK)):
+            stack.append(x.value if isinstance(x, Reduce) else x.src)
+    return out
+
+
+def _deps(v) -> list:
+    """The reductions (and top-k) that ``v`` reads, through pointwise ops and views."""
+    out, seen = [], set()
+
+    def go(x, top):
+        if id(x) in seen:
+            return
+        seen.add(id(x))
+        if not top and isinstance(x, (Reduce, TopK)):
+            out.append(x)
+            return
+        if isinstance(x, TopKPart):
+            out.append(x.topk)
+            return
+        for a in getattr(x, "ins", ()):
+            go(a, False)
+
+    go(v, True)
+    return out
+
+
+class Cx:
+    """One T.Parallel body being written: its let statements and what it reads."""
+
+    def __init__(self, w: "KernelWriter", mode: str):
+        self.w, self.mode, self.path = w, mode, w.plan.t.path
+        self.lines: list[str] = []
+        self.memo: dict = {}
+        self.loads: dict = {}
+        self.narrow: dict = {}  # loop atom -> (lo, hi): its values where the value being written is used
+
+    def narrowed(self, lin: Lin, lo: Size, hi: Size):
+        """A context in which ``lin``'s loop atom (``lin`` = atom + constant) takes only the values that put
+        ``lin`` in [lo, hi) (a cat's part is read where the index falls in the part)."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def scope():
+            saved = dict(self.narrow)
+            if len(lin.terms) == 1 and lin.terms[0][1].v == 1 and isinstance(lin.terms[0][0], Var):
+                a = lin.terms[0][0]
+                alo, ahi = self.narrow.get(a, a.rng())
+                self.narrow[a] = (max(alo, lo.v - lin.const.v), min(ahi, hi.v - 1 - lin.const.v))
+            try:
+                yield
+            finally:
+                self.narrow = saved
+        return scope()
+
+    def narrow_key(self):
+        return tuple(sorted((repr(a), r) for a, r in self.narrow.items()))
+
+    def let(self, text):
+        name = f"v{self.w.counter}"
+        self.w.counter += 1
+        self.lines.append(f"{name} = {text}")
+        return name
+
+    def convert(self, v, text, kind):
+        have = getattr(v, "kind", kind_of(v.dtype)) if isinstance(v, V) else kind
+        if have == kind:
+            return text
+        if kind == FLOAT:
+            return f"T.if_then_else({text}, 1.0, 0.0)" if have == BOOL else f"T.cast({text}, \"float32\")"
+        if kind == BOOL:
+            return f"({text} != 0)"
+        return f"T.cast({text}, \"int64\")" if have == FLOAT else f"T.if_then_else({text}, 1, 0)"
+
+    def int_value(self, v, text):
+        return self.convert(v, text, INT) if _simple(text) else self.let(self.convert(v, text, INT))
+
+    def index_value(self, lin: Lin, dtype):
+        text = lin.text()
+        return text if kind_of(dtype) == INT else f"T.cast({text}, \"float32\")"
+
+    def read_global(self, g: Global, flat: Lin):
+        return self.w.read_global(self, g, flat)
+
+    def read_reduction(self, r: Reduce, kept_idx):
+        return self.w.read_reduction(self, r, kept_idx)
+
+
+class KernelWriter:
+    """Writes one kernel factory and its call in forward."""
+
+    def __init__(self, plan: Plan, k: Kernel, knobs: dict):
+        self.plan, self.k, self.knobs = plan, k, knobs
+        self.counter = 0
+        self.params: dict = {}  # name -> (declaration, forward argument)
+        self.allocs: dict = {}
+        self.alloc_dtype: dict = {}  # fragment -> its dtype when not float32 (an integer output's tile)
+        self.frag_of: dict = {}
+        self.done: set = set()
+        self.red_alias: dict = {}  # reduction number -> the earlier one computing the same values
+        self.hoisted: dict = {}  # tile loads done once before the passes when a row is one tile (NK == 1)
+        self.split_reduces: list = []  # (number, op, partials buffer) of a kernel split along its columns
+        self.split_at = 0
+        self.allocs2: list = []
+        self.passes = 0  # pipelined passes written so far
+        self.staged_once: set = set()  # tiles some pipelined pass copies
+        self.stage_alias: dict = {}  # a later pass's own name for a tile -> the tile (tile_pass)
+        self.stage_sizes: list = []  # per pipelined pass: the elements of its tiles (Python text)
+        self.block_lets: dict = {}  # text -> (name, let statement) of row-uniform values at the block's first row
+        self.row_div: list = []  # strides BM must divide (uniform_col)
+
+    # -- reads ----------------------------------------------------------------------------------------------------
+
+    def param(self, g: Global, pitch=None):
+        if pitch is None:
+            name = f"g_{g.name}"
+            if name not in self.params:
+                self.params[name] = (f"{name}: T.Tensor(({prod(g.shape).t},), d_{g.name})", f"{g.ref}.reshape(-1)",
+                                     g)
+            return name
+        pitches = self.__dict__.setdefault("pitches", {})
+        name = pitches.setdefault((g.name, pitch.t), f"t_{g.name}_{len(pitches)}")
+        if name not in self.params:
+            self.params[name] = (f"{name}: T.Tensor(({(prod(g.shape) // pitch).t}, {pitch.t}), d_{g.name})",
+                                 f"{g.ref}.reshape(-1, {pitch.t})", g)
+        return name
+
+    def read_global(self, cx: Cx, g: Global, flat: Lin):
+        k = self.k
+        if cx.mode in ("tile", "row") and kind_of(g.dtype) == FLOAT:
+            numel = prod(g.shape)
+            rest = flat - k.row
+            if cx.mode == "row" and rest.is_const() and rest.const.v >= 0:
+                return self.fragment(cx, g, ("row", rest.const))
+            if cx.mode == "tile":
+                rest_c = flat - k.col
+                if rest_c.is_const() and rest_c.const.v >= 0:
+                    return self.fragment(cx, g, ("col", rest_c.const))
+                pitch = None
+                last = [v for v in k.xvars if v.size.v > 1]
+                if last:
+                    pitch = dict(flat.terms).get(last[-1])
+                if pitch is not None and pitch.v >= k.R.v and numel.v % pitch.v == 0:
+                    rest_t = flat - k.row.scale(pitch) - k.col
+                    if rest_t.is_const() and 0 <= rest_t.const.v and rest_t.const.v + k.R.v <= pitch.v:
+                        return self.fragment(cx, g, ("tile", rest_t.const, pitch))
+                    if rest_t.is_const() and self.in_row(cx, k.col + rest_t, pitch):
+                        # a tile shifted along the row (rotate_half's cat of the row's halves): the copy reads
+                        # outside the row too (0 there), but every value used lies in the row
+                        return self.fragment(cx, g, ("tile", rest_t.const, pitch))
+        if cx.mode == "tile" and kind_of(g.dtype) in (FLOAT, BOOL):
+            uniform = self.uniform_col(cx, g, flat)
+            if uniform is not None:
+                return uniform
+        text = f"{self.param(g)}[{flat.text()}]"
+        return f"T.cast({text}, \"float32\")" if kind_of(g.dtype) == FLOAT else text
+
+    @staticmethod
+    def in_row(cx: Cx, col: Lin, pitch: Size) -> bool:
+        """Whether ``col`` lies in [0, pitch) on every lane whose value is used (the ranges ``cx.narrow`` gives the
+        loop atoms where a value is read under a condition, as a cat's parts are)."""
+        lo = hi = col.const.v
+        for a, c in col.terms:
+            alo, ahi = cx.narrow.get(a, a.rng())
+            lo += min(alo * c.v, ahi * c.v)
+            hi += max(alo * c.v, ahi * c.v)
+        return 0 <= lo and hi < pitch.v
+
+    def uniform_col(self, cx: Cx, g: Global, flat: Lin):
+        """``flat = base(row) + column``, ``base`` one value for the block's rows when BM divides the stride of the
+        outermost row dims it reads (cos/sin per position under the heads of a rotary embedding, a padding mask per
+        batch under its heads and queries, an embedding row per token with BM = 1): a (BR,) fragment loaded with one
+        T.copy from ``base`` at the block's first row (vector loads) instead of an element read per value. Adds
+        the stride to ``self.row_div`` (schedule's ``div``); None when ``flat`` is not of that form."""
+        import re
+
+        k = self.k
+        rest = flat - k.col
+        if rest.is_const():
+            return None
+        strides, stride = {}, ONE
+        for v in reversed(k.xvars):
+            strides[v.name] = stride
+            stride = stride * v.size
+        terms, involved = [], set()
+        for a, c in rest.terms:
+            text = a.text()
+            names = set(re.findall(r"\b[A-Za-z_]\w*\b", text))
+            xs = names & set(strides)
+            other = names - xs - set(self.plan.t.binds) - set(self.params) - {"T"}
+            if other or not xs or (not isinstance(a, Var) and "[" in text and not isinstance(a, Dyn)):
+                return None  # reads a loop atom of the columns, or a value bound inside the T.Parallel body
+            involved |= xs
+            text = re.sub(r"\bx(\d+)\b", r"bx\1", text)
+            if isinstance(a, Dyn):  # a run-time row index (a token id): a let, so the copy's start stays linear
+                name = f"bd{len(self.block_lets)}"
+                self.block_lets.setdefault(text, (name, f"{name} = {text}"))
+                text = self.block_lets[text][0]
+            terms.append(text if c.t == "1" else f"{text} * {c.t}")
+        div = min((strides[n] for n in involved), key=lambda s: s.v)
+        self.row_div.append(div)
+        base = " + ".join(terms + ([rest.const.t] if rest.const.v else []))
+        key = (g.name, "ucol", base)
+        if key not in self.frag_of:
+            self.frag_of[key] = f"f{len(self.frag_of)}_{g.name}"
+        f = self.frag_of[key]
+        self.allocs[f] = "(BR,)"
+        if kind_of(g.dtype) == BOOL:
+            self.alloc_dtype[f] = "bool"
+        cx.loads[f] = f"T.copy({self.param(g)}[{base} + {self.col_origin()}], {f})"
+        return f"{f}[j]" if kind_of(g.dtype) == BOOL else f"T.cast({f}[j], \"float32\")"
+
+    def fragment(self, cx: Cx, g: Global, pattern):
+        key = (g.name,) + tuple((p.v, p.t) if isinstance(p, Size) else p for p in pattern)
+        if key not in self.frag_of:
+            self.frag_of[key] = f"f{len(self.frag_of)}_{g.name}"
+        f = self.frag_of[key]
+        kind = pattern[0]
+        c0 = pattern[1]
+        off = "" if c0.v == 0 else f" + {c0.t}"
+        if kind == "row":
+            self.allocs[f] = "(BM,)"
+            cx.loads[f] = f"T.copy({self.param(g)}[bm * BM{off}], {f})"
+            return f"{f}[i]"
+        col0 = self.col_origin()
+        if kind == "col":
+            self.allocs[f] = "(BR,)"
+            cx.loads[f] = f"T.copy({self.param(g)}[{col0}{off}], {f})"
+            return f"{f}[j]"
+        self.allocs[f] = "(BM, BR)"
+        cx.loads[f] = f"T.copy({self.param(g, pattern[2])}[bm * BM, {col0}{off}], {f})"
+        if g.dtype != torch.float32:  # the tile in the input's dtype: half the registers of float32 for fp16/bf16
+            self.alloc_dtype[f] = f"$d_{g.name}"
+            return f"T.cast({f}[i, j], \"float32\")"
+        return f"{f}[i, j]"
+
+    def col_origin(self):
+        return "bn * BR" if self.k.pointwise else "kk * BR"
+
+    def read_reduction(self, cx: Cx, r: Reduce, kept_idx):
+        k = self.k
+        owner = self.plan.owner[id(r)]
+        kept_shape = [r.src.shape[d] for d in range(len(r.src.shape)) if d not in r.dims]
+        flat = ravel(kept_idx, kept_shape)
+        post = r.post or (lambda t: t)
+        if owner is k:
+            if id(r) not in self.done:
+                raise Unsupported(f"a reduction read before it is complete ({_where(r.node, self.plan.t.path)})")
+            if flat != k.row:
+                import logging
+                logging.getLogger(__name__).debug("row mismatch %s vs %s", flat, k.row)
+                raise Unsupported(f"a reduction read at another row than its own "
+                                  f"({_where(r.node, self.plan.t.path)})")
+            n = k.reduces.index(r)
+            return post(f"red{self.red_alias.get(n, n)}[i]")
+        if r not in owner.realize:
+            owner.realize.append(r)
+        name = f"w{owner.index}_{owner.reduces.index(r)}"
+        if name not in self.params:
+            self.params[name] = (f"{name}: T.Tensor(({owner.X.t},), \"float32\")", name, None)
+        return post(f"{name}[{flat.text()}]")
+
+    # -- writing --------------------------------------------------------------------------------------------------
+
+    def prelude(self, mode) -> list[str]:
+        k = self.k
+        out = ["xg = bm * BM + i"]
+        stride = ONE
+        xs = []
+        for v in reversed(k.xvars):
+            xs.append((v, stride))
+            stride = stride * v.size
+        for n, (v, st) in enumerate(reversed(xs)):
+            q = "xg" if st.t == "1" else f"xg // {st.t}"
+            out.append(f"{v.name} = {q}" if n == 0 else f"{v.name} = ({q}) % {v.size.t}")
+        if mode == "tile":
+            out.append(f"rg = {self.col_origin()} + j")
+            stride, rs = ONE, []
+            for v in reversed(k.rvars):
+                rs.append((v, stride))
+                stride = stride * v.size
+            for n, (v, st) in enumerate(reversed(rs)):
+                q = "rg" if st.t == "1" else f"rg // {st.t}"
+                out.append(f"{v.name} = {q}" if n == 0 else f"{v.name} = ({q}) % {v.size.t}")
+        return out
+
+    def block_prelude(self) -> list[str]:
+        """The row atoms at the block's first row (``bx0``... of ``bxg = bm * BM``), as kernel-level lets."""
+        return ["bxg = bm * BM"] + [line.replace("xg", "bxg").replace(f"{v.name} =", f"b{v.name} =", 1)
+                                    for line, v in zip(self.prelude("row")[1:], self.k.xvars)]
+
+    def body(self, cx: Cx, mode: str, stmts: list[str], pad: int) -> list[str]:
+        loop = "for i, j in T.Parallel(BM, BR):" if mode == "tile" else "for i in T.Parallel(BM):"
+        lines = [loop] + ["    " + s for s in self.prelude(mode) + cx.lines + stmts]
+        if mode == "row":
+            text = "\n".join(cx.lines + stmts)
+            for v in self.k.rvars:
+                if _uses(text, v.name):
+                    raise Unsupported("a per-row value that depends on the reduced dims")
+        return [" " * pad + s for s in lines]
+
+    def loads(self, cx: Cx, pad: int, looped: bool = False) -> list[str]:
+        """The tile loads of a pass; in a pass over column tiles they run per tile only when a row spans several
+        tiles (NK > 1), else once before every pass (``hoisted``)."""
+        if not looped or not cx.loads:
+            return [" " * pad + s for s in cx.loads.values()]
+        for f, s in cx.loads.items():
+            self.hoisted[f] = s.replace("kk * BR", "0")
+        return [" " * pad + "if NK > 1:"] + [" " * (pad + 4) + s for s in cx.loads.values()]
+
+    def write(self) -> tuple[str, tuple[str, list[str]]]:
+        k = self.k
+        plan = self.plan
+        path = plan.t.path
+        body: list[str] = []
+        out_params: list = []  # (name, declaration, output number or None)
+        pad = 12
+        if k.pointwise:
+            grid = "T.ceildiv(NR, BR), T.ceildiv(NX, BM)"
+            head = "(bn, bm)"
+        else:
+            grid = "T.ceildiv(NX, BM)"
+            head = "bm"
+        valid = "xg < NX and rg < NR"
+        split = self.splittable()
+        if split:
+            grid, head = "T.ceildiv(NX, BM), SPLIT", "(bm, sp)"
+        seen = {}
+        for n_red, r in enumerate(k.reduces):
+            if isinstance(r, TopK):
+                self.allocs[f"red{n_red}"] = "(BM,)"
+                body += self.topk(r, n_red, out_params, pad)
+                self.done.add(id(r))
+                continue
+            if id(r) in self.done:  # the sum of an online pair, written with its max
+                continue
+            key = (r.op, id(r.value), tuple(r.dims))
+            if key in seen:  # the same reduction again (a decomposition's mean and its var's mean): one pass
+                self.red_alias[n_red] = seen[key]
+                self.done.add(id(r))
+                continue
+            seen[key] = n_red
+            pair = None if split else self.online_pair(n_red, r, pad + 4)
+            if pair is not None:
+                n_sum, total, online = pair
+                seen[(total.op, id(total.value), tuple(total.dims))] = n_sum
+                body.append(" " * pad + "if NK == 1:  # the row is one tile in registers: the max, then the sum")
+                body += self.plain_pass(n_red, r, pad + 4)
+                self.done.add(id(r))
+                body += self.plain_pass(n_sum, total, pad + 4)
+                body.append(" " * pad + "else:  # several tiles: one pass over x, a running max and rescaled sum")
+                body += online
+                self.done.add(id(total))
+                continue
+            mom = None if split else self.moments(n_red, r, pad + 4)
+            if mom is not None:
+                n_var, var, lines = mom
+                body.append(" " * pad + "if NK == 1:  # the row is one tile in registers: the mean, the deviations")
+                body += self.plain_pass(n_red, r, pad + 4)
+                self.done.add(id(r))
+                body += self.plain_pass(n_var, var, pad + 4)
+                body.append(" " * pad + "else:  # several tiles: one pass, shifted sums per lane combined exactly")
+                body += lines
+                self.done.add(id(var))
+                continue
+            self.allocs[f"red{n_red}"] = "(BM,)"
+            self.allocs["acc"] = "(BM, BR)"
+            cx = Cx(self, "tile")
+            idx = k.domain_index(r.src, r.dims)
+            val = cx.convert(r.value, r.value.load(cx, idx), FLOAT)
+            stmt = f"acc[i, j] = {COMBINE[r.op].format(a='acc[i, j]', b=f'T.if_then_else(rg < NR, {val}, {IDENT[r.op]})')}"
+            if split:  # this block's share of the column tiles; a partial per row, combined by the second scope
+                body.append(" " * pad + f"T.fill(acc, {IDENT[r.op]})")
+                body.append(" " * pad + "for kt in T.serial(CH):")
+                body.append(" " * pad + "    kk = sp * CH + kt")
+                body += self.loads(cx, pad + 4)
+                body += self.body(cx, "tile", [stmt], pad + 4)
+                del self.allocs[f"red{n_red}"]
+                self.allocs[f"pr{n_red}"] = "(BM,)"
+                ws = f"ws{k.index}_{n_red}"
+                body.append(" " * pad + f"{REDUCE_FN[r.op]}(acc, pr{n_red}, dim=1)")
+                body.append(" " * pad + f"T.copy(pr{n_red}, {ws}[sp, bm * BM])")
+                out_params.append((ws, f"{ws}: T.Tensor((SPLIT, {k.X.t}), \"float32\")", None))
+                self.split_reduces.append((n_red, r.op, ws))
+            else:
+                body += self.plain_pass(n_red, r, pad, cx, stmt)
+            self.done.add(id(r))
+        self.split_at = len(body)
+        allocs_before = set(self.allocs)
+        # per-row outputs and the reductions later kernels read
+        rows = [(f"o{n}", o, n) for n, o in k.row_outs]
+        if rows or k.realize:
+            cx = Cx(self, "row")
+            stmts = []
+            for name, o, n in rows:
+                idx = unravel(k.row, o.shape) if o.shape else []
+                val = o.load(cx, idx)
+                if ravel(idx, o.shape) != k.row and o.shape:
+                    raise Unsupported("a per-row output in another order than the rows")
+                self.allocs[f"f_{name}"] = "(BM,)"
+                stmts.append(f"f_{name}[i] = {cx.convert(o, val, o.kind if o.kind != BOOL else INT)}")
+                out_params.append((name, f"{name}: T.Tensor(({k.X.t},), \"{DT[o.dtype]}\")", n))
+            if stmts:
+                body += self.loads(cx, pad)
+                body += self.body(cx, "row", stmts, pad)
+            for name, o, n in rows:
+                body.append(" " * pad + f"T.copy(f_{name}, {name}[bm * BM])")
+            for r in k.realize:
+                name = f"w{k.index}_{k.reduces.index(r)}"
+                n = k.reduces.index(r)
+                body.append(" " * pad + f"T.copy(red{self.red_alias.get(n, n)}, {name}[bm * BM])")
+                out_params.append((name, f"{name}: T.Tensor(({k.X.t},), \"float32\")", None))
+        if k.full_outs:
+            cx = Cx(self, "tile")
+            stmts, stores = [], []
+            for n, o in k.full_outs:
+                name = f"o{n}"
+                idx = unravel(k.flat, o.shape)
+                val = o.load(cx, idx)
+                tile = k.flat == k.row.scale(k.R) + k.col and o.kind in (FLOAT, INT)
+                if tile:  # a fragment of the output's values, stored with T.copy: full-width vector stores
+                    self.allocs[f"f_{name}"] = "(BM, BR)"
+                    if o.kind == FLOAT:
+                        stmts.append(f"f_{name}[i, j] = {cx.convert(o, val, FLOAT)}")
+                    else:  # integers: a fragment of the output's dtype (an int8 output stored a byte per store)
+                        self.alloc_dtype[f"f_{name}"] = DT[o.dtype]
+                        stmts.append(f"f_{name}[i, j] = T.cast({cx.convert(o, val, INT)}, \"{DT[o.dtype]}\")")
+                    stores.append(f"T.copy(f_{name}, {name}[bm * BM, {self.col_origin()}])")
+                    out_params.append((name, f"{name}: T.Tensor(({k.X.t}, {k.R.t}), \"{DT[o.dtype]}\")", n))
+                else:
+                    v = cx.convert(o, val, o.kind)
+                    stmts.append(f"if {valid}:")
+                    stmts.append(f"    {name}[{k.flat.text()}] = T.cast({v}, \"{DT[o.dtype]}\")")
+                    out_params.append((name, f"{name}: T.Tensor(({prod(o.shape).t},), \"{DT[o.dtype]}\")", n))
+            if k.pointwise:
+                body += self.loads(cx, pad)
+                body += self.body(cx, "tile", stmts, pad)
+                body += [" " * pad + s for s in stores]
+            else:
+                body += self.tile_pass(cx, stmts, pad, stores)
+        self.allocs2 = [n for n in self.allocs if n not in allocs_before]
+        return self.assemble(grid, head, body, out_params)
+
+    def tile_pass(self, cx: Cx, stmts: list[str], pad: int, tail=()) -> list[str]:
+        """A pass over a row's column tiles: the loop, the tile copies, the T.Parallel body with ``stmts``, then
+        ``tail`` (stores) in the loop. A pass that copies tiles is a software pipeline (``NS`` stages: with NK > 1
+        the next tiles load, cp.async into shared memory, while this one is used; with one tile the copy is hoisted
+        and the loop runs once on registers). Each pipeline needs shared tiles of its own (the compiler pipelines
+        no copy into a buffer another pipeline also fills): a tile an earlier pass copied too is renamed here to an
+        alias (``stage_alias``) that is its own shared buffer when NS > 1 and the same register tile otherwise."""
+        if not cx.loads:
+            head = " " * pad + "for kk in T.serial(NK):"
+            return [head] + self.body(cx, "tile", stmts, pad + 4) + [" " * (pad + 4) + t for t in tail]
+        self.passes += 1
+        self.stage_sizes.append(" + ".join("BR" if self.allocs.get(f) == "(BR,)" else "BM * BR" for f in cx.loads))
+        rename = {}
+        for f in cx.loads:
+            if f in self.staged_once:
+                rename[f] = f"{f}_{self.passes}"
+                self.stage_alias[rename[f]] = f
+            self.staged_once.add(f)
+        copies = self.loads(cx, pad + 4, looped=True)
+        lines = [" " * pad + "for kk in T.Pipelined(NK, num_stages=NS):"] + copies + \
+            self.body(cx, "tile", stmts, pad + 4) + [" " * (pad + 4) + t for t in tail]
+        if rename:
+            import re
+
+            pattern = re.compile(r"\b(" + "|".join(map(re.escape, rename)) + r")\b")
+            lines = [pattern.sub(lambda m: rename[m.group(1)], line) for line in lines]
+        return lines
+
+    def plain_pass(self, n_red: int, r: Reduce, pad: int, cx: Cx | None = None, stmt: str | None = None) -> list:
+        """One pass over the row's column tiles accumulating reduction ``r`` into ``red<n_red>``."""
+        k = self.k
+        self.allocs[f"red{n_red}"] = "(BM,)"
+        self.allocs["acc"] = "(BM, BR)"
+        if cx is None:
+            cx = Cx(self, "tile")
+            val = cx.convert(r.value, r.value.load(cx, k.domain_index(r.src, r.dims)), FLOAT)
+            stmt = f"acc[i, j] = {COMBINE[r.op].format(a='acc[i, j]', b=f'T.if_then_else(rg < NR, {val}, {IDENT[r.op]})')}"
+        lines = [" " * pad + f"T.fill(acc, {IDENT[r.op]})"]
+        lines += self.tile_pass(cx, [stmt], pad)
+        lines.append(" " * pad + f"{REDUCE_FN[r.op]}(acc, red{n_red}, dim=1)")
+        return lines
+
+    def online_pair(self, n_max: int, m: Reduce, pad: int):
+        """``(n_sum, sum, lines)`` when a later reduction of this kernel is ``sum(exp(x - b))`` with ``b`` from this
+        ``amax(x)`` (``Reduce.online``): the lines compute both in one pass over x, each lane keeping a running max
+        ``acc`` and the sum ``accs`` of its exponentials relative to it (rescaled when the max grows), then
+        ``sum = reduce_sum(accs * exp(acc - b))``. A row of several tiles is then read once, not twice (logsumexp and
+        cross-entropy over a 32000-word vocabulary). None when there is no such pair or ``b`` reads more than the max.
+        """
+        k = self.k
+        if m.op != "amax":
+            return None
+        total = next((s for s in k.reduces[n_max + 1:] if isinstance(s, Reduce) and s.online is not None
+                      and s.online[0] is m and id(s) not in self.done), None)
+        if total is None:
+            return None
+        n_sum = k.reduces.index(total)
+        _, x, b, shape = total.online
+        ninf = "-T.infinity(\"float32\")"
+        idx = k.domain_index(total.src, total.dims)
+        cx = Cx(self, "tile")
+        xv = cx.convert(x, x.load(cx, _bcast(idx, x.shape, shape)), FLOAT)
+        stmts = [f"xv = T.if_then_else(rg < NR, {xv}, {ninf})",
+                 "hi = T.max(acc[i, j], xv)",
+                 "lo = T.min(acc[i, j], xv)",
+                 "e = T.if_then_else(lo == hi, 1.0, T.exp2((lo - hi) * LOG2E))  # equal (also both -inf): 1",
+                 "accs[i, j] = T.if_then_else(xv > acc[i, j], accs[i, j] * e + 1.0, accs[i, j] + e)",
+                 "acc[i, j] = hi"]
+        done = set(self.done)
+        self.done.add(id(m))
+        cx2 = Cx(self, "row")
+        bt = cx2.convert(b, b.load(cx2, _bcast(idx, b.shape, shape)), FLOAT)
+        self.done = done
+        tail = cx2.lines + [f"accs[i, j] = accs[i, j] * T.exp2((acc[i, j] - {bt}) * LOG2E)  # lanes at -inf: 0"]
+        if cx2.loads or any(_uses("\n".join(tail), v.name) for v in k.rvars):
+            return None
+        p = " " * pad
+        self.allocs[f"red{n_max}"] = self.allocs[f"red{n_sum}"] = "(BM,)"
+        self.allocs["acc"] = self.allocs["accs"] = "(BM, BR)"
+        lines = [p + f"T.fill(acc, {ninf})", p + "T.fill(accs, 0.0)"]
+        lines += self.tile_pass(cx, stmts, pad)
+        lines.append(p + f"T.reduce_max(acc, red{n_max}, dim=1)")
+        lines.append(p + "for i, j in T.Parallel(BM, BR):")
+        lines += [p + "    " + line for line in self.prelude("row") + tail]
+        lines.append(p + f"T.reduce_sum(accs, red{n_sum}, dim=1)")
+        return n_sum, total, lines
+
+    def moments(self, n_mean: int, m: Reduce, pad: int):
+        """``(n_var, var, lines)`` when a later reduction of this kernel is the variance of ``m``'s values about
+        ``m`` (``Reduce.var_of``: LayerNorm, GroupNorm, InstanceNorm, ``var``): the lines compute the sum and the
+        sum of squared deviations in one pass over a row of several tiles, not two (the second pass re-read the
+        whole row from memory: instance_norm at 49% of a copy on the H200, three reads and a write per element).
+        Each lane accumulates its values shifted by its own first value ``piv`` (``s1 = sum(x - piv)``,
+        ``s2 = sum((x - piv)^2)``, exact enough since ``piv`` is one of the lane's values), then the lanes combine
+        exactly (Chan, Golub and LeVeque): the lane's squared deviations about its own mean ``s2 - s1^2 / n``, plus
+        ``n * (lane mean - row mean)^2``. None when there is no such variance."""
+        k = self.k
+        if m.op != "sum" or m.value is not m.src or m.post is None:
+            return None
+        key = (m.op, id(m.value), tuple(m.dims))
+        var = next((v for v in k.reduces[n_mean + 1:] if isinstance(v, Reduce) and v.var_of is not None
+                    and id(v) not in self.done and (v.var_of is m or (v.var_of.op, id(v.var_of.value),
+                                                                      tuple(v.var_of.dims)) == key)), None)
+        if var is None or self.plan.owner.get(id(var.var_of)) is not k:
+            return None
+        if var.var_of is not m:  # the variance's own mean: the same values as ``m``
+            self.red_alias[k.reduces.index(var.var_of)] = n_mean
+            self.done.add(id(var.var_of))
+        n_var = k.reduces.index(var)
+        cx = Cx(self, "tile")
+        xv = cx.convert(m.value, m.value.load(cx, k.domain_index(m.src, m.dims)), FLOAT)
+        p = " " * pad
+        for name in (f"red{n_mean}", f"red{n_var}"):
+            self.allocs[name] = "(BM,)"
+        for name in ("acc", "acc2", "piv"):
+            self.allocs[name] = "(BM, BR)"
+        stmts = [f"mx = {xv}",
+                 "piv[i, j] = T.if_then_else(kk == 0, mx, piv[i, j])  # every lane has a value in tile 0 (NK > 1)",
+                 "md = T.if_then_else(rg < NR, mx - piv[i, j], 0.0)",
+                 "acc[i, j] = acc[i, j] + md",
+                 "acc2[i, j] = acc2[i, j] + md * md"]
+        count = "cnt = T.cast((NR - j + BR - 1) // BR, \"float32\")  # the lane's values: its column's tiles"
+        lines = [p + "T.fill(acc, 0.0)", p + "T.fill(acc2, 0.0)", p + "T.fill(piv, 0.0)"]
+        lines += self.tile_pass(cx, stmts, pad)
+        lines += [p + "for i, j in T.Parallel(BM, BR):",
+                  p + "    " + count,
+                  p + "    acc2[i, j] = acc2[i, j] - acc[i, j] * acc[i, j] / cnt  # about the lane's mean",
+                  p + "    acc[i, j] = piv[i, j] * cnt + acc[i, j]  # the lane's sum",
+                  p + f"T.reduce_sum(acc, red{n_mean}, dim=1)",
+                  p + "for i, j in T.Parallel(BM, BR):",
+                  p + "    " + count,
+                  p + f"    md = acc[i, j] / cnt - red{n_mean}[i] * (1.0 / NR)",
+                  p + "    acc2[i, j] = acc2[i, j] + cnt * md * md",
+                  p + f"T.reduce_sum(acc2, red{n_var}, dim=1)"]
+        return n_var, var, lines
+
+    def splittable(self) -> bool:
+        """Whether the columns may be split over blocks: independent sum/max/min reductions (none reads another of
+        this kernel) whose results leave only per row (no full-size output in this kernel)."""
+        k = self.k
+        if k.pointwise or k.full_outs or not k.reduces or any(isinstance(r, TopK) for r in k.reduces):
+            return False
+        for r in k.reduces:
+            extra = [r.value] if r.value is not r.src else []
+            if any(self.plan.owner.get(id(d)) is k for d in _deps(r.value) + extra):
+                return False
+        return True
+
+    def topk(self, r: TopK, n_red, out_params, pad):
+        k = self.k
+        self.allocs["work"] = "(BM, BR)"
+        self.allocs["cand"] = "(BM, BR)"
+        self.allocs[f"arg{n_red}"] = "(BM,)"
+        cx = Cx(self, "tile")
+        idx = k.domain_index(r.src, r.dims_)
+        val = cx.convert(r.src, r.src.load(cx, idx), FLOAT)
+        lines = [" " * pad + "for kk in T.serial(1):  # top-k needs the whole row in registers (NK == 1)"]
+        lines += self.loads(cx, pad + 4, looped=True)
+        lines += self.body(cx, "tile", [f"work[i, j] = T.if_then_else(rg < NR, {val}, -T.infinity(\"float32\"))"],
+                           pad + 4)
+        vals, inds = f"o{r.outs[0]}", f"o{r.outs[1]}"
+        kk = r.k
+        out_params.append((vals, f"{vals}: T.Tensor(({k.X.t}, {kk}), \"{DT[r.dtype]}\")", r.outs[0]))
+        out_params.append((inds, f"{inds}: T.Tensor(({k.X.t}, {kk}), \"int64\")", r.outs[1]))
+        p = " " * pad
+        lines += [p + f"for t in T.serial({kk}):",
+                  p + f"    T.reduce_max(work, red{n_red}, dim=1)",
+                  p + "    for i, j in T.Parallel(BM, BR):",
+                  p + f"        cand[i, j] = T.if_then_else(work[i, j] == red{n_red}[i], T.cast(j, \"float32\"), "
+                      f"1e30)",
+                  p + f"    T.reduce_min(cand, arg{n_red}, dim=1)",
+                  p + "    for i in T.Parallel(BM):",
+                  p + "        if bm * BM + i < NX:",
+                  p + f"            {vals}[bm * BM + i, t] = T.cast(red{n_red}[i], \"{DT[r.dtype]}\")",
+                  p + f"            {inds}[bm * BM + i, t] = T.cast(arg{n_red}[i], \"int64\")",
+                  p + "    for i, j in T.Parallel(BM, BR):",
+                  p + f"        work[i, j] = T.if_then_else(T.cast(j, \"float32\") == arg{n_red}[i], "
+                      f"-T.infinity(\"float32\"), work[i, j])"]
+        return lines
+
+    def assemble(self, grid, head, body, out_params):
+        k = self.k
+        ins = list(self.params.items())
+        sig = [decl for _, (decl, _, _) in ins] + [decl for _, decl, _ in out_params]
+        n_in = len(ins)
+        out_idx = list(range(n_in, n_in + len(out_params)))
+        syms = sorted(s for s in self.plan.t.binds if _uses("\n".join(sig + body) + k.X.t + k.R.t, s))
+        dts = sorted({f"d_{g.name}" for _, (_, _, g) in ins if g is not None})
+        fname = f"kernel{k.index}"
+        split = bool(self.split_reduces)
+        on_cuda = _uses("\n".join(body), ON_CUDA)  # torch's device-dependent rounding (values._scalar_division)
+        factory_args = syms + dts + [ON_CUDA] * on_cuda + ["BM", "BR", "THREADS"] + (["SPLIT"] if split else [])
+        dt = self.alloc_dtype
+        staged = [n for n in self.hoisted if n in self.allocs] if not k.pointwise else []
+        allocs = [" " * 12 + (f"{n} = T.alloc_shared({shape}, {_dtype_text(dt.get(n, 'float32'))}) if NS > 1 else "
+                              if n in staged else f"{n} = ") +
+                  f"T.alloc_fragment({shape}, {_dtype_text(dt.get(n, 'float32'))})"
+                  for n, shape in self.allocs.items() if not split or n not in self.allocs2]
+        allocs += [" " * 12 + f"{a} = T.alloc_shared({self.allocs[f]}, {_dtype_text(dt.get(f, 'float32'))}) if NS > 1 "
+                   f"else {f}  # the same tile, staged for another pipeline" for a, f in self.stage_alias.items()
+                   if f in staged]
+        staged += [a for a, f in self.stage_alias.items() if f in staged]
+        if split:  # the second scope: combine the partials of every row, then the per-row outputs
+            second = [" " * 12 + f"{n} = T.alloc_fragment({self.allocs[n]}, {_dtype_text(dt.get(n, 'float32'))})"
+                      for n in self.allocs2]
+            second += [" " * 12 + "part = T.alloc_fragment((SPLIT, BM), \"float32\")"]
+            for n_red, op, ws in self.split_reduces:
+                second += [" " * 12 + f"red{n_red} = T.alloc_fragment((BM,), \"float32\")",
+                           " " * 12 + f"T.copy({ws}[0, bm * BM], part)",
+                           " " * 12 + f"{REDUCE_FN[op]}(part, red{n_red}, dim=0)"]
+            body = body[:self.split_at] + ["", " " * 8 + "with T.Kernel(T.ceildiv(NX, BM), threads=THREADS) as bm:  "
+                                           "# after every partial"] + second + body[self.split_at:]
+        if self.row_div:  # the block's first row, where the row-uniform fragments are read (uniform_col)
+            allocs += [" " * 12 + s for s in self.block_prelude()]
+            allocs += [" " * 12 + let for _, let in self.block_lets.values()]
+        if self.hoisted:
+            allocs += [" " * 12 + "if NK == 1:  # the whole row is one tile: load it once for every pass"]
+            allocs += [" " * 16 + s for s in self.hoisted.values()]
+        fast = any(DT.get(o.dtype) in ("float16", "bfloat16") for _, o in k.full_outs + k.row_outs)
+        text = [f"@tileagent.jit(out_idx={out_idx}{', ' + FAST_MATH if fast else ''})",
+                f"def {fname}({', '.join(factory_args)}):",
+                f"    NX = {k.X.t}",
+                f"    NR = {k.R.t}",
+                "    NK = (NR + BR - 1) // BR"] + (["    CH = (NK + SPLIT - 1) // SPLIT  # column tiles per block"]
+                                                  if split else []) + (
+                [f"    NS = STAGES if NK > 1 and max({', '.join(sorted(set(self.stage_sizes)))}, 0) * 4 * STAGES <= "
+                 "196608 else 1  # pipeline stages: a pass's tiles in shared memory when STAGES > 1"]
+                if staged else ["    NS = 1"]) + [
+                "",
+                "    @T.prim_func",
+                f"    def main({', '.join(sig)}):",
+                f"        with T.Kernel({grid}, threads=THREADS) as {head}:"] + allocs + body + ["", "    return main"]
+        args = ", ".join(syms + [f"TL_DTYPE[{g.ref}.dtype]" for g in
+                                 sorted({g.name: g for _, (_, _, g) in ins if g is not None}.values(),
+                                        key=lambda g: g.name)] + [f"{self.plan.globals[0].ref}.is_cuda"] * on_cuda)
+        topk = any(isinstance(r, TopK) for r in k.reduces)
+        sched = f"schedule({k.X.t}, {k.R.t}, {'True' if k.pointwise else 'False'}, {'True' if topk else 'False'}" + \
+            (", True" if _rereads(body) else ", False") + \
+            (", 3)" if "acc2 = T.alloc_fragment" in "\n".join(allocs) else ")")
+        if self.row_div:
+            div = min(self.row_div, key=lambda d: d.v)
+            sched = sched[:-1] + f", div={div.t})"
+        if split:
+            sched = f"schedule_split({k.X.t}, {k.R.t})"
+        call = f"{fname}({args}{', ' if args else ''}*{sched})({', '.join(arg for _, (_, arg, _) in ins)})"
+        outs = [f"o{n}" if n is not None else name for name, _, n in out_params]
+        return "\n".join(text) + "\n", (call, outs)
+
+
+def _dtype_text(dtype: str) -> str:
+    """A fragment's dtype in the kernel text: a literal, or (``$name``) the factory's dtype argument ``name``."""
+    return dtype[1:] if dtype.startswith("$") else f"\"{dtype}\""
+
+
+def _rereads(body: list[str]) -> bool:
+    """Whether a kernel's body passes over the column tiles of a row more than once when a row spans several tiles
+    (``for kk in T.serial(NK)`` loops outside the ``if NK == 1:`` branches, which work on registers)."""
+    passes, skip = 0, None
+    for line in body:
+        indent = len(line) - len(line.lstrip())
+        if skip is not None and line.strip() and indent <= skip:
+            skip = None
+        if skip is None and line.strip().startswith("if NK == 1:"):
+            skip = indent
+        elif skip is None and line.strip().startswith(("for kk in T.serial(NK)", "for kk in T.Pipelined(NK",
+                                                         "for kt in T.serial(CH)")):
+            passes += 1
+    return passes > 1
+
+
+def _uses(text: str, name: str) -> bool:
+    import re
+
+    return re.search(rf"\b{re.escape(name)}\b", text) is not None
+
+
+FAST_MATH = "pass_configs={tileagent.PassConfigKey.TL_ENABLE_FAST_MATH: True}"
