@@ -28,7 +28,11 @@ _TORCH = {
     "float8_e5m2": torch.float8_e5m2,
 }
 _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32", "bf16": "bfloat16",
-            "fp16": "float16", "fp32": "float32", "float8_e4m3": "float8_e4m3fn"}  # TileLang: e4m3 is e4m3fn on CUDA
+            "fp16": "float16", "fp32": "float32", "float8_e4m3": "float8_e4m3fn",  # TileLang: e4m3 is e4m3fn on CUDA
+            "uint": "uint32", "long": "int64", "short": "int16", "ulong": "uint64"}  # TileLang's C-style names
+SUB_BYTE = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2, "int1": 1, "uint1": 1, "float4_e2m1fn": 4,
+            "float6_e2m3fn": 6, "float6_e3m2fn": 6}
+"""Sub-byte dtype names TileLang has (TileAgent knows their widths, and stores none of them)."""
 _BITS = {"bool": 8, "float8_e4m3fn": 8, "float8_e5m2": 8}  # the rest filled in by DType.bits
 
 
@@ -89,6 +93,10 @@ def dtype(value) -> DType:
         name = _ALIASES.get(value, value)
         if name in _TORCH:
             return DType(name)
+        if name in SUB_BYTE:
+            raise UnsupportedDType(f"sub-byte dtype {name} ({SUB_BYTE[name]} bits) is not supported as a buffer or "
+                                   f"value dtype; store such data packed in int8/uint8 and unpack it with shifts and "
+                                   f"masks")
     raise UnsupportedDType(f"unsupported dtype {value!r}; known: {', '.join(_TORCH)}")
 
 

@@ -46,7 +46,8 @@ from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_
 from tileagent.compiler.emulate_wgmma import check_not_busy, finish_wgmma, note_generic_write
 from tileagent.compiler.emulate_tma import finish_tma
 from tileagent.compiler.instructions import emulators
-from tileagent.compiler.intrinsics import MATH, as_tensor, compute_dtype, float_binop, float_call, storage
+from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float_binop, float_call, reinterpret,
+                                           storage)
 from tileagent.compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
                           VecAtomicAdd, VecCopy, WARP)
 
@@ -606,6 +607,8 @@ class _Block:
         return torch.div(a, b, rounding_mode="trunc" if op == "/" else "floor")
 
     def call(self, e: Call):
+        if e.name == "reinterpret":
+            return reinterpret(self.ev(e.args[0]), e.args[0].dtype, e.dtype)
         if e.name not in MATH:
             raise EmulationError(f"unknown intrinsic '{e.name}'", self.span)
         args = [self.ev(a) for a in e.args]

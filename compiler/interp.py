@@ -19,7 +19,8 @@ import sys
 import torch
 
 from tileagent.compiler.errors import KernelFault
-from tileagent.compiler.intrinsics import MATH, as_tensor, compute_dtype, float_binop, float_call, storage
+from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float_binop, float_call, reinterpret,
+                                           storage)
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.atomic_ops import combine
@@ -321,6 +322,8 @@ class _Interpreter:
     def call(self, e: Call):
         args = [self.ev(a) for a in e.args]
         dt = e.dtype
+        if e.name == "reinterpret":
+            return reinterpret(args[0], e.args[0].dtype, dt)
         if not dt.is_float:
             if e.name in ("min", "max"):
                 if any(isinstance(a, torch.Tensor) for a in args):

@@ -46,3 +46,30 @@ def float_call(name: str, args, dt):
     """The math intrinsic ``name`` (a key of MATH) of ``args`` for a float result dtype ``dt``."""
     cd = compute_dtype(dt)
     return MATH[name](*[as_tensor(a, dt).to(cd) for a in args]).to(dt.torch)
+
+
+def _int_view(bits: int):
+    return {8: torch.int8, 16: torch.int16, 32: torch.int32, 64: torch.int64}[bits]
+
+
+def reinterpret(v, src, dst):
+    """The bits of ``v`` (a value of IR dtype ``src``) read as IR dtype ``dst`` of the same width (a bit cast).
+
+    Integers travel as Python ints or int64 tensors (``storage``): a source integer is first reduced to its ``src``
+    width (two's complement), an integer result is sign- or zero-extended from ``dst``'s width. Scalars give a
+    Python int (integer ``dst``) or a 0-d tensor (float ``dst``)."""
+    bits = src.bits
+    scalar = not isinstance(v, torch.Tensor) or v.dim() == 0
+    if src.is_float:
+        raw = as_tensor(v, src).to(src.torch).view(_int_view(bits)).to(torch.int64)
+    else:
+        raw = torch.as_tensor(v, dtype=torch.int64)
+    if bits < 64:
+        raw = raw & ((1 << bits) - 1)  # the unsigned bit pattern
+        signed = torch.where(raw >= (1 << (bits - 1)), raw - (1 << bits), raw)
+    else:
+        signed = raw
+    if dst.is_float:
+        return signed.to(_int_view(bits)).view(dst.torch)
+    out = signed if not dst.startswith("uint") or bits == 64 else raw
+    return int(out) if scalar else out

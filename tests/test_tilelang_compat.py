@@ -78,14 +78,14 @@ def test_unknown_tilelang_module_or_name_is_an_E701_import_error(tilelang):
     assert "tilelang.carver.template" in info.value.message and "config" in info.value.message
     with pytest.raises(UnsupportedError, match=r"tilelang\.carver\.arch\.CUDA is not provided"):
         from tilelang.carver.arch import CUDA  # noqa: F401
-    with pytest.raises(UnsupportedError, match=r"tilelang\.tvm is not provided"):
-        from tilelang import tvm  # noqa: F401
-    if importlib.machinery.PathFinder.find_spec("tvm") is None:
-        with pytest.raises(UnsupportedError, match="does not include TVM"):
-            import tvm  # noqa: F401
+    if importlib.machinery.PathFinder.find_spec("tvm") is None and "tvm" not in sys.modules:
         # a probe is not an import: torch._dynamo calls find_spec("tvm") when it loads (once an E701 for any
         # program whose torch ops reached dynamo, e.g. TileLang's block-sparse attention example)
         assert importlib.util.find_spec("tvm") is None
+        with pytest.raises(UnsupportedError, match=r"module 'tvm\.relay' is not provided"):
+            import tvm.relay  # noqa: F401 -- TVM's API beyond what TileLang programs use
+    with pytest.raises(ImportError, match=r"tilelang\.contrib\.hipcc"):
+        import tilelang.contrib.hipcc  # noqa: F401
     assert importlib.util.find_spec("tilelang.carver.roller") is None
 
 
@@ -833,3 +833,184 @@ def test_persistent_loop_needs_one_variable_per_dim(tilelang, tmp_path):
     with pytest.raises(CompileError) as info:
         ns["k"]()
     assert info.value.code == "E102" and "T.Persistent over 2 dim(s) needs 2 loop variable(s)" in info.value.message
+
+
+# -- TVM's API as TileLang programs use it (dequantization helpers), T.reinterpret, T.alloc_buffer, dtype names ---
+
+
+_DEQUANT_HELPERS = """\
+    import tilelang
+    import tilelang.language as T
+    from tilelang import tvm as tvm
+    from tvm import tirx
+
+
+    def u8_to_f4_to_f16(nbit, val: tirx.PrimExpr, pos: tirx.PrimExpr, dtype):
+        # TileLang's dequantize_gemm helper (s1e2m1 -> float16), built with TVM's expression API
+        assert nbit == 4 and dtype == T.float16 and val.dtype == T.uint8
+        mask = tirx.const((1 << nbit) - 1, T.uint16)
+        f4 = (val >> (pos.astype(T.uint16) * tirx.const(nbit, T.uint16))) & mask
+        s = f4 >> tirx.const(3, T.uint16)
+        e_f16 = ((f4 & tirx.const(6, T.uint16)) >> tirx.const(1, T.uint16)) + tirx.const(14, T.uint16)
+        m = f4 & tirx.const(1, T.uint16)
+        bits = ((e_f16 | (s << tirx.const(5, T.uint16))) << tirx.const(10, T.uint16) | m << tirx.const(9, T.uint16))
+        return tirx.reinterpret(T.float16, bits.astype(T.uint16))
+
+
+    def u8_to_i4_to_i8(nbit, val, pos, dtype):
+        # TileLang's w4a8 helper: a signed nibble, sign-extended through an int8 bit cast
+        mask = tirx.const((1 << nbit) - 1, T.uint8)
+        i4 = (val >> (pos.astype(T.uint8) * tirx.const(nbit, T.uint8))) & mask
+        return tirx.reinterpret(T.int8, i4 << tirx.const(4, T.uint8)) >> tirx.const(4, T.int8)
+
+
+    @tilelang.jit(out_idx=[1, 2])
+    def dequant(N, K, block_N, block_K):
+        @T.prim_func
+        def main(B: T.Tensor((N, K // 2), T.uint8), H: T.Tensor((N, K), T.float16), I: T.Tensor((N, K), T.int8)):
+            with T.Kernel(T.ceildiv(N, block_N), threads=128) as bx:
+                B_shared = T.alloc_shared((block_N, block_K // 2), T.uint8)
+                H_local = T.alloc_fragment((block_N, block_K), T.float16)
+                I_local = T.alloc_fragment((block_N, block_K), T.int8)
+                for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=1):
+                    T.copy(B[bx * block_N, k * block_K // 2], B_shared)
+                    for i, j in T.Parallel(block_N, block_K):
+                        H_local[i, j] = u8_to_f4_to_f16(4, B_shared[i, j // 2], j % 2, dtype=T.float16)
+                        I_local[i, j] = u8_to_i4_to_i8(4, B_shared[i, j // 2], j % 2, dtype=T.int8)
+                    T.copy(H_local, H[bx * block_N, k * block_K])
+                    T.copy(I_local, I[bx * block_N, k * block_K])
+        return main
+    """
+
+
+def _dequant_reference(B: torch.Tensor):
+    """float16 from s1e2m1 nibbles (low nibble first) and int8 from signed nibbles, with torch."""
+    nib = torch.stack((B & 0x0F, B >> 4), dim=-1).reshape(B.shape[0], -1).to(torch.int16)
+    half = ((nib >> 3) * -32768 + ((((nib & 6) >> 1) + 14) << 10) + ((nib & 1) << 9)).to(torch.int16)
+    return half.view(torch.float16), torch.where(nib >= 8, nib - 16, nib).to(torch.int8)
+
+
+@pytest.mark.parametrize("target", ["cpu", "sim"])
+def test_tvm_tirx_helpers_dequantize_bit_exactly_and_compile_for_sm90(tilelang, tmp_path, target):
+    """TileLang's dequantization examples build expressions with ``from tvm import tirx`` in plain-Python helpers
+    (tirx.const, tirx.reinterpret, .astype, shifts and masks): on the CPU interpreter and the SIMT emulator of the
+    CUDA lowering the results are bit-exact against torch, and the CUDA (tl_bitcast) compiles for sm_90a."""
+    ns = load_script(_write(tmp_path, "dequant.py", _DEQUANT_HELPERS))
+    kernel = tilelang.compile(ns["dequant"].get_tir(64, 128, 32, 64), out_idx=[1, 2], target=target)
+    B = torch.randint(0, 256, (64, 64), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    half, i8 = kernel(B)
+    ref_half, ref_i8 = _dequant_reference(B)
+    assert torch.equal(half.view(torch.int16), ref_half.view(torch.int16)) and torch.equal(i8, ref_i8)
+    if target == "sim":
+        cuda = tilelang.compile(ns["dequant"].get_tir(64, 128, 32, 64), out_idx=[1, 2], target="cuda:sm_90a")
+        assert "tl_bitcast<half, unsigned short>" in cuda.get_kernel_source()
+        assert cuda.cubin()[:4] == b"\x7fELF"
+
+
+def test_tvm_module_surface(tilelang):
+    import tvm
+    from tilelang import tvm as tl_tvm
+    from tvm import DataType, tirx
+    from tileagent.compiler.ir.expr import Const, Expr
+
+    assert tvm is tl_tvm and tvm.tir is tirx and DataType("float16").bits == 16 and DataType is tilelang.DataType
+    c = tirx.const(3)
+    assert isinstance(c, Const) and c.dtype == "int32" and tirx.const(2**40).dtype == "int64"
+    assert tirx.const(1.5).dtype == "float32" and tirx.const(7, "uint16").value == 7
+    assert isinstance(tirx.Cast("float32", tirx.const(3, "int8")), tirx.PrimExpr) and issubclass(tirx.PrimExpr, Expr)
+    with pytest.raises(CompileError, match="same width") as info:
+        tirx.reinterpret("float16", tirx.const(1, "int32"))
+    assert info.value.code == "E302"
+    with pytest.raises(CompileError, match="identity test") as info:  # `a == b` in a helper: not a TVM EQ node here
+        tirx.Select(tirx.const(1) == tirx.const(1), tirx.const(1), tirx.const(2))
+    assert info.value.code == "E309"
+    target = tvm.target.Target("cuda -arch=sm_90a")
+    assert target.kind.name == "cuda" and target.attrs["arch"] == "sm_90a" and str(target) == "cuda -arch=sm_90a"
+    with pytest.raises(UnsupportedError, match=r"tvm\.runtime is not provided"):
+        tvm.runtime  # noqa: B018
+
+
+def test_reinterpret_bit_casts_both_argument_orders(tilelang, tmp_path):
+    """``T.reinterpret(value, dtype)`` (TileLang's order; the old ``(dtype, value)`` too): float32 <-> int32 bits."""
+    path = _write(tmp_path, "bits.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[1, 2])
+        def bits(N):
+            @T.prim_func
+            def main(A: T.Tensor((N,), T.float32), U: T.Tensor((N,), T.int32), F: T.Tensor((N,), T.float32)):
+                with T.Kernel(1, threads=32) as bx:
+                    for i in T.Parallel(N):
+                        U[i] = T.reinterpret(A[i], T.int32)
+                        F[i] = T.reinterpret(T.float32, T.reinterpret(A[i], T.int32) ^ T.int32(-2147483648))
+            return main
+        """)
+    kernel = load_script(path)["bits"](64)
+    a = torch.randn(64)
+    u, f = kernel(a)
+    assert torch.equal(u, a.view(torch.int32))
+    assert torch.equal(f, -a)  # flipping the sign bit negates
+
+
+def test_alloc_buffer_scopes_and_dtype_names(tilelang, tmp_path):
+    """``T.alloc_buffer(shape, dtype)`` at the top of a prim_func is a global workspace shared by its kernels (as in
+    TileLang's split-K dequantize GEMM); TileLang's C-style names T.int/T.uint/T.long/T.short; sub-byte names
+    compare like TileLang's and a buffer of one is an E302 saying to pack it."""
+    import tilelang.language as T
+
+    path = _write(tmp_path, "split.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[1])
+        def two_pass(N, split):
+            @T.prim_func
+            def main(A: T.Tensor((split, N), T.float32), C: T.Tensor((N,), T.float32)):
+                Work = T.alloc_buffer([split, N], T.float32)
+                with T.Kernel(split, threads=32) as bz:
+                    tile = T.alloc_buffer((N,), T.float32, scope="local.fragment")
+                    T.copy(A[bz, :], tile)
+                    for i in T.Parallel(N):
+                        tile[i] = tile[i] * 2
+                    T.copy(tile, Work[bz, :])
+                with T.Kernel(1, threads=32) as bx:
+                    acc = T.alloc_fragment((N,), T.float32)
+                    T.clear(acc)
+                    for k in range(split):
+                        for i in T.Parallel(N):
+                            acc[i] += Work[k, i]
+                    T.copy(acc, C)
+            return main
+        """)
+    a = torch.randn(3, 64)
+    torch.testing.assert_close(load_script(path)["two_pass"](64, 3)(a), 2 * a.sum(0))
+    assert (T.int, T.uint, T.long, T.short) == ("int32", "uint32", "int64", "int16") and T.uint in [T.int, T.uint]
+    assert T.int4 == "int4" and T.int4.bits == 4 and T.int4 != T.int8 and {T.int4: "i4"}[T.int4] == "i4"
+    with pytest.raises(CompileError, match="sub-byte dtype int4") as info:
+        T.alloc_fragment((16,), T.int4)
+    assert info.value.code == "E302"
+    with pytest.raises(CompileError, match="unknown scope") as info:
+        T.alloc_buffer((16,), T.float32, scope="texture")
+    assert info.value.code == "E301"
+
+
+def test_contrib_nvcc_compute_version(tilelang, monkeypatch):
+    """``tilelang.contrib.nvcc``'s queries (TileLang's attention backward asserts ``float(arch) >= 9.0``)."""
+    import tvm
+    from tilelang.contrib import nvcc
+
+    assert nvcc.get_target_compute_version("cuda -arch=sm_90a") == "9.0"
+    assert nvcc.get_target_compute_version(tvm.target.Target("cuda -arch=sm_100a")) == "10.0"
+    assert nvcc.parse_compute_version("8.6") == (8, 6) and nvcc.get_target_arch("9.0") == "90"
+    assert nvcc.have_bf16("8.0") and not nvcc.have_fp8("8.6") and nvcc.have_tensorcore("9.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert nvcc.get_target_compute_version() == "9.0"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="No CUDA architecture was specified or GPU detected"):
+        nvcc.get_target_compute_version()
+    with pytest.raises(RuntimeError, match="Compute version parsing error"):
+        nvcc.parse_compute_version("nine")

@@ -116,7 +116,8 @@ class Unary(Expr):
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Call(Expr):
-    """A math intrinsic: exp, exp2, log, log2, rsqrt, sqrt, abs, tanh, sigmoid, erf, pow, floor, ceil, min, max."""
+    """A math intrinsic: exp, exp2, log, log2, rsqrt, sqrt, abs, tanh, sigmoid, erf, pow, floor, ceil, min, max;
+    ``reinterpret`` (one argument: its bits read as ``dtype``, of the same width; see ``make_reinterpret``)."""
 
     name: str
     args: tuple[Expr, ...]
@@ -301,6 +302,27 @@ def make_call(name: str, *args):
     if name not in ("abs", "min", "max", "floor", "ceil") and not dt.is_float:
         dt = DType("float32")
     return Call(name, tuple(make_cast(as_expr(a, dt), dt) for a in args), dt)
+
+
+def make_reinterpret(x, dtype) -> Expr:
+    """The bits of ``x`` read as ``dtype`` (TVM's ``reinterpret``; C++'s bit cast): both of one width, neither bool.
+
+    A Python integer is taken as a constant of the integer type of ``dtype``'s width (signed unless ``dtype`` is
+    unsigned). Raises E309 for operands that are not scalars, E302 for widths that differ."""
+    dt = as_dtype(dtype)
+    _require_scalar(x)
+    if is_number(x):
+        if isinstance(x, float) or isinstance(x, bool):
+            raise DSLTypeError(f"reinterpret of the Python value {x!r}: give an integer or a typed expression "
+                               f"(T.float32({x!r}))", code="E309")
+        x = Const(x, DType(f"{'u' if dt.startswith('uint') else ''}int{dt.bits}"))
+    if x.dtype.is_bool or dt.is_bool or x.dtype.bits != dt.bits:
+        raise DSLTypeError(f"reinterpret of a {x.dtype} value as {dt}: the two dtypes must have the same width "
+                           f"({x.dtype.bits} vs {dt.bits} bits) and not be bool", code="E302",
+                           hint="cast to an integer of the right width first (x.astype(T.uint16))")
+    if x.dtype == dt:
+        return x
+    return Call("reinterpret", (x,), dt)
 
 
 def make_select(cond, a, b):

@@ -9,7 +9,7 @@ from tileagent.compiler.frontend import prim_func
 from tileagent.compiler.frontend_eager import const, empty
 from tileagent.compiler.frontend_macro import macro
 from tileagent.compiler.language.extras import (Cast, FragmentBuffer, Layout, LocalBuffer, Ref, SharedBuffer,
-                                                alloc_global, clamp, dtype, get_block_binding,
+                                                alloc_buffer, alloc_global, clamp, dtype, get_block_binding,
                                                 get_block_bindings, vectorized)
 from tileagent.compiler.language.annotations import (annotate_layout, make_full_bank_swizzled_layout,
                                            make_half_bank_swizzled_layout, make_quarter_bank_swizzled_layout,
@@ -17,8 +17,8 @@ from tileagent.compiler.language.annotations import (annotate_layout, make_full_
 from tileagent.compiler.language.kernel import Kernel, alloc_fragment, alloc_local, alloc_shared, alloc_var
 from tileagent.compiler.language.loops import Parallel, Persistent, Pipelined, Serial, serial, unroll
 from tileagent.compiler.language.math import (abs, cast, ceil, ceildiv, erf, exp, exp2, floor, floordiv, floormod,
-                                    if_then_else, infinity, log, log2, max, max_value, min, min_value, pow, rsqrt,
-                                    sigmoid, sqrt, tanh)
+                                    if_then_else, infinity, log, log2, max, max_value, min, min_value, pow,
+                                    reinterpret, rsqrt, sigmoid, sqrt, tanh)
 from tileagent.compiler.language.tileops import (GemmWarpPolicy, atomic_add, atomic_max, atomic_min, clear, copy, fill,
                                                  gemm, reduce, reduce_abssum, reduce_absmax, reduce_max, reduce_min,
                                                  reduce_sum)

@@ -80,6 +80,32 @@ def alloc_global(shape, dtype):
     return AllocSpec(_shape(shape, "T.alloc_global"), _dtype(dtype, "T.alloc_global"), "global")
 
 
+_BUFFER_SCOPES = {"global": "global", "shared": "shared", "shared.dyn": "shared", "local.fragment": "fragment",
+                  "local": "local", "local.var": "var"}
+
+
+def alloc_buffer(shape, dtype="float32", data=None, strides=None, elem_offset=None, scope="global", align=-1,
+                 offset_factor=0, buffer_type="default", axis_separators=None, annotations=None):
+    """TileLang's (TVM script's) ``T.alloc_buffer(shape, dtype, scope="global")``: the allocation of the scope it
+    names: ``"global"`` is ``T.alloc_global`` (at the top of a prim_func: a workspace the runtime allocates per
+    call), ``"shared"``/``"shared.dyn"`` is ``T.alloc_shared``, ``"local.fragment"`` ``T.alloc_fragment``,
+    ``"local"`` ``T.alloc_local``, ``"local.var"`` ``T.alloc_var``. TVM's buffer-view arguments (``data``,
+    ``strides``, ``elem_offset``, ``axis_separators``) are an E701; ``align``/``offset_factor``/``buffer_type``/
+    ``annotations`` are accepted and have no effect (TileAgent aligns buffers itself)."""
+    kind = _BUFFER_SCOPES.get(str(scope))
+    if kind is None:
+        raise DSLTypeError(f"T.alloc_buffer: unknown scope {scope!r}; known: {', '.join(_BUFFER_SCOPES)}", code="E301")
+    given = [n for n, v in (("data", data), ("strides", strides), ("elem_offset", elem_offset),
+                            ("axis_separators", axis_separators)) if v is not None]
+    if given:
+        raise UnsupportedError(f"T.alloc_buffer({', '.join(n + '=' for n in given)}...): buffer views over other "
+                               f"memory are not supported; allocate a buffer of its own")
+    where = "T.alloc_buffer"
+    if kind == "var":
+        return AllocSpec((1,), _dtype(dtype, where), "var")
+    return AllocSpec(_shape(shape, where), _dtype(dtype, where), kind)
+
+
 class Layout:
     """``T.Layout(shape, lambda *idx: [...])``: a user-written storage order (TileLang's index map).
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from tileagent.compiler.diagnostics import DSLTypeError
 from tileagent.compiler.dtypes import UnsupportedDType, dtype as as_dtype
-from tileagent.compiler.ir.expr import Const, Expr, describe, is_number, make_binop, make_call, make_cast, make_select
+from tileagent.compiler.ir.expr import (Const, Expr, describe, is_number, make_binop, make_call, make_cast,
+                                        make_reinterpret, make_select)
 
 
 def _scalars(name, *args):
@@ -63,6 +64,18 @@ def cast(value, dtype):
         return make_cast(value, dtype)
     except UnsupportedDType as e:
         raise DSLTypeError(f"T.cast: {e}", code="E302") from None
+
+
+def reinterpret(value, dtype):
+    """The bits of ``value`` read as ``dtype`` of the same width (TileLang's ``T.reinterpret(value, dtype)``, TVM's
+    ``tir.reinterpret(dtype, value)``): ``T.reinterpret(x_u16, T.float16)`` is the half whose bits are ``x_u16``.
+    As in TileLang, the old order ``T.reinterpret(dtype, value)`` is accepted too (a dtype first is swapped)."""
+    if isinstance(value, str) and not isinstance(dtype, str):
+        value, dtype = dtype, value
+    try:
+        return make_reinterpret(value, dtype)
+    except UnsupportedDType as e:
+        raise DSLTypeError(f"T.reinterpret: {e}", code="E302") from None
 
 
 def if_then_else(cond, a, b):

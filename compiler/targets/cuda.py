@@ -87,6 +87,11 @@ template <> __device__ __forceinline__ float tl_floormod<float>(float a, float b
 template <> __device__ __forceinline__ double tl_floormod<double>(double a, double b) {
   return a - floor(a / b) * b;
 }""",
+    "bitcast": """\
+template <typename To, typename From> __device__ __forceinline__ To tl_bitcast(From v) {
+  static_assert(sizeof(To) == sizeof(From), "tl_bitcast: the two types differ in width");
+  return *reinterpret_cast<const To*>(&v);  // as TVM's CUDA codegen emits reinterpret (no memcpy under -minimal)
+}""",
     "minmax": """\
 template <typename T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 template <typename T> __device__ __forceinline__ T tl_max(T a, T b) { return a < b ? b : a; }
@@ -708,6 +713,14 @@ class _KernelEmitter:
         name, dt = e.name, e.dtype
         if name == "shfl_xor":
             return self.widen(self.shfl_xor(e), w)
+        if name == "reinterpret":  # the bits of the argument as dt (same width): TVM's reinterpret
+            src = e.args[0].dtype
+            to, frm = self.ct(dt), self.ct(src)
+            v = _strip(self.ex(e.args[0]))
+            if dt.is_int and src.is_int:
+                return self.widen(f"(({to})(({frm})({v})))", w)
+            self.state.helpers.add("bitcast")
+            return self.widen(f"tl_bitcast<{to}, {frm}>(({frm})({v}))", w)
         if not dt.is_float:
             if name in ("floor", "ceil") or (name == "abs" and (dt.startswith("uint") or dt.is_bool)):
                 return self.ex(e.args[0], w)

@@ -10,8 +10,11 @@ Guarantees:
   tileagent.compat.tilelang.jit``). ``uninstall()`` removes it and the aliases.
 - A ``tilelang.*`` module TileAgent does not provide (``tilelang.carver.template``, ``tilelang.contrib``, ...) fails
   to import with ``UnsupportedError`` (E701, also an ImportError) naming it, never a bare ModuleNotFoundError.
-- ``import tvm`` without a TVM installed is also an E701 (TileLang programs sometimes use TVM's API directly).
-  Probes that are not imports (``importlib.util.find_spec("tvm")``, as torch._dynamo does when it loads) get None.
+- ``import tvm`` without a TVM installed gives ``tileagent.compat.tvm`` (TileLang bundles TVM; its programs use a few
+  of TVM's names directly: ``tvm.tirx`` expression builders, ``tvm.DataType``, ``tvm.target.Target``), as does
+  ``from tilelang import tvm``; a part of TVM it does not provide (``tvm.relay``...) is an E701 naming it. Probes
+  that are not imports (``importlib.util.find_spec("tvm")``, as torch._dynamo does when it loads) get None, so
+  libraries that would use a real TVM when one is installed do not take this one for it.
 - ``install()`` refuses (RuntimeError) when a real TileLang is already imported in the process.
 """
 
@@ -27,12 +30,14 @@ from tileagent.compiler.diagnostics import UnsupportedError
 
 ALIAS = "tilelang"
 TARGET = "tileagent.compat.tilelang"
+TVM_TARGET = "tileagent.compat.tvm"
 
 # Modules of real TileLang that TileAgent does not provide, with what to use instead.
 UNSUPPORTED_MODULES = {
     "carver": "TileLang's hardware-aware config generator (carver/roller) is not provided; list configs by hand "
               "(of tilelang.carver only arch.driver's device queries are)",
-    "contrib": "TileLang's nvcc/hipcc wrappers are not provided; TileAgent compiles with NVRTC",
+    "contrib": "TileLang's nvcc/hipcc wrappers are not provided (of tilelang.contrib only nvcc's compute-capability "
+               "queries are); TileAgent compiles with NVRTC",
     "tools": "TileLang's tools (iket, lower traces, plotting) are not provided",
     "engine": "TileLang's lowering engine and its callbacks are not provided; kernel.get_kernel_source() shows the "
               "CUDA TileAgent generates",
@@ -41,7 +46,6 @@ UNSUPPORTED_MODULES = {
     "rocm": "AMD targets are not supported",
     "intrinsics": "TileLang's intrinsic emitters are not provided; T.gemm selects tensor-core instructions itself",
     "ir": "TileLang's TVM IR classes are not provided",
-    "tvm": "TVM is not part of TileAgent",
     "quantize": "TileLang's quantization helpers are not provided",
     "analysis": "TileLang's IR analyses are not provided",
 }
@@ -83,15 +87,15 @@ class TileLangFinder(importlib.abc.MetaPathFinder):
     """Finds ``tilelang`` and ``tilelang.*`` as aliases of ``tileagent.compat.tilelang[.*]``."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname == "tvm" and importlib.machinery.PathFinder.find_spec(fullname) is None:
-            if not _importing():
-                return None
-            raise UnsupportedError("module 'tvm' is not installed, and TileAgent does not include TVM (TileLang "
-                                   "programs that use TVM's API directly cannot run on TileAgent)",
-                                   hint="docs/dsl.md lists what TileAgent supports of TileLang's API")
+        if fullname == "tvm" or fullname.startswith("tvm."):
+            if not _importing() or importlib.machinery.PathFinder.find_spec("tvm") is not None:
+                return None  # a probe, or a real TVM is installed: not ours to serve
+            return self._alias(fullname, TVM_TARGET + fullname[len("tvm"):])
         if fullname != ALIAS and not fullname.startswith(ALIAS + "."):
             return None
-        real = TARGET + fullname[len(ALIAS):]
+        return self._alias(fullname, TARGET + fullname[len(ALIAS):])
+
+    def _alias(self, fullname: str, real: str):
         try:
             spec = importlib.util.find_spec(real)
         except ModuleNotFoundError:
@@ -99,6 +103,11 @@ class TileLangFinder(importlib.abc.MetaPathFinder):
         if spec is None:
             if not _importing():
                 return None
+            if fullname.startswith("tvm."):
+                raise UnsupportedError(f"module '{fullname}' is not provided: TileAgent includes only the parts of "
+                                       f"TVM's API that TileLang programs use directly (tvm.tirx/tvm.tir, "
+                                       f"tvm.DataType, tvm.target, tvm.testing)",
+                                       hint="docs/dsl.md lists what TileAgent supports of TileLang's API")
             raise _unsupported(fullname)
         return importlib.util.spec_from_loader(fullname, _AliasLoader(real),
                                                is_package=spec.submodule_search_locations is not None)
@@ -122,9 +131,9 @@ def install() -> None:
 def uninstall() -> None:
     """Undo ``install()``: remove the finder and the ``tilelang*`` aliases from ``sys.modules``."""
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, TileLangFinder)]
-    for name in [n for n in sys.modules if n == ALIAS or n.startswith(ALIAS + ".")]:
-        if getattr(sys.modules[name], "__name__", "").startswith(TARGET):
+    for name in [n for n in sys.modules if n in (ALIAS, "tvm") or n.startswith((ALIAS + ".", "tvm."))]:
+        if getattr(sys.modules[name], "__name__", "").startswith((TARGET, TVM_TARGET)):
             del sys.modules[name]
 
 
-__all__ = ["ALIAS", "TARGET", "TileLangFinder", "UNSUPPORTED_MODULES", "install", "installed", "uninstall"]
+__all__ = ["ALIAS", "TARGET", "TVM_TARGET", "TileLangFinder", "UNSUPPORTED_MODULES", "install", "installed", "uninstall"]

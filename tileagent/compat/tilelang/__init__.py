@@ -2,7 +2,8 @@
 
 In: a TileLang program. Out: ``tilelang.jit``, ``tilelang.compile``, ``tilelang.JITKernel``, ``tilelang.PassConfigKey``,
 ``tilelang.TensorSupplyType``, ``tilelang.Profiler``, ``tilelang.autotune``, ``tilelang.DataType``, ``tilelang.cdiv``,
-``tilelang.next_power_of_2``, ``tilelang.language``, ``tilelang.set_log_level``, the cache switches.
+``tilelang.next_power_of_2``, ``tilelang.language``, ``tilelang.set_log_level``, the cache switches, ``tilelang.tvm``
+(``tileagent.compat.tvm``: the part of TVM's API TileLang programs use directly).
 Guarantees: every name keeps TileLang's signature and defaults; a TileLang name that TileAgent does not provide
 raises ``UnsupportedError`` (E701) naming it, never a bare AttributeError.
 """
@@ -84,6 +85,8 @@ class _Package(types.ModuleType):
 
 sys.modules[__name__].__class__ = _Package
 
+from tileagent.compat import tvm  # noqa: E402 -- `from tilelang import tvm`: TileLang's bundled TVM (the part it uses)
+
 __all__ = ["DataType", "JITImpl", "JITKernel", "PassConfigKey", "Profiler", "TensorSupplyType", "autotune", "cdiv",
            "compile", "disable_cache", "enable_cache", "is_cache_enabled", "jit", "language", "next_power_of_2",
-           "par_compile", "set_log_level"]
+           "par_compile", "set_log_level", "tvm"]

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import re
 
-from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
-
-_SUB_BYTE = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2, "int1": 1, "uint1": 1, "float4_e2m1fn": 4}
+from tileagent.compiler.dtypes import SUB_BYTE as _SUB_BYTE, DType, UnsupportedDType, dtype as as_dtype
 
 
 class DataType(str):

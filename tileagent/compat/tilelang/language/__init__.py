@@ -9,6 +9,8 @@ reports it at the line that uses it. ``UNSUPPORTED`` is the table (docs/dsl.md p
 from __future__ import annotations
 
 from tileagent.compiler.diagnostics import UnsupportedError
+from tileagent.compiler.dtypes import DType
+from tileagent.compat.tilelang.datatype import DataType
 from tileagent.language import *  # noqa: F401,F403
 from tileagent.compiler.language import __all__ as _dsl_names
 
@@ -18,7 +20,6 @@ _SIMT = ("explicit per-thread (SIMT) code is not supported: TileAgent's tile IR 
          "as T.Parallel loops and tile ops")
 _ESCAPE = ("escape hatches into hand-written CUDA/PTX are not supported: the tile IR runs on the CPU interpreter "
            "too, which cannot execute foreign code")
-_SUBBYTE = "sub-byte dtypes (int4/uint4/fp4) are not supported; store such data packed in int8/uint8 and unpack it"
 
 UNSUPPORTED = {
     # warp specialization, Hopper/Blackwell machinery
@@ -37,8 +38,7 @@ UNSUPPORTED = {
     # escape hatches
     **{n: _ESCAPE for n in ("import_source", "call_extern", "call_intrin", "call_pure_extern", "ptx", "ptx_mma",
                             "ptx_ldmatrix", "CUDASourceCodeKernel", "evaluate", "attr", "access_ptr", "address_of",
-                            "make_tensor", "ptr", "reinterpret", "dp4a")},
-    **{n: _SUBBYTE for n in ("int4", "uint4", "int2", "uint2", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn")},
+                            "make_tensor", "ptr", "dp4a")},
     "tfloat32": "tfloat32 buffers are not supported; use float32 (T.gemm on float32 tiles already uses TF32 tensor "
                 "cores where the target allows)",
     "Fragment": "user-defined fragment layouts are not supported; layouts are inferred",
@@ -46,7 +46,6 @@ UNSUPPORTED = {
     "alloc_reducer": "reducers are not supported; reduce into a fragment with T.reduce_*",
     "atomic_addx2": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
     "atomic_addx4": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
-    "alloc_buffer": "raw TIR buffers are not supported; use T.alloc_shared / T.alloc_fragment / T.alloc_local",
     "allocate": "raw TIR buffers are not supported; use T.alloc_shared / T.alloc_fragment / T.alloc_local",
     "gemm_sp": "sparse T.gemm_sp is not supported",
     "im2col": "T.im2col is not supported",
@@ -63,6 +62,15 @@ UNSUPPORTED = {
     "rng_init": "device random numbers are not supported",
     "rng_rand": "device random numbers are not supported",
 }
+
+
+# TileLang's C-style dtype names (tilelang/language/dtypes.py); defined here only, so that TileAgent's own modules
+# keep Python's int
+short, int, uint, long = (DType(n) for n in ("int16", "int32", "uint32", "int64"))  # noqa: A001
+# Sub-byte dtypes exist as names (TileLang's helpers compare and key dicts with them: `out_dtype == T.int4`), with
+# TVM's bits; a buffer, cast or constant of one is an E302 (dtypes.dtype: store such data packed in int8/uint8)
+int4, uint4, int2, uint2, int1, uint1, float4_e2m1fn = (DataType(n) for n in (
+    "int4", "uint4", "int2", "uint2", "int1", "uint1", "float4_e2m1fn"))
 
 
 def disable_warp_group_reg_alloc() -> None:
@@ -85,4 +93,5 @@ def __getattr__(name: str):
                            hint="docs/dsl.md has the table of TileLang features TileAgent supports")
 
 
-__all__ = list(_dsl_names) + ["disable_warp_group_reg_alloc", "no_set_max_nreg"]
+__all__ = list(_dsl_names) + ["disable_warp_group_reg_alloc", "float4_e2m1fn", "int", "int1", "int2", "int4", "long",
+                              "no_set_max_nreg", "short", "uint", "uint1", "uint2", "uint4"]
