@@ -230,16 +230,18 @@ def _build(func: PrimFunc, target: Target, options: Options):
             fallback = lambda: _build(func, without, options)[1]  # noqa: E731
         return unit, backends.EmulatorBackend(unit.module, func, fallback)
     from tileagent.compiler import module_cache
+    from tileagent.compiler.runtime.hooks import cuda_postproc
 
     t0 = time.perf_counter()
     off = passes.effective_target(target, options).switched_off()  # tl.disable_wgmma, TILEAGENT_ENABLE_WGMMA=0
     key = module_cache.cache_key(func, target.name, *options.nvrtc_options, *(f"without {f}" for f in off))
-    cached = module_cache.load(key, func)
+    postproc = cuda_postproc() is not None  # a post-processed source is not what the key describes
+    cached = None if postproc else module_cache.load(key, func)
     lookup = (("module_cache", time.perf_counter() - t0),)
     start = None if cached is None else passes.Unit(func, target, options, module=cached[0], source=cached[1],
                                                      timings=lookup)
     unit = passes.run(func, target, options, start=start)
-    if cached is None:
+    if cached is None and not postproc:
         module_cache.store(key, unit.module, unit.source)
         unit = replace(unit, timings=lookup + unit.timings)
     fallback = None

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from tileagent.compiler.diagnostics import CompileError, InternalCompilerError, ResourceError
+from tileagent.compiler.diagnostics import CompileError, InternalCompilerError, ResourceError, TargetError
 from tileagent.compiler.ir.stmt import Kernel, PrimFunc
 from tileagent.compiler.target import Target
 
@@ -185,9 +185,17 @@ def _lower_tile_ops(u: Unit) -> Unit:
 
 
 def _codegen_cuda(u: Unit) -> Unit:
+    from tileagent.compiler.runtime.hooks import cuda_postproc
     from tileagent.compiler.targets.cuda import generate
 
-    return replace(u, source=generate(u.module))
+    source = generate(u.module)
+    postproc = cuda_postproc()
+    if postproc is not None:  # TileLang's register_cuda_postproc_callback
+        source = postproc(source, u.target)
+        if not isinstance(source, str):
+            raise TargetError(f"the CUDA post-processing callback {getattr(postproc, '__name__', postproc)!r} "
+                              f"returned {type(source).__name__}, not the CUDA source (a str)", code="E603")
+    return replace(u, source=source)
 
 
 def _nvrtc(u: Unit) -> Unit:

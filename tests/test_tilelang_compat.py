@@ -1014,3 +1014,48 @@ def test_contrib_nvcc_compute_version(tilelang, monkeypatch):
         nvcc.get_target_compute_version()
     with pytest.raises(RuntimeError, match="Compute version parsing error"):
         nvcc.parse_compute_version("nine")
+
+
+def test_cuda_postproc_callback_rewrites_the_compiled_source(tilelang, tmp_path):
+    """``tilelang.engine.callback.register_cuda_postproc_callback``: every CUDA source generated while it is
+    registered is the callback's result (what NVRTC compiles and get_kernel_source shows), never from the cache."""
+    from tilelang.engine.callback import register_cuda_postproc_callback
+    from tileagent.compiler.runtime.hooks import set_cuda_postproc
+
+    path = _write(tmp_path, "copy.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[1], target="cuda:sm_90a")
+        def copy(N):
+            @T.prim_func
+            def main(A: T.Tensor((N,), T.float32), B: T.Tensor((N,), T.float32)):
+                with T.Kernel(1, threads=128) as bx:
+                    for i in T.Parallel(N):
+                        B[i] = A[i]
+            return main
+        """)
+    ns = load_script(path)
+    seen = []
+    try:
+        @register_cuda_postproc_callback
+        def mark(code, target):
+            seen.append(target.arch)
+            return "// post-processed\n" + code
+
+        kernel = ns["copy"](256)
+        assert kernel.get_kernel_source().startswith("// post-processed\n") and seen == ["sm_90a"]
+        assert kernel.cubin()[:4] == b"\x7fELF"
+        with pytest.raises(ValueError, match="already registered"):
+            register_cuda_postproc_callback(override=False)(lambda code, target: code)
+        register_cuda_postproc_callback()(lambda code, target: None)
+        with pytest.raises(CompileError, match="returned NoneType") as info:
+            ns["copy"](512)
+        assert info.value.code == "E603"
+        with pytest.raises(TypeError, match="Invalid decorator usage"):
+            register_cuda_postproc_callback(3)
+    finally:
+        set_cuda_postproc(None)
+    # a kernel built after it is removed is not post-processed (copy(256) stays the JIT's cached kernel, as in TileLang)
+    assert not ns["copy"](1024).get_kernel_source().startswith("// post-processed")

@@ -6,6 +6,12 @@ Guarantees: registration is scoped (the callback is removed when the block ends,
 run in registration order, on the calling thread, before the kernel's arguments are checked; an exception in a
 callback propagates to the caller and the kernel does not run. This is how the evaluator counts launches, instead of
 patching ``JITKernel.__call__``.
+
+Also the CUDA post-processing callback (TileLang's ``tilelang.engine.callback.register_cuda_postproc_callback``):
+``set_cuda_postproc(fn)`` makes every CUDA source generated afterwards (``codegen_cuda``) ``fn(source, target)``
+before NVRTC compiles it (and what ``kernel.get_kernel_source()`` shows); a callback that does not return a str is
+an E603 at the kernel. While one is set, kernels are not read from or written to the module cache (its key does not
+know the callback). ``set_cuda_postproc(None)`` removes it.
 """
 
 from __future__ import annotations
@@ -37,4 +43,20 @@ def notify_launch(kernel) -> None:
         callback(kernel)
 
 
-__all__ = ["notify_launch", "on_launch"]
+_CUDA_POSTPROC: list = []  # at most one: TileLang keeps one registered function (override=True replaces it)
+
+
+def set_cuda_postproc(fn) -> None:
+    """Post-process every CUDA source generated from now on with ``fn(source, target)`` (None: stop)."""
+    if fn is not None and not callable(fn):
+        raise TypeError(f"set_cuda_postproc takes a callable or None, got {type(fn).__name__}")
+    with _LOCK:
+        _CUDA_POSTPROC[:] = [fn] if fn is not None else []
+
+
+def cuda_postproc():
+    """The registered CUDA post-processing callback, or None."""
+    return _CUDA_POSTPROC[0] if _CUDA_POSTPROC else None
+
+
+__all__ = ["cuda_postproc", "notify_launch", "on_launch", "set_cuda_postproc"]

@@ -39,8 +39,8 @@ UNSUPPORTED_MODULES = {
     "contrib": "TileLang's nvcc/hipcc wrappers are not provided (of tilelang.contrib only nvcc's compute-capability "
                "queries are); TileAgent compiles with NVRTC",
     "tools": "TileLang's tools (iket, lower traces, plotting) are not provided",
-    "engine": "TileLang's lowering engine and its callbacks are not provided; kernel.get_kernel_source() shows the "
-              "CUDA TileAgent generates",
+    "engine": "TileLang's lowering engine is not provided (of tilelang.engine only callback's "
+              "register_cuda_postproc_callback is); kernel.get_kernel_source() shows the CUDA TileAgent generates",
     "cuda": "TileLang's hand-written CUDA intrinsic emitters (mma/ldmatrix macro generators) are not provided; "
             "T.gemm selects tensor-core instructions itself",
     "rocm": "AMD targets are not supported",
