@@ -58,6 +58,8 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "blocksparse_gemm": ("blocksparse_gemm/example_blocksparse_gemm.py", [], False, ()),
     "convolution": ("convolution/example_convolution.py", [], False, ()),
     "gemv": ("gemv/example_gemv.py", [], False, ("tvm",)),
+    "dequant_gemm_fp4": ("dequantize_gemm/example_dequant_gemm_fp4_hopper.py", ["--m", "4096", "--n", "4096", "--k", "4096"],
+                         False, ()),
     "mha_sink_fwd_bhsd": ("attention_sink/example_mha_sink_fwd_bhsd.py", [], True, ()),
     "mha_sink_fwd_bhsd_window": ("attention_sink/example_mha_sink_fwd_bhsd.py", ["--window_size", "1024"], False, ()),
     "grouped_gemm_fwd": ("grouped_gemm/example_grouped_gemm_fwd.py", ["--batch_sizes", "64,128,256,512", "--profile"],

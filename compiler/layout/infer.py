@@ -12,6 +12,9 @@ loop's variable, a block index: TileLang composes the fragment's thread map with
 variables bound inside the loop). A loop-invariant index may take any value of its dim, so every check holds for all
 of them; a fragment some loop indexes that way gets that dim in registers (every thread holds all of it) when its
 layout is a free choice, and a fragment whose layout spreads such a dim over threads is an L004 error.
+An index ``v // c`` (loop variable over a constant: packed data, ``B_local[i, j // 2]``) is checked element by element
+like a loop variable; a fragment still without a layout that a loop reads that way gets the loop's layout with the
+innermost register level of that dim divided by ``c`` (``_compressed``), when that level holds a multiple of ``c``.
 Optional gemm entries: an entry marked ``fallback_on_conversion`` (wgmma RS) that imposes the layout of its A operand
 in registers is dropped for that gemm, and the kernel's inference redone, when a T.copy fills that operand from a
 fragment of another layout (a conversion through shared memory) that inference without the entry would not need
@@ -38,7 +41,7 @@ from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.stmt import (AnnotateLayout, AtomicAdd, Buffer, Copy, For, If, Kernel, Let, Parallel, PrimFunc,
                                         Reduce, Store)
 from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
-from tileagent.compiler.layout.fragment import Fragment, make_blocked
+from tileagent.compiler.layout.fragment import Fragment, Level, make_blocked
 from tileagent.compiler.layout.layout import Layout, swizzled
 from tileagent.compiler.tileops import describe, op_for
 
@@ -123,6 +126,46 @@ def _needless_conversions(kernel: Kernel, excluded: dict, drop: dict, target=Non
 
 
 ANY = ("any", None)  # pattern entry: an index that does not change within the loop (any value of its dim)
+
+
+def _divided_loop_var(loop: Parallel, e):
+    """(loop dim, c) when ``e`` is ``v // c`` for the variable ``v`` of that T.Parallel dim and an int ``c`` > 1."""
+    from tileagent.compiler.ir.expr import BinOp
+
+    if isinstance(e, BinOp) and e.op == "//" and isinstance(e.a, Var) and any(e.a is v for v in loop.vars):
+        c = static_int(e.b)
+        if c is not None and c > 1:
+            return next(d for d, v in enumerate(loop.vars) if v is e.a), c
+    return None
+
+
+def _compressed(layout: Fragment, pattern) -> Fragment | None:
+    """The layout of a fragment ``x`` read as ``x[.., v // c, ..]`` by a loop running on ``layout`` (every other dim
+    its own loop variable, in order): the loop's innermost register level of that dim divided by ``c``, so the thread
+    that runs iteration v holds element v // c. None when the pattern is not of that form, or the c consecutive
+    iterations are not in one thread's registers (then the fragment gets a layout another way, and the access check
+    decides)."""
+    divs = [p for p in pattern if isinstance(p, tuple) and p[0] == "div"]
+    if not divs or len(pattern) != len(layout.shape):
+        return None
+    dims = list(layout.dims)
+    for k, p in enumerate(pattern):
+        if isinstance(p, tuple) and p[0] == "div":
+            d, c = p[1], p[2]
+            levels = dims[d]
+            if d != k or not levels or levels[0].is_thread or levels[0].size % c or layout.shape[d] % c:
+                return None
+            inner = levels[0].size // c
+            dims[d] = ((Level(inner),) if inner > 1 else ()) + tuple(levels[1:])
+            if not dims[d]:
+                dims[d] = (Level(1),)
+        elif p != k:
+            return None
+    shape = tuple(n // p[2] if isinstance(p, tuple) else n for n, p in zip(layout.shape, pattern))
+    try:
+        return Fragment(shape, tuple(dims), layout.replicate, layout.num_threads)
+    except ValueError:
+        return None
 
 
 def _vars_of(e, out: set) -> set:
@@ -341,8 +384,9 @@ class _KernelInference:
         return isinstance(i, Var) and any(i is v for v in loop.vars)
 
     def _pattern(self, loop: Parallel, buf: Buffer, indices, stmt):
-        """Per fragment dim: the loop dim its index is, ('const', c), or ANY (loop-invariant). LayoutError (L004)
-        for anything else."""
+        """Per fragment dim: the loop dim its index is, ('const', c), ANY (loop-invariant), or ('div', d, c) for
+        ``v // c`` with ``v`` the variable of loop dim ``d`` and ``c`` a positive constant (TileLang's dequantization
+        loops read the packed byte ``B_local[i, j // 2]``). LayoutError (L004) for anything else."""
         pattern = []
         for dim, i in enumerate(indices):
             if self._loop_index(loop, i):
@@ -360,10 +404,13 @@ class _KernelInference:
                 pattern.append(("const", static_int(i)))
             elif loop_invariant(loop, i):
                 pattern.append(ANY)
+            elif (div := _divided_loop_var(loop, i)) is not None:  # x[i, j // 2]: packed data, c loop steps a value
+                pattern.append(("div",) + div)
             else:
                 raise LayoutError(f"fragment '{buf.name}' is indexed by an expression of the loop variables",
                                   getattr(stmt, "span", None) or loop.span, code="L004",
-                                  hint="index fragments with the T.Parallel variables themselves (x[i, j]), constants, "
+                                  hint="index fragments with the T.Parallel variables themselves (x[i, j]), a "
+                                       "variable over a constant (x[i, j // 2]), constants, "
                                        "or values that do not change in the loop (an enclosing T.serial variable); "
                                        "stage shifted or strided accesses through T.alloc_shared")
         return pattern
@@ -430,6 +477,10 @@ class _KernelInference:
             if buf in self.r.fragments:
                 continue
             pattern = self._pattern(loop, buf, indices, stmt)
+            frag = _compressed(layout, pattern)
+            if frag is not None and tuple(buf.shape) == frag.shape:  # x[i, j // c]: c loop steps share a value
+                self.assign(buf, frag, loop, "T.Parallel loop, its packed reads x[.., v // c]")
+                continue
             dims = [p for p in pattern if p is not ANY]
             if any(isinstance(p, tuple) for p in dims) or dims != sorted(dims) or not dims:
                 continue
@@ -499,7 +550,10 @@ class _KernelInference:
             some = np.bitwise_or.reduce(bits, axis=any_dims, keepdims=True) if any_dims else bits
             rank = len(layout.shape)
             idx = tuple(np.arange(layout.shape[p]).reshape([-1 if d == p else 1 for d in range(rank)])
-                        if not isinstance(p, tuple) else (p[1] if p is not ANY else 0) for p in pattern)
+                        if not isinstance(p, tuple) else
+                        np.minimum(np.arange(layout.shape[p[1]]) // p[2], buf.shape[k] - 1).reshape(
+                            [-1 if d == p[1] else 1 for d in range(rank)]) if p[0] == "div" else
+                        (p[1] if p is not ANY else 0) for k, p in enumerate(pattern))
             holds = every[idx]
             bad = ((runs ^ holds) | (runs ^ some[idx])) if is_store else (runs & ~holds)
             if bad.any():
