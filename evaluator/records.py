@@ -74,6 +74,10 @@ class ConfigResult(BaseModel):
     seed: int | None = Field(None, description="the evaluation's base seed, drawn from the OS (inputs, tail sizes and "
                              "timed trials derive from it); check_candidate(..., seed=...) replays it")
     notes: list[str] = Field(default_factory=list, description="flags such as degenerate references")
+    seconds: dict[str, float] = Field(default_factory=dict, description="wall seconds the worker spent on this "
+                                      "config: 'check' (every seed, distribution and tail size) and, when timed, "
+                                      "'timing' (the candidate and the baselines, torch.compile's compile included "
+                                      "the first time)")
 
 
 class EvalResult(BaseModel):

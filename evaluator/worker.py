@@ -279,16 +279,20 @@ def _check_config(request: EvalRequest, spec, config: dict, index: int, device: 
     extra = {"distributions": request.distributions} if request.distributions else {}
     if sandbox is not None:
         extra["sandbox"] = sandbox
+    start = time.perf_counter()
     with _gpu_lowering_checked(device == "cpu"):
         (checked,) = check_candidate(spec, request.kernel_path, device=device, configs=[config],
                                      seeds=request.seeds, **extra)
+    seconds = {"check": round(time.perf_counter() - start, 3)}
     if timed and checked.correct:
         from tileagent.evaluator import timing
 
         progress.phase("timing", index, config)
+        start = time.perf_counter()
         checked = timing.time_candidate(spec, request.kernel_path, config, checked, device=device,
                                         trials=request.timing_trials, sandbox=sandbox, seed=checked.seed)
-    return checked
+        seconds["timing"] = round(time.perf_counter() - start, 3)
+    return checked.model_copy(update={"seconds": seconds})
 
 
 def classify(error: BaseException, device: str = "cpu", candidate_path: str | None = None,

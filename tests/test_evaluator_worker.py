@@ -369,3 +369,25 @@ def test_on_the_cpu_a_config_too_large_for_the_interpreter_is_checked_at_small_c
         "hold 524,288 elements, more than the interpreter checks in time (262,144); a GPU checks the config as stated"]
     assert "Checked at the reference's SMALL_CONFIG sizes (inputs too large for the interpreter): M=8, N=65536 at " \
            "M=2, N=64; M=16, N=65536 at M=2, N=64." in render_feedback(result)
+
+
+def test_each_config_says_how_long_its_check_took(tmp_path):
+    """Played LLM, GPU turns (issue 19): a turn cost about 100 s of H200 time per op and nothing said where it went;
+    every config's result now carries the worker's wall seconds per phase (check; timing when timed)."""
+    import time
+
+    from tileagent.evaluator.records import ConfigResult
+    from tileagent.evaluator.worker import evaluate
+
+    ref = tmp_path / "ref.py"
+    ref.write_text(BIG_REFERENCE)
+
+    def slow_check(spec, kernel_path, device, configs, seeds, **kw):
+        time.sleep(0.05)
+        return [ConfigResult(config=configs[0], correct=True, checks=seeds)]
+
+    request = EvalRequest(kernel_path=str(ref), reference_path=str(ref), device="cpu", seeds=1)
+    result = evaluate(request, check_candidate=slow_check)
+    assert result.status == "ok" and result.configs
+    for c in result.configs:
+        assert set(c.seconds) == {"check"} and c.seconds["check"] >= 0.05, c.seconds
