@@ -304,8 +304,8 @@ class Loop:
                     "SMALL_CONFIG's size of every key it states (the feedback names the size each config was checked "
                     "at). The kernel must work at every size of the free dims and at the configs it is made for "
                     f"(which a GPU checks and times):\n{real}")
-        elif len(pending) < len(unique_evals(self.o.configs)):
-            met = [c for c in unique_evals(self.o.configs) if c not in pending]
+        elif len(pending) < len(every := unique_evals(self.o.configs)):
+            met = [c for c in every if c not in pending]
             note = (f"This turn checks your module (at these configs and their tail sizes) and times it on the "
                     f"{len(pending)} config(s) above, the ones that still miss the target; the other {len(met)} keep "
                     f"the earlier kernel that met it ("

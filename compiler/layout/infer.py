@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tileagent.compiler.diagnostics import LayoutError
-from tileagent.compiler.ir.expr import Expr, Load, Var
+from tileagent.compiler.ir.expr import BinOp, Expr, Load, Var
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.stmt import (AnnotateLayout, AtomicAdd, Buffer, Copy, For, If, Kernel, Let, Parallel, PrimFunc,
                                         Reduce, Store)
@@ -128,10 +128,9 @@ def _needless_conversions(kernel: Kernel, excluded: dict, drop: dict, target=Non
 ANY = ("any", None)  # pattern entry: an index that does not change within the loop (any value of its dim)
 
 
-def _divided_loop_var(loop: Parallel, e):
-    """(loop dim, c) when ``e`` is ``v // c`` for the variable ``v`` of that T.Parallel dim and an int ``c`` > 1."""
-    from tileagent.compiler.ir.expr import BinOp
-
+def divided_loop_var(loop: Parallel, e):
+    """(loop dim, c) when ``e`` is ``v // c`` for the variable ``v`` of that T.Parallel dim and an int ``c`` > 1 (layout
+    inference gives such a read its layout; the lowering maps its registers)."""
     if isinstance(e, BinOp) and e.op == "//" and isinstance(e.a, Var) and any(e.a is v for v in loop.vars):
         c = static_int(e.b)
         if c is not None and c > 1:
@@ -404,7 +403,7 @@ class _KernelInference:
                 pattern.append(("const", static_int(i)))
             elif loop_invariant(loop, i):
                 pattern.append(ANY)
-            elif (div := _divided_loop_var(loop, i)) is not None:  # x[i, j // 2]: packed data, c loop steps a value
+            elif (div := divided_loop_var(loop, i)) is not None:  # x[i, j // 2]: packed data, c loop steps a value
                 pattern.append(("div",) + div)
             else:
                 raise LayoutError(f"fragment '{buf.name}' is indexed by an expression of the loop variables",

@@ -14,12 +14,12 @@ from __future__ import annotations
 import numpy as np
 
 from tileagent.compiler.diagnostics import TargetError
-from tileagent.compiler.ir.expr import BinOp, Var, as_expr, make_binop, make_cast, make_cmp
+from tileagent.compiler.ir.expr import Var, as_expr, make_binop, make_cast, make_cmp
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import loads, stmt_exprs
 from tileagent.compiler.ir.stmt import AtomicAdd, If, Let, Parallel, Store
 from tileagent.compiler.lower.copy import and_, guarded, valid_condition
-from tileagent.compiler.layout.infer import loop_invariant
+from tileagent.compiler.layout.infer import divided_loop_var, loop_invariant
 from tileagent.compiler.lower.slots import SlotLoops
 from tileagent.compiler.tir import THREAD
 
@@ -68,8 +68,8 @@ def _slots_of(ctx, buf, indices, loop: Parallel, table, valid):
             idx.append(np.minimum(table[:, :, d], buf.shape[dim] - 1))  # indices >= 0: padding clipped
         elif static_int(i) is not None:
             idx.append(np.full(table.shape[:2], static_int(i)))
-        elif _divided(loop, i) is not None:  # x[i, j // c] (layout inference made j's owners hold j // c)
-            d, c = _divided(loop, i)
+        elif divided_loop_var(loop, i) is not None:  # x[i, j // c] (inference made j's owners hold j // c)
+            d, c = divided_loop_var(loop, i)
             idx.append(np.minimum(table[:, :, d] // c, buf.shape[dim] - 1))
         elif loop_invariant(loop, i) and not ctx.spread(buf, dim):
             stride = _register_stride(slot_table, dim)
@@ -83,15 +83,6 @@ def _slots_of(ctx, buf, indices, loop: Parallel, table, valid):
     first = slots[valid.argmax(0), np.arange(slots.shape[1])]
     agree = ((slots == first) | ~valid).all(0)
     return np.where(agree, first, -1), extra
-
-
-def _divided(loop: Parallel, e):
-    """(loop dim, c) when ``e`` is ``v // c`` for a T.Parallel variable ``v`` and an int ``c`` > 1, else None."""
-    if isinstance(e, BinOp) and e.op == "//" and isinstance(e.a, Var) and any(e.a is v for v in loop.vars):
-        c = static_int(e.b)
-        if c is not None and c > 1:
-            return next(d for d, v in enumerate(loop.vars) if v is e.a), c
-    return None
 
 
 def _register_stride(slot_table: np.ndarray, dim: int) -> int | None:

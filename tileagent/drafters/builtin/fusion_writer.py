@@ -383,24 +383,15 @@ class KernelWriter:
             if pair is not None:
                 n_sum, total, online = pair
                 seen[(total.op, id(total.value), tuple(total.dims))] = n_sum
-                body.append(" " * pad + "if NK == 1:  # the row is one tile in registers: the max, then the sum")
-                body += self.plain_pass(n_red, r, pad + 4)
-                self.done.add(id(r))
-                body += self.plain_pass(n_sum, total, pad + 4)
-                body.append(" " * pad + "else:  # several tiles: one pass over x, a running max and rescaled sum")
-                body += online
-                self.done.add(id(total))
+                body += self.one_tile_or_one_pass(n_red, r, n_sum, total, online, pad,
+                                                  "the max, then the sum", "one pass over x, a running max and "
+                                                  "rescaled sum")
                 continue
             mom = None if split else self.moments(n_red, r, pad + 4)
             if mom is not None:
                 n_var, var, lines = mom
-                body.append(" " * pad + "if NK == 1:  # the row is one tile in registers: the mean, the deviations")
-                body += self.plain_pass(n_red, r, pad + 4)
-                self.done.add(id(r))
-                body += self.plain_pass(n_var, var, pad + 4)
-                body.append(" " * pad + "else:  # several tiles: one pass, shifted sums per lane combined exactly")
-                body += lines
-                self.done.add(id(var))
+                body += self.one_tile_or_one_pass(n_red, r, n_var, var, lines, pad, "the mean, the deviations",
+                                                  "one pass, shifted sums per lane combined exactly")
                 continue
             self.allocs[f"red{n_red}"] = "(BM,)"
             self.allocs["acc"] = "(BM, BR)"
@@ -479,6 +470,19 @@ class KernelWriter:
                 body += self.tile_pass(cx, stmts, pad, stores)
         self.allocs2 = [n for n in self.allocs if n not in allocs_before]
         return self.assemble(grid, head, body, out_params)
+
+    def one_tile_or_one_pass(self, n_first: int, first: Reduce, n_second: int, second: Reduce, fused: list[str],
+                             pad: int, one_tile: str, tiles: str) -> list[str]:
+        """Two reductions where the second reads the first (max then sum of exp; mean then variance): two plain
+        passes when the row is one tile in registers, else ``fused``, the lines of one pass computing both."""
+        lines = [" " * pad + f"if NK == 1:  # the row is one tile in registers: {one_tile}"]
+        lines += self.plain_pass(n_first, first, pad + 4)
+        self.done.add(id(first))
+        lines += self.plain_pass(n_second, second, pad + 4)
+        lines.append(" " * pad + f"else:  # several tiles: {tiles}")
+        lines += fused
+        self.done.add(id(second))
+        return lines
 
     def tile_pass(self, cx: Cx, stmts: list[str], pad: int, tail=()) -> list[str]:
         """A pass over a row's column tiles: the loop, the tile copies, the T.Parallel body with ``stmts``, then
