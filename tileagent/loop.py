@@ -484,15 +484,14 @@ class Loop:
             self.on_event("variant", {"attempt_id": aid, "variant": vkey, "phase": phase, "summary": summary(result)})
             return result
 
-        if aid in self.tuned_screened:
-            # a finished tuning, replayed: the same variants in the same order (the recorded results choose the same
-            # path), as many as it screened; not a new search with the time budget, which replayed results would
-            # barely touch (the variants it had no time for would be evaluated now)
-            tuned = autotune.autotune(source, configs, base, evaluate, max_variants=self.tuned_screened[aid],
-                                      max_seconds=None, parallel=getattr(self.worker, "parallel", 1))
-        else:
-            tuned = autotune.autotune(source, configs, base, evaluate, max_seconds=self.o.tune_seconds,
-                                      parallel=getattr(self.worker, "parallel", 1))
+        # a finished tuning, replayed: the same variants in the same order (the recorded results choose the same
+        # path), as many as it screened; not a new search with the time budget, which replayed results would barely
+        # touch (the variants it had no time for would be evaluated now)
+        replayed = self.tuned_screened.get(aid)
+        bounds = {"max_variants": replayed, "max_seconds": None} if replayed is not None else \
+            {"max_seconds": self.o.tune_seconds}
+        tuned = autotune.autotune(source, configs, base, evaluate, parallel=getattr(self.worker, "parallel", 1),
+                                  **bounds)
         default = tuned_default(source)
         self.tune_notes[aid] = tuning_note(tuned, default, base)
         for w in tuned.winners.values():
