@@ -63,7 +63,7 @@ def random_inputs(func, out_idx, dims: dict):
 
     args = []
     for k, p in enumerate(func.params):
-        if k in out_idx or k in func.workspaces:
+        if k in out_idx or k in func.hidden:
             continue
         shape = [dims[d.name] if isinstance(d, Var) else int(d) for d in p.shape]
         dt = getattr(torch, str(p.dtype))

@@ -57,6 +57,7 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "topk": ("topk/example_topk.py", [], False, ()),
     "blocksparse_gemm": ("blocksparse_gemm/example_blocksparse_gemm.py", [], False, ()),
     "convolution": ("convolution/example_convolution.py", [], False, ()),
+    "convolution_autotune": ("convolution/example_convolution_autotune.py", [], False, ()),
     "gemv": ("gemv/example_gemv.py", [], False, ("tvm",)),
     "dequant_gemm_fp4": ("dequantize_gemm/example_dequant_gemm_fp4_hopper.py", ["--m", "4096", "--n", "4096", "--k", "4096"],
                          False, ()),

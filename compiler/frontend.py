@@ -15,15 +15,17 @@ import ast
 import builtins
 import difflib
 import inspect
+import math
 import sys
 
 from tileagent.compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, InternalCompilerError,
                                   NameResolutionError, ResourceError, ShapeError, Span)
 from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
 from tileagent.compiler.ir.expr import Expr, Load, Var, as_expr, describe, make_binop, make_cast, make_cmp
-from tileagent.compiler.ir.simplify import depends_on
+from tileagent.compiler.ir.simplify import depends_on, static_int
 from tileagent.compiler.frontend_expressions import _BINOPS, ExpressionParser, _call_builtin
-from tileagent.compiler.ir.stmt import Alloc, Buffer, For, If, Kernel, Let, Parallel, PrimFunc, Region, Stmt, Store
+from tileagent.compiler.ir.stmt import (AtomicAdd, Alloc, Buffer, For, If, Kernel, Let, Parallel, PrimFunc, Region,
+                                        Stmt, Store)
 
 _UNSET = object()
 
@@ -126,6 +128,7 @@ class _Parser(ExpressionParser):
         self.kernel_depth = 0
         self.buffer_names: set[str] = set()
         self.workspaces: list[Buffer] = []
+        self.views: list[tuple[Buffer, Buffer]] = []  # (view, base): T.Tensor(shape, dtype, X.data)
         self.let_values: dict = {}
 
     # -- spans and errors ------------------------------------------------------------------------------------
@@ -212,8 +215,16 @@ class _Parser(ExpressionParser):
         if not any(isinstance(s, Kernel) for s in body):
             raise DSLSyntaxError(f"prim_func '{fdef.name}' has no `with T.Kernel(...)` scope", self.span(fdef),
                                  code="E103", hint="wrap the body in `with T.Kernel(grid..., threads=128) as bx:`")
-        return PrimFunc(fdef.name, tuple(params) + tuple(self.workspaces), body, tuple(dynamic), self.span(fdef),
-                        tuple(range(len(params), len(params) + len(self.workspaces))))
+        return self.make_func(fdef, params, body, dynamic)
+
+    def make_func(self, fdef: ast.FunctionDef, params: list, body: tuple, dynamic: list) -> PrimFunc:
+        """The PrimFunc of ``params``, then the workspaces, then the views (hidden parameters, in that order)."""
+        all_params = tuple(params) + tuple(self.workspaces) + tuple(v for v, _ in self.views)
+        n, w = len(params), len(self.workspaces)
+        views = tuple((n + w + k, next(i for i, p in enumerate(all_params) if p is base))
+                      for k, (_, base) in enumerate(self.views))
+        _check_view_aliasing(body, self.views)
+        return PrimFunc(fdef.name, all_params, body, tuple(dynamic), self.span(fdef), tuple(range(n, n + w)), views)
 
     def _string_annotation(self, a: ast.arg, text: str):
         """The value of a string annotation (``from __future__ import annotations``), with errors at parameter ``a``.
@@ -315,6 +326,39 @@ class _Parser(ExpressionParser):
         self.bind(name, buf)
         return buf
 
+    def declare_view(self, name: str, spec, node: ast.AST) -> Buffer:
+        """``name = T.Tensor(shape, dtype, X.data)``: a global buffer over X's storage with its own shape (TileLang's
+        reshaped view: ``kernel_flat = T.Tensor((KH * KW * C, F), dtype, kernel.data)``); a hidden parameter the
+        runtime binds to ``X.view(shape)``, so every backend sees one more contiguous global tensor. Same dtype and
+        (where both are static) the same number of elements as X."""
+        base = spec.data.buffer
+        for v, b in self.views:  # a view of a view views the same storage
+            if v is base:
+                base = b
+        dtype = self._dtype(spec.dtype, f"T.Tensor '{name}'")
+        if dtype != base.dtype:
+            raise DSLTypeError(f"view '{name}' of '{base.name}': dtype {dtype} differs from {base.dtype}", code="E302",
+                               hint=f"a view keeps its base's dtype; write T.Tensor(shape, {base.dtype}, "
+                                    f"{base.name}.data)")
+        shape = []
+        for d in spec.shape:
+            if isinstance(d, bool) or not isinstance(d, (int, Expr)):
+                raise DSLTypeError(f"view '{name}': shape entries must be ints or size expressions, got {d!r}",
+                                   code="E105")
+            shape.append(d)
+        sizes = [static_int(d) for d in (*shape, *base.shape)]
+        if None not in sizes and math.prod(sizes[:len(shape)]) != math.prod(sizes[len(shape):]):
+            raise ShapeError(f"view '{name}' {tuple(shape)} has {math.prod(sizes[:len(shape)])} elements but "
+                             f"'{base.name}' {tuple(base.shape)} has {math.prod(sizes[len(shape):])}", code="E402",
+                             hint="a view reshapes its whole base tensor")
+        if name in self.buffer_names:
+            raise DSLSyntaxError(f"a buffer named '{name}' already exists", code="E102")
+        self.buffer_names.add(name)
+        view = Buffer(name, tuple(shape), dtype, "global", self.span(node))
+        self.views.append((view, base))
+        self.bind(name, view)
+        return view
+
     def stmt_Assign(self, node: ast.Assign):
         if len(node.targets) == 1:
             self.assign(node.targets[0], node.value, node)
@@ -387,12 +431,15 @@ class _Parser(ExpressionParser):
     def assign_name(self, name: str, value, node):
         """``name = value``: a store into an alloc_var, an allocation, a let-binding, or a compile-time binding."""
         from tileagent.compiler.language.kernel import AllocSpec
+        from tileagent.compiler.language.types import Tensor
 
         current = self._current(name)
         if isinstance(current, Buffer) and current.scope == "var":
             self.store(current, (0,), value, node)
         elif isinstance(value, AllocSpec):
             self.allocate(value, name, node)
+        elif isinstance(value, Tensor) and value.data is not None:
+            self.declare_view(name, value, node)
         elif isinstance(value, Expr) and self.kernel_depth and not _is_constant(value):
             if isinstance(current, Var) and name not in self.scopes[-1]:
                 raise DSLSyntaxError(f"cannot reassign '{name}' inside a nested block: it is bound outside",
@@ -631,6 +678,38 @@ def _parallel_nest(loop_vars: tuple, spec, body: tuple) -> Parallel:
         return Parallel(loop_vars, spec.extents, body, dict(spec.annotations))
     return Parallel(loop_vars + inner.vars, tuple(spec.extents) + tuple(inner.extents), inner.body,
                     {**spec.annotations, **inner.annotations})
+
+
+def _check_view_aliasing(body: tuple, views: list) -> None:
+    """The aliasing rule of views (E102): CUDA kernel parameters are ``__restrict__``, so one kernel may not write
+    through one name of a storage and touch it through another (a view and its base, or two views of one base)."""
+    if not views:
+        return
+    from tileagent.compiler.ir.visit import walk
+    from tileagent.compiler.lower.smem import buffers_used
+
+    root = {v: b for v, b in views}
+    for k in (s for s in walk(body) if isinstance(s, Kernel)):
+        used = buffers_used(k.body)
+        written = {x.buffer for x in walk(k.body) if isinstance(x, (Store, AtomicAdd))} | {
+            b for x in walk(k.body) for b in _writes(x)}
+        groups: dict = {}
+        for b in used:
+            groups.setdefault(root.get(b, b), []).append(b)
+        for base, names in groups.items():
+            if len(names) > 1 and any(b in written for b in names):
+                listed = ", ".join(sorted(b.name for b in names))
+                raise DSLSyntaxError(f"the kernel writes storage of '{base.name}' and reaches it under several "
+                                     f"names ({listed}); a view and its base cannot alias within one kernel",
+                                     k.span, code="E102", hint="use one name (the view or the base) per kernel")
+
+
+def _writes(s) -> frozenset:
+    """The buffers tile op ``s`` writes (nothing for other statements)."""
+    from tileagent.compiler.tileops import op_for
+
+    op = op_for(s)
+    return op.effects(s).writes if op is not None else frozenset()
 
 
 def _vars_in(e):

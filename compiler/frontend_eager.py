@@ -233,9 +233,7 @@ class _EagerParser(_Parser):
                         if not any(v is x for x in dynamic):
                             dynamic.append(v)
         n = len(all_params)
-        func = PrimFunc(fdef.name, tuple(all_params) + tuple(self.workspaces), body, tuple(dynamic), self.span(fdef),
-                        tuple(range(n, n + len(self.workspaces))))
-        return func, tuple(range(len(ins), n))
+        return self.make_func(fdef, all_params, body, dynamic), tuple(range(len(ins), n))
 
 
 def _sizes_from_tensors(fdef: ast.FunctionDef, values: dict, env: dict | None = None) -> dict:

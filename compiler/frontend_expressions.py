@@ -55,6 +55,14 @@ class ExpressionParser:
         from tileagent.compiler.language.tileops import GemmWarpPolicy
 
         obj = self.expr(node.value)
+        if isinstance(obj, Buffer) and node.attr == "data":  # T.Tensor(shape, dtype, X.data): a view of X
+            from tileagent.compiler.language.types import BufferData
+
+            if obj.scope != "global":
+                raise DSLTypeError(f"'{obj.name}.data': only a global tensor's storage can be viewed (T.Tensor(shape, "
+                                   f"dtype, X.data)); '{obj.name}' is a {obj.scope} buffer", self.span(node),
+                                   code="E309")
+            return BufferData(obj)
         try:
             return getattr(obj, node.attr)
         except AttributeError:

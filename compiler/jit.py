@@ -13,6 +13,7 @@ import contextvars
 import enum
 import functools
 import logging
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -190,7 +191,7 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, exec
             (log.warning if verbose else log.info)("pass config %s=%r is accepted and has no effect on this "
                                                    "compiler", key, value)
     resolved = resolve_target(target)
-    outs = _out_indices(out_idx, len(func.params) - len(func.workspaces))  # workspaces are last and hidden
+    outs = _out_indices(out_idx, len(func.params) - len(func.hidden))  # workspaces and views: last, hidden
     defaults = _DEFAULTS.get()
     options = Options(lowering_check=bool(defaults.get("lowering_check", False) if lowering_check is None
                                           else lowering_check),
@@ -379,7 +380,7 @@ class JITKernel:
 
 def bind_arguments(func: PrimFunc, args, out_idx: tuple[int, ...], target: str):
     """Match call arguments to parameters. Returns (param -> value, dynamic var -> int, allocated outputs)."""
-    inputs = [p for k, p in enumerate(func.params) if k not in out_idx and k not in func.workspaces]
+    inputs = [p for k, p in enumerate(func.params) if k not in out_idx and k not in func.hidden]
     if len(args) != len(inputs):
         names = ", ".join(p.name for p in inputs)
         raise KernelArgumentError(f"kernel {func.name} expects {len(inputs)} input(s) ({names}) but got {len(args)}")
@@ -404,6 +405,13 @@ def bind_arguments(func: PrimFunc, args, out_idx: tuple[int, ...], target: str):
         bound[p] = t
         if k in out_idx:
             outputs.append(t)
+    for v, b in func.views:  # T.Tensor(shape, dtype, X.data): X's storage under the view's shape
+        view, base = func.params[v], bound[func.params[b]]
+        shape = [int(_eval_shape(d, env)) for d in view.shape]
+        if not base.is_contiguous() or math.prod(shape) != base.numel():
+            raise KernelArgumentError(f"view '{view.name}' {tuple(shape)} of '{func.params[b].name}': the tensor "
+                                      f"{tuple(base.shape)} must be contiguous with {math.prod(shape)} elements")
+        bound[view] = base.view(shape)
     return bound, env, outputs
 
 

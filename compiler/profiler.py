@@ -217,7 +217,7 @@ class Profiler:
     def _get_inputs(self, with_output: bool = False, dynamic_symbolic_constraints: dict | None = None) -> list:
         out = []
         for k, p in enumerate(self.params):
-            if k in self.kernel.func.workspaces or (k in self.kernel.out_idx and not with_output):
+            if k in self.kernel.func.hidden or (k in self.kernel.out_idx and not with_output):
                 continue
             if not isinstance(p, Buffer):
                 raise KernelArgumentError(f"the profiler cannot invent a value for scalar parameter '{p.name}'; "

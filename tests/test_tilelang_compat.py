@@ -27,7 +27,8 @@ SMALL = {  # the programs CI runs, in their folders under EXAMPLES
     "example_tilelang_gemm_splitk.py": "gemm_splitk", "layernorm.py": "norm", "example_mha_inference.py":
     "flash_decoding", "example_gqa_decode.py": "flash_decoding", "example_mha_sink_fwd_bhsd.py": "attention_sink",
     "example_grouped_gemm_fwd.py": "grouped_gemm", "example_gemm_persistent.py": "gemm",
-    "example_dequant_gemm_fp4_hopper.py": "dequantize_gemm"}
+    "example_dequant_gemm_fp4_hopper.py": "dequantize_gemm", "example_convolution.py": "convolution",
+    "example_convolution_autotune.py": "convolution"}
 
 
 @pytest.fixture
@@ -1115,3 +1116,121 @@ def test_packed_fragment_read_by_a_divided_loop_variable_is_exact_on_the_emulato
     assert torch.equal(kernel(B), ref)
     frags = {b.name: f for b, f in kernel.layouts().fragments.items()}
     assert all(frags["B_local"].thread((i, j // 2)) == frags["acc"].thread((i, j)) for i in range(32) for j in range(64))
+
+
+# -- convolution: T.im2col and T.Tensor(shape, dtype, X.data) views ---------------------------------------------
+
+
+@pytest.mark.parametrize("stride, dilation, pad", [(1, 1, 1), (2, 2, 2), (2, 1, 0)])
+def test_convolution_example_im2col_and_views_match_torch(tilelang, stride, dilation, pad):
+    """TileLang's convolution (``T.im2col`` of an NHWC image into shared memory; ``kernel_flat``/``out_flat`` views
+    of a weight and of the output with ``T.Tensor(shape, dtype, X.data)``, once E202) against its own torch.conv2d
+    reference, on the CPU with the GPU lowering checked; the SIMT emulator of the CUDA lowering agrees and the CUDA
+    compiles for sm_90a. 2 x 9 x 9 images: the last pixel tile and the padding are partial."""
+    ns = load_script(EXAMPLES / SMALL["example_convolution.py"] / "example_convolution.py")
+    gen = torch.Generator().manual_seed(stride * 10 + dilation + pad)
+    a = torch.randn(2, 9, 9, 64, generator=gen).half()
+    b = torch.randn(3, 3, 64, 64, generator=gen).half()
+    ref = ns["ref_program"](stride, pad, dilation)(a.float(), b.float())
+    with compile_defaults(lowering_check=True):
+        out = ns["convolution"](a, b, stride, dilation, pad, 64, 64, 32, 3, 128)
+    torch.testing.assert_close(out.float(), ref, rtol=1e-2, atol=1e-2)
+    sizes = dict(N=2, C=64, H=9, W=9, F=64, K=3, S=stride, D=dilation, P=pad, block_M=64, block_N=64, block_K=32,
+                 num_stages=3, threads=128)
+    kernel = ns["convolution"].compile(**sizes)
+    assert [p.name for p in kernel.params] == ["data", "kernel", "out", "kernel_flat", "out_flat"]
+    assert kernel.func.views == ((3, 1), (4, 2)) and kernel.out_idx == (2,)
+    if (stride, dilation, pad) == (2, 2, 2):
+        emulated = tilelang.compile(ns["convolution"].get_tir(**sizes), out_idx=[2], target="sim")(a, b)
+        torch.testing.assert_close(emulated.float(), ref, rtol=1e-2, atol=1e-2)
+        assert kernel.cubin()[:4] == b"\x7fELF"
+
+
+def test_convolution_autotune_example_checks_itself_with_the_profiler(tilelang):
+    """The autotuned convolution example compiled at one config from keyword sizes (its own
+    ``convolution.compile(N=..., **config)``), checked by its profiler against its reference; without a Hopper GPU
+    its ``check_hopper()`` picks the path that copies the accumulator straight into the output view."""
+    ns = load_script(EXAMPLES / SMALL["example_convolution_autotune.py"] / "example_convolution_autotune.py")
+    config = dict(block_M=64, block_N=64, block_K=32, num_stages=2, thread_num=128, enable_rasteration=True)
+    with compile_defaults(lowering_check=True):
+        kernel = ns["convolution"].compile(N=1, C=32, H=8, W=8, F=64, K=3, S=1, D=1, P=1, **config)
+    profiler = kernel.get_profiler(tensor_supply_type=tilelang.TensorSupplyType.Auto)
+    profiler.assert_allclose(ns["ref_program"](1, 1, 1), atol=1e-2, rtol=1e-2)
+
+
+def test_tensor_views_in_a_prim_func_and_their_errors(tilelang, tmp_path):
+    """``T.Tensor(shape, dtype, X.data)``: a hidden parameter bound to X's storage with another shape, read and
+    written like any global tensor (interpreter and emulator); wrong dtype E302, wrong size E402, a view of an
+    on-chip buffer E309, a kernel writing storage it reaches under two names E102."""
+    path = _write(tmp_path, "views.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[1])
+        def rows(M, N, view_dtype="float32", view_rows=None, alias=False):
+            @T.prim_func
+            def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+                with T.Kernel(1, threads=128) as bx:
+                    A_flat = T.Tensor((M * N,), view_dtype, A.data)
+                    B_cols = T.Tensor((view_rows or N, M), "float32", B.data)
+                    for i in T.Parallel(M * N):
+                        B_cols[i // M, i % M] = A_flat[i] * 2.0
+                    if alias:
+                        B[0, 0] = 1.0
+            return main
+
+
+        @tilelang.jit
+        def shared_view(M):
+            @T.prim_func
+            def main(A: T.Tensor((M,), "float32")):
+                with T.Kernel(1, threads=128) as bx:
+                    S = T.alloc_shared((M,), "float32")
+                    V = T.Tensor((M,), "float32", S.data)
+            return main
+        """)
+    ns = load_script(path)
+    a = torch.randn(8, 16)
+    for target in ("cpu", "sim"):
+        kernel = tilelang.compile(ns["rows"].get_tir(8, 16), out_idx=[1], target=target)
+        torch.testing.assert_close(kernel(a), (a.reshape(-1) * 2).reshape(8, 16))
+    for kwargs, code, words in (({"view_dtype": "float16"}, "E302", "dtype float16 differs from float32"),
+                                ({"view_rows": 4}, "E402", "view 'B_cols' (4, 8) has 32 elements but 'B' (8, 16) has 128"),
+                                ({"alias": True}, "E102", "reaches it under several names (B, B_cols)")):
+        with pytest.raises(CompileError) as e:
+            ns["rows"](8, 16, **kwargs)
+        assert e.value.code == code and words in e.value.message, e.value.message
+    with pytest.raises(CompileError) as e:
+        ns["shared_view"](64)
+    assert e.value.code == "E309" and "'S' is a shared buffer" in e.value.message
+
+
+def test_im2col_argument_errors(tilelang, tmp_path):
+    path = _write(tmp_path, "im2col.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit
+        def bad(which):
+            @T.prim_func
+            def main(X: T.Tensor((2, 8, 8, 16), "float16"), Y: T.Tensor((8, 8), "float16")):
+                with T.Kernel(1, threads=128) as bx:
+                    S = T.alloc_shared((64, 16), "float16")
+                    if which == 0:
+                        T.im2col(Y, S, 0, 0, 3, 1, 1, 1)
+                    elif which == 1:
+                        T.im2col(X, S, 0, 0, 3, 0, 1, 1)
+                    else:
+                        T.im2col(X, S[0, 0], 0, 0, 3, 1, 1, 1)
+            return main
+        """)
+    ns = load_script(path)
+    for which, code, words in ((0, "E309", "img must be a global (N, H, W, C) tensor"),
+                               (1, "E301", "stride must be a positive Python integer, got 0"),
+                               (2, "E309", "col must be a tile")):
+        with pytest.raises(CompileError) as e:
+            ns["bad"](which)
+        assert e.value.code == code and words in e.value.message, e.value.message
+        assert e.value.span is not None and e.value.span.line > 0

@@ -233,6 +233,14 @@ class PrimFunc:
     dynamic_vars: tuple[Var, ...]
     span: Span | None = None
     workspaces: tuple[int, ...] = ()  # indices of params the runtime allocates per call (T.alloc_global); last
+    # (view, base) param indices: a hidden param the runtime binds to base's storage with the view's shape
+    # (T.Tensor(shape, dtype, X.data)); after the workspaces
+    views: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def hidden(self) -> tuple[int, ...]:
+        """Indices of the params the caller does not pass: workspaces and views."""
+        return self.workspaces + tuple(v for v, _ in self.views)
 
     def __repr__(self) -> str:
         from tileagent.compiler.ir.printer import print_func

@@ -19,9 +19,9 @@ from tileagent.compiler.language.loops import Parallel, Persistent, Pipelined, S
 from tileagent.compiler.language.math import (abs, cast, ceil, ceildiv, erf, exp, exp2, floor, floordiv, floormod,
                                     if_then_else, infinity, log, log2, max, max_value, min, min_value, pow,
                                     reinterpret, rsqrt, sigmoid, sqrt, tanh)
-from tileagent.compiler.language.tileops import (GemmWarpPolicy, atomic_add, atomic_max, atomic_min, clear, copy, fill,
-                                                 gemm, reduce, reduce_abssum, reduce_absmax, reduce_max, reduce_min,
-                                                 reduce_sum)
+from tileagent.compiler.language.tileops import (GemmWarpPolicy, atomic_add, atomic_max, atomic_min, c2d_im2col, clear,
+                                                 copy, fill, gemm, im2col, reduce, reduce_abssum, reduce_absmax,
+                                                 reduce_max, reduce_min, reduce_sum)
 from tileagent.compiler.language.types import DTYPES, Buffer, Tensor, dynamic, symbolic
 from tileagent.compiler.tileops import BUILTINS as _TILE_OP_BUILTINS
 

@@ -196,3 +196,63 @@ def atomic_max(dst, value, memory_order=None, return_prev=False, annotations=Non
 def atomic_min(dst, value, memory_order=None, return_prev=False, annotations=None):
     """Atomically replace ``dst`` by ``value`` where ``value`` is less (TileLang's T.atomic_min); see atomic_max."""
     return _atomic("min", dst, value, memory_order, return_prev)
+
+
+def im2col(img, col, nhw_step, c_step, kernel, stride, dilation, pad, eviction_policy=None, annotations=None):
+    """TileLang's ``T.im2col``: the (nhw_step, c_step) tile of the im2col matrix of an NHWC image into ``col``.
+
+    ``img`` is a global (N, H, W, C) tensor; ``col`` a 2-d tile (block_M, block_K) (a buffer or region whose other
+    dims are 1). Row m of the tile is output pixel p = nhw_step * block_M + m (n = p // (OH * OW), oh = p // OW % OH,
+    ow = p % OW, with OH/OW the square convolution's output size); column k is kk = c_step * block_K + k of the
+    flattened (kh, kw, c) patch (c = kk % C, kw = kk // C % kernel, kh = kk // (C * kernel)): the value is
+    img[n, oh * stride - pad + kh * dilation, ow * stride - pad + kw * dilation, c], 0 outside the image and past
+    the last pixel or patch element (TileLang's TMA im2col fills those with zeros). It becomes the T.Parallel loop
+    that computes this (every backend runs it as written); ``eviction_policy`` is a cache hint without effect.
+    """
+    from tileagent.compiler.dtypes import DType
+    from tileagent.compiler.ir.expr import Var, make_binop, make_cmp, make_logical, make_select
+    from tileagent.compiler.ir.stmt import Parallel
+
+    if not isinstance(img, Buffer) or img.scope != "global" or img.ndim != 4:
+        raise DSLTypeError(f"T.im2col: img must be a global (N, H, W, C) tensor, got {describe(img)}", code="E309")
+    dst = _tile(col, "T.im2col", "col")
+    if isinstance(dst, Load):
+        raise DSLTypeError("T.im2col: col must be a tile (a buffer or a region), not an element", code="E309")
+    dims = [dst.buffer.ndim - 2, dst.buffer.ndim - 1]
+    if dst.buffer.ndim < 2 or any(e != 1 for e in dst.extents[:-2]):
+        raise ShapeError(f"T.im2col: col must be a 2-d (pixels x patch elements) tile, got extents {dst.extents}",
+                         code="E402")
+    for what, v in (("kernel", kernel), ("stride", stride), ("dilation", dilation), ("pad", pad)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if what == "pad" else 1):
+            raise DSLTypeError(f"T.im2col: {what} must be a {'non-negative' if what == 'pad' else 'positive'} "
+                               f"Python integer, got {v!r}", code="E301")
+    if img.dtype != dst.buffer.dtype:
+        raise DSLTypeError(f"T.im2col: img ({img.dtype}) and col ({dst.buffer.dtype}) must have one dtype",
+                           code="E302")
+    N, H, W, C = img.shape
+    block_m, block_k = dst.extents[dims[0]], dst.extents[dims[1]]
+    oh_n = make_binop("+", make_binop("//", make_binop("-", make_binop("+", H, 2 * pad), dilation * (kernel - 1) + 1),
+                                      stride), 1)
+    ow_n = make_binop("+", make_binop("//", make_binop("-", make_binop("+", W, 2 * pad), dilation * (kernel - 1) + 1),
+                                      stride), 1)
+    m, k = Var(f"{dst.buffer.name}_m", DType("int32")), Var(f"{dst.buffer.name}_k", DType("int32"))
+    p = make_binop("+", make_binop("*", nhw_step, block_m), m)
+    kk = make_binop("+", make_binop("*", c_step, block_k), k)
+    n = make_binop("//", p, make_binop("*", oh_n, ow_n))
+    h = make_binop("+", make_binop("-", make_binop("*", make_binop("%", make_binop("//", p, ow_n), oh_n), stride), pad),
+                   make_binop("*", make_binop("//", kk, make_binop("*", C, kernel)), dilation))
+    w = make_binop("+", make_binop("-", make_binop("*", make_binop("%", p, ow_n), stride), pad),
+                   make_binop("*", make_binop("%", make_binop("//", kk, C), kernel), dilation))
+    c = make_binop("%", kk, C)
+    inside = make_cmp("<", n, N)
+    for v, lim in ((h, H), (w, W)):
+        inside = make_logical("and", inside, make_logical("and", make_cmp(">=", v, 0), make_cmp("<", v, lim)))
+    inside = make_logical("and", inside, make_cmp("<", kk, C * kernel * kernel))
+    value = make_select(inside, Load(img, (n, h, w, c), img.dtype), 0)
+    index = list(dst.starts)
+    index[dims[0]] = make_binop("+", index[dims[0]], m)
+    index[dims[1]] = make_binop("+", index[dims[1]], k)
+    return Parallel((m, k), (block_m, block_k), (Store(dst.buffer, tuple(index), make_cast(value, dst.buffer.dtype)),))
+
+
+c2d_im2col = im2col  # TileLang's deprecated name

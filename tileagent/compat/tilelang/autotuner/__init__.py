@@ -217,7 +217,7 @@ class AutoTuner:
             params = [KernelParam(p.name, tuple(p.shape), p.dtype.torch) if isinstance(p, Buffer) else
                       KernelParam(p.name, (), p.dtype.torch)
                       for k, p in enumerate(kernel.params)
-                      if k not in kernel.out_idx and k not in kernel.func.workspaces]
+                      if k not in kernel.out_idx and k not in kernel.func.hidden]
             return list(args.supply_prog(params))
         return profiler._get_inputs()
 

@@ -48,8 +48,6 @@ UNSUPPORTED = {
     "atomic_addx4": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
     "allocate": "raw TIR buffers are not supported; use T.alloc_shared / T.alloc_fragment / T.alloc_local",
     "gemm_sp": "sparse T.gemm_sp is not supported",
-    "im2col": "T.im2col is not supported",
-    "c2d_im2col": "T.im2col is not supported",
     "transpose": "T.transpose is not supported; copy through a T.Parallel loop",
     "view": "T.view is not supported",
     "reshape": "T.reshape is not supported",
