@@ -246,8 +246,14 @@ def test_whole_tensor_reduction_splits_and_writes_full_outputs_in_a_pointwise_ke
     match, _ = explain(REPO / "bench" / "suite" / "frobenius_norm.py")
     kernels = match.plan.kernels
     assert len(kernels) == 2 and kernels[0].X.t == "1" and not kernels[0].full_outs and kernels[1].pointwise
-    source, _ = _candidate("frobenius_norm", tmp_path)
+    source, module = _candidate("frobenius_norm", tmp_path)
     assert "= kernel0(" in source and "*schedule_split(1, " in source and "w0_0)" in source
+    # the reduction's blocks read adjacent tiles at once (a sweep from the first tile to the last) and the pointwise
+    # kernel walks its rows from the last, so it first reads what the L2 may still hold; no copy is guarded
+    assert "kk = kt * SPLIT + sp" in source and "as (bn, bmr)" in source
+    pointwise = module["kernel1"](16, 64, 256, 256, "float32", *module["schedule"](16 * 64 * 256, 256, True, False,
+                                                                                     False)).get_kernel_source()
+    assert "const int bm = 16383 - bmr;" in pointwise and "if (" not in pointwise
 
 
 @pytest.mark.parametrize("name", ["logsumexp", "cross_entropy", "log_softmax"])
@@ -416,7 +422,7 @@ def test_split_reduction_tiles_that_cover_the_columns_are_unguarded(name, config
     one (frobenius_norm) or two (mse_loss) 16-byte loads in flight per thread (59% / 80% of a copy on the H200).
     With 32-column tiles the small configs are covered exactly too (512 values: 16 tiles), and match the reference."""
     source, module = _candidate(name, tmp_path)
-    assert "EXACT = SPLIT * CH * BR == NR" in source and "[(sp * CH + kt) * BR]" in source
+    assert "EXACT = SPLIT * CH * BR == NR" in source and "[(kt * SPLIT + sp) * BR]" in source
     n = 128 * 131072 if name == "mse_loss" else 16 * 64 * 256 * 256
     args = (128, 131072, "float32", "float32") if name == "mse_loss" else (16, 64, 256, 256, "float32")
     cuda = module["kernel0"](*args, *module["schedule_split"](1, n)).get_kernel_source()

@@ -59,6 +59,7 @@ class Kernel:
         self.full_outs: list = []  # (output number, V)
         self.row_outs: list = []
         self.realize: list = []  # reductions stored for later kernels
+        self.reverse = False  # a pointwise kernel that walks its rows from the last (after a whole-tensor reduction)
 
     def domain_index(self, src: V, dims) -> list:
         """``src``'s index at the domain point, its ``dims`` along the columns, the others along the rows."""
@@ -124,6 +125,10 @@ class Plan:
                 # the stored result, so the reduction's columns can split over blocks (KernelWriter.splittable)
                 for n, o in k.full_outs:
                     self._pointwise_out(pointwise, n, o)
+                    # its split reduction sweeps the tensor from the first tile to the last (tile kt * SPLIT + sp
+                    # of every block at once): walked from the last row, the pointwise pass first reads what the
+                    # reduction read last, which the L2 (50 MB on an H200) may still hold
+                    pointwise[prod(o.shape).v].reverse = True
                 k.full_outs = []
         for k in self.kernels:
             for r in k.reduces:

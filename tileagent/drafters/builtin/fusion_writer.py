@@ -356,7 +356,9 @@ class KernelWriter:
         pad = 12
         if k.pointwise:
             grid = "T.ceildiv(NR, BR), T.ceildiv(NX, BM)"
-            head = "(bn, bm)"
+            head = "(bn, bmr)" if k.reverse else "(bn, bm)"
+            if k.reverse:  # rows from the last; copies take the row inline, bounded by the grid (no guard)
+                body.append(" " * pad + "bm = (NX + BM - 1) // BM - 1 - bmr")
         else:
             grid = "T.ceildiv(NX, BM)"
             head = "bm"
@@ -402,12 +404,12 @@ class KernelWriter:
             if split:  # this block's share of the column tiles; a partial per row, combined by the second scope
                 body.append(" " * pad + f"T.fill(acc, {IDENT[r.op]})")
                 body.append(" " * pad + "for kt in T.serial(CH):")
-                body.append(" " * pad + "    kk = sp * CH + kt")
+                body.append(" " * pad + "    kk = kt * SPLIT + sp  # all blocks read adjacent tiles at once")
                 # the tiles' start written out (not through the let kk): the compiler bounds it by the grid and
                 # the loop, so when SPLIT * CH tiles cover the columns exactly no load is guarded; a guarded load
                 # is a branch of its own, which ptxas does not hoist: one 16-byte load in flight per thread
                 # (frobenius_norm on the H200: 59% of a copy)
-                body += [s.replace("[kk * BR", "[(sp * CH + kt) * BR") for s in self.loads(cx, pad + 4)]
+                body += [s.replace("[kk * BR", "[(kt * SPLIT + sp) * BR") for s in self.loads(cx, pad + 4)]
                 # no mask either when the tiles cover the columns exactly: the per-value compare and select
                 # interleaved with the loads made ptxas issue 3 of a tile's 8 loads at a time (48 of 128 bytes)
                 exact = f"acc[i, j] = {COMBINE[r.op].format(a='acc[i, j]', b=val)}"
@@ -470,9 +472,11 @@ class KernelWriter:
                     stmts.append(f"    {name}[{k.flat.text()}] = T.cast({v}, \"{DT[o.dtype]}\")")
                     out_params.append((name, f"{name}: T.Tensor(({prod(o.shape).t},), \"{DT[o.dtype]}\")", n))
             if k.pointwise:
-                body += self.loads(cx, pad)
+                rows = ((lambda t: t.replace("[bm * BM,", "[((NX + BM - 1) // BM - 1 - bmr) * BM,")) if k.reverse
+                        else (lambda t: t))
+                body += [rows(s) for s in self.loads(cx, pad)]
                 body += self.body(cx, "tile", stmts, pad)
-                body += [" " * pad + s for s in stores]
+                body += [" " * pad + rows(s) for s in stores]
             else:
                 body += self.tile_pass(cx, stmts, pad, stores)
         self.allocs2 = [n for n in self.allocs if n not in allocs_before]
