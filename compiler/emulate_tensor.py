@@ -60,6 +60,8 @@ def _warp_threads(block, what: str):
 def mma(block, s: Mma) -> None:
     """One mma.sync m16n8k16 in every warp that executes it (all warps of the block at once)."""
     ab = s.element_dtype
+    if ab in _EIGHT_BIT:
+        return _mma8(block, s, ab)
     if ab not in ("float16", "bfloat16") or any(b.dtype not in (ab, "uint32") for b in (s.a_buf, s.b_buf)) or \
             s.c_buf.dtype != "float32":
         raise EmulationError(f"Mma wants float16 or bfloat16 A and B of one dtype (or uint32 packed pairs) and a "
@@ -101,11 +103,65 @@ def mma(block, s: Mma) -> None:
     c_mem[rows, c_idx] = D[:, _MMA_C[0], _MMA_C[1]].reshape(nw * WARP_SIZE, 4)
 
 
+_EIGHT_BIT = {"float8_e4m3fn": "float32", "float8_e5m2": "float32", "int8": "int32"}
+
+
+def _mma8(block, s: Mma, ab: str) -> None:
+    """One mma.sync m16n8k32 on 8-bit A and B in every warp that executes it: the m16n8k16 fragments of
+    ``compiler.tir.Mma`` over byte pairs (A [16, 32], B [32, 8]); float8 products summed in float32, int8 ones exactly
+    in int32 (wrapping)."""
+    acc = _EIGHT_BIT[ab]
+    if s.c_buf.dtype != acc or any(b.dtype not in (ab, "uint32") for b in (s.a_buf, s.b_buf)):
+        raise EmulationError(f"Mma wants {ab} A and B (or uint32 packed registers) and a {acc} C, got A "
+                             f"{s.a_buf.dtype}, B {s.b_buf.dtype}, C {s.c_buf.dtype}", s.span)
+    for buf, regs, n in ((s.a_buf, s.a, 4), (s.b_buf, s.b, 2), (s.c_buf, s.c, 4)):
+        n = n if buf.dtype == "uint32" or buf is s.c_buf else 4 * n
+        if buf.scope != "local" or len(regs) != n:
+            raise EmulationError(f"Mma operand '{buf.name}' must be a local array with {n} register indices, "
+                                 f"got a {buf.scope} buffer with {len(regs)}", s.span)
+    threads, nw = _warp_threads(block, "Mma")
+    if not nw:
+        return
+
+    def gather(buf, regs):
+        idx = torch.cat([block.elements(buf, block.ev(r), 1, "Mma operand in")[1] for r in regs], 1)[threads]
+        return block.mem[buf], idx
+
+    def values(buf, regs):
+        """The operand's bytes per lane [nw * 32, 4 registers' worth] as ``ab`` values, low byte first."""
+        mem, idx = gather(buf, regs)
+        vals = mem[threads[:, None], idx]
+        if buf.dtype != "uint32":
+            return vals.to(DType(ab).torch)
+        by = torch.stack([(vals >> (8 * i)) & 0xFF for i in range(4)], -1).reshape(vals.shape[0], -1)
+        return by.to(torch.uint8).view(DType(ab).torch)
+
+    a_vals, b_vals = values(s.a_buf, s.a), values(s.b_buf, s.b)  # [lanes, 16] / [lanes, 8]: units of two bytes
+    c_mem, c_idx = gather(s.c_buf, s.c)
+    rows = threads[:, None]
+    wide = torch.float32 if acc == "float32" else torch.int64
+    A = torch.empty(nw, 16, 32, dtype=wide)
+    B = torch.empty(nw, 32, 8, dtype=wide)
+    a_units, b_units = a_vals.to(wide).reshape(nw, WARP_SIZE, 8, 2), b_vals.to(wide).reshape(nw, WARP_SIZE, 4, 2)
+    for byte in range(2):
+        A[:, _MMA_A[0], 2 * _MMA_A[1] + byte] = a_units[..., byte]
+        B[:, 2 * _MMA_B[0] + byte, _MMA_B[1]] = b_units[..., byte]
+    C = c_mem[rows, c_idx].view(nw, WARP_SIZE, 4).to(wide)
+    D = torch.matmul(A, B)[:, _MMA_C[0], _MMA_C[1]] + C
+    if acc == "int32":
+        D = ((D + 2**31) % 2**32) - 2**31
+    c_mem[rows, c_idx] = D.reshape(nw * WARP_SIZE, 4).to(c_mem.dtype)
+
+
 def ldmatrix(block, s: LdMatrix) -> None:
-    """Each executing warp loads ``num`` 8x8 matrices from the row addresses of its lanes."""
-    if s.src.dtype.bytes != 2 or s.dst.dtype != "uint32" or s.src.scope != "shared" or s.dst.scope != "local":
-        raise EmulationError(f"LdMatrix wants a 16-bit shared source and a local uint32 destination, got "
-                             f"{s.src.scope} {s.src.dtype} -> {s.dst.scope} {s.dst.dtype}", s.span)
+    """Each executing warp loads ``num`` 8x8 matrices of 16-bit units from the row addresses of its lanes (an 8-bit
+    source: rows of 16 elements, each register four consecutive elements, never transposed)."""
+    if s.src.dtype.bytes not in (1, 2) or (s.src.dtype.bytes == 1 and s.trans) or s.dst.dtype != "uint32" or \
+            s.src.scope != "shared" or s.dst.scope != "local":
+        raise EmulationError(f"LdMatrix wants a 16-bit (or, without trans, 8-bit) shared source and a local uint32 "
+                             f"destination, got {s.src.scope} {s.src.dtype}{' trans' if s.trans else ''} -> "
+                             f"{s.dst.scope} {s.dst.dtype}", s.span)
+    per = 16 // s.src.dtype.bytes  # elements per row
     if s.num not in (1, 2, 4):
         raise EmulationError(f"LdMatrix loads 1, 2 or 4 matrices, not {s.num}", s.span)
     threads, nw = _warp_threads(block, "LdMatrix")
@@ -115,30 +171,37 @@ def ldmatrix(block, s: LdMatrix) -> None:
     mem = block.buffer_memory(s.src)
     providers = threads.view(nw, WARP_SIZE)[:, :8 * s.num]
     rows = addr[:, :8 * s.num]  # [nw, 8 num]: lane 8 i + r gives row r of matrix i
-    bad = (rows % 8 != 0) | (rows < 0) | (rows + 8 > mem.shape[0])
+    bad = (rows % per != 0) | (rows < 0) | (rows + per > mem.shape[0])
     if bool(bad.any()):
         w, lane = (int(x) for x in bad.nonzero()[0])
         raise EmulationError(f"LdMatrix row address {int(rows[w, lane])} of lane {lane} (thread "
                              f"{int(providers[w, lane])}) in '{s.src.name}' (size {mem.shape[0]}) is out of bounds or "
                              f"not 16-byte aligned", s.span)
-    idx = rows[:, :, None] + torch.arange(8)  # [nw, 8 num, 8]
+    idx = rows[:, :, None] + torch.arange(per)  # [nw, 8 num, per]
     if block.check_races:
-        block.race_read(s.src, idx.reshape(-1, 8), providers.reshape(-1))
-    mats = mem[idx].view(nw, s.num, 8, 8)
+        block.race_read(s.src, idx.reshape(-1, per), providers.reshape(-1))
+    mats = mem[idx].view(nw, s.num, 8, per)
     if s.trans:
         mats = mats.transpose(2, 3)
     lane = torch.arange(WARP_SIZE)
     g, t = lane // 4, lane % 4
-    got = mats[:, :, g[:, None], (2 * t[:, None] + torch.arange(2))]  # [nw, num, 32, 2]
-    got = got.permute(0, 2, 1, 3).reshape(nw * WARP_SIZE, s.num, 2)
+    k = per // 4  # elements per register: 2 (16-bit) or 4 (8-bit)
+    got = mats[:, :, g[:, None], (k * t[:, None] + torch.arange(k))]  # [nw, num, 32, k]
+    got = got.permute(0, 2, 1, 3).reshape(nw * WARP_SIZE, s.num, k)
     dst_mem, dst_idx = block.elements(s.dst, block.ev(s.dst_first), s.num, "LdMatrix into")
-    dst_mem[threads[:, None], dst_idx[threads]] = pack(got).to(dst_mem.dtype)
+    dst_mem[threads[:, None], dst_idx[threads]] = (pack(got) if k == 2 else pack_bytes(got)).to(dst_mem.dtype)
 
 
 def pack(pairs: torch.Tensor) -> torch.Tensor:
     """16-bit element pairs [..., 2] as 32-bit register values (int64), the first element in the low half."""
     bits = pairs.contiguous().view(torch.int16).to(torch.int64) & 0xFFFF
     return bits[..., 0] | (bits[..., 1] << 16)
+
+
+def pack_bytes(quads: torch.Tensor) -> torch.Tensor:
+    """8-bit elements [..., 4] as 32-bit register values (int64), the first element in the low byte."""
+    bits = quads.contiguous().view(torch.uint8).to(torch.int64)
+    return bits[..., 0] | (bits[..., 1] << 8) | (bits[..., 2] << 16) | (bits[..., 3] << 24)
 
 
 def unpack(regs: torch.Tensor, dtype: str) -> torch.Tensor:

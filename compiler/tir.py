@@ -117,6 +117,10 @@ class Mma(Stmt):
     whichever operand has 16-bit elements), or "uint32" arrays of packed pairs: then ``a`` names 4 registers
     (a[0..1], a[2..3], a[4..5], a[6..7], lower index in the low half) and ``b`` 2 (b[0..1], b[2..3]), which is what
     ``LdMatrix`` writes. ``c_buf`` is a local float32 array.
+    With an 8-bit ``dtype`` (float8_e4m3fn, float8_e5m2: float32 ``c_buf``; int8: int32 ``c_buf``) it is
+    ``mma.sync.aligned.m16n8k32``: the same layout over pairs of bytes (a "unit" above is two consecutive K elements,
+    the lower in the low byte), so A is 16 x 32 and B 32 x 8; ``a`` names 4 packed uint32 registers (4 K elements
+    each) or 16 registers of the 8-bit dtype, ``b`` 2 packed registers.
     """
 
     c_buf: Buffer

@@ -28,7 +28,8 @@ SMALL = {  # the programs CI runs, in their folders under EXAMPLES
     "flash_decoding", "example_gqa_decode.py": "flash_decoding", "example_mha_sink_fwd_bhsd.py": "attention_sink",
     "example_grouped_gemm_fwd.py": "grouped_gemm", "example_gemm_persistent.py": "gemm",
     "example_dequant_gemm_fp4_hopper.py": "dequantize_gemm", "example_convolution.py": "convolution",
-    "example_convolution_autotune.py": "convolution"}
+    "example_convolution_autotune.py": "convolution", "example_tilelang_gemm_fp8.py": "gemm_fp8",
+    "example_dequant_gemm_w4a8.py": "dequantize_gemm"}
 
 
 @pytest.fixture
@@ -1234,3 +1235,94 @@ def test_im2col_argument_errors(tilelang, tmp_path):
             ns["bad"](which)
         assert e.value.code == code and words in e.value.message, e.value.message
         assert e.value.span is not None and e.value.span.line > 0
+
+
+# -- 8-bit T.gemm on mma.sync m16n8k32 (fp8 -> fp32, int8 -> int32) ---------------------------------------------
+
+
+def _instruction_names(kernel) -> set:
+    return {choice.instruction.name for choice in kernel.layouts().instructions.values()}
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
+def test_fp8_gemm_example_lowers_to_mma_m16n8k32(tilelang, dtype):
+    """TileLang's fp8 GEMM (K-major A and B in shared memory, float32 accumulator, fp8 output; once E602 on the
+    GPU path): against its own reference and its own calc_diff bound on the CPU with the GPU lowering checked; the
+    SIMT emulator of the mma.sync m16n8k32 lowering gives the same bits; the CUDA compiles for sm_90a."""
+    ns = load_script(EXAMPLES / SMALL["example_tilelang_gemm_fp8.py"] / "example_tilelang_gemm_fp8.py")
+    tdt = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(5)
+    a, b = (torch.randn(128, 192, generator=gen).to(tdt) for _ in range(2))
+    with compile_defaults(lowering_check=True):
+        c = ns["matmul"](a, b, 64, 64, 64, dtype)
+    assert ns["calc_diff"](c, (a.half() @ b.half().T).to(tdt)) < 1e-3
+    func = ns["matmul"].get_tir(a, b, 64, 64, 64, dtype)
+    emulated = tilelang.compile(func, out_idx=[2], target="sim")
+    assert torch.equal(emulated(a, b).view(torch.uint8), c.view(torch.uint8))
+    kernel = tilelang.compile(func, out_idx=[2], target="cuda:sm_90a")
+    assert _instruction_names(kernel) == {"mma.sync m16n8k32"}
+    assert "mma.sync.aligned.m16n8k32.row.col.f32" in kernel.get_kernel_source()
+    assert kernel.cubin()[:4] == b"\x7fELF"
+
+
+def test_w4a8_dequantize_gemm_example_int8_gemm_is_exact(tilelang, capsys):
+    """TileLang's int4-weight x int8-activation GEMM: int8 T.gemm with an int32 accumulator and A in registers
+    (dequantized from packed int4 by ``B_local[i, j // 2]``), once E602. Its own main (fixed config, the profiler's
+    assert_allclose) passes on the CPU; the emulator of the m16n8k32 lowering is bit-exact against the program's
+    reference; the CUDA compiles for sm_90a."""
+    import tilelang.language as T
+
+    ns = load_script(EXAMPLES / SMALL["example_dequant_gemm_w4a8.py"] / "example_dequant_gemm_w4a8.py")
+    with compile_defaults(lowering_check=True):
+        ns["main"](64, 64, 256)
+    assert "All checks pass." in capsys.readouterr().out
+    kernel = ns["matmul_int8xint4"](64, 64, 256, T.int8, T.int32, T.int32, num_bits=4, block_M=32, block_N=32,
+                                    block_K=128, num_stages=1, threads=128)
+    gen = torch.Generator().manual_seed(3)
+    A = torch.randint(-128, 128, (64, 256), dtype=torch.int8, generator=gen)
+    B = torch.randint(0, 256, (64, 128), dtype=torch.uint8, generator=gen)
+    ref = ns["ref_program"](A, B)
+    assert torch.equal(kernel(A, B), ref)
+    assert torch.equal(tilelang.compile(kernel.func, out_idx=list(kernel.out_idx), target="sim")(A, B), ref)
+    cuda = tilelang.compile(kernel.func, out_idx=list(kernel.out_idx), target="cuda:sm_90a")
+    assert _instruction_names(cuda) == {"mma.sync m16n8k32"}
+    assert "tl_pack_b8x4" in cuda.get_kernel_source() and cuda.cubin()[:4] == b"\x7fELF"
+
+
+def test_int8_gemm_wraps_like_int32_and_mn_major_8bit_operands_are_E602(tilelang, tmp_path):
+    """The interpreter's int8 gemm accumulates exactly in int32 (wrapping past 2**31, as the tensor cores do); an
+    8-bit gemm whose B is K x N (not K-major) runs on the CPU but is an E602 on the GPU path, saying why."""
+    path = _write(tmp_path, "int8_gemm.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[2])
+        def mm(M, N, K, trans_b):
+            @T.prim_func
+            def main(A: T.Tensor((M, K), "int8"), B: T.Tensor((N, K) if trans_b else (K, N), "int8"),
+                     C: T.Tensor((M, N), "int32")):
+                with T.Kernel(1, threads=128) as bx:
+                    A_s = T.alloc_shared((M, K), "int8")
+                    B_s = T.alloc_shared((N, K) if trans_b else (K, N), "int8")
+                    C_l = T.alloc_fragment((M, N), "int32")
+                    T.copy(A, A_s)
+                    T.copy(B, B_s)
+                    T.fill(C_l, 2**31 - 1)
+                    T.gemm(A_s, B_s, C_l, transpose_B=trans_b)
+                    T.copy(C_l, C)
+            return main
+        """)
+    ns = load_script(path)
+    a = torch.full((32, 64), 127, dtype=torch.int8)
+    b = torch.full((64, 32), -128, dtype=torch.int8)
+    expect = torch.full((32, 32), 2**31 - 1 + 64 * 127 * -128, dtype=torch.int64).to(torch.int32)
+    for trans_b, target in ((True, "cpu"), (True, "sim"), (False, "cpu")):
+        kernel = tilelang.compile(ns["mm"].get_tir(32, 32, 64, trans_b), out_idx=[2], target=target)
+        torch.testing.assert_close(kernel(a, b.T.contiguous() if trans_b else b), expect, rtol=0, atol=0)
+    b_big = torch.full((64, 32), 127, dtype=torch.int8)  # 2**31 - 1 + 64 * 127 * 127 wraps to a negative int32
+    kernel = tilelang.compile(ns["mm"].get_tir(32, 32, 64, True), out_idx=[2], target="sim")
+    assert int(kernel(a, b_big.T.contiguous())[0, 0]) == 2**31 - 1 + 64 * 127 * 127 - 2**32
+    with pytest.raises(CompileError) as e:
+        tilelang.compile(ns["mm"].get_tir(32, 32, 64, False), out_idx=[2], target="cuda:sm_90a").cubin()
+    assert e.value.code == "E602" and "needs K-major 8-bit operands" in str(e.value.notes), e.value.notes

@@ -15,7 +15,7 @@ from __future__ import annotations
 from tileagent.compiler.diagnostics import LayoutError, TargetError
 from tileagent.compiler.instructions.base import GemmChoice, Instruction, has_feature, sm_version
 from tileagent.compiler.instructions.copy import AtomicAdd, CpAsync, LoadStore
-from tileagent.compiler.instructions.mma_sync import MmaSyncM16N8K16
+from tileagent.compiler.instructions.mma_sync import MmaSyncM16N8K16, MmaSyncM16N8K32
 from tileagent.compiler.instructions.tma import TmaTileCopy
 from tileagent.compiler.instructions.wgmma import WgmmaM64NK16, WgmmaM64NK16RS
 
@@ -25,6 +25,7 @@ GEMM = (
     # (cost 0.5) so it is sm_90a's default where it applies; listed second so fallbacks and errors stay mma.sync's
     # (tl.disable_wgmma / TILEAGENT_ENABLE_WGMMA=0 take the feature off the target: compiler.passes.effective_target)
     WgmmaM64NK16RS(),    # the same with A from registers (P @ V)
+    MmaSyncM16N8K32(),   # mma.sync.aligned.m16n8k32: fp8 (sm_89+) -> fp32, int8 -> int32; K-major operands only
 )
 COPY = (
     TmaTileCopy(),           # cp.async.bulk.tensor (TMA): a whole global -> shared tile on an mbarrier, sm_90a,

@@ -70,3 +70,51 @@ class MmaSyncM16N8K16(Instruction):
         from tileagent.compiler.tir import LdMatrix, Mma, PackPairs
 
         return {k: HANDLERS[k] for k in (Mma, LdMatrix, PackPairs)}
+
+
+EIGHT_BIT = {"float8_e4m3fn": "float32", "float8_e5m2": "float32", "int8": "int32"}  # A/B dtype -> accumulator
+
+
+class MmaSyncM16N8K32(MmaSyncM16N8K16):
+    """Registry entry ``mma.sync m16n8k32``: T.gemm on 8-bit operands (``mma.sync.aligned.m16n8k32.row.col``:
+    float8 e4m3/e5m2 into float32 on sm_89 and later, int8 into int32 on sm_80 and later).
+
+    Applies to: A and B of one of those dtypes with its accumulator dtype; both K-major (A as M x K, not transposed;
+    B as N x K with transpose_B), as TileLang's fp8 and int8 GEMMs store them, since ldmatrix (which moves 16-bit
+    units) can only hand 8-bit elements to the mma in that orientation; B in shared memory, A in shared memory or in
+    registers; K a multiple of 32; the same warp split into 16 x 8 atoms as m16n8k16. Per lane the 8-bit fragments
+    are the m16n8k16 ones over pairs of bytes (PTX ISA "mma.m16n8k32" fragments): an A register holds 4 consecutive
+    K elements of one row, a B register 4 of one column, the accumulator layout is m16n8k16's. Layouts: the
+    accumulator layout of ``compiler.layout.mma``; an A operand in registers gets ``operand_a_layout(...,
+    elements=4)`` (4 consecutive K elements per register, 16 per atom row). Lowering: ``compiler.lower.gemm`` with
+    ldmatrix for every shared operand (an operand ldmatrix cannot read is an E602 there); emits ``Mma`` (dtype the
+    8-bit one), ``LdMatrix``.
+    """
+
+    name = "mma.sync m16n8k32"
+
+    def reason(self, g, threads: int, target) -> str | None:
+        a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
+        acc = EIGHT_BIT.get(str(a.dtype))
+        if acc is None or b.dtype != a.dtype or c.dtype != acc:
+            return (f"takes 8-bit A and B of one dtype (float8_e4m3fn/float8_e5m2 -> float32, int8 -> int32); got "
+                    f"{a.dtype}, {b.dtype} -> {c.dtype}")
+        need = 89 if a.dtype.is_float else 80
+        if sm_version(target) is not None and sm_version(target) < need:
+            return f"needs sm_{need} or newer for {a.dtype}; the target is {getattr(target, 'name', target)}"
+        if b.scope != "shared" or a.scope not in ("shared", "fragment"):
+            return "reads B from shared memory and A from shared memory or registers"
+        if g.transpose_a or not g.transpose_b:
+            return ("needs K-major 8-bit operands: A as (M, K) without transpose_A and B as (N, K) with "
+                    "transpose_B=True")
+        if g.a.matrix_shape()[1] % 32:
+            return f"needs K a multiple of 32, got {g.a.matrix_shape()[1]}"
+        return self.partition_problem(g, threads)
+
+    def layouts(self, g, threads: int, partition) -> dict:
+        m, n = g.c.matrix_shape()
+        wm, wn = partition
+        out = {"C": accumulator_layout(m, n, wm, wn, threads)}
+        if g.a.buffer.scope == "fragment":
+            out["A"] = operand_a_layout(m, g.a.matrix_shape()[1], wm, wn, threads, elements=4)
+        return out

@@ -6,7 +6,8 @@ Guarantees: every warp owns a (M / wm) x (N / wn) tile made of whole 16 x 8 mma 
 exactly the PTX m16n8 C/D register layout within each atom (lane = 4 * (row % 8) + (col % 8) // 2, register pair
 (row // 8, col % 2)); its register slots are ``((am * 2 + h) * (tn / 8) + an) * 2 + pair``. The A-operand layout of
 an (M x K) tile is the accumulator layout of an (M x K) tile split over the same row warps, replicated over the
-column warps (FlashAttention's P @ V reuses P's registers this way).
+column warps (FlashAttention's P @ V reuses P's registers this way). For 8-bit operands (mma.sync m16n8k32) the same
+with 4 consecutive K elements per register in place of 2.
 """
 
 from __future__ import annotations
@@ -50,8 +51,11 @@ def accumulator_layout(M: int, N: int, wm: int, wn: int, num_threads: int) -> Fr
     return Fragment((M, N), (tuple(rows), tuple(cols)), (), num_threads)
 
 
-def operand_a_layout(M: int, K: int, wm: int, wn: int, num_threads: int) -> Fragment:
+def operand_a_layout(M: int, K: int, wm: int, wn: int, num_threads: int, elements: int = 2) -> Fragment:
+    """The A operand of an (M x K) tile in registers: ``elements`` consecutive K elements per 32-bit register (2 for
+    16-bit dtypes: m16n8k16; 4 for 8-bit: m16n8k32), four lanes along K, then the K atoms of ``4 * elements``."""
     rows = _row_levels(M // wm, wm, wn)
-    cols = [Level(2), Level(4, 1)] + ([Level(K // 8)] if K > 8 else [])
+    atom = 4 * elements
+    cols = [Level(elements), Level(4, 1)] + ([Level(K // atom)] if K > atom else [])
     replicate = (Level(wn, 32),) if wn > 1 else ()
     return Fragment((M, K), (tuple(rows), tuple(cols)), replicate, num_threads)

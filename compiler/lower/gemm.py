@@ -1,4 +1,6 @@
-"""Lowering of ``T.gemm`` to tensor cores: warp-wide ``mma.sync`` m16n8k16 (fp16/bf16 in, fp32 accumulate).
+"""Lowering of ``T.gemm`` to tensor cores: warp-wide ``mma.sync`` m16n8k16 (fp16/bf16 in, fp32 accumulate), and
+m16n8k32 for 8-bit operands (fp8 -> fp32, int8 -> int32), which is m16n8k16 over pairs of bytes: K steps of 32
+elements, ldmatrix reading rows of 16 bytes, four bytes per A/B register (K-major operands only).
 
 In: a Gemm whose accumulator has the mma layout of its warp partition (layout inference guarantees it; see
 ``compiler.layout.mma``), A and B in shared memory, or A in registers with the A-operand layout. Out: thread IR.
@@ -26,16 +28,26 @@ def lower_gemm(ctx, s: Gemm) -> list:
     operand scopes were checked there)."""
     a_buf, b_buf, c_buf = s.a.buffer, s.b.buffer, s.c.buffer
     row_base, col_base, tm, tn, k = _warp_tile(ctx, s)
+    kw = _unit(a_buf)  # elements per 16-bit unit: 1, or 2 for 8-bit operands (m16n8k32 = m16n8k16 over byte pairs)
     lane = make_binop("%", THREAD, 32)
     g, t = make_binop("//", lane, 4), make_binop("%", lane, 4)
     c_reg = ctx.mem(c_buf)
     out = []
     if s.clear_accum:
         zero = ctx.var("z")
-        out.append(For(zero, 0, c_reg.shape[0], 1, "unroll", (Store(c_reg, (zero,), Const(0.0, DType("float32"))),)))
+        out.append(For(zero, 0, c_reg.shape[0], 1, "unroll", (Store(c_reg, (zero,), Const(
+            0.0 if c_buf.dtype.is_float else 0, c_buf.dtype)),)))
     n_atoms = tn // 8
     ld_a = a_buf.scope == "shared" and ldmatrix_ok(ctx, s.a)
     ld_b = ldmatrix_ok(ctx, s.b)
+    if kw == 2 and not (ld_b and (ld_a or a_buf.scope == "fragment")):
+        from tileagent.compiler.diagnostics import TargetError
+
+        bad = b_buf if not ld_b else a_buf
+        raise TargetError(f"T.gemm on {a_buf.dtype} (mma.sync m16n8k32): ldmatrix cannot read the shared tile "
+                          f"'{bad.name}' (rows of whole 16-byte chunks, the tile's K start a multiple of 16 "
+                          f"elements)", s.span, code="E602",
+                          hint="keep 8-bit gemm operands as whole shared tiles whose K extent is a multiple of 16")
     # ldmatrix fills 32-bit registers of packed pairs (uint32: 2 per B atom, 4 per A atom); element loads fill 16-bit
     # registers (4 per B atom, 8 per A atom)
     b_per, a_per = (2 if ld_b else 4), (4 if ld_a else 8)
@@ -81,7 +93,7 @@ def lower_gemm(ctx, s: Gemm) -> list:
         """B atoms first and first + 1 (the last one alone when n_atoms is odd) of one K step: matrix mi holds K
         half mi % 2 of atom first + mi // 2."""
         num = 4 if first + 1 < n_atoms else 2
-        kk = make_binop("+", make_binop("*", kb, 16), make_binop("*", make_binop("%", mi, 2), 8))
+        kk = make_binop("+", make_binop("*", kb, 16 * kw), make_binop("*", make_binop("%", mi, 2), 8 * kw))
         nn = make_binop("+", col_base, make_binop("*", make_binop("+", first, make_binop("//", mi, 2)), 8))
         elem = (make_binop("+", kk, r8), nn) if not s.transpose_b else (kk, make_binop("+", nn, r8))
         index = ctx.offset(b_buf, _element(s.b, *elem, s.transpose_b))
@@ -116,12 +128,13 @@ def lower_gemm(ctx, s: Gemm) -> list:
                                               make_binop("+", make_binop("*", kb, 2), hk)))
                            for h, hk in ((0, 0), (1, 0), (0, 1), (1, 1)))
         else:
-            # A in registers with the A-operand layout: slot ((am * 2 + h) * (K / 8) + kat) * 2 + pair
-            k_atoms = k // 8
+            # A in registers with the A-operand layout: slot ((am * 2 + h) * (K / 8) + kat) * 2 + pair (16-bit);
+            # 8-bit: ((am * 2 + h) * (K / 16) + kat) * 4 + byte, four bytes per 32-bit register
+            per = 2 * kw
+            k_atoms = k // (4 * per)
             a_regs = tuple(as_expr(make_binop("+", make_binop("*", make_binop("+", make_binop("*", make_binop(
-                "+", make_binop("*", am, 2), h), k_atoms), make_binop("+", make_binop("*", kb, 2), hk)), 2), pair))
-                for h, hk, pair in ((0, 0, 0), (0, 0, 1), (1, 0, 0), (1, 0, 1), (0, 1, 0), (0, 1, 1), (1, 1, 0),
-                                    (1, 1, 1)))
+                "+", make_binop("*", am, 2), h), k_atoms), make_binop("+", make_binop("*", kb, 2), hk)), per), e))
+                for h, hk in ((0, 0), (1, 0), (0, 1), (1, 1)) for e in range(per))
 
         def mmas(first, count) -> For:
             """One Mma per (row atom, column atom first .. first + count - 1)."""
@@ -138,14 +151,20 @@ def lower_gemm(ctx, s: Gemm) -> list:
             body += [ldmatrix_b(kb, first), mmas(first, min(2, n_atoms - first))]
         return body
 
+    steps = k // (16 * kw)
     if a_buf.scope == "fragment":
-        for kb in range(k // 16):  # register indices of A must be constants: unroll in Python
+        for kb in range(steps):  # register indices of A must be constants: unroll in Python
             out += step(kb)
     else:
         kb = ctx.var("kb")
-        ctx.ranges[kb] = (0, k // 16 - 1)
-        out.append(For(kb, 0, k // 16, 1, "unroll" if k // 16 <= 8 else "serial", tuple(step(kb))))
+        ctx.ranges[kb] = (0, steps - 1)
+        out.append(For(kb, 0, steps, 1, "unroll" if steps <= 8 else "serial", tuple(step(kb))))
     return out
+
+
+def _unit(buf) -> int:
+    """Elements of ``buf`` per 16-bit unit of the mma fragments: 2 for 8-bit dtypes (mma.sync m16n8k32), else 1."""
+    return 2 if buf.dtype.bytes == 1 else 1
 
 
 def packable_a_operands(body, layouts) -> set:
@@ -174,7 +193,7 @@ def hoistable_a(s: Gemm, layouts, shared_layouts: dict) -> bool:
     """Whether a gemm whose shared A tile its loop never changes (the caller checks that) may keep A's atoms of every
     K step in registers, loaded once before the loop: ldmatrix can read A, the gemm runs on mma.sync (wgmma reads A
     from shared memory), the K steps are unrolled (at most 8) and the registers stay within MAX_HOISTED_REGISTERS."""
-    if s.a.buffer.scope != "shared" or s not in layouts.gemm_partition or \
+    if s.a.buffer.scope != "shared" or s.a.buffer.dtype.bytes != 2 or s not in layouts.gemm_partition or \
             not _ldmatrix_readable(s.a, shared_layouts[s.a.buffer]):
         return False
     choice = layouts.instructions.get(s)
@@ -222,29 +241,33 @@ def _ldmatrix_a(ctx, s: Gemm, row_base, kb, am, frag, first) -> LdMatrix:
     + 8 (mi % 2) and K + 8 (mi // 2); .trans when A is stored K x M."""
     lane = make_binop("%", THREAD, 32)
     mi, r8 = make_binop("//", lane, 8), make_binop("%", lane, 8)
+    kw = _unit(s.a.buffer)
     mm = make_binop("+", make_binop("+", row_base, make_binop("*", am, 16)), make_binop("*", make_binop("%", mi, 2), 8))
-    kk = make_binop("+", make_binop("*", kb, 16), make_binop("*", make_binop("//", mi, 2), 8))
+    kk = make_binop("+", make_binop("*", kb, 16 * kw), make_binop("*", make_binop("//", mi, 2), 8 * kw))
     elem = (make_binop("+", mm, r8), kk) if not s.transpose_a else (mm, make_binop("+", kk, r8))
     index = ctx.offset(s.a.buffer, _element(s.a, *elem, s.transpose_a))
     return LdMatrix(frag, as_expr(first), ctx.mem(s.a.buffer), as_expr(index), 4, s.transpose_a, s.span)
 
 
 def ldmatrix_ok(ctx, r) -> bool:
-    """Whether ldmatrix can read gemm operand ``r``: a 16-bit shared tile stored row-major along its last dim with
-    rows of whole 16-byte chunks (any swizzle moving whole chunks), the tile's last-dim start a multiple of 8."""
+    """Whether ldmatrix can read gemm operand ``r``: a 16-bit (or 8-bit) shared tile stored row-major along its last
+    dim with rows of whole 16-byte chunks (any swizzle moving whole chunks), the tile's last-dim start a multiple of
+    one chunk (8 or 16 elements)."""
     return r.buffer.scope == "shared" and _ldmatrix_readable(r, ctx.shared_layouts[r.buffer])
 
 
 def _ldmatrix_readable(r, layout) -> bool:
     """``ldmatrix_ok`` for shared operand ``r`` stored with ``layout``."""
     buf = r.buffer
-    if buf.dtype.bytes != 2:
+    if buf.dtype.bytes not in (1, 2):
         return False
+    chunk = 16 // buf.dtype.bytes  # elements per 16-byte row of an 8x8 matrix of 16-bit units
     strides = layout._strides()
-    if strides[-1] != 1 or any(x % 8 for x in strides[:-1]) or (layout.swizzle and layout.swizzle.base < 3):
+    if strides[-1] != 1 or any(x % chunk for x in strides[:-1]) or \
+            (layout.swizzle and layout.swizzle.base < chunk.bit_length() - 1):
         return False
     dims = [d for d, e in enumerate(r.extents) if e != 1][-2:]
-    return len(dims) == 2 and dims[1] == buf.ndim - 1 and known_multiple(r.starts[-1]) % 8 == 0
+    return len(dims) == 2 and dims[1] == buf.ndim - 1 and known_multiple(r.starts[-1]) % chunk == 0
 
 
 def _adjacent_pair(ctx, buf, idx) -> bool:

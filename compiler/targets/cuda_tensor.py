@@ -9,9 +9,11 @@ Guarantees:
 - ``Mma`` becomes one call of ``tl_mma_m16n8k16_{f16,bf16}``: inline PTX ``mma.sync.aligned.m16n8k16.row.col.f32``
   whose A/B operands are 32-bit registers passed by value (uint32 arrays as they are; 16-bit arrays packed in pairs,
   lower index in the low 16 bits) and whose four accumulators are passed by reference ("+f"), so register arrays are
-  indexed by constants, never through a pointer.
+  indexed by constants, never through a pointer. An 8-bit Mma (float8 e4m3/e5m2, int8) becomes
+  ``tl_mma_m16n8k32_{e4m3,e5m2,s8}`` (``.f32`` / ``.s32`` accumulators, "+f" / "+r"); 8-bit register arrays are packed
+  four at a time (``tl_pack_b8x4``, first element in the low byte).
 - ``LdMatrix`` becomes one ``ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16`` writing its ``num`` 32-bit
-  results straight into the destination's uint32 registers.
+  results straight into the destination's uint32 registers (an 8-bit source: rows of 16 bytes, never ``.trans``).
 - ``PackPairs`` becomes an unrolled loop of ``__floats2half2_rn`` / ``__floats2bfloat162_rn`` (one convert-and-pack
   instruction per pair) into the destination's 32-bit registers.
 - ``AsyncCopy`` becomes ``cp.async.{ca,cg}.shared.global`` with a source size of 0 (zero fill, nothing read) when its
@@ -50,8 +52,32 @@ __device__ __forceinline__ unsigned tl_cvt_pack_{sfx}x2(float lo, float hi) {{
 _TYPES = {"float16": ("f16", "half", "__half2", "__halves2half2"),
           "bfloat16": ("bf16", "__nv_bfloat16", "__nv_bfloat162", "__halves2bfloat162")}
 _FLOATS2 = {"float16": "__floats2half2_rn", "bfloat16": "__floats2bfloat162_rn"}
+_MMA8_HELPER = """\
+// mma.sync m16n8k32, {acc} accumulate, in place: {{d0..d3}} = A (16x32, {dt}) @ B (32x8, {dt}) + {{d0..d3}}.
+// Per lane: the m16n8k16 fragments over byte pairs (compiler/tir.py, Mma); each .b32 operand packs four elements.
+__device__ __forceinline__ void tl_mma_m16n8k32_{sfx}({ct}& d0, {ct}& d1, {ct}& d2, {ct}& d3,
+    unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {{
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.{acc}.{sfx}.{sfx}.{acc} "
+      "{{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"
+      : "+{con}"(d0), "+{con}"(d1), "+{con}"(d2), "+{con}"(d3)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}}"""
+_PACK8_HELPER = """\
+// Four 8-bit values in one 32-bit register, the first in the low byte.
+template <typename T>
+__device__ __forceinline__ unsigned tl_pack_b8x4(T a, T b, T c, T d) {
+  return (unsigned)*reinterpret_cast<const unsigned char*>(&a) | (unsigned)*reinterpret_cast<const unsigned char*>(&b) << 8 |
+         (unsigned)*reinterpret_cast<const unsigned char*>(&c) << 16 | (unsigned)*reinterpret_cast<const unsigned char*>(&d) << 24;
+}"""
+_TYPES8 = {"float8_e4m3fn": ("e4m3", "float32"), "float8_e5m2": ("e5m2", "float32"), "int8": ("s8", "int32")}
 HELPERS = {f"mma_{sfx}": _MMA_HELPER.format(dt=dt, sfx=sfx, t=t, t2=t2, halves=halves)
            for dt, (sfx, t, t2, halves) in _TYPES.items()}
+HELPERS.update({f"mma_{sfx}": _MMA8_HELPER.format(dt=dt, sfx=sfx, acc="f32" if acc == "float32" else "s32",
+                                                  ct="float" if acc == "float32" else "int",
+                                                  con="f" if acc == "float32" else "r")
+                for dt, (sfx, acc) in _TYPES8.items()})
+HELPERS["pack_b8x4"] = _PACK8_HELPER
 HELPERS.update({f"cvt_pack_{sfx}": _CVT_PACK_HELPER.format(dt=dt, sfx=sfx, t2=t2, floats=_FLOATS2[dt])
                 for dt, (sfx, _, t2, _) in _TYPES.items()})
 
@@ -61,6 +87,8 @@ def emit_mma(em, s: Mma) -> None:
     if em.k.num_threads % 32:
         em.fail(f"{what}: mma.sync is warp-wide, but the block has {em.k.num_threads} threads (not whole warps)")
     ab = s.element_dtype
+    if ab in _TYPES8:
+        return _emit_mma8(em, s, what, ab)
     if ab not in _TYPES or any(b.dtype not in (ab, "uint32") for b in (s.a_buf, s.b_buf)) or \
             s.c_buf.dtype != "float32":
         em.fail(f"{what}: want float16 or bfloat16 A and B of one dtype (or uint32 packed pairs) and a float32 C, "
@@ -88,12 +116,43 @@ def emit_mma(em, s: Mma) -> None:
     em.lines.append("  " * em.depth + pad + f"{b});")
 
 
+def _emit_mma8(em, s: Mma, what: str, ab: str) -> None:
+    """mma.sync m16n8k32 on 8-bit A and B: 4 accumulators, A as 4 packed registers (or 16 byte registers, packed
+    here four at a time), B as 2 packed registers."""
+    sfx, acc = _TYPES8[ab]
+    if s.c_buf.dtype != acc or any(b.dtype not in (ab, "uint32") for b in (s.a_buf, s.b_buf)):
+        em.fail(f"{what}: want {ab} A and B (or uint32 packed registers) and a {acc} C, got A {s.a_buf.dtype}, "
+                f"B {s.b_buf.dtype}, C {s.c_buf.dtype}")
+    regs = []
+    for buf, idx, n in ((s.c_buf, s.c, 4), (s.a_buf, s.a, 4), (s.b_buf, s.b, 2)):
+        packed = buf is s.c_buf or buf.dtype == "uint32"
+        if buf.scope != "local" or len(idx) != (n if packed else 4 * n):
+            em.fail(f"{what}: operand {buf.name} must be a local array with {n if packed else 4 * n} register "
+                    f"indices, got a {buf.scope} buffer with {len(idx)}")
+        names = [em.register(buf, i) for i in idx]
+        if not packed:
+            em.state.helpers.add("pack_b8x4")
+            names = [f"tl_pack_b8x4({', '.join(names[i:i + 4])})" for i in range(0, len(names), 4)]
+        regs.append(names)
+    if len(set(regs[0])) != 4:
+        em.fail(f"{what}: the four accumulator registers must be distinct, got {', '.join(regs[0])}")
+    em.ct(ab)
+    em.state.helpers.add(f"mma_{sfx}")
+    call = f"tl_mma_m16n8k32_{sfx}("
+    pad = " " * len(call)
+    c, a, b = (", ".join(r) for r in regs)
+    em.line(f"{call}{c},")
+    em.lines.append("  " * em.depth + pad + f"{a},")
+    em.lines.append("  " * em.depth + pad + f"{b});")
+
+
 def emit_ldmatrix(em, s: LdMatrix) -> None:
     what = f"LdMatrix into {s.dst.name}"
     dt = s.src.dtype
-    if dt not in _TYPES or s.dst.dtype != "uint32" or s.src.scope != "shared" or s.dst.scope != "local":
-        em.fail(f"{what}: want a float16/bfloat16 shared source and a local uint32 destination, got "
-                f"{s.src.scope} {dt} -> {s.dst.scope} {s.dst.dtype}")
+    if (dt not in _TYPES and (dt not in _TYPES8 or s.trans)) or s.dst.dtype != "uint32" or s.src.scope != "shared" \
+            or s.dst.scope != "local":
+        em.fail(f"{what}: want a float16/bfloat16 (or, without .trans, 8-bit) shared source and a local uint32 "
+                f"destination, got {s.src.scope} {dt}{' .trans' if s.trans else ''} -> {s.dst.scope} {s.dst.dtype}")
     if s.num not in (1, 2, 4):
         em.fail(f"{what}: num must be 1, 2 or 4, got {s.num}")
     outs = ", ".join(f'"=r"({em.register(s.dst, _plus(s.dst_first, i))})' for i in range(s.num))

@@ -104,15 +104,18 @@ class GemmOp(TileOp):
         return choice.instruction.lower(s, ctx)
 
     def interpret(self, s, it, mask) -> None:
-        a = it.read_region(s.a, s.span).reshape(s.a.matrix_shape()).to(torch.float32)
-        b = it.read_region(s.b, s.span).reshape(s.b.matrix_shape()).to(torch.float32)
+        wide = torch.float32 if s.c.buffer.dtype.is_float else torch.int64  # integer gemms are exact (int32 wraps)
+        a = it.read_region(s.a, s.span).reshape(s.a.matrix_shape()).to(wide)
+        b = it.read_region(s.b, s.span).reshape(s.b.matrix_shape()).to(wide)
         a = a.T if s.transpose_a else a
         b = b.T if s.transpose_b else b
         prod = a @ b
         if s.clear_accum:
             out = prod
         else:
-            out = it.read_region(s.c, s.span).reshape(prod.shape).to(torch.float32) + prod
+            out = it.read_region(s.c, s.span).reshape(prod.shape).to(wide) + prod
+        if wide is torch.int64:
+            out = (out + 2**31) % 2**32 - 2**31
         it.write_region(s.c, out.to(s.c.buffer.dtype.torch).reshape(s.c.extents), s.span)
 
 
