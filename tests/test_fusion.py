@@ -312,7 +312,12 @@ def test_reductions_fill_the_gpu_with_blocks(tmp_path):
     assert module["schedule_cols"](1024, 4096, 16, True) == (32, 128, 128)  # float32 output: as before
     assert module["schedule_split"](1, 8192, 4096, 64, 256, False) == 16  # B=1 S=8192: 256 blocks
     assert module["schedule_split"](1, 8192, 4096, 32, 128, True) == 16  # 512 blocks, as before
-    _, sum_dim = _candidate("sum_dim", tmp_path)
+    assert "WIDE_COLS = True" in source and "'WIDE_COLS': [True, False]" in source
+    module["WIDE_COLS"] = False  # the schedule before (fusion_suite --knob WIDE_COLS=False: an A/B in one run)
+    assert module["schedule_cols"](1024, 4096, 16, False) == (64, 64, 128)  # 1024 blocks
+    assert module["schedule_split"](1, 8192, 4096, 64, 64, False) == 16
+    sum_dim_source, sum_dim = _candidate("sum_dim", tmp_path)
+    assert "WIDE_COLS" not in sum_dim_source
     assert sum_dim["schedule_cols"](4096, 4096, 16, True) == (32, 128, 128)
     assert sum_dim["schedule_split"](16, 4096, 4096, 32, 128, True) == 1
     _, frob = _candidate("frobenius_norm", tmp_path)
@@ -436,3 +441,27 @@ def test_split_reduction_tiles_that_cover_the_columns_are_unguarded(name, config
     spec = load_spec(REPO / "bench" / "suite" / f"{name}.py")
     results = check_candidate(spec, candidate, device="cpu", configs=[config], seeds=1, seed=SEED)
     assert [r.correct for r in results] == [True], [r.message for r in results]
+
+
+def test_loads_in_flight_reads_the_machine_code():
+    """bench/fusion_sass.py's figure: the most global-load bytes a thread has issued and not yet read; a load stops
+    counting where its destination is read (a store reads its data too), EXIT ends every load, functions apart."""
+    from bench.fusion_sass import loads_in_flight
+
+    sass = """
+	.text.rolling:
+        /*0000*/                   LDG.E.128.CONSTANT R4, desc[UR6][R2.64] ;
+        /*0010*/                   LDG.E.128.CONSTANT R8, desc[UR6][R2.64+0x10] ;
+        /*0020*/                   FADD R12, R5, R13 ;
+        /*0030*/              @!P0 LDG.E.128.CONSTANT R16, desc[UR6][R2.64+0x20] ;
+        /*0040*/                   LDG.E R20, desc[UR6][R2.64+0x30] ;
+        /*0050*/                   STG.E.128 desc[UR6][R30.64], R8 ;
+        /*0060*/                   EXIT ;
+	.text.serial:
+        /*0000*/              @!P0 LDG.E.128.CONSTANT R12, desc[UR6][R2.64] ;
+        /*0010*/                   ISETP.GE.AND P0, PT, R12, R3, PT ;
+        /*0020*/              @!P0 LDG.E.128.CONSTANT R16, desc[UR6][R2.64+0x800] ;
+        /*0030*/                   FMUL R4, R16, R16 ;
+        /*0040*/                   EXIT ;
+"""
+    assert loads_in_flight(sass) == {"rolling": 36, "serial": 16}

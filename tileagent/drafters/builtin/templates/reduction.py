@@ -64,32 +64,30 @@ def schedule_cols(D, B, A=1, kahan=True):
 
 # Column reductions into a float16/bfloat16 output (no compensation, ~58 registers): mean_seq on the H200 ran
 # 64-column (128-byte) strips at 61-78% of a copy with 64 KB of loads in flight per SM, while sum_dim's float32
-# strips of 512 bytes (128 columns) ran at 103-105% with the same 64 KB: each warp now reads 512 contiguous bytes of a
-# row (256 columns), in blocks of up to 512 threads (2 per SM) so that 256 column tiles fill the GPU without a split.
+# strips of 512 bytes (128 columns) ran at 103-105% with the same 64 KB: with WIDE_COLS (a knob, drafted on) each warp
+# reads 512 contiguous bytes of a row (256 columns), in blocks of up to 512 threads (2 per SM) so that 256 column
+# tiles fill the GPU without a split; WIDE_COLS = False is the schedule before, for an A/B in one run.
 SCHEDULE_WIDE = SCHEDULE.replace('''    blocks = A * ((B + block_n - 1) // block_n)
     target = 264 if kahan else 1024
 ''', '''    blocks = A * ((B + block_n - 1) // block_n)
-    target = 264 if kahan else 240  # float16/bfloat16: ~0.9 of the 264 blocks of 512 threads resident at once
+    target = 264 if kahan else 240 if WIDE_COLS else 1024  # WIDE_COLS: ~0.9 of the 264 blocks of 512 threads
 ''').replace('''def schedule_cols(D, B, A=1, kahan=True):
     """(block_k, block_n, threads) for A groups of B columns of height D: block_n the columns as a power of two in
     [32, 128]; without compensation (a float16/bfloat16 output, ~72 registers: 7 blocks per SM can be resident)
     halved down to 64 while fewer than 1024 blocks would run, so each SM has more loads in flight."""
     block_n = pow2_at_least(B, 32, 128)
-    while not kahan and block_n > 64 and A * ((B + block_n - 1) // block_n) < 1024:
-        block_n //= 2
-    return max(1, THREADS * PER_THREAD // block_n), block_n, THREADS
 ''', '''def schedule_cols(D, B, A=1, kahan=True):
     """(block_k, block_n, threads) for A groups of B columns of height D: block_n the columns as a power of two in
-    [32, 128] for a compensated (float32) sum; without compensation (a float16/bfloat16 output, ~58 registers) up to
-    256, so each warp reads 512 contiguous bytes of a row (64-column strips of 128 bytes read at 61-78% of a copy on
-    the H200, 512-byte float32 strips at 103%), on 4 x THREADS threads (2 blocks of 512 per SM) so that A * B / 256
-    blocks fill the GPU with as many loads in flight as before."""
-    if kahan:
-        block_n = pow2_at_least(B, 32, 128)
-        return max(1, THREADS * PER_THREAD // block_n), block_n, THREADS
-    block_n = pow2_at_least(B, 32, 256)
-    threads = min(512, 4 * THREADS)
-    return max(1, threads * PER_THREAD // block_n), block_n, threads
+    [32, 128]; without compensation (a float16/bfloat16 output, ~58 registers) and with WIDE_COLS up to 256, so each
+    warp reads 512 contiguous bytes of a row (64-column strips of 128 bytes ran at 61-78% of a copy on the H200,
+    512-byte float32 strips at 103%), on 4 x THREADS threads (2 blocks of 512 per SM) so that A * B / 256 blocks fill
+    the GPU with as many loads in flight as before; without WIDE_COLS halved down to 64 while fewer than 1024
+    blocks would run."""
+    if not kahan and WIDE_COLS:
+        block_n = pow2_at_least(B, 32, 256)
+        threads = min(512, 4 * THREADS)
+        return max(1, threads * PER_THREAD // block_n), block_n, threads
+    block_n = pow2_at_least(B, 32, 128)
 ''')
 
 
@@ -132,6 +130,9 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     constants = {"THREADS": knobs["THREADS"], "PER_THREAD": knobs["PER_THREAD"], "SPLIT": None}
     tunables = {"THREADS": common.knob_values(knobs, "THREADS", (128, 256)),
                 "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (16, 32)), "SPLIT": [None, 1, 4, 16]}
+    wide = match.out_dtype in ("float16", "bfloat16")  # float32 outputs (sum_dim) keep their schedule's text
+    if wide:
+        constants["WIDE_COLS"], tunables["WIDE_COLS"] = True, [True, False]
     doc = (f"Candidate drafted by the built-in drafter (template row_reduction): {match.summary}"
            f"{', keepdim' if match.keepdim else ''}; float32 accumulation, output {match.out_dtype}. Knobs: THREADS, "
            f"PER_THREAD (values per thread in a tile).")
@@ -240,7 +241,6 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                f"                y, _ = reduce_cols_split(D, B, split, block_k, block_n, threads, {dt})(\n"
                f"                    {x_ref}.view(A, D, B))\n"
                f"        return y.view({out_shape})\n")
-    wide = match.out_dtype in ("float16", "bfloat16")  # float32 outputs (sum_dim) keep their schedule's text
     return common.header(doc, constants, tunables, match) + (SCHEDULE_WIDE if wide else SCHEDULE) + "\n\n" + \
         kernel("rows") + "\n\n" + \
         kernel("cols") + "\n\n" + split_kernel() + "\n\n" + common.model_class(match, forward)
