@@ -4,12 +4,15 @@ Usage:
     python bench/cubin_ab.py --options=--Ofast-compile=min [--only LABEL,...] [--trials 30] [--dims M=16384,B=4]
     python bench/cubin_ab.py --old DIR [--only ...]      # B: DIR/<arch>/<label>.cu (bench/codegen_golden.py --dump)
     python bench/cubin_ab.py --options=... --compile-only [--arch sm_90a]    # no GPU: NVRTC CPU seconds only
+    python bench/cubin_ab.py --ptx [--only ...]          # A: NVRTC's cubin, B: compiler.targets.ptx + ptxas
 
 The kernels: bench/codegen_golden.py's (every example at its check() config), dynamic dimensions set by ``--dims``
 (default M=16384, B=4, S=2048). B is the same source compiled with extra NVRTC options (``--options``, e.g.
 ``--Ofast-compile=min``), or the source of a ``--dump`` folder made at another commit (``--old``: only the labels whose
 source differs from A's, and only when both sources declare the same kernels, signatures, grid, block and shared
-memory, i.e. the same launch; others are skipped with the reason). For each kernel: NVRTC CPU seconds of a fresh
+memory, i.e. the same launch; others are skipped with the reason), or (``--ptx``) A is the CUDA C++ compiled by NVRTC
+and B the module's PTX (``compiler.targets.ptx``, nvJitLink's ptxas; kernels it does not cover are skipped with the
+reason; "cpu s" of B is the emitter's plus ptxas's). For each kernel: NVRTC CPU seconds of a fresh
 compile of each side, then (with a GPU) the outputs of both on the same random inputs (bit for bit, or the largest
 difference) and the median GPU time of each over ``--trials`` trials that alternate A and B (L2 flushed, host
 overhead hidden as in bench/memory_bound.py), and B/A. The last line is the summary (median B/A of compile CPU and of
@@ -54,6 +57,25 @@ def side_b(label: str, source: str, arch: str, options: tuple, a) -> tuple[str, 
     if _KERNEL.findall(old) != _KERNEL.findall(source):
         return "another launch (kernels, signature, grid, block or shared memory differ)"
     return old, options
+
+
+def side_ptx(kernel, arch: str, options: tuple) -> tuple[str, tuple, tuple[bytes, float]] | str:
+    """(PTX, options, (cubin, CPU seconds of the emitter and ptxas)) of side B with ``--ptx``, or why not."""
+    from tileagent.compiler import passes
+    from tileagent.compiler.runtime.ptxas import ptx_to_cubin
+    from tileagent.compiler.target import for_arch
+    from tileagent.compiler.targets.ptx import PtxUnsupported, generate
+
+    module = kernel.unit.module
+    if module is None or kernel.target.arch != arch:
+        module = passes.run(kernel.func, for_arch(arch, "sim"), kernel.options, until="lower_tile_ops").module
+    t0 = time.process_time()
+    try:
+        ptx = generate(module, arch, fast_math="--use_fast_math" in options)
+    except PtxUnsupported as e:
+        return f"not covered by the PTX emitter: {e}"
+    cubin = ptx_to_cubin(ptx, arch, cache=False)
+    return ptx, options, (cubin, time.process_time() - t0)
 
 
 def random_inputs(func, out_idx, dims: dict):
@@ -115,6 +137,7 @@ def main(argv=None) -> int:
     side = ap.add_mutually_exclusive_group(required=True)
     side.add_argument("--options", help="extra NVRTC options of side B")
     side.add_argument("--old", help="a bench/codegen_golden.py --dump folder: side B's sources")
+    side.add_argument("--ptx", action="store_true", help="side B: the PTX emitter and ptxas instead of NVRTC")
     ap.add_argument("--only", help="comma-separated labels (default: all)")
     ap.add_argument("--dims", default=DEFAULT_DIMS, help="values of dynamic dimensions, NAME=INT,...")
     ap.add_argument("--trials", type=int, default=30)
@@ -141,12 +164,12 @@ def main(argv=None) -> int:
         kernel = tileagent.compile(func, out_idx=impl.out_idx, target=target, pass_configs=impl.pass_configs)
         arch = a.arch if a.compile_only else kernel.target.arch
         source, options = kernel.get_kernel_source(), nvrtc_options(kernel.pass_configs)
-        b = side_b(label, source, arch, options, a)
+        b = side_ptx(kernel, arch, options) if a.ptx else side_b(label, source, arch, options, a)
         if isinstance(b, str):
             print(f"{label:34} skipped: {b}", flush=True)
             continue
         cubin_a, cpu_a = compile_cpu(source, arch, options)
-        cubin_b, cpu_b = compile_cpu(b[0], arch, b[1])
+        cubin_b, cpu_b = b[2] if a.ptx else compile_cpu(b[0], arch, b[1])
         cpu_ratios.append(cpu_b / cpu_a)
         row = f"{label:34} {cpu_a:8.3f} {cpu_b:8.3f}"
         if a.compile_only:

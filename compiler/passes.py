@@ -85,6 +85,7 @@ class Unit:
     kernels: tuple = ()  # KernelPlan per T.Kernel (plan_scratch onwards)
     module: object = None  # tir.DeviceModule (lower_tile_ops)
     source: str | None = None  # CUDA C++ (codegen_cuda)
+    ptx: str | None = None  # PTX (codegen_ptx), when compiler.targets.ptx covers the module
     cubin: bytes | None = None  # (nvrtc)
     timings: tuple = ()  # (pass name, seconds) in the order run
 
@@ -198,9 +199,38 @@ def _codegen_cuda(u: Unit) -> Unit:
     return replace(u, source=source)
 
 
+def _codegen_ptx(u: Unit) -> Unit:
+    from tileagent.compiler.runtime import ptxas
+    from tileagent.compiler.runtime.hooks import cuda_postproc
+    from tileagent.compiler.targets.ptx import PtxUnsupported, generate
+
+    if cuda_postproc() is not None or not ptxas.enabled(u.options.nvrtc_options):
+        return u
+    try:
+        ptx = generate(u.module, u.target.arch, fast_math="--use_fast_math" in u.options.nvrtc_options)
+    except PtxUnsupported as e:
+        log.debug("%s: compiled by NVRTC; the PTX emitter does not cover %s", u.func.name, e)
+        return u
+    return replace(u, ptx=ptx)
+
+
+def _ptxas(u: Unit) -> Unit:
+    from tileagent.compiler.runtime.ptxas import PtxasError, ptx_to_cubin
+
+    if u.ptx is None:
+        return u
+    try:
+        return replace(u, cubin=ptx_to_cubin(u.ptx, u.target.arch))
+    except PtxasError as e:  # the emitter's bug, not the program's: the CUDA C++ still compiles
+        log.warning("%s: %s; compiling the CUDA C++ with NVRTC instead", u.func.name, e)
+        return replace(u, ptx=None)
+
+
 def _nvrtc(u: Unit) -> Unit:
     from tileagent.compiler.runtime.nvrtc import compile_to_cubin
 
+    if u.cubin is not None:  # ptxas made it
+        return u
     return replace(u, cubin=compile_to_cubin(u.source, u.target.arch, u.options.nvrtc_options,
                                              timeout_s=u.options.nvrtc_timeout_s))
 
@@ -223,7 +253,11 @@ SM80 = (
                                           "A operands hoisted into registers"),
     Pass("lower_tile_ops", _lower_tile_ops, "tile IR -> thread IR: each tile op, T.Parallel nest and pipeline"),
     Pass("codegen_cuda", _codegen_cuda, "thread IR -> CUDA C++"),
-    Pass("nvrtc", _nvrtc, "CUDA C++ -> cubin for target.arch, under a time limit (E805)"),
+    Pass("codegen_ptx", _codegen_ptx, "thread IR -> PTX, for modules compiler.targets.ptx covers (memory-bound "
+                                      "kernels) when nvJitLink is here: NVVM skipped"),
+    Pass("ptxas", _ptxas, "PTX -> cubin for target.arch with nvJitLink"),
+    Pass("nvrtc", _nvrtc, "CUDA C++ -> cubin for target.arch, under a time limit (E805), for the modules without "
+                          "PTX"),
 )
 SM86 = SM89 = SM80
 SM90A = SM80  # Hopper passes (wgmma, TMA, warp specialization, mbarrier pipelines) join here: see docs/architecture.md
@@ -309,8 +343,10 @@ def render(unit: Unit, after: str) -> str:
         return "\n".join(print_device_kernel(k) for k in unit.module.kernels)
     if after == "codegen_cuda":
         return unit.source
-    if after == "nvrtc":
-        return f"cubin for {unit.target.arch}: {len(unit.cubin)} bytes"
+    if after == "codegen_ptx":
+        return unit.ptx if unit.ptx is not None else "(no PTX: NVRTC compiles the CUDA C++)"
+    if after in ("ptxas", "nvrtc"):
+        return f"cubin for {unit.target.arch}: {len(unit.cubin)} bytes" if unit.cubin else "(no cubin yet)"
     out = []
     for p in unit.kernels:
         out.append(f"kernel {p.name}: scratch {p.scratch_bytes} B" +

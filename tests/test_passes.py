@@ -19,7 +19,7 @@ from tileagent.compiler.runtime.launch import on_launch
 from tileagent.compiler.target import resolve
 
 ALL = ("check", "infer_layouts", "check_limits", "plan_scratch", "plan_pipelines", "insert_barriers", "plan_shared",
-       "plan_operands", "lower_tile_ops", "codegen_cuda", "nvrtc")
+       "plan_operands", "lower_tile_ops", "codegen_cuda", "codegen_ptx", "ptxas", "nvrtc")
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,618 @@
+"""Expressions of the thread IR as PTX instructions: registers, constants, arithmetic, conversions, intrinsics.
+
+In: thread-IR expressions (``compiler.tir``) with the variables of the kernel being emitted bound to values.
+Out: instructions appended to the kernel's body (``Values.out``) and, for each expression, a :class:`Val`: a virtual
+register (ptxas allocates the physical ones) or an immediate.
+Guarantees (the semantics of ``compiler.targets.cuda`` for the same IR, compiled by NVRTC with the same options):
+
+- float16/bfloat16 values live in 16-bit registers; their arithmetic is done in float32 and rounded back (``.rn``)
+  after every operation. Immediates are rounded to their dtype first. float32 instructions carry no rounding
+  modifier, so ptxas may contract ``a * b + c`` into an FMA as NVVM does; with ``fast_math`` they flush subnormals
+  (``.ftz``), division and square root are approximate and ``exp``/``log`` go through ``ex2``/``lg2``, as
+  ``--use_fast_math`` does. ``exp2`` is ``ex2.approx.ftz`` in both modes (``tl_exp2f``).
+- Integer ``/`` truncates; ``//`` and ``%`` floor (plain division when both sides are provably >= 0). The index of
+  a global access is computed in 64 bits with every narrower operand widened first, division excepted (32-bit,
+  then widened), as the CUDA target does.
+- Pure values are numbered: an operation whose operands and opcode were already computed in a dominating block is
+  not emitted again. Reads of a per-thread array element carry that element's version, so a write invalidates them.
+- ``&&``, ``||`` and ``?:`` whose skipped side reads memory are emitted with a branch, so that a guarded load is
+  never executed out of bounds.
+- Anything outside this subset raises :class:`PtxUnsupported` with the reason; the caller compiles the CUDA C++
+  instead (``compiler.targets.ptx``).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import torch
+
+from tileagent.compiler.dtypes import DType
+from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Unary, Var, as_expr
+from tileagent.compiler.tir import BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP
+
+
+class PtxUnsupported(Exception):
+    """The kernel uses something the PTX emitter does not cover (the message says what)."""
+
+
+# dtype -> register kind; the kind names the register file and the mov/ld/st type
+_KINDS = {"bool": "pred", "float16": "b16", "bfloat16": "b16", "int32": "b32", "uint32": "b32", "float32": "f32",
+          "int64": "b64", "uint64": "b64"}
+_PREFIX = {"pred": "%p", "b16": "%h", "b32": "%r", "f32": "%f", "b64": "%rd"}
+_ITYPE = {"int32": "s32", "uint32": "u32", "int64": "s64", "uint64": "u64"}
+_CMP = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
+_LOG2E, _LN2 = 1.4426950408889634, 0.6931471805599453
+
+
+@dataclass(frozen=True, slots=True)
+class Val:
+    """A value: ``text`` is a register or a PTX immediate; ``imm`` the Python value of an immediate (else None);
+    ``key`` what value numbering knows it by (a register read of a per-thread array element adds its version)."""
+
+    text: str
+    kind: str
+    imm: object = None
+    key: str = ""
+
+    @property
+    def ident(self) -> str:
+        return self.key or self.text
+
+
+def kind_of(dt) -> str:
+    k = _KINDS.get(str(dt))
+    if k is None:
+        raise PtxUnsupported(f"dtype {dt}")
+    return k
+
+
+def f32_bits(x: float) -> str:
+    return "0f%08X" % struct.unpack(">I", struct.pack(">f", x))[0]
+
+
+def _round(x: float, dt: str) -> float:
+    """``x`` rounded to the float dtype ``dt`` (float32, float16 or bfloat16; round to nearest even)."""
+    if dt == "float16":
+        return struct.unpack("<e", struct.pack("<e", x))[0] if abs(x) < 65520.0 or x != x else math.copysign(
+            math.inf, x)
+    try:
+        f = struct.unpack("<f", struct.pack("<f", x))[0]
+    except OverflowError:
+        f = math.copysign(math.inf, x)
+    if dt == "bfloat16":
+        f = torch.tensor(f, dtype=torch.bfloat16).float().item()
+    return f
+
+
+_INT_BITS = {"int32": (32, True), "uint32": (32, False), "int64": (64, True), "uint64": (64, False)}
+
+
+def _wrap(v: int, dt: str) -> int:
+    bits, signed = _INT_BITS[dt]
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if signed and v >> (bits - 1) else v
+
+
+def has_memory_load(e) -> bool:
+    """Whether evaluating ``e`` reads global or shared memory."""
+    if isinstance(e, Load):
+        return e.buffer.scope != "local" or any(has_memory_load(i) for i in e.indices)
+    if isinstance(e, Expr):
+        for name in getattr(e, "__slots__", ()):
+            c = getattr(e, name)
+            if isinstance(c, Expr) and has_memory_load(c):
+                return True
+            if isinstance(c, tuple) and any(has_memory_load(x) for x in c):
+                return True
+    return False
+
+
+class Values:
+    """Register allocation, value numbering and expression emission for one kernel. The kernel emitter
+    (``compiler.targets.ptx``) subclasses it and provides ``local_element`` and ``address``/``load_memory``."""
+
+    def __init__(self, fast_math: bool):
+        self.fast = fast_math
+        self.ftz = ".ftz" if fast_math else ""
+        self.out: list[str] = []
+        self.counts = {k: 0 for k in _PREFIX}
+        self.memo: list[dict] = [{}]
+        self.env: list[dict] = [{}]
+        self.nonneg_vars: set = set()
+        self.special: dict = {}  # id(SpecialVar) -> Val, filled by the kernel prologue
+        self.labels = 0
+        self.guard: Val | None = None  # the predicate of the if-converted branch being emitted
+        self.free: dict = {}  # id(expression) -> (expression, its variables or None when it reads memory)
+
+    # ---- registers, instructions, scopes
+
+    def reg(self, kind: str) -> str:
+        n = self.counts[kind]
+        self.counts[kind] = n + 1
+        return f"{_PREFIX[kind]}{n}"
+
+    def emit(self, line: str) -> None:
+        self.out.append("\t" + line)
+
+    def label(self) -> str:
+        self.labels += 1
+        return f"$L_{self.labels}"
+
+    def push(self, memo: bool = True) -> None:
+        """A new scope of names; with ``memo`` also of numbered values (code that may not run: a branch)."""
+        self.memo.append({} if memo else self.memo[-1])
+        self.env.append({})
+
+    def pop(self) -> None:
+        self.memo.pop()
+        self.env.pop()
+
+    def guarded(self, line: str) -> None:
+        """An instruction with an effect (a memory access, a register array write): under the guard of the
+        predicated ``if`` being emitted, if any."""
+        self.emit(f"@{self.guard.text} {line}" if self.guard is not None else line)
+
+    def bind(self, var, val: Val) -> None:
+        self.env[-1][var] = val
+
+    def op(self, kind: str, opcode: str, *args: Val, pure: bool = True) -> Val:
+        """``opcode d, args...`` into a new register of ``kind``, or the register that already holds it."""
+        key = (opcode, *(a.ident for a in args))
+        if pure:
+            for scope in reversed(self.memo):
+                hit = scope.get(key)
+                if hit is not None:
+                    return hit
+        d = self.reg(kind)
+        self.emit(f"{opcode} {d}, {', '.join(a.text for a in args)};")
+        v = Val(d, kind)
+        if pure:
+            self.memo[-1][key] = v
+        return v
+
+    def in_reg(self, v: Val) -> Val:
+        """An immediate moved into a register (for operand positions PTX wants a register in)."""
+        if v.imm is None:
+            return v
+        if v.kind == "pred":
+            return self.op("pred", "setp.ne.u32", self.imm(int(bool(v.imm)), "uint32"), self.imm(0, "uint32"))
+        return self.op(v.kind, f"mov.{v.kind}", v)
+
+    def imm(self, value, dt) -> Val:
+        if dt in _INT_BITS:
+            value = _wrap(int(value), dt)
+            return Val(str(value), _KINDS[dt], value)
+        if dt == "bool":
+            return Val("1" if value else "0", "pred", bool(value))
+        if dt == "float32":
+            value = _round(value, dt)
+            return Val(f32_bits(value), "f32", value)
+        if dt in ("float16", "bfloat16"):  # a 16-bit immediate: its bits
+            bits = torch.tensor(float(value), dtype=DType(dt).torch).view(torch.int16).item() & 0xFFFF
+            return Val(f"0x{bits:04X}", "b16", _round(value, dt))
+        raise PtxUnsupported(f"constant of dtype {dt}")
+
+    # ---- conversions
+
+    def to_f32(self, v: Val, dt: DType) -> Val:
+        """A float16/bfloat16/float32 value as float32."""
+        if dt == "float32":
+            return v
+        if v.imm is not None:
+            return self.imm(v.imm, "float32")
+        if dt == "float16":
+            return self.op("f32", "cvt.f32.f16", v)
+        wide = self.op("b32", "cvt.u32.u16", v)  # bfloat16: its bits are the top half of a float32
+        return self.op("f32", "mov.b32", self.op("b32", "shl.b32", wide, self.imm(16, "uint32")))
+
+    def from_f32(self, v: Val, dt: DType) -> Val:
+        if dt == "float32":
+            return v
+        if v.imm is not None:
+            return self.imm(v.imm, dt)
+        return self.op("b16", f"cvt.rn.{'f16' if dt == 'float16' else 'bf16'}.f32", v)
+
+    def convert(self, v: Val, src: DType, dst: DType) -> Val:
+        """The IR cast of ``v`` from ``src`` to ``dst`` (C's conversions; float -> int truncates)."""
+        src, dst = DType(src), DType(dst)
+        if src == dst:
+            return v
+        kind_of(src), kind_of(dst)
+        if dst.is_bool:
+            if src.is_float:
+                return self.cmp("!=", self.to_f32(v, src), self.imm(0.0, "float32"), DType("float32"))
+            return self.cmp("!=", v, self.imm(0, src), src)
+        if src.is_bool:
+            if v.imm is not None:
+                return self.imm(int(v.imm), dst) if dst.is_int else self.imm(float(v.imm), dst)
+            one, zero = (self.imm(1, dst), self.imm(0, dst)) if dst.is_int else \
+                (self.imm(1.0, "float32"), self.imm(0.0, "float32"))
+            r = self.op("f32" if dst.is_float else kind_of(dst), f"selp.{'f32' if dst.is_float else 'b' + str(dst.bits)}",
+                        one, zero, v)
+            return self.from_f32(r, dst) if dst.is_float else r
+        if src.is_float and dst.is_float:
+            return self.from_f32(self.to_f32(v, src), dst)
+        if src.is_int and dst.is_int:
+            if v.imm is not None:
+                return self.imm(v.imm, dst)
+            if src.bits == dst.bits:
+                return Val(v.text, v.kind, None, v.key)
+            if dst.bits < src.bits:
+                return self.op("b32", "cvt.u32.u64", v)
+            return self.op("b64", f"cvt.{_ITYPE[str(dst)][0]}64.{_ITYPE[str(src)]}", v)
+        if src.is_int:  # int -> float: float32 first; float16/bfloat16 from int goes through double in CUDA
+            if dst != "float32":
+                raise PtxUnsupported(f"conversion {src} -> {dst}")
+            if v.imm is not None:
+                return self.imm(float(v.imm), dst)
+            return self.op("f32", f"cvt.rn.f32.{_ITYPE[str(src)]}", v)
+        f = self.to_f32(v, src)  # float -> int truncates
+        if f.imm is not None:
+            import math
+            if not math.isfinite(f.imm):
+                raise PtxUnsupported("conversion of a non-finite constant to an integer")
+            return self.imm(int(f.imm), dst)
+        return self.op(kind_of(dst), f"cvt.rzi{self.ftz}.{_ITYPE[str(dst)]}.f32", f)
+
+    def widen(self, v: Val, dt: DType) -> Val:
+        """A 32-bit integer as the ``long long`` of C's conversion (sign- or zero-extended)."""
+        return self.convert(v, dt, DType("int64"))
+
+    # ---- expressions
+
+    def ev(self, e, wide: bool = False) -> Val:
+        """The value of ``e``; with ``wide``, an integer expression narrower than 64 bits is computed in 64 bits
+        (the global-index rule of the module docstring). A composite expression that reads no memory is looked up
+        by its node and the values of its variables first (the same guard in every unrolled trip is one lookup)."""
+        if not isinstance(e, Expr):
+            e = as_expr(e)
+        if type(e) in _COMPOSITE:
+            entry = self.free.get(id(e))
+            if entry is None:
+                entry = self.free[id(e)] = (e, _free_vars(e))  # holds e: its id stays its own
+            if entry[1] is not None:
+                key = ("ev", id(e), wide, *(self.var(v).ident for v in entry[1]))
+                for scope in reversed(self.memo):
+                    hit = scope.get(key)
+                    if hit is not None:
+                        return hit
+                v = self.ev_new(e, wide)
+                self.memo[-1][key] = v
+                return v
+        return self.ev_new(e, wide)
+
+    def ev_new(self, e: Expr, wide: bool) -> Val:
+        dt = e.dtype
+        if dt.is_int and dt.bits < 32:
+            raise PtxUnsupported(f"{dt} arithmetic")
+        w = wide and dt.is_int and dt.bits < 64
+        if isinstance(e, Const):
+            v = self.imm(e.value, dt)
+            return self.widen(v, dt) if w else v
+        if isinstance(e, Var):
+            v = self.var(e)
+            return self.widen(v, dt) if w else v
+        if isinstance(e, BinOp):
+            return self.binop(e, w)
+        if isinstance(e, Cmp):
+            return self.e_cmp(e)
+        if isinstance(e, Unary):
+            return self.unary(e, w)
+        if isinstance(e, Select):
+            return self.select(e, w)
+        if isinstance(e, Cast):
+            v = self.convert(self.ev(e.value), e.value.dtype, dt)
+            return self.widen(v, dt) if w else v
+        if isinstance(e, Load):
+            v = self.load(e)
+            return self.widen(v, dt) if w else v
+        if isinstance(e, Call):
+            return self.call(e, w)
+        raise PtxUnsupported(f"expression {type(e).__name__}")
+
+    def var(self, e: Var) -> Val:
+        for scope in reversed(self.env):
+            if e in scope:
+                return scope[e]
+        v = self.special.get(id(e))
+        if v is None and e.name in ("tid", "lane", "warp"):
+            v = self.special.get(id({"tid": THREAD, "lane": LANE, "warp": WARP}[e.name]))
+        if v is None:
+            raise PtxUnsupported(f"variable {e.name} is not bound")
+        return v
+
+    def nonneg(self, e) -> bool:
+        """Whether an integer expression is provably >= 0 (as ``compiler.targets.cuda``)."""
+        e = as_expr(e)
+        if isinstance(e, Const):
+            return e.value >= 0
+        if isinstance(e, Var):
+            return e in self.nonneg_vars or any(e is v for v in (THREAD, LANE, WARP) + BLOCK_IDX + GRID_DIM)
+        if isinstance(e, BinOp) and e.op in ("+", "*", "//", "%", "/"):
+            return self.nonneg(e.a) and self.nonneg(e.b)
+        if isinstance(e, Call) and e.name in ("min", "max"):
+            return all(self.nonneg(a) for a in e.args)
+        if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int:
+            return self.nonneg(e.value)
+        if isinstance(e, Select):
+            return self.nonneg(e.a) and self.nonneg(e.b)
+        return False
+
+    def binop(self, e: BinOp, w: bool) -> Val:
+        op, dt = e.op, e.dtype
+        if op in ("and", "or"):
+            return self.logical(e)
+        if dt.is_bool:
+            if op not in ("&", "|", "^"):
+                raise PtxUnsupported(f"operator {op} on bool")
+            a, b = self.ev(e.a), self.ev(e.b)
+            if a.imm is not None and b.imm is not None:
+                return self.imm({"&": a.imm and b.imm, "|": a.imm or b.imm, "^": a.imm != b.imm}[op], dt)
+            return self.op("pred", f"{ {'&': 'and', '|': 'or', '^': 'xor'}[op]}.pred", self.in_reg(a), self.in_reg(b))
+        if dt.is_float:
+            return self.float_binop(op, e.a, e.b, dt)
+        if op in ("//", "%") and w:  # divide in 32 bits, widen the quotient (as the CUDA target)
+            return self.widen(self.binop(e, False), dt)
+        cdt = DType("int64") if w else dt
+        a, b = self.ev(e.a, w), self.ev(e.b, w)
+        return self.int_binop(op, a, b, cdt, self.nonneg(e.a) and self.nonneg(e.b))
+
+    def int_binop(self, op: str, a: Val, b: Val, dt: DType, nonneg: bool) -> Val:
+        t, bits = _ITYPE[str(dt)], dt.bits
+        unsigned = t[0] == "u" or nonneg
+        if a.imm is not None and b.imm is not None:
+            return self.imm(_fold_int(op, a.imm, b.imm, dt), dt)
+        kind = kind_of(dt)
+        if op in ("+", "*", "&", "|", "^") and a.imm is not None:
+            a, b = b, a  # immediates as the last operand
+        if op in ("+", "-") and b.imm == 0:
+            return a
+        if op == "*" and b.imm == 1:
+            return a
+        simple = {"+": f"add.{t}", "-": f"sub.{t}", "*": f"mul.lo.{t}", "&": f"and.b{bits}", "|": f"or.b{bits}",
+                  "^": f"xor.b{bits}", "<<": f"shl.b{bits}", ">>": f"shr.{t}"}
+        if op in simple:
+            if op in ("<<", ">>"):
+                b = self.convert(b, dt, DType("uint32")) if b.kind != "b32" else b
+            return self.op(kind, simple[op], self.in_reg(a), b)
+        if op == "/" or (op in ("//", "%") and unsigned):
+            ut = ("u" if unsigned else t[0]) + str(bits)
+            return self.op(kind, f"{'rem' if op == '%' else 'div'}.{ut}", self.in_reg(a), b)
+        if op in ("//", "%"):  # floor: fix C's truncation when the remainder's sign differs from the divisor's
+            a = self.in_reg(a)
+            q = self.op(kind, f"div.{t}", a, b)
+            r = self.op(kind, f"rem.{t}", a, b)
+            nz = self.op("pred", f"setp.ne.{t}", r, self.imm(0, dt))
+            sign = self.op("pred", f"setp.lt.{t}", self.op(kind, f"xor.b{bits}", r, b), self.imm(0, dt))
+            fix = self.op("pred", "and.pred", nz, sign)
+            adj = self.op(kind, f"sub.{t}", q, self.imm(1, dt)) if op == "//" else self.op(kind, f"add.{t}", r, b)
+            return self.op(kind, f"selp.b{bits}", adj, q if op == "//" else r, fix)
+        raise PtxUnsupported(f"operator {op} on {dt}")
+
+    def float_binop(self, op: str, ea, eb, dt: DType) -> Val:
+        if dt not in ("float32", "float16", "bfloat16"):
+            raise PtxUnsupported(f"{dt} arithmetic")
+        a, b = self.to_f32(self.ev(ea), ea.dtype), self.to_f32(self.ev(eb), eb.dtype)
+        if op not in ("+", "-", "*", "/"):
+            raise PtxUnsupported(f"operator {op} on {dt}")
+        return self.from_f32(self.fop(op, a, b), dt)
+
+    def fop(self, op: str, a: Val, b: Val) -> Val:
+        """float32 ``a op b`` (no constant folding: the GPU's rounding and flushing decide)."""
+        if op == "/":
+            name = "div.approx.ftz.f32" if self.fast else "div.rn.f32"
+            return self.op("f32", name, self.in_reg(a), b)
+        if op in ("+", "*") and a.imm is not None:
+            a, b = b, a
+        name = {"+": "add", "-": "sub", "*": "mul"}[op]
+        return self.op("f32", f"{name}{self.ftz}.f32", self.in_reg(a), b)
+
+    def cmp(self, op: str, a: Val, b: Val, dt: DType) -> Val:
+        if dt.is_float:
+            t = f"{'neu' if op == '!=' else _CMP[op]}{self.ftz}.f32"
+        elif dt.is_bool:
+            if op not in ("==", "!="):
+                raise PtxUnsupported(f"comparison {op} of bools")
+            x = self.op("pred", "xor.pred", self.in_reg(a), self.in_reg(b))
+            return x if op == "!=" else self.op("pred", "not.pred", x)
+        else:
+            t = f"{_CMP[op]}.{_ITYPE[str(dt)]}"
+        if a.imm is not None and b.imm is not None and not dt.is_float:
+            return self.imm(_fold_cmp(op, a.imm, b.imm), "bool")
+        return self.op("pred", f"setp.{t}", self.in_reg(a), b)
+
+    def e_cmp(self, e: Cmp) -> Val:
+        da, db = e.a.dtype, e.b.dtype
+        if da.is_float or db.is_float:
+            return self.cmp(e.op, self.to_f32(self.ev(e.a), da), self.to_f32(self.ev(e.b), db), DType("float32"))
+        return self.cmp(e.op, self.ev(e.a), self.ev(e.b), da)
+
+    def unary(self, e: Unary, w: bool) -> Val:
+        dt = e.dtype
+        if e.op == "not" or (e.op == "~" and dt.is_bool):
+            a = self.ev(e.a)
+            return self.imm(not a.imm, dt) if a.imm is not None else self.op("pred", "not.pred", a)
+        if e.op == "-" and dt.is_float:
+            if dt not in ("float32", "float16", "bfloat16"):
+                raise PtxUnsupported(f"{dt} arithmetic")
+            a = self.to_f32(self.ev(e.a), e.a.dtype)
+            return self.from_f32(self.op("f32", f"neg{self.ftz}.f32", self.in_reg(a)), dt)
+        if e.op not in ("-", "~"):
+            raise PtxUnsupported(f"unary operator {e.op}")
+        cdt = DType("int64") if w else dt
+        a = self.ev(e.a, w)
+        if a.imm is not None:
+            return self.imm(-a.imm if e.op == "-" else ~a.imm, cdt)
+        name = f"neg.{_ITYPE[str(cdt)].replace('u', 's')}" if e.op == "-" else f"not.b{cdt.bits}"
+        return self.op(kind_of(cdt), name, a)
+
+    def logical(self, e: BinOp) -> Val:
+        """``&&`` / ``||``; the right side is evaluated only when it decides, if it reads memory."""
+        a = self.ev(e.a)
+        if a.imm is not None:
+            if bool(a.imm) == (e.op == "or"):
+                return a
+            return self.ev(e.b)
+        if not has_memory_load(e.b):
+            return self.op("pred", f"{e.op}.pred", a, self.in_reg(self.ev(e.b)))
+        res = self.reg("pred")
+        self.emit(f"mov.pred {res}, {a.text};")
+        skip = self.label()
+        self.emit(f"@{'' if e.op == 'or' else '!'}{a.text} bra {skip};")
+        self.push()
+        b = self.in_reg(self.ev(e.b))
+        self.emit(f"mov.pred {res}, {b.text};")
+        self.pop()
+        self.out.append(f"{skip}:")
+        return Val(res, "pred")
+
+    def select(self, e: Select, w: bool) -> Val:
+        c = self.ev(e.cond)
+        dt = DType("int64") if w else e.dtype
+        if c.imm is not None:
+            return self.ev(e.a if c.imm else e.b, w)
+        kind = kind_of(dt)
+        if not (has_memory_load(e.a) or has_memory_load(e.b)):
+            a, b = self.ev(e.a, w), self.ev(e.b, w)
+            if kind == "pred":
+                return self.op("pred", "or.pred", self.op("pred", "and.pred", c, self.in_reg(a)),
+                               self.op("pred", "and.pred", self.op("pred", "not.pred", c), self.in_reg(b)))
+            t = {"b16": "b16", "b32": "b32", "f32": "f32", "b64": "b64"}[kind]
+            return self.op(kind, f"selp.{t}", self.in_reg(a), b, c)
+        res, other, end = self.reg(kind), self.label(), self.label()
+        self.emit(f"@!{c.text} bra {other};")
+        for branch, last in ((e.a, False), (e.b, True)):
+            self.push()
+            v = self.ev(branch, w)
+            self.emit(f"mov.{kind} {res}, {(self.in_reg(v) if kind == 'pred' else v).text};")
+            self.pop()
+            if not last:
+                self.emit(f"bra {end};")
+                self.out.append(f"{other}:")
+        self.out.append(f"{end}:")
+        return Val(res, kind)
+
+    def call(self, e: Call, w: bool) -> Val:
+        name, dt = e.name, e.dtype
+        if name == "shfl_xor":
+            return self.shfl_xor(e)
+        if name == "reinterpret":
+            src = e.args[0].dtype
+            if dt.bits != src.bits or kind_of(dt) == "pred" or dt.bits not in (32, 64):
+                raise PtxUnsupported(f"reinterpret {src} -> {dt}")
+            v = self.in_reg(self.ev(e.args[0]))
+            return self.op(kind_of(dt), f"mov.b{dt.bits}", v)
+        if not dt.is_float:
+            if name in ("floor", "ceil") or (name == "abs" and dt.startswith("uint")):
+                return self.ev(e.args[0], w)
+            if name not in ("min", "max", "abs"):
+                raise PtxUnsupported(f"{name} on {dt}")
+            cdt = DType("int64") if w else dt
+            args = [self.ev(a, w) for a in e.args]
+            t = _ITYPE[str(cdt)]
+            if name == "abs":
+                return self.op(kind_of(cdt), f"abs.{t}", self.in_reg(args[0]))
+            return self.op(kind_of(cdt), f"{name}.{t}", self.in_reg(args[0]), args[1])
+        if dt not in ("float32", "float16", "bfloat16"):
+            raise PtxUnsupported(f"{name} on {dt}")
+        args = [self.in_reg(self.to_f32(self.ev(a), a.dtype)) for a in e.args]
+        return self.from_f32(self.math(name, args), dt)
+
+    def math(self, name: str, args: list[Val]) -> Val:
+        x, ftz = args[0], self.ftz
+        if name == "exp2":
+            return self.op("f32", "ex2.approx.ftz.f32", x)
+        if name == "rsqrt":
+            return self.op("f32", f"rsqrt.approx{ftz}.f32", x)
+        if name == "sqrt":
+            return self.op("f32", "sqrt.approx.ftz.f32" if self.fast else "sqrt.rn.f32", x)
+        if name == "abs":
+            return self.op("f32", f"abs{ftz}.f32", x)
+        if name in ("min", "max"):
+            return self.op("f32", f"{name}{ftz}.f32", x, args[1])
+        if name in ("floor", "ceil"):
+            return self.op("f32", f"cvt.{'rmi' if name == 'floor' else 'rpi'}{ftz}.f32.f32", x)
+        if self.fast and name == "exp":
+            return self.op("f32", "ex2.approx.ftz.f32", self.fop("*", x, self.imm(_LOG2E, "float32")))
+        if self.fast and name == "log2":
+            return self.op("f32", "lg2.approx.ftz.f32", x)
+        if self.fast and name == "log":
+            return self.fop("*", self.op("f32", "lg2.approx.ftz.f32", x), self.imm(_LN2, "float32"))
+        if self.fast and name == "sigmoid":
+            e = self.op("f32", "ex2.approx.ftz.f32", self.fop("*", x, self.imm(-_LOG2E, "float32")))
+            return self.fop("/", self.imm(1.0, "float32"), self.fop("+", e, self.imm(1.0, "float32")))
+        raise PtxUnsupported(f"{name} ({'fast math' if self.fast else 'IEEE'}) is left to NVVM's libdevice")
+
+    def shfl_xor(self, e: Call) -> Val:
+        value, mask, width = e.args
+        dt = value.dtype
+        m, wd = self.ev(mask), self.ev(width)
+        if m.imm is None or wd.imm is None:
+            raise PtxUnsupported("shfl_xor with a runtime lane mask or width")
+        c = Val(str(((32 - int(wd.imm)) << 8) | 0x1F), "b32", ((32 - int(wd.imm)) << 8) | 0x1F)
+        v = self.ev(value)
+        if dt in ("float16", "bfloat16"):  # the 16-bit value in a 32-bit lane: exact through float32
+            f = self.in_reg(self.to_f32(v, dt))
+            r = self.op("f32", "shfl.sync.bfly.b32", f, Val(str(m.imm), "b32", m.imm), c, Val("-1", "b32", -1),
+                        pure=False)
+            return self.from_f32(r, dt)
+        if kind_of(dt) not in ("b32", "f32"):
+            raise PtxUnsupported(f"shfl_xor of {dt}")
+        return self.op(kind_of(dt), "shfl.sync.bfly.b32", self.in_reg(v), Val(str(m.imm), "b32", m.imm), c,
+                       Val("-1", "b32", -1), pure=False)
+
+    # ---- memory (the kernel emitter implements these)
+
+    def load(self, e: Load) -> Val:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+_COMPOSITE = (BinOp, Cmp, Unary, Select, Cast, Call)
+
+
+def _free_vars(e) -> tuple | None:
+    """The variables ``e`` mentions, or None when it loads (memory or a register array) or shuffles."""
+    out: dict = {}
+
+    def visit(x) -> bool:
+        if isinstance(x, Var):
+            out[id(x)] = x
+            return True
+        if isinstance(x, Load) or (isinstance(x, Call) and x.name == "shfl_xor"):
+            return False
+        for name in getattr(x, "__slots__", ()):
+            c = getattr(x, name)
+            for y in (c if isinstance(c, tuple) else (c,)):
+                if isinstance(y, Expr) and not visit(y):
+                    return False
+        return True
+
+    return tuple(out.values()) if visit(e) else None
+
+
+def _fold_int(op: str, a: int, b: int, dt: DType) -> int:
+    if op in ("/", "//", "%") and b == 0:
+        raise PtxUnsupported("integer division by a constant zero")
+    if op == "/":
+        q = abs(a) // abs(b)
+        return q if (a >= 0) == (b >= 0) else -q
+    table = {"+": a + b, "-": a - b, "*": a * b, "&": a & b, "|": a | b, "^": a ^ b}
+    if op in table:
+        return table[op]
+    if op == "//":
+        return a // b
+    if op == "%":
+        return a % b
+    bits, signed = _INT_BITS[str(dt)]
+    if op == "<<":
+        return a << (b % bits)
+    if op == ">>":
+        return a >> (b % bits) if signed else (a % (1 << bits)) >> (b % bits)
+    raise PtxUnsupported(f"operator {op} on {dt}")
+
+
+def _fold_cmp(op: str, a, b) -> bool:
+    return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b, "!=": a != b}[op]
