@@ -47,8 +47,12 @@ class _Checker:
                 raise ScopeError(f"{_op_name(s)} inside T.Parallel", code="E502",
                                  hint="T.Parallel bodies hold element statements; move the tile op out of the loop")
         if isinstance(s, Kernel):
+            self.thread_vars = _thread_dependent(s) if s.thread_vars else ()
             self.body(s.body, True, (), True)
+            self.thread_vars = ()
         elif isinstance(s, Parallel):
+            if getattr(self, "thread_vars", ()):
+                _per_thread_parallel(s, self.thread_vars)
             if in_par:
                 raise ScopeError("T.Parallel nested inside T.Parallel", code="E506",
                                  hint="only a perfect nest is allowed (the inner T.Parallel the outer one's only "
@@ -143,6 +147,37 @@ class _Checker:
                              f"{dst.buffer.name} {tuple(dst.extents)}", code="E402",
                              hint="both sides must have the same extents once size-1 dims are dropped; "
                                   "check the slice bounds and the tile shape")
+
+
+def _thread_dependent(k: Kernel) -> tuple:
+    """The kernel's thread variables and the Let-bound variables computed from them."""
+    from tileagent.compiler.ir.visit import walk
+
+    found = list(k.thread_vars)
+    for x in walk(k.body):
+        if isinstance(x, Let) and depends_on(x.value, found):
+            found.append(x.var)
+    return tuple(found)
+
+
+def _per_thread_parallel(s: Parallel, thread_vars: tuple) -> None:
+    """In a kernel with per-thread code a T.Parallel loop is still split over the threads by its layout, so it may
+    not read a thread index or a per-thread local (E509)."""
+    from tileagent.compiler.ir.visit import stmt_exprs, walk
+    from tileagent.compiler.lower.smem import buffers_used
+
+    for x in walk(s.body):
+        for e in stmt_exprs(x):
+            if depends_on(e, thread_vars):
+                raise ScopeError("T.Parallel reads a thread index (T.get_thread_binding): the loop's iterations are "
+                                 "spread over the threads by its layout", code="E509",
+                                 hint="index per-thread work with the thread index in T.serial loops, or write the "
+                                      "work as a T.Parallel loop without it")
+        local = sorted(b.name for b in buffers_used(x) if b.scope in ("local", "var"))
+        if local:
+            raise ScopeError(f"T.Parallel uses the per-thread local '{local[0]}' in a kernel with per-thread code "
+                             f"(T.get_thread_binding)", code="E509",
+                             hint="use a fragment (T.alloc_fragment) inside T.Parallel, or a T.serial loop")
 
 
 def _op_name(s) -> str:

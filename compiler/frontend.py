@@ -495,18 +495,21 @@ class _Parser(ExpressionParser):
         elif target is not None:
             for n, v in zip(names, block_vars):
                 self.bind(n, v)
-        from tileagent.compiler.language.extras import CURRENT_BLOCK_VARS
+        from tileagent.compiler.language.extras import CURRENT_BLOCK_VARS, CURRENT_THREAD_VARS, ThreadBindings
 
         self.kernel_depth += 1
         token = CURRENT_BLOCK_VARS.set(block_vars)  # for T.get_block_binding
+        threads = ThreadBindings(spec.threads)
+        thread_token = CURRENT_THREAD_VARS.set(threads)  # for T.get_thread_binding
         try:
             body = self.body(node.body, new_scope=False)
         finally:
             CURRENT_BLOCK_VARS.reset(token)
+            CURRENT_THREAD_VARS.reset(thread_token)
             self.kernel_depth -= 1
             self.scopes.pop()
         grid = tuple(spec.grid)
-        self.emit(Kernel(grid, spec.threads, block_vars, body), node)
+        self.emit(Kernel(grid, spec.threads, block_vars, body, thread_vars=threads.vars if threads.used else ()), node)
 
     def stmt_For(self, node: ast.For):
         from tileagent.compiler.language.loops import LoopSpec

@@ -50,6 +50,8 @@ class _Interpreter:
                 self.env[p] = v
         self.shapes: dict[Buffer, tuple[int, ...]] = {b: tuple(t.shape) for b, t in self.mem.items()}
         self.active = None  # the lanes of a T.Parallel nest that a runtime `if` leaves running (None: all)
+        self.lanes = None  # per-thread kernels (T.get_thread_binding): arange(threads), one lane per thread
+        self.lane_bufs: set = set()  # their local/var buffers: one copy per lane, stored [threads, *shape]
 
     # -- statements ------------------------------------------------------------------------------------------
     def stmt(self, s, mask) -> None:
@@ -65,23 +67,40 @@ class _Interpreter:
 
     def kernel(self, s: Kernel, mask) -> None:
         grid = [int(self.ev(g)) for g in s.grid]
-        for idx in itertools.product(*(range(g) for g in reversed(grid))):
-            for var, value in zip(s.block_vars, reversed(idx)):
+        if s.thread_vars:  # per-thread code: every statement runs for all threads at once, vectorized over lanes
+            tx, ty, _ = s.threads
+            self.lanes = torch.arange(s.num_threads, dtype=torch.int64)
+            for var, value in zip(s.thread_vars, (self.lanes % tx, self.lanes // tx % ty, self.lanes // (tx * ty))):
                 self.env[var] = value
-            self.body(s.body, None)
+        try:
+            for idx in itertools.product(*(range(g) for g in reversed(grid))):
+                for var, value in zip(s.block_vars, reversed(idx)):
+                    self.env[var] = value
+                self.body(s.body, None)
+        finally:
+            self.lanes = None
 
     def alloc(self, s: Alloc, mask) -> None:
         b = s.buffer
+        lanes = self.lanes is not None and b.scope in ("local", "var")
+        shape = ((len(self.lanes),) if lanes else ()) + tuple(b.shape)
         if s.init is not None:
-            self.mem[b] = as_tensor(self.ev(s.init), b.dtype).to(b.dtype.torch).reshape(1).clone()
+            self.mem[b] = as_tensor(self.ev(s.init), b.dtype).to(b.dtype.torch).expand(shape).clone()
         elif b.dtype.is_float:
-            self.mem[b] = torch.full(b.shape, float("nan"), dtype=b.dtype.torch)
+            self.mem[b] = torch.full(shape, float("nan"), dtype=b.dtype.torch)
         else:
-            self.mem[b] = torch.full(b.shape, _INT_POISON if b.dtype.bits >= 32 else 0, dtype=b.dtype.torch)
+            self.mem[b] = torch.full(shape, _INT_POISON if b.dtype.bits >= 32 else 0, dtype=b.dtype.torch)
         self.shapes[b] = tuple(b.shape)
+        if lanes:
+            self.lane_bufs.add(b)
+        else:
+            self.lane_bufs.discard(b)
 
     def for_(self, s: For, mask) -> None:
-        start, extent, step = int(self.ev(s.start)), int(self.ev(s.extent)), int(self.ev(s.step))
+        bounds = [self.ev(x) for x in (s.start, s.extent, s.step)]
+        if any(isinstance(x, torch.Tensor) and x.numel() > 1 and bool((x != x.reshape(-1)[0]).any()) for x in bounds):
+            raise KernelFault(f"the loop over '{s.var.name}' has bounds that differ between threads", s.span)
+        start, extent, step = (int(x.reshape(-1)[0]) if isinstance(x, torch.Tensor) else int(x) for x in bounds)
         for k in range(extent):
             self.env[s.var] = start + k * step
             self.body(s.body, mask)
@@ -144,6 +163,9 @@ class _Interpreter:
         return out
 
     def read_region(self, r: Region, span) -> torch.Tensor:
+        if r.buffer in self.lane_bufs:
+            raise KernelFault(f"a tile op reads '{r.buffer.name}', a per-thread local of a kernel with per-thread "
+                              f"code (T.get_thread_binding); read it element by element", span)
         t = self.mem[r.buffer]
         clip = self._clip(r, span)
         if all(lo == s and hi == s + n for (s, lo, hi), n in zip(clip, r.extents)):
@@ -156,6 +178,12 @@ class _Interpreter:
     def write_region(self, r: Region, tile: torch.Tensor, span) -> None:
         t = self.mem[r.buffer]
         clip = self._clip(r, span)
+        if r.buffer in self.lane_bufs:  # T.fill / T.clear of a per-thread local: the same tile in every thread
+            if self.active is not None:
+                raise KernelFault(f"a tile op writes the per-thread local '{r.buffer.name}' under a condition that "
+                                  f"differs between threads", span)
+            t[(slice(None),) + tuple(slice(lo, hi) for _, lo, hi in clip)] = tile
+            return
         if all(hi > lo for _, lo, hi in clip):
             t[tuple(slice(lo, hi) for _, lo, hi in clip)] = tile[tuple(slice(lo - s, hi - s) for s, lo, hi in clip)]
 
@@ -185,6 +213,8 @@ class _Interpreter:
         t = self.mem[buf]
         if inb is not None:
             idx = [torch.as_tensor(i).clamp(0, n - 1) for i, n in zip(idx, self.shapes[buf])]
+        if buf in self.lane_bufs:  # each thread reads its own copy
+            idx = [self.lanes] + [torch.as_tensor(i) for i in idx]
         if all(isinstance(i, int) for i in idx):
             return t[tuple(idx)].clone()
         val = t[tuple(torch.as_tensor(i) for i in idx)]
@@ -197,6 +227,8 @@ class _Interpreter:
         idx, inb = self._element_indices(buf, indices, span)
         t = self.mem[buf]
         value = as_tensor(value, buf.dtype)
+        if buf in self.lane_bufs:  # each thread writes its own copy
+            idx = [self.lanes] + [torch.as_tensor(i) for i in idx]
         if accumulate in ("max", "min"):
             self._atomic_extreme(t, idx, value, mask if inb is None else (inb if mask is None else mask & inb),
                                  accumulate)

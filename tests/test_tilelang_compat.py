@@ -29,7 +29,7 @@ SMALL = {  # the programs CI runs, in their folders under EXAMPLES
     "example_grouped_gemm_fwd.py": "grouped_gemm", "example_gemm_persistent.py": "gemm",
     "example_dequant_gemm_fp4_hopper.py": "dequantize_gemm", "example_convolution.py": "convolution",
     "example_convolution_autotune.py": "convolution", "example_tilelang_gemm_fp8.py": "gemm_fp8",
-    "example_dequant_gemm_w4a8.py": "dequantize_gemm"}
+    "example_dequant_gemm_w4a8.py": "dequantize_gemm", "example_gemv.py": "gemv"}
 
 
 @pytest.fixture
@@ -1326,3 +1326,117 @@ def test_int8_gemm_wraps_like_int32_and_mn_major_8bit_operands_are_E602(tilelang
     with pytest.raises(CompileError) as e:
         tilelang.compile(ns["mm"].get_tir(32, 32, 64, False), out_idx=[2], target="cuda:sm_90a").cubin()
     assert e.value.code == "E602" and "needs K-major 8-bit operands" in str(e.value.notes), e.value.notes
+
+
+# -- per-thread (SIMT) code: T.get_thread_binding ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, config", [
+    ("naive_gemv", dict(BLOCK_N=128, BLOCK_K=128)), ("naive_splitk_gemv", dict(BLOCK_N=32, BLOCK_K=32)),
+    ("splitk_gemv", dict(BLOCK_N=32, BLOCK_K=32, reduce_threads=32)),
+    ("splitk_gemv_vectorized", dict(BLOCK_N=2, reduce_threads=32))])
+def test_gemv_example_per_thread_kernels(tilelang, name, config):
+    """TileLang's GEMV example's SIMT kernels (T.get_thread_binding on threads=(n, k) blocks, per-thread locals,
+    shared memory indexed by the thread, a thread-dependent `if tk == 0`, T.atomic_add into shared): the program's
+    own check (``check_correctness_and_bench``: the profiler against ``x @ y.T``) on the CPU with the GPU lowering
+    checked; the SIMT emulator of the CUDA lowering (which fails on a barrier some threads skip, or a shared-memory
+    race) gives the same values; the CUDA compiles for sm_90a."""
+    pytest.importorskip("tvm")  # the compat layer's stand-in: the program imports `from tvm import DataType`
+    ns = load_script(EXAMPLES / SMALL["example_gemv.py"] / "example_gemv.py")
+    with compile_defaults(lowering_check=True):
+        kernel = ns[name].compile(N=128, K=256, **config)
+    ns["check_correctness_and_bench"](kernel, 128, 256, do_bench=False)
+    gen = torch.Generator().manual_seed(4)
+    a, b = torch.randn(256, generator=gen).half(), torch.randn(128, 256, generator=gen).half()
+    emulated = tilelang.compile(kernel.func, out_idx=list(kernel.out_idx), target="sim")(a, b)
+    torch.testing.assert_close(emulated, kernel(a, b), rtol=1e-3, atol=1e-3)
+    if name == "splitk_gemv":
+        cuda = tilelang.compile(kernel.func, out_idx=list(kernel.out_idx), target="cuda:sm_90a")
+        src = cuda.get_kernel_source()
+        assert "const int tk = ty;" in src and "if (tk == 0) {\n    C_shared[tn] = 0.0f;\n  }" in src
+        assert cuda.cubin()[:4] == b"\x7fELF"
+
+
+def test_per_thread_code_semantics_on_every_target(tilelang, tmp_path):
+    """Per-thread code: threadIdx of a (4, 8, 2) block, each thread's own locals, a divergent `if` guarding shared
+    stores (its barrier placed before it, never inside), a loop-carried per-thread value, T.thread_binding's value
+    form; the interpreter, the emulator of the CUDA lowering and torch agree."""
+    path = _write(tmp_path, "simt.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[1])
+        def simt(n):
+            @T.prim_func
+            def main(X: T.Tensor((n, 64), "float32"), Y: T.Tensor((n, 64), "float32")):
+                with T.Kernel(n, threads=(4, 8, 2)) as bx:
+                    tx, ty, tz = T.get_thread_bindings()
+                    lin = T.thread_binding(0, 4, thread="threadIdx.x") + ty * 4 + tz * 32
+                    acc = T.alloc_local((2,), "float32")
+                    S = T.alloc_shared((64,), "float32")
+                    T.clear(acc)
+                    for k in T.serial(3):
+                        acc[0] += X[bx, lin] * (k + 1)
+                    acc[1] = acc[0] + lin
+                    if lin % 3 == 0:
+                        S[63 - lin] = acc[1]
+                    else:
+                        S[63 - lin] = -acc[1]
+                    Y[bx, lin] = S[lin] + T.get_thread_binding(2)
+            return main
+        """)
+    ns = load_script(path)
+    x = torch.randn(3, 64)
+    lin = torch.arange(64, dtype=torch.float32)
+    val = x * 6 + lin
+    s = torch.where(lin % 3 == 0, val, -val).flip(-1)  # S[63 - l] written by thread l, read by thread 63 - l
+    expect = s + (torch.arange(64) // 32).float()
+    for target in ("cpu", "sim"):
+        kernel = tilelang.compile(ns["simt"].get_tir(3), out_idx=[1], target=target)
+        torch.testing.assert_close(kernel(x), expect, rtol=1e-5, atol=1e-5)
+    src = tilelang.compile(ns["simt"].get_tir(3), out_idx=[1], target="cuda:sm_90a").get_kernel_source()
+    # the divergent branch holds no barrier; the one its shared stores need comes after it, before the reads
+    assert ("  if ((lin % 3) == 0) {\n    S[63 - lin] = acc[1];\n  } else {\n    S[63 - lin] = -acc[1];\n  }\n"
+            "  __syncthreads();\n") in src, src
+
+
+def test_per_thread_code_errors(tilelang, tmp_path):
+    path = _write(tmp_path, "simt_bad.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit
+        def bad(which):
+            @T.prim_func
+            def main(X: T.Tensor((128,), "float32")):
+                with T.Kernel(1, threads=128) as bx:
+                    tx = T.get_thread_binding()
+                    F = T.alloc_fragment((128,), "float32")
+                    L = T.alloc_local((1,), "float32")
+                    if which == 0:
+                        for i in T.Parallel(128):
+                            F[i] = X[tx]
+                    elif which == 1:
+                        for i in T.Parallel(128):
+                            F[i] = L[0]
+                    elif which == 2:
+                        y = T.get_thread_binding(3)
+                    else:
+                        y = T.thread_binding(0, 64, thread="threadIdx.x")
+            return main
+        """)
+    ns = load_script(path)
+    for which, code, words in ((0, "E509", "T.Parallel reads a thread index"),
+                               (1, "E509", "T.Parallel uses the per-thread local 'L'"),
+                               (2, "E301", "T.get_thread_binding: dim must be 0, 1 or 2, got 3"),
+                               (3, "E301", "the kernel has 128 threads along threadIdx.x, not 64")):
+        with pytest.raises(CompileError) as e:
+            ns["bad"](which)
+        assert e.value.code == code and words in e.value.message, e.value.message
+    import tilelang.language as T
+
+    with pytest.raises(CompileError) as e:
+        T.shfl_xor
+    assert e.value.code == "E701" and "warp-level SIMT code" in e.value.message

@@ -79,6 +79,9 @@ class Kernel(Stmt):
     block_vars: tuple[Var, ...]
     body: tuple[Stmt, ...]
     span: Span | None = None
+    # per-thread code: the threadIdx.x/y/z variables T.get_thread_binding handed out (all three), or () when the
+    # body never asked for one. Such a kernel's statements run on every thread (see compiler.interp, compiler.lower)
+    thread_vars: tuple[Var, ...] = ()
 
     @property
     def num_threads(self) -> int:

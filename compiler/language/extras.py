@@ -13,6 +13,7 @@ import logging
 
 from tileagent.compiler.diagnostics import DSLSyntaxError, DSLTypeError, UnsupportedError
 from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
+from tileagent.compiler.ir.expr import Var, make_binop
 from tileagent.compiler.language.kernel import AllocSpec, _dtype, _shape
 from tileagent.compiler.language.loops import LoopSpec, unroll
 from tileagent.compiler.language.math import cast, max as _max, min as _min
@@ -42,6 +43,59 @@ def get_block_binding(dim: int = 0):
         raise DSLTypeError(f"T.get_block_binding: dim must be 0..{len(block_vars) - 1} for this {len(block_vars)}-d "
                            f"grid, got {dim!r}", code="E301")
     return block_vars[dim]
+
+
+class ThreadBindings:
+    """The threadIdx variables of the T.Kernel being parsed; ``used`` once T.get_thread_binding handed one out."""
+
+    def __init__(self, threads: tuple):
+        self.threads = tuple(threads)
+        self.vars = tuple(Var(n, DType("int32")) for n in ("tx", "ty", "tz"))
+        self.used = False
+
+
+CURRENT_THREAD_VARS: contextvars.ContextVar = contextvars.ContextVar("tileagent_thread_vars", default=None)
+
+
+def _thread_bindings(what: str) -> ThreadBindings:
+    bindings = CURRENT_THREAD_VARS.get()
+    if bindings is None:
+        raise DSLSyntaxError(f"{what} outside T.Kernel", code="E505")
+    bindings.used = True
+    return bindings
+
+
+def get_thread_binding(dim: int = 0):
+    """``T.get_thread_binding(dim)``: threadIdx along ``dim`` (0, 1, 2: x, y, z of ``threads=(x, y, z)``) of the
+    enclosing T.Kernel. The kernel becomes per-thread (SIMT) code: every statement outside T.Parallel runs on every
+    thread, locals are each thread's own (docs/dsl.md, "Per-thread code")."""
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < 3:
+        raise DSLTypeError(f"T.get_thread_binding: dim must be 0, 1 or 2, got {dim!r}", code="E301")
+    return _thread_bindings("T.get_thread_binding").vars[dim]
+
+
+def get_thread_bindings():
+    """threadIdx.x, .y, .z of the enclosing T.Kernel (see ``get_thread_binding``)."""
+    return list(_thread_bindings("T.get_thread_bindings").vars)
+
+
+_THREAD_AXES = {"threadIdx.x": 0, "threadIdx.y": 1, "threadIdx.z": 2}
+
+
+def thread_binding(start, stop=None, thread: str = "threadIdx.x", annotations=None):
+    """TileLang's ``T.thread_binding(start, stop, thread="threadIdx.x")`` as a value: ``start`` + threadIdx along
+    ``thread``, whose extent in the enclosing T.Kernel must be ``stop - start`` (E301 otherwise)."""
+    if stop is None:
+        start, stop = 0, start
+    dim = _THREAD_AXES.get(thread)
+    if dim is None:
+        raise DSLTypeError(f"T.thread_binding: thread must be one of {', '.join(_THREAD_AXES)}, got {thread!r}",
+                           code="E301", hint="blockIdx bindings are the variables T.Kernel binds")
+    bindings = _thread_bindings("T.thread_binding")
+    if isinstance(start, int) and isinstance(stop, int) and stop - start != bindings.threads[dim]:
+        raise DSLTypeError(f"T.thread_binding({start}, {stop}, {thread!r}): the kernel has {bindings.threads[dim]} "
+                           f"threads along {thread}, not {stop - start}", code="E301")
+    return make_binop("+", bindings.vars[dim], start) if start else bindings.vars[dim]
 
 
 def get_block_bindings():

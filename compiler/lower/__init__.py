@@ -25,7 +25,7 @@ from tileagent.compiler.lower.context import LowerContext
 from tileagent.compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
 from tileagent.compiler.lower.pipeline import SoftwarePipeline, lower_pipeline
 from tileagent.compiler.tileops import op_for
-from tileagent.compiler.tir import BLOCK_IDX, GRID_DIM, Barrier, Declare, DeviceKernel, DeviceModule
+from tileagent.compiler.tir import BLOCK_IDX, GRID_DIM, THREAD, Barrier, Declare, DeviceKernel, DeviceModule
 
 log = logging.getLogger("tileagent.compiler")
 
@@ -78,7 +78,8 @@ def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True) -> Devi
     for var, extent in zip(k.block_vars, k.grid):
         n = static_int(extent)
         ctx.ranges[var] = (0, n - 1 if n is not None else 2**31 - 1)
-    stmts = _block_indices(k, plan.body, ctx) + _Lowering(ctx).body(_barriers_before(plan.body, shared.reuse_points))
+    stmts = _block_indices(k, plan.body, ctx) + _thread_indices(k, ctx) + _Lowering(ctx).body(
+        _barriers_before(plan.body, shared.reuse_points))
     shared_bytes, offsets, maps = shared.total_bytes, ctx.shared_offsets(), ()
     if ctx.tma is not None:  # mbarriers after the arena's buffers, their init and the phase registers first
         placed = finish_kernel(ctx.tma, shared_bytes, offsets, shared.base_align,
@@ -134,6 +135,19 @@ def _block_indices(k: Kernel, body, ctx=None) -> list:
         outer = make_binop("//", off, width)
         raw[0], raw[1] = (outer, inner) if swizzle.order == "row" else (inner, outer)
     return [Let(v, r, k.span) for v, r in zip(k.block_vars, raw)]
+
+
+def _thread_indices(k: Kernel, ctx) -> list:
+    """Per-thread code (T.get_thread_binding): Let-bind threadIdx.x/y/z from the linear thread index (the launch's
+    block is (x, y, z); ``tid`` = x + y * X + z * X * Y)."""
+    if not k.thread_vars:
+        return []
+    tx, ty, tz = k.threads
+    values = (make_binop("%", THREAD, tx), make_binop("%", make_binop("//", THREAD, tx), ty),
+              make_binop("//", THREAD, tx * ty))
+    for var, n in zip(k.thread_vars, k.threads):
+        ctx.ranges[var] = (0, n - 1)
+    return [Let(v, value, k.span) for v, value in zip(k.thread_vars, values)]
 
 
 def heavy_first(k: Kernel) -> bool:
@@ -247,7 +261,8 @@ class _Lowering:
             return [Let(s.var, value, s.span)]
         if isinstance(s, (Store, AtomicAdd)):
             on_chip = s.buffer.scope in ("fragment", "local", "var")
-            return lower_elements(ctx, [s], {}, True if on_chip else kernel_level_writer())
+            # per-thread code (T.get_thread_binding): every thread runs its own stores, as TileLang's threads do
+            return lower_elements(ctx, [s], {}, True if on_chip or ctx.kernel.thread_vars else kernel_level_writer())
         if isinstance(s, Barrier):
             return [s]
         if isinstance(s, Print):

@@ -15,38 +15,75 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tileagent.compiler.ir.stmt import AtomicAdd, For, If, Let, Parallel, Store
-from tileagent.compiler.ir.visit import loads
+from tileagent.compiler.ir.visit import loads, walk
 from tileagent.compiler.lower.pipeline import SoftwarePipeline
 from tileagent.compiler.tileops import op_for
 from tileagent.compiler.tir import Barrier
 
 
-def insert_barriers(body: tuple) -> tuple:
-    out, _ = _body(body, (frozenset(), frozenset()))
+def insert_barriers(body: tuple, thread_vars: tuple = ()) -> tuple:
+    """``body`` with barriers; ``thread_vars``: the kernel's threadIdx variables when it has per-thread code, whose
+    ifs and loops that differ between threads are kept whole (a barrier inside them would not be reached by every
+    thread): the barrier goes before them."""
+    divergent = _divergent_vars(body, thread_vars) if thread_vars else None
+    out, _ = _body(body, (frozenset(), frozenset()), divergent)
     return out
 
 
-def _body(body, state):
+def _divergent_vars(body, thread_vars) -> set:
+    """The thread variables and every Let-bound variable whose value may differ between threads: it reads one of
+    them or any buffer (per-thread code keeps per-thread values in locals)."""
+    found = set(thread_vars)
+    for s in walk(body):
+        if isinstance(s, Let) and _differs(s.value, found):
+            found.add(s.var)
+    return found
+
+
+def _differs(e, divergent) -> bool:
+    from tileagent.compiler.ir.expr import Expr, Load, Var
+
+    if isinstance(e, Var):
+        return e in divergent
+    if isinstance(e, Load):
+        return True
+    if isinstance(e, Expr):
+        return any(_differs(getattr(e, n), divergent) for n in getattr(e, "__slots__", ()))
+    if isinstance(e, (tuple, list)):
+        return any(_differs(x, divergent) for x in e)
+    return False
+
+
+def _body(body, state, divergent=None):
     written, read = state
     out = []
     for s in body:
+        if divergent is not None and ((isinstance(s, If) and _differs(s.cond, divergent)) or (
+                isinstance(s, For) and _differs((s.start, s.extent, s.step), divergent))):
+            w, r = shared_effects(s)  # taken whole: no barrier inside code not every thread runs
+            if (r & written) or (w & read) or (w & written):
+                out.append(Barrier())
+                written, read = frozenset(), frozenset()
+            out.append(s)
+            written, read = written | w, read | r
+            continue
         if isinstance(s, SoftwarePipeline):
             w, r = shared_effects(s)
             if (r & written) or (w & read) or (w & written):
                 out.append(Barrier())
             # every iteration starts with a barrier (lower_pipeline); the staged tiles are only read in it
-            consumers, (written, read) = _body(s.consumers, (frozenset(), frozenset()))
+            consumers, (written, read) = _body(s.consumers, (frozenset(), frozenset()), divergent)
             out.append(replace(s, consumers=tuple(consumers)))
             written = written | frozenset(s.staged)
             continue
         if isinstance(s, For):
-            _, after_one = _body(s.body, (written, read))  # what one iteration leaves for the next one
-            inner, (written, read) = _body(s.body, (written | after_one[0], read | after_one[1]))
+            _, after_one = _body(s.body, (written, read), divergent)  # what one iteration leaves for the next one
+            inner, (written, read) = _body(s.body, (written | after_one[0], read | after_one[1]), divergent)
             out.append(replace(s, body=tuple(inner)))
             continue
         if isinstance(s, If):
-            then_body, st1 = _body(s.then_body, (written, read))
-            else_body, st2 = _body(s.else_body, (written, read))
+            then_body, st1 = _body(s.then_body, (written, read), divergent)
+            else_body, st2 = _body(s.else_body, (written, read), divergent)
             out.append(replace(s, then_body=tuple(then_body), else_body=tuple(else_body)))
             written, read = st1[0] | st2[0], st1[1] | st2[1]
             continue

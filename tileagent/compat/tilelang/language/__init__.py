@@ -16,8 +16,8 @@ from tileagent.compiler.language import __all__ as _dsl_names
 
 _HOPPER = ("Hopper warp specialization by hand (TMA, mbarriers, wgmma, register reallocation) is not supported; "
            "write the plain T.Pipelined / T.copy / T.gemm form and the compiler schedules it")
-_SIMT = ("explicit per-thread (SIMT) code is not supported: TileAgent's tile IR has no thread index; write the work "
-         "as T.Parallel loops and tile ops")
+_SIMT = ("warp-level SIMT code (warp/lane indices, shuffles, thread all-reduce, grid sync) is not supported; "
+         "T.get_thread_binding per-thread code is, and T.Parallel loops and tile ops are")
 _ESCAPE = ("escape hatches into hand-written CUDA/PTX are not supported: the tile IR runs on the CPU interpreter "
            "too, which cannot execute foreign code")
 
@@ -31,7 +31,7 @@ UNSUPPORTED = {
                             "alloc_descriptor", "tcgen05_gemm", "mma_gemm_blockscaled", "cp_async_barrier_noinc",
                             "ptx_cp_async", "ptx_commit_group", "ptx_wait_group", "async_copy")},
     # SIMT-level code
-    **{n: _SIMT for n in ("get_thread_binding", "get_thread_bindings", "thread_binding", "get_warp_idx",
+    **{n: _SIMT for n in ("get_warp_idx",
                           "get_lane_idx", "get_warp_group_idx", "get_warp_idx_sync", "get_thread_extent",
                           "tvm_thread_allreduce", "shfl_xor", "shfl_down", "shfl_up", "shfl_sync", "sync_warp",
                           "sync_grid", "PersistentTileScheduler")},
