@@ -18,7 +18,7 @@ done); anything else raises ``PtxUnsupported`` naming it, and the caller compile
 from __future__ import annotations
 
 from tileagent.compiler.dtypes import DType
-from tileagent.compiler.ir.expr import Load, as_expr
+from tileagent.compiler.ir.expr import Call, Expr, Load, as_expr
 from tileagent.compiler.ir.simplify import depends_on, static_int
 from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
 from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
@@ -64,8 +64,7 @@ def _indexes_registers_by(body, var) -> bool:
         idx = [(s.buffer, s.indices[0])] if isinstance(s, (Store, AtomicAdd)) else []
         if isinstance(s, VecCopy):
             idx += [(s.dst, s.dst_index), (s.src, s.src_index)]
-        exprs = list(stmt_exprs(s)) + ([s.dst_index, s.src_index] if isinstance(s, VecCopy) else [])
-        idx += [(ld.buffer, ld.indices[0]) for e in exprs for ld in loads(as_expr(e))]
+        idx += [(ld.buffer, ld.indices[0]) for e in _exprs(s) for ld in loads(as_expr(e))]
         if any(b.scope == "local" and depends_on(as_expr(i), [var]) for b, i in idx):
             return True
     return False
@@ -441,41 +440,32 @@ class _KernelPtx(Values):
         return words[0].text if len(words) == 1 else "{" + ", ".join(w.text for w in words) + "}"
 
 
-_PREDICABLE = (Let, Store, VecCopy, AtomicAdd)
+_PREDICABLE = (Let, Store, VecCopy, AtomicAdd, If)
 _MAX_PREDICATED = 64  # statements: a longer body keeps its branch
 
 
 def _predicable(s: If) -> bool:
     """Whether an ``if`` may be emitted without a branch: its bodies hold only lets, stores, copies, atomics and such
-    ``if``s, no warp shuffle (every lane must run it), and at most ``_MAX_PREDICATED`` statements."""
+    ``if``s, at most ``_MAX_PREDICATED`` statements, and no warp shuffle (every lane must run it)."""
     inner = list(walk(s.then_body + s.else_body))
-    if len(inner) > _MAX_PREDICATED:
+    if len(inner) > _MAX_PREDICATED or not all(isinstance(t, _PREDICABLE) for t in inner):
         return False
-    for t in inner:
-        if isinstance(t, If):
-            continue
-        if not isinstance(t, _PREDICABLE):
-            return False
-        if any(ld is not None for ld in _shuffles(t)):
-            return False
-    return not any(_shuffles(s))
+    return not any(_shuffles(as_expr(e)) for t in [s, *inner] for e in _exprs(t))
 
 
-def _shuffles(s):
-    from tileagent.compiler.ir.expr import Call, Expr
+def _exprs(s) -> list:
+    """The expressions a statement evaluates itself, a VecCopy's indices included."""
+    return list(stmt_exprs(s)) + ([s.dst_index, s.src_index] if isinstance(s, VecCopy) else [])
 
-    def calls(e):
-        if isinstance(e, Call) and e.name == "shfl_xor":
-            yield e
-        if isinstance(e, Expr):
-            for name in getattr(e, "__slots__", ()):
-                c = getattr(e, name)
-                for x in (c if isinstance(c, tuple) else (c,)):
-                    if isinstance(x, Expr):
-                        yield from calls(x)
-    exprs = list(stmt_exprs(s)) + ([s.dst_index, s.src_index] if isinstance(s, VecCopy) else [])
-    for e in exprs:
-        yield from calls(as_expr(e))
+
+def _shuffles(e) -> bool:
+    if isinstance(e, Call) and e.name == "shfl_xor":
+        return True
+    for name in getattr(e, "__slots__", ()):
+        c = getattr(e, name)
+        if any(isinstance(x, Expr) and _shuffles(x) for x in (c if isinstance(c, tuple) else (c,))):
+            return True
+    return False
 
 
 def i_dt(index) -> DType:
