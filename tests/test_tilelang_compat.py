@@ -29,7 +29,8 @@ SMALL = {  # the programs CI runs, in their folders under EXAMPLES
     "example_grouped_gemm_fwd.py": "grouped_gemm", "example_gemm_persistent.py": "gemm",
     "example_dequant_gemm_fp4_hopper.py": "dequantize_gemm", "example_convolution.py": "convolution",
     "example_convolution_autotune.py": "convolution", "example_tilelang_gemm_fp8.py": "gemm_fp8",
-    "example_dequant_gemm_w4a8.py": "dequantize_gemm", "example_gemv.py": "gemv"}
+    "example_dequant_gemm_w4a8.py": "dequantize_gemm", "example_gemv.py": "gemv",
+    "example_gemm_autotune.py": "gemm"}
 
 
 @pytest.fixture
@@ -75,12 +76,14 @@ def test_submodules_are_attributes_and_jit_stays_the_decorator(tilelang):
 
 
 def test_unknown_tilelang_module_or_name_is_an_E701_import_error(tilelang):
-    with pytest.raises(ImportError) as info:  # of tilelang.carver only arch.driver is provided
-        import tilelang.carver.template  # noqa: F401
+    with pytest.raises(ImportError) as info:  # of tilelang.carver: arch.driver, and the roller's names as stand-ins
+        import tilelang.carver.roller.policy  # noqa: F401
     assert isinstance(info.value, UnsupportedError) and info.value.code == "E701"
-    assert "tilelang.carver.template" in info.value.message and "config" in info.value.message
+    assert "tilelang.carver.roller.policy" in info.value.message and "config" in info.value.message
+    from tilelang.carver.arch import CUDA  # imports (programs import it at the top), E701 when used
+
     with pytest.raises(UnsupportedError, match=r"tilelang\.carver\.arch\.CUDA is not provided"):
-        from tilelang.carver.arch import CUDA  # noqa: F401
+        CUDA("cuda")
     if importlib.machinery.PathFinder.find_spec("tvm") is None and "tvm" not in sys.modules:
         # a probe is not an import: torch._dynamo calls find_spec("tvm") when it loads (once an E701 for any
         # program whose torch ops reached dynamo, e.g. TileLang's block-sparse attention example)
@@ -89,7 +92,7 @@ def test_unknown_tilelang_module_or_name_is_an_E701_import_error(tilelang):
             import tvm.relay  # noqa: F401 -- TVM's API beyond what TileLang programs use
     with pytest.raises(ImportError, match=r"tilelang\.contrib\.hipcc"):
         import tilelang.contrib.hipcc  # noqa: F401
-    assert importlib.util.find_spec("tilelang.carver.roller") is None
+    assert importlib.util.find_spec("tilelang.carver.roller.policy") is None
 
 
 def test_fp8_helpers_and_dtype_as_torch(tilelang):
@@ -154,7 +157,7 @@ def test_cli_subcommand_reports_unsupported_api_with_the_script_line_and_exit_2(
 
     path = _write(tmp_path, "uses_carver.py", """\
         import tilelang
-        from tilelang.carver.template import MatmulTemplate
+        from tilelang.carver.roller.policy import DefaultPolicy
         print("unreachable")
         """)
     try:
@@ -163,7 +166,7 @@ def test_cli_subcommand_reports_unsupported_api_with_the_script_line_and_exit_2(
         compat.uninstall()
     assert result.exit_code == 2
     text = result.output + (result.stderr if result.stderr_bytes is not None else "")
-    assert f"{path}:2:1: error[E701]: module 'tilelang.carver.template'" in text and "unreachable" not in text
+    assert f"{path}:2:1: error[E701]: module 'tilelang.carver.roller.policy'" in text and "unreachable" not in text
 
 
 def test_run_script_passes_argv_and_the_scripts_exit_status(tmp_path):
@@ -1440,3 +1443,34 @@ def test_per_thread_code_errors(tilelang, tmp_path):
     with pytest.raises(CompileError) as e:
         T.shfl_xor
     assert e.value.code == "E701" and "warp-level SIMT code" in e.value.message
+
+
+# -- tilelang.carver's roller names: importable, E701 when used -----------------------------------------------------
+
+
+def test_gemm_autotune_example_imports_the_roller_and_runs_without_it(tilelang):
+    """TileLang's autotuned GEMM imports MatmulTemplate, CUDA/CDNA and NoRasterization at the top and uses them only
+    with --with_roller: the imports work, its hand-listed configs run (its matmul at one of them, checked by the
+    profiler against its reference), and the roller path is an E701 naming what is missing."""
+    ns = load_script(EXAMPLES / SMALL["example_gemm_autotune.py"] / "example_gemm_autotune.py")
+    configs = ns["get_configs"](128, 128, 128, with_roller=False)
+    assert len(configs) == 3 * 3 * 2 * 4 * 2 * 2 and {"block_M": 64, "block_N": 64, "block_K": 32, "num_stages": 0,
+                                                      "thread_num": 128, "enable_rasteration": True} in configs
+    with compile_defaults(lowering_check=True):
+        kernel = ns["matmul"](128, 128, 128, block_M=64, block_N=64, block_K=32, num_stages=2, thread_num=128,
+                              enable_rasteration=True)
+    kernel.get_profiler(tensor_supply_type=tilelang.TensorSupplyType.Auto).assert_allclose(
+        ns["ref_program"], atol=1e-2, rtol=1e-2)
+    with pytest.raises(CompileError) as e:
+        ns["get_configs"](128, 128, 128, with_roller=True)
+    assert e.value.code == "E701" and e.value.message.startswith(
+        "tilelang.carver.arch.CUDA is not provided by TileAgent's TileLang compatibility layer"), e.value.message
+    from tilelang.carver.roller.rasterization import NoRasterization
+    from tilelang.carver.template import MatmulTemplate
+
+    for stand_in, name in ((MatmulTemplate, "tilelang.carver.template.MatmulTemplate"),
+                           (NoRasterization, "tilelang.carver.roller.rasterization.NoRasterization")):
+        with pytest.raises(CompileError, match=name.replace(".", r"\.")):
+            stand_in(M=1)
+    with pytest.raises(CompileError, match="tilelang.carver.template.NoSuchTemplate"):
+        from tilelang.carver.template import NoSuchTemplate  # noqa: F401
