@@ -332,6 +332,23 @@ def test_an_output_without_reductions_is_written_by_the_reduction_kernel_of_its_
     assert len(kernels) == 1 and [n for n, _ in kernels[0].full_outs] == [0, 1]
 
 
+
+def test_pointwise_pass_after_a_whole_tensor_reduction_walks_rows_from_the_last(tmp_path):
+    """x / norm(x) times a per-position operand (read once per block at its first row, the row lets of
+    uniform_col): the pointwise kernel walks its rows from the last (bm, a let ahead of the row lets) and the result
+    matches the reference."""
+    path = write_reference(tmp_path, "frob_pos", """
+        class Model(nn.Module):
+            def forward(self, x, cos):
+                return x / torch.norm(x) * cos[None, :, None, :]
+        """, "[torch.randn(2, 8, 4, 64), torch.randn(8, 64)]")
+    source, module = _candidate("frob_pos", tmp_path, path)
+    assert "as (bn, bmr):" in source and "bxg = bm * BM" in source
+    assert source.index("bm = (NX + BM - 1) // BM - 1 - bmr") < source.index("bxg = bm * BM")
+    x, cos = torch.randn(2, 8, 4, 64), torch.randn(8, 64)
+    torch.testing.assert_close(module["ModelNew"]()(x, cos), x / torch.norm(x) * cos[None, :, None, :])
+
+
 MOMENTS = '''
 class Model(nn.Module):
     def forward(self, x):

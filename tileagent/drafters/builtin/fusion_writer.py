@@ -356,9 +356,7 @@ class KernelWriter:
         pad = 12
         if k.pointwise:
             grid = "T.ceildiv(NR, BR), T.ceildiv(NX, BM)"
-            head = "(bn, bmr)" if k.reverse else "(bn, bm)"
-            if k.reverse:  # rows from the last; copies take the row inline, bounded by the grid (no guard)
-                body.append(" " * pad + "bm = (NX + BM - 1) // BM - 1 - bmr")
+            head = "(bn, bmr)" if k.reverse else "(bn, bm)"  # bmr: rows from the last (the let bm, assemble)
         else:
             grid = "T.ceildiv(NX, BM)"
             head = "bm"
@@ -707,6 +705,8 @@ class KernelWriter:
                            " " * 12 + f"{REDUCE_FN[op]}(part, red{n_red}, dim=0)"]
             body = body[:self.split_at] + ["", " " * 8 + "with T.Kernel(T.ceildiv(NX, BM), threads=THREADS) as bm:  "
                                            "# after every partial"] + second + body[self.split_at:]
+        if k.pointwise and k.reverse:  # before the row lets; copies take the row inline, bounded by the grid
+            allocs.insert(0, " " * 12 + "bm = (NX + BM - 1) // BM - 1 - bmr")
         if self.row_div:  # the block's first row, where the row-uniform fragments are read (uniform_col)
             allocs += [" " * 12 + s for s in self.block_prelude()]
             allocs += [" " * 12 + let for _, let in self.block_lets.values()]
