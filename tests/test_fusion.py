@@ -460,6 +460,27 @@ def test_split_reduction_tiles_that_cover_the_columns_are_unguarded(name, config
     assert [r.correct for r in results] == [True], [r.message for r in results]
 
 
+def test_split_reduction_of_a_few_rows_reads_unguarded_tiles(tmp_path):
+    """Two reductions of 3 rows of 8192 split over blocks: the 2-d tile copies take their column start inline too, so
+    nothing in the loop is guarded when the tiles cover the rows; the results match the reference."""
+    path = write_reference(tmp_path, "rowsplit", """
+        class Model(nn.Module):
+            def forward(self, a, b):
+                d = a - b
+                return torch.sum(d * d, dim=1), torch.amax(d, dim=1)
+        """, "[torch.randn(3, 8192), torch.randn(3, 8192)]")
+    source, module = _candidate("rowsplit", tmp_path, path)
+    assert "T.copy(t_a_0[bm * BM, (kt * SPLIT + sp) * BR], f0_a)" in source
+    assert module["schedule_split"](3, 8192)[3] > 1
+    cuda = module["kernel0"](3, 8192, "float32", "float32", *module["schedule_split"](3, 8192)).get_kernel_source()
+    loop = cuda[:cuda.index("main_kernel_1")].split("for (int kt")[1].split("red_pr")[0]
+    assert "if (" not in loop and "?" not in loop
+    a, b = torch.randn(3, 8192), torch.randn(3, 8192)
+    total, peak = module["ModelNew"]()(a, b)
+    torch.testing.assert_close(total, ((a - b) ** 2).sum(1))
+    torch.testing.assert_close(peak, (a - b).amax(1))
+
+
 def test_loads_in_flight_reads_the_machine_code():
     """bench/fusion_sass.py's figure: the most global-load bytes a thread has issued and not yet read; a load stops
     counting where its destination is read (a store reads its data too), EXIT ends every load, functions apart."""

@@ -407,7 +407,7 @@ class KernelWriter:
                 # the loop, so when SPLIT * CH tiles cover the columns exactly no load is guarded; a guarded load
                 # is a branch of its own, which ptxas does not hoist: one 16-byte load in flight per thread
                 # (frobenius_norm on the H200: 59% of a copy)
-                body += [s.replace("[kk * BR", "[(kt * SPLIT + sp) * BR") for s in self.loads(cx, pad + 4)]
+                body += [s.replace("kk * BR", "(kt * SPLIT + sp) * BR") for s in self.loads(cx, pad + 4)]
                 # no mask either when the tiles cover the columns exactly: the per-value compare and select
                 # interleaved with the loads made ptxas issue 3 of a tile's 8 loads at a time (48 of 128 bytes)
                 exact = f"acc[i, j] = {COMBINE[r.op].format(a='acc[i, j]', b=val)}"
