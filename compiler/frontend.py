@@ -432,6 +432,7 @@ class _Parser(ExpressionParser):
         """``name = value``: a store into an alloc_var, an allocation, a let-binding, or a compile-time binding."""
         from tileagent.compiler.language.kernel import AllocSpec
         from tileagent.compiler.language.types import Tensor
+        from tileagent.compiler.language.warp_specialize import BarrierSet
 
         current = self._current(name)
         if isinstance(current, Buffer) and current.scope == "var":
@@ -440,6 +441,9 @@ class _Parser(ExpressionParser):
             self.allocate(value, name, node)
         elif isinstance(value, Tensor) and value.data is not None:
             self.declare_view(name, value, node)
+        elif isinstance(value, BarrierSet):
+            value.name = name
+            self.bind(name, value)
         elif isinstance(value, Expr) and self.kernel_depth and not _is_constant(value):
             if isinstance(current, Var) and name not in self.scopes[-1]:
                 raise DSLSyntaxError(f"cannot reassign '{name}' inside a nested block: it is bound outside",
@@ -464,11 +468,22 @@ class _Parser(ExpressionParser):
 
     def stmt_With(self, node: ast.With):
         from tileagent.compiler.language.kernel import KernelSpec
+        from tileagent.compiler.language.warp_specialize import CURRENT_WS, WsSpec
 
         if len(node.items) != 1:
             raise DSLSyntaxError("`with` takes one context in a prim_func", code="E101")
         item = node.items[0]
         spec = self.expr(item.context_expr)
+        if isinstance(spec, WsSpec):  # T.ws(...): its statements inlined, in program order (language.warp_specialize)
+            if not self.kernel_depth:
+                raise DSLSyntaxError("T.ws outside T.Kernel", code="E505")
+            token = CURRENT_WS.set(spec.threads)
+            try:
+                for s in self.body(node.body, new_scope=False):
+                    self.blocks[-1].append(s)
+            finally:
+                CURRENT_WS.reset(token)
+            return
         if not isinstance(spec, KernelSpec):
             raise DSLSyntaxError(f"`with` is only for T.Kernel, got {describe(spec)}", code="E101")
         if self.kernel_depth:

@@ -24,8 +24,8 @@ from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.atomic_ops import combine
-from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, Parallel, Print,
-                              PrimFunc, Region, Store, UseSwizzle)
+from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, MBarrierOp,
+                                        Parallel, Print, PrimFunc, Region, Store, UseSwizzle)
 from tileagent.compiler.tileops import op_for
 
 _INT_POISON = -(2**30) + 7
@@ -76,6 +76,8 @@ class _Interpreter:
             for idx in itertools.product(*(range(g) for g in reversed(grid))):
                 for var, value in zip(s.block_vars, reversed(idx)):
                     self.env[var] = value
+                self.mbarriers = {}  # each block's own barriers (T.alloc_barrier): [completed phases, arrivals]
+                self.block_threads = s.num_threads
                 self.body(s.body, None)
         finally:
             self.lanes = None
@@ -145,8 +147,34 @@ class _Interpreter:
     def nothing(self, s, mask) -> None:
         pass
 
+    def mbarrier(self, s: MBarrierOp, mask) -> None:
+        """Warp-specialized code runs in program order (compiler.language.warp_specialize): arrives count, and a
+        wait whose phase has not completed would block forever in that order."""
+        index = self.ev(s.index)
+        if isinstance(index, torch.Tensor):
+            if index.numel() > 1 and bool((index != index.reshape(-1)[0]).any()):
+                raise KernelFault(f"barrier {s.barriers.name}[...]: the threads name different barriers", s.span)
+            index = int(index.reshape(-1)[0])
+        if not 0 <= index < len(s.barriers.counts):
+            raise KernelFault(f"barrier index {index} is out of bounds of {s.barriers.name} "
+                              f"({len(s.barriers.counts)} barriers)", s.span)
+        state = self.mbarriers.setdefault((id(s.barriers), index), [0, 0])
+        if s.op == "arrive":
+            state[1] += self.block_threads if s.value is None else min(int(s.value), self.block_threads)
+            count = s.barriers.counts[index]
+            state[0], state[1] = state[0] + state[1] // count, state[1] % count
+            return
+        parity = self.ev(s.value)
+        parity = int(parity.reshape(-1)[0]) if isinstance(parity, torch.Tensor) else int(parity)
+        if state[0] % 2 == parity % 2:
+            raise KernelFault(f"barrier wait on {s.barriers.name}[{index}] for phase parity {parity % 2}: it has "
+                              f"completed {state[0]} phase(s), so the wait would block until an arrive that comes "
+                              f"later in the source; TileAgent runs warp-specialized code (T.ws) in program order, "
+                              f"so each wait must follow the arrives it waits for", s.span)
+
     _HANDLERS = {Kernel: kernel, Alloc: alloc, For: for_, Parallel: parallel, If: if_, Let: let, Store: store,
-                 AtomicAdd: atomic_add, Print: print_, AnnotateLayout: nothing, UseSwizzle: nothing}
+                 AtomicAdd: atomic_add, Print: print_, AnnotateLayout: nothing, UseSwizzle: nothing,
+                 MBarrierOp: mbarrier}
 
     # -- memory ----------------------------------------------------------------------------------------------
     def _clip(self, r: Region, span):

@@ -30,7 +30,8 @@ SMALL = {  # the programs CI runs, in their folders under EXAMPLES
     "example_dequant_gemm_fp4_hopper.py": "dequantize_gemm", "example_convolution.py": "convolution",
     "example_convolution_autotune.py": "convolution", "example_tilelang_gemm_fp8.py": "gemm_fp8",
     "example_dequant_gemm_w4a8.py": "dequantize_gemm", "example_gemv.py": "gemv",
-    "example_gemm_autotune.py": "gemm"}
+    "example_gemm_autotune.py": "gemm", "example_warp_specialize_gemm_copy_0_gemm_1.py": "warp_specialize",
+    "example_warp_specialize_gemm_barrierpipe_stage2.py": "warp_specialize"}
 
 
 @pytest.fixture
@@ -125,7 +126,7 @@ def test_unsupported_T_name_in_a_prim_func_is_E701_at_its_line(tilelang, tmp_pat
             @T.prim_func
             def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
                 with T.Kernel(1, threads=32) as bx:
-                    bar = T.alloc_barrier(arrive_count=32)
+                    T.set_max_nreg(240, 1)
                     T.copy(A, B)
             return main
         """)
@@ -133,7 +134,7 @@ def test_unsupported_T_name_in_a_prim_func_is_E701_at_its_line(tilelang, tmp_pat
     with pytest.raises(CompileError) as info:
         module["kernel"](64)
     err = info.value
-    assert err.code == "E701" and err.span.line == 10 and "T.alloc_barrier" in err.message
+    assert err.code == "E701" and err.span.line == 10 and "T.set_max_nreg" in err.message
     assert "T.Pipelined" in err.message  # says what to write instead
 
 
@@ -1474,3 +1475,74 @@ def test_gemm_autotune_example_imports_the_roller_and_runs_without_it(tilelang):
             stand_in(M=1)
     with pytest.raises(CompileError, match="tilelang.carver.template.NoSuchTemplate"):
         from tilelang.carver.template import NoSuchTemplate  # noqa: F401
+
+
+# -- hand-written warp specialization, run in program order ------------------------------------------------------
+
+
+@pytest.mark.parametrize("program, function", [("example_warp_specialize_gemm_copy_0_gemm_1.py",
+                                                 "matmul_warp_specialize_copy_0_gemm_1"),
+                                                ("example_warp_specialize_gemm_barrierpipe_stage2.py", "matmul")])
+def test_warp_specialized_gemm_examples_run_in_program_order(tilelang, program, function):
+    """TileLang's hand-specialized GEMMs (``with T.ws(1):`` TMA copies and a barrier arrive, ``with T.ws(0):`` a wait
+    and the gemm; an array of mbarriers waited on by phase parity): in program order, with the CPU interpreter
+    checking every wait against the barriers' phases, against torch with the GPU lowering checked; the emulator of
+    the CUDA lowering agrees; the CUDA compiles for sm_90a."""
+    ns = load_script(EXAMPLES / SMALL[program] / program)
+    gen = torch.Generator().manual_seed(6)
+    a, b = torch.randn(256, 256, generator=gen).half(), torch.randn(256, 128, generator=gen).half()
+    with compile_defaults(lowering_check=True):
+        c = ns[function](a, b, 128, 128, 64)
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
+    kernel = ns[function].compile(a, b, 128, 128, 64)
+    assert "T.barrier_wait(" in kernel.get_ir("tile")
+    emulated = tilelang.compile(kernel.func, out_idx=list(kernel.out_idx), target="sim")(a, b)
+    torch.testing.assert_close(emulated, c, rtol=1e-3, atol=1e-3)
+    assert kernel.cubin()[:4] == b"\x7fELF"
+
+
+def test_warp_specialized_code_whose_source_order_would_block_is_a_kernel_fault(tilelang, tmp_path):
+    """The consumer written before the producer: program order would wait on a phase no arrive has completed, so
+    the interpreter faults at the wait (instead of computing on a stale tile); bad barrier arguments are E301."""
+    from tileagent.compiler.errors import KernelFault
+
+    path = _write(tmp_path, "ws_order.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[1])
+        def copy_twice(n, consumer_first, count=128):
+            @T.prim_func
+            def main(A: T.Tensor((n, 128), "float32"), B: T.Tensor((n, 128), "float32")):
+                with T.Kernel(1, threads=256) as bx:
+                    S = T.alloc_shared((128,), "float32")
+                    ready = T.alloc_barrier(arrive_count=count)
+                    for k in T.serial(n):
+                        if consumer_first:
+                            with T.ws(0):
+                                T.barrier_wait(ready, k % 2)
+                                T.copy(S, B[k, :])
+                            with T.ws(1):
+                                T.tma_copy(A[k, :], S, barrier=ready)
+                                T.barrier_arrive(ready)
+                        else:
+                            with T.ws(1):
+                                T.tma_copy(A[k, :], S, barrier=ready)
+                                T.barrier_arrive(ready)
+                            with T.ws(0):
+                                T.barrier_wait(ready, k % 2)
+                                T.copy(S, B[k, :])
+            return main
+        """)
+    ns = load_script(path)
+    a = torch.randn(3, 128)
+    torch.testing.assert_close(ns["copy_twice"](3, False)(a), a)
+    with pytest.raises(KernelFault, match=r"barrier wait on ready\[0\] for phase parity 0: it has completed 0 "
+                                          r"phase\(s\)"):
+        ns["copy_twice"](3, True)(a)
+    with pytest.raises(KernelFault, match=r"completed 0 phase"):  # 128 arrivals of 256 never complete a phase
+        ns["copy_twice"](3, False, count=256)(a)
+    with pytest.raises(CompileError) as e:
+        ns["copy_twice"](3, False, count=0)
+    assert e.value.code == "E301" and "arrive_count must be a positive int" in e.value.message

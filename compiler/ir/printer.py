@@ -9,8 +9,8 @@ an element-wise store prints as an assignment; a tile op prints as its
 from __future__ import annotations
 
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
-from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, Parallel, Print,
-                              PrimFunc, Region, Store, UseSwizzle)
+from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, MBarrierOp,
+                                        Parallel, Print, PrimFunc, Region, Store, UseSwizzle)
 
 _PREC = {"or": 1, "and": 2, "|": 4, "^": 5, "&": 6, "<<": 7, ">>": 7, "+": 8, "-": 8, "*": 9, "/": 9, "//": 9,
          "%": 9}
@@ -111,6 +111,10 @@ def stmt_lines(s, indent: int = 0) -> list[str]:
     if isinstance(s, AnnotateLayout):
         items = ", ".join(f"{b.name}: {type(layout).__name__}" for b, layout in s.layouts)
         return [f"{pad}T.annotate_layout({{{items}}})"]
+    if isinstance(s, MBarrierOp):
+        what = "T.barrier_wait" if s.op == "wait" else "T.barrier_arrive"
+        extra = f", {expr_str(s.value)}" if s.op == "wait" else ""
+        return [f"{pad}{what}({s.barriers.name}[{expr_str(s.index)}]{extra})"]
     if isinstance(s, UseSwizzle):
         return [f"{pad}T.use_swizzle(panel_size={s.panel_size}, order={s.order!r}"
                 f"{'' if s.enable else ', enable=False'})"]

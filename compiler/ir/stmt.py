@@ -114,6 +114,22 @@ class Parallel(Stmt):
 
 
 @dataclass(frozen=True, eq=False, slots=True)
+class MBarrierOp(Stmt):
+    """TileLang's hand-written warp-specialization barriers (``T.barrier_arrive`` / ``T.barrier_wait`` on a
+    ``T.alloc_barrier``): TileAgent runs ``T.ws`` code in program order, so these only check that order. ``op`` is
+    "arrive" (``value``: the threads arriving, its T.ws group's) or "wait" (``value``: the phase parity waited for);
+    ``barriers`` is the frontend's ``BarrierSet`` (names and arrive counts), ``index`` which of them. The CPU
+    interpreter keeps each barrier's phase and faults on a wait that program order would leave blocked; the CUDA
+    lowering drops them."""
+
+    op: str
+    barriers: object
+    index: object
+    value: object
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class Store(Stmt):
     buffer: Buffer
     indices: tuple

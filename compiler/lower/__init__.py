@@ -19,8 +19,8 @@ from tileagent.compiler.diagnostics import CompileError, InternalCompilerError, 
 from tileagent.compiler.ir.expr import Var, make_binop, make_call
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import walk
-from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, Parallel, Print,
-                              PrimFunc, Store, UseSwizzle)
+from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, MBarrierOp,
+                                        Parallel, Print, PrimFunc, Store, UseSwizzle)
 from tileagent.compiler.lower.context import LowerContext
 from tileagent.compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
 from tileagent.compiler.lower.pipeline import SoftwarePipeline, lower_pipeline
@@ -268,8 +268,8 @@ class _Lowering:
         if isinstance(s, Print):
             log.warning("T.print at %s is ignored on the CUDA target", s.span)
             return []
-        if isinstance(s, (AnnotateLayout, UseSwizzle)):
-            return []
+        if isinstance(s, (AnnotateLayout, UseSwizzle, MBarrierOp)):
+            return []  # MBarrierOp: warp-specialized code runs in program order; the compiler places its own barriers
         raise TargetError(f"{type(s).__name__} is not lowered by the CUDA backend", code="E602")
 
 

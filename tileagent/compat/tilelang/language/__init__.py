@@ -14,8 +14,9 @@ from tileagent.compat.tilelang.datatype import DataType
 from tileagent.language import *  # noqa: F401,F403
 from tileagent.compiler.language import __all__ as _dsl_names
 
-_HOPPER = ("Hopper warp specialization by hand (TMA, mbarriers, wgmma, register reallocation) is not supported; "
-           "write the plain T.Pipelined / T.copy / T.gemm form and the compiler schedules it")
+_HOPPER = ("this part of Hopper/Blackwell warp specialization by hand (expect-tx, wgmma, register reallocation, "
+           "clusters, tensor memory) is not supported (T.ws, T.alloc_barrier, barrier arrive/wait and T.tma_copy are, "
+           "run in program order); write the plain T.Pipelined / T.copy / T.gemm form and the compiler schedules it")
 _SIMT = ("warp-level SIMT code (warp/lane indices, shuffles, thread all-reduce, grid sync) is not supported; "
          "T.get_thread_binding per-thread code is, and T.Parallel loops and tile ops are")
 _ESCAPE = ("escape hatches into hand-written CUDA/PTX are not supported: the tile IR runs on the CPU interpreter "
@@ -23,11 +24,10 @@ _ESCAPE = ("escape hatches into hand-written CUDA/PTX are not supported: the til
 
 UNSUPPORTED = {
     # warp specialization, Hopper/Blackwell machinery
-    **{n: _HOPPER for n in ("alloc_barrier", "barrier_arrive", "barrier_wait", "mbarrier_arrive", "mbarrier_wait_parity",
-                            "mbarrier_expect_tx", "create_list_of_mbarrier", "get_mbarrier", "tma_copy", "wgmma_gemm",
+    **{n: _HOPPER for n in ("mbarrier_expect_tx", "create_list_of_mbarrier", "get_mbarrier", "wgmma_gemm",
                             "wait_wgmma", "set_max_nreg", "fence_proxy_async",
                             "annotate_producer_reg_dealloc", "annotate_consumer_reg_alloc", "warpgroup_arrive",
-                            "warpgroup_commit_batch", "warpgroup_wait", "ws", "ClusterKernel", "alloc_tmem",
+                            "warpgroup_commit_batch", "warpgroup_wait", "ClusterKernel", "alloc_tmem",
                             "alloc_descriptor", "tcgen05_gemm", "mma_gemm_blockscaled", "cp_async_barrier_noinc",
                             "ptx_cp_async", "ptx_commit_group", "ptx_wait_group", "async_copy")},
     # SIMT-level code
