@@ -83,6 +83,7 @@ class _KernelPtx(Values):
         self.locals: dict = {}  # declared register arrays: Buffer -> kind of its elements
         self.cur: dict = {}  # (Buffer, element) -> Val: the element's value (SSA, straight-line code)
         self.homes: dict = {}  # (Buffer, element) -> the register it lives in across a branch or a loop
+        self.overlays: list = []  # per if-converted branch being emitted: (Buffer, element) -> Val written in it
         self.version: dict = {}  # (Buffer, element) -> writes to its home so far (value numbering keys)
         self.smem: Val | None = None
         self.predicable: dict = {}  # id(If) -> whether it is if-converted (the If lives as long as the kernel)
@@ -137,6 +138,10 @@ class _KernelPtx(Values):
             if bz > 1:
                 z = self.op("b32", "mov.u32", Val("%tid.z", "b32"))
                 tid = self.op("b32", "add.s32", tid, self.op("b32", "mul.lo.s32", z, Val(str(bx * by), "b32", bx * by)))
+        n = bx * by * bz
+        self.ranges.update({id(THREAD): (0, n - 1), id(LANE): (0, min(31, n - 1)), id(WARP): (0, (n - 1) // 32)})
+        self.ranges.update({id(v): (0, 2**31 - 1) for v in BLOCK_IDX})
+        self.ranges.update({id(v): (1, 2**31 - 1) for v in GRID_DIM})
         self.special[id(THREAD)] = tid
         self.special[id(LANE)] = self.op("b32", "and.b32", tid, Val("31", "b32", 31))
         self.special[id(WARP)] = self.op("b32", "shr.s32", tid, Val("5", "b32", 5))
@@ -166,6 +171,10 @@ class _KernelPtx(Values):
         if s.var.dtype.is_int and self.nonneg(s.value):
             self.nonneg_vars.add(s.var)
         e = as_expr(s.value, s.var.dtype)
+        if s.var.dtype.is_int:
+            r = self.bounds(e)
+            if r is not None:
+                self.var_bounds[s.var] = r
         v = self.convert(self.ev(e), e.dtype, s.var.dtype)
         if "@" in v.key:  # a register array element: later writes to it must not change this name's value
             v = self.op(v.kind, f"mov.{v.kind}", v, pure=False)
@@ -188,13 +197,26 @@ class _KernelPtx(Values):
         ok = self.predicable.get(id(s))
         if ok is None:
             ok = self.predicable[id(s)] = _predicable(s)
-        if ok:  # if-conversion: both sides' effects predicated, no branch (ptxas is faster on it)
-            outer = self.guard
+        if ok:  # if-conversion: memory accesses predicated, register writes merged by selp; no branch
+            outer, written = self.guard, []
             for body, p in ((s.then_body, c), (s.else_body, self.op("pred", "not.pred", c))):
+                self.overlays.append({})
                 if body:
                     self.guard = p if outer is None else self.op("pred", "and.pred", outer, p)
                     self.scoped(body, branch=False)
+                written.append(self.overlays.pop())
             self.guard = outer
+            then_w, else_w = written
+            for key in sorted(then_w.keys() | else_w.keys(), key=lambda k: (k[0].name, id(k[0]), k[1])):
+                a, b = then_w.get(key), else_w.get(key)
+                if a is None or b is None:
+                    old = self.element(key)
+                    a, b = (a, old) if b is None else (old, b)
+                    if old is None:  # the element had no value: whatever the branch wrote
+                        self.set_element(key, a if b is None else b)
+                        continue
+                kind = self.locals[key[0]]
+                self.set_element(key, self.op(kind, f"selp.{kind}", self.in_reg(a), self.in_reg(b), c))
             return
         if self.guard is not None:
             self.fail("a branch inside a predicated if")
@@ -219,6 +241,9 @@ class _KernelPtx(Values):
         if self.nonneg(s.start) and self.nonneg(s.step):
             self.nonneg_vars.add(s.var)
         static = None not in (first, count, step)
+        if static and count > 0:
+            ends = (first, first + (count - 1) * step)
+            self.var_bounds[s.var] = (min(ends), max(ends))
         if static and (s.kind == "unroll" or count <= _UNROLL_ANYWAY or _indexes_registers_by(s.body, s.var)):
             for i in range(count):
                 self.scoped(s.body, {s.var: self.imm(first + i * step, dt)}, branch=False)
@@ -306,27 +331,36 @@ class _KernelPtx(Values):
 
     def local_element(self, b: Buffer, i: Val) -> Val:
         key = (b, self.const_index(b, i))
-        home = self.homes.get(key)
-        if home is not None:
-            return Val(home, self.locals[b], None, f"{home}@{self.version[key]}")
-        v = self.cur.get(key)
+        v = self.element(key)
         if v is None:  # read before any write: whatever the register holds, as in C
             v = self.cur[key] = Val(self.reg(self.locals[b]), self.locals[b])
         return v
 
-    def write_register(self, b: Buffer, i: Val, v: Val) -> None:
-        key, kind = (b, self.const_index(b, i)), self.locals[b]
+    def element(self, key) -> Val | None:
+        """The value of a register-array element here: the innermost if-converted branch's write, else its home
+        register (across a branch or loop), else its SSA value (None: never written)."""
+        for overlay in reversed(self.overlays):
+            if key in overlay:
+                return overlay[key]
         home = self.homes.get(key)
         if home is not None:
-            self.guarded(f"mov.{kind} {home}, {v.text};")
-            self.version[key] += 1
-            return
+            return Val(home, self.locals[key[0]], None, f"{home}@{self.version[key]}")
+        return self.cur.get(key)
+
+    def write_register(self, b: Buffer, i: Val, v: Val) -> None:
+        self.set_element((b, self.const_index(b, i)), v)
+
+    def set_element(self, key, v: Val) -> None:
+        kind = self.locals[key[0]]
         if "@" in v.key:  # another element's home: its later writes must not change this one
             v = self.op(kind, f"mov.{kind}", v, pure=False)
-        old = self.cur.get(key)
-        if self.guard is not None and old is not None:
-            v = self.op(kind, f"selp.{kind}", self.in_reg(v), self.in_reg(old), self.guard)
-        self.cur[key] = v
+        if self.overlays:  # inside an if-converted branch: merged when the if ends
+            self.overlays[-1][key] = v
+        elif key in self.homes:
+            self.emit(f"mov.{kind} {self.homes[key]}, {v.text};")
+            self.version[key] += 1
+        else:
+            self.cur[key] = v
 
     def enter_homes(self, body) -> list:
         """Give every element of the register arrays ``body`` writes a home register holding its value, written in
@@ -352,28 +386,35 @@ class _KernelPtx(Values):
             self.cur[key] = Val(self.homes.pop(key), self.locals[key[0]])
 
     def address(self, b: Buffer, index) -> str:
-        """``[address]`` of element ``index`` of a global or shared buffer."""
+        """``[register+offset]`` of element ``index`` of a global or shared buffer: the index's constant part is the
+        offset, so neighbouring accesses share one address register (what NVVM's strength reduction gives)."""
         size = DType(b.dtype).bytes
         if b.scope == "global":
             base = self.globals.get(b)
             if base is None:
                 self.fail(f"global buffer {b.name} is not a kernel parameter")
-            i = self.ev(index, wide=True)
-            if i.imm is not None:
-                return f"[{base.text}+{i.imm * size}]" if i.imm else f"[{base.text}]"
-            return f"[{self.op('b64', 'mad.lo.s64', i, Val(str(size), 'b64', size), base).text}]"
-        if b.scope == "shared":
+            terms, const = self.linear(as_expr(index), True)
+            dt = DType("int64")
+        elif b.scope == "shared":
             off = self.k.shared_offsets.get(b)
             if off is None or self.smem is None:
                 self.fail(f"shared buffer {b.name} has no offset in the arena")
-            i = self.ev(index)
-            if i.kind == "b64":
-                i = self.convert(i, i_dt(index), DType("int32"))
-            if i.imm is not None:
-                return f"[{self.smem.text}+{off + i.imm * size}]"
-            at = self.op("b32", "mad.lo.s32", i, Val(str(size), "b32", size), self.smem)
-            return f"[{at.text}+{off}]" if off else f"[{at.text}]"
-        self.fail(f"{b.scope} buffer {b.name} has no address")
+            e = as_expr(index)
+            if e.dtype != "int32":
+                e = e.astype("int32")
+            terms, const = self.linear(e, False)
+            base, dt, const = self.smem, DType("int32"), const + off // size if off % size == 0 else None
+            if const is None:
+                self.fail(f"shared buffer {b.name} at byte {off}, not a multiple of its {size}-byte elements")
+        else:
+            self.fail(f"{b.scope} buffer {b.name} has no address")
+        acc = self.linear_sum(terms, dt)
+        kind, t = ("b64", "s64") if dt == "int64" else ("b32", "s32")
+        at = base if acc is None else self.op(kind, f"mad.lo.{t}", acc, Val(str(size), kind, size), base)
+        offset = const * size
+        if not -2**31 <= offset < 2**31:
+            at, offset = self.op(kind, f"add.{t}", at, self.imm(offset, dt)), 0
+        return f"[{at.text}+{offset}]" if offset else f"[{at.text}]"
 
     def load(self, e: Load) -> Val:
         b = e.buffer
@@ -466,10 +507,6 @@ def _shuffles(e) -> bool:
         if any(isinstance(x, Expr) and _shuffles(x) for x in (c if isinstance(c, tuple) else (c,))):
             return True
     return False
-
-
-def i_dt(index) -> DType:
-    return as_expr(index).dtype
 
 
 _STMTS = {Let: _KernelPtx.let, Store: _KernelPtx.store, If: _KernelPtx.if_, For: _KernelPtx.for_,

@@ -119,13 +119,17 @@ class Values:
         self.ftz = ".ftz" if fast_math else ""
         self.out: list[str] = []
         self.counts = {k: 0 for k in _PREFIX}
-        self.memo: list[dict] = [{}]
-        self.env: list[dict] = [{}]
+        self.memo: dict = {}  # numbered values: (opcode, operands) or (expression, its variables' values) -> Val
+        self.env: dict = {}  # Var -> Val
+        self.logs: tuple[list, list] = ([], [])  # what push/pop undo: memo keys added, (Var, previous Val)
+        self.marks: list = []
         self.nonneg_vars: set = set()
         self.special: dict = {}  # id(SpecialVar) -> Val, filled by the kernel prologue
         self.labels = 0
         self.guard: Val | None = None  # the predicate of the if-converted branch being emitted
         self.free: dict = {}  # id(expression) -> (expression, its variables or None when it reads memory)
+        self.ranges: dict = {}  # id(SpecialVar) -> its inclusive bounds (the kernel emitter's prologue)
+        self.var_bounds: dict = {}  # Var -> inclusive bounds of the value a Let or loop gave it
 
     # ---- registers, instructions, scopes
 
@@ -143,12 +147,24 @@ class Values:
 
     def push(self, memo: bool = True) -> None:
         """A new scope of names; with ``memo`` also of numbered values (code that may not run: a branch)."""
-        self.memo.append({} if memo else self.memo[-1])
-        self.env.append({})
+        self.marks.append((len(self.logs[0]) if memo else None, len(self.logs[1])))
 
     def pop(self) -> None:
-        self.memo.pop()
-        self.env.pop()
+        keys, names = self.logs
+        memo_mark, env_mark = self.marks.pop()
+        if memo_mark is not None:
+            while len(keys) > memo_mark:
+                del self.memo[keys.pop()]
+        while len(names) > env_mark:
+            var, old = names.pop()
+            if old is None:
+                del self.env[var]
+            else:
+                self.env[var] = old
+
+    def remember(self, key, v: Val) -> None:
+        self.memo[key] = v
+        self.logs[0].append(key)
 
     def guarded(self, line: str) -> None:
         """An instruction with an effect (a memory access, a register array write): under the guard of the
@@ -156,21 +172,21 @@ class Values:
         self.emit(f"@{self.guard.text} {line}" if self.guard is not None else line)
 
     def bind(self, var, val: Val) -> None:
-        self.env[-1][var] = val
+        self.logs[1].append((var, self.env.get(var)))
+        self.env[var] = val
 
     def op(self, kind: str, opcode: str, *args: Val, pure: bool = True) -> Val:
         """``opcode d, args...`` into a new register of ``kind``, or the register that already holds it."""
         key = (opcode, *(a.ident for a in args))
         if pure:
-            for scope in reversed(self.memo):
-                hit = scope.get(key)
-                if hit is not None:
-                    return hit
+            hit = self.memo.get(key)
+            if hit is not None:
+                return hit
         d = self.reg(kind)
         self.emit(f"{opcode} {d}, {', '.join(a.text for a in args)};")
         v = Val(d, kind)
         if pure:
-            self.memo[-1][key] = v
+            self.remember(key, v)
         return v
 
     def in_reg(self, v: Val) -> Val:
@@ -275,12 +291,11 @@ class Values:
                 entry = self.free[id(e)] = (e, _free_vars(e))  # holds e: its id stays its own
             if entry[1] is not None:
                 key = ("ev", id(e), wide, *(self.var(v).ident for v in entry[1]))
-                for scope in reversed(self.memo):
-                    hit = scope.get(key)
-                    if hit is not None:
-                        return hit
+                hit = self.memo.get(key)
+                if hit is not None:
+                    return hit
                 v = self.ev_new(e, wide)
-                self.memo[-1][key] = v
+                self.remember(key, v)
                 return v
         return self.ev_new(e, wide)
 
@@ -313,10 +328,47 @@ class Values:
             return self.call(e, w)
         raise PtxUnsupported(f"expression {type(e).__name__}")
 
+    def linear(self, e, wide: bool) -> tuple[dict, int]:
+        """An integer index as ``({ident: (Val, coefficient)}, constant)``: its sums, differences and products by
+        constants taken apart (exact in the ring of the index's width, so the same value as ``ev``), anything else
+        one term. The terms of neighbouring accesses are the same registers; only the constant differs, and it
+        becomes the access's immediate offset."""
+        if isinstance(e, BinOp) and e.op in ("+", "-", "*") and e.dtype.is_int and (wide or e.dtype.bits >= 32):
+            (ta, ca), (tb, cb) = self.linear(e.a, wide), self.linear(e.b, wide)
+            if e.op == "*":
+                if ta and tb:
+                    return self.term(e, wide)
+                (terms, const), k = ((ta, ca), cb) if not tb else ((tb, cb), ca)
+                return {i: (v, c * k) for i, (v, c) in terms.items() if c * k}, const * k
+            sign = 1 if e.op == "+" else -1
+            terms = dict(ta)
+            for i, (v, c) in tb.items():
+                c = terms.get(i, (v, 0))[1] + sign * c
+                terms[i] = (v, c)
+                if c == 0:
+                    del terms[i]
+            return terms, ca + sign * cb
+        if isinstance(e, Unary) and e.op == "-" and e.dtype.is_int:
+            terms, const = self.linear(e.a, wide)
+            return {i: (v, -c) for i, (v, c) in terms.items()}, -const
+        return self.term(e, wide)
+
+    def term(self, e, wide: bool) -> tuple[dict, int]:
+        v = self.ev(e, wide)
+        return ({}, int(v.imm)) if v.imm is not None else ({v.ident: (v, 1)}, 0)
+
+    def linear_sum(self, terms: dict, dt: DType) -> Val | None:
+        """The sum of ``linear``'s terms in ``dt`` (a canonical order, so equal sums are one register), or None."""
+        acc = None
+        for _, (v, c) in sorted(terms.items()):
+            t = v if c == 1 else self.op(v.kind, f"mul.lo.{_ITYPE[str(dt)]}", v, self.imm(c, dt))
+            acc = t if acc is None else self.op(v.kind, f"add.{_ITYPE[str(dt)]}", acc, t)
+        return acc
+
     def var(self, e: Var) -> Val:
-        for scope in reversed(self.env):
-            if e in scope:
-                return scope[e]
+        v = self.env.get(e)
+        if v is not None:
+            return v
         v = self.special.get(id(e))
         if v is None and e.name in ("tid", "lane", "warp"):
             v = self.special.get(id({"tid": THREAD, "lane": LANE, "warp": WARP}[e.name]))
@@ -358,7 +410,7 @@ class Values:
             return self.widen(self.binop(e, False), dt)
         cdt = DType("int64") if w else dt
         a, b = self.ev(e.a, w), self.ev(e.b, w)
-        return self.int_binop(op, a, b, cdt, self.nonneg(e.a) and self.nonneg(e.b))
+        return self.int_binop(op, a, b, cdt, op in ("//", "%", "/") and self.nonneg(e.a) and self.nonneg(e.b))
 
     def int_binop(self, op: str, a: Val, b: Val, dt: DType, nonneg: bool) -> Val:
         t, bits = _ITYPE[str(dt)], dt.bits
@@ -378,6 +430,9 @@ class Values:
             if op in ("<<", ">>"):
                 b = self.convert(b, dt, DType("uint32")) if b.kind != "b32" else b
             return self.op(kind, simple[op], self.in_reg(a), b)
+        if op in ("/", "//", "%") and b.imm is not None and b.imm > 0 and (nonneg or (t[0] == "u" and
+                                                                                   b.imm & (b.imm - 1) == 0)):
+            return self.const_divide(op, self.in_reg(a), b.imm, dt)
         if op == "/" or (op in ("//", "%") and unsigned):
             ut = ("u" if unsigned else t[0]) + str(bits)
             return self.op(kind, f"{'rem' if op == '%' else 'div'}.{ut}", self.in_reg(a), b)
@@ -391,6 +446,29 @@ class Values:
             adj = self.op(kind, f"sub.{t}", q, self.imm(1, dt)) if op == "//" else self.op(kind, f"add.{t}", r, b)
             return self.op(kind, f"selp.b{bits}", adj, q if op == "//" else r, fix)
         raise PtxUnsupported(f"operator {op} on {dt}")
+
+    def const_divide(self, op: str, a: Val, d: int, dt: DType) -> Val:
+        """``a // d`` or ``a % d`` for a dividend >= 0 (as a signed value, or any unsigned one when ``d`` is a power
+        of two) and a constant ``d`` > 0, without a division instruction (ptxas emulates those, even by constants):
+        a shift and a mask for a power of two; otherwise, for 32 bits, the quotient is mul.hi(a, m) >> (l - 1) with
+        l = ceil(log2 d) and m = ceil(2^(31 + l) / d), exact for every a < 2^31 (m < 2^32 since d is no power of two;
+        a * (m * d - 2^(31 + l)) < 2^(31 + l))."""
+        bits, kind = dt.bits, kind_of(dt)
+        t = _ITYPE[str(dt)]
+        if d & (d - 1) == 0:
+            if op == "%":
+                return self.op(kind, f"and.b{bits}", a, self.imm(d - 1, dt))
+            return self.op(kind, f"shr.u{bits}", a, self.imm(d.bit_length() - 1, "uint32")) if d > 1 else a
+        if bits != 32:
+            return self.op(kind, f"{'rem' if op == '%' else 'div'}.u{bits}", a, self.imm(d, dt))
+        shift = (d - 1).bit_length()
+        m = -(-(1 << (31 + shift)) // d)
+        q = self.op(kind, "mul.hi.u32", a, Val(str(m), "b32", m))
+        if shift > 1:
+            q = self.op(kind, "shr.u32", q, self.imm(shift - 1, "uint32"))
+        if op == "%":
+            return self.op(kind, f"sub.{t}", a, self.op(kind, f"mul.lo.{t}", q, self.imm(d, dt)))
+        return q
 
     def float_binop(self, op: str, ea, eb, dt: DType) -> Val:
         if dt not in ("float32", "float16", "bfloat16"):
@@ -428,7 +506,50 @@ class Values:
         da, db = e.a.dtype, e.b.dtype
         if da.is_float or db.is_float:
             return self.cmp(e.op, self.to_f32(self.ev(e.a), da), self.to_f32(self.ev(e.b), db), DType("float32"))
+        ra, rb = self.bounds(e.a), self.bounds(e.b)
+        if ra is not None and rb is not None:  # decided for every thread and block (a guard that always holds)
+            for value in (True, False):
+                if all(_fold_cmp(e.op, x, y) == value for x in ra for y in rb):
+                    return self.imm(value, "bool")
         return self.cmp(e.op, self.ev(e.a), self.ev(e.b), da)
+
+    def bounds(self, e) -> tuple[int, int] | None:
+        """Inclusive bounds of an integer expression over every thread and block, or None (as NVVM knows a thread
+        index is below the block size: a guard ``(tid % 64) * 8 < 512`` is no guard)."""
+        if isinstance(e, Const):
+            return (int(e.value), int(e.value)) if e.dtype.is_int else None
+        if isinstance(e, Var):
+            v = self.var(e)
+            if v.imm is not None:
+                return int(v.imm), int(v.imm)
+            return self.var_bounds.get(e) or self.ranges.get(id(e))
+        if isinstance(e, Cast):
+            return self.bounds(e.value) if e.dtype.is_int and e.value.dtype.is_int and \
+                e.dtype.bits >= e.value.dtype.bits else None
+        if isinstance(e, Call) and e.name in ("min", "max") and e.dtype.is_int:
+            ra, rb = (self.bounds(x) for x in e.args)
+            if ra is None or rb is None:
+                return None
+            f = min if e.name == "min" else max
+            return f(ra[0], rb[0]), f(ra[1], rb[1])
+        if not (isinstance(e, BinOp) and e.dtype.is_int and e.op in ("+", "-", "*", "//", "%")):
+            return None
+        ra, rb = self.bounds(e.a), self.bounds(e.b)
+        if ra is None or rb is None:
+            return None
+        if e.op in ("+", "-", "*"):
+            corners = [_fold_int(e.op, x, y, e.dtype) for x in ra for y in rb]
+            lo, hi = min(corners), max(corners)
+        elif rb[0] != rb[1] or rb[0] <= 0 or ra[0] < 0:
+            return None
+        elif e.op == "//":
+            lo, hi = ra[0] // rb[0], ra[1] // rb[0]
+        else:
+            lo, hi = (ra if ra[1] < rb[0] else (0, rb[0] - 1))
+        bits, signed = _INT_BITS.get(str(e.dtype), (0, True))
+        if not bits or lo < (-(1 << (bits - 1)) if signed else 0) or hi >= (1 << (bits - 1 if signed else bits)):
+            return None  # the arithmetic may wrap
+        return lo, hi
 
     def unary(self, e: Unary, w: bool) -> Val:
         dt = e.dtype
@@ -457,7 +578,10 @@ class Values:
                 return a
             return self.ev(e.b)
         if not has_memory_load(e.b):
-            return self.op("pred", f"{e.op}.pred", a, self.in_reg(self.ev(e.b)))
+            b = self.ev(e.b)
+            if b.imm is not None:
+                return b if bool(b.imm) == (e.op == "or") else a
+            return self.op("pred", f"{e.op}.pred", a, b)
         res = self.reg("pred")
         self.emit(f"mov.pred {res}, {a.text};")
         skip = self.label()
