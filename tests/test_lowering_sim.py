@@ -341,6 +341,55 @@ def test_cross_warp_row_reductions_keep_one_partial_per_row_and_warp(M, N, threa
     assert torch.equal(m, x.amax(1))
 
 
+
+def _column_sum(M, N, threads, dtype):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), dtype), S: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=threads) as _:
+            x = T.alloc_fragment((M, N), dtype)
+            acc = T.alloc_fragment((M, N), "float32")
+            s = T.alloc_fragment((N,), "float32")
+            T.copy(X, x)
+            for i, j in T.Parallel(M, N):
+                acc[i, j] = T.cast(x[i, j], "float32")
+            T.reduce_sum(acc, s, dim=0)
+            T.copy(s, S)
+
+    return main
+
+
+@pytest.mark.parametrize("M,N,threads,dtype", [
+    (64, 256, 512, "float16"),  # mean_seq's column tile: 8 columns a lane, 16 warps (one row each) meet in shared
+    (64, 64, 128, "float16"),  # 8 columns a lane, 8 lanes a row, 4 warps
+    (32, 128, 128, "float32"),  # sum_dim's: 4 columns a lane, 4 warps
+])
+def test_column_reduction_partials_meet_in_shared_memory_without_bank_conflicts(M, N, threads, dtype):
+    """A reduction down columns whose rows are spread over warps: the partials sit at [warp][column] with a padding
+    word after every 32, so the lanes of a warp (a 16-byte vector of columns each) write and read 32 different
+    banks; at [column][warp] they had 8-way (4 warps, 8 lanes a row) to 32-way (16 warps) conflicts: ~65000
+    cycles a block for mean_seq's 16 warps. Every column's total is torch's."""
+    import re
+
+    kernel = tileagent.compile(_column_sum(M, N, threads, dtype), target="sim")
+    src = kernel.get_kernel_source()
+    accesses = re.findall(r"scratch_float32\[(.*?)\](?: = |;)", src)
+    assert accesses
+    for text in accesses:
+        loop = re.findall(r"\b(r\d+)\b", text)
+        expr = text.replace("/", "//")
+        for warp in range(threads // 32):
+            for r in range(2 if loop else 1):
+                env = {"tid": 0, **{v: r for v in loop}}
+                slots = {lane: eval(expr, {**env, "tid": warp * 32 + lane}) for lane in range(32)}
+                banks = {}
+                for slot in set(slots.values()):
+                    banks.setdefault(slot % 32, set()).add(slot)
+                assert max(len(v) for v in banks.values()) == 1, (text, warp, banks)
+    x, out = torch.randn(M, N).to(getattr(torch, dtype)), _nan(N)
+    kernel(x, out)
+    torch.testing.assert_close(out, x.float().sum(0), rtol=1e-5, atol=1e-4)
+
+
 def _mask_kernel(cond, M=96, N=80, bM=32, bN=16, out_dtype="float32"):
     """Out[r, c] = 1 where cond(r, c, row index, col index, k) else -2, written tile by tile: a T.Parallel mask over
     each (bM, bN) tile of a serial loop, as attention's masks are."""

@@ -95,8 +95,55 @@ def scratch_bytes(s: Reduce, layouts, threads: int) -> int:
     _, shared = _thread_levels(layouts.fragments[s.src], s.dim % s.src.ndim)
     if not shared:
         return 0
-    partials = math.prod(layouts.fragments[s.dst].padded_shape) * math.prod(lv.size for lv in shared)
-    return partials * max(4, s.dst.dtype.bytes)
+    dst = layouts.fragments[s.dst]
+    partials = math.prod(dst.padded_shape) * math.prod(lv.size for lv in shared)
+    spread = _spread(dst, shared, threads)
+    return (_padded(partials) if spread else partials) * max(4, s.dst.dtype.bytes)
+
+
+def _padded(index):
+    """A scratch slot with one padding word after every 32 (``index + index // 32``)."""
+    if isinstance(index, (int, np.ndarray)):
+        return index + index // 32
+    return make_binop("+", index, make_binop("//", index, 32))
+
+
+def _spread(dst, levels, threads: int) -> bool:
+    """Whether the partials go at [combination][element] with one padding word after every 32 (``_padded``) rather
+    than at [element][combination]: where the lanes of a warp hold different destination elements (a reduction down
+    columns, 4 or 8 columns a lane for 16-byte vectors) and [element][combination] has 4-way or worse shared-memory
+    bank conflicts, counted for a warp over every write and read. Down columns over 16 warps it wrote and read with
+    32-way conflicts (mean_seq's fp16 column tile: ~65000 cycles a block, every block at once at the end of the
+    kernel), over 4 warps 8-way; the padded layout serves each access in one wavefront. A reduction whose lanes
+    share their element (rows), or with at most 2-way conflicts (mla_decode's row maxima on mma.sync), keeps
+    [element][combination]."""
+    from tileagent.compiler.lower.context import eval_per_thread
+
+    digit, group = np.zeros(threads, dtype=np.int64), 1
+    for lv in levels:
+        digit += (np.arange(threads) // lv.stride) % lv.size * group
+        group *= lv.size
+    elements, padded = math.prod(dst.padded_shape), dst.padded_shape
+    flats = []
+    for j in range(dst.num_slots):
+        flat = np.zeros(threads, dtype=np.int64)
+        for i, n in zip(dst.inverse(THREAD, j), padded):
+            values = eval_per_thread(i, threads)
+            if values is None:
+                return False
+            flat = flat * n + values
+        flats.append(flat)
+    if threads < 64 or all(len(np.unique(f[:32])) == 1 for f in flats):
+        return False
+
+    def ways(slots):  # (accesses, threads) -> per access, the most distinct slots one bank serves to warp 0
+        return [int(np.bincount(np.unique(lanes) % 32).max()) for lanes in slots[:, :32]]
+
+    flat = np.stack(flats)
+    r = np.arange(group)[:, None, None]
+    old = ways(np.concatenate([flat * group + digit, (flat[None] * group + r).reshape(-1, threads)]))
+    new = ways(_padded(np.concatenate([digit * elements + flat, (r * elements + flat[None]).reshape(-1, threads)])))
+    return max(old) >= 4 and sum(new) < sum(old)  # 2-way (mla_decode's row maxima on mma.sync) stays as it was
 
 
 def _thread_levels(src_layout, dim: int):
@@ -133,7 +180,7 @@ def _butterfly(acc, n_out, level, combine, s) -> list:
 
 def _through_shared(ctx, acc, n_out, levels, combine, identity, s) -> list:
     """Combine ``levels`` through the scratch: each thread writes its partial of every destination element it holds
-    at (element, its digits in ``levels``), barrier, then folds all partials of the element in the same order (so
+    at (its digits in ``levels``, element), barrier, then folds all partials of the element in the same order (so
     every holder gets the same value). Threads that hold the same element and digits hold the same value (they
     differ only in combined or replicated levels), so their identical writes do not conflict; threads past the
     source's ``threads_used`` hold nothing and do not write."""
@@ -146,21 +193,29 @@ def _through_shared(ctx, acc, n_out, levels, combine, identity, s) -> list:
         group *= lv.size
     padded = dst.padded_shape
 
+    elements = math.prod(padded)
+
     def element(j):
         flat = 0
         for i, n in zip(dst.inverse(THREAD, j), padded):
             flat = make_binop("+", make_binop("*", flat, n), i)
-        return make_binop("*", flat, group)
+        return flat
 
-    writes = [Store(ws, (make_binop("+", element(j), digit),), Load(acc, (as_expr(j),), acc.dtype), s.span)
-              for j in range(n_out)]
+    spread = _spread(dst, levels, ctx.threads)
+
+    def slot(j, combination):  # _spread: [combination][element] padded, else [element][combination]
+        if spread:
+            return _padded(make_binop("+", make_binop("*", combination, elements), element(j)))
+        return make_binop("+", make_binop("*", element(j), group), combination)
+
+    writes = [Store(ws, (slot(j, digit),), Load(acc, (as_expr(j),), acc.dtype), s.span) for j in range(n_out)]
     out = guarded(ctx, make_cmp("<", THREAD, src.threads_used), writes) if src.threads_used < ctx.threads else writes
     out.append(Barrier())
     for j in range(n_out):
         r = ctx.var("r")
         out.append(Store(acc, (as_expr(j),), identity, s.span))
         out.append(For(r, 0, group, 1, "unroll", (Store(acc, (as_expr(j),), _combine(
-            combine, Load(acc, (as_expr(j),), acc.dtype), Load(ws, (make_binop("+", element(j), r),), acc.dtype)),
+            combine, Load(acc, (as_expr(j),), acc.dtype), Load(ws, (slot(j, r),), acc.dtype)),
             s.span),), span=s.span))
     out.append(Barrier())  # the scratch may be written again by the next reduction
     return out
