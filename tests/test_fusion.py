@@ -298,24 +298,25 @@ def test_int8_quantization_stores_vectors_and_reads_each_row_once(tmp_path):
 def test_reductions_fill_the_gpu_with_blocks(tmp_path):
     """H200: mean_seq (fp16) ran 512 blocks at 4 per SM (106-115 registers, Kahan-compensated) at 63-78% of a copy,
     frobenius_norm's reduction 512 blocks of the 1320 that fit. An fp16 column mean is not compensated (KAHAN follows
-    the output dtype) and keeps the tile in fp16; a float32 column sum (sum_dim) keeps its schedule; a reduction to
-    one value splits over 1024 blocks. 64-column fp16 strips (128 bytes of a row, 1024 blocks, 64 KB in flight per
-    SM) still ran at 61-78% where sum_dim's 512-byte strips ran at 103%: an fp16 column mean now reads 256-column
-    strips (512 bytes per warp) on 512 threads, 2 blocks per SM, and splits the reduced dim to reach ~240 blocks."""
+    the output dtype), takes 64-column tiles to reach 1024 blocks and keeps the tile in fp16; a float32 column sum
+    (sum_dim) keeps its schedule; a reduction to one value splits over 1024 blocks. WIDE_COLS (a knob, drafted off)
+    reads 256-column strips (512 bytes per warp) on 512 threads, 2 blocks per SM, splitting the reduced dim only
+    below ~240 blocks."""
     source, module = _candidate("mean_seq", tmp_path)
     assert "KAHAN = out_dtype in (\"float32\", \"float64\")" in source
     assert "x = T.alloc_fragment((block_k, block_n), d_x)" in source
-    assert module["schedule_cols"](1024, 4096, 16, False) == (64, 256, 512)  # B=16 S=1024 D=4096: 256 blocks
+    assert "WIDE_COLS = False" in source and "'WIDE_COLS': [False, True]" in source
+    assert module["schedule_cols"](1024, 4096, 16, False) == (64, 64, 128)  # B=16 S=1024 D=4096: 1024 blocks
+    assert module["schedule_cols"](1024, 4096, 16, True) == (32, 128, 128)  # float32 output: as before
+    assert module["schedule_split"](1, 8192, 4096, 64, 64, False) == 16
+    assert module["schedule_split"](1, 8192, 4096, 32, 128, True) == 16  # 512 blocks, as before
+    module["WIDE_COLS"] = True  # fusion_suite --knob WIDE_COLS=True: the A/B in one run
+    assert module["schedule_cols"](1024, 4096, 16, False) == (64, 256, 512)  # 256 blocks
     assert module["schedule_cols"](512, 1024, 64, False) == (64, 256, 512)  # B=64 S=512 D=1024: 256 blocks
     assert module["schedule_split"](64, 512, 1024, 64, 256, False) == 1  # 0.97 waves: no second kernel
     assert module["schedule_split"](16, 1024, 4096, 64, 256, False) == 1
-    assert module["schedule_cols"](1024, 4096, 16, True) == (32, 128, 128)  # float32 output: as before
     assert module["schedule_split"](1, 8192, 4096, 64, 256, False) == 16  # B=1 S=8192: 256 blocks
-    assert module["schedule_split"](1, 8192, 4096, 32, 128, True) == 16  # 512 blocks, as before
-    assert "WIDE_COLS = True" in source and "'WIDE_COLS': [True, False]" in source
-    module["WIDE_COLS"] = False  # the schedule before (fusion_suite --knob WIDE_COLS=False: an A/B in one run)
-    assert module["schedule_cols"](1024, 4096, 16, False) == (64, 64, 128)  # 1024 blocks
-    assert module["schedule_split"](1, 8192, 4096, 64, 64, False) == 16
+    assert module["schedule_cols"](1024, 4096, 16, True) == (32, 128, 128)
     sum_dim_source, sum_dim = _candidate("sum_dim", tmp_path)
     assert "WIDE_COLS" not in sum_dim_source
     assert sum_dim["schedule_cols"](4096, 4096, 16, True) == (32, 128, 128)

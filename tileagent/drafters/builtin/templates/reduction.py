@@ -64,9 +64,12 @@ def schedule_cols(D, B, A=1, kahan=True):
 
 # Column reductions into a float16/bfloat16 output (no compensation, ~58 registers): mean_seq on the H200 ran
 # 64-column (128-byte) strips at 61-78% of a copy with 64 KB of loads in flight per SM, while sum_dim's float32
-# strips of 512 bytes (128 columns) ran at 103-105% with the same 64 KB: with WIDE_COLS (a knob, drafted on) each warp
-# reads 512 contiguous bytes of a row (256 columns), in blocks of up to 512 threads (2 per SM) so that 256 column
-# tiles fill the GPU without a split; WIDE_COLS = False is the schedule before, for an A/B in one run.
+# strips of 512 bytes (128 columns) ran at 103-105% with the same 64 KB. With WIDE_COLS (a knob, drafted off until the
+# H200 compares them: --knob WIDE_COLS=True) each warp reads 512 contiguous bytes of a row (256 columns), in blocks of
+# up to 512 threads (2 per SM) so that 256 column tiles fill the GPU without a split. Drafted off because the end of
+# a block then combines 16 warps' partials through shared memory (2048 wavefronts a block, replicated in every warp,
+# against 128 for 4 warps), and the 128-byte strips' 8-way bank conflicts there (~10000 cycles an SM, every block at
+# once) are gone since the compiler's padded scratch (compiler/lower/reduce.py _spread).
 SCHEDULE_WIDE = SCHEDULE.replace('''    blocks = A * ((B + block_n - 1) // block_n)
     target = 264 if kahan else 1024
 ''', '''    blocks = A * ((B + block_n - 1) // block_n)
@@ -132,7 +135,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                 "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (16, 32)), "SPLIT": [None, 1, 4, 16]}
     wide = match.out_dtype in ("float16", "bfloat16")  # float32 outputs (sum_dim) keep their schedule's text
     if wide:
-        constants["WIDE_COLS"], tunables["WIDE_COLS"] = True, [True, False]
+        constants["WIDE_COLS"], tunables["WIDE_COLS"] = False, [False, True]
     doc = (f"Candidate drafted by the built-in drafter (template row_reduction): {match.summary}"
            f"{', keepdim' if match.keepdim else ''}; float32 accumulation, output {match.out_dtype}. Knobs: THREADS, "
            f"PER_THREAD (values per thread in a tile).")
