@@ -33,6 +33,22 @@ def test_softmax_example_on_gpu(M, N):
     torch.testing.assert_close(mod.softmax(None, N)(x), mod.reference(x), rtol=1e-2, atol=1e-3)
 
 
+
+@pytest.mark.parametrize("M,N,threads,dtype", [(64, 256, 512, "float16"), (64, 64, 128, "float16"),
+                                               (32, 128, 128, "float32")])
+def test_column_sums_through_padded_scratch_on_gpu(M, N, threads, dtype):
+    """Column reductions whose warps' partials meet at [warp][column] with a padding word after every 32
+    (compiler/lower/reduce.py _spread), and sum_dim1's example, against torch on the device."""
+    from tests.test_lowering_sim import _column_sum
+
+    x = torch.randn(M, N, device="cuda").to(getattr(torch, dtype))
+    out = _nan(N)
+    tileagent.compile(_column_sum(M, N, threads, dtype))(x, out)
+    torch.testing.assert_close(out, x.float().sum(0), rtol=1e-5, atol=1e-4)
+    mod = load_module(REPO / "prompts" / "examples" / "sum_dim1.py")
+    x = torch.randn(64, 1000, 300, device="cuda")
+    torch.testing.assert_close(mod.sum_dim1(None, 1000, 300)(x), x.sum(1, keepdim=True), rtol=1e-4, atol=1e-3)
+
 def test_own_kernels_on_gpu():
     x, b = torch.randn(37, 96, device="cuda", dtype=torch.float16), torch.randn(96, device="cuda", dtype=torch.float16)
     y = _nan(37, 96, dtype=torch.float16)
