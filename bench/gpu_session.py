@@ -122,10 +122,12 @@ STEPS = (
     # without guards or masks (mse_loss, frobenius_norm, whose pointwise pass now walks the rows from the last),
     # column reductions without shared-memory bank conflicts (mean_seq, sum_dim), then mean_seq's 512-byte column
     # strips (WIDE_COLS=True, drafted off) in the same call
-    Step("fusion_changed5", 9, "python bench/fusion_suite.py --ops mean_seq,mse_loss,frobenius_norm,cross_entropy,"
+    Step("fusion_changed5", 9, "python -m pytest -q -m gpu tests/test_gpu.py -k column_sums && "
+         "python bench/fusion_suite.py --ops mean_seq,mse_loss,frobenius_norm,cross_entropy,"
          "sum_dim --max-configs 3 --budget 150 && python bench/fusion_suite.py --ops mean_seq --max-configs 3 "
-         "--knob WIDE_COLS=True --budget 60", 240,
-         "the drafter ops changed in session 5 (sum_dim: its column sums' scratch), then mean_seq with WIDE_COLS"),
+         "--knob WIDE_COLS=True --budget 60", 260,
+         "column sums through the padded scratch on the device; the drafter ops changed in session 5 (sum_dim: its "
+         "column sums' scratch), then mean_seq with WIDE_COLS"),
     # also group 9 (its own device call: --only wgmma_default; with played_gpu_turn it exceeds one call's budget):
     # wgmma as sm_90a's default gemm instruction (issue 12): every GPU test with nothing set (wgmma wherever it
     # applies, plus the mma.sync opt-outs), then the tensor-core examples at the issue's sizes next to cuBLAS and SDPA
