@@ -240,10 +240,10 @@ def _build(func: PrimFunc, target: Target, options: Options):
     cached = None if postproc else module_cache.load(key, func)
     lookup = (("module_cache", time.perf_counter() - t0),)
     start = None if cached is None else passes.Unit(func, target, options, module=cached[0], source=cached[1],
-                                                     timings=lookup)
+                                                     ptx=cached[2], timings=lookup)
     unit = passes.run(func, target, options, start=start)
     if cached is None and not postproc:
-        module_cache.store(key, unit.module, unit.source)
+        module_cache.store(key, unit.module, unit.source, unit.ptx)
         unit = replace(unit, timings=lookup + unit.timings)
     fallback = None
     if any(k.tensor_maps for k in unit.module.kernels):  # tensors that break TMA's rules: the same without TMA

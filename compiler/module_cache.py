@@ -64,17 +64,18 @@ def _path(key: str) -> Path:
 
 
 def load(key: str, func: PrimFunc):
-    """(module, source) re-bound to ``func``'s parameters, or None."""
+    """(module, CUDA source, PTX) re-bound to ``func``'s parameters, or None. The PTX is "" for a module the PTX
+    target does not cover, None when the entry does not say."""
     try:
         with open(_path(key), "rb") as f:
-            module, source = pickle.load(f)
+            module, source, *ptx = pickle.load(f)
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError):
         return None
     buffers = [p for p in func.params if isinstance(p, Buffer)]
     flats = list(module.flat_globals.values())
     if len(flats) != len(buffers):
         return None
-    return replace(module, flat_globals=dict(zip(buffers, flats))), source
+    return replace(module, flat_globals=dict(zip(buffers, flats))), source, (ptx or [None])[0]
 
 
 # Pickling the IR's frozen slots dataclasses through dataclasses' __getstate__/__setstate__ calls fields() for every
@@ -131,13 +132,13 @@ def dump(obj, f) -> None:
     pickler.dump(obj)
 
 
-def store(key: str, module: DeviceModule, source: str) -> None:
+def store(key: str, module: DeviceModule, source: str, ptx: str | None = None) -> None:
     path = _path(key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
-            dump((module, source), f)
+            dump((module, source, ptx), f)
         os.replace(tmp, path)
     except OSError as e:
         log.warning("could not write the module cache %s: %s", path, e)

@@ -85,7 +85,7 @@ class Unit:
     kernels: tuple = ()  # KernelPlan per T.Kernel (plan_scratch onwards)
     module: object = None  # tir.DeviceModule (lower_tile_ops)
     source: str | None = None  # CUDA C++ (codegen_cuda)
-    ptx: str | None = None  # PTX (codegen_ptx), when compiler.targets.ptx covers the module
+    ptx: str | None = None  # PTX (codegen_ptx); "" when compiler.targets.ptx does not cover the module
     cubin: bytes | None = None  # (nvrtc)
     timings: tuple = ()  # (pass name, seconds) in the order run
 
@@ -205,25 +205,27 @@ def _codegen_ptx(u: Unit) -> Unit:
     from tileagent.compiler.targets.ptx import PtxUnsupported, generate
 
     if cuda_postproc() is not None or not ptxas.enabled(u.options.nvrtc_options):
+        return replace(u, ptx=None)
+    if u.ptx is not None:  # the module cache's
         return u
     try:
         ptx = generate(u.module, u.target.arch, fast_math="--use_fast_math" in u.options.nvrtc_options)
     except PtxUnsupported as e:
         log.debug("%s: compiled by NVRTC; the PTX emitter does not cover %s", u.func.name, e)
-        return u
+        return replace(u, ptx="")
     return replace(u, ptx=ptx)
 
 
 def _ptxas(u: Unit) -> Unit:
     from tileagent.compiler.runtime.ptxas import PtxasError, ptx_to_cubin
 
-    if u.ptx is None:
+    if not u.ptx:
         return u
     try:
         return replace(u, cubin=ptx_to_cubin(u.ptx, u.target.arch))
     except PtxasError as e:  # the emitter's bug, not the program's: the CUDA C++ still compiles
         log.warning("%s: %s; compiling the CUDA C++ with NVRTC instead", u.func.name, e)
-        return replace(u, ptx=None)
+        return replace(u, ptx="")
 
 
 def _nvrtc(u: Unit) -> Unit:
@@ -344,7 +346,7 @@ def render(unit: Unit, after: str) -> str:
     if after == "codegen_cuda":
         return unit.source
     if after == "codegen_ptx":
-        return unit.ptx if unit.ptx is not None else "(no PTX: NVRTC compiles the CUDA C++)"
+        return unit.ptx or "(no PTX: NVRTC compiles the CUDA C++)"
     if after in ("ptxas", "nvrtc"):
         return f"cubin for {unit.target.arch}: {len(unit.cubin)} bytes" if unit.cubin else "(no cubin yet)"
     out = []

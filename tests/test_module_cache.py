@@ -32,7 +32,7 @@ def test_loaded_module_runs_with_a_new_parse(tmp_path, monkeypatch):
     key = module_cache.cache_key(first, "cuda", "sm_90a")
     module_cache.store(key, module, generate(module))
     again = _program(96)
-    loaded, source = module_cache.load(key, again)
+    loaded, source, _ = module_cache.load(key, again)
     assert "rmsnorm" not in source or source.startswith("//")
     x, g = torch.randn(9, 96, dtype=torch.float16), torch.randn(96, dtype=torch.float16)
     y = torch.full_like(x, float("nan"))
@@ -73,7 +73,7 @@ def test_a_stored_module_reads_back_as_the_same_cuda_in_a_fresh_process(tmp_path
     module_cache.store(key, module, generate(module))
     module_cache._field_names.cache_clear()  # as in a process that never wrote an entry
     monkeypatch.setattr(module_cache, "_REDUCERS", None)
-    loaded, source = module_cache.load(key, _program(160))
+    loaded, source, _ = module_cache.load(key, _program(160))
     assert generate(loaded) == source == generate(module)
     names = {v.name for v in SPECIAL_VARS}
     found = [e for s in walk(loaded.kernels[0].body) for e in _vars(s) if getattr(e, "name", None) in names]

@@ -17,6 +17,8 @@ done); anything else raises ``PtxUnsupported`` naming it, and the caller compile
 
 from __future__ import annotations
 
+import math
+
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import Call, Expr, Load, as_expr
 from tileagent.compiler.ir.simplify import depends_on, static_int
@@ -198,17 +200,22 @@ class _KernelPtx(Values):
         if ok is None:
             ok = self.predicable[id(s)] = _predicable(s)
         if ok:  # if-conversion: memory accesses predicated, register writes merged by selp; no branch
-            outer, written = self.guard, []
+            outer, written, guards = self.guard, [], []
             for body, p in ((s.then_body, c), (s.else_body, self.op("pred", "not.pred", c))):
                 self.overlays.append({})
+                self.guard = p if outer is None else self.op("pred", "and.pred", outer, p)
+                guards.append(self.guard.text)
                 if body:
-                    self.guard = p if outer is None else self.op("pred", "and.pred", outer, p)
                     self.scoped(body, branch=False)
                 written.append(self.overlays.pop())
             self.guard = outer
             then_w, else_w = written
             for key in sorted(then_w.keys() | else_w.keys(), key=lambda k: (k[0].name, id(k[0]), k[1])):
                 a, b = then_w.get(key), else_w.get(key)
+                loaded = _zero_filled(a, b, guards[0]) or _zero_filled(b, a, guards[1])
+                if loaded is not None:  # "load where p, else 0": the load's registers were zeroed before it
+                    self.set_element(key, loaded)
+                    continue
                 if a is None or b is None:
                     old = self.element(key)
                     a, b = (a, old) if b is None else (old, b)
@@ -258,6 +265,9 @@ class _KernelPtx(Values):
         self.emit(f"mov.{t.replace('s', 'b')} {k}, 0;")
         self.emit(f"mov.{t.replace('s', 'b')} {var}, {start.text};")
         top, end = self.label(), self.label()
+        loop = {"var": var, "start": start, "step": stride, "pos": len(self.out), "ivs": {}, "steps": []}
+        if t == "s32":  # addresses that step with the variable get induction registers (ptx_expr.induction)
+            self.loops[s.var] = loop
         self.out.append(f"{top}:")
         self.push()
         done = self.op("pred", f"setp.ge.{t}", Val(k, kind), extent, pure=False)
@@ -265,6 +275,9 @@ class _KernelPtx(Values):
         self.bind(s.var, Val(var, kind))
         self.body(s.body)
         self.pop()
+        self.loops.pop(s.var, None)
+        for line in loop["steps"]:
+            self.emit(line)
         self.emit(f"add.{t} {k}, {k}, 1;")
         self.emit(f"add.{t} {var}, {var}, {stride.text};")
         self.emit(f"bra {top};")
@@ -426,8 +439,9 @@ class _KernelPtx(Values):
         if kind == "pred":
             self.fail(f"a load of bool buffer {b.name}")
         d = self.reg(kind)
+        self.zero_before_guarded_load([d], kind)
         self.guarded(f"ld.{self.space(b)}.{_MEM_TYPES[kind]} {d}, {self.address(b, e.indices[0])};")
-        return Val(d, kind)
+        return Val(d, kind, zero_unless=self.guard.text if self.guard is not None else "")
 
     def space(self, b: Buffer) -> str:
         return "global.nc" if b.scope == "global" and b not in self.written else b.scope
@@ -449,7 +463,9 @@ class _KernelPtx(Values):
             return [self.load(Load(b, (as_expr(index) + i,), b.dtype)) for i in range(w)]
         kind = kind_of(b.dtype)
         wk = kind if kind in ("f32", "b32", "b64") else "b32"
-        words = [Val(self.reg(wk), wk) for _ in range(nbytes // (4 if wk != "b64" else 8))]
+        zero = self.guard.text if self.guard is not None else ""
+        words = [Val(self.reg(wk), wk, zero_unless=zero) for _ in range(nbytes // (4 if wk != "b64" else 8))]
+        self.zero_before_guarded_load([w.text for w in words], wk)
         self.guarded(f"ld.{self.space(b)}{self.vec(len(words))}.{wk} {self.braces(words)}, {self.address(b, index)};")
         if kind != "b16":
             return words
@@ -457,8 +473,16 @@ class _KernelPtx(Values):
         for word in words:
             lo, hi = self.reg("b16"), self.reg("b16")
             self.emit(f"mov.b32 {{{lo}, {hi}}}, {word.text};")
-            out += [Val(lo, "b16"), Val(hi, "b16")]
+            out += [Val(lo, "b16", zero_unless=zero), Val(hi, "b16", zero_unless=zero)]
         return out
+
+    def zero_before_guarded_load(self, regs: list[str], kind: str) -> None:
+        """Under a guard, a load's destination registers are zeroed first: where the guard is false they hold 0
+        (``Val.zero_unless``), which is what the zero-filling ``else`` of a guarded copy writes."""
+        if self.guard is not None:
+            zero = "0f00000000" if kind == "f32" else "0"
+            for r in regs:
+                self.emit(f"mov.{kind} {r}, {zero};")
 
     def pack(self, vals: list[Val], dt: DType) -> list[Val]:
         """Values of ``dt`` as the words of one vector store (16-bit pairs packed low first)."""
@@ -479,6 +503,14 @@ class _KernelPtx(Values):
     @staticmethod
     def braces(words: list[Val]) -> str:
         return words[0].text if len(words) == 1 else "{" + ", ".join(w.text for w in words) + "}"
+
+
+def _zero_filled(loaded: Val | None, other: Val | None, guard: str) -> Val | None:
+    """``loaded`` when it is a load under ``guard`` into zeroed registers and ``other`` the +0 the other side of
+    the ``if`` writes: then ``loaded`` is the merged value as it is."""
+    if loaded is None or other is None or other.imm is None or loaded.zero_unless != guard:
+        return None
+    return loaded if other.imm == 0 and math.copysign(1.0, other.imm) > 0 else None
 
 
 _PREDICABLE = (Let, Store, VecCopy, AtomicAdd, If)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -50,12 +50,15 @@ _LOG2E, _LN2 = 1.4426950408889634, 0.6931471805599453
 @dataclass(frozen=True, slots=True)
 class Val:
     """A value: ``text`` is a register or a PTX immediate; ``imm`` the Python value of an immediate (else None);
-    ``key`` what value numbering knows it by (a register read of a per-thread array element adds its version)."""
+    ``key`` what value numbering knows it by (a register read of a per-thread array element adds its version);
+    ``zero_unless``: a predicate under which it was loaded, 0 (all bits) where that predicate is false (a guarded
+    load into zeroed registers), so that ``if (p) x = load else x = 0`` needs no select."""
 
     text: str
     kind: str
     imm: object = None
     key: str = ""
+    zero_unless: str = ""
 
     @property
     def ident(self) -> str:
@@ -130,6 +133,7 @@ class Values:
         self.free: dict = {}  # id(expression) -> (expression, its variables or None when it reads memory)
         self.ranges: dict = {}  # id(SpecialVar) -> its inclusive bounds (the kernel emitter's prologue)
         self.var_bounds: dict = {}  # Var -> inclusive bounds of the value a Let or loop gave it
+        self.loops: dict = {}  # Var of each runtime loop being emitted -> its induction bookkeeping (kernel emitter)
 
     # ---- registers, instructions, scopes
 
@@ -220,9 +224,11 @@ class Values:
         if v.imm is not None:
             return self.imm(v.imm, "float32")
         if dt == "float16":
-            return self.op("f32", "cvt.f32.f16", v)
-        wide = self.op("b32", "cvt.u32.u16", v)  # bfloat16: its bits are the top half of a float32
-        return self.op("f32", "mov.b32", self.op("b32", "shl.b32", wide, self.imm(16, "uint32")))
+            f = self.op("f32", "cvt.f32.f16", v)
+        else:
+            wide = self.op("b32", "cvt.u32.u16", v)  # bfloat16: its bits are the top half of a float32
+            f = self.op("f32", "mov.b32", self.op("b32", "shl.b32", wide, self.imm(16, "uint32")))
+        return replace(f, zero_unless=v.zero_unless) if v.zero_unless else f  # 0 converts to +0.0
 
     def from_f32(self, v: Val, dt: DType) -> Val:
         if dt == "float32":
@@ -351,6 +357,10 @@ class Values:
         if isinstance(e, Unary) and e.op == "-" and e.dtype.is_int:
             terms, const = self.linear(e.a, wide)
             return {i: (v, -c) for i, (v, c) in terms.items()}, -const
+        loop = self.loops.get(e) if isinstance(e, Var) else None
+        if loop is not None and loop["step"].imm is not None:  # a runtime loop's variable: an induction term
+            v = self.var(e)
+            return {f"~iv{v.text}": (replace(v, key=f"~iv{v.text}"), 1)}, 0
         return self.term(e, wide)
 
     def term(self, e, wide: bool) -> tuple[dict, int]:
@@ -359,11 +369,46 @@ class Values:
 
     def linear_sum(self, terms: dict, dt: DType) -> Val | None:
         """The sum of ``linear``'s terms in ``dt`` (a canonical order, so equal sums are one register), or None."""
-        acc = None
-        for _, (v, c) in sorted(terms.items()):
-            t = v if c == 1 else self.op(v.kind, f"mul.lo.{_ITYPE[str(dt)]}", v, self.imm(c, dt))
-            acc = t if acc is None else self.op(v.kind, f"add.{_ITYPE[str(dt)]}", acc, t)
+        acc, kind = None, kind_of(dt)
+        for ident, (v, c) in sorted(terms.items()):
+            if ident.startswith("~iv"):
+                t = self.induction(ident, c, dt)
+            else:
+                t = v if c == 1 else self.op(kind, f"mul.lo.{_ITYPE[str(dt)]}", v, self.imm(c, dt))
+            acc = t if acc is None else self.op(kind, f"add.{_ITYPE[str(dt)]}", acc, t)
         return acc
+
+    def induction(self, ident: str, coef: int, dt: DType) -> Val:
+        """``coef * var`` of a runtime loop's variable as a register of its own: set before the loop, stepped at
+        the end of each trip (NVVM's strength reduction: no multiply per trip)."""
+        loop = next(x for x in self.loops.values() if f"~iv{x['var']}" == ident)
+        key = (coef, str(dt))
+        r = loop["ivs"].get(key)
+        if r is not None:
+            return r
+        kind, t = kind_of(dt), _ITYPE[str(dt)]
+        r = loop["ivs"][key] = Val(self.reg(kind), kind, None, f"{ident}*{coef}")
+        start = loop["start"]
+        lines = []
+        if start.imm is not None:
+            lines.append(f"mov.b{dt.bits} {r.text}, {_wrap(start.imm * coef, str(dt))};")
+        else:
+            if dt.bits == 64:
+                w = self.reg("b64")
+                lines.append(f"cvt.s64.s32 {w}, {start.text};")
+                start = Val(w, "b64")
+            lines.append(f"mul.lo.{t} {r.text}, {start.text}, {coef};")
+        self.insert_before(loop, lines)
+        loop["steps"].append(f"add.{t} {r.text}, {r.text}, {_wrap(loop['step'].imm * coef, str(dt))};")
+        return r
+
+    def insert_before(self, loop: dict, lines: list[str]) -> None:
+        """Put instructions in front of ``loop`` (its pre-header); loops emitted after its start move along."""
+        at = loop["pos"]
+        self.out[at:at] = ["\t" + x for x in lines]
+        for other in self.loops.values():
+            if other["pos"] >= at and other is not loop:
+                other["pos"] += len(lines)
 
     def var(self, e: Var) -> Val:
         v = self.env.get(e)
