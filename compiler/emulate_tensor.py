@@ -62,8 +62,9 @@ def mma(block, s: Mma) -> None:
     ab = s.element_dtype
     if ab in _EIGHT_BIT:
         return _mma8(block, s, ab)
+    f16acc = ab == "float16" and s.c_buf.dtype == "float16"  # .f16 accumulators: each mma rounds its sums
     if ab not in ("float16", "bfloat16") or any(b.dtype not in (ab, "uint32") for b in (s.a_buf, s.b_buf)) or \
-            s.c_buf.dtype != "float32":
+            (s.c_buf.dtype != "float32" and not f16acc):
         raise EmulationError(f"Mma wants float16 or bfloat16 A and B of one dtype (or uint32 packed pairs) and a "
                              f"float32 C, got A {s.a_buf.dtype}, B {s.b_buf.dtype}, C {s.c_buf.dtype}", s.span)
     for buf, regs, n in ((s.a_buf, s.a, 8), (s.b_buf, s.b, 4), (s.c_buf, s.c, 4)):
@@ -98,9 +99,11 @@ def mma(block, s: Mma) -> None:
     C = torch.empty(nw, 16, 8, dtype=torch.float32)
     A[:, _MMA_A[0], _MMA_A[1]] = a_vals.reshape(nw, WARP_SIZE, 8)
     B[:, _MMA_B[0], _MMA_B[1]] = b_vals.reshape(nw, WARP_SIZE, 4)
-    C[:, _MMA_C[0], _MMA_C[1]] = c_mem[rows, c_idx].view(nw, WARP_SIZE, 4)
+    C[:, _MMA_C[0], _MMA_C[1]] = c_mem[rows, c_idx].view(nw, WARP_SIZE, 4).float()
     D = torch.matmul(A.float(), B.float()) + C
-    c_mem[rows, c_idx] = D[:, _MMA_C[0], _MMA_C[1]].reshape(nw * WARP_SIZE, 4)
+    if f16acc:
+        D = D.half()
+    c_mem[rows, c_idx] = D[:, _MMA_C[0], _MMA_C[1]].reshape(nw * WARP_SIZE, 4).to(c_mem.dtype)
 
 
 _EIGHT_BIT = {"float8_e4m3fn": "float32", "float8_e5m2": "float32", "int8": "int32"}

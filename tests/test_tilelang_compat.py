@@ -1546,3 +1546,40 @@ def test_warp_specialized_code_whose_source_order_would_block_is_a_kernel_fault(
     with pytest.raises(CompileError) as e:
         ns["copy_twice"](3, False, count=0)
     assert e.value.code == "E301" and "arrive_count must be a positive int" in e.value.message
+
+
+def test_float16_accumulator_gemm_on_mma_sync(tilelang, tmp_path):
+    """T.gemm with float16 A, B and accumulator (TileLang's fine-grained dequantize GEMM runs this way; once E602):
+    mma.sync's .f16.f16.f16.f16 form, each instruction rounding its sums to float16; the interpreter, the emulator of
+    the CUDA lowering and torch agree within float16 rounding of the sums; the CUDA compiles for sm_90a."""
+    path = _write(tmp_path, "f16acc.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[2])
+        def mm(M, N, K):
+            @T.prim_func
+            def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((N, K), "float16"), C: T.Tensor((M, N), "float16")):
+                with T.Kernel(1, threads=128) as bx:
+                    A_s = T.alloc_shared((M, K), "float16")
+                    B_s = T.alloc_shared((N, K), "float16")
+                    C_l = T.alloc_fragment((M, N), "float16")
+                    T.copy(A, A_s)
+                    T.copy(B, B_s)
+                    T.clear(C_l)
+                    T.gemm(A_s, B_s, C_l, transpose_B=True)
+                    T.copy(C_l, C)
+            return main
+        """)
+    ns = load_script(path)
+    gen = torch.Generator().manual_seed(8)
+    a, b = torch.randn(64, 64, generator=gen).half(), torch.randn(64, 64, generator=gen).half()
+    ref = a.float() @ b.float().T
+    func = ns["mm"].get_tir(64, 64, 64)
+    for target in ("cpu", "sim"):
+        torch.testing.assert_close(tilelang.compile(func, out_idx=[2], target=target)(a, b).float(), ref,
+                                   rtol=1e-2, atol=3e-2)
+    cuda = tilelang.compile(func, out_idx=[2], target="cuda:sm_90a")
+    assert "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16" in cuda.get_kernel_source()
+    assert cuda.cubin()[:4] == b"\x7fELF"

@@ -1,6 +1,6 @@
 """Registry entry ``mma.sync m16n8k16``: T.gemm on the warp-wide tensor-core MMA of sm_80 and later.
 
-Applies to: targets of sm_80 and newer (every arch this compiler emits for); float16/bfloat16 A and B of one dtype, a float32 accumulator fragment, B in shared memory, A in shared
+Applies to: targets of sm_80 and newer (every arch this compiler emits for); float16/bfloat16 A and B of one dtype, a float32 accumulator fragment (or float16 A, B and accumulator: ``.f16.f16.f16.f16``, each mma rounding its sums to float16), B in shared memory, A in shared
 memory or (not transposed) in registers, and a tile that the gemm's GemmWarpPolicy splits over the block's whole
 warps into 16 x 8 atoms (``compiler.layout.mma.warp_partition``). Layouts: the accumulator and register-A layouts
 of ``compiler.layout.mma``. Lowering: ``compiler.lower.gemm`` (ldmatrix where the shared layout allows, else element
@@ -33,8 +33,10 @@ class MmaSyncM16N8K16(Instruction):
         a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
         if sm_version(target) is not None and sm_version(target) < 80:
             return f"needs sm_80 or newer; the target is {getattr(target, 'name', target)}"
-        if a.dtype not in DTYPES or b.dtype != a.dtype or c.dtype != "float32":
-            return f"takes float16/bfloat16 A and B and a float32 accumulator; got {a.dtype}, {b.dtype} -> {c.dtype}"
+        if a.dtype not in DTYPES or b.dtype != a.dtype or (c.dtype != "float32" and not (
+                c.dtype == "float16" and a.dtype == "float16")):
+            return (f"takes float16/bfloat16 A and B and a float32 accumulator; got {a.dtype}, {b.dtype} -> {c.dtype} "
+                    f"(float16 A and B may also accumulate in float16)")
         if b.scope != "shared" or a.scope not in ("shared", "fragment"):
             return "reads B from shared memory and A from shared memory or registers"
         return self.partition_problem(g, threads)

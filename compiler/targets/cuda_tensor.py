@@ -78,6 +78,23 @@ HELPERS.update({f"mma_{sfx}": _MMA8_HELPER.format(dt=dt, sfx=sfx, acc="f32" if a
                                                   con="f" if acc == "float32" else "r")
                 for dt, (sfx, acc) in _TYPES8.items()})
 HELPERS["pack_b8x4"] = _PACK8_HELPER
+HELPERS["mma_f16acc"] = """\
+// mma.sync m16n8k16 with float16 accumulators, in place: {d0..d3} = A (16x16, f16) @ B (16x8, f16) + {d0..d3},
+// the accumulator pairs (d0, d1), (d2, d3) packed into two .f16x2 registers around the instruction.
+__device__ __forceinline__ void tl_mma_m16n8k16_f16acc(half& d0, half& d1, half& d2, half& d3,
+    unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+  unsigned c0 = (unsigned)__half_as_ushort(d0) | (unsigned)__half_as_ushort(d1) << 16;
+  unsigned c1 = (unsigned)__half_as_ushort(d2) | (unsigned)__half_as_ushort(d3) << 16;
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 "
+      "{%0, %1}, {%2, %3, %4, %5}, {%6, %7}, {%0, %1};"
+      : "+r"(c0), "+r"(c1)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  d0 = __ushort_as_half((unsigned short)(c0 & 0xFFFFu));
+  d1 = __ushort_as_half((unsigned short)(c0 >> 16));
+  d2 = __ushort_as_half((unsigned short)(c1 & 0xFFFFu));
+  d3 = __ushort_as_half((unsigned short)(c1 >> 16));
+}"""
 HELPERS.update({f"cvt_pack_{sfx}": _CVT_PACK_HELPER.format(dt=dt, sfx=sfx, t2=t2, floats=_FLOATS2[dt])
                 for dt, (sfx, _, t2, _) in _TYPES.items()})
 
@@ -89,8 +106,9 @@ def emit_mma(em, s: Mma) -> None:
     ab = s.element_dtype
     if ab in _TYPES8:
         return _emit_mma8(em, s, what, ab)
+    f16acc = ab == "float16" and s.c_buf.dtype == "float16"
     if ab not in _TYPES or any(b.dtype not in (ab, "uint32") for b in (s.a_buf, s.b_buf)) or \
-            s.c_buf.dtype != "float32":
+            (s.c_buf.dtype != "float32" and not f16acc):
         em.fail(f"{what}: want float16 or bfloat16 A and B of one dtype (or uint32 packed pairs) and a float32 C, "
                 f"got A {s.a_buf.dtype}, B {s.b_buf.dtype}, C {s.c_buf.dtype}")
     sfx = _TYPES[ab][0]
@@ -108,7 +126,9 @@ def emit_mma(em, s: Mma) -> None:
         em.fail(f"{what}: the four accumulator registers must be distinct, got {', '.join(regs[0])}")
     em.ct(ab)
     em.state.helpers.add(f"mma_{sfx}")
-    call = f"tl_mma_m16n8k16_{sfx}("
+    if f16acc:
+        em.state.helpers.add("mma_f16acc")
+    call = "tl_mma_m16n8k16_f16acc(" if f16acc else f"tl_mma_m16n8k16_{sfx}("
     pad = " " * len(call)  # continuation lines line up with the first argument
     c, a, b = (", ".join(r) for r in regs)
     em.line(f"{call}{c},")
