@@ -42,7 +42,7 @@ from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
 from tileagent.compiler.instructions import cuda_emitters
 from tileagent.compiler.targets.cuda_literals import CTYPES as _CTYPES, float_literal as _float_literal, \
-    int_literal as _int_literal
+    int_literal as _int_literal, round_to
 from tileagent.compiler.targets.cuda_atomic import HELPERS as ATOMIC_HELPERS, atomic_extreme  # T.atomic_max/min
 from tileagent.compiler.targets.cuda_prelude import preamble
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
@@ -622,7 +622,8 @@ class _KernelEmitter:
         """A low-precision float operand as float32 (constants folded to a float literal)."""
         if isinstance(e, Const) and e.dtype in _LOWP:
             self.ct(e.dtype)
-            rounded = torch.tensor(float(e.value), dtype=e.dtype.torch).float().item()
+            rounded = round_to(float(e.value), e.dtype) if e.dtype in ("float16", "bfloat16") else \
+                torch.tensor(float(e.value), dtype=e.dtype.torch).float().item()  # fp8: rare, through torch
             return _float_literal(rounded, DType("float32"))
         return self.to_f32(self.ex(e), e.dtype)
 

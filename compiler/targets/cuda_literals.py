@@ -4,6 +4,8 @@ In: a dtype (``compiler.dtypes.DType``) and a Python number. Out: C++ text.
 Guarantees: an integer literal is wrapped to the dtype's width and written so that C reads the same value (the most
 negative value as an expression, 64-bit ones with LL/ull); a float32 literal is the shortest decimal that reads back
 as the same float32, with an ``f`` suffix; NaN and infinities are bit patterns (NVRTC has no literal for them).
+Constants are rounded to float16/bfloat16 (``round_to``, ``bits16``) in plain Python, as torch rounds them: code
+generation may run inside a forward whose torch ops the evaluator's guards watch.
 """
 
 from __future__ import annotations
@@ -67,4 +69,30 @@ def float_literal(value: float, dt: DType) -> str:
     return f"({s})" if s.startswith("-") else s
 
 
-__all__ = ["CTYPES", "float_literal", "int_literal"]
+def bits16(x: float, dt: str) -> int:
+    """The bits of ``x`` rounded to nearest even as float16 or bfloat16 (without torch: this runs while a module
+    compiles, possibly inside a forward that the evaluator's guards watch for torch ops)."""
+    if dt == "float16":
+        try:
+            return struct.unpack("<H", struct.pack("<e", x))[0]
+        except OverflowError:  # beyond float16's largest finite value after rounding
+            return 0xFC00 if x < 0 else 0x7C00
+    u = struct.unpack("<I", struct.pack("<f", round_to(x, "float32")))[0]
+    if (u & 0x7FFFFFFF) > 0x7F800000:  # NaN: keep it quiet
+        return (u >> 16) | 0x40
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def round_to(x: float, dt: str) -> float:
+    """``x`` rounded to the float dtype ``dt`` (float32, float16 or bfloat16; round to nearest even)."""
+    if dt == "float16":
+        return struct.unpack("<e", struct.pack("<H", bits16(x, dt)))[0]
+    if dt == "bfloat16":
+        return struct.unpack("<f", struct.pack("<I", bits16(x, dt) << 16))[0]
+    try:
+        return struct.unpack("<f", struct.pack("<f", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+__all__ = ["CTYPES", "bits16", "float_literal", "int_literal", "round_to"]

@@ -27,9 +27,8 @@ import math
 import struct
 from dataclasses import dataclass, replace
 
-import torch
-
 from tileagent.compiler.dtypes import DType
+from tileagent.compiler.targets.cuda_literals import bits16, round_to
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Unary, Var, as_expr
 from tileagent.compiler.tir import BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP
 
@@ -74,20 +73,6 @@ def kind_of(dt) -> str:
 
 def f32_bits(x: float) -> str:
     return "0f%08X" % struct.unpack(">I", struct.pack(">f", x))[0]
-
-
-def _round(x: float, dt: str) -> float:
-    """``x`` rounded to the float dtype ``dt`` (float32, float16 or bfloat16; round to nearest even)."""
-    if dt == "float16":
-        return struct.unpack("<e", struct.pack("<e", x))[0] if abs(x) < 65520.0 or x != x else math.copysign(
-            math.inf, x)
-    try:
-        f = struct.unpack("<f", struct.pack("<f", x))[0]
-    except OverflowError:
-        f = math.copysign(math.inf, x)
-    if dt == "bfloat16":
-        f = torch.tensor(f, dtype=torch.bfloat16).float().item()
-    return f
 
 
 _INT_BITS = {"int32": (32, True), "uint32": (32, False), "int64": (64, True), "uint64": (64, False)}
@@ -208,11 +193,11 @@ class Values:
         if dt == "bool":
             return Val("1" if value else "0", "pred", bool(value))
         if dt == "float32":
-            value = _round(value, dt)
+            value = round_to(value, dt)
             return Val(f32_bits(value), "f32", value)
         if dt in ("float16", "bfloat16"):  # a 16-bit immediate: its bits
-            bits = torch.tensor(float(value), dtype=DType(dt).torch).view(torch.int16).item() & 0xFFFF
-            return Val(f"0x{bits:04X}", "b16", _round(value, dt))
+            bits = bits16(float(value), dt)
+            return Val(f"0x{bits:04X}", "b16", round_to(value, dt))
         raise PtxUnsupported(f"constant of dtype {dt}")
 
     # ---- conversions
