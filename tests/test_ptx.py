@@ -251,3 +251,31 @@ def test_16_bit_constants_are_rounded_without_torch(monkeypatch, dtype):
     for x in (0.3, 65519.0):
         bits = torch.tensor(x, dtype=getattr(torch, dtype)).view(torch.int16).item() & 0xFFFF
         assert f"0x{bits:04X}" in ptx or ptx_expr.f32_bits(round_to(x, dtype)) in ptx
+
+
+@pytest.mark.skipif(not (ptxas.assembler() or "").startswith("ptxas "), reason="no ptxas program (nvJitLink only)")
+@pytest.mark.parametrize("label", COVERED)
+def test_ptxas_allocates_no_more_registers_than_for_nvvms_code(shared_example, label):
+    """Registers decide blocks per SM (allocated in units of 8 per thread): the PTX build must not fall below the
+    NVRTC build's occupancy. nvJitLink compiles PTX as relocatable code and gave rmsnorm_silu at C=4096 80 registers
+    against NVVM's 64 (a quarter of its blocks per SM; 4.5% slower on the H200), hence the ptxas program first."""
+    from tileagent.compiler.resources import cubin_functions
+    from tileagent.compiler.runtime.nvrtc import compile_to_cubin
+
+    kernel = example(label)
+    options = nvrtc_options(kernel.pass_configs)
+    unit = passes.run(kernel.func, for_arch("sm_90a", "sim"), kernel.options, until="codegen_cuda")
+    ours = cubin_functions(ptxas.ptx_to_cubin(generate(unit.module, "sm_90a", "--use_fast_math" in options),
+                                              "sm_90a", cache=False))
+    theirs = cubin_functions(compile_to_cubin(unit.source, "sm_90a", options, cache=False))
+    for name, info in theirs.items():
+        assert -(-ours[name].registers // 8) <= -(-info.registers // 8), (name, ours[name].registers, info.registers)
+
+
+def test_without_a_ptxas_program_nvjitlink_assembles(monkeypatch, caplog):
+    monkeypatch.setenv("TILEAGENT_PTXAS", "/nonexistent/ptxas")
+    with caplog.at_level(logging.WARNING, logger="tileagent.compiler.runtime.ptxas"):
+        assert ptxas.assembler() == "nvJitLink %d.%d" % ptxas.version()
+    assert "TILEAGENT_PTXAS=/nonexistent/ptxas is not a working ptxas; using nvJitLink" in caplog.text
+    module = module_of(tileagent.compile(_floor_div(300), target="cpu:sm_90a"), "sm_90a")
+    assert ptxas.ptx_to_cubin(generate(module, "sm_90a"), "sm_90a", cache=False)[:4] == b"\x7fELF"

@@ -300,7 +300,11 @@ class _KernelPtx(Values):
             self.cur[(b, i)] = v
 
     def barrier(self, s: Barrier) -> None:
+        """``bar.sync``; numbered values are forgotten past it, so an index computed before a block-wide reduction
+        is computed again after it rather than held in registers across it (NVVM's rematerialization: holding
+        rmsnorm_silu's store addresses cost a 65th register and a quarter of its blocks per SM)."""
         self.emit("bar.sync 0;")
+        self.memo.clear()
 
     def atomic_add(self, s: AtomicAdd) -> None:
         b = s.buffer

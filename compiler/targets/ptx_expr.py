@@ -143,7 +143,7 @@ class Values:
         memo_mark, env_mark = self.marks.pop()
         if memo_mark is not None:
             while len(keys) > memo_mark:
-                del self.memo[keys.pop()]
+                self.memo.pop(keys.pop(), None)  # a barrier may have cleared it
         while len(names) > env_mark:
             var, old = names.pop()
             if old is None:
