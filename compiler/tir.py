@@ -54,6 +54,28 @@ def _special(name: str) -> SpecialVar:
     return next(v for v in SPECIAL_VARS if v.name == name)
 
 
+def nonneg(e, known=frozenset()) -> bool:
+    """Whether an integer expression is provably >= 0 (then C's ``/`` and ``%`` are floor division and modulo): a
+    constant >= 0, a hardware index, a variable in ``known``, or +, *, /, //, %, min, max, an integer cast or a select
+    of such."""
+    from tileagent.compiler.ir.expr import BinOp, Call, Cast, Const, Select, as_expr
+
+    e = as_expr(e)
+    if isinstance(e, Const):
+        return e.value >= 0
+    if isinstance(e, Var):
+        return e in known or any(e is v for v in SPECIAL_VARS)
+    if isinstance(e, BinOp) and e.op in ("+", "*", "//", "%", "/"):
+        return nonneg(e.a, known) and nonneg(e.b, known)
+    if isinstance(e, Call) and e.name in ("min", "max"):
+        return all(nonneg(a, known) for a in e.args)
+    if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int:
+        return nonneg(e.value, known)
+    if isinstance(e, Select):
+        return nonneg(e.a, known) and nonneg(e.b, known)
+    return False
+
+
 @dataclass(frozen=True, eq=False, slots=True)
 class Declare(Stmt):
     """A per-thread register array ``buffer`` (scope "local"), uninitialized unless ``init`` is given."""

@@ -48,7 +48,7 @@ from tileagent.compiler.targets.cuda_prelude import preamble
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
 from tileagent.compiler.targets.cuda_tma import HELPERS as TMA_HELPERS
 from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
-                          SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP)
+                          SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP, nonneg)
 
 # low-precision floats: (header, to float32, from float32). Their arithmetic is done in float32.
 _LOWP = {
@@ -374,21 +374,7 @@ class _KernelEmitter:
         self.line(f"{ref} = {_strip(self.value_as(s.value, s.buffer.dtype))};")
 
     def nonneg(self, e) -> bool:
-        """Whether an integer expression is provably >= 0 (then C's / and % are floor division and modulo)."""
-        e = as_expr(e)
-        if isinstance(e, Const):
-            return e.value >= 0
-        if isinstance(e, Var):
-            return e in self.nonneg_vars or any(e is v for v in (THREAD, LANE, WARP) + BLOCK_IDX + GRID_DIM)
-        if isinstance(e, BinOp) and e.op in ("+", "*", "//", "%", "/"):
-            return self.nonneg(e.a) and self.nonneg(e.b)
-        if isinstance(e, Call) and e.name in ("min", "max"):
-            return all(self.nonneg(a) for a in e.args)
-        if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int:
-            return self.nonneg(e.value)
-        if isinstance(e, Select):
-            return self.nonneg(e.a) and self.nonneg(e.b)
-        return False
+        return nonneg(e, self.nonneg_vars)
 
     def let(self, s: Let) -> None:
         if s.var.dtype.is_int and self.nonneg(s.value):

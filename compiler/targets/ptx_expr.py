@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.targets.cuda_literals import bits16, round_to
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Unary, Var, as_expr
-from tileagent.compiler.tir import BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP
+from tileagent.compiler.tir import LANE, THREAD, WARP, nonneg
 
 
 class PtxUnsupported(Exception):
@@ -235,11 +235,10 @@ class Values:
         if src.is_bool:
             if v.imm is not None:
                 return self.imm(int(v.imm), dst) if dst.is_int else self.imm(float(v.imm), dst)
-            one, zero = (self.imm(1, dst), self.imm(0, dst)) if dst.is_int else \
-                (self.imm(1.0, "float32"), self.imm(0.0, "float32"))
-            r = self.op("f32" if dst.is_float else kind_of(dst), f"selp.{'f32' if dst.is_float else 'b' + str(dst.bits)}",
-                        one, zero, v)
-            return self.from_f32(r, dst) if dst.is_float else r
+            if dst.is_float:
+                one, zero = self.imm(1.0, "float32"), self.imm(0.0, "float32")
+                return self.from_f32(self.op("f32", "selp.f32", one, zero, v), dst)
+            return self.op(kind_of(dst), f"selp.b{dst.bits}", self.imm(1, dst), self.imm(0, dst), v)
         if src.is_float and dst.is_float:
             return self.from_f32(self.to_f32(v, src), dst)
         if src.is_int and dst.is_int:
@@ -407,21 +406,7 @@ class Values:
         return v
 
     def nonneg(self, e) -> bool:
-        """Whether an integer expression is provably >= 0 (as ``compiler.targets.cuda``)."""
-        e = as_expr(e)
-        if isinstance(e, Const):
-            return e.value >= 0
-        if isinstance(e, Var):
-            return e in self.nonneg_vars or any(e is v for v in (THREAD, LANE, WARP) + BLOCK_IDX + GRID_DIM)
-        if isinstance(e, BinOp) and e.op in ("+", "*", "//", "%", "/"):
-            return self.nonneg(e.a) and self.nonneg(e.b)
-        if isinstance(e, Call) and e.name in ("min", "max"):
-            return all(self.nonneg(a) for a in e.args)
-        if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int:
-            return self.nonneg(e.value)
-        if isinstance(e, Select):
-            return self.nonneg(e.a) and self.nonneg(e.b)
-        return False
+        return nonneg(e, self.nonneg_vars)
 
     def binop(self, e: BinOp, w: bool) -> Val:
         op, dt = e.op, e.dtype
