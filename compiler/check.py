@@ -16,7 +16,8 @@ from __future__ import annotations
 from tileagent.compiler.diagnostics import CompileError, DSLTypeError, InternalCompilerError, ScopeError, ShapeError
 from tileagent.compiler.ir.simplify import depends_on, static_int
 from tileagent.compiler.ir.visit import loads
-from tileagent.compiler.ir.stmt import Alloc, AtomicAdd, For, If, Kernel, Let, Parallel, Print, PrimFunc, Region, Store
+from tileagent.compiler.ir.stmt import (Alloc, AtomicAdd, For, If, Kernel, Let, Parallel, Print, PrimFunc, Region, Store,
+                                        While)
 from tileagent.compiler.tileops import describe, op_for
 
 
@@ -70,6 +71,12 @@ class _Checker:
                 if len(s.annotations["order"]) != n:
                     raise DSLTypeError(f"T.Pipelined: order/stage have {len(s.annotations['order'])} entries but "
                                        f"the loop body has {n} statements", code="E307")
+            self.body(s.body, in_kernel, par_vars, static_par)
+        elif isinstance(s, While):
+            if in_par:
+                raise ScopeError("while loop inside T.Parallel", code="E506",
+                                 hint="put sequential loops outside the T.Parallel nest")
+            self.exprs((s.cond,), par_vars, static_par)
             self.body(s.body, in_kernel, par_vars, static_par)
         elif isinstance(s, If):
             self.exprs((s.cond,), par_vars, static_par)

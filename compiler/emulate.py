@@ -41,7 +41,7 @@ import torch
 from tileagent.compiler.errors import KernelArgumentError
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
 from tileagent.compiler.atomic_ops import combine, elementwise
-from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
+from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store, While
 from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
 from tileagent.compiler.emulate_wgmma import check_not_busy, finish_wgmma, note_generic_write
 from tileagent.compiler.emulate_tma import finish_tma
@@ -244,6 +244,10 @@ class _Block:
         self.run_masked(s.then_body, self.narrowed(c))
         self.run_masked(s.else_body, self.narrowed(~c))
 
+    def while_(self, s: While) -> None:
+        while bool(self.uniform(self.ev(s.cond), "condition of a while loop")):
+            self.body(s.body)
+
     def for_(self, s: For) -> None:
         extent = int(self.uniform(self.ev(s.extent), f"trip count of loop '{s.var.name}'"))
         start, step = self.ev(s.start), self.ev(s.step)
@@ -317,7 +321,7 @@ class _Block:
                                  f"are active; every lane of the warp must execute it", self.span)
         return present, active
 
-    _HANDLERS = {Let: let, If: if_, For: for_, Declare: declare, Store: store, AtomicAdd: atomic_add,
+    _HANDLERS = {Let: let, If: if_, For: for_, While: while_, Declare: declare, Store: store, AtomicAdd: atomic_add,
                  VecCopy: vec_copy, VecAtomicAdd: vec_atomic_add, Barrier: barrier, **emulators()}
 
     # -- memory ------------------------------------------------------------------------------------------------

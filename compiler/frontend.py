@@ -25,7 +25,7 @@ from tileagent.compiler.ir.expr import Expr, Load, Var, as_expr, describe, make_
 from tileagent.compiler.ir.simplify import depends_on, static_int
 from tileagent.compiler.frontend_expressions import _BINOPS, ExpressionParser, _call_builtin
 from tileagent.compiler.ir.stmt import (AtomicAdd, Alloc, Buffer, For, If, Kernel, Let, Parallel, PrimFunc, Region,
-                                        Stmt, Store)
+                                        Stmt, Store, While)
 
 _UNSET = object()
 
@@ -466,6 +466,21 @@ class _Parser(ExpressionParser):
         then_body, else_body = self.body(node.body), self.body(node.orelse)
         self.emit(If(cond, then_body, else_body), node)
 
+    def stmt_While(self, node: ast.While):
+        """``while cond:`` on a runtime condition (a compile-time one would unroll forever or not at all: E104)."""
+        if node.orelse:
+            raise DSLSyntaxError("while ... else is not supported", code="E101")
+        cond = self.expr(node.test)
+        if not isinstance(cond, Expr):
+            raise DSLTypeError(f"`while {ast.unparse(node.test)}`: the condition is a compile-time value ({cond!r}); "
+                               f"a prim_func's while loop tests a runtime value", code="E104",
+                               hint="use a Python for loop over compile-time values, or T.serial")
+        if not self.kernel_depth:
+            raise DSLSyntaxError("while loop outside T.Kernel", code="E505")
+        if cond.dtype != "bool":
+            cond = make_cmp("!=", cond, 0)
+        self.emit(While(cond, self.body(node.body)), node)
+
     def stmt_With(self, node: ast.With):
         from tileagent.compiler.language.kernel import KernelSpec
         from tileagent.compiler.language.warp_specialize import CURRENT_WS, WsSpec
@@ -662,7 +677,6 @@ class _Parser(ExpressionParser):
 _DTYPE_NAMES = frozenset(("float", "half", "double", "int") + __import__("tileagent.compiler.dtypes").compiler.dtypes.KNOWN)
 _LOOP_NAMES = {"parallel": "Parallel", "pipelined": "Pipelined", "serial": "serial", "unroll": "unroll"}
 _UNSUPPORTED_HINTS = {
-    "While": "use T.serial(n) with a compile-time bound and an `if`",
     "FunctionDef": "define helpers outside the prim_func; call them with compile-time values",
     "Try": "errors cannot be caught inside a kernel",
     "Import": "import at module level",

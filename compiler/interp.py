@@ -25,7 +25,7 @@ from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Sele
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.atomic_ops import combine
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, MBarrierOp,
-                                        Parallel, Print, PrimFunc, Region, Store, UseSwizzle)
+                                        Parallel, Print, PrimFunc, Region, Store, UseSwizzle, While)
 from tileagent.compiler.tileops import op_for
 
 _INT_POISON = -(2**30) + 7
@@ -107,6 +107,17 @@ class _Interpreter:
             self.env[s.var] = start + k * step
             self.body(s.body, mask)
 
+    def while_(self, s: While, mask) -> None:
+        while True:
+            c = self.ev(s.cond)
+            if isinstance(c, torch.Tensor):
+                if c.numel() > 1 and bool((c != c.reshape(-1)[0]).any()):
+                    raise KernelFault("the while loop's condition differs between threads", s.span)
+                c = bool(c.reshape(-1)[0])
+            if not c:
+                return
+            self.body(s.body, mask)
+
     def parallel(self, s: Parallel, mask) -> None:
         n = len(s.vars)
         for d, (var, ext) in enumerate(zip(s.vars, s.extents)):
@@ -174,7 +185,7 @@ class _Interpreter:
 
     _HANDLERS = {Kernel: kernel, Alloc: alloc, For: for_, Parallel: parallel, If: if_, Let: let, Store: store,
                  AtomicAdd: atomic_add, Print: print_, AnnotateLayout: nothing, UseSwizzle: nothing,
-                 MBarrierOp: mbarrier}
+                 MBarrierOp: mbarrier, While: while_}
 
     # -- memory ----------------------------------------------------------------------------------------------
     def _clip(self, r: Region, span):

@@ -18,7 +18,7 @@ from tileagent.compiler.diagnostics import InternalCompilerError
 from tileagent.compiler.ir.expr import Expr, Load
 from tileagent.compiler.ir.simplify import depends_on
 from tileagent.compiler.ir.stmt import (Alloc, AtomicAdd, AtomicAddTile, Copy, Fill, For, Gemm, If, Let, Parallel,
-                                        Reduce, Store)
+                                        Reduce, Store, While)
 from tileagent.compiler.tir import (LANE, THREAD, WARP, AsyncCopy, Barrier, Declare, LdMatrix, Mma, PackPairs,
                                     VecAtomicAdd, VecCopy, Wgmma, WgmmaRS)
 
@@ -136,6 +136,9 @@ def _thread_ir(k) -> list:
                 if s.kind not in ("serial", "unroll"):
                     out.append(f"a loop of kind {s.kind!r} is left in the thread IR")
                 body(s.body, divergent)
+            elif isinstance(s, While):
+                exprs(s.cond, where)
+                body(s.body, divergent or depends_on(s.cond, [THREAD, LANE, WARP]))
             elif isinstance(s, If):
                 exprs(s.cond, where)
                 on_thread = divergent or depends_on(s.cond, [THREAD, LANE, WARP])

@@ -31,7 +31,8 @@ SMALL = {  # the programs CI runs, in their folders under EXAMPLES
     "example_convolution_autotune.py": "convolution", "example_tilelang_gemm_fp8.py": "gemm_fp8",
     "example_dequant_gemm_w4a8.py": "dequantize_gemm", "example_gemv.py": "gemv",
     "example_gemm_autotune.py": "gemm", "example_warp_specialize_gemm_copy_0_gemm_1.py": "warp_specialize",
-    "example_warp_specialize_gemm_barrierpipe_stage2.py": "warp_specialize"}
+    "example_warp_specialize_gemm_barrierpipe_stage2.py": "warp_specialize",
+    "example_tilelang_gemm_streamk.py": "gemm_streamk"}
 
 
 @pytest.fixture
@@ -1583,3 +1584,69 @@ def test_float16_accumulator_gemm_on_mma_sync(tilelang, tmp_path):
     cuda = tilelang.compile(func, out_idx=[2], target="cuda:sm_90a")
     assert "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16" in cuda.get_kernel_source()
     assert cuda.cubin()[:4] == b"\x7fELF"
+
+
+# -- while loops -------------------------------------------------------------------------------------------------
+
+
+def test_streamk_gemm_example_while_loop(tilelang, monkeypatch, capsys):
+    """TileLang's stream-K GEMM (``while start_iter[0] < last_iter:`` over a local counter; once E101): its own
+    main (module-level tensors made on the CPU here: the program asks for device="cuda") passes on the CPU with the
+    GPU lowering checked, and the kernel's CUDA, a C++ while loop, compiles for sm_90a."""
+    import tilelang.language as T
+
+    for name in ("rand", "zeros"):
+        real = getattr(torch, name)
+        monkeypatch.setattr(torch, name, lambda *a, __f=real, **kw: __f(*a, **{**kw, "device": "cpu"}))
+    ns = load_script(EXAMPLES / SMALL["example_tilelang_gemm_streamk.py"] / "example_tilelang_gemm_streamk.py")
+    with compile_defaults(lowering_check=True):
+        ns["main"]()  # its own torch.testing.assert_close against A @ B.T
+    kernel = ns["tl_matmul_streamk"].compile(ns["A"], ns["B"], torch.zeros(256, 1024), ns["streamk_tiles"], 16, 128,
+                                             32, False, True, T.float16, T.float32, T.float32, 2, 64)
+    cuda = tilelang.compile(kernel.func, out_idx=list(kernel.out_idx), target="cuda:sm_90a")
+    assert "  while (start_iter[0] < last_iter) {" in cuda.get_kernel_source()
+    assert cuda.cubin()[:4] == b"\x7fELF"
+
+
+def test_while_loop_on_every_target_and_its_errors(tilelang, tmp_path):
+    """A while loop whose trip count depends on data (a scalar parameter and a per-block value): interpreter,
+    emulator of the CUDA lowering and torch agree; a compile-time condition is E104, one inside T.Parallel E506."""
+    path = _write(tmp_path, "while_loop.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[2])
+        def rows_until(which=0):
+            @T.prim_func
+            def main(X: T.Tensor((4, 32), "float32"), limit: T.int32, Y: T.Tensor((4,), "float32")):
+                with T.Kernel(4, threads=32) as bx:
+                    r = T.alloc_var(T.int32, 0)
+                    acc = T.alloc_var(T.float32, 0.0)
+                    S = T.alloc_shared((32,), "float32")
+                    T.copy(X[bx, :], S)
+                    if which == 1:
+                        while 3 > 2:
+                            r = r + 1
+                    while r < limit + bx:
+                        acc = acc + S[r]
+                        r = r + 1
+                    if which == 2:
+                        for i in T.Parallel(32):
+                            while r < 3:
+                                r = r + 1
+                    Y[bx] = acc
+            return main
+        """)
+    ns = load_script(path)
+    x = torch.randn(4, 32)
+    expect = torch.stack([x[b, :5 + b].sum() for b in range(4)])
+    for target in ("cpu", "sim"):
+        kernel = tilelang.compile(ns["rows_until"].get_tir(), out_idx=[2], target=target)
+        torch.testing.assert_close(kernel(x, 5), expect)
+    assert tilelang.compile(ns["rows_until"].get_tir(), out_idx=[2], target="cuda:sm_90a").cubin()[:4] == b"\x7fELF"
+    for which, code, words in ((1, "E104", "the condition is a compile-time value (True)"),
+                               (2, "E506", "while loop inside T.Parallel")):
+        with pytest.raises(CompileError) as e:
+            ns["rows_until"](which)
+        assert e.value.code == code and words in e.value.message, e.value.message

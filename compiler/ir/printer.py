@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, MBarrierOp,
-                                        Parallel, Print, PrimFunc, Region, Store, UseSwizzle)
+                                        Parallel, Print, PrimFunc, Region, Store, UseSwizzle, While)
 
 _PREC = {"or": 1, "and": 2, "|": 4, "^": 5, "&": 6, "<<": 7, ">>": 7, "+": 8, "-": 8, "*": 9, "/": 9, "//": 9,
          "%": 9}
@@ -111,6 +111,8 @@ def stmt_lines(s, indent: int = 0) -> list[str]:
     if isinstance(s, AnnotateLayout):
         items = ", ".join(f"{b.name}: {type(layout).__name__}" for b, layout in s.layouts)
         return [f"{pad}T.annotate_layout({{{items}}})"]
+    if isinstance(s, While):
+        return [f"{pad}while {expr_str(s.cond)}:"] + _body(s.body, indent + 4)
     if isinstance(s, MBarrierOp):
         what = "T.barrier_wait" if s.op == "wait" else "T.barrier_arrive"
         extra = f", {expr_str(s.value)}" if s.op == "wait" else ""

@@ -114,6 +114,17 @@ class Parallel(Stmt):
 
 
 @dataclass(frozen=True, eq=False, slots=True)
+class While(Stmt):
+    """``while cond:`` on a runtime condition (TileLang's stream-K GEMM loops ``while start_iter[0] < last_iter``):
+    the body runs again as long as ``cond`` holds when evaluated before each iteration. The condition must take one
+    value in all threads of the block (it reads block indices, scalars, locals computed alike by every thread)."""
+
+    cond: Expr
+    body: tuple[Stmt, ...]
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class MBarrierOp(Stmt):
     """TileLang's hand-written warp-specialization barriers (``T.barrier_arrive`` / ``T.barrier_wait`` on a
     ``T.alloc_barrier``): TileAgent runs ``T.ws`` code in program order, so these only check that order. ``op`` is

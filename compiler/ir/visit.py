@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 
 from tileagent.compiler.ir.expr import Const, Expr, Load, Var
-from tileagent.compiler.ir.stmt import AtomicAdd, For, If, Let, Region, Store
+from tileagent.compiler.ir.stmt import AtomicAdd, For, If, Let, Region, Store, While
 
 
 def walk(stmts):
@@ -35,6 +35,8 @@ def stmt_exprs(s) -> list:
     if isinstance(s, Let):
         return [s.value]
     if isinstance(s, If):
+        return [s.cond]
+    if isinstance(s, While):
         return [s.cond]
     if isinstance(s, For):
         return [s.start, s.extent]

@@ -20,7 +20,7 @@ from tileagent.compiler.ir.expr import Var, make_binop, make_call
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, MBarrierOp,
-                                        Parallel, Print, PrimFunc, Store, UseSwizzle)
+                                        Parallel, Print, PrimFunc, Store, UseSwizzle, While)
 from tileagent.compiler.lower.context import LowerContext
 from tileagent.compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
 from tileagent.compiler.lower.pipeline import SoftwarePipeline, lower_pipeline
@@ -256,6 +256,8 @@ class _Lowering:
         if isinstance(s, If):
             return [If(ctx.rewrite(s.cond, {}), tuple(self.body(s.then_body)), tuple(self.body(s.else_body)),
                        s.span)]
+        if isinstance(s, While):
+            return [While(ctx.rewrite(s.cond, {}), tuple(self.body(s.body)), s.span)]
         if isinstance(s, Let):
             ctx.lets[s.var] = value = ctx.rewrite(s.value, {})
             return [Let(s.var, value, s.span)]

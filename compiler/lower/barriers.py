@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tileagent.compiler.ir.stmt import AtomicAdd, For, If, Let, Parallel, Store
+from tileagent.compiler.ir.stmt import AtomicAdd, For, If, Let, Parallel, Store, While
 from tileagent.compiler.ir.visit import loads, walk
 from tileagent.compiler.lower.pipeline import SoftwarePipeline
 from tileagent.compiler.tileops import op_for
@@ -58,7 +58,7 @@ def _body(body, state, divergent=None):
     written, read = state
     out = []
     for s in body:
-        if divergent is not None and ((isinstance(s, If) and _differs(s.cond, divergent)) or (
+        if divergent is not None and ((isinstance(s, (If, While)) and _differs(s.cond, divergent)) or (
                 isinstance(s, For) and _differs((s.start, s.extent, s.step), divergent))):
             w, r = shared_effects(s)  # taken whole: no barrier inside code not every thread runs
             if (r & written) or (w & read) or (w & written):
@@ -76,7 +76,13 @@ def _body(body, state, divergent=None):
             out.append(replace(s, consumers=tuple(consumers)))
             written = written | frozenset(s.staged)
             continue
-        if isinstance(s, For):
+        if isinstance(s, (For, While)):
+            if isinstance(s, While):  # its condition is evaluated before every iteration
+                w, r = frozenset(), shared_effects(If(s.cond, (), ()))[1]
+                if r & written:
+                    out.append(Barrier())
+                    written, read = frozenset(), frozenset()
+                read = read | r
             _, after_one = _body(s.body, (written, read), divergent)  # what one iteration leaves for the next one
             inner, (written, read) = _body(s.body, (written | after_one[0], read | after_one[1]), divergent)
             out.append(replace(s, body=tuple(inner)))
@@ -123,6 +129,10 @@ def _effects(s, w, r):
     elif isinstance(s, If):
         _reads(s.cond, r)
         for x in s.then_body + s.else_body:
+            _effects(x, w, r)
+    elif isinstance(s, While):
+        _reads(s.cond, r)
+        for x in s.body:
             _effects(x, w, r)
 
 

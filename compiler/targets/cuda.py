@@ -36,7 +36,7 @@ import torch
 
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, as_expr
-from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
+from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store, While
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
@@ -389,6 +389,11 @@ class _KernelEmitter:
         if s.else_body:
             self.line("} else {")
             self.block(s.else_body)
+        self.line("}")
+
+    def while_(self, s: While) -> None:
+        self.line(f"while ({_strip(self.ex(s.cond))}) {{")
+        self.block(s.body)
         self.line("}")
 
     def for_(self, s: For) -> None:
@@ -745,7 +750,8 @@ class _KernelEmitter:
 
 
 _STMT_HANDLERS = {Store: _KernelEmitter.store, Let: _KernelEmitter.let, If: _KernelEmitter.if_,
-                  For: _KernelEmitter.for_, AtomicAdd: _KernelEmitter.atomic_add, Declare: _KernelEmitter.declare,
+                  For: _KernelEmitter.for_, While: _KernelEmitter.while_, AtomicAdd: _KernelEmitter.atomic_add,
+                  Declare: _KernelEmitter.declare,
                   Barrier: _KernelEmitter.barrier, VecCopy: _KernelEmitter.vec_copy,
                   VecAtomicAdd: _KernelEmitter.vec_atomic_add, **cuda_emitters()}
 _EXPR_HANDLERS = {Const: _KernelEmitter.e_const, Var: _KernelEmitter.e_var, SpecialVar: _KernelEmitter.e_var, BinOp: _KernelEmitter.e_binop,
