@@ -47,6 +47,8 @@ class _Checker:
             if in_par:
                 raise ScopeError(f"{_op_name(s)} inside T.Parallel", code="E502",
                                  hint="T.Parallel bodies hold element statements; move the tile op out of the loop")
+            if getattr(self, "thread_vars", ()) and op_for(s) is not None:
+                _per_thread_tile_op(s, self.thread_vars)
         if isinstance(s, Kernel):
             self.thread_vars = _thread_dependent(s) if s.thread_vars else ()
             self.body(s.body, True, (), True)
@@ -165,6 +167,26 @@ def _thread_dependent(k: Kernel) -> tuple:
         if isinstance(x, Let) and depends_on(x.value, found):
             found.append(x.var)
     return tuple(found)
+
+
+def _per_thread_tile_op(s, thread_vars: tuple) -> None:
+    """In a kernel with per-thread code a tile op is still the whole block's (its threads split the tile), so its
+    regions may not start at a thread index, nor may it touch a per-thread local other than by T.fill/T.clear
+    (E509)."""
+    from tileagent.compiler.ir.stmt import Fill
+
+    effects = op_for(s).effects(s)
+    regions = [getattr(s, name) for name in ("src", "dst", "a", "b", "c", "buffer", "out", "region")
+               if isinstance(getattr(s, name, None), Region)]
+    if any(depends_on(e, thread_vars) for r in regions for e in r.starts):
+        raise ScopeError(f"{_op_name(s)} works on a tile at a thread index (T.get_thread_binding): a tile op is the "
+                         f"whole block's, its threads split the tile", code="E509",
+                         hint="copy per-thread data element by element in a T.serial / T.vectorized loop")
+    local = sorted(b.name for b in effects.reads | effects.writes if b.scope in ("local", "var"))
+    if local and not isinstance(s, Fill):
+        raise ScopeError(f"{_op_name(s)} uses the per-thread local '{local[0]}' in a kernel with per-thread code "
+                         f"(T.get_thread_binding)", code="E509",
+                         hint="copy per-thread data element by element in a T.serial / T.vectorized loop")
 
 
 def _per_thread_parallel(s: Parallel, thread_vars: tuple) -> None:

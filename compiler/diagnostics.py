@@ -205,7 +205,7 @@ CODES = {
             "T.Pipelined, T.unroll) inside T.Parallel",
     "E507": "T.Parallel with a non-static extent indexing a fragment",
     "E508": "atomic_add/max/min destination not in global or shared memory",
-    "E509": "T.Parallel reading a thread index or a per-thread local in a kernel with per-thread code",
+    "E509": "T.Parallel or a tile op reading a thread index or a per-thread local in a kernel with per-thread code",
     "E601": "unknown or unavailable target",
     "E602": "an op the CUDA backend does not lower yet",
     "E701": "a TileLang API (module, function, dtype or language construct) that TileAgent does not support",

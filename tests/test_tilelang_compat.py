@@ -1428,15 +1428,21 @@ def test_per_thread_code_errors(tilelang, tmp_path):
                             F[i] = L[0]
                     elif which == 2:
                         y = T.get_thread_binding(3)
-                    else:
+                    elif which == 3:
                         y = T.thread_binding(0, 64, thread="threadIdx.x")
+                    elif which == 4:
+                        T.copy(X[tx:tx + 1], F[0:1])
+                    else:
+                        T.copy(X[0:1], L)
             return main
         """)
     ns = load_script(path)
     for which, code, words in ((0, "E509", "T.Parallel reads a thread index"),
                                (1, "E509", "T.Parallel uses the per-thread local 'L'"),
                                (2, "E301", "T.get_thread_binding: dim must be 0, 1 or 2, got 3"),
-                               (3, "E301", "the kernel has 128 threads along threadIdx.x, not 64")):
+                               (3, "E301", "the kernel has 128 threads along threadIdx.x, not 64"),
+                               (4, "E509", "T.copy works on a tile at a thread index"),
+                               (5, "E509", "T.copy uses the per-thread local 'L'")):
         with pytest.raises(CompileError) as e:
             ns["bad"](which)
         assert e.value.code == code and words in e.value.message, e.value.message
