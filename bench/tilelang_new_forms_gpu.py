@@ -2,7 +2,8 @@
 SIMT emulator; this runs their CUDA on the device): 8-bit T.gemm on mma.sync m16n8k32 (TileLang's fp8 GEMM, e4m3 and
 e5m2; the w4a8 int4 x int8 GEMM, exact), T.im2col with T.Tensor(shape, dtype, X.data) views (TileLang's convolution
 against torch.conv2d), per-thread code (T.get_thread_binding: the four SIMT kernels of TileLang's GEMV example) and
-hand-written warp specialization run in program order (TileLang's copy_0_gemm_1 and barrierpipe GEMMs).
+hand-written warp specialization run in program order (TileLang's copy_0_gemm_1 and barrierpipe GEMMs), and a
+``while`` loop (TileLang's stream-K GEMM, checked by its own main).
 
 In: nothing (the programs are the copies in bench/tilelang_examples). Out: one line per case, ``ok`` / ``WRONG`` (with
 the error against the reference) / ``FAIL`` (the exception), and the kernel's median time in ms next to torch's
@@ -107,7 +108,20 @@ def case_ws(torch, tilelang, T, dev, n):
     return out
 
 
-CASES = {"fp8": case_fp8, "w4a8": case_w4a8, "conv": case_conv, "gemv": case_gemv, "ws": case_ws}
+def case_streamk(torch, tilelang, T, dev, n):
+    """TileLang's stream-K GEMM (a while loop over a local counter, atomic adds of partial tiles): its own main
+    checks C against A @ B.T; its sizes are module constants (256 x 1024 x 512)."""
+    if dev != "cuda":
+        return [("streamk (GPU only: its tensors are made on cuda at import)", True, "skipped", 0.0, None)]
+    ns = _load("gemm_streamk/example_tilelang_gemm_streamk.py")
+    ns["main"]()  # raises when C differs from A @ B.T
+    ms = ns["run_regression_perf"]()
+    ref = tilelang.profiler.do_bench(lambda: torch.matmul(ns["A"], ns["B"].T))
+    return [("streamk 256x1024x512", True, "its own assert_close passed", ms, ref)]
+
+
+CASES = {"fp8": case_fp8, "w4a8": case_w4a8, "conv": case_conv, "gemv": case_gemv, "ws": case_ws,
+         "streamk": case_streamk}
 
 
 def main(argv=None) -> int:
