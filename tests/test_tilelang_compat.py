@@ -1294,6 +1294,17 @@ def test_w4a8_dequantize_gemm_example_int8_gemm_is_exact(tilelang, capsys):
     assert "tl_pack_b8x4" in cuda.get_kernel_source() and cuda.cubin()[:4] == b"\x7fELF"
 
 
+def test_launcher_runs_the_w4a8_example_unchanged_on_the_cpu():
+    """The w4a8 dequantize GEMM as a script through ``python -m tileagent.tilelang`` (its own argparse, fixed config,
+    profiler check and timing), at a small size."""
+    example = EXAMPLES / SMALL["example_dequant_gemm_w4a8.py"] / "example_dequant_gemm_w4a8.py"
+    proc = subprocess.run([sys.executable, "-m", "tileagent.tilelang", str(example), "--m", "64", "--n", "64", "--k",
+                           "256"], capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "All checks pass." in proc.stdout and "Tilelang:" in proc.stdout
+
+
 def test_int8_gemm_wraps_like_int32_and_mn_major_8bit_operands_are_E602(tilelang, tmp_path):
     """The interpreter's int8 gemm accumulates exactly in int32 (wrapping past 2**31, as the tensor cores do); an
     8-bit gemm whose B is K x N (not K-major) runs on the CPU but is an E602 on the GPU path, saying why."""
