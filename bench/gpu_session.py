@@ -69,7 +69,8 @@ STEPS = (
     Step("tilelang", 3, "mkdir -p /tmp/tl && tar -xJf .tl/tl_site.tar.xz -C /tmp/tl && "
          "python bench/tilelang_examples.py --tilelang-site /tmp/tl --only gqa_decode,mha_sink_fwd_bhsd,"
          "mha_sink_fwd_bhsd_window,grouped_gemm_fwd,mla_decode,mha_fwd_bshd,gemm,convolution,convolution_autotune,"
-         "gemm_fp8,dequant_gemm_w4a8,ws_copy_0_gemm_1,ws_barrierpipe_stage2,gemm_streamk --timeout 150 --markdown", 900,
+         "gemm_fp8,dequant_gemm_w4a8,ws_copy_0_gemm_1,ws_barrierpipe_stage2,gemm_streamk,mla_decode_persistent "
+         "--timeout 150 --markdown", 960,
          "TileLang's own programs on TileAgent and on TileLang 0.1.15, checked and timed side by side (issue 13)"),
     Step("generate_rmsnorm", 5, "python -m tileagent generate tasks/rmsnorm_silu.py --out /tmp/gen_rms --no-archive", 300,
          "the main job's wall time (180 s last session, 69 s in round 1)"),

@@ -61,6 +61,7 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "gemm_fp8": ("gemm_fp8/example_tilelang_gemm_fp8.py", [], False, ()),
     "gemv": ("gemv/example_gemv.py", [], False, ("tvm",)),
     "gemm_streamk": ("gemm_streamk/example_tilelang_gemm_streamk.py", [], False, ()),
+    "mla_decode_persistent": ("deepseek_mla/example_mla_decode_persistent.py", [], False, ("einops",)),
     "ws_copy_0_gemm_1": ("warp_specialize/example_warp_specialize_gemm_copy_0_gemm_1.py", [], False, ()),
     "ws_barrierpipe_stage2": ("warp_specialize/example_warp_specialize_gemm_barrierpipe_stage2.py", [], False, ()),
     "dequant_gemm_w4a8": ("dequantize_gemm/example_dequant_gemm_w4a8.py", ["--m", "4096", "--n", "4096", "--k", "4096"],

@@ -539,7 +539,9 @@ class _Parser(ExpressionParser):
             self.kernel_depth -= 1
             self.scopes.pop()
         grid = tuple(spec.grid)
-        self.emit(Kernel(grid, spec.threads, block_vars, body, thread_vars=threads.vars if threads.used else ()), node)
+        for part in _split_at_grid_syncs(body):  # T.sync_grid(): kernels launched one after the other
+            self.emit(Kernel(grid, spec.threads, block_vars, part, thread_vars=threads.vars if threads.used else ()),
+                      node)
 
     def stmt_For(self, node: ast.For):
         from tileagent.compiler.language.loops import LoopSpec
@@ -734,6 +736,33 @@ def _check_view_aliasing(body: tuple, views: list) -> None:
                 raise DSLSyntaxError(f"the kernel writes storage of '{base.name}' and reaches it under several "
                                      f"names ({listed}); a view and its base cannot alias within one kernel",
                                      k.span, code="E102", hint="use one name (the view or the base) per kernel")
+
+
+def _split_at_grid_syncs(body: tuple) -> list:
+    """The kernel body cut at its top-level ``T.sync_grid()`` markers (``GridSync``); each later part starts with the
+    allocations, let-bindings and layout/swizzle annotations of the parts before it. A marker inside a loop or
+    branch is an E701."""
+    from tileagent.compiler.diagnostics import UnsupportedError
+    from tileagent.compiler.ir.stmt import AnnotateLayout, GridSync, UseSwizzle
+    from tileagent.compiler.ir.visit import walk
+
+    parts, current, preamble = [], [], []
+    for s in body:
+        if isinstance(s, GridSync):
+            parts.append(tuple(current))
+            current = list(preamble)
+            continue
+        current.append(s)
+        if isinstance(s, (Alloc, Let, AnnotateLayout, UseSwizzle)):
+            preamble.append(s)
+    parts.append(tuple(current))
+    for part in parts:
+        nested = next((x for x in walk(part) if isinstance(x, GridSync)), None)
+        if nested is not None:
+            raise UnsupportedError("T.sync_grid inside a loop or branch is not supported: TileAgent splits a kernel at "
+                                   "a top-level T.sync_grid() into kernels launched one after the other",
+                                   nested.span, hint="call T.sync_grid() at the top level of the T.Kernel body")
+    return parts
 
 
 def _writes(s) -> frozenset:

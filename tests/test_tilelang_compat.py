@@ -32,7 +32,7 @@ SMALL = {  # the programs CI runs, in their folders under EXAMPLES
     "example_dequant_gemm_w4a8.py": "dequantize_gemm", "example_gemv.py": "gemv",
     "example_gemm_autotune.py": "gemm", "example_warp_specialize_gemm_copy_0_gemm_1.py": "warp_specialize",
     "example_warp_specialize_gemm_barrierpipe_stage2.py": "warp_specialize",
-    "example_tilelang_gemm_streamk.py": "gemm_streamk"}
+    "example_tilelang_gemm_streamk.py": "gemm_streamk", "example_mla_decode_persistent.py": "deepseek_mla"}
 
 
 @pytest.fixture
@@ -1667,3 +1667,47 @@ def test_while_loop_on_every_target_and_its_errors(tilelang, tmp_path):
         with pytest.raises(CompileError) as e:
             ns["rows_until"](which)
         assert e.value.code == code and words in e.value.message, e.value.message
+
+
+# -- T.sync_grid -------------------------------------------------------------------------------------------------
+
+
+def test_persistent_mla_decode_example_splits_at_sync_grid(tilelang, monkeypatch):
+    """TileLang's persistent MLA decode (split-KV attention, ``T.sync_grid()``, then the combine, in one persistent
+    kernel sized by ``driver.get_num_sms()``; once E701): two kernels launched in order, the program's reference
+    check passes on the CPU with the GPU lowering checked, the CUDA compiles for sm_90a."""
+    from tilelang.carver.arch import driver
+
+    monkeypatch.setattr(driver, "get_cuda_device_properties",
+                        lambda device_id=0: type("Props", (), {"multi_processor_count": 3})())
+    ns = load_script(EXAMPLES / SMALL["example_mla_decode_persistent.py"] / "example_mla_decode_persistent.py")
+    with compile_defaults(lowering_check=True):
+        kernel = ns["flashattn"](2, 64, 1, 256, 64, 32, 64, 64, 2)
+    from tileagent.compiler.ir.stmt import Kernel
+
+    parts = [s for s in kernel.func.body if isinstance(s, Kernel)]
+    assert len(parts) == 2 and parts[0].block_vars == parts[1].block_vars and parts[0].grid == (3,)
+    kernel.get_profiler(tensor_supply_type=tilelang.TensorSupplyType.Randn).assert_allclose(
+        ns["ref_program"], rtol=0.01, atol=0.01)
+    assert kernel.cubin()[:4] == b"\x7fELF"
+
+
+def test_sync_grid_inside_a_loop_is_E701(tilelang, tmp_path):
+    path = _write(tmp_path, "sync_loop.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit
+        def bad(n):
+            @T.prim_func
+            def main(X: T.Tensor((n,), "float32")):
+                with T.Kernel(4, threads=128) as bx:
+                    for k in T.serial(2):
+                        T.sync_grid()
+            return main
+        """)
+    with pytest.raises(CompileError) as e:
+        load_script(path)["bad"](64)
+    assert e.value.code == "E701" and "T.sync_grid inside a loop or branch" in e.value.message
+    assert e.value.span is not None and e.value.span.line == 11  # the T.sync_grid() line

@@ -125,6 +125,15 @@ class While(Stmt):
 
 
 @dataclass(frozen=True, eq=False, slots=True)
+class GridSync(Stmt):
+    """``T.sync_grid()`` while parsing: the frontend splits its T.Kernel there into kernels launched one after the
+    other (every block finishes the first before any starts the second, which is what a grid barrier guarantees);
+    none is left in a parsed function."""
+
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class MBarrierOp(Stmt):
     """TileLang's hand-written warp-specialization barriers (``T.barrier_arrive`` / ``T.barrier_wait`` on a
     ``T.alloc_barrier``): TileAgent runs ``T.ws`` code in program order, so these only check that order. ``op`` is

@@ -11,7 +11,7 @@ from tileagent.compiler.frontend_macro import macro
 from tileagent.compiler.language.extras import (Cast, FragmentBuffer, Layout, LocalBuffer, Ref, SharedBuffer,
                                                 alloc_buffer, alloc_global, clamp, dtype, get_block_binding,
                                                 get_block_bindings, get_thread_binding, get_thread_bindings,
-                                                thread_binding, vectorized)
+                                                sync_grid, thread_binding, vectorized)
 from tileagent.compiler.language.annotations import (annotate_layout, make_full_bank_swizzled_layout,
                                            make_half_bank_swizzled_layout, make_quarter_bank_swizzled_layout,
                                            make_swizzled_layout, print, use_swizzle)

@@ -98,6 +98,16 @@ def thread_binding(start, stop=None, thread: str = "threadIdx.x", annotations=No
     return make_binop("+", bindings.vars[dim], start) if start else bindings.vars[dim]
 
 
+def sync_grid():
+    """TileLang's ``T.sync_grid()`` (a barrier over every block of the grid): at the top level of a T.Kernel body the
+    frontend splits the kernel there into two launched one after the other (allocations and let-bound values before
+    it are repeated in the second; on-chip contents do not survive it: the second part rewrites what it reads).
+    Inside a loop or branch: E701."""
+    from tileagent.compiler.ir.stmt import GridSync
+
+    return GridSync()
+
+
 def get_block_bindings():
     """All blockIdx variables of the enclosing T.Kernel."""
     block_vars = CURRENT_BLOCK_VARS.get()

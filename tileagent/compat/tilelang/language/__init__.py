@@ -17,7 +17,7 @@ from tileagent.compiler.language import __all__ as _dsl_names
 _HOPPER = ("this part of Hopper/Blackwell warp specialization by hand (expect-tx, wgmma, register reallocation, "
            "clusters, tensor memory) is not supported (T.ws, T.alloc_barrier, barrier arrive/wait and T.tma_copy are, "
            "run in program order); write the plain T.Pipelined / T.copy / T.gemm form and the compiler schedules it")
-_SIMT = ("warp-level SIMT code (warp/lane indices, shuffles, thread all-reduce, grid sync) is not supported; "
+_SIMT = ("warp-level SIMT code (warp/lane indices, shuffles, thread all-reduce) is not supported; "
          "T.get_thread_binding per-thread code is, and T.Parallel loops and tile ops are")
 _ESCAPE = ("escape hatches into hand-written CUDA/PTX are not supported: the tile IR runs on the CPU interpreter "
            "too, which cannot execute foreign code")
@@ -34,7 +34,7 @@ UNSUPPORTED = {
     **{n: _SIMT for n in ("get_warp_idx",
                           "get_lane_idx", "get_warp_group_idx", "get_warp_idx_sync", "get_thread_extent",
                           "tvm_thread_allreduce", "shfl_xor", "shfl_down", "shfl_up", "shfl_sync", "sync_warp",
-                          "sync_grid", "PersistentTileScheduler")},
+                          "PersistentTileScheduler")},
     # escape hatches
     **{n: _ESCAPE for n in ("import_source", "call_extern", "call_intrin", "call_pure_extern", "ptx", "ptx_mma",
                             "ptx_ldmatrix", "CUDASourceCodeKernel", "evaluate", "attr", "access_ptr", "address_of",
