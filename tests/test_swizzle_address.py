@@ -89,6 +89,29 @@ def test_gemm_addresses_split_and_equal(trans_a, trans_b):
     assert _check_kernel(kernel) >= 2
 
 
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "int8"])
+def test_8bit_gemm_addresses_split_and_equal(dtype):
+    """mma.sync m16n8k32 (8-bit operands, K-major): ldmatrix reads rows of 16 one-byte elements of swizzled tiles;
+    the split (element size 1) still equals the lowered address for every thread and stage."""
+    acc = "int32" if dtype == "int8" else "float32"
+
+    @T.prim_func
+    def main(A: T.Tensor((128, 256), dtype), B: T.Tensor((128, 256), dtype), C: T.Tensor((128, 128), acc)):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            A_s = T.alloc_shared((128, 64), dtype)
+            B_s = T.alloc_shared((128, 64), dtype)
+            C_l = T.alloc_fragment((128, 128), acc)
+            T.clear(C_l)
+            for k in T.Pipelined(4, num_stages=3):
+                T.copy(A[0, k * 64], A_s)
+                T.copy(B[0, k * 64], B_s)
+                T.gemm(A_s, B_s, C_l, transpose_B=True)
+            T.copy(C_l, C)
+
+    kernel = tileagent.compile(main, out_idx=[2], target="sim")
+    assert _check_kernel(kernel) >= 2
+
+
 def test_mla_decode_addresses_equal(shared_example):
     mod = shared_example("mla_decode")
     for variant in ("shared", "fragment"):
