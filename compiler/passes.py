@@ -256,8 +256,8 @@ SM80 = (
     Pass("lower_tile_ops", _lower_tile_ops, "tile IR -> thread IR: each tile op, T.Parallel nest and pipeline"),
     Pass("codegen_cuda", _codegen_cuda, "thread IR -> CUDA C++"),
     Pass("codegen_ptx", _codegen_ptx, "thread IR -> PTX, for modules compiler.targets.ptx covers (memory-bound "
-                                      "kernels) when nvJitLink is here: NVVM skipped"),
-    Pass("ptxas", _ptxas, "PTX -> cubin for target.arch with nvJitLink"),
+                                      "kernels) when a ptxas is here: NVVM skipped"),
+    Pass("ptxas", _ptxas, "PTX -> cubin for target.arch (the ptxas program, else nvJitLink)"),
     Pass("nvrtc", _nvrtc, "CUDA C++ -> cubin for target.arch, under a time limit (E805), for the modules without "
                           "PTX"),
 )

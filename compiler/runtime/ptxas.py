@@ -4,12 +4,13 @@ In: a PTX module (``compiler.targets.ptx.generate``) and an arch such as ``"sm_9
 ``compiler.runtime.launch.LoadedModule`` loads, as NVRTC's are.
 Guarantees:
 
-- The assembler (``assembler()``): the ``ptxas`` program (``$TILEAGENT_PTXAS``, a path, else ``ptxas`` on ``PATH``, in
-  ``$CUDA_HOME/bin``, ``/usr/local/cuda/bin`` or the ``nvidia-cuda-nvcc`` wheel), which compiles the whole program
-  as NVRTC's embedded ptxas does; else nvJitLink in this process (the ``nvidia-nvjitlink`` wheel, found by
-  ``cuda.pathfinder``), which compiles PTX as relocatable code (``--compile-only``): correct, but ptxas then
-  allocates more registers (rmsnorm_silu: 48 against 32; at C=4096 80 against 64, a quarter of its blocks per SM),
-  so the program comes first (``TILEAGENT_PTXAS=nvjitlink`` chooses nvJitLink: ~7 ms less per compile, no process).
+- The assembler (``assembler()``): the ``ptxas`` program of CUDA 12.0 or later (``$TILEAGENT_PTXAS``, a path, else
+  ``ptxas`` on ``PATH``, in ``$CUDA_HOME/bin``, ``/usr/local/cuda/bin`` or the ``nvidia-cuda-nvcc`` wheel), which
+  compiles the whole program as NVRTC's embedded ptxas does; else nvJitLink in this process (the
+  ``nvidia-nvjitlink`` wheel, found by ``cuda.pathfinder``), which compiles PTX as relocatable code
+  (``--compile-only``): correct, but ptxas then allocates more registers (rmsnorm_silu: 48 against 32; at C=4096 80
+  against 64, a quarter of its blocks per SM), so the program comes first (``TILEAGENT_PTXAS=nvjitlink`` chooses
+  nvJitLink: ~7 ms less per compile, no process).
 - ``enabled(options)``: whether a compile with these NVRTC options may take this path: an assembler is here,
   ``$TILEAGENT_PTX`` is not ``0``, and the options are ones the PTX emitter honours (none, or ``--use_fast_math``).
 - ptxas runs at its default optimization level (``-O3``), as inside NVRTC; the program under a 120 s time limit.
@@ -26,6 +27,7 @@ import functools
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +38,7 @@ from tileagent.compiler.errors import KernelRuntimeError
 
 logger = logging.getLogger(__name__)
 
+MIN_RELEASE = (12, 0)  # PTX ISA 8.0 (what compiler.targets.ptx writes for sm_90a) and sm_90a
 last_compile = {"wall_s": 0.0, "cpu_s": 0.0}  # the latest ptxas run of this process (bench/compile_latency.py)
 
 
@@ -72,8 +75,10 @@ def _program(given: str | None) -> tuple[str, str] | None:
             out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.SubprocessError):
             continue
-        if out.returncode == 0:
+        release = re.search(r"release (\d+)\.(\d+)", out.stdout)
+        if out.returncode == 0 and release and (int(release[1]), int(release[2])) >= MIN_RELEASE:
             return path, (out.stdout.strip().splitlines() or [""])[-1]
+        logger.debug("%s is not a ptxas of CUDA %d.%d or later (%s)", path, *MIN_RELEASE, out.stdout.strip()[-80:])
     if given:
         logger.warning("TILEAGENT_PTXAS=%s is not a working ptxas; using nvJitLink", given)
     return None
