@@ -211,9 +211,12 @@ def test_corpus_is_complete():
 
 @pytest.mark.parametrize("name", sorted(CHEATS))
 def test_cheat_is_rejected_for_the_right_reason(name):
+    """A fixed base seed, so that the reason is deterministic: round_half_up is also caught by the hidden
+    'offset_x1000' distribution whenever its float32 values near 1000 land on an exact tie (x.125: base seeds 0 and 3),
+    before the 'ties' distribution this test names; that failed one full run in session 5."""
     ref, error, rule, fragment = CHEATS[name]
     with pytest.raises(error) as info:
-        check_candidate(spec_for(ref), REDTEAM / f"{name}.py")
+        check_candidate(spec_for(ref), REDTEAM / f"{name}.py", seed=1)
     assert info.value.details.get("rule") == rule
     assert fragment in info.value.message
 
