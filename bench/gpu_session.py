@@ -129,6 +129,12 @@ STEPS = (
          "--knob WIDE_COLS=True --budget 60", 260,
          "column sums through the padded scratch on the device; the drafter ops changed in session 5 (sum_dim: its "
          "column sums' scratch), then mean_seq with WIDE_COLS"),
+    Step("ptx_final", 10, "python -m pytest -q -m gpu tests/test_ptx.py tests/test_gpu.py && "
+         "python bench/cubin_ab.py --ptx --trials 40 && python bench/compile_latency.py --load --runs 15 && "
+         "TILEAGENT_PTX=0 python bench/compile_latency.py --load --runs 15 && "
+         "python bench/memory_bound.py --sweep-only", 200,
+         "the PTX target with the ptxas program (session 5's last change, issue 11): GPU tests, outputs and GPU time "
+         "against NVRTC's cubins, cold compile through PTX and through NVRTC, memory_bound's cold figure"),
     # also group 9 (its own device call: --only wgmma_default; with played_gpu_turn it exceeds one call's budget):
     # wgmma as sm_90a's default gemm instruction (issue 12): every GPU test with nothing set (wgmma wherever it
     # applies, plus the mma.sync opt-outs), then the tensor-core examples at the issue's sizes next to cuBLAS and SDPA
