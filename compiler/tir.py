@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 
 from tileagent.compiler.diagnostics import Span
 from tileagent.compiler.dtypes import DType
-from tileagent.compiler.ir.expr import Expr, Var
-from tileagent.compiler.ir.stmt import Buffer, Stmt
+from tileagent.compiler.ir.expr import BinOp, Call, Cast, Const, Expr, Select, Var, as_expr
+from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, Stmt, Store
+from tileagent.compiler.ir.visit import walk
 
 class SpecialVar(Var):
     """A hardware index (threadIdx, blockIdx, ...). One object per name, also after pickling (compared by ``is``)."""
@@ -54,12 +55,17 @@ def _special(name: str) -> SpecialVar:
     return next(v for v in SPECIAL_VARS if v.name == name)
 
 
+def written_buffers(stmts) -> set:
+    """The buffers that statements in ``stmts`` (at any depth) store to: Store, AtomicAdd, VecCopy and VecAtomicAdd
+    destinations."""
+    out = {s.buffer for s in walk(stmts) if isinstance(s, (Store, AtomicAdd))}
+    return out | {s.dst for s in walk(stmts) if isinstance(s, (VecCopy, VecAtomicAdd))}
+
+
 def nonneg(e, known=frozenset()) -> bool:
     """Whether an integer expression is provably >= 0 (then C's ``/`` and ``%`` are floor division and modulo): a
     constant >= 0, a hardware index, a variable in ``known``, or +, *, /, //, %, min, max, an integer cast or a select
     of such."""
-    from tileagent.compiler.ir.expr import BinOp, Call, Cast, Const, Select, as_expr
-
     e = as_expr(e)
     if isinstance(e, Const):
         return e.value >= 0

@@ -48,7 +48,7 @@ from tileagent.compiler.targets.cuda_prelude import preamble
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
 from tileagent.compiler.targets.cuda_tma import HELPERS as TMA_HELPERS
 from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
-                          SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP, nonneg)
+                          SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP, nonneg, written_buffers)
 
 # low-precision floats: (header, to float32, from float32). Their arithmetic is done in float32.
 _LOWP = {
@@ -275,8 +275,7 @@ class _KernelEmitter:
 
     def emit(self) -> str:
         k = self.k
-        written = {s.buffer for s in walk(k.body) if isinstance(s, (Store, AtomicAdd))}
-        written |= {s.dst for s in walk(k.body) if isinstance(s, (VecCopy, VecAtomicAdd))}
+        written = written_buffers(k.body)
         params = []
         for p in k.params:
             if isinstance(p, Buffer):

@@ -27,7 +27,8 @@ from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
 from tileagent.compiler.targets.cuda import kernel_symbol, vector_bytes
 from tileagent.compiler.targets.ptx_expr import PtxUnsupported, Val, Values, kind_of
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
-from tileagent.compiler.tir import BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceModule, VecCopy
+from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceModule, VecCopy,
+                                     written_buffers)
 
 # the PTX ISA version each arch needs (sm_90a: 8.0); ptxas of CUDA 12.0 and later reads all of them
 _PTX_VERSION = {"sm_80": "7.0", "sm_86": "7.1", "sm_89": "7.8", "sm_90": "8.0", "sm_90a": "8.0"}
@@ -55,11 +56,6 @@ def generate(module: DeviceModule, arch: str, fast_math: bool = False) -> str:
     return "\n".join(head + kernels) + "\n"
 
 
-def _written(body) -> set:
-    out = {s.buffer for s in walk(body) if isinstance(s, (Store, AtomicAdd))}
-    return out | {s.dst for s in walk(body) if isinstance(s, VecCopy)}
-
-
 def _indexes_registers_by(body, var) -> bool:
     """Whether a register array is indexed by an expression of ``var`` somewhere in ``body``."""
     for s in walk(body):
@@ -80,7 +76,7 @@ class _KernelPtx(Values):
         self.k = kernel
         self.sym = kernel_symbol(kernel)
         self.where = f"kernel {kernel.name}"
-        self.written = _written(kernel.body)
+        self.written = written_buffers(kernel.body)
         self.globals: dict = {}  # Buffer -> Val: its address in the global window
         self.locals: dict = {}  # declared register arrays: Buffer -> kind of its elements
         self.cur: dict = {}  # (Buffer, element) -> Val: the element's value (SSA, straight-line code)
@@ -384,7 +380,7 @@ class _KernelPtx(Values):
         place from here on (a value must reach the code after a branch or a loop's next trip whichever way it
         came). Returns the elements that got one here."""
         new = []
-        for b in _written(body):
+        for b in written_buffers(body):
             kind = self.locals.get(b)
             for n in range(b.shape[0] if kind is not None else 0):
                 key = (b, n)

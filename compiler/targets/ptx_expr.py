@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.targets.cuda_literals import bits16, round_to
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Unary, Var, as_expr
+from tileagent.compiler.ir.visit import loads
 from tileagent.compiler.tir import LANE, THREAD, WARP, nonneg
 
 
@@ -86,16 +87,7 @@ def _wrap(v: int, dt: str) -> int:
 
 def has_memory_load(e) -> bool:
     """Whether evaluating ``e`` reads global or shared memory."""
-    if isinstance(e, Load):
-        return e.buffer.scope != "local" or any(has_memory_load(i) for i in e.indices)
-    if isinstance(e, Expr):
-        for name in getattr(e, "__slots__", ()):
-            c = getattr(e, name)
-            if isinstance(c, Expr) and has_memory_load(c):
-                return True
-            if isinstance(c, tuple) and any(has_memory_load(x) for x in c):
-                return True
-    return False
+    return any(ld.buffer.scope != "local" for ld in loads(e))
 
 
 class Values:
@@ -294,12 +286,6 @@ class Values:
         if dt.is_int and dt.bits < 32:
             raise PtxUnsupported(f"{dt} arithmetic")
         w = wide and dt.is_int and dt.bits < 64
-        if isinstance(e, Const):
-            v = self.imm(e.value, dt)
-            return self.widen(v, dt) if w else v
-        if isinstance(e, Var):
-            v = self.var(e)
-            return self.widen(v, dt) if w else v
         if isinstance(e, BinOp):
             return self.binop(e, w)
         if isinstance(e, Cmp):
@@ -308,15 +294,19 @@ class Values:
             return self.unary(e, w)
         if isinstance(e, Select):
             return self.select(e, w)
-        if isinstance(e, Cast):
-            v = self.convert(self.ev(e.value), e.value.dtype, dt)
-            return self.widen(v, dt) if w else v
-        if isinstance(e, Load):
-            v = self.load(e)
-            return self.widen(v, dt) if w else v
         if isinstance(e, Call):
             return self.call(e, w)
-        raise PtxUnsupported(f"expression {type(e).__name__}")
+        if isinstance(e, Const):
+            v = self.imm(e.value, dt)
+        elif isinstance(e, Var):
+            v = self.var(e)
+        elif isinstance(e, Cast):
+            v = self.convert(self.ev(e.value), e.value.dtype, dt)
+        elif isinstance(e, Load):
+            v = self.load(e)
+        else:
+            raise PtxUnsupported(f"expression {type(e).__name__}")
+        return self.widen(v, dt) if w else v
 
     def linear(self, e, wide: bool) -> tuple[dict, int]:
         """An integer index as ``({ident: (Val, coefficient)}, constant)``: its sums, differences and products by
@@ -702,11 +692,6 @@ class Values:
             raise PtxUnsupported(f"shfl_xor of {dt}")
         return self.op(kind_of(dt), "shfl.sync.bfly.b32", self.in_reg(v), Val(str(m.imm), "b32", m.imm), c,
                        Val("-1", "b32", -1), pure=False)
-
-    # ---- memory (the kernel emitter implements these)
-
-    def load(self, e: Load) -> Val:  # pragma: no cover - overridden
-        raise NotImplementedError
 
 
 _COMPOSITE = (BinOp, Cmp, Unary, Select, Cast, Call)
