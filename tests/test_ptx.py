@@ -279,3 +279,10 @@ def test_without_a_ptxas_program_nvjitlink_assembles(monkeypatch, caplog):
     assert "TILEAGENT_PTXAS=/nonexistent/ptxas is not a working ptxas; using nvJitLink" in caplog.text
     module = module_of(tileagent.compile(_floor_div(300), target="cpu:sm_90a"), "sm_90a")
     assert ptxas.ptx_to_cubin(generate(module, "sm_90a"), "sm_90a", cache=False)[:4] == b"\x7fELF"
+
+
+def test_the_ptx_text_is_the_same_for_every_build_of_a_module(shared_example):
+    """The assembled cubins are cached by the PTX text: it must not depend on object identities (the register-array
+    homes of sum_dim1's loop were once numbered in the order of a set of buffers)."""
+    texts = {generate(module_of(example("prompts/sum_dim1"), "sm_90a"), "sm_90a") for _ in range(6)}
+    assert len(texts) == 1

@@ -206,7 +206,8 @@ class _KernelPtx(Values):
                 written.append(self.overlays.pop())
             self.guard = outer
             then_w, else_w = written
-            for key in sorted(then_w.keys() | else_w.keys(), key=lambda k: (k[0].name, id(k[0]), k[1])):
+            order = {b: i for i, b in enumerate(self.locals)}  # declaration order, not ids: deterministic text
+            for key in sorted(then_w.keys() | else_w.keys(), key=lambda k: (order[k[0]], k[1])):
                 a, b = then_w.get(key), else_w.get(key)
                 loaded = _zero_filled(a, b, guards[0]) or _zero_filled(b, a, guards[1])
                 if loaded is not None:  # "load where p, else 0": the load's registers were zeroed before it
@@ -380,9 +381,9 @@ class _KernelPtx(Values):
         place from here on (a value must reach the code after a branch or a loop's next trip whichever way it
         came). Returns the elements that got one here."""
         new = []
-        for b in written_buffers(body):
-            kind = self.locals.get(b)
-            for n in range(b.shape[0] if kind is not None else 0):
+        written = written_buffers(body)
+        for b, kind in self.locals.items():  # declaration order: the same PTX text in every process
+            for n in range(b.shape[0] if b in written else 0):
                 key = (b, n)
                 if key in self.homes:
                     continue
