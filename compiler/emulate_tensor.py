@@ -52,6 +52,12 @@ def _mma_layout():
 _MMA_A, _MMA_B, _MMA_C = _mma_layout()
 
 
+def _registers(block, threads, buf, regs):
+    """(memory of ``buf``, [lanes, len(regs)] element indices of the registers ``regs`` names in each lane)."""
+    idx = torch.cat([block.elements(buf, block.ev(r), 1, "Mma operand in")[1] for r in regs], 1)[threads]
+    return block.mem[buf], idx
+
+
 def _warp_threads(block, what: str):
     warps = block.full_warps(what)
     return (warps[:, None] * WARP_SIZE + torch.arange(WARP_SIZE)).reshape(-1), len(warps)
@@ -76,18 +82,14 @@ def mma(block, s: Mma) -> None:
     if not nw:
         return
 
-    def gather(buf, regs):
-        idx = torch.cat([block.elements(buf, block.ev(r), 1, "Mma operand in")[1] for r in regs], 1)[threads]
-        return block.mem[buf], idx
-
     def values(buf, regs):
         """The operand's elements per lane [nw * 32, 2 len(regs) or len(regs)] in the element dtype."""
-        mem, idx = gather(buf, regs)
+        mem, idx = _registers(block, threads, buf, regs)
         vals = mem[threads[:, None], idx]
         return vals if buf.dtype != "uint32" else unpack(vals, ab)
 
     a_vals, b_vals = values(s.a_buf, s.a), values(s.b_buf, s.b)
-    c_mem, c_idx = gather(s.c_buf, s.c)
+    c_mem, c_idx = _registers(block, threads, s.c_buf, s.c)
     dup = (c_idx.sort(1).values.diff(dim=1) == 0).any(1)
     if bool(dup.any()):
         t = int(threads[dup.nonzero()[0]])
@@ -126,13 +128,9 @@ def _mma8(block, s: Mma, ab: str) -> None:
     if not nw:
         return
 
-    def gather(buf, regs):
-        idx = torch.cat([block.elements(buf, block.ev(r), 1, "Mma operand in")[1] for r in regs], 1)[threads]
-        return block.mem[buf], idx
-
     def values(buf, regs):
         """The operand's bytes per lane [nw * 32, 4 registers' worth] as ``ab`` values, low byte first."""
-        mem, idx = gather(buf, regs)
+        mem, idx = _registers(block, threads, buf, regs)
         vals = mem[threads[:, None], idx]
         if buf.dtype != "uint32":
             return vals.to(DType(ab).torch)
@@ -140,7 +138,7 @@ def _mma8(block, s: Mma, ab: str) -> None:
         return by.to(torch.uint8).view(DType(ab).torch)
 
     a_vals, b_vals = values(s.a_buf, s.a), values(s.b_buf, s.b)  # [lanes, 16] / [lanes, 8]: units of two bytes
-    c_mem, c_idx = gather(s.c_buf, s.c)
+    c_mem, c_idx = _registers(block, threads, s.c_buf, s.c)
     rows = threads[:, None]
     wide = torch.float32 if acc == "float32" else torch.int64
     A = torch.empty(nw, 16, 32, dtype=wide)
