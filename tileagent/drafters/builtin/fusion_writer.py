@@ -303,24 +303,9 @@ class KernelWriter:
 
     def prelude(self, mode) -> list[str]:
         k = self.k
-        out = ["xg = bm * BM + i"]
-        stride = ONE
-        xs = []
-        for v in reversed(k.xvars):
-            xs.append((v, stride))
-            stride = stride * v.size
-        for n, (v, st) in enumerate(reversed(xs)):
-            q = "xg" if st.t == "1" else f"xg // {st.t}"
-            out.append(f"{v.name} = {q}" if n == 0 else f"{v.name} = ({q}) % {v.size.t}")
+        out = ["xg = bm * BM + i", *_unflatten("xg", k.xvars)]
         if mode == "tile":
-            out.append(f"rg = {self.col_origin()} + j")
-            stride, rs = ONE, []
-            for v in reversed(k.rvars):
-                rs.append((v, stride))
-                stride = stride * v.size
-            for n, (v, st) in enumerate(reversed(rs)):
-                q = "rg" if st.t == "1" else f"rg // {st.t}"
-                out.append(f"{v.name} = {q}" if n == 0 else f"{v.name} = ({q}) % {v.size.t}")
+            out += [f"rg = {self.col_origin()} + j", *_unflatten("rg", k.rvars)]
         return out
 
     def block_prelude(self) -> list[str]:
@@ -770,6 +755,20 @@ def _uses(text: str, name: str) -> bool:
     import re
 
     return re.search(rf"\b{re.escape(name)}\b", text) is not None
+
+
+
+def _unflatten(flat: str, variables) -> list[str]:
+    """Lines binding each of ``variables`` (outermost first) to its coordinate in the flat index named ``flat``."""
+    stride, strides = ONE, []
+    for v in reversed(variables):
+        strides.append((v, stride))
+        stride = stride * v.size
+    lines = []
+    for n, (v, st) in enumerate(reversed(strides)):
+        q = flat if st.t == "1" else f"{flat} // {st.t}"
+        lines.append(f"{v.name} = {q}" if n == 0 else f"{v.name} = ({q}) % {v.size.t}")
+    return lines
 
 
 FAST_MATH = "pass_configs={tileagent.PassConfigKey.TL_ENABLE_FAST_MATH: True}"
