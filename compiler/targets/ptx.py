@@ -33,7 +33,6 @@ from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Bar
 # the PTX ISA version each arch needs (sm_90a: 8.0); ptxas of CUDA 12.0 and later reads all of them
 _PTX_VERSION = {"sm_80": "7.0", "sm_86": "7.1", "sm_89": "7.8", "sm_90": "8.0", "sm_90a": "8.0"}
 _PARAM_TYPES = {"int32": "s32", "uint32": "u32", "int64": "s64", "uint64": "u64", "float32": "f32"}
-_MEM_TYPES = {"b16": "b16", "b32": "b32", "f32": "f32", "b64": "b64"}
 _UNROLL_ANYWAY = 4  # a static loop of at most this many trips is unrolled (NVVM unrolls such loops too)
 
 __all__ = ["PtxUnsupported", "generate"]
@@ -441,7 +440,7 @@ class _KernelPtx(Values):
             self.fail(f"a load of bool buffer {b.name}")
         d = self.reg(kind)
         self.zero_before_guarded_load([d], kind)
-        self.guarded(f"ld.{self.space(b)}.{_MEM_TYPES[kind]} {d}, {self.address(b, e.indices[0])};")
+        self.guarded(f"ld.{self.space(b)}.{kind} {d}, {self.address(b, e.indices[0])};")
         return Val(d, kind, zero_unless=self.guard.text if self.guard is not None else "")
 
     def space(self, b: Buffer) -> str:
@@ -452,7 +451,7 @@ class _KernelPtx(Values):
         if kind == "pred":
             self.fail(f"a store to bool buffer {b.name}")
         v = self.in_reg(v)
-        self.guarded(f"st.{b.scope}.{_MEM_TYPES[kind]} {self.address(b, index)}, {v.text};")
+        self.guarded(f"st.{b.scope}.{kind} {self.address(b, index)}, {v.text};")
 
     def read_elements(self, b: Buffer, index, w: int) -> list[Val]:
         """``w`` consecutive elements from ``index``: one vector access where it is 4, 8 or 16 bytes."""

@@ -609,8 +609,7 @@ class Values:
             if kind == "pred":
                 return self.op("pred", "or.pred", self.op("pred", "and.pred", c, self.in_reg(a)),
                                self.op("pred", "and.pred", self.op("pred", "not.pred", c), self.in_reg(b)))
-            t = {"b16": "b16", "b32": "b32", "f32": "f32", "b64": "b64"}[kind]
-            return self.op(kind, f"selp.{t}", self.in_reg(a), b, c)
+            return self.op(kind, f"selp.{kind}", self.in_reg(a), b, c)  # a register kind is its selp type
         res, other, end = self.reg(kind), self.label(), self.label()
         self.emit(f"@!{c.text} bra {other};")
         for branch, last in ((e.a, False), (e.b, True)):
