@@ -18,6 +18,7 @@ import inspect
 import math
 import sys
 
+from tileagent.compiler import python_ast
 from tileagent.compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, InternalCompilerError,
                                   NameResolutionError, ResourceError, ShapeError, Span)
 from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
@@ -113,8 +114,8 @@ def _parse_def(lines: list[str]) -> ast.stmt:
     """
     source = "".join(lines)
     if not lines[0][:1].isspace():
-        return ast.parse(source).body[0]
-    tree = ast.parse("if 1:\n" + source)
+        return python_ast.parse(source).body[0]
+    tree = python_ast.parse("if 1:\n" + source)
     ast.increment_lineno(tree, -1)
     return tree.body[0].body[0]
 
@@ -232,7 +233,7 @@ class _Parser(ExpressionParser):
         The string is parsed on its own, so its nodes are moved to ``a``'s place before they are evaluated.
         """
         try:
-            tree = ast.parse(text.strip(), mode="eval")
+            tree = python_ast.parse(text.strip(), mode="eval")
         except SyntaxError as e:
             raise DSLSyntaxError(f"parameter '{a.arg}': annotation {text!r} is not a Python expression ({e.msg})",
                                  code="E105") from None

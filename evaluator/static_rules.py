@@ -17,6 +17,7 @@ import sys
 
 import torch
 
+from tileagent.compiler import python_ast
 from tileagent.evaluator.errors import GuardViolation
 
 _ALLOWED_IMPORT_NAMES = ("torch", "torch.nn", "torch.nn.functional", "tileagent", "tileagent.language", "math",
@@ -131,7 +132,7 @@ def check_source(source: str, filename: str = "<candidate>") -> None:
         SyntaxError: the source does not parse (the caller reports it).
         GuardViolation: the first rule broken, in source order; ``details`` has rule and line.
     """
-    tree = ast.parse(source, filename)
+    tree = python_ast.parse(source, filename)
     checker = _Checker(_aliases(tree))
     checker.visit(tree)
     if checker.found:

@@ -37,3 +37,11 @@ def test_every_package_folder_is_installed_under_the_tileagent_namespace():
     assert found == set(meta["packages"]) - data_only
     assert all(meta["package-dir"][p] and (REPO / meta["package-dir"][p]).is_dir() for p in data_only)
     assert not any(name.split(".")[0] in ("compiler", "evaluator") for name in meta["packages"])
+
+
+def test_python_source_is_parsed_under_the_shared_lock():
+    """A batch parses references and candidates on several threads; CPython 3.11's AST conversion is not thread-safe
+    (compiler/python_ast.py), so every product parse goes through its lock."""
+    direct = [f"{p.relative_to(REPO)}:{n}" for p in MODULES if p.name != "python_ast.py"
+              for n, line in enumerate(p.read_text().splitlines(), 1) if "ast.parse(" in line.replace("python_ast.", "")]
+    assert not direct, f"ast.parse outside compiler/python_ast.py: {direct}"

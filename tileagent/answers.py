@@ -31,10 +31,11 @@ Problems, checked in this order (the exact strings):
 
 from __future__ import annotations
 
-import ast
 import re
 import warnings
 from dataclasses import dataclass
+
+from tileagent.compiler import python_ast
 
 NO_BLOCK = "no python code block"
 CUT_OFF = "the code block is cut off"
@@ -94,7 +95,7 @@ def _syntax_problem(source: str) -> str | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. SyntaxWarning for an invalid escape: the evaluator's concern
-            ast.parse(source)
+            python_ast.parse(source)
     except SyntaxError as e:
         return f"the code block is not valid Python: line {e.lineno}: {e.msg}"
     except (ValueError, RecursionError, MemoryError) as e:  # null bytes, absurd nesting

@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
+from tileagent.compiler import python_ast
 from tileagent.evaluator.records import ConfigResult, EvalResult
 from tileagent.runstore import config_key
 
@@ -61,7 +62,7 @@ def tunables_of(source: str) -> dict[str, list] | None:
     """The module-level ``TUNABLES`` dict of ``source`` (a literal), restricted to knobs that are assigned at module
     level; None when there is none or it is not a usable literal."""
     try:
-        tree = ast.parse(source)
+        tree = python_ast.parse(source)
     except SyntaxError:
         return None
     assigned, table = set(), None
@@ -88,7 +89,7 @@ def current_values(source: str, knobs: dict[str, list]) -> dict:
     """The value each knob is assigned at module level in ``source`` (a literal), else its first listed value: a
     source whose knobs were tuned before (an archived kernel) keeps its tuned values as its default variant."""
     out = {k: v[0] for k, v in knobs.items()}
-    for node in ast.parse(source).body:
+    for node in python_ast.parse(source).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             if node.targets[0].id in knobs:
                 try:
@@ -102,7 +103,7 @@ def assign(source: str, values: dict) -> str:
     """``source`` with each module-level ``NAME = ...`` of ``values`` replaced by ``NAME = repr(value)``."""
     lines = source.splitlines(keepends=True)
     spans = {}
-    for node in ast.parse(source).body:
+    for node in python_ast.parse(source).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             if node.targets[0].id in values:
                 spans[node.targets[0].id] = (node.lineno, node.end_lineno)

@@ -18,6 +18,7 @@ import ast
 import logging
 from pathlib import Path
 
+from tileagent.compiler import python_ast
 from tileagent.drafters.base import AttemptSummary
 from tileagent.prompts import evaluator_facts, example_kernels, render
 
@@ -95,7 +96,7 @@ def idioms_of(reference_source: str) -> list[str]:
     functions, methods and layers it names, ``@`` (a GEMM), and a ``forward`` returning a tuple (several outputs).
     A source that does not parse shows none."""
     try:
-        tree = ast.parse(reference_source)
+        tree = python_ast.parse(reference_source)
     except SyntaxError:
         return []
     names, found = set(), set()

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, Field
 
+from tileagent.compiler import python_ast
 from tileagent.evaluator.spec import Spec, cast_floating, load_spec
 from tileagent.export_runtime import RUNTIME_VERSION, cubin_file_bytes
 from tileagent.export_template import call_key, literal, render
@@ -136,7 +137,7 @@ def export_module(reference_path, entries: list[ExportEntry], out_dir, name: str
 
 def _check_candidate(entry: ExportEntry) -> None:
     try:
-        tree = ast.parse(entry.source)
+        tree = python_ast.parse(entry.source)
     except SyntaxError as e:
         raise ExportError(f"the candidate for {entry.config} has a syntax error at line {e.lineno}: {e.msg}") from None
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body):

@@ -15,6 +15,8 @@ import ast
 import os
 from pathlib import Path
 
+from tileagent.compiler import python_ast
+
 
 class UnknownTask(FileNotFoundError):
     """Neither a file nor a shipped task (the message lists the shipped tasks)."""
@@ -63,7 +65,7 @@ def resolve_reference(text: str | Path) -> Path:
 def describe(path: Path) -> str:
     """The first line of the task's module docstring ('' when it has none)."""
     try:
-        doc = ast.get_docstring(ast.parse(Path(path).read_text())) or ""
+        doc = ast.get_docstring(python_ast.parse(Path(path).read_text())) or ""
     except (OSError, SyntaxError):
         return ""
     return doc.strip().splitlines()[0] if doc.strip() else ""

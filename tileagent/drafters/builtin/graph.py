@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from tileagent.compiler import python_ast
 from tileagent.evaluator.spec import Spec, load_spec
 
 
@@ -315,7 +316,7 @@ def _init_source(module) -> tuple[str | None, list[str]]:
     """(the text of Model.__init__, the reference's module-level lines it needs) from the reference file."""
     path = Path(module.__file__)
     text = path.read_text()
-    tree = ast.parse(text)
+    tree = python_ast.parse(text)
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
     init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None) if cls else None
     if init is None:
