@@ -595,3 +595,26 @@ def test_the_next_turn_says_what_the_autotuning_found_per_config(tmp_path):
     assert "- M=16384,C=96: BLOCK=2, " in prompt and "- M=16384,C=320: BLOCK=4, " in prompt
     # the fake worker's BLOCK=2 at C=96 takes 0.5 of the module's time (BLOCK=None): a gain of x2 over it
     assert "x2.000 over the module as written" in prompt.split("- M=16384,C=96: BLOCK=2, ")[1].splitlines()[0]
+
+
+class SlowerWhenCheckedAgain(FakeWorker):
+    """Re-checks of logged results time 3x slower, as a noisy short kernel can."""
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        result = super().evaluate(request)
+        if Path(request.kernel_path).parent.name == "reverify":
+            for c in result.configs:
+                c.candidate = c.candidate.model_copy(update={"median_ms": c.candidate.median_ms * 3})
+                c.speedup_eager, c.speedup_compiled = c.speedup_eager / 3, c.speedup_compiled / 3
+        return result
+
+
+def test_a_resumed_run_drafts_on_when_a_logged_timing_does_not_hold(tmp_path):
+    turns = [[cand("ok", 0.5)], [cand("ok", 0.4)]]
+    run(tmp_path, turns, candidates=1)
+    _rewrite_events(tmp_path / "run", lambda events: events[:-1])  # cut before "finished"
+    loop, outcome, drafter, worker = run(tmp_path, turns, worker=SlowerWhenCheckedAgain(), candidates=1)
+    assert [Path(r.kernel_path).parent.name for r in worker.requests][:1] == ["reverify"]
+    assert [c.turn for c in drafter.calls] == [2]  # 2.2x logged, 0.73x checked again: turn 2 is drafted
+    assert outcome.outcome == "target_met" and outcome.turns == 2
+    assert {b.attempt_id for b in outcome.best.values()} == {"t2-c0"}
