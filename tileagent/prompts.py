@@ -100,9 +100,11 @@ __all__ = ["MissingField", "example_kernels", "fields", "prompts_dir", "render",
 def evaluator_facts() -> dict[str, str]:
     """The system prompt's fields that restate the evaluator's rules, generated from its own constants so that the
     prompt and the checker cannot drift: ``allowed_imports`` (the guards' import allow-list), ``tolerances`` (the
-    default tolerance per floating dtype) and ``distributions`` (the public input distributions, one line each)."""
+    default tolerance per floating dtype), ``distributions`` (the public input distributions, one line each) and
+    ``tuning`` (how the autotuner searches TUNABLES)."""
     import torch
 
+    from tileagent import autotune
     from tileagent.evaluator import guards, spec
 
     imports = sorted(guards.ALLOWED_IMPORTS, key=lambda m: (m.split(".")[0] not in ("torch", "tileagent"), m))
@@ -113,6 +115,9 @@ def evaluator_facts() -> dict[str, str]:
     tolerances = "; ".join(f"{' and '.join(names)} atol {a:g}, rtol {r:g}, relative L2 {l2:g}"
                            for (a, r, l2), names in by_value.items())
     distributions = "\n".join("  " + line for line in spec.public_distribution_text().splitlines())
+    tuning = (f"every combination of the lists when there are at most {autotune.PRODUCT_LIMIT}, else one knob at a "
+              "time over its list (the others at their best so far, two rounds), in the order listed, until the "
+              "run's tuning time is spent: list the likeliest winners first.")
     return {"allowed_imports": ", ".join(f"`{m}`" for m in imports), "tolerances": tolerances,
-            "distributions": distributions}
+            "distributions": distributions, "tuning": tuning}
 
