@@ -6,7 +6,7 @@ plus optional extensions (docs/evaluator.md is the reference):
 - ``CONFIGS`` (list of dicts) or ``get_configs()``: a config grid; ``get_inputs(**cfg)`` / ``get_init_inputs(**cfg)``
   then take the config (only the keys a function names are passed, unless it has ``**kwargs``).
 - ``SMALL_CONFIG``: a config for the quick sanity run at load time (default: the first config).
-- ``FREE_DIMS``: config keys whose sizes may vary; tail sizes (v - 1, v + 3) are tested as well.
+- ``FREE_DIMS``: config keys whose sizes may vary; tail sizes (v - 1, v + 3 or below the largest v) are tested as well.
 - ``DTYPES``: one dtype name for every floating input and the models' floating weights, or one per input position
   (a list with ``None`` to keep, or a dict {position: dtype}).
 - ``TOLERANCES``: {dtype name: (atol, rtol) or (atol, rtol, rel_l2)} overriding the defaults.
@@ -375,13 +375,16 @@ class Spec:
         return DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES[torch.float32])
 
     def tail_configs(self, config: dict, seed: int | None = None) -> list[dict]:
-        """For each free dim of ``config`` with value v: the config with v - 1 (when >= 1) and with v + 3; with a
+        """For each free dim of ``config`` with value v: the config with v - 1 (when >= 1) and with v + 3, or v - 3
+        where v + 3 would pass the largest v of the reference's configs (a reference need not accept more: GPT-2's
+        positions table stops at S = 1024, and a CUDA device-side assert in its embedding kills the worker); with a
         ``seed`` (the evaluation's), also sizes drawn from it that cover every residue 1..VECTOR_WIDTH-1 modulo
-        ``VECTOR_WIDTH`` (random per evaluation, so no fixed set of sizes can be special-cased)."""
+        ``VECTOR_WIDTH`` below v (random per evaluation, so no fixed set of sizes can be special-cased)."""
         tails = []
         for key in self.free_dims:
             v = config[key]
-            sizes = [v - 1, v + 3]
+            top = max((c[key] for c in self.configs if isinstance(c.get(key), int)), default=v)
+            sizes = [v - 1, v + 3 if v + 3 <= top else v - 3]
             if seed is not None:
                 rng = random.Random(_mix(seed, config, f"tails/{key}"))
                 blocks = max(0, v // VECTOR_WIDTH - 1)

@@ -25,7 +25,7 @@ from tileagent.prompts import evaluator_facts, example_kernels, render
 log = logging.getLogger("tileagent.context")
 
 MAX_EXAMPLES, MAX_OLDER = 3, 6
-MAX_SOURCE_CHARS, MAX_FEEDBACK_CHARS, MAX_RECENT_FEEDBACK_CHARS = 12_000, 2_500, 12_000
+MAX_SOURCE_CHARS, MAX_FEEDBACK_CHARS, MAX_RECENT_FEEDBACK_CHARS = 12_000, 5_000, 12_000  # older: costs kept
 MAX_TOKENS = 32_000
 FAMILY_EXAMPLES = {  # op family (the built-in drafter's recognition) -> prompts/examples stems, most relevant first
     "rmsnorm": ["rmsnorm_silu"],
