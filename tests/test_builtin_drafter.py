@@ -274,3 +274,54 @@ def test_later_turns_skip_tried_variants_and_then_give_up():
     else:
         pytest.fail("the drafter never ran out of variants")
     assert len(labels) == len(set(labels)) >= 3
+
+
+GATED = """
+import sys
+import torch
+import torch.nn as nn
+
+CONFIGS = [{{"N": 8}}]
+
+class Model(nn.Module):
+    def forward(self, x):
+        sys.modules["trace_gate"].{step}()
+        return torch.relu(x)
+
+def get_inputs(N=8):
+    return [torch.randn(N)]
+
+def get_init_inputs(N=8):
+    return []
+"""
+
+
+def test_two_threads_tracing_at_once_leave_torch_nn_unpatched(tmp_path, monkeypatch):
+    """torch.fx patches torch.nn.Module.__call__ while it traces: a trace that starts inside another and ends after it
+    restores the first one's patch for good, and every later module call in the process fails (a full test run broke
+    that way after a threaded batch). The drafter traces one reference at a time."""
+    import sys
+    import threading
+    import types
+
+    from tileagent.drafters.builtin.graph import trace_reference
+
+    a_inside, b_inside, a_done = threading.Event(), threading.Event(), threading.Event()
+    gate = types.ModuleType("trace_gate")
+    gate.a = lambda: (a_inside.set(), b_inside.wait(2))  # the first trace waits (2 s at most) for the second to start
+    gate.b = lambda: (b_inside.set(), a_done.wait(2))  # the second ends after the first
+    monkeypatch.setitem(sys.modules, "trace_gate", gate)
+    (tmp_path / "a.py").write_text(GATED.format(step="a"))
+    (tmp_path / "b.py").write_text(GATED.format(step="b"))
+    call = torch.nn.Module.__call__
+    for name in ("__call__", "__getattr__"):  # put back at teardown even if a patch leaks: later tests need them
+        monkeypatch.setattr(torch.nn.Module, name, getattr(torch.nn.Module, name))
+    first = threading.Thread(target=trace_reference, args=(tmp_path / "a.py",))
+    second = threading.Thread(target=trace_reference, args=(tmp_path / "b.py",))
+    first.start()
+    assert a_inside.wait(10)
+    second.start()  # without the lock it traces inside the first trace, and ends after it
+    first.join(30)
+    a_done.set()
+    second.join(30)
+    assert torch.nn.Module.__call__ is call

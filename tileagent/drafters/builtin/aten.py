@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from tileagent.drafters.builtin.graph import TraceError, _init_source, meta_model
+from tileagent.drafters.builtin.graph import TRACE_LOCK, TraceError, _init_source, meta_model
 from tileagent.evaluator.spec import Spec
 
 aten = torch.ops.aten
@@ -98,7 +98,7 @@ def trace_aten(path, config: dict | None = None) -> AtenTrace:
         return functional_call(model, dict(zip(names, params)), args)
 
     try:
-        with fx_config.patch(use_duck_shape=False), torch.no_grad():
+        with TRACE_LOCK, fx_config.patch(use_duck_shape=False), torch.no_grad():
             gm = make_fx(run, decomposition_table=decomposition_table(), tracing_mode="symbolic",
                          record_stack_traces=True)([tensors[n] for n in names], *inputs)
     except Exception as e:  # noqa: BLE001

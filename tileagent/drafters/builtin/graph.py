@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -336,6 +337,12 @@ def _init_source(module) -> tuple[str | None, list[str]]:
     return src, needed
 
 
+# torch.fx's tracers patch torch.nn.Module.__call__ and __getattr__ for the duration of a trace, process-wide: two
+# threads of a batch tracing at once can restore each other's patch, which then outlives both traces and breaks
+# every later module call ("NameError: module is not installed as a submodule"). One trace at a time.
+TRACE_LOCK = threading.Lock()
+
+
 def meta_model(path, config: dict | None = None):
     """(spec, Model in eval mode, inputs) of the reference at ``path`` built on the meta device at ``config``
     (default: SMALL_CONFIG, else the first config), DTYPES applied. Raises TraceError saying what failed."""
@@ -371,7 +378,8 @@ def trace_reference(path, config: dict | None = None) -> Traced:
 
     spec, model, inputs = meta_model(path, config)
     try:
-        gm = symbolic_trace(model)
+        with TRACE_LOCK:
+            gm = symbolic_trace(model)
         ShapeProp(gm).propagate(*inputs)
     except Exception as e:  # noqa: BLE001
         raise TraceError(f"torch.fx could not trace Model.forward: {type(e).__name__}: {str(e).splitlines()[0]}") \
