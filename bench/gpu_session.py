@@ -129,9 +129,12 @@ STEPS = (
          "--knob WIDE_COLS=True --budget 60", 260,
          "column sums through the padded scratch on the device; the drafter ops changed in session 5 (sum_dim: its "
          "column sums' scratch), then mean_seq with WIDE_COLS"),
+    # also group 10 (--only ptx_suite_ab, about 2 min): the PTX target (opt-in since) on the built-in drafter's kernels
+    Step("ptx_suite_ab", 10, "python bench/ptx_suite_ab.py --trials 30 --budget 115", 130,
+         "each kernel of the suite's first drafts through PTX and ptxas vs NVRTC: outputs and GPU time, A/B in one run"),
     Step("ptx_final", 10, "python -m pytest -q -m gpu tests/test_ptx.py tests/test_gpu.py && "
-         "python bench/cubin_ab.py --ptx --trials 40 && python bench/compile_latency.py --load --runs 15 && "
-         "TILEAGENT_PTX=0 python bench/compile_latency.py --load --runs 15 && "
+         "python bench/cubin_ab.py --ptx --trials 40 && TILEAGENT_PTX=1 python bench/compile_latency.py --load "
+         "--runs 15 && python bench/compile_latency.py --load --runs 15 && "
          "python bench/memory_bound.py --sweep-only", 200,
          "the PTX target with the ptxas program (session 5's last change, issue 11): GPU tests, outputs and GPU time "
          "against NVRTC's cubins, cold compile through PTX and through NVRTC, memory_bound's cold figure"),
