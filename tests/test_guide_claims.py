@@ -185,3 +185,34 @@ def test_the_guides_gather_idiom_is_correct_and_loads_rows_in_128_bit_vectors():
     torch.testing.assert_close(y, (table[ids].float() * 2.0).half(), rtol=0, atol=0)
     source = tileagent.compile(_gather_rows.fn(50257, 768), out_idx=[2], target="cuda:sm_90a").get_kernel_source()
     assert set(re.findall(r"copy (\d+) x half -> float", source)) == {"8"}
+
+
+def _column_sums(S, D, block_s, stages):
+    @T.prim_func
+    def main(X: T.Tensor((S, D), "float16"), Y: T.Tensor((D,), "float32")):
+        with T.Kernel(T.ceildiv(D, 64), threads=128) as bd:
+            xs = T.alloc_shared((block_s, 64), "float16")
+            xf = T.alloc_fragment((block_s, 64), "float32")
+            acc = T.alloc_fragment((block_s, 64), "float32")
+            out = T.alloc_fragment((64,), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(S, block_s), num_stages=stages):
+                T.copy(X[k * block_s, bd * 64], xs)
+                T.copy(xs, xf)
+                for i, j in T.Parallel(block_s, 64):
+                    acc[i, j] += xf[i, j]
+            T.reduce_sum(acc, out, dim=0)
+            T.copy(out, Y[bd * 64])
+    return main
+
+
+@pytest.mark.parametrize("S, stages", [(37, 3), (16, 4)])
+def test_pipelined_copies_serve_any_loop_with_zeros_past_the_end(S, stages):
+    """Guide, section 5: T.Pipelined without a gemm (a played LLM could not tell): cp.async copies, rows past the end
+    read as zeros (S = 37 in tiles of 16), more stages than trips (16 rows, 1 trip, 4 stages)."""
+    assert "`T.Pipelined(n, num_stages=s)` is not only for gemm" in GUIDE
+    x = torch.randn(S, 128).half()
+    y = tileagent.compile(_column_sums(S, 128, 16, stages), out_idx=[1], target="sim:sm_90a")(x)
+    torch.testing.assert_close(y, x.float().sum(0), atol=1e-2, rtol=1e-3)
+    source = tileagent.compile(_column_sums(S, 128, 16, stages), out_idx=[1], target="cpu:sm_90a").get_kernel_source()
+    assert "cp.async" in source
