@@ -351,3 +351,42 @@ def test_a_kernel_lowered_alike_for_every_arch_has_no_variants():
     kernel = tileagent.compile(impl.fn(None, 320), out_idx=impl.out_idx, target="sim:sm_90a",
                                pass_configs=impl.pass_configs)
     assert kernel_descriptor(kernel, VARIANT_ARCHES)["variants"] == {}
+
+
+def test_two_exports_at_once_leave_kernel_calls_as_they_were(monkeypatch):
+    """The export's dry run swaps JITImpl.__call__ / JITKernel.__call__ process-wide; a batch's runs export from
+    several threads. Forced overlap: the first dry run waits (2 s at most) for the second to start, the second ends
+    after the first. Afterwards both methods must be the real ones, or every later kernel call is a dry one."""
+    import sys
+    import threading
+    import types
+
+    from tileagent.compiler.jit import JITImpl, JITKernel
+    from tileagent.evaluator.spec import load_spec
+    from tileagent.export import record_kernels
+
+    a_inside, b_inside, a_done = threading.Event(), threading.Event(), threading.Event()
+    gate = types.ModuleType("export_gate")
+    gate.a = lambda: (a_inside.set(), b_inside.wait(2))
+    gate.b = lambda: (b_inside.set(), a_done.wait(2))
+    monkeypatch.setitem(sys.modules, "export_gate", gate)
+    real = JITImpl.__call__, JITKernel.__call__
+    monkeypatch.setattr(JITImpl, "__call__", real[0])  # put back at teardown even if a swap leaks
+    monkeypatch.setattr(JITKernel, "__call__", real[1])
+    spec = load_spec(TASK)
+
+    def entry(step):
+        source = CANDIDATE.replace("    def forward(self, x):\n", "    def forward(self, x):\n"
+                                   f"        __import__('sys').modules['export_gate'].{step}()\n", 1)
+        assert source != CANDIDATE
+        return ExportEntry(config={"M": 37, "C": 96}, source=source)
+
+    first = threading.Thread(target=record_kernels, args=(spec, entry("a")))
+    second = threading.Thread(target=record_kernels, args=(spec, entry("b")))
+    first.start()
+    assert a_inside.wait(30)
+    second.start()
+    first.join(60)
+    a_done.set()
+    second.join(60)
+    assert (JITImpl.__call__, JITKernel.__call__) == real

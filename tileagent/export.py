@@ -24,6 +24,7 @@ import hashlib
 import inspect
 import keyword
 import logging
+import threading
 import zlib
 from pathlib import Path
 
@@ -342,6 +343,10 @@ def _header(name: str, reference: Path, entries: list[ExportEntry], input_names,
 
 # -- the kernels: recorded at export, described for the runtime ------------------------------------------------------
 
+# The dry run swaps JITImpl.__call__ / JITKernel.__call__ process-wide: two runs of a batch exporting at once would
+# restore each other's swap, and one would outlive both (every later kernel call a dry one). One dry run at a time.
+_DRY_RUN_LOCK = threading.Lock()
+
 
 def record_kernels(spec: Spec, entry: ExportEntry) -> dict:
     """{factory name: {call key: JITKernel}}: every ``@jit`` factory call the entry's ModelNew makes (constructor and
@@ -367,20 +372,21 @@ def record_kernels(spec: Spec, entry: ExportEntry) -> dict:
         _, _, outputs = bind_arguments(kernel.func, args, kernel.out_idx, "cpu")
         return None if not outputs else outputs[0] if len(outputs) == 1 else outputs
 
-    real_factory, real_call = JITImpl.__call__, JITKernel.__call__
-    JITImpl.__call__, JITKernel.__call__ = recording_factory, dry_call
-    try:
-        model, _ = _candidate_model(spec, module, entry.config)
-        inputs = spec.make_inputs(entry.config, 0)
-        with torch.no_grad():
-            model(*inputs)
-    except ExportError:
-        raise
-    except Exception as e:
-        raise ExportError(f"the candidate for {entry.config} failed in a dry run on the CPU: "
-                          f"{type(e).__name__}: {e}") from e
-    finally:
-        JITImpl.__call__, JITKernel.__call__ = real_factory, real_call
+    with _DRY_RUN_LOCK:
+        real_factory, real_call = JITImpl.__call__, JITKernel.__call__
+        JITImpl.__call__, JITKernel.__call__ = recording_factory, dry_call
+        try:
+            model, _ = _candidate_model(spec, module, entry.config)
+            inputs = spec.make_inputs(entry.config, 0)
+            with torch.no_grad():
+                model(*inputs)
+        except ExportError:
+            raise
+        except Exception as e:
+            raise ExportError(f"the candidate for {entry.config} failed in a dry run on the CPU: "
+                              f"{type(e).__name__}: {e}") from e
+        finally:
+            JITImpl.__call__, JITKernel.__call__ = real_factory, real_call
     return calls
 
 
