@@ -46,6 +46,15 @@ class ConstVar:
     def __repr__(self) -> str:
         return f"T.const({self.name!r})"
 
+    def _unbound(self, *_):
+        raise DSLTypeError(f"T.const '{self.name}' is used in an expression before it has a value: no tensor "
+                           f"annotation binds it as a plain dimension and the call gave no {self.name}=...",
+                           code="E104", hint=f"declare a tensor whose shape uses {self.name} directly (A: T.Tensor(("
+                                             f"{self.name}, ...), dtype)), or pass {self.name}= to compile()")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __floordiv__ = __rfloordiv__ = _unbound
+    __truediv__ = __rtruediv__ = __mod__ = __rmod__ = __neg__ = __lshift__ = __rshift__ = _unbound
+
 
 @dataclass(frozen=True)
 class EmptySpec:
@@ -128,7 +137,9 @@ class _EagerParser(_Parser):
 
     def lookup(self, name: str, node: ast.AST):
         value = super().lookup(name, node)
-        if isinstance(value, ConstVar) and not self._in_annotation:
+        if isinstance(value, ConstVar) and (not self._in_annotation or value.name in self.consts):
+            # in an annotation a bound size is its value (so `T.Tensor[[seq_len * heads, dim], ...]` is a shape
+            # expression); an unbound one stays a ConstVar, which binds from the tensor where it is a plain dim
             if value.name not in self.consts:
                 raise DSLTypeError(f"T.const '{value.name}' has no value yet: no tensor annotation has bound it and "
                                    f"the call gave no {value.name}=...", self.span(node), code="E104",

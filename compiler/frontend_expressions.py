@@ -81,7 +81,8 @@ class ExpressionParser:
         obj = self.expr(node.value)
         idx_nodes = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         if not isinstance(obj, Buffer):
-            if isinstance(obj, (Expr,)) or not hasattr(obj, "__getitem__"):
+            if isinstance(obj, (Expr,)) or not (hasattr(obj, "__getitem__") or (isinstance(obj, type) and hasattr(
+                    obj, "__class_getitem__"))):  # T.Tensor[(M, N), dtype]: TileLang's subscript annotation
                 raise DSLTypeError(f"{describe(obj)} cannot be indexed", self.span(node), code="E309")
             key = self.expr(node.slice)
             try:

@@ -1712,3 +1712,77 @@ def test_sync_grid_inside_a_loop_is_E701(tilelang, tmp_path):
         load_script(path)["bad"](64)
     assert e.value.code == "E701" and "T.sync_grid inside a loop or branch" in e.value.message
     assert e.value.span is not None and e.value.span.line == 11  # the T.sync_grid() line
+
+
+# -- TileLang's DSA/DeepSeek-V3.2 forms: T.Tensor[...] annotations, shape expressions of sizes, T.parallel ------------
+
+
+def test_subscript_annotations_shape_expressions_and_tir_parallel_loops(tilelang, tmp_path):
+    """The forms of TileLang's DSA examples (dsa_hisa/fp8_block_mean_pooling.py, pool_mqa_fp8.py,
+    deepseek_v4/act_quant.py): ``X: T.Tensor[(M, N), dtype]`` as a statement, a T.const size in a shape expression
+    (``T.Tensor[[M * H, D], ...]``, bound from another tensor), a 1-d ``T.Tensor[(M), ...]``, a nest of ``T.parallel``
+    loops (one T.Parallel) and ``T.shift_left``/``T.shift_right``; numbers against torch on the interpreter."""
+    ns = load_script(_write(tmp_path, "dsa_forms.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit
+        def pool(Q, K, S, W, block_N=4):
+            M, H, D = T.const("M, H, D")
+            Q: T.Tensor[[M * H, D], T.float32]
+            K: T.Tensor[(M, D), T.float32]
+            S: T.Tensor[(M), T.int32]
+            W: T.Tensor[(M, H), T.float32]
+            Y = T.empty((M * H, D), T.float32)
+            with T.Kernel(T.ceildiv(M * H, block_N), threads=32) as bx:
+                tile = T.alloc_fragment((block_N, D), T.float32)
+                T.copy(Q[bx * block_N, 0], tile)
+                for n_i in T.parallel(block_N):
+                    for d_i in T.parallel(D):
+                        row = bx * block_N + n_i
+                        tile[n_i, d_i] = tile[n_i, d_i] * K[row // H, d_i] + T.shift_left(S[row // H], 2) \\
+                            + T.shift_right(S[row // H], 1) + W[row // H, row % H]
+                T.copy(tile, Y[bx * block_N, 0])
+            return Y
+        """))
+    q, k = torch.randn(6 * 2, 8), torch.randn(6, 8)
+    s = torch.arange(6, dtype=torch.int32) * 3 - 5
+    w = torch.randn(6, 2)
+    got = ns["pool"](q, k, s, w)
+    rows = torch.arange(12) // 2
+    expected = q * k[rows] + ((s[rows] << 2) + (s[rows] >> 1)).float()[:, None] + w.reshape(12, 1)
+    torch.testing.assert_close(got, expected)
+
+
+def test_subscript_annotation_errors_are_diagnostics_at_the_line(tilelang, tmp_path):
+    ns = load_script(_write(tmp_path, "dsa_errors.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit
+        def unbound(Q):
+            M, H = T.const("M, H")
+            Q: T.Tensor[[M * H, 4], T.float32]
+            with T.Kernel(1, threads=32) as bx:
+                pass
+
+
+        @tilelang.jit
+        def offset(Q):
+            N = T.const("N")
+            Q: T.Tensor[(N,), T.float32]
+            with T.Kernel(1, threads=32) as bx:
+                tile = T.alloc_fragment((N,), T.float32)
+                for i in T.parallel(1, N):
+                    tile[i] = 0.0
+        """))
+    with pytest.raises(CompileError) as info:
+        ns["unbound"](torch.zeros(8, 4))
+    assert info.value.code == "E104" and info.value.span.line == 8
+    assert "T.const 'M' is used in an expression before it has a value" in info.value.message
+    with pytest.raises(CompileError) as info:
+        ns["offset"](torch.zeros(8))
+    assert info.value.code == "E301" and info.value.span.line == 19
+    assert "T.parallel(1, 8): a parallel loop starts at 0 in TileAgent" in info.value.message

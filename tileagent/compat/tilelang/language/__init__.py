@@ -62,6 +62,8 @@ UNSUPPORTED = {
 }
 
 
+import builtins as _builtins  # Python's int: TileLang's T.int (int32) shadows it below
+
 # TileLang's C-style dtype names (tilelang/language/dtypes.py); defined here only, so that TileAgent's own modules
 # keep Python's int
 short, int, uint, long = (DType(n) for n in ("int16", "int32", "uint32", "int64"))  # noqa: A001
@@ -81,6 +83,32 @@ def disable_warp_group_reg_alloc() -> None:
 no_set_max_nreg = disable_warp_group_reg_alloc  # TileLang's other name for it
 
 
+def parallel(start, stop=None, *, annotations=None):
+    """TileLang's TIR-level ``for i in T.parallel(n)`` (``parallel(start, stop=None, *, annotations=None)``): a
+    parallel loop over ``range(start, stop)``, which TileLang lowers as it does ``T.Parallel``; so it is
+    ``T.Parallel(stop)``, and a perfect nest of them is one ``T.Parallel`` over all their extents, as with
+    ``T.Parallel``. A start other than 0 is an E301 (``T.Parallel`` loops start at 0)."""
+    from tileagent.compiler.diagnostics import DSLTypeError
+    from tileagent.compiler.language.loops import Parallel
+
+    if stop is None:
+        start, stop = 0, start
+    if not (isinstance(start, _builtins.int) and not isinstance(start, _builtins.bool) and start == 0):
+        raise DSLTypeError(f"T.parallel({start!r}, {stop!r}): a parallel loop starts at 0 in TileAgent", code="E301",
+                           hint="write `for i in T.parallel(stop - start)` and index with `start + i`")
+    return Parallel(stop, annotations=annotations)
+
+
+def shift_left(x, y, span=None):
+    """TVM's ``T.shift_left(x, y)``: ``x << y``."""
+    return x << y
+
+
+def shift_right(x, y, span=None):
+    """TVM's ``T.shift_right(x, y)``: ``x >> y`` (arithmetic for signed x, as in C)."""
+    return x >> y
+
+
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
@@ -92,4 +120,5 @@ def __getattr__(name: str):
 
 
 __all__ = list(_dsl_names) + ["disable_warp_group_reg_alloc", "float4_e2m1fn", "int", "int1", "int2", "int4", "long",
-                              "no_set_max_nreg", "short", "uint", "uint1", "uint2", "uint4"]
+                              "no_set_max_nreg", "parallel", "shift_left", "shift_right", "short", "uint", "uint1",
+                              "uint2", "uint4"]
