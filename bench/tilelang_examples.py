@@ -72,6 +72,8 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "mha_sink_fwd_bhsd_window": ("attention_sink/example_mha_sink_fwd_bhsd.py", ["--window_size", "1024"], False, ()),
     "grouped_gemm_fwd": ("grouped_gemm/example_grouped_gemm_fwd.py", ["--batch_sizes", "64,128,256,512", "--profile"],
                          True, ()),
+    "dsa_fp8_block_mean_pooling": ("dsa_hisa/fp8_block_mean_pooling.py", [], False, ()),
+    "dsa_clean_and_maintain_logits": ("dsa_hisa/clean_and_maintain_logits.py", [], False, ()),
 }
 
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"

@@ -32,7 +32,8 @@ SMALL = {  # the programs CI runs, in their folders under EXAMPLES
     "example_dequant_gemm_w4a8.py": "dequantize_gemm", "example_gemv.py": "gemv",
     "example_gemm_autotune.py": "gemm", "example_warp_specialize_gemm_copy_0_gemm_1.py": "warp_specialize",
     "example_warp_specialize_gemm_barrierpipe_stage2.py": "warp_specialize",
-    "example_tilelang_gemm_streamk.py": "gemm_streamk", "example_mla_decode_persistent.py": "deepseek_mla"}
+    "example_tilelang_gemm_streamk.py": "gemm_streamk", "example_mla_decode_persistent.py": "deepseek_mla",
+    "fp8_block_mean_pooling.py": "dsa_hisa", "clean_and_maintain_logits.py": "dsa_hisa"}
 
 
 @pytest.fixture
@@ -1786,3 +1787,22 @@ def test_subscript_annotation_errors_are_diagnostics_at_the_line(tilelang, tmp_p
         ns["offset"](torch.zeros(8))
     assert info.value.code == "E301" and info.value.span.line == 19
     assert "T.parallel(1, 8): a parallel loop starts at 0 in TileAgent" in info.value.message
+
+
+@pytest.mark.parametrize("program, test, args", [
+    ("fp8_block_mean_pooling.py", "test_fp8_block_mean_pooling", (200, 64, 128, 1)),  # a partial last block
+    ("clean_and_maintain_logits.py", "test_clean_and_maintain_logits", (8, 4096, 2)),
+])
+def test_dsa_hisa_examples_pass_their_own_checks(tilelang, monkeypatch, capsys, program, test, args):
+    """TileLang's DSA (HISA) examples, unchanged (T.Tensor[...] annotation statements, shape expressions of T.const
+    sizes, a T.parallel nest, per-thread code through T.thread_binding; once E309/E202): their own test functions
+    (the program's reference, exact for the logits mask) at small sizes pass on the CPU with the GPU lowering checked
+    (tensors the program asks for on "cuda" are made on the CPU here)."""
+    for name in ("randn", "rand", "arange", "empty"):
+        real = getattr(torch, name)
+        monkeypatch.setattr(torch, name, lambda *a, __f=real, **kw: __f(*a, **{**kw, "device": "cpu"}))
+    monkeypatch.syspath_prepend(str(EXAMPLES / SMALL[program]))  # clean_and_maintain_logits imports tilelang_utils
+    ns = load_script(EXAMPLES / SMALL[program] / program)
+    with compile_defaults(lowering_check=True):
+        ns[test](*args)
+    assert "correctness: PASS" in capsys.readouterr().out
