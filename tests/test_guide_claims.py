@@ -216,3 +216,24 @@ def test_pipelined_copies_serve_any_loop_with_zeros_past_the_end(S, stages):
     torch.testing.assert_close(y, x.float().sum(0), atol=1e-2, rtol=1e-3)
     source = tileagent.compile(_column_sums(S, 128, 16, stages), out_idx=[1], target="cpu:sm_90a").get_kernel_source()
     assert "cp.async" in source
+
+
+def _doubled_in_column_tiles(M, N):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, 8), threads=64) as bm:
+            xs = T.alloc_fragment((8, 32), "float32")
+            for k in T.unroll(T.ceildiv(N, 32)):
+                T.copy(X[bm * 8, k * 32], xs)
+                for i, j in T.Parallel(8, 32):
+                    xs[i, j] = xs[i, j] * 2.0
+                T.copy(xs, Y[bm * 8, k * 32])
+    return main
+
+
+def test_tile_ops_inside_an_unrolled_loop():
+    """Guide, section 2: `T.unroll` is a sequential loop like `T.serial` (tile ops inside it), a played LLM asked."""
+    assert "(`T.serial`, `T.unroll`, `T.Pipelined`, `range`) run on every thread" in GUIDE
+    x = torch.randn(37, 96)
+    torch.testing.assert_close(tileagent.compile(_doubled_in_column_tiles(37, 96), out_idx=[1], target="sim:sm_90a")(x),
+                               2 * x)
