@@ -66,7 +66,8 @@ class _Checker:
         elif isinstance(s, For):
             if in_par:
                 raise ScopeError(f"T.{s.kind} loop inside T.Parallel", code="E506",
-                                 hint="put sequential loops outside the T.Parallel nest")
+                                 hint="put sequential loops outside the T.Parallel nest; one with a compile-time "
+                                      "trip count of at most 64 is unrolled there and allowed")
             self.exprs((s.start, s.extent), par_vars, static_par)
             if "order" in s.annotations:
                 n = sum(1 for b in s.body if not isinstance(b, Let))

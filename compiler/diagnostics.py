@@ -201,8 +201,9 @@ CODES = {
     "E503": "local buffer indexed by a T.Parallel variable",
     "E504": "fragment indexed by a non-constant outside T.Parallel",
     "E505": "allocation or tile op outside T.Kernel",
-    "E506": "T.Parallel nested inside T.Parallel after other statements, or a sequential loop (T.serial, "
-            "T.Pipelined, T.unroll) inside T.Parallel",
+    "E506": "T.Parallel nested inside T.Parallel after other statements, or a sequential loop inside T.Parallel "
+            "(T.Pipelined; T.serial/T.unroll unless its trip count is a compile-time integer of at most 64, which is "
+            "unrolled)",
     "E507": "T.Parallel with a non-static extent indexing a fragment",
     "E508": "atomic_add/max/min destination not in global or shared memory",
     "E509": "T.Parallel or a tile op reading a thread index or a per-thread local in a kernel with per-thread code",

@@ -127,6 +127,7 @@ class _Parser(ExpressionParser):
         self.scopes: list[dict] = [{}]
         self.blocks: list[list[Stmt]] = [[]]
         self.kernel_depth = 0
+        self.parallel_depth = 0  # T.Parallel loops around the statement being parsed
         self.buffer_names: set[str] = set()
         self.workspaces: list[Buffer] = []
         self.views: list[tuple[Buffer, Buffer]] = []  # (view, base): T.Tensor(shape, dtype, X.data)
@@ -613,12 +614,24 @@ class _Parser(ExpressionParser):
         if len(names) != want or (not isinstance(t, ast.Name) and len(names) != len(t.elts)):
             raise DSLSyntaxError(f"T.{_LOOP_NAMES[spec.kind]} with {want} extent(s) needs {want} loop variable(s), "
                                  f"got `{ast.unparse(t)}`", code="E102")
+        if spec.kind in ("serial", "unroll") and self.parallel_depth and _static_range(spec) is not None:
+            # a sequential loop inside T.Parallel (TileLang: each parallel iteration runs it in order), with a
+            # compile-time trip count: unrolled here, so the Parallel body stays element statements
+            for value in _static_range(spec):
+                self.scopes.append({names[0]: value})
+                try:
+                    self.blocks[-1].extend(self.body(node.body))
+                finally:
+                    self.scopes.pop()
+            return
         loop_vars = tuple(Var(n, DType("int32")) for n in names)
         self.scopes.append(dict(zip(names, loop_vars)))
+        self.parallel_depth += spec.kind == "parallel"
         try:
             body = self.body(node.body)
         finally:
             self.scopes.pop()
+            self.parallel_depth -= spec.kind == "parallel"
         if spec.kind == "parallel":
             self.emit(_parallel_nest(loop_vars, spec, body), node)
         else:
@@ -678,6 +691,20 @@ class _Parser(ExpressionParser):
 
 
 _DTYPE_NAMES = frozenset(("float", "half", "double", "int") + __import__("tileagent.compiler.dtypes").compiler.dtypes.KNOWN)
+UNROLL_IN_PARALLEL = 64  # the most iterations of a sequential loop inside T.Parallel that the frontend unrolls
+
+
+def _static_range(spec) -> range | None:
+    """The iterations of a T.serial/T.unroll loop whose start, extent and step are compile-time integers and whose
+    trip count is at most UNROLL_IN_PARALLEL; else None."""
+    start, extent, step = spec.start, spec.extent, spec.step
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, extent, step)):
+        return None
+    if extent > UNROLL_IN_PARALLEL:
+        return None
+    return range(start, start + max(extent, 0) * step, step)
+
+
 _LOOP_NAMES = {"parallel": "Parallel", "pipelined": "Pipelined", "serial": "serial", "unroll": "unroll"}
 _UNSUPPORTED_HINTS = {
     "FunctionDef": "define helpers outside the prim_func; call them with compile-time values",

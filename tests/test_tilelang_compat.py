@@ -1806,3 +1806,57 @@ def test_dsa_hisa_examples_pass_their_own_checks(tilelang, monkeypatch, capsys, 
     with compile_defaults(lowering_check=True):
         ns[test](*args)
     assert "correctness: PASS" in capsys.readouterr().out
+
+
+def test_sequential_loop_inside_parallel_is_unrolled_per_element(tilelang, tmp_path):
+    """``for k in T.serial(K)`` inside a T.Parallel body (TileLang: every parallel iteration runs it in order; its
+    DeepSeek mHC examples) with a compile-time trip count is unrolled by the frontend: numbers against torch on the
+    interpreter with the GPU lowering checked, and the CUDA has no loop over k. A runtime or too long trip count stays
+    an E506 at the loop's line."""
+    ns = load_script(_write(tmp_path, "serial_in_parallel.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[2])
+        def small_mm(M, N, K):
+            @T.prim_func
+            def main(A: T.Tensor((M, K), "float32"), B: T.Tensor((K, N), "float32"), C: T.Tensor((M, N), "float32")):
+                with T.Kernel(1, threads=64) as bx:
+                    a_s = T.alloc_shared((M, K), "float32")
+                    b_s = T.alloc_shared((K, N), "float32")
+                    acc = T.alloc_fragment((M, N), "float32")
+                    T.copy(A, a_s)
+                    T.copy(B, b_s)
+                    for i, j in T.Parallel(M, N):
+                        acc[i, j] = 0.5
+                        for k in T.serial(1, K, 2):  # odd k only, in order
+                            acc[i, j] = acc[i, j] * 0.5 + a_s[i, k] * b_s[k, j]
+                    T.copy(acc, C)
+            return main
+
+
+        @tilelang.jit(out_idx=[1])
+        def dynamic_trip(N):
+            @T.prim_func
+            def main(A: T.Tensor((N, N), "float32"), C: T.Tensor((N,), "float32"), n: T.int32):
+                with T.Kernel(1, threads=32) as bx:
+                    for i in T.Parallel(N):
+                        C[i] = 0.0
+                        for k in T.serial(n):
+                            C[i] = C[i] + A[i, k]
+            return main
+        """))
+    with compile_defaults(lowering_check=True):
+        kernel = ns["small_mm"](16, 8, 6)
+    a, b = torch.randn(16, 6), torch.randn(6, 8)
+    expected = torch.full((16, 8), 0.5)
+    for k in (1, 3, 5):
+        expected = expected * 0.5 + a[:, k:k + 1] * b[k:k + 1, :]
+    torch.testing.assert_close(kernel(a, b), expected)
+    cuda = tilelang.compile(kernel.func, out_idx=[2], target="cuda:sm_90a").get_kernel_source()
+    assert "for (int k" not in cuda
+    with pytest.raises(CompileError) as info:
+        ns["dynamic_trip"](8)
+    assert info.value.code == "E506" and info.value.span.line == 30
+    assert "one with a compile-time trip count of at most 64 is unrolled" in info.value.hint
