@@ -1860,3 +1860,15 @@ def test_sequential_loop_inside_parallel_is_unrolled_per_element(tilelang, tmp_p
         ns["dynamic_trip"](8)
     assert info.value.code == "E506" and info.value.span.line == 30
     assert "one with a compile-time trip count of at most 64 is unrolled" in info.value.hint
+
+
+def test_language_dtypes_module(tilelang):
+    """``from tilelang.language.dtypes import _TORCH_DTYPE_TO_STR, dtype`` (TileLang's 2:4 sparse GEMM helpers; once
+    an E701 naming the module): TileLang's table and T's dtype objects."""
+    import tilelang.language as T
+    from tilelang.language import dtypes
+    from tilelang.language.dtypes import _TORCH_DTYPE_TO_STR, dtype
+
+    assert dtype(_TORCH_DTYPE_TO_STR[torch.half]) == T.float16 and dtypes.bfloat16 is T.bfloat16
+    assert _TORCH_DTYPE_TO_STR[torch.int] == "int32" and _TORCH_DTYPE_TO_STR[torch.float8_e4m3fn] == "float8_e4m3fn"
+    assert {dtype(_TORCH_DTYPE_TO_STR[torch.int8]): 1}[T.int8] == 1  # keys a dict as TileLang's GROUP_CONFIG does
