@@ -128,6 +128,9 @@ class _Parser(ExpressionParser):
         self.blocks: list[list[Stmt]] = [[]]
         self.kernel_depth = 0
         self.parallel_depth = 0  # T.Parallel loops around the statement being parsed
+        # (loop vars, extents, allocations hoisted before the outermost loop) of each T.Parallel being parsed
+        self.parallel_frames: list[tuple[tuple, tuple, list]] = []
+        self.iteration_vars: dict = {}  # T.alloc_var inside T.Parallel -> the indices of its element (loop vars)
         self.buffer_names: set[str] = set()
         self.workspaces: list[Buffer] = []
         self.views: list[tuple[Buffer, Buffer]] = []  # (view, base): T.Tensor(shape, dtype, X.data)
@@ -309,8 +312,20 @@ class _Parser(ExpressionParser):
         while name in self.buffer_names:
             name, k = f"{base}_{k}", k + 1
         self.buffer_names.add(name)
-        buf = Buffer(name, spec.shape, spec.dtype, spec.scope, self.span(node))
         init = None if spec.init is None else make_cast(as_expr(spec.init, spec.dtype), spec.dtype)
+        if spec.scope == "var" and self.parallel_frames:
+            # T.alloc_var inside T.Parallel (TileLang: a scalar of each iteration): a fragment over the loop nest's
+            # extents, allocated before the outermost T.Parallel, whose element [loop vars] each iteration uses
+            loop_vars = tuple(v for f in self.parallel_frames for v in f[0])
+            extents = tuple(e for f in self.parallel_frames for e in f[1])
+            buf = Buffer(name, extents, spec.dtype, "fragment", self.span(node))
+            self.parallel_frames[0][2].append(_with_span(Alloc(buf, None), self.span(node)))
+            self.iteration_vars[buf] = loop_vars
+            self.bind(base, buf)
+            if init is not None:  # set by each iteration where the allocation stands
+                self.store(buf, loop_vars, init, node)
+            return buf
+        buf = Buffer(name, spec.shape, spec.dtype, spec.scope, self.span(node))
         self.emit(Alloc(buf, init), node)
         self.bind(base, buf)
         return buf
@@ -437,7 +452,9 @@ class _Parser(ExpressionParser):
         from tileagent.compiler.language.warp_specialize import BarrierSet
 
         current = self._current(name)
-        if isinstance(current, Buffer) and current.scope == "var":
+        if isinstance(current, Buffer) and current in self.iteration_vars:
+            self.store(current, self.iteration_vars[current], value, node)
+        elif isinstance(current, Buffer) and current.scope == "var":
             self.store(current, (0,), value, node)
         elif isinstance(value, AllocSpec):
             self.allocate(value, name, node)
@@ -626,13 +643,18 @@ class _Parser(ExpressionParser):
             return
         loop_vars = tuple(Var(n, DType("int32")) for n in names)
         self.scopes.append(dict(zip(names, loop_vars)))
-        self.parallel_depth += spec.kind == "parallel"
+        if spec.kind == "parallel":
+            self.parallel_depth += 1
+            self.parallel_frames.append((loop_vars, tuple(spec.extents), []))
         try:
             body = self.body(node.body)
         finally:
             self.scopes.pop()
-            self.parallel_depth -= spec.kind == "parallel"
+            if spec.kind == "parallel":
+                self.parallel_depth -= 1
+                hoisted = self.parallel_frames.pop()[2]
         if spec.kind == "parallel":
+            self.blocks[-1].extend(hoisted)  # per-iteration T.alloc_var fragments (outermost loop only)
             self.emit(_parallel_nest(loop_vars, spec, body), node)
         else:
             self.emit(For(loop_vars[0], spec.start, spec.extent, spec.step, spec.kind, body,

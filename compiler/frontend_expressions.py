@@ -47,6 +47,8 @@ class ExpressionParser:
 
     def expr_Name(self, node: ast.Name):
         value = self.lookup(node.id, node)
+        if isinstance(value, Buffer) and value in getattr(self, "iteration_vars", {}):  # alloc_var in T.Parallel
+            return Load(value, self.iteration_vars[value], value.dtype, self.span(node))
         if isinstance(value, Buffer) and value.scope == "var":
             return Load(value, (0,), value.dtype, self.span(node))
         return value

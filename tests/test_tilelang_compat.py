@@ -1872,3 +1872,52 @@ def test_language_dtypes_module(tilelang):
     assert dtype(_TORCH_DTYPE_TO_STR[torch.half]) == T.float16 and dtypes.bfloat16 is T.bfloat16
     assert _TORCH_DTYPE_TO_STR[torch.int] == "int32" and _TORCH_DTYPE_TO_STR[torch.float8_e4m3fn] == "float8_e4m3fn"
     assert {dtype(_TORCH_DTYPE_TO_STR[torch.int8]): 1}[T.int8] == 1  # keys a dict as TileLang's GROUP_CONFIG does
+
+
+def test_alloc_var_inside_parallel_is_each_iterations_scalar(tilelang, tmp_path):
+    """``v = T.alloc_var(dtype)`` inside a T.Parallel body (TileLang: a scalar of each iteration; its DSA indexer
+    backward's ``d_relu``; once E502) is a fragment over the loop nest's extents, element [loop vars] per iteration:
+    numbers against torch on the interpreter with the GPU lowering checked, for a nested form and one with init=."""
+    ns = load_script(_write(tmp_path, "var_in_parallel.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[2])
+        def relu_grad(M, N):
+            @T.prim_func
+            def main(X: T.Tensor((M, N), "float32"), W: T.Tensor((N,), "float32"), Y: T.Tensor((M, N), "float32")):
+                with T.Kernel(1, threads=64) as bx:
+                    x = T.alloc_fragment((M, N), "float32")
+                    T.copy(X, x)
+                    for i in T.Parallel(M):
+                        for j in T.Parallel(N):
+                            d = T.alloc_var("float32")
+                            if x[i, j] > 0:
+                                d = 1.0
+                            else:
+                                d = 0.25
+                            d = d * W[j]
+                            x[i, j] = x[i, j] * d
+                    T.copy(x, Y)
+            return main
+
+
+        @tilelang.jit(out_idx=[1])
+        def with_init(N):
+            @T.prim_func
+            def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32")):
+                with T.Kernel(1, threads=32) as bx:
+                    for i in T.Parallel(N):
+                        d = T.alloc_var("float32", init=1.0)
+                        d = d + 0.5
+                        Y[i] = X[i] * d
+            return main
+        """))
+    with compile_defaults(lowering_check=True):
+        kernel = ns["relu_grad"](16, 32)
+    x, w = torch.randn(16, 32), torch.randn(32)
+    torch.testing.assert_close(kernel(x, w), x * torch.where(x > 0, 1.0, 0.25) * w)
+    assert tilelang.compile(kernel.func, out_idx=[2], target="cuda:sm_90a").get_kernel_source()
+    x = torch.randn(8)
+    torch.testing.assert_close(ns["with_init"](8)(x), x * 1.5)
