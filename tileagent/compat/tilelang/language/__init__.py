@@ -57,6 +57,11 @@ UNSUPPORTED = {
     "annotate_compile_flags": "compile flags are not supported",
     "annotate_safe_value": "T.annotate_safe_value is not supported (out-of-bounds global reads give 0)",
     "annotate_l2_hit_ratio": "L2 persistence hints are not supported",
+    "sync_threads": "explicit block barriers are not supported: TileAgent places __syncthreads() between "
+                    "shared-memory writers and readers itself (in per-thread code too, never inside a branch or loop "
+                    "that may differ between threads), and named barriers (T.sync_threads(id, count)) over part of "
+                    "the block have no equivalent",
+    "named_barrier_arrive": "named barriers are not supported (see T.sync_threads)",
     "rng_init": "device random numbers are not supported",
     "rng_rand": "device random numbers are not supported",
 }
