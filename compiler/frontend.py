@@ -24,8 +24,9 @@ from tileagent.compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTyp
 from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
 from tileagent.compiler.ir.expr import Expr, Load, Var, as_expr, describe, make_binop, make_cast, make_cmp
 from tileagent.compiler.ir.simplify import depends_on, static_int
+from tileagent.compiler.frontend_body import check_view_aliasing, split_at_grid_syncs
 from tileagent.compiler.frontend_expressions import _BINOPS, ExpressionParser, _call_builtin
-from tileagent.compiler.ir.stmt import (AtomicAdd, Alloc, Buffer, For, If, Kernel, Let, Parallel, PrimFunc, Region,
+from tileagent.compiler.ir.stmt import (Alloc, Buffer, For, If, Kernel, Let, Parallel, PrimFunc, Region,
                                         Stmt, Store, While)
 
 _UNSET = object()
@@ -228,7 +229,7 @@ class _Parser(ExpressionParser):
         n, w = len(params), len(self.workspaces)
         views = tuple((n + w + k, next(i for i, p in enumerate(all_params) if p is base))
                       for k, (_, base) in enumerate(self.views))
-        _check_view_aliasing(body, self.views)
+        check_view_aliasing(body, self.views)
         return PrimFunc(fdef.name, all_params, body, tuple(dynamic), self.span(fdef), tuple(range(n, n + w)), views)
 
     def _string_annotation(self, a: ast.arg, text: str):
@@ -558,7 +559,7 @@ class _Parser(ExpressionParser):
             self.kernel_depth -= 1
             self.scopes.pop()
         grid = tuple(spec.grid)
-        for part in _split_at_grid_syncs(body):  # T.sync_grid(): kernels launched one after the other
+        for part in split_at_grid_syncs(body):  # T.sync_grid(): kernels launched one after the other
             self.emit(Kernel(grid, spec.threads, block_vars, part, thread_vars=threads.vars if threads.used else ()),
                       node)
 
@@ -762,65 +763,6 @@ def _parallel_nest(loop_vars: tuple, spec, body: tuple) -> Parallel:
         return Parallel(loop_vars, spec.extents, body, dict(spec.annotations))
     return Parallel(loop_vars + inner.vars, tuple(spec.extents) + tuple(inner.extents), inner.body,
                     {**spec.annotations, **inner.annotations})
-
-
-def _check_view_aliasing(body: tuple, views: list) -> None:
-    """The aliasing rule of views (E102): CUDA kernel parameters are ``__restrict__``, so one kernel may not write
-    through one name of a storage and touch it through another (a view and its base, or two views of one base)."""
-    if not views:
-        return
-    from tileagent.compiler.ir.visit import walk
-    from tileagent.compiler.lower.smem import buffers_used
-
-    root = {v: b for v, b in views}
-    for k in (s for s in walk(body) if isinstance(s, Kernel)):
-        used = buffers_used(k.body)
-        written = {x.buffer for x in walk(k.body) if isinstance(x, (Store, AtomicAdd))} | {
-            b for x in walk(k.body) for b in _writes(x)}
-        groups: dict = {}
-        for b in used:
-            groups.setdefault(root.get(b, b), []).append(b)
-        for base, names in groups.items():
-            if len(names) > 1 and any(b in written for b in names):
-                listed = ", ".join(sorted(b.name for b in names))
-                raise DSLSyntaxError(f"the kernel writes storage of '{base.name}' and reaches it under several "
-                                     f"names ({listed}); a view and its base cannot alias within one kernel",
-                                     k.span, code="E102", hint="use one name (the view or the base) per kernel")
-
-
-def _split_at_grid_syncs(body: tuple) -> list:
-    """The kernel body cut at its top-level ``T.sync_grid()`` markers (``GridSync``); each later part starts with the
-    allocations, let-bindings and layout/swizzle annotations of the parts before it. A marker inside a loop or
-    branch is an E701."""
-    from tileagent.compiler.diagnostics import UnsupportedError
-    from tileagent.compiler.ir.stmt import AnnotateLayout, GridSync, UseSwizzle
-    from tileagent.compiler.ir.visit import walk
-
-    parts, current, preamble = [], [], []
-    for s in body:
-        if isinstance(s, GridSync):
-            parts.append(tuple(current))
-            current = list(preamble)
-            continue
-        current.append(s)
-        if isinstance(s, (Alloc, Let, AnnotateLayout, UseSwizzle)):
-            preamble.append(s)
-    parts.append(tuple(current))
-    for part in parts:
-        nested = next((x for x in walk(part) if isinstance(x, GridSync)), None)
-        if nested is not None:
-            raise UnsupportedError("T.sync_grid inside a loop or branch is not supported: TileAgent splits a kernel at "
-                                   "a top-level T.sync_grid() into kernels launched one after the other",
-                                   nested.span, hint="call T.sync_grid() at the top level of the T.Kernel body")
-    return parts
-
-
-def _writes(s) -> frozenset:
-    """The buffers tile op ``s`` writes (nothing for other statements)."""
-    from tileagent.compiler.tileops import op_for
-
-    op = op_for(s)
-    return op.effects(s).writes if op is not None else frozenset()
 
 
 def _vars_in(e):

@@ -1,0 +1,72 @@
+"""Checks and cuts of a parsed prim_func body, before it becomes a PrimFunc (``compiler.frontend``).
+
+In: the statements of a ``@T.prim_func`` body as the parser built them. Out / guarantees:
+- ``check_view_aliasing``: no kernel writes a storage it reaches under two names (a view and its base, or two views
+  of one base; CUDA parameters are ``__restrict__``), else E102 at the kernel;
+- ``split_at_grid_syncs``: the kernel body cut at its top-level ``T.sync_grid()`` markers, each later part starting
+  with the allocations, lets and layout annotations before it; a marker inside a loop or branch is an E701.
+"""
+
+from __future__ import annotations
+
+from tileagent.compiler.diagnostics import DSLSyntaxError
+from tileagent.compiler.ir.stmt import Alloc, AtomicAdd, Kernel, Let, Store
+
+
+def check_view_aliasing(body: tuple, views: list) -> None:
+    """The aliasing rule of views (E102): CUDA kernel parameters are ``__restrict__``, so one kernel may not write
+    through one name of a storage and touch it through another (a view and its base, or two views of one base)."""
+    if not views:
+        return
+    from tileagent.compiler.ir.visit import walk
+    from tileagent.compiler.lower.smem import buffers_used
+
+    root = {v: b for v, b in views}
+    for k in (s for s in walk(body) if isinstance(s, Kernel)):
+        used = buffers_used(k.body)
+        written = {x.buffer for x in walk(k.body) if isinstance(x, (Store, AtomicAdd))} | {
+            b for x in walk(k.body) for b in _writes(x)}
+        groups: dict = {}
+        for b in used:
+            groups.setdefault(root.get(b, b), []).append(b)
+        for base, names in groups.items():
+            if len(names) > 1 and any(b in written for b in names):
+                listed = ", ".join(sorted(b.name for b in names))
+                raise DSLSyntaxError(f"the kernel writes storage of '{base.name}' and reaches it under several "
+                                     f"names ({listed}); a view and its base cannot alias within one kernel",
+                                     k.span, code="E102", hint="use one name (the view or the base) per kernel")
+
+
+def split_at_grid_syncs(body: tuple) -> list:
+    """The kernel body cut at its top-level ``T.sync_grid()`` markers (``GridSync``); each later part starts with the
+    allocations, let-bindings and layout/swizzle annotations of the parts before it. A marker inside a loop or
+    branch is an E701."""
+    from tileagent.compiler.diagnostics import UnsupportedError
+    from tileagent.compiler.ir.stmt import AnnotateLayout, GridSync, UseSwizzle
+    from tileagent.compiler.ir.visit import walk
+
+    parts, current, preamble = [], [], []
+    for s in body:
+        if isinstance(s, GridSync):
+            parts.append(tuple(current))
+            current = list(preamble)
+            continue
+        current.append(s)
+        if isinstance(s, (Alloc, Let, AnnotateLayout, UseSwizzle)):
+            preamble.append(s)
+    parts.append(tuple(current))
+    for part in parts:
+        nested = next((x for x in walk(part) if isinstance(x, GridSync)), None)
+        if nested is not None:
+            raise UnsupportedError("T.sync_grid inside a loop or branch is not supported: TileAgent splits a kernel at "
+                                   "a top-level T.sync_grid() into kernels launched one after the other",
+                                   nested.span, hint="call T.sync_grid() at the top level of the T.Kernel body")
+    return parts
+
+
+def _writes(s) -> frozenset:
+    """The buffers tile op ``s`` writes (nothing for other statements)."""
+    from tileagent.compiler.tileops import op_for
+
+    op = op_for(s)
+    return op.effects(s).writes if op is not None else frozenset()
