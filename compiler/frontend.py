@@ -128,8 +128,8 @@ class _Parser(ExpressionParser):
         self.scopes: list[dict] = [{}]
         self.blocks: list[list[Stmt]] = [[]]
         self.kernel_depth = 0
-        self.parallel_depth = 0  # T.Parallel loops around the statement being parsed
-        # (loop vars, extents, allocations hoisted before the outermost loop) of each T.Parallel being parsed
+        # (loop vars, extents, allocations hoisted before the outermost loop) of each T.Parallel around the statement
+        # being parsed
         self.parallel_frames: list[tuple[tuple, tuple, list]] = []
         self.iteration_vars: dict = {}  # T.alloc_var inside T.Parallel -> the indices of its element (loop vars)
         self.buffer_names: set[str] = set()
@@ -632,7 +632,7 @@ class _Parser(ExpressionParser):
         if len(names) != want or (not isinstance(t, ast.Name) and len(names) != len(t.elts)):
             raise DSLSyntaxError(f"T.{_LOOP_NAMES[spec.kind]} with {want} extent(s) needs {want} loop variable(s), "
                                  f"got `{ast.unparse(t)}`", code="E102")
-        if spec.kind in ("serial", "unroll") and self.parallel_depth and _static_range(spec) is not None:
+        if spec.kind in ("serial", "unroll") and self.parallel_frames and _static_range(spec) is not None:
             # a sequential loop inside T.Parallel (TileLang: each parallel iteration runs it in order), with a
             # compile-time trip count: unrolled here, so the Parallel body stays element statements
             for value in _static_range(spec):
@@ -645,14 +645,12 @@ class _Parser(ExpressionParser):
         loop_vars = tuple(Var(n, DType("int32")) for n in names)
         self.scopes.append(dict(zip(names, loop_vars)))
         if spec.kind == "parallel":
-            self.parallel_depth += 1
             self.parallel_frames.append((loop_vars, tuple(spec.extents), []))
         try:
             body = self.body(node.body)
         finally:
             self.scopes.pop()
             if spec.kind == "parallel":
-                self.parallel_depth -= 1
                 hoisted = self.parallel_frames.pop()[2]
         if spec.kind == "parallel":
             self.blocks[-1].extend(hoisted)  # per-iteration T.alloc_var fragments (outermost loop only)

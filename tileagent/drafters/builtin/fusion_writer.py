@@ -757,7 +757,6 @@ def _uses(text: str, name: str) -> bool:
     return re.search(rf"\b{re.escape(name)}\b", text) is not None
 
 
-
 def _unflatten(flat: str, variables) -> list[str]:
     """Lines binding each of ``variables`` (outermost first) to its coordinate in the flat index named ``flat``."""
     stride, strides = ONE, []
