@@ -78,6 +78,15 @@ def side_ptx(kernel, arch: str, options: tuple) -> tuple[str, tuple, tuple[bytes
     return ptx, options, (cubin, time.process_time() - t0)
 
 
+def with_cubin(kernel, source: str, arch: str, options: tuple, cubin: bytes):
+    """``kernel`` (a JITKernel) launching ``cubin``, compiled from ``source`` with ``options``, instead of its own."""
+    from tileagent.compiler.backends import CudaBackend
+    from tileagent.compiler.jit import JITKernel
+
+    return JITKernel(kernel.func, kernel.out_idx, kernel.target, kernel.pass_configs, options=kernel.options,
+                     backend=CudaBackend(kernel.unit.module, kernel.func, source, arch, options, cubin=cubin))
+
+
 def random_inputs(func, out_idx, dims: dict):
     import torch
 
@@ -151,8 +160,7 @@ def main(argv=None) -> int:
         ap.error(f"unknown labels {unknown}; known: {', '.join(G.KERNELS)}")
 
     import tileagent
-    from tileagent.compiler.backends import CudaBackend
-    from tileagent.compiler.jit import JITKernel, nvrtc_options
+    from tileagent.compiler.jit import nvrtc_options
 
     target = f"cpu:{a.arch}" if a.compile_only else "cuda"
     cpu_ratios, gpu_ratios = [], []
@@ -175,10 +183,7 @@ def main(argv=None) -> int:
         if a.compile_only:
             print(row + ("  (identical cubins)" if cubin_a == cubin_b else ""), flush=True)
             continue
-        ka = JITKernel(func, kernel.out_idx, kernel.target, kernel.pass_configs, options=kernel.options,
-                       backend=CudaBackend(kernel.unit.module, func, source, arch, options, cubin=cubin_a))
-        kb = JITKernel(func, kernel.out_idx, kernel.target, kernel.pass_configs, options=kernel.options,
-                       backend=CudaBackend(kernel.unit.module, func, b[0], arch, b[1], cubin=cubin_b))
+        ka, kb = with_cubin(kernel, source, arch, options, cubin_a), with_cubin(kernel, b[0], arch, b[1], cubin_b)
         inputs = random_inputs(func, kernel.out_idx, dims)
         ins_a, ins_b = [t.clone() for t in inputs], [t.clone() for t in inputs]
         out_a, out_b = ka(*ins_a), kb(*ins_b)

@@ -66,9 +66,8 @@ def ab_kernel(kernel, args: list, trials: int) -> tuple[str, float] | str:
     """(the row's figures, B/A) of one kernel, or why it is skipped."""
     import torch
 
-    from bench.cubin_ab import agreement, compile_cpu, interleaved, side_ptx
-    from tileagent.compiler.backends import CudaBackend
-    from tileagent.compiler.jit import JITKernel, nvrtc_options
+    from bench.cubin_ab import agreement, compile_cpu, interleaved, side_ptx, with_cubin
+    from tileagent.compiler.jit import nvrtc_options
 
     arch, options = kernel.target.arch, nvrtc_options(kernel.pass_configs)
     b = side_ptx(kernel, arch, options)
@@ -76,13 +75,7 @@ def ab_kernel(kernel, args: list, trials: int) -> tuple[str, float] | str:
         return b
     source = kernel.get_kernel_source()
     cubin_a, _ = compile_cpu(source, arch, options)
-    module = kernel.unit.module
-
-    def build(src, opts, cubin):
-        return JITKernel(kernel.func, kernel.out_idx, kernel.target, kernel.pass_configs, options=kernel.options,
-                         backend=CudaBackend(module, kernel.func, src, arch, opts, cubin=cubin))
-
-    ka, kb = build(source, options, cubin_a), build(b[0], b[1], b[2][0])
+    ka, kb = with_cubin(kernel, source, arch, options, cubin_a), with_cubin(kernel, b[0], arch, b[1], b[2][0])
     clone = lambda: [a.clone() if isinstance(a, torch.Tensor) else a for a in args]  # noqa: E731
     ins_a, ins_b = clone(), clone()
     outs = lambda o: [] if o is None else list(o) if isinstance(o, (tuple, list)) else [o]  # noqa: E731
