@@ -30,6 +30,9 @@ No LLM endpoint exists: a helper plays the LLM through ``--provider file``, answ
 Tuning: played answers declare TUNABLES, and the loop's autotuner needs no drafter (it evaluates variants of the
 answer), so it works with file answers; ``--tune-seconds 15`` bounds its screening (``0`` passes ``--no-tune``).
 
+Replay (``--replay --runs DIR``): new runs start with every answer the player wrote (``answers/OP/gpu_turns/``), so
+the loop evaluates the played turns again on the current code, tuning included, and stops where the recording ends.
+
 Usage (repository root):
     python bench/played_llm/gpu_turn.py --out "$OUT"                      # on the H200: every op, 480 s budget
     python bench/played_llm/gpu_turn.py --ops rotary,swiglu --budget 300 --out "$OUT"
@@ -81,6 +84,22 @@ def seed_response(op: str) -> str:
     module = (HERE / rel).read_text().rstrip("\n")
     return (f"The kernel below is the one that was correct on the CPU interpreter in the played sessions "
             f"(bench/played_llm/{rel}), now evaluated on every config.\n\n```python\n{module}\n```\n")
+
+
+def seed_exchange(op: str, run: Path, replay: bool) -> list[str]:
+    """Put the answers a new run starts with in ``run/exchange``: with ``replay`` every recorded one
+    (``answers/OP/gpu_turns/``), and the seeded turn-1 answer unless one is there. Returns the file names."""
+    exchange = run / "exchange"
+    exchange.mkdir(parents=True, exist_ok=True)
+    if replay:
+        for recorded in sorted((HERE / "answers" / op / "gpu_turns").glob("t*-c1.response.md")):
+            (exchange / recorded.name).write_text(recorded.read_text())
+    first = exchange / "t1-c1.response.md"
+    if not first.exists():
+        tmp = first.with_name(first.name + ".tmp")
+        tmp.write_text(seed_response(op))
+        os.replace(tmp, first)
+    return sorted(p.name for p in exchange.iterdir())
 
 
 # -- reading a run directory ------------------------------------------------------------------------------------------
@@ -233,12 +252,7 @@ def run_op(op: str, run: Path, action: str, a, cap_s: float) -> str:
     """Start or resume ``op``'s run, watch it, stop it where it waits for the player; returns its state."""
     ref = HERE / "refs" / f"{op}.py"
     if action == "new":
-        (run / "exchange").mkdir(parents=True, exist_ok=True)
-        first = run / "exchange" / "t1-c1.response.md"
-        if not first.exists():
-            tmp = first.with_name(first.name + ".tmp")
-            tmp.write_text(seed_response(op))
-            os.replace(tmp, first)
+        seed_exchange(op, run, a.replay)
         tune = ["--no-tune"] if a.tune_seconds <= 0 else ["--tune-seconds", str(a.tune_seconds)]
         cmd = ["generate", str(ref), "--provider", "file", "--device", a.device, "--candidates", "1",
                "--max-turns", str(a.max_turns), "--seeds", str(a.seeds), *tune, "--no-archive", "--out", str(run)]
@@ -319,6 +333,9 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", action="append", help="passed to generate --configs for a new run (repeatable)")
     ap.add_argument("--grace", type=float, default=15.0, help="seconds between SIGINT and SIGTERM when stopping a run")
     ap.add_argument("--poll", type=float, default=0.5)
+    ap.add_argument("--replay", action="store_true",
+                    help="new runs start with every recorded answer (answers/OP/gpu_turns/): the played turns again, "
+                         "on this checkout's compiler and evaluator; a run stops where the recording ends")
     ap.add_argument("--table-only", action="store_true", help="print the table of RUNS; run and pack nothing")
     a = ap.parse_args(argv)
     ops = a.ops.split(",") if a.ops else list(SEEDS)
