@@ -4,7 +4,9 @@ In: the statements of a ``@T.prim_func`` body as the parser built them. Out / gu
 - ``check_view_aliasing``: no kernel writes a storage it reaches under two names (a view and its base, or two views
   of one base; CUDA parameters are ``__restrict__``), else E102 at the kernel;
 - ``split_at_grid_syncs``: the kernel body cut at its top-level ``T.sync_grid()`` markers, each later part starting
-  with the allocations, lets and layout annotations before it; a marker inside a loop or branch is an E701.
+  with the lets and layout annotations before it and the allocations it uses (each part declares only the buffers
+  it uses: a fragment of one part does not get a layout, or shared memory, in another); a marker inside a loop or
+  branch is an E701.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ def check_view_aliasing(body: tuple, views: list) -> None:
 
 def split_at_grid_syncs(body: tuple) -> list:
     """The kernel body cut at its top-level ``T.sync_grid()`` markers (``GridSync``); each later part starts with the
-    allocations, let-bindings and layout/swizzle annotations of the parts before it. A marker inside a loop or
-    branch is an E701."""
+    let-bindings and layout/swizzle annotations of the parts before it and those of their allocations it uses; with
+    more than one part, a part keeps only the top-level allocations of buffers it uses (the kernels are laid out
+    one by one: an unused fragment there would get a free layout, which layout inference would then also give the
+    part that uses it). A marker inside a loop or branch is an E701."""
     from tileagent.compiler.diagnostics import UnsupportedError
     from tileagent.compiler.ir.stmt import AnnotateLayout, GridSync, UseSwizzle
     from tileagent.compiler.ir.visit import walk
@@ -61,7 +65,18 @@ def split_at_grid_syncs(body: tuple) -> list:
             raise UnsupportedError("T.sync_grid inside a loop or branch is not supported: TileAgent splits a kernel at "
                                    "a top-level T.sync_grid() into kernels launched one after the other",
                                    nested.span, hint="call T.sync_grid() at the top level of the T.Kernel body")
-    return parts
+    return [_used_allocations(part) for part in parts] if len(parts) > 1 else parts
+
+
+def _used_allocations(part: tuple) -> tuple:
+    """``part`` without its top-level allocations of buffers no other statement of it mentions."""
+    from tileagent.compiler.lower.smem import buffers_used
+
+    used = set()
+    for s in part:
+        if not isinstance(s, Alloc):
+            used |= buffers_used(s)
+    return tuple(s for s in part if not isinstance(s, Alloc) or s.buffer in used)
 
 
 def _writes(s) -> frozenset:

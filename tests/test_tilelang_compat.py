@@ -1694,6 +1694,74 @@ def test_persistent_mla_decode_example_splits_at_sync_grid(tilelang, monkeypatch
     assert kernel.cubin()[:4] == b"\x7fELF"
 
 
+def test_persistent_mla_decode_at_a_wgmma_size_keeps_each_part_s_layouts(tilelang, monkeypatch):
+    """At dim 512 (the program's default head dim) the gemms take wgmma (the warpgroups split N) and P @ V reads P from
+    registers (RS). The combine part after T.sync_grid() declared every fragment of the attention part too, gave the
+    unused ones free layouts, and those replaced the attention's (E602 on 'acc_s_cast' at the RS gemm): each part now
+    declares only the buffers it uses."""
+    pytest.importorskip("einops")
+    from tilelang.carver.arch import driver
+
+    monkeypatch.setattr(driver, "get_cuda_device_properties",
+                        lambda device_id=0: type("Props", (), {"multi_processor_count": 3})())
+    ns = load_script(EXAMPLES / SMALL["example_mla_decode_persistent.py"] / "example_mla_decode_persistent.py")
+    with compile_defaults(lowering_check=True):
+        kernel = ns["flashattn"](1, 64, 1, 128, 512, 64, 64, 64, 2)
+    from tileagent.compiler.ir.stmt import Alloc, Kernel
+
+    layouts = kernel.layouts()
+    assert sorted(c.instruction.name for c in layouts.instructions.values()) == [
+        "wgmma.mma_async m64nNk16 RS", "wgmma.mma_async m64nNk16 SS", "wgmma.mma_async m64nNk16 SS"]
+    frags = {b.name: f for b, f in layouts.fragments.items()}
+    origin = {b.name: why for b, (_, why) in layouts.origin.items()}
+    assert origin["acc_s_cast"] == "T.gemm A operand" and origin["acc_o"] == "T.gemm accumulator"
+    assert frags["acc_s_cast"].num_slots == 32  # all 64 x 64 of P in each warpgroup (2 x 128 threads)
+    combine = [s for s in kernel.func.body if isinstance(s, Kernel)][1]
+    assert sorted(s.buffer.name for s in combine.body if isinstance(s, Alloc)) == [
+        "lse_local_split", "lse_logsum_local", "lse_max_local", "o_accum_local", "po_local", "scale_local"]
+    kernel.get_profiler(tensor_supply_type=tilelang.TensorSupplyType.Randn).assert_allclose(
+        ns["ref_program"], rtol=0.01, atol=0.01)
+
+
+def test_a_fragment_on_both_sides_of_sync_grid_keeps_the_first_kernel_s_layout(tilelang, tmp_path):
+    """A fragment both parts use (the accumulator, cleared again after the grid sync) gets the layout of the first
+    part's gemm in the second part too (one layout per buffer, as the lowering reads it), not a free layout that
+    would replace the gemm's."""
+    path = _write(tmp_path, "sync_acc.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[2])
+        def two(n):
+            @T.prim_func
+            def main(A: T.Tensor((128, 64), "float16"), B: T.Tensor((64, 64), "float16"),
+                     C: T.Tensor((2, 128, 64), "float32")):
+                with T.Kernel(1, threads=256) as bx:
+                    a_s = T.alloc_shared((128, 64), "float16")
+                    b_s = T.alloc_shared((64, 64), "float16")
+                    acc = T.alloc_fragment((128, 64), "float32")
+                    T.copy(A, a_s)
+                    T.copy(B, b_s)
+                    T.gemm(a_s, b_s, acc, clear_accum=True)
+                    T.copy(acc, C[0, :, :])
+                    T.sync_grid()
+                    for i, j in T.Parallel(128, 64):
+                        acc[i, j] = i * 64 + j
+                    T.copy(acc, C[1, :, :])
+            return main
+        """)
+    with compile_defaults(lowering_check=True):
+        kernel = load_script(path)["two"](1)
+    acc = next(b for b in kernel.layouts().fragments if b.name == "acc")
+    stmt, why = kernel.layouts().origin[acc]
+    assert why == "T.gemm accumulator" and stmt.span.line == 16  # the T.gemm line
+    a, b = torch.randn(128, 64).half(), torch.randn(64, 64).half()
+    c = kernel(a, b)
+    torch.testing.assert_close(c[0], a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(c[1], torch.arange(128 * 64, dtype=torch.float32).view(128, 64))
+
+
 def test_sync_grid_inside_a_loop_is_E701(tilelang, tmp_path):
     path = _write(tmp_path, "sync_loop.py", """\
         import tilelang

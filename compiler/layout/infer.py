@@ -71,7 +71,10 @@ class LayoutMap:
 
 def infer_layouts(func: PrimFunc, target=None) -> LayoutMap:
     """The layouts of ``func``'s kernels; gemm instructions are chosen for ``target`` (a ``Target``: its arch and
-    features decide which registry entries apply; None: every feature, as ``compiler.instructions`` says)."""
+    features decide which registry entries apply; None: every feature, as ``compiler.instructions`` says). A fragment
+    that several kernels declare (the parts of a T.Kernel cut at ``T.sync_grid()`` that use it) keeps the layout the
+    first of them gave it: the later ones start from it (a conflict there is their L0xx), since the lowering reads
+    one layout per buffer."""
     result = LayoutMap()
     for k in func.body:
         if isinstance(k, Kernel):
@@ -79,6 +82,9 @@ def infer_layouts(func: PrimFunc, target=None) -> LayoutMap:
             while True:
                 part = LayoutMap()
                 inference = _KernelInference(k, part, excluded, target)
+                for buf in inference.fragments:  # a fragment of an earlier kernel (T.sync_grid's parts): its layout
+                    if buf in result.fragments:
+                        part.fragments[buf], part.origin[buf] = result.fragments[buf], result.origin[buf]
                 try:
                     inference.run()
                     drop = inference.misaligned_register_operands()
