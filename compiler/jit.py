@@ -562,9 +562,18 @@ class JITImpl:
         return self.compile(*args, **kwargs).get_kernel_source()
 
     def __call__(self, *args, **kwargs) -> JITKernel:
+        dry = active_dry_run()
         if self.eager:  # compile (cached) and run on the tensors given; no tensors: the kernel itself
             kernel, tensors = self._eager_kernel(args, kwargs)
+            if dry is not None:
+                dry.factory_calls.append((self, args, kwargs, kernel))
             return kernel(*tensors) if tensors else kernel
+        kernel = self._factory_kernel(args, kwargs)
+        if dry is not None:
+            dry.factory_calls.append((self, args, kwargs, kernel))
+        return kernel
+
+    def _factory_kernel(self, args, kwargs) -> JITKernel:
         options = self._options()
         try:
             key = (args, tuple(sorted(kwargs.items())), options, feature_switches(),  # TILEAGENT_ENABLE_WGMMA=0

@@ -19,7 +19,10 @@ Guarantees:
   (the CUDA lowering and NVRTC, so its diagnostics surface at these sizes), its resources are recorded, and its
   outputs are allocated (uninitialized) on the device of its inputs. With ``meta`` tensors a model's forward at a
   GPU-sized config costs no memory and no interpreter time: this is how the evaluator compiles and sizes the real
-  configs on a CPU machine.
+  configs on a CPU machine. ``dry_run(size=False)``: calls only bind their arguments and allocate their outputs
+  (nothing is compiled past the lowering the factory did). Either way the block records every ``@jit`` factory call
+  (``DryRun.factory_calls``: the JITImpl, its arguments, the JITKernel it returned), which is how the export finds
+  the kernels a model uses. The block is context-local (a ``contextvars`` variable): other threads' calls run.
 """
 
 from __future__ import annotations
@@ -238,18 +241,21 @@ _DRY_RUN: contextvars.ContextVar = contextvars.ContextVar("tileagent_dry_run", d
 
 
 class DryRun:
-    """The launches recorded by a ``dry_run`` block: ``launches`` holds every call's KernelResources, in order."""
+    """What a ``dry_run`` block recorded: ``launches``, every call's KernelResources in order (when it sizes);
+    ``factory_calls``, every ``@jit`` factory call as (JITImpl, args, kwargs, JITKernel), in order."""
 
-    def __init__(self, arch: str | None, device, nvrtc_timeout_s="default"):
-        self.arch, self.device, self.nvrtc_timeout_s, self.launches = arch, device, nvrtc_timeout_s, []
+    def __init__(self, arch: str | None, device, nvrtc_timeout_s="default", size: bool = True):
+        self.arch, self.device, self.nvrtc_timeout_s, self.size = arch, device, nvrtc_timeout_s, size
+        self.launches, self.factory_calls = [], []
 
     def launch(self, kernel, args) -> list:
-        """What ``JITKernel.__call__`` does in the block: compile and size ``kernel`` at ``args``' shapes; returns
-        its outputs, allocated and not computed."""
+        """What ``JITKernel.__call__`` does in the block: compile and size ``kernel`` at ``args``' shapes (unless
+        ``size`` is off); returns its outputs, allocated and not computed."""
         from tileagent.compiler.jit import bind_arguments
 
         bound, env, outputs = bind_arguments(kernel.func, args, kernel.out_idx, "any")
-        self.launches += _resources(kernel, bound, env, self.arch, self.device, self.nvrtc_timeout_s)
+        if self.size:
+            self.launches += _resources(kernel, bound, env, self.arch, self.device, self.nvrtc_timeout_s)
         return outputs
 
 
@@ -259,11 +265,11 @@ def active_dry_run() -> DryRun | None:
 
 
 @contextlib.contextmanager
-def dry_run(arch: str | None = None, device=None, nvrtc_timeout_s="default"):
-    """Within the block, compiled kernels are compiled for ``arch`` and sized instead of run (see the module
-    docstring); yields the DryRun that records them. ``device`` and ``nvrtc_timeout_s`` as for
+def dry_run(arch: str | None = None, device=None, nvrtc_timeout_s="default", size: bool = True):
+    """Within the block, compiled kernels are compiled for ``arch`` and sized (``size``) instead of run (see the
+    module docstring); yields the DryRun that records them. ``device`` and ``nvrtc_timeout_s`` as for
     ``launch_resources``."""
-    run = DryRun(arch, device, nvrtc_timeout_s)
+    run = DryRun(arch, device, nvrtc_timeout_s, size)
     token = _DRY_RUN.set(run)
     try:
         yield run

@@ -24,7 +24,6 @@ import hashlib
 import inspect
 import keyword
 import logging
-import threading
 import zlib
 from pathlib import Path
 
@@ -343,38 +342,18 @@ def _header(name: str, reference: Path, entries: list[ExportEntry], input_names,
 
 # -- the kernels: recorded at export, described for the runtime ------------------------------------------------------
 
-# The dry run swaps JITImpl.__call__ / JITKernel.__call__ process-wide: two runs of a batch exporting at once would
-# restore each other's swap, and one would outlive both (every later kernel call a dry one). One dry run at a time.
-_DRY_RUN_LOCK = threading.Lock()
-
-
 def record_kernels(spec: Spec, entry: ExportEntry) -> dict:
     """{factory name: {call key: JITKernel}}: every ``@jit`` factory call the entry's ModelNew makes (constructor and
-    forward) at its config, found by a dry run on CPU tensors in which kernels are built but not executed."""
-    from tileagent.compiler.jit import JITImpl, JITKernel, bind_arguments
+    forward) at its config, found by a dry run on CPU tensors (``compiler.resources.dry_run(size=False)``: kernels
+    are built, not executed; context-local, so a batch may export several entries at once)."""
+    from tileagent.compiler.resources import dry_run
     from tileagent.export_template import exec_source
 
     tag = f"{zlib.crc32(entry.source.encode()):08x}"
     module = exec_source(entry.source, f"_tileagent_export_{tag}", f"<exported candidate {tag}>")
     for key, value in entry.tunables.items():
         setattr(module, key, value)
-    calls: dict = {}
-
-    def recording_factory(impl, *args, **kwargs):
-        if getattr(impl, "eager", False):
-            raise ExportError(f"{impl.fn.__name__} is an eager-style @jit kernel (called with tensors); the exported "
-                              f"runtime serves factory-style kernels only (a @jit function returning a T.prim_func)")
-        kernel = real_factory(impl, *args, **kwargs)
-        calls.setdefault(impl.fn.__name__, {})[call_key(args, kwargs)] = kernel
-        return kernel
-
-    def dry_call(kernel, *args):
-        _, _, outputs = bind_arguments(kernel.func, args, kernel.out_idx, "cpu")
-        return None if not outputs else outputs[0] if len(outputs) == 1 else outputs
-
-    with _DRY_RUN_LOCK:
-        real_factory, real_call = JITImpl.__call__, JITKernel.__call__
-        JITImpl.__call__, JITKernel.__call__ = recording_factory, dry_call
+    with dry_run(size=False) as run:
         try:
             model, _ = _candidate_model(spec, module, entry.config)
             inputs = spec.make_inputs(entry.config, 0)
@@ -385,8 +364,12 @@ def record_kernels(spec: Spec, entry: ExportEntry) -> dict:
         except Exception as e:
             raise ExportError(f"the candidate for {entry.config} failed in a dry run on the CPU: "
                               f"{type(e).__name__}: {e}") from e
-        finally:
-            JITImpl.__call__, JITKernel.__call__ = real_factory, real_call
+    calls: dict = {}
+    for impl, args, kwargs, kernel in run.factory_calls:
+        if impl.eager:
+            raise ExportError(f"{impl.fn.__name__} is an eager-style @jit kernel (called with tensors); the exported "
+                              f"runtime serves factory-style kernels only (a @jit function returning a T.prim_func)")
+        calls.setdefault(impl.fn.__name__, {})[call_key(args, kwargs)] = kernel
     return calls
 
 
