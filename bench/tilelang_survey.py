@@ -6,10 +6,11 @@ Out: one line per program and a count per outcome: ``launch`` (every kernel buil
 launch compiled and passed the GPU lowering, for sm_90a), a TileAgent diagnostic (``E701 T.ptr``...), a missing
 Python package, or another exception; ``--tsv FILE`` keeps the lines.
 How: each program runs in its own process, under ``tileagent.compat`` (``import tilelang`` is TileAgent), with
-torch's ``device="cuda"`` tensors made ``meta`` tensors (``--device cpu``: CPU tensors, for programs that read data
-on the host), ``torch.cuda`` answering as one sm_90 device (an H200's properties: 132 SMs), kernels built for the
-CPU target with ``lowering_check=True`` (``--nvrtc``: also compiled by NVRTC), and the first kernel launch stopping
-the program.
+torch's ``device="cuda"`` tensors and the profiler's generated inputs made ``meta`` tensors (``--device cpu``: CPU
+tensors, for programs that read data on the host; a reference the profiler runs before the kernel then computes on
+the CPU), ``torch.cuda`` answering as one sm_90 device (an H200's properties: 132 SMs), kernels built for the CPU
+target with ``lowering_check=True`` (``--nvrtc``: also compiled by NVRTC), and the first kernel launch stopping the
+program.
 Guarantees: nothing is timed and no result is checked: "launch" means the program's kernels build for the GPU, not
 that they compute the right values (``bench/tilelang_examples.py`` runs programs for real on a GPU, and CI runs a
 subset on the CPU). Programs that need data-dependent host work (``.item()`` on a fake tensor) report a harness
@@ -89,6 +90,9 @@ def _launch(self, *a):
 
 
 jit.JITKernel.__init__ = _counting_init
+profiler = importlib.import_module("tileagent.compiler.profiler")  # its inputs on the survey's device too (the
+_supply = profiler.supply_tensor  # reference of assert_allclose runs before the launch: not on real CPU tensors)
+profiler.supply_tensor = lambda shape, dtype, supply_type, device: _supply(shape, dtype, supply_type, DEVICE)
 jit.JITKernel.__call__ = _launch
 from tileagent import compat
 from tileagent.compiler.diagnostics import CompileError

@@ -756,6 +756,16 @@ def test_survey_groups_outcomes_and_runs_a_program_to_its_first_launch(tmp_path)
             torch.testing.assert_close(double(64)(x), x * 2)
         """)
     assert survey.survey_one(program, 120, "meta", False) == "launch kernels=1"
+    profiled = _write(tmp_path, "profiled.py", program.read_text().split("if __name__")[0] + textwrap.dedent("""\
+        def ref(a):  # runs before the kernel: on the survey's device, not on real CPU tensors of the program's size
+            assert a.device.type == "meta", a.device
+            return a * 2
+
+
+        if __name__ == "__main__":
+            double(64).get_profiler().assert_allclose(ref)
+        """))
+    assert survey.survey_one(profiled, 120, "meta", False) == "launch kernels=1"
 
 
 def test_table_fragment_read_by_a_serial_index_is_replicated_per_thread(tilelang, tmp_path):
