@@ -90,10 +90,12 @@ def _marked_lines(fn) -> dict:
 
 
 def test_layout_conflict_names_both_fragments_and_lines():
+    """``a`` (the larger tile, so laid out first by its copy) read transposed in a loop over part of it: no
+    thread map serves both (a transposed read of a fragment without a layout yet takes the loop's map instead)."""
     @T.prim_func
-    def f(X: T.Tensor((64, 4), "float32"), Y: T.Tensor((4, 64), "float32")):
+    def f(X: T.Tensor((64, 8), "float32"), Y: T.Tensor((4, 64), "float32")):
         with T.Kernel(1, threads=128):
-            a = T.alloc_fragment((64, 4), "float32")
+            a = T.alloc_fragment((64, 8), "float32")
             c = T.alloc_fragment((4, 64), "float32")
             T.copy(X, a)  # <- copy
             for i, j in T.Parallel(4, 64):  # <- loop
@@ -481,3 +483,65 @@ def test_blocks_whose_loop_grows_with_bx_are_issued_heaviest_first(name, extent,
     tileagent.compile(func, target="cpu")(x, want)
     torch.testing.assert_close(out, want)
     assert ("const int bx = 7 - ((int)blockIdx.x);" in kernel.get_kernel_source()) == reversed_
+
+
+def test_fragment_read_transposed_gets_the_loops_layout_transposed():
+    """TileLang's Mamba chunk state scales x transposed into a gemm's A operand (``xt[i, j] = x[j, i] * scale[j]``,
+    x filled by a T.copy): x takes the loop's thread map with its dims swapped (was L001 against x's default
+    layout)."""
+    @T.prim_func
+    def f(X: T.Tensor((32, 64), "float16"), S: T.Tensor((32,), "float32"), B: T.Tensor((32, 16), "float16"),
+          Y: T.Tensor((64, 16), "float32")):
+        with T.Kernel(1, threads=128):
+            x_s = T.alloc_shared((32, 64), "float16")
+            b_s = T.alloc_shared((32, 16), "float16")
+            x = T.alloc_fragment((32, 64), "float16")
+            scale = T.alloc_fragment((32,), "float32")
+            xt = T.alloc_fragment((64, 32), "float16")
+            acc = T.alloc_fragment((64, 16), "float32")
+            T.copy(X, x_s)
+            T.copy(B, b_s)
+            T.copy(S, scale)
+            T.copy(x_s, x)
+            for i, j in T.Parallel(64, 32):
+                xt[i, j] = x[j, i] * scale[j]
+            T.clear(acc)
+            T.gemm(xt, b_s, acc)
+            T.copy(acc, Y)
+
+    kernel = tileagent.compile(f, target="sim")
+    layouts = {b.name: frag for b, frag in kernel.layouts().fragments.items()}
+    assert layouts["x"].same_as(layouts["xt"].permute((1, 0)))
+    x, s, b = torch.randn(32, 64, dtype=torch.float16), torch.rand(32), torch.randn(32, 16, dtype=torch.float16)
+    y = _nan(64, 16)
+    kernel(x, s, b, y)
+    xt = (x.float().T * s).half()
+    torch.testing.assert_close(y, xt.float() @ b.float(), rtol=1e-3, atol=1e-3)
+    assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
+def test_fragment_read_at_constant_rows_holds_those_rows_in_registers():
+    """TileLang's DeepSeek mHC post mixes rows with a small matrix, ``x[o, h] += a[k, o] * b[k, h]`` for k in an
+    unrolled T.serial inside the T.Parallel: a (filled by a T.copy) takes the loop's map of o with every k in the
+    owners' registers (was L001 against a's default layout)."""
+    @T.prim_func
+    def f(A: T.Tensor((4, 4), "float32"), B: T.Tensor((4, 256), "float32"), Y: T.Tensor((4, 256), "float32")):
+        with T.Kernel(1, threads=128):
+            a = T.alloc_fragment((4, 4), "float32")
+            b = T.alloc_fragment((4, 256), "float32")
+            x = T.alloc_fragment((4, 256), "float32")
+            T.copy(A, a)
+            T.copy(B, b)
+            for o, h in T.Parallel(4, 256):
+                x[o, h] = 0.0
+                for k in T.serial(4):
+                    x[o, h] += a[k, o] * b[k, h]
+            T.copy(x, Y)
+
+    kernel = tileagent.compile(f, target="sim")
+    layouts = {b.name: frag for b, frag in kernel.layouts().fragments.items()}
+    assert [lv.is_thread for lv in layouts["a"].dims[0]] == [False]  # every k in the owners' registers
+    a, b, y = torch.randn(4, 4), torch.randn(4, 256), _nan(4, 256)
+    kernel(a, b, y)
+    torch.testing.assert_close(y, a.T @ b)
+    assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"

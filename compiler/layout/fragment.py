@@ -161,6 +161,12 @@ class Fragment:
         shape = self.shape[:dim] + (n,) + self.shape[dim:]
         return Fragment(shape, dims, self.replicate, self.num_threads)
 
+    def permute(self, order) -> "Fragment":
+        """The same thread map with dims reordered: dim k of the result is dim ``order[k]`` of ``self`` (the layout of
+        ``x`` read as ``x[j, i]`` by a loop over (i, j) running on ``self``)."""
+        return Fragment(tuple(self.shape[d] for d in order), tuple(self.dims[d] for d in order), self.replicate,
+                        self.num_threads)
+
     def replicate_over(self, n: int) -> "Fragment":
         """Every element held by ``n`` times more threads (the next thread digits)."""
         return Fragment(self.shape, self.dims, self.replicate + (Level(n, self.threads_used),), self.num_threads)

@@ -12,6 +12,9 @@ loop's variable, a block index: TileLang composes the fragment's thread map with
 variables bound inside the loop). A loop-invariant index may take any value of its dim, so every check holds for all
 of them; a fragment some loop indexes that way gets that dim in registers (every thread holds all of it) when its
 layout is a free choice, and a fragment whose layout spreads such a dim over threads is an L004 error.
+A fragment still without a layout that a loop with a layout reads gets that layout, projected onto the loop dims it
+indexes, with its dims in the order it indexes them (``x[j, i]`` in a loop over (i, j): the map transposed), and
+its dims indexed by constants or loop-invariant values held in registers (``a[k, o]``, k an unrolled serial).
 An index ``v // c`` (loop variable over a constant: packed data, ``B_local[i, j // 2]``) is checked element by element
 like a loop variable; a fragment still without a layout that a loop reads that way gets the loop's layout with the
 innermost register level of that dim divided by ``c`` (``_compressed``), when that level holds a multiple of ``c``.
@@ -486,15 +489,17 @@ class _KernelInference:
             if frag is not None and tuple(buf.shape) == frag.shape:  # x[i, j // c]: c loop steps share a value
                 self.assign(buf, frag, loop, "T.Parallel loop, its packed reads x[.., v // c]")
                 continue
-            dims = [p for p in pattern if p is not ANY]
-            if any(isinstance(p, tuple) for p in dims) or dims != sorted(dims) or not dims:
+            dims = [p for p in pattern if isinstance(p, int)]  # the loop dims it indexes, in its dims' order
+            if any(isinstance(p, tuple) and p[0] == "div" for p in pattern) or not dims or len(set(dims)) < len(dims):
                 continue
             frag = layout
             for d in reversed(range(len(extents))):
                 if d not in dims:
                     frag = frag.project(d)
-            for d, p in enumerate(pattern):  # loop-invariant dims: every value in each owner's registers
-                if p is ANY:
+            if dims != sorted(dims):  # x[j, i] in a loop over (i, j): the loop's thread map, transposed
+                frag = frag.permute([sorted(dims).index(p) for p in dims])
+            for d, p in enumerate(pattern):  # loop-invariant and constant dims: every value in each owner's registers
+                if not isinstance(p, int):
                     frag = frag.insert_register_dim(d, buf.shape[d])
             if tuple(buf.shape) == frag.shape:
                 self.assign(buf, frag, loop, "T.Parallel loop" if len(pattern) == len(extents) else
