@@ -371,3 +371,51 @@ def test_integer_values_off_by_one_at_a_few_elements_are_named_as_rounding_ties(
     assert isinstance(failure, Mismatch)
     assert failure.message.startswith("output 0 differs from the reference at index (1, 7)")
     assert ("rounding ties decided the other way" in failure.message) == hinted, failure.message
+
+
+def _fp16_check(tmp_path):
+    from tileagent.evaluator.correctness import _ConfigCheck
+
+    spec = load_spec(write(tmp_path, '''
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return x * 2
+
+        def get_inputs():
+            return [torch.randn(2, dtype=torch.float16)]
+
+        def get_init_inputs():
+            return []
+        ''', "ref_half.py"))
+    return _ConfigCheck(spec, None, "cpu", 0)
+
+
+def _half(*xs):
+    return (torch.tensor(xs, dtype=torch.float16),)
+
+
+def test_an_overflow_to_inf_is_accepted_only_where_the_float64_result_rounds_to_inf(tmp_path):
+    """silu(gate) * up in fp16: the reference rounds silu to fp16 first and gets 65504; a kernel keeping it in
+    float32 gets inf. That is the correct rounding of the exact product when it is 65520 or more, not below."""
+    check, where = _fp16_check(tmp_path), {"config": {}, "seed": 0, "distribution": "extremes"}
+    ref = _half(65504.0, 1.0)
+    assert check.compare(_half(math.inf, 1.0), ref, where, 1, oracle=lambda: (torch.tensor([65530.0, 1.0],
+                                                                                           dtype=torch.float64),))\
+        is None
+    failure = check.compare(_half(math.inf, 1.0), ref, where, 1,
+                            oracle=lambda: (torch.tensor([65510.0, 1.0], dtype=torch.float64),))
+    assert failure is not None and "expected 65504, got inf" in failure.message
+    failure = check.compare(_half(-math.inf, 1.0), ref, where, 1,
+                            oracle=lambda: (torch.tensor([65530.0, 1.0], dtype=torch.float64),))
+    assert failure is not None and "got -inf" in failure.message
+
+
+def test_a_reference_that_overflows_gives_no_slack_to_the_other_elements(tmp_path):
+    check, where = _fp16_check(tmp_path), {"config": {}, "seed": 0, "distribution": "extremes"}
+    truth = lambda: (torch.tensor([100.0, 1.0], dtype=torch.float64),)  # noqa: E731
+    failure = check.compare(_half(100.0, 50.0), _half(math.inf, 1.0), where, 1, oracle=truth)
+    assert failure is not None and "against the float64 oracle 1 element(s) are outside the tolerance" in \
+        failure.message
