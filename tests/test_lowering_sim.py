@@ -545,3 +545,21 @@ def test_fragment_read_at_constant_rows_holds_those_rows_in_registers():
     kernel(a, b, y)
     torch.testing.assert_close(y, a.T @ b)
     assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("target", ["cpu", "sim"])
+def test_python_int_on_the_left_of_shift_and_xor(target):
+    """``1 << i`` with i a loop variable (TileLang's top-k selector: ``offset = 1 << i``), ``x >> n`` and ``c ^ x``
+    with a Python int on the left (were E309: no reflected operators)."""
+    @T.prim_func
+    def f(X: T.Tensor((64,), "int32"), Y: T.Tensor((64,), "int32")):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(64):
+                Y[i] = (1 << (i % 8)) + (1024 >> (X[i] & 7)) + (5 ^ X[i])
+
+    kernel = tileagent.compile(f, target=target)
+    x = torch.randint(0, 100, (64,), dtype=torch.int32)
+    y = torch.zeros(64, dtype=torch.int32)
+    kernel(x, y)
+    i = torch.arange(64, dtype=torch.int32)
+    torch.testing.assert_close(y, (1 << (i % 8)) + (1024 >> (x & 7)) + (5 ^ x))
