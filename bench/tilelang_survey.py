@@ -13,8 +13,9 @@ target with ``lowering_check=True`` (``--nvrtc``: also compiled by NVRTC), and t
 program.
 Guarantees: nothing is timed and no result is checked: "launch" means the program's kernels build for the GPU, not
 that they compute the right values (``bench/tilelang_examples.py`` runs programs for real on a GPU, and CI runs a
-subset on the CPU). Programs that need data-dependent host work (``.item()`` on a fake tensor) report a harness
-limit, not a TileAgent gap.
+subset on the CPU). Programs that need data-dependent host work (``.item()`` on a fake tensor) run again with CPU
+tensors (their line ends ``[again with --device cpu]``; ``--no-cpu-retry``: they report the harness limit); at full
+size on the CPU such a run may time out.
 
     python bench/tilelang_survey.py /tmp/tilelang/examples --only flash_attention,norm --jobs 2
 """
@@ -132,6 +133,10 @@ def survey_one(path: Path, timeout: float, device: str, nvrtc: bool) -> str:
     return f"crashed (exit {proc.returncode}): {lines[-1][:160] if lines else ''}"
 
 
+SURVEY_LIMIT = "survey limit: data-dependent host work on a fake device (retry with --device cpu)"
+CPU_RETRY = "again with --device cpu"
+
+
 def outcome(result: str) -> str:
     """The group a result line counts under."""
     if result.startswith("launch") or re.match(r"ended kernels=[1-9]", result):
@@ -141,7 +146,7 @@ def outcome(result: str) -> str:
     if m := re.search(r"No module named '([^'.]+)", result):
         return f"needs Python package {m.group(1)}"
     if "meta tensor" in result or "register_meta" in result or "CUDA generator" in result:
-        return "survey limit: data-dependent host work on a fake device (retry with --device cpu)"
+        return SURVEY_LIMIT
     if m := re.match(r"(E701) kernels=\d+: (?:T\.(\w+)|module '([\w.]+)'|(tilelang\.\w+))", result):
         return f"E701 unsupported: {'T.' + m.group(2) if m.group(2) else m.group(3) or m.group(4)}"
     if m := re.match(r"([EL]\d{3}|I000) kernels=\d+: (.{0,70})", result):
@@ -156,6 +161,9 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=120, help="seconds per program")
     parser.add_argument("--jobs", type=int, default=1, help="programs surveyed at once")
     parser.add_argument("--device", choices=("meta", "cpu"), default="meta", help="what device='cuda' tensors become")
+    parser.add_argument("--no-cpu-retry", action="store_true",
+                        help="keep the survey-limit result of a program that needs host work on real tensors (by "
+                             "default it runs again with --device cpu, and its line says so)")
     parser.add_argument("--nvrtc", action="store_true", help="also compile every kernel built with NVRTC")
     parser.add_argument("--tsv", help="write 'program<TAB>result' lines to this file")
     args = parser.parse_args(argv)
@@ -166,6 +174,11 @@ def main(argv=None) -> int:
 
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         results = list(pool.map(lambda p: survey_one(p, args.timeout, args.device, args.nvrtc), programs))
+        if args.device == "meta" and not args.no_cpu_retry:  # host work on fake tensors: again on CPU tensors
+            again = [k for k, r in enumerate(results) if outcome(r) == SURVEY_LIMIT]
+            retried = pool.map(lambda k: survey_one(programs[k], args.timeout, "cpu", args.nvrtc), again)
+            for k, r in zip(again, retried):
+                results[k] = f"{r} [{CPU_RETRY}]"
     groups = collections.defaultdict(list)
     lines = []
     for p, r in zip(programs, results):

@@ -766,6 +766,13 @@ def test_survey_groups_outcomes_and_runs_a_program_to_its_first_launch(tmp_path)
             double(64).get_profiler().assert_allclose(ref)
         """))
     assert survey.survey_one(profiled, 120, "meta", False) == "launch kernels=1"
+    host = tmp_path / "host"
+    host.mkdir()
+    _write(host, "host.py", program.read_text().replace('x = torch.randn(64, device="cuda")',
+                                                        'x = torch.randn(64, device="cuda")\n    n = int(x.abs().sum().item())'))
+    assert survey.survey_one(host / "host.py", 120, "meta", False).startswith("RuntimeError kernels=0: Tensor.item()")
+    assert survey.main([str(host), "--tsv", str(tmp_path / "out.tsv")]) == 0
+    assert (tmp_path / "out.tsv").read_text() == "host.py\tlaunch kernels=1 [again with --device cpu]\n"
 
 
 def test_table_fragment_read_by_a_serial_index_is_replicated_per_thread(tilelang, tmp_path):
