@@ -104,7 +104,7 @@ def test_stop_interrupts_the_run_and_kills_its_group_if_it_lingers():
 
 def test_a_replayed_run_starts_with_every_recorded_answer_and_a_new_one_with_the_seed(tmp_path):
     recorded = sorted(p.name for p in (REPO / "bench/played_llm/answers/l2norm/gpu_turns").iterdir())
-    assert recorded == [f"t{k}-c1.response.md" for k in range(1, 5)]
+    assert recorded == [f"t{k}-c1.response.md" for k in range(1, 6)]
     assert gpu_turn.seed_exchange("l2norm", tmp_path / "a", replay=True) == recorded
     assert ((tmp_path / "a/exchange/t3-c1.response.md").read_text()
             == (REPO / "bench/played_llm/answers/l2norm/gpu_turns/t3-c1.response.md").read_text())
