@@ -237,3 +237,42 @@ def test_tile_ops_inside_an_unrolled_loop():
     x = torch.randn(37, 96)
     torch.testing.assert_close(tileagent.compile(_doubled_in_column_tiles(37, 96), out_idx=[1], target="sim:sm_90a")(x),
                                2 * x)
+
+
+@tileagent.jit(out_idx=[3])
+def _scaled_sum(n):
+    @T.prim_func
+    def main(x: T.Tensor((n,), "float32"), w: T.Tensor((n,), "float32"), eps: T.float32,
+             y: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=32) as _:
+            for i in T.Parallel(n):
+                y[i] = x[i] * w[i] + eps
+
+    return main
+
+
+def test_a_kernel_with_out_idx_takes_its_other_parameters_in_order_scalars_included():
+    assert "is `y = kernel(x, w, 1e-5)`" in GUIDE
+    x, w = torch.randn(64), torch.randn(64)
+    torch.testing.assert_close(_scaled_sum(64)(x, w, 0.5), x * w + 0.5)
+
+
+@pytest.mark.parametrize("shape, warps", [((4, 768), 1), ((2, 768), 3), ((4, 256), 1), ((4, 1024), 4)])
+def test_the_default_layout_puts_a_row_on_the_warps_the_guide_says(shape, warps):
+    """The guide's layout paragraph: which warps hold row 0 of a tile on 128 threads (the default blocked layout)."""
+    from tileagent.compiler.layout.fragment import make_blocked
+
+    text = " ".join(GUIDE.split())
+    assert "on 128 threads a `(4, 768)` tile puts each row on one warp" in text
+    assert "a `(2, 768)` tile spreads each row over 96 threads (3 warps)" in text
+    frag = make_blocked(shape, 128)
+    assert len({int(frag.thread((0, j))) // 32 for j in range(shape[1])}) == warps
+
+
+def test_the_guides_occupancy_limits_are_the_sm90a_targets():
+    from tileagent.compiler.target import for_arch
+
+    t = for_arch("sm_90a")
+    text = " ".join(GUIDE.split())
+    assert (f"Occupancy limits per SM on the H200: {t.blocks_per_sm} blocks, {t.threads_per_sm // 32} warps, "
+            f"{t.registers_per_sm // 1024}K registers, {t.shared_bytes // 1024} KiB of shared memory") in text

@@ -115,9 +115,10 @@ def evaluator_facts() -> dict[str, str]:
     tolerances = "; ".join(f"{' and '.join(names)} atol {a:g}, rtol {r:g}, relative L2 {l2:g}"
                            for (a, r, l2), names in by_value.items())
     distributions = "\n".join("  " + line for line in spec.public_distribution_text().splitlines())
-    tuning = (f"every combination of the lists when there are at most {autotune.PRODUCT_LIMIT}, else one knob at a "
-              "time over its list (the others at their best so far, two rounds), in the order listed, until the "
-              "run's tuning time is spent: list the likeliest winners first.")
+    tuning = (f"every combination of the lists when there are at most {autotune.PRODUCT_LIMIT} (the last knob "
+              "varying fastest), else one knob at a time over its list (the others at their best so far, two "
+              "rounds), in the order listed, until the run's tuning time is spent (the feedback says how many "
+              "variants were screened): list the likeliest winners first.")
     return {"allowed_imports": ", ".join(f"`{m}`" for m in imports), "tolerances": tolerances,
             "distributions": distributions, "tuning": tuning}
 
