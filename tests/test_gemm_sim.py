@@ -72,6 +72,20 @@ def test_gemm_warp_policies(policy):
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("policy,bm,bn,split", [(T.GemmWarpPolicy.FullRow, 16, 32, (1, 4)),
+                                                 (T.GemmWarpPolicy.FullCol, 64, 16, (2, 2))])
+def test_full_row_and_col_fall_back_to_the_most_warps_that_fit(policy, bm, bn, split):
+    """TileLang's rule: FullRow on a 16-row tile over 4 warps puts the warps along N (its sparse MLA top-k reduce-sum,
+    once L005); FullCol on a 16-column tile puts 2 along N and 2 along M."""
+    kernel = tileagent.compile(_gemm(bm, bn, 32, bm, bn, 32, False, False, "float16", policy, 0), target="sim",
+                               pass_configs=MMA)
+    assert list(kernel.layouts().gemm_partition.values()) == [split]
+    a, b = torch.randn(bm, 32, dtype=torch.float16), torch.randn(32, bn, dtype=torch.float16)
+    c = torch.full((bm, bn), float("nan"))
+    kernel(a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
 def test_shared_gemm_relu_with_col_swizzle(shared_example):
     mod = shared_example("gemm_relu")
     kernel = tileagent.compile(mod.matmul.fn(136, 72, 64, 64, 64, 32), target="sim", pass_configs=MMA)

@@ -18,7 +18,8 @@ class GemmWarpPolicy(enum.IntEnum):
     """How T.gemm splits the block's warps over the output tile.
 
     Square: balance warps between M and N. FullRow: all warps along M (each warp owns whole rows; row reductions
-    stay warp-local). FullCol: all warps along N.
+    stay warp-local), or as many as split M into 16-row atoms, the rest along N. FullCol: all warps along N, or as
+    many as split N into 8-column atoms, the rest along M (TileLang's rule).
     """
 
     Square = 0

@@ -22,14 +22,13 @@ _POLICY_NAMES = ("Square", "FullRow", "FullCol")
 
 
 def warp_partition(M: int, N: int, num_warps: int, policy: int) -> tuple[int, int]:
-    """(warps along M, warps along N) for T.gemm; each warp gets whole 16 x 8 atoms."""
-    if policy == FULL_ROW:
-        options = [(num_warps, 1)]
-    elif policy == FULL_COL:
-        options = [(1, num_warps)]
-    else:
-        options = [(m, num_warps // m) for m in range(1, num_warps + 1) if num_warps % m == 0]
-    valid = [(m, n) for m, n in options if M % (16 * m) == 0 and N % (8 * n) == 0]
+    """(warps along M, warps along N) for T.gemm; each warp gets whole 16 x 8 atoms. FullRow: the most warps along M
+    that split it (the rest along N), FullCol: the most along N, as TileLang's ComputeDefaultWarpPartition (a 16-row
+    tile on 4 warps FullRow is 1 x 4); Square: the squarest warp tile."""
+    splits = [(m, num_warps // m) for m in range(1, num_warps + 1) if num_warps % m == 0]
+    valid = [(m, n) for m, n in splits if M % (16 * m) == 0 and N % (8 * n) == 0]
+    if valid and policy in (FULL_ROW, FULL_COL):
+        return max(valid, key=lambda mn: mn[0] if policy == FULL_ROW else mn[1])
     if not valid:
         raise LayoutError(f"T.gemm with policy {_POLICY_NAMES[policy]} cannot split a {M} x {N} tile over "
                           f"{num_warps} warps into 16 x 8 mma atoms", code="L005",
