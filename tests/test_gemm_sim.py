@@ -86,6 +86,34 @@ def test_full_row_and_col_fall_back_to_the_most_warps_that_fit(policy, bm, bn, s
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("M,K,N,threads", [(32, 64, 32, 128), (64, 32, 64, 128), (16, 32, 64, 64)])
+def test_register_a_stored_k_by_m_with_transpose_a(M, K, N, threads):
+    """A in registers stored K x M, ``T.gemm(a, b, c, transpose_A=True)`` (DSA's indexer backward: dq = dlogits^T @ k
+    from a fragment cast from shared; was L005 'needs transpose_A=False'): A takes the A-operand layout with its dims
+    swapped; the emulator against torch, and the CUDA compiles."""
+    @T.prim_func
+    def f(A: T.Tensor((K, M), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=threads):
+            a_s = T.alloc_shared((K, M), "float32")
+            b_s = T.alloc_shared((K, N), "float16")
+            a = T.alloc_fragment((K, M), "float16")
+            acc = T.alloc_fragment((M, N), "float32")
+            for i, j in T.Parallel(K, M):
+                a_s[i, j] = A[i, j] * 2.0
+            T.copy(B, b_s)
+            T.copy(a_s, a)
+            T.clear(acc)
+            T.gemm(a, b_s, acc, transpose_A=True)
+            T.copy(acc, C)
+
+    kernel = tileagent.compile(f, target="sim", pass_configs=MMA)
+    a, b = torch.randn(K, M, dtype=torch.float16), torch.randn(K, N, dtype=torch.float16)
+    c = torch.full((M, N), float("nan"))
+    kernel(a, b, c)
+    torch.testing.assert_close(c, (a.float() * 2).T @ b.float(), rtol=1e-3, atol=1e-3)
+    assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
 def test_shared_gemm_relu_with_col_swizzle(shared_example):
     mod = shared_example("gemm_relu")
     kernel = tileagent.compile(mod.matmul.fn(136, 72, 64, 64, 64, 32), target="sim", pass_configs=MMA)

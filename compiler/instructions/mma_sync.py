@@ -1,7 +1,8 @@
 """Registry entry ``mma.sync m16n8k16``: T.gemm on the warp-wide tensor-core MMA of sm_80 and later.
 
 Applies to: targets of sm_80 and newer (every arch this compiler emits for); float16/bfloat16 A and B of one dtype, a float32 accumulator fragment (or float16 A, B and accumulator: ``.f16.f16.f16.f16``, each mma rounding its sums to float16), B in shared memory, A in shared
-memory or (not transposed) in registers, and a tile that the gemm's GemmWarpPolicy splits over the block's whole
+memory or in registers (stored K x M with transpose_A: the A-operand layout with its dims swapped), and a tile
+that the gemm's GemmWarpPolicy splits over the block's whole
 warps into 16 x 8 atoms (``compiler.layout.mma.warp_partition``). Layouts: the accumulator and register-A layouts
 of ``compiler.layout.mma``. Lowering: ``compiler.lower.gemm`` (ldmatrix where the shared layout allows, else element
 loads). Emits ``Mma``, ``LdMatrix`` and ``PackPairs`` (CUDA: ``compiler.targets.cuda_tensor``; emulator:
@@ -49,11 +50,10 @@ class MmaSyncM16N8K16(Instruction):
         m, n = g.c.matrix_shape()
         wm, wn = partition
         out = {"C": accumulator_layout(m, n, wm, wn, threads)}
-        if g.a.buffer.scope == "fragment":
-            if g.transpose_a:
-                raise LayoutError("T.gemm with A in registers needs transpose_A=False", g.span, code="L005",
-                                  hint="stage A through shared memory to transpose it")
-            out["A"] = operand_a_layout(m, g.a.matrix_shape()[1], wm, wn, threads)
+        if g.a.buffer.scope == "fragment":  # stored K x M with transpose_A: the same thread map, dims swapped
+            k = g.a.matrix_shape()[0 if g.transpose_a else 1]
+            a = operand_a_layout(m, k, wm, wn, threads)
+            out["A"] = a.permute((1, 0)) if g.transpose_a else a
         return out
 
     def lower(self, g, ctx) -> list:

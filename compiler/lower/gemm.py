@@ -127,6 +127,10 @@ def lower_gemm(ctx, s: Gemm) -> list:
             a_regs = tuple(as_expr(make_binop("+", make_binop("*", make_binop("+", make_binop("*", am, 2), h), k_atoms),
                                               make_binop("+", make_binop("*", kb, 2), hk)))
                            for h, hk in ((0, 0), (1, 0), (0, 1), (1, 1)))
+        elif s.transpose_a:  # stored K x M, dims swapped: slot ((kat * 2 + pair) * tm / 16 + am) * 2 + h
+            a_regs = tuple(as_expr(make_binop("+", make_binop("*", make_binop("+", make_binop("*", make_binop(
+                "+", make_binop("*", make_binop("+", make_binop("*", kb, 2), hk), 2), e), tm // 16), am), 2), h))
+                for h, hk in ((0, 0), (1, 0), (0, 1), (1, 1)) for e in range(2))
         else:
             # A in registers with the A-operand layout: slot ((am * 2 + h) * (K / 8) + kat) * 2 + pair (16-bit);
             # 8-bit: ((am * 2 + h) * (K / 16) + kat) * 4 + byte, four bytes per 32-bit register
@@ -175,6 +179,7 @@ def packable_a_operands(body, layouts) -> set:
 
     candidates = {g.a.buffer for g in walk(body) if isinstance(g, Gemm) and g.a.buffer.scope == "fragment"
                   and str(g.a.buffer.dtype) in MMA_DTYPES}
+    candidates -= {g.a.buffer for g in walk(body) if isinstance(g, Gemm) and g.transpose_a}  # pairs are not along K
     for x in leaves(body):
         for b in candidates & buffers_used(x):
             ok = (isinstance(x, Alloc) or (isinstance(x, Gemm) and b is x.a.buffer and b not in (x.b.buffer, x.c.buffer))
