@@ -272,10 +272,11 @@ class Sandbox:
 
     def build(self, config: dict, init: list, state: dict, seed: int = 0, dtype=None) -> int:
         """Build ModelNew(*init) in the runner under ``seed``; copy ``state`` (shared copies of the reference's weights)
-        into it where names and shapes match; cast to ``dtype`` when given. Returns the model's key. A config built
-        before gets the same model again (checking and timing use one instance: constructing it again would tell the
-        candidate that a new phase began)."""
-        memo = repr((sorted(config.items()), init, seed, str(dtype)))
+        into it where names and shapes match; cast to ``dtype`` when given. Returns the model's key. Constructor
+        arguments built before get the same model again, whatever the config (checking and timing use one instance:
+        constructing it again would tell the candidate that a new phase began; a config and its tails differ only in
+        the inputs, as the batches of one real model do)."""
+        memo = repr((init, seed, str(dtype)))
         if memo in self._built:
             return self._built[memo]
         self._models += 1

@@ -409,14 +409,14 @@ class Spec:
             raise SpecError(f"{outputs}; the output must be a tensor or a tuple of tensors")
         return outputs
 
-    def validate(self, config: dict, device="cpu") -> ReferenceInfo:
+    def validate(self, config: dict, device="cpu", model: nn.Module | None = None) -> ReferenceInfo:
         """Sanity-run the reference on ``config`` (cached): inputs are tensors, the forward runs, returns tensors, and
-        gives identical outputs twice on the same inputs."""
+        gives identical outputs twice on the same inputs. ``model``: the config's Model when the caller built it."""
         key = (repr(sorted(config.items())), str(device))
         if key in self._validated:
             return self._validated[key]
         inputs = self.make_inputs(config, 0, self.distributions[0], device)
-        model = self.make_model(config, device)
+        model = self.make_model(config, device) if model is None else model
         first = self.run_reference(model, [t.clone() for t in inputs], config)
         second = self.run_reference(model, [t.clone() for t in inputs], config)
         for k, (a, b) in enumerate(zip(first, second)):

@@ -449,6 +449,9 @@ def serve(evaluate_fn: str = DEFAULT_EVALUATE, device: str = "cpu") -> None:
             return
 
 
+REFERENCE_BLAME = 0.5  # a timeout is the reference's fault when its current step ran this share of the budget
+
+
 def budget_s(request: EvalRequest, phase: str, index: int | None) -> float:
     """Seconds allowed for ``phase`` of ``request`` (see the module docstring)."""
     if phase == "check":
@@ -636,6 +639,7 @@ class EvalWorker:
         timed = request.timing and self.device.startswith("cuda")
         phase, index, config, acknowledged = "load", None, None, False
         running = None  # what of the reference's own code the worker runs now (its "reference" messages)
+        running_since = time.monotonic()  # when that began
         done: list[ConfigResult] = []
         deadline = time.monotonic() + budget_s(request, phase, index)
         while True:
@@ -643,15 +647,18 @@ class EvalWorker:
                 message = w.read(deadline)
             except TimeoutError:
                 limit = budget_s(request, phase, index)
-                if running is not None:  # the reference hangs: its stack says where, then the worker goes
-                    error = _reference_hung(running, limit, w, mark)
+                ran = time.monotonic() - running_since
+                if running is not None and ran >= REFERENCE_BLAME * limit:  # the reference's own step hangs: its
+                    error = _reference_hung(running, limit, w, mark)     # stack says where, then the worker goes
                     self._restart()
                     return failed(error, configs=done, device=self.device, timing_available=timed)
                 self._restart()
                 what = "loading the reference and the candidate" if phase == "load" else \
                     f"{'checking' if phase == 'check' else 'timing'} config {config}"
-                error = Timeout(f"{what} did not finish within {limit:g} s; the worker was killed and restarted",
-                                phase=phase, config=config, limit_s=limit)
+                during = "" if running is None else (f" (the reference's {running.get('what', 'code')} was running, "
+                                                     f"for {ran:.2g} s: the phase's time went to many steps)")
+                error = Timeout(f"{what} did not finish within {limit:g} s{during}; the worker was killed and "
+                                f"restarted", phase=phase, config=config, limit_s=limit)
                 return failed(error, configs=done, device=self.device, timing_available=timed)
             if message is None and not acknowledged and retry:  # it died before it saw the request: not the
                 self._restart()                                     # candidate's doing; once more on a fresh one
@@ -674,6 +681,7 @@ class EvalWorker:
             acknowledged = True
             if kind == "reference":
                 running = message.get("running") if isinstance(message.get("running"), dict) else None
+                running_since = time.monotonic()
             elif kind == "phase":
                 phase, index, config = message["phase"], message.get("index"), message.get("config")
                 deadline = time.monotonic() + budget_s(request, phase, index)

@@ -153,6 +153,22 @@ def test_a_reference_failing_in_the_worker_is_the_references_fault_never_the_can
         assert worker.evaluate(_request(files, "honest")).status == "ok"
 
 
+def test_a_phase_that_runs_out_of_time_over_many_short_reference_steps_is_a_timeout_not_the_references_fault(files):
+    """The budget is the phase's: a reference whose every step is quick (0.3 s of a 1 s budget, six times) does not
+    hang; the phase is what did not finish. Only a step that ran half the budget or more is blamed on the reference
+    (``test_a_reference_failing_in_the_worker_is_the_references_fault_never_the_candidates``: a 60 s sleep)."""
+    (files / "ref_slow.py").write_text("import time\nimport torch\nclass Model(torch.nn.Module):\n"
+                                       "    def forward(self, x):\n        time.sleep(0.3)\n        return x * 2\n")
+    with EvalWorker("cpu", evaluate_fn=FAKE) as worker:
+        result = worker.evaluate(_request(files, "honest", configs=[{"n": 3}, {"n": 3, "reps": 6}]).model_copy(
+            update={"reference_path": str(files / "ref_slow.py")}))
+    assert result.status == "timeout" and result.failure["kind"] == "Timeout"
+    assert result.message.startswith("checking config {'n': 3, 'reps': 6} did not finish within 1 s (the reference's "
+                                     "Model.forward was running, for ")
+    assert result.message.endswith(" s: the phase's time went to many steps); the worker was killed and restarted")
+    assert [c.config for c in result.configs] == [{"n": 3}]
+
+
 def test_every_error_maps_to_one_status():
     cases = [(SpecError("x"), "spec_error"), (CompileFailed("x"), "compile_error"), (Mismatch("x"), "mismatch"),
              (GuardViolation("x", rule="r"), "guard_violation"), (CandidateError("x"), "candidate_error"),
