@@ -86,8 +86,9 @@ def test_full_row_and_col_fall_back_to_the_most_warps_that_fit(policy, bm, bn, s
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("configs", [MMA, {}], ids=["mma_sync", "default"])  # wgmma RS needs A stored M x K
 @pytest.mark.parametrize("M,K,N,threads", [(32, 64, 32, 128), (64, 32, 64, 128), (16, 32, 64, 64)])
-def test_register_a_stored_k_by_m_with_transpose_a(M, K, N, threads):
+def test_register_a_stored_k_by_m_with_transpose_a(M, K, N, threads, configs):
     """A in registers stored K x M, ``T.gemm(a, b, c, transpose_A=True)`` (DSA's indexer backward: dq = dlogits^T @ k
     from a fragment cast from shared; was L005 'needs transpose_A=False'): A takes the A-operand layout with its dims
     swapped; the emulator against torch, and the CUDA compiles."""
@@ -106,7 +107,8 @@ def test_register_a_stored_k_by_m_with_transpose_a(M, K, N, threads):
             T.gemm(a, b_s, acc, transpose_A=True)
             T.copy(acc, C)
 
-    kernel = tileagent.compile(f, target="sim", pass_configs=MMA)
+    kernel = tileagent.compile(f, target="sim", pass_configs=configs)
+    assert [c.instruction.name for c in kernel.layouts().instructions.values()] == ["mma.sync m16n8k16"]
     a, b = torch.randn(K, M, dtype=torch.float16), torch.randn(K, N, dtype=torch.float16)
     c = torch.full((M, N), float("nan"))
     kernel(a, b, c)
