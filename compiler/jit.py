@@ -562,16 +562,12 @@ class JITImpl:
         return self.compile(*args, **kwargs).get_kernel_source()
 
     def __call__(self, *args, **kwargs) -> JITKernel:
+        # eager: compile (cached) and run on the tensors given (no tensors: the kernel itself); else the kernel
+        kernel, tensors = self._eager_kernel(args, kwargs) if self.eager else (self._factory_kernel(args, kwargs), ())
         dry = active_dry_run()
-        if self.eager:  # compile (cached) and run on the tensors given; no tensors: the kernel itself
-            kernel, tensors = self._eager_kernel(args, kwargs)
-            if dry is not None:
-                dry.factory_calls.append((self, args, kwargs, kernel))
-            return kernel(*tensors) if tensors else kernel
-        kernel = self._factory_kernel(args, kwargs)
         if dry is not None:
             dry.factory_calls.append((self, args, kwargs, kernel))
-        return kernel
+        return kernel(*tensors) if tensors else kernel
 
     def _factory_kernel(self, args, kwargs) -> JITKernel:
         options = self._options()

@@ -162,7 +162,7 @@ class _ConfigCheck:
         self.held: list[tuple[torch.Tensor, torch.Tensor]] = []  # (an earlier output as mapped, its values then)
         self.models64: dict = {}  # id(reference model) -> (model, its float64 copy or None)
         self.oracle_accepted: dict = {}  # output -> (the reference's worst own error, the oracle rules that decided)
-        self.models: dict = {}  # repr(constructor arguments) -> (reference Model, ModelNew's key): ``build``
+        self.built: tuple | None = None  # (repr(constructor arguments), reference Model, ModelNew's key): ``build``
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -176,15 +176,14 @@ class _ConfigCheck:
         tails that give the constructors the same arguments share both models, as one module serves every batch
         size in a real model: a reference with tables of 50257 x 1600 was built 32 times per config otherwise."""
         init = self.spec.init_inputs(config)
-        memo = repr(init)
-        if memo in self.models:
-            return self.models[memo]
+        if self.built is not None and self.built[0] == repr(init):
+            return self.built[1:]
         model = self.spec.make_model(config, self.device)
         if model.redrawn:
             self.note(f"constant parameters re-drawn at random (a kernel must use them): {', '.join(model.redrawn)}")
         dtype = self.spec.dtypes if isinstance(self.spec.dtypes, torch.dtype) else None
         key = self.sandbox.build(config, init, model.state_dict(), 0, dtype)
-        self.models = {memo: (model, key)}  # the last one only: a config's tails come right after it
+        self.built = (repr(init), model, key)  # the last one only: a config's tails come right after it
         return model, key
 
     def run(self, config: dict, seeds: int, dists: tuple[str, ...], tail_of: dict | None = None) -> None:

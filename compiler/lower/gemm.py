@@ -128,9 +128,8 @@ def lower_gemm(ctx, s: Gemm) -> list:
                                               make_binop("+", make_binop("*", kb, 2), hk)))
                            for h, hk in ((0, 0), (1, 0), (0, 1), (1, 1)))
         elif s.transpose_a:  # stored K x M, dims swapped: slot ((kat * 2 + pair) * tm / 16 + am) * 2 + h
-            a_regs = tuple(as_expr(make_binop("+", make_binop("*", make_binop("+", make_binop("*", make_binop(
-                "+", make_binop("*", make_binop("+", make_binop("*", kb, 2), hk), 2), e), tm // 16), am), 2), h))
-                for h, hk in ((0, 0), (1, 0), (0, 1), (1, 1)) for e in range(2))
+            a_regs = tuple(as_expr((((kb * 2 + hk) * 2 + e) * (tm // 16) + am) * 2 + h)
+                           for h, hk in ((0, 0), (1, 0), (0, 1), (1, 1)) for e in range(2))
         else:
             # A in registers with the A-operand layout: slot ((am * 2 + h) * (K / 8) + kat) * 2 + pair (16-bit);
             # 8-bit: ((am * 2 + h) * (K / 16) + kat) * 4 + byte, four bytes per 32-bit register
