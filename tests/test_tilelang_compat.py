@@ -128,7 +128,7 @@ def test_unsupported_T_name_in_a_prim_func_is_E701_at_its_line(tilelang, tmp_pat
             @T.prim_func
             def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
                 with T.Kernel(1, threads=32) as bx:
-                    T.set_max_nreg(240, 1)
+                    T.fence_proxy_async()
                     T.copy(A, B)
             return main
         """)
@@ -136,7 +136,7 @@ def test_unsupported_T_name_in_a_prim_func_is_E701_at_its_line(tilelang, tmp_pat
     with pytest.raises(CompileError) as info:
         module["kernel"](64)
     err = info.value
-    assert err.code == "E701" and err.span.line == 10 and "T.set_max_nreg" in err.message
+    assert err.code == "E701" and err.span.line == 10 and "T.fence_proxy_async" in err.message
     assert "T.Pipelined" in err.message  # says what to write instead
 
 

@@ -25,7 +25,7 @@ _ESCAPE = ("escape hatches into hand-written CUDA/PTX are not supported: the til
 UNSUPPORTED = {
     # warp specialization, Hopper/Blackwell machinery
     **{n: _HOPPER for n in ("mbarrier_expect_tx", "create_list_of_mbarrier", "get_mbarrier", "wgmma_gemm",
-                            "wait_wgmma", "set_max_nreg", "fence_proxy_async",
+                            "wait_wgmma", "fence_proxy_async",
                             "annotate_producer_reg_dealloc", "annotate_consumer_reg_alloc", "warpgroup_arrive",
                             "warpgroup_commit_batch", "warpgroup_wait", "ClusterKernel", "alloc_tmem",
                             "alloc_descriptor", "tcgen05_gemm", "mma_gemm_blockscaled", "cp_async_barrier_noinc",
@@ -57,11 +57,8 @@ UNSUPPORTED = {
     "annotate_compile_flags": "compile flags are not supported",
     "annotate_safe_value": "T.annotate_safe_value is not supported (out-of-bounds global reads give 0)",
     "annotate_l2_hit_ratio": "L2 persistence hints are not supported",
-    "sync_threads": "explicit block barriers are not supported: TileAgent places __syncthreads() between "
-                    "shared-memory writers and readers itself (in per-thread code too, never inside a branch or loop "
-                    "that may differ between threads), and named barriers (T.sync_threads(id, count)) over part of "
-                    "the block have no equivalent",
-    "named_barrier_arrive": "named barriers are not supported (see T.sync_threads)",
+    "named_barrier_arrive": "named barriers (over part of the block) are not supported: TileAgent places "
+                            "__syncthreads() between shared-memory writers and readers itself",
     "rng_init": "device random numbers are not supported",
     "rng_rand": "device random numbers are not supported",
 }
@@ -86,6 +83,28 @@ def disable_warp_group_reg_alloc() -> None:
 
 
 no_set_max_nreg = disable_warp_group_reg_alloc  # TileLang's other name for it
+
+
+def set_max_nreg(reg_count, is_inc) -> None:
+    """TileLang's ``T.set_max_nreg(reg_count, is_inc)``: ``setmaxnreg``, a warp group's register budget in a
+    hand-specialized kernel (a hint: it changes no value). TileAgent runs ``T.ws`` groups in program order and
+    allocates registers per kernel, so inside a prim_func the call is a statement with no effect."""
+    return None
+
+
+def sync_threads(barrier_id=None, arrive_count=None) -> None:
+    """TileLang's ``T.sync_threads()``: a block barrier (``__syncthreads()``). TileAgent places one itself wherever
+    a statement reads or rewrites shared memory that an earlier statement (also an earlier loop iteration) of
+    another thread wrote or read, at a point every thread reaches, so an explicit one adds nothing there: inside a
+    prim_func the call is a statement with no effect. It does not order global memory between the threads of a
+    block (write such exchanges through shared memory). Named barriers over part of the block,
+    ``T.sync_threads(barrier_id, arrive_count)``, are an E701."""
+    if barrier_id is not None or arrive_count is not None:
+        raise UnsupportedError(f"T.sync_threads({barrier_id}, {arrive_count}): named barriers over part of the block "
+                               f"are not supported by TileAgent", code="E701",
+                               hint="write T.sync_threads() (or nothing): TileAgent places __syncthreads() between "
+                                    "shared-memory writers and readers itself")
+    return None
 
 
 def parallel(start, stop=None, *, annotations=None):
@@ -125,5 +144,5 @@ def __getattr__(name: str):
 
 
 __all__ = list(_dsl_names) + ["disable_warp_group_reg_alloc", "float4_e2m1fn", "int", "int1", "int2", "int4", "long",
-                              "no_set_max_nreg", "parallel", "shift_left", "shift_right", "short", "uint", "uint1",
-                              "uint2", "uint4"]
+                              "no_set_max_nreg", "parallel", "set_max_nreg", "shift_left", "shift_right", "short",
+                              "sync_threads", "uint", "uint1", "uint2", "uint4"]
