@@ -722,6 +722,32 @@ def test_gpu_bench_lists_existing_programs_and_reads_their_printed_numbers():
         .startswith("E701: module 'tilelang.carver'")
 
 
+def test_gpu_bench_curated_set_flags_exist_and_budget_lists_what_it_had_no_time_for(capsys, monkeypatch):
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import tilelang_examples as bench
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    curated = [n for n, (_, _, default, _) in bench.PROGRAMS.items() if default]
+    assert 20 <= len(curated) <= 25
+    for name in curated:  # every flag the curated set passes is one its program's argparse declares
+        rel, args, _, _ = bench.PROGRAMS[name]
+        text = (bench.EXAMPLES / rel).read_text()
+        for flag in (a for a in args if a.startswith("--")):
+            assert f'"{flag}"' in text, (name, flag)
+    ran = []
+    monkeypatch.setattr(bench, "run_program", lambda name, ours, theirs, timeout: (
+        ran.append((name, timeout)) or [name, "defaults", "pass", "1", "-", "-", "-", "-", "-"], f"[{name}] pass"))
+    bench.main(["--only", "rms_norm,gemm", "--budget", "10", "--markdown"])
+    out = capsys.readouterr().out.splitlines()
+    assert ran == [] and out[0] == "TileAgent passed 0 of 0; 2 not run (budget 10 s); 0 s"
+    assert out[-1] == "| gemm | defaults | not run (budget) | - | - | - | - | - | - |"
+    bench.main(["--only", "rms_norm,gemm", "--budget", "100", "--timeout", "60", "--markdown"])
+    out = capsys.readouterr().out.splitlines()
+    assert [n for n, _ in ran] == ["rms_norm", "gemm"] and 60 >= ran[0][1] > 59
+    assert out[-1].startswith("| gemm | defaults | pass | 1 |")
+
+
 def test_survey_groups_outcomes_and_runs_a_program_to_its_first_launch(tmp_path):
     sys.path.insert(0, str(REPO / "bench"))
     try:
