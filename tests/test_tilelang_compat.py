@@ -2036,27 +2036,3 @@ def test_alloc_var_inside_parallel_is_each_iterations_scalar(tilelang, tmp_path)
     assert tilelang.compile(kernel.func, out_idx=[2], target="cuda:sm_90a").get_kernel_source()
     x = torch.randn(8)
     torch.testing.assert_close(ns["with_init"](8)(x), x * 1.5)
-
-
-def test_explicit_block_barrier_is_E701_saying_why(tilelang, tmp_path):
-    """``T.sync_threads()`` (TileLang's DeepSeek-V3.2 top-k selector; once an E202 "'T' has no attribute"): an E701
-    at its line that says TileAgent places the block's barriers itself."""
-    ns = load_script(_write(tmp_path, "sync_threads.py", """\
-        import tilelang
-        import tilelang.language as T
-
-
-        @tilelang.jit(out_idx=[-1])
-        def kernel(N):
-            @T.prim_func
-            def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
-                with T.Kernel(1, threads=32) as bx:
-                    T.sync_threads()
-                    T.copy(A, B)
-            return main
-        """))
-    with pytest.raises(CompileError) as info:
-        ns["kernel"](64)
-    assert info.value.code == "E701" and info.value.span.line == 10
-    assert "T.sync_threads is not supported by TileAgent: explicit block barriers are not supported" in \
-        info.value.message
