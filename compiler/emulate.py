@@ -41,11 +41,12 @@ import torch
 from tileagent.compiler.errors import KernelArgumentError
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
 from tileagent.compiler.atomic_ops import combine, elementwise
-from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store, While
+from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, Evaluate, For, If, ImportSource, Let, Store, While
 from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
 from tileagent.compiler.emulate_wgmma import check_not_busy, finish_wgmma, note_generic_write
 from tileagent.compiler.emulate_tma import finish_tma
 from tileagent.compiler.instructions import emulators
+from tileagent.compiler.interp import foreign_code
 from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float_binop, float_call, reinterpret,
                                            storage)
 from tileagent.compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
@@ -322,7 +323,8 @@ class _Block:
         return present, active
 
     _HANDLERS = {Let: let, If: if_, For: for_, While: while_, Declare: declare, Store: store, AtomicAdd: atomic_add,
-                 VecCopy: vec_copy, VecAtomicAdd: vec_atomic_add, Barrier: barrier, **emulators()}
+                 VecCopy: vec_copy, VecAtomicAdd: vec_atomic_add, Barrier: barrier, **emulators(),
+                 Evaluate: lambda self, s: self.call(s.value), ImportSource: lambda self, s: None}
 
     # -- memory ------------------------------------------------------------------------------------------------
     def buffer_memory(self, buf: Buffer) -> torch.Tensor:
@@ -611,6 +613,8 @@ class _Block:
         return torch.div(a, b, rounding_mode="trunc" if op == "/" else "floor")
 
     def call(self, e: Call):
+        if e.name.startswith("extern:") or e.name == "address_of":
+            raise foreign_code(e, self.span)
         if e.name == "reinterpret":
             return reinterpret(self.ev(e.args[0]), e.args[0].dtype, e.dtype)
         if e.name not in MATH:

@@ -22,12 +22,13 @@ from tileagent.compiler import python_ast
 from tileagent.compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, InternalCompilerError,
                                   NameResolutionError, ResourceError, ShapeError, Span)
 from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
-from tileagent.compiler.ir.expr import Expr, Load, Var, as_expr, describe, make_binop, make_cast, make_cmp
+from tileagent.compiler.ir.expr import Call, Expr, Load, Var, as_expr, describe, make_binop, make_cast, make_cmp
 from tileagent.compiler.ir.simplify import depends_on, static_int
 from tileagent.compiler.frontend_body import check_view_aliasing, split_at_grid_syncs
+from tileagent.compiler.frontend_macro import bound_outside_macro
 from tileagent.compiler.frontend_expressions import _BINOPS, ExpressionParser, _call_builtin
-from tileagent.compiler.ir.stmt import (Alloc, Buffer, For, If, Kernel, Let, Parallel, PrimFunc, Region,
-                                        Stmt, Store, While)
+from tileagent.compiler.ir.stmt import (Alloc, Buffer, Evaluate, For, If, Kernel, Let, Parallel, PrimFunc,
+                                        Region, Stmt, Store, While)
 
 _UNSET = object()
 
@@ -297,6 +298,8 @@ class _Parser(ExpressionParser):
 
         if isinstance(value, Stmt):
             self.emit(value, node)
+        elif isinstance(value, Call) and value.name.startswith("extern:"):  # T.call_extern(...) as a statement
+            self.emit(Evaluate(value), node)
         elif isinstance(value, AllocSpec):
             self.allocate(value, name or f"buf{len(self.buffer_names)}", node)
         elif isinstance(value, KernelSpec):
@@ -465,7 +468,7 @@ class _Parser(ExpressionParser):
             value.name = name
             self.bind(name, value)
         elif isinstance(value, Expr) and self.kernel_depth and not _is_constant(value):
-            if isinstance(current, Var) and name not in self.scopes[-1]:
+            if isinstance(current, Var) and name not in self.scopes[-1] and not bound_outside_macro(self, name):
                 raise DSLSyntaxError(f"cannot reassign '{name}' inside a nested block: it is bound outside",
                                      code="E102", hint=f"for a loop-carried scalar use {name} = T.alloc_var(dtype)")
             var = Var(name, value.dtype)

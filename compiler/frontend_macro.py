@@ -81,6 +81,8 @@ def inline(parser, m: Macro, args: list, kwargs: dict, name: str):
     parser.file, parser.first_line, parser.lines = file, first_line, lines
     parser.closure, parser.globals = closure, fn.__globals__
     stack.append((fn, name))
+    bases = parser.__dict__.setdefault("_macro_bases", [])
+    bases.append(len(parser.scopes))
     parser.scopes.append(dict(bound.arguments))
     try:
         for s in body:
@@ -90,8 +92,17 @@ def inline(parser, m: Macro, args: list, kwargs: dict, name: str):
         return parser._guard(result_node, parser.expr, result_node.value)
     finally:
         parser.scopes.pop()
+        bases.pop()
         stack.pop()
         parser.file, parser.first_line, parser.lines, parser.closure, parser.globals = saved
 
 
-__all__ = ["Macro", "inline", "macro"]
+def bound_outside_macro(parser, name: str) -> bool:
+    """Whether ``name`` is bound only outside the macro being inlined: assigning it in the macro makes the macro's
+    own local, as in Python (TileLang's dequantization macros write ``bx = T.get_block_binding(0)`` inside a kernel
+    that binds ``bx``)."""
+    bases = getattr(parser, "_macro_bases", None)
+    return bool(bases) and not any(name in scope for scope in parser.scopes[bases[-1]:])
+
+
+__all__ = ["Macro", "bound_outside_macro", "inline", "macro"]

@@ -24,11 +24,22 @@ from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.atomic_ops import combine
-from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, MBarrierOp,
-                                        Parallel, Print, PrimFunc, Region, Store, UseSwizzle, While)
+from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
+                                        Kernel, Let, MBarrierOp, Parallel, Print, PrimFunc, Region, Store, UseSwizzle,
+                                        While)
 from tileagent.compiler.tileops import op_for
 
 _INT_POISON = -(2**30) + 7
+
+
+def foreign_code(call: Call, span):
+    """E602 for a kernel that calls CUDA code (``T.call_extern``) on a CPU target (interpreter, SIMT emulator)."""
+    from tileagent.compiler.diagnostics import TargetError
+
+    name = call.name.split(":", 1)[-1]
+    return TargetError(f"T.call_extern('{name}', ...) calls CUDA code (T.import_source), which the CPU targets "
+                       f"cannot run", span, code="E602",
+                       hint="run the kernel on the GPU (the CUDA target); on the CPU, write the function in the DSL")
 
 
 def run(func: PrimFunc, args: dict, env: dict) -> None:
@@ -183,9 +194,12 @@ class _Interpreter:
                               f"later in the source; TileAgent runs warp-specialized code (T.ws) in program order, "
                               f"so each wait must follow the arrives it waits for", s.span)
 
+    def evaluate(self, s: Evaluate, mask) -> None:
+        raise foreign_code(s.value, s.span)
+
     _HANDLERS = {Kernel: kernel, Alloc: alloc, For: for_, Parallel: parallel, If: if_, Let: let, Store: store,
                  AtomicAdd: atomic_add, Print: print_, AnnotateLayout: nothing, UseSwizzle: nothing,
-                 MBarrierOp: mbarrier, While: while_}
+                 MBarrierOp: mbarrier, While: while_, Evaluate: evaluate, ImportSource: nothing}
 
     # -- memory ----------------------------------------------------------------------------------------------
     def _clip(self, r: Region, span):
@@ -391,6 +405,8 @@ class _Interpreter:
         return int(v)
 
     def call(self, e: Call):
+        if e.name.startswith("extern:") or e.name == "address_of":
+            raise foreign_code(e, None)
         args = [self.ev(a) for a in e.args]
         dt = e.dtype
         if e.name == "reinterpret":

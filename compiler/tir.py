@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from tileagent.compiler.diagnostics import Span
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Const, Expr, Select, Var, as_expr
-from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, Stmt, Store
-from tileagent.compiler.ir.visit import walk
+from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, Evaluate, Stmt, Store
+from tileagent.compiler.ir.visit import loads, walk
 
 class SpecialVar(Var):
     """A hardware index (threadIdx, blockIdx, ...). One object per name, also after pickling (compared by ``is``)."""
@@ -59,6 +59,7 @@ def written_buffers(stmts) -> set:
     """The buffers that statements in ``stmts`` (at any depth) store to: Store, AtomicAdd, VecCopy and VecAtomicAdd
     destinations."""
     out = {s.buffer for s in walk(stmts) if isinstance(s, (Store, AtomicAdd))}
+    out |= {ld.buffer for s in walk(stmts) if isinstance(s, Evaluate) for ld in loads(s.value)}  # T.call_extern
     return out | {s.dst for s in walk(stmts) if isinstance(s, (VecCopy, VecAtomicAdd))}
 
 

@@ -81,3 +81,104 @@ def test_named_barrier_is_E701_at_its_line(tilelang, tmp_path):
     assert info.value.code == "E701" and info.value.span.line == 9
     assert info.value.message == ("T.sync_threads(3, 32): named barriers over part of the block are not supported "
                                   "by TileAgent")
+
+
+EXTERN_PROGRAM = """\
+    import tilelang
+    import tilelang.language as T
+
+    SRC = '''
+    template <typename T1, typename T2>
+    __device__ void scale2(T1 *src, T2 *dst, int n) {
+      for (int i = 0; i < n; ++i) dst[i] = (T2)((float)src[i] * 2.0f);
+    }
+    '''
+
+
+    def scale(N, threads=64):
+        @T.macro
+        def twice(a, b):
+            T.import_source(SRC)
+            T.call_extern("scale2", T.access_ptr(a, "r"), T.access_ptr(b, "w"), 4, dtype="float16")
+
+        @T.prim_func
+        def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float16")):
+            with T.Kernel(N // (threads * 4), threads=threads) as bx:
+                tx = T.get_thread_binding()
+                a = T.alloc_local((4,), "float32")
+                b = T.alloc_local((4,), "float16")
+                for v in T.vectorized(4):
+                    a[v] = A[(bx * threads + tx) * 4 + v]
+                twice(a, b)
+                T.import_source(SRC)
+                for v in T.vectorized(4):
+                    B[(bx * threads + tx) * 4 + v] = b[v] + T.call_extern("float16", "__float2half_rn", 0.5)
+        return main
+    """
+
+
+def test_import_source_once_and_call_extern_on_local_arrays_compile_for_sm90a(tilelang, tmp_path):
+    """TileLang's fp4 dequantization GEMMs call a CUDA template from T.import_source on per-thread arrays."""
+    ns = load_script(_write(tmp_path, "extern.py", EXTERN_PROGRAM))
+    kernel = tilelang.compile(ns["scale"](1024), out_idx=[1], target="cuda:sm_90a")
+    source = kernel.get_kernel_source()
+    assert source.count("void scale2(T1 *src, T2 *dst, int n)") == 1  # imported twice, emitted once
+    assert source.index("typedef unsigned int uint;") < source.index("void scale2") < source.index("__global__")
+    assert "scale2((&a[0]), (&b[0]), 4);" in source and "__float2half_rn(0.5f)" in source
+    assert len(kernel.cubin("sm_90a")) > 0  # NVRTC compiles it
+
+
+@pytest.mark.parametrize("target", ["cpu", "sim"])
+def test_call_extern_builds_on_the_cpu_and_is_E602_at_its_line_when_run_there(tilelang, tmp_path, target):
+    ns = load_script(_write(tmp_path, "extern.py", EXTERN_PROGRAM))
+    kernel = tilelang.compile(ns["scale"](1024), out_idx=[1], target=target)
+    with pytest.raises(CompileError) as info:
+        kernel(torch.randn(1024))
+    err = info.value
+    assert err.code == "E602" and err.message == ("T.call_extern('scale2', ...) calls CUDA code (T.import_source), "
+                                                  "which the CPU targets cannot run")
+    assert err.span.line == 16  # the T.call_extern line, in the macro
+
+
+def test_access_ptr_of_a_fragment_is_E701(tilelang, tmp_path):
+    ns = load_script(_write(tmp_path, "frag.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        def f(N):
+            @T.prim_func
+            def main(A: T.Tensor((N,), "float32")):
+                with T.Kernel(1, threads=32) as bx:
+                    acc = T.alloc_fragment((N,), "float32")
+                    T.call_extern("g", T.access_ptr(acc, "rw"), dtype="int32")
+            return main
+        """))
+    with pytest.raises(CompileError) as info:
+        tilelang.compile(ns["f"](32), target="cpu")
+    assert info.value.code == "E701" and info.value.span.line == 10
+    assert info.value.message.startswith("T.access_ptr of fragment 'acc' is not supported")
+
+
+def test_macro_assignment_to_a_name_the_kernel_binds_is_the_macros_own(tilelang, tmp_path):
+    """TileLang's MXFP4 dequantization macro writes ``bx = T.get_block_binding(0)`` in a kernel that binds bx."""
+    ns = load_script(_write(tmp_path, "shadow.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        def f(N):
+            @T.macro
+            def row_of_block(B):
+                bx = T.get_block_binding(0)
+                for i in T.Parallel(32):
+                    B[bx * 32 + i] = bx * 1.0
+
+            @T.prim_func
+            def main(B: T.Tensor((N,), "float32")):
+                with T.Kernel(N // 32, threads=32) as bx:
+                    row_of_block(B)
+            return main
+        """))
+    kernel = tilelang.compile(ns["f"](128), out_idx=[0], target="cpu")
+    torch.testing.assert_close(kernel(), torch.arange(4.0).repeat_interleave(32))

@@ -38,7 +38,10 @@ def expr_str(e, prec: int = 0) -> str:
     if isinstance(e, Unary):
         return f"not {expr_str(e.a, 3)}" if e.op == "not" else f"{e.op}{expr_str(e.a, 10)}"
     if isinstance(e, Call):
-        return f"T.{e.name}({', '.join(expr_str(a) for a in e.args)})"
+        if e.name.startswith("extern:"):  # compiler.language.extern
+            return f"T.call_extern({str(e.dtype)!r}, {e.name[7:]!r}{''.join(', ' + expr_str(a) for a in e.args)})"
+        name = "access_ptr" if e.name == "address_of" else e.name
+        return f"T.{name}({', '.join(expr_str(a) for a in e.args)})"
     if isinstance(e, Cast):
         return f"T.cast({expr_str(e.value)}, {e.dtype!r})"
     if isinstance(e, Select):

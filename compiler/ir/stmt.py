@@ -247,6 +247,32 @@ class Print(Stmt):
 
 
 @dataclass(frozen=True, eq=False, slots=True)
+class Evaluate(Stmt):
+    """An expression run for its effect: ``T.call_extern(...)`` as a statement (a ``Call`` named ``extern:<fn>``,
+    ``compiler.language.extern``); the same node in the thread IR. Only the CUDA target runs it."""
+
+    value: Expr
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        from tileagent.compiler.ir.printer import expr_str
+
+        return [" " * indent + expr_str(self.value)]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class ImportSource(Stmt):
+    """``T.import_source(code)``: CUDA C++ the generated module holds once, before its kernels (the functions
+    ``T.call_extern`` calls); kept in the body through lowering, where the CUDA code generator collects it."""
+
+    code: str
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        return [" " * indent + f"T.import_source(<{len(self.code)} characters>)"]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class AnnotateLayout(Stmt):
     layouts: tuple  # ((Buffer, layout spec), ...)
     span: Span | None = None

@@ -15,6 +15,7 @@ from tileagent.compiler.language.extras import (Cast, FragmentBuffer, Layout, Lo
 from tileagent.compiler.language.annotations import (annotate_layout, make_full_bank_swizzled_layout,
                                            make_half_bank_swizzled_layout, make_quarter_bank_swizzled_layout,
                                            make_swizzled_layout, print, use_swizzle)
+from tileagent.compiler.language.extern import access_ptr, call_extern, import_source
 from tileagent.compiler.language.kernel import Kernel, alloc_fragment, alloc_local, alloc_shared, alloc_var
 from tileagent.compiler.language.loops import Parallel, Persistent, Pipelined, Serial, serial, unroll
 from tileagent.compiler.language.math import (abs, cast, ceil, ceildiv, erf, exp, exp2, floor, floordiv, floormod,

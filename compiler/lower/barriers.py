@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tileagent.compiler.ir.stmt import AtomicAdd, For, If, Let, Parallel, Store, While
+from tileagent.compiler.ir.stmt import AtomicAdd, Evaluate, For, If, Let, Parallel, Store, While
 from tileagent.compiler.ir.visit import loads, walk
 from tileagent.compiler.lower.pipeline import SoftwarePipeline
 from tileagent.compiler.tileops import op_for
@@ -123,6 +123,9 @@ def _effects(s, w, r):
             _reads(e, r)
     elif isinstance(s, Let):
         _reads(s.value, r)
+    elif isinstance(s, Evaluate):  # T.call_extern: a pointer it is given may be read and written through
+        _reads(s.value, r)
+        _reads(s.value, w)
     elif isinstance(s, (Parallel, For, SoftwarePipeline)):
         for x in s.body:
             _effects(x, w, r)

@@ -19,8 +19,8 @@ _HOPPER = ("this part of Hopper/Blackwell warp specialization by hand (expect-tx
            "run in program order); write the plain T.Pipelined / T.copy / T.gemm form and the compiler schedules it")
 _SIMT = ("warp-level SIMT code (warp/lane indices, shuffles, thread all-reduce) is not supported; "
          "T.get_thread_binding per-thread code is, and T.Parallel loops and tile ops are")
-_ESCAPE = ("escape hatches into hand-written CUDA/PTX are not supported: the tile IR runs on the CPU interpreter "
-           "too, which cannot execute foreign code")
+_ESCAPE = ("this escape hatch into hand-written CUDA/PTX is not supported (T.import_source with T.call_extern and "
+           "T.access_ptr is: it runs on the CUDA target)")
 
 UNSUPPORTED = {
     # warp specialization, Hopper/Blackwell machinery
@@ -36,8 +36,8 @@ UNSUPPORTED = {
                           "tvm_thread_allreduce", "shfl_xor", "shfl_down", "shfl_up", "shfl_sync", "sync_warp",
                           "PersistentTileScheduler")},
     # escape hatches
-    **{n: _ESCAPE for n in ("import_source", "call_extern", "call_intrin", "call_pure_extern", "ptx", "ptx_mma",
-                            "ptx_ldmatrix", "CUDASourceCodeKernel", "evaluate", "attr", "access_ptr", "address_of",
+    **{n: _ESCAPE for n in ("call_intrin", "call_pure_extern", "ptx", "ptx_mma",
+                            "ptx_ldmatrix", "CUDASourceCodeKernel", "evaluate", "attr", "address_of",
                             "make_tensor", "ptr", "dp4a")},
     "tfloat32": "tfloat32 buffers are not supported; use float32 (T.gemm on float32 tiles already uses TF32 tensor "
                 "cores where the target allows)",

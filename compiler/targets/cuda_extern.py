@@ -1,0 +1,73 @@
+"""CUDA C++ for hand-written code in a kernel: ``T.import_source`` text and ``T.call_extern`` calls.
+
+In: thread-IR ``ImportSource`` and ``Evaluate`` statements and ``Call`` nodes named ``extern:<fn>`` /
+``address_of`` (``compiler.language.extern``). Out: the imported sources, in first-use order and each once (the text
+as given), for ``compiler.targets.cuda.generate`` to put after the helpers and before the kernels; the call as C++
+(``fn(args);`` as a statement, ``fn(args)`` as a value) with each ``T.access_ptr`` as ``(&buf[index])``.
+Guarantees: the text is not parsed or changed: NVRTC reports its errors (with the program log); the generated
+module's own names all start with ``tl_`` or are sanitized kernel-local names, so an imported function with another
+name does not clash with them.
+"""
+
+from __future__ import annotations
+
+from tileagent.compiler.ir.expr import Call, Load
+from tileagent.compiler.ir.stmt import Evaluate, ImportSource
+from tileagent.compiler.ir.visit import walk
+
+EXTERN, ADDRESS = "extern:", "address_of"
+
+
+# The names TileLang's CUDA prelude gives imported code (its dequantization sources use them) and that NVRTC's
+# -minimal mode lacks: the fixed-width integers and ``uint``.
+IMPORT_PRELUDE = """\
+typedef unsigned int uint;
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;"""
+
+
+def imported_sources(kernels) -> list[str]:
+    """The ``T.import_source`` texts of every kernel body, first use first, each once; :data:`IMPORT_PRELUDE` first
+    when there is one."""
+    seen: dict[str, None] = {}
+    for k in kernels:
+        for s in walk(k.body):
+            if isinstance(s, ImportSource):
+                seen.setdefault(s.code.strip("\n"), None)
+    return [IMPORT_PRELUDE, *seen] if seen else []
+
+
+def is_extern(e: Call) -> bool:
+    return e.name.startswith(EXTERN) or e.name == ADDRESS
+
+
+def extern_expr(emitter, e: Call) -> str:
+    """C++ of an extern call (``fn(a, b)``) or of a pointer to a buffer element (``(&buf[i])``)."""
+    if e.name == ADDRESS:
+        load = e.args[0]
+        if not isinstance(load, Load):
+            emitter.fail(f"T.access_ptr of {type(load).__name__}: want a buffer element")
+        return f"(&{emitter.ref(load.buffer, load.indices)})"
+    args = [extern_expr(emitter, a) if isinstance(a, Call) and is_extern(a) else emitter.ex(a) for a in e.args]
+    return f"{e.name[len(EXTERN):]}({', '.join(a.strip() for a in args)})"
+
+
+def emit_evaluate(emitter, s: Evaluate) -> None:
+    if not (isinstance(s.value, Call) and is_extern(s.value)):
+        emitter.fail(f"Evaluate of {type(s.value).__name__}: only T.call_extern runs as a statement")
+    emitter.line(f"{extern_expr(emitter, s.value)};")
+
+
+def emit_nothing(emitter, s: ImportSource) -> None:
+    pass  # the text goes before the kernels (imported_sources)
+
+
+HANDLERS = {Evaluate: emit_evaluate, ImportSource: emit_nothing}
+
+__all__ = ["HANDLERS", "extern_expr", "imported_sources", "is_extern"]
