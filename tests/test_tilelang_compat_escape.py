@@ -182,3 +182,28 @@ def test_macro_assignment_to_a_name_the_kernel_binds_is_the_macros_own(tilelang,
         """))
     kernel = tilelang.compile(ns["f"](128), out_idx=[0], target="cpu")
     torch.testing.assert_close(kernel(), torch.arange(4.0).repeat_interleave(32))
+
+
+@pytest.mark.parametrize("name", ["alloc_tmem", "tcgen05_gemm", "tcgen05_anything_newer"])
+def test_blackwell_only_names_say_the_program_is_for_sm100(tilelang, tmp_path, name):
+    """TileLang's sm100 examples (flash_attention_sm100, gemm_tcgen05, blockscaled_gemm_sm100): an E701 at the line
+    that says why an H100/H200 cannot run them."""
+    ns = load_script(_write(tmp_path, "sm100.py", f"""\
+        import tilelang
+        import tilelang.language as T
+
+
+        def f(N):
+            @T.prim_func
+            def main(A: T.Tensor((N,), "float32")):
+                with T.Kernel(1, threads=128) as bx:
+                    t = T.{name}([128, 128], "float32")
+            return main
+        """))
+    with pytest.raises(CompileError) as info:
+        tilelang.compile(ns["f"](32), target="cpu")
+    assert info.value.code == "E701" and info.value.span.line == 9
+    assert info.value.message == (
+        f"T.{name} is not supported by TileAgent: Blackwell's (sm_100) tensor memory and tcgen05 MMAs do not exist "
+        f"on Hopper (sm_90, the H100/H200) or earlier GPUs, and TileAgent targets sm_80 to sm_90a: this program is for "
+        f"sm_100 (TileLang's sm_90 examples of the same kernels, in flash_attention/ and gemm/, run)")

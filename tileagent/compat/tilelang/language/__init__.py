@@ -17,6 +17,9 @@ from tileagent.compiler.language import __all__ as _dsl_names
 _HOPPER = ("this part of Hopper/Blackwell warp specialization by hand (expect-tx, wgmma, register reallocation, "
            "clusters, tensor memory) is not supported (T.ws, T.alloc_barrier, barrier arrive/wait and T.tma_copy are, "
            "run in program order); write the plain T.Pipelined / T.copy / T.gemm form and the compiler schedules it")
+_BLACKWELL = ("Blackwell's (sm_100) tensor memory and tcgen05 MMAs do not exist on Hopper (sm_90, the H100/H200) or "
+              "earlier GPUs, and TileAgent targets sm_80 to sm_90a: this program is for sm_100 (TileLang's sm_90 "
+              "examples of the same kernels, in flash_attention/ and gemm/, run)")
 _SIMT = ("warp-level SIMT code (warp/lane indices, shuffles, thread all-reduce) is not supported; "
          "T.get_thread_binding per-thread code is, and T.Parallel loops and tile ops are")
 _ESCAPE = ("this escape hatch into hand-written CUDA/PTX is not supported (T.import_source with T.call_extern and "
@@ -27,9 +30,11 @@ UNSUPPORTED = {
     **{n: _HOPPER for n in ("mbarrier_expect_tx", "create_list_of_mbarrier", "get_mbarrier", "wgmma_gemm",
                             "wait_wgmma", "fence_proxy_async",
                             "annotate_producer_reg_dealloc", "annotate_consumer_reg_alloc", "warpgroup_arrive",
-                            "warpgroup_commit_batch", "warpgroup_wait", "ClusterKernel", "alloc_tmem",
-                            "alloc_descriptor", "tcgen05_gemm", "mma_gemm_blockscaled", "cp_async_barrier_noinc",
+                            "warpgroup_commit_batch", "warpgroup_wait", "ClusterKernel",
+                            "alloc_descriptor", "cp_async_barrier_noinc",
                             "ptx_cp_async", "ptx_commit_group", "ptx_wait_group", "async_copy")},
+    **{n: _BLACKWELL for n in ("alloc_tmem", "tcgen05_gemm", "tcgen05_gemm_blockscaled", "tcgen05_mma_arrive",
+                               "tcgen05_sf_warp_transpose", "tcgen05_cp_warpx4", "mma_gemm_blockscaled")},
     # SIMT-level code
     **{n: _SIMT for n in ("get_warp_idx",
                           "get_lane_idx", "get_warp_group_idx", "get_warp_idx_sync", "get_thread_extent",
@@ -136,7 +141,7 @@ def shift_right(x, y, span=None):
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
-    reason = UNSUPPORTED.get(name)
+    reason = UNSUPPORTED.get(name, _BLACKWELL if name.startswith("tcgen05") else None)
     if reason is None:
         raise AttributeError(f"module 'tilelang.language' has no attribute '{name}'")
     raise UnsupportedError(f"T.{name} is not supported by TileAgent: {reason}",
