@@ -504,3 +504,29 @@ def test_loads_in_flight_reads_the_machine_code():
         /*0040*/                   EXIT ;
 """
     assert loads_in_flight(sass) == {"rolling": 36, "serial": 16}
+
+
+@pytest.mark.parametrize("shape", [(16, 333), (12, 334), (7, 333)])
+def test_rows_off_8_byte_boundaries_are_staged_through_shared_memory(shape, tmp_path):
+    """LayerNorm over rows whose pitch is not a multiple of 8 bytes (333 fp16 values: 666 bytes) read them with
+    2-byte loads (6 bytes in flight per thread; 67% of a copy on the H200): such rows go through the staged kernel,
+    8 rows a block as one run of 16-byte vectors (sm_90a: every access of x and the output 16 bytes wide, 64
+    threads, one wave of 2048 blocks). On the CPU it matches torch: whole blocks (16 x 333), a last block half past
+    the end (12 x 334), and an element count that is not a multiple of 8 (7 x 333: the row kernel, as before)."""
+    from tileagent.compiler.resources import dry_run
+
+    source, module = _candidate("layernorm_widths", tmp_path)
+    assert "def fused_layernorm_staged(" in source and module["schedule_staged"](333) == (8, 64)
+    M, N = shape
+    torch.manual_seed(0)
+    model = module["ModelNew"](N)
+    ref = torch.nn.LayerNorm(N).half()
+    ref.load_state_dict(model.norm.state_dict())
+    x = torch.randn(M, N, dtype=torch.float16)
+    torch.testing.assert_close(model(x), ref.float()(x.float()).half(), atol=2e-3, rtol=2e-3)
+    with dry_run("sm_90a") as run, torch.device("meta"):
+        module["ModelNew"](333)(torch.empty(16384, 333, dtype=torch.float16))
+    launch = run.launches[0].to_dict()
+    assert launch["threads"] == 64 and launch["grid"][0] == 2048, launch
+    assert launch["access_bytes"]["g_x"] == 16 and launch["access_bytes"]["out"] == 16, launch
+    assert launch["grid"][0] <= launch["blocks_per_sm"] * 132, launch  # one wave
