@@ -3,6 +3,7 @@ sm_90a, the instructions that carry the CUDA target's semantics, and the fallbac
 example computes what its NVRTC build computes, and integer floor division / guarded loads agree with torch."""
 
 import logging
+import math
 import re
 
 import pytest
@@ -299,3 +300,61 @@ def test_the_ptx_text_is_the_same_for_every_build_of_a_module(shared_example):
     homes of sum_dim1's loop were once numbered in the order of a set of buffers)."""
     texts = {generate(module_of(example("prompts/sum_dim1"), "sm_90a"), "sm_90a") for _ in range(6)}
     assert len(texts) == 1
+
+
+def _causal_softmax_rows(m, n, rows=4):
+    """A causal softmax as the built-in drafter writes one (the mask as a 0/1 value compared with 0, the same
+    exponentials before and after the block-wide sum), scaled by a per-row parameter and a per-lane tile count."""
+    @T.prim_func
+    def main(X: T.Tensor((m, n), "float32"), V: T.Tensor((m,), "float32"), Y: T.Tensor((m, n), "float32")):
+        with T.Kernel(T.ceildiv(m, rows), threads=128) as b:
+            x = T.alloc_fragment((rows, n), "float32")
+            e = T.alloc_fragment((rows, n), "float32")
+            mx = T.alloc_fragment((rows,), "float32")
+            s = T.alloc_fragment((rows,), "float32")
+            T.copy(X[b * rows, 0], x)
+            for i, j in T.Parallel(rows, n):
+                d = j - (b * rows + i)
+                keep = T.if_then_else(d <= 0, 1.0, 0.0)
+                x[i, j] = T.if_then_else(keep == 0.0, -T.infinity("float32"), x[i, j])
+            T.reduce_max(x, mx, dim=1)
+            for i, j in T.Parallel(rows, n):
+                e[i, j] = T.exp2(x[i, j] - mx[i])
+            T.reduce_sum(e, s, dim=1)
+            for i, j in T.Parallel(rows, n):
+                tiles = T.cast((n - j + 1023) // 1024, "float32")
+                x[i, j] = T.exp2(x[i, j] - mx[i]) / s[i] * tiles / T.sqrt(V[T.min(b * rows + i, m - 1)] + 1.0)
+            T.copy(x, Y[b * rows, 0])
+    return main
+
+
+def _causal_softmax_reference(x, v):
+    m, n = x.shape
+    masked = x.masked_fill(torch.arange(n, device=x.device)[None, :] > torch.arange(m, device=x.device)[:, None],
+                           float("-inf"))
+    return torch.softmax(masked * math.log(2), dim=1) / torch.sqrt(v + 1.0)[:, None]
+
+
+def test_values_nvvm_computes_once_are_computed_once():
+    """NVVM's folds, which the emitter must match to run as fast (BENCHMARKS, round 2 session 8): the exponentials
+    summed before the block-wide reduction are the ones used after its barriers (8 values a thread: 8 ex2, not 16);
+    the mask's 0/1 value compared with 0 is its predicate (no float compare); a read-only per-row load and the sqrt of
+    it once per row of the thread (2), not per element; a floor division whose value is the same for every thread is
+    a constant (no div/rem)."""
+    kernel = tileagent.compile(_causal_softmax_rows(64, 256), target="cpu:sm_90a")
+    ptx = generate(module_of(kernel, "sm_90a"), "sm_90a")
+    count = lambda pattern: len(re.findall(pattern, ptx))  # noqa: E731
+    assert count(r"\bex2\.") == 8 and count(r"setp\.\w+\.f32") == 0
+    assert count(r"ld\.global\.nc\.f32 ") == 2 and count(r"sqrt\.rn\.f32") == 2
+    assert count(r"\b(div|rem)\.s32") == 0
+
+
+@pytest.mark.gpu
+@on_gpu
+def test_values_computed_once_agree_with_torch_on_gpu(monkeypatch, tmp_path):
+    m, n = 64, 256
+    a, b = _both(lambda: tileagent.compile(_causal_softmax_rows(m, n), out_idx=[2]), monkeypatch, tmp_path)
+    x, v = torch.randn(m, n, device="cuda"), torch.rand(m, device="cuda")
+    want = _causal_softmax_reference(x, v)
+    torch.testing.assert_close(a(x, v), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(b(x, v), want, rtol=1e-5, atol=1e-6)

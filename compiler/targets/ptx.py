@@ -27,7 +27,7 @@ from tileagent.compiler.ir.simplify import depends_on, static_int
 from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
 from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
 from tileagent.compiler.targets.cuda import kernel_symbol, vector_bytes
-from tileagent.compiler.targets.ptx_expr import PtxUnsupported, Val, Values, kind_of
+from tileagent.compiler.targets.ptx_expr import PtxUnsupported, Val, Values, _free_vars, kind_of
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
 from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceModule, VecCopy,
                                      written_buffers)
@@ -178,6 +178,8 @@ class _KernelPtx(Values):
         v = self.convert(self.ev(e), e.dtype, s.var.dtype)
         if "@" in v.key:  # a register array element: later writes to it must not change this name's value
             v = self.op(v.kind, f"mov.{v.kind}", v, pure=False)
+        elif isinstance(e, BinOp) and e.op == "-" and e.dtype == s.var.dtype and _free_vars(e, self.read_only) is not None:
+            self.differences[v.text] = e  # for comparisons of the name with zero (``cmp_difference``)
         self.bind(s.var, v)
 
     def store(self, s: Store) -> None:
@@ -309,11 +311,11 @@ class _KernelPtx(Values):
             self.cur[(b, i)] = v
 
     def barrier(self, s: Barrier) -> None:
-        """``bar.sync``; numbered values are forgotten past it, so an index computed before a block-wide reduction
-        is computed again after it rather than held in registers across it (NVVM's rematerialization: holding
+        """``bar.sync``; numbered integer values are forgotten past it (``forget_integers``), so an index computed
+        before a block-wide reduction is computed again after it rather than held in registers across it (holding
         rmsnorm_silu's store addresses cost a 65th register and a quarter of its blocks per SM)."""
         self.emit("bar.sync 0;")
-        self.memo.clear()
+        self.forget_integers()
 
     def atomic_add(self, s: AtomicAdd) -> None:
         b = s.buffer
@@ -451,13 +453,23 @@ class _KernelPtx(Values):
         kind = kind_of(b.dtype)
         if kind == "pred":
             self.fail(f"a load of bool buffer {b.name}")
+        address = self.address(b, e.indices[0])
+        key = ("ld", kind, address)  # a tensor the kernel never writes: a load is a pure value (NVVM's GVN)
+        hit = self.memo.get(key) if self.read_only(b) else None
+        if hit is not None:
+            return hit
         d = self.reg(kind)
         self.zero_before_guarded_load([d], kind)
-        self.guarded(f"ld.{self.space(b)}.{kind} {d}, {self.address(b, e.indices[0])};")
+        self.guarded(f"ld.{self.space(b)}.{kind} {d}, {address};")
+        if self.read_only(b) and self.guard is None:  # a guarded load is 0 where its guard is false
+            self.remember(key, Val(d, kind))
         return Val(d, kind, zero_unless=self.guard.text if self.guard is not None else "")
 
+    def read_only(self, b: Buffer) -> bool:
+        return b.scope == "global" and b not in self.written
+
     def space(self, b: Buffer) -> str:
-        return "global.nc" if b.scope == "global" and b not in self.written else b.scope
+        return "global.nc" if self.read_only(b) else b.scope
 
     def store_memory(self, b: Buffer, index, v: Val) -> None:
         kind = kind_of(b.dtype)

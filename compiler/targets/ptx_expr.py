@@ -100,6 +100,7 @@ class Values:
         self.out: list[str] = []
         self.counts = {k: 0 for k in _PREFIX}
         self.memo: dict = {}  # numbered values: (opcode, operands) or (expression, its variables' values) -> Val
+        self.forgotten: dict = {}  # memo entries a barrier dropped (``forget_integers``): recomputed, same identity
         self.env: dict = {}  # Var -> Val
         self.logs: tuple[list, list] = ([], [])  # what push/pop undo: memo keys added, (Var, previous Val)
         self.marks: list = []
@@ -111,6 +112,8 @@ class Values:
         self.ranges: dict = {}  # id(SpecialVar) -> its inclusive bounds (the kernel emitter's prologue)
         self.var_bounds: dict = {}  # Var -> inclusive bounds of the value a Let or loop gave it
         self.loops: dict = {}  # Var of each runtime loop being emitted -> its induction bookkeeping (kernel emitter)
+        self.differences: dict = {}  # register -> the integer difference ``a - b`` a Let named (kernel emitter)
+        self.two_values: dict = {}  # register -> (predicate, value if true, value if false): a select of immediates
 
     # ---- registers, instructions, scopes
 
@@ -135,7 +138,9 @@ class Values:
         memo_mark, env_mark = self.marks.pop()
         if memo_mark is not None:
             while len(keys) > memo_mark:
-                self.memo.pop(keys.pop(), None)  # a barrier may have cleared it
+                key = keys.pop()
+                self.memo.pop(key, None)  # a barrier may have dropped it
+                self.forgotten.pop(key, None)
         while len(names) > env_mark:
             var, old = names.pop()
             if old is None:
@@ -167,8 +172,21 @@ class Values:
         self.emit(f"{opcode} {d}, {', '.join(a.text for a in args)};")
         v = Val(d, kind)
         if pure:
+            old = self.forgotten.get(key)
+            if old is not None:  # the same value again: known by the same name to the values computed from it
+                v = Val(d, kind, key=old.ident)
             self.remember(key, v)
         return v
+
+    def forget_integers(self) -> None:
+        """Drop the numbered integer and predicate values (a barrier: indexes are cheaper to compute again than to
+        hold in registers across it, as NVVM rematerializes them). Floating-point values stay; an integer computed
+        again keeps its old identity, so a float computed from it is still found (NVVM's GVN: a softmax's
+        exponentials summed before a block-wide reduction are the ones it stores after it)."""
+        for k, v in self.memo.items():
+            if v.kind not in ("f32", "b16"):
+                self.forgotten[k] = v
+        self.memo = {k: v for k, v in self.memo.items() if v.kind in ("f32", "b16")}
 
     def in_reg(self, v: Val) -> Val:
         """An immediate moved into a register (for operand positions PTX wants a register in)."""
@@ -205,6 +223,7 @@ class Values:
         else:
             wide = self.op("b32", "cvt.u32.u16", v)  # bfloat16: its bits are the top half of a float32
             f = self.op("f32", "mov.b32", self.op("b32", "shl.b32", wide, self.imm(16, "uint32")))
+        self.keep_two_values(v, f, "float32")
         return replace(f, zero_unless=v.zero_unless) if v.zero_unless else f  # 0 converts to +0.0
 
     def from_f32(self, v: Val, dt: DType) -> Val:
@@ -212,7 +231,15 @@ class Values:
             return v
         if v.imm is not None:
             return self.imm(v.imm, dt)
-        return self.op("b16", f"cvt.rn.{'f16' if dt == 'float16' else 'bf16'}.f32", v)
+        r = self.op("b16", f"cvt.rn.{'f16' if dt == 'float16' else 'bf16'}.f32", v)
+        self.keep_two_values(v, r, dt)
+        return r
+
+    def keep_two_values(self, src: Val, dst: Val, dt) -> None:
+        """``dst`` converts ``src`` to ``dt``: a select of two immediates stays one (its values rounded)."""
+        two = self.two_values.get(src.text)
+        if two is not None:
+            self.two_values[dst.text] = (two[0], round_to(two[1], dt), round_to(two[2], dt))
 
     def convert(self, v: Val, src: DType, dst: DType) -> Val:
         """The IR cast of ``v`` from ``src`` to ``dst`` (C's conversions; float -> int truncates)."""
@@ -228,9 +255,8 @@ class Values:
             if v.imm is not None:
                 return self.imm(int(v.imm), dst) if dst.is_int else self.imm(float(v.imm), dst)
             if dst.is_float:
-                one, zero = self.imm(1.0, "float32"), self.imm(0.0, "float32")
-                return self.from_f32(self.op("f32", "selp.f32", one, zero, v), dst)
-            return self.op(kind_of(dst), f"selp.b{dst.bits}", self.imm(1, dst), self.imm(0, dst), v)
+                return self.from_f32(self.selp(self.imm(1.0, "float32"), self.imm(0.0, "float32"), v), dst)
+            return self.selp(self.imm(1, dst), self.imm(0, dst), v)
         if src.is_float and dst.is_float:
             return self.from_f32(self.to_f32(v, src), dst)
         if src.is_int and dst.is_int:
@@ -269,15 +295,16 @@ class Values:
             e = as_expr(e)
         if type(e) in _COMPOSITE:
             entry = self.free.get(id(e))
-            if entry is None:
-                entry = self.free[id(e)] = (e, _free_vars(e))  # holds e: its id stays its own
+            if entry is None:  # holds e: its id stays its own
+                entry = self.free[id(e)] = (e, _free_vars(e, self.read_only), has_memory_load(e))
             if entry[1] is not None:
                 key = ("ev", id(e), wide, *(self.var(v).ident for v in entry[1]))
                 hit = self.memo.get(key)
                 if hit is not None:
                     return hit
                 v = self.ev_new(e, wide)
-                self.remember(key, v)
+                if self.guard is None or not entry[2]:  # a guarded load is 0 where its guard is false
+                    self.remember(key, v)
                 return v
         return self.ev_new(e, wide)
 
@@ -395,6 +422,10 @@ class Values:
             raise PtxUnsupported(f"variable {e.name} is not bound")
         return v
 
+    def read_only(self, buffer) -> bool:
+        """Whether the kernel never writes ``buffer`` (its loads are pure values); the kernel emitter knows."""
+        return False
+
     def nonneg(self, e) -> bool:
         return nonneg(e, self.nonneg_vars)
 
@@ -411,11 +442,22 @@ class Values:
             return self.op("pred", f"{ {'&': 'and', '|': 'or', '^': 'xor'}[op]}.pred", self.in_reg(a), self.in_reg(b))
         if dt.is_float:
             return self.float_binop(op, e.a, e.b, dt)
+        if op in ("//", "%", "/"):
+            r = self.bounds(e)
+            if r is not None and r[0] == r[1]:  # the same quotient for every thread and block
+                return self.imm(r[0], DType("int64") if w else dt)
         if op in ("//", "%") and w:  # divide in 32 bits, widen the quotient (as the CUDA target)
             return self.widen(self.binop(e, False), dt)
         cdt = DType("int64") if w else dt
         a, b = self.ev(e.a, w), self.ev(e.b, w)
-        return self.int_binop(op, a, b, cdt, op in ("//", "%", "/") and self.nonneg(e.a) and self.nonneg(e.b))
+        nonneg = op in ("//", "%", "/") and self.nonneg_by_bounds(e.a) and self.nonneg_by_bounds(e.b)
+        return self.int_binop(op, a, b, cdt, nonneg)
+
+    def nonneg_by_bounds(self, e) -> bool:
+        if self.nonneg(e):
+            return True
+        r = self.bounds(e)
+        return r is not None and r[0] >= 0
 
     def int_binop(self, op: str, a: Val, b: Val, dt: DType, nonneg: bool) -> Val:
         t, bits = _ITYPE[str(dt)], dt.bits
@@ -494,6 +536,9 @@ class Values:
         return self.op("f32", f"{name}{self.ftz}.f32", self.in_reg(a), b)
 
     def cmp(self, op: str, a: Val, b: Val, dt: DType) -> Val:
+        folded = self.cmp_two_values(op, a, b, dt)
+        if folded is not None:
+            return folded
         if dt.is_float:
             t = f"{'neu' if op == '!=' else _CMP[op]}{self.ftz}.f32"
         elif dt.is_bool:
@@ -507,10 +552,43 @@ class Values:
             return self.imm(_fold_cmp(op, a.imm, b.imm), "bool")
         return self.op("pred", f"setp.{t}", self.in_reg(a), b)
 
+    def cmp_two_values(self, op: str, a: Val, b: Val, dt: DType) -> Val | None:
+        """A comparison of a select of two immediates with an immediate, as the select's predicate (NVVM's
+        instcombine does this for masks written as ``where(mask == 0, -inf, x)`` over a 0/1 mask)."""
+        swap = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+        if a.imm is not None and b.imm is None:
+            a, b, op = b, a, swap[op]
+        two = self.two_values.get(a.text)
+        if two is None or b.imm is None or dt.is_bool:
+            return None
+        c, if_true, if_false = two
+        if dt.is_float and any(x != 0 and abs(x) < 1.1754943508222875e-38 for x in (if_true, if_false, b.imm)):
+            return None  # a subnormal: the comparison's flushing would decide
+        r_true, r_false = _fold_cmp(op, if_true, b.imm), _fold_cmp(op, if_false, b.imm)
+        if r_true == r_false:
+            return self.imm(r_true, "bool")
+        return c if r_true else self.op("pred", "not.pred", c)
+
+    def cmp_difference(self, op: str, e) -> Val | None:
+        """``a - b op 0`` as ``a op b`` for a signed difference (its overflow is undefined, as in C: NVVM's fold),
+        also where ``e`` names a difference a Let bound, if its operands still have the values they had there."""
+        if isinstance(e, Var) and e in self.env:
+            d = self.differences.get(self.env[e].text)
+            if d is None or self.ev(d).text != self.env[e].text:
+                return None
+            e = d
+        if not (isinstance(e, BinOp) and e.op == "-" and e.a.dtype == e.b.dtype == e.dtype):
+            return None
+        return self.e_cmp(Cmp(op, e.a, e.b))
+
     def e_cmp(self, e: Cmp) -> Val:
         da, db = e.a.dtype, e.b.dtype
         if da.is_float or db.is_float:
             return self.cmp(e.op, self.to_f32(self.ev(e.a), da), self.to_f32(self.ev(e.b), db), DType("float32"))
+        if da in ("int32", "int64") and isinstance(e.b, Const) and e.b.value == 0:
+            folded = self.cmp_difference(e.op, e.a)
+            if folded is not None:
+                return folded
         ra, rb = self.bounds(e.a), self.bounds(e.b)
         if ra is not None and rb is not None:  # decided for every thread and block (a guard that always holds)
             for value in (True, False):
@@ -609,7 +687,7 @@ class Values:
             if kind == "pred":
                 return self.op("pred", "or.pred", self.op("pred", "and.pred", c, self.in_reg(a)),
                                self.op("pred", "and.pred", self.op("pred", "not.pred", c), self.in_reg(b)))
-            return self.op(kind, f"selp.{kind}", self.in_reg(a), b, c)  # a register kind is its selp type
+            return self.selp(a, b, c)
         res, other, end = self.reg(kind), self.label(), self.label()
         self.emit(f"@!{c.text} bra {other};")
         for branch, last in ((e.a, False), (e.b, True)):
@@ -622,6 +700,14 @@ class Values:
                 self.out.append(f"{other}:")
         self.out.append(f"{end}:")
         return Val(res, kind)
+
+    def selp(self, a: Val, b: Val, c: Val) -> Val:
+        """``c ? a : b`` (a register kind is its selp type); a select of two immediates is remembered, so that a
+        comparison of it with an immediate becomes ``c``, ``!c`` or a constant (``cmp``)."""
+        v = self.op(a.kind, f"selp.{a.kind}", self.in_reg(a), b, c)
+        if a.imm is not None and b.imm is not None:
+            self.two_values[v.text] = (c, a.imm, b.imm)
+        return v
 
     def call(self, e: Call, w: bool) -> Val:
         name, dt = e.name, e.dtype
@@ -696,15 +782,16 @@ class Values:
 _COMPOSITE = (BinOp, Cmp, Unary, Select, Cast, Call)
 
 
-def _free_vars(e) -> tuple | None:
-    """The variables ``e`` mentions, or None when it loads (memory or a register array) or shuffles."""
+def _free_vars(e, read_only=lambda buffer: False) -> tuple | None:
+    """The variables ``e`` mentions, or None when it shuffles or loads from memory that may change (a register
+    array, shared memory, a global tensor unless ``read_only`` says the kernel never writes it)."""
     out: dict = {}
 
     def visit(x) -> bool:
         if isinstance(x, Var):
             out[id(x)] = x
             return True
-        if isinstance(x, Load) or (isinstance(x, Call) and x.name == "shfl_xor"):
+        if (isinstance(x, Load) and not read_only(x.buffer)) or (isinstance(x, Call) and x.name == "shfl_xor"):
             return False
         for name in getattr(x, "__slots__", ()):
             c = getattr(x, name)
