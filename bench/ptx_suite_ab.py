@@ -62,12 +62,14 @@ def forward_calls(path: Path, tmp: Path) -> list:
     return list(calls.values())
 
 
-def ab_kernel(kernel, args: list, trials: int) -> tuple[str, float] | str:
-    """(the row's figures, B/A) of one kernel, or why it is skipped."""
+def ab_kernel(kernel, args: list, trials: int, minncta: bool = False) -> tuple[str, float] | str:
+    """(the row's figures, B/A) of one kernel, or why it is skipped. ``minncta``: a third side C, B's PTX with
+    ``.minnctapersm 1`` (a question for ptxas' register target, not a product setting), and its C/A."""
     import torch
 
     from bench.cubin_ab import agreement, compile_cpu, interleaved, side_ptx, with_cubin
     from tileagent.compiler.jit import nvrtc_options
+    from tileagent.compiler.runtime.ptxas import ptx_to_cubin
 
     arch, options = kernel.target.arch, nvrtc_options(kernel.pass_configs)
     b = side_ptx(kernel, arch, options)
@@ -75,14 +77,18 @@ def ab_kernel(kernel, args: list, trials: int) -> tuple[str, float] | str:
         return b
     source = kernel.get_kernel_source()
     cubin_a, _ = compile_cpu(source, arch, options)
-    ka, kb = with_cubin(kernel, source, arch, options, cubin_a), with_cubin(kernel, b[0], arch, b[1], b[2][0])
+    sides = [with_cubin(kernel, source, arch, options, cubin_a), with_cubin(kernel, b[0], arch, b[1], b[2][0])]
+    if minncta:
+        ptx_c = b[0].replace("\n.maxntid ", "\n.minnctapersm 1\n.maxntid ", 1)
+        sides.append(with_cubin(kernel, ptx_c, arch, b[1], ptx_to_cubin(ptx_c, arch, cache=False)))
     clone = lambda: [a.clone() if isinstance(a, torch.Tensor) else a for a in args]  # noqa: E731
-    ins_a, ins_b = clone(), clone()
+    ins = [clone() for _ in sides]
     outs = lambda o: [] if o is None else list(o) if isinstance(o, (tuple, list)) else [o]  # noqa: E731
-    same = agreement([t for t in ins_a if isinstance(t, torch.Tensor)] + outs(ka(*ins_a)),
-                     [t for t in ins_b if isinstance(t, torch.Tensor)] + outs(kb(*ins_b)))
-    ms_a, ms_b = interleaved([lambda: ka(*ins_a), lambda: kb(*ins_b)], trials)
-    return f"{ms_a:9.4f} {ms_b:9.4f} {ms_b / ms_a:6.3f}  {same}", ms_b / ms_a
+    results = [[t for t in i if isinstance(t, torch.Tensor)] + outs(k(*i)) for k, i in zip(sides, ins)]
+    same = "  ".join(agreement(results[0], r) for r in results[1:])
+    ms = interleaved([lambda k=k, i=i: k(*i) for k, i in zip(sides, ins)], trials)
+    extra = f" {ms[2]:9.4f} {ms[2] / ms[0]:6.3f}" if minncta else ""
+    return f"{ms[0]:9.4f} {ms[1]:9.4f} {ms[1] / ms[0]:6.3f}{extra}  {same}", ms[1] / ms[0]
 
 
 def main(argv=None) -> int:
@@ -90,13 +96,15 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", help="comma-separated op names (default: every file in bench/suite)")
     ap.add_argument("--trials", type=int, default=30)
     ap.add_argument("--budget", type=float, default=None, help="seconds; no new op starts after this")
+    ap.add_argument("--minncta", action="store_true", help="a third side: B's PTX with .minnctapersm 1 (C/A)")
     a = ap.parse_args(argv)
     paths = [SUITE / f"{op}.py" for op in a.ops.split(",")] if a.ops else sorted(SUITE.glob("*.py"))
     missing = [p.stem for p in paths if not p.is_file()]
     if missing:
         ap.error(f"no such suite ops: {missing}")
     t0, ratios, skipped = time.perf_counter(), [], []
-    print(f"{'kernel':28} {'A ms':>9} {'B ms':>9} {'B/A':>6}  outputs")
+    print(f"{'kernel':28} {'A ms':>9} {'B ms':>9} {'B/A':>6}" + (f" {'C ms':>9} {'C/A':>6}" if a.minncta else "")
+          + "  outputs")
     with tempfile.TemporaryDirectory() as tmp:
         for path in paths:
             if a.budget is not None and time.perf_counter() - t0 > a.budget:
@@ -109,7 +117,7 @@ def main(argv=None) -> int:
                 continue
             for i, (kernel, args) in enumerate(calls):
                 try:
-                    row = ab_kernel(kernel, args, a.trials)
+                    row = ab_kernel(kernel, args, a.trials, a.minncta)
                 except Exception as e:  # noqa: BLE001 - reported per kernel
                     row = f"failed: {type(e).__name__}: {str(e)[:160]}"
                 label = f"{path.stem}#{i}"

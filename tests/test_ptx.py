@@ -23,7 +23,7 @@ from tileagent.compiler.targets.ptx import PtxUnsupported, generate
 
 pytestmark = pytest.mark.skipif(ptxas.version() is None, reason="nvJitLink is not installed")
 
-COVERED = ["shared/softmax", "prompts/candidate_rmsnorm_silu", "prompts/layernorm", "prompts/rmsnorm_silu",
+COVERED = ["shared/softmax", "shared/rmsnorm_silu", "prompts/candidate_rmsnorm_silu", "prompts/layernorm", "prompts/rmsnorm_silu",
            "prompts/rmsnorm_silu_4096", "prompts/softmax", "prompts/sum_dim1"]
 OWN = {"layernorm": lambda: K.layernorm(13, 160), "column_max": lambda: K.column_max(64, 80),
        "transpose": lambda: K.transpose(70, 45), "column_sum_atomic": lambda: K.column_sum_atomic(50, 64),
@@ -70,7 +70,6 @@ def test_own_memory_bound_kernels_assemble(name):
     ("prompts/gemm_relu", "sm_90a", "TMA tensor maps or a hardware-swizzled shared arena"),
     ("prompts/gemm_relu", "sm_80", "statement AsyncCopy"),
     ("prompts/bias_gelu", "sm_90a", "erf (IEEE) is left to NVVM's libdevice"),
-    ("shared/rmsnorm_silu", "sm_90a", "exp (IEEE) is left to NVVM's libdevice"),
 ])
 def test_what_the_emitter_does_not_cover_is_named(shared_example, label, arch, why):
     with pytest.raises(PtxUnsupported, match=f"^kernel main_kernel: {re.escape(why)}$"):
@@ -358,3 +357,34 @@ def test_values_computed_once_agree_with_torch_on_gpu(monkeypatch, tmp_path):
     want = _causal_softmax_reference(x, v)
     torch.testing.assert_close(a(x, v), want, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(b(x, v), want, rtol=1e-5, atol=1e-6)
+
+
+def _exp(n):
+    @T.prim_func
+    def main(X: T.Tensor((n,), "float32"), Y: T.Tensor((n,), "float32")):
+        with T.Kernel(T.ceildiv(n, 128), threads=128) as b:
+            for i in T.Parallel(128):
+                if b * 128 + i < n:
+                    Y[b * 128 + i] = T.exp(X[b * 128 + i])
+    return main
+
+
+def test_ieee_exp_is_libdevices_sequence():
+    """Without fast math, exp is libdevice's expf as NVVM writes it (one ex2.approx on the reduced argument, scaled
+    by 2^j built from the bits of a round-down fma): the emitter covers IEEE exp (memory_bound's rmsnorm_silu)."""
+    ptx = generate(module_of(tileagent.compile(_exp(1000), target="cpu:sm_90a"), "sm_90a"), "sm_90a")
+    assert len(re.findall(r"\bex2\.approx\.ftz\.f32", ptx)) == 1 and "fma.rm.f32" in ptx and "cvt.sat.f32.f32" in ptx
+    assert ptxas.ptx_to_cubin(ptx, "sm_90a", cache=False)[:4] == b"\x7fELF"
+
+
+@pytest.mark.gpu
+@on_gpu
+def test_ieee_exp_matches_nvrtcs_bit_for_bit_on_gpu(monkeypatch, tmp_path):
+    n = 1 << 20
+    a, b = _both(lambda: tileagent.compile(_exp(n), out_idx=[1]), monkeypatch, tmp_path)
+    x = torch.cat([torch.randn(n - 12, device="cuda") * 30, torch.tensor(
+        [0.0, -0.0, 88.72, 88.73, -87.3, -103.9, -104.0, 1e-30, float("inf"), float("-inf"), float("nan"), 1.5],
+        device="cuda")])
+    ya, yb = a(x), b(x)
+    assert torch.equal(ya.view(torch.int32)[~x.isnan()], yb.view(torch.int32)[~x.isnan()]) and ya[-2].isnan()
+    torch.testing.assert_close(ya, torch.exp(x), rtol=2e-7, atol=0, equal_nan=True)

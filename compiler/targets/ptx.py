@@ -194,7 +194,7 @@ class _KernelPtx(Values):
     def if_(self, s: If) -> None:
         c = self.ev(s.cond)
         if c.imm is not None:
-            self.scoped(s.then_body if c.imm else s.else_body, branch=self.guard is None)
+            self.scoped(s.then_body if c.imm else s.else_body, branch=False)  # runs: what it computes stays known
             return
         ok = self.predicable.get(id(s))
         if ok is None:

@@ -751,6 +751,8 @@ class Values:
             return self.op("f32", f"cvt.{'rmi' if name == 'floor' else 'rpi'}{ftz}.f32.f32", x)
         if self.fast and name == "exp":
             return self.op("f32", "ex2.approx.ftz.f32", self.fop("*", x, self.imm(_LOG2E, "float32")))
+        if name == "exp":
+            return self.expf(x)
         if self.fast and name == "log2":
             return self.op("f32", "lg2.approx.ftz.f32", x)
         if self.fast and name == "log":
@@ -759,6 +761,19 @@ class Values:
             e = self.op("f32", "ex2.approx.ftz.f32", self.fop("*", x, self.imm(-_LOG2E, "float32")))
             return self.fop("/", self.imm(1.0, "float32"), self.fop("+", e, self.imm(1.0, "float32")))
         raise PtxUnsupported(f"{name} ({'fast math' if self.fast else 'IEEE'}) is left to NVVM's libdevice")
+
+    def expf(self, x: Val) -> Val:
+        """IEEE ``expf`` as libdevice computes it (NVVM's PTX for it, instruction for instruction, so the results are
+        the same bits): 2^j * 2^f, j = round-down(x * log2(e)) taken from the bits of a saturated fma, f the rest of
+        x * log2(e) computed with log2(e) split in two."""
+        c = lambda bits: self.in_reg(Val(f"0f{bits}", "f32", struct.unpack(">f", bytes.fromhex(bits))[0]))  # noqa: E731
+        t = self.op("f32", "cvt.sat.f32.f32", self.op("f32", "fma.rn.f32", x, c("3BBB989D"), c("3F000000")))
+        j = self.op("f32", "fma.rm.f32", t, c("437C0000"), c("4B400001"))
+        k = self.op("f32", "neg.f32", self.op("f32", "add.f32", j, c("CB40007F")))
+        f = self.op("f32", "fma.rn.f32", x, c("32A57060"), self.op("f32", "fma.rn.f32", x, c("3FB8AA3B"), k))
+        scale = self.op("f32", "mov.b32", self.op("b32", "shl.b32", self.op("b32", "mov.b32", j),
+                                                  self.imm(23, "uint32")))
+        return self.op("f32", "mul.f32", self.op("f32", "ex2.approx.ftz.f32", f), scale)
 
     def shfl_xor(self, e: Call) -> Val:
         value, mask, width = e.args
