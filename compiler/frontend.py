@@ -300,6 +300,9 @@ class _Parser(ExpressionParser):
             self.emit(value, node)
         elif isinstance(value, Call) and value.name.startswith("extern:"):  # T.call_extern(...) as a statement
             self.emit(Evaluate(value), node)
+        elif isinstance(value, list) and value and all(isinstance(v, Stmt) for v in value):  # an expansion
+            for v in value:  # (T.tvm_thread_allreduce: compiler.language.allreduce)
+                self.emit(v, node)
         elif isinstance(value, AllocSpec):
             self.allocate(value, name or f"buf{len(self.buffer_names)}", node)
         elif isinstance(value, KernelSpec):
@@ -512,15 +515,15 @@ class _Parser(ExpressionParser):
             raise DSLSyntaxError("`with` takes one context in a prim_func", code="E101")
         item = node.items[0]
         spec = self.expr(item.context_expr)
-        if isinstance(spec, WsSpec):  # T.ws(...): its statements inlined, in program order (language.warp_specialize)
-            if not self.kernel_depth:
-                raise DSLSyntaxError("T.ws outside T.Kernel", code="E505")
-            token = CURRENT_WS.set(spec.threads)
+        if isinstance(spec, WsSpec) or getattr(spec, "inline_body", False):  # T.ws(...) (language.warp_specialize),
+            if not self.kernel_depth:  # T.attr(...) (language.allreduce): the statements inlined, in program order
+                raise DSLSyntaxError(f"{'T.ws' if isinstance(spec, WsSpec) else 'T.attr'} outside T.Kernel", code="E505")
+            token = CURRENT_WS.set(spec.threads) if isinstance(spec, WsSpec) else spec.enter()
             try:
                 for s in self.body(node.body, new_scope=False):
                     self.blocks[-1].append(s)
             finally:
-                CURRENT_WS.reset(token)
+                CURRENT_WS.reset(token) if isinstance(spec, WsSpec) else spec.exit()
             return
         if not isinstance(spec, KernelSpec):
             raise DSLSyntaxError(f"`with` is only for T.Kernel, got {describe(spec)}", code="E101")
@@ -552,7 +555,7 @@ class _Parser(ExpressionParser):
 
         self.kernel_depth += 1
         token = CURRENT_BLOCK_VARS.set(block_vars)  # for T.get_block_binding
-        threads = ThreadBindings(spec.threads)
+        threads = ThreadBindings(spec.threads, self.let_values)
         thread_token = CURRENT_THREAD_VARS.set(threads)  # for T.get_thread_binding
         try:
             body = self.body(node.body, new_scope=False)

@@ -269,6 +269,27 @@ class ExpressionParser:
                                f"compile-time Python value", self.span(node), code="E309")
         return bool(value)
 
+    def expr_Lambda(self, node: ast.Lambda):
+        """``lambda x, y: x + y`` (T.comm_reducer's combiner): a Python function whose body this parser evaluates,
+        when it is called, with the parameters bound in a scope of their own (plain positional parameters)."""
+        a = node.args
+        if a.vararg or a.kwarg or a.kwonlyargs or a.defaults or a.posonlyargs:
+            raise DSLSyntaxError("a lambda in a prim_func takes plain positional parameters", self.span(node),
+                                 code="E101")
+        names = [p.arg for p in a.args]
+
+        def call(*values):
+            if len(values) != len(names):
+                raise DSLTypeError(f"`{ast.unparse(node)}` takes {len(names)} arguments, got {len(values)}",
+                                   self.span(node), code="E301")
+            self.scopes.append(dict(zip(names, values)))
+            try:
+                return self.expr(node.body)
+            finally:
+                self.scopes.pop()
+
+        return call
+
     def expr_ListComp(self, node: ast.ListComp):
         return self._comprehension(node)
 

@@ -207,3 +207,94 @@ def test_blackwell_only_names_say_the_program_is_for_sm100(tilelang, tmp_path, n
         f"T.{name} is not supported by TileAgent: Blackwell's (sm_100) tensor memory and tcgen05 MMAs do not exist "
         f"on Hopper (sm_90, the H100/H200) or earlier GPUs, and TileAgent targets sm_80 to sm_90a: this program is for "
         f"sm_100 (TileLang's sm_90 examples of the same kernels, in flash_attention/ and gemm/, run)")
+
+
+ALLREDUCE_GEMV = """\
+    import tilelang
+    import tilelang.language as T
+
+
+    def gemv(N, K, BLOCK_N=4, reduce_threads=8, TILE_K=4, dtype="float16", accum_dtype="float32"):
+        BLOCK_K = reduce_threads * TILE_K
+
+        @T.prim_func
+        def main(A: T.Tensor((K,), dtype), B: T.Tensor((N, K), dtype), C: T.Tensor((N,), dtype)):
+            with T.Kernel(T.ceildiv(N, BLOCK_N), threads=(BLOCK_N, reduce_threads)) as bn:
+                tn = T.get_thread_binding(0)
+                tk = T.get_thread_binding(1)
+                A_local = T.alloc_local((TILE_K,), dtype)
+                B_local = T.alloc_local((TILE_K,), dtype)
+                C_accum = T.alloc_local((1,), accum_dtype)
+                T.clear(C_accum)
+                for bk in T.serial(T.ceildiv(K, BLOCK_K)):
+                    for k in T.vectorized(TILE_K):
+                        A_local[k] = A[bk * BLOCK_K + tk * TILE_K + k]
+                        B_local[k] = B[bn * BLOCK_N + tn, bk * BLOCK_K + tk * TILE_K + k]
+                    for k in T.serial(TILE_K):
+                        C_accum[0] += A_local[k].astype(accum_dtype) * B_local[k].astype(accum_dtype)
+                C_reduced = T.alloc_local((1,), accum_dtype)
+                with T.attr(T.comm_reducer(lambda x, y: x + y, [T.cast(0, accum_dtype)]), "reduce_scope",
+                            T.reinterpret(T.uint64(0), dtype="handle")):
+                    T.evaluate(T.tvm_thread_allreduce(T.uint32(1), C_accum[0], True, C_reduced[0], tk,
+                                                      dtype="handle"))
+                C[bn * BLOCK_N + tn] = C_reduced[0]
+        return main
+
+
+    def dot4(N):
+        @T.prim_func
+        def main(A: T.Tensor((N,), "int8"), B: T.Tensor((N,), "int8"), C: T.Tensor((N // 4,), "int32")):
+            with T.Kernel(1, threads=N // 4) as bx:
+                tx = T.get_thread_binding()
+                a = T.alloc_local((4,), "int8")
+                b = T.alloc_local((4,), "int8")
+                acc = T.alloc_local((1,), "int32")
+                for v in T.vectorized(4):
+                    a[v] = A[tx * 4 + v]
+                    b[v] = B[tx * 4 + v]
+                acc[0] = 7
+                T.dp4a(a[0], b[0], acc[0])
+                C[tx] = acc[0]
+        return main
+    """
+
+
+@pytest.mark.parametrize("target", ["cpu", "sim"])
+def test_tvm_thread_allreduce_in_a_reduce_scope_sums_over_the_named_thread_axis(tilelang, tmp_path, target):
+    """TileLang's GEMV and fp16 x int4 GEMV examples reduce per-thread partial sums with TVM's thread all-reduce."""
+    ns = load_script(_write(tmp_path, "gemv.py", ALLREDUCE_GEMV))
+    kernel = tilelang.compile(ns["gemv"](16, 64), out_idx=[2], target=target)
+    a, b = torch.randn(64).half(), torch.randn(16, 64).half()
+    torch.testing.assert_close(kernel(a, b).float(), b.float() @ a.float(), rtol=1e-2, atol=1e-2)
+    if target == "sim":
+        assert len(tilelang.compile(ns["gemv"](16, 64), out_idx=[2], target="cuda:sm_90a").cubin("sm_90a")) > 0
+
+
+def test_dp4a_adds_the_dot_product_of_four_int8_elements(tilelang, tmp_path):
+    ns = load_script(_write(tmp_path, "dot4.py", ALLREDUCE_GEMV))
+    a, b = (torch.randint(-128, 128, (64,), dtype=torch.int8) for _ in range(2))
+    expected = ((a.int() * b.int()).reshape(16, 4).sum(1) + 7).int()
+    for target in ("cpu", "sim"):
+        torch.testing.assert_close(tilelang.compile(ns["dot4"](64), out_idx=[2], target=target)(a, b), expected)
+
+
+def test_thread_allreduce_outside_a_reduce_scope_is_an_error_at_its_line(tilelang, tmp_path):
+    ns = load_script(_write(tmp_path, "bare.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        def f(N):
+            @T.prim_func
+            def main(A: T.Tensor((N,), "float32")):
+                with T.Kernel(1, threads=32) as bx:
+                    tx = T.get_thread_binding()
+                    acc = T.alloc_local((1,), "float32")
+                    T.evaluate(T.tvm_thread_allreduce(T.uint32(1), A[tx], True, acc[0], tx, dtype="handle"))
+            return main
+        """))
+    with pytest.raises(CompileError) as info:
+        tilelang.compile(ns["f"](32), target="cpu")
+    assert info.value.code == "E701" and info.value.span.line == 11
+    assert info.value.message == ("T.tvm_thread_allreduce outside `with T.attr(T.comm_reducer(...), \"reduce_scope\", "
+                                  "...)`: no reducer says how to combine the values")

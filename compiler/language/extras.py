@@ -48,10 +48,17 @@ def get_block_binding(dim: int = 0):
 class ThreadBindings:
     """The threadIdx variables of the T.Kernel being parsed; ``used`` once T.get_thread_binding handed one out."""
 
-    def __init__(self, threads: tuple):
+    def __init__(self, threads: tuple, lets: dict | None = None):
         self.threads = tuple(threads)
         self.vars = tuple(Var(n, DType("int32")) for n in ("tx", "ty", "tz"))
         self.used = False
+        self.lets = {} if lets is None else lets  # the parser's let-bound values (``tk = T.get_thread_binding(1)``)
+
+    def axis_of(self, v) -> int | None:
+        """The thread axis (0, 1, 2) that ``v`` is, through let-bindings (``tk = T.get_thread_binding(1)``)."""
+        while isinstance(v, Var) and not any(v is t for t in self.vars) and v in self.lets:
+            v = self.lets[v]
+        return next((d for d, t in enumerate(self.vars) if v is t), None)
 
 
 CURRENT_THREAD_VARS: contextvars.ContextVar = contextvars.ContextVar("tileagent_thread_vars", default=None)

@@ -72,6 +72,8 @@ def reinterpret(value, dtype):
     As in TileLang, the old order ``T.reinterpret(dtype, value)`` is accepted too (a dtype first is swapped)."""
     if isinstance(value, str) and not isinstance(dtype, str):
         value, dtype = dtype, value
+    if str(dtype) == "handle":  # TVM's opaque pointer: only T.attr(..., "reduce_scope", T.reinterpret(0, "handle"))
+        return value  # takes one, and T.attr ignores its value (compiler.language.allreduce)
     try:
         return make_reinterpret(value, dtype)
     except UnsupportedDType as e:

@@ -12,6 +12,7 @@ from tileagent.compiler.diagnostics import UnsupportedError
 from tileagent.compiler.dtypes import DType
 from tileagent.compat.tilelang.datatype import DataType
 from tileagent.language import *  # noqa: F401,F403
+from tileagent.compiler.language.allreduce import attr, comm_reducer, dp4a, evaluate, tvm_thread_allreduce
 from tileagent.compiler.language import __all__ as _dsl_names
 
 _HOPPER = ("this part of Hopper/Blackwell warp specialization by hand (expect-tx, wgmma, register reallocation, "
@@ -38,16 +39,14 @@ UNSUPPORTED = {
     # SIMT-level code
     **{n: _SIMT for n in ("get_warp_idx",
                           "get_lane_idx", "get_warp_group_idx", "get_warp_idx_sync", "get_thread_extent",
-                          "tvm_thread_allreduce", "shfl_xor", "shfl_down", "shfl_up", "shfl_sync", "sync_warp",
+                          "shfl_xor", "shfl_down", "shfl_up", "shfl_sync", "sync_warp",
                           "PersistentTileScheduler")},
     # escape hatches
     **{n: _ESCAPE for n in ("call_intrin", "call_pure_extern", "ptx", "ptx_mma",
-                            "ptx_ldmatrix", "CUDASourceCodeKernel", "evaluate", "attr", "address_of",
-                            "make_tensor", "ptr", "dp4a")},
+                            "ptx_ldmatrix", "CUDASourceCodeKernel", "address_of", "make_tensor", "ptr")},
     "tfloat32": "tfloat32 buffers are not supported; use float32 (T.gemm on float32 tiles already uses TF32 tensor "
                 "cores where the target allows)",
     "Fragment": "user-defined fragment layouts are not supported; layouts are inferred",
-    "comm_reducer": "custom reducers are not supported; use T.reduce_sum/max/min/abssum/absmax",
     "alloc_reducer": "reducers are not supported; reduce into a fragment with T.reduce_*",
     "atomic_addx2": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
     "atomic_addx4": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
@@ -148,6 +147,7 @@ def __getattr__(name: str):
                            hint="docs/dsl.md has the table of TileLang features TileAgent supports")
 
 
-__all__ = list(_dsl_names) + ["disable_warp_group_reg_alloc", "float4_e2m1fn", "int", "int1", "int2", "int4", "long",
+__all__ = list(_dsl_names) + ["attr", "comm_reducer", "dp4a", "evaluate", "tvm_thread_allreduce",
+                              "disable_warp_group_reg_alloc", "float4_e2m1fn", "int", "int1", "int2", "int4", "long",
                               "no_set_max_nreg", "parallel", "set_max_nreg", "shift_left", "shift_right", "short",
                               "sync_threads", "uint", "uint1", "uint2", "uint4"]
