@@ -517,7 +517,8 @@ class _Parser(ExpressionParser):
         spec = self.expr(item.context_expr)
         if isinstance(spec, WsSpec) or getattr(spec, "inline_body", False):  # T.ws(...) (language.warp_specialize),
             if not self.kernel_depth:  # T.attr(...) (language.allreduce): the statements inlined, in program order
-                raise DSLSyntaxError(f"{'T.ws' if isinstance(spec, WsSpec) else 'T.attr'} outside T.Kernel", code="E505")
+                what = "T.ws" if isinstance(spec, WsSpec) else "T.attr"
+                raise DSLSyntaxError(f"{what} outside T.Kernel", code="E505")
             token = CURRENT_WS.set(spec.threads) if isinstance(spec, WsSpec) else spec.enter()
             try:
                 for s in self.body(node.body, new_scope=False):
