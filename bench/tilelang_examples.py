@@ -63,6 +63,7 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "dequant_gemm_fp4": ("dequantize_gemm/example_dequant_gemm_fp4_hopper.py",
                          ["--m", "4096", "--n", "4096", "--k", "4096"], True, ()),
     "dequant_gemm_bf16_fp4": ("dequantize_gemm/example_dequant_gemm_bf16_fp4_hopper.py", [], True, ()),  # T.call_extern
+    "dequant_gemv_fp16xint4": ("dequantize_gemm/example_dequant_gemv_fp16xint4.py", [], True, ()),  # + thread allreduce
     "dequant_gemm_w4a8": ("dequantize_gemm/example_dequant_gemm_w4a8.py", ["--m", "2048", "--n", "2048", "--k", "2048"],
                           True, ()),
     "retention_fwd": ("linear_attention/example_retention_fwd.py",
@@ -75,12 +76,12 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "block_sparse_attn": ("blocksparse_attention/example_tilelang_block_sparse_attn.py", [], True, ()),
     "grouped_gemm_fwd": ("grouped_gemm/example_grouped_gemm_fwd.py", ["--batch_sizes", "64,128,256,512", "--profile"],
                          True, ()),
-    "online_softmax": ("online_softmax/online_softmax.py", [], True, ()),
     "blocksparse_gemm": ("blocksparse_gemm/example_blocksparse_gemm.py", [], True, ()),
     "convolution": ("convolution/example_convolution.py", [], True, ()),
     "gemv": ("gemv/example_gemv.py", [], True, ("tvm",)),
     # not in the default set (autotuning, 16384-sized GEMMs, or long references); --all or --only runs them
     "topk": ("topk/example_topk.py", [], False, ()),
+    "online_softmax": ("online_softmax/online_softmax.py", [], False, ()),
     "mha_sink_fwd_bhsd_window": ("attention_sink/example_mha_sink_fwd_bhsd.py", ["--window_size", "1024"], False, ()),
     "dynamic_shape": ("dynamic_shape/example_dynamic.py", [], False, ()),
     "per_token_cast_fp8": ("cast/example_per_token_cast_to_fp8.py", [], False, ("triton",)),

@@ -111,6 +111,7 @@ EXTERN_PROGRAM = """\
                     a[v] = A[(bx * threads + tx) * 4 + v]
                 twice(a, b)
                 T.import_source(SRC)
+                T.import_source(None)  # nothing (TileLang's GEMV passes None without its fast decoding)
                 for v in T.vectorized(4):
                     B[(bx * threads + tx) * 4 + v] = b[v] + T.call_extern("float16", "__float2half_rn", 0.5)
         return main

@@ -25,7 +25,10 @@ ADDRESS = "address_of"  # Call.name of a pointer to a buffer element
 
 def import_source(code: str) -> ImportSource:
     """``T.import_source(code)``: CUDA C++ (device functions, templates) the generated module holds once, before
-    its kernels, for ``T.call_extern`` to call."""
+    its kernels, for ``T.call_extern`` to call. ``None`` adds nothing (TileLang's GEMV example passes None when it
+    does not use its fast decoding)."""
+    if code is None:
+        return None
     if not isinstance(code, str):
         raise DSLTypeError(f"T.import_source takes the CUDA source as a str, got {type(code).__name__}", code="E309",
                            hint="TileLang's dequantization examples pass the 'c_source' of an intrinsic group")
