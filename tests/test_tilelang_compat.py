@@ -83,10 +83,10 @@ def test_unknown_tilelang_module_or_name_is_an_E701_import_error(tilelang):
         import tilelang.carver.roller.policy  # noqa: F401
     assert isinstance(info.value, UnsupportedError) and info.value.code == "E701"
     assert "tilelang.carver.roller.policy" in info.value.message and "config" in info.value.message
-    from tilelang.carver.arch import CUDA  # imports (programs import it at the top), E701 when used
+    from tilelang.carver.arch import CDNA  # imports (programs import it at the top), E701 when used
 
-    with pytest.raises(UnsupportedError, match=r"tilelang\.carver\.arch\.CUDA is not provided"):
-        CUDA("cuda")
+    with pytest.raises(UnsupportedError, match=r"tilelang\.carver\.arch\.CDNA is not provided"):
+        CDNA("hip")
     if importlib.machinery.PathFinder.find_spec("tvm") is None and "tvm" not in sys.modules:
         # a probe is not an import: torch._dynamo calls find_spec("tvm") when it loads (once an E701 for any
         # program whose torch ops reached dynamo, e.g. TileLang's block-sparse attention example)
@@ -1511,7 +1511,7 @@ def test_per_thread_code_errors(tilelang, tmp_path):
 # -- tilelang.carver's roller names: importable, E701 when used -----------------------------------------------------
 
 
-def test_gemm_autotune_example_imports_the_roller_and_runs_without_it(tilelang):
+def test_gemm_autotune_example_imports_the_roller_and_runs_without_it(tilelang, monkeypatch):
     """TileLang's autotuned GEMM imports MatmulTemplate, CUDA/CDNA and NoRasterization at the top and uses them only
     with --with_roller: the imports work, its hand-listed configs run (its matmul at one of them, checked by the
     profiler against its reference), and the roller path is an E701 naming what is missing."""
@@ -1524,10 +1524,18 @@ def test_gemm_autotune_example_imports_the_roller_and_runs_without_it(tilelang):
                               enable_rasteration=True)
     kernel.get_profiler(tensor_supply_type=tilelang.TensorSupplyType.Auto).assert_allclose(
         ns["ref_program"], atol=1e-2, rtol=1e-2)
+    import types
+
+    from tilelang.carver.arch import driver
+
+    monkeypatch.setattr(driver, "get_cuda_device_properties", lambda device_id=0: types.SimpleNamespace(
+        name="H200", major=9, minor=0, multi_processor_count=132, shared_memory_per_block=48 * 1024,
+        L2_cache_size=60 * 2**20))  # CUDA("cuda"), the device model, is provided (tilelang.tools.Analyzer uses it)
     with pytest.raises(CompileError) as e:
         ns["get_configs"](128, 128, 128, with_roller=True)
     assert e.value.code == "E701" and e.value.message.startswith(
-        "tilelang.carver.arch.CUDA is not provided by TileAgent's TileLang compatibility layer"), e.value.message
+        "tilelang.carver.template.MatmulTemplate is not provided by TileAgent's TileLang compatibility layer"), \
+        e.value.message
     from tilelang.carver.roller.rasterization import NoRasterization
     from tilelang.carver.template import MatmulTemplate
 

@@ -299,3 +299,51 @@ def test_thread_allreduce_outside_a_reduce_scope_is_an_error_at_its_line(tilelan
     assert info.value.code == "E701" and info.value.span.line == 11
     assert info.value.message == ("T.tvm_thread_allreduce outside `with T.attr(T.comm_reducer(...), \"reduce_scope\", "
                                   "...)`: no reducer says how to combine the values")
+
+
+def test_tools_analyzer_counts_gemm_flops_and_global_bytes_as_tilelang(tilelang, tmp_path, monkeypatch):
+    """TileLang's analyze/example_gemm_analyze.py: FLOPs and bytes of a tiled GEMM, with the CUDA device model."""
+    import types
+
+    from tilelang.carver.arch import CUDA, driver
+    from tilelang.tools import Analyzer
+
+    ns = load_script(_write(tmp_path, "gemm_analyze.py", """\
+        import tilelang
+        import tilelang.language as T
+
+        M = N = K = 1024
+
+
+        @tilelang.jit
+        def kernel(A, B, block_M=None, block_N=None, block_K=None, num_stages=None, thread_num=None):
+            A: T.Tensor((M, K), T.float16)
+            B: T.Tensor((N, K), T.float16)
+            C = T.empty((M, N), T.float16)
+            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=thread_num) as (bx, by):
+                A_shared = T.alloc_shared((block_M, block_K), T.float16)
+                B_shared = T.alloc_shared((block_N, block_K), T.float16)
+                C_local = T.alloc_fragment((block_M, block_N), T.float32)
+                T.clear(C_local)
+                for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                    T.copy(A[by * block_M, k * block_K], A_shared)
+                    T.copy(B[bx * block_N, k * block_K], B_shared)
+                    T.gemm(A_shared, B_shared, C_local, transpose_B=True)
+                T.copy(C_local, C[by * block_M, bx * block_N])
+            return C
+        """))
+    func = ns["kernel"].get_tir(block_M=128, block_N=128, block_K=32, num_stages=3, thread_num=128)
+    monkeypatch.setattr(driver, "get_cuda_device_properties", lambda device_id=0: types.SimpleNamespace(
+        name="H200", major=9, minor=0, multi_processor_count=132, shared_memory_per_block=48 * 1024,
+        L2_cache_size=60 * 2**20))
+    device = CUDA("cuda")
+    assert (device.sm_version, device.compute_capability, device.compute_max_core) == (90, "90", 132)
+    result = Analyzer.analysis(func, device)
+    assert result.total_flops == 2 * 1024**3
+    # A and B: a 128 x 32 fp16 tile each per k step (32 steps) and block (64); C: one 128 x 128 fp16 tile per block
+    assert result.total_global_bytes == 2 * (128 * 32 * 2 * 32 * 64) + 128 * 128 * 2 * 64
+    assert result.expected_tflops is None and result.expected_bandwidth_GBps == 12.08  # TileLang's table: sm_80..89
+    assert result.estimated_time == result.total_global_bytes / 12.08e9
+    monkeypatch.setattr(driver, "get_cuda_device_properties", lambda device_id=0: None)
+    with pytest.raises(RuntimeError, match="Cannot find cuda device 0."):
+        CUDA("cuda")

@@ -38,7 +38,7 @@ UNSUPPORTED_MODULES = {
               "(of tilelang.carver only arch.driver's device queries are)",
     "contrib": "TileLang's nvcc/hipcc wrappers are not provided (of tilelang.contrib only nvcc's compute-capability "
                "queries are); TileAgent compiles with NVRTC",
-    "tools": "TileLang's tools (iket, lower traces, plotting) are not provided",
+    "tools": "of TileLang's tools only tilelang.tools.Analyzer is provided (not iket, lower traces, plotting)",
     "engine": "TileLang's lowering engine is not provided (of tilelang.engine only callback's "
               "register_cuda_postproc_callback is); kernel.get_kernel_source() shows the CUDA TileAgent generates",
     "cuda": "TileLang's hand-written CUDA intrinsic emitters (mma/ldmatrix macro generators) are not provided; "
