@@ -723,6 +723,11 @@ class KernelWriter:
         if self.row_div:
             div = min(self.row_div, key=lambda d: d.v)
             sched = sched[:-1] + f", div={div.t})"
+        tiles = [f for f, shape in self.allocs.items() if shape == "(BM, BR)" and f.startswith("f") and "_" in f
+                 and f[1:f.index("_")].isdigit()]  # the global tiles (fragment), named f<n>_<input>
+        if tiles and all(self.alloc_dtype.get(f, "").startswith("$") for f in tiles) and all(
+                g.dtype in (torch.float16, torch.bfloat16) for _, (_, _, g) in ins if g is not None):
+            sched = sched[:-1] + ", half=True)"  # every row tile 16-bit: two values a register
         if split:
             sched = f"schedule_split({k.X.t}, {k.R.t})"
         call = f"{fname}({args}{', ' if args else ''}*{sched})({', '.join(arg for _, (_, arg, _) in ins)})"

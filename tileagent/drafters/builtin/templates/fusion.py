@@ -27,7 +27,7 @@ VARIANTS = [
 ]
 
 SCHEDULE = '''
-def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True):
+def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, half=False):
     """(BM, BR, THREADS) for NX rows of NR columns: BR the row length as a power of two (up to BR_MAX, 512 for a
     pointwise kernel; the whole row for top-k), BM rows so a thread holds about PER_THREAD values (top-k: fewer,
     down to 8 rows, until 1024 blocks run). ``reread``: the
@@ -42,11 +42,17 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True):
     wider tiles and more threads, up to 512 (each block then has up to 4x the loads in flight). ``WIDE_ROWS`` (a
     knob, drafted off): so do kernels that read rows too long for registers twice (instance_norm's 65536 values):
     blocks of 512 threads, one per SM by registers, keep about one row per SM in flight (132 x 256 KB, within the
-    H200's 50 MB L2), so the second pass over a row may be served by L2 instead of memory."""
+    H200's 50 MB L2), so the second pass over a row may be served by L2 instead of memory. ``half``: the row's
+    tiles are 16-bit (two values a register): a row held whole (``reread``) that would need more than 256 threads
+    takes twice the values a thread instead (int8 quantization at K=14336 fp16: 256 threads x 64 values, 80
+    registers, 3 blocks and 96 KB of loads in flight per SM; 512 x 32 had 2 blocks and 64 KB, 51% of a copy on the
+    H200 where K=4096's 10 blocks of 128 threads per SM ran at 72%)."""
     cap = 512 if pointwise else (1 << 16 if topk else BR_MAX)
     per = PER_THREAD
     if reread and NR > cap and NR <= 512 * PER_THREAD:
         cap = NR
+        if half and NR > 256 * PER_THREAD:
+            per = 2 * PER_THREAD
     elif lanes > 1 and NR > cap:
         per, cap = max(4, PER_THREAD // 2), max(32, BR_MAX // 2)
     br = 32
