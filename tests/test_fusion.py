@@ -285,7 +285,7 @@ def test_int8_quantization_stores_vectors_and_reads_each_row_once(tmp_path):
     source, module = _candidate("int8_row_quant", tmp_path)
     kernel = source[source.index("def kernel0("):]
     assert "T.floor" not in kernel and "\"int64\"" not in kernel and "T.cast(T.abs(" not in kernel
-    assert "f_o0 = T.alloc_fragment((BM, BR), \"int8\")" in source and "T.copy(f_o0, o0[bm * BM, kk * BR])" in source
+    assert "f_o0 = T.alloc_fragment((BM, BR), \"int8\")" in source and "T.copy(f_o0, o0[bm * BM, (NK - 1 - kk) * BR])" in source
     assert module["schedule"](8192, 14336, False, False, True) == (1, 16384, 512)  # float32 rows: 32 a thread
     assert module["schedule"](8192, 14336, False, False, True, half=True) == (1, 16384, 256)
     assert module["schedule"](8192, 8192, False, False, True, half=True) == (1, 8192, 256)  # as before
@@ -380,6 +380,8 @@ def test_mean_and_variance_in_one_pass_over_long_rows(name, tmp_path):
     # with one tile (NS == 1) every pass reads the one register tile
     assert 'f0_x_4 = T.alloc_shared((BM, BR), "float32") if NS > 1 else f0_x' in draft.source
     assert "else:  # several tiles: one pass, shifted sums per lane" in draft.source
+    # the output pass walks the row's tiles from the last (its first reads are the moments pass's last: L2 hits)
+    assert "T.copy(f_o0, o0[bm * BM, (NK - 1 - kk) * BR])" in draft.source
     candidate = tmp_path / f"{name}_moments.py"
     # rows this short are held in registers (the reread rule); without it, tiles of 32
     assert ", True, 3))(" in draft.source

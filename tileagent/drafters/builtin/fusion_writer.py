@@ -461,7 +461,13 @@ class KernelWriter:
                 body += self.body(cx, "tile", stmts, pad)
                 body += [" " * pad + rows(s) for s in stores]
             else:
-                body += self.tile_pass(cx, stmts, pad, stores)
+                lines = self.tile_pass(cx, stmts, pad, stores)
+                if _rereads(body + lines):
+                    # the output pass after a pass over the same row's tiles walks them from the last: its first
+                    # reads are the tiles the pass before read last, which the L2 may still hold (instance_norm
+                    # reads its 256 KB rows twice; the same order read each tile back after a whole row's traffic)
+                    lines = [line.replace("kk * BR", "(NK - 1 - kk) * BR") for line in lines]
+                body += lines
         self.allocs2 = [n for n in self.allocs if n not in allocs_before]
         return self.assemble(grid, head, body, out_params)
 
