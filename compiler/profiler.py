@@ -11,8 +11,10 @@ Guarantees:
 - ``do_bench`` (here and the module-level ``do_bench(fn)``) times the way the evaluator does on CUDA
   (``evaluator.timing.bench``: the L2 flushed before every trial, the host's enqueue time hidden, CUDA events) and
   returns the **median** unless ``return_mode`` asks for "mean", "min" or "max"; ``warmup`` and ``rep`` are TileLang's
-  time budgets in milliseconds (``n_warmup``/``n_repeat`` override them with counts). On the CPU targets it is wall
-  clock, warmed up the same way.
+  time budgets in milliseconds (``n_warmup``/``n_repeat`` override them with counts). ``backend="cupti"`` reports
+  what TileLang's does: the mean GPU time of the kernels per call from the CUDA profiler (torch.profiler over CUPTI),
+  without launch gaps or event overheads, the L2 flushed before each call. On the CPU targets it is wall clock,
+  warmed up the same way.
 - ``assert_allclose`` runs the reference first, then the kernel, and fails (AssertionError) when more than
   ``max_mismatched_ratio`` of the elements of an output differ beyond ``atol + rtol * |ref|``.
 """
@@ -123,7 +125,9 @@ def do_bench(fn: Callable, warmup: float = 25, rep: float = 100, _n_warmup: int 
     if backend not in ("event", "cupti", "cudagraph"):
         raise ValueError(f"backend must be 'event', 'cupti' or 'cudagraph', got {backend!r}")
     on_cuda = torch.cuda.is_available() and _uses_cuda(device)
-    if on_cuda:
+    if on_cuda and backend == "cupti":
+        times = _bench_cuda(fn, warmup, rep, _n_warmup, _n_repeat, device, kernel_time=True)
+    elif on_cuda:
         times = _bench_cuda(fn, warmup, rep, _n_warmup, _n_repeat, device)
     else:
         times = _bench_wall(fn, warmup, rep, _n_warmup, _n_repeat)
@@ -143,7 +147,7 @@ def _uses_cuda(device) -> bool:
     return torch.device(device).type == "cuda"
 
 
-def _bench_cuda(fn, warmup, rep, n_warmup, n_repeat, device) -> list[float]:
+def _bench_cuda(fn, warmup, rep, n_warmup, n_repeat, device, kernel_time: bool = False) -> list[float]:
     from tileagent.evaluator.timing import bench
 
     dev = f"cuda:{device}" if isinstance(device, int) else str(device or f"cuda:{torch.cuda.current_device()}")
@@ -158,8 +162,45 @@ def _bench_cuda(fn, warmup, rep, n_warmup, n_repeat, device) -> list[float]:
     estimate = start.elapsed_time(end) / 5
     warm = n_warmup or _budget_count(warmup, estimate, 1)
     trials = n_repeat or _budget_count(rep, estimate, MIN_TRIALS)
+    if kernel_time:
+        per_call = _kernel_time(fn, warm, trials, dev)
+        if per_call is not None:
+            return [per_call]
+        log.warning("do_bench(backend='cupti'): the CUDA profiler saw no kernel; timed with CUDA events instead")
     times, _, _ = bench(lambda: fn(), [[]], trials=trials, warmup=warm, device=dev)
     return times
+
+
+FLUSH_RANGE = "tileagent::l2_flush"
+
+
+def _kernel_time(fn, warm: int, trials: int, dev: str) -> float | None:
+    """backend="cupti" (TileLang's meaning): the GPU time of the kernels ``fn`` launches, per call, as the CUDA
+    profiler records them (launch gaps and event overheads excluded), the L2 flushed before each call by a kernel
+    in a named range whose time is subtracted; None when the profiler recorded no kernel."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    flush = torch.empty(64 << 20, dtype=torch.int32, device=dev)  # 256 MB, more than any L2
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize(dev)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(trials):
+            with record_function(FLUSH_RANGE):
+                flush.zero_()
+            fn()
+        torch.cuda.synchronize(dev)
+    total = flushed = 0.0
+    for event in prof.events():
+        if getattr(getattr(event, "device_type", None), "name", "") != "CUDA":
+            continue
+        if not event.is_user_annotation:
+            total += event.self_device_time_total
+        elif event.key == FLUSH_RANGE:
+            flushed += event.self_device_time_total
+    if total - flushed <= 0:
+        return None
+    return (total - flushed) / trials * 1e-3
 
 
 def _bench_wall(fn, warmup, rep, n_warmup, n_repeat) -> list[float]:

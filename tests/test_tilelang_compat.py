@@ -388,6 +388,20 @@ def test_do_bench_on_the_cpu_returns_median_or_quantiles(tilelang):
         do_bench(lambda: None, return_mode="p99", device="cpu")
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cupti_backend_reports_kernel_time_without_launch_or_event_overhead(tilelang):
+    """TileLang's backend="cupti": the kernels' own GPU time per call from the profiler, the L2 flush subtracted: not
+    more than what CUDA events around one launch measure (they add their own overhead), and of the same size."""
+    from tilelang.profiler import do_bench
+
+    x = torch.randn(1 << 24, device="cuda")
+    y = torch.empty_like(x)
+    kernel = do_bench(lambda: y.copy_(x), backend="cupti", _n_warmup=3, _n_repeat=20)
+    events = do_bench(lambda: y.copy_(x), backend="event", _n_warmup=3, _n_repeat=20)
+    assert 0.5 * events < kernel <= 1.05 * events
+
+
 def test_testing_helpers(tilelang):
     import tilelang.testing
 
