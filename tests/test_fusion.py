@@ -396,7 +396,8 @@ def test_mean_and_variance_in_one_pass_over_long_rows(name, tmp_path):
 
 
 def test_long_row_passes_are_pipelined_and_row_operands_vectorized(tmp_path):
-    """At the suite's GPU sizes (compiled for sm_90a, nothing run): with STAGES = 2, instance_norm's passes over its
+    """At the suite's GPU sizes (compiled for sm_90a, nothing run): with STAGES = 2 (and WIDE_ROWS off, the blocks
+    of 128 threads), instance_norm's passes over its
     65536-wide rows are two cp.async pipelines with a shared tile each (one 8 KB tile a stage; 90 registers, 5
     blocks per SM), and the rotary embedding, the padding mask and the embedding gather read every operand with
     128-bit (the pad flags 32-bit) loads, where each value was an element read (16-bit, one byte for a flag)."""
@@ -404,7 +405,7 @@ def test_long_row_passes_are_pipelined_and_row_operands_vectorized(tmp_path):
 
     source, _ = _candidate("instance_norm", tmp_path)
     staged = tmp_path / "instance_norm_staged.py"
-    staged.write_text(source.replace("STAGES = 1", "STAGES = 2"))
+    staged.write_text(source.replace("STAGES = 1", "STAGES = 2").replace("WIDE_ROWS = True", "WIDE_ROWS = False"))
     module = {"__name__": "instance_norm_staged"}
     exec(compile(staged.read_text(), str(staged), "exec"), module)
     with dry_run("sm_90a") as run:
@@ -535,3 +536,39 @@ def test_rows_off_8_byte_boundaries_are_staged_through_shared_memory(shape, tmp_
     assert launch["threads"] == 64 and launch["grid"][0] == 2048, launch
     assert launch["access_bytes"]["g_x"] == 16 and launch["access_bytes"]["out"] == 16, launch
     assert launch["grid"][0] <= launch["blocks_per_sm"] * 132, launch  # one wave
+
+
+@pytest.mark.parametrize("name", ["instance_norm", "var_ragged"])
+def test_tiles_kept_in_shared_memory_between_two_passes(name, tmp_path):
+    """A kernel of 512 threads or more (one block per SM) that reads a row of several tiles twice keeps up to STASH
+    bytes of them in shared memory between the passes (fusion_stash): instance_norm at its GPU size keeps 6 of 8
+    tiles of 32 KB (192 KB), and the output pass reads global memory for the other 2 only. On the CPU, with
+    32-column tiles and all tiles but the last kept (instance_norm's rows: 2 tiles; a 100-column row: 4, the ragged
+    last one read from global memory, first), the result is the reference's under every distribution."""
+    from tileagent.compiler.resources import dry_run
+
+    path = REPO / "bench" / "suite" / f"{name}.py" if name != "var_ragged" else \
+        write_reference(tmp_path, name, MOMENTS, "[torch.randn(5, 100)]")
+    draft = BuiltinDrafter().draft(DraftTask(task_name=name, reference_path=str(path), reference_source="",
+                                             configs=[], turn=1))[0]
+    assert "WIDE_ROWS = True" in draft.source and "STASH = 196608" in draft.source
+    assert "NST = min(NK, STASH // (BM * BR * 4)) if NK > 1 and NS == 1 and THREADS >= 512 else 0" in draft.source
+    if name == "instance_norm":
+        module = {"__name__": "instance_norm_stash"}
+        (tmp_path / "in.py").write_text(draft.source)
+        exec(compile(draft.source, str(tmp_path / "in.py"), "exec"), module)
+        with dry_run("sm_90a") as run:
+            module["ModelNew"](64)(torch.empty(16, 64, 256, 256, device="meta"))
+        launch = run.launches[0].to_dict()
+        assert launch["threads"] == 512 and launch["shared_bytes"] >= 6 * 32768, launch
+        cuda = module["kernel0"](1, 256, 1024, 256, "float32", 1, 8192, 512).get_kernel_source()
+        assert "if (kk < 6)" in cuda and "if (7 - kk_1 < 6)" in cuda
+    source = draft.source.replace("BR_MAX = 4096", "BR_MAX = 32").replace(", True, 3))(", ", False, 3))(")
+    source = source.replace("NST = min(NK, STASH // (BM * BR * 4)) if NK > 1 and NS == 1 and THREADS >= 512 else 0",
+                            "NST = NK - 1 if NK > 1 and NS == 1 else 0")
+    candidate = tmp_path / f"{name}_stash.py"
+    candidate.write_text(source)
+    spec = load_spec(path)
+    configs = [spec.small_config] if name != "var_ragged" else [{}]
+    results = check_candidate(spec, candidate, device="cpu", configs=configs, seeds=1, seed=SEED)
+    assert [r.correct for r in results] == [True], [r.message for r in results]

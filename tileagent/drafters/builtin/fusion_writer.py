@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from tileagent.drafters.builtin.fusion_stash import stash
 from tileagent.drafters.builtin.index import ONE, Dyn, Lin, Size, Unsupported, Var, prod, ravel, unravel
 from tileagent.drafters.builtin.values import (BOOL, DT, FLOAT, INT, ON_CUDA, Global, Reduce, TopK, TopKPart, V,
                                                _bcast, _simple, _where, kind_of)
@@ -469,6 +470,9 @@ class KernelWriter:
                     lines = [line.replace("kk * BR", "(NK - 1 - kk) * BR") for line in lines]
                 body += lines
         self.allocs2 = [n for n in self.allocs if n not in allocs_before]
+        kept = None if split or k.pointwise else stash(body)  # tiles kept in shared memory between two passes
+        if kept:
+            body, self.stash_allocs, self.stash_lines = kept
         return self.assemble(grid, head, body, out_params)
 
     def one_tile_or_one_pass(self, n_first: int, first: Reduce, n_second: int, second: Reduce, fused: list[str],
@@ -701,6 +705,7 @@ class KernelWriter:
         if self.row_div:  # the block's first row, where the row-uniform fragments are read (uniform_col)
             allocs += [" " * 12 + s for s in self.block_prelude()]
             allocs += [" " * 12 + let for _, let in self.block_lets.values()]
+        allocs += getattr(self, "stash_allocs", [])
         if self.hoisted:
             allocs += [" " * 12 + "if NK == 1:  # the whole row is one tile: load it once for every pass"]
             allocs += [" " * 16 + s for s in self.hoisted.values()]
@@ -714,7 +719,7 @@ class KernelWriter:
                                                   if split else []) + (
                 [f"    NS = STAGES if NK > 1 and max({', '.join(sorted(set(self.stage_sizes)))}, 0) * 4 * STAGES <= "
                  "196608 else 1  # pipeline stages: a pass's tiles in shared memory when STAGES > 1"]
-                if staged else ["    NS = 1"]) + [
+                if staged else ["    NS = 1"]) + getattr(self, "stash_lines", []) + [
                 "",
                 "    @T.prim_func",
                 f"    def main({', '.join(sig)}):",

@@ -40,9 +40,10 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
     along the row (up to BR_MAX) to keep a thread's PER_THREAD values. ``grow``: a reduction over rows of several
     tiles that runs fewer than 264 blocks of one row (GroupNorm's 64 groups of 40960 values: 0.1 waves) takes
     wider tiles and more threads, up to 512 (each block then has up to 4x the loads in flight). ``WIDE_ROWS`` (a
-    knob, drafted off): so do kernels that read rows too long for registers twice (instance_norm's 65536 values):
+    knob, drafted on): so do kernels that read rows too long for registers twice (instance_norm's 65536 values):
     blocks of 512 threads, one per SM by registers, keep about one row per SM in flight (132 x 256 KB, within the
-    H200's 50 MB L2), so the second pass over a row may be served by L2 instead of memory. ``half``: the row's
+    H200's 50 MB L2), and keep up to ``STASH`` bytes of the row's tiles in the SM's shared memory between the
+    passes (``fusion_stash``), so the second pass reads memory for few of them. ``half``: the row's
     tiles are 16-bit (two values a register): a row held whole (``reread``) that would need more than 256 threads
     takes twice the values a thread instead (int8 quantization at K=14336 fp16: 256 threads x 64 values, 80
     registers, 3 blocks and 96 KB of loads in flight per SM; 512 x 32 had 2 blocks and 64 KB, 51% of a copy on the
@@ -102,17 +103,20 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     """The candidate module for ``match`` with the variant's ``knobs``."""
     plan = match.plan
     kernels, forward = lifted(match.plans or [plan], knobs)
-    constants = dict(knobs, STAGES=knobs.get("STAGES", 1), WIDE_ROWS=knobs.get("WIDE_ROWS", False))
+    constants = dict(knobs, STAGES=knobs.get("STAGES", 1), WIDE_ROWS=knobs.get("WIDE_ROWS", True),
+                     STASH=knobs.get("STASH", 196608))
     tunables = {"THREADS": common.knob_values(knobs, "THREADS", (128, 256)),
                 "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (16, 32)),
                 "BR_MAX": common.knob_values(knobs, "BR_MAX", (1024, 4096, 8192)),
                 "STAGES": common.knob_values(constants, "STAGES", (1, 2)),
-                "WIDE_ROWS": common.knob_values(constants, "WIDE_ROWS", (False, True))}
+                "WIDE_ROWS": common.knob_values(constants, "WIDE_ROWS", (False, True)),
+                "STASH": common.knob_values(constants, "STASH", (196608, 0))}
     doc = (f"Candidate drafted by the built-in drafter (template fusion): {match.summary}. Each kernel walks rows "
            f"(kept dims) x columns (reduced dims) in (BM, BR) tiles, float32 math, reductions in registers. Knobs: "
            f"THREADS, PER_THREAD (values per thread), BR_MAX (the longest column tile before looping), STAGES (a "
            f"pass over a row of several tiles stages them in shared memory, STAGES cp.async copies deep, when > 1), "
-           f"WIDE_ROWS (rows read twice that registers cannot hold: 512 threads a block, about a row per SM).")
+           f"WIDE_ROWS (rows read twice that registers cannot hold: 512 threads a block, about a row per SM), "
+           f"STASH (bytes of shared memory a 512-thread block keeps a row's tiles in between two passes over them).")
     shim = SimpleNamespace(traced=plan.t)
     head = common.header(doc, constants, tunables, shim)
     head += ('TL_DTYPE.update({torch.float64: "float64", torch.int8: "int8", torch.int16: "int16", '
