@@ -607,15 +607,19 @@ class Builder:
                 return f"T.if_then_else({c}, {operand(cx, args[2], idx, out_kind)}, " \
                        f"{operand(cx, args[0], idx, out_kind)})"
             if name in ("clamp", "clamp_min", "clamp_max"):
-                a = operand(cx, args[0], idx, out_kind)
                 lo = args[1] if name in ("clamp", "clamp_min") and len(args) > 1 else kw.get("min")
                 hi = args[2] if name == "clamp" and len(args) > 2 else (args[1] if name == "clamp_max" else
                                                                         kw.get("max"))
+                # clamp(round(x), lo, hi) with integer bounds within 2**22 is round(clamp(x, lo, hi)), rounded with
+                # one added constant (_round_small): 4 fewer compares and selects an element (int8 quantization)
+                small = getattr(args[0], "round_of", None) is not None and dtype == torch.float32 and all(
+                    type(v) in (int, float) and float(v).is_integer() and abs(v) <= 2 ** 22 for v in (lo, hi))
+                a = operand(cx, args[0].round_of if small else args[0], idx, out_kind)
                 if lo is not None:
                     a = f"T.max({a}, {operand(cx, lo, idx, out_kind)})"
                 if hi is not None:
                     a = f"T.min({a}, {operand(cx, hi, idx, out_kind)})"
-                return a
+                return _round_small(cx, a) if small else a
             if name in ("fill", "copy"):
                 return operand(cx, args[1], idx, out_kind)
             if name == "rsub":
@@ -650,7 +654,10 @@ class Builder:
             def rounded(cx, idx, inner=load):
                 return f"T.cast(T.cast({inner(cx, idx)}, \"{DT[dtype]}\"), \"float32\")"
             return Fn(shape, dtype, rounded, node).with_ins(tensors)
-        return Fn(shape, dtype, load, node).with_ins(tensors)
+        out = Fn(shape, dtype, load, node).with_ins(tensors)
+        if name == "round" and dtype == torch.float32 and isinstance(args[0], V) and args[0].dtype == torch.float32:
+            out.round_of = args[0]  # a clamp to small integer bounds after it rounds after clamping (_round_small)
+        return out
 
 
 ON_CUDA = "ON_CUDA"  # a kernel factory's argument: whether the kernel runs on CUDA (read from an input in forward)
@@ -680,6 +687,13 @@ def _round_half_even(cx, a: str) -> str:
     r = cx.let(f"({m} + 8388608.0) - 8388608.0")
     signed = f"T.if_then_else({w} < 0.0, -{r}, T.if_then_else({w} > 0.0, {r}, {w}))"
     return f"T.if_then_else({m} < 8388608.0, {signed}, {w})"
+
+
+def _round_small(cx, a: str) -> str:
+    """``torch.round`` (ties to even) of a float32 value ``a`` within [-2**22, 2**22]: ``a + 1.5 * 2**23`` lies in
+    [2**23, 2**24), where float32's spacing is 1, so the sum rounds ``a`` to the nearest even integer and subtracting
+    the constant again is exact, for either sign (a zero's sign is not kept: -0.0 becomes 0.0). NaN passes through."""
+    return f"(({cx.let(a)} + 12582912.0) - 12582912.0)"
 
 
 def _nothing():
