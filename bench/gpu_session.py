@@ -129,6 +129,19 @@ STEPS = (
          "--knob WIDE_COLS=True --budget 60", 260,
          "column sums through the padded scratch on the device; the drafter ops changed in session 5 (sum_dim: its "
          "column sums' scratch), then mean_seq with WIDE_COLS"),
+    # also group 9 (--only fusion_changed7, about 4 min): session 7's drafter changes (issue 14, helper fusion8):
+    # LayerNorm rows off 8-byte boundaries staged through shared memory (N=333), int8 rows of 14336 on 256 threads
+    # and the clamp-then-round, instance_norm / groupnorm keeping tiles in shared memory between passes (WIDE_ROWS on,
+    # STASH), output passes from the last tile; mean_seq, mse_loss, frobenius_norm untimed since session 5's changes.
+    # Then the A/Bs in the same call: STASH=0, WIDE_ROWS=False (the schedule before, with the reversed pass),
+    # mean_seq's 512-byte strips (WIDE_COLS=True)
+    Step("fusion_changed7", 9, "python bench/fusion_suite.py --ops layernorm_widths,int8_row_quant,instance_norm,"
+         "groupnorm,mean_seq,mse_loss,frobenius_norm,rmsnorm_module --max-configs 3 --budget 150 && "
+         "python bench/fusion_suite.py --ops instance_norm,groupnorm --max-configs 3 --knob STASH=0 --budget 40 && "
+         "python bench/fusion_suite.py --ops instance_norm --knob WIDE_ROWS=False --budget 30 && "
+         "python bench/fusion_suite.py --ops mean_seq --max-configs 3 --knob WIDE_COLS=True --budget 40", 280,
+         "the drafter ops changed in session 7 (rmsnorm_module: a control), then STASH=0 and WIDE_ROWS=False "
+         "(instance_norm, groupnorm) and WIDE_COLS=True (mean_seq) in the same call"),
     # also group 10 (--only ptx_suite_ab, about 2 min): the PTX target (opt-in since) on the built-in drafter's kernels
     Step("ptx_suite_ab", 10, "python bench/ptx_suite_ab.py --trials 30 --budget 115", 130,
          "each kernel of the suite's first drafts through PTX and ptxas vs NVRTC: outputs and GPU time, A/B in one run"),
