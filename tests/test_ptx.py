@@ -388,3 +388,15 @@ def test_ieee_exp_matches_nvrtcs_bit_for_bit_on_gpu(monkeypatch, tmp_path):
     ya, yb = a(x), b(x)
     assert torch.equal(ya.view(torch.int32)[~x.isnan()], yb.view(torch.int32)[~x.isnan()]) and ya[-2].isnan()
     torch.testing.assert_close(ya, torch.exp(x), rtol=2e-7, atol=0, equal_nan=True)
+
+
+def test_a_static_grid_bounds_the_block_index():
+    """A guard that holds for every block of a static grid folds (blockIdx.x < 4 here): no compare, no select."""
+    @T.prim_func
+    def main(X: T.Tensor((512,), "float32"), Y: T.Tensor((512,), "float32")):
+        with T.Kernel(4, threads=128) as b:
+            for i in T.Parallel(128):
+                Y[b * 128 + i] = T.if_then_else(b * 128 + i < 512, X[b * 128 + i], 0.0)
+
+    ptx = generate(module_of(tileagent.compile(main, target="cpu:sm_90a"), "sm_90a"), "sm_90a")
+    assert "setp" not in ptx and "selp" not in ptx and "ld.global.nc.f32" in ptx

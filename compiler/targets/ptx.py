@@ -142,6 +142,10 @@ class _KernelPtx(Values):
         self.ranges.update({id(THREAD): (0, n - 1), id(LANE): (0, min(31, n - 1)), id(WARP): (0, (n - 1) // 32)})
         self.ranges.update({id(v): (0, 2**31 - 1) for v in BLOCK_IDX})
         self.ranges.update({id(v): (1, 2**31 - 1) for v in GRID_DIM})
+        for i, extent in enumerate(self.k.grid):  # a static grid bounds the block indices (NVVM cannot know it)
+            n = static_int(extent)
+            if n is not None and n > 0:
+                self.ranges[id(BLOCK_IDX[i])], self.ranges[id(GRID_DIM[i])] = (0, n - 1), (n, n)
         self.special[id(THREAD)] = tid
         self.special[id(LANE)] = self.op("b32", "and.b32", tid, Val("31", "b32", 31))
         self.special[id(WARP)] = self.op("b32", "shr.s32", tid, Val("5", "b32", 5))
