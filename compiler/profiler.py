@@ -26,6 +26,7 @@ import logging
 import math
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -184,12 +185,14 @@ def _kernel_time(fn, warm: int, trials: int, dev: str) -> float | None:
     for _ in range(warm):
         fn()
     torch.cuda.synchronize(dev)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(trials):
-            with record_function(FLUSH_RANGE):
-                flush.zero_()
-            fn()
-        torch.cuda.synchronize(dev)
+    with warnings.catch_warnings():  # torch.profiler's note that each cycle clears its events (one cycle here)
+        warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(trials):
+                with record_function(FLUSH_RANGE):
+                    flush.zero_()
+                fn()
+            torch.cuda.synchronize(dev)
     total = flushed = 0.0
     for event in prof.events():
         if getattr(getattr(event, "device_type", None), "name", "") != "CUDA":

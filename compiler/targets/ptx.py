@@ -27,6 +27,7 @@ from tileagent.compiler.ir.simplify import depends_on, static_int
 from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
 from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
 from tileagent.compiler.targets.cuda import kernel_symbol, vector_bytes
+from tileagent.compiler.targets.ptx_calls import Calls
 from tileagent.compiler.targets.ptx_expr import PtxUnsupported, Val, Values, _free_vars, kind_of
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
 from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceModule, VecCopy,
@@ -69,7 +70,7 @@ def _indexes_registers_by(body, var) -> bool:
     return False
 
 
-class _KernelPtx(Values):
+class _KernelPtx(Calls, Values):
     """Emits one DeviceKernel."""
 
     def __init__(self, kernel, fast_math: bool):
