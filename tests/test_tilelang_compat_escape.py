@@ -347,3 +347,16 @@ def test_tools_analyzer_counts_gemm_flops_and_global_bytes_as_tilelang(tilelang,
     monkeypatch.setattr(driver, "get_cuda_device_properties", lambda device_id=0: None)
     with pytest.raises(RuntimeError, match="Cannot find cuda device 0."):
         CUDA("cuda")
+
+
+def test_layout_objects_of_tilelangs_plot_layout_examples_are_E701(tilelang):
+    from tilelang.layout import make_quarter_bank_swizzled_layout
+
+    with pytest.raises(CompileError) as info:
+        make_quarter_bank_swizzled_layout(8, 16, 16)
+    assert info.value.code == "E701" and info.value.message == (
+        "make_quarter_bank_swizzled_layout(rows, cols, element_size): standalone layout objects are not supported; "
+        "make_quarter_bank_swizzled_layout(shared_buffer) in T.annotate_layout is")
+    with pytest.raises(ImportError) as info:
+        from tvm.tirx import IndexMap  # noqa: F401
+    assert info.value.code == "E701" and info.value.message.startswith("tvm.tirx.IndexMap is not provided by TileAgent")

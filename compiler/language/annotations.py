@@ -31,9 +31,25 @@ def make_swizzled_layout(buffer, k_major=True, allow_pad=True):
     return SwizzledLayout(buffer, k_major, allow_pad)
 
 
-def make_full_bank_swizzled_layout(buffer): return SwizzledLayout(buffer, bank_bytes=128)
-def make_half_bank_swizzled_layout(buffer): return SwizzledLayout(buffer, bank_bytes=64)
-def make_quarter_bank_swizzled_layout(buffer): return SwizzledLayout(buffer, bank_bytes=32)
+def _bank_swizzled(buffer, args, bank_bytes: int, name: str) -> SwizzledLayout:
+    if args:  # TileLang's (rows, cols, element_bits) form: a layout object of its own (its plot_layout examples)
+        from tileagent.compiler.diagnostics import UnsupportedError
+
+        raise UnsupportedError(f"{name}(rows, cols, element_size): standalone layout objects are not supported; "
+                               f"{name}(shared_buffer) in T.annotate_layout is")
+    return SwizzledLayout(buffer, bank_bytes=bank_bytes)
+
+
+def make_full_bank_swizzled_layout(buffer, *args):
+    return _bank_swizzled(buffer, args, 128, "make_full_bank_swizzled_layout")
+
+
+def make_half_bank_swizzled_layout(buffer, *args):
+    return _bank_swizzled(buffer, args, 64, "make_half_bank_swizzled_layout")
+
+
+def make_quarter_bank_swizzled_layout(buffer, *args):
+    return _bank_swizzled(buffer, args, 32, "make_quarter_bank_swizzled_layout")
 
 
 def annotate_layout(layout_map):

@@ -129,5 +129,15 @@ def floormod(a, b):
     return make_binop("%", a, b)
 
 
+def __getattr__(name: str):
+    from tileagent.compiler.diagnostics import UnsupportedError
+
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise UnsupportedError(f"tvm.tirx.{name} is not provided by TileAgent (of tvm.tirx it includes the expression "
+                           f"builders TileLang's helpers call inside a prim_func: {', '.join(__all__)})",
+                           hint="docs/dsl.md lists what TileAgent supports of TileLang's API")
+
+
 __all__ = ["Cast", "EQ", "FloatImm", "GE", "GT", "IntImm", "LE", "LT", "Max", "Min", "NE", "PrimExpr", "Select",
            "const", "floordiv", "floormod", "if_then_else", "max", "min", "reinterpret"]
