@@ -563,3 +563,30 @@ def test_python_int_on_the_left_of_shift_and_xor(target):
     kernel(x, y)
     i = torch.arange(64, dtype=torch.int32)
     torch.testing.assert_close(y, (1 << (i % 8)) + (1024 >> (x & 7)) + (5 ^ x))
+
+
+def _masked_row_sum():
+    """Rows of X summed where a mask read in plain code (not T.Parallel) says so: every thread tests its own copy of
+    the mask, so the copy into it must fill every thread's copy (block-sparse attention's ``if block_mask[k] != 0``),
+    and the barrier of the shared-memory copy under the ``if`` is reached by every thread."""
+    @T.prim_func
+    def main(X: T.Tensor((4, 64), "float32"), M: T.Tensor((4,), "int32"), Y: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=128) as b:
+            m = T.alloc_fragment((4,), "int32")
+            acc = T.alloc_fragment((64,), "float32")
+            xs = T.alloc_shared((64,), "float32")
+            T.copy(M, m)
+            T.clear(acc)
+            for k in T.serial(4):
+                if m[k] != 0:
+                    T.copy(X[k, :], xs)
+                    for i in T.Parallel(64):
+                        acc[i] += xs[i]
+            T.copy(acc, Y)
+    return main
+
+
+def test_a_mask_copied_into_per_thread_registers_is_every_threads():
+    kernel = tileagent.compile(_masked_row_sum(), out_idx=[2], target="sim")
+    x, m = torch.randn(4, 64), torch.tensor([1, 0, 1, 1], dtype=torch.int32)
+    torch.testing.assert_close(kernel(x, m), x[m != 0].sum(0))

@@ -38,6 +38,9 @@ from tileagent.compiler.lower.context import and_
 from tileagent.compiler.lower.slots import SlotLoops
 
 
+PER_THREAD = ("local", "var")  # scopes where each thread has its own copy of the whole buffer
+
+
 def lower_copy(ctx, s: Copy) -> list:
     src, dst = s.src, s.dst
     if src.buffer.scope == "fragment" and dst.buffer.scope == "fragment":
@@ -155,6 +158,8 @@ def _iteration(ctx, src: Region, dst: Region, s):
             return ctx.frag(r.buffer), tuple(r.buffer.shape), _window(r, s)
     coords = tuple(dst.extents)
     sizes = [src.buffer.dtype.bytes, dst.buffer.dtype.bytes]
+    if dst.buffer.scope in PER_THREAD:  # every thread fills its own copy: each iterates every coordinate
+        return make_blocked(coords, ctx.threads, 1, tuple(range(len(coords)))), coords, None
     return make_blocked(coords, ctx.threads, max(1, 16 // max(sizes))), coords, None
 
 
@@ -225,7 +230,7 @@ def _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, c, k, instr
     ``instruction`` (a copy or atomic entry of ``compiler.instructions``). With a ``window`` (a sliced fragment
     operand), ``c`` is a coordinate of the whole fragment: those outside the window are skipped and the memory side
     is indexed relative to the window's start."""
-    valid = valid_condition(ctx, layout, c, write=dst.buffer.scope != "fragment")
+    valid = valid_condition(ctx, layout, c, write=dst.buffer.scope not in ("fragment",) + PER_THREAD)
     mem_c, mem_coords = c, coords
     if window is not None:
         for d, (start, extent) in enumerate(window):
