@@ -23,7 +23,8 @@ from tileagent.compiler.targets.ptx import PtxUnsupported, generate
 
 pytestmark = pytest.mark.skipif(ptxas.version() is None, reason="nvJitLink is not installed")
 
-COVERED = ["shared/softmax", "shared/rmsnorm_silu", "prompts/candidate_rmsnorm_silu", "prompts/layernorm", "prompts/rmsnorm_silu",
+COVERED = ["shared/softmax", "shared/rmsnorm_silu", "prompts/candidate_rmsnorm_silu", "prompts/layernorm",
+           "prompts/rmsnorm_silu",
            "prompts/rmsnorm_silu_4096", "prompts/softmax", "prompts/sum_dim1"]
 OWN = {"layernorm": lambda: K.layernorm(13, 160), "column_max": lambda: K.column_max(64, 80),
        "transpose": lambda: K.transpose(70, 45), "column_sum_atomic": lambda: K.column_sum_atomic(50, 64),

@@ -92,8 +92,8 @@ def has_memory_load(e) -> bool:
 
 class Values:
     """Register allocation, value numbering and expression emission for one kernel. The kernel emitter
-    (``compiler.targets.ptx``) subclasses it and provides ``local_element`` and ``address``/``load_memory``, and, through
-    ``compiler.targets.ptx_calls.Calls``, ``call`` (intrinsics and shuffles)."""
+    (``compiler.targets.ptx``) subclasses it and provides ``local_element`` and ``address``/``load_memory``, and,
+    through ``compiler.targets.ptx_calls.Calls``, ``call`` (intrinsics and shuffles)."""
 
     def __init__(self, fast_math: bool):
         self.fast = fast_math
