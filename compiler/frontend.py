@@ -16,6 +16,7 @@ import builtins
 import difflib
 import inspect
 import math
+import operator
 import sys
 
 from tileagent.compiler import python_ast
@@ -26,6 +27,7 @@ from tileagent.compiler.ir.expr import Call, Expr, Load, Var, as_expr, describe,
 from tileagent.compiler.ir.simplify import depends_on, static_int
 from tileagent.compiler.frontend_body import check_view_aliasing, split_at_grid_syncs
 from tileagent.compiler.frontend_macro import bound_outside_macro
+from tileagent.compiler.language.allreduce import reducer_add
 from tileagent.compiler.frontend_expressions import _BINOPS, ExpressionParser, _call_builtin
 from tileagent.compiler.ir.stmt import (Alloc, Buffer, Evaluate, For, If, Kernel, Let, Parallel, PrimFunc,
                                         Region, Stmt, Store, While)
@@ -137,6 +139,7 @@ class _Parser(ExpressionParser):
         self.workspaces: list[Buffer] = []
         self.views: list[tuple[Buffer, Buffer]] = []  # (view, base): T.Tensor(shape, dtype, X.data)
         self.let_values: dict = {}
+        self.reducers: set = set()  # T.alloc_reducer buffers
 
     # -- spans and errors ------------------------------------------------------------------------------------
     def span(self, node: ast.AST) -> Span:
@@ -335,6 +338,8 @@ class _Parser(ExpressionParser):
         buf = Buffer(name, spec.shape, spec.dtype, spec.scope, self.span(node))
         self.emit(Alloc(buf, init), node)
         self.bind(base, buf)
+        if getattr(spec, "reducer", False):  # T.alloc_reducer: `buf[i] += v` adds atomically (language.allreduce)
+            self.reducers.add(buf)
         return buf
 
     def allocate_workspace(self, spec, name: str, node: ast.AST) -> Buffer:
@@ -446,6 +451,8 @@ class _Parser(ExpressionParser):
             if not isinstance(ref, Load):
                 raise DSLSyntaxError(f"cannot update `{ast.unparse(target)}` in place", code="E102",
                                      hint="in-place updates work on single elements inside T.Parallel")
+            if ref.buffer in self.reducers and op is operator.add:
+                return self.emit(reducer_add(ref, self.expr(node.value)), node)
             self.store(ref.buffer, ref.indices, self._operate(op, ref, self.expr(node.value)), node)
         elif isinstance(target, ast.Name):
             self.assign_name(target.id, self._operate(op, self.expr(target), self.expr(node.value)), node)

@@ -360,3 +360,50 @@ def test_layout_objects_of_tilelangs_plot_layout_examples_are_E701(tilelang):
     with pytest.raises(ImportError) as info:
         from tvm.tirx import IndexMap  # noqa: F401
     assert info.value.code == "E701" and info.value.message.startswith("tvm.tirx.IndexMap is not provided by TileAgent")
+
+
+@pytest.mark.parametrize("target", ["cpu", "sim"])
+def test_alloc_reducer_sums_what_parallel_iterations_add_into_one_element(tilelang, tmp_path, target):
+    """TileLang's GEMV with T.alloc_reducer (gemv/example_gemv.py): o[i] += a[i, j] * x[j] over T.Parallel(i, j)."""
+    ns = load_script(_write(tmp_path, "reducer.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit
+        def gemv(a, x, block_M=32, block_N=32, num_stages=2, threads=128, dtype=T.float16, accum_dtype=T.float):
+            M, N = T.const("M, N")
+            a: T.Tensor((M, N), dtype)
+            x: T.Tensor((N,), dtype)
+            o = T.empty((M,), dtype)
+            with T.Kernel(T.ceildiv(M, block_M), threads=threads) as i0_m:
+                o_reducer = T.alloc_reducer(block_M, accum_dtype, replication="all")
+                T.clear(o_reducer)
+                for i0_n in T.Pipelined(T.ceildiv(N, block_N), num_stages=num_stages):
+                    a_smem = T.alloc_shared((block_M, block_N), dtype)
+                    T.copy(a[i0_m * block_M, i0_n * block_N], a_smem)
+                    a_frag = T.alloc_fragment((block_M, block_N), dtype)
+                    T.copy(a_smem, a_frag)
+                    x_frag = T.alloc_fragment(block_N, dtype)
+                    T.copy(x[i0_n * block_N], x_frag)
+                    for i1_m, i1_n in T.Parallel(block_M, block_N):
+                        o_reducer[i1_m] += a_frag[i1_m, i1_n] * x_frag[i1_n]
+                T.finalize_reducer(o_reducer)
+                T.copy(o_reducer, o[i0_m * block_M])
+            return o
+        """))
+    kernel = tilelang.compile(ns["gemv"].get_tir(M=64, N=96), out_idx=[2], target=target)
+    a, x = torch.randn(64, 96).half(), torch.randn(96).half()
+    torch.testing.assert_close(kernel(a, x).float(), a.float() @ x.float(), rtol=1e-2, atol=2e-2)
+    if target == "sim":
+        assert len(tilelang.compile(ns["gemv"].get_tir(M=64, N=96), out_idx=[2], target="cuda:sm_90a")
+                   .cubin("sm_90a")) > 0
+
+
+def test_alloc_reducer_other_than_sum_is_E701(tilelang):
+    import tilelang.language as T
+
+    with pytest.raises(CompileError) as info:
+        T.alloc_reducer(32, "float32", op="max")
+    assert info.value.code == "E701"
+    assert info.value.message == "T.alloc_reducer(op='max') is not supported (op='sum' is)"

@@ -10,7 +10,9 @@ In: a ``T.comm_reducer`` (a combiner of two values and its identity), a ``T.attr
 own, then folds, in thread order, the slots of the threads that differ from it only along ``reduce_threads`` into
 ``out`` (the barrier between the two is the one TileAgent places between a shared write and its reads). So every
 thread of a group ends with the same result, as with TVM's warp-shuffle lowering; float sums may round differently
-from TVM's tree order. ``T.dp4a(a, b, c)`` is ``c += a[0:4] . b[0:4]`` on int8 elements, as TileLang's DP4A.
+from TVM's tree order. ``T.alloc_reducer`` / ``T.finalize_reducer``: a shared tile that ``r[i] += v`` adds into
+atomically (several T.Parallel iterations into one element). ``T.dp4a(a, b, c)`` is ``c += a[0:4] . b[0:4]`` on int8
+elements, as TileLang's DP4A.
 Guarantees: one value per call (``count`` 1) and a true ``cond``; anything else, a reduce variable that is not one of
 the kernel's thread bindings, or a call outside a ``T.attr(..., "reduce_scope", ...)`` with a reducer: E701/E301.
 """
@@ -19,11 +21,13 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+from dataclasses import dataclass
 
 from tileagent.compiler.diagnostics import DSLSyntaxError, DSLTypeError, UnsupportedError
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import Const, Load, Var, as_expr, make_binop, make_cast
 from tileagent.compiler.ir.stmt import Alloc, Buffer, For, Store
+from tileagent.compiler.language.kernel import AllocSpec
 
 CURRENT_REDUCER: contextvars.ContextVar = contextvars.ContextVar("tileagent_reducer", default=None)
 _names = itertools.count()
@@ -106,6 +110,37 @@ def tvm_thread_allreduce(count, value, cond, out, *reduce_threads, dtype=None, s
                     *body]
 
 
+@dataclass(frozen=True)
+class ReducerSpec(AllocSpec):
+    reducer: bool = True
+
+
+def alloc_reducer(shape, dtype, op="sum", replication=None):
+    """TileLang's ``T.alloc_reducer(shape, dtype, op="sum", replication=...)``: a tile that T.Parallel iterations add
+    into (``r[i] += v``, several iterations into one element), made whole by ``T.finalize_reducer(r)``. TileAgent
+    keeps it in shared memory and each ``r[i] += v`` is an atomic add there, so finalize has nothing left to do; the
+    sum's order is the atomics' (float results may differ in the last bits between runs). ``op`` other than "sum":
+    E701."""
+    from tileagent.compiler.language.kernel import _dtype, _shape
+
+    if op != "sum":
+        raise UnsupportedError(f"T.alloc_reducer(op={op!r}) is not supported (op='sum' is)")
+    return ReducerSpec(_shape(shape, "T.alloc_reducer"), _dtype(dtype, "T.alloc_reducer"), "shared")
+
+
+def finalize_reducer(reducer) -> None:
+    """``T.finalize_reducer(r)``: nothing to combine (the adds were atomic; the barrier before the next reader is the
+    one TileAgent places after shared-memory writes)."""
+    return None
+
+
+def reducer_add(ref: Load, value):
+    """``r[i] += v`` on a ``T.alloc_reducer`` buffer: an atomic add into its shared memory."""
+    from tileagent.compiler.language.tileops import atomic_add
+
+    return atomic_add(ref, value)
+
+
 def dp4a(a, b, c, span=None) -> Store:
     """TileLang's ``T.dp4a(a, b, c)``: ``c += a[0]*b[0] + ... + a[3]*b[3]`` over the four int8 elements from ``a`` and
     ``b`` on (elements of local buffers), in c's dtype (int32)."""
@@ -120,4 +155,5 @@ def dp4a(a, b, c, span=None) -> Store:
     return Store(c.buffer, c.indices, total)
 
 
-__all__ = ["AttrSpec", "CommReducer", "attr", "comm_reducer", "dp4a", "evaluate", "tvm_thread_allreduce"]
+__all__ = ["AttrSpec", "CommReducer", "ReducerSpec", "alloc_reducer", "attr", "comm_reducer", "dp4a", "evaluate",
+           "finalize_reducer", "reducer_add", "tvm_thread_allreduce"]

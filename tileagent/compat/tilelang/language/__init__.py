@@ -12,7 +12,8 @@ from tileagent.compiler.diagnostics import UnsupportedError
 from tileagent.compiler.dtypes import DType
 from tileagent.compat.tilelang.datatype import DataType
 from tileagent.language import *  # noqa: F401,F403
-from tileagent.compiler.language.allreduce import attr, comm_reducer, dp4a, evaluate, tvm_thread_allreduce
+from tileagent.compiler.language.allreduce import (alloc_reducer, attr, comm_reducer, dp4a, evaluate,
+                                                   finalize_reducer, tvm_thread_allreduce)
 from tileagent.compiler.language import __all__ as _dsl_names
 
 _HOPPER = ("this part of Hopper/Blackwell warp specialization by hand (expect-tx, wgmma, register reallocation, "
@@ -47,7 +48,6 @@ UNSUPPORTED = {
     "tfloat32": "tfloat32 buffers are not supported; use float32 (T.gemm on float32 tiles already uses TF32 tensor "
                 "cores where the target allows)",
     "Fragment": "user-defined fragment layouts are not supported; layouts are inferred",
-    "alloc_reducer": "reducers are not supported; reduce into a fragment with T.reduce_*",
     "atomic_addx2": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
     "atomic_addx4": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
     "allocate": "raw TIR buffers are not supported; use T.alloc_shared / T.alloc_fragment / T.alloc_local",
@@ -147,7 +147,8 @@ def __getattr__(name: str):
                            hint="docs/dsl.md has the table of TileLang features TileAgent supports")
 
 
-__all__ = list(_dsl_names) + ["attr", "comm_reducer", "dp4a", "evaluate", "tvm_thread_allreduce",
+__all__ = list(_dsl_names) + ["alloc_reducer", "attr", "comm_reducer", "dp4a", "evaluate", "finalize_reducer",
+                              "tvm_thread_allreduce",
                               "disable_warp_group_reg_alloc", "float4_e2m1fn", "int", "int1", "int2", "int4", "long",
                               "no_set_max_nreg", "parallel", "set_max_nreg", "shift_left", "shift_right", "short",
                               "sync_threads", "uint", "uint1", "uint2", "uint4"]
