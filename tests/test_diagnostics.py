@@ -92,16 +92,29 @@ def test_try_statement_is_rejected(marked):
     expect(info, "E101", marked, "Try", hint=True)
 
 
-def test_lambda_expression_is_rejected(marked):
+def test_lambda_with_default_parameters_is_rejected(marked):
     with pytest.raises(CompileError) as info:
         @T.prim_func
         def main(A: T.Tensor((64,), "float32")):
             with T.Kernel(1) as bx:
-                f = lambda x: x + 1  # <- here
+                f = lambda x, y=1.0: x + y  # <- here
                 A[0] = f(1.0)
 
         tileagent.compile(main, target="cpu")
-    expect(info, "E101", marked, "Lambda")
+    expect(info, "E101", marked, "plain positional parameters")
+
+
+def test_a_lambda_is_a_function_the_parser_applies():
+    """TileLang programs pass lambdas (T.comm_reducer's combiner); a plain one is applied where it is called."""
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1) as bx:
+            f = lambda x: x * 2.0 + 1.0
+            A[0] = f(A[1])
+
+    a = torch.arange(64, dtype=torch.float32)
+    tileagent.compile(main, target="cpu")(a)
+    assert a[0].item() == 3.0
 
 
 def test_assignment_to_slice_is_rejected(marked):
