@@ -407,3 +407,31 @@ def test_alloc_reducer_other_than_sum_is_E701(tilelang):
         T.alloc_reducer(32, "float32", op="max")
     assert info.value.code == "E701"
     assert info.value.message == "T.alloc_reducer(op='max') is not supported (op='sum' is)"
+
+
+def test_gpu_bench_programs_have_their_helper_modules_next_to_them():
+    """Every module a PROGRAMS file imports (at any depth) is installed here, is one the program lists as needed, or is
+    a helper copied next to it (dequant_gemm_bf16_fp4 once failed on the H200 for its dequantize_utils)."""
+    import ast
+    import importlib.util
+    import sys
+
+    from tileagent.compiler.python_ast import parse
+
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo / "bench"))
+    try:
+        import tilelang_examples as bench
+    finally:
+        sys.path.remove(str(repo / "bench"))
+    for name, (rel, _, _, needs) in bench.PROGRAMS.items():
+        path = bench.EXAMPLES / rel
+        tree = parse(path.read_text())
+        for node in ast.walk(tree):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            for mod in (m.split(".")[0] for m in mods):
+                if mod in ("tilelang", "tvm") or mod in needs or importlib.util.find_spec(mod) is not None:
+                    continue
+                assert (path.parent / f"{mod}.py").is_file() or (path.parent / mod / "__init__.py").is_file(), \
+                    (name, mod)
