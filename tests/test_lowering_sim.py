@@ -590,3 +590,26 @@ def test_a_mask_copied_into_per_thread_registers_is_every_threads():
     kernel = tileagent.compile(_masked_row_sum(), out_idx=[2], target="sim")
     x, m = torch.randn(4, 64), torch.tensor([1, 0, 1, 1], dtype=torch.int32)
     torch.testing.assert_close(kernel(x, m), x[m != 0].sum(0))
+
+
+def _fragment_into_local():
+    """A fragment copied into per-thread storage: each thread then holds every element (the interpreter's meaning);
+    the lowering gathers through shared memory (each thread held only its part of the fragment)."""
+    @T.prim_func
+    def main(X: T.Tensor((4, 8), "float32"), Y: T.Tensor((2,), "float32")):
+        with T.Kernel(1, threads=128) as b:
+            f = T.alloc_fragment((4, 8), "float32")
+            m = T.alloc_local((4, 8), "float32")
+            for i, j in T.Parallel(4, 8):
+                f[i, j] = X[i, j] * 2.0
+            T.copy(f, m)
+            Y[0] = m[0, 0] + m[1, 3] + m[3, 7]
+            Y[1] = m[2, 5]
+    return main
+
+
+@pytest.mark.parametrize("target", ["cpu", "sim"])
+def test_a_fragment_copied_into_per_thread_storage_is_whole_in_every_thread(target):
+    x, y = torch.randn(4, 8), torch.full((2,), float("nan"))
+    tileagent.compile(_fragment_into_local(), target=target)(x, y)
+    torch.testing.assert_close(y, torch.stack([2 * (x[0, 0] + x[1, 3] + x[3, 7]), 2 * x[2, 5]]))

@@ -56,6 +56,11 @@ def lower_copy(ctx, s: Copy) -> list:
             return [VecCopy(ctx.mem(dst.buffer), as_expr(0), ctx.mem(src.buffer), as_expr(0), n, s.span)]
         ctx.note_instruction(s, "layout conversion through shared memory")
         return _convert_through_shared(ctx, src.buffer, dst.buffer, s)
+    if src.buffer.scope == "fragment" and dst.buffer.scope in PER_THREAD:  # every thread needs every element
+        _whole(src, s)
+        _whole(dst, s)
+        ctx.note_instruction(s, "fragment gathered into every thread's registers through shared memory")
+        return _convert_through_shared(ctx, src.buffer, dst.buffer, s)
     if src.buffer.scope == "global" and dst.buffer.scope == "shared" and not ctx.async_copies and \
             getattr(ctx, "tma", None) is not None:  # the whole tile by TMA (compiler.instructions.tma), where it can
         from tileagent.compiler.lower.tma import lower_tma_copy, tile_plan
@@ -69,20 +74,23 @@ def lower_copy(ctx, s: Copy) -> list:
 
 
 def _convert_through_shared(ctx, src, dst, s) -> list:
-    """A copy between fragments whose layouts differ: every thread writes the elements it holds into the shared
-    scratch (row-major, in the destination's dtype when that is a float, which rounds exactly as the copy does;
-    else float32), then reads the ones its destination layout gives it."""
+    """A copy between fragments whose layouts differ, or from a fragment into per-thread storage (every thread then
+    reads every element): every thread writes the elements it holds into the shared scratch (row-major, in the
+    destination's dtype when that is a float, which rounds exactly as the copy does; else float32), then reads the
+    ones its destination layout gives it."""
     ws = ctx.scratch(conversion_dtype(dst))
     out = []
     for frag_buf, write in ((src, True), (dst, False)):
-        layout = ctx.frag(frag_buf)
+        layout = ctx.frag(frag_buf) if frag_buf.scope == "fragment" else \
+            make_blocked(tuple(frag_buf.shape), ctx.threads, 1, tuple(range(frag_buf.ndim)))  # every thread, all
         loops = SlotLoops(ctx, layout)
         idx = loops.index(THREAD)
         offset = ctx.offset(Buffer(frag_buf.name, frag_buf.shape, frag_buf.dtype, "global"), idx)
-        reg = Load(ctx.mem(frag_buf), (as_expr(loops.slot()),), frag_buf.dtype)
+        slot = as_expr(loops.slot() if frag_buf.scope == "fragment" else offset)  # per-thread arrays: row-major
+        reg = Load(ctx.mem(frag_buf), (slot,), frag_buf.dtype)
         move = Store(ws, (as_expr(offset),), make_cast(reg, "float32"), s.span) if write else \
-            Store(ctx.mem(frag_buf), (as_expr(loops.slot()),), make_cast(Load(ws, (as_expr(offset),),
-                                                                                   ws.dtype), frag_buf.dtype), s.span)
+            Store(ctx.mem(frag_buf), (slot,), make_cast(Load(ws, (as_expr(offset),), ws.dtype), frag_buf.dtype),
+                  s.span)
         valid = valid_condition(ctx, layout, idx, write=write)
         out += loops.nest(guarded(ctx, valid, [move]))
         out.append(Barrier())
@@ -97,8 +105,9 @@ def conversion_dtype(dst: Buffer) -> str:
 def scratch_bytes(s: Copy, layouts) -> int:
     """Shared scratch the copy needs: the whole source tile in ``conversion_dtype`` for a copy between fragments
     whose layouts differ, else none."""
-    if s.src.buffer.scope == s.dst.buffer.scope == "fragment" and \
-            not layouts.fragments[s.src.buffer].same_as(layouts.fragments[s.dst.buffer]):
+    if s.src.buffer.scope == "fragment" and (s.dst.buffer.scope in PER_THREAD or (
+            s.dst.buffer.scope == "fragment" and
+            not layouts.fragments[s.src.buffer].same_as(layouts.fragments[s.dst.buffer]))):
         return math.prod(s.src.buffer.shape) * DType(conversion_dtype(s.dst.buffer)).bytes
     return 0
 
