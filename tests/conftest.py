@@ -1,5 +1,6 @@
 import importlib.util
 import os
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -29,3 +30,22 @@ def shared_example():
         return cache[name]
 
     return load
+
+
+@pytest.fixture
+def tilelang():
+    """``import tilelang`` resolved to TileAgent for one test; undone afterwards."""
+    from tileagent import compat
+
+    compat.install()
+    import tilelang as tl
+
+    yield tl
+    compat.uninstall()
+
+
+def write_source(tmp_path: Path, name: str, source: str) -> Path:
+    """``source`` (dedented) as the file ``name`` in ``tmp_path``: a TileLang script a test runs."""
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source))
+    return path

@@ -17,6 +17,7 @@ import torch
 
 from tileagent import compat
 from tileagent.compat.run import load_script, run_script
+from tests.conftest import write_source
 from tileagent.compiler.diagnostics import CompileError, UnsupportedError
 from tileagent.compiler.jit import compile_defaults
 
@@ -34,22 +35,6 @@ SMALL = {  # the programs CI runs, in their folders under EXAMPLES
     "example_warp_specialize_gemm_barrierpipe_stage2.py": "warp_specialize",
     "example_tilelang_gemm_streamk.py": "gemm_streamk", "example_mla_decode_persistent.py": "deepseek_mla",
     "fp8_block_mean_pooling.py": "dsa_hisa", "clean_and_maintain_logits.py": "dsa_hisa"}
-
-
-@pytest.fixture
-def tilelang():
-    """``import tilelang`` resolved to TileAgent for one test; undone afterwards."""
-    compat.install()
-    import tilelang as tl
-
-    yield tl
-    compat.uninstall()
-
-
-def _write(tmp_path: Path, name: str, source: str) -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 # -- the import alias --------------------------------------------------------------------------------------------
@@ -118,7 +103,7 @@ def test_install_refuses_when_a_real_tilelang_is_imported(monkeypatch):
 
 
 def test_unsupported_T_name_in_a_prim_func_is_E701_at_its_line(tilelang, tmp_path):
-    path = _write(tmp_path, "barrier_kernel.py", """\
+    path = write_source(tmp_path, "barrier_kernel.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -158,7 +143,7 @@ def test_cli_subcommand_reports_unsupported_api_with_the_script_line_and_exit_2(
 
     from tileagent.cli import app
 
-    path = _write(tmp_path, "uses_carver.py", """\
+    path = write_source(tmp_path, "uses_carver.py", """\
         import tilelang
         from tilelang.carver.roller.policy import DefaultPolicy
         print("unreachable")
@@ -173,7 +158,7 @@ def test_cli_subcommand_reports_unsupported_api_with_the_script_line_and_exit_2(
 
 
 def test_run_script_passes_argv_and_the_scripts_exit_status(tmp_path):
-    path = _write(tmp_path, "argv.py", """\
+    path = write_source(tmp_path, "argv.py", """\
         import sys
         import tilelang
         assert tilelang.cdiv(7, 2) == 4
@@ -181,7 +166,7 @@ def test_run_script_passes_argv_and_the_scripts_exit_status(tmp_path):
         """)
     try:
         assert run_script(path, ["3", "--x"]) == 6
-        failing = _write(tmp_path, "fails.py", "assert 1 == 2, 'the check failed'\n")
+        failing = write_source(tmp_path, "fails.py", "assert 1 == 2, 'the check failed'\n")
         assert run_script(failing) == 1
         assert run_script(tmp_path / "missing.py") == 2
     finally:
@@ -238,7 +223,7 @@ def test_classic_layernorm_example_forward(tilelang):
 
 
 def test_eager_const_used_before_any_tensor_binds_it_is_E104(tilelang, tmp_path):
-    path = _write(tmp_path, "early.py", """\
+    path = write_source(tmp_path, "early.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -258,7 +243,7 @@ def test_eager_const_used_before_any_tensor_binds_it_is_E104(tilelang, tmp_path)
 
 
 def test_T_empty_outside_an_eager_function_is_E101(tilelang, tmp_path):
-    path = _write(tmp_path, "lazy_empty.py", """\
+    path = write_source(tmp_path, "lazy_empty.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -308,7 +293,7 @@ _SCALE_KERNEL = """\
 
 
 def test_autotune_skips_failing_configs_picks_a_checked_one_and_caches(tilelang, tmp_path):
-    ns = load_script(_write(tmp_path, "tune_scale.py", _SCALE_KERNEL))
+    ns = load_script(write_source(tmp_path, "tune_scale.py", _SCALE_KERNEL))
     kernel = ns["scale"](128)
     # 4096 threads does not compile (E304); factor 3 fails the reference check; 64 and 16 are timed
     assert kernel.config in ({"block": 64, "factor": 2}, {"block": 16, "factor": 2})
@@ -441,7 +426,7 @@ def test_datatype_dtype_and_pass_config_keys(tilelang, caplog, tmp_path):
         _pass_configs({"tl.no_such_key": True})
     assert info.value.code == "E308"
 
-    ns = load_script(_write(tmp_path, "fill.py", """\
+    ns = load_script(write_source(tmp_path, "fill.py", """\
         import tilelang.language as T
         def k():
             @T.prim_func
@@ -459,7 +444,7 @@ def test_datatype_dtype_and_pass_config_keys(tilelang, caplog, tmp_path):
 
 
 def test_jit_accepts_tilelangs_options_and_exposes_compile_and_get_tir(tilelang, tmp_path):
-    ns = load_script(_write(tmp_path, "opts.py", """\
+    ns = load_script(write_source(tmp_path, "opts.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -552,7 +537,7 @@ def test_grouped_gemm_example_runs_and_lowers_for_the_gpu(tilelang):
 
 
 def test_comprehensions_chained_assignment_and_shape_names_in_an_eager_kernel(tilelang, tmp_path):
-    ns = load_script(_write(tmp_path, "comprehension.py", """\
+    ns = load_script(write_source(tmp_path, "comprehension.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -633,7 +618,7 @@ _HELPERS = """\
 
 
 def test_macro_block_binding_and_global_layout_hint(tilelang, tmp_path):
-    ns = load_script(_write(tmp_path, "helpers.py", _HELPERS))
+    ns = load_script(write_source(tmp_path, "helpers.py", _HELPERS))
     a = torch.randn(4, 32)
     out = ns["kernel"](4, 32)(a)
     torch.testing.assert_close(out, a * (2 * torch.arange(1, 5, dtype=torch.float32))[:, None])
@@ -647,7 +632,7 @@ def test_macro_block_binding_and_global_layout_hint(tilelang, tmp_path):
 
 
 def test_disable_warp_group_reg_alloc_is_a_statement_without_effect(tilelang, tmp_path):
-    ns = load_script(_write(tmp_path, "no_setmaxnreg.py", """\
+    ns = load_script(write_source(tmp_path, "no_setmaxnreg.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -670,7 +655,7 @@ def test_disable_warp_group_reg_alloc_is_a_statement_without_effect(tilelang, tm
 
 
 def test_autotune_over_an_eager_function_runs_the_best_kernel_on_the_tensors(tilelang, tmp_path):
-    ns = load_script(_write(tmp_path, "eager_tune.py", """\
+    ns = load_script(write_source(tmp_path, "eager_tune.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -695,7 +680,7 @@ def test_autotune_over_an_eager_function_runs_the_best_kernel_on_the_tensors(til
 
 def test_slice_between_let_bound_bounds_has_a_static_extent(tilelang, tmp_path):
     """TileLang's MLA decode slices KV[b, kv_start:kv_end, ...] with both bounds in local names."""
-    ns = load_script(_write(tmp_path, "let_slice.py", """\
+    ns = load_script(write_source(tmp_path, "let_slice.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -775,7 +760,7 @@ def test_survey_groups_outcomes_and_runs_a_program_to_its_first_launch(tmp_path)
     assert survey.outcome("ModuleNotFoundError kernels=0: No module named 'triton.language'") == \
         "needs Python package triton"
     assert survey.outcome("L004 kernels=1: fragment 'x' is indexed").startswith("L004: fragment 'x'")
-    program = _write(tmp_path, "double.py", """\
+    program = write_source(tmp_path, "double.py", """\
         import torch
         import tilelang
         import tilelang.language as T
@@ -796,7 +781,7 @@ def test_survey_groups_outcomes_and_runs_a_program_to_its_first_launch(tmp_path)
             torch.testing.assert_close(double(64)(x), x * 2)
         """)
     assert survey.survey_one(program, 120, "meta", False) == "launch kernels=1"
-    profiled = _write(tmp_path, "profiled.py", program.read_text().split("if __name__")[0] + textwrap.dedent("""\
+    profiled = write_source(tmp_path, "profiled.py", program.read_text().split("if __name__")[0] + textwrap.dedent("""\
         def ref(a):  # runs before the kernel: on the survey's device, not on real CPU tensors of the program's size
             assert a.device.type == "meta", a.device
             return a * 2
@@ -808,7 +793,7 @@ def test_survey_groups_outcomes_and_runs_a_program_to_its_first_launch(tmp_path)
     assert survey.survey_one(profiled, 120, "meta", False) == "launch kernels=1"
     host = tmp_path / "host"
     host.mkdir()
-    _write(host, "host.py", program.read_text().replace('x = torch.randn(64, device="cuda")',
+    write_source(host, "host.py", program.read_text().replace('x = torch.randn(64, device="cuda")',
                                                         'x = torch.randn(64, device="cuda")\n    n = int(x.abs().sum().item())'))
     assert survey.survey_one(host / "host.py", 120, "meta", False).startswith("RuntimeError kernels=0: Tensor.item()")
     assert survey.main([str(host), "--tsv", str(tmp_path / "out.tsv")]) == 0
@@ -818,7 +803,7 @@ def test_survey_groups_outcomes_and_runs_a_program_to_its_first_launch(tmp_path)
 def test_table_fragment_read_by_a_serial_index_is_replicated_per_thread(tilelang, tmp_path):
     """TileLang's block-sparse attention loads a block mask into a fragment with T.copy and tests block_mask[k] in
     a serial loop: every thread needs every entry (TileLang's replicated layout), i.e. a per-thread array."""
-    ns = load_script(_write(tmp_path, "mask_table.py", """\
+    ns = load_script(write_source(tmp_path, "mask_table.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -882,7 +867,7 @@ def test_persistent_gemm_example_with_carver_driver_sm_count(tilelang, monkeypat
 
 
 def test_persistent_loop_needs_one_variable_per_dim(tilelang, tmp_path):
-    path = _write(tmp_path, "persistent_bad.py", """\
+    path = write_source(tmp_path, "persistent_bad.py", """\
     import tilelang
     import tilelang.language as T
 
@@ -961,7 +946,7 @@ def test_tvm_tirx_helpers_dequantize_bit_exactly_and_compile_for_sm90(tilelang, 
     """TileLang's dequantization examples build expressions with ``from tvm import tirx`` in plain-Python helpers
     (tirx.const, tirx.reinterpret, .astype, shifts and masks): on the CPU interpreter and the SIMT emulator of the
     CUDA lowering the results are bit-exact against torch, and the CUDA (tl_bitcast) compiles for sm_90a."""
-    ns = load_script(_write(tmp_path, "dequant.py", _DEQUANT_HELPERS))
+    ns = load_script(write_source(tmp_path, "dequant.py", _DEQUANT_HELPERS))
     kernel = tilelang.compile(ns["dequant"].get_tir(64, 128, 32, 64), out_idx=[1, 2], target=target)
     B = torch.randint(0, 256, (64, 64), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     half, i8 = kernel(B)
@@ -998,7 +983,7 @@ def test_tvm_module_surface(tilelang):
 
 def test_reinterpret_bit_casts_both_argument_orders(tilelang, tmp_path):
     """``T.reinterpret(value, dtype)`` (TileLang's order; the old ``(dtype, value)`` too): float32 <-> int32 bits."""
-    path = _write(tmp_path, "bits.py", """\
+    path = write_source(tmp_path, "bits.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -1026,7 +1011,7 @@ def test_alloc_buffer_scopes_and_dtype_names(tilelang, tmp_path):
     compare like TileLang's and a buffer of one is an E302 saying to pack it."""
     import tilelang.language as T
 
-    path = _write(tmp_path, "split.py", """\
+    path = write_source(tmp_path, "split.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -1088,7 +1073,7 @@ def test_cuda_postproc_callback_rewrites_the_compiled_source(tilelang, tmp_path)
     from tilelang.engine.callback import register_cuda_postproc_callback
     from tileagent.compiler.runtime.hooks import set_cuda_postproc
 
-    path = _write(tmp_path, "copy.py", """\
+    path = write_source(tmp_path, "copy.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -1153,7 +1138,7 @@ def test_packed_fragment_read_by_a_divided_loop_variable_is_exact_on_the_emulato
     """``B_local[i, j // 2]`` in T.Parallel (once L004): whichever op fixes the layouts first, the lowered code reads
     the right byte for every j (SIMT emulator of the CUDA lowering against torch), and the fragment read that way
     holds the loop's layout with the pair of registers folded."""
-    path = _write(tmp_path, "unpack.py", """\
+    path = write_source(tmp_path, "unpack.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -1226,7 +1211,7 @@ def test_tensor_views_in_a_prim_func_and_their_errors(tilelang, tmp_path):
     """``T.Tensor(shape, dtype, X.data)``: a hidden parameter bound to X's storage with another shape, read and
     written like any global tensor (interpreter and emulator); wrong dtype E302, wrong size E402, a view of an
     on-chip buffer E309, a kernel writing storage it reaches under two names E102."""
-    path = _write(tmp_path, "views.py", """\
+    path = write_source(tmp_path, "views.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -1271,7 +1256,7 @@ def test_tensor_views_in_a_prim_func_and_their_errors(tilelang, tmp_path):
 
 
 def test_im2col_argument_errors(tilelang, tmp_path):
-    path = _write(tmp_path, "im2col.py", """\
+    path = write_source(tmp_path, "im2col.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -1366,7 +1351,7 @@ def test_launcher_runs_the_w4a8_example_unchanged_on_the_cpu():
 def test_int8_gemm_wraps_like_int32_and_mn_major_8bit_operands_are_E602(tilelang, tmp_path):
     """The interpreter's int8 gemm accumulates exactly in int32 (wrapping past 2**31, as the tensor cores do); an
     8-bit gemm whose B is K x N (not K-major) runs on the CPU but is an E602 on the GPU path, saying why."""
-    path = _write(tmp_path, "int8_gemm.py", """\
+    path = write_source(tmp_path, "int8_gemm.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -1435,7 +1420,7 @@ def test_per_thread_code_semantics_on_every_target(tilelang, tmp_path):
     """Per-thread code: threadIdx of a (4, 8, 2) block, each thread's own locals, a divergent `if` guarding shared
     stores (its barrier placed before it, never inside), a loop-carried per-thread value, T.thread_binding's value
     form; the interpreter, the emulator of the CUDA lowering and torch agree."""
-    path = _write(tmp_path, "simt.py", """\
+    path = write_source(tmp_path, "simt.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -1476,7 +1461,7 @@ def test_per_thread_code_semantics_on_every_target(tilelang, tmp_path):
 
 
 def test_per_thread_code_errors(tilelang, tmp_path):
-    path = _write(tmp_path, "simt_bad.py", """\
+    path = write_source(tmp_path, "simt_bad.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -1590,7 +1575,7 @@ def test_warp_specialized_code_whose_source_order_would_block_is_a_kernel_fault(
     the interpreter faults at the wait (instead of computing on a stale tile); bad barrier arguments are E301."""
     from tileagent.compiler.errors import KernelFault
 
-    path = _write(tmp_path, "ws_order.py", """\
+    path = write_source(tmp_path, "ws_order.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -1636,7 +1621,7 @@ def test_float16_accumulator_gemm_on_mma_sync(tilelang, tmp_path):
     """T.gemm with float16 A, B and accumulator (TileLang's fine-grained dequantize GEMM runs this way; once E602):
     mma.sync's .f16.f16.f16.f16 form, each instruction rounding its sums to float16; the interpreter, the emulator of
     the CUDA lowering and torch agree within float16 rounding of the sums; the CUDA compiles for sm_90a."""
-    path = _write(tmp_path, "f16acc.py", """\
+    path = write_source(tmp_path, "f16acc.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -1694,7 +1679,7 @@ def test_streamk_gemm_example_while_loop(tilelang, monkeypatch, capsys):
 def test_while_loop_on_every_target_and_its_errors(tilelang, tmp_path):
     """A while loop whose trip count depends on data (a scalar parameter and a per-block value): interpreter,
     emulator of the CUDA lowering and torch agree; a compile-time condition is E104, one inside T.Parallel E506."""
-    path = _write(tmp_path, "while_loop.py", """\
+    path = write_source(tmp_path, "while_loop.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -1792,7 +1777,7 @@ def test_a_fragment_on_both_sides_of_sync_grid_keeps_the_first_kernel_s_layout(t
     """A fragment both parts use (the accumulator, cleared again after the grid sync) gets the layout of the first
     part's gemm in the second part too (one layout per buffer, as the lowering reads it), not a free layout that
     would replace the gemm's."""
-    path = _write(tmp_path, "sync_acc.py", """\
+    path = write_source(tmp_path, "sync_acc.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -1828,7 +1813,7 @@ def test_a_fragment_on_both_sides_of_sync_grid_keeps_the_first_kernel_s_layout(t
 
 
 def test_sync_grid_inside_a_loop_is_E701(tilelang, tmp_path):
-    path = _write(tmp_path, "sync_loop.py", """\
+    path = write_source(tmp_path, "sync_loop.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -1856,7 +1841,7 @@ def test_subscript_annotations_shape_expressions_and_tir_parallel_loops(tilelang
     deepseek_v4/act_quant.py): ``X: T.Tensor[(M, N), dtype]`` as a statement, a T.const size in a shape expression
     (``T.Tensor[[M * H, D], ...]``, bound from another tensor), a 1-d ``T.Tensor[(M), ...]``, a nest of ``T.parallel``
     loops (one T.Parallel) and ``T.shift_left``/``T.shift_right``; numbers against torch on the interpreter."""
-    ns = load_script(_write(tmp_path, "dsa_forms.py", """\
+    ns = load_script(write_source(tmp_path, "dsa_forms.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -1890,7 +1875,7 @@ def test_subscript_annotations_shape_expressions_and_tir_parallel_loops(tilelang
 
 
 def test_subscript_annotation_errors_are_diagnostics_at_the_line(tilelang, tmp_path):
-    ns = load_script(_write(tmp_path, "dsa_errors.py", """\
+    ns = load_script(write_source(tmp_path, "dsa_errors.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -1950,7 +1935,7 @@ def test_sequential_loop_inside_parallel_is_unrolled_per_element(tilelang, tmp_p
     DeepSeek mHC examples) with a compile-time trip count is unrolled by the frontend: numbers against torch on the
     interpreter with the GPU lowering checked, and the CUDA has no loop over k. A runtime or too long trip count stays
     an E506 at the loop's line."""
-    ns = load_script(_write(tmp_path, "serial_in_parallel.py", """\
+    ns = load_script(write_source(tmp_path, "serial_in_parallel.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -2015,7 +2000,7 @@ def test_alloc_var_inside_parallel_is_each_iterations_scalar(tilelang, tmp_path)
     """``v = T.alloc_var(dtype)`` inside a T.Parallel body (TileLang: a scalar of each iteration; its DSA indexer
     backward's ``d_relu``; once E502) is a fragment over the loop nest's extents, element [loop vars] per iteration:
     numbers against torch on the interpreter with the GPU lowering checked, for a nested form and one with init=."""
-    ns = load_script(_write(tmp_path, "var_in_parallel.py", """\
+    ns = load_script(write_source(tmp_path, "var_in_parallel.py", """\
         import tilelang
         import tilelang.language as T
 

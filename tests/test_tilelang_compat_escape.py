@@ -3,37 +3,21 @@ barriers TileAgent places itself (``T.sync_threads``), and injected CUDA (``T.im
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
-from tileagent import compat
 from tileagent.compat.run import load_script
+from tests.conftest import write_source
 from tileagent.compiler.diagnostics import CompileError
-
-
-@pytest.fixture
-def tilelang():
-    compat.install()
-    import tilelang as tl
-
-    yield tl
-    compat.uninstall()
-
-
-def _write(tmp_path: Path, name: str, source: str) -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 @pytest.mark.parametrize("target", ["cpu", "sim"])
 def test_sync_threads_and_set_max_nreg_are_statements_the_compiler_needs_no_help_with(tilelang, tmp_path, target):
     """TileLang's DSA top-k reduce-sum puts T.sync_threads() between T.Parallel phases over shared memory; TileAgent
     places those barriers itself (the SIMT emulator raises on a shared-memory race without one)."""
-    ns = load_script(_write(tmp_path, "sync.py", """\
+    ns = load_script(write_source(tmp_path, "sync.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -63,7 +47,7 @@ def test_sync_threads_and_set_max_nreg_are_statements_the_compiler_needs_no_help
 
 
 def test_named_barrier_is_E701_at_its_line(tilelang, tmp_path):
-    ns = load_script(_write(tmp_path, "named.py", """\
+    ns = load_script(write_source(tmp_path, "named.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -120,7 +104,7 @@ EXTERN_PROGRAM = """\
 
 def test_import_source_once_and_call_extern_on_local_arrays_compile_for_sm90a(tilelang, tmp_path):
     """TileLang's fp4 dequantization GEMMs call a CUDA template from T.import_source on per-thread arrays."""
-    ns = load_script(_write(tmp_path, "extern.py", EXTERN_PROGRAM))
+    ns = load_script(write_source(tmp_path, "extern.py", EXTERN_PROGRAM))
     kernel = tilelang.compile(ns["scale"](1024), out_idx=[1], target="cuda:sm_90a")
     source = kernel.get_kernel_source()
     assert source.count("void scale2(T1 *src, T2 *dst, int n)") == 1  # imported twice, emitted once
@@ -131,7 +115,7 @@ def test_import_source_once_and_call_extern_on_local_arrays_compile_for_sm90a(ti
 
 @pytest.mark.parametrize("target", ["cpu", "sim"])
 def test_call_extern_builds_on_the_cpu_and_is_E602_at_its_line_when_run_there(tilelang, tmp_path, target):
-    ns = load_script(_write(tmp_path, "extern.py", EXTERN_PROGRAM))
+    ns = load_script(write_source(tmp_path, "extern.py", EXTERN_PROGRAM))
     kernel = tilelang.compile(ns["scale"](1024), out_idx=[1], target=target)
     with pytest.raises(CompileError) as info:
         kernel(torch.randn(1024))
@@ -142,7 +126,7 @@ def test_call_extern_builds_on_the_cpu_and_is_E602_at_its_line_when_run_there(ti
 
 
 def test_access_ptr_of_a_fragment_is_E701(tilelang, tmp_path):
-    ns = load_script(_write(tmp_path, "frag.py", """\
+    ns = load_script(write_source(tmp_path, "frag.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -163,7 +147,7 @@ def test_access_ptr_of_a_fragment_is_E701(tilelang, tmp_path):
 
 def test_macro_assignment_to_a_name_the_kernel_binds_is_the_macros_own(tilelang, tmp_path):
     """TileLang's MXFP4 dequantization macro writes ``bx = T.get_block_binding(0)`` in a kernel that binds bx."""
-    ns = load_script(_write(tmp_path, "shadow.py", """\
+    ns = load_script(write_source(tmp_path, "shadow.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -189,7 +173,7 @@ def test_macro_assignment_to_a_name_the_kernel_binds_is_the_macros_own(tilelang,
 def test_blackwell_only_names_say_the_program_is_for_sm100(tilelang, tmp_path, name):
     """TileLang's sm100 examples (flash_attention_sm100, gemm_tcgen05, blockscaled_gemm_sm100): an E701 at the line
     that says why an H100/H200 cannot run them."""
-    ns = load_script(_write(tmp_path, "sm100.py", f"""\
+    ns = load_script(write_source(tmp_path, "sm100.py", f"""\
         import tilelang
         import tilelang.language as T
 
@@ -263,7 +247,7 @@ ALLREDUCE_GEMV = """\
 @pytest.mark.parametrize("target", ["cpu", "sim"])
 def test_tvm_thread_allreduce_in_a_reduce_scope_sums_over_the_named_thread_axis(tilelang, tmp_path, target):
     """TileLang's GEMV and fp16 x int4 GEMV examples reduce per-thread partial sums with TVM's thread all-reduce."""
-    ns = load_script(_write(tmp_path, "gemv.py", ALLREDUCE_GEMV))
+    ns = load_script(write_source(tmp_path, "gemv.py", ALLREDUCE_GEMV))
     kernel = tilelang.compile(ns["gemv"](16, 64), out_idx=[2], target=target)
     a, b = torch.randn(64).half(), torch.randn(16, 64).half()
     torch.testing.assert_close(kernel(a, b).float(), b.float() @ a.float(), rtol=1e-2, atol=1e-2)
@@ -272,7 +256,7 @@ def test_tvm_thread_allreduce_in_a_reduce_scope_sums_over_the_named_thread_axis(
 
 
 def test_dp4a_adds_the_dot_product_of_four_int8_elements(tilelang, tmp_path):
-    ns = load_script(_write(tmp_path, "dot4.py", ALLREDUCE_GEMV))
+    ns = load_script(write_source(tmp_path, "dot4.py", ALLREDUCE_GEMV))
     a, b = (torch.randint(-128, 128, (64,), dtype=torch.int8) for _ in range(2))
     expected = ((a.int() * b.int()).reshape(16, 4).sum(1) + 7).int()
     for target in ("cpu", "sim"):
@@ -280,7 +264,7 @@ def test_dp4a_adds_the_dot_product_of_four_int8_elements(tilelang, tmp_path):
 
 
 def test_thread_allreduce_outside_a_reduce_scope_is_an_error_at_its_line(tilelang, tmp_path):
-    ns = load_script(_write(tmp_path, "bare.py", """\
+    ns = load_script(write_source(tmp_path, "bare.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -308,7 +292,7 @@ def test_tools_analyzer_counts_gemm_flops_and_global_bytes_as_tilelang(tilelang,
     from tilelang.carver.arch import CUDA, driver
     from tilelang.tools import Analyzer
 
-    ns = load_script(_write(tmp_path, "gemm_analyze.py", """\
+    ns = load_script(write_source(tmp_path, "gemm_analyze.py", """\
         import tilelang
         import tilelang.language as T
 
@@ -365,7 +349,7 @@ def test_layout_objects_of_tilelangs_plot_layout_examples_are_E701(tilelang):
 @pytest.mark.parametrize("target", ["cpu", "sim"])
 def test_alloc_reducer_sums_what_parallel_iterations_add_into_one_element(tilelang, tmp_path, target):
     """TileLang's GEMV with T.alloc_reducer (gemv/example_gemv.py): o[i] += a[i, j] * x[j] over T.Parallel(i, j)."""
-    ns = load_script(_write(tmp_path, "reducer.py", """\
+    ns = load_script(write_source(tmp_path, "reducer.py", """\
         import tilelang
         import tilelang.language as T
 
