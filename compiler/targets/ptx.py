@@ -183,9 +183,10 @@ class _KernelPtx(Calls, Values):
         v = self.convert(self.ev(e), e.dtype, s.var.dtype)
         if "@" in v.key:  # a register array element: later writes to it must not change this name's value
             v = self.op(v.kind, f"mov.{v.kind}", v, pure=False)
-        elif isinstance(e, BinOp) and e.op == "-" and e.dtype == s.var.dtype and \
-                _free_vars(e, self.read_only) is not None:  # for comparisons of the name with zero (cmp_difference)
-            self.differences[v.text] = e
+        elif isinstance(e, BinOp) and e.op == "-" and e.dtype == s.var.dtype:  # for comparisons with zero
+            names = _free_vars(e, self.read_only)
+            if names is not None:
+                self.differences[v.text] = (e, tuple(self.var(x).ident for x in names))
         self.bind(s.var, v)
 
     def store(self, s: Store) -> None:

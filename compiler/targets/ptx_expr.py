@@ -113,7 +113,7 @@ class Values:
         self.ranges: dict = {}  # id(SpecialVar) -> its inclusive bounds (the kernel emitter's prologue)
         self.var_bounds: dict = {}  # Var -> inclusive bounds of the value a Let or loop gave it
         self.loops: dict = {}  # Var of each runtime loop being emitted -> its induction bookkeeping (kernel emitter)
-        self.differences: dict = {}  # register -> the integer difference ``a - b`` a Let named (kernel emitter)
+        self.differences: dict = {}  # register -> (``a - b`` a Let named, its variables' identities then)
         self.two_values: dict = {}  # register -> (predicate, value if true, value if false): a select of immediates
 
     # ---- registers, instructions, scopes
@@ -184,10 +184,10 @@ class Values:
         hold in registers across it, as NVVM rematerializes them). Floating-point values stay; an integer computed
         again keeps its old identity, so a float computed from it is still found (NVVM's GVN: a softmax's
         exponentials summed before a block-wide reduction are the ones it stores after it)."""
+        kept = {}
         for k, v in self.memo.items():
-            if v.kind not in ("f32", "b16"):
-                self.forgotten[k] = v
-        self.memo = {k: v for k, v in self.memo.items() if v.kind in ("f32", "b16")}
+            (kept if v.kind in ("f32", "b16") else self.forgotten)[k] = v
+        self.memo = kept
 
     def in_reg(self, v: Val) -> Val:
         """An immediate moved into a register (for operand positions PTX wants a register in)."""
@@ -443,7 +443,7 @@ class Values:
             return self.op("pred", f"{ {'&': 'and', '|': 'or', '^': 'xor'}[op]}.pred", self.in_reg(a), self.in_reg(b))
         if dt.is_float:
             return self.float_binop(op, e.a, e.b, dt)
-        if op in ("//", "%", "/"):
+        if op in ("//", "%"):
             r = self.bounds(e)
             if r is not None and r[0] == r[1]:  # the same quotient for every thread and block
                 return self.imm(r[0], DType("int64") if w else dt)
@@ -574,8 +574,8 @@ class Values:
         """``a - b op 0`` as ``a op b`` for a signed difference (its overflow is undefined, as in C: NVVM's fold),
         also where ``e`` names a difference a Let bound, if its operands still have the values they had there."""
         if isinstance(e, Var) and e in self.env:
-            d = self.differences.get(self.env[e].text)
-            if d is None or self.ev(d).text != self.env[e].text:
+            d, idents = self.differences.get(self.env[e].text, (None, ()))
+            if d is None or idents != tuple(self.var(x).ident for x in _free_vars(d, self.read_only)):
                 return None
             e = d
         if not (isinstance(e, BinOp) and e.op == "-" and e.a.dtype == e.b.dtype == e.dtype):
