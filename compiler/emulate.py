@@ -39,7 +39,7 @@ import logging
 import torch
 
 from tileagent.compiler.errors import KernelArgumentError
-from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
+from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
 from tileagent.compiler.atomic_ops import combine, elementwise
 from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, Evaluate, For, If, ImportSource, Let, Store, While
 from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
@@ -613,7 +613,7 @@ class _Block:
         return torch.div(a, b, rounding_mode="trunc" if op == "/" else "floor")
 
     def call(self, e: Call):
-        if e.name.startswith("extern:") or e.name == "address_of":
+        if is_extern(e):
             raise foreign_code(e, self.span)
         if e.name == "reinterpret":
             return reinterpret(self.ev(e.args[0]), e.args[0].dtype, e.dtype)

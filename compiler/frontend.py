@@ -23,7 +23,8 @@ from tileagent.compiler import python_ast
 from tileagent.compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, InternalCompilerError,
                                   NameResolutionError, ResourceError, ShapeError, Span)
 from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
-from tileagent.compiler.ir.expr import Call, Expr, Load, Var, as_expr, describe, make_binop, make_cast, make_cmp
+from tileagent.compiler.ir.expr import (Call, Expr, Load, Var, as_expr, describe, is_extern, make_binop, make_cast,
+                                        make_cmp)
 from tileagent.compiler.ir.simplify import depends_on, static_int
 from tileagent.compiler.frontend_body import check_view_aliasing, split_at_grid_syncs
 from tileagent.compiler.frontend_macro import bound_outside_macro
@@ -301,7 +302,7 @@ class _Parser(ExpressionParser):
 
         if isinstance(value, Stmt):
             self.emit(value, node)
-        elif isinstance(value, Call) and value.name.startswith("extern:"):  # T.call_extern(...) as a statement
+        elif is_extern(value):  # T.call_extern(...) as a statement
             self.emit(Evaluate(value), node)
         elif isinstance(value, list) and value and all(isinstance(v, Stmt) for v in value):  # an expansion
             for v in value:  # (T.tvm_thread_allreduce: compiler.language.allreduce)

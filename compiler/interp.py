@@ -21,7 +21,7 @@ import torch
 from tileagent.compiler.errors import KernelFault
 from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float_binop, float_call, reinterpret,
                                            storage)
-from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
+from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.atomic_ops import combine
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
@@ -405,7 +405,7 @@ class _Interpreter:
         return int(v)
 
     def call(self, e: Call):
-        if e.name.startswith("extern:") or e.name == "address_of":
+        if is_extern(e):
             raise foreign_code(e, None)
         args = [self.ev(a) for a in e.args]
         dt = e.dtype

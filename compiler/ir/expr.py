@@ -120,11 +120,20 @@ class Unary(Expr):
 @dataclass(frozen=True, eq=False, slots=True)
 class Call(Expr):
     """A math intrinsic: exp, exp2, log, log2, rsqrt, sqrt, abs, tanh, sigmoid, erf, pow, floor, ceil, min, max;
-    ``reinterpret`` (one argument: its bits read as ``dtype``, of the same width; see ``make_reinterpret``)."""
+    ``reinterpret`` (one argument: its bits read as ``dtype``, of the same width; see ``make_reinterpret``);
+    ``EXTERN + fn`` / ``ADDRESS_OF``: hand-written CUDA and a pointer for it (``compiler.language.extern``)."""
 
     name: str
     args: tuple[Expr, ...]
     dtype: DType
+
+
+EXTERN, ADDRESS_OF = "extern:", "address_of"  # Call names of T.call_extern(fn, ...) / T.access_ptr
+
+
+def is_extern(e) -> bool:
+    """Whether ``e`` calls hand-written CUDA or points into a buffer for it (only the CUDA target can run it)."""
+    return isinstance(e, Call) and (e.name.startswith(EXTERN) or e.name == ADDRESS_OF)
 
 
 @dataclass(frozen=True, eq=False, slots=True)

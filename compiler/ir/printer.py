@@ -8,7 +8,7 @@ an element-wise store prints as an assignment; a tile op prints as its
 
 from __future__ import annotations
 
-from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
+from tileagent.compiler.ir.expr import ADDRESS_OF, EXTERN, BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, For, If, Kernel, Let, MBarrierOp,
                                         Parallel, Print, PrimFunc, Region, Store, UseSwizzle, While)
 
@@ -38,9 +38,10 @@ def expr_str(e, prec: int = 0) -> str:
     if isinstance(e, Unary):
         return f"not {expr_str(e.a, 3)}" if e.op == "not" else f"{e.op}{expr_str(e.a, 10)}"
     if isinstance(e, Call):
-        if e.name.startswith("extern:"):  # compiler.language.extern
-            return f"T.call_extern({str(e.dtype)!r}, {e.name[7:]!r}{''.join(', ' + expr_str(a) for a in e.args)})"
-        name = "access_ptr" if e.name == "address_of" else e.name
+        if e.name.startswith(EXTERN):  # compiler.language.extern
+            return (f"T.call_extern({str(e.dtype)!r}, {e.name[len(EXTERN):]!r}"
+                    f"{''.join(', ' + expr_str(a) for a in e.args)})")
+        name = "access_ptr" if e.name == ADDRESS_OF else e.name
         return f"T.{name}({', '.join(expr_str(a) for a in e.args)})"
     if isinstance(e, Cast):
         return f"T.cast({expr_str(e.value)}, {e.dtype!r})"

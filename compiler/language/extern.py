@@ -16,11 +16,8 @@ from __future__ import annotations
 
 from tileagent.compiler.diagnostics import DSLTypeError, UnsupportedError
 from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
-from tileagent.compiler.ir.expr import Call, Const, Expr, Load, as_expr, is_number, make_binop
+from tileagent.compiler.ir.expr import ADDRESS_OF, EXTERN, Call, Const, Expr, Load, as_expr, is_number, make_binop
 from tileagent.compiler.ir.stmt import Buffer, ImportSource
-
-EXTERN = "extern:"  # Call.name prefix of an extern function call
-ADDRESS = "address_of"  # Call.name of a pointer to a buffer element
 
 
 def import_source(code: str) -> ImportSource:
@@ -82,7 +79,7 @@ def access_ptr(base, access_type="r", *extents, offset=0, extent=None, ignore_la
         idx = list(base.indices)
         idx[-1] = as_expr(make_binop("+", idx[-1], offset))
         base = Load(base.buffer, tuple(idx), base.dtype, base.span)
-    return Call(ADDRESS, (base,), base.dtype)
+    return Call(ADDRESS_OF, (base,), base.dtype)
 
 
-__all__ = ["ADDRESS", "EXTERN", "access_ptr", "call_extern", "import_source"]
+__all__ = ["access_ptr", "call_extern", "import_source"]

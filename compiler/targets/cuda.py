@@ -35,7 +35,7 @@ import re
 import torch
 
 from tileagent.compiler.dtypes import DType
-from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, as_expr
+from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, as_expr, is_extern
 from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store, While
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import walk
@@ -44,7 +44,7 @@ from tileagent.compiler.instructions import cuda_emitters
 from tileagent.compiler.targets.cuda_literals import CTYPES as _CTYPES, float_literal as _float_literal, \
     int_literal as _int_literal, round_to
 from tileagent.compiler.targets.cuda_atomic import HELPERS as ATOMIC_HELPERS, atomic_extreme  # T.atomic_max/min
-from tileagent.compiler.targets.cuda_extern import HANDLERS as EXTERN_HANDLERS, extern_expr, imported_sources, is_extern
+from tileagent.compiler.targets.cuda_extern import HANDLERS as EXTERN_HANDLERS, extern_expr, imported_sources
 from tileagent.compiler.targets.cuda_prelude import preamble
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
 from tileagent.compiler.targets.cuda_tma import HELPERS as TMA_HELPERS

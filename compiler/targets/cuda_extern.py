@@ -11,12 +11,9 @@ name does not clash with them.
 
 from __future__ import annotations
 
-from tileagent.compiler.ir.expr import Call, Load
+from tileagent.compiler.ir.expr import ADDRESS_OF, EXTERN, Call, Load, is_extern
 from tileagent.compiler.ir.stmt import Evaluate, ImportSource
 from tileagent.compiler.ir.visit import walk
-
-EXTERN, ADDRESS = "extern:", "address_of"
-
 
 # The names TileLang's CUDA prelude gives imported code (its dequantization sources use them) and that NVRTC's
 # -minimal mode lacks: the fixed-width integers and ``uint``.
@@ -43,23 +40,19 @@ def imported_sources(kernels) -> list[str]:
     return [IMPORT_PRELUDE, *seen] if seen else []
 
 
-def is_extern(e: Call) -> bool:
-    return e.name.startswith(EXTERN) or e.name == ADDRESS
-
-
 def extern_expr(emitter, e: Call) -> str:
     """C++ of an extern call (``fn(a, b)``) or of a pointer to a buffer element (``(&buf[i])``)."""
-    if e.name == ADDRESS:
+    if e.name == ADDRESS_OF:
         load = e.args[0]
         if not isinstance(load, Load):
             emitter.fail(f"T.access_ptr of {type(load).__name__}: want a buffer element")
         return f"(&{emitter.ref(load.buffer, load.indices)})"
-    args = [extern_expr(emitter, a) if isinstance(a, Call) and is_extern(a) else emitter.ex(a) for a in e.args]
+    args = [extern_expr(emitter, a) if is_extern(a) else emitter.ex(a) for a in e.args]
     return f"{e.name[len(EXTERN):]}({', '.join(a.strip() for a in args)})"
 
 
 def emit_evaluate(emitter, s: Evaluate) -> None:
-    if not (isinstance(s.value, Call) and is_extern(s.value)):
+    if not is_extern(s.value):
         emitter.fail(f"Evaluate of {type(s.value).__name__}: only T.call_extern runs as a statement")
     emitter.line(f"{extern_expr(emitter, s.value)};")
 
