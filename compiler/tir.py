@@ -19,7 +19,8 @@ statement nodes (Store, Let, If, For, AtomicAdd), with these rules:
   lane ``LANE ^ mask`` within groups of ``width`` lanes; every lane of the warp executes it (no divergence around it).
 - ``VecCopy(dst, dst_index, src, src_index, width)`` copies ``width`` consecutive elements, converting from src's
   dtype to dst's; lowering guarantees both ranges are in bounds and that ``index * dtype.bytes`` is a multiple of
-  ``width * dtype.bytes`` whenever ``width * dtype.bytes`` is 4, 8 or 16 (so it may be one vector access).
+  ``width * dtype.bytes`` whenever ``width * dtype.bytes`` is 4, 8 or 16 (so it may be one vector access). Its
+  ``eviction_policy`` ("evict_first", "evict_last" or None) is a cache hint for a global source, set only there.
 - ``Barrier()`` is __syncthreads(): every thread reaches it (never inside a thread-dependent branch).
 - ``Store``/``AtomicAdd`` to global memory and loads from it are in bounds: lowering predicates them with ``If``.
 """
@@ -94,7 +95,9 @@ class Declare(Stmt):
 
 @dataclass(frozen=True, eq=False, slots=True)
 class VecCopy(Stmt):
-    """dst[dst_index + v] = cast(src[src_index + v]) for v in range(width)."""
+    """dst[dst_index + v] = cast(src[src_index + v]) for v in range(width). ``eviction_policy``: None, or the
+    "evict_first"/"evict_last" cache hint of a read of global memory (``src.scope == "global"`` only; no semantic
+    effect: targets may ignore it)."""
 
     dst: Buffer
     dst_index: Expr
@@ -102,6 +105,7 @@ class VecCopy(Stmt):
     src_index: Expr
     width: int
     span: Span | None = None
+    eviction_policy: str | None = None
 
 
 @dataclass(frozen=True, eq=False, slots=True)

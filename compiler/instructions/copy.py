@@ -7,7 +7,8 @@ move one run. In: the source and destination Regions, the run width, whether the
 producer (``async_ok``: ``compiler.lower.pipeline`` sets it; cp.async lands only at the pipeline's wait) and the target.
 Out: the entry; its ``build`` gives the run's statements (global reads outside the tensor give zeros).
 Emits: ``AsyncCopy``/``AsyncCommit``/``AsyncWait`` (cp.async) or ``VecCopy`` (one vector access of 4, 8 or 16 bytes,
-or a scalar move).
+or a scalar move). A ``VecCopy`` reading global memory carries the copy's ``eviction_policy`` (a cache hint); one
+reading shared memory or registers, and cp.async, carry none.
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ class LoadStore(Instruction):
         from tileagent.compiler.lower.copy import guarded
         from tileagent.compiler.tir import VecCopy
 
+        hint = getattr(s, "eviction_policy", None) if src.buffer.scope == "global" else None  # loads only
         move = VecCopy(ctx.mem(dst.buffer), as_expr(run.d_pos), ctx.mem(src.buffer), as_expr(run.s_pos), run.width,
-                       s.span)
+                       s.span, hint)
         if run.s_in is True:
             return guarded(ctx, and_(run.valid, run.d_in), [move])
         zero = Const(0.0 if dst.buffer.dtype.is_float else 0, dst.buffer.dtype)

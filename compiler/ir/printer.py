@@ -134,7 +134,9 @@ def _thread_stmt_lines(s, pad: str) -> list[str]:
         init = "" if s.init is None else f" = {expr_str(s.init)}"
         return [f"{pad}{s.buffer.dtype} {s.buffer.name}[{expr_str(s.buffer.shape[0])}]{init}"]
     if isinstance(s, VecCopy):
-        return [f"{pad}{s.dst.name}[{expr_str(s.dst_index)}:+{s.width}] = {s.src.name}[{expr_str(s.src_index)}:+{s.width}]"]
+        hint = f"  # {s.eviction_policy}" if s.eviction_policy else ""
+        return [f"{pad}{s.dst.name}[{expr_str(s.dst_index)}:+{s.width}] = "
+                f"{s.src.name}[{expr_str(s.src_index)}:+{s.width}]{hint}"]
     if isinstance(s, Barrier):
         return [f"{pad}T.sync_threads()"]
     if isinstance(s, Mma):

@@ -176,11 +176,14 @@ class If(Stmt):
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Copy(Stmt):
-    """T.copy: dst = cast(src); tile shapes agree once size-1 dims are dropped. OOB global reads give 0, writes drop."""
+    """T.copy: dst = cast(src); tile shapes agree once size-1 dims are dropped. OOB global reads give 0, writes drop.
+    ``eviction_policy``: None, "evict_first" or "evict_last", a cache hint for reads of global memory (no semantic
+    effect; ``compiler.language.tileops.eviction_hint``)."""
 
     src: Region
     dst: Region
     span: Span | None = None
+    eviction_policy: str | None = None
 
 
 @dataclass(frozen=True, eq=False, slots=True)

@@ -53,13 +53,35 @@ def _element_region(load: Load) -> Region:
     return Region(load.buffer, load.indices, (1,) * load.buffer.ndim)
 
 
+EVICTION_POLICIES = (None, "evict_normal", "evict_first", "evict_last")  # TileLang's values, in its order
+
+
+def eviction_hint(policy) -> str | None:
+    """The cache hint ``T.copy(..., eviction_policy=policy)`` asks for: "evict_first" or "evict_last", else None
+    (None and "evict_normal": the default policy, no hint).
+
+    Raises:
+        DSLTypeError: E310 for any value outside ``EVICTION_POLICIES``.
+    """
+    if not (policy is None or (isinstance(policy, str) and policy in EVICTION_POLICIES)):
+        raise DSLTypeError(f"T.copy: eviction_policy must be one of None, 'evict_normal', 'evict_first', "
+                           f"'evict_last', got {policy!r}", code="E310",
+                           hint="'evict_first' for data read once (streamed through L1/L2), 'evict_last' for data "
+                                "other blocks read again; leave it out (or 'evict_normal') for no hint")
+    return None if policy in (None, "evict_normal") else policy
+
+
 def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None, *, prefer_instruction=None,
          annotations=None, loop_layout=None):
     """Copy a tile from ``src`` to ``dst`` (any scopes), converting the dtype.
 
     Extents are compared after dropping size-1 dims, so a 4-d slice may fill a 2-d tile. Out-of-bounds reads of
-    global memory give 0 and out-of-bounds writes to global memory are dropped.
+    global memory give 0 and out-of-bounds writes to global memory are dropped. ``eviction_policy`` (TileLang's:
+    None, "evict_normal", "evict_first", "evict_last"; anything else E310) is a cache hint without semantic effect:
+    the tile IR keeps "evict_first"/"evict_last" (``Copy.eviction_policy``; "evict_normal" is the default, None) and
+    the CUDA target hints the copy's vector loads from global memory with it (``compiler.targets.cuda_cache_hints``).
     """
+    hint = eviction_hint(eviction_policy)
     s, d = _tile(src, "T.copy", "src"), _tile(dst, "T.copy", "dst")
     if isinstance(s, Load) and isinstance(d, Load):  # element to element
         return Store(d.buffer, d.indices, make_cast(s, d.buffer.dtype))
@@ -67,7 +89,7 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
         s = _from_origin(s, d.extents, "T.copy")
     if isinstance(d, Load):
         d = _from_origin(d, s.extents, "T.copy")
-    return Copy(s, d)
+    return Copy(s, d, eviction_policy=hint)
 
 
 def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square, clear_accum=False, k_pack=1,

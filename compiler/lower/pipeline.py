@@ -306,8 +306,8 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
         view = ctx.derive(stage_base={b: make_binop("*", stage, n) for b, n in strides.items()}, async_copies=True)
         out = []
         for c in p.producers:
-            out += lower_copy(view, Copy(substitute(c.src, {v: iteration}), substitute(c.dst, {v: iteration}),
-                                         c.span))
+            out += lower_copy(view, replace(c, src=substitute(c.src, {v: iteration}),
+                                            dst=substitute(c.dst, {v: iteration})))
         return out
 
     out = []
@@ -389,7 +389,7 @@ def _lower_tma_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict) -> 
         """Thread 0 issues the producers of ``iteration``, the ``count``-th of the pipeline's barriers' uses."""
         stage = make_binop("%", count, s)
         view = ctx.derive(stage_base={b: make_binop("*", stage, n) for b, n in strides.items()}, async_copies=True)
-        copies = [(Copy(substitute(c.src, {v: iteration}), substitute(c.dst, {v: iteration}), c.span), pl)
+        copies = [(replace(c, src=substitute(c.src, {v: iteration}), dst=substitute(c.dst, {v: iteration})), pl)
                   for c, (_, pl) in zip(p.producers, plans)]
         return issue(view, copies, make_binop("+", first, stage))
 

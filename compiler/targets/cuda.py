@@ -16,7 +16,9 @@ Guarantees:
   narrower integer leaf of the index expression is widened before the arithmetic), so ``row * stride`` products
   cannot overflow 32 bits. Values bound by ``Let`` keep their IR dtype; shared/local indices stay ``int``.
 - ``VecCopy`` becomes one ``uint1``/``uint2``/``uint4`` access per side whose ``width * bytes`` is 4, 8 or 16
-  (:func:`vector_bytes`); local arrays are declared ``__align__(16)`` so that this is legal for them too.
+  (:func:`vector_bytes`); local arrays are declared ``__align__(16)`` so that this is legal for them too. A vector
+  read of a global tensor the kernel never writes, by a VecCopy with an ``eviction_policy``, goes through the
+  hinted helper of ``compiler.targets.cuda_cache_hints``; scalar and other reads stay plain.
 - ``VecAtomicAdd`` becomes one ``atomicAdd`` on ``float2``/``float4`` (sm_90+), ``__half2`` or ``__nv_bfloat162``,
   with a per-element fallback for older architectures in the same source (``#if __CUDA_ARCH__``).
 - ``Mma``, ``LdMatrix`` and the asynchronous copies are emitted by ``compiler.targets.cuda_tensor``, reached through
@@ -44,6 +46,7 @@ from tileagent.compiler.instructions import cuda_emitters
 from tileagent.compiler.targets.cuda_literals import CTYPES as _CTYPES, float_literal as _float_literal, \
     int_literal as _int_literal, round_to
 from tileagent.compiler.targets.cuda_atomic import HELPERS as ATOMIC_HELPERS, atomic_extreme  # T.atomic_max/min
+from tileagent.compiler.targets.cuda_cache_hints import HELPERS as HINT_HELPERS, hinted_load  # eviction_policy
 from tileagent.compiler.targets.cuda_extern import HANDLERS as EXTERN_HANDLERS, extern_expr, imported_sources
 from tileagent.compiler.targets.cuda_prelude import preamble
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
@@ -106,7 +109,7 @@ __device__ __forceinline__ float tl_exp2f(float x) {
   return y;
 }""",
 }
-_ALL_HELPERS = {**_HELPERS, **TENSOR_HELPERS, **TMA_HELPERS, **ATOMIC_HELPERS}
+_ALL_HELPERS = {**_HELPERS, **TENSOR_HELPERS, **TMA_HELPERS, **ATOMIC_HELPERS, **HINT_HELPERS}
 _RESERVED = set("""
 alignas alignof and asm auto bool break case catch char char16_t char32_t class const constexpr const_cast continue
 decltype default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
@@ -242,6 +245,7 @@ class _KernelEmitter:
         self.tmaps: dict = {}  # TensorMap -> parameter name
         self.used_buffers: set = set()
         self.used_special: set = set()
+        self.written: set = set()  # global buffers the kernel stores to (emit); the others are const __restrict__
 
     # ---- names and types
 
@@ -281,7 +285,7 @@ class _KernelEmitter:
 
     def emit(self) -> str:
         k = self.k
-        written = written_buffers(k.body)
+        written = self.written = written_buffers(k.body)
         params = []
         for p in k.params:
             if isinstance(p, Buffer):
@@ -501,7 +505,7 @@ class _KernelEmitter:
             return
         if sd == dd and sv and dv:
             v = _VECTOR_TYPES[sv]
-            self.line(f"*reinterpret_cast<{v}*>(&{dst}[{di}]) = *reinterpret_cast<const {v}*>(&{src}[{si}]);")
+            self.line(f"*reinterpret_cast<{v}*>(&{dst}[{di}]) = {self.vector_read(s, v, f'&{src}[{si}]')};")
             return
         st, dt_ = self.ct(sd), self.ct(dd)
         self.line(f"{{  // copy {w} x {st} -> {dt_}")
@@ -512,7 +516,7 @@ class _KernelEmitter:
         if sv:
             self.line(f"__align__(16) {st} tl_v[{w}];")
             self.line(f"*reinterpret_cast<{_VECTOR_TYPES[sv]}*>(tl_v) = "
-                      f"*reinterpret_cast<const {_VECTOR_TYPES[sv]}*>(&{src}[tl_s]);")
+                      f"{self.vector_read(s, _VECTOR_TYPES[sv], f'&{src}[tl_s]')};")
             elem = "tl_v[tl_k]"
         target = f"{dst}[tl_d + tl_k]"
         if dv:
@@ -527,6 +531,13 @@ class _KernelEmitter:
             self.line(f"*reinterpret_cast<{v}*>(&{dst}[tl_d]) = *reinterpret_cast<const {v}*>(tl_o);")
         self.depth -= 1
         self.line("}")
+
+    def vector_read(self, s: VecCopy, vtype: str, address: str) -> str:
+        """The read of one ``vtype`` at ``address``, the source of ``s``: with ``s.eviction_policy``'s hint where the
+        source is a global tensor the kernel never writes (``cuda_cache_hints`` says why), else a plain one."""
+        if s.eviction_policy and s.src.scope == "global" and s.src not in self.written:
+            return hinted_load(self.state.helpers, s.eviction_policy, vtype, address)
+        return f"*reinterpret_cast<const {vtype}*>({address})"
 
     # ---- buffers
 

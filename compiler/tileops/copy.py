@@ -4,7 +4,8 @@ Check: both regions in bounds (on-chip), extents equal once size-1 dims are drop
 Layouts (common): a copy between two fragments of one shape gives the layout of either side to the other; a fragment
 copied to or from memory may take the blocked default, vectorized for the memory side's dtype. Lowering:
 ``compiler.lower.copy`` (vector loads/stores, cp.async in pipeline producers, layout conversion through shared
-memory). Interpreter: global reads outside the tensor give 0, writes outside it are dropped.
+memory). Interpreter: global reads outside the tensor give 0, writes outside it are dropped. A copy's
+``eviction_policy`` (a cache hint, no semantic effect) prints only when set and reaches its global reads' ``VecCopy``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ class CopyOp(TileOp):
         return "T.copy"
 
     def dsl(self, s) -> str:
-        return f"T.copy({region_str(s.src)}, {region_str(s.dst)})"
+        hint = f", eviction_policy={s.eviction_policy!r}" if s.eviction_policy else ""  # only when set: the text
+        return f"T.copy({region_str(s.src)}, {region_str(s.dst)}{hint})"  # of unhinted copies stays as it was
 
     def check(self, s, checker) -> None:
         checker.copy_shapes("T.copy", s.src, s.dst)
