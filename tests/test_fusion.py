@@ -589,3 +589,28 @@ def test_tiles_kept_in_shared_memory_between_two_passes(name, tmp_path):
     configs = [spec.small_config] if name != "var_ragged" else [{}]
     results = check_candidate(spec, candidate, device="cpu", configs=configs, seeds=1, seed=SEED)
     assert [r.correct for r in results] == [True], [r.message for r in results]
+
+
+def test_read_once_reductions_ask_for_evict_first_and_pointwise_kernels_hold_16_values(tmp_path):
+    """H200 (BENCHMARKS.md, session 9): 16-byte loads with evict_first ran mse_loss 0.92 -> 1.02x torch.compile and
+    mean_seq 0.93 / 1.01 / 0.88 -> 1.02 / 1.09 / 0.97, but cost 2-45% in pointwise and row kernels: only the split
+    share of a reduction and fp16 column strips ask for it; a float32 column sum (sum_dim: 1.06 -> 0.99) does not.
+    A pointwise kernel reading at most two row tiles holds 16 values a thread (ELU 0.98 -> 0.99, bias + GELU +
+    residual 0.97 / 1.01 -> 1.04 / 1.06); the rotary embedding's three shifted tiles keep 32 (0.92 vs 0.85)."""
+    mse, _ = _candidate("mse_loss", tmp_path)
+    first_scope = mse[:mse.index("# after every partial")]
+    assert first_scope.count('eviction_policy="evict_first"') == 2, first_scope  # its two inputs, not the partials
+    assert "eviction_policy" not in mse[mse.index("# after every partial"):]
+    mean_seq, module = _candidate("mean_seq", tmp_path)
+    assert 'POLICY = None if KAHAN else "evict_first"' in mean_seq and "x, eviction_policy=POLICY)" in mean_seq
+    sum_dim, _ = _candidate("sum_dim", tmp_path)
+    assert 'POLICY = None if KAHAN else "evict_first"' in sum_dim  # float32 output: KAHAN, so no hint
+    for name in ("elu", "swiglu_chunk"):
+        source, module = _candidate(name, tmp_path)
+        assert "light=True)" in source, name
+    assert module["schedule"](8192, 11008, True, False, False, half=True, light=True) == (4, 512, 128)
+    assert module["schedule"](8192, 11008, True, False, False, half=True) == (8, 512, 128)
+    rotary, _ = _candidate("rotary_cat", tmp_path)
+    assert "light=True" not in rotary
+    leaky, _ = _candidate("leaky_relu", tmp_path)
+    assert "PER_THREAD = 16" in leaky and "'PER_THREAD': [16, 32]" in leaky

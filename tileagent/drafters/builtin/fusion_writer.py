@@ -10,6 +10,8 @@ across blocks, pipelined passes when the knobs ask). Guarantees: anything it can
 
 from __future__ import annotations
 
+import re
+
 from typing import TYPE_CHECKING
 
 import torch
@@ -698,7 +700,9 @@ class KernelWriter:
                 second += [" " * 12 + f"red{n_red} = T.alloc_fragment((BM,), \"float32\")",
                            " " * 12 + f"T.copy({ws}[0, bm * BM], part)",
                            " " * 12 + f"{REDUCE_FN[op]}(part, red{n_red}, dim=0)"]
-            body = body[:self.split_at] + ["", " " * 8 + "with T.Kernel(T.ceildiv(NX, BM), threads=THREADS) as bm:  "
+            first = [re.sub(r"^(\s*T\.copy\([gt]_\w+\[.*\], f\d+_\w+)\)$", r'\1, eviction_policy="evict_first")', line)
+                     for line in body[:self.split_at]]  # tiles read once: L2 keeps the partials (BENCHMARKS.md)
+            body = first + ["", " " * 8 + "with T.Kernel(T.ceildiv(NX, BM), threads=THREADS) as bm:  "
                                            "# after every partial"] + second + body[self.split_at:]
         if k.pointwise and k.reverse:  # before the row lets; copies take the row inline, bounded by the grid
             allocs.insert(0, " " * 12 + "bm = (NX + BM - 1) // BM - 1 - bmr")
@@ -739,6 +743,8 @@ class KernelWriter:
         if tiles and all(self.alloc_dtype.get(f, "").startswith("$") for f in tiles) and all(
                 g.dtype in (torch.float16, torch.bfloat16) for _, (_, _, g) in ins if g is not None):
             sched = sched[:-1] + ", half=True)"  # every row tile 16-bit: two values a register
+        if k.pointwise and len(tiles) <= 2:
+            sched = sched[:-1] + ", light=True)"  # few tiles a value: half the values a thread (schedule())
         if split:
             sched = f"schedule_split({k.X.t}, {k.R.t})"
         call = f"{fname}({args}{', ' if args else ''}*{sched})({', '.join(arg for _, (_, arg, _) in ins)})"

@@ -27,7 +27,7 @@ VARIANTS = [
 ]
 
 SCHEDULE = '''
-def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, half=False):
+def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, half=False, light=False):
     """(BM, BR, THREADS) for NX rows of NR columns: BR the row length as a power of two (up to BR_MAX, 512 for a
     pointwise kernel; the whole row for top-k), BM rows so a thread holds about PER_THREAD values (top-k: fewer,
     down to 8 rows, until 1024 blocks run). ``reread``: the
@@ -47,9 +47,11 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
     tiles are 16-bit (two values a register): a row held whole (``reread``) that would need more than 256 threads
     takes twice the values a thread instead (int8 quantization at K=14336 fp16: 256 threads x 64 values, 80
     registers, 3 blocks and 96 KB of loads in flight per SM; 512 x 32 had 2 blocks and 64 KB, 51% of a copy on the
-    H200 where K=4096's 10 blocks of 128 threads per SM ran at 72%)."""
+    H200 where K=4096's 10 blocks of 128 threads per SM ran at 72%). ``light``: a pointwise kernel that reads at
+    most two row tiles: a thread holds half of PER_THREAD values (H200, x torch.compile at 16 vs 32: ELU 0.99 vs
+    0.98, SwiGLU 1.00 vs 0.99; a rotary embedding's three shifted tiles ran 0.85 vs 0.92, so it keeps 32)."""
     cap = 512 if pointwise else (1 << 16 if topk else BR_MAX)
-    per = PER_THREAD
+    per = max(4, PER_THREAD // 2) if pointwise and light else PER_THREAD
     if reread and NR > cap and NR <= 512 * PER_THREAD:
         cap = NR
         if half and NR > 256 * PER_THREAD:

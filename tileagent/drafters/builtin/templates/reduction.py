@@ -163,14 +163,16 @@ def render(match: FamilyMatch, knobs: dict) -> str:
         else:
             head = ("def reduce_cols(D, B, block_k, block_n, threads, d_x, out_dtype{c}):\n"
                     "    A = T.dynamic(\"A\")  # the product of the dims before the reduced ones\n"
-                    "    KAHAN = out_dtype in (\"float32\", \"float64\")  # compensated sums for float32 outputs\n\n"
+                    "    KAHAN = out_dtype in (\"float32\", \"float64\")  # compensated sums for float32 outputs\n"
+                    "    POLICY = None if KAHAN else \"evict_first\"  # 64-column strips: faster read once (H200)\n\n"
                     "    @T.prim_func\n"
                     "    def main(g_x: T.Tensor((A, D, B), d_x), out: T.Tensor((A, 1, B), out_dtype)):\n"
                     "        with T.Kernel(T.ceildiv(B, block_n), A, threads=threads) as (bn, a):\n"
                     "            x = T.alloc_fragment((block_k, block_n), d_x)  # the input's dtype: fewer registers\n"
                     "            acc = T.alloc_fragment((block_k, block_n), \"float32\")\n"
                     "            r = T.alloc_fragment((block_n,), \"float32\")\n")
-            load = "                T.copy(g_x[a, k * block_k, bn * block_n], x)  # columns past B read as 0\n"
+            load = ("                T.copy(g_x[a, k * block_k, bn * block_n], x, eviction_policy=POLICY)  # columns "
+                    "past B: 0\n")
             loop, dim, store = "T.Parallel(block_k, block_n)", 0, "            T.copy(r, out[a, 0, bn * block_n])\n"
             out_loop = "block_n"
         cols = kind == "cols"
@@ -203,7 +205,8 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                 "            r = T.alloc_fragment((block_n,), \"float32\")\n"
                 f"            T.fill(acc, {init})\n" + comp_alloc(op, True, "block_k", "block_n") +
                 "            for k in T.serial(chunk // block_k):\n"
-                "                T.copy(g_x[a, sp * chunk + k * block_k, bn * block_n], x)\n"
+                "                T.copy(g_x[a, sp * chunk + k * block_k, bn * block_n], x,\n"
+                "                       eviction_policy=\"evict_first\")  # read once: L2 keeps the partials\n"
                 f"                for i, j in T.Parallel(block_k, block_n):\n{pre_stmts}"
                 f"                    v = T.if_then_else(sp * chunk + k * block_k + i < D, {pre}, {init})\n" +
                 accumulate(op, True, 20) +
