@@ -494,7 +494,7 @@ def test_split_reduction_of_a_few_rows_reads_unguarded_tiles(tmp_path):
                 return torch.sum(d * d, dim=1), torch.amax(d, dim=1)
         """, "[torch.randn(3, 8192), torch.randn(3, 8192)]")
     source, module = _candidate("rowsplit", tmp_path, path)
-    assert "T.copy(t_a_0[bm * BM, (kt * SPLIT + sp) * BR], f0_a)" in source
+    assert "T.copy(t_a_0[bm * BM, (kt * SPLIT + sp) * BR], f0_a, eviction_policy=\"evict_first\")" in source
     assert module["schedule_split"](3, 8192)[3] > 1
     cuda = module["kernel0"](3, 8192, "float32", "float32", *module["schedule_split"](3, 8192)).get_kernel_source()
     loop = cuda[:cuda.index("main_kernel_1")].split("for (int kt")[1].split("red_pr")[0]
