@@ -614,3 +614,26 @@ def test_read_once_reductions_ask_for_evict_first_and_pointwise_kernels_hold_16_
     assert "light=True" not in rotary
     leaky, _ = _candidate("leaky_relu", tmp_path)
     assert "PER_THREAD = 16" in leaky and "'PER_THREAD': [16, 32]" in leaky
+
+
+def test_rows_of_a_multiple_of_256_values_are_one_exact_tile(tmp_path):
+    """add + LayerNorm at D=768 took a 1024-column tile (8 of a thread's 32 values masked; 0.93x torch.compile on the
+    H200): a row that the warps spanning it cover in whole 16-byte vectors is one tile of its own length, with no
+    guard left in the kernel; other lengths keep the power of two. The numbers match on the CPU."""
+    source, module = _candidate("add_layernorm", tmp_path)
+    schedule = module["schedule"]
+    assert schedule(16384, 768, False, False, True, 3, half=True) == (4, 768, 128)
+    assert schedule(16384, 1536, False, False, True, 3, half=True) == (2, 1536, 128)
+    assert schedule(16384, 3072, False, False, True, 3, half=True) == (1, 3072, 128)
+    assert schedule(16384, 1280, False, False, True, 3, half=True) == (2, 2048, 128)  # 640 a warp: not whole
+    assert schedule(16384, 768, True, False, False) == (8, 512, 128)  # pointwise: tiles of 512 as before
+    kernel = module["kernel0"](768, 16384, "float16", "float16", "float16", "float16", True, 4, 768, 128)
+    cuda = kernel.get_kernel_source()
+    assert "if (" not in cuda[cuda.index("main_kernel("):], "a guard is left"
+    D, M = 1536, 9
+    x, r = torch.randn(M, D, dtype=torch.float16), torch.randn(M, D, dtype=torch.float16)
+    w, b = (1 + 0.1 * torch.randn(D)).half(), (0.1 * torch.randn(D)).half()
+    want = torch.nn.functional.layer_norm((x + r).float(), (D,), w.float(), b.float())
+    got = module["kernel0"](D, M, "float16", "float16", "float16", "float16", False, *schedule(M, D, False, False, True,
+                                                                                              3, half=True))(x, r, w, b)
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=1e-2)

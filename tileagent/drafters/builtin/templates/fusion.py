@@ -49,7 +49,9 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
     registers, 3 blocks and 96 KB of loads in flight per SM; 512 x 32 had 2 blocks and 64 KB, 51% of a copy on the
     H200 where K=4096's 10 blocks of 128 threads per SM ran at 72%). ``light``: a pointwise kernel that reads at
     most two row tiles: a thread holds half of PER_THREAD values (H200, x torch.compile at 16 vs 32: ELU 0.99 vs
-    0.98, SwiGLU 1.00 vs 0.99; a rotary embedding's three shifted tiles ran 0.85 vs 0.92, so it keeps 32)."""
+    0.98, SwiGLU 1.00 vs 0.99; a rotary embedding's three shifted tiles ran 0.85 vs 0.92, so it keeps 32). A row
+    of a reduction that is not a power of two but a multiple of 256 values per warp spanning it (768, 1536, 3072)
+    is one tile of exactly its length (add + LayerNorm at D=768: 24 values a thread instead of 32 with 8 masked)."""
     cap = 512 if pointwise else (1 << 16 if topk else BR_MAX)
     per = max(4, PER_THREAD // 2) if pointwise and light else PER_THREAD
     if reread and NR > cap and NR <= 512 * PER_THREAD:
@@ -82,6 +84,9 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
         br, threads = br * 2, threads * 2
     while threads > 32 and bm * br < threads * 4:
         threads //= 2
+    warps = threads // 32 // bm if threads // 32 % bm == 0 else 0  # warps a row spans when rows split evenly
+    if not pointwise and not topk and NR < br <= BR_MAX and warps and NR % (256 * warps) == 0:
+        br = NR  # the row exactly: each warp's lanes cover whole 16-byte vectors of it, no masked columns
     return bm, br, threads
 
 
