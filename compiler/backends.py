@@ -20,13 +20,14 @@ from tileagent.compiler.tir import DeviceModule
 log = logging.getLogger("tileagent.compiler")
 
 
-def device_values(module: DeviceModule, func: PrimFunc, bound: dict, env: dict) -> dict:
-    """Kernel parameter -> value: flat views of tensors, then scalar parameters and dynamic shape values, matched to
-    the module's own variables by position (a cached module has its own Var objects)."""
+def device_values(module: DeviceModule, func: PrimFunc, bound: dict, env: dict, flat: bool = True) -> dict:
+    """Kernel parameter -> value: flat views of tensors (``flat=False``: the tensors as bound, for a launch that
+    reads only their addresses), then scalar parameters and dynamic shape values, matched to the module's own
+    variables by position (a cached module has its own Var objects)."""
     values = {}
     for p, v in bound.items():
         if isinstance(p, Buffer):
-            values[module.flat_globals[p]] = v.reshape(-1)
+            values[module.flat_globals[p]] = v.reshape(-1) if flat else v
     scalars = [p for p in func.params if not isinstance(p, Buffer)] + list(func.dynamic_vars)
     for mine, theirs in zip(scalars, module.scalars):
         values[theirs] = bound[mine] if mine in bound else env[mine]
@@ -113,8 +114,16 @@ class CudaBackend:
         return self._loaded
 
     def run(self, bound: dict, env: dict) -> None:
+        if self.tma:  # flat views and tensor maps are torch ops: the caller's dispatch modes do not see them
+            from torch.utils._python_dispatch import _disable_current_modes
+
+            with _disable_current_modes():
+                return self._run(bound, env)
+        return self._run(bound, env)
+
+    def _run(self, bound: dict, env: dict) -> None:
         loaded = self.load()
-        values = device_values(self.module, self.func, bound, env)
+        values = device_values(self.module, self.func, bound, env, flat=self.tma)
         maps = {}
         if self.tma:  # every kernel's tensor maps before any launch: a rule broken anywhere runs the variant
             from tileagent.compiler.runtime.launch import tensor_map_args

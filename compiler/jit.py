@@ -21,6 +21,7 @@ from dataclasses import replace
 import torch
 
 from tileagent.compiler import passes
+from tileagent.compiler.call_plan import CallPlan
 from tileagent.compiler.diagnostics import CompileError, DSLTypeError
 from tileagent.compiler.errors import KernelArgumentError
 from tileagent.compiler.ir.expr import Expr, Var
@@ -133,6 +134,7 @@ def _pass_configs(configs) -> dict:
 
 _SCOPED: contextvars.ContextVar[dict] = contextvars.ContextVar("tileagent_compile_defaults", default={})
 _PROCESS: dict = {}
+_UNPLANNED = object()  # JITKernel._plan before the first call
 
 
 class _Defaults:
@@ -286,6 +288,7 @@ class JITKernel:
                                     source=getattr(backend, "source", None))
         self.backend = backend
         self.params = func.params
+        self._plan = _UNPLANNED  # compiler.call_plan.CallPlan, made at the first call
 
     def __repr__(self) -> str:
         return f"JITKernel({self.func.name}, target={self.target.name!r}, out_idx={list(self.out_idx)})"
@@ -370,8 +373,13 @@ class JITKernel:
         if dry is not None:  # compiled and sized at these shapes, not run (compiler.resources.dry_run)
             outputs = dry.launch(self, args)
         else:
-            bound, env, outputs = bind_arguments(self.func, args, self.out_idx, self.target.kind)
-            with kernel_scope():  # the evaluator's guard tells our kernels' work from the caller's torch ops
+            plan = self._plan
+            if plan is _UNPLANNED:
+                plan = self._plan = CallPlan.of(self.func, self.out_idx, _eval_shape, _check_scalar)
+            fast = plan.bind(args, self.target.kind) if plan is not None else None
+            bound, env, outputs = fast or bind_arguments(self.func, args, self.out_idx, self.target.kind)
+            # the evaluator's guard tells our kernels' work from the caller's torch ops; a CUDA launch has none
+            with kernel_scope(suspend_modes=self.target.kind != "cuda"):
                 self.backend.run(bound, env)
         if not outputs:
             return None
