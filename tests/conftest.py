@@ -49,3 +49,14 @@ def write_source(tmp_path: Path, name: str, source: str) -> Path:
     path = tmp_path / name
     path.write_text(textwrap.dedent(source))
     return path
+
+
+def nvrtc_available() -> bool:
+    """Whether NVRTC can compile here (cuda-python and libnvrtc importable; the CPU machine has them)."""
+    try:
+        from tileagent.compiler.runtime.nvrtc import nvrtc_version
+
+        nvrtc_version()
+        return True
+    except Exception:  # noqa: BLE001 - no cuda-python or no libnvrtc
+        return False

@@ -17,16 +17,7 @@ from tileagent.compiler.diagnostics import CODES, CompileError
 from tileagent.compiler.runtime import ptxas
 from tileagent.compiler.target import for_arch
 from tileagent.compiler.targets import ptx
-
-
-def _nvrtc_available() -> bool:
-    try:
-        from tileagent.compiler.runtime.nvrtc import nvrtc_version
-
-        nvrtc_version()
-        return True
-    except Exception:  # noqa: BLE001 - no cuda-python or no libnvrtc
-        return False
+from tests.conftest import nvrtc_available
 
 
 def scale(M, N, BM=64, BN=128, dtype="float16", policy="evict_first", in_place=False):
@@ -175,7 +166,7 @@ def test_a_tensor_the_kernel_writes_is_read_plainly():
     assert src == cuda(scale(256, 512, policy=None, in_place=True))
 
 
-@pytest.mark.skipif(not _nvrtc_available(), reason="NVRTC is not importable")
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC is not importable")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("policy", ["evict_first", "evict_last"])
 def test_nvrtc_compiles_the_hinted_source(arch, policy):

@@ -18,7 +18,7 @@ import torch
 
 import tileagent
 import tileagent.language as T
-from tests.conftest import REPO
+from tests.conftest import REPO, nvrtc_available
 from tileagent.export import ExportEntry, ExportError, export_module, launched_kernels
 
 TASK = REPO / "tasks" / "rmsnorm_silu.py"
@@ -259,17 +259,7 @@ def test_export_rejects_what_it_cannot_serve(tmp_path):
     assert not list(tmp_path.glob("*.py"))
 
 
-def _nvrtc_available() -> bool:
-    try:
-        from tileagent.compiler.runtime.nvrtc import nvrtc_version
-
-        nvrtc_version()
-        return True
-    except Exception:  # noqa: BLE001 - no cuda-python or no libnvrtc
-        return False
-
-
-@pytest.mark.skipif(not _nvrtc_available(), reason="NVRTC is not importable")
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC is not importable")
 def test_prebuilt_cubins_are_loaded_without_nvrtc_and_the_runtime_compiles_alone(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEAGENT_CACHE_DIR", str(tmp_path / "cache"))
     path = export_module(TASK, _entries()[:1], tmp_path / "out", name="rmsnorm_silu_cubin", prebuild_arches=["sm_90a"])
