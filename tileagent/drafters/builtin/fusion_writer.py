@@ -11,7 +11,6 @@ across blocks, pipelined passes when the knobs ask). Guarantees: anything it can
 from __future__ import annotations
 
 import re
-
 from typing import TYPE_CHECKING
 
 import torch
