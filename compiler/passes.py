@@ -182,7 +182,9 @@ def _plan_operands(u: Unit) -> Unit:
 def _lower_tile_ops(u: Unit) -> Unit:
     from tileagent.compiler.lower import lower_module
 
-    return replace(u, module=lower_module(u.func, u.layouts, u.kernels, u.target))
+    from tileagent.compiler.lower.shared_vectors import vectorize_shared_runs
+
+    return replace(u, module=vectorize_shared_runs(lower_module(u.func, u.layouts, u.kernels, u.target)))
 
 
 def _codegen_cuda(u: Unit) -> Unit:

@@ -1,0 +1,146 @@
+"""Shared-memory element runs of unrolled loops as vector accesses.
+
+In: a lowered ``DeviceModule`` (thread IR). Out: the same module where an unrolled loop ``for r in range(w)`` whose
+body reads ``S[base + r]`` of a shared buffer S (or writes it) one element at a time reads the run once before the
+loop into a register array by one ``VecCopy`` (writes: into the array, then one ``VecCopy`` after the loop).
+Why: a T.Parallel body over a thread's 8 consecutive 16-bit elements moved them as 8 scalar shared accesses, and
+with threads 16 bytes apart a warp's lanes met 4-way bank conflicts (TileLang's LayerNorm forward example: 98 us on
+the H200 against TileLang's 43 us, which vectorizes them; BENCHMARKS.md, session 9).
+Guarantees (the rewrite applies only when all hold, else the loop is unchanged):
+
+- the loop's body is straight-line ``Let``/``Store`` statements (no branch, loop, barrier or other access kind), so
+  every iteration makes each access exactly once, unconditionally;
+- S is read and not written in the body (a hoisted read), or written exactly once per iteration and not read (a
+  sunk write); every access of S in the body is at ``base + r`` with the same ``base``, which uses no variable the
+  body binds;
+- ``w`` elements of S make 4, 8 or 16 bytes and ``base`` is a known multiple of ``w`` (the vector is aligned: shared
+  buffers start 16-byte aligned), so the target emits one vector access (``tir.VecCopy``'s rule);
+- results are the same as the loop's, for every thread: the run is read before the first iteration and written after
+  the last, and nothing else in the body touches S.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tileagent.compiler.ir.expr import Const, Load, Var, as_expr
+from tileagent.compiler.ir.simplify import additive_terms, depends_on, known_multiple, same_expr, sum_of_terms
+from tileagent.compiler.ir.stmt import Buffer, For, Let, Store
+from tileagent.compiler.ir.visit import loads
+from tileagent.compiler.tir import Declare, DeviceModule, VecCopy
+
+_WIDTH_BYTES = (4, 8, 16)
+
+
+def vectorize_shared_runs(module: DeviceModule) -> DeviceModule:
+    """``module`` with the shared-memory runs of its unrolled loops as vector accesses (see the module docstring)."""
+    counter = [0]
+    kernels = tuple(replace(k, body=_stmts(k.body, counter)) for k in module.kernels)
+    return replace(module, kernels=kernels)
+
+
+def _stmts(stmts, counter) -> tuple:
+    out = []
+    for s in stmts:
+        if isinstance(s, For):
+            body = _stmts(s.body, counter)
+            s = replace(s, body=body) if body != s.body else s
+            out.extend(_vectorize(s, counter) or (s,))
+            continue
+        for name in ("then_body", "else_body", "body"):  # If, and any other statement with a body
+            inner = getattr(s, name, None)
+            if isinstance(inner, tuple) and inner and all(hasattr(x, "__dataclass_fields__") for x in inner):
+                new = _stmts(inner, counter)
+                if new != inner:
+                    s = replace(s, **{name: new})
+        out.append(s)
+    return tuple(out)
+
+
+def _run_base(index, r: Var):
+    """``base`` when ``index == base + r`` with ``base`` free of ``r``, else None."""
+    terms = additive_terms(index)
+    if terms is None:
+        return None
+    coef, const = terms
+    rest = [(a, c) for a, c in coef if a is not r]
+    if len(rest) != len(coef) - 1 or sum(c for a, c in coef if a is r) != 1:
+        return None
+    if any(depends_on(a, (r,)) for a, _ in rest):
+        return None
+    return sum_of_terms(rest, const)
+
+
+def _vectorize(loop: For, counter):
+    if loop.kind != "unroll" or not isinstance(loop.extent, (int, Const)) or not isinstance(loop.start, (int, Const)):
+        return None
+    w, start = int(getattr(loop.extent, "value", loop.extent)), int(getattr(loop.start, "value", loop.start))
+    if start != 0 or not all(isinstance(s, (Let, Store)) for s in loop.body):
+        return None
+    bound = {s.var for s in loop.body if isinstance(s, Let)}
+    reads: dict[Buffer, list] = {}
+    for s in loop.body:
+        for e in (s.value, *(s.indices if isinstance(s, Store) else ())):
+            for ld in loads(e):
+                if ld.buffer.scope == "shared":
+                    reads.setdefault(ld.buffer, []).append(ld)
+    writes: dict[Buffer, list] = {}
+    for s in loop.body:
+        if isinstance(s, Store) and s.buffer.scope == "shared":
+            writes.setdefault(s.buffer, []).append(s)
+    before, after, load_map, store_map = [], [], {}, {}
+    for buf, accesses in [*reads.items(), *writes.items()]:
+        if buf in reads and buf in writes:
+            continue
+        if buf in writes and len(accesses) != 1:
+            continue
+        if w * buf.dtype.bytes not in _WIDTH_BYTES:
+            continue
+        bases = [_run_base(a.indices[0], loop.var) for a in accesses]
+        if any(b is None for b in bases) or not all(same_expr(bases[0], b) for b in bases[1:]):
+            continue
+        base = bases[0]
+        if depends_on(base, tuple(bound)) or known_multiple(base) % w:
+            continue
+        counter[0] += 1
+        tmp = Buffer(f"{buf.name}_run{counter[0]}", (w,), buf.dtype, "local")
+        before.append(Declare(tmp))
+        if buf in reads:
+            before.append(VecCopy(tmp, Const(0, loop.var.dtype), buf, as_expr(base), w))
+            for a in accesses:
+                load_map[id(a)] = replace(a, buffer=tmp, indices=(loop.var,))
+        else:
+            store_map[id(accesses[0])] = tmp
+            after.append(VecCopy(buf, as_expr(base), tmp, Const(0, loop.var.dtype), w))
+    if not before:
+        return None
+    body = tuple(_rewrite(s, load_map, store_map, loop.var) for s in loop.body)
+    return (*before, replace(loop, body=body), *after)
+
+
+def _rewrite(s, load_map, store_map, r):
+    if isinstance(s, Store) and id(s) in store_map:
+        return replace(s, buffer=store_map[id(s)], indices=(r,), value=_swap(s.value, load_map))
+    if isinstance(s, Store):
+        return replace(s, value=_swap(s.value, load_map), indices=tuple(_swap(i, load_map) for i in s.indices))
+    return replace(s, value=_swap(s.value, load_map))
+
+
+def _swap(e, load_map):
+    """``e`` with the Loads named in ``load_map`` (by identity) replaced."""
+    if isinstance(e, Load) and id(e) in load_map:
+        return load_map[id(e)]
+    if not hasattr(e, "__dataclass_fields__") or isinstance(e, (Var, Const)):
+        return e
+    changes = {}
+    for name in e.__dataclass_fields__:
+        v = getattr(e, name)
+        if hasattr(v, "__dataclass_fields__") and not isinstance(v, Buffer):
+            nv = _swap(v, load_map)
+            if nv is not v:
+                changes[name] = nv
+        elif isinstance(v, tuple):
+            nv = tuple(_swap(c, load_map) for c in v)
+            if any(a is not b for a, b in zip(nv, v)):
+                changes[name] = nv
+    return replace(e, **changes) if changes else e

@@ -1,0 +1,56 @@
+"""compiler.lower.shared_vectors: a thread's run of consecutive shared-memory elements in an unrolled loop is one
+vector access (read before the loop, written after it); loops where that would change the result stay as they were."""
+
+import torch
+
+import tileagent
+import tileagent.language as T
+
+
+def _norm_rows(D=1024, threads=128, dtype="bfloat16"):
+    @T.prim_func
+    def norm_rows(X: T.Tensor((4, D), dtype), G: T.Tensor((D,), dtype), Y: T.Tensor((4, D), dtype)):
+        with T.Kernel(4, threads=threads) as bx:
+            xs = T.alloc_shared((1, D), dtype)
+            gs = T.alloc_shared((D,), dtype)
+            x = T.alloc_fragment((1, D), "float32")
+            T.copy(X[bx, 0], xs)
+            T.copy(G, gs)
+            for i, j in T.Parallel(1, D):
+                x[i, j] = T.cast(xs[i, j], "float32")
+            for i, j in T.Parallel(1, D):
+                xs[i, j] = T.cast(x[i, j] * T.cast(gs[j], "float32") + 1.0, dtype)
+            T.copy(xs, Y[bx, 0])
+
+    return norm_rows
+
+
+def test_shared_runs_become_vector_accesses_and_the_numbers_stay():
+    func = _norm_rows()
+    cuda = tileagent.compile(func, out_idx=[2], target="cuda:sm_90a").get_kernel_source()
+    body = cuda[cuda.index("__global__"):]
+    assert "xs_run" in body and "gs_run" in body  # the read of xs, of gs, and the write of xs, in register runs
+    assert "*reinterpret_cast<const uint4*>(&xs[tl_s])" in body and "*reinterpret_cast<const uint4*>(&gs[tl_s])" in body
+    assert "*reinterpret_cast<uint4*>(&xs[tl_d]) = *reinterpret_cast<const uint4*>(tl_o);" in body
+    assert "__bfloat162float(xs[" not in body and "__bfloat162float(gs[" not in body  # no element read is left
+    x, g = torch.randn(4, 1024, dtype=torch.bfloat16), torch.randn(1024, dtype=torch.bfloat16)
+    want = (x.float() * g.float() + 1.0).to(torch.bfloat16)
+    for target in ("sim", "cpu"):  # the emulator runs the rewritten thread IR; the interpreter the tile IR
+        got = tileagent.compile(func, out_idx=[2], target=target)(x, g)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_a_loop_that_reads_and_writes_one_shared_buffer_keeps_its_element_accesses():
+    @T.prim_func
+    def shift(X: T.Tensor((1024,), "float16"), Y: T.Tensor((1024,), "float16")):
+        with T.Kernel(1, threads=128):
+            s = T.alloc_shared((1024,), "float16")
+            T.copy(X, s)
+            for j in T.Parallel(1024):
+                s[j] = s[j] * T.float16(2.0)
+            T.copy(s, Y)
+
+    cuda = tileagent.compile(shift, out_idx=[1], target="cuda:sm_90a").get_kernel_source()
+    assert "s_run" not in cuda
+    x = torch.randn(1024, dtype=torch.float16)
+    torch.testing.assert_close(tileagent.compile(shift, out_idx=[1], target="sim")(x), x * 2, rtol=0, atol=0)
