@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from tileagent.compiler.ir import Buffer, Const, PrimFunc, Var
+from tileagent.compiler.ir import Buffer, PrimFunc, Var
+from tileagent.compiler.ir.simplify import static_int
 
 
 class CallPlan:
@@ -92,8 +93,8 @@ class CallPlan:
         return bound, env, outputs
 
 
+
 def _static(d):
-    """A dim as a Python int where it is a constant (an int or an integer Const), else as it is."""
-    if isinstance(d, Const) and d.dtype.is_int:
-        return int(d.value)
-    return int(d) if isinstance(d, int) and not isinstance(d, bool) else d
+    """A dim as a Python int where it is a constant, else as it is."""
+    value = static_int(d)
+    return d if value is None else value

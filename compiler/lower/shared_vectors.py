@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tileagent.compiler.ir.expr import Const, Load, Var, as_expr
-from tileagent.compiler.ir.simplify import additive_terms, depends_on, known_multiple, same_expr, sum_of_terms
+from tileagent.compiler.ir.simplify import additive_terms, depends_on, known_multiple, same_expr, static_int, \
+    sum_of_terms
 from tileagent.compiler.ir.stmt import Buffer, For, Let, Store
 from tileagent.compiler.ir.visit import loads
 from tileagent.compiler.tir import Declare, DeviceModule, VecCopy
@@ -49,7 +50,7 @@ def _stmts(stmts, counter) -> tuple:
             continue
         for name in ("then_body", "else_body", "body"):  # If, and any other statement with a body
             inner = getattr(s, name, None)
-            if isinstance(inner, tuple) and inner and all(hasattr(x, "__dataclass_fields__") for x in inner):
+            if isinstance(inner, tuple) and inner:
                 new = _stmts(inner, counter)
                 if new != inner:
                     s = replace(s, **{name: new})
@@ -72,10 +73,9 @@ def _run_base(index, r: Var):
 
 
 def _vectorize(loop: For, counter):
-    if loop.kind != "unroll" or not isinstance(loop.extent, (int, Const)) or not isinstance(loop.start, (int, Const)):
-        return None
-    w, start = int(getattr(loop.extent, "value", loop.extent)), int(getattr(loop.start, "value", loop.start))
-    if start != 0 or not all(isinstance(s, (Let, Store)) for s in loop.body):
+    w = static_int(loop.extent)
+    if loop.kind != "unroll" or w is None or static_int(loop.start) != 0 or \
+            not all(isinstance(s, (Let, Store)) for s in loop.body):
         return None
     bound = {s.var for s in loop.body if isinstance(s, Let)}
     reads: dict[Buffer, list] = {}
