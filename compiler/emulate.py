@@ -290,7 +290,8 @@ class _Block:
         self.write(s.dst, dst_index, s.width, vals.to(s.dst.dtype.torch), "vector atomic add to", accumulate=True)
 
     def barrier(self, s: Barrier) -> None:
-        if self.mask is not None:
+        group = getattr(self, "sync_group", None)  # the consumer threads of a WarpSpecialize (compiler.emulate_ws)
+        if self.mask is not None and not (group is not None and torch.equal(self.mask, group)):
             n = int(self.mask.sum())
             raise EmulationError(f"thread-divergent Barrier: reached by {n} of {self.nt} threads (first missing: "
                                  f"thread {int((~self.mask).nonzero()[0])}); __syncthreads needs every thread",

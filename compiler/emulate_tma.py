@@ -55,7 +55,7 @@ def _barrier(block, s, buf, index) -> tuple:
 def mbarrier_init(block, s: MbarrierInit) -> None:
     _single_thread(block, "MbarrierInit")
     st = _state(block)
-    for i in range(s.count):
+    for i in range(s.first, s.first + s.count):
         old = st.get((s.barriers, i))
         if old is not None and (old["loads"] or old["expected"]):
             raise EmulationError(f"MbarrierInit of {s.barriers.name}[{i}] while transfers on it are pending", s.span)
@@ -111,12 +111,19 @@ def tma_load(block, s: TmaLoad) -> None:
 
 
 def mbarrier_wait(block, s: MbarrierWait) -> None:
-    if block.mask is not None:
+    from tileagent.compiler.emulate_ws import wait_for_producer
+
+    group = getattr(block, "sync_group", None)  # the consumer threads of a WarpSpecialize
+    if block.mask is not None and not s.for_free_stage and not (group is not None and torch.equal(block.mask, group)):
         raise EmulationError("MbarrierWait by a subset of the block's threads; the lowering waits in all", s.span)
+    if not s.for_free_stage:
+        wait_for_producer(block, s)
     key, bar = _barrier(block, s, s.barriers, s.index)
     parity = int(block.uniform(block.ev(s.parity), "mbarrier parity")) & 1
+    if s.for_free_stage:  # the consumers' reads of the stage happen before the loads that follow
+        block.epoch += 1
     if parity != bar["phase"] & 1:  # that parity's phase completed already (the one before the current)
-        if bar["phase"] == 0:  # a fresh barrier: "phase -1" reads as complete, but nothing was loaded
+        if bar["phase"] == 0 and not s.for_free_stage:  # "phase -1" reads as complete, but nothing was loaded
             raise EmulationError(f"wait on {key[0].name}[{key[1]}] with parity {parity} before its first phase "
                                  f"completed: it returns at once and the data is not there", s.span)
         return
@@ -150,5 +157,11 @@ def finish_tma(block) -> None:
             raise EmulationError(f"the block ends with TMA loads on {buf.name}[{i}] never waited for", block.span)
 
 
+def _ws_handlers() -> dict:
+    from tileagent.compiler.emulate_ws import HANDLERS as WS
+
+    return WS
+
+
 HANDLERS = {MbarrierInit: mbarrier_init, MbarrierArriveExpectTx: expect_tx, TmaLoad: tma_load,
-            MbarrierWait: mbarrier_wait}
+            MbarrierWait: mbarrier_wait, **_ws_handlers()}

@@ -104,8 +104,10 @@ class PassConfigKey(str, enum.Enum):
 EFFECTIVE_KEYS = frozenset((PassConfigKey.TL_ENABLE_FAST_MATH.value, PassConfigKey.TL_DISABLE_FAST_MATH.value,
                             PassConfigKey.TL_DISABLE_WGMMA.value))
 # pass config -> the target feature a true value switches off for the kernel (``Options.disabled_features``);
-# tl.disable_tma_lower matters only where TMA is opted in (TILEAGENT_ENABLE_TMA=1)
+# tl.disable_tma_lower and tl.disable_warp_specialized (``Options.warp_specialize``) matter only where TMA is opted
+# in (TILEAGENT_ENABLE_TMA=1)
 FEATURE_KEYS = {PassConfigKey.TL_DISABLE_WGMMA.value: "wgmma", PassConfigKey.TL_DISABLE_TMA_LOWER.value: "tma"}
+TMA_KEYS = frozenset((PassConfigKey.TL_DISABLE_TMA_LOWER.value, PassConfigKey.TL_DISABLE_WARP_SPECIALIZED.value))
 
 
 def _canonical_key(name: str) -> str:
@@ -189,7 +191,7 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, exec
     from tileagent.compiler.instructions.tma import enabled as tma_enabled
 
     for key, value in configs.items():
-        if key not in EFFECTIVE_KEYS and not (key == PassConfigKey.TL_DISABLE_TMA_LOWER.value and tma_enabled()):
+        if key not in EFFECTIVE_KEYS and not (key in TMA_KEYS and tma_enabled()):
             (log.warning if verbose else log.info)("pass config %s=%r is accepted and has no effect on this "
                                                    "compiler", key, value)
     resolved = resolve_target(target)
@@ -198,7 +200,8 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, exec
     options = Options(lowering_check=bool(defaults.get("lowering_check", False) if lowering_check is None
                                           else lowering_check),
                       debug=bool(defaults.get("debug", False) if debug is None else debug),
-                      nvrtc_options=nvrtc_options(configs), disabled_features=disabled_features(configs))
+                      nvrtc_options=nvrtc_options(configs), disabled_features=disabled_features(configs),
+                      warp_specialize=warp_specialize(configs))
     return JITKernel(func, outs, resolved, configs, options=options)
 
 
@@ -219,6 +222,11 @@ def disabled_features(pass_configs: dict) -> frozenset:
     return frozenset(f for key, f in FEATURE_KEYS.items() if pass_configs.get(key))
 
 
+def warp_specialize(pass_configs: dict) -> bool:
+    """False when ``pass_configs`` set ``tl.disable_warp_specialized`` (``compiler.lower.warp_specialize``)."""
+    return not pass_configs.get(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED.value)
+
+
 def _build(func: PrimFunc, target: Target, options: Options):
     """(the Unit the passes built, the backend that runs it). The cuda target reuses the on-disk module cache."""
     from tileagent.compiler import backends
@@ -237,7 +245,8 @@ def _build(func: PrimFunc, target: Target, options: Options):
 
     t0 = time.perf_counter()
     off = passes.effective_target(target, options).switched_off()  # tl.disable_wgmma, TILEAGENT_ENABLE_WGMMA=0
-    key = module_cache.cache_key(func, target.name, *options.nvrtc_options, *(f"without {f}" for f in off))
+    key = module_cache.cache_key(func, target.name, *options.nvrtc_options, *(f"without {f}" for f in off),
+                                 *(() if options.warp_specialize else ("no warp specialization",)))
     postproc = cuda_postproc() is not None  # a post-processed source is not what the key describes
     cached = None if postproc else module_cache.load(key, func)
     lookup = (("module_cache", time.perf_counter() - t0),)
@@ -280,7 +289,8 @@ class JITKernel:
         self.func, self.out_idx, self.pass_configs = func, out_idx, pass_configs
         self.target = resolve_target(target)
         self.options = options or Options(nvrtc_options=nvrtc_options(pass_configs),
-                                          disabled_features=disabled_features(pass_configs))
+                                          disabled_features=disabled_features(pass_configs),
+                                          warp_specialize=warp_specialize(pass_configs))
         if backend is None:
             self.unit, backend = _build(func, self.target, self.options)
         else:  # a backend built elsewhere (tests, exported modules)

@@ -47,6 +47,7 @@ class Options:
     nvrtc_options: tuple = ()
     nvrtc_timeout_s: float = 120.0
     disabled_features: frozenset = frozenset()
+    warp_specialize: bool = True
 
 
 def effective_target(target: Target, options: Options = Options()) -> Target:
@@ -184,7 +185,8 @@ def _lower_tile_ops(u: Unit) -> Unit:
 
     from tileagent.compiler.lower.shared_vectors import vectorize_shared_runs
 
-    return replace(u, module=vectorize_shared_runs(lower_module(u.func, u.layouts, u.kernels, u.target)))
+    module = lower_module(u.func, u.layouts, u.kernels, u.target, warp_specialize=u.options.warp_specialize)
+    return replace(u, module=vectorize_shared_runs(module))
 
 
 def _codegen_cuda(u: Unit) -> Unit:

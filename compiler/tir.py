@@ -21,7 +21,8 @@ statement nodes (Store, Let, If, For, AtomicAdd), with these rules:
   dtype to dst's; lowering guarantees both ranges are in bounds and that ``index * dtype.bytes`` is a multiple of
   ``width * dtype.bytes`` whenever ``width * dtype.bytes`` is 4, 8 or 16 (so it may be one vector access). Its
   ``eviction_policy`` ("evict_first", "evict_last" or None) is a cache hint for a global source, set only there.
-- ``Barrier()`` is __syncthreads(): every thread reaches it (never inside a thread-dependent branch).
+- ``Barrier()`` is __syncthreads(): every thread reaches it (never inside a thread-dependent branch), except in the
+  consumer body of a ``WarpSpecialize``, where it synchronizes the consumer threads alone.
 - ``Store``/``AtomicAdd`` to global memory and loads from it are in bounds: lowering predicates them with ``If``.
 """
 
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from tileagent.compiler.diagnostics import Span
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Const, Expr, Select, Var, as_expr
-from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, Evaluate, Stmt, Store
+from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, Evaluate, If, Stmt, Store
 from tileagent.compiler.ir.visit import loads, walk
 
 class SpecialVar(Var):
@@ -227,7 +228,8 @@ class AsyncWait(Stmt):
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Barrier(Stmt):
-    """__syncthreads(): all shared-memory writes before it are visible to all threads after it."""
+    """__syncthreads(): all shared-memory writes before it are visible to all threads after it (inside the consumer
+    body of a ``WarpSpecialize``: the named barrier over its consumer threads)."""
 
     span: Span | None = None
 
@@ -450,7 +452,7 @@ class TensorMap:
 @dataclass(frozen=True, eq=False, slots=True)
 class MbarrierInit(Stmt):
     """``mbarrier.init.shared::cta.b64`` of ``count`` barriers (8 bytes each) of the shared "uint64" buffer
-    ``barriers``, each expecting ``arrivals`` arrivals per phase, then ``fence.mbarrier_init.release.cluster``.
+    ``barriers`` from index ``first`` on, each expecting ``arrivals`` arrivals per phase, then ``fence.mbarrier_init.release.cluster``.
     Executed by one thread (under ``If(THREAD == 0)``), followed by a Barrier before any thread uses them. A fresh
     barrier is in phase 0."""
 
@@ -458,10 +460,11 @@ class MbarrierInit(Stmt):
     count: int
     arrivals: int = 1
     span: Span | None = None
+    first: int = 0  # the barriers initialized are [first, first + count)
 
     def ir_lines(self, indent: int, _lines) -> list[str]:
-        return [" " * indent + f"mbarrier.init {self.barriers.name}[0:{self.count}], {self.arrivals} arrival(s); "
-                "fence.mbarrier_init"]
+        return [" " * indent + f"mbarrier.init {self.barriers.name}[{self.first}:{self.first + self.count}], "
+                f"{self.arrivals} arrival(s); fence.mbarrier_init"]
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -519,9 +522,55 @@ class MbarrierWait(Stmt):
     index: Expr
     parity: Expr
     span: Span | None = None
+    for_free_stage: bool = False
 
     def ir_lines(self, indent: int, _lines) -> list[str]:
         from tileagent.compiler.ir.printer import expr_str
 
+        what = " (free stage)" if self.for_free_stage else ""
         return [" " * indent + f"mbarrier.wait {self.barriers.name}[{expr_str(self.index)}], parity "
-                f"{expr_str(self.parity)}"]
+                f"{expr_str(self.parity)}{what}"]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class MbarrierArrive(Stmt):
+    """One arrival on ``barriers[index]`` per warp that executes it: ``__syncwarp()`` (the lanes' earlier
+    shared-memory accesses are ordered before lane 0's), then lane 0's ``mbarrier.arrive.shared::cta.b64`` (release
+    semantics: those accesses happen before whatever follows a wait that sees the phase complete). Every lane of
+    each executing warp runs it. A warp-specialized pipeline's consumers release a stage with it
+    (``compiler.lower.warp_specialize``)."""
+
+    barriers: Buffer
+    index: Expr
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        from tileagent.compiler.ir.printer import expr_str
+
+        return [" " * indent + f"mbarrier.arrive {self.barriers.name}[{expr_str(self.index)}] (one per warp)"]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class SetMaxNReg(Stmt):
+    """``setmaxnreg.{inc,dec}.sync.aligned.u32 registers``: the executing warpgroup's per-thread register budget
+    becomes ``registers`` (a multiple of 8 in 24 .. 256; ``increase`` says which way). Every thread of the warpgroup
+    executes it; it changes no value, so the emulator ignores it."""
+
+    registers: int
+    increase: bool
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        return [" " * indent + f"setmaxnreg.{'inc' if self.increase else 'dec'} {self.registers}"]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class WarpSpecialize(If):
+    """A warp-specialized block: ``if (THREAD >= consumers) producer else consumer`` (``cond``, ``then_body``,
+    ``else_body`` as for ``If``, so every walk of the IR sees both bodies). Threads ``0 .. consumers - 1`` run the
+    consumer body, in which every barrier (``Barrier``, a ``WgmmaFence`` with ``sync``) is the named barrier 1 over
+    those threads alone (``bar.sync 1, consumers``); the threads from ``consumers`` on (one warpgroup) run the
+    producer body, which only issues asynchronous copies and waits on mbarriers. The two sides synchronize only
+    through mbarriers. Each side may start with a ``SetMaxNReg``."""
+
+    consumers: int = 0

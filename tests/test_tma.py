@@ -23,7 +23,9 @@ from tileagent.compiler.tir import MbarrierWait
 
 @pytest.fixture
 def tma_on(monkeypatch):
+    """TMA on, pipelines in the kernel's own threads (tests/test_warp_specialize.py covers the producer warpgroup)."""
     monkeypatch.setenv("TILEAGENT_ENABLE_TMA", "1")
+    monkeypatch.setenv("TILEAGENT_WARP_SPECIALIZE", "0")
 
 
 @pytest.fixture(autouse=True)

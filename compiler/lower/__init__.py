@@ -46,8 +46,9 @@ def kernel_scratch_bytes(k: Kernel, layouts) -> int:
     return max(scratch, default=0)
 
 
-def lower_module(func: PrimFunc, layouts, plans, target) -> DeviceModule:
-    """The thread IR of ``func``: one DeviceKernel per KernelPlan (``compiler.passes``), global tensors flattened."""
+def lower_module(func: PrimFunc, layouts, plans, target, warp_specialize: bool = True) -> DeviceModule:
+    """The thread IR of ``func``: one DeviceKernel per KernelPlan (``compiler.passes``), global tensors flattened;
+    ``warp_specialize`` False keeps every pipeline in the kernel's own threads (``lower.warp_specialize``)."""
     flat = {}
     for p in func.params:
         if isinstance(p, Buffer):
@@ -57,29 +58,38 @@ def lower_module(func: PrimFunc, layouts, plans, target) -> DeviceModule:
             flat[p] = Buffer(p.name, (numel,), p.dtype, "global", p.span)
     scalars = tuple(p for p in func.params if isinstance(p, Var)) + tuple(func.dynamic_vars)
     params = tuple(flat.values()) + scalars
-    kernels = tuple(_lower_kernel(plan, layouts, flat, params, target) for plan in plans)
+    kernels = tuple(_lower_kernel(plan, layouts, flat, params, target, ws=warp_specialize) for plan in plans)
     return DeviceModule(func.name, kernels, flat, scalars)
 
 
-def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True) -> DeviceKernel:
+def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True, ws: bool = True) -> DeviceKernel:
     """One kernel's thread IR. With TMA usable (``instructions.tma.usable``) and ``tma``, global -> shared copies
     may use it; when its mbarriers do not fit the target's shared memory next to the planned arena (a pipeline
     planned to the last byte), the kernel is lowered again without TMA, and its instruction notes say why."""
     from tileagent.compiler.instructions.tma import usable as tma_usable
     from tileagent.compiler.lower.tma import TmaState, capacity, finish_kernel
+    from tileagent.compiler.lower.warp_specialize import PRODUCER_THREADS, candidate, specialize
 
     k, shared = plan.kernel, plan.shared
     ctx = LowerContext(k, layouts, flat, k.num_threads, target=target, plan=plan)
     if tma and tma_usable(target):
-        ctx.tma = TmaState(capacity(plan.body))
+        ctx.ws = candidate(plan, target, disabled=not ws)
+        ctx.tma = TmaState(capacity(plan.body) + (ctx.ws.pipeline.stages if ctx.ws else 0))
     elif tma_usable(target):
         ctx.instructions[(k.span.line if k.span else 0, "T.Kernel")] = [
             "no TMA: its mbarriers do not fit in shared memory next to the planned tiles (cp.async instead)"]
     for var, extent in zip(k.block_vars, k.grid):
         n = static_int(extent)
         ctx.ranges[var] = (0, n - 1 if n is not None else 2**31 - 1)
-    stmts = _block_indices(k, plan.body, ctx) + _thread_indices(k, ctx) + _Lowering(ctx).body(
-        _barriers_before(plan.body, shared.reuse_points))
+    body = _Lowering(ctx).body(_barriers_before(plan.body, shared.reuse_points))
+    threads = k.threads
+    if ctx.ws is not None and ctx.ws.producer:  # the pipeline was lowered warp-specialized
+        body = [specialize(ctx.ws, ctx.lets, body, k.span)]
+        threads = (k.threads[0] + PRODUCER_THREADS, 1, 1)
+        ctx.instructions.setdefault((k.span.line if k.span else 0, "T.Kernel"), []).append(
+            f"warp-specialized: {k.threads[0]} consumer threads and a producer warpgroup of {PRODUCER_THREADS} "
+            "(TMA loads)")
+    stmts = _block_indices(k, plan.body, ctx) + _thread_indices(k, ctx) + body
     shared_bytes, offsets, maps = shared.total_bytes, ctx.shared_offsets(), ()
     if ctx.tma is not None:  # mbarriers after the arena's buffers, their init and the phase registers first
         placed = finish_kernel(ctx.tma, shared_bytes, offsets, shared.base_align,
@@ -90,7 +100,7 @@ def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True) -> Devi
         prologue, shared_bytes, offsets = placed
         stmts = prologue + stmts
         maps = tuple(ctx.tma.maps.values())
-    return DeviceKernel(plan.name, params, tuple(k.grid), k.threads, shared_bytes, offsets,
+    return DeviceKernel(plan.name, params, tuple(k.grid), threads, shared_bytes, offsets,
                         tuple(stmts), k.span,
                         _instructions(ctx.instructions), shared.base_align, maps)
 

@@ -61,6 +61,7 @@ class LowerContext:
         self.wgmma_schedule: dict = {}  # in a software pipeline: Gemm on wgmma -> WgmmaSchedule (lower.pipeline)
         self.instructions: dict = {}  # (line, tile op) -> the instructions it was lowered to (compiler.instructions)
         self.tma = None  # lower.tma.TmaState when the kernel may use TMA (shared by every view)
+        self.ws = None  # lower.warp_specialize.WsPlan when the kernel's pipeline may be warp-specialized
 
     MODES = ("numeric", "slot_overrides", "stage_base", "async_copies", "wgmma_schedule")
 

@@ -71,7 +71,7 @@ from dataclasses import dataclass, replace
 
 from tileagent.compiler.ir.expr import make_binop, make_call, make_cmp
 from tileagent.compiler.ir.simplify import depends_on
-from tileagent.compiler.ir.stmt import Alloc, Buffer, Copy, For, Gemm, Let, Stmt
+from tileagent.compiler.ir.stmt import Alloc, Buffer, Copy, For, Gemm, If, Let, Stmt
 from tileagent.compiler.ir.visit import leaves, loads, stmt_exprs, substitute, walk
 from tileagent.compiler.lower.copy import guarded, lower_copy
 from tileagent.compiler.lower.gemm import hoist_a_operand, hoistable_a
@@ -374,8 +374,12 @@ def _lower_tma_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict) -> 
     lowering.note_loop(v, start, extent, loop.step)
     state = ctx.tma
     first = state.take_barriers(s)
+    ws = ctx.ws if ctx.ws is not None and ctx.ws.pipeline is p else None
     for c, (entry, plan) in zip(p.producers, plans):
-        ctx.note_instruction(c, entry.describe_plan(plan, c.src.buffer.dtype) + f", {s} stages")
+        ctx.note_instruction(c, entry.describe_plan(plan, c.src.buffer.dtype) + f", {s} stages" +
+                             (", issued by a producer warpgroup (warp-specialized)" if ws else ""))
+    if ws is not None:
+        return _lower_ws_pipeline(lowering, p, plans, strides, first, ws)
     repeated = ctx.plan is None or _inside_loop(ctx.plan.body or (), p) is not False
     out = []
     if repeated:  # the iterations earlier executions of this loop ran set the barriers' phases: count them
@@ -387,11 +391,8 @@ def _lower_tma_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict) -> 
 
     def producers(iteration, count) -> list:
         """Thread 0 issues the producers of ``iteration``, the ``count``-th of the pipeline's barriers' uses."""
-        stage = make_binop("%", count, s)
-        view = ctx.derive(stage_base={b: make_binop("*", stage, n) for b, n in strides.items()}, async_copies=True)
-        copies = [(replace(c, src=substitute(c.src, {v: iteration}), dst=substitute(c.dst, {v: iteration})), pl)
-                  for c, (_, pl) in zip(p.producers, plans)]
-        return issue(view, copies, make_binop("+", first, stage))
+        view, copies = _stage_copies(ctx, p, plans, strides, iteration, count, v)
+        return issue(view, copies, make_binop("+", first, make_binop("%", count, s)))
 
     for g in walk(p.consumers):
         if isinstance(g, Gemm) and g in ctx.hoisted:
@@ -429,6 +430,73 @@ def _lower_tma_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict) -> 
     if repeated:
         ran = make_binop("+", done, make_call("max", extent, 0))
         out.append(Store(state.phases, (as_expr(slot),), ran, p.span))
+    return out
+
+
+def _stage_copies(ctx, p: SoftwarePipeline, plans, strides: dict, iteration, count, v):
+    """The view of ``ctx`` whose staged tiles are at stage ``count % s``, and ``p``'s producers of ``iteration``
+    (loop variable ``v`` substituted) with their TMA plans."""
+    stage = make_binop("%", count, p.stages)
+    view = ctx.derive(stage_base={b: make_binop("*", stage, n) for b, n in strides.items()}, async_copies=True)
+    return view, [(replace(c, src=substitute(c.src, {v: iteration}), dst=substitute(c.dst, {v: iteration})), pl)
+                  for c, (_, pl) in zip(p.producers, plans)]
+
+
+def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full: int, ws) -> list:
+    """The consumers' side of a warp-specialized TMA pipeline; its producer's loop goes to ``ws.producer``
+    (``compiler.lower.warp_specialize`` describes both)."""
+    from tileagent.compiler.lower.barriers import shared_effects
+    from tileagent.compiler.lower.tma import arrive, issue, wait
+
+    ctx = lowering.ctx
+    loop, s, v = p.loop, p.stages, p.loop.var
+    start, extent = ctx.rewrite(loop.start, {}), ctx.rewrite(loop.extent, {})
+    lowering.note_loop(v, start, extent, loop.step)
+    empty = ctx.tma.take_barriers(s, arrivals=ws.consumers // 32)
+
+    # the producer: its own loop variable, one thread
+    pv = ctx.var(f"{v.name}_p")
+    if v in ctx.ranges:
+        ctx.ranges[pv] = ctx.ranges[v]
+    pcount = make_binop("-", pv, start)
+    pstage = make_binop("%", pcount, s)
+    view, copies = _stage_copies(ctx, p, plans, strides, pv, pcount, v)
+    free = wait(ctx, make_binop("+", empty, pstage), make_binop("^", make_binop("%", make_binop("//", pcount, s), 2), 1),
+                p.span, for_free_stage=True)
+    ws.producer = [For(pv, start, extent, loop.step, "serial",
+                       tuple(free + issue(view, copies, make_binop("+", full, pstage), fence=False, issuer=None)), {},
+                       loop.span)]
+
+    # the consumers
+    out = []
+    for g in walk(p.consumers):
+        if isinstance(g, Gemm) and g in ctx.hoisted:
+            out += hoist_a_operand(ctx, g)
+    count = make_binop("-", v, start)
+    stage = make_binop("%", count, s)
+    schedules = wgmma_schedules(p, ctx.layouts)
+    overlap = any(w.pending for w in schedules.values())
+    lean = overlap and not any(shared_effects(x)[0] for x in p.consumers)
+    if lean:  # generic writes before the loop that the wgmmas read (the loop itself writes no shared memory)
+        out += [AsyncProxyFence(p.span), Barrier(p.span)]
+    body = wait(ctx, make_binop("+", full, stage), make_binop("%", make_binop("//", count, s), 2), p.span)
+    if not lean:
+        body += ([AsyncProxyFence(p.span)] if schedules else []) + [Barrier(p.span)]
+    consumers = ctx.derive(stage_base={b: make_binop("*", stage, n) for b, n in strides.items()},
+                           wgmma_schedule=schedules)
+    body += lowering.with_context(consumers).body(p.consumers)
+    if overlap:  # this thread's wait_group 1 retired iteration k - 1's wgmmas: their stage is free
+        body.append(If(make_cmp(">", count, 0),
+                       tuple(arrive(ctx, make_binop("+", empty, make_binop("%", make_binop("+", count, s - 1), s)),
+                                    p.span)), (), p.span))
+    else:
+        body += arrive(ctx, make_binop("+", empty, stage), p.span)
+    out.append(For(v, start, extent, loop.step, "serial", tuple(body), {}, loop.span))
+    if overlap:
+        from tileagent.compiler.lower.wgmma import accumulator_operand
+
+        out.append(WgmmaWait(0, p.span, operands=tuple(accumulator_operand(consumers, g)
+                                                       for g, w in schedules.items() if w.pending)))
     return out
 
 

@@ -24,8 +24,8 @@ from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import Const, Load, as_expr, make_binop, make_cmp
 from tileagent.compiler.ir.stmt import Buffer, Copy, If, Store
 from tileagent.compiler.ir.visit import loads
-from tileagent.compiler.tir import (THREAD, AsyncProxyFence, Barrier, Declare, MbarrierArriveExpectTx, MbarrierInit,
-                                    MbarrierWait, TensorMap, TmaLoad)
+from tileagent.compiler.tir import (THREAD, AsyncProxyFence, Barrier, Declare, MbarrierArrive, MbarrierArriveExpectTx,
+                                    MbarrierInit, MbarrierWait, TensorMap, TmaLoad)
 
 BARRIERS = "tl_mbar"
 PHASES = "tl_tma_phase"
@@ -40,15 +40,19 @@ class TmaState:
         self.written = None  # global tensors the kernel writes (written_globals), computed on first use
         self.used_barriers = 0
         self.used_slots = 0
+        self.arrivals: dict = {}  # first index -> (count, arrivals per phase) of barriers not expecting 1 arrival
         self.barriers = Buffer(BARRIERS, (max(capacity, 1),), DType("uint64"), "shared")
         self.phases = Buffer(PHASES, (max(capacity, 1),), DType("int32"), "local")
 
-    def take_barriers(self, n: int) -> int:
-        """The index of ``n`` fresh consecutive barriers."""
+    def take_barriers(self, n: int, arrivals: int = 1) -> int:
+        """The index of ``n`` fresh consecutive barriers, each completing a phase after ``arrivals`` arrivals (and the
+        bytes its arrivals announced)."""
         first = self.used_barriers
         if first + n > self.capacity:
             raise RuntimeError(f"internal: {first + n} mbarriers exceed the {self.capacity} planned")
         self.used_barriers += n
+        if arrivals != 1:
+            self.arrivals[first] = (n, arrivals)
         return first
 
     def take_slot(self) -> int:
@@ -135,9 +139,10 @@ def tile_plan(ctx, s):
     return entry, plan(s.src, s.dst, layout, offsets)
 
 
-def issue(ctx, copies, barrier_index, fence: bool = True) -> list:
-    """Thread 0: (``fence.proxy.async``), one ``arrive.expect_tx`` of all the bytes of ``copies`` ((Copy, TmaPlan)
-    pairs) on ``barriers[barrier_index]``, and their TMA loads."""
+def issue(ctx, copies, barrier_index, fence: bool = True, issuer: int | None = 0) -> list:
+    """Thread ``issuer`` (None: the caller runs these statements in one thread already): (``fence.proxy.async``),
+    one ``arrive.expect_tx`` of all the bytes of ``copies`` ((Copy, TmaPlan) pairs) on ``barriers[barrier_index]``,
+    and their TMA loads."""
     state = ctx.tma
     loads_, total = [], 0
     for s, p in copies:
@@ -156,11 +161,15 @@ def issue(ctx, copies, barrier_index, fence: bool = True) -> list:
     span = copies[0][0].span
     body = ([AsyncProxyFence(span)] if fence else []) + \
         [MbarrierArriveExpectTx(state.barriers, as_expr(barrier_index), total, span)] + loads_
-    return [If(make_cmp("==", THREAD, 0), tuple(body), (), span)]
+    return body if issuer is None else [If(make_cmp("==", THREAD, issuer), tuple(body), (), span)]
 
 
-def wait(ctx, barrier_index, parity, span=None) -> list:
-    return [MbarrierWait(ctx.tma.barriers, as_expr(barrier_index), as_expr(parity), span)]
+def wait(ctx, barrier_index, parity, span=None, for_free_stage: bool = False) -> list:
+    return [MbarrierWait(ctx.tma.barriers, as_expr(barrier_index), as_expr(parity), span, for_free_stage)]
+
+
+def arrive(ctx, barrier_index, span=None) -> list:
+    return [MbarrierArrive(ctx.tma.barriers, as_expr(barrier_index), span)]
 
 
 def lower_tma_copy(ctx, s: Copy, entry, p) -> list:
@@ -196,7 +205,14 @@ def finish_kernel(state: TmaState, shared_bytes: int, shared_offsets: dict, base
         return None
     offsets = dict(shared_offsets)
     offsets[state.barriers] = offset
-    prologue += [If(make_cmp("==", THREAD, 0), (MbarrierInit(state.barriers, state.barriers.shape[0], 1, span),), (),
-                    span), Barrier(span)]
+    inits, first, n = [], 0, state.barriers.shape[0]  # one init per run of barriers with one arrival count
+    while first < n:
+        count, arrivals = state.arrivals.get(first, (0, 1))
+        if not count:
+            while first + count < n and first + count not in state.arrivals:
+                count += 1
+        inits.append(MbarrierInit(state.barriers, count, arrivals, span, first))
+        first += count
+    prologue += [If(make_cmp("==", THREAD, 0), tuple(inits), (), span), Barrier(span)]
     return prologue, total, offsets
 

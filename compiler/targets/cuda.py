@@ -52,7 +52,7 @@ from tileagent.compiler.targets.cuda_prelude import preamble
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
 from tileagent.compiler.targets.cuda_tma import HELPERS as TMA_HELPERS
 from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
-                          SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP, nonneg, written_buffers)
+                          SetMaxNReg, SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP, nonneg, written_buffers)
 
 # low-precision floats: (header, to float32, from float32). Their arithmetic is done in float32.
 _LOWP = {
@@ -246,6 +246,7 @@ class _KernelEmitter:
         self.used_buffers: set = set()
         self.used_special: set = set()
         self.written: set = set()  # global buffers the kernel stores to (emit); the others are const __restrict__
+        self.sync_line = "__syncthreads();"  # a Barrier; the named barrier of the consumers in a WarpSpecialize
 
     # ---- names and types
 
@@ -321,7 +322,9 @@ class _KernelEmitter:
         rule = "// " + "-" * 100
         head = [rule, f"// kernel {k.name}: grid ({grid}), block {tuple(k.block)}, "
                       f"{k.shared_bytes} bytes of dynamic shared memory", rule]
-        sig = f'extern "C" __global__ void __launch_bounds__({k.num_threads}) {kernel_symbol(k)}('
+        # setmaxnreg needs ptxas to know the registers at entry: one block per SM fixes them to 65536 / threads
+        bounds = f"{k.num_threads}, 1" if any(isinstance(x, SetMaxNReg) for x in walk(k.body)) else k.num_threads
+        sig = f'extern "C" __global__ void __launch_bounds__({bounds}) {kernel_symbol(k)}('
         if len(sig + ", ".join(params) + ") {") > 120:
             head += [sig] + [f"    {p}{',' if i < len(params) - 1 else ') {'}" for i, p in enumerate(params)]
             if not params:
@@ -482,7 +485,7 @@ class _KernelEmitter:
             self.line("}")
 
     def barrier(self, s: Barrier) -> None:
-        self.line("__syncthreads();")
+        self.line(self.sync_line)
 
     def register(self, b: Buffer, i) -> str:
         """``b[i]`` for one register operand of an Mma; a constant index must lie inside the array."""

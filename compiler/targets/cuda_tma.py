@@ -1,5 +1,6 @@
-"""CUDA C++ for the TMA and mbarrier statements of the thread IR: ``MbarrierInit``, ``MbarrierArriveExpectTx``,
-``TmaLoad``, ``MbarrierWait`` (see ``compiler.tir``; sm_90).
+"""CUDA C++ for the TMA, mbarrier and warp-specialization statements of the thread IR: ``MbarrierInit``,
+``MbarrierArriveExpectTx``, ``TmaLoad``, ``MbarrierWait``, ``MbarrierArrive``, ``SetMaxNReg``, ``WarpSpecialize``
+(see ``compiler.tir``; sm_90, setmaxnreg sm_90a).
 
 In: one statement and the kernel emitter of ``compiler.targets.cuda``. Out: lines of C++ (inline PTX) and the
 preamble helper ``tma`` (``HELPERS``).
@@ -16,13 +17,18 @@ Guarantees:
   with ``selp`` inside a ``{ }`` scope, so no PTX label is duplicated when the helper is inlined); with
   ``TILEAGENT_MBAR_SPIN_LIMIT=<cycles>`` set at code generation, a wait still incomplete after that many
   ``clock64`` cycles executes ``trap`` (a sticky CUDA error instead of a hung GPU: for test runs).
+- ``MbarrierArrive`` is ``__syncwarp()`` and lane 0's ``mbarrier.arrive.shared::cta.b64``; ``SetMaxNReg`` is
+  ``setmaxnreg.{inc,dec}.sync.aligned.u32`` (the kernel then declares ``__launch_bounds__(threads, 1)``, without
+  which ptxas ignores it, C7508); ``WarpSpecialize`` is an if / else whose consumer side has ``bar.sync 1,
+  consumers`` wherever a barrier is (``Barrier``, ``WgmmaFence`` with sync).
 """
 
 from __future__ import annotations
 
 import os
 
-from tileagent.compiler.tir import MbarrierArriveExpectTx, MbarrierInit, MbarrierWait, TmaLoad
+from tileagent.compiler.tir import (LANE, MbarrierArrive, MbarrierArriveExpectTx, MbarrierInit, MbarrierWait,
+                                    SetMaxNReg, TmaLoad, WarpSpecialize)
 
 SPIN_LIMIT_ENV = "TILEAGENT_MBAR_SPIN_LIMIT"
 
@@ -43,6 +49,9 @@ _TMA_HELPER = """\
 struct __align__(64) tl_tensor_map { unsigned long long v[16]; };
 __device__ __forceinline__ void tl_mbar_init(unsigned bar, unsigned arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(arrivals) : "memory");
+}
+__device__ __forceinline__ void tl_mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
 }
 __device__ __forceinline__ void tl_mbar_expect_tx(unsigned bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
@@ -78,7 +87,7 @@ def emit_mbarrier_init(em, s: MbarrierInit) -> None:
     if s.barriers.scope != "shared" or s.barriers.dtype != "uint64" or s.count < 1 or s.arrivals < 1:
         em.fail(f"MbarrierInit of {s.barriers.name}: want >= 1 shared uint64 barriers with >= 1 arrival")
     em.state.helpers.add("tma")
-    em.line(f"for (int tl_b = 0; tl_b < {s.count}; ++tl_b) "
+    em.line(f"for (int tl_b = {s.first}; tl_b < {s.first + s.count}; ++tl_b) "
             f"tl_mbar_init((unsigned)__cvta_generic_to_shared(&{em.buf(s.barriers)}[tl_b]), {s.arrivals}u);")
     em.line('asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");')
 
@@ -123,5 +132,31 @@ def emit_mbarrier_wait(em, s: MbarrierWait) -> None:
     em.line(f"tl_mbar_wait({args});" if limit is None else f"tl_mbar_wait_limited({args}, {limit}LL);")
 
 
+def emit_mbarrier_arrive(em, s: MbarrierArrive) -> None:
+    em.state.helpers.add("tma")
+    em.line("__syncwarp();")
+    em.line(f"if ({em.ex(LANE)} == 0) tl_mbar_arrive({_address(em, s.barriers, s.index)});")
+
+
+def emit_set_max_nreg(em, s: SetMaxNReg) -> None:
+    if s.registers % 8 or not 24 <= s.registers <= 256:
+        em.fail(f"setmaxnreg {s.registers}: want a multiple of 8 in 24 .. 256")
+    em.line(f'asm volatile("setmaxnreg.{"inc" if s.increase else "dec"}.sync.aligned.u32 {s.registers};");')
+
+
+def emit_warp_specialize(em, s: WarpSpecialize) -> None:
+    """The producer side, then the consumers', whose barriers are the named barrier 1 over their threads."""
+    if s.consumers % 128 or s.consumers <= 0:
+        em.fail(f"warp specialization with {s.consumers} consumer threads: want whole warpgroups")
+    em.line(f"if ({em.ex(s.cond)}) {{")
+    em.block(s.then_body)
+    em.line("} else {")
+    outer, em.sync_line = em.sync_line, f'asm volatile("bar.sync 1, {s.consumers};" ::: "memory");'
+    em.block(s.else_body)
+    em.sync_line = outer
+    em.line("}")
+
+
 HANDLERS = {MbarrierInit: emit_mbarrier_init, MbarrierArriveExpectTx: emit_expect_tx, TmaLoad: emit_tma_load,
-            MbarrierWait: emit_mbarrier_wait}
+            MbarrierWait: emit_mbarrier_wait, MbarrierArrive: emit_mbarrier_arrive, SetMaxNReg: emit_set_max_nreg,
+            WarpSpecialize: emit_warp_specialize}

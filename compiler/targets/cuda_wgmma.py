@@ -60,7 +60,7 @@ def emit_wgmma_fence(em, s: WgmmaFence) -> None:
     emit_operand_fence(em, s.operands)
     if s.sync:
         em.line('asm volatile("fence.proxy.async.shared::cta;" ::: "memory");')
-        em.line("__syncthreads();")
+        em.line(em.sync_line)
     em.line('asm volatile("wgmma.fence.sync.aligned;" ::: "memory");')
 
 

@@ -1,0 +1,117 @@
+"""Warp specialization of a kernel's TMA software pipeline (sm_90a): one more warpgroup issues the loads, the
+kernel's own threads only compute.
+
+In: a ``KernelPlan`` (its pipelines planned) and the Target, before lowering (``candidate``); the lowered consumer
+body and what the pipeline's lowering put into the ``WsPlan``, after it (``specialize``).
+Out: ``candidate`` gives the ``WsPlan`` of the kernel's one pipeline that can be specialized, or None; ``specialize``
+gives the ``tir.WarpSpecialize`` statement that becomes the kernel's body after the block indices.
+
+When: TMA is in use (``compiler.instructions.tma.usable``), not switched off (``TILEAGENT_WARP_SPECIALIZE=0``, or
+TileLang's pass config ``tl.disable_warp_specialized``), the kernel is one-dimensional in threads (a multiple of
+128, at most 896, no per-thread code) and has exactly one software pipeline, at the top level of its body (so it
+runs once per block), whose producers are all TMA loads (decided when it is lowered; otherwise the kernel is
+lowered as without this module). What the producer computes must not depend on the consumers: the loop bounds and
+the copies' source indices use block indices, the kernel's scalars, global tensors and the Lets before the loop,
+which read no memory (the producer binds them again).
+
+How (``compiler.lower.pipeline`` lowers both sides): the block gets ``PRODUCER_THREADS`` more threads. Their
+first thread runs the loop alone: for iteration k (count c = k - start) it waits until stage c % s is free (the
+``empty`` barrier of the stage, parity ((c // s) % 2) ^ 1: a fresh barrier's first use passes), announces the
+stage's bytes on its ``full`` barrier and issues the TMA loads. The kernel's threads (the consumers) run the kernel
+body with the loop as: wait on ``full[c % s]`` (parity (c // s) % 2), the consumers' statements, then release a
+stage: with an overlapped wgmma (one group left in flight), stage (c - 1) % s once the wait has retired iteration
+k - 1's wgmmas; otherwise stage c % s. A release is one arrival per consumer warp (``tir.MbarrierArrive``), so a
+stage is free once every consumer warp is done with it. Inside the consumer body every barrier is the named
+barrier over the consumer threads. With more than two warpgroups in the block, ``setmaxnreg`` moves registers from
+the producer (``PRODUCER_REGISTERS``) to the consumers.
+Guarantees: a stage is written by TMA only after every consumer warp released the previous use of it, and read
+only after the phase that carries its bytes completed; every load the producer issues is waited for by the
+consumers (both sides run the same iterations); no block-wide barrier follows the split.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from tileagent.compiler.ir.expr import make_cmp
+from tileagent.compiler.ir.simplify import depends_on
+from tileagent.compiler.ir.stmt import Let
+from tileagent.compiler.ir.visit import loads, walk
+from tileagent.compiler.tir import THREAD, SetMaxNReg, WarpSpecialize
+
+ENV = "TILEAGENT_WARP_SPECIALIZE"
+PRODUCER_THREADS = 128  # one warpgroup: setmaxnreg works per warpgroup
+PRODUCER_REGISTERS = 40
+MAX_THREADS = 1024
+REGISTERS_PER_SM = 65536
+
+
+def enabled() -> bool:
+    """Whether warp specialization is on for this process (``TILEAGENT_WARP_SPECIALIZE=0`` turns it off)."""
+    return os.environ.get(ENV, "").strip() != "0"
+
+
+@dataclass
+class WsPlan:
+    """The pipeline a kernel specializes, its consumer threads, the Vars of the Lets before it (the producer binds
+    them again) and, once the pipeline is lowered, the producer's statements (empty: the pipeline was not lowered
+    with TMA, and the kernel is not specialized)."""
+
+    pipeline: object
+    consumers: int
+    lets: tuple
+    producer: list = field(default_factory=list)
+
+
+def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
+    """The ``WsPlan`` of ``plan``'s kernel when it may be warp-specialized (module docstring), else None."""
+    from tileagent.compiler.instructions.tma import usable
+    from tileagent.compiler.lower.pipeline import SoftwarePipeline
+
+    k, body = plan.kernel, plan.body or ()
+    threads = k.threads[0] if tuple(k.threads[1:]) == (1, 1) else 0
+    if disabled or not enabled() or not usable(target) or k.thread_vars or threads % 128 or \
+            threads + PRODUCER_THREADS > MAX_THREADS:
+        return None
+    pipelines = [x for x in walk(body) if isinstance(x, SoftwarePipeline)]
+    if len(pipelines) != 1 or not any(x is pipelines[0] for x in body):
+        return None
+    p = pipelines[0]
+    before = body[:next(n for n, x in enumerate(body) if x is p)]
+    lets = tuple(x.var for x in before if isinstance(x, Let))
+    if any(next(loads(x.value), None) is not None for x in before if isinstance(x, Let)):
+        return None
+    inner = [x.var for x in walk(body) if isinstance(x, Let) and x.var not in lets]
+    exprs = [p.loop.start, p.loop.extent] + [e for c in p.producers for e in c.src.starts]
+    if any(depends_on(e, inner) or any(ld.buffer.scope != "global" for ld in loads(e)) for e in exprs):
+        return None
+    return WsPlan(p, threads, lets)
+
+
+def registers(consumers: int) -> tuple | None:
+    """(producer, consumer) registers per thread for ``setmaxnreg``, or None where the launch's budget already gives
+    every thread the most ptxas allocates (two warpgroups or fewer)."""
+    total = consumers + PRODUCER_THREADS
+    if REGISTERS_PER_SM // total >= 255:
+        return None
+    spare = (REGISTERS_PER_SM - PRODUCER_THREADS * PRODUCER_REGISTERS) // consumers
+    return PRODUCER_REGISTERS, min(240, spare // 8 * 8)
+
+
+def specialize(ws: WsPlan, lets: dict, consumer_body, span=None) -> WarpSpecialize:
+    """``if (THREAD >= consumers) producer else consumer_body``: the producer rebinds the Lets before the pipeline
+    (``lets``: Var -> lowered value) and runs its loop in its first thread."""
+    from tileagent.compiler.ir.stmt import If
+
+    regs = registers(ws.consumers)
+    producer = [Let(v, lets[v], span) for v in ws.lets]
+    producer.append(If(make_cmp("==", THREAD, ws.consumers), tuple(ws.producer), (), span))
+    if regs is not None:
+        producer.insert(0, SetMaxNReg(regs[0], False, span))
+        consumer_body = [SetMaxNReg(regs[1], True, span)] + list(consumer_body)
+    return WarpSpecialize(make_cmp(">=", THREAD, ws.consumers), tuple(producer), tuple(consumer_body), span,
+                          consumers=ws.consumers)
+
+
+__all__ = ["ENV", "PRODUCER_THREADS", "WsPlan", "candidate", "enabled", "registers", "specialize"]
