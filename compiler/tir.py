@@ -571,6 +571,9 @@ class WarpSpecialize(If):
     consumer body, in which every barrier (``Barrier``, a ``WgmmaFence`` with ``sync``) is the named barrier 1 over
     those threads alone (``bar.sync 1, consumers``); the threads from ``consumers`` on (one warpgroup) run the
     producer body, which only issues asynchronous copies and waits on mbarriers. The two sides synchronize only
-    through mbarriers. Each side may start with a ``SetMaxNReg``."""
+    through mbarriers. Each side may start with a ``SetMaxNReg``. The kernel declares ``blocks_per_sm`` as its
+    minimum blocks per SM (``__launch_bounds__``), which caps the registers a thread has at entry (and gets
+    ``setmaxnreg`` honoured)."""
 
     consumers: int = 0
+    blocks_per_sm: int = 0

@@ -84,8 +84,11 @@ def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True, ws: boo
     body = _Lowering(ctx).body(_barriers_before(plan.body, shared.reuse_points))
     threads = k.threads
     if ctx.ws is not None and ctx.ws.producer:  # the pipeline was lowered warp-specialized
-        body = [specialize(ctx.ws, ctx.lets, body, k.span)]
-        threads = (k.threads[0] + PRODUCER_THREADS, 1, 1)
+        split = specialize(ctx.ws, ctx.lets, body, target, shared.total_bytes + 16 * ctx.tma.capacity, k.span)
+        if split is None:
+            log.info("kernel %s: a producer warpgroup would cost a block per SM; not warp-specialized", plan.name)
+            return _lower_kernel(plan, layouts, flat, params, target, tma, ws=False)
+        body, threads = [split], (k.threads[0] + PRODUCER_THREADS, 1, 1)
         ctx.instructions.setdefault((k.span.line if k.span else 0, "T.Kernel"), []).append(
             f"warp-specialized: {k.threads[0]} consumer threads and a producer warpgroup of {PRODUCER_THREADS} "
             "(TMA loads)")

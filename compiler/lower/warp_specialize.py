@@ -38,7 +38,7 @@ from tileagent.compiler.ir.expr import make_cmp
 from tileagent.compiler.ir.simplify import depends_on
 from tileagent.compiler.ir.stmt import Let
 from tileagent.compiler.ir.visit import loads, walk
-from tileagent.compiler.tir import THREAD, SetMaxNReg, WarpSpecialize
+from tileagent.compiler.tir import THREAD, Declare, SetMaxNReg, WarpSpecialize
 
 ENV = "TILEAGENT_WARP_SPECIALIZE"
 PRODUCER_THREADS = 128  # one warpgroup: setmaxnreg works per warpgroup
@@ -89,29 +89,53 @@ def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
     return WsPlan(p, threads, lets)
 
 
-def registers(consumers: int) -> tuple | None:
-    """(producer, consumer) registers per thread for ``setmaxnreg``, or None where the launch's budget already gives
-    every thread the most ptxas allocates (two warpgroups or fewer)."""
+def register_words(stmts) -> int:
+    """32-bit registers the register arrays declared in ``stmts`` take: an estimate of what a consumer thread
+    needs (ptxas adds addresses and temporaries, and fits into less when it must)."""
+    arrays = {x.buffer for x in walk(stmts) if isinstance(x, Declare)}
+    return -(-sum(b.shape[0] * b.dtype.bytes for b in arrays) // 4)
+
+
+def registers(consumers: int, target, shared_bytes: int, words: int) -> tuple | None:
+    """(blocks per SM, (producer, consumer) registers for ``setmaxnreg``, or None where it would give the consumers
+    no more than they have at entry), or None when the producer
+    warpgroup would cost the kernel a block per SM. Blocks per SM without it: what the shared memory
+    (``shared_bytes`` a block, plus the 1 KiB the driver reserves) and ``words`` registers a thread allow; with
+    it: the most blocks, up to the shared-memory limit, whose register cap at entry (the registers per SM split
+    over every thread of the blocks) is ``words`` or more. ptxas allocates within that cap in the consumers' code
+    too (seen on sm_90a: C7602 below it), so ``setmaxnreg`` only hands the producer's unused registers over at run
+    time: the producer down to ``PRODUCER_REGISTERS``, the consumers up to what is left (at most 240)."""
     total = consumers + PRODUCER_THREADS
-    if REGISTERS_PER_SM // total >= 255:
+    need = min(255, -(-words // 8) * 8)
+    by_shared = max(1, min(target.shared_bytes_per_sm // (shared_bytes + 1024), target.blocks_per_sm))
+    alone = min(by_shared, target.registers_per_sm // (consumers * need), target.threads_per_sm // consumers)
+    blocks = next((b for b in range(by_shared, 0, -1) if total * b <= target.threads_per_sm and
+                   min(255, target.registers_per_sm // (b * total) // 8 * 8) >= need), 0)
+    if blocks < max(alone, 1):
         return None
-    spare = (REGISTERS_PER_SM - PRODUCER_THREADS * PRODUCER_REGISTERS) // consumers
-    return PRODUCER_REGISTERS, min(240, spare // 8 * 8)
+    budget = target.registers_per_sm // blocks
+    entry = min(255, budget // total // 8 * 8)
+    consumer = min(240, (budget - PRODUCER_THREADS * PRODUCER_REGISTERS) // consumers // 8 * 8)
+    return blocks, ((PRODUCER_REGISTERS, consumer) if consumer > entry else None)
 
 
-def specialize(ws: WsPlan, lets: dict, consumer_body, span=None) -> WarpSpecialize:
+def specialize(ws: WsPlan, lets: dict, consumer_body, target, shared_bytes: int, span=None):
     """``if (THREAD >= consumers) producer else consumer_body``: the producer rebinds the Lets before the pipeline
-    (``lets``: Var -> lowered value) and runs its loop in its first thread."""
+    (``lets``: Var -> lowered value) and runs its loop in its first thread; the registers split as ``registers``
+    says. None when the producer warpgroup would cost a block per SM (the caller lowers the kernel without it)."""
     from tileagent.compiler.ir.stmt import If
 
-    regs = registers(ws.consumers)
+    split = registers(ws.consumers, target, shared_bytes, register_words(consumer_body))
+    if split is None:
+        return None
+    blocks, regs = split
     producer = [Let(v, lets[v], span) for v in ws.lets]
     producer.append(If(make_cmp("==", THREAD, ws.consumers), tuple(ws.producer), (), span))
     if regs is not None:
         producer.insert(0, SetMaxNReg(regs[0], False, span))
         consumer_body = [SetMaxNReg(regs[1], True, span)] + list(consumer_body)
     return WarpSpecialize(make_cmp(">=", THREAD, ws.consumers), tuple(producer), tuple(consumer_body), span,
-                          consumers=ws.consumers)
+                          consumers=ws.consumers, blocks_per_sm=blocks)
 
 
-__all__ = ["ENV", "PRODUCER_THREADS", "WsPlan", "candidate", "enabled", "registers", "specialize"]
+__all__ = ["ENV", "PRODUCER_THREADS", "WsPlan", "candidate", "enabled", "register_words", "registers", "specialize"]

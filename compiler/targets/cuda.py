@@ -52,7 +52,8 @@ from tileagent.compiler.targets.cuda_prelude import preamble
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
 from tileagent.compiler.targets.cuda_tma import HELPERS as TMA_HELPERS
 from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
-                          SetMaxNReg, SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP, nonneg, written_buffers)
+                          SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP, WarpSpecialize, nonneg,
+                          written_buffers)
 
 # low-precision floats: (header, to float32, from float32). Their arithmetic is done in float32.
 _LOWP = {
@@ -322,8 +323,9 @@ class _KernelEmitter:
         rule = "// " + "-" * 100
         head = [rule, f"// kernel {k.name}: grid ({grid}), block {tuple(k.block)}, "
                       f"{k.shared_bytes} bytes of dynamic shared memory", rule]
-        # setmaxnreg needs ptxas to know the registers at entry: one block per SM fixes them to 65536 / threads
-        bounds = f"{k.num_threads}, 1" if any(isinstance(x, SetMaxNReg) for x in walk(k.body)) else k.num_threads
+        # setmaxnreg needs ptxas to know the registers at entry: a minimum of blocks per SM fixes them
+        split = max((x.blocks_per_sm for x in walk(k.body) if isinstance(x, WarpSpecialize)), default=0)
+        bounds = f"{k.num_threads}, {split}" if split else k.num_threads
         sig = f'extern "C" __global__ void __launch_bounds__({bounds}) {kernel_symbol(k)}('
         if len(sig + ", ".join(params) + ") {") > 120:
             head += [sig] + [f"    {p}{',' if i < len(params) - 1 else ') {'}" for i, p in enumerate(params)]

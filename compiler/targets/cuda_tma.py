@@ -18,8 +18,8 @@ Guarantees:
   ``TILEAGENT_MBAR_SPIN_LIMIT=<cycles>`` set at code generation, a wait still incomplete after that many
   ``clock64`` cycles executes ``trap`` (a sticky CUDA error instead of a hung GPU: for test runs).
 - ``MbarrierArrive`` is ``__syncwarp()`` and lane 0's ``mbarrier.arrive.shared::cta.b64``; ``SetMaxNReg`` is
-  ``setmaxnreg.{inc,dec}.sync.aligned.u32`` (the kernel then declares ``__launch_bounds__(threads, 1)``, without
-  which ptxas ignores it, C7508); ``WarpSpecialize`` is an if / else whose consumer side has ``bar.sync 1,
+  ``setmaxnreg.{inc,dec}.sync.aligned.u32`` (the kernel then declares ``__launch_bounds__(threads, blocks)``,
+  without which ptxas ignores it, C7508); ``WarpSpecialize`` is an if / else whose consumer side has ``bar.sync 1,
   consumers`` wherever a barrier is (``Barrier``, ``WgmmaFence`` with sync).
 """
 

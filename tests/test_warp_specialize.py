@@ -1,0 +1,211 @@
+"""Warp specialization of TMA pipelines (compiler.lower.warp_specialize, sm_90a, TILEAGENT_ENABLE_TMA=1): a producer
+warpgroup issues the loads on full / empty mbarriers, the kernel's threads compute. Run in the SIMT emulator against
+torch (the producer as a coroutine: a missing release hangs there too), the stage and parity sequence hand-checked,
+the register split checked against hand-computed occupancy, NVRTC/ptxas on the generated CUDA, and on an H200."""
+
+import pytest
+import torch
+
+import tileagent
+import tileagent.language as T
+from tileagent.compiler.emulate_tensor import EmulationError
+from tileagent.compiler.target import for_arch
+from tileagent.compiler.tir import MbarrierWait
+
+
+@pytest.fixture
+def ws_on(monkeypatch):
+    monkeypatch.setenv("TILEAGENT_ENABLE_TMA", "1")
+    monkeypatch.delenv("TILEAGENT_WARP_SPECIALIZE", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def _gemm(shared_example, M, N, K, bm=128, bn=64, bk=64, target="sim"):
+    mod = shared_example("gemm_relu")
+    return mod, tileagent.compile(mod.matmul.fn(M, N, K, bm, bn, bk), target=target)
+
+
+def test_gemm_relu_warp_specialized_in_the_emulator(shared_example, ws_on):
+    M, N, K = 128, 56, 256  # 4 K tiles through 3 stages; a ragged N
+    mod, kernel = _gemm(shared_example, M, N, K)
+    ir = kernel.get_ir("thread")
+    assert "block=(256, 1, 1)" in ir  # the example's 128 threads and the producer warpgroup
+    assert "warp-specialized: 128 consumer threads and a producer warpgroup of 128 (TMA loads)" in ir
+    assert "3 stages, issued by a producer warpgroup (warp-specialized)" in ir
+    assert "mbarrier.init tl_mbar[0:3], 1 arrival(s)" in ir and "mbarrier.init tl_mbar[3:6], 4 arrival(s)" in ir
+    a, b = torch.randn(M, K, dtype=torch.float16), torch.randn(K, N, dtype=torch.float16)
+    c = torch.full((M, N), float("nan"), dtype=torch.float16)
+    kernel(a, b, c)
+    torch.testing.assert_close(c.float(), mod.reference(a.float(), b.float()), rtol=2e-2, atol=2e-2)
+
+
+def test_stage_and_parity_sequence_hand_checked(shared_example, ws_on):
+    # 5 iterations over 3 stages. Consumers: full barrier i % 3 with parity (i // 3) % 2. Producer: empty barrier
+    # 3 + i % 3 with parity ((i // 3) % 2) ^ 1: the first three pass on fresh barriers, iterations 3 and 4 wait for
+    # the consumers' releases of iterations 0 and 1
+    _, kernel = _gemm(shared_example, 128, 64, 320)
+    from tileagent.compiler import emulate_tma
+    from tileagent.compiler.emulate import _Block
+
+    seen = []
+    real = emulate_tma.mbarrier_wait
+
+    def spy(block, s):
+        real(block, s)
+        seen.append((s.for_free_stage, int(block.uniform(block.ev(s.index), "i")),
+                     int(block.uniform(block.ev(s.parity), "p"))))
+
+    old = _Block._HANDLERS[MbarrierWait]
+    _Block._HANDLERS[MbarrierWait] = spy
+    try:
+        kernel(torch.randn(128, 320, dtype=torch.float16), torch.randn(320, 64, dtype=torch.float16),
+               torch.empty(128, 64, dtype=torch.float16))
+    finally:
+        _Block._HANDLERS[MbarrierWait] = old
+    assert [x[1:] for x in seen if not x[0]] == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1)]
+    assert [x[1:] for x in seen if x[0]] == [(3, 1), (4, 1), (5, 1), (3, 0), (4, 0)]
+
+
+def test_a_missing_release_hangs_in_the_emulator(shared_example, ws_on, monkeypatch):
+    from tileagent.compiler.lower import tma as lower_tma
+
+    monkeypatch.setattr(lower_tma, "arrive", lambda ctx, index, span=None: [])
+    _, kernel = _gemm(shared_example, 128, 64, 320)
+    with pytest.raises(EmulationError, match="would hang"):
+        kernel(torch.randn(128, 320, dtype=torch.float16), torch.randn(320, 64, dtype=torch.float16),
+               torch.empty(128, 64, dtype=torch.float16))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_warp_specialized_in_the_emulator(shared_example, ws_on, monkeypatch, causal):
+    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    fa = shared_example("flash_attn_fwd")
+    kernel = tileagent.compile(fa.flash_attn_fwd.fn(1, 1, 72, 128, causal, 64, 64, 2, 128), target="sim")
+    assert "warp-specialized" in kernel.get_ir("thread")
+    q, k, v = (torch.randn(1, 72, 1, 128, dtype=torch.float16) for _ in range(3))
+    o = torch.full_like(q, float("nan"))
+    kernel(q, k, v, o)
+    torch.testing.assert_close(o, fa.reference(q, k, v, causal), rtol=1e-2, atol=1e-2)
+
+
+def test_register_split_hand_checked():
+    from tileagent.compiler.lower.warp_specialize import registers
+
+    h = for_arch("sm_90a")
+    # 96 KiB of shared memory: 2 blocks per SM; 128 + 128 threads at 128 registers each fill the register file;
+    # setmaxnreg then moves (65536 / 2 - 128 * 40) / 128 = 216 to the consumers
+    assert registers(128, h, 99360, 128) == (2, (40, 216))
+    # 193 KiB: 1 block of 384 threads; 168 registers at entry, 232 for the consumers after setmaxnreg
+    assert registers(256, h, 197680, 128) == (1, (40, 232))
+    # 2 blocks of 256 threads at 128 registers fill the register file alone; with the producer (384 threads, 80 at
+    # entry) only 1 block fits: keep them alone. At 129 (136) registers only 1 block fits alone too: specialize
+    assert registers(256, h, 99344, 128) is None
+    assert registers(256, h, 99344, 129) == (1, (40, 232))
+    assert registers(128, h, 99344, 255) is None  # 2 blocks alone at 255; with the producer only 1
+    # 29 KiB: 7 blocks per SM by shared memory; 64 registers a thread fit 4 blocks of 256 threads, not 7
+    assert registers(128, h, 30000, 64) is None
+    # 32 registers: 7 blocks of 256 threads have 32 at entry; setmaxnreg would give the consumers no more
+    assert registers(128, h, 30000, 32) == (7, None)
+
+
+def _ptxas(kernel):
+    from tileagent.compiler.runtime.nvrtc import compile_log, ptxas_remarks
+
+    log = compile_log(kernel.get_kernel_source(), "sm_90a", ("--ptxas-options=-v",))
+    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in log
+    assert ptxas_remarks(log) == []  # C7508 would say setmaxnreg is ignored
+    return kernel.get_kernel_source()
+
+
+def test_nvrtc_compiles_the_example_warp_specialized(shared_example, ws_on):
+    _, kernel = _gemm(shared_example, 4096, 4096, 4096, 128, 128, 64, target="cuda:sm_90a")
+    src = _ptxas(kernel)
+    # 2 blocks of 256 threads per SM (96 KiB of stages each), registers split 40 / 216
+    assert '__launch_bounds__(256, 2)' in src and 'bar.sync 1, 128;' in src
+    assert 'setmaxnreg.dec.sync.aligned.u32 40;' in src and 'setmaxnreg.inc.sync.aligned.u32 216;' in src
+    assert "__syncthreads();" in src  # once, after the mbarrier init, before the split
+    assert src.count("__syncthreads();") == 1
+
+
+def test_nvrtc_compiles_two_consumer_warpgroups(ws_on):
+    from bench.memory_bound import load
+    from pathlib import Path
+
+    prompts = load("gemm_relu", Path(__file__).resolve().parents[1] / "prompts" / "examples")
+    fn = prompts.gemm_relu.fn(4096, 4096, 4096, block_M=128, block_N=256, block_K=64, threads=256, num_stages=4)
+    src = _ptxas(tileagent.compile(fn, target="cuda:sm_90a"))
+    assert '__launch_bounds__(384, 1)' in src and 'bar.sync 1, 256;' in src
+    assert 'setmaxnreg.inc.sync.aligned.u32 232;' in src
+
+
+def test_not_specialized_where_it_costs_a_block_per_sm(shared_example, ws_on, monkeypatch):
+    # flash attention at 128 x 64 tiles, 128 threads: 255 registers a thread, 2 blocks per SM alone, 1 with a
+    # producer warpgroup: the pipeline stays in the kernel's threads, on TMA
+    fa = shared_example("flash_attn_fwd")
+    kernel = tileagent.compile(fa.flash_attn_fwd.fn(8, 32, 4096, 128, False, 128, 64, 2, 128), target="cuda:sm_90a")
+    ir = kernel.get_ir("thread")
+    assert "warp-specialized" not in ir and "2 stages" in ir and "TMA 4d box" in ir
+    # mma.sync at the example's 128 x 64 tiles: 3 blocks per SM alone, 2 with the producer's registers
+    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "0")
+    ir = _gemm(shared_example, 128, 56, 256)[1].get_ir("thread")
+    assert "warp-specialized" not in ir and "TMA 2d box" in ir
+
+
+def test_switches(shared_example, ws_on, monkeypatch):
+    mod = shared_example("gemm_relu")
+    k = tileagent.compile(mod.matmul.fn(128, 64, 256, 128, 64, 64), target="sim",
+                          pass_configs={"tl.disable_warp_specialized": True})
+    assert "warp-specialized" not in k.get_ir("thread") and "TMA 2d box" in k.get_ir("thread")
+    monkeypatch.setenv("TILEAGENT_WARP_SPECIALIZE", "0")
+    k = tileagent.compile(mod.matmul.fn(128, 64, 256, 128, 64, 64), target="sim")
+    assert "warp-specialized" not in k.get_ir("thread") and "TMA 2d box" in k.get_ir("thread")
+
+
+def test_a_pipeline_inside_a_loop_is_not_specialized(ws_on):
+    @T.prim_func
+    def k(A: T.Tensor((2, 64, 128), "float16"), B: T.Tensor((2, 128, 64), "float16"),
+          C: T.Tensor((2, 64, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            As = T.alloc_shared((64, 64), "float16")
+            Bs = T.alloc_shared((64, 64), "float16")
+            acc = T.alloc_fragment((64, 64), "float32")
+            for r in T.serial(2):
+                T.clear(acc)
+                for ko in T.Pipelined(2, num_stages=2):
+                    T.copy(A[r, 0, ko * 64], As)
+                    T.copy(B[r, ko * 64, 0], Bs)
+                    T.gemm(As, Bs, acc)
+                T.copy(acc, C[r, 0, 0])
+
+    kernel = tileagent.compile(k, target="sim")
+    assert "warp-specialized" not in kernel.get_ir("thread") and "3d box" in kernel.get_ir("thread")
+    a, b = torch.randn(2, 64, 128, dtype=torch.float16), torch.randn(2, 128, 64, dtype=torch.float16)
+    c = torch.zeros(2, 64, 64)
+    kernel(a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_gpu_warp_specialized_gemms(shared_example, ws_on):
+    """On an sm_90 GPU: the example's tiles and two consumer warpgroups, ragged sizes, against torch."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    from bench.memory_bound import load
+    from pathlib import Path
+
+    mod = shared_example("gemm_relu")
+    prompts = load("gemm_relu", Path(__file__).resolve().parents[1] / "prompts" / "examples")
+    M, N, K = 1000, 776, 520
+    for fn in (mod.matmul.fn(M, N, K, 128, 128, 64),
+               prompts.gemm_relu.fn(M, N, K, block_M=128, block_N=256, block_K=64, threads=256, num_stages=4)):
+        k = tileagent.compile(fn, target="cuda")
+        assert "warp-specialized" in k.get_ir("thread")
+        a = torch.randn(M, K, dtype=torch.float16, device="cuda")
+        b = torch.randn(K, N, dtype=torch.float16, device="cuda")
+        c = torch.full((M, N), float("nan"), dtype=torch.float16, device="cuda")
+        k(a, b, c)
+        torch.testing.assert_close(c.float(), mod.reference(a.float(), b.float()), rtol=2e-2, atol=5e-2)
