@@ -56,10 +56,10 @@ def cache_key(func: PrimFunc, *parts: str) -> str:
         from tileagent.compiler.targets.cuda_tma import SPIN_LIMIT_ENV, spin_limit
 
         h.update(b"\0" + TMA_ENV.encode() + f" {SPIN_LIMIT_ENV}={spin_limit()}".encode())
-        from tileagent.compiler.lower.warp_specialize import ENV as WS_ENV, enabled as ws_enabled
+        from tileagent.compiler.lower.warp_specialize import ENV as WS_ENV, enabled as ws_enabled, forced
 
-        if not ws_enabled():
-            h.update(b"\0" + WS_ENV.encode())
+        if not ws_enabled() or forced():
+            h.update(b"\0" + WS_ENV.encode() + (b"=force" if forced() else b""))
     return h.hexdigest()
 
 

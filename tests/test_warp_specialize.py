@@ -82,9 +82,10 @@ def test_a_missing_release_hangs_in_the_emulator(shared_example, ws_on, monkeypa
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attention_warp_specialized_in_the_emulator(shared_example, ws_on, monkeypatch, causal):
-    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
+    # at these tiles the producer would cost a block per SM (the rule keeps flash attention alone): forced
+    monkeypatch.setenv("TILEAGENT_WARP_SPECIALIZE", "force")
     fa = shared_example("flash_attn_fwd")
-    kernel = tileagent.compile(fa.flash_attn_fwd.fn(1, 1, 72, 128, causal, 64, 64, 2, 128), target="sim")
+    kernel = tileagent.compile(fa.flash_attn_fwd.fn(1, 1, 72, 128, causal, 64, 32, 2, 128), target="sim")
     assert "warp-specialized" in kernel.get_ir("thread")
     q, k, v = (torch.randn(1, 72, 1, 128, dtype=torch.float16) for _ in range(3))
     o = torch.full_like(q, float("nan"))
@@ -96,20 +97,20 @@ def test_register_split_hand_checked():
     from tileagent.compiler.lower.warp_specialize import registers
 
     h = for_arch("sm_90a")
-    # 96 KiB of shared memory: 2 blocks per SM; 128 + 128 threads at 128 registers each fill the register file;
-    # setmaxnreg then moves (65536 / 2 - 128 * 40) / 128 = 216 to the consumers
-    assert registers(128, h, 99360, 128) == (2, (40, 216))
+    # 74 KiB of stages, 64 words of accumulators: 3 blocks per SM alone; with the producer 3 blocks of 256 threads
+    # have 80 registers at entry (64 + 16 for addresses); setmaxnreg moves (65536 / 3 - 128 * 40) / 128 -> 128
+    assert registers(128, h, 74784, 64) == (3, (40, 128))
     # 193 KiB: 1 block of 384 threads; 168 registers at entry, 232 for the consumers after setmaxnreg
     assert registers(256, h, 197680, 128) == (1, (40, 232))
-    # 2 blocks of 256 threads at 128 registers fill the register file alone; with the producer (384 threads, 80 at
-    # entry) only 1 block fits: keep them alone. At 129 (136) registers only 1 block fits alone too: specialize
-    assert registers(256, h, 99344, 128) is None
-    assert registers(256, h, 99344, 129) == (1, (40, 232))
+    # the example's 128 x 128 tiles: 2 blocks alone (96 KiB each, 128 registers); with the producer, 2 blocks have
+    # 128 at entry, short of 128 + 16: keep the pipeline in the kernel's threads
+    assert registers(128, h, 99360, 128) is None
+    assert registers(256, h, 99344, 126) is None  # flash attention, 256 threads: 2 blocks alone, 1 with it
     assert registers(128, h, 99344, 255) is None  # 2 blocks alone at 255; with the producer only 1
-    # 29 KiB: 7 blocks per SM by shared memory; 64 registers a thread fit 4 blocks of 256 threads, not 7
-    assert registers(128, h, 30000, 64) is None
-    # 32 registers: 7 blocks of 256 threads have 32 at entry; setmaxnreg would give the consumers no more
-    assert registers(128, h, 30000, 32) == (7, None)
+    assert registers(256, h, 230944, 166) is None  # MLA: 1 block either way, but 168 at entry < 166 + 16
+    # 29 KiB, 32 words: 7 blocks of 256 threads have 32 at entry < 48; 5 blocks have 48: fewer than 7 alone
+    assert registers(128, h, 30000, 32) is None
+    assert registers(128, h, 30000, 16) == (7, None)  # 7 blocks at 32 at entry; setmaxnreg would give no more
 
 
 def _ptxas(kernel):
@@ -122,11 +123,11 @@ def _ptxas(kernel):
 
 
 def test_nvrtc_compiles_the_example_warp_specialized(shared_example, ws_on):
-    _, kernel = _gemm(shared_example, 4096, 4096, 4096, 128, 128, 64, target="cuda:sm_90a")
+    _, kernel = _gemm(shared_example, 4096, 4096, 4096, 128, 64, 64, target="cuda:sm_90a")
     src = _ptxas(kernel)
-    # 2 blocks of 256 threads per SM (96 KiB of stages each), registers split 40 / 216
-    assert '__launch_bounds__(256, 2)' in src and 'bar.sync 1, 128;' in src
-    assert 'setmaxnreg.dec.sync.aligned.u32 40;' in src and 'setmaxnreg.inc.sync.aligned.u32 216;' in src
+    # 3 blocks of 256 threads per SM (74 KiB of stages each), registers split 40 / 128
+    assert '__launch_bounds__(256, 3)' in src and 'bar.sync 1, 128;' in src
+    assert 'setmaxnreg.dec.sync.aligned.u32 40;' in src and 'setmaxnreg.inc.sync.aligned.u32 128;' in src
     assert "__syncthreads();" in src  # once, after the mbarrier init, before the split
     assert src.count("__syncthreads();") == 1
 
@@ -200,7 +201,7 @@ def test_gpu_warp_specialized_gemms(shared_example, ws_on):
     mod = shared_example("gemm_relu")
     prompts = load("gemm_relu", Path(__file__).resolve().parents[1] / "prompts" / "examples")
     M, N, K = 1000, 776, 520
-    for fn in (mod.matmul.fn(M, N, K, 128, 128, 64),
+    for fn in (mod.matmul.fn(M, N, K, 128, 64, 64),
                prompts.gemm_relu.fn(M, N, K, block_M=128, block_N=256, block_K=64, threads=256, num_stages=4)):
         k = tileagent.compile(fn, target="cuda")
         assert "warp-specialized" in k.get_ir("thread")

@@ -7,7 +7,7 @@ Out: ``candidate`` gives the ``WsPlan`` of the kernel's one pipeline that can be
 gives the ``tir.WarpSpecialize`` statement that becomes the kernel's body after the block indices.
 
 When: TMA is in use (``compiler.instructions.tma.usable``), not switched off (``TILEAGENT_WARP_SPECIALIZE=0``, or
-TileLang's pass config ``tl.disable_warp_specialized``), the kernel is one-dimensional in threads (a multiple of
+TileLang's pass config ``tl.disable_warp_specialized``; ``=force`` ignores the occupancy rule below), the kernel is one-dimensional in threads (a multiple of
 128, at most 896, no per-thread code) and has exactly one software pipeline, at the top level of its body (so it
 runs once per block), whose producers are all TMA loads (decided when it is lowered; otherwise the kernel is
 lowered as without this module). What the producer computes must not depend on the consumers: the loop bounds and
@@ -43,6 +43,7 @@ from tileagent.compiler.tir import THREAD, Declare, SetMaxNReg, WarpSpecialize
 ENV = "TILEAGENT_WARP_SPECIALIZE"
 PRODUCER_THREADS = 128  # one warpgroup: setmaxnreg works per warpgroup
 PRODUCER_REGISTERS = 40
+ADDRESS_REGISTERS = 16  # what a consumer thread needs beside its register arrays: addresses, indices, descriptors
 MAX_THREADS = 1024
 REGISTERS_PER_SM = 65536
 
@@ -50,6 +51,11 @@ REGISTERS_PER_SM = 65536
 def enabled() -> bool:
     """Whether warp specialization is on for this process (``TILEAGENT_WARP_SPECIALIZE=0`` turns it off)."""
     return os.environ.get(ENV, "").strip() != "0"
+
+
+def forced() -> bool:
+    """``TILEAGENT_WARP_SPECIALIZE=force``: also where it costs blocks per SM (one block per SM then; for A/B runs)."""
+    return os.environ.get(ENV, "").strip() == "force"
 
 
 @dataclass
@@ -100,19 +106,23 @@ def registers(consumers: int, target, shared_bytes: int, words: int) -> tuple | 
     """(blocks per SM, (producer, consumer) registers for ``setmaxnreg``, or None where it would give the consumers
     no more than they have at entry), or None when the producer
     warpgroup would cost the kernel a block per SM. Blocks per SM without it: what the shared memory
-    (``shared_bytes`` a block, plus the 1 KiB the driver reserves) and ``words`` registers a thread allow; with
+    (``shared_bytes`` a block, plus the 1 KiB the driver reserves) and ``words`` registers a thread allow (ptxas
+    squeezes the rest in when it must); with
     it: the most blocks, up to the shared-memory limit, whose register cap at entry (the registers per SM split
-    over every thread of the blocks) is ``words`` or more. ptxas allocates within that cap in the consumers' code
+    over every thread of the blocks) holds ``words`` and ``ADDRESS_REGISTERS``. ptxas allocates within that cap in the consumers' code
     too (seen on sm_90a: C7602 below it), so ``setmaxnreg`` only hands the producer's unused registers over at run
     time: the producer down to ``PRODUCER_REGISTERS``, the consumers up to what is left (at most 240)."""
     total = consumers + PRODUCER_THREADS
-    need = min(255, -(-words // 8) * 8)
+    need = min(255, -(-(words + ADDRESS_REGISTERS) // 8) * 8)
     by_shared = max(1, min(target.shared_bytes_per_sm // (shared_bytes + 1024), target.blocks_per_sm))
-    alone = min(by_shared, target.registers_per_sm // (consumers * need), target.threads_per_sm // consumers)
+    squeezed = min(255, -(-words // 8) * 8)  # alone, ptxas fits a thread into its register arrays when it must
+    alone = min(by_shared, target.registers_per_sm // (consumers * squeezed), target.threads_per_sm // consumers)
     blocks = next((b for b in range(by_shared, 0, -1) if total * b <= target.threads_per_sm and
                    min(255, target.registers_per_sm // (b * total) // 8 * 8) >= need), 0)
     if blocks < max(alone, 1):
-        return None
+        if not forced():
+            return None
+        blocks = 1
     budget = target.registers_per_sm // blocks
     entry = min(255, budget // total // 8 * 8)
     consumer = min(240, (budget - PRODUCER_THREADS * PRODUCER_REGISTERS) // consumers // 8 * 8)
@@ -138,4 +148,4 @@ def specialize(ws: WsPlan, lets: dict, consumer_body, target, shared_bytes: int,
                           consumers=ws.consumers, blocks_per_sm=blocks)
 
 
-__all__ = ["ENV", "PRODUCER_THREADS", "WsPlan", "candidate", "enabled", "register_words", "registers", "specialize"]
+__all__ = ["ENV", "PRODUCER_THREADS", "WsPlan", "candidate", "enabled", "forced", "register_words", "registers", "specialize"]
