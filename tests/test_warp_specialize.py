@@ -98,19 +98,18 @@ def test_register_split_hand_checked():
 
     h = for_arch("sm_90a")
     # 74 KiB of stages, 64 words of accumulators: 3 blocks per SM alone; with the producer 3 blocks of 256 threads
-    # have 80 registers at entry (64 + 16 for addresses); setmaxnreg moves (65536 / 3 - 128 * 40) / 128 -> 128
+    # have 80 registers at entry (>= 0.85 x 64); setmaxnreg moves (65536 / 3 - 128 * 40) / 128 -> 128
     assert registers(128, h, 74784, 64) == (3, (40, 128))
     # 193 KiB: 1 block of 384 threads; 168 registers at entry, 232 for the consumers after setmaxnreg
     assert registers(256, h, 197680, 128) == (1, (40, 232))
-    # the example's 128 x 128 tiles: 2 blocks alone (96 KiB each, 128 registers); with the producer, 2 blocks have
-    # 128 at entry, short of 128 + 16: keep the pipeline in the kernel's threads
-    assert registers(128, h, 99360, 128) is None
+    # the example's 128 x 128 tiles: 2 blocks either way (96 KiB each; 128 at entry for 128 words)
+    assert registers(128, h, 99360, 128) == (2, (40, 216))
     assert registers(256, h, 99344, 126) is None  # flash attention, 256 threads: 2 blocks alone, 1 with it
     assert registers(128, h, 99344, 255) is None  # 2 blocks alone at 255; with the producer only 1
-    assert registers(256, h, 230944, 166) is None  # MLA: 1 block either way, but 168 at entry < 166 + 16
-    # 29 KiB, 32 words: 7 blocks of 256 threads have 32 at entry < 48; 5 blocks have 48: fewer than 7 alone
-    assert registers(128, h, 30000, 32) is None
-    assert registers(128, h, 30000, 16) == (7, None)  # 7 blocks at 32 at entry; setmaxnreg would give no more
+    assert registers(256, h, 230944, 188) == (1, (40, 232))  # MLA: 1 block either way, 0.85 x 188 <= 168
+    # 29 KiB, 48 words: 7 blocks of 256 threads have 32 at entry < 0.85 x 48; 5 blocks: fewer than 7 alone
+    assert registers(128, h, 30000, 48) is None
+    assert registers(128, h, 30000, 32) == (7, None)  # 7 blocks at 32 at entry; setmaxnreg would give no more
 
 
 def _ptxas(kernel):
@@ -143,17 +142,19 @@ def test_nvrtc_compiles_two_consumer_warpgroups(ws_on):
     assert 'setmaxnreg.inc.sync.aligned.u32 232;' in src
 
 
-def test_not_specialized_where_it_costs_a_block_per_sm(shared_example, ws_on, monkeypatch):
+def test_specialized_where_it_keeps_the_blocks_per_sm(shared_example, ws_on):
     # flash attention at 128 x 64 tiles, 128 threads: 255 registers a thread, 2 blocks per SM alone, 1 with a
     # producer warpgroup: the pipeline stays in the kernel's threads, on TMA
     fa = shared_example("flash_attn_fwd")
     kernel = tileagent.compile(fa.flash_attn_fwd.fn(8, 32, 4096, 128, False, 128, 64, 2, 128), target="cuda:sm_90a")
     ir = kernel.get_ir("thread")
     assert "warp-specialized" not in ir and "2 stages" in ir and "TMA 4d box" in ir
-    # mma.sync at the example's 128 x 64 tiles: 3 blocks per SM alone, 2 with the producer's registers
-    monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "0")
-    ir = _gemm(shared_example, 128, 56, 256)[1].get_ir("thread")
-    assert "warp-specialized" not in ir and "TMA 2d box" in ir
+    # the example's schedule, 256 threads: 2 blocks per SM alone, 1 with the producer (80 registers at entry for 2)
+    ir = tileagent.compile(fa.flash_attn_fwd.fn(8, 32, 4096, 128), target="cuda:sm_90a").get_ir("thread")
+    assert "warp-specialized" not in ir and "TMA 4d box" in ir
+    # MLA decode: 1 block per SM either way (its shared memory): specialized
+    mla = shared_example("mla_decode").mla_decode.fn(64, 128, 8192)
+    assert "warp-specialized: 256 consumer threads" in tileagent.compile(mla, target="cuda:sm_90a").get_ir("thread")
 
 
 def test_switches(shared_example, ws_on, monkeypatch):

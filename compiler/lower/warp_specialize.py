@@ -43,7 +43,7 @@ from tileagent.compiler.tir import THREAD, Declare, SetMaxNReg, WarpSpecialize
 ENV = "TILEAGENT_WARP_SPECIALIZE"
 PRODUCER_THREADS = 128  # one warpgroup: setmaxnreg works per warpgroup
 PRODUCER_REGISTERS = 40
-ADDRESS_REGISTERS = 16  # what a consumer thread needs beside its register arrays: addresses, indices, descriptors
+LIVE_FRACTION = 0.85  # of a consumer thread's register arrays that must fit the cap at entry (``registers``)
 MAX_THREADS = 1024
 REGISTERS_PER_SM = 65536
 
@@ -104,19 +104,22 @@ def register_words(stmts) -> int:
 
 def registers(consumers: int, target, shared_bytes: int, words: int) -> tuple | None:
     """(blocks per SM, (producer, consumer) registers for ``setmaxnreg``, or None where it would give the consumers
-    no more than they have at entry), or None when the producer
-    warpgroup would cost the kernel a block per SM. Blocks per SM without it: what the shared memory
-    (``shared_bytes`` a block, plus the 1 KiB the driver reserves) and ``words`` registers a thread allow (ptxas
-    squeezes the rest in when it must); with
-    it: the most blocks, up to the shared-memory limit, whose register cap at entry (the registers per SM split
-    over every thread of the blocks) holds ``words`` and ``ADDRESS_REGISTERS``. ptxas allocates within that cap in the consumers' code
-    too (seen on sm_90a: C7602 below it), so ``setmaxnreg`` only hands the producer's unused registers over at run
-    time: the producer down to ``PRODUCER_REGISTERS``, the consumers up to what is left (at most 240)."""
+    no more than they have at entry), or None when the producer warpgroup would cost the kernel a block per SM.
+
+    ``words``: the 32-bit registers of the arrays a consumer thread declares, an upper bound of what it keeps live
+    (short-lived arrays share registers). Blocks per SM without the producer: what the shared memory
+    (``shared_bytes`` a block, plus the 1 KiB the driver reserves) and ``words`` registers a thread allow. With it:
+    the most blocks, up to the shared-memory limit, whose register cap at entry (the registers per SM split over
+    every thread of the blocks) holds ``LIVE_FRACTION`` of ``words``. ptxas allocates within that cap in the
+    consumers' code too (seen on sm_90a: C7602 below it), so ``setmaxnreg`` only hands the producer's unused
+    registers over at run time: the producer down to ``PRODUCER_REGISTERS``, the consumers up to what is left
+    (at most 240). H200, same run: MLA decode 409 -> 471 TFLOP/s with the producer (1 block per SM either way);
+    flash attention 590 -> 465 forced to 1 block per SM instead of 2 (BENCHMARKS.md)."""
     total = consumers + PRODUCER_THREADS
-    need = min(255, -(-(words + ADDRESS_REGISTERS) // 8) * 8)
     by_shared = max(1, min(target.shared_bytes_per_sm // (shared_bytes + 1024), target.blocks_per_sm))
-    squeezed = min(255, -(-words // 8) * 8)  # alone, ptxas fits a thread into its register arrays when it must
-    alone = min(by_shared, target.registers_per_sm // (consumers * squeezed), target.threads_per_sm // consumers)
+    alone = min(by_shared, target.registers_per_sm // (consumers * min(255, -(-words // 8) * 8)),
+                target.threads_per_sm // consumers)
+    need = min(255, -(-int(words * LIVE_FRACTION) // 8) * 8)
     blocks = next((b for b in range(by_shared, 0, -1) if total * b <= target.threads_per_sm and
                    min(255, target.registers_per_sm // (b * total) // 8 * 8) >= need), 0)
     if blocks < max(alone, 1):
