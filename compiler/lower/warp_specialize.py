@@ -112,8 +112,8 @@ def registers(consumers: int, target, shared_bytes: int, words: int) -> tuple | 
     the most blocks, up to the shared-memory limit, whose register cap at entry (the registers per SM split over
     every thread of the blocks) holds ``LIVE_FRACTION`` of ``words``. ptxas allocates within that cap in the
     consumers' code too (seen on sm_90a: C7602 below it), so ``setmaxnreg`` only hands the producer's unused
-    registers over at run time: the producer down to ``PRODUCER_REGISTERS``, the consumers up to what is left
-    (at most 240). H200, same run: MLA decode 409 -> 471 TFLOP/s with the producer (1 block per SM either way);
+    registers over at run time: the producer down to ``PRODUCER_REGISTERS``, the consumers up to what is left of
+    the block's pool (entry x threads; at most 240). H200, same run: MLA decode 409 -> 471 TFLOP/s with the producer (1 block per SM either way);
     flash attention 590 -> 465 forced to 1 block per SM instead of 2 (BENCHMARKS.md)."""
     total = consumers + PRODUCER_THREADS
     by_shared = max(1, min(target.shared_bytes_per_sm // (shared_bytes + 1024), target.blocks_per_sm))
@@ -126,9 +126,9 @@ def registers(consumers: int, target, shared_bytes: int, words: int) -> tuple | 
         if not forced():
             return None
         blocks = 1
-    budget = target.registers_per_sm // blocks
-    entry = min(255, budget // total // 8 * 8)
-    consumer = min(240, (budget - PRODUCER_THREADS * PRODUCER_REGISTERS) // consumers // 8 * 8)
+    entry = min(255, target.registers_per_sm // blocks // total // 8 * 8)
+    # the block's pool is what it got at launch: setmaxnreg.inc beyond it would wait for ever
+    consumer = min(240, (entry * total - PRODUCER_THREADS * PRODUCER_REGISTERS) // consumers // 8 * 8)
     return blocks, ((PRODUCER_REGISTERS, consumer) if consumer > entry else None)
 
 
