@@ -45,6 +45,19 @@ def test_inverse_undoes_the_tables():
         assert frag.inverse(int(thread[i, j]), int(slot[i, j])) == (i, j)
 
 
+def test_an_outer_dim_with_few_power_of_two_factors_is_padded_not_cut_to_single_elements():
+    """(200, 8) on 64 threads (8 rows of 200 fp16 values as 16-byte vectors): 200 = 8 x 25 splits over only 8
+    threads with whole-vector runs, so the layout fell back to one element a thread (2-byte loads); it now pads the
+    vector rows to 256 (4 x 64, ratio 1.28) and keeps 8-element runs. Exact tilings are unchanged."""
+    frag = make_blocked((200, 8), num_threads=64, vector=8)
+    assert frag.vector_width == 8 and frag.num_replicas == 1 and frag.padded_shape == (256, 8)
+    thread, slot = frag.tables()
+    rows = np.arange(200)
+    assert (thread == (rows % 64)[:, None]).all() and (slot == (rows // 64 * 8)[:, None] + np.arange(8)).all()
+    assert make_blocked((256, 8), num_threads=64, vector=8).padded_shape == (256, 8)
+    assert make_blocked((333, 8), num_threads=64, vector=8).vector_width == 8  # odd: padded before too
+
+
 def test_repeat_and_replicate_grow_registers_and_owners():
     frag = Fragment((4, 8), make_blocked((4, 8), num_threads=16, vector=2).dims, num_threads=32)
     assert frag.repeat(0, 2).shape == (8, 8) and frag.repeat(0, 2).num_slots == 2 * frag.num_slots

@@ -376,6 +376,8 @@ def _blocked(shape: tuple[int, ...], num_threads: int, v: int, pad_inner: bool =
             t = min(remaining, 1 << (units - 1).bit_length())  # more threads on the row, the last ones partly idle
         if t == 1 and units > 1 and remaining > 1 and d == 0:
             t = min(remaining, 1 << (units - 1).bit_length())  # pad the outermost dim instead of leaving idle
+        elif pad_inner and d == 0 < len(shape) - 1 and t < remaining and t < units:
+            t = min(remaining, 1 << (units - 1).bit_length())  # (200, 8) on 64 threads: 16-byte runs, 4 x 64 rows
         rest = -(-units // t)
         levels = [Level(inner)] if inner > 1 else []
         if t > 1:
