@@ -637,3 +637,33 @@ def test_rows_of_a_multiple_of_256_values_are_one_exact_tile(tmp_path):
     got = module["kernel0"](D, M, "float16", "float16", "float16", "float16", False, *schedule(M, D, False, False, True,
                                                                                               3, half=True))(x, r, w, b)
     torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("shape", [(16, 200), (7, 200), (12, 100)])
+def test_staged_knob_takes_rows_on_8_byte_boundaries_through_shared_memory(shape, tmp_path):
+    """STAGED = True (a tunable, drafted False until the H200 says it pays): LayerNorm over 200 fp16 values, whose
+    register kernel holds 16 rows on 128 threads (25 of 32 lanes busy, 90 registers, 1.55 waves at 16384 rows), goes
+    through the staged kernel: 8 rows a block on 64 threads as one run of 16-byte vectors (the layout pads 200
+    vectors to 4 x 64 threads), one wave. On the CPU it matches torch, a last block past the end included."""
+    from tileagent.compiler.resources import dry_run
+
+    source, _ = _candidate("layernorm_widths", tmp_path)
+    assert "STAGED = False" in source and "'STAGED': [False, True]" in source
+    candidate = tmp_path / "layernorm_staged.py"
+    candidate.write_text(source.replace("STAGED = False", "STAGED = True"))
+    module = {"__name__": "layernorm_staged"}
+    exec(compile(candidate.read_text(), str(candidate), "exec"), module)
+    M, N = shape
+    torch.manual_seed(0)
+    model = module["ModelNew"](N)
+    ref = torch.nn.LayerNorm(N).half()
+    ref.load_state_dict(model.norm.state_dict())
+    x = torch.randn(M, N, dtype=torch.float16)
+    torch.testing.assert_close(model(x), ref.float()(x.float()).half(), atol=2e-3, rtol=2e-3)
+    with dry_run("sm_90a") as run, torch.device("meta"):
+        module["ModelNew"](200)(torch.empty(16384, 200, dtype=torch.float16))
+    launch = run.launches[0].to_dict()
+    assert launch["threads"] == 64 and launch["grid"][0] == 2048, launch
+    assert launch["access_bytes"]["g_x"] == 16 and launch["access_bytes"]["out"] == 16, launch
+    assert launch["grid"][0] <= launch["blocks_per_sm"] * 132, launch  # one wave
+
