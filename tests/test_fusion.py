@@ -667,3 +667,49 @@ def test_staged_knob_takes_rows_on_8_byte_boundaries_through_shared_memory(shape
     assert launch["access_bytes"]["g_x"] == 16 and launch["access_bytes"]["out"] == 16, launch
     assert launch["grid"][0] <= launch["blocks_per_sm"] * 132, launch  # one wave
 
+
+def test_half_stash_knob_reads_long_16_bit_rows_in_stashed_tiles(tmp_path):
+    """HALF_STASH = True (a tunable, drafted False): int8 quantization's 14336-value fp16 rows, held whole at 64
+    values a thread on 256 threads by default, are read in 4096-value tiles by 512 threads that keep them in shared
+    memory between the amax pass and the quantization pass (PER_THREAD=8's schedule, 1.06 vs 0.98x torch.compile on
+    the H200); rows of 4096 keep their schedule. On the CPU it matches the reference at K=14336."""
+    from tileagent.compiler.resources import dry_run
+
+    source, _ = _candidate("int8_row_quant", tmp_path)
+    assert "HALF_STASH = False" in source and "'HALF_STASH': [False, True]" in source
+    candidate = tmp_path / "int8_row_quant_half_stash.py"
+    candidate.write_text(source.replace("HALF_STASH = False", "HALF_STASH = True"))
+    module = {"__name__": "int8_half_stash"}
+    exec(compile(candidate.read_text(), str(candidate), "exec"), module)
+    launches = {}
+    for K in (4096, 14336):
+        with dry_run("sm_90a") as run, torch.device("meta"):
+            module["ModelNew"]()(torch.empty(8192, K, dtype=torch.float16))
+        launches[K] = run.launches[0].to_dict()
+    assert launches[14336]["threads"] == 512 and launches[14336]["shared_bytes"] >= 4 * 4096 * 4, launches[14336]
+    assert launches[4096]["threads"] == 128, launches[4096]
+    spec = load_spec(REPO / "bench" / "suite" / "int8_row_quant.py")
+    results = check_candidate(spec, candidate, device="cpu", configs=[{"M": 3, "K": 14336}], seeds=1, seed=SEED)
+    assert [r.correct for r in results] == [True], [r.message for r in results]
+
+
+@pytest.mark.parametrize("knob", ["BR_MAX = 64", "ROUND_STEPS = False"])
+def test_rotary_half_row_tiles_and_float32_steps(knob, tmp_path):
+    """BR_MAX = 64 caps a pointwise kernel's tile too: the rotary embedding's 128-value rows become two 64-column
+    tiles whose copies shifted by half a row lie wholly inside the row (read) or wholly outside it (no load), instead
+    of three 128-column tiles of which two are half-masked. ROUND_STEPS = False keeps x * cos, rotated * sin and their
+    sum in float32 (drafted True: eager rounds each to fp16; torch.compile does not). Both match the reference."""
+    source, module = _candidate("rotary_cat", tmp_path)
+    assert module["schedule"](4 * 2048 * 32, 128, True, False, False, div=32, half=True)[1] == 128
+    assert source.count('round16(') == 4 and "'ROUND_STEPS': [True, False]" in source  # the macro and 3 uses
+    candidate = tmp_path / "rotary_variant.py"
+    default = "BR_MAX = 4096" if knob.startswith("BR_MAX") else "ROUND_STEPS = True"
+    candidate.write_text(source.replace(default, knob))
+    module = {"__name__": "rotary_variant"}
+    exec(compile(candidate.read_text(), str(candidate), "exec"), module)
+    assert module["schedule"](4 * 2048 * 32, 128, True, False, False, div=32, half=True) == \
+        ((32, 64, 128) if knob.startswith("BR_MAX") else (32, 128, 128))
+    spec = load_spec(REPO / "bench" / "suite" / "rotary_cat.py")
+    results = check_candidate(spec, candidate, device="cpu", configs=[spec.small_config, {"B": 1, "S": 3, "H": 4}],
+                              seeds=1, seed=SEED)
+    assert [r.correct for r in results] == [True, True], [r.message for r in results]

@@ -650,9 +650,10 @@ class Builder:
         if dtype in (torch.float16, torch.bfloat16) and not exact:
             # eager rounds every op's result to the tensor's dtype; the ops in ``exact`` return one of their
             # operands (up to the sign), which are values of that dtype already: the rounding would change nothing
-            # and costs a conversion there and back per element
+            # and costs a conversion there and back per element (``round16``: the candidate's macro, which keeps
+            # the float32 value when its knob ROUND_STEPS is off, as torch.compile does)
             def rounded(cx, idx, inner=load):
-                return f"T.cast(T.cast({inner(cx, idx)}, \"{DT[dtype]}\"), \"float32\")"
+                return f"round16({inner(cx, idx)}, \"{DT[dtype]}\")"
             return Fn(shape, dtype, rounded, node).with_ins(tensors)
         out = Fn(shape, dtype, load, node).with_ins(tensors)
         if name == "round" and dtype == torch.float32 and isinstance(args[0], V) and args[0].dtype == torch.float32:

@@ -27,34 +27,46 @@ VARIANTS = [
 ]
 
 SCHEDULE = '''
+@T.macro
+def round16(v, dtype):
+    """A 16-bit op's float32 result rounded to its dtype (eager rounds after every op); ROUND_STEPS off: kept in
+    float32 until stored or cast (torch.compile's default)."""
+    return T.cast(T.cast(v, dtype), "float32") if ROUND_STEPS else v
+
+
 def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, half=False, light=False):
-    """(BM, BR, THREADS) for NX rows of NR columns: BR the row length as a power of two (up to BR_MAX, 512 for a
-    pointwise kernel; the whole row for top-k), BM rows so a thread holds about PER_THREAD values (top-k: fewer,
-    down to 8 rows, until 1024 blocks run). ``reread``: the
-    kernel passes over a row more than once (a reduction, then outputs of the row's size): a row of up to
-    512 * PER_THREAD values is then one tile held in registers (up to 512 threads), read from memory once.
+    """(BM, BR, THREADS) for NX rows of NR columns: BR the row length as a power of two (up to BR_MAX, and 512 for a
+    pointwise kernel; the whole row for top-k: BR_MAX=64 gives a rotary embedding's 128-value rows as half-row
+    tiles, whose copies shifted by half a row lie wholly in the row or wholly outside it, never half-masked), BM
+    rows so a thread holds about PER_THREAD values (top-k: fewer, down to 8 rows, until 1024 blocks run).
+    ``reread``: the kernel passes over a row more than once (a reduction, then outputs of the row's size): a row of
+    up to 512 * PER_THREAD values is then one tile held in registers (up to 512 threads), read from memory once.
     ``lanes``: float32 tiles a pass over a longer row keeps per value (3 for a mean and variance in one pass,
     besides the loaded tile): a thread then holds half as many values, in tiles of up to BR_MAX / 2 (168 registers
-    and 3 blocks per SM at 32 values a thread). ``div``: BM divides it (the kernel reads row-uniform fragments
-    at the block's first row: an operand per position, batch or token); a pointwise kernel's tile then grows
-    along the row (up to BR_MAX) to keep a thread's PER_THREAD values. ``grow``: a reduction over rows of several
-    tiles that runs fewer than 264 blocks of one row (GroupNorm's 64 groups of 40960 values: 0.1 waves) takes
-    wider tiles and more threads, up to 512 (each block then has up to 4x the loads in flight). ``WIDE_ROWS`` (a
-    knob, drafted on): so do kernels that read rows too long for registers twice (instance_norm's 65536 values):
-    blocks of 512 threads, one per SM by registers, keep about one row per SM in flight (132 x 256 KB, within the
-    H200's 50 MB L2), and keep up to ``STASH`` bytes of the row's tiles in the SM's shared memory between the
-    passes (``fusion_stash``), so the second pass reads memory for few of them. ``half``: the row's
-    tiles are 16-bit (two values a register): a row held whole (``reread``) that would need more than 256 threads
-    takes twice the values a thread instead (int8 quantization at K=14336 fp16: 256 threads x 64 values, 80
-    registers, 3 blocks and 96 KB of loads in flight per SM; 512 x 32 had 2 blocks and 64 KB, 51% of a copy on the
-    H200 where K=4096's 10 blocks of 128 threads per SM ran at 72%). ``light``: a pointwise kernel that reads at
-    most two row tiles: a thread holds half of PER_THREAD values (H200, x torch.compile at 16 vs 32: ELU 0.99 vs
-    0.98, SwiGLU 1.00 vs 0.99; a rotary embedding's three shifted tiles ran 0.85 vs 0.92, so it keeps 32). A row
-    of a reduction that is not a power of two but a multiple of 256 values per warp spanning it (768, 1536, 3072)
-    is one tile of exactly its length (add + LayerNorm at D=768: 24 values a thread instead of 32 with 8 masked)."""
-    cap = 512 if pointwise else (1 << 16 if topk else BR_MAX)
+    and 3 blocks per SM at 32 values a thread). ``div``: BM divides it (the kernel reads row-uniform fragments at
+    the block's first row: an operand per position, batch or token); a pointwise kernel's tile then grows along the
+    row (up to BR_MAX) to keep a thread's PER_THREAD values. ``grow``: a reduction over rows of several tiles that
+    runs fewer than 264 blocks of one row (GroupNorm's 64 groups of 40960 values: 0.1 waves) takes wider tiles and
+    more threads, up to 512 (each block then has up to 4x the loads in flight). ``WIDE_ROWS`` (a knob, drafted on):
+    so do kernels that read rows too long for registers twice (instance_norm's 65536 values): blocks of 512 threads,
+    one per SM by registers, keep about one row per SM in flight (132 x 256 KB, within the H200's 50 MB L2), and
+    keep up to ``STASH`` bytes of the row's tiles in the SM's shared memory between the passes (``fusion_stash``),
+    so the second pass reads memory for few of them. ``half``: the row's tiles are 16-bit (two values a register): a
+    row held whole (``reread``) that would need more than 256 threads takes twice the values a thread instead (int8
+    quantization at K=14336 fp16: 256 threads x 64 values, 80 registers, 3 blocks and 96 KB of loads in flight per
+    SM; 512 x 32 had 2 blocks and 64 KB, 51% of a copy on the H200 where K=4096's 10 blocks of 128 threads per SM
+    ran at 72%); with the knob HALF_STASH such a row is read in tiles of BR_MAX by 512 threads of a quarter of
+    PER_THREAD values each, kept in shared memory between the passes (STASH; K=14336: 0.98 -> 1.06x torch.compile as
+    PER_THREAD=8 on the H200, session 9, where K=4096 lost). ``light``: a pointwise kernel that reads at most two
+    row tiles: a thread holds half of PER_THREAD values (H200, x torch.compile at 16 vs 32: ELU 0.99 vs 0.98, SwiGLU
+    1.00 vs 0.99; a rotary embedding's three shifted tiles ran 0.85 vs 0.92, so it keeps 32). A row of a reduction
+    that is not a power of two but a multiple of 256 values per warp spanning it (768, 1536, 3072) is one tile of
+    exactly its length (add + LayerNorm at D=768: 24 values a thread instead of 32 with 8 masked)."""
+    cap = min(512, BR_MAX) if pointwise else (1 << 16 if topk else BR_MAX)
     per = max(4, PER_THREAD // 2) if pointwise and light else PER_THREAD
-    if reread and NR > cap and NR <= 512 * PER_THREAD:
+    if reread and NR > cap and NR <= 512 * PER_THREAD and half and NR > 256 * PER_THREAD and HALF_STASH:
+        per = max(4, PER_THREAD // 4)  # tiles of BR_MAX on 512 threads, kept in the STASH between the passes
+    elif reread and NR > cap and NR <= 512 * PER_THREAD:
         cap = NR
         if half and NR > 256 * PER_THREAD:
             per = 2 * PER_THREAD
@@ -111,19 +123,26 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     plan = match.plan
     kernels, forward = lifted(match.plans or [plan], knobs)
     constants = dict(knobs, STAGES=knobs.get("STAGES", 1), WIDE_ROWS=knobs.get("WIDE_ROWS", True),
-                     STASH=knobs.get("STASH", 196608))
+                     STASH=knobs.get("STASH", 196608), HALF_STASH=knobs.get("HALF_STASH", False),
+                     ROUND_STEPS=knobs.get("ROUND_STEPS", True))
     tunables = {"THREADS": common.knob_values(knobs, "THREADS", (128, 256)),
                 "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (16, 32)),
                 "BR_MAX": common.knob_values(knobs, "BR_MAX", (1024, 4096, 8192)),
                 "STAGES": common.knob_values(constants, "STAGES", (1, 2)),
                 "WIDE_ROWS": common.knob_values(constants, "WIDE_ROWS", (False, True)),
                 "STASH": common.knob_values(constants, "STASH", (196608, 0))}
+    if "half=True" in forward:  # a 16-bit row read twice: HALF_STASH can change its schedule
+        tunables["HALF_STASH"] = common.knob_values(constants, "HALF_STASH", (False, True))
+    if any("round16(" in k for k in kernels):  # 16-bit intermediate results: ROUND_STEPS can keep them float32
+        tunables["ROUND_STEPS"] = common.knob_values(constants, "ROUND_STEPS", (True, False))
     doc = (f"Candidate drafted by the built-in drafter (template fusion): {match.summary}. Each kernel walks rows "
            f"(kept dims) x columns (reduced dims) in (BM, BR) tiles, float32 math, reductions in registers. Knobs: "
            f"THREADS, PER_THREAD (values per thread), BR_MAX (the longest column tile before looping), STAGES (a "
            f"pass over a row of several tiles stages them in shared memory, STAGES cp.async copies deep, when > 1), "
            f"WIDE_ROWS (rows read twice that registers cannot hold: 512 threads a block, about a row per SM), "
-           f"STASH (bytes of shared memory a 512-thread block keeps a row's tiles in between two passes over them).")
+           f"STASH (bytes of shared memory a 512-thread block keeps a row's tiles in between two passes over them), "
+           f"HALF_STASH (16-bit rows read twice: in tiles through the stash rather than 2 x PER_THREAD a thread), "
+           f"ROUND_STEPS (16-bit intermediate results rounded after every op, as eager does).")
     shim = SimpleNamespace(traced=plan.t)
     head = common.header(doc, constants, tunables, shim)
     head += ('TL_DTYPE.update({torch.float64: "float64", torch.int8: "int8", torch.int16: "int16", '
