@@ -529,17 +529,11 @@ def test_loads_in_flight_reads_the_machine_code():
     assert loads_in_flight(sass) == {"rolling": 36, "serial": 16}
 
 
-@pytest.mark.parametrize("shape", [(16, 333), (12, 334), (7, 333)])
-def test_rows_off_8_byte_boundaries_are_staged_through_shared_memory(shape, tmp_path):
-    """LayerNorm over rows whose pitch is not a multiple of 8 bytes (333 fp16 values: 666 bytes) read them with
-    2-byte loads (6 bytes in flight per thread; 67% of a copy on the H200): such rows go through the staged kernel,
-    8 rows a block as one run of 16-byte vectors (sm_90a: every access of x and the output 16 bytes wide, 64
-    threads, one wave of 2048 blocks). On the CPU it matches torch: whole blocks (16 x 333), a last block half past
-    the end (12 x 334), and an element count that is not a multiple of 8 (7 x 333: the row kernel, as before)."""
+def _staged_layernorm_matches_and_vectorizes(module: dict, shape: tuple[int, int], dry_n: int) -> None:
+    """The drafted LayerNorm module matches torch at ``shape`` on the CPU, and at 16384 x ``dry_n`` on sm_90a (dry
+    run) is the staged kernel: 64 threads, one wave of 2048 blocks, every access of x and the output 16 bytes wide."""
     from tileagent.compiler.resources import dry_run
 
-    source, module = _candidate("layernorm_widths", tmp_path)
-    assert "def fused_layernorm_staged(" in source and module["schedule_staged"](333) == (8, 64)
     M, N = shape
     torch.manual_seed(0)
     model = module["ModelNew"](N)
@@ -548,11 +542,23 @@ def test_rows_off_8_byte_boundaries_are_staged_through_shared_memory(shape, tmp_
     x = torch.randn(M, N, dtype=torch.float16)
     torch.testing.assert_close(model(x), ref.float()(x.float()).half(), atol=2e-3, rtol=2e-3)
     with dry_run("sm_90a") as run, torch.device("meta"):
-        module["ModelNew"](333)(torch.empty(16384, 333, dtype=torch.float16))
+        module["ModelNew"](dry_n)(torch.empty(16384, dry_n, dtype=torch.float16))
     launch = run.launches[0].to_dict()
     assert launch["threads"] == 64 and launch["grid"][0] == 2048, launch
     assert launch["access_bytes"]["g_x"] == 16 and launch["access_bytes"]["out"] == 16, launch
     assert launch["grid"][0] <= launch["blocks_per_sm"] * 132, launch  # one wave
+
+
+@pytest.mark.parametrize("shape", [(16, 333), (12, 334), (7, 333)])
+def test_rows_off_8_byte_boundaries_are_staged_through_shared_memory(shape, tmp_path):
+    """LayerNorm over rows whose pitch is not a multiple of 8 bytes (333 fp16 values: 666 bytes) read them with
+    2-byte loads (6 bytes in flight per thread; 67% of a copy on the H200): such rows go through the staged kernel,
+    8 rows a block as one run of 16-byte vectors (sm_90a: every access of x and the output 16 bytes wide, 64
+    threads, one wave of 2048 blocks). On the CPU it matches torch: whole blocks (16 x 333), a last block half past
+    the end (12 x 334), and an element count that is not a multiple of 8 (7 x 333: the row kernel, as before)."""
+    source, module = _candidate("layernorm_widths", tmp_path)
+    assert "def fused_layernorm_staged(" in source and module["schedule_staged"](333) == (8, 64)
+    _staged_layernorm_matches_and_vectorizes(module, shape, 333)
 
 
 @pytest.mark.parametrize("name", ["instance_norm", "var_ragged"])
@@ -645,27 +651,13 @@ def test_staged_knob_takes_rows_on_8_byte_boundaries_through_shared_memory(shape
     register kernel holds 16 rows on 128 threads (25 of 32 lanes busy, 90 registers, 1.55 waves at 16384 rows), goes
     through the staged kernel: 8 rows a block on 64 threads as one run of 16-byte vectors (the layout pads 200
     vectors to 4 x 64 threads), one wave. On the CPU it matches torch, a last block past the end included."""
-    from tileagent.compiler.resources import dry_run
-
     source, _ = _candidate("layernorm_widths", tmp_path)
     assert "STAGED = False" in source and "'STAGED': [False, True]" in source
     candidate = tmp_path / "layernorm_staged.py"
     candidate.write_text(source.replace("STAGED = False", "STAGED = True"))
     module = {"__name__": "layernorm_staged"}
     exec(compile(candidate.read_text(), str(candidate), "exec"), module)
-    M, N = shape
-    torch.manual_seed(0)
-    model = module["ModelNew"](N)
-    ref = torch.nn.LayerNorm(N).half()
-    ref.load_state_dict(model.norm.state_dict())
-    x = torch.randn(M, N, dtype=torch.float16)
-    torch.testing.assert_close(model(x), ref.float()(x.float()).half(), atol=2e-3, rtol=2e-3)
-    with dry_run("sm_90a") as run, torch.device("meta"):
-        module["ModelNew"](200)(torch.empty(16384, 200, dtype=torch.float16))
-    launch = run.launches[0].to_dict()
-    assert launch["threads"] == 64 and launch["grid"][0] == 2048, launch
-    assert launch["access_bytes"]["g_x"] == 16 and launch["access_bytes"]["out"] == 16, launch
-    assert launch["grid"][0] <= launch["blocks_per_sm"] * 132, launch  # one wave
+    _staged_layernorm_matches_and_vectorizes(module, shape, 200)
 
 
 def test_half_stash_knob_reads_long_16_bit_rows_in_stashed_tiles(tmp_path):
