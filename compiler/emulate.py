@@ -28,7 +28,9 @@ Guarantees:
 - Race detector (``check_races=True``), per byte of the shared arena and barrier epoch: a byte written by thread A
   and then read or written by thread B, or read by A and then written by B, with no Barrier in between, raises
   "shared-memory race on buf[i]". Writes that leave the bytes unchanged are ignored (no thread can observe their
-  order); atomic adds do not race with each other but do with plain reads and writes.
+  order); atomic adds do not race with each other but do with plain reads and writes. Reads that precede a stage
+  release which a warp-specialized producer's wait has seen (``compiler.emulate_ws``) no longer race with the loads it
+  issues after the wait; they still do with the block's other writes.
 """
 
 from __future__ import annotations
@@ -162,6 +164,7 @@ class _Block:
             self.rmin = torch.full((n,), -1, dtype=torch.int64)
             self.rmax = torch.full((n,), -1, dtype=torch.int64)
             self.r_epoch = torch.full((n,), -1, dtype=torch.int64)
+            self.r_released = torch.zeros(n, dtype=torch.bool)  # this epoch's reads precede a stage release
 
     def run(self) -> None:
         self._setup_shared()
@@ -455,6 +458,7 @@ class _Block:
         stale = b[self.r_epoch[b] != self.epoch]
         self.rmin[stale], self.rmax[stale] = self.nt, -1
         self.r_epoch[b] = self.epoch
+        self.r_released[b] = False
         self.rmin.scatter_reduce_(0, b, t, "amin")
         self.rmax.scatter_reduce_(0, b, t, "amax")
 
@@ -464,7 +468,7 @@ class _Block:
         b, t = self._bytes(buf, idx, ids)
         b, t = b.reshape(-1), t.reshape(-1)
         rmin, rmax = self.rmin[b], self.rmax[b]
-        bad = (self.r_epoch[b] == self.epoch) & ((rmin != t) | (rmax != t))
+        bad = (self.r_epoch[b] == self.epoch) & ~self.r_released[b] & ((rmin != t) | (rmax != t))
         if bool(bad.any()):
             j = int(bad.nonzero()[0])
             reader = int(rmin[j]) if int(rmin[j]) != int(t[j]) else int(rmax[j])

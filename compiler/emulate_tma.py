@@ -120,8 +120,8 @@ def mbarrier_wait(block, s: MbarrierWait) -> None:
         wait_for_producer(block, s)
     key, bar = _barrier(block, s, s.barriers, s.index)
     parity = int(block.uniform(block.ev(s.parity), "mbarrier parity")) & 1
-    if s.for_free_stage:  # the consumers' reads of the stage happen before the loads that follow
-        block.epoch += 1
+    if s.for_free_stage and block.check_races:  # the consumers' reads so far happen before the loads that follow
+        block.r_released[block.r_epoch == block.epoch] = True
     if parity != bar["phase"] & 1:  # that parity's phase completed already (the one before the current)
         if bar["phase"] == 0 and not s.for_free_stage:  # "phase -1" reads as complete, but nothing was loaded
             raise EmulationError(f"wait on {key[0].name}[{key[1]}] with parity {parity} before its first phase "

@@ -132,6 +132,7 @@ def _record_reads(block, addrs, q: int) -> None:
     stale = b[block.r_epoch[b] != block.epoch]
     block.rmin[stale], block.rmax[stale] = block.nt, -1
     block.r_epoch[b] = block.epoch
+    block.r_released[b] = False
     block.rmin[b] = torch.clamp(block.rmin[b], max=q * GROUP)
     block.rmax[b] = torch.clamp(block.rmax[b], min=(q + 1) * GROUP - 1)
 

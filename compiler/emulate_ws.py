@@ -8,8 +8,8 @@ yet: it then issues as far as it can, until it waits itself for a stage the cons
 If the consumers' barrier still cannot complete, both sides wait for each other: the kernel would hang, an
 EmulationError. After the consumer body the producer must run to its end. Inside the consumer body a ``Barrier``
 (or a ``WgmmaFence`` with sync) synchronizes the consumer threads, which is all it has to. A producer's wait for a
-free stage that completes orders the consumers' earlier reads of the stage before its next loads (a new barrier
-epoch for the race detector). ``MbarrierArrive`` counts one arrival per warp with an active lane (every lane must be
+free stage that completes orders the consumers' earlier reads before its next loads (the race detector marks them
+released for the loads alone: an unsynchronized access among the consumers stays a race). ``MbarrierArrive`` counts one arrival per warp with an active lane (every lane must be
 active) and completes a phase that expects no bytes as soon as its last arrival comes. ``SetMaxNReg`` changes no
 value.
 """

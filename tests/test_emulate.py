@@ -301,3 +301,33 @@ def test_async_copy_lands_only_at_its_wait():
     assert torch.equal(y[:60], x[:60]) and torch.equal(y[60:], torch.zeros(4))
     _, y = run(wait=False)
     assert torch.isnan(y).all()  # the shared arena's initial bytes (all ones): NaN
+
+
+def _consumers_exchange_across_a_producer_wait(barrier: bool):
+    """256 threads: consumers (0..127) write s[t], release stage 0 (empty barrier 0) and wait for stage 1 (full
+    barrier 1), which the producer (128..255) announces after its wait for the free stage 0; then each consumer reads
+    its neighbour's s[t + 1], with or without a consumers' barrier before the read."""
+    from tileagent.compiler.tir import MbarrierArrive, MbarrierArriveExpectTx, MbarrierInit, MbarrierWait, WarpSpecialize
+
+    Y = buf("Y", 128)
+    s = buf("s", 128, scope="shared")
+    bars = buf("bars", 2, DType("uint64"), scope="shared")
+    consumer = [st(s, THREAD, THREAD.astype(F32)), MbarrierArrive(bars, as_expr(0)),
+                MbarrierWait(bars, as_expr(1), as_expr(0)), *([Barrier()] if barrier else []),
+                st(Y, THREAD, ld(s, (THREAD + 1) % 128), line=7)]
+    producer = [MbarrierWait(bars, as_expr(0), as_expr(0), for_free_stage=True),
+                If(eq(THREAD, 128), (MbarrierArriveExpectTx(bars, as_expr(1), 0),), ())]
+    body = [If(eq(THREAD, 0), (MbarrierInit(bars, 1, 4), MbarrierInit(bars, 1, 1, first=1)), ()), Barrier(),
+            WarpSpecialize(make_cmp(">=", THREAD, as_expr(128)), tuple(producer), tuple(consumer), consumers=128)]
+    return kernel([Y], body, block=(256, 1, 1), shared=[s, bars]), Y
+
+
+def test_a_producer_wait_for_a_free_stage_does_not_order_the_consumers_among_themselves():
+    k, Y = _consumers_exchange_across_a_producer_wait(barrier=False)
+    with pytest.raises(EmulationError, match=r"kern.py:7:1: shared-memory race on s\[\d+\]: written by thread \d+, "
+                                             r"then read by thread \d+ without a barrier"):
+        run_kernel(k, {Y: torch.zeros(128)})
+    k, Y = _consumers_exchange_across_a_producer_wait(barrier=True)
+    out = torch.zeros(128)
+    run_kernel(k, {Y: out})
+    torch.testing.assert_close(out, ((torch.arange(128) + 1) % 128).float(), **EXACT)
