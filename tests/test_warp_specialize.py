@@ -93,6 +93,27 @@ def test_flash_attention_warp_specialized_in_the_emulator(shared_example, ws_on,
     torch.testing.assert_close(o, fa.reference(q, k, v, causal), rtol=1e-2, atol=1e-2)
 
 
+def test_consumer_warpgroups_that_write_no_shared_memory_run_apart(shared_example, ws_on, monkeypatch):
+    """Flash attention's consumers (two warpgroups) write no shared memory in the loop: no barrier among them there
+    (the full mbarriers order the data, the per-warp releases the reuse), so one warpgroup's softmax can run beside
+    the other's gemms. The emulator (race detector on) runs it against torch."""
+    monkeypatch.setenv("TILEAGENT_WARP_SPECIALIZE", "force")
+    fa = shared_example("flash_attn_fwd")
+    kernel = tileagent.compile(fa.flash_attn_fwd.fn(1, 1, 200, 128, False, 128, 64, 2, 256), target="sim")
+    lines = kernel.get_ir("thread").splitlines()
+    start = next(i for i, x in enumerate(lines) if x.strip() == "for k in T.serial(4):")
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    loop = [x for x in lines[start + 1:] if x.strip()]
+    loop = loop[:next(i for i, x in enumerate(loop) if len(x) - len(x.lstrip()) <= indent)]
+    assert any("warp-specialized: 256 consumer threads" in x for x in lines)
+    assert loop and not any("sync_threads" in x or "fence.proxy" in x for x in loop)
+    assert any("mbarrier.arrive tl_mbar" in x for x in loop)  # the per-warp release
+    q, k, v = (torch.randn(1, 200, 1, 128, dtype=torch.float16) for _ in range(3))
+    o = torch.full_like(q, float("nan"))
+    kernel(q, k, v, o)
+    torch.testing.assert_close(o, fa.reference(q, k, v), rtol=1e-2, atol=1e-2)
+
+
 def test_register_split_hand_checked():
     from tileagent.compiler.lower.warp_specialize import registers
 

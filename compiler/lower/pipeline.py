@@ -476,8 +476,12 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
     stage = make_binop("%", count, s)
     schedules = wgmma_schedules(p, ctx.layouts)
     overlap = any(w.pending for w in schedules.values())
-    lean = overlap and not any(shared_effects(x)[0] for x in p.consumers)
-    if lean:  # generic writes before the loop that the wgmmas read (the loop itself writes no shared memory)
+    # consumers that write no shared memory in the loop need no barrier in it: the stages' data is ordered by the
+    # full mbarriers, their reuse by the per-warp releases, and every generic write a gemm reads happened before the
+    # loop (one proxy fence and barrier there). Without a barrier per iteration the consumer warpgroups run apart, one's
+    # softmax beside another's gemm; with shared writes in the loop, a fence and barrier open each iteration
+    lean = not any(shared_effects(x)[0] for x in p.consumers)
+    if lean:
         out += [AsyncProxyFence(p.span), Barrier(p.span)]
     body = wait(ctx, make_binop("+", full, stage), make_binop("%", make_binop("//", count, s), 2), p.span)
     if not lean:
