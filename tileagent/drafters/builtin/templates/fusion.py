@@ -55,9 +55,9 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
     row held whole (``reread``) that would need more than 256 threads takes twice the values a thread instead (int8
     quantization at K=14336 fp16: 256 threads x 64 values, 80 registers, 3 blocks and 96 KB of loads in flight per
     SM; 512 x 32 had 2 blocks and 64 KB, 51% of a copy on the H200 where K=4096's 10 blocks of 128 threads per SM
-    ran at 72%); with the knob HALF_STASH such a row is read in tiles of BR_MAX by 512 threads of a quarter of
-    PER_THREAD values each, kept in shared memory between the passes (STASH; K=14336: 0.98 -> 1.06x torch.compile as
-    PER_THREAD=8 on the H200, session 9, where K=4096 lost). ``light``: a pointwise kernel that reads at most two
+    ran at 72%); with the knob HALF_STASH (drafted on) such a row is read in tiles of BR_MAX by 512 threads of a
+    quarter of PER_THREAD values each, kept in shared memory between the passes (STASH; K=14336 on the H200, same
+    run: 0.981 -> 1.058x torch.compile; K=4096 and 8192 keep their schedule: 1.465 / 1.257 either way). ``light``: a pointwise kernel that reads at most two
     row tiles: a thread holds half of PER_THREAD values (H200, x torch.compile at 16 vs 32: ELU 0.99 vs 0.98, SwiGLU
     1.00 vs 0.99; a rotary embedding's three shifted tiles ran 0.85 vs 0.92, so it keeps 32). A row of a reduction
     that is not a power of two but a multiple of 256 values per warp spanning it (768, 1536, 3072) is one tile of
@@ -123,7 +123,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     plan = match.plan
     kernels, forward = lifted(match.plans or [plan], knobs)
     constants = dict(knobs, STAGES=knobs.get("STAGES", 1), WIDE_ROWS=knobs.get("WIDE_ROWS", True),
-                     STASH=knobs.get("STASH", 196608), HALF_STASH=knobs.get("HALF_STASH", False),
+                     STASH=knobs.get("STASH", 196608), HALF_STASH=knobs.get("HALF_STASH", True),
                      ROUND_STEPS=knobs.get("ROUND_STEPS", True))
     tunables = {"THREADS": common.knob_values(knobs, "THREADS", (128, 256)),
                 "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (16, 32)),
@@ -132,7 +132,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                 "WIDE_ROWS": common.knob_values(constants, "WIDE_ROWS", (False, True)),
                 "STASH": common.knob_values(constants, "STASH", (196608, 0))}
     if "half=True" in forward:  # a 16-bit row read twice: HALF_STASH can change its schedule
-        tunables["HALF_STASH"] = common.knob_values(constants, "HALF_STASH", (False, True))
+        tunables["HALF_STASH"] = common.knob_values(constants, "HALF_STASH", (True, False))
     if any("round16(" in k for k in kernels):  # 16-bit intermediate results: ROUND_STEPS can keep them float32
         tunables["ROUND_STEPS"] = common.knob_values(constants, "ROUND_STEPS", (True, False))
     doc = (f"Candidate drafted by the built-in drafter (template fusion): {match.summary}. Each kernel walks rows "
