@@ -2,11 +2,11 @@
 compiled by TileAgent and by real TileLang, each next to its baseline (cuBLAS / SDPA) timed in the same process.
 
 Usage (H200): TILEAGENT_SHARED=/path/to/shared python bench/examples_vs_tilelang.py --tilelang-site /tmp/tl
-The same kernels run on both sides: for TileLang the program text changes only as ``TILELANG_TEXT`` says (the
-package name and two spellings TileLang 0.1.15 does not read). Each side runs in its own process (``--impl`` is the child's mode), checks its output against an fp32
-torch reference on fresh random inputs with the output poisoned before the call, and times with
-``bench.memory_bound.bench`` (CUDA events, L2 flushed, medians). A ratio of a side to its own process's baseline
-is what compares across the two processes; absolute times drift between them.
+The same kernels run on both sides: for TileLang the program text changes only as ``TILELANG_TEXT`` says (the package name
+and two spellings TileLang 0.1.15 does not read). Each side runs in its own process (``--impl`` is the child's
+mode), checks its output against an fp32 torch reference on fresh random inputs with the output poisoned before the
+call, and times with ``bench.memory_bound.bench`` (CUDA events, L2 flushed, medians). A ratio of a side to its own
+process's baseline is what compares across the two processes; absolute times drift between them.
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def child(impl: str, trials: int) -> None:
                 flops = 2 * n ** 3
                 ms = bench(lambda: kernel(a, b, c), trials=trials)[0] if ok else float("nan")
                 base = bench(lambda: torch.matmul(a, b), trials=trials)[0]
-                report(case=case, ok=bool(ok), tflops=flops / ms / 1e9, baseline="cuBLAS", base_tflops=flops / base / 1e9)
+                report(case=case, ok=bool(ok), tflops=flops / ms / 1e9, baseline="cuBLAS",
+                       base_tflops=flops / base / 1e9)
             except Exception as e:  # noqa: BLE001 -- one case's failure is a table cell
                 report(case=case, ok=False, error=f"{type(e).__name__}: {str(e)[:200]}")
     fa = load_example("flash_attn_fwd", impl)
@@ -122,7 +123,8 @@ def cell(row: dict | None) -> str:
         return "- | - "
     if not row.get("ok"):
         return f"FAIL ({row.get('error', 'wrong output')}) | - "
-    return f"{row['tflops']:.1f} | {row['tflops'] / row['base_tflops']:.2f} x {row['baseline']} ({row['base_tflops']:.1f})"
+    ratio = row["tflops"] / row["base_tflops"]
+    return f"{row['tflops']:.1f} | {ratio:.2f} x {row['baseline']} ({row['base_tflops']:.1f})"
 
 
 def main() -> int:

@@ -2,16 +2,16 @@
 
 In: the emulated block (``compiler.emulate._Block``) and one statement. Out: the block's state updated;
 ``EmulationError`` where the program would hang or break the barrier protocol.
-Model: the producer side of a ``WarpSpecialize`` runs as a coroutine next to the consumers, who run in lock-step
-as every other body does. The producer runs only when the consumers wait on an mbarrier whose phase cannot complete
+Model: the producer side of a ``WarpSpecialize`` runs as a coroutine next to the consumers, who run in lock-step as
+every other body does. The producer runs only when the consumers wait on an mbarrier whose phase cannot complete
 yet: it then issues as far as it can, until it waits itself for a stage the consumers have not released (or ends).
 If the consumers' barrier still cannot complete, both sides wait for each other: the kernel would hang, an
-EmulationError. After the consumer body the producer must run to its end. Inside the consumer body a ``Barrier``
-(or a ``WgmmaFence`` with sync) synchronizes the consumer threads, which is all it has to. A producer's wait for a
-free stage that completes orders the consumers' earlier reads before its next loads (the race detector marks them
-released for the loads alone: an unsynchronized access among the consumers stays a race). ``MbarrierArrive`` counts one arrival per warp with an active lane (every lane must be
-active) and completes a phase that expects no bytes as soon as its last arrival comes. ``SetMaxNReg`` changes no
-value.
+EmulationError. After the consumer body the producer must run to its end. Inside the consumer body a ``Barrier`` (or
+a ``WgmmaFence`` with sync) synchronizes the consumer threads, which is all it has to. A producer's wait for a free
+stage that completes orders the consumers' earlier reads before its next loads (the race detector marks them
+released for the loads alone: an unsynchronized access among the consumers stays a race). ``MbarrierArrive`` counts
+one arrival per warp with an active lane (every lane must be active) and completes a phase that expects no bytes as
+soon as its last arrival comes. ``SetMaxNReg`` changes no value.
 """
 
 from __future__ import annotations

@@ -57,11 +57,12 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
     SM; 512 x 32 had 2 blocks and 64 KB, 51% of a copy on the H200 where K=4096's 10 blocks of 128 threads per SM
     ran at 72%); with the knob HALF_STASH (drafted on) such a row is read in tiles of BR_MAX by 512 threads of a
     quarter of PER_THREAD values each, kept in shared memory between the passes (STASH; K=14336 on the H200, same
-    run: 0.981 -> 1.058x torch.compile; K=4096 and 8192 keep their schedule: 1.465 / 1.257 either way). ``light``: a pointwise kernel that reads at most two
-    row tiles: a thread holds half of PER_THREAD values (H200, x torch.compile at 16 vs 32: ELU 0.99 vs 0.98, SwiGLU
-    1.00 vs 0.99; a rotary embedding's three shifted tiles ran 0.85 vs 0.92, so it keeps 32). A row of a reduction
-    that is not a power of two but a multiple of 256 values per warp spanning it (768, 1536, 3072) is one tile of
-    exactly its length (add + LayerNorm at D=768: 24 values a thread instead of 32 with 8 masked)."""
+    run: 0.981 -> 1.058x torch.compile; K=4096 and 8192 keep their schedule: 1.465 / 1.257 either way). ``light``: a
+    pointwise kernel that reads at most two row tiles: a thread holds half of PER_THREAD values (H200, x
+    torch.compile at 16 vs 32: ELU 0.99 vs 0.98, SwiGLU 1.00 vs 0.99; a rotary embedding's three shifted tiles ran
+    0.85 vs 0.92, so it keeps 32). A row of a reduction that is not a power of two but a multiple of 256 values per
+    warp spanning it (768, 1536, 3072) is one tile of exactly its length (add + LayerNorm at D=768: 24 values a
+    thread instead of 32 with 8 masked)."""
     cap = min(512, BR_MAX) if pointwise else (1 << 16 if topk else BR_MAX)
     per = max(4, PER_THREAD // 2) if pointwise and light else PER_THREAD
     if reread and NR > cap and NR <= 512 * PER_THREAD and half and NR > 256 * PER_THREAD and HALF_STASH:
