@@ -304,6 +304,8 @@ def test_int8_quantization_stores_vectors_and_reads_each_row_once(tmp_path):
     assert "T.floor" not in kernel and "\"int64\"" not in kernel and "T.cast(T.abs(" not in kernel
     assert "f_o0 = T.alloc_fragment((BM, BR), \"int8\")" in source and "T.copy(f_o0, o0[bm * BM, (NK - 1 - kk) * BR])" in source
     assert module["schedule"](8192, 14336, False, False, True) == (1, 16384, 512)  # float32 rows: 32 a thread
+    assert module["schedule"](8192, 14336, False, False, True, half=True) == (1, 4096, 512)  # HALF_STASH (drafted)
+    module["HALF_STASH"] = False  # the schedule below: the row held whole (test_half_stash_... covers the stash)
     assert module["schedule"](8192, 14336, False, False, True, half=True) == (1, 16384, 256)
     assert module["schedule"](8192, 8192, False, False, True, half=True) == (1, 8192, 256)  # as before
     assert module["schedule"](8192, 14336, False, False) == (1, 4096, 128)  # one pass: the tile size stays
