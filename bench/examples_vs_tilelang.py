@@ -21,7 +21,9 @@ import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("TILEAGENT_SHARED", REPO.parent / "shared")) / "examples"
+sys.path.insert(0, str(REPO))
+
+from bench.tensor_core import SHARED  # noqa: E402
 
 GEMM_SIZES = (4096, 8192)
 # what TileLang 0.1.15 needs changed in our program text (the kernels stay the same): its package name, the
@@ -36,13 +38,12 @@ FA_SHAPE = (8, 32, 4096, 128)  # B, H, S, D
 
 def load_example(name: str, impl: str) -> types.ModuleType:
     """``name``'s module from the shared examples, importing ``impl`` (``tileagent`` or ``tilelang``)."""
-    source = (SHARED / f"{name}.py").read_text()
+    path = SHARED / f"{name}.py"
+    source = path.read_text()
     if impl == "tilelang":
         for ours, theirs in TILELANG_TEXT:
             source = source.replace(ours, theirs)
-    path = SHARED / f"{name}.py"
-    if impl == "tilelang":  # TileLang's parser reads a prim_func's text from its file: give it the adapted one
-        path = Path(tempfile.mkdtemp()) / f"{name}.py"
+        path = Path(tempfile.mkdtemp()) / f"{name}.py"  # TileLang's parser reads a prim_func's text from its file
         path.write_text(source)
     module = types.ModuleType(name)
     module.__file__ = str(path)
@@ -55,7 +56,6 @@ def child(impl: str, trials: int) -> None:
     import torch
     import torch.nn.functional as F
 
-    sys.path.insert(0, str(REPO))
     from bench.memory_bound import bench
 
     def report(**row):

@@ -2,9 +2,10 @@
 
 Usage: TILEAGENT_SHARED=/path/to/shared python bench/tensor_core_compile.py [--arch sm_90a] [--runs 3]
 Each compile is ``tileagent.compile(..., target="cuda:<arch>")`` (our passes, then NVRTC to a cubin; no GPU needed)
-with an empty module and NVRTC cache directory of its own, so nothing is reused; one warm-up compile of another
-kernel first (imports, NVRTC's library load). Prints the median seconds per kernel: the whole compile, and NVRTC's
-part (the ``nvrtc`` pass of the pass timings).
+with an empty module and NVRTC cache directory of its own, and a distinct size each run (a distinct source), so
+nothing is reused; each kernel's first compile is a warm-up (imports, NVRTC's library load, its precompiled header)
+and not counted. Prints the median seconds per kernel: the whole compile, and NVRTC's part (the ``nvrtc`` pass of
+the pass timings).
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.memory_bound import load  # noqa: E402
-
-SHARED = Path(os.environ.get("TILEAGENT_SHARED", REPO.parent / "shared")) / "examples"
+from bench.tensor_core import load  # noqa: E402
 
 
 def main() -> None:
@@ -32,7 +31,7 @@ def main() -> None:
     args = ap.parse_args()
     import tileagent
 
-    gemm, fa, mla = load("gemm_relu", SHARED), load("flash_attn_fwd", SHARED), load("mla_decode", SHARED)
+    gemm, fa, mla = load("gemm_relu"), load("flash_attn_fwd"), load("mla_decode")
     kernels = {"gemm_relu 4096^3 128/128/64": lambda n: gemm.matmul.fn(4096 + n, 4096, 4096, 128, 128, 64),
                "flash_attn_fwd B8 H32 S4096 D128": lambda n: fa.flash_attn_fwd.fn(8, 32, 4096 + n, 128, False),
                "flash_attn_fwd causal": lambda n: fa.flash_attn_fwd.fn(8, 32, 4096 + n, 128, True),
@@ -44,7 +43,7 @@ def main() -> None:
             total, nvrtc = [], []
             for run in range(args.runs + 1):
                 os.environ["TILEAGENT_CACHE_DIR"] = tempfile.mkdtemp()
-                func = factory(run)  # a distinct size each run: a distinct source
+                func = factory(run)
                 t0 = time.perf_counter()
                 kernel = tileagent.compile(func, target=target)
                 if run:  # run 0 warms up
