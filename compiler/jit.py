@@ -104,8 +104,8 @@ class PassConfigKey(str, enum.Enum):
 EFFECTIVE_KEYS = frozenset((PassConfigKey.TL_ENABLE_FAST_MATH.value, PassConfigKey.TL_DISABLE_FAST_MATH.value,
                             PassConfigKey.TL_DISABLE_WGMMA.value))
 # pass config -> the target feature a true value switches off for the kernel (``Options.disabled_features``);
-# tl.disable_tma_lower and tl.disable_warp_specialized (``Options.warp_specialize``) matter only where TMA is opted
-# in (TILEAGENT_ENABLE_TMA=1)
+# tl.disable_tma_lower and tl.disable_warp_specialized (``Options.warp_specialize``) matter only where TMA is not
+# switched off (TILEAGENT_ENABLE_TMA=0)
 FEATURE_KEYS = {PassConfigKey.TL_DISABLE_WGMMA.value: "wgmma", PassConfigKey.TL_DISABLE_TMA_LOWER.value: "tma"}
 TMA_KEYS = frozenset((PassConfigKey.TL_DISABLE_TMA_LOWER.value, PassConfigKey.TL_DISABLE_WARP_SPECIALIZED.value))
 
@@ -190,8 +190,9 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, exec
     configs = _pass_configs(pass_configs)
     from tileagent.compiler.instructions.tma import enabled as tma_enabled
 
+    tma = tma_enabled()  # (a TILEAGENT_ENABLE_TMA it does not know raises here)
     for key, value in configs.items():
-        if key not in EFFECTIVE_KEYS and not (key in TMA_KEYS and tma_enabled()):
+        if key not in EFFECTIVE_KEYS and not (key in TMA_KEYS and tma):
             (log.warning if verbose else log.info)("pass config %s=%r is accepted and has no effect on this "
                                                    "compiler", key, value)
     resolved = resolve_target(target)
@@ -210,11 +211,11 @@ def nvrtc_options(pass_configs: dict) -> tuple[str, ...]:
     return ("--use_fast_math",) if pass_configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value) else ()
 
 
-def _tma_opt_in() -> bool:
-    """Whether TILEAGENT_ENABLE_TMA=1 is set now (it changes the code; @jit's in-process caches key on it)."""
-    from tileagent.compiler.instructions.tma import enabled
+def _tma_mode() -> str:
+    """TILEAGENT_ENABLE_TMA's mode now (it changes the code; @jit's in-process caches key on it)."""
+    from tileagent.compiler.instructions.tma import mode
 
-    return enabled()
+    return mode()
 
 
 def disabled_features(pass_configs: dict) -> frozenset:
@@ -546,7 +547,7 @@ class JITImpl:
 
         options = self._options()
         key = frontend_eager.cache_key(self.fn, args, kwargs)
-        key = None if key is None else (key, options, feature_switches(), _tma_opt_in())
+        key = None if key is None else (key, options, feature_switches(), _tma_mode())
         kernel = self._cache.get(key) if key is not None else None
         if kernel is None:
             func, out_idx, _ = frontend_eager.parse_eager(self.fn, args, kwargs)
@@ -591,7 +592,7 @@ class JITImpl:
         options = self._options()
         try:
             key = (args, tuple(sorted(kwargs.items())), options, feature_switches(),  # TILEAGENT_ENABLE_WGMMA=0
-                   _tma_opt_in())
+                   _tma_mode())
             hash(key)
         except TypeError:
             key = None

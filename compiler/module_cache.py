@@ -50,12 +50,13 @@ def cache_key(func: PrimFunc, *parts: str) -> str:
 
     if not overlap_enabled():  # switching the wgmma pipeline's overlap off changes the generated code
         h.update(b"\0" + OVERLAP_ENV.encode())
-    from tileagent.compiler.instructions.tma import ENV as TMA_ENV, enabled as tma_enabled
+    from tileagent.compiler.instructions.tma import ENV as TMA_ENV, mode as tma_mode
 
-    if tma_enabled():  # so does the TMA opt-in (keys without it are unchanged), and a spin limit on its waits
+    h.update(b"\0" + TMA_ENV.encode() + f"={tma_mode()}".encode())  # so does which copies may use TMA
+    if tma_mode() != "off":  # and a spin limit on its waits, and switching warp specialization off
         from tileagent.compiler.targets.cuda_tma import SPIN_LIMIT_ENV, spin_limit
 
-        h.update(b"\0" + TMA_ENV.encode() + f" {SPIN_LIMIT_ENV}={spin_limit()}".encode())
+        h.update(f" {SPIN_LIMIT_ENV}={spin_limit()}".encode())
         from tileagent.compiler.lower.warp_specialize import ENV as WS_ENV, enabled as ws_enabled, forced
 
         if not ws_enabled() or forced():

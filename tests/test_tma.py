@@ -1,7 +1,7 @@
-"""The opt-in TMA entry of the copy registry (compiler.instructions.tma, TILEAGENT_ENABLE_TMA=1): global -> shared
-T.copy as cp.async.bulk.tensor on an mbarrier, single copies and T.Pipelined stages, run in the SIMT emulator
-against the data (TMA's placement modelled independently of the layouts: hand-checked offsets below), compiled by
-NVRTC for sm_90a, the tensor-map rules checked at launch with crafted strides and addresses (the driver's encode
+"""The TMA entry of the copy registry (compiler.instructions.tma; by default for T.Pipelined loops with a T.gemm, every
+copy with TILEAGENT_ENABLE_TMA=1): global -> shared T.copy as cp.async.bulk.tensor on an mbarrier, single copies and
+T.Pipelined stages, run in the SIMT emulator against the data (TMA's placement modelled independently of the
+layouts: hand-checked offsets below), compiled by NVRTC for sm_90a, the tensor-map rules checked at launch with crafted strides and addresses (the driver's encode
 mocked), and the fallback to the variant without TMA decided at launch."""
 
 import ctypes
@@ -95,10 +95,58 @@ def test_registry_line_and_run_selection():
 
 # -- lowering in the emulator -----------------------------------------------------------------------------------
 
-def test_default_codegen_has_no_tma(monkeypatch):
+def test_by_default_a_copy_outside_a_pipeline_has_no_tma(monkeypatch):
     monkeypatch.delenv("TILEAGENT_ENABLE_TMA", raising=False)
     k = tileagent.compile(_copy_kernel(64, 64, 32, 64), target="sim")
     assert "tma" not in k.get_ir("thread").lower() and "mbarrier" not in k.get_kernel_source()
+
+
+def _pipelined_sum(M, K, bm=32, bk=64):
+    """Row sums through a T.Pipelined loop without a T.gemm (a memory-bound pass, as the fusion drafter writes)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((M,), "float32")):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            S = T.alloc_shared((bm, bk), "float16")
+            t = T.alloc_fragment((bm, bk), "float32")
+            acc = T.alloc_fragment((bm,), "float32")
+            part = T.alloc_fragment((bm,), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=2):
+                T.copy(A[bx * bm, k * bk], S)
+                T.copy(S, t)
+                T.reduce_sum(t, part, dim=1)
+                for i in T.Parallel(bm):
+                    acc[i] += part[i]
+            T.copy(acc, B[bx * bm])
+
+    return main
+
+
+def test_default_mode_uses_tma_only_for_pipelines_that_feed_a_gemm(shared_example, monkeypatch):
+    # unset: the example GEMM's pipeline loads by TMA (warp-specialized), a pipeline without a T.gemm keeps cp.async
+    # and its code is what TILEAGENT_ENABLE_TMA=0 gives; =1 also moves the reduction's tiles by TMA
+    monkeypatch.delenv("TILEAGENT_ENABLE_TMA", raising=False)
+    gemm = shared_example("gemm_relu").matmul.fn(128, 64, 256, 128, 64, 64)
+    assert "warp-specialized" in tileagent.compile(gemm, target="sim").get_ir("thread")
+    default = tileagent.compile(_pipelined_sum(64, 256), target="sim")
+    assert "TMA" not in default.get_ir("thread") and "cp.async" in default.get_kernel_source()
+    monkeypatch.setenv("TILEAGENT_ENABLE_TMA", "0")
+    assert tileagent.compile(_pipelined_sum(64, 256), target="sim").get_kernel_source() == \
+        default.get_kernel_source()
+    monkeypatch.setenv("TILEAGENT_ENABLE_TMA", "1")
+    every = tileagent.compile(_pipelined_sum(64, 256), target="sim")
+    assert "TMA 2d box 64x32" in every.get_ir("thread")
+    a, b = torch.randn(64, 256, dtype=torch.float16), torch.full((64,), float("nan"))
+    every(a, b)
+    torch.testing.assert_close(b, a.float().sum(1), rtol=1e-3, atol=1e-3)
+
+
+def test_an_unknown_mode_is_named(monkeypatch):
+    monkeypatch.setenv("TILEAGENT_ENABLE_TMA", "yes")
+    with pytest.raises(ValueError, match=r"TILEAGENT_ENABLE_TMA='yes': expected 0 \(off\), 1 \(every global -> shared "
+                                         r"copy\) or unset"):
+        tileagent.compile(_copy_kernel(64, 64, 32, 64), target="sim")
 
 
 @pytest.mark.parametrize("dtype,layout,bn,swz", [

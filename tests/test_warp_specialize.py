@@ -1,4 +1,4 @@
-"""Warp specialization of TMA pipelines (compiler.lower.warp_specialize, sm_90a, TILEAGENT_ENABLE_TMA=1): a producer
+"""Warp specialization of TMA pipelines (compiler.lower.warp_specialize, sm_90a): a producer
 warpgroup issues the loads on full / empty mbarriers, the kernel's threads compute. Run in the SIMT emulator against
 torch (the producer as a coroutine: a missing release hangs there too), the stage and parity sequence hand-checked,
 the register split checked against hand-computed occupancy, NVRTC/ptxas on the generated CUDA, and on an H200."""
@@ -132,6 +132,11 @@ def test_register_split_hand_checked():
     # 29 KiB, 48 words: 7 blocks of 256 threads have 32 at entry < 0.85 x 48; 5 blocks: fewer than 7 alone
     assert registers(128, h, 30000, 48) is None
     assert registers(128, h, 30000, 32) == (7, None)  # 7 blocks at 32 at entry; setmaxnreg would give no more
+    # 128 x 128 tiles on 256 threads, 2 stages (65 KiB): 3 blocks alone; with the producer 56 registers at entry
+    # hold 0.85 x 64 words but not a m64n128k16 wgmma (64 accumulators + 26: ptxas C7602 below 90), nor do 2 blocks'
+    # 80: not specialized
+    assert registers(256, h, 66592, 64) == (3, (40, 64))
+    assert registers(256, h, 66592, 64, floor=90) is None
 
 
 def _ptxas(kernel):
@@ -162,6 +167,19 @@ def test_nvrtc_compiles_two_consumer_warpgroups(ws_on):
     src = _ptxas(tileagent.compile(fn, target="cuda:sm_90a"))
     assert '__launch_bounds__(384, 1)' in src and 'bar.sync 1, 256;' in src
     assert 'setmaxnreg.inc.sync.aligned.u32 232;' in src
+
+
+def test_not_specialized_where_the_entry_cap_cannot_hold_a_wgmma(ws_on):
+    # the built-in drafter's 128 x 128 x 64 variant on 256 threads at 2 stages: specialized at 3 blocks per SM, ptxas
+    # failed it (C7602: 56 registers at entry, 90 needed); now the pipeline stays in the kernel's threads, on TMA
+    from bench.memory_bound import load
+    from pathlib import Path
+
+    prompts = load("gemm_relu", Path(__file__).resolve().parents[1] / "prompts" / "examples")
+    fn = prompts.gemm_relu.fn(4096, 4096, 4096, block_M=128, block_N=128, block_K=64, threads=256, num_stages=2)
+    kernel = tileagent.compile(fn, target="cuda:sm_90a")
+    assert "warp-specialized" not in kernel.get_ir("thread") and "TMA 2d box" in kernel.get_ir("thread")
+    _ptxas(kernel)
 
 
 def test_specialized_where_it_keeps_the_blocks_per_sm(shared_example, ws_on):

@@ -29,7 +29,8 @@ GEMM = (
 )
 COPY = (
     TmaTileCopy(),           # cp.async.bulk.tensor (TMA): a whole global -> shared tile on an mbarrier, sm_90a,
-    # opt-in (TILEAGENT_ENABLE_TMA=1); asked first for the whole copy (select_tile_copy), never for a run
+    # by default in pipelines that feed a T.gemm (TILEAGENT_ENABLE_TMA: compiler.instructions.tma.mode); asked first
+    # for the whole copy (select_tile_copy), never for a run
     CpAsync(),               # cp.async global -> shared, 4/8/16 bytes, pipeline producers only
     LoadStore(vector=True),  # ld/st of 4, 8 or 16 bytes
     LoadStore(vector=False),  # one element at a time

@@ -1,9 +1,11 @@
 """Registry entry ``cp.async.bulk.tensor`` (TMA): a whole ``T.copy`` of a global tile into a shared tile as one or a
 few tensor-memory-accelerator loads, completed on an mbarrier (sm_90a).
 
-Opt-in: it applies only when the environment variable ``TILEAGENT_ENABLE_TMA`` is "1" (until the lead has verified
-it on the H200; docs/dsl.md), and only for a target with the "tma" feature (``compiler.target``: sm_90a). Without it
-the generated code is unchanged (cp.async in pipelines, vectorized loads and stores elsewhere).
+When: only for a target with the "tma" feature (``compiler.target``: sm_90a), and as ``mode()`` says (the
+environment variable ``TILEAGENT_ENABLE_TMA``): by default ("gemm") for the producers of ``T.Pipelined`` loops that
+feed a ``T.gemm`` (where it pays: the tensor-core kernels, BENCHMARKS.md; memory-bound kernels keep their code), with
+"1" ("all") for every global -> shared copy, in a pipeline or not, with "0" ("off") never (cp.async in pipelines,
+vectorized loads and stores elsewhere).
 
 Unlike the other copy entries, which move one run of a thread's elements (``select_copy``), this one moves the whole
 tile from one thread: ``tile_reason(ctx, s)`` says whether it can (None, else one line why not) and ``plan(ctx, s)``
@@ -58,9 +60,32 @@ MAX_RANK = 5
 DST_ALIGN = 128  # bytes: every TMA destination in shared memory
 
 
+MODES = {"0": "off", "1": "all", "": "gemm"}
+
+
+def mode() -> str:
+    """Which global -> shared copies may use TMA: "gemm" (the default: producers of T.Pipelined loops with a T.gemm),
+    "all" (``TILEAGENT_ENABLE_TMA=1``: every one, in a pipeline or not) or "off" (``TILEAGENT_ENABLE_TMA=0``)."""
+    value = os.environ.get(ENV, "").strip()
+    if value not in MODES:
+        raise ValueError(f"{ENV}={value!r}: expected 0 (off), 1 (every global -> shared copy) or unset (the "
+                         "producers of T.Pipelined loops with a T.gemm)")
+    return MODES[value]
+
+
+def pipeline_uses_tma(loop_body) -> bool:
+    """Whether the producers of a T.Pipelined loop with body ``loop_body`` (tile statements) may use TMA: always with
+    mode "all", never with "off", by default when the loop runs a T.gemm."""
+    from tileagent.compiler.ir.stmt import Gemm
+    from tileagent.compiler.ir.visit import walk
+
+    m = mode()
+    return m == "all" or (m == "gemm" and any(isinstance(x, Gemm) for x in walk(loop_body)))
+
+
 def enabled() -> bool:
-    """Whether the opt-in is set (``TILEAGENT_ENABLE_TMA=1``)."""
-    return os.environ.get(ENV) == "1"
+    """Whether TMA may be used at all (``mode()`` is not "off")."""
+    return mode() != "off"
 
 
 def atom_bytes(swizzle: int) -> int:
@@ -172,22 +197,32 @@ def plan(src, dst, layout, elem_offset_align=None) -> TmaPlan | str:
     return TmaPlan(box, blocks, rows * width * elem, swizzle, math.prod(shape) * elem)
 
 
+def _tma_copies(body, in_pipeline: bool = False):
+    """The global -> shared ``T.copy`` statements of ``body`` that ``mode()`` lets TMA fill: those in a T.Pipelined
+    loop where ``pipeline_uses_tma``, and with mode "all" every one."""
+    from tileagent.compiler.ir.stmt import Copy, For
+
+    for s in body:
+        if isinstance(s, Copy) and s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared" and \
+                (in_pipeline or mode() == "all"):
+            yield s
+        inner = in_pipeline or (isinstance(s, For) and s.kind == "pipelined" and pipeline_uses_tma(s.body))
+        for name in ("body", "then_body", "else_body"):
+            yield from _tma_copies(getattr(s, name, ()) or (), inner)
+
+
 def align_tiles(func, layouts, target) -> None:
     """Raise ``align_bytes`` of every shared tile that a global -> shared ``T.copy`` may fill by TMA (its layout is
-    one TMA writes) to what TMA and its swizzle need, in ``layouts.shared`` (tiles without a layout there get their
-    row-major one). A tile with the default bank-conflict swizzle (``swizzled``) that TMA cannot write (rows of 64
-    bytes, or wider than 128) gets the wgmma canonical layout instead, which TMA writes and which is as free of
-    bank conflicts for ldmatrix (8 consecutive rows of a column block hit 8 distinct 16-byte chunks). Nothing
-    changes unless the opt-in is set and ``target`` has the "tma" feature."""
-    from tileagent.compiler.ir.stmt import Copy
-    from tileagent.compiler.ir.visit import walk
+    one TMA writes; ``mode()`` says which copies may) to what TMA and its swizzle need, in ``layouts.shared`` (tiles
+    without a layout there get their row-major one). A tile with the default bank-conflict swizzle (``swizzled``)
+    that TMA cannot write (rows of 64 bytes, or wider than 128) gets the wgmma canonical layout instead, which TMA
+    writes and which is as free of bank conflicts for ldmatrix (8 consecutive rows of a column block hit 8 distinct
+    16-byte chunks). Nothing changes when TMA is switched off or ``target`` has no "tma" feature."""
     from tileagent.compiler.layout.layout import Layout, swizzled, wgmma_operand
 
     if not usable(target):
         return
-    for s in walk(func.body):
-        if not isinstance(s, Copy) or s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared":
-            continue
+    for s in _tma_copies(func.body):
         t = s.dst.buffer
         layout = layouts.shared.get(t)
         if not isinstance(layout, Layout):
@@ -205,7 +240,7 @@ def align_tiles(func, layouts, target) -> None:
 
 
 def usable(target) -> bool:
-    """The opt-in is set and ``target`` (a Target; None: no) has TMA."""
+    """TMA is not switched off and ``target`` (a Target; None: no) has it."""
     return enabled() and target is not None and has_feature(target, "tma")
 
 
@@ -222,7 +257,7 @@ class TmaTileCopy(Instruction):
     def tile_reason(self, src, dst, layout, target, offsets=None) -> str | None:
         """None when the whole copy ``src`` -> ``dst`` can be one TMA transfer, else why not."""
         if not enabled():
-            return f"opt-in: set {ENV}=1"
+            return f"switched off: {ENV}=0"
         if target is None or not has_feature(target, "tma"):
             return f"the target {getattr(target, 'name', target)} has no TMA"
         p = plan(src, dst, layout, offsets)

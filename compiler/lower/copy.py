@@ -11,8 +11,9 @@ global memory with one vector atomic where the run is contiguous and aligned, el
 How one run moves is the copy entry of ``compiler.instructions`` that ``select_copy`` picks: in a software pipeline's
 producers (``ctx.async_copies``) a global -> shared run of 4, 8 or 16 bytes without a cast is one ``AsyncCopy``
 (cp.async, zero-filled outside the tensor), else a vectorized or scalar ``VecCopy``. Before any run, with
-``TILEAGENT_ENABLE_TMA=1`` on an sm_90a target, a global -> shared copy outside a pipeline's producers moves as one
-TMA transfer on an mbarrier when the TMA entry accepts it (``compiler.lower.tma``; why it does not is noted).
+``TILEAGENT_ENABLE_TMA=1`` on an sm_90a target (not by default: ``compiler.instructions.tma.mode``), a global ->
+shared copy outside a pipeline's producers moves as one TMA transfer on an mbarrier when the TMA entry accepts it
+(``compiler.lower.tma``; why it does not is noted).
 ``scratch_bytes``: the shared scratch a copy between
 fragments of different layouts goes through.
 Guarantees: global reads outside the tensor give 0 (the destination is zero-filled), global writes outside it are
@@ -35,6 +36,7 @@ from tileagent.compiler.tir import THREAD, Barrier, PackPairs, VecCopy
 from tileagent.compiler.instructions import ATOMIC, select_copy
 from tileagent.compiler.instructions.copy import Run
 from tileagent.compiler.lower.context import and_
+from tileagent.compiler.lower.tma import standalone
 from tileagent.compiler.lower.slots import SlotLoops
 
 
@@ -62,7 +64,7 @@ def lower_copy(ctx, s: Copy) -> list:
         ctx.note_instruction(s, "fragment gathered into every thread's registers through shared memory")
         return _convert_through_shared(ctx, src.buffer, dst.buffer, s)
     if src.buffer.scope == "global" and dst.buffer.scope == "shared" and not ctx.async_copies and \
-            getattr(ctx, "tma", None) is not None:  # the whole tile by TMA (compiler.instructions.tma), where it can
+            getattr(ctx, "tma", None) is not None and standalone():  # the whole tile by TMA, where it can
         from tileagent.compiler.lower.tma import lower_tma_copy, tile_plan
 
         entry, plan = tile_plan(ctx, s)

@@ -48,9 +48,9 @@ Consumers on wgmma (sm_90a, ``compiler.instructions.wgmma``; ``wgmma_schedules``
   fence (and, when a consumer wrote shared memory before it, its proxy fence and barrier), which touches neither the
   accumulator nor the first gemm's operands.
 
-Producers on TMA (sm_90a, ``TILEAGENT_ENABLE_TMA=1``; ``compiler.instructions.tma``, ``compiler.lower.tma``): when
-every producer of the pipeline can be a TMA load (else the pipeline keeps cp.async and each copy's instruction note
-says why not), the stages complete on mbarriers instead of cp.async groups: one barrier per stage (init count 1).
+Producers on TMA (sm_90a; by default in pipelines that feed a T.gemm: ``compiler.instructions.tma.mode``;
+``compiler.lower.tma``): when every producer of the pipeline can be a TMA load (else the pipeline keeps cp.async and
+each copy's instruction note says why not), the stages complete on mbarriers instead of cp.async groups: one barrier per stage (init count 1).
 With c = the pipeline's earlier iterations (0 for a loop that runs once per block; inside another loop a phase slot,
 ``tl_tma_phase``, counts them) plus the iteration's index in the loop, iteration k's tiles go to stage c % s on barrier
 c % s, issued by thread 0 (``fence.proxy.async``, one ``arrive.expect_tx`` of all the producers' bytes, the TMA
@@ -345,9 +345,11 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
 def _tma_plans(ctx, p: SoftwarePipeline) -> list | None:
     """(entry, TmaPlan) per producer of ``p`` when every one can be a TMA load (``compiler.lower.tma``), else None
     (the pipeline keeps cp.async; each copy's instruction notes say why not)."""
-    if getattr(ctx, "tma", None) is None:
-        return None
+    from tileagent.compiler.instructions.tma import pipeline_uses_tma
     from tileagent.compiler.lower.tma import tile_plan
+
+    if getattr(ctx, "tma", None) is None or not pipeline_uses_tma(p.body):
+        return None
 
     view = ctx.derive(stage_base={b: 0 for b in p.staged})
     plans = []

@@ -44,6 +44,7 @@ ENV = "TILEAGENT_WARP_SPECIALIZE"
 PRODUCER_THREADS = 128  # one warpgroup: setmaxnreg works per warpgroup
 PRODUCER_REGISTERS = 40
 LIVE_FRACTION = 0.85  # of a consumer thread's register arrays that must fit the cap at entry (``registers``)
+WGMMA_OVERHEAD = 26  # registers beside a wgmma's accumulators (ptxas: 90 for m64n128k16's 64, C7602 below)
 MAX_THREADS = 1024
 REGISTERS_PER_SM = 65536
 
@@ -72,7 +73,7 @@ class WsPlan:
 
 def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
     """The ``WsPlan`` of ``plan``'s kernel when it may be warp-specialized (module docstring), else None."""
-    from tileagent.compiler.instructions.tma import usable
+    from tileagent.compiler.instructions.tma import pipeline_uses_tma, usable
     from tileagent.compiler.lower.pipeline import SoftwarePipeline
 
     k, body = plan.kernel, plan.body or ()
@@ -84,6 +85,8 @@ def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
     if len(pipelines) != 1 or not any(x is pipelines[0] for x in body):
         return None
     p = pipelines[0]
+    if not pipeline_uses_tma(p.body):
+        return None
     before = body[:next(n for n, x in enumerate(body) if x is p)]
     lets = tuple(x.var for x in before if isinstance(x, Let))
     if any(next(loads(x.value), None) is not None for x in before if isinstance(x, Let)):
@@ -102,7 +105,16 @@ def register_words(stmts) -> int:
     return -(-sum(b.shape[0] * b.dtype.bytes for b in arrays) // 4)
 
 
-def registers(consumers: int, target, shared_bytes: int, words: int) -> tuple | None:
+def wgmma_floor(stmts) -> int:
+    """The registers a thread needs at entry to hold the largest wgmma of ``stmts``: its accumulators (and A
+    registers, RS) plus ``WGMMA_OVERHEAD``; 0 without wgmma. ptxas refuses the kernel below it (C7602)."""
+    from tileagent.compiler.tir import Wgmma, WgmmaRS
+
+    sizes = [len(x.c) + len(getattr(x, "a", ())) for x in walk(stmts) if isinstance(x, (Wgmma, WgmmaRS))]
+    return max(sizes) + WGMMA_OVERHEAD if sizes else 0
+
+
+def registers(consumers: int, target, shared_bytes: int, words: int, floor: int = 0) -> tuple | None:
     """(blocks per SM, (producer, consumer) registers for ``setmaxnreg``, or None where it would give the consumers
     no more than they have at entry), or None when the producer warpgroup would cost the kernel a block per SM.
 
@@ -110,7 +122,7 @@ def registers(consumers: int, target, shared_bytes: int, words: int) -> tuple | 
     (short-lived arrays share registers). Blocks per SM without the producer: what the shared memory
     (``shared_bytes`` a block, plus the 1 KiB the driver reserves) and ``words`` registers a thread allow. With it:
     the most blocks, up to the shared-memory limit, whose register cap at entry (the registers per SM split over
-    every thread of the blocks) holds ``LIVE_FRACTION`` of ``words``. ptxas allocates within that cap in the
+    every thread of the blocks) holds ``LIVE_FRACTION`` of ``words`` and at least ``floor`` (``wgmma_floor``). ptxas allocates within that cap in the
     consumers' code too (seen on sm_90a: C7602 below it), so ``setmaxnreg`` only hands the producer's unused
     registers over at run time: the producer down to ``PRODUCER_REGISTERS``, the consumers up to what is left of
     the block's pool (entry x threads; at most 240). H200, same run: MLA decode 409 -> 471 TFLOP/s with the producer (1 block per SM either way);
@@ -119,7 +131,7 @@ def registers(consumers: int, target, shared_bytes: int, words: int) -> tuple | 
     by_shared = max(1, min(target.shared_bytes_per_sm // (shared_bytes + 1024), target.blocks_per_sm))
     alone = min(by_shared, target.registers_per_sm // (consumers * min(255, -(-words // 8) * 8)),
                 target.threads_per_sm // consumers)
-    need = min(255, -(-int(words * LIVE_FRACTION) // 8) * 8)
+    need = min(255, max(-(-int(words * LIVE_FRACTION) // 8) * 8, floor))
     blocks = next((b for b in range(by_shared, 0, -1) if total * b <= target.threads_per_sm and
                    min(255, target.registers_per_sm // (b * total) // 8 * 8) >= need), 0)
     if blocks < max(alone, 1):
@@ -138,7 +150,7 @@ def specialize(ws: WsPlan, lets: dict, consumer_body, target, shared_bytes: int,
     says. None when the producer warpgroup would cost a block per SM (the caller lowers the kernel without it)."""
     from tileagent.compiler.ir.stmt import If
 
-    split = registers(ws.consumers, target, shared_bytes, register_words(consumer_body))
+    split = registers(ws.consumers, target, shared_bytes, register_words(consumer_body), wgmma_floor(consumer_body))
     if split is None:
         return None
     blocks, regs = split
@@ -151,4 +163,5 @@ def specialize(ws: WsPlan, lets: dict, consumer_body, target, shared_bytes: int,
                           consumers=ws.consumers, blocks_per_sm=blocks)
 
 
-__all__ = ["ENV", "PRODUCER_THREADS", "WsPlan", "candidate", "enabled", "forced", "register_words", "registers", "specialize"]
+__all__ = ["ENV", "PRODUCER_THREADS", "WsPlan", "candidate", "enabled", "forced", "register_words", "registers", "specialize",
+           "wgmma_floor"]
