@@ -435,18 +435,22 @@ def _lower_tma_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict) -> 
     return out
 
 
-def _stage_copies(ctx, p: SoftwarePipeline, plans, strides: dict, iteration, count, v):
+def _stage_copies(ctx, p: SoftwarePipeline, plans, strides: dict, iteration, count, v, outer=None):
     """The view of ``ctx`` whose staged tiles are at stage ``count % s``, and ``p``'s producers of ``iteration``
-    (loop variable ``v`` substituted) with their TMA plans."""
+    (loop variable ``v`` substituted, and the enclosing loops' variables as ``outer`` maps them) with their TMA
+    plans."""
     stage = make_binop("%", count, p.stages)
     view = ctx.derive(stage_base={b: make_binop("*", stage, n) for b, n in strides.items()}, async_copies=True)
-    return view, [(replace(c, src=substitute(c.src, {v: iteration}), dst=substitute(c.dst, {v: iteration})), pl)
+    subst = {**(outer or {}), v: iteration}
+    return view, [(replace(c, src=substitute(c.src, subst), dst=substitute(c.dst, subst)), pl)
                   for c, (_, pl) in zip(p.producers, plans)]
 
 
 def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full: int, ws) -> list:
     """The consumers' side of a warp-specialized TMA pipeline; its producer's loop goes to ``ws.producer``
     (``compiler.lower.warp_specialize`` describes both)."""
+    from tileagent.compiler.ir.expr import Load, as_expr
+    from tileagent.compiler.ir.stmt import Store
     from tileagent.compiler.lower.barriers import shared_effects
     from tileagent.compiler.lower.tma import arrive, issue, wait
 
@@ -455,26 +459,52 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
     start, extent = ctx.rewrite(loop.start, {}), ctx.rewrite(loop.extent, {})
     lowering.note_loop(v, start, extent, loop.step)
     empty = ctx.tma.take_barriers(s, arrivals=ws.consumers // 32)
+    state = ctx.tma
+    # inside a loop (ws.path) both sides count the iterations of earlier executions in a phase slot of their own
+    # registers, and the producer runs the enclosing loops too, on variables of its own
+    slot = state.take_slot() if ws.path else None
 
-    # the producer: its own loop variable, one thread
+    def executions_before(side: str) -> tuple:
+        if slot is None:
+            return [], 0
+        done = ctx.var(f"{v.name}_{side}done")
+        return [Let(done, Load(state.phases, (as_expr(slot),), state.phases.dtype), p.span)], done
+
+    def count_executions(done, n) -> list:
+        return [] if slot is None else [Store(state.phases, (as_expr(slot),), make_binop("+", done, make_call("max", n, 0)),
+                                              p.span)]
+
+    # the producer: its own loop variables, one thread
+    outer = {x.var: ctx.var(f"{x.var.name}_p") for x in ws.path if isinstance(x, For)}
     pv = ctx.var(f"{v.name}_p")
-    if v in ctx.ranges:
-        ctx.ranges[pv] = ctx.ranges[v]
-    pcount = make_binop("-", pv, start)
+    for old_var, new_var in [*outer.items(), (v, pv)]:
+        if old_var in ctx.ranges:
+            ctx.ranges[new_var] = ctx.ranges[old_var]
+    pstart, pextent = ctx.rewrite(loop.start, outer), ctx.rewrite(loop.extent, outer)
+    head, pdone = executions_before("p")
+    pcount = make_binop("+", pdone, make_binop("-", pv, pstart)) if slot is not None else make_binop("-", pv, pstart)
     pstage = make_binop("%", pcount, s)
-    view, copies = _stage_copies(ctx, p, plans, strides, pv, pcount, v)
+    view, copies = _stage_copies(ctx, p, plans, strides, pv, pcount, v, outer)
     free = wait(ctx, make_binop("+", empty, pstage), make_binop("^", make_binop("%", make_binop("//", pcount, s), 2), 1),
                 p.span, for_free_stage=True)
-    ws.producer = [For(pv, start, extent, loop.step, "serial",
-                       tuple(free + issue(view, copies, make_binop("+", full, pstage), fence=False, issuer=None)), {},
-                       loop.span)]
+    producer = head + [For(pv, pstart, pextent, loop.step, "serial",
+                           tuple(free + issue(view, copies, make_binop("+", full, pstage), fence=False, issuer=None)),
+                           {}, loop.span)] + count_executions(pdone, pextent)
+    for x in reversed(ws.path):
+        if isinstance(x, For):
+            producer = [For(outer[x.var], ctx.rewrite(x.start, outer), ctx.rewrite(x.extent, outer), x.step, "serial",
+                            tuple(producer), {}, x.span)]
+        else:
+            producer = [If(ctx.rewrite(x.cond, outer), tuple(producer), (), x.span)]
+    ws.producer = producer
 
     # the consumers
-    out = []
+    out, done = executions_before("c")
     for g in walk(p.consumers):
         if isinstance(g, Gemm) and g in ctx.hoisted:
             out += hoist_a_operand(ctx, g)
-    count = make_binop("-", v, start)
+    local = make_binop("-", v, start)
+    count = make_binop("+", done, local) if slot is not None else local
     stage = make_binop("%", count, s)
     schedules = wgmma_schedules(p, ctx.layouts)
     overlap = any(w.pending for w in schedules.values())
@@ -492,7 +522,7 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
                            wgmma_schedule=schedules)
     body += lowering.with_context(consumers).body(p.consumers)
     if overlap:  # this thread's wait_group 1 retired iteration k - 1's wgmmas: their stage is free
-        body.append(If(make_cmp(">", count, 0),
+        body.append(If(make_cmp(">", local, 0),
                        tuple(arrive(ctx, make_binop("+", empty, make_binop("%", make_binop("+", count, s - 1), s)),
                                     p.span)), (), p.span))
     else:
@@ -503,7 +533,11 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
 
         out.append(WgmmaWait(0, p.span, operands=tuple(accumulator_operand(consumers, g)
                                                        for g, w in schedules.items() if w.pending)))
-    return out
+        if slot is not None:  # the last iteration's stage, for the producer's next execution
+            last = make_binop("%", make_binop("+", done, make_binop("-", extent, 1)), s)
+            out.append(If(make_cmp(">", extent, 0), tuple(arrive(ctx, make_binop("+", empty, last), p.span)), (),
+                          p.span))
+    return out + count_executions(done, extent)
 
 
 def _inside_loop(body, p, depth: int = 0) -> bool | None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from tileagent.compiler.ir.expr import make_cmp
 from tileagent.compiler.ir.simplify import depends_on
-from tileagent.compiler.ir.stmt import Let
+from tileagent.compiler.ir.stmt import For, Let
 from tileagent.compiler.ir.visit import loads, walk
 from tileagent.compiler.tir import THREAD, Declare, SetMaxNReg, WarpSpecialize
 
@@ -62,18 +62,22 @@ def forced() -> bool:
 @dataclass
 class WsPlan:
     """The pipeline a kernel specializes, its consumer threads, the Vars of the Lets before it (the producer binds
-    them again) and, once the pipeline is lowered, the producer's statements (empty: the pipeline was not lowered
-    with TMA, and the kernel is not specialized)."""
+    them again), the loops and conditions it runs inside (``path``, outermost first: serial For and If statements of
+    the kernel body, e.g. a ``T.Persistent`` tile loop; empty when it runs once per block) and, once the pipeline is
+    lowered, the producer's statements (empty: the pipeline was not lowered with TMA, and the kernel is not
+    specialized)."""
 
     pipeline: object
     consumers: int
     lets: tuple
+    path: tuple = ()
     producer: list = field(default_factory=list)
 
 
 def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
     """The ``WsPlan`` of ``plan``'s kernel when it may be warp-specialized (module docstring), else None."""
     from tileagent.compiler.instructions.tma import pipeline_uses_tma, usable
+    from tileagent.compiler.lower.barriers import shared_effects
     from tileagent.compiler.lower.pipeline import SoftwarePipeline
 
     k, body = plan.kernel, plan.body or ()
@@ -82,20 +86,44 @@ def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
             threads + PRODUCER_THREADS > MAX_THREADS:
         return None
     pipelines = [x for x in walk(body) if isinstance(x, SoftwarePipeline)]
-    if len(pipelines) != 1 or not any(x is pipelines[0] for x in body):
+    if len(pipelines) != 1:
         return None
     p = pipelines[0]
-    if not pipeline_uses_tma(p.body):
+    path = _path(body, p)
+    if path is None or not pipeline_uses_tma(p.body):
         return None
-    before = body[:next(n for n, x in enumerate(body) if x is p)]
+    top = path[0] if path else p
+    before = body[:next(n for n, x in enumerate(body) if x is top)]
     lets = tuple(x.var for x in before if isinstance(x, Let))
     if any(next(loads(x.value), None) is not None for x in before if isinstance(x, Let)):
         return None
     inner = [x.var for x in walk(body) if isinstance(x, Let) and x.var not in lets]
     exprs = [p.loop.start, p.loop.extent] + [e for c in p.producers for e in c.src.starts]
+    exprs += [e for x in path for e in ((x.start, x.extent) if isinstance(x, For) else (x.cond,))]
     if any(depends_on(e, inner) or any(ld.buffer.scope != "global" for ld in loads(e)) for e in exprs):
         return None
-    return WsPlan(p, threads, lets)
+    # around a nested pipeline the producer runs ahead into the next execution: nothing else there may touch shared
+    # memory (an epilogue staged through shared memory would race with the next loads)
+    steps = list(path) + [p]
+    for x, nxt in zip(path, steps[1:]):
+        if any(y is not nxt and any(shared_effects(y)) for y in (x.body if isinstance(x, For) else x.then_body)):
+            return None
+    return WsPlan(p, threads, lets, tuple(path))
+
+
+def _path(stmts, p) -> list | None:
+    """The statements enclosing ``p`` in ``stmts``, outermost first, when each is a serial For or the then-branch of an
+    If without an else; None when ``p`` is elsewhere (another kind of loop, an else-branch) or not in ``stmts``."""
+    from tileagent.compiler.ir.stmt import If
+
+    for x in stmts:
+        if x is p:
+            return []
+        if (isinstance(x, For) and x.kind == "serial") or (isinstance(x, If) and not x.else_body):
+            inner = _path(x.body if isinstance(x, For) else x.then_body, p)
+            if inner is not None:
+                return [x] + inner
+    return None
 
 
 def register_words(stmts) -> int:
