@@ -207,28 +207,94 @@ def test_switches(shared_example, ws_on, monkeypatch):
     assert "warp-specialized" not in k.get_ir("thread") and "TMA 2d box" in k.get_ir("thread")
 
 
-def test_a_pipeline_inside_a_loop_is_not_specialized(ws_on):
+def _looped_gemm(reps=2, kt=2, stages=2, staged_epilogue=False):
+    """C[r] = A[r] @ B[r] for r in T.serial(reps): one pipeline of ``kt`` K tiles per repetition."""
+
     @T.prim_func
-    def k(A: T.Tensor((2, 64, 128), "float16"), B: T.Tensor((2, 128, 64), "float16"),
-          C: T.Tensor((2, 64, 64), "float32")):
+    def k(A: T.Tensor((reps, 64, 64 * kt), "float16"), B: T.Tensor((reps, 64 * kt, 64), "float16"),
+          C: T.Tensor((reps, 64, 64), "float32")):
         with T.Kernel(1, threads=128) as bx:
             As = T.alloc_shared((64, 64), "float16")
             Bs = T.alloc_shared((64, 64), "float16")
+            Cs = T.alloc_shared((64, 64), "float32")
             acc = T.alloc_fragment((64, 64), "float32")
-            for r in T.serial(2):
+            for r in T.serial(reps):
                 T.clear(acc)
-                for ko in T.Pipelined(2, num_stages=2):
+                for ko in T.Pipelined(kt, num_stages=stages):
                     T.copy(A[r, 0, ko * 64], As)
                     T.copy(B[r, ko * 64, 0], Bs)
                     T.gemm(As, Bs, acc)
-                T.copy(acc, C[r, 0, 0])
+                if staged_epilogue:
+                    T.copy(acc, Cs)
+                    T.copy(Cs, C[r, 0, 0])
+                else:
+                    T.copy(acc, C[r, 0, 0])
 
-    kernel = tileagent.compile(k, target="sim")
-    assert "warp-specialized" not in kernel.get_ir("thread") and "3d box" in kernel.get_ir("thread")
-    a, b = torch.randn(2, 64, 128, dtype=torch.float16), torch.randn(2, 128, 64, dtype=torch.float16)
-    c = torch.zeros(2, 64, 64)
+    return k
+
+
+def _run_looped(kernel, reps=2, kt=2):
+    a, b = torch.randn(reps, 64, 64 * kt, dtype=torch.float16), torch.randn(reps, 64 * kt, 64, dtype=torch.float16)
+    c = torch.full((reps, 64, 64), float("nan"))
     kernel(a, b, c)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
+def test_a_pipeline_inside_a_loop_is_specialized_across_its_executions(ws_on):
+    # the producer runs the loop over r too and loads repetition r + 1's first stages while the consumers store C[r]
+    kernel = tileagent.compile(_looped_gemm(reps=3, kt=5, stages=3), target="sim")
+    ir = kernel.get_ir("thread")
+    assert "warp-specialized" in ir and "3d box" in ir
+    assert "for r_p" in ir and "tl_tma_phase[0] = k" in ir  # the producer's own loop, the executions counted
+    _run_looped(kernel, reps=3, kt=5)
+
+
+def test_stages_and_parities_continue_across_executions(ws_on):
+    # 2 executions of 5 iterations over 3 stages: counts 0..9. Producer: empty barrier 3 + c % 3, parity
+    # ((c // 3) % 2) ^ 1; consumers: full barrier c % 3, parity (c // 3) % 2 -- as one loop of 10 iterations
+    kernel = tileagent.compile(_looped_gemm(reps=2, kt=5, stages=3), target="sim")
+    from tileagent.compiler import emulate_tma
+    from tileagent.compiler.emulate import _Block
+
+    seen = []
+    real = emulate_tma.mbarrier_wait
+
+    def spy(block, s):
+        real(block, s)
+        seen.append((s.for_free_stage, int(block.uniform(block.ev(s.index), "i")),
+                     int(block.uniform(block.ev(s.parity), "p"))))
+
+    old = _Block._HANDLERS[MbarrierWait]
+    _Block._HANDLERS[MbarrierWait] = spy
+    try:
+        _run_looped(kernel, reps=2, kt=5)
+    finally:
+        _Block._HANDLERS[MbarrierWait] = old
+    assert [x[1:] for x in seen if not x[0]] == [(c % 3, (c // 3) % 2) for c in range(10)]
+    assert [x[1:] for x in seen if x[0]] == [(3 + c % 3, (c // 3) % 2 ^ 1) for c in range(10)]
+
+
+def test_the_last_stage_of_an_execution_is_released(ws_on, monkeypatch):
+    # without the consumers' release after the final wgmma wait, the producer's next execution waits for ever
+    from tileagent.compiler.lower import tma as lower_tma
+
+    real, calls = lower_tma.arrive, []
+
+    def drop_final_release(ctx, index, span=None):
+        calls.append(index)
+        return [] if len(calls) == 2 else real(ctx, index, span)
+
+    monkeypatch.setattr(lower_tma, "arrive", drop_final_release)
+    kernel = tileagent.compile(_looped_gemm(reps=2, kt=5, stages=3), target="sim")
+    with pytest.raises(EmulationError, match="would hang"):
+        _run_looped(kernel, reps=2, kt=5)
+
+
+def test_a_looped_pipeline_with_a_shared_epilogue_is_not_specialized(ws_on):
+    # the producer would load the next execution's stages while the epilogue still uses shared memory
+    kernel = tileagent.compile(_looped_gemm(staged_epilogue=True), target="sim")
+    assert "warp-specialized" not in kernel.get_ir("thread") and "3d box" in kernel.get_ir("thread")
+    _run_looped(kernel)
 
 
 @pytest.mark.gpu

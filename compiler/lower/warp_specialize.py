@@ -7,23 +7,28 @@ Out: ``candidate`` gives the ``WsPlan`` of the kernel's one pipeline that can be
 gives the ``tir.WarpSpecialize`` statement that becomes the kernel's body after the block indices.
 
 When: TMA is in use (``compiler.instructions.tma.usable``), not switched off (``TILEAGENT_WARP_SPECIALIZE=0``, or
-TileLang's pass config ``tl.disable_warp_specialized``; ``=force`` ignores the occupancy rule below), the kernel is one-dimensional in threads (a multiple of
-128, at most 896, no per-thread code) and has exactly one software pipeline, at the top level of its body (so it
-runs once per block), whose producers are all TMA loads (decided when it is lowered; otherwise the kernel is
-lowered as without this module). What the producer computes must not depend on the consumers: the loop bounds and
-the copies' source indices use block indices, the kernel's scalars, global tensors and the Lets before the loop,
-which read no memory (the producer binds them again).
+TileLang's pass config ``tl.disable_warp_specialized``; ``=force`` ignores the occupancy rule below), the kernel is
+one-dimensional in threads (a multiple of 128, at most 896, no per-thread code) and has exactly one software
+pipeline, at the top level of its body or inside serial loops and ifs without else there (``path``: a
+``T.Persistent`` tile loop), whose producers are all TMA loads (decided when it is lowered; otherwise the kernel is
+lowered as without this module). What the producer computes must not depend on the consumers: the loop bounds, the
+conditions on the path and the copies' source indices use block indices, the enclosing loops' variables, the
+kernel's scalars, global tensors and the Lets before the loop, which read no memory (the producer binds them
+again). Beside a nested pipeline nothing on its path touches shared memory (the producer runs ahead into the next
+execution while the consumers finish this one).
 
 How (``compiler.lower.pipeline`` lowers both sides): the block gets ``PRODUCER_THREADS`` more threads. Their
-first thread runs the loop alone: for iteration k (count c = k - start) it waits until stage c % s is free (the
-``empty`` barrier of the stage, parity ((c // s) % 2) ^ 1: a fresh barrier's first use passes), announces the
-stage's bytes on its ``full`` barrier and issues the TMA loads. The kernel's threads (the consumers) run the kernel
-body with the loop as: wait on ``full[c % s]`` (parity (c // s) % 2), the consumers' statements, then release a
-stage: with an overlapped wgmma (one group left in flight), stage (c - 1) % s once the wait has retired iteration
-k - 1's wgmmas; otherwise stage c % s. A release is one arrival per consumer warp (``tir.MbarrierArrive``), so a
-stage is free once every consumer warp is done with it. Inside the consumer body every barrier is the named
-barrier over the consumer threads. With more than two warpgroups in the block, ``setmaxnreg`` moves registers from
-the producer (``PRODUCER_REGISTERS``) to the consumers.
+first thread runs the loop alone (inside the path's loops and ifs, on variables of its own): for iteration k (count
+c = d + k - start, d = the iterations of earlier executions, 0 at the top level, else counted in a phase slot of
+each side's registers) it waits until stage c % s is free (the ``empty`` barrier of the stage, parity ((c // s) %
+2) ^ 1: a fresh barrier's first use passes), announces the stage's bytes on its ``full`` barrier and issues the TMA
+loads. The kernel's threads (the consumers) run the kernel body with the loop as: wait on ``full[c % s]`` (parity
+(c // s) % 2), the consumers' statements, then release a stage: with an overlapped wgmma (one group left in flight),
+stage (c - 1) % s once the wait has retired iteration k - 1's wgmmas (and, in a nested pipeline, the last
+iteration's stage after the final wait); otherwise stage c % s. A release is one arrival per consumer warp
+(``tir.MbarrierArrive``), so a stage is free once every consumer warp is done with it. Inside the consumer body
+every barrier is the named barrier over the consumer threads. With more than two warpgroups in the block,
+``setmaxnreg`` moves registers from the producer (``PRODUCER_REGISTERS``) to the consumers.
 Guarantees: a stage is written by TMA only after every consumer warp released the previous use of it, and read
 only after the phase that carries its bytes completed; every load the producer issues is waited for by the
 consumers (both sides run the same iterations); no block-wide barrier follows the split.
