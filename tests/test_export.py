@@ -345,6 +345,20 @@ def test_a_kernel_whose_lowering_differs_per_arch_ships_each_arch_its_own(shared
     assert compiled == [(ampere["source"], "sm_80"), (hopper["source"], "sm_90a")]
 
 
+def test_a_kernel_on_tma_is_exported_without_it(shared_example):
+    """The exported runtime encodes no tensor maps: the example GEMM, on TMA in-process on sm_90a, ships lowered
+    without it (cp.async), its launch arguments the kernel's own parameters."""
+    import tileagent
+    from tileagent.export import kernel_descriptor
+
+    impl = shared_example("gemm_relu").matmul
+    kernel = tileagent.compile(impl.fn(256, 256, 256, 128, 128, 64), target="sim:sm_90a")
+    assert "tl_tensor_map" in kernel.get_kernel_source()
+    d = kernel_descriptor(kernel, ("sm_80", "sm_90a"))
+    assert "tl_tensor_map" not in d["source"] and "cp.async.cg" in d["source"] and "wgmma.mma_async" in d["source"]
+    assert [a[0] for a in d["launches"][0]["args"]] == ["A", "B", "C"]
+
+
 def test_a_kernel_lowered_alike_for_every_arch_has_no_variants():
     import tileagent
     from tests.conftest import load_module

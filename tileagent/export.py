@@ -25,6 +25,7 @@ import inspect
 import keyword
 import logging
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -412,7 +413,8 @@ def kernel_descriptor(kernel, arches=()) -> dict:
     argument names and dtypes, grid expressions, block, dynamic shared bytes, alignment per pointer). ``variants``:
     for each of ``arches`` whose lowering differs from the kernel's own target (shared memory per block decides the
     pipeline stages, features decide instructions), that arch's ``id``, ``source`` and ``launches``; the runtime
-    uses them on a device of that arch."""
+    uses them on a device of that arch. TMA is left out of every lowering (its tensor maps are encoded by the
+    compiler's runtime, not by the exported one): a kernel that uses it is exported as lowered without it."""
     from tileagent.compiler import passes
     from tileagent.compiler.ir.stmt import Buffer
     from tileagent.compiler.jit import nvrtc_options
@@ -432,11 +434,16 @@ def kernel_descriptor(kernel, arches=()) -> dict:
         else:
             params.append({"name": p.name, "kind": "scalar", "dtype": str(p.dtype)})
     variants = {}
+    options_ = kernel.options
+    if any(k.tensor_maps for k in kernel.module.kernels):  # this runtime encodes no tensor maps: the copies go by cp.async
+        options_ = replace(options_, disabled_features=options_.disabled_features | {"tma"})
+        unit = passes.run(func, kernel.target, options_, until="codegen_cuda")
+        source, launches, names = _lowered(func, unit.module, unit.source)
     for arch in arches:
         target = for_arch(arch, "sim")
         if target.arch == kernel.target.arch:
             continue
-        unit = passes.run(func, target, kernel.options, until="codegen_cuda")
+        unit = passes.run(func, target, options_, until="codegen_cuda")
         other, other_launches, _ = _lowered(func, unit.module, unit.source)
         if (other, other_launches) != (source, launches):
             variants[target.arch] = {"id": _digest(other, options), "source": other, "launches": other_launches}
