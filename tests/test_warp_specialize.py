@@ -43,11 +43,8 @@ def test_gemm_relu_warp_specialized_in_the_emulator(shared_example, ws_on):
     torch.testing.assert_close(c.float(), mod.reference(a.float(), b.float()), rtol=2e-2, atol=2e-2)
 
 
-def test_stage_and_parity_sequence_hand_checked(shared_example, ws_on):
-    # 5 iterations over 3 stages. Consumers: full barrier i % 3 with parity (i // 3) % 2. Producer: empty barrier
-    # 3 + i % 3 with parity ((i // 3) % 2) ^ 1: the first three pass on fresh barriers, iterations 3 and 4 wait for
-    # the consumers' releases of iterations 0 and 1
-    _, kernel = _gemm(shared_example, 128, 64, 320)
+def _waits(run) -> list:
+    """(for a free stage?, barrier index, parity) of every mbarrier wait the emulator runs during ``run()``."""
     from tileagent.compiler import emulate_tma
     from tileagent.compiler.emulate import _Block
 
@@ -62,10 +59,19 @@ def test_stage_and_parity_sequence_hand_checked(shared_example, ws_on):
     old = _Block._HANDLERS[MbarrierWait]
     _Block._HANDLERS[MbarrierWait] = spy
     try:
-        kernel(torch.randn(128, 320, dtype=torch.float16), torch.randn(320, 64, dtype=torch.float16),
-               torch.empty(128, 64, dtype=torch.float16))
+        run()
     finally:
         _Block._HANDLERS[MbarrierWait] = old
+    return seen
+
+
+def test_stage_and_parity_sequence_hand_checked(shared_example, ws_on):
+    # 5 iterations over 3 stages. Consumers: full barrier i % 3 with parity (i // 3) % 2. Producer: empty barrier
+    # 3 + i % 3 with parity ((i // 3) % 2) ^ 1: the first three pass on fresh barriers, iterations 3 and 4 wait for
+    # the consumers' releases of iterations 0 and 1
+    _, kernel = _gemm(shared_example, 128, 64, 320)
+    seen = _waits(lambda: kernel(torch.randn(128, 320, dtype=torch.float16), torch.randn(320, 64, dtype=torch.float16),
+                                 torch.empty(128, 64, dtype=torch.float16)))
     assert [x[1:] for x in seen if not x[0]] == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1)]
     assert [x[1:] for x in seen if x[0]] == [(3, 1), (4, 1), (5, 1), (3, 0), (4, 0)]
 
@@ -253,23 +259,7 @@ def test_stages_and_parities_continue_across_executions(ws_on):
     # 2 executions of 5 iterations over 3 stages: counts 0..9. Producer: empty barrier 3 + c % 3, parity
     # ((c // 3) % 2) ^ 1; consumers: full barrier c % 3, parity (c // 3) % 2 -- as one loop of 10 iterations
     kernel = tileagent.compile(_looped_gemm(reps=2, kt=5, stages=3), target="sim")
-    from tileagent.compiler import emulate_tma
-    from tileagent.compiler.emulate import _Block
-
-    seen = []
-    real = emulate_tma.mbarrier_wait
-
-    def spy(block, s):
-        real(block, s)
-        seen.append((s.for_free_stage, int(block.uniform(block.ev(s.index), "i")),
-                     int(block.uniform(block.ev(s.parity), "p"))))
-
-    old = _Block._HANDLERS[MbarrierWait]
-    _Block._HANDLERS[MbarrierWait] = spy
-    try:
-        _run_looped(kernel, reps=2, kt=5)
-    finally:
-        _Block._HANDLERS[MbarrierWait] = old
+    seen = _waits(lambda: _run_looped(kernel, reps=2, kt=5))
     assert [x[1:] for x in seen if not x[0]] == [(c % 3, (c // 3) % 2) for c in range(10)]
     assert [x[1:] for x in seen if x[0]] == [(3 + c % 3, (c // 3) % 2 ^ 1) for c in range(10)]
 
