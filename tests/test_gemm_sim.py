@@ -12,8 +12,11 @@ import tileagent.language as T
 
 
 @pytest.fixture(autouse=True)
-def _seed():
+def _seed_and_cp_async(monkeypatch):
+    """Seeded; pipelines on cp.async (TILEAGENT_ENABLE_TMA=0): this file specifies them. TMA, sm_90a's default for
+    pipelines that feed a T.gemm: tests/test_tma.py, tests/test_warp_specialize.py."""
     torch.manual_seed(0)
+    monkeypatch.setenv("TILEAGENT_ENABLE_TMA", "0")
 
 
 MMA = {"tl.disable_wgmma": True}  # T.gemm on mma.sync on the sim target's sm_90a

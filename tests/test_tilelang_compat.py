@@ -437,9 +437,9 @@ def test_datatype_dtype_and_pass_config_keys(tilelang, caplog, tmp_path):
         """))
     with caplog.at_level(logging.INFO, logger="tileagent.compiler"):
         tilelang.compile(ns["k"](), target="cpu", verbose=True, pass_configs={
-            tilelang.PassConfigKey.TL_DISABLE_TMA_LOWER: True, tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True})
+            tilelang.PassConfigKey.TL_DISABLE_VECTORIZE_256: True, tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True})
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("tl.disable_tma_lower" in m and "no effect" in m for m in warned)
+    assert any("tl.disable_vectorize_256" in m and "no effect" in m for m in warned)
     assert not any("tl.enable_fast_math" in m for m in warned)
 
 

@@ -34,8 +34,11 @@ def _mma_sync(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def _seed():
+def _seed_and_cp_async(monkeypatch):
+    """Seeded; pipelines on cp.async (TILEAGENT_ENABLE_TMA=0): this file specifies them. TMA, sm_90a's default for
+    pipelines that feed a T.gemm: tests/test_tma.py, tests/test_warp_specialize.py."""
     torch.manual_seed(0)
+    monkeypatch.setenv("TILEAGENT_ENABLE_TMA", "0")
 
 
 def _run_gemm_relu(mod, M, N, K, tiles, dtype=torch.float16):
@@ -253,6 +256,7 @@ def test_overlapped_schedule_order(shared_example, wgmma_on, monkeypatch):
     # the CUDA source says the same in order
     monkeypatch.undo()
     monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)
+    monkeypatch.setenv("TILEAGENT_ENABLE_TMA", "0")
     src = tileagent.compile(shared_example("gemm_relu").matmul.fn(512, 512, 512, 128, 128, 64),
                             target="sim").get_kernel_source()
     loop = src[src.index("for (int ko = 0;"):]
