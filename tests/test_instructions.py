@@ -139,8 +139,9 @@ def test_thread_ir_names_the_chosen_instructions(monkeypatch):
     store_line = _line_of(_pipelined_gemm, "T.copy(C_l")
     for target, gemm, copy in (
             ("sim:sm_80", "mma.sync m16n8k16, FullRow, 4 warps (4 x 1)\n", "cp.async 16B"),
-            ("sim", "wgmma.mma_async m64nNk16 SS: m64n64k16.f32.f16.f16, A K-major 64B swizzle, B N-major 128B swizzle, "
-                    "FullRow, 4 warps (4 x 1)\n", "TMA 2d box 32x64 x1, 64B swizzle, 4096 B on an mbarrier, 2 stages")):
+            ("sim", "wgmma.mma_async m64nNk16 SS: m64n64k16.f32.f16.f16, A K-major 64B swizzle, B N-major 128B "
+                    "swizzle, FullRow, 4 warps (4 x 1)\n",
+             "TMA 2d box 32x64 x1, 64B swizzle, 4096 B on an mbarrier, 2 stages")):
         ir = tileagent.compile(_pipelined_gemm(128, 128, 64), target=target).get_ir("thread")
         assert f"# T.gemm at line {gemm_line}: {gemm}" in ir, target
         assert f"# T.copy at line {copy_line}: {copy}" in ir

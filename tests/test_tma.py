@@ -1,8 +1,9 @@
 """The TMA entry of the copy registry (compiler.instructions.tma; by default for T.Pipelined loops with a T.gemm, every
 copy with TILEAGENT_ENABLE_TMA=1): global -> shared T.copy as cp.async.bulk.tensor on an mbarrier, single copies and
 T.Pipelined stages, run in the SIMT emulator against the data (TMA's placement modelled independently of the
-layouts: hand-checked offsets below), compiled by NVRTC for sm_90a, the tensor-map rules checked at launch with crafted strides and addresses (the driver's encode
-mocked), and the fallback to the variant without TMA decided at launch."""
+layouts: hand-checked offsets below), compiled by NVRTC for sm_90a, the tensor-map rules checked at launch with
+crafted strides and addresses (the driver's encode mocked), and the fallback to the variant without TMA decided at
+launch."""
 
 import ctypes
 import logging

@@ -435,7 +435,7 @@ def kernel_descriptor(kernel, arches=()) -> dict:
             params.append({"name": p.name, "kind": "scalar", "dtype": str(p.dtype)})
     variants = {}
     options_ = kernel.options
-    if any(k.tensor_maps for k in kernel.module.kernels):  # this runtime encodes no tensor maps: the copies go by cp.async
+    if any(k.tensor_maps for k in kernel.module.kernels):  # this runtime encodes no tensor maps: cp.async instead
         options_ = replace(options_, disabled_features=options_.disabled_features | {"tma"})
         unit = passes.run(func, kernel.target, options_, until="codegen_cuda")
         source, launches, names = _lowered(func, unit.module, unit.source)

@@ -50,7 +50,8 @@ Consumers on wgmma (sm_90a, ``compiler.instructions.wgmma``; ``wgmma_schedules``
 
 Producers on TMA (sm_90a; by default in pipelines that feed a T.gemm: ``compiler.instructions.tma.mode``;
 ``compiler.lower.tma``): when every producer of the pipeline can be a TMA load (else the pipeline keeps cp.async and
-each copy's instruction note says why not), the stages complete on mbarriers instead of cp.async groups: one barrier per stage (init count 1).
+each copy's instruction note says why not), the stages complete on mbarriers instead of cp.async groups: one barrier
+per stage (init count 1).
 With c = the pipeline's earlier iterations (0 for a loop that runs once per block; inside another loop a phase slot,
 ``tl_tma_phase``, counts them) plus the iteration's index in the loop, iteration k's tiles go to stage c % s on barrier
 c % s, issued by thread 0 (``fence.proxy.async``, one ``arrive.expect_tx`` of all the producers' bytes, the TMA
@@ -471,8 +472,9 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
         return [Let(done, Load(state.phases, (as_expr(slot),), state.phases.dtype), p.span)], done
 
     def count_executions(done, n) -> list:
-        return [] if slot is None else [Store(state.phases, (as_expr(slot),), make_binop("+", done, make_call("max", n, 0)),
-                                              p.span)]
+        if slot is None:
+            return []
+        return [Store(state.phases, (as_expr(slot),), make_binop("+", done, make_call("max", n, 0)), p.span)]
 
     # the producer: its own loop variables, one thread
     outer = {x.var: ctx.var(f"{x.var.name}_p") for x in ws.path if isinstance(x, For)}
@@ -482,7 +484,7 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
             ctx.ranges[new_var] = ctx.ranges[old_var]
     pstart, pextent = ctx.rewrite(loop.start, outer), ctx.rewrite(loop.extent, outer)
     head, pdone = executions_before("p")
-    pcount = make_binop("+", pdone, make_binop("-", pv, pstart)) if slot is not None else make_binop("-", pv, pstart)
+    pcount = make_binop("+", pdone, make_binop("-", pv, pstart))  # (0 + x folds to x)
     pstage = make_binop("%", pcount, s)
     view, copies = _stage_copies(ctx, p, plans, strides, pv, pcount, v, outer)
     free = wait(ctx, make_binop("+", empty, pstage), make_binop("^", make_binop("%", make_binop("//", pcount, s), 2), 1),
@@ -504,7 +506,7 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
         if isinstance(g, Gemm) and g in ctx.hoisted:
             out += hoist_a_operand(ctx, g)
     local = make_binop("-", v, start)
-    count = make_binop("+", done, local) if slot is not None else local
+    count = make_binop("+", done, local)
     stage = make_binop("%", count, s)
     schedules = wgmma_schedules(p, ctx.layouts)
     overlap = any(w.pending for w in schedules.values())

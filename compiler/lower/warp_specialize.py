@@ -155,10 +155,11 @@ def registers(consumers: int, target, shared_bytes: int, words: int, floor: int 
     (short-lived arrays share registers). Blocks per SM without the producer: what the shared memory
     (``shared_bytes`` a block, plus the 1 KiB the driver reserves) and ``words`` registers a thread allow. With it:
     the most blocks, up to the shared-memory limit, whose register cap at entry (the registers per SM split over
-    every thread of the blocks) holds ``LIVE_FRACTION`` of ``words`` and at least ``floor`` (``wgmma_floor``). ptxas allocates within that cap in the
-    consumers' code too (seen on sm_90a: C7602 below it), so ``setmaxnreg`` only hands the producer's unused
-    registers over at run time: the producer down to ``PRODUCER_REGISTERS``, the consumers up to what is left of
-    the block's pool (entry x threads; at most 240). H200, same run: MLA decode 409 -> 471 TFLOP/s with the producer (1 block per SM either way);
+    every thread of the blocks) holds ``LIVE_FRACTION`` of ``words`` and at least ``floor`` (``wgmma_floor``). ptxas
+    allocates within that cap in the consumers' code too (seen on sm_90a: C7602 below it), so ``setmaxnreg`` only
+    hands the producer's unused registers over at run time: the producer down to ``PRODUCER_REGISTERS``, the
+    consumers up to what is left of the block's pool (entry x threads; at most 240). H200, same run: MLA decode 409
+    -> 471 TFLOP/s with the producer (1 block per SM either way);
     flash attention 590 -> 465 forced to 1 block per SM instead of 2 (BENCHMARKS.md)."""
     total = consumers + PRODUCER_THREADS
     by_shared = max(1, min(target.shared_bytes_per_sm // (shared_bytes + 1024), target.blocks_per_sm))
@@ -196,5 +197,5 @@ def specialize(ws: WsPlan, lets: dict, consumer_body, target, shared_bytes: int,
                           consumers=ws.consumers, blocks_per_sm=blocks)
 
 
-__all__ = ["ENV", "PRODUCER_THREADS", "WsPlan", "candidate", "enabled", "forced", "register_words", "registers", "specialize",
-           "wgmma_floor"]
+__all__ = ["ENV", "PRODUCER_THREADS", "WsPlan", "candidate", "enabled", "forced", "register_words", "registers",
+           "specialize", "wgmma_floor"]

@@ -73,8 +73,8 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     persistent = knobs.get("PERSISTENT", False)
     if persistent:  # one block per SM walks the tiles; the TMA producer loads the next tile during the epilogue
         grid = "T.Kernel(blocks, threads=threads) as b"
-        tile_loop = ("            for by, bx in T.Persistent([T.ceildiv(M, block_M), T.ceildiv(N, block_N)], blocks, b, "
-                     "group_size=panel):\n")
+        tile_loop = ("            for by, bx in T.Persistent([T.ceildiv(M, block_M), T.ceildiv(N, block_N)], blocks, "
+                     "b, group_size=panel):\n")
         pad = "    "
     else:
         grid = "T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by)"
@@ -114,8 +114,8 @@ def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, b
         forward += (f"        b = cast_rows({b_ref}.shape[0], {b_ref}.shape[1], TL_DTYPE[{b_ref}.dtype], "
                     f"TL_DTYPE[{a_ref}.dtype])({b_ref})  # in A's dtype, as the reference casts it\n")
         b_ref = "b"
-    forward += (f"        blocks = (torch.cuda.get_device_properties({a_ref}.device).multi_processor_count if PERSISTENT and "
-                f"{a_ref}.is_cuda else 4)  # persistent: one block per SM\n")
+    forward += (f"        blocks = (torch.cuda.get_device_properties({a_ref}.device).multi_processor_count "
+                f"if PERSISTENT and {a_ref}.is_cuda else 4)  # persistent: one block per SM\n")
     forward += (f"        kernel = gemm_epilogue(N, K, BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES, THREADS, PANEL, blocks, "
                 f"TL_DTYPE[{a_ref}.dtype], TL_DTYPE[{b_ref}.dtype]{dargs},\n"
                 f"                               {common.out_dtype_ref(match, a_ref)}{cargs})\n"
