@@ -317,10 +317,10 @@ def test_two_outputs_no_constructor_and_a_kernel_the_export_did_not_see(tmp_path
 
 
 def test_a_kernel_whose_lowering_differs_per_arch_ships_each_arch_its_own(shared_example, monkeypatch, tmp_path):
-    """MLA decode with 2 stages needs 230896 bytes of shared memory on sm_90a's wgmma (231424 on mma.sync): sm_90a runs
-    it pipelined, sm_80 (163 KiB) as a plain loop on mma.sync. The descriptor carries the sm_80 lowering as a variant,
-    the runtime picks it for an sm_80 device, and prebuilt cubins for sm_80 are compiled from it (not from the sm_90a
-    source)."""
+    """MLA decode with 2 stages needs 230928 bytes of shared memory on sm_90a's wgmma with TMA (230896 without, its
+    fallback): sm_90a runs it pipelined, sm_80 (163 KiB) as a plain loop on mma.sync. The descriptor carries the sm_80
+    lowering as a variant, the runtime picks it for an sm_80 device, and prebuilt cubins for sm_80 are compiled from
+    it (not from the sm_90a source)."""
     import tileagent
     from tileagent.compiler.runtime import nvrtc
     from tileagent.export import kernel_descriptor, prebuild_cubins
@@ -331,7 +331,8 @@ def test_a_kernel_whose_lowering_differs_per_arch_ships_each_arch_its_own(shared
     d = kernel_descriptor(kernel, ("sm_80", "sm_90a"))
     assert d["arch"] == "sm_90a" and set(d["variants"]) == {"sm_80"}  # sm_90a is the default itself
     hopper, ampere = d, d["variants"]["sm_80"]
-    assert [x["shared_bytes"] for x in hopper["launches"]] == [230896]
+    assert [x["shared_bytes"] for x in hopper["launches"]] == [230928]
+    assert [x["shared_bytes"] for x in hopper["fallback"]["launches"]] == [230896]
     assert "wgmma.mma_async" in hopper["source"] and "wgmma" not in ampere["source"]
     assert [x["shared_bytes"] for x in ampere["launches"]] == [157696]
     assert ampere["id"] != hopper["id"] and ampere["source"] != hopper["source"]
@@ -341,22 +342,59 @@ def test_a_kernel_whose_lowering_differs_per_arch_ships_each_arch_its_own(shared
     monkeypatch.setattr(nvrtc, "compile_to_cubin", lambda src, arch, opts: compiled.append((src, arch)) or b"\x7fELF")
     paths = prebuild_cubins([d], tmp_path, ["sm_80", "sm_90a"])
     assert sorted(p.relative_to(tmp_path).as_posix() for p in paths) == sorted(
-        [f"sm_80/{ampere['id']}.cubin", f"sm_90a/{hopper['id']}.cubin"])
-    assert compiled == [(ampere["source"], "sm_80"), (hopper["source"], "sm_90a")]
+        [f"sm_80/{ampere['id']}.cubin", f"sm_90a/{hopper['id']}.cubin", f"sm_90a/{hopper['fallback']['id']}.cubin"])
+    assert compiled == [(ampere["source"], "sm_80"), (hopper["source"], "sm_90a"),
+                        (hopper["fallback"]["source"], "sm_90a")]
 
 
-def test_a_kernel_on_tma_is_exported_without_it(shared_example):
-    """The exported runtime encodes no tensor maps: the example GEMM, on TMA in-process on sm_90a, ships lowered
-    without it (cp.async), its launch arguments the kernel's own parameters."""
+def test_a_kernel_on_tma_ships_its_tensor_maps_and_a_fallback(shared_example, monkeypatch, tmp_path):
+    """The example GEMM on sm_90a loads by TMA: the descriptor names each launch's tensor maps (encoded by the runtime
+    from the call's tensors, after the arguments) and carries the lowering without TMA as ``fallback``, which the
+    runtime takes (warning once) for tensors that break TMA's rules; both get prebuilt cubins. Run through the
+    runtime in the emulator: the product."""
     import tileagent
-    from tileagent.export import kernel_descriptor
+    from tileagent import export_runtime
+    from tileagent.compiler import emulate
+    from tileagent.compiler.runtime import nvrtc
+    from tileagent.export import kernel_descriptor, prebuild_cubins
 
     impl = shared_example("gemm_relu").matmul
-    kernel = tileagent.compile(impl.fn(256, 256, 256, 128, 128, 64), target="sim:sm_90a")
-    assert "tl_tensor_map" in kernel.get_kernel_source()
+    kernel = tileagent.compile(impl.fn(256, 128, 192, 128, 64, 64), target="sim:sm_90a")
     d = kernel_descriptor(kernel, ("sm_80", "sm_90a"))
-    assert "tl_tensor_map" not in d["source"] and "cp.async.cg" in d["source"] and "wgmma.mma_async" in d["source"]
-    assert [a[0] for a in d["launches"][0]["args"]] == ["A", "B", "C"]
+    (launch,) = d["launches"]
+    assert [a[0] for a in launch["args"]] == ["A", "B", "C"] and "tl_tensor_map" in d["source"]
+    assert launch["tensor_maps"] == [
+        {"param": "A", "dtype": "float16", "dims": [192, 256], "strides": [["const", 192]], "box": [64, 128], "swizzle": 128},
+        {"param": "B", "dtype": "float16", "dims": [128, 192], "strides": [["const", 128]], "box": [64, 64], "swizzle": 128}]
+    fallback = d["fallback"]
+    assert "tl_tensor_map" not in fallback["source"] and "cp.async.cg" in fallback["source"]
+    assert "tensor_maps" not in fallback["launches"][0] and fallback["id"] != d["id"]
+
+    runtime = export_runtime.load(d)
+    a, b = torch.randn(256, 192, dtype=torch.float16), torch.randn(192, 128, dtype=torch.float16)
+    c = torch.full((256, 128), float("nan"), dtype=torch.float16)
+    _, [(symbol, grid, block, shared, values)] = runtime.plan(a, b, c, check_device=False)
+    assert grid == (2, 2, 1) and block == (256, 1, 1) and len(values) == 5  # A, B, C, then the two maps
+    assert values[3] == export_runtime.TensorMapArg("A", "float16", a.data_ptr(), (192, 256), (384,), (64, 128), 128)
+    launched = []
+    export_runtime.set_launcher(lambda kern, sym, g, bl, sh, vals: launched.append(len(vals)) or emulate.run_kernel(
+        kernel.module.kernels[0], dict(zip(kernel.module.kernels[0].params, vals))))
+    try:
+        runtime(a, b, c)
+    finally:
+        export_runtime.set_launcher(None)
+    assert launched == [5]
+    torch.testing.assert_close(c.float(), torch.relu(a.float() @ b.float()), rtol=2e-2, atol=2e-2)
+
+    monkeypatch.setattr(export_runtime, "tma_problem", lambda m: f"the address of '{m.param}' is not 16-byte aligned")
+    with pytest.warns(RuntimeWarning, match="the address of 'A' is not 16-byte aligned; running its lowering without"):
+        _, [(_, _, _, _, values)] = runtime.plan(a, b, c, check_device=False)
+    assert len(values) == 3  # the fallback's launch: no tensor maps
+
+    compiled = []
+    monkeypatch.setattr(nvrtc, "compile_to_cubin", lambda src, arch, opts: compiled.append((src, arch)) or b"\x7fELF")
+    paths = prebuild_cubins([d], tmp_path, ["sm_90a"])
+    assert sorted(p.name for p in paths) == sorted([f"{d['id']}.cubin", f"{fallback['id']}.cubin"])
 
 
 def test_a_kernel_lowered_alike_for_every_arch_has_no_variants():

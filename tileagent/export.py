@@ -410,11 +410,11 @@ def _expr(e, names: dict):
 def kernel_descriptor(kernel, arches=()) -> dict:
     """What the exported runtime needs to launch ``kernel`` (a JITKernel): its CUDA C++, NVRTC options, parameters
     (dtype, shape expressions of the dynamic dims), outputs, and one launch per ``__global__`` function (symbol,
-    argument names and dtypes, grid expressions, block, dynamic shared bytes, alignment per pointer). ``variants``:
-    for each of ``arches`` whose lowering differs from the kernel's own target (shared memory per block decides the
-    pipeline stages, features decide instructions), that arch's ``id``, ``source`` and ``launches``; the runtime
-    uses them on a device of that arch. TMA is left out of every lowering (its tensor maps are encoded by the
-    compiler's runtime, not by the exported one): a kernel that uses it is exported as lowered without it."""
+    argument names and dtypes, grid expressions, block, dynamic shared bytes, alignment per pointer, and the TMA
+    tensor maps it takes after its arguments). ``variants``: for each of ``arches`` whose lowering differs from the
+    kernel's own target (shared memory per block decides the pipeline stages, features decide instructions), that
+    arch's ``id``, ``source`` and ``launches``; the runtime uses them on a device of that arch. A lowering with
+    tensor maps carries a ``fallback``, the same lowered without TMA, for calls whose tensors break TMA's rules."""
     from tileagent.compiler import passes
     from tileagent.compiler.ir.stmt import Buffer
     from tileagent.compiler.jit import nvrtc_options
@@ -425,7 +425,18 @@ def kernel_descriptor(kernel, arches=()) -> dict:
     seen = [p.name for p in func.params] + [v.name for v in func.dynamic_vars]
     if len(set(seen)) != len(seen):
         raise ExportError(f"kernel {func.name}: its parameters and dynamic dims share a name ({seen})")
-    source, launches, names = _lowered(func, kernel.module, kernel.get_kernel_source())
+
+    def lowering(target, opts, module=None, source=None) -> tuple[dict, dict]:
+        if module is None:
+            unit = passes.run(func, target, opts, until="codegen_cuda")
+            module, source = unit.module, unit.source
+        text, launches, names = _lowered(func, module, source)
+        out = {"id": _digest(text, options), "source": text, "launches": launches}
+        if any(k.tensor_maps for k in module.kernels):
+            out["fallback"] = lowering(target, replace(opts, disabled_features=opts.disabled_features | {"tma"}))[0]
+        return out, names
+
+    own, names = lowering(kernel.target, kernel.options, kernel.module, kernel.get_kernel_source())
     params = []
     for p in func.params:
         if isinstance(p, Buffer):
@@ -434,22 +445,16 @@ def kernel_descriptor(kernel, arches=()) -> dict:
         else:
             params.append({"name": p.name, "kind": "scalar", "dtype": str(p.dtype)})
     variants = {}
-    options_ = kernel.options
-    if any(k.tensor_maps for k in kernel.module.kernels):  # this runtime encodes no tensor maps: cp.async instead
-        options_ = replace(options_, disabled_features=options_.disabled_features | {"tma"})
-        unit = passes.run(func, kernel.target, options_, until="codegen_cuda")
-        source, launches, names = _lowered(func, unit.module, unit.source)
     for arch in arches:
         target = for_arch(arch, "sim")
         if target.arch == kernel.target.arch:
             continue
-        unit = passes.run(func, target, options_, until="codegen_cuda")
-        other, other_launches, _ = _lowered(func, unit.module, unit.source)
-        if (other, other_launches) != (source, launches):
-            variants[target.arch] = {"id": _digest(other, options), "source": other, "launches": other_launches}
-    return {"runtime_version": RUNTIME_VERSION, "name": func.name, "id": _digest(source, options), "source": source,
-            "arch": kernel.target.arch, "options": options, "params": params, "out_idx": list(kernel.out_idx),
-            "dynamic": [v.name for v in func.dynamic_vars], "launches": launches, "variants": variants}
+        other = lowering(target, kernel.options)[0]
+        if other != own:
+            variants[target.arch] = other
+    return {"runtime_version": RUNTIME_VERSION, "name": func.name, **own, "arch": kernel.target.arch,
+            "options": options, "params": params, "out_idx": list(kernel.out_idx),
+            "dynamic": [v.name for v in func.dynamic_vars], "variants": variants}
 
 
 def _digest(source: str, options: list[str]) -> str:
@@ -477,6 +482,11 @@ def _lowered(func, module, source: str) -> tuple[str, list[dict], dict]:
             "grid": [_expr(g, names) for g in k.grid], "block": [int(b) for b in k.block],
             "shared_bytes": int(k.shared_bytes),
             "align": {names[id(p)]: int(a) for p, a in align.items() if a > 1}})
+        if k.tensor_maps:  # TMA: encoded at launch from the tensor passed for "param", after the arguments
+            launches[-1]["tensor_maps"] = [
+                {"param": names[id(tm.buffer)], "dtype": str(tm.buffer.dtype),
+                 "dims": [_expr(d, names) for d in tm.dims], "strides": [_expr(x, names) for x in tm.strides],
+                 "box": [int(b) for b in tm.box], "swizzle": int(tm.swizzle)} for tm in k.tensor_maps]
     return source, launches, names
 
 
@@ -500,11 +510,12 @@ def prebuild_cubins(descriptors: list[dict], directory: Path, arches) -> list[Pa
     written = []
     for d in descriptors:
         for arch in arches:
-            own = d.get("variants", {}).get(arch, d)  # the lowering for this arch
-            path = Path(directory) / arch / f"{own['id']}.cubin"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(cubin_file_bytes(compile_to_cubin(own["source"], arch, tuple(d["options"]))))
-            written.append(path)
+            own = d.get("variants", {}).get(arch, d)  # the lowering for this arch, and its fallback without TMA
+            for low in (own, own["fallback"]) if "fallback" in own else (own,):
+                path = Path(directory) / arch / f"{low['id']}.cubin"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(cubin_file_bytes(compile_to_cubin(low["source"], arch, tuple(d["options"]))))
+                written.append(path)
     return sorted(set(written))
 
 

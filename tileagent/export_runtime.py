@@ -33,11 +33,13 @@ import math
 import os
 import sys
 import threading
+import warnings
+from collections import OrderedDict, namedtuple
 from pathlib import Path
 
 import torch
 
-RUNTIME_VERSION = "2"  # 2: per-arch lowerings ("variants")
+RUNTIME_VERSION = "3"  # 2: per-arch lowerings ("variants"); 3: TMA tensor maps and a "fallback" lowering without
 """The descriptor format and API of this runtime; ``load`` refuses descriptors of another version."""
 
 
@@ -251,12 +253,67 @@ def device_arch(device: int) -> str:
     return f"sm_{major}{minor}a" if (major, minor) in ((9, 0), (10, 0)) else f"sm_{major}{minor}"
 
 
+# TMA tensor maps (CUtensorMap, 128 bytes by value): the rules checked before the driver sees them, so a tensor that
+# breaks one runs the lowering's "fallback" (without TMA) instead of faulting; encodings cached per (pointer, dtype,
+# dims, strides, box, swizzle)
+_TMA_TYPES = {"float16": "FLOAT16", "bfloat16": "BFLOAT16", "float32": "FLOAT32", "float64": "FLOAT64",
+              "int32": "INT32", "int64": "INT64", "uint8": "UINT8", "int8": "UINT8", "uint16": "UINT16",
+              "int16": "UINT16", "uint32": "UINT32", "uint64": "UINT64", "float8_e4m3fn": "UINT8",
+              "float8_e5m2": "UINT8"}
+TensorMapArg = namedtuple("TensorMapArg", "param dtype ptr dims strides box swizzle")
+"""A launch argument the runtime encodes (``cuTensorMapEncodeTiled``): dims and strides (bytes) innermost first."""
+_TMA_CACHE: OrderedDict = OrderedDict()
+_TMA_LOCK = threading.Lock()
+_WARNED: set = set()
+
+
+def tma_problem(m: TensorMapArg) -> str | None:
+    """Which of TMA's rules tensor map ``m`` breaks (cuda.h, ``cuTensorMapEncodeTiled``), None if none."""
+    elem = _TORCH_DTYPES[m.dtype].itemsize
+    if m.ptr % 16:
+        return f"the address of '{m.param}' is not 16-byte aligned"
+    if any(not 1 <= n <= 1 << 32 for n in m.dims):
+        return f"'{m.param}' has a dim outside [1, 2**32] ({m.dims}, innermost first)"
+    if any(x % 16 or not 0 < x < 1 << 40 for x in m.strides):
+        return f"a stride of '{m.param}' is not a multiple of 16 bytes below 2**40 ({m.strides} bytes)"
+    if any(not 1 <= b <= 256 for b in m.box) or m.box[0] * elem % 16 or (m.swizzle and m.box[0] * elem > m.swizzle):
+        return f"the box {m.box} of '{m.param}' breaks TMA's limits"
+    return None
+
+
+def _tensor_map(m: TensorMapArg):
+    """The 128-byte kernel argument of ``m`` (its rules checked), encoded by the driver once per key."""
+    key = tuple(m[1:])
+    with _TMA_LOCK:
+        if key in _TMA_CACHE:
+            _TMA_CACHE.move_to_end(key)
+            return _TMA_CACHE[key]
+    drv = _driver()
+    t = getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_TMA_TYPES[m.dtype]}")
+    sw = getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{m.swizzle}B" if m.swizzle else
+                 "CU_TENSOR_MAP_SWIZZLE_NONE")
+    err, tmap = drv.cuTensorMapEncodeTiled(
+        t, len(m.dims), m.ptr, [drv.cuuint64_t(n) for n in m.dims], [drv.cuuint64_t(x) for x in m.strides],
+        [drv.cuuint32_t(b) for b in m.box], [drv.cuuint32_t(1)] * len(m.dims),
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, sw,
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    _check(drv, err, f"cuTensorMapEncodeTiled('{m.param}')")
+    arg = (ctypes.c_uint64 * 16).from_buffer_copy(ctypes.string_at(tmap.getPtr(), 128))
+    with _TMA_LOCK:
+        _TMA_CACHE[key] = arg
+        while len(_TMA_CACHE) > 4096:
+            _TMA_CACHE.popitem(last=False)
+    return arg
+
+
 _launcher = None
 
 
 def set_launcher(fn) -> None:
     """Replace the driver launch by ``fn(kernel, symbol, grid, block, shared_bytes, values)`` (None: the driver).
-    ``values`` are the argument values in the ``__global__`` function's order (flat tensors and numbers)."""
+    ``values`` are the argument values in the ``__global__`` function's order (flat tensors and numbers), then its
+    ``TensorMapArg``s."""
     global _launcher
     _launcher = fn
 
@@ -273,9 +330,9 @@ class Kernel:
         self.params = descriptor["params"]
         self.out_idx = set(descriptor["out_idx"])
         self._lock = threading.Lock()
-        self._cubins: dict = {}  # arch -> bytes
-        self._modules: dict = {}  # device -> CUmodule
-        self._functions: dict = {}  # (device, symbol) -> CUfunction
+        self._cubins: dict = {}  # (arch, lowering id) -> bytes
+        self._modules: dict = {}  # (device, lowering id) -> CUmodule
+        self._functions: dict = {}  # (device, lowering id, symbol) -> CUfunction
 
     def __repr__(self) -> str:
         return f"Kernel({self.name}, id={self.id})"
@@ -342,13 +399,32 @@ class Kernel:
 
     def plan(self, *args, check_device: bool = True):
         """(outputs, [(symbol, grid, block, shared_bytes, values)]) for a call with ``args``, nothing launched: the
-        launches of the lowering for the arch of the arguments' CUDA device (the default one off CUDA)."""
+        launches of the lowering for the arch of the arguments' CUDA device (the default one off CUDA), or of its
+        ``fallback`` without TMA when a tensor breaks one of TMA's rules (a warning once per reason)."""
+        outputs, _, launches = self._plan(args, check_device)
+        return outputs, launches
+
+    def _plan(self, args, check_device: bool):
         env, outputs = self.bind(args, check_device)
         device = next((v.device for v in env.values() if isinstance(v, torch.Tensor)), None)
         arch = device_arch(device.index if device.index is not None else torch.cuda.current_device()) \
             if device is not None and device.type == "cuda" else None
+        lowering = self.variant(arch)
+        maps = [[TensorMapArg(m["param"], m["dtype"], env[m["param"]].data_ptr(),
+                              tuple(int(eval_expr(d, env)) for d in m["dims"]),
+                              tuple(int(eval_expr(x, env)) * _TORCH_DTYPES[m["dtype"]].itemsize for x in m["strides"]),
+                              tuple(m["box"]), m["swizzle"]) for m in launch.get("tensor_maps", ())]
+                for launch in lowering["launches"]]
+        why = next((w for ms in maps for w in map(tma_problem, ms) if w), None)
+        if why is not None:
+            if (self.id, why) not in _WARNED:
+                _WARNED.add((self.id, why))
+                warnings.warn(f"kernel {self.name}: {why}; running its lowering without TMA", RuntimeWarning,
+                              stacklevel=3)
+            lowering = lowering["fallback"]
+            maps = [[] for _ in lowering["launches"]]
         launches = []
-        for launch in self.variant(arch)["launches"]:
+        for launch, tensor_maps in zip(lowering["launches"], maps):
             values = []
             for name, _ in launch["args"]:
                 v = env[name]
@@ -363,28 +439,29 @@ class Kernel:
             for d, g in enumerate(grid):
                 if g < 0 or g >= (2**31 if d == 0 else 65536):
                     raise ArgumentError(f"kernel {self.name}: grid dimension {d} is {g}")
-            launches.append((launch["symbol"], tuple(grid), tuple(launch["block"]), launch["shared_bytes"], values))
-        return outputs, launches
+            launches.append((launch["symbol"], tuple(grid), tuple(launch["block"]), launch["shared_bytes"],
+                             values + tensor_maps))
+        return outputs, lowering, launches
 
     def __call__(self, *args):
-        outputs, launches = self.plan(*args, check_device=_launcher is None)
+        outputs, lowering, launches = self._plan(args, check_device=_launcher is None)
         for symbol, grid, block, shared, values in launches:
             if 0 in grid:
                 continue
             if _launcher is not None:
                 _launcher(self, symbol, grid, block, shared, values)
             else:
-                self._launch(symbol, grid, block, shared, values)
+                self._launch(lowering, symbol, grid, block, shared, values)
         return None if not outputs else outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     # -- the driver -----------------------------------------------------------------------------------------------
 
-    def cubin(self, arch: str) -> bytes:
-        """The cubin of the lowering for ``arch`` (``variant``): shipped (``<cubin_dir>/<arch>/<id>.cubin``), cached,
-        or compiled by NVRTC."""
-        if arch in self._cubins:
-            return self._cubins[arch]
-        own = self.variant(arch)
+    def cubin(self, arch: str, lowering: dict | None = None) -> bytes:
+        """The cubin of ``lowering`` (default: the one for ``arch``, ``variant``) for ``arch``: shipped
+        (``<cubin_dir>/<arch>/<id>.cubin``), cached, or compiled by NVRTC."""
+        own = lowering or self.variant(arch)
+        if (arch, own["id"]) in self._cubins:
+            return self._cubins[(arch, own["id"])]
         cubin = read_cubin_file(self.cubin_dir / arch / f"{own['id']}.cubin") if self.cubin_dir else None
         if cubin is None:
             _, _, version = _nvrtc()
@@ -400,17 +477,17 @@ class Kernel:
                     os.replace(tmp, cache)
                 except OSError:
                     pass  # an unwritable cache only costs a recompile
-        self._cubins[arch] = cubin
+        self._cubins[(arch, own["id"])] = cubin
         return cubin
 
-    def _function(self, device: int, symbol: str):
-        key = (device, symbol)
+    def _function(self, device: int, lowering: dict, symbol: str):
+        key = (device, lowering["id"], symbol)
         if key in self._functions:
             return self._functions[key]
         drv = _driver()
         with self._lock:
-            if device not in self._modules:
-                cubin = self.cubin(device_arch(device))
+            if (device, lowering["id"]) not in self._modules:
+                cubin = self.cubin(device_arch(device), lowering)
                 err, ctx = drv.cuCtxGetCurrent()
                 _check(drv, err, "cuCtxGetCurrent")
                 if int(ctx) == 0:  # a thread torch has not used: bind the device's primary context
@@ -421,16 +498,15 @@ class Kernel:
                     _check(drv, drv.cuCtxSetCurrent(ctx)[0], "cuCtxSetCurrent")
                 err, mod = drv.cuModuleLoadData(cubin)
                 _check(drv, err, f"cuModuleLoadData({self.name})")
-                self._modules[device] = mod
-            err, f = drv.cuModuleGetFunction(self._modules[device], symbol.encode())
+                self._modules[(device, lowering["id"])] = mod
+            err, f = drv.cuModuleGetFunction(self._modules[(device, lowering["id"])], symbol.encode())
             _check(drv, err, f"cuModuleGetFunction({symbol})")
             self._functions[key] = f
         return f
 
-    def _launch(self, symbol: str, grid, block, shared: int, values) -> None:
+    def _launch(self, lowering: dict, symbol: str, grid, block, shared: int, values) -> None:
         device = next((v.device.index for v in values if isinstance(v, torch.Tensor)), torch.cuda.current_device())
-        arch = device_arch(device)
-        launch = next(x for x in self.variant(arch)["launches"] if x["symbol"] == symbol)
+        launch = next(x for x in lowering["launches"] if x["symbol"] == symbol)
         args = []
         for (name, dtype), v in zip(launch["args"], values):
             if isinstance(v, torch.Tensor):
@@ -438,7 +514,8 @@ class Kernel:
             else:
                 args.append(_pack_scalar(self.name, name, dtype, v))
         with torch.cuda.device(device):
-            f = self._function(device, symbol)
+            args += [_tensor_map(m) for m in values[len(launch["args"]):]]  # TMA: by value, after the arguments
+            f = self._function(device, lowering, symbol)
             drv = _driver()
             if shared > _DEFAULT_MAX_SMEM:
                 attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
