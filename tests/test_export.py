@@ -450,3 +450,26 @@ def test_two_exports_at_once_record_their_own_kernels_and_other_calls_run_for_re
     for step in "ab":
         (kernels,) = results[step].values()
         assert len(kernels) == 1 and next(iter(kernels.values())).func.params[0].shape[1] == 96
+
+
+@pytest.mark.gpu
+def test_gpu_exported_kernel_on_tma_matches_torch(shared_example):
+    """On an sm_90 GPU: the example GEMM exported with its tensor maps runs through the exported runtime (encoded by
+    the driver) and matches torch."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    import tileagent
+    from tileagent import export_runtime
+    from tileagent.export import kernel_descriptor
+
+    impl = shared_example("gemm_relu").matmul
+    kernel = tileagent.compile(impl.fn(512, 256, 320, 128, 128, 64), target="cuda")
+    d = kernel_descriptor(kernel)
+    assert d["launches"][0]["tensor_maps"]
+    runtime = export_runtime.load(d)
+    a = torch.randn(512, 320, device="cuda", dtype=torch.float16)
+    b = torch.randn(320, 256, device="cuda", dtype=torch.float16)
+    c = torch.full((512, 256), float("nan"), device="cuda", dtype=torch.float16)
+    runtime(a, b, c)
+    want = torch.relu(a.float() @ b.float())
+    torch.testing.assert_close(c.float(), want, rtol=2e-2, atol=2e-2)
