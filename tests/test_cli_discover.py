@@ -21,7 +21,7 @@ runner = CliRunner()
 def test_version_and_help_and_completion():
     for flag in ("--version", "-V"):
         result = runner.invoke(app, [flag])
-        assert result.exit_code == 0 and result.output.startswith("tileagent 0.1.0 (exported-module runtime 2;")
+        assert result.exit_code == 0 and result.output.startswith("tileagent 0.1.0 (exported-module runtime 3;")
     result = runner.invoke(app, ["-h"])
     assert result.exit_code == 0
     for word in ("tasks", "report", "schema", "generate", "--install-completion", "--show-completion"):
