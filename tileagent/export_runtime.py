@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-RUNTIME_VERSION = "3"  # 2: per-arch lowerings ("variants"); 3: TMA tensor maps and a "fallback" lowering without
+RUNTIME_VERSION = "3"  # 2: per-arch lowerings ("variants"); 3: TMA tensor maps, each with a "fallback" lowering
 """The descriptor format and API of this runtime; ``load`` refuses descriptors of another version."""
 
 
@@ -282,7 +282,7 @@ def tma_problem(m: TensorMapArg) -> str | None:
 
 
 def _tensor_map(m: TensorMapArg):
-    """The 128-byte kernel argument of ``m`` (its rules checked), encoded by the driver once per key."""
+    """The 128-byte kernel argument of ``m`` (whose rules the plan checked), encoded by the driver once per key."""
     key = tuple(m[1:])
     with _TMA_LOCK:
         if key in _TMA_CACHE:
