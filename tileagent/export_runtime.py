@@ -7,7 +7,8 @@ because no prebuilt cubin fits). It is also importable as ``tileagent.export_run
 
 In: kernel descriptors written by ``tileagent.export.kernel_descriptor`` (plain dicts of literals: the CUDA C++
 source, NVRTC options, parameters with dtypes and shape expressions, one launch per ``__global__`` function with its
-grid expressions, block, dynamic shared memory and argument alignment).
+grid expressions, block, dynamic shared memory, argument alignment and TMA tensor maps; a lowering with tensor maps
+has a ``fallback`` without them).
 Out (API version ``RUNTIME_VERSION``):
 
 - ``load(descriptor, cubin_dir=None) -> Kernel``: a kernel, compiled lazily (a shipped cubin for the device's arch
