@@ -397,6 +397,31 @@ def test_a_kernel_on_tma_ships_its_tensor_maps_and_a_fallback(shared_example, mo
     assert sorted(p.name for p in paths) == sorted([f"{d['id']}.cubin", f"{fallback['id']}.cubin"])
 
 
+def test_a_tensor_map_the_driver_refuses_runs_the_fallback(shared_example, monkeypatch):
+    """Every tensor map is encoded before a call launches anything; one the driver refuses (a case TMA's rules as
+    checked here let through) runs the call on the fallback instead, with a warning (driver and device faked)."""
+    import tileagent
+    from tileagent import export_runtime
+    from tileagent.export import kernel_descriptor
+
+    impl = shared_example("gemm_relu").matmul
+    runtime = export_runtime.load(kernel_descriptor(tileagent.compile(impl.fn(256, 128, 192, 128, 64, 64),
+                                                                      target="sim:sm_90a")))
+    bind = export_runtime.Kernel.bind
+    monkeypatch.setattr(export_runtime.Kernel, "bind", lambda self, args, check_device=True: bind(self, args, False))
+
+    def refuse(m):
+        raise RuntimeError(f"cuTensorMapEncodeTiled('{m.param}') failed: CUDA_ERROR_INVALID_VALUE")
+
+    monkeypatch.setattr(export_runtime, "_tensor_map", refuse)
+    ran = []
+    monkeypatch.setattr(export_runtime.Kernel, "_launch", lambda self, lowering, *launch: ran.append(lowering["id"]))
+    a, b = torch.randn(256, 192, dtype=torch.float16), torch.randn(192, 128, dtype=torch.float16)
+    with pytest.warns(RuntimeWarning, match=r"the driver refused a tensor map: cuTensorMapEncodeTiled\('A'\) failed"):
+        runtime(a, b, torch.empty(256, 128, dtype=torch.float16))
+    assert ran == [runtime.d["fallback"]["id"]]
+
+
 def test_a_kernel_lowered_alike_for_every_arch_has_no_variants():
     import tileagent
     from tests.conftest import load_module

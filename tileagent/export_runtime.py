@@ -405,7 +405,7 @@ class Kernel:
         outputs, _, launches = self._plan(args, check_device)
         return outputs, launches
 
-    def _plan(self, args, check_device: bool):
+    def _plan(self, args, check_device: bool, refused: str | None = None):
         env, outputs = self.bind(args, check_device)
         device = next((v.device for v in env.values() if isinstance(v, torch.Tensor)), None)
         arch = device_arch(device.index if device.index is not None else torch.cuda.current_device()) \
@@ -416,8 +416,8 @@ class Kernel:
                               tuple(int(eval_expr(x, env)) * _TORCH_DTYPES[m["dtype"]].itemsize for x in m["strides"]),
                               tuple(m["box"]), m["swizzle"]) for m in launch.get("tensor_maps", ())]
                 for launch in lowering["launches"]]
-        why = next((w for ms in maps for w in map(tma_problem, ms) if w), None)
-        if why is not None:
+        why = refused or next((w for ms in maps for w in map(tma_problem, ms) if w), None)
+        if why is not None and "fallback" in lowering:
             if (self.id, why) not in _WARNED:
                 _WARNED.add((self.id, why))
                 warnings.warn(f"kernel {self.name}: {why}; running its lowering without TMA", RuntimeWarning,
@@ -446,6 +446,14 @@ class Kernel:
 
     def __call__(self, *args):
         outputs, lowering, launches = self._plan(args, check_device=_launcher is None)
+        if _launcher is None and "fallback" in lowering:  # every tensor map encoded before anything runs
+            try:
+                for *_, values in launches:
+                    for m in values:
+                        if isinstance(m, TensorMapArg):
+                            _tensor_map(m)
+            except RuntimeError as e:  # the driver refused one the rules let through: the same without TMA
+                outputs, lowering, launches = self._plan(args, True, refused=f"the driver refused a tensor map: {e}")
         for symbol, grid, block, shared, values in launches:
             if 0 in grid:
                 continue
