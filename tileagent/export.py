@@ -25,7 +25,6 @@ import inspect
 import keyword
 import logging
 import zlib
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -433,7 +432,7 @@ def kernel_descriptor(kernel, arches=()) -> dict:
         text, launches, names = _lowered(func, module, source)
         out = {"id": _digest(text, options), "source": text, "launches": launches}
         if any(k.tensor_maps for k in module.kernels):
-            out["fallback"] = lowering(target, replace(opts, disabled_features=opts.disabled_features | {"tma"}))[0]
+            out["fallback"] = lowering(target.without({"tma"}), opts)[0]  # as the in-process runtime falls back
         return out, names
 
     own, names = lowering(kernel.target, kernel.options, kernel.module, kernel.get_kernel_source())

@@ -73,6 +73,12 @@ def mode() -> str:
     return MODES[value]
 
 
+def standalone() -> bool:
+    """Whether a global -> shared copy outside a pipeline's producers may use TMA: only with mode "all"
+    (``TILEAGENT_ENABLE_TMA=1``)."""
+    return mode() == "all"
+
+
 def pipeline_uses_tma(loop_body) -> bool:
     """Whether the producers of a T.Pipelined loop with body ``loop_body`` (tile statements) may use TMA: always with
     mode "all", never with "off", by default when the loop runs a T.gemm."""
@@ -204,7 +210,7 @@ def _tma_copies(body, in_pipeline: bool = False):
 
     for s in body:
         if isinstance(s, Copy) and s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared" and \
-                (in_pipeline or mode() == "all"):
+                (in_pipeline or standalone()):
             yield s
         inner = in_pipeline or (isinstance(s, For) and s.kind == "pipelined" and pipeline_uses_tma(s.body))
         for name in ("body", "then_body", "else_body"):

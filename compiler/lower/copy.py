@@ -35,8 +35,8 @@ from tileagent.compiler.layout import Fragment, make_blocked
 from tileagent.compiler.tir import THREAD, Barrier, PackPairs, VecCopy
 from tileagent.compiler.instructions import ATOMIC, select_copy
 from tileagent.compiler.instructions.copy import Run
+from tileagent.compiler.instructions.tma import standalone
 from tileagent.compiler.lower.context import and_
-from tileagent.compiler.lower.tma import standalone
 from tileagent.compiler.lower.slots import SlotLoops
 
 

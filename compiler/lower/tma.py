@@ -77,20 +77,12 @@ class TmaState:
         return tm
 
 
-def standalone() -> bool:
-    """Whether a global -> shared copy outside a pipeline's producers may use TMA (``TILEAGENT_ENABLE_TMA=1``; by
-    default only the producers of pipelines that feed a T.gemm do: ``compiler.instructions.tma.mode``)."""
-    from tileagent.compiler.instructions.tma import mode
-
-    return mode() == "all"
-
-
 def capacity(body) -> int:
     """The most barriers (and phase slots) the TMA lowering of a kernel body can take: one per global -> shared copy
-    outside the software pipelines' producers (where ``standalone()``), plus one per stage of each pipeline whose
-    producers may use TMA (``pipeline_uses_tma``; ``compiler.lower.pipeline``). Phase slots (one per such copy, at
-    most one per pipeline) are never more."""
-    from tileagent.compiler.instructions.tma import pipeline_uses_tma
+    outside the software pipelines' producers (where ``standalone``), plus one per stage of each pipeline whose
+    producers may use TMA (``pipeline_uses_tma``; both ``compiler.instructions.tma``). Phase slots (one per such copy,
+    at most one per pipeline) are never more."""
+    from tileagent.compiler.instructions.tma import pipeline_uses_tma, standalone
     from tileagent.compiler.lower.pipeline import SoftwarePipeline
 
     n = 0
