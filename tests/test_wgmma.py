@@ -643,7 +643,7 @@ def test_accumulator_writes_stay_before_the_fence_so_ptxas_keeps_flash_attention
     src = tileagent.compile(func, target="cpu:sm_90a", lowering_check=True).get_kernel_source()
     loop = src[src.index("for (int k = 0;"):]
     # the scores' 64 registers pinned (2 x 32) right before the first wgmma.fence, and after its wait_group 0
-    pins = 'asm volatile("" : "+f"(s[0]), "+f"(s[1]), '
+    pins = 'asm volatile("" : "+f"(s_0), "+f"(s_1), '  # the scores are named scalars (cuda_registers)
     assert loop.index(pins) < loop.index('asm volatile("wgmma.fence.sync.aligned;"') < loop.index("wgmma.mma_async")
     after = loop[loop.index("wgmma.wait_group.sync.aligned 0;"):]
     assert after.index(pins) < after.index("m_old[")
@@ -653,6 +653,51 @@ def test_accumulator_writes_stay_before_the_fence_so_ptxas_keeps_flash_attention
     monkeypatch.setattr(cuda_wgmma, "emit_operand_fence", lambda em, operands: None)
     unpinned = tileagent.compile(func, target="cpu:sm_90a", lowering_check=True)  # the cpu target: no module cache
     assert any(r.startswith("(C7517) wgmma.wait_group is injected") for r in _remarks(unpinned))
+
+
+def test_accumulators_are_named_scalars_and_ptxas_builds_the_same_kernel(shared_example, wgmma_on, monkeypatch):
+    """A wgmma accumulator whose accesses all name compile-time elements is written as named scalars
+    (compiler.targets.cuda_registers: NVVM compiles inline-asm operands of array elements slowly). The example GEMM
+    and the MLA decode: every accumulator element is a scalar, the loops that reach them are unrolled in the source,
+    and ptxas builds the kernel with the registers, stack frame (none) and remarks (none) of the array form."""
+    from tileagent.compiler.resources import cubin_functions
+    from tileagent.compiler.runtime.nvrtc import compile_log, compile_to_cubin, ptxas_remarks
+    from tileagent.compiler.targets import cuda as cuda_target
+
+    funcs = {"gemm": (shared_example("gemm_relu").matmul.fn(4096, 4096, 4096, 128, 128, 64), "C_local", 128),
+             "mla": (shared_example("mla_decode").mla_decode.fn(64, 128, 8192), "acc_o", 128)}
+    for name, (func, acc, n) in funcs.items():
+        scalars = tileagent.compile(func, target="cpu:sm_90a")
+        src = scalars.get_kernel_source()
+        assert f"{acc}[" not in src and f"{acc}_{n - 1} = 0.0f" in src and f'"+f"({acc}_{n - 1})' in src, name
+        with monkeypatch.context() as m:
+            m.setattr(cuda_target, "scalar_arrays", lambda body: frozenset())  # every local array a C array
+            arrays = tileagent.compile(func, target="cpu:sm_90a").get_kernel_source()
+        assert f"{acc}[" in arrays
+        infos = [cubin_functions(compile_to_cubin(s, "sm_90a")) for s in (src, arrays)]
+        assert [{k: (f.registers, f.frame_bytes) for k, f in i.items()} for i in infos] == \
+            [{k: (f.registers, 0) for k, f in infos[1].items()}] * 2, name
+        assert [ptxas_remarks(compile_log(s, "sm_90a")) for s in (src, arrays)] == [[], []], name
+
+
+def test_an_accumulator_read_at_a_runtime_index_stays_an_array(shared_example, wgmma_on):
+    """Only compile-time elements can be named: one read of the GEMM's accumulator at a thread-dependent index (or
+    a statement that takes its address, such as an atomic add from it) keeps it a C array; a read at a constant
+    index does not."""
+    from tileagent.compiler.ir.expr import Const, Load, make_binop
+    from tileagent.compiler.ir.stmt import AtomicAdd, Store
+    from tileagent.compiler.targets.cuda_registers import scalar_arrays
+    from tileagent.compiler.tir import THREAD
+
+    func = shared_example("gemm_relu").matmul.fn(4096, 4096, 4096, 128, 128, 64)
+    body = tileagent.compile(func, target="sim").backend.module.kernels[0].body
+    (acc,) = scalar_arrays(body)
+    zero, five = Const(0, acc.dtype), Const(5, "int32")
+    assert scalar_arrays(body + (Store(acc, (five,), Load(acc, (Const(3, "int32"),), acc.dtype)),)) == {acc}
+    runtime = make_binop("%", THREAD, 128)
+    assert scalar_arrays(body + (Store(acc, (five,), Load(acc, (runtime,), acc.dtype)),)) == frozenset()
+    assert scalar_arrays(body + (Store(acc, (runtime,), zero),)) == frozenset()
+    assert scalar_arrays(body + (AtomicAdd(acc, (five,), zero),)) == frozenset()
 
 
 # -- the overlap where the loop holds two gemms, or sits in an outer loop -----------------------------------------

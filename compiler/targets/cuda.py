@@ -21,6 +21,9 @@ Guarantees:
   hinted helper of ``compiler.targets.cuda_cache_hints``; scalar and other reads stay plain.
 - ``VecAtomicAdd`` becomes one ``atomicAdd`` on ``float2``/``float4`` (sm_90+), ``__half2`` or ``__nv_bfloat162``,
   with a per-element fallback for older architectures in the same source (``#if __CUDA_ARCH__``).
+- A wgmma accumulator whose every access names a compile-time element is written as named scalars (``acc_0,
+  acc_1, ...``; ``compiler.targets.cuda_registers`` says which and why: NVVM's time), the static ``unroll`` loops that
+  reach it unrolled in the source; every other local array is a ``__align__(16)`` C array.
 - ``Mma``, ``LdMatrix`` and the asynchronous copies are emitted by ``compiler.targets.cuda_tensor``, reached through
   the instruction registry (``compiler.instructions.cuda_emitters``); atomic max/min by ``cuda_atomic``.
 - Headers (``cuda_fp16.h``, ``cuda_bf16.h``, ``cuda_fp8.h``) are included only when their types are used; NVRTC
@@ -49,6 +52,7 @@ from tileagent.compiler.targets.cuda_atomic import HELPERS as ATOMIC_HELPERS, at
 from tileagent.compiler.targets.cuda_cache_hints import HELPERS as HINT_HELPERS, hinted_load  # eviction_policy
 from tileagent.compiler.targets.cuda_extern import HANDLERS as EXTERN_HANDLERS, extern_expr, imported_sources
 from tileagent.compiler.targets.cuda_prelude import preamble
+from tileagent.compiler.targets.cuda_registers import scalar_arrays, static_loop, static_value, touches
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
 from tileagent.compiler.targets.cuda_tma import HELPERS as TMA_HELPERS
 from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
@@ -248,6 +252,8 @@ class _KernelEmitter:
         self.used_special: set = set()
         self.written: set = set()  # global buffers the kernel stores to (emit); the others are const __restrict__
         self.sync_line = "__syncthreads();"  # a Barrier; the named barrier of the consumers in a WarpSpecialize
+        self.scalars: frozenset = frozenset()  # local arrays written as named scalars (cuda_registers)
+        self.consts: dict = {}  # Var -> int: variables of loops unrolled in the source, and Lets of them
 
     # ---- names and types
 
@@ -314,6 +320,7 @@ class _KernelEmitter:
                 self.fail(f"shared buffer {buf.name} at byte {off} ({size} x {buf.dtype}) is misaligned or "
                           f"exceeds shared_bytes={k.shared_bytes}")
             self.buffers[buf] = self.fresh(buf.name)
+        self.scalars = scalar_arrays(k.body)
         self.body(k.body)
         return self.assemble(params, shared)
 
@@ -396,6 +403,10 @@ class _KernelEmitter:
         name = self.fresh(s.var.name)
         self.line(f"const {self.ct(s.var.dtype)} {name} = {_strip(self.value_as(s.value, s.var.dtype))};")
         self.scopes[-1][s.var] = name
+        if self.consts and s.var.dtype.is_int:
+            value = static_value(s.value, self.consts)
+            if value is not None:
+                self.consts[s.var] = value
 
     def if_(self, s: If) -> None:
         self.line(f"if ({_strip(self.ex(s.cond))}) {{")
@@ -413,6 +424,9 @@ class _KernelEmitter:
     def for_(self, s: For) -> None:
         if s.kind not in ("serial", "unroll", "pipelined"):
             self.fail(f"loop kind {s.kind!r} is not supported")
+        values = static_loop(s) if self.scalars else None
+        if values is not None and touches(s.body, self.scalars):
+            return self.unrolled_for(s, values)
         t = self.ct(s.var.dtype)
         step = s.step.value if isinstance(s.step, Const) else s.step
         bounds = [self.ex(as_expr(x, s.var.dtype)) for x in (s.start, s.extent, step)]
@@ -442,6 +456,16 @@ class _KernelEmitter:
             self.block(s.body, {s.var: name})
         self.unrolled.pop(s.var, None)
         self.line("}")
+
+    def unrolled_for(self, s: For, values: range) -> None:
+        """The body once per value of the loop variable, which is that number in each copy."""
+        self.nonneg_vars.add(s.var)  # static_loop: start >= 0
+        for v in values:
+            self.consts[s.var] = v
+            self.scopes.append({s.var: str(v)})
+            self.body(s.body)
+            self.scopes.pop()
+        self.consts.pop(s.var, None)
 
     def atomic_add(self, s: AtomicAdd) -> None:
         if s.op != "add":
@@ -478,6 +502,8 @@ class _KernelEmitter:
         b = s.buffer
         if b.scope != "local" or len(b.shape) != 1 or not isinstance(b.shape[0], int):
             self.fail(f"Declare of {b.name}: want a 1-d local buffer of static size, got {b.scope} {b.shape}")
+        if b in self.scalars:
+            return self.declare_scalars(s)
         name = self.buffers[b] = self.fresh(b.name)
         self.line(f"__align__(16) {self.ct(b.dtype)} {name}[{b.shape[0]}];")
         if s.init is not None:
@@ -486,11 +512,39 @@ class _KernelEmitter:
             self.line(f"  {name}[tl_i] = {_strip(self.value_as(s.init, b.dtype))};")
             self.line("}")
 
+    def declare_scalars(self, s: Declare) -> None:
+        b, n = s.buffer, s.buffer.shape[0]
+        base = self.fresh(b.name)
+        while any(f"{base}_{i}" in self.taken for i in range(n)):
+            base = self.fresh(f"{base}_r")
+        self.taken.update(f"{base}_{i}" for i in range(n))
+        self.buffers[b] = base
+        # uninitialized, the first write is a zero (NVVM compiles asm operands of undefined values much slower)
+        init = _strip(self.value_as(s.init if s.init is not None else Const(0, b.dtype), b.dtype))
+        for at in range(0, n, 8):
+            self.line(f"{self.ct(b.dtype)} {', '.join(f'{base}_{i} = {init}' for i in range(at, min(n, at + 8)))};")
+
+    def element(self, b: Buffer, index) -> str:
+        """The name of element ``index`` of an array written as scalars."""
+        v = self.static_index(b, index)
+        if not 0 <= v < b.shape[0]:
+            self.fail(f"element {v} of register array {b.name} is outside its {b.shape[0]} registers")
+        self.used_buffers.add(b)
+        return f"{self.buffers[b]}_{v}"
+
+    def static_index(self, b: Buffer, index) -> int:
+        v = static_value(index, self.consts)
+        if v is None:  # cuda_registers.scalar_arrays admits only static accesses
+            self.fail(f"an index of register array {b.name}, written as scalars, is not static here: {index!r}")
+        return v
+
     def barrier(self, s: Barrier) -> None:
         self.line(self.sync_line)
 
     def register(self, b: Buffer, i) -> str:
         """``b[i]`` for one register operand of an Mma; a constant index must lie inside the array."""
+        if b in self.scalars:
+            return self.element(b, i)
         if isinstance(i, int) or (isinstance(i, Const) and i.dtype.is_int):
             v = int(i.value if isinstance(i, Const) else i)
             if not 0 <= v < b.shape[0]:
@@ -499,6 +553,8 @@ class _KernelEmitter:
         return f"{self.buf(b)}[{self.index(b, i)}]"
 
     def vec_copy(self, s: VecCopy) -> None:
+        if s.src in self.scalars or s.dst in self.scalars:
+            return self.vec_copy_scalars(s)
         w, sd, dd = s.width, s.src.dtype, s.dst.dtype
         src, dst = self.buf(s.src), self.buf(s.dst)
         si, di = self.index(s.src, s.src_index), self.index(s.dst, s.dst_index)
@@ -537,6 +593,45 @@ class _KernelEmitter:
         self.depth -= 1
         self.line("}")
 
+    def vec_copy_scalars(self, s: VecCopy) -> None:
+        """A VecCopy from or to an array written as scalars: element by element on that side, one vector access on
+        the other where ``vec_copy`` would use one."""
+        w, sd, dd = s.width, s.src.dtype, s.dst.dtype
+        st, dt_ = self.ct(sd), self.ct(dd)
+        self.line(f"{{  // copy {w} x {st} -> {dt_}")
+        self.depth += 1
+        if s.src in self.scalars:
+            first = self.static_index(s.src, s.src_index)
+            elems = [self.element(s.src, first + k) for k in range(w)]
+        else:
+            src = self.buf(s.src)
+            self.line(f"const {self.index_ctype(s.src)} tl_s = {self.index(s.src, s.src_index)};")
+            sv = vector_bytes(sd, w) if s.src.scope != "local" else 0
+            elems = [f"{src}[tl_s + {k}]" for k in range(w)]
+            if sv:
+                self.line(f"__align__(16) {st} tl_v[{w}];")
+                self.line(f"*reinterpret_cast<{_VECTOR_TYPES[sv]}*>(tl_v) = "
+                          f"{self.vector_read(s, _VECTOR_TYPES[sv], f'&{src}[tl_s]')};")
+                elems = [f"tl_v[{k}]" for k in range(w)]
+        values = [_strip(self.convert(e, sd, dd)) for e in elems]
+        if s.dst in self.scalars:
+            first = self.static_index(s.dst, s.dst_index)
+            for k in range(w):
+                self.line(f"{self.element(s.dst, first + k)} = {values[k]};")
+        else:
+            dst = self.buf(s.dst)
+            self.line(f"const {self.index_ctype(s.dst)} tl_d = {self.index(s.dst, s.dst_index)};")
+            dv = vector_bytes(dd, w) if s.dst.scope != "local" else 0
+            if dv:
+                self.line(f"__align__(16) {dt_} tl_o[{w}];")
+            for k in range(w):
+                self.line(f"{f'tl_o[{k}]' if dv else f'{dst}[tl_d + {k}]'} = {values[k]};")
+            if dv:
+                v = _VECTOR_TYPES[dv]
+                self.line(f"*reinterpret_cast<{v}*>(&{dst}[tl_d]) = *reinterpret_cast<const {v}*>(tl_o);")
+        self.depth -= 1
+        self.line("}")
+
     def vector_read(self, s: VecCopy, vtype: str, address: str) -> str:
         """The read of one ``vtype`` at ``address``, the source of ``s``: with ``s.eviction_policy``'s hint where the
         source is a global tensor the kernel never writes (``cuda_cache_hints`` says why), else a plain one."""
@@ -547,6 +642,8 @@ class _KernelEmitter:
     # ---- buffers
 
     def buf(self, b: Buffer) -> str:
+        if b in self.scalars:
+            self.fail(f"register array {b.name} is written as scalars, but a statement wants it as an array")
         name = self.buffers.get(b)
         if name is None:
             where = "is not a kernel parameter" if b.scope == "global" else (
@@ -567,6 +664,8 @@ class _KernelEmitter:
     def ref(self, b: Buffer, indices) -> str:
         if len(indices) != 1:
             self.fail(f"access to {b.name} has {len(indices)} indices; the thread IR wants one (flattened)")
+        if b in self.scalars:
+            return self.element(b, indices[0])
         return f"{self.buf(b)}[{self.index(b, indices[0])}]"
 
     # ---- expressions

@@ -204,6 +204,11 @@ def emit_pack_pairs(em, s: PackPairs) -> None:
     sfx = _TYPES[s.dtype][0]
     em.ct(s.dtype)
     em.state.helpers.add(f"cvt_pack_{sfx}")
+    if {s.dst, s.src} & em.scalars:  # an array written as scalars (compiler.targets.cuda_registers): each pair
+        for i in range(s.count):
+            em.line(f"{em.register(s.dst, i)} = tl_cvt_pack_{sfx}x2({em.register(s.src, 2 * i)}, "
+                    f"{em.register(s.src, 2 * i + 1)});")
+        return
     dst, src = em.buf(s.dst), em.buf(s.src)
     em.line("#pragma unroll")
     em.line(f"for (int tl_i = 0; tl_i < {s.count}; ++tl_i) {{")
