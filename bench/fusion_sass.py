@@ -2,7 +2,7 @@
 loads each thread keeps in flight.
 
 Usage (no GPU; NVRTC on the CPU, nvdisasm from the pip package ``nvidia-cuda-nvdisasm``):
-    python bench/fusion_sass.py [--ops a,b,...] [--nvdisasm PATH] [--knob NAME=VALUE ...]
+    python bench/fusion_sass.py [--ops a,b,...] [--nvdisasm PATH] [--knob NAME=VALUE ...] [--ptx]
 
 For each op of bench/suite/ (the built-in drafter's first draft, as bench/fusion_suite.py times it) and each of its
 configs, the draft's forward runs on ``meta`` tensors under ``compiler.resources.dry_run("sm_90a")``: every kernel it
@@ -11,7 +11,8 @@ threads, registers, blocks per SM, the widest access per tensor, and ``inflight`
 thread has issued and not yet used at any point of the machine code (``loads_in_flight``). A memory-bound kernel
 needs about 32-64 KB in flight per SM on an H100/H200 (inflight x threads x resident blocks); the H200 measured
 frobenius_norm's reduction at 16 bytes a thread (59% of a copy) and sum_dim's column sums at 128 (103%).
-What the figure does not see: the order in which ptxas retires loads across a loop's back edge, and the memory
+``--ptx``: each kernel through our PTX emitter and ptxas (``TILEAGENT_PTX=1``'s path) instead of NVRTC, to
+compare the two builds' registers and loads in flight. What the figure does not see: the order in which ptxas retires loads across a loop's back edge, and the memory
 system (strip widths, L2 reuse); it reads the straight-line code of each function once.
 """
 
@@ -102,7 +103,7 @@ def find_nvdisasm(given: str) -> str:
     raise SystemExit("nvdisasm not found: pip install nvidia-cuda-nvdisasm, or pass --nvdisasm PATH")
 
 
-def op_lines(path: Path, nvdisasm: str, knobs: list[str]) -> list[str]:
+def op_lines(path: Path, nvdisasm: str, knobs: list[str], ptx: bool = False) -> list[str]:
     """One line per launch of the op's first draft at each of its configs."""
     from bench.fusion_suite import set_knobs
     from tileagent.drafters.base import DraftTask, DrafterUnavailable
@@ -120,24 +121,39 @@ def op_lines(path: Path, nvdisasm: str, knobs: list[str]) -> list[str]:
         loaded = importlib.util.spec_from_file_location(candidate.stem, candidate)
         module = importlib.util.module_from_spec(loaded)
         loaded.loader.exec_module(module)
-        return _launches(path, module, nvdisasm, [f"{path.stem:22s} (no knob {m})" for m in missing])
+        return _launches(path, module, nvdisasm, [f"{path.stem:22s} (no knob {m})" for m in missing], ptx)
 
 
-def _launches(path: Path, module, nvdisasm: str, lines: list[str]) -> list[str]:
+def _launches(path: Path, module, nvdisasm: str, lines: list[str], ptx: bool = False) -> list[str]:
     import torch
 
     import tileagent.compiler.runtime.nvrtc as nvrtc
+    from tileagent.compiler import passes
     from tileagent.compiler.resources import dry_run
+    from tileagent.compiler.runtime.ptxas import ptx_to_cubin
+    from tileagent.compiler.targets.ptx import PtxUnsupported, generate
     from tileagent.evaluator.spec import load_spec
 
     spec = load_spec(path)
-    compile_to_cubin, cubins = nvrtc.compile_to_cubin, []
+    compile_to_cubin, run_passes, cubins, units = nvrtc.compile_to_cubin, passes.run, [], []
 
-    def keep(*args, **kwargs):
-        cubins.append(compile_to_cubin(*args, **kwargs))
+    def keep(source, arch, options=(), **kwargs):
+        unit = units[-1] if units and units[-1].source == source else None
+        if ptx and unit is not None:  # the module compiler.resources just lowered, through our PTX when covered
+            try:
+                cubins.append(ptx_to_cubin(generate(unit.module, arch, fast_math="--use_fast_math" in options),
+                                           arch))
+                return cubins[-1]
+            except PtxUnsupported:
+                pass
+        cubins.append(compile_to_cubin(source, arch, options, **kwargs))
         return cubins[-1]
 
-    nvrtc.compile_to_cubin = keep  # compiler.resources imports it at each call
+    def remember(*args, **kwargs):
+        units.append(run_passes(*args, **kwargs))
+        return units[-1]
+
+    nvrtc.compile_to_cubin, passes.run = keep, remember  # compiler.resources imports both at each call
     try:
         for config in spec.configs:
             model = module.ModelNew(*spec.init_inputs(config)).to("meta")
@@ -157,7 +173,7 @@ def _launches(path: Path, module, nvdisasm: str, lines: list[str]) -> list[str]:
                              f"threads={d['threads']} regs={d['registers']} blocks/SM={d['blocks_per_sm']} "
                              f"inflight={inflight.get(d['kernel'], '?')}B access={d['access_bytes']}")
     finally:
-        nvrtc.compile_to_cubin = compile_to_cubin
+        nvrtc.compile_to_cubin, passes.run = compile_to_cubin, run_passes
     return lines
 
 
@@ -166,6 +182,7 @@ def main() -> None:
     ap.add_argument("--ops", default="", help="comma-separated op names (default: every file in bench/suite)")
     ap.add_argument("--nvdisasm", default="")
     ap.add_argument("--knob", action="append", default=[], help="NAME=VALUE: set a knob of every draft (repeatable)")
+    ap.add_argument("--ptx", action="store_true", help="build through our PTX emitter and ptxas, not NVRTC")
     args = ap.parse_args()
     nvdisasm = find_nvdisasm(args.nvdisasm)
     paths = sorted(p for p in (REPO / "bench" / "suite").glob("*.py"))
@@ -173,7 +190,7 @@ def main() -> None:
         wanted = set(args.ops.split(","))
         paths = [p for p in paths if p.stem in wanted]
     for path in paths:
-        for line in op_lines(path, nvdisasm, args.knob):
+        for line in op_lines(path, nvdisasm, args.knob, args.ptx):
             print(line, flush=True)
 
 
