@@ -461,11 +461,12 @@ class _KernelEmitter:
         """The body once per value of the loop variable, which is that number in each copy."""
         self.nonneg_vars.add(s.var)  # static_loop: start >= 0
         for v in values:
-            self.consts[s.var] = v
+            self.consts[s.var], self.unrolled[s.var] = v, (v, v)
             self.scopes.append({s.var: str(v)})
             self.body(s.body)
             self.scopes.pop()
         self.consts.pop(s.var, None)
+        self.unrolled.pop(s.var, None)
 
     def atomic_add(self, s: AtomicAdd) -> None:
         if s.op != "add":
