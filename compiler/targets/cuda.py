@@ -19,11 +19,10 @@ Guarantees:
   (:func:`vector_bytes`); local arrays are declared ``__align__(16)`` so that this is legal for them too. A vector
   read of a global tensor the kernel never writes, by a VecCopy with an ``eviction_policy``, goes through the
   hinted helper of ``compiler.targets.cuda_cache_hints``; scalar and other reads stay plain.
-- ``VecAtomicAdd`` becomes one ``atomicAdd`` on ``float2``/``float4`` (sm_90+), ``__half2`` or ``__nv_bfloat162``,
-  with a per-element fallback for older architectures in the same source (``#if __CUDA_ARCH__``).
+- ``VecAtomicAdd`` becomes one vector ``atomicAdd`` (``cuda_atomic``, as are T.atomic_max/min).
 - A wgmma accumulator whose every access names a compile-time element is written as named scalars (``acc_0,
-  acc_1, ...``; ``compiler.targets.cuda_registers`` says which and why: NVVM's time), the static ``unroll`` loops that
-  reach it unrolled in the source; every other local array is a ``__align__(16)`` C array.
+  acc_1, ...``; ``cuda_registers`` says which and why: NVVM's time; ``cuda_scalars`` writes them), the static
+  ``unroll`` loops that reach it unrolled in the source; every other local array is a ``__align__(16)`` C array.
 - ``Mma``, ``LdMatrix`` and the asynchronous copies are emitted by ``compiler.targets.cuda_tensor``, reached through
   the instruction registry (``compiler.instructions.cuda_emitters``); atomic max/min by ``cuda_atomic``.
 - Headers (``cuda_fp16.h``, ``cuda_bf16.h``, ``cuda_fp8.h``) are included only when their types are used; NVRTC
@@ -48,11 +47,12 @@ from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
 from tileagent.compiler.instructions import cuda_emitters
 from tileagent.compiler.targets.cuda_literals import CTYPES as _CTYPES, float_literal as _float_literal, \
     int_literal as _int_literal, round_to
-from tileagent.compiler.targets.cuda_atomic import HELPERS as ATOMIC_HELPERS, atomic_extreme  # T.atomic_max/min
+from tileagent.compiler.targets.cuda_atomic import HELPERS as ATOMIC_HELPERS, atomic_extreme, vec_atomic_add
 from tileagent.compiler.targets.cuda_cache_hints import HELPERS as HINT_HELPERS, hinted_load  # eviction_policy
 from tileagent.compiler.targets.cuda_extern import HANDLERS as EXTERN_HANDLERS, extern_expr, imported_sources
 from tileagent.compiler.targets.cuda_prelude import preamble
-from tileagent.compiler.targets.cuda_registers import scalar_arrays, static_loop, static_value, touches
+from tileagent.compiler.targets.cuda_registers import scalar_arrays, static_loop, touches
+from tileagent.compiler.targets.cuda_scalars import bind_let, declare_scalars, element, unrolled_for, vec_copy_scalars
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
 from tileagent.compiler.targets.cuda_tma import HELPERS as TMA_HELPERS
 from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
@@ -75,10 +75,6 @@ _F64_MATH = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt":
 _PREC = {"*": 3, "/": 3, "%": 3, "+": 4, "-": 4, "<": 6, "<=": 6, ">": 6, ">=": 6, "==": 7, "!=": 7, "&&": 11,
          "||": 12, "?": 13}  # C precedence levels (lower binds tighter) of the operators emitted as (a op b)
 _VECTOR_TYPES = {4: "uint1", 8: "uint2", 16: "uint4"}
-# (dtype, width) -> (vector type, constructor, first __CUDA_ARCH__ with the vector atomicAdd)
-_VECTOR_ATOMICS = {("float32", 2): ("float2", "make_float2", 900), ("float32", 4): ("float4", "make_float4", 900),
-                   ("float16", 2): ("__half2", "__halves2half2", 600),
-                   ("bfloat16", 2): ("__nv_bfloat162", "__halves2bfloat162", 800)}
 _HELPERS = {
     "floordiv": """\
 template <typename T> __device__ __forceinline__ T tl_floordiv(T a, T b) {
@@ -252,7 +248,7 @@ class _KernelEmitter:
         self.used_special: set = set()
         self.written: set = set()  # global buffers the kernel stores to (emit); the others are const __restrict__
         self.sync_line = "__syncthreads();"  # a Barrier; the named barrier of the consumers in a WarpSpecialize
-        self.scalars: frozenset = frozenset()  # local arrays written as named scalars (cuda_registers)
+        self.scalars: frozenset = frozenset()  # local arrays written as named scalars (cuda_registers, cuda_scalars)
         self.consts: dict = {}  # Var -> int: variables of loops unrolled in the source, and Lets of them
 
     # ---- names and types
@@ -403,10 +399,8 @@ class _KernelEmitter:
         name = self.fresh(s.var.name)
         self.line(f"const {self.ct(s.var.dtype)} {name} = {_strip(self.value_as(s.value, s.var.dtype))};")
         self.scopes[-1][s.var] = name
-        if self.consts and s.var.dtype.is_int:
-            value = static_value(s.value, self.consts)
-            if value is not None:
-                self.consts[s.var] = value
+        if self.consts:
+            bind_let(self, s)
 
     def if_(self, s: If) -> None:
         self.line(f"if ({_strip(self.ex(s.cond))}) {{")
@@ -426,7 +420,7 @@ class _KernelEmitter:
             self.fail(f"loop kind {s.kind!r} is not supported")
         values = static_loop(s) if self.scalars else None
         if values is not None and touches(s.body, self.scalars):
-            return self.unrolled_for(s, values)
+            return unrolled_for(self, s, values)
         t = self.ct(s.var.dtype)
         step = s.step.value if isinstance(s.step, Const) else s.step
         bounds = [self.ex(as_expr(x, s.var.dtype)) for x in (s.start, s.extent, step)]
@@ -457,17 +451,6 @@ class _KernelEmitter:
         self.unrolled.pop(s.var, None)
         self.line("}")
 
-    def unrolled_for(self, s: For, values: range) -> None:
-        """The body once per value of the loop variable, which is that number in each copy."""
-        self.nonneg_vars.add(s.var)  # static_loop: start >= 0
-        for v in values:
-            self.consts[s.var], self.unrolled[s.var] = v, (v, v)
-            self.scopes.append({s.var: str(v)})
-            self.body(s.body)
-            self.scopes.pop()
-        self.consts.pop(s.var, None)
-        self.unrolled.pop(s.var, None)
-
     def atomic_add(self, s: AtomicAdd) -> None:
         if s.op != "add":
             return atomic_extreme(self, s)
@@ -482,29 +465,12 @@ class _KernelEmitter:
         else:
             self.fail(f"atomic add on {dt} buffer {s.buffer.name} is not supported by CUDA")
 
-    def vec_atomic_add(self, s: VecAtomicAdd) -> None:
-        dt, w = s.dst.dtype, s.width
-        if s.dst.scope != "global" or (dt, w) not in _VECTOR_ATOMICS:
-            self.fail(f"vector atomic add of {w} x {dt} into {s.dst.scope} buffer {s.dst.name} is not supported")
-        dst, src = self.buf(s.dst), self.buf(s.src)
-        di, si = self.index(s.dst, s.dst_index), self.index(s.src, s.src_index)
-        vals = [_strip(self.convert(f"{src}[{si} + {v}]", s.src.dtype, dt)) for v in range(w)]
-        vector, make, arch = _VECTOR_ATOMICS[(dt, w)]
-        self.ct(dt)
-        self.state.uses_header_api(dt)
-        self.line(f"#if __CUDA_ARCH__ >= {arch}")
-        self.line(f"atomicAdd(reinterpret_cast<{vector}*>(&{dst}[{di}]), {make}({', '.join(vals)}));")
-        self.line("#else")
-        for v in range(w):
-            self.line(f"atomicAdd(&{dst}[{di} + {v}], {vals[v]});")
-        self.line("#endif")
-
     def declare(self, s: Declare) -> None:
         b = s.buffer
         if b.scope != "local" or len(b.shape) != 1 or not isinstance(b.shape[0], int):
             self.fail(f"Declare of {b.name}: want a 1-d local buffer of static size, got {b.scope} {b.shape}")
         if b in self.scalars:
-            return self.declare_scalars(s)
+            return declare_scalars(self, s)
         name = self.buffers[b] = self.fresh(b.name)
         self.line(f"__align__(16) {self.ct(b.dtype)} {name}[{b.shape[0]}];")
         if s.init is not None:
@@ -513,39 +479,13 @@ class _KernelEmitter:
             self.line(f"  {name}[tl_i] = {_strip(self.value_as(s.init, b.dtype))};")
             self.line("}")
 
-    def declare_scalars(self, s: Declare) -> None:
-        b, n = s.buffer, s.buffer.shape[0]
-        base = self.fresh(b.name)
-        while any(f"{base}_{i}" in self.taken for i in range(n)):
-            base = self.fresh(f"{base}_r")
-        self.taken.update(f"{base}_{i}" for i in range(n))
-        self.buffers[b] = base
-        # uninitialized, the first write is a zero (NVVM compiles asm operands of undefined values much slower)
-        init = _strip(self.value_as(s.init if s.init is not None else Const(0, b.dtype), b.dtype))
-        for at in range(0, n, 8):
-            self.line(f"{self.ct(b.dtype)} {', '.join(f'{base}_{i} = {init}' for i in range(at, min(n, at + 8)))};")
-
-    def element(self, b: Buffer, index) -> str:
-        """The name of element ``index`` of an array written as scalars."""
-        v = self.static_index(b, index)
-        if not 0 <= v < b.shape[0]:
-            self.fail(f"element {v} of register array {b.name} is outside its {b.shape[0]} registers")
-        self.used_buffers.add(b)
-        return f"{self.buffers[b]}_{v}"
-
-    def static_index(self, b: Buffer, index) -> int:
-        v = static_value(index, self.consts)
-        if v is None:  # cuda_registers.scalar_arrays admits only static accesses
-            self.fail(f"an index of register array {b.name}, written as scalars, is not static here: {index!r}")
-        return v
-
     def barrier(self, s: Barrier) -> None:
         self.line(self.sync_line)
 
     def register(self, b: Buffer, i) -> str:
         """``b[i]`` for one register operand of an Mma; a constant index must lie inside the array."""
         if b in self.scalars:
-            return self.element(b, i)
+            return element(self, b, i)
         if isinstance(i, int) or (isinstance(i, Const) and i.dtype.is_int):
             v = int(i.value if isinstance(i, Const) else i)
             if not 0 <= v < b.shape[0]:
@@ -555,7 +495,7 @@ class _KernelEmitter:
 
     def vec_copy(self, s: VecCopy) -> None:
         if s.src in self.scalars or s.dst in self.scalars:
-            return self.vec_copy_scalars(s)
+            return vec_copy_scalars(self, s)
         w, sd, dd = s.width, s.src.dtype, s.dst.dtype
         src, dst = self.buf(s.src), self.buf(s.dst)
         si, di = self.index(s.src, s.src_index), self.index(s.dst, s.dst_index)
@@ -594,45 +534,6 @@ class _KernelEmitter:
         self.depth -= 1
         self.line("}")
 
-    def vec_copy_scalars(self, s: VecCopy) -> None:
-        """A VecCopy from or to an array written as scalars: element by element on that side, one vector access on
-        the other where ``vec_copy`` would use one."""
-        w, sd, dd = s.width, s.src.dtype, s.dst.dtype
-        st, dt_ = self.ct(sd), self.ct(dd)
-        self.line(f"{{  // copy {w} x {st} -> {dt_}")
-        self.depth += 1
-        if s.src in self.scalars:
-            first = self.static_index(s.src, s.src_index)
-            elems = [self.element(s.src, first + k) for k in range(w)]
-        else:
-            src = self.buf(s.src)
-            self.line(f"const {self.index_ctype(s.src)} tl_s = {self.index(s.src, s.src_index)};")
-            sv = vector_bytes(sd, w) if s.src.scope != "local" else 0
-            elems = [f"{src}[tl_s + {k}]" for k in range(w)]
-            if sv:
-                self.line(f"__align__(16) {st} tl_v[{w}];")
-                self.line(f"*reinterpret_cast<{_VECTOR_TYPES[sv]}*>(tl_v) = "
-                          f"{self.vector_read(s, _VECTOR_TYPES[sv], f'&{src}[tl_s]')};")
-                elems = [f"tl_v[{k}]" for k in range(w)]
-        values = [_strip(self.convert(e, sd, dd)) for e in elems]
-        if s.dst in self.scalars:
-            first = self.static_index(s.dst, s.dst_index)
-            for k in range(w):
-                self.line(f"{self.element(s.dst, first + k)} = {values[k]};")
-        else:
-            dst = self.buf(s.dst)
-            self.line(f"const {self.index_ctype(s.dst)} tl_d = {self.index(s.dst, s.dst_index)};")
-            dv = vector_bytes(dd, w) if s.dst.scope != "local" else 0
-            if dv:
-                self.line(f"__align__(16) {dt_} tl_o[{w}];")
-            for k in range(w):
-                self.line(f"{f'tl_o[{k}]' if dv else f'{dst}[tl_d + {k}]'} = {values[k]};")
-            if dv:
-                v = _VECTOR_TYPES[dv]
-                self.line(f"*reinterpret_cast<{v}*>(&{dst}[tl_d]) = *reinterpret_cast<const {v}*>(tl_o);")
-        self.depth -= 1
-        self.line("}")
-
     def vector_read(self, s: VecCopy, vtype: str, address: str) -> str:
         """The read of one ``vtype`` at ``address``, the source of ``s``: with ``s.eviction_policy``'s hint where the
         source is a global tensor the kernel never writes (``cuda_cache_hints`` says why), else a plain one."""
@@ -666,7 +567,7 @@ class _KernelEmitter:
         if len(indices) != 1:
             self.fail(f"access to {b.name} has {len(indices)} indices; the thread IR wants one (flattened)")
         if b in self.scalars:
-            return self.element(b, indices[0])
+            return element(self, b, indices[0])
         return f"{self.buf(b)}[{self.index(b, indices[0])}]"
 
     # ---- expressions
@@ -876,7 +777,7 @@ _STMT_HANDLERS = {Store: _KernelEmitter.store, Let: _KernelEmitter.let, If: _Ker
                   For: _KernelEmitter.for_, While: _KernelEmitter.while_, AtomicAdd: _KernelEmitter.atomic_add,
                   Declare: _KernelEmitter.declare,
                   Barrier: _KernelEmitter.barrier, VecCopy: _KernelEmitter.vec_copy,
-                  VecAtomicAdd: _KernelEmitter.vec_atomic_add, **cuda_emitters(), **EXTERN_HANDLERS}
+                  VecAtomicAdd: vec_atomic_add, **cuda_emitters(), **EXTERN_HANDLERS}
 _EXPR_HANDLERS = {Const: _KernelEmitter.e_const, Var: _KernelEmitter.e_var, SpecialVar: _KernelEmitter.e_var, BinOp: _KernelEmitter.e_binop,
                   Cmp: _KernelEmitter.e_cmp, Unary: _KernelEmitter.e_unary, Select: _KernelEmitter.e_select,
                   Cast: _KernelEmitter.e_cast, Load: _KernelEmitter.e_load, Call: _KernelEmitter.e_call}

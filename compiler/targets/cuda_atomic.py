@@ -1,4 +1,5 @@
-"""CUDA C++ for ``T.atomic_max`` / ``T.atomic_min`` (thread-IR ``AtomicAdd`` with ``op`` "max" / "min").
+"""CUDA C++ for ``T.atomic_max`` / ``T.atomic_min`` (thread-IR ``AtomicAdd`` with ``op`` "max" / "min") and for the
+vector ``VecAtomicAdd``.
 
 In: the statement and the kernel emitter of ``compiler.targets.cuda`` (its ``ref``/``value_as``/``line`` helpers and
 module state). Out: one line per statement, plus the helper functions it needs (``HELPERS``, emitted once per module).
@@ -6,7 +7,9 @@ Guarantees: 32- and 64-bit integers use CUDA's ``atomicMax``/``atomicMin``; floa
 (which CUDA has no such atomics for) use a compare-and-swap loop on the element's bits that stores the value while it
 compares greater / less than the element, as TileLang's ``AtomicMax``/``AtomicMin`` do: a NaN value never stores
 (``compiler.atomic_ops`` is the same rule on the CPU). 16-bit CAS needs sm_70 or newer. Other dtypes: CodegenError
-(the lowering reports them first, as E602 at the statement's line).
+(the lowering reports them first, as E602 at the statement's line). ``VecAtomicAdd`` is one ``atomicAdd`` on
+``float2``/``float4`` (sm_90+), ``__half2`` or ``__nv_bfloat162``, with a per-element fallback for older
+architectures in the same source (``#if __CUDA_ARCH__``).
 """
 
 from __future__ import annotations
@@ -58,3 +61,30 @@ def atomic_extreme(emitter, s) -> None:
     else:
         emitter.fail(f"atomic {s.op} on {dt} buffer {s.buffer.name} is not supported by CUDA (32- and 64-bit "
                      f"integers and float16/bfloat16/float32/float64 are)")
+
+
+# (dtype, width) -> (vector type, constructor, first __CUDA_ARCH__ with the vector atomicAdd)
+_VECTOR_ATOMICS = {("float32", 2): ("float2", "make_float2", 900), ("float32", 4): ("float4", "make_float4", 900),
+                   ("float16", 2): ("__half2", "__halves2half2", 600),
+                   ("bfloat16", 2): ("__nv_bfloat162", "__halves2bfloat162", 800)}
+
+
+def vec_atomic_add(emitter, s) -> None:
+    """Emit ``s`` (a VecAtomicAdd) through ``emitter`` (a cuda ``_KernelEmitter``)."""
+    from tileagent.compiler.targets.cuda import _strip
+
+    dt, w = s.dst.dtype, s.width
+    if s.dst.scope != "global" or (dt, w) not in _VECTOR_ATOMICS:
+        emitter.fail(f"vector atomic add of {w} x {dt} into {s.dst.scope} buffer {s.dst.name} is not supported")
+    dst, src = emitter.buf(s.dst), emitter.buf(s.src)
+    di, si = emitter.index(s.dst, s.dst_index), emitter.index(s.src, s.src_index)
+    vals = [_strip(emitter.convert(f"{src}[{si} + {v}]", s.src.dtype, dt)) for v in range(w)]
+    vector, make, arch = _VECTOR_ATOMICS[(dt, w)]
+    emitter.ct(dt)
+    emitter.state.uses_header_api(dt)
+    emitter.line(f"#if __CUDA_ARCH__ >= {arch}")
+    emitter.line(f"atomicAdd(reinterpret_cast<{vector}*>(&{dst}[{di}]), {make}({', '.join(vals)}));")
+    emitter.line("#else")
+    for v in range(w):
+        emitter.line(f"atomicAdd(&{dst}[{di} + {v}], {vals[v]});")
+    emitter.line("#endif")
