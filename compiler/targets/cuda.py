@@ -399,7 +399,7 @@ class _KernelEmitter:
         name = self.fresh(s.var.name)
         self.line(f"const {self.ct(s.var.dtype)} {name} = {_strip(self.value_as(s.value, s.var.dtype))};")
         self.scopes[-1][s.var] = name
-        if self.consts:
+        if self.scalars:  # an index of a named-scalar array may use it
             bind_let(self, s)
 
     def if_(self, s: If) -> None:

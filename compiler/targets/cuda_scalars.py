@@ -30,8 +30,9 @@ def unrolled_for(em, s: For, values: range) -> None:
     em.consts.pop(s.var, None)
     em.unrolled.pop(s.var, None)
 
+
 def bind_let(em, s: Let) -> None:
-    """Record the value of an integer Let computed from variables of loops unrolled here (an index may use it)."""
+    """Record the value of an integer Let that constants and variables of loops unrolled here fix."""
     value = static_value(s.value, em.consts) if s.var.dtype.is_int else None
     if value is not None:
         em.consts[s.var] = value
