@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -46,19 +47,16 @@ def flush_l2():
     _flush.zero_()
 
 
-_warned: list = []
-
-
 def bench(fn, trials: int = 30, warmup: int = 5) -> tuple[float, float]:
     """(median ms, IQR ms) of the GPU time of one call over ``trials``, L2 flushed before each.
 
     Before each trial the stream is kept busy (``torch.cuda._sleep``) while the host enqueues the start event, the
     call and the end event, so host-side launch overhead (Python argument checks, torch.compile guards) is left out
     for every contender alike; copies stay SM copies (a CUDA graph would turn ``copy_`` into a copy-engine node)."""
-    if os.environ.get("TILEAGENT_MBAR_SPIN_LIMIT") and not _warned:
-        _warned.append(True)  # a test setting: each mbarrier wait gets a clock64 deadline, which costs registers
-        print("warning: TILEAGENT_MBAR_SPIN_LIMIT is set: mbarrier waits carry a deadline (the example GEMM's wgmmas "
-              "are then serialized: 157 instead of 580 TFLOP/s on an H200); unset it for timings", file=sys.stderr)
+    if os.environ.get("TILEAGENT_MBAR_SPIN_LIMIT"):  # a test setting (shown once: warnings' default filter)
+        warnings.warn("TILEAGENT_MBAR_SPIN_LIMIT is set: mbarrier waits carry a clock64 deadline, which costs registers "
+                      "(the example GEMM's wgmmas are then serialized: 157 instead of 580 TFLOP/s on an H200); unset "
+                      "it for timings", RuntimeWarning, stacklevel=2)
     for _ in range(warmup):
         fn()
     times = []

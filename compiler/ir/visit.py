@@ -4,7 +4,8 @@ expression.
 In: tile-IR or thread-IR statements and expressions. Out: generators, in source order.
 Guarantees: ``walk`` yields every statement (pre-order) including those nested in loop, if and kernel bodies
 (``leaves`` only those without nested statements);
-``loads`` yields every Load, also those inside indices of other Loads. ``substitute`` returns a copy of an
+``loads`` yields every Load, also those inside indices of other Loads; ``variables`` every Var an expression mentions
+(also in call arguments and load indices). ``substitute`` returns a copy of an
 expression or region with variables replaced (unchanged nodes are shared).
 """
 
@@ -56,6 +57,17 @@ def loads(e):
             elif isinstance(child, tuple):
                 for c in child:
                     yield from loads(c)
+
+
+def variables(e):
+    if isinstance(e, Var):
+        yield e
+    elif isinstance(e, tuple):
+        for c in e:
+            yield from variables(c)
+    elif isinstance(e, Expr):
+        for name in getattr(e, "__slots__", ()):
+            yield from variables(getattr(e, name))
 
 
 def substitute(x, mapping: dict):

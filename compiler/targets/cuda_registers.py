@@ -24,10 +24,10 @@ from __future__ import annotations
 from dataclasses import fields
 
 from tileagent.compiler.errors import KernelArgumentError
-from tileagent.compiler.ir.expr import Expr, Var
+from tileagent.compiler.ir.expr import Expr
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.stmt import Buffer, For, Let, Store
-from tileagent.compiler.ir.visit import loads, walk
+from tileagent.compiler.ir.visit import loads, variables, walk
 from tileagent.compiler.tir import Declare, Mma, PackPairs, VecCopy, Wgmma, WgmmaFence, WgmmaRS, WgmmaWait
 
 
@@ -53,7 +53,7 @@ def static_loop(s: For) -> range | None:
 
 def touches(stmts, arrays) -> bool:
     """Whether any statement of ``stmts`` (at any depth) mentions a Buffer of ``arrays``."""
-    return bool(arrays) and any(_mentions(getattr(s, f.name), arrays) for s in walk(stmts) for f in fields(s)
+    return bool(arrays) and any(_buffers(getattr(s, f.name)) & arrays for s in walk(stmts) for f in fields(s)
                                 if f.name not in ("body", "then_body", "else_body"))
 
 
@@ -124,7 +124,7 @@ def _check_exprs(values, static: frozenset, chosen: set) -> None:
 
 
 def _static(e, static: frozenset) -> bool:
-    return isinstance(e, int) or (not any(True for _ in loads(e)) and _free_vars(e) <= static)
+    return isinstance(e, int) or (not any(True for _ in loads(e)) and set(variables(e)) <= static)
 
 
 def _exprs(v):
@@ -143,23 +143,3 @@ def _buffers(v) -> set:
     if isinstance(v, Expr):
         return {ld.buffer for ld in loads(v)}
     return set()
-
-
-def _mentions(v, arrays) -> bool:
-    return bool(_buffers(v) & arrays)
-
-
-def _free_vars(e) -> set:
-    if isinstance(e, Var):
-        return {e}
-    out = set()
-    if isinstance(e, Expr):
-        for name in getattr(type(e), "__slots__", ()):
-            out |= _free_vars_of(getattr(e, name))
-    return out
-
-
-def _free_vars_of(v) -> set:
-    if isinstance(v, tuple):
-        return set().union(*(_free_vars(x) for x in v)) if v else set()
-    return _free_vars(v)
