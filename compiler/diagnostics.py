@@ -190,6 +190,7 @@ CODES = {
     "E308": "unknown pass config key",
     "E309": "value of the wrong kind (buffer where a number is needed, or the reverse)",
     "E310": "unknown T.copy eviction_policy",
+    "E311": "invalid cluster_dims for T.Kernel",
     "E401": "wrong number of indices for a buffer",
     "E402": "T.copy extents that cannot match",
     "E403": "T.gemm shape mismatch",

@@ -13,7 +13,8 @@ features. Every compiler stage reads the limits and features from it, and the mo
 
 - ``features``: what the arch offers (``FEATURES``); ``Target.without`` drops some (the pass config
   ``tl.disable_wgmma`` and ``TILEAGENT_ENABLE_WGMMA=0``, ``feature_switches``, do this through
-  ``compiler.passes.effective_target``: T.gemm then stays on mma.sync on sm_90a).
+  ``compiler.passes.effective_target``: T.gemm then stays on mma.sync on sm_90a; ``TILEAGENT_ENABLE_CLUSTERS=0``
+  launches every kernel without thread-block clusters, ``compiler.lower.cluster``).
 
 Guarantees: a ``Target`` is hashable and never changes; an unknown name or an arch this compiler cannot lower for
 raises ``TargetError`` E601 listing the known ones; ``"cuda"`` without a CUDA device raises E601 too.
@@ -98,7 +99,7 @@ ARCHS = {
     "sm_90a": dict(shared_bytes=227 * 1024, shared_bytes_per_sm=228 * 1024, registers_per_sm=65536, features=_HOPPER),
 }
 # Environment switches that turn a feature off for every compile of the process (``feature_switches``): "0" is off.
-FEATURE_ENV = {"wgmma": "TILEAGENT_ENABLE_WGMMA"}
+FEATURE_ENV = {"wgmma": "TILEAGENT_ENABLE_WGMMA", "clusters": "TILEAGENT_ENABLE_CLUSTERS"}
 _ALIASES = {"sm_90": "sm_90a"}  # TileLang's "-arch=sm_90" and a 9.0 device: the lowering may use sm_90a features
 
 

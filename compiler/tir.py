@@ -246,7 +246,8 @@ class DeviceKernel:
     hardware swizzle XORs absolute address bits), the CUDA kernel rounds its arena start up to it and
     ``shared_bytes`` includes the ``shared_align - 16`` bytes that rounding may skip. ``tensor_maps``: the TMA
     tensor maps (``TensorMap``) the kernel takes by value after ``params`` (``__grid_constant__``), which the
-    launcher encodes from the tensors it passes (``compiler.runtime.tma``).
+    launcher encodes from the tensors it passes (``compiler.runtime.tma``). ``cluster``: blocks per thread-block
+    cluster, (x, y, z) (``compiler.lower.cluster``; (1, 1, 1): none).
     """
 
     name: str
@@ -260,6 +261,7 @@ class DeviceKernel:
     instructions: tuple = ()  # ("T.gemm at line 31", "mma.sync m16n8k16, FullRow, 4 warps (4 x 1)"), in program order
     shared_align: int = 16
     tensor_maps: tuple = ()  # TensorMaps the launcher encodes and passes after ``params`` (TMA, sm_90a)
+    cluster: tuple = (1, 1, 1)
 
     @property
     def num_threads(self) -> int:

@@ -68,7 +68,7 @@ def test_own_memory_bound_kernels_assemble(name):
 
 
 @pytest.mark.parametrize("label, arch, why", [
-    ("prompts/gemm_relu", "sm_90a", "TMA tensor maps or a hardware-swizzled shared arena"),
+    ("prompts/gemm_relu", "sm_90a", "TMA tensor maps, a hardware-swizzled shared arena or thread-block clusters"),
     ("prompts/gemm_relu", "sm_80", "statement AsyncCopy"),
     ("prompts/bias_gelu", "sm_90a", "erf (IEEE) is left to NVVM's libdevice"),
 ])

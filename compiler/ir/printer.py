@@ -76,7 +76,9 @@ def stmt_lines(s, indent: int = 0) -> list[str]:
         grid = ", ".join(expr_str(g) for g in s.grid)
         th = s.threads[0] if s.threads[1:] == (1, 1) else tuple(t for t in s.threads)
         names = ", ".join(v.name for v in s.block_vars)
-        out = [f"{pad}with T.Kernel({grid}, threads={th}) as ({names}{',' if len(s.block_vars) == 1 else ''}):"]
+        cluster = "" if s.cluster is None else f", cluster_dims={s.cluster}"
+        out = [f"{pad}with T.Kernel({grid}, threads={th}{cluster}) as "
+               f"({names}{',' if len(s.block_vars) == 1 else ''}):"]
         return out + _body(s.body, indent + 4)
     if isinstance(s, Alloc):
         b = s.buffer

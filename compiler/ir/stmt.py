@@ -82,6 +82,7 @@ class Kernel(Stmt):
     # per-thread code: the threadIdx.x/y/z variables T.get_thread_binding handed out (all three), or () when the
     # body never asked for one. Such a kernel's statements run on every thread (see compiler.interp, compiler.lower)
     thread_vars: tuple[Var, ...] = ()
+    cluster: tuple | None = None  # cluster_dims the program gave, as (x, y, z) (compiler.lower.cluster decides)
 
     @property
     def num_threads(self) -> int:

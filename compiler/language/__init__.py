@@ -16,7 +16,8 @@ from tileagent.compiler.language.annotations import (annotate_layout, make_full_
                                            make_half_bank_swizzled_layout, make_quarter_bank_swizzled_layout,
                                            make_swizzled_layout, print, use_swizzle)
 from tileagent.compiler.language.extern import access_ptr, call_extern, import_source
-from tileagent.compiler.language.kernel import Kernel, alloc_fragment, alloc_local, alloc_shared, alloc_var
+from tileagent.compiler.language.kernel import (ClusterKernel, Kernel, alloc_fragment, alloc_local, alloc_shared,
+                                                alloc_var)
 from tileagent.compiler.language.loops import Parallel, Persistent, Pipelined, Serial, serial, unroll
 from tileagent.compiler.language.math import (abs, cast, ceil, ceildiv, erf, exp, exp2, floor, floordiv, floormod,
                                     if_then_else, infinity, log, log2, max, max_value, min, min_value, pow,

@@ -13,6 +13,7 @@ from tileagent.compiler.ir.expr import Expr
 from tileagent.compiler.ir.simplify import static_int
 
 MAX_THREADS = 1024
+MAX_CLUSTER = 8  # blocks per cluster every sm_90 GPU launches (the portable cluster size)
 
 
 @dataclass(frozen=True)
@@ -20,16 +21,20 @@ class KernelSpec:
     grid: tuple
     threads: tuple[int, int, int]
     prelude: str | None
+    cluster: tuple[int, int, int] | None = None
 
 
-def Kernel(*blocks, threads=None, prelude=None, is_cpu=False):
+def Kernel(*blocks, threads=None, prelude=None, is_cpu=False, cluster_dims=None):
     """``with T.Kernel(gx[, gy, gz], threads=128) as (bx, ...)``: one launch of a grid of thread blocks.
 
     Args:
         blocks: 1 to 3 grid extents (ints or runtime expressions such as ``T.ceildiv(N, 128)``).
         threads: threads per block: an int (x only) or a tuple of up to 3; at most 1024 in total. Default 128.
+        cluster_dims: blocks per thread-block cluster (sm_90): an int (x only) or a tuple of up to 3, at most 8 in
+            all; each grid extent a multiple of it. Where the blocks run, not what they compute (``compiler.lower.
+            cluster``): targets without clusters launch the same grid without them.
     Raises:
-        DSLTypeError: E305 for a bad grid, E304 for bad threads.
+        DSLTypeError: E305 for a bad grid, E304 for bad threads, E311 for bad cluster_dims.
     """
     if not 1 <= len(blocks) <= 3:
         raise DSLTypeError(f"T.Kernel takes 1 to 3 grid extents, got {len(blocks)}", code="E305",
@@ -51,7 +56,30 @@ def Kernel(*blocks, threads=None, prelude=None, is_cpu=False):
     if total > MAX_THREADS:
         raise DSLTypeError(f"T.Kernel asks for {total} threads per block; the limit is {MAX_THREADS}", code="E304",
                            hint="use fewer threads and give each thread more elements")
-    return KernelSpec(tuple(blocks), dims, prelude)
+    return KernelSpec(tuple(blocks), dims, prelude, _cluster(cluster_dims, len(blocks)))
+
+
+def ClusterKernel(*blocks, cluster_dims=(2, 1, 1), threads=None, prelude=None):
+    """TileLang's ``T.ClusterKernel(*blocks, cluster_dims, threads, prelude)``: ``T.Kernel`` with ``cluster_dims``."""
+    return Kernel(*blocks, threads=threads, prelude=prelude, cluster_dims=cluster_dims)
+
+
+def _cluster(cluster_dims, rank: int) -> tuple[int, int, int] | None:
+    """``cluster_dims`` as (x, y, z), checked; None when not given."""
+    if cluster_dims is None:
+        return None
+    dims = tuple(cluster_dims) if isinstance(cluster_dims, (tuple, list)) else (cluster_dims,)
+    if not 1 <= len(dims) <= 3 or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in dims):
+        raise DSLTypeError(f"T.Kernel cluster_dims must be a positive int or a tuple of 1 to 3 positive ints, "
+                           f"got {cluster_dims!r}", code="E311", hint="cluster_dims=2 pairs neighbouring blocks")
+    dims = dims + (1,) * (3 - len(dims))
+    if any(c > 1 for c in dims[rank:]):
+        raise DSLTypeError(f"T.Kernel cluster_dims={cluster_dims!r} clusters a grid dim the kernel does not have "
+                           f"({rank} grid dims)", code="E311")
+    if dims[0] * dims[1] * dims[2] > MAX_CLUSTER:
+        raise DSLTypeError(f"T.Kernel cluster_dims={cluster_dims!r} asks for {dims[0] * dims[1] * dims[2]} blocks "
+                           f"per cluster; the limit is {MAX_CLUSTER}", code="E311")
+    return dims
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True, ws: boo
     may use it; when its mbarriers do not fit the target's shared memory next to the planned arena (a pipeline
     planned to the last byte), the kernel is lowered again without TMA, and its instruction notes say why."""
     from tileagent.compiler.instructions.tma import usable as tma_usable
+    from tileagent.compiler.lower.cluster import cluster_dims
     from tileagent.compiler.lower.tma import TmaState, capacity, finish_kernel
     from tileagent.compiler.lower.warp_specialize import PRODUCER_THREADS, candidate, specialize
 
@@ -82,13 +83,13 @@ def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True, ws: boo
         n = static_int(extent)
         ctx.ranges[var] = (0, n - 1 if n is not None else 2**31 - 1)
     body = _Lowering(ctx).body(_barriers_before(plan.body, shared.reuse_points))
-    threads = k.threads
+    threads, specialized = k.threads, False
     if ctx.ws is not None and ctx.ws.producer:  # the pipeline was lowered warp-specialized
         split = specialize(ctx.ws, ctx.lets, body, target, shared.total_bytes + 16 * ctx.tma.capacity, k.span)
         if split is None:
             log.info("kernel %s: a producer warpgroup would cost a block per SM; not warp-specialized", plan.name)
             return _lower_kernel(plan, layouts, flat, params, target, tma, ws=False)
-        body, threads = [split], (k.threads[0] + PRODUCER_THREADS, 1, 1)
+        body, threads, specialized = [split], (k.threads[0] + PRODUCER_THREADS, 1, 1), True
         ctx.instructions.setdefault((k.span.line if k.span else 0, "T.Kernel"), []).append(
             f"warp-specialized: {k.threads[0]} consumer threads and a producer warpgroup of {PRODUCER_THREADS} "
             "(TMA loads)")
@@ -103,9 +104,13 @@ def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True, ws: boo
         prologue, shared_bytes, offsets = placed
         stmts = prologue + stmts
         maps = tuple(ctx.tma.maps.values())
+    cluster = cluster_dims(k, target, specialized)
+    if cluster != (1, 1, 1):
+        ctx.instructions.setdefault((k.span.line if k.span else 0, "T.Kernel"), []).append(
+            f"clusters of {cluster[0] * cluster[1] * cluster[2]} blocks {cluster}")
     return DeviceKernel(plan.name, params, tuple(k.grid), threads, shared_bytes, offsets,
                         tuple(stmts), k.span,
-                        _instructions(ctx.instructions), shared.base_align, maps)
+                        _instructions(ctx.instructions), shared.base_align, maps, cluster)
 
 
 def _instructions(chosen: dict) -> tuple:

@@ -9,7 +9,8 @@ Guarantees:
 - torch's primary context is used (torch initializes CUDA first; no context is ever created), and a module is loaded
   once per device, lazily.
 - Grid expressions are evaluated with :func:`eval_scalar` (the IR's integer semantics); a grid with a zero
-  dimension launches nothing.
+  dimension launches nothing; a kernel compiled for thread-block clusters (``DeviceKernel.cluster``) whose grid is
+  not a multiple of its cluster raises ``KernelArgumentError``.
 - Arguments are checked before launching (kind, device, dtype, contiguity, size, the alignment vector accesses
   need) and wrong ones raise ``KernelArgumentError`` naming the parameter; every driver call is checked and a
   failure raises ``KernelRuntimeError`` with the CUDA error name.
@@ -312,6 +313,9 @@ class LoadedModule:
                 raise KernelArgumentError(f"kernel {kernel.name}: grid dimension {d} is {g!r}")
         if 0 in grid:
             return
+        if any(g % c for g, c in zip(grid, kernel.cluster)):
+            raise KernelArgumentError(f"kernel {kernel.name}: grid {tuple(grid)} is not a multiple of its "
+                                      f"cluster_dims {tuple(kernel.cluster)}")
         device = torch.cuda.current_device() if device is None else device
         if device != torch.cuda.current_device():
             with torch.cuda.device(device):

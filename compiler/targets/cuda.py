@@ -3,7 +3,8 @@
 In: a ``compiler.tir.DeviceModule`` (one-dimensional buffers, one index per access, special variables, ``Declare``,
 ``VecCopy``, ``Barrier``; see ``compiler/tir.py``).
 Out: one self-contained CUDA C++ translation unit (a ``str``) holding every kernel of the module as
-``extern "C" __global__ void __launch_bounds__(threads) name(...)``, for NVRTC (``compiler.runtime.nvrtc``).
+``extern "C" __global__ void __launch_bounds__(threads) name(...)``, for NVRTC (``compiler.runtime.nvrtc``);
+``__cluster_dims__(x, y, z)`` before it for a kernel launched in thread-block clusters (``DeviceKernel.cluster``).
 Guarantees:
 
 - Parameters follow ``DeviceKernel.params``: global Buffers become ``T* __restrict__`` (``const T*`` when the kernel
@@ -329,7 +330,8 @@ class _KernelEmitter:
         # setmaxnreg needs ptxas to know the registers at entry: a minimum of blocks per SM fixes them
         split = max((x.blocks_per_sm for x in walk(k.body) if isinstance(x, WarpSpecialize)), default=0)
         bounds = f"{k.num_threads}, {split}" if split else k.num_threads
-        sig = f'extern "C" __global__ void __launch_bounds__({bounds}) {kernel_symbol(k)}('
+        cluster = "" if tuple(k.cluster) == (1, 1, 1) else "__cluster_dims__({}, {}, {}) ".format(*k.cluster)
+        sig = f'extern "C" __global__ void {cluster}__launch_bounds__({bounds}) {kernel_symbol(k)}('
         if len(sig + ", ".join(params) + ") {") > 120:
             head += [sig] + [f"    {p}{',' if i < len(params) - 1 else ') {'}" for i, p in enumerate(params)]
             if not params:

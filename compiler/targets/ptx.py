@@ -104,8 +104,8 @@ class _KernelPtx(Calls, Values):
 
     def kernel_text(self) -> str:
         k = self.k
-        if k.tensor_maps or k.shared_align > 16:
-            self.fail("TMA tensor maps or a hardware-swizzled shared arena")
+        if k.tensor_maps or k.shared_align > 16 or tuple(k.cluster) != (1, 1, 1):
+            self.fail("TMA tensor maps, a hardware-swizzled shared arena or thread-block clusters")
         params = []
         for i, p in enumerate(k.params):
             name = f"{self.sym}_param_{i}"

@@ -32,7 +32,7 @@ UNSUPPORTED = {
     **{n: _HOPPER for n in ("mbarrier_expect_tx", "create_list_of_mbarrier", "get_mbarrier", "wgmma_gemm",
                             "wait_wgmma", "fence_proxy_async",
                             "annotate_producer_reg_dealloc", "annotate_consumer_reg_alloc", "warpgroup_arrive",
-                            "warpgroup_commit_batch", "warpgroup_wait", "ClusterKernel",
+                            "warpgroup_commit_batch", "warpgroup_wait",
                             "alloc_descriptor", "cp_async_barrier_noinc",
                             "ptx_cp_async", "ptx_commit_group", "ptx_wait_group", "async_copy")},
     **{n: _BLACKWELL for n in ("alloc_tmem", "tcgen05_gemm", "tcgen05_gemm_blockscaled", "tcgen05_mma_arrive",
