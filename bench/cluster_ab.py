@@ -1,11 +1,13 @@
 """Thread-block clusters on or off, side by side in one process (issue 12): the tensor-core acceptance kernels that
-``compiler.lower.cluster`` pairs by default (warp-specialized, even static grid along x).
+``compiler.lower.cluster`` pairs by default (warp-specialized, even static grid along x), and flash attention, which it
+leaves single (paired here through the CUDA post-processing hook, to see whether it should).
 
 Usage (CUDA machine): TILEAGENT_SHARED=/path/to/shared python bench/cluster_ab.py [--rounds 3]
 Each kernel is compiled twice from the same program, with ``TILEAGENT_ENABLE_CLUSTERS=0`` (single blocks) and as by
 default; both are checked against torch (the GEMM against fp32 ``relu(a @ b)``, MLA decode against the example's
 ``reference``) on fresh inputs with poisoned outputs, then timed in alternation for ``--rounds`` rounds (L2 flushed,
-medians; ``bench/memory_bound.bench``) with the baselines in each round: cuBLAS and relu(a@b) for the GEMMs.
+medians; ``bench/memory_bound.bench``) with the baselines in each round: cuBLAS and relu(a@b) for the GEMMs, SDPA
+for attention (checked against it too).
 Prints TFLOP/s per round and the ratio of the medians.
 """
 
@@ -27,19 +29,31 @@ from bench.tensor_core import load  # noqa: E402
 ENV = "TILEAGENT_ENABLE_CLUSTERS"
 
 
-def both(fn):
-    """(single blocks, as by default) kernels of the PrimFunc ``fn()`` for this GPU."""
-    import tileagent
+def pair_blocks(source: str, target=None) -> str:
+    """A kernel's CUDA launched in 2-block clusters along x (nothing shared): for kernels the default leaves single."""
+    return source.replace('extern "C" __global__ void ', 'extern "C" __global__ void __cluster_dims__(2, 1, 1) ', 1)
 
-    out = []
-    for value in ("0", None):
-        if value is None:
-            os.environ.pop(ENV, None)
-        else:
-            os.environ[ENV] = value
-        out.append(tileagent.compile(fn(), out_idx=getattr(fn, "out_idx", None), target="cuda"))
+
+def both(fn):
+    """(single blocks, 2-block clusters, how) kernels of the PrimFunc ``fn()`` for this GPU: clusters as by default,
+    or, where the default leaves the kernel single, through the CUDA post-processing hook (``pair_blocks``)."""
+    import tileagent
+    from tileagent.compiler.runtime.hooks import set_cuda_postproc
+
+    def build():
+        return tileagent.compile(fn(), out_idx=getattr(fn, "out_idx", None), target="cuda")
+
+    os.environ[ENV] = "0"
+    single = build()
     os.environ.pop(ENV, None)
-    return out
+    paired = build()
+    if "clusters of" in paired.get_ir("thread"):
+        return single, paired, "default"
+    set_cuda_postproc(pair_blocks)
+    try:
+        return single, build(), "hook"
+    finally:
+        set_cuda_postproc(None)
 
 
 def gemm_cases(gemm, sizes, dtypes):
@@ -82,6 +96,26 @@ def mla_cases(mla, B=64, H=128, ctx=8192):
         yield (f"mla_decode {variant} B{B} H{H} ctx{ctx}", fn, check, lambda k: k(q, q_pe, kv, k_pe), flops, {})
 
 
+def fa_cases(fa, B=8, H=32, S=4096, D=128):
+    q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.float16) for _ in range(3))
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    for causal, schedule in ((False, {}), (False, {"block_M": 128, "block_N": 64, "num_stages": 2, "threads": 128}),
+                             (True, {"block_M": 128, "block_N": 64, "num_stages": 2, "threads": 128})):
+        def fn(causal=causal, schedule=schedule):
+            return fa.flash_attn_fwd.fn(B, H, S, D, causal, **schedule)
+        fn.out_idx = fa.flash_attn_fwd.out_idx
+        ref = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+
+        def check(kern, ref=ref):
+            torch.testing.assert_close(kern(q, k, v), ref, rtol=2e-2, atol=2e-2)
+
+        label = "/".join(str(x) for x in schedule.values()) or "example schedule"
+        sdpa = {"SDPA": lambda causal=causal: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt,
+                                                                                              is_causal=causal)}
+        yield (f"flash_attn{' causal' if causal else ''} {label}", fn, check, lambda kern: kern(q, k, v),
+               4 * B * H * S * S * D // (2 if causal else 1), sdpa)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -89,29 +123,30 @@ def main() -> None:
     ap.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])
     args = ap.parse_args()
     torch.manual_seed(0)
-    gemm, mla = load("gemm_relu"), load("mla_decode")
+    gemm, mla, fa = load("gemm_relu"), load("mla_decode"), load("flash_attn_fwd")
     table = []
-    for name, fn, check, call, flops, baselines in [*gemm_cases(gemm, args.sizes, args.dtypes), *mla_cases(mla)]:
-        kernels = both(fn)
-        clustered = ["clusters of" in k.get_ir("thread") for k in kernels]
+    for name, fn, check, call, flops, baselines in [*gemm_cases(gemm, args.sizes, args.dtypes), *mla_cases(mla),
+                                                    *fa_cases(fa)]:
+        *kernels, how = both(fn)
         for k in kernels:
             check(k)
-        times = {"single blocks": [], "clusters (default)": [], **{b: [] for b in baselines}}
+        times = {"single blocks": [], "2-block clusters": [], **{b: [] for b in baselines}}
         for _ in range(args.rounds):
-            for label, k in zip(("single blocks", "clusters (default)"), kernels):
+            for label, k in zip(("single blocks", "2-block clusters"), kernels):
                 times[label].append(bench(lambda k=k: call(k), trials=20)[0])
             for b, f in baselines.items():
                 times[b].append(bench(f, trials=20)[0])
         med = {label: statistics.median(ts) for label, ts in times.items()}
-        print(f"{name}: clustered {clustered}; " + ", ".join(
+        print(f"{name}: clusters {how}; " + ", ".join(
             f"{label} {' / '.join(f'{flops / t / 1e9:.1f}' for t in ts)}" for label, ts in times.items()), flush=True)
-        table.append((name, {label: flops / t / 1e9 for label, t in med.items()},
-                      med["single blocks"] / med["clusters (default)"]))
-    print("\n| kernel | single blocks | clusters (default) | x single | cuBLAS | relu(a@b) |\n|---|---|---|---|---|---|")
-    for name, tf, ratio in table:
-        cells = [f"{tf[k]:.1f}" if k in tf else "-" for k in ("single blocks", "clusters (default)")]
-        base = [f"{tf[k]:.1f}" if k in tf else "-" for k in ("cuBLAS", "relu(a@b)")]
-        print(f"| {name} | {cells[0]} | {cells[1]} | {ratio:.3f} | {base[0]} | {base[1]} |")
+        table.append((name, how, {label: flops / t / 1e9 for label, t in med.items()},
+                      med["single blocks"] / med["2-block clusters"]))
+    print("\n| kernel | single blocks | 2-block clusters | clusters by | x single | cuBLAS | relu(a@b) | SDPA |\n"
+          "|---|---|---|---|---|---|---|---|")
+    for name, how, tf, ratio in table:
+        cells = [f"{tf[k]:.1f}" if k in tf else "-" for k in ("single blocks", "2-block clusters", "cuBLAS",
+                                                               "relu(a@b)", "SDPA")]
+        print(f"| {name} | {cells[0]} | {cells[1]} | {how} | {ratio:.3f} | {' | '.join(cells[2:])} |")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import argparse
 import re
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -58,9 +59,11 @@ def sub1(pattern: str, repl, text: str) -> str:
     return out
 
 
-def cluster_only(src: str, target=None) -> str:
-    """The kernel launched as 2-CTA clusters that share nothing (what the cluster launch alone costs)."""
-    src = sub1(r'(extern "C" __global__ void )', r'\1__cluster_dims__(2, 1, 1) ', src)
+def cluster_only(src: str, target=None, dims=(2, 1, 1)) -> str:
+    """The kernel launched as clusters of ``dims`` that share nothing (what the cluster launch alone costs)."""
+    src = re.sub(r"__cluster_dims__\([^)]*\) ", "", src)  # the compiler's own pairs, where it makes them
+    if dims != (1, 1, 1):
+        src = sub1(r'(extern "C" __global__ void )', r'\1__cluster_dims__({}, {}, {}) '.format(*dims), src)
     return sub1(r'(extern "C" __global__)', lambda m: HELPERS + "\n" + m.group(1), src)
 
 
@@ -119,7 +122,10 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="*", default=[4096, 8192])
     ap.add_argument("--dump", default=None, help="write the rewritten source here")
     ap.add_argument("--stages", type=int, default=3, help="the example's num_stages (3 as written)")
+    ap.add_argument("--dims", nargs="*", default=["2,1,1"], help="cluster shapes to try, nothing shared")
+    ap.add_argument("--multicast", action="store_true", help="also the two A-multicast variants")
     args = ap.parse_args()
+    args.dims = [tuple(int(x) for x in d.split(",")) for d in args.dims]
     text = (SHARED / "gemm_relu.py").read_text()
     assert "num_stages=3" in text
     tmp = Path(tempfile.mkdtemp())
@@ -133,9 +139,11 @@ def main() -> None:
         b = torch.randn(n, n, device="cuda", dtype=torch.float16)
         ref = torch.relu((a.float() @ b.float())).half()
         kernels = {}
-        for name, post in (("as compiled", None), ("cluster 2, nothing shared", cluster_only),
-                           ("cluster 2 + A multicast", clusterize),
-                           ("cluster 2 + A multicast halves", clusterize_halves)):
+        variants = [("single blocks", partial(cluster_only, dims=(1, 1, 1)))]
+        variants += [(f"cluster {d}, nothing shared", partial(cluster_only, dims=d)) for d in args.dims]
+        if args.multicast:
+            variants += [("cluster 2 + A multicast", clusterize), ("cluster 2 + A multicast halves", clusterize_halves)]
+        for name, post in variants:
             gemm.matmul._cache.clear()
             set_cuda_postproc(post)
             try:
