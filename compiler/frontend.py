@@ -574,12 +574,6 @@ class _Parser(ExpressionParser):
             self.kernel_depth -= 1
             self.scopes.pop()
         grid = tuple(spec.grid)
-        for n, (extent, c) in enumerate(zip(grid, spec.cluster or ())):
-            if static_int(extent) is not None and static_int(extent) % c:
-                raise DSLTypeError(f"T.Kernel grid dim {n} has {static_int(extent)} blocks, not a multiple of "
-                                   f"cluster_dims {spec.cluster[:len(grid)]}", self.span(item.context_expr),
-                                   code="E311", hint="make the grid a multiple of the cluster, or cluster fewer "
-                                   "blocks")
         for part in split_at_grid_syncs(body):  # T.sync_grid(): kernels launched one after the other
             self.emit(Kernel(grid, spec.threads, block_vars, part, thread_vars=threads.vars if threads.used else (),
                              cluster=spec.cluster), node)

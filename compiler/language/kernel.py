@@ -56,7 +56,13 @@ def Kernel(*blocks, threads=None, prelude=None, is_cpu=False, cluster_dims=None)
     if total > MAX_THREADS:
         raise DSLTypeError(f"T.Kernel asks for {total} threads per block; the limit is {MAX_THREADS}", code="E304",
                            hint="use fewer threads and give each thread more elements")
-    return KernelSpec(tuple(blocks), dims, prelude, _cluster(cluster_dims, len(blocks)))
+    cluster = _cluster(cluster_dims, len(blocks))
+    for n, (extent, c) in enumerate(zip(blocks, cluster or ())):
+        if static_int(extent) is not None and static_int(extent) % c:
+            raise DSLTypeError(f"T.Kernel grid dim {n} has {static_int(extent)} blocks, not a multiple of "
+                               f"cluster_dims {cluster[:len(blocks)]}", code="E311",
+                               hint="make the grid a multiple of the cluster, or cluster fewer blocks")
+    return KernelSpec(tuple(blocks), dims, prelude, cluster)
 
 
 def ClusterKernel(*blocks, cluster_dims=(2, 1, 1), threads=None, prelude=None):
