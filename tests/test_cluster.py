@@ -78,6 +78,20 @@ def test_warp_specialized_gemms_run_in_pairs(shared_example, monkeypatch):
     assert "__cluster_dims__" not in _signature(kernel) and "warp-specialized" in kernel.get_ir("thread")
 
 
+def test_a_persistent_gemm_keeps_single_blocks():
+    from pathlib import Path
+
+    from bench.memory_bound import load
+
+    persistent = load("persistent_gemm", Path(__file__).resolve().parents[1] / "bench")
+    def ir(persistent_):
+        fn = persistent.gemm_relu.fn(4096, 4096, 4096, 128, 256, 64, 4, 256, 132, persistent_)
+        return tileagent.compile(fn, target="cpu:sm_90a").get_ir("thread")
+
+    assert "warp-specialized" in ir(True) and "clusters of" not in ir(True)
+    assert "clusters of 2 blocks (2, 1, 1)" in ir(False)
+
+
 def test_the_paired_gemm_is_correct_in_the_emulator(shared_example):
     mod = shared_example("gemm_relu")
     M, N, K = 128, 256, 128  # two column blocks: one cluster

@@ -104,7 +104,7 @@ def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True, ws: boo
         prologue, shared_bytes, offsets = placed
         stmts = prologue + stmts
         maps = tuple(ctx.tma.maps.values())
-    cluster = cluster_dims(k, target, specialized)
+    cluster = cluster_dims(k, target, specialized and not ctx.ws.path)
     if cluster != (1, 1, 1):
         ctx.instructions.setdefault((k.span.line if k.span else 0, "T.Kernel"), []).append(
             f"clusters of {cluster[0] * cluster[1] * cluster[2]} blocks {cluster}")

@@ -1,7 +1,8 @@
 """Thread-block clusters (sm_90): the cluster a kernel is compiled for.
 
 In: the tile-level ``Kernel`` (its grid, the ``cluster_dims`` the program gave), the Target, and whether its lowering
-is warp-specialized (a TMA producer warpgroup feeding wgmma consumers, ``compiler.lower.warp_specialize``).
+is warp-specialized (a TMA producer warpgroup feeding wgmma consumers, ``compiler.lower.warp_specialize``) with the
+pipeline run once per block (not inside the tile loop of a ``T.Persistent`` kernel).
 Out: ``cluster_dims`` gives the (x, y, z) blocks per cluster, (1, 1, 1) for none; the CUDA target writes it as
 ``__cluster_dims__`` (compiled in: the plain launch API launches such a kernel in clusters).
 Rules:
@@ -12,7 +13,9 @@ Rules:
 - The program's ``cluster_dims``: as given (the frontend checked that static grid extents divide by it; the launcher
   checks extents known only at the call, ``compiler.runtime.launch``).
 - Otherwise a warp-specialized kernel whose grid's x extent is static and even runs in pairs along x (2, 1, 1):
-  two neighbouring blocks of a GEMM need the same A tile at the same time. On the H200 the example GEMM as written
+  two neighbouring blocks of a GEMM need the same A tile at the same time. Not a persistent kernel (one block per SM
+  walking tiles): level either way on the H200, and its blocks must not wait for a second wave where a GPC has an
+  odd number of free SMs. On the H200 the example GEMM as written
   (128 x 128 x 64 tiles, 2 blocks per SM) runs 3-5% faster so at 4096^3 and 8192^3, nothing shared between the two
   blocks (BENCHMARKS.md, round 2 session 14); TMA multicast of the shared tile ran 30% slower there and is not used.
 """
@@ -29,7 +32,8 @@ NONE = (1, 1, 1)
 
 
 def cluster_dims(kernel, target, warp_specialized: bool) -> tuple[int, int, int]:
-    """(x, y, z) blocks per cluster for tile-level ``kernel`` lowered for ``target`` (see the module)."""
+    """(x, y, z) blocks per cluster for tile-level ``kernel`` lowered for ``target`` (see the module);
+    ``warp_specialized``: its one pipeline is warp-specialized and runs once per block."""
     if not target.has("clusters"):
         if kernel.cluster is not None and kernel.cluster != NONE:
             log.info("T.Kernel at line %s: cluster_dims=%s ignored: %s has no thread-block clusters",
