@@ -77,6 +77,9 @@ def run_kernel(kernel: DeviceKernel, values: dict, *, check_races: bool = True) 
     probe = _Block(kernel, scalars, globals_, (0, 0, 0), (1, 1, 1), check_races)
     grid = [probe.uniform(probe.ev(g), "grid size") for g in kernel.grid]
     grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
+    if any(g % c for g, c in zip(grid, kernel.cluster)):  # as the GPU launcher refuses it
+        raise KernelArgumentError(f"kernel {kernel.name}: grid {grid} is not a multiple of its cluster_dims "
+                                  f"{tuple(kernel.cluster)}")
     log.debug("emulating %s: grid %s, block %s, %d shared bytes", kernel.name, grid, kernel.block,
               kernel.shared_bytes)
     for bz, by, bx in itertools.product(range(grid[2]), range(grid[1]), range(grid[0])):

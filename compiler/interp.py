@@ -18,7 +18,7 @@ import sys
 
 import torch
 
-from tileagent.compiler.errors import KernelFault
+from tileagent.compiler.errors import KernelArgumentError, KernelFault
 from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float_binop, float_call, reinterpret,
                                            storage)
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
@@ -78,6 +78,10 @@ class _Interpreter:
 
     def kernel(self, s: Kernel, mask) -> None:
         grid = [int(self.ev(g)) for g in s.grid]
+        if s.cluster is not None and any(g % c for g, c in zip(grid, s.cluster)):  # as the GPU launcher refuses it
+            raise KernelArgumentError(f"T.Kernel at line {s.span.line if s.span else '?'}: grid "
+                                      f"{tuple(grid) + (1,) * (3 - len(grid))} is not a multiple of its cluster_dims "
+                                      f"{tuple(s.cluster)}")
         if s.thread_vars:  # per-thread code: every statement runs for all threads at once, vectorized over lanes
             tx, ty, _ = s.threads
             self.lanes = torch.arange(s.num_threads, dtype=torch.int64)

@@ -64,6 +64,27 @@ def _run(kernel, a):
     return b
 
 
+def test_a_runtime_grid_that_breaks_the_cluster_is_refused_on_the_cpu_too():
+    from tileagent.compiler.errors import KernelArgumentError
+
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def scale(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(T.ceildiv(n, 128), threads=128, cluster_dims=2) as bx:
+            for i in T.Parallel(128):
+                if bx * 128 + i < n:
+                    B[bx * 128 + i] = A[bx * 128 + i] * 2.0
+
+    for target in ("cpu", "sim"):
+        kernel = tileagent.compile(scale, target=target)
+        x = torch.randn(512)
+        torch.testing.assert_close(_run(kernel, x), 2 * x)
+        with pytest.raises(KernelArgumentError, match=r"grid \(3, 1, 1\) is not a multiple of its cluster_dims "
+                                                      r"\(2, 1, 1\)"):
+            _run(kernel, torch.randn(384))
+
+
 def test_warp_specialized_gemms_run_in_pairs(shared_example, monkeypatch):
     monkeypatch.delenv("TILEAGENT_ENABLE_CLUSTERS", raising=False)
     gemm = shared_example("gemm_relu").matmul
