@@ -20,6 +20,19 @@ def _scale(grid, **kernel_kw):
     return scale
 
 
+def _dynamic_scale():
+    """B = 2 A over n values, blocks of 128 in pairs: n = 384 makes 3 blocks, not a multiple of the cluster."""
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def scale(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(T.ceildiv(n, 128), threads=128, cluster_dims=2) as bx:
+            for i in T.Parallel(128):
+                if bx * 128 + i < n:
+                    B[bx * 128 + i] = A[bx * 128 + i] * 2.0
+    return scale
+
+
 def _signature(kernel) -> str:
     return next(line for line in kernel.get_kernel_source().splitlines() if "__global__" in line)
 
@@ -67,17 +80,8 @@ def _run(kernel, a):
 def test_a_runtime_grid_that_breaks_the_cluster_is_refused_on_the_cpu_too():
     from tileagent.compiler.errors import KernelArgumentError
 
-    n = T.dynamic("n")
-
-    @T.prim_func
-    def scale(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
-        with T.Kernel(T.ceildiv(n, 128), threads=128, cluster_dims=2) as bx:
-            for i in T.Parallel(128):
-                if bx * 128 + i < n:
-                    B[bx * 128 + i] = A[bx * 128 + i] * 2.0
-
     for target in ("cpu", "sim"):
-        kernel = tileagent.compile(scale, target=target)
+        kernel = tileagent.compile(_dynamic_scale(), target=target)
         x = torch.randn(512)
         torch.testing.assert_close(_run(kernel, x), 2 * x)
         with pytest.raises(KernelArgumentError, match=r"grid \(3, 1, 1\) is not a multiple of its cluster_dims "
@@ -151,16 +155,7 @@ def test_gpu_clusters(shared_example):
     k(a, b, c)
     torch.testing.assert_close(c.float(), mod.reference(a.float(), b.float()), rtol=2e-2, atol=5e-2)
 
-    n = T.dynamic("n")
-
-    @T.prim_func
-    def scale(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
-        with T.Kernel(T.ceildiv(n, 128), threads=128, cluster_dims=2) as bx:
-            for i in T.Parallel(128):
-                if bx * 128 + i < n:
-                    B[bx * 128 + i] = A[bx * 128 + i] * 2.0
-
-    kernel = tileagent.compile(scale, target="cuda")
+    kernel = tileagent.compile(_dynamic_scale(), target="cuda")
     x = torch.randn(512, device="cuda")
     torch.testing.assert_close(_run(kernel, x), 2 * x)
     with pytest.raises(KernelArgumentError, match=r"grid \(3, 1, 1\) is not a multiple of its cluster_dims "
