@@ -10,14 +10,15 @@ Rules:
   time on neighbouring SMs (one GPC), never what a program computes. A target without clusters (sm_80, sm_86, sm_89;
   or ``TILEAGENT_ENABLE_CLUSTERS=0``) launches the program's grid without them, with a log line when the program
   asked for one.
-- The program's ``cluster_dims``: as given (the frontend checked that static grid extents divide by it; the launcher
-  checks extents known only at the call, ``compiler.runtime.launch``).
+- The program's ``cluster_dims``: as given (``T.Kernel`` checked that static grid extents divide by it; the GPU
+  launcher, the emulator and the interpreter refuse a grid known only at the call that does not).
 - Otherwise a warp-specialized kernel whose grid's x extent is static and even runs in pairs along x (2, 1, 1):
-  two neighbouring blocks of a GEMM need the same A tile at the same time. Not a persistent kernel (one block per SM
-  walking tiles): level either way on the H200, and its blocks must not wait for a second wave where a GPC has an
-  odd number of free SMs. On the H200 the example GEMM as written
-  (128 x 128 x 64 tiles, 2 blocks per SM) runs 3-5% faster so at 4096^3 and 8192^3, nothing shared between the two
-  blocks (BENCHMARKS.md, round 2 session 14); TMA multicast of the shared tile ran 30% slower there and is not used.
+  two neighbouring blocks of a GEMM need the same A tile at the same time. On the H200 the example GEMM as written
+  (128 x 128 x 64 tiles, 2 blocks per SM) runs 3-7% faster so at 4096^3 and 8192^3, fp16 and bf16, nothing shared
+  between the two blocks; MLA decode and the 128 x 256 template GEMM run level (BENCHMARKS.md, round 2 session 14;
+  TMA multicast of the shared tile ran 30% slower there and is not used). Not a persistent kernel (one block per SM
+  walking tiles): level either way, and its blocks must not wait for a second wave where a GPC has an odd number of
+  free SMs.
 """
 
 from __future__ import annotations
@@ -45,4 +46,3 @@ def cluster_dims(kernel, target, warp_specialized: bool) -> tuple[int, int, int]
     if warp_specialized and gx is not None and gx % 2 == 0:
         return (2, 1, 1)
     return NONE
-
