@@ -369,6 +369,7 @@ def test_a_kernel_on_tma_ships_its_tensor_maps_and_a_fallback(shared_example, mo
     fallback = d["fallback"]
     assert "tl_tensor_map" not in fallback["source"] and "cp.async.cg" in fallback["source"]
     assert "tensor_maps" not in fallback["launches"][0] and fallback["id"] != d["id"]
+    assert launch["cluster"] == [2, 1, 1] and "cluster" not in fallback["launches"][0]  # pairs: warp-specialized
 
     runtime = export_runtime.load(d)
     a, b = torch.randn(256, 192, dtype=torch.float16), torch.randn(192, 128, dtype=torch.float16)
@@ -385,6 +386,11 @@ def test_a_kernel_on_tma_ships_its_tensor_maps_and_a_fallback(shared_example, mo
         export_runtime.set_launcher(None)
     assert launched == [5]
     torch.testing.assert_close(c.float(), torch.relu(a.float() @ b.float()), rtol=2e-2, atol=2e-2)
+
+    quads = export_runtime.load({**d, "launches": [{**launch, "cluster": [4, 1, 1]}]})  # a grid of 2 cannot hold 4
+    with pytest.raises(export_runtime.ArgumentError, match=r"grid \(2, 2, 1\) is not a multiple of its "
+                                                           r"cluster_dims \(4, 1, 1\)"):
+        quads.plan(a, b, c, check_device=False)
 
     monkeypatch.setattr(export_runtime, "tma_problem", lambda m: f"the address of '{m.param}' is not 16-byte aligned")
     with pytest.warns(RuntimeWarning, match="the address of 'A' is not 16-byte aligned; running its lowering without"):

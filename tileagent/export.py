@@ -409,8 +409,8 @@ def _expr(e, names: dict):
 def kernel_descriptor(kernel, arches=()) -> dict:
     """What the exported runtime needs to launch ``kernel`` (a JITKernel): its CUDA C++, NVRTC options, parameters
     (dtype, shape expressions of the dynamic dims), outputs, and one launch per ``__global__`` function (symbol,
-    argument names and dtypes, grid expressions, block, dynamic shared bytes, alignment per pointer, and the TMA
-    tensor maps it takes after its arguments). ``variants``: for each of ``arches`` whose lowering differs from the
+    argument names and dtypes, grid expressions, block, dynamic shared bytes, alignment per pointer, the TMA
+    tensor maps it takes after its arguments, and its thread-block cluster when it has one). ``variants``: for each of ``arches`` whose lowering differs from the
     kernel's own target (shared memory per block decides the pipeline stages, features decide instructions), that
     arch's ``id``, ``source`` and ``launches``; the runtime uses them on a device of that arch. A lowering with
     tensor maps carries a ``fallback``, the same lowered without TMA, for calls whose tensors break TMA's rules."""
@@ -481,6 +481,8 @@ def _lowered(func, module, source: str) -> tuple[str, list[dict], dict]:
             "grid": [_expr(g, names) for g in k.grid], "block": [int(b) for b in k.block],
             "shared_bytes": int(k.shared_bytes),
             "align": {names[id(p)]: int(a) for p, a in align.items() if a > 1}})
+        if tuple(k.cluster) != (1, 1, 1):  # thread-block clusters (compiled in): the runtime checks the grid fits
+            launches[-1]["cluster"] = [int(c) for c in k.cluster]
         if k.tensor_maps:  # TMA: encoded at launch from the tensor passed for "param", after the arguments
             launches[-1]["tensor_maps"] = [
                 {"param": names[id(tm.buffer)], "dtype": str(tm.buffer.dtype),

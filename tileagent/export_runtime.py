@@ -23,7 +23,8 @@ Out (API version ``RUNTIME_VERSION``):
 - ``KernelUnavailable``: what cannot run here (no CUDA driver, no cuda-python, NVRTC missing); callers fall back.
 
 Guarantees: torch's primary context is used (no context is created); a module is loaded once per device; a grid with
-a zero dimension launches nothing; launches are asynchronous like any CUDA kernel.
+a zero dimension launches nothing; a grid that is not a multiple of a launch's ``cluster`` (thread-block clusters
+compiled into the kernel) raises ``ArgumentError``; launches are asynchronous like any CUDA kernel.
 """
 
 # --- runtime: begin (copied into every exported module)
@@ -440,6 +441,10 @@ class Kernel:
             for d, g in enumerate(grid):
                 if g < 0 or g >= (2**31 if d == 0 else 65536):
                     raise ArgumentError(f"kernel {self.name}: grid dimension {d} is {g}")
+            cluster = tuple(launch.get("cluster", (1, 1, 1)))  # compiled in (__cluster_dims__): the grid must fit it
+            if 0 not in grid and any(g % c for g, c in zip(grid, cluster)):
+                raise ArgumentError(f"kernel {self.name}: grid {tuple(grid)} is not a multiple of its cluster_dims "
+                                    f"{cluster}")
             launches.append((launch["symbol"], tuple(grid), tuple(launch["block"]), launch["shared_bytes"],
                              values + tensor_maps))
         return outputs, lowering, launches
