@@ -65,7 +65,7 @@ def Kernel(*blocks, threads=None, prelude=None, is_cpu=False, cluster_dims=None)
     return KernelSpec(tuple(blocks), dims, prelude, cluster)
 
 
-def ClusterKernel(*blocks, cluster_dims=(2, 1, 1), threads=None, prelude=None):
+def ClusterKernel(*blocks, cluster_dims, threads=None, prelude=None):
     """TileLang's ``T.ClusterKernel(*blocks, cluster_dims, threads, prelude)``: ``T.Kernel`` with ``cluster_dims``."""
     return Kernel(*blocks, threads=threads, prelude=prelude, cluster_dims=cluster_dims)
 
