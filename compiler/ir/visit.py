@@ -45,21 +45,20 @@ def stmt_exprs(s) -> list:
 
 
 def loads(e):
+    """The Loads of expression ``e`` (or of a tuple of expressions), each before the Loads in its indices."""
     if isinstance(e, Load):
         yield e
-        for i in e.indices:
-            yield from loads(i)
+        yield from loads(e.indices)
+    elif isinstance(e, tuple):
+        for c in e:
+            yield from loads(c)
     elif isinstance(e, Expr):
         for name in getattr(e, "__slots__", ()):
-            child = getattr(e, name)
-            if isinstance(child, Expr):
-                yield from loads(child)
-            elif isinstance(child, tuple):
-                for c in child:
-                    yield from loads(c)
+            yield from loads(getattr(e, name))
 
 
 def variables(e):
+    """The Vars of expression ``e`` (or of a tuple of expressions), with repeats."""
     if isinstance(e, Var):
         yield e
     elif isinstance(e, tuple):

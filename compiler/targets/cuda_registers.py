@@ -116,23 +116,13 @@ def _registers(s) -> list:
 
 
 def _check_exprs(values, static: frozenset, chosen: set) -> None:
-    for v in values:
-        for e in _exprs(v):
-            for ld in loads(e):
-                if ld.buffer in chosen and not _static(ld.indices[0], static):
-                    chosen.discard(ld.buffer)
+    for ld in loads(tuple(values)):
+        if ld.buffer in chosen and not _static(ld.indices[0], static):
+            chosen.discard(ld.buffer)
 
 
 def _static(e, static: frozenset) -> bool:
     return isinstance(e, int) or (not any(True for _ in loads(e)) and set(variables(e)) <= static)
-
-
-def _exprs(v):
-    if isinstance(v, Expr):
-        yield v
-    elif isinstance(v, tuple):
-        for x in v:
-            yield from _exprs(x)
 
 
 def _buffers(v) -> set:
