@@ -441,10 +441,10 @@ class Kernel:
             for d, g in enumerate(grid):
                 if g < 0 or g >= (2**31 if d == 0 else 65536):
                     raise ArgumentError(f"kernel {self.name}: grid dimension {d} is {g}")
-            cluster = tuple(launch.get("cluster", (1, 1, 1)))  # compiled in (__cluster_dims__): the grid must fit it
-            if 0 not in grid and any(g % c for g, c in zip(grid, cluster)):
+            cluster = launch.get("cluster")  # compiled in (__cluster_dims__): the grid must fit it
+            if cluster and 0 not in grid and any(g % c for g, c in zip(grid, cluster)):
                 raise ArgumentError(f"kernel {self.name}: grid {tuple(grid)} is not a multiple of its cluster_dims "
-                                    f"{cluster}")
+                                    f"{tuple(cluster)}")
             launches.append((launch["symbol"], tuple(grid), tuple(launch["block"]), launch["shared_bytes"],
                              values + tensor_maps))
         return outputs, lowering, launches

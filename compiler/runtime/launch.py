@@ -313,7 +313,7 @@ class LoadedModule:
                 raise KernelArgumentError(f"kernel {kernel.name}: grid dimension {d} is {g!r}")
         if 0 in grid:
             return
-        if any(g % c for g, c in zip(grid, kernel.cluster)):
+        if kernel.cluster != (1, 1, 1) and any(g % c for g, c in zip(grid, kernel.cluster)):
             raise KernelArgumentError(f"kernel {kernel.name}: grid {tuple(grid)} is not a multiple of its "
                                       f"cluster_dims {tuple(kernel.cluster)}")
         device = torch.cuda.current_device() if device is None else device
