@@ -31,6 +31,7 @@ from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
 from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
 from tileagent.compiler.targets.cuda import kernel_symbol, vector_bytes
 from tileagent.compiler.targets.ptx_calls import Calls
+from tileagent.compiler.targets.ptx_schedule import schedule_stores
 from tileagent.compiler.targets.ptx_expr import PtxUnsupported, Val, Values, _free_vars, kind_of
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
 from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceModule, VecCopy,
@@ -135,7 +136,7 @@ class _KernelPtx(Calls, Values):
         sig = f".visible .entry {self.sym}(\n\t" + ",\n\t".join(params) + "\n)" if params else \
             f".visible .entry {self.sym}()"
         block = ", ".join(str(b) for b in k.block)
-        return "\n".join([sig, f".maxntid {block}", "{", *regs, *self.out, "\tret;", "}", ""])
+        return "\n".join([sig, f".maxntid {block}", "{", *regs, *schedule_stores(self.out), "\tret;", "}", ""])
 
     def prologue(self) -> None:
         """The hardware indices, and the shared arena's address, in registers defined before any branch."""
