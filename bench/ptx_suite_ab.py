@@ -62,9 +62,9 @@ def forward_calls(path: Path, tmp: Path) -> list:
     return list(calls.values())
 
 
-def ab_kernel(kernel, args: list, trials: int, minncta: bool = False) -> tuple[str, float] | str:
+def ab_kernel(kernel, args: list, trials: int, minncta: int | None = None) -> tuple[str, float] | str:
     """(the row's figures, B/A) of one kernel, or why it is skipped. ``minncta``: a third side C, B's PTX with
-    ``.minnctapersm 1`` (a question for ptxas' register target, not a product setting), and its C/A."""
+    ``.minnctapersm <minncta>`` instead of the emitter's ``.minnctapersm 1`` (0: without it), and its C/A."""
     import torch
 
     from bench.cubin_ab import agreement, compile_cpu, interleaved, side_ptx, with_cubin
@@ -78,8 +78,8 @@ def ab_kernel(kernel, args: list, trials: int, minncta: bool = False) -> tuple[s
     source = kernel.get_kernel_source()
     cubin_a, _ = compile_cpu(source, arch, options)
     sides = [with_cubin(kernel, source, arch, options, cubin_a), with_cubin(kernel, b[0], arch, b[1], b[2][0])]
-    if minncta:
-        ptx_c = b[0].replace("\n.maxntid ", "\n.minnctapersm 1\n.maxntid ", 1)
+    if minncta is not None:
+        ptx_c = b[0].replace("\n.minnctapersm 1\n", f"\n.minnctapersm {minncta}\n" if minncta else "\n", 1)
         sides.append(with_cubin(kernel, ptx_c, arch, b[1], ptx_to_cubin(ptx_c, arch, cache=False)))
     clone = lambda: [a.clone() if isinstance(a, torch.Tensor) else a for a in args]  # noqa: E731
     ins = [clone() for _ in sides]
@@ -87,7 +87,7 @@ def ab_kernel(kernel, args: list, trials: int, minncta: bool = False) -> tuple[s
     results = [[t for t in i if isinstance(t, torch.Tensor)] + outs(k(*i)) for k, i in zip(sides, ins)]
     same = "  ".join(agreement(results[0], r) for r in results[1:])
     ms = interleaved([lambda k=k, i=i: k(*i) for k, i in zip(sides, ins)], trials)
-    extra = f" {ms[2]:9.4f} {ms[2] / ms[0]:6.3f}" if minncta else ""
+    extra = f" {ms[2]:9.4f} {ms[2] / ms[0]:6.3f}" if minncta is not None else ""
     return f"{ms[0]:9.4f} {ms[1]:9.4f} {ms[1] / ms[0]:6.3f}{extra}  {same}", ms[1] / ms[0]
 
 
@@ -96,14 +96,15 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", help="comma-separated op names (default: every file in bench/suite)")
     ap.add_argument("--trials", type=int, default=30)
     ap.add_argument("--budget", type=float, default=None, help="seconds; no new op starts after this")
-    ap.add_argument("--minncta", action="store_true", help="a third side: B's PTX with .minnctapersm 1 (C/A)")
+    ap.add_argument("--minncta", type=int, metavar="K", help="a third side: B's PTX with .minnctapersm K instead of 1 "
+                                                              "(0: without the directive), C/A")
     a = ap.parse_args(argv)
     paths = [SUITE / f"{op}.py" for op in a.ops.split(",")] if a.ops else sorted(SUITE.glob("*.py"))
     missing = [p.stem for p in paths if not p.is_file()]
     if missing:
         ap.error(f"no such suite ops: {missing}")
     t0, ratios, skipped = time.perf_counter(), [], []
-    print(f"{'kernel':28} {'A ms':>9} {'B ms':>9} {'B/A':>6}" + (f" {'C ms':>9} {'C/A':>6}" if a.minncta else "")
+    print(f"{'kernel':28} {'A ms':>9} {'B ms':>9} {'B/A':>6}" + (f" {'C ms':>9} {'C/A':>6}" if a.minncta is not None else "")
           + "  outputs")
     with tempfile.TemporaryDirectory() as tmp:
         for path in paths:

@@ -11,10 +11,11 @@ Guarantees:
   (``--compile-only``): correct, but ptxas then allocates more registers (rmsnorm_silu: 48 against 32; at C=4096 80
   against 64, a quarter of its blocks per SM), so the program comes first (``TILEAGENT_PTXAS=nvjitlink`` chooses
   nvJitLink: ~7 ms less per compile, no process).
-- ``enabled(options)``: whether a compile with these NVRTC options may take this path: ``$TILEAGENT_PTX`` is ``1``
-  (opt-in: on the H200 the path ran the 7 covered example kernels at NVRTC's speed, B/A 0.93-1.03, but 8 of the
-  built-in drafter's 26 covered kernels 9-40% slower, ``bench/ptx_suite_ab.py``), an assembler is here, and the
-  options are ones the PTX emitter honours (none, or ``--use_fast_math``).
+- ``enabled(options)``: whether a compile with these NVRTC options takes this path: the options are ones the PTX
+  emitter honours (none, or ``--use_fast_math``) and ``$TILEAGENT_PTX`` is unset or empty (the default: when the
+  ptxas program is here; on the H200 the 27 covered drafter kernels and 8 example kernels then run at NVRTC's speed,
+  ``bench/ptx_suite_ab.py`` / ``bench/cubin_ab.py --ptx``, and compile in about half the time), ``1`` (ptxas, else
+  nvJitLink) or ``0`` (NVRTC for everything).
 - ptxas runs at its default optimization level (``-O3``), as inside NVRTC; the program under a 120 s time limit.
 - Cache: ``<nvrtc cache dir>/ptx-<sha256>.cubin``, keyed by the PTX, the arch, ``compiler.__version__`` and the
   assembler (the program's path and version line, or nvJitLink's version); written atomically; a corrupt entry is
@@ -97,9 +98,10 @@ def assembler() -> str | None:
 
 def enabled(options: tuple = ()) -> bool:
     """Whether a compile with these NVRTC ``options`` may go through PTX and ptxas (see the module docstring)."""
-    if os.environ.get("TILEAGENT_PTX", "0") != "1":
+    setting = os.environ.get("TILEAGENT_PTX", "")
+    if setting == "0" or not set(options) <= {"--use_fast_math"}:
         return False
-    return set(options) <= {"--use_fast_math"} and assembler() is not None
+    return assembler() is not None if setting == "1" else _chosen_program() is not None
 
 
 def ptx_to_cubin(ptx: str, arch: str, cache: bool = True) -> bytes:

@@ -3,7 +3,9 @@ memory-bound kernel) is skipped.
 
 In: a ``compiler.tir.DeviceModule``, the arch (``"sm_90a"``) and whether fast math is on (``--use_fast_math``).
 Out: one PTX module (a ``str``) with every kernel as ``.visible .entry <kernel_symbol>`` taking the parameters of
-``DeviceKernel.params`` in order (global buffers as 64-bit pointers, scalars by value), ``.maxntid`` the block size,
+``DeviceKernel.params`` in order (global buffers as 64-bit pointers, scalars by value), ``.maxntid`` the block size and ``.minnctapersm 1`` (without it ptxas
+aims our PTX at more blocks per SM than NVVM's and issues loads next to their uses, a few at a time: layernorm_widths
+32 registers against NVVM's 91 and 1.32x NVRTC's time on the H200, 0.96x with it; bench/ptx_suite_ab.py),
 the shared arena as ``.extern .shared .align 1024 .b8 smem[]`` (the CUDA target's ``SMEM_ALIGN``): launchable
 exactly as the CUDA target's cubin (``compiler.runtime.launch``).
 Covered: ``Let``, ``Store``, ``If``, ``For`` (loops with static bounds unrolled when their kind is "unroll" or a
@@ -136,7 +138,7 @@ class _KernelPtx(Calls, Values):
         sig = f".visible .entry {self.sym}(\n\t" + ",\n\t".join(params) + "\n)" if params else \
             f".visible .entry {self.sym}()"
         block = ", ".join(str(b) for b in k.block)
-        return "\n".join([sig, f".maxntid {block}", "{", *regs, *schedule_stores(self.out), "\tret;", "}", ""])
+        return "\n".join([sig, f".maxntid {block}", ".minnctapersm 1", "{", *regs, *schedule_stores(self.out), "\tret;", "}", ""])
 
     def prologue(self) -> None:
         """The hardware indices, and the shared arena's address, in registers defined before any branch."""
