@@ -279,21 +279,22 @@ def test_16_bit_constants_are_rounded_without_torch(monkeypatch, dtype):
 
 @pytest.mark.skipif(not (ptxas.assembler() or "").startswith("ptxas "), reason="no ptxas program (nvJitLink only)")
 @pytest.mark.parametrize("label", COVERED)
-def test_ptxas_allocates_no_more_registers_than_for_nvvms_code(shared_example, label):
-    """Registers decide blocks per SM (allocated in units of 8 per thread): the PTX build must not fall below the
-    NVRTC build's occupancy. nvJitLink compiles PTX as relocatable code and gave rmsnorm_silu at C=4096 80 registers
-    against NVVM's 64 (a quarter of its blocks per SM; 4.5% slower on the H200), hence the ptxas program first."""
+def test_ptxas_does_not_squeeze_our_ptx_below_nvvms_registers(shared_example, label):
+    """Without ``.minnctapersm 1`` ptxas aimed our PTX at fewer registers than NVVM's code gets (layernorm_widths 32
+    against 91) and issued the loads next to their uses, a few at a time (1.32x NVRTC's time on the H200): with it,
+    no covered example gets fewer registers than its NVRTC build, rounded to ptxas's allocation unit of 8."""
     from tileagent.compiler.resources import cubin_functions
     from tileagent.compiler.runtime.nvrtc import compile_to_cubin
 
     kernel = example(label)
     options = nvrtc_options(kernel.pass_configs)
     unit = passes.run(kernel.func, for_arch("sm_90a", "sim"), kernel.options, until="codegen_cuda")
-    ours = cubin_functions(ptxas.ptx_to_cubin(generate(unit.module, "sm_90a", "--use_fast_math" in options),
-                                              "sm_90a", cache=False))
+    ptx = generate(unit.module, "sm_90a", "--use_fast_math" in options)
+    assert "\n.minnctapersm 1\n{" in ptx
+    ours = cubin_functions(ptxas.ptx_to_cubin(ptx, "sm_90a", cache=False))
     theirs = cubin_functions(compile_to_cubin(unit.source, "sm_90a", options, cache=False))
     for name, info in theirs.items():
-        assert -(-ours[name].registers // 8) <= -(-info.registers // 8), (name, ours[name].registers, info.registers)
+        assert -(-ours[name].registers // 8) >= -(-info.registers // 8), (name, ours[name].registers, info.registers)
 
 
 def test_without_a_ptxas_program_nvjitlink_assembles(monkeypatch, caplog):

@@ -15,12 +15,15 @@ included). Everything else keeps its order.
 
 from __future__ import annotations
 
+import functools
 import re
 
 _REGISTER = re.compile(r"%[a-z]+\d+")
 _BARRIERS = ("bar.", "bra", "ret", "call", "exit", "membar", "fence", "st.", "red.", "atom.")
 # loads a store may pass: parameters, shared memory, tensors the kernel never writes (plain or with a cache hint)
 _FREE_LOADS = ("ld.param", "ld.shared", "ld.global.nc", "ld.global.L1::")
+# integer and address computations (no memory, no side effect) that may move with a store they compute the address of
+_ARITHMETIC = ("add", "sub", "mul", "mad", "shl", "shr", "and", "or", "cvt", "cvta", "mov", "neg")
 
 
 def schedule_stores(lines: list[str]) -> list[str]:
@@ -29,13 +32,12 @@ def schedule_stores(lines: list[str]) -> list[str]:
     out: list[str] = []
     start = 0  # first index of ``out`` a store may move to (after the latest label, barrier or store)
     for line in lines:
-        op = _opcode(line.strip())
-        if op is not None and op.startswith("st.global"):
-            at = _place(out, start, line)
-            start = at + 1
+        op, _, _, blocks = _info(line)
+        if op.startswith("st.global"):
+            start = _place(out, start, line) + 1
             continue
         out.append(line)
-        if op is None or _blocks(line):
+        if blocks:
             start = len(out)
     return out
 
@@ -43,64 +45,43 @@ def schedule_stores(lines: list[str]) -> list[str]:
 def _place(out: list[str], start: int, store: str) -> int:
     """Insert ``store`` into ``out`` at the earliest index >= ``start`` it may move to, with the instructions after
     that index that compute its address moved along in their order; return the store's new index."""
-    address = store[store.index("["):store.index("]") + 1]
-    reads, writes = set(_REGISTER.findall(store)), set()
-    addr_regs = set(_REGISTER.findall(address))  # registers whose definitions may move with the store
-    group = [len(out)]  # indexes of out moved with the store (the store itself: one past the end)
+    reads, writes = set(_info(store)[2]), set()
+    addr_regs = set(_REGISTER.findall(store[store.index("["):store.index("]") + 1]))  # may move with the store
+    group = []  # indexes of out moved with the store
     at = len(out)
     while at > start:
-        line = out[at - 1]
-        if _blocks(line):
+        op, w, r, blocks = _info(out[at - 1])
+        if blocks or r & writes or w & writes:
             break
-        w, r = _written(line), set(_REGISTER.findall(line)) - _written(line)
         if w & reads:
-            if not (w <= addr_regs and _arithmetic(line)) or r & writes or w & writes:
+            if not (w <= addr_regs and op.split(".")[0] in _ARITHMETIC):
                 break
             group.insert(0, at - 1)  # part of the address: moves along
             reads |= r
             addr_regs |= r
             writes |= w
-        elif r & writes or w & writes:
-            break
         at -= 1
-    moved = [out[i] for i in group[:-1]]
-    for i in reversed(group[:-1]):
+    moved = [out[i] for i in group]
+    for i in reversed(group):
         del out[i]
     out[at:at] = [*moved, store]
     return at + len(moved)
 
 
-def _arithmetic(line: str) -> bool:
-    """An integer or address computation (no memory, no side effect) that may move with a store."""
-    op = _opcode(line.strip()) or ""
-    return op.split(".")[0] in ("add", "sub", "mul", "mad", "shl", "shr", "and", "or", "cvt", "cvta", "mov", "neg")
-
-
-def _opcode(text: str) -> str | None:
-    """The opcode of an instruction line (its guard dropped); None for a label or anything else."""
-    if text.endswith(":") or not text.endswith(";"):
-        return None
-    if text.startswith("@"):
-        text = text.split(None, 1)[1]
-    return text.split(None, 1)[0]
-
-
-def _blocks(line: str) -> bool:
-    op = _opcode(line.strip())
-    if op is None:
-        return True
-    return op.startswith(_BARRIERS) or (op.startswith("ld.") and not op.startswith(_FREE_LOADS))
-
-
-def _written(line: str) -> set[str]:
-    """The registers an instruction writes: those of its first operand (a ``{...}`` group, ``%a|%b``), unless it is a
-    store-like instruction whose first operand is an address."""
+@functools.lru_cache(maxsize=8192)
+def _info(line: str) -> tuple[str, frozenset, frozenset, bool]:
+    """(opcode without its guard, registers written, registers read, whether nothing may move above it) of one
+    line; a label or anything that is not an instruction has opcode "" and blocks. The registers written are those
+    of the first operand (a ``{...}`` group, ``%a|%b``) unless that is an address (stores, reductions)."""
     text = line.strip()
+    if text.endswith(":") or not text.endswith(";"):
+        return "", frozenset(), frozenset(), True
     if text.startswith("@"):
         text = text.split(None, 1)[1]
-    parts = text.split(None, 1)
-    if len(parts) < 2 or parts[1].startswith("["):
-        return set()
-    first = parts[1]
-    end = first.index("}") + 1 if first.startswith("{") else first.find(",")
-    return set(_REGISTER.findall(first[:end] if end > 0 else first))
+    op, _, rest = text.partition(" ")
+    written = frozenset()
+    if rest and not rest.startswith("["):
+        end = rest.index("}") + 1 if rest.startswith("{") else rest.find(",")
+        written = frozenset(_REGISTER.findall(rest[:end] if end > 0 else rest))
+    blocks = op.startswith(_BARRIERS) or (op.startswith("ld.") and not op.startswith(_FREE_LOADS))
+    return op, written, frozenset(_REGISTER.findall(line)) - written, blocks
