@@ -62,7 +62,7 @@ def side_b(label: str, source: str, arch: str, options: tuple, a) -> tuple[str, 
 def side_ptx(kernel, arch: str, options: tuple) -> tuple[str, tuple, tuple[bytes, float]] | str:
     """(PTX, options, (cubin, CPU seconds of the emitter and ptxas)) of side B with ``--ptx``, or why not."""
     from tileagent.compiler import passes
-    from tileagent.compiler.runtime.ptxas import ptx_to_cubin
+    from tileagent.compiler.runtime import register_target
     from tileagent.compiler.target import for_arch
     from tileagent.compiler.targets.ptx import PtxUnsupported, generate
 
@@ -74,7 +74,7 @@ def side_ptx(kernel, arch: str, options: tuple) -> tuple[str, tuple, tuple[bytes
         ptx = generate(module, arch, fast_math="--use_fast_math" in options)
     except PtxUnsupported as e:
         return f"not covered by the PTX emitter: {e}"
-    cubin = ptx_to_cubin(ptx, arch, cache=False)
+    cubin = register_target.assemble(ptx, for_arch(arch), module.kernels)
     return ptx, options, (cubin, time.process_time() - t0)
 
 

@@ -14,6 +14,7 @@ a kernel the emitter does not cover is listed with the reason. The last line: me
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import tempfile
@@ -64,7 +65,8 @@ def forward_calls(path: Path, tmp: Path) -> list:
 
 def ab_kernel(kernel, args: list, trials: int, minncta: int | None = None) -> tuple[str, float] | str:
     """(the row's figures, B/A) of one kernel, or why it is skipped. ``minncta``: a third side C, B's PTX with
-    ``.minnctapersm <minncta>`` instead of the emitter's ``.minnctapersm 1`` (0: without it), and its C/A."""
+    ``.minnctapersm <minncta>`` on every kernel (0: none) instead of compiler.runtime.register_target's choice, and
+    its C/A."""
     import torch
 
     from bench.cubin_ab import agreement, compile_cpu, interleaved, side_ptx, with_cubin
@@ -79,7 +81,7 @@ def ab_kernel(kernel, args: list, trials: int, minncta: int | None = None) -> tu
     cubin_a, _ = compile_cpu(source, arch, options)
     sides = [with_cubin(kernel, source, arch, options, cubin_a), with_cubin(kernel, b[0], arch, b[1], b[2][0])]
     if minncta is not None:
-        ptx_c = b[0].replace("\n.minnctapersm 1\n", f"\n.minnctapersm {minncta}\n" if minncta else "\n", 1)
+        ptx_c = re.sub(r"(\n\.maxntid [^\n]*\n)", rf"\1.minnctapersm {minncta}\n" if minncta else r"\1", b[0])
         sides.append(with_cubin(kernel, ptx_c, arch, b[1], ptx_to_cubin(ptx_c, arch, cache=False)))
     clone = lambda: [a.clone() if isinstance(a, torch.Tensor) else a for a in args]  # noqa: E731
     ins = [clone() for _ in sides]
@@ -96,15 +98,16 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", help="comma-separated op names (default: every file in bench/suite)")
     ap.add_argument("--trials", type=int, default=30)
     ap.add_argument("--budget", type=float, default=None, help="seconds; no new op starts after this")
-    ap.add_argument("--minncta", type=int, metavar="K", help="a third side: B's PTX with .minnctapersm K instead of 1 "
-                                                              "(0: without the directive), C/A")
+    ap.add_argument("--minncta", type=int, metavar="K", help="a third side: B's PTX with .minnctapersm K on every "
+                                                              "kernel (0: none) instead of the per-kernel choice, C/A")
     a = ap.parse_args(argv)
     paths = [SUITE / f"{op}.py" for op in a.ops.split(",")] if a.ops else sorted(SUITE.glob("*.py"))
     missing = [p.stem for p in paths if not p.is_file()]
     if missing:
         ap.error(f"no such suite ops: {missing}")
     t0, ratios, skipped = time.perf_counter(), [], []
-    print(f"{'kernel':28} {'A ms':>9} {'B ms':>9} {'B/A':>6}" + (f" {'C ms':>9} {'C/A':>6}" if a.minncta is not None else "")
+    third = f" {'C ms':>9} {'C/A':>6}" if a.minncta is not None else ""
+    print(f"{'kernel':28} {'A ms':>9} {'B ms':>9} {'B/A':>6}" + third
           + "  outputs")
     with tempfile.TemporaryDirectory() as tmp:
         for path in paths:

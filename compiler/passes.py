@@ -221,12 +221,13 @@ def _codegen_ptx(u: Unit) -> Unit:
 
 
 def _ptxas(u: Unit) -> Unit:
-    from tileagent.compiler.runtime.ptxas import PtxasError, ptx_to_cubin
+    from tileagent.compiler.runtime import register_target
+    from tileagent.compiler.runtime.ptxas import PtxasError
 
     if not u.ptx:
         return u
     try:
-        return replace(u, cubin=ptx_to_cubin(u.ptx, u.target.arch))
+        return replace(u, cubin=register_target.assemble(u.ptx, u.target, u.module.kernels))
     except PtxasError as e:  # the emitter's bug, not the program's: the CUDA C++ still compiles
         log.warning("%s: %s; compiling the CUDA C++ with NVRTC instead", u.func.name, e)
         return replace(u, ptx="")
@@ -261,7 +262,8 @@ SM80 = (
     Pass("codegen_cuda", _codegen_cuda, "thread IR -> CUDA C++"),
     Pass("codegen_ptx", _codegen_ptx, "thread IR -> PTX, for modules compiler.targets.ptx covers (memory-bound "
                                       "kernels) when a ptxas is here: NVVM skipped"),
-    Pass("ptxas", _ptxas, "PTX -> cubin for target.arch (the ptxas program, else nvJitLink)"),
+    Pass("ptxas", _ptxas, "PTX -> cubin for target.arch (the ptxas program, else nvJitLink), each kernel's "
+                         "register target chosen (compiler.runtime.register_target)"),
     Pass("nvrtc", _nvrtc, "CUDA C++ -> cubin for target.arch, under a time limit (E805), for the modules without "
                           "PTX"),
 )

@@ -278,23 +278,21 @@ def test_16_bit_constants_are_rounded_without_torch(monkeypatch, dtype):
 
 
 @pytest.mark.skipif(not (ptxas.assembler() or "").startswith("ptxas "), reason="no ptxas program (nvJitLink only)")
-@pytest.mark.parametrize("label", COVERED)
-def test_ptxas_does_not_squeeze_our_ptx_below_nvvms_registers(shared_example, label):
-    """Without ``.minnctapersm 1`` ptxas aimed our PTX at fewer registers than NVVM's code gets (layernorm_widths 32
-    against 91) and issued the loads next to their uses, a few at a time (1.32x NVRTC's time on the H200): with it,
-    no covered example gets fewer registers than its NVRTC build, rounded to ptxas's allocation unit of 8."""
+@pytest.mark.parametrize("label, plain, bounded, chosen", [
+    ("prompts/rmsnorm_silu", 32, 48, True),  # 32 registers: full occupancy, bought with loads issued one by one
+    ("prompts/rmsnorm_silu_4096", 64, 78, False),  # 78 would cost one of its 4 blocks of 256 threads per SM
+])
+def test_each_kernel_gets_the_register_target_the_rule_picks(shared_example, label, plain, bounded, chosen):
     from tileagent.compiler.resources import cubin_functions
-    from tileagent.compiler.runtime.nvrtc import compile_to_cubin
+    from tileagent.compiler.runtime import register_target
 
-    kernel = example(label)
-    options = nvrtc_options(kernel.pass_configs)
-    unit = passes.run(kernel.func, for_arch("sm_90a", "sim"), kernel.options, until="codegen_cuda")
-    ptx = generate(unit.module, "sm_90a", "--use_fast_math" in options)
-    assert "\n.minnctapersm 1\n{" in ptx
-    ours = cubin_functions(ptxas.ptx_to_cubin(ptx, "sm_90a", cache=False))
-    theirs = cubin_functions(compile_to_cubin(unit.source, "sm_90a", options, cache=False))
-    for name, info in theirs.items():
-        assert -(-ours[name].registers // 8) >= -(-info.registers // 8), (name, ours[name].registers, info.registers)
+    kernel = example(label, target="cuda:sm_90a")
+    ptx = kernel.unit.ptx
+    assert register_target.DIRECTIVE not in ptx
+    builds = [cubin_functions(ptxas.ptx_to_cubin(v, "sm_90a", cache=False))["main_kernel"].registers
+              for v in (ptx, register_target.with_directive(ptx, ["main_kernel"]))]
+    assert builds == [plain, bounded]
+    assert cubin_functions(kernel.backend.cubin)["main_kernel"].registers == (bounded if chosen else plain)
 
 
 def test_without_a_ptxas_program_nvjitlink_assembles(monkeypatch, caplog):

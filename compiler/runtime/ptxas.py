@@ -112,7 +112,7 @@ def ptx_to_cubin(ptx: str, arch: str, cache: bool = True) -> bytes:
     """
     from tileagent.compiler.runtime.nvrtc import _read_cache, _write_cache, cache_dir
 
-    path = cache_dir() / f"ptx-{_key(ptx, arch)}.cubin" if cache else None
+    path = cache_dir() / f"ptx-{cache_key(ptx, arch)}.cubin" if cache else None
     if path is not None:
         cubin = _read_cache(path)
         if cubin is not None:
@@ -126,7 +126,8 @@ def ptx_to_cubin(ptx: str, arch: str, cache: bool = True) -> bytes:
     return cubin
 
 
-def _key(ptx: str, arch: str) -> str:
+def cache_key(ptx: str, arch: str) -> str:
+    """The cache entry's name for ``ptx`` assembled for ``arch`` (the assembler and our version included)."""
     from tileagent.compiler import __version__
 
     h = hashlib.sha256()
@@ -134,6 +135,11 @@ def _key(ptx: str, arch: str) -> str:
         h.update(part.encode())
         h.update(b"\0\1")
     return h.hexdigest()
+
+
+def runs_as_program() -> bool:
+    """Whether the ``ptxas`` program assembles here (a process per module), not nvJitLink in this process."""
+    return _chosen_program() is not None
 
 
 def _chosen_program() -> tuple[str, str] | None:

@@ -3,9 +3,8 @@ memory-bound kernel) is skipped.
 
 In: a ``compiler.tir.DeviceModule``, the arch (``"sm_90a"``) and whether fast math is on (``--use_fast_math``).
 Out: one PTX module (a ``str``) with every kernel as ``.visible .entry <kernel_symbol>`` taking the parameters of
-``DeviceKernel.params`` in order (global buffers as 64-bit pointers, scalars by value), ``.maxntid`` the block size and ``.minnctapersm 1`` (without it ptxas
-aims our PTX at more blocks per SM than NVVM's and issues loads next to their uses, a few at a time: layernorm_widths
-32 registers against NVVM's 91 and 1.32x NVRTC's time on the H200, 0.96x with it; bench/ptx_suite_ab.py),
+``DeviceKernel.params`` in order (global buffers as 64-bit pointers, scalars by value), ``.maxntid`` the block size (``compiler.runtime.register_target`` may add
+``.minnctapersm 1``),
 the shared arena as ``.extern .shared .align 1024 .b8 smem[]`` (the CUDA target's ``SMEM_ALIGN``): launchable
 exactly as the CUDA target's cubin (``compiler.runtime.launch``).
 Covered: ``Let``, ``Store``, ``If``, ``For`` (loops with static bounds unrolled when their kind is "unroll" or a
@@ -43,7 +42,10 @@ from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Bar
 _PTX_VERSION = {"sm_80": "7.0", "sm_86": "7.1", "sm_89": "7.8", "sm_90": "8.0", "sm_90a": "8.0"}
 _HINTS_PTX_VERSION = "7.4"  # eviction hints (``createpolicy``, ``ld.L1::evict_*.L2::cache_hint``)
 _PARAM_TYPES = {"int32": "s32", "uint32": "u32", "int64": "s64", "uint64": "u64", "float32": "f32"}
-_UNROLL_ANYWAY = 4  # a static loop of at most this many trips is unrolled (NVVM unrolls such loops too)
+# a static loop of at most this many trips, or whose unrolled body has at most _UNROLL_BUDGET statements, is unrolled
+# as NVVM unrolls such loops (shared/rmsnorm_silu's 5 trips of 9 statements: a loop ran it 5-8% slower on the H200)
+_UNROLL_ANYWAY = 4
+_UNROLL_BUDGET = 64
 
 __all__ = ["PtxUnsupported", "generate"]
 
@@ -138,7 +140,7 @@ class _KernelPtx(Calls, Values):
         sig = f".visible .entry {self.sym}(\n\t" + ",\n\t".join(params) + "\n)" if params else \
             f".visible .entry {self.sym}()"
         block = ", ".join(str(b) for b in k.block)
-        return "\n".join([sig, f".maxntid {block}", ".minnctapersm 1", "{", *regs, *schedule_stores(self.out), "\tret;", "}", ""])
+        return "\n".join([sig, f".maxntid {block}", "{", *regs, *schedule_stores(self.out), "\tret;", "}", ""])
 
     def prologue(self) -> None:
         """The hardware indices, and the shared arena's address, in registers defined before any branch."""
@@ -282,7 +284,8 @@ class _KernelPtx(Calls, Values):
         if static and count > 0:
             ends = (first, first + (count - 1) * step)
             self.var_bounds[s.var] = (min(ends), max(ends))
-        if static and (s.kind == "unroll" or count <= _UNROLL_ANYWAY or _indexes_registers_by(s.body, s.var)):
+        if static and (s.kind == "unroll" or count <= _UNROLL_ANYWAY or _indexes_registers_by(s.body, s.var)
+                       or count * sum(1 for _ in walk(s.body)) <= _UNROLL_BUDGET):
             split = _unswitched(s) if self.guard is None and self.runtime_loops else None
             if split is not None:
                 self.branch(self.ev(split[0]), *split[1:])
