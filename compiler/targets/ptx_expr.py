@@ -23,6 +23,7 @@ Guarantees (the semantics of ``compiler.targets.cuda`` for the same IR, compiled
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from dataclasses import dataclass, replace
@@ -83,6 +84,12 @@ def _wrap(v: int, dt: str) -> int:
     bits, signed = _INT_BITS[dt]
     v &= (1 << bits) - 1
     return v - (1 << bits) if signed and v >> (bits - 1) else v
+
+
+@functools.lru_cache(maxsize=4096)
+def _int_imm(value: int, dt: str) -> Val:
+    value = _wrap(value, dt)
+    return Val(str(value), _KINDS[dt], value)
 
 
 def has_memory_load(e) -> bool:
@@ -199,8 +206,7 @@ class Values:
 
     def imm(self, value, dt) -> Val:
         if dt in _INT_BITS:
-            value = _wrap(int(value), dt)
-            return Val(str(value), _KINDS[dt], value)
+            return _int_imm(int(value), str(dt))
         if dt == "bool":
             return Val("1" if value else "0", "pred", bool(value))
         if dt == "float32":
@@ -297,7 +303,7 @@ class Values:
         if type(e) in _COMPOSITE:
             entry = self.free.get(id(e))
             if entry is None:  # holds e: its id stays its own
-                entry = self.free[id(e)] = (e, _free_vars(e, self.read_only), has_memory_load(e))
+                entry = self.free[id(e)] = (e, *_scan(e, self.read_only))
             if entry[1] is not None:
                 key = ("ev", id(e), wide, *(self.var(v).ident for v in entry[1]))
                 hit = self.memo.get(key)
@@ -717,13 +723,25 @@ _COMPOSITE = (BinOp, Cmp, Unary, Select, Cast, Call)
 def _free_vars(e, read_only=lambda buffer: False) -> tuple | None:
     """The variables ``e`` mentions, or None when it shuffles or loads from memory that may change (a register
     array, shared memory, a global tensor unless ``read_only`` says the kernel never writes it)."""
+    return _scan(e, read_only)[0]
+
+
+def _scan(e, read_only) -> tuple[tuple | None, bool]:
+    """(``_free_vars(e, read_only)``, whether ``e`` reads global or shared memory: decided only where the first is
+    not None) in one walk of ``e``."""
     out: dict = {}
+    memory = False
 
     def visit(x) -> bool:
+        nonlocal memory
         if isinstance(x, Var):
             out[id(x)] = x
             return True
-        if (isinstance(x, Load) and not read_only(x.buffer)) or (isinstance(x, Call) and x.name == "shfl_xor"):
+        if isinstance(x, Load):
+            if not read_only(x.buffer):
+                return False
+            memory = memory or x.buffer.scope != "local"
+        elif isinstance(x, Call) and x.name == "shfl_xor":
             return False
         for name in getattr(x, "__slots__", ()):
             c = getattr(x, name)
@@ -732,7 +750,7 @@ def _free_vars(e, read_only=lambda buffer: False) -> tuple | None:
                     return False
         return True
 
-    return tuple(out.values()) if visit(e) else None
+    return (tuple(out.values()), memory) if visit(e) else (None, True)
 
 
 def _fold_int(op: str, a: int, b: int, dt: DType) -> int:
