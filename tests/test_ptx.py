@@ -250,6 +250,14 @@ def test_the_shapes_that_keep_ptxas_output_as_lean_as_nvvms(shared_example):
     assert "selp" not in generate(module_of(example("prompts/rmsnorm_silu_4096"), "sm_90a"), "sm_90a", True)
 
 
+def test_short_static_loops_are_unrolled_as_nvvm_unrolls_them(shared_example):
+    """shared/rmsnorm_silu walks C=320 in 5 chunks of 64, twice: 5 trips of 8-9 statements, within the 64 statements an
+    unrolled loop may take, so no loop is left (NVVM unrolls them; as loops they ran 5-8% slower on the H200).
+    sum_dim1's 32 trips of 10 stay one loop."""
+    assert "bra $L" not in generate(module_of(example("shared/rmsnorm_silu"), "sm_90a"), "sm_90a")
+    assert generate(module_of(example("prompts/sum_dim1"), "sm_90a"), "sm_90a").count("bra $L_1;") == 1
+
+
 def _scale_shift(n, dtype):
     @T.prim_func
     def main(X: T.Tensor((n,), dtype), Y: T.Tensor((n,), dtype)):
