@@ -10,7 +10,8 @@ divisions) would wait for the whole run; NVVM's PTX stores each vector right aft
 Guarantees: the program's meaning is unchanged. A store never moves above a label, a branch, a barrier, a call or
 return, another store or atomic, a load that is not through the non-coherent path (``ld.global.nc`` reads only
 tensors the kernel never writes), nor above an instruction that writes a register it reads (its guard predicate
-included). Everything else keeps its order.
+included), unless that instruction is integer arithmetic computing only its address: then it moves up with the
+store (in order, under the same rules for what it reads). Everything else keeps its order.
 """
 
 from __future__ import annotations
