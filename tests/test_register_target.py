@@ -32,3 +32,27 @@ def test_the_directive_goes_after_the_named_entries_maxntid_only():
            ".visible .entry b()\n.maxntid 256, 1, 1\n{\n\tret;\n}\n")
     assert with_directive(ptx, ["b"]) == ptx.replace(".maxntid 256, 1, 1\n", ".maxntid 256, 1, 1\n.minnctapersm 1\n")
     assert with_directive(ptx, ["a", "b"]).count(".minnctapersm 1\n{") == 2
+
+
+def test_mixed_choices_get_a_third_build_and_a_warm_compile_reads_one_cache_entry(monkeypatch, tmp_path):
+    from tileagent.compiler.runtime import ptxas, register_target
+
+    monkeypatch.setenv("TILEAGENT_CACHE_DIR", str(tmp_path))
+    ptx = (".visible .entry a()\n.maxntid 128, 1, 1\n{\n\tret;\n}\n"
+           ".visible .entry b()\n.maxntid 128, 1, 1\n{\n\tret;\n}\n")
+    built = []
+
+    def assemble(text, arch, cache=True):
+        built.append(text)
+        return b"\x7fELF" + text.encode()
+
+    monkeypatch.setattr(ptxas, "ptx_to_cubin", assemble)
+    monkeypatch.setattr(register_target, "cubin_functions", lambda cubin: {})
+    monkeypatch.setattr(register_target, "choose", lambda target, kernels, plain, bounded: ["b"])
+    kernels = [kernel("a", 128), kernel("b", 128)]
+    cubin = register_target.assemble(ptx, for_arch("sm_90a"), kernels)
+    assert sorted(built[:2]) == sorted([ptx, with_directive(ptx, ["a", "b"])])  # at once, in either order
+    assert built[2:] == [with_directive(ptx, ["b"])]
+    assert cubin == b"\x7fELF" + with_directive(ptx, ["b"]).encode()
+    built.clear()
+    assert register_target.assemble(ptx, for_arch("sm_90a"), kernels) == cubin and built == []
