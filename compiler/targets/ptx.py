@@ -3,12 +3,13 @@ memory-bound kernel) is skipped.
 
 In: a ``compiler.tir.DeviceModule``, the arch (``"sm_90a"``) and whether fast math is on (``--use_fast_math``).
 Out: one PTX module (a ``str``) with every kernel as ``.visible .entry <kernel_symbol>`` taking the parameters of
-``DeviceKernel.params`` in order (global buffers as 64-bit pointers, scalars by value), ``.maxntid`` the block size (``compiler.runtime.register_target`` may add
-``.minnctapersm 1``),
-the shared arena as ``.extern .shared .align 1024 .b8 smem[]`` (the CUDA target's ``SMEM_ALIGN``): launchable
-exactly as the CUDA target's cubin (``compiler.runtime.launch``).
-Covered: ``Let``, ``Store``, ``If``, ``For`` (loops with static bounds unrolled when their kind is "unroll" or a
-register array is indexed by their variable; other loops kept as loops), ``Declare``, ``VecCopy``, ``Barrier``,
+``DeviceKernel.params`` in order (global buffers as 64-bit pointers, scalars by value), ``.maxntid`` the block size
+(``compiler.runtime.register_target`` may add ``.minnctapersm 1``), the shared arena as ``.extern .shared .align 1024
+.b8 smem[]`` (the CUDA target's ``SMEM_ALIGN``): launchable exactly as the CUDA target's cubin
+(``compiler.runtime.launch``); global stores placed by ``compiler.targets.ptx_schedule``.
+Covered: ``Let``, ``Store``, ``If``, ``For`` (loops with static bounds unrolled when their kind is "unroll", a
+register array is indexed by their variable, or the unrolled body stays within ``_UNROLL_BUDGET`` statements; other
+loops kept as loops), ``Declare``, ``VecCopy``, ``Barrier``,
 ``AtomicAdd`` (float32 and 32-bit integers), with the expressions of ``compiler.targets.ptx_expr``. Register arrays
 are registers, so every index into one must be known after unrolling. Global buffers the kernel never writes are
 read through the non-coherent path (``ld.global.nc``: the CUDA target's ``const __restrict__``), except the vector
@@ -32,8 +33,8 @@ from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
 from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
 from tileagent.compiler.targets.cuda import kernel_symbol, vector_bytes
 from tileagent.compiler.targets.ptx_calls import Calls
-from tileagent.compiler.targets.ptx_schedule import schedule_stores
 from tileagent.compiler.targets.ptx_expr import PtxUnsupported, Val, Values, _free_vars, kind_of
+from tileagent.compiler.targets.ptx_schedule import schedule_stores
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
 from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceModule, VecCopy,
                                      written_buffers)
