@@ -410,10 +410,11 @@ def kernel_descriptor(kernel, arches=()) -> dict:
     """What the exported runtime needs to launch ``kernel`` (a JITKernel): its CUDA C++, NVRTC options, parameters
     (dtype, shape expressions of the dynamic dims), outputs, and one launch per ``__global__`` function (symbol,
     argument names and dtypes, grid expressions, block, dynamic shared bytes, alignment per pointer, the TMA
-    tensor maps it takes after its arguments, and its thread-block cluster when it has one). ``variants``: for each of ``arches`` whose lowering differs from the
-    kernel's own target (shared memory per block decides the pipeline stages, features decide instructions), that
-    arch's ``id``, ``source`` and ``launches``; the runtime uses them on a device of that arch. A lowering with
-    tensor maps carries a ``fallback``, the same lowered without TMA, for calls whose tensors break TMA's rules."""
+    tensor maps it takes after its arguments, and its thread-block cluster when it has one). ``variants``: for each
+    of ``arches`` whose lowering differs from the kernel's own target (shared memory per block decides the pipeline
+    stages, features decide instructions), that arch's ``id``, ``source`` and ``launches``; the runtime uses them on a
+    device of that arch. A lowering with tensor maps carries a ``fallback``, the same lowered without TMA, for calls
+    whose tensors break TMA's rules."""
     from tileagent.compiler import passes
     from tileagent.compiler.ir.stmt import Buffer
     from tileagent.compiler.jit import nvrtc_options

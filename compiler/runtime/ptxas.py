@@ -102,7 +102,7 @@ def enabled(options: tuple = ()) -> bool:
     setting = os.environ.get("TILEAGENT_PTX", "")
     if setting == "0" or not set(options) <= {"--use_fast_math"}:
         return False
-    return assembler() is not None if setting == "1" else _chosen_program() is not None
+    return assembler() is not None if setting == "1" else runs_as_program()
 
 
 def ptx_to_cubin(ptx: str, arch: str, cache: bool = True) -> bytes:
@@ -111,19 +111,27 @@ def ptx_to_cubin(ptx: str, arch: str, cache: bool = True) -> bytes:
     Raises:
         PtxasError: ptxas rejected the module.
     """
+    return cached(ptx, arch, lambda: _timed_assemble(ptx, arch)) if cache else _timed_assemble(ptx, arch)
+
+
+def cached(key: str, arch: str, build) -> bytes:
+    """The cubin cached under ``key`` (PTX text, or PTX and what else decided the build) for ``arch``, else
+    ``build()``'s, written to the cache."""
     from tileagent.compiler.runtime.nvrtc import _read_cache, _write_cache, cache_dir
 
-    path = cache_dir() / f"ptx-{cache_key(ptx, arch)}.cubin" if cache else None
-    if path is not None:
-        cubin = _read_cache(path)
-        if cubin is not None:
-            return cubin
+    path = cache_dir() / f"ptx-{cache_key(key, arch)}.cubin"
+    cubin = _read_cache(path)
+    if cubin is None:
+        cubin = build()
+        _write_cache(path, cubin)
+    return cubin
+
+
+def _timed_assemble(ptx: str, arch: str) -> bytes:
     t0, c0 = time.perf_counter(), time.process_time()
     cubin = _assemble(ptx, arch)
     last_compile.update(wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0)
     logger.debug("ptxas assembled %d lines of PTX for %s in %.3f s", ptx.count("\n"), arch, last_compile["wall_s"])
-    if path is not None:
-        _write_cache(path, cubin)
     return cubin
 
 

@@ -14,7 +14,7 @@ Rule, per kernel: both builds are made (two ptxas processes at once when the ``p
 registers come free). Blocks per SM count registers, threads and the dynamic shared memory of ``DeviceKernel``.
 When kernels of one module choose differently, a third build carries the directive on the chosen ones.
 Guarantees: the cubin is ptxas's from the PTX with at most that directive added; it is cached under the plain PTX
-(``ptxas.ptx_to_cubin``'s cache directory and format), so a warm compile reads one entry.
+(``ptxas.cached``: the cache directory and format of ``ptxas.ptx_to_cubin``), so a warm compile reads one entry.
 """
 
 from __future__ import annotations
@@ -36,12 +36,10 @@ _ENTRY = re.compile(r"(\.entry (\w+)\((?:[^()]*)\)\n\.maxntid [^\n]*\n)")
 def assemble(ptx: str, target, kernels) -> bytes:
     """The cubin of ``ptx`` for ``target.arch``, each kernel of ``kernels`` (``DeviceKernel``) with the register
     target the module docstring's rule picks."""
-    from tileagent.compiler.runtime.nvrtc import _read_cache, _write_cache, cache_dir
+    return ptxas.cached(ptx + DIRECTIVE, target.arch, lambda: _build(ptx, target, kernels))
 
-    path = cache_dir() / f"ptx-{ptxas.cache_key(ptx + DIRECTIVE, target.arch)}.cubin"
-    cubin = _read_cache(path)
-    if cubin is not None:
-        return cubin
+
+def _build(ptx: str, target, kernels) -> bytes:
     names = [kernel_symbol(k) for k in kernels]
     variants = [ptx, with_directive(ptx, names)]
     if ptxas.runs_as_program():  # two processes at once; nvJitLink runs in this process, one after the other
@@ -52,13 +50,10 @@ def assemble(ptx: str, target, kernels) -> bytes:
     chosen = choose(target, kernels, cubin_functions(plain), cubin_functions(bounded))
     logger.debug("%s for %s of %s kernels", DIRECTIVE, len(chosen), len(names))
     if not chosen:
-        cubin = plain
-    elif len(chosen) == len(names):
-        cubin = bounded
-    else:
-        cubin = ptxas.ptx_to_cubin(with_directive(ptx, chosen), target.arch, cache=False)
-    _write_cache(path, cubin)
-    return cubin
+        return plain
+    if len(chosen) == len(names):
+        return bounded
+    return ptxas.ptx_to_cubin(with_directive(ptx, chosen), target.arch, cache=False)
 
 
 def choose(target, kernels, plain: dict, bounded: dict) -> list[str]:
