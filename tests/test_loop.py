@@ -142,6 +142,30 @@ def test_a_module_identical_to_one_that_failed_is_not_evaluated_again(tmp_path):
         "What that evaluation said:\n\nYour kernel ran but computed wrong values.")
 
 
+def test_a_module_that_differs_from_a_tuned_one_only_in_knob_values_is_not_evaluated(tmp_path):
+    """On the H200 (session 16) the built-in drafter's four schedule variants of one template were each evaluated and
+    autotuned over the same TUNABLES space, finding the same winners: a rotary embedding's run took over 3 minutes.
+    A module equal to a tuned one up to its knobs' values (and the order of its TUNABLES lists) is not evaluated; the
+    feedback says why; a module that changes anything else is evaluated and tuned; without tuning nothing is skipped."""
+    first = cand("ok", 3.0, tunables=[None, 1, 2, 4, 8])
+    other_values = assign(first, {"BLOCK": 4}).replace("[None, 1, 2, 4, 8]", "[4, None, 1, 2, 8]")
+    outside = assign(first, {"BLOCK": 16})  # its own value is not in its list: a variant the tuning never screened
+    changed = cand("ok", 2.5, tunables=[None, 1, 2, 4, 8])
+    loop, outcome, drafter, worker = run(tmp_path, [[first, other_values], [outside, changed]], max_turns=2)
+    evaluated = sorted({Path(r.kernel_path).parent.name for r in worker.requests if "/tune/" not in r.kernel_path})
+    assert evaluated == ["t1-c0", "t2-c0", "t2-c1"]
+    tuned = sorted({Path(r.kernel_path).parent.parent.name for r in worker.requests if "/tune/" in r.kernel_path})
+    assert tuned == ["t1-c0", "t2-c0", "t2-c1"]
+    skipped = {a.attempt_id: a for a in drafter.calls[1].history}["t1-c1"]
+    assert skipped.status == "covered" and " ".join(skipped.feedback.split()).startswith(
+        "This module is t1-c0's (turn 1) with other values of its TUNABLES (BLOCK), and t1-c0's autotuning already "
+        "screened that space (4 variants), so it was not evaluated")
+    logged = [e for e in loop.store.events() if e["event"] == "evaluated" and e["attempt_id"] == "t1-c1"]
+    assert logged[0]["covered_by"] == "t1-c0" and logged[0]["result"] is None
+    _, _, _, worker = run(tmp_path / "untuned", [[first, other_values]], tune=False, max_turns=1)
+    assert len(worker.requests) == 2  # --no-tune: no space was searched
+
+
 def test_correct_but_slower_than_the_target_exits_3(tmp_path):
     _, outcome, _, _ = run(tmp_path, [[cand("ok", 3.0)]], max_turns=2, candidates=1)
     assert outcome.outcome == "correct_not_faster" and EXIT_CODES[outcome.outcome] == 3

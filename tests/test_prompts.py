@@ -19,7 +19,7 @@ from tileagent import prompts
 
 FEEDBACK = ["compile_error", "mismatch", "guard_violation", "candidate_error", "worker_error", "cpu_timeout", "timing_row",
             "timing", "resources",
-            "malformed_answer"]
+            "malformed_answer", "covered_by_tuning"]
 TEMPLATES = ["system", "dsl_guide"] + [f"feedback.{name}" for name in FEEDBACK]
 
 # Per example kernel: sizes for check() on the interpreter; sizes and a small schedule for check() on the emulator

@@ -112,6 +112,21 @@ def assign(source: str, values: dict) -> str:
     return "".join(lines)
 
 
+def search_space(source: str) -> str | None:
+    """A key two sources share when autotuning either one screens the same variants: the same text once every knob's
+    value and the order of its TUNABLES list are set aside, each source's own values among its lists. None for a
+    source without usable TUNABLES or with a knob assigned a value its list lacks (its default variant lies outside
+    the space)."""
+    knobs = tunables_of(source)
+    if not knobs:
+        return None
+    values = current_values(source, knobs)
+    if any(values[k] not in v for k, v in knobs.items()):
+        return None
+    space = {k: sorted(map(repr, v)) for k, v in sorted(knobs.items())}
+    return assign(source, {**{k: None for k in knobs}, "TUNABLES": space})
+
+
 def variant_key(values: dict) -> str:
     """A stable, file-name-safe name of a variant: 'BLOCK_M=4,THREADS=128'."""
     return config_key(values)

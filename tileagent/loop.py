@@ -41,6 +41,7 @@ from tileagent.context import build_messages, family_of, pick_examples
 from tileagent.target import meets_target
 from tileagent.drafters.base import AttemptSummary, Draft, DrafterUnavailable, DraftTask
 from tileagent.feedback import render_feedback, summary
+from tileagent.prompts import render
 from tileagent.runstore import RunStore, config_key, source_digest
 
 log = logging.getLogger("tileagent.loop")
@@ -91,6 +92,7 @@ class Attempt(BaseModel):
     draft: Draft
     result: EvalResult | None = None
     feedback: str = ""
+    covered_by: str | None = Field(None, description="the attempt whose autotuning covered this module (not evaluated)")
 
 
 class Outcome(BaseModel):
@@ -166,7 +168,7 @@ class Loop:
             if e["result"] is not None:
                 EvalResult.model_validate(e["result"])
             self.memo_evals[aid] = {"result": e["result"], "feedback": str(e["feedback"]),
-                                    "source_sha256": e.get("source_sha256")}
+                                    "source_sha256": e.get("source_sha256"), "covered_by": e.get("covered_by")}
         elif kind == "variant_evaluated":
             result = EvalResult.model_validate(e["result"]).model_dump(mode="json")
             self.memo_variants[(e["attempt_id"], e["variant"], e["phase"], e["configs_key"])] = {
@@ -348,7 +350,8 @@ class Loop:
             comp = [c.speedup_compiled for c in (r.configs if r else []) if c.speedup_compiled]
             eager = [c.speedup_eager for c in (r.configs if r else []) if c.speedup_eager]
             out.append(AttemptSummary(attempt_id=a.attempt_id, turn=a.turn, label=a.draft.label,
-                                      source=a.draft.source, status=r.status if r else "malformed",
+                                      source=a.draft.source,
+                                      status=r.status if r else "covered" if a.covered_by else "malformed",
                                       feedback=a.feedback + (f"\n\n{self.tune_notes[a.attempt_id]}"
                                                              if a.attempt_id in self.tune_notes else ""),
                                       correct=bool(r and r.status == "ok"),
@@ -399,32 +402,40 @@ class Loop:
         if replayed:
             e = self.memo_evals[aid]
             result = EvalResult.model_validate(e["result"]) if e["result"] else None
-            feedback = e["feedback"]
+            feedback, covered = e["feedback"], e.get("covered_by")
         else:
-            result, same = None, None
+            result, same, covered = None, None, None
             if draft.source is not None:
                 path = self.store.write(f"attempts/{aid}/candidate.py", draft.source)
                 same = self.failed_sources.get((source_digest(draft.source), repr(configs), keep_going))
+                covered = None if same is not None else self._covered_by(draft.source, configs)
                 if same is not None:  # an identical module failed on these configs: its verdict stands
                     result = self.attempts[same].result
-                else:
+                elif covered is None:
                     self.on_event("evaluating", {"attempt_id": aid, "configs": len(configs)})
                     result = self._evaluate(aid, self._request(path, configs, keep_going=keep_going))
-                self.store.write(f"attempts/{aid}/eval.json", result.model_dump_json(indent=2))
-            feedback = render_feedback(result, problem=draft.problem, device=self.o.device, target=self.o.target)
+                if result is not None:
+                    self.store.write(f"attempts/{aid}/eval.json", result.model_dump_json(indent=2))
+            if covered is not None:
+                feedback = render("feedback.covered_by_tuning", attempt=covered, turn=self.attempts[covered].turn,
+                                  knobs=", ".join(autotune.tunables_of(draft.source)),
+                                  screened=self.tuned_screened.get(covered, "its"))
+            else:
+                feedback = render_feedback(result, problem=draft.problem, device=self.o.device, target=self.o.target)
             if same is not None:
                 feedback = (f"This module is identical to {same} (turn {self.attempts[same].turn}), which failed on "
                             f"these configs, so it was not evaluated again. What that evaluation said:\n\n{feedback}")
             self.store.write(f"attempts/{aid}/feedback.md", feedback)
             self.store.append("evaluated", attempt_id=aid, source_sha256=source_digest(draft.source),
-                              result=result.model_dump(mode="json") if result else None,
-                              feedback=feedback, summary=summary(result, draft.problem))
+                              result=result.model_dump(mode="json") if result else None, covered_by=covered,
+                              feedback=feedback, summary=_summary(result, draft.problem, covered))
             if result is not None:
                 self.fresh.extend(result.configs)
-        self.attempts[aid] = Attempt(attempt_id=aid, turn=turn, draft=draft, result=result, feedback=feedback)
+        self.attempts[aid] = Attempt(attempt_id=aid, turn=turn, draft=draft, result=result, feedback=feedback,
+                                     covered_by=covered)
         if result is not None and result.status != "ok":
             self.failed_sources.setdefault((source_digest(draft.source), repr(configs), keep_going), aid)
-        self.on_event("evaluated", {"attempt_id": aid, "summary": summary(result, draft.problem),
+        self.on_event("evaluated", {"attempt_id": aid, "summary": _summary(result, draft.problem, covered),
                                     "replayed": replayed})
         if result is None:
             return
@@ -434,6 +445,24 @@ class Loop:
         correct = [c for c in result.configs if c.correct]
         if self.o.tune and self.timed and correct and autotune.tunables_of(draft.source):
             self._tune(aid, draft.source, result.model_copy(update={"configs": correct}))
+
+    def _covered_by(self, source: str, configs: list[dict]) -> str | None:
+        """The attempt whose autotuning already screened the variants of ``source`` (``autotune.search_space``: the
+        same module up to its knobs' values; the built-in drafter's schedule variants of one template are such
+        modules) on every config of ``configs``, correct on each; None when there is none, or nothing is tuned (the
+        CPU, --no-tune). Such a module is not evaluated: a second search of the same space would cost the same time
+        (about ``--tune-seconds``) and find the same winners."""
+        if not (self.o.tune and self.timed):
+            return None
+        space = autotune.search_space(source)
+        if space is None:
+            return None
+        wanted = {config_key(c) for c in configs}
+        for aid, a in self.attempts.items():
+            if aid in self.tuned and a.result is not None and autotune.search_space(a.draft.source) == space and \
+                    wanted <= {config_key(c.config) for c in a.result.configs if c.correct}:
+                return aid
+        return None
 
     def _evaluate(self, aid: str, request: EvalRequest) -> EvalResult:
         """The worker's result for ``request``; raises ReferenceFailed (after recording a "reference_failed" event)
@@ -512,6 +541,7 @@ class Loop:
                               winners={k: {"variant": w.variant, "tunables": w.values,
                                            "time_ms": autotune.time_of(w.result)} for k, w in tuned.winners.items()})
             self.tuned.add(aid)
+            self.tuned_screened[aid] = tuned.screened
         self.on_event("tuned", {"attempt_id": aid, "screened": tuned.screened, "note": tuned.note})
 
     # -- the end ----------------------------------------------------------------------------------------------------
@@ -563,6 +593,11 @@ class Loop:
                       turns=self.turn, tokens=self.tokens, attempts=len(self.attempts))
         self.store.append("finished", outcome=outcome, reason=out.reason, turns=out.turns, tokens=out.tokens)
         return out
+
+
+def _summary(result: EvalResult | None, problem: str | None, covered: str | None) -> str:
+    """The one-line verdict of an attempt: ``feedback.summary``'s, or that another attempt's autotuning covered it."""
+    return f"not evaluated: {covered}'s autotuning screened its knob values" if covered else summary(result, problem)
 
 
 def finalize(loop: Loop, outcome: Outcome, command: str = "generate", export: bool = True,
