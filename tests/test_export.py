@@ -19,6 +19,7 @@ import torch
 import tileagent
 import tileagent.language as T
 from tests.conftest import REPO, nvrtc_available
+from tileagent.evaluator.spec import load_spec
 from tileagent.export import ExportEntry, ExportError, export_module, launched_kernels
 
 TASK = REPO / "tasks" / "rmsnorm_silu.py"
@@ -280,6 +281,31 @@ def test_prebuilt_cubins_are_loaded_without_nvrtc_and_the_runtime_compiles_alone
     # the vendored NVRTC path (what a machine without the cubins runs) builds the same kernel on its own
     own = module.compile_cubin(descriptor["source"], "sm_90a", descriptor["options"])
     assert own[:4] == b"\x7fELF" and len(own) == len(shipped)
+
+
+def test_a_kernel_built_for_a_gpu_ships_the_cubin_it_was_built_with(tmp_path, monkeypatch):
+    """An export on a GPU machine (generate's) builds the kernels for that device: the module ships each kernel's own
+    cubin (the PTX target's ptxas build where it applied, which the evaluation timed), and the runtime loads it on
+    that arch without NVRTC. Here the kernels are built for sm_90a on the CPU, as they are on an H200."""
+    monkeypatch.setenv("TILEAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    source = CANDIDATE.replace("@tileagent.jit(out_idx=[2], ", "@tileagent.jit(out_idx=[2], target=\"cuda:sm_90a\", ")
+    assert source != CANDIDATE
+    entry = ExportEntry(config={"M": 37, "C": 96}, source=source, tunables={"BLOCK_M": 2})
+    (kernel,) = launched_kernels(load_spec(TASK), entry)
+    path = export_module(TASK, [entry], tmp_path / "out", name="rmsnorm_silu_built")
+    module = _import(path, "rmsnorm_silu_built_tileagent")
+    (descriptor,) = module.KERNELS
+    shipped = path.parent / "rmsnorm_silu_built_tileagent_cubins" / "sm_90a" / f"{descriptor['id']}.cubin"
+    assert shipped.read_bytes()[40:] == kernel.unit.cubin
+
+    def no_nvrtc():
+        raise AssertionError("NVRTC was loaded although the built cubin was shipped")
+
+    monkeypatch.setattr(module, "_nvrtc", no_nvrtc)
+    assert module._EXPORT.kernel(0).cubin("sm_90a") == kernel.unit.cubin
+    # a CPU build has no cubin: nothing is shipped
+    path = export_module(TASK, _entries()[:1], tmp_path / "cpu", name="rmsnorm_silu_cpu")
+    assert not (path.parent / "rmsnorm_silu_cpu_tileagent_cubins").exists()
 
 
 def test_two_outputs_no_constructor_and_a_kernel_the_export_did_not_see(tmp_path):

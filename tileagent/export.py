@@ -2,8 +2,9 @@
 
 In: the reference file (KernelBench format + config grid, ``evaluator.spec``) and ``ExportEntry`` records (a config,
 the candidate module's source, its autotuned TUNABLES values, its time).
-Out: ``export_module(...)`` writes ``<out_dir>/<name>_tileagent.py`` (and, with ``prebuild_arches``,
-``<name>_tileagent_cubins/<arch>/*.cubin``) and returns the module's path. docs/export.md describes the module.
+Out: ``export_module(...)`` writes ``<out_dir>/<name>_tileagent.py`` (and ``<name>_tileagent_cubins/<arch>/*.cubin``:
+the cubins of kernels built here for a CUDA device, and with ``prebuild_arches`` NVRTC's for those arches) and returns
+the module's path. docs/export.md describes the module.
 Guarantees:
 
 - The written module imports torch, the standard library, and (through the embedded candidates and for shipped
@@ -67,7 +68,9 @@ def export_module(reference_path, entries: list[ExportEntry], out_dir, name: str
         devices: device types the kernels run on; other devices run the reference. ``("cuda", "cpu")`` also
             serves CPU tensors (the interpreter: slow, for tests).
         prebuild_arches: NVRTC archs (``"sm_90a"``) to compile every kernel the entries launch for, shipped in
-            ``<name>_tileagent_cubins/<arch>/`` (needs NVRTC, no GPU).
+            ``<name>_tileagent_cubins/<arch>/`` (needs NVRTC, no GPU). Kernels built here for a CUDA device (an
+            export on a GPU machine, as ``generate`` does) ship the cubin they were built with in any case
+            (``ship_built_cubins``).
 
     Raises:
         ExportError: no entries, a bad name, an entry whose source has no ModelNew or whose config the reference
@@ -88,6 +91,7 @@ def export_module(reference_path, entries: list[ExportEntry], out_dir, name: str
     sources: dict[str, int] = {}
     kernels: dict[str, int] = {}  # descriptor id -> index
     descriptors: list[dict] = []
+    built: dict[str, object] = {}  # descriptor id -> the JITKernel it describes
     rows = []
     for entry in entries:
         _check_candidate(entry)
@@ -99,6 +103,7 @@ def export_module(reference_path, entries: list[ExportEntry], out_dir, name: str
                 if d["id"] not in kernels:
                     kernels[d["id"]] = len(descriptors)
                     descriptors.append(d)
+                    built[d["id"]] = kernel
                 row["kernels"].setdefault(factory, {})[key] = kernels[d["id"]]
         rows.append(row)
     state_names = rows[0].pop("state_names")
@@ -126,6 +131,7 @@ def export_module(reference_path, entries: list[ExportEntry], out_dir, name: str
     out_dir.mkdir(parents=True, exist_ok=True)
     if prebuild_arches:
         prebuild_cubins(descriptors, out_dir / cubin_dir, prebuild_arches)
+    ship_built_cubins(built, out_dir / cubin_dir)
     path = out_dir / f"{name}_tileagent.py"
     write_atomic(path, text)
     log.info("exported %d config(s) of %s to %s", len(entries), reference_path.name, path)
@@ -504,6 +510,25 @@ def _candidate_model(spec: Spec, module, config: dict):
     return model.eval(), ref
 
 
+def ship_built_cubins(built: dict, directory: Path) -> list[Path]:
+    """Write the cubin each kernel of ``built`` (descriptor id -> JITKernel) was built with in this process as
+    ``directory/<its arch>/<id>.cubin``, for kernels built for a CUDA device (a CPU or emulator build has none): the
+    exported runtime then runs, on that arch, the very code the evaluation checked and timed (the PTX target's
+    ptxas build where it applied) instead of compiling the CUDA source with NVRTC, whose build of the same kernel
+    runs up to about 13% slower or faster on the H200 (BENCHMARKS.md, round 2 session 15). Other arches compile the
+    source as before."""
+    written = []
+    for kid, kernel in built.items():
+        unit = getattr(kernel, "unit", None)
+        if kernel.target.kind != "cuda" or unit is None or unit.cubin is None:
+            continue
+        path = Path(directory) / kernel.target.arch / f"{kid}.cubin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(cubin_file_bytes(unit.cubin))
+        written.append(path)
+    return written
+
+
 def prebuild_cubins(descriptors: list[dict], directory: Path, arches) -> list[Path]:
     """Compile every exported kernel for each arch into ``directory/<arch>/<kernel id>.cubin`` (needs NVRTC, no
     GPU); the exported runtime loads them instead of compiling."""
@@ -522,4 +547,4 @@ def prebuild_cubins(descriptors: list[dict], directory: Path, arches) -> list[Pa
 
 
 __all__ = ["ExportEntry", "ExportError", "export_module", "kernel_descriptor", "launched_kernels", "prebuild_cubins",
-           "record_kernels"]
+           "record_kernels", "ship_built_cubins"]
