@@ -333,6 +333,12 @@ class Spec:
                                 f"must be a torch.Tensor (put constants in get_init_inputs())")
         return list(inputs)
 
+    def shaped_inputs(self, config: dict, device="cpu") -> list[torch.Tensor]:
+        """``get_inputs(config)``'s tensors (seed 0) with DTYPES applied, their values as get_inputs draws them: for
+        code that needs the inputs' shapes and dtypes, not a check's values (the export's dry run; ``device="meta"``
+        allocates nothing). Half the random draws of ``make_inputs``."""
+        return [t.to(self._input_dtype(k, t)).contiguous() for k, t in enumerate(self.sample_inputs(config, 0, device))]
+
     def make_inputs(self, config: dict, seed: int, distribution: str = "normal", device="cpu") -> list[torch.Tensor]:
         """Inputs for one check: ``get_inputs(config)``'s shapes and dtypes (DTYPES applied), floating values drawn
         on ``device`` from ``distribution`` with a generator seeded by (config, seed, distribution, position) (the

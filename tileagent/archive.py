@@ -100,8 +100,13 @@ class Archive:
 
 
 def reference_dtype(spec, config: dict) -> str:
-    """The dtype name of the first floating input of ``spec`` at ``config`` ('float32' when none is floating)."""
-    for t in spec.make_inputs(config, 0, "normal", "cpu"):
+    """The dtype name of the first floating input of ``spec`` at ``config`` ('float32' when none is floating); the
+    inputs are made on the meta device (no values drawn), on the CPU for a get_inputs that needs values."""
+    try:
+        inputs = spec.shaped_inputs(config, "meta")
+    except Exception:  # noqa: BLE001 - e.g. a get_inputs that reads a value (.item()) of what it drew
+        inputs = spec.shaped_inputs(config, "cpu")
+    for t in inputs:
         if t.is_floating_point():
             return str(t.dtype).removeprefix("torch.")
     return "float32"

@@ -362,7 +362,7 @@ def record_kernels(spec: Spec, entry: ExportEntry) -> dict:
     with dry_run(size=False) as run:
         try:
             model, _ = _candidate_model(spec, module, entry.config)
-            inputs = spec.make_inputs(entry.config, 0)
+            inputs = spec.shaped_inputs(entry.config)
             with torch.no_grad():
                 model(*inputs)
         except ExportError:
