@@ -530,3 +530,28 @@ def test_gpu_exported_kernel_on_tma_matches_torch(shared_example):
     runtime(a, b, c)
     want = torch.relu(a.float() @ b.float())
     torch.testing.assert_close(c.float(), want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_export_runs_the_cubin_the_kernel_was_built_with(tmp_path, monkeypatch):
+    """On a GPU: the export builds the kernel for the device and ships its cubin (the PTX target's build where it
+    applies); the exported op runs it without loading NVRTC and matches the reference."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    monkeypatch.setenv("TILEAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    path = export_module(TASK, _entries()[:1], tmp_path / "out", name="rmsnorm_silu_shipped")
+    module = _import(path, "rmsnorm_silu_shipped_tileagent")
+    (descriptor,) = module.KERNELS
+    arch = module.device_arch(torch.cuda.current_device())
+    assert (path.parent / "rmsnorm_silu_shipped_tileagent_cubins" / arch / f"{descriptor['id']}.cubin").exists()
+
+    def no_nvrtc():
+        raise AssertionError("NVRTC was loaded although the built cubin was shipped")
+
+    monkeypatch.setattr(module, "_nvrtc", no_nvrtc)
+    torch.manual_seed(0)
+    model = module.Model(96).cuda()
+    ref = _reference_of(module, model).cuda()
+    x = torch.randn(1000, 96, device="cuda", dtype=torch.float16)
+    assert (model(x).float() - ref(x).float()).abs().max().item() <= 1e-2
+    assert (arch, descriptor["id"]) in module._EXPORT.kernel(0)._cubins  # the kernel ran, not the reference
