@@ -54,7 +54,9 @@ EVENTS = {
                    "from then on, e.g. a run moved from another machine)",
     "drafted": "turn, drafts (list of Draft dicts with attempt_id)",
     "drafter_failed": "turn, message (DrafterUnavailable or the drafter's exception)",
-    "evaluated": "attempt_id, source_sha256 (of the candidate's text), result (EvalResult dict), feedback (text)",
+    "evaluated": "attempt_id, source_sha256 (of the candidate's text), result (EvalResult dict; null for a malformed "
+                 "answer or a covered module), covered_by (the attempt whose autotuning covered the module, which was "
+                 "then not evaluated; null otherwise), feedback (text)",
     "variant_evaluated": "attempt_id, variant, tunables, phase ('screen' or 'full'), configs_key, source_sha256 (of "
                          "the variant's text), result",
     "reverified": "source_sha256, attempt_ids, configs, result: a replayed best kernel checked again before export",
