@@ -166,6 +166,27 @@ def test_a_module_that_differs_from_a_tuned_one_only_in_knob_values_is_not_evalu
     assert len(worker.requests) == 2  # --no-tune: no space was searched
 
 
+def test_a_module_covered_by_a_tuning_its_budget_cut_short_is_told_so(tmp_path, monkeypatch):
+    import types
+
+    from tileagent import autotune as autotune_module
+
+    now = [0.0]
+    monkeypatch.setattr(autotune_module, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+
+    class Slow(FakeWorker):  # every evaluation takes 10 s of the tuner's clock
+        def evaluate(self, request):
+            now[0] += 10.0
+            return super().evaluate(request)
+
+    first = cand("ok", 3.0, tunables=[None, 1, 2, 4, 8])
+    _, _, drafter, _ = run(tmp_path, [[first, assign(first, {"BLOCK": 4})], [cand("ok", 3.1)]], worker=Slow(),
+                           max_turns=2, tune_seconds=15)
+    skipped = {a.attempt_id: a for a in drafter.calls[1].history}["t1-c1"]
+    assert skipped.status == "covered" and "screened that space (2 variants, cut short by its time budget " \
+        "(--tune-seconds))" in " ".join(skipped.feedback.split())
+
+
 def test_correct_but_slower_than_the_target_exits_3(tmp_path):
     _, outcome, _, _ = run(tmp_path, [[cand("ok", 3.0)]], max_turns=2, candidates=1)
     assert outcome.outcome == "correct_not_faster" and EXIT_CODES[outcome.outcome] == 3

@@ -141,6 +141,7 @@ class Loop:
         self.memo_variants: dict[tuple, dict] = {}
         self.tuned: set[str] = set()
         self.tuned_screened: dict[str, int] = {}  # attempt -> variants its recorded tuning screened
+        self.tuned_cut: set[str] = set()  # attempts whose tuning its time budget cut short
         self.tune_notes: dict[str, str] = {}  # attempt -> what its autotuning found, for the next turn's prompt
         self.fresh: list[ConfigResult] = []  # verdicts computed by this process (compared by identity)
         self.reverify_failed: list[str] = []
@@ -178,6 +179,8 @@ class Loop:
             screened = e.get("screened")
             if isinstance(screened, int) and not isinstance(screened, bool) and screened >= 0:
                 self.tuned_screened[str(e["attempt_id"])] = screened
+            if e.get("note"):
+                self.tuned_cut.add(str(e["attempt_id"]))
 
     def _trusted(self, memo: dict, source: str | None, what: str) -> bool:
         """Whether a recorded verdict applies to ``source``: only for the kernel text whose hash it names."""
@@ -419,7 +422,9 @@ class Loop:
             if covered is not None:
                 feedback = render("feedback.covered_by_tuning", attempt=covered, turn=self.attempts[covered].turn,
                                   knobs=", ".join(autotune.tunables_of(draft.source)),
-                                  screened=self.tuned_screened.get(covered, "its"))
+                                  screened=f"{self.tuned_screened.get(covered, 'its')} variants"
+                                  + (", cut short by its time budget (--tune-seconds)"
+                                     if covered in self.tuned_cut else ""))
             else:
                 feedback = render_feedback(result, problem=draft.problem, device=self.o.device, target=self.o.target)
             if same is not None:
@@ -542,6 +547,8 @@ class Loop:
                                            "time_ms": autotune.time_of(w.result)} for k, w in tuned.winners.items()})
             self.tuned.add(aid)
             self.tuned_screened[aid] = tuned.screened
+            if tuned.note:
+                self.tuned_cut.add(aid)
         self.on_event("tuned", {"attempt_id": aid, "screened": tuned.screened, "note": tuned.note})
 
     # -- the end ----------------------------------------------------------------------------------------------------
