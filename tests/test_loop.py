@@ -72,6 +72,23 @@ class FakeWorker:
         return EvalResult(status="ok", configs=configs, device=request.device, timing_available=True)
 
 
+def slow_worker(monkeypatch):
+    """A FakeWorker class each of whose evaluations takes 10 s of the autotuner's clock (patched here)."""
+    import types
+
+    from tileagent import autotune as autotune_module
+
+    now = [0.0]
+    monkeypatch.setattr(autotune_module, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+
+    class Slow(FakeWorker):
+        def evaluate(self, request):
+            now[0] += 10.0
+            return super().evaluate(request)
+
+    return Slow
+
+
 def options(device="cuda", **kw) -> LoopOptions:
     configs = [RunConfig(spec={"M": 16384, "C": c}, eval={"M": 16384, "C": c}) for c in (96, 320)]
     return LoopOptions(**{"reference": REFERENCE, "configs": configs, "device": device, "max_turns": 4,
@@ -167,21 +184,9 @@ def test_a_module_that_differs_from_a_tuned_one_only_in_knob_values_is_not_evalu
 
 
 def test_a_module_covered_by_a_tuning_its_budget_cut_short_is_told_so(tmp_path, monkeypatch):
-    import types
-
-    from tileagent import autotune as autotune_module
-
-    now = [0.0]
-    monkeypatch.setattr(autotune_module, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
-
-    class Slow(FakeWorker):  # every evaluation takes 10 s of the tuner's clock
-        def evaluate(self, request):
-            now[0] += 10.0
-            return super().evaluate(request)
-
     first = cand("ok", 3.0, tunables=[None, 1, 2, 4, 8])
-    _, _, drafter, _ = run(tmp_path, [[first, assign(first, {"BLOCK": 4})], [cand("ok", 3.1)]], worker=Slow(),
-                           max_turns=2, tune_seconds=15)
+    _, _, drafter, _ = run(tmp_path, [[first, assign(first, {"BLOCK": 4})], [cand("ok", 3.1)]],
+                           worker=slow_worker(monkeypatch)(), max_turns=2, tune_seconds=15)
     skipped = {a.attempt_id: a for a in drafter.calls[1].history}["t1-c1"]
     assert skipped.status == "covered" and "screened that space (2 variants, cut short by its time budget " \
         "(--tune-seconds))" in " ".join(skipped.feedback.split())
@@ -558,18 +563,7 @@ def test_resume_replays_a_finished_autotuning_as_it_ran_without_screening_more_v
     """A tuning cut by its time budget (two of four variants screened) is replayed on resume with those two only:
     replayed results take no time, so a new search under the budget would evaluate the variants it had no time for
     (on the GPU turns of #19, every resume of turn 1 would tune turn 1's kernel further)."""
-    import types
-
-    from tileagent import autotune as autotune_module
-
-    now = [0.0]
-    monkeypatch.setattr(autotune_module, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
-
-    class Slow(FakeWorker):  # every evaluation takes 10 s of the tuner's clock
-        def evaluate(self, request):
-            now[0] += 10.0
-            return super().evaluate(request)
-
+    Slow = slow_worker(monkeypatch)
     turns = [[cand("ok", 2.0, tunables=[None, 1, 2, 4, 8])], [cand("ok", 0.5)]]
     _, first, _, worker = run(tmp_path, turns, worker=Slow(), max_turns=1, candidates=1, tune_seconds=15)
     screens = [Path(r.kernel_path).name for r in worker.requests if "/tune/" in r.kernel_path and r.seeds == 1]
