@@ -18,6 +18,9 @@ Guarantees:
   ``budget_tokens``, or when the drafter gives up (``DrafterUnavailable``).
 - A module identical to one that failed on the same configs is not evaluated again: its attempt gets that verdict,
   and its feedback says so (a model resending a kernel unchanged learns it at once, not after another evaluation).
+- A module equal to an autotuned one up to its knobs' values (``autotune.search_space``), correct on the configs it
+  would run, is not evaluated either (status "covered"): that tuning searched its variants; its feedback says whose
+  tuning covered it and asks for a change to the kernel itself.
 - Resume: the loop replays the store's events; a recorded draft is not drafted again and a recorded evaluation is
   not run again (variants included), so a killed run continues where it stopped with the same turn numbers, token
   count and best kernels. A finished autotuning is replayed as it ran (the variants it screened, no more), not
@@ -455,8 +458,8 @@ class Loop:
         """The attempt whose autotuning already screened the variants of ``source`` (``autotune.search_space``: the
         same module up to its knobs' values; the built-in drafter's schedule variants of one template are such
         modules) on every config of ``configs``, correct on each; None when there is none, or nothing is tuned (the
-        CPU, --no-tune). Such a module is not evaluated: a second search of the same space would cost the same time
-        (about ``--tune-seconds``) and find the same winners."""
+        CPU, --no-tune). Such a module is not evaluated: a second search of the same space would cost as much again
+        (up to ``--tune-seconds``) for the variants the first one screened."""
         if not (self.o.tune and self.timed):
             return None
         space = autotune.search_space(source)
