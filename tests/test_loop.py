@@ -183,13 +183,19 @@ def test_a_module_that_differs_from_a_tuned_one_only_in_knob_values_is_not_evalu
     assert len(worker.requests) == 2  # --no-tune: no space was searched
 
 
-def test_a_module_covered_by_a_tuning_its_budget_cut_short_is_told_so(tmp_path, monkeypatch):
+def test_after_a_tuning_cut_short_only_the_values_it_screened_are_covered(tmp_path, monkeypatch):
+    """A tuning its time budget cut short (BLOCK=1 and 2 screened of 1, 2, 4, 8) covers a module whose knob values it
+    screened (BLOCK=2), and says the search was cut short; a module with values it never reached (BLOCK=8) is
+    evaluated (with --tune-seconds 0 nothing would be covered)."""
     first = cand("ok", 3.0, tunables=[None, 1, 2, 4, 8])
-    _, _, drafter, _ = run(tmp_path, [[first, assign(first, {"BLOCK": 4})], [cand("ok", 3.1)]],
-                           worker=slow_worker(monkeypatch)(), max_turns=2, tune_seconds=15)
-    skipped = {a.attempt_id: a for a in drafter.calls[1].history}["t1-c1"]
-    assert skipped.status == "covered" and "screened that space (2 variants, cut short by its time budget " \
-        "(--tune-seconds))" in " ".join(skipped.feedback.split())
+    _, _, drafter, worker = run(tmp_path, [[first, assign(first, {"BLOCK": 2})], [assign(first, {"BLOCK": 8})],
+                                           [cand("ok", 3.1)]],
+                                worker=slow_worker(monkeypatch)(), max_turns=3, candidates=2, tune_seconds=15)
+    history = {a.attempt_id: a for a in drafter.calls[2].history}
+    assert history["t1-c1"].status == "covered" and "screened that space (2 variants; its search was cut short, but " \
+        "it screened these values)" in " ".join(history["t1-c1"].feedback.split())
+    assert history["t2-c0"].status == "ok"
+    assert any(r.kernel_path.endswith("attempts/t2-c0/candidate.py") for r in worker.requests)
 
 
 def test_correct_but_slower_than_the_target_exits_3(tmp_path):

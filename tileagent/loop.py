@@ -19,8 +19,8 @@ Guarantees:
 - A module identical to one that failed on the same configs is not evaluated again: its attempt gets that verdict,
   and its feedback says so (a model resending a kernel unchanged learns it at once, not after another evaluation).
 - A module equal to an autotuned one up to its knobs' values (``autotune.search_space``), correct on the configs it
-  would run, is not evaluated either (status "covered"): that tuning searched its variants; its feedback says whose
-  tuning covered it and asks for a change to the kernel itself.
+  would run, is not evaluated either (status "covered"): that tuning searched its variants (one cut short covers only
+  the values it screened); its feedback says whose tuning covered it and asks for a change to the kernel itself.
 - Resume: the loop replays the store's events; a recorded draft is not drafted again and a recorded evaluation is
   not run again (variants included), so a killed run continues where it stopped with the same turn numbers, token
   count and best kernels. A finished autotuning is replayed as it ran (the variants it screened, no more), not
@@ -144,7 +144,7 @@ class Loop:
         self.memo_variants: dict[tuple, dict] = {}
         self.tuned: set[str] = set()
         self.tuned_screened: dict[str, int] = {}  # attempt -> variants its recorded tuning screened
-        self.tuned_cut: set[str] = set()  # attempts whose tuning its time budget cut short
+        self.tuned_cut: set[str] = set()  # attempts whose tuning did not finish its search (time budget, no timing)
         self.tune_notes: dict[str, str] = {}  # attempt -> what its autotuning found, for the next turn's prompt
         self.fresh: list[ConfigResult] = []  # verdicts computed by this process (compared by identity)
         self.reverify_failed: list[str] = []
@@ -426,7 +426,7 @@ class Loop:
                 feedback = render("feedback.covered_by_tuning", attempt=covered, turn=self.attempts[covered].turn,
                                   knobs=", ".join(autotune.tunables_of(draft.source)),
                                   screened=f"{self.tuned_screened.get(covered, 'its')} variants"
-                                  + (", cut short by its time budget (--tune-seconds)"
+                                  + ("; its search was cut short, but it screened these values"
                                      if covered in self.tuned_cut else ""))
             else:
                 feedback = render_feedback(result, problem=draft.problem, device=self.o.device, target=self.o.target)
@@ -457,8 +457,8 @@ class Loop:
     def _covered_by(self, source: str, configs: list[dict]) -> str | None:
         """The attempt whose autotuning already screened the variants of ``source`` (``autotune.search_space``: the
         same module up to its knobs' values; the built-in drafter's schedule variants of one template are such
-        modules) on every config of ``configs``, correct on each; None when there is none, or nothing is tuned (the
-        CPU, --no-tune). Such a module is not evaluated: a second search of the same space would cost as much again
+        modules) on every config of ``configs``, correct on each, and either finished its search or screened these
+        very values; None when there is none, or nothing is tuned (the CPU, --no-tune). Such a module is not evaluated: a second search of the same space would cost as much again
         (up to ``--tune-seconds``) for the variants the first one screened."""
         if not (self.o.tune and self.timed):
             return None
@@ -466,10 +466,15 @@ class Loop:
         if space is None:
             return None
         wanted = {config_key(c) for c in configs}
+        own = autotune.variant_key(autotune.current_values(source, autotune.tunables_of(source)))
         for aid, a in self.attempts.items():
             if aid in self.tuned and a.result is not None and autotune.search_space(a.draft.source) == space and \
                     wanted <= {config_key(c.config) for c in a.result.configs if c.correct}:
-                return aid
+                if aid not in self.tuned_cut:  # its search finished
+                    return aid
+                screened = {v for (t, v, phase, _) in self.memo_variants if t == aid and phase == "screen"}
+                if own in screened:  # cut short, but these values were screened
+                    return aid
         return None
 
     def _evaluate(self, aid: str, request: EvalRequest) -> EvalResult:
