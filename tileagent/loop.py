@@ -458,8 +458,9 @@ class Loop:
         """The attempt whose autotuning already screened the variants of ``source`` (``autotune.search_space``: the
         same module up to its knobs' values; the built-in drafter's schedule variants of one template are such
         modules) on every config of ``configs``, correct on each, and either finished its search or screened these
-        very values; None when there is none, or nothing is tuned (the CPU, --no-tune). Such a module is not evaluated: a second search of the same space would cost as much again
-        (up to ``--tune-seconds``) for the variants the first one screened."""
+        very values; None when there is none, or nothing is tuned (the CPU, --no-tune). Such a module is not
+        evaluated: a second search of the same space would cost as much again (up to ``--tune-seconds``) for the
+        variants the first one screened."""
         if not (self.o.tune and self.timed):
             return None
         space = autotune.search_space(source)
