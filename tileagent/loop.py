@@ -178,12 +178,16 @@ class Loop:
             self.memo_variants[(e["attempt_id"], e["variant"], e["phase"], e["configs_key"])] = {
                 "result": result, "source_sha256": e.get("source_sha256")}
         elif kind == "tuned":
-            self.tuned.add(str(e["attempt_id"]))
-            screened = e.get("screened")
-            if isinstance(screened, int) and not isinstance(screened, bool) and screened >= 0:
-                self.tuned_screened[str(e["attempt_id"])] = screened
-            if e.get("note"):
-                self.tuned_cut.add(str(e["attempt_id"]))
+            self._remember_tuning(str(e["attempt_id"]), e.get("screened"), e.get("note"))
+
+    def _remember_tuning(self, aid: str, screened, note) -> None:
+        """A finished autotuning of ``aid``, recorded or just run: the variants it screened (an int, else unknown) and
+        whether its search was cut short (``note`` says why)."""
+        self.tuned.add(aid)
+        if isinstance(screened, int) and not isinstance(screened, bool) and screened >= 0:
+            self.tuned_screened[aid] = screened
+        if note:
+            self.tuned_cut.add(aid)
 
     def _trusted(self, memo: dict, source: str | None, what: str) -> bool:
         """Whether a recorded verdict applies to ``source``: only for the kernel text whose hash it names."""
@@ -554,10 +558,7 @@ class Loop:
             self.store.append("tuned", attempt_id=aid, screened=tuned.screened, note=tuned.note,
                               winners={k: {"variant": w.variant, "tunables": w.values,
                                            "time_ms": autotune.time_of(w.result)} for k, w in tuned.winners.items()})
-            self.tuned.add(aid)
-            self.tuned_screened[aid] = tuned.screened
-            if tuned.note:
-                self.tuned_cut.add(aid)
+            self._remember_tuning(aid, tuned.screened, tuned.note)
         self.on_event("tuned", {"attempt_id": aid, "screened": tuned.screened, "note": tuned.note})
 
     # -- the end ----------------------------------------------------------------------------------------------------
