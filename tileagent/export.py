@@ -519,12 +519,11 @@ def ship_built_cubins(built: dict, directory: Path) -> list[Path]:
     source as before."""
     written = []
     for kid, kernel in built.items():
-        unit = getattr(kernel, "unit", None)
-        if kernel.target.kind != "cuda" or unit is None or unit.cubin is None:
+        if kernel.target.kind != "cuda" or kernel.unit.cubin is None:
             continue
         path = Path(directory) / kernel.target.arch / f"{kid}.cubin"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(cubin_file_bytes(unit.cubin))
+        path.write_bytes(cubin_file_bytes(kernel.unit.cubin))
         written.append(path)
     return written
 
