@@ -8,7 +8,7 @@ import pytest
 from tileagent.evaluator.correctness import check_candidate, timed_calls
 from tileagent.evaluator.errors import GuardViolation, LoadFailed, Mismatch, RunFailed
 from tileagent.evaluator.sandbox import Sandbox
-from tileagent.evaluator.spec import load_spec
+from tileagent.evaluator.spec import HIDDEN, load_spec
 from tests.conftest import REPO
 
 REDTEAM, HONEST = REPO / "tests" / "redteam", REPO / "tests" / "honest"
@@ -258,7 +258,7 @@ def test_mismatch_on_a_hidden_distribution_names_it():
     with pytest.raises(Mismatch) as info:
         check_candidate(spec_for("softmax"), REDTEAM / "public_only.py")
     d = info.value.details
-    assert d["hidden"] is True and d["distribution"] in ("row_scales", "outliers", "offset")
+    assert d["hidden"] is True and d["distribution"] in HIDDEN  # the evaluation seed is the OS's: any of them
     assert d["config"] == {"M": 8, "N": 64} and d["output"] == 0 and len(d["index"]) == 2
 
 
