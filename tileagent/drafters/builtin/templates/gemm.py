@@ -15,17 +15,23 @@ from __future__ import annotations
 from tileagent.drafters.builtin.recognize import FamilyMatch
 from tileagent.drafters.builtin.templates import common
 
+# The tile schedules, one knob (SCHEDULE) so that one autotuning covers them all with NUM_STAGES, BLOCK_K and PANEL
+# (a knob per tile dim made each variant a search space of its own: 6 tunings of a GEMM in one generate).
+# "<block_M>x<block_N> t<threads>", "persistent": one block per SM walks the tiles (T.Persistent).
+SCHEDULES = {"128x256 t256": (128, 256, 256, False), "128x256 t256 persistent": (128, 256, 256, True),
+             "128x128 t128": (128, 128, 128, False), "128x128 t256": (128, 128, 256, False),
+             "64x128 t128": (64, 128, 128, False), "64x64 t128": (64, 64, 128, False)}
+
 # First: the H200's best schedule for a large fp16 GEMM with wgmma (bench/wgmma_gemm.py, 8192^3: 702 TFLOP/s, 93% of
 # cuBLAS; 128x256x32 528, the example's 128x128x64 622); 147 KB of shared memory at 3 stages (fits sm_80's 164 KB).
 VARIANTS = [
-    ("128x256x64s3t256", {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "NUM_STAGES": 3, "THREADS": 256}),
-    ("128x256x64s4t256p", {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "NUM_STAGES": 4, "THREADS": 256,
-                           "PERSISTENT": True}),
-    ("128x128x32s3t128", {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "NUM_STAGES": 3, "THREADS": 128}),
-    ("128x128x64s2t256", {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "NUM_STAGES": 2, "THREADS": 256}),
-    ("64x128x32s3t128", {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "NUM_STAGES": 3, "THREADS": 128}),
-    ("128x256x32s3t256", {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32, "NUM_STAGES": 3, "THREADS": 256}),
-    ("64x64x32s2t128", {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "NUM_STAGES": 2, "THREADS": 128}),
+    ("128x256x64s3t256", {"SCHEDULE": "128x256 t256", "BLOCK_K": 64, "NUM_STAGES": 3}),
+    ("128x256x64s4t256p", {"SCHEDULE": "128x256 t256 persistent", "BLOCK_K": 64, "NUM_STAGES": 4}),
+    ("128x128x32s3t128", {"SCHEDULE": "128x128 t128", "BLOCK_K": 32, "NUM_STAGES": 3}),
+    ("128x128x64s2t256", {"SCHEDULE": "128x128 t256", "BLOCK_K": 64, "NUM_STAGES": 2}),
+    ("64x128x32s3t128", {"SCHEDULE": "64x128 t128", "BLOCK_K": 32, "NUM_STAGES": 3}),
+    ("128x256x32s3t256", {"SCHEDULE": "128x256 t256", "BLOCK_K": 32, "NUM_STAGES": 3}),
+    ("64x64x32s2t128", {"SCHEDULE": "64x64 t128", "BLOCK_K": 32, "NUM_STAGES": 2}),
 ]
 
 
@@ -55,14 +61,15 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     b = match.gemm_b
     b_ref = common.operand_ref(match, b)
     tb = match.gemm_b_transposed
-    constants = dict({"PERSISTENT": False}, **knobs, PANEL=8)
-    tunables = {"NUM_STAGES": common.knob_values(knobs, "NUM_STAGES", (2, 3, 4)),
+    constants = dict(knobs, PANEL=8)
+    tunables = {"SCHEDULE": common.knob_values(knobs, "SCHEDULE", SCHEDULES),
+                "NUM_STAGES": common.knob_values(knobs, "NUM_STAGES", (2, 3, 4)),
                 "BLOCK_K": common.knob_values(knobs, "BLOCK_K", (32, 64)),
                 "PANEL": [8, 4, 16]}
     doc = (f"Candidate drafted by the built-in drafter (template gemm_epilogue): {match.summary}; "
-           f"{match.dtype} operands on tensor cores, float32 accumulation, output {match.out_dtype}. Knobs: BLOCK_M, "
-           f"BLOCK_N, BLOCK_K, NUM_STAGES, THREADS, PANEL (the block swizzle's panel, or the persistent loop's group), "
-           f"PERSISTENT (one block per SM walking the tiles).")
+           f"{match.dtype} operands on tensor cores, float32 accumulation, output {match.out_dtype}. Knobs: SCHEDULE "
+           f"(a key of SCHEDULES: the output tile, the threads per block, and whether one block per SM walks the "
+           f"tiles), BLOCK_K, NUM_STAGES, PANEL (the block swizzle's panel, or the persistent loop's group).")
     cparams, cargs = common.const_params(match)
     dparams = "".join(f", d_{o.name}" for o in ops)
     params, allocs, loads, texts = common.operand_tiles(ops, "block_M", "block_N", "by * block_M", "bx * block_N")
@@ -70,16 +77,10 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     sig = "".join(f", {p}" for p in params)
     b_shape, b_tile = ("(N, K)", "(block_N, block_K)") if tb else ("(K, N)", "(block_K, block_N)")
     b_origin = "[bx * block_N, k * block_K]" if tb else "[k * block_K, bx * block_N]"
-    persistent = knobs.get("PERSISTENT", False)
-    if persistent:  # one block per SM walks the tiles; the TMA producer loads the next tile during the epilogue
-        grid = "T.Kernel(blocks, threads=threads) as b"
-        tile_loop = ("            for by, bx in T.Persistent([T.ceildiv(M, block_M), T.ceildiv(N, block_N)], blocks, "
-                     "b, group_size=panel):\n")
-        pad = "    "
-    else:
-        grid = "T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by)"
-        tile_loop, pad = "            T.use_swizzle(panel_size=panel)\n", ""
-    tile = f'''            T.clear(acc)
+    names = [p.split(":")[0] for p in params]
+    tensors = ", ".join(["g_a", "g_b", *names, "out"])
+    tiles = ", ".join(["A_s", "B_s", "acc", *(f"f_{o.name}" for o in ops)])
+    tile = _dedent(f'''            T.clear(acc)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                 T.copy(g_a[by * block_M, k * block_K], A_s)
                 T.copy(g_b{b_origin}, B_s)
@@ -87,20 +88,33 @@ def render(match: FamilyMatch, knobs: dict) -> str:
 {loads}            for i, j in T.Parallel(block_M, block_N):  # the epilogue, on the accumulator's layout
 {stmts}                acc[i, j] = {result}
             T.copy(acc, out[by * block_M, bx * block_N])
-'''
-    tile = "".join(pad + line for line in tile.splitlines(keepends=True))
-    kernel = f'''
-@tileagent.jit(out_idx=[{len(ops) + 2}]{common.pass_configs(match)})
-def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, blocks, dtype, b_dtype{dparams}, out_dtype{cparams}):
-    M = T.dynamic("M")  # rows of A: its leading dims flattened, any count
-
-    @T.prim_func
-    def main(g_a: T.Tensor((M, K), dtype), g_b: T.Tensor({b_shape}, b_dtype){sig}, out: T.Tensor((M, N), out_dtype)):
-        with {grid}:
-            A_s = T.alloc_shared((block_M, block_K), dtype)
+''')
+    head = (f"def main(g_a: T.Tensor((M, K), dtype), g_b: T.Tensor({b_shape}, b_dtype){sig}, "
+            f"out: T.Tensor((M, N), out_dtype)):")
+    buffers = f'''            A_s = T.alloc_shared((block_M, block_K), dtype)
             B_s = T.alloc_shared({b_tile}, dtype)
             acc = T.alloc_fragment((block_M, block_N), "float32")
-{allocs}{tile_loop}{tile}
+{allocs}'''
+    kernel = f'''
+@tileagent.jit(out_idx=[{len(ops) + 2}]{common.pass_configs(match)})
+def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, persistent, blocks, dtype, b_dtype{dparams}, out_dtype{cparams}):
+    M = T.dynamic("M")  # rows of A: its leading dims flattened, any count
+
+    @T.macro
+    def tile({tensors}, {tiles}, by, bx):  # one block_M x block_N tile of out
+{tile}
+    if persistent:  # one block per SM walks the tiles; the TMA producer loads the next tile during the epilogue
+        @T.prim_func
+        {head}
+            with T.Kernel(blocks, threads=threads) as b:
+{_indent(buffers)}                for by, bx in T.Persistent([T.ceildiv(M, block_M), T.ceildiv(N, block_N)], blocks, b, group_size=panel):
+                    tile({tensors}, {tiles}, by, bx)
+    else:
+        @T.prim_func
+        {head}
+            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+{_indent(buffers)}                T.use_swizzle(panel_size=panel)
+                tile({tensors}, {tiles}, by, bx)
     return main
 '''
     cast = b.dtype != match.dtype  # an fp32 master weight cast in forward: its own cast kernel, then a 16-bit GEMM
@@ -114,11 +128,25 @@ def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, b
         forward += (f"        b = cast_rows({b_ref}.shape[0], {b_ref}.shape[1], TL_DTYPE[{b_ref}.dtype], "
                     f"TL_DTYPE[{a_ref}.dtype])({b_ref})  # in A's dtype, as the reference casts it\n")
         b_ref = "b"
-    forward += (f"        blocks = (torch.cuda.get_device_properties({a_ref}.device).multi_processor_count "
-                f"if PERSISTENT and {a_ref}.is_cuda else 4)  # persistent: one block per SM\n")
-    forward += (f"        kernel = gemm_epilogue(N, K, BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES, THREADS, PANEL, blocks, "
+    forward += (f"        block_M, block_N, threads, persistent = SCHEDULES[SCHEDULE]\n"
+                f"        blocks = (torch.cuda.get_device_properties({a_ref}.device).multi_processor_count "
+                f"if persistent and {a_ref}.is_cuda else 4)  # persistent: one block per SM\n")
+    forward += (f"        kernel = gemm_epilogue(N, K, block_M, block_N, BLOCK_K, NUM_STAGES, threads, PANEL, persistent, "
+                f"blocks, "
                 f"TL_DTYPE[{a_ref}.dtype], TL_DTYPE[{b_ref}.dtype]{dargs},\n"
                 f"                               {common.out_dtype_ref(match, a_ref)}{cargs})\n"
                 f"        y = kernel({a_ref}.reshape(-1, K), {b_ref}{views})\n"
                 f"        return y.view(tuple({a_ref}.shape[:-1]) + (N,))\n")
-    return common.header(doc, constants, tunables, match) + "\n" + kernel + "\n\n" + common.model_class(match, forward)
+    schedules = "SCHEDULES = {" + ",\n             ".join(f"{k!r}: {v!r}" for k, v in SCHEDULES.items()) + "}\n"
+    return (common.header(doc, constants, tunables, match) + schedules + "\n" + kernel + "\n\n"
+            + common.model_class(match, forward))
+
+
+def _dedent(text: str) -> str:
+    """``text`` four spaces to the left (the tile's statements, from a prim_func's body into the macro's)."""
+    return "".join(line[4:] if line.startswith("    ") else line for line in text.splitlines(keepends=True))
+
+
+def _indent(text: str) -> str:
+    """``text`` four spaces to the right (the buffers, into the persistent kernel's body)."""
+    return "".join("    " + line if line.strip() else line for line in text.splitlines(keepends=True))
