@@ -214,6 +214,8 @@ class LiveProgress:
             self._update(description=f"turn {self.turn}: tuning {f['attempt_id']}")
         elif kind == "variant":
             self._update(description=f"tuning {f['attempt_id']}: {f['variant']} ({f['phase']}): {f['summary']}")
+        elif kind == "not_tuned":
+            self._line(f"  not tuned: {f['attempt_id']} is in the space {f['tuned']}'s autotuning searched")
         elif kind == "tuned":
             note = f" ({f['note']})" if f.get("note") else ""
             self._line(f"  tuned {f['attempt_id']}: {f['screened']} variant(s) screened{note}")

@@ -456,30 +456,38 @@ class Loop:
                 self._offer(Best(attempt_id=aid, source=draft.source, result=c))
         correct = [c for c in result.configs if c.correct]
         if self.o.tune and self.timed and correct and autotune.tunables_of(draft.source):
-            self._tune(aid, draft.source, result.model_copy(update={"configs": correct}))
+            searched = self._tuned_space(draft.source, [c.config for c in correct])
+            if searched is None:
+                self._tune(aid, draft.source, result.model_copy(update={"configs": correct}))
+            else:  # evaluated (values a search cut short never reached), but its space is not searched twice
+                self.on_event("not_tuned", {"attempt_id": aid, "tuned": searched})
 
     def _covered_by(self, source: str, configs: list[dict]) -> str | None:
-        """The attempt whose autotuning already screened the variants of ``source`` (``autotune.search_space``: the
-        same module up to its knobs' values; the built-in drafter's schedule variants of one template are such
-        modules) on every config of ``configs``, correct on each, and either finished its search or screened these
-        very values; None when there is none, or nothing is tuned (the CPU, --no-tune). Such a module is not
-        evaluated: a second search of the same space would cost as much again (up to ``--tune-seconds``) for the
-        variants the first one screened."""
+        """The attempt whose autotuning already screened the variants of ``source`` (``_tuned_space``) and either
+        finished its search or screened these very values; None when there is none, or nothing is tuned (the CPU,
+        --no-tune). Such a module is not evaluated: a second search of the same space would cost as much again (up
+        to ``--tune-seconds``) for the variants the first one screened."""
+        aid = self._tuned_space(source, configs)
+        if aid is None or aid not in self.tuned_cut:  # none, or its search finished
+            return aid
+        own = autotune.variant_key(autotune.current_values(source, autotune.tunables_of(source)))
+        screened = {v for (t, v, phase, _) in self.memo_variants if t == aid and phase == "screen"}
+        return aid if own in screened else None  # cut short, but these values were screened
+
+    def _tuned_space(self, source: str, configs: list[dict]) -> str | None:
+        """The first attempt whose autotuning searched the space of ``source`` (``autotune.search_space``: the same
+        module up to its knobs' values; the built-in drafter's schedule variants of one template are such modules)
+        on every config of ``configs``, correct on each; None when there is none, or nothing is tuned."""
         if not (self.o.tune and self.timed):
             return None
         space = autotune.search_space(source)
         if space is None:
             return None
         wanted = {config_key(c) for c in configs}
-        own = autotune.variant_key(autotune.current_values(source, autotune.tunables_of(source)))
         for aid, a in self.attempts.items():
             if aid in self.tuned and a.result is not None and autotune.search_space(a.draft.source) == space and \
                     wanted <= {config_key(c.config) for c in a.result.configs if c.correct}:
-                if aid not in self.tuned_cut:  # its search finished
-                    return aid
-                screened = {v for (t, v, phase, _) in self.memo_variants if t == aid and phase == "screen"}
-                if own in screened:  # cut short, but these values were screened
-                    return aid
+                return aid
         return None
 
     def _evaluate(self, aid: str, request: EvalRequest) -> EvalResult:
