@@ -194,11 +194,25 @@ def test_after_a_tuning_cut_short_only_the_values_it_screened_are_covered(tmp_pa
                                 worker=slow_worker(monkeypatch)(), max_turns=3, candidates=2, tune_seconds=15)
     history = {a.attempt_id: a for a in drafter.calls[2].history}
     assert history["t1-c1"].status == "covered" and "screened that space (2 variants; its search was cut short, but " \
-        "it screened these values)" in " ".join(history["t1-c1"].feedback.split())
+        "it screened each of these values)" in " ".join(history["t1-c1"].feedback.split())
     assert history["t2-c0"].status == "ok"
     assert any(r.kernel_path.endswith("attempts/t2-c0/candidate.py") for r in worker.requests)
     assert any("/attempts/t1-c0/tune/" in r.kernel_path for r in worker.requests)
     assert not any("/attempts/t2-c0/tune/" in r.kernel_path for r in worker.requests)
+
+
+def test_a_tuning_cut_short_covers_a_module_each_of_whose_values_it_screened(tmp_path, monkeypatch):
+    """Cut short after screening (BLOCK=None, WARPS=2) and (BLOCK=1, WARPS=1): a module with BLOCK=1, WARPS=2 (each
+    value screened, not together) is covered; one with BLOCK=2 (never screened) is evaluated."""
+    first = cand("ok", 3.0).replace("class ModelNew", "BLOCK = None\nWARPS = 1\n"
+                                    "TUNABLES = {'BLOCK': [None, 1, 2], 'WARPS': [1, 2]}\nclass ModelNew")
+    _, _, drafter, worker = run(tmp_path, [[first, assign(first, {"BLOCK": 1, "WARPS": 2})],
+                                           [assign(first, {"BLOCK": 2})], [cand("ok", 3.1)]],
+                                worker=slow_worker(monkeypatch)(), max_turns=3, candidates=2, tune_seconds=15)
+    screened = [Path(r.kernel_path).name for r in worker.requests if "/attempts/t1-c0/tune/" in r.kernel_path]
+    assert screened[:2] == ["BLOCK=None,WARPS=2.py", "BLOCK=1,WARPS=1.py"] and "BLOCK=1,WARPS=2.py" not in screened
+    history = {a.attempt_id: a for a in drafter.calls[2].history}
+    assert history["t1-c1"].status == "covered" and history["t2-c0"].status == "ok"
 
 
 def test_correct_but_slower_than_the_target_exits_3(tmp_path):

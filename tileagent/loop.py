@@ -176,7 +176,7 @@ class Loop:
         elif kind == "variant_evaluated":
             result = EvalResult.model_validate(e["result"]).model_dump(mode="json")
             self.memo_variants[(e["attempt_id"], e["variant"], e["phase"], e["configs_key"])] = {
-                "result": result, "source_sha256": e.get("source_sha256")}
+                "result": result, "source_sha256": e.get("source_sha256"), "tunables": e.get("tunables") or {}}
         elif kind == "tuned":
             self._remember_tuning(str(e["attempt_id"]), e.get("screened"), e.get("note"))
 
@@ -430,7 +430,7 @@ class Loop:
                 feedback = render("feedback.covered_by_tuning", attempt=covered, turn=self.attempts[covered].turn,
                                   knobs=", ".join(autotune.tunables_of(draft.source)),
                                   screened=f"{self.tuned_screened.get(covered, 'its')} variants"
-                                  + ("; its search was cut short, but it screened these values"
+                                  + ("; its search was cut short, but it screened each of these values"
                                      if covered in self.tuned_cut else ""))
             else:
                 feedback = render_feedback(result, problem=draft.problem, device=self.o.device, target=self.o.target)
@@ -463,16 +463,20 @@ class Loop:
                 self.on_event("not_tuned", {"attempt_id": aid, "tuned": searched})
 
     def _covered_by(self, source: str, configs: list[dict]) -> str | None:
-        """The attempt whose autotuning already screened the variants of ``source`` (``_tuned_space``) and either
-        finished its search or screened these very values; None when there is none, or nothing is tuned (the CPU,
+        """The attempt whose autotuning already searched the space of ``source`` (``_tuned_space``) and either
+        finished its search or, cut short, screened each of its knob values (in some variant: coordinate descent's
+        first round visits every value of every knob); None when there is none, or nothing is tuned (the CPU,
         --no-tune). Such a module is not evaluated: a second search of the same space would cost as much again (up
         to ``--tune-seconds``) for the variants the first one screened."""
         aid = self._tuned_space(source, configs)
         if aid is None or aid not in self.tuned_cut:  # none, or its search finished
             return aid
-        own = autotune.variant_key(autotune.current_values(source, autotune.tunables_of(source)))
-        screened = {v for (t, v, phase, _) in self.memo_variants if t == aid and phase == "screen"}
-        return aid if own in screened else None  # cut short, but these values were screened
+        knobs = autotune.tunables_of(source)
+        screened = [m.get("tunables") or {} for (t, _, phase, _), m in self.memo_variants.items()
+                    if t == aid and phase == "screen"]
+        screened.append(autotune.current_values(self.attempts[aid].draft.source, knobs))  # the tuned module itself
+        own = autotune.current_values(source, knobs)
+        return aid if all(any(s.get(k) == v for s in screened) for k, v in own.items()) else None
 
     def _tuned_space(self, source: str, configs: list[dict]) -> str | None:
         """The first attempt whose autotuning searched the space of ``source`` (``autotune.search_space``: the same
@@ -544,7 +548,7 @@ class Loop:
                               result=result.model_dump(mode="json"), summary=summary(result))
             self.fresh.extend(result.configs)
             self.memo_variants[(aid, vkey, phase, ckey)] = {"result": result.model_dump(mode="json"),
-                                                            "source_sha256": source_digest(text)}
+                                                            "source_sha256": source_digest(text), "tunables": values}
             self.on_event("variant", {"attempt_id": aid, "variant": vkey, "phase": phase, "summary": summary(result)})
             return result
 
