@@ -7,6 +7,10 @@ CONFIGS = [{'M': 4096, 'K': 4096, 'N': 4096}, {'M': 8192, 'K': 4096, 'N': 11008}
 SMALL_CONFIG = {'M': 33, 'K': 64, 'N': 48}
 
 
+def FLOPS(M, K, N):
+    return 2 * M * K * N
+
+
 class Model(nn.Module):
     def __init__(self, K, N):
         super().__init__()
