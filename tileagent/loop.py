@@ -19,8 +19,9 @@ Guarantees:
 - A module identical to one that failed on the same configs is not evaluated again: its attempt gets that verdict,
   and its feedback says so (a model resending a kernel unchanged learns it at once, not after another evaluation).
 - A module equal to an autotuned one up to its knobs' values (``autotune.search_space``), correct on the configs it
-  would run, is not evaluated either (status "covered"): that tuning searched its variants (one cut short covers only
-  the values it screened); its feedback says whose tuning covered it and asks for a change to the kernel itself.
+  would run, is not evaluated either (status "covered"): that tuning searched its variants (one cut short covers a
+  module each of whose knob values it screened); its feedback says whose tuning covered it and asks for a change to
+  the kernel itself. A module of that space that is evaluated is not tuned a second time.
 - Resume: the loop replays the store's events; a recorded draft is not drafted again and a recorded evaluation is
   not run again (variants included), so a killed run continues where it stopped with the same turn numbers, token
   count and best kernels. A finished autotuning is replayed as it ran (the variants it screened, no more), not

@@ -12,6 +12,8 @@ M, N, K need no masks (padding reads 0). ``T.use_swizzle`` orders blocks in pane
 
 from __future__ import annotations
 
+import textwrap
+
 from tileagent.drafters.builtin.recognize import FamilyMatch
 from tileagent.drafters.builtin.templates import common
 
@@ -107,13 +109,13 @@ def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, p
         @T.prim_func
         {head}
             with T.Kernel(blocks, threads=threads) as b:
-{_indent(buffers)}                for by, bx in T.Persistent([T.ceildiv(M, block_M), T.ceildiv(N, block_N)], blocks, b, group_size=panel):
+{textwrap.indent(buffers, '    ')}                for by, bx in T.Persistent([T.ceildiv(M, block_M), T.ceildiv(N, block_N)], blocks, b, group_size=panel):
                     tile({tensors}, {tiles}, by, bx)
     else:
         @T.prim_func
         {head}
             with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
-{_indent(buffers)}                T.use_swizzle(panel_size=panel)
+{textwrap.indent(buffers, '    ')}                T.use_swizzle(panel_size=panel)
                 tile({tensors}, {tiles}, by, bx)
     return main
 '''
@@ -146,7 +148,3 @@ def _dedent(text: str) -> str:
     """``text`` four spaces to the left (the tile's statements, from a prim_func's body into the macro's)."""
     return "".join(line[4:] if line.startswith("    ") else line for line in text.splitlines(keepends=True))
 
-
-def _indent(text: str) -> str:
-    """``text`` four spaces to the right (the buffers, into the persistent kernel's body)."""
-    return "".join("    " + line if line.strip() else line for line in text.splitlines(keepends=True))
