@@ -42,7 +42,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     x_ref = common.operand_ref(match, first_full)
     constants = {"THREADS": knobs["THREADS"], "PER_THREAD": knobs["PER_THREAD"], "BLOCK_N": None}
     tunables = {"THREADS": common.knob_values(knobs, "THREADS", (128, 256)),
-                "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (16, 32)),
+                "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (4, 8, 16, 32)),
                 "BLOCK_N": [None, 256, 512]}
     doc = (f"Candidate drafted by the built-in drafter (template elementwise): {match.summary}, fused into one kernel "
            f"over (rows, N) tiles; float32 math, output {match.out_dtype}. Knobs: THREADS, PER_THREAD (values per "

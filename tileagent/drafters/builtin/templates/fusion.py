@@ -127,7 +127,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                      STASH=knobs.get("STASH", 196608), HALF_STASH=knobs.get("HALF_STASH", True),
                      ROUND_STEPS=knobs.get("ROUND_STEPS", True))
     tunables = {"THREADS": common.knob_values(knobs, "THREADS", (128, 256)),
-                "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (16, 32)),
+                "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (8, 16, 32)),
                 "BR_MAX": common.knob_values(knobs, "BR_MAX", (1024, 4096, 8192)),
                 "STAGES": common.knob_values(constants, "STAGES", (1, 2)),
                 "WIDE_ROWS": common.knob_values(constants, "WIDE_ROWS", (False, True)),
