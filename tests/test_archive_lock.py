@@ -34,7 +34,7 @@ def test_concurrent_puts_keep_the_fastest_kernel_and_matching_files(tmp_path):
 def test_put_waits_for_the_keys_lock(tmp_path, caplog):
     archive = Archive(tmp_path)
     assert archive.put(_entry(0.05))
-    where = archive._dir("rmsnorm", "float16", "sm_90a", {"M": 16384, "C": 320})
+    where = archive._dir(_entry(0.05))
     with FileLock(where.parent / f".{where.name}.lock"):  # another run is comparing and replacing
         assert not archive.put(_entry(0.01), lock_timeout_s=0.2)
     assert "archive: cannot write" in caplog.text

@@ -339,6 +339,33 @@ def test_archive_keeps_the_fastest_kernel_per_key(tmp_path):
     assert [e.source for e in archive.find("rmsnorm")] == ["C"] and archive.find("softmax") == []
 
 
+def test_archive_keeps_ops_of_one_family_apart_and_reuses_only_the_same_op(tmp_path):
+    """Two ops of one family (ELU and LeakyReLU are both ``elementwise``) at one config are two entries; turn 0
+    offers only the same op's kernels, a grid that grew keeping the op (on the H200, generate of one suite op tried
+    up to three other ops' kernels first, each failing at ModelNew's signature: 6-16 s a run)."""
+    from tileagent.archive import op_digest
+
+    elu = "import torch\nCONFIGS = [{'M': 8}]\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n" \
+          "        return torch.nn.functional.elu(x)\n"
+    grown = elu.replace("[{'M': 8}]", "[{'M': 8}, {'M': 16}]  # a new size") + "SMALL_CONFIG = {'M': 2}\n"
+    leaky = elu.replace("elu(x)", "leaky_relu(x)")
+    assert op_digest(elu) == op_digest(grown) != op_digest(leaky)
+    archive = Archive(tmp_path)
+    entry = ArchiveEntry(family="elementwise", dtype="float32", arch="cpu", config={"M": 8}, task="t",
+                         time_ms=1.0, op=op_digest(elu), source=cand("ok", 0.5))
+    assert archive.put(entry)
+    assert archive.put(entry.model_copy(update={"time_ms": 2.0, "op": op_digest(leaky), "source": cand("ok", 0.7)}))
+    assert sorted(e.time_ms for e in archive.find("elementwise")) == [1.0, 2.0]
+    assert [e.time_ms for e in archive.find("elementwise", op=op_digest(grown))] == [1.0]
+    reference = tmp_path / "leaky.py"
+    reference.write_text(leaky)
+    loop = Loop(options(device="cpu", reference=str(reference)), RunStore.create(tmp_path / "run", {}),
+                ScriptedDrafter([[cand("ok")]]), FakeWorker(), archive=archive)
+    loop.family = "elementwise"
+    loop._turn_zero()
+    assert [d["source"] for d in loop.memo_drafts[0]] == [cand("ok", 0.7)]
+
+
 def test_make_drafter_names_the_known_providers():
     with pytest.raises(ValueError, match=r"unknown drafter provider 'gpt'; known: builtin, openai, file"):
         make_drafter("gpt")

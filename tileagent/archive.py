@@ -1,9 +1,11 @@
 """The archive of verified kernels: candidates that passed the full check, kept on disk across runs.
 
-In: verified kernels from the loop (``put``). Out: entries by op family (``find``), for prompt examples and for reuse
-across configs (``tileagent batch`` tries archived kernels of the family first).
-Where: ``$TILEAGENT_ARCHIVE``, else ``~/.cache/tileagent/archive``. Layout: ``<family>/<dtype>/<arch>/<config>/``
-holding ``candidate.py`` (the module, tunables assigned) and ``entry.json`` (an ``ArchiveEntry``).
+In: verified kernels from the loop (``put``). Out: entries by op family (``find``), for prompt examples, and by op
+(``find(..., op=...)``) for reuse across configs (``tileagent batch`` and ``generate`` try archived kernels of the
+same op first: the same reference code, whatever its configs; ``op_digest``).
+Where: ``$TILEAGENT_ARCHIVE``, else ``~/.cache/tileagent/archive``. Layout: ``<family>/<dtype>/<arch>/<op>-<config>/``
+(``<config>/`` for entries from before the op was recorded) holding ``candidate.py`` (the module, tunables assigned)
+and ``entry.json`` (an ``ArchiveEntry``).
 Guarantees: files are written atomically; a later kernel for the same key replaces an earlier one only when it is
 faster (or when neither was timed), decided under a ``filelock`` lock per key so that concurrent runs cannot race;
 unreadable entries are skipped with a logged warning, never an error.
@@ -11,6 +13,8 @@ unreadable entries are skipped with a logged warning, never an error.
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import json
 import logging
 import os
@@ -32,6 +36,7 @@ class ArchiveEntry(BaseModel):
     arch: str = Field(description="'sm_90a', 'sm_80', ... or 'cpu' (checked in the interpreter only)")
     config: dict
     task: str = Field(description="the reference's file stem")
+    op: str = Field("", description="op_digest of the reference: its code without its configs ('' before it was kept)")
     tunables: dict = Field(default_factory=dict, description="the knob values assigned in the source")
     time_ms: float | None = None
     speedup_eager: float | None = None
@@ -53,14 +58,15 @@ class Archive:
     def __init__(self, root: Path | None = None):
         self.root = Path(root) if root is not None else default_root()
 
-    def _dir(self, family: str, dtype: str, arch: str, config: dict) -> Path:
-        return self.root / slug(family) / slug(dtype) / slug(arch) / slug(config_key(config))
+    def _dir(self, entry: ArchiveEntry) -> Path:
+        key = f"{entry.op[:12]}-{config_key(entry.config)}" if entry.op else config_key(entry.config)
+        return self.root / slug(entry.family) / slug(entry.dtype) / slug(entry.arch) / slug(key)
 
     def put(self, entry: ArchiveEntry, lock_timeout_s: float = 60.0) -> bool:
         """Store ``entry`` unless a faster kernel is already stored under its key; True when stored. The read, the
         comparison and the replacement run under a file lock on the key (``<key>.lock`` beside its folder), so that
         concurrent runs never replace a faster kernel with a slower one or mix two entries' files."""
-        where = self._dir(entry.family, entry.dtype, entry.arch, entry.config)
+        where = self._dir(entry)
         try:
             where.parent.mkdir(parents=True, exist_ok=True)
             with FileLock(where.parent / f".{where.name}.lock", timeout=lock_timeout_s):
@@ -85,18 +91,40 @@ class Archive:
             log.warning("archive: skipping unreadable entry %s: %s", where, e)
             return None
 
-    def find(self, family: str, dtype: str | None = None, arch: str | None = None) -> list[ArchiveEntry]:
-        """Entries of ``family`` (optionally of one dtype and arch), fastest first, untimed last."""
+    def find(self, family: str, dtype: str | None = None, arch: str | None = None,
+             op: str | None = None) -> list[ArchiveEntry]:
+        """Entries of ``family`` (optionally of one dtype, arch and op), fastest first, untimed last."""
         base = self.root / slug(family)
         if not base.is_dir():
             return []
         out = []
         for entry_file in sorted(base.glob("*/*/*/entry.json")):
             entry = self._read(entry_file.parent)
-            if entry is None or (dtype and entry.dtype != dtype) or (arch and entry.arch != arch):
+            if entry is None or (dtype and entry.dtype != dtype) or (arch and entry.arch != arch) or \
+                    (op is not None and entry.op != op):
                 continue
             out.append(entry)
         return sorted(out, key=lambda e: (e.time_ms is None, e.time_ms or 0.0))
+
+
+CONFIG_NAMES = ("CONFIGS", "SMALL_CONFIG")
+
+
+def op_digest(reference_source: str) -> str:
+    """A digest of a reference's code less its configs (module-level ``CONFIGS`` / ``SMALL_CONFIG`` assignments),
+    comments and layout: the same op under a grid that grew keeps its digest; two ops of one family (ELU and
+    LeakyReLU are both ``elementwise``) do not share one. A source that does not parse is digested as it is."""
+    try:
+        tree = ast.parse(reference_source)
+    except SyntaxError:
+        text = reference_source
+    else:
+        tree.body = [node for node in tree.body if not (
+            isinstance(node, (ast.Assign, ast.AnnAssign)) and
+            any(isinstance(t, ast.Name) and t.id in CONFIG_NAMES
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])))]
+        text = ast.dump(tree)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def reference_dtype(spec, config: dict) -> str:
@@ -121,4 +149,4 @@ def device_arch(device: str) -> str:
     return nvrtc_arch(device)
 
 
-__all__ = ["Archive", "ArchiveEntry", "default_root", "device_arch", "reference_dtype"]
+__all__ = ["Archive", "ArchiveEntry", "default_root", "device_arch", "op_digest", "reference_dtype"]

@@ -6,7 +6,7 @@ worker (``EvalWorker``, a ``tileagent.pool.Pool``, or anything with ``evaluate(E
 Out: ``Loop.run() -> Outcome``; the run directory holds every step (``tileagent.runstore``).
 Guarantees:
 
-- Turn 0 tries kernels already verified for this op family (the archive, when ``reuse_archive``) on every config.
+- Turn 0 tries kernels already verified for this op (the archive, when ``reuse_archive``) on every config.
   Each later turn asks the drafter for ``candidates`` candidates, evaluates them on the configs that do not yet meet
   the target, and feeds the results back (``tileagent.feedback``) in the next turn's context (``tileagent.context``).
 - Best per config: any fully checked correct config of any candidate (or autotuned variant) counts; the fastest wins
@@ -39,6 +39,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from tileagent.evaluator.records import ConfigResult, EvalRequest, EvalResult
+from tileagent.archive import op_digest
 from tileagent import autotune
 from tileagent.configs import RunConfig, unique_evals
 from tileagent.context import build_messages, family_of, pick_examples
@@ -135,6 +136,7 @@ class Loop:
         self.on_event = on_event or (lambda kind, fields: None)
         self.reference_source = Path(options.reference).read_text()
         self.family = family_of(options.reference)
+        self.op = op_digest(self.reference_source)
         self.attempts: dict[str, Attempt] = {}
         self.best: dict[str, Best] = {}
         self.replaced: dict[str, Best] = {}  # config key -> the best kernel the current best replaced
@@ -260,12 +262,13 @@ class Loop:
         return not self.pending()
 
     def _turn_zero(self) -> None:
-        """Verified kernels of the family from the archive, evaluated on every config."""
+        """Verified kernels of this op (the reference's code, whatever its configs) from the archive, evaluated on
+        every config."""
         from tileagent.archive import device_arch
 
         arch = device_arch(self.o.device)
         seen, drafts = set(), []
-        for entry in self.archive.find(self.family, arch=arch):
+        for entry in self.archive.find(self.family, arch=arch, op=self.op):
             if entry.source not in seen and len(drafts) < 3:
                 seen.add(entry.source)
                 drafts.append(Draft(source=entry.source, response=f"archived kernel from {entry.run_dir}",
@@ -688,7 +691,8 @@ def _archive(loop: Loop, outcome: Outcome) -> None:
         if b is None:
             continue
         loop.archive.put(ArchiveEntry(family=loop.family, dtype=dtype, arch=arch, config=rc.spec,
-                                      task=Path(loop.o.reference).stem, tunables=b.tunables, time_ms=b.time_ms,
+                                      task=Path(loop.o.reference).stem, op=loop.op, tunables=b.tunables,
+                                      time_ms=b.time_ms,
                                       speedup_eager=b.result.speedup_eager,
                                       speedup_compiled=b.result.speedup_compiled, run_dir=str(loop.store.root),
                                       attempt_id=b.attempt_id, source=b.assigned_source))
