@@ -640,7 +640,24 @@ def test_read_once_reductions_ask_for_evict_first_and_pointwise_kernels_hold_16_
     rotary, _ = _candidate("rotary_cat", tmp_path)
     assert "light=True" not in rotary
     leaky, _ = _candidate("leaky_relu", tmp_path)
-    assert "PER_THREAD = 16" in leaky and "'PER_THREAD': [16, 32]" in leaky
+    assert "PER_THREAD = 16" in leaky and "'PER_THREAD': [16, 4, 8, 32]" in leaky
+
+
+def test_pointwise_schedules_keep_the_row_blocks_within_the_grids_y_limit(tmp_path):
+    """BatchNorm (eval) over 16x64x256x256 at PER_THREAD 4 and 8 drafted 131072 and 65536 row blocks: the H200 refused
+    the launch (grid dimension 1 is limited to 65535). Both pointwise templates take more rows a block instead."""
+    _, module = _candidate("batchnorm_eval", tmp_path)
+    for per in (4, 8, 16, 32):
+        module["PER_THREAD"] = per
+        bm, br, threads = module["schedule"](16 * 64 * 256, 256, True, False, False, light=True)
+        assert -(-16 * 64 * 256 // bm) <= 65535 and bm * br <= threads * max(per, 8), (per, bm, br, threads)
+    assert module["schedule"](16 * 64 * 256, 256, True, False, False, light=True) == (8, 256, 128)  # 32: as before
+    source, module = _candidate("leaky_relu", tmp_path)
+    module["PER_THREAD"] = 4
+    assert module["schedule"](64) == (8, 64, 128)
+    assert module["schedule"](64, 65535 * 64) == (64, 64, 128)
+    assert module["schedule"](64, 65535 * 64 + 1) == (128, 64, 128)
+    assert "schedule(N, x.numel() // max(N, 1))" in source
 
 
 def test_rows_of_a_multiple_of_256_values_are_one_exact_tile(tmp_path):

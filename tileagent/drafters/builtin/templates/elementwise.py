@@ -22,14 +22,17 @@ VARIANTS = [
 ]
 
 SCHEDULE = '''
-def schedule(N):
-    """(block_m, block_n, threads): a row tile of up to 512 columns (a power of two), PER_THREAD values a thread."""
+def schedule(N, M=1):
+    """(block_m, block_n, threads): a row tile of up to 512 columns (a power of two), PER_THREAD values a thread;
+    more rows a block when M rows would need more than 65535 row blocks (the grid's y limit)."""
     threads = THREADS
     block_n = 32
     while block_n < N and block_n < 512:
         block_n *= 2
     block_n = BLOCK_N or block_n
     block_m = max(1, threads * PER_THREAD // block_n)
+    while (M + block_m - 1) // block_m > 65535:
+        block_m *= 2
     return block_m, block_n, threads
 '''
 
@@ -70,7 +73,7 @@ def fused_elementwise(N, block_m, block_n, threads{dparams}, out_dtype{cparams})
     views = ", ".join(common.rows_view(match, o, "N") for o in ops)
     dargs = "".join(f", {common.dtype_ref(match, o)}" for o in ops)
     forward = (f"        N = {x_ref}.shape[-1]\n"
-               f"        block_m, block_n, threads = schedule(N)\n"
+               f"        block_m, block_n, threads = schedule(N, {x_ref}.numel() // max(N, 1))\n"
                f"        kernel = fused_elementwise(N, block_m, block_n, threads{dargs}, "
                f"{common.out_dtype_ref(match, x_ref)}{cargs})\n"
                f"        return kernel({views}).view({x_ref}.shape)\n")

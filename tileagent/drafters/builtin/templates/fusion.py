@@ -38,7 +38,8 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
     """(BM, BR, THREADS) for NX rows of NR columns: BR the row length as a power of two (up to BR_MAX, and 512 for a
     pointwise kernel; the whole row for top-k: BR_MAX=64 gives a rotary embedding's 128-value rows as half-row
     tiles, whose copies shifted by half a row lie wholly in the row or wholly outside it, never half-masked), BM
-    rows so a thread holds about PER_THREAD values (top-k: fewer, down to 8 rows, until 1024 blocks run).
+    rows so a thread holds about PER_THREAD values (top-k: fewer, down to 8 rows, until 1024 blocks run; a pointwise
+    kernel: more rows while its row blocks exceed the grid's y limit of 65535).
     ``reread``: the kernel passes over a row more than once (a reduction, then outputs of the row's size): a row of
     up to 512 * PER_THREAD values is then one tile held in registers (up to 512 threads), read from memory once.
     ``lanes``: float32 tiles a pass over a longer row keeps per value (3 for a mean and variance in one pass,
@@ -86,6 +87,11 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
             bm //= 2
         while pointwise and bm * br < THREADS * per and br < NR and br < BR_MAX:
             br *= 2
+    while pointwise and (NX + bm - 1) // bm > 65535:  # the grid's y (row blocks) holds at most 65535
+        if div and div % (2 * bm):
+            break  # BM must divide div: the launch reports the grid
+        else:
+            bm *= 2
     while topk and bm > 8 and (NX + bm - 1) // bm < 1024:  # top-k: k block-wide passes over each value a thread
         bm //= 2  # holds; fewer rows per block fill the GPU (M=8192, E=64: 128 blocks at 0.12 waves); not under 8
         # rows, which the CPU interpreter runs 7x faster than 1 row per block
