@@ -23,6 +23,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 from pydantic import BaseModel, Field
 
+from tileagent.compiler import python_ast
 from tileagent.runstore import config_key, slug, write_atomic
 
 log = logging.getLogger("tileagent.archive")
@@ -115,7 +116,7 @@ def op_digest(reference_source: str) -> str:
     comments and layout: the same op under a grid that grew keeps its digest; two ops of one family (ELU and
     LeakyReLU are both ``elementwise``) do not share one. A source that does not parse is digested as it is."""
     try:
-        tree = ast.parse(reference_source)
+        tree = python_ast.parse(reference_source)
     except SyntaxError:
         text = reference_source
     else:
