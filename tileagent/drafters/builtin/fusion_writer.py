@@ -189,6 +189,10 @@ class KernelWriter:
                         # a tile shifted along the row (rotate_half's cat of the row's halves): the copy reads
                         # outside the row too (0 there), but every value used lies in the row
                         return self.fragment(cx, g, ("tile", rest_t.const, pitch))
+        if cx.mode == "tile" and k.pointwise and kind_of(g.dtype) == FLOAT:
+            gathered = self.row_gather(cx, g, flat)
+            if gathered is not None:
+                return gathered
         if cx.mode == "tile" and kind_of(g.dtype) in (FLOAT, BOOL):
             uniform = self.uniform_col(cx, g, flat)
             if uniform is not None:
@@ -206,6 +210,30 @@ class KernelWriter:
             lo += min(alo * c.v, ahi * c.v)
             hi += max(alo * c.v, ahi * c.v)
         return 0 <= lo and hi < pitch.v
+
+    def row_gather(self, cx: Cx, g: Global, flat: Lin):
+        """A read whose index depends on the row atoms only (BatchNorm's running statistics per channel, read at
+        ``(row // H) % C``): a (BM,) fragment gathered once per row before the tile's loop, so the tile's values
+        share its registers (and what is computed from them alone) instead of a load per value (BatchNorm eval on
+        16x64x256x256: four loads and a square root per value). None when ``flat`` reads a column atom, a value
+        bound inside the T.Parallel body, or no row atom at all."""
+        import re
+
+        names = set(re.findall(r"\b[A-Za-z_]\w*\b", flat.text()))
+        xs = names & {v.name for v in self.k.xvars}
+        if not xs or names - xs - set(self.plan.t.binds) - set(self.params) - {"T"} or "[" in flat.text():
+            return None
+        key = (g.name, "rowg", flat.text())
+        if key not in self.frag_of:
+            self.frag_of[key] = f"f{len(self.frag_of)}_{g.name}"
+        f = self.frag_of[key]
+        self.allocs[f] = "(BM,)"
+        gathers = cx.__dict__.setdefault("gathers", {})  # one loop for all of them, keyed by the first fragment
+        gathers[f] = f"        {f}[i] = T.cast({self.param(g)}[{flat.text()}], \"float32\")"
+        cx.loads[next(iter(gathers))] = "\n".join(["for i in T.Parallel(BM):"] +
+                                                   ["    " + s for s in self.prelude("row")] +
+                                                   ["    if xg < NX:"] + list(gathers.values()))
+        return f"{f}[i]"
 
     def uniform_col(self, cx: Cx, g: Global, flat: Lin):
         """``flat = base(row) + column``, ``base`` one value for the block's rows when BM divides the stride of the
@@ -329,7 +357,7 @@ class KernelWriter:
         """The tile loads of a pass; in a pass over column tiles they run per tile only when a row spans several
         tiles (NK > 1), else once before every pass (``hoisted``)."""
         if not looped or not cx.loads:
-            return [" " * pad + s for s in cx.loads.values()]
+            return [" " * pad + line for s in cx.loads.values() for line in s.split("\n")]
         for f, s in cx.loads.items():
             self.hoisted[f] = s.replace("kk * BR", "0")
         return [" " * pad + "if NK > 1:"] + [" " * (pad + 4) + s for s in cx.loads.values()]
