@@ -87,11 +87,8 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
             bm //= 2
         while pointwise and bm * br < THREADS * per and br < NR and br < BR_MAX:
             br *= 2
-    while pointwise and (NX + bm - 1) // bm > 65535:  # the grid's y (row blocks) holds at most 65535
-        if div and div % (2 * bm):
-            break  # BM must divide div: the launch reports the grid
-        else:
-            bm *= 2
+    while pointwise and (NX + bm - 1) // bm > 65535 and not (div and div % (2 * bm)):  # BM divides div, if any
+        bm *= 2  # the grid's y (row blocks) holds at most 65535
     while topk and bm > 8 and (NX + bm - 1) // bm < 1024:  # top-k: k block-wide passes over each value a thread
         bm //= 2  # holds; fewer rows per block fill the GPU (M=8192, E=64: 128 blocks at 0.12 waves); not under 8
         # rows, which the CPU interpreter runs 7x faster than 1 row per block
