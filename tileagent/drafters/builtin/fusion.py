@@ -9,7 +9,7 @@ Inductor does). Views, permutes, slices, chunk/split, cat, expand, as_strided, c
 masks such as ``tril(ones(S, S))``) and gathers (a label's logit, embedding rows) only rewrite indices; pointwise ops
 write float32 math; reductions (sum, amax, amin, var) are realized in the kernel whose domain is their input with the
 kept dims as rows and the reduced dims as columns, in a float32 fragment per row (a sum of ``exp(x - max)`` with its
-``amax`` in one pass over rows of several tiles: ``fusion_writer.KernelWriter.online_pair``); ``topk`` (small k) runs k
+``amax`` in one pass over rows of several tiles: ``fusion_onepass.online_pair``); ``topk`` (small k) runs k
 max/argmax rounds over a row in registers. Kernels are grouped greedily: a reduction joins the previous kernel when
 its (X, R) domain is the same; a value read by a later kernel is stored to a float32 buffer that the next kernel
 reads; an output is written by the kernel of its last reduction when it has that domain's size (X * R or X), else by

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from tileagent.drafters.builtin.fusion_onepass import moments, online_pair
 from tileagent.drafters.builtin.fusion_stash import stash
 from tileagent.drafters.builtin.index import ONE, Dyn, Lin, Size, Unsupported, Var, prod, ravel, unravel
 from tileagent.drafters.builtin.values import (BOOL, DT, FLOAT, INT, ON_CUDA, Global, Reduce, TopK, TopKPart, V,
-                                               _bcast, _simple, _where, kind_of)
+                                               _simple, _where, kind_of)
 
 if TYPE_CHECKING:
     from tileagent.drafters.builtin.fusion import Kernel, Plan
@@ -151,6 +152,10 @@ class KernelWriter:
         self.row_div: list = []  # strides BM must divide (uniform_col)
 
     # -- reads ----------------------------------------------------------------------------------------------------
+
+    def context(self, mode: str) -> Cx:
+        """A new T.Parallel body ("tile": (BM, BR) values, "row": BM values)."""
+        return Cx(self, mode)
 
     def param(self, g: Global, pitch=None):
         if pitch is None:
@@ -364,8 +369,6 @@ class KernelWriter:
 
     def write(self) -> tuple[str, tuple[str, list[str]]]:
         k = self.k
-        plan = self.plan
-        path = plan.t.path
         body: list[str] = []
         out_params: list = []  # (name, declaration, output number or None)
         pad = 12
@@ -394,7 +397,7 @@ class KernelWriter:
                 self.done.add(id(r))
                 continue
             seen[key] = n_red
-            pair = None if split else self.online_pair(n_red, r, pad + 4)
+            pair = None if split else online_pair(self, n_red, r, pad + 4)
             if pair is not None:
                 n_sum, total, online = pair
                 seen[(total.op, id(total.value), tuple(total.dims))] = n_sum
@@ -402,7 +405,7 @@ class KernelWriter:
                                                   "the max, then the sum", "one pass over x, a running max and "
                                                   "rescaled sum")
                 continue
-            mom = None if split else self.moments(n_red, r, pad + 4)
+            mom = None if split else moments(self, n_red, r, pad + 4)
             if mom is not None:
                 n_var, var, lines = mom
                 body += self.one_tile_or_one_pass(n_red, r, n_var, var, lines, pad, "the mean, the deviations",
@@ -558,106 +561,6 @@ class KernelWriter:
         lines += self.tile_pass(cx, [stmt], pad)
         lines.append(" " * pad + f"{REDUCE_FN[r.op]}(acc, red{n_red}, dim=1)")
         return lines
-
-    def online_pair(self, n_max: int, m: Reduce, pad: int):
-        """``(n_sum, sum, lines)`` when a later reduction of this kernel is ``sum(exp(x - b))`` with ``b`` from this
-        ``amax(x)`` (``Reduce.online``): the lines compute both in one pass over x, each lane keeping a running max
-        ``acc`` and the sum ``accs`` of its exponentials relative to it (rescaled when the max grows), then
-        ``sum = reduce_sum(accs * exp(acc - b))``. A row of several tiles is then read once, not twice (logsumexp and
-        cross-entropy over a 32000-word vocabulary). None when there is no such pair or ``b`` reads more than the max.
-        """
-        k = self.k
-        if m.op != "amax":
-            return None
-        total = next((s for s in k.reduces[n_max + 1:] if isinstance(s, Reduce) and s.online is not None
-                      and s.online[0] is m and id(s) not in self.done), None)
-        if total is None:
-            return None
-        n_sum = k.reduces.index(total)
-        _, x, b, shape = total.online
-        ninf = "-T.infinity(\"float32\")"
-        idx = k.domain_index(total.src, total.dims)
-        cx = Cx(self, "tile")
-        xv = cx.convert(x, x.load(cx, _bcast(idx, x.shape, shape)), FLOAT)
-        stmts = [f"xv = T.if_then_else(rg < NR, {xv}, {ninf})",
-                 "hi = T.max(acc[i, j], xv)",
-                 "lo = T.min(acc[i, j], xv)",
-                 "e = T.if_then_else(lo == hi, 1.0, T.exp2((lo - hi) * LOG2E))  # equal (also both -inf): 1",
-                 "accs[i, j] = T.if_then_else(xv > acc[i, j], accs[i, j] * e + 1.0, accs[i, j] + e)",
-                 "acc[i, j] = hi"]
-        done = set(self.done)
-        self.done.add(id(m))
-        cx2 = Cx(self, "row")
-        bt = cx2.convert(b, b.load(cx2, _bcast(idx, b.shape, shape)), FLOAT)
-        self.done = done
-        tail = cx2.lines + [f"accs[i, j] = accs[i, j] * T.exp2((acc[i, j] - {bt}) * LOG2E)  # lanes at -inf: 0"]
-        if cx2.loads or any(_uses("\n".join(tail), v.name) for v in k.rvars):
-            return None
-        p = " " * pad
-        self.allocs[f"red{n_max}"] = self.allocs[f"red{n_sum}"] = "(BM,)"
-        self.allocs["acc"] = self.allocs["accs"] = "(BM, BR)"
-        lines = [p + f"T.fill(acc, {ninf})", p + "T.fill(accs, 0.0)"]
-        lines += self.tile_pass(cx, stmts, pad)
-        lines.append(p + f"T.reduce_max(acc, red{n_max}, dim=1)")
-        lines.append(p + "for i, j in T.Parallel(BM, BR):")
-        lines += [p + "    " + line for line in self.prelude("row") + tail]
-        lines.append(p + f"T.reduce_sum(accs, red{n_sum}, dim=1)")
-        return n_sum, total, lines
-
-    def moments(self, n_mean: int, m: Reduce, pad: int):
-        """``(n_var, var, lines)`` when a later reduction of this kernel is the variance of ``m``'s values about
-        ``m`` (``Reduce.var_of``: LayerNorm, GroupNorm, InstanceNorm, ``var``): the lines compute the sum and the
-        sum of squared deviations in one pass over a row of several tiles, not two (the second pass re-read the
-        whole row from memory: instance_norm at 49% of a copy on the H200, three reads and a write per element).
-        Each lane accumulates its values shifted by its own first value ``piv`` (``s1 = sum(x - piv)``,
-        ``s2 = sum((x - piv)^2)``, exact enough since ``piv`` is one of the lane's values), then the lanes combine
-        exactly (Chan, Golub and LeVeque): the lane's squared deviations about its own mean ``s2 - s1^2 / n``, plus
-        ``n * (lane mean - row mean)^2``. The lanes' sums are combined about one pivot of the row (the largest lane
-        pivot), so that the row's sum is rounded once, at the end, not at each step of a tree of large partial sums
-        (values near 1000 over 65536-value rows: the mean was off by 2x torch's error on the H200, the evaluator's
-        large-mean inputs failed). None when there is no such variance."""
-        k = self.k
-        if m.op != "sum" or m.value is not m.src or m.post is None:
-            return None
-        key = (m.op, id(m.value), tuple(m.dims))
-        var = next((v for v in k.reduces[n_mean + 1:] if isinstance(v, Reduce) and v.var_of is not None
-                    and id(v) not in self.done and (v.var_of is m or (v.var_of.op, id(v.var_of.value),
-                                                                      tuple(v.var_of.dims)) == key)), None)
-        if var is None or self.plan.owner.get(id(var.var_of)) is not k:
-            return None
-        if var.var_of is not m:  # the variance's own mean: the same values as ``m``
-            self.red_alias[k.reduces.index(var.var_of)] = n_mean
-            self.done.add(id(var.var_of))
-        n_var = k.reduces.index(var)
-        cx = Cx(self, "tile")
-        xv = cx.convert(m.value, m.value.load(cx, k.domain_index(m.src, m.dims)), FLOAT)
-        p = " " * pad
-        for name in (f"red{n_mean}", f"red{n_var}", "rpiv"):
-            self.allocs[name] = "(BM,)"
-        for name in ("acc", "acc2", "piv"):
-            self.allocs[name] = "(BM, BR)"
-        stmts = [f"mx = {xv}",
-                 "piv[i, j] = T.if_then_else(kk == 0, mx, piv[i, j])  # every lane has a value in tile 0 (NK > 1)",
-                 "md = T.if_then_else(rg < NR, mx - piv[i, j], 0.0)",
-                 "acc[i, j] = acc[i, j] + md",
-                 "acc2[i, j] = acc2[i, j] + md * md"]
-        count = "cnt = T.cast((NR - j + BR - 1) // BR, \"float32\")  # the lane's values: its column's tiles"
-        lines = [p + "T.fill(acc, 0.0)", p + "T.fill(acc2, 0.0)", p + "T.fill(piv, 0.0)"]
-        lines += self.tile_pass(cx, stmts, pad)
-        lines += [p + "T.reduce_max(piv, rpiv, dim=1)  # one of the row's values: the row's pivot",
-                  p + "for i, j in T.Parallel(BM, BR):",
-                  p + "    " + count,
-                  p + "    acc2[i, j] = acc2[i, j] - acc[i, j] * acc[i, j] / cnt  # about the lane's mean",
-                  p + "    acc[i, j] = (piv[i, j] - rpiv[i]) * cnt + acc[i, j]  # the lane's sum less the row pivot's",
-                  p + f"T.reduce_sum(acc, red{n_mean}, dim=1)",
-                  p + "for i, j in T.Parallel(BM, BR):",
-                  p + "    " + count,
-                  p + f"    md = acc[i, j] / cnt - red{n_mean}[i] * (1.0 / NR)",
-                  p + "    acc2[i, j] = acc2[i, j] + cnt * md * md",
-                  p + f"T.reduce_sum(acc2, red{n_var}, dim=1)",
-                  p + "for i in T.Parallel(BM):",
-                  p + f"    red{n_mean}[i] = rpiv[i] * NR + red{n_mean}[i]  # the row's sum, rounded once"]
-        return n_var, var, lines
 
     def splittable(self) -> bool:
         """Whether the columns may be split over blocks: independent sum/max/min reductions (none reads another of

@@ -511,7 +511,7 @@ class Builder:
             corr = float(correction)
             r.post = lambda t, c=count, k=corr: f"({t} * (1.0 / ({c.t} - {k})))"
             r.ins = [value]
-            r.var_of = mean  # the kernel may compute both in one pass over a long row (fusion_writer.KernelWriter.moments)
+            r.var_of = mean  # the kernel may compute both in one pass over a long row (fusion_onepass.moments)
             self.reduces.append(r)
             return r
         op = {"sum": "sum", "amax": "amax", "amin": "amin", "max": "amax", "min": "amin"}[name]
