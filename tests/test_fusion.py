@@ -251,10 +251,33 @@ def test_column_sums_are_compensated(tmp_path):
     A, D, B = 1, 8192, 32
     x = torch.randn(A, D, B, generator=torch.Generator().manual_seed(0))
     truth = x.double().sum(1, keepdim=True)
-    out = module.reduce_cols(D, B, 8, 32, 32, "float32", "float32")(x)  # 8-row tiles: 1024 values per register
+    out = module.reduce_cols(D, B, 8, 32, 32, False, "float32", "float32")(x)  # 8-row tiles: 1024 values a register
     ours = float((out.double() - truth).abs().max())
     torch_own = float((x.sum(1, keepdim=True).double() - truth).abs().max())
     assert ours <= 1.5 * torch_own, (ours, torch_own)
+
+
+def test_column_reductions_of_more_slabs_than_the_grids_y_run_them_along_x(tmp_path):
+    """x (A, D, B).sum(1) ran its A slabs along the grid's y, which CUDA limits to 65535 (an MoE combine's
+    (tokens, top-k, D) sum over 131072 tokens was refused at launch): past that the slabs run along x, the column
+    strips along y. Both orders give the same numbers; the split kernel too."""
+    import importlib.util
+
+    source, _ = _candidate("sum_dim", tmp_path)
+    assert "a_in_x = A > 65535" in source
+    path = tmp_path / "sum_dim_module.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("sum_dim_module", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    x = torch.randn(7, 9, 40)
+    for a_in_x in (False, True):
+        torch.testing.assert_close(module.reduce_cols(9, 40, 16, 32, 128, a_in_x, "float32", "float32")(x),
+                                   x.sum(1, keepdim=True))
+        out, _ = module.reduce_cols_split(9, 40, 2, 4, 32, 128, a_in_x, "float32", "float32")(x)
+        torch.testing.assert_close(out, x.sum(1, keepdim=True))
+    cuda = module.reduce_cols(9, 256, 8, 64, 128, True, "float32", "float32").get_kernel_source()
+    assert "g_x[" in cuda and "(long long)g0 * 2304LL" in cuda, "the slab is blockIdx.x"
 
 
 def test_whole_tensor_reduction_splits_and_writes_full_outputs_in_a_pointwise_kernel(tmp_path):

@@ -125,6 +125,12 @@ def comp_alloc(op: str, compensated: bool, rows: str, cols: str) -> str:
             f"            T.fill(comp, 0.0)\n")
 
 
+# the slabs before the reduced dims (A) run along the grid's y, or along x when there are more than y's 65535
+GRID_COLS = ("        with T.Kernel(A if a_in_x else T.ceildiv(B, block_n), T.ceildiv(B, block_n) if a_in_x else A,\n"
+             "                      threads=threads) as (g0, g1):\n"
+             "            a, bn = (g0, g1) if a_in_x else (g1, g0)\n")
+
+
 def render(match: FamilyMatch, knobs: dict) -> str:
     """The candidate module for ``match`` with the variant's ``knobs``."""
     op = match.reduce_op
@@ -161,13 +167,13 @@ def render(match: FamilyMatch, knobs: dict) -> str:
             loop, dim, store = "T.Parallel(block_m, block_d)", 1, "            T.copy(r, out[bm * block_m])\n"
             out_loop = "block_m"
         else:
-            head = ("def reduce_cols(D, B, block_k, block_n, threads, d_x, out_dtype{c}):\n"
+            head = ("def reduce_cols(D, B, block_k, block_n, threads, a_in_x, d_x, out_dtype{c}):\n"
                     "    A = T.dynamic(\"A\")  # the product of the dims before the reduced ones\n"
                     "    KAHAN = out_dtype in (\"float32\", \"float64\")  # compensated sums for float32 outputs\n"
                     "    POLICY = None if KAHAN else \"evict_first\"  # 64-column strips: faster read once (H200)\n\n"
                     "    @T.prim_func\n"
                     "    def main(g_x: T.Tensor((A, D, B), d_x), out: T.Tensor((A, 1, B), out_dtype)):\n"
-                    "        with T.Kernel(T.ceildiv(B, block_n), A, threads=threads) as (bn, a):\n"
+                    + GRID_COLS +
                     "            x = T.alloc_fragment((block_k, block_n), d_x)  # the input's dtype: fewer registers\n"
                     "            acc = T.alloc_fragment((block_k, block_n), \"float32\")\n"
                     "            r = T.alloc_fragment((block_n,), \"float32\")\n")
@@ -192,14 +198,17 @@ def render(match: FamilyMatch, knobs: dict) -> str:
         post_stmts, post = common.body(match, match.expr, {}, "v", 16)
         scale = " * (1.0 / D)" if op == "mean" else ""
         return (f"@tileagent.jit(out_idx=[1, 2]{common.pass_configs(match)})\n"
-                f"def reduce_cols_split(D, B, split, block_k, block_n, threads, d_x, out_dtype{cparams}):\n"
+                f"def reduce_cols_split(D, B, split, block_k, block_n, threads, a_in_x, d_x, out_dtype{cparams}):\n"
                 "    A = T.dynamic(\"A\")\n"
                 "    KAHAN = out_dtype in (\"float32\", \"float64\")  # compensated sums for float32 outputs\n"
                 "    chunk = (((D + split - 1) // split + block_k - 1) // block_k) * block_k  # rows per split block\n\n"
                 "    @T.prim_func\n"
                 "    def main(g_x: T.Tensor((A, D, B), d_x), out: T.Tensor((A, 1, B), out_dtype),\n"
                 "             ws: T.Tensor((A, split, B), \"float32\")):\n"
-                "        with T.Kernel(T.ceildiv(B, block_n), A, split, threads=threads) as (bn, a, sp):\n"
+                "        with T.Kernel(A if a_in_x else T.ceildiv(B, block_n),\n"
+                "                      T.ceildiv(B, block_n) if a_in_x else A, split,\n"
+                "                      threads=threads) as (g0, g1, sp):\n"
+                "            a, bn = (g0, g1) if a_in_x else (g1, g0)\n"
                 "            x = T.alloc_fragment((block_k, block_n), d_x)  # the input's dtype: fewer registers\n"
                 "            acc = T.alloc_fragment((block_k, block_n), \"float32\")\n"
                 "            r = T.alloc_fragment((block_n,), \"float32\")\n"
@@ -212,7 +221,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                 accumulate(op, True, 20) +
                 f"            {REDUCE[op]}(acc, r, dim=0)\n"
                 "            T.copy(r, ws[a, sp, bn * block_n])\n"
-                "        with T.Kernel(T.ceildiv(B, block_n), A, threads=threads) as (bn, a):  # after every partial\n"
+                "        # after every partial\n" + GRID_COLS +
                 "            p = T.alloc_fragment((split, block_n), \"float32\")\n"
                 "            q = T.alloc_fragment((block_n,), \"float32\")\n"
                 "            T.copy(ws[a, 0, bn * block_n], p)\n"
@@ -241,10 +250,12 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                f"            kahan = {common.out_dtype_ref(match, x_ref)} in (\"float32\", \"float64\")\n"
                f"            block_k, block_n, threads = schedule_cols(D, B, A, kahan)\n"
                f"            split = SPLIT or schedule_split(A, D, B, block_k, block_n, kahan)\n"
+               f"            a_in_x = A > 65535  # the grid's y holds at most 65535 blocks: then the column strips\n"
                f"            if split == 1:\n"
-               f"                y = reduce_cols(D, B, block_k, block_n, threads, {dt})({x_ref}.view(A, D, B))\n"
+               f"                y = reduce_cols(D, B, block_k, block_n, threads, a_in_x, {dt})(\n"
+               f"                    {x_ref}.view(A, D, B))\n"
                f"            else:\n"
-               f"                y, _ = reduce_cols_split(D, B, split, block_k, block_n, threads, {dt})(\n"
+               f"                y, _ = reduce_cols_split(D, B, split, block_k, block_n, threads, a_in_x, {dt})(\n"
                f"                    {x_ref}.view(A, D, B))\n"
                f"        return y.view({out_shape})\n")
     return common.header(doc, constants, tunables, match) + (SCHEDULE_WIDE if wide else SCHEDULE) + "\n\n" + \
