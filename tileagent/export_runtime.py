@@ -440,7 +440,8 @@ class Kernel:
             grid = [int(eval_expr(g, env)) for g in launch["grid"]] + [1] * (3 - len(launch["grid"]))
             for d, g in enumerate(grid):
                 if g < 0 or g >= (2**31 if d == 0 else 65536):
-                    raise ArgumentError(f"kernel {self.name}: grid dimension {d} is {g}")
+                    raise ArgumentError(f"kernel {self.name}: grid dimension {d} ({'xyz'[d]}) is {g}; a launch "
+                                        f"takes 0 to 2^31 - 1 blocks along x, 0 to 65535 along y and z")
             cluster = launch.get("cluster")  # compiled in (__cluster_dims__): the grid must fit it
             if cluster and 0 not in grid and any(g % c for g, c in zip(grid, cluster)):
                 raise ArgumentError(f"kernel {self.name}: grid {tuple(grid)} is not a multiple of its cluster_dims "

@@ -310,7 +310,9 @@ class LoadedModule:
         grid = [eval_scalar(g, scalars) for g in kernel.grid] + [1] * (3 - len(kernel.grid))
         for d, g in enumerate(grid):
             if not isinstance(g, int) or g < 0 or g >= (2**31 if d == 0 else 65536):
-                raise KernelArgumentError(f"kernel {kernel.name}: grid dimension {d} is {g!r}")
+                raise KernelArgumentError(f"kernel {kernel.name}: grid dimension {d} ({'xyz'[d]}) is {g!r}; a launch "
+                                          f"takes 0 to 2^31 - 1 blocks along x, 0 to 65535 along y and z (put the "
+                                          f"largest extent first in T.Kernel)")
         if 0 in grid:
             return
         if kernel.cluster != (1, 1, 1) and any(g % c for g, c in zip(grid, kernel.cluster)):
