@@ -609,6 +609,26 @@ def test_configs_with_one_cpu_size_are_all_kept_and_that_size_is_checked_once(tm
     assert "- M=8192, C=96" in user
 
 
+def test_cpu_prompt_names_the_size_the_interpreter_checks_a_large_config_at(tmp_path):
+    """Played LLM, session 19: the prompt listed "M=3, V=256000" among the configs checked, but the interpreter
+    checked V=1000 (the inputs held more than 2**18 elements) and only the feedback said so, after the turn."""
+    from tileagent.evaluator.spec import load_spec
+
+    ref = tmp_path / "wide_softmax.py"
+    ref.write_text("import torch\nimport torch.nn as nn\n\nCONFIGS = [{'M': 8, 'C': 256000}, {'M': 8, 'C': 512}]\n"
+                   "SMALL_CONFIG = {'M': 3, 'C': 1000}\nFREE_DIMS = ['M']\n\n\nclass Model(nn.Module):\n"
+                   "    def forward(self, x):\n        return torch.softmax(x, -1)\n\n\n"
+                   "def get_inputs(M=8, C=256000):\n    return [torch.randn(M, C)]\n\n\n"
+                   "def get_init_inputs(M=8, C=256000):\n    return []\n")
+    spec = load_spec(ref)
+    chosen = reduce_for_device(spec, spec.configs, "cpu")
+    drafter = ScriptedDrafter([[cand("ok", 0.5)]])
+    Loop(options(device="cpu", reference=str(ref), configs=chosen, candidates=1), RunStore.create(tmp_path / "run", {}),
+         drafter, FakeWorker()).run()
+    user = drafter.calls[0].messages[1]["content"]
+    assert "every key it states (this turn checks M=3, C=256000 at M=3, C=1000). The kernel" in user, user
+
+
 def test_resume_replays_a_finished_autotuning_as_it_ran_without_screening_more_variants(tmp_path, monkeypatch):
     """A tuning cut by its time budget (two of four variants screened) is replayed on resume with those two only:
     replayed results take no time, so a new search under the budget would evaluate the variants it had no time for

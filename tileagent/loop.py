@@ -326,9 +326,9 @@ class Loop:
             real = "\n".join(f"- {', '.join(f'{k}={v}' for k, v in rc.spec.items())}" for rc in self.o.configs)
             note = ("Evaluated on the CPU interpreter, at smaller sizes than the GPU's: the free dims (FREE_DIMS) at "
                     "their SMALL_CONFIG sizes, and a config whose inputs still hold more than 2**18 elements at "
-                    "SMALL_CONFIG's size of every key it states (the feedback names the size each config was checked "
-                    "at). The kernel must work at every size of the free dims and at the configs it is made for "
-                    f"(which a GPU checks and times):\n{real}")
+                    "SMALL_CONFIG's size of every key it states" + self._interpreter_sizes(pending) + ". The kernel "
+                    "must work at every size of the free dims and at the configs it is made for (which a GPU checks "
+                    f"and times):\n{real}")
         elif len(pending) < len(every := unique_evals(self.o.configs)):
             met = [c for c in every if c not in pending]
             note = (f"This turn checks your module (at these configs and their tail sizes) and times it on the "
@@ -344,6 +344,22 @@ class Loop:
                          reference_source=self.reference_source, configs=pending, turn=turn, n=self.o.candidates,
                          messages=messages, history=history, device="cuda" if self.timed else "cpu",
                          run_dir=str(self.store.root), seed=self.o.seed)
+
+    def _interpreter_sizes(self, configs: list[dict]) -> str:
+        """The sizes the CPU interpreter checks ``configs`` at where they differ (``interpreter_config``), as a
+        clause of the prompt's CPU note ('' when every config is checked as listed)."""
+        from tileagent.evaluator.spec import load_spec
+        from tileagent.evaluator.worker import interpreter_config
+
+        try:
+            spec = load_spec(self.o.reference, check=False)
+        except Exception as e:  # noqa: BLE001 - the note then states the rule only; the evaluation reports the error
+            log.debug("interpreter sizes not known: %s", e)
+            return ""
+        moved = [(c, interpreter_config(spec, c)[0]) for c in configs]
+        text = "; ".join(f"{', '.join(f'{k}={v}' for k, v in c.items())} at "
+                         f"{', '.join(f'{k}={v}' for k, v in run.items())}" for c, run in moved if run != c)
+        return f" (this turn checks {text})" if text else ""
 
     def examples(self) -> list[tuple[str, str]]:
         archived = []
