@@ -572,7 +572,8 @@ _PRICE = typer.Option(None, help="USD per million input and output tokens, as IN
 _SEEDS = typer.Option(5, help="evaluator seeds per config and input distribution")
 _NO_TUNE = typer.Option(False, "--no-tune", help="do not autotune TUNABLES")
 _TUNE_SECONDS = typer.Option(90.0, help="screening time for autotuning one candidate")
-_NO_ARCHIVE = typer.Option(False, "--no-archive", help="do not try archived kernels first")
+_NO_ARCHIVE = typer.Option(False, "--no-archive", help="do not read the archive: no archived kernels tried first or "
+                           "shown as examples (verified kernels are still added to it)")
 _VERBOSE = typer.Option(False, "--verbose", "-v")
 _GPUS = typer.Option("all", help="evaluation workers, one per GPU: all (every visible GPU), a count N, or GPU "
                      "indices such as 0,2,5 (on the CPU: N interpreter workers; all: one)")
