@@ -221,41 +221,30 @@ def _gpu_lowering_checked(enabled: bool):
 
 
 INTERPRETER_INPUT_ELEMENTS = 1 << 18
-"""On the CPU, a config whose inputs hold more elements than this is checked at smaller sizes: its free dims at 1
-if that is enough, else the reference's SMALL_CONFIG sizes (the interpreter needs minutes for a few hundred thousand
-elements; see ``interpreter_config``)."""
+"""On the CPU, a config whose inputs hold more elements than this is checked at the reference's SMALL_CONFIG sizes
+(the interpreter needs minutes for a few hundred thousand elements; see ``interpreter_config``)."""
 
 
 def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
     """The config the CPU interpreter checks for ``config``, and why it differs: ``config`` itself when its inputs
     hold at most ``INTERPRETER_INPUT_ELEMENTS`` elements (counted on the meta device), when their size cannot be
-    told without real values, or when the reference states no SMALL_CONFIG; else ``config`` with its free dims
-    (FREE_DIMS) at 1 when that brings the inputs under the limit (the other sizes, which decide the schedule a GPU
-    runs, as stated: a 256000-word vocabulary stays 256000 wide); else ``config`` with each integer key that
-    SMALL_CONFIG states lowered to SMALL_CONFIG's value (other keys, and keys already smaller, kept)."""
+    told without real values, or when the reference states no SMALL_CONFIG; else ``config`` with each integer key
+    that SMALL_CONFIG states lowered to SMALL_CONFIG's value (other keys, and keys already smaller, kept)."""
     small = spec.small_config or {}
     sized = {k: v for k, v in small.items() if type(v) is int and type(config.get(k)) is int and v < config[k]}
     if not sized:
         return config, None
-    free = {k: 1 for k in spec.free_dims if type(config.get(k)) is int and config[k] > 1}
     try:
-        elements = _input_elements(spec, config)
-        if elements <= INTERPRETER_INPUT_ELEMENTS:
-            return config, None
-        if free and _input_elements(spec, {**config, **free}) <= INTERPRETER_INPUT_ELEMENTS:
-            run, how = {**config, **free}, "the free dims at 1, the other sizes as stated"
-        else:
-            run, how = {**config, **sized}, "the reference's SMALL_CONFIG sizes"
+        elements = sum(t.numel() for t in spec.sample_inputs(config, 0, "meta"))
     except Exception:  # noqa: BLE001 - get_inputs needs real values: keep the config as stated
         return config, None
+    if elements <= INTERPRETER_INPUT_ELEMENTS:
+        return config, None
+    run = {**config, **sized}
     text = ", ".join(f"{k}={v}" for k, v in run.items())
-    return run, (f"checked at {text} on the CPU interpreter ({how}): the inputs of "
+    return run, (f"checked at {text} on the CPU interpreter (the reference's SMALL_CONFIG sizes): the inputs of "
                  f"{', '.join(f'{k}={v}' for k, v in config.items())} hold {elements:,} elements, more than the "
                  f"interpreter checks in time ({INTERPRETER_INPUT_ELEMENTS:,}); a GPU checks the config as stated")
-
-
-def _input_elements(spec, config: dict) -> int:
-    return sum(t.numel() for t in spec.sample_inputs(config, 0, "meta"))
 
 
 def _plans(request: EvalRequest, spec, configs: list[dict], device: str, sandbox, progress: Progress) -> list[dict]:
