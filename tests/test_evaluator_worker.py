@@ -383,9 +383,35 @@ def test_on_the_cpu_a_config_too_large_for_the_interpreter_is_checked_at_small_c
     assert result.configs[1].notes == [
         "checked at M=2, N=64 on the CPU interpreter (the reference's SMALL_CONFIG sizes): the inputs of M=8, N=65536 "
         "hold 524,288 elements, more than the interpreter checks in time (262,144); a GPU checks the config as stated"]
-    assert "Checked at the reference's SMALL_CONFIG sizes (inputs too large for the interpreter): M=8, N=65536 at " \
+    assert "Checked at smaller sizes (inputs too large for the interpreter; the free dims halved where that was " \
+           "enough, else the reference's SMALL_CONFIG sizes): M=8, N=65536 at " \
            "M=2, N=64; M=16, N=65536 at M=2, N=64. A path your kernel takes only at the sizes as stated was " \
            "compiled for them, not run." in render_feedback(result)
+
+
+def test_on_the_cpu_a_config_too_large_for_the_interpreter_halves_its_free_dims_first(tmp_path):
+    """Played LLM, session 19: softcap + log_softmax over a 256000-word vocabulary was checked at SMALL_CONFIG's
+    V=1000, where the kernel took one chunk a row; the 63-chunk path a GPU runs was compiled, never run. The free dims
+    are halved first, the other sizes kept; SMALL_CONFIG's sizes when that is not enough or the model's own tensors
+    are too large (a GEMM's weight)."""
+    from tileagent.evaluator.spec import load_spec
+    from tileagent.evaluator.worker import interpreter_config
+
+    ref = tmp_path / "ref.py"
+    ref.write_text(BIG_REFERENCE.replace('SMALL_CONFIG = {"M": 2, "N": 64}',
+                                         'SMALL_CONFIG = {"M": 2, "N": 64}\nFREE_DIMS = ["M"]'))
+    spec = load_spec(ref)
+    run, note = interpreter_config(spec, {"M": 8, "N": 65536})
+    assert run == {"M": 4, "N": 65536}
+    assert note.startswith("checked at M=4, N=65536 on the CPU interpreter (the free dims halved, the other sizes as "
+                           "stated): the inputs of M=8, N=65536 hold 524,288 elements")
+    assert interpreter_config(spec, {"M": 8, "N": 400000})[0] == {"M": 2, "N": 64}  # too wide even at M=1
+    assert interpreter_config(spec, {"M": 4, "N": 1000}) == ({"M": 4, "N": 1000}, None)
+    weighted = tmp_path / "weighted.py"
+    weighted.write_text(ref.read_text().replace(
+        "class Model(torch.nn.Module):\n", "class Model(torch.nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.w = torch.nn.Parameter(torch.randn(600, 600))\n"))
+    assert interpreter_config(load_spec(weighted), {"M": 8, "N": 65536})[0] == {"M": 2, "N": 64}
 
 
 def test_each_config_says_how_long_its_check_took(tmp_path):

@@ -121,8 +121,9 @@ def markdown(report: dict, chart: str | None = None) -> str:
              + (f", ${report['cost_usd']:.4f}" if report["cost_usd"] else "") + ".", ""]
     if not timed:
         lines += ["Checked on the CPU interpreter: correctness only, not timed. Free dims (FREE_DIMS) were evaluated "
-                  "at their SMALL_CONFIG sizes, and a config whose inputs were still too large for the interpreter at "
-                  "the SMALL_CONFIG sizes of every key (column 'evaluated at').", ""]
+                  "at their SMALL_CONFIG sizes; a config whose inputs were still too large for the interpreter with "
+                  "its free dims halved further, or at the SMALL_CONFIG sizes of every key (column 'evaluated "
+                  "at').", ""]
     if chart and chart.endswith((".png", ".svg")):
         lines += [f"![speedup per config over eager PyTorch and torch.compile]({chart})", ""]
     elif chart and timed:
