@@ -316,6 +316,10 @@ class Spec:
         model.redrawn = redrawn
         return model.eval()
 
+    def input_elements(self, config: dict) -> int:
+        """The elements of ``get_inputs(config)``, counted on the meta device (no values drawn)."""
+        return sum(t.numel() for t in self.sample_inputs(config, 0, "meta"))
+
     def sample_inputs(self, config: dict, seed: int, device="cpu") -> list[torch.Tensor]:
         """``get_inputs(config)`` under a seeded RNG, with ``device`` as torch's default device (large inputs are
         drawn where they are used), checked to be a list of tensors."""

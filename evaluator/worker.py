@@ -239,7 +239,7 @@ def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
     if not sized:
         return config, None
     try:
-        elements = _input_elements(spec, config)
+        elements = spec.input_elements(config)
         if elements <= INTERPRETER_INPUT_ELEMENTS:
             return config, None
         run, how = _free_dims_halved(spec, config), "the free dims halved, the other sizes as stated"
@@ -251,10 +251,6 @@ def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
     return run, (f"checked at {text} on the CPU interpreter ({how}): the inputs of "
                  f"{', '.join(f'{k}={v}' for k, v in config.items())} hold {elements:,} elements, more than the "
                  f"interpreter checks in time ({INTERPRETER_INPUT_ELEMENTS:,}); a GPU checks the config as stated")
-
-
-def _input_elements(spec, config: dict) -> int:
-    return sum(t.numel() for t in spec.sample_inputs(config, 0, "meta"))
 
 
 def _free_dims_halved(spec, config: dict) -> dict | None:
@@ -273,7 +269,7 @@ def _free_dims_halved(spec, config: dict) -> dict | None:
     if sum(t.numel() for t in [*model.parameters(), *model.buffers()]) > INTERPRETER_INPUT_ELEMENTS:
         return None
     run = dict(config)
-    while _input_elements(spec, run) > INTERPRETER_INPUT_ELEMENTS:
+    while spec.input_elements(run) > INTERPRETER_INPUT_ELEMENTS:
         if all(run[k] == 1 for k in free):
             return None
         run.update({k: max(1, run[k] // 2) for k in free})
@@ -315,7 +311,8 @@ def _check_config(request: EvalRequest, spec, config: dict, index: int, device: 
     start = time.perf_counter()
     with _gpu_lowering_checked(device == "cpu"):
         (checked,) = check_candidate(spec, request.kernel_path, device=device, configs=[config],
-                                     seeds=request.seeds, **extra)
+                                     seeds=request.seeds, max_tail_elements=INTERPRETER_INPUT_ELEMENTS
+                                     if device == "cpu" else None, **extra)
     seconds = {"check": round(time.perf_counter() - start, 3)}
     if timed and checked.correct:
         from tileagent.evaluator import timing

@@ -279,6 +279,17 @@ def test_every_honest_candidate_has_a_reference():
     assert sorted(p.stem for p in HONEST.glob("*.py")) == sorted(HONEST_REFS)
 
 
+def test_tails_over_the_interpreters_limit_are_named_not_checked():
+    """The CPU interpreter checks a wide config with its free dims halved (a 256000-word vocabulary at M=1); its
+    tails would run M up to 7 at that width, 7x the limit: tails over ``max_tail_elements`` are skipped, and said."""
+    (result,) = check_candidate(spec_for("rmsnorm"), HONEST / "rmsnorm.py", seeds=1, max_tail_elements=5 * 64)
+    (checked,) = [note for note in result.notes if note.startswith("tail sizes checked")]
+    (skipped,) = [note for note in result.notes if note.startswith("tail sizes not checked")]
+    assert skipped.startswith("tail sizes not checked (inputs over 320 elements): ") and "{'M': 7, 'N': 64}" in skipped
+    assert max(int(m) for m in re.findall(r"'M': (\d+)", checked)) <= 5
+    assert {int(m) for m in re.findall(r"'M': (\d+)", checked + skipped)} == set(range(1, 8))
+
+
 @pytest.mark.parametrize("name", sorted(HONEST_REFS))
 def test_honest_candidate_is_accepted(name):
     spec = spec_for(HONEST_REFS[name])
