@@ -64,6 +64,7 @@ from tileagent.evaluator.errors import (
     Timeout,
     WorkerError,
 )
+from tileagent.evaluator.interpreter_sizes import INTERPRETER_INPUT_ELEMENTS, interpreter_config
 from tileagent.evaluator.records import ConfigResult, EvalRequest, EvalResult, Status
 
 log = logging.getLogger("tileagent.evaluator")
@@ -218,62 +219,6 @@ def _gpu_lowering_checked(enabled: bool):
     from tileagent.compiler.jit import compile_defaults
 
     return compile_defaults(lowering_check=True) if enabled else contextlib.nullcontext()
-
-
-INTERPRETER_INPUT_ELEMENTS = 1 << 18
-"""On the CPU, a config whose inputs hold more elements than this is checked at smaller sizes: its free dims halved
-until they fit, else the reference's SMALL_CONFIG sizes (the interpreter needs minutes for a few hundred thousand
-elements; see ``interpreter_config``)."""
-
-
-def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
-    """The config the CPU interpreter checks for ``config``, and why it differs: ``config`` itself when its inputs
-    hold at most ``INTERPRETER_INPUT_ELEMENTS`` elements (counted on the meta device), when their size cannot be
-    told without real values, or when the reference states no SMALL_CONFIG; else ``config`` with its free dims
-    (FREE_DIMS) halved (down to 1) until the inputs fit, when that is enough and the model's parameters and buffers
-    fit too (the other sizes, which decide the schedule a GPU runs, as stated: a softmax over a 256000-word
-    vocabulary keeps its rows that wide); else ``config`` with each integer key that SMALL_CONFIG states lowered to
-    SMALL_CONFIG's value (other keys, and keys already smaller, kept)."""
-    small = spec.small_config or {}
-    sized = {k: v for k, v in small.items() if type(v) is int and type(config.get(k)) is int and v < config[k]}
-    if not sized:
-        return config, None
-    try:
-        elements = spec.input_elements(config)
-        if elements <= INTERPRETER_INPUT_ELEMENTS:
-            return config, None
-        run, how = _free_dims_halved(spec, config), "the free dims halved, the other sizes as stated"
-        if run is None:
-            run, how = {**config, **sized}, "the reference's SMALL_CONFIG sizes"
-    except Exception:  # noqa: BLE001 - get_inputs needs real values: keep the config as stated
-        return config, None
-    text = ", ".join(f"{k}={v}" for k, v in run.items())
-    return run, (f"checked at {text} on the CPU interpreter ({how}): the inputs of "
-                 f"{', '.join(f'{k}={v}' for k, v in config.items())} hold {elements:,} elements, more than the "
-                 f"interpreter checks in time ({INTERPRETER_INPUT_ELEMENTS:,}); a GPU checks the config as stated")
-
-
-def _free_dims_halved(spec, config: dict) -> dict | None:
-    """``config`` with its free dims halved (rounding down, at least 1) until its inputs fit the interpreter, or None
-    when they never do, the config has no free dim, or the model's own tensors are too large (a GEMM's weight)."""
-    import torch
-
-    free = [k for k in spec.free_dims if type(config.get(k)) is int]
-    if not free:
-        return None
-    try:
-        with torch.device("meta"):
-            model = spec.module.Model(*spec.init_inputs(config))
-    except Exception:  # noqa: BLE001 - a constructor that needs real values: its size is not known
-        return None
-    if sum(t.numel() for t in [*model.parameters(), *model.buffers()]) > INTERPRETER_INPUT_ELEMENTS:
-        return None
-    run = dict(config)
-    while spec.input_elements(run) > INTERPRETER_INPUT_ELEMENTS:
-        if all(run[k] == 1 for k in free):
-            return None
-        run.update({k: max(1, run[k] // 2) for k in free})
-    return run
 
 
 def _plans(request: EvalRequest, spec, configs: list[dict], device: str, sandbox, progress: Progress) -> list[dict]:

@@ -395,7 +395,7 @@ def test_on_the_cpu_a_config_too_large_for_the_interpreter_halves_its_free_dims_
     are halved first, the other sizes kept; SMALL_CONFIG's sizes when that is not enough or the model's own tensors
     are too large (a GEMM's weight)."""
     from tileagent.evaluator.spec import load_spec
-    from tileagent.evaluator.worker import interpreter_config
+    from tileagent.evaluator.interpreter_sizes import interpreter_config
 
     ref = tmp_path / "ref.py"
     ref.write_text(BIG_REFERENCE.replace('SMALL_CONFIG = {"M": 2, "N": 64}',

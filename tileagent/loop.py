@@ -350,7 +350,7 @@ class Loop:
         """The sizes the CPU interpreter checks ``configs`` at where they differ (``interpreter_config``), as a
         clause of the prompt's CPU note ('' when every config is checked as listed)."""
         from tileagent.evaluator.spec import load_spec
-        from tileagent.evaluator.worker import interpreter_config
+        from tileagent.evaluator.interpreter_sizes import interpreter_config
 
         try:
             spec = load_spec(self.o.reference, check=False)

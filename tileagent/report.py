@@ -36,7 +36,7 @@ class ConfigRow(BaseModel):
 
     config: dict = Field(description="the config as the reference's grid states it (what the export serves)")
     evaluated_at: dict = Field(description="the config the evaluator ran (reduced on the CPU: see configs.py and "
-                                           "evaluator.worker.interpreter_config)")
+                                           "evaluator.interpreter_sizes.interpreter_config)")
     correct: bool
     attempt_id: str | None = Field(description="the attempt serving the config (attempts/<id>/), None if none")
     tunables: dict = Field(default_factory=dict, description="knob values assigned in the served kernel")
