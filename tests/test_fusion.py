@@ -239,19 +239,12 @@ def test_buffers_of_submodules_are_read_after_the_model_moves(tmp_path):
 def test_column_sums_are_compensated(tmp_path):
     """A sum down a column accumulates D / block_k values per register; Kahan compensation keeps a 1024-long chain
     at least as accurate as torch's own sum against float64 (plain float32 accumulation is 5x worse at this length)."""
-    import importlib.util
-
-    source, _ = _candidate("sum_dim", tmp_path)
+    source, module = _candidate("sum_dim", tmp_path)
     assert "comp[i, j] = (t - acc[i, j]) - y" in source
-    path = tmp_path / "sum_dim_module.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("sum_dim_module", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     A, D, B = 1, 8192, 32
     x = torch.randn(A, D, B, generator=torch.Generator().manual_seed(0))
     truth = x.double().sum(1, keepdim=True)
-    out = module.reduce_cols(D, B, 8, 32, 32, False, "float32", "float32")(x)  # 8-row tiles: 1024 values a register
+    out = module["reduce_cols"](D, B, 8, 32, 32, False, "float32", "float32")(x)  # 8-row tiles: 1024 values a register
     ours = float((out.double() - truth).abs().max())
     torch_own = float((x.sum(1, keepdim=True).double() - truth).abs().max())
     assert ours <= 1.5 * torch_own, (ours, torch_own)
@@ -261,22 +254,15 @@ def test_column_reductions_of_more_slabs_than_the_grids_y_run_them_along_x(tmp_p
     """x (A, D, B).sum(1) ran its A slabs along the grid's y, which CUDA limits to 65535 (an MoE combine's
     (tokens, top-k, D) sum over 131072 tokens was refused at launch): past that the slabs run along x, the column
     strips along y. Both orders give the same numbers; the split kernel too."""
-    import importlib.util
-
-    source, _ = _candidate("sum_dim", tmp_path)
+    source, module = _candidate("sum_dim", tmp_path)
     assert "a_in_x = A > 65535" in source
-    path = tmp_path / "sum_dim_module.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("sum_dim_module", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     x = torch.randn(7, 9, 40)
     for a_in_x in (False, True):
-        torch.testing.assert_close(module.reduce_cols(9, 40, 16, 32, 128, a_in_x, "float32", "float32")(x),
+        torch.testing.assert_close(module["reduce_cols"](9, 40, 16, 32, 128, a_in_x, "float32", "float32")(x),
                                    x.sum(1, keepdim=True))
-        out, _ = module.reduce_cols_split(9, 40, 2, 4, 32, 128, a_in_x, "float32", "float32")(x)
+        out, _ = module["reduce_cols_split"](9, 40, 2, 4, 32, 128, a_in_x, "float32", "float32")(x)
         torch.testing.assert_close(out, x.sum(1, keepdim=True))
-    cuda = module.reduce_cols(9, 256, 8, 64, 128, True, "float32", "float32").get_kernel_source()
+    cuda = module["reduce_cols"](9, 256, 8, 64, 128, True, "float32", "float32").get_kernel_source()
     assert "g_x[" in cuda and "(long long)g0 * 2304LL" in cuda, "the slab is blockIdx.x"
 
 
