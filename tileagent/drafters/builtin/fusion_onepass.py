@@ -12,10 +12,9 @@ row held in registers (``KernelWriter.one_tile_or_one_pass``). Guarantees: the l
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
-from tileagent.drafters.builtin.values import FLOAT, Reduce, _bcast
+from tileagent.drafters.builtin.values import FLOAT, Reduce, _bcast, _uses
 
 if TYPE_CHECKING:
     from tileagent.drafters.builtin.fusion_writer import KernelWriter
@@ -53,7 +52,7 @@ def online_pair(w: KernelWriter, n_max: int, m: Reduce, pad: int):
     bt = cx2.convert(b, b.load(cx2, _bcast(idx, b.shape, shape)), FLOAT)
     w.done = done
     tail = cx2.lines + [f"accs[i, j] = accs[i, j] * T.exp2((acc[i, j] - {bt}) * LOG2E)  # lanes at -inf: 0"]
-    if cx2.loads or any(re.search(rf"\b{v.name}\b", "\n".join(tail)) for v in k.rvars):
+    if cx2.loads or any(_uses("\n".join(tail), v.name) for v in k.rvars):
         return None
     p = " " * pad
     w.allocs[f"red{n_max}"] = w.allocs[f"red{n_sum}"] = "(BM,)"

@@ -19,7 +19,7 @@ from tileagent.drafters.builtin.fusion_onepass import moments, online_pair
 from tileagent.drafters.builtin.fusion_stash import stash
 from tileagent.drafters.builtin.index import ONE, Dyn, Lin, Size, Unsupported, Var, prod, ravel, unravel
 from tileagent.drafters.builtin.values import (BOOL, DT, FLOAT, INT, ON_CUDA, Global, Reduce, TopK, TopKPart, V,
-                                               _simple, _where, kind_of)
+                                               _simple, _uses, _where, kind_of)
 
 if TYPE_CHECKING:
     from tileagent.drafters.builtin.fusion import Kernel, Plan
@@ -75,6 +75,7 @@ class Cx:
         self.lines: list[str] = []
         self.memo: dict = {}
         self.loads: dict = {}
+        self.gathers: dict = {}  # row-gathered fragment -> its statement (``KernelWriter.row_gather``)
         self.narrow: dict = {}  # loop atom -> (lo, hi): its values where the value being written is used
 
     def narrowed(self, lin: Lin, lo: Size, hi: Size):
@@ -222,8 +223,6 @@ class KernelWriter:
         share its registers (and what is computed from them alone) instead of a load per value (BatchNorm eval on
         16x64x256x256: four loads and a square root per value). None when ``flat`` reads a column atom, a value
         bound inside the T.Parallel body, or no row atom at all."""
-        import re
-
         names = set(re.findall(r"\b[A-Za-z_]\w*\b", flat.text()))
         xs = names & {v.name for v in self.k.xvars}
         if not xs or names - xs - set(self.plan.t.binds) - set(self.params) - {"T"} or "[" in flat.text():
@@ -233,11 +232,10 @@ class KernelWriter:
             self.frag_of[key] = f"f{len(self.frag_of)}_{g.name}"
         f = self.frag_of[key]
         self.allocs[f] = "(BM,)"
-        gathers = cx.__dict__.setdefault("gathers", {})  # one loop for all of them, keyed by the first fragment
-        gathers[f] = f"        {f}[i] = T.cast({self.param(g)}[{flat.text()}], \"float32\")"
-        cx.loads[next(iter(gathers))] = "\n".join(["for i in T.Parallel(BM):"] +
-                                                   ["    " + s for s in self.prelude("row")] +
-                                                   ["    if xg < NX:"] + list(gathers.values()))
+        cx.gathers[f] = f"        {f}[i] = T.cast({self.param(g)}[{flat.text()}], \"float32\")"
+        cx.loads[next(iter(cx.gathers))] = "\n".join(["for i in T.Parallel(BM):"] +  # one loop for all of them
+                                                      ["    " + s for s in self.prelude("row")] +
+                                                      ["    if xg < NX:"] + list(cx.gathers.values()))
         return f"{f}[i]"
 
     def uniform_col(self, cx: Cx, g: Global, flat: Lin):
@@ -707,12 +705,6 @@ def _rereads(body: list[str]) -> bool:
                                                          "for kt in T.serial(CH)")):
             passes += 1
     return passes > 1
-
-
-def _uses(text: str, name: str) -> bool:
-    import re
-
-    return re.search(rf"\b{re.escape(name)}\b", text) is not None
 
 
 def _unflatten(flat: str, variables) -> list[str]:

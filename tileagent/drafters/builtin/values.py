@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 
 import torch
 
@@ -57,6 +58,11 @@ class V:
 
     def compute(self, cx, idx):
         raise NotImplementedError
+
+
+def _uses(text: str, name: str) -> bool:
+    """Whether ``text`` mentions the identifier ``name``."""
+    return re.search(rf"\b{re.escape(name)}\b", text) is not None
 
 
 def _simple(text: str) -> bool:
