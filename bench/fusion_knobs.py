@@ -2,11 +2,12 @@
 checked against the reference and timed next to torch.compile in the same process.
 
 Usage (on a CUDA machine): python bench/fusion_knobs.py --ops a,b [--max-configs N] [--trials N]
-    [--variant 'NAME=V,NAME=V' ...] [--hints ld.cs,ld.ef,...] [--no-tunables]
+    [--variant 'NAME=V,NAME=V' ...] [--env 'VAR=V' ...] [--hints ld.cs,ld.ef,...] [--no-tunables]
 The variants: the draft as drafted, each other value its TUNABLES list for one knob at a time (unless
 --no-tunables), the ``--variant`` settings given, and per ``--hints`` kind the draft whose CUDA source loads (or
 stores) 16-byte vectors of the kernel's tensors with that cache hint (``HINTS``, through the runtime's CUDA
-post-processing hook): what a code generation change would gain before it is made. Per config: torch.compile's median time before and
+post-processing hook): what a code generation change would gain before it is made; per ``--env`` the draft built and
+run with that environment variable set (``TILEAGENT_ENABLE_PDL=0``: a compiler feature switched off). Per config: torch.compile's median time before and
 after the variants (their spread is the run's drift), then x compile per variant (> 1: the variant is faster);
 WRONG when a variant's outputs differ from the reference. Timing: ``bench/memory_bound.bench`` (L2 flushed, the
 stream kept busy so launch overhead is left out).
@@ -15,6 +16,8 @@ stream kept busy so launch overhead is left out).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
 import sys
 import tempfile
@@ -75,15 +78,32 @@ def cache_hints(kind: str):
     return rewrite
 
 
-def variants_of(source: str, extra: list[str], hints: list[str]) -> list[tuple[str, list[str], str]]:
-    """(label, knob settings, cache hint) for the default, each other TUNABLES value, ``extra`` and ``hints``."""
+def variants_of(source: str, extra: list[str], hints: list[str], envs: list[str] = ()) -> list[tuple]:
+    """(label, knob settings, cache hint, environment) for the default, each other TUNABLES value, ``extra``,
+    ``hints`` and ``envs``."""
     from tileagent.autotune import tunables_of
 
-    out = [("default", [], "")]
+    out = [("default", [], "", {})]
     for name, values in (tunables_of(source) or {}).items():
-        out += [(f"{name}={v!r}", [f"{name}={v!r}"], "") for v in values[1:]]
-    out += [(v, v.split(","), "") for v in extra]
-    return out + [(h, [], h) for h in hints]
+        out += [(f"{name}={v!r}", [f"{name}={v!r}"], "", {}) for v in values[1:]]
+    out += [(v, v.split(","), "", {}) for v in extra]
+    out += [(e, [], "", dict([e.split("=", 1)])) for e in envs]
+    return out + [(h, [], h, {}) for h in hints]
+
+
+@contextlib.contextmanager
+def environment(values: dict):
+    """``os.environ`` with ``values`` set, restored after."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def close(got, want) -> bool:
@@ -99,7 +119,7 @@ def close(got, want) -> bool:
 
 
 def run_op(path: Path, max_configs: int, trials: int, extra: list[str], hints: list[str], tunables: bool,
-           tmp: Path) -> None:
+           tmp: Path, envs: list[str] = ()) -> None:
     from bench.memory_bound import bench, load
     from tileagent.compiler.runtime.hooks import set_cuda_postproc
     from tileagent.drafters.base import DraftTask
@@ -109,9 +129,9 @@ def run_op(path: Path, max_configs: int, trials: int, extra: list[str], hints: l
     draft = BuiltinDrafter().draft(DraftTask(task_name=path.stem, reference_path=str(path),
                                              reference_source=path.read_text(), configs=[], turn=1))[0]
     spec = load_spec(path)
-    variants = variants_of(draft.source if tunables else "", extra, hints)
+    variants = variants_of(draft.source if tunables else "", extra, hints, envs)
     modules = {}
-    for k, (label, knobs, _) in enumerate(variants):
+    for k, (label, knobs, _, _) in enumerate(variants):
         name = f"{path.stem}_v{k}"
         (tmp / f"{name}.py").write_text(set_knobs(draft.source, knobs)[0])
         modules[label] = load(name, tmp)
@@ -128,13 +148,14 @@ def run_op(path: Path, max_configs: int, trials: int, extra: list[str], hints: l
             comp(*inputs)
             before = bench(lambda: comp(*inputs), trials)[0]
             cells = []
-            for label, _, hinted in variants:
+            for label, _, hinted, env in variants:
                 new = modules[label].ModelNew(*init).cuda().eval()
                 new.load_state_dict(ref.state_dict(), strict=False)
                 set_cuda_postproc(cache_hints(hinted) if hinted else None)
                 try:
-                    ok = close(new(*inputs), want)
-                    ms = bench(lambda: new(*inputs), trials)[0]
+                    with environment(env):
+                        ok = close(new(*inputs), want)
+                        ms = bench(lambda: new(*inputs), trials)[0]
                 except Exception as e:  # noqa: BLE001 - a variant that does not build is reported, not fatal
                     cells.append(f"{label} FAILED {type(e).__name__}: {str(e)[:80]}")
                     continue
@@ -151,6 +172,8 @@ def main() -> None:
     ap.add_argument("--max-configs", type=int, default=3)
     ap.add_argument("--trials", type=int, default=40)
     ap.add_argument("--variant", action="append", default=[], help="'NAME=V,NAME=V': one more variant (repeatable)")
+    ap.add_argument("--env", action="append", default=[], help="'VAR=V': one more variant, built and run with "
+                                                                "that environment variable (repeatable)")
     ap.add_argument("--hints", default="", help=f"comma-separated cache-hint variants: {', '.join(HINTS)}")
     ap.add_argument("--tunables", action=argparse.BooleanOptionalAction, default=True,
                     help="the TUNABLES variants (--no-tunables: the default and --variant/--hints only)")
@@ -159,7 +182,7 @@ def main() -> None:
         for op in args.ops.split(","):
             try:
                 run_op(SUITE / f"{op}.py", args.max_configs, args.trials, args.variant,
-                       [h for h in args.hints.split(",") if h], args.tunables, Path(tmp))
+                       [h for h in args.hints.split(",") if h], args.tunables, Path(tmp), args.env)
             except Exception as e:  # noqa: BLE001 - one op's failure does not stop the sweep
                 print(f"{op:22s} FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
 

@@ -30,9 +30,11 @@ KINDS = ("cuda", "sim", "cpu")
 DEFAULT_ARCH = "sm_90a"  # what "cpu" and "sim" lower for unless told: the H100/H200 the product targets
 
 # Features an arch may have. Names are the ones the lowering asks about (``target.has("cp_async")``).
-FEATURES = ("cp_async", "ldmatrix", "stmatrix", "wgmma", "tma", "mbarrier", "clusters", "fp8")
+FEATURES = ("cp_async", "ldmatrix", "stmatrix", "wgmma", "tma", "mbarrier", "clusters", "fp8", "pdl")
 _AMPERE = frozenset({"cp_async", "ldmatrix", "mbarrier"})
-_HOPPER = _AMPERE | {"stmatrix", "wgmma", "tma", "clusters", "fp8"}
+# pdl: programmatic dependent launch (griddepcontrol, sm_90): a kernel launches while the stream's previous one
+# drains and waits for it at its first instruction (``DeviceKernel.dependent_launch``)
+_HOPPER = _AMPERE | {"stmatrix", "wgmma", "tma", "clusters", "fp8", "pdl"}
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,8 @@ ARCHS = {
     "sm_90a": dict(shared_bytes=227 * 1024, shared_bytes_per_sm=228 * 1024, registers_per_sm=65536, features=_HOPPER),
 }
 # Environment switches that turn a feature off for every compile of the process (``feature_switches``): "0" is off.
-FEATURE_ENV = {"wgmma": "TILEAGENT_ENABLE_WGMMA", "clusters": "TILEAGENT_ENABLE_CLUSTERS"}
+FEATURE_ENV = {"wgmma": "TILEAGENT_ENABLE_WGMMA", "clusters": "TILEAGENT_ENABLE_CLUSTERS",
+               "pdl": "TILEAGENT_ENABLE_PDL"}
 _ALIASES = {"sm_90": "sm_90a"}  # TileLang's "-arch=sm_90" and a 9.0 device: the lowering may use sm_90a features
 
 

@@ -247,7 +247,11 @@ class DeviceKernel:
     ``shared_bytes`` includes the ``shared_align - 16`` bytes that rounding may skip. ``tensor_maps``: the TMA
     tensor maps (``TensorMap``) the kernel takes by value after ``params`` (``__grid_constant__``), which the
     launcher encodes from the tensors it passes (``compiler.runtime.tma``). ``cluster``: blocks per thread-block
-    cluster, (x, y, z) (``compiler.lower.cluster``; (1, 1, 1): none).
+    cluster, (x, y, z) (``compiler.lower.cluster``; (1, 1, 1): none). ``dependent_launch``: the kernel is launched
+    with programmatic stream serialization and its code begins with ``griddepcontrol.wait`` (target feature
+    ``pdl``): its blocks may be scheduled while the stream's previous kernel drains (the launch gap between two
+    dependent kernels overlaps that kernel's tail), and none of its instructions run before that kernel's memory
+    operations are complete and visible, so the order of the stream is kept.
     """
 
     name: str
@@ -262,6 +266,7 @@ class DeviceKernel:
     shared_align: int = 16
     tensor_maps: tuple = ()  # TensorMaps the launcher encodes and passes after ``params`` (TMA, sm_90a)
     cluster: tuple = (1, 1, 1)
+    dependent_launch: bool = False
 
     @property
     def num_threads(self) -> int:

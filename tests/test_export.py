@@ -454,15 +454,21 @@ def test_a_tensor_map_the_driver_refuses_runs_the_fallback(shared_example, monke
     assert ran == [runtime.d["fallback"]["id"]]
 
 
-def test_a_kernel_lowered_alike_for_every_arch_has_no_variants():
+def test_a_kernel_lowered_alike_for_every_arch_but_hoppers_dependent_launch_has_one_variant():
     import tileagent
     from tests.conftest import load_module
     from tileagent.export import VARIANT_ARCHES, kernel_descriptor
 
     impl = load_module(REPO / "prompts" / "examples" / "rmsnorm_silu.py").rmsnorm_silu
-    kernel = tileagent.compile(impl.fn(None, 320), out_idx=impl.out_idx, target="sim:sm_90a",
+    kernel = tileagent.compile(impl.fn(None, 320), out_idx=impl.out_idx, target="sim:sm_80",
                                pass_configs=impl.pass_configs)
-    assert kernel_descriptor(kernel, VARIANT_ARCHES)["variants"] == {}
+    variants = kernel_descriptor(kernel, VARIANT_ARCHES)["variants"]
+    assert list(variants) == ["sm_90a"]  # only the Hopper lowering differs: its kernel waits for the previous one
+    base = kernel.get_kernel_source().splitlines()
+    hopper = variants["sm_90a"]["source"].splitlines()
+    assert [line for line in hopper if line not in base] == [
+        '  asm volatile("griddepcontrol.wait;" ::: "memory");  // the previous kernel done (dependent launch)']
+    assert [launch.get("dependent_launch") for launch in variants["sm_90a"]["launches"]] == [True]
 
 
 def test_two_exports_at_once_record_their_own_kernels_and_other_calls_run_for_real(monkeypatch):

@@ -69,3 +69,14 @@ def test_a_store_waits_for_its_guard_and_for_every_write_of_its_registers():
         st.global.f32 [%rd2], %f1;
     """)
     assert schedule_stores(shared_address) == [shared_address[0], shared_address[3], *shared_address[1:3]]
+
+
+def test_a_store_stays_after_the_wait_for_the_previous_kernel():
+    """A dependent launch's kernel may run while the previous kernel of the stream drains: a store moved above its
+    ``griddepcontrol.wait`` could overwrite what that kernel still reads."""
+    before = lines("""
+        mov.f32 %f1, 0f3F800000;
+        griddepcontrol.wait;
+        st.global.f32 [%rd1], %f1;
+    """)
+    assert schedule_stores(before) == before

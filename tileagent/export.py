@@ -488,6 +488,8 @@ def _lowered(func, module, source: str) -> tuple[str, list[dict], dict]:
             "grid": [_expr(g, names) for g in k.grid], "block": [int(b) for b in k.block],
             "shared_bytes": int(k.shared_bytes),
             "align": {names[id(p)]: int(a) for p, a in align.items() if a > 1}})
+        if k.dependent_launch:  # its code waits for the stream's previous kernel: launched ahead of it
+            launches[-1]["dependent_launch"] = True
         if tuple(k.cluster) != (1, 1, 1):  # thread-block clusters (compiled in): the runtime checks the grid fits
             launches[-1]["cluster"] = [int(c) for c in k.cluster]
         if k.tensor_maps:  # TMA: encoded at launch from the tensor passed for "param", after the arguments

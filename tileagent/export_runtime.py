@@ -520,6 +520,8 @@ class Kernel:
         return f
 
     def _launch(self, lowering: dict, symbol: str, grid, block, shared: int, values) -> None:
+        """One cuLaunchKernelEx of ``symbol``; a kernel whose code waits for the stream's previous one
+        (``dependent_launch``, griddepcontrol.wait) with programmatic stream serialization."""
         device = next((v.device.index for v in values if isinstance(v, torch.Tensor)), torch.cuda.current_device())
         launch = next(x for x in lowering["launches"] if x["symbol"] == symbol)
         args = []
@@ -541,6 +543,11 @@ class Kernel:
             cfg.sharedMemBytes = shared
             cfg.hStream = drv.CUstream(torch.cuda.current_stream(device).cuda_stream)
             cfg.numAttrs = 0
+            if launch.get("dependent_launch"):
+                attr = drv.CUlaunchAttribute()
+                attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+                attr.value.programmaticStreamSerializationAllowed = 1
+                cfg.attrs, cfg.numAttrs = [attr], 1
             ptrs = (ctypes.c_void_p * max(1, len(args)))(*[ctypes.addressof(a) for a in args])
             (err,) = drv.cuLaunchKernelEx(cfg, f, ctypes.addressof(ptrs) if args else 0, 0)
             _check(drv, err, f"cuLaunchKernelEx({symbol}, grid={grid}, block={block}, shared={shared} B)")

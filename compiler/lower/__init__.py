@@ -110,7 +110,8 @@ def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True, ws: boo
             f"clusters of {cluster[0] * cluster[1] * cluster[2]} blocks {cluster}")
     return DeviceKernel(plan.name, params, tuple(k.grid), threads, shared_bytes, offsets,
                         tuple(stmts), k.span,
-                        _instructions(ctx.instructions), shared.base_align, maps, cluster)
+                        _instructions(ctx.instructions), shared.base_align, maps, cluster,
+                        dependent_launch=target.has("pdl"))
 
 
 def _instructions(chosen: dict) -> tuple:

@@ -368,6 +368,11 @@ class LoadedModule:
         cfg.sharedMemBytes = kernel.shared_bytes
         cfg.hStream = drv.CUstream(stream)
         cfg.numAttrs = 0
+        if kernel.dependent_launch:  # its code waits for the stream's previous kernel (griddepcontrol.wait)
+            attr = drv.CUlaunchAttribute()
+            attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            cfg.attrs, cfg.numAttrs = [attr], 1
         ptrs = (ctypes.c_void_p * max(1, len(args)))(*[ctypes.addressof(a) for a in args])
         (err,) = drv.cuLaunchKernelEx(cfg, f, ctypes.addressof(ptrs) if args else 0, 0)
         _check(drv, err, f"cuLaunchKernelEx({symbol}, grid={tuple(grid)}, block={tuple(kernel.block)}, "

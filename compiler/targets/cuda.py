@@ -338,7 +338,8 @@ class _KernelEmitter:
                 head[-1] += ") {"
         else:
             head.append(sig + ", ".join(params) + ") {")
-        pro = []
+        pro = ['  asm volatile("griddepcontrol.wait;" ::: "memory");  // the previous kernel done (dependent launch)'] \
+            if k.dependent_launch else []
         sp = self.used_special
         if sp & {"tid", "lane", "warp"}:
             bx, by, _ = k.block

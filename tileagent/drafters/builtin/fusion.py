@@ -60,6 +60,7 @@ class Kernel:
         self.row_outs: list = []
         self.realize: list = []  # reductions stored for later kernels
         self.reverse = False  # a pointwise kernel that walks its rows from the last (after a whole-tensor reduction)
+        self.reread = False  # a reversed pointwise kernel reads this reduction's tensors again (no evict_first)
 
     def domain_index(self, src: V, dims) -> list:
         """``src``'s index at the domain point, its ``dims`` along the columns, the others along the rows."""
@@ -129,6 +130,7 @@ class Plan:
                     # of every block at once): walked from the last row, the pointwise pass first reads what the
                     # reduction read last, which the L2 (50 MB on an H200) may still hold
                     pointwise[prod(o.shape).v].reverse = True
+                    k.reread = True
                 k.full_outs = []
         for k in self.kernels:
             for r in k.reduces:

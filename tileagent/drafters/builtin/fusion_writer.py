@@ -634,8 +634,9 @@ class KernelWriter:
                 second += [" " * 12 + f"red{n_red} = T.alloc_fragment((BM,), \"float32\")",
                            " " * 12 + f"T.copy({ws}[0, bm * BM], part)",
                            " " * 12 + f"{REDUCE_FN[op]}(part, red{n_red}, dim=0)"]
-            first = [re.sub(r"^(\s*T\.copy\([gt]_\w+\[.*\], f\d+_\w+)\)$", r'\1, eviction_policy="evict_first")', line)
-                     for line in body[:self.split_at]]  # tiles read once: L2 keeps the partials (BENCHMARKS.md)
+            first = body[:self.split_at] if k.reread else [  # tiles read once: L2 keeps the partials (BENCHMARKS.md)
+                re.sub(r"^(\s*T\.copy\([gt]_\w+\[.*\], f\d+_\w+)\)$", r'\1, eviction_policy="evict_first")', line)
+                for line in body[:self.split_at]]  # read again later (x / norm(x)): the L2 may keep the last tiles
             body = first + ["", " " * 8 + "with T.Kernel(T.ceildiv(NX, BM), threads=THREADS) as bm:  "
                                            "# after every partial"] + second + body[self.split_at:]
         if k.pointwise and k.reverse:  # before the row lets; copies take the row inline, bounded by the grid

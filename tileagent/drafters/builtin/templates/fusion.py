@@ -104,18 +104,22 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
     if not pointwise and not topk and NR < br <= BR_MAX and warps and NR % (256 * warps) == 0:
         br = NR  # the row exactly: each warp's lanes cover whole 16-byte vectors of it, no masked columns
     return bm, br, threads
+'''
 
+SCHEDULE_SPLIT = '''
 
 def schedule_split(NX, NR):
-    """(BM, BR, THREADS, SPLIT): schedule() plus SPLIT blocks per row group along the columns when fewer than 1024
-    blocks would run (a reduction to a few values: a norm of the whole tensor, a loss): about 8 blocks per SM of an
-    H100/H200 (132 SMs), all resident at once (the kernel holds 10 per SM), so each SM has 8 blocks' loads in
-    flight; 264 (2 per SM) left a norm of 268 MB at 49% of a copy."""
+    """(BM, BR, THREADS, SPLIT): schedule() plus SPLIT blocks per row group along the columns when fewer than
+    SPLIT_BLOCKS blocks would run (a reduction to a few values: a norm of the whole tensor, a loss): 1024 is about 8
+    blocks per SM of an H100/H200 (132 SMs), all resident at once (the kernel holds 10 per SM), so each SM has 8
+    blocks' loads in flight; 264 (2 per SM) left a norm of 268 MB at 49% of a copy. More blocks (up to 4096) while
+    a block would read more than 4 tiles: the norm of 268 MB (16384 tiles) ran 2% faster in 4096 blocks than in
+    1024; a loss over 128 MB (4096 tiles) ran 3% slower in 4096 blocks of one tile than in 1024 (H200)."""
     bm, br, threads = schedule(NX, NR, False, False, grow=False)
     blocks = (NX + bm - 1) // bm
     tiles = (NR + br - 1) // br
     split = 1
-    while blocks * split < 1024 and split * 2 <= tiles and split < 4096:
+    while (blocks * split < SPLIT_BLOCKS or 1 < split < tiles // 4) and split * 2 <= tiles and split < 4096:
         split *= 2
     return bm, br, threads, split
 
@@ -147,6 +151,8 @@ def render(match: FamilyMatch, knobs: dict) -> str:
            f"STASH (bytes of shared memory a 512-thread block keeps a row's tiles in between two passes over them), "
            f"HALF_STASH (16-bit rows read twice: in tiles through the stash rather than 2 x PER_THREAD a thread), "
            f"ROUND_STEPS (16-bit intermediate results rounded after every op, as eager does).")
+    if "schedule_split(" in forward:  # a reduction split over blocks: how many blocks it fills the GPU with
+        constants["SPLIT_BLOCKS"] = knobs.get("SPLIT_BLOCKS", 1024)
     shim = SimpleNamespace(traced=plan.t)
     head = common.header(doc, constants, tunables, shim)
     head += ('TL_DTYPE.update({torch.float64: "float64", torch.int8: "int8", torch.int16: "int16", '
@@ -155,7 +161,8 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     nested = [Operand("param", g.ref_key, g.name, "full", "", None) for g in plan.globals
               if g.origin == "param" and "." in g.ref_key]
     model = common.model_class(SimpleNamespace(traced=plan.t, operands=nested, gemm_b=None), forward)
-    return head + SCHEDULE + "\n\n" + "\n\n".join(kernels) + "\n\n" + model
+    split = SCHEDULE_SPLIT if "schedule_split(" in forward else ""
+    return head + SCHEDULE + split + "\n\n" + "\n\n".join(kernels) + "\n\n" + model
 
 
 SEP = "\n#<kernel>\n"
