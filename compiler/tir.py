@@ -251,7 +251,8 @@ class DeviceKernel:
     with programmatic stream serialization and its code begins with ``griddepcontrol.wait`` (target feature
     ``pdl``): its blocks may be scheduled while the stream's previous kernel drains (the launch gap between two
     dependent kernels overlaps that kernel's tail), and none of its instructions run before that kernel's memory
-    operations are complete and visible, so the order of the stream is kept.
+    operations are complete and visible, so the order of the stream is kept. Its next instruction,
+    ``griddepcontrol.launch_dependents``, lets the next such kernel launch once every block of this one has started.
     """
 
     name: str

@@ -467,7 +467,8 @@ def test_a_kernel_lowered_alike_for_every_arch_but_hoppers_dependent_launch_has_
     base = kernel.get_kernel_source().splitlines()
     hopper = variants["sm_90a"]["source"].splitlines()
     assert [line for line in hopper if line not in base] == [
-        '  asm volatile("griddepcontrol.wait;" ::: "memory");  // the previous kernel done (dependent launch)']
+        '  asm volatile("griddepcontrol.wait;" ::: "memory");  // the previous kernel done (dependent launch)',
+        '  asm volatile("griddepcontrol.launch_dependents;");  // the next kernel may launch']
     assert [launch.get("dependent_launch") for launch in variants["sm_90a"]["launches"]] == [True]
 
 

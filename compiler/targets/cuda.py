@@ -338,7 +338,8 @@ class _KernelEmitter:
                 head[-1] += ") {"
         else:
             head.append(sig + ", ".join(params) + ") {")
-        pro = ['  asm volatile("griddepcontrol.wait;" ::: "memory");  // the previous kernel done (dependent launch)'] \
+        pro = ['  asm volatile("griddepcontrol.wait;" ::: "memory");  // the previous kernel done (dependent launch)',
+               '  asm volatile("griddepcontrol.launch_dependents;");  // the next kernel may launch'] \
             if k.dependent_launch else []
         sp = self.used_special
         if sp & {"tid", "lane", "warp"}:

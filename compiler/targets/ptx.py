@@ -171,6 +171,7 @@ class _KernelPtx(Calls, Values):
             self.smem = self.op("b32", "mov.u32", Val("smem", "b32"))
         if self.k.dependent_launch:  # the previous kernel of the stream done (DeviceKernel.dependent_launch)
             self.emit("griddepcontrol.wait;")
+            self.emit("griddepcontrol.launch_dependents;")
         for policy in sorted({self.hint(s) for s in walk(self.k.body) if isinstance(s, VecCopy)} - {None}):
             self.policies[policy] = self.reg("b64")
             self.emit(f"createpolicy.fractional.L2::{policy}.b64 {self.policies[policy]}, 1.0;")
