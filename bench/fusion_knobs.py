@@ -53,14 +53,23 @@ __device__ __forceinline__ uint4 tl_ld_plain(const uint4* p) {
   return r;
 }
 """
-HINTS = {"ld.cs": "__ldcs", "ld.ef": "tl_ld_ef", "ld.na": "tl_ld_na", "ld.plain": "tl_ld_plain", "st.cs": None}
+HINTS = {"ld.cs": "__ldcs", "ld.ef": "tl_ld_ef", "ld.na": "tl_ld_na", "ld.plain": "tl_ld_plain", "st.cs": None,
+         "div.fast": None, "cuda": None}
+_DIV = re.compile(r"^(\s*const float \w+ = )([^;/]+) / ([^;/]+);", re.M)
 
 
 def cache_hints(kind: str):
     """A CUDA post-processing callback: 16-byte vector loads (``ld.*``: through ``HINTS[kind]``) or stores
-    (``st.cs``: ``__stcs``) of the kernel's pointer parameters with that cache hint."""
+    (``st.cs``: ``__stcs``) of the kernel's pointer parameters with that cache hint; ``div.fast``: each float32
+    division ``a / b`` of a let as ``__fdividef(a, b)`` (2 ulp, torch.compile's Triton division), what dividing
+    once per row would gain; ``cuda``: the source unchanged (compiled by NVRTC, not the PTX emitter: the control
+    for the others)."""
 
     def rewrite(source: str, target=None) -> str:
+        if kind == "cuda":
+            return source
+        if kind == "div.fast":
+            return _DIV.sub(r"\1__fdividef(\2, \3);", source)
         params = set()
         for sig in re.findall(r"__global__[^{]*\(([^)]*)\)", source):
             params.update(_PTR.findall(sig))
