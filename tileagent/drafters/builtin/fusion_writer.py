@@ -370,9 +370,9 @@ class KernelWriter:
         body: list[str] = []
         out_params: list = []  # (name, declaration, output number or None)
         pad = 12
-        if k.pointwise:
-            grid = "T.ceildiv(NR, BR), T.ceildiv(NX, BM)"
-            head = "(bn, bmr)" if k.reverse else "(bn, bm)"  # bmr: rows from the last (the let bm, assemble)
+        if k.pointwise:  # a row of one tile: the row blocks along x (no limit of 65535; assemble's let bn, bm)
+            grid = "T.ceildiv(NX, BM) if NK == 1 else T.ceildiv(NR, BR), 1 if NK == 1 else T.ceildiv(NX, BM)"
+            head = "(g0, g1)"
         else:
             grid = "T.ceildiv(NX, BM)"
             head = "bm"
@@ -641,6 +641,8 @@ class KernelWriter:
                                            "# after every partial"] + second + body[self.split_at:]
         if k.pointwise and k.reverse:  # before the row lets; copies take the row inline, bounded by the grid
             allocs.insert(0, " " * 12 + "bm = (NX + BM - 1) // BM - 1 - bmr")
+        if k.pointwise:  # bmr: rows from the last (the let bm above)
+            allocs.insert(0, " " * 12 + f"bn, {'bmr' if k.reverse else 'bm'} = (0, g0) if NK == 1 else (g0, g1)")
         if self.row_div:  # the block's first row, where the row-uniform fragments are read (uniform_col)
             allocs += [" " * 12 + s for s in self.block_prelude()]
             allocs += [" " * 12 + let for _, let in self.block_lets.values()]

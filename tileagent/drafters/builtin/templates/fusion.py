@@ -39,7 +39,9 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
     pointwise kernel; the whole row for top-k: BR_MAX=64 gives a rotary embedding's 128-value rows as half-row
     tiles, whose copies shifted by half a row lie wholly in the row or wholly outside it, never half-masked), BM
     rows so a thread holds about PER_THREAD values (top-k: fewer, down to 8 rows, until 1024 blocks run; a pointwise
-    kernel: more rows while its row blocks exceed the grid's y limit of 65535).
+    kernel whose row spans several tiles: more rows while its row blocks exceed the grid's y limit of 65535; a row of
+    one tile has its row blocks along x: BatchNorm over 16x64x256x256 at PER_THREAD 16 then runs 65536 blocks of 128
+    threads, at torch.compile's speed on the H200, where 32768 blocks of 256 threads ran 3% slower).
     ``reread``: the kernel passes over a row more than once (a reduction, then outputs of the row's size): a row of
     up to 512 * PER_THREAD values is then one tile held in registers (up to 512 threads), read from memory once.
     ``lanes``: float32 tiles a pass over a longer row keeps per value (3 for a mean and variance in one pass,
@@ -87,8 +89,8 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
             bm //= 2
         while pointwise and bm * br < THREADS * per and br < NR and br < BR_MAX:
             br *= 2
-    while pointwise and (NX + bm - 1) // bm > 65535 and not (div and div % (2 * bm)):  # BM divides div, if any
-        bm *= 2  # the grid's y (row blocks) holds at most 65535
+    while pointwise and br < NR and (NX + bm - 1) // bm > 65535 and not (div and div % (2 * bm)):  # BM | div
+        bm *= 2  # the grid's y (row blocks, when a row spans several tiles) holds at most 65535
     while topk and bm > 8 and (NX + bm - 1) // bm < 1024:  # top-k: k block-wide passes over each value a thread
         bm //= 2  # holds; fewer rows per block fill the GPU (M=8192, E=64: 128 blocks at 0.12 waves); not under 8
         # rows, which the CPU interpreter runs 7x faster than 1 row per block
