@@ -55,7 +55,7 @@ __device__ __forceinline__ uint4 tl_ld_plain(const uint4* p) {
 """
 HINTS = {"ld.cs": "__ldcs", "ld.ef": "tl_ld_ef", "ld.na": "tl_ld_na", "ld.plain": "tl_ld_plain", "st.cs": None,
          "div.fast": None, "cuda": None}
-_DIV = re.compile(r"^(\s*const float \w+ = )([^;/]+) / ([^;/]+);", re.M)
+_DIV = re.compile(r"^(\s*const float \w+ = )([^;/\[\]]+|\w+\[[^;/]*\]) / ([^;/\[\]]+|\w+\[[^;/]*\]);", re.M)
 
 
 def cache_hints(kind: str):

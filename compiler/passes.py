@@ -234,12 +234,22 @@ def _ptxas(u: Unit) -> Unit:
 
 
 def _nvrtc(u: Unit) -> Unit:
-    from tileagent.compiler.runtime.nvrtc import compile_to_cubin
+    from tileagent.compiler.runtime.hooks import cuda_postproc
+    from tileagent.compiler.runtime.nvrtc import NvrtcError, compile_to_cubin
 
     if u.cubin is not None:  # ptxas made it
         return u
-    return replace(u, cubin=compile_to_cubin(u.source, u.target.arch, u.options.nvrtc_options,
-                                             timeout_s=u.options.nvrtc_timeout_s))
+    try:
+        cubin = compile_to_cubin(u.source, u.target.arch, u.options.nvrtc_options, timeout_s=u.options.nvrtc_timeout_s)
+    except NvrtcError as e:
+        postproc = cuda_postproc()
+        if postproc is None:
+            raise
+        raise TargetError(f"the CUDA source returned by the post-processing callback "  # the user's edit, not ours
+                          f"{getattr(postproc, '__name__', postproc)!r} does not compile: {e}", u.func.span,
+                          code="E603", hint="get_kernel_source() shows the source after the callback; the source "
+                                            "before it compiles without the callback registered") from None
+    return replace(u, cubin=cubin)
 
 
 # One list per arch; each line one pass and what it does. The kind of target decides how far it runs (``pipeline``).

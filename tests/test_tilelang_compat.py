@@ -1100,6 +1100,15 @@ def test_cuda_postproc_callback_rewrites_the_compiled_source(tilelang, tmp_path)
         assert kernel.cubin()[:4] == b"\x7fELF"
         with pytest.raises(ValueError, match="already registered"):
             register_cuda_postproc_callback(override=False)(lambda code, target: code)
+
+        @register_cuda_postproc_callback()
+        def break_it(code, target):
+            return code + "\nnot_cuda;\n"
+
+        with pytest.raises(CompileError, match="the CUDA source returned by the post-processing callback 'break_it' "
+                                               "does not compile: NVRTC compilation failed") as info:
+            ns["copy"](384)
+        assert info.value.code == "E603" and "get_kernel_source() shows the source after the callback" in str(info.value)
         register_cuda_postproc_callback()(lambda code, target: None)
         with pytest.raises(CompileError, match="returned NoneType") as info:
             ns["copy"](512)
