@@ -457,6 +457,7 @@ def test_a_tensor_map_the_driver_refuses_runs_the_fallback(shared_example, monke
 def test_a_kernel_lowered_alike_for_every_arch_but_hoppers_dependent_launch_has_one_variant():
     import tileagent
     from tests.conftest import load_module
+    from tileagent.compiler.targets.cuda import _ALL_HELPERS
     from tileagent.export import VARIANT_ARCHES, kernel_descriptor
 
     impl = load_module(REPO / "prompts" / "examples" / "rmsnorm_silu.py").rmsnorm_silu
@@ -464,11 +465,9 @@ def test_a_kernel_lowered_alike_for_every_arch_but_hoppers_dependent_launch_has_
                                pass_configs=impl.pass_configs)
     variants = kernel_descriptor(kernel, VARIANT_ARCHES)["variants"]
     assert list(variants) == ["sm_90a"]  # only the Hopper lowering differs: its kernel waits for the previous one
-    base = kernel.get_kernel_source().splitlines()
-    hopper = variants["sm_90a"]["source"].splitlines()
-    assert [line for line in hopper if line not in base] == [
-        '  asm volatile("griddepcontrol.wait;" ::: "memory");  // the previous kernel done (dependent launch)',
-        '  asm volatile("griddepcontrol.launch_dependents;");  // the next kernel may launch']
+    hopper = variants["sm_90a"]["source"]
+    without = hopper.replace(_ALL_HELPERS["dependent_launch"] + "\n\n", "").replace("  tl_dependent_launch();\n", "")
+    assert without != hopper and without == kernel_descriptor(kernel)["source"]
     assert [launch.get("dependent_launch") for launch in variants["sm_90a"]["launches"]] == [True]
 
 

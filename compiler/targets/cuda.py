@@ -110,6 +110,15 @@ __device__ __forceinline__ float tl_exp2f(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }""",
+    "dependent_launch": """\
+// A dependent launch (DeviceKernel.dependent_launch): wait until the stream's previous kernel is done and its writes
+// are visible, then let the next kernel launch once every block of this one has started (sm_90+; a no-op below).
+__device__ __forceinline__ void tl_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}""",
 }
 _ALL_HELPERS = {**_HELPERS, **TENSOR_HELPERS, **TMA_HELPERS, **ATOMIC_HELPERS, **HINT_HELPERS}
 _RESERVED = set("""
@@ -338,9 +347,10 @@ class _KernelEmitter:
                 head[-1] += ") {"
         else:
             head.append(sig + ", ".join(params) + ") {")
-        pro = ['  asm volatile("griddepcontrol.wait;" ::: "memory");  // the previous kernel done (dependent launch)',
-               '  asm volatile("griddepcontrol.launch_dependents;");  // the next kernel may launch'] \
-            if k.dependent_launch else []
+        pro = []
+        if k.dependent_launch:
+            self.state.helpers.add("dependent_launch")
+            pro.append("  tl_dependent_launch();")
         sp = self.used_special
         if sp & {"tid", "lane", "warp"}:
             bx, by, _ = k.block
