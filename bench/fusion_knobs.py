@@ -7,8 +7,9 @@ The variants: the draft as drafted, each other value its TUNABLES list for one k
 --no-tunables), the ``--variant`` settings given, and per ``--hints`` kind the draft whose CUDA source loads (or
 stores) 16-byte vectors of the kernel's tensors with that cache hint (``HINTS``, through the runtime's CUDA
 post-processing hook): what a code generation change would gain before it is made; per ``--env`` the draft built and
-run with that environment variable set (``TILEAGENT_ENABLE_PDL=0``: a compiler feature switched off). Per config: torch.compile's median time before and
-after the variants (their spread is the run's drift), then x compile per variant (> 1: the variant is faster);
+run with that environment variable set (``TILEAGENT_ENABLE_PDL=0``: a compiler feature switched off). Per config:
+torch.compile's median time before and after the variants (their spread is the run's drift), then x compile per
+variant (> 1: the variant is faster);
 WRONG when a variant's outputs differ from the reference. Timing: ``bench/memory_bound.bench`` (L2 flushed, the
 stream kept busy so launch overhead is left out).
 """
@@ -16,11 +17,11 @@ stream kept busy so launch overhead is left out).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import sys
 import tempfile
+from unittest import mock
 from pathlib import Path
 
 import torch
@@ -100,20 +101,6 @@ def variants_of(source: str, extra: list[str], hints: list[str], envs: list[str]
     return out + [(h, [], h, {}) for h in hints]
 
 
-@contextlib.contextmanager
-def environment(values: dict):
-    """``os.environ`` with ``values`` set, restored after."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
 
 def close(got, want) -> bool:
     for g, w in zip(as_tuple(got), as_tuple(want)):
@@ -162,7 +149,7 @@ def run_op(path: Path, max_configs: int, trials: int, extra: list[str], hints: l
                 new.load_state_dict(ref.state_dict(), strict=False)
                 set_cuda_postproc(cache_hints(hinted) if hinted else None)
                 try:
-                    with environment(env):
+                    with mock.patch.dict(os.environ, env):
                         ok = close(new(*inputs), want)
                         ms = bench(lambda: new(*inputs), trials)[0]
                 except Exception as e:  # noqa: BLE001 - a variant that does not build is reported, not fatal

@@ -113,10 +113,11 @@ SCHEDULE_SPLIT = '''
 def schedule_split(NX, NR):
     """(BM, BR, THREADS, SPLIT): schedule() plus SPLIT blocks per row group along the columns when fewer than
     SPLIT_BLOCKS blocks would run (a reduction to a few values: a norm of the whole tensor, a loss): 1024 is about 8
-    blocks per SM of an H100/H200 (132 SMs), all resident at once (the kernel holds 10 per SM), so each SM has 8
-    blocks' loads in flight; 264 (2 per SM) left a norm of 268 MB at 49% of a copy. More blocks (up to 4096) while
-    a block would read more than 4 tiles: the norm of 268 MB (16384 tiles) ran 2% faster in 4096 blocks than in
-    1024; a loss over 128 MB (4096 tiles) ran 3% slower in 4096 blocks of one tile than in 1024 (H200)."""
+    blocks per SM of an H100/H200 (132 SMs), all resident at once where the kernel holds 8 or more per SM (a loss's,
+    at 44 registers, holds 10), so each SM has 8 blocks' loads in flight; 264 (2 per SM) left a norm of 268 MB at
+    49% of a copy. More blocks (up to 4096) while a block would read more than 4 tiles: the norm of 268 MB (16384
+    tiles) ran 2% faster in 4096 blocks than in 1024; a loss over 128 MB (4096 tiles) ran 3% slower in 4096 blocks
+    of one tile than in 1024 (H200)."""
     bm, br, threads = schedule(NX, NR, False, False, grow=False)
     blocks = (NX + bm - 1) // bm
     tiles = (NR + br - 1) // br
