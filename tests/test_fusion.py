@@ -786,3 +786,18 @@ def test_rotary_half_row_tiles_and_float32_steps(knob, tmp_path):
     results = check_candidate(spec, candidate, device="cpu", configs=[spec.small_config, {"B": 1, "S": 3, "H": 4}],
                               seeds=1, seed=SEED)
     assert [r.correct for r in results] == [True, True], [r.message for r in results]
+
+
+def test_an_fp8_output_is_drafted_and_matches_torch(tmp_path):
+    """Per-token dynamic FP8 quantization (bench/played_llm/refs/fp8_row_quant.py: values as float8_e4m3fn and their
+    float32 scales) stopped the drafter with a KeyError on the fp8 dtype. It is one kernel writing both outputs,
+    bit-exact against torch on the CPU, and its CUDA converts with the fp8 header's saturating conversion."""
+    path = REPO / "bench" / "played_llm" / "refs" / "fp8_row_quant.py"
+    source, module = _candidate("fp8_row_quant", tmp_path, path)
+    assert 'o0: T.Tensor((s75, s96), "float8_e4m3fn")' in source and "o1: T.Tensor((s75,), \"float32\")" in source
+    spec = load_spec(path)
+    results = check_candidate(spec, tmp_path / "fp8_row_quant_candidate.py", device="cpu",
+                              configs=[spec.small_config], seeds=1, seed=SEED)
+    assert [r.correct for r in results] == [True] and results[0].max_abs_err == 0.0
+    cuda = module["kernel0"](64, 4096, "bfloat16", True, *module["schedule"](64, 4096, False, False, True, half=True))
+    assert "__nv_fp8_e4m3(f_o0[" in cuda.get_kernel_source()

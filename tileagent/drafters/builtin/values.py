@@ -767,7 +767,7 @@ V.with_ins = _with_ins
 V.ins = ()
 DT = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64",
       torch.int8: "int8", torch.int16: "int16", torch.int32: "int32", torch.int64: "int64", torch.uint8: "uint8",
-      torch.bool: "bool"}
+      torch.bool: "bool", torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2"}
 
 
 def _safe(name: str) -> str:
