@@ -157,6 +157,22 @@ def test_ops_outside_the_families_are_declined(tmp_path):
                                          configs=[], turn=1))
 
 
+def test_a_failure_inside_the_drafter_ends_the_run_as_undraftable(monkeypatch, caplog):
+    """A bug of ours while rendering (float8 outputs once raised KeyError) is DrafterUnavailable naming the error and
+    the way on (the loop's "no drafter could draft it"), with the traceback in the log, not a crash of the run."""
+    from tileagent.drafters.builtin import drafter
+
+    def broken(match, knobs):
+        raise KeyError("torch.float8_e4m3fn")
+
+    monkeypatch.setattr(drafter, "render", broken)
+    with caplog.at_level("ERROR", logger="tileagent.drafters.builtin"), pytest.raises(DrafterUnavailable) as err:
+        BuiltinDrafter().draft(make_task("softmax"))
+    assert str(err.value).startswith("softmax: the built-in drafter failed on this reference with an internal error "
+                                     "(KeyError: 'torch.float8_e4m3fn'; the log has the traceback)")
+    assert "--provider file" in str(err.value) and "Traceback" in caplog.text
+
+
 def test_mla_decode_is_declined_in_plain_words():
     with pytest.raises(DrafterUnavailable) as err:
         BuiltinDrafter().draft(make_task("mla_decode"))

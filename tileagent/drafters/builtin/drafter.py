@@ -8,11 +8,14 @@ complete candidate module in the evaluator's format; ``Draft.label`` is ``builti
 Turns: turn 1 proposes the first variants in the template's order (the most likely schedules first); later turns skip
 every variant already in ``task.history`` (by label: a variant that failed to compile or was wrong is never repeated,
 and one that passed needs no second run) and propose the next ones. When none are left, or the reference is outside
-the built-in families, ``draft`` raises ``DrafterUnavailable`` with a plain message.
+the built-in families, ``draft`` raises ``DrafterUnavailable`` with a plain message; so it does when recognizing or
+rendering fails inside the drafter (a bug of ours: the message names the error, the log has its traceback), so the
+run ends as "no drafter could draft it" rather than with a traceback.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from types import ModuleType
 
@@ -26,6 +29,8 @@ TEMPLATES: dict[str, ModuleType] = {"rmsnorm": rows, "layernorm": rows, "softmax
 LLM_HINT = ("an LLM endpoint would be needed for it: tileagent generate REFERENCE --provider openai --model MODEL "
             "--base-url URL, or answer the prompts yourself (or with another tool) through files: tileagent "
             "generate REFERENCE --provider file")
+
+log = logging.getLogger("tileagent.drafters.builtin")
 
 
 def outside_message(task_name: str, reason: str) -> str:
@@ -68,8 +73,21 @@ class BuiltinDrafter:
         """Up to ``task.n`` candidates for ``task`` (see the module docstring for the turn policy).
 
         Raises:
-            DrafterUnavailable: the reference is outside the built-in families, or every variant has been tried.
+            DrafterUnavailable: the reference is outside the built-in families, every variant has been tried, or the
+                drafter itself failed on it.
         """
+        try:
+            return self._draft(task)
+        except DrafterUnavailable:
+            raise
+        except Exception as e:  # noqa: BLE001 - our bug: the run ends as undraftable, with the traceback logged
+            log.exception("the built-in drafter failed on %s", task.reference_path)
+            raise DrafterUnavailable(
+                f"{task.task_name}: the built-in drafter failed on this reference with an internal error "
+                f"({type(e).__name__}: {e}; the log has the traceback): a bug in TileAgent's drafter, not in the "
+                f"reference. {LLM_HINT[0].upper()}{LLM_HINT[1:]}.") from e
+
+    def _draft(self, task: DraftTask) -> list[Draft]:
         match, reason = self.recognize(task.reference_path)
         if match is None:
             raise DrafterUnavailable(outside_message(task.task_name, reason))
