@@ -117,7 +117,10 @@ def test_the_cuda_load_goes_through_the_hint_helper_and_the_store_does_not():
             '      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));') in helpers
     assert 'asm("ld.global.L1::evict_first.L2::cache_hint.v2.u32 {%0,%1}, [%2], %3;"' in helpers
     assert 'asm("ld.global.L1::evict_first.L2::cache_hint.u32 %0, [%1], %2;"' in helpers
-    assert "volatile" not in helpers and "evict_last" not in src
+    from tileagent.compiler.targets.cuda import _ALL_HELPERS
+
+    hints = helpers.replace(_ALL_HELPERS["dependent_launch"], "")  # the hinted loads may move: no asm volatile
+    assert "volatile" not in hints and "evict_last" not in src
 
 
 def test_without_a_hint_the_cuda_source_is_unchanged():
