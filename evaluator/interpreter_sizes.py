@@ -2,11 +2,12 @@
 
 In: a loaded ``Spec`` and one config (free dims already at their SMALL_CONFIG sizes, ``tileagent.configs``). Out:
 ``interpreter_config(spec, config) -> (the config to run, a note saying why it differs, or None)``. The interpreter
-needs minutes for a few hundred thousand elements, so a config whose inputs hold more than
-``INTERPRETER_INPUT_ELEMENTS`` is checked smaller: its free dims halved while the other sizes (which decide the
-schedule a GPU runs) stay as stated, else the reference's SMALL_CONFIG sizes. Guarantees: sizes are counted on the
-meta device (no values drawn); a config whose inputs cannot be counted there is kept as stated, one whose model
-cannot be built there is checked at SMALL_CONFIG's sizes.
+needs minutes for a few hundred thousand elements, so a config whose inputs and model tensors (parameters and
+buffers: a GEMM's weight) hold more than ``INTERPRETER_INPUT_ELEMENTS`` is checked smaller: its free dims halved
+while the other sizes (which decide the schedule a GPU runs) stay as stated, else the reference's SMALL_CONFIG
+sizes. Guarantees: sizes are counted on the meta device (no values drawn); a config whose inputs cannot be counted
+there is kept as stated; a model that cannot be built there counts as no tensors for the first test and sends a
+config that is too large to SMALL_CONFIG's sizes.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
     (FREE_DIMS) halved (down to 1) until the inputs fit, when that is enough and the model's parameters and buffers
     fit too (the other sizes, which decide the schedule a GPU runs, as stated: a softmax over a 256000-word
     vocabulary keeps its rows that wide); else ``config`` with each integer key that SMALL_CONFIG states lowered to
-    SMALL_CONFIG's value (other keys, and keys already smaller, kept)."""
+    SMALL_CONFIG's value (other keys, and keys already smaller, kept). Inputs count with the model's parameters and
+    buffers: a linear layer's 4096 x 16384 weight at 40 tokens was checked as stated and took over 7 minutes."""
     small = spec.small_config or {}
     sized = {k: v for k, v in small.items() if type(v) is int and type(config.get(k)) is int and v < config[k]}
     if not sized:
         return config, None
     try:
-        elements = spec.input_elements(config)
+        elements = spec.input_elements(config) + (_model_elements(spec, config) or 0)
         if elements <= INTERPRETER_INPUT_ELEMENTS:
             return config, None
         run, how = _free_dims_halved(spec, config), "the free dims halved, the other sizes as stated"
@@ -39,7 +41,7 @@ def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
     except Exception:  # noqa: BLE001 - get_inputs needs real values: keep the config as stated
         return config, None
     text = ", ".join(f"{k}={v}" for k, v in run.items())
-    return run, (f"checked at {text} on the CPU interpreter ({how}): the inputs of "
+    return run, (f"checked at {text} on the CPU interpreter ({how}): the inputs and model tensors of "
                  f"{', '.join(f'{k}={v}' for k, v in config.items())} hold {elements:,} elements, more than the "
                  f"interpreter checks in time ({INTERPRETER_INPUT_ELEMENTS:,}); a GPU checks the config as stated")
 
@@ -50,18 +52,25 @@ def _free_dims_halved(spec, config: dict) -> dict | None:
     import torch
 
     free = [k for k in spec.free_dims if type(config.get(k)) is int]
-    if not free:
+    weights = _model_elements(spec, config)
+    if not free or weights is None or weights > INTERPRETER_INPUT_ELEMENTS:
         return None
+    run = dict(config)
+    while spec.input_elements(run) + weights > INTERPRETER_INPUT_ELEMENTS:
+        if all(run[k] == 1 for k in free):
+            return None
+        run.update({k: max(1, run[k] // 2) for k in free})
+    return run
+
+
+def _model_elements(spec, config: dict) -> int | None:
+    """The elements of the model's parameters and buffers at ``config`` (built on the meta device), or None when the
+    constructor needs real values."""
+    import torch
+
     try:
         with torch.device("meta"):
             model = spec.module.Model(*spec.init_inputs(config))
     except Exception:  # noqa: BLE001 - a constructor that needs real values: its size is not known
         return None
-    if sum(t.numel() for t in [*model.parameters(), *model.buffers()]) > INTERPRETER_INPUT_ELEMENTS:
-        return None
-    run = dict(config)
-    while spec.input_elements(run) > INTERPRETER_INPUT_ELEMENTS:
-        if all(run[k] == 1 for k in free):
-            return None
-        run.update({k: max(1, run[k] // 2) for k in free})
-    return run
+    return sum(t.numel() for t in [*model.parameters(), *model.buffers()])

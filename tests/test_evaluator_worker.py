@@ -381,8 +381,9 @@ def test_on_the_cpu_a_config_too_large_for_the_interpreter_is_checked_at_small_c
         ({"M": 4, "N": 1000}, None), ({"M": 8, "N": 65536}, {"M": 2, "N": 64}),
         ({"M": 16, "N": 65536}, {"M": 2, "N": 64}), ({"M": 8, "N": 40}, None)]
     assert result.configs[1].notes == [
-        "checked at M=2, N=64 on the CPU interpreter (the reference's SMALL_CONFIG sizes): the inputs of M=8, N=65536 "
-        "hold 524,288 elements, more than the interpreter checks in time (262,144); a GPU checks the config as stated"]
+        "checked at M=2, N=64 on the CPU interpreter (the reference's SMALL_CONFIG sizes): the inputs and model "
+        "tensors of M=8, N=65536 hold 524,288 elements, more than the interpreter checks in time (262,144); a GPU "
+        "checks the config as stated"]
     assert "Checked at smaller sizes (inputs too large for the interpreter; the free dims halved where that was " \
            "enough, else the reference's SMALL_CONFIG sizes): M=8, N=65536 at " \
            "M=2, N=64; M=16, N=65536 at M=2, N=64. A path your kernel takes only at the sizes as stated was " \
@@ -404,7 +405,7 @@ def test_on_the_cpu_a_config_too_large_for_the_interpreter_halves_its_free_dims_
     run, note = interpreter_config(spec, {"M": 8, "N": 65536})
     assert run == {"M": 4, "N": 65536}
     assert note.startswith("checked at M=4, N=65536 on the CPU interpreter (the free dims halved, the other sizes as "
-                           "stated): the inputs of M=8, N=65536 hold 524,288 elements")
+                           "stated): the inputs and model tensors of M=8, N=65536 hold 524,288 elements")
     assert interpreter_config(spec, {"M": 8, "N": 400000})[0] == {"M": 2, "N": 64}  # too wide even at M=1
     assert interpreter_config(spec, {"M": 4, "N": 1000}) == ({"M": 4, "N": 1000}, None)
     weighted = tmp_path / "weighted.py"
@@ -412,6 +413,24 @@ def test_on_the_cpu_a_config_too_large_for_the_interpreter_halves_its_free_dims_
         "class Model(torch.nn.Module):\n", "class Model(torch.nn.Module):\n    def __init__(self):\n"
         "        super().__init__()\n        self.w = torch.nn.Parameter(torch.randn(600, 600))\n"))
     assert interpreter_config(load_spec(weighted), {"M": 8, "N": 65536})[0] == {"M": 2, "N": 64}
+
+
+def test_on_the_cpu_a_layers_weight_counts_toward_the_interpreters_size():
+    """Played LLM, session 20: bf16 linear + bias + GELU at M=40 (SMALL_CONFIG's tokens), K=4096, N=16384 has 164K
+    input elements but a 67M-element weight; it was checked as stated and timed out twice (300 s, 420 s). The
+    model's parameters and buffers count with the inputs: the config is checked at SMALL_CONFIG's sizes."""
+    from tileagent.evaluator.interpreter_sizes import interpreter_config
+    from tileagent.evaluator.spec import load_spec
+
+    from tests.conftest import REPO
+
+    spec = load_spec(REPO / "bench" / "played_llm" / "refs" / "linear_bias_gelu.py")
+    run, note = interpreter_config(spec, {"M": 40, "K": 4096, "N": 16384})
+    assert run == {"M": 40, "K": 64, "N": 96}
+    assert note.startswith("checked at M=40, K=64, N=96 on the CPU interpreter (the reference's SMALL_CONFIG sizes): "
+                           "the inputs and model tensors of M=40, K=4096, N=16384 hold 67,289,088 elements")
+    qk = load_spec(REPO / "bench" / "played_llm" / "refs" / "qk_rmsnorm.py")  # a (D,) weight leaves it as stated
+    assert interpreter_config(qk, {"B": 2, "S": 5, "H": 32, "D": 128}) == ({"B": 2, "S": 5, "H": 32, "D": 128}, None)
 
 
 def test_each_config_says_how_long_its_check_took(tmp_path):

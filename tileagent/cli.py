@@ -196,8 +196,8 @@ def _cpu_note(chosen, device: str) -> None:
                       + "; ".join(f"{cfgs_key(rc.spec)} -> {cfgs_key(rc.eval)}" for rc in reduced[:3])
                       + (" ..." if len(reduced) > 3 else "") + "); not timed", highlight=False)
     if not device.startswith("cuda"):
-        console.print("  CPU: a config whose inputs still hold more than 2**18 elements is checked with its free dims "
-                      "halved, or at SMALL_CONFIG's sizes (the results say where)", highlight=False)
+        console.print("  CPU: a config whose inputs and model tensors still hold more than 2**18 elements is checked "
+                      "with its free dims halved, or at SMALL_CONFIG's sizes (the results say where)", highlight=False)
 
 
 def _ms(t) -> str:
