@@ -3,15 +3,16 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|widths|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session20|widths|session2|session1|all]
 # Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
 # $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
 # ops of those sessions (their H200 results are in BENCHMARKS.md), all runs every op with its latest answer (12 ops:
 # about 10 minutes; use CAP=40 to shorten). widths: three of session 3's answers with only their narrowed global
-# accesses fixed (an A/B against session3's rows: what the 16/32-bit accesses cost), < 3 minutes.
+# accesses fixed (an A/B against session3's rows: what the 16/32-bit accesses cost), < 3 minutes. session20: the
+# two ops played in round 2 session 20 (fp8_row_quant, linear_bias_gelu).
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|widths|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-55}
 mkdir -p "$OUT"
@@ -50,6 +51,11 @@ WIDTHS=(
   "cross_entropy+widths:answers/cross_entropy/session3/turn1_widths.py"
   "masked_mean_pool+widths:answers/masked_mean_pool/session3/turn1_widths.py"
 )
+# round 2 session 20 ("Session 20" in RESULTS.md): the answers the CPU loop judged correct last
+SESSION20=(
+  "fp8_row_quant:answers/fp8_row_quant/turn2.py"
+  "linear_bias_gelu:answers/linear_bias_gelu/turn3.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -60,14 +66,16 @@ ALL=(
   "l2norm:answers/l2norm/turn1.py"
   "seq_mean:answers/seq_mean/turn1.py"
   "${SESSION3[@]}"
+  "${SESSION20[@]}"
 )
 case "$WHICH" in
   session1) ANSWERS=("${SESSION1[@]}") ;;
   session2) ANSWERS=("${SESSION2[@]}") ;;
   session3) ANSWERS=("${SESSION3[@]}") ;;
+  session20) ANSWERS=("${SESSION20[@]}") ;;
   widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session3, widths, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
