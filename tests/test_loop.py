@@ -450,6 +450,11 @@ def test_a_cpu_timeout_after_a_passing_config_names_it_and_does_not_ask_for_larg
            "M=5, V=32000.\n" in cpu
     assert "tiles made larger only to please the interpreter make the GPU\nkernel slower" in cpu
     assert "fewer, larger tiles" not in cpu
+    # played LLM, session 20: the same module sent again timed out again; a passing config's time is a yardstick
+    result.configs[0].seconds = {"check": 153.8}
+    cpu = render_feedback(result, device="cpu")
+    assert "Checked correct before the timeout: M=5, V=32000 in 154 s.\n" in cpu
+    assert "A module sent again unchanged\nmeets the same limit" in cpu
 
 
 def test_timing_feedback_names_the_configs_that_miss_the_target_slowest_first():

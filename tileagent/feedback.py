@@ -117,7 +117,8 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
     if status == "guard_violation":
         return render("feedback.guard_violation", rule=failure.get("rule", "?"), message=result.message)
     if status == "timeout" and not device.startswith("cuda"):
-        correct = [_cfg(c.config) + (f" (at {_cfg(c.evaluated_at)})" if c.evaluated_at else "")
+        correct = [_cfg(c.config) + (f" (at {_cfg(c.evaluated_at)})" if c.evaluated_at else "") +
+                   (f" in {c.seconds['check']:.0f} s" if (c.seconds or {}).get("check") else "")
                    for c in result.configs if c.correct]
         passed = f"\nChecked correct before the timeout: {'; '.join(correct)}." if correct else ""
         return render("feedback.cpu_timeout", message=result.message, passed=passed)
