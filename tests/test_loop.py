@@ -457,6 +457,19 @@ def test_a_cpu_timeout_after_a_passing_config_names_it_and_does_not_ask_for_larg
     assert "A module sent again unchanged\nmeets the same limit" in cpu
 
 
+def test_a_long_failure_is_summarized_at_a_words_end():
+    """Played LLM, session 20: the log's line for a mismatch ended mid-word ("... max abs e"); it now ends at a word
+    and says it was cut (the feedback has the whole message)."""
+    from tileagent.feedback import summary
+
+    message = ("output 0 differs from the reference at index (0, 2557): expected -320, got -288; 143 of 20480 "
+               "elements outside atol=0.0001 + rtol=0.0001 * |expected|; max abs error 32, relative L2 error 0.01114")
+    line = summary(EvalResult(status="mismatch", message=message))
+    assert line == ("mismatch: output 0 differs from the reference at index (0, 2557): expected -320, got -288; 143 "
+                    "of 20480 elements outside atol=0.0001 + rtol=0.0001 * |expected|; max abs ...")
+    assert summary(EvalResult(status="mismatch", message="short")) == "mismatch: short"
+
+
 def test_timing_feedback_names_the_configs_that_miss_the_target_slowest_first():
     t = lambda ms: Timing(median_ms=ms, iqr_ms=0.0, trials=50)  # noqa: E731
     rows = [ConfigResult(config={"C": c}, correct=True, candidate=t(ours), eager=t(2.0), compiled=t(comp),

@@ -141,7 +141,9 @@ def summary(result: EvalResult | None, problem: str | None = None) -> str:
             text += f", x{min(comp):.2f} over torch.compile"
         return text
     first = result.message.strip().splitlines()[0] if result.message.strip() else ""
-    return f"{result.status}: {first[:160]}"
+    if len(first) > 160:  # at a word's end, marked: the feedback has the whole message
+        first = first[:160].rsplit(" ", 1)[0].rstrip(";,") + " ..."
+    return f"{result.status}: {first}"
 
 
 __all__ = ["render_feedback", "resources", "summary", "timing_rows"]
