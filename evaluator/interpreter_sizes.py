@@ -32,10 +32,11 @@ def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
     if not sized:
         return config, None
     try:
-        elements = spec.input_elements(config) + (_model_elements(spec, config) or 0)
+        weights = _model_elements(spec, config)
+        elements = spec.input_elements(config) + (weights or 0)
         if elements <= INTERPRETER_INPUT_ELEMENTS:
             return config, None
-        run, how = _free_dims_halved(spec, config), "the free dims halved, the other sizes as stated"
+        run, how = _free_dims_halved(spec, config, weights), "the free dims halved, the other sizes as stated"
         if run is None:
             run, how = {**config, **sized}, "the reference's SMALL_CONFIG sizes"
     except Exception:  # noqa: BLE001 - get_inputs needs real values: keep the config as stated
@@ -46,13 +47,11 @@ def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
                  f"interpreter checks in time ({INTERPRETER_INPUT_ELEMENTS:,}); a GPU checks the config as stated")
 
 
-def _free_dims_halved(spec, config: dict) -> dict | None:
-    """``config`` with its free dims halved (rounding down, at least 1) until its inputs fit the interpreter, or None
-    when they never do, the config has no free dim, or the model's own tensors are too large (a GEMM's weight)."""
-    import torch
-
+def _free_dims_halved(spec, config: dict, weights: int | None) -> dict | None:
+    """``config`` with its free dims halved (rounding down, at least 1) until its inputs and the model's ``weights``
+    (``_model_elements``) fit the interpreter, or None when they never do, the config has no free dim, or the
+    model's own tensors are too large (a GEMM's weight) or of unknown size."""
     free = [k for k in spec.free_dims if type(config.get(k)) is int]
-    weights = _model_elements(spec, config)
     if not free or weights is None or weights > INTERPRETER_INPUT_ELEMENTS:
         return None
     run = dict(config)

@@ -325,8 +325,8 @@ class Loop:
         if not self.o.device.startswith("cuda"):
             real = "\n".join(f"- {', '.join(f'{k}={v}' for k, v in rc.spec.items())}" for rc in self.o.configs)
             note = ("Evaluated on the CPU interpreter, at smaller sizes than the GPU's: the free dims (FREE_DIMS) at "
-                    "their SMALL_CONFIG sizes, and a config whose inputs and model tensors (a layer's weight) still hold "
-                    "more than 2**18 elements with "
+                    "their SMALL_CONFIG sizes, and a config whose inputs and model tensors (a layer's weight) "
+                    "still hold more than 2**18 elements with "
                     "its free dims halved until they fit (other sizes as stated), else at SMALL_CONFIG's size of "
                     "every key it states" + self._interpreter_sizes(pending) + ". The kernel "
                     "must work at every size of the free dims and at the configs it is made for (which a GPU checks "
