@@ -211,11 +211,13 @@ def nvrtc_options(pass_configs: dict) -> tuple[str, ...]:
     return ("--use_fast_math",) if pass_configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value) else ()
 
 
-def _tma_mode() -> str:
-    """TILEAGENT_ENABLE_TMA's mode now (it changes the code; @jit's in-process caches key on it)."""
+def _code_switches() -> tuple:
+    """The environment's switches of code generation now (TILEAGENT_ENABLE_TMA's mode, TILEAGENT_STAGE_EPILOGUE):
+    @jit's in-process caches key on them."""
     from tileagent.compiler.instructions.tma import mode
+    from tileagent.compiler.lower.stage_epilogue import enabled
 
-    return mode()
+    return mode(), enabled()
 
 
 def disabled_features(pass_configs: dict) -> frozenset:
@@ -547,7 +549,7 @@ class JITImpl:
 
         options = self._options()
         key = frontend_eager.cache_key(self.fn, args, kwargs)
-        key = None if key is None else (key, options, feature_switches(), _tma_mode())
+        key = None if key is None else (key, options, feature_switches(), _code_switches())
         kernel = self._cache.get(key) if key is not None else None
         if kernel is None:
             func, out_idx, _ = frontend_eager.parse_eager(self.fn, args, kwargs)
@@ -592,7 +594,7 @@ class JITImpl:
         options = self._options()
         try:
             key = (args, tuple(sorted(kwargs.items())), options, feature_switches(),  # TILEAGENT_ENABLE_WGMMA=0
-                   _tma_mode())
+                   _code_switches())
             hash(key)
         except TypeError:
             key = None

@@ -112,6 +112,12 @@ def _check(u: Unit) -> Unit:
     return u
 
 
+def _stage_epilogue(u: Unit) -> Unit:
+    from tileagent.compiler.lower.stage_epilogue import stage_epilogues
+
+    return replace(u, func=stage_epilogues(u.func, u.target))
+
+
 def _infer_layouts(u: Unit) -> Unit:
     if u.layouts is not None:  # given by the caller (lower(func, layouts))
         return u
@@ -278,7 +284,13 @@ SM80 = (
                           "PTX"),
 )
 SM86 = SM89 = SM80
-SM90A = SM80  # Hopper passes (wgmma, TMA, warp specialization, mbarrier pipelines) join here: see docs/architecture.md
+# Hopper passes join here (wgmma, TMA, warp specialization and mbarrier pipelines are lowering decisions inside
+# SM80's passes, taken on the target's features): see docs/architecture.md
+SM90A = SM80[:1] + (
+    Pass("stage_epilogue", _stage_epilogue, "a gemm accumulator's copy to global memory after its pipelined loop "
+                                            "goes through a swizzled shared tile: 16-byte row stores "
+                                            "(compiler.lower.stage_epilogue)"),
+) + SM80[1:]
 
 PIPELINES = {"sm_80": SM80, "sm_86": SM86, "sm_89": SM89, "sm_90a": SM90A}
 _LAST = {"cuda": "nvrtc", "sim": "lower_tile_ops"}

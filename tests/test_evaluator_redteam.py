@@ -1,6 +1,7 @@
 """The red-team corpus (tests/redteam/): every cheating candidate is rejected, for the right reason; the honest corpus
 (tests/honest/) is accepted. Each cheat is a plausible ModelNew for a reference op in tests/redteam/ref_*.py."""
 
+import importlib.util
 import re
 
 import pytest
@@ -223,6 +224,9 @@ def test_cheat_is_rejected_for_the_right_reason(name):
 
 @pytest.mark.parametrize("name", sorted(RUNTIME_ONLY))
 def test_cheat_is_rejected_at_run_time_without_the_static_check(name):
+    if name == "imports_triton" and importlib.util.find_spec("triton") is not None:
+        pytest.skip("triton is installed here: importing it does nothing at run time (its kernel is ours); the "
+                    "static check rejects the import")
     error, rule, fragment = RUNTIME_ONLY[name]
     with pytest.raises(error) as info:
         check_candidate(spec_for(CHEATS[name][0]), REDTEAM / f"{name}.py", static_checks=False)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from tileagent.compiler.diagnostics import ResourceError
 from tileagent.compiler.ir.expr import Expr, Load
-from tileagent.compiler.ir.stmt import Alloc, Buffer, Region
+from tileagent.compiler.ir.stmt import Alloc, AnnotateLayout, Buffer, Region
 from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.layout import Layout
 from tileagent.compiler.lower.pipeline import stage_stride
@@ -43,7 +43,7 @@ def plan_shared(body: tuple, annotated: dict, scratch_bytes: int, stages: dict |
     buffers = [s.buffer for s in body if isinstance(s, Alloc) and s.buffer.scope == "shared"]
     nested = (s.buffer for s in walk(body) if isinstance(s, Alloc))
     buffers += [b for b in nested if b.scope == "shared" and b not in buffers]
-    mentioned = [buffers_used(s) for s in body]
+    mentioned = [set() if isinstance(s, AnnotateLayout) else buffers_used(s) for s in body]  # a pin is no use
     used = set().union(*(m for s, m in zip(body, mentioned) if not isinstance(s, Alloc)))
     buffers = [b for b in buffers if b in used or b in annotated]  # an unused tile takes no memory
     layouts = {b: annotated.get(b) if isinstance(annotated.get(b), Layout) else Layout.row_major(b.shape)

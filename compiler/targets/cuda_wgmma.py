@@ -125,13 +125,18 @@ def emit_wgmma_rs(em, s: WgmmaRS) -> None:
     regs = _checked_accumulator_and_shared(em, what, s, ((s.b_buf, s.b_swizzle),))
     sfx = _SFX[s.dtype]
     a = [em.register(s.a_buf, i) for i in s.a]
-    if not packed:
-        em.state.helpers.add(f"mma_{sfx}")
-        a = [f"tl_pack_{sfx}x2({lo}, {hi})" for lo, hi in zip(a[::2], a[1::2])]
     em.ct(s.dtype)
     nd = len(regs)
     em.line("{")
     em.depth += 1
+    if not packed:  # 16-bit A registers are packed in pairs here, after the fence before the group: a fence of
+        # their own orders the packed registers before the wgmma reads them (ptxas injects one otherwise, C7519)
+        em.state.helpers.add(f"mma_{sfx}")
+        for n, (lo, hi) in enumerate(zip(a[::2], a[1::2])):
+            em.line(f"unsigned tl_a{n} = tl_pack_{sfx}x2({lo}, {hi});")
+        a = [f"tl_a{n}" for n in range(len(a) // 2)]
+        em.line('asm volatile("" : ' + ", ".join(f'"+r"({x})' for x in a) + ' :: "memory");')
+        em.line('asm volatile("wgmma.fence.sync.aligned;" ::: "memory");')
     em.line(f"const unsigned long long tl_db = (unsigned long long)((({_shared_address(em, s.b_buf, s.b_index)}) "
             f"& 0x3FFFFu) >> 4) | 0x{encode_descriptor(0, s.b_lbo, s.b_sbo, s.b_swizzle):016x}ull;")
     dlist = ", ".join(f"%{i}" for i in range(nd))

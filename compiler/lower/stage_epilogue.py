@@ -1,0 +1,101 @@
+"""GEMM epilogues staged through shared memory (sm_90a): the accumulator leaves a block in 16-byte row runs.
+
+In: a checked PrimFunc and the Target (before layout inference). Out: the same function where, in each T.Kernel
+that runs a T.gemm inside a T.Pipelined loop on a target with wgmma and TMA in use (``instructions.tma.usable``),
+every top-level ``T.copy`` of that gemm's accumulator fragment to global memory after the loop becomes two copies
+through a new shared tile of the destination's dtype with an XOR-swizzled layout: fragment -> shared (the cast
+happens here, as the direct copy casts), then shared -> global (each thread stores 16-byte runs of a row).
+
+Why: the wgmma accumulator gives a thread two neighbouring values per 8 columns, so a direct copy stores 4 bytes a
+thread and a warp instruction touches eight rows. On the H200 a 128 x 256 fp16 tile stored that way cost 30 us of
+a 4096^3 GEMM's 210 (the time at K=0 of a fit over K, 7 us without the store); staged, 18 us (BENCHMARKS.md, round
+2 session 21). The swizzle spreads a warp's eight rows over distinct banks.
+
+Guarantees: values are unchanged, element for element (the same cast, and the second copy drops what falls outside
+the destination as the direct one did). Only copies at the kernel's top level after its pipelined loop are staged,
+and only while the shared buffers the loop uses (all their stages), dead by then, hold the new tile's bytes: the
+shared-memory plan (``compiler.lower.smem``) lets the tile reuse their bytes, behind a barrier, so the kernel's
+shared memory and its pipeline depth do not change. Kernels of per-thread code and copies inside loops (a
+``T.Persistent`` tile loop, whose producer refills the stages while the consumers store) are left as written.
+``TILEAGENT_STAGE_EPILOGUE=0`` turns it off for the process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from tileagent.compiler.ir.stmt import Alloc, AnnotateLayout, Buffer, Copy, For, Gemm, Kernel, PrimFunc, Region
+from tileagent.compiler.ir.visit import walk
+from tileagent.compiler.language.annotations import SwizzledLayout
+from tileagent.compiler.lower.smem import buffers_used
+
+ENV = "TILEAGENT_STAGE_EPILOGUE"
+VECTOR_BYTES = 16
+
+
+def enabled() -> bool:
+    """Whether staging is on for this process (``TILEAGENT_STAGE_EPILOGUE=0`` turns it off)."""
+    return os.environ.get(ENV, "1").strip() != "0"
+
+
+def stage_epilogues(func: PrimFunc, target) -> PrimFunc:
+    """``func`` with its accumulator epilogues staged (see the module docstring); ``func`` itself when none is."""
+    from tileagent.compiler.instructions.tma import usable
+
+    if not (enabled() and target.has("wgmma") and usable(target)):
+        return func
+    body = tuple(_kernel(s) if isinstance(s, Kernel) else s for s in func.body)
+    return func if all(a is b for a, b in zip(body, func.body)) else replace(func, body=body)
+
+
+def _kernel(k: Kernel) -> Kernel:
+    if k.thread_vars:
+        return k
+    loop = next((n for n, s in enumerate(k.body) if isinstance(s, For) and s.kind == "pipelined"
+                 and any(isinstance(g, Gemm) for g in walk(s.body))), None)
+    if loop is None:
+        return k
+    accumulators = {g.c.buffer for g in walk(k.body[loop].body) if isinstance(g, Gemm)}
+    later = [buffers_used(s) for s in k.body[loop + 1:]]
+    dead = [b for b in buffers_used(k.body[loop]) if b.scope == "shared" and not any(b in u for u in later)]
+    room = sum(_bytes(b) for b in dead) * max(1, int(k.body[loop].annotations.get("num_stages") or 1))  # all stages
+    names = {s.buffer.name for s in walk(k.body) if isinstance(s, Alloc)}
+    body, allocs = list(k.body[:loop + 1]), []
+    for s in k.body[loop + 1:]:
+        tile = _staged_tile(s, accumulators, names)
+        if tile is None or _bytes(tile) > room:
+            body.append(s)
+            continue
+        names.add(tile.name)
+        allocs.append(Alloc(tile, span=s.span))
+        whole = Region.whole(tile)
+        body += [AnnotateLayout(((tile, SwizzledLayout(tile)),), span=s.span),
+                 Copy(s.src, whole, span=s.span), Copy(whole, s.dst, span=s.span)]
+    if not allocs:
+        return k
+    return replace(k, body=tuple(allocs) + tuple(body))
+
+
+def _staged_tile(s, accumulators: set, names: set) -> Buffer | None:
+    """The shared tile ``s`` is staged through, or None when it is not an accumulator's copy to global memory that
+    staging helps: a 2-D tile whose rows are whole 16-byte vectors of the destination's dtype."""
+    if not (isinstance(s, Copy) and s.src.buffer in accumulators and s.dst.buffer.scope == "global"):
+        return None
+    shape = s.src.matrix_shape()
+    if len(shape) != 2 or s.src.extents != tuple(s.src.buffer.shape) or s.dst.tile_shape() != shape:
+        return None
+    dtype = s.dst.buffer.dtype
+    if (shape[1] * dtype.bytes) % VECTOR_BYTES or shape[1] * dtype.bytes < 2 * VECTOR_BYTES:
+        return None
+    name, n = f"{s.src.buffer.name}_staged", 1
+    while name in names:
+        name, n = f"{s.src.buffer.name}_staged{n}", n + 1
+    return Buffer(name, shape, dtype, "shared", s.span)
+
+
+def _bytes(b: Buffer) -> int:
+    n = b.dtype.bytes
+    for e in b.shape:
+        n *= e
+    return n
