@@ -212,12 +212,12 @@ def nvrtc_options(pass_configs: dict) -> tuple[str, ...]:
 
 
 def _code_switches() -> tuple:
-    """The environment's switches of code generation now (TILEAGENT_ENABLE_TMA's mode, TILEAGENT_STAGE_EPILOGUE):
-    @jit's in-process caches key on them."""
+    """The environment's switches of code generation now (TILEAGENT_ENABLE_TMA's mode, TILEAGENT_COARSEN,
+    TILEAGENT_STAGE_EPILOGUE): @jit's in-process caches key on them."""
     from tileagent.compiler.instructions.tma import mode
-    from tileagent.compiler.lower.stage_epilogue import enabled
+    from tileagent.compiler.lower import coarsen, stage_epilogue
 
-    return mode(), enabled()
+    return mode(), coarsen.enabled(), stage_epilogue.enabled()
 
 
 def disabled_features(pass_configs: dict) -> frozenset:

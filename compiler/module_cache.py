@@ -53,10 +53,11 @@ def cache_key(func: PrimFunc, *parts: str) -> str:
     from tileagent.compiler.instructions.tma import ENV as TMA_ENV, mode as tma_mode
 
     h.update(b"\0" + TMA_ENV.encode() + f"={tma_mode()}".encode())  # so does which copies may use TMA
-    from tileagent.compiler.lower.stage_epilogue import ENV as STAGE_ENV, enabled as staging
+    from tileagent.compiler.lower import coarsen, stage_epilogue
 
-    if not staging():  # and staging epilogues through shared memory
-        h.update(b"\0" + STAGE_ENV.encode())
+    for switch in (coarsen, stage_epilogue):  # and merging blocks, staging epilogues through shared memory
+        if not switch.enabled():
+            h.update(b"\0" + switch.ENV.encode())
     if tma_mode() != "off":  # and a spin limit on its waits, and switching warp specialization off
         from tileagent.compiler.targets.cuda_tma import SPIN_LIMIT_ENV, spin_limit
 

@@ -112,6 +112,12 @@ def _check(u: Unit) -> Unit:
     return u
 
 
+def _coarsen(u: Unit) -> Unit:
+    from tileagent.compiler.lower.coarsen import coarsen_blocks
+
+    return replace(u, func=coarsen_blocks(u.func, u.target))
+
+
 def _stage_epilogue(u: Unit) -> Unit:
     from tileagent.compiler.lower.stage_epilogue import stage_epilogues
 
@@ -287,6 +293,8 @@ SM86 = SM89 = SM80
 # Hopper passes join here (wgmma, TMA, warp specialization and mbarrier pipelines are lowering decisions inside
 # SM80's passes, taken on the target's features): see docs/architecture.md
 SM90A = SM80[:1] + (
+    Pass("coarsen_blocks", _coarsen, "two 128 x 128 gemm blocks of one warpgroup merged along x into a 128 x 256 "
+                                     "block of two (compiler.lower.coarsen)"),
     Pass("stage_epilogue", _stage_epilogue, "a gemm accumulator's copy to global memory after its pipelined loop "
                                             "goes through a swizzled shared tile: 16-byte row stores "
                                             "(compiler.lower.stage_epilogue)"),
