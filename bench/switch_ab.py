@@ -1,5 +1,5 @@
 """A code-generation switch off or on, side by side in one process: the tensor-core acceptance kernels (the example
-GEMM as written, the prompt's GEMM at 128 x 256 on two warpgroups, MLA decode, flash attention) compiled twice from
+GEMM as written, the prompt's GEMM at 128 x 256 on two warpgroups, the same persistent, MLA decode, flash attention) compiled twice from
 the same program, with ``--env VAR=VALUE`` set and without it (the default).
 
 Usage (CUDA machine): TILEAGENT_SHARED=/path/to/shared python bench/switch_ab.py --env TILEAGENT_STAGE_EPILOGUE=0
@@ -51,6 +51,50 @@ def wide_gemm_cases(sizes, dtypes):
             yield f"prompt gemm 128x256 {n}^3 {dtype}", fn, check, lambda k, a=a, b=b: k(a, b), 2 * n ** 3, baselines
 
 
+def persistent_gemm(n: int, dtype: str, blocks: int):
+    """relu(A @ B) on 128 x 256 x 64 tiles, 4 stages, 256 threads, ``blocks`` blocks walking the tiles
+    (T.Persistent, panels of 8 along M): the built-in template's persistent schedule."""
+    import tileagent.language as T
+
+    @T.prim_func
+    def main(A: T.Tensor((n, n), dtype), B: T.Tensor((n, n), dtype), C: T.Tensor((n, n), dtype)):
+        with T.Kernel(blocks, threads=256) as b:
+            A_s = T.alloc_shared((128, 64), dtype)
+            B_s = T.alloc_shared((64, 256), dtype)
+            acc = T.alloc_fragment((128, 256), "float32")
+            for by, bx in T.Persistent([T.ceildiv(n, 128), T.ceildiv(n, 256)], blocks, b, group_size=8):
+                T.clear(acc)
+                for k in T.Pipelined(T.ceildiv(n, 64), num_stages=4):
+                    T.copy(A[by * 128, k * 64], A_s)
+                    T.copy(B[k * 64, bx * 256], B_s)
+                    T.gemm(A_s, B_s, acc)
+                for i, j in T.Parallel(128, 256):
+                    acc[i, j] = T.max(acc[i, j], 0)
+                T.copy(acc, C[by * 128, bx * 256])
+
+    return main
+
+
+def persistent_cases(sizes, dtypes):
+    blocks = torch.cuda.get_device_properties(0).multi_processor_count
+    for dtype in dtypes:
+        for n in sizes:
+            t = getattr(torch, dtype)
+            a, b = torch.randn(n, n, device="cuda", dtype=t), torch.randn(n, n, device="cuda", dtype=t)
+            c = torch.empty(n, n, device="cuda", dtype=t)
+            ref = torch.relu(a.float() @ b.float())
+
+            def check(k, a=a, b=b, c=c, ref=ref):
+                c.fill_(float("nan"))
+                k(a, b, c)
+                torch.testing.assert_close(c.float(), ref, rtol=2e-2, atol=0.5)
+
+            baselines = {"cuBLAS": lambda a=a, b=b: torch.matmul(a, b),
+                         "relu(a@b)": lambda a=a, b=b: torch.relu(a @ b)}
+            yield (f"persistent gemm 128x256 {n}^3 {dtype}", lambda n=n, dtype=dtype: persistent_gemm(n, dtype, blocks),
+                   check, lambda k, a=a, b=b, c=c: k(a, b, c), 2 * n ** 3, baselines)
+
+
 def both(fn, var: str, value: str):
     """(the kernel built with ``var=value``, the kernel built by default) from the PrimFunc ``fn()``."""
     import tileagent
@@ -76,7 +120,8 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="*", default=[4096, 8192])
     ap.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])
     ap.add_argument("--only", nargs="*", default=["gemm", "prompt", "mla", "flash"],
-                    help="case families: gemm (the example), prompt (128 x 256), mla, flash")
+                    help="case families: gemm (the example), prompt (128 x 256), persistent (128 x 256, one block "
+                         "per SM), mla, flash")
     args = ap.parse_args()
     var, _, value = args.env.partition("=")
     torch.manual_seed(0)
@@ -85,6 +130,8 @@ def main() -> None:
         cases += gemm_cases(load("gemm_relu"), args.sizes, args.dtypes)
     if "prompt" in args.only:
         cases += wide_gemm_cases(args.sizes, args.dtypes)
+    if "persistent" in args.only:
+        cases += persistent_cases(args.sizes, args.dtypes)
     if "mla" in args.only:
         cases += mla_cases(load("mla_decode"))
     if "flash" in args.only:

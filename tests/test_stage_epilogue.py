@@ -99,7 +99,6 @@ def test_what_is_left_as_written(staging, monkeypatch):
     assert isinstance(layout, SwizzledLayout) and layout.buffer.dtype == "float16"
     # 32 KB of tile over 2 x (4 + 4) KB of stages: no room without growing the arena
     assert _unstaged(stage_epilogues(_gemm(16, 2), SM90A))
-    assert _unstaged(stage_epilogues(_gemm(64, 3, persistent=True), SM90A))  # the producer refills the stages
     assert _unstaged(stage_epilogues(_gemm(64, 3), for_arch("sm_80")))  # mma.sync: no wgmma, no TMA
     monkeypatch.setenv("TILEAGENT_ENABLE_TMA", "0")
     assert _unstaged(stage_epilogues(_gemm(64, 3), SM90A))
@@ -126,3 +125,26 @@ def test_a_layout_pin_does_not_start_a_shared_tiles_lifetime():
     plan = plan_shared(body, {}, 0)
     assert plan.offsets[a] == plan.offsets[b] == 0 and plan.total_bytes == 64 * 64 * 2
     assert plan.reuse_points == {5}  # b's first use: a barrier goes before it
+
+
+def test_a_persistent_gemm_stages_into_a_tile_of_its_own(staging, monkeypatch):
+    # the producer refills the stages for the next tile while the consumers store: the staged tile gets bytes of its
+    # own, and the kernel stays warp-specialized
+    staged = tileagent.compile(_gemm(64, 3, persistent=True), target="sim")
+    src = staged.get_kernel_source()
+    arena = _arena(src)
+    assert "warp-specialized" in staged.get_ir("thread") and "acc_staged" in arena
+    spans = {name: (arena[name], arena[name] + size) for name, size in
+             (("acc_staged", 128 * 128 * 2), ("A_s", 3 * 128 * 64 * 2), ("B_s", 3 * 64 * 128 * 2))}
+    assert all(spans["acc_staged"][1] <= lo or hi <= spans["acc_staged"][0] for lo, hi in (spans["A_s"], spans["B_s"]))
+    monkeypatch.setenv(ENV, "0")
+    direct = tileagent.compile(_gemm(64, 3, persistent=True), target="sim")
+    assert "acc_staged" not in direct.get_kernel_source()
+    a, b = torch.randn(256, 256, dtype=torch.float16), torch.randn(256, 256, dtype=torch.float16)
+    outs = []
+    for kernel in (staged, direct):
+        c = torch.full((256, 256), float("nan"), dtype=torch.float16)
+        kernel(a, b, c)
+        outs.append(c)
+    torch.testing.assert_close(outs[0].float(), a.float() @ b.float(), rtol=2e-2, atol=2e-2)
+    assert torch.equal(outs[0], outs[1])

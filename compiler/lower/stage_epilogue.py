@@ -2,21 +2,23 @@
 
 In: a checked PrimFunc and the Target (before layout inference). Out: the same function where, in each T.Kernel
 that runs a T.gemm inside a T.Pipelined loop on a target with wgmma and TMA in use (``instructions.tma.usable``),
-every top-level ``T.copy`` of that gemm's accumulator fragment to global memory after the loop becomes two copies
-through a new shared tile of the destination's dtype with an XOR-swizzled layout: fragment -> shared (the cast
-happens here, as the direct copy casts), then shared -> global (each thread stores 16-byte runs of a row).
+every ``T.copy`` of that gemm's accumulator fragment to global memory that follows the loop in the same body becomes
+two copies through a new shared tile of the destination's dtype with an XOR-swizzled layout: fragment -> shared (the
+cast happens here, as the direct copy casts), then shared -> global (each thread stores 16-byte runs of a row).
 
 Why: the wgmma accumulator gives a thread two neighbouring values per 8 columns, so a direct copy stores 4 bytes a
 thread and a warp instruction touches eight rows. On the H200 a 128 x 256 fp16 tile stored that way cost 30 us of
-a 4096^3 GEMM's 210 (the time at K=0 of a fit over K, 7 us without the store); staged, 18 us (BENCHMARKS.md, round
-2 session 21). The swizzle spreads a warp's eight rows over distinct banks.
+a 4096^3 GEMM's 210 (the time at K=0 of a fit over K, 7 us without the store); staged, the GEMM ran 8% faster, and
+one block per SM walking the tiles (T.Persistent) 6-10% (BENCHMARKS.md, round 2 session 21). The swizzle spreads a
+warp's eight rows over distinct banks.
 
 Guarantees: values are unchanged, element for element (the same cast, and the second copy drops what falls outside
-the destination as the direct one did). Only copies at the kernel's top level after its pipelined loop are staged,
-and only while the shared buffers the loop uses (all their stages), dead by then, hold the new tile's bytes: the
-shared-memory plan (``compiler.lower.smem``) lets the tile reuse their bytes, behind a barrier, so the kernel's
-shared memory and its pipeline depth do not change. Kernels of per-thread code and copies inside loops (a
-``T.Persistent`` tile loop, whose producer refills the stages while the consumers store) are left as written.
+the destination as the direct one did). Where the loop is at the kernel's top level, its stages are dead after it
+and the tile reuses their bytes (``compiler.lower.smem`` puts a barrier before the reuse): staged only while all the
+stages hold the tile, so the kernel's shared memory and pipeline depth do not change. Where the loop is inside
+serial loops and ifs (a ``T.Persistent`` tile loop, whose producer refills the stages while the consumers store),
+the tile gets bytes of its own: staged only while it fits beside the pipeline at one stage less than written (at
+least 2; ``plan_pipelines`` then fits the stages). Kernels of per-thread code are left as written.
 ``TILEAGENT_STAGE_EPILOGUE=0`` turns it off for the process.
 """
 
@@ -25,13 +27,14 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from tileagent.compiler.ir.stmt import Alloc, AnnotateLayout, Buffer, Copy, For, Gemm, Kernel, PrimFunc, Region
+from tileagent.compiler.ir.stmt import Alloc, AnnotateLayout, Buffer, Copy, For, Gemm, If, Kernel, PrimFunc, Region
 from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.language.annotations import SwizzledLayout
 from tileagent.compiler.lower.smem import buffers_used
 
 ENV = "TILEAGENT_STAGE_EPILOGUE"
 VECTOR_BYTES = 16
+RESERVED_BYTES = 2048  # what a tile of its own leaves free: mbarriers, the arena's alignment slack
 
 
 def enabled() -> bool:
@@ -45,36 +48,58 @@ def stage_epilogues(func: PrimFunc, target) -> PrimFunc:
 
     if not (enabled() and target.has("wgmma") and usable(target)):
         return func
-    body = tuple(_kernel(s) if isinstance(s, Kernel) else s for s in func.body)
+    body = tuple(_kernel(s, target) if isinstance(s, Kernel) else s for s in func.body)
     return func if all(a is b for a, b in zip(body, func.body)) else replace(func, body=body)
 
 
-def _kernel(k: Kernel) -> Kernel:
+def _kernel(k: Kernel, target) -> Kernel:
     if k.thread_vars:
         return k
-    loop = next((n for n, s in enumerate(k.body) if isinstance(s, For) and s.kind == "pipelined"
+    names = {s.buffer.name for s in walk(k.body) if isinstance(s, Alloc)}
+    allocs: list = []
+    body = _in_body(k.body, k, target, names, allocs, top=True)
+    return replace(k, body=tuple(allocs) + body) if allocs else k
+
+
+def _in_body(stmts: tuple, k: Kernel, target, names: set, allocs: list, top: bool) -> tuple:
+    """``stmts`` with the copies after its pipelined gemm loop staged; the loop is looked for in ``stmts``, else
+    inside its serial loops and ifs (a ``T.Persistent`` tile loop)."""
+    loop = next((n for n, s in enumerate(stmts) if isinstance(s, For) and s.kind == "pipelined"
                  and any(isinstance(g, Gemm) for g in walk(s.body))), None)
     if loop is None:
-        return k
-    accumulators = {g.c.buffer for g in walk(k.body[loop].body) if isinstance(g, Gemm)}
-    later = [buffers_used(s) for s in k.body[loop + 1:]]
-    dead = [b for b in buffers_used(k.body[loop]) if b.scope == "shared" and not any(b in u for u in later)]
-    room = sum(_bytes(b) for b in dead) * max(1, int(k.body[loop].annotations.get("num_stages") or 1))  # all stages
-    names = {s.buffer.name for s in walk(k.body) if isinstance(s, Alloc)}
-    body, allocs = list(k.body[:loop + 1]), []
-    for s in k.body[loop + 1:]:
+        out = []
+        for s in stmts:
+            if isinstance(s, For) and s.kind == "serial":
+                s = replace(s, body=_in_body(s.body, k, target, names, allocs, top=False))
+            elif isinstance(s, If) and not s.else_body:
+                s = replace(s, then_body=_in_body(s.then_body, k, target, names, allocs, top=False))
+            out.append(s)
+        return stmts if all(a is b for a, b in zip(out, stmts)) else tuple(out)
+    pipelined = stmts[loop]
+    stages = max(1, int(pipelined.annotations.get("num_stages") or 1))
+    accumulators = {g.c.buffer for g in walk(pipelined.body) if isinstance(g, Gemm)}
+    later = [buffers_used(s) for s in stmts[loop + 1:]]
+    staged_bytes = sum(_bytes(b) for b in buffers_used(pipelined) if b.scope == "shared")
+    if top:  # the stages are dead after the loop: the tile reuses their bytes
+        room = staged_bytes * stages if not any(b in u for u in later for b in buffers_used(pipelined)
+                                                if b.scope == "shared") else 0
+    else:  # the producer refills the stages while the consumers store: a tile of its own, at most one stage less
+        others = sum(_bytes(s.buffer) for s in walk(k.body) if isinstance(s, Alloc) and s.buffer.scope == "shared"
+                     and s.buffer not in buffers_used(pipelined))
+        room = target.shared_bytes - RESERVED_BYTES - others - staged_bytes * max(2, stages - 1)
+    body = list(stmts[:loop + 1])
+    for s in stmts[loop + 1:]:
         tile = _staged_tile(s, accumulators, names)
         if tile is None or _bytes(tile) > room:
             body.append(s)
             continue
+        room -= 0 if top else _bytes(tile)
         names.add(tile.name)
         allocs.append(Alloc(tile, span=s.span))
         whole = Region.whole(tile)
         body += [AnnotateLayout(((tile, SwizzledLayout(tile)),), span=s.span),
                  Copy(s.src, whole, span=s.span), Copy(whole, s.dst, span=s.span)]
-    if not allocs:
-        return k
-    return replace(k, body=tuple(allocs) + tuple(body))
+    return tuple(body) if len(body) != len(stmts) else stmts
 
 
 def _staged_tile(s, accumulators: set, names: set) -> Buffer | None:

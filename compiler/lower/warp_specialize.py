@@ -14,8 +14,9 @@ pipeline, at the top level of its body or inside serial loops and ifs without el
 lowered as without this module). What the producer computes must not depend on the consumers: the loop bounds, the
 conditions on the path and the copies' source indices use block indices, the enclosing loops' variables, the
 kernel's scalars, global tensors and the Lets before the loop, which read no memory (the producer binds them
-again). Beside a nested pipeline nothing on its path touches shared memory (the producer runs ahead into the next
-execution while the consumers finish this one).
+again). Beside a nested pipeline nothing on its path touches the arena bytes of the pipeline's tiles (the producer
+runs ahead into the next execution while the consumers finish this one); a tile of the consumers' own, such as a
+staged epilogue's (``compiler.lower.stage_epilogue``), may be used there.
 
 How (``compiler.lower.pipeline`` lowers both sides): the block gets ``PRODUCER_THREADS`` more threads. Their
 first thread runs the loop alone (inside the path's loops and ifs, on variables of its own): for iteration k (count
@@ -107,13 +108,27 @@ def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
     exprs += [e for x in path for e in ((x.start, x.extent) if isinstance(x, For) else (x.cond,))]
     if any(depends_on(e, inner) or any(ld.buffer.scope != "global" for ld in loads(e)) for e in exprs):
         return None
-    # around a nested pipeline the producer runs ahead into the next execution: nothing else there may touch shared
-    # memory (an epilogue staged through shared memory would race with the next loads)
+    # around a nested pipeline the producer runs ahead into the next execution: nothing else there may touch the
+    # shared memory the pipeline uses (an epilogue staged in its stages' bytes would race with the next loads); a
+    # tile of the consumers' own elsewhere in the arena may be (compiler.lower.stage_epilogue)
     steps = list(path) + [p]
+    piped = _extents(set().union(*shared_effects(p)), plan.shared)
     for x, nxt in zip(path, steps[1:]):
-        if any(y is not nxt and any(shared_effects(y)) for y in (x.body if isinstance(x, For) else x.then_body)):
-            return None
+        for y in (x.body if isinstance(x, For) else x.then_body):
+            touched = _extents(set().union(*shared_effects(y)), plan.shared) if y is not nxt else []
+            if any(a < d and c < b for a, b in touched for c, d in piped):
+                return None
     return WsPlan(p, threads, lets, tuple(path))
+
+
+def _extents(buffers, shared) -> list:
+    """The arena byte ranges [start, end) of ``buffers`` in the shared plan ``shared`` (a buffer it does not place,
+    or no plan: the whole arena)."""
+    out = []
+    for b in buffers:
+        offset = shared.offsets.get(b) if shared is not None else None
+        out.append((0, 1 << 30) if offset is None else (offset, offset + shared.elements[b] * b.dtype.bytes))
+    return out
 
 
 def _path(stmts, p) -> list | None:
