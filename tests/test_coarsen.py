@@ -116,3 +116,28 @@ def test_what_else_is_left_as_written(merging, monkeypatch):
     monkeypatch.setattr(coarsen, "MIN_BLOCKS", 1)
     monkeypatch.setenv(coarsen.ENV, "0")
     assert coarsen.coarsen_blocks(func, SM90A) is func
+
+
+@pytest.mark.gpu
+def test_gpu_merged_example_gemm_against_torch(shared_example, monkeypatch):
+    """On an sm_90 GPU, default thresholds: the example GEMM merged at a ragged size whose grid is even along x (the
+    pair's last block reaches past N), bf16, against torch; and bit-identical to the unmerged build."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    for var in (coarsen.ENV, "TILEAGENT_ENABLE_TMA", "TILEAGENT_ENABLE_WGMMA"):
+        monkeypatch.delenv(var, raising=False)
+    mod = shared_example("gemm_relu")
+    M, N, K = 4000, 4000, 1000  # 32 x 32 blocks -> 16 x 32 merged
+    merged = tileagent.compile(mod.matmul.fn(M, N, K, 128, 128, 64, dtype="bfloat16"), target="cuda")
+    assert "m64n256k16" in merged.get_kernel_source()
+    monkeypatch.setenv(coarsen.ENV, "0")
+    single = tileagent.compile(mod.matmul.fn(M, N, K, 128, 128, 64, dtype="bfloat16"), target="cuda")
+    a = torch.randn(M, K, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(K, N, dtype=torch.bfloat16, device="cuda")
+    outs = []
+    for kernel in (merged, single):
+        c = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+        kernel(a, b, c)
+        outs.append(c)
+    torch.testing.assert_close(outs[0].float(), mod.reference(a.float(), b.float()), rtol=2e-2, atol=0.5)
+    assert torch.equal(outs[0], outs[1])

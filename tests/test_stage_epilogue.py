@@ -148,3 +148,21 @@ def test_a_persistent_gemm_stages_into_a_tile_of_its_own(staging, monkeypatch):
         outs.append(c)
     torch.testing.assert_close(outs[0].float(), a.float() @ b.float(), rtol=2e-2, atol=2e-2)
     assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.gpu
+def test_gpu_staged_persistent_gemm_against_torch(staging):
+    """On an sm_90 GPU: the persistent 128 x 256 GEMM (bench/switch_ab.py's) staged and warp-specialized, ragged
+    sizes, against torch."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    from bench.switch_ab import persistent_gemm
+
+    n = 3000  # 24 x 12 tiles, the last row and column of tiles past the end
+    kernel = tileagent.compile(persistent_gemm(n, "float16", 132), target="cuda")
+    assert "acc_staged" in kernel.get_kernel_source() and "warp-specialized" in kernel.get_ir("thread")
+    a = torch.randn(n, n, dtype=torch.float16, device="cuda")
+    b = torch.randn(n, n, dtype=torch.float16, device="cuda")
+    c = torch.full((n, n), float("nan"), dtype=torch.float16, device="cuda")
+    kernel(a, b, c)
+    torch.testing.assert_close(c.float(), torch.relu(a.float() @ b.float()), rtol=2e-2, atol=0.5)
