@@ -406,6 +406,39 @@ def test_nvrtc_compiles_flash_attention_with_tma(shared_example, tma_on, monkeyp
     assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
 
 
+def test_a_pipeline_inside_a_while_loop_counts_its_earlier_iterations(tma_on):
+    """TileLang's stream-K GEMM runs its pipeline inside ``while``: 1, 2, then 3 iterations here. Its stage barriers'
+    phases carry over from one execution to the next (6 uses of 2 barriers, odd per execution), so the pipeline counts
+    the earlier executions' iterations in a phase slot; counted from 0 each time, the second execution waited on a
+    parity its barrier had already passed (the program failed its own check on the H200; the emulator here: an arrive
+    with none pending)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 192), "float16"), B: T.Tensor((192, 64), "float16"), C: T.Tensor((3, 64, 64), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            A_s = T.alloc_shared((64, 64), "float16")
+            B_s = T.alloc_shared((64, 64), "float16")
+            acc = T.alloc_fragment((64, 64), "float32")
+            it = T.alloc_local((1,), "int32")
+            it[0] = 0
+            while it[0] < 3:
+                T.clear(acc)
+                for k in T.Pipelined(it[0] + 1, num_stages=2):
+                    T.copy(A[0, k * 64], A_s)
+                    T.copy(B[k * 64, 0], B_s)
+                    T.gemm(A_s, B_s, acc)
+                T.copy(acc, C[it[0], 0, 0])
+                it[0] = it[0] + 1
+
+    kernel = tileagent.compile(main, target="sim")
+    assert "TMA 2d box" in kernel.get_ir("thread")
+    a, b = torch.randn(64, 192, dtype=torch.float16), torch.randn(192, 64, dtype=torch.float16)
+    c = torch.full((3, 64, 64), float("nan"))
+    kernel(a, b, c)
+    for n in range(3):
+        torch.testing.assert_close(c[n], a[:, :64 * (n + 1)].float() @ b[:64 * (n + 1)].float(), rtol=1e-3, atol=1e-3)
+
+
 def test_flash_attention_with_tma_in_the_emulator(shared_example, tma_on, monkeypatch):
     monkeypatch.setenv("TILEAGENT_ENABLE_WGMMA", "1")
     fa = shared_example("flash_attn_fwd")

@@ -72,7 +72,7 @@ from dataclasses import dataclass, replace
 
 from tileagent.compiler.ir.expr import make_binop, make_call, make_cmp
 from tileagent.compiler.ir.simplify import depends_on
-from tileagent.compiler.ir.stmt import Alloc, Buffer, Copy, For, Gemm, If, Let, Stmt
+from tileagent.compiler.ir.stmt import Alloc, Buffer, Copy, For, Gemm, If, Let, Stmt, While
 from tileagent.compiler.ir.visit import leaves, loads, stmt_exprs, substitute, walk
 from tileagent.compiler.lower.copy import guarded, lower_copy
 from tileagent.compiler.lower.gemm import hoist_a_operand, hoistable_a
@@ -543,12 +543,12 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
 
 
 def _inside_loop(body, p, depth: int = 0) -> bool | None:
-    """Whether SoftwarePipeline ``p`` lies inside a loop of ``body`` (so it may run more than once per block); None
-    when ``p`` is not in ``body`` (the caller then assumes it may)."""
+    """Whether SoftwarePipeline ``p`` lies inside a loop of ``body`` (a T.serial / T.Pipelined loop or a ``while``:
+    so it may run more than once per block); None when ``p`` is not in ``body`` (the caller then assumes it may)."""
     for x in body:
         if x is p:
             return depth > 0
-        inner = depth + (1 if isinstance(x, (For, SoftwarePipeline)) else 0)
+        inner = depth + (1 if isinstance(x, (For, While, SoftwarePipeline)) else 0)
         for name in ("body", "then_body", "else_body"):
             found = _inside_loop(getattr(x, name, ()) or (), p, inner)
             if found is not None:
