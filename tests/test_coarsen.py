@@ -6,6 +6,7 @@ import torch
 
 import tileagent
 import tileagent.language as T
+from tileagent.compiler.ir.printer import print_func
 from tileagent.compiler.ir.stmt import Alloc, For, Kernel
 from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.lower import coarsen
@@ -30,7 +31,10 @@ def test_the_example_gemm_runs_as_128x256_blocks_of_two_warpgroups(shared_exampl
     M, N, K = 256, 512, 192
     merged = tileagent.compile(mod.matmul.fn(M, N, K, 128, 128, 64), target="sim")
     k = _kernel(coarsen.coarsen_blocks(mod.matmul.fn(M, N, K, 128, 128, 64), SM90A))
-    assert k.grid == (2, 2) and k.threads == (256, 1, 1)
+    assert k.grid == (2, 2) and k.threads == (256, 1, 1) and k.merged == 2
+    assert "with T.Kernel(2, 2, threads=256) as (bx, by):  # 2 of the program's blocks along x each" in \
+        print_func(coarsen.coarsen_blocks(mod.matmul.fn(M, N, K, 128, 128, 64), SM90A))
+    assert "2 blocks of the program along x merged into each block of 256 threads" in merged.get_ir("thread")
     shapes = {s.buffer.name: tuple(s.buffer.shape) for s in walk(k.body) if isinstance(s, Alloc)}
     assert shapes == {"A_shared": (128, 64), "B_shared": (64, 256), "C_local": (128, 256)}
     # the two blocks' 3 stages of 32 KB each ran two per SM: 192 KB, now 4 stages of 48 KB

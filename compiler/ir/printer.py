@@ -77,8 +77,9 @@ def stmt_lines(s, indent: int = 0) -> list[str]:
         th = s.threads[0] if s.threads[1:] == (1, 1) else tuple(t for t in s.threads)
         names = ", ".join(v.name for v in s.block_vars)
         cluster = "" if s.cluster is None else f", cluster_dims={s.cluster}"
+        merged = f"  # {s.merged} of the program's blocks along x each" if s.merged > 1 else ""
         out = [f"{pad}with T.Kernel({grid}, threads={th}{cluster}) as "
-               f"({names}{',' if len(s.block_vars) == 1 else ''}):"]
+               f"({names}{',' if len(s.block_vars) == 1 else ''}):{merged}"]
         return out + _body(s.body, indent + 4)
     if isinstance(s, Alloc):
         b = s.buffer

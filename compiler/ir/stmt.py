@@ -83,6 +83,7 @@ class Kernel(Stmt):
     # body never asked for one. Such a kernel's statements run on every thread (see compiler.interp, compiler.lower)
     thread_vars: tuple[Var, ...] = ()
     cluster: tuple | None = None  # cluster_dims the program gave, as (x, y, z) (compiler.lower.cluster decides)
+    merged: int = 1  # blocks of the program's grid along x each block runs (compiler.lower.coarsen)
 
     @property
     def num_threads(self) -> int:

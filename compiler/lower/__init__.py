@@ -104,6 +104,10 @@ def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True, ws: boo
         prologue, shared_bytes, offsets = placed
         stmts = prologue + stmts
         maps = tuple(ctx.tma.maps.values())
+    if k.merged > 1:
+        ctx.instructions.setdefault((k.span.line if k.span else 0, "T.Kernel"), []).insert(
+            0, f"{k.merged} blocks of the program along x merged into each block of {k.threads[0]} threads "
+               "(compiler.lower.coarsen; TILEAGENT_COARSEN=0 keeps them apart)")
     cluster = cluster_dims(k, target, specialized and not ctx.ws.path)
     if cluster != (1, 1, 1):
         ctx.instructions.setdefault((k.span.line if k.span else 0, "T.Kernel"), []).append(

@@ -290,7 +290,7 @@ def _rewrite(k: Kernel, wide: dict, loops: set, target) -> Kernel:
         return s
 
     grid = (static_int(k.grid[0]) // 2, *k.grid[1:])
-    return replace(k, grid=grid, threads=(2 * k.threads[0], 1, 1), body=tuple(stmt(s) for s in k.body))
+    return replace(k, grid=grid, threads=(2 * k.threads[0], 1, 1), body=tuple(stmt(s) for s in k.body), merged=2)
 
 
 def _stages(loop: For, new: dict, target) -> dict:
