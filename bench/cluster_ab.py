@@ -56,26 +56,29 @@ def both(fn):
         set_cuda_postproc(None)
 
 
+def relu_gemm_case(label: str, fn, n: int, dtype: str) -> tuple:
+    """(label, fn, check, call, flops, baselines) for a kernel built from ``fn()`` that writes relu(A @ B) into its
+    third argument at n^3: checked against fp32 on fresh inputs with a NaN-poisoned output; cuBLAS and relu(a@b)."""
+    t = getattr(torch, dtype)
+    a = torch.randn(n, n, device="cuda", dtype=t)
+    b = torch.randn(n, n, device="cuda", dtype=t)
+    c = torch.full((n, n), float("nan"), device="cuda", dtype=t)
+    ref = torch.relu(a.float() @ b.float())
+
+    def check(k):
+        c.fill_(float("nan"))
+        k(a, b, c)
+        torch.testing.assert_close(c.float(), ref, rtol=2e-2, atol=0.5)
+
+    baselines = {"cuBLAS": lambda: torch.matmul(a, b), "relu(a@b)": lambda: torch.relu(a @ b)}
+    return label, fn, check, lambda k: k(a, b, c), 2 * n ** 3, baselines
+
+
 def gemm_cases(gemm, sizes, dtypes):
     for dtype in dtypes:
         for n in sizes:
-            def fn(n=n, dtype=dtype):
-                return gemm.matmul.fn(n, n, n, 128, 128, 64, dtype=dtype)
-            t = getattr(torch, dtype)
-            a = torch.randn(n, n, device="cuda", dtype=t)
-            b = torch.randn(n, n, device="cuda", dtype=t)
-            c = torch.full((n, n), float("nan"), device="cuda", dtype=t)
-            ref = torch.relu(a.float() @ b.float())
-
-            def check(k, a=a, b=b, c=c, ref=ref):
-                c.fill_(float("nan"))
-                k(a, b, c)
-                torch.testing.assert_close(c.float(), ref, rtol=2e-2, atol=0.5)
-
-            baselines = {"cuBLAS": lambda a=a, b=b: torch.matmul(a, b),
-                         "relu(a@b)": lambda a=a, b=b: torch.relu(a @ b)}
-            yield (f"gemm_relu {n}^3 {dtype}", fn, check, lambda k, a=a, b=b, c=c: k(a, b, c), 2 * n ** 3,
-                   baselines)
+            yield relu_gemm_case(f"gemm_relu {n}^3 {dtype}",
+                                 lambda n=n, dtype=dtype: gemm.matmul.fn(n, n, n, 128, 128, 64, dtype=dtype), n, dtype)
 
 
 def mla_cases(mla, B=64, H=128, ctx=8192):

@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.cluster_ab import fa_cases, gemm_cases, mla_cases  # noqa: E402
+from bench.cluster_ab import fa_cases, gemm_cases, mla_cases, relu_gemm_case  # noqa: E402
 from bench.memory_bound import bench  # noqa: E402
 from bench.memory_bound import load as load_from  # noqa: E402
 from bench.tensor_core import load  # noqa: E402
@@ -79,20 +79,8 @@ def persistent_cases(sizes, dtypes):
     blocks = torch.cuda.get_device_properties(0).multi_processor_count
     for dtype in dtypes:
         for n in sizes:
-            t = getattr(torch, dtype)
-            a, b = torch.randn(n, n, device="cuda", dtype=t), torch.randn(n, n, device="cuda", dtype=t)
-            c = torch.empty(n, n, device="cuda", dtype=t)
-            ref = torch.relu(a.float() @ b.float())
-
-            def check(k, a=a, b=b, c=c, ref=ref):
-                c.fill_(float("nan"))
-                k(a, b, c)
-                torch.testing.assert_close(c.float(), ref, rtol=2e-2, atol=0.5)
-
-            baselines = {"cuBLAS": lambda a=a, b=b: torch.matmul(a, b),
-                         "relu(a@b)": lambda a=a, b=b: torch.relu(a @ b)}
-            yield (f"persistent gemm 128x256 {n}^3 {dtype}", lambda n=n, dtype=dtype: persistent_gemm(n, dtype, blocks),
-                   check, lambda k, a=a, b=b, c=c: k(a, b, c), 2 * n ** 3, baselines)
+            yield relu_gemm_case(f"persistent gemm 128x256 {n}^3 {dtype}",
+                                 lambda n=n, dtype=dtype: persistent_gemm(n, dtype, blocks), n, dtype)
 
 
 def both(fn, var: str, value: str):

@@ -28,6 +28,13 @@ class Buffer:
     def ndim(self) -> int:
         return len(self.shape)
 
+    def static_bytes(self) -> int:
+        """The bytes of a buffer whose shape is static (a shared or local tile)."""
+        n = self.dtype.bytes
+        for e in self.shape:
+            n *= e
+        return n
+
     def __repr__(self) -> str:
         return self.name
 

@@ -301,16 +301,10 @@ def _stages(loop: For, new: dict, target) -> dict:
     if loop.kind != "pipelined" or not isinstance(stages, int) or stages < 1:
         return loop.annotations
     tiles = {s.dst.buffer for s in walk(loop.body) if isinstance(s, Copy) and s.dst.buffer.scope == "shared"}
-    before = sum(_bytes(b) for b in tiles)
-    after = sum(_bytes(new.get(b, b)) for b in tiles)
+    before = sum(b.static_bytes() for b in tiles)
+    after = sum(new.get(b, b).static_bytes() for b in tiles)
     both = 2 * stages * before
     if not before or both > target.shared_bytes_per_sm:
         return loop.annotations
     return {**loop.annotations, "num_stages": max(stages, both // after)}
 
-
-def _bytes(b: Buffer) -> int:
-    n = b.dtype.bytes
-    for e in b.shape:
-        n *= e
-    return n

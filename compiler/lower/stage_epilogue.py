@@ -78,22 +78,21 @@ def _in_body(stmts: tuple, k: Kernel, target, names: set, allocs: list, top: boo
     pipelined = stmts[loop]
     stages = max(1, int(pipelined.annotations.get("num_stages") or 1))
     accumulators = {g.c.buffer for g in walk(pipelined.body) if isinstance(g, Gemm)}
-    later = [buffers_used(s) for s in stmts[loop + 1:]]
-    staged_bytes = sum(_bytes(b) for b in buffers_used(pipelined) if b.scope == "shared")
+    piped = {b for b in buffers_used(pipelined) if b.scope == "shared"}
+    staged_bytes = sum(b.static_bytes() for b in piped)
     if top:  # the stages are dead after the loop: the tile reuses their bytes
-        room = staged_bytes * stages if not any(b in u for u in later for b in buffers_used(pipelined)
-                                                if b.scope == "shared") else 0
+        room = 0 if any(piped & buffers_used(s) for s in stmts[loop + 1:]) else staged_bytes * stages
     else:  # the producer refills the stages while the consumers store: a tile of its own, at most one stage less
-        others = sum(_bytes(s.buffer) for s in walk(k.body) if isinstance(s, Alloc) and s.buffer.scope == "shared"
-                     and s.buffer not in buffers_used(pipelined))
+        others = sum(s.buffer.static_bytes() for s in walk(k.body)
+                     if isinstance(s, Alloc) and s.buffer.scope == "shared" and s.buffer not in piped)
         room = target.shared_bytes - RESERVED_BYTES - others - staged_bytes * max(2, stages - 1)
     body = list(stmts[:loop + 1])
     for s in stmts[loop + 1:]:
         tile = _staged_tile(s, accumulators, names)
-        if tile is None or _bytes(tile) > room:
+        if tile is None or tile.static_bytes() > room:
             body.append(s)
             continue
-        room -= 0 if top else _bytes(tile)
+        room -= 0 if top else tile.static_bytes()
         names.add(tile.name)
         allocs.append(Alloc(tile, span=s.span))
         whole = Region.whole(tile)
@@ -118,9 +117,3 @@ def _staged_tile(s, accumulators: set, names: set) -> Buffer | None:
         name, n = f"{s.src.buffer.name}_staged{n}", n + 1
     return Buffer(name, shape, dtype, "shared", s.span)
 
-
-def _bytes(b: Buffer) -> int:
-    n = b.dtype.bytes
-    for e in b.shape:
-        n *= e
-    return n
