@@ -16,8 +16,8 @@ Guarantees:
 - The widest global access per tensor parameter is the alignment the generated code's vector accesses need
   (``compiler.targets.cuda.required_alignment``): 16 bytes means 128-bit loads or stores.
 - ``dry_run(arch)``: within the block, a call of any compiled kernel runs nothing: it is compiled for ``arch``
-  (the CUDA lowering and NVRTC, so its diagnostics surface at these sizes), its resources are recorded, and its
-  outputs are allocated (uninitialized) on the device of its inputs. With ``meta`` tensors a model's forward at a
+  (the whole CUDA build, PTX and ptxas or NVRTC, so its diagnostics surface at these sizes), its resources are
+  recorded, and its outputs are allocated (uninitialized) on the device of its inputs. With ``meta`` tensors a model's forward at a
   GPU-sized config costs no memory and no interpreter time: this is how the evaluator compiles and sizes the real
   configs on a CPU machine. ``dry_run(size=False)``: calls only bind their arguments and allocate their outputs
   (nothing is compiled past the lowering the factory did). Either way the block records every ``@jit`` factory call
@@ -31,7 +31,7 @@ import contextlib
 import contextvars
 import math
 import struct
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 # The SM count assumed when no device is at hand (waves are estimates then): the usual part of each arch.
 ASSUMED_SMS = {"sm_80": (108, "A100"), "sm_86": (84, "RTX 3090"), "sm_89": (128, "RTX 4090"),
@@ -185,7 +185,6 @@ def _resources(kernel, bound: dict, env: dict, arch: str | None, device, nvrtc_t
     from tileagent.compiler import passes
     from tileagent.compiler.backends import device_values
     from tileagent.compiler.runtime.launch import eval_scalar
-    from tileagent.compiler.runtime.nvrtc import compile_to_cubin
     from tileagent.compiler.target import for_arch
     from tileagent.compiler.targets.cuda import kernel_symbol, required_alignment
 
@@ -194,10 +193,11 @@ def _resources(kernel, bound: dict, env: dict, arch: str | None, device, nvrtc_t
     if getattr(backend, "cubin", None) is not None and kernel.target.arch == target.arch:
         module, cubin = backend.module, backend.cubin
     else:
-        unit = passes.run(kernel.func, target.with_kind("sim"), kernel.options, until="codegen_cuda")
-        module = unit.module
         timeout = kernel.options.nvrtc_timeout_s if nvrtc_timeout_s == "default" else nvrtc_timeout_s
-        cubin = compile_to_cubin(unit.source, target.arch, kernel.options.nvrtc_options, timeout_s=timeout)
+        # the build a GPU of the arch runs: PTX and ptxas at its register target (compiler.runtime.register_target)
+        # where they cover the module, else NVRTC; the registers, hence the blocks per SM, are that build's
+        unit = passes.run(kernel.func, target.with_kind("cuda"), replace(kernel.options, nvrtc_timeout_s=timeout))
+        module, cubin = unit.module, unit.cubin
     values = device_values(module, kernel.func, bound, env)
     functions = cubin_functions(cubin)
     sms, source = sm_count(target.arch, device)

@@ -564,7 +564,7 @@ def test_loads_in_flight_reads_the_machine_code():
 
 def _staged_layernorm_matches_and_vectorizes(module: dict, shape: tuple[int, int], dry_n: int) -> None:
     """The drafted LayerNorm module matches torch at ``shape`` on the CPU, and at 16384 x ``dry_n`` on sm_90a (dry
-    run) is the staged kernel: 64 threads, one wave of 2048 blocks, every access of x and the output 16 bytes wide."""
+    run) is the staged kernel: 64 threads, 2048 blocks, every access of x and the output 16 bytes wide."""
     from tileagent.compiler.resources import dry_run
 
     M, N = shape
@@ -579,9 +579,7 @@ def _staged_layernorm_matches_and_vectorizes(module: dict, shape: tuple[int, int
     launch = run.launches[0].to_dict()
     assert launch["threads"] == 64 and launch["grid"][0] == 2048, launch
     assert launch["access_bytes"]["g_x"] == 16 and launch["access_bytes"]["out"] == 16, launch
-    # one wave (2048 <= 16 x 132) needs at most 64 registers a thread; the count is the NVRTC version's: CUDA 13.0's
-    # takes about 72 (14 blocks per SM, 1.1 waves), so only that floor is checked here
-    assert launch["blocks_per_sm"] >= 14, launch
+    assert launch["blocks_per_sm"] >= 10, launch  # the PTX build's register target (compiler.runtime.register_target)
 
 
 @pytest.mark.parametrize("shape", [(16, 333), (12, 334), (7, 333)])
@@ -589,7 +587,7 @@ def test_rows_off_8_byte_boundaries_are_staged_through_shared_memory(shape, tmp_
     """LayerNorm over rows whose pitch is not a multiple of 8 bytes (333 fp16 values: 666 bytes) read them with
     2-byte loads (6 bytes in flight per thread; 67% of a copy on the H200): such rows go through the staged kernel,
     8 rows a block as one run of 16-byte vectors (sm_90a: every access of x and the output 16 bytes wide, 64
-    threads, one wave of 2048 blocks). On the CPU it matches torch: whole blocks (16 x 333), a last block half past
+    threads, 2048 blocks). On the CPU it matches torch: whole blocks (16 x 333), a last block half past
     the end (12 x 334), and an element count that is not a multiple of 8 (7 x 333: the row kernel, as before)."""
     source, module = _candidate("layernorm_widths", tmp_path)
     assert "def fused_layernorm_staged(" in source and module["schedule_staged"](333) == (8, 64)
@@ -725,7 +723,7 @@ def test_staged_knob_takes_rows_on_8_byte_boundaries_through_shared_memory(shape
     """STAGED = True (a tunable, drafted False until the H200 says it pays): LayerNorm over 200 fp16 values, whose
     register kernel holds 16 rows on 128 threads (25 of 32 lanes busy, 90 registers, 1.55 waves at 16384 rows), goes
     through the staged kernel: 8 rows a block on 64 threads as one run of 16-byte vectors (the layout pads 200
-    vectors to 4 x 64 threads), one wave. On the CPU it matches torch, a last block past the end included."""
+    vectors to 4 x 64 threads). On the CPU it matches torch, a last block past the end included."""
     source, _ = _candidate("layernorm_widths", tmp_path)
     assert "STAGED = False" in source and "'STAGED': [False, True]" in source
     candidate = tmp_path / "layernorm_staged.py"

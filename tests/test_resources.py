@@ -85,6 +85,25 @@ def test_a_dry_run_compiles_and_sizes_a_gpu_sized_call_without_computing():
                                                                   launch.shared_bytes)
 
 
+def test_a_dry_run_reports_the_registers_of_the_build_a_gpu_runs():
+    """The dry run sizes the cubin the GPU build makes: PTX and ptxas at the register target of
+    compiler.runtime.register_target where ptxas is here, else NVRTC's. At C=768 the two differ (40 against NVRTC's
+    62 registers with CUDA 13.0), so a dry run that compiled with NVRTC alone would fail here."""
+    import tileagent
+    from tileagent.compiler import passes
+
+    impl = _rmsnorm()
+    x = torch.empty(16384, 768, dtype=torch.float16, device="meta")
+    gamma = torch.empty(768, dtype=torch.float16, device="meta")
+    with dry_run("sm_90a") as run:
+        impl(None, 768)(x, gamma)
+    (launch,) = run.launches
+    kernel = impl(None, 768)
+    unit = passes.run(kernel.func, tileagent.compiler.target.for_arch("sm_90a"), kernel.options)
+    (info,) = cubin_functions(unit.cubin).values()
+    assert launch.registers == info.registers
+
+
 def test_render_launch_is_one_line_with_every_figure():
     launch = dict(kernel="main_kernel", blocks=512, threads=128, registers=40, frame_bytes=0, shared_bytes=0,
                   blocks_per_sm=12, limited_by="registers", waves=0.3232, access_bytes={"X": 16, "Y": 4},
