@@ -102,6 +102,36 @@ def test_a_bias_indexed_by_the_column_is_merged_and_exact(merging):
     torch.testing.assert_close(c.float(), a.float() @ b.float() + bias.float(), rtol=2e-2, atol=2e-2)
 
 
+def test_tilelang_style_swizzle_annotations_and_a_shared_output_tile_are_merged_too(merging):
+    # TileLang's GEMM examples annotate their shared tiles with make_swizzled_layout and stage C by hand: the swizzle
+    # of a widened tile is the same swizzle of the wider one
+    @T.prim_func
+    def main(A: T.Tensor((256, 128), "float16"), B: T.Tensor((128, 512), "float16"),
+             C: T.Tensor((256, 512), "float16")):
+        with T.Kernel(4, 2, threads=128) as (bx, by):
+            A_s = T.alloc_shared((128, 32), "float16")
+            B_s = T.alloc_shared((32, 128), "float16")
+            C_s = T.alloc_shared((128, 128), "float16")
+            acc = T.alloc_fragment((128, 128), "float32")
+            T.annotate_layout({A_s: T.make_swizzled_layout(A_s), B_s: T.make_swizzled_layout(B_s)})
+            T.clear(acc)
+            for k in T.Pipelined(4, num_stages=3):
+                T.copy(A[by * 128, k * 32], A_s)
+                T.copy(B[k * 32, bx * 128], B_s)
+                T.gemm(A_s, B_s, acc)
+            T.copy(acc, C_s)
+            T.copy(C_s, C[by * 128, bx * 128])
+
+    k = _kernel(coarsen.coarsen_blocks(main, SM90A))
+    shapes = {s.buffer.name: tuple(s.buffer.shape) for s in walk(k.body) if isinstance(s, Alloc)}
+    assert shapes == {"A_s": (128, 32), "B_s": (32, 256), "C_s": (128, 256), "acc": (128, 256)}
+    kernel = tileagent.compile(main, target="sim")
+    a, b = torch.randn(256, 128, dtype=torch.float16), torch.randn(128, 512, dtype=torch.float16)
+    c = torch.full((256, 512), float("nan"), dtype=torch.float16)
+    kernel(a, b, c)
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("epilogue", ["column value", "block value", "row sum"])
 def test_values_computed_from_the_block_or_the_column_leave_the_kernel_as_written(merging, epilogue):
     func = _gemm(epilogue)

@@ -16,10 +16,11 @@ loop took 49.9 us per 1024 of K at M = N = 4096, a 128 x 256 tile 42.7, cuBLAS 4
 Eligible: ``TILEAGENT_COARSEN`` is not 0; the target has wgmma and TMA in use; the kernel runs 128 threads (no
 per-thread code) over a static grid whose x is even and which keeps at least ``MIN_BLOCKS`` blocks when merged; its
 one T.gemm multiplies shared 16-bit A and B into a 128 x 128 fragment; its statements are allocations, fills,
-copies, the gemm, loops (bounds free of ``bx``), T.use_swizzle and T.Parallel loops of stores. ``bx`` appears only
-as ``128 * bx`` plus terms free of it: in the start of a global region whose dim pairs with a widened tile's, or in
-a global index next to a T.Parallel variable that walks a widened tile's dim. Anything else leaves the kernel as
-written (a reduction over the columns, a value computed from ``bx``, a T.Persistent loop, an annotated layout).
+copies, the gemm, loops (bounds free of ``bx``), T.use_swizzle, layout annotations and T.Parallel loops of stores.
+``bx`` appears only as ``128 * bx`` plus terms free of it: in the start of a global region whose dim pairs with a
+widened tile's, or in a global index next to a T.Parallel variable that walks a widened tile's dim. Anything else
+leaves the kernel as written (a reduction over the columns, a value computed from ``bx``, a T.Persistent loop, a
+widened tile's layout annotated other than by ``make_swizzled_layout``).
 Guarantees: every output element is computed by the same operations on the same inputs, over the same K tiles in
 the same order; what the program reads and writes is unchanged.
 """
@@ -32,9 +33,10 @@ from dataclasses import fields, replace
 
 from tileagent.compiler.ir.expr import Expr, Load, Var, make_binop
 from tileagent.compiler.ir.simplify import additive_terms, depends_on, static_int
-from tileagent.compiler.ir.stmt import (Alloc, Buffer, Copy, Fill, For, Gemm, Kernel, Parallel, PrimFunc, Region,
-                                        Store, UseSwizzle)
+from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, Buffer, Copy, Fill, For, Gemm, Kernel, Parallel,
+                                        PrimFunc, Region, Store, UseSwizzle)
 from tileagent.compiler.ir.visit import substitute, variables, walk
+from tileagent.compiler.language.annotations import SwizzledLayout
 
 log = logging.getLogger("tileagent.compiler")
 
@@ -97,7 +99,7 @@ def _widened_dims(k: Kernel) -> tuple[dict, set]:
     _require(blocks // 2 >= MIN_BLOCKS, f"{blocks // 2} merged blocks would be fewer than {MIN_BLOCKS}")
     stmts = list(walk(k.body))
     for s in stmts:
-        _require(isinstance(s, (Alloc, Fill, Copy, Gemm, UseSwizzle, Parallel, Store))
+        _require(isinstance(s, (Alloc, AnnotateLayout, Fill, Copy, Gemm, UseSwizzle, Parallel, Store))
                  or isinstance(s, For) and s.kind in ("serial", "pipelined"), f"a {type(s).__name__} statement")
         _require(not isinstance(s, Alloc) or s.buffer.scope in ("shared", "fragment") and s.init is None,
                  "a local or var buffer")
@@ -175,6 +177,9 @@ def _check(s, bx: Var, wide: dict, loops: set) -> None:
     """Raise _NotEligible unless ``s`` reads ``bx`` and the widened loop variables only as the rewrite can widen."""
     if isinstance(s, For):
         _require(not depends_on(s.start, [bx]) and not depends_on(s.extent, [bx]), "a loop bound reads bx")
+    elif isinstance(s, AnnotateLayout):
+        _require(all(b not in wide or isinstance(layout, SwizzledLayout) for b, layout in s.layouts),
+                 "a widened tile's annotated layout is not a swizzle derived from its shape")
     elif isinstance(s, Fill):
         _require(s.dst.buffer not in wide or s.dst.extents == tuple(s.dst.buffer.shape), "a partial fill")
     elif isinstance(s, Copy):
@@ -267,6 +272,9 @@ def _rewrite(k: Kernel, wide: dict, loops: set, target) -> Kernel:
     def stmt(s):
         if isinstance(s, Alloc):
             return replace(s, buffer=new.get(s.buffer, s.buffer))
+        if isinstance(s, AnnotateLayout):  # a swizzle of a widened tile is the same swizzle of the wider one
+            return replace(s, layouts=tuple((new.get(b, b), replace(layout, buffer=new[b]) if b in new else layout)
+                                            for b, layout in s.layouts))
         if isinstance(s, Fill):
             return replace(s, dst=region(s.dst, widened(s.dst)))
         if isinstance(s, Gemm):
