@@ -166,3 +166,33 @@ def test_gpu_staged_persistent_gemm_against_torch(staging):
     c = torch.full((n, n), float("nan"), dtype=torch.float16, device="cuda")
     kernel(a, b, c)
     torch.testing.assert_close(c.float(), torch.relu(a.float() @ b.float()), rtol=2e-2, atol=0.5)
+
+
+def _persistent_with_pad(pad_cols: int):
+    """A persistent 128 x 128 GEMM (3 stages of 32 KB) whose block also keeps a 128 x ``pad_cols`` fp16 shared tile."""
+
+    @T.prim_func
+    def main(A: T.Tensor((256, 256), "float16"), B: T.Tensor((256, 256), "float16"),
+             P: T.Tensor((128, pad_cols), "float16"), C: T.Tensor((256, 256), "float16")):
+        with T.Kernel(2, threads=128) as b:
+            A_s = T.alloc_shared((128, 64), "float16")
+            B_s = T.alloc_shared((64, 128), "float16")
+            pad = T.alloc_shared((128, pad_cols), "float16")
+            acc = T.alloc_fragment((128, 128), "float32")
+            T.copy(P, pad)
+            T.copy(pad, P)
+            for by, bx in T.Persistent([2, 2], 2, b):
+                T.clear(acc)
+                for k in T.Pipelined(4, num_stages=3):
+                    T.copy(A[by * 128, k * 64], A_s)
+                    T.copy(B[k * 64, bx * 128], B_s)
+                    T.gemm(A_s, B_s, acc)
+                T.copy(acc, C[by * 128, bx * 128])
+
+    return main
+
+
+def test_a_tile_of_its_own_is_added_only_where_it_fits_beside_the_other_tiles(staging):
+    # 32 KB of tile + 2 stages of 32 KB + the pad must stay within 227 KB less 2 KB: a 100 KB pad leaves room, 140 not
+    assert not _unstaged(stage_epilogues(_persistent_with_pad(400), SM90A))
+    assert _unstaged(stage_epilogues(_persistent_with_pad(560), SM90A))

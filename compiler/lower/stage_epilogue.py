@@ -83,8 +83,7 @@ def _in_body(stmts: tuple, k: Kernel, target, names: set, allocs: list, top: boo
     if top:  # the stages are dead after the loop: the tile reuses their bytes
         room = 0 if any(piped & buffers_used(s) for s in stmts[loop + 1:]) else staged_bytes * stages
     else:  # the producer refills the stages while the consumers store: a tile of its own, at most one stage less
-        others = sum(s.buffer.static_bytes() for s in walk(k.body)
-                     if isinstance(s, Alloc) and s.buffer.scope == "shared" and s.buffer not in piped)
+        others = sum(n for b, n in _footprint(k).items() if b not in piped)
         room = target.shared_bytes - RESERVED_BYTES - others - staged_bytes * max(2, stages - 1)
     body = list(stmts[:loop + 1])
     for s in stmts[loop + 1:]:
@@ -99,6 +98,19 @@ def _in_body(stmts: tuple, k: Kernel, target, names: set, allocs: list, top: boo
         body += [AnnotateLayout(((tile, SwizzledLayout(tile)),), span=s.span),
                  Copy(s.src, whole, span=s.span), Copy(whole, s.dst, span=s.span)]
     return tuple(body) if len(body) != len(stmts) else stmts
+
+
+def _footprint(k: Kernel) -> dict:
+    """Shared buffer -> the bytes it takes, all the stages of the pipelined loop that fills it counted."""
+    out = {s.buffer: s.buffer.static_bytes() for s in walk(k.body)
+           if isinstance(s, Alloc) and s.buffer.scope == "shared"}
+    for loop in walk(k.body):
+        if isinstance(loop, For) and loop.kind == "pipelined":
+            stages = max(1, int(loop.annotations.get("num_stages") or 1))
+            for b in buffers_used(loop):
+                if b in out:
+                    out[b] = max(out[b], b.static_bytes() * stages)
+    return out
 
 
 def _staged_tile(s, accumulators: set, names: set) -> Buffer | None:
