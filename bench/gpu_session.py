@@ -177,6 +177,15 @@ STEPS = (
          "masks (B) vs without heavy-first block order (C, causal), same run, outputs compared, next to SDPA"),
     Step("played_llm", 4, "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\"", 500,
          "the played LLM's last answers over every config of their ops"),
+    # group 11: what round 2 session 21 left unmeasured (merged GEMM blocks, staged epilogues, TMA pipelines in while)
+    Step("streamk", 11, "python bench/tilelang_examples.py --only gemm_streamk,mla_decode_persistent,gemm_splitk "
+         "--timeout 40", 90,
+         "TileLang's stream-K GEMM (its pipeline inside while: failed its check before 0f7518a) and two neighbours"),
+    Step("gpu_tests_all", 11, "python -m pytest -q -m gpu tests/ -x", 240,
+         "every GPU test: session 21 ran only those of the changed files"),
+    Step("merge_stage_ab", 11, "python bench/switch_ab.py --env TILEAGENT_COARSEN=0 --only gemm && "
+         "python bench/switch_ab.py --env TILEAGENT_STAGE_EPILOGUE=0 --only persistent", 200,
+         "the merge and the staging, each against its switch, baselines in the same round"),
 )
 
 
