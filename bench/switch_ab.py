@@ -7,7 +7,8 @@ Usage (CUDA machine): TILEAGENT_SHARED=/path/to/shared python bench/switch_ab.py
 Both builds are checked against torch first (fresh inputs, NaN-poisoned outputs; ``bench/cluster_ab.py``'s cases),
 then timed in alternation for ``--rounds`` rounds (L2 flushed, medians of 20; ``bench/memory_bound.bench``) with the
 baselines in each round (cuBLAS and relu(a@b) for the GEMMs, SDPA for attention). The in-process compile caches key
-on the switches (``compiler.jit._code_switches``, ``feature_switches``), so each build is compiled for its setting.
+on the switches (``compiler.module_cache.code_switches``, ``feature_switches``), so each build is compiled for its
+setting.
 Prints TFLOP/s per round and a table of the medians.
 """
 

@@ -27,6 +27,7 @@ from tileagent.compiler.errors import KernelArgumentError
 from tileagent.compiler.ir.expr import Expr, Var
 from tileagent.compiler.ir.stmt import Buffer, PrimFunc
 from tileagent.compiler.kernel_scope import kernel_scope
+from tileagent.compiler.module_cache import code_switches
 from tileagent.compiler.passes import Options
 from tileagent.compiler.resources import active_dry_run
 from tileagent.compiler.runtime.hooks import notify_launch
@@ -209,15 +210,6 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, exec
 def nvrtc_options(pass_configs: dict) -> tuple[str, ...]:
     """The NVRTC options a kernel with ``pass_configs`` (as ``JITKernel.pass_configs`` holds them) is compiled with."""
     return ("--use_fast_math",) if pass_configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value) else ()
-
-
-def _code_switches() -> tuple:
-    """The environment's switches of code generation now (TILEAGENT_ENABLE_TMA's mode, TILEAGENT_COARSEN,
-    TILEAGENT_STAGE_EPILOGUE): @jit's in-process caches key on them."""
-    from tileagent.compiler.instructions.tma import mode
-    from tileagent.compiler.lower import coarsen, stage_epilogue
-
-    return mode(), coarsen.enabled(), stage_epilogue.enabled()
 
 
 def disabled_features(pass_configs: dict) -> frozenset:
@@ -549,7 +541,7 @@ class JITImpl:
 
         options = self._options()
         key = frontend_eager.cache_key(self.fn, args, kwargs)
-        key = None if key is None else (key, options, feature_switches(), _code_switches())
+        key = None if key is None else (key, options, feature_switches(), code_switches())
         kernel = self._cache.get(key) if key is not None else None
         if kernel is None:
             func, out_idx, _ = frontend_eager.parse_eager(self.fn, args, kwargs)
@@ -594,7 +586,7 @@ class JITImpl:
         options = self._options()
         try:
             key = (args, tuple(sorted(kwargs.items())), options, feature_switches(),  # TILEAGENT_ENABLE_WGMMA=0
-                   _code_switches())
+                   code_switches())
             hash(key)
         except TypeError:
             key = None

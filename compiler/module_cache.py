@@ -3,8 +3,9 @@
 In: a checked PrimFunc and everything else that decides its lowering (target, arch, options). Out: the cached
 (DeviceModule, CUDA source), re-bound to this PrimFunc's parameters, or None.
 Guarantees: the key covers the printed tile IR plus what the printer leaves out (layout annotations, loop
-annotations) and a fingerprint of the compiler's own source files (not just its version string: an upgrade or a
-checkout of other code under the same version must not load modules pickled by different classes), so a hit is the module a fresh lowering would build; a corrupt or
+annotations), the environment's switches of code generation (``code_switches``) and a fingerprint of the compiler's
+own source files (not just its version string: an upgrade or a checkout of other code under the same version must
+not load modules pickled by different classes), so a hit is the module a fresh lowering would build; a corrupt or
 incompatible entry is a miss. Entries live under ``$TILEAGENT_CACHE_DIR/modules``: pickles in which the IR's
 slots dataclasses are written as (class, field values) (``dump``; read by ``_rebuild`` in any process).
 """
@@ -37,6 +38,20 @@ def compiler_fingerprint() -> str:
     return h.hexdigest()
 
 
+def code_switches() -> tuple:
+    """The environment's switches that change the generated code, as they are now: which copies may use TMA
+    (TILEAGENT_ENABLE_TMA), the wgmma pipeline's overlap (TILEAGENT_WGMMA_OVERLAP), the mbarrier waits' spin limit,
+    warp specialization (TILEAGENT_WARP_SPECIALIZE, also =force), merging GEMM blocks (TILEAGENT_COARSEN) and staging
+    epilogues (TILEAGENT_STAGE_EPILOGUE). This cache's keys and @jit's in-process caches hold them."""
+    from tileagent.compiler.instructions.tma import mode as tma_mode
+    from tileagent.compiler.instructions.wgmma import overlap_enabled
+    from tileagent.compiler.lower import coarsen, stage_epilogue, warp_specialize
+    from tileagent.compiler.targets.cuda_tma import spin_limit
+
+    return (tma_mode(), overlap_enabled(), spin_limit(), warp_specialize.enabled(), warp_specialize.forced(),
+            coarsen.enabled(), stage_epilogue.enabled())
+
+
 def cache_key(func: PrimFunc, *parts: str) -> str:
     h = hashlib.sha256(print_func(func).encode())
     for s in walk(func.body):
@@ -46,26 +61,7 @@ def cache_key(func: PrimFunc, *parts: str) -> str:
             h.update(repr(sorted(s.annotations.items())).encode())
     for part in (*parts, compiler_fingerprint()):
         h.update(b"\0" + str(part).encode())
-    from tileagent.compiler.instructions.wgmma import OVERLAP_ENV, overlap_enabled
-
-    if not overlap_enabled():  # switching the wgmma pipeline's overlap off changes the generated code
-        h.update(b"\0" + OVERLAP_ENV.encode())
-    from tileagent.compiler.instructions.tma import ENV as TMA_ENV, mode as tma_mode
-
-    h.update(b"\0" + TMA_ENV.encode() + f"={tma_mode()}".encode())  # so does which copies may use TMA
-    from tileagent.compiler.lower import coarsen, stage_epilogue
-
-    for switch in (coarsen, stage_epilogue):  # and merging blocks, staging epilogues through shared memory
-        if not switch.enabled():
-            h.update(b"\0" + switch.ENV.encode())
-    if tma_mode() != "off":  # and a spin limit on its waits, and switching warp specialization off
-        from tileagent.compiler.targets.cuda_tma import SPIN_LIMIT_ENV, spin_limit
-
-        h.update(f" {SPIN_LIMIT_ENV}={spin_limit()}".encode())
-        from tileagent.compiler.lower.warp_specialize import ENV as WS_ENV, enabled as ws_enabled, forced
-
-        if not ws_enabled() or forced():
-            h.update(b"\0" + WS_ENV.encode() + (b"=force" if forced() else b""))
+    h.update(b"\0" + repr(code_switches()).encode())
     return h.hexdigest()
 
 

@@ -17,10 +17,10 @@ Guarantees:
   (``compiler.targets.cuda.required_alignment``): 16 bytes means 128-bit loads or stores.
 - ``dry_run(arch)``: within the block, a call of any compiled kernel runs nothing: it is compiled for ``arch``
   (the whole CUDA build, PTX and ptxas or NVRTC, so its diagnostics surface at these sizes), its resources are
-  recorded, and its outputs are allocated (uninitialized) on the device of its inputs. With ``meta`` tensors a model's forward at a
-  GPU-sized config costs no memory and no interpreter time: this is how the evaluator compiles and sizes the real
-  configs on a CPU machine. ``dry_run(size=False)``: calls only bind their arguments and allocate their outputs
-  (nothing is compiled past the lowering the factory did). Either way the block records every ``@jit`` factory call
+  recorded, and its outputs are allocated (uninitialized) on the device of its inputs. With ``meta`` tensors a
+  model's forward at a GPU-sized config costs no memory and no interpreter time: this is how the evaluator compiles
+  and sizes the real configs on a CPU machine. ``dry_run(size=False)``: calls only bind their arguments and allocate
+  their outputs (nothing is compiled past the lowering the factory did). Either way the block records every ``@jit`` factory call
   (``DryRun.factory_calls``: the JITImpl, its arguments, the JITKernel it returned), which is how the export finds
   the kernels a model uses. The block is context-local (a ``contextvars`` variable): other threads' calls run.
 """
