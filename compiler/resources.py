@@ -22,7 +22,8 @@ Guarantees:
   and sizes the real configs on a CPU machine. ``dry_run(size=False)``: calls only bind their arguments and allocate
   their outputs (nothing is compiled past the lowering the factory did). Either way the block records every
   ``@jit`` factory call (``DryRun.factory_calls``: the JITImpl, its arguments, the JITKernel it returned), which is
-  how the export finds the kernels a model uses. The block is context-local (a ``contextvars`` variable): other threads' calls run.
+  how the export finds the kernels a model uses. The block is context-local (a ``contextvars`` variable): other
+  threads' calls run.
 """
 
 from __future__ import annotations
