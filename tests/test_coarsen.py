@@ -6,6 +6,7 @@ import torch
 
 import tileagent
 import tileagent.language as T
+from tests.conftest import gemm_outputs
 from tileagent.compiler.ir.printer import print_func
 from tileagent.compiler.ir.stmt import Alloc, For, Kernel
 from tileagent.compiler.ir.visit import walk
@@ -46,11 +47,7 @@ def test_the_example_gemm_runs_as_128x256_blocks_of_two_warpgroups(shared_exampl
     single = tileagent.compile(mod.matmul.fn(M, N, K, 128, 128, 64), target="sim")
     assert "m64n256k16" not in single.get_kernel_source()
     a, b = torch.randn(M, K, dtype=torch.float16), torch.randn(K, N, dtype=torch.float16)
-    outs = []
-    for kernel in (merged, single):
-        c = torch.full((M, N), float("nan"), dtype=torch.float16)
-        kernel(a, b, c)
-        outs.append(c)
+    outs = gemm_outputs((merged, single), a, b)
     torch.testing.assert_close(outs[0].float(), mod.reference(a.float(), b.float()), rtol=2e-2, atol=2e-2)
     assert torch.equal(outs[0], outs[1])
 
@@ -168,10 +165,6 @@ def test_gpu_merged_example_gemm_against_torch(shared_example, monkeypatch):
     single = tileagent.compile(mod.matmul.fn(M, N, K, 128, 128, 64, dtype="bfloat16"), target="cuda")
     a = torch.randn(M, K, dtype=torch.bfloat16, device="cuda")
     b = torch.randn(K, N, dtype=torch.bfloat16, device="cuda")
-    outs = []
-    for kernel in (merged, single):
-        c = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
-        kernel(a, b, c)
-        outs.append(c)
+    outs = gemm_outputs((merged, single), a, b)
     torch.testing.assert_close(outs[0].float(), mod.reference(a.float(), b.float()), rtol=2e-2, atol=0.5)
     assert torch.equal(outs[0], outs[1])

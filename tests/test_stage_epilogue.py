@@ -9,6 +9,7 @@ import torch
 
 import tileagent
 import tileagent.language as T
+from tests.conftest import gemm_outputs
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.stmt import Alloc, AnnotateLayout, Buffer, Copy, Kernel, Region
 from tileagent.compiler.language.annotations import SwizzledLayout
@@ -48,11 +49,7 @@ def test_the_example_gemm_stores_its_tile_through_the_dead_stages(shared_example
     assert "*reinterpret_cast<uint1*>(&C[" in direct.get_kernel_source()
     assert _arena(direct.get_kernel_source()) == {k: v for k, v in arena.items() if k != "C_local_staged"}
     a, b = torch.randn(M, K, dtype=torch.float16), torch.randn(K, N, dtype=torch.float16)
-    outs = []
-    for kernel in (staged, direct):
-        c = torch.full((M, N), float("nan"), dtype=torch.float16)
-        kernel(a, b, c)
-        outs.append(c)
+    outs = gemm_outputs((staged, direct), a, b)
     torch.testing.assert_close(outs[0].float(), mod.reference(a.float(), b.float()), rtol=2e-2, atol=2e-2)
     assert torch.equal(outs[0], outs[1])
 
@@ -141,11 +138,7 @@ def test_a_persistent_gemm_stages_into_a_tile_of_its_own(staging, monkeypatch):
     direct = tileagent.compile(_gemm(64, 3, persistent=True), target="sim")
     assert "acc_staged" not in direct.get_kernel_source()
     a, b = torch.randn(256, 256, dtype=torch.float16), torch.randn(256, 256, dtype=torch.float16)
-    outs = []
-    for kernel in (staged, direct):
-        c = torch.full((256, 256), float("nan"), dtype=torch.float16)
-        kernel(a, b, c)
-        outs.append(c)
+    outs = gemm_outputs((staged, direct), a, b)
     torch.testing.assert_close(outs[0].float(), a.float() @ b.float(), rtol=2e-2, atol=2e-2)
     assert torch.equal(outs[0], outs[1])
 
