@@ -114,7 +114,8 @@ WGMMA_CASES = [  # (where, M, N, K, dtype, schedule, the instruction the gemm mu
     # the example's own tiles: B 64 x 128 = two 128-byte column blocks (LBO 8192)
     ("shared", 1000, 776, 520, torch.float16, (128, 128, 64), "m64n128k16.f32.f16.f16, A K-major 128B swizzle, "
                                                                "B N-major 128B swizzle"),
-    ("shared", 4096, 4096, 4096, torch.float16, (128, 128, 64), "m64n128k16"),
+    # at 4096 the grid keeps two blocks per SM when pairs merge along x: one 128 x 256 block (compiler/lower/coarsen.py)
+    ("shared", 4096, 4096, 4096, torch.float16, (128, 128, 64), "m64n256k16"),
     ("prompts", 1000, 768, 520, torch.float16, dict(block_M=128, block_N=64, block_K=64), "m64n64k16"),
     # the prompt example's defaults 128/128/32: A rows of 64 bytes (64B swizzle)
     ("prompts", 1000, 768, 520, torch.float16, {}, "m64n128k16.f32.f16.f16, A K-major 64B swizzle, B N-major 128B"),
