@@ -41,17 +41,15 @@ def compiler_fingerprint() -> str:
 def code_switches() -> tuple:
     """The environment's switches that change the generated code, as they are now: which copies may use TMA
     (TILEAGENT_ENABLE_TMA), the wgmma pipeline's overlap (TILEAGENT_WGMMA_OVERLAP), the mbarrier waits' spin limit,
-    warp specialization (TILEAGENT_WARP_SPECIALIZE, also =force), merging GEMM blocks (TILEAGENT_COARSEN), staging
-    epilogues (TILEAGENT_STAGE_EPILOGUE) and how many float32 divisions stay inline (TILEAGENT_FDIV_INLINE_LIMIT).
-    This cache's keys and @jit's in-process caches hold them."""
+    warp specialization (TILEAGENT_WARP_SPECIALIZE, also =force), merging GEMM blocks (TILEAGENT_COARSEN) and staging
+    epilogues (TILEAGENT_STAGE_EPILOGUE). This cache's keys and @jit's in-process caches hold them."""
     from tileagent.compiler.instructions.tma import mode as tma_mode
     from tileagent.compiler.instructions.wgmma import overlap_enabled
     from tileagent.compiler.lower import coarsen, stage_epilogue, warp_specialize
-    from tileagent.compiler.targets.cuda_helpers import fdiv_inline_limit
     from tileagent.compiler.targets.cuda_tma import spin_limit
 
     return (tma_mode(), overlap_enabled(), spin_limit(), warp_specialize.enabled(), warp_specialize.forced(),
-            coarsen.enabled(), stage_epilogue.enabled(), fdiv_inline_limit())
+            coarsen.enabled(), stage_epilogue.enabled())
 
 
 def cache_key(func: PrimFunc, *parts: str) -> str:

@@ -218,29 +218,6 @@ def test_elementwise_kernel_source_and_cubins(tmp_path):
     compiles(src, tmp_path)
 
 
-def division_kernel(per_thread):
-    """Q[t * per_thread + j] = X[t * per_thread + j] / D[t], j in an unrolled loop: per_thread float32 divisions
-    each thread executes in its source."""
-    x, d, q = gbuf("X", F32, 128 * per_thread), gbuf("D", F32, 128), gbuf("Q", F32, 128 * per_thread)
-    j = Var("j")
-    at = add(mul(THREAD, c(per_thread)), j)
-    body = [For(j, 0, per_thread, 1, "unroll", (st(q, at, BinOp("/", ld(x, at), ld(d, THREAD), F32)),))]
-    return kernel("divide", [x, d, q], body, (1,)), (x, d, q)
-
-
-def test_float_division_beyond_the_inline_limit_is_one_noinline_function(tmp_path, monkeypatch):
-    """MLA decode's epilogue divides 128 accumulators per thread; ptxas expands each IEEE division site, so past 64
-    per kernel they become calls of one __noinline__ function (compiler.targets.cuda_helpers)."""
-    inline = generate(module(division_kernel(64)[0]))
-    assert "tl_fdiv" not in inline and "= X[(long long)tid * 64LL + (long long)j] / D[(long long)tid];" in inline
-    outlined = generate(module(division_kernel(65)[0]))
-    assert "__device__ __noinline__ float tl_fdiv(float a, float b) { return a / b; }" in outlined
-    assert "= tl_fdiv(X[(long long)tid * 65LL + (long long)j], D[(long long)tid]);" in outlined
-    monkeypatch.setenv("TILEAGENT_FDIV_INLINE_LIMIT", "8")
-    assert "= tl_fdiv(" in generate(module(division_kernel(9)[0]))
-    compiles(outlined, tmp_path)
-
-
 def test_shared_buffer_barrier_and_vec_copy_of_eight_halves(tmp_path):
     k, _ = shared_kernel()
     src = generate(module(k))
@@ -534,18 +511,6 @@ def test_gpu_elementwise_matches_torch():
         mod.launch(k, {a: x, b: y, n: size})
         torch.testing.assert_close(y, x.float() * 2 + 1)
     mod.launch(k, {a: x[:0], b: y[:0], n: 0})  # zero-size grid: nothing launched, no error
-
-
-@pytest.mark.gpu
-@gpu
-def test_gpu_outlined_float_division_is_ieee_division():
-    k, (x, d, q) = division_kernel(65)
-    mod = _load(k)
-    xs, ds = torch.randn(128 * 65, device="cuda"), torch.randn(128, device="cuda")
-    ds[:3] = torch.tensor([0.0, -0.0, 1e-40])  # x / 0 = inf, x / -0 = -inf, a subnormal divisor
-    out = torch.full_like(xs, float("nan"))
-    mod.launch(k, {x: xs, d: ds, q: out})
-    assert torch.equal(out, xs / ds.repeat_interleave(65))
 
 
 @pytest.mark.gpu

@@ -50,7 +50,6 @@ from tileagent.compiler.targets.cuda_literals import CTYPES as _CTYPES, float_li
     int_literal as _int_literal, round_to
 from tileagent.compiler.targets.cuda_atomic import HELPERS as ATOMIC_HELPERS, atomic_extreme, vec_atomic_add
 from tileagent.compiler.targets.cuda_cache_hints import HELPERS as HINT_HELPERS, hinted_load  # eviction_policy
-from tileagent.compiler.targets.cuda_helpers import HELPERS, fdiv_inline_limit, fdiv_sites
 from tileagent.compiler.targets.cuda_extern import HANDLERS as EXTERN_HANDLERS, extern_expr, imported_sources
 from tileagent.compiler.targets.cuda_prelude import preamble
 from tileagent.compiler.targets.cuda_registers import scalar_arrays, static_loop, touches
@@ -77,7 +76,51 @@ _F64_MATH = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt":
 _PREC = {"*": 3, "/": 3, "%": 3, "+": 4, "-": 4, "<": 6, "<=": 6, ">": 6, ">=": 6, "==": 7, "!=": 7, "&&": 11,
          "||": 12, "?": 13}  # C precedence levels (lower binds tighter) of the operators emitted as (a op b)
 _VECTOR_TYPES = {4: "uint1", 8: "uint2", 16: "uint4"}
-_ALL_HELPERS = {**HELPERS, **TENSOR_HELPERS, **TMA_HELPERS, **ATOMIC_HELPERS, **HINT_HELPERS}
+_HELPERS = {
+    "floordiv": """\
+template <typename T> __device__ __forceinline__ T tl_floordiv(T a, T b) {
+  const T q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+template <> __device__ __forceinline__ float tl_floordiv<float>(float a, float b) { return floorf(a / b); }
+template <> __device__ __forceinline__ double tl_floordiv<double>(double a, double b) { return floor(a / b); }""",
+    "floormod": """\
+template <typename T> __device__ __forceinline__ T tl_floormod(T a, T b) {
+  const T r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <> __device__ __forceinline__ float tl_floormod<float>(float a, float b) { return a - floorf(a / b) * b; }
+template <> __device__ __forceinline__ double tl_floormod<double>(double a, double b) {
+  return a - floor(a / b) * b;
+}""",
+    "bitcast": """\
+template <typename To, typename From> __device__ __forceinline__ To tl_bitcast(From v) {
+  static_assert(sizeof(To) == sizeof(From), "tl_bitcast: the two types differ in width");
+  return *reinterpret_cast<const To*>(&v);  // as TVM's CUDA codegen emits reinterpret (no memcpy under -minimal)
+}""",
+    "minmax": """\
+template <typename T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+template <typename T> __device__ __forceinline__ T tl_max(T a, T b) { return a < b ? b : a; }
+template <typename T> __device__ __forceinline__ T tl_abs(T a) { return a < T(0) ? T(-a) : a; }""",
+    "exp2": """\
+// 2^x in one MUFU.EX2: exp2f's accuracy (2 ulp) on normal results; results below 2^-126 flush to zero, which saves
+// exp2f's subnormal rescaling (a compare and two multiplies around every exp2 of an online softmax).
+__device__ __forceinline__ float tl_exp2f(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}""",
+    "dependent_launch": """\
+// A dependent launch (DeviceKernel.dependent_launch): wait until the stream's previous kernel is done and its writes
+// are visible, then let the next kernel launch once every block of this one has started (sm_90+; a no-op below).
+__device__ __forceinline__ void tl_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}""",
+}
+_ALL_HELPERS = {**_HELPERS, **TENSOR_HELPERS, **TMA_HELPERS, **ATOMIC_HELPERS, **HINT_HELPERS}
 _RESERVED = set("""
 alignas alignof and asm auto bool break case catch char char16_t char32_t class const constexpr const_cast continue
 decltype default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
@@ -203,7 +246,6 @@ class _KernelEmitter:
 
     def __init__(self, kernel: DeviceKernel, state: _ModuleState):
         self.k, self.state = kernel, state
-        self.outline_fdiv = fdiv_sites(kernel.body) > fdiv_inline_limit()  # float32 divisions as tl_fdiv calls
         self.lines: list[str] = []
         self.depth = 1
         self.taken = set(_RESERVED)
@@ -650,9 +692,6 @@ class _KernelEmitter:
             if op in ("//", "%"):
                 self.state.helpers.add("floordiv" if op == "//" else "floormod")
                 r = f"tl_{'floordiv' if op == '//' else 'floormod'}<{self.ct(fdt)}>({_strip(a)}, {_strip(b)})"
-            elif op == "/" and fdt == "float32" and self.outline_fdiv:
-                self.state.helpers.add("fdiv")
-                r = f"tl_fdiv({_strip(a)}, {_strip(b)})"
             elif op in ("+", "-", "*", "/"):
                 r = f"({a} {op} {b})"
             else:
