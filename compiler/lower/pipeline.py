@@ -74,6 +74,7 @@ from tileagent.compiler.ir.expr import make_binop, make_call, make_cmp
 from tileagent.compiler.ir.simplify import depends_on
 from tileagent.compiler.ir.stmt import Alloc, Buffer, Copy, For, Gemm, If, Let, Stmt, While
 from tileagent.compiler.ir.visit import leaves, loads, stmt_exprs, substitute, walk
+from tileagent.compiler.lower import defer_gemm
 from tileagent.compiler.lower.copy import guarded, lower_copy
 from tileagent.compiler.lower.gemm import hoist_a_operand, hoistable_a
 from tileagent.compiler.tir import AsyncCommit, AsyncProxyFence, AsyncWait, Barrier, WgmmaWait
@@ -509,7 +510,11 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
     count = make_binop("+", done, local)
     stage = make_binop("%", count, s)
     schedules = wgmma_schedules(p, ctx.layouts)
-    overlap = any(w.pending for w in schedules.values())
+    deferred = defer_gemm.plan(p, ctx.layouts)  # the last gemm one iteration late, beside the next one's softmax
+    if deferred is not None:
+        schedules = {**schedules, **{g: WgmmaSchedule(sync=False, pending=0, wait=False)
+                                     for g in (deferred.first, deferred.second)}}
+    overlap = deferred is None and any(w.pending for w in schedules.values())
     # consumers that write no shared memory in the loop need no barrier in it: the stages' data is ordered by the
     # full mbarriers, their reuse by the per-warp releases, and every generic write a gemm reads happened before the
     # loop (one proxy fence and barrier there). Without a barrier per iteration the consumer warpgroups run apart, one's
@@ -520,23 +525,38 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
     body = wait(ctx, make_binop("+", full, stage), make_binop("%", make_binop("//", count, s), 2), p.span)
     if not lean:
         body += ([AsyncProxyFence(p.span)] if schedules else []) + [Barrier(p.span)]
-    consumers = ctx.derive(stage_base={b: make_binop("*", stage, n) for b, n in strides.items()},
-                           wgmma_schedule=schedules)
-    body += lowering.with_context(consumers).body(p.consumers)
-    if overlap:  # this thread's wait_group 1 retired iteration k - 1's wgmmas: their stage is free
-        body.append(If(make_cmp(">", local, 0),
-                       tuple(arrive(ctx, make_binop("+", empty, make_binop("%", make_binop("+", count, s - 1), s)),
-                                    p.span)), (), p.span))
+
+    def on_stage(x):
+        return ctx.derive(stage_base={b: make_binop("*", x, n) for b, n in strides.items()}, wgmma_schedule=schedules)
+
+    consumers = on_stage(stage)
+    previous = defer_gemm.previous_stage(count, s)
+    loop_start, loop_extent = start, extent
+    if deferred is not None:  # iteration 0 peeled: no branch around the wgmmas (ptxas would drain them there)
+        peeled = [Let(v, start, p.span)] + body + defer_gemm.first_iteration(lowering, deferred, consumers)
+        out.append(If(make_cmp(">", extent, 0), tuple(peeled), (), p.span))
+        loop_start, loop_extent = make_binop("+", start, 1), make_binop("-", extent, 1)
+        # then it releases the previous stage once its wait retired the deferred gemm
+        body += defer_gemm.iteration(lowering, deferred, consumers, on_stage(previous),
+                                     arrive(ctx, make_binop("+", empty, previous), p.span))
+    elif overlap:  # this thread's wait_group 1 retired iteration k - 1's wgmmas: their stage is free
+        body += lowering.with_context(consumers).body(p.consumers)
+        body.append(If(make_cmp(">", local, 0), tuple(arrive(ctx, make_binop("+", empty, previous), p.span)), (),
+                       p.span))
     else:
+        body += lowering.with_context(consumers).body(p.consumers)
         body += arrive(ctx, make_binop("+", empty, stage), p.span)
-    out.append(For(v, start, extent, loop.step, "serial", tuple(body), {}, loop.span))
-    if overlap:
+    out.append(For(v, loop_start, loop_extent, loop.step, "serial", tuple(body), {}, loop.span))
+    last = make_binop("%", make_binop("+", done, make_binop("-", extent, 1)), s)
+    if deferred is not None:  # the last iteration's deferred gemm; inside a loop, then its stage for the producer
+        out += defer_gemm.after_loop(lowering, deferred, on_stage(last), extent,
+                                     [] if slot is None else arrive(ctx, make_binop("+", empty, last), p.span))
+    elif overlap:
         from tileagent.compiler.lower.wgmma import accumulator_operand
 
         out.append(WgmmaWait(0, p.span, operands=tuple(accumulator_operand(consumers, g)
                                                        for g, w in schedules.items() if w.pending)))
         if slot is not None:  # the last iteration's stage, for the producer's next execution
-            last = make_binop("%", make_binop("+", done, make_binop("-", extent, 1)), s)
             out.append(If(make_cmp(">", extent, 0), tuple(arrive(ctx, make_binop("+", empty, last), p.span)), (),
                           p.span))
     return out + count_executions(done, extent)

@@ -148,9 +148,15 @@ def _path(stmts, p) -> list | None:
 
 def register_words(stmts) -> int:
     """32-bit registers the register arrays declared in ``stmts`` take: an estimate of what a consumer thread
-    needs (ptxas adds addresses and temporaries, and fits into less when it must)."""
-    arrays = {x.buffer for x in walk(stmts) if isinstance(x, Declare)}
-    return -(-sum(b.shape[0] * b.dtype.bytes for b in arrays) // 4)
+    needs (ptxas adds addresses and temporaries, and fits into less when it must). An array declared inside a loop
+    or if lives there: of sibling blocks only the largest counts (a peeled iteration and its loop, ``defer_gemm``)."""
+    return -(-_declared_bytes(stmts) // 4)
+
+
+def _declared_bytes(stmts) -> int:
+    own = sum(b.shape[0] * b.dtype.bytes for b in dict.fromkeys(x.buffer for x in stmts if isinstance(x, Declare)))
+    return own + max((_declared_bytes(getattr(x, name)) for x in stmts
+                      for name in ("body", "then_body", "else_body") if getattr(x, name, None)), default=0)
 
 
 def wgmma_floor(stmts) -> int:

@@ -1,0 +1,116 @@
+"""A pipelined loop's last gemm issued one iteration late, after the next iteration's first gemm, so that the
+statements between the two run while it is on the tensor cores (flash attention's softmax beside P @ V: FA3's
+intra-warpgroup overlap).
+
+In: a warp-specialized TMA ``SoftwarePipeline`` (``compiler.lower.pipeline``) and the layout results (which gemms
+run on wgmma). Out: ``plan`` gives a ``DeferredGemm`` or None; ``iteration`` and ``after_loop`` the consumers'
+thread IR of one iteration and what follows the loop.
+
+When: ``TILEAGENT_WGMMA_OVERLAP`` is not 0; three stages or more (a stage is released half an iteration later, so
+with two the producer's next load would start only then: flash attention 128/128/2 fell from 606 to 428 TFLOP/s
+on the H200); the consumers write no shared memory (the pipeline has no barrier per
+iteration) and hold exactly two wgmma gemms, G1 and G2, where G2 is the last consumer and accumulates (not
+``clear_accum``) into registers of its own: neither its accumulator nor its register A operand (RS) is touched by
+G1 or a consumer before G1, and G1's accumulator is not G2's. The consumers between G1 and G2 split at the first
+one that touches G2's registers: ``middle`` (the softmax: none touches them) and ``after`` (the rescale of the
+accumulator, the new P); ``middle`` must not be empty.
+
+How (iteration k, count c; its stage c % s, iteration k - 1's (c - 1) % s): the first iteration is peeled (ptxas
+drains every wgmma group at the join of a branch that issues some: H200 SASS showed ``WARPGROUP.DEPBAR.LE gsb0,
+0x0`` before the softmax), and runs as without the deferral but for G2. Every later one: the consumers before G1;
+G1 (fence, wgmmas, commit; no wait); G2 of iteration k - 1 on stage (c - 1) % s from the registers iteration k - 1
+left, then ``wait_group 1`` (G1 retired, G2 left running); ``middle``; ``wait_group 0`` (G2 retired; its
+accumulator and A registers pinned there, so that no write of ``after`` moves above it); the release of stage
+(c - 1) % s; ``after``. After the loop: G2 of the last iteration on its stage and
+``wait_group 0`` (inside another loop, then the release of that stage for the producer's next execution).
+Guarantees: G2's accumulator after the loop, and every register ``after`` and ``middle`` see, hold what they hold
+without the deferral (wgmma groups complete in order, so ``wait_group 1`` after G2's commit retires G1, which was
+committed before it); a stage is released only after the last wgmma that reads it was retired.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tileagent.compiler.ir.expr import make_binop, make_cmp
+from tileagent.compiler.ir.stmt import Gemm, If
+from tileagent.compiler.tir import WgmmaWait
+
+
+@dataclass(frozen=True, eq=False)
+class DeferredGemm:
+    """The consumers of a pipeline whose last gemm ``second`` runs one iteration late (module docstring)."""
+
+    before: tuple  # the consumers before ``first``
+    first: Gemm
+    middle: tuple
+    after: tuple
+    second: Gemm
+
+
+def plan(p, layouts) -> DeferredGemm | None:
+    """The deferral of ``p``'s last gemm (``p`` a SoftwarePipeline), or None where the module's rules rule it out."""
+    from tileagent.compiler.instructions.wgmma import WgmmaM64NK16, overlap_enabled
+    from tileagent.compiler.lower.barriers import shared_effects
+    from tileagent.compiler.lower.smem import buffers_used
+
+    if not overlap_enabled() or p.stages < 3 or any(shared_effects(x)[0] for x in p.consumers):
+        return None
+    cons = list(p.consumers)
+    gemms = [i for i, x in enumerate(cons) if isinstance(x, Gemm) and
+             isinstance(getattr(layouts.instructions.get(x), "instruction", None), WgmmaM64NK16)]
+    if len(gemms) != 2 or gemms[1] != len(cons) - 1:
+        return None
+    i1, i2 = gemms
+    g1, g2 = cons[i1], cons[i2]
+    own = {g2.c.buffer} | ({g2.a.buffer} if g2.a.buffer.scope == "fragment" else set())
+    if g2.clear_accum or g1.c.buffer in own or any(buffers_used(x) & own for x in cons[:i1 + 1]):
+        return None
+    split = next((j for j in range(i1 + 1, i2) if buffers_used(cons[j]) & own), i2)
+    if split == i1 + 1:
+        return None
+    return DeferredGemm(tuple(cons[:i1]), g1, tuple(cons[i1 + 1:split]), tuple(cons[split:i2]), g2)
+
+
+def registers(ctx, g: Gemm) -> tuple:
+    """The register operands of gemm ``g`` a wait pins: its accumulator, and its A fragment in the RS form."""
+    from tileagent.compiler.lower.wgmma import accumulator_operand
+
+    out = (accumulator_operand(ctx, g),)
+    if g.a.buffer.scope == "fragment":
+        reg = ctx.mem(g.a.buffer)
+        out += ((reg, tuple(range(int(reg.shape[0])))),)
+    return out
+
+
+def first_iteration(lowering, d: DeferredGemm, now) -> list:
+    """The loop's first iteration (peeled): as without the deferral, but ``second`` left to the next one."""
+    out = lowering.with_context(now).body(d.before + (d.first,))
+    out.append(WgmmaWait(0, d.first.span, operands=registers(now, d.first)[:1]))
+    return out + lowering.with_context(now).body(d.middle + d.after)
+
+
+def iteration(lowering, d: DeferredGemm, now, before, release: list) -> list:
+    """Every later iteration's consumers: ``now`` / ``before`` lower on this iteration's and the previous one's
+    stage; ``release`` frees the previous stage."""
+    out = lowering.with_context(now).body(d.before + (d.first,))
+    out += lowering.with_context(before).body((d.second,))
+    out.append(WgmmaWait(1, d.first.span, operands=registers(now, d.first)[:1]))
+    out += lowering.with_context(now).body(d.middle)
+    out.append(WgmmaWait(0, d.second.span, operands=registers(now, d.second)))
+    return out + release + lowering.with_context(now).body(d.after)
+
+
+def after_loop(lowering, d: DeferredGemm, last, extent, release: list) -> list:
+    """The last iteration's ``second`` gemm (``last``: the context on its stage), its wait, ``release``."""
+    work = lowering.with_context(last).body((d.second,))
+    work.append(WgmmaWait(0, d.second.span, operands=registers(last, d.second)))
+    return [If(make_cmp(">", extent, 0), tuple(work + release), (), d.second.span)]
+
+
+def previous_stage(count, stages: int):
+    """The stage of the iteration before the one of ``count``."""
+    return make_binop("%", make_binop("+", count, stages - 1), stages)
+
+
+__all__ = ["DeferredGemm", "after_loop", "first_iteration", "iteration", "plan", "previous_stage", "registers"]

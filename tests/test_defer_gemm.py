@@ -1,0 +1,110 @@
+"""The last gemm of a warp-specialized pipeline issued one iteration late (compiler.lower.defer_gemm): flash
+attention's P @ V beside the next iteration's softmax. Run in the SIMT emulator against torch (which leaves a
+pending accumulator NaN and faults a write to a pending wgmma's A registers), the schedule read from get_ir, the
+rules that keep it off, NVRTC on the CUDA, and on an H200."""
+
+import pytest
+import torch
+
+import tileagent
+from tileagent.compiler.emulate_tensor import EmulationError
+from tileagent.compiler.lower import defer_gemm
+from tileagent.compiler.tir import WgmmaWait
+
+
+@pytest.fixture(autouse=True)
+def _ws(monkeypatch):
+    monkeypatch.setenv("TILEAGENT_ENABLE_TMA", "1")
+    monkeypatch.setenv("TILEAGENT_WARP_SPECIALIZE", "force")  # at these small tiles the occupancy rule says no
+    monkeypatch.delenv("TILEAGENT_WGMMA_OVERLAP", raising=False)
+    torch.manual_seed(0)
+
+
+def _fa(shared_example, seq, causal=False, stages=3, target="sim"):
+    fa = shared_example("flash_attn_fwd")
+    return fa, tileagent.compile(fa.flash_attn_fwd.fn(1, 1, seq, 128, causal, 64, 32, stages, 128), target=target)
+
+
+def _run(fa, kernel, seq, causal=False):
+    q, k, v = (torch.randn(1, seq, 1, 128, dtype=torch.float16) for _ in range(3))
+    o = torch.full_like(q, float("nan"))
+    kernel(q, k, v, o)
+    torch.testing.assert_close(o, fa.reference(q, k, v, causal), rtol=1e-2, atol=1e-2)
+
+
+def _loop(ir: str, head: str) -> list[str]:
+    """The lines of the loop whose header is ``head`` in ``get_ir("thread")``."""
+    lines = ir.splitlines()
+    start = next(i for i, x in enumerate(lines) if x.strip() == head)
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    body = [x.strip() for x in lines[start + 1:] if x.strip()]
+    ends = [i for i, x in enumerate(lines[start + 1:]) if x.strip() and len(x) - len(x.lstrip()) <= indent]
+    return body[:ends[0]] if ends else body
+
+
+@pytest.mark.parametrize("seq,causal", [(200, False), (200, True), (32, False), (97, True)])
+def test_flash_attention_deferred_matches_torch_in_the_emulator(shared_example, seq, causal):
+    """Ragged and single-iteration lengths (32: the peeled iteration and the gemm after the loop only)."""
+    fa, kernel = _fa(shared_example, seq, causal)
+    _run(fa, kernel, seq, causal)
+
+
+def test_the_schedule_hand_checked(shared_example):
+    """200 rows of 32: iteration 0 peeled, the loop from 1: Q @ K^T, then P @ V of the iteration before on its
+    stage, wait_group 1, the softmax, wait_group 0, the previous stage released, then P and the rescale."""
+    _, kernel = _fa(shared_example, 200)
+    ir = kernel.get_ir("thread")
+    loop = _loop(ir, "for k in T.serial(1, 7):")
+    waits = [x for x in loop if x.startswith(("wgmma.wait_group", "wgmma.fence", "mbarrier.arrive"))]
+    assert waits == ["wgmma.fence", "wgmma.fence", "wgmma.wait_group 1", "wgmma.wait_group 0",
+                     "mbarrier.arrive tl_mbar[4 + (k + 2) % 3] (one per warp)"]
+    assert sum("exp2" in x for x in loop[loop.index("wgmma.wait_group 1"):loop.index("wgmma.wait_group 0")]) > 0
+    pv = [x for x in loop if "m64n128k16" in x]  # P @ V on the stage of iteration k - 1, K_s on iteration k's
+    assert pv and all("x B V_s@(k + 2) % 3 * 4096" in x for x in pv)
+    assert all("x B K_s@k % 3 * 4" in x for x in loop if "m64n32k16" in x)
+
+
+def test_a_missing_wait_before_the_new_p_fails_in_the_emulator(shared_example, monkeypatch):
+    """Without the wait_group 0 before ``after``, the new P overwrites registers the pending P @ V reads."""
+    real = defer_gemm.iteration
+
+    def without_second_wait(*args, **kwargs):
+        return [x for x in real(*args, **kwargs) if not (isinstance(x, WgmmaWait) and x.pending == 0)]
+
+    monkeypatch.setattr(defer_gemm, "iteration", without_second_wait)
+    fa, kernel = _fa(shared_example, 200)
+    with pytest.raises(EmulationError, match="pending"):
+        _run(fa, kernel, 200)
+
+
+@pytest.mark.parametrize("why", ["two stages", "switch", "not specialized"])
+def test_not_deferred(shared_example, monkeypatch, why):
+    stages = 2 if why == "two stages" else 3
+    if why == "switch":
+        monkeypatch.setenv("TILEAGENT_WGMMA_OVERLAP", "0")
+    if why == "not specialized":
+        monkeypatch.setenv("TILEAGENT_WARP_SPECIALIZE", "0")
+    fa, kernel = _fa(shared_example, 200, stages=stages)
+    assert "wgmma.wait_group 1" not in kernel.get_ir("thread")
+    _run(fa, kernel, 200)
+
+
+def test_nvrtc_compiles_the_deferred_example(shared_example):
+    _, kernel = _fa(shared_example, 4096, target="cuda:sm_90a")
+    assert "wgmma.wait_group.sync.aligned 1;" in kernel.get_kernel_source()
+    assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="needs an sm_90a GPU")
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_flash_attention_128x128_three_stages(shared_example, monkeypatch, causal):
+    """The schedule the deferral is for (the H200's best): 128 x 128 tiles, 3 stages, two consumer warpgroups."""
+    monkeypatch.delenv("TILEAGENT_WARP_SPECIALIZE", raising=False)
+    monkeypatch.delenv("TILEAGENT_ENABLE_TMA", raising=False)
+    fa = shared_example("flash_attn_fwd")
+    kernel = fa.flash_attn_fwd(2, 4, 1000, 128, causal, 128, 128, 3, 256)
+    assert "wgmma.wait_group 1" in kernel.get_ir("thread")
+    q, k, v = (torch.randn(2, 1000, 4, 128, device="cuda", dtype=torch.float16) for _ in range(3))
+    torch.testing.assert_close(kernel(q, k, v), fa.reference(q, k, v, causal), rtol=1e-2, atol=1e-2)
