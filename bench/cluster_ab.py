@@ -99,11 +99,16 @@ def mla_cases(mla, B=64, H=128, ctx=8192):
         yield (f"mla_decode {variant} B{B} H{H} ctx{ctx}", fn, check, lambda k: k(q, q_pe, kv, k_pe), flops, {})
 
 
-def fa_cases(fa, B=8, H=32, S=4096, D=128):
+FA_SCHEDULES = ((False, {}), (False, {"block_M": 128, "block_N": 64, "num_stages": 2, "threads": 128}),
+                (True, {"block_M": 128, "block_N": 64, "num_stages": 2, "threads": 128}))
+# the H200's best in bench/flash_attn_sweep.py since the deferred P @ V (compiler/lower/defer_gemm.py)
+FA_BEST = tuple((causal, {"block_M": 128, "block_N": 128, "num_stages": 3, "threads": 256}) for causal in (False, True))
+
+
+def fa_cases(fa, B=8, H=32, S=4096, D=128, schedules=FA_SCHEDULES):
     q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.float16) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-    for causal, schedule in ((False, {}), (False, {"block_M": 128, "block_N": 64, "num_stages": 2, "threads": 128}),
-                             (True, {"block_M": 128, "block_N": 64, "num_stages": 2, "threads": 128})):
+    for causal, schedule in schedules:
         def fn(causal=causal, schedule=schedule):
             return fa.flash_attn_fwd.fn(B, H, S, D, causal, **schedule)
         fn.out_idx = fa.flash_attn_fwd.out_idx

@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.cluster_ab import fa_cases, gemm_cases, mla_cases, relu_gemm_case  # noqa: E402
+from bench.cluster_ab import FA_BEST, fa_cases, gemm_cases, mla_cases, relu_gemm_case  # noqa: E402
 from bench.memory_bound import bench  # noqa: E402
 from bench.memory_bound import load as load_from  # noqa: E402
 from bench.tensor_core import load  # noqa: E402
@@ -110,7 +110,7 @@ def main() -> None:
     ap.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])
     ap.add_argument("--only", nargs="*", default=["gemm", "prompt", "mla", "flash"],
                     help="case families: gemm (the example), prompt (128 x 256), persistent (128 x 256, one block "
-                         "per SM), mla, flash")
+                         "per SM), mla, flash (the example's schedules), flash_best (128/128/3/256)")
     args = ap.parse_args()
     var, _, value = args.env.partition("=")
     torch.manual_seed(0)
@@ -125,6 +125,8 @@ def main() -> None:
         cases += mla_cases(load("mla_decode"))
     if "flash" in args.only:
         cases += fa_cases(load("flash_attn_fwd"))
+    if "flash_best" in args.only:
+        cases += fa_cases(load("flash_attn_fwd"), schedules=FA_BEST)
     labels = (args.env, "default")
     table = []
     for name, fn, check, call, flops, baselines in cases:
