@@ -8,9 +8,9 @@ thread IR of one iteration and what follows the loop.
 
 When: ``TILEAGENT_WGMMA_OVERLAP`` is not 0; three stages or more (a stage is released half an iteration later, so
 with two the producer's next load would start only then: flash attention 128/128/2 fell from 606 to 428 TFLOP/s
-on the H200); a trip count the same for every block (causal flash attention's, which falls with the query block,
-ran at 494-498 TFLOP/s deferred against 520-521 not, its blocks averaging half the iterations, while each block
-pays a peeled iteration and a last gemm that overlap nothing); the consumers write no shared memory (the pipeline has no barrier per
+on the H200); a trip count known when compiling, so the same for every block (causal flash attention's falls with
+the query block: it ran at 494-498 TFLOP/s deferred against 520-521 not, its blocks averaging half the iterations,
+while each block pays a peeled iteration and a last gemm that overlap nothing); the consumers write no shared memory (the pipeline has no barrier per
 iteration) and hold exactly two wgmma gemms, G1 and G2, where G2 is the last consumer and accumulates (not
 ``clear_accum``) into registers of its own: neither its accumulator nor its register A operand (RS) is touched by
 G1 or a consumer before G1, and G1's accumulator is not G2's. The consumers between G1 and G2 split at the first
@@ -50,15 +50,14 @@ class DeferredGemm:
     second: Gemm
 
 
-def plan(p, layouts, block_vars=()) -> DeferredGemm | None:
-    """The deferral of ``p``'s last gemm (``p`` a SoftwarePipeline in a kernel with ``block_vars``), or None where
-    the module's rules rule it out."""
+def plan(p, layouts) -> DeferredGemm | None:
+    """The deferral of ``p``'s last gemm (``p`` a SoftwarePipeline), or None where the module's rules rule it out."""
     from tileagent.compiler.instructions.wgmma import WgmmaM64NK16, overlap_enabled
-    from tileagent.compiler.ir.simplify import depends_on
+    from tileagent.compiler.ir.simplify import static_int
     from tileagent.compiler.lower.barriers import shared_effects
     from tileagent.compiler.lower.smem import buffers_used
 
-    if not overlap_enabled() or p.stages < 3 or depends_on(p.loop.extent, block_vars) or \
+    if not overlap_enabled() or p.stages < 3 or static_int(p.loop.extent) is None or \
             any(shared_effects(x)[0] for x in p.consumers):
         return None
     cons = list(p.consumers)
