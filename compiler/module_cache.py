@@ -49,7 +49,7 @@ def code_switches() -> tuple:
     from tileagent.compiler.targets.cuda_tma import spin_limit
 
     return (tma_mode(), overlap_enabled(), spin_limit(), warp_specialize.enabled(), warp_specialize.forced(),
-            coarsen.enabled(), stage_epilogue.mode())
+            coarsen.enabled(), stage_epilogue.enabled())
 
 
 def cache_key(func: PrimFunc, *parts: str) -> str:

@@ -189,28 +189,3 @@ def test_a_tile_of_its_own_is_added_only_where_it_fits_beside_the_other_tiles(st
     # 32 KB of tile + 2 stages of 32 KB + the pad must stay within 227 KB less 2 KB: a 100 KB pad leaves room, 140 not
     assert not _unstaged(stage_epilogues(_persistent_with_pad(400), SM90A))
     assert _unstaged(stage_epilogues(_persistent_with_pad(560), SM90A))
-
-
-def test_a_tile_that_would_cost_a_stage_goes_in_two_halves(staging, monkeypatch):
-    """The persistent 128 x 256 GEMM of 4 stages (48 KB each): its whole 64 KB tile fits only at 3 stages, a 128 x 128
-    half beside all 4. Staged in halves the pipeline keeps its 4 stages; ``whole`` keeps the 64 KB tile at 3. Both
-    give the direct copy's bits in the emulator (the second half's writes wait for the first half's reads)."""
-    from bench.switch_ab import persistent_gemm
-
-    halves = tileagent.compile(persistent_gemm(256, "float16", 2), target="sim")
-    ir = halves.get_ir("thread")
-    assert "acc_staged" in _arena(halves.get_kernel_source()) and "4 stages" in ir and "warp-specialized" in ir
-    tiles = [s.buffer for s in _allocs(stage_epilogues(persistent_gemm(256, "float16", 2), SM90A))
-             if s.buffer.name == "acc_staged"]
-    assert [t.shape for t in tiles] == [(128, 128)]
-    monkeypatch.setenv(ENV, "whole")
-    whole = tileagent.compile(persistent_gemm(256, "float16", 2), target="sim")
-    assert "3 stages" in whole.get_ir("thread")
-    assert [s.buffer.shape for s in _allocs(stage_epilogues(persistent_gemm(256, "float16", 2), SM90A))
-            if s.buffer.name == "acc_staged"] == [(128, 256)]
-    monkeypatch.setenv(ENV, "0")
-    direct = tileagent.compile(persistent_gemm(256, "float16", 2), target="sim")
-    a, b = torch.randn(256, 256, dtype=torch.float16), torch.randn(256, 256, dtype=torch.float16)
-    outs = gemm_outputs((halves, whole, direct), a, b)
-    torch.testing.assert_close(outs[0].float(), torch.relu(a.float() @ b.float()), rtol=2e-2, atol=2e-2)
-    assert torch.equal(outs[0], outs[2]) and torch.equal(outs[1], outs[2])

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from tileagent.compiler.ir.expr import make_binop
 from tileagent.compiler.ir.stmt import Alloc, AnnotateLayout, Buffer, Copy, For, Gemm, If, Kernel, PrimFunc, Region
 from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.language.annotations import SwizzledLayout
@@ -38,15 +37,9 @@ VECTOR_BYTES = 16
 RESERVED_BYTES = 2048  # what a tile of its own leaves free: mbarriers, the arena's alignment slack
 
 
-def mode() -> str:
-    """``TILEAGENT_STAGE_EPILOGUE``: ``"1"`` (the default), ``"0"`` (off) or ``"whole"`` (never in halves; A/B runs)."""
-    value = os.environ.get(ENV, "1").strip()
-    return value if value in ("0", "whole") else "1"
-
-
 def enabled() -> bool:
     """Whether staging is on for this process (``TILEAGENT_STAGE_EPILOGUE=0`` turns it off)."""
-    return mode() != "0"
+    return os.environ.get(ENV, "1").strip() != "0"
 
 
 def stage_epilogues(func: PrimFunc, target) -> PrimFunc:
@@ -92,39 +85,19 @@ def _in_body(stmts: tuple, k: Kernel, target, names: set, allocs: list, top: boo
     else:  # the producer refills the stages while the consumers store: a tile of its own, at most one stage less
         others = sum(n for b, n in _footprint(k).items() if b not in piped)
         room = target.shared_bytes - RESERVED_BYTES - others - staged_bytes * max(2, stages - 1)
-    # a tile of its own that would cost the pipeline a stage goes in two column halves where a half leaves the stages
-    halves_room = room + (0 if top else staged_bytes * (max(2, stages - 1) - stages))
     body = list(stmts[:loop + 1])
     for s in stmts[loop + 1:]:
         tile = _staged_tile(s, accumulators, names)
-        parts = 1
-        if tile is not None and not top and mode() != "whole" and halves_room < tile.static_bytes() <= 2 * halves_room and \
-                (tile.shape[1] // 2 * tile.dtype.bytes) % VECTOR_BYTES == 0 and tile.shape[1] % 2 == 0 and \
-                tile.shape[1] // 2 * tile.dtype.bytes >= 2 * VECTOR_BYTES:
-            parts, tile = 2, replace(tile, shape=(tile.shape[0], tile.shape[1] // 2))
-            room = halves_room
         if tile is None or tile.static_bytes() > room:
             body.append(s)
             continue
         room -= 0 if top else tile.static_bytes()
-        halves_room -= 0 if top else tile.static_bytes()
         names.add(tile.name)
         allocs.append(Alloc(tile, span=s.span))
         whole = Region.whole(tile)
-        body.append(AnnotateLayout(((tile, SwizzledLayout(tile)),), span=s.span))
-        for part in range(parts):
-            body += [Copy(_columns(s.src, part, parts), whole, span=s.span),
-                     Copy(whole, _columns(s.dst, part, parts), span=s.span)]
+        body += [AnnotateLayout(((tile, SwizzledLayout(tile)),), span=s.span),
+                 Copy(s.src, whole, span=s.span), Copy(whole, s.dst, span=s.span)]
     return tuple(body) if len(body) != len(stmts) else stmts
-
-
-def _columns(r: Region, part: int, parts: int) -> Region:
-    """Columns ``part`` of ``parts`` equal ones of the tile ``r`` (its last dimension)."""
-    if parts == 1:
-        return r
-    width = r.extents[-1] // parts
-    starts = tuple(r.starts[:-1]) + (make_binop("+", r.starts[-1], part * width),)
-    return Region(r.buffer, starts, tuple(r.extents[:-1]) + (width,))
 
 
 def _footprint(k: Kernel) -> dict:
