@@ -10,12 +10,15 @@ When: ``TILEAGENT_WGMMA_OVERLAP`` is not 0; three stages or more (a stage is rel
 with two the producer's next load would start only then: flash attention 128/128/2 fell from 606 to 428 TFLOP/s
 on the H200); a trip count known when compiling, so the same for every block (causal flash attention's falls with
 the query block: it ran at 494-498 TFLOP/s deferred against 520-521 not, its blocks averaging half the iterations,
-while each block pays a peeled iteration and a last gemm that overlap nothing); the consumers write no shared memory (the pipeline has no barrier per
-iteration) and hold exactly two wgmma gemms, G1 and G2, where G2 is the last consumer and accumulates (not
-``clear_accum``) into registers of its own: neither its accumulator nor its register A operand (RS) is touched by
-G1 or a consumer before G1, and G1's accumulator is not G2's. The consumers between G1 and G2 split at the first
-one that touches G2's registers: ``middle`` (the softmax: none touches them) and ``after`` (the rescale of the
-accumulator, the new P); ``middle`` must not be empty.
+while each block pays a peeled iteration and a last gemm that overlap nothing); consumers that write no shared
+memory (the pipeline has no barrier per iteration) and hold exactly two wgmma gemms, G1 and G2, where G2 is the
+last consumer and accumulates (not ``clear_accum``) into registers of its own: neither its accumulator nor its
+register A operand (RS) is touched by G1 or a consumer before G1, and G1's accumulator is not G2's. The consumers
+between G1 and G2 split at the first one that touches G2's registers: ``middle`` (the softmax: none touches them)
+and ``after`` (the rescale of the accumulator, the new P); ``middle`` must not be empty.
+Where ptxas leaves it (H200 SASS): the loop has one ``WARPGROUP.DEPBAR.LE gsb0, 0x1`` after both gemms, but
+ptxas moves the ``wait_group 0`` up to the row maximum's first shuffle, so the exponentials run after P @ V is done:
+what overlaps is the maximum, the two gemms back to back and the next iteration's issue (x1.05 in one process).
 
 How (iteration k, count c; its stage c % s, iteration k - 1's (c - 1) % s): the first iteration is peeled (ptxas
 drains every wgmma group at the join of a branch that issues some: H200 SASS showed ``WARPGROUP.DEPBAR.LE gsb0,
@@ -23,8 +26,8 @@ drains every wgmma group at the join of a branch that issues some: H200 SASS sho
 G1 (fence, wgmmas, commit; no wait); G2 of iteration k - 1 on stage (c - 1) % s from the registers iteration k - 1
 left, then ``wait_group 1`` (G1 retired, G2 left running); ``middle``; ``wait_group 0`` (G2 retired; its
 accumulator and A registers pinned there, so that no write of ``after`` moves above it); the release of stage
-(c - 1) % s; ``after``. After the loop: G2 of the last iteration on its stage and
-``wait_group 0`` (inside another loop, then the release of that stage for the producer's next execution).
+(c - 1) % s; ``after``. After the loop: G2 of the last iteration on its stage and ``wait_group 0`` (inside
+another loop, then the release of that stage for the producer's next execution).
 Guarantees: G2's accumulator after the loop, and every register ``after`` and ``middle`` see, hold what they hold
 without the deferral (wgmma groups complete in order, so ``wait_group 1`` after G2's commit retires G1, which was
 committed before it); a stage is released only after the last wgmma that reads it was retired.
