@@ -1048,6 +1048,27 @@ def test_alloc_buffer_scopes_and_dtype_names(tilelang, tmp_path):
     assert info.value.code == "E301"
 
 
+def test_env_reads_tilelangs_variables(tilelang, monkeypatch, tmp_path):
+    """``tilelang.env`` (MInference's example builds its torch extension under ``env.TILELANG_CACHE_DIR``): the
+    variables TileLang reads, with its defaults; its own toolchain's paths are None here."""
+    from tilelang.env import env
+
+    import tilelang.env as tl_env  # the settings object, as in TileLang (its package binds `env` to it)
+
+    monkeypatch.delenv("TILELANG_CACHE_DIR", raising=False)
+    assert tilelang.env is env and tl_env is env
+    assert tilelang.env.TILELANG_CACHE_DIR == str(Path("~/.tilelang/cache").expanduser())
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
+    assert env.TILELANG_CACHE_DIR == str(tmp_path) and env.TILELANG_TMP_DIR == str(tmp_path / "tmp")
+    monkeypatch.setenv("TILELANG_DISABLE_CACHE", "1")
+    assert env.is_cache_globally_disabled() and not env.is_autotune_cache_disabled()
+    monkeypatch.delenv("TL_CUTLASS_PATH", raising=False)
+    assert env.CUTLASS_INCLUDE_DIR is None
+    env.TILELANG_CACHE_DIR = "/elsewhere"  # assignable, as TileLang's EnvVar
+    assert env.TILELANG_CACHE_DIR == "/elsewhere"
+    del env.__dict__["TILELANG_CACHE_DIR"]
+
+
 def test_contrib_nvcc_compute_version(tilelang, monkeypatch):
     """``tilelang.contrib.nvcc``'s queries (TileLang's attention backward asserts ``float(arch) >= 9.0``)."""
     import tvm

@@ -2,7 +2,8 @@
 
 In: a TileLang program. Out: ``tilelang.jit``, ``tilelang.compile``, ``tilelang.JITKernel``, ``tilelang.PassConfigKey``,
 ``tilelang.TensorSupplyType``, ``tilelang.Profiler``, ``tilelang.autotune``, ``tilelang.DataType``, ``tilelang.cdiv``,
-``tilelang.next_power_of_2``, ``tilelang.language``, ``tilelang.set_log_level``, the cache switches, ``tilelang.tvm``
+``tilelang.next_power_of_2``, ``tilelang.language``, ``tilelang.set_log_level``, the cache switches, ``tilelang.env``
+(its settings object), ``tilelang.tvm``
 (``tileagent.compat.tvm``: the part of TVM's API TileLang programs use directly).
 Guarantees: every name keeps TileLang's signature and defaults; a TileLang name that TileAgent does not provide
 raises ``UnsupportedError`` (E701) naming it, never a bare AttributeError.
@@ -24,6 +25,7 @@ from tileagent.compat.tilelang.datatype import DataType
 from tileagent.compat.tilelang.math import cdiv, next_power_of_2
 from tileagent.compat.tilelang import language  # noqa: E402
 from tileagent.compat.tilelang.autotuner import autotune  # noqa: E402
+from tileagent.compat.tilelang.env import env  # noqa: E402 -- TileLang's settings object, as `tilelang.env`
 
 __version__ = f"0.1.15+tileagent.{_tileagent_version}"
 """The TileLang release whose surface this layer follows, and TileAgent's version."""
@@ -74,11 +76,12 @@ def __getattr__(name: str):
 
 
 class _Package(types.ModuleType):
-    """The module type of ``tilelang``: importing the submodule ``tilelang.jit`` (or its alias) must not rebind the
-    package's ``jit`` from the decorator to that module, as the import system would."""
+    """The module type of ``tilelang``: importing the submodule ``tilelang.jit`` or ``tilelang.env`` (or an alias)
+    must not rebind the package's ``jit`` (the decorator) or ``env`` (the settings object, as in TileLang) to that
+    module, as the import system would."""
 
     def __setattr__(self, name, value):
-        if name == "jit" and isinstance(value, types.ModuleType):
+        if name in ("jit", "env") and isinstance(value, types.ModuleType):
             return
         super().__setattr__(name, value)
 
@@ -88,5 +91,5 @@ sys.modules[__name__].__class__ = _Package
 from tileagent.compat import tvm  # noqa: E402 -- `from tilelang import tvm`: TileLang's bundled TVM (the part it uses)
 
 __all__ = ["DataType", "JITImpl", "JITKernel", "PassConfigKey", "Profiler", "TensorSupplyType", "autotune", "cdiv",
-           "compile", "disable_cache", "enable_cache", "is_cache_enabled", "jit", "language", "next_power_of_2",
+           "compile", "disable_cache", "enable_cache", "env", "is_cache_enabled", "jit", "language", "next_power_of_2",
            "par_compile", "set_log_level", "tvm"]
