@@ -50,6 +50,18 @@ def test_flash_attention_deferred_matches_torch_in_the_emulator(shared_example, 
     _run(fa, kernel, seq)
 
 
+def test_a_dynamic_length_is_the_same_trip_count_for_every_block(shared_example):
+    """A symbolic sequence length: the trip count is unknown when compiling but the same for every block, so the
+    gemm is deferred; one build runs both lengths."""
+    import tileagent.language as T
+
+    fa = shared_example("flash_attn_fwd")
+    kernel = tileagent.compile(fa.flash_attn_fwd.fn(1, 1, T.dynamic("S"), 128, False, 64, 32, 3, 128), target="sim")
+    assert "wgmma.wait_group 1" in kernel.get_ir("thread")
+    for seq in (200, 32):
+        _run(fa, kernel, seq)
+
+
 def test_the_schedule_hand_checked(shared_example):
     """200 rows of 32: iteration 0 peeled, the loop from 1: Q @ K^T, then P @ V of the iteration before on its
     stage, wait_group 1, the softmax, wait_group 0, the previous stage released, then P and the rescale."""
@@ -81,7 +93,7 @@ def test_a_missing_wait_before_the_new_p_fails_in_the_emulator(shared_example, m
 @pytest.mark.parametrize("why", ["two stages", "switch", "not specialized", "causal"])
 def test_not_deferred(shared_example, monkeypatch, why):
     """Two stages, TILEAGENT_WGMMA_OVERLAP=0, no producer warpgroup, a trip count that depends on the block (causal:
-    its query block bounds the key blocks)."""
+    its query block bounds the key blocks, through the Let n_blocks)."""
     stages = 2 if why == "two stages" else 3
     if why == "switch":
         monkeypatch.setenv("TILEAGENT_WGMMA_OVERLAP", "0")

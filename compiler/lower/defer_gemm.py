@@ -8,9 +8,10 @@ thread IR of one iteration and what follows the loop.
 
 When: ``TILEAGENT_WGMMA_OVERLAP`` is not 0; three stages or more (a stage is released half an iteration later, so
 with two the producer's next load would start only then: flash attention 128/128/2 fell from 606 to 428 TFLOP/s
-on the H200); a trip count known when compiling, so the same for every block (causal flash attention's falls with
-the query block: it ran at 494-498 TFLOP/s deferred against 520-521 not, its blocks averaging half the iterations,
-while each block pays a peeled iteration and a last gemm that overlap nothing); consumers that write no shared
+on the H200); a trip count the same for every block and tile, one that depends on no block index or enclosing loop
+variable, also through Lets (causal flash attention's falls with the query block: it ran at 494-498 TFLOP/s
+deferred against 520-521 not, its blocks averaging half the iterations, while each block pays a peeled iteration
+and a last gemm that overlap nothing); consumers that write no shared
 memory (the pipeline has no barrier per iteration) and hold exactly two wgmma gemms, G1 and G2, where G2 is the
 last consumer and accumulates (not ``clear_accum``) into registers of its own: neither its accumulator nor its
 register A operand (RS) is touched by G1 or a consumer before G1, and G1's accumulator is not G2's. The consumers
@@ -38,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tileagent.compiler.ir.expr import make_binop, make_cmp
-from tileagent.compiler.ir.stmt import Gemm, If
+from tileagent.compiler.ir.stmt import Gemm, If, Let
 from tileagent.compiler.tir import WgmmaWait
 
 
@@ -53,14 +54,14 @@ class DeferredGemm:
     second: Gemm
 
 
-def plan(p, layouts) -> DeferredGemm | None:
-    """The deferral of ``p``'s last gemm (``p`` a SoftwarePipeline), or None where the module's rules rule it out."""
+def plan(p, layouts, body=(), varying=()) -> DeferredGemm | None:
+    """The deferral of ``p``'s last gemm (``p`` a SoftwarePipeline in the kernel ``body`` whose block indices and
+    enclosing loop variables are ``varying``), or None where the module's rules rule it out."""
     from tileagent.compiler.instructions.wgmma import WgmmaM64NK16, overlap_enabled
-    from tileagent.compiler.ir.simplify import static_int
     from tileagent.compiler.lower.barriers import shared_effects
     from tileagent.compiler.lower.smem import buffers_used
 
-    if not overlap_enabled() or p.stages < 3 or static_int(p.loop.extent) is None or \
+    if not overlap_enabled() or p.stages < 3 or not _uniform(p.loop.extent, body, varying) or \
             any(shared_effects(x)[0] for x in p.consumers):
         return None
     cons = list(p.consumers)
@@ -77,6 +78,22 @@ def plan(p, layouts) -> DeferredGemm | None:
     if split == i1 + 1:
         return None
     return DeferredGemm(tuple(cons[:i1]), g1, tuple(cons[i1 + 1:split]), tuple(cons[split:i2]), g2)
+
+
+def _uniform(extent, body, varying) -> bool:
+    """Whether the trip count ``extent`` is the same for every block and tile: it depends on none of ``varying``,
+    also through the Lets of ``body`` it reads (causal attention's ``n_blocks``)."""
+    from tileagent.compiler.ir.simplify import depends_on
+    from tileagent.compiler.ir.visit import substitute, walk
+
+    lets = {x.var: x.value for x in walk(body) if isinstance(x, Let)}
+    for _ in range(len(lets) + 1):
+        if depends_on(extent, varying):
+            return False
+        if not depends_on(extent, list(lets)):
+            return True
+        extent = substitute(extent, lets)
+    return False
 
 
 def registers(ctx, g: Gemm) -> tuple:

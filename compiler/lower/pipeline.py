@@ -510,7 +510,8 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
     count = make_binop("+", done, local)
     stage = make_binop("%", count, s)
     schedules = wgmma_schedules(p, ctx.layouts)
-    deferred = defer_gemm.plan(p, ctx.layouts)  # the last gemm one iteration late, beside the next softmax
+    varying = list(ctx.kernel.block_vars) + [x.var for x in ws.path if isinstance(x, For)]
+    deferred = defer_gemm.plan(p, ctx.layouts, ctx.kernel.body, varying)  # the last gemm late, beside the softmax
     if deferred is not None:
         schedules = {**schedules, **{g: WgmmaSchedule(sync=False, pending=0, wait=False)
                                      for g in (deferred.first, deferred.second)}}
