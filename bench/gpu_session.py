@@ -186,6 +186,11 @@ STEPS = (
     Step("merge_stage_ab", 11, "python bench/switch_ab.py --env TILEAGENT_COARSEN=0 --only gemm && "
          "python bench/switch_ab.py --env TILEAGENT_STAGE_EPILOGUE=0 --only persistent", 200,
          "the merge and the staging, each against its switch, baselines in the same round"),
+    # group 12: what round 2 session 22 left unmeasured (the deferred P @ V's rule for a dynamic length, tilelang.env)
+    Step("gpu_tests_all_22", 12, "python -m pytest -q -m gpu tests/", 240,
+         "every GPU test at the session's last commit (session 22 ran them at its first)"),
+    Step("flash_best_ab", 12, "python bench/switch_ab.py --env TILEAGENT_WGMMA_OVERLAP=0 --only flash_best flash "
+         "--rounds 3", 200, "flash attention deferred or not (128/128/3/256 and the example's schedules), SDPA beside"),
 )
 
 
