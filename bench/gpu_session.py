@@ -11,6 +11,10 @@ A step starts only while the budget has room for its time limit, so a group fits
 step that needs an earlier one (``after``) is skipped when that one failed or was skipped. The order inside a group
 is the order in which the results are worth having: correctness before timing. Exit code: 0 when every step ran
 and passed.
+
+The GPU machine lacks some of the product's dependencies: besides what ``../shared/tools/device-wheels.sh`` fetches,
+carry ``pip download --no-deps tenacity filelock -d .whl`` (the test suite imports the LLM drafter, which needs
+tenacity), install the wheels into a folder and put it and the repository on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
