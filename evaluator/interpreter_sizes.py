@@ -4,8 +4,8 @@ In: a loaded ``Spec`` and one config (free dims already at their SMALL_CONFIG si
 ``interpreter_config(spec, config) -> (the config to run, a note saying why it differs, or None)``. The interpreter
 needs minutes for a few hundred thousand elements, so a config whose inputs and model tensors (parameters and
 buffers: a GEMM's weight) hold more than ``INTERPRETER_INPUT_ELEMENTS`` is checked smaller: its free dims halved
-while the other sizes (which decide the schedule a GPU runs) stay as stated, else the reference's SMALL_CONFIG
-sizes. Guarantees: sizes are counted on the meta device (no values drawn); a config whose inputs cannot be counted
+while the other sizes (which decide the schedule a GPU runs) stay as stated, else the sizes the reference's
+SMALL_CONFIG states halved toward it as far as needed, else SMALL_CONFIG's sizes. Guarantees: sizes are counted on the meta device (no values drawn); a config whose inputs cannot be counted
 there is kept as stated; a model that cannot be built there counts as no tensors for the first test and sends a
 config that is too large to SMALL_CONFIG's sizes.
 """
@@ -18,14 +18,20 @@ until they fit, else the reference's SMALL_CONFIG sizes (the interpreter needs m
 elements; see ``interpreter_config``)."""
 
 
+RULE = ("the free dims (FREE_DIMS) halved until the inputs and model tensors fit, other sizes as stated; where that "
+        "is not enough, every size SMALL_CONFIG states halved toward it until they fit; else SMALL_CONFIG's sizes")
+"""How a config too large for the interpreter is checked, as the prompt, the feedback, the CLI and the report say it."""
+
+
 def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
     """The config the CPU interpreter checks for ``config``, and why it differs: ``config`` itself when its inputs
     hold at most ``INTERPRETER_INPUT_ELEMENTS`` elements (counted on the meta device), when their size cannot be
     told without real values, or when the reference states no SMALL_CONFIG; else ``config`` with its free dims
     (FREE_DIMS) halved (down to 1) until the inputs fit, when that is enough and the model's parameters and buffers
     fit too (the other sizes, which decide the schedule a GPU runs, as stated: a softmax over a 256000-word
-    vocabulary keeps its rows that wide); else ``config`` with each integer key that SMALL_CONFIG states lowered to
-    SMALL_CONFIG's value (other keys, and keys already smaller, kept). Inputs count with the model's parameters and
+    vocabulary keeps its rows that wide); else ``config`` with each integer key that SMALL_CONFIG states smaller
+    halved toward SMALL_CONFIG's value until it fits (``_toward_small_config``); else lowered to that value (other
+    keys, and keys already smaller, kept). Inputs count with the model's parameters and
     buffers: a linear layer's 4096 x 16384 weight at 40 tokens was checked as stated and took over 7 minutes."""
     small = spec.small_config or {}
     sized = {k: v for k, v in small.items() if type(v) is int and type(config.get(k)) is int and v < config[k]}
@@ -37,6 +43,8 @@ def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
         if elements <= INTERPRETER_INPUT_ELEMENTS:
             return config, None
         run, how = _free_dims_halved(spec, config, weights), "the free dims halved, the other sizes as stated"
+        if run is None:
+            run, how = _toward_small_config(spec, config, sized), "the sizes SMALL_CONFIG states halved toward it"
         if run is None:
             run, how = {**config, **sized}, "the reference's SMALL_CONFIG sizes"
     except Exception:  # noqa: BLE001 - get_inputs needs real values: keep the config as stated
@@ -60,6 +68,24 @@ def _free_dims_halved(spec, config: dict, weights: int | None) -> dict | None:
             return None
         run.update({k: max(1, run[k] // 2) for k in free})
     return run
+
+
+def _toward_small_config(spec, config: dict, sized: dict) -> dict | None:
+    """``config`` with every key of ``sized`` (SMALL_CONFIG's smaller values) halved together, none below its
+    SMALL_CONFIG value, until the inputs and the model's tensors fit; None when they fit only at SMALL_CONFIG's values
+    (or the model cannot be counted). So a config keeps as much of its size as the interpreter allows, and two
+    configs that differ stay apart: played LLM, session 22, an ALiBi softmax over S = 1024 and 2048 was checked twice
+    at SMALL_CONFIG's S = 48, where its kernel took another schedule than at either size."""
+    run = dict(config)
+    while True:
+        run = {**run, **{k: max(v, run[k] // 2) for k, v in sized.items()}}
+        if run == {**config, **sized}:
+            return None
+        weights = _model_elements(spec, run)
+        if weights is None:
+            return None
+        if spec.input_elements(run) + weights <= INTERPRETER_INPUT_ELEMENTS:
+            return run
 
 
 def _model_elements(spec, config: dict) -> int | None:

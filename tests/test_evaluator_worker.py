@@ -357,10 +357,11 @@ def get_init_inputs():
 
 
 def test_on_the_cpu_a_config_too_large_for_the_interpreter_is_checked_at_small_config_sizes(tmp_path):
-    """Inputs over INTERPRETER_INPUT_ELEMENTS (8 x 65536 > 2**18) are checked at SMALL_CONFIG's sizes, once for all
-    configs that come down to the same size; the result keeps the config as stated, names the size checked, and says
-    why. A config under the limit, or already smaller than SMALL_CONFIG on a key, keeps its sizes (issue 19: the
-    played LLM waited 420 s per turn for the interpreter on full-size non-free dims)."""
+    """Inputs over INTERPRETER_INPUT_ELEMENTS (8 x 65536 > 2**18) and no free dim: the sizes SMALL_CONFIG states are
+    halved toward it until they fit (M=8, N=65536 at M=4, N=32768; M=16 at M=8), so two configs stay two checks; the
+    result keeps the config as stated, names the size checked, and says why. A config under the limit, or already
+    smaller than SMALL_CONFIG on a key, keeps its sizes (issue 19: the played LLM waited 420 s per turn for the
+    interpreter on full-size non-free dims; session 22: two softmax configs came down to one check at SMALL_CONFIG)."""
     from tileagent.evaluator.records import ConfigResult
     from tileagent.evaluator.worker import evaluate
     from tileagent.feedback import render_feedback
@@ -376,17 +377,18 @@ def test_on_the_cpu_a_config_too_large_for_the_interpreter_is_checked_at_small_c
     request = EvalRequest(kernel_path=str(ref), reference_path=str(ref), device="cpu", seeds=1)
     result = evaluate(request, check_candidate=check)
     assert result.status == "ok"
-    assert checked == [{"M": 4, "N": 1000}, {"M": 2, "N": 64}, {"M": 8, "N": 40}]
+    assert checked == [{"M": 4, "N": 1000}, {"M": 4, "N": 32768}, {"M": 8, "N": 32768}, {"M": 8, "N": 40}]
     assert [(c.config, c.evaluated_at) for c in result.configs] == [
-        ({"M": 4, "N": 1000}, None), ({"M": 8, "N": 65536}, {"M": 2, "N": 64}),
-        ({"M": 16, "N": 65536}, {"M": 2, "N": 64}), ({"M": 8, "N": 40}, None)]
+        ({"M": 4, "N": 1000}, None), ({"M": 8, "N": 65536}, {"M": 4, "N": 32768}),
+        ({"M": 16, "N": 65536}, {"M": 8, "N": 32768}), ({"M": 8, "N": 40}, None)]
     assert result.configs[1].notes == [
-        "checked at M=2, N=64 on the CPU interpreter (the reference's SMALL_CONFIG sizes): the inputs and model "
-        "tensors of M=8, N=65536 hold 524,288 elements, more than the interpreter checks in time (262,144); a GPU "
-        "checks the config as stated"]
-    assert "Checked at smaller sizes (inputs too large for the interpreter; the free dims halved where that was " \
-           "enough, else the reference's SMALL_CONFIG sizes): M=8, N=65536 at " \
-           "M=2, N=64; M=16, N=65536 at M=2, N=64. A path your kernel takes only at the sizes as stated was " \
+        "checked at M=4, N=32768 on the CPU interpreter (the sizes SMALL_CONFIG states halved toward it): the inputs "
+        "and model tensors of M=8, N=65536 hold 524,288 elements, more than the interpreter checks in time "
+        "(262,144); a GPU checks the config as stated"]
+    assert "Checked at smaller sizes (inputs too large for the interpreter; the free dims (FREE_DIMS) halved until " \
+           "the inputs and model tensors fit, other sizes as stated; where that is not enough, every size " \
+           "SMALL_CONFIG states halved toward it until they fit; else SMALL_CONFIG's sizes): M=8, N=65536 at " \
+           "M=4, N=32768; M=16, N=65536 at M=8, N=32768. A path your kernel takes only at the sizes as stated was " \
            "compiled for them, not run." in render_feedback(result)
 
 
@@ -406,19 +408,22 @@ def test_on_the_cpu_a_config_too_large_for_the_interpreter_halves_its_free_dims_
     assert run == {"M": 4, "N": 65536}
     assert note.startswith("checked at M=4, N=65536 on the CPU interpreter (the free dims halved, the other sizes as "
                            "stated): the inputs and model tensors of M=8, N=65536 hold 524,288 elements")
-    assert interpreter_config(spec, {"M": 8, "N": 400000})[0] == {"M": 2, "N": 64}  # too wide even at M=1
+    # too wide even at M=1: N halved toward SMALL_CONFIG's 64 with M until they fit
+    assert interpreter_config(spec, {"M": 8, "N": 400000})[0] == {"M": 2, "N": 100000}
     assert interpreter_config(spec, {"M": 4, "N": 1000}) == ({"M": 4, "N": 1000}, None)
     weighted = tmp_path / "weighted.py"
     weighted.write_text(ref.read_text().replace(
         "class Model(torch.nn.Module):\n", "class Model(torch.nn.Module):\n    def __init__(self):\n"
         "        super().__init__()\n        self.w = torch.nn.Parameter(torch.randn(600, 600))\n"))
+    # a weight too large at any input size: SMALL_CONFIG's sizes
     assert interpreter_config(load_spec(weighted), {"M": 8, "N": 65536})[0] == {"M": 2, "N": 64}
 
 
 def test_on_the_cpu_a_layers_weight_counts_toward_the_interpreters_size():
     """Played LLM, session 20: bf16 linear + bias + GELU at M=40 (SMALL_CONFIG's tokens), K=4096, N=16384 has 164K
     input elements but a 67M-element weight; it was checked as stated and timed out twice (300 s, 420 s). The
-    model's parameters and buffers count with the inputs: the config is checked at SMALL_CONFIG's sizes."""
+    model's parameters and buffers count with the inputs: K and N are halved toward SMALL_CONFIG's until the weight
+    and inputs fit."""
     from tileagent.evaluator.interpreter_sizes import interpreter_config
     from tileagent.evaluator.spec import load_spec
 
@@ -426,9 +431,9 @@ def test_on_the_cpu_a_layers_weight_counts_toward_the_interpreters_size():
 
     spec = load_spec(REPO / "bench" / "played_llm" / "refs" / "linear_bias_gelu.py")
     run, note = interpreter_config(spec, {"M": 40, "K": 4096, "N": 16384})
-    assert run == {"M": 40, "K": 64, "N": 96}
-    assert note.startswith("checked at M=40, K=64, N=96 on the CPU interpreter (the reference's SMALL_CONFIG sizes): "
-                           "the inputs and model tensors of M=40, K=4096, N=16384 hold 67,289,088 elements")
+    assert run == {"M": 40, "K": 128, "N": 512}
+    assert note.startswith("checked at M=40, K=128, N=512 on the CPU interpreter (the sizes SMALL_CONFIG states halved "
+                           "toward it): the inputs and model tensors of M=40, K=4096, N=16384 hold 67,289,088 elements")
     qk = load_spec(REPO / "bench" / "played_llm" / "refs" / "qk_rmsnorm.py")  # a (D,) weight leaves it as stated
     assert interpreter_config(qk, {"B": 2, "S": 5, "H": 32, "D": 128}) == ({"B": 2, "S": 5, "H": 32, "D": 128}, None)
 

@@ -623,8 +623,9 @@ def test_configs_with_one_cpu_size_are_all_kept_and_that_size_is_checked_once(tm
     assert worker.requests[0].plan_configs == [rc.spec for rc in chosen]
     assert [r["config"] for r in rows(loop.o, outcome, lambda b: True) if r["correct"]] == [rc.spec for rc in chosen]
     user = drafter.calls[0].messages[1]["content"]
-    assert "more than 2**18 elements with its free dims halved until they fit (other sizes as stated), else at " \
-           "SMALL_CONFIG's size of every key it states" in user
+    assert "more than 2**18 elements with the free dims (FREE_DIMS) halved until the inputs and model tensors fit, " \
+           "other sizes as stated; where that is not enough, every size SMALL_CONFIG states halved toward it until " \
+           "they fit; else SMALL_CONFIG's sizes" in user
     assert "- M=8192, C=96" in user
 
 
@@ -645,7 +646,7 @@ def test_cpu_prompt_names_the_size_the_interpreter_checks_a_large_config_at(tmp_
     Loop(options(device="cpu", reference=str(ref), configs=chosen, candidates=1), RunStore.create(tmp_path / "run", {}),
          drafter, FakeWorker()).run()
     user = drafter.calls[0].messages[1]["content"]
-    assert "every key it states (this turn checks M=3, C=256000 at M=1, C=256000). The kernel" in user, user
+    assert "else SMALL_CONFIG's sizes (this turn checks M=3, C=256000 at M=1, C=256000). The kernel" in user, user
 
 
 def test_resume_replays_a_finished_autotuning_as_it_ran_without_screening_more_variants(tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ import typer
 from rich.table import Table
 
 from tileagent.compiler.diagnostics import CompileError
+from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
 from tileagent.display import CLIConsole, setup_logging
 from tileagent.drafter_flags import drafter_options, make_drafter
 
@@ -197,7 +198,7 @@ def _cpu_note(chosen, device: str) -> None:
                       + (" ..." if len(reduced) > 3 else "") + "); not timed", highlight=False)
     if not device.startswith("cuda"):
         console.print("  CPU: a config whose inputs and model tensors still hold more than 2**18 elements is checked "
-                      "with its free dims halved, or at SMALL_CONFIG's sizes (the results say where)", highlight=False)
+                      f"with {INTERPRETER_RULE} (the results say where)", highlight=False)
 
 
 def _ms(t) -> str:

@@ -10,6 +10,7 @@ crashes; a correct candidate -> ``timing`` when timed); numbers are formatted be
 from __future__ import annotations
 
 from tileagent.evaluator.records import ConfigResult, EvalResult
+from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
 from tileagent.prompts import render
 from tileagent.target import meets_target
 
@@ -90,8 +91,7 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
             return render("feedback.timing", device=device, rows=timing_rows(result.configs),
                           verdict=verdict(result.configs, target), target=_num(target)) + cost
         smaller = [f"{_cfg(c.config)} at {_cfg(c.evaluated_at)}" for c in result.configs if c.evaluated_at]
-        checked = (f"\nChecked at smaller sizes (inputs too large for the interpreter; the free dims halved where "
-                   f"that was enough, else the reference's SMALL_CONFIG sizes): "
+        checked = (f"\nChecked at smaller sizes (inputs too large for the interpreter; {INTERPRETER_RULE}): "
                    f"{'; '.join(smaller)}. A path your kernel takes only at the sizes as stated was compiled for "
                    f"them, not run.") if smaller else ""
         return UNTIMED_OK.format(configs=len(result.configs), device=device) + checked + cost

@@ -39,6 +39,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from tileagent.evaluator.records import ConfigResult, EvalRequest, EvalResult
+from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
 from tileagent.archive import op_digest
 from tileagent import autotune
 from tileagent.configs import RunConfig, unique_evals
@@ -326,9 +327,8 @@ class Loop:
             real = "\n".join(f"- {', '.join(f'{k}={v}' for k, v in rc.spec.items())}" for rc in self.o.configs)
             note = ("Evaluated on the CPU interpreter, at smaller sizes than the GPU's: the free dims (FREE_DIMS) at "
                     "their SMALL_CONFIG sizes, and a config whose inputs and model tensors (a layer's weight) "
-                    "still hold more than 2**18 elements with "
-                    "its free dims halved until they fit (other sizes as stated), else at SMALL_CONFIG's size of "
-                    "every key it states" + self._interpreter_sizes(pending) + ". The kernel "
+                    f"still hold more than 2**18 elements with {INTERPRETER_RULE}"
+                    + self._interpreter_sizes(pending) + ". The kernel "
                     "must work at every size of the free dims and at the configs it is made for (which a GPU checks "
                     f"and times):\n{real}")
         elif len(pending) < len(every := unique_evals(self.o.configs)):

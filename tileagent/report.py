@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
+from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
 from tileagent.runstore import RunStore, config_key, write_atomic
 
 log = logging.getLogger("tileagent.report")
@@ -122,8 +123,7 @@ def markdown(report: dict, chart: str | None = None) -> str:
     if not timed:
         lines += ["Checked on the CPU interpreter: correctness only, not timed. Free dims (FREE_DIMS) were evaluated "
                   "at their SMALL_CONFIG sizes; a config whose inputs were still too large for the interpreter with "
-                  "its free dims halved further, or at the SMALL_CONFIG sizes of every key (column 'evaluated "
-                  "at').", ""]
+                  f"{INTERPRETER_RULE} (column 'evaluated at').", ""]
     if chart and chart.endswith((".png", ".svg")):
         lines += [f"![speedup per config over eager PyTorch and torch.compile]({chart})", ""]
     elif chart and timed:
