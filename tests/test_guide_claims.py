@@ -276,3 +276,25 @@ def test_the_guides_occupancy_limits_are_the_sm90a_targets():
     text = " ".join(GUIDE.split())
     assert (f"Occupancy limits per SM on the H200: {t.blocks_per_sm} blocks, {t.threads_per_sm // 32} warps, "
             f"{t.registers_per_sm // 1024}K registers, {t.shared_bytes // 1024} KiB of shared memory") in text
+
+
+def test_a_global_element_read_at_the_top_of_a_kernel_serves_its_loops():
+    """Played LLM, session 22: whether `slope = Slope[h]` may stand outside any loop had to be guessed."""
+    assert "`slope = Slope[h]` (one value per block" in " ".join(GUIDE.split())
+
+    @T.prim_func
+    def main(X: T.Tensor((3, 4, 64), "float32"), Slope: T.Tensor((3,), "float32"), Y: T.Tensor((3, 4, 64), "float32")):
+        with T.Kernel(3, threads=64) as h:
+            slope = Slope[h]
+            x = T.alloc_fragment((4, 64), "float32")
+            T.copy(X[h, 0, 0], x)
+            for i, j in T.Parallel(4, 64):
+                x[i, j] = x[i, j] * slope
+            T.copy(x, Y[h, 0, 0])
+
+    x, s = torch.randn(3, 4, 64), torch.randn(3)
+    y = torch.full_like(x, float("nan"))
+    kernel = tileagent.compile(main, target="sim")
+    kernel(x, s, y)
+    torch.testing.assert_close(y, x * s[:, None, None])
+    assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
