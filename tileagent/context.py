@@ -171,8 +171,11 @@ def build_messages(*, device: str, reference_path: str, reference_source: str, c
             parts.append("## Verified example kernels")
             parts += [f"### {title}\n\n{_fence(src)}" for title, src in examples]
         configs_text = "\n".join(f"- {', '.join(f'{k}={v}' for k, v in c.items())}" for c in configs)
+        # on the CPU the interpreter runs smaller sizes (the note says which): the list is what the kernel is for
+        listed = "is checked on" if device.startswith("cuda") else \
+            "is made for (a GPU checks them as listed; the CPU interpreter at the sizes below)"
         parts.append(f"## The task: {Path(reference_path).name}\n\n{_fence(reference_source)}\n\nConfigs your "
-                     f"kernel is checked on:\n{configs_text}" + (f"\n\n{config_note}" if config_note else ""))
+                     f"kernel {listed}:\n{configs_text}" + (f"\n\n{config_note}" if config_note else ""))
         if best is not None and best.source:
             said = best.label or best.status
             parts.append(f"## Best kernel so far: {best.attempt_id} ({said})\n\n"
