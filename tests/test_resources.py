@@ -191,3 +191,20 @@ def test_a_constructor_that_reads_values_gives_no_plan_and_no_failure(tmp_path):
     assert result.status == "ok", result.message
     (plan,) = result.plans
     assert "launches" not in plan and plan["unavailable"].startswith("ModelNew cannot be built from shapes alone")
+
+
+@pytest.mark.parametrize("C, width", [(2048, 16), (2560, 8)])
+def test_the_feedbacks_access_width_rule(C, width):
+    """prompts/feedback.md: a thread's contiguous run of a row that is not a multiple of 16 bytes narrows the access
+    (played LLM, session 22: gated RMSNorm at D=2560 on 256 threads, two rows a block, loaded 64-bit: 20 fp16 a
+    thread; at 2048, 16)."""
+    from tileagent.prompts import render
+
+    assert "not a multiple\nof 16 bytes" in render("feedback.resources", arch="sm_90a", sms="132 SMs", rows="")
+    impl = _rmsnorm()
+    x = torch.empty(64, C, dtype=torch.float16, device="meta")
+    gamma = torch.empty(C, dtype=torch.float16, device="meta")
+    with dry_run("sm_90a") as run:
+        impl(None, C, block_m=2, threads=256)(x, gamma)
+    (launch,) = run.launches
+    assert launch.access_bytes["X"] == width
