@@ -130,6 +130,7 @@ def test_the_file_drafter_prints_where_to_write_each_answer(tmp_path):
     assert result.exit_code == 0, result.output
     assert (f"turn 1, candidate 1 of 1: the prompt is {run / 'exchange' / 't1-c1.prompt.md'}; write the answer to "
             f"{response}.tmp, then rename it to t1-c1.response.md") in result.text
+    assert "t1-c0 (file:t1-c1.response.md): correct" in result.text  # played LLM, session 22: which file is which
 
 
 def test_a_run_moved_to_another_checkout_resumes_with_its_reference_given_again(tmp_path):

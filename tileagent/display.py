@@ -192,7 +192,9 @@ class LiveProgress:
             self._update(description=f"{self.evaluating}: loading")
         elif kind == "evaluated":
             colour = "green" if f["summary"].startswith("correct") else "red"
-            self._line(f"  {f['attempt_id']}: [{colour}]{f['summary']}[/]{replay}")
+            # the file drafter numbers its exchange files from 1, attempts count from 0: name the answer's file
+            answer = f" ({f['label']})" if str(f.get("label") or "").startswith("file:") else ""
+            self._line(f"  {f['attempt_id']}{answer}: [{colour}]{f['summary']}[/]{replay}")
             # a candidate that stopped early (compile error, a wrong config) counts all its configs as done
             self.counting, self.candidates_done = False, self.candidates_done + 1
             self.done_in_turn = max(self.done_in_turn, self.candidates_done * max(1, self.turn_configs))

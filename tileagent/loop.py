@@ -470,7 +470,7 @@ class Loop:
         if result is not None and result.status != "ok":
             self.failed_sources.setdefault((source_digest(draft.source), repr(configs), keep_going), aid)
         self.on_event("evaluated", {"attempt_id": aid, "summary": _summary(result, draft.problem, covered),
-                                    "replayed": replayed})
+                                    "replayed": replayed, "label": draft.label})
         if result is None:
             return
         for c in result.configs:
