@@ -274,6 +274,15 @@ def test_an_fp16_accumulating_gemm_is_rejected_although_judged_against_the_oracl
     assert "against the float64 oracle" in info.value.message and "more than 2x the reference's own error" in \
         info.value.message
     assert d["oracle_mismatched"] > 0 and d["oracle_max_abs_err"] > 2 * d["reference_max_abs_err"]
+    # played LLM, session 22: the feedback says so (it names no hidden distribution, but says that the kernel's
+    # arithmetic, not its logic, is the difference)
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.feedback import render_feedback
+
+    text = render_feedback(EvalResult(status="mismatch", message=info.value.message, failure=info.value.to_dict()))
+    assert (f"\nAgainst a float64 evaluation of the reference, {d['oracle_mismatched']} element(s) are off by more "
+            "than twice the reference's own error (max abs error ") in text
+    assert "your kernel is less accurate than the reference's own arithmetic." in text
 
 
 def test_without_a_float64_oracle_the_fixed_rule_decides(tmp_path):

@@ -298,3 +298,28 @@ def test_a_global_element_read_at_the_top_of_a_kernel_serves_its_loops():
     kernel(x, s, y)
     torch.testing.assert_close(y, x * s[:, None, None])
     assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
+def test_the_guides_cumsum_entry_exclusive_from_inclusive_in_float64():
+    """Played LLM, session 22: T.cumsum's entry said nothing of scopes, precision or an exclusive scan; an exclusive
+    float32 scan over long rows needs float64 sums to match torch's CPU cumsum (which adds in float64)."""
+    text = " ".join(GUIDE.split())
+    assert "sums in float32, float64 for float64 tiles" in text and "an exclusive scan is the inclusive one minus" in text
+
+    @T.prim_func
+    def main(X: T.Tensor((2, 256), "float32"), Y: T.Tensor((2, 256), "float32")):
+        with T.Kernel(1, threads=64):
+            x = T.alloc_fragment((2, 256), "float32")
+            acc = T.alloc_fragment((2, 256), "float64")
+            T.copy(X, x)
+            for i, j in T.Parallel(2, 256):
+                acc[i, j] = T.cast(x[i, j], "float64")
+            T.cumsum(acc, dim=1)
+            for i, j in T.Parallel(2, 256):
+                x[i, j] = T.cast(acc[i, j], "float32") - x[i, j]
+            T.copy(x, Y)
+
+    x = torch.randn(2, 256) * torch.tensor([[1.0], [1e4]])
+    y = torch.full_like(x, float("nan"))
+    tileagent.compile(main, target="cpu")(x, y)
+    assert torch.equal(y, torch.cumsum(x, dim=-1) - x)

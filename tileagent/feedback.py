@@ -113,6 +113,11 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         at = failure.get("inputs_at_index") or []
         f["inputs_at_index"] = ("\nInputs at that index: " + ", ".join(f"input {p} = {_num(v, 6)}" for p, v in at) +
                                 ".") if at else ""
+        f["oracle"] = (f"\nAgainst a float64 evaluation of the reference, {failure['oracle_mismatched']} element(s) "
+                       f"are off by more than twice the reference's own error (max abs error "
+                       f"{_num(failure.get('oracle_max_abs_err'))}, the reference's "
+                       f"{_num(failure.get('reference_max_abs_err'))}): your kernel is less accurate than the "
+                       f"reference's own arithmetic.") if failure.get("oracle_mismatched") else ""
         return render("feedback.mismatch", **{**{k: "-" for k in needed}, **f})
     if status == "guard_violation":
         return render("feedback.guard_violation", rule=failure.get("rule", "?"), message=result.message)
