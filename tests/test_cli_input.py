@@ -195,7 +195,7 @@ def test_eval_on_the_cpu_shrinks_free_dims_and_creates_the_json_folder(tmp_path)
     result = invoke("eval", CANDIDATE, RMSNORM, "--device", "cpu", "--configs", "C=96", "--seeds", "1", "--json", out)
     assert result.exit_code == 0, result.output
     assert "evaluating candidate_rmsnorm_silu.py against rmsnorm_silu.py: 1 config(s) on cpu" in result.text
-    assert "CPU: free dims evaluated at their SMALL_CONFIG sizes (M=16384 C=96 -> M=37 C=96); not timed" in result.text
+    assert "CPU: checked at smaller sizes (M=16384 C=96 -> M=37 C=96); not timed" in result.text
     record = json.loads(out.read_text())
     assert record["status"] == "ok" and [c["config"] for c in record["configs"]] == [{"M": 37, "C": 96}]
 
@@ -210,3 +210,21 @@ def test_compile_target_is_now_backend_and_the_old_spelling_still_works():
     assert new.exit_code == 0 and old.exit_code == 0, new.output + old.output
     assert "note: compile --target is deprecated; use --backend (same meaning)" in old.text
     assert old.output.endswith(new.output)
+
+
+def test_the_cpu_note_names_the_size_the_interpreter_checks(monkeypatch):
+    """Played LLM, session 22: the CLI line showed only the free-dim step (one config of gptj_rope's two, and not
+    the size checked); it now shows each config's size after the interpreter's rule too."""
+    from tileagent import cli
+    from tileagent.configs import reduce_for_device
+    from tileagent.evaluator.spec import load_spec
+
+    ref = REPO / "bench" / "played_llm" / "refs" / "alibi_softmax.py"
+    spec = load_spec(ref, check=False)
+    lines = []
+    monkeypatch.setattr(cli.console, "print", lambda text, **kw: lines.append(text))
+    cli._cpu_note(reduce_for_device(spec, spec.configs, "cpu"), "cpu", ref)
+    assert lines[0] == "  CPU: checked at smaller sizes (B=4 H=32 S=1024 -> B=1 H=4 S=128; B=1 H=16 S=2048 -> " \
+                       "B=1 H=2 S=256); not timed"
+    cli._cpu_note(reduce_for_device(spec, spec.configs, "cuda"), "cuda", ref)
+    assert len(lines) == 2  # nothing on CUDA
