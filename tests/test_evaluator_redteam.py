@@ -292,6 +292,12 @@ def test_tails_over_the_interpreters_limit_are_named_not_checked():
     assert skipped.startswith("tail sizes not checked (inputs over 320 elements): ") and "{'M': 7, 'N': 64}" in skipped
     assert max(int(m) for m in re.findall(r"'M': (\d+)", checked)) <= 5
     assert {int(m) for m in re.findall(r"'M': (\d+)", checked + skipped)} == set(range(1, 8))
+    # the feedback of a correct kernel says so too (played LLM, session 22: only eval.json did)
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.feedback import render_feedback
+
+    text = render_feedback(EvalResult(status="ok", configs=[result], timing_available=False))
+    assert "\nTail sizes not checked (too large for the interpreter) at " in text and "{'M': 7, 'N': 64}" in text
 
 
 @pytest.mark.parametrize("name", sorted(HONEST_REFS))

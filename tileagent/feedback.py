@@ -94,6 +94,10 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         checked = (f"\nChecked at smaller sizes (inputs too large for the interpreter; {INTERPRETER_RULE}): "
                    f"{'; '.join(smaller)}. A path your kernel takes only at the sizes as stated was compiled for "
                    f"them, not run.") if smaller else ""
+        skipped = [f"{_cfg(c.evaluated_at or c.config)}: {n[len('tail sizes not checked '):]}" for c in result.configs
+                   for n in c.notes if n.startswith("tail sizes not checked ")]
+        if skipped:  # played LLM, session 22: only eval.json said so
+            checked += "\nTail sizes not checked (too large for the interpreter) at " + "; ".join(skipped) + "."
         return UNTIMED_OK.format(configs=len(result.configs), device=device) + checked + cost
     if status == "compile_error" and isinstance(failure.get("diagnostic"), dict):
         d = failure["diagnostic"]
