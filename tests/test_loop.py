@@ -647,9 +647,9 @@ def test_cpu_prompt_names_the_size_the_interpreter_checks_a_large_config_at(tmp_
          drafter, FakeWorker()).run()
     user = drafter.calls[0].messages[1]["content"]
     assert "else SMALL_CONFIG's sizes (this turn checks M=3, C=256000 at M=1, C=256000). The kernel" in user, user
-    # session 22: the list read as the sizes checked; on the CPU it says they are what the kernel is for
-    assert "Configs your kernel is made for (a GPU checks them as listed; the CPU interpreter at the sizes below):\n" \
-           "- M=3, C=256000" in user
+    # session 22: the list read as the sizes checked; on the CPU it says what it is and where the others are
+    assert "Configs your kernel is checked on, free dims at their CPU sizes (the note below gives the sizes the " \
+           "interpreter runs and the configs a GPU runs):\n- M=3, C=256000" in user
 
 
 def test_resume_replays_a_finished_autotuning_as_it_ran_without_screening_more_variants(tmp_path, monkeypatch):
