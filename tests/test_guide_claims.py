@@ -323,3 +323,45 @@ def test_the_guides_cumsum_entry_exclusive_from_inclusive_in_float64():
     y = torch.full_like(x, float("nan"))
     tileagent.compile(main, target="cpu")(x, y)
     assert torch.equal(y, torch.cumsum(x, dim=-1) - x)
+
+
+def test_the_guides_argmax_idiom_matches_torch_with_ties():
+    """Played LLM, session 22: nothing in the guide said how to return an index (argmax) or that integer tiles
+    reduce; the idiom as written, over chunks, gives torch.argmax's first index on ties, here and for sm_90a."""
+    assert "**Row argmax (an index output).**" in GUIDE and "T.reduce_min(idx, first, dim=1)" in GUIDE
+    M, V, block_m, block_v = 4, 1000, 4, 256
+
+    @T.prim_func
+    def main(X: T.Tensor((M, V), "bfloat16"), Y: T.Tensor((M,), "int64")):
+        with T.Kernel(T.ceildiv(M, block_m), threads=128) as bm:
+            x = T.alloc_fragment((block_m, block_v), "float32")
+            idx = T.alloc_fragment((block_m, block_v), "int32")
+            m = T.alloc_fragment((block_m,), "float32")
+            first = T.alloc_fragment((block_m,), "int32")
+            m_run = T.alloc_fragment((block_m,), "float32")
+            i_run = T.alloc_fragment((block_m,), "int32")
+            T.fill(m_run, -T.infinity("float32"))
+            T.fill(i_run, 0)
+            for c in T.serial(T.ceildiv(V, block_v)):
+                for i, j in T.Parallel(block_m, block_v):
+                    x[i, j] = T.if_then_else(c * block_v + j < V, T.cast(X[bm * block_m + i, c * block_v + j],
+                                                                            "float32"), -T.infinity("float32"))
+                T.reduce_max(x, m, dim=1)
+                for i, j in T.Parallel(block_m, block_v):
+                    idx[i, j] = T.if_then_else(x[i, j] == m[i], c * block_v + j, 2147483647)
+                T.reduce_min(idx, first, dim=1)
+                for i in T.Parallel(block_m):
+                    if m[i] > m_run[i]:
+                        m_run[i] = m[i]
+                        i_run[i] = first[i]
+            for i in T.Parallel(block_m):
+                Y[bm * block_m + i] = T.cast(i_run[i], "int64")
+
+    x = torch.randn(M, V).bfloat16()
+    x[1, 10] = x[1, 500] = 100.0  # a tie across chunks: the first index wins
+    x[2, 300] = x[2, 301] = 50.0  # a tie inside a chunk
+    y = torch.full((M,), -1, dtype=torch.int64)
+    kernel = tileagent.compile(main, target="sim")
+    kernel(x, y)
+    assert torch.equal(y, torch.argmax(x, dim=-1)) and y[1] == 10 and y[2] == 300
+    assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
