@@ -5,9 +5,10 @@ In: a loaded ``Spec`` and one config (free dims already at their SMALL_CONFIG si
 needs minutes for a few hundred thousand elements, so a config whose inputs and model tensors (parameters and
 buffers: a GEMM's weight) hold more than ``INTERPRETER_INPUT_ELEMENTS`` is checked smaller: its free dims halved
 while the other sizes (which decide the schedule a GPU runs) stay as stated, else the sizes the reference's
-SMALL_CONFIG states halved toward it as far as needed, else SMALL_CONFIG's sizes. Guarantees: sizes are counted on the meta device (no values drawn); a config whose inputs cannot be counted
-there is kept as stated; a model that cannot be built there counts as no tensors for the first test and sends a
-config that is too large to SMALL_CONFIG's sizes.
+SMALL_CONFIG states halved toward it as far as needed, else SMALL_CONFIG's sizes. Guarantees: sizes are counted on
+the meta device (no values drawn); a config whose inputs cannot be counted there is kept as stated; a model that
+cannot be built there counts as no tensors for the first test and sends a config that is too large to SMALL_CONFIG's
+sizes.
 """
 
 from __future__ import annotations

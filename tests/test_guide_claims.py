@@ -304,7 +304,8 @@ def test_the_guides_cumsum_entry_exclusive_from_inclusive_in_float64():
     """Played LLM, session 22: T.cumsum's entry said nothing of scopes, precision or an exclusive scan; an exclusive
     float32 scan over long rows needs float64 sums to match torch's CPU cumsum (which adds in float64)."""
     text = " ".join(GUIDE.split())
-    assert "sums in float32, float64 for float64 tiles" in text and "an exclusive scan is the inclusive one minus" in text
+    assert "sums in float32, float64 for float64 tiles" in text
+    assert "an exclusive scan is the inclusive one minus" in text
 
     @T.prim_func
     def main(X: T.Tensor((2, 256), "float32"), Y: T.Tensor((2, 256), "float32")):
