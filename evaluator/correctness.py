@@ -33,6 +33,7 @@ import torch
 from tileagent.evaluator.candidate import read_candidate
 from tileagent.evaluator.errors import EvalError, Mismatch
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
+from tileagent.evaluator.interpreter_sizes import TAILS_NOT_CHECKED
 from tileagent.evaluator.sandbox import Buffer, Sandbox
 from tileagent.evaluator.records import ConfigResult
 from tileagent.evaluator.spec import HIDDEN, Spec, Tolerance, identical
@@ -80,7 +81,7 @@ def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seed
                 large = [t for t in tails if _too_large(spec, t, max_tail_elements)]
                 tails = [t for t in tails if t not in large]
                 if large:
-                    checker.note(f"tail sizes not checked (inputs over {max_tail_elements:,} elements): "
+                    checker.note(f"{TAILS_NOT_CHECKED} (inputs over {max_tail_elements:,} elements): "
                                  f"{', '.join(str(t) for t in large)}")
             for i, tail in enumerate(tails):
                 if tail in fixed:

@@ -14,9 +14,11 @@ sizes.
 from __future__ import annotations
 
 INTERPRETER_INPUT_ELEMENTS = 1 << 18
-"""On the CPU, a config whose inputs hold more elements than this is checked at smaller sizes: its free dims halved
-until they fit, else the reference's SMALL_CONFIG sizes (the interpreter needs minutes for a few hundred thousand
-elements; see ``interpreter_config``)."""
+"""On the CPU, a config whose inputs hold more elements than this is checked at smaller sizes (``RULE``; the
+interpreter needs minutes for a few hundred thousand elements; see ``interpreter_config``)."""
+
+TAILS_NOT_CHECKED = "tail sizes not checked"
+"""How a config's note that some of its tail sizes were too large for the interpreter begins."""
 
 
 RULE = ("the free dims (FREE_DIMS) halved until the inputs and model tensors fit, other sizes as stated; where that "
@@ -32,8 +34,8 @@ def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
     fit too (the other sizes, which decide the schedule a GPU runs, as stated: a softmax over a 256000-word
     vocabulary keeps its rows that wide); else ``config`` with each integer key that SMALL_CONFIG states smaller
     halved toward SMALL_CONFIG's value until it fits (``_toward_small_config``); else lowered to that value (other
-    keys, and keys already smaller, kept). Inputs count with the model's parameters and
-    buffers: a linear layer's 4096 x 16384 weight at 40 tokens was checked as stated and took over 7 minutes."""
+    keys, and keys already smaller, kept). Inputs count with the model's parameters and buffers: a linear layer's
+    4096 x 16384 weight at 40 tokens was checked as stated and took over 7 minutes."""
     small = spec.small_config or {}
     sized = {k: v for k, v in small.items() if type(v) is int and type(config.get(k)) is int and v < config[k]}
     if not sized:
@@ -54,6 +56,18 @@ def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
     return run, (f"checked at {text} on the CPU interpreter ({how}): the inputs and model tensors of "
                  f"{', '.join(f'{k}={v}' for k, v in config.items())} hold {elements:,} elements, more than the "
                  f"interpreter checks in time ({INTERPRETER_INPUT_ELEMENTS:,}); a GPU checks the config as stated")
+
+
+def interpreter_configs(reference, configs: list[dict]) -> list[dict] | None:
+    """``interpreter_config`` of each of ``configs`` for the reference at path ``reference``, or None when the
+    reference does not load (the evaluation then reports why)."""
+    from tileagent.evaluator.spec import load_spec
+
+    try:
+        spec = load_spec(reference, check=False)
+    except Exception:  # noqa: BLE001 - any failure of the user's reference module
+        return None
+    return [interpreter_config(spec, c)[0] for c in configs]
 
 
 def _free_dims_halved(spec, config: dict, weights: int | None) -> dict | None:

@@ -195,15 +195,11 @@ def _cpu_note(chosen, device: str, reference: Path) -> None:
     interpreter's size rule, ``evaluator.interpreter_sizes``), and the rule."""
     if device.startswith("cuda"):
         return
-    from tileagent.evaluator.interpreter_sizes import interpreter_config
-    from tileagent.evaluator.spec import load_spec
+    from tileagent.evaluator.interpreter_sizes import interpreter_configs
 
-    try:
-        spec = load_spec(reference, check=False)
-        runs = [(rc.spec, interpreter_config(spec, rc.eval)[0]) for rc in chosen]
-    except Exception:  # noqa: BLE001 - the free-dim step alone; the evaluation reports a reference that fails
-        runs = [(rc.spec, rc.eval) for rc in chosen]
-    reduced = [(c, run) for c, run in runs if run != c]
+    evals = [rc.eval for rc in chosen]  # the free-dim step alone where the reference does not load
+    reduced = [(rc.spec, run) for rc, run in zip(chosen, interpreter_configs(reference, evals) or evals)
+               if run != rc.spec]
     if reduced:
         console.print("  CPU: checked at smaller sizes ("
                       + "; ".join(f"{cfgs_key(c)} -> {cfgs_key(run)}" for c, run in reduced[:3])

@@ -10,7 +10,7 @@ crashes; a correct candidate -> ``timing`` when timed); numbers are formatted be
 from __future__ import annotations
 
 from tileagent.evaluator.records import ConfigResult, EvalResult
-from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
+from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE, TAILS_NOT_CHECKED
 from tileagent.prompts import render
 from tileagent.target import meets_target
 
@@ -94,8 +94,8 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         checked = (f"\nChecked at smaller sizes (inputs too large for the interpreter; {INTERPRETER_RULE}): "
                    f"{'; '.join(smaller)}. A path your kernel takes only at the sizes as stated was compiled for "
                    f"them, not run.") if smaller else ""
-        skipped = [f"{_cfg(c.evaluated_at or c.config)}: {n[len('tail sizes not checked '):]}" for c in result.configs
-                   for n in c.notes if n.startswith("tail sizes not checked ")]
+        skipped = [f"{_cfg(c.evaluated_at or c.config)}: {n[len(TAILS_NOT_CHECKED):].strip()}"
+                   for c in result.configs for n in c.notes if n.startswith(TAILS_NOT_CHECKED)]
         if skipped:  # played LLM, session 22: only eval.json said so
             checked += "\nTail sizes not checked (too large for the interpreter) at " + "; ".join(skipped) + "."
         return UNTIMED_OK.format(configs=len(result.configs), device=device) + checked + cost

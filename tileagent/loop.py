@@ -349,18 +349,13 @@ class Loop:
 
     def _interpreter_sizes(self, configs: list[dict]) -> str:
         """The sizes the CPU interpreter checks ``configs`` at where they differ (``interpreter_config``), as a
-        clause of the prompt's CPU note ('' when every config is checked as listed)."""
-        from tileagent.evaluator.spec import load_spec
-        from tileagent.evaluator.interpreter_sizes import interpreter_config
+        clause of the prompt's CPU note ('' when every config is checked as listed, or the reference fails to load:
+        the note then states the rule only, and the evaluation reports the error)."""
+        from tileagent.evaluator.interpreter_sizes import interpreter_configs
 
-        try:
-            spec = load_spec(self.o.reference, check=False)
-        except Exception as e:  # noqa: BLE001 - the note then states the rule only; the evaluation reports the error
-            log.debug("interpreter sizes not known: %s", e)
-            return ""
-        moved = [(c, interpreter_config(spec, c)[0]) for c in configs]
+        runs = interpreter_configs(self.o.reference, configs) or configs
         text = "; ".join(f"{', '.join(f'{k}={v}' for k, v in c.items())} at "
-                         f"{', '.join(f'{k}={v}' for k, v in run.items())}" for c, run in moved if run != c)
+                         f"{', '.join(f'{k}={v}' for k, v in run.items())}" for c, run in zip(configs, runs) if run != c)
         return f" (this turn checks {text})" if text else ""
 
     def examples(self) -> list[tuple[str, str]]:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from tileagent.compiler.ir.expr import make_binop, make_cmp
 from tileagent.compiler.ir.stmt import Gemm, If, Let
+from tileagent.compiler.lower.wgmma import accumulator_operand
 from tileagent.compiler.tir import WgmmaWait
 
 
@@ -98,8 +99,6 @@ def _uniform(extent, body, varying) -> bool:
 
 def registers(ctx, g: Gemm) -> tuple:
     """The register operands of gemm ``g`` a wait pins: its accumulator, and its A fragment in the RS form."""
-    from tileagent.compiler.lower.wgmma import accumulator_operand
-
     out = (accumulator_operand(ctx, g),)
     if g.a.buffer.scope == "fragment":
         reg = ctx.mem(g.a.buffer)
@@ -110,7 +109,7 @@ def registers(ctx, g: Gemm) -> tuple:
 def first_iteration(lowering, d: DeferredGemm, now) -> list:
     """The loop's first iteration (peeled): as without the deferral, but ``second`` left to the next one."""
     out = lowering.with_context(now).body(d.before + (d.first,))
-    out.append(WgmmaWait(0, d.first.span, operands=registers(now, d.first)[:1]))
+    out.append(WgmmaWait(0, d.first.span, operands=(accumulator_operand(now, d.first),)))
     return out + lowering.with_context(now).body(d.middle + d.after)
 
 
@@ -119,7 +118,7 @@ def iteration(lowering, d: DeferredGemm, now, before, release: list) -> list:
     stage; ``release`` frees the previous stage."""
     out = lowering.with_context(now).body(d.before + (d.first,))
     out += lowering.with_context(before).body((d.second,))
-    out.append(WgmmaWait(1, d.first.span, operands=registers(now, d.first)[:1]))
+    out.append(WgmmaWait(1, d.first.span, operands=(accumulator_operand(now, d.first),)))
     out += lowering.with_context(now).body(d.middle)
     out.append(WgmmaWait(0, d.second.span, operands=registers(now, d.second)))
     return out + release + lowering.with_context(now).body(d.after)
