@@ -704,18 +704,21 @@ def test_rows_of_a_multiple_of_256_values_are_one_exact_tile(tmp_path):
     assert schedule(16384, 768, False, False, True, 3, half=True) == (4, 768, 128)
     assert schedule(16384, 1536, False, False, True, 3, half=True) == (2, 1536, 128)
     assert schedule(16384, 3072, False, False, True, 3, half=True) == (1, 3072, 128)
-    assert schedule(16384, 1280, False, False, True, 3, half=True) == (2, 2048, 128)  # 640 a warp: not whole
+    assert schedule(16384, 1280, False, False, True, 3, half=True) == (2, 1280, 128)  # 640 a warp: 8-byte vectors
+    assert schedule(16384, 1152, False, False, True, 3, half=True) == (4, 1152, 128)  # one warp a row: 36 a thread
+    assert schedule(16384, 1152, False, False, True, 3, div=1022, half=True) == (2, 2048, 128)  # 4 rows split a batch
+    assert schedule(16384, 200, False, False, True, 3, half=True) == (16, 256, 128)  # not 128 a warp: masked
     assert schedule(16384, 768, True, False, False) == (8, 512, 128)  # pointwise: tiles of 512 as before
     kernel = module["kernel0"](768, 16384, "float16", "float16", "float16", "float16", True, 4, 768, 128)
     cuda = kernel.get_kernel_source()
     assert "if (" not in cuda[cuda.index("main_kernel("):], "a guard is left"
-    D, M = 1536, 9
-    x, r = torch.randn(M, D, dtype=torch.float16), torch.randn(M, D, dtype=torch.float16)
-    w, b = (1 + 0.1 * torch.randn(D)).half(), (0.1 * torch.randn(D)).half()
-    want = torch.nn.functional.layer_norm((x + r).float(), (D,), w.float(), b.float())
-    got = module["kernel0"](D, M, "float16", "float16", "float16", "float16", False, *schedule(M, D, False, False, True,
-                                                                                              3, half=True))(x, r, w, b)
-    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=1e-2)
+    for D, M in ((1536, 9), (1152, 9)):
+        x, r = torch.randn(M, D, dtype=torch.float16), torch.randn(M, D, dtype=torch.float16)
+        w, b = (1 + 0.1 * torch.randn(D)).half(), (0.1 * torch.randn(D)).half()
+        want = torch.nn.functional.layer_norm((x + r).float(), (D,), w.float(), b.float())
+        got = module["kernel0"](D, M, "float16", "float16", "float16", "float16", False,
+                                *schedule(M, D, False, False, True, 3, half=True))(x, r, w, b)
+        torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=1e-2)
 
 
 @pytest.mark.parametrize("shape", [(16, 200), (7, 200), (12, 100)])

@@ -65,7 +65,9 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
     torch.compile at 16 vs 32: ELU 0.99 vs 0.98, SwiGLU 1.00 vs 0.99; a rotary embedding's three shifted tiles ran
     0.85 vs 0.92, so it keeps 32). A row of a reduction that is not a power of two but a multiple of 256 values per
     warp spanning it (768, 1536, 3072) is one tile of exactly its length (add + LayerNorm at D=768: 24 values a
-    thread instead of 32 with 8 masked)."""
+    thread instead of 32 with 8 masked); failing that, a multiple of 128 values a warp (8-byte vectors of 16-bit
+    values) on fewer warps a row, so more rows a block (DiT's adaLN at D=1152: 4 rows of one warp, 36 values a
+    thread, where the 2048-column tile left 44% of its lanes masked)."""
     cap = min(512, BR_MAX) if pointwise else (1 << 16 if topk else BR_MAX)
     per = max(4, PER_THREAD // 2) if pointwise and light else PER_THREAD
     if reread and NR > cap and NR <= 512 * PER_THREAD and half and NR > 256 * PER_THREAD and HALF_STASH:
@@ -105,6 +107,12 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
     warps = threads // 32 // bm if threads // 32 % bm == 0 else 0  # warps a row spans when rows split evenly
     if not pointwise and not topk and NR < br <= BR_MAX and warps and NR % (256 * warps) == 0:
         br = NR  # the row exactly: each warp's lanes cover whole 16-byte vectors of it, no masked columns
+    elif not pointwise and not topk and NR < br <= BR_MAX and warps:
+        w = warps  # else whole 8-byte vectors of 16-bit values (16-byte of 32-bit ones) on fewer warps a row
+        while w > 1 and NR % (128 * w):
+            w //= 2
+        if NR % (128 * w) == 0 and NR <= 64 * w * PER_THREAD and not (div and div % (threads // 32 // w)):
+            bm, br = threads // 32 // w, NR
     return bm, br, threads
 '''
 
