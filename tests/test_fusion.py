@@ -282,6 +282,20 @@ def test_whole_tensor_reduction_splits_and_writes_full_outputs_in_a_pointwise_ke
     assert "const int bm = 16383 - g0;" in pointwise and "if (" not in pointwise  # row blocks along x
 
 
+def test_running_max_and_sum_rows_hold_half_the_values_and_a_short_loss_splits(tmp_path):
+    """logsumexp over 32000 columns kept a running maximum and sum beside each loaded value: 134 registers, 3 blocks
+    per SM (H200, ncu); it now takes tiles of half the values (``lanes`` 2). A mean over 4096 tokens (cross-entropy's
+    second kernel) was one tile in one block; it now splits into 32 blocks of 128 values."""
+    source, module = _candidate("logsumexp", tmp_path)
+    assert "*schedule(s75, s96, False, False, False, 2)" in source
+    assert module["schedule"](4096, 32000, False, False, False, 2) == (1, 2048, 128)
+    assert module["schedule"](4096, 32000, False, False, False) == (1, 4096, 128)
+    _, ce = _candidate("cross_entropy", tmp_path)
+    assert ce["schedule_split"](1, 4096) == (1, 128, 32, 32)
+    assert ce["schedule_split"](1, 2048) == (1, 128, 32, 16)
+    assert ce["schedule_split"](1, 16 * 64 * 256 * 256) == (1, 4096, 128, 4096)  # many tiles: as before
+
+
 @pytest.mark.parametrize("name", ["logsumexp", "cross_entropy", "log_softmax"])
 def test_max_and_sum_of_exponentials_in_one_pass_over_long_rows(name, tmp_path):
     """amax(x) then sum(exp(x - max)): a row of several tiles is read once (a running max and rescaled sum per lane)

@@ -671,7 +671,8 @@ class KernelWriter:
         topk = any(isinstance(r, TopK) for r in k.reduces)
         sched = f"schedule({k.X.t}, {k.R.t}, {'True' if k.pointwise else 'False'}, {'True' if topk else 'False'}" + \
             (", True" if _rereads(body) else ", False") + \
-            (", 3)" if "acc2 = T.alloc_fragment" in "\n".join(allocs) else ")")
+            (", 3)" if "acc2 = T.alloc_fragment" in "\n".join(allocs) else
+             ", 2)" if "accs = T.alloc_fragment" in "\n".join(allocs) else ")")
         if self.row_div:
             div = min(self.row_div, key=lambda d: d.v)
             sched = sched[:-1] + f", div={div.t})"

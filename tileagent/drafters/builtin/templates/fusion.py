@@ -45,8 +45,9 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
     ``reread``: the kernel passes over a row more than once (a reduction, then outputs of the row's size): a row of
     up to 512 * PER_THREAD values is then one tile held in registers (up to 512 threads), read from memory once.
     ``lanes``: float32 tiles a pass over a longer row keeps per value (3 for a mean and variance in one pass,
-    besides the loaded tile): a thread then holds half as many values, in tiles of up to BR_MAX / 2 (168 registers
-    and 3 blocks per SM at 32 values a thread). ``div``: BM divides it (the kernel reads row-uniform fragments at
+    besides the loaded tile; 2 for a running maximum and sum of exponentials): a thread then holds half as many
+    values, in tiles of up to BR_MAX / 2 (168 registers and 3 blocks per SM at 32 values a thread; logsumexp over
+    32000 columns: 134 registers, 3 blocks, 76% of the DRAM's bandwidth under ncu). ``div``: BM divides it (the kernel reads row-uniform fragments at
     the block's first row: an operand per position, batch or token); a pointwise kernel's tile then grows along the
     row (up to BR_MAX) to keep a thread's PER_THREAD values. ``grow``: a reduction over rows of several tiles that
     runs fewer than 264 blocks of one row (GroupNorm's 64 groups of 40960 values: 0.1 waves) takes wider tiles and
@@ -125,9 +126,15 @@ def schedule_split(NX, NR):
     at 44 registers, holds 10), so each SM has 8 blocks' loads in flight; 264 (2 per SM) left a norm of 268 MB at
     49% of a copy. More blocks (up to 4096) while a block would read more than 4 tiles: the norm of 268 MB (16384
     tiles) ran 2% faster in 4096 blocks than in 1024; a loss over 128 MB (4096 tiles) ran 3% slower in 4096 blocks
-    of one tile than in 1024 (H200)."""
+    of one tile than in 1024 (H200). Fewer than 128 tiles in all take smaller ones, down to 128 values on 32
+    threads: a cross-entropy loss's mean over its 4096 tokens was one tile, one block gathering every label's logit
+    (21 of 155 us on the H200, ncu), now 32 blocks."""
     bm, br, threads = schedule(NX, NR, False, False, grow=False)
     blocks = (NX + bm - 1) // bm
+    while blocks * ((NR + br - 1) // br) < 128 and br > 128:
+        br //= 2
+    while threads > 32 and bm * br < threads * 4:
+        threads //= 2
     tiles = (NR + br - 1) // br
     split = 1
     while (blocks * split < SPLIT_BLOCKS or 1 < split < tiles // 4) and split * 2 <= tiles and split < 4096:
