@@ -503,10 +503,12 @@ class _ConfigCheck:
         if bool((~finite & ~same_special).any()):
             max_abs = rel = math.nan  # NaN or Inf where the reference has none: the error norms mean nothing
         n_bad = int(bad.sum())
+        index_output = ref.dtype == torch.int64  # torch's index dtype: an index is right or wrong, not near
         if n_bad:
             score = torch.where(bad & ~finite, torch.full_like(o, math.inf), err / allowed.clamp_min(1e-300))
             flat = int(torch.argmax(torch.where(bad, score, torch.full_like(o, -1.0))))
-            reason = (f"{n_bad} of {o.numel()} elements outside atol={tol.atol:g} + rtol={tol.rtol:g} * |expected|")
+            reason = (f"{n_bad} of {o.numel()} int64 elements (indices) differ" if index_output else
+                      f"{n_bad} of {o.numel()} elements outside atol={tol.atol:g} + rtol={tol.rtol:g} * |expected|")
         elif rel > tol.rel_l2:
             flat = int(torch.argmax(err))
             reason = (f"relative L2 error {rel:.3g} exceeds {tol.rel_l2:g}, although every element is within "
@@ -518,18 +520,19 @@ class _ConfigCheck:
         expected, got = float(r.reshape(-1)[flat]), float(o.reshape(-1)[flat])
         hint = ""
         if n_bad and not ref.dtype.is_floating_point and not ref.dtype.is_complex and ref.dtype != torch.bool and \
-                n_bad * 100 <= o.numel() and bool((err[bad] == 1).all()):
+                not index_output and n_bad * 100 <= o.numel() and bool((err[bad] == 1).all()):
             hint = (" (every differing value is off by exactly 1, at few elements: rounding ties decided the other "
                     "way; check the rounding rule and that the value before it is computed as the reference does, "
                     "e.g. on CUDA torch divides by a Python number as a multiplication by its float32 reciprocal)")
         if math.isnan(got) and not math.isnan(expected):
             hint = " (NaN where the reference is finite: an overflow, or an element the kernel never wrote: the " \
                    "evaluator fills fresh allocations with NaN)"
+        norms = "" if index_output else f"; max abs err {max_abs:.3g}, rel L2 err {rel:.3g}"
         return Mismatch(f"output {k} differs from the reference at index {index}: expected {expected:.6g}, got "
-                        f"{got:.6g}{hint}; {reason}; max abs err {max_abs:.3g}, rel L2 err {rel:.3g}; "
-                        f"{_where(where)}, call {call}", index=list(index), expected=expected, got=got,
-                        max_abs_err=max_abs, rel_l2=rel, mismatched=n_bad, total=o.numel(), atol=tol.atol,
-                        rtol=tol.rtol, rel_l2_bound=tol.rel_l2, **base)
+                        f"{got:.6g}{hint}; {reason}{norms}; {_where(where)}, call {call}", index=list(index),
+                        expected=expected, got=got, max_abs_err=max_abs, rel_l2=rel, mismatched=n_bad,
+                        total=o.numel(), atol=tol.atol, rtol=tol.rtol, rel_l2_bound=tol.rel_l2,
+                        dtype=str(ref.dtype).removeprefix("torch."), **base)
 
     def flag_degenerate(self, ref, where: dict) -> None:
         for k, r in enumerate(ref):
@@ -582,9 +585,11 @@ MAX_INPUTS_AT_INDEX = 4
 def with_inputs_at_index(failure: Mismatch, inputs) -> Mismatch:
     """``failure`` with ``inputs_at_index``: [position, value] of each input tensor (up to ``MAX_INPUTS_AT_INDEX``)
     that has an element at the failing output index (same rank, index in range), so the feedback can say what the
-    inputs were there (a hidden distribution stays unnamed; its magnitudes show)."""
+    inputs were there (a hidden distribution stays unnamed; its magnitudes show). Not for an int64 (index) output:
+    its positions are ranks or reduced rows, and the input there is not the element it chose (played LLM, session
+    22: the MoE router's feedback quoted the logit of expert 1 for the second-choice index of a row)."""
     index = failure.details.get("index")
-    if not isinstance(index, (list, tuple)):
+    if not isinstance(index, (list, tuple)) or failure.details.get("dtype") == "int64":
         return failure
     values = []
     for position, t in enumerate(inputs):

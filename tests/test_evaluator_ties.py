@@ -239,3 +239,20 @@ def test_perturbations_move_every_floating_dtype_and_nothing_else():
             assert bool((change <= 1.5 * tie_delta(dtype) * scale[finite]).all()), (dtype, i)
             assert identical(perturbed([x], i)[0], a[0])
 
+
+def test_an_index_mismatch_reads_as_wrong_indices_not_wrong_math(moe_spec):
+    """Played LLM, session 22: "max abs error" and "relative L2" of an index output read as wrong math, and the
+    logit quoted at the output's position was not the element the index chose."""
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.feedback import render_feedback
+
+    with pytest.raises(Mismatch) as info:
+        check_candidate(moe_spec, MOE_KERNEL, configs=[{"T": 16, "E": 8}], seeds=1, distributions=["outliers"],
+                        seed=1)
+    d = info.value.to_dict()
+    assert d["dtype"] == "int64" and "inputs_at_index" not in d
+    assert "int64 elements (indices) differ" in d["message"] and "max abs err" not in d["message"]
+    text = render_feedback(EvalResult(status="mismatch", message=d["message"], failure=d))
+    assert f"{d['mismatched']} of {d['total']} indices (int64) differ from the reference's; an index is exact" in text
+    assert "max abs error" not in text and "relative L2" not in text and "Inputs at that index" not in text
+    assert "outliers" not in text and "a hidden distribution" in text
