@@ -16,7 +16,10 @@ Guarantees, for every config (and each tail config of its free dims):
   or caches by identity (``GuardViolation`` rule inconsistent-runs), else it is a ``Mismatch``;
 - degenerate references (an output below atol everywhere, or constant) are flagged in ``ConfigResult.notes``;
 - the indices of a (values, indices) pair (top-k, sort) may list the reference's indices of equal values in another
-  order along the last dim (``compare_indices``: the order of ties is not defined); anything else is a mismatch.
+  order along the last dim (``compare_indices``: the order of ties is not defined);
+- an int64 output may also differ where the reference itself returns the candidate's value when re-run on inputs
+  perturbed far below the tolerances (``compare_ties``, ``evaluator.ties``: which of equal values an index op picks
+  is not defined); anything else is a mismatch.
 
 Raises the first ``CandidateError`` (``Mismatch``, ``GuardViolation``, ``CompileFailed``, ``RunFailed``,
 ``LoadFailed``) with the details the agent needs, or ``SpecError`` when the reference itself fails.
@@ -31,12 +34,13 @@ import secrets
 import torch
 
 from tileagent.evaluator.candidate import read_candidate
-from tileagent.evaluator.errors import EvalError, Mismatch
+from tileagent.evaluator.errors import EvalError, Mismatch, SpecError
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
 from tileagent.evaluator.interpreter_sizes import TAILS_NOT_CHECKED
 from tileagent.evaluator.sandbox import Buffer, Sandbox
 from tileagent.evaluator.records import ConfigResult
 from tileagent.evaluator.spec import HIDDEN, Spec, Tolerance, identical
+from tileagent.evaluator.ties import TIE_CHANGE, TIE_RUNS, perturbed, unexplained
 
 
 def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seeds: int = 5, distributions=None,
@@ -93,7 +97,8 @@ def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seed
                 checker.note(f"tail sizes checked: {', '.join(str(t) for t in tails)}")
             results.append(ConfigResult(config=config, correct=True, checks=checker.checks,
                                         max_abs_err=checker.max_abs, rel_l2=checker.rel_l2, seed=base,
-                                        notes=checker.degenerate_notes() + checker.oracle_notes() + checker.notes))
+                                        notes=(checker.degenerate_notes() + checker.oracle_notes() +
+                                               checker.ties_notes() + checker.notes)))
         return results
     finally:
         if own:
@@ -140,7 +145,8 @@ def timed_calls(spec: Spec, sandbox: Sandbox, config: dict, device="cpu", trials
             times.append(sandbox.last_ms)
             if trial in sampled:
                 ref = spec.run_reference(model, [t.clone() for t in inputs], config)
-                failure = checker.compare(outs, ref, where, 1, checker.oracle(model, inputs))
+                failure = checker.compare(outs, ref, where, 1, checker.oracle(model, inputs),
+                                          checker.tie_runs(model, inputs, config))
                 if failure is not None:
                     raise with_inputs_at_index(failure, inputs)
         k += 1
@@ -178,6 +184,7 @@ class _ConfigCheck:
         self.held: list[tuple[torch.Tensor, torch.Tensor]] = []  # (an earlier output as mapped, its values then)
         self.models64: dict = {}  # id(reference model) -> (model, its float64 copy or None)
         self.oracle_accepted: dict = {}  # output -> (the reference's worst own error, the oracle rules that decided)
+        self.ties_accepted: dict = {}  # output -> differing int64 elements the tie rule accepted
         self.built: tuple | None = None  # (repr(constructor arguments), reference Model, ModelNew's key): ``build``
 
     def note(self, text: str) -> None:
@@ -266,11 +273,11 @@ class _ConfigCheck:
                 self.sandbox.forget(previous)
             second = [Buffer(t.clone()) for t in inputs]
         out2 = self.call(key, second, inputs, where)
-        oracle = self.oracle(model, inputs)
-        fail1, fail2 = self.compare(out1, ref, where, 1, oracle), self.compare(out2, ref, where, 2, oracle)
+        oracle, ties = self.oracle(model, inputs), self.tie_runs(model, inputs, where["config"])
+        fail1, fail2 = self.compare(out1, ref, where, 1, oracle, ties), self.compare(out2, ref, where, 2, oracle, ties)
         if fail1 or fail2:
             fresh = [Buffer(_at_new_address(t)) for t in inputs]
-            fail3 = self.compare(self.call(key, fresh, inputs, where), ref, where, 3, oracle)
+            fail3 = self.compare(self.call(key, fresh, inputs, where), ref, where, 3, oracle, ties)
             if fail1 and fail2 and fail3:
                 raise with_inputs_at_index(fail1, inputs)
             verdicts = ", ".join(f"call {k} {'did not match' if f else 'matched'}"
@@ -289,10 +296,11 @@ class _ConfigCheck:
         self.flag_degenerate(ref, where)
         return first
 
-    def compare(self, outs, ref, where: dict, call: int, oracle=None) -> Mismatch | None:
-        """The first output that fails both rules (``compare_one``), as a Mismatch; None when all pass. ``oracle``
-        (a function returning the float64 oracle's outputs, or None where the reference cannot run in float64) is
-        called only when an output fails the fixed rule."""
+    def compare(self, outs, ref, where: dict, call: int, oracle=None, ties=None) -> Mismatch | None:
+        """The first output that fails every rule (``compare_one``, ``compare_indices``, ``compare_oracle``,
+        ``compare_ties``), as a Mismatch; None when all pass. ``oracle`` (a function returning the float64 oracle's
+        outputs, or None where the reference cannot run in float64) is called only when an output fails the fixed
+        rule; ``ties`` (``tie_runs``) only when an int64 output fails the rules before it."""
         if len(outs) != len(ref):
             return Mismatch(f"ModelNew returned {len(outs)} output(s), the reference {len(ref)}; {_where(where)}",
                             call=call, **where)
@@ -304,6 +312,9 @@ class _ConfigCheck:
                 truth = oracle()
                 if truth is not None:
                     failure = self.compare_oracle(k, o, r, truth[k], self.spec.tolerance(r.dtype), where, failure)
+            if failure and ties is not None and o.dtype == r.dtype == torch.int64 and \
+                    failure.details.get("index") is not None:
+                failure = self.compare_ties(k, o, r, ties, failure)
             if failure:
                 return failure
         return None
@@ -399,6 +410,40 @@ class _ConfigCheck:
         failure.args = (failure.message,)
         return failure
 
+    def compare_ties(self, k: int, out, ref, ties, failure: Mismatch) -> Mismatch | None:
+        """The tie rule (``evaluator.ties``) for an int64 output ``k`` (torch's index dtype; int8 and other integer
+        outputs keep the exact check) that the rules above rejected: every element where ``out`` differs from
+        ``ref`` must equal the reference's value there in at least one run of the reference on perturbed inputs
+        (``ties(i)``: run ``i``'s outputs, or None). None (accepted, counted for a note: the reference's choice
+        among equal values is arbitrary) or ``failure`` saying how many differing elements no run explains."""
+        differ, left = unexplained(out, ref, lambda i: _output(ties(i), k))
+        if not left:
+            self.ties_accepted[k] = self.ties_accepted.get(k, 0) + differ
+            return None
+        failure.details["ties_unexplained"] = left
+        failure.message = (f"{failure.message}; {left} of {differ} differing index(es) are not explained by ties "
+                           f"either (re-run on {TIE_RUNS} perturbations of the inputs by up to {TIE_CHANGE}, the "
+                           f"reference never returned the kernel's value there)")
+        failure.args = (failure.message,)
+        return failure
+
+    def tie_runs(self, model, inputs, config: dict):
+        """A function of ``i`` giving the reference's outputs on ``evaluator.ties.perturbed(inputs, i)`` (int64
+        outputs only, the others None; None where the reference failed there), run as the checks run it (same model,
+        device and ``run_reference``); each run at most once, and only when asked for."""
+        memo: dict = {}
+
+        def run(i: int):
+            if i not in memo:
+                try:
+                    outs = self.spec.run_reference(model, perturbed(inputs, i, self.spec.fixed_inputs), config)
+                    memo[i] = tuple(o if o.dtype == torch.int64 else None for o in outs)
+                except SpecError:  # inputs the reference rejects once perturbed explain nothing
+                    memo[i] = None
+            return memo[i]
+
+        return run
+
     def oracle(self, model, inputs):
         """A function giving the reference's outputs computed in float64 (a float64 copy of the model on float64
         inputs; the reference's own casts, e.g. ``.float()``, still apply), or None when it cannot run so; computed
@@ -458,10 +503,12 @@ class _ConfigCheck:
         if bool((~finite & ~same_special).any()):
             max_abs = rel = math.nan  # NaN or Inf where the reference has none: the error norms mean nothing
         n_bad = int(bad.sum())
+        index_output = ref.dtype == torch.int64  # torch's index dtype: an index is right or wrong, not near
         if n_bad:
             score = torch.where(bad & ~finite, torch.full_like(o, math.inf), err / allowed.clamp_min(1e-300))
             flat = int(torch.argmax(torch.where(bad, score, torch.full_like(o, -1.0))))
-            reason = (f"{n_bad} of {o.numel()} elements outside atol={tol.atol:g} + rtol={tol.rtol:g} * |expected|")
+            reason = (f"{n_bad} of {o.numel()} int64 elements (indices) differ" if index_output else
+                      f"{n_bad} of {o.numel()} elements outside atol={tol.atol:g} + rtol={tol.rtol:g} * |expected|")
         elif rel > tol.rel_l2:
             flat = int(torch.argmax(err))
             reason = (f"relative L2 error {rel:.3g} exceeds {tol.rel_l2:g}, although every element is within "
@@ -473,18 +520,19 @@ class _ConfigCheck:
         expected, got = float(r.reshape(-1)[flat]), float(o.reshape(-1)[flat])
         hint = ""
         if n_bad and not ref.dtype.is_floating_point and not ref.dtype.is_complex and ref.dtype != torch.bool and \
-                n_bad * 100 <= o.numel() and bool((err[bad] == 1).all()):
+                not index_output and n_bad * 100 <= o.numel() and bool((err[bad] == 1).all()):
             hint = (" (every differing value is off by exactly 1, at few elements: rounding ties decided the other "
                     "way; check the rounding rule and that the value before it is computed as the reference does, "
                     "e.g. on CUDA torch divides by a Python number as a multiplication by its float32 reciprocal)")
         if math.isnan(got) and not math.isnan(expected):
             hint = " (NaN where the reference is finite: an overflow, or an element the kernel never wrote: the " \
                    "evaluator fills fresh allocations with NaN)"
+        norms = "" if index_output else f"; max abs err {max_abs:.3g}, rel L2 err {rel:.3g}"
         return Mismatch(f"output {k} differs from the reference at index {index}: expected {expected:.6g}, got "
-                        f"{got:.6g}{hint}; {reason}; max abs err {max_abs:.3g}, rel L2 err {rel:.3g}; "
-                        f"{_where(where)}, call {call}", index=list(index), expected=expected, got=got,
-                        max_abs_err=max_abs, rel_l2=rel, mismatched=n_bad, total=o.numel(), atol=tol.atol,
-                        rtol=tol.rtol, rel_l2_bound=tol.rel_l2, **base)
+                        f"{got:.6g}{hint}; {reason}{norms}; {_where(where)}, call {call}", index=list(index),
+                        expected=expected, got=got, max_abs_err=max_abs, rel_l2=rel, mismatched=n_bad,
+                        total=o.numel(), atol=tol.atol, rtol=tol.rtol, rel_l2_bound=tol.rel_l2,
+                        dtype=str(ref.dtype).removeprefix("torch."), **base)
 
     def flag_degenerate(self, ref, where: dict) -> None:
         for k, r in enumerate(ref):
@@ -507,6 +555,12 @@ class _ConfigCheck:
         return [f"output {k}: accepted by the oracle rule, not the fixed one: the reference itself is off by up to "
                 f"{worst:.3g} against the float64 oracle, the candidate is {' or '.join(text[r] for r in sorted(rules))}"
                 for k, (worst, rules) in sorted(self.oracle_accepted.items())]
+
+    def ties_notes(self) -> list[str]:
+        """One note per int64 output that the tie rule accepted, with the number of differing elements."""
+        return [f"output {k}: {n} index(es) differ from the reference's where a perturbation of the inputs by up to "
+                f"{TIE_CHANGE} changes the reference's own index (ties): accepted"
+                for k, n in sorted(self.ties_accepted.items())]
 
     def degenerate_notes(self) -> list[str]:
         """One note per output: the distributions under which the reference was constant, or always below atol."""
@@ -531,9 +585,11 @@ MAX_INPUTS_AT_INDEX = 4
 def with_inputs_at_index(failure: Mismatch, inputs) -> Mismatch:
     """``failure`` with ``inputs_at_index``: [position, value] of each input tensor (up to ``MAX_INPUTS_AT_INDEX``)
     that has an element at the failing output index (same rank, index in range), so the feedback can say what the
-    inputs were there (a hidden distribution stays unnamed; its magnitudes show)."""
+    inputs were there (a hidden distribution stays unnamed; its magnitudes show). Not for an int64 (index) output:
+    its positions are ranks or reduced rows, and the input there is not the element it chose (played LLM, session
+    22: the MoE router's feedback quoted the logit of expert 1 for the second-choice index of a row)."""
     index = failure.details.get("index")
-    if not isinstance(index, (list, tuple)):
+    if not isinstance(index, (list, tuple)) or failure.details.get("dtype") == "int64":
         return failure
     values = []
     for position, t in enumerate(inputs):
@@ -545,6 +601,10 @@ def with_inputs_at_index(failure: Mismatch, inputs) -> Mismatch:
     if values:
         failure.details["inputs_at_index"] = values
     return failure
+
+
+def _output(outs, k: int):
+    return outs[k] if outs is not None and k < len(outs) else None
 
 
 def _where(where: dict) -> str:

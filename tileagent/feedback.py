@@ -77,6 +77,15 @@ def verdict(configs: list[ConfigResult], target: float) -> str:
         "\n".join(f"- {text}" for _, text in misses)
 
 
+FLOAT_DIFFERENCE = ("{mismatched} of {total} elements are outside atol={atol} + rtol={rtol} * |expected|; max abs "
+                    "error {max_abs_err},\nrelative L2 error {rel_l2}.")
+# an index is right or wrong: error sizes of an int64 output read as wrong math (played LLM, session 22, moe_top2)
+INDEX_DIFFERENCE = ("{mismatched} of {total} indices (int64) differ from the reference's; an index is exact, so no "
+                    "error size applies.\nWhere equal values make the choice arbitrary, an index the reference "
+                    "itself returns when the inputs move slightly\nis accepted; these were not (check what is "
+                    "ranked, along which dim, and in which order).")
+
+
 def render_feedback(result: EvalResult | None, *, problem: str | None = None, device: str = "cpu",
                     target: float = 1.0) -> str:
     """The feedback text for one candidate (``result`` None: the answer was malformed, ``problem`` says how)."""
@@ -117,12 +126,14 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         at = failure.get("inputs_at_index") or []
         f["inputs_at_index"] = ("\nInputs at that index: " + ", ".join(f"input {p} = {_num(v, 6)}" for p, v in at) +
                                 ".") if at else ""
+        f = {**{k: "-" for k in needed}, **f}
+        f["difference"] = (INDEX_DIFFERENCE if failure.get("dtype") == "int64" else FLOAT_DIFFERENCE).format(**f)
         f["oracle"] = (f"\nAgainst a float64 evaluation of the reference, {failure['oracle_mismatched']} element(s) "
                        f"are off by more than twice the reference's own error (max abs error "
                        f"{_num(failure.get('oracle_max_abs_err'))}, the reference's "
                        f"{_num(failure.get('reference_max_abs_err'))}): your kernel is less accurate than the "
                        f"reference's own arithmetic.") if failure.get("oracle_mismatched") else ""
-        return render("feedback.mismatch", **{**{k: "-" for k in needed}, **f})
+        return render("feedback.mismatch", **f)
     if status == "guard_violation":
         return render("feedback.guard_violation", rule=failure.get("rule", "?"), message=result.message)
     if status == "timeout" and not device.startswith("cuda"):

@@ -1,0 +1,119 @@
+"""The tie rule: an index output may differ from the reference's where the reference's own choice is arbitrary.
+
+In: a candidate's int64 output, the reference's, and the reference's outputs on perturbed copies of the same inputs
+(``perturbed`` makes them; the caller runs the reference on them). Out: how many differing elements no
+perturbed run explains (``unexplained``). Guarantees:
+
+- ``torch.topk``, ``sort``, ``argmax`` and ``max(dim)`` return indices, and among equal values their choice is not
+  defined by what a kernel must compute (``topk`` promises no order, and when equal values straddle the k-th
+  position, which of them is selected is arbitrary): inputs with exact ties (the ``ties`` distribution's grid of
+  quarters) made a correct MoE router fail by chance ("index (1, 1): expected 6, got 1");
+- a differing element is explained when the candidate's value there equals the reference's value there in at least
+  one perturbed run: a change of the inputs far below the evaluator's tolerances moved the reference's own choice
+  to the candidate's, so the candidate chose among values that are equal (within that change);
+- the perturbations are deterministic (seeded) and come in antithetic pairs (a noise u and -u), so a two-way tie is
+  decided both ways within a pair; the first pair is a ramp along the last dim, so "the lowest index of equal values"
+  and "the highest" (the usual conventions of a kernel) are both runs where the tie lies in an input's last dim;
+  ``TIE_PAIRS`` = 32 because an element tied with m - 1 others at the k-th position is chosen in a pair with
+  probability about 2/m: a kernel choosing among ties at random (a bitonic sort) on the MoE router at T=4096, E=64
+  under the ties distribution left 130 of 17,576 differing indices unexplained with 8 pairs, 5 with 16, none with 32;
+- only floating inputs move (integer and bool inputs, non-finite values and ``FIXED_INPUTS`` positions do not), and
+  the model's parameters are not touched;
+- integer outputs of other dtypes (quantized int8 values and the like) are not judged by this rule: a kernel that
+  rounds ties at .5 away from zero where torch rounds them to even must still fail on those.
+
+Limits: each element is explained on its own, by any run, so a row may combine choices that no single run made
+(the indices of a row with three equal top values may repeat one; the values output is still checked). Ties that no
+small change of the inputs breaks are not explained (softmax probabilities that underflow to exactly 0: row_scales,
+outliers, extremes). An int64 output computed by rounding (``torch.bucketize``, ``round(x).long()``) is judged by the
+same rule, so there a tie at a boundary may be decided either way.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+TIE_PAIRS = 32  # antithetic pairs, run one at a time and only as far as needed (``unexplained``)
+TIE_RUNS = 2 * TIE_PAIRS
+TIE_SEED = 0x71E5  # the noise is a function of this, the pair and the input's position: every evaluation the same
+FLOAT32_DELTA = 2.0 ** -14  # the change relative to an element's scale, for float32 (and float64) inputs
+DTYPE_ULPS = 2  # for fp16 and bf16, at least this many epsilons of the dtype
+TIE_CHANGE = f"2^{math.log2(FLOAT32_DELTA):.0f} of each value ({DTYPE_ULPS} epsilons in fp16 and bf16)"  # in words
+
+
+def tie_delta(dtype: torch.dtype) -> float:
+    """The largest relative change ``perturbed`` makes to an input of ``dtype``: max(2^-14, 2 eps).
+
+    float32: 2^-14 (6.1e-5) is below the evaluator's default float32 rtol (1e-4), so the rule only lets the
+    reference choose among values the evaluator already counts as equal, and far above float32's rounding (2^-24),
+    so the change survives the reference's arithmetic (a softmax keeps logits 2^-14 apart distinct; two ulps do not).
+    Not 2^-10 for float32: N(0, 1) + 1000 logits would move by up to 1, and the reference would reorder most rows.
+    fp16 (2^-9) and bf16 (2^-6): a change has to be about an ulp of the dtype to survive the cast back at all; two
+    epsilons move an element by 2 to 4 ulps at |u| = 1 and leave it unchanged only for |u| < 1/4 or so, so a tie is
+    broken in most runs (2^-10 would never change a bf16 value: half its ulp is 2^-9 to 2^-8 relative)."""
+    return max(FLOAT32_DELTA, DTYPE_ULPS * torch.finfo(dtype).eps)
+
+
+def perturbed(inputs, run: int, fixed=frozenset()) -> list:
+    """The ``run``-th of ``TIE_RUNS`` perturbed copies of ``inputs`` (a list of tensors and other values): runs
+    ``2p`` and ``2p + 1`` are the antithetic pair ``p``.
+
+    Each floating tensor ``x`` (not at a position in ``fixed``) becomes ``x + delta * u * scale``, computed in
+    float32 (float64 inputs: float64) and cast back to its dtype, where ``delta = tie_delta(x.dtype)``, ``u`` is in
+    [-1, 1] (pair 0: a ramp from -1 to 1 along the last dim; the others: uniform noise seeded by ``TIE_SEED``, the
+    pair and the position), negated in the pair's second run, and ``scale`` is the larger of ``|x|`` and the mean
+    ``|x|`` of its row (the last dim): equal elements of a row move by the same scale, and zeros (a fifth of the ties
+    distribution) move too, by a change at the row's magnitude, where the reference's arithmetic (a softmax's sum)
+    would round a smaller one away. Non-finite elements keep their value; other tensors are cloned (a reference that
+    writes into its inputs changes no caller's tensor); other values are passed as they are."""
+    pair, sign = divmod(run, 2)
+    out = []
+    for j, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and j not in fixed and x.numel() > 0:
+            out.append(_perturb(x, _noise(x, pair, j) * (-1.0 if sign else 1.0)))
+        else:
+            out.append(x.clone() if isinstance(x, torch.Tensor) else x)
+    return out
+
+
+def unexplained(out: torch.Tensor, ref: torch.Tensor, run_output) -> tuple[int, int]:
+    """(elements of ``out`` that differ from ``ref``, how many of them no perturbed run explains).
+
+    ``run_output(i)``: the same output of the reference on ``perturbed(inputs, i)``, or None (that run failed, or
+    gave no tensor of ``out``'s shape and dtype there). An element is explained when ``out`` equals a run's value
+    there. Runs are asked for in order and no further once every differing element is explained (pair 0 usually
+    explains a kernel that takes the lowest or highest index of equal values: two runs)."""
+    differ = out != ref
+    n = int(differ.sum())
+    left = differ.clone()
+    for i in range(TIE_RUNS):
+        if not bool(left.any()):
+            break
+        r = run_output(i)
+        if isinstance(r, torch.Tensor) and r.shape == out.shape and r.dtype == out.dtype:
+            left &= out != r.to(out.device)
+    return n, int(left.sum())
+
+
+def _noise(x: torch.Tensor, pair: int, position: int) -> torch.Tensor:
+    if pair == 0:
+        n = x.shape[-1] if x.dim() else 0
+        return torch.linspace(-1.0, 1.0, n, device=x.device) if n > 1 else torch.zeros((), device=x.device)
+    g = torch.Generator(device=x.device).manual_seed(TIE_SEED + 1009 * pair + position)
+    return torch.rand(x.shape, generator=g, device=x.device) * 2.0 - 1.0
+
+
+def _perturb(x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    x32 = x.detach().to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+    finite = torch.isfinite(x32)
+    size = torch.where(finite, x32.abs(), torch.zeros_like(x32))
+    row = size.mean(dim=-1, keepdim=True) if x32.dim() else size
+    scale = torch.maximum(size, row).clamp_min(max(torch.finfo(x.dtype).tiny, torch.finfo(torch.float32).tiny))
+    moved = x32 + tie_delta(x.dtype) * u * scale
+    return torch.where(finite, moved, x32).to(x.dtype)
+
+
+__all__ = ["DTYPE_ULPS", "FLOAT32_DELTA", "TIE_CHANGE", "TIE_PAIRS", "TIE_RUNS", "TIE_SEED", "perturbed", "tie_delta",
+           "unexplained"]
