@@ -40,7 +40,7 @@ from tileagent.evaluator.interpreter_sizes import TAILS_NOT_CHECKED
 from tileagent.evaluator.sandbox import Buffer, Sandbox
 from tileagent.evaluator.records import ConfigResult
 from tileagent.evaluator.spec import HIDDEN, Spec, Tolerance, identical
-from tileagent.evaluator.ties import TIE_CHANGE, TIE_RUNS, perturbed, unexplained
+from tileagent.evaluator.ties import TIE_CHANGE, TIE_RUNS, IndexCalls, equal_scores, perturbed, unexplained
 
 
 def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seeds: int = 5, distributions=None,
@@ -411,12 +411,23 @@ class _ConfigCheck:
         return failure
 
     def compare_ties(self, k: int, out, ref, ties, failure: Mismatch) -> Mismatch | None:
-        """The tie rule (``evaluator.ties``) for an int64 output ``k`` (torch's index dtype; int8 and other integer
-        outputs keep the exact check) that the rules above rejected: every element where ``out`` differs from
-        ``ref`` must equal the reference's value there in at least one run of the reference on perturbed inputs
-        (``ties(i)``: run ``i``'s outputs, or None). None (accepted, counted for a note: the reference's choice
-        among equal values is arbitrary) or ``failure`` saying how many differing elements no run explains."""
-        differ, left = unexplained(out, ref, lambda i: _output(ties(i), k))
+        """The tie rules (``evaluator.ties``) for an int64 output ``k`` (torch's index dtype; int8 and other integer
+        outputs keep the exact check) that the rules above rejected. Where ``ref`` is the indices of an index op the
+        reference called (``ties.index_calls()``), every differing element must select a score equal to the one the
+        reference's index selects (``equal_scores``); otherwise it must equal the reference's value there in at
+        least one run of the reference on perturbed inputs (``ties(i)``: run ``i``'s outputs, or None). None
+        (accepted, counted for a note: the reference's choice among equal values is arbitrary) or ``failure`` saying
+        how many differing elements neither rule explains."""
+        wrong = equal_scores(out, ref, ties.index_calls())
+        if wrong:
+            failure.details["ties_unexplained"] = wrong
+            failure.message = (f"{failure.message}; {wrong} differing index(es) select a value other than the one the "
+                               f"reference's index selects in the scores it ranked (its topk / sort / argmax call): "
+                               f"not a choice among equal values")
+            failure.args = (failure.message,)
+            return failure
+        differ, left = (int((out != ref).sum()), 0) if wrong == 0 else unexplained(out, ref,
+                                                                                 lambda i: _output(ties(i), k))
         if not left:
             self.ties_accepted[k] = self.ties_accepted.get(k, 0) + differ
             return None
@@ -430,7 +441,8 @@ class _ConfigCheck:
     def tie_runs(self, model, inputs, config: dict):
         """A function of ``i`` giving the reference's outputs on ``evaluator.ties.perturbed(inputs, i)`` (int64
         outputs only, the others None; None where the reference failed there), run as the checks run it (same model,
-        device and ``run_reference``); each run at most once, and only when asked for."""
+        device and ``run_reference``); each run at most once, and only when asked for. Its ``index_calls()``: the
+        index ops one run on the inputs as they are records."""
         memo: dict = {}
 
         def run(i: int):
@@ -442,6 +454,20 @@ class _ConfigCheck:
                     memo[i] = None
             return memo[i]
 
+        def index_calls() -> list:
+            """The index ops the reference calls on these inputs (``ties.IndexCalls``): one more run, once."""
+            if "calls" not in memo:
+                recorder = IndexCalls()
+                try:
+                    with recorder:
+                        self.spec.run_reference(model, [t.clone() if isinstance(t, torch.Tensor) else t
+                                                        for t in inputs], config)
+                except SpecError:
+                    recorder.calls = []
+                memo["calls"] = recorder.calls
+            return memo["calls"]
+
+        run.index_calls = index_calls
         return run
 
     def oracle(self, model, inputs):
@@ -558,8 +584,9 @@ class _ConfigCheck:
 
     def ties_notes(self) -> list[str]:
         """One note per int64 output that the tie rule accepted, with the number of differing elements."""
-        return [f"output {k}: {n} index(es) differ from the reference's where a perturbation of the inputs by up to "
-                f"{TIE_CHANGE} changes the reference's own index (ties): accepted"
+        return [f"output {k}: {n} index(es) differ from the reference's only where it chose among equal values "
+                f"(ties: the same score in the values its topk / sort / argmax call ranked, or a perturbation of the "
+                f"inputs by up to {TIE_CHANGE} changes its own index): accepted"
                 for k, n in sorted(self.ties_accepted.items())]
 
     def degenerate_notes(self) -> list[str]:

@@ -1,7 +1,8 @@
 """The tie rule: an index output may differ from the reference's where the reference's own choice is arbitrary.
 
-In: a candidate's int64 output, the reference's, and the reference's outputs on perturbed copies of the same inputs
-(``perturbed`` makes them; the caller runs the reference on them). Out: how many differing elements no
+In: a candidate's int64 output, the reference's, the index-op calls one run of the reference records
+(``IndexCalls``), and the reference's outputs on perturbed copies of the same inputs (``perturbed`` makes them; the
+caller runs the reference on them). Out: how many differing elements select another score (``equal_scores``) or no
 perturbed run explains (``unexplained``). Guarantees:
 
 - ``torch.topk``, ``sort``, ``argmax`` and ``max(dim)`` return indices, and among equal values their choice is not
@@ -22,18 +23,28 @@ perturbed run explains (``unexplained``). Guarantees:
 - integer outputs of other dtypes (quantized int8 values and the like) are not judged by this rule: a kernel that
   rounds ties at .5 away from zero where torch rounds them to even must still fail on those.
 
+The scores rule, tried first (``IndexCalls``, ``equal_scores``): the reference runs once more on the same inputs
+with every call of an index op recorded (``torch.topk``, ``sort``, ``argsort``, ``argmax``, ``argmin``, ``max`` /
+``min`` along a dim: the scores, the dim, the indices returned). When the reference's int64 output is one such call's
+indices (equal values), each differing element passes when the candidate's index is in range and selects a score
+equal to the one the reference's index selects (NaN equal to NaN), and a ranking's row (top-k, sort) names no
+element twice. Exact and deterministic; it covers ties no small change breaks (softmax probabilities that underflow
+to exactly 0 under row_scales, outliers, extremes).
+
 Limits: each element is explained on its own, by any run, so a row may combine choices that no single run made
-(the indices of a row with three equal top values may repeat one; the values output is still checked). Ties that no
-small change of the inputs breaks are not explained (softmax probabilities that underflow to exactly 0: row_scales,
-outliers, extremes). An int64 output computed by rounding (``torch.bucketize``, ``round(x).long()``) is judged by the
-same rule, so there a tie at a boundary may be decided either way.
+(the indices of a row with three equal top values may repeat one; the values output is still checked). An int64
+output computed by rounding (``torch.bucketize``, ``round(x).long()``) is judged by the perturbation rule, so there a
+tie at a boundary may be decided either way. ``torch.argmax`` documents the first of equal maxima; both rules accept
+any of them.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 TIE_PAIRS = 32  # antithetic pairs, run one at a time and only as far as needed (``unexplained``)
 TIE_RUNS = 2 * TIE_PAIRS
@@ -97,6 +108,76 @@ def unexplained(out: torch.Tensor, ref: torch.Tensor, run_output) -> tuple[int, 
     return n, int(left.sum())
 
 
+@dataclass(frozen=True)
+class IndexCall:
+    """One call of an index op inside the reference: ``scores`` (its input), ``dim`` (None: over the flattened
+    input), ``ranking`` (top-k, sort, argsort: the indices keep ``dim`` and list several elements of each row;
+    otherwise a reduction's single index per row, ``keepdim`` saying whether ``dim`` stays as size 1) and
+    ``indices`` (what it returned)."""
+
+    scores: torch.Tensor
+    dim: int | None
+    ranking: bool
+    keepdim: bool
+    indices: torch.Tensor
+
+
+_RANKINGS = {torch.topk: 2, torch.Tensor.topk: 2, torch.sort: 1, torch.Tensor.sort: 1, torch.argsort: 1,
+             torch.Tensor.argsort: 1}  # -> the position of ``dim`` among the arguments
+_REDUCTIONS = {torch.argmax, torch.Tensor.argmax, torch.argmin, torch.Tensor.argmin, torch.max, torch.Tensor.max,
+               torch.min, torch.Tensor.min}
+
+
+class IndexCalls(TorchFunctionMode):
+    """Records every call of an index op made while it is active (``calls``: ``IndexCall``s, in order)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[IndexCall] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if (func in _RANKINGS or func in _REDUCTIONS) and args and isinstance(args[0], torch.Tensor):
+            indices = out.indices if isinstance(out, tuple) and hasattr(out, "indices") else out  # (values, indices)
+            position = _RANKINGS.get(func, 1)
+            dim = kwargs.get("dim", args[position] if len(args) > position else (-1 if func in _RANKINGS else None))
+            if isinstance(indices, torch.Tensor) and indices.dtype == torch.int64 and (dim is None or
+                                                                                      isinstance(dim, int)):
+                keepdim = bool(kwargs.get("keepdim", args[2] if func in _REDUCTIONS and len(args) > 2 else False))
+                self.calls.append(IndexCall(args[0], dim, func in _RANKINGS, keepdim, indices))
+        return out
+
+
+def equal_scores(out: torch.Tensor, ref: torch.Tensor, calls: list[IndexCall]) -> int | None:
+    """How many elements where ``out`` differs from ``ref`` select a score other than the reference's (the scores
+    rule, module docstring), or None when ``ref`` is no recorded call's indices (the rule does not apply)."""
+    call = next((c for c in calls if c.indices.shape == ref.shape and torch.equal(c.indices.to(ref.device), ref)),
+                None)
+    if call is None:
+        return None
+    scores = call.scores.detach()
+    o, r = out.to(scores.device), ref.to(scores.device)
+    if call.dim is None:  # an index into the flattened scores
+        scores, o, r, dim = scores.reshape(-1), o.reshape(-1), r.reshape(-1), 0
+    else:
+        dim = call.dim % max(scores.dim(), 1)
+        if not call.ranking and not call.keepdim:
+            o, r = o.unsqueeze(dim), r.unsqueeze(dim)
+    n = scores.shape[dim] if scores.dim() else 1
+    valid = (o >= 0) & (o < n)
+    picked = scores.gather(dim, o.clamp(0, n - 1))
+    wanted = scores.gather(dim, r)
+    same = (picked == wanted) | (torch.isnan(picked) & torch.isnan(wanted))
+    bad = (o != r) & ~(valid & same)
+    if call.ranking and o.shape[dim] > 1:  # a row names no element twice
+        ordered = o.sort(dim=dim).values
+        repeated = (ordered.narrow(dim, 1, o.shape[dim] - 1) == ordered.narrow(dim, 0, o.shape[dim] - 1)).any(dim,
+                                                                                                            True)
+        bad |= repeated.expand_as(o) & (o != r)
+    return int(bad.sum())
+
+
 def _noise(x: torch.Tensor, pair: int, position: int) -> torch.Tensor:
     if pair == 0:
         n = x.shape[-1] if x.dim() else 0
@@ -115,5 +196,5 @@ def _perturb(x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.where(finite, moved, x32).to(x.dtype)
 
 
-__all__ = ["DTYPE_ULPS", "FLOAT32_DELTA", "TIE_CHANGE", "TIE_PAIRS", "TIE_RUNS", "TIE_SEED", "perturbed", "tie_delta",
-           "unexplained"]
+__all__ = ["DTYPE_ULPS", "FLOAT32_DELTA", "IndexCall", "IndexCalls", "TIE_CHANGE", "TIE_PAIRS", "TIE_RUNS", "TIE_SEED",
+           "equal_scores", "perturbed", "tie_delta", "unexplained"]
