@@ -419,22 +419,20 @@ class _ConfigCheck:
         (accepted, counted for a note: the reference's choice among equal values is arbitrary) or ``failure`` saying
         how many differing elements neither rule explains."""
         wrong = equal_scores(out, ref, ties.index_calls())
-        if wrong:
-            failure.details["ties_unexplained"] = wrong
-            failure.message = (f"{failure.message}; {wrong} differing index(es) select a value other than the one the "
-                               f"reference's index selects in the scores it ranked (its topk / sort / argmax call): "
-                               f"not a choice among equal values")
-            failure.args = (failure.message,)
-            return failure
-        differ, left = (int((out != ref).sum()), 0) if wrong == 0 else unexplained(out, ref,
-                                                                                 lambda i: _output(ties(i), k))
+        if wrong is None:
+            differ, left = unexplained(out, ref, lambda i: _output(ties(i), k))
+            why = (f"{left} of {differ} differing index(es) are not explained by ties either (re-run on {TIE_RUNS} "
+                   f"perturbations of the inputs by up to {TIE_CHANGE}, the reference never returned the kernel's "
+                   f"value there)")
+        else:
+            differ, left = int((out != ref).sum()), wrong
+            why = (f"{wrong} differing index(es) select a value other than the one the reference's index selects in "
+                   f"the scores it ranked (its topk / sort / argmax call): not a choice among equal values")
         if not left:
             self.ties_accepted[k] = self.ties_accepted.get(k, 0) + differ
             return None
         failure.details["ties_unexplained"] = left
-        failure.message = (f"{failure.message}; {left} of {differ} differing index(es) are not explained by ties "
-                           f"either (re-run on {TIE_RUNS} perturbations of the inputs by up to {TIE_CHANGE}, the "
-                           f"reference never returned the kernel's value there)")
+        failure.message = f"{failure.message}; {why}"
         failure.args = (failure.message,)
         return failure
 
