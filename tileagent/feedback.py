@@ -81,9 +81,9 @@ FLOAT_DIFFERENCE = ("{mismatched} of {total} elements are outside atol={atol} + 
                     "error {max_abs_err},\nrelative L2 error {rel_l2}.")
 # an index is right or wrong: error sizes of an int64 output read as wrong math (played LLM, session 22, moe_top2)
 INDEX_DIFFERENCE = ("{mismatched} of {total} indices (int64) differ from the reference's; an index is exact, so no "
-                    "error size applies.\nWhere equal values make the choice arbitrary, an index the reference "
-                    "itself returns when the inputs move slightly\nis accepted; these were not (check what is "
-                    "ranked, along which dim, and in which order).")
+                    "error size applies.\nWhere equal values make the choice arbitrary, an index that selects the "
+                    "same value as the reference's is\naccepted; these were not (check what is ranked, along which "
+                    "dim, and in which order).")
 
 
 def render_feedback(result: EvalResult | None, *, problem: str | None = None, device: str = "cpu",
