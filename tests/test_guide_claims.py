@@ -366,3 +366,44 @@ def test_the_guides_argmax_idiom_matches_torch_with_ties():
     kernel(x, y)
     assert torch.equal(y, torch.argmax(x, dim=-1)) and y[1] == 10 and y[2] == 300
     assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
+def test_a_window_with_a_left_margin_reads_zeros_before_the_start():
+    """Played LLM, session 23: "Global reads out of bounds give 0" read as past the end only; a causal convolution's
+    window starts 3 steps before its tile, before step 0 for the first block."""
+    assert "`T.copy(X[b, t0 - 3], win)`" in " ".join(GUIDE.split())
+
+    @T.prim_func
+    def main(X: T.Tensor((2, 96), "float32"), W: T.Tensor((4,), "float32"), Y: T.Tensor((2, 96), "float32")):
+        with T.Kernel(3, 2, threads=32) as (bt, b):
+            win = T.alloc_shared((35,), "float32")
+            T.copy(X[b, bt * 32 - 3], win)
+            for i in T.Parallel(32):
+                Y[b, bt * 32 + i] = win[i] * W[0] + win[i + 1] * W[1] + win[i + 2] * W[2] + win[i + 3] * W[3]
+
+    x, w = torch.randn(2, 96), torch.randn(4)
+    want = torch.nn.functional.conv1d(x[:, None], w.view(1, 1, 4), padding=3)[:, 0, :96]
+    for target in ("sim", None):
+        y = torch.full_like(x, float("nan"))
+        (tileagent.compile(main, target=target) if target else tileagent.compile(main))(x, w, y)
+        torch.testing.assert_close(y, want)
+
+
+def test_the_guides_running_variance_merge_matches_torch_with_a_large_offset():
+    """Played LLM, session 23: "reduce to the mean, then reduce (x - mean)^2" read as two passes over a streamed
+    column; the guide's (count, mean, M2) merge reads it once and stays accurate in float32 at an offset of 1000."""
+    assert "`M2 += M2_b + delta^2 * n_a * n_b /\nn`" in GUIDE
+    x = torch.randn(4096, 8, generator=torch.Generator().manual_seed(0)) + 1000.0
+    n, mean, m2 = 0, torch.zeros(8), torch.zeros(8)
+    for tile in x.split(96):  # float32 throughout, as a kernel would keep it
+        n_b, mean_b = tile.shape[0], tile.mean(0)
+        m2_b = ((tile - mean_b) ** 2).sum(0)
+        n_a, n = n, n + n_b
+        delta = mean_b - mean
+        mean = mean + delta * n_b / n
+        m2 = m2 + m2_b + delta * delta * n_a * n_b / n
+    truth = x.double().var(0)
+    ours = (m2 / (n - 1)).double()
+    assert float(((ours - truth) / truth).abs().max()) < 1e-5  # a tenth of float32's rtol
+    naive = ((x * x).mean(0) - x.mean(0) ** 2) * n / (n - 1)  # E[x^2] - mean^2 in float32: what the guide forbids
+    assert float(((naive.double() - truth) / truth).abs().max()) > 1e-2

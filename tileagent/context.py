@@ -180,8 +180,10 @@ def build_messages(*, device: str, reference_path: str, reference_source: str, c
                      f"kernel {listed}:\n{configs_text}" + (f"\n\n{config_note}" if config_note else ""))
         if best is not None and best.source:
             said = best.label or best.status
-            parts.append(f"## Best kernel so far: {best.attempt_id} ({said})\n\n"
-                         f"{_fence(_cut(best.source, MAX_SOURCE_CHARS))}" + (f"\n\n{best.gains}" if best.gains else ""))
+            shown = next((a.attempt_id for a in recent if a.source == best.source), None)  # printed once, below
+            module = f"Its module is {shown}'s, below." if shown else _fence(_cut(best.source, MAX_SOURCE_CHARS))
+            parts.append(f"## Best kernel so far: {best.attempt_id} ({said})\n\n{module}" +
+                         (f"\n\n{best.gains}" if best.gains else ""))
         if older:
             parts.append("## Earlier attempts (feedback only)")
             parts += [_attempt_block(a, with_source=False) for a in older]

@@ -40,6 +40,7 @@ from pydantic import BaseModel, Field
 
 from tileagent.evaluator.records import ConfigResult, EvalRequest, EvalResult
 from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
+from tileagent.evaluator.spec import ALL_DISTRIBUTIONS
 from tileagent.archive import op_digest
 from tileagent import autotune
 from tileagent.configs import RunConfig, unique_evals
@@ -328,7 +329,11 @@ class Loop:
             note = ("Evaluated on the CPU interpreter, at smaller sizes than the GPU's: the free dims (FREE_DIMS) at "
                     "their SMALL_CONFIG sizes, and a config whose inputs and model tensors (a layer's weight) "
                     f"still hold more than 2**18 elements with {INTERPRETER_RULE}"
-                    + self._interpreter_sizes(pending) + ". The kernel "
+                    + self._interpreter_sizes(pending) + ". Each config is checked on "
+                    f"{self.o.seeds} seeds x {len(ALL_DISTRIBUTIONS)} input distributions and again at tail sizes "
+                    "of its free dims, a few hundred runs, and the interpreter runs a launch's blocks one after "
+                    "another (milliseconds a block): a launch of many blocks, most of them empty at these short "
+                    "sizes, can time out; size tiles from the shapes forward gets. The kernel "
                     "must work at every size of the free dims and at the configs it is made for (which a GPU checks "
                     f"and times):\n{real}")
         elif len(pending) < len(every := unique_evals(self.o.configs)):
