@@ -651,13 +651,16 @@ def test_cpu_prompt_names_the_size_the_interpreter_checks_a_large_config_at(tmp_
     Loop(options(device="cpu", reference=str(ref), configs=chosen, candidates=1), RunStore.create(tmp_path / "run", {}),
          drafter, FakeWorker()).run()
     user = drafter.calls[0].messages[1]["content"]
-    assert "else SMALL_CONFIG's sizes (this turn checks M=3, C=256000 at M=1, C=256000). Each config" in user, user
+    assert "else SMALL_CONFIG's sizes. Each config" in user, user
     # session 23: a correct causal conv1d timed out on its empty blocks; the prompt now says what a check costs
     assert "Each config is checked on 5 seeds x 11 input distributions and again at tail sizes of its free dims, a " \
            "few hundred runs, and the interpreter runs a launch's blocks one after another" in user
     # session 22: the list read as the sizes checked; on the CPU it says what it is and where the others are
-    assert "Configs your kernel is checked on, free dims at their CPU sizes (the note below gives the sizes the " \
-           "interpreter runs and the configs a GPU runs):\n- M=3, C=256000" in user
+    # session 23: a config listed with its free dims at SMALL_CONFIG's sizes and again, in the note, at the
+    # interpreter's: the list now holds the interpreter's sizes alone
+    assert "Configs your kernel is checked on, at the CPU interpreter's sizes (the note below gives its rule and the " \
+           "configs a GPU runs):\n- M=1, C=256000\n- M=3, C=512\n\n" in user
+    assert "M=3, C=256000" not in user
 
 
 def test_resume_replays_a_finished_autotuning_as_it_ran_without_screening_more_variants(tmp_path, monkeypatch):

@@ -171,11 +171,9 @@ def build_messages(*, device: str, reference_path: str, reference_source: str, c
             parts.append("## Verified example kernels")
             parts += [f"### {title}\n\n{_fence(src)}" for title, src in examples]
         configs_text = "\n".join(f"- {', '.join(f'{k}={v}' for k, v in c.items())}" for c in configs)
-        # on the CPU these are the configs with their free dims at SMALL_CONFIG's sizes; the note says what the
-        # interpreter runs and which configs a GPU runs
+        # on the CPU these are the sizes the interpreter runs; the note gives its rule and the configs a GPU runs
         listed = "is checked on" if device.startswith("cuda") else \
-            "is checked on, free dims at their CPU sizes (the note below gives the sizes the interpreter runs and " \
-            "the configs a GPU runs)"
+            "is checked on, at the CPU interpreter's sizes (the note below gives its rule and the configs a GPU runs)"
         parts.append(f"## The task: {Path(reference_path).name}\n\n{_fence(reference_source)}\n\nConfigs your "
                      f"kernel {listed}:\n{configs_text}" + (f"\n\n{config_note}" if config_note else ""))
         if best is not None and best.source:

@@ -323,13 +323,13 @@ class Loop:
         history = self.history()
         best = self.best_attempt()
         pending = self.pending_evals()
-        note = ""
+        note, listed = "", pending
         if not self.o.device.startswith("cuda"):
             real = "\n".join(f"- {', '.join(f'{k}={v}' for k, v in rc.spec.items())}" for rc in self.o.configs)
+            listed = self._interpreter_sizes(pending)
             note = ("Evaluated on the CPU interpreter, at smaller sizes than the GPU's: the free dims (FREE_DIMS) at "
                     "their SMALL_CONFIG sizes, and a config whose inputs and model tensors (a layer's weight) "
-                    f"still hold more than 2**18 elements with {INTERPRETER_RULE}"
-                    + self._interpreter_sizes(pending) + ". Each config is checked on "
+                    f"still hold more than 2**18 elements with {INTERPRETER_RULE}. Each config is checked on "
                     f"{self.o.seeds} seeds x {len(ALL_DISTRIBUTIONS)} input distributions and again at tail sizes "
                     "of its free dims, a few hundred runs, and the interpreter runs a launch's blocks one after "
                     "another (milliseconds a block): a launch of many blocks, most of them empty at these short "
@@ -344,7 +344,7 @@ class Loop:
                     + "; ".join(", ".join(f"{k}={v}" for k, v in c.items()) for c in met)
                     + "), so the module may change its schedule for the configs above only.")
         messages = build_messages(device=self.o.device, reference_path=self.o.reference,
-                                  reference_source=self.reference_source, configs=pending, turn=turn,
+                                  reference_source=self.reference_source, configs=listed, turn=turn,
                                   n=self.o.candidates, history=history, best=best, examples=self.examples(),
                                   config_note=note)
         return DraftTask(task_name=Path(self.o.reference).stem, reference_path=self.o.reference,
@@ -352,16 +352,13 @@ class Loop:
                          messages=messages, history=history, device="cuda" if self.timed else "cpu",
                          run_dir=str(self.store.root), seed=self.o.seed)
 
-    def _interpreter_sizes(self, configs: list[dict]) -> str:
-        """The sizes the CPU interpreter checks ``configs`` at where they differ (``interpreter_config``), as a
-        clause of the prompt's CPU note ('' when every config is checked as listed, or the reference fails to load:
-        the note then states the rule only, and the evaluation reports the error)."""
+    def _interpreter_sizes(self, configs: list[dict]) -> list[dict]:
+        """``configs`` at the sizes the CPU interpreter checks them at (``interpreter_config``; each distinct one
+        once), or ``configs`` themselves when the reference fails to load (the evaluation reports the error)."""
         from tileagent.evaluator.interpreter_sizes import interpreter_configs
 
         runs = interpreter_configs(self.o.reference, configs) or configs
-        text = "; ".join(f"{', '.join(f'{k}={v}' for k, v in c.items())} at "
-                         f"{', '.join(f'{k}={v}' for k, v in run.items())}" for c, run in zip(configs, runs) if run != c)
-        return f" (this turn checks {text})" if text else ""
+        return [c for k, c in enumerate(runs) if c not in runs[:k]]
 
     def examples(self) -> list[tuple[str, str]]:
         archived = []
