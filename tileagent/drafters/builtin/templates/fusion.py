@@ -50,8 +50,9 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
     32000 columns: 134 registers, 3 blocks, 76% of the DRAM's bandwidth under ncu). ``div``: BM divides it (the
     kernel reads row-uniform fragments at the block's first row: an operand per position, batch or token); a
     pointwise kernel's tile then grows along the row (up to BR_MAX) to keep a thread's PER_THREAD values.
-    ``grow``: a reduction over rows of several tiles that runs fewer than 264 blocks of one row (GroupNorm's 64 groups of 40960 values: 0.1 waves) takes wider tiles and
-    more threads, up to 512 (each block then has up to 4x the loads in flight). ``WIDE_ROWS`` (a knob, drafted on):
+    ``grow``: a reduction over rows of several tiles that runs fewer than 264 blocks of one row (GroupNorm's 64
+    groups of 40960 values: 0.1 waves) takes wider tiles and more threads, up to 512 (each block then has up to 4x
+    the loads in flight). ``WIDE_ROWS`` (a knob, drafted on):
     so do kernels that read rows too long for registers twice (instance_norm's 65536 values): blocks of 512 threads,
     one per SM by registers, keep about one row per SM in flight (132 x 256 KB, within the H200's 50 MB L2), and
     keep up to ``STASH`` bytes of the row's tiles in the SM's shared memory between the passes (``fusion_stash``),
