@@ -195,6 +195,11 @@ STEPS = (
          "every GPU test at the session's last commit (session 22 ran them at its first)"),
     Step("flash_best_ab", 12, "python bench/switch_ab.py --env TILEAGENT_WGMMA_OVERLAP=0 --only flash_best flash "
          "--rounds 3", 200, "flash attention deferred or not (128/128/3/256 and the example's schedules), SDPA beside"),
+    # group 13: issue 14's table after session 23's drafter changes (exact 8-byte row tiles, lanes 2, smaller split
+    # tiles, the reciprocal of a row reduction), every op at once: % of a copy and x torch.compile per config
+    Step("fusion_suite_23", 13, "python bench/fusion_suite.py --max-configs 4 --budget 420", 500,
+         "every suite op's first draft against eager, torch.compile and a device copy (session 20's table is the last "
+         "full one)"),
 )
 
 
