@@ -17,9 +17,10 @@ Guarantees, for every config (and each tail config of its free dims):
 - degenerate references (an output below atol everywhere, or constant) are flagged in ``ConfigResult.notes``;
 - the indices of a (values, indices) pair (top-k, sort) may list the reference's indices of equal values in another
   order along the last dim (``compare_indices``: the order of ties is not defined);
-- an int64 output may also differ where the reference itself returns the candidate's value when re-run on inputs
-  perturbed far below the tolerances (``compare_ties``, ``evaluator.ties``: which of equal values an index op picks
-  is not defined); anything else is a mismatch.
+- an int64 output may also differ where the reference chose among equal values: the candidate's index selects the
+  same score in what the reference's topk / sort / argmax call ranked, or the reference returns the candidate's
+  value when re-run on inputs perturbed far below the tolerances (``compare_ties``, ``evaluator.ties``: which of
+  equal values an index op picks is not defined); anything else is a mismatch.
 
 Raises the first ``CandidateError`` (``Mismatch``, ``GuardViolation``, ``CompileFailed``, ``RunFailed``,
 ``LoadFailed``) with the details the agent needs, or ``SpecError`` when the reference itself fails.
