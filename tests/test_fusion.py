@@ -831,3 +831,24 @@ def test_an_fp8_output_is_drafted_and_matches_torch(tmp_path):
     assert [r.correct for r in results] == [True] and results[0].max_abs_err == 0.0
     cuda = module["kernel0"](64, 4096, "bfloat16", True, *module["schedule"](64, 4096, False, False, True, half=True))
     assert "__nv_fp8_e4m3(f_o0[" in cuda.get_kernel_source()
+
+
+def test_a_depthwise_conv1d_is_one_kernel_and_a_dense_one_is_declined(tmp_path):
+    """Mamba's short causal conv (a 4-tap F.conv1d with groups=D, played LLM session 23) was declined as a
+    convolution; a depthwise 1-d convolution now arrives as one zero-padded slice per tap (the drafter's aten.py)
+    and drafts as one fused kernel, correct at lengths past one tile and with tails; a dense one is still declined,
+    naming the op and its line."""
+    source, _ = _candidate("causal_conv1d", tmp_path)
+    assert source.count("@tileagent.jit") == 1
+    spec = load_spec(REPO / "bench" / "suite" / "causal_conv1d.py")
+    candidate = tmp_path / "causal_conv1d_candidate.py"
+    results = check_candidate(spec, candidate, device="cpu", configs=[{"B": 2, "D": 32, "L": 600}], seeds=1,
+                              distributions=["normal", "outliers"], seed=SEED)
+    assert [r.correct for r in results] == [True]
+    dense = tmp_path / "dense_conv1d.py"
+    dense.write_text((REPO / "bench" / "suite" / "causal_conv1d.py").read_text().replace(
+        "self.weight.unsqueeze(1), self.bias, padding=3, groups=D)",
+        "self.weight.unsqueeze(1).expand(-1, D, -1), self.bias, padding=3, groups=1)"))
+    with pytest.raises(DrafterUnavailable, match=r"the op convolution \(aten::convolution at dense_conv1d.py:30: "):
+        BuiltinDrafter().draft(DraftTask(task_name="dense_conv1d", reference_path=str(dense), reference_source="",
+                                         configs=[], turn=1))

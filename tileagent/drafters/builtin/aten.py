@@ -52,11 +52,32 @@ def decomposition_table() -> dict:
     for op in (getattr(aten, "_fused_rms_norm", None),):
         if op is not None:
             table.update(get_decompositions([op]))
+    table[aten.convolution.default] = _depthwise_conv1d
     # kept as primitives: chunk/split (lowered as slices), topk, mm/addmm/bmm (declined here: the GEMM template)
     for op in (aten.split_with_sizes, aten.split, aten.topk):
         for overload in op.overloads():
             table.pop(getattr(op, overload), None)
     return table
+
+
+def _depthwise_conv1d(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """``aten.convolution`` of a depthwise 1-d convolution (a weight of shape (C, 1, K) with ``groups`` = C, stride
+    and dilation 1: Mamba's and Hyena's short causal convolutions) as the input padded with zeros, one slice per tap
+    times the tap's weight, summed in float32 after the bias and rounded once to the input's dtype, as a
+    convolution accumulates: a cat, slices and pointwise math the fusion lowering has. Any other convolution stays one
+    op (``NotImplemented``), which the drafter declines."""
+    if transposed or x.dim() != 3 or weight.dim() != 3 or list(stride) != [1] or list(dilation) != [1] or \
+            weight.shape[1] != 1 or groups != weight.shape[0] or groups != x.shape[1] or len(padding) != 1:
+        return NotImplemented
+    taps, pad = int(weight.shape[2]), int(padding[0])
+    length = x.shape[2] + 2 * pad - taps + 1
+    zeros = x.new_zeros(x.shape[0], x.shape[1], pad)
+    xp = torch.cat([zeros, x, zeros], dim=2) if pad else x
+    acc = bias.float()[None, :, None] if bias is not None else None
+    for k in range(taps):
+        term = xp[:, :, k:k + length].float() * weight[:, 0, k].float()[None, :, None]
+        acc = term if acc is None else acc + term
+    return acc.to(x.dtype)
 
 
 @dataclass
