@@ -852,3 +852,27 @@ def test_a_depthwise_conv1d_is_one_kernel_and_a_dense_one_is_declined(tmp_path):
     with pytest.raises(DrafterUnavailable, match=r"the op convolution \(aten::convolution at dense_conv1d.py:30: "):
         BuiltinDrafter().draft(DraftTask(task_name="dense_conv1d", reference_path=str(dense), reference_source="",
                                          configs=[], turn=1))
+
+
+@pytest.mark.parametrize("mode", ["sum", "max"])
+def test_an_embedding_bag_of_a_2d_input_is_rows_gathered_and_reduced(mode, tmp_path):
+    """F.embedding_bag (played LLM session 23's bag mean, declined as aten::_embedding_bag) with a 2-d input: the
+    rows gathered and reduced over the bag, for every mode; with offsets it stays declined."""
+    suite = (REPO / "bench" / "suite" / "embedding_bag_mean.py").read_text()
+    ref = tmp_path / f"embedding_bag_{mode}.py"
+    ref.write_text(suite.replace('mode="mean"', f'mode="{mode}"'))
+    draft = BuiltinDrafter().draft(DraftTask(task_name=ref.stem, reference_path=str(ref), reference_source="",
+                                             configs=[], turn=1))[0]
+    candidate = tmp_path / f"{ref.stem}_candidate.py"
+    candidate.write_text(draft.source)
+    spec = load_spec(ref)
+    results = check_candidate(spec, candidate, device="cpu", configs=[{"B": 5, "K": 3, "V": 300, "D": 96}], seeds=1,
+                              seed=SEED)
+    assert [r.correct for r in results] == [True]
+    offsets = tmp_path / "embedding_bag_offsets.py"
+    offsets.write_text(suite.replace('indices, self.weight, mode="mean")',
+                                     'indices.reshape(-1), self.weight, torch.arange(0, indices.numel(), '
+                                     'indices.shape[1]), mode="mean")'))
+    with pytest.raises(DrafterUnavailable, match="_embedding_bag"):
+        BuiltinDrafter().draft(DraftTask(task_name="offsets", reference_path=str(offsets), reference_source="",
+                                         configs=[], turn=1))

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from tileagent.drafters.builtin.graph import TRACE_LOCK, TraceError, _init_source, meta_model
 from tileagent.evaluator.spec import Spec
@@ -80,6 +81,24 @@ def _depthwise_conv1d(x, weight, bias, stride, padding, dilation, transposed, ou
     return acc.to(x.dtype)
 
 
+class _UniformBags(TorchFunctionMode):
+    """``F.embedding_bag`` of a 2-d input (bags of one size, no offsets, no per-sample weights, max_norm or
+    padding_idx) as the rows gathered (``F.embedding``) and reduced over the bag (mode sum, mean or max), which the
+    fusion lowering has; its other forms reach ``aten._embedding_bag``, which the drafter declines."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.embedding_bag:
+            bound = inspect.signature(func).bind(*args, **kwargs)
+            bound.apply_defaults()
+            a = bound.arguments
+            if a["input"].dim() == 2 and a["mode"] in ("sum", "mean", "max") and all(
+                    a[k] is None for k in ("offsets", "per_sample_weights", "max_norm", "padding_idx")):
+                rows = torch.nn.functional.embedding(a["input"], a["weight"])
+                return rows.sum(1) if a["mode"] == "sum" else rows.mean(1) if a["mode"] == "mean" else rows.amax(1)
+        return func(*args, **kwargs)
+
+
 @dataclass
 class AtenTrace:
     """A reference traced at the ATen level at one config."""
@@ -116,7 +135,8 @@ def trace_aten(path, config: dict | None = None) -> AtenTrace:
     tensors.update(dict(model.named_buffers()))
 
     def run(params, *args):
-        return functional_call(model, dict(zip(names, params)), args)
+        with _UniformBags():
+            return functional_call(model, dict(zip(names, params)), args)
 
     try:
         with TRACE_LOCK, fx_config.patch(use_duck_shape=False), torch.no_grad():
