@@ -876,3 +876,40 @@ def test_an_embedding_bag_of_a_2d_input_is_rows_gathered_and_reduced(mode, tmp_p
     with pytest.raises(DrafterUnavailable, match="_embedding_bag"):
         BuiltinDrafter().draft(DraftTask(task_name="offsets", reference_path=str(offsets), reference_source="",
                                          configs=[], turn=1))
+
+
+def test_sin_and_cos_draft_a_sinusoidal_embedding(tmp_path):
+    """A diffusion timestep embedding, [cos(t f), sin(t f)] (sin and cos were outside the drafter's ops): one fused
+    kernel with IEEE sinf / cosf (arguments up to 1000 radians), correct on the CPU."""
+    ref = tmp_path / "timestep_embedding.py"
+    ref.write_text('''import math
+
+import torch
+import torch.nn as nn
+
+CONFIGS = [{"N": 256, "half": 128}]
+SMALL_CONFIG = {"N": 5, "half": 16}
+FREE_DIMS = ["N"]
+
+
+class Model(nn.Module):
+    def forward(self, t, freqs):
+        args = t[:, None].float() * freqs[None]
+        return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+
+
+def get_inputs(N=256, half=128):
+    return [torch.rand(N) * 1000.0, torch.exp(-math.log(10000.0) * torch.arange(half) / half)]
+
+
+def get_init_inputs(N=256, half=128):
+    return []
+''')
+    draft = BuiltinDrafter().draft(DraftTask(task_name=ref.stem, reference_path=str(ref), reference_source="",
+                                             configs=[], turn=1))[0]
+    assert "T.sin(" in draft.source and "T.cos(" in draft.source and "FAST_MATH" not in draft.source
+    candidate = tmp_path / "timestep_embedding_candidate.py"
+    candidate.write_text(draft.source)
+    results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{"N": 7, "half": 64}], seeds=1,
+                              seed=SEED)
+    assert [r.correct for r in results] == [True]

@@ -202,7 +202,7 @@ def test_runtime_if_in_parallel_writes_only_where_the_condition_holds():
 
 UNARY = {"exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.log2, "rsqrt": torch.rsqrt,
          "sqrt": torch.sqrt, "abs": torch.abs, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf,
-         "floor": torch.floor, "ceil": torch.ceil}
+         "floor": torch.floor, "ceil": torch.ceil, "sin": torch.sin, "cos": torch.cos}
 POSITIVE_ONLY = ("log", "log2", "rsqrt", "sqrt")
 
 

@@ -418,3 +418,21 @@ def test_a_static_grid_bounds_the_block_index():
 
     ptx = generate(module_of(tileagent.compile(main, target="cpu:sm_90a"), "sm_90a"), "sm_90a")
     assert "setp" not in ptx and "selp" not in ptx and "ld.global.nc.f32" in ptx
+
+
+def test_sin_and_cos_are_approximate_instructions_only_under_fast_math():
+    """T.sin / T.cos: with --use_fast_math the PTX target writes NVRTC's __sinf / __cosf (sin.approx / cos.approx);
+    IEEE sinf and cosf come from NVVM's libdevice, so such a module goes to NVRTC."""
+    @T.prim_func
+    def main(X: T.Tensor((256,), "float32"), Y: T.Tensor((256,), "float32")):
+        with T.Kernel(2, threads=128) as b:
+            for i in T.Parallel(128):
+                Y[b * 128 + i] = T.sin(X[b * 128 + i]) * T.cos(X[b * 128 + i])
+
+    fast = tileagent.compile(main, target="cpu:sm_90a",
+                             pass_configs={tileagent.PassConfigKey.TL_ENABLE_FAST_MATH: True})
+    ptx = generate(module_of(fast, "sm_90a"), "sm_90a", fast_math=True)
+    assert "sin.approx.ftz.f32" in ptx and "cos.approx.ftz.f32" in ptx
+    assert ptxas.ptx_to_cubin(ptx, "sm_90a", cache=False)[:4] == b"\x7fELF"
+    with pytest.raises(PtxUnsupported, match=r"sin \(IEEE\) is left to NVVM's libdevice"):
+        generate(module_of(tileagent.compile(main, target="cpu:sm_90a"), "sm_90a"), "sm_90a", fast_math=False)

@@ -297,7 +297,7 @@ def _ieee(fn):
 _PY_MATH = {"exp": _ieee(np.exp), "exp2": _ieee(np.exp2), "log": _ieee(np.log), "log2": _ieee(np.log2),
             "sqrt": _ieee(np.sqrt), "rsqrt": _ieee(lambda x: 1.0 / np.sqrt(x)), "abs": abs, "tanh": math.tanh,
             "sigmoid": _ieee(lambda x: 1.0 / (1.0 + np.exp(-x))), "erf": math.erf, "pow": _ieee(np.power),
-            "floor": math.floor, "ceil": math.ceil, "min": min, "max": max}
+            "floor": math.floor, "ceil": math.ceil, "min": min, "max": max, "sin": _ieee(np.sin), "cos": _ieee(np.cos)}
 
 
 def make_call(name: str, *args):

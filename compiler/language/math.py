@@ -35,6 +35,8 @@ def abs(x): return _check("abs", x)  # noqa: A001
 def tanh(x): return _check("tanh", x)
 def sigmoid(x): return _check("sigmoid", x)
 def erf(x): return _check("erf", x)
+def sin(x): return _check("sin", x)
+def cos(x): return _check("cos", x)
 def floor(x): return _check("floor", x)
 def ceil(x): return _check("ceil", x)
 def pow(x, y): return _check("pow", x, y)  # noqa: A001

@@ -69,10 +69,10 @@ _LOWP = {
 }
 _F32_MATH = {"exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "sqrt": "sqrtf", "rsqrt": "rsqrtf",
              "abs": "fabsf", "tanh": "tanhf", "erf": "erff", "pow": "powf", "floor": "floorf", "ceil": "ceilf",
-             "min": "fminf", "max": "fmaxf"}
+             "min": "fminf", "max": "fmaxf", "sin": "sinf", "cos": "cosf"}
 _F64_MATH = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sqrt", "rsqrt": "rsqrt",
              "abs": "fabs", "tanh": "tanh", "erf": "erf", "pow": "pow", "floor": "floor", "ceil": "ceil",
-             "min": "fmin", "max": "fmax"}
+             "min": "fmin", "max": "fmax", "sin": "sin", "cos": "cos"}
 _PREC = {"*": 3, "/": 3, "%": 3, "+": 4, "-": 4, "<": 6, "<=": 6, ">": 6, ">=": 6, "==": 7, "!=": 7, "&&": 11,
          "||": 12, "?": 13}  # C precedence levels (lower binds tighter) of the operators emitted as (a op b)
 _VECTOR_TYPES = {4: "uint1", 8: "uint2", 16: "uint4"}

@@ -64,6 +64,8 @@ class Calls:
             return self.op("f32", "ex2.approx.ftz.f32", self.fop("*", x, self.imm(_LOG2E, "float32")))
         if name == "exp":
             return self.expf(x)
+        if self.fast and name in ("sin", "cos"):  # NVRTC's --use_fast_math: __sinf / __cosf
+            return self.op("f32", f"{name}.approx.ftz.f32", x)
         if self.fast and name == "log2":
             return self.op("f32", "lg2.approx.ftz.f32", x)
         if self.fast and name == "log":

@@ -92,7 +92,8 @@ def walk(e) -> list[Expr]:
 UNARY = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "exp2": "exp2", "log": "log",
          "log2": "log2", "sqrt": "sqrt", "rsqrt": "rsqrt", "abs": "abs", "neg": "neg", "erf": "erf", "silu": "silu",
          "reciprocal": "reciprocal", "square": "square", "gelu": "gelu", "relu6": "relu6", "log1p": "log1p",
-         "softplus": "softplus", "mish": "mish", "hardsigmoid": "hardsigmoid", "hardswish": "hardswish"}
+         "softplus": "softplus", "mish": "mish", "hardsigmoid": "hardsigmoid", "hardswish": "hardswish",
+         "sin": "sin", "cos": "cos"}
 BINARY = {"add": "add", "iadd": "add", "sub": "sub", "isub": "sub", "rsub": "rsub", "mul": "mul", "imul": "mul",
           "truediv": "div", "div": "div", "itruediv": "div", "pow": "pow", "maximum": "max", "minimum": "min"}
 CLAMPS = {"clamp", "clamp_min", "clamp_max", "clip", "hardtanh", "leaky_relu"}

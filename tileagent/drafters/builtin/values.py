@@ -169,6 +169,7 @@ def _where(node, path) -> str:
 POINTWISE_1 = {
     "exp": "T.exp2({a} * LOG2E)", "exp2": "T.exp2({a})", "log": "T.log({a})", "log2": "T.log2({a})",
     "sqrt": "T.sqrt({a})", "rsqrt": "T.rsqrt({a})", "abs": "T.abs({a})", "tanh": "T.tanh({a})", "erf": "T.erf({a})",
+    "sin": "T.sin({a})", "cos": "T.cos({a})",
     "sigmoid": "1.0 / (1.0 + T.exp2({a} * -LOG2E))", "neg": "(-{a})", "reciprocal": "(1.0 / {a})",
     "relu": "T.max({a}, 0.0)", "floor": "T.floor({a})", "ceil": "T.ceil({a})", "trunc": "T.if_then_else({a} < 0.0, "
     "T.ceil({a}), T.floor({a}))", "log1p": "T.log(1.0 + {a})", "expm1": "(T.exp2({a} * LOG2E) - 1.0)",
