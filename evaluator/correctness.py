@@ -437,37 +437,10 @@ class _ConfigCheck:
         failure.args = (failure.message,)
         return failure
 
-    def tie_runs(self, model, inputs, config: dict):
-        """A function of ``i`` giving the reference's outputs on ``evaluator.ties.perturbed(inputs, i)`` (int64
-        outputs only, the others None; None where the reference failed there), run as the checks run it (same model,
-        device and ``run_reference``); each run at most once, and only when asked for. Its ``index_calls()``: the
-        index ops one run on the inputs as they are records."""
-        memo: dict = {}
-
-        def run(i: int):
-            if i not in memo:
-                try:
-                    outs = self.spec.run_reference(model, perturbed(inputs, i, self.spec.fixed_inputs), config)
-                    memo[i] = tuple(o if o.dtype == torch.int64 else None for o in outs)
-                except SpecError:  # inputs the reference rejects once perturbed explain nothing
-                    memo[i] = None
-            return memo[i]
-
-        def index_calls() -> list:
-            """The index ops the reference calls on these inputs (``ties.IndexCalls``): one more run, once."""
-            if "calls" not in memo:
-                recorder = IndexCalls()
-                try:
-                    with recorder:
-                        self.spec.run_reference(model, [t.clone() if isinstance(t, torch.Tensor) else t
-                                                        for t in inputs], config)
-                except SpecError:
-                    recorder.calls = []
-                memo["calls"] = recorder.calls
-            return memo["calls"]
-
-        run.index_calls = index_calls
-        return run
+    def tie_runs(self, model, inputs, config: dict) -> "_TieRuns":
+        """The reference's extra runs the tie rules ask for (``_TieRuns``), run as the checks run it (same model,
+        device and ``run_reference``)."""
+        return _TieRuns(self.spec, model, inputs, config)
 
     def oracle(self, model, inputs):
         """A function giving the reference's outputs computed in float64 (a float64 copy of the model on float64
@@ -627,6 +600,39 @@ def with_inputs_at_index(failure: Mismatch, inputs) -> Mismatch:
     if values:
         failure.details["inputs_at_index"] = values
     return failure
+
+
+class _TieRuns:
+    """The reference's runs for the tie rules, each at most once and only when asked for: ``ties(i)`` its outputs on
+    ``evaluator.ties.perturbed(inputs, i)`` (int64 outputs only, the others None; None where the reference failed
+    there), ``index_calls()`` the index ops one run on the inputs as they are records (``ties.IndexCalls``)."""
+
+    def __init__(self, spec, model, inputs, config: dict):
+        self.spec, self.model, self.inputs, self.config = spec, model, inputs, config
+        self.runs: dict = {}
+        self.calls: list | None = None
+
+    def __call__(self, i: int):
+        if i not in self.runs:
+            try:
+                outs = self.spec.run_reference(self.model, perturbed(self.inputs, i, self.spec.fixed_inputs),
+                                               self.config)
+                self.runs[i] = tuple(o if o.dtype == torch.int64 else None for o in outs)
+            except SpecError:  # inputs the reference rejects once perturbed explain nothing
+                self.runs[i] = None
+        return self.runs[i]
+
+    def index_calls(self) -> list:
+        if self.calls is None:
+            recorder = IndexCalls()
+            try:
+                with recorder:
+                    self.spec.run_reference(self.model, [t.clone() if isinstance(t, torch.Tensor) else t
+                                                         for t in self.inputs], self.config)
+            except SpecError:
+                recorder.calls = []
+            self.calls = recorder.calls
+        return self.calls
 
 
 def _output(outs, k: int):
