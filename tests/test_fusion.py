@@ -913,3 +913,75 @@ def get_init_inputs(N=256, half=128):
     results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{"N": 7, "half": 64}], seeds=1,
                               seed=SEED)
     assert [r.correct for r in results] == [True]
+
+
+ARG_FORMS = {  # forward body -> what it returns
+    "argmax_dim0": "return torch.argmax(x, dim=0)",
+    "argmin_keepdim": "return torch.argmin(x, dim=-1, keepdim=True)",
+    "max_values_and_indices": "return torch.max(x, dim=1)",
+    "min_indices_and_math_on_values": "v, i = torch.min(x, 1)\n        return v * 2, i",
+    "top1_indices_squeezed": "return torch.topk(x, 1, dim=-1).indices.squeeze(-1)",
+}
+
+
+@pytest.mark.parametrize("form", sorted(ARG_FORMS))
+def test_argmax_family_drafts_as_a_top1_over_tiles(form, tmp_path):
+    """argmax / argmin / max(x, dim) / topk(x, 1) were declined (an op with indices, or a top-k output unused): they
+    draft as a top-1 that streams a row's tiles (a row of 5 tiles here, BR_MAX = 64), its unused output a workspace.
+    Correct under the evaluator, and on a row of many equal values it returns the first of them, as torch does."""
+    ref = tmp_path / f"{form}.py"
+    ref.write_text(f'''import torch
+import torch.nn as nn
+
+CONFIGS = [{{"M": 64, "D": 300}}]
+SMALL_CONFIG = {{"M": 6, "D": 300}}
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        {ARG_FORMS[form]}
+
+
+def get_inputs(M=64, D=300):
+    return [torch.randn(M, D, dtype=torch.float16 if "{form}" == "argmin_keepdim" else torch.float32)]
+
+
+def get_init_inputs(M=64, D=300):
+    return []
+''')
+    draft = BuiltinDrafter().draft(DraftTask(task_name=form, reference_path=str(ref), reference_source="",
+                                             configs=[], turn=1))[0]
+    assert "BR_MAX = 4096" in draft.source
+    source = draft.source.replace("BR_MAX = 4096", "BR_MAX = 64")
+    candidate = tmp_path / f"{form}_candidate.py"
+    candidate.write_text(source)
+    results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{"M": 6, "D": 300}], seeds=1,
+                              distributions=["normal"], seed=SEED)
+    assert [r.correct for r in results] == [True], [r.message for r in results]
+    module = {"__name__": f"{form}_candidate"}
+    exec(compile(source, str(candidate), "exec"), module)
+    x = torch.zeros(3, 300)
+    x[0, 7], x[0, 250], x[1, 100], x[1, 299] = 1.0, 1.0, -1.0, -1.0  # ties across tiles; row 2 all equal
+    if "argmin_keepdim" in form:
+        x = x.half()
+    got, want = module["ModelNew"]()(x), eval_forward(ref, x)
+    for g, w in zip(got if isinstance(got, tuple) else [got], want if isinstance(want, tuple) else [want]):
+        assert torch.equal(g, w), (g, w)
+
+
+def eval_forward(path, x):
+    module = {"__name__": path.stem}
+    exec(compile(path.read_text(), str(path), "exec"), module)
+    return module["Model"]()(x)
+
+
+def test_argmax_over_the_whole_tensor_is_declined_naming_it(tmp_path):
+    ref = write_reference(tmp_path, "argmax_all", '''
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.argmax(x)
+        ''', "[torch.randn(8, 64)]")
+    with pytest.raises(DrafterUnavailable, match=r"argmax over the whole tensor \(give a dim\) \(aten::argmax at "
+                                                 r"argmax_all.py:8: return torch.argmax\(x\)\)"):
+        BuiltinDrafter().draft(DraftTask(task_name="argmax_all", reference_path=str(ref), reference_source="",
+                                         configs=[], turn=1))

@@ -580,15 +580,21 @@ class KernelWriter:
         cx = Cx(self, "tile")
         idx = k.domain_index(r.src, r.dims_)
         val = cx.convert(r.src, r.src.load(cx, idx), FLOAT)
-        lines = [" " * pad + "for kk in T.serial(1):  # top-k needs the whole row in registers (NK == 1)"]
+        top1 = r.k == 1  # a running maximum over the row's tiles (any length); k > 1: the whole row in registers
+        lines = [" " * pad + ("for kk in T.serial(NK):  # top-1: the first largest value of each tile, kept when "
+                              "it beats the tiles before" if top1 else
+                              "for kk in T.serial(1):  # top-k needs the whole row in registers (NK == 1)")]
         lines += self.loads(cx, pad + 4, looped=True)
         lines += self.body(cx, "tile", [f"work[i, j] = T.if_then_else(rg < NR, {val}, -T.infinity(\"float32\"))"],
                            pad + 4)
-        vals, inds = f"o{r.outs[0]}", f"o{r.outs[1]}"
+        # an output the reference does not return (argmax's values) is a workspace the kernel writes all the same
+        vals, inds = (f"o{r.outs[w]}" if w in r.outs else f"tk{k.index}_{n_red}_{w}" for w in (0, 1))
         kk = r.k
-        out_params.append((vals, f"{vals}: T.Tensor(({k.X.t}, {kk}), \"{DT[r.dtype]}\")", r.outs[0]))
-        out_params.append((inds, f"{inds}: T.Tensor(({k.X.t}, {kk}), \"int64\")", r.outs[1]))
+        out_params.append((vals, f"{vals}: T.Tensor(({k.X.t}, {kk}), \"{DT[r.dtype]}\")", r.outs.get(0)))
+        out_params.append((inds, f"{inds}: T.Tensor(({k.X.t}, {kk}), \"int64\")", r.outs.get(1)))
         p = " " * pad
+        if top1:
+            return self.top1(lines, n_red, vals, inds, r.dtype, p)
         lines += [p + f"for t in T.serial({kk}):",
                   p + f"    T.reduce_max(work, red{n_red}, dim=1)",
                   p + "    for i, j in T.Parallel(BM, BR):",
@@ -604,6 +610,27 @@ class KernelWriter:
                       f"-T.infinity(\"float32\"), work[i, j])"]
         return lines
 
+    def top1(self, lines, n_red, vals, inds, dtype, p):
+        """The top-1 (argmax) of rows of any length: per tile its largest value and that value's first column, which
+        replace the row's so far only when larger (so the first of equal ones stays, as torch's argmax)."""
+        self.allocs[f"best{n_red}"] = "(BM,)"
+        self.allocs[f"bix{n_red}"] = "(BM,)"
+        self.alloc_dtype[f"bix{n_red}"] = "int32"
+        q = p + "    "
+        return [p + f"T.fill(best{n_red}, -T.infinity(\"float32\"))", p + f"T.fill(bix{n_red}, 0)"] + lines + [
+            q + f"T.reduce_max(work, red{n_red}, dim=1)",
+            q + "for i, j in T.Parallel(BM, BR):",
+            q + f"    cand[i, j] = T.if_then_else(work[i, j] == red{n_red}[i], T.cast(j, \"float32\"), 1e30)",
+            q + f"T.reduce_min(cand, arg{n_red}, dim=1)",
+            q + "for i in T.Parallel(BM):",
+            q + f"    bix{n_red}[i] = T.if_then_else(red{n_red}[i] > best{n_red}[i], kk * BR + "
+                f"T.cast(arg{n_red}[i], \"int32\"), bix{n_red}[i])",
+            q + f"    best{n_red}[i] = T.max(best{n_red}[i], red{n_red}[i])",
+            p + "for i in T.Parallel(BM):",
+            p + "    if bm * BM + i < NX:",
+            p + f"        {vals}[bm * BM + i, 0] = T.cast(best{n_red}[i], \"{DT[dtype]}\")",
+            p + f"        {inds}[bm * BM + i, 0] = T.cast(bix{n_red}[i], \"int64\")"]
+
     def assemble(self, grid, head, body, out_params):
         k = self.k
         ins = list(self.params.items())
@@ -614,10 +641,10 @@ class KernelWriter:
         dts = sorted({f"d_{g.name}" for _, (_, _, g) in ins if g is not None})
         fname = f"kernel{k.index}"
         split = bool(self.split_reduces)
-        on_cuda = _uses("\n".join(body), ON_CUDA)  # torch's device-dependent rounding (values._scalar_division)
+        on_cuda = _uses("\n".join(body), ON_CUDA)  # torch's device-dependent rounding (pointwise_text.scalar_division)
         factory_args = syms + dts + [ON_CUDA] * on_cuda + ["BM", "BR", "THREADS"] + (["SPLIT"] if split else [])
         dt = self.alloc_dtype
-        staged = [n for n in self.hoisted if n in self.allocs] if not k.pointwise else []
+        staged = [n for n in self.hoisted if n in self.allocs] if self.stage_sizes and not k.pointwise else []
         allocs = [" " * 12 + (f"{n} = T.alloc_shared({shape}, {_dtype_text(dt.get(n, 'float32'))}) if NS > 1 else "
                               if n in staged else f"{n} = ") +
                   f"T.alloc_fragment({shape}, {_dtype_text(dt.get(n, 'float32'))})"
@@ -668,7 +695,7 @@ class KernelWriter:
         args = ", ".join(syms + [f"TL_DTYPE[{g.ref}.dtype]" for g in
                                  sorted({g.name: g for _, (_, _, g) in ins if g is not None}.values(),
                                         key=lambda g: g.name)] + [f"{self.plan.globals[0].ref}.is_cuda"] * on_cuda)
-        topk = any(isinstance(r, TopK) for r in k.reduces)
+        topk = any(isinstance(r, TopK) and r.k > 1 for r in k.reduces)  # a top-1 streams tiles as a reduction does
         sched = f"schedule({k.X.t}, {k.R.t}, {'True' if k.pointwise else 'False'}, {'True' if topk else 'False'}" + \
             (", True" if _rereads(body) else ", False") + \
             (", 3)" if "acc2 = T.alloc_fragment" in "\n".join(allocs) else

@@ -8,7 +8,8 @@ gives the DSL text of one element at index ``idx`` (a list of ``Lin``) inside a 
 Views, permutes, slices, chunk/split, cat, expand, as_strided, casts, where, factories (full, arange: masks such as
 ``tril(ones(S, S))``) and gathers (a label's logit, embedding rows) only rewrite indices; pointwise ops write float32
 math (rounded to fp16/bf16 after each op where eager does); reductions (sum, amax, amin, mean, var as two passes)
-and ``topk`` are nodes the planner places in kernels.
+and ``topk`` (argmax / argmin, and the indices of max / min along a dim, as a top-1) are nodes the planner places in
+kernels.
 
 Guarantees: an op without a lowering raises ``Unsupported`` naming it and the reference's source line.
 """
@@ -23,6 +24,8 @@ import torch
 
 from tileagent.drafters.builtin.aten import AtenTrace, source_line
 from tileagent.drafters.builtin.index import ONE, ZERO, Dyn, Lin, Size, Unsupported, prod, ravel, unravel
+from tileagent.drafters.builtin.pointwise_text import (ON_CUDA, power, reduction_division, round_half_even, round_small,
+                                                       scalar_division)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -146,9 +149,12 @@ class TopK(V):
 
 
 class TopKPart(V):
-    def __init__(self, topk, which):
+    """One output of a ``TopK`` (``which`` 0: values, 1: int64 indices), as a reference output of ``shape`` (the
+    kernel's (rows, k) in the same order: ``argmax``'s (rows,) is k = 1 squeezed)."""
+
+    def __init__(self, topk, which, shape=None):
         self.topk, self.which = topk, which
-        self.shape = topk.shape
+        self.shape = topk.shape if shape is None else shape
         self.dtype = topk.dtype if which == 0 else torch.int64
         self.node = topk.node
 
@@ -263,6 +269,13 @@ class Builder:
         val = node.meta.get("val")
         if node.target is operator.getitem:
             return args[0][args[1]]
+        if name.endswith("_") and not name.startswith("_") and isinstance(node.args[0], torch.fx.Node) and \
+                len(node.args[0].users) == 1:
+            name = name[:-1]  # in place on a value nothing else reads (cosine_similarity's clamp_min_ of a clone)
+        if name in ("max", "min") and isinstance(val, (list, tuple)) and len(args) > 1:
+            return self.max_with_indices(node, name, args)
+        if name in ("argmax", "argmin"):
+            return self.arg_extreme(node, name, args, kw)
         if not isinstance(val, (torch.Tensor, list, tuple)) or name in ("sym_size", "sym_float", "sym_int"):
             return self.scalar(node, name, args)
         if not isinstance(val, torch.Tensor) and name not in ("split_with_sizes", "split", "topk"):
@@ -270,6 +283,9 @@ class Builder:
         shape, dtype = (self.shape_of(node), val.dtype) if isinstance(val, torch.Tensor) else (None, None)
         if name in VIEW_OPS and name not in ("view", "_unsafe_view", "reshape", "_reshape_alias"):
             return args[0]
+        if isinstance(args[0], TopKPart) and name in ("view", "_unsafe_view", "reshape", "_reshape_alias", "squeeze",
+                                                      "unsqueeze") and prod(shape).v == prod(args[0].shape).v:
+            return TopKPart(args[0].topk, args[0].which, shape)  # the same elements in the same order
         if name in ("view", "_unsafe_view", "reshape", "_reshape_alias"):
             src = args[0]
             return Fn(shape, dtype, lambda cx, idx, s=src, sh=shape: s.load(cx, unravel(ravel(idx, sh), s.shape)),
@@ -440,11 +456,54 @@ class Builder:
             largest = args[3] if len(args) > 3 else kw.get("largest", True)
             if d != len(src.shape) - 1 or not largest or not isinstance(k, int) or k > 64:
                 self.fail(node, "topk other than the k (<= 64) largest along the last dim")
-            tk = TopK(src, k, node)
-            tk.ins = [src]
-            self.reduces.append(tk)
+            tk = self.top(src, k, node)
             return [TopKPart(tk, 0), TopKPart(tk, 1)]
         return self.pointwise(node, name, args, kw, shape, dtype)
+
+    def top(self, src, k, node) -> TopK:
+        tk = TopK(src, k, node)
+        tk.ins = [src]
+        self.reduces.append(tk)
+        return tk
+
+    def first_extreme(self, node, name, src, dim) -> TopK:
+        """The top-1 of ``src`` along ``dim`` (moved last), of its negation for ``min``: its index is the first
+        position of the largest (smallest) value, as torch's argmax (argmin) picks among equal ones."""
+        n = len(src.shape)
+        d = dim % n
+        order = [k for k in range(n) if k != d] + [d]
+        shape = [src.shape[k] for k in order]
+        moved = src if d == n - 1 else Fn(shape, src.dtype, lambda cx, idx, s=src, o=order: s.load(
+            cx, [idx[order.index(k)] for k in range(n)]), node).with_ins([src])
+        if name in ("min", "argmin"):
+            if kind_of(src.dtype) != FLOAT:
+                self.fail(node, f"{name} of integers")
+            moved = Fn(shape, src.dtype, lambda cx, idx, s=moved: f"(-{cx.convert(s, s.load(cx, idx), FLOAT)})",
+                       node).with_ins([moved])
+        return self.top(moved, 1, node)
+
+    def arg_extreme(self, node, name, args, kw):
+        """``argmax`` / ``argmin`` along a dim: a top-1's indices (its values a workspace the kernel writes)."""
+        src, dim = args[0], args[1] if len(args) > 1 else kw.get("dim")
+        if dim is None or not isinstance(src, V) or not src.shape:
+            self.fail(node, f"{name} over the whole tensor (give a dim)")
+        return TopKPart(self.first_extreme(node, name, src, dim), 1, self.shape_of(node))
+
+    def max_with_indices(self, node, name, args):
+        """``max(x, dim)`` / ``min(x, dim)`` (values, indices): the values a reduction (amax / amin) other math may
+        read; the indices, when something reads them, a top-1 as ``argmax``'s."""
+        src, dim = args[0], args[1]
+        keepdim = bool(args[2]) if len(args) > 2 else False
+        val = node.meta["val"][0]
+        shape = [Size.of(s, self.t.hints) for s in val.shape]
+        used = [any(u.target is operator.getitem and u.args[1] == k and u.users for u in node.users) for k in (0, 1)]
+        r = None
+        if used[0]:
+            r = Reduce("amax" if name == "max" else "amin", src, sorted({dim % len(src.shape)}), keepdim, val.dtype,
+                       node)
+            r.ins = [src]
+            self.reduces.append(r)
+        return [r, TopKPart(self.first_extreme(node, name, src, dim), 1, shape) if used[1] else None]
 
     def scalar(self, node, name, args):
         """A size computed in the graph (sym_size, arithmetic on SymInts, sym_float)."""
@@ -554,7 +613,7 @@ class Builder:
         tensors = [a for a in args if isinstance(a, V)]
         if name in POINTWISE_1 or name in BINARY_F or name in COMPARE or name in LOGICAL or name in (
                 "where", "clamp", "clamp_min", "clamp_max", "logical_not", "bitwise_not", "rsub", "true_divide",
-                "gelu", "fill", "lerp", "copy", "masked_fill"):
+                "gelu", "fill", "lerp", "copy", "masked_fill", "isnan"):
             pass
         else:
             self.fail(node)
@@ -581,7 +640,7 @@ class Builder:
                 if name == "round" and len(args) > 1 or kw.get("decimals"):
                     raise Unsupported(f"round with decimals ({_where(node, self.t.path)})")
                 if name == "round":
-                    return _round_half_even(cx, a)
+                    return round_half_even(cx, a)
                 if name == "exp" and self.ranked:
                     return f"T.exp({a})"
                 if kind_of(args[0].dtype) != FLOAT and name in ("neg", "abs"):
@@ -593,6 +652,9 @@ class Builder:
                 if kw.get("approximate", "none") == "tanh":
                     return f"(0.5 * {a} * (1.0 + T.tanh(0.7978845608028654 * ({a} + 0.044715 * {a} * {a} * {a}))))"
                 return f"(0.5 * {a} * (1.0 + T.erf({a} * 0.7071067811865476)))"
+            if name == "isnan":
+                a = operand(cx, args[0], idx, FLOAT)
+                return f"({a} != {a})"
             if name in COMPARE:
                 k = FLOAT if any(kind_of(a.dtype) == FLOAT for a in tensors) or any(
                     isinstance(a, float) for a in args[:2]) else INT
@@ -618,7 +680,7 @@ class Builder:
                 hi = args[2] if name == "clamp" and len(args) > 2 else (args[1] if name == "clamp_max" else
                                                                         kw.get("max"))
                 # clamp(round(x), lo, hi) with integer bounds within 2**22 is round(clamp(x, lo, hi)), rounded with
-                # one added constant (_round_small): 4 fewer compares and selects an element (int8 quantization)
+                # one added constant (round_small): 4 fewer compares and selects an element (int8 quantization)
                 small = getattr(args[0], "round_of", None) is not None and dtype == torch.float32 and all(
                     type(v) in (int, float) and float(v).is_integer() and abs(v) <= 2 ** 22 for v in (lo, hi))
                 a = operand(cx, args[0].round_of if small else args[0], idx, out_kind)
@@ -626,7 +688,7 @@ class Builder:
                     a = f"T.max({a}, {operand(cx, lo, idx, out_kind)})"
                 if hi is not None:
                     a = f"T.min({a}, {operand(cx, hi, idx, out_kind)})"
-                return _round_small(cx, a) if small else a
+                return round_small(cx, a) if small else a
             if name in ("fill", "copy"):
                 return operand(cx, args[1], idx, out_kind)
             if name == "rsub":
@@ -642,13 +704,13 @@ class Builder:
             a, b = operand(cx, args[0], idx, k), operand(cx, args[1], idx, k)
             if name in ("div", "true_divide") and type(args[1]) is float and isinstance(args[0], V) and \
                     math.isfinite(args[1]) and args[1] != 0:
-                return _scalar_division(a, b)
+                return scalar_division(a, b)
             if name in ("div", "true_divide") and isinstance(args[1], Reduce) and args[1].dtype == torch.float32:
-                return _reduction_division(a, b)
+                return reduction_division(a, b)
             if name == "pow":
                 p = args[1]
                 if isinstance(p, (int, float)) and not isinstance(p, bool):
-                    return _pow(a, p)
+                    return power(a, p)
                 if isinstance(args[0], (int, float)):
                     return f"T.exp2({b} * {math.log2(args[0])!r})"
             return BINARY_F.get(name, BINARY_F.get("div")).format(a=a, b=b)
@@ -666,53 +728,8 @@ class Builder:
             return Fn(shape, dtype, rounded, node).with_ins(tensors)
         out = Fn(shape, dtype, load, node).with_ins(tensors)
         if name == "round" and dtype == torch.float32 and isinstance(args[0], V) and args[0].dtype == torch.float32:
-            out.round_of = args[0]  # a clamp to small integer bounds after it rounds after clamping (_round_small)
+            out.round_of = args[0]  # a clamp to small integer bounds after it rounds after clamping (round_small)
         return out
-
-
-ON_CUDA = "ON_CUDA"  # a kernel factory's argument: whether the kernel runs on CUDA (read from an input in forward)
-
-
-def _scalar_division(a: str, b: str) -> str:
-    """``a / b`` with ``b`` a Python float of the reference (``amax / 127.0``) as eager torch computes it on the
-    kernel's device: on CUDA, ATen's true division by a CPU scalar multiplies by the float32 reciprocal
-    (``div_true_kernel_cuda``: "compute a * reciprocal(b) ... may lose one bit of precision"); on the CPU it divides.
-    The two differ in the last bit for about 4% of the values, which an int8 quantization's
-    ``round(x / (amax / 127))`` turns into an off-by-one. ``1.0 / b`` is folded in float32 when the kernel is built
-    (and stays a plain number for ``fusion.lift``). Integer divisors (the counts of decomposed means and variances)
-    keep the division."""
-    return f"T.if_then_else({ON_CUDA}, ({a} * (1.0 / {b})), ({a} / {b}))"
-
-
-def _reduction_division(a: str, b: str) -> str:
-    """``a / b`` with ``b`` a float32 reduction of the kernel (softmax's sum of exponentials) as ``a`` times ``b``'s
-    reciprocal, which NVVM computes once per row of a thread's unrolled values: an IEEE division per element runs
-    ptxas's range check (FCHK) and, for a zero dividend (a masked softmax's exp(-inf)), its slow path under
-    divergence (H200, ncu: 15 of 32 threads active per instruction of a padding-masked softmax). Within 1.5 ulp of
-    the quotient (a divisor under 2^-126, whose reciprocal overflows, aside)."""
-    return f"({a} * (1.0 / {b}))"
-
-
-def _round_half_even(cx, a: str) -> str:
-    """``torch.round`` (ties to even) of the float32 value ``a``, exact for every float, in float32 additions only:
-    for ``|w| < 2**23`` the sum ``|w| + 2**23`` lies in [2**23, 2**24), where float32's spacing is 1, so its
-    round-to-nearest-even is ``|w|``'s (2**23 is even) and subtracting 2**23 again is exact; from 2**23 on every float
-    is an integer (and NaN, inf pass through the comparison unchanged). The sign is put back, so ``round(-0.3)`` is
-    -0.0 as in torch, and a zero is returned as it is (-0.0 stays -0.0). This replaced ``w - floor(w)`` compared
-    with 0.5: two ``floorf`` per element, which run on the GPU's conversion unit at a quarter of the float32 rate and
-    made an int8 row quantization compute-bound (27% of a copy on the H200)."""
-    w = cx.let(f"T.cast({a}, \"float32\")")
-    m = cx.let(f"T.abs({w})")
-    r = cx.let(f"({m} + 8388608.0) - 8388608.0")
-    signed = f"T.if_then_else({w} < 0.0, -{r}, T.if_then_else({w} > 0.0, {r}, {w}))"
-    return f"T.if_then_else({m} < 8388608.0, {signed}, {w})"
-
-
-def _round_small(cx, a: str) -> str:
-    """``torch.round`` (ties to even) of a float32 value ``a`` within [-2**22, 2**22]: ``a + 1.5 * 2**23`` lies in
-    [2**23, 2**24), where float32's spacing is 1, so the sum rounds ``a`` to the nearest even integer and subtracting
-    the constant again is exact, for either sign (a zero's sign is not kept: -0.0 becomes 0.0). NaN passes through."""
-    return f"(({cx.let(a)} + 12582912.0) - 12582912.0)"
 
 
 def _nothing():
@@ -733,24 +750,6 @@ def _reads(v, target) -> bool:
         seen.add(id(x))
         stack.extend(a for a in getattr(x, "ins", ()) if isinstance(a, V))
     return False
-
-
-def _pow(a: str, p) -> str:
-    if p == 1:
-        return a
-    if p == 2:
-        return f"({a} * {a})"
-    if p == 3:
-        return f"({a} * {a} * {a})"
-    if p == 0.5:
-        return f"T.sqrt({a})"
-    if p == -0.5:
-        return f"T.rsqrt({a})"
-    if p == -1:
-        return f"(1.0 / {a})"
-    if p == 0:
-        return "1.0"
-    return f"T.pow({a}, {float(p)!r})"
 
 
 def _bcast(idx, shape, out_shape):
