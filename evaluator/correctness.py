@@ -37,6 +37,7 @@ import torch
 from tileagent.evaluator.candidate import read_candidate
 from tileagent.evaluator.errors import EvalError, Mismatch, SpecError
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
+from tileagent.evaluator import oracle
 from tileagent.evaluator.interpreter_sizes import TAILS_NOT_CHECKED
 from tileagent.evaluator.sandbox import Buffer, Sandbox
 from tileagent.evaluator.records import ConfigResult
@@ -468,16 +469,8 @@ class _ConfigCheck:
         m64 = self.models64[key][1]
         if m64 is None:
             return None
-        args = [t.detach().to(torch.float64) if t.is_floating_point() else t for t in inputs]
-        try:
-            with torch.no_grad(), self.spec.running("Model.forward in float64 (the oracle)"):
-                out = m64(*args)
-        except Exception:  # noqa: BLE001 - ops without float64 support: no oracle, the fixed rule decides alone
-            return None
-        outs = (out,) if isinstance(out, torch.Tensor) else tuple(out) if isinstance(out, (tuple, list)) else ()
-        if not outs or not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in outs):
-            return None
-        return outs
+        with self.spec.running("Model.forward in float64 (the oracle)"):
+            return oracle.run(m64, inputs)
 
     def compare_one(self, k: int, out, ref, tol: Tolerance, where: dict, call: int) -> Mismatch | None:
         base = {"output": k, "call": call, **where}

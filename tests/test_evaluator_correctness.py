@@ -428,3 +428,39 @@ def test_a_reference_that_overflows_gives_no_slack_to_the_other_elements(tmp_pat
     failure = check.compare(_half(100.0, 50.0), _half(math.inf, 1.0), where, 1, oracle=truth)
     assert failure is not None and "against the float64 oracle 1 element(s) are outside the tolerance" in \
         failure.message
+
+
+def test_the_oracle_keeps_float64_through_the_references_float32_casts():
+    """References upcast 16-bit inputs with ``.float()`` / ``.to(torch.float32)`` / float32 factories; inside the
+    oracle those stay float64, or the "float64" oracle is the float32 reference again (played LLM session 24)."""
+    from tileagent.evaluator import oracle
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            acc = torch.zeros(x.shape[0], dtype=torch.float32) + torch.zeros(x.shape[0])
+            y = x.float().to(torch.float32) + 1e-9 + x.to(dtype=torch.float32).type(torch.float32)
+            return acc + y.sum(-1), (y * 3).half()
+
+    x = torch.randn(4, 64, dtype=torch.float16)
+    total, half = oracle.run(Model().to(torch.float64), [x])
+    x64 = x.double()
+    assert total.dtype == torch.float64 and torch.equal(total, (x64 + 1e-9 + x64).sum(-1))
+    assert half.dtype == torch.float16  # a cast to 16 bits is rounding the reference asks for: kept
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_a_loss_more_accurate_than_its_float32_reference_passes_and_a_wrong_one_fails(tmp_path):
+    """The played KL-divergence kernel of session 24 accumulates in float64 and is within 1e-5 of the exact loss, where
+    the float32 reference is up to 1% off (0-d output: the relative L2 rule is a relative tolerance): it failed every
+    turn while the oracle ran the reference's ``.float()`` in float32. Now accepted by the oracle rule; the same
+    kernel's loss scaled by 1.02 is still a mismatch."""
+    played = REPO / "bench" / "played_llm"
+    spec = load_spec(played / "refs" / "kl_div_rows.py")
+    (result,) = check_candidate(spec, played / "answers" / "kl_div_rows" / "turn2.py", configs=[{"M": 3, "V": 1000}],
+                                seeds=1, seed=7)
+    assert result.correct
+    source = (played / "answers" / "kl_div_rows" / "turn2.py").read_text()
+    assert source.count("* tt, \"float32\")") == 1, "the test scales the kernel's loss"
+    wrong = write(tmp_path, source.replace("* tt, \"float32\")", "* tt * 1.02, \"float32\")"), "kl_wrong.py")
+    with pytest.raises(Mismatch, match="against the float64 oracle"):
+        check_candidate(spec, wrong, configs=[{"M": 3, "V": 1000}], seeds=1, seed=7)

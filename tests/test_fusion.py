@@ -985,3 +985,20 @@ def test_argmax_over_the_whole_tensor_is_declined_naming_it(tmp_path):
                                                  r"argmax_all.py:8: return torch.argmax\(x\)\)"):
         BuiltinDrafter().draft(DraftTask(task_name="argmax_all", reference_path=str(ref), reference_source="",
                                          configs=[], turn=1))
+
+
+def test_kl_div_with_its_nan_guard_drafts_and_matches(tmp_path):
+    """F.kl_div decomposes with ``where(isnan(t), nan, ...)`` (a NaN constant and isnan were declined): one fused
+    plan, correct on the CPU."""
+    ref = write_reference(tmp_path, "kl_div_rows", '''
+        class Model(nn.Module):
+            def forward(self, s, t):
+                return F.kl_div(torch.log_softmax(s, -1), torch.softmax(t, -1), reduction="batchmean")
+        ''', "[torch.randn(6, 300), torch.randn(6, 300)]")
+    draft = BuiltinDrafter().draft(DraftTask(task_name="kl_div_rows", reference_path=str(ref), reference_source="",
+                                             configs=[], turn=1))[0]
+    assert 'float("nan")' in draft.source and "!=" in draft.source
+    candidate = tmp_path / "kl_div_rows_candidate.py"
+    candidate.write_text(draft.source)
+    results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{}], seeds=1, seed=SEED)
+    assert [r.correct for r in results] == [True], [r.message for r in results]

@@ -1,0 +1,52 @@
+"""The float64 oracle: what the reference computes when its arithmetic is float64 throughout.
+
+In: a float64 copy of ``Model`` (``copy.deepcopy(model).to(torch.float64)``) and the inputs of one check.
+Out: its outputs (floating tensors), or None where it cannot run in float64 (an op without float64 support).
+Guarantees: the inputs' floating tensors are cast to float64, and inside ``forward`` every cast to float32 stays
+float64: ``.float()``, ``.to(torch.float32)`` (positional or ``dtype=``), ``.type(torch.float32)``, a factory's
+``dtype=torch.float32`` and the default dtype (``torch.zeros(n)``). References upcast 16-bit inputs with ``.float()``
+to compute in float32; without this the "float64" oracle was the float32 reference again (a KL divergence whose
+float32 reference is 1% off the exact loss then failed a kernel within 1e-5 of it: played LLM session 24). Casts to
+float16 / bfloat16 and to integers are kept: they are rounding the reference asks for (a quantization, an fp16
+result).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_F32 = torch.float32
+_F64 = torch.float64
+
+
+class _KeepFloat64(TorchFunctionMode):
+    """Every cast to float32 inside the oracle's forward returns float64 (see the module docstring)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.float:
+            func = torch.Tensor.double
+        elif func in (torch.Tensor.to, torch.Tensor.type):
+            args = tuple(_F64 if a is _F32 else a for a in args)
+        if kwargs.get("dtype") is _F32:
+            kwargs["dtype"] = _F64
+        return func(*args, **kwargs)
+
+
+def run(model64, inputs):
+    """``model64``'s outputs on ``inputs`` in float64 (see the module docstring), or None."""
+    args = [t.detach().to(_F64) if t.is_floating_point() else t for t in inputs]
+    default = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(_F64)
+        with torch.no_grad(), _KeepFloat64():
+            out = model64(*args)
+    except Exception:  # noqa: BLE001 - ops without float64 support: no oracle, the fixed rule decides alone
+        return None
+    finally:
+        torch.set_default_dtype(default)
+    outs = (out,) if isinstance(out, torch.Tensor) else tuple(out) if isinstance(out, (tuple, list)) else ()
+    if not outs or not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in outs):
+        return None
+    return outs
