@@ -24,7 +24,8 @@ from tileagent.compiler import passes
 from tileagent.compiler.call_plan import CallPlan
 from tileagent.compiler.diagnostics import CompileError, DSLTypeError
 from tileagent.compiler.errors import KernelArgumentError
-from tileagent.compiler.ir.expr import Expr, Var
+from tileagent.compiler.ir.expr import BinOp, Expr, Var
+from tileagent.compiler.ir.printer import expr_str
 from tileagent.compiler.ir.stmt import Buffer, PrimFunc
 from tileagent.compiler.kernel_scope import kernel_scope
 from tileagent.compiler.module_cache import code_switches
@@ -459,7 +460,15 @@ def _check_tensor(p: Buffer, a, env: dict, target: str) -> None:
                                           f"bound to {env[want]} by an earlier argument")
             env[want] = got
     for dim, (want, got) in enumerate(zip(p.shape, a.shape)):
-        expected = _eval_shape(want, env) if isinstance(want, Expr) else want
+        if isinstance(want, Expr) and not isinstance(want, Var):
+            _solve_dim(p, dim, want, got, env)
+    for dim, (want, got) in enumerate(zip(p.shape, a.shape)):
+        try:
+            expected = _eval_shape(want, env) if isinstance(want, Expr) else want
+        except KeyError as e:
+            raise KernelArgumentError(f"parameter '{p.name}' dim {dim} is {expr_str(want)}, whose '{e.args[0]}' no "
+                                      f"argument binds (give '{e.args[0]}' a dim of its own in some input, or a "
+                                      f"scalar parameter)") from None
         if int(expected) != got:
             raise KernelArgumentError(f"parameter '{p.name}' expects shape {tuple(p.shape)}, got {tuple(a.shape)} "
                                       f"(dim {dim}: expected {expected}, got {got})")
@@ -468,6 +477,26 @@ def _check_tensor(p: Buffer, a, env: dict, target: str) -> None:
     if target == "cuda" and a.data_ptr() % 16:
         raise KernelArgumentError(f"parameter '{p.name}' must be 16-byte aligned (its data_ptr is "
                                   f"{a.data_ptr():#x}); pass a tensor that starts its own storage or .clone() it")
+
+
+def _solve_dim(p: Buffer, dim: int, want: Expr, got: int, env: dict) -> None:
+    """Bind the one unbound variable of a dim written ``c * R + k`` (``T.Tensor((R * HW,), ...)`` with HW a
+    constant) from the argument's size; a size that is not of that form is an error naming both."""
+    from tileagent.compiler.ir.simplify import linear_form
+
+    form = linear_form(want)
+    if form is None:
+        return
+    coef, const = form
+    free = [v for v in coef if isinstance(v, Var) and v not in env]
+    if len(free) != 1 or not all(isinstance(v, Var) for v in coef):
+        return
+    v, c = free[0], coef[free[0]]
+    rest = got - const - sum(k * env[u] for u, k in coef.items() if u is not v)
+    if c == 0 or rest % c or rest // c < 0:
+        raise KernelArgumentError(f"parameter '{p.name}' dim {dim} is {got}, which is not {expr_str(want)} for any "
+                                  f"non-negative integer '{v.name}'")
+    env[v] = rest // c
 
 
 def _check_scalar(p: Var, a):
@@ -481,7 +510,7 @@ def _check_scalar(p: Var, a):
 
 
 def _eval_shape(e, env: dict):
-    from tileagent.compiler.ir.simplify import linear_form
+    from tileagent.compiler.ir.simplify import linear_form, static_int
 
     if isinstance(e, int):
         return e
@@ -489,9 +518,13 @@ def _eval_shape(e, env: dict):
         if e not in env:
             raise KeyError(e.name)
         return env[e]
+    if isinstance(e, BinOp) and e.op in ("//", "%") and static_int(e.b) is not None and static_int(e.b) > 0:
+        a = _eval_shape(e.a, env)  # L // HW: an output of a row per HW input values
+        return a // static_int(e.b) if e.op == "//" else a % static_int(e.b)
     form = linear_form(e)
     if form is None:
-        raise KernelArgumentError(f"shape expression {e} is not supported (only sums and constant multiples)")
+        raise KernelArgumentError(f"shape expression {expr_str(e)} is not supported (sums, constant multiples, and "
+                                  f"// or % by a constant)")
     coef, const = form
     return const + sum(c * _eval_shape(v, env) for v, c in coef.items())
 

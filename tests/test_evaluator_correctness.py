@@ -464,3 +464,20 @@ def test_a_loss_more_accurate_than_its_float32_reference_passes_and_a_wrong_one_
     wrong = write(tmp_path, source.replace("* tt, \"float32\")", "* tt * 1.02, \"float32\")"), "kl_wrong.py")
     with pytest.raises(Mismatch, match="against the float64 oracle"):
         check_candidate(spec, wrong, configs=[{"M": 3, "V": 1000}], seeds=1, seed=7)
+
+
+def test_feedback_names_the_relative_l2_rule_when_every_element_is_within_tolerance():
+    """Played LLM, session 24: a 0-d loss failed the relative L2 bound with every element within atol, and the
+    prompt said "0 of 1 elements are outside atol=...", hiding which rule failed."""
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.feedback import render_feedback
+
+    failure = {"index": [], "output": 0, "expected": 9.805e-05, "got": 9.918e-05, "mismatched": 0, "total": 1,
+               "atol": 1e-4, "rtol": 1e-4, "rel_l2_bound": 1e-4, "max_abs_err": 1.13e-06, "rel_l2": 0.0116,
+               "config": {"M": 2, "V": 1000}, "seed": 0, "distribution": "normal", "dtype": "float32"}
+    text = render_feedback(EvalResult(status="mismatch", message="m", failure=failure))
+    assert ("Every element is within atol=0.0001 + rtol=0.0001 * |expected|, but the relative L2 error 0.0116 exceeds "
+            "its bound 0.0001:\nthe output is small next to atol, so it is judged relative to its own size (a single "
+            "value: a relative tolerance).") in text
+    assert "0 of 1 elements" not in text
+    assert "seed 0 (inputs are drawn afresh every turn)" in text

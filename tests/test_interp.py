@@ -781,3 +781,45 @@ def test_print_of_a_scalar_writes_its_value_to_stdout(capsys):
     assert out[0].startswith("acc-value") and "2.5" in out[0]
     assert out[1].startswith("x1-doubled") and "6.5" in out[1]
     torch.testing.assert_close(y, x, **EXACT)
+
+
+@tileagent.jit(out_idx=[1])
+def _strided_rows(HW):
+    R = T.dynamic("R")
+
+    @T.prim_func
+    def main(X: T.Tensor((R * HW,), "float32"), Y: T.Tensor((R,), "float32")):
+        with T.Kernel(T.ceildiv(R, 32), threads=32) as b:
+            for i in T.Parallel(32):
+                if b * 32 + i < R:
+                    Y[b * 32 + i] = X[(b * 32 + i) * HW]
+    return main
+
+
+def test_a_dim_written_as_a_constant_multiple_binds_its_variable():
+    """Played LLM, session 24: an input ``T.Tensor((R * HW,))`` with an output ``(R,)`` failed at call time with a
+    bare KeyError: 'R'. R is solved from the input's size; a size that is no multiple says so."""
+    x = torch.arange(49 * 5, dtype=torch.float32)
+    torch.testing.assert_close(_strided_rows(49)(x), x[::49], **EXACT)
+    with pytest.raises(KernelArgumentError) as e:
+        _strided_rows(49)(torch.zeros(49 * 5 + 1))
+    assert str(e.value) == "parameter 'X' dim 0 is 246, which is not R * 49 for any non-negative integer 'R'"
+
+
+@tileagent.jit(out_idx=[1])
+def _row_means(HW):
+    L = T.dynamic("L")
+
+    @T.prim_func
+    def main(X: T.Tensor((L,), "float32"), Y: T.Tensor((L // HW,), "float32")):
+        with T.Kernel(T.ceildiv(L // HW, 32), threads=32) as b:
+            for i in T.Parallel(32):
+                if b * 32 + i < L // HW:
+                    Y[b * 32 + i] = X[(b * 32 + i) * HW + 1]
+    return main
+
+
+def test_an_output_dim_floor_divided_by_a_constant_is_allocated():
+    """Played LLM, session 24: an output ``(L // HW,)`` was refused ("only sums and constant multiples")."""
+    x = torch.arange(49 * 3 + 5, dtype=torch.float32)
+    torch.testing.assert_close(_row_means(49)(x), x[1:49 * 3:49], **EXACT)

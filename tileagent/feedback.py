@@ -79,6 +79,11 @@ def verdict(configs: list[ConfigResult], target: float) -> str:
 
 FLOAT_DIFFERENCE = ("{mismatched} of {total} elements are outside atol={atol} + rtol={rtol} * |expected|; max abs "
                     "error {max_abs_err},\nrelative L2 error {rel_l2}.")
+# every element within its tolerance, the relative L2 bound broken: the sentence above would read "0 of N elements are
+# outside ..." and hide which rule failed (played LLM, session 24: a KL-divergence loss, a 0-d output)
+SMALL_OUTPUT_DIFFERENCE = ("Every element is within atol={atol} + rtol={rtol} * |expected|, but the relative L2 error "
+                           "{rel_l2} exceeds its bound {rel_l2_bound}:\nthe output is small next to atol, so it is "
+                           "judged relative to its own size{single}.")
 # an index is right or wrong: error sizes of an int64 output read as wrong math (played LLM, session 22, moe_top2)
 INDEX_DIFFERENCE = ("{mismatched} of {total} indices (int64) differ from the reference's; an index is exact, so no "
                     "error size applies.\nWhere equal values make the choice arbitrary, an index that selects the "
@@ -127,7 +132,10 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         f["inputs_at_index"] = ("\nInputs at that index: " + ", ".join(f"input {p} = {_num(v, 6)}" for p, v in at) +
                                 ".") if at else ""
         f = {**{k: "-" for k in needed}, **f}
-        f["difference"] = (INDEX_DIFFERENCE if failure.get("dtype") == "int64" else FLOAT_DIFFERENCE).format(**f)
+        f["single"] = " (a single value: a relative tolerance)" if failure.get("total") == 1 else ""
+        f["difference"] = (INDEX_DIFFERENCE if failure.get("dtype") == "int64" else
+                           SMALL_OUTPUT_DIFFERENCE if failure.get("mismatched") == 0 and "rel_l2_bound" in failure else
+                           FLOAT_DIFFERENCE).format(**f)
         f["oracle"] = (f"\nAgainst a float64 evaluation of the reference, {failure['oracle_mismatched']} element(s) "
                        f"are off by more than twice the reference's own error (max abs error "
                        f"{_num(failure.get('oracle_max_abs_err'))}, the reference's "
