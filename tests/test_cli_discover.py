@@ -153,6 +153,9 @@ def test_live_progress_counts_configs_times_candidates_and_tracks_the_best():
         live.worker_progress("config", {"index": 0, "result": None})  # a tuning variant: not a candidate's config
         assert task.completed == 6
         assert live._best_text() == "best x1.50..x1.50 vs torch.compile, 1/3 configs served"
+        live("best", {"config": {"B": 2, "C": 320}, "attempt_id": "t1-c0", "time_ms": None,
+                      "evaluated_at": {"B": 2, "C": 80}})  # the CPU checked smaller sizes: they are named
+    assert "best for B=2,C=320 (checked at B=2,C=80): t1-c0 (correct)" in console.file.getvalue()
 
 
 FAKE = "tests.evaluator_fakes:fake_evaluate"

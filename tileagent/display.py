@@ -208,7 +208,9 @@ class LiveProgress:
             t = f"{f['time_ms']:.4f} ms" if f.get("time_ms") is not None else "correct"
             s = f", x{f['speedup_compiled']:.2f} over torch.compile" if f.get("speedup_compiled") else ""
             self.best[config_key(f["config"])] = f.get("speedup_compiled")
-            self._line(f"    best for {config_key(f['config'])}: {f['attempt_id']} ({t}{s})")
+            # the CPU checks smaller sizes: name them, not a config no check ran (played LLM, session 24)
+            at = f" (checked at {config_key(f['evaluated_at'])})" if f.get("evaluated_at") else ""
+            self._line(f"    best for {config_key(f['config'])}{at}: {f['attempt_id']} ({t}{s})")
             self._update()
         elif kind == "tuning":
             knobs = ", ".join(f"{k} in {v}" for k, v in (f.get("knobs") or {}).items())

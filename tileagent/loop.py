@@ -541,7 +541,8 @@ class Loop:
             self.replaced[key] = old
         self.best[key] = b
         self.on_event("best", {"config": b.result.config, "attempt_id": b.attempt_id, "time_ms": b.time_ms,
-                               "speedup_compiled": b.result.speedup_compiled})
+                               "speedup_compiled": b.result.speedup_compiled,
+                               "evaluated_at": getattr(b.result, "evaluated_at", None)})
         return True
 
     def _tune(self, aid: str, source: str, base: EvalResult) -> None:

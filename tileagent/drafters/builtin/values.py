@@ -103,7 +103,7 @@ def literal(value, kind=FLOAT) -> str:
     if math.isinf(value):
         return "T.infinity(\"float32\")" if value > 0 else "-T.infinity(\"float32\")"
     if math.isnan(value):
-        raise Unsupported("a NaN constant")
+        return "float(\"nan\")"
     return repr(value)
 
 
@@ -270,7 +270,7 @@ class Builder:
         if node.target is operator.getitem:
             return args[0][args[1]]
         if name.endswith("_") and not name.startswith("_") and isinstance(node.args[0], torch.fx.Node) and \
-                len(node.args[0].users) == 1:
+                node.args[0].op != "placeholder" and len(node.args[0].users) == 1:
             name = name[:-1]  # in place on a value nothing else reads (cosine_similarity's clamp_min_ of a clone)
         if name in ("max", "min") and isinstance(val, (list, tuple)) and len(args) > 1:
             return self.max_with_indices(node, name, args)
