@@ -291,6 +291,19 @@ def test_context_stays_bounded_with_a_long_history():
     assert "class Model(nn.Module)" in user and "## Turn 30" in user and "t29-c0" in user and "t1-c0" not in user
 
 
+def test_a_long_feedback_paragraph_is_printed_once_a_prompt():
+    """Played LLM, session 24: a turn-3 prompt repeated the mismatch's 14-line "Reading it" paragraph for every
+    failed attempt. The first stays whole; later copies point to it; short lines and the attempts' own lines stay."""
+    guide = "Reading it: " + "NaN where the reference is finite is an element never written. " * 8
+    history = [AttemptSummary(attempt_id=f"t{t}-c0", turn=t, source=f"x = {t}\n", status="mismatch",
+                              feedback=f"Output 0 differs at index ({t},).\n\n{guide}") for t in (1, 2, 2)]
+    user = build_messages(device="cpu", reference_path=REFERENCE, reference_source=Path(REFERENCE).read_text(),
+                          configs=[{"M": 37, "C": 96}], turn=3, n=1, history=history, best=None, examples=[])[1]["content"]
+    assert user.count(guide) == 1
+    assert user.count("(Reading it: NaN ...: the same paragraph as in the feedback above.)") == 2
+    assert all(f"Output 0 differs at index ({t},)." in user for t in (1, 2))
+
+
 def test_feedback_for_an_untimed_correct_candidate_and_a_guard_violation():
     ok = EvalResult(status="ok", configs=[ConfigResult(config={"C": 96}, correct=True)])
     assert "correct on every config (1 checked)" in render_feedback(ok, device="the CPU")

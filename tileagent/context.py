@@ -26,6 +26,7 @@ log = logging.getLogger("tileagent.context")
 
 MAX_EXAMPLES, MAX_OLDER = 3, 6
 MAX_SOURCE_CHARS, MAX_FEEDBACK_CHARS, MAX_RECENT_FEEDBACK_CHARS = 12_000, 5_000, 12_000  # older: costs kept
+REPEATED_PARAGRAPH_CHARS = 300  # feedback paragraphs this long are printed once a prompt (``_once``)
 MAX_TOKENS = 32_000
 FAMILY_EXAMPLES = {  # op family (the built-in drafter's recognition) -> prompts/examples stems, most relevant first
     "rmsnorm": ["rmsnorm_silu"],
@@ -156,6 +157,21 @@ def _attempt_block(a: AttemptSummary, with_source: bool) -> str:
     return "\n\n".join(parts)
 
 
+def _once(block: str, seen: set) -> str:
+    """``block`` with each long paragraph of feedback that an earlier block printed (the mismatch's "Reading it: ..."
+    guide, the cost section's explanation) replaced by a pointer to it: a turn-3 prompt repeated the same 14 lines
+    for every failed attempt (played LLM, session 24: 60 KB). Code blocks are kept whole."""
+    out = []
+    for para in block.split("\n\n"):
+        if len(para) >= REPEATED_PARAGRAPH_CHARS and "```" not in para and para in seen:
+            out.append(f"({' '.join(para.split()[:3])} ...: the same paragraph as in the feedback above.)")
+            continue
+        if len(para) >= REPEATED_PARAGRAPH_CHARS:
+            seen.add(para)
+        out.append(para)
+    return "\n\n".join(out)
+
+
 def build_messages(*, device: str, reference_path: str, reference_source: str, configs: list[dict], turn: int,
                    n: int, history: list[AttemptSummary], best: AttemptSummary | None, examples: list[tuple[str, str]],
                    config_note: str = "", max_tokens: int = MAX_TOKENS) -> list[dict]:
@@ -182,12 +198,13 @@ def build_messages(*, device: str, reference_path: str, reference_source: str, c
             module = f"Its module is {shown}'s, below." if shown else _fence(_cut(best.source, MAX_SOURCE_CHARS))
             parts.append(f"## Best kernel so far: {best.attempt_id} ({said})\n\n{module}" +
                          (f"\n\n{best.gains}" if best.gains else ""))
+        seen: set = set()
         if older:
             parts.append("## Earlier attempts (feedback only)")
-            parts += [_attempt_block(a, with_source=False) for a in older]
+            parts += [_once(_attempt_block(a, with_source=False), seen) for a in older]
         if recent:
             parts.append(f"## Your candidates of turn {last_turn} and their feedback")
-            parts += [_attempt_block(a, with_source=True) for a in recent]
+            parts += [_once(_attempt_block(a, with_source=True), seen) for a in recent]
         ask = "Write the module" if not history else "Write an improved module"
         parts.append(f"## Turn {turn}\n\n{ask}: one ```python block with the complete module (class ModelNew)."
                      + (f" This turn asks for {n} candidates; make this one differ from the others in its schedule."
