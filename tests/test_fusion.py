@@ -1002,3 +1002,48 @@ def test_kl_div_with_its_nan_guard_drafts_and_matches(tmp_path):
     candidate.write_text(draft.source)
     results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{}], seeds=1, seed=SEED)
     assert [r.correct for r in results] == [True], [r.message for r in results]
+
+
+SCAN_FORMS = {  # forward body (x: (M, D), y: (M, D)) -> what it returns
+    "cumsum_fp16": "return torch.cumsum(x.half(), dim=1)",
+    "cumprod": "return torch.cumprod(1.0 + 0.01 * x, dim=1)",
+    "reverse": "return torch.cumsum(x.flip(1), dim=1).flip(1)",
+    "exclusive": "return torch.cat([torch.zeros_like(x[:, :1]), torch.cumsum(x, dim=1)[:, :-1]], dim=1)",
+    "masked_dim0": "return torch.cumsum(x * (y > 0), dim=0)",
+    "then_math_and_a_sum": "c = torch.cumsum(x, dim=-1)\n        return c * y, c.sum(-1)",
+}
+
+
+@pytest.mark.parametrize("form", sorted(SCAN_FORMS))
+def test_scans_draft_as_shifted_additions_over_tiles(form, tmp_path):
+    """cumsum / cumprod (KernelBench level 1, 89-93) were declined: a scan is a kernel of its own that walks a row's
+    tiles in order (5 tiles here, BR_MAX = 64) scanning each in shared memory with its carry; a reversed, exclusive,
+    masked, transposed or further used scan composes with views, math and reductions around it. Correct on the CPU."""
+    ref = tmp_path / f"{form}.py"
+    ref.write_text(f'''import torch
+import torch.nn as nn
+
+CONFIGS = [{{"M": 64, "D": 300}}]
+SMALL_CONFIG = {{"M": 6, "D": 300}}
+
+
+class Model(nn.Module):
+    def forward(self, x, y):
+        {SCAN_FORMS[form]}
+
+
+def get_inputs(M=64, D=300):
+    return [torch.randn(M, D), torch.randn(M, D)]
+
+
+def get_init_inputs(M=64, D=300):
+    return []
+''')
+    draft = BuiltinDrafter().draft(DraftTask(task_name=form, reference_path=str(ref), reference_source="",
+                                             configs=[], turn=1))[0]
+    assert "T.alloc_shared((BM, BR)" in draft.source and "BR_MAX = 4096" in draft.source
+    candidate = tmp_path / f"{form}_candidate.py"
+    candidate.write_text(draft.source.replace("BR_MAX = 4096", "BR_MAX = 64"))
+    results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{"M": 6, "D": 300}], seeds=1,
+                              distributions=["normal", "offset"], seed=SEED)
+    assert [r.correct for r in results] == [True], [r.message for r in results]

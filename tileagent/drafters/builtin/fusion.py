@@ -31,6 +31,7 @@ import torch
 from tileagent.drafters.builtin.aten import AtenTrace
 from tileagent.drafters.builtin.fusion_writer import KernelWriter, _deps, _globals
 from tileagent.drafters.builtin.index import ONE, Lin, Size, Unsupported, Var, prod, ravel, unravel
+from tileagent.drafters.builtin.scan import Scan, ScanOut
 from tileagent.drafters.builtin.values import Builder, Fn, Global, TopK, TopKPart, V, _where
 
 
@@ -87,13 +88,14 @@ class Plan:
         owner = {}
         for r in b.reduces:
             src = r.src
-            dims = list(range(len(src.shape) - 1, len(src.shape))) if isinstance(r, TopK) else r.dims
+            dims = list(range(len(src.shape) - 1, len(src.shape))) if isinstance(r, (TopK, Scan)) else r.dims
             kept = [d for d in range(len(src.shape)) if d not in dims]
             X, R = prod(src.shape[d] for d in kept), prod(src.shape[d] for d in dims)
             last = self.kernels[-1] if self.kernels else None
             deps = _deps(r)
             if last is None or last.pointwise or last.X.v != X.v or last.R.v != R.v or any(
-                    isinstance(d, TopK) and owner.get(id(d)) is last for d in deps):
+                    isinstance(d, (TopK, Scan)) and owner.get(id(d)) is last for d in deps) or isinstance(r, Scan) \
+                    or any(isinstance(d, Scan) for d in last.reduces):  # a scan's kernel is its own
                 last = Kernel(len(self.kernels), src, kept, dims)
                 self.kernels.append(last)
             last.reduces.append(r)
@@ -105,6 +107,9 @@ class Plan:
             if isinstance(o, TopKPart):
                 o.topk.__dict__.setdefault("outs", {})[o.which] = n
                 continue
+            if isinstance(o, ScanOut):
+                o.scan.outs[n] = o  # the scan kernel writes it, in the scan's dtype
+                continue
             if isinstance(o, Global):
                 raise Unsupported("the reference returns an input unchanged")
             deps = [d for d in _deps(o)]
@@ -113,6 +118,8 @@ class Plan:
             numel = prod(o.shape)
             if k is None:
                 k = self._host(o)
+            if k is not None and any(isinstance(r, Scan) for r in k.reduces):
+                k = None  # math on a scan's result: a kernel after it reads it (a pointwise one, below)
             if k is not None and numel.v == k.X.v * k.R.v and len(o.shape):
                 k.full_outs.append((n, o))
             elif k is not None and numel.v == k.X.v and not (numel.v == 1 and k.X.v == 1 and k.R.v > 1 and False):
@@ -146,7 +153,7 @@ class Plan:
         H200: add_rmsnorm_residual at 65-68% of a copy, two of its six units of traffic)."""
         reads = _globals(o)
         for k in self.kernels:
-            if k.pointwise or any(isinstance(r, TopK) for r in k.reduces) or k.X.v == 1:
+            if k.pointwise or any(isinstance(r, (TopK, Scan)) for r in k.reduces) or k.X.v == 1:
                 continue
             if [s.v for s in k.anchor.shape] != [s.v for s in o.shape]:
                 continue

@@ -17,9 +17,11 @@ import torch
 
 from tileagent.drafters.builtin.fusion_onepass import moments, online_pair
 from tileagent.drafters.builtin.fusion_stash import stash
+from tileagent.drafters.builtin.scan import Scan, ScanOut, scan_lines
 from tileagent.drafters.builtin.index import ONE, Dyn, Lin, Size, Unsupported, Var, prod, ravel, unravel
-from tileagent.drafters.builtin.values import (BOOL, DT, FLOAT, INT, ON_CUDA, Global, Reduce, TopK, TopKPart, V,
-                                               _simple, _uses, _where, kind_of)
+from tileagent.drafters.builtin.pointwise_text import ON_CUDA
+from tileagent.drafters.builtin.values import (BOOL, DT, FLOAT, INT, Global, Reduce, TopK, TopKPart, V, _simple, _uses,
+                                               _where, kind_of)
 
 if TYPE_CHECKING:
     from tileagent.drafters.builtin.fusion import Kernel, Plan
@@ -41,7 +43,7 @@ def _globals(v) -> set:
         if isinstance(x, Global):
             out.add(x.name)
         stack.extend(a for a in getattr(x, "ins", ()) if isinstance(a, V))
-        if isinstance(x, (Reduce, TopK)):
+        if isinstance(x, (Reduce, TopK, Scan)):
             stack.append(x.value if isinstance(x, Reduce) else x.src)
     return out
 
@@ -54,11 +56,11 @@ def _deps(v) -> list:
         if id(x) in seen:
             return
         seen.add(id(x))
-        if not top and isinstance(x, (Reduce, TopK)):
+        if not top and isinstance(x, (Reduce, TopK, Scan)):
             out.append(x)
             return
-        if isinstance(x, TopKPart):
-            out.append(x.topk)
+        if isinstance(x, (TopKPart, ScanOut)):
+            out.append(x.topk if isinstance(x, TopKPart) else x.scan)
             return
         for a in getattr(x, "ins", ()):
             go(a, False)
@@ -138,6 +140,7 @@ class KernelWriter:
         self.params: dict = {}  # name -> (declaration, forward argument)
         self.allocs: dict = {}
         self.alloc_dtype: dict = {}  # fragment -> its dtype when not float32 (an integer output's tile)
+        self.shared: set = set()  # tiles allocated in shared memory (a scan's, read across threads)
         self.frag_of: dict = {}
         self.done: set = set()
         self.red_alias: dict = {}  # reduction number -> the earlier one computing the same values
@@ -387,6 +390,10 @@ class KernelWriter:
                 body += self.topk(r, n_red, out_params, pad)
                 self.done.add(id(r))
                 continue
+            if isinstance(r, Scan):
+                body += scan_lines(self, r, n_red, out_params, pad)
+                self.done.add(id(r))
+                continue
             if id(r) in self.done:  # the sum of an online pair, written with its max
                 continue
             key = (r.op, id(r.value), tuple(r.dims))
@@ -564,7 +571,7 @@ class KernelWriter:
         """Whether the columns may be split over blocks: independent sum/max/min reductions (none reads another of
         this kernel) whose results leave only per row (no full-size output in this kernel)."""
         k = self.k
-        if k.pointwise or k.full_outs or not k.reduces or any(isinstance(r, TopK) for r in k.reduces):
+        if k.pointwise or k.full_outs or not k.reduces or any(isinstance(r, (TopK, Scan)) for r in k.reduces):
             return False
         for r in k.reduces:
             extra = [r.value] if r.value is not r.src else []
@@ -647,7 +654,8 @@ class KernelWriter:
         staged = [n for n in self.hoisted if n in self.allocs] if self.stage_sizes and not k.pointwise else []
         allocs = [" " * 12 + (f"{n} = T.alloc_shared({shape}, {_dtype_text(dt.get(n, 'float32'))}) if NS > 1 else "
                               if n in staged else f"{n} = ") +
-                  f"T.alloc_fragment({shape}, {_dtype_text(dt.get(n, 'float32'))})"
+                  f"T.alloc_{'shared' if n in self.shared else 'fragment'}({shape}, "
+                  f"{_dtype_text(dt.get(n, 'float32'))})"
                   for n, shape in self.allocs.items() if not split or n not in self.allocs2]
         allocs += [" " * 12 + f"{a} = T.alloc_shared({self.allocs[f]}, {_dtype_text(dt.get(f, 'float32'))}) if NS > 1 "
                    f"else {f}  # the same tile, staged for another pipeline" for a, f in self.stage_alias.items()

@@ -24,7 +24,7 @@ import torch
 
 from tileagent.drafters.builtin.aten import AtenTrace, source_line
 from tileagent.drafters.builtin.index import ONE, ZERO, Dyn, Lin, Size, Unsupported, prod, ravel, unravel
-from tileagent.drafters.builtin.pointwise_text import (ON_CUDA, power, reduction_division, round_half_even, round_small,
+from tileagent.drafters.builtin.pointwise_text import (power, reduction_division, round_half_even, round_small,
                                                        scalar_division)
 
 aten = torch.ops.aten
@@ -273,9 +273,13 @@ class Builder:
                 node.args[0].op != "placeholder" and len(node.args[0].users) == 1:
             name = name[:-1]  # in place on a value nothing else reads (cosine_similarity's clamp_min_ of a clone)
         if name in ("max", "min") and isinstance(val, (list, tuple)) and len(args) > 1:
-            return self.max_with_indices(node, name, args)
+            from tileagent.drafters.builtin import ranking  # (ranking.py builds on this module)
+
+            return ranking.max_with_indices(self, node, name, args)
         if name in ("argmax", "argmin"):
-            return self.arg_extreme(node, name, args, kw)
+            from tileagent.drafters.builtin import ranking
+
+            return ranking.arg_extreme(self, node, name, args, kw)
         if not isinstance(val, (torch.Tensor, list, tuple)) or name in ("sym_size", "sym_float", "sym_int"):
             return self.scalar(node, name, args)
         if not isinstance(val, torch.Tensor) and name not in ("split_with_sizes", "split", "topk"):
@@ -283,9 +287,20 @@ class Builder:
         shape, dtype = (self.shape_of(node), val.dtype) if isinstance(val, torch.Tensor) else (None, None)
         if name in VIEW_OPS and name not in ("view", "_unsafe_view", "reshape", "_reshape_alias"):
             return args[0]
-        if isinstance(args[0], TopKPart) and name in ("view", "_unsafe_view", "reshape", "_reshape_alias", "squeeze",
-                                                      "unsqueeze") and prod(shape).v == prod(args[0].shape).v:
+        reshape = name in ("view", "_unsafe_view", "reshape", "_reshape_alias", "squeeze", "unsqueeze")
+        if isinstance(args[0], TopKPart) and reshape and prod(shape).v == prod(args[0].shape).v:
             return TopKPart(args[0].topk, args[0].which, shape)  # the same elements in the same order
+        from tileagent.drafters.builtin import scan  # (scan.py builds on this module)
+
+        if isinstance(args[0], scan.ScanOut) and reshape and scan.reshaped(args[0], shape) is not None:
+            return scan.reshaped(args[0], shape)
+        if name in ("cumsum", "cumprod"):
+            return scan.scan_value(self, node, name, args, kw)
+        if name == "flip":
+            src, dims = args[0], {d % len(args[0].shape) for d in args[1]}
+            return Fn(shape, dtype, lambda cx, idx, s=src, ds=dims: s.load(cx, [
+                Lin.c(s.shape[d] - ONE) - idx[d] if d in ds else idx[d] for d in range(len(idx))]),
+                node).with_ins([src])
         if name in ("view", "_unsafe_view", "reshape", "_reshape_alias"):
             src = args[0]
             return Fn(shape, dtype, lambda cx, idx, s=src, sh=shape: s.load(cx, unravel(ravel(idx, sh), s.shape)),
@@ -456,54 +471,11 @@ class Builder:
             largest = args[3] if len(args) > 3 else kw.get("largest", True)
             if d != len(src.shape) - 1 or not largest or not isinstance(k, int) or k > 64:
                 self.fail(node, "topk other than the k (<= 64) largest along the last dim")
-            tk = self.top(src, k, node)
+            tk = TopK(src, k, node)
+            tk.ins = [src]
+            self.reduces.append(tk)
             return [TopKPart(tk, 0), TopKPart(tk, 1)]
         return self.pointwise(node, name, args, kw, shape, dtype)
-
-    def top(self, src, k, node) -> TopK:
-        tk = TopK(src, k, node)
-        tk.ins = [src]
-        self.reduces.append(tk)
-        return tk
-
-    def first_extreme(self, node, name, src, dim) -> TopK:
-        """The top-1 of ``src`` along ``dim`` (moved last), of its negation for ``min``: its index is the first
-        position of the largest (smallest) value, as torch's argmax (argmin) picks among equal ones."""
-        n = len(src.shape)
-        d = dim % n
-        order = [k for k in range(n) if k != d] + [d]
-        shape = [src.shape[k] for k in order]
-        moved = src if d == n - 1 else Fn(shape, src.dtype, lambda cx, idx, s=src, o=order: s.load(
-            cx, [idx[order.index(k)] for k in range(n)]), node).with_ins([src])
-        if name in ("min", "argmin"):
-            if kind_of(src.dtype) != FLOAT:
-                self.fail(node, f"{name} of integers")
-            moved = Fn(shape, src.dtype, lambda cx, idx, s=moved: f"(-{cx.convert(s, s.load(cx, idx), FLOAT)})",
-                       node).with_ins([moved])
-        return self.top(moved, 1, node)
-
-    def arg_extreme(self, node, name, args, kw):
-        """``argmax`` / ``argmin`` along a dim: a top-1's indices (its values a workspace the kernel writes)."""
-        src, dim = args[0], args[1] if len(args) > 1 else kw.get("dim")
-        if dim is None or not isinstance(src, V) or not src.shape:
-            self.fail(node, f"{name} over the whole tensor (give a dim)")
-        return TopKPart(self.first_extreme(node, name, src, dim), 1, self.shape_of(node))
-
-    def max_with_indices(self, node, name, args):
-        """``max(x, dim)`` / ``min(x, dim)`` (values, indices): the values a reduction (amax / amin) other math may
-        read; the indices, when something reads them, a top-1 as ``argmax``'s."""
-        src, dim = args[0], args[1]
-        keepdim = bool(args[2]) if len(args) > 2 else False
-        val = node.meta["val"][0]
-        shape = [Size.of(s, self.t.hints) for s in val.shape]
-        used = [any(u.target is operator.getitem and u.args[1] == k and u.users for u in node.users) for k in (0, 1)]
-        r = None
-        if used[0]:
-            r = Reduce("amax" if name == "max" else "amin", src, sorted({dim % len(src.shape)}), keepdim, val.dtype,
-                       node)
-            r.ins = [src]
-            self.reduces.append(r)
-        return [r, TopKPart(self.first_extreme(node, name, src, dim), 1, shape) if used[1] else None]
 
     def scalar(self, node, name, args):
         """A size computed in the graph (sym_size, arithmetic on SymInts, sym_float)."""

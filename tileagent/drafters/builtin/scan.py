@@ -1,0 +1,118 @@
+"""Prefix scans (``cumsum``, ``cumprod``) in the fusion lowering: a kernel of their own per scan.
+
+In: the ATen node of a scan and its lazy source (``values.V``). ``scan_value(builder, node, name, args, kw)`` puts a
+``Scan`` among the builder's reductions and returns its result as a ``ScanOut``: a tensor later kernels read like an
+input (tile copies), and that the plan writes straight to the model's output when the reference returns it.
+``KernelWriter.scan`` (``scan_lines`` here) writes the kernel: each block walks its rows' column tiles in order,
+scans a tile in shared memory with log2(BR) shifted additions (Hillis-Steele; every thread busy, where
+``T.cumsum`` adds a line on one thread), adds the carry of the tiles before and stores it.
+
+Guarantees: a float scan along any dim (moved last; the result is moved back for the readers), with the running
+value in float32 and one rounding to the output's dtype, as eager CUDA accumulates a 16-bit cumsum; the sum of a
+tile is in tree order, so within a few float32 ulps of a sequential one. Integer scans and ``dtype=`` other than
+a float raise ``Unsupported``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tileagent.drafters.builtin.index import prod
+from tileagent.drafters.builtin.values import DT, FLOAT, Fn, Global, V, kind_of
+
+IDENT = {"sum": "0.0", "prod": "1.0"}
+COMBINE = {"sum": "{a} + {b}", "prod": "{a} * {b}"}
+
+
+class Scan(V):
+    """The prefix ``op`` ("sum" / "prod") of ``src`` along its last dim."""
+
+    def __init__(self, src: V, op: str, dtype, node, name: str):
+        self.src, self.op, self.dtype, self.node, self.name = src, op, dtype, node, name
+        self.shape = list(src.shape)
+        self.ins = [src]
+        self.outs: dict = {}  # model output number -> the ScanOut the reference returns (written by the scan kernel)
+        self.read = False  # whether a later kernel reads the result (then the kernel also writes its workspace)
+
+
+class ScanOut(Global):
+    """A scan's result as a float32 tensor of forward (the scan kernel's workspace ``name``), read like an input."""
+
+    def __init__(self, scan: Scan, shape=None):
+        super().__init__(scan.name, scan.name, list(shape or scan.shape), torch.float32, scan.node)
+        self.scan = scan
+
+    def compute(self, cx, idx):
+        self.scan.read = True
+        return super().compute(cx, idx)
+
+
+def scan_value(b, node, name: str, args, kw) -> V:
+    """``cumsum`` / ``cumprod`` (``b``: the ``values.Builder``)."""
+    src, dim = args[0], args[1] if len(args) > 1 else kw.get("dim")
+    val = node.meta["val"]
+    if kind_of(val.dtype) != FLOAT or kind_of(src.dtype) != FLOAT:
+        b.fail(node, f"{name} of integers")
+    n = len(src.shape)
+    d = dim % n
+    order = [k for k in range(n) if k != d] + [d]
+    moved = src if d == n - 1 else Fn([src.shape[k] for k in order], src.dtype, lambda cx, idx, s=src, o=order: s.load(
+        cx, [idx[o.index(k)] for k in range(n)]), node).with_ins([src])
+    scan = Scan(moved, "sum" if name == "cumsum" else "prod", val.dtype, node, f"sc{len(b.reduces)}")
+    b.reduces.append(scan)
+    out = ScanOut(scan)
+    if d == n - 1:
+        return out
+    return Fn(b.shape_of(node), val.dtype, lambda cx, idx, s=out, o=order: s.load(cx, [idx[k] for k in o]),
+              node).with_ins([out])
+
+
+def reshaped(out: ScanOut, shape) -> ScanOut | None:
+    """``out`` viewed as ``shape`` (same elements, same order), or None when the element count differs."""
+    return ScanOut(out.scan, shape) if prod(shape).v == prod(out.shape).v else None
+
+
+def scan_lines(w, r: Scan, n: int, out_params: list, pad: int) -> list[str]:
+    """The scan kernel's body (``w``: its ``KernelWriter``): per column tile, the source into shared memory, the
+    shifted additions, the carry, the stores of the model's output(s) and of the workspace later kernels read."""
+    from tileagent.drafters.builtin.fusion_writer import Cx
+
+    k = w.k
+    cx = Cx(w, "tile")
+    val = cx.convert(r.src, r.src.load(cx, k.domain_index(r.src, [len(r.src.shape) - 1])), FLOAT)
+    ident, combine = IDENT[r.op], COMBINE[r.op]
+    for name in (f"sa{n}", f"sb{n}"):  # shared: the shifted reads cross threads
+        w.allocs[name] = "(BM, BR)"
+        w.shared.add(name)
+    w.allocs[f"carry{n}"] = "(BM,)"
+    w.allocs[f"fo{n}"] = "(BM, BR)"
+    q = " " * (pad + 4)
+    lines = [" " * pad + f"T.fill(carry{n}, {ident})",
+             " " * pad + "for kk in T.serial(NK):  # the row's tiles in order: each adds the carry of those before"]
+    lines += [q + s for s in w.loads(cx, 0)]
+    lines += w.body(cx, "tile", [f"sa{n}[i, j] = T.if_then_else(rg < NR, {val}, {ident})"], pad + 4)
+    shifted = f"T.if_then_else(j >= (1 << s), sa{n}[i, T.max(j - (1 << s), 0)], {ident})"
+    lines += [q + "for s in T.unroll((BR - 1).bit_length()):  # Hillis-Steele: log2(BR) shifted combines",
+              q + "    for i, j in T.Parallel(BM, BR):",
+              q + f"        sb{n}[i, j] = {combine.format(a=f'sa{n}[i, j]', b=shifted)}",
+              q + f"    T.copy(sb{n}, sa{n})",
+              q + "for i, j in T.Parallel(BM, BR):",
+              q + f"    fo{n}[i, j] = {combine.format(a=f'sa{n}[i, j]', b=f'carry{n}[i]')}",
+              q + "for i in T.Parallel(BM):",
+              q + f"    carry{n}[i] = {combine.format(a=f'carry{n}[i]', b=f'sa{n}[i, BR - 1]')}"]
+    targets = [(f"o{m}", DT[r.dtype], m) for m in sorted(r.outs)]
+    if r.read or not r.outs:
+        targets.append((r.name, "float32", None))
+    for name, dtype, m in targets:
+        out_params.append((name, f"{name}: T.Tensor(({k.X.t}, {k.R.t}), \"{dtype}\")", m))
+        if dtype == "float32":
+            lines.append(q + f"T.copy(fo{n}, {name}[bm * BM, kk * BR])")
+        else:
+            w.allocs[f"fc{n}"] = "(BM, BR)"
+            w.alloc_dtype[f"fc{n}"] = dtype
+            lines += [q + "for i, j in T.Parallel(BM, BR):", q + f"    fc{n}[i, j] = T.cast(fo{n}[i, j], \"{dtype}\")",
+                      q + f"T.copy(fc{n}, {name}[bm * BM, kk * BR])"]
+    return lines
+
+
+__all__ = ["Scan", "ScanOut", "reshaped", "scan_lines", "scan_value"]
