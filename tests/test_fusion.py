@@ -1047,3 +1047,61 @@ def get_init_inputs(M=64, D=300):
     results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{"M": 6, "D": 300}], seeds=1,
                               distributions=["normal", "offset"], seed=SEED)
     assert [r.correct for r in results] == [True], [r.message for r in results]
+
+
+POOL_FORMS = {  # forward body (x: (N, C, H, W)) -> what it returns
+    "max2d_module": "return self.pool(x)",
+    "max2d_padded_fp16": "return F.max_pool2d(x.half(), kernel_size=3, stride=2, padding=1)",
+    "max1d": "return F.max_pool1d(x.flatten(2), kernel_size=4, stride=2, padding=1)",
+    "avg2d": "return F.avg_pool2d(x, kernel_size=3, stride=1, padding=1)",
+    "avg1d_then_silu": "return F.silu(F.avg_pool1d(x.flatten(2), 2))",
+}
+
+
+@pytest.mark.parametrize("form", sorted(POOL_FORMS))
+def test_poolings_draft_as_strided_window_slices(form, tmp_path):
+    """max / avg pooling (KernelBench level 1, 41-46; a UNet's downsampling) were declined: a pooling is the max or
+    float32 sum of its windows' strided slices of the padded input. Correct on the CPU."""
+    ref = tmp_path / f"{form}.py"
+    ref.write_text(f'''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CONFIGS = [{{"N": 2, "C": 3, "H": 12, "W": 10}}]
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.MaxPool2d(2)
+
+    def forward(self, x):
+        {POOL_FORMS[form]}
+
+
+def get_inputs(N=2, C=3, H=12, W=10):
+    return [torch.randn(N, C, H, W)]
+
+
+def get_init_inputs(N=2, C=3, H=12, W=10):
+    return []
+''')
+    draft = BuiltinDrafter().draft(DraftTask(task_name=form, reference_path=str(ref), reference_source="",
+                                             configs=[], turn=1))[0]
+    candidate = tmp_path / f"{form}_candidate.py"
+    candidate.write_text(draft.source)
+    results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{"N": 2, "C": 3, "H": 12, "W": 10}],
+                              seeds=1, distributions=["normal"], seed=SEED)
+    assert [r.correct for r in results] == [True], [r.message for r in results]
+
+
+def test_a_max_pooling_whose_indices_are_read_is_declined_naming_it(tmp_path):
+    ref = write_reference(tmp_path, "pool_indices", '''
+        class Model(nn.Module):
+            def forward(self, x):
+                return F.max_pool2d(x, 2, return_indices=True)[1]
+        ''', "[torch.randn(2, 3, 8, 8)]")
+    with pytest.raises(DrafterUnavailable, match=r"the op max_pool2d_with_indices \(aten::max_pool2d_with_indices "
+                                                 r"at pool_indices.py:8: "):
+        BuiltinDrafter().draft(DraftTask(task_name="pool_indices", reference_path=str(ref), reference_source="",
+                                         configs=[], turn=1))

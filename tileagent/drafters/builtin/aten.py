@@ -54,6 +54,8 @@ def decomposition_table() -> dict:
         if op is not None:
             table.update(get_decompositions([op]))
     table[aten.convolution.default] = _depthwise_conv1d
+    for op, nd in ((aten.avg_pool1d, 1), (aten.avg_pool2d, 2), (aten.avg_pool3d, 3)):
+        table[op.default] = functools.partial(_avg_pool, nd)
     # kept as primitives: chunk/split (lowered as slices), topk, mm/addmm/bmm (declined here: the GEMM template)
     for op in (aten.split_with_sizes, aten.split, aten.topk):
         for overload in op.overloads():
@@ -81,13 +83,68 @@ def _depthwise_conv1d(x, weight, bias, stride, padding, dilation, transposed, ou
     return acc.to(x.dtype)
 
 
-class _UniformBags(TorchFunctionMode):
-    """``F.embedding_bag`` of a 2-d input (bags of one size, no offsets, no per-sample weights, max_norm or
-    padding_idx) as the rows gathered (``F.embedding``) and reduced over the bag (mode sum, mean or max), which the
-    fusion lowering has; its other forms reach ``aten._embedding_bag``, which the drafter declines."""
+def _pool_windows(x, nd: int, kernel, stride, padding, fill):
+    """The strided slices of ``x`` (its last ``nd`` dims padded with ``fill``), one per window offset, each of the
+    output's shape: a pooling is then a max or sum of them (slices, cat and pointwise math the lowering has)."""
+    import itertools
+
+    kernel, stride, padding = (list(v) * nd if len(v) == 1 else list(v) for v in (kernel, stride or kernel, padding))
+    lead = x.dim() - nd
+    for k, p in enumerate(padding):
+        if p:
+            d = lead + k
+            pad = x.new_full(list(x.shape[:d]) + [p] + list(x.shape[d + 1:]), fill)
+            x = torch.cat([pad, x, pad], dim=d)
+    out = [(x.shape[lead + k] - kernel[k]) // stride[k] + 1 for k in range(nd)]
+    for offsets in itertools.product(*(range(kk) for kk in kernel)):
+        w = x
+        for k, o in enumerate(offsets):
+            w = w.narrow(lead + k, o, (out[k] - 1) * stride[k] + 1)[(slice(None),) * (lead + k) + (
+                slice(None, None, stride[k]),)]
+        yield w
+
+
+def _ints(v) -> list:
+    """A pooling argument as a list (an int, a tuple, or None / [] for the default: the kernel size)."""
+    return [] if v is None else [v] if isinstance(v, int) else list(v)
+
+
+def _avg_pool(nd, x, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
+              divisor_override=None):
+    """``aten.avg_pool{1,2,3}d`` as the float32 sum of its windows' strided slices over the window size (floor
+    mode, padding counted as torch counts it by default); other forms stay one op (declined)."""
+    if ceil_mode or not count_include_pad or divisor_override is not None:
+        return NotImplemented
+    acc, n = None, 0
+    for w in _pool_windows(x, nd, kernel_size, stride, padding, 0.0):
+        acc, n = (w.float() if acc is None else acc + w.float()), n + 1
+    return (acc / n).to(x.dtype)
+
+
+class _Composites(TorchFunctionMode):
+    """Functional ops traced as the primitives the fusion lowering has, where their ATen form would hide them:
+
+    - ``F.embedding_bag`` of a 2-d input (bags of one size, no offsets, no per-sample weights, max_norm or
+      padding_idx) as the rows gathered (``F.embedding``) and reduced over the bag (mode sum, mean or max); its other
+      forms reach ``aten._embedding_bag``, which the drafter declines;
+    - ``F.max_pool{1,2,3}d`` without indices (``nn.MaxPool2d``...) as the max of the windows' strided slices, padded
+      with -inf (floor mode, dilation 1); ATen's form returns the indices too, which the drafter cannot write."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        nd = {torch.nn.functional.max_pool1d: 1, torch.nn.functional.max_pool2d: 2,
+              torch.nn.functional.max_pool3d: 3}.get(func)
+        if nd:
+            bound = inspect.signature(torch.nn.functional._max_pool2d).bind(*args, **kwargs)
+            bound.apply_defaults()
+            a = bound.arguments
+            dilation = a["dilation"] if isinstance(a["dilation"], (list, tuple)) else [a["dilation"]]
+            if not a["return_indices"] and not a["ceil_mode"] and all(d == 1 for d in dilation):
+                acc = None
+                for w in _pool_windows(a["input"], nd, _ints(a["kernel_size"]), _ints(a["stride"]),
+                                       _ints(a["padding"]), float("-inf")):
+                    acc = w if acc is None else torch.maximum(acc, w)
+                return acc
         if func is torch.nn.functional.embedding_bag:
             bound = inspect.signature(func).bind(*args, **kwargs)
             bound.apply_defaults()
@@ -135,7 +192,7 @@ def trace_aten(path, config: dict | None = None) -> AtenTrace:
     tensors.update(dict(model.named_buffers()))
 
     def run(params, *args):
-        with _UniformBags():
+        with _Composites():
             return functional_call(model, dict(zip(names, params)), args)
 
     try:
