@@ -1105,3 +1105,23 @@ def test_a_max_pooling_whose_indices_are_read_is_declined_naming_it(tmp_path):
                                                  r"at pool_indices.py:8: "):
         BuiltinDrafter().draft(DraftTask(task_name="pool_indices", reference_path=str(ref), reference_source="",
                                          configs=[], turn=1))
+
+
+@pytest.mark.parametrize("body", ["return torch.roll(x, shifts=3, dims=1)",
+                                  "return x.index_select(0, torch.arange(x.shape[0] - 1, -1, -1, device=x.device)) + x",
+                                  "return torch.remainder(torch.arange(x.shape[1], device=x.device) - 5, 7) * x",
+                                  "return torch.fmod(torch.arange(x.shape[1], device=x.device) - 20, -7) * x"])
+def test_roll_index_select_and_integer_remainders(body, tmp_path):
+    """torch.roll (an index_select of (arange + shift) fmod n, with a PythonMod size) and index_select were
+    declined; integer fmod / remainder follow torch's truncated / floored rules."""
+    ref = write_reference(tmp_path, "rolled", f'''
+        class Model(nn.Module):
+            def forward(self, x):
+                {body}
+        ''', "[torch.randn(6, 40)]")
+    draft = BuiltinDrafter().draft(DraftTask(task_name="rolled", reference_path=str(ref), reference_source="",
+                                             configs=[], turn=1))[0]
+    candidate = tmp_path / "rolled_candidate.py"
+    candidate.write_text(draft.source)
+    results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{}], seeds=1, seed=SEED)
+    assert [r.correct for r in results] == [True], [r.message for r in results]

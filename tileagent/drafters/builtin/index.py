@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import sympy
+from sympy.printing.str import StrPrinter
 import torch
 from torch.utils._sympy.functions import FloorDiv
 
@@ -100,11 +101,18 @@ def _is_lit(s: Size) -> bool:
     return s.e.is_Integer
 
 
+class _SizePrinter(StrPrinter):
+    """torch's PythonMod (Python's floored %, as in ``torch.roll``'s index) as ``(a % b)``."""
+
+    def _print_PythonMod(self, expr):
+        return f"(({self._print(expr.args[0])}) % ({self._print(expr.args[1])}))"
+
+
 def _py(expr) -> str:
     """Python text of a sympy size expression (torch's FloorDiv prints as a//b)."""
     if expr.is_Integer:
         return str(int(expr)) if int(expr) >= 0 else f"({int(expr)})"
-    text = str(expr)
+    text = _SizePrinter().doprint(expr)
     for bad in ("Mod(", "Max(", "Min(", "ceiling", "floor(", "/"):
         if bad in text.replace("//", ""):
             raise Unsupported(f"a size {text} that the lowering cannot write")

@@ -449,6 +449,9 @@ class Builder:
                 dyn = Dyn(cx.int_value(ix, ix.load(cx, idx[:-1])), w.shape[0].v - 1)
                 return w.load(cx, [Lin.atom(dyn), idx[-1]])
             return Fn(shape, dtype, load, node).with_ins([weight, index])
+        if name == "index_select":  # x.index_select(d, ix) is x[(:,) * d + (ix,)] (torch.roll's gather)
+            args = [args[0], [None] * (args[1] % len(args[0].shape)) + [args[2]]]
+            name = "index"
         if name == "index" and len(args) > 1:
             src, indices = args[0], args[1]
             if sum(i is not None for i in indices) != 1 or any(i is not None for i in indices[1:]) and \
@@ -589,8 +592,8 @@ class Builder:
             pass
         else:
             self.fail(node)
-        if name in BINARY_F and BINARY_F[name] is None:
-            self.fail(node)
+        if name in BINARY_F and BINARY_F[name] is None and not (name in ("fmod", "remainder") and out_kind == INT):
+            self.fail(node)  # float fmod / remainder (exact in torch) and atan2
         shapes = shape
 
         def operand(cx, a, idx, kind):
@@ -679,6 +682,10 @@ class Builder:
                 return scalar_division(a, b)
             if name in ("div", "true_divide") and isinstance(args[1], Reduce) and args[1].dtype == torch.float32:
                 return reduction_division(a, b)
+            if name in ("fmod", "remainder"):  # integers: % floors; fmod truncates (torch.roll's index arithmetic)
+                m = cx.let(f"({a} % {b})")
+                return m if name == "remainder" else \
+                    f"T.if_then_else({m} != 0 and (({a} < 0) != ({b} < 0)), {m} - {b}, {m})"
             if name == "pow":
                 p = args[1]
                 if isinstance(p, (int, float)) and not isinstance(p, bool):
