@@ -1125,3 +1125,23 @@ def test_roll_index_select_and_integer_remainders(body, tmp_path):
     candidate.write_text(draft.source)
     results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{}], seeds=1, seed=SEED)
     assert [r.correct for r in results] == [True], [r.message for r in results]
+
+
+@pytest.mark.parametrize("body", ["return (x.unsqueeze(-1) + y[:, :8].unsqueeze(1)).sum(1)",
+                                  "return F.one_hot((x.abs() * 3).long().clamp(max=7), 8).float().sum(1)"])
+def test_a_split_reduction_keeps_block_uniform_operands_on_one_row(body, tmp_path):
+    """A sum over the middle dim of (M, D, 8) runs rows (m, c) with D split over blocks; x[m, :] is read once per
+    block at the block's first row, valid only when BM divides 8. The split schedule dropped that divisor and summed
+    the wrong rows (found drafting one_hot, whose input checks, _assert_async, are not kernel work)."""
+    ref = write_reference(tmp_path, "middle_sum", f'''
+        class Model(nn.Module):
+            def forward(self, x, y):
+                {body}
+        ''', "[torch.randn(6, 64), torch.randn(6, 64)]")
+    draft = BuiltinDrafter().draft(DraftTask(task_name="middle_sum", reference_path=str(ref), reference_source="",
+                                             configs=[], turn=1))[0]
+    assert "schedule_split((8*s" in draft.source and ", div=8)" in draft.source
+    candidate = tmp_path / "middle_sum_candidate.py"
+    candidate.write_text(draft.source)
+    results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{}], seeds=1, seed=SEED)
+    assert [r.correct for r in results] == [True], [r.message for r in results]

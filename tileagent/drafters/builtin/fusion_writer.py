@@ -718,8 +718,9 @@ class KernelWriter:
             sched = sched[:-1] + ", half=True)"  # every row tile 16-bit: two values a register
         if k.pointwise and len(tiles) <= 2:
             sched = sched[:-1] + ", light=True)"  # few tiles a value: half the values a thread (schedule())
-        if split:
-            sched = f"schedule_split({k.X.t}, {k.R.t})"
+        if split:  # keeps the row operands' divisor: a block's rows share the uniform operand's row (uniform_col)
+            sched = f"schedule_split({k.X.t}, {k.R.t}" + (f", div={min(self.row_div, key=lambda d: d.v).t})"
+                                                            if self.row_div else ")")
         call = f"{fname}({args}{', ' if args else ''}*{sched})({', '.join(arg for _, (_, arg, _) in ins)})"
         outs = [f"o{n}" if n is not None else name for name, _, n in out_params]
         return "\n".join(text) + "\n", (call, outs)

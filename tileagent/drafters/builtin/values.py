@@ -192,6 +192,17 @@ VIEW_OPS = {"view", "_unsafe_view", "reshape", "alias", "clone", "lift_fresh_cop
             "_reshape_alias"}
 
 
+def _checks_only(graph) -> set:
+    """The nodes that only feed input checks (``_assert_async``: one_hot's "class values must be non-negative"): a
+    kernel does not raise, and the evaluator's inputs are valid."""
+    out: set = set()
+    for node in reversed(graph.nodes):
+        if node.op == "call_function" and (_opname(node) in ("_assert_async", "_assert_scalar") or node.users and all(
+                u in out for u in node.users)):
+            out.add(node)
+    return out
+
+
 def _opname(node) -> str:
     t = node.target
     if hasattr(t, "_schema"):
@@ -227,7 +238,10 @@ class Builder:
 
         placeholders = iter(self.t.places)
         out = None
+        checks = _checks_only(self.t.gm.graph)
         for node in self.t.gm.graph.nodes:
+            if node in checks:
+                continue
             if node.op == "placeholder":
                 kind, ref = next(placeholders)
                 val = node.meta.get("val")

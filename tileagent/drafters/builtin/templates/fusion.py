@@ -120,7 +120,7 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
 
 SCHEDULE_SPLIT = '''
 
-def schedule_split(NX, NR):
+def schedule_split(NX, NR, div=0):
     """(BM, BR, THREADS, SPLIT): schedule() plus SPLIT blocks per row group along the columns when fewer than
     SPLIT_BLOCKS blocks would run (a reduction to a few values: a norm of the whole tensor, a loss): 1024 is about 8
     blocks per SM of an H100/H200 (132 SMs), all resident at once where the kernel holds 8 or more per SM (a loss's,
@@ -130,7 +130,7 @@ def schedule_split(NX, NR):
     of one tile than in 1024 (H200). Fewer than 128 tiles in all take smaller ones, down to 128 values on 32
     threads: a cross-entropy loss's mean over its 4096 tokens was one tile, one block gathering every label's logit
     (21 of 155 us on the H200, ncu), now 32 blocks."""
-    bm, br, threads = schedule(NX, NR, False, False, grow=False)
+    bm, br, threads = schedule(NX, NR, False, False, grow=False, div=div)  # div: as schedule's (BM divides it)
     blocks = (NX + bm - 1) // bm
     while blocks * ((NR + br - 1) // br) < 128 and br > 128:
         br //= 2
