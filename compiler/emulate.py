@@ -43,7 +43,9 @@ import torch
 from tileagent.compiler.errors import KernelArgumentError
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
 from tileagent.compiler.atomic_ops import combine, elementwise
-from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, Evaluate, For, If, ImportSource, Let, Store, While
+from tileagent.compiler.ir.stmt import (AtomicAdd, Buffer, Evaluate, For, If, ImportSource, Let, NamedBarrier, Store,
+                                        While)
+from tileagent.compiler import emulate_sync
 from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
 from tileagent.compiler.emulate_wgmma import check_not_busy, finish_wgmma, note_generic_write
 from tileagent.compiler.emulate_tma import finish_tma
@@ -168,6 +170,7 @@ class _Block:
             self.rmax = torch.full((n,), -1, dtype=torch.int64)
             self.r_epoch = torch.full((n,), -1, dtype=torch.int64)
             self.r_released = torch.zeros(n, dtype=torch.bool)  # this epoch's reads precede a stage release
+            emulate_sync.setup(self, n)  # accesses a named barrier ordered (T.sync_threads(id, count))
 
     def run(self) -> None:
         self._setup_shared()
@@ -331,6 +334,7 @@ class _Block:
 
     _HANDLERS = {Let: let, If: if_, For: for_, While: while_, Declare: declare, Store: store, AtomicAdd: atomic_add,
                  VecCopy: vec_copy, VecAtomicAdd: vec_atomic_add, Barrier: barrier, **emulators(),
+                 NamedBarrier: emulate_sync.named_barrier,
                  Evaluate: lambda self, s: self.call(s.value), ImportSource: lambda self, s: None}
 
     # -- memory ------------------------------------------------------------------------------------------------
@@ -454,12 +458,12 @@ class _Block:
         b, t = self._bytes(buf, idx, ids)
         b, t = b.reshape(-1), t.reshape(-1)
         wr = self.writer[b]
-        bad = (self.w_epoch[b] == self.epoch) & (wr != t)
+        bad = (self.w_epoch[b] == self.epoch) & (wr != t) & ~emulate_sync.released(self, self.w_group[b], t)
         if bool(bad.any()):
             j = int(bad.nonzero()[0])
             raise self._race(buf, int(b[j]), self._who_wrote(buf, int(b[j])), f"read by thread {int(t[j])}")
-        stale = b[self.r_epoch[b] != self.epoch]
-        self.rmin[stale], self.rmax[stale] = self.nt, -1
+        stale = b[(self.r_epoch[b] != self.epoch) | (self.r_group[b] >= 0)]
+        self.rmin[stale], self.rmax[stale], self.r_group[stale] = self.nt, -1, -1
         self.r_epoch[b] = self.epoch
         self.r_released[b] = False
         self.rmin.scatter_reduce_(0, b, t, "amin")
@@ -472,6 +476,7 @@ class _Block:
         b, t = b.reshape(-1), t.reshape(-1)
         rmin, rmax = self.rmin[b], self.rmax[b]
         bad = (self.r_epoch[b] == self.epoch) & ~self.r_released[b] & ((rmin != t) | (rmax != t))
+        bad &= ~emulate_sync.released(self, self.r_group[b], t)
         if bool(bad.any()):
             j = int(bad.nonzero()[0])
             reader = int(rmin[j]) if int(rmin[j]) != int(t[j]) else int(rmax[j])
@@ -496,17 +501,20 @@ class _Block:
         b, t = b.reshape(-1), t.reshape(-1)
         wr = self.writer[b]
         bad = (self.w_epoch[b] == self.epoch) & (wr != t) & ((wr != _ATOMIC) | (not atomic))
+        bad &= ~emulate_sync.released(self, self.w_group[b], t)
         verb = "updated by an atomic add in thread" if atomic else "written by thread"
         if bool(bad.any()):
             j = int(bad.nonzero()[0])
             raise self._race(buf, int(b[j]), self._who_wrote(buf, int(b[j])), f"{verb} {int(t[j])}")
         rmin, rmax = self.rmin[b], self.rmax[b]
         bad = (self.r_epoch[b] == self.epoch) & ((rmin != t) | (rmax != t))
+        bad &= ~emulate_sync.released(self, self.r_group[b], t)
         if bool(bad.any()):
             j = int(bad.nonzero()[0])
             reader = int(rmin[j]) if int(rmin[j]) != int(t[j]) else int(rmax[j])
             raise self._race(buf, int(b[j]), f"read by thread {reader}", f"{verb} {int(t[j])}")
         self.w_epoch[b] = self.epoch
+        self.w_group[b] = -1
         self.writer_buf[b] = self.shared.index(buf)
         if atomic:
             self.writer[b] = _ATOMIC

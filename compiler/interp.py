@@ -25,8 +25,8 @@ from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Sele
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.atomic_ops import combine
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
-                                        Kernel, Let, MBarrierOp, Parallel, Print, PrimFunc, Region, Store, UseSwizzle,
-                                        While)
+                                        Kernel, Let, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc, Region, Store,
+                                        UseSwizzle, While)
 from tileagent.compiler.tileops import op_for
 
 _INT_POISON = -(2**30) + 7
@@ -198,12 +198,24 @@ class _Interpreter:
                               f"later in the source; TileAgent runs warp-specialized code (T.ws) in program order, "
                               f"so each wait must follow the arrives it waits for", s.span)
 
+    def named_barrier(self, s: NamedBarrier, mask) -> None:
+        """``bar.sync id, count``: orders nothing here (per-thread code runs statement by statement for all threads
+        at once), but exactly ``count`` threads must reach it, or the GPU would hang or let it complete early."""
+        if self.lanes is None or self.active is None:
+            reached = self.block_threads
+        else:
+            reached = int(torch.broadcast_to(self.active, self.lanes.shape).sum())
+        if reached != s.arrive_count:
+            raise KernelFault(f"T.sync_threads({s.barrier_id}, {s.arrive_count}) is reached by {reached} of the "
+                              f"block's {self.block_threads} threads, not {s.arrive_count}", s.span)
+
     def evaluate(self, s: Evaluate, mask) -> None:
         raise foreign_code(s.value, s.span)
 
     _HANDLERS = {Kernel: kernel, Alloc: alloc, For: for_, Parallel: parallel, If: if_, Let: let, Store: store,
                  AtomicAdd: atomic_add, Print: print_, AnnotateLayout: nothing, UseSwizzle: nothing,
-                 MBarrierOp: mbarrier, While: while_, Evaluate: evaluate, ImportSource: nothing}
+                 MBarrierOp: mbarrier, While: while_, Evaluate: evaluate, ImportSource: nothing,
+                 NamedBarrier: named_barrier}
 
     # -- memory ----------------------------------------------------------------------------------------------
     def _clip(self, r: Region, span):

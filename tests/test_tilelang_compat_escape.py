@@ -46,27 +46,6 @@ def test_sync_threads_and_set_max_nreg_are_statements_the_compiler_needs_no_help
     torch.testing.assert_close(kernel(a), a * 2 + 1)
 
 
-def test_named_barrier_is_E701_at_its_line(tilelang, tmp_path):
-    ns = load_script(write_source(tmp_path, "named.py", """\
-        import tilelang
-        import tilelang.language as T
-
-
-        def copy(N):
-            @T.prim_func
-            def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
-                with T.Kernel(1, threads=64) as bx:
-                    T.sync_threads(3, 32)
-                    T.copy(A, B)
-            return main
-        """))
-    with pytest.raises(CompileError) as info:
-        tilelang.compile(ns["copy"](64), out_idx=[1], target="cpu")
-    assert info.value.code == "E701" and info.value.span.line == 9
-    assert info.value.message == ("T.sync_threads(3, 32): named barriers over part of the block are not supported "
-                                  "by TileAgent")
-
-
 EXTERN_PROGRAM = """\
     import tilelang
     import tilelang.language as T

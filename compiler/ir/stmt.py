@@ -143,6 +143,21 @@ class GridSync(Stmt):
 
 
 @dataclass(frozen=True, eq=False, slots=True)
+class NamedBarrier(Stmt):
+    """``T.sync_threads(barrier_id, arrive_count)``: PTX ``bar.sync barrier_id, arrive_count``, a barrier over the
+    ``arrive_count`` threads (whole warps) that reach it, e.g. the threads under ``if tx < 256:`` in per-thread code,
+    where TileAgent cannot place a ``__syncthreads()`` of its own. The shared-memory accesses of those threads before
+    it are visible to them after it. Kept as it is in the thread IR; ``compiler.language.sync`` states the rules."""
+
+    barrier_id: int
+    arrive_count: int
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines=None) -> list[str]:
+        return [" " * indent + f"T.sync_threads({self.barrier_id}, {self.arrive_count})"]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class MBarrierOp(Stmt):
     """TileLang's hand-written warp-specialization barriers (``T.barrier_arrive`` / ``T.barrier_wait`` on a
     ``T.alloc_barrier``): TileAgent runs ``T.ws`` code in program order, so these only check that order. ``op`` is

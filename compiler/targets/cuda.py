@@ -52,6 +52,7 @@ from tileagent.compiler.targets.cuda_atomic import HELPERS as ATOMIC_HELPERS, at
 from tileagent.compiler.targets.cuda_cache_hints import HELPERS as HINT_HELPERS, hinted_load  # eviction_policy
 from tileagent.compiler.targets.cuda_extern import HANDLERS as EXTERN_HANDLERS, extern_expr, imported_sources
 from tileagent.compiler.targets.cuda_prelude import preamble
+from tileagent.compiler.targets.cuda_sync import HANDLERS as SYNC_HANDLERS
 from tileagent.compiler.targets.cuda_registers import scalar_arrays, static_loop, touches
 from tileagent.compiler.targets.cuda_scalars import bind_let, declare_scalars, element, unrolled_for, vec_copy_scalars
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
@@ -791,7 +792,7 @@ _STMT_HANDLERS = {Store: _KernelEmitter.store, Let: _KernelEmitter.let, If: _Ker
                   For: _KernelEmitter.for_, While: _KernelEmitter.while_, AtomicAdd: _KernelEmitter.atomic_add,
                   Declare: _KernelEmitter.declare,
                   Barrier: _KernelEmitter.barrier, VecCopy: _KernelEmitter.vec_copy,
-                  VecAtomicAdd: vec_atomic_add, **cuda_emitters(), **EXTERN_HANDLERS}
+                  VecAtomicAdd: vec_atomic_add, **cuda_emitters(), **EXTERN_HANDLERS, **SYNC_HANDLERS}
 _EXPR_HANDLERS = {Const: _KernelEmitter.e_const, Var: _KernelEmitter.e_var, SpecialVar: _KernelEmitter.e_var, BinOp: _KernelEmitter.e_binop,
                   Cmp: _KernelEmitter.e_cmp, Unary: _KernelEmitter.e_unary, Select: _KernelEmitter.e_select,
                   Cast: _KernelEmitter.e_cast, Load: _KernelEmitter.e_load, Call: _KernelEmitter.e_call}

@@ -61,8 +61,8 @@ UNSUPPORTED = {
     "annotate_compile_flags": "compile flags are not supported",
     "annotate_safe_value": "T.annotate_safe_value is not supported (out-of-bounds global reads give 0)",
     "annotate_l2_hit_ratio": "L2 persistence hints are not supported",
-    "named_barrier_arrive": "named barriers (over part of the block) are not supported: TileAgent places "
-                            "__syncthreads() between shared-memory writers and readers itself",
+    "named_barrier_arrive": "one-sided named-barrier arrives (bar.arrive) are not supported; T.sync_threads(id, "
+                            "count) (bar.sync: arrive and wait) is",
     "rng_init": "device random numbers are not supported",
     "rng_rand": "device random numbers are not supported",
 }
@@ -93,21 +93,6 @@ def set_max_nreg(reg_count, is_inc) -> None:
     """TileLang's ``T.set_max_nreg(reg_count, is_inc)``: ``setmaxnreg``, a warp group's register budget in a
     hand-specialized kernel (a hint: it changes no value). TileAgent runs ``T.ws`` groups in program order and
     allocates registers per kernel, so inside a prim_func the call is a statement with no effect."""
-    return None
-
-
-def sync_threads(barrier_id=None, arrive_count=None) -> None:
-    """TileLang's ``T.sync_threads()``: a block barrier (``__syncthreads()``). TileAgent places one itself wherever
-    a statement reads or rewrites shared memory that an earlier statement (also an earlier loop iteration) of
-    another thread wrote or read, at a point every thread reaches, so an explicit one adds nothing there: inside a
-    prim_func the call is a statement with no effect. It does not order global memory between the threads of a
-    block (write such exchanges through shared memory). Named barriers over part of the block,
-    ``T.sync_threads(barrier_id, arrive_count)``, are an E701."""
-    if barrier_id is not None or arrive_count is not None:
-        raise UnsupportedError(f"T.sync_threads({barrier_id}, {arrive_count}): named barriers over part of the block "
-                               f"are not supported by TileAgent", code="E701",
-                               hint="write T.sync_threads() (or nothing): TileAgent places __syncthreads() between "
-                                    "shared-memory writers and readers itself")
     return None
 
 
@@ -151,4 +136,4 @@ __all__ = list(_dsl_names) + ["alloc_reducer", "attr", "comm_reducer", "dp4a", "
                               "tvm_thread_allreduce",
                               "disable_warp_group_reg_alloc", "float4_e2m1fn", "int", "int1", "int2", "int4", "long",
                               "no_set_max_nreg", "parallel", "set_max_nreg", "shift_left", "shift_right", "short",
-                              "sync_threads", "uint", "uint1", "uint2", "uint4"]
+                              "uint", "uint1", "uint2", "uint4"]
