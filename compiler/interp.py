@@ -101,14 +101,17 @@ class _Interpreter:
         b = s.buffer
         lanes = self.lanes is not None and b.scope in ("local", "var")
         shape = ((len(self.lanes),) if lanes else ()) + tuple(b.shape)
-        if s.init is not None:
+        if s.view_of is not None:  # T.reshape: the same storage, row-major in this shape
+            base = self.mem[s.view_of]
+            self.mem[b] = base.view((base.shape[0],) + tuple(b.shape) if s.view_of in self.lane_bufs else b.shape)
+        elif s.init is not None:
             self.mem[b] = as_tensor(self.ev(s.init), b.dtype).to(b.dtype.torch).expand(shape).clone()
         elif b.dtype.is_float:
             self.mem[b] = torch.full(shape, float("nan"), dtype=b.dtype.torch)
         else:
             self.mem[b] = torch.full(shape, _INT_POISON if b.dtype.bits >= 32 else 0, dtype=b.dtype.torch)
         self.shapes[b] = tuple(b.shape)
-        if lanes:
+        if lanes or s.view_of in self.lane_bufs:
             self.lane_bufs.add(b)
         else:
             self.lane_bufs.discard(b)

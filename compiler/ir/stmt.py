@@ -70,11 +70,14 @@ class Stmt:
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Alloc(Stmt):
-    """Declares ``buffer`` (shared, fragment, local or var) for the rest of the enclosing kernel."""
+    """Declares ``buffer`` (shared, fragment, local or var) for the rest of the enclosing kernel. ``view_of``: the
+    fragment or local buffer whose storage it shares, read row-major in its own shape (``T.reshape``,
+    ``compiler.language.views``); such a buffer has no storage of its own."""
 
     buffer: Buffer
     init: Expr | None = None
     span: Span | None = None
+    view_of: Buffer | None = None
 
 
 @dataclass(frozen=True, eq=False, slots=True)

@@ -262,6 +262,9 @@ class _Lowering:
         if isinstance(s, Alloc):
             if s.buffer.scope == "shared":
                 return []
+            if s.view_of is not None:  # T.reshape: the base's registers (its layout maps to the same slots)
+                ctx.local[s.buffer] = ctx.local[s.view_of]
+                return []
             reg = ctx.register_array(s.buffer)
             init = ctx.rewrite(s.init, {}) if s.init is not None else None
             return [Declare(reg, init, s.span)]

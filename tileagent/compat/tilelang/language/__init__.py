@@ -53,8 +53,6 @@ UNSUPPORTED = {
     "allocate": "raw TIR buffers are not supported; use T.alloc_shared / T.alloc_fragment / T.alloc_local",
     "gemm_sp": "sparse T.gemm_sp is not supported",
     "transpose": "T.transpose is not supported; copy through a T.Parallel loop",
-    "view": "T.view is not supported",
-    "reshape": "T.reshape is not supported",
     "device_assert": "T.device_assert is not supported",
     "index_to_coordinates": "T.index_to_coordinates is not supported",
     "annotate_pass_configs": "function-level pass configs are not supported; pass pass_configs= to tilelang.jit",
