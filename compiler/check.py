@@ -18,6 +18,7 @@ from tileagent.compiler.ir.simplify import depends_on, static_int
 from tileagent.compiler.ir.visit import loads
 from tileagent.compiler.ir.stmt import (Alloc, AtomicAdd, For, If, Kernel, Let, NamedBarrier, Parallel, Print, PrimFunc,
                                         Region, Store, While)
+from tileagent.compiler.language.random import check_random
 from tileagent.compiler.tileops import describe, op_for
 
 
@@ -52,6 +53,7 @@ class _Checker:
         if isinstance(s, Kernel):
             self.thread_vars = _thread_dependent(s) if s.thread_vars else ()
             self.threads = s.num_threads
+            check_random(s)
             self.body(s.body, True, (), True)
             self.thread_vars = ()
         elif isinstance(s, Parallel):

@@ -43,9 +43,9 @@ import torch
 from tileagent.compiler.errors import KernelArgumentError
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
 from tileagent.compiler.atomic_ops import combine, elementwise
-from tileagent.compiler.ir.stmt import (AtomicAdd, Buffer, Evaluate, For, If, ImportSource, Let, NamedBarrier, Store,
-                                        While)
-from tileagent.compiler import emulate_sync
+from tileagent.compiler.ir.stmt import (AtomicAdd, Buffer, Evaluate, For, If, ImportSource, Let, NamedBarrier, RngInit,
+                                        Store, While)
+from tileagent.compiler import emulate_sync, random_philox
 from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
 from tileagent.compiler.emulate_wgmma import check_not_busy, finish_wgmma, note_generic_write
 from tileagent.compiler.emulate_tma import finish_tma
@@ -176,6 +176,7 @@ class _Block:
         self._setup_shared()
         self.async_open: list = []  # AsyncCopies issued since the last AsyncCommit
         self.async_groups: list = []  # committed groups whose writes have not landed yet, oldest first
+        self.rng = random_philox.States(self.nt)  # T.rng_init / T.rng_rand: one generator per thread
         self.body(self.kernel.body)
         finish_async(self)
         finish_wgmma(self)
@@ -335,6 +336,8 @@ class _Block:
     _HANDLERS = {Let: let, If: if_, For: for_, While: while_, Declare: declare, Store: store, AtomicAdd: atomic_add,
                  VecCopy: vec_copy, VecAtomicAdd: vec_atomic_add, Barrier: barrier, **emulators(),
                  NamedBarrier: emulate_sync.named_barrier,
+                 RngInit: lambda self, s: self.rng.init(*(self.ev(x) for x in (s.seed, s.subsequence, s.offset)),
+                                                        self.mask),
                  Evaluate: lambda self, s: self.call(s.value), ImportSource: lambda self, s: None}
 
     # -- memory ------------------------------------------------------------------------------------------------
@@ -433,6 +436,9 @@ class _Block:
             last = torch.full((len(uniq),), -1, dtype=torch.int64)
             last.scatter_reduce_(0, inv, torch.arange(len(flat_idx)), "amax")
             flat_idx, flat_vals = flat_idx[last], flat_vals[last]
+        if mem.dtype == torch.uint32:  # torch lacks index_put for uint32: write the same bits as int32
+            bits = flat_vals.to(torch.int64) & 0xFFFFFFFF
+            mem, flat_vals = mem.view(torch.int32), torch.where(bits >= 2**31, bits - 2**32, bits)
         mem[flat_idx] = flat_vals.to(mem.dtype)
 
     # -- race detector -----------------------------------------------------------------------------------------
@@ -631,6 +637,15 @@ class _Block:
     def call(self, e: Call):
         if is_extern(e):
             raise foreign_code(e, self.span)
+        if e.name in random_philox.CALLS:  # each active thread draws its next number
+            if not bool(self.rng.ready[self.active()].all()):
+                raise EmulationError("T.rng_rand before this thread ran T.rng_init", self.span)
+            counts = torch.zeros(self.nt, dtype=torch.int64)
+            counts[self.active()] = 1
+            values, thread = self.rng.draw(counts)
+            out = torch.zeros(self.nt, dtype=torch.int64)
+            out[thread] = values
+            return out if e.name == "rng_rand" else random_philox.uniform(out)
         if e.name == "reinterpret":
             return reinterpret(self.ev(e.args[0]), e.args[0].dtype, e.dtype)
         if e.name not in MATH:

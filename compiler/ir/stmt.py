@@ -161,6 +161,24 @@ class NamedBarrier(Stmt):
 
 
 @dataclass(frozen=True, eq=False, slots=True)
+class RngInit(Stmt):
+    """``T.rng_init(seed, subsequence, offset)``: curand_init of the running thread's Philox4x32-10 generator, which
+    ``T.rng_rand()`` (a ``Call`` named "rng_rand", uint32) and ``T.rng_rand_float()`` ("rng_rand_float", float32)
+    draw from; ``compiler.language.random`` states the rules, ``compiler.random_philox`` the numbers."""
+
+    seed: Expr
+    subsequence: Expr
+    offset: Expr
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines=None) -> list[str]:
+        from tileagent.compiler.ir.printer import expr_str
+
+        args = ", ".join(expr_str(x) for x in (self.seed, self.subsequence, self.offset))
+        return [" " * indent + f"T.rng_init({args})"]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class MBarrierOp(Stmt):
     """TileLang's hand-written warp-specialization barriers (``T.barrier_arrive`` / ``T.barrier_wait`` on a
     ``T.alloc_barrier``): TileAgent runs ``T.ws`` code in program order, so these only check that order. ``op`` is

@@ -20,8 +20,8 @@ from tileagent.compiler.ir.expr import Var, make_binop, make_call
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
-                                        Kernel, Let, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc, Store,
-                                        UseSwizzle, While)
+                                        Kernel, Let, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc, RngInit,
+                                        Store, UseSwizzle, While)
 from tileagent.compiler.lower.context import LowerContext
 from tileagent.compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
 from tileagent.compiler.lower.pipeline import SoftwarePipeline, lower_pipeline
@@ -294,6 +294,8 @@ class _Lowering:
             return lower_elements(ctx, [s], {}, True if on_chip or ctx.kernel.thread_vars else kernel_level_writer())
         if isinstance(s, (Barrier, ImportSource, NamedBarrier)):
             return [s]
+        if isinstance(s, RngInit):  # every thread initializes its own generator
+            return [RngInit(*(ctx.rewrite(x, {}) for x in (s.seed, s.subsequence, s.offset)), s.span)]
         if isinstance(s, Evaluate):  # T.call_extern: every thread calls it (per-thread code)
             return [Evaluate(ctx.rewrite(s.value, {}), s.span)]
         if isinstance(s, Print):

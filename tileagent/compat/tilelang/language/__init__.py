@@ -61,8 +61,6 @@ UNSUPPORTED = {
     "annotate_l2_hit_ratio": "L2 persistence hints are not supported",
     "named_barrier_arrive": "one-sided named-barrier arrives (bar.arrive) are not supported; T.sync_threads(id, "
                             "count) (bar.sync: arrive and wait) is",
-    "rng_init": "device random numbers are not supported",
-    "rng_rand": "device random numbers are not supported",
 }
 
 
