@@ -44,7 +44,11 @@ UNSUPPORTED = {
                           "PersistentTileScheduler")},
     # escape hatches
     **{n: _ESCAPE for n in ("call_intrin", "call_pure_extern", "ptx", "ptx_mma",
-                            "ptx_ldmatrix", "CUDASourceCodeKernel", "address_of", "make_tensor", "ptr")},
+                            "ptx_ldmatrix", "CUDASourceCodeKernel", "address_of", "make_tensor")},
+    "ptr": "tensors of pointers (T.ptr elements, dereferenced with T.make_tensor) are not supported: TileAgent's "
+           "kernel parameters are typed arrays whose shapes, dtypes and alignment the launcher checks, and a raw "
+           "address it cannot check; pass the batches as one tensor with per-batch offsets (TileLang's "
+           "example_grouped_gemm_fwd.py form) instead",
     "tfloat32": "tfloat32 buffers are not supported; use float32 (T.gemm on float32 tiles already uses TF32 tensor "
                 "cores where the target allows)",
     "Fragment": "user-defined fragment layouts are not supported; layouts are inferred",
@@ -124,8 +128,25 @@ def __getattr__(name: str):
     reason = UNSUPPORTED.get(name, _BLACKWELL if name.startswith("tcgen05") else None)
     if reason is None:
         raise AttributeError(f"module 'tilelang.language' has no attribute '{name}'")
-    raise UnsupportedError(f"T.{name} is not supported by TileAgent: {reason}",
+    raise UnsupportedError(f"T.{name} is not supported by TileAgent: {reason}", _user_span(),
                            hint="docs/dsl.md has the table of TileLang features TileAgent supports")
+
+
+def _user_span():
+    """The program's line that asked for ``T.<name>`` when plain Python did (a parameter annotation, evaluated where
+    its ``def`` runs); None when TileAgent's frontend did (it puts its own span on the error)."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from tileagent.compat.run import _PACKAGE_DIRS
+    from tileagent.compiler.diagnostics import Span
+
+    frame = sys._getframe(2)
+    name = frame.f_code.co_filename
+    if name.startswith("<") or str(Path(name).resolve()).startswith(_PACKAGE_DIRS) or os.sep + "importlib" in name:
+        return None
+    return Span(name, frame.f_lineno, 0)
 
 
 __all__ = list(_dsl_names) + ["alloc_reducer", "attr", "comm_reducer", "dp4a", "evaluate", "finalize_reducer",
