@@ -16,8 +16,9 @@ from __future__ import annotations
 from tileagent.compiler.diagnostics import CompileError, DSLTypeError, InternalCompilerError, ScopeError, ShapeError
 from tileagent.compiler.ir.simplify import depends_on, static_int
 from tileagent.compiler.ir.visit import loads
-from tileagent.compiler.ir.stmt import (Alloc, AtomicAdd, For, If, Kernel, Let, Parallel, Print, PrimFunc, Region, Store,
-                                        While)
+from tileagent.compiler.ir.stmt import (Alloc, AtomicAdd, For, If, Kernel, Let, NamedBarrier, Parallel, Print, PrimFunc,
+                                        Region, Store, While)
+from tileagent.compiler.language.random import check_random
 from tileagent.compiler.tileops import describe, op_for
 
 
@@ -51,6 +52,8 @@ class _Checker:
                 _per_thread_tile_op(s, self.thread_vars)
         if isinstance(s, Kernel):
             self.thread_vars = _thread_dependent(s) if s.thread_vars else ()
+            self.threads = s.num_threads
+            check_random(s)
             self.body(s.body, True, (), True)
             self.thread_vars = ()
         elif isinstance(s, Parallel):
@@ -87,6 +90,15 @@ class _Checker:
             self.body(s.else_body, in_kernel, par_vars, static_par)
         elif isinstance(s, Print):
             self.exprs((s.value,), par_vars, static_par)
+        elif isinstance(s, NamedBarrier):
+            if in_par:
+                raise ScopeError("T.sync_threads(id, count) inside T.Parallel", code="E502",
+                                 hint="a barrier is a statement of the whole block (or of the threads of a branch); "
+                                      "put it between loops")
+            if s.arrive_count > getattr(self, "threads", s.arrive_count):
+                raise DSLTypeError(f"T.sync_threads({s.barrier_id}, {s.arrive_count}): the arrive count exceeds the "
+                                   f"kernel's {self.threads} threads", code="E301",
+                                   hint="count the threads that reach the barrier (at most the T.Kernel's threads)")
         elif isinstance(s, Store):
             self.access(s.buffer, s.indices, par_vars, static_par)
             self.exprs(s.indices + (s.value,), par_vars, static_par)

@@ -43,7 +43,9 @@ import torch
 from tileagent.compiler.errors import KernelArgumentError
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
 from tileagent.compiler.atomic_ops import combine, elementwise
-from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, Evaluate, For, If, ImportSource, Let, Store, While
+from tileagent.compiler.ir.stmt import (AtomicAdd, Buffer, Evaluate, For, If, ImportSource, Let, NamedBarrier, RngInit,
+                                        Store, While)
+from tileagent.compiler import emulate_sync, random_philox
 from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
 from tileagent.compiler.emulate_wgmma import check_not_busy, finish_wgmma, note_generic_write
 from tileagent.compiler.emulate_tma import finish_tma
@@ -168,11 +170,13 @@ class _Block:
             self.rmax = torch.full((n,), -1, dtype=torch.int64)
             self.r_epoch = torch.full((n,), -1, dtype=torch.int64)
             self.r_released = torch.zeros(n, dtype=torch.bool)  # this epoch's reads precede a stage release
+            emulate_sync.setup(self, n)  # accesses a named barrier ordered (T.sync_threads(id, count))
 
     def run(self) -> None:
         self._setup_shared()
         self.async_open: list = []  # AsyncCopies issued since the last AsyncCommit
         self.async_groups: list = []  # committed groups whose writes have not landed yet, oldest first
+        self.rng = random_philox.States(self.nt)  # T.rng_init / T.rng_rand: one generator per thread
         self.body(self.kernel.body)
         finish_async(self)
         finish_wgmma(self)
@@ -331,6 +335,9 @@ class _Block:
 
     _HANDLERS = {Let: let, If: if_, For: for_, While: while_, Declare: declare, Store: store, AtomicAdd: atomic_add,
                  VecCopy: vec_copy, VecAtomicAdd: vec_atomic_add, Barrier: barrier, **emulators(),
+                 NamedBarrier: emulate_sync.named_barrier,
+                 RngInit: lambda self, s: self.rng.init(*(self.ev(x) for x in (s.seed, s.subsequence, s.offset)),
+                                                        self.mask),
                  Evaluate: lambda self, s: self.call(s.value), ImportSource: lambda self, s: None}
 
     # -- memory ------------------------------------------------------------------------------------------------
@@ -429,6 +436,9 @@ class _Block:
             last = torch.full((len(uniq),), -1, dtype=torch.int64)
             last.scatter_reduce_(0, inv, torch.arange(len(flat_idx)), "amax")
             flat_idx, flat_vals = flat_idx[last], flat_vals[last]
+        if mem.dtype == torch.uint32:  # torch lacks index_put for uint32: write the same bits as int32
+            bits = flat_vals.to(torch.int64) & 0xFFFFFFFF
+            mem, flat_vals = mem.view(torch.int32), torch.where(bits >= 2**31, bits - 2**32, bits)
         mem[flat_idx] = flat_vals.to(mem.dtype)
 
     # -- race detector -----------------------------------------------------------------------------------------
@@ -454,12 +464,12 @@ class _Block:
         b, t = self._bytes(buf, idx, ids)
         b, t = b.reshape(-1), t.reshape(-1)
         wr = self.writer[b]
-        bad = (self.w_epoch[b] == self.epoch) & (wr != t)
+        bad = (self.w_epoch[b] == self.epoch) & (wr != t) & ~emulate_sync.released(self, self.w_group[b], t)
         if bool(bad.any()):
             j = int(bad.nonzero()[0])
             raise self._race(buf, int(b[j]), self._who_wrote(buf, int(b[j])), f"read by thread {int(t[j])}")
-        stale = b[self.r_epoch[b] != self.epoch]
-        self.rmin[stale], self.rmax[stale] = self.nt, -1
+        stale = b[(self.r_epoch[b] != self.epoch) | (self.r_group[b] >= 0)]
+        self.rmin[stale], self.rmax[stale], self.r_group[stale] = self.nt, -1, -1
         self.r_epoch[b] = self.epoch
         self.r_released[b] = False
         self.rmin.scatter_reduce_(0, b, t, "amin")
@@ -472,6 +482,7 @@ class _Block:
         b, t = b.reshape(-1), t.reshape(-1)
         rmin, rmax = self.rmin[b], self.rmax[b]
         bad = (self.r_epoch[b] == self.epoch) & ~self.r_released[b] & ((rmin != t) | (rmax != t))
+        bad &= ~emulate_sync.released(self, self.r_group[b], t)
         if bool(bad.any()):
             j = int(bad.nonzero()[0])
             reader = int(rmin[j]) if int(rmin[j]) != int(t[j]) else int(rmax[j])
@@ -496,17 +507,20 @@ class _Block:
         b, t = b.reshape(-1), t.reshape(-1)
         wr = self.writer[b]
         bad = (self.w_epoch[b] == self.epoch) & (wr != t) & ((wr != _ATOMIC) | (not atomic))
+        bad &= ~emulate_sync.released(self, self.w_group[b], t)
         verb = "updated by an atomic add in thread" if atomic else "written by thread"
         if bool(bad.any()):
             j = int(bad.nonzero()[0])
             raise self._race(buf, int(b[j]), self._who_wrote(buf, int(b[j])), f"{verb} {int(t[j])}")
         rmin, rmax = self.rmin[b], self.rmax[b]
         bad = (self.r_epoch[b] == self.epoch) & ((rmin != t) | (rmax != t))
+        bad &= ~emulate_sync.released(self, self.r_group[b], t)
         if bool(bad.any()):
             j = int(bad.nonzero()[0])
             reader = int(rmin[j]) if int(rmin[j]) != int(t[j]) else int(rmax[j])
             raise self._race(buf, int(b[j]), f"read by thread {reader}", f"{verb} {int(t[j])}")
         self.w_epoch[b] = self.epoch
+        self.w_group[b] = -1
         self.writer_buf[b] = self.shared.index(buf)
         if atomic:
             self.writer[b] = _ATOMIC
@@ -623,6 +637,15 @@ class _Block:
     def call(self, e: Call):
         if is_extern(e):
             raise foreign_code(e, self.span)
+        if e.name in random_philox.CALLS:  # each active thread draws its next number
+            if not bool(self.rng.ready[self.active()].all()):
+                raise EmulationError("T.rng_rand before this thread ran T.rng_init", self.span)
+            counts = torch.zeros(self.nt, dtype=torch.int64)
+            counts[self.active()] = 1
+            values, thread = self.rng.draw(counts)
+            out = torch.zeros(self.nt, dtype=torch.int64)
+            out[thread] = values
+            return out if e.name == "rng_rand" else random_philox.uniform(out)
         if e.name == "reinterpret":
             return reinterpret(self.ev(e.args[0]), e.args[0].dtype, e.dtype)
         if e.name not in MATH:

@@ -133,6 +133,7 @@ def _record_reads(block, addrs, q: int) -> None:
     block.rmin[stale], block.rmax[stale] = block.nt, -1
     block.r_epoch[b] = block.epoch
     block.r_released[b] = False
+    block.r_group[b] = -1  # no named barrier has ordered these reads (compiler.emulate_sync)
     block.rmin[b] = torch.clamp(block.rmin[b], max=q * GROUP)
     block.rmax[b] = torch.clamp(block.rmax[b], min=(q + 1) * GROUP - 1)
 

@@ -337,7 +337,7 @@ class _Parser(ExpressionParser):
                 self.store(buf, loop_vars, init, node)
             return buf
         buf = Buffer(name, spec.shape, spec.dtype, spec.scope, self.span(node))
-        self.emit(Alloc(buf, init), node)
+        self.emit(Alloc(buf, init, view_of=spec.view_of), node)
         self.bind(base, buf)
         if getattr(spec, "reducer", False):  # T.alloc_reducer: `buf[i] += v` adds atomically (language.allreduce)
             self.reducers.add(buf)

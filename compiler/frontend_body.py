@@ -76,6 +76,7 @@ def _used_allocations(part: tuple) -> tuple:
     for s in part:
         if not isinstance(s, Alloc):
             used |= buffers_used(s)
+    used |= {s.view_of for s in part if isinstance(s, Alloc) and s.buffer in used and s.view_of is not None}
     return tuple(s for s in part if not isinstance(s, Alloc) or s.buffer in used)
 
 

@@ -25,8 +25,9 @@ from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Sele
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.atomic_ops import combine
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
-                                        Kernel, Let, MBarrierOp, Parallel, Print, PrimFunc, Region, Store, UseSwizzle,
-                                        While)
+                                        Kernel, Let, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc, Region,
+                                        RngInit, Store, UseSwizzle, While)
+from tileagent.compiler import random_philox
 from tileagent.compiler.tileops import op_for
 
 _INT_POISON = -(2**30) + 7
@@ -92,6 +93,7 @@ class _Interpreter:
                 for var, value in zip(s.block_vars, reversed(idx)):
                     self.env[var] = value
                 self.mbarriers = {}  # each block's own barriers (T.alloc_barrier): [completed phases, arrivals]
+                self.rng = random_philox.States(1 if self.lanes is None else len(self.lanes))  # T.rng_init's
                 self.block_threads = s.num_threads
                 self.body(s.body, None)
         finally:
@@ -101,14 +103,17 @@ class _Interpreter:
         b = s.buffer
         lanes = self.lanes is not None and b.scope in ("local", "var")
         shape = ((len(self.lanes),) if lanes else ()) + tuple(b.shape)
-        if s.init is not None:
+        if s.view_of is not None:  # T.reshape: the same storage, row-major in this shape
+            base = self.mem[s.view_of]
+            self.mem[b] = base.view((base.shape[0],) + tuple(b.shape) if s.view_of in self.lane_bufs else b.shape)
+        elif s.init is not None:
             self.mem[b] = as_tensor(self.ev(s.init), b.dtype).to(b.dtype.torch).expand(shape).clone()
         elif b.dtype.is_float:
             self.mem[b] = torch.full(shape, float("nan"), dtype=b.dtype.torch)
         else:
             self.mem[b] = torch.full(shape, _INT_POISON if b.dtype.bits >= 32 else 0, dtype=b.dtype.torch)
         self.shapes[b] = tuple(b.shape)
-        if lanes:
+        if lanes or s.view_of in self.lane_bufs:
             self.lane_bufs.add(b)
         else:
             self.lane_bufs.discard(b)
@@ -139,7 +144,11 @@ class _Interpreter:
             shape = [1] * n
             shape[d] = int(self.ev(ext))
             self.env[var] = torch.arange(shape[d], dtype=torch.int64).reshape(shape)
-        self.body(s.body, mask)
+        self.par_shape = tuple(int(self.ev(e)) for e in s.extents)  # T.rng_rand draws in this order
+        try:
+            self.body(s.body, mask)
+        finally:
+            self.par_shape = None
 
     def if_(self, s: If, mask) -> None:
         c = self.ev(s.cond)
@@ -198,12 +207,49 @@ class _Interpreter:
                               f"later in the source; TileAgent runs warp-specialized code (T.ws) in program order, "
                               f"so each wait must follow the arrives it waits for", s.span)
 
+    def named_barrier(self, s: NamedBarrier, mask) -> None:
+        """``bar.sync id, count``: orders nothing here (per-thread code runs statement by statement for all threads
+        at once), but exactly ``count`` threads must reach it, or the GPU would hang or let it complete early."""
+        if self.lanes is None or self.active is None:
+            reached = self.block_threads
+        else:
+            reached = int(torch.broadcast_to(self.active, self.lanes.shape).sum())
+        if reached != s.arrive_count:
+            raise KernelFault(f"T.sync_threads({s.barrier_id}, {s.arrive_count}) is reached by {reached} of the "
+                              f"block's {self.block_threads} threads, not {s.arrive_count}", s.span)
+
+    def rng_init(self, s: RngInit, mask) -> None:
+        active = self.active if self.lanes is not None else None
+        self.rng.init(*(self.ev(x) for x in (s.seed, s.subsequence, s.offset)), active)
+
+    def rng_draw(self, e: Call):
+        """The next number of each running thread; in T.Parallel (a kernel of one thread: ``compiler.language.random``)
+        the one thread's next numbers over the running iterations in row-major order."""
+        if not bool(self.rng.ready.all()):
+            raise KernelFault("T.rng_rand before T.rng_init")
+        shape = getattr(self, "par_shape", None)
+        if shape is not None:
+            live = torch.ones(shape, dtype=torch.bool)
+            live = live if self.active is None else live & torch.broadcast_to(self.active, shape)
+            values, _ = self.rng.draw(live.sum().reshape(1))
+            out = torch.zeros(shape, dtype=torch.int64)
+            out[live] = values
+        elif self.lanes is not None:
+            live = torch.ones(len(self.lanes), dtype=torch.bool) if self.active is None else self.active.reshape(-1)
+            values, thread = self.rng.draw(live.to(torch.int64))
+            out = torch.zeros(len(self.lanes), dtype=torch.int64)
+            out[thread] = values
+        else:
+            out = self.rng.draw(torch.ones(1, dtype=torch.int64))[0][0]
+        return out if e.name == "rng_rand" else random_philox.uniform(out)
+
     def evaluate(self, s: Evaluate, mask) -> None:
         raise foreign_code(s.value, s.span)
 
     _HANDLERS = {Kernel: kernel, Alloc: alloc, For: for_, Parallel: parallel, If: if_, Let: let, Store: store,
                  AtomicAdd: atomic_add, Print: print_, AnnotateLayout: nothing, UseSwizzle: nothing,
-                 MBarrierOp: mbarrier, While: while_, Evaluate: evaluate, ImportSource: nothing}
+                 MBarrierOp: mbarrier, While: while_, Evaluate: evaluate, ImportSource: nothing,
+                 NamedBarrier: named_barrier, RngInit: rng_init}
 
     # -- memory ----------------------------------------------------------------------------------------------
     def _clip(self, r: Region, span):
@@ -313,6 +359,9 @@ class _Interpreter:
             acc = t.to(cd)
             acc.index_put_(index, vals.to(cd), accumulate=True)
             t.copy_(acc.to(t.dtype))
+        elif t.dtype == torch.uint32:  # torch lacks index_put for uint32: write the same bits as int32
+            bits = vals.to(torch.int64) & 0xFFFFFFFF
+            t.view(torch.int32).index_put_(index, torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32))
         else:
             t.index_put_(index, vals.to(t.dtype))
 
@@ -411,6 +460,8 @@ class _Interpreter:
     def call(self, e: Call):
         if is_extern(e):
             raise foreign_code(e, None)
+        if e.name in random_philox.CALLS:
+            return self.rng_draw(e)
         args = [self.ev(a) for a in e.args]
         dt = e.dtype
         if e.name == "reinterpret":

@@ -53,7 +53,8 @@ def register_words(buf, layouts) -> int:
 
 
 def _registers(k: Kernel, layouts, target) -> None:
-    allocs = [s for s in walk(k.body) if isinstance(s, Alloc) and s.buffer.scope in ("fragment", "local", "var")]
+    allocs = [s for s in walk(k.body) if isinstance(s, Alloc) and s.buffer.scope in ("fragment", "local", "var")
+              and s.view_of is None]  # a T.reshape view has its base's registers
     words = [(register_words(s.buffer, layouts), s) for s in allocs]
     total = sum(w for w, _ in words)
     if not words:

@@ -46,27 +46,6 @@ def test_sync_threads_and_set_max_nreg_are_statements_the_compiler_needs_no_help
     torch.testing.assert_close(kernel(a), a * 2 + 1)
 
 
-def test_named_barrier_is_E701_at_its_line(tilelang, tmp_path):
-    ns = load_script(write_source(tmp_path, "named.py", """\
-        import tilelang
-        import tilelang.language as T
-
-
-        def copy(N):
-            @T.prim_func
-            def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
-                with T.Kernel(1, threads=64) as bx:
-                    T.sync_threads(3, 32)
-                    T.copy(A, B)
-            return main
-        """))
-    with pytest.raises(CompileError) as info:
-        tilelang.compile(ns["copy"](64), out_idx=[1], target="cpu")
-    assert info.value.code == "E701" and info.value.span.line == 9
-    assert info.value.message == ("T.sync_threads(3, 32): named barriers over part of the block are not supported "
-                                  "by TileAgent")
-
-
 EXTERN_PROGRAM = """\
     import tilelang
     import tilelang.language as T
@@ -419,3 +398,24 @@ def test_gpu_bench_programs_have_their_helper_modules_next_to_them():
                     continue
                 assert (path.parent / f"{mod}.py").is_file() or (path.parent / mod / "__init__.py").is_file(), \
                     (name, mod)
+
+
+def test_tensor_of_pointers_is_E701_at_the_parameter_with_the_grouped_gemm_alternative(tilelang, tmp_path):
+    with pytest.raises(CompileError) as info:
+        ns = load_script(write_source(tmp_path, "ptrs.py", """\
+            import tilelang
+            import tilelang.language as T
+
+
+            @tilelang.jit
+            def grouped(batch_count):
+                @T.prim_func
+                def main(A_ptrs: T.Tensor([batch_count], T.ptr), C: T.Tensor((4,), "float32")):
+                    with T.Kernel(1, threads=32) as bx:
+                        C[0] = 1.0
+                return main
+            """))
+        ns["grouped"](4)
+    err = info.value
+    assert err.code == "E701" and err.span is not None and err.span.line == 8
+    assert "tensors of pointers" in err.message and "per-batch offsets" in err.message

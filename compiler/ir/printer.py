@@ -83,6 +83,8 @@ def stmt_lines(s, indent: int = 0) -> list[str]:
         return out + _body(s.body, indent + 4)
     if isinstance(s, Alloc):
         b = s.buffer
+        if s.view_of is not None:
+            return [f"{pad}{b.name} = T.reshape({s.view_of.name}, {_shape(b.shape)})"]
         if b.scope == "var":
             init = "" if s.init is None else f", {expr_str(s.init)}"
             return [f"{pad}{b.name} = T.alloc_var({b.dtype!r}{init})"]

@@ -70,11 +70,14 @@ class Stmt:
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Alloc(Stmt):
-    """Declares ``buffer`` (shared, fragment, local or var) for the rest of the enclosing kernel."""
+    """Declares ``buffer`` (shared, fragment, local or var) for the rest of the enclosing kernel. ``view_of``: the
+    fragment or local buffer whose storage it shares, read row-major in its own shape (``T.reshape``,
+    ``compiler.language.views``); such a buffer has no storage of its own."""
 
     buffer: Buffer
     init: Expr | None = None
     span: Span | None = None
+    view_of: Buffer | None = None
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -140,6 +143,39 @@ class GridSync(Stmt):
     none is left in a parsed function."""
 
     span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class NamedBarrier(Stmt):
+    """``T.sync_threads(barrier_id, arrive_count)``: PTX ``bar.sync barrier_id, arrive_count``, a barrier over the
+    ``arrive_count`` threads (whole warps) that reach it, e.g. the threads under ``if tx < 256:`` in per-thread code,
+    where TileAgent cannot place a ``__syncthreads()`` of its own. The shared-memory accesses of those threads before
+    it are visible to them after it. Kept as it is in the thread IR; ``compiler.language.sync`` states the rules."""
+
+    barrier_id: int
+    arrive_count: int
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines=None) -> list[str]:
+        return [" " * indent + f"T.sync_threads({self.barrier_id}, {self.arrive_count})"]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class RngInit(Stmt):
+    """``T.rng_init(seed, subsequence, offset)``: curand_init of the running thread's Philox4x32-10 generator, which
+    ``T.rng_rand()`` (a ``Call`` named "rng_rand", uint32) and ``T.rng_rand_float()`` ("rng_rand_float", float32)
+    draw from; ``compiler.language.random`` states the rules, ``compiler.random_philox`` the numbers."""
+
+    seed: Expr
+    subsequence: Expr
+    offset: Expr
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines=None) -> list[str]:
+        from tileagent.compiler.ir.printer import expr_str
+
+        args = ", ".join(expr_str(x) for x in (self.seed, self.subsequence, self.offset))
+        return [" " * indent + f"T.rng_init({args})"]
 
 
 @dataclass(frozen=True, eq=False, slots=True)

@@ -25,6 +25,9 @@ from tileagent.compiler.language.math import (abs, cast, ceil, ceildiv, erf, exp
 from tileagent.compiler.language.tileops import (GemmWarpPolicy, atomic_add, atomic_max, atomic_min, c2d_im2col, clear,
                                                  copy, fill, gemm, im2col, reduce, reduce_abssum, reduce_absmax,
                                                  reduce_max, reduce_min, reduce_sum)
+from tileagent.compiler.language.random import rng_init, rng_rand, rng_rand_float
+from tileagent.compiler.language.sync import sync_threads
+from tileagent.compiler.language.views import reshape, view
 from tileagent.compiler.language.types import DTYPES, Buffer, Tensor, dynamic, symbolic
 from tileagent.compiler.language.warp_specialize import (WarpSpecialize, alloc_barrier, barrier_arrive, barrier_wait,
                                                          mbarrier_arrive, mbarrier_wait_parity, tma_copy, ws)

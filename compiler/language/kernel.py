@@ -96,6 +96,7 @@ class AllocSpec:
     dtype: DType
     scope: str
     init: object = None
+    view_of: object = None  # T.reshape: the on-chip buffer whose storage this one shares (compiler.language.views)
 
 
 def _shape(shape, what: str) -> tuple[int, ...]:

@@ -389,3 +389,34 @@ def _blocked(shape: tuple[int, ...], num_threads: int, v: int, pad_inner: bool =
         remaining //= t
     frag = Fragment(tuple(shape), tuple(dims), (), num_threads)
     return frag.replicate_over(remaining) if remaining > 1 else frag
+
+
+def reshape(frag: Fragment, shape: tuple[int, ...]) -> Fragment | None:
+    """``frag`` read as a tile of ``shape`` (same element count, row-major: ``T.reshape``) with every element on the
+    same thread and register slot, or None when no such Fragment exists: the source dims are flattened (their
+    levels, innermost first, one after the other) and cut again at the new dims, a level split in two where a cut
+    falls inside it (possible when the cut divides its size); a padded dim (levels covering more than its size) or a
+    cut that divides no level gives None. Slots keep their numbers: register levels stay in the same order."""
+    if math.prod(shape) != math.prod(frag.shape) or frag.padded_shape != tuple(frag.shape):
+        return None
+    flat = [lv for levels in reversed(frag.dims) for lv in levels]
+    dims = []
+    for n in reversed(shape):
+        levels, covered = [], 1
+        while covered < n:
+            if not flat or n % covered:
+                return None
+            lv, need = flat.pop(0), n // covered
+            if lv.size <= need and need % lv.size == 0:
+                levels.append(lv)
+                covered *= lv.size
+            elif lv.size % need == 0:  # the cut falls inside this level: its inner part ends the dim
+                levels.append(Level(need, lv.stride))
+                flat.insert(0, Level(lv.size // need, None if lv.stride is None else lv.stride * need))
+                covered = n
+            else:
+                return None
+        dims.append(tuple(levels) or (Level(1),))
+    if any(lv.size != 1 for lv in flat):
+        return None
+    return Fragment(tuple(shape), tuple(reversed(dims)), frag.replicate, frag.num_threads)

@@ -44,7 +44,7 @@ from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.stmt import (AnnotateLayout, AtomicAdd, Buffer, Copy, For, If, Kernel, Let, Parallel, PrimFunc,
                                         Reduce, Store)
 from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
-from tileagent.compiler.layout.fragment import Fragment, Level, make_blocked
+from tileagent.compiler.layout.fragment import Fragment, Level, make_blocked, reshape
 from tileagent.compiler.layout.layout import Layout, swizzled
 from tileagent.compiler.tileops import describe, op_for
 
@@ -212,6 +212,11 @@ class _KernelInference:
         self.ops = [s for s in walk(kernel.body) if isinstance(s, (Parallel, AnnotateLayout)) or op_for(s) is not None]
         self.fragments = [s.buffer for s in walk(kernel.body) if getattr(s, "buffer", None) is not None
                           and type(s).__name__ == "Alloc" and s.buffer.scope == "fragment"]
+        self.views: dict = {}  # fragment -> the fragments sharing its storage (T.reshape): one layout, cut per shape
+        for s in walk(kernel.body):
+            if type(s).__name__ == "Alloc" and s.view_of is not None and s.buffer.scope == "fragment":
+                self.views.setdefault(s.buffer, []).append(s.view_of)
+                self.views.setdefault(s.view_of, []).append(s.buffer)
         self.register_dims: dict = {}  # fragment -> dims some T.Parallel indexes with a loop-invariant expression
         for op in self.ops:
             if isinstance(op, Parallel):
@@ -257,6 +262,18 @@ class _KernelInference:
             return False
         self.r.fragments[buf] = frag
         self.r.origin[buf] = (stmt, why)
+        for other in self.views.get(buf, ()):  # T.reshape: the same registers under the other shape
+            cut = reshape(frag, tuple(other.shape))
+            if cut is None:
+                line = stmt.span.line if stmt is not None and stmt.span else "?"
+                raise LayoutError(
+                    f"T.reshape between fragments '{buf.name}' {tuple(buf.shape)} and '{other.name}' "
+                    f"{tuple(other.shape)}: the layout line {line} gives '{buf.name}' ({why}) keeps no thread and "
+                    f"register of each element under the other shape", getattr(stmt, "span", None), code="L006",
+                    notes=[f"'{buf.name}': {frag.describe()}"],
+                    hint="reshape only where the new dims cut the layout's runs of registers and threads evenly "
+                         "(e.g. split the last dim by a power of two), or copy through T.alloc_shared")
+            self.assign(other, cut, stmt, f"{why}, through T.reshape of '{buf.name}'")
         return True
 
     def conflict(self, buf: Buffer, known: Fragment, wanted: Fragment, stmt, code: str):
@@ -333,8 +350,8 @@ class _KernelInference:
             return True
         for buf in self.fragments:
             if buf not in self.r.fragments:
-                self.r.fragments[buf] = make_blocked(buf.shape, self.threads, 4, self.register_dims.get(buf, ()))
-                self.r.origin[buf] = (None, "unused")
+                self.assign(buf, make_blocked(buf.shape, self.threads, 4, self.register_dims.get(buf, ())), None,
+                            "unused")
                 return True
         return False
 

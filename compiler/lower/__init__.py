@@ -20,7 +20,8 @@ from tileagent.compiler.ir.expr import Var, make_binop, make_call
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
-                                        Kernel, Let, MBarrierOp, Parallel, Print, PrimFunc, Store, UseSwizzle, While)
+                                        Kernel, Let, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc, RngInit,
+                                        Store, UseSwizzle, While)
 from tileagent.compiler.lower.context import LowerContext
 from tileagent.compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
 from tileagent.compiler.lower.pipeline import SoftwarePipeline, lower_pipeline
@@ -261,6 +262,9 @@ class _Lowering:
         if isinstance(s, Alloc):
             if s.buffer.scope == "shared":
                 return []
+            if s.view_of is not None:  # T.reshape: the base's registers (its layout maps to the same slots)
+                ctx.local[s.buffer] = ctx.local[s.view_of]
+                return []
             reg = ctx.register_array(s.buffer)
             init = ctx.rewrite(s.init, {}) if s.init is not None else None
             return [Declare(reg, init, s.span)]
@@ -288,8 +292,10 @@ class _Lowering:
             on_chip = s.buffer.scope in ("fragment", "local", "var")
             # per-thread code (T.get_thread_binding): every thread runs its own stores, as TileLang's threads do
             return lower_elements(ctx, [s], {}, True if on_chip or ctx.kernel.thread_vars else kernel_level_writer())
-        if isinstance(s, (Barrier, ImportSource)):
+        if isinstance(s, (Barrier, ImportSource, NamedBarrier)):
             return [s]
+        if isinstance(s, RngInit):  # every thread initializes its own generator
+            return [RngInit(*(ctx.rewrite(x, {}) for x in (s.seed, s.subsequence, s.offset)), s.span)]
         if isinstance(s, Evaluate):  # T.call_extern: every thread calls it (per-thread code)
             return [Evaluate(ctx.rewrite(s.value, {}), s.span)]
         if isinstance(s, Print):

@@ -103,6 +103,7 @@ def _widened_dims(k: Kernel) -> tuple[dict, set]:
                  or isinstance(s, For) and s.kind in ("serial", "pipelined"), f"a {type(s).__name__} statement")
         _require(not isinstance(s, Alloc) or s.buffer.scope in ("shared", "fragment") and s.init is None,
                  "a local or var buffer")
+        _require(not isinstance(s, Alloc) or s.view_of is None, "a T.reshape view")
     gemms = [s for s in stmts if isinstance(s, Gemm)]
     _require(len(gemms) == 1, f"{len(gemms)} gemms")
     g = gemms[0]

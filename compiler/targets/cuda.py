@@ -52,6 +52,7 @@ from tileagent.compiler.targets.cuda_atomic import HELPERS as ATOMIC_HELPERS, at
 from tileagent.compiler.targets.cuda_cache_hints import HELPERS as HINT_HELPERS, hinted_load  # eviction_policy
 from tileagent.compiler.targets.cuda_extern import HANDLERS as EXTERN_HANDLERS, extern_expr, imported_sources
 from tileagent.compiler.targets.cuda_prelude import preamble
+from tileagent.compiler.targets import cuda_random, cuda_sync
 from tileagent.compiler.targets.cuda_registers import scalar_arrays, static_loop, touches
 from tileagent.compiler.targets.cuda_scalars import bind_let, declare_scalars, element, unrolled_for, vec_copy_scalars
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
@@ -110,17 +111,9 @@ __device__ __forceinline__ float tl_exp2f(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }""",
-    "dependent_launch": """\
-// A dependent launch (DeviceKernel.dependent_launch): wait until the stream's previous kernel is done and its writes
-// are visible, then let the next kernel launch once every block of this one has started (sm_90+; a no-op below).
-__device__ __forceinline__ void tl_dependent_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}""",
 }
-_ALL_HELPERS = {**_HELPERS, **TENSOR_HELPERS, **TMA_HELPERS, **ATOMIC_HELPERS, **HINT_HELPERS}
+_ALL_HELPERS = {**_HELPERS, **cuda_sync.HELPERS, **TENSOR_HELPERS, **TMA_HELPERS, **ATOMIC_HELPERS, **HINT_HELPERS,
+                **cuda_random.HELPERS}
 _RESERVED = set("""
 alignas alignof and asm auto bool break case catch char char16_t char32_t class const constexpr const_cast continue
 decltype default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
@@ -347,7 +340,7 @@ class _KernelEmitter:
                 head[-1] += ") {"
         else:
             head.append(sig + ", ".join(params) + ") {")
-        pro = []
+        pro = [f"  {d}" for d in (cuda_random.declare(k.body),) if d]  # T.rng_init's generator state
         if k.dependent_launch:
             self.state.helpers.add("dependent_launch")
             pro.append("  tl_dependent_launch();")
@@ -741,6 +734,8 @@ class _KernelEmitter:
         name, dt = e.name, e.dtype
         if is_extern(e):  # T.call_extern / T.access_ptr (compiler.targets.cuda_extern)
             return extern_expr(self, e)
+        if name in cuda_random.CALLS:  # T.rng_rand / T.rng_rand_float
+            return cuda_random.call(self, e)
         if name == "shfl_xor":
             return self.widen(self.shfl_xor(e), w)
         if name == "reinterpret":  # the bits of the argument as dt (same width): TVM's reinterpret
@@ -791,7 +786,8 @@ _STMT_HANDLERS = {Store: _KernelEmitter.store, Let: _KernelEmitter.let, If: _Ker
                   For: _KernelEmitter.for_, While: _KernelEmitter.while_, AtomicAdd: _KernelEmitter.atomic_add,
                   Declare: _KernelEmitter.declare,
                   Barrier: _KernelEmitter.barrier, VecCopy: _KernelEmitter.vec_copy,
-                  VecAtomicAdd: vec_atomic_add, **cuda_emitters(), **EXTERN_HANDLERS}
+                  VecAtomicAdd: vec_atomic_add, **cuda_emitters(), **EXTERN_HANDLERS, **cuda_sync.HANDLERS,
+                  **cuda_random.HANDLERS}
 _EXPR_HANDLERS = {Const: _KernelEmitter.e_const, Var: _KernelEmitter.e_var, SpecialVar: _KernelEmitter.e_var, BinOp: _KernelEmitter.e_binop,
                   Cmp: _KernelEmitter.e_cmp, Unary: _KernelEmitter.e_unary, Select: _KernelEmitter.e_select,
                   Cast: _KernelEmitter.e_cast, Load: _KernelEmitter.e_load, Call: _KernelEmitter.e_call}

@@ -29,13 +29,14 @@ from dataclasses import replace
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import BinOp, Call, Expr, Load, as_expr, make_logical
 from tileagent.compiler.ir.simplify import depends_on, static_int
-from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store
+from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, NamedBarrier, Store
 from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
 from tileagent.compiler.targets.cuda import kernel_symbol, vector_bytes
 from tileagent.compiler.targets.ptx_calls import Calls
 from tileagent.compiler.targets.ptx_expr import PtxUnsupported, Val, Values, _free_vars, kind_of
 from tileagent.compiler.targets.ptx_schedule import schedule_stores
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
+from tileagent.compiler.targets.cuda_sync import named_barrier_asm
 from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceModule, VecCopy,
                                      written_buffers)
 
@@ -640,4 +641,4 @@ def _shuffles(e) -> bool:
 
 _STMTS = {Let: _KernelPtx.let, Store: _KernelPtx.store, If: _KernelPtx.if_, For: _KernelPtx.for_,
           Declare: _KernelPtx.declare, Barrier: _KernelPtx.barrier, AtomicAdd: _KernelPtx.atomic_add,
-          VecCopy: _KernelPtx.vec_copy}
+          VecCopy: _KernelPtx.vec_copy, NamedBarrier: lambda self, s: self.emit(named_barrier_asm(s))}

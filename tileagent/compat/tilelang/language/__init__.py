@@ -44,7 +44,11 @@ UNSUPPORTED = {
                           "PersistentTileScheduler")},
     # escape hatches
     **{n: _ESCAPE for n in ("call_intrin", "call_pure_extern", "ptx", "ptx_mma",
-                            "ptx_ldmatrix", "CUDASourceCodeKernel", "address_of", "make_tensor", "ptr")},
+                            "ptx_ldmatrix", "CUDASourceCodeKernel", "address_of", "make_tensor")},
+    "ptr": "tensors of pointers (T.ptr elements, dereferenced with T.make_tensor) are not supported: TileAgent's "
+           "kernel parameters are typed arrays whose shapes, dtypes and alignment the launcher checks, and a raw "
+           "address it cannot check; pass the batches as one tensor with per-batch offsets (TileLang's "
+           "example_grouped_gemm_fwd.py form) instead",
     "tfloat32": "tfloat32 buffers are not supported; use float32 (T.gemm on float32 tiles already uses TF32 tensor "
                 "cores where the target allows)",
     "Fragment": "user-defined fragment layouts are not supported; layouts are inferred",
@@ -53,18 +57,14 @@ UNSUPPORTED = {
     "allocate": "raw TIR buffers are not supported; use T.alloc_shared / T.alloc_fragment / T.alloc_local",
     "gemm_sp": "sparse T.gemm_sp is not supported",
     "transpose": "T.transpose is not supported; copy through a T.Parallel loop",
-    "view": "T.view is not supported",
-    "reshape": "T.reshape is not supported",
     "device_assert": "T.device_assert is not supported",
     "index_to_coordinates": "T.index_to_coordinates is not supported",
     "annotate_pass_configs": "function-level pass configs are not supported; pass pass_configs= to tilelang.jit",
     "annotate_compile_flags": "compile flags are not supported",
     "annotate_safe_value": "T.annotate_safe_value is not supported (out-of-bounds global reads give 0)",
     "annotate_l2_hit_ratio": "L2 persistence hints are not supported",
-    "named_barrier_arrive": "named barriers (over part of the block) are not supported: TileAgent places "
-                            "__syncthreads() between shared-memory writers and readers itself",
-    "rng_init": "device random numbers are not supported",
-    "rng_rand": "device random numbers are not supported",
+    "named_barrier_arrive": "one-sided named-barrier arrives (bar.arrive) are not supported; T.sync_threads(id, "
+                            "count) (bar.sync: arrive and wait) is",
 }
 
 
@@ -93,21 +93,6 @@ def set_max_nreg(reg_count, is_inc) -> None:
     """TileLang's ``T.set_max_nreg(reg_count, is_inc)``: ``setmaxnreg``, a warp group's register budget in a
     hand-specialized kernel (a hint: it changes no value). TileAgent runs ``T.ws`` groups in program order and
     allocates registers per kernel, so inside a prim_func the call is a statement with no effect."""
-    return None
-
-
-def sync_threads(barrier_id=None, arrive_count=None) -> None:
-    """TileLang's ``T.sync_threads()``: a block barrier (``__syncthreads()``). TileAgent places one itself wherever
-    a statement reads or rewrites shared memory that an earlier statement (also an earlier loop iteration) of
-    another thread wrote or read, at a point every thread reaches, so an explicit one adds nothing there: inside a
-    prim_func the call is a statement with no effect. It does not order global memory between the threads of a
-    block (write such exchanges through shared memory). Named barriers over part of the block,
-    ``T.sync_threads(barrier_id, arrive_count)``, are an E701."""
-    if barrier_id is not None or arrive_count is not None:
-        raise UnsupportedError(f"T.sync_threads({barrier_id}, {arrive_count}): named barriers over part of the block "
-                               f"are not supported by TileAgent", code="E701",
-                               hint="write T.sync_threads() (or nothing): TileAgent places __syncthreads() between "
-                                    "shared-memory writers and readers itself")
     return None
 
 
@@ -143,12 +128,29 @@ def __getattr__(name: str):
     reason = UNSUPPORTED.get(name, _BLACKWELL if name.startswith("tcgen05") else None)
     if reason is None:
         raise AttributeError(f"module 'tilelang.language' has no attribute '{name}'")
-    raise UnsupportedError(f"T.{name} is not supported by TileAgent: {reason}",
+    raise UnsupportedError(f"T.{name} is not supported by TileAgent: {reason}", _user_span(),
                            hint="docs/dsl.md has the table of TileLang features TileAgent supports")
+
+
+def _user_span():
+    """The program's line that asked for ``T.<name>`` when plain Python did (a parameter annotation, evaluated where
+    its ``def`` runs); None when TileAgent's frontend did (it puts its own span on the error)."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from tileagent.compat.run import _PACKAGE_DIRS
+    from tileagent.compiler.diagnostics import Span
+
+    frame = sys._getframe(2)
+    name = frame.f_code.co_filename
+    if name.startswith("<") or str(Path(name).resolve()).startswith(_PACKAGE_DIRS) or os.sep + "importlib" in name:
+        return None
+    return Span(name, frame.f_lineno, 0)
 
 
 __all__ = list(_dsl_names) + ["alloc_reducer", "attr", "comm_reducer", "dp4a", "evaluate", "finalize_reducer",
                               "tvm_thread_allreduce",
                               "disable_warp_group_reg_alloc", "float4_e2m1fn", "int", "int1", "int2", "int4", "long",
                               "no_set_max_nreg", "parallel", "set_max_nreg", "shift_left", "shift_right", "short",
-                              "sync_threads", "uint", "uint1", "uint2", "uint4"]
+                              "uint", "uint1", "uint2", "uint4"]
