@@ -1145,3 +1145,35 @@ def test_a_split_reduction_keeps_block_uniform_operands_on_one_row(body, tmp_pat
     candidate.write_text(draft.source)
     results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{}], seeds=1, seed=SEED)
     assert [r.correct for r in results] == [True], [r.message for r in results]
+
+
+MATVEC_FORMS = {  # (forward, inputs, init) of a matrix-vector product
+    "linear_batch1": ("return self.lin(x)", "[torch.randn(1, 96)]"),
+    "mv_fp16": ("return torch.mv(w.half(), x[0].half())", "[torch.randn(1, 96)]"),
+    "bmm_column": ("return torch.bmm(x.view(3, 4, 8), x.view(3, 8, 4)[:, :, :1]) * 2.0", "[torch.randn(1, 96)]"),
+    "einsum_vector": ("return torch.einsum('nk,k->n', w, x[0])", "[torch.randn(1, 96)]"),
+}
+
+
+@pytest.mark.parametrize("form", sorted(MATVEC_FORMS))
+def test_matrix_vector_products_draft_as_reductions(form, tmp_path):
+    """A decode step's GEMV (nn.Linear at batch 1: addmm with M = 1), mv, a bmm by a column and an einsum against a
+    vector were declined as mm / bmm / addmm: a float32 sum of products, the bias added before the one rounding."""
+    body, inputs = MATVEC_FORMS[form]
+    ref = write_reference(tmp_path, form, f'''
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(96, 40)
+                self.w = nn.Parameter(torch.randn(40, 96))
+
+            def forward(self, x):
+                w = self.w
+                {body}
+        ''', inputs)
+    draft = BuiltinDrafter().draft(DraftTask(task_name=form, reference_path=str(ref), reference_source="",
+                                             configs=[], turn=1))[0]
+    candidate = tmp_path / f"{form}_candidate.py"
+    candidate.write_text(draft.source)
+    results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{}], seeds=1, seed=SEED)
+    assert [r.correct for r in results] == [True], [r.message for r in results]

@@ -479,6 +479,10 @@ class Builder:
                 dyn = Dyn(cx.int_value(ix, ix.load(cx, idx[d:d + r])), s.shape[d].v - 1)
                 return s.load(cx, idx[:d] + [Lin.atom(dyn)] + idx[d + r:])
             return Fn(shape, dtype, load, node).with_ins([src, ix])
+        if name in ("mm", "bmm", "mv", "addmm"):
+            from tileagent.drafters.builtin import matvec  # (matvec.py builds on this module)
+
+            return matvec.product(self, node, name, args, kw, shape, dtype)
         if name in ("sum", "amax", "amin", "var", "mean", "prod", "any", "all", "max", "min") and \
                 isinstance(val, torch.Tensor):
             return self.reduction(node, name, args, kw, shape, dtype)
