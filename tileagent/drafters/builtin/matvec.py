@@ -22,7 +22,8 @@ def product(b, node, name, args, kw, shape, dtype):
         b.fail(node, "addmm with beta or alpha")
     prod_, bias = _matvec(b, node, "mm", args[1:3], shape, dtype), args[0]
     return Fn(shape, dtype, lambda cx, idx: f"({prod_.load(cx, idx)} + "
-              f"{cx.convert(bias, bias.load(cx, _bcast(idx, bias.shape, shape)), FLOAT)})", node).with_ins([prod_, bias])
+              f"{cx.convert(bias, bias.load(cx, _bcast(idx, bias.shape, shape)), FLOAT)})",
+              node).with_ins([prod_, bias])
 
 
 def _matvec(b, node, name, args, shape, dtype):
