@@ -613,3 +613,36 @@ def test_a_fragment_copied_into_per_thread_storage_is_whole_in_every_thread(targ
     x, y = torch.randn(4, 8), torch.full((2,), float("nan"))
     tileagent.compile(_fragment_into_local(), target=target)(x, y)
     torch.testing.assert_close(y, torch.stack([2 * (x[0, 0] + x[1, 3] + x[3, 7]), 2 * x[2, 5]]))
+
+
+@tileagent.jit(out_idx=[1])
+def _flat_scale(TILE, threads, dtype):
+    L = T.dynamic("L")
+
+    @T.prim_func
+    def main(X: T.Tensor((L,), dtype), Y: T.Tensor((L,), dtype)):
+        with T.Kernel(T.ceildiv(L, TILE), threads=threads) as b:
+            S = T.alloc_shared((TILE,), dtype)
+            f = T.alloc_fragment((TILE,), dtype)
+            T.copy(X[b * TILE], S)
+            for i in T.Parallel(TILE):
+                f[i] = S[i] * 2.0
+            T.copy(f, Y[b * TILE])
+    return main
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_flat_copies_of_a_run_time_length_are_vectorized_with_an_elementwise_tail(dtype):
+    """A 1-d tensor of run-time length (a flat view: T.Tensor((L,))) was copied one element an access (2 bytes for
+    fp16; played LLM session 24's pooling). Runs wholly inside move as one 16-byte access; the run across the end
+    moves element by element, reading zeros past it and writing nothing there (the emulator, at lengths that end
+    inside a run, on a run's edge and inside a tile's last thread)."""
+    fn = _flat_scale.fn(1024, 128, "float16" if dtype == torch.float16 else "float32")
+    source = tileagent.compile(fn, target="cuda:sm_90a").get_kernel_source()
+    assert "*reinterpret_cast<uint4*>(&S[" in source and ("+ 7 < L" if dtype == torch.float16 else "+ 3 < L") in source
+    kernel = tileagent.compile(fn, target="sim")
+    for n in (2048 + 5, 1024 + 8, 3 * 1024 - 1, 7):
+        x, y = torch.randn(n, dtype=dtype), _nan(n + 3, dtype=dtype)
+        kernel(x, y[:n])
+        torch.testing.assert_close(y[:n], x * 2, rtol=0, atol=0)
+        assert torch.isnan(y[n:]).all()  # nothing written past the end

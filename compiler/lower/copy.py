@@ -18,7 +18,8 @@ shared copy outside a pipeline's producers moves as one TMA transfer on an mbarr
 fragments of different layouts goes through.
 Guarantees: global reads outside the tensor give 0 (the destination is zero-filled), global writes outside it are
 dropped; only replica 0 of a replicated layout writes to memory; vector accesses only where both sides are
-contiguous and aligned for the whole run.
+contiguous and aligned for the whole run (a 1-d tensor of run-time length: runs wholly inside it; the run across its
+end moves element by element, ``_tail_split``).
 """
 
 from __future__ import annotations
@@ -202,7 +203,9 @@ def _vector_ok(ctx, r: Region, coords_shape, width: int) -> bool:
             return False  # a run must not cross a swizzled 16-byte chunk
     else:
         inner = static_int(r.buffer.shape[-1])
-        if inner is None or inner % width:
+        if inner is None and (r.buffer.ndim != 1 or getattr(ctx, "async_copies", False)):
+            return False  # rows of a run-time pitch: no alignment known (1-d: runs at the end split, _tail_split)
+        if inner is not None and inner % width:
             return False
     return known_multiple(r.starts[-1], ctx.lets) % width == 0
 
@@ -255,7 +258,36 @@ def _transfer_group(ctx, layout, coords, src, dst, s, atomic, width, c, k, instr
     d_in = ctx.in_bounds(dst.buffer, d_idx) if dst.buffer.scope == "global" else True
     s_pos = k if src.buffer.scope == "fragment" else ctx.offset(src.buffer, s_idx)
     d_pos = k if dst.buffer.scope == "fragment" else ctx.offset(dst.buffer, d_idx)
-    return instruction.build(ctx, s, src, dst, Run(width, s_idx, d_idx, s_pos, d_pos, s_in, d_in, valid))
+    run = Run(width, s_idx, d_idx, s_pos, d_pos, s_in, d_in, valid)
+    return _tail_split(ctx, s, src, dst, run, instruction) or instruction.build(ctx, s, src, dst, run)
+
+
+def _tail_split(ctx, s, src, dst, run: Run, instruction) -> list | None:
+    """A vector run over a 1-d global tensor of run-time length (``T.Tensor((L,))``: a flat view) as ``if the whole
+    run is inside: one vector access, else: one element at a time``, so only a run across the end goes element by
+    element (it was every run: a flat copy of fp16 moved 2 bytes an access). None when no side needs it."""
+    if run.width == 1:
+        return None
+    sides = [(r, idx) for r, idx, cond in ((src, run.s_idx, run.s_in), (dst, run.d_idx, run.d_in))
+             if r.buffer.scope == "global" and r.buffer.ndim == 1 and static_int(r.buffer.shape[0]) is None
+             and cond is not True]
+    if not sides:
+        return None
+    whole = True
+    for r, idx in sides:
+        whole = and_(whole, ctx.in_bounds(r.buffer, (make_binop("+", idx[0], run.width - 1),)))
+    vector = instruction.build(ctx, s, src, dst, Run(run.width, run.s_idx, run.d_idx, run.s_pos, run.d_pos,
+                                                     True if src.buffer.scope == "global" else run.s_in,
+                                                     True if dst.buffer.scope == "global" else run.d_in, run.valid))
+    scalar = select_copy(src, dst, 1, False, getattr(ctx, "target", None))
+    elements = []
+    for v in range(run.width):
+        s_idx, d_idx = (idx[:-1] + (make_binop("+", idx[-1], v),) for idx in (run.s_idx, run.d_idx))
+        elements += scalar.build(ctx, s, src, dst, Run(
+            1, s_idx, d_idx, make_binop("+", run.s_pos, v), make_binop("+", run.d_pos, v),
+            ctx.in_bounds(src.buffer, s_idx) if src.buffer.scope == "global" else True,
+            ctx.in_bounds(dst.buffer, d_idx) if dst.buffer.scope == "global" else True, run.valid))
+    return guarded(ctx, whole, vector, elements)
 
 
 def valid_condition(ctx, layout: Fragment, c, write: bool):
