@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable
 
 from tileagent.drafters.builtin.graph import Expr
+from tileagent.drafters.builtin.pointwise_text import power
 
 LOG2E = "LOG2E"  # the module-level constant every template defines
 
@@ -135,20 +136,8 @@ def emit(expr: Expr, leaf: Callable[[Expr], str | None], const: Callable[[Expr],
 
 def _pow(e: Expr, args: list[str]) -> str:
     base, exponent = e.args
-    if isinstance(exponent, Expr) and exponent.op == "const":
-        p = exponent.attr
-        if p == 1:
-            return args[0]
-        if p == 2:
-            return f"{args[0]} * {args[0]}"
-        if p == 3:
-            return f"{args[0]} * {args[0]} * {args[0]}"
-        if p == 0.5:
-            return f"T.sqrt({args[0]})"
-        if p == -0.5:
-            return f"T.rsqrt({args[0]})"
-        if p == -1:
-            return f"1.0 / {args[0]}"
+    if isinstance(exponent, Expr) and exponent.op == "const" and exponent.attr in (1, 2, 3, 0.5, -0.5, -1):
+        return power(args[0], exponent.attr)
     if isinstance(base, Expr) and base.op == "const":  # c ** x = exp2(x * log2(c))
         return f"T.exp2({args[1]} * {literal(math.log2(base.attr))})"
     return f"T.pow({args[0]}, {args[1]})"
