@@ -915,6 +915,50 @@ def get_init_inputs(N=256, half=128):
     assert [r.correct for r in results] == [True]
 
 
+def _form(tmp_path, name, forward, inputs, params="x", config="{\"M\": 64, \"D\": 300}", small=True,
+          init=""):
+    """A reference ``name`` whose forward(``params``) body is ``forward`` and whose get_inputs returns ``inputs``
+    (both over the config's names); its built-in draft at BR_MAX = 64 (rows of several tiles) as a candidate file.
+    Returns (reference path, candidate path, the candidate's source)."""
+    names = ", ".join(f"{k}={v}" for k, v in __import__("json").loads(config).items())
+    ref = tmp_path / f"{name}.py"
+    ref.write_text(f"""import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CONFIGS = [{config}]
+{'SMALL_CONFIG = ' + config if small else ''}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__(){init}
+
+    def forward(self, {params}):
+        {forward}
+
+
+def get_inputs({names}):
+    return {inputs}
+
+
+def get_init_inputs({names}):
+    return []
+""")
+    draft = BuiltinDrafter().draft(DraftTask(task_name=name, reference_path=str(ref), reference_source="",
+                                             configs=[], turn=1))[0]
+    source = draft.source.replace("BR_MAX = 4096", "BR_MAX = 64")
+    candidate = tmp_path / f"{name}_candidate.py"
+    candidate.write_text(source)
+    return ref, candidate, source
+
+
+def _assert_correct(ref, candidate, distributions=("normal",)):
+    results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{}], seeds=1,
+                              distributions=list(distributions), seed=SEED)
+    assert [r.correct for r in results] == [True], [r.message for r in results]
+
+
 ARG_FORMS = {  # forward body -> what it returns
     "argmax_dim0": "return torch.argmax(x, dim=0)",
     "argmin_keepdim": "return torch.argmin(x, dim=-1, keepdim=True)",
@@ -929,41 +973,13 @@ def test_argmax_family_drafts_as_a_top1_over_tiles(form, tmp_path):
     """argmax / argmin / max(x, dim) / topk(x, 1) were declined (an op with indices, or a top-k output unused): they
     draft as a top-1 that streams a row's tiles (a row of 5 tiles here, BR_MAX = 64), its unused output a workspace.
     Correct under the evaluator, and on a row of many equal values it returns the first of them, as torch does."""
-    ref = tmp_path / f"{form}.py"
-    ref.write_text(f'''import torch
-import torch.nn as nn
-
-CONFIGS = [{{"M": 64, "D": 300}}]
-SMALL_CONFIG = {{"M": 6, "D": 300}}
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        {ARG_FORMS[form]}
-
-
-def get_inputs(M=64, D=300):
-    return [torch.randn(M, D, dtype=torch.float16 if "{form}" == "argmin_keepdim" else torch.float32)]
-
-
-def get_init_inputs(M=64, D=300):
-    return []
-''')
-    draft = BuiltinDrafter().draft(DraftTask(task_name=form, reference_path=str(ref), reference_source="",
-                                             configs=[], turn=1))[0]
-    assert "BR_MAX = 4096" in draft.source
-    source = draft.source.replace("BR_MAX = 4096", "BR_MAX = 64")
-    candidate = tmp_path / f"{form}_candidate.py"
-    candidate.write_text(source)
-    results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{"M": 6, "D": 300}], seeds=1,
-                              distributions=["normal"], seed=SEED)
-    assert [r.correct for r in results] == [True], [r.message for r in results]
+    dtype = "torch.float16" if form == "argmin_keepdim" else "torch.float32"
+    ref, candidate, source = _form(tmp_path, form, ARG_FORMS[form], f"[torch.randn(M, D, dtype={dtype})]")
+    _assert_correct(ref, candidate)
     module = {"__name__": f"{form}_candidate"}
     exec(compile(source, str(candidate), "exec"), module)
-    x = torch.zeros(3, 300)
+    x = torch.zeros(3, 300, dtype=eval(dtype))
     x[0, 7], x[0, 250], x[1, 100], x[1, 299] = 1.0, 1.0, -1.0, -1.0  # ties across tiles; row 2 all equal
-    if "argmin_keepdim" in form:
-        x = x.half()
     got, want = module["ModelNew"]()(x), eval_forward(ref, x)
     for g, w in zip(got if isinstance(got, tuple) else [got], want if isinstance(want, tuple) else [want]):
         assert torch.equal(g, w), (g, w)
@@ -1019,34 +1035,9 @@ def test_scans_draft_as_shifted_additions_over_tiles(form, tmp_path):
     """cumsum / cumprod (KernelBench level 1, 89-93) were declined: a scan is a kernel of its own that walks a row's
     tiles in order (5 tiles here, BR_MAX = 64) scanning each in shared memory with its carry; a reversed, exclusive,
     masked, transposed or further used scan composes with views, math and reductions around it. Correct on the CPU."""
-    ref = tmp_path / f"{form}.py"
-    ref.write_text(f'''import torch
-import torch.nn as nn
-
-CONFIGS = [{{"M": 64, "D": 300}}]
-SMALL_CONFIG = {{"M": 6, "D": 300}}
-
-
-class Model(nn.Module):
-    def forward(self, x, y):
-        {SCAN_FORMS[form]}
-
-
-def get_inputs(M=64, D=300):
-    return [torch.randn(M, D), torch.randn(M, D)]
-
-
-def get_init_inputs(M=64, D=300):
-    return []
-''')
-    draft = BuiltinDrafter().draft(DraftTask(task_name=form, reference_path=str(ref), reference_source="",
-                                             configs=[], turn=1))[0]
-    assert "T.alloc_shared((BM, BR)" in draft.source and "BR_MAX = 4096" in draft.source
-    candidate = tmp_path / f"{form}_candidate.py"
-    candidate.write_text(draft.source.replace("BR_MAX = 4096", "BR_MAX = 64"))
-    results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{"M": 6, "D": 300}], seeds=1,
-                              distributions=["normal", "offset"], seed=SEED)
-    assert [r.correct for r in results] == [True], [r.message for r in results]
+    ref, candidate, source = _form(tmp_path, form, SCAN_FORMS[form], "[torch.randn(M, D), torch.randn(M, D)]", "x, y")
+    assert "T.alloc_shared((BM, BR)" in source and "BR_MAX = 64" in source
+    _assert_correct(ref, candidate, ("normal", "offset"))
 
 
 POOL_FORMS = {  # forward body (x: (N, C, H, W)) -> what it returns
@@ -1062,37 +1053,10 @@ POOL_FORMS = {  # forward body (x: (N, C, H, W)) -> what it returns
 def test_poolings_draft_as_strided_window_slices(form, tmp_path):
     """max / avg pooling (KernelBench level 1, 41-46; a UNet's downsampling) were declined: a pooling is the max or
     float32 sum of its windows' strided slices of the padded input. Correct on the CPU."""
-    ref = tmp_path / f"{form}.py"
-    ref.write_text(f'''import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-CONFIGS = [{{"N": 2, "C": 3, "H": 12, "W": 10}}]
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.pool = nn.MaxPool2d(2)
-
-    def forward(self, x):
-        {POOL_FORMS[form]}
-
-
-def get_inputs(N=2, C=3, H=12, W=10):
-    return [torch.randn(N, C, H, W)]
-
-
-def get_init_inputs(N=2, C=3, H=12, W=10):
-    return []
-''')
-    draft = BuiltinDrafter().draft(DraftTask(task_name=form, reference_path=str(ref), reference_source="",
-                                             configs=[], turn=1))[0]
-    candidate = tmp_path / f"{form}_candidate.py"
-    candidate.write_text(draft.source)
-    results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{"N": 2, "C": 3, "H": 12, "W": 10}],
-                              seeds=1, distributions=["normal"], seed=SEED)
-    assert [r.correct for r in results] == [True], [r.message for r in results]
+    ref, candidate, _ = _form(tmp_path, form, POOL_FORMS[form], "[torch.randn(N, C, H, W)]",
+                              config='{"N": 2, "C": 3, "H": 12, "W": 10}', small=False,
+                              init="\n        self.pool = nn.MaxPool2d(2)")
+    _assert_correct(ref, candidate)
 
 
 def test_a_max_pooling_whose_indices_are_read_is_declined_naming_it(tmp_path):
