@@ -1,0 +1,52 @@
+"""Grouped-query attention, decode step (Llama-3-8B / Mistral-7B: 32 query heads sharing 8 KV heads, head dim 128):
+one query token per sequence attends over its whole KV cache. q (B, Hq, D), k_cache and v_cache (B, S, Hkv, D),
+fp16; query head h reads KV head h // (Hq // Hkv). o = softmax(q k^T / sqrt(D)) v, softmax and sums in fp32,
+output (B, Hq, D) fp16. B (sequences) and S (cache length) are free.
+"""
+import torch
+import torch.nn as nn
+
+CONFIGS = [
+    {"B": 8, "S": 4096, "Hq": 32, "Hkv": 8, "D": 128},
+    {"B": 8, "S": 512, "Hq": 32, "Hkv": 8, "D": 128},
+    {"B": 32, "S": 2048, "Hq": 32, "Hkv": 8, "D": 128},
+]
+SMALL_CONFIG = {"B": 2, "S": 100, "Hq": 8, "Hkv": 2, "D": 64}
+FREE_DIMS = ["B", "S"]
+TOLERANCES = {"float16": (1e-3, 1e-2)}  # outputs are averages over S values, often well below 1e-2
+
+
+def BYTES(B, S, Hq, Hkv, D):
+    return 2 * (2 * B * S * Hkv * D + 2 * B * Hq * D)
+
+
+def FLOPS(B, S, Hq, Hkv, D):
+    return 4 * B * Hq * S * D
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, q, k_cache, v_cache):
+        B, Hq, D = q.shape
+        Hkv = k_cache.shape[2]
+        G = Hq // Hkv
+        qg = q.float().view(B, Hkv, G, D)
+        k = k_cache.float().permute(0, 2, 1, 3)        # (B, Hkv, S, D)
+        v = v_cache.float().permute(0, 2, 1, 3)
+        s = torch.matmul(qg, k.transpose(-1, -2)) * (D ** -0.5)   # (B, Hkv, G, S)
+        p = torch.softmax(s, dim=-1)
+        o = torch.matmul(p, v)                          # (B, Hkv, G, D)
+        return o.reshape(B, Hq, D).to(q.dtype)
+
+
+def get_inputs(B=8, S=4096, Hq=32, Hkv=8, D=128):
+    q = torch.randn(B, Hq, D, dtype=torch.float16)
+    k = torch.randn(B, S, Hkv, D, dtype=torch.float16)
+    v = torch.randn(B, S, Hkv, D, dtype=torch.float16)
+    return [q, k, v]
+
+
+def get_init_inputs(B=8, S=4096, Hq=32, Hkv=8, D=128):
+    return []
