@@ -407,3 +407,33 @@ def test_the_guides_running_variance_merge_matches_torch_with_a_large_offset():
     assert float(((ours - truth) / truth).abs().max()) < 1e-5  # a tenth of float32's rtol
     naive = ((x * x).mean(0) - x.mean(0) ** 2) * n / (n - 1)  # E[x^2] - mean^2 in float32: what the guide forbids
     assert float(((naive.double() - truth) / truth).abs().max()) > 1e-2
+
+
+def _gemm(M, N, policy):
+    @tileagent.jit(out_idx=[2])
+    def k(M, N, K, pol):
+        @T.prim_func
+        def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((N, K), "float16"), C: T.Tensor((M, N), "float32")):
+            with T.Kernel(1, threads=128) as b:
+                As = T.alloc_shared((M, K), "float16")
+                Bs = T.alloc_shared((N, K), "float16")
+                acc = T.alloc_fragment((M, N), "float32")
+                T.copy(A, As)
+                T.copy(B, Bs)
+                T.gemm(As, Bs, acc, transpose_B=True, policy=getattr(T.GemmWarpPolicy, pol), clear_accum=True)
+                T.copy(acc, C)
+        return main
+    return k.fn(M, N, 64, policy)
+
+
+def test_the_guides_l005_example_is_one_the_compiler_refuses():
+    """Played LLM, session 24: the L005 row's example ("a 16-row tile over 4 warps with FullRow") compiled, and made
+    the player avoid FullRow for a decode step's 16-row score tile. The example is now a tile of one 16 x 8 piece."""
+    from tileagent.compiler.diagnostics import CompileError
+
+    guide = (REPO / "prompts" / "dsl_guide.md").read_text()
+    assert "a 16 x 8 tile, one piece, over 4 warps; a 16 x 64 tile over 4 warps is fine with any policy" in guide
+    for policy in ("FullRow", "FullCol", "Square"):
+        tileagent.compile(_gemm(16, 64, policy), target="cuda:sm_80")
+    with pytest.raises(CompileError, match=r"error\[L005\]"):
+        tileagent.compile(_gemm(16, 8, "FullRow"), target="cuda:sm_80")

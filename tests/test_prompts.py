@@ -323,6 +323,14 @@ OUTSIDE_TASKS = {  # references that tasks/ does not ship -> the examples their 
             def forward(self, x):
                 return self.gn(x)
         """, {"layernorm"}),
+    "gqa_decode": ("""
+        import torch
+        import torch.nn as nn
+        class Model(nn.Module):
+            def forward(self, q, k, v):
+                p = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * q.shape[-1] ** -0.5, dim=-1)
+                return torch.matmul(p, v)
+        """, {"attention"}),
 }
 
 

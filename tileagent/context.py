@@ -112,6 +112,8 @@ def idioms_of(reference_source: str) -> list[str]:
             if any(isinstance(r, ast.Return) and isinstance(r.value, (ast.Tuple, ast.List)) for r in ast.walk(node)):
                 found.add("several_outputs")
     found |= {idiom for idiom, calls in _IDIOM_CALLS.items() if names & calls}
+    if {"gemm", "softmax"} <= found:  # softmax(q k^T) v written out (a decode step's GQA: played LLM, session 24)
+        found.add("attention")
     if not found & {"gemm", "attention", "lookup"}:
         found.add("broadcast")  # a pointwise op: the 2-d elementwise example with a broadcast operand
     return [idiom for idiom in IDIOM_EXAMPLES if idiom in found]
