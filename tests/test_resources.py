@@ -200,7 +200,7 @@ def test_the_feedbacks_access_width_rule(C, width):
     thread; at 2048, 16)."""
     from tileagent.prompts import render
 
-    assert "not a multiple\nof 16 bytes" in render("feedback.resources", arch="sm_90a", sms="132 SMs", rows="")
+    assert "not a multiple of 16 bytes" in render("feedback.resources", arch="sm_90a", sms="132 SMs", rows="")
     impl = _rmsnorm()
     x = torch.empty(64, C, dtype=torch.float16, device="meta")
     gamma = torch.empty(C, dtype=torch.float16, device="meta")
