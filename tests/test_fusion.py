@@ -1141,3 +1141,15 @@ def test_matrix_vector_products_draft_as_reductions(form, tmp_path):
     candidate.write_text(draft.source)
     results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{}], seeds=1, seed=SEED)
     assert [r.correct for r in results] == [True], [r.message for r in results]
+
+
+@pytest.mark.parametrize("form, body", [
+    ("filter", "kth = torch.topk(x, 8)[0][..., -1, None]\n        return x.masked_fill(x < kth, float('-inf'))"),
+    ("gather_by_indices", "return torch.gather(y, 1, torch.topk(x, 4, dim=-1).indices) * 2.0"),
+])
+def test_a_topks_values_and_indices_feed_later_math(form, body, tmp_path):
+    """A top-k's result read by other math (transformers' TopKLogitsWarper compares the scores with the k-th value;
+    a gather at the top-k indices) was declined: the top-k kernel writes workspaces that a later kernel reads."""
+    ref, candidate, source = _form(tmp_path, form, body, "[torch.randn(M, D), torch.randn(M, D)]", "x, y")
+    assert source.count("@tileagent.jit") == 2
+    _assert_correct(ref, candidate)

@@ -118,8 +118,8 @@ class Plan:
             numel = prod(o.shape)
             if k is None:
                 k = self._host(o)
-            if k is not None and any(isinstance(r, Scan) for r in k.reduces):
-                k = None  # math on a scan's result: a kernel after it reads it (a pointwise one, below)
+            if k is not None and any(isinstance(r, (Scan, TopK)) for r in k.reduces):
+                k = None  # math on a scan's or top-k's result: a kernel after it reads it (a pointwise one, below)
             if k is not None and numel.v == k.X.v * k.R.v and len(o.shape):
                 k.full_outs.append((n, o))
             elif k is not None and numel.v == k.X.v and not (numel.v == 1 and k.X.v == 1 and k.R.v > 1 and False):
@@ -139,11 +139,10 @@ class Plan:
                     pointwise[prod(o.shape).v].reverse = True
                     k.reread = True
                 k.full_outs = []
-        for k in self.kernels:
+        for k in self.kernels:  # a top-k's outputs or workspaces (read by later kernels) are written in any case
             for r in k.reduces:
-                if isinstance(r, TopK) and not getattr(r, "outs", None):
-                    raise Unsupported(f"topk with its outputs unused or used by other math "
-                                      f"({_where(r.node, trace.path)})")
+                if isinstance(r, TopK):
+                    r.__dict__.setdefault("outs", {})
 
     def _host(self, o: V):
         """The reduction kernel that also writes ``o``, an output that reads no reduction (the new residual ``x + r``

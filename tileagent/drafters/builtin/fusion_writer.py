@@ -595,7 +595,7 @@ class KernelWriter:
         lines += self.body(cx, "tile", [f"work[i, j] = T.if_then_else(rg < NR, {val}, -T.infinity(\"float32\"))"],
                            pad + 4)
         # an output the reference does not return (argmax's values) is a workspace the kernel writes all the same
-        vals, inds = (f"o{r.outs[w]}" if w in r.outs else f"tk{k.index}_{n_red}_{w}" for w in (0, 1))
+        vals, inds = (f"o{r.outs[w]}" if w in r.outs else r.ws[w] for w in (0, 1))
         kk = r.k
         out_params.append((vals, f"{vals}: T.Tensor(({k.X.t}, {kk}), \"{DT[r.dtype]}\")", r.outs.get(0)))
         out_params.append((inds, f"{inds}: T.Tensor(({k.X.t}, {kk}), \"int64\")", r.outs.get(1)))

@@ -16,7 +16,7 @@ from tileagent.drafters.builtin.values import FLOAT, Fn, Reduce, TopK, TopKPart,
 
 
 def top(b, src, k, node) -> TopK:
-    tk = TopK(src, k, node)
+    tk = TopK(src, k, node, len(b.reduces))
     tk.ins = [src]
     b.reduces.append(tk)
     return tk

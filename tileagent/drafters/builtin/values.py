@@ -141,11 +141,13 @@ class Reduce(V):
 
 
 class TopK(V):
-    """``topk(src, k)`` over the last dim: a pair of outputs (values, int64 indices), never read by other math."""
+    """``topk(src, k)`` over the last dim: a pair of outputs (values, int64 indices) the kernel writes to the model's
+    outputs or to workspaces ``ws`` (by part), which later kernels read like inputs (a top-k filter's k-th value)."""
 
-    def __init__(self, src, k, node):
+    def __init__(self, src, k, node, index: int):
         self.src, self.k, self.node, self.dtype = src, k, node, src.dtype
         self.shape = list(src.shape[:-1]) + [Size(k, str(k))]
+        self.ws = {0: f"tkv{index}", 1: f"tki{index}"}  # index: its place among the plan's reductions
 
 
 class TopKPart(V):
@@ -159,7 +161,9 @@ class TopKPart(V):
         self.node = topk.node
 
     def compute(self, cx, idx):
-        raise Unsupported(f"topk's result used by other math ({_where(self.node, cx.path)})")
+        """Other math reads the part from its workspace, written by the top-k's kernel (an earlier one)."""
+        name = self.topk.ws[self.which]
+        return Global(name, name, self.shape, self.dtype, self.node).compute(cx, idx)
 
 
 def _where(node, path) -> str:
@@ -492,7 +496,7 @@ class Builder:
             largest = args[3] if len(args) > 3 else kw.get("largest", True)
             if d != len(src.shape) - 1 or not largest or not isinstance(k, int) or k > 64:
                 self.fail(node, "topk other than the k (<= 64) largest along the last dim")
-            tk = TopK(src, k, node)
+            tk = TopK(src, k, node, len(self.reduces))
             tk.ins = [src]
             self.reduces.append(tk)
             return [TopKPart(tk, 0), TopKPart(tk, 1)]
