@@ -1037,6 +1037,8 @@ def test_scans_draft_as_shifted_additions_over_tiles(form, tmp_path):
     masked, transposed or further used scan composes with views, math and reductions around it. Correct on the CPU."""
     ref, candidate, source = _form(tmp_path, form, SCAN_FORMS[form], "[torch.randn(M, D), torch.randn(M, D)]", "x, y")
     assert "T.alloc_shared((BM, BR)" in source and "BR_MAX = 64" in source
+    if form == "reverse":  # flip, scan, flip: one suffix-scan kernel writing the output
+        assert source.count("@tileagent.jit") == 1 and "(NK - 1 - kk) * BR" in source
     _assert_correct(ref, candidate, ("normal", "offset"))
 
 

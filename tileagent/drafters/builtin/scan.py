@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import torch
 
-from tileagent.drafters.builtin.index import prod
+from tileagent.drafters.builtin.index import ONE, Lin, prod
 from tileagent.drafters.builtin.values import DT, FLOAT, Fn, Global, V, kind_of
 
 IDENT = {"sum": "0.0", "prod": "1.0"}
+BR_LAST = "BR - 1"  # a tile's last column: where a prefix scan's carry is (a suffix scan's is at 0)
 COMBINE = {"sum": "{a} + {b}", "prod": "{a} * {b}"}
 
 
 class Scan(V):
-    """The prefix ``op`` ("sum" / "prod") of ``src`` along its last dim."""
+    """The prefix ``op`` ("sum" / "prod") of ``src`` along its last dim; ``reverse``: the suffix one (from the end)."""
 
-    def __init__(self, src: V, op: str, dtype, node, name: str):
-        self.src, self.op, self.dtype, self.node, self.name = src, op, dtype, node, name
+    def __init__(self, src: V, op: str, dtype, node, name: str, reverse: bool = False):
+        self.src, self.op, self.dtype, self.node, self.name, self.reverse = src, op, dtype, node, name, reverse
         self.shape = list(src.shape)
         self.ins = [src]
         self.outs: dict = {}  # model output number -> the ScanOut the reference returns (written by the scan kernel)
@@ -58,13 +59,30 @@ def scan_value(b, node, name: str, args, kw) -> V:
     order = [k for k in range(n) if k != d] + [d]
     moved = src if d == n - 1 else Fn([src.shape[k] for k in order], src.dtype, lambda cx, idx, s=src, o=order: s.load(
         cx, [idx[o.index(k)] for k in range(n)]), node).with_ins([src])
-    scan = Scan(moved, "sum" if name == "cumsum" else "prod", val.dtype, node, f"sc{len(b.reduces)}")
+    flipped = getattr(moved, "flip_of", None)
+    reverse = flipped is not None and flipped[1] == {n - 1}  # cumsum(x.flip(-1)) is the suffix scan of x, flipped
+    scan = Scan(flipped[0] if reverse else moved, "sum" if name == "cumsum" else "prod", val.dtype, node,
+                f"sc{len(b.reduces)}", reverse)
     b.reduces.append(scan)
     out = ScanOut(scan)
+    if reverse:
+        out = flip(out, {n - 1}, out.shape, torch.float32, node)
     if d == n - 1:
         return out
     return Fn(b.shape_of(node), val.dtype, lambda cx, idx, s=out, o=order: s.load(cx, [idx[k] for k in o]),
               node).with_ins([out])
+
+
+def flip(src: V, dims: set, shape, dtype, node) -> V:
+    """``src.flip(dims)``: an index reversal, marked (``flip_of``) so that a scan of it runs from the end and a flip of
+    a flip is its source again (``x.flip(1).cumsum(1).flip(1)``: one suffix-scan kernel, its output the model's)."""
+    inner = getattr(src, "flip_of", None)
+    if inner is not None and inner[1] == dims:
+        return inner[0]
+    out = Fn(shape, dtype, lambda cx, idx: src.load(cx, [
+        Lin.c(src.shape[d] - ONE) - idx[d] if d in dims else idx[d] for d in range(len(idx))]), node).with_ins([src])
+    out.flip_of = (src, dims)
+    return out
 
 
 def reshaped(out: ScanOut, shape) -> ScanOut | None:
@@ -88,10 +106,12 @@ def scan_lines(w, r: Scan, n: int, out_params: list, pad: int) -> list[str]:
     w.allocs[f"fo{n}"] = "(BM, BR)"
     q = " " * (pad + 4)
     lines = [" " * pad + f"T.fill(carry{n}, {ident})",
-             " " * pad + "for kk in T.serial(NK):  # the row's tiles in order: each adds the carry of those before"]
+             " " * pad + "for kk in T.serial(NK):  # the row's tiles in order (a suffix scan's from the last), each "
+             "adding the carry of those before"]
     lines += [q + s for s in w.loads(cx, 0)]
     lines += w.body(cx, "tile", [f"sa{n}[i, j] = T.if_then_else(rg < NR, {val}, {ident})"], pad + 4)
-    shifted = f"T.if_then_else(j >= (1 << s), sa{n}[i, T.max(j - (1 << s), 0)], {ident})"
+    shifted = f"T.if_then_else(j >= (1 << s), sa{n}[i, T.max(j - (1 << s), 0)], {ident})" if not r.reverse else \
+        f"T.if_then_else(j + (1 << s) < BR, sa{n}[i, T.min(j + (1 << s), BR - 1)], {ident})"
     lines += [q + "for s in T.unroll((BR - 1).bit_length()):  # Hillis-Steele: log2(BR) shifted combines",
               q + "    for i, j in T.Parallel(BM, BR):",
               q + f"        sb{n}[i, j] = {combine.format(a=f'sa{n}[i, j]', b=shifted)}",
@@ -99,7 +119,7 @@ def scan_lines(w, r: Scan, n: int, out_params: list, pad: int) -> list[str]:
               q + "for i, j in T.Parallel(BM, BR):",
               q + f"    fo{n}[i, j] = {combine.format(a=f'sa{n}[i, j]', b=f'carry{n}[i]')}",
               q + "for i in T.Parallel(BM):",
-              q + f"    carry{n}[i] = {combine.format(a=f'carry{n}[i]', b=f'sa{n}[i, BR - 1]')}"]
+              q + f"    carry{n}[i] = {combine.format(a=f'carry{n}[i]', b=f'sa{n}[i, {0 if r.reverse else BR_LAST}]')}"]
     targets = [(f"o{m}", DT[r.dtype], m) for m in sorted(r.outs)]
     if r.read or not r.outs:
         targets.append((r.name, "float32", None))
@@ -112,6 +132,8 @@ def scan_lines(w, r: Scan, n: int, out_params: list, pad: int) -> list[str]:
             w.alloc_dtype[f"fc{n}"] = dtype
             lines += [q + "for i, j in T.Parallel(BM, BR):", q + f"    fc{n}[i, j] = T.cast(fo{n}[i, j], \"{dtype}\")",
                       q + f"T.copy(fc{n}, {name}[bm * BM, kk * BR])"]
+    if r.reverse:  # the tiles from the last: every column origin of the loop's body
+        lines = lines[:2] + [line.replace("kk * BR", "(NK - 1 - kk) * BR") for line in lines[2:]]
     return lines
 
 

@@ -315,10 +315,7 @@ class Builder:
         if name in ("cumsum", "cumprod"):
             return scan.scan_value(self, node, name, args, kw)
         if name == "flip":
-            src, dims = args[0], {d % len(args[0].shape) for d in args[1]}
-            return Fn(shape, dtype, lambda cx, idx, s=src, ds=dims: s.load(cx, [
-                Lin.c(s.shape[d] - ONE) - idx[d] if d in ds else idx[d] for d in range(len(idx))]),
-                node).with_ins([src])
+            return scan.flip(args[0], {d % len(args[0].shape) for d in args[1]}, shape, dtype, node)
         if name in ("view", "_unsafe_view", "reshape", "_reshape_alias"):
             src = args[0]
             return Fn(shape, dtype, lambda cx, idx, s=src, sh=shape: s.load(cx, unravel(ravel(idx, sh), s.shape)),
