@@ -13,7 +13,8 @@ Violations raise CompileError subclasses with the op's span.
 
 from __future__ import annotations
 
-from tileagent.compiler.diagnostics import CompileError, DSLTypeError, InternalCompilerError, ScopeError, ShapeError
+from tileagent.compiler.diagnostics import (CompileError, DSLTypeError, InternalCompilerError, ScopeError, ShapeError,
+                                            UnsupportedError)
 from tileagent.compiler.ir.simplify import depends_on, static_int
 from tileagent.compiler.ir.visit import loads
 from tileagent.compiler.ir.stmt import (Alloc, AtomicAdd, For, If, Kernel, Let, NamedBarrier, Parallel, Print, PrimFunc,
@@ -110,6 +111,12 @@ class _Checker:
                                  hint="atomics target global or shared memory; update fragments with +=")
             self.access(s.buffer, s.indices, par_vars, static_par)
             self.exprs(s.indices + (s.value,), par_vars, static_par)
+            if s.prev is not None and not getattr(self, "thread_vars", ()):
+                raise UnsupportedError(f"T.atomic_{s.op}(return_prev=True) outside per-thread code is not supported: "
+                                       f"outside T.Parallel a kernel's element statements run once per block, on "
+                                       f"one thread, which alone would see the previous value",
+                                       hint="bind the threads (tx = T.get_thread_binding()) and fetch-and-add in "
+                                            "each thread's code, as TileLang's top-k selector does")
         else:
             op = op_for(s)
             if op is not None:

@@ -42,7 +42,7 @@ import torch
 
 from tileagent.compiler.errors import KernelArgumentError
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
-from tileagent.compiler.atomic_ops import combine, elementwise
+from tileagent.compiler.atomic_ops import combine, elementwise, fetch
 from tileagent.compiler.ir.stmt import (AtomicAdd, Buffer, Evaluate, For, If, ImportSource, Let, NamedBarrier, RngInit,
                                         Store, While)
 from tileagent.compiler import emulate_sync, random_philox
@@ -283,8 +283,24 @@ class _Block:
         self.write(s.buffer, self.ev(s.indices[0]), 1, self.ev(s.value), "store to", accumulate=False)
 
     def atomic_add(self, s: AtomicAdd) -> None:
+        if s.prev is not None:  # return_prev=True: the active threads' updates in thread order (atomic_ops.fetch)
+            return self.fetch(s)
         self.write(s.buffer, self.ev(s.indices[0]), 1, self.ev(s.value), f"atomic {s.op} to",
                    accumulate=True if s.op == "add" else s.op)
+
+    def fetch(self, s: AtomicAdd) -> None:
+        buf = s.buffer
+        mem, idx = self.elements(buf, self.ev(s.indices[0]), 1, f"atomic {s.op} to")
+        ids = self.active()
+        vals = self.lanes(as_tensor(self.ev(s.value), buf.dtype))[ids].to(mem.dtype)
+        idx = idx[ids]
+        if buf.scope == "shared" and self.check_races:
+            self.race_write(buf, idx, ids, vals[:, None], True)
+        uniq, inv = torch.unique(idx[:, 0], return_inverse=True)
+        old, mem[uniq] = fetch(mem[uniq], inv, vals, s.op)
+        prev = torch.zeros(self.nt, dtype=mem.dtype)
+        prev[ids] = old
+        self.write(s.prev.buffer, self.ev(s.prev.indices[0]), 1, prev, "store to", accumulate=False)
 
     def vec_copy(self, s: VecCopy) -> None:
         src_index, dst_index = self.ev(s.src_index), self.ev(s.dst_index)

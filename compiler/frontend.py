@@ -504,7 +504,9 @@ class _Parser(ExpressionParser):
         """``while cond:`` on a runtime condition (a compile-time one would unroll forever or not at all: E104)."""
         if node.orelse:
             raise DSLSyntaxError("while ... else is not supported", code="E101")
+        before = len(self.blocks[-1])
         cond = self.expr(node.test)
+        self.emitted_nothing(before, "a while condition")
         if not isinstance(cond, Expr):
             raise DSLTypeError(f"`while {ast.unparse(node.test)}`: the condition is a compile-time value ({cond!r}); "
                                f"a prim_func's while loop tests a runtime value", code="E104",

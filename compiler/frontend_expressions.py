@@ -15,12 +15,15 @@ import functools
 import inspect
 import operator
 from collections.abc import Mapping
+from dataclasses import replace
 
-from tileagent.compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, NameResolutionError, ShapeError)
+from tileagent.compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, NameResolutionError, ShapeError,
+                                            UnsupportedError)
 from tileagent.compiler.dtypes import UnsupportedDType
 from tileagent.compiler.ir.expr import Expr, Load, describe, make_cmp, make_logical, make_select, make_unary
 from tileagent.compiler.ir.simplify import difference, static_int
-from tileagent.compiler.ir.stmt import Buffer, Region
+from tileagent.compiler.ir.stmt import Alloc, Buffer, Region
+from tileagent.compiler.language.tileops import ReturnPrev
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
@@ -332,7 +335,40 @@ class ExpressionParser:
                 kwargs.update(self._compile_time(kw.value, "a mapping to unpack with **", Mapping))
             else:
                 kwargs[kw.arg] = self.expr(kw.value)
-        return self._guard(node, self.call, fn, args, kwargs, _callee_name(node.func))
+        out = self._guard(node, self.call, fn, args, kwargs, _callee_name(node.func))
+        return self._guard(node, self.atomic_result, out, node) if isinstance(out, ReturnPrev) else out
+
+    def atomic_result(self, ret, node: ast.Call) -> Load:
+        """``T.atomic_<op>(dst[i], v, return_prev=True)``: the atomic is emitted before the statement being parsed
+        (Python evaluates the call before that statement's effect), its previous value going to a hidden
+        ``T.alloc_var``; the expression is that variable. Inside T.Parallel (which thread runs an iteration is the
+        layout's choice) E701."""
+        name = f"T.atomic_{ret.stmt.op}(return_prev=True)"
+        if getattr(self, "parallel_frames", None):
+            raise UnsupportedError(f"{name} inside T.Parallel is not supported", code="E701",
+                                   hint="fetch-and-add in per-thread code (tx = T.get_thread_binding(), statements "
+                                        "outside T.Parallel), as TileLang's top-k selector does")
+        if not getattr(self, "kernel_depth", 0):
+            raise DSLSyntaxError(f"{name} outside T.Kernel", code="E505")
+        buf = ret.stmt.buffer
+        base = prev = f"{buf.name}_prev"
+        k = 1
+        while prev in self.buffer_names:
+            prev, k = f"{base}_{k}", k + 1
+        self.buffer_names.add(prev)
+        var = Buffer(prev, (1,), buf.dtype, "var", self.span(node))
+        value = Load(var, (0,), buf.dtype, self.span(node))
+        self.emit(Alloc(var, None), node)
+        self.emit(replace(ret.stmt, prev=value), node)
+        return value
+
+    def emitted_nothing(self, before: int, what: str) -> None:
+        """E301 when evaluating ``what`` (a loop condition, evaluated again each iteration) emitted a statement
+        (``atomic_result``): hoisted before the loop it would run once."""
+        if len(self.blocks[-1]) > before:
+            raise DSLTypeError(f"T.atomic_*(return_prev=True) in {what} is not supported: it would run once, not on "
+                               f"each test", code="E301", hint="fetch into a T.alloc_var before the loop and again "
+                                                               "at the end of its body")
 
     def call(self, fn, args, kwargs, name: str):
         from tileagent.compiler.frontend_macro import Macro, inline

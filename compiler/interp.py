@@ -23,7 +23,7 @@ from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float
                                            storage)
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
 from tileagent.compiler.ir.printer import region_str
-from tileagent.compiler.atomic_ops import combine
+from tileagent.compiler.atomic_ops import combine, fetch
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
                                         Kernel, Let, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc, Region,
                                         RngInit, Store, UseSwizzle, While)
@@ -171,8 +171,30 @@ class _Interpreter:
         self.write_elements(s.buffer, s.indices, self.ev(s.value), mask, s.span, accumulate=False)
 
     def atomic_add(self, s: AtomicAdd, mask) -> None:
+        if s.prev is not None:  # return_prev=True: each lane's update in lane order, its previous value kept
+            old = self.fetch_elements(s.buffer, s.indices, self.ev(s.value), mask, s.span, s.op)
+            return self.write_elements(s.prev.buffer, s.prev.indices, old, mask, s.span, accumulate=False)
         self.write_elements(s.buffer, s.indices, self.ev(s.value), mask, s.span,
                             accumulate=True if s.op == "add" else s.op)
+
+    def fetch_elements(self, buf: Buffer, indices, value, mask, span, op: str):
+        """``compiler.atomic_ops.fetch`` of ``value`` into ``buf[indices]`` where ``mask`` and in bounds; the
+        previous values, broadcast over the lanes (0 where nothing was updated)."""
+        idx, inb = self._element_indices(buf, indices, span)
+        t = self.mem[buf]
+        keep = mask if inb is None else (inb if mask is None else mask & inb)
+        parts = [torch.as_tensor(i) for i in idx] + [as_tensor(value, buf.dtype)]
+        parts = torch.broadcast_tensors(*parts, *([torch.as_tensor(keep)] if keep is not None else []))
+        flat = [p.reshape(-1) for p in parts]
+        sel = flat[-1] if keep is not None else torch.ones(flat[0].shape, dtype=torch.bool)
+        lin = torch.zeros(int(sel.sum()), dtype=torch.int64)
+        for i, n in zip(flat[:len(idx)], self.shapes[buf]):
+            lin = lin * int(n) + i[sel].to(torch.int64)
+        view = t.view(-1)
+        old, view[:] = fetch(view, lin, flat[len(idx)][sel].to(t.dtype), op)
+        out = torch.zeros(sel.shape, dtype=t.dtype)
+        out[sel] = old
+        return out.reshape(parts[0].shape)
 
     def print_(self, s: Print, mask) -> None:
         value = self.mem[s.value] if isinstance(s.value, Buffer) else self.ev(s.value)

@@ -520,6 +520,51 @@ def test_fragment_read_transposed_gets_the_loops_layout_transposed():
     assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
 
 
+def _indexer_logits(N=64, Q=2, H=16, D=32, threads=128, extra=1):
+    """TileLang's DSA lightning indexer (fp8_lighting_indexer.py, pool_mqa_fp8.py) at small sizes: a gemm accumulator
+    reduced over heads through T.reshape, then stored transposed, ``Logits[q, n] = logits[n, q]`` in
+    ``T.Parallel(Q, N)`` (``extra`` > 1: a third loop dim the read does not index)."""
+    @T.prim_func
+    def f(K_: T.Tensor((N, D), "float16"), Qm: T.Tensor((Q * H, D), "float16"), W: T.Tensor((Q, H), "float32"),
+          Y: T.Tensor((Q, N, extra), "float32")):
+        with T.Kernel(1, threads=threads):
+            k_s = T.alloc_shared((N, D), "float16")
+            q_s = T.alloc_shared((Q * H, D), "float16")
+            s = T.alloc_fragment((N, Q * H), "float32")
+            s3 = T.reshape(s, (N, Q, H))
+            logits = T.alloc_fragment((N, Q), "float32")
+            w = T.alloc_fragment((Q, H), "float32")
+            T.copy(K_, k_s)
+            T.copy(Qm, q_s)
+            T.copy(W, w)
+            T.gemm(k_s, q_s, s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullCol)
+            for n, q, h in T.Parallel(N, Q, H):
+                s3[n, q, h] = T.max(s3[n, q, h], 0) * w[q, h]
+            T.reduce_sum(s3, logits, dim=-1, clear=True)
+            for q, n, e in T.Parallel(Q, N, extra):
+                Y[q, n, e] = logits[n, q] + e
+    return f
+
+
+@pytest.mark.parametrize("extra", [1, 4])
+def test_reduction_output_read_transposed_runs_the_loop_on_its_layout_transposed(extra):
+    """A T.Parallel loop whose only fragment read is a reduction's output indexed in the other dim order (TileLang's
+    DSA indexers: was L001 against the loop's blocked default) runs on that fragment's thread map with its dims
+    permuted, as TileLang composes a fragment's thread map with the index map: nothing moves at run time."""
+    N, Q, H = 64, 2, 16
+    kernel = tileagent.compile(_indexer_logits(extra=extra), target="sim")
+    logits = next(f for b, f in kernel.layouts().fragments.items() if b.name == "logits")
+    (loop,) = [f for p, f in kernel.layouts().loops.items() if len(p.vars) == 3 and p.vars[0].name == "q"]
+    assert all(loop.thread((q, n, 0)) == logits.thread((n, q)) for q in range(Q) for n in range(N))
+    k, qm, w = torch.randn(N, 32).half(), torch.randn(Q * H, 32).half(), torch.rand(Q, H)
+    ref = ((k.float() @ qm.float().T).clamp(min=0).view(N, Q, H) * w).sum(-1).T[:, :, None] + torch.arange(extra)
+    for target in ("sim", "cpu"):
+        y = _nan(Q, N, extra)
+        tileagent.compile(_indexer_logits(extra=extra), target=target)(k, qm, w, y)
+        torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-4)
+    assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
 def test_fragment_read_at_constant_rows_holds_those_rows_in_registers():
     """TileLang's DeepSeek mHC post mixes rows with a small matrix, ``x[o, h] += a[k, o] * b[k, h]`` for k in an
     unrolled T.serial inside the T.Parallel: a (filled by a T.copy) takes the loop's map of o with every k in the

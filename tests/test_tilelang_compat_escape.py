@@ -419,3 +419,28 @@ def test_tensor_of_pointers_is_E701_at_the_parameter_with_the_grouped_gemm_alter
     err = info.value
     assert err.code == "E701" and err.span is not None and err.span.line == 8
     assert "tensors of pointers" in err.message and "per-batch offsets" in err.message
+
+
+@pytest.mark.parametrize("call", ["T.ptx_cp_async(T.access_ptr(s[0], 'w', 8), T.access_ptr(A[0], 'r', 8), 16)",
+                                  "T.ptx_commit_group()", "T.ptx_wait_group(0)"])
+def test_cp_async_by_hand_is_E701_at_its_line_pointing_to_t_pipelined(tilelang, tmp_path, call):
+    """TileLang's minference and DSA sparse-MLA programs issue cp.async by hand; TileAgent issues it itself for the
+    copies of a T.Pipelined loop and owns the barriers and wait_groups around it."""
+    ns = load_script(write_source(tmp_path, "cp_async.py", f"""\
+        import tilelang
+        import tilelang.language as T
+
+
+        def f(N):
+            @T.prim_func
+            def main(A: T.Tensor((N,), "float16")):
+                with T.Kernel(1, threads=128) as bx:
+                    s = T.alloc_shared((N,), "float16")
+                    {call}
+            return main
+        """))
+    with pytest.raises(CompileError) as info:
+        tilelang.compile(ns["f"](64), target="cpu")
+    err = info.value
+    assert err.code == "E701" and err.span.line == 10 and "cp.async by hand" in err.message
+    assert "T.Pipelined(n, num_stages=2 or more)" in err.message

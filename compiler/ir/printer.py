@@ -112,8 +112,10 @@ def stmt_lines(s, indent: int = 0) -> list[str]:
     if isinstance(s, Let):
         return [f"{pad}{s.var.name} = {expr_str(s.value)}"]
     if isinstance(s, AtomicAdd):
-        return [f"{pad}T.atomic_{s.op}({s.buffer.name}[{', '.join(expr_str(i) for i in s.indices)}], "
-                f"{expr_str(s.value)})"]
+        call = f"T.atomic_{s.op}({s.buffer.name}[{', '.join(expr_str(i) for i in s.indices)}], {expr_str(s.value)}"
+        if s.prev is not None:
+            return [f"{pad}{expr_str(s.prev)} = {call}, return_prev=True)"]
+        return [f"{pad}{call})"]
     if isinstance(s, Print):
         value = s.value.name if isinstance(s.value, Buffer) else expr_str(s.value)
         return [f"{pad}T.print({value}{', msg=' + repr(s.msg) if s.msg else ''})"]

@@ -267,13 +267,16 @@ class Fill(Stmt):
 @dataclass(frozen=True, eq=False, slots=True)
 class AtomicAdd(Stmt):
     """Scalar form: ``T.atomic_add(C[i, j], value)``; ``op`` "max" / "min" for ``T.atomic_max`` / ``T.atomic_min``
-    (the element is replaced only where the value compares greater / less: a NaN value never replaces)."""
+    (the element is replaced only where the value compares greater / less: a NaN value never replaces). ``prev``
+    (``return_prev=True``): a Load naming a per-thread element (a hidden ``T.alloc_var``) that receives the element's
+    value just before this thread's update, as CUDA's ``atomicAdd`` returns it."""
 
     buffer: Buffer
     indices: tuple
     value: Expr
     span: Span | None = None
     op: str = "add"
+    prev: Expr | None = None
 
 
 @dataclass(frozen=True, eq=False, slots=True)

@@ -8,6 +8,7 @@ from the other operand). Shape agreement is checked by ``compiler.check`` with t
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 from tileagent.compiler.diagnostics import DSLTypeError, ShapeError, UnsupportedError
 from tileagent.compiler.ir.expr import Expr, Load, as_expr, describe, make_cast
@@ -177,11 +178,11 @@ def _atomic(op: str, dst, value, memory_order, return_prev):
                                f"relaxed (CUDA's atomicAdd/atomicMax/atomicCAS)",
                                hint="drop memory_order or pass 'relaxed'; order other accesses with T.sync_threads "
                                     "or a separate kernel")
-    if return_prev:
-        raise UnsupportedError(f"{name}(return_prev=True) is not supported: TileAgent's atomics are statements and "
-                               f"do not return the previous value",
-                               hint="count with a T.Parallel reduction or T.cumsum instead of fetch-and-add positions")
     if isinstance(value, (Buffer, Region)) or (isinstance(value, Load) and not isinstance(dst, Load)):
+        if return_prev:
+            raise UnsupportedError(f"{name}(return_prev=True) of a tile is not supported: only the scalar form "
+                                   f"returns the previous value", hint=f"{name}(dst[i], value, return_prev=True) "
+                                   f"on one element")
         src = _tile(value, name, "value")
         d = _tile(dst, name, "dst")
         if isinstance(src, Load):
@@ -195,14 +196,25 @@ def _atomic(op: str, dst, value, memory_order, return_prev):
     if not isinstance(value, (Expr, int, float)):
         raise DSLTypeError(f"{name}: value must be a number, an expression or a tile, got {describe(value)}",
                            code="E309")
-    return AtomicAdd(dst.buffer, dst.indices, make_cast(as_expr(value, dst.buffer.dtype), dst.buffer.dtype), op=op)
+    stmt = AtomicAdd(dst.buffer, dst.indices, make_cast(as_expr(value, dst.buffer.dtype), dst.buffer.dtype), op=op)
+    return ReturnPrev(stmt) if return_prev else stmt
+
+
+@dataclass(frozen=True)
+class ReturnPrev:
+    """``T.atomic_<op>(dst[i], value, return_prev=True)`` as the builtin returns it: the frontend emits ``stmt`` with
+    its ``prev`` set to a hidden per-thread variable and gives the calling expression that variable's value
+    (``frontend_expressions.ExpressionParser.atomic_result``)."""
+
+    stmt: AtomicAdd
 
 
 def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, annotations=None):
     """Atomically add into global (or shared) memory.
 
     Scalar form: ``T.atomic_add(C[i, j], x)``. Tile form: ``T.atomic_add(C[by * BM, bx * BN], C_local)``.
-    ``memory_order``: None or "relaxed" (stronger orders and ``return_prev=True`` are E701).
+    ``memory_order``: None or "relaxed" (stronger orders are E701). ``return_prev=True`` (scalar form, per-thread
+    code): the call is also a value, the element before this thread's update (CUDA's ``atomicAdd`` result).
     """
     return _atomic("add", dst, value, memory_order, return_prev)
 

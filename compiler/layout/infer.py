@@ -15,6 +15,10 @@ layout is a free choice, and a fragment whose layout spreads such a dim over thr
 A fragment still without a layout that a loop with a layout reads gets that layout, projected onto the loop dims it
 indexes, with its dims in the order it indexes them (``x[j, i]`` in a loop over (i, j): the map transposed), and
 its dims indexed by constants or loop-invariant values held in registers (``a[k, o]``, k an unrolled serial).
+The reverse: a loop left to a free choice whose blocked default does not fit the fragments it reads runs on a read
+fragment's layout (its loop dims in order first, then in another order: ``logits[n, q]`` in a loop over (q, n), a
+reduction's output stored transposed, runs on logits' thread map with the dims permuted; TileLang composes the
+fragment's thread map with the index map the same way), with the loop dims it does not index in registers.
 An index ``v // c`` (loop variable over a constant: packed data, ``B_local[i, j // 2]``) is checked element by element
 like a loop variable; a fragment still without a layout that a loop reads that way gets the loop's layout with the
 innermost register level of that dim divided by ``c`` (``_compressed``), when that level holds a multiple of ``c``.
@@ -480,19 +484,24 @@ class _KernelInference:
         blocked = make_blocked(extents, self.threads, self.loop_vector(buffers))
         if self.compatible(loop, blocked):
             return blocked
-        for buf, indices, is_store, stmt in self.accesses(loop):
-            # TileLang's loop layout from a read fragment: x[h] read in T.Parallel(H, K) runs (h, k) on the owners of
-            # x[h], every k of it in their registers (S[h, k] = ... / logsum[h] in split-KV decoding with logits)
-            pattern = self._pattern(loop, buf, indices, stmt)
-            if is_store or buf not in self.r.fragments or not pattern or \
-                    any(isinstance(p, tuple) for p in pattern) or pattern != sorted(set(pattern)):
-                continue
-            layout = self.r.fragments[buf]
-            for d in range(len(extents)):
-                if d not in pattern:
-                    layout = layout.insert_register_dim(d, extents[d])
-            if layout.shape == extents and self.compatible(loop, layout):
-                return layout
+        for in_order in (True, False):
+            for buf, indices, is_store, stmt in self.accesses(loop):
+                # TileLang's loop layout from a read fragment: x[h] read in T.Parallel(H, K) runs (h, k) on the owners
+                # of x[h], every k of it in their registers (S[h, k] = ... / logsum[h] in split-KV decoding with
+                # logits); second, a read in another dim order (x[j, i] in a loop over (i, j): a reduction's output
+                # stored transposed, TileLang's DSA indexers) runs on x's thread map with its dims permuted, as
+                # TileLang composes the fragment's thread map with any index map
+                pattern = self._pattern(loop, buf, indices, stmt)
+                if is_store or buf not in self.r.fragments or not pattern or \
+                        any(isinstance(p, tuple) for p in pattern) or len(set(pattern)) < len(pattern) or \
+                        (pattern == sorted(pattern)) != in_order:
+                    continue
+                layout = self.r.fragments[buf].permute(sorted(range(len(pattern)), key=pattern.__getitem__))
+                for d in range(len(extents)):
+                    if d not in pattern:
+                        layout = layout.insert_register_dim(d, extents[d])
+                if layout.shape == extents and self.compatible(loop, layout):
+                    return layout
         return blocked
 
     def set_loop(self, loop: Parallel, layout: Fragment) -> None:

@@ -148,8 +148,9 @@ def lower_elements(ctx, stmts, subst: dict, writer) -> list:
                 raise TargetError(f"T.atomic_{s.op} needs global or shared memory", s.span, code="E602")
             check_atomic_dtype(s.op, s.buffer, s.span)
             guard = and_(writer, ctx.in_bounds(s.buffer, idx) if s.buffer.scope == "global" else True)
+            prev = ctx.rewrite(s.prev, subst) if s.prev is not None else None  # the thread's register (return_prev)
             add = AtomicAdd(ctx.mem(s.buffer), (as_expr(ctx.offset(s.buffer, idx)),),
-                            make_cast(ctx.rewrite(s.value, subst), s.buffer.dtype), s.span, s.op)
+                            make_cast(ctx.rewrite(s.value, subst), s.buffer.dtype), s.span, s.op, prev)
             out += guarded(ctx, guard, [add])
         elif isinstance(s, If):
             cond = ctx.rewrite(s.cond, subst)

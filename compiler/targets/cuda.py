@@ -464,11 +464,13 @@ class _KernelEmitter:
         dt = s.buffer.dtype
         ref = self.ref(s.buffer, s.indices)
         val = _strip(self.value_as(s.value, dt))
+        into = f"{self.ref(s.prev.buffer, s.prev.indices)} = " if s.prev is not None else ""  # return_prev=True
         if dt in ("float16", "bfloat16", "float32", "float64", "int32", "uint32", "uint64"):
             self.state.uses_header_api(dt)
-            self.line(f"atomicAdd(&{ref}, {val});")
+            self.line(f"{into}atomicAdd(&{ref}, {val});")
         elif dt == "int64":  # two's complement: the unsigned 64-bit add gives the signed sum
-            self.line(f"atomicAdd(reinterpret_cast<unsigned long long*>(&{ref}), (unsigned long long)({val}));")
+            self.line(f"{into + '(long long)' if into else ''}atomicAdd(reinterpret_cast<unsigned long long*>("
+                      f"&{ref}), (unsigned long long)({val}));")
         else:
             self.fail(f"atomic add on {dt} buffer {s.buffer.name} is not supported by CUDA")
 

@@ -9,17 +9,23 @@ compares greater / less than the element, as TileLang's ``AtomicMax``/``AtomicMi
 (``compiler.atomic_ops`` is the same rule on the CPU). 16-bit CAS needs sm_70 or newer. Other dtypes: CodegenError
 (the lowering reports them first, as E602 at the statement's line). ``VecAtomicAdd`` is one ``atomicAdd`` on
 ``float2``/``float4`` (sm_90+), ``__half2`` or ``__nv_bfloat162``, with a per-element fallback for older
-architectures in the same source (``#if __CUDA_ARCH__``).
+architectures in the same source (``#if __CUDA_ARCH__``). With ``prev`` (``return_prev=True``) the statement stores
+the value the atomic returns (CUDA's ``atomicMax``/``atomicMin``, ``tl_atomic_fetch_max``/``_min``: the element before
+the update) into that register.
 """
 
 from __future__ import annotations
 
 
-def _helper(ctype: str, bits: str, to_bits: str, from_bits: str, to_float: str) -> str:
+def _helper(ctype: str, bits: str, to_bits: str, from_bits: str, to_float: str, fetch: bool = False) -> str:
+    """tl_atomic_max / tl_atomic_min for ``ctype`` (``fetch``: tl_atomic_fetch_max / _min, returning the element's
+    value before the update, for ``return_prev=True``)."""
     out = []
+    result, prefix = (ctype, "fetch_") if fetch else ("void", "")
+    ret = f"\n  return {from_bits}(old);" if fetch else ""
     for name, cmp in (("max", ">"), ("min", "<")):
         out.append(f"""\
-__device__ __forceinline__ void tl_atomic_{name}({ctype}* addr, {ctype} val) {{
+__device__ __forceinline__ {result} tl_atomic_{prefix}{name}({ctype}* addr, {ctype} val) {{
   {bits}* p = reinterpret_cast<{bits}*>(addr);
   const {bits} want = {to_bits}(val);
   {bits} old = *p;
@@ -27,20 +33,18 @@ __device__ __forceinline__ void tl_atomic_{name}({ctype}* addr, {ctype} val) {{
     const {bits} assumed = old;
     old = atomicCAS(p, assumed, want);
     if (old == assumed) break;
-  }}
+  }}{ret}
 }}""")
     return "\n".join(out)
 
 
-HELPERS = {
-    "atomic_extreme_float32": _helper("float", "unsigned int", "__float_as_uint", "__uint_as_float", ""),
-    "atomic_extreme_float64": _helper("double", "unsigned long long", "__double_as_longlong", "__longlong_as_double",
-                                      ""),
-    "atomic_extreme_float16": _helper("half", "unsigned short", "__half_as_ushort", "__ushort_as_half",
-                                      "__half2float"),
-    "atomic_extreme_bfloat16": _helper("__nv_bfloat16", "unsigned short", "__bfloat16_as_ushort",
-                                       "__ushort_as_bfloat16", "__bfloat162float"),
-}
+_FLOATS = {"float32": ("float", "unsigned int", "__float_as_uint", "__uint_as_float", ""),
+           "float64": ("double", "unsigned long long", "__double_as_longlong", "__longlong_as_double", ""),
+           "float16": ("half", "unsigned short", "__half_as_ushort", "__ushort_as_half", "__half2float"),
+           "bfloat16": ("__nv_bfloat16", "unsigned short", "__bfloat16_as_ushort", "__ushort_as_bfloat16",
+                        "__bfloat162float")}
+HELPERS = {f"atomic_{kind}_{dt}": _helper(*spec, fetch=kind == "fetch_extreme")
+           for kind in ("extreme", "fetch_extreme") for dt, spec in _FLOATS.items()}
 INTEGER_DTYPES = ("int32", "uint32", "int64", "uint64")
 
 
@@ -51,13 +55,15 @@ def atomic_extreme(emitter, s) -> None:
     dt = s.buffer.dtype
     ref = emitter.ref(s.buffer, s.indices)
     val = _strip(emitter.value_as(s.value, dt))
+    into = f"{emitter.ref(s.prev.buffer, s.prev.indices)} = " if s.prev is not None else ""  # return_prev=True
+    fetch = "fetch_" if s.prev is not None else ""
     if dt in INTEGER_DTYPES:
-        emitter.line(f"{'atomicMax' if s.op == 'max' else 'atomicMin'}(&{ref}, {val});")
+        emitter.line(f"{into}{'atomicMax' if s.op == 'max' else 'atomicMin'}(&{ref}, {val});")
     elif f"atomic_extreme_{dt}" in HELPERS:
         emitter.ct(dt)
         emitter.state.uses_header_api(dt)  # __half_as_ushort / __bfloat16_as_ushort: the header's, not our prelude's
-        emitter.state.helpers.add(f"atomic_extreme_{dt}")
-        emitter.line(f"tl_atomic_{s.op}(&{ref}, {val});")
+        emitter.state.helpers.add(f"atomic_{fetch}extreme_{dt}")
+        emitter.line(f"{into}tl_atomic_{fetch}{s.op}(&{ref}, {val});")
     else:
         emitter.fail(f"atomic {s.op} on {dt} buffer {s.buffer.name} is not supported by CUDA (32- and 64-bit "
                      f"integers and float16/bfloat16/float32/float64 are)")

@@ -354,8 +354,8 @@ class _KernelPtx(Calls, Values):
     def atomic_add(self, s: AtomicAdd) -> None:
         b = s.buffer
         t = {"float32": "f32", "int32": "s32", "uint32": "u32"}.get(str(b.dtype))
-        if s.op != "add" or t is None or b.scope == "local":
-            self.fail(f"atomic {s.op} on {b.scope} {b.dtype}")
+        if s.op != "add" or t is None or b.scope == "local" or s.prev is not None:
+            self.fail(f"atomic {s.op} on {b.scope} {b.dtype}" + (" returning the previous value" if s.prev is not None else ""))
         e = as_expr(s.value, b.dtype)
         v = self.in_reg(self.convert(self.ev(e), e.dtype, b.dtype))
         self.guarded(f"red.{b.scope}.add.{t} {self.address(b, s.indices[0])}, {v.text};")
