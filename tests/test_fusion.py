@@ -1155,3 +1155,14 @@ def test_a_topks_values_and_indices_feed_later_math(form, body, tmp_path):
     ref, candidate, source = _form(tmp_path, form, body, "[torch.randn(M, D), torch.randn(M, D)]", "x, y")
     assert source.count("@tileagent.jit") == 2
     _assert_correct(ref, candidate)
+
+
+@pytest.mark.parametrize("form, body", [("rows", "return torch.prod(1.0 + 0.002 * x, dim=1)"),
+                                        ("whole", "return (1.0 + 0.0005 * x).prod() * y.sum()"),
+                                        ("column", "return torch.prod(1.0 + 0.01 * x, dim=0, keepdim=True) * y")])
+def test_products_draft_as_reductions(form, body, tmp_path):
+    """torch.prod (KernelBench level 1, 50) was declined: a reduction like a sum, through T.reduce_prod, over rows of
+    several tiles, the whole tensor (split over blocks) or columns."""
+    ref, candidate, source = _form(tmp_path, form, body, "[torch.randn(M, D), torch.randn(M, D)]", "x, y")
+    assert "T.reduce_prod(" in source
+    _assert_correct(ref, candidate)

@@ -691,3 +691,30 @@ def test_flat_copies_of_a_run_time_length_are_vectorized_with_an_elementwise_tai
         kernel(x, y[:n])
         torch.testing.assert_close(y[:n], x * 2, rtol=0, atol=0)
         assert torch.isnan(y[n:]).all()  # nothing written past the end
+
+
+@tileagent.jit(out_idx=[1])
+def _row_prod(M, N, threads):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=threads) as b:
+            x = T.alloc_fragment((M, N), "float32")
+            p = T.alloc_fragment((M,), "float32")
+            T.copy(X, x)
+            T.fill(p, 2.0)
+            T.reduce_prod(x, p, dim=1, clear=False)
+            T.copy(p, Y)
+    return main
+
+
+@pytest.mark.parametrize("M,N,threads", [(4, 64, 128), (2, 512, 256), (8, 8, 32)])
+def test_reduce_prod_across_threads_warps_and_registers(M, N, threads):
+    """T.reduce_prod (TileAgent's; the drafter lowers torch.prod to it): in-thread products, shuffles and one round
+    through shared memory, times the old value with clear=False, in the interpreter, the emulator and NVRTC."""
+    x = 1.0 + 0.01 * torch.randn(M, N)
+    want = 2.0 * x.double().prod(1)
+    for target in ("cpu", "sim"):
+        y = torch.full((M,), float("nan"))
+        tileagent.compile(_row_prod.fn(M, N, threads), target=target)(x, y)
+        torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=0)
+    tileagent.compile(_row_prod.fn(M, N, threads), target="cuda:sm_90a")

@@ -24,7 +24,7 @@ from tileagent.compiler.language.math import (abs, cast, ceil, ceildiv, erf, exp
                                     reinterpret, rsqrt, sigmoid, sin, cos, sqrt, tanh)
 from tileagent.compiler.language.tileops import (GemmWarpPolicy, atomic_add, atomic_max, atomic_min, c2d_im2col, clear,
                                                  copy, fill, gemm, im2col, reduce, reduce_abssum, reduce_absmax,
-                                                 reduce_max, reduce_min, reduce_sum)
+                                                 reduce_max, reduce_min, reduce_prod, reduce_sum)
 from tileagent.compiler.language.random import rng_init, rng_rand, rng_rand_float
 from tileagent.compiler.language.sync import sync_threads
 from tileagent.compiler.language.views import reshape, view

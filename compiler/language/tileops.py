@@ -152,13 +152,18 @@ def reduce_absmax(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False,
     return _reduce("absmax", buffer, out, dim, clear)
 
 
+def reduce_prod(buffer, out, dim=-1, clear=True):
+    """out = product of buffer over ``dim`` (times out's old value when clear=False); TileAgent's, not TileLang's."""
+    return _reduce("prod", buffer, out, dim, clear)
+
+
 def reduce_abssum(buffer, out, dim=-1, batch=1, annotations=None):
     """out = sum of |buffer| over ``dim``; always clears."""
     return _reduce("abssum", buffer, out, dim, True)
 
 
 def reduce(buffer, out, reduce_type, dim=-1, clear=True):
-    kinds = ("sum", "max", "min", "abssum", "absmax")
+    kinds = ("sum", "max", "min", "abssum", "absmax", "prod")
     if reduce_type not in kinds:
         raise DSLTypeError(f"T.reduce: unknown reduce_type {reduce_type!r}; known: {', '.join(kinds)}", code="E301")
     return _reduce(reduce_type, buffer, out, dim, clear)

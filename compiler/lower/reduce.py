@@ -26,7 +26,7 @@ from tileagent.compiler.lower.copy import guarded, valid_condition
 from tileagent.compiler.lower.slots import SlotLoops
 from tileagent.compiler.tir import THREAD, Barrier, Declare
 
-_COMBINE = {"sum": "+", "abssum": "+", "max": "max", "absmax": "max", "min": "min"}
+_COMBINE = {"sum": "+", "abssum": "+", "max": "max", "absmax": "max", "min": "min", "prod": "*"}
 
 
 def lower_reduce(ctx, s: Reduce) -> list:
@@ -226,14 +226,14 @@ def make_call_shfl(value, mask: int):
 
 
 def _combine(op: str, a, b):
-    if op == "+":
-        return make_binop("+", a, b)
+    if op in ("+", "*"):
+        return make_binop(op, a, b)
     return make_call(op, a, b)
 
 
 def _identity(op: str, dtype: DType):
-    if op == "+":
-        return Const(0.0 if dtype.is_float else 0, dtype)
+    if op in ("+", "*"):
+        return Const((0.0 if dtype.is_float else 0) if op == "+" else (1.0 if dtype.is_float else 1), dtype)
     big = math.inf if dtype.is_float else (2 ** (dtype.bits - 1) - 1)
     return Const(-big if op == "max" else big, dtype)
 

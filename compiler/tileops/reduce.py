@@ -1,4 +1,5 @@
-"""``T.reduce_<kind>(buffer, out, dim, clear)``: out = reduce(buffer, dim) for kind in sum, max, min, abssum, absmax.
+"""``T.reduce_<kind>(buffer, out, dim, clear)``: out = reduce(buffer, dim) for kind in sum, max, min, abssum, absmax,
+prod (``T.reduce_prod``: TileAgent's, not TileLang's; a product of float32 values in float32).
 
 Check: both whole buffers in fragments or shared memory; ``dim`` in range; out's shape is buffer's without ``dim``
 (``(1,)`` for a 1-d buffer). Effects: reads buffer (and out unless clear), writes out.
@@ -16,7 +17,7 @@ from tileagent.compiler.intrinsics import compute_dtype
 from tileagent.compiler.ir.stmt import Reduce
 from tileagent.compiler.tileops.base import Effects, TileOp
 
-KINDS = ("sum", "max", "min", "abssum", "absmax")
+KINDS = ("sum", "max", "min", "abssum", "absmax", "prod")
 
 
 class ReduceOp(TileOp):
@@ -86,6 +87,8 @@ class ReduceOp(TileOp):
             x = x.abs()
         if s.kind in ("sum", "abssum"):
             r = x.sum(dim)
+        elif s.kind == "prod":
+            r = x.prod(dim)
         elif s.kind in ("max", "absmax"):
             r = x.amax(dim)
         else:
@@ -95,5 +98,5 @@ class ReduceOp(TileOp):
         if not s.clear:
             old = dst.to(cd)
             r = {"sum": torch.add, "abssum": torch.add, "max": torch.maximum, "absmax": torch.maximum,
-                 "min": torch.minimum}[s.kind](old, r)
+                 "min": torch.minimum, "prod": torch.mul}[s.kind](old, r)
         dst.copy_(r.to(dst.dtype))

@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     from tileagent.drafters.builtin.fusion import Kernel, Plan
 
 Reduce.kind = property(lambda self: FLOAT)
-IDENT = {"sum": "0.0", "amax": "-T.infinity(\"float32\")", "amin": "T.infinity(\"float32\")"}
-COMBINE = {"sum": "{a} + {b}", "amax": "T.max({a}, {b})", "amin": "T.min({a}, {b})"}
-REDUCE_FN = {"sum": "T.reduce_sum", "amax": "T.reduce_max", "amin": "T.reduce_min"}
+IDENT = {"sum": "0.0", "amax": "-T.infinity(\"float32\")", "amin": "T.infinity(\"float32\")", "prod": "1.0"}
+COMBINE = {"sum": "{a} + {b}", "amax": "T.max({a}, {b})", "amin": "T.min({a}, {b})", "prod": "{a} * {b}"}
+REDUCE_FN = {"sum": "T.reduce_sum", "amax": "T.reduce_max", "amin": "T.reduce_min", "prod": "T.reduce_prod"}
 
 
 def _globals(v) -> set:

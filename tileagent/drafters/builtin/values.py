@@ -544,7 +544,7 @@ class Builder:
                        else kw.get("keepdim", False))
         if node.target in (prims.sum.default, prims.amax.default, prims.amin.default):
             keepdim = False
-        if name in ("prod", "any", "all"):
+        if name in ("any", "all"):
             self.fail(node)
         if name == "mean":
             count = prod(src.shape[d] for d in dims)
@@ -574,7 +574,7 @@ class Builder:
             r.var_of = mean  # the kernel may compute both in one pass over a long row (fusion_onepass.moments)
             self.reduces.append(r)
             return r
-        op = {"sum": "sum", "amax": "amax", "amin": "amin", "max": "amax", "min": "amin"}[name]
+        op = {"sum": "sum", "amax": "amax", "amin": "amin", "max": "amax", "min": "amin", "prod": "prod"}[name]
         r = Reduce(op, src, dims, keepdim, dtype, node)
         r.ins = [src]
         if op == "sum":
