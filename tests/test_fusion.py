@@ -1166,3 +1166,21 @@ def test_products_draft_as_reductions(form, body, tmp_path):
     ref, candidate, source = _form(tmp_path, form, body, "[torch.randn(M, D), torch.randn(M, D)]", "x, y")
     assert "T.reduce_prod(" in source
     _assert_correct(ref, candidate)
+
+
+SPATIAL_FORMS = {  # forward body (x: (N, C, H, W)) -> what it returns
+    "upsample_nearest": "return F.interpolate(x, scale_factor=2, mode='nearest')",
+    "upsample_module_size": "return nn.Upsample(size=(24, 40))(x.half())",
+    "adaptive_avg_4x4": "return F.adaptive_avg_pool2d(x, (4, 2))",
+    "pad_and_crop": "return F.pad(x, (1, 2, -1, 3), value=0.5)",
+}
+
+
+@pytest.mark.parametrize("form", sorted(SPATIAL_FORMS))
+def test_upsampling_adaptive_pooling_and_padding_draft(form, tmp_path):
+    """A UNet's nearest upsampling by 2, an adaptive average pooling to sizes that divide the input's, and a constant
+    pad (with a negative side: a crop) were declined: they trace as repeats (unsqueeze / expand / reshape), an
+    average pooling and a cat of filled blocks."""
+    ref, candidate, _ = _form(tmp_path, form, SPATIAL_FORMS[form], "[torch.randn(N, C, H, W)]",
+                              config='{"N": 2, "C": 3, "H": 12, "W": 20}', small=False)
+    _assert_correct(ref, candidate)

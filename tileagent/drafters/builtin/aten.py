@@ -56,6 +56,9 @@ def decomposition_table() -> dict:
     table[aten.convolution.default] = _depthwise_conv1d
     for op, nd in ((aten.avg_pool1d, 1), (aten.avg_pool2d, 2), (aten.avg_pool3d, 3)):
         table[op.default] = functools.partial(_avg_pool, nd)
+    for op, nd in ((aten._adaptive_avg_pool2d, 2), (aten._adaptive_avg_pool3d, 3)):
+        table[op.default] = functools.partial(_adaptive_avg_pool, nd)
+    table[aten.constant_pad_nd.default] = _constant_pad
     # kept as primitives: chunk/split (lowered as slices), topk, mm/addmm/bmm (declined here: the GEMM template)
     for op in (aten.split_with_sizes, aten.split, aten.topk):
         for overload in op.overloads():
@@ -121,6 +124,58 @@ def _avg_pool(nd, x, kernel_size, stride=(), padding=(0,), ceil_mode=False, coun
     return (acc / n).to(x.dtype)
 
 
+def _adaptive_avg_pool(nd, x, output_size):
+    """``aten._adaptive_avg_pool{2,3}d`` to sizes that divide the input's: an average pooling of disjoint windows
+    (an SE block's or a classifier head's pooling to 1 or 4 x 4); other sizes stay one op (declined)."""
+    sizes = [int(s) for s in x.shape[-nd:]]
+    if any(s % o for s, o in zip(sizes, output_size)):
+        return NotImplemented
+    kernel = [s // o for s, o in zip(sizes, output_size)]
+    return _avg_pool(nd, x, kernel, kernel, [0] * nd)
+
+
+def _constant_pad(x, pad, value=0.0):
+    """``F.pad(x, pad, value=v)`` (``aten.constant_pad_nd``) as a cat of ``v``-filled blocks and the input (a
+    negative pad crops it with narrow): ops the fusion lowering has."""
+    for k in range(len(pad) // 2):
+        d, lo, hi = x.dim() - 1 - k, int(pad[2 * k]), int(pad[2 * k + 1])
+        if lo < 0:
+            x = x.narrow(d, -lo, x.shape[d] + lo)
+        if hi < 0:
+            x = x.narrow(d, 0, x.shape[d] + hi)
+        fill = [x.new_full(list(x.shape[:d]) + [n] + list(x.shape[d + 1:]), value) if n > 0 else None
+                for n in (lo, hi)]
+        pieces = [t for t in (fill[0], x, fill[1]) if t is not None]
+        if len(pieces) > 1:
+            x = torch.cat(pieces, dim=d)
+    return x
+
+
+def _nearest_upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                      recompute_scale_factor=None, antialias=False):
+    """``F.interpolate(x, scale_factor=2 ** k, mode="nearest")`` (a UNet's upsampling) as each value repeated by
+    ``unsqueeze`` / ``expand`` / ``reshape``, or None for another form (its ATen form computes float indices). Powers
+    of two only: there torch's index ``floor(i * (1 / s))`` is exactly ``i // s``."""
+    nd = input.dim() - 2
+    if mode != "nearest" or antialias or nd < 1:
+        return None
+    if size is not None:
+        size = [size] * nd if isinstance(size, int) else list(size)
+        if any(int(o) % int(n) for o, n in zip(size, input.shape[2:])):
+            return None
+        scales = [int(o) // int(n) for o, n in zip(size, input.shape[2:])]
+    else:
+        scales = [scale_factor] * nd if isinstance(scale_factor, (int, float)) else list(scale_factor or [])
+    if len(scales) != nd or any(float(s) != int(s) or int(s) < 1 or int(s) & (int(s) - 1) for s in scales):
+        return None
+    x = input
+    for k, s in enumerate(int(s) for s in scales):
+        d, shape = 2 + k, list(x.shape)
+        x = x.unsqueeze(d + 1).expand(*shape[:d + 1], s, *shape[d + 1:]).reshape(*shape[:d], shape[d] * s,
+                                                                                  *shape[d + 1:])
+    return x
+
+
 class _Composites(TorchFunctionMode):
     """Functional ops traced as the primitives the fusion lowering has, where their ATen form would hide them:
 
@@ -128,10 +183,15 @@ class _Composites(TorchFunctionMode):
       padding_idx) as the rows gathered (``F.embedding``) and reduced over the bag (mode sum, mean or max); its other
       forms reach ``aten._embedding_bag``, which the drafter declines;
     - ``F.max_pool{1,2,3}d`` without indices (``nn.MaxPool2d``...) as the max of the windows' strided slices, padded
-      with -inf (floor mode, dilation 1); ATen's form returns the indices too, which the drafter cannot write."""
+      with -inf (floor mode, dilation 1); ATen's form returns the indices too, which the drafter cannot write;
+    - ``F.interpolate`` nearest by powers of two (``_nearest_upsample``)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is torch.nn.functional.interpolate:
+            up = _nearest_upsample(*args, **kwargs)
+            if up is not None:
+                return up
         nd = {torch.nn.functional.max_pool1d: 1, torch.nn.functional.max_pool2d: 2,
               torch.nn.functional.max_pool3d: 3}.get(func)
         if nd:
