@@ -1173,6 +1173,7 @@ SPATIAL_FORMS = {  # forward body (x: (N, C, H, W)) -> what it returns
     "upsample_module_size": "return nn.Upsample(size=(24, 40))(x.half())",
     "adaptive_avg_4x4": "return F.adaptive_avg_pool2d(x, (4, 2))",
     "pad_and_crop": "return F.pad(x, (1, 2, -1, 3), value=0.5)",
+    "upsample_bilinear": "return F.interpolate(x, scale_factor=2, mode='bilinear', align_corners=False)",
 }
 
 
@@ -1180,7 +1181,8 @@ SPATIAL_FORMS = {  # forward body (x: (N, C, H, W)) -> what it returns
 def test_upsampling_adaptive_pooling_and_padding_draft(form, tmp_path):
     """A UNet's nearest upsampling by 2, an adaptive average pooling to sizes that divide the input's, and a constant
     pad (with a negative side: a crop) were declined: they trace as repeats (unsqueeze / expand / reshape), an
-    average pooling and a cat of filled blocks."""
+    average pooling and a cat of filled blocks; a bilinear upsampling's ATen form indexes two dims with two
+    broadcast index tensors (advanced indexing with one index tensor only, before)."""
     ref, candidate, _ = _form(tmp_path, form, SPATIAL_FORMS[form], "[torch.randn(N, C, H, W)]",
                               config='{"N": 2, "C": 3, "H": 12, "W": 20}', small=False)
     _assert_correct(ref, candidate)

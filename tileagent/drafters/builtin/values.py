@@ -468,18 +468,19 @@ class Builder:
             args = [args[0], [None] * (args[1] % len(args[0].shape)) + [args[2]]]
             name = "index"
         if name == "index" and len(args) > 1:
-            src, indices = args[0], args[1]
-            if sum(i is not None for i in indices) != 1 or any(i is not None for i in indices[1:]) and \
-                    indices[0] is not None:
-                self.fail(node, "advanced indexing with several index tensors")
-            d = next(k for k, i in enumerate(indices) if i is not None)
-            ix = indices[d]
-            r = len(ix.shape)
+            src, indices = args[0], list(args[1]) + [None] * (len(args[0].shape) - len(args[1]))
+            dims = [k for k, i in enumerate(indices) if i is not None]
+            if dims != list(range(dims[0], dims[0] + len(dims))):
+                self.fail(node, "advanced indexing with index tensors on dims that are not adjacent")
+            d, ixs = dims[0], [indices[k] for k in dims]
+            r = max(len(ix.shape) for ix in ixs)  # the index tensors broadcast to r dims, at d in the output
 
-            def load(cx, idx, s=src, d=d, ix=ix, r=r):
-                dyn = Dyn(cx.int_value(ix, ix.load(cx, idx[d:d + r])), s.shape[d].v - 1)
-                return s.load(cx, idx[:d] + [Lin.atom(dyn)] + idx[d + r:])
-            return Fn(shape, dtype, load, node).with_ins([src, ix])
+            def load(cx, idx, s=src, d=d, ixs=ixs, r=r, n=len(dims)):
+                at = idx[d:d + r]
+                picked = [Lin.atom(Dyn(cx.int_value(ix, ix.load(cx, _bcast(at, ix.shape, at))), s.shape[d + k].v - 1))
+                          for k, ix in enumerate(ixs)]
+                return s.load(cx, idx[:d] + picked + idx[d + r:])
+            return Fn(shape, dtype, load, node).with_ins([src, *ixs])
         if name in ("mm", "bmm", "mv", "addmm"):
             from tileagent.drafters.builtin import matvec  # (matvec.py builds on this module)
 
