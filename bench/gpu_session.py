@@ -202,8 +202,9 @@ STEPS = (
          "full one)"),
     # group 14: what round 2 session 24 wrote without a GPU (the drafter's top-1 and scan kernels, matrix-vector
     # products and poolings; named barriers, fragment reshapes and Philox draws; the played LLM's session-24 answers)
-    Step("fusion_new_24", 14, "python bench/fusion_suite.py --ops greedy_argmax,cumsum_rows --max-configs 3 "
-         "--budget 150", 180, "the two suite ops new in session 24, checked and timed against torch.compile and a copy"),
+    Step("fusion_new_24", 14, "python bench/fusion_suite.py --ops greedy_argmax,cumsum_rows,upsample_nearest "
+         "--max-configs 3 --budget 150", 180,
+         "the three suite ops new in session 24, checked and timed against torch.compile and a copy"),
     Step("gpu_tests_24", 14, "python -m pytest -q -m gpu tests/", 240, "every GPU test at the session's last commit"),
     Step("played_24", 14, "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\" session24", 200,
          "the played LLM's session-24 answers over every config of their ops (kl_div_rows, layernorm_backward_dx, "
