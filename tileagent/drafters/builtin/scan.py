@@ -3,9 +3,10 @@
 In: the ATen node of a scan and its lazy source (``values.V``). ``scan_value(builder, node, name, args, kw)`` puts a
 ``Scan`` among the builder's reductions and returns its result as a ``ScanOut``: a tensor later kernels read like an
 input (tile copies), and that the plan writes straight to the model's output when the reference returns it.
-``KernelWriter.scan`` (``scan_lines`` here) writes the kernel: each block walks its rows' column tiles in order,
-scans a tile in shared memory with log2(BR) shifted additions (Hillis-Steele; every thread busy, where
-``T.cumsum`` adds a line on one thread), adds the carry of the tiles before and stores it.
+``scan_lines`` writes the kernel (``fusion_writer.KernelWriter.write`` calls it): each block walks its rows' column
+tiles in order (from the last for a suffix scan: ``x.flip(d).cumsum(d).flip(d)``), scans a tile in shared memory with
+log2(BR) shifted additions (Hillis-Steele; every thread busy, where ``T.cumsum`` adds a line on one thread), adds
+the carry of the tiles before and stores it.
 
 Guarantees: a float scan along any dim (moved last; the result is moved back for the readers), with the running
 value in float32 and one rounding to the output's dtype, as eager CUDA accumulates a 16-bit cumsum; the sum of a
