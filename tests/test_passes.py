@@ -47,7 +47,8 @@ def gemm(stages=3):
 
 
 def conflict():
-    """Runs in the interpreter; the GPU lowering rejects it (a copy between fragments of different layouts)."""
+    """Runs in the interpreter; the GPU lowering rejects it (a fragment read at another thread's element: L001; a
+    transposed read, acc[j, i], now lowers on the read fragment's layout permuted)."""
 
     @T.prim_func
     def main(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float32")):
@@ -60,7 +61,7 @@ def conflict():
             T.copy(B, B_s)
             T.gemm(A_s, B_s, acc, clear_accum=True)
             for i, j in T.Parallel(64, 64):
-                other[i, j] = acc[j, i]
+                other[i, j] = acc[i, j // 2]
             T.copy(other, C)
 
     return main
