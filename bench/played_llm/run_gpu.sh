@@ -3,7 +3,7 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session20|widths|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session20|widths|session2|session1|all]
 # Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
 # $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
@@ -15,8 +15,10 @@
 # kl_div_rows+float64 (the answer closest to the exact loss; the CPU check failed every turn of that op).
 # session24b: the four ops of session 24's second round (swiglu_backward, gqa_decode, masked_row_stats,
 # moe_router_renorm), each correct on the CPU at turn 1.
+# session24c: the four ops of session 24's third round (topk_logits_filter, neox_rope_positions, unet_upsample_add,
+# ragged_mean_pool).
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session20|widths|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-55}
 mkdir -p "$OUT"
@@ -78,6 +80,13 @@ SESSION24B=(
   "masked_row_stats:answers/masked_row_stats/turn1.py"
   "moe_router_renorm:answers/moe_router_renorm/turn1.py"
 )
+# session 24, third round ("Session 24, third round" in RESULTS.md)
+SESSION24C=(
+  "topk_logits_filter:answers/topk_logits_filter/turn1.py"
+  "neox_rope_positions:answers/neox_rope_positions/turn1.py"
+  "unet_upsample_add:answers/unet_upsample_add/turn1.py"
+  "ragged_mean_pool:answers/ragged_mean_pool/turn1.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -97,9 +106,10 @@ case "$WHICH" in
   session20) ANSWERS=("${SESSION20[@]}") ;;
   session24) ANSWERS=("${SESSION24[@]}") ;;
   session24b) ANSWERS=("${SESSION24B[@]}") ;;
+  session24c) ANSWERS=("${SESSION24C[@]}") ;;
   widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session24, session24b, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
