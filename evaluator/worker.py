@@ -632,8 +632,10 @@ class EvalWorker:
                     f"{'checking' if phase == 'check' else 'timing'} config {config}"
                 during = "" if running is None else (f" (the reference's {running.get('what', 'code')} was running, "
                                                      f"for {ran:.2g} s: the phase's time went to many steps)")
+                budget = (f" (a config's checks have {request.run_timeout_s:g} s, the first config's "
+                          f"{request.compile_timeout_s:g} s more for compiling the kernels)") if phase == "check" else ""
                 error = Timeout(f"{what} did not finish within {limit:g} s{during}; the worker was killed and "
-                                f"restarted", phase=phase, config=config, limit_s=limit)
+                                f"restarted{budget}", phase=phase, config=config, limit_s=limit)
                 return failed(error, configs=done, device=self.device, timing_available=timed)
             if message is None and not acknowledged and retry:  # it died before it saw the request: not the
                 self._restart()                                     # candidate's doing; once more on a fresh one

@@ -53,7 +53,7 @@ IDIOM_EXAMPLES = {  # an idiom seen in the reference -> the prompts/examples ste
 _IDIOM_CALLS = {  # names of torch functions, methods and nn layers -> idiom
     "lookup": {"cross_entropy", "nll_loss", "gather", "take_along_dim", "index_select", "embedding", "Embedding",
                "one_hot", "CrossEntropyLoss", "NLLLoss"},
-    "streamed_row": {"logsumexp", "cross_entropy", "CrossEntropyLoss", "log_softmax"},
+    "streamed_row": {"logsumexp", "cross_entropy", "CrossEntropyLoss", "log_softmax", "topk"},
     "attention": {"scaled_dot_product_attention", "MultiheadAttention"},
     "gemm": {"matmul", "mm", "bmm", "linear", "Linear", "einsum", "addmm", "baddbmm"},
     "softmax": {"softmax", "log_softmax", "Softmax", "LogSoftmax", "topk"},
