@@ -632,8 +632,9 @@ class EvalWorker:
                     f"{'checking' if phase == 'check' else 'timing'} config {config}"
                 during = "" if running is None else (f" (the reference's {running.get('what', 'code')} was running, "
                                                      f"for {ran:.2g} s: the phase's time went to many steps)")
-                budget = (f" (a config's checks have {request.run_timeout_s:g} s, the first config's "
-                          f"{request.compile_timeout_s:g} s more for compiling the kernels)") if phase == "check" else ""
+                budget = "" if phase != "check" else (f" (a config's checks have {request.run_timeout_s:g} s, "
+                                                       f"the first config's {request.compile_timeout_s:g} s more "
+                                                       f"for compiling the kernels)")
                 error = Timeout(f"{what} did not finish within {limit:g} s{during}; the worker was killed and "
                                 f"restarted{budget}", phase=phase, config=config, limit_s=limit)
                 return failed(error, configs=done, device=self.device, timing_available=timed)

@@ -166,7 +166,8 @@ def test_a_phase_that_runs_out_of_time_over_many_short_reference_steps_is_a_time
     assert result.message.startswith("checking config {'n': 3, 'reps': 6} did not finish within 1 s (the reference's "
                                      "Model.forward was running, for ")
     assert result.message.endswith(" s: the phase's time went to many steps); the worker was killed and restarted "
-                                   "(a config's checks have 1 s, the first config's 5 s more for compiling the kernels)")
+                                   "(a config's checks have 1 s, the first config's 5 s more for compiling the "
+                                   "kernels)")
     assert [c.config for c in result.configs] == [{"n": 3}]
 
 
