@@ -88,6 +88,11 @@ def _body(body, state, divergent=None):
             out.append(replace(s, body=tuple(inner)))
             continue
         if isinstance(s, If):
+            r = shared_effects(If(s.cond, (), ()))[1]  # its condition is evaluated before either branch
+            if r & written:
+                out.append(Barrier())
+                written, read = frozenset(), frozenset()
+            read = read | r
             then_body, st1 = _body(s.then_body, (written, read), divergent)
             else_body, st2 = _body(s.else_body, (written, read), divergent)
             out.append(replace(s, then_body=tuple(then_body), else_body=tuple(else_body)))
