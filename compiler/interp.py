@@ -25,12 +25,27 @@ from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Sele
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.atomic_ops import combine, fetch
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
-                                        Kernel, Let, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc, Region,
-                                        RngInit, Store, UseSwizzle, While)
+                                        Kernel, Let, LoopExit, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc,
+                                        Region, RngInit, Store, UseSwizzle, While)
 from tileagent.compiler import random_philox
 from tileagent.compiler.tileops import op_for
 
 _INT_POISON = -(2**30) + 7
+
+
+def _lane_count(active):
+    """How many lanes the mask ``active`` leaves running; None when it masks nothing."""
+    if not isinstance(active, torch.Tensor) or active.dim() == 0 or bool(active.all()):
+        return None
+    return int(active.sum())
+
+
+class ExitLoop(Exception):
+    """A ``break``/``continue`` (``kind``) on its way to the loop it leaves (``_Interpreter.iteration``)."""
+
+    def __init__(self, kind: str):
+        super().__init__(kind)
+        self.kind = kind
 
 
 def foreign_code(call: Call, span):
@@ -64,6 +79,7 @@ class _Interpreter:
         self.active = None  # the lanes of a T.Parallel nest that a runtime `if` leaves running (None: all)
         self.lanes = None  # per-thread kernels (T.get_thread_binding): arange(threads), one lane per thread
         self.lane_bufs: set = set()  # their local/var buffers: one copy per lane, stored [threads, *shape]
+        self.loop_lanes = None  # the lanes active when the innermost loop's current iteration began
 
     # -- statements ------------------------------------------------------------------------------------------
     def stmt(self, s, mask) -> None:
@@ -125,7 +141,30 @@ class _Interpreter:
         start, extent, step = (int(x.reshape(-1)[0]) if isinstance(x, torch.Tensor) else int(x) for x in bounds)
         for k in range(extent):
             self.env[s.var] = start + k * step
-            self.body(s.body, mask)
+            if not self.iteration(s.body, mask):
+                return
+
+    def iteration(self, stmts, mask) -> bool:
+        """Run one iteration of a loop body; False when a ``break`` left the loop (``continue`` ends the iteration)."""
+        outer, self.loop_lanes = self.loop_lanes, self.active
+        try:
+            self.body(stmts, mask)
+        except ExitLoop as e:
+            return e.kind == "continue"
+        finally:
+            self.loop_lanes = outer
+        return True
+
+    def loop_exit(self, s: LoopExit, mask) -> None:
+        """``break``/``continue``: the lanes of a per-thread kernel that reach it must be all those that run the
+        loop (``compiler.loop_exits`` proves its conditions block-uniform; this is the run-time twin)."""
+        lanes = _lane_count(self.active)
+        if lanes is not None and lanes != _lane_count(self.loop_lanes):
+            if lanes == 0:
+                return  # the branch no lane takes
+            raise KernelFault(f"`{s.kind}` taken by some threads of the block only: its condition differs between "
+                              f"threads", s.span)
+        raise ExitLoop(s.kind)
 
     def while_(self, s: While, mask) -> None:
         while True:
@@ -134,9 +173,8 @@ class _Interpreter:
                 if c.numel() > 1 and bool((c != c.reshape(-1)[0]).any()):
                     raise KernelFault("the while loop's condition differs between threads", s.span)
                 c = bool(c.reshape(-1)[0])
-            if not c:
+            if not c or not self.iteration(s.body, mask):
                 return
-            self.body(s.body, mask)
 
     def parallel(self, s: Parallel, mask) -> None:
         n = len(s.vars)
@@ -155,10 +193,12 @@ class _Interpreter:
         if isinstance(c, torch.Tensor) and c.dim() > 0:
             c = c.to(torch.bool)
             outer = self.active
-            for branch, m in ((s.then_body, c), (s.else_body, ~c)):
-                self.active = m if mask is None else mask & m
-                self.body(branch, self.active)
-            self.active = outer
+            try:
+                for branch, m in ((s.then_body, c), (s.else_body, ~c)):
+                    self.active = m if mask is None else mask & m
+                    self.body(branch, self.active)
+            finally:
+                self.active = outer
         elif bool(c):
             self.body(s.then_body, mask)
         else:
@@ -271,7 +311,7 @@ class _Interpreter:
     _HANDLERS = {Kernel: kernel, Alloc: alloc, For: for_, Parallel: parallel, If: if_, Let: let, Store: store,
                  AtomicAdd: atomic_add, Print: print_, AnnotateLayout: nothing, UseSwizzle: nothing,
                  MBarrierOp: mbarrier, While: while_, Evaluate: evaluate, ImportSource: nothing,
-                 NamedBarrier: named_barrier, RngInit: rng_init}
+                 NamedBarrier: named_barrier, RngInit: rng_init, LoopExit: loop_exit}
 
     # -- memory ----------------------------------------------------------------------------------------------
     def _clip(self, r: Region, span):

@@ -41,7 +41,7 @@ import torch
 
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, as_expr, is_extern
-from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store, While
+from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, LoopExit, Store, While
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
@@ -786,7 +786,7 @@ class _KernelEmitter:
 
 _STMT_HANDLERS = {Store: _KernelEmitter.store, Let: _KernelEmitter.let, If: _KernelEmitter.if_,
                   For: _KernelEmitter.for_, While: _KernelEmitter.while_, AtomicAdd: _KernelEmitter.atomic_add,
-                  Declare: _KernelEmitter.declare,
+                  Declare: _KernelEmitter.declare, LoopExit: lambda em, s: em.line(f"{s.kind};"),  # break; continue;
                   Barrier: _KernelEmitter.barrier, VecCopy: _KernelEmitter.vec_copy,
                   VecAtomicAdd: vec_atomic_add, **cuda_emitters(), **EXTERN_HANDLERS, **cuda_sync.HANDLERS,
                   **cuda_random.HANDLERS}
