@@ -200,3 +200,21 @@ def test_break_in_a_loop_unrolled_while_parsing_is_e101(tilelang, tmp_path):
     with pytest.raises(CompileError) as e:
         load_script(path)["k"]()
     assert e.value.code == "E101" and e.value.span.line == 12 and "a loop unrolled while parsing" in e.value.message
+
+
+@pytest.mark.parametrize("target", ["cpu", "sim"])
+def test_deepseek_v32_topk_selector_example_finds_the_top_k(tilelang, target):
+    """TileLang's radix top-k selector (1024 threads, atomics returning the previous value, ``break`` out of its
+    tail rounds once no slot is left), unchanged, at a small size: the indices it picks are torch.topk's."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "tilelang_examples" / "deepseek_v32" / "topk_selector.py"
+    impl = load_script(path)["tl_topk_impl"]
+    impl.target = target
+    torch.manual_seed(1)
+    x = torch.randn(2, 2048)
+    starts, ends = torch.zeros(2, dtype=torch.int32), torch.full((2,), 2048, dtype=torch.int32)
+    index = torch.zeros(2, 64, dtype=torch.int32)
+    impl(x, index, starts, ends)
+    for b in range(2):
+        assert set(index[b].tolist()) == set(torch.topk(x[b], 64).indices.tolist())
