@@ -52,7 +52,7 @@ from tileagent.compiler.emulate_tma import finish_tma
 from tileagent.compiler.instructions import emulators
 from tileagent.compiler.interp import ExitLoop, foreign_code
 from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float_binop, float_call, reinterpret,
-                                           storage)
+                                           storage, to_float)
 from tileagent.compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
                           VecAtomicAdd, VecCopy, WARP)
 
@@ -445,6 +445,8 @@ class _Block:
         mem, idx = self.elements(buf, base, width, verb)
         ids = self.active()
         value = as_tensor(value, buf.dtype)
+        if buf.dtype == "tfloat32" and accumulate is False:  # a value entering a tfloat32 buffer is rounded to it
+            value = to_float(value, buf.dtype)
         if value.dim() == 1:
             value = value[:, None]
         vals = value.expand(self.nt, width)[ids]
@@ -729,7 +731,7 @@ class _Block:
 
 def _cast(v, src, dst):
     if dst.is_float:
-        return as_tensor(v, src).to(dst.torch)
+        return to_float(as_tensor(v, src), dst)
     if dst.is_bool:
         return (v != 0) if isinstance(v, torch.Tensor) else bool(v)
     if isinstance(v, torch.Tensor):

@@ -20,7 +20,7 @@ import torch
 
 from tileagent.compiler.errors import KernelArgumentError, KernelFault
 from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float_binop, float_call, reinterpret,
-                                           storage)
+                                           storage, to_float)
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.atomic_ops import combine, fetch
@@ -343,6 +343,8 @@ class _Interpreter:
     def write_region(self, r: Region, tile: torch.Tensor, span) -> None:
         t = self.mem[r.buffer]
         clip = self._clip(r, span)
+        if r.buffer.dtype == "tfloat32":
+            tile = to_float(tile, r.buffer.dtype)
         if r.buffer in self.lane_bufs:  # T.fill / T.clear of a per-thread local: the same tile in every thread
             if self.active is not None:
                 raise KernelFault(f"a tile op writes the per-thread local '{r.buffer.name}' under a condition that "
@@ -392,6 +394,8 @@ class _Interpreter:
         idx, inb = self._element_indices(buf, indices, span)
         t = self.mem[buf]
         value = as_tensor(value, buf.dtype)
+        if buf.dtype == "tfloat32" and accumulate is False:  # a value entering a tfloat32 buffer is rounded to it
+            value = to_float(value, buf.dtype)
         if buf in self.lane_bufs:  # each thread writes its own copy
             idx = [self.lanes] + [torch.as_tensor(i) for i in idx]
         if accumulate in ("max", "min"):
@@ -509,7 +513,7 @@ class _Interpreter:
     @staticmethod
     def cast(v, src, dst):
         if dst.is_float:
-            return as_tensor(v, src).to(dst.torch)
+            return to_float(as_tensor(v, src), dst)
         if dst.is_bool:
             return (v != 0) if isinstance(v, torch.Tensor) else bool(v)
         if isinstance(v, torch.Tensor):
