@@ -218,3 +218,41 @@ def test_deepseek_v32_topk_selector_example_finds_the_top_k(tilelang, target):
     impl(x, index, starts, ends)
     for b in range(2):
         assert set(index[b].tolist()) == set(torch.topk(x[b], 64).indices.tolist())
+
+
+def test_break_out_of_a_while_loop_and_the_printed_ir(tilelang, tmp_path):
+    """``break`` leaves a while loop too (on a shared-memory value); the tile IR prints it as written."""
+    path = write_source(tmp_path, "until_negative.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[1])
+        def until_negative():
+            @T.prim_func
+            def main(X: T.Tensor((4, 32), "float32"), Y: T.Tensor((4,), "float32")):
+                with T.Kernel(4, threads=32) as bx:
+                    r = T.alloc_var(T.int32, 0)
+                    acc = T.alloc_var(T.float32, 0.0)
+                    S = T.alloc_shared((32,), "float32")
+                    T.copy(X[bx, :], S)
+                    while r < 32:
+                        if S[r] < 0:
+                            break
+                        acc = acc + S[r]
+                        r = r + 1
+                    Y[bx] = acc
+            return main
+        """)
+    ns = load_script(path)
+    x = torch.randn(4, 32)
+    expect = torch.zeros(4)
+    for b in range(4):
+        for v in x[b].tolist():
+            if v < 0:
+                break
+            expect[b] += v
+    for target in ("cpu", "sim"):
+        kernel = tilelang.compile(ns["until_negative"].get_tir(), out_idx=[1], target=target)
+        torch.testing.assert_close(kernel(x), expect)
+    assert "          break\n" in str(ns["until_negative"].get_tir())
