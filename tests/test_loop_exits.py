@@ -256,3 +256,47 @@ def test_break_out_of_a_while_loop_and_the_printed_ir(tilelang, tmp_path):
         kernel = tilelang.compile(ns["until_negative"].get_tir(), out_idx=[1], target=target)
         torch.testing.assert_close(kernel(x), expect)
     assert "          break\n" in str(ns["until_negative"].get_tir())
+
+
+WS = """\
+    import tilelang
+    import tilelang.language as T
+
+
+    @tilelang.jit(out_idx=[3])
+    def tiles(stop=True):
+        @T.prim_func
+        def main(A: T.Tensor((4, 64, 128), "float16"), B: T.Tensor((128, 64), "float16"), lim: T.Tensor((1,), "int32"),
+                 C: T.Tensor((4, 64, 64), "float32")):
+            with T.Kernel(1, threads=128) as bx:
+                A_s = T.alloc_shared((64, 32), "float16")
+                B_s = T.alloc_shared((32, 64), "float16")
+                acc = T.alloc_fragment((64, 64), "float32")
+                for t in T.serial(4):
+                    if stop:
+                        if lim[0] <= t:
+                            break
+                    T.clear(acc)
+                    for k in T.Pipelined(4, num_stages=2):
+                        T.copy(A[t, 0, k * 32], A_s)
+                        T.copy(B[k * 32, 0], B_s)
+                        T.gemm(A_s, B_s, acc)
+                    T.copy(acc, C[t, 0, 0])
+        return main
+    """
+
+
+def test_a_pipeline_inside_a_loop_that_may_break_is_not_warp_specialized(tilelang, tmp_path, monkeypatch):
+    """A TMA pipeline inside a T.serial loop is warp-specialized (a producer warpgroup replays the loop); when a
+    ``break`` may leave that loop the producer could not know, would wait for stages the consumers never release (the
+    emulator saw the hang), so the kernel stays in its own threads, and computes the tiles before the break."""
+    monkeypatch.setenv("TILEAGENT_WARP_SPECIALIZE", "force")
+    ns = load_script(write_source(tmp_path, "tiles.py", WS))
+    a, b = torch.randn(4, 64, 128).half(), torch.randn(128, 64).half()
+    ref = a.float() @ b.float()
+    for stop, threads in ((False, 256), (True, 128)):
+        kernel = tilelang.compile(ns["tiles"].get_tir(stop), out_idx=[3], target="sim:sm_90a")
+        assert kernel.unit.module.kernels[0].num_threads == threads
+        c = kernel(a, b, torch.tensor([2], dtype=torch.int32))
+        done = 4 if not stop else 2
+        torch.testing.assert_close(c[:done], ref[:done], rtol=1e-3, atol=1e-3)
