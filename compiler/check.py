@@ -7,7 +7,8 @@ reduce outputs have the input's shape minus ``dim``; local buffers are not index
 fragments outside T.Parallel are indexed by constants; constant indices of on-chip buffers are in bounds (element
 accesses of stores, lets, conditions, atomics and T.print alike); T.Parallel holds no other loop (the frontend merges
 perfect T.Parallel nests into one);
-Pipelined ``order``/``stage`` lists cover the body; every tile op passed its own ``check`` (``compiler.tileops``).
+Pipelined ``order``/``stage`` lists cover the body; every ``break``/``continue`` is block-uniform
+(``compiler.loop_exits``, E510); every tile op passed its own ``check`` (``compiler.tileops``).
 Violations raise CompileError subclasses with the op's span.
 """
 
@@ -20,12 +21,14 @@ from tileagent.compiler.ir.visit import loads
 from tileagent.compiler.ir.stmt import (Alloc, AtomicAdd, For, If, Kernel, Let, NamedBarrier, Parallel, Print, PrimFunc,
                                         Region, Store, While)
 from tileagent.compiler.language.random import check_random
+from tileagent.compiler.loop_exits import check_loop_exits
 from tileagent.compiler.tileops import describe, op_for
 
 
 def check(func: PrimFunc) -> PrimFunc:
     """Run every check over ``func``; return it unchanged or raise the first error found."""
     _Checker().body(func.body, in_kernel=False, par_vars=(), static_par=True)
+    check_loop_exits(func)
     return func
 
 

@@ -23,13 +23,15 @@ _TORCH = {
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
     "float32": torch.float32,
+    "tfloat32": torch.float32,  # TensorFloat-32: float32 storage holding values of 10 mantissa bits (round_tf32)
     "float64": torch.float64,
     "float8_e4m3fn": torch.float8_e4m3fn,
     "float8_e5m2": torch.float8_e5m2,
 }
 _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32", "bf16": "bfloat16",
             "fp16": "float16", "fp32": "float32", "float8_e4m3": "float8_e4m3fn",  # TileLang: e4m3 is e4m3fn on CUDA
-            "uint": "uint32", "long": "int64", "short": "int16", "ulong": "uint64"}  # TileLang's C-style names
+            "uint": "uint32", "long": "int64", "short": "int16", "ulong": "uint64",  # TileLang's C-style names
+            "tf32": "tfloat32", "custom[tfloat32]": "tfloat32"}
 SUB_BYTE = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2, "int1": 1, "uint1": 1, "float4_e2m1fn": 4,
             "float6_e2m3fn": 6, "float6_e3m2fn": 6}
 """Sub-byte dtype names TileLang has (TileAgent knows their widths, and stores none of them)."""
@@ -50,7 +52,7 @@ class DType(str):
 
     @property
     def is_float(self) -> bool:
-        return self.startswith(("float", "bfloat"))
+        return self.startswith(("float", "bfloat", "tfloat"))
 
     @property
     def is_int(self) -> bool:
@@ -119,7 +121,7 @@ def promote(a: DType, b: DType) -> DType:
         return b if a.is_bool else a
     if a.bits != b.bits:
         return a if a.bits > b.bits else b
-    return DType("float32") if a.is_float else a  # float16 vs bfloat16: compute in float32
+    return DType("float32") if a.is_float else a  # float16 vs bfloat16 (or float32 vs tfloat32): float32
 
 
 KNOWN = tuple(_TORCH)

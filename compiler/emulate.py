@@ -43,16 +43,16 @@ import torch
 from tileagent.compiler.errors import KernelArgumentError
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
 from tileagent.compiler.atomic_ops import combine, elementwise, fetch
-from tileagent.compiler.ir.stmt import (AtomicAdd, Buffer, Evaluate, For, If, ImportSource, Let, NamedBarrier, RngInit,
-                                        Store, While)
+from tileagent.compiler.ir.stmt import (AtomicAdd, Buffer, Evaluate, For, If, ImportSource, Let, LoopExit,
+                                        NamedBarrier, RngInit, Store, While)
 from tileagent.compiler import emulate_sync, random_philox
 from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
 from tileagent.compiler.emulate_wgmma import check_not_busy, finish_wgmma, note_generic_write
 from tileagent.compiler.emulate_tma import finish_tma
 from tileagent.compiler.instructions import emulators
-from tileagent.compiler.interp import foreign_code
+from tileagent.compiler.interp import ExitLoop, foreign_code
 from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float_binop, float_call, reinterpret,
-                                           storage)
+                                           storage, to_float)
 from tileagent.compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
                           VecAtomicAdd, VecCopy, WARP)
 
@@ -143,6 +143,7 @@ class _Block:
         self.env.update(zip(GRID_DIM, grid))
         self.mem: dict = dict(globals_)
         self.masks: list = [None]  # None: every thread active; else a bool tensor [nt] with at least one True
+        self.loop_mask = None  # the mask when the innermost loop's current iteration began
         self.span = kernel.span
         self.epoch = 0
         self.shared: list = []
@@ -257,14 +258,38 @@ class _Block:
 
     def while_(self, s: While) -> None:
         while bool(self.uniform(self.ev(s.cond), "condition of a while loop")):
-            self.body(s.body)
+            if not self.iteration(s.body):
+                return
 
     def for_(self, s: For) -> None:
         extent = int(self.uniform(self.ev(s.extent), f"trip count of loop '{s.var.name}'"))
         start, step = self.ev(s.start), self.ev(s.step)
         for k in range(extent):
             self.env[s.var] = _wrap(start + k * step, s.var.dtype)
-            self.body(s.body)
+            if not self.iteration(s.body):
+                return
+
+    def iteration(self, stmts) -> bool:
+        """Run one iteration of a loop body; False when a ``break`` left the loop (``continue`` ends the iteration)."""
+        outer, self.loop_mask = self.loop_mask, self.mask
+        span = self.span
+        try:
+            self.body(stmts)
+        except ExitLoop as e:
+            self.span = span
+            return e.kind == "continue"
+        finally:
+            self.loop_mask = outer
+        return True
+
+    def loop_exit(self, s: LoopExit) -> None:
+        """``break``/``continue``: every thread that runs the loop's iteration must take it (C lets the others go
+        on, but then a barrier later in the loop would hang; ``compiler.loop_exits`` proves that statically)."""
+        if self.mask is not self.loop_mask and (self.loop_mask is None or bool((self.mask != self.loop_mask).any())):
+            ids = self.active()
+            raise EmulationError(f"`{s.kind}` taken by some threads of the loop only (threads {int(ids[0])}.."
+                                 f"{int(ids[-1])} of {self.nt}): its condition differs between threads", s.span)
+        raise ExitLoop(s.kind)
 
     def declare(self, s: Declare) -> None:
         b = s.buffer
@@ -354,7 +379,8 @@ class _Block:
                  NamedBarrier: emulate_sync.named_barrier,
                  RngInit: lambda self, s: self.rng.init(*(self.ev(x) for x in (s.seed, s.subsequence, s.offset)),
                                                         self.mask),
-                 Evaluate: lambda self, s: self.call(s.value), ImportSource: lambda self, s: None}
+                 Evaluate: lambda self, s: self.call(s.value), ImportSource: lambda self, s: None,
+                 LoopExit: loop_exit}
 
     # -- memory ------------------------------------------------------------------------------------------------
     def buffer_memory(self, buf: Buffer) -> torch.Tensor:
@@ -419,6 +445,8 @@ class _Block:
         mem, idx = self.elements(buf, base, width, verb)
         ids = self.active()
         value = as_tensor(value, buf.dtype)
+        if buf.dtype == "tfloat32" and accumulate is False:  # a value entering a tfloat32 buffer is rounded to it
+            value = to_float(value, buf.dtype)
         if value.dim() == 1:
             value = value[:, None]
         vals = value.expand(self.nt, width)[ids]
@@ -703,7 +731,7 @@ class _Block:
 
 def _cast(v, src, dst):
     if dst.is_float:
-        return as_tensor(v, src).to(dst.torch)
+        return to_float(as_tensor(v, src), dst)
     if dst.is_bool:
         return (v != 0) if isinstance(v, torch.Tensor) else bool(v)
     if isinstance(v, torch.Tensor):

@@ -25,12 +25,13 @@ from tileagent.compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTyp
 from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
 from tileagent.compiler.ir.expr import (Call, Expr, Load, Var, as_expr, describe, is_extern, make_binop, make_cast,
                                         make_cmp)
-from tileagent.compiler.ir.simplify import depends_on, static_int
-from tileagent.compiler.frontend_body import check_view_aliasing, split_at_grid_syncs
+from tileagent.compiler.ir.simplify import static_int
+from tileagent.compiler.frontend_body import check_view_aliasing, parallel_nest, split_at_grid_syncs
+from tileagent.compiler.frontend_loops import LoopExitParser
 from tileagent.compiler.frontend_macro import bound_outside_macro
 from tileagent.compiler.language.allreduce import reducer_add
 from tileagent.compiler.frontend_expressions import _BINOPS, ExpressionParser, _call_builtin
-from tileagent.compiler.ir.stmt import (Alloc, Buffer, Evaluate, For, If, Kernel, Let, Parallel, PrimFunc,
+from tileagent.compiler.ir.stmt import (Alloc, Buffer, Evaluate, For, If, Kernel, Let, PrimFunc,
                                         Region, Stmt, Store, While)
 
 _UNSET = object()
@@ -125,13 +126,14 @@ def _parse_def(lines: list[str]) -> ast.stmt:
     return tree.body[0].body[0]
 
 
-class _Parser(ExpressionParser):
+class _Parser(LoopExitParser, ExpressionParser):
     def __init__(self, file: str, first_line: int, lines: list[str], closure: dict, globals_: dict):
         self.file, self.first_line, self.lines = file, first_line, lines
         self.closure, self.globals = closure, globals_
         self.scopes: list[dict] = [{}]
         self.blocks: list[list[Stmt]] = [[]]
         self.kernel_depth = 0
+        self.loop_kinds: list[str] = []  # the loops around the statement being parsed, innermost last
         # (loop vars, extents, allocations hoisted before the outermost loop) of each T.Parallel around the statement
         # being parsed
         self.parallel_frames: list[tuple[tuple, tuple, list]] = []
@@ -515,7 +517,8 @@ class _Parser(ExpressionParser):
             raise DSLSyntaxError("while loop outside T.Kernel", code="E505")
         if cond.dtype != "bool":
             cond = make_cmp("!=", cond, 0)
-        self.emit(While(cond, self.body(node.body)), node)
+        with self.in_loop("while"):
+            self.emit(While(cond, self.body(node.body)), node)
 
     def stmt_With(self, node: ast.With):
         from tileagent.compiler.language.kernel import KernelSpec
@@ -603,8 +606,9 @@ class _Parser(ExpressionParser):
                                  hint="use T.serial(n), T.Parallel(...), T.Pipelined(n, num_stages=...) or range(n)")
         for value in self._iterate(spec, it):  # a Python iterable of compile-time values: unrolled now
             self._bind_target(node.target, value)
-            for s in node.body:
-                self._guard(s, self.stmt, s)
+            with self.in_loop("unrolled"):
+                for s in node.body:
+                    self._guard(s, self.stmt, s)
 
     def _range(self, node: ast.Call):
         """``range(...)`` as a loop: T.serial, with Python's signature (1 to 3 positional arguments)."""
@@ -654,24 +658,28 @@ class _Parser(ExpressionParser):
             # compile-time trip count: unrolled here, so the Parallel body stays element statements
             for value in _static_range(spec):
                 self.scopes.append({names[0]: value})
+                self.loop_kinds.append("unrolled")
                 try:
                     self.blocks[-1].extend(self.body(node.body))
                 finally:
                     self.scopes.pop()
+                    self.loop_kinds.pop()
             return
         loop_vars = tuple(Var(n, DType("int32")) for n in names)
         self.scopes.append(dict(zip(names, loop_vars)))
         if spec.kind == "parallel":
             self.parallel_frames.append((loop_vars, tuple(spec.extents), []))
+        self.loop_kinds.append(spec.kind)
         try:
             body = self.body(node.body)
         finally:
+            self.loop_kinds.pop()
             self.scopes.pop()
             if spec.kind == "parallel":
                 hoisted = self.parallel_frames.pop()[2]
         if spec.kind == "parallel":
             self.blocks[-1].extend(hoisted)  # per-iteration T.alloc_var fragments (outermost loop only)
-            self.emit(_parallel_nest(loop_vars, spec, body), node)
+            self.emit(parallel_nest(loop_vars, spec, body), node)
         else:
             self.emit(For(loop_vars[0], spec.start, spec.extent, spec.step, spec.kind, body,
                           dict(spec.annotations)), node)
@@ -709,7 +717,8 @@ class _Parser(ExpressionParser):
         coords = [*idxs[1:-1], last_coord]
         self.scopes.append(dict(zip(names, coords)))
         try:
-            body = self.body(node.body)
+            with self.in_loop("persistent"):
+                body = self.body(node.body)
         finally:
             self.scopes.pop()
         self.emit(For(w, 0, waves, 1, "serial", (If(make_cmp("<", last_coord, last), body, ()),), {}), node)
@@ -749,8 +758,6 @@ _UNSUPPORTED_HINTS = {
     "Try": "errors cannot be caught inside a kernel",
     "Import": "import at module level",
     "ImportFrom": "import at module level",
-    "Break": "loops of the DSL have fixed trip counts; guard the body with `if`",
-    "Continue": "guard the rest of the body with `if`",
 }
 
 
@@ -764,20 +771,6 @@ def _is_constant(e: Expr) -> bool:
     from tileagent.compiler.ir.expr import Const
 
     return isinstance(e, Const)
-
-
-def _parallel_nest(loop_vars: tuple, spec, body: tuple) -> Parallel:
-    """The T.Parallel of ``loop_vars`` over ``body``.
-
-    A perfect nest -- a body that is exactly one T.Parallel whose extents do not use ``loop_vars`` -- merges into
-    one Parallel over the concatenated variables and extents (the inner loop's annotations win), as TileLang
-    allows, so later stages see a single nest. Other nests stay nested and the checks reject them (E506).
-    """
-    inner = body[0] if len(body) == 1 and isinstance(body[0], Parallel) else None
-    if inner is None or any(depends_on(e, loop_vars) for e in inner.extents):
-        return Parallel(loop_vars, spec.extents, body, dict(spec.annotations))
-    return Parallel(loop_vars + inner.vars, tuple(spec.extents) + tuple(inner.extents), inner.body,
-                    {**spec.annotations, **inner.annotations})
 
 
 def _vars_in(e):

@@ -6,13 +6,15 @@ In: the statements of a ``@T.prim_func`` body as the parser built them. Out / gu
 - ``split_at_grid_syncs``: the kernel body cut at its top-level ``T.sync_grid()`` markers, each later part starting
   with the lets and layout annotations before it and the allocations it uses (each part declares only the buffers
   it uses: a fragment of one part does not get a layout, or shared memory, in another); a marker inside a loop or
-  branch is an E701.
+  branch is an E701;
+- ``parallel_nest``: a perfect nest of T.Parallel loops merged into one Parallel.
 """
 
 from __future__ import annotations
 
 from tileagent.compiler.diagnostics import DSLSyntaxError
-from tileagent.compiler.ir.stmt import Alloc, AtomicAdd, Kernel, Let, Store
+from tileagent.compiler.ir.simplify import depends_on
+from tileagent.compiler.ir.stmt import Alloc, AtomicAdd, Kernel, Let, Parallel, Store
 
 
 def check_view_aliasing(body: tuple, views: list) -> None:
@@ -86,3 +88,17 @@ def _writes(s) -> frozenset:
 
     op = op_for(s)
     return op.effects(s).writes if op is not None else frozenset()
+
+
+def parallel_nest(loop_vars: tuple, spec, body: tuple) -> Parallel:
+    """The T.Parallel of ``loop_vars`` over ``body``.
+
+    A perfect nest -- a body that is exactly one T.Parallel whose extents do not use ``loop_vars`` -- merges into
+    one Parallel over the concatenated variables and extents (the inner loop's annotations win), as TileLang
+    allows, so later stages see a single nest. Other nests stay nested and the checks reject them (E506).
+    """
+    inner = body[0] if len(body) == 1 and isinstance(body[0], Parallel) else None
+    if inner is None or any(depends_on(e, loop_vars) for e in inner.extents):
+        return Parallel(loop_vars, spec.extents, body, dict(spec.annotations))
+    return Parallel(loop_vars + inner.vars, tuple(spec.extents) + tuple(inner.extents), inner.body,
+                    {**spec.annotations, **inner.annotations})

@@ -20,17 +20,32 @@ import torch
 
 from tileagent.compiler.errors import KernelArgumentError, KernelFault
 from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float_binop, float_call, reinterpret,
-                                           storage)
+                                           storage, to_float)
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.atomic_ops import combine, fetch
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
-                                        Kernel, Let, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc, Region,
-                                        RngInit, Store, UseSwizzle, While)
+                                        Kernel, Let, LoopExit, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc,
+                                        Region, RngInit, Store, UseSwizzle, While)
 from tileagent.compiler import random_philox
 from tileagent.compiler.tileops import op_for
 
 _INT_POISON = -(2**30) + 7
+
+
+def _lane_count(active):
+    """How many lanes the mask ``active`` leaves running; None when it masks nothing."""
+    if not isinstance(active, torch.Tensor) or active.dim() == 0 or bool(active.all()):
+        return None
+    return int(active.sum())
+
+
+class ExitLoop(Exception):
+    """A ``break``/``continue`` (``kind``) on its way to the loop it leaves (``_Interpreter.iteration``)."""
+
+    def __init__(self, kind: str):
+        super().__init__(kind)
+        self.kind = kind
 
 
 def foreign_code(call: Call, span):
@@ -64,6 +79,7 @@ class _Interpreter:
         self.active = None  # the lanes of a T.Parallel nest that a runtime `if` leaves running (None: all)
         self.lanes = None  # per-thread kernels (T.get_thread_binding): arange(threads), one lane per thread
         self.lane_bufs: set = set()  # their local/var buffers: one copy per lane, stored [threads, *shape]
+        self.loop_lanes = None  # the lanes active when the innermost loop's current iteration began
 
     # -- statements ------------------------------------------------------------------------------------------
     def stmt(self, s, mask) -> None:
@@ -125,7 +141,30 @@ class _Interpreter:
         start, extent, step = (int(x.reshape(-1)[0]) if isinstance(x, torch.Tensor) else int(x) for x in bounds)
         for k in range(extent):
             self.env[s.var] = start + k * step
-            self.body(s.body, mask)
+            if not self.iteration(s.body, mask):
+                return
+
+    def iteration(self, stmts, mask) -> bool:
+        """Run one iteration of a loop body; False when a ``break`` left the loop (``continue`` ends the iteration)."""
+        outer, self.loop_lanes = self.loop_lanes, self.active
+        try:
+            self.body(stmts, mask)
+        except ExitLoop as e:
+            return e.kind == "continue"
+        finally:
+            self.loop_lanes = outer
+        return True
+
+    def loop_exit(self, s: LoopExit, mask) -> None:
+        """``break``/``continue``: the lanes of a per-thread kernel that reach it must be all those that run the
+        loop (``compiler.loop_exits`` proves its conditions block-uniform; this is the run-time twin)."""
+        lanes = _lane_count(self.active)
+        if lanes is not None and lanes != _lane_count(self.loop_lanes):
+            if lanes == 0:
+                return  # the branch no lane takes
+            raise KernelFault(f"`{s.kind}` taken by some threads of the block only: its condition differs between "
+                              f"threads", s.span)
+        raise ExitLoop(s.kind)
 
     def while_(self, s: While, mask) -> None:
         while True:
@@ -134,9 +173,8 @@ class _Interpreter:
                 if c.numel() > 1 and bool((c != c.reshape(-1)[0]).any()):
                     raise KernelFault("the while loop's condition differs between threads", s.span)
                 c = bool(c.reshape(-1)[0])
-            if not c:
+            if not c or not self.iteration(s.body, mask):
                 return
-            self.body(s.body, mask)
 
     def parallel(self, s: Parallel, mask) -> None:
         n = len(s.vars)
@@ -155,10 +193,12 @@ class _Interpreter:
         if isinstance(c, torch.Tensor) and c.dim() > 0:
             c = c.to(torch.bool)
             outer = self.active
-            for branch, m in ((s.then_body, c), (s.else_body, ~c)):
-                self.active = m if mask is None else mask & m
-                self.body(branch, self.active)
-            self.active = outer
+            try:
+                for branch, m in ((s.then_body, c), (s.else_body, ~c)):
+                    self.active = m if mask is None else mask & m
+                    self.body(branch, self.active)
+            finally:
+                self.active = outer
         elif bool(c):
             self.body(s.then_body, mask)
         else:
@@ -271,7 +311,7 @@ class _Interpreter:
     _HANDLERS = {Kernel: kernel, Alloc: alloc, For: for_, Parallel: parallel, If: if_, Let: let, Store: store,
                  AtomicAdd: atomic_add, Print: print_, AnnotateLayout: nothing, UseSwizzle: nothing,
                  MBarrierOp: mbarrier, While: while_, Evaluate: evaluate, ImportSource: nothing,
-                 NamedBarrier: named_barrier, RngInit: rng_init}
+                 NamedBarrier: named_barrier, RngInit: rng_init, LoopExit: loop_exit}
 
     # -- memory ----------------------------------------------------------------------------------------------
     def _clip(self, r: Region, span):
@@ -303,6 +343,8 @@ class _Interpreter:
     def write_region(self, r: Region, tile: torch.Tensor, span) -> None:
         t = self.mem[r.buffer]
         clip = self._clip(r, span)
+        if r.buffer.dtype == "tfloat32":
+            tile = to_float(tile, r.buffer.dtype)
         if r.buffer in self.lane_bufs:  # T.fill / T.clear of a per-thread local: the same tile in every thread
             if self.active is not None:
                 raise KernelFault(f"a tile op writes the per-thread local '{r.buffer.name}' under a condition that "
@@ -352,6 +394,8 @@ class _Interpreter:
         idx, inb = self._element_indices(buf, indices, span)
         t = self.mem[buf]
         value = as_tensor(value, buf.dtype)
+        if buf.dtype == "tfloat32" and accumulate is False:  # a value entering a tfloat32 buffer is rounded to it
+            value = to_float(value, buf.dtype)
         if buf in self.lane_bufs:  # each thread writes its own copy
             idx = [self.lanes] + [torch.as_tensor(i) for i in idx]
         if accumulate in ("max", "min"):
@@ -469,7 +513,7 @@ class _Interpreter:
     @staticmethod
     def cast(v, src, dst):
         if dst.is_float:
-            return as_tensor(v, src).to(dst.torch)
+            return to_float(as_tensor(v, src), dst)
         if dst.is_bool:
             return (v != 0) if isinstance(v, torch.Tensor) else bool(v)
         if isinstance(v, torch.Tensor):

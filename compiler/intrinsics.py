@@ -40,13 +40,27 @@ def storage(dt):
 def float_binop(op: str, a, b, dt):
     """``a op b`` for a float result dtype ``dt`` (op in + - * / // %)."""
     cd = compute_dtype(dt)
-    return _FLOAT_OPS[op](as_tensor(a, dt).to(cd), as_tensor(b, dt).to(cd)).to(dt.torch)
+    return to_float(_FLOAT_OPS[op](as_tensor(a, dt).to(cd), as_tensor(b, dt).to(cd)), dt)
 
 
 def float_call(name: str, args, dt):
     """The math intrinsic ``name`` (a key of MATH) of ``args`` for a float result dtype ``dt``."""
     cd = compute_dtype(dt)
-    return MATH[name](*[as_tensor(a, dt).to(cd) for a in args]).to(dt.torch)
+    return to_float(MATH[name](*[as_tensor(a, dt).to(cd) for a in args]), dt)
+
+
+def to_float(t: torch.Tensor, dt) -> torch.Tensor:
+    """The float tensor ``t`` rounded to the float dtype ``dt``, held in ``dt.torch`` (tfloat32: ``round_tf32``)."""
+    t = t.to(dt.torch)
+    return round_tf32(t) if dt == "tfloat32" else t
+
+
+def round_tf32(t: torch.Tensor) -> torch.Tensor:
+    """float32 ``t`` rounded to TensorFloat-32: 10 mantissa bits, to nearest, ties to even (CUTLASS's
+    ``tfloat32_t(float)``); the 13 low bits cleared. Infinities and NaNs stay as they are."""
+    u = t.contiguous().view(torch.int32)
+    r = (u + 0xFFF + ((u >> 13) & 1)) & ~0x1FFF
+    return torch.where((u & 0x7F800000) != 0x7F800000, r, u).view(torch.float32)
 
 
 def _int_view(bits: int):

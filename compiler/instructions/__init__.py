@@ -73,9 +73,13 @@ def gemm_unavailable(g, threads: int, target=None) -> TargetError | None:
     if any(r is None for _, r in reasons):
         return None
     first = reasons[0][1]
+    if g.a.buffer.dtype in ("float32", "tfloat32") and g.b.buffer.dtype in ("float32", "tfloat32"):
+        first = ("TF32 tensor-core gemms (mma.sync m16n8k8 .tf32, wgmma k8 .tf32) are not implemented yet; "
+                 f"{g.a.buffer.dtype} A and B need one of them")
     return TargetError(f"T.gemm on tensor cores: {first}", g.span, code="E602",
                        notes=[f"{e.name}: {r}" for e, r in reasons],
-                       hint="T.copy the operands into float16/bfloat16 shared tiles and accumulate in float32")
+                       hint="T.copy the operands into float16/bfloat16 shared tiles and accumulate in float32 (the "
+                            "CPU interpreter runs the float32 gemm as written)")
 
 
 def select_copy(src, dst, width: int, async_ok: bool, target=None, entries=None):

@@ -137,6 +137,21 @@ class While(Stmt):
 
 
 @dataclass(frozen=True, eq=False, slots=True)
+class LoopExit(Stmt):
+    """``break`` (``kind`` "break") or ``continue`` ("continue") of the innermost T.serial or while loop around it,
+    as in Python. The conditions of the ifs between that loop and the statement are block-uniform
+    (``compiler.loop_exits`` proves it before lowering), so every thread of the block leaves the iteration together and
+    a barrier later in the loop is reached by all of them or by none. The same node in the thread IR (C's
+    ``break;`` / ``continue;``)."""
+
+    kind: str
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        return [" " * indent + self.kind]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class GridSync(Stmt):
     """``T.sync_grid()`` while parsing: the frontend splits its T.Kernel there into kernels launched one after the
     other (every block finishes the first before any starts the second, which is what a grid barrier guarantees);

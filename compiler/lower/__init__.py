@@ -20,8 +20,8 @@ from tileagent.compiler.ir.expr import Var, make_binop, make_call
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
-                                        Kernel, Let, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc, RngInit,
-                                        Store, UseSwizzle, While)
+                                        Kernel, Let, LoopExit, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc,
+                                        RngInit, Store, UseSwizzle, While)
 from tileagent.compiler.lower.context import LowerContext
 from tileagent.compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
 from tileagent.compiler.lower.pipeline import SoftwarePipeline, lower_pipeline
@@ -292,7 +292,7 @@ class _Lowering:
             on_chip = s.buffer.scope in ("fragment", "local", "var")
             # per-thread code (T.get_thread_binding): every thread runs its own stores, as TileLang's threads do
             return lower_elements(ctx, [s], {}, True if on_chip or ctx.kernel.thread_vars else kernel_level_writer())
-        if isinstance(s, (Barrier, ImportSource, NamedBarrier)):
+        if isinstance(s, (Barrier, ImportSource, NamedBarrier, LoopExit)):
             return [s]
         if isinstance(s, RngInit):  # every thread initializes its own generator
             return [RngInit(*(ctx.rewrite(x, {}) for x in (s.seed, s.subsequence, s.offset)), s.span)]

@@ -5,7 +5,9 @@ In: a T.Kernel body of the tile IR (before lowering). Out: the same body with ``
 Guarantees: for every pair of statements A before B (also across loop iterations: B early in the body, A late)
 where A writes a shared buffer that B reads or writes, or A reads one that B writes, a barrier runs between them.
 Barriers are only placed at block-uniform points (between statements of kernel, loop and uniform-if bodies).
-Statements are the unit: the threads of one tile op never race with each other on their own tile. A
+A loop that a ``break``/``continue`` may leave part-way
+is analysed as if any statement of its body could be the last one run before the next iteration or the code after
+it. Statements are the unit: the threads of one tile op never race with each other on their own tile. A
 ``SoftwarePipeline`` (``compiler.lower.pipeline``) brings its own barrier at the top of every iteration; only its
 consumers are analysed inside. A tile op's reads and writes are its ``effects`` (``compiler.tileops``).
 """
@@ -16,6 +18,7 @@ from dataclasses import replace
 
 from tileagent.compiler.ir.stmt import AtomicAdd, Evaluate, For, If, Let, Parallel, Store, While
 from tileagent.compiler.ir.visit import loads, walk
+from tileagent.compiler.loop_exits import exits_early
 from tileagent.compiler.lower.pipeline import SoftwarePipeline
 from tileagent.compiler.tileops import op_for
 from tileagent.compiler.tir import Barrier
@@ -84,10 +87,20 @@ def _body(body, state, divergent=None):
                     written, read = frozenset(), frozenset()
                 read = read | r
             _, after_one = _body(s.body, (written, read), divergent)  # what one iteration leaves for the next one
+            if exits_early(s):  # a break/continue leaves an iteration part-way: whatever the body touches carries
+                w, r = shared_effects(s)
+                after_one = (after_one[0] | w, after_one[1] | r)
             inner, (written, read) = _body(s.body, (written | after_one[0], read | after_one[1]), divergent)
+            if exits_early(s):
+                written, read = written | after_one[0], read | after_one[1]
             out.append(replace(s, body=tuple(inner)))
             continue
         if isinstance(s, If):
+            r = shared_effects(If(s.cond, (), ()))[1]  # its condition is evaluated before either branch
+            if r & written:
+                out.append(Barrier())
+                written, read = frozenset(), frozenset()
+            read = read | r
             then_body, st1 = _body(s.then_body, (written, read), divergent)
             else_body, st2 = _body(s.else_body, (written, read), divergent)
             out.append(replace(s, then_body=tuple(then_body), else_body=tuple(else_body)))

@@ -9,8 +9,8 @@ gives the ``tir.WarpSpecialize`` statement that becomes the kernel's body after 
 When: TMA is in use (``compiler.instructions.tma.usable``), not switched off (``TILEAGENT_WARP_SPECIALIZE=0``, or
 TileLang's pass config ``tl.disable_warp_specialized``; ``=force`` ignores the occupancy rule below), the kernel is
 one-dimensional in threads (a multiple of 128, at most 896, no per-thread code) and has exactly one software
-pipeline, at the top level of its body or inside serial loops and ifs without else there (``path``: a
-``T.Persistent`` tile loop), whose producers are all TMA loads (decided when it is lowered; otherwise the kernel is
+pipeline, at the top level of its body or inside serial loops (none that a ``break``/``continue`` may leave) and
+ifs without else there (``path``: a ``T.Persistent`` tile loop), whose producers are all TMA loads (decided when it is lowered; otherwise the kernel is
 lowered as without this module). What the producer computes must not depend on the consumers: the loop bounds, the
 conditions on the path and the copies' source indices use block indices, the enclosing loops' variables, the
 kernel's scalars, global tensors and the Lets before the loop, which read no memory (the producer binds them
@@ -85,6 +85,7 @@ def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
     from tileagent.compiler.instructions.tma import pipeline_uses_tma, usable
     from tileagent.compiler.lower.barriers import shared_effects
     from tileagent.compiler.lower.pipeline import SoftwarePipeline
+    from tileagent.compiler.loop_exits import exits_early
 
     k, body = plan.kernel, plan.body or ()
     threads = k.threads[0] if tuple(k.threads[1:]) == (1, 1) else 0
@@ -96,8 +97,8 @@ def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
         return None
     p = pipelines[0]
     path = _path(body, p)
-    if path is None or not pipeline_uses_tma(p.body):
-        return None
+    if path is None or not pipeline_uses_tma(p.body) or any(isinstance(x, For) and exits_early(x) for x in path):
+        return None  # a loop a break/continue may leave: the producer's copy of it would not know when
     top = path[0] if path else p
     before = body[:next(n for n, x in enumerate(body) if x is top)]
     lets = tuple(x.var for x in before if isinstance(x, Let))

@@ -41,13 +41,13 @@ import torch
 
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, as_expr, is_extern
-from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, Store, While
+from tileagent.compiler.ir.stmt import AtomicAdd, Buffer, For, If, Let, LoopExit, Store, While
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
 from tileagent.compiler.instructions import cuda_emitters
 from tileagent.compiler.targets.cuda_literals import CTYPES as _CTYPES, float_literal as _float_literal, \
-    int_literal as _int_literal, round_to
+    int_literal as _int_literal, round_to, TF32_HELPERS
 from tileagent.compiler.targets.cuda_atomic import HELPERS as ATOMIC_HELPERS, atomic_extreme, vec_atomic_add
 from tileagent.compiler.targets.cuda_cache_hints import HELPERS as HINT_HELPERS, hinted_load  # eviction_policy
 from tileagent.compiler.targets.cuda_extern import HANDLERS as EXTERN_HANDLERS, extern_expr, imported_sources
@@ -67,6 +67,7 @@ _LOWP = {
     "bfloat16": ("cuda_bf16.h", "__bfloat162float({})", "__float2bfloat16_rn({})"),
     "float8_e4m3fn": ("cuda_fp8.h", "static_cast<float>({})", "__nv_fp8_e4m3({})"),
     "float8_e5m2": ("cuda_fp8.h", "static_cast<float>({})", "__nv_fp8_e5m2({})"),
+    "tfloat32": ("", "{}", "tl_round_tf32({})"),  # a float kept rounded (cuda_literals.TF32_HELPERS)
 }
 _F32_MATH = {"exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "sqrt": "sqrtf", "rsqrt": "rsqrtf",
              "abs": "fabsf", "tanh": "tanhf", "erf": "erff", "pow": "powf", "floor": "floorf", "ceil": "ceilf",
@@ -113,7 +114,7 @@ __device__ __forceinline__ float tl_exp2f(float x) {
 }""",
 }
 _ALL_HELPERS = {**_HELPERS, **cuda_sync.HELPERS, **TENSOR_HELPERS, **TMA_HELPERS, **ATOMIC_HELPERS, **HINT_HELPERS,
-                **cuda_random.HELPERS}
+                **cuda_random.HELPERS, **TF32_HELPERS}
 _RESERVED = set("""
 alignas alignof and asm auto bool break case catch char char16_t char32_t class const constexpr const_cast continue
 decltype default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
@@ -268,7 +269,7 @@ class _KernelEmitter:
     def ct(self, dt: DType) -> str:
         dt = DType(dt)
         if dt in _LOWP:
-            self.state.headers.add(_LOWP[dt][0])
+            self.state.headers.add(_LOWP[dt][0]) if _LOWP[dt][0] else self.state.helpers.add("tf32")
         return dtype_to_ctype(dt)
 
     def to_f32(self, s: str, dt: DType) -> str:
@@ -786,7 +787,7 @@ class _KernelEmitter:
 
 _STMT_HANDLERS = {Store: _KernelEmitter.store, Let: _KernelEmitter.let, If: _KernelEmitter.if_,
                   For: _KernelEmitter.for_, While: _KernelEmitter.while_, AtomicAdd: _KernelEmitter.atomic_add,
-                  Declare: _KernelEmitter.declare,
+                  Declare: _KernelEmitter.declare, LoopExit: lambda em, s: em.line(f"{s.kind};"),  # break; continue;
                   Barrier: _KernelEmitter.barrier, VecCopy: _KernelEmitter.vec_copy,
                   VecAtomicAdd: vec_atomic_add, **cuda_emitters(), **EXTERN_HANDLERS, **cuda_sync.HANDLERS,
                   **cuda_random.HANDLERS}

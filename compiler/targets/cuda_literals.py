@@ -5,7 +5,8 @@ Guarantees: an integer literal is wrapped to the dtype's width and written so th
 negative value as an expression, 64-bit ones with LL/ull); a float32 literal is the shortest decimal that reads back
 as the same float32, with an ``f`` suffix; NaN and infinities are bit patterns (NVRTC has no literal for them).
 Constants are rounded to float16/bfloat16 (``round_to``, ``bits16``) in plain Python, as torch rounds them: code
-generation may run inside a forward whose torch ops the evaluator's guards watch.
+generation may run inside a forward whose torch ops the evaluator's guards watch. ``tfloat32`` is a ``float`` that
+the code keeps rounded with ``tl_round_tf32`` (``TF32_HELPERS``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,17 @@ CTYPES = {
     "bool": "bool", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
     "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int", "uint64": "unsigned long long",
     "float16": "half", "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double",
-    "float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2",
+    "float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2", "tfloat32": "float",
+}
+TF32_HELPERS = {  # tfloat32 values are floats whose 13 low mantissa bits are zero (compiler.intrinsics.round_tf32)
+    "tf32": """\
+// A float rounded to TensorFloat-32 (10 mantissa bits): to nearest, ties to even, as CUTLASS's tfloat32_t(float);
+// infinities and NaNs unchanged.
+__device__ __forceinline__ float tl_round_tf32(float x) {
+  const unsigned u = __float_as_uint(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x;
+  return __uint_as_float((u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu);
+}""",
 }
 
 

@@ -21,7 +21,7 @@ from tileagent.compiler.layout.layout import swizzled
 from tileagent.compiler.instructions import gemm_unavailable, select_gemm
 from tileagent.compiler.tileops.base import Effects, TileOp
 
-GEMM_INPUT_DTYPES = ("float16", "bfloat16", "float32", "int8", "float8_e4m3fn", "float8_e5m2")
+GEMM_INPUT_DTYPES = ("float16", "bfloat16", "float32", "tfloat32", "int8", "float8_e4m3fn", "float8_e5m2")
 GEMM_ACCUM_DTYPES = ("float32", "float16", "int32")
 POLICY_NAMES = ("Square", "FullRow", "FullCol")
 

@@ -56,8 +56,6 @@ UNSUPPORTED = {
            "kernel parameters are typed arrays whose shapes, dtypes and alignment the launcher checks, and a raw "
            "address it cannot check; pass the batches as one tensor with per-batch offsets (TileLang's "
            "example_grouped_gemm_fwd.py form) instead",
-    "tfloat32": "tfloat32 buffers are not supported; use float32 (T.gemm on float32 tiles already uses TF32 tensor "
-                "cores where the target allows)",
     "Fragment": "user-defined fragment layouts are not supported; layouts are inferred",
     "atomic_addx2": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
     "atomic_addx4": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
