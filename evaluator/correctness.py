@@ -518,7 +518,12 @@ class _ConfigCheck:
         if math.isnan(got) and not math.isnan(expected):
             hint = " (NaN where the reference is finite: an overflow, or an element the kernel never wrote: the " \
                    "evaluator fills fresh allocations with NaN)"
-        norms = "" if index_output else f"; max abs err {max_abs:.3g}, rel L2 err {rel:.3g}"
+        elif math.isinf(got) != math.isinf(expected):
+            hint = (" (infinite where the reference is finite, or the reverse: a mask or fill applied where the "
+                    "reference keeps the value, or not applied where it fills, or an overflow)")
+        norms = "" if index_output else (f"; max abs err {max_abs:.3g}, rel L2 err {rel:.3g}" if not math.isnan(rel)
+                                         else "; no error size: some values are non-finite where the reference's "
+                                              "are not, or the reverse")
         return Mismatch(f"output {k} differs from the reference at index {index}: expected {expected:.6g}, got "
                         f"{got:.6g}{hint}; {reason}{norms}; {_where(where)}, call {call}", index=list(index),
                         expected=expected, got=got, max_abs_err=max_abs, rel_l2=rel, mismatched=n_bad,

@@ -191,6 +191,15 @@ def test_nan_passes_only_where_the_reference_has_nan(tmp_path):
         check_candidate(spec, relu_candidate(tmp_path, "T.log(T.abs(x[j])) * 2.0", "abslog.py"), seeds=1)
     assert math.isnan(info.value.details["expected"]) and math.isfinite(info.value.details["got"])
     assert math.isnan(info.value.details["max_abs_err"])
+    assert "no error size: some values are non-finite where the reference's are not, or the reverse" in \
+        info.value.message and "max abs err nan" not in info.value.message
+    # played LLM, session 24: a top-k filter's -inf where the reference is finite read as "max abs error nan"
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.feedback import render_feedback
+
+    text = render_feedback(EvalResult(status="mismatch", message=info.value.message, failure=info.value.to_dict()))
+    assert "some are infinite or NaN\nwhere the reference's are finite, or the reverse, so no error size applies." \
+        in text and "error nan" not in text
 
 
 def test_inf_must_match_in_sign_and_place(tmp_path):
@@ -213,6 +222,9 @@ def test_inf_must_match_in_sign_and_place(tmp_path):
     assert result.correct
     with pytest.raises(Mismatch, match="expected inf, got -inf"):
         check_candidate(spec, relu_candidate(tmp_path, "-1.0 / T.max(x[j], 0.0)", "neg.py"), seeds=1,
+                        distributions=["normal"])
+    with pytest.raises(Mismatch, match=r"got inf \(infinite where the reference is finite, or the reverse: a mask"):
+        check_candidate(spec, relu_candidate(tmp_path, "1.0 / T.max(x[j] - 0.5, 0.0)", "shifted.py"), seeds=1,
                         distributions=["normal"])
 
 

@@ -9,6 +9,8 @@ crashes; a correct candidate -> ``timing`` when timed); numbers are formatted be
 
 from __future__ import annotations
 
+import math
+
 from tileagent.evaluator.records import ConfigResult, EvalResult
 from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE, TAILS_NOT_CHECKED
 from tileagent.prompts import render
@@ -79,6 +81,10 @@ def verdict(configs: list[ConfigResult], target: float) -> str:
 
 FLOAT_DIFFERENCE = ("{mismatched} of {total} elements are outside atol={atol} + rtol={rtol} * |expected|; max abs "
                     "error {max_abs_err},\nrelative L2 error {rel_l2}.")
+# an infinity or NaN against a finite value (or the reverse) leaves no error size (played LLM session 24: "nan")
+NONFINITE_DIFFERENCE = ("{mismatched} of {total} elements are outside atol={atol} + rtol={rtol} * |expected|; some "
+                        "are infinite or NaN\nwhere the reference's are finite, or the reverse, so no error size "
+                        "applies.")
 # every element within its tolerance, the relative L2 bound broken: the sentence above would read "0 of N elements are
 # outside ..." and hide which rule failed (played LLM, session 24: a KL-divergence loss, a 0-d output)
 SMALL_OUTPUT_DIFFERENCE = ("Every element is within atol={atol} + rtol={rtol} * |expected|, but the relative L2 error "
@@ -133,7 +139,9 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                                 ".") if at else ""
         f = {**{k: "-" for k in needed}, **f}
         f["single"] = " (a single value: a relative tolerance)" if failure.get("total") == 1 else ""
+        nonfinite = isinstance(failure.get("rel_l2"), float) and math.isnan(failure["rel_l2"])
         f["difference"] = (INDEX_DIFFERENCE if failure.get("dtype") == "int64" else
+                           NONFINITE_DIFFERENCE if nonfinite else
                            SMALL_OUTPUT_DIFFERENCE if failure.get("mismatched") == 0 and "rel_l2_bound" in failure else
                            FLOAT_DIFFERENCE).format(**f)
         f["oracle"] = (f"\nAgainst a float64 evaluation of the reference, {failure['oracle_mismatched']} element(s) "
