@@ -1186,3 +1186,18 @@ def test_upsampling_adaptive_pooling_and_padding_draft(form, tmp_path):
     ref, candidate, _ = _form(tmp_path, form, SPATIAL_FORMS[form], "[torch.randn(N, C, H, W)]",
                               config='{"N": 2, "C": 3, "H": 12, "W": 20}', small=False)
     _assert_correct(ref, candidate)
+
+
+def test_log1p_and_expm1_stay_accurate_near_zero(tmp_path):
+    """log(1 + a) and exp(a) - 1 lose every digit for |a| under float32's epsilon: a BCE-with-logits loss of 2.5e-28
+    (logits far from 0) came out 0 and failed. Exact to float32 there, and inf / -1 / nan where torch gives them."""
+    ref, candidate, source = _form(tmp_path, "near_zero", "return torch.log1p(x * y), torch.expm1(x * y)",
+                                   "[torch.randn(M, D), torch.randn(M, D)]", "x, y")
+    module = {"__name__": "near_zero_candidate"}
+    exec(compile(source, str(candidate), "exec"), module)
+    x = torch.tensor([[1e-30, -3e-20, 1e-8, 0.3, -0.7, 5.0, 1e30, float("inf"), -1.0, -100.0, 0.0, -2.0]])
+    y = torch.ones_like(x)
+    got, want = module["ModelNew"]()(x, y), (torch.log1p(x), torch.expm1(x))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=2e-7, atol=0, equal_nan=True)
+    _assert_correct(ref, candidate, ("normal", "extremes"))

@@ -32,7 +32,8 @@ UNARY = {
     "exp2": "T.exp2({a})",
     "log": "T.log({a})",
     "log2": "T.log2({a})",
-    "log1p": "T.log(1.0 + {a})",
+    "log1p": "T.if_then_else(1.0 + {a} == 1.0, {a}, T.if_then_else(T.abs({a}) < 0.5, T.log(1.0 + {a}) * ({a} / "
+             "((1.0 + {a}) - 1.0)), T.log(1.0 + {a})))",  # pointwise_text.log1p's form: exact near 0
     "sqrt": "T.sqrt({a})",
     "rsqrt": "T.rsqrt({a})",
     "abs": "T.abs({a})",

@@ -24,8 +24,8 @@ import torch
 
 from tileagent.drafters.builtin.aten import AtenTrace, source_line
 from tileagent.drafters.builtin.index import ONE, ZERO, Dyn, Lin, Size, Unsupported, prod, ravel, unravel
-from tileagent.drafters.builtin.pointwise_text import (power, reduction_division, round_half_even, round_small,
-                                                       scalar_division)
+from tileagent.drafters.builtin.pointwise_text import (expm1, log1p, power, reduction_division, round_half_even,
+                                                       round_small, scalar_division)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -182,7 +182,7 @@ POINTWISE_1 = {
     "sin": "T.sin({a})", "cos": "T.cos({a})",
     "sigmoid": "1.0 / (1.0 + T.exp2({a} * -LOG2E))", "neg": "(-{a})", "reciprocal": "(1.0 / {a})",
     "relu": "T.max({a}, 0.0)", "floor": "T.floor({a})", "ceil": "T.ceil({a})", "trunc": "T.if_then_else({a} < 0.0, "
-    "T.ceil({a}), T.floor({a}))", "log1p": "T.log(1.0 + {a})", "expm1": "(T.exp2({a} * LOG2E) - 1.0)",
+    "T.ceil({a}), T.floor({a}))", "log1p": "", "expm1": "",  # Builder.pointwise writes them (pointwise_text: exact near 0)
     "sign": "T.if_then_else({a} > 0.0, 1.0, T.if_then_else({a} < 0.0, -1.0, 0.0))",
     "round": "",  # written in Builder.pointwise (ties to even, with temporaries)
     "silu": "{a} / (1.0 + T.exp2({a} * -LOG2E))",
@@ -636,6 +636,8 @@ class Builder:
                     raise Unsupported(f"round with decimals ({_where(node, self.t.path)})")
                 if name == "round":
                     return round_half_even(cx, a)
+                if name in ("log1p", "expm1"):
+                    return log1p(cx, a) if name == "log1p" else expm1(cx, a)
                 if name == "exp" and self.ranked:
                     return f"T.exp({a})"
                 if kind_of(args[0].dtype) != FLOAT and name in ("neg", "abs"):
