@@ -182,7 +182,8 @@ POINTWISE_1 = {
     "sin": "T.sin({a})", "cos": "T.cos({a})",
     "sigmoid": "1.0 / (1.0 + T.exp2({a} * -LOG2E))", "neg": "(-{a})", "reciprocal": "(1.0 / {a})",
     "relu": "T.max({a}, 0.0)", "floor": "T.floor({a})", "ceil": "T.ceil({a})", "trunc": "T.if_then_else({a} < 0.0, "
-    "T.ceil({a}), T.floor({a}))", "log1p": "", "expm1": "",  # Builder.pointwise writes them (pointwise_text: exact near 0)
+    "T.ceil({a}), T.floor({a}))",
+    "log1p": "", "expm1": "",  # written in Builder.pointwise (pointwise_text: exact near 0)
     "sign": "T.if_then_else({a} > 0.0, 1.0, T.if_then_else({a} < 0.0, -1.0, 0.0))",
     "round": "",  # written in Builder.pointwise (ties to even, with temporaries)
     "silu": "{a} / (1.0 + T.exp2({a} * -LOG2E))",
