@@ -206,9 +206,11 @@ STEPS = (
          "--max-configs 3 --budget 150", 180,
          "the three suite ops new in session 24, checked and timed against torch.compile and a copy"),
     Step("gpu_tests_24", 14, "python -m pytest -q -m gpu tests/", 240, "every GPU test at the session's last commit"),
-    Step("played_24", 14, "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\" session24", 200,
-         "the played LLM's session-24 answers over every config of their ops (kl_div_rows, layernorm_backward_dx, "
-         "pixel_shuffle, global_avg_pool)"),
+    Step("played_24", 14, "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\" session24 && "
+         "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played_b\" session24b && "
+         "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played_c\" session24c", 300,
+         "the played LLM's session-24 answers (three rounds, 12 ops) over every config of their ops: gqa_decode and "
+         "neox_rope_positions ran on the CPU only at sizes that miss their multi-tile paths"),
 )
 
 
