@@ -163,7 +163,7 @@ def reduce_abssum(buffer, out, dim=-1, batch=1, annotations=None):
 
 
 def reduce(buffer, out, reduce_type, dim=-1, clear=True):
-    kinds = ("sum", "max", "min", "abssum", "absmax", "prod")
+    from tileagent.compiler.tileops.reduce import KINDS as kinds
     if reduce_type not in kinds:
         raise DSLTypeError(f"T.reduce: unknown reduce_type {reduce_type!r}; known: {', '.join(kinds)}", code="E301")
     return _reduce(reduce_type, buffer, out, dim, clear)

@@ -233,7 +233,8 @@ def _combine(op: str, a, b):
 
 def _identity(op: str, dtype: DType):
     if op in ("+", "*"):
-        return Const((0.0 if dtype.is_float else 0) if op == "+" else (1.0 if dtype.is_float else 1), dtype)
+        unit = 0 if op == "+" else 1
+        return Const(float(unit) if dtype.is_float else unit, dtype)
     big = math.inf if dtype.is_float else (2 ** (dtype.bits - 1) - 1)
     return Const(-big if op == "max" else big, dtype)
 

@@ -10,6 +10,7 @@ ATen (``NotImplemented`` / the original call), where the drafter declines it nam
 from __future__ import annotations
 
 import inspect
+import itertools
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -26,8 +27,7 @@ def depthwise_conv1d(x, weight, bias, stride, padding, dilation, transposed, out
         return NotImplemented
     taps, pad = int(weight.shape[2]), int(padding[0])
     length = x.shape[2] + 2 * pad - taps + 1
-    zeros = x.new_zeros(x.shape[0], x.shape[1], pad)
-    xp = torch.cat([zeros, x, zeros], dim=2) if pad else x
+    xp = constant_pad(x, [pad, pad], 0.0)
     acc = bias.float()[None, :, None] if bias is not None else None
     for k in range(taps):
         term = xp[:, :, k:k + length].float() * weight[:, 0, k].float()[None, :, None]
@@ -38,15 +38,9 @@ def depthwise_conv1d(x, weight, bias, stride, padding, dilation, transposed, out
 def _pool_windows(x, nd: int, kernel, stride, padding, fill):
     """The strided slices of ``x`` (its last ``nd`` dims padded with ``fill``), one per window offset, each of the
     output's shape: a pooling is then a max or sum of them (slices, cat and pointwise math the lowering has)."""
-    import itertools
-
     kernel, stride, padding = (list(v) * nd if len(v) == 1 else list(v) for v in (kernel, stride or kernel, padding))
     lead = x.dim() - nd
-    for k, p in enumerate(padding):
-        if p:
-            d = lead + k
-            pad = x.new_full(list(x.shape[:d]) + [p] + list(x.shape[d + 1:]), fill)
-            x = torch.cat([pad, x, pad], dim=d)
+    x = constant_pad(x, [int(p) for p in reversed(padding) for _ in range(2)], fill)  # F.pad's order: last dim first
     out = [(x.shape[lead + k] - kernel[k]) // stride[k] + 1 for k in range(nd)]
     for offsets in itertools.product(*(range(kk) for kk in kernel)):
         w = x

@@ -105,7 +105,7 @@ class Plan:
         pointwise: dict = {}
         for n, o in enumerate(self.outputs):
             if isinstance(o, TopKPart):
-                o.topk.__dict__.setdefault("outs", {})[o.which] = n
+                o.topk.outs[o.which] = n
                 continue
             if isinstance(o, ScanOut):
                 o.scan.outs[n] = o  # the scan kernel writes it, in the scan's dtype
@@ -139,10 +139,6 @@ class Plan:
                     pointwise[prod(o.shape).v].reverse = True
                     k.reread = True
                 k.full_outs = []
-        for k in self.kernels:  # a top-k's outputs or workspaces (read by later kernels) are written in any case
-            for r in k.reduces:
-                if isinstance(r, TopK):
-                    r.__dict__.setdefault("outs", {})
 
     def _host(self, o: V):
         """The reduction kernel that also writes ``o``, an output that reads no reduction (the new residual ``x + r``

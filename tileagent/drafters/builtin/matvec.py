@@ -32,7 +32,8 @@ def _matvec(b, node, name, args, shape, dtype):
     the columns (dim -2) for M = 1. Larger products are the GEMM template's (declined here)."""
     a_, b_ = args[0], args[1]
     if name == "mv":  # (M, K) @ (K,): the vector as a (K, 1) matrix
-        b_ = Fn(list(b_.shape) + [Size(1, None)], b_.dtype, lambda cx, idx, v=b_: v.load(cx, idx[:1]))
+        b_ = Fn(list(b_.shape) + [Size(1, None)], b_.dtype, lambda cx, idx, v=b_: v.load(cx, idx[:1]),
+                node).with_ins([b_])
     M, N = a_.shape[-2], b_.shape[-1]
     lead = list(a_.shape[:-2])
     K = a_.shape[-1]

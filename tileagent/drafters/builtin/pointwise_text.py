@@ -75,9 +75,14 @@ def log1p(cx, a: str) -> str:
     gives log(1) = 0: a BCE-with-logits loss of 2.5e-28 came out 0): with ``u = 1 + a``, ``log(u) * a / (u - 1)``
     (the rounding of ``u`` cancels) for |a| < 0.5, ``a`` itself where ``u`` rounds to 1, else ``log(u)``."""
     x = cx.let(a)
-    u = cx.let(f"(1.0 + {x})")
-    return (f"T.if_then_else({u} == 1.0, {x}, T.if_then_else(T.abs({x}) < 0.5, T.log({u}) * ({x} / ({u} - 1.0)), "
-            f"T.log({u})))")
+    return log1p_of(x, cx.let(f"(1.0 + {x})"))
+
+
+def log1p_of(x: str, u: str) -> str:
+    """``log1p``'s text (``log1p``) of the value named ``x``, with ``u`` naming ``1 + x``: for the templates'
+    translation, whose operands are names already."""
+    return f"T.if_then_else({u} == 1.0, {x}, T.if_then_else(T.abs({x}) < 0.5, T.log({u}) * ({x} / ({u} - 1.0)), " \
+           f"T.log({u})))"
 
 
 def expm1(cx, a: str) -> str:

@@ -21,11 +21,6 @@ import torch
 from tileagent.drafters.builtin.index import ONE, Lin, prod
 from tileagent.drafters.builtin.values import DT, FLOAT, Fn, Global, V, kind_of
 
-IDENT = {"sum": "0.0", "prod": "1.0"}
-BR_LAST = "BR - 1"  # a tile's last column: where a prefix scan's carry is (a suffix scan's is at 0)
-COMBINE = {"sum": "{a} + {b}", "prod": "{a} * {b}"}
-
-
 class Scan(V):
     """The prefix ``op`` ("sum" / "prod") of ``src`` along its last dim; ``reverse``: the suffix one (from the end)."""
 
@@ -94,12 +89,13 @@ def reshaped(out: ScanOut, shape) -> ScanOut | None:
 def scan_lines(w, r: Scan, n: int, out_params: list, pad: int) -> list[str]:
     """The scan kernel's body (``w``: its ``KernelWriter``): per column tile, the source into shared memory, the
     shifted additions, the carry, the stores of the model's output(s) and of the workspace later kernels read."""
-    from tileagent.drafters.builtin.fusion_writer import Cx
+    from tileagent.drafters.builtin.fusion_writer import COMBINE, IDENT, Cx
 
     k = w.k
     cx = Cx(w, "tile")
     val = cx.convert(r.src, r.src.load(cx, k.domain_index(r.src, [len(r.src.shape) - 1])), FLOAT)
     ident, combine = IDENT[r.op], COMBINE[r.op]
+    end = "0" if r.reverse else "BR - 1"  # the tile's column that carries into the next tile
     for name in (f"sa{n}", f"sb{n}"):  # shared: the shifted reads cross threads
         w.allocs[name] = "(BM, BR)"
         w.shared.add(name)
@@ -120,7 +116,7 @@ def scan_lines(w, r: Scan, n: int, out_params: list, pad: int) -> list[str]:
               q + "for i, j in T.Parallel(BM, BR):",
               q + f"    fo{n}[i, j] = {combine.format(a=f'sa{n}[i, j]', b=f'carry{n}[i]')}",
               q + "for i in T.Parallel(BM):",
-              q + f"    carry{n}[i] = {combine.format(a=f'carry{n}[i]', b=f'sa{n}[i, {0 if r.reverse else BR_LAST}]')}"]
+              q + f"    carry{n}[i] = {combine.format(a=f'carry{n}[i]', b=f'sa{n}[i, {end}]')}"]
     targets = [(f"o{m}", DT[r.dtype], m) for m in sorted(r.outs)]
     if r.read or not r.outs:
         targets.append((r.name, "float32", None))

@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 
 from tileagent.drafters.builtin.graph import Expr
-from tileagent.drafters.builtin.pointwise_text import power
+from tileagent.drafters.builtin.pointwise_text import log1p_of, power
 
 LOG2E = "LOG2E"  # the module-level constant every template defines
 
@@ -32,8 +32,7 @@ UNARY = {
     "exp2": "T.exp2({a})",
     "log": "T.log({a})",
     "log2": "T.log2({a})",
-    "log1p": "T.if_then_else(1.0 + {a} == 1.0, {a}, T.if_then_else(T.abs({a}) < 0.5, T.log(1.0 + {a}) * ({a} / "
-             "((1.0 + {a}) - 1.0)), T.log(1.0 + {a})))",  # pointwise_text.log1p's form: exact near 0
+    "log1p": log1p_of("{a}", "(1.0 + {a})"),  # exact near 0
     "sqrt": "T.sqrt({a})",
     "rsqrt": "T.rsqrt({a})",
     "abs": "T.abs({a})",

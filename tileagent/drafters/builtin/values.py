@@ -148,6 +148,7 @@ class TopK(V):
         self.src, self.k, self.node, self.dtype = src, k, node, src.dtype
         self.shape = list(src.shape[:-1]) + [Size(k, str(k))]
         self.ws = {0: f"tkv{index}", 1: f"tki{index}"}  # index: its place among the plan's reductions
+        self.outs: dict = {}  # part -> the model's output number, where the reference returns that part
 
 
 class TopKPart(V):
@@ -476,7 +477,7 @@ class Builder:
             d, ixs = dims[0], [indices[k] for k in dims]
             r = max(len(ix.shape) for ix in ixs)  # the index tensors broadcast to r dims, at d in the output
 
-            def load(cx, idx, s=src, d=d, ixs=ixs, r=r, n=len(dims)):
+            def load(cx, idx, s=src, d=d, ixs=ixs, r=r):
                 at = idx[d:d + r]
                 picked = [Lin.atom(Dyn(cx.int_value(ix, ix.load(cx, _bcast(at, ix.shape, at))), s.shape[d + k].v - 1))
                           for k, ix in enumerate(ixs)]
@@ -495,9 +496,9 @@ class Builder:
             largest = args[3] if len(args) > 3 else kw.get("largest", True)
             if d != len(src.shape) - 1 or not largest or not isinstance(k, int) or k > 64:
                 self.fail(node, "topk other than the k (<= 64) largest along the last dim")
-            tk = TopK(src, k, node, len(self.reduces))
-            tk.ins = [src]
-            self.reduces.append(tk)
+            from tileagent.drafters.builtin import ranking
+
+            tk = ranking.top(self, src, k, node)
             return [TopKPart(tk, 0), TopKPart(tk, 1)]
         return self.pointwise(node, name, args, kw, shape, dtype)
 
