@@ -1,16 +1,16 @@
 """``T.reshape(src, shape)`` / ``T.view(src, shape)``: a buffer read in another shape over the same storage.
 
-In: a buffer of the kernel and a shape of the same element count (compile-time integers for on-chip buffers).
-Out: for a fragment or a local buffer, an ``AllocSpec`` the frontend declares as ``Alloc(view, view_of=src)``: no
-storage of its own, ``src``'s elements row-major in the new shape; for a global tensor, ``T.Tensor(shape, dtype,
-src.data)`` (the view ``compiler.frontend`` already makes of a global tensor's storage).
-Guarantees: writes through either name are seen through the other, on every target. The interpreter views the same
-torch storage. A local view reuses its base's register array (both are row-major). A fragment view's layout is its
-base's, cut at the new dims (``compiler.layout.fragment.reshape``): every element stays on the thread and register
-that holds it, so nothing moves at run time; layout inference ties the two (whichever gets a layout first fixes the
-other's), and where no layout of the new shape keeps the elements in place (a new dim's size does not divide the run of the
-base's layout levels it cuts, e.g. 16 columns cut into 3-wide rows) it is an ``L006`` naming both buffers. Shared buffers: E701 (their swizzled layouts do not reshape); a different element count
-E402; ``T.view`` with another dtype E701.
+In: a buffer of the kernel and a shape of the same element count (compile-time integers for on-chip buffers). Out:
+for a fragment or a local buffer, an ``AllocSpec`` the frontend declares as ``Alloc(view, view_of=src)``: no storage
+of its own, ``src``'s elements row-major in the new shape; for a global tensor, ``T.Tensor(shape, dtype, src.data)``
+(the view ``compiler.frontend`` already makes of a global tensor's storage). Guarantees: writes through either name
+are seen through the other, on every target. The interpreter views the same torch storage. A local view reuses its
+base's register array (both are row-major). A fragment view's layout is its base's, cut at the new dims
+(``compiler.layout.fragment.reshape``): every element stays on the thread and register that holds it, so nothing
+moves at run time; layout inference ties the two (whichever gets a layout first fixes the other's), and where no
+layout of the new shape keeps the elements in place (a new dim's size does not divide the run of the base's layout
+levels it cuts, e.g. 16 columns cut into 3-wide rows) it is an ``L006`` naming both buffers. Shared buffers: E701
+(their swizzled layouts do not reshape); a different element count E402; ``T.view`` with another dtype E701.
 """
 
 from __future__ import annotations

@@ -87,11 +87,12 @@ def _body(body, state, divergent=None):
                     written, read = frozenset(), frozenset()
                 read = read | r
             _, after_one = _body(s.body, (written, read), divergent)  # what one iteration leaves for the next one
-            if exits_early(s):  # a break/continue leaves an iteration part-way: whatever the body touches carries
+            leavable = exits_early(s)
+            if leavable:  # a break/continue leaves an iteration part-way: whatever the body touches carries
                 w, r = shared_effects(s)
                 after_one = (after_one[0] | w, after_one[1] | r)
             inner, (written, read) = _body(s.body, (written | after_one[0], read | after_one[1]), divergent)
-            if exits_early(s):
+            if leavable:
                 written, read = written | after_one[0], read | after_one[1]
             out.append(replace(s, body=tuple(inner)))
             continue

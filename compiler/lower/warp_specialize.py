@@ -9,14 +9,14 @@ gives the ``tir.WarpSpecialize`` statement that becomes the kernel's body after 
 When: TMA is in use (``compiler.instructions.tma.usable``), not switched off (``TILEAGENT_WARP_SPECIALIZE=0``, or
 TileLang's pass config ``tl.disable_warp_specialized``; ``=force`` ignores the occupancy rule below), the kernel is
 one-dimensional in threads (a multiple of 128, at most 896, no per-thread code) and has exactly one software
-pipeline, at the top level of its body or inside serial loops (none that a ``break``/``continue`` may leave) and
-ifs without else there (``path``: a ``T.Persistent`` tile loop), whose producers are all TMA loads (decided when it is lowered; otherwise the kernel is
-lowered as without this module). What the producer computes must not depend on the consumers: the loop bounds, the
-conditions on the path and the copies' source indices use block indices, the enclosing loops' variables, the
-kernel's scalars, global tensors and the Lets before the loop, which read no memory (the producer binds them
-again). Beside a nested pipeline nothing on its path touches the arena bytes of the pipeline's tiles (the producer
-runs ahead into the next execution while the consumers finish this one); a tile of the consumers' own, such as a
-staged epilogue's (``compiler.lower.stage_epilogue``), may be used there.
+pipeline, at the top level of its body or inside serial loops (none that a ``break``/``continue`` may leave) and ifs
+without else there (``path``: a ``T.Persistent`` tile loop), whose producers are all TMA loads (decided when it is
+lowered; otherwise the kernel is lowered as without this module). What the producer computes must not depend on the
+consumers: the loop bounds, the conditions on the path and the copies' source indices use block indices, the
+enclosing loops' variables, the kernel's scalars, global tensors and the Lets before the loop, which read no memory
+(the producer binds them again). Beside a nested pipeline nothing on its path touches the arena bytes of the
+pipeline's tiles (the producer runs ahead into the next execution while the consumers finish this one); a tile of
+the consumers' own, such as a staged epilogue's (``compiler.lower.stage_epilogue``), may be used there.
 
 How (``compiler.lower.pipeline`` lowers both sides): the block gets ``PRODUCER_THREADS`` more threads. Their
 first thread runs the loop alone (inside the path's loops and ifs, on variables of its own): for iteration k (count
