@@ -3,7 +3,8 @@
     KernelRuntimeError
     ├── KernelArgumentError   a call's arguments do not fit the kernel's parameters (names the parameter)
     ├── KernelFault           the kernel did something illegal while running (an out-of-bounds on-chip access)
-    └── TargetUnavailable     the target cannot run on this machine (no CUDA device, backend missing)
+    ├── TargetUnavailable     the target cannot run on this machine (no CUDA device, backend missing)
+    └── InterpreterTimeLimit  a CPU interpreter run would pass the time it was given (``interp.time_limit``)
 """
 
 from __future__ import annotations
@@ -29,3 +30,12 @@ class KernelFault(KernelRuntimeError):
 
 class TargetUnavailable(KernelRuntimeError):
     """The target cannot be used here."""
+
+
+class InterpreterTimeLimit(KernelRuntimeError):
+    """A run under ``compiler.interp.time_limit`` passed its limit, or the blocks run so far say its kernel would;
+    ``needed_s`` is that estimate (None when the limit passed inside a block)."""
+
+    def __init__(self, message: str, needed_s: float | None = None):
+        super().__init__(message)
+        self.needed_s = needed_s

@@ -8,17 +8,21 @@ run vectorized over their whole iteration space (an ``if`` inside runs masked); 
 Float arithmetic rounds to the expression's dtype after every operation, computing in float32 (float64 for
 float64), as the GPU does. Global memory is guarded: out-of-bounds reads give 0, out-of-bounds writes are dropped.
 On-chip buffers start as NaN (floats) so reads of unwritten data show up; an out-of-bounds on-chip access raises
-KernelFault at the DSL line.
+KernelFault at the DSL line. Under ``time_limit(s)`` a run stops with InterpreterTimeLimit as soon as a kernel's
+blocks so far say its grid would pass the limit (after its first block), or a loop iteration starts past it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import math
 import sys
+import time
 
 import torch
 
-from tileagent.compiler.errors import KernelArgumentError, KernelFault
+from tileagent.compiler.errors import InterpreterTimeLimit, KernelArgumentError, KernelFault
 from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float_binop, float_call, reinterpret,
                                            storage, to_float)
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
@@ -31,6 +35,31 @@ from tileagent.compiler import random_philox
 from tileagent.compiler.tileops import op_for
 
 _INT_POISON = -(2**30) + 7
+_deadline: float | None = None  # the time.monotonic() a run under ``time_limit`` must end by
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None):
+    """Kernels run inside stop with InterpreterTimeLimit rather than run past ``seconds`` from now (None: no limit).
+    The evaluator's run at a config's full sizes uses it to give up early on a grid the interpreter cannot finish."""
+    global _deadline
+    outer = _deadline
+    _deadline = None if seconds is None else time.monotonic() + seconds
+    try:
+        yield
+    finally:
+        _deadline = outer
+
+
+def _pace(done: int, blocks: int, start: float, span) -> None:
+    """InterpreterTimeLimit when ``done`` of a kernel's ``blocks``, run since ``start``, say the rest would end past
+    the deadline."""
+    now = time.monotonic()
+    needed = (now - start) / done * blocks
+    if now + needed - (now - start) > _deadline:
+        at = f" (the kernel at line {span.line})" if span is not None else ""
+        raise InterpreterTimeLimit(f"the interpreter would need about {needed:.3g} s for {blocks} blocks{at}, past "
+                                   f"its time limit", needed_s=needed)
 
 
 def _lane_count(active):
@@ -104,14 +133,17 @@ class _Interpreter:
             self.lanes = torch.arange(s.num_threads, dtype=torch.int64)
             for var, value in zip(s.thread_vars, (self.lanes % tx, self.lanes // tx % ty, self.lanes // (tx * ty))):
                 self.env[var] = value
+        blocks, start = math.prod(grid), time.monotonic()
         try:
-            for idx in itertools.product(*(range(g) for g in reversed(grid))):
+            for done, idx in enumerate(itertools.product(*(range(g) for g in reversed(grid))), 1):
                 for var, value in zip(s.block_vars, reversed(idx)):
                     self.env[var] = value
                 self.mbarriers = {}  # each block's own barriers (T.alloc_barrier): [completed phases, arrivals]
                 self.rng = random_philox.States(1 if self.lanes is None else len(self.lanes))  # T.rng_init's
                 self.block_threads = s.num_threads
                 self.body(s.body, None)
+                if _deadline is not None:
+                    _pace(done, blocks, start, s.span)
         finally:
             self.lanes = None
 
@@ -146,6 +178,8 @@ class _Interpreter:
 
     def iteration(self, stmts, mask) -> bool:
         """Run one iteration of a loop body; False when a ``break`` left the loop (``continue`` ends the iteration)."""
+        if _deadline is not None and time.monotonic() > _deadline:
+            raise InterpreterTimeLimit("the interpreter passed its time limit inside a block")
         outer, self.loop_lanes = self.loop_lanes, self.active
         try:
             self.body(stmts, mask)

@@ -47,7 +47,8 @@ from tileagent.evaluator.ties import TIE_CHANGE, TIE_RUNS, IndexCalls, equal_sco
 
 def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seeds: int = 5, distributions=None,
                     static_checks: bool = True, sandbox: Sandbox | None = None,
-                    seed: int | None = None, max_tail_elements: int | None = None) -> list[ConfigResult]:
+                    seed: int | None = None, max_tail_elements: int | None = None, tails: bool = True,
+                    budget_s: float | None = None) -> list[ConfigResult]:
     """Check the candidate at ``candidate_path`` against ``spec`` on ``configs`` (default: the spec's grid).
 
     The candidate runs in its own process (``evaluator.sandbox``); the reference, the comparisons and the verdict
@@ -66,6 +67,8 @@ def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seed
         seed: the evaluation's base seed (default: drawn from the OS; each result records it, for a replay).
         max_tail_elements: tail sizes whose inputs hold more elements are not checked (the CPU interpreter's limit:
             a config it checks at a wide V with M halved to 1 would check M up to 7 at that V); the note says which.
+        tails: also check the tail sizes of the free dims (``Spec.tail_configs``).
+        budget_s: each call of the candidate may take this long on the CPU interpreter, else ``Timeout``.
 
     Raises:
         CandidateError: the first failure (Mismatch, GuardViolation, CompileFailed, RunFailed, LoadFailed).
@@ -80,9 +83,9 @@ def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seed
         dists = tuple(distributions or spec.distributions)
         results = []
         for config in configs if configs is not None else spec.configs:
-            checker = _ConfigCheck(spec, sandbox, device, base)
+            checker = _ConfigCheck(spec, sandbox, device, base, budget_s)
             checker.run(config, max(1, seeds), dists)
-            tails, fixed = spec.tail_configs(config, base), spec.tail_configs(config)
+            tails, fixed = (spec.tail_configs(config, base), spec.tail_configs(config)) if tails else ([], [])
             if max_tail_elements is not None:
                 large = [t for t in tails if _too_large(spec, t, max_tail_elements)]
                 tails = [t for t in tails if t not in large]
@@ -176,8 +179,9 @@ def _too_large(spec: Spec, config: dict, limit: int) -> bool:
 class _ConfigCheck:
     """The checks of one config and its tails; accumulates statistics and notes."""
 
-    def __init__(self, spec: Spec, sandbox: Sandbox, device, base_seed: int):
+    def __init__(self, spec: Spec, sandbox: Sandbox, device, base_seed: int, budget_s: float | None = None):
         self.spec, self.sandbox, self.device, self.base = spec, sandbox, str(device), base_seed
+        self.budget_s = budget_s  # the time one call may take on the CPU interpreter (None: no limit)
         self.checks, self.max_abs, self.rel_l2 = 0, 0.0, 0.0
         self.notes: list[str] = []
         self.peaks: dict = {}  # (output, distribution) -> max |reference| seen
@@ -226,7 +230,7 @@ class _ConfigCheck:
 
     def call(self, key, buffers: list[Buffer], pristine, where: dict) -> tuple[torch.Tensor, ...]:
         try:
-            outs, _ = self.sandbox.call(key, buffers, f" ({_where(where)})")
+            outs, _ = self.sandbox.call(key, buffers, f" ({_where(where)})", self.budget_s)
         except EvalError as e:
             e.details.update({k: v for k, v in where.items() if k not in e.details})
             if _where(where) not in e.message:

@@ -41,7 +41,7 @@ def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
     if not sized:
         return config, None
     try:
-        weights = _model_elements(spec, config)
+        weights = model_elements(spec, config)
         elements = spec.input_elements(config) + (weights or 0)
         if elements <= INTERPRETER_INPUT_ELEMENTS:
             return config, None
@@ -72,7 +72,7 @@ def interpreter_configs(reference, configs: list[dict]) -> list[dict] | None:
 
 def _free_dims_halved(spec, config: dict, weights: int | None) -> dict | None:
     """``config`` with its free dims halved (rounding down, at least 1) until its inputs and the model's ``weights``
-    (``_model_elements``) fit the interpreter, or None when they never do, the config has no free dim, or the
+    (``model_elements``) fit the interpreter, or None when they never do, the config has no free dim, or the
     model's own tensors are too large (a GEMM's weight) or of unknown size."""
     free = [k for k in spec.free_dims if type(config.get(k)) is int]
     if not free or weights is None or weights > INTERPRETER_INPUT_ELEMENTS:
@@ -96,14 +96,14 @@ def _toward_small_config(spec, config: dict, sized: dict) -> dict | None:
         run = {**run, **{k: max(v, run[k] // 2) for k, v in sized.items()}}
         if run == {**config, **sized}:
             return None
-        weights = _model_elements(spec, run)
+        weights = model_elements(spec, run)
         if weights is None:
             return None
         if spec.input_elements(run) + weights <= INTERPRETER_INPUT_ELEMENTS:
             return run
 
 
-def _model_elements(spec, config: dict) -> int | None:
+def model_elements(spec, config: dict) -> int | None:
     """The elements of the model's parameters and buffers at ``config`` (built on the meta device), or None when the
     constructor needs real values."""
     import torch

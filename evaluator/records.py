@@ -42,6 +42,8 @@ class EvalRequest(BaseModel):
                                      "added to the first config's check (its kernels build) and to each timing")
     run_timeout_s: float = Field(120.0, description="limit for checking one config, and (plus compile_timeout_s, "
                                  "for torch.compile) for timing it")
+    full_size_s: float = Field(90.0, description="on the CPU, the time the configs checked at smaller sizes may take "
+                               "to run once at larger ones after the checks pass (evaluator.full_size); 0: not run")
 
 
 class Timing(BaseModel):

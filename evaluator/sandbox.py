@@ -18,7 +18,8 @@ Guarantees:
   stack frames reaches only its own process: the verdict is made in the checker from the tensors alone.
 - A runner that dies is reported: killed by a signal (a segfault, a CUDA fault) -> ``DeviceFault`` (status crash);
   exited by itself -> ``RunFailed``. Errors the runner reports can only be candidate errors (or out-of-memory / a
-  device fault), whatever their kind says.
+  device fault), whatever their kind says; the one exception is a call the checker gave a time limit
+  (``call(..., budget_s=)``, the CPU interpreter's): a run it stopped there is ``Timeout``, which only says "not run".
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from tileagent.evaluator.errors import (
     GuardViolation,
     LoadFailed,
     RunFailed,
+    Timeout,
 )
 
 log = logging.getLogger("tileagent.evaluator")
@@ -289,16 +291,23 @@ class Sandbox:
         self._built[memo] = self._models
         return self._models
 
-    def call(self, model: int, inputs: list[Buffer], where: str = "") -> tuple[tuple[torch.Tensor, ...], float]:
-        """Run the model on ``inputs`` (the buffers' current contents); (outputs mapped from the runner, ms)."""
+    def call(self, model: int, inputs: list[Buffer], where: str = "",
+             budget_s: float | None = None) -> tuple[tuple[torch.Tensor, ...], float]:
+        """Run the model on ``inputs`` (the buffers' current contents); (outputs mapped from the runner, ms). With
+        ``budget_s`` (CPU only) the interpreter gives up on a run it cannot finish in that time: ``Timeout``."""
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()  # the buffers' new contents are on the device before the runner reads them
         items = []
         for b in inputs:
             items.append(("same", b.id) if b.sent else ("new", b.id, b.tensor))
             b.sent = True
-        self._send(("call", model, items))
-        header = self._reply(f"while running forward{where}")
+        self._send(("call", model, items, budget_s))
+        try:
+            header = self._reply(f"while running forward{where}")
+        except RunFailed as e:
+            if budget_s is None or not e.details.get("over_time"):
+                raise
+            raise Timeout(e.message, limit_s=budget_s, needed_s=e.details.get("needed_s")) from None
         try:
             data = self.conn.recv_bytes(1 << 16)
         except (EOFError, ConnectionResetError, OSError):
@@ -418,13 +427,19 @@ class _Runner:
         self.models[key] = model.eval()
         gc.freeze()
 
-    def call(self, key, items) -> None:
+    def call(self, key, items, budget_s=None) -> None:
+        from tileagent.compiler.errors import InterpreterTimeLimit
+        from tileagent.compiler.interp import time_limit
+
         for item in items:
             if item[0] == "new":
                 self.buffers[item[1]] = item[2]
         inputs = [self.buffers[item[1]] for item in items]
         try:
-            outs, ms = self.guard.call(self.models[key], inputs, self.earlier, self.identities)
+            with time_limit(budget_s):
+                outs, ms = self.guard.call(self.models[key], inputs, self.earlier, self.identities)
+        except InterpreterTimeLimit as e:
+            raise RunFailed(f"not run to the end: {e}", over_time=True, needed_s=e.needed_s) from e
         except EvalError:
             raise
         except Exception as e:

@@ -103,7 +103,8 @@ class Progress:
     """What ``evaluate`` reports while it works (the worker forwards it to the parent; the default ignores it)."""
 
     def phase(self, name: str, index: int | None = None, config: dict | None = None) -> None:
-        """Entering phase ``name`` ("load", "check" or "timing"; the latter two for config number ``index``)."""
+        """Entering phase ``name`` ("load", "check", "timing", "full" (``evaluator.full_size``) or "plan"; "check",
+        "timing" and "full" for config number ``index``)."""
 
     def config(self, result: ConfigResult) -> None:
         """A config finished (kept even if a later one crashes the worker)."""
@@ -195,6 +196,10 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
                 raise first
         if first is not None:
             raise first
+        if sandbox is not None and device == "cpu":
+            from tileagent.evaluator.full_size import run_full_sizes
+
+            run_full_sizes(request, spec, result, sandbox, progress)
         if sandbox is not None:
             result.plans = _plans(request, spec, configs, device, sandbox, progress)
     except BaseException as e:  # noqa: BLE001 - every failure becomes a status; KeyboardInterrupt propagates
@@ -431,7 +436,7 @@ def budget_s(request: EvalRequest, phase: str, index: int | None) -> float:
     """Seconds allowed for ``phase`` of ``request`` (see the module docstring)."""
     if phase == "check":
         return request.run_timeout_s + (request.compile_timeout_s if index == 0 else 0.0)
-    if phase == "timing":
+    if phase in ("timing", "full"):
         return request.run_timeout_s + request.compile_timeout_s
     return request.compile_timeout_s
 
@@ -628,8 +633,9 @@ class EvalWorker:
                     self._restart()
                     return failed(error, configs=done, device=self.device, timing_available=timed)
                 self._restart()
-                what = "loading the reference and the candidate" if phase == "load" else \
-                    f"{'checking' if phase == 'check' else 'timing'} config {config}"
+                what = {"load": "loading the reference and the candidate", "check": f"checking config {config}",
+                        "full": f"running config {config} at larger sizes", "plan": f"compiling the kernels of config "
+                        f"{config} for the GPU"}.get(phase, f"timing config {config}")
                 during = "" if running is None else (f" (the reference's {running.get('what', 'code')} was running, "
                                                      f"for {ran:.2g} s: the phase's time went to many steps)")
                 budget = "" if phase != "check" else (f" (a config's checks have {request.run_timeout_s:g} s, "

@@ -20,6 +20,7 @@ import typer
 from rich.table import Table
 
 from tileagent.compiler.diagnostics import CompileError
+from tileagent.evaluator.full_size import RULE as FULL_RUN_RULE
 from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
 from tileagent.display import CLIConsole, setup_logging
 from tileagent.drafter_flags import drafter_options, make_drafter
@@ -205,7 +206,8 @@ def _cpu_note(chosen, device: str, reference: Path) -> None:
                       + "; ".join(f"{cfgs_key(c)} -> {cfgs_key(run)}" for c, run in reduced[:3])
                       + (" ..." if len(reduced) > 3 else "") + "); not timed", highlight=False)
     console.print("  CPU: free dims (FREE_DIMS) at their SMALL_CONFIG sizes; a config whose inputs and model tensors "
-                  f"still hold more than 2**18 elements is checked with {INTERPRETER_RULE}", highlight=False)
+                  f"still hold more than 2**18 elements is checked with {INTERPRETER_RULE}; {FULL_RUN_RULE}",
+                  highlight=False)
 
 
 def _ms(t) -> str:

@@ -159,7 +159,8 @@ class LiveProgress:
 
     def _worker_progress(self, kind: str, f: dict) -> None:
         if kind == "phase" and f.get("config") is not None:
-            what = {"check": "checking", "timing": "timing"}.get(f["phase"], f["phase"])
+            what = {"check": "checking", "timing": "timing",
+                    "full": "running at larger sizes"}.get(f["phase"], f["phase"])
             self._update(description=f"{self.evaluating}: {what} {config_key(f['config'])}")
         elif kind == "config" and self.counting:
             self.done_in_turn += 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from tileagent.evaluator.records import ConfigResult, EvalResult
+from tileagent.evaluator.full_size import NOT_RAN, RAN, RULE as FULL_RUN_RULE
 from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE, TAILS_NOT_CHECKED
 from tileagent.prompts import render
 from tileagent.target import meets_target
@@ -111,9 +112,12 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
             return render("feedback.timing", device=device, rows=timing_rows(result.configs),
                           verdict=verdict(result.configs, target), target=_num(target)) + cost
         smaller = [f"{_cfg(c.config)} at {_cfg(c.evaluated_at)}" for c in result.configs if c.evaluated_at]
+        runs = [f"- {n}" for c in result.configs for n in c.notes if RAN in n or NOT_RAN in n]
         checked = (f"\nChecked at smaller sizes (inputs too large for the interpreter; {INTERPRETER_RULE}): "
-                   f"{'; '.join(smaller)}. A path your kernel takes only at the sizes as stated was compiled for "
-                   f"them, not run.") if smaller else ""
+                   f"{'; '.join(smaller)}." + ("" if runs else " A path your kernel takes only at the sizes as stated "
+                                               "was compiled for them, not run.")) if smaller else ""
+        if runs:  # played LLM, session 24: a kernel's paths for long sequences never ran on the CPU
+            checked += f"\nAt the GPU's sizes ({FULL_RUN_RULE}):\n" + "\n".join(runs)
         skipped = [f"{_cfg(c.evaluated_at or c.config)}: {n[len(TAILS_NOT_CHECKED):].strip()}"
                    for c in result.configs for n in c.notes if n.startswith(TAILS_NOT_CHECKED)]
         if skipped:  # played LLM, session 22: only eval.json said so

@@ -39,6 +39,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from tileagent.evaluator.records import ConfigResult, EvalRequest, EvalResult
+from tileagent.evaluator.full_size import RULE as FULL_RUN_RULE
 from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
 from tileagent.evaluator.spec import ALL_DISTRIBUTIONS
 from tileagent.archive import op_digest
@@ -329,7 +330,8 @@ class Loop:
             listed = self._interpreter_sizes(pending)
             note = ("Evaluated on the CPU interpreter, at smaller sizes than the GPU's: the free dims (FREE_DIMS) at "
                     "their SMALL_CONFIG sizes, and a config whose inputs and model tensors (a layer's weight) "
-                    f"still hold more than 2**18 elements with {INTERPRETER_RULE}. Each config is checked on "
+                    f"still hold more than 2**18 elements with {INTERPRETER_RULE}; {FULL_RUN_RULE}. Each config is "
+                    f"checked on "
                     f"{self.o.seeds} seeds x {len(ALL_DISTRIBUTIONS)} input distributions and again at tail sizes "
                     "of its free dims, a few hundred runs, and the interpreter runs a launch's blocks one after "
                     "another (milliseconds a block): a launch of many blocks, most of them empty at these short "

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
+from tileagent.evaluator.full_size import RULE as FULL_RUN_RULE
 from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
 from tileagent.runstore import RunStore, config_key, write_atomic
 
@@ -123,7 +124,7 @@ def markdown(report: dict, chart: str | None = None) -> str:
     if not timed:
         lines += ["Checked on the CPU interpreter: correctness only, not timed. Free dims (FREE_DIMS) were evaluated "
                   "at their SMALL_CONFIG sizes; a config whose inputs were still too large for the interpreter with "
-                  f"{INTERPRETER_RULE} (column 'evaluated at').", ""]
+                  f"{INTERPRETER_RULE} (column 'evaluated at'); {FULL_RUN_RULE}.", ""]
     if chart and chart.endswith((".png", ".svg")):
         lines += [f"![speedup per config over eager PyTorch and torch.compile]({chart})", ""]
     elif chart and timed:

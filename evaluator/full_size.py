@@ -1,0 +1,128 @@
+"""One run at the sizes a GPU runs: the CPU evaluation's check of the paths a kernel takes only at a config's sizes.
+
+In: an evaluation's results on the CPU, where the interpreter checked some configs at smaller sizes
+(``interpreter_sizes``), and the candidate's process (``Sandbox``). Out: each such config's result with a note
+saying at which sizes it also ran, or the candidate's failure there (Mismatch, RunFailed, CompileFailed,
+GuardViolation) with the config's result marked incorrect.
+Why: a kernel that picks its schedule from the sizes forward gets (tokens per block, splits of a sequence, key tiles
+per split) takes paths at a config's own sizes that the smaller checks never reach; the played LLM (session 24) had
+a rope kernel's multi-token blocks and a decode kernel's rescale across key tiles pass the CPU check broken. The
+interpreter's cost is its blocks and loop steps, not the elements the size rule counts: both of those run at their
+full sizes in a few seconds.
+Guarantees: each config is run once (one seed, the reference's first distribution, the two calls and comparison
+rules of every check) at the largest of: its sizes as stated, then its free dims halved step by step toward the sizes
+checked, whose inputs and model tensors hold at most ``FULL_RUN_ELEMENTS`` and whose calls the interpreter finishes
+within ``CALL_BUDGET_S`` each (``compiler.interp.time_limit``: it gives up after a kernel's first block when the rest
+would not fit). An evaluation's runs share ``EvalRequest.full_size_s`` (none when it is 0). Sizes that could not run
+are named in the note; they never fail a candidate (a candidate that stops itself there only loses this run).
+"""
+
+from __future__ import annotations
+
+import time
+
+from tileagent.evaluator.errors import CandidateError, Timeout
+from tileagent.evaluator.interpreter_sizes import model_elements
+
+FULL_RUN_ELEMENTS = 1 << 25
+"""The most elements (inputs, parameters and buffers) a config's full-size run allocates on the CPU."""
+
+CALL_BUDGET_S = 20.0
+"""The most time one call of the candidate may take in the interpreter at the larger sizes."""
+
+RULE = (f"once the checks pass, each config also runs once at its own sizes, or as near them as the interpreter "
+        f"finishes a call in {CALL_BUDGET_S:g} s (the free dims halved one at a time, in FREE_DIMS order)")
+"""The full-size run, as the prompt and the feedback say it."""
+
+RAN, NOT_RAN = "also run once at", "not run at larger sizes than checked"
+"""How a full-size run's note on a config's result reads, after the config's sizes."""
+
+MAX_ATTEMPTS = 4
+"""The most sizes tried for one config (each costs a compile and a kernel's first block)."""
+
+
+def sizes_text(config: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in config.items())
+
+
+def attempts(spec, config: dict, checked: dict) -> list[dict]:
+    """The sizes to run ``config`` (checked at ``checked``) at, largest first: as stated, then with its free dims
+    halved one dim at a time in FREE_DIMS order (the first down to its value in ``checked`` before the next: a
+    batch dim listed first gives way before a sequence), at most ``MAX_ATTEMPTS``; sizes whose inputs and model
+    tensors hold more than ``FULL_RUN_ELEMENTS`` (or cannot be counted on the meta device) left out."""
+    free = [k for k in spec.free_dims if type(config.get(k)) is int and type(checked.get(k)) is int]
+    sizes, run = [dict(config)], dict(config)
+    for k in free:
+        while run[k] > checked[k]:
+            run = {**run, k: max(checked[k], run[k] // 2)}
+            sizes.append(run)
+    out = []
+    for run in sizes:
+        try:
+            weights = model_elements(spec, run)
+            fits = weights is not None and spec.input_elements(run) + weights <= FULL_RUN_ELEMENTS
+        except Exception:  # noqa: BLE001 - get_inputs needs real values: not counted, not run
+            fits = False
+        if fits and run != checked:
+            out.append(run)
+    return out[:MAX_ATTEMPTS]
+
+
+def run_full_sizes(request, spec, result, sandbox, progress) -> None:
+    """Run each config a GPU runs (``request.plan_configs``, else the configs checked) whose check ran at smaller
+    sizes once at larger ones (``attempts``), in order, within ``request.full_size_s``; note the outcome on the
+    result of the config that checked it, or mark that result incorrect and raise the candidate's failure there."""
+    from tileagent.configs import reduce_for_device
+    from tileagent.evaluator.correctness import check_candidate
+
+    if request.full_size_s <= 0:
+        return
+    deadline = time.monotonic() + request.full_size_s
+    for config in request.plan_configs or [c.config for c in result.configs]:
+        reduced = reduce_for_device(spec, [config], "cpu")[0].eval  # as the loop and the CLI give it on the CPU
+        index = next((i for i, c in enumerate(result.configs) if c.config in (config, reduced)), None)
+        if index is None:
+            continue
+        checked = result.configs[index]
+        at = checked.evaluated_at or checked.config
+        if at == config or not checked.correct:
+            continue
+        progress.phase("full", index, config)
+        over, note = [], None
+        for run in attempts(spec, config, at):
+            left = deadline - time.monotonic()
+            if left < 1.0:
+                break
+            try:
+                (done,) = check_candidate(spec, request.kernel_path, "cpu", configs=[run], seeds=1,
+                                          distributions=spec.distributions[:1], static_checks=False,
+                                          sandbox=sandbox, seed=checked.seed, tails=False,
+                                          budget_s=min(CALL_BUDGET_S, left / 2))
+            except Timeout as e:
+                needed = e.details.get("needed_s")
+                over.append(f"{sizes_text(run)} ({f'about {needed:.3g} s a call' if needed else 'past it within a block'})")
+                continue
+            except CandidateError as e:
+                e.message = (f"at {sizes_text(run)} (run once on the CPU interpreter at the sizes nearest the config's "
+                             f"own after its checks at {sizes_text(at)} passed: a path the kernel "
+                             f"takes only at larger sizes): {e.message}")
+                e.args = (e.message,)
+                e.details["full_size"] = run
+                now = result.configs[index]
+                result.configs[index] = now.model_copy(update={"correct": False, "notes": [*now.notes, e.message]})
+                raise
+            where = "its own sizes" if run == config else sizes_text(run)
+            note = (f"{sizes_text(config)}: {RAN} {where} on the CPU interpreter "
+                    f"({spec.distributions[0]} inputs): correct, max abs err {done.max_abs_err:.3g}")
+            break
+        if note is None:
+            if over:
+                why = f"the interpreter would need more than {CALL_BUDGET_S:g} s a call at {'; '.join(over)}"
+            elif time.monotonic() >= deadline - 1.0:
+                why = f"the {request.full_size_s:g} s this evaluation gives such runs were spent"
+            else:
+                why = f"every larger size holds more than {FULL_RUN_ELEMENTS:,} input and model elements"
+            note = (f"{sizes_text(config)}: {NOT_RAN} ({why}): a path the kernel takes only "
+                    f"at larger sizes was compiled for them, not run")
+        now = result.configs[index]
+        result.configs[index] = now.model_copy(update={"notes": [*now.notes, note]})

@@ -1,0 +1,163 @@
+"""The CPU evaluation's run at the sizes a GPU runs (``evaluator.full_size``): a kernel that picks its schedule from
+the sizes forward gets is run once at a config's own sizes (or as near them as the interpreter finishes), after the
+checks at smaller sizes pass. Played LLM, session 24: a rope kernel whose multi-token blocks skipped all but their
+first token, and a decode kernel without its rescale across key tiles, passed the CPU check; both paths ran only at
+the GPU's sizes."""
+
+import textwrap
+
+import pytest
+import torch
+
+import tileagent
+import tileagent.language as T
+from tileagent.compiler.errors import InterpreterTimeLimit
+from tileagent.compiler.interp import time_limit
+from tileagent.evaluator.records import EvalRequest
+from tileagent.evaluator.worker import evaluate
+
+REFERENCE = """
+import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+CONFIGS = [{"M": 8192, "N": 64}, {"M": 64, "N": 64}]
+SMALL_CONFIG = {"M": 37, "N": 64}
+FREE_DIMS = ["M"]
+def get_inputs(M, N):
+    return [torch.randn(M, N)]
+def get_init_inputs():
+    return []
+"""
+
+# rows per block from M, as a GPU schedule picks them: 4 rows a block from M >= 4096 on, one row below
+CANDIDATE = """
+import torch
+import tileagent
+import tileagent.language as T
+
+@tileagent.jit(out_idx=[1])
+def double(N, rows):
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, rows), threads=64) as bx:
+            t = T.alloc_fragment((N,), "float32")
+            for r in T.serial(rows):
+                T.copy(X[bx * rows + r{offset}, 0], t)
+                for j in T.Parallel(N):
+                    t[j] = t[j] * 2
+                T.copy(t, Y[bx * rows + r{offset}, 0])
+    return main
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return double(x.shape[1], 4 if x.shape[0] >= 4096 else 1)(x)
+"""
+
+
+def _files(tmp_path, offset=""):
+    (tmp_path / "ref.py").write_text(REFERENCE)
+    (tmp_path / "cand.py").write_text(CANDIDATE.replace("{offset}", offset))
+    return str(tmp_path / "cand.py"), str(tmp_path / "ref.py")
+
+
+def _request(kernel, reference, **kw):
+    # as `tileagent eval --device cpu` asks: free dims at SMALL_CONFIG's sizes, the GPU's sizes as the plan configs
+    return EvalRequest(kernel_path=kernel, reference_path=reference, device="cpu", seeds=1,
+                       distributions=["normal"], configs=[{"M": 37, "N": 64}],
+                       plan_configs=[{"M": 8192, "N": 64}, {"M": 64, "N": 64}], **kw)
+
+
+def test_a_path_taken_only_at_the_gpus_sizes_runs_once_on_the_cpu_and_its_bug_is_caught(tmp_path):
+    """The multi-row path drops ``+ r`` (every block writes its first row 4 times and never the others): the checks
+    at M = 37 (one row a block) pass, the run at M = 8192 fails, naming the sizes and why they ran."""
+    result = evaluate(_request(*_files(tmp_path, offset="*0")))
+    assert result.status == "mismatch"
+    assert result.message.startswith("at M=8192, N=64 (run once on the CPU interpreter at the sizes nearest the "
+                                     "config's own after its checks at M=37, N=64 passed: a path the kernel takes "
+                                     "only at larger sizes): output 0 differs from the reference at index (1, 0)")
+    assert result.failure["full_size"] == {"M": 8192, "N": 64}
+    assert not result.configs[0].correct
+
+
+def test_a_correct_kernel_says_at_which_sizes_it_also_ran(tmp_path):
+    from tileagent.feedback import render_feedback
+
+    result = evaluate(_request(*_files(tmp_path)))
+    assert result.status == "ok", result.message
+    notes = [n for n in result.configs[0].notes if "also run once" in n]
+    assert notes == ["M=8192, N=64: also run once at its own sizes on the CPU interpreter (normal inputs): correct, "
+                     "max abs err 0", "M=64, N=64: also run once at its own sizes on the CPU interpreter (normal "
+                     "inputs): correct, max abs err 0"]
+    assert "At the GPU's sizes (once the checks pass, each config also runs once at its own sizes, or as near them " \
+           "as the interpreter finishes a call in 20 s (the free dims halved one at a time, in FREE_DIMS order)):\n" \
+           "- M=8192, N=64: also run once at its own sizes" in render_feedback(result)
+
+
+def test_sizes_the_interpreter_cannot_finish_in_time_are_named_and_fail_nothing(tmp_path, monkeypatch):
+    """With a call budget too small for 2048 blocks, every size tried gives up after a kernel's first block; the note
+    names the sizes and the time needed, and the candidate stays correct."""
+    from tileagent.evaluator import full_size
+
+    monkeypatch.setattr(full_size, "CALL_BUDGET_S", 1e-4)
+    result = evaluate(_request(*_files(tmp_path, offset="*0")))
+    assert result.status == "ok", result.message
+    (note,) = [n for n in result.configs[0].notes if n.startswith("M=8192")]
+    assert note.startswith("M=8192, N=64: not run at larger sizes than checked (the interpreter would need more "
+                           "than 0.0001 s a call at M=8192, N=64 (")
+    assert note.endswith("a path the kernel takes only at larger sizes was compiled for them, not run")
+    assert "; M=4096, N=64 (" in note and "; M=1024, N=64 (" in note
+    assert note.count("(about ") + note.count("(past it within a block)") == 4  # a block's loop or its grid
+
+
+def test_no_full_size_run_when_its_time_is_zero(tmp_path):
+    result = evaluate(_request(*_files(tmp_path, offset="*0"), full_size_s=0))
+    assert result.status == "ok" and not any("larger sizes" in n or "also run" in n for n in result.configs[0].notes)
+
+
+def test_full_size_attempts_halve_the_free_dims_in_their_order_and_skip_what_does_not_fit(tmp_path):
+    from tileagent.evaluator.full_size import FULL_RUN_ELEMENTS, attempts
+    from tileagent.evaluator.spec import load_spec
+
+    (tmp_path / "ref.py").write_text(textwrap.dedent("""
+        import torch
+        class Model(torch.nn.Module):
+            def forward(self, k):
+                return k.sum(1)
+        CONFIGS = [{"B": 32, "S": 4096, "D": 512}]
+        FREE_DIMS = ["B", "S"]
+        def get_inputs(B, S, D):
+            return [torch.randn(B, S, D)]
+        def get_init_inputs():
+            return []
+        """))
+    spec = load_spec(str(tmp_path / "ref.py"), check=False)
+    runs = attempts(spec, {"B": 32, "S": 4096, "D": 512}, {"B": 1, "S": 50, "D": 512})
+    assert runs == [{"B": 16, "S": 4096, "D": 512}, {"B": 8, "S": 4096, "D": 512}, {"B": 4, "S": 4096, "D": 512},
+                    {"B": 2, "S": 4096, "D": 512}]  # B gives way first; 32 x 4096 x 512 is over the limit
+    assert 32 * 4096 * 512 > FULL_RUN_ELEMENTS >= 16 * 4096 * 512
+
+
+def _many_blocks():
+    @T.prim_func
+    def copy(X: T.Tensor((4096, 32), "float32"), Y: T.Tensor((4096, 32), "float32")):
+        with T.Kernel(4096, threads=32) as bx:
+            t = T.alloc_fragment((32,), "float32")
+            T.copy(X[bx, 0], t)
+            T.copy(t, Y[bx, 0])
+    return tileagent.compile(copy, target="cpu")
+
+
+def test_the_interpreter_gives_up_after_a_block_when_the_grid_would_pass_its_time_limit():
+    kernel, x = _many_blocks(), torch.randn(4096, 32)
+    y = torch.zeros_like(x)
+    with pytest.raises(InterpreterTimeLimit, match=r"the interpreter would need about .* s for 4096 blocks \(the "
+                                                   r"kernel at line \d+\), past its time limit") as info:
+        with time_limit(1e-4):
+            kernel(x, y)
+    assert info.value.needed_s > 1e-4
+    assert int((y != 0).any(dim=1).sum()) == 1  # one block ran
+    kernel(x, y)  # no limit outside
+    assert torch.equal(y, x)
