@@ -186,6 +186,7 @@ class _ConfigCheck:
         self.notes: list[str] = []
         self.peaks: dict = {}  # (output, distribution) -> max |reference| seen
         self.constant: dict = {}  # (output, distribution) -> the reference was constant in every check
+        self.nonfinite: dict = {}  # output -> the distributions under which the reference gave NaN or Inf
         self.atol: dict = {}  # output -> atol of its dtype
         self.held: list[tuple[torch.Tensor, torch.Tensor]] = []  # (an earlier output as mapped, its values then)
         self.models64: dict = {}  # id(reference model) -> (model, its float64 copy or None)
@@ -545,8 +546,7 @@ class _ConfigCheck:
             self.constant[key] = self.constant.get(key, True) and constant
             self.atol[k] = self.spec.tolerance(r.dtype).atol
             if not bool(torch.isfinite(r64).all()):
-                self.note(f"the reference gives NaN or Inf in output {k} under distribution "
-                          f"{where['distribution']!r} (they must match in place; consider DISTRIBUTIONS in the spec)")
+                self.nonfinite.setdefault(k, []).append(where["distribution"])
 
     def oracle_notes(self) -> list[str]:
         """One note per output that only the oracle rule accepted, saying which rule decided."""
@@ -564,7 +564,8 @@ class _ConfigCheck:
                 for k, n in sorted(self.ties_accepted.items())]
 
     def degenerate_notes(self) -> list[str]:
-        """One note per output: the distributions under which the reference was constant, or always below atol."""
+        """One note per output: the distributions under which the reference was constant, always below atol, or gave
+        NaN or Inf."""
         notes = []
         for k in sorted(self.atol):
             constant = [d for (j, d), c in self.constant.items() if j == k and c]
@@ -577,6 +578,15 @@ class _ConfigCheck:
                 notes.append(f"degenerate reference: output {k} stays below atol {self.atol[k]:g} (max |value| "
                              f"{peak:.3g}) under distribution(s) {', '.join(map(repr, small))}; the relative L2 bound "
                              f"decides there")
+        for k, dists in sorted(self.nonfinite.items()):  # played LLM, session 24: one line per distribution before
+            seen = list(dict.fromkeys(dists))
+            if len(seen) == len({d for (j, d) in self.peaks if j == k}):
+                notes.append(f"the reference gives NaN or Inf in output {k} under every distribution (the op's own "
+                             f"values, a -inf mask say): they must match in place")
+            else:
+                notes.append(f"the reference gives NaN or Inf in output {k} under distribution(s) "
+                             f"{', '.join(map(repr, seen))} (they must match in place; consider DISTRIBUTIONS in the "
+                             f"spec)")
         return notes
 
 
