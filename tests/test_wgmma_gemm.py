@@ -56,8 +56,9 @@ def _two_groups(M, N, K, threads=128, dtype="float16", first_read=1, second_wait
     return main
 
 
-def _chain(M, N, K, bk, dtype="float16"):
-    """acc = A @ B over K tiles in a T.serial loop: copy the tiles, T.wgmma_gemm onto acc, T.wait_wgmma(0)."""
+def _chain(M, N, K, bk, dtype="float16", clear_in_loop=False):
+    """acc = A @ B over K tiles in a T.serial loop: copy the tiles, T.wgmma_gemm onto acc, T.wait_wgmma(0); acc
+    cleared before the loop, or (``clear_in_loop``) by TileLang's ``clear_accum=(k == 0)``."""
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), "float32")):
@@ -65,11 +66,12 @@ def _chain(M, N, K, bk, dtype="float16"):
             A_s = T.alloc_shared((M, bk), dtype)
             B_s = T.alloc_shared((bk, N), dtype)
             acc = T.alloc_fragment((M, N), "float32")
-            T.clear(acc)
+            if not clear_in_loop:
+                T.clear(acc)
             for k in T.serial(K // bk):
                 T.copy(A[0, k * bk], A_s)
                 T.copy(B[k * bk, 0], B_s)
-                T.wgmma_gemm(A_s, B_s, acc)
+                T.wgmma_gemm(A_s, B_s, acc, clear_accum=clear_in_loop and k == 0)
                 T.wait_wgmma(0)
             T.copy(acc, C)
 
@@ -99,13 +101,22 @@ def test_two_groups_match_torch_on_every_target(target, dtype):
         assert "wgmma" not in kernel.get_kernel_source()
 
 
-def test_two_warpgroups_and_a_chain_over_k_tiles_match_torch():
+def test_two_warpgroups_match_torch():
     _run_two_groups(_two_groups(128, 32, 64, threads=256), "sim", 128, 32, 64)
-    kernel = tileagent.compile(_chain(64, 64, 128, 32), target="sim")
+
+
+@pytest.mark.parametrize("target", ["cpu", "sim"])
+@pytest.mark.parametrize("clear_in_loop", [False, True])
+def test_a_chain_over_k_tiles_matches_torch(target, clear_in_loop):
+    """Also with a runtime clear_accum (flash MLA's ``clear_accum=(j == 0)``): ``if k == 0: T.clear(acc)`` first."""
+    kernel = tileagent.compile(_chain(64, 64, 128, 32, clear_in_loop=clear_in_loop), target=target)
     a, b = torch.randn(64, 128, dtype=torch.float16), torch.randn(128, 64, dtype=torch.float16)
     c = torch.full((64, 64), float("nan"))
     kernel(a, b, c)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+    if clear_in_loop:
+        assert "            if k == 0:\n                T.fill(acc, 0.0)\n            T.wgmma_gemm(A_s, B_s, acc)\n" in \
+            kernel.get_ir("tile")
 
 
 def test_the_cuda_code_issues_without_a_wait_and_waits_where_the_program_says():
@@ -169,10 +180,10 @@ def test_unsupported_arguments_are_E301_at_the_line():
         return main
 
     err = _dsl_error(lambda: build(wg_wait=0))
-    assert (err.code, err.span.line, err.message) == ("E301", 165, "T.wgmma_gemm does not take wg_wait=0")
+    assert (err.code, err.span.line, err.message) == ("E301", 176, "T.wgmma_gemm does not take wg_wait=0")
     assert err.hint == "T.wgmma_gemm never waits: put T.wait_wgmma(n) before C is read"
     err = _dsl_error(lambda: build(k_pack=2))
-    assert (err.code, err.span.line, err.message) == ("E301", 165, "T.wgmma_gemm does not take k_pack=2")
+    assert (err.code, err.span.line, err.message) == ("E301", 176, "T.wgmma_gemm does not take k_pack=2")
 
 
 def test_a_wait_count_that_is_not_a_compile_time_int_is_E301():
@@ -185,7 +196,7 @@ def test_a_wait_count_that_is_not_a_compile_time_int_is_E301():
         return main
 
     err = _dsl_error(build)
-    assert err.code == "E301" and err.span.line == 183
+    assert err.code == "E301" and err.span.line == 194
     assert err.message.startswith("T.wait_wgmma: the number of groups left pending must be a compile-time int >= 0")
 
 
@@ -215,11 +226,11 @@ def test_warp_specialization_by_hand_is_E509_and_a_pipelined_loop_E701():
         return main
 
     err = _dsl_error(lambda: build("branch"))
-    assert (err.code, err.span.line) == ("E509", 206)
+    assert (err.code, err.span.line) == ("E509", 217)
     assert err.message.startswith("T.wgmma_gemm under a condition on a thread index (T.get_thread_binding): warp "
                                   "specialization by hand")
     err = _dsl_error(lambda: build("pipelined"))
-    assert (err.code, err.span.line) == ("E701", 211)
+    assert (err.code, err.span.line) == ("E701", 222)
     assert err.message.startswith("T.wgmma_gemm inside T.Pipelined is not supported")
 
 

@@ -61,10 +61,9 @@ def wgmma_gemm(A, B, C, transpose_A=False, transpose_B=False, policy=0, clear_ac
     for name, value in (("k_pack", k_pack), ("wg_wait", wg_wait), ("mbar", mbar)):
         if not (value is None or (name == "k_pack" and type(value) is int and value == 1)):
             raise DSLTypeError(f"T.wgmma_gemm does not take {name}={value!r}", code="E301", hint=hints[name])
-    from tileagent.compiler.language.tileops import gemm  # the language package imports this module's BUILTINS
+    from tileagent.compiler.language.tileops import gemm_statements  # the language package imports this module
 
-    g = gemm(A, B, C, transpose_A, transpose_B, policy, clear_accum)
-    return WgmmaGemm(g.a, g.b, g.c, g.transpose_a, g.transpose_b, g.policy, g.clear_accum)
+    return gemm_statements(WgmmaGemm, A, B, C, transpose_A, transpose_B, policy, clear_accum)
 
 
 def wait_wgmma(id):  # noqa: A002 - TileLang's parameter name
