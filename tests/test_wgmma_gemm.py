@@ -115,8 +115,8 @@ def test_a_chain_over_k_tiles_matches_torch(target, clear_in_loop):
     kernel(a, b, c)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
     if clear_in_loop:
-        assert "            if k == 0:\n                T.fill(acc, 0.0)\n            T.wgmma_gemm(A_s, B_s, acc)\n" in \
-            kernel.get_ir("tile")
+        expected = "            if k == 0:\n                T.fill(acc, 0.0)\n            T.wgmma_gemm(A_s, B_s, acc)\n"
+        assert expected in kernel.get_ir("tile")
 
 
 def test_the_cuda_code_issues_without_a_wait_and_waits_where_the_program_says():

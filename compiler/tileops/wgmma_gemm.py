@@ -2,7 +2,8 @@
 warpgroup MMA without waiting for it, ``T.wait_wgmma(n)`` waits until at most ``n`` such groups are pending.
 
 ``T.wgmma_gemm`` takes T.gemm's arguments (TileLang's signature: ``A, B, C, transpose_A=False, transpose_B=False,
-policy=Square, clear_accum=False, annotations=None``; ``annotations`` is ignored, as T.gemm's). Each call is one
+policy=Square, clear_accum=False, annotations=None``; ``annotations`` is ignored, as T.gemm's; a runtime
+``clear_accum``, TileLang's ``clear_accum=(j == 0)`` in a loop, is ``if j == 0: T.clear(C)`` first). Each call is one
 wgmma group (``wgmma.commit_group``); C is undefined (and A/B must not be overwritten) until the ``T.wait_wgmma(n)``
 that leaves fewer than its own group pending: groups complete in issue order, so ``T.wait_wgmma(0)`` retires them all
 and ``T.wait_wgmma(1)`` all but the newest.
