@@ -44,6 +44,16 @@ class _Checker:
                                             f"{type(e).__name__}: {e}", s.span) from e
 
     def stmt(self, s, in_kernel: bool, par_vars: tuple, static_par: bool) -> None:
+        """Check ``s``; ``self.enclosing`` holds the loops and branches around it (tile ops' checks read it)."""
+        if isinstance(s, (For, While, If)):
+            self.enclosing = getattr(self, "enclosing", ()) + (s,)
+            try:
+                return self._stmt(s, in_kernel, par_vars, static_par)
+            finally:
+                self.enclosing = self.enclosing[:-1]
+        return self._stmt(s, in_kernel, par_vars, static_par)
+
+    def _stmt(self, s, in_kernel: bool, par_vars: tuple, static_par: bool) -> None:
         in_par = bool(par_vars)
         if op_for(s) is not None or isinstance(s, Alloc):
             if not in_kernel:

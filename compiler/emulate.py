@@ -47,7 +47,7 @@ from tileagent.compiler.ir.stmt import (AtomicAdd, Buffer, Evaluate, For, If, Im
                                         NamedBarrier, RngInit, Store, While)
 from tileagent.compiler import emulate_sync, random_philox
 from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
-from tileagent.compiler.emulate_wgmma import check_not_busy, finish_wgmma, note_generic_write
+from tileagent.compiler.emulate_wgmma import check_not_busy, check_registers, finish_wgmma, note_generic_write
 from tileagent.compiler.emulate_tma import finish_tma
 from tileagent.compiler.instructions import emulators
 from tileagent.compiler.interp import ExitLoop, foreign_code
@@ -434,6 +434,8 @@ class _Block:
         mem, idx = self.elements(buf, base, width, verb)
         safe = idx.clamp(0, mem.shape[-1] - 1)
         if buf.scope == "local":
+            if buf in getattr(self, "wgmma_pending", ()):  # a T.wgmma_gemm accumulator not retired yet
+                check_registers(self, buf, idx, "read")
             return mem[self.tid[:, None], safe]
         if buf.scope == "shared" and self.check_races:
             ids = self.active()
@@ -443,6 +445,8 @@ class _Block:
     def write(self, buf: Buffer, base, width: int, value, verb: str, accumulate) -> None:
         """Store (accumulate False), atomic add (True) or atomic max/min ("max"/"min", compiler.atomic_ops)."""
         mem, idx = self.elements(buf, base, width, verb)
+        if buf in getattr(self, "wgmma_pending", ()):  # a T.wgmma_gemm accumulator not retired yet
+            check_registers(self, buf, idx, "wrote")
         ids = self.active()
         value = as_tensor(value, buf.dtype)
         if buf.dtype == "tfloat32" and accumulate is False:  # a value entering a tfloat32 buffer is rounded to it

@@ -23,9 +23,11 @@ Guarantees (what a run checks):
   all but the newest N committed groups, carrying out their Wgmmas in issue order: the shared operands are read then
   (the latest moment the hardware may read them), chained Wgmmas on the same registers accumulate onto each other,
   and the results land in the registers, except registers a still-pending Wgmma writes, which stay NaN (so reading an
-  accumulator under ``wait_group 1`` before the wait that retires its newest Wgmma reads NaN). A group still pending
-  (or Wgmmas never committed) when the block ends raises EmulationError: a missing ``wgmma.wait_group`` fails the
-  run.
+  accumulator under ``wait_group 1`` before the wait that retires its newest Wgmma reads NaN). Reading or writing
+  such a register (a load, a store, a vector copy; ``check_registers``) before that wait raises EmulationError, and
+  so does a group still pending (or Wgmmas never committed) when the block ends: a missing or misplaced
+  ``wgmma.wait_group`` (T.wait_wgmma) fails the run. A chain of Wgmmas on the same registers accumulates from their
+  values when the first of them was issued (a register written after a wait retired it starts a new chain).
 - ``WgmmaRS`` (A from registers) reads its A elements from the named registers of each warpgroup thread at issue
   (PTX A layout, ``instructions.wgmma.a_position``; uint32 registers unpacked low half first) and checks at the
   retiring wait that those registers still hold the same bits: writing them while the wgmma is pending is undefined
@@ -267,7 +269,8 @@ def wgmma(block, s) -> None:
         raise EmulationError("Wgmma issued without a wgmma.fence since the last wgmma.wait_group (or the start of "
                              "the kernel): accumulator registers written before it are not ordered", s.span)
     mem = block.buffer_memory(s.c_buf)
-    st["shadow"].setdefault(s.c_buf, mem.clone())  # the registers as the chain of Wgmmas starts from them
+    shadow = st["shadow"].setdefault(s.c_buf, mem.clone())  # the registers as the chain of Wgmmas starts from them
+    pending = _pending(block, s.c_buf)
     regs = torch.stack([block.lanes(block.ev(r), torch.int64) for r in s.c], 1)  # [nt, n / 2]
     for q in groups:
         threads = torch.arange(q * GROUP, (q + 1) * GROUP)
@@ -285,6 +288,10 @@ def wgmma(block, s) -> None:
         if bool(((idx < 0) | (idx >= mem.shape[-1])).any()):
             raise EmulationError(f"Wgmma accumulator register index outside '{s.c_buf.name}' ({mem.shape[-1]})",
                                  s.span)
+        rows = threads[:, None].expand_as(idx)
+        fresh = ~pending[rows, idx]  # no pending Wgmma writes them: the chain starts from their current values
+        shadow[rows[fresh], idx[fresh]] = mem[rows[fresh], idx[fresh]]
+        pending[rows, idx] = True
         mem[threads[:, None], idx] = float("nan")
         _mark_busy(block, (b,) if rs else (a, b), 1)
         st["open"].append((s, threads, idx, a, b))
@@ -330,12 +337,42 @@ def wgmma_wait(block, s: WgmmaWait) -> None:
     keep = max(int(s.pending), 0)
     while len(st["groups"]) > keep:
         _retire(block, st, st["groups"].pop(0))
+    block.wgmma_pending = {}
     for pending in st["groups"] + [st["open"]]:  # registers a pending Wgmma writes stay undefined
         for w, threads, idx, _, _ in pending:
             block.mem[w.c_buf][threads[:, None], idx] = float("nan")
+            _pending(block, w.c_buf)[threads[:, None].expand_as(idx), idx] = True
     if not st["groups"] and not st["open"]:
         st["shadow"] = {}
     st["fenced"] = False
+
+
+def _pending(block, buf) -> torch.Tensor:
+    """[threads, registers] of ``buf``: True where an issued, not yet retired Wgmma writes the register."""
+    table = getattr(block, "wgmma_pending", None)
+    if table is None:
+        table = block.wgmma_pending = {}
+    if buf not in table:
+        table[buf] = torch.zeros(block.mem[buf].shape, dtype=torch.bool)
+    return table[buf]
+
+
+def check_registers(block, buf, idx: torch.Tensor, verb: str) -> None:
+    """EmulationError when an active thread reads or writes (``verb``) accumulator registers ``idx`` ([nt, width])
+    of ``buf`` that an issued Wgmma not yet retired by a ``wgmma.wait_group`` writes: undefined on the hardware (a
+    T.wgmma_gemm's accumulator used before the T.wait_wgmma that retires it)."""
+    pending = block.wgmma_pending.get(buf)
+    if pending is None:
+        return
+    hit = pending[block.tid[:, None].expand_as(idx), idx.clamp(0, pending.shape[-1] - 1)].any(1)
+    if block.mask is not None:
+        hit &= block.mask
+    if bool(hit.any()):
+        t = int(hit.nonzero()[0])
+        i = int(idx[t][pending[t, idx[t].clamp(0, pending.shape[-1] - 1)]][0])
+        raise EmulationError(f"thread {t} {verb} register {buf.name}[{i}] while the wgmma that writes it is pending "
+                             "(issued, not yet retired): an accumulator is undefined until the wgmma.wait_group "
+                             "(T.wait_wgmma after a T.wgmma_gemm) that retires its group", block.span)
 
 
 def finish_wgmma(block) -> None:

@@ -26,7 +26,9 @@ R = _buf("R", (64,), "fragment")
 
 
 def test_every_tile_statement_has_one_op_class():
-    assert set(TILE_OP_NODES) == {Copy, Gemm, Reduce, Fill, AtomicAddTile, CumSum}
+    from tileagent.compiler.tileops.wgmma_gemm import WaitWgmma, WgmmaGemm
+
+    assert set(TILE_OP_NODES) == {Copy, Gemm, Reduce, Fill, AtomicAddTile, CumSum, WgmmaGemm, WaitWgmma}
     for node, op in REGISTRY.items():
         assert isinstance(op, TileOp) and op.node is node
         assert op.layout_level in ("strict", "common", "free")

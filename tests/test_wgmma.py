@@ -180,9 +180,11 @@ def test_missing_wait_fails_the_emulator(shared_example, wgmma_on, monkeypatch, 
     monkeypatch.setenv("TILEAGENT_WGMMA_OVERLAP", overlap)
     _drop(monkeypatch, WgmmaWait)
     _pipeline_output(monkeypatch, lambda out: [x for x in out if not isinstance(x, WgmmaWait)])
-    # caught at the block's end, or before: where the staged epilogue first writes the stage buffers' bytes
-    with pytest.raises(EmulationError, match="wgmma group\\(s\\) still pending when the block ends|written while a "
-                                             "wgmma that reads it is pending"):
+    # caught at the epilogue's first read of an accumulator, at the block's end, or where the staged epilogue first
+    # writes the stage buffers' bytes
+    with pytest.raises(EmulationError, match="while the wgmma that writes it is pending|wgmma group\\(s\\) still "
+                                             "pending when the block ends|written while a wgmma that reads it is "
+                                             "pending"):
         _run_gemm_relu(shared_example("gemm_relu"), 128, 64, 64, (128, 64, 64))
 
 
@@ -333,14 +335,16 @@ def test_missing_proxy_fence_fails_the_emulator(shared_example, wgmma_on, monkey
         _run_gemm_relu(shared_example("gemm_relu"), 128, 64, 128, (128, 64, 64))
 
 
-def test_reading_the_accumulator_of_an_inflight_wgmma_reads_nan(shared_example, wgmma_on, monkeypatch):
+def test_reading_the_accumulator_of_an_inflight_wgmma_fails_the_emulator(shared_example, wgmma_on, monkeypatch):
     # without the wait after the loop (pipeline's wait_group 0 replaced by wait_group 1) the epilogue reads the last
-    # iteration's accumulators while they are pending: NaN, so the numbers are wrong (and a group stays pending)
+    # iteration's accumulators while they are pending: an error at the epilogue's line (the registers are NaN, and a
+    # group would stay pending)
     def late(out):
         return [WgmmaWait(1, x.span) if isinstance(x, WgmmaWait) else x for x in out]
 
     _pipeline_output(monkeypatch, late)
-    with pytest.raises(EmulationError, match="still pending when the block ends"):
+    with pytest.raises(EmulationError, match=r"gemm_relu.py:39:\d+: thread 0 read register C_local\[0\] while the "
+                                             "wgmma that writes it is pending"):
         _run_gemm_relu(shared_example("gemm_relu"), 128, 64, 128, (128, 64, 64))
 
 

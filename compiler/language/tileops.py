@@ -97,8 +97,27 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Sq
          wg_wait=0, mbar=None, annotations=None):
     """C (+)= op(A) @ op(B), op transposing when asked. A and B in shared memory or fragments, C a fragment.
 
-    C accumulates in its own dtype (usually float32); ``clear_accum=True`` zeroes it first.
+    C accumulates in its own dtype (usually float32); ``clear_accum=True`` zeroes it first. A runtime condition
+    (TileLang's ``clear_accum=(k == 0)`` in a loop) becomes ``if cond: T.clear(C)`` before an accumulating gemm.
     """
+    return gemm_statements(Gemm, A, B, C, transpose_A, transpose_B, policy, clear_accum)
+
+
+def gemm_statements(node: type, A, B, C, transpose_A, transpose_B, policy, clear_accum):
+    """The ``node`` (Gemm or a subclass) of ``T.gemm``'s arguments, or with a runtime ``clear_accum`` the list
+    [If(clear_accum, T.clear(C)), node accumulating]."""
+    from tileagent.compiler.ir.expr import make_cmp
+    from tileagent.compiler.ir.simplify import static_int
+    from tileagent.compiler.ir.stmt import If
+
+    clear_first = None
+    if isinstance(clear_accum, Expr):
+        v = static_int(clear_accum)
+        if v is None:
+            clear_first = clear_accum if clear_accum.dtype == "bool" else make_cmp("!=", clear_accum, 0)
+            clear_accum = False
+        else:
+            clear_accum = bool(v)
     regions = []
     for x, arg in ((A, "A"), (B, "B"), (C, "C")):
         r = _tile(x, "T.gemm", arg)
@@ -109,7 +128,11 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Sq
     if isinstance(policy, bool) or not isinstance(policy, int) or policy not in tuple(GemmWarpPolicy):
         raise DSLTypeError(f"T.gemm: unknown policy {policy!r}", code="E303",
                            hint="use T.GemmWarpPolicy.Square, FullRow or FullCol")
-    return Gemm(*regions, bool(transpose_A), bool(transpose_B), int(policy), bool(clear_accum))
+    g = node(*regions, bool(transpose_A), bool(transpose_B), int(policy), bool(clear_accum))
+    if clear_first is None:
+        return g
+    c = regions[2]
+    return [If(clear_first, (Fill(c, make_cast(as_expr(0, c.buffer.dtype), c.buffer.dtype)),), ()), g]
 
 
 def fill(buffer, value):

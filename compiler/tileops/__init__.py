@@ -17,6 +17,7 @@ from tileagent.compiler.tileops.cumsum import CumSumOp
 from tileagent.compiler.tileops.fill import FillOp
 from tileagent.compiler.tileops.gemm import GemmOp
 from tileagent.compiler.tileops.reduce import ReduceOp
+from tileagent.compiler.tileops.wgmma_gemm import WaitWgmmaOp, WgmmaGemmOp
 
 _OPS = (
     CopyOp(),            # T.copy
@@ -25,6 +26,8 @@ _OPS = (
     FillOp(),            # T.fill / T.clear
     AtomicAddTileOp(),   # T.atomic_add of a tile
     CumSumOp(),          # T.cumsum
+    WgmmaGemmOp(),       # T.wgmma_gemm: T.gemm without its wgmma wait
+    WaitWgmmaOp(),       # T.wait_wgmma: wgmma.wait_group
 )
 
 REGISTRY: dict[type, TileOp] = {op.node: op for op in _OPS}

@@ -16,9 +16,10 @@ from tileagent.compiler.language.allreduce import (alloc_reducer, attr, comm_red
                                                    finalize_reducer, tvm_thread_allreduce)
 from tileagent.compiler.language import __all__ as _dsl_names
 
-_HOPPER = ("this part of Hopper/Blackwell warp specialization by hand (expect-tx, wgmma, register reallocation, "
-           "clusters, tensor memory) is not supported (T.ws, T.alloc_barrier, barrier arrive/wait and T.tma_copy are, "
-           "run in program order); write the plain T.Pipelined / T.copy / T.gemm form and the compiler schedules it")
+_HOPPER = ("this part of Hopper/Blackwell warp specialization by hand (expect-tx, raw warpgroup fences and waits, "
+           "register reallocation, clusters, tensor memory) is not supported (T.ws, T.alloc_barrier, barrier "
+           "arrive/wait and T.tma_copy are, run in program order, and T.wgmma_gemm with T.wait_wgmma); write the "
+           "plain T.Pipelined / T.copy / T.gemm form and the compiler schedules it")
 _BLACKWELL = ("Blackwell's (sm_100) tensor memory and tcgen05 MMAs do not exist on Hopper (sm_90, the H100/H200) or "
               "earlier GPUs, and TileAgent targets sm_80 to sm_90a: this program is for sm_100 (TileLang's sm_90 "
               "examples of the same kernels, in flash_attention/ and gemm/, run)")
@@ -35,8 +36,7 @@ _ESCAPE = ("this escape hatch into hand-written CUDA/PTX is not supported (T.imp
 
 UNSUPPORTED = {
     # warp specialization, Hopper/Blackwell machinery
-    **{n: _HOPPER for n in ("mbarrier_expect_tx", "create_list_of_mbarrier", "get_mbarrier", "wgmma_gemm",
-                            "wait_wgmma", "fence_proxy_async",
+    **{n: _HOPPER for n in ("mbarrier_expect_tx", "create_list_of_mbarrier", "get_mbarrier", "fence_proxy_async",
                             "annotate_producer_reg_dealloc", "annotate_consumer_reg_alloc", "warpgroup_arrive",
                             "warpgroup_commit_batch", "warpgroup_wait",
                             "alloc_descriptor")},
