@@ -64,6 +64,7 @@ class _Checker:
                                  hint="T.Parallel bodies hold element statements; move the tile op out of the loop")
             if getattr(self, "thread_vars", ()) and op_for(s) is not None:
                 _per_thread_tile_op(s, self.thread_vars)
+                self.not_under_thread_branch(_op_name(s), s)
         if isinstance(s, Kernel):
             self.thread_vars = _thread_dependent(s) if s.thread_vars else ()
             self.threads = s.num_threads
@@ -73,6 +74,7 @@ class _Checker:
         elif isinstance(s, Parallel):
             if getattr(self, "thread_vars", ()):
                 _per_thread_parallel(s, self.thread_vars)
+                self.not_under_thread_branch("T.Parallel", s)
             if in_par:
                 raise ScopeError("T.Parallel nested inside T.Parallel", code="E506",
                                  hint="only a perfect nest is allowed (the inner T.Parallel the outer one's only "
@@ -135,6 +137,25 @@ class _Checker:
             if op is not None:
                 self.par_context = (par_vars, static_par)
                 op.check(s, self)
+
+    def not_under_thread_branch(self, what: str, s) -> None:
+        """E509 for a tile op or T.Parallel (``s``) under an ``if`` on a thread index: its threads split the tile
+        among all of the block's, so those outside the branch would leave their part undone (the SIMT emulator
+        showed a copy under ``if tx < 128`` of 256 threads filling half of its tile). T.fill/T.clear of a
+        per-thread local is the thread's own."""
+        from tileagent.compiler.ir.stmt import Fill
+
+        if isinstance(s, Fill) and all(b.scope in ("local", "var") for b in op_for(s).effects(s).writes):
+            return
+        for x in getattr(self, "enclosing", ()):
+            if isinstance(x, If) and depends_on(x.cond, self.thread_vars):
+                raise ScopeError(f"{what} under a condition on a thread index (T.get_thread_binding): a tile op or "
+                                 f"T.Parallel is the whole block's (its threads split the tile), so the threads "
+                                 f"outside the branch would leave their part undone; warp specialization by hand, a "
+                                 f"warpgroup's own tile ops, is not supported", code="E509",
+                                 hint="run it in every thread of the block (outside the branch), write the branch's "
+                                      "work as per-thread code (T.serial loops over the thread's elements), or "
+                                      "write a T.Pipelined loop and let the compiler specialize the warps")
 
     # -- element accesses ------------------------------------------------------------------------------------
     def exprs(self, exprs, par_vars=None, static_par=None) -> None:

@@ -212,8 +212,8 @@ def test_warp_specialization_by_hand_is_E509_and_a_pipelined_loop_E701():
                 tx = T.get_thread_binding()
                 T.clear(acc)
                 if where == "branch":
+                    T.copy(A[0, 0], A_s)
                     if tx < 128:
-                        T.copy(A[0, 0], A_s)
                         T.wgmma_gemm(A_s, A_s, acc, transpose_B=True)
                         T.wait_wgmma(0)
                 else:
@@ -227,8 +227,9 @@ def test_warp_specialization_by_hand_is_E509_and_a_pipelined_loop_E701():
 
     err = _dsl_error(lambda: build("branch"))
     assert (err.code, err.span.line) == ("E509", 217)
-    assert err.message.startswith("T.wgmma_gemm under a condition on a thread index (T.get_thread_binding): warp "
-                                  "specialization by hand")
+    assert err.message.startswith("T.wgmma_gemm under a condition on a thread index (T.get_thread_binding): a tile "
+                                  "op or T.Parallel is the whole block's (its threads split the tile), so the threads "
+                                  "outside the branch would leave their part undone; warp specialization by hand")
     err = _dsl_error(lambda: build("pipelined"))
     assert (err.code, err.span.line) == ("E701", 222)
     assert err.message.startswith("T.wgmma_gemm inside T.Pipelined is not supported")

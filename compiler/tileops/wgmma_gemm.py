@@ -30,9 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tileagent.compiler.diagnostics import DSLTypeError, ScopeError, Span, UnsupportedError
-from tileagent.compiler.ir.simplify import depends_on
-from tileagent.compiler.ir.stmt import For, Gemm, If, Stmt
+from tileagent.compiler.diagnostics import DSLTypeError, Span, UnsupportedError
+from tileagent.compiler.ir.stmt import For, Gemm, Stmt
 from tileagent.compiler.tileops.base import Effects, TileOp
 from tileagent.compiler.tileops.gemm import GemmOp
 
@@ -79,20 +78,13 @@ BUILTINS = {"wgmma_gemm": wgmma_gemm, "wait_wgmma": wait_wgmma}
 
 
 def _check_context(name: str, checker) -> None:
-    """E701 inside T.Pipelined, E509 under an ``if`` on a thread index (see the module)."""
+    """E701 inside T.Pipelined (see the module; under an ``if`` on a thread index, E509 as for every tile op:
+    ``compiler.check``)."""
     for x in getattr(checker, "enclosing", ()):
         if isinstance(x, For) and x.kind == "pipelined":
             raise UnsupportedError(f"{name} inside T.Pipelined is not supported: the software pipeline places its "
                                    "own wgmma waits", hint="write T.gemm inside T.Pipelined (the compiler keeps its "
                                    "wgmma in flight across iterations itself), or use a T.serial loop")
-        thread_vars = getattr(checker, "thread_vars", ())
-        if isinstance(x, If) and thread_vars and depends_on(x.cond, thread_vars):
-            raise ScopeError(f"{name} under a condition on a thread index (T.get_thread_binding): warp "
-                             "specialization by hand, a warpgroup's own tile ops, is not supported; a tile op is "
-                             "the whole block's", code="E509",
-                             hint="run the gemm in every thread of the block (T.gemm, or T.wgmma_gemm + "
-                                  "T.wait_wgmma outside the branch), or write the T.Pipelined form and let the "
-                                  "compiler specialize the warps")
 
 
 class WgmmaGemmOp(GemmOp):
