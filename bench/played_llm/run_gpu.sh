@@ -3,7 +3,7 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session20|widths|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session20|widths|session2|session1|all]
 # Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
 # $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
@@ -17,8 +17,11 @@
 # moe_router_renorm), each correct on the CPU at turn 1.
 # session24c: the four ops of session 24's third round (topk_logits_filter, neox_rope_positions, unet_upsample_add,
 # ragged_mean_pool).
+# session25: the four ops of session 25 (paged_kv_append, moe_combine, selective_scan, int4_dequant), plus
+# selective_scan's turn 2 (exact log1p softplus) as selective_scan+log1p; selective_scan never passed the CPU loop
+# (NaN placement under re-drawn A_log), both answers pass the committed reference (FIXED_INPUTS) on the CPU.
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session20|widths|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-55}
 mkdir -p "$OUT"
@@ -87,6 +90,15 @@ SESSION24C=(
   "unet_upsample_add:answers/unet_upsample_add/turn1.py"
   "ragged_mean_pool:answers/ragged_mean_pool/turn1.py"
 )
+# session 25 ("Session 25" in RESULTS.md): three ops correct on the CPU at turn 1; selective_scan's last answer
+# (turn 3) and its turn 2 were checked correct against the committed reference after the run
+SESSION25=(
+  "paged_kv_append:answers/paged_kv_append/turn1.py"
+  "moe_combine:answers/moe_combine/turn1.py"
+  "selective_scan:answers/selective_scan/turn3.py"
+  "selective_scan+log1p:answers/selective_scan/turn2.py"
+  "int4_dequant:answers/int4_dequant/turn1.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -107,9 +119,10 @@ case "$WHICH" in
   session24) ANSWERS=("${SESSION24[@]}") ;;
   session24b) ANSWERS=("${SESSION24B[@]}") ;;
   session24c) ANSWERS=("${SESSION24C[@]}") ;;
+  session25) ANSWERS=("${SESSION25[@]}") ;;
   widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
