@@ -1516,8 +1516,16 @@ def test_per_thread_code_errors(tilelang, tmp_path):
                         y = T.thread_binding(0, 64, thread="threadIdx.x")
                     elif which == 4:
                         T.copy(X[tx:tx + 1], F[0:1])
-                    else:
+                    elif which == 5:
                         T.copy(X[0:1], L)
+                    elif which == 6:
+                        if tx < 64:
+                            T.fill(L, 0)  # the thread's own: allowed
+                            T.copy(X, F)
+                    else:
+                        if tx < 64:
+                            for i in T.Parallel(128):
+                                F[i] = X[i]
             return main
         """)
     ns = load_script(path)
@@ -1526,7 +1534,11 @@ def test_per_thread_code_errors(tilelang, tmp_path):
                                (2, "E301", "T.get_thread_binding: dim must be 0, 1 or 2, got 3"),
                                (3, "E301", "the kernel has 128 threads along threadIdx.x, not 64"),
                                (4, "E509", "T.copy works on a tile at a thread index"),
-                               (5, "E509", "T.copy uses the per-thread local 'L'")):
+                               (5, "E509", "T.copy uses the per-thread local 'L'"),
+                               (6, "E509", "T.copy under a condition on a thread index (T.get_thread_binding): a tile "
+                                           "op or T.Parallel is the whole block's (its threads split the tile), so "
+                                           "the threads outside the branch would leave their part undone"),
+                               (7, "E509", "T.Parallel under a condition on a thread index")):
         with pytest.raises(CompileError) as e:
             ns["bad"](which)
         assert e.value.code == code and words in e.value.message, e.value.message
