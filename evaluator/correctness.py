@@ -531,7 +531,7 @@ class _ConfigCheck:
                                               "are not, or the reverse")
         return Mismatch(f"output {k} differs from the reference at index {index}: expected {expected:.6g}, got "
                         f"{got:.6g}{hint}; {reason}{norms}; {_where(where)}, call {call}", index=list(index),
-                        expected=expected, got=got, max_abs_err=max_abs, rel_l2=rel, mismatched=n_bad,
+                        **_json_floats(expected=expected, got=got, max_abs_err=max_abs, rel_l2=rel), mismatched=n_bad,
                         total=o.numel(), atol=tol.atol, rtol=tol.rtol, rel_l2_bound=tol.rel_l2,
                         dtype=str(ref.dtype).removeprefix("torch."), **base)
 
@@ -588,6 +588,12 @@ class _ConfigCheck:
                              f"{', '.join(map(repr, seen))} (they must match in place; consider DISTRIBUTIONS in the "
                              f"spec)")
         return notes
+
+
+def _json_floats(**values: float) -> dict:
+    """``values`` with NaN and infinities as the text "nan", "inf", "-inf": a failure's details travel as JSON, where
+    pydantic writes them null, and the feedback read "expected 6592, got -" (played LLM, session 25)."""
+    return {k: v if math.isfinite(v) else repr(v) for k, v in values.items()}
 
 
 MAX_INPUTS_AT_INDEX = 4

@@ -190,17 +190,19 @@ def test_nan_passes_only_where_the_reference_has_nan(tmp_path):
     assert note.startswith("the reference gives NaN or Inf in output 0 under distribution(s) 'normal', ")
     with pytest.raises(Mismatch) as info:
         check_candidate(spec, relu_candidate(tmp_path, "T.log(T.abs(x[j])) * 2.0", "abslog.py"), seeds=1)
-    assert math.isnan(info.value.details["expected"]) and math.isfinite(info.value.details["got"])
-    assert math.isnan(info.value.details["max_abs_err"])
+    assert info.value.details["expected"] == "nan" and math.isfinite(info.value.details["got"])
+    assert info.value.details["max_abs_err"] == "nan"  # text: a failure's details travel as JSON
     assert "no error size: some values are non-finite where the reference's are not, or the reverse" in \
         info.value.message and "max abs err nan" not in info.value.message
     # played LLM, session 24: a top-k filter's -inf where the reference is finite read as "max abs error nan"
     from tileagent.evaluator.records import EvalResult
     from tileagent.feedback import render_feedback
 
-    text = render_feedback(EvalResult(status="mismatch", message=info.value.message, failure=info.value.to_dict()))
+    sent = EvalResult(status="mismatch", message=info.value.message, failure=info.value.to_dict())
+    text = render_feedback(EvalResult.model_validate(sent.model_dump(mode="json")))  # as the worker's pipe carries it
     assert "some are infinite or NaN\nwhere the reference's are finite, or the reverse, so no error size applies." \
         in text and "error nan" not in text
+    assert "expected nan, got " in text  # session 25: "expected 6592, got -" (NaN went through JSON as null)
 
 
 def test_inf_must_match_in_sign_and_place(tmp_path):

@@ -143,7 +143,7 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                                 ".") if at else ""
         f = {**{k: "-" for k in needed}, **f}
         f["single"] = " (a single value: a relative tolerance)" if failure.get("total") == 1 else ""
-        nonfinite = isinstance(failure.get("rel_l2"), float) and math.isnan(failure["rel_l2"])
+        nonfinite = failure.get("rel_l2") == "nan"  # evaluator.correctness._json_floats
         f["difference"] = (INDEX_DIFFERENCE if failure.get("dtype") == "int64" else
                            NONFINITE_DIFFERENCE if nonfinite else
                            SMALL_OUTPUT_DIFFERENCE if failure.get("mismatched") == 0 and "rel_l2_bound" in failure else
