@@ -70,10 +70,14 @@ def _request(kernel, reference, **kw):
                        plan_configs=[{"M": 8192, "N": 64}, {"M": 64, "N": 64}], **kw)
 
 
-def test_a_path_taken_only_at_the_gpus_sizes_runs_once_on_the_cpu_and_its_bug_is_caught(tmp_path):
+def test_a_path_taken_only_at_the_gpus_sizes_runs_once_on_the_cpu_and_its_bug_is_caught(tmp_path, monkeypatch):
     """The multi-row path drops ``+ r`` (every block writes its first row 4 times and never the others): the checks
-    at M = 37 (one row a block) pass, the run at M = 8192 fails, naming the sizes and why they ran."""
-    result = evaluate(_request(*_files(tmp_path, offset="*0")))
+    at M = 37 (one row a block) pass, the run at M = 8192 fails, naming the sizes and why they ran (time limits
+    raised: a loaded machine would run it at M = 4096)."""
+    from tileagent.evaluator import full_size
+
+    monkeypatch.setattr(full_size, "CALL_BUDGET_S", 600.0)
+    result = evaluate(_request(*_files(tmp_path, offset="*0"), full_size_s=1200.0))
     assert result.status == "mismatch"
     assert result.message.startswith("at M=8192, N=64 (run once on the CPU interpreter at the sizes nearest the "
                                      "config's own after its checks at M=37, N=64 passed: a path the kernel takes "
@@ -82,10 +86,12 @@ def test_a_path_taken_only_at_the_gpus_sizes_runs_once_on_the_cpu_and_its_bug_is
     assert not result.configs[0].correct
 
 
-def test_a_correct_kernel_says_at_which_sizes_it_also_ran(tmp_path):
+def test_a_correct_kernel_says_at_which_sizes_it_also_ran(tmp_path, monkeypatch):
+    from tileagent.evaluator import full_size
     from tileagent.feedback import render_feedback
 
-    result = evaluate(_request(*_files(tmp_path)))
+    monkeypatch.setattr(full_size, "CALL_BUDGET_S", 600.0)
+    result = evaluate(_request(*_files(tmp_path), full_size_s=1200.0))
     assert result.status == "ok", result.message
     notes = [n for n in result.configs[0].notes if "also run once" in n]
     assert notes == ["M=8192, N=64: also run once at its own sizes on the CPU interpreter (normal inputs): correct, "
@@ -93,7 +99,7 @@ def test_a_correct_kernel_says_at_which_sizes_it_also_ran(tmp_path):
                      "inputs): correct, max abs err 0"]
     assert "At the GPU's sizes (once the checks pass, each config also runs once at its own sizes, or as near them " \
            "as the interpreter finishes a call in 20 s (the free dims halved one at a time, in FREE_DIMS order)):\n" \
-           "- M=8192, N=64: also run once at its own sizes" in render_feedback(result)
+           "- M=8192, N=64: also run once at its own sizes" in render_feedback(result)  # RULE says 20 s: the default
 
 
 def test_sizes_the_interpreter_cannot_finish_in_time_are_named_and_fail_nothing(tmp_path, monkeypatch):
