@@ -1003,6 +1003,26 @@ def test_argmax_over_the_whole_tensor_is_declined_naming_it(tmp_path):
                                          configs=[], turn=1))
 
 
+def test_a_forward_with_a_python_loop_of_many_steps_is_declined_without_tracing_it_all(tmp_path):
+    """Mamba's scan written as a loop over 1024 steps traced for minutes before the loop's first prompt (played LLM,
+    session 25); more than 512 torch calls stop the trace with a reason."""
+    import time
+
+    ref = write_reference(tmp_path, "long_loop", '''
+        class Model(nn.Module):
+            def forward(self, x):
+                h = torch.zeros_like(x[:, 0])
+                for t in range(x.shape[1]):
+                    h = h * 0.5 + x[:, t]
+                return h
+        ''', "[torch.randn(4, 600)]")
+    start = time.monotonic()
+    assert explain(str(ref))[1] == ("make_fx could not trace Model.forward: TraceError: Model.forward makes more "
+                                    "than 512 torch calls (a Python loop over a dim, say): too many to fuse into "
+                                    "kernels")
+    assert time.monotonic() - start < 60
+
+
 def test_kl_div_with_its_nan_guard_drafts_and_matches(tmp_path):
     """F.kl_div decomposes with ``where(isnan(t), nan, ...)`` (a NaN constant and isnan were declined): one fused
     plan, correct on the CPU."""

@@ -127,10 +127,25 @@ class Composites(TorchFunctionMode):
       forms reach ``aten._embedding_bag``, which the drafter declines;
     - ``F.max_pool{1,2,3}d`` without indices (``nn.MaxPool2d``...) as the max of the windows' strided slices, padded
       with -inf (floor mode, dilation 1); ATen's form returns the indices too, which the drafter cannot write;
-    - ``F.interpolate`` nearest by powers of two (``_nearest_upsample``)."""
+    - ``F.interpolate`` nearest by powers of two (``_nearest_upsample``).
+
+    A forward that makes more than ``MAX_CALLS`` torch calls (a Python loop over a long dim: Mamba's scan over 1024
+    steps traced for minutes before the loop's first prompt) raises ``TraceError``: no fused kernel comes of it."""
+
+    MAX_CALLS = 512  # the references of bench/suite, tasks/ and the played LLM's make at most 21
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        self.calls += 1
+        if self.calls > self.MAX_CALLS:
+            from tileagent.drafters.builtin.graph import TraceError
+
+            raise TraceError(f"Model.forward makes more than {self.MAX_CALLS} torch calls (a Python loop over a "
+                             f"dim, say): too many to fuse into kernels")
         if func is torch.nn.functional.interpolate:
             up = _nearest_upsample(*args, **kwargs)
             if up is not None:
