@@ -153,7 +153,7 @@ def timed_calls(spec: Spec, sandbox: Sandbox, config: dict, device="cpu", trials
                 failure = checker.compare(outs, ref, where, 1, checker.oracle(model, inputs),
                                           checker.tie_runs(model, inputs, config))
                 if failure is not None:
-                    raise with_inputs_at_index(failure, inputs)
+                    raise with_inputs_at_index(failure, inputs, outs)
         k += 1
         if total is None and k >= warmup and time.perf_counter() - t0 >= 0.1:
             total = k + trials
@@ -286,7 +286,7 @@ class _ConfigCheck:
             fresh = [Buffer(_at_new_address(t)) for t in inputs]
             fail3 = self.compare(self.call(key, fresh, inputs, where), ref, where, 3, oracle, ties)
             if fail1 and fail2 and fail3:
-                raise with_inputs_at_index(fail1, inputs)
+                raise with_inputs_at_index(fail1, inputs, out1)
             verdicts = ", ".join(f"call {k} {'did not match' if f else 'matched'}"
                                  for k, f in ((1, fail1), (2, fail2), (3, fail3)))
             raise violation("inconsistent-runs", f"the same inputs gave different results in different calls "
@@ -599,20 +599,35 @@ def _json_floats(**values: float) -> dict:
 MAX_INPUTS_AT_INDEX = 4
 
 
-def with_inputs_at_index(failure: Mismatch, inputs) -> Mismatch:
+def with_inputs_at_index(failure: Mismatch, inputs, outs=None) -> Mismatch:
     """``failure`` with ``inputs_at_index``: [position, value] of each input tensor (up to ``MAX_INPUTS_AT_INDEX``)
-    that has an element at the failing output index (same rank, index in range), so the feedback can say what the
-    inputs were there (a hidden distribution stays unnamed; its magnitudes show). Not for an int64 (index) output:
-    its positions are ranks or reduced rows, and the input there is not the element it chose (played LLM, session
-    22: the MoE router's feedback quoted the logit of expert 1 for the second-choice index of a row)."""
+    that has an element at the failing output index, so the feedback can say what the inputs were there (a hidden
+    distribution stays unnamed; its magnitudes show): an input that broadcasts to the output's shape (``outs``: the
+    outputs of the failing call; each dim equal or 1), read at the broadcast index; without ``outs``, any input of
+    the output's rank with the index in range. An input of the same rank but other dims is not shown: its element at
+    that index is another quantity (played LLM, session 25: a scan's (B, N, L) state inputs quoted for a (B, Dm, L)
+    output). Not for an int64 (index) output: its positions are ranks or reduced rows, and the input there is not
+    the element it chose (played LLM, session 22: the MoE router's feedback quoted the logit of expert 1 for the
+    second-choice index of a row)."""
     index = failure.details.get("index")
     if not isinstance(index, (list, tuple)) or failure.details.get("dtype") == "int64":
         return failure
+    k = failure.details.get("output")
+    shape = tuple(outs[k].shape) if outs is not None and isinstance(k, int) and k < len(outs) else None
     values = []
     for position, t in enumerate(inputs):
-        if isinstance(t, torch.Tensor) and t.dim() == len(index) and all(0 <= i < n for i, n in zip(index, t.shape)):
-            v = t[tuple(index)].item()
-            values.append([position, v if isinstance(v, (bool, int)) else float(v)])
+        if not isinstance(t, torch.Tensor) or t.dim() != len(index):
+            continue
+        if shape is not None:
+            if not all(n in (s, 1) for n, s in zip(t.shape, shape)):
+                continue
+            at = tuple(i if n > 1 else 0 for i, n in zip(index, t.shape))
+        elif all(0 <= i < n for i, n in zip(index, t.shape)):
+            at = tuple(index)
+        else:
+            continue
+        v = t[at].item()
+        values.append([position, v if isinstance(v, (bool, int)) else _json_floats(v=float(v))["v"]])
         if len(values) == MAX_INPUTS_AT_INDEX:
             break
     if values:

@@ -153,6 +153,20 @@ def test_error_just_over_the_fp32_tolerance_fails_with_everything_the_agent_need
     assert position == 0 and math.isclose(d["expected"], max(x, 0.0) * 2.0, rel_tol=1e-6)
 
 
+def test_the_inputs_quoted_at_a_failing_index_are_those_that_broadcast_to_the_output():
+    """Played LLM, session 25: a scan's (B, N, L) inputs were quoted at a (B, Dm, L) output's index (another
+    quantity there); a (1, Dm, 1) operand is read at its broadcast index."""
+    from tileagent.evaluator.correctness import with_inputs_at_index
+
+    x, bias, state = torch.randn(2, 4, 3), torch.randn(1, 4, 1), torch.randn(2, 5, 3)
+    failure = with_inputs_at_index(Mismatch("m", index=[1, 2, 0], output=0), [x, bias, state, 3.0],
+                                   (torch.zeros(2, 4, 3),))
+    assert failure.details["inputs_at_index"] == [[0, x[1, 2, 0].item()], [1, bias[0, 2, 0].item()]]
+    nan = with_inputs_at_index(Mismatch("m", index=[0, 0, 0], output=0), [torch.full((2, 4, 3), float("nan"))],
+                               (torch.zeros(2, 4, 3),))
+    assert nan.details["inputs_at_index"] == [[0, "nan"]]  # text: it travels as JSON
+
+
 def test_the_mismatch_feedback_quotes_the_inputs_at_the_failing_index(tmp_path, relu_spec):
     """A hidden distribution stays unnamed, but its magnitudes show: the input value at the wrong element."""
     from tileagent.evaluator.records import EvalResult
