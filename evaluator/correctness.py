@@ -586,7 +586,7 @@ class _ConfigCheck:
             else:
                 notes.append(f"the reference gives NaN or Inf in output {k} under distribution(s) "
                              f"{', '.join(map(repr, seen))} (they must match in place; consider DISTRIBUTIONS in the "
-                             f"spec)")
+                             f"spec, or FIXED_INPUTS for inputs that are model parameters drawn by get_inputs)")
         return notes
 
 
