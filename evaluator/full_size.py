@@ -71,13 +71,14 @@ def attempts(spec, config: dict, checked: dict) -> list[dict]:
 def run_full_sizes(request, spec, result, sandbox, progress) -> None:
     """Run each config a GPU runs (``request.plan_configs``, else the configs checked) whose check ran at smaller
     sizes once at larger ones (``attempts``), in order, within ``request.full_size_s``; note the outcome on the
-    result of the config that checked it, or mark that result incorrect and raise the candidate's failure there."""
+    result of the config that checked it, or mark that result incorrect and raise the candidate's failure there
+    (with ``request.keep_going``, after every config has run)."""
     from tileagent.configs import reduce_for_device
-    from tileagent.evaluator.correctness import check_candidate
 
     if request.full_size_s <= 0:
         return
-    deadline = time.monotonic() + request.full_size_s
+    deadline, first = time.monotonic() + request.full_size_s, None
+    passed = {i for i, c in enumerate(result.configs) if c.correct}  # by their checks
     for config in request.plan_configs or [c.config for c in result.configs]:
         reduced = reduce_for_device(spec, [config], "cpu")[0].eval  # as the loop and the CLI give it on the CPU
         index = next((i for i, c in enumerate(result.configs) if c.config in (config, reduced)), None)
@@ -85,44 +86,52 @@ def run_full_sizes(request, spec, result, sandbox, progress) -> None:
             continue
         checked = result.configs[index]
         at = checked.evaluated_at or checked.config
-        if at == config or not checked.correct:
+        if at == config or index not in passed:
             continue
         progress.phase("full", index, config)
-        over, note = [], None
-        for run in attempts(spec, config, at):
-            left = deadline - time.monotonic()
-            if left < 1.0:
-                break
-            try:
-                (done,) = check_candidate(spec, request.kernel_path, "cpu", configs=[run], seeds=1,
-                                          distributions=spec.distributions[:1], static_checks=False,
-                                          sandbox=sandbox, seed=checked.seed, tails=False,
-                                          budget_s=min(CALL_BUDGET_S, left / 2))
-            except Timeout as e:
-                needed = e.details.get("needed_s")
-                over.append(f"{sizes_text(run)} ({f'about {needed:.3g} s a call' if needed else 'past it within a block'})")
-                continue
-            except CandidateError as e:
-                e.message = (f"at {sizes_text(run)} (run once on the CPU interpreter at the sizes nearest the config's "
-                             f"own after its checks at {sizes_text(at)} passed: a path the kernel "
-                             f"takes only at larger sizes): {e.message}")
-                e.args = (e.message,)
-                e.details["full_size"] = run
-                now = result.configs[index]
-                result.configs[index] = now.model_copy(update={"correct": False, "notes": [*now.notes, e.message]})
-                raise
-            where = "its own sizes" if run == config else sizes_text(run)
-            note = (f"{sizes_text(config)}: {RAN} {where} on the CPU interpreter "
-                    f"({spec.distributions[0]} inputs): correct, max abs err {done.max_abs_err:.3g}")
-            break
-        if note is None:
-            if over:
-                why = f"the interpreter would need more than {CALL_BUDGET_S:g} s a call at {'; '.join(over)}"
-            elif time.monotonic() >= deadline - 1.0:
-                why = f"the {request.full_size_s:g} s this evaluation gives such runs were spent"
-            else:
-                why = f"every larger size holds more than {FULL_RUN_ELEMENTS:,} input and model elements"
-            note = (f"{sizes_text(config)}: {NOT_RAN} ({why}): a path the kernel takes only "
-                    f"at larger sizes was compiled for them, not run")
+        note, error = _run_config(request, spec, sandbox, config, at, checked.seed, deadline)
         now = result.configs[index]
-        result.configs[index] = now.model_copy(update={"notes": [*now.notes, note]})
+        result.configs[index] = now.model_copy(update={"notes": [*now.notes, note], "correct": now.correct and error is None})
+        if error is not None and not request.keep_going:
+            raise error
+        first = first or error
+    if first is not None:
+        raise first
+
+
+def _run_config(request, spec, sandbox, config: dict, at: dict, seed, deadline: float):
+    """(the note, the candidate's failure or None) of ``config`` (checked at ``at``) run at the largest of its
+    ``attempts`` that the interpreter finishes before ``deadline``."""
+    from tileagent.evaluator.correctness import check_candidate
+
+    over = []
+    for run in attempts(spec, config, at):
+        left = deadline - time.monotonic()
+        if left < 1.0:
+            break
+        try:
+            (done,) = check_candidate(spec, request.kernel_path, "cpu", configs=[run], seeds=1,
+                                      distributions=spec.distributions[:1], static_checks=False, sandbox=sandbox,
+                                      seed=seed, tails=False, budget_s=min(CALL_BUDGET_S, left / 2))
+        except Timeout as e:
+            needed = e.details.get("needed_s")
+            over.append(f"{sizes_text(run)} ({f'about {needed:.3g} s a call' if needed else 'past it in a block'})")
+            continue
+        except CandidateError as e:
+            e.message = (f"at {sizes_text(run)} (run once on the CPU interpreter at the sizes nearest the config's "
+                         f"own after its checks at {sizes_text(at)} passed: a path the kernel takes only at larger "
+                         f"sizes): {e.message}")
+            e.args = (e.message,)
+            e.details["full_size"] = run
+            return e.message, e
+        where = "its own sizes" if run == config else sizes_text(run)
+        return (f"{sizes_text(config)}: {RAN} {where} on the CPU interpreter ({spec.distributions[0]} inputs): "
+                f"correct, max abs err {done.max_abs_err:.3g}"), None
+    if over:
+        why = f"the interpreter would need more than {CALL_BUDGET_S:g} s a call at {'; '.join(over)}"
+    elif time.monotonic() >= deadline - 1.0:
+        why = f"the {request.full_size_s:g} s this evaluation gives such runs were spent"
+    else:
+        why = f"every larger size holds more than {FULL_RUN_ELEMENTS:,} input and model elements"
+    return (f"{sizes_text(config)}: {NOT_RAN} ({why}): a path the kernel takes only at larger sizes was compiled "
+            f"for them, not run"), None

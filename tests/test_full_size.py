@@ -86,6 +86,20 @@ def test_a_path_taken_only_at_the_gpus_sizes_runs_once_on_the_cpu_and_its_bug_is
     assert not result.configs[0].correct
 
 
+def test_with_keep_going_every_config_runs_at_full_size_before_the_first_failure_is_raised(tmp_path, monkeypatch):
+    """Both GPU configs are checked at M = 37; the one at M = 8192 fails at its sizes, the one at M = 64 (one row a
+    block there too) passes: both runs are noted, the checked config stays incorrect, the status is the failure's."""
+    from tileagent.evaluator import full_size
+
+    monkeypatch.setattr(full_size, "CALL_BUDGET_S", 600.0)
+    result = evaluate(_request(*_files(tmp_path, offset="*0"), full_size_s=1200.0, keep_going=True))
+    assert result.status == "mismatch" and result.message.startswith("at M=8192, N=64 (run once")
+    (checked,) = result.configs
+    assert not checked.correct
+    assert [n[:40] for n in checked.notes if n.startswith(("at M=", "M=64"))] == [
+        "at M=8192, N=64 (run once on the CPU int", "M=64, N=64: also run once at its own siz"]
+
+
 def test_a_correct_kernel_says_at_which_sizes_it_also_ran(tmp_path, monkeypatch):
     from tileagent.evaluator import full_size
     from tileagent.feedback import render_feedback
@@ -115,7 +129,7 @@ def test_sizes_the_interpreter_cannot_finish_in_time_are_named_and_fail_nothing(
                            "than 0.0001 s a call at M=8192, N=64 (")
     assert note.endswith("a path the kernel takes only at larger sizes was compiled for them, not run")
     assert "; M=4096, N=64 (" in note and "; M=1024, N=64 (" in note
-    assert note.count("(about ") + note.count("(past it within a block)") == 4  # a block's loop or its grid
+    assert note.count("(about ") + note.count("(past it in a block)") == 4  # a block's loop or its grid
 
 
 def test_no_full_size_run_when_its_time_is_zero(tmp_path):
