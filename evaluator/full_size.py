@@ -91,7 +91,8 @@ def run_full_sizes(request, spec, result, sandbox, progress) -> None:
         progress.phase("full", index, config)
         note, error = _run_config(request, spec, sandbox, config, at, checked.seed, deadline)
         now = result.configs[index]
-        result.configs[index] = now.model_copy(update={"notes": [*now.notes, note], "correct": now.correct and error is None})
+        result.configs[index] = now.model_copy(update={"notes": [*now.notes, note],
+                                                       "correct": now.correct and error is None})
         if error is not None and not request.keep_going:
             raise error
         first = first or error
