@@ -211,6 +211,17 @@ STEPS = (
          "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played_c\" session24c", 300,
          "the played LLM's session-24 answers (three rounds, 12 ops) over every config of their ops: gqa_decode and "
          "neox_rope_positions ran on the CPU only at sizes that miss their multi-tile paths"),
+    # group 15: what round 2 session 25 wrote without a GPU (T.wgmma_gemm / T.wait_wgmma and a runtime clear_accum,
+    # E509 for tile ops under a thread branch, the drafter's new suite ops, the played LLM's session-25 answers)
+    Step("gpu_tests_25", 15, "python -m pytest -q -m gpu tests/", 240, "every GPU test at the session's last commit"),
+    Step("wgmma_gemm_25", 15, "python -m pytest -q tests/test_wgmma_gemm.py tests/test_defer_gemm.py", 200,
+         "T.wgmma_gemm's tests (NVRTC and the emulator; none ran a kernel on a GPU) and the deferred gemm's"),
+    Step("fusion_new_25", 15, "python bench/fusion_suite.py --ops label_smoothing_ce,timestep_embedding,unfold_frames,"
+         "cosine_embedding,greedy_argmax,cumsum_rows,upsample_nearest --max-configs 3 --budget 280", 300,
+         "the suite ops new in sessions 24-25, checked and timed against torch.compile and a copy"),
+    Step("played_25", 15, "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\" session25 && "
+         "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played_b\" session25b", 300,
+         "the played LLM's session-25 answers over every config of their ops"),
 )
 
 
