@@ -244,3 +244,23 @@ def test_the_tile_ir_prints_them_as_written():
 def test_tilelang_names_resolve_under_the_compatibility_layer(tilelang):
     TL = tilelang.language
     assert TL.wgmma_gemm is T.wgmma_gemm and TL.wait_wgmma is T.wait_wgmma
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("clear_in_loop", [False, True])
+def test_on_the_gpu_two_groups_and_a_chain_match_torch(clear_in_loop):
+    """The same kernels on the device (sm_90a on an H100/H200: issued without a wait, waited for by T.wait_wgmma)."""
+    kernel = tileagent.compile(_two_groups(128, 64, 64, threads=256), target="cuda")
+    a, b, d = (torch.randn(*s, dtype=torch.float16, device="cuda") for s in ((128, 64), (64, 64), (64, 64)))
+    c1, c2 = (torch.full((128, 64), float("nan"), device="cuda") for _ in range(2))
+    kernel(a, b, d, c1, c2)
+    torch.testing.assert_close(c1, a.float() @ b.float().T, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(c2, a.float() @ d.float(), rtol=1e-3, atol=1e-3)
+    chain = tileagent.compile(_chain(64, 64, 256, 32, clear_in_loop=clear_in_loop), target="cuda")
+    a, b = torch.randn(64, 256, dtype=torch.float16, device="cuda"), torch.randn(256, 64, dtype=torch.float16,
+                                                                                   device="cuda")
+    c = torch.full((64, 64), float("nan"), device="cuda")
+    chain(a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
