@@ -155,7 +155,10 @@ def test_live_progress_counts_configs_times_candidates_and_tracks_the_best():
         assert live._best_text() == "best x1.50..x1.50 vs torch.compile, 1/3 configs served"
         live("best", {"config": {"B": 2, "C": 320}, "attempt_id": "t1-c0", "time_ms": None,
                       "evaluated_at": {"B": 2, "C": 80}})  # the CPU checked smaller sizes: they are named
+        live("best", {"config": {"T": 5, "K": 8}, "attempt_id": "t1-c1", "time_ms": None, "evaluated_at": None,
+                      "serves": [{"T": 2048, "K": 8}, {"T": 16, "K": 8}]})  # the GPU configs it serves
     assert "best for B=2,C=320 (checked at B=2,C=80): t1-c0 (correct)" in console.file.getvalue()
+    assert "best for T=2048,K=8; T=16,K=8 (checked at T=5,K=8): t1-c1 (correct)" in console.file.getvalue()
 
 
 FAKE = "tests.evaluator_fakes:fake_evaluate"

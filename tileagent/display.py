@@ -210,8 +210,11 @@ class LiveProgress:
             s = f", x{f['speedup_compiled']:.2f} over torch.compile" if f.get("speedup_compiled") else ""
             self.best[config_key(f["config"])] = f.get("speedup_compiled")
             # the CPU checks smaller sizes: name them, not a config no check ran (played LLM, session 24)
-            at = f" (checked at {config_key(f['evaluated_at'])})" if f.get("evaluated_at") else ""
-            self._line(f"    best for {config_key(f['config'])}{at}: {f['attempt_id']} ({t}{s})")
+            # and the configs a GPU runs that it serves, not the free dims' CPU sizes (played LLM, session 25)
+            at = f" (checked at {config_key(f['evaluated_at'] or f['config'])})" if f.get("evaluated_at") or \
+                any(c != f["config"] for c in f.get("serves") or []) else ""
+            served = "; ".join(config_key(c) for c in f.get("serves") or []) or config_key(f["config"])
+            self._line(f"    best for {served}{at}: {f['attempt_id']} ({t}{s})")
             self._update()
         elif kind == "tuning":
             knobs = ", ".join(f"{k} in {v}" for k, v in (f.get("knobs") or {}).items())

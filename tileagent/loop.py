@@ -544,7 +544,8 @@ class Loop:
         self.best[key] = b
         self.on_event("best", {"config": b.result.config, "attempt_id": b.attempt_id, "time_ms": b.time_ms,
                                "speedup_compiled": b.result.speedup_compiled,
-                               "evaluated_at": getattr(b.result, "evaluated_at", None)})
+                               "evaluated_at": getattr(b.result, "evaluated_at", None),
+                               "serves": [rc.spec for rc in self.o.configs if rc.eval == b.result.config]})
         return True
 
     def _tune(self, aid: str, source: str, base: EvalResult) -> None:
