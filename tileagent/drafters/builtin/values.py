@@ -209,6 +209,14 @@ def _checks_only(graph) -> set:
     return out
 
 
+def _is_view(node) -> bool:
+    """Whether ``node``'s result aliases its first operand's storage (a view: its schema's return is an alias that
+    it does not write, as ``view``, ``slice``, ``diagonal``, ``transpose`` are)."""
+    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    alias = schema.returns[0].alias_info if schema is not None and schema.returns else None
+    return alias is not None and not alias.is_write
+
+
 def _opname(node) -> str:
     t = node.target
     if hasattr(t, "_schema"):
@@ -224,6 +232,7 @@ class Builder:
         self.env: dict = {}
         self.globals: list[Global] = []
         self.reduces: list[V] = []
+        self.order = {n: k for k, n in enumerate(trace.gm.graph.nodes)}  # graph position (in-place ops' checks)
         # a graph that ranks values (top-k) computes exp with the function eager uses (expf; torch.exp on the CPU),
         # not exp2(x * log2(e)): equal or adjacent values then compare as in eager, and the selection follows
         self.ranked = any(_opname(n) == "topk" for n in trace.gm.graph.nodes if n.op == "call_function")
@@ -262,6 +271,9 @@ class Builder:
                 self.env[node] = g
             elif node.op == "call_function":
                 self.env[node] = self.convert(node)
+                target = self.mutated(node)
+                if target is not None:
+                    self.env[target] = self.env[node]  # later reads of the tensor see its new value, as in eager
             elif node.op == "output":
                 out = node.args[0]
         outs = out if isinstance(out, (list, tuple)) else [out]
@@ -274,6 +286,28 @@ class Builder:
         return values
 
     # -- conversion ---------------------------------------------------------------------------------------------
+
+    def mutated(self, node):
+        """The graph value an in-place op (``sub_``, ``copy_``, ``clamp_min_``: its schema writes its first operand)
+        overwrites, or None for an op that writes nothing. The op is lowered out of place and the value's later
+        readers read the result, which is exact when the overwritten tensor is a tensor of its own: not an input (the
+        kernel would have to write it back), not a view of another tensor (its base would change too) and with no view
+        of it read after the write (the view was taken of the old value). Those cases raise ``Unsupported``."""
+        schema = getattr(node.target, "_schema", None)
+        alias = schema.arguments[0].alias_info if schema is not None and schema.arguments else None
+        if alias is None or not alias.is_write or not node.args or not isinstance(node.args[0], torch.fx.Node):
+            return None
+        dst = node.args[0]
+        if dst.op == "placeholder":
+            self.fail(node, f"an in-place {_opname(node)} of an input")
+        if _is_view(dst):
+            self.fail(node, f"an in-place {_opname(node)} of a view")
+        order = self.order
+        for view in dst.users:
+            if view is not node and _is_view(view) and order[view] < order[node] and any(
+                    order[u] > order[node] for u in view.users):
+                self.fail(node, f"an in-place {_opname(node)} of a tensor whose view is read after it")
+        return dst
 
     def arg(self, a):
         if isinstance(a, torch.fx.Node):
@@ -289,9 +323,8 @@ class Builder:
         val = node.meta.get("val")
         if node.target is operator.getitem:
             return args[0][args[1]]
-        if name.endswith("_") and not name.startswith("_") and isinstance(node.args[0], torch.fx.Node) and \
-                node.args[0].op != "placeholder" and len(node.args[0].users) == 1:
-            name = name[:-1]  # in place on a value nothing else reads (cosine_similarity's clamp_min_ of a clone)
+        if self.mutated(node) is not None:
+            name = name[:-1]  # computed out of place; ``run`` rebinds the tensor it wrote to the result
         if name in ("max", "min") and isinstance(val, (list, tuple)) and len(args) > 1:
             from tileagent.drafters.builtin import ranking  # (ranking.py builds on this module)
 
