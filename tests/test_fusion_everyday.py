@@ -65,3 +65,31 @@ def test_an_in_place_write_through_a_view_is_declined_naming_it(body, op, tmp_pa
         ''', "[torch.randn(6, 40)]")
     with pytest.raises(DrafterUnavailable, match=rf"an in-place {op} of a view \(aten::{op} at inplace_view.py:9"):
         _draft(ref)
+
+
+def test_label_smoothing_reads_a_float_computed_from_the_class_count(tmp_path):
+    """F.cross_entropy(label_smoothing=0.1) scales the smoothed term by ``0.1 / C`` (a float of a size, which was
+    declined as "a scalar computation truediv"): Python text over the size symbol, lifted across configs."""
+    ref = tmp_path / "smoothed_ce.py"
+    ref.write_text('''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CONFIGS = [{"B": 8, "C": 100}, {"B": 4, "C": 300}]
+SMALL_CONFIG = {"B": 8, "C": 100}
+
+
+class Model(nn.Module):
+    def forward(self, logits, labels):
+        return F.cross_entropy(logits.float(), labels, label_smoothing=0.1)
+
+
+def get_inputs(B=8, C=100):
+    return [torch.randn(B, C, dtype=torch.bfloat16), torch.randint(0, C, (B,))]
+
+
+def get_init_inputs(B=8, C=100):
+    return []
+''')
+    source = _check(ref, tmp_path, [{"B": 8, "C": 100}, {"B": 4, "C": 300}])
+    assert "(0.1 / (1.0 * s" in source

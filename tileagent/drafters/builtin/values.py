@@ -192,6 +192,7 @@ POINTWISE_1 = {
 BINARY_F = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "div": "({a} / {b})",
             "maximum": "T.max({a}, {b})", "minimum": "T.min({a}, {b})", "pow": "T.pow({a}, {b})",
             "atan2": None, "fmod": None, "remainder": None}
+SCALAR_OPS = {"truediv": "/", "mul": "*", "add": "+", "sub": "-"}  # Python float arithmetic on sizes
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 LOGICAL = {"logical_and": "and", "logical_or": "or", "bitwise_and": "and", "bitwise_or": "or"}
 VIEW_OPS = {"view", "_unsafe_view", "reshape", "alias", "clone", "lift_fresh_copy", "detach", "contiguous",
@@ -543,9 +544,15 @@ class Builder:
         if isinstance(val, torch.SymInt):
             return Size.of(val, self.t.hints)
         if name == "sym_float" and isinstance(args[0], Size):
-            return ScalarF(args[0])
+            return ScalarF(f"(1.0 * {args[0].t})")
         if isinstance(val, (int, float)):
             return val
+        if isinstance(val, torch.SymFloat) and name in SCALAR_OPS and len(args) == 2 and all(
+                isinstance(a, (ScalarF, Size, int, float)) for a in args):
+            # a float of sizes (label smoothing's eps / C): Python text over the size symbols, as eager's scalar
+            a, b = (a.text() if isinstance(a, ScalarF) else f"(1.0 * {a.t})" if isinstance(a, Size) else
+                    literal(a) for a in args)
+            return ScalarF(f"({a} {SCALAR_OPS[name]} {b})")
         self.fail(node, f"a scalar computation {name}")
 
     def cast(self, node, src, dtype, shape):
@@ -796,13 +803,13 @@ def _bcast(idx, shape, out_shape):
 
 
 class ScalarF:
-    """A float computed from sizes (sym_float(n)): its Python text."""
+    """A float computed from sizes (``sym_float(n)``, arithmetic on it): its Python text over the size symbols."""
 
-    def __init__(self, size: Size):
-        self.size = size
+    def __init__(self, text: str):
+        self._text = text
 
     def text(self):
-        return f"(1.0 * {self.size.t})"
+        return self._text
 
 
 def _with_ins(self, ins):
