@@ -93,3 +93,14 @@ def get_init_inputs(B=8, C=100):
 ''')
     source = _check(ref, tmp_path, [{"B": 8, "C": 100}, {"B": 4, "C": 300}])
     assert "(0.1 / (1.0 * s" in source
+
+
+@pytest.mark.parametrize("body", ["return torch.diagonal(x, offset=3) * 2.0, torch.diagonal(x, -2).sum()",
+                                  "return x.unfold(1, 40, 16) * torch.hann_window(40, device=x.device)",
+                                  "return torch.diagonal(x.unfold(1, 8, 8), dim1=0, dim2=2)"])
+def test_diagonal_and_unfold_are_index_rewrites(body, tmp_path):
+    """torch.diagonal (an offset either way, a length min(rows, columns - offset)) and Tensor.unfold (overlapping
+    frames of a signal, STFT framing) were declined ("the op diagonal" / "unfold"): views that only rewrite the index
+    of their operand's read."""
+    ref, candidate, _ = _form(tmp_path, "views", body, "[torch.randn(M, D)]", config='{"M": 12, "D": 300}')
+    _assert_correct(ref, candidate)

@@ -5,11 +5,12 @@ parameters, kernel arguments) and ``Builder.reduces`` (the reductions and top-k,
 gives the DSL text of one element at index ``idx`` (a list of ``Lin``) inside a ``T.Parallel`` body being written
 (``cx``: ``fusion_writer.Cx``, which owns memory reads, reductions and temporaries).
 
-Views, permutes, slices, chunk/split, cat, expand, as_strided, casts, where, factories (full, arange: masks such as
-``tril(ones(S, S))``) and gathers (a label's logit, embedding rows) only rewrite indices; pointwise ops write float32
-math (rounded to fp16/bf16 after each op where eager does); reductions (sum, amax, amin, mean, var as two passes)
-and ``topk`` (argmax / argmin, and the indices of max / min along a dim, as a top-1) are nodes the planner places in
-kernels.
+Views, permutes, slices, chunk/split, cat, expand, as_strided, diagonal, unfold and gathers (a label's logit,
+embedding rows; ``views.py``), casts, where and factories (full, arange: masks such as ``tril(ones(S, S))``) only
+rewrite indices; pointwise ops write float32 math (rounded to fp16/bf16 after each op where eager does); reductions
+(sum, amax, amin, mean, var as two passes) and ``topk`` (argmax / argmin, and the indices of max / min along a dim, as
+a top-1) are nodes the planner places in kernels. An in-place op (``copy_``, ``sub_``) is lowered out of place, and
+later reads of the tensor it wrote read its result.
 
 Guarantees: an op without a lowering raises ``Unsupported`` naming it and the reference's source line.
 """
@@ -23,7 +24,7 @@ import re
 import torch
 
 from tileagent.drafters.builtin.aten import AtenTrace, source_line
-from tileagent.drafters.builtin.index import ONE, ZERO, Dyn, Lin, Size, Unsupported, prod, ravel, unravel
+from tileagent.drafters.builtin.index import ONE, Lin, Size, Unsupported, prod, ravel
 from tileagent.drafters.builtin.pointwise_text import (expm1, log1p, power, reduction_division, round_half_even,
                                                        round_small, scalar_division)
 
@@ -352,117 +353,13 @@ class Builder:
             return scan.scan_value(self, node, name, args, kw)
         if name == "flip":
             return scan.flip(args[0], {d % len(args[0].shape) for d in args[1]}, shape, dtype, node)
-        if name in ("view", "_unsafe_view", "reshape", "_reshape_alias"):
-            src = args[0]
-            return Fn(shape, dtype, lambda cx, idx, s=src, sh=shape: s.load(cx, unravel(ravel(idx, sh), s.shape)),
-                      node).with_ins([src])
+        from tileagent.drafters.builtin import views  # (views.py builds on this module)
+
+        out = views.rewrite(self, node, name, args, kw, shape, dtype, val)
+        if out is not None:
+            return out
         if name in ("_to_copy", "convert_element_type", "to"):
             return self.cast(node, args[0], dtype, shape)
-        if name in ("expand", "broadcast_in_dim", "expand_copy"):
-            src = args[0]
-            if name == "broadcast_in_dim":
-                bdims = list(args[2])
-            else:
-                bdims = list(range(len(shape) - len(src.shape), len(shape)))
-            return Fn(shape, dtype, lambda cx, idx, s=src, b=bdims: s.load(
-                cx, [Lin.c(0) if s.shape[k].v == 1 else idx[b[k]] for k in range(len(s.shape))]), node).with_ins([src])
-        if name in ("permute", "transpose", "t", "numpy_T"):
-            src = args[0]
-            n = len(src.shape)
-            if name == "permute":
-                perm = [d % n for d in args[1]]
-            elif name == "t":
-                perm = [1, 0] if n == 2 else [0]
-            else:
-                a, b = args[1] % n, args[2] % n
-                perm = list(range(n))
-                perm[a], perm[b] = perm[b], perm[a]
-
-            def load(cx, idx, s=src, p=perm):
-                src_idx = [None] * len(p)
-                for k, d in enumerate(p):
-                    src_idx[d] = idx[k]
-                return s.load(cx, src_idx)
-            return Fn(shape, dtype, load, node).with_ins([src])
-        if name == "unsqueeze":
-            src = args[0]
-            d = args[1] % (len(src.shape) + 1)
-            return Fn(shape, dtype, lambda cx, idx, s=src, d=d: s.load(cx, idx[:d] + idx[d + 1:]), node).with_ins([src])
-        if name in ("squeeze", "squeeze_copy"):
-            src = args[0]
-            n = len(src.shape)
-            dims = args[1] if len(args) > 1 else [d for d in range(n) if src.shape[d].v == 1]
-            dims = [dims] if isinstance(dims, int) else list(dims)
-            dims = {d % n for d in dims if src.shape[d % n].v == 1}
-
-            def load(cx, idx, s=src, dims=dims):
-                it = iter(idx)
-                return s.load(cx, [Lin.c(0) if d in dims else next(it) for d in range(len(s.shape))])
-            return Fn(shape, dtype, load, node).with_ins([src])
-        if name in ("slice", "slice_copy"):
-            src = args[0]
-            n = len(src.shape)
-            d = (args[1] if len(args) > 1 else 0) % n
-            start = args[2] if len(args) > 2 else 0
-            step = args[4] if len(args) > 4 else 1
-            start = self.size(start) if start is not None else ZERO
-            if start.v < 0:
-                start = start + src.shape[d]
-            step = self.size(step)
-            return Fn(shape, dtype, lambda cx, idx, s=src, d=d, st=start, sp=step: s.load(
-                cx, idx[:d] + [idx[d].scale(sp) + Lin.c(st)] + idx[d + 1:]), node).with_ins([src])
-        if name in ("select",):
-            src = args[0]
-            n = len(src.shape)
-            d = args[1] % n
-            i = self.size(args[2])
-            if i.v < 0:
-                i = i + src.shape[d]
-            return Fn(shape, dtype, lambda cx, idx, s=src, d=d, i=i: s.load(cx, idx[:d] + [Lin.c(i)] + idx[d:]),
-                      node).with_ins([src])
-        if name in ("split_with_sizes", "split"):
-            src = args[0]
-            n = len(src.shape)
-            d = (args[2] if len(args) > 2 else kw.get("dim", 0)) % n
-            parts, start = [], ZERO
-            for part in val:
-                psh = [Size.of(s, self.t.hints) for s in part.shape]
-                parts.append(Fn(psh, dtype if False else part.dtype, lambda cx, idx, s=src, d=d, st=start: s.load(
-                    cx, idx[:d] + [idx[d] + Lin.c(st)] + idx[d + 1:]), node).with_ins([src]))
-                start = start + psh[d]
-            return parts
-        if name == "as_strided":
-            src = args[0]
-            sizes, strides = [self.size(s) for s in args[1]], [self.size(s) for s in args[2]]
-            offset = self.size(args[3]) if len(args) > 3 else ZERO
-
-            def load(cx, idx, s=src, st=strides, off=offset):
-                flat = Lin.c(off)
-                for i, k in zip(idx, st):
-                    flat = flat + i.scale(k)
-                return s.load(cx, unravel(flat, s.shape))
-            return Fn(shape, dtype, load, node).with_ins([src])
-        if name == "cat":
-            parts = [p for p in args[0] if not (len(p.shape) == 1 and p.shape[0].v == 0)]
-            d = (args[1] if len(args) > 1 else 0) % len(shape)
-            bounds, start = [], ZERO
-            for p in parts:
-                bounds.append(start)
-                start = start + p.shape[d]
-            kind = kind_of(dtype)
-
-            def load(cx, idx, parts=parts, d=d, bounds=bounds, kind=kind, total=shape[d]):
-                # each part is read where the index falls in it (cx.narrowed: the reads may then be tiles shifted
-                # along a row, which hold the part's values exactly there)
-                with cx.narrowed(idx[d], bounds[-1], total) if hasattr(cx, "narrowed") else _nothing():
-                    text = cx.convert(parts[-1], parts[-1].load(cx, idx[:d] + [idx[d] - Lin.c(bounds[-1])] +
-                                                                idx[d + 1:]), kind)
-                for p, b, e in reversed(list(zip(parts[:-1], bounds[:-1], bounds[1:]))):
-                    with cx.narrowed(idx[d], b, e) if hasattr(cx, "narrowed") else _nothing():
-                        v = cx.convert(p, p.load(cx, idx[:d] + [idx[d] - Lin.c(b)] + idx[d + 1:]), kind)
-                    text = f"T.if_then_else({idx[d].text()} < {e.t}, {v}, {text})"
-                return text
-            return Fn(shape, dtype, load, node).with_ins(parts)
         if name in ("empty", "empty_like", "new_empty", "empty_strided", "empty_permuted"):
             return Const(0, dtype, shape)  # an unused output of a decomposition (saved statistics)
         if name in ("full", "scalar_tensor", "full_like", "new_full", "zeros", "ones", "zeros_like", "ones_like",
@@ -486,37 +383,6 @@ class Builder:
             start, step = self.size(start), self.size(step)
             return Fn(shape, dtype, lambda cx, idx, a=start, b=step: cx.index_value(idx[0].scale(b) + Lin.c(a), dtype),
                       node).with_ins([])
-        if name in ("gather",):
-            src, d, index = args[0], args[1] % len(args[0].shape), args[2]
-
-            def load(cx, idx, s=src, d=d, ix=index):
-                dyn = Dyn(cx.int_value(ix, ix.load(cx, idx)), s.shape[d].v - 1)
-                return s.load(cx, idx[:d] + [Lin.atom(dyn)] + idx[d + 1:])
-            return Fn(shape, dtype, load, node).with_ins([src, index])
-        if name == "embedding":
-            weight, index = args[0], args[1]
-
-            def load(cx, idx, w=weight, ix=index):
-                dyn = Dyn(cx.int_value(ix, ix.load(cx, idx[:-1])), w.shape[0].v - 1)
-                return w.load(cx, [Lin.atom(dyn), idx[-1]])
-            return Fn(shape, dtype, load, node).with_ins([weight, index])
-        if name == "index_select":  # x.index_select(d, ix) is x[(:,) * d + (ix,)] (torch.roll's gather)
-            args = [args[0], [None] * (args[1] % len(args[0].shape)) + [args[2]]]
-            name = "index"
-        if name == "index" and len(args) > 1:
-            src, indices = args[0], list(args[1]) + [None] * (len(args[0].shape) - len(args[1]))
-            dims = [k for k, i in enumerate(indices) if i is not None]
-            if dims != list(range(dims[0], dims[0] + len(dims))):
-                self.fail(node, "advanced indexing with index tensors on dims that are not adjacent")
-            d, ixs = dims[0], [indices[k] for k in dims]
-            r = max(len(ix.shape) for ix in ixs)  # the index tensors broadcast to r dims, at d in the output
-
-            def load(cx, idx, s=src, d=d, ixs=ixs, r=r):
-                at = idx[d:d + r]
-                picked = [Lin.atom(Dyn(cx.int_value(ix, ix.load(cx, _bcast(at, ix.shape, at))), s.shape[d + k].v - 1))
-                          for k, ix in enumerate(ixs)]
-                return s.load(cx, idx[:d] + picked + idx[d + r:])
-            return Fn(shape, dtype, load, node).with_ins([src, *ixs])
         if name in ("mm", "bmm", "mv", "addmm"):
             from tileagent.drafters.builtin import matvec  # (matvec.py builds on this module)
 
