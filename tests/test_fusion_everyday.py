@@ -104,3 +104,41 @@ def test_diagonal_and_unfold_are_index_rewrites(body, tmp_path):
     of their operand's read."""
     ref, candidate, _ = _form(tmp_path, "views", body, "[torch.randn(M, D)]", config='{"M": 12, "D": 300}')
     _assert_correct(ref, candidate)
+
+
+def test_a_number_derived_from_a_model_attribute_is_lifted(tmp_path):
+    """A diffusion timestep embedding computes ``half = self.dim // 2`` in forward (arange's length, a divisor, the
+    cat's offset): the kernels' numbers 32, 160, 640 across configs were declined as following no shape or attribute;
+    they are now ``self.dim // 2``, read in forward, and the draft is correct at every config."""
+    ref = tmp_path / "timestep_embedding.py"
+    ref.write_text('''import math
+
+import torch
+import torch.nn as nn
+
+CONFIGS = [{"N": 6, "dim": 320}, {"N": 5, "dim": 1280}]
+SMALL_CONFIG = {"N": 6, "dim": 64}
+FIXED_INPUTS = [0]
+
+
+class Model(nn.Module):
+    def __init__(self, dim=320):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, t):
+        half = self.dim // 2
+        freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float32, device=t.device) / half)
+        emb = t[:, None].float() * freqs[None, :]
+        return torch.cat([torch.sin(emb), torch.cos(emb)], dim=-1)
+
+
+def get_inputs(N=6, dim=320):
+    return [torch.randint(0, 1000, (N,)).float()]
+
+
+def get_init_inputs(N=6, dim=320):
+    return [dim]
+''')
+    source = _check(ref, tmp_path, [{"N": 6, "dim": 64}, {"N": 3, "dim": 320}])
+    assert "= self.dim // 2\n" in source
