@@ -142,3 +142,38 @@ def get_init_inputs(N=6, dim=320):
 ''')
     source = _check(ref, tmp_path, [{"N": 6, "dim": 64}, {"N": 3, "dim": 320}])
     assert "= self.dim // 2\n" in source
+
+
+SCATTER_FORMS = {  # forward body (x: (M, D) float, ids: (M, L) int64 in [0, D), j: (L,) int64 in [0, M)) -> output
+    "histogram": "return torch.zeros_like(x).scatter_add_(1, ids, torch.ones_like(ids, dtype=x.dtype))",
+    "int_counts": "return torch.zeros(x.shape, dtype=torch.int64, device=x.device).scatter_add(1, ids, "
+                  "torch.ones_like(ids))",
+    "one_hot_scatter": "return x + torch.zeros_like(x).scatter_(1, ids[:, :1], 1.0)",
+    "scatter_amax": "return x.scatter_reduce(1, ids, torch.sin(ids * 1.0), reduce='amax')",
+    "index_add_bf16": "return x.bfloat16().index_add(0, j, y.bfloat16(), alpha=0.5)",
+    "scatter_add_dim0": "return x[:8].scatter_add(0, ids[:, :24] % 8, y[:12])",
+}
+
+
+@pytest.mark.parametrize("form", sorted(SCATTER_FORMS))
+def test_scatters_to_few_positions_are_reductions_over_the_index(form, tmp_path):
+    """scatter_add (a histogram, int64 counts), scatter of a number (a one-hot), scatter_reduce amax and index_add
+    were declined ("the op scatter_add" / "index_put"): each output element reduces the source values whose index
+    names it (up to SCATTER_BINS positions along the dim), in float32 for a float output."""
+    ref, candidate, _ = _form(tmp_path, form, SCATTER_FORMS[form],
+                              "[torch.randn(M, D), torch.randint(0, D, (M, L)), torch.randint(0, M, (L,)), "
+                              "torch.randn(L, D)]", "x, ids, j, y", config='{"M": 12, "D": 24, "L": 40}')
+    _assert_correct(ref, candidate)
+
+
+def test_a_scatter_into_many_positions_is_declined_naming_it(tmp_path):
+    """index_add into thousands of rows (a MoE combine) would make every row read the whole index: declined with the
+    op, the count and the line, not drafted slow."""
+    ref = write_reference(tmp_path, "index_add_rows", '''
+        class Model(nn.Module):
+            def forward(self, h, src, j):
+                return h.index_add(0, j, src)
+        ''', "[torch.randn(300, 8), torch.randn(40, 8), torch.randint(0, 300, (40,))]")
+    with pytest.raises(DrafterUnavailable, match=r"index_put into 300 positions along dim 0 \(more than 256: .*\) "
+                                                 r"\(aten::index_put at index_add_rows.py:8"):
+        _draft(ref)

@@ -390,6 +390,10 @@ class Builder:
         if name in ("sum", "amax", "amin", "var", "mean", "prod", "any", "all", "max", "min") and \
                 isinstance(val, torch.Tensor):
             return self.reduction(node, name, args, kw, shape, dtype)
+        if name in ("scatter_add", "scatter_reduce", "scatter", "index_put"):
+            from tileagent.drafters.builtin import scatter  # (scatter.py builds on this module)
+
+            return scatter.lower(self, node, name, args, kw, shape, dtype)
         if name == "topk":
             src, k = args[0], args[1]
             d = (args[2] if len(args) > 2 else kw.get("dim", -1)) % len(src.shape)
