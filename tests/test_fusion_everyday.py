@@ -177,3 +177,15 @@ def test_a_scatter_into_many_positions_is_declined_naming_it(tmp_path):
     with pytest.raises(DrafterUnavailable, match=r"index_put into 300 positions along dim 0 \(more than 256: .*\) "
                                                  r"\(aten::index_put at index_add_rows.py:8"):
         _draft(ref)
+
+
+@pytest.mark.parametrize("body", [
+    "return torch.where(x > 0, x, torch.tensor(torch.finfo(x.dtype).min, dtype=x.dtype, device=x.device))",
+    "w = torch.tensor([0.25, 0.5, 0.25], device=x.device)\n        "
+    "return torch.maximum(x[:, :-2] * w[0] + x[:, 1:-1] * w[1] + x[:, 2:] * w[2], torch.tensor(-0.5))"])
+def test_tensors_made_of_python_numbers_in_forward_keep_their_values(body, tmp_path):
+    """``torch.tensor(torch.finfo(dtype).min, device=x.device)`` (Hugging Face's mask fill) and a small list of taps
+    failed the trace (a tensor made on the meta device has no values): they trace as ``full`` values."""
+    ref, candidate, _ = _form(tmp_path, "constants", body, "[torch.randn(M, D, dtype=torch.float16)]",
+                              config='{"M": 6, "D": 40}')
+    _assert_correct(ref, candidate)
