@@ -189,3 +189,33 @@ def test_tensors_made_of_python_numbers_in_forward_keep_their_values(body, tmp_p
     ref, candidate, _ = _form(tmp_path, "constants", body, "[torch.randn(M, D, dtype=torch.float16)]",
                               config='{"M": 6, "D": 40}')
     _assert_correct(ref, candidate)
+
+
+RUNNING_FORMS = {  # forward body (x, y: (M, D)) -> what it returns
+    "cummax_values": "return torch.cummax(x, dim=1).values",
+    "cummin_dim0_fp16": "return torch.cummin(x.half(), dim=0)[0] * 2",
+    "logcumsumexp": "return torch.logcumsumexp(x, dim=1)",
+    "logcumsumexp_reverse_then_sum": "c = torch.logcumsumexp(x.flip(1), dim=1).flip(1)\n        return c, c.sum(-1)",
+}
+
+
+@pytest.mark.parametrize("form", sorted(RUNNING_FORMS))
+def test_running_max_min_and_logcumsumexp_are_scans(form, tmp_path):
+    """cummax / cummin (their values) and logcumsumexp were declined ("the op cummax" / "logcumsumexp"): scans with
+    the max / min combine or log(exp(a) + exp(b)), over a row of 5 tiles here (BR_MAX = 64), composed with flips,
+    transposes and a sum like cumsum."""
+    ref, candidate, source = _form(tmp_path, form, RUNNING_FORMS[form], "[torch.randn(M, D), torch.randn(M, D)]",
+                                   "x, y")
+    assert "T.alloc_shared((BM, BR)" in source and "BR_MAX = 64" in source
+    _assert_correct(ref, candidate, ("normal", "offset"))
+
+
+def test_the_indices_of_a_running_maximum_are_declined_naming_them(tmp_path):
+    ref = write_reference(tmp_path, "cummax_indices", '''
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.cummax(x, dim=1).indices
+        ''', "[torch.randn(6, 40)]")
+    with pytest.raises(DrafterUnavailable, match=r"the indices of a running maximum or minimum \(aten::cummax at "
+                                                 r"cummax_indices.py:8"):
+        _draft(ref)

@@ -337,7 +337,8 @@ class Builder:
             return ranking.arg_extreme(self, node, name, args, kw)
         if not isinstance(val, (torch.Tensor, list, tuple)) or name in ("sym_size", "sym_float", "sym_int"):
             return self.scalar(node, name, args)
-        if not isinstance(val, torch.Tensor) and name not in ("split_with_sizes", "split", "topk"):
+        if not isinstance(val, torch.Tensor) and name not in ("split_with_sizes", "split", "topk", "cummax",
+                                                                "cummin"):
             self.fail(node)
         shape, dtype = (self.shape_of(node), val.dtype) if isinstance(val, torch.Tensor) else (None, None)
         if name in VIEW_OPS and name not in ("view", "_unsafe_view", "reshape", "_reshape_alias"):
@@ -349,7 +350,7 @@ class Builder:
 
         if isinstance(args[0], scan.ScanOut) and reshape and scan.reshaped(args[0], shape) is not None:
             return scan.reshaped(args[0], shape)
-        if name in ("cumsum", "cumprod"):
+        if name in scan.OPS:
             return scan.scan_value(self, node, name, args, kw)
         if name == "flip":
             return scan.flip(args[0], {d % len(args[0].shape) for d in args[1]}, shape, dtype, node)
