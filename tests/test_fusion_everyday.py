@@ -150,7 +150,8 @@ SCATTER_FORMS = {  # forward body (x: (M, D) float, ids: (M, L) int64 in [0, D),
                   "torch.ones_like(ids))",
     "one_hot_scatter": "return x + torch.zeros_like(x).scatter_(1, ids[:, :1], 1.0)",
     "scatter_amax": "return x.scatter_reduce(1, ids, torch.sin(ids * 1.0), reduce='amax')",
-    "index_add_bf16": "return x.bfloat16().index_add(0, j, y.bfloat16(), alpha=0.5)",
+    "index_add": "return x.index_add(0, j, y, alpha=0.5)",
+    "scatter_amin_fp16": "return x.half().scatter_reduce(1, ids, torch.cos(ids * 0.5).half(), reduce='amin')",
     "scatter_add_dim0": "return x[:8].scatter_add(0, ids[:, :24] % 8, y[:12])",
 }
 
@@ -162,7 +163,7 @@ def test_scatters_to_few_positions_are_reductions_over_the_index(form, tmp_path)
     names it (up to SCATTER_BINS positions along the dim), in float32 for a float output."""
     ref, candidate, _ = _form(tmp_path, form, SCATTER_FORMS[form],
                               "[torch.randn(M, D), torch.randint(0, D, (M, L)), torch.randint(0, M, (L,)), "
-                              "torch.randn(L, D)]", "x, ids, j, y", config='{"M": 12, "D": 24, "L": 40}')
+                              "torch.randn(L, D)]", "x, ids, j, y", config='{"M": 12, "D": 24, "L": 150}')
     _assert_correct(ref, candidate)
 
 
@@ -176,6 +177,20 @@ def test_a_scatter_into_many_positions_is_declined_naming_it(tmp_path):
         ''', "[torch.randn(300, 8), torch.randn(40, 8), torch.randint(0, 300, (40,))]")
     with pytest.raises(DrafterUnavailable, match=r"index_put into 300 positions along dim 0 \(more than 256: .*\) "
                                                  r"\(aten::index_put at index_add_rows.py:8"):
+        _draft(ref)
+
+
+def test_a_sum_scattered_into_16_bits_is_declined_naming_it(tmp_path):
+    """Eager rounds a bfloat16 index_add after every add (on CUDA in the atomics' order): with many indices on one
+    row it is 0.05 off the exact sum, where a float32 sum rounded once is within 0.015, and the evaluator judges
+    against eager. Declined, not drafted wrong."""
+    ref = write_reference(tmp_path, "index_add_bf16", '''
+        class Model(nn.Module):
+            def forward(self, h, src, j):
+                return h.index_add(0, j, src)
+        ''', "[torch.randn(12, 8, dtype=torch.bfloat16), torch.randn(150, 8, dtype=torch.bfloat16), "
+           "torch.randint(0, 12, (150,))]")
+    with pytest.raises(DrafterUnavailable, match=r"index_put adding into torch.bfloat16 \(eager rounds"):
         _draft(ref)
 
 

@@ -11,7 +11,8 @@ Guarantees: the result is the op's (up to the order of a float sum, in float32 a
 each output element reads the whole index along the dim, so the output's size along it is at most ``SCATTER_BINS`` (a
 histogram, a one-hot, a small table); a larger one (``index_add`` into thousands of rows) raises ``Unsupported``, as do
 forms outside the above (an index shaped unlike the output off the dim, a boolean or several index tensors,
-``include_self=False``, ``mean`` / ``prod``, ``scatter`` of a tensor: which duplicate wins is the device's).
+``include_self=False``, ``mean`` / ``prod``, ``scatter`` of a tensor: which duplicate wins is the device's; a sum
+into float16 / bfloat16, which eager rounds after every add in the device's order).
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def lower(builder, node: torch.fx.Node, name: str, args: list, kw: dict, shape: 
             builder.fail(node, "scatter of a tensor (which of duplicate indices wins is the device's)")
         if len(index.shape) != n or any(index.shape[k].v != base.shape[k].v for k in range(n) if k != d):
             builder.fail(node, f"{name} with an index shaped unlike the output off dim {d}")
+    if op == "sum" and dtype in (torch.float16, torch.bfloat16):
+        builder.fail(node, f"{name} adding into {dtype} (eager rounds to it after every add, in the device's order: "
+                           f"a float32 sum differs by more than the tolerance where many indices coincide)")
     bins = base.shape[d]
     if bins.v > SCATTER_BINS:
         builder.fail(node, f"{name} into {bins.v} positions along dim {d} (more than {SCATTER_BINS}: each output "
