@@ -234,3 +234,14 @@ def test_the_indices_of_a_running_maximum_are_declined_naming_them(tmp_path):
     with pytest.raises(DrafterUnavailable, match=r"the indices of a running maximum or minimum \(aten::cummax at "
                                                  r"cummax_indices.py:8"):
         _draft(ref)
+
+
+@pytest.mark.parametrize("body", ["return torch.atan2(y, x), torch.sqrt(x * x + y * y)",
+                                  "return torch.remainder(x * 3.0 + 3.141592653589793, 6.283185307179586) - 3.14159",
+                                  "return torch.fmod(x.half() * 5.0, -1.5), torch.remainder(x, y)"])
+def test_atan2_and_float_remainders_are_exact_intrinsics(body, tmp_path):
+    """atan2 (an STFT's phase) and float fmod / remainder (a phase wrapped to [-pi, pi)) were declined: T.atan2 and
+    T.fmod (C's atan2f / fmodf; fmod is exact, as torch's), remainder moved to the divisor's sign as torch does."""
+    ref, candidate, _ = _form(tmp_path, "phase", body, "[torch.randn(M, D), torch.randn(M, D)]", "x, y",
+                              config='{"M": 6, "D": 100}')
+    _assert_correct(ref, candidate, ("normal", "ties", "normal_x3"))

@@ -192,7 +192,7 @@ POINTWISE_1 = {
 }
 BINARY_F = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "div": "({a} / {b})",
             "maximum": "T.max({a}, {b})", "minimum": "T.min({a}, {b})", "pow": "T.pow({a}, {b})",
-            "atan2": None, "fmod": None, "remainder": None}
+            "atan2": "T.atan2({a}, {b})", "fmod": "T.fmod({a}, {b})", "remainder": None}
 SCALAR_OPS = {"truediv": "/", "mul": "*", "add": "+", "sub": "-"}  # Python float arithmetic on sizes
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 LOGICAL = {"logical_and": "and", "logical_or": "or", "bitwise_and": "and", "bitwise_or": "or"}
@@ -525,8 +525,6 @@ class Builder:
             pass
         else:
             self.fail(node)
-        if name in BINARY_F and BINARY_F[name] is None and not (name in ("fmod", "remainder") and out_kind == INT):
-            self.fail(node)  # float fmod / remainder (exact in torch) and atan2
         shapes = shape
 
         def operand(cx, a, idx, kind):
@@ -617,10 +615,13 @@ class Builder:
                 return scalar_division(a, b)
             if name in ("div", "true_divide") and isinstance(args[1], Reduce) and args[1].dtype == torch.float32:
                 return reduction_division(a, b)
-            if name in ("fmod", "remainder"):  # integers: % floors; fmod truncates (torch.roll's index arithmetic)
+            if name in ("fmod", "remainder") and k == INT:  # % floors; fmod truncates (torch.roll's indices)
                 m = cx.let(f"({a} % {b})")
                 return m if name == "remainder" else \
                     f"T.if_then_else({m} != 0 and (({a} < 0) != ({b} < 0)), {m} - {b}, {m})"
+            if name == "remainder":  # floats: torch's, the exact fmod moved to the divisor's sign (a phase wrap)
+                m = cx.let(f"T.fmod({a}, {b})")
+                return f"T.if_then_else({m} != 0.0 and (({m} < 0.0) != ({b} < 0.0)), {m} + {b}, {m})"
             if name == "pow":
                 p = args[1]
                 if isinstance(p, (int, float)) and not isinstance(p, bool):
