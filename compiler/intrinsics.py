@@ -14,7 +14,7 @@ import torch
 MATH = {"exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.log2, "sqrt": torch.sqrt,
         "rsqrt": torch.rsqrt, "abs": torch.abs, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf,
         "floor": torch.floor, "ceil": torch.ceil, "pow": torch.pow, "min": torch.minimum, "max": torch.maximum,
-        "sin": torch.sin, "cos": torch.cos}
+        "sin": torch.sin, "cos": torch.cos, "atan2": torch.atan2, "fmod": torch.fmod}
 
 _FLOAT_OPS = {"+": torch.add, "-": torch.sub, "*": torch.mul, "/": torch.div,
               "//": lambda x, y: torch.floor(x / y), "%": lambda x, y: x - torch.floor(x / y) * y}

@@ -637,9 +637,10 @@ def test_every_dtype_operator_and_intrinsic_compiles(tmp_path):
         if dt.is_int:
             body.append(st(b, t, Unary("~", x, dt)))
         names = ["min", "max", "abs", "floor", "ceil"] + (["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh",
-                                                           "sigmoid", "erf", "pow", "sin", "cos"] if dt.is_float else [])
+                                                           "sigmoid", "erf", "pow", "sin", "cos", "atan2",
+                                                           "fmod"] if dt.is_float else [])
         for name in names:
-            args = (x, one) if name in ("min", "max", "pow") else (x,)
+            args = (x, one) if name in ("min", "max", "pow", "atan2", "fmod") else (x,)
             body.append(st(b, t, Call(name, args, dt)))
     local = Buffer("frag", (4,), BF16, "local")
     body += [Declare(local, c(0.5, BF16)),

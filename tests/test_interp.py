@@ -223,7 +223,7 @@ def test_unary_math_intrinsic_matches_torch(name):
     torch.testing.assert_close(y, UNARY[name](x), **F32)
 
 
-BINARY = {"pow": torch.pow, "max": torch.maximum, "min": torch.minimum}
+BINARY = {"pow": torch.pow, "max": torch.maximum, "min": torch.minimum, "atan2": torch.atan2, "fmod": torch.fmod}
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))

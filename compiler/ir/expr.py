@@ -119,7 +119,8 @@ class Unary(Expr):
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Call(Expr):
-    """A math intrinsic: exp, exp2, log, log2, rsqrt, sqrt, abs, tanh, sigmoid, erf, pow, floor, ceil, min, max;
+    """A math intrinsic: exp, exp2, log, log2, rsqrt, sqrt, abs, tanh, sigmoid, erf, sin, cos, pow, floor, ceil, min,
+    max, atan2 (y, x), fmod (C's: truncated, exact);
     ``reinterpret`` (one argument: its bits read as ``dtype``, of the same width; see ``make_reinterpret``);
     ``EXTERN + fn`` / ``ADDRESS_OF``: hand-written CUDA and a pointer for it (``compiler.language.extern``)."""
 
@@ -297,7 +298,8 @@ def _ieee(fn):
 _PY_MATH = {"exp": _ieee(np.exp), "exp2": _ieee(np.exp2), "log": _ieee(np.log), "log2": _ieee(np.log2),
             "sqrt": _ieee(np.sqrt), "rsqrt": _ieee(lambda x: 1.0 / np.sqrt(x)), "abs": abs, "tanh": math.tanh,
             "sigmoid": _ieee(lambda x: 1.0 / (1.0 + np.exp(-x))), "erf": math.erf, "pow": _ieee(np.power),
-            "floor": math.floor, "ceil": math.ceil, "min": min, "max": max, "sin": _ieee(np.sin), "cos": _ieee(np.cos)}
+            "floor": math.floor, "ceil": math.ceil, "min": min, "max": max, "sin": _ieee(np.sin), "cos": _ieee(np.cos),
+            "atan2": _ieee(np.arctan2), "fmod": _ieee(np.fmod)}
 
 
 def make_call(name: str, *args):

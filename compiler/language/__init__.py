@@ -21,7 +21,7 @@ from tileagent.compiler.language.kernel import (ClusterKernel, Kernel, alloc_fra
 from tileagent.compiler.language.loops import Parallel, Persistent, Pipelined, Serial, serial, unroll
 from tileagent.compiler.language.math import (abs, cast, ceil, ceildiv, erf, exp, exp2, floor, floordiv, floormod,
                                     if_then_else, infinity, log, log2, max, max_value, min, min_value, pow,
-                                    reinterpret, rsqrt, sigmoid, sin, cos, sqrt, tanh)
+                                    reinterpret, rsqrt, sigmoid, sin, cos, sqrt, tanh, atan2, fmod)
 from tileagent.compiler.language.tileops import (GemmWarpPolicy, atomic_add, atomic_max, atomic_min, c2d_im2col, clear,
                                                  copy, fill, gemm, im2col, reduce, reduce_abssum, reduce_absmax,
                                                  reduce_max, reduce_min, reduce_prod, reduce_sum)

@@ -40,6 +40,8 @@ def cos(x): return _check("cos", x)
 def floor(x): return _check("floor", x)
 def ceil(x): return _check("ceil", x)
 def pow(x, y): return _check("pow", x, y)  # noqa: A001
+def atan2(y, x): return _check("atan2", y, x)
+def fmod(x, y): return _check("fmod", x, y)  # C's fmod: the remainder of x / y truncated, exact
 def max(a, b): return _check("max", a, b)  # noqa: A001
 def min(a, b): return _check("min", a, b)  # noqa: A001
 

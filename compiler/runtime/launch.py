@@ -52,7 +52,8 @@ _SCALAR_CTYPES = {
 _MATH = {"min": min, "max": max, "abs": abs, "floor": math.floor, "ceil": math.ceil, "exp": math.exp,
          "exp2": lambda x: 2.0**x, "log": math.log, "log2": math.log2, "sqrt": math.sqrt,
          "rsqrt": lambda x: 1.0 / math.sqrt(x), "pow": math.pow, "tanh": math.tanh, "erf": math.erf,
-         "sigmoid": lambda x: 1.0 / (1.0 + math.exp(-x)), "sin": math.sin, "cos": math.cos}
+         "sigmoid": lambda x: 1.0 / (1.0 + math.exp(-x)), "sin": math.sin, "cos": math.cos,
+         "atan2": math.atan2, "fmod": math.fmod}
 
 
 @functools.lru_cache(maxsize=1)

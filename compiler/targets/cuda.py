@@ -71,10 +71,10 @@ _LOWP = {
 }
 _F32_MATH = {"exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "sqrt": "sqrtf", "rsqrt": "rsqrtf",
              "abs": "fabsf", "tanh": "tanhf", "erf": "erff", "pow": "powf", "floor": "floorf", "ceil": "ceilf",
-             "min": "fminf", "max": "fmaxf", "sin": "sinf", "cos": "cosf"}
+             "min": "fminf", "max": "fmaxf", "sin": "sinf", "cos": "cosf", "atan2": "atan2f", "fmod": "fmodf"}
 _F64_MATH = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sqrt", "rsqrt": "rsqrt",
              "abs": "fabs", "tanh": "tanh", "erf": "erf", "pow": "pow", "floor": "floor", "ceil": "ceil",
-             "min": "fmin", "max": "fmax", "sin": "sin", "cos": "cos"}
+             "min": "fmin", "max": "fmax", "sin": "sin", "cos": "cos", "atan2": "atan2", "fmod": "fmod"}
 _PREC = {"*": 3, "/": 3, "%": 3, "+": 4, "-": 4, "<": 6, "<=": 6, ">": 6, ">=": 6, "==": 7, "!=": 7, "&&": 11,
          "||": 12, "?": 13}  # C precedence levels (lower binds tighter) of the operators emitted as (a op b)
 _VECTOR_TYPES = {4: "uint1", 8: "uint2", 16: "uint4"}
@@ -123,6 +123,7 @@ return short signed sizeof static static_assert static_cast struct switch templa
 typedef typeid typename union unsigned using virtual void volatile wchar_t while xor half threadIdx blockIdx blockDim
 gridDim warpSize smem tid lane warp min max abs llabs exp exp2 log log2 sqrt rsqrt tanh erf pow floor ceil fmin fmax
 fabs expf exp2f logf log2f sqrtf rsqrtf tanhf erff powf floorf ceilf fminf fmaxf fabsf atomicAdd uint1 uint2 uint4
+atan2 atan2f fmod fmodf
 """.split())
 _SPECIAL_NAMES = {"blockIdx.x", "blockIdx.y", "blockIdx.z", "gridDim.x", "gridDim.y", "gridDim.z"}
 

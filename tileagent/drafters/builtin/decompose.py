@@ -2,8 +2,8 @@
 
 In: ATen calls during ``make_fx`` (the decomposition-table functions: a depthwise 1-d convolution, average and adaptive
 average pooling, a constant pad) or functional calls (``Composites``, a TorchFunctionMode: ``F.embedding_bag`` of
-bags of one size, max pooling without indices, nearest upsampling by powers of two). Out: the same values computed
-with views, slices, cat, expand and pointwise math. Guarantees: a form outside what each docstring states is left to
+bags of one size, max pooling without indices, nearest upsampling by powers of two, ``torch.tensor`` of numbers).
+Out: the same values computed with views, slices, cat, expand, full and pointwise math. Guarantees: a form outside what each docstring states is left to
 ATen (``NotImplemented`` / the original call), where the drafter declines it naming the op.
 """
 
@@ -119,6 +119,19 @@ def _nearest_upsample(input, size=None, scale_factor=None, mode="nearest", align
     return x
 
 
+def _constant(data, dtype=None, device=None, **_):
+    """``torch.tensor(v)`` / ``torch.as_tensor(v)`` of a Python number or a flat list of numbers (a mask's fill,
+    ``torch.tensor(torch.finfo(x.dtype).min, device=x.device)``) as ``full`` values, whose numbers the graph keeps (a
+    tensor made on the meta device during the trace has none); None for any other data (left to torch)."""
+    items = data if isinstance(data, (list, tuple)) else [data]
+    if not items or not all(type(v) in (bool, int, float) for v in items):
+        return None
+    kind = bool if all(type(v) is bool for v in items) else float if any(type(v) is float for v in items) else int
+    dtype = dtype or {bool: torch.bool, int: torch.int64, float: torch.get_default_dtype()}[kind]
+    values = [torch.full((), v, dtype=dtype, device=device) for v in items]
+    return torch.stack(values) if isinstance(data, (list, tuple)) else values[0]
+
+
 class Composites(TorchFunctionMode):
     """Functional ops traced as the primitives the fusion lowering has, where their ATen form would hide them:
 
@@ -127,7 +140,8 @@ class Composites(TorchFunctionMode):
       forms reach ``aten._embedding_bag``, which the drafter declines;
     - ``F.max_pool{1,2,3}d`` without indices (``nn.MaxPool2d``...) as the max of the windows' strided slices, padded
       with -inf (floor mode, dilation 1); ATen's form returns the indices too, which the drafter cannot write;
-    - ``F.interpolate`` nearest by powers of two (``_nearest_upsample``).
+    - ``F.interpolate`` nearest by powers of two (``_nearest_upsample``);
+    - ``torch.tensor`` / ``torch.as_tensor`` of Python numbers (``_constant``).
 
     A forward that makes more than ``MAX_CALLS`` torch calls (a Python loop over a long dim: Mamba's scan over 1024
     steps traced for minutes before the loop's first prompt) raises ``TraceError``: no fused kernel comes of it."""
@@ -146,6 +160,10 @@ class Composites(TorchFunctionMode):
 
             raise TraceError(f"Model.forward makes more than {self.MAX_CALLS} torch calls (a Python loop over a "
                              f"dim, say): too many to fuse into kernels")
+        if func in (torch.tensor, torch.as_tensor):
+            made = _constant(*args, **kwargs)
+            if made is not None:
+                return made
         if func is torch.nn.functional.interpolate:
             up = _nearest_upsample(*args, **kwargs)
             if up is not None:

@@ -217,6 +217,27 @@ def floats_of(trace: AtenTrace) -> dict:
             and not k.startswith("_") and k != "training"}
 
 
+DERIVED = range(2, 17)  # the factors k of a number derived from a size: size // k or size * k (half a width: d // 2)
+
+
+def _derived(nums: list, tables: list, n: int) -> str | None:
+    """The forward text of ``size // k`` or ``size * k`` (a size: an input's shape or an int attribute of Model, a
+    ``k`` in ``DERIVED``) equal to ``nums`` at each of the ``n`` configs, exactly (a half of ``self.dim`` computed in
+    forward: ``arange(self.dim // 2)``), or None. ``tables``: per config, the shapes' then the attributes' values by
+    forward text (``tables[c]`` and ``tables[n + c]`` for config ``c``)."""
+    for first in (0, n):
+        for text in tables[first]:
+            vals = [tables[first + c].get(text) for c in range(n)]
+            if any(type(v) is not int or v <= 0 for v in vals):
+                continue
+            for k in DERIVED:
+                if all(v % k == 0 and v // k == x for v, x in zip(vals, nums)):
+                    return f"{text} // {k}"
+                if all(v * k == x for v, x in zip(vals, nums)):
+                    return f"{text} * {k}"
+    return None
+
+
 def lift(plans: list, texts: list[str]) -> tuple[str, dict]:
     """One text for every config: numbers that differ between the configs' texts become names bound in forward from
     the shape (or float attribute) that has those values at every config. Returns (text, {name: forward text}).
@@ -261,6 +282,9 @@ def lift(plans: list, texts: list[str]) -> tuple[str, dict]:
                 if all(f.get(key) == n for f, n in zip(floats, nums)):
                     source = key
                     break
+        if source is None and all(n.is_integer() for n in nums) and len(set(nums)) > 1:
+            source = _derived(nums, [{f"{key[0]}.shape[{key[1]}]": v for key, v in d.items()} for d in dims] +
+                              [{k: v for k, v in f.items() if type(v) is int} for f in floats], len(keep))
         if source is None:
             raise Unsupported(f"a number of the fused kernels ({', '.join(values)} across configs) follows no "
                               f"input shape or Model attribute")

@@ -66,6 +66,7 @@ class Traced:
     init_source: str | None
     init_prelude: list[str]
     forward_params: str
+    inplace: list = field(default_factory=list)  # in-place ops of forward (``y[:, 0].mul_(3)``), by name
 
     def nodes(self) -> list[Expr]:
         """Every Expr reachable from the output, each once, operands before users."""
@@ -390,7 +391,29 @@ def trace_reference(path, config: dict | None = None) -> Traced:
     forward_params = str(inspect.signature(type(model).forward))[1:-1]
     init_src, prelude = _init_source(spec.module)
     return Traced(spec, config, model, output, names, [tuple(t.shape) for t in inputs], [t.dtype for t in inputs],
-                  init_src, prelude, forward_params)
+                  init_src, prelude, forward_params, in_place(gm))
+
+
+def in_place(gm: torch.fx.GraphModule) -> list[str]:
+    """The in-place ops of a traced forward that the expression DAG cannot follow: a write (``y[k] = v``, a call of a
+    name ending in one underscore, ``mul_``; one with ``inplace=True``; a module built with ``inplace=True``) to a view
+    (``y[:, 0].mul_(3)`` changes ``y``) or to a value that something else reads (which then sees the old value in
+    the DAG). The DAG follows values, not writes, so the families decline these (the fusion lowering follows them)."""
+    out = []
+    for node in gm.graph.nodes:
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        if node.op == "call_module":
+            mod = gm.get_submodule(node.target)
+            writes, name = getattr(mod, "inplace", False) is True, f"nn.{type(mod).__name__}(inplace=True)"
+        else:
+            writes = node.op in ("call_function", "call_method") and (name == "setitem" or (
+                name.endswith("_") and not name.endswith("__")) or node.kwargs.get("inplace") is True)
+        dst = node.args[0] if writes and node.args else None
+        if isinstance(dst, torch.fx.Node) and (any(u is not node for u in dst.users) or dst.op != "placeholder" and (
+                _target_name(dst.target) in LAYOUT | {"narrow", "select", "chunk", "split", "unbind", "diagonal"})):
+            out.append(name)
+    return out
+
 
 
 def strip(e: Expr) -> Expr:

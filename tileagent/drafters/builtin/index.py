@@ -102,10 +102,16 @@ def _is_lit(s: Size) -> bool:
 
 
 class _SizePrinter(StrPrinter):
-    """torch's PythonMod (Python's floored %, as in ``torch.roll``'s index) as ``(a % b)``."""
+    """torch's PythonMod (Python's floored %, as in ``torch.roll``'s index) as ``(a % b)``; Min / Max as Python's."""
 
     def _print_PythonMod(self, expr):
         return f"(({self._print(expr.args[0])}) % ({self._print(expr.args[1])}))"
+
+    def _print_Min(self, expr):  # a diagonal's length, min(rows, columns)
+        return f"min({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_Max(self, expr):
+        return f"max({', '.join(self._print(a) for a in expr.args)})"
 
 
 def _py(expr) -> str:
@@ -113,7 +119,7 @@ def _py(expr) -> str:
     if expr.is_Integer:
         return str(int(expr)) if int(expr) >= 0 else f"({int(expr)})"
     text = _SizePrinter().doprint(expr)
-    for bad in ("Mod(", "Max(", "Min(", "ceiling", "floor(", "/"):
+    for bad in ("Mod(", "Max(", "Min(", "ceiling", "floor(", "/"):  # (min( and max( are Python's)
         if bad in text.replace("//", ""):
             raise Unsupported(f"a size {text} that the lowering cannot write")
     return f"({text})" if any(c in text for c in "+-*/ ") else text

@@ -615,6 +615,8 @@ def _explain_families(path_or_traced) -> tuple[FamilyMatch | None, str]:
         t = path_or_traced if isinstance(path_or_traced, Traced) else trace_reference(path_or_traced)
     except TraceError as e:
         return None, str(e)
+    if t.inplace:
+        return None, f"the reference writes in place ({', '.join(sorted(set(t.inplace)))}), which no template follows"
     nodes = t.nodes()
     unknown = sorted({str(e.attr) for e in nodes if e.op == "unknown"})
     if unknown:

@@ -1,28 +1,36 @@
-"""Prefix scans (``cumsum``, ``cumprod``) in the fusion lowering: a kernel of their own per scan.
+"""Prefix scans (``cumsum``, ``cumprod``, ``cummax`` / ``cummin`` values, ``logcumsumexp``) in the fusion lowering: a
+kernel of their own per scan.
 
 In: the ATen node of a scan and its lazy source (``values.V``). ``scan_value(builder, node, name, args, kw)`` puts a
 ``Scan`` among the builder's reductions and returns its result as a ``ScanOut``: a tensor later kernels read like an
 input (tile copies), and that the plan writes straight to the model's output when the reference returns it.
 ``scan_lines`` writes the kernel (``fusion_writer.KernelWriter.write`` calls it): each block walks its rows' column
 tiles in order (from the last for a suffix scan: ``x.flip(d).cumsum(d).flip(d)``), scans a tile in shared memory with
-log2(BR) shifted additions (Hillis-Steele; every thread busy, where ``T.cumsum`` adds a line on one thread), adds
-the carry of the tiles before and stores it.
+log2(BR) shifted combines (Hillis-Steele; every thread busy, where ``T.cumsum`` adds a line on one thread), combines
+the carry of the tiles before and stores it. ``logcumsumexp`` combines with ``max(a, b) + log(1 + exp(min - max))``.
 
 Guarantees: a float scan along any dim (moved last; the result is moved back for the readers), with the running
 value in float32 and one rounding to the output's dtype, as eager CUDA accumulates a 16-bit cumsum; the sum of a
-tile is in tree order, so within a few float32 ulps of a sequential one. Integer scans and ``dtype=`` other than
-a float raise ``Unsupported``.
+tile is in tree order, so within a few float32 ulps of a sequential one. Integer scans, ``dtype=`` other than a
+float and the indices of ``cummax`` / ``cummin`` (read by anything) raise ``Unsupported``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from tileagent.drafters.builtin.index import ONE, Lin, prod
-from tileagent.drafters.builtin.values import DT, FLOAT, Fn, Global, V, kind_of
+from tileagent.drafters.builtin.index import ONE, Lin, Size, Unsupported, prod
+from tileagent.drafters.builtin.values import DT, FLOAT, Fn, Global, V, _where, kind_of
+
+OPS = {"cumsum": "sum", "cumprod": "prod", "cummax": "amax", "cummin": "amin", "logcumsumexp": "logaddexp"}
+NEG_INF = "-T.infinity(\"float32\")"
+# log(exp(a) + exp(b)), exact where both are -inf (the identity) and where one is
+LOGADDEXP = (f"T.if_then_else(T.max({{a}}, {{b}}) == {NEG_INF}, {NEG_INF}, T.max({{a}}, {{b}}) + "
+             f"T.log(1.0 + T.exp(T.min({{a}}, {{b}}) - T.max({{a}}, {{b}}))))")
 
 class Scan(V):
-    """The prefix ``op`` ("sum" / "prod") of ``src`` along its last dim; ``reverse``: the suffix one (from the end)."""
+    """The prefix ``op`` (an ``OPS`` value) of ``src`` along its last dim; ``reverse``: the suffix one (from the
+    end)."""
 
     def __init__(self, src: V, op: str, dtype, node, name: str, reverse: bool = False):
         self.src, self.op, self.dtype, self.node, self.name, self.reverse = src, op, dtype, node, name, reverse
@@ -44,10 +52,24 @@ class ScanOut(Global):
         return super().compute(cx, idx)
 
 
+class Indices(V):
+    """The indices of a ``cummax`` / ``cummin``, which no kernel writes: reading them raises ``Unsupported``."""
+
+    def __init__(self, shape, node, path):
+        self.shape, self.dtype, self.node, self.path = shape, torch.int64, node, path
+
+    def compute(self, cx, idx):
+        raise Unsupported(f"the indices of a running maximum or minimum ({_where(self.node, self.path)})")
+
+
 def scan_value(b, node, name: str, args, kw) -> V:
-    """``cumsum`` / ``cumprod`` (``b``: the ``values.Builder``)."""
+    """A scan of ``OPS`` (``b``: the ``values.Builder``); for ``cummax`` / ``cummin`` the list (values, indices)."""
     src, dim = args[0], args[1] if len(args) > 1 else kw.get("dim")
-    val = node.meta["val"]
+    if name in ("cummax", "cummin") and "val" not in kw:
+        val = node.meta["val"][0]
+        shape = [Size.of(s, b.t.hints) for s in val.shape]
+        return [scan_value(b, node, name, args, {**kw, "val": val}), Indices(shape, node, b.t.path)]
+    val = kw.get("val", node.meta["val"])
     if kind_of(val.dtype) != FLOAT or kind_of(src.dtype) != FLOAT:
         b.fail(node, f"{name} of integers")
     n = len(src.shape)
@@ -57,16 +79,15 @@ def scan_value(b, node, name: str, args, kw) -> V:
         cx, [idx[o.index(k)] for k in range(n)]), node).with_ins([src])
     flipped = getattr(moved, "flip_of", None)
     reverse = flipped is not None and flipped[1] == {n - 1}  # cumsum(x.flip(-1)) is the suffix scan of x, flipped
-    scan = Scan(flipped[0] if reverse else moved, "sum" if name == "cumsum" else "prod", val.dtype, node,
-                f"sc{len(b.reduces)}", reverse)
+    scan = Scan(flipped[0] if reverse else moved, OPS[name], val.dtype, node, f"sc{len(b.reduces)}", reverse)
     b.reduces.append(scan)
     out = ScanOut(scan)
     if reverse:
         out = flip(out, {n - 1}, out.shape, torch.float32, node)
     if d == n - 1:
         return out
-    return Fn(b.shape_of(node), val.dtype, lambda cx, idx, s=out, o=order: s.load(cx, [idx[k] for k in o]),
-              node).with_ins([out])
+    return Fn([Size.of(s, b.t.hints) for s in val.shape], val.dtype, lambda cx, idx, s=out, o=order: s.load(
+        cx, [idx[k] for k in o]), node).with_ins([out])
 
 
 def flip(src: V, dims: set, shape, dtype, node) -> V:
@@ -94,7 +115,7 @@ def scan_lines(w, r: Scan, n: int, out_params: list, pad: int) -> list[str]:
     k = w.k
     cx = Cx(w, "tile")
     val = cx.convert(r.src, r.src.load(cx, k.domain_index(r.src, [len(r.src.shape) - 1])), FLOAT)
-    ident, combine = IDENT[r.op], COMBINE[r.op]
+    ident, combine = {**IDENT, "logaddexp": NEG_INF}[r.op], {**COMBINE, "logaddexp": LOGADDEXP}[r.op]
     end = "0" if r.reverse else "BR - 1"  # the tile's column that carries into the next tile
     for name in (f"sa{n}", f"sb{n}"):  # shared: the shifted reads cross threads
         w.allocs[name] = "(BM, BR)"

@@ -5,11 +5,12 @@ parameters, kernel arguments) and ``Builder.reduces`` (the reductions and top-k,
 gives the DSL text of one element at index ``idx`` (a list of ``Lin``) inside a ``T.Parallel`` body being written
 (``cx``: ``fusion_writer.Cx``, which owns memory reads, reductions and temporaries).
 
-Views, permutes, slices, chunk/split, cat, expand, as_strided, casts, where, factories (full, arange: masks such as
-``tril(ones(S, S))``) and gathers (a label's logit, embedding rows) only rewrite indices; pointwise ops write float32
-math (rounded to fp16/bf16 after each op where eager does); reductions (sum, amax, amin, mean, var as two passes)
-and ``topk`` (argmax / argmin, and the indices of max / min along a dim, as a top-1) are nodes the planner places in
-kernels.
+Views, permutes, slices, chunk/split, cat, expand, as_strided, diagonal, unfold and gathers (a label's logit,
+embedding rows; ``views.py``), casts, where and factories (full, arange: masks such as ``tril(ones(S, S))``) only
+rewrite indices; pointwise ops write float32 math (rounded to fp16/bf16 after each op where eager does); reductions
+(sum, amax, amin, mean, var as two passes) and ``topk`` (argmax / argmin, and the indices of max / min along a dim, as
+a top-1) are nodes the planner places in kernels. An in-place op (``copy_``, ``sub_``) is lowered out of place, and
+later reads of the tensor it wrote read its result.
 
 Guarantees: an op without a lowering raises ``Unsupported`` naming it and the reference's source line.
 """
@@ -23,7 +24,7 @@ import re
 import torch
 
 from tileagent.drafters.builtin.aten import AtenTrace, source_line
-from tileagent.drafters.builtin.index import ONE, ZERO, Dyn, Lin, Size, Unsupported, prod, ravel, unravel
+from tileagent.drafters.builtin.index import ONE, Lin, Size, Unsupported, prod, ravel
 from tileagent.drafters.builtin.pointwise_text import (expm1, log1p, power, reduction_division, round_half_even,
                                                        round_small, scalar_division)
 
@@ -191,7 +192,8 @@ POINTWISE_1 = {
 }
 BINARY_F = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "div": "({a} / {b})",
             "maximum": "T.max({a}, {b})", "minimum": "T.min({a}, {b})", "pow": "T.pow({a}, {b})",
-            "atan2": None, "fmod": None, "remainder": None}
+            "atan2": "T.atan2({a}, {b})", "fmod": "T.fmod({a}, {b})", "remainder": None}
+SCALAR_OPS = {"truediv": "/", "mul": "*", "add": "+", "sub": "-"}  # Python float arithmetic on sizes
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 LOGICAL = {"logical_and": "and", "logical_or": "or", "bitwise_and": "and", "bitwise_or": "or"}
 VIEW_OPS = {"view", "_unsafe_view", "reshape", "alias", "clone", "lift_fresh_copy", "detach", "contiguous",
@@ -209,6 +211,14 @@ def _checks_only(graph) -> set:
     return out
 
 
+def _is_view(node) -> bool:
+    """Whether ``node``'s result aliases its first operand's storage (a view: its schema's return is an alias that
+    it does not write, as ``view``, ``slice``, ``diagonal``, ``transpose`` are)."""
+    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    alias = schema.returns[0].alias_info if schema is not None and schema.returns else None
+    return alias is not None and not alias.is_write
+
+
 def _opname(node) -> str:
     t = node.target
     if hasattr(t, "_schema"):
@@ -224,6 +234,7 @@ class Builder:
         self.env: dict = {}
         self.globals: list[Global] = []
         self.reduces: list[V] = []
+        self.order = {n: k for k, n in enumerate(trace.gm.graph.nodes)}  # graph position (in-place ops' checks)
         # a graph that ranks values (top-k) computes exp with the function eager uses (expf; torch.exp on the CPU),
         # not exp2(x * log2(e)): equal or adjacent values then compare as in eager, and the selection follows
         self.ranked = any(_opname(n) == "topk" for n in trace.gm.graph.nodes if n.op == "call_function")
@@ -262,6 +273,9 @@ class Builder:
                 self.env[node] = g
             elif node.op == "call_function":
                 self.env[node] = self.convert(node)
+                target = self.mutated(node)
+                if target is not None:
+                    self.env[target] = self.env[node]  # later reads of the tensor see its new value, as in eager
             elif node.op == "output":
                 out = node.args[0]
         outs = out if isinstance(out, (list, tuple)) else [out]
@@ -274,6 +288,28 @@ class Builder:
         return values
 
     # -- conversion ---------------------------------------------------------------------------------------------
+
+    def mutated(self, node):
+        """The graph value an in-place op (``sub_``, ``copy_``, ``clamp_min_``: its schema writes its first operand)
+        overwrites, or None for an op that writes nothing. The op is lowered out of place and the value's later
+        readers read the result, which is exact when the overwritten tensor is a tensor of its own: not an input (the
+        kernel would have to write it back), not a view of another tensor (its base would change too) and with no view
+        of it read after the write (the view was taken of the old value). Those cases raise ``Unsupported``."""
+        schema = getattr(node.target, "_schema", None)
+        alias = schema.arguments[0].alias_info if schema is not None and schema.arguments else None
+        if alias is None or not alias.is_write or not node.args or not isinstance(node.args[0], torch.fx.Node):
+            return None
+        dst = node.args[0]
+        if dst.op == "placeholder":
+            self.fail(node, f"an in-place {_opname(node)} of an input")
+        if _is_view(dst):
+            self.fail(node, f"an in-place {_opname(node)} of a view")
+        order = self.order
+        for view in dst.users:
+            if view is not node and _is_view(view) and order[view] < order[node] and any(
+                    order[u] > order[node] for u in view.users):
+                self.fail(node, f"an in-place {_opname(node)} of a tensor whose view is read after it")
+        return dst
 
     def arg(self, a):
         if isinstance(a, torch.fx.Node):
@@ -289,9 +325,8 @@ class Builder:
         val = node.meta.get("val")
         if node.target is operator.getitem:
             return args[0][args[1]]
-        if name.endswith("_") and not name.startswith("_") and isinstance(node.args[0], torch.fx.Node) and \
-                node.args[0].op != "placeholder" and len(node.args[0].users) == 1:
-            name = name[:-1]  # in place on a value nothing else reads (cosine_similarity's clamp_min_ of a clone)
+        if self.mutated(node) is not None:
+            name = name[:-1]  # computed out of place; ``run`` rebinds the tensor it wrote to the result
         if name in ("max", "min") and isinstance(val, (list, tuple)) and len(args) > 1:
             from tileagent.drafters.builtin import ranking  # (ranking.py builds on this module)
 
@@ -302,7 +337,8 @@ class Builder:
             return ranking.arg_extreme(self, node, name, args, kw)
         if not isinstance(val, (torch.Tensor, list, tuple)) or name in ("sym_size", "sym_float", "sym_int"):
             return self.scalar(node, name, args)
-        if not isinstance(val, torch.Tensor) and name not in ("split_with_sizes", "split", "topk"):
+        if not isinstance(val, torch.Tensor) and name not in ("split_with_sizes", "split", "topk", "cummax",
+                                                                "cummin"):
             self.fail(node)
         shape, dtype = (self.shape_of(node), val.dtype) if isinstance(val, torch.Tensor) else (None, None)
         if name in VIEW_OPS and name not in ("view", "_unsafe_view", "reshape", "_reshape_alias"):
@@ -314,121 +350,17 @@ class Builder:
 
         if isinstance(args[0], scan.ScanOut) and reshape and scan.reshaped(args[0], shape) is not None:
             return scan.reshaped(args[0], shape)
-        if name in ("cumsum", "cumprod"):
+        if name in scan.OPS:
             return scan.scan_value(self, node, name, args, kw)
         if name == "flip":
             return scan.flip(args[0], {d % len(args[0].shape) for d in args[1]}, shape, dtype, node)
-        if name in ("view", "_unsafe_view", "reshape", "_reshape_alias"):
-            src = args[0]
-            return Fn(shape, dtype, lambda cx, idx, s=src, sh=shape: s.load(cx, unravel(ravel(idx, sh), s.shape)),
-                      node).with_ins([src])
+        from tileagent.drafters.builtin import views  # (views.py builds on this module)
+
+        out = views.rewrite(self, node, name, args, kw, shape, dtype, val)
+        if out is not None:
+            return out
         if name in ("_to_copy", "convert_element_type", "to"):
             return self.cast(node, args[0], dtype, shape)
-        if name in ("expand", "broadcast_in_dim", "expand_copy"):
-            src = args[0]
-            if name == "broadcast_in_dim":
-                bdims = list(args[2])
-            else:
-                bdims = list(range(len(shape) - len(src.shape), len(shape)))
-            return Fn(shape, dtype, lambda cx, idx, s=src, b=bdims: s.load(
-                cx, [Lin.c(0) if s.shape[k].v == 1 else idx[b[k]] for k in range(len(s.shape))]), node).with_ins([src])
-        if name in ("permute", "transpose", "t", "numpy_T"):
-            src = args[0]
-            n = len(src.shape)
-            if name == "permute":
-                perm = [d % n for d in args[1]]
-            elif name == "t":
-                perm = [1, 0] if n == 2 else [0]
-            else:
-                a, b = args[1] % n, args[2] % n
-                perm = list(range(n))
-                perm[a], perm[b] = perm[b], perm[a]
-
-            def load(cx, idx, s=src, p=perm):
-                src_idx = [None] * len(p)
-                for k, d in enumerate(p):
-                    src_idx[d] = idx[k]
-                return s.load(cx, src_idx)
-            return Fn(shape, dtype, load, node).with_ins([src])
-        if name == "unsqueeze":
-            src = args[0]
-            d = args[1] % (len(src.shape) + 1)
-            return Fn(shape, dtype, lambda cx, idx, s=src, d=d: s.load(cx, idx[:d] + idx[d + 1:]), node).with_ins([src])
-        if name in ("squeeze", "squeeze_copy"):
-            src = args[0]
-            n = len(src.shape)
-            dims = args[1] if len(args) > 1 else [d for d in range(n) if src.shape[d].v == 1]
-            dims = [dims] if isinstance(dims, int) else list(dims)
-            dims = {d % n for d in dims if src.shape[d % n].v == 1}
-
-            def load(cx, idx, s=src, dims=dims):
-                it = iter(idx)
-                return s.load(cx, [Lin.c(0) if d in dims else next(it) for d in range(len(s.shape))])
-            return Fn(shape, dtype, load, node).with_ins([src])
-        if name in ("slice", "slice_copy"):
-            src = args[0]
-            n = len(src.shape)
-            d = (args[1] if len(args) > 1 else 0) % n
-            start = args[2] if len(args) > 2 else 0
-            step = args[4] if len(args) > 4 else 1
-            start = self.size(start) if start is not None else ZERO
-            if start.v < 0:
-                start = start + src.shape[d]
-            step = self.size(step)
-            return Fn(shape, dtype, lambda cx, idx, s=src, d=d, st=start, sp=step: s.load(
-                cx, idx[:d] + [idx[d].scale(sp) + Lin.c(st)] + idx[d + 1:]), node).with_ins([src])
-        if name in ("select",):
-            src = args[0]
-            n = len(src.shape)
-            d = args[1] % n
-            i = self.size(args[2])
-            if i.v < 0:
-                i = i + src.shape[d]
-            return Fn(shape, dtype, lambda cx, idx, s=src, d=d, i=i: s.load(cx, idx[:d] + [Lin.c(i)] + idx[d:]),
-                      node).with_ins([src])
-        if name in ("split_with_sizes", "split"):
-            src = args[0]
-            n = len(src.shape)
-            d = (args[2] if len(args) > 2 else kw.get("dim", 0)) % n
-            parts, start = [], ZERO
-            for part in val:
-                psh = [Size.of(s, self.t.hints) for s in part.shape]
-                parts.append(Fn(psh, dtype if False else part.dtype, lambda cx, idx, s=src, d=d, st=start: s.load(
-                    cx, idx[:d] + [idx[d] + Lin.c(st)] + idx[d + 1:]), node).with_ins([src]))
-                start = start + psh[d]
-            return parts
-        if name == "as_strided":
-            src = args[0]
-            sizes, strides = [self.size(s) for s in args[1]], [self.size(s) for s in args[2]]
-            offset = self.size(args[3]) if len(args) > 3 else ZERO
-
-            def load(cx, idx, s=src, st=strides, off=offset):
-                flat = Lin.c(off)
-                for i, k in zip(idx, st):
-                    flat = flat + i.scale(k)
-                return s.load(cx, unravel(flat, s.shape))
-            return Fn(shape, dtype, load, node).with_ins([src])
-        if name == "cat":
-            parts = [p for p in args[0] if not (len(p.shape) == 1 and p.shape[0].v == 0)]
-            d = (args[1] if len(args) > 1 else 0) % len(shape)
-            bounds, start = [], ZERO
-            for p in parts:
-                bounds.append(start)
-                start = start + p.shape[d]
-            kind = kind_of(dtype)
-
-            def load(cx, idx, parts=parts, d=d, bounds=bounds, kind=kind, total=shape[d]):
-                # each part is read where the index falls in it (cx.narrowed: the reads may then be tiles shifted
-                # along a row, which hold the part's values exactly there)
-                with cx.narrowed(idx[d], bounds[-1], total) if hasattr(cx, "narrowed") else _nothing():
-                    text = cx.convert(parts[-1], parts[-1].load(cx, idx[:d] + [idx[d] - Lin.c(bounds[-1])] +
-                                                                idx[d + 1:]), kind)
-                for p, b, e in reversed(list(zip(parts[:-1], bounds[:-1], bounds[1:]))):
-                    with cx.narrowed(idx[d], b, e) if hasattr(cx, "narrowed") else _nothing():
-                        v = cx.convert(p, p.load(cx, idx[:d] + [idx[d] - Lin.c(b)] + idx[d + 1:]), kind)
-                    text = f"T.if_then_else({idx[d].text()} < {e.t}, {v}, {text})"
-                return text
-            return Fn(shape, dtype, load, node).with_ins(parts)
         if name in ("empty", "empty_like", "new_empty", "empty_strided", "empty_permuted"):
             return Const(0, dtype, shape)  # an unused output of a decomposition (saved statistics)
         if name in ("full", "scalar_tensor", "full_like", "new_full", "zeros", "ones", "zeros_like", "ones_like",
@@ -452,37 +384,6 @@ class Builder:
             start, step = self.size(start), self.size(step)
             return Fn(shape, dtype, lambda cx, idx, a=start, b=step: cx.index_value(idx[0].scale(b) + Lin.c(a), dtype),
                       node).with_ins([])
-        if name in ("gather",):
-            src, d, index = args[0], args[1] % len(args[0].shape), args[2]
-
-            def load(cx, idx, s=src, d=d, ix=index):
-                dyn = Dyn(cx.int_value(ix, ix.load(cx, idx)), s.shape[d].v - 1)
-                return s.load(cx, idx[:d] + [Lin.atom(dyn)] + idx[d + 1:])
-            return Fn(shape, dtype, load, node).with_ins([src, index])
-        if name == "embedding":
-            weight, index = args[0], args[1]
-
-            def load(cx, idx, w=weight, ix=index):
-                dyn = Dyn(cx.int_value(ix, ix.load(cx, idx[:-1])), w.shape[0].v - 1)
-                return w.load(cx, [Lin.atom(dyn), idx[-1]])
-            return Fn(shape, dtype, load, node).with_ins([weight, index])
-        if name == "index_select":  # x.index_select(d, ix) is x[(:,) * d + (ix,)] (torch.roll's gather)
-            args = [args[0], [None] * (args[1] % len(args[0].shape)) + [args[2]]]
-            name = "index"
-        if name == "index" and len(args) > 1:
-            src, indices = args[0], list(args[1]) + [None] * (len(args[0].shape) - len(args[1]))
-            dims = [k for k, i in enumerate(indices) if i is not None]
-            if dims != list(range(dims[0], dims[0] + len(dims))):
-                self.fail(node, "advanced indexing with index tensors on dims that are not adjacent")
-            d, ixs = dims[0], [indices[k] for k in dims]
-            r = max(len(ix.shape) for ix in ixs)  # the index tensors broadcast to r dims, at d in the output
-
-            def load(cx, idx, s=src, d=d, ixs=ixs, r=r):
-                at = idx[d:d + r]
-                picked = [Lin.atom(Dyn(cx.int_value(ix, ix.load(cx, _bcast(at, ix.shape, at))), s.shape[d + k].v - 1))
-                          for k, ix in enumerate(ixs)]
-                return s.load(cx, idx[:d] + picked + idx[d + r:])
-            return Fn(shape, dtype, load, node).with_ins([src, *ixs])
         if name in ("mm", "bmm", "mv", "addmm"):
             from tileagent.drafters.builtin import matvec  # (matvec.py builds on this module)
 
@@ -490,6 +391,10 @@ class Builder:
         if name in ("sum", "amax", "amin", "var", "mean", "prod", "any", "all", "max", "min") and \
                 isinstance(val, torch.Tensor):
             return self.reduction(node, name, args, kw, shape, dtype)
+        if name in ("scatter_add", "scatter_reduce", "scatter", "index_put"):
+            from tileagent.drafters.builtin import scatter  # (scatter.py builds on this module)
+
+            return scatter.lower(self, node, name, args, kw, shape, dtype)
         if name == "topk":
             src, k = args[0], args[1]
             d = (args[2] if len(args) > 2 else kw.get("dim", -1)) % len(src.shape)
@@ -510,9 +415,15 @@ class Builder:
         if isinstance(val, torch.SymInt):
             return Size.of(val, self.t.hints)
         if name == "sym_float" and isinstance(args[0], Size):
-            return ScalarF(args[0])
+            return ScalarF(f"(1.0 * {args[0].t})")
         if isinstance(val, (int, float)):
             return val
+        if isinstance(val, torch.SymFloat) and name in SCALAR_OPS and len(args) == 2 and all(
+                isinstance(a, (ScalarF, Size, int, float)) for a in args):
+            # a float of sizes (label smoothing's eps / C): Python text over the size symbols, as eager's scalar
+            a, b = (a.text() if isinstance(a, ScalarF) else f"(1.0 * {a.t})" if isinstance(a, Size) else
+                    literal(a) for a in args)
+            return ScalarF(f"({a} {SCALAR_OPS[name]} {b})")
         self.fail(node, f"a scalar computation {name}")
 
     def cast(self, node, src, dtype, shape):
@@ -614,8 +525,6 @@ class Builder:
             pass
         else:
             self.fail(node)
-        if name in BINARY_F and BINARY_F[name] is None and not (name in ("fmod", "remainder") and out_kind == INT):
-            self.fail(node)  # float fmod / remainder (exact in torch) and atan2
         shapes = shape
 
         def operand(cx, a, idx, kind):
@@ -706,10 +615,13 @@ class Builder:
                 return scalar_division(a, b)
             if name in ("div", "true_divide") and isinstance(args[1], Reduce) and args[1].dtype == torch.float32:
                 return reduction_division(a, b)
-            if name in ("fmod", "remainder"):  # integers: % floors; fmod truncates (torch.roll's index arithmetic)
+            if name in ("fmod", "remainder") and k == INT:  # % floors; fmod truncates (torch.roll's indices)
                 m = cx.let(f"({a} % {b})")
                 return m if name == "remainder" else \
                     f"T.if_then_else({m} != 0 and (({a} < 0) != ({b} < 0)), {m} - {b}, {m})"
+            if name == "remainder":  # floats: torch's, the exact fmod moved to the divisor's sign (a phase wrap)
+                m = cx.let(f"T.fmod({a}, {b})")
+                return f"T.if_then_else({m} != 0.0 and (({m} < 0.0) != ({b} < 0.0)), {m} + {b}, {m})"
             if name == "pow":
                 p = args[1]
                 if isinstance(p, (int, float)) and not isinstance(p, bool):
@@ -763,13 +675,13 @@ def _bcast(idx, shape, out_shape):
 
 
 class ScalarF:
-    """A float computed from sizes (sym_float(n)): its Python text."""
+    """A float computed from sizes (``sym_float(n)``, arithmetic on it): its Python text over the size symbols."""
 
-    def __init__(self, size: Size):
-        self.size = size
+    def __init__(self, text: str):
+        self._text = text
 
     def text(self):
-        return f"(1.0 * {self.size.t})"
+        return self._text
 
 
 def _with_ins(self, ins):
