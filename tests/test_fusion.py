@@ -1023,6 +1023,17 @@ def test_a_forward_with_a_python_loop_of_many_steps_is_declined_without_tracing_
     assert time.monotonic() - start < 60
 
 
+def test_a_tensor_made_without_device_is_declined_saying_the_reference_fails_on_a_gpu(tmp_path):
+    ref = write_reference(tmp_path, "ones_no_device", '''
+        class Model(nn.Module):
+            def forward(self, x):
+                return x * torch.ones(x.shape[1], x.shape[1]).tril().sum(0)
+        ''', "[torch.randn(4, 32)]")
+    assert explain(str(ref))[1].endswith("(Model.forward makes a tensor without device=, on the CPU, and uses it "
+                                         "with its inputs: the reference fails the same way on a GPU; create it "
+                                         "with device=x.device)")
+
+
 def test_kl_div_with_its_nan_guard_drafts_and_matches(tmp_path):
     """F.kl_div decomposes with ``where(isnan(t), nan, ...)`` (a NaN constant and isnan were declined): one fused
     plan, correct on the CPU."""

@@ -110,8 +110,11 @@ def trace_aten(path, config: dict | None = None) -> AtenTrace:
             gm = make_fx(run, decomposition_table=decomposition_table(), tracing_mode="symbolic",
                          record_stack_traces=True)([tensors[n] for n in names], *inputs)
     except Exception as e:  # noqa: BLE001
-        raise TraceError(f"make_fx could not trace Model.forward: {type(e).__name__}: "
-                         f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        if "is not on the expected device meta" in first:  # a factory call without device= beside the inputs
+            first += (" (Model.forward makes a tensor without device=, on the CPU, and uses it with its inputs: the "
+                      "reference fails the same way on a GPU; create it with device=x.device)")
+        raise TraceError(f"make_fx could not trace Model.forward: {type(e).__name__}: {first}") from e
     input_names = list(inspect.signature(type(model).forward).parameters)[1:]
     places = [("param", n) for n in names] + [("input", k) for k in range(len(inputs))]
     hints, binds = {}, {}
