@@ -3,8 +3,9 @@
 In: ATen calls during ``make_fx`` (the decomposition-table functions: a depthwise 1-d convolution, average and adaptive
 average pooling, a constant pad) or functional calls (``Composites``, a TorchFunctionMode: ``F.embedding_bag`` of
 bags of one size, max pooling without indices, nearest upsampling by powers of two, ``torch.tensor`` of numbers).
-Out: the same values computed with views, slices, cat, expand, full and pointwise math. Guarantees: a form outside what each docstring states is left to
-ATen (``NotImplemented`` / the original call), where the drafter declines it naming the op.
+Out: the same values computed with views, slices, cat, expand, full and pointwise math. Guarantees: a form outside
+what each docstring states is left to ATen (``NotImplemented`` / the original call), where the drafter declines it
+naming the op; a forward of more than ``Composites.MAX_CALLS`` torch calls stops the trace (``TraceError``).
 """
 
 from __future__ import annotations
