@@ -3,7 +3,7 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session20|widths|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session20|widths|session2|session1|all]
 # Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
 # $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
@@ -20,8 +20,12 @@
 # session25: the four ops of session 25 (paged_kv_append, moe_combine, selective_scan, int4_dequant), plus
 # selective_scan's turn 2 (exact log1p softplus) as selective_scan+log1p; selective_scan never passed the CPU loop
 # (NaN placement under re-drawn A_log), both answers pass the committed reference (FIXED_INPUTS) on the CPU.
+# session25b: the four ops of session 25's second round (swa_decode, logits_entropy, gemma_rmsnorm, top_p_mask);
+# top_p_mask never passed the played reference (its unstable sort cuts a tie group in no fixed order); the answers
+# listed come from a second run against the committed reference (stable sort), as top_p_mask and
+# top_p_mask+early_exit.
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session20|widths|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-55}
 mkdir -p "$OUT"
@@ -99,6 +103,16 @@ SESSION25=(
   "selective_scan+log1p:answers/selective_scan/turn2.py"
   "int4_dequant:answers/int4_dequant/turn1.py"
 )
+# session 25, second round ("Session 25, second round" in RESULTS.md): three ops correct on the CPU at turn 1;
+# top_p_mask: the second run's turn 1 (against the committed reference, stable sort: correct on B=1, V=32000, the
+# other configs timed out on the CPU) and its turn 2 (bisection with an early exit: timed out, no verdict)
+SESSION25B=(
+  "swa_decode:answers/swa_decode/turn1.py"
+  "logits_entropy:answers/logits_entropy/turn1.py"
+  "gemma_rmsnorm:answers/gemma_rmsnorm/turn1.py"
+  "top_p_mask:answers/top_p_mask/stable/turn1.py"
+  "top_p_mask+early_exit:answers/top_p_mask/stable/turn2.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -120,9 +134,10 @@ case "$WHICH" in
   session24b) ANSWERS=("${SESSION24B[@]}") ;;
   session24c) ANSWERS=("${SESSION24C[@]}") ;;
   session25) ANSWERS=("${SESSION25[@]}") ;;
+  session25b) ANSWERS=("${SESSION25B[@]}") ;;
   widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
