@@ -24,14 +24,14 @@ import time
 from tileagent.evaluator.errors import CandidateError, Timeout
 from tileagent.evaluator.interpreter_sizes import model_elements
 
-FULL_RUN_ELEMENTS = 1 << 25
+FULL_RUN_ELEMENTS = 1 << 26
 """The most elements (inputs, parameters and buffers) a config's full-size run allocates on the CPU."""
 
 CALL_BUDGET_S = 20.0
 """The most time one call of the candidate may take in the interpreter at the larger sizes."""
 
 RULE = (f"once the checks pass, each config also runs once at its own sizes, or as near them as the interpreter "
-        f"finishes a call in {CALL_BUDGET_S:g} s (the free dims halved one at a time, in FREE_DIMS order)")
+        f"finishes a call in {CALL_BUDGET_S:g} s (the free dims halved one at a time, in FREE_DIMS order, to odd sizes)")
 """The full-size run, as the prompt and the feedback say it."""
 
 RAN, NOT_RAN = "also run once at", "not run at larger sizes than checked"
@@ -48,13 +48,16 @@ def sizes_text(config: dict) -> str:
 def attempts(spec, config: dict, checked: dict) -> list[dict]:
     """The sizes to run ``config`` (checked at ``checked``) at, largest first: as stated, then with its free dims
     halved one dim at a time in FREE_DIMS order (the first down to its value in ``checked`` before the next: a
-    batch dim listed first gives way before a sequence), at most ``MAX_ATTEMPTS``; sizes whose inputs and model
-    tensors hold more than ``FULL_RUN_ELEMENTS`` (or cannot be counted on the meta device) left out."""
+    batch dim listed first gives way before a sequence), each half plus one (4096 -> 2049: the large path meets a
+    tail too; played LLM, session 25: a grid of M // block_m passed at even sizes), at most ``MAX_ATTEMPTS``; sizes
+    whose inputs and model tensors hold more than ``FULL_RUN_ELEMENTS`` (or cannot be counted on the meta device)
+    left out."""
     free = [k for k in spec.free_dims if type(config.get(k)) is int and type(checked.get(k)) is int]
     sizes, run = [dict(config)], dict(config)
     for k in free:
         while run[k] > checked[k]:
-            run = {**run, k: max(checked[k], run[k] // 2)}
+            half = run[k] // 2 + 1 if run[k] // 2 + 1 < run[k] else run[k] // 2  # odd from even: a tail there too
+            run = {**run, k: max(checked[k], half)}
             sizes.append(run)
     out = []
     for run in sizes:

@@ -275,6 +275,17 @@ def _check_config(request: EvalRequest, spec, config: dict, index: int, device: 
     return checked.model_copy(update={"seconds": seconds})
 
 
+def _full_size_cut(done: list[ConfigResult], index, config, limit: float, device: str, timed: bool) -> EvalResult:
+    """The result of an evaluation whose full-size run (``evaluator.full_size``: the checks had all passed) outlasted
+    its phase (the reference at a config's full sizes can be slow on the CPU): "ok", with a note on the config."""
+    note = (f"{', '.join(f'{k}={v}' for k, v in (config or {}).items())}: the run at larger sizes did not finish "
+            f"within {limit:g} s (the kernel or the reference there); not run")
+    configs = list(done)
+    if isinstance(index, int) and index < len(configs):
+        configs[index] = configs[index].model_copy(update={"notes": [*configs[index].notes, note]})
+    return EvalResult(status="ok", device=device, timing_available=timed, configs=configs)
+
+
 def classify(error: BaseException, device: str = "cpu", candidate_path: str | None = None,
              reference_path: str | None = None) -> EvalError:
     """``error`` as an EvalError: EvalErrors as they are, unless the device is left unusable (then DeviceFault);
@@ -627,6 +638,9 @@ class EvalWorker:
                 message = w.read(deadline)
             except TimeoutError:
                 limit = budget_s(request, phase, index)
+                if phase == "full":  # best effort after every check passed: a run that outlasts it was not run
+                    self._restart()
+                    return _full_size_cut(done, index, config, limit, self.device, timed)
                 ran = time.monotonic() - running_since
                 if running is not None and ran >= REFERENCE_BLAME * limit:  # the reference's own step hangs: its
                     error = _reference_hung(running, limit, w, mark)     # stack says where, then the worker goes
