@@ -91,8 +91,11 @@ def check_fits(plan: SharedPlan, kernel, target) -> None:
     scratch = plan.total_bytes - plan.scratch_offset if plan.total_bytes > plan.scratch_offset else 0
     raise ResourceError(f"this kernel needs {plan.total_bytes} bytes of shared memory per block; {target.arch} "
                         f"allows {target.shared_bytes} (largest: {top or 'none'}" +
-                        (f"; scratch {scratch} B" if scratch else "") + ")", kernel.span, code="E801",
-                        hint="use smaller shared tiles or fewer pipeline stages, or keep data in fragments")
+                        (f"; scratch {scratch} B: the compiler's own staging, the most any one tile op needs "
+                         f"(a fragment copy that changes thread map, a reduction across warps, a fragment's scan)"
+                         if scratch else "") + ")", kernel.span, code="E801",
+                        hint="use smaller shared tiles or fewer pipeline stages, or keep data in fragments (a large "
+                             "scratch: smaller fragment tiles, or reduce each tile as it is made)")
 
 
 def _align(n: int, align: int = ALIGN) -> int:
