@@ -97,9 +97,9 @@ def test_the_moe_kernel_that_failed_passes_every_distribution(moe_spec):
     for r in results:
         (note,) = [n for n in r.notes if "(ties: " in n]
         assert note.startswith("output 1: ") and note.endswith(
-            " index(es) differ from the reference's only where it chose among equal values (ties: the same score in "
+            " element(s) differ from the reference's only where it chose among equal values (ties: the same score in "
             "the values its topk / sort / argmax call ranked, or a perturbation of the inputs by up to 2^-14 of each "
-            "value (2 epsilons in fp16 and bf16) changes its own index): accepted")
+            "value (2 epsilons in fp16 and bf16) changes its own choice): accepted")
 
 
 @pytest.mark.parametrize("distribution", UNDERFLOW)
@@ -291,3 +291,73 @@ def test_an_index_mismatch_reads_as_wrong_indices_not_wrong_math(moe_spec):
     assert f"{d['mismatched']} of {d['total']} indices (int64) differ from the reference's; an index is exact" in text
     assert "max abs error" not in text and "relative L2" not in text and "Inputs at that index" not in text
     assert "outliers" not in text and "a hidden distribution" in text
+
+
+TOP_P_REF = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """A top-p mask: probabilities ranked by a sort that is not stable, the smallest set reaching p kept, the
+    rest -inf (which of equal probabilities straddling p is kept is the sort's arbitrary choice)."""
+    def forward(self, logits):
+        p = torch.softmax(logits, dim=-1)
+        sp, idx = torch.sort(p, dim=-1, descending=True)
+        keep_sorted = (sp.cumsum(-1) - sp) < 0.5
+        keep = torch.zeros_like(keep_sorted).scatter(-1, idx, keep_sorted)
+        return logits.masked_fill(~keep, float("-inf"))
+
+CONFIGS = [{"B": 16, "V": 64}]
+def get_inputs(B=16, V=64):
+    return [torch.randn(B, V)]
+def get_init_inputs(B=16, V=64):
+    return []
+'''
+
+
+def _top_p(order):
+    """A top-p mask in plain torch ranking equal probabilities by ``order``: "low" (the lower index first: a stable
+    sort), "high" (the higher first), "all" (every probability tied with the last one kept also kept: wrong)."""
+    def candidate(logits):
+        p = torch.softmax(logits, dim=-1)
+        if order == "high":
+            sp, idx = torch.sort(p.flip(-1), dim=-1, descending=True, stable=True)
+            idx = p.shape[-1] - 1 - idx
+        else:
+            sp, idx = torch.sort(p, dim=-1, descending=True, stable=True)
+        keep_sorted = (sp.cumsum(-1) - sp) < 0.5
+        keep = torch.zeros_like(keep_sorted).scatter(-1, idx, keep_sorted)
+        if order == "all":  # also every element equal to the smallest kept probability
+            smallest = torch.where(keep, p, torch.ones_like(p)).amin(-1, keepdim=True)
+            keep = keep | (p == smallest)
+        return logits.masked_fill(~keep, float("-inf"))
+    return candidate
+
+
+def test_a_float_mask_decided_by_a_rank_among_equal_values_follows_the_tie_rule(tmp_path):
+    """Played LLM, session 25: a top-p mask over an unstable sort failed every turn on the ties distribution (which
+    of equal probabilities straddling p is masked is the sort's choice). Either convention of a kernel now passes,
+    row by row explained by one perturbed run of the reference; keeping every tied element (no run's choice) fails,
+    and so does a wrong threshold."""
+    spec = load_spec(write(tmp_path, TOP_P_REF, "top_p_ref.py"))
+    config = {"B": 16, "V": 64}
+    for order in ("low", "high"):
+        accepted = 0
+        for seed in range(3):
+            failure, check = judge(spec, _top_p(order), config, seed, "ties")
+            assert failure is None, failure.message
+            accepted += check.ties_accepted.get(0, 0)
+        assert accepted > 0  # the ties distribution made the sorts disagree somewhere
+    failures = [judge(spec, _top_p("all"), config, seed, "ties")[0] for seed in range(3)]
+    assert any(f is not None for f in failures)
+    wrong = next(f for f in failures if f is not None)
+    assert "row(s) are not explained by ties either" in wrong.message and wrong.details["ties_unexplained"] >= 1
+
+    def half_threshold(logits):
+        p = torch.softmax(logits, dim=-1)
+        sp, idx = torch.sort(p, dim=-1, descending=True, stable=True)
+        keep = torch.zeros_like(sp, dtype=torch.bool).scatter(-1, idx, (sp.cumsum(-1) - sp) < 0.3)
+        return logits.masked_fill(~keep, float("-inf"))
+
+    failure, _ = judge(spec, half_threshold, config, 0, "normal")
+    assert failure is not None and failure.details["ties_unexplained"] >= 1
