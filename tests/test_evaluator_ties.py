@@ -361,3 +361,28 @@ def test_a_float_mask_decided_by_a_rank_among_equal_values_follows_the_tie_rule(
 
     failure, _ = judge(spec, half_threshold, config, 0, "normal")
     assert failure is not None and failure.details["ties_unexplained"] >= 1
+
+
+def test_the_floating_tie_rule_gives_a_smooth_output_no_slack():
+    """A run of the reference that only drifts (within the tolerance of the reference everywhere) explains nothing: a
+    kernel just past the tolerance must not pass by landing within the tolerance of the drifted run."""
+    from tileagent.evaluator.spec import Tolerance
+
+    class Runs:  # the perturbed runs: the reference drifted by 0.9e-4 (inside its atol of 1e-4)
+        def outputs(self, i):
+            return (torch.full((4, 8), 0.9e-4),)
+
+    ref, kernel = torch.zeros(4, 8), torch.full((4, 8), 1.5e-4)  # 1.5e-4 off the reference, 0.6e-4 off the run
+    check = _ConfigCheck(None, None, "cpu", 0)
+    failure = check.compare_float_ties(0, kernel, ref, Runs(), Tolerance(1e-4, 1e-4, 1e-3), Mismatch("m"))
+    assert failure is not None and failure.details["ties_unexplained"] == 4 and not check.ties_accepted
+
+    class Jumps:  # a run where the reference itself jumped to the kernel's values in row 0 only
+        def outputs(self, i):
+            out = torch.zeros(4, 8)
+            out[0] = 1.5e-4
+            return (out,)
+
+    kernel[1:] = 0
+    assert check.compare_float_ties(0, kernel, ref, Jumps(), Tolerance(1e-4, 1e-4, 1e-3), Mismatch("m")) is None
+    assert check.ties_accepted == {0: 8}
