@@ -31,7 +31,8 @@ CALL_BUDGET_S = 20.0
 """The most time one call of the candidate may take in the interpreter at the larger sizes."""
 
 RULE = (f"once the checks pass, each config also runs once at its own sizes, or as near them as the interpreter "
-        f"finishes a call in {CALL_BUDGET_S:g} s (the free dims halved one at a time, in FREE_DIMS order, to odd sizes)")
+        f"finishes a call in {CALL_BUDGET_S:g} s (the free dims halved one at a time, in FREE_DIMS order, to odd "
+        f"sizes), compared with the reference as every check is: a path your kernel takes only at large sizes runs")
 """The full-size run, as the prompt and the feedback say it."""
 
 RAN, NOT_RAN = "also run once at", "not run at larger sizes than checked"

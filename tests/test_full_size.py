@@ -112,8 +112,9 @@ def test_a_correct_kernel_says_at_which_sizes_it_also_ran(tmp_path, monkeypatch)
                      "max abs err 0", "M=64, N=64: also run once at its own sizes on the CPU interpreter (normal "
                      "inputs): correct, max abs err 0"]
     assert "At the GPU's sizes (once the checks pass, each config also runs once at its own sizes, or as near them " \
-           "as the interpreter finishes a call in 20 s (the free dims halved one at a time, in FREE_DIMS order, to odd sizes)):\n" \
-           "- M=8192, N=64: also run once at its own sizes" in render_feedback(result)  # RULE says 20 s: the default
+           "as the interpreter finishes a call in 20 s (the free dims halved one at a time, in FREE_DIMS order, to " \
+           "odd sizes), compared with the reference as every check is: a path your kernel takes only at large sizes " \
+           "runs):\n- M=8192, N=64: also run once at its own sizes" in render_feedback(result)  # RULE's 20 s: default
 
 
 def test_sizes_the_interpreter_cannot_finish_in_time_are_named_and_fail_nothing(tmp_path, monkeypatch):
@@ -190,7 +191,8 @@ def test_a_full_size_run_that_outlasts_its_phase_leaves_the_checked_verdict(tmp_
 
     kernel, reference = _files(tmp_path)
     source = (tmp_path / "ref.py").read_text().replace(
-        "        return x * 2", "        if x.shape[0] > 1000:\n            import time; time.sleep(60)\n        return x * 2")
+        "        return x * 2",
+        "        if x.shape[0] > 1000:\n            import time; time.sleep(60)\n        return x * 2")
     (tmp_path / "ref.py").write_text(source)
     with EvalWorker("cpu") as worker:
         result = worker.evaluate(_request(kernel, reference, compile_timeout_s=8, run_timeout_s=1))
