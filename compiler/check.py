@@ -33,6 +33,8 @@ def check(func: PrimFunc) -> PrimFunc:
 
 
 class _Checker:
+    enclosing: tuple = ()  # the loops and branches around the statement being checked
+
     def body(self, stmts, in_kernel: bool, par_vars: tuple, static_par: bool) -> None:
         for s in stmts:
             try:
@@ -46,7 +48,7 @@ class _Checker:
     def stmt(self, s, in_kernel: bool, par_vars: tuple, static_par: bool) -> None:
         """Check ``s``; ``self.enclosing`` holds the loops and branches around it (tile ops' checks read it)."""
         if isinstance(s, (For, While, If)):
-            self.enclosing = getattr(self, "enclosing", ()) + (s,)
+            self.enclosing = self.enclosing + (s,)
             try:
                 return self._stmt(s, in_kernel, par_vars, static_par)
             finally:
@@ -147,7 +149,7 @@ class _Checker:
 
         if isinstance(s, Fill) and all(b.scope in ("local", "var") for b in op_for(s).effects(s).writes):
             return
-        for x in getattr(self, "enclosing", ()):
+        for x in self.enclosing:
             if isinstance(x, If) and depends_on(x.cond, self.thread_vars):
                 raise ScopeError(f"{what} under a condition on a thread index (T.get_thread_binding): a tile op or "
                                  f"T.Parallel is the whole block's (its threads split the tile), so the threads "

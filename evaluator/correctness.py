@@ -527,7 +527,7 @@ class _ConfigCheck:
         same_special = (o == r) | (torch.isnan(o) & torch.isnan(r))
         err = torch.where(finite, (o - r).abs(), torch.zeros_like(o))
         allowed = tol.atol + tol.rtol * r.abs()
-        bad = (~finite & ~same_special) | (finite & (err > allowed))
+        bad = _outside(o, r, tol)
         diff_l2 = float(torch.linalg.vector_norm(err))
         ref_l2 = float(torch.linalg.vector_norm(torch.where(finite, r, torch.zeros_like(r))))
         rel = diff_l2 / ref_l2 if ref_l2 > 0 else (0.0 if diff_l2 == 0 else math.inf)
@@ -719,7 +719,7 @@ rows left are unexplained)."""
 
 def _outside(out, ref, tol: Tolerance):
     """Where ``out`` is outside ``ref``'s tolerance (atol + rtol * |ref|); equal values (infinities, NaN and NaN)
-    are inside."""
+    are inside. The one definition of an element outside the tolerance (``compare_one``, the floating tie rule)."""
     o, r = out.detach().to(torch.float64), ref.detach().to(torch.float64)
     same = (o == r) | (torch.isnan(o) & torch.isnan(r))
     close = torch.isfinite(o) & torch.isfinite(r) & ((o - r).abs() <= tol.atol + tol.rtol * r.abs())

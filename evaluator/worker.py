@@ -278,8 +278,10 @@ def _check_config(request: EvalRequest, spec, config: dict, index: int, device: 
 def _full_size_cut(done: list[ConfigResult], index, config, limit: float, device: str, timed: bool) -> EvalResult:
     """The result of an evaluation whose full-size run (``evaluator.full_size``: the checks had all passed) outlasted
     its phase (the reference at a config's full sizes can be slow on the CPU): "ok", with a note on the config."""
-    note = (f"{', '.join(f'{k}={v}' for k, v in (config or {}).items())}: the run at larger sizes did not finish "
-            f"within {limit:g} s (the kernel or the reference there); not run")
+    from tileagent.evaluator.full_size import sizes_text
+
+    note = (f"{sizes_text(config or {})}: the run at larger sizes did not finish within {limit:g} s (the kernel or the "
+            f"reference there); not run")
     configs = list(done)
     if isinstance(index, int) and index < len(configs):
         configs[index] = configs[index].model_copy(update={"notes": [*configs[index].notes, note]})
@@ -648,8 +650,8 @@ class EvalWorker:
                     return failed(error, configs=done, device=self.device, timing_available=timed)
                 self._restart()
                 what = {"load": "loading the reference and the candidate", "check": f"checking config {config}",
-                        "full": f"running config {config} at larger sizes", "plan": f"compiling the kernels of config "
-                        f"{config} for the GPU"}.get(phase, f"timing config {config}")
+                        "plan": f"compiling the kernels of config {config} for the GPU"}.get(phase,
+                                                                                            f"timing config {config}")
                 during = "" if running is None else (f" (the reference's {running.get('what', 'code')} was running, "
                                                      f"for {ran:.2g} s: the phase's time went to many steps)")
                 budget = "" if phase != "check" else (f" (a config's checks have {request.run_timeout_s:g} s, "

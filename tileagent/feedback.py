@@ -9,8 +9,6 @@ crashes; a correct candidate -> ``timing`` when timed); numbers are formatted be
 
 from __future__ import annotations
 
-import math
-
 from tileagent.evaluator.records import ConfigResult, EvalResult
 from tileagent.evaluator.full_size import NOT_RAN, RAN, RULE as FULL_RUN_RULE
 from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE, TAILS_NOT_CHECKED

@@ -80,7 +80,7 @@ BUILTINS = {"wgmma_gemm": wgmma_gemm, "wait_wgmma": wait_wgmma}
 def _check_context(name: str, checker) -> None:
     """E701 inside T.Pipelined (see the module; under an ``if`` on a thread index, E509 as for every tile op:
     ``compiler.check``)."""
-    for x in getattr(checker, "enclosing", ()):
+    for x in checker.enclosing:
         if isinstance(x, For) and x.kind == "pipelined":
             raise UnsupportedError(f"{name} inside T.Pipelined is not supported: the software pipeline places its "
                                    "own wgmma waits", hint="write T.gemm inside T.Pipelined (the compiler keeps its "
