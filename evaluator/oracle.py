@@ -6,9 +6,11 @@ Guarantees: the inputs' floating tensors are cast to float64, and inside ``forwa
 float64: ``.float()``, ``.to(torch.float32)`` (positional or ``dtype=``), ``.type(torch.float32)``, a factory's
 ``dtype=torch.float32`` and the default dtype (``torch.zeros(n)``). References upcast 16-bit inputs with ``.float()``
 to compute in float32; without this the "float64" oracle was the float32 reference again (a KL divergence whose
-float32 reference is 1% off the exact loss then failed a kernel within 1e-5 of it: played LLM session 24). Casts to
-float16 / bfloat16 and to integers are kept: they are rounding the reference asks for (a quantization, an fp16
-result).
+float32 reference is 1% off the exact loss then failed a kernel within 1e-5 of it: played LLM session 24). A cast
+to float16 / bfloat16 (``.half()``, ``.bfloat16()``, ``.to`` / ``.type`` / ``dtype=`` of either) rounds as the
+reference asks (a quantization, an fp16 result) but its result is carried on in float64: the arithmetic after it is
+exact, not 16-bit (CUDA's ``torch.cumsum`` of an fp16 tensor adds in fp16, its CPU version in float32; a kernel that
+sums in float32 failed against the former). Casts to integers are kept.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from torch.overrides import TorchFunctionMode
 
 _F32 = torch.float32
 _F64 = torch.float64
+_LOW = (torch.float16, torch.bfloat16)
 
 
 class _KeepFloat64(TorchFunctionMode):
-    """Every cast to float32 inside the oracle's forward returns float64 (see the module docstring)."""
+    """Every cast to float32 inside the oracle's forward returns float64, every cast to 16 bits its rounded values
+    as float64 (see the module docstring)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -31,7 +35,10 @@ class _KeepFloat64(TorchFunctionMode):
             args = tuple(_F64 if a is _F32 else a for a in args)
         if kwargs.get("dtype") is _F32:
             kwargs["dtype"] = _F64
-        return func(*args, **kwargs)
+        rounds = func in (torch.Tensor.half, torch.Tensor.bfloat16) or kwargs.get("dtype") in _LOW or \
+            (func in (torch.Tensor.to, torch.Tensor.type) and any(isinstance(a, torch.dtype) and a in _LOW for a in args[1:]))
+        out = func(*args, **kwargs)
+        return out.to(_F64) if rounds and isinstance(out, torch.Tensor) and out.dtype in _LOW else out
 
 
 def run(model64, inputs):
