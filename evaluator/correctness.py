@@ -385,23 +385,32 @@ class _ConfigCheck:
         at most ``ORACLE_FACTOR`` times the reference's). None (accepted, with a note saying which rule decided) or
         ``failure`` with the oracle's numbers added. An infinity in ``out`` passes where the oracle's value rounded
         to the output's dtype is that infinity (fp16's 65504 * (1 + 2^-11) and beyond round to inf: a kernel that
-        skips the reference's intermediate roundings may overflow one rounding step before it); any other
-        non-finite output fails. An element the reference itself got as inf or NaN gives the reference no slack
-        (its error there is not a scale for the others)."""
+        skips the reference's intermediate roundings may overflow one rounding step before it), or is within a
+        factor 2 of the dtype's largest value (another order of the same products overflows in an intermediate: a
+        parallel cumprod under 'extremes' overflowed where the sequential reference ended at 3.38e38 < 3.40e38); any
+        other non-finite output fails. An element the reference itself got as inf or NaN gives the reference no slack
+        (its error there is not a scale for the others). Where the oracle is not finite (it overflowed too: a scan
+        over the 'extremes' distribution) the element is judged by the fixed rule alone and the others by the oracle
+        (played LLM session 25 on the H200: one such element had disabled the oracle for a whole output whose
+        cancellations of 1e30-sized terms left 4 of 3 million elements off by the reference's own rounding)."""
         o, r, t = (x.detach().to(torch.float64) for x in (out, ref, truth))
-        if t.shape != o.shape or not bool(torch.isfinite(t).all()):
+        if t.shape != o.shape:
             return failure
-        rounded_overflow = torch.isinf(o) & (o == t.to(out.dtype).to(torch.float64))
-        if not bool((torch.isfinite(o) | rounded_overflow).all()):
+        known = torch.isfinite(t)  # where the oracle itself overflowed, the fixed rule's verdict stands
+        if not bool(known.any()):
             return failure
-        o = torch.where(rounded_overflow, t, o)
-        err = (o - t).abs()
-        own = torch.where(torch.isfinite(r), (r - t).abs(), torch.zeros_like(r))
+        edge = (torch.sign(o) == torch.sign(t)) & (t.abs() >= torch.finfo(out.dtype).max / 2)
+        rounded_overflow = torch.isinf(o) & ((o == t.to(out.dtype).to(torch.float64)) | edge)
+        if not bool((torch.isfinite(o) | rounded_overflow | ~known).all()):
+            return failure
+        o, t = torch.where(rounded_overflow, t, o), torch.where(known, t, torch.zeros_like(t))
+        err = torch.where(known, (o - t).abs(), torch.zeros_like(o))
+        own = torch.where(torch.isfinite(r) & known, (r - t).abs(), torch.zeros_like(r))
         fixed = err <= tol.atol + tol.rtol * t.abs()
         relative = err <= ORACLE_FACTOR * own.max()  # the reference's worst error sets the scale: its error at one
         # element can be 0 by luck (a GroupNorm over inputs offset by 1000 failed on 8 such elements while its worst
         # error was within 1.2x the reference's)
-        bad = ~(fixed | relative)
+        bad = torch.where(known, ~(fixed | relative), _outside(out, ref, tol))
         t_l2 = float(torch.linalg.vector_norm(t))
         e_l2, own_l2 = float(torch.linalg.vector_norm(err)), float(torch.linalg.vector_norm(own))
         l2_ok = e_l2 <= tol.rel_l2 * t_l2 or e_l2 <= ORACLE_FACTOR * own_l2

@@ -95,6 +95,11 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
             br *= 2
     while pointwise and br < NR and (NX + bm - 1) // bm > 65535 and not (div and div % (2 * bm)):  # BM | div
         bm *= 2  # the grid's y (row blocks, when a row spans several tiles) holds at most 65535
+    while (pointwise and bm > 1 and bm * br >= THREADS * 8
+           and (NX + bm - 1) // bm * ((NR + br - 1) // br) * THREADS < FILL_THREADS):
+        bm //= 2  # a small pointwise kernel: fewer rows a block, down to 4 values a thread, until the grid has
+        # FILL_THREADS threads (half of the H200's resident threads): timestep_embedding at N=256, dim=320 ran 64
+        # blocks of 128 threads, 16 dependent sin / cos / exp each, 3x torch.compile's time
     while topk and bm > 8 and (NX + bm - 1) // bm < 1024:  # top-k: k block-wide passes over each value a thread
         bm //= 2  # holds; fewer rows per block fill the GPU (M=8192, E=64: 128 blocks at 0.12 waves); not under 8
         # rows, which the CPU interpreter runs 7x faster than 1 row per block
@@ -151,7 +156,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     kernels, forward = lifted(match.plans or [plan], knobs)
     constants = dict(knobs, STAGES=knobs.get("STAGES", 1), WIDE_ROWS=knobs.get("WIDE_ROWS", True),
                      STASH=knobs.get("STASH", 196608), HALF_STASH=knobs.get("HALF_STASH", True),
-                     ROUND_STEPS=knobs.get("ROUND_STEPS", True))
+                     ROUND_STEPS=knobs.get("ROUND_STEPS", True), FILL_THREADS=knobs.get("FILL_THREADS", 135168))
     tunables = {"THREADS": common.knob_values(knobs, "THREADS", (128, 256)),
                 "PER_THREAD": common.knob_values(knobs, "PER_THREAD", (8, 16, 32)),
                 "BR_MAX": common.knob_values(knobs, "BR_MAX", (1024, 4096, 8192)),
@@ -169,7 +174,8 @@ def render(match: FamilyMatch, knobs: dict) -> str:
            f"WIDE_ROWS (rows read twice that registers cannot hold: 512 threads a block, about a row per SM), "
            f"STASH (bytes of shared memory a 512-thread block keeps a row's tiles in between two passes over them), "
            f"HALF_STASH (16-bit rows read twice: in tiles through the stash rather than 2 x PER_THREAD a thread), "
-           f"ROUND_STEPS (16-bit intermediate results rounded after every op, as eager does).")
+           f"ROUND_STEPS (16-bit intermediate results rounded after every op, as eager does), FILL_THREADS (a "
+           f"pointwise kernel takes fewer rows a block until its grid has this many threads; 0: off).")
     if "schedule_split(" in forward:  # a reduction split over blocks: how many blocks it fills the GPU with
         constants["SPLIT_BLOCKS"] = knobs.get("SPLIT_BLOCKS", 1024)
     shim = SimpleNamespace(traced=plan.t)
