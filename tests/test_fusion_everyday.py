@@ -106,6 +106,16 @@ def test_diagonal_and_unfold_are_index_rewrites(body, tmp_path):
     _assert_correct(ref, candidate)
 
 
+def test_frames_of_a_signal_are_read_per_value_so_a_block_takes_many_frames(tmp_path):
+    """STFT framing on the H200 (round 2, session 26): each frame's samples were a row-uniform fragment copied at the
+    block's first row, which forced one 400-value frame a block (96k blocks, 49% of a copy). A base that moves with
+    every row of short rows is read per value now, so the schedule is free to put rows together."""
+    ref, candidate, source = _form(tmp_path, "frames", "return x.unfold(1, 40, 16) * 2.0", "[torch.randn(M, D)]",
+                                   config='{"M": 12, "D": 300}')
+    assert "T.copy(g_x[" not in source and "div=1" not in source and "v0 = T.cast(g_x[r0 + " in source
+    _assert_correct(ref, candidate)
+
+
 def test_a_number_derived_from_a_model_attribute_is_lifted(tmp_path):
     """A diffusion timestep embedding computes ``half = self.dim // 2`` in forward (arange's length, a divisor, the
     cat's offset): the kernels' numbers 32, 160, 640 across configs were declined as following no shape or attribute;

@@ -20,6 +20,8 @@ from tileagent.drafters.builtin.fusion_stash import stash
 from tileagent.drafters.builtin.scan import Scan, ScanOut, scan_lines
 from tileagent.drafters.builtin.index import ONE, Dyn, Lin, Size, Unsupported, Var, prod, ravel, unravel
 from tileagent.drafters.builtin.pointwise_text import ON_CUDA
+
+SHORT_ROW = 1024  # uniform_col: a row-uniform fragment only for rows longer than this when it moves every row
 from tileagent.drafters.builtin.values import (BOOL, DT, FLOAT, INT, Global, Reduce, TopK, TopKPart, V, _simple, _uses,
                                                _where, kind_of)
 
@@ -246,12 +248,18 @@ class KernelWriter:
         outermost row dims it reads (cos/sin per position under the heads of a rotary embedding, a padding mask per
         batch under its heads and queries, an embedding row per token with BM = 1): a (BR,) fragment loaded with one
         T.copy from ``base`` at the block's first row (vector loads) instead of an element read per value. Adds
-        the stride to ``self.row_div`` (schedule's ``div``); None when ``flat`` is not of that form."""
+        the stride to ``self.row_div`` (schedule's ``div``); None when ``flat`` is not of that form, or when a
+        pointwise kernel's base moves with every row of rows of at most ``SHORT_ROW`` values (the frames of an
+        STFT: BM = 1 made 96k blocks of 400 values, 49% of a copy on the H200): element reads then, any BM."""
         import re
 
         k = self.k
         rest = flat - k.col
         if rest.is_const():
+            return None
+        innermost = k.xvars[-1].name if k.xvars else None
+        if k.pointwise and k.R.v <= SHORT_ROW and all(not isinstance(a, Dyn) for a, _ in rest.terms) and \
+                any(innermost in re.findall(r"\b[A-Za-z_]\w*\b", a.text()) for a, _ in rest.terms):
             return None
         strides, stride = {}, ONE
         for v in reversed(k.xvars):
