@@ -3,7 +3,7 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session20|widths|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session20|widths|session2|session1|all]
 # Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
 # $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
@@ -24,8 +24,11 @@
 # top_p_mask never passed the played reference (its unstable sort cuts a tie group in no fixed order); the answers
 # listed come from a second run against the committed reference (stable sort), as top_p_mask and
 # top_p_mask+early_exit.
+# session26: the four ops of session 26 (ce_zloss, repetition_penalty, group_quant_int8, fp8_block_dequant), each
+# correct on the CPU at turn 1; group_quant_int8 divides by 127 as torch does per device (its GPU path multiplies by
+# the float32 reciprocal, never run on the CPU).
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session20|widths|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-55}
 mkdir -p "$OUT"
@@ -113,6 +116,13 @@ SESSION25B=(
   "top_p_mask:answers/top_p_mask/stable/turn1.py"
   "top_p_mask+early_exit:answers/top_p_mask/stable/turn2.py"
 )
+# session 26 ("Session 26" in RESULTS.md): every op correct on the CPU at turn 1
+SESSION26=(
+  "ce_zloss:answers/ce_zloss/turn1.py"
+  "repetition_penalty:answers/repetition_penalty/turn1.py"
+  "group_quant_int8:answers/group_quant_int8/turn1.py"
+  "fp8_block_dequant:answers/fp8_block_dequant/turn1.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -135,9 +145,10 @@ case "$WHICH" in
   session24c) ANSWERS=("${SESSION24C[@]}") ;;
   session25) ANSWERS=("${SESSION25[@]}") ;;
   session25b) ANSWERS=("${SESSION25B[@]}") ;;
+  session26) ANSWERS=("${SESSION26[@]}") ;;
   widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
