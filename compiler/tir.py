@@ -65,6 +65,13 @@ def written_buffers(stmts) -> set:
     return out | {s.dst for s in walk(stmts) if isinstance(s, (VecCopy, VecAtomicAdd))}
 
 
+def keeps_wide(e) -> bool:
+    """Whether a 64-bit integer node of a global index evaluates its narrower operands in 64 bits too, as the index
+    itself is (an int64 label plus ``row * V``: the 32-bit product overflowed before its cast): a sum, difference,
+    product or select; a division keeps the targets' own rule (32 bits, then widened)."""
+    return isinstance(e, Select) or (isinstance(e, BinOp) and e.op in ("+", "-", "*"))
+
+
 def nonneg(e, known=frozenset()) -> bool:
     """Whether an integer expression is provably >= 0 (then C's ``/`` and ``%`` are floor division and modulo): a
     constant >= 0, a hardware index, a variable in ``known``, or +, *, /, //, %, min, max, an integer cast or a select

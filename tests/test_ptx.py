@@ -436,3 +436,22 @@ def test_sin_and_cos_are_approximate_instructions_only_under_fast_math():
     assert ptxas.ptx_to_cubin(ptx, "sm_90a", cache=False)[:4] == b"\x7fELF"
     with pytest.raises(PtxUnsupported, match=r"sin \(IEEE\) is left to NVVM's libdevice"):
         generate(module_of(tileagent.compile(main, target="cpu:sm_90a"), "sm_90a"), "sm_90a", fast_math=False)
+
+
+def test_an_int64_label_plus_a_row_offset_is_computed_in_64_bits_on_both_targets():
+    """Played LLM session 26: ``X[r, lab]`` with int64 labels (every torch index tensor) lowered to ``lab + (long
+    long)(r * 128256)``: the row offset multiplied in 32 bits, wrong from row 16744 (a 32768-token cross entropy at
+    Llama-3's vocabulary). The product is 64-bit now on the CUDA and the PTX target, as with int32 labels."""
+    from tileagent.compiler.targets import cuda
+
+    @T.prim_func
+    def main(X: T.Tensor((64, 128256), "bfloat16"), Ids: T.Tensor((64,), "int64"), Y: T.Tensor((64,), "float32")):
+        with T.Kernel(64, threads=32) as r:
+            lab = Ids[r]
+            Y[r] = T.cast(X[r, lab], "float32")
+
+    module = module_of(tileagent.compile(main, target="cpu:sm_90a"), "sm_90a")
+    src = cuda.generate(module)
+    assert "lab + ((long long)r * 128256LL)" in src and "(r * 128256)" not in src
+    ptx = generate(module, "sm_90a")
+    assert re.search(r"mul\.(wide\.s32|lo\.s64)", ptx) and not re.search(r"mul\.lo\.s32\s+%r\d+, %r\d+, 128256", ptx)

@@ -14,21 +14,22 @@ Guarantees:
   float16/bfloat16/fp8 arithmetic and math are computed in float32 and rounded back after every operation;
   float->int casts truncate.
 - 64-bit indexing: the index of every *global* Load/Store/AtomicAdd/VecCopy is evaluated in ``long long`` (every
-  narrower integer leaf of the index expression is widened before the arithmetic), so ``row * stride`` products
-  cannot overflow 32 bits. Values bound by ``Let`` keep their IR dtype; shared/local indices stay ``int``.
+  narrower integer leaf of the index expression is widened before the arithmetic, under 64-bit nodes too: an int64
+  label plus ``row * stride``), so ``row * stride`` products cannot overflow 32 bits. Values bound by ``Let`` keep
+  their IR dtype; shared/local indices stay ``int``.
 - ``VecCopy`` becomes one ``uint1``/``uint2``/``uint4`` access per side whose ``width * bytes`` is 4, 8 or 16
-  (:func:`vector_bytes`); local arrays are declared ``__align__(16)`` so that this is legal for them too. A vector
-  read of a global tensor the kernel never writes, by a VecCopy with an ``eviction_policy``, goes through the
-  hinted helper of ``compiler.targets.cuda_cache_hints``; scalar and other reads stay plain.
+  (:func:`vector_bytes`); local arrays are ``__align__(16)`` so that this is legal for them too. A vector read of a
+  global tensor the kernel never writes, by a VecCopy with an ``eviction_policy``, goes through the hinted helper of
+  ``compiler.targets.cuda_cache_hints``; scalar and other reads stay plain.
 - ``VecAtomicAdd`` becomes one vector ``atomicAdd`` (``cuda_atomic``, as are T.atomic_max/min).
 - A wgmma accumulator whose every access names a compile-time element is written as named scalars (``acc_0,
   acc_1, ...``; ``cuda_registers`` says which and why: NVVM's time; ``cuda_scalars`` writes them), the static
   ``unroll`` loops that reach it unrolled in the source; every other local array is a ``__align__(16)`` C array.
 - ``Mma``, ``LdMatrix`` and the asynchronous copies are emitted by ``compiler.targets.cuda_tensor``, reached through
   the instruction registry (``compiler.instructions.cuda_emitters``); atomic max/min by ``cuda_atomic``.
-- Headers (``cuda_fp16.h``, ``cuda_bf16.h``, ``cuda_fp8.h``) are included only when their types are used; NVRTC
-  needs the CUDA include directory for them (``compiler.runtime.nvrtc`` passes it). A module whose float16 or
-  bfloat16 use is the type and its two float32 conversions gets a few lines of our own instead of the header
+- Headers (``cuda_fp16.h``, ``cuda_bf16.h``, ``cuda_fp8.h``) are included only when their types are used (NVRTC
+  gets the CUDA include directory from ``compiler.runtime.nvrtc``). A module whose float16 or bfloat16 use is the
+  type and its two float32 conversions gets a few lines of our own instead of the header
   (``compiler.targets.cuda_prelude``: the same PTX, identical cubins, less for NVRTC to parse).
 - Kernel and variable names are sanitized to unique C identifiers; :func:`kernel_symbol` gives the exported name.
 """
@@ -58,7 +59,7 @@ from tileagent.compiler.targets.cuda_scalars import bind_let, declare_scalars, e
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
 from tileagent.compiler.targets.cuda_tma import HELPERS as TMA_HELPERS
 from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
-                          SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP, WarpSpecialize, nonneg,
+                          SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP, WarpSpecialize, keeps_wide, nonneg,
                           written_buffers)
 
 # low-precision floats: (header, to float32, from float32). Their arithmetic is done in float32.
@@ -610,7 +611,9 @@ class _KernelEmitter:
     def ex(self, e, wide: bool = False) -> str:
         """C++ for ``e``; with ``wide``, an integer expression narrower than 64 bits is computed in long long."""
         e = as_expr(e)
-        w = wide and e.dtype.is_int and e.dtype.bits < 64
+        if wide and isinstance(e, Cast) and e.dtype == "int64" and e.value.dtype.is_int:  # `lab + (long long)(r * V)`
+            return self.ex(e.value, wide=True)  # (lab int64): r * V in long long, not the int product widened after
+        w = wide and e.dtype.is_int and (e.dtype.bits < 64 or (e.dtype == "int64" and keeps_wide(e)))
         handler = _EXPR_HANDLERS.get(type(e))
         if handler is None:
             self.fail(f"cannot emit expression {type(e).__name__}")

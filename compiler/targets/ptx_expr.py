@@ -32,7 +32,7 @@ from tileagent.compiler.dtypes import DType
 from tileagent.compiler.targets.cuda_literals import bits16, round_to
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Unary, Var, as_expr
 from tileagent.compiler.ir.visit import loads
-from tileagent.compiler.tir import LANE, THREAD, WARP, nonneg
+from tileagent.compiler.tir import LANE, THREAD, WARP, keeps_wide, nonneg
 
 
 class PtxUnsupported(Exception):
@@ -319,7 +319,9 @@ class Values:
         dt = e.dtype
         if dt.is_int and dt.bits < 32:
             raise PtxUnsupported(f"{dt} arithmetic")
-        w = wide and dt.is_int and dt.bits < 64
+        if wide and isinstance(e, Cast) and dt == "int64" and e.value.dtype.is_int:  # an int64 label + (int64)(r * V):
+            return self.ev(e.value, wide=True)  # r * V in 64 bits, not the 32-bit product widened after it
+        w = wide and dt.is_int and (dt.bits < 64 or (dt == "int64" and keeps_wide(e)))
         if isinstance(e, BinOp):
             return self.binop(e, w)
         if isinstance(e, Cmp):
