@@ -111,6 +111,91 @@ def test_cumsum_of_a_replicated_fragment():
         torch.testing.assert_close(b, a.sum(1).cumsum(0), rtol=1e-5, atol=1e-4)
 
 
+def test_split_spreads_few_long_lines_over_the_block():
+    """One line over the whole block, chunks of at least MIN_CHUNK, a power of two threads a line whose butterfly
+    partners exist; many lines keep one thread each."""
+    from tileagent.compiler.tileops.cumsum import Split, split
+
+    assert split((1, 4096), 1, 256) == Split(lines=1, n=4096, parts=256, chunk=16)
+    assert split((1, 4096), -1, 128) == Split(1, 4096, 128, 32)
+    assert split((2, 1000), 1, 128) == Split(2, 1000, 64, 16)
+    assert split((64,), 0, 128) == Split(1, 64, 16, 4)
+    assert split((64, 16), 1, 128) == Split(64, 16, 2, 8)
+    assert split((256, 16), 1, 64) == Split(256, 16, 1, 16)
+    assert split((1, 256), 1, 48) == Split(1, 256, 16, 16)  # 32 lanes would need a second, partial warp
+    assert split((1, 256), 1, 96) == Split(1, 256, 64, 4)
+
+
+def _split_case(M, N, scope, dim, reverse, threads, dtype="float32"):
+    """(interpreter result, emulated lowered result, exact float64 reference, kernel) of one (M, N) tile."""
+    torch_dtype = getattr(torch, dtype)
+    if torch_dtype.is_floating_point:  # magnitudes from 1e-3 to 1e3: a changed order changes the rounding
+        a = (torch.randn(M, N) * 10.0 ** torch.randint(-3, 4, (M, N))).to(torch_dtype)
+    else:
+        a = torch.randint(-1000, 1000, (M, N), dtype=torch_dtype)
+    func = tiled_cumsum(M, N, M, N, scope, dim, reverse, dtype=dtype, threads=threads)
+    cpu, sim = run(func, "cpu", a, torch_dtype), run(func, "sim", a, torch_dtype)
+    return cpu, sim, reference(a, M, N, dim % 2, reverse, torch.float64), tileagent.compile(func, target="sim")
+
+
+@pytest.mark.parametrize("scope,dim,reverse,threads,parts", [
+    ("fragment", 1, False, 256, 256),  # a (1, 4096) row on 256 threads: 8 warps, warp totals through the scratch
+    ("shared", 1, True, 128, 128),  # the suffix scan of a shared row, chunks of 32
+    ("fragment", -1, True, 96, 64),  # 64 of 96 threads: the third warp idles through the shuffles
+])
+def test_a_long_row_is_scanned_by_the_whole_block(scope, dim, reverse, threads, parts):
+    """A (1, 4096) tile: each thread scans a chunk, shuffles give the chunk offsets; the lowered program agrees with
+    the interpreter bit for bit and with the exact sums within float32 rounding."""
+    cpu, sim, exact, kernel = _split_case(1, 4096, scope, dim, reverse, threads)
+    assert torch.equal(cpu, sim)
+    torch.testing.assert_close(sim.double(), exact, rtol=1e-5, atol=2e-3)
+    assert f"chunk scans in the shared scratch: {parts} threads a line" in kernel.get_ir("thread")
+    source = kernel.get_kernel_source()
+    assert "__shfl_xor_sync" in source and "__syncthreads" in source
+
+
+@pytest.mark.parametrize("M,N,scope,dim,reverse,threads", [
+    (2, 1000, "fragment", 1, False, 128),  # 2 lines x 64 threads: two warps a line
+    (2, 256, "shared", 1, True, 64),  # 2 lines x 32 threads: one warp a line
+    (300, 3, "shared", 0, False, 128),  # down 3 columns of 300: 32 threads a column, a short last chunk
+    (4, 70, "fragment", 1, True, 128),  # 32 threads a line, chunks of 4, the last parts empty
+])
+def test_few_lines_split_among_many_threads_match_torch(M, N, scope, dim, reverse, threads):
+    cpu, sim, exact, _ = _split_case(M, N, scope, dim, reverse, threads)
+    assert torch.equal(cpu, sim)
+    torch.testing.assert_close(sim.double(), exact, rtol=1e-5, atol=2e-3)
+
+
+@pytest.mark.parametrize("dtype,scope", [("int32", "fragment"), ("int64", "shared"), ("int16", "fragment")])
+def test_integer_rows_split_among_threads_are_exact(dtype, scope):
+    cpu, sim, exact, kernel = _split_case(2, 2048, scope, 1, True, 128, dtype=dtype)
+    assert torch.equal(cpu, sim) and torch.equal(sim, exact.to(sim.dtype))
+    assert "64 threads a line" in kernel.get_ir("thread")
+
+
+@pytest.mark.parametrize("scope", ["shared", "fragment"])
+def test_half_row_split_among_threads_rounds_once(scope):
+    """float16 in and out over a (1, 2048) row: float32 sums, one rounding; interpreter and lowered code agree."""
+    a = (torch.rand(1, 2048) + 0.5).half()
+    func = tiled_cumsum(1, 2048, 1, 2048, scope, 1, False, dtype="float16", threads=128)
+    cpu, sim = run(func, "cpu", a, torch.float16), run(func, "sim", a, torch.float16)
+    assert torch.equal(cpu, sim)
+    exact = reference(a, 1, 2048, 1, False, torch.float64)
+    assert ((cpu.double() - exact).abs() <= exact.abs() * 2 ** -11 * 1.01).all()
+
+
+def test_chunk_scans_read_one_bank_per_lane():
+    """Chunks of 32 float32s laid side by side put a warp's 32 lanes in one bank at every step; the scratch gives
+    each part an odd stride, so the lanes' elements lie in 32 distinct banks."""
+    from tileagent.compiler.lower.cumsum import stride
+    from tileagent.compiler.tileops.cumsum import split
+
+    for shape, threads in (((1, 4096), 128), ((1, 4096), 256), ((2, 1000), 128), ((64, 16), 128)):
+        sp = split(shape, 1, threads)
+        lanes = torch.arange(32)
+        assert len(set((lanes * stride(sp) % 32).tolist())) == 32
+
+
 def test_cumsum_prints_like_the_dsl():
     text = tileagent.compile(tiled_cumsum(64, 64, 32, 64, "shared", 1, True), target="cpu").get_ir("tile")
     assert "T.cumsum(s, t, dim=1, reverse=True)" in text
@@ -156,8 +241,23 @@ def test_cumsum_diagnostics():
 def test_cumsum_lowered_source_compiles_for_sm80_and_sm90a():
     from tileagent.compiler.runtime.nvrtc import compile_to_cubin
 
-    for scope in ("shared", "fragment"):
-        source = tileagent.compile(tiled_cumsum(100, 70, 32, 64, scope, 1, True, dtype="float16"),
+    for scope, shape, threads in (("shared", (32, 64), 128), ("fragment", (32, 64), 128),
+                                  ("fragment", (1, 4096), 256), ("shared", (2, 2048), 128)):
+        source = tileagent.compile(tiled_cumsum(100, 4096, *shape, scope, 1, True, dtype="float16", threads=threads),
                                    target="sim").get_kernel_source()
         for arch in ("sm_80", "sm_90a"):
             assert compile_to_cubin(source, arch, cache=False)[:4] == b"\x7fELF"
+
+
+def test_the_split_scan_becomes_ptx_that_ptxas_assembles():
+    """The PTX emitter (the default path where ptxas exists) covers the chunk scans, shuffles and warp totals."""
+    from tileagent.compiler import passes
+    from tileagent.compiler.runtime import ptxas
+    from tileagent.compiler.target import for_arch
+    from tileagent.compiler.targets.ptx import generate
+
+    kernel = tileagent.compile(tiled_cumsum(1, 4096, 1, 4096, "fragment", 1, True, threads=256), target="cpu:sm_90a")
+    module = passes.run(kernel.func, for_arch("sm_90a", "sim"), kernel.options, until="lower_tile_ops").module
+    ptx = generate(module, "sm_90a")
+    assert ptx.count("shfl.sync.bfly") == 5
+    assert ptxas.ptx_to_cubin(ptx, "sm_90a", cache=False)[:4] == b"\x7fELF"
