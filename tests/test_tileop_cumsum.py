@@ -184,6 +184,20 @@ def test_half_row_split_among_threads_rounds_once(scope):
     assert ((cpu.double() - exact).abs() <= exact.abs() * 2 ** -11 * 1.01).all()
 
 
+def test_a_split_line_rounds_its_sums_mostly_at_chunk_magnitude():
+    """Each output is its chunk's own prefix sum plus the chunk's offset: a few roundings at the line's magnitude
+    (sums up to 4.1e6 here, half an ulp 0.125), where one thread's running sum rounds at every element."""
+    from tileagent.compiler.tileops.cumsum import split_scan
+
+    x = torch.randn(8, 4096) + 1000.0
+    exact = x.double().cumsum(1)
+
+    def worst(y):
+        return float((y.double() - exact).abs().max())
+
+    assert worst(split_scan(x, 256, 16)) < 1.0 < 2.0 < worst(split_scan(x, 1, 4096))
+
+
 def test_chunk_scans_read_one_bank_per_lane():
     """Chunks of 32 float32s laid side by side put a warp's 32 lanes in one bank at every step; the scratch gives
     each part an odd stride, so the lanes' elements lie in 32 distinct banks."""

@@ -10,10 +10,10 @@ the accumulation dtype, laid out by part: part ``k`` of line ``l`` at ``(l * par
 elements in scan order (reversed for a suffix scan; ``stride``: the chunk rounded up to an odd number, so the chunk
 scans have no bank conflicts); fragments are stored by their holders (replica 0), shared tiles by all threads in
 row-major order; barrier; ``_scan_scratch``; barrier; the results are read back (rounded into dst's
-dtype); barrier, so the scratch is free for the next op. ``_scan_scratch``, with several parts a line: pass 1 sums
-each chunk, ``shfl_xor`` butterflies give each part the exclusive sum of the parts before it within its warp (the
-warp totals of a line that spans several warps go through the scratch after the line data), pass 2 rescans each
-chunk from that offset and writes the sums in place.
+dtype); barrier, so the scratch is free for the next op. ``_scan_scratch``, with several parts a line: pass 1
+scans each chunk in place from 0 (its total stays in a register), ``shfl_xor`` butterflies give each part the
+exclusive sum of the parts before it within its warp (the warp totals of a line that spans several warps go through
+the scratch after the line data), pass 2 adds that offset to each of the chunk's sums in place.
 Guarantees: the results agree bit for bit with ``CumSumOp.interpret`` (same order, same dtypes); shuffles run
 outside any thread-dependent branch; every barrier is reached by every thread.
 """
@@ -160,13 +160,13 @@ def _scan_scratch(ctx, s, sp: Split, ws, acc_dt) -> list:
         return guarded(ctx, active, [loop])
 
     x = Load(ws, (pos,), acc_dt)
-    rescan = over_chunk([set_reg(0, make_binop("+", reg(0), x)), Store(ws, (pos,), reg(0), s.span)])
-    if sp.parts == 1:
-        body = [set_reg(0, zero)] + rescan
+    local = over_chunk([set_reg(0, make_binop("+", reg(0), x)), Store(ws, (pos,), reg(0), s.span)])
+    if sp.parts == 1:  # the line's sums in place
+        body = [set_reg(0, zero)] + local
         return [Declare(regs, span=s.span), For(r, 0, rounds, 1, "serial", tuple(body), span=s.span)] \
             if rounds > 1 else [Declare(regs, span=s.span)] + body
     out = [Declare(regs, span=s.span), set_reg(0, zero), set_reg(1, zero)]
-    out += over_chunk([set_reg(0, make_binop("+", reg(0), x))])  # pass 1: the chunk's total
+    out += local  # pass 1: the chunk's own prefix sums in place; its total stays in the running sum
     mask = 1
     while mask < min(sp.parts, 32):  # exclusive butterfly over the parts of a warp
         out += [set_reg(2, Call("shfl_xor", (reg(0), Const(mask, DType("int32")), Const(32, DType("int32"))),
@@ -190,8 +190,7 @@ def _scan_scratch(ctx, s, sp: Split, ws, acc_dt) -> list:
         out += guarded(ctx, active, [For(w, 0, sp.warps, 1, "serial", tuple(guarded(
             ctx, make_cmp("<", w, make_binop("-", warp, first)), [add])), span=s.span)])
         out.append(set_reg(1, make_binop("+", reg(2), reg(1))))
-    out.append(set_reg(0, reg(1)))
-    return out + rescan  # pass 2: from the offset, the chunk's sums in place
+    return out + over_chunk([Store(ws, (pos,), make_binop("+", reg(1), x), s.span)])  # pass 2: offset + own sums
 
 
 def _sequential_in_place(ctx, s, sp: Split, acc_dt) -> list:

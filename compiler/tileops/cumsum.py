@@ -11,13 +11,14 @@ Summation order (``split``, from the shape, ``dim`` and the block's thread count
 ``threads // lines`` allows while a part keeps at least ``MIN_CHUNK`` elements (1 when lines > threads / 2: one
 thread per line). Part ``k`` of a line holds its ``chunk`` = ceil(n / parts) consecutive elements from
 ``k * chunk`` (counted from the end of the line for a suffix scan; trailing parts may be short or empty). With one
-part, the running sum starts at 0 and adds the line's elements in order. With several: (1) each part sums its
-chunk in order from 0 (its total); (2) the totals are combined by an exclusive butterfly over the parts of a warp
-(rounds ``mask`` = 1, 2, ... < min(parts, 32): ``other`` = the total of part ``k ^ mask``; where ``k & mask``,
-``excl = other + excl``; ``total = total + other``), and when a line spans several warps the warp totals before a
-part's warp are added in warp order from 0 (``off``) and ``excl = off + excl``; (3) each part's running sum starts
-at ``excl`` and adds its chunk in order, giving its outputs. Accumulation is in float32 (float64 for float64, the
-dtype itself for integers) and each output is rounded once into dst's dtype.
+part, the running sum starts at 0 and adds the line's elements in order. With several: (1) each part scans its chunk
+in order from 0 (its local sums; the last is its total); (2) the totals are combined by an exclusive butterfly over
+the parts of a warp (rounds ``mask`` = 1, 2, ... < min(parts, 32): ``other`` = the total of part ``k ^ mask``; where
+``k & mask``, ``excl = other + excl``; ``total = total + other``), and when a line spans several warps the warp
+totals before a part's warp are added in warp order from 0 (``off``) and ``excl = off + excl``; (3) each output is
+``excl + local``. So a sum is rounded at most about chunk + log2(parts) + 1 times, mostly at chunk magnitudes (one
+thread per line: n times). Accumulation is in float32 (float64 for float64, the dtype itself for integers) and each
+output is rounded once into dst's dtype.
 Lowering: ``compiler.lower.cumsum`` (that order in the thread IR, through the shared scratch).
 Interpreter: the same order, vectorized over lines and parts (``split_scan``), so the two agree bit for bit.
 """
@@ -102,28 +103,26 @@ def split_scan(x: torch.Tensor, parts: int, chunk: int) -> torch.Tensor:
     xp = torch.zeros((lines, parts * chunk), dtype=x.dtype)
     xp[:, :n] = x
     xp = xp.view(lines, parts, chunk)
-    run = torch.zeros((lines, parts), dtype=x.dtype)
+    total, local = torch.zeros((lines, parts), dtype=x.dtype), torch.empty_like(xp)
+    for i in range(chunk):
+        total = total + xp[:, :, i]
+        local[:, :, i] = total
     if parts > 1:
-        total = torch.zeros_like(run)
-        for i in range(chunk):
-            total = total + xp[:, :, i]
+        excl = torch.zeros_like(total)
         lane, mask = torch.arange(parts), 1
         while mask < min(parts, 32):
             other = total[:, lane ^ mask]
-            run = torch.where((lane & mask) != 0, other + run, run)
+            excl = torch.where((lane & mask) != 0, other + excl, excl)
             total = total + other
             mask *= 2
         if parts > 32:
             warp_totals, warp = total[:, ::32], lane // 32
-            off = torch.zeros_like(run)
+            off = torch.zeros_like(excl)
             for w in range(parts // 32):
                 off = torch.where(w < warp, off + warp_totals[:, w:w + 1], off)
-            run = off + run
-    out = torch.empty_like(xp)
-    for i in range(chunk):
-        run = run + xp[:, :, i]
-        out[:, :, i] = run
-    return out.view(lines, parts * chunk)[:, :n]
+            excl = off + excl
+        local = excl[:, :, None] + local
+    return local.view(lines, parts * chunk)[:, :n]
 
 
 def accumulation_dtype(dtype: DType) -> DType:
