@@ -1062,12 +1062,17 @@ SCAN_FORMS = {  # forward body (x: (M, D), y: (M, D)) -> what it returns
 
 
 @pytest.mark.parametrize("form", sorted(SCAN_FORMS))
-def test_scans_draft_as_shifted_additions_over_tiles(form, tmp_path):
+def test_scans_draft_as_tile_scans_with_a_carry(form, tmp_path):
     """cumsum / cumprod (KernelBench level 1, 89-93) were declined: a scan is a kernel of its own that walks a row's
-    tiles in order (5 tiles here, BR_MAX = 64) scanning each in shared memory with its carry; a reversed, exclusive,
-    masked, transposed or further used scan composes with views, math and reductions around it. Correct on the CPU."""
+    tiles in order (5 tiles here, BR_MAX = 64) scanning each with its carry: a sum with T.cumsum (the block's threads
+    split the tile's rows), a product with shifted multiplications in shared memory; a reversed, exclusive, masked,
+    transposed or further used scan composes with views, math and reductions around it. Correct on the CPU."""
     ref, candidate, source = _form(tmp_path, form, SCAN_FORMS[form], "[torch.randn(M, D), torch.randn(M, D)]", "x, y")
-    assert "T.alloc_shared((BM, BR)" in source and "BR_MAX = 64" in source
+    assert "BR_MAX = 64" in source
+    if form == "cumprod":
+        assert "T.alloc_shared((BM, BR)" in source and "T.cumsum" not in source
+    else:
+        assert "T.cumsum(fo0, dim=1" in source and "T.alloc_shared((BM, BR)" not in source
     if form == "reverse":  # flip, scan, flip: one suffix-scan kernel writing the output
         assert source.count("@tileagent.jit") == 1 and "(NK - 1 - kk) * BR" in source
     _assert_correct(ref, candidate, ("normal", "offset"))
