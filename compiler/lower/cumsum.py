@@ -7,13 +7,13 @@ How: ``tileops.cumsum.split`` fixes the summation order from the shape, ``dim`` 
 docstring gives the order; the tile interpreter follows the same one). Shared tiles scanned one thread per line are
 scanned in place (``_sequential_in_place``). Everything else goes through the shared scratch (``ctx.scratch``) in
 the accumulation dtype, laid out by part: part ``k`` of line ``l`` at ``(l * parts + k) * stride``, its chunk's
-elements in scan order (reversed for a suffix scan; ``stride``: the chunk rounded up to an odd number, so the chunk
-scans have no bank conflicts); fragments are stored by their holders (replica 0), shared tiles by all threads in
-row-major order; barrier; ``_scan_scratch``; barrier; the results are read back (rounded into dst's
-dtype); barrier, so the scratch is free for the next op. ``_scan_scratch``, with several parts a line: pass 1
-scans each chunk in place from 0 (its total stays in a register), ``shfl_xor`` butterflies give each part the
-exclusive sum of the parts before it within its warp (the warp totals of a line that spans several warps go through
-the scratch after the line data), pass 2 adds that offset to each of the chunk's sums in place.
+elements in scan order (reversed for a suffix scan; ``stride``: the chunk rounded up to an odd number, so the
+chunk scans of 4-byte elements have no bank conflicts); fragments are stored by their holders (replica 0), shared
+tiles by all threads in row-major order; barrier; ``_scan_scratch``; barrier; the results are read back (rounded
+into dst's dtype); barrier, so the scratch is free for the next op. ``_scan_scratch``, with several parts a line:
+pass 1 scans each chunk in place from 0 (its total stays in a register), ``shfl_xor`` butterflies give each part
+the exclusive sum of the parts before it within its warp (the warp totals of a line that spans several warps go
+through the scratch after the line data), pass 2 adds that offset to each of the chunk's sums in place.
 Guarantees: the results agree bit for bit with ``CumSumOp.interpret`` (same order, same dtypes); shuffles run
 outside any thread-dependent branch; every barrier is reached by every thread.
 """
@@ -32,6 +32,7 @@ from tileagent.compiler.tileops.cumsum import Split, accumulation_dtype, split
 from tileagent.compiler.tir import LANE, THREAD, Barrier, Declare
 
 UNROLLED_CHUNK = 32  # chunk scans up to this long are unrolled (constant scratch offsets after the thread's base)
+
 
 def _split(s, threads: int) -> Split:
     return split(s.src.shape, s.dim % s.src.ndim, threads)
@@ -58,6 +59,7 @@ def scratch_bytes(s, threads: int) -> int:
 
 
 def lower_cumsum(ctx, s) -> list:
+    """Thread IR of ``s`` (the module docstring says how)."""
     acc_dt = accumulation_dtype(s.dst.dtype)
     sp = _split(s, ctx.threads)
     shape, dim = tuple(s.src.shape), s.dim % s.src.ndim

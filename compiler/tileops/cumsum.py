@@ -8,8 +8,9 @@ Check: scopes, shapes, ``dim`` in range, numeric dtypes. Effects: reads src, wri
 Layouts (free): cumsum puts no constraint on fragment layouts; an unassigned one takes the blocked default.
 Summation order (``split``, from the shape, ``dim`` and the block's thread count): each line along ``dim``
 (``lines`` = product of the other extents) is split among ``parts`` threads, a power of two: the most that
-``threads // lines`` allows while a part keeps at least ``MIN_CHUNK`` elements (1 when lines > threads / 2: one
-thread per line). Part ``k`` of a line holds its ``chunk`` = ceil(n / parts) consecutive elements from
+``threads // lines`` allows while a part keeps at least ``MIN_CHUNK`` elements and ``threads`` is a multiple of
+min(parts, 32) (1 when lines > threads / 2: one thread per line). Float results therefore depend on the block's
+thread count, within float rounding; integer results do not. Part ``k`` of a line holds its ``chunk`` = ceil(n / parts) consecutive elements from
 ``k * chunk`` (counted from the end of the line for a suffix scan; trailing parts may be short or empty). With one
 part, the running sum starts at 0 and adds the line's elements in order. With several: (1) each part scans its chunk
 in order from 0 (its local sums; the last is its total); (2) the totals are combined by an exclusive butterfly over
