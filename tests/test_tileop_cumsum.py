@@ -116,14 +116,14 @@ def test_split_spreads_few_long_lines_over_the_block():
     partners exist; many lines keep one thread each."""
     from tileagent.compiler.tileops.cumsum import Split, split
 
-    assert split((1, 4096), 1, 256) == Split(lines=1, n=4096, parts=256, chunk=16)
-    assert split((1, 4096), -1, 128) == Split(1, 4096, 128, 32)
-    assert split((2, 1000), 1, 128) == Split(2, 1000, 64, 16)
-    assert split((64,), 0, 128) == Split(1, 64, 16, 4)
-    assert split((64, 16), 1, 128) == Split(64, 16, 2, 8)
+    assert split((1, 4096), 1, 256) == Split(lines=1, n=4096, parts=256, chunk=17)  # 241 parts hold elements
+    assert split((1, 4096), -1, 128) == Split(1, 4096, 128, 33)
+    assert split((2, 1000), 1, 128) == Split(2, 1000, 64, 17)
+    assert split((64,), 0, 128) == Split(1, 64, 16, 5)
+    assert split((64, 16), 1, 128) == Split(64, 16, 2, 9)
     assert split((256, 16), 1, 64) == Split(256, 16, 1, 16)
-    assert split((1, 256), 1, 48) == Split(1, 256, 16, 16)  # 32 lanes would need a second, partial warp
-    assert split((1, 256), 1, 96) == Split(1, 256, 64, 4)
+    assert split((1, 256), 1, 48) == Split(1, 256, 16, 17)  # 32 lanes would need a second, partial warp
+    assert split((1, 256), 1, 96) == Split(1, 256, 64, 5)
 
 
 def _split_case(M, N, scope, dim, reverse, threads, dtype="float32"):
@@ -140,7 +140,7 @@ def _split_case(M, N, scope, dim, reverse, threads, dtype="float32"):
 
 @pytest.mark.parametrize("scope,dim,reverse,threads,parts", [
     ("fragment", 1, False, 256, 256),  # a (1, 4096) row on 256 threads: 8 warps, warp totals through the scratch
-    ("shared", 1, True, 128, 128),  # the suffix scan of a shared row, chunks of 32
+    ("shared", 1, True, 128, 128),  # the suffix scan of a shared row, in place, chunks of 33
     ("fragment", -1, True, 96, 64),  # 64 of 96 threads: the third warp idles through the shuffles
 ])
 def test_a_long_row_is_scanned_by_the_whole_block(scope, dim, reverse, threads, parts):
@@ -149,7 +149,8 @@ def test_a_long_row_is_scanned_by_the_whole_block(scope, dim, reverse, threads, 
     cpu, sim, exact, kernel = _split_case(1, 4096, scope, dim, reverse, threads)
     assert torch.equal(cpu, sim)
     torch.testing.assert_close(sim.double(), exact, rtol=1e-5, atol=2e-3)
-    assert f"chunk scans in the shared scratch: {parts} threads a line" in kernel.get_ir("thread")
+    where = "in place" if scope == "shared" else "in the shared scratch"
+    assert f"chunk scans {where}: {parts} threads a line" in kernel.get_ir("thread")
     source = kernel.get_kernel_source()
     assert "__shfl_xor_sync" in source and "__syncthreads" in source
 
@@ -184,6 +185,28 @@ def test_half_row_split_among_threads_rounds_once(scope):
     assert ((cpu.double() - exact).abs() <= exact.abs() * 2 ** -11 * 1.01).all()
 
 
+@pytest.mark.parametrize("scope", ["shared", "fragment"])
+@pytest.mark.parametrize("dim,reverse", [(0, True), (1, False), (2, True)])
+def test_a_3d_tile_is_scanned_along_any_dim(scope, dim, reverse):
+    """(4, 3, 50) on 128 threads: 150 lines of 4 (one thread each), 200 lines of 3, or 12 lines of 50 split 8
+    ways; interpreter and lowered code agree bit for bit and match torch."""
+    alloc = T.alloc_shared if scope == "shared" else T.alloc_fragment
+
+    @T.prim_func
+    def main(A: T.Tensor((4, 3, 50), "float32"), B: T.Tensor((4, 3, 50), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            s = alloc((4, 3, 50), "float32")
+            T.copy(A, s)
+            T.cumsum(s, dim=dim, reverse=reverse)
+            T.copy(s, B)
+
+    a = torch.randn(4, 3, 50)
+    cpu, sim = run(main, "cpu", a, torch.float32), run(main, "sim", a, torch.float32)
+    assert torch.equal(cpu, sim)
+    want = a.double().flip(dim).cumsum(dim).flip(dim) if reverse else a.double().cumsum(dim)
+    torch.testing.assert_close(sim.double(), want, rtol=1e-5, atol=1e-4)
+
+
 def test_a_split_line_rounds_its_sums_mostly_at_chunk_magnitude():
     """Each output is its chunk's own prefix sum plus the chunk's offset: a few roundings at the line's magnitude
     (sums up to 4.1e6 here, half an ulp 0.125), where one thread's running sum rounds at every element."""
@@ -199,15 +222,42 @@ def test_a_split_line_rounds_its_sums_mostly_at_chunk_magnitude():
 
 
 def test_chunk_scans_read_one_bank_per_lane():
-    """Chunks of 32 float32s laid side by side put a warp's 32 lanes in one bank at every step; the scratch gives
-    each part an odd stride, so the lanes' elements lie in 32 distinct banks."""
+    """Chunks of 32 float32s side by side put a warp's 32 lanes in one bank at every step; split chunks are odd, and
+    so is the scratch's stride per part, so the lanes' elements lie in 32 distinct banks."""
     from tileagent.compiler.lower.cumsum import stride
     from tileagent.compiler.tileops.cumsum import split
 
-    for shape, threads in (((1, 4096), 128), ((1, 4096), 256), ((2, 1000), 128), ((64, 16), 128)):
+    for shape, threads in (((1, 4096), 128), ((1, 4096), 256), ((2, 1000), 128), ((64, 16), 128), ((256, 16), 64)):
         sp = split(shape, 1, threads)
         lanes = torch.arange(32)
         assert len(set((lanes * stride(sp) % 32).tolist())) == 32
+        assert sp.parts == 1 or len(set((lanes * sp.chunk % 32).tolist())) == 32
+
+
+def test_a_large_shared_row_is_split_in_place():
+    """A float32 (1, 32768) shared row on 256 threads: chunks of 129 scanned in the tile itself; the scratch holds
+    only the 8 warp totals, so the kernel fits where a copy of the row in the scratch would not (128 KB + 128 KB)."""
+    a = torch.randn(1, 32768)
+    func = tiled_cumsum(1, 32768, 1, 32768, "shared", 1, False, threads=256, in_place=True)
+    kernel = tileagent.compile(func, target="sim")
+    assert "chunk scans in place: 256 threads a line, 129 elements each" in kernel.get_ir("thread")
+    assert kernel.module.kernels[0].shared_bytes <= 32768 * 4 + 64
+    cpu, sim = run(func, "cpu", a, torch.float32), run(func, "sim", a, torch.float32)
+    assert torch.equal(cpu, sim)
+    torch.testing.assert_close(sim.double(), a.double().cumsum(1), rtol=1e-5, atol=1e-2)
+
+
+def test_a_large_half_shared_row_keeps_one_thread_per_line():
+    """A float16 shared tile cannot hold exact chunk sums; its float32 copy would take 128 KB of scratch (over
+    SHARED_SCRATCH_MAX), so one thread scans the row in place as before, and the interpreter knows it."""
+    from tileagent.compiler.ir.visit import walk
+    from tileagent.compiler.tileops.cumsum import CumSum, split_of
+
+    func = tiled_cumsum(1, 32768, 1, 32768, "shared", 1, False, dtype="float16", threads=256, in_place=True)
+    kernel = tileagent.compile(func, target="sim")
+    assert "sequential scan per line in place" in kernel.get_ir("thread")
+    assert kernel.module.kernels[0].shared_bytes <= 32768 * 2 + 64
+    assert split_of(next(s for s in walk(kernel.func.body) if isinstance(s, CumSum)), 256).parts == 1
 
 
 def test_cumsum_prints_like_the_dsl():

@@ -6,21 +6,23 @@ Both operands are whole buffers of one shape, both fragments or both shared tile
 
 Check: scopes, shapes, ``dim`` in range, numeric dtypes. Effects: reads src, writes dst.
 Layouts (free): cumsum puts no constraint on fragment layouts; an unassigned one takes the blocked default.
-Summation order (``split``, from the shape, ``dim`` and the block's thread count): each line along ``dim``
-(``lines`` = product of the other extents) is split among ``parts`` threads, a power of two: the most that
-``threads // lines`` allows while a part keeps at least ``MIN_CHUNK`` elements and ``threads`` is a multiple of
-min(parts, 32) (1 when lines > threads / 2: one thread per line). Float results therefore depend on the block's
-thread count, within float rounding; integer results do not. Part ``k`` of a line holds its ``chunk`` = ceil(n / parts) consecutive elements from
-``k * chunk`` (counted from the end of the line for a suffix scan; trailing parts may be short or empty). With one
-part, the running sum starts at 0 and adds the line's elements in order. With several: (1) each part scans its chunk
-in order from 0 (its local sums; the last is its total); (2) the totals are combined by an exclusive butterfly over
-the parts of a warp (rounds ``mask`` = 1, 2, ... < min(parts, 32): ``other`` = the total of part ``k ^ mask``; where
-``k & mask``, ``excl = other + excl``; ``total = total + other``), and when a line spans several warps the warp
-totals before a part's warp are added in warp order from 0 (``off``) and ``excl = off + excl``; (3) each output is
-``excl + local``. So a sum is rounded at most about chunk + log2(parts) + 1 times, mostly at chunk magnitudes (one
-thread per line: n times). Accumulation is in float32 (float64 for float64, the dtype itself for integers) and each
-output is rounded once into dst's dtype.
-Lowering: ``compiler.lower.cumsum`` (that order in the thread IR, through the shared scratch).
+Summation order (``split_of``, from the shape, ``dim``, scopes, dtypes and the block's thread count): each line
+along ``dim`` (``lines`` = product of the other extents) is split among ``parts`` threads, a power of two: the most
+that ``threads // lines`` allows while a part keeps at least ``MIN_CHUNK`` elements and ``threads`` is a multiple of
+min(parts, 32); 1 (one thread per line) when lines > threads / 2, and for a shared tile of a narrower dtype than
+its sums whose scratch would pass ``SHARED_SCRATCH_MAX``. Float results therefore depend on the block's thread
+count, within float rounding; integer results do not. Part ``k`` of a line holds its ``chunk`` = ceil(n / parts),
+made odd, consecutive elements from ``k * chunk`` (counted from the end of the line for a suffix scan; trailing
+parts may be short or empty). With one part, the running sum starts at 0 and adds the line's elements in order.
+With several: (1) each part scans its chunk in order from 0 (its local sums; the last is its total); (2) the totals
+are combined by an exclusive butterfly over the parts of a warp (rounds ``mask`` = 1, 2, ... < min(parts, 32):
+``other`` = the total of part ``k ^ mask``; where ``k & mask``, ``excl = other + excl``; ``total = total +
+other``), and when a line spans several warps the warp totals before a part's warp are added in warp order from 0
+(``off``) and ``excl = off + excl``; (3) each output is ``excl + local``. So a sum is rounded at most about chunk +
+log2(parts) + 1 times, mostly at chunk magnitudes (one thread per line: n times). Accumulation is in float32
+(float64 for float64, the dtype itself for integers) and each output is rounded once into dst's dtype.
+Lowering: ``compiler.lower.cumsum`` (that order in the thread IR: in place in shared tiles, through the shared
+scratch for fragments).
 Interpreter: the same order, vectorized over lines and parts (``split_scan``), so the two agree bit for bit.
 """
 
@@ -65,6 +67,7 @@ BUILTINS = {"cumsum": cumsum}
 
 
 MIN_CHUNK = 4  # the fewest elements of a line a thread scans when several threads split it
+SHARED_SCRATCH_MAX = 48 * 1024  # bytes of scratch a 16-bit (or other narrower) shared tile's split scan may take
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +89,9 @@ def split(shape, dim: int, threads: int) -> Split:
     """The ``Split`` of a cumsum over a tile of ``shape`` along ``dim`` in a block of ``threads`` threads.
 
     Guarantees: ``lines * parts <= threads`` when parts > 1; parts is a power of two and ``threads`` is a multiple of
-    min(parts, 32) (so a part's butterfly partners exist); every part but one-thread-per-line has at least
-    ``MIN_CHUNK`` elements in its chunk."""
+    min(parts, 32) (so a part's butterfly partners exist); with several parts the chunk is odd (so the chunks the
+    lanes of a warp scan side by side start in distinct banks) and at least ``MIN_CHUNK``, and the trailing parts
+    may be short or empty; with one, the chunk is the line."""
     shape = tuple(int(x) for x in shape)
     dim %= len(shape)
     n, lines = shape[dim], math.prod(x for d, x in enumerate(shape) if d != dim)
@@ -95,7 +99,21 @@ def split(shape, dim: int, threads: int) -> Split:
     while (lines * parts * 2 <= threads and -(-n // (parts * 2)) >= MIN_CHUNK
            and threads % min(parts * 2, 32) == 0):
         parts *= 2
-    return Split(lines, n, parts, -(-n // parts))
+    if parts == 1:
+        return Split(lines, n, 1, n)
+    return Split(lines, n, parts, -(-n // parts) | 1)
+
+
+def split_of(s, threads: int) -> Split:
+    """The ``Split`` of CumSum ``s`` in a block of ``threads``: ``split``, except that a shared dst whose dtype is
+    not the accumulation dtype (it cannot hold exact chunk sums in place) scans one thread per line where its
+    lines in the accumulation dtype would take more than ``SHARED_SCRATCH_MAX`` bytes of scratch."""
+    sp = split(s.src.shape, s.dim % s.src.ndim, threads)
+    acc = accumulation_dtype(s.dst.dtype)
+    if (sp.parts > 1 and s.dst.scope == "shared" and s.dst.dtype != acc
+            and sp.lines * sp.parts * sp.chunk * acc.bytes > SHARED_SCRATCH_MAX):
+        return Split(sp.lines, sp.n, 1, sp.n)
+    return sp
 
 
 def split_scan(x: torch.Tensor, parts: int, chunk: int) -> torch.Tensor:
@@ -181,7 +199,7 @@ class CumSumOp(TileOp):
     def interpret(self, s, it, mask) -> None:
         acc_dt = accumulation_dtype(s.dst.dtype).torch
         dim = s.dim % s.src.ndim
-        sp = split(s.src.shape, dim, it.block_threads)  # the lowering's order (lower.cumsum) for these threads
+        sp = split_of(s, it.block_threads)  # the lowering's order (lower.cumsum) for these threads
         x = it.mem[s.src].to(acc_dt).movedim(dim, -1)
         lines = x.reshape(sp.lines, sp.n)
         out = split_scan(lines.flip(1) if s.reverse else lines, sp.parts, sp.chunk)
