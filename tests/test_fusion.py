@@ -1078,6 +1078,26 @@ def test_scans_draft_as_tile_scans_with_a_carry(form, tmp_path):
     _assert_correct(ref, candidate, ("normal", "offset"))
 
 
+def test_the_suites_row_cumsum_scans_whole_rows_of_tiles_on_the_block(tmp_path):
+    """cumsum_rows (KernelBench L1 89-like, fp32): (1, 4096) tiles on 128 threads, each T.cumsum split 128 ways
+    (chunks of 33), the carry across a row's tiles; the lowered kernel (SIMT emulator) agrees with the interpreter
+    bit for bit over a row of 3 tiles, and the draft is correct under the evaluator on the CPU."""
+    import tileagent
+
+    source, module = _candidate("cumsum_rows", tmp_path)
+    assert "T.cumsum(fo0, dim=1)" in source and "sa0" not in source
+    assert module["schedule"](4096, 4096, False, False, False) == (1, 4096, 128)
+    x = torch.randn(2, 9000, generator=torch.Generator().manual_seed(SEED))
+    out = {}
+    for target in ("cpu", "sim"):
+        kernel = tileagent.compile(module["kernel0"].fn(2, 9000, "float32", 1, 4096, 128), out_idx=[1], target=target)
+        out[target] = kernel(x)
+    assert torch.equal(out["cpu"], out["sim"])
+    torch.testing.assert_close(out["sim"].double(), x.double().cumsum(1), rtol=1e-5, atol=1e-4)
+    assert "chunk scans in the shared scratch: 128 threads a line, 33 elements each" in kernel.get_ir("thread")
+    _assert_correct(REPO / "bench" / "suite" / "cumsum_rows.py", tmp_path / "cumsum_rows_candidate.py")
+
+
 POOL_FORMS = {  # forward body (x: (N, C, H, W)) -> what it returns
     "max2d_module": "return self.pool(x)",
     "max2d_padded_fp16": "return F.max_pool2d(x.half(), kernel_size=3, stride=2, padding=1)",
