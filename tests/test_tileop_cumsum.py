@@ -247,6 +247,32 @@ def test_a_large_shared_row_is_split_in_place():
     torch.testing.assert_close(sim.double(), a.double().cumsum(1), rtol=1e-5, atol=1e-2)
 
 
+def test_a_reduction_after_an_in_place_split_reuses_the_scratch_safely():
+    """The warp totals of a shared row split in place live in the scratch; a reduction across warps right after
+    writes it too: a barrier ends the totals' reads (the emulator reports the race without it)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((1, 4096), "float32"), B: T.Tensor((1, 4096), "float32"), C: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=256) as bx:
+            s = T.alloc_shared((1, 4096), "float32")
+            f = T.alloc_fragment((1, 4096), "float32")
+            r = T.alloc_fragment((1,), "float32")
+            T.copy(A, s)
+            T.copy(A, f)
+            T.cumsum(s, dim=1)
+            T.reduce_sum(f, r, dim=1)
+            T.copy(s, B)
+            T.copy(r, C)
+
+    a = torch.randn(1, 4096)
+    out = {}
+    for target in ("cpu", "sim"):
+        out[target] = torch.full((1, 4096), float("nan")), torch.full((1,), float("nan"))
+        tileagent.compile(main, target=target)(a, *out[target])
+    assert torch.equal(out["cpu"][0], out["sim"][0])
+    torch.testing.assert_close(out["sim"][1], a.sum(1, keepdim=True)[0], rtol=1e-5, atol=1e-4)
+
+
 def test_a_large_half_shared_row_keeps_one_thread_per_line():
     """A float16 shared tile cannot hold exact chunk sums; its float32 copy would take 128 KB of scratch (over
     SHARED_SCRATCH_MAX), so one thread scans the row in place as before, and the interpreter knows it."""

@@ -147,7 +147,8 @@ def _scan(ctx, s, sp: Split, read_at, write_at, acc_dt, totals_base: int) -> lis
     """Thread IR: the inclusive scan of every line in ``split_of``'s order. ``read_at(line, j, pos)`` and
     ``write_at(line, j, pos)`` give (buffer, index) of the element at position ``j`` (scan order) of ``line``
     (``pos``: its scratch element) to read and to keep the sums at; the warp totals of a line that spans several
-    warps go to the scratch from ``totals_base`` (a barrier follows their reads). Ends without a barrier."""
+    warps go to the scratch from ``totals_base`` (0: in place, and a barrier follows their reads). Ends without a
+    barrier."""
     regs = ctx.scratch_registers(f"cs_{s.dst.name}", 3, acc_dt)  # [running sum, exclusive offset, shuffled value]
 
     def reg(k):
@@ -208,7 +209,9 @@ def _scan(ctx, s, sp: Split, read_at, write_at, acc_dt, totals_base: int) -> lis
         out.append(set_reg(2, zero))
         out += guarded(ctx, active, [For(w, 0, sp.warps, 1, "serial", tuple(guarded(
             ctx, make_cmp("<", w, make_binop("-", warp, first)), [add])), span=s.span)])
-        out += [set_reg(1, make_binop("+", reg(2), reg(1))), Barrier()]  # the totals' scratch free for the next op
+        out.append(set_reg(1, make_binop("+", reg(2), reg(1))))
+        if not totals_base:  # in place: the scratch is free for the next op (else the caller's barriers see to it)
+            out.append(Barrier())
     kept = Load(dst, (dst_at,), dst.dtype)  # the dtype of the sums here (dst holds them exactly when in place)
     return out + over_chunk([Store(dst, (dst_at,), make_binop("+", reg(1), kept), s.span)])  # pass 2
 
