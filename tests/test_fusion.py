@@ -1062,15 +1062,40 @@ SCAN_FORMS = {  # forward body (x: (M, D), y: (M, D)) -> what it returns
 
 
 @pytest.mark.parametrize("form", sorted(SCAN_FORMS))
-def test_scans_draft_as_shifted_additions_over_tiles(form, tmp_path):
+def test_scans_draft_as_tile_scans_with_a_carry(form, tmp_path):
     """cumsum / cumprod (KernelBench level 1, 89-93) were declined: a scan is a kernel of its own that walks a row's
-    tiles in order (5 tiles here, BR_MAX = 64) scanning each in shared memory with its carry; a reversed, exclusive,
-    masked, transposed or further used scan composes with views, math and reductions around it. Correct on the CPU."""
+    tiles in order (5 tiles here, BR_MAX = 64) scanning each with its carry: a sum with T.cumsum (the block's threads
+    split the tile's rows), a product with shifted multiplications in shared memory; a reversed, exclusive, masked,
+    transposed or further used scan composes with views, math and reductions around it. Correct on the CPU."""
     ref, candidate, source = _form(tmp_path, form, SCAN_FORMS[form], "[torch.randn(M, D), torch.randn(M, D)]", "x, y")
-    assert "T.alloc_shared((BM, BR)" in source and "BR_MAX = 64" in source
+    assert "BR_MAX = 64" in source
+    if form == "cumprod":
+        assert "T.alloc_shared((BM, BR)" in source and "T.cumsum" not in source
+    else:
+        assert "T.cumsum(fo0, dim=1" in source and "T.alloc_shared((BM, BR)" not in source
     if form == "reverse":  # flip, scan, flip: one suffix-scan kernel writing the output
         assert source.count("@tileagent.jit") == 1 and "(NK - 1 - kk) * BR" in source
     _assert_correct(ref, candidate, ("normal", "offset"))
+
+
+def test_the_suites_row_cumsum_scans_whole_rows_of_tiles_on_the_block(tmp_path):
+    """cumsum_rows (KernelBench L1 89-like, fp32): (1, 4096) tiles on 128 threads, each T.cumsum split 128 ways
+    (chunks of 33), the carry across a row's tiles; the lowered kernel (SIMT emulator) agrees with the interpreter
+    bit for bit over a row of 3 tiles, and the draft is correct under the evaluator on the CPU."""
+    import tileagent
+
+    source, module = _candidate("cumsum_rows", tmp_path)
+    assert "T.cumsum(fo0, dim=1)" in source and "sa0" not in source
+    assert module["schedule"](4096, 4096, False, False, False) == (1, 4096, 128)
+    x = torch.randn(2, 9000, generator=torch.Generator().manual_seed(SEED))
+    out = {}
+    for target in ("cpu", "sim"):
+        kernel = tileagent.compile(module["kernel0"].fn(2, 9000, "float32", 1, 4096, 128), out_idx=[1], target=target)
+        out[target] = kernel(x)
+    assert torch.equal(out["cpu"], out["sim"])
+    torch.testing.assert_close(out["sim"].double(), x.double().cumsum(1), rtol=1e-5, atol=1e-4)
+    assert "chunk scans in the shared scratch: 128 threads a line, 33 elements each" in kernel.get_ir("thread")
+    _assert_correct(REPO / "bench" / "suite" / "cumsum_rows.py", tmp_path / "cumsum_rows_candidate.py")
 
 
 POOL_FORMS = {  # forward body (x: (N, C, H, W)) -> what it returns

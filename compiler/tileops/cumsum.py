@@ -6,11 +6,24 @@ Both operands are whole buffers of one shape, both fragments or both shared tile
 
 Check: scopes, shapes, ``dim`` in range, numeric dtypes. Effects: reads src, writes dst.
 Layouts (free): cumsum puts no constraint on fragment layouts; an unassigned one takes the blocked default.
-Lowering: one thread per line along ``dim`` (``lines`` = product of the other extents; threads loop when there are
-more lines than threads) adds the line up sequentially. Shared tiles are scanned in place; fragments go through the
-shared scratch: every thread stores the elements it holds (replica 0 only) row-major in the accumulation dtype,
-barrier, scan, barrier, every holder reads its elements back, barrier (the scratch is free for the next op).
-Interpreter: the same sequential sums, vectorized over the other dims, so the two agree bit for bit.
+Summation order (``split_of``, from the shape, ``dim``, scopes, dtypes and the block's thread count): each line
+along ``dim`` (``lines`` = product of the other extents) is split among ``parts`` threads, a power of two: the most
+that ``threads // lines`` allows while a part keeps at least ``MIN_CHUNK`` elements and ``threads`` is a multiple of
+min(parts, 32); 1 (one thread per line) when lines > threads / 2, and for a shared tile of a narrower dtype than
+its sums whose scratch would pass ``SHARED_SCRATCH_MAX``. Float results therefore depend on the block's thread
+count, within float rounding; integer results do not. Part ``k`` of a line holds its ``chunk`` = ceil(n / parts),
+made odd, consecutive elements from ``k * chunk`` (counted from the end of the line for a suffix scan; trailing
+parts may be short or empty). With one part, the running sum starts at 0 and adds the line's elements in order.
+With several: (1) each part scans its chunk in order from 0 (its local sums; the last is its total); (2) the totals
+are combined by an exclusive butterfly over the parts of a warp (rounds ``mask`` = 1, 2, ... < min(parts, 32):
+``other`` = the total of part ``k ^ mask``; where ``k & mask``, ``excl = other + excl``; ``total = total +
+other``), and when a line spans several warps the warp totals before a part's warp are added in warp order from 0
+(``off``) and ``excl = off + excl``; (3) each output is ``excl + local``. So a sum is rounded at most about chunk +
+log2(parts) + 1 times, mostly at chunk magnitudes (one thread per line: n times). Accumulation is in float32
+(float64 for float64, the dtype itself for integers) and each output is rounded once into dst's dtype.
+Lowering: ``compiler.lower.cumsum`` (that order in the thread IR: in place in shared tiles, through the shared
+scratch for fragments).
+Interpreter: the same order, vectorized over lines and parts (``split_scan``), so the two agree bit for bit.
 """
 
 from __future__ import annotations
@@ -22,8 +35,8 @@ import torch
 
 from tileagent.compiler.diagnostics import DSLTypeError, ScopeError, ShapeError, Span
 from tileagent.compiler.dtypes import DType
-from tileagent.compiler.ir.expr import Const, Load, as_expr, describe as describe_value, make_binop, make_cast, make_cmp
-from tileagent.compiler.ir.stmt import Buffer, For, Stmt, Store
+from tileagent.compiler.ir.expr import describe as describe_value
+from tileagent.compiler.ir.stmt import Buffer, Stmt
 from tileagent.compiler.tileops.base import Effects, TileOp
 
 
@@ -51,6 +64,84 @@ def cumsum(src, dst=None, dim=0, reverse=False):
 
 
 BUILTINS = {"cumsum": cumsum}
+
+
+MIN_CHUNK = 4  # the fewest elements of a line a thread scans when several threads split it
+SHARED_SCRATCH_MAX = 48 * 1024  # bytes of scratch a 16-bit (or other narrower) shared tile's split scan may take
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """How the lowering spreads the scan over a block's threads (the module docstring gives the summation order)."""
+
+    lines: int  # lines along dim: the product of the other extents
+    n: int  # a line's length
+    parts: int  # threads per line, a power of two; 1: one thread scans a whole line
+    chunk: int  # elements per part, ceil(n / parts)
+
+    @property
+    def warps(self) -> int:
+        """Warps per line when a line spans several (parts > 32), else 1."""
+        return max(1, self.parts // 32)
+
+
+def split(shape, dim: int, threads: int) -> Split:
+    """The ``Split`` of a cumsum over a tile of ``shape`` along ``dim`` in a block of ``threads`` threads.
+
+    Guarantees: ``lines * parts <= threads`` when parts > 1; parts is a power of two and ``threads`` is a multiple of
+    min(parts, 32) (so a part's butterfly partners exist); with several parts the chunk is odd (so the chunks the
+    lanes of a warp scan side by side start in distinct banks) and at least ``MIN_CHUNK``, and the trailing parts
+    may be short or empty; with one, the chunk is the line."""
+    shape = tuple(int(x) for x in shape)
+    dim %= len(shape)
+    n, lines = shape[dim], math.prod(x for d, x in enumerate(shape) if d != dim)
+    parts = 1
+    while (lines * parts * 2 <= threads and -(-n // (parts * 2)) >= MIN_CHUNK
+           and threads % min(parts * 2, 32) == 0):
+        parts *= 2
+    if parts == 1:
+        return Split(lines, n, 1, n)
+    return Split(lines, n, parts, -(-n // parts) | 1)
+
+
+def split_of(s, threads: int) -> Split:
+    """The ``Split`` of CumSum ``s`` in a block of ``threads``: ``split``, except that a shared dst whose dtype is
+    not the accumulation dtype (it cannot hold exact chunk sums in place) scans one thread per line where its
+    lines in the accumulation dtype would take more than ``SHARED_SCRATCH_MAX`` bytes of scratch."""
+    sp = split(s.src.shape, s.dim % s.src.ndim, threads)
+    acc = accumulation_dtype(s.dst.dtype)
+    if (sp.parts > 1 and s.dst.scope == "shared" and s.dst.dtype != acc
+            and sp.lines * sp.parts * sp.chunk * acc.bytes > SHARED_SCRATCH_MAX):
+        return Split(sp.lines, sp.n, 1, sp.n)
+    return sp
+
+
+def split_scan(x: torch.Tensor, parts: int, chunk: int) -> torch.Tensor:
+    """The inclusive scan of the rows of ``x`` (lines, n) in the accumulation dtype, in ``Split``'s order."""
+    lines, n = x.shape
+    xp = torch.zeros((lines, parts * chunk), dtype=x.dtype)
+    xp[:, :n] = x
+    xp = xp.view(lines, parts, chunk)
+    total, local = torch.zeros((lines, parts), dtype=x.dtype), torch.empty_like(xp)
+    for i in range(chunk):
+        total = total + xp[:, :, i]
+        local[:, :, i] = total
+    if parts > 1:
+        excl = torch.zeros_like(total)
+        lane, mask = torch.arange(parts), 1
+        while mask < min(parts, 32):
+            other = total[:, lane ^ mask]
+            excl = torch.where((lane & mask) != 0, other + excl, excl)
+            total = total + other
+            mask *= 2
+        if parts > 32:
+            warp_totals, warp = total[:, ::32], lane // 32
+            off = torch.zeros_like(excl)
+            for w in range(parts // 32):
+                off = torch.where(w < warp, off + warp_totals[:, w:w + 1], off)
+            excl = off + excl
+        local = excl[:, :, None] + local
+    return local.view(lines, parts * chunk)[:, :n]
 
 
 def accumulation_dtype(dtype: DType) -> DType:
@@ -96,86 +187,21 @@ class CumSumOp(TileOp):
         return [(b, None) for b in (s.src, s.dst) if b.scope == "fragment"]
 
     def scratch_bytes(self, s, layouts, threads: int) -> int:
-        if s.src.scope != "fragment":
-            return 0
-        return math.prod(s.src.shape) * accumulation_dtype(s.dst.dtype).bytes
+        from tileagent.compiler.lower.cumsum import scratch_bytes
+
+        return scratch_bytes(s, threads)
 
     def lower(self, s, ctx) -> list:
-        from tileagent.compiler.lower.copy import guarded, valid_condition
-        from tileagent.compiler.lower.slots import SlotLoops
-        from tileagent.compiler.tir import THREAD, Barrier, Declare
+        from tileagent.compiler.lower.cumsum import lower_cumsum
 
-        acc_dt = accumulation_dtype(s.dst.dtype)
-        ctx.note_instruction(s, "sequential scan per line" + (" in the shared scratch" if s.src.scope == "fragment"
-                                                              else ""))
-        acc = ctx.scratch_registers(f"cs_{s.dst.name}", 1, acc_dt)
-        out = [Declare(acc, span=s.span)]
-        if s.src.scope == "shared":
-            def at(buf, idx):
-                return ctx.mem(buf), as_expr(ctx.offset(buf, idx))
-            return out + _scan(ctx, s, lambda idx: at(s.src, idx), lambda idx: at(s.dst, idx), acc)
-        ws = ctx.scratch(acc_dt)
-        row_major = Buffer(s.src.name, s.src.shape, acc_dt, "global")  # offsets of the scratch, row-major
-
-        def scratch_at(idx):
-            return ws, as_expr(ctx.offset(row_major, idx))
-
-        for buf, write in ((s.src, True), (s.dst, False)):
-            layout = ctx.frag(buf)
-            loops = SlotLoops(ctx, layout)
-            idx = loops.index(THREAD)
-            _, pos = scratch_at(idx)
-            reg = (as_expr(loops.slot()),)
-            move = Store(ws, (pos,), make_cast(Load(ctx.mem(buf), reg, buf.dtype), acc_dt), s.span) if write else \
-                Store(ctx.mem(buf), reg, make_cast(Load(ws, (pos,), acc_dt), buf.dtype), s.span)
-            out += loops.nest(guarded(ctx, valid_condition(ctx, layout, idx, write=write), [move]))
-            out.append(Barrier())
-            if write:
-                out += _scan(ctx, s, scratch_at, scratch_at, acc)
-                out.append(Barrier())
-        return out
+        return lower_cumsum(ctx, s)
 
     def interpret(self, s, it, mask) -> None:
         acc_dt = accumulation_dtype(s.dst.dtype).torch
         dim = s.dim % s.src.ndim
-        x = it.mem[s.src].to(acc_dt)
-        out = torch.empty_like(x)
-        running = torch.zeros_like(x.select(dim, 0))
-        n = x.shape[dim]
-        for i in (reversed(range(n)) if s.reverse else range(n)):
-            running = running + x.select(dim, i)
-            out.select(dim, i).copy_(running)
+        sp = split_of(s, it.block_threads)  # the lowering's order (lower.cumsum) for these threads
+        x = it.mem[s.src].to(acc_dt).movedim(dim, -1)
+        lines = x.reshape(sp.lines, sp.n)
+        out = split_scan(lines.flip(1) if s.reverse else lines, sp.parts, sp.chunk)
+        out = (out.flip(1) if s.reverse else out).reshape(x.shape).movedim(-1, dim)
         it.mem[s.dst].copy_(out.to(it.mem[s.dst].dtype))
-
-
-def _scan(ctx, s, read_at, write_at, acc) -> list:
-    """Thread IR: each thread scans its lines along ``dim`` (lines are distributed round-robin over the threads),
-    reading element ``idx`` where ``read_at(idx)`` says and writing the running sum where ``write_at(idx)`` says."""
-    from tileagent.compiler.lower.copy import guarded
-    from tileagent.compiler.tir import THREAD
-
-    shape, dim = tuple(s.src.shape), s.dim % s.src.ndim
-    n = shape[dim]
-    others = [d for d in range(len(shape)) if d != dim]
-    lines = math.prod(shape[d] for d in others)
-    rounds = -(-lines // ctx.threads)
-    r, i = ctx.var("r"), ctx.var("i")
-    ctx.ranges[r], ctx.ranges[i] = (0, rounds - 1), (0, n - 1)
-    line = make_binop("+", make_binop("*", r, ctx.threads), THREAD) if rounds > 1 else THREAD
-    idx, rest = [None] * len(shape), line
-    for d in reversed(others):  # the line's index in the other dims, last dim fastest
-        idx[d] = make_binop("%", rest, shape[d])
-        rest = make_binop("//", rest, shape[d])
-    idx[dim] = make_binop("-", n - 1, i) if s.reverse else i
-    idx = tuple(idx)
-    src_buf, src_pos = read_at(idx)
-    dst_buf, dst_pos = write_at(idx)
-    total = Load(acc, (as_expr(0),), acc.dtype)
-    step = (Store(acc, (as_expr(0),), make_binop("+", total, make_cast(Load(src_buf, (src_pos,), src_buf.dtype),
-                                                                      acc.dtype)), s.span),
-            Store(dst_buf, (dst_pos,), make_cast(total, dst_buf.dtype), s.span))
-    zero = Const(0.0 if acc.dtype.is_float else 0, acc.dtype)
-    body = [Store(acc, (as_expr(0),), zero, s.span), For(i, 0, n, 1, "serial", step, span=s.span)]
-    if lines % ctx.threads:
-        body = guarded(ctx, make_cmp("<", line, lines), body)
-    return [For(r, 0, rounds, 1, "serial", tuple(body), span=s.span)] if rounds > 1 else body

@@ -5,14 +5,17 @@ In: the ATen node of a scan and its lazy source (``values.V``). ``scan_value(bui
 ``Scan`` among the builder's reductions and returns its result as a ``ScanOut``: a tensor later kernels read like an
 input (tile copies), and that the plan writes straight to the model's output when the reference returns it.
 ``scan_lines`` writes the kernel (``fusion_writer.KernelWriter.write`` calls it): each block walks its rows' column
-tiles in order (from the last for a suffix scan: ``x.flip(d).cumsum(d).flip(d)``), scans a tile in shared memory with
-log2(BR) shifted combines (Hillis-Steele; every thread busy, where ``T.cumsum`` adds a line on one thread), combines
-the carry of the tiles before and stores it. ``logcumsumexp`` combines with ``max(a, b) + log(1 + exp(min - max))``.
+tiles in order (from the last for a suffix scan: ``x.flip(d).cumsum(d).flip(d)``), scans a tile, combines the carry
+of the tiles before and stores it. A sum scans its float32 tile fragment with ``T.cumsum`` (the block's threads split
+the tile's rows: chunk scans and shuffled chunk offsets, ``compiler.lower.cumsum``), the tile's last column going to
+the carry through a shared (BM,) tile; the other combines scan the tile in shared memory with log2(BR) shifted
+combines (Hillis-Steele). ``logcumsumexp`` combines with ``max(a, b) + log(1 + exp(min - max))``.
 
 Guarantees: a float scan along any dim (moved last; the result is moved back for the readers), with the running
-value in float32 and one rounding to the output's dtype, as eager CUDA accumulates a 16-bit cumsum; the sum of a
-tile is in tree order, so within a few float32 ulps of a sequential one. Integer scans, ``dtype=`` other than a
-float and the indices of ``cummax`` / ``cummin`` (read by anything) raise ``Unsupported``.
+value in float32 and one rounding to the output's dtype, as eager CUDA accumulates a 16-bit cumsum; a tile's sums
+are rounded a few times at the row's magnitude (chunk offsets; tree order for the other combines), so within a few
+float32 ulps of a sequential sum. Integer scans, ``dtype=`` other than a float and the indices of ``cummax`` /
+``cummin`` (read by anything) raise ``Unsupported``.
 """
 
 from __future__ import annotations
@@ -108,8 +111,9 @@ def reshaped(out: ScanOut, shape) -> ScanOut | None:
 
 
 def scan_lines(w, r: Scan, n: int, out_params: list, pad: int) -> list[str]:
-    """The scan kernel's body (``w``: its ``KernelWriter``): per column tile, the source into shared memory, the
-    shifted additions, the carry, the stores of the model's output(s) and of the workspace later kernels read."""
+    """The scan kernel's body (``w``: its ``KernelWriter``): per column tile, the source (masked past the row) into
+    a fragment and ``T.cumsum`` (a sum) or into shared memory and the shifted combines (the others), the carry, the
+    stores of the model's output(s) and of the workspace later kernels read."""
     from tileagent.drafters.builtin.fusion_writer import COMBINE, IDENT, Cx
 
     k = w.k
@@ -117,9 +121,6 @@ def scan_lines(w, r: Scan, n: int, out_params: list, pad: int) -> list[str]:
     val = cx.convert(r.src, r.src.load(cx, k.domain_index(r.src, [len(r.src.shape) - 1])), FLOAT)
     ident, combine = {**IDENT, "logaddexp": NEG_INF}[r.op], {**COMBINE, "logaddexp": LOGADDEXP}[r.op]
     end = "0" if r.reverse else "BR - 1"  # the tile's column that carries into the next tile
-    for name in (f"sa{n}", f"sb{n}"):  # shared: the shifted reads cross threads
-        w.allocs[name] = "(BM, BR)"
-        w.shared.add(name)
     w.allocs[f"carry{n}"] = "(BM,)"
     w.allocs[f"fo{n}"] = "(BM, BR)"
     q = " " * (pad + 4)
@@ -127,17 +128,32 @@ def scan_lines(w, r: Scan, n: int, out_params: list, pad: int) -> list[str]:
              " " * pad + "for kk in T.serial(NK):  # the row's tiles in order (a suffix scan's from the last), each "
              "adding the carry of those before"]
     lines += [q + s for s in w.loads(cx, 0)]
-    lines += w.body(cx, "tile", [f"sa{n}[i, j] = T.if_then_else(rg < NR, {val}, {ident})"], pad + 4)
-    shifted = f"T.if_then_else(j >= (1 << s), sa{n}[i, T.max(j - (1 << s), 0)], {ident})" if not r.reverse else \
-        f"T.if_then_else(j + (1 << s) < BR, sa{n}[i, T.min(j + (1 << s), BR - 1)], {ident})"
-    lines += [q + "for s in T.unroll((BR - 1).bit_length()):  # Hillis-Steele: log2(BR) shifted combines",
-              q + "    for i, j in T.Parallel(BM, BR):",
-              q + f"        sb{n}[i, j] = {combine.format(a=f'sa{n}[i, j]', b=shifted)}",
-              q + f"    T.copy(sb{n}, sa{n})",
-              q + "for i, j in T.Parallel(BM, BR):",
-              q + f"    fo{n}[i, j] = {combine.format(a=f'sa{n}[i, j]', b=f'carry{n}[i]')}",
-              q + "for i in T.Parallel(BM):",
-              q + f"    carry{n}[i] = {combine.format(a=f'carry{n}[i]', b=f'sa{n}[i, {end}]')}"]
+    if r.op == "sum":  # T.cumsum: the block's threads split the tile's rows (chunk scans, shuffled chunk offsets)
+        w.allocs[f"se{n}"] = "(BM,)"
+        w.shared.add(f"se{n}")  # the tile's row totals, read by the threads that hold the carry
+        lines += w.body(cx, "tile", [f"fo{n}[i, j] = T.if_then_else(rg < NR, {val}, 0.0)"], pad + 4)
+        lines += [q + f"T.cumsum(fo{n}, dim=1{', reverse=True' if r.reverse else ''})",
+                  q + "for i, j in T.Parallel(BM, BR):",
+                  q + f"    if j == {end}:",
+                  q + f"        se{n}[i] = fo{n}[i, j]",
+                  q + f"    fo{n}[i, j] = fo{n}[i, j] + carry{n}[i]",
+                  q + "for i in T.Parallel(BM):",
+                  q + f"    carry{n}[i] = carry{n}[i] + se{n}[i]"]
+    else:
+        for name in (f"sa{n}", f"sb{n}"):  # shared: the shifted reads cross threads
+            w.allocs[name] = "(BM, BR)"
+            w.shared.add(name)
+        lines += w.body(cx, "tile", [f"sa{n}[i, j] = T.if_then_else(rg < NR, {val}, {ident})"], pad + 4)
+        shifted = f"T.if_then_else(j >= (1 << s), sa{n}[i, T.max(j - (1 << s), 0)], {ident})" if not r.reverse \
+            else f"T.if_then_else(j + (1 << s) < BR, sa{n}[i, T.min(j + (1 << s), BR - 1)], {ident})"
+        lines += [q + "for s in T.unroll((BR - 1).bit_length()):  # Hillis-Steele: log2(BR) shifted combines",
+                  q + "    for i, j in T.Parallel(BM, BR):",
+                  q + f"        sb{n}[i, j] = {combine.format(a=f'sa{n}[i, j]', b=shifted)}",
+                  q + f"    T.copy(sb{n}, sa{n})",
+                  q + "for i, j in T.Parallel(BM, BR):",
+                  q + f"    fo{n}[i, j] = {combine.format(a=f'sa{n}[i, j]', b=f'carry{n}[i]')}",
+                  q + "for i in T.Parallel(BM):",
+                  q + f"    carry{n}[i] = {combine.format(a=f'carry{n}[i]', b=f'sa{n}[i, {end}]')}"]
     targets = [(f"o{m}", DT[r.dtype], m) for m in sorted(r.outs)]
     if r.read or not r.outs:
         targets.append((r.name, "float32", None))
