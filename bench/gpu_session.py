@@ -222,6 +222,17 @@ STEPS = (
     Step("played_25", 15, "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\" session25 && "
          "bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played_b\" session25b", 300,
          "the played LLM's session-25 answers over every config of their ops"),
+    # group 16: what round 2 session 26 wrote after its device time ran out (T.cumsum split among a line's threads,
+    # the drafter's scans on it, frames read per value, 64-bit index products under int64 nodes, the oracle's rules)
+    Step("gpu_tests_26", 16, "python -m pytest -q -m gpu tests/", 240,
+         "every GPU test (the scan forms of test_gpu_session24 failed at the session's third call; the cumsum "
+         "lowering's bit-for-bit test against the interpreter)"),
+    Step("fusion_new_26", 16, "python bench/fusion_suite.py --ops cumsum_rows,unfold_frames,timestep_embedding,"
+         "upsample_nearest --max-configs 3 --budget 150", 180,
+         "the drafts changed after the session's suite run: cumsum_rows (T.cumsum), unfold_frames (per-value reads)"),
+    Step("played_26", 16, "CAP=90 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\" session26 && "
+         "CAP=90 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played_b\" session25", 420,
+         "the played LLM's session-26 answers, and session 25's (selective_scan after the oracle's finite-only rule)"),
 )
 
 
