@@ -214,16 +214,21 @@ def _ms(t) -> str:
     return f"{t.median_ms:.4f} ±{t.iqr_ms:.4f}" if t is not None else "-"
 
 
-def _eval_table(result, title: str) -> Table:
+def _eval_table(result, title: str, serves: dict[str, list[str]]) -> Table:
+    """One row per config checked: the grid's configs it stands for (on the CPU) and the sizes the interpreter ran it
+    at where smaller; error sizes only for a correct config (a failed one's are those of the checks before)."""
     timed = any(c.candidate is not None for c in result.configs)
-    cols = ["config", "correct", "max err"] + (["ms ±IQR", "eager ms", "compile ms", "x eager", "x compile",
+    cols = ["config", "correct", "max abs err", "rel L2 err"] + (["ms ±IQR", "eager ms", "compile ms", "x eager", "x compile",
                                                    "% roofline"] if timed else [])
     table = Table(title=title)
     for col in cols:
         table.add_column(col, justify="left" if col in ("config", "correct") else "right", no_wrap=True)
     for c in result.configs:
-        row = [cfgs_key(c.config), "[green]yes[/]" if c.correct else "[red]no[/]",
-               f"{c.max_abs_err:.2e}" if c.max_abs_err is not None else "-"]
+        label = cfgs_key(c.config) + "".join(f" ({what} {text})" for what, text in (
+            ("for", "; ".join(serves.get(cfgs_key(c.config), []))),
+            ("checked at", cfgs_key(c.evaluated_at) if c.evaluated_at else "")) if text)
+        errors = [f"{v:.2e}" if v is not None and c.correct else "-" for v in (c.max_abs_err, c.rel_l2)]
+        row = [label, "[green]yes[/]" if c.correct else "[red]no[/]", *errors]
         if timed:
             row += [_ms(c.candidate), _ms(c.eager), _ms(c.compiled),
                     f"{c.speedup_eager:.2f}" if c.speedup_eager else "-",
@@ -292,7 +297,11 @@ def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file def
     if json_out is not None:
         json_out.write_text(result.model_dump_json(indent=2))
     if result.configs:
-        console.print(_eval_table(result, f"{kernel.name} vs {reference.name} on {result.device}"))
+        serves: dict[str, list[str]] = {}  # a CPU check -> the configs of the grid it stands for
+        for rc in chosen:
+            if rc.spec != rc.eval:
+                serves.setdefault(cfgs_key(rc.eval), []).append(cfgs_key(rc.spec))
+        console.print(_eval_table(result, f"{kernel.name} vs {reference.name} on {result.device}", serves))
     for c in result.configs:
         for note in c.notes:
             console.print(f"[yellow]note[/] ({', '.join(f'{k}={v}' for k, v in c.config.items())}): {note}",
