@@ -230,3 +230,11 @@ def test_the_cpu_note_names_the_size_the_interpreter_checks(monkeypatch):
                        "B=1 H=2 S=256); not timed"
     cli._cpu_note(reduce_for_device(spec, spec.configs, "cuda"), "cuda", ref)
     assert len(lines) == 2  # nothing on CUDA
+
+
+def test_compile_params_parse_ints_floats_booleans_and_text():
+    """Played LLM session 26: ``-p z_coef=1e-4`` reached the factory as the text '0.0001' (E309)."""
+    from tileagent.cli import _parse_params
+
+    assert _parse_params(["M=4", "z_coef=1e-4", "on_cuda=True", "dtype=float16"]) == \
+        {"M": 4, "z_coef": 1e-4, "on_cuda": True, "dtype": "float16"}

@@ -55,16 +55,19 @@ def _load_module(path: Path):
 
 
 def _parse_params(params: list[str]) -> dict:
+    """``key=value`` pairs: an int, else a float (``z_coef=1e-4``), else true / false, else the text (a dtype)."""
     out = {}
     for p in params:
         key, sep, value = p.partition("=")
         if not sep:
             err_console.print(f"[red]error:[/] --param expects key=value, got {p!r}")
             raise typer.Exit(EXIT_BAD_INPUT)
-        try:
-            out[key] = int(value)
-        except ValueError:
-            out[key] = {"true": True, "false": False}.get(value.lower(), value)
+        for parse in (int, float):
+            try:
+                out[key] = parse(value)
+                break
+            except ValueError:
+                out[key] = {"true": True, "false": False}.get(value.lower(), value)
     return out
 
 
