@@ -255,3 +255,43 @@ def test_atan2_and_float_remainders_are_exact_intrinsics(body, tmp_path):
     ref, candidate, _ = _form(tmp_path, "phase", body, "[torch.randn(M, D), torch.randn(M, D)]", "x, y",
                               config='{"M": 6, "D": 100}')
     _assert_correct(ref, candidate, ("normal", "ties", "normal_x3"))
+
+
+LAYERNORM_HW = '''import torch
+import torch.nn as nn
+
+CONFIGS = [{"N": 64, "C": 32, "H": 64, "W": 64}, {"N": 16, "C": 128, "H": 32, "W": 32}]
+SMALL_CONFIG = {"N": 2, "C": 3, "H": 6, "W": 10}
+FREE_DIMS = ["N"]
+
+
+class Model(nn.Module):
+    def __init__(self, H=64, W=64):
+        super().__init__()
+        self.norm = nn.LayerNorm([H, W], eps=1e-5)
+        with torch.no_grad():
+            self.norm.weight.normal_(1.0, 0.1)
+            self.norm.bias.normal_(0.0, 0.1)
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+def get_inputs(N=64, C=32, H=64, W=64):
+    return [torch.randn(N, C, H, W)]
+
+
+def get_init_inputs(N=64, C=32, H=64, W=64):
+    return [H, W]
+'''
+
+
+def test_a_number_that_is_a_product_of_adjacent_sizes_is_lifted(tmp_path):
+    """nn.LayerNorm([H, W]) normalizes rows of H * W values, a number (60, 4096, 1024 across configs) that was
+    declined as following no shape or attribute (the (H, W) weight makes torch specialize H and W): it is now
+    ``x.shape[2] * x.shape[3]``, read in forward, and the draft is correct at other sizes."""
+    ref = tmp_path / "layernorm_hw.py"
+    ref.write_text(LAYERNORM_HW)
+    source = _check(ref, tmp_path, [{"N": 2, "C": 3, "H": 6, "W": 10}, {"N": 1, "C": 2, "H": 16, "W": 16}])
+    assert "= x.shape[2] * x.shape[3]\n" in source
+
