@@ -307,3 +307,14 @@ def test_the_mean_of_a_row_of_one_tile_is_corrected_by_its_deviations(tmp_path):
     results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{"N": 2, "C": 3, "H": 4, "W": 12}],
                               seeds=3, distributions=["offset_x1000"], seed=SEED)
     assert [r.correct for r in results] == [True], [r.message for r in results]
+
+
+def test_per_channel_fake_quantization_is_pointwise_math(tmp_path):
+    """torch.fake_quantize_per_channel_affine (QAT) has no meta kernel, so the trace failed ("make_fx could not trace
+    ... fake_quantize_per_channel_affine_cachemask"): it is decomposed as ATen computes it, round(x * (1 / scale)) +
+    zero point (ties to even), clamped, then back, and drafted with the scale's amax reduction."""
+    ref, candidate, _ = _form(tmp_path, "fake_quant", "scale = x.abs().amax(dim=1) / 127.0\n        "
+                              "zp = torch.zeros(x.shape[0], dtype=torch.int32, device=x.device)\n        "
+                              "return torch.fake_quantize_per_channel_affine(x, scale, zp, 0, -128, 127)",
+                              "[torch.randn(M, D)]", config='{"M": 6, "D": 40}')
+    _assert_correct(ref, candidate, ("normal", "ties"))
