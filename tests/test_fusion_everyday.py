@@ -255,3 +255,66 @@ def test_atan2_and_float_remainders_are_exact_intrinsics(body, tmp_path):
     ref, candidate, _ = _form(tmp_path, "phase", body, "[torch.randn(M, D), torch.randn(M, D)]", "x, y",
                               config='{"M": 6, "D": 100}')
     _assert_correct(ref, candidate, ("normal", "ties", "normal_x3"))
+
+
+LAYERNORM_HW = '''import torch
+import torch.nn as nn
+
+CONFIGS = [{"N": 64, "C": 32, "H": 64, "W": 64}, {"N": 16, "C": 128, "H": 32, "W": 32}]
+SMALL_CONFIG = {"N": 2, "C": 3, "H": 6, "W": 10}
+FREE_DIMS = ["N"]
+
+
+class Model(nn.Module):
+    def __init__(self, H=64, W=64):
+        super().__init__()
+        self.norm = nn.LayerNorm([H, W], eps=1e-5)
+        with torch.no_grad():
+            self.norm.weight.normal_(1.0, 0.1)
+            self.norm.bias.normal_(0.0, 0.1)
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+def get_inputs(N=64, C=32, H=64, W=64):
+    return [torch.randn(N, C, H, W)]
+
+
+def get_init_inputs(N=64, C=32, H=64, W=64):
+    return [H, W]
+'''
+
+
+def test_a_number_that_is_a_product_of_adjacent_sizes_is_lifted(tmp_path):
+    """nn.LayerNorm([H, W]) normalizes rows of H * W values, a number (60, 4096, 1024 across configs) that was
+    declined as following no shape or attribute (the (H, W) weight makes torch specialize H and W): it is now
+    ``x.shape[2] * x.shape[3]``, read in forward, and the draft is correct at other sizes."""
+    ref = tmp_path / "layernorm_hw.py"
+    ref.write_text(LAYERNORM_HW)
+    source = _check(ref, tmp_path, [{"N": 2, "C": 3, "H": 6, "W": 10}, {"N": 1, "C": 2, "H": 16, "W": 16}])
+    assert "= x.shape[2] * x.shape[3]\n" in source
+
+
+def test_the_mean_of_a_row_of_one_tile_is_corrected_by_its_deviations(tmp_path):
+    """A row of one tile summed its values plainly, then the squared deviations: at inputs near 1000 the mean of 48
+    values was off by up to 1.3e-4 (twice torch's error; LayerNorm over (4, 12) failed the evaluator's large-mean
+    inputs). The deviations pass now also sums ``x - mean`` and corrects the sum with it."""
+    ref = tmp_path / "layernorm_hw.py"
+    ref.write_text(LAYERNORM_HW)
+    candidate = tmp_path / "layernorm_hw_candidate.py"
+    candidate.write_text(_draft(ref).source)
+    results = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{"N": 2, "C": 3, "H": 4, "W": 12}],
+                              seeds=3, distributions=["offset_x1000"], seed=SEED)
+    assert [r.correct for r in results] == [True], [r.message for r in results]
+
+
+def test_per_channel_fake_quantization_is_pointwise_math(tmp_path):
+    """torch.fake_quantize_per_channel_affine (QAT) has no meta kernel, so the trace failed ("make_fx could not trace
+    ... fake_quantize_per_channel_affine_cachemask"): it is decomposed as ATen computes it, round(x * (1 / scale)) +
+    zero point (ties to even), clamped, then back, and drafted with the scale's amax reduction."""
+    ref, candidate, _ = _form(tmp_path, "fake_quant", "scale = x.abs().amax(dim=1) / 127.0\n        "
+                              "zp = torch.zeros(x.shape[0], dtype=torch.int32, device=x.device)\n        "
+                              "return torch.fake_quantize_per_channel_affine(x, scale, zp, 0, -128, 127)",
+                              "[torch.randn(M, D)]", config='{"M": 6, "D": 40}')
+    _assert_correct(ref, candidate, ("normal", "ties"))

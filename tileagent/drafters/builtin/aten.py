@@ -59,6 +59,8 @@ def decomposition_table() -> dict:
     for op, nd in ((aten._adaptive_avg_pool2d, 2), (aten._adaptive_avg_pool3d, 3)):
         table[op.default] = functools.partial(decompose.adaptive_avg_pool, nd)
     table[aten.constant_pad_nd.default] = decompose.constant_pad
+    table[aten.fake_quantize_per_channel_affine.default] = decompose.fake_quantize_per_channel
+    table[aten.fake_quantize_per_channel_affine_cachemask.default] = decompose.fake_quantize_per_channel_cachemask
     # kept as primitives: chunk/split (lowered as slices), topk, mm/addmm/bmm (declined here: the GEMM template)
     for op in (aten.split_with_sizes, aten.split, aten.topk):
         for overload in op.overloads():

@@ -78,6 +78,26 @@ def adaptive_avg_pool(nd, x, output_size):
     return avg_pool(nd, x, kernel, kernel, [0] * nd)
 
 
+def fake_quantize_per_channel(x, scale, zero_point, axis, quant_min, quant_max):
+    """``torch.fake_quantize_per_channel_affine`` (QAT) as ATen computes it on the CPU and CUDA: ``q = round(x *
+    (1 / scale)) + zero_point`` (float32 reciprocal, ties to even), clamped to the range, then ``(q - zero_point) *
+    scale``: pointwise ops the fusion lowering has (the op has no meta kernel, so it could not be traced)."""
+    shape = [1] * x.dim()
+    shape[axis] = -1
+    zp = zero_point.view(shape)
+    q = torch.clamp(torch.round(x * torch.reciprocal(scale.float()).view(shape)) + zp, quant_min, quant_max)
+    return ((q - zp) * scale.view(shape)).to(x.dtype)
+
+
+def fake_quantize_per_channel_cachemask(x, scale, zero_point, axis, quant_min, quant_max):
+    """The ``_cachemask`` form that ``fake_quantize_per_channel_affine`` calls: (output, whether q was in range)."""
+    shape = [1] * x.dim()
+    shape[axis] = -1
+    q = torch.round(x * torch.reciprocal(scale.float()).view(shape)) + zero_point.view(shape)
+    mask = (q >= quant_min) & (q <= quant_max)
+    return fake_quantize_per_channel(x, scale, zero_point, axis, quant_min, quant_max), mask
+
+
 def constant_pad(x, pad, value=0.0):
     """``F.pad(x, pad, value=v)`` (``aten.constant_pad_nd``) as a cat of ``v``-filled blocks and the input (a
     negative pad crops it with narrow): ops the fusion lowering has."""

@@ -26,6 +26,8 @@ Guarantees: anything outside raises ``Unsupported`` naming the op and the refere
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from tileagent.drafters.builtin.aten import AtenTrace
@@ -238,6 +240,20 @@ def _derived(nums: list, tables: list, n: int) -> str | None:
     return None
 
 
+def _product(nums: list, dims: list) -> str | None:
+    """The forward text of the product of two or more adjacent dims of one input or parameter (``x.shape[2] *
+    x.shape[3]``: a view flattening them, LayerNorm over the last two dims) equal to ``nums`` at each config, or
+    None. ``dims``: per config, ``dims_of``'s table."""
+    for name, d in dims[0]:
+        for last in range(d + 1, 8):
+            keys = [(name, e) for e in range(d, last + 1)]
+            if any(k not in t for t in dims for k in keys):
+                break
+            if all(math.prod(t[k] for k in keys) == n for t, n in zip(dims, nums)):
+                return " * ".join(f"{name}.shape[{e}]" for e in range(d, last + 1))
+    return None
+
+
 def lift(plans: list, texts: list[str]) -> tuple[str, dict]:
     """One text for every config: numbers that differ between the configs' texts become names bound in forward from
     the shape (or float attribute) that has those values at every config. Returns (text, {name: forward text}).
@@ -285,6 +301,8 @@ def lift(plans: list, texts: list[str]) -> tuple[str, dict]:
         if source is None and all(n.is_integer() for n in nums) and len(set(nums)) > 1:
             source = _derived(nums, [{f"{key[0]}.shape[{key[1]}]": v for key, v in d.items()} for d in dims] +
                               [{k: v for k, v in f.items() if type(v) is int} for f in floats], len(keep))
+        if source is None and all(n.is_integer() for n in nums) and len(set(nums)) > 1:
+            source = _product(nums, dims)
         if source is None:
             raise Unsupported(f"a number of the fused kernels ({', '.join(values)} across configs) follows no "
                               f"input shape or Model attribute")

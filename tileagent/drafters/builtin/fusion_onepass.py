@@ -4,9 +4,11 @@ writer's one-pass statistics).
 In: a ``fusion_writer.KernelWriter`` writing a kernel, the index and ``Reduce`` of the first reduction (an ``amax``, a
 ``sum``) and the indentation. Out: ``online_pair`` (a row's max and the sum of exponentials relative to it: softmax,
 logsumexp, cross-entropy) and ``moments`` (a row's sum and the sum of squared deviations about its mean: LayerNorm,
-GroupNorm, InstanceNorm): ``(index of the second reduction, the second Reduce, DSL lines)``, or None when the
-kernel has no such pair. The writer emits the lines for rows of several tiles (NK > 1) and two plain passes for a
-row held in registers (``KernelWriter.one_tile_or_one_pass``). Guarantees: the lines leave both results in
+GroupNorm, InstanceNorm): ``(index of the second reduction, the second Reduce, DSL lines)`` (``moments`` adds the
+lines for a row of one tile, a plain sum then the deviations correcting it, and leaves the row's mean rather than its
+sum in the register where only means read it: ``Plan.mean_stored``), or None when the kernel has no such
+pair. The writer emits the lines for rows of several tiles (NK > 1) and two plain passes for a row held in registers
+(``KernelWriter.one_tile_or_one_pass``). Guarantees: the lines leave both results in
 ``red<n>`` (BM,) fragments, as two plain passes would.
 """
 
@@ -117,6 +119,37 @@ def moments(w: KernelWriter, n_mean: int, m: Reduce, pad: int):
               p + f"    md = acc[i, j] / cnt - red{n_mean}[i] * (1.0 / NR)",
               p + "    acc2[i, j] = acc2[i, j] + cnt * md * md",
               p + f"T.reduce_sum(acc2, red{n_var}, dim=1)",
-              p + "for i in T.Parallel(BM):",
-              p + f"    red{n_mean}[i] = rpiv[i] * NR + red{n_mean}[i]  # the row's sum, rounded once"]
-    return n_var, var, lines
+              p + "for i in T.Parallel(BM):"]
+    lines.append(p + f"    red{n_mean}[i] = rpiv[i] * NR + red{n_mean}[i]  # the row's sum, rounded once")
+    return n_var, var, lines, one_tile_moments(w, n_mean, m, n_var, var, pad)
+
+
+def one_tile_moments(w: KernelWriter, n_mean: int, m: Reduce, n_var: int, var: Reduce, pad: int) -> list[str]:
+    """The lines of ``moments`` for a row that is one tile in registers (NK == 1): the plain sum, then one pass
+    summing the squared deviations about its mean ``m0`` and the deviations ``x - m0`` themselves, which correct the
+    sum to ``m0 * NR + sum(x - m0)`` (compensated two-pass), rounded once: ``m0 * NR`` is taken as ``hi * NR``, exact
+    for rows up to 2**14 (``hi``: m0's leading 10 bits, Veltkamp's split), plus ``lo * NR``. The plain float32 sum
+    of 48 values near 1000 put their mean off by up to 2e-4 (torch's own LayerNorm by about as much, elsewhere):
+    LayerNorm over (4, 12) failed the evaluator's large-mean inputs. A sum that is not finite stays the plain one.
+    Leaves the sum in ``red<n_mean>`` and the squared deviations' sum in ``red<n_var>``, as two plain passes would."""
+    from tileagent.drafters.builtin.fusion_writer import COMBINE, IDENT
+
+    k, p = w.k, " " * pad
+    lines = w.plain_pass(n_mean, m, pad)
+    w.done.add(id(m))  # the deviations read it
+    cx = w.context("tile")
+    dev = cx.convert(var.value, var.value.load(cx, k.domain_index(var.src, var.dims)), FLOAT)
+    xv = cx.convert(m.value, m.value.load(cx, k.domain_index(m.src, m.dims)), FLOAT)
+    stmts = [f"acc[i, j] = {COMBINE[var.op].format(a='acc[i, j]', b=f'T.if_then_else(rg < NR, {dev}, 0.0)')}",
+             f"acc2[i, j] = acc2[i, j] + T.if_then_else(rg < NR, {xv} - red{n_mean}[i] * (1.0 / NR), 0.0)"]
+    lines += [p + f"T.fill(acc, {IDENT[var.op]})", p + "T.fill(acc2, 0.0)"]
+    lines += w.tile_pass(cx, stmts, pad)
+    q = p + "    "
+    return lines + [p + f"T.reduce_sum(acc, red{n_var}, dim=1)",
+                    p + "T.reduce_sum(acc2, rpiv, dim=1)  # the deviations from the plain sum's mean",
+                    p + "for i in T.Parallel(BM):",
+                    q + f"m0 = red{n_mean}[i] * (1.0 / NR)",
+                    q + "mc = m0 * 16385.0",
+                    q + "hi = T.if_then_else(T.abs(m0) < 1e30, mc - (mc - m0), m0)  # m0's leading 10 bits",
+                    q + "cs = hi * NR + ((m0 - hi) * NR + rpiv[i])",
+                    q + f"red{n_mean}[i] = T.if_then_else(T.abs(cs) < T.infinity(\"float32\"), cs, red{n_mean}[i])"]

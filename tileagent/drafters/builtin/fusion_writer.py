@@ -420,9 +420,9 @@ class KernelWriter:
                 continue
             mom = None if split else moments(self, n_red, r, pad + 4)
             if mom is not None:
-                n_var, var, lines = mom
+                n_var, var, lines, one = mom
                 body += self.one_tile_or_one_pass(n_red, r, n_var, var, lines, pad, "the mean, the deviations",
-                                                  "one pass, shifted sums per lane combined exactly")
+                                                  "one pass, shifted sums per lane combined exactly", one)
                 continue
             self.allocs[f"red{n_red}"] = "(BM,)"
             self.allocs["acc"] = "(BM, BR)"
@@ -521,13 +521,17 @@ class KernelWriter:
         return self.assemble(grid, head, body, out_params)
 
     def one_tile_or_one_pass(self, n_first: int, first: Reduce, n_second: int, second: Reduce, fused: list[str],
-                             pad: int, one_tile: str, tiles: str) -> list[str]:
+                             pad: int, one_tile: str, tiles: str, one: list[str] | None = None) -> list[str]:
         """Two reductions where the second reads the first (max then sum of exp; mean then variance): two plain
-        passes when the row is one tile in registers, else ``fused``, the lines of one pass computing both."""
+        passes (or ``one``, the lines of both) when the row is one tile in registers, else ``fused``, the lines of
+        one pass computing both."""
         lines = [" " * pad + f"if NK == 1:  # the row is one tile in registers: {one_tile}"]
-        lines += self.plain_pass(n_first, first, pad + 4)
+        if one is None:
+            lines += self.plain_pass(n_first, first, pad + 4)
+            self.done.add(id(first))
+            one = self.plain_pass(n_second, second, pad + 4)
+        lines += one
         self.done.add(id(first))
-        lines += self.plain_pass(n_second, second, pad + 4)
         lines.append(" " * pad + f"else:  # several tiles: {tiles}")
         lines += fused
         self.done.add(id(second))
