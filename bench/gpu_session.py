@@ -228,8 +228,9 @@ STEPS = (
          "every GPU test (the scan forms of test_gpu_session24 failed at the session's third call; the cumsum "
          "lowering's bit-for-bit test against the interpreter)"),
     Step("fusion_new_26", 16, "python bench/fusion_suite.py --ops cumsum_rows,unfold_frames,timestep_embedding,"
-         "upsample_nearest --max-configs 3 --budget 150", 180,
-         "the drafts changed after the session's suite run: cumsum_rows (T.cumsum), unfold_frames (per-value reads)"),
+         "add_layernorm,layernorm_widths,groupnorm,instance_norm,mean_seq --max-configs 4 --budget 240", 300,
+         "the drafts changed after the session's suite run: cumsum_rows (T.cumsum), unfold_frames (per-value reads), "
+         "the norms' variance corrected by the row's deviations (one more reduction a row)"),
     Step("played_26", 16, "CAP=90 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played\" session26", 400,
          "the played LLM's session-26 answers over every config of their ops"),
     Step("played_25_again", 16, "CAP=150 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played_b\" session25",
