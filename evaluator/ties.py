@@ -46,6 +46,8 @@ from dataclasses import dataclass
 import torch
 from torch.overrides import TorchFunctionMode
 
+from tileagent.evaluator.errors import SpecError
+
 TIE_PAIRS = 32  # antithetic pairs, run one at a time and only as far as needed (``unexplained``)
 TIE_RUNS = 2 * TIE_PAIRS
 TIE_SEED = 0x71E5  # the noise is a function of this, the pair and the input's position: every evaluation the same
@@ -149,6 +151,71 @@ class IndexCalls(TorchFunctionMode):
         return out
 
 
+class TieRuns:
+    """The reference's runs for the tie rules, each at most once and only when asked for: ``ties(i)`` its outputs on
+    ``evaluator.ties.perturbed(inputs, i)`` (int64 outputs only, the others None; None where the reference failed
+    there), ``index_calls()`` the index ops one run on the inputs as they are records (``IndexCalls``),
+    ``own_error(k, n)`` the reference's worst error against ``oracle_of`` (inputs -> the float64 oracle's outputs,
+    or None) over the first ``n`` perturbations."""
+
+    def __init__(self, spec, model, inputs, config: dict, oracle_of=None):
+        self.spec, self.model, self.inputs, self.config, self.oracle_of = spec, model, inputs, config, oracle_of
+        self.runs: dict = {}
+        self.calls: list | None = None
+
+    def __call__(self, i: int):
+        if i not in self.runs:
+            try:
+                outs = self.spec.run_reference(self.model, perturbed(self.inputs, i, self.spec.fixed_inputs),
+                                               self.config)
+                self.runs[i] = tuple(o if o.dtype == torch.int64 else None for o in outs)
+            except SpecError:  # inputs the reference rejects once perturbed explain nothing
+                self.runs[i] = None
+        return self.runs[i]
+
+    def outputs(self, i: int):
+        """The reference's outputs on ``perturbed(inputs, i)``, every dtype (not kept: a floating output's rule asks
+        for each run once), or None where the reference failed there."""
+        try:
+            return self.spec.run_reference(self.model, perturbed(self.inputs, i, self.spec.fixed_inputs), self.config)
+        except SpecError:
+            return None
+
+    def index_calls(self) -> list:
+        if self.calls is None:
+            recorder = IndexCalls()
+            try:
+                with recorder:
+                    self.spec.run_reference(self.model, [t.clone() if isinstance(t, torch.Tensor) else t
+                                                         for t in self.inputs], self.config)
+            except SpecError:
+                recorder.calls = []
+            self.calls = recorder.calls
+        return self.calls
+
+    def own_error(self, k: int, n: int) -> tuple[float, float] | None:
+        """(max abs, L2) of the reference's error on output ``k`` against the float64 oracle, the worst of its runs on
+        ``perturbed(inputs, i)`` for i < n (finite elements of both); None when none ran. The spread of the
+        reference's own rounding over inputs that differ by 2 ulps: the scale of a noisy output's error, where one
+        run's error is one draw of it."""
+        worst = None
+        for i in range(n):
+            moved = perturbed(self.inputs, i, self.spec.fixed_inputs)
+            try:
+                ref = self.spec.run_reference(self.model, moved, self.config)
+            except SpecError:
+                continue
+            truth = self.oracle_of(moved) if self.oracle_of is not None else None
+            if truth is None or k >= min(len(ref), len(truth)) or ref[k].shape != truth[k].shape:
+                continue
+            r, t = ref[k].detach().to(torch.float64), truth[k].detach().to(torch.float64)
+            err = (r - t).abs().masked_fill_(~(torch.isfinite(r) & torch.isfinite(t)), 0.0)
+            pair = (float(err.max()) if err.numel() else 0.0, float(torch.linalg.vector_norm(err)))
+            worst = pair if worst is None else (max(worst[0], pair[0]), max(worst[1], pair[1]))
+        return worst
+
+
+
 def equal_scores(out: torch.Tensor, ref: torch.Tensor, calls: list[IndexCall]) -> int | None:
     """How many elements where ``out`` differs from ``ref`` select a score other than the reference's (the scores
     rule, module docstring), or None when ``ref`` is no recorded call's indices (the rule does not apply)."""
@@ -197,4 +264,4 @@ def _perturb(x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 __all__ = ["DTYPE_ULPS", "FLOAT32_DELTA", "IndexCall", "IndexCalls", "TIE_CHANGE", "TIE_PAIRS", "TIE_RUNS", "TIE_SEED",
-           "equal_scores", "perturbed", "tie_delta", "unexplained"]
+           "TieRuns", "equal_scores", "perturbed", "tie_delta", "unexplained"]

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import tileagent.evaluator.correctness as correctness
+import tileagent.evaluator.ties as ties
 from tileagent.evaluator.correctness import _ConfigCheck, check_candidate
 from tileagent.evaluator.errors import Mismatch
 from tileagent.evaluator.spec import ALL_DISTRIBUTIONS, HIDDEN, identical, load_spec
@@ -235,8 +236,7 @@ def test_rounding_half_away_from_zero_still_fails_for_quantized_integer_outputs(
 
 def test_the_reference_is_not_re_run_when_nothing_mismatches(moe_spec, monkeypatch):
     runs = []
-    monkeypatch.setattr(correctness, "perturbed",
-                        lambda inputs, i, fixed: runs.append(i) or perturbed(inputs, i, fixed))
+    monkeypatch.setattr(ties, "perturbed", lambda inputs, i, fixed: runs.append(i) or perturbed(inputs, i, fixed))
     config = {"T": 16, "E": 8}
     check_candidate(moe_spec, MOE_KERNEL, configs=[config], seeds=2, distributions=["normal", "uniform"], seed=1)
     assert runs == []
