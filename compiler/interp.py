@@ -436,7 +436,7 @@ class _Interpreter:
             self._atomic_extreme(t, idx, value, mask if inb is None else (inb if mask is None else mask & inb),
                                  accumulate)
             return
-        if mask is None and inb is None and all(isinstance(i, int) for i in idx):
+        if mask is None and inb is None and value.dim() == 0 and all(isinstance(i, int) for i in idx):
             if accumulate:
                 cd = compute_dtype(buf.dtype)
                 t[tuple(idx)] = (t[tuple(idx)].to(cd) + value.to(cd)).to(t.dtype)
