@@ -218,3 +218,40 @@ def test_atomic_accumulation_and_masked_or_out_of_bounds_stores_are_not_races():
     torch.testing.assert_close(s, x.sum().reshape(1), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(y, x[::2], **EXACT)
     assert not z.any()
+
+
+# -- what is recorded (the cost: a loop none of whose buffers is recorded runs as before) ------------------------
+
+
+def loops_of(func):
+    from tileagent.compiler.ir.stmt import Parallel
+    from tileagent.compiler.ir.visit import walk
+
+    return [s for s in walk(func.body) if isinstance(s, Parallel)]
+
+
+def test_plan_skips_buffers_each_iteration_owns_and_stores_shown_one_to_one():
+    from tileagent.compiler.interp_race import plan
+
+    M, N, BM, BN = 64, 256, 16, 32
+
+    @T.prim_func
+    def loops(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32"), F: T.Tensor((M * N,), "float32"),
+              Ids: T.Tensor((M,), "int32")):
+        with T.Kernel(N // BN, M // BM) as (bx, by):
+            for i, j in T.Parallel(BM, BN):  # in place at one index: each element is one iteration's
+                r = by * BM + i
+                Y[r, bx * BN + j] = Y[r, bx * BN + j] * 2.0 + X[r, bx * BN + j]
+            for i, j in T.Parallel(BM, BN):  # a flat index whose coefficients cannot collide (j < BN <= N)
+                F[(by * BM + i) * N + bx * BN + j] = X[by * BM + i, bx * BN + j]
+            for i, j in T.Parallel(BM, BN):  # i + j collides: checked when it runs
+                F[i + j] = X[i, j]
+            for i, j in T.Parallel(BM, BN):  # a data-dependent row and a read of another element: both recorded
+                Y[Ids[i], j] = Y[i, j]
+
+    X, Y, F = loops.params[:3]
+    owned, flat, collide, scatter = (plan(p) for p in loops_of(loops))
+    assert Y in owned.owned and not owned.scattered
+    assert not flat.scattered
+    assert collide.scattered == {F}
+    assert scatter.scattered == {Y} and Y not in scatter.owned
