@@ -137,14 +137,15 @@ def watch(loop: Parallel, plans: dict, mem: dict, shape: tuple) -> Recorder | No
     p = plans[loop]
     if not p.stored:
         return None
-    key = {b: mem[b].untyped_storage().data_ptr() for b in p.loaded | p.stored}
+    key = {b: mem[b].untyped_storage().data_ptr() for b in p.loaded | p.stored if b in mem}
     users: dict[int, int] = {}
-    for b in p.loaded | p.stored:
-        users[key[b]] = users.get(key[b], 0) + 1
-    both = {key[b] for b in p.loaded} & {key[b] for b in p.stored}
-    both -= {key[b] for b in p.owned if users[key[b]] == 1}  # an element of its own only: no other iteration's
-    reads = {b for b in p.loaded if key[b] in both}
-    writes = {b for b in p.stored if key[b] in both} | set(p.scattered)
+    for k in key.values():
+        users[k] = users.get(k, 0) + 1
+    loaded, stored = p.loaded & key.keys(), p.stored & key.keys()
+    both = {key[b] for b in loaded} & {key[b] for b in stored}
+    both -= {key[b] for b in p.owned & key.keys() if users[key[b]] == 1}  # its elements are one iteration's each
+    reads = {b for b in loaded if key[b] in both}
+    writes = {b for b in stored if key[b] in both} | (p.scattered & key.keys())
     return Recorder(loop, shape, mem, reads, writes, key) if writes else None
 
 
