@@ -3,8 +3,10 @@
 In: a checked PrimFunc, its arguments as CPU torch tensors (and Python scalars), and the values of its dynamic
 shape variables. Out: the tensor arguments updated in place.
 Guarantees: thread blocks run one after another (bx fastest); tile ops run as torch operations (each op's
-``interpret``, ``compiler.tileops``); T.Parallel nests
-run vectorized over their whole iteration space (an ``if`` inside runs masked); T.Pipelined runs as a serial loop.
+``interpret``, ``compiler.tileops``); T.Parallel nests run vectorized over their whole iteration space (an ``if``
+inside runs masked), and an element of global or shared memory that one of their iterations reads and another
+writes, or that two write with different values, raises KernelFault (``compiler.interp_race``: on the GPU the
+iterations run in no fixed order); T.Pipelined runs as a serial loop.
 Float arithmetic rounds to the expression's dtype after every operation, computing in float32 (float64 for
 float64), as the GPU does. Global memory is guarded: out-of-bounds reads give 0, out-of-bounds writes are dropped.
 On-chip buffers start as NaN (floats) so reads of unwritten data show up; an out-of-bounds on-chip access raises
@@ -31,7 +33,7 @@ from tileagent.compiler.atomic_ops import combine, fetch
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
                                         Kernel, Let, LoopExit, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc,
                                         Region, RngInit, Store, UseSwizzle, While)
-from tileagent.compiler import random_philox
+from tileagent.compiler import interp_race, random_philox
 from tileagent.compiler.tileops import op_for
 
 _INT_POISON = -(2**30) + 7
@@ -109,6 +111,8 @@ class _Interpreter:
         self.lanes = None  # per-thread kernels (T.get_thread_binding): arange(threads), one lane per thread
         self.lane_bufs: set = set()  # their local/var buffers: one copy per lane, stored [threads, *shape]
         self.loop_lanes = None  # the lanes active when the innermost loop's current iteration began
+        self.race = None  # the interp_race.Recorder of the T.Parallel running now (None: none, or nothing to record)
+        self.race_plans: dict = {}  # interp_race.plan of each T.Parallel run so far
 
     # -- statements ------------------------------------------------------------------------------------------
     def stmt(self, s, mask) -> None:
@@ -217,10 +221,17 @@ class _Interpreter:
             shape[d] = int(self.ev(ext))
             self.env[var] = torch.arange(shape[d], dtype=torch.int64).reshape(shape)
         self.par_shape = tuple(int(self.ev(e)) for e in s.extents)  # T.rng_rand draws in this order
+        outer = self.race
+        if outer is not None:  # a T.Parallel inside another: its iterations are not the outer loop's
+            outer.off = True
+        elif self.lanes is None:  # races between its iterations: compiler.interp_race
+            self.race = interp_race.watch(s, self.race_plans, self.mem, self.par_shape)
         try:
             self.body(s.body, mask)
+            if self.race is not None and self.race is not outer:
+                self.race.check()
         finally:
-            self.par_shape = None
+            self.par_shape, self.race = None, outer
 
     def if_(self, s: If, mask) -> None:
         c = self.ev(s.cond)
@@ -257,6 +268,8 @@ class _Interpreter:
         idx, inb = self._element_indices(buf, indices, span)
         t = self.mem[buf]
         keep = mask if inb is None else (inb if mask is None else mask & inb)
+        if self.race is not None and buf in self.race.writes:
+            self.race.write(buf, idx, as_tensor(value, buf.dtype), keep, span, atomic=True)
         parts = [torch.as_tensor(i) for i in idx] + [as_tensor(value, buf.dtype)]
         parts = torch.broadcast_tensors(*parts, *([torch.as_tensor(keep)] if keep is not None else []))
         flat = [p.reshape(-1) for p in parts]
@@ -412,6 +425,9 @@ class _Interpreter:
         buf = e.buffer
         idx, inb = self._element_indices(buf, e.indices, e.span)
         t = self.mem[buf]
+        if self.race is not None and buf in self.race.reads:
+            live = self.active if inb is None else (inb if self.active is None else inb & self.active)
+            self.race.read(buf, idx, live, e.span)
         if inb is not None:
             idx = [torch.as_tensor(i).clamp(0, n - 1) for i, n in zip(idx, self.shapes[buf])]
         if buf in self.lane_bufs:  # each thread reads its own copy
@@ -430,13 +446,16 @@ class _Interpreter:
         value = as_tensor(value, buf.dtype)
         if buf.dtype == "tfloat32" and accumulate is False:  # a value entering a tfloat32 buffer is rounded to it
             value = to_float(value, buf.dtype)
+        if self.race is not None and buf in self.race.writes:
+            self.race.write(buf, idx, value, mask if inb is None else (inb if mask is None else mask & inb), span,
+                            atomic=accumulate is not False)
         if buf in self.lane_bufs:  # each thread writes its own copy
             idx = [self.lanes] + [torch.as_tensor(i) for i in idx]
         if accumulate in ("max", "min"):
             self._atomic_extreme(t, idx, value, mask if inb is None else (inb if mask is None else mask & inb),
                                  accumulate)
             return
-        if mask is None and inb is None and all(isinstance(i, int) for i in idx):
+        if mask is None and inb is None and value.dim() == 0 and all(isinstance(i, int) for i in idx):
             if accumulate:
                 cd = compute_dtype(buf.dtype)
                 t[tuple(idx)] = (t[tuple(idx)].to(cd) + value.to(cd)).to(t.dtype)

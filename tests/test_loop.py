@@ -312,6 +312,20 @@ def test_feedback_for_an_untimed_correct_candidate_and_a_guard_violation():
     assert "broke the evaluation rule `torch-compute`:\nline 3: torch.exp" in render_feedback(guard)
 
 
+def test_a_kernel_fault_is_fed_back_as_the_kernels_line_not_as_a_broken_module():
+    """A race between T.Parallel iterations (played LLM, session 26) came back under "Check the imports, the
+    ModelNew constructor ...": the advice for a module that cannot load."""
+    message = ("ModelNew.forward raised KernelFault: k.py:38:25: T.Parallel iterations race on Y: iteration (j=0) "
+               "reads Y[0, 3] that iteration (j=2) writes at line 39 in the same loop")
+    fault = EvalResult(status="candidate_error", message=message,
+                       failure={"kind": "RunFailed", "exception": "KernelFault", "message": message})
+    text = render_feedback(fault)
+    assert text.startswith(f"Your kernel faulted on the CPU interpreter:\n{message}\n")
+    assert "Check the imports" not in text and "Fix that line" in text
+    other = EvalResult(status="candidate_error", message="x", failure={"kind": "RunFailed", "exception": "TypeError"})
+    assert "Check the imports" in render_feedback(other)
+
+
 def test_autotune_assign_replaces_only_the_module_level_knob():
     source = "BLOCK = None\nTUNABLES = {'BLOCK': [None, 2]}\ndef f():\n    BLOCK = 7\n"
     out = assign(source, {"BLOCK": 2})

@@ -17,7 +17,8 @@ from tileagent.evaluator.spec import load_spec
 from tests.conftest import REPO, load_module
 from tileagent import prompts
 
-FEEDBACK = ["compile_error", "mismatch", "guard_violation", "candidate_error", "worker_error", "cpu_timeout", "timing_row",
+FEEDBACK = ["compile_error", "mismatch", "guard_violation", "candidate_error", "kernel_fault", "worker_error",
+            "cpu_timeout", "timing_row",
             "timing", "resources",
             "malformed_answer", "covered_by_tuning"]
 TEMPLATES = ["system", "dsl_guide"] + [f"feedback.{name}" for name in FEEDBACK]

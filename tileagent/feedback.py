@@ -162,6 +162,8 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         return render("feedback.cpu_timeout", message=result.message, passed=passed)
     if status in ("timeout", "crash"):
         return render("feedback.worker_error", kind=failure.get("kind", status), message=result.message)
+    if failure.get("exception") == "KernelFault":
+        return render("feedback.kernel_fault", message=result.message)
     return render("feedback.candidate_error", kind=failure.get("kind", status), message=result.message)
 
 

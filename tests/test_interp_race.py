@@ -1,0 +1,257 @@
+"""The CPU interpreter's race check (compiler.interp_race): iterations of one T.Parallel that read what another writes,
+or write different values to one element, fault at the DSL line; what the GPU runs the same in any order passes."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import tileagent
+import tileagent.language as T
+from tileagent.compiler.errors import KernelFault
+
+EXACT = dict(rtol=0, atol=0)
+
+
+def build(func, out_idx=None):
+    return tileagent.compile(func, target="cpu", out_idx=out_idx)
+
+
+def line_of(marker: str) -> int:
+    lines = Path(__file__).read_text().splitlines()
+    hits = [n for n, text in enumerate(lines, 1) if text.rstrip().endswith(f"# {marker}")]
+    assert len(hits) == 1, marker
+    return hits[0]
+
+
+def at(marker: str) -> str:
+    return f"{__file__}:{line_of(marker)}:"
+
+
+GPU = ("on the GPU the iterations of one T.Parallel run concurrently in no fixed order, so {what}; the CPU interpreter "
+       "runs each statement for all iterations before the next, which hides it. ")
+GLOBAL_HINT = ("Make each element read and written by one iteration only (read from a tensor this loop does not "
+               "write, e.g. the input rather than the output being updated), or do the writes in a later T.Kernel; "
+               "accumulate with T.atomic_add / T.atomic_max / T.atomic_min")
+
+
+def penalty(read_output: bool, V=16, L=8, p=1.5):
+    """HF's repetition penalty as a scatter: Y = X, then Y[tok] penalized for every id; ``read_output`` reads the logit
+    from Y (the racy form: a repeated id sees the value another iteration already penalized), else from X."""
+
+    @T.prim_func
+    def main(X: T.Tensor((1, V), "float32"), Ids: T.Tensor((1, L), "int64"), Y: T.Tensor((1, V), "float32")):
+        with T.Kernel(1, threads=32) as b:
+            for i in T.Parallel(V):
+                Y[b, i] = X[b, i]
+        with T.Kernel(1, threads=32) as b:
+            for k in T.Parallel(L):
+                tok = Ids[b, k]
+                if read_output:
+                    v = Y[b, tok]  # racy-read
+                else:
+                    v = X[b, tok]
+                Y[b, tok] = T.if_then_else(v > 0.0, v / p, v * p)  # penalized-write
+
+    return main
+
+
+def test_repetition_penalty_reading_its_own_output_faults_at_the_read_naming_the_element_and_iterations():
+    x = torch.randn(1, 16)
+    ids = torch.tensor([[3, 5, 3, 7, 1, 5, 9, 3]])
+    with pytest.raises(KernelFault) as e:
+        build(penalty(read_output=True))(x, ids, torch.empty(1, 16))
+    what = "the read may see the element before or after that write"
+    assert str(e.value) == (f"{at('racy-read')}25: T.Parallel iterations race on Y: iteration (k=0) reads Y[0, 3] that "
+                            f"iteration (k=2) writes at line {line_of('penalized-write')} in the same loop; "
+                            + GPU.format(what=what) + GLOBAL_HINT)
+
+
+def test_repetition_penalty_reading_the_input_passes_though_repeats_store_the_same_value():
+    x = torch.randn(1, 16)
+    ids = torch.tensor([[3, 5, 3, 7, 1, 5, 9, 3]])
+    y = torch.empty(1, 16)
+    build(penalty(read_output=False))(x, ids, y)
+    score = x.gather(1, ids)
+    want = x.scatter(1, ids, torch.where(score > 0, score / 1.5, score * 1.5))
+    torch.testing.assert_close(y, want, **EXACT)
+
+
+def test_read_modify_write_by_one_iteration_is_not_a_race():
+    N = 64
+
+    @T.prim_func
+    def bump(P: T.Tensor((N,), "int32"), Y: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(N):
+                Y[i] = Y[i] + 1.0
+            for i in T.Parallel(N):  # each element owned by one iteration through a permutation
+                Y[P[i]] = Y[P[i]] * 2.0
+
+    y, perm = torch.randn(N), torch.randperm(N).to(torch.int32)
+    want = (y + 1.0) * 2.0
+    build(bump)(perm, y)
+    torch.testing.assert_close(y, want, **EXACT)
+
+
+def test_a_gather_from_what_an_earlier_loop_wrote_is_not_checked_as_a_race():
+    N = 32
+
+    @T.prim_func
+    def reverse(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32"), Z: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(N):
+                Y[i] = X[i] * 2.0
+        with T.Kernel(1, threads=32):  # a later kernel: ordered after the first on the GPU as well
+            for i in T.Parallel(N):
+                Z[i] = Y[N - 1 - i]
+        with T.Kernel(1, threads=32):
+            s = T.alloc_shared((N,), "float32")
+            for i in T.Parallel(N):
+                s[i] = X[i] + 1.0
+            for i in T.Parallel(N):  # shared memory: TileAgent places a barrier between the two loops
+                Y[i] = s[N - 1 - i]
+
+    x, y, z = torch.randn(N), torch.empty(N), torch.empty(N)
+    build(reverse)(x, y, z)
+    torch.testing.assert_close(z, (x * 2.0).flip(0), **EXACT)
+    torch.testing.assert_close(y, (x + 1.0).flip(0), **EXACT)
+
+
+def test_a_scatter_of_equal_values_is_not_a_race_but_of_different_values_is():
+    V, L = 16, 8
+
+    @T.prim_func
+    def scatter(X: T.Tensor((L,), "float32"), Ids: T.Tensor((L,), "int64"), Y: T.Tensor((V,), "float32")):
+        with T.Kernel(1, threads=32):
+            for k in T.Parallel(L):
+                Y[Ids[k]] = X[k]  # scatter-store
+
+    ids = torch.tensor([3, 5, 3, 7, 1, 5, 9, 3])
+    y = torch.zeros(V)
+    build(scatter)(torch.full((L,), 2.5), ids, y)
+    assert y.tolist() == [2.5 if i in ids.tolist() else 0.0 for i in range(V)]
+    with pytest.raises(KernelFault) as e:
+        build(scatter)(torch.arange(L, dtype=torch.float32), ids, torch.zeros(V))
+    what = "which value the element keeps depends on which iteration stores last"
+    assert str(e.value) == (f"{at('scatter-store')}17: T.Parallel iterations race on Y: iterations (k=0) and (k=2) "
+                            f"write different values to Y[3] (0.0 and 2.0) in the same loop; " + GPU.format(what=what)
+                            + "Make each element written by one iteration only (or by iterations that store the same "
+                              "value), or combine the values with T.atomic_add / T.atomic_max / T.atomic_min")
+
+
+def test_an_earlier_write_seen_by_a_later_read_of_another_iteration_is_a_race():
+    N = 16
+
+    @T.prim_func
+    def shift(X: T.Tensor((N,), "float32"), Y: T.Tensor((N + 1,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(N):
+                Y[i + 1] = X[i]
+                X[i] = Y[i] * 2.0  # shifted-read
+
+    with pytest.raises(KernelFault) as e:
+        build(shift)(torch.randn(N), torch.zeros(N + 1))
+    assert str(e.value).startswith(f"{at('shifted-read')}24: T.Parallel iterations race on Y: iteration (i=1) "
+                                   f"reads Y[1] that iteration (i=0) writes at line {line_of('shifted-read') - 1} in "
+                                   f"the same loop;")
+
+
+def test_shared_memory_shifted_in_place_faults_with_the_shared_memory_hint():
+    N = 32
+
+    @T.prim_func
+    def rotate(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=32):
+            s = T.alloc_shared((N,), "float32")
+            T.copy(X, s)
+            for i in T.Parallel(N - 1):
+                s[i] = s[i + 1]  # shared-shift
+            T.copy(s, Y)
+
+    with pytest.raises(KernelFault) as e:
+        build(rotate)(torch.randn(N), torch.empty(N))
+    message = str(e.value)
+    assert message.startswith(f"{at('shared-shift')}24: T.Parallel iterations race on s: iteration (i=0) reads s[1] "
+                              f"that iteration (i=1) writes in the same loop;")
+    assert message.endswith("Split the loop in two T.Parallel loops, the reads (into a fragment) in the first and the "
+                            "writes in the second (TileAgent places a barrier between them for shared memory), or "
+                            "make each element read and written by one iteration only; accumulate with T.atomic_add / "
+                            "T.atomic_max / T.atomic_min")
+
+
+def test_a_read_of_an_element_other_iterations_update_atomically_is_a_race():
+    N = 8
+
+    @T.prim_func
+    def running(X: T.Tensor((N,), "float32"), C: T.Tensor((1,), "float32"), Y: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(N):
+                T.atomic_add(C[0], X[i])
+                Y[i] = C[0]  # atomic-read
+
+    with pytest.raises(KernelFault) as e:
+        build(running)(torch.randn(N), torch.zeros(1), torch.empty(N))
+    assert str(e.value).startswith(f"{at('atomic-read')}24: T.Parallel iterations race on C: iteration (i=0) reads "
+                                   f"C[0] that iteration (i=1) updates atomically at line {line_of('atomic-read') - 1}")
+
+
+def test_atomic_accumulation_and_masked_or_out_of_bounds_stores_are_not_races():
+    """Also: an atomic add of every iteration into one element (a constant index) sums them all."""
+    N, V = 16, 4
+
+    @T.prim_func
+    def mixed(X: T.Tensor((N,), "float32"), Ids: T.Tensor((N,), "int64"), H: T.Tensor((V,), "float32"),
+              Y: T.Tensor((N // 2,), "float32"), Z: T.Tensor((V,), "float32"), S: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(N):
+                T.atomic_add(H[Ids[i]], X[i])
+                T.atomic_add(S[0], X[i])
+                if i % 2 == 0:
+                    Y[i // 2] = X[i]
+                Z[Ids[i] + V] = X[i]  # every store past the end: dropped
+
+    x, ids = torch.randn(N), torch.randint(0, V, (N,))
+    h, y, z, s = torch.zeros(V), torch.empty(N // 2), torch.zeros(V), torch.zeros(1)
+    build(mixed)(x, ids, h, y, z, s)
+    torch.testing.assert_close(h, torch.zeros(V).index_add_(0, ids, x), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(s, x.sum().reshape(1), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(y, x[::2], **EXACT)
+    assert not z.any()
+
+
+# -- what is recorded (the cost: a loop none of whose buffers is recorded runs as before) ------------------------
+
+
+def loops_of(func):
+    from tileagent.compiler.ir.stmt import Parallel
+    from tileagent.compiler.ir.visit import walk
+
+    return [s for s in walk(func.body) if isinstance(s, Parallel)]
+
+
+def test_plan_skips_buffers_each_iteration_owns_and_stores_shown_one_to_one():
+    from tileagent.compiler.interp_race import plan
+
+    M, N, BM, BN = 64, 256, 16, 32
+
+    @T.prim_func
+    def loops(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32"), F: T.Tensor((M * N,), "float32"),
+              Ids: T.Tensor((M,), "int32")):
+        with T.Kernel(N // BN, M // BM) as (bx, by):
+            for i, j in T.Parallel(BM, BN):  # in place at one index: each element is one iteration's
+                r = by * BM + i
+                Y[r, bx * BN + j] = Y[r, bx * BN + j] * 2.0 + X[r, bx * BN + j]
+            for i, j in T.Parallel(BM, BN):  # a flat index whose coefficients cannot collide (j < BN <= N)
+                F[(by * BM + i) * N + bx * BN + j] = X[by * BM + i, bx * BN + j]
+            for i, j in T.Parallel(BM, BN):  # i + j collides: checked when it runs
+                F[i + j] = X[i, j]
+            for i, j in T.Parallel(BM, BN):  # a data-dependent row and a read of another element: both recorded
+                Y[Ids[i], j] = Y[i, j]
+
+    X, Y, F = loops.params[:3]
+    owned, flat, collide, scatter = (plan(p) for p in loops_of(loops))
+    assert Y in owned.owned and not owned.scattered
+    assert not flat.scattered
+    assert collide.scattered == {F}
+    assert scatter.scattered == {Y} and Y not in scatter.owned
