@@ -26,8 +26,9 @@ def build(func, out_idx=None):
     return tileagent.compile(func, target="cpu", out_idx=out_idx)
 
 
-def line_of(marker: str) -> int:
-    lines = Path(__file__).read_text().splitlines()
+def line_of(marker: str, path=__file__) -> int:
+    """The line of ``path`` (this file by default) that ends with the comment ``# marker``."""
+    lines = Path(path).read_text().splitlines()
     hits = [n for n, text in enumerate(lines, 1) if text.rstrip().endswith(f"# {marker}")]
     assert len(hits) == 1, marker
     return hits[0]

@@ -1,27 +1,19 @@
 """The CPU interpreter's race check (compiler.interp_race): iterations of one T.Parallel that read what another writes,
 or write different values to one element, fault at the DSL line; what the GPU runs the same in any order passes."""
 
-from pathlib import Path
-
 import pytest
 import torch
 
-import tileagent
 import tileagent.language as T
+from tests import test_interp as interp_tests
+from tests.test_interp import build
 from tileagent.compiler.errors import KernelFault
 
 EXACT = dict(rtol=0, atol=0)
 
 
-def build(func, out_idx=None):
-    return tileagent.compile(func, target="cpu", out_idx=out_idx)
-
-
 def line_of(marker: str) -> int:
-    lines = Path(__file__).read_text().splitlines()
-    hits = [n for n, text in enumerate(lines, 1) if text.rstrip().endswith(f"# {marker}")]
-    assert len(hits) == 1, marker
-    return hits[0]
+    return interp_tests.line_of(marker, __file__)
 
 
 def at(marker: str) -> str:
