@@ -6,7 +6,8 @@ Usage (repository root, on the GPU machine):
     python bench/gpu_session.py --list
 
 Each step is a shell command with its own time limit; its output goes to DIR/session.log (one file: the device tool
-brings back few files), and the last lines of the run are a table: step, exit code, seconds, the step's last line.
+brings back few files, 8 in round 2 session 26), and the last lines of the run are a table: step, exit code, seconds,
+the step's last line. Folders the steps leave under DIR (the played answers' records) are packed as DIR/NAME.tar.gz.
 A step starts only while the budget has room for its time limit, so a group fits one 10-minute device call; a
 step that needs an earlier one (``after``) is skipped when that one failed or was skipped. The order inside a group
 is the order in which the results are worth having: correctness before timing. Exit code: 0 when every step ran
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -298,6 +300,9 @@ def main(argv=None) -> int:
     table = [f"{'step':18s} {'exit':>4s} {'s':>5s}  last line"]
     table += [f"{n:18s} {'-' if c is None else c:>4} {t:5.0f}  {last}" for n, c, t, last in rows]
     (out / "summary.txt").write_text("\n".join(table) + "\n")
+    for folder in sorted(d for d in out.iterdir() if d.is_dir()):  # one file each for the device tool
+        shutil.make_archive(str(folder), "gztar", root_dir=out, base_dir=folder.name)
+        shutil.rmtree(folder)
     print("\n".join(table))
     return 0 if not failed else 1
 
