@@ -97,6 +97,8 @@ def run(func: PrimFunc, args: dict, env: dict) -> None:
         interp.stmt(s, None)
 
 
+_UNSIGNED_WIDE = (torch.uint16, torch.uint32, torch.uint64)
+
 class _Interpreter:
     def __init__(self, args: dict, env: dict):
         self.mem: dict[Buffer, torch.Tensor] = {}
@@ -435,6 +437,8 @@ class _Interpreter:
         if all(isinstance(i, int) for i in idx):
             return t[tuple(idx)].clone()
         val = t[tuple(torch.as_tensor(i) for i in idx)]
+        if val.dtype in _UNSIGNED_WIDE:  # torch has no CPU arithmetic for them: held as int64 (``storage``)
+            val = val.to(torch.int64)
         if inb is not None:
             val = torch.where(inb, val, torch.zeros((), dtype=val.dtype))
         return val
@@ -560,8 +564,11 @@ class _Interpreter:
         if op == "%":
             return torch.remainder(torch.as_tensor(a), b) if isinstance(a, torch.Tensor) or isinstance(
                 b, torch.Tensor) else a % b
-        return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "&": lambda: a & b,
-                "|": lambda: a | b, "^": lambda: a ^ b, "<<": lambda: a << b, ">>": lambda: a >> b}[op]()
+        r = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "&": lambda: a & b,
+             "|": lambda: a | b, "^": lambda: a ^ b, "<<": lambda: a << b, ">>": lambda: a >> b}[op]()
+        if dt.startswith("uint") and dt.bits < 64 and op in ("+", "-", "*", "<<"):
+            r = r & ((1 << dt.bits) - 1)  # held in int64: wrap as the GPU's unsigned arithmetic does
+        return r
 
     @staticmethod
     def cast(v, src, dst):

@@ -824,3 +824,18 @@ def test_an_output_dim_floor_divided_by_a_constant_is_allocated():
     """Played LLM, session 24: an output ``(L // HW,)`` was refused ("only sums and constant multiples")."""
     x = torch.arange(49 * 3 + 5, dtype=torch.float32)
     torch.testing.assert_close(_row_means(49)(x), x[1:49 * 3:49], **EXACT)
+
+
+def test_uint32_arithmetic_wraps_as_on_the_gpu():
+    """Torch has no CPU arithmetic for uint32 ("add_stub" not implemented): a uint32 load is held as int64 and + - *
+    << wrap at 32 bits, so (x * 3 + 1) >> 1 past 2**32 agrees with the GPU's unsigned arithmetic."""
+    @T.prim_func
+    def main(X: T.Tensor((64,), "uint32"), Y: T.Tensor((64,), "uint32")):
+        with T.Kernel(1, threads=64) as b:
+            for i in T.Parallel(64):
+                Y[i] = (X[i] * 3 + 1) >> 1
+
+    x = (torch.arange(64, dtype=torch.int64) + (1 << 32) - 32).to(torch.uint32)
+    y = build(main, out_idx=[1])(x)
+    assert y.dtype == torch.uint32
+    assert torch.equal(y.to(torch.int64), ((x.to(torch.int64) * 3 + 1) & 0xFFFFFFFF) >> 1)
