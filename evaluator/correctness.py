@@ -499,9 +499,9 @@ class _ConfigCheck:
         if not jumped:
             return failure
         failure.details["ties_unexplained"] = int(left.sum())
-        failure.message = (f"{failure.message}; {int(left.sum())} row(s) are not explained by ties either (re-run on "
-                           f"{TIE_RUNS} perturbations of the inputs by up to {TIE_CHANGE}, no run of the reference gave "
-                           f"the kernel's row)")
+        failure.message = (f"{failure.message}; {int(left.sum())} row(s) are not explained by ties either (re-run "
+                           f"on {TIE_RUNS} perturbations of the inputs by up to {TIE_CHANGE}, no run of the reference "
+                           f"gave the kernel's row)")
         failure.args = (failure.message,)
         return failure
 

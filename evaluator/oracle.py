@@ -36,7 +36,8 @@ class _KeepFloat64(TorchFunctionMode):
         if kwargs.get("dtype") is _F32:
             kwargs["dtype"] = _F64
         rounds = func in (torch.Tensor.half, torch.Tensor.bfloat16) or kwargs.get("dtype") in _LOW or \
-            (func in (torch.Tensor.to, torch.Tensor.type) and any(isinstance(a, torch.dtype) and a in _LOW for a in args[1:]))
+            (func in (torch.Tensor.to, torch.Tensor.type)
+             and any(isinstance(a, torch.dtype) and a in _LOW for a in args[1:]))
         out = func(*args, **kwargs)
         return out.to(_F64) if rounds and isinstance(out, torch.Tensor) and out.dtype in _LOW else out
 

@@ -165,21 +165,23 @@ class TieRuns:
 
     def __call__(self, i: int):
         if i not in self.runs:
-            try:
-                outs = self.spec.run_reference(self.model, perturbed(self.inputs, i, self.spec.fixed_inputs),
-                                               self.config)
-                self.runs[i] = tuple(o if o.dtype == torch.int64 else None for o in outs)
-            except SpecError:  # inputs the reference rejects once perturbed explain nothing
-                self.runs[i] = None
+            outs = self.outputs(i)
+            self.runs[i] = None if outs is None else tuple(o if o.dtype == torch.int64 else None for o in outs)
         return self.runs[i]
 
     def outputs(self, i: int):
         """The reference's outputs on ``perturbed(inputs, i)``, every dtype (not kept: a floating output's rule asks
         for each run once), or None where the reference failed there."""
+        return self._run(i)[1]
+
+    def _run(self, i: int):
+        """(``perturbed(inputs, i)``, the reference's outputs on them or None where it rejects them: inputs the
+        reference rejects once perturbed explain nothing)."""
+        moved = perturbed(self.inputs, i, self.spec.fixed_inputs)
         try:
-            return self.spec.run_reference(self.model, perturbed(self.inputs, i, self.spec.fixed_inputs), self.config)
+            return moved, self.spec.run_reference(self.model, moved, self.config)
         except SpecError:
-            return None
+            return moved, None
 
     def index_calls(self) -> list:
         if self.calls is None:
@@ -200,12 +202,8 @@ class TieRuns:
         run's error is one draw of it."""
         worst = None
         for i in range(n):
-            moved = perturbed(self.inputs, i, self.spec.fixed_inputs)
-            try:
-                ref = self.spec.run_reference(self.model, moved, self.config)
-            except SpecError:
-                continue
-            truth = self.oracle_of(moved) if self.oracle_of is not None else None
+            moved, ref = self._run(i)
+            truth = self.oracle_of(moved) if ref is not None and self.oracle_of is not None else None
             if truth is None or k >= min(len(ref), len(truth)) or ref[k].shape != truth[k].shape:
                 continue
             r, t = ref[k].detach().to(torch.float64), truth[k].detach().to(torch.float64)
@@ -213,7 +211,6 @@ class TieRuns:
             pair = (float(err.max()) if err.numel() else 0.0, float(torch.linalg.vector_norm(err)))
             worst = pair if worst is None else (max(worst[0], pair[0]), max(worst[1], pair[1]))
         return worst
-
 
 
 def equal_scores(out: torch.Tensor, ref: torch.Tensor, calls: list[IndexCall]) -> int | None:

@@ -528,8 +528,9 @@ def test_the_oracle_keeps_float64_through_the_references_float32_casts():
 
 def test_the_oracle_adds_exactly_after_a_cast_to_16_bits():
     """On the H200 (round 2, session 26) the built-in drafter's cumsum of ``x.half()`` failed: CUDA's ``torch.cumsum``
-    of an fp16 tensor adds in fp16 (off by 3 ulps at 300 terms) while the kernel adds in float32, and the oracle, keeping
-    the fp16 tensor, repeated the reference's additions. The oracle rounds the cast's values and adds in float64."""
+    of an fp16 tensor adds in fp16 (off by 3 ulps at 300 terms) while the kernel adds in float32, and the oracle,
+    keeping the fp16 tensor, repeated the reference's additions. The oracle rounds the cast's values and adds in
+    float64."""
     from tileagent.evaluator import oracle
 
     class Model(torch.nn.Module):

@@ -221,8 +221,8 @@ def _eval_table(result, title: str, serves: dict[str, list[str]]) -> Table:
     """One row per config checked: the grid's configs it stands for (on the CPU) and the sizes the interpreter ran it
     at where smaller; error sizes only for a correct config (a failed one's are those of the checks before)."""
     timed = any(c.candidate is not None for c in result.configs)
-    cols = ["config", "correct", "max abs err", "rel L2 err"] + (["ms ±IQR", "eager ms", "compile ms", "x eager", "x compile",
-                                                   "% roofline"] if timed else [])
+    cols = ["config", "correct", "max abs err", "rel L2 err"] + (
+        ["ms ±IQR", "eager ms", "compile ms", "x eager", "x compile", "% roofline"] if timed else [])
     table = Table(title=title)
     for col in cols:
         table.add_column(col, justify="left" if col in ("config", "correct") else "right", no_wrap=True)
