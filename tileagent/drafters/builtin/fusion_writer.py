@@ -22,6 +22,11 @@ from tileagent.drafters.builtin.index import ONE, Dyn, Lin, Size, Unsupported, V
 from tileagent.drafters.builtin.pointwise_text import ON_CUDA
 
 SHORT_ROW = 1024  # uniform_col: a row-uniform fragment only for rows longer than this when it moves every row
+
+
+def _names(text: str) -> set[str]:
+    """The identifiers in an index's text."""
+    return set(re.findall(r"\b[A-Za-z_]\w*\b", text))
 from tileagent.drafters.builtin.values import (BOOL, DT, FLOAT, INT, Global, Reduce, TopK, TopKPart, V, _simple, _uses,
                                                _where, kind_of)
 
@@ -228,7 +233,7 @@ class KernelWriter:
         share its registers (and what is computed from them alone) instead of a load per value (BatchNorm eval on
         16x64x256x256: four loads and a square root per value). None when ``flat`` reads a column atom, a value
         bound inside the T.Parallel body, or no row atom at all."""
-        names = set(re.findall(r"\b[A-Za-z_]\w*\b", flat.text()))
+        names = _names(flat.text())
         xs = names & {v.name for v in self.k.xvars}
         if not xs or names - xs - set(self.plan.t.binds) - set(self.params) - {"T"} or "[" in flat.text():
             return None
@@ -251,15 +256,13 @@ class KernelWriter:
         the stride to ``self.row_div`` (schedule's ``div``); None when ``flat`` is not of that form, or when a
         pointwise kernel's base moves with every row of rows of at most ``SHORT_ROW`` values (the frames of an
         STFT: BM = 1 made 96k blocks of 400 values, 49% of a copy on the H200): element reads then, any BM."""
-        import re
-
         k = self.k
         rest = flat - k.col
         if rest.is_const():
             return None
         innermost = k.xvars[-1].name if k.xvars else None
         if k.pointwise and k.R.v <= SHORT_ROW and all(not isinstance(a, Dyn) for a, _ in rest.terms) and \
-                any(innermost in re.findall(r"\b[A-Za-z_]\w*\b", a.text()) for a, _ in rest.terms):
+                any(innermost in _names(a.text()) for a, _ in rest.terms):
             return None
         strides, stride = {}, ONE
         for v in reversed(k.xvars):
@@ -268,7 +271,7 @@ class KernelWriter:
         terms, involved = [], set()
         for a, c in rest.terms:
             text = a.text()
-            names = set(re.findall(r"\b[A-Za-z_]\w*\b", text))
+            names = _names(text)
             xs = names & set(strides)
             other = names - xs - set(self.plan.t.binds) - set(self.params) - {"T"}
             if other or not xs or (not isinstance(a, Var) and "[" in text and not isinstance(a, Dyn)):
@@ -559,8 +562,6 @@ class KernelWriter:
         lines = [" " * pad + "for kk in T.Pipelined(NK, num_stages=NS):"] + copies + \
             self.body(cx, "tile", stmts, pad + 4) + [" " * (pad + 4) + t for t in tail]
         if rename:
-            import re
-
             pattern = re.compile(r"\b(" + "|".join(map(re.escape, rename)) + r")\b")
             lines = [pattern.sub(lambda m: rename[m.group(1)], line) for line in lines]
         return lines
