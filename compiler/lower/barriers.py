@@ -1,9 +1,12 @@
-"""Barrier insertion: put ``Barrier()`` between tile-level statements wherever shared memory written by one is
-read or rewritten by a later one, or read by one and then overwritten.
+"""Barrier insertion: put ``Barrier()`` between tile-level statements wherever shared or global memory written by
+one is read or rewritten by a later one, or read by one and then overwritten.
 
 In: a T.Kernel body of the tile IR (before lowering). Out: the same body with ``tir.Barrier`` statements added.
 Guarantees: for every pair of statements A before B (also across loop iterations: B early in the body, A late)
-where A writes a shared buffer that B reads or writes, or A reads one that B writes, a barrier runs between them.
+where A writes a shared or global buffer that B reads or writes, or A reads one that B writes, a barrier runs between
+them. Global buffers count because two statements split their elements among the threads differently (a T.Parallel
+writing a workspace, the next reading it reversed: another thread's element, written or not yet); the barrier
+orders the block's own accesses only, blocks stay unordered.
 Barriers are only placed at block-uniform points (between statements of kernel, loop and uniform-if bodies).
 A loop that a ``break``/``continue`` may leave part-way
 is analysed as if any statement of its body could be the last one run before the next iteration or the code after
@@ -63,7 +66,7 @@ def _body(body, state, divergent=None):
     for s in body:
         if divergent is not None and ((isinstance(s, (If, While)) and _differs(s.cond, divergent)) or (
                 isinstance(s, For) and _differs((s.start, s.extent, s.step), divergent))):
-            w, r = shared_effects(s)  # taken whole: no barrier inside code not every thread runs
+            w, r = _synced(s)  # taken whole: no barrier inside code not every thread runs
             if (r & written) or (w & read) or (w & written):
                 out.append(Barrier())
                 written, read = frozenset(), frozenset()
@@ -71,7 +74,7 @@ def _body(body, state, divergent=None):
             written, read = written | w, read | r
             continue
         if isinstance(s, SoftwarePipeline):
-            w, r = shared_effects(s)
+            w, r = _synced(s)
             if (r & written) or (w & read) or (w & written):
                 out.append(Barrier())
             # every iteration starts with a barrier (lower_pipeline); the staged tiles are only read in it
@@ -81,7 +84,7 @@ def _body(body, state, divergent=None):
             continue
         if isinstance(s, (For, While)):
             if isinstance(s, While):  # its condition is evaluated before every iteration
-                w, r = frozenset(), shared_effects(If(s.cond, (), ()))[1]
+                w, r = frozenset(), _synced(If(s.cond, (), ()))[1]
                 if r & written:
                     out.append(Barrier())
                     written, read = frozenset(), frozenset()
@@ -89,7 +92,7 @@ def _body(body, state, divergent=None):
             _, after_one = _body(s.body, (written, read), divergent)  # what one iteration leaves for the next one
             leavable = exits_early(s)
             if leavable:  # a break/continue leaves an iteration part-way: whatever the body touches carries
-                w, r = shared_effects(s)
+                w, r = _synced(s)
                 after_one = (after_one[0] | w, after_one[1] | r)
             inner, (written, read) = _body(s.body, (written | after_one[0], read | after_one[1]), divergent)
             if leavable:
@@ -97,7 +100,7 @@ def _body(body, state, divergent=None):
             out.append(replace(s, body=tuple(inner)))
             continue
         if isinstance(s, If):
-            r = shared_effects(If(s.cond, (), ()))[1]  # its condition is evaluated before either branch
+            r = _synced(If(s.cond, (), ()))[1]  # its condition is evaluated before either branch
             if r & written:
                 out.append(Barrier())
                 written, read = frozenset(), frozenset()
@@ -107,7 +110,7 @@ def _body(body, state, divergent=None):
             out.append(replace(s, then_body=tuple(then_body), else_body=tuple(else_body)))
             written, read = st1[0] | st2[0], st1[1] | st2[1]
             continue
-        w, r = shared_effects(s)
+        w, r = _synced(s)
         if (r & written) or (w & read) or (w & written):
             out.append(Barrier())
             written, read = frozenset(), frozenset()
@@ -116,48 +119,47 @@ def _body(body, state, divergent=None):
     return out, (written, read)
 
 
-def shared_effects(s) -> tuple[frozenset, frozenset]:
-    """(shared buffers written, shared buffers read) by one tile-level statement, its nested body included."""
+def shared_effects(s, scopes=("shared",)) -> tuple[frozenset, frozenset]:
+    """(buffers written, buffers read) of ``scopes`` (shared by default) by one tile-level statement, its nested
+    body included."""
     w, r = set(), set()
-    _effects(s, w, r)
+    _effects(s, w, r, scopes)
     return frozenset(w), frozenset(r)
 
 
-def _effects(s, w, r):
+def _synced(s) -> tuple[frozenset, frozenset]:
+    """The shared and global buffers a statement writes and reads: what a barrier orders."""
+    return shared_effects(s, ("shared", "global"))
+
+
+def _effects(s, w, r, scopes):
     op = op_for(s)
     if op is not None:  # a tile op says what it touches
         effects = op.effects(s)
-        for buf in effects.writes:
-            _add(w, buf)
-        for buf in effects.reads:
-            _add(r, buf)
+        w.update(b for b in effects.writes if b.scope in scopes)
+        r.update(b for b in effects.reads if b.scope in scopes)
     elif isinstance(s, (Store, AtomicAdd)):
-        _add(w, s.buffer)
+        if s.buffer.scope in scopes:
+            w.add(s.buffer)
         for e in tuple(s.indices) + (s.value,):
-            _reads(e, r)
+            _reads(e, r, scopes)
     elif isinstance(s, Let):
-        _reads(s.value, r)
+        _reads(s.value, r, scopes)
     elif isinstance(s, Evaluate):  # T.call_extern: a pointer it is given may be read and written through
-        _reads(s.value, r)
-        _reads(s.value, w)
+        _reads(s.value, r, scopes)
+        _reads(s.value, w, scopes)
     elif isinstance(s, (Parallel, For, SoftwarePipeline)):
         for x in s.body:
-            _effects(x, w, r)
+            _effects(x, w, r, scopes)
     elif isinstance(s, If):
-        _reads(s.cond, r)
+        _reads(s.cond, r, scopes)
         for x in s.then_body + s.else_body:
-            _effects(x, w, r)
+            _effects(x, w, r, scopes)
     elif isinstance(s, While):
-        _reads(s.cond, r)
+        _reads(s.cond, r, scopes)
         for x in s.body:
-            _effects(x, w, r)
+            _effects(x, w, r, scopes)
 
 
-def _add(target, buf):
-    if buf.scope == "shared":
-        target.add(buf)
-
-
-def _reads(e, r):
-    for ld in loads(e):
-        _add(r, ld.buffer)
+def _reads(e, r, scopes):
+    r.update(ld.buffer for ld in loads(e) if ld.buffer.scope in scopes)
