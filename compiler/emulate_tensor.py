@@ -68,6 +68,8 @@ def mma(block, s: Mma) -> None:
     ab = s.element_dtype
     if ab in _EIGHT_BIT:
         return _mma8(block, s, ab)
+    if ab in ("float32", "tfloat32"):
+        return _mma_tf32(block, s)
     f16acc = ab == "float16" and s.c_buf.dtype == "float16"  # .f16 accumulators: each mma rounds its sums
     if ab not in ("float16", "bfloat16") or any(b.dtype not in (ab, "uint32") for b in (s.a_buf, s.b_buf)) or \
             (s.c_buf.dtype != "float32" and not f16acc):
@@ -154,14 +156,63 @@ def _mma8(block, s: Mma, ab: str) -> None:
     c_mem[rows, c_idx] = D.reshape(nw * WARP_SIZE, 4).to(c_mem.dtype)
 
 
+def _mma_tf32(block, s: Mma) -> None:
+    """One mma.sync m16n8k8 .tf32 in every warp that executes it: the m16n8k16 fragments of ``compiler.tir.Mma``
+    over 32-bit elements (A [16, 8], B [8, 8]), each element truncated to TF32 (its low 13 mantissa bits dropped, as
+    the tensor core reads only the upper 19), products summed in float32."""
+    if s.c_buf.dtype != "float32" or any(b.dtype not in ("float32", "tfloat32", "uint32") for b in (s.a_buf, s.b_buf)):
+        raise EmulationError(f"Mma wants float32/tfloat32 A and B (or uint32 registers) and a float32 C, got A "
+                             f"{s.a_buf.dtype}, B {s.b_buf.dtype}, C {s.c_buf.dtype}", s.span)
+    for buf, regs, n in ((s.a_buf, s.a, 4), (s.b_buf, s.b, 2), (s.c_buf, s.c, 4)):
+        if buf.scope != "local" or len(regs) != n:
+            raise EmulationError(f"Mma operand '{buf.name}' must be a local array with {n} register indices, "
+                                 f"got a {buf.scope} buffer with {len(regs)}", s.span)
+    threads, nw = _warp_threads(block, "Mma")
+    if not nw:
+        return
+
+    def values(buf, regs):
+        """The operand's elements per lane [nw * 32, len(regs)] as float32 truncated to tf32."""
+        mem, idx = _registers(block, threads, buf, regs)
+        vals = mem[threads[:, None], idx]
+        bits = (vals.to(torch.int64) & 0xFFFFFFFF) if buf.dtype == "uint32" else \
+            vals.to(torch.float32).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+        bits = bits & 0xFFFFE000
+        return torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32).view(torch.float32)
+
+    a_vals, b_vals = values(s.a_buf, s.a), values(s.b_buf, s.b)
+    c_mem, c_idx = _registers(block, threads, s.c_buf, s.c)
+    rows = threads[:, None]
+    A = torch.empty(nw, 16, 8, dtype=torch.float32)
+    B = torch.empty(nw, 8, 8, dtype=torch.float32)
+    A[:, _TF32_A[0], _TF32_A[1]] = a_vals.reshape(nw, WARP_SIZE, 4)
+    B[:, _TF32_B[0], _TF32_B[1]] = b_vals.reshape(nw, WARP_SIZE, 2)
+    C = c_mem[rows, c_idx].view(nw, WARP_SIZE, 4).float()
+    D = torch.matmul(A, B)[:, _MMA_C[0], _MMA_C[1]] + C
+    c_mem[rows, c_idx] = D.reshape(nw * WARP_SIZE, 4).to(c_mem.dtype)
+
+
+def _tf32_layout():
+    """(row, col) of each lane's tf32 operand elements: A [32, 4] in 16x8, B [32, 2] as (k, n) in 8x8 (PTX ISA,
+    mma.m16n8k8 .tf32: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); b0 (t, g), b1 (t+4, g))."""
+    lane = torch.arange(WARP_SIZE)[:, None]
+    g, t = lane // 4, lane % 4
+    i, j = torch.arange(4), torch.arange(2)
+    return (g + 8 * (i % 2), t + 4 * (i // 2)), (t + 4 * j, g.expand(WARP_SIZE, 2))
+
+
+_TF32_A, _TF32_B = _tf32_layout()
+
+
 def ldmatrix(block, s: LdMatrix) -> None:
     """Each executing warp loads ``num`` 8x8 matrices of 16-bit units from the row addresses of its lanes (an 8-bit
-    source: rows of 16 elements, each register four consecutive elements, never transposed)."""
-    if s.src.dtype.bytes not in (1, 2) or (s.src.dtype.bytes == 1 and s.trans) or s.dst.dtype != "uint32" or \
+    source: rows of 16 elements, each register four consecutive elements; a 32-bit one: rows of 4, one element a
+    register; neither transposed)."""
+    if s.src.dtype.bytes not in (1, 2, 4) or (s.src.dtype.bytes != 2 and s.trans) or s.dst.dtype != "uint32" or \
             s.src.scope != "shared" or s.dst.scope != "local":
-        raise EmulationError(f"LdMatrix wants a 16-bit (or, without trans, 8-bit) shared source and a local uint32 "
-                             f"destination, got {s.src.scope} {s.src.dtype}{' trans' if s.trans else ''} -> "
-                             f"{s.dst.scope} {s.dst.dtype}", s.span)
+        raise EmulationError(f"LdMatrix wants a 16-bit (or, without trans, 8-bit or 32-bit) shared source and a "
+                             f"local uint32 destination, got {s.src.scope} {s.src.dtype}"
+                             f"{' trans' if s.trans else ''} -> {s.dst.scope} {s.dst.dtype}", s.span)
     per = 16 // s.src.dtype.bytes  # elements per row
     if s.num not in (1, 2, 4):
         raise EmulationError(f"LdMatrix loads 1, 2 or 4 matrices, not {s.num}", s.span)
@@ -186,11 +237,13 @@ def ldmatrix(block, s: LdMatrix) -> None:
         mats = mats.transpose(2, 3)
     lane = torch.arange(WARP_SIZE)
     g, t = lane // 4, lane % 4
-    k = per // 4  # elements per register: 2 (16-bit) or 4 (8-bit)
+    k = per // 4  # elements per register: 2 (16-bit), 4 (8-bit) or 1 (32-bit)
     got = mats[:, :, g[:, None], (k * t[:, None] + torch.arange(k))]  # [nw, num, 32, k]
     got = got.permute(0, 2, 1, 3).reshape(nw * WARP_SIZE, s.num, k)
     dst_mem, dst_idx = block.elements(s.dst, block.ev(s.dst_first), s.num, "LdMatrix into")
-    dst_mem[threads[:, None], dst_idx[threads]] = (pack(got) if k == 2 else pack_bytes(got)).to(dst_mem.dtype)
+    regs = pack(got) if k == 2 else pack_bytes(got) if k == 4 else \
+        got[..., 0].contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    dst_mem[threads[:, None], dst_idx[threads]] = regs.to(dst_mem.dtype)
 
 
 def pack(pairs: torch.Tensor) -> torch.Tensor:

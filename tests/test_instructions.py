@@ -67,8 +67,11 @@ def test_gemm_entry_reasons_name_what_does_not_fit():
         mma.reason(_gemm(dtype="float32"), 128, None)
     assert mma.reason(_gemm(), 128, _target(arch="sm_75")) == "needs sm_80 or newer; the target is cuda:sm_75"
     assert mma.reason(_gemm(), 128, _target(arch="sm_80")) is None
-    error = gemm_unavailable(_gemm(dtype="float32"), 128)
+    assert gemm_unavailable(_gemm(dtype="float32"), 128) is None  # TF32: mma.sync m16n8k8
+    error = gemm_unavailable(_gemm(dtype="float32", acc="float16"), 128)
     assert error.code == "E602" and error.notes[0].startswith("mma.sync m16n8k16: takes float16/bfloat16")
+    assert "mma.sync m16n8k8: takes float32/tfloat32 A and B (TF32) and a float32 accumulator; got float32, " \
+           "float32 -> float16" in error.notes
 
 
 def test_a_tile_no_entry_can_split_is_a_layout_error():
@@ -108,13 +111,13 @@ def test_emitted_statements_come_with_their_cuda_emitter_and_emulator():
         assert node in cuda_emitters() and node in emulators()
 
 
-def _pipelined_gemm(M, N, K, dtype="float16"):
+def _pipelined_gemm(M, N, K, dtype="float16", acc="float32"):
     @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), "float32")):
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), acc)):
         with T.Kernel(T.ceildiv(N, 64), T.ceildiv(M, 64), threads=128) as (bx, by):
             A_s = T.alloc_shared((64, 32), dtype)
             B_s = T.alloc_shared((32, 64), dtype)
-            C_l = T.alloc_fragment((64, 64), "float32")
+            C_l = T.alloc_fragment((64, 64), acc)
             T.clear(C_l)
             for k in T.Pipelined(T.ceildiv(K, 32), num_stages=2):
                 T.copy(A[by * 64, k * 32], A_s)
@@ -148,13 +151,21 @@ def test_thread_ir_names_the_chosen_instructions(monkeypatch):
         assert f"# T.copy at line {store_line}: vectorized ld/st x2" in ir
 
 
-def test_float32_gemm_runs_on_the_interpreter_and_is_refused_by_the_cuda_lowering_with_reasons():
+def test_float32_gemm_runs_on_the_interpreter_exactly_and_on_tf32_mma_in_the_cuda_lowering():
+    """The interpreter multiplies the float32 values; the GPU lowering picks mma.sync m16n8k8 .tf32 (truncating each
+    operand to TF32), so the emulator's result is within TF32 rounding of the interpreter's. A float16 accumulator
+    fits no entry: E602 at the gemm with every entry's reason."""
     func = _pipelined_gemm(64, 64, 32, dtype="float32")
     a, b, c = torch.randn(64, 32), torch.randn(32, 64), torch.zeros(64, 64)
     tileagent.compile(func, target="cpu")(a, b, c)
     torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+    sim = tileagent.compile(func, target="sim")
+    assert "mma.sync m16n8k8" in sim.get_ir("thread")
+    c_sim = torch.zeros(64, 64)
+    sim(a, b, c_sim)
+    torch.testing.assert_close(c_sim, a @ b, rtol=0, atol=0.05)
     with pytest.raises(CompileError) as info:
-        tileagent.compile(func, target="sim")
+        tileagent.compile(_pipelined_gemm(64, 64, 32, dtype="float32", acc="float16"), target="sim")
     e = info.value
     assert e.code == "E602" and e.span.line == _line_of(_pipelined_gemm, "T.gemm(A_s")
     assert any(n.startswith("mma.sync m16n8k16: takes float16/bfloat16") for n in e.notes)

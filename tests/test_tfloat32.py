@@ -1,7 +1,7 @@
 """``T.tfloat32`` (TensorFloat-32, TileLang's dtype for TF32 tensor-core operands): float32 storage whose values keep
 10 mantissa bits. A value entering a tfloat32 buffer (a store, a cast, a copy from float32) and the result of tfloat32
 arithmetic are rounded to nearest, ties to even, on the interpreter, the SIMT emulator and in the CUDA source
-(``tl_round_tf32``); a gemm of tfloat32 operands is a precise diagnostic on the GPU targets."""
+(``tl_round_tf32``); a gemm of tfloat32 operands runs on TF32 tensor cores (mma.sync m16n8k8)."""
 
 from __future__ import annotations
 
@@ -72,17 +72,16 @@ def test_tfloat32_buffers_and_casts_round_on_every_target(tilelang, tmp_path):
         assert "tl_round_tf32(" in cuda.get_kernel_source() and cuda.cubin()[:4] == b"\x7fELF"
 
 
-def test_a_gemm_of_tfloat32_operands_runs_on_the_interpreter_and_is_e602_on_gpu_targets(tilelang, tmp_path):
+def test_a_gemm_of_tfloat32_operands_runs_on_the_interpreter_and_on_tf32_mma(tilelang, tmp_path):
     """The interpreter multiplies the rounded operands and accumulates in float32, as a TF32 tensor core does; the
-    GPU lowering has no TF32 mma yet and says so at the gemm."""
+    GPU lowering runs it on mma.sync m16n8k8 .tf32 (A in registers, B from shared memory), and the SIMT emulator of
+    that lowering gives the same product."""
     ns = load_script(write_source(tmp_path, "tf32.py", PROGRAM))
     x = torch.randn(64, 64)
     r = round_tf32(x)
     y = tilelang.compile(ns["tf32"].get_tir(True), out_idx=[1], target="cpu")(x)
     torch.testing.assert_close(y, r @ r, rtol=1e-5, atol=1e-4)
-    for target in ("sim", "cuda:sm_80"):
-        with pytest.raises(CompileError) as e:
-            tilelang.compile(ns["tf32"].get_tir(True), out_idx=[1], target=target)
-        assert e.value.code == "E602" and e.value.span.line == 16, e.value
-        assert "TF32 tensor-core gemms (mma.sync m16n8k8 .tf32, wgmma k8 .tf32) are not implemented yet; tfloat32 A " \
-               "and B need one of them" in e.value.message
+    sim = tilelang.compile(ns["tf32"].get_tir(True), out_idx=[1], target="sim")
+    torch.testing.assert_close(sim(x), r @ r, rtol=1e-5, atol=1e-4)
+    cuda = tilelang.compile(ns["tf32"].get_tir(True), out_idx=[1], target="cuda:sm_80")
+    assert "tl_mma_m16n8k8_tf32(" in cuda.get_kernel_source()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from tileagent.compiler.diagnostics import LayoutError, TargetError
 from tileagent.compiler.instructions.base import GemmChoice, Instruction, has_feature, sm_version
 from tileagent.compiler.instructions.copy import AtomicAdd, CpAsync, LoadStore
-from tileagent.compiler.instructions.mma_sync import MmaSyncM16N8K16, MmaSyncM16N8K32
+from tileagent.compiler.instructions.mma_sync import MmaSyncM16N8K8, MmaSyncM16N8K16, MmaSyncM16N8K32
 from tileagent.compiler.instructions.tma import TmaTileCopy
 from tileagent.compiler.instructions.wgmma import WgmmaM64NK16, WgmmaM64NK16RS
 
@@ -26,6 +26,7 @@ GEMM = (
     # (tl.disable_wgmma / TILEAGENT_ENABLE_WGMMA=0 take the feature off the target: compiler.passes.effective_target)
     WgmmaM64NK16RS(),    # the same with A from registers (P @ V)
     MmaSyncM16N8K32(),   # mma.sync.aligned.m16n8k32: fp8 (sm_89+) -> fp32, int8 -> int32; K-major operands only
+    MmaSyncM16N8K8(),    # mma.sync.aligned.m16n8k8 .tf32: float32/tfloat32 -> fp32, sm_80+
 )
 COPY = (
     TmaTileCopy(),           # cp.async.bulk.tensor (TMA): a whole global -> shared tile on an mbarrier, sm_90a,
@@ -72,10 +73,8 @@ def gemm_unavailable(g, threads: int, target=None) -> TargetError | None:
     reasons = [(e, e.reason(g, threads, target)) for e in GEMM]
     if any(r is None for _, r in reasons):
         return None
-    first = reasons[0][1]
-    if g.a.buffer.dtype in ("float32", "tfloat32") and g.b.buffer.dtype in ("float32", "tfloat32"):
-        first = ("TF32 tensor-core gemms (mma.sync m16n8k8 .tf32, wgmma k8 .tf32) are not implemented yet; "
-                 f"{g.a.buffer.dtype} A and B need one of them")
+    first = next((r for e, r in reasons if not r.startswith("takes ") and e.target_reason(target) is None),
+                 reasons[0][1])  # the reason of the entry for its dtypes, on this target
     return TargetError(f"T.gemm on tensor cores: {first}", g.span, code="E602",
                        notes=[f"{e.name}: {r}" for e, r in reasons],
                        hint="T.copy the operands into float16/bfloat16 shared tiles and accumulate in float32 (the "

@@ -120,3 +120,46 @@ class MmaSyncM16N8K32(MmaSyncM16N8K16):
         if g.a.buffer.scope == "fragment":
             out["A"] = operand_a_layout(m, g.a.matrix_shape()[1], wm, wn, threads, elements=4)
         return out
+
+
+TF32 = ("float32", "tfloat32")
+
+
+class MmaSyncM16N8K8(MmaSyncM16N8K16):
+    """Registry entry ``mma.sync m16n8k8 .tf32``: T.gemm on float32 / tfloat32 operands on TensorFloat-32 tensor
+    cores (``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``, sm_80 and later), a float32 accumulator.
+
+    Per lane the fragments are m16n8k16's over 32-bit elements (PTX ISA "mma.m16n8k8" for .tf32): one element a
+    register, A 16 x 8 in 4 registers, B 8 x 8 in 2, the accumulator layout of m16n8k16. The tensor core reads a
+    register's upper 19 bits: a float32 value is truncated to TF32's 10 mantissa bits, as TileLang's float32 gemm
+    does (a ``T.tfloat32`` buffer holds values already rounded to nearest). ldmatrix (rows of 16 bytes: 4 elements)
+    serves K-major shared operands (A as M x K, B as N x K with transpose_B); the others, and every transposed one
+    (``.trans`` moves 16-bit units), are loaded element by element. Applies to: A and B float32 or tfloat32, C
+    float32; B in shared memory, A in shared memory or in registers (not stored K x M there); K a multiple of 8; the
+    warp split of m16n8k16. An A operand in registers gets ``operand_a_layout(..., elements=1)``.
+    """
+
+    name = "mma.sync m16n8k8"
+
+    def reason(self, g, threads: int, target) -> str | None:
+        a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
+        if a.dtype not in TF32 or b.dtype not in TF32 or c.dtype != "float32":
+            return (f"takes float32/tfloat32 A and B (TF32) and a float32 accumulator; got {a.dtype}, {b.dtype} -> "
+                    f"{c.dtype}")
+        if sm_version(target) is not None and sm_version(target) < 80:
+            return f"needs sm_80 or newer; the target is {getattr(target, 'name', target)}"
+        if b.scope != "shared" or a.scope not in ("shared", "fragment"):
+            return "reads B from shared memory and A from shared memory or registers"
+        if a.scope == "fragment" and g.transpose_a:
+            return "takes A in registers only as M x K (not transposed)"
+        if g.a.matrix_shape()[1 if not g.transpose_a else 0] % 8:
+            return f"needs K a multiple of 8, got {g.a.matrix_shape()[1 if not g.transpose_a else 0]}"
+        return self.partition_problem(g, threads)
+
+    def layouts(self, g, threads: int, partition) -> dict:
+        m, n = g.c.matrix_shape()
+        wm, wn = partition
+        out = {"C": accumulator_layout(m, n, wm, wn, threads)}
+        if g.a.buffer.scope == "fragment":
+            out["A"] = operand_a_layout(m, g.a.matrix_shape()[1], wm, wn, threads, elements=1)
+        return out

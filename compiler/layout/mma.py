@@ -52,9 +52,10 @@ def accumulator_layout(M: int, N: int, wm: int, wn: int, num_threads: int) -> Fr
 
 def operand_a_layout(M: int, K: int, wm: int, wn: int, num_threads: int, elements: int = 2) -> Fragment:
     """The A operand of an (M x K) tile in registers: ``elements`` consecutive K elements per 32-bit register (2 for
-    16-bit dtypes: m16n8k16; 4 for 8-bit: m16n8k32), four lanes along K, then the K atoms of ``4 * elements``."""
+    16-bit dtypes: m16n8k16; 4 for 8-bit: m16n8k32; 1 for tf32: m16n8k8), four lanes along K, then the K atoms of
+    ``4 * elements``."""
     rows = _row_levels(M // wm, wm, wn)
     atom = 4 * elements
-    cols = [Level(elements), Level(4, 1)] + ([Level(K // atom)] if K > atom else [])
+    cols = ([Level(elements)] if elements > 1 else []) + [Level(4, 1)] + ([Level(K // atom)] if K > atom else [])
     replicate = (Level(wn, 32),) if wn > 1 else ()
     return Fragment((M, K), (tuple(rows), tuple(cols)), replicate, num_threads)

@@ -1,6 +1,7 @@
-"""Lowering of ``T.gemm`` to tensor cores: warp-wide ``mma.sync`` m16n8k16 (fp16/bf16 in, fp32 accumulate), and
+"""Lowering of ``T.gemm`` to tensor cores: warp-wide ``mma.sync`` m16n8k16 (fp16/bf16 in, fp32 accumulate),
 m16n8k32 for 8-bit operands (fp8 -> fp32, int8 -> int32), which is m16n8k16 over pairs of bytes: K steps of 32
-elements, ldmatrix reading rows of 16 bytes, four bytes per A/B register (K-major operands only).
+elements, ldmatrix reading rows of 16 bytes, four bytes per A/B register (K-major operands only), and m16n8k8 .tf32
+for 32-bit operands (float32 / tfloat32), m16n8k16 over 32-bit elements: K steps of 8, one element per register.
 
 In: a Gemm whose accumulator has the mma layout of its warp partition (layout inference guarantees it; see
 ``compiler.layout.mma``), A and B in shared memory, or A in registers with the A-operand layout. Out: thread IR.
@@ -28,7 +29,8 @@ def lower_gemm(ctx, s: Gemm) -> list:
     operand scopes were checked there)."""
     a_buf, b_buf, c_buf = s.a.buffer, s.b.buffer, s.c.buffer
     row_base, col_base, tm, tn, k = _warp_tile(ctx, s)
-    kw = _unit(a_buf)  # elements per 16-bit unit: 1, or 2 for 8-bit operands (m16n8k32 = m16n8k16 over byte pairs)
+    step_k = _k_step(a_buf)  # K elements per mma: 16, 32 for 8-bit operands, 8 for 32-bit ones
+    per = 4 // a_buf.dtype.bytes  # elements per 32-bit register: 2, 4 (8-bit) or 1 (tf32)
     lane = make_binop("%", THREAD, 32)
     g, t = make_binop("//", lane, 4), make_binop("%", lane, 4)
     c_reg = ctx.mem(c_buf)
@@ -38,9 +40,9 @@ def lower_gemm(ctx, s: Gemm) -> list:
         out.append(For(zero, 0, c_reg.shape[0], 1, "unroll", (Store(c_reg, (zero,), Const(
             0.0 if c_buf.dtype.is_float else 0, c_buf.dtype)),)))
     n_atoms = tn // 8
-    ld_a = a_buf.scope == "shared" and ldmatrix_ok(ctx, s.a)
-    ld_b = ldmatrix_ok(ctx, s.b)
-    if kw == 2 and not (ld_b and (ld_a or a_buf.scope == "fragment")):
+    ld_a = a_buf.scope == "shared" and ldmatrix_ok(ctx, s.a) and not (per == 1 and s.transpose_a)
+    ld_b = ldmatrix_ok(ctx, s.b) and not (per == 1 and not s.transpose_b)  # .trans moves 16-bit units, not tf32
+    if per == 4 and not (ld_b and (ld_a or a_buf.scope == "fragment")):
         from tileagent.compiler.diagnostics import TargetError
 
         bad = b_buf if not ld_b else a_buf
@@ -48,9 +50,9 @@ def lower_gemm(ctx, s: Gemm) -> list:
                           f"'{bad.name}' (rows of whole 16-byte chunks, the tile's K start a multiple of 16 "
                           f"elements)", s.span, code="E602",
                           hint="keep 8-bit gemm operands as whole shared tiles whose K extent is a multiple of 16")
-    # ldmatrix fills 32-bit registers of packed pairs (uint32: 2 per B atom, 4 per A atom); element loads fill 16-bit
-    # registers (4 per B atom, 8 per A atom)
-    b_per, a_per = (2 if ld_b else 4), (4 if ld_a else 8)
+    # ldmatrix fills 32-bit registers (uint32: 2 per B atom, 4 per A atom); element loads fill registers of the
+    # element dtype (16-bit: 4 per B atom, 8 per A atom; tf32: 2 and 4)
+    b_per, a_per = (2 if ld_b else 2 * per), (4 if ld_a else 4 * per)
     b_frag = ctx.scratch_registers("b_frag", b_per * n_atoms, "uint32" if ld_b else b_buf.dtype)
     out.append(Declare(b_frag, span=s.span))
     a_frag = hoisted = ctx.hoisted_a.get(s)  # A's atoms of every K step, loaded before the enclosing loop
@@ -66,6 +68,9 @@ def lower_gemm(ctx, s: Gemm) -> list:
         """frag[first + i] = op(region)[pairs[i]], two elements at a time as one 32-bit access where they are
         adjacent in shared memory."""
         stmts = []
+        if per == 1:  # one 32-bit element per register: nothing to pair
+            return [Store(frag, (as_expr(make_binop("+", first, i)),), ctx.element(region.buffer, _element(
+                region, *pair, transpose)), s.span) for i, pair in enumerate(pairs)]
         for i in range(0, len(pairs), 2):
             idx = [_element(region, *pairs[j], transpose) for j in (i, i + 1)]
             if _adjacent_pair(ctx, region.buffer, idx):
@@ -84,8 +89,8 @@ def lower_gemm(ctx, s: Gemm) -> list:
         if not ld_b:
             an = ctx.var("an")
             col = make_binop("+", make_binop("+", col_base, make_binop("*", an, 8)), g)
-            b_pairs = [(make_binop("+", k0, dk), col) for dk in (0, 1, 8, 9)]
-            return [For(an, 0, n_atoms, 1, "unroll", tuple(load(b_frag, make_binop("*", an, 4), s.b, b_pairs,
+            b_pairs = [(make_binop("+", k0, hk * step_k // 2 + e), col) for hk in (0, 1) for e in range(per)]
+            return [For(an, 0, n_atoms, 1, "unroll", tuple(load(b_frag, make_binop("*", an, 2 * per), s.b, b_pairs,
                                                                  s.transpose_b)))]
         return [ldmatrix_b(kb, first) for first in range(0, n_atoms, 2)]
 
@@ -93,27 +98,27 @@ def lower_gemm(ctx, s: Gemm) -> list:
         """B atoms first and first + 1 (the last one alone when n_atoms is odd) of one K step: matrix mi holds K
         half mi % 2 of atom first + mi // 2."""
         num = 4 if first + 1 < n_atoms else 2
-        kk = make_binop("+", make_binop("*", kb, 16 * kw), make_binop("*", make_binop("%", mi, 2), 8 * kw))
+        kk = make_binop("+", make_binop("*", kb, step_k), make_binop("*", make_binop("%", mi, 2), step_k // 2))
         nn = make_binop("+", col_base, make_binop("*", make_binop("+", first, make_binop("//", mi, 2)), 8))
         elem = (make_binop("+", kk, r8), nn) if not s.transpose_b else (kk, make_binop("+", nn, r8))
         index = ctx.offset(b_buf, _element(s.b, *elem, s.transpose_b))
         return LdMatrix(b_frag, as_expr(first * 2), ctx.mem(b_buf), as_expr(index), num, not s.transpose_b, s.span)
 
     def load_a(kb, k0, am) -> list:
-        """The A atom (16 x 16) of row atom ``am`` for one K step into a_frag[8 am ...]."""
+        """The A atom (16 x step_k) of row atom ``am`` for one K step into a_frag[a_per am ...]."""
         if ld_a:
             return [_ldmatrix_a(ctx, s, row_base, kb, am, a_frag, make_binop("*", am, 4))]
         row = make_binop("+", make_binop("+", row_base, make_binop("*", am, 16)), g)
-        a_pairs = [(make_binop("+", row, dr), make_binop("+", k0, dk))
-                   for dr, dk in ((0, 0), (0, 1), (8, 0), (8, 1), (0, 8), (0, 9), (8, 8), (8, 9))]
-        return load(a_frag, make_binop("*", am, 8), s.a, a_pairs, s.transpose_a)
+        a_pairs = [(make_binop("+", row, dr), make_binop("+", k0, hk * step_k // 2 + e))
+                   for hk in (0, 1) for dr in (0, 8) for e in range(per)]
+        return load(a_frag, make_binop("*", am, a_per), s.a, a_pairs, s.transpose_a)
 
     def step(kb):
-        """Statements of one 16-deep K step (kb: its index, an int or a loop variable): the A atoms of the warp's
+        """Statements of one K step of step_k (kb: its index, an int or a loop variable): the A atoms of the warp's
         rows, then its B atoms and one Mma per atom pair. With ldmatrix, B comes two atoms at a time right before
         the Mmas that read them, so a wide warp tile (P @ V: 16 atoms) does not hold all its B registers at once."""
         am = ctx.var("am")
-        k0 = make_binop("+", make_binop("*", kb, 16), make_binop("*", t, 2))
+        k0 = make_binop("+", make_binop("*", kb, step_k), make_binop("*", t, per))
         body = [] if ld_b else load_b(kb, k0)
         if hoisted is not None:  # registers (kb * m_atoms + am) * 4 + i
             first = make_binop("*", make_binop("+", make_binop("*", kb, tm // 16), am), 4)
@@ -132,8 +137,7 @@ def lower_gemm(ctx, s: Gemm) -> list:
                            for h, hk in ((0, 0), (1, 0), (0, 1), (1, 1)) for e in range(2))
         else:
             # A in registers with the A-operand layout: slot ((am * 2 + h) * (K / 8) + kat) * 2 + pair (16-bit);
-            # 8-bit: ((am * 2 + h) * (K / 16) + kat) * 4 + byte, four bytes per 32-bit register
-            per = 2 * kw
+            # 8-bit: ((am * 2 + h) * (K / 16) + kat) * 4 + byte, four bytes per 32-bit register; tf32: per = 1
             k_atoms = k // (4 * per)
             a_regs = tuple(as_expr(make_binop("+", make_binop("*", make_binop("+", make_binop("*", make_binop(
                 "+", make_binop("*", am, 2), h), k_atoms), make_binop("+", make_binop("*", kb, 2), hk)), per), e))
@@ -154,7 +158,7 @@ def lower_gemm(ctx, s: Gemm) -> list:
             body += [ldmatrix_b(kb, first), mmas(first, min(2, n_atoms - first))]
         return body
 
-    steps = k // (16 * kw)
+    steps = k // step_k
     if a_buf.scope == "fragment":
         for kb in range(steps):  # register indices of A must be constants: unroll in Python
             out += step(kb)
@@ -165,9 +169,10 @@ def lower_gemm(ctx, s: Gemm) -> list:
     return out
 
 
-def _unit(buf) -> int:
-    """Elements of ``buf`` per 16-bit unit of the mma fragments: 2 for 8-bit dtypes (mma.sync m16n8k32), else 1."""
-    return 2 if buf.dtype.bytes == 1 else 1
+def _k_step(buf) -> int:
+    """K elements of one mma on operands of ``buf``'s dtype: the m16n8k16 fragments hold 32 bytes of a row's K, so
+    16 for 16-bit dtypes, 32 for 8-bit ones (m16n8k32), 8 for 32-bit ones (m16n8k8 .tf32)."""
+    return 32 // buf.dtype.bytes
 
 
 def packable_a_operands(body, layouts) -> set:
@@ -245,25 +250,25 @@ def _ldmatrix_a(ctx, s: Gemm, row_base, kb, am, frag, first) -> LdMatrix:
     + 8 (mi % 2) and K + 8 (mi // 2); .trans when A is stored K x M."""
     lane = make_binop("%", THREAD, 32)
     mi, r8 = make_binop("//", lane, 8), make_binop("%", lane, 8)
-    kw = _unit(s.a.buffer)
+    step_k = _k_step(s.a.buffer)
     mm = make_binop("+", make_binop("+", row_base, make_binop("*", am, 16)), make_binop("*", make_binop("%", mi, 2), 8))
-    kk = make_binop("+", make_binop("*", kb, 16 * kw), make_binop("*", make_binop("//", mi, 2), 8 * kw))
+    kk = make_binop("+", make_binop("*", kb, step_k), make_binop("*", make_binop("//", mi, 2), step_k // 2))
     elem = (make_binop("+", mm, r8), kk) if not s.transpose_a else (mm, make_binop("+", kk, r8))
     index = ctx.offset(s.a.buffer, _element(s.a, *elem, s.transpose_a))
     return LdMatrix(frag, as_expr(first), ctx.mem(s.a.buffer), as_expr(index), 4, s.transpose_a, s.span)
 
 
 def ldmatrix_ok(ctx, r) -> bool:
-    """Whether ldmatrix can read gemm operand ``r``: a 16-bit (or 8-bit) shared tile stored row-major along its last
-    dim with rows of whole 16-byte chunks (any swizzle moving whole chunks), the tile's last-dim start a multiple of
-    one chunk (8 or 16 elements)."""
+    """Whether ldmatrix can read gemm operand ``r``: a 16-bit (or 8-bit, or 32-bit) shared tile stored row-major
+    along its last dim with rows of whole 16-byte chunks (any swizzle moving whole chunks), the tile's last-dim start a
+    multiple of one chunk (8, 16 or 4 elements)."""
     return r.buffer.scope == "shared" and _ldmatrix_readable(r, ctx.shared_layouts[r.buffer])
 
 
 def _ldmatrix_readable(r, layout) -> bool:
     """``ldmatrix_ok`` for shared operand ``r`` stored with ``layout``."""
     buf = r.buffer
-    if buf.dtype.bytes not in (1, 2):
+    if buf.dtype.bytes not in (1, 2, 4):
         return False
     chunk = 16 // buf.dtype.bytes  # elements per 16-byte row of an 8x8 matrix of 16-bit units
     strides = layout._strides()

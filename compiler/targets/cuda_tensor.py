@@ -11,9 +11,11 @@ Guarantees:
   lower index in the low 16 bits) and whose four accumulators are passed by reference ("+f"), so register arrays are
   indexed by constants, never through a pointer. An 8-bit Mma (float8 e4m3/e5m2, int8) becomes
   ``tl_mma_m16n8k32_{e4m3,e5m2,s8}`` (``.f32`` / ``.s32`` accumulators, "+f" / "+r"); 8-bit register arrays are packed
-  four at a time (``tl_pack_b8x4``, first element in the low byte).
+  four at a time (``tl_pack_b8x4``, first element in the low byte). A float32/tfloat32 Mma becomes
+  ``tl_mma_m16n8k8_tf32`` (one element a register, its bits passed as ``__float_as_uint``).
 - ``LdMatrix`` becomes one ``ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16`` writing its ``num`` 32-bit
-  results straight into the destination's uint32 registers (an 8-bit source: rows of 16 bytes, never ``.trans``).
+  results straight into the destination's uint32 registers (an 8-bit or 32-bit source: rows of 16 bytes, never
+  ``.trans``).
 - ``PackPairs`` becomes an unrolled loop of ``__floats2half2_rn`` / ``__floats2bfloat162_rn`` (one convert-and-pack
   instruction per pair) into the destination's 32-bit registers.
 - ``AsyncCopy`` becomes ``cp.async.{ca,cg}.shared.global`` with a source size of 0 (zero fill, nothing read) when its
@@ -78,6 +80,18 @@ HELPERS.update({f"mma_{sfx}": _MMA8_HELPER.format(dt=dt, sfx=sfx, acc="f32" if a
                                                   con="f" if acc == "float32" else "r")
                 for dt, (sfx, acc) in _TYPES8.items()})
 HELPERS["pack_b8x4"] = _PACK8_HELPER
+HELPERS["mma_tf32"] = """\
+// mma.sync m16n8k8 on TensorFloat-32, fp32 accumulate, in place: {d0..d3} = A (16x8) @ B (8x8) + {d0..d3}.
+// One 32-bit element per operand register; the tensor core reads its upper 19 bits (float32 truncated to tf32).
+__device__ __forceinline__ void tl_mma_m16n8k8_tf32(float& d0, float& d1, float& d2, float& d3,
+    unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}"""
+_TF32 = ("float32", "tfloat32")
 HELPERS["mma_f16acc"] = """\
 // mma.sync m16n8k16 with float16 accumulators, in place: {d0..d3} = A (16x16, f16) @ B (16x8, f16) + {d0..d3},
 // the accumulator pairs (d0, d1), (d2, d3) packed into two .f16x2 registers around the instruction.
@@ -106,6 +120,8 @@ def emit_mma(em, s: Mma) -> None:
     ab = s.element_dtype
     if ab in _TYPES8:
         return _emit_mma8(em, s, what, ab)
+    if ab in _TF32:
+        return _emit_mma_tf32(em, s, what)
     f16acc = ab == "float16" and s.c_buf.dtype == "float16"
     if ab not in _TYPES or any(b.dtype not in (ab, "uint32") for b in (s.a_buf, s.b_buf)) or \
             (s.c_buf.dtype != "float32" and not f16acc):
@@ -166,13 +182,37 @@ def _emit_mma8(em, s: Mma, what: str, ab: str) -> None:
     em.lines.append("  " * em.depth + pad + f"{b});")
 
 
+def _emit_mma_tf32(em, s: Mma, what: str) -> None:
+    """mma.sync m16n8k8 .tf32: 4 accumulators, A as 4 registers, B as 2, each one float32/tfloat32 element (its bits
+    passed as they are) or a uint32 register ldmatrix filled."""
+    if s.c_buf.dtype != "float32" or any(b.dtype not in (*_TF32, "uint32") for b in (s.a_buf, s.b_buf)):
+        em.fail(f"{what}: want float32/tfloat32 A and B (or uint32 registers) and a float32 C, got A {s.a_buf.dtype}, "
+                f"B {s.b_buf.dtype}, C {s.c_buf.dtype}")
+    regs = []
+    for buf, idx, n in ((s.c_buf, s.c, 4), (s.a_buf, s.a, 4), (s.b_buf, s.b, 2)):
+        if buf.scope != "local" or len(idx) != n:
+            em.fail(f"{what}: operand {buf.name} must be a local array with {n} register indices, got a {buf.scope} "
+                    f"buffer with {len(idx)}")
+        names = [em.register(buf, i) for i in idx]
+        regs.append(names if buf is s.c_buf or buf.dtype == "uint32" else [f"__float_as_uint({r})" for r in names])
+    if len(set(regs[0])) != 4:
+        em.fail(f"{what}: the four accumulator registers must be distinct, got {', '.join(regs[0])}")
+    em.state.helpers.add("mma_tf32")
+    call = "tl_mma_m16n8k8_tf32("
+    pad = " " * len(call)
+    c, a, b = (", ".join(r) for r in regs)
+    em.line(f"{call}{c},")
+    em.lines.append("  " * em.depth + pad + f"{a},")
+    em.lines.append("  " * em.depth + pad + f"{b});")
+
+
 def emit_ldmatrix(em, s: LdMatrix) -> None:
     what = f"LdMatrix into {s.dst.name}"
     dt = s.src.dtype
-    if (dt not in _TYPES and (dt not in _TYPES8 or s.trans)) or s.dst.dtype != "uint32" or s.src.scope != "shared" \
-            or s.dst.scope != "local":
-        em.fail(f"{what}: want a float16/bfloat16 (or, without .trans, 8-bit) shared source and a local uint32 "
-                f"destination, got {s.src.scope} {dt}{' .trans' if s.trans else ''} -> {s.dst.scope} {s.dst.dtype}")
+    if (dt not in _TYPES and (dt not in (*_TYPES8, *_TF32) or s.trans)) or s.dst.dtype != "uint32" or \
+            s.src.scope != "shared" or s.dst.scope != "local":
+        em.fail(f"{what}: want a float16/bfloat16 (or, without .trans, 8-bit or 32-bit) shared source and a local "
+                f"uint32 destination, got {s.src.scope} {dt}{' .trans' if s.trans else ''} -> {s.dst.scope} {s.dst.dtype}")
     if s.num not in (1, 2, 4):
         em.fail(f"{what}: num must be 1, 2 or 4, got {s.num}")
     outs = ", ".join(f'"=r"({em.register(s.dst, _plus(s.dst_first, i))})' for i in range(s.num))
