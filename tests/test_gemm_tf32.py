@@ -81,3 +81,22 @@ def test_a_tf32_gemm_whose_k_is_not_a_multiple_of_8_is_E602_naming_it():
     with pytest.raises(CompileError) as e:
         tileagent.compile(func, target="cuda:sm_90a", pass_configs=MMA).get_kernel_source()
     assert e.value.code == "E602" and "needs K a multiple of 8, got 36" in e.value.message, e.value.message
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False), (True, True)])
+def test_tf32_gemm_on_the_gpu_matches_the_emulated_fragments(trans_a, trans_b):
+    """On the device (wgmma off and on: sm_90a has no .tf32 wgmma entry, so both run mma.sync m16n8k8), against a
+    float64 product of the truncated inputs: the register layout of the emulator is the hardware's. The hardware
+    may truncate the operands or round them; either is within 2**-10 relative of an operand, so the bound is set
+    by that, about 1e-2 absolute on these sums of 160 products."""
+    M, N, K = 136, 72, 160
+    func = _gemm(M, N, K, 64, 64, 32, trans_a, trans_b, "float32", T.GemmWarpPolicy.Square, 2)
+    a = torch.randn((K, M) if trans_a else (M, K), device="cuda")
+    b = torch.randn((N, K) if trans_b else (K, N), device="cuda")
+    ref = ((_tf32(a).T if trans_a else _tf32(a)).double() @ (_tf32(b).T if trans_b else _tf32(b)).double()).float()
+    for configs in (MMA, {}):
+        c = torch.full((M, N), float("nan"), device="cuda")
+        tileagent.compile(func, target="cuda", pass_configs=configs)(a, b, c)
+        torch.testing.assert_close(c, ref, rtol=0, atol=2e-2)
