@@ -274,9 +274,11 @@ def wgmma(block, s) -> None:
     regs = torch.stack([block.lanes(block.ev(r), torch.int64) for r in s.c], 1)  # [nt, n / 2]
     for q in groups:
         threads = torch.arange(q * GROUP, (q + 1) * GROUP)
+        a0 = None if rs else _uniform_start(block, s.a_index, q, "A", s.span)
         a = _register_a(block, s, threads) if rs else \
-            _tile_addresses(block, s.a_buf, _uniform_start(block, s.a_index, q, "A", s.span), s.a_lbo, s.a_sbo,
-                            s.a_swizzle, 64, 16, False, s.span, "A")
+            _tile_addresses(block, s.a_buf, a0, s.a_lbo, s.a_sbo, s.a_swizzle, 64, 16, False, s.span, "A") \
+            if s.a_major == "k" else \
+            _tile_addresses(block, s.a_buf, a0, s.a_lbo, s.a_sbo, s.a_swizzle, 16, 64, True, s.span, "A").T
         b0 = _uniform_start(block, s.b_index, q, "B", s.span)
         b = (_tile_addresses(block, s.b_buf, b0, s.b_lbo, s.b_sbo, s.b_swizzle, s.n, 16, False, s.span, "B").T
              if s.b_major == "k" else

@@ -346,8 +346,9 @@ class Wgmma(Stmt):
     their natural boundary of the shared window). The hardware reads, with W the swizzle width and e the element
     size: A (K-major) element (m, k) at ``start + (m // 8) * sbo + (m % 8) * W + e k``; B K-major
     (``b_major == "k"``) element (k, n) like A's (n, k); B N-major (``"mn"``) element (k, n) at
-    ``start + (k // 8) * sbo + (k % 8) * W + (n // (W / e)) * lbo + e (n % (W / e))``; each byte address with bits
-    [4, 4 + log2(W / 16)) XORed with bits [7, 7 + log2(W / 16)).
+    ``start + (k // 8) * sbo + (k % 8) * W + (n // (W / e)) * lbo + e (n % (W / e))``, and A M-major
+    (``a_major == "mn"``, imm-trans-a 1: A stored K x M, transpose_A) element (m, k) like that B's (k, m); each byte
+    address with bits [4, 4 + log2(W / 16)) XORed with bits [7, 7 + log2(W / 16)).
     ``c`` names the thread's n / 2 accumulator registers of ``c_buf`` (local float32) in PTX order: with warp w of
     the group, g = lane // 4, t = lane % 4: d[4j + 2h + p] holds D[16 w + g + 8 h, 8 j + 2 t + p]. Results are
     undefined until a WgmmaWait retires the WgmmaCommit group the Wgmma belongs to."""
@@ -369,13 +370,15 @@ class Wgmma(Stmt):
     accumulate: bool
     dtype: str
     span: Span | None = None
+    a_major: str = "k"
 
     def ir_lines(self, indent: int, _lines) -> list[str]:
         from tileagent.compiler.ir.printer import expr_str
 
         regs = ", ".join(str(expr_str(r)) for r in self.c)
         return [" " * indent + f"wgmma.mma_async m64n{self.n}k16 {self.c_buf.name}[{regs}] "
-                f"{'+' if self.accumulate else ''}= A {self.a_buf.name}@{expr_str(self.a_index)} (K-major, "
+                f"{'+' if self.accumulate else ''}= A {self.a_buf.name}@{expr_str(self.a_index)} "
+                f"({self.a_major.upper()}-major, "
                 f"{self.a_swizzle}B swizzle, SBO {self.a_sbo}) x B {self.b_buf.name}@{expr_str(self.b_index)} "
                 f"({self.b_major.upper()}-major, {self.b_swizzle}B swizzle, LBO {self.b_lbo}, SBO {self.b_sbo})"]
 

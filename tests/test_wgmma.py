@@ -915,7 +915,8 @@ def _check_two_gemms(kernel, M, N, K, D, trans_a=False, dtype=torch.float16):
 @pytest.mark.parametrize("M,N,K,D,threads,trans_a,first,dtype", [
     (64, 32, 64, 64, 128, False, "wgmma.mma_async m64nNk16 SS", "float16"),    # one warpgroup, P packed from D
     (256, 64, 32, 128, 256, False, "wgmma.mma_async m64nNk16 SS", "float16"),  # two warpgroups, two row atoms each
-    (64, 48, 32, 32, 128, True, "mma.sync m16n8k16, FullRow", "float16"),      # P from mma.sync, wgmma's thread map
+    (64, 48, 48, 32, 128, True, "mma.sync m16n8k16, FullRow", "float16"),      # P from mma.sync (B's 96-byte rows
+    # are no wgmma layout), wgmma's thread map
     (64, 32, 64, 64, 128, False, "wgmma.mma_async m64nNk16 SS", "bfloat16"),   # bf16: integers up to 256 exact in P
 ])
 def test_rs_gemm_matches_torch_in_the_emulator(wgmma_on, M, N, K, D, threads, trans_a, first, dtype):
@@ -929,11 +930,11 @@ def test_rs_gemm_matches_torch_in_the_emulator(wgmma_on, M, N, K, D, threads, tr
 
 
 def test_rs_falls_back_where_the_layouts_do_not_line_up(monkeypatch):
-    # P from an mma.sync accumulator of 128 rows on 4 warps (32 rows each; its A transposed so wgmma SS does not take
-    # it): wgmma's A layout (16 rows per warp, two row atoms) would need a conversion that mma.sync's A layout does
+    # P from an mma.sync accumulator of 128 rows on 4 warps (32 rows each; K = 48, so B's 96-byte rows keep wgmma SS
+    # off it): wgmma's A layout (16 rows per warp, two row atoms) would need a conversion that mma.sync's A layout does
     # not, so P @ V keeps the path it has without wgmma (the same CUDA source, byte for byte) and the IR says why
     def build():
-        return tileagent.compile(_two_gemms_rs(128, 64, 32, 32, 128, True, T.GemmWarpPolicy.FullRow), target="sim")
+        return tileagent.compile(_two_gemms_rs(128, 64, 48, 32, 128, True, T.GemmWarpPolicy.FullRow), target="sim")
 
     _mma_sync(monkeypatch)
     plain = build()
@@ -943,16 +944,17 @@ def test_rs_falls_back_where_the_layouts_do_not_line_up(monkeypatch):
     assert "mma.sync m16n8k16, Square, 4 warps (4 x 1); wgmma.mma_async m64nNk16 RS not used: 'p' is copied from " \
         "'s' (line" in ir and "m64nNk16 RS: " not in ir and "register pack" in ir
     assert kernel.get_kernel_source() == plain.get_kernel_source()
-    _check_two_gemms(kernel, 128, 64, 32, 32, True)
+    _check_two_gemms(kernel, 128, 64, 48, 32, True)
 
 
 def test_rs_kept_where_every_path_converts(wgmma_on):
-    # P from an mma.sync accumulator split over 4 warps along N (FullCol): mma.sync's A layout needs a conversion as
+    # P from an mma.sync accumulator split over 4 warps along N (FullCol; B's 96-byte rows keep wgmma SS off it):
+    # mma.sync's A layout needs a conversion as
     # well, so the gemm stays on RS (the conversion through shared memory is there either way)
-    kernel = tileagent.compile(_two_gemms_rs(64, 64, 32, 32, 128, True, T.GemmWarpPolicy.FullCol), target="sim")
+    kernel = tileagent.compile(_two_gemms_rs(64, 64, 48, 32, 128, True, T.GemmWarpPolicy.FullCol), target="sim")
     ir = kernel.get_ir("thread")
     assert "wgmma.mma_async m64nNk16 RS: m64n32k16" in ir and "layout conversion through shared memory" in ir
-    _check_two_gemms(kernel, 64, 64, 32, 32, True)
+    _check_two_gemms(kernel, 64, 64, 48, 32, True)
 
 
 def test_writing_a_registers_of_a_pending_rs_wgmma_fails_the_emulator(wgmma_on, monkeypatch):
@@ -1124,3 +1126,62 @@ def test_flash_attn_causal_two_warpgroups_on_wgmma_ss_and_rs(shared_example, wgm
     o = torch.full_like(q, float("nan"))
     kernel(q, k, v, o)
     torch.testing.assert_close(o, fa.reference(q, k, v, True), rtol=1e-2, atol=1e-2)
+
+
+def _m_major_a_gemm(M, N, K, threads, trans_b):
+    """C = A^T @ op(B) in one block, A stored K x M (transpose_A), no pipeline."""
+    @T.prim_func
+    def main(A: T.Tensor((K, M), "float16"), B: T.Tensor((N, K) if trans_b else (K, N), "float16"),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=threads) as bx:
+            A_s = T.alloc_shared((K, M), "float16")
+            B_s = T.alloc_shared((N, K) if trans_b else (K, N), "float16")
+            acc = T.alloc_fragment((M, N), "float32")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.gemm(A_s, B_s, acc, transpose_A=True, transpose_B=trans_b, clear_accum=True)
+            T.copy(acc, C)
+
+    return main
+
+
+@pytest.mark.parametrize("M,N,K,threads,trans_b,pipelined,detail", [
+    (128, 64, 64, 128, False, True, "A M-major 128B swizzle, B N-major 128B swizzle"),  # two column blocks of A
+    (64, 64, 64, 128, True, False, "A M-major 128B swizzle, B K-major 128B swizzle"),
+    (256, 32, 32, 256, True, False, "m64n32k16.f32.f16.f16, A M-major 128B swizzle"),  # two warpgroups split M
+])
+def test_m_major_a_takes_wgmma_with_imm_trans_a(wgmma_on, M, N, K, threads, trans_b, pipelined, detail):
+    """A stored K x M (transpose_A: the backward pass's dS^T @ Q, chunked attention's K^T @ V) is read through an
+    M-major descriptor (imm-trans-a 1), laid out as an N-major B: small integers make the emulated product exact
+    (pipelined: 32-deep K tiles through TMA, M in two 128-byte column blocks)."""
+    from tests.test_gemm_sim import _gemm
+
+    func = _gemm(M, N, K, M, N, 32, True, trans_b, "float16", T.GemmWarpPolicy.Square, 2) if pipelined else \
+        _m_major_a_gemm(M, N, K, threads, trans_b)
+    kernel = tileagent.compile(func, target="sim")
+    assert detail in kernel.get_ir("thread")
+    assert ", p, 1, 1, 1, " in kernel.get_kernel_source()  # scale-d, imm-scale-a, imm-scale-b, imm-trans-a 1
+    a = torch.randint(-3, 4, (K, M)).half()
+    b = torch.randint(-3, 4, (N, K) if trans_b else (K, N)).half()
+    c = torch.full((M, N), float("nan"))
+    kernel(a, b, c)
+    torch.testing.assert_close(c, a.float().T @ (b.float().T if trans_b else b.float()), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="wgmma needs an sm_90a GPU")
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_m_major_a_on_the_gpu(wgmma_on, trans_b):
+    """The M-major A descriptor on the device: the same exact integer product as the emulator's."""
+    from tests.test_gemm_sim import _gemm
+
+    M, N, K = 256, 128, 192
+    kernel = tileagent.compile(_gemm(M, N, K, 128, 128, 64, True, trans_b, "float16", T.GemmWarpPolicy.Square, 2),
+                               target="cuda")
+    assert "A M-major" in kernel.get_ir("thread")
+    a = torch.randint(-3, 4, (K, M), device="cuda").half()
+    b = torch.randint(-3, 4, (N, K) if trans_b else (K, N), device="cuda").half()
+    c = torch.full((M, N), float("nan"), device="cuda")
+    kernel(a, b, c)
+    torch.testing.assert_close(c, a.float().T @ (b.float().T if trans_b else b.float()), rtol=0, atol=0)

@@ -8,7 +8,8 @@ process by ``TILEAGENT_ENABLE_WGMMA=0`` (both remove the feature from the target
 ``compiler.passes.effective_target``); sm_80/86/89 targets have no wgmma and keep mma.sync.
 Applies to: a target with the "wgmma" feature (without a target, the visible GPU must be sm_90 or there must be none,
 as for the SIMT emulator); float16/bfloat16 A and B of
-one dtype with a float32 accumulator fragment; A (M x K, not transposed) and B (K x N, or N x K with transpose_B) as
+one dtype with a float32 accumulator fragment; A (M x K, or K x M with transpose_A) and B (K x N, or N x K with
+transpose_B) as
 whole 2-d shared tiles whose contiguous rows are 32 or 64 bytes or a multiple of 128 bytes: the entry gives them the
 wgmma canonical layout (``compiler.layout.layout.wgmma_operand``: 128/64/32-byte hardware swizzle, rows wider than
 128 bytes cut into 128-byte column blocks, the tile on its swizzle-atom boundary); blocks of whole warpgroups (128
@@ -210,9 +211,7 @@ class WgmmaM64NK16(Instruction):
         return None
 
     def _operand_reason(self, g, threads: int, shared) -> str | None:
-        """Transposes, the ``shared`` operands ((what, region) pairs), K and the warpgroup split."""
-        if g.transpose_a:
-            return "needs A stored M x K (transpose_A=False)"
+        """The ``shared`` operands ((what, region) pairs), K and the warpgroup split."""
         for what, r in shared:
             buf = r.buffer
             if len(buf.shape) != 2 or wgmma_operand(tuple(buf.shape), buf.dtype.bytes) is None:
@@ -220,7 +219,7 @@ class WgmmaM64NK16(Instruction):
                         f"(a wgmma swizzle), a multiple of 8 rows; '{buf.name}' has shape {tuple(buf.shape)}")
             if tuple(r.extents) != tuple(buf.shape):
                 return "needs whole shared tiles as operands"
-        k = g.a.matrix_shape()[1]
+        k = g.a.matrix_shape()[0 if g.transpose_a else 1]
         if k % 16:
             return f"needs K a multiple of 16, got {k}"
         why = self.partition_problem(g, threads)
@@ -247,8 +246,8 @@ class WgmmaM64NK16(Instruction):
         a, b = g.a.buffer, g.b.buffer
         sfx = {"float16": "f16", "bfloat16": "bf16"}.get(str(a.dtype), str(a.dtype))
         wa, wb = (wgmma_operand(tuple(x.shape), x.dtype.bytes).align_bytes // 8 for x in (a, b))
-        return (f"m64n{n}k16.f32.{sfx}.{sfx}, A K-major {wa}B swizzle, B {'K' if g.transpose_b else 'N'}-major "
-                f"{wb}B swizzle")
+        return (f"m64n{n}k16.f32.{sfx}.{sfx}, A {'M' if g.transpose_a else 'K'}-major {wa}B swizzle, B "
+                f"{'K' if g.transpose_b else 'N'}-major {wb}B swizzle")
 
     def layouts(self, g, threads: int, partition) -> dict:
         m, n = g.c.matrix_shape()
@@ -285,6 +284,8 @@ class WgmmaM64NK16RS(WgmmaM64NK16):
             return "reads A from registers (RS) and B from shared memory into a fragment accumulator"
         if len(a.shape) != 2 or tuple(g.a.extents) != tuple(a.shape):
             return f"needs the whole 2-d register tile '{a.name}' as A"
+        if g.transpose_a:
+            return "needs A in registers stored M x K (transpose_A=False)"
         return self._operand_reason(g, threads, (("B", g.b),))
 
     def detail(self, g, partition=(1, 1)) -> str:

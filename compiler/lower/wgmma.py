@@ -9,6 +9,8 @@ descriptors are (PTX ISA "Shared Memory Matrix Layout", CuTe ``make_gmma_desc``)
 
 - A (M x K, K-major): start at A[row0 + 64 a, 16 kb] (inside column block 16 kb // (W / e), 32 bytes further per K
   step inside it), SBO = 8 W (eight W-byte rows), LBO 16 (unused for swizzled K-major).
+- A stored K x M (transpose_A, M-major, imm-trans-a 1): as an N-major B with M for N: start at A[16 kb, row0 + 64 a],
+  SBO = 8 W, LBO = R x W.
 - B stored N x K (transpose_B, K-major): start at B[0, 16 kb], SBO = 8 W, LBO 16.
 - B stored K x N (N-major, imm-trans-b 1): start at B[16 kb, 0], SBO = 8 W (eight K rows), LBO = R x W (the next
   W-byte column block along N).
@@ -104,14 +106,14 @@ def lower_wgmma(ctx, s: Gemm) -> list:
     split = n_split(s, ctx.threads)
     try:
         if not rs:
-            a_lbo, a_sbo, a_sw = operand_descriptor(ctx, a_buf, False)
+            a_lbo, a_sbo, a_sw = operand_descriptor(ctx, a_buf, s.transpose_a)
         b_lbo, b_sbo, b_sw = operand_descriptor(ctx, b_buf, not s.transpose_b)
         a_regs = register_operand(ctx.frag(a_buf), s.c.matrix_shape()[0], s.a.matrix_shape()[1],
                                   ctx.threads // 128, a_buf in ctx.packed, a_buf.name, split) if rs else None
     except TargetError as e:
         raise e.with_span(s.span)
     m, n_all = s.c.matrix_shape()
-    k = s.a.matrix_shape()[1]
+    k = s.a.matrix_shape()[0 if s.transpose_a else 1]
     q = ctx.threads // 128
     n = n_all // split  # columns per warpgroup: the instruction's N
     atoms = m // (q // split) // 64
@@ -138,11 +140,13 @@ def lower_wgmma(ctx, s: Gemm) -> list:
                                    b_major=b_major, n=n, accumulate=not (s.clear_accum and kb == 0),
                                    dtype=str(b_buf.dtype), span=s.span))
                 continue
-            a_idx = ctx.offset(a_buf, _at(s.a, make_binop("+", row0, 64 * a), 16 * kb))
+            rows = make_binop("+", row0, 64 * a)
+            a_idx = ctx.offset(a_buf, _at(s.a, 16 * kb, rows) if s.transpose_a else _at(s.a, rows, 16 * kb))
             out.append(Wgmma(c_buf=c_reg, c=c_regs, a_buf=ctx.mem(a_buf), a_index=as_expr(a_idx), a_lbo=a_lbo,
                              a_sbo=a_sbo, a_swizzle=a_sw, b_buf=ctx.mem(b_buf), b_index=as_expr(b_idx), b_lbo=b_lbo,
                              b_sbo=b_sbo, b_swizzle=b_sw, b_major=b_major, n=n,
-                             accumulate=not (s.clear_accum and kb == 0), dtype=str(a_buf.dtype), span=s.span))
+                             accumulate=not (s.clear_accum and kb == 0), dtype=str(a_buf.dtype), span=s.span,
+                             a_major="mn" if s.transpose_a else "k"))
     out.append(WgmmaCommit(s.span))
     if sched is None or sched.wait:  # else the next gemm's wait retires this group too (pipeline.WgmmaSchedule)
         out.append(WgmmaWait(0 if sched is None else sched.pending, s.span,

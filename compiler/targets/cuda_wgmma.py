@@ -12,8 +12,8 @@ Guarantees:
   ``(address & 0x3FFFF) >> 4`` ORed with the constant ``encode_descriptor(0, lbo, sbo, swizzle)`` of
   ``compiler.instructions.wgmma`` (LBO, SBO, base offset 0, swizzle mode; the one encoder the emulator decodes);
   and issues one ``wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{f16,bf16}.{f16,bf16}`` whose N / 2 accumulators are
-  ``"+f"`` operands named by constant register indices, scale-d a predicate set from ``accumulate``, imm-trans-a 0,
-  imm-trans-b 1 for an N-major B. An operand whose arena offset is not a multiple of its swizzle atom (8 x width
+  ``"+f"`` operands named by constant register indices, scale-d a predicate set from ``accumulate``, imm-trans-a 1
+  for an M-major A (transpose_A), imm-trans-b 1 for an N-major B. An operand whose arena offset is not a multiple of its swizzle atom (8 x width
   bytes) is a CodegenError; the arena start itself is rounded up to ``DeviceKernel.shared_align`` by the kernel's
   prologue (``compiler.targets.cuda``), since ``__align__`` on ``extern __shared__`` is not a guarantee.
 - ``WgmmaRS`` builds B's descriptor the same way and issues ``wgmma.mma_async.sync.aligned.m64n{N}k16`` with A as
@@ -67,9 +67,11 @@ def emit_wgmma_fence(em, s: WgmmaFence) -> None:
 def _checked_accumulator_and_shared(em, what: str, s, shared) -> list[str]:
     """The checks both wgmma forms share: N, the accumulator registers (returned, distinct) and B's major, and each
     (buffer, swizzle width) of ``shared`` placed on its swizzle-atom boundary in the arena."""
-    if s.n % 8 or not 8 <= s.n <= 256 or len(s.c) != s.n // 2 or s.b_major not in ("k", "mn"):
+    if s.n % 8 or not 8 <= s.n <= 256 or len(s.c) != s.n // 2 or s.b_major not in ("k", "mn") or \
+            getattr(s, "a_major", "k") not in ("k", "mn"):
         em.fail(f"{what}: m64n{s.n}k16 needs N in 8..256 (a multiple of 8), N / 2 accumulator registers (got "
-                f"{len(s.c)}) and b_major 'k' or 'mn' (got {s.b_major!r})")
+                f"{len(s.c)}) and a_major / b_major 'k' or 'mn' (got {getattr(s, 'a_major', 'k')!r} / "
+                f"{s.b_major!r})")
     for buf, width in shared:
         off = em.k.shared_offsets.get(buf)
         if width not in SWIZZLE_MODE:
@@ -103,8 +105,8 @@ def emit_wgmma(em, s: Wgmma) -> None:
                 f"& 0x3FFFFu) >> 4) | 0x{encode_descriptor(0, lbo, sbo, width):016x}ull;")
     dlist = ", ".join(f"%{i}" for i in range(nd))
     em.line(f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 2}, 0;\\n'
-            f'wgmma.mma_async.sync.aligned.m64n{s.n}k16.f32.{sfx}.{sfx} {{{dlist}}}, %{nd}, %{nd + 1}, p, 1, 1, 0, '
-            f'{1 if s.b_major == "mn" else 0};\\n}}\\n"')
+            f'wgmma.mma_async.sync.aligned.m64n{s.n}k16.f32.{sfx}.{sfx} {{{dlist}}}, %{nd}, %{nd + 1}, p, 1, 1, '
+            f'{1 if s.a_major == "mn" else 0}, {1 if s.b_major == "mn" else 0};\\n}}\\n"')
     em.line("    : " + ", ".join(f'"+f"({r})' for r in regs))
     em.line(f'    : "l"(tl_da), "l"(tl_db), "n"({1 if s.accumulate else 0}) : "memory");')
     em.depth -= 1
