@@ -31,6 +31,7 @@ import math
 import torch
 
 from tileagent.drafters.builtin.aten import AtenTrace
+from tileagent.drafters.builtin.distribute import earlier_kernel
 from tileagent.drafters.builtin.fusion_writer import KernelWriter, _deps, _globals
 from tileagent.drafters.builtin.index import ONE, Lin, Size, Unsupported, Var, prod, ravel, unravel
 from tileagent.drafters.builtin.scan import Scan, ScanOut
@@ -81,11 +82,13 @@ class Kernel:
 class Plan:
     """The kernels of a reference, in launch order, and its outputs."""
 
-    def __init__(self, trace: AtenTrace):
+    def __init__(self, trace: AtenTrace, distribute: bool = False):
         self.t = trace
+        self.distribute = distribute  # the DISTRIBUTE plan: earlier kernels of a domain, riders (distribute.py)
         b = Builder(trace)
         self.outputs = b.run()
         self.globals = b.globals
+        self.env = b.env  # fx node -> lazy value (distribute.linear reads the summed expressions)
         self.kernels: list[Kernel] = []
         owner = {}
         for r in b.reduces:
@@ -95,7 +98,10 @@ class Plan:
             X, R = prod(src.shape[d] for d in kept), prod(src.shape[d] for d in dims)
             last = self.kernels[-1] if self.kernels else None
             deps = _deps(r)
-            if last is None or last.pointwise or last.X.v != X.v or last.R.v != R.v or any(
+            early = earlier_kernel(self.kernels, owner, r, deps, X, R) if distribute else None
+            if early is not None:
+                last = early
+            elif last is None or last.pointwise or last.X.v != X.v or last.R.v != R.v or any(
                     isinstance(d, (TopK, Scan)) and owner.get(id(d)) is last for d in deps) or isinstance(r, Scan) \
                     or any(isinstance(d, Scan) for d in last.reduces):  # a scan's kernel is its own
                 last = Kernel(len(self.kernels), src, kept, dims)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tileagent.drafters.builtin.distribute import riders
 from tileagent.drafters.builtin.values import FLOAT, Reduce, _bcast, _uses
 
 if TYPE_CHECKING:
@@ -59,12 +60,20 @@ def online_pair(w: KernelWriter, n_max: int, m: Reduce, pad: int):
     p = " " * pad
     w.allocs[f"red{n_max}"] = w.allocs[f"red{n_sum}"] = "(BM,)"
     w.allocs["acc"] = w.allocs["accs"] = "(BM, BR)"
+    w.riders = riders(w, (m, total))  # later sums that ride this pass (the DISTRIBUTE plan)
+    for q in w.riders:
+        stmts += q.tile(w, cx, k.domain_index(q.r.src, q.r.dims))
     lines = [p + f"T.fill(acc, {ninf})", p + "T.fill(accs, 0.0)"]
+    lines += [p + f"T.fill({a}{q.n}, 0.0)" for q in w.riders for a in ("ra", "rp")]
     lines += w.tile_pass(cx, stmts, pad)
     lines.append(p + f"T.reduce_max(acc, red{n_max}, dim=1)")
     lines.append(p + "for i, j in T.Parallel(BM, BR):")
     lines += [p + "    " + line for line in w.prelude("row") + tail]
     lines.append(p + f"T.reduce_sum(accs, red{n_sum}, dim=1)")
+    w.done = done | {id(m), id(total)}  # the riders' row-uniform terms read both
+    for q in w.riders:
+        lines += q.finish(w, k.domain_index(q.r.src, q.r.dims), pad)
+    w.done = done
     return n_sum, total, lines
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from tileagent.drafters.builtin.fusion_onepass import moments, online_pair
+from tileagent.drafters.builtin.fusion_split import load_once, pass_loads
 from tileagent.drafters.builtin.fusion_stash import stash
 from tileagent.drafters.builtin.scan import Scan, ScanOut, scan_lines
 from tileagent.drafters.builtin.index import ONE, Dyn, Lin, Size, Unsupported, Var, prod, ravel, unravel
@@ -441,7 +442,7 @@ class KernelWriter:
                 # the loop, so when SPLIT * CH tiles cover the columns exactly no load is guarded; a guarded load
                 # is a branch of its own, which ptxas does not hoist: one 16-byte load in flight per thread
                 # (frobenius_norm on the H200: 59% of a copy)
-                body += [s.replace("kk * BR", "(kt * SPLIT + sp) * BR") for s in self.loads(cx, pad + 4)]
+                body += pass_loads(cx, pad + 4)
                 # no mask either when the tiles cover the columns exactly: the per-value compare and select
                 # interleaved with the loads made ptxas issue 3 of a tile's 8 loads at a time (48 of 128 bytes)
                 exact = f"acc[i, j] = {COMBINE[r.op].format(a='acc[i, j]', b=val)}"
@@ -535,6 +536,12 @@ class KernelWriter:
             one = self.plain_pass(n_second, second, pad + 4)
         lines += one
         self.done.add(id(first))
+        if getattr(self, "riders", None):  # the sums that ride the pass over several tiles: plain passes here
+            self.done.add(id(second))
+            for q in self.riders:
+                lines += self.plain_pass(q.n, q.r, pad + 4)
+                self.done.add(id(q.r))
+            self.riders = []
         lines.append(" " * pad + f"else:  # several tiles: {tiles}")
         lines += fused
         self.done.add(id(second))
@@ -682,9 +689,10 @@ class KernelWriter:
                 second += [" " * 12 + f"red{n_red} = T.alloc_fragment((BM,), \"float32\")",
                            " " * 12 + f"T.copy({ws}[0, bm * BM], part)",
                            " " * 12 + f"{REDUCE_FN[op]}(part, red{n_red}, dim=0)"]
-            first = body[:self.split_at] if k.reread else [  # tiles read once: L2 keeps the partials (BENCHMARKS.md)
-                re.sub(r"^(\s*T\.copy\([gt]_\w+\[.*\], f\d+_\w+)\)$", r'\1, eviction_policy="evict_first")', line)
-                for line in body[:self.split_at]]  # read again later (x / norm(x)): the L2 may keep the last tiles
+            def evict(line):  # tiles read once: L2 keeps the partials (BENCHMARKS.md); read again later (x / norm(x)):
+                return line if k.reread else re.sub(  # the L2 may keep the last tiles
+                    r"^(\s*T\.copy\([gt]_\w+\[.*\], f\d+_\w+)\)$", r'\1, eviction_policy="evict_first")', line)
+            first = load_once([evict(line) for line in body[:self.split_at]])
             body = first + ["", " " * 8 + "with T.Kernel(T.ceildiv(NX, BM), threads=THREADS) as bm:  "
                                            "# after every partial"] + second + body[self.split_at:]
         if k.pointwise and k.reverse:  # before the row lets; copies take the row inline, bounded by the grid

@@ -601,12 +601,18 @@ def _fusion(path) -> FamilyMatch:
         template.lifted(plans, template.VARIANTS[0][1])  # raises when no one text serves every config
     except (Unsupported, TraceError) as e:
         raise FusionDeclined(str(e)) from e
+    try:  # the DISTRIBUTE plan (knob, drafted on): kept where it renders one text for every config
+        dplans = [Plan(tr, distribute=True) for tr in traces]
+        template.lifted(dplans, template.VARIANTS[0][1])
+    except Unsupported:
+        dplans = None
     dtypes = [d for d in t.input_dtypes if d in DTYPE_NAMES] or [torch.float32]
     out_dtype = plan.outputs[0].dtype
-    m = FamilyMatch(family="fusion", summary=template.describe(plan), dtype=DTYPE_NAMES[dtypes[0]],
+    summary = template.describe(dplans[0] if dplans else plan)
+    m = FamilyMatch(family="fusion", summary=summary, dtype=DTYPE_NAMES[dtypes[0]],
                     out_dtype=DTYPE_NAMES.get(out_dtype, str(out_dtype).replace("torch.", "")),
                     out_follows_input=out_dtype == dtypes[0])
-    m.plan, m.plans = plan, plans
+    m.plan, m.plans, m.dplans = plan, plans, dplans
     return m
 
 

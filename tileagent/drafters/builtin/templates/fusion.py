@@ -154,6 +154,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     """The candidate module for ``match`` with the variant's ``knobs``."""
     plan = match.plan
     kernels, forward = lifted(match.plans or [plan], knobs)
+    kernels, forward, distribute = with_distribute(kernels, forward, getattr(match, "dplans", None), knobs)
     constants = dict(knobs, STAGES=knobs.get("STAGES", 1), WIDE_ROWS=knobs.get("WIDE_ROWS", True),
                      STASH=knobs.get("STASH", 196608), HALF_STASH=knobs.get("HALF_STASH", True),
                      ROUND_STEPS=knobs.get("ROUND_STEPS", True), FILL_THREADS=knobs.get("FILL_THREADS", 135168))
@@ -178,6 +179,16 @@ def render(match: FamilyMatch, knobs: dict) -> str:
            f"pointwise kernel takes fewer rows a block until its grid has this many threads; 0: off).")
     if "schedule_split(" in forward:  # a reduction split over blocks: how many blocks it fills the GPU with
         constants["SPLIT_BLOCKS"] = knobs.get("SPLIT_BLOCKS", 1024)
+    if any("SPLIT_ONCE" in k for k in kernels):
+        constants["SPLIT_ONCE"] = knobs.get("SPLIT_ONCE", True)
+        doc += (" SPLIT_ONCE (a reduction split over blocks, a block of one tile: the tile loaded once for all its "
+                "reductions; off: once per reduction).")
+    if distribute:
+        constants["DISTRIBUTE"] = knobs.get("DISTRIBUTE", True)
+        tunables["DISTRIBUTE"] = common.knob_values(constants, "DISTRIBUTE", (True, False))
+        doc += (f" DISTRIBUTE (the kernels of the plan that computes each reduction in the earliest kernel of its "
+                f"domain and sums whose row-uniform terms read the row's max and sum of exponentials in the same "
+                f"pass over a long row; off: {describe(plan)}).")
     shim = SimpleNamespace(traced=plan.t)
     head = common.header(doc, constants, tunables, shim)
     head += ('TL_DTYPE.update({torch.float64: "float64", torch.int8: "int8", torch.int16: "int16", '
@@ -191,6 +202,29 @@ def render(match: FamilyMatch, knobs: dict) -> str:
 
 
 SEP = "\n#<kernel>\n"
+
+
+def with_distribute(kernels: list[str], forward: str, dplans, knobs) -> tuple[list[str], str, bool]:
+    """The kernels and forward with the DISTRIBUTE plan's (``distribute.py``) added when it differs from the other:
+    its kernels numbered after the other's, forward choosing by the knob; and whether it did. ``dplans``: the
+    DISTRIBUTE plans per traced config, or None."""
+    import re
+
+    if not dplans:
+        return kernels, forward, False
+    dk, df = lifted(dplans, knobs)
+    if dk == kernels and df == forward:
+        return kernels, forward, False
+    shift = len(kernels)
+
+    def renumber(text):
+        return re.sub(r"\bkernel(\d+)\(", lambda m: f"kernel{int(m.group(1)) + shift}(", text)
+
+    def indent(text):
+        return "".join("    " + line if line.strip() else line for line in text.splitlines(True))
+
+    forward = "        if DISTRIBUTE:\n" + indent(renumber(df)) + "        else:\n" + indent(forward)
+    return kernels + [renumber(k) for k in dk], forward, True
 
 
 def lifted(plans, knobs) -> tuple[list[str], str]:
