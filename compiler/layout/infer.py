@@ -304,8 +304,9 @@ class _KernelInference:
                         self.assign(buf, layout, op, "T.annotate_layout")
                     elif isinstance(layout, Layout):
                         self.r.shared[buf] = layout
-                    else:  # make_swizzled_layout(buf)
-                        self.r.shared[buf] = swizzled(tuple(buf.shape), buf.dtype.bytes)
+                    else:  # make_swizzled_layout(buf): a gemm instruction's own swizzle where it chose one
+                        # (wgmma's canonical layout, which TileLang's swizzle is on Hopper), else ours
+                        self.r.shared[buf] = self.r.shared.get(buf) or swizzled(tuple(buf.shape), buf.dtype.bytes)
         while True:
             while self.propagate():
                 pass
@@ -457,7 +458,12 @@ class _KernelInference:
         return frag
 
     def loop_from_fragments(self, loop: Parallel) -> Fragment | None:
+        """The layout a loop takes from a fragment whose layout is known: one indexed by the loop's variables in
+        order (or with loop-invariant dims held in registers); failing that, one indexed by all of them in another
+        order (``Q_t[k, i] = Q[i, k]`` where Q_t is a gemm operand: the loop runs on Q_t's thread map, permuted, and
+        Q then gets that layout, as TileLang composes a fragment's thread map with the index map)."""
         extents = tuple(static_int(e) for e in loop.extents)
+        permuted = None
         for buf, indices, _, stmt in self.accesses(loop):
             if buf not in self.r.fragments:
                 continue
@@ -468,7 +474,11 @@ class _KernelInference:
                 frag = self._sliced(self.r.fragments[buf], pattern)  # x[k, j] with k serial: x's row layout
                 if frag is not None and frag.shape == extents:
                     return frag
-        return None
+            if permuted is None and sorted(p for p in pattern if isinstance(p, int)) == list(range(len(extents))) \
+                    and len(pattern) == len(extents):
+                frag = self.r.fragments[buf].permute(sorted(range(len(pattern)), key=pattern.__getitem__))
+                permuted = frag if frag.shape == extents else None
+        return permuted
 
     def free_loop_layout(self, loop: Parallel) -> Fragment:
         extents = tuple(static_int(e) for e in loop.extents)
