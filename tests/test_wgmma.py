@@ -1168,6 +1168,12 @@ def test_m_major_a_takes_wgmma_with_imm_trans_a(wgmma_on, M, N, K, threads, tran
     torch.testing.assert_close(c, a.float().T @ (b.float().T if trans_b else b.float()), rtol=0, atol=0)
 
 
+def test_m_major_a_switched_off_keeps_mma_sync_and_says_why(wgmma_on, monkeypatch):
+    monkeypatch.setenv("TILEAGENT_WGMMA_M_MAJOR_A", "0")
+    ir = tileagent.compile(_m_major_a_gemm(64, 64, 64, 128, True), target="sim").get_ir("thread")
+    assert "mma.sync m16n8k16" in ir and "an M-major A (transpose_A) is switched off: TILEAGENT_WGMMA_M_MAJOR_A=0" in ir
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="wgmma needs an sm_90a GPU")

@@ -58,6 +58,7 @@ from tileagent.compiler.target import ARCHS, FEATURE_ENV, feature_switches
 
 ENV = FEATURE_ENV["wgmma"]  # "0": every kernel of the process stays on mma.sync
 OVERLAP_ENV = "TILEAGENT_WGMMA_OVERLAP"  # "0": a pipelined gemm waits for its wgmmas in its own iteration (A/B runs)
+M_MAJOR_A_ENV = "TILEAGENT_WGMMA_M_MAJOR_A"  # "0": a transposed A keeps mma.sync, as before it took wgmma (A/B runs)
 DTYPES = ("float16", "bfloat16")
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}  # swizzle width in bytes -> descriptor bits 62-63 (sm_90a; 0 = none)
 _FIELD = 0x3FFF  # 14-bit address fields
@@ -109,6 +110,11 @@ def a_position(thread: int, i: int) -> tuple[int, int]:
 def enabled() -> bool:
     """Whether the environment leaves wgmma on for this process (it is, unless ``TILEAGENT_ENABLE_WGMMA`` is "0")."""
     return "wgmma" not in feature_switches()
+
+
+def m_major_a_enabled() -> bool:
+    """Whether wgmma SS may read an M-major A (transpose_A); on unless ``TILEAGENT_WGMMA_M_MAJOR_A`` is "0"."""
+    return os.environ.get(M_MAJOR_A_ENV) != "0"
 
 
 def overlap_enabled() -> bool:
@@ -212,6 +218,8 @@ class WgmmaM64NK16(Instruction):
 
     def _operand_reason(self, g, threads: int, shared) -> str | None:
         """The ``shared`` operands ((what, region) pairs), K and the warpgroup split."""
+        if g.transpose_a and not m_major_a_enabled():
+            return f"an M-major A (transpose_A) is switched off: {M_MAJOR_A_ENV}=0"
         for what, r in shared:
             buf = r.buffer
             if len(buf.shape) != 2 or wgmma_operand(tuple(buf.shape), buf.dtype.bytes) is None:
