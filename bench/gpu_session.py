@@ -238,6 +238,21 @@ STEPS = (
     Step("played_25_again", 16, "CAP=150 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played_b\" session25",
          560, "session 25's answers again: selective_scan after the oracle's finite-only rule; paged_kv_append, "
          "which ran past 55 s and 80 s (3 configs of 67M-element caches, 11 distributions x 2 seeds each)"),
+    # group 17: what round 2 session 27 wrote without a device (TF32 mma.sync, wgmma's M-major A, barriers for
+    # global buffers, the fusion drafter's fewer passes and kernels)
+    Step("gpu_tests_27", 17, "python -m pytest -q -m gpu tests/test_gemm_tf32.py tests/test_wgmma.py "
+         "tests/test_barriers.py", 120,
+         "first contact of mma.sync m16n8k8 .tf32 (every orientation, wgmma on and off) and of wgmma's M-major A "
+         "descriptor (imm-trans-a 1), each against an exact or truncated-input reference"),
+    Step("m_major_a_ab", 17, "for v in 0 1; do TILEAGENT_WGMMA_M_MAJOR_A=$v python bench/tilelang_examples.py "
+         "--only mha_bwd_bshd,retention_fwd --timeout 120; done", 300,
+         "TileLang's attention backward (dS^T @ K) and retention forward (K^T @ V) with a transposed A on mma.sync "
+         "(0) and on wgmma (1), in two processes of one call", after="gpu_tests_27"),
+    Step("fusion_new_27", 17, "python bench/fusion_knobs.py --ops label_smoothing_ce,cosine_embedding,"
+         "embedding_bag_mean,timestep_embedding,rotary_cat,upsample_nearest --max-configs 3 --no-tunables "
+         "--variant 'DISTRIBUTE=False' --variant 'SPLIT_ONCE=False'", 420,
+         "the session's drafter changes against their knobs' old values, with torch.compile and a copy in the same "
+         "process"),
 )
 
 
