@@ -33,7 +33,7 @@ import re
 
 from tileagent.drafters.builtin.fusion_writer import (COMBINE, FAST_MATH, IDENT, Cx, KernelWriter, _dtype_text,
                                                       _names, _unflatten)
-from tileagent.drafters.builtin.index import Dyn, Lin
+from tileagent.drafters.builtin.index import Dyn, Lin, Unsupported
 from tileagent.drafters.builtin.pointwise_text import ON_CUDA
 from tileagent.drafters.builtin.values import DT, FLOAT, TopK, _uses, kind_of
 
@@ -51,7 +51,7 @@ def short_variant(plan, k, knobs):
         return None
     try:
         return ShortWriter(plan, k, knobs, inner[-1]).write()
-    except NotShort:
+    except (NotShort, Unsupported):  # the tiled kernel alone, as before
         return None
 
 
