@@ -176,16 +176,28 @@ class Plan:
         pointwise[key].full_outs.append((n, o))
 
     def render_kernels(self, knobs: dict) -> tuple[list[str], str]:
-        """(kernel factory texts, forward body) with the schedule ``knobs``."""
+        """(kernel factory texts, forward body) with the schedule ``knobs``: each kernel's factory, followed by its
+        short-columns one where it has one (``fusion_short``), which forward launches instead when
+        ``schedule_short`` gives it a schedule (at most ``SHORT_COLS`` columns)."""
+        from tileagent.drafters.builtin.fusion_short import short_variant
+
         for _ in range(2):  # the first pass learns which reductions later kernels read
-            texts = [KernelWriter(self, k, knobs).write() for k in self.kernels]
-        return [t[0] for t in texts], self.forward([t[1] for t in texts])
+            texts = [(KernelWriter(self, k, knobs).write(), short_variant(self, k, knobs)) for k in self.kernels]
+        factories = [f for main, short in texts for f in [main[0]] + ([short[0]] if short else [])]
+        return factories, self.forward([(main[1], short[1] if short else None) for main, short in texts])
 
     def forward(self, calls) -> str:
         lines = [f"        {name} = {text}\n" for name, text in self.t.binds.items()]
         results = {}
-        for k, (call, outs) in zip(self.kernels, calls):
+        for k, ((call, outs), short) in zip(self.kernels, calls):
             lhs = ", ".join(outs)
+            if short is not None:  # SHORT_COLS (a knob) or fewer columns: the columns in a loop, rows on threads
+                lines.append(f"        {short[2]}\n")
+                lines.append(f"        if short{k.index}:\n")
+                lines.append(f"            {', '.join(short[1])} = {short[0]}\n")
+                lines.append("        else:\n")
+                lines.append(f"            {lhs} = {call}\n")
+                continue
             lines.append(f"        {lhs} = {call}\n")
         rets = []
         for n, o in enumerate(self.outputs):

@@ -459,29 +459,7 @@ class KernelWriter:
             self.done.add(id(r))
         self.split_at = len(body)
         allocs_before = set(self.allocs)
-        # per-row outputs and the reductions later kernels read
-        rows = [(f"o{n}", o, n) for n, o in k.row_outs]
-        if rows or k.realize:
-            cx = Cx(self, "row")
-            stmts = []
-            for name, o, n in rows:
-                idx = unravel(k.row, o.shape) if o.shape else []
-                val = o.load(cx, idx)
-                if ravel(idx, o.shape) != k.row and o.shape:
-                    raise Unsupported("a per-row output in another order than the rows")
-                self.allocs[f"f_{name}"] = "(BM,)"
-                stmts.append(f"f_{name}[i] = {cx.convert(o, val, o.kind if o.kind != BOOL else INT)}")
-                out_params.append((name, f"{name}: T.Tensor(({k.X.t},), \"{DT[o.dtype]}\")", n))
-            if stmts:
-                body += self.loads(cx, pad)
-                body += self.body(cx, "row", stmts, pad)
-            for name, o, n in rows:
-                body.append(" " * pad + f"T.copy(f_{name}, {name}[bm * BM])")
-            for r in k.realize:
-                name = f"w{k.index}_{k.reduces.index(r)}"
-                n = k.reduces.index(r)
-                body.append(" " * pad + f"T.copy(red{self.red_alias.get(n, n)}, {name}[bm * BM])")
-                out_params.append((name, f"{name}: T.Tensor(({k.X.t},), \"float32\")", None))
+        body += self.row_outputs(out_params, pad)
         if k.full_outs:
             cx = Cx(self, "tile")
             stmts, stores = [], []
@@ -523,6 +501,33 @@ class KernelWriter:
         if kept:
             body, self.stash_allocs, self.stash_lines = kept
         return self.assemble(grid, head, body, out_params)
+
+    def row_outputs(self, out_params: list, pad: int) -> list[str]:
+        """The lines writing the per-row outputs and storing the reductions later kernels read (after the passes)."""
+        k, body = self.k, []
+        rows = [(f"o{n}", o, n) for n, o in k.row_outs]
+        if rows or k.realize:
+            cx = Cx(self, "row")
+            stmts = []
+            for name, o, n in rows:
+                idx = unravel(k.row, o.shape) if o.shape else []
+                val = o.load(cx, idx)
+                if ravel(idx, o.shape) != k.row and o.shape:
+                    raise Unsupported("a per-row output in another order than the rows")
+                self.allocs[f"f_{name}"] = "(BM,)"
+                stmts.append(f"f_{name}[i] = {cx.convert(o, val, o.kind if o.kind != BOOL else INT)}")
+                out_params.append((name, f"{name}: T.Tensor(({k.X.t},), \"{DT[o.dtype]}\")", n))
+            if stmts:
+                body += self.loads(cx, pad)
+                body += self.body(cx, "row", stmts, pad)
+            for name, o, n in rows:
+                body.append(" " * pad + f"T.copy(f_{name}, {name}[bm * BM])")
+            for r in k.realize:
+                name = f"w{k.index}_{k.reduces.index(r)}"
+                n = k.reduces.index(r)
+                body.append(" " * pad + f"T.copy(red{self.red_alias.get(n, n)}, {name}[bm * BM])")
+                out_params.append((name, f"{name}: T.Tensor(({k.X.t},), \"float32\")", None))
+        return body
 
     def one_tile_or_one_pass(self, n_first: int, first: Reduce, n_second: int, second: Reduce, fused: list[str],
                              pad: int, one_tile: str, tiles: str, one: list[str] | None = None) -> list[str]:

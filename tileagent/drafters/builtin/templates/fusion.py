@@ -149,6 +149,38 @@ def schedule_split(NX, NR, div=0):
 
 '''
 
+SCHEDULE_SHORT = '''
+
+def schedule_short(NX, NR, div=0):
+    """(BM, THREADS) of a kernel that walks its NR columns in a loop, its rows on the threads (fusion_short), or None
+    (the tiled kernel runs instead): past SHORT_COLS columns, past 32 columns of rows too few for a warp per SM, or
+    when its blocks would hold under 32 rows. A thread holds SHORT_PER consecutive rows (8: a 16-byte vector of
+    fp16/bf16 per column, two of float32), THREADS threads a block; fewer rows a block, down to one warp, while
+    fewer than 264 blocks (2 per SM of an H200's 132) would run. ``div``: BM divides it (the innermost kept dim,
+    where each column's run of the block's rows starts at the block's first row): the largest multiple of a warp's
+    32 x SHORT_PER rows that divides it (D=768: 768 rows on 96 threads), else its largest divisor up to that size
+    (D=100: one row of 100 values on a warp). EmbeddingBag's mean at B=256, K=8, D=4096: 1024 blocks of 128
+    threads at 34 registers (all resident at once), and ptxas keeps about 56 bytes of loads a thread in flight
+    across the unrolled columns (3 gathered 16-byte rows and their numbers)."""
+    if NR > SHORT_COLS or NR > 32 and NX < 132 * 32 * SHORT_PER:
+        return None  # under a warp per SM, each thread walking over 32 columns: the tiled kernel splits them instead
+    bm = THREADS * SHORT_PER
+    rows = 1
+    while rows < NX and rows < bm:
+        rows *= 2
+    bm = min(bm, rows)
+    while bm > 32 * SHORT_PER and (NX + bm - 1) // bm < 264:
+        bm //= 2
+    if div and div % bm:
+        warp = 32 * SHORT_PER
+        bm = next((b for b in range(bm - bm % warp, 0, -warp) if div % b == 0), 0) or \\
+            next(b for b in range(min(bm, div), 0, -1) if div % b == 0)
+    if bm < 32:
+        return None
+    return bm, max(32, min(THREADS, (bm + 32 * SHORT_PER - 1) // (32 * SHORT_PER) * 32))
+
+'''
+
 
 def render(match: FamilyMatch, knobs: dict) -> str:
     """The candidate module for ``match`` with the variant's ``knobs``."""
@@ -189,6 +221,14 @@ def render(match: FamilyMatch, knobs: dict) -> str:
         doc += (f" DISTRIBUTE (the kernels of the plan that computes each reduction in the earliest kernel of its "
                 f"domain and sums whose row-uniform terms read the row's max and sum of exponentials in the same "
                 f"pass over a long row; off: {describe(plan)}).")
+    if "schedule_short(" in forward:  # a kernel with a short-columns factory (fusion_short)
+        constants["SHORT_COLS"] = knobs.get("SHORT_COLS", 128)
+        constants["SHORT_PER"] = knobs.get("SHORT_PER", 8)
+        tunables["SHORT_COLS"] = common.knob_values(constants, "SHORT_COLS", (128, 0))
+        tunables["SHORT_PER"] = common.knob_values(constants, "SHORT_PER", (8, 16))
+        doc += (" SHORT_COLS (a reduction over at most this many columns that its reads run across, along the "
+                "innermost kept dim, walks them in a loop with its rows on the threads; 0: off), SHORT_PER (rows a "
+                "thread holds then).")
     shim = SimpleNamespace(traced=plan.t)
     head = common.header(doc, constants, tunables, shim)
     head += ('TL_DTYPE.update({torch.float64: "float64", torch.int8: "int8", torch.int16: "int16", '
@@ -198,6 +238,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
               if g.origin == "param" and "." in g.ref_key]
     model = common.model_class(SimpleNamespace(traced=plan.t, operands=nested, gemm_b=None), forward)
     split = SCHEDULE_SPLIT if "schedule_split(" in forward else ""
+    split += SCHEDULE_SHORT if "schedule_short(" in forward else ""
     return head + SCHEDULE + split + "\n\n" + "\n\n".join(kernels) + "\n\n" + model
 
 
@@ -243,8 +284,8 @@ def lifted(plans, knobs) -> tuple[list[str], str]:
     kernels, forward = pieces[:-1], pieces[-1]
     if names:
         params = ", ".join(names)
-        kernels = [re.sub(r"^def (kernel\d+)\(", rf"def \1({params}, ", k, flags=re.M) for k in kernels]
-        forward = re.sub(r"= (kernel\d+)\(", rf"= \1({params}, ", forward)
+        kernels = [re.sub(r"^def (kernel\d+(?:_short)?)\(", rf"def \1({params}, ", k, flags=re.M) for k in kernels]
+        forward = re.sub(r"= (kernel\d+(?:_short)?)\(", rf"= \1({params}, ", forward)
         forward = "".join(f"        {n} = {src}\n" for n, src in names.items()) + forward
     return kernels, forward
 
