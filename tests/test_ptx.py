@@ -455,3 +455,26 @@ def test_an_int64_label_plus_a_row_offset_is_computed_in_64_bits_on_both_targets
     assert "lab + ((long long)r * 128256LL)" in src and "(r * 128256)" not in src
     ptx = generate(module, "sm_90a")
     assert re.search(r"mul\.(wide\.s32|lo\.s64)", ptx) and not re.search(r"mul\.lo\.s32\s+%r\d+, %r\d+, 128256", ptx)
+
+
+def test_the_bounds_guard_of_a_table_past_2_31_elements_is_64_bit_on_both_targets():
+    """An int32 row number times D into a flattened (V x D) table of 300000 x 16384 elements: the guard's bound
+    (4915200000) wrapped to 620232704 in 32 bits and the index overflowed, so valid rows read as 0 (a fusion
+    draft's embedding bag). The guard is 64-bit now, computed as the address is."""
+    from tileagent.compiler.targets import cuda
+
+    @T.prim_func
+    def main(idx: T.Tensor((4,), "int32"), w: T.Tensor((300000 * 16384,), "float16"),
+             o: T.Tensor((4, 1024), "float16")):
+        with T.Kernel(4, threads=128) as bx:
+            r = idx[bx]
+            f = T.alloc_fragment((1024,), "float16")
+            T.copy(w[r * 16384], f)
+            T.copy(f, o[bx, 0])
+
+    module = module_of(tileagent.compile(main, target="cpu:sm_90a"), "sm_90a")
+    src = cuda.generate(module)
+    assert "< 4915200000LL" in src and "620232704" not in src
+    assert "((long long)r * 16384LL + (long long)(tid % 128) * 8LL) >= 0LL" in src
+    ptx = generate(module, "sm_90a")
+    assert "4915200000" in ptx and "620232704" not in ptx

@@ -24,6 +24,9 @@ from tileagent.compiler.ir.stmt import Buffer, Store
 from tileagent.compiler.layout import Fragment, Layout
 from tileagent.compiler.tir import THREAD
 
+I64 = DType("int64")
+INT32_MAX = 2**31 - 1
+
 
 class LowerContext:
     """Lowering state of one kernel. What the planning passes decided comes from ``plan`` (a ``KernelPlan``) and is
@@ -187,17 +190,24 @@ class LowerContext:
 
     # -- guards ----------------------------------------------------------------------------------------------
     def in_bounds(self, buf: Buffer, idx):
-        """The condition that ``idx`` lies inside global ``buf`` (True when it provably does)."""
+        """The condition that ``idx`` lies inside global ``buf`` (True when it provably does). Where the dim may
+        reach past 2**31 - 1 (a static extent that does, or a product of symbolic sizes: a flattened table of V x D)
+        and the index's range does not prove it smaller, the comparisons are 64-bit (the index computed in 64 bits,
+        as its address is): in 32 bits a row number times D wraps, and valid rows read as 0."""
         cond = True
         for i, n in zip(idx, buf.shape):
             r = self.range_of(i)
             n_static = static_int(n)
             lo_ok = r is not None and r[0] >= 0
             hi_ok = r is not None and n_static is not None and r[1] < n_static
+            wide = (n_static > INT32_MAX if n_static is not None else not isinstance(n, Var)) and \
+                as_expr(i).dtype.bits < 64 and (r is None or r[1] > INT32_MAX)
+            x, bound = (make_cast(as_expr(i), I64), make_cast(as_expr(n), I64)) if wide else (i, n)
             if not lo_ok:
-                cond = and_(cond, make_cmp(">=", i, 0))
+                cond = and_(cond, make_cmp(">=", x, 0))
             if not hi_ok:
-                cond = and_(cond, make_cmp("<", i if n_static is None else below_bound(i, n_static, self.range_of), n))
+                cond = and_(cond, make_cmp("<", x if n_static is None or wide else
+                                           below_bound(i, n_static, self.range_of), bound))
         return cond
 
     def element(self, buf: Buffer, idx, span=None) -> Expr:

@@ -134,11 +134,8 @@ class CodegenError(ValueError):
 
 
 def dtype_to_ctype(dtype: DType | str) -> str:
-    """The CUDA C++ type that stores one element of ``dtype`` (``"float16"`` -> ``"half"``).
-
-    Raises:
-        CodegenError: for a dtype without a CUDA type.
-    """
+    """The CUDA C++ type that stores one element of ``dtype`` (``"float16"`` -> ``"half"``); CodegenError for a dtype
+    without one."""
     try:
         return _CTYPES[str(dtype)]
     except KeyError:
@@ -715,7 +712,8 @@ class _KernelEmitter:
     def e_cmp(self, e: Cmp, w: bool) -> str:
         if e.a.dtype in _LOWP or e.b.dtype in _LOWP:
             return f"({self.f32(e.a)} {e.op} {self.f32(e.b)})"
-        return f"({self.operand(e.a, False, e.op)} {e.op} {self.operand(e.b, False, e.op, True)})"
+        w64 = e.a.dtype == "int64"  # an int64 comparison (a bound past 2**31): narrower operands in 64 bits
+        return f"({self.operand(e.a, w64, e.op)} {e.op} {self.operand(e.b, w64, e.op, True)})"
 
     def e_unary(self, e: Unary, w: bool) -> str:
         dt = e.dtype

@@ -603,7 +603,8 @@ class Values:
             for value in (True, False):
                 if all(_fold_cmp(e.op, x, y) == value for x in ra for y in rb):
                     return self.imm(value, "bool")
-        return self.cmp(e.op, self.ev(e.a), self.ev(e.b), da)
+        wide = da == "int64"  # an int64 comparison (a bound past 2**31): its narrower operands in 64 bits
+        return self.cmp(e.op, self.ev(e.a, wide), self.ev(e.b, wide), da)
 
     def bounds(self, e) -> tuple[int, int] | None:
         """Inclusive bounds of an integer expression over every thread and block, or None (as NVVM knows a thread
