@@ -31,7 +31,8 @@ import math
 import torch
 
 from tileagent.drafters.builtin.aten import AtenTrace
-from tileagent.drafters.builtin.fusion_writer import KernelWriter, _deps, _globals
+from tileagent.drafters.builtin.fusion_parts import write as write_parts
+from tileagent.drafters.builtin.fusion_writer import _deps, _globals
 from tileagent.drafters.builtin.index import ONE, Lin, Size, Unsupported, Var, prod, ravel, unravel
 from tileagent.drafters.builtin.scan import Scan, ScanOut
 from tileagent.drafters.builtin.values import Builder, Fn, Global, TopK, TopKPart, V, _where
@@ -64,6 +65,7 @@ class Kernel:
         self.realize: list = []  # reductions stored for later kernels
         self.reverse = False  # a pointwise kernel that walks its rows from the last (after a whole-tensor reduction)
         self.reread = False  # a reversed pointwise kernel reads this reduction's tensors again (no evict_first)
+        self.parts = None  # (n, P): a pointwise kernel writing its output as n parts of P columns (fusion_parts)
 
     def domain_index(self, src: V, dims) -> list:
         """``src``'s index at the domain point, its ``dims`` along the columns, the others along the rows."""
@@ -172,7 +174,7 @@ class Plan:
     def render_kernels(self, knobs: dict) -> tuple[list[str], str]:
         """(kernel factory texts, forward body) with the schedule ``knobs``."""
         for _ in range(2):  # the first pass learns which reductions later kernels read
-            texts = [KernelWriter(self, k, knobs).write() for k in self.kernels]
+            texts = [write_parts(self, k, knobs) for k in self.kernels]  # a pointwise kernel: maybe by parts
         return [t[0] for t in texts], self.forward([t[1] for t in texts])
 
     def forward(self, calls) -> str:
