@@ -57,8 +57,8 @@ def test_rotate_half_by_parts_reads_each_half_row_once(tmp_path):
     source, module = _candidate("rotary_cat", tmp_path)
     parts = source[source.index("def kernel0_parts("):source.index("def kernel0(")]
     assert len(re.findall(r"T\.copy\(t_x_0\[", parts)) == 2 and "T.if_then_else" not in parts
-    assert "if PARTS and (s57*s7*s75) * (2*s46 - 2*((s46//2))) == (s57*s7*s75) * s46 and ((s46//2)) == " \
-           "(s46 - ((s46//2))) else kernel0(" in source
+    assert "if PARTS and (s57*s7*s75) * (2*s46 - 2*((s46//2))) == (s57*s7*s75) * s46 and (s46 - ((s46//2))) == " \
+           "((s46//2)) else kernel0(" in source  # the parts' sizes, which are also the two tiles' offsets
     bm, br, threads = module["schedule"](4 * 2048 * 32, 64, True, False, False, div=32, half=True, light=True,
                                          parts=True)
     assert br == 64
@@ -111,3 +111,55 @@ def test_other_parts_forms_match_the_reference(body, expect, tmp_path):
     _assert_correct(ref, candidate)
     candidate.write_text(source.replace("PARTS = True", "PARTS = False"))
     _assert_correct(ref, candidate)
+
+
+CAT_REF = '''import torch
+import torch.nn as nn
+
+CONFIGS = {configs}
+SMALL_CONFIG = {{"M": 3, "A": 64, "B": 64, "C": 64}}
+
+
+class Model(nn.Module):
+    def forward(self, x, y, z):
+        return torch.cat([x.sigmoid(), y * 2.0, z], dim=-1)
+
+
+def get_inputs(M=3, A=64, B=64, C=64):
+    return [torch.randn(M, A), torch.randn(M, B), torch.randn(M, C)]
+
+
+def get_init_inputs(M=3, A=64, B=64, C=64):
+    return []
+'''
+
+
+@pytest.mark.parametrize("configs, parts", [
+    ('[{"M": 4, "A": 64, "B": 64, "C": 64}, {"M": 8, "A": 200, "B": 200, "C": 200}]', True),
+    ('[{"M": 4, "A": 64, "B": 64, "C": 64}, {"M": 4, "A": 64, "B": 32, "C": 64}]', False),
+])
+def test_a_cat_by_parts_runs_only_where_its_parts_are_equal(configs, parts, tmp_path):
+    """Parts equal at every traced config: the kernel by parts is drafted, and forward runs it only where the parts
+    are equal at run time (sizes it was not traced at fall back to the whole-row kernel); parts that differ at a
+    traced config: the whole-row kernel alone (the configs' texts must agree). Correct at equal parts of a row of
+    several 64-column tiles whose last one is masked (200 = 3 x 64 + 8), and at unequal ones, also where three
+    parts add up to three times the first (4 + 2 + 6)."""
+    from tests.test_fusion import BuiltinDrafter, DraftTask
+
+    ref = tmp_path / "cat_parts.py"
+    ref.write_text(CAT_REF.format(configs=configs))
+    draft = BuiltinDrafter().draft(DraftTask(task_name="cat_parts", reference_path=str(ref), reference_source="",
+                                             configs=[], turn=1))[0]
+    assert ("def kernel0_parts(" in draft.source) == parts
+    candidate = tmp_path / "cat_parts_candidate.py"
+    candidate.write_text(draft.source.replace("BR_MAX = 4096", "BR_MAX = 64"))
+    module = {"__name__": "cat_parts_candidate"}
+    exec(compile(candidate.read_text(), str(candidate), "exec"), module)
+    if parts:
+        assert module["schedule"](8, 200, True, False, False, light=True, parts=True)[1] == 32  # 200 = 6 x 32 + 8
+        guard = draft.source[draft.source.index(" if PARTS and "):draft.source.index(" else kernel0(")]
+        assert guard.count(" == ") == 3, guard  # the domain's size and the two other parts' sizes
+    configs = [{"M": 5, "A": 200, "B": 200, "C": 200}, {"M": 3, "A": 64, "B": 32, "C": 64},
+               {"M": 3, "A": 4, "B": 2, "C": 6}]
+    results = check_candidate(load_spec(ref), candidate, device="cpu", seeds=1, seed=SEED, configs=configs)
+    assert [r.correct for r in results] == [True] * 3, [r.message for r in results]

@@ -49,8 +49,8 @@ def write(plan, k, knobs: dict):
     text = text.replace(f"def {name}(", f"def {name}_parts(", 1)
     call = call.replace(f"{name}(", f"{name}_parts(", 1)
     n, pp, stride = kp.parts
-    # the parts kernel runs where its domain is the output's (parts of equal size) and where the fragments it
-    # merged by value (a slice's start s // 2 and a part's offset s - s // 2) are one at run time
+    # the parts kernel runs where its domain is the output's, where the parts are of equal size and where the
+    # fragments it merged by value (a slice's start s // 2 and a part's offset s - s // 2) are one at run time
     guard = [f"{kp.X.t} * {(pp * n).t} == {k.X.t} * {k.R.t}"] + [f"{a} == {b}" for a, b in kp.assumed]
     return text + "\n\n" + whole[0], (f"({call} if {KNOB} and {' and '.join(guard)} else {whole[1][0]})", outs)
 
@@ -64,7 +64,7 @@ def fragment_key(w, g: Global, pattern) -> tuple:
     key = (g.name,) + tuple(p.v if isinstance(p, Size) else p for p in pattern)
     texts = w.__dict__.setdefault("frag_texts", {})
     for p, q in zip(pattern, texts.setdefault(key, pattern)):
-        if isinstance(p, Size) and p.t != q.t and (q.t, p.t) not in w.k.assumed:
+        if isinstance(p, Size) and p.t != q.t and not {(q.t, p.t), (p.t, q.t)} & set(w.k.assumed):
             w.k.assumed.append((q.t, p.t))
     return key
 
@@ -76,9 +76,10 @@ def _cost(text: str) -> int:
 
 
 def split_of(plan, k, knobs: dict):
-    """``(n, shape, stride)``: the kernel's outputs (all of one shape) as n parts, ``shape`` a part's domain (the
-    rows' dims, then P columns), ``stride`` the output's values a row of that domain (n * P, as the output's sizes
-    write it); or None. A cat of n equal parts along the output's last dim (read through pointwise ops),
+    """``(n, shape, stride, same)``: the kernel's outputs (all of one shape) as n parts, ``shape`` a part's domain
+    (the rows' dims, then P columns), ``stride`` the output's values a row of that domain (n * P, as the output's
+    sizes write it), ``same`` pairs of size texts equal at the traced configs that the parts kernel takes equal (a
+    cat's part sizes); or None. A cat of n equal parts along the output's last dim (read through pointwise ops),
     else rows read at ``x // n`` of the innermost row atom (the whole-row kernel's reads, probed)."""
     outs = [o for _, o in k.full_outs]
     shape = [s.v for s in outs[0].shape] if outs else []
@@ -90,7 +91,8 @@ def split_of(plan, k, knobs: dict):
             d, sizes = getattr(v, "cat", (None, None))
             if d == len(v.shape) - 1 and [s.v for s in v.shape] == shape and len(sizes) > 1 and \
                     len({s.v for s in sizes}) == 1 and sizes[0].v > 0:
-                return len(sizes), list(o.shape[:-1]) + [sizes[0]], o.shape[-1]
+                same = [(sizes[0].t, q.t) for q in sizes[1:] if q.t != sizes[0].t]  # forward checks them
+                return len(sizes), list(o.shape[:-1]) + [sizes[0]], o.shape[-1], same
     if len(shape) < 2 or not k.xvars:
         return None
     inner = k.xvars[-1]
@@ -99,7 +101,7 @@ def split_of(plan, k, knobs: dict):
             if isinstance(a, Div) and a.lin == Lin.atom(inner) and a.d.e.is_Integer and 2 <= a.d.v <= 8 and \
                     inner.size.v % a.d.v == 0:
                 o = outs[0]
-                return a.d.v, list(o.shape[:-2]) + [o.shape[-2] // a.d, o.shape[-1]], o.shape[-1] * a.d
+                return a.d.v, list(o.shape[:-2]) + [o.shape[-2] // a.d, o.shape[-1]], o.shape[-1] * a.d, []
     return None
 
 
@@ -130,13 +132,13 @@ def _probe(plan, k, knobs) -> list:
     return seen
 
 
-def _kernel(k, n: int, shape: list, stride: Size):
+def _kernel(k, n: int, shape: list, stride: Size, same: list):
     """The parts kernel of pointwise kernel ``k``: rows x one part's P columns, writing ``k``'s outputs."""
     from tileagent.drafters.builtin.fusion import Kernel
 
     kp = Kernel(k.index, Fn(shape, k.anchor.dtype, None), list(range(len(shape) - 1)), [len(shape) - 1],
                 pointwise=True)
-    kp.parts, kp.full_outs, kp.assumed = (n, shape[-1], stride), list(k.full_outs), []
+    kp.parts, kp.full_outs, kp.assumed = (n, shape[-1], stride), list(k.full_outs), list(same)
     return kp
 
 
