@@ -678,7 +678,7 @@ def test_read_once_reductions_ask_for_evict_first_and_pointwise_kernels_hold_16_
     assert module["schedule"](8192, 11008, True, False, False, half=True) == (8, 512, 128)
     rotary, _ = _candidate("rotary_cat", tmp_path)
     whole = rotary[rotary.index(" else kernel0("):]  # the whole-row kernel (PARTS off): three tiles, 32 values
-    assert "light=True" not in whole and "light=True, parts=True)" in rotary  # by parts: 16 a part, 32 in all
+    assert "light=True" not in whole and "light=True, parts=2)" in rotary  # by parts: 16 a part, 32 in all
     leaky, _ = _candidate("leaky_relu", tmp_path)
     assert "PER_THREAD = 16" in leaky and "'PER_THREAD': [16, 4, 8, 32]" in leaky
 

@@ -35,8 +35,9 @@ def test_a_timestep_embedding_computes_each_value_of_its_own_part_only(tmp_path)
     parts = source[source.index("def kernel0_parts("):source.index("def kernel0(")]
     assert parts.count("T.sin(") == 1 and parts.count("T.cos(") == 1 and parts.count("T.exp2(") == 1
     assert "T.if_then_else" not in parts and 'o0: T.Tensor((s75, 2, z0), "float32")' in parts
-    assert module["schedule"](256, 160, True, False, False, light=True, parts=True)[1] == 32  # divides 160
-    bm, br, threads = module["schedule"](256, 160, True, False, False, light=True, parts=True)
+    # BR divides 160; 4 values a thread of each part: 160 blocks of 64 threads (80 of 128 left 52 SMs idle)
+    assert module["schedule"](256, 160, True, False, False, light=True, parts=2) == (8, 32, 64)
+    bm, br, threads = module["schedule"](256, 160, True, False, False, light=True, parts=2)
     cuda = _body(module["kernel0_parts"](160, 320, 256, "float32", bm, br, threads).get_kernel_source())
     select = r"r0_\d+ < 160 \? v\d+_\d+ : v\d+_\d+"  # the whole-row kernel's choice between the parts
     assert cuda.count("sinf(") == 1 and cuda.count("cosf(") == 1 and cuda.count("exp2f(") == 1
@@ -60,7 +61,7 @@ def test_rotate_half_by_parts_reads_each_half_row_once(tmp_path):
     assert "if PARTS and (s57*s7*s75) * (2*s46 - 2*((s46//2))) == (s57*s7*s75) * s46 and (s46 - ((s46//2))) == " \
            "((s46//2)) else kernel0(" in source  # the parts' sizes, which are also the two tiles' offsets
     bm, br, threads = module["schedule"](4 * 2048 * 32, 64, True, False, False, div=32, half=True, light=True,
-                                         parts=True)
+                                         parts=2)
     assert br == 64
     cuda = _body(module["kernel0_parts"](128, 2048, 32, 4, *["float16"] * 3, bm, br, threads).get_kernel_source())
     x_loads = re.findall(r"reinterpret_cast<const uint4\*>\(&t_x_0\[", cuda)
@@ -80,7 +81,7 @@ def test_nearest_upsampling_by_parts_reads_rows_once_with_vector_loads(tmp_path)
     parts = source[source.index("def kernel0_parts("):source.index("def kernel0(")]
     assert "T.copy(t_x_0[bm * BM, bn * (BR // 2)], f0_x)" in parts and "f0_x[i, j // 2]" in parts
     assert "g_x[" not in parts and 'o0: T.Tensor(((s7*s75*s96), 2, (2*s92)), "float16")' in parts
-    bm, br, threads = module["schedule"](2 * 640 * 32, 64, True, False, False, light=True, parts=True)
+    bm, br, threads = module["schedule"](2 * 640 * 32, 64, True, False, False, light=True, parts=2)
     cuda = _body(module["kernel0_parts"](32, 2, 32, 640, "float16", bm, br, threads).get_kernel_source())
     assert "reinterpret_cast<const uint2*>(&t_x_0[" in cuda and "g_x" not in cuda and "if (" not in cuda
     assert cuda.count("reinterpret_cast<uint4*>(&o0[") == 2  # one 16-byte store per part (unrolled over rows)
@@ -156,7 +157,7 @@ def test_a_cat_by_parts_runs_only_where_its_parts_are_equal(configs, parts, tmp_
     module = {"__name__": "cat_parts_candidate"}
     exec(compile(candidate.read_text(), str(candidate), "exec"), module)
     if parts:
-        assert module["schedule"](8, 200, True, False, False, light=True, parts=True)[1] == 32  # 200 = 6 x 32 + 8
+        assert module["schedule"](8, 200, True, False, False, light=True, parts=2)[1] == 32  # 200 = 6 x 32 + 8
         guard = draft.source[draft.source.index(" if PARTS and "):draft.source.index(" else kernel0(")]
         assert guard.count(" == ") == 3, guard  # the domain's size and the two other parts' sizes
     configs = [{"M": 5, "A": 200, "B": 200, "C": 200}, {"M": 3, "A": 64, "B": 32, "C": 64},

@@ -736,7 +736,7 @@ class KernelWriter:
         if k.pointwise and len(tiles) <= 2:
             sched = sched[:-1] + ", light=True)"  # few tiles a value: half the values a thread (schedule())
         if k.parts:
-            sched = sched[:-1] + ", parts=True)"  # BR divides a part's columns where it can
+            sched = sched[:-1] + f", parts={k.parts[0]})"  # BR divides a part's columns where it can
         if split:  # keeps the row operands' divisor: a block's rows share the uniform operand's row (uniform_col)
             sched = f"schedule_split({k.X.t}, {k.R.t}" + (f", div={min(self.row_div, key=lambda d: d.v).t})"
                                                             if self.row_div else ")")

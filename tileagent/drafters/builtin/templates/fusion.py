@@ -71,9 +71,10 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
     warp spanning it (768, 1536, 3072) is one tile of exactly its length (add + LayerNorm at D=768: 24 values a
     thread instead of 32 with 8 masked); failing that, a multiple of 128 values a warp (8-byte vectors of 16-bit
     values) on fewer warps a row, so more rows a block (DiT's adaLN at D=1152: 4 rows of one warp, 36 values a
-    thread, where the 2048-column tile left 44% of its lanes masked). ``parts``: the columns are one part of a
-    kernel writing n parts (fusion_parts): BR the largest power of two from 32 that divides them (a timestep
-    embedding's 160: 32), so no tile holds masked lanes."""
+    thread, where the 2048-column tile left 44% of its lanes masked). ``parts``: n > 0 when the columns are one
+    part of a kernel writing n parts (fusion_parts): BR the largest power of two from 32 that divides them (a
+    timestep embedding's 160: 32), so no tile holds masked lanes; the fill rule's floor of 4 values a thread counts
+    every part's (a timestep embedding at N=256: 160 blocks of 64 threads on the 132 SMs, not 80 of 128)."""
     cap = min(512, BR_MAX) if pointwise else (1 << 16 if topk else BR_MAX)
     per = max(4, PER_THREAD // 2) if pointwise and light else PER_THREAD
     if reread and NR > cap and NR <= 512 * PER_THREAD and half and NR > 256 * PER_THREAD and HALF_STASH:
@@ -101,7 +102,7 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
             br *= 2
     while pointwise and br < NR and (NX + bm - 1) // bm > 65535 and not (div and div % (2 * bm)):  # BM | div
         bm *= 2  # the grid's y (row blocks, when a row spans several tiles) holds at most 65535
-    while (pointwise and bm > 1 and bm * br >= THREADS * 8
+    while (pointwise and bm > 1 and bm * br * max(1, parts) >= THREADS * 8
            and (NX + bm - 1) // bm * ((NR + br - 1) // br) * THREADS < FILL_THREADS):
         bm //= 2  # a small pointwise kernel: fewer rows a block, down to 4 values a thread, until the grid has
         # FILL_THREADS threads (half of the H200's resident threads): timestep_embedding at N=256, dim=320 ran 64
