@@ -677,7 +677,8 @@ def test_read_once_reductions_ask_for_evict_first_and_pointwise_kernels_hold_16_
     assert module["schedule"](8192, 11008, True, False, False, half=True, light=True) == (4, 512, 128)
     assert module["schedule"](8192, 11008, True, False, False, half=True) == (8, 512, 128)
     rotary, _ = _candidate("rotary_cat", tmp_path)
-    assert "light=True" not in rotary
+    whole = rotary[rotary.index(" else kernel0("):]  # the whole-row kernel (PARTS off): three tiles, 32 values
+    assert "light=True" not in whole and "light=True, parts=2)" in rotary  # by parts: 16 a part, 32 in all
     leaky, _ = _candidate("leaky_relu", tmp_path)
     assert "PER_THREAD = 16" in leaky and "'PER_THREAD': [16, 4, 8, 32]" in leaky
 
@@ -804,9 +805,12 @@ def test_rotary_half_row_tiles_and_float32_steps(knob, tmp_path):
     sum in float32 (drafted True: eager rounds each to fp16; torch.compile does not). Both match the reference."""
     source, module = _candidate("rotary_cat", tmp_path)
     assert module["schedule"](4 * 2048 * 32, 128, True, False, False, div=32, half=True)[1] == 128
-    assert source.count('round16(') == 4 and "'ROUND_STEPS': [True, False]" in source  # the macro and 3 uses
+    # the macro, 3 uses in the whole-row kernel and 6 in the kernel by parts (each part's x * cos, rotated * sin, sum)
+    assert source.count('round16(') == 10 and "'ROUND_STEPS': [True, False]" in source
     candidate = tmp_path / "rotary_variant.py"
     default = "BR_MAX = 4096" if knob.startswith("BR_MAX") else "ROUND_STEPS = True"
+    if knob.startswith("BR_MAX"):  # the whole-row kernel's tiles (the kernel by parts reads 64-column tiles anyway)
+        source = source.replace("PARTS = True", "PARTS = False")
     candidate.write_text(source.replace(default, knob))
     module = {"__name__": "rotary_variant"}
     exec(compile(candidate.read_text(), str(candidate), "exec"), module)

@@ -32,7 +32,8 @@ import torch
 
 from tileagent.drafters.builtin.aten import AtenTrace
 from tileagent.drafters.builtin.distribute import earlier_kernel
-from tileagent.drafters.builtin.fusion_writer import KernelWriter, _deps, _globals
+from tileagent.drafters.builtin.fusion_parts import write as write_parts
+from tileagent.drafters.builtin.fusion_writer import _deps, _globals
 from tileagent.drafters.builtin.index import ONE, Lin, Size, Unsupported, Var, prod, ravel, unravel
 from tileagent.drafters.builtin.scan import Scan, ScanOut
 from tileagent.drafters.builtin.values import Builder, Fn, Global, TopK, TopKPart, V, _where
@@ -65,6 +66,7 @@ class Kernel:
         self.realize: list = []  # reductions stored for later kernels
         self.reverse = False  # a pointwise kernel that walks its rows from the last (after a whole-tensor reduction)
         self.reread = False  # a reversed pointwise kernel reads this reduction's tensors again (no evict_first)
+        self.parts = None  # (n, P): a pointwise kernel writing its output as n parts of P columns (fusion_parts)
 
     def domain_index(self, src: V, dims) -> list:
         """``src``'s index at the domain point, its ``dims`` along the columns, the others along the rows."""
@@ -182,7 +184,8 @@ class Plan:
         from tileagent.drafters.builtin.fusion_short import short_variant
 
         for _ in range(2):  # the first pass learns which reductions later kernels read
-            texts = [(KernelWriter(self, k, knobs).write(), short_variant(self, k, knobs)) for k in self.kernels]
+            texts = [(write_parts(self, k, knobs), short_variant(self, k, knobs))  # pointwise: maybe by
+                     for k in self.kernels]  # parts (fusion_parts); a reduction: maybe short (fusion_short)
         factories = [f for main, short in texts for f in [main[0]] + ([short[0]] if short else [])]
         return factories, self.forward([(main[1], short[1] if short else None) for main, short in texts])
 

@@ -17,10 +17,12 @@ import torch
 
 from tileagent.drafters.builtin.fusion_onepass import moments, online_pair
 from tileagent.drafters.builtin.fusion_split import load_once, pass_loads
+from tileagent.drafters.builtin.fusion_parts import col_gather, fragment_key, part_outs
 from tileagent.drafters.builtin.fusion_stash import stash
 from tileagent.drafters.builtin.scan import Scan, ScanOut, scan_lines
 from tileagent.drafters.builtin.index import ONE, Dyn, Lin, Size, Unsupported, Var, prod, ravel, unravel
 from tileagent.drafters.builtin.pointwise_text import ON_CUDA
+from tileagent.drafters.builtin.views import span
 
 SHORT_ROW = 1024  # uniform_col: a row-uniform fragment only for rows longer than this when it moves every row
 
@@ -206,6 +208,9 @@ class KernelWriter:
                         # a tile shifted along the row (rotate_half's cat of the row's halves): the copy reads
                         # outside the row too (0 there), but every value used lies in the row
                         return self.fragment(cx, g, ("tile", rest_t.const, pitch))
+                gathered = col_gather(self, cx, g, flat, pitch) if pitch is not None and k.pointwise else None
+                if gathered is not None:  # x[row, col // s]: a fragment of the tile's columns over s
+                    return gathered
         if cx.mode == "tile" and k.pointwise and kind_of(g.dtype) == FLOAT:
             gathered = self.row_gather(cx, g, flat)
             if gathered is not None:
@@ -221,11 +226,7 @@ class KernelWriter:
     def in_row(cx: Cx, col: Lin, pitch: Size) -> bool:
         """Whether ``col`` lies in [0, pitch) on every lane whose value is used (the ranges ``cx.narrow`` gives the
         loop atoms where a value is read under a condition, as a cat's parts are)."""
-        lo = hi = col.const.v
-        for a, c in col.terms:
-            alo, ahi = cx.narrow.get(a, a.rng())
-            lo += min(alo * c.v, ahi * c.v)
-            hi += max(alo * c.v, ahi * c.v)
+        lo, hi = span(cx, col)
         return 0 <= lo and hi < pitch.v
 
     def row_gather(self, cx: Cx, g: Global, flat: Lin):
@@ -298,7 +299,7 @@ class KernelWriter:
         return f"{f}[j]" if kind_of(g.dtype) == BOOL else f"T.cast({f}[j], \"float32\")"
 
     def fragment(self, cx: Cx, g: Global, pattern):
-        key = (g.name,) + tuple((p.v, p.t) if isinstance(p, Size) else p for p in pattern)
+        key = fragment_key(self, g, pattern)
         if key not in self.frag_of:
             self.frag_of[key] = f"f{len(self.frag_of)}_{g.name}"
         f = self.frag_of[key]
@@ -433,7 +434,8 @@ class KernelWriter:
             cx = Cx(self, "tile")
             idx = k.domain_index(r.src, r.dims)
             val = cx.convert(r.value, r.value.load(cx, idx), FLOAT)
-            stmt = f"acc[i, j] = {COMBINE[r.op].format(a='acc[i, j]', b=f'T.if_then_else(rg < NR, {val}, {IDENT[r.op]})')}"
+            masked = f'T.if_then_else(rg < NR, {val}, {IDENT[r.op]})'
+            stmt = f"acc[i, j] = {COMBINE[r.op].format(a='acc[i, j]', b=masked)}"
             if split:  # this block's share of the column tiles; a partial per row, combined by the second scope
                 body.append(" " * pad + f"T.fill(acc, {IDENT[r.op]})")
                 body.append(" " * pad + "for kt in T.serial(CH):")
@@ -464,6 +466,9 @@ class KernelWriter:
             cx = Cx(self, "tile")
             stmts, stores = [], []
             for n, o in k.full_outs:
+                if k.parts:  # one tile per part (fusion_parts)
+                    part_outs(self, cx, n, o, stmts, stores, out_params)
+                    continue
                 name = f"o{n}"
                 idx = unravel(k.flat, o.shape)
                 val = o.load(cx, idx)
@@ -586,7 +591,8 @@ class KernelWriter:
         if cx is None:
             cx = Cx(self, "tile")
             val = cx.convert(r.value, r.value.load(cx, k.domain_index(r.src, r.dims)), FLOAT)
-            stmt = f"acc[i, j] = {COMBINE[r.op].format(a='acc[i, j]', b=f'T.if_then_else(rg < NR, {val}, {IDENT[r.op]})')}"
+            masked = f'T.if_then_else(rg < NR, {val}, {IDENT[r.op]})'
+            stmt = f"acc[i, j] = {COMBINE[r.op].format(a='acc[i, j]', b=masked)}"
         lines = [" " * pad + f"T.fill(acc, {IDENT[r.op]})"]
         lines += self.tile_pass(cx, [stmt], pad)
         lines.append(" " * pad + f"{REDUCE_FN[r.op]}(acc, red{n_red}, dim=1)")
@@ -744,6 +750,8 @@ class KernelWriter:
             sched = sched[:-1] + ", half=True)"  # every row tile 16-bit: two values a register
         if k.pointwise and len(tiles) <= 2:
             sched = sched[:-1] + ", light=True)"  # few tiles a value: half the values a thread (schedule())
+        if k.parts:
+            sched = sched[:-1] + f", parts={k.parts[0]})"  # BR divides a part's columns where it can
         if split:  # keeps the row operands' divisor: a block's rows share the uniform operand's row (uniform_col)
             sched = f"schedule_split({k.X.t}, {k.R.t}" + (f", div={min(self.row_div, key=lambda d: d.v).t})"
                                                             if self.row_div else ")")

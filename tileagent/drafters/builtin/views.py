@@ -15,6 +15,18 @@ from tileagent.drafters.builtin.index import ZERO, Dyn, Lin, Size, ravel, unrave
 from tileagent.drafters.builtin.values import Fn, _bcast, _nothing, kind_of
 
 
+def span(cx, lin: Lin) -> tuple[int, int]:
+    """The least and greatest value of ``lin`` where the value being written is used: its atoms' ranges, narrowed
+    where ``cx`` reads under a condition (``fusion_writer.Cx.narrowed``)."""
+    narrow = getattr(cx, "narrow", {})
+    lo = hi = lin.const.v
+    for a, c in lin.terms:
+        alo, ahi = narrow.get(a, a.rng())
+        lo += min(alo * c.v, ahi * c.v)
+        hi += max(alo * c.v, ahi * c.v)
+    return lo, hi
+
+
 def rewrite(builder, node: torch.fx.Node, name: str, args: list, kw: dict, shape, dtype, val):
     """The lazy value of the view-like op ``name`` (see the module docstring), or None when ``name`` is not one."""
     if name in ("view", "_unsafe_view", "reshape", "_reshape_alias"):
@@ -133,6 +145,12 @@ def rewrite(builder, node: torch.fx.Node, name: str, args: list, kw: dict, shape
         kind = kind_of(dtype)
 
         def load(cx, idx, parts=parts, d=d, bounds=bounds, kind=kind, total=shape[d]):
+            lo, hi = span(cx, idx[d])
+            for p, b, e in zip(parts, bounds, bounds[1:] + [total]):
+                if b.v <= lo and hi < e.v:  # the index lies in this part wherever it is read (a kernel that
+                    # computes the parts apart, ``fusion_parts``): the part alone, no select, no other part's math
+                    with cx.narrowed(idx[d], b, e) if hasattr(cx, "narrowed") else _nothing():
+                        return cx.convert(p, p.load(cx, idx[:d] + [idx[d] - Lin.c(b)] + idx[d + 1:]), kind)
             # each part is read where the index falls in it (cx.narrowed: the reads may then be tiles shifted
             # along a row, which hold the part's values exactly there)
             with cx.narrowed(idx[d], bounds[-1], total) if hasattr(cx, "narrowed") else _nothing():
@@ -143,7 +161,9 @@ def rewrite(builder, node: torch.fx.Node, name: str, args: list, kw: dict, shape
                     v = cx.convert(p, p.load(cx, idx[:d] + [idx[d] - Lin.c(b)] + idx[d + 1:]), kind)
                 text = f"T.if_then_else({idx[d].text()} < {e.t}, {v}, {text})"
             return text
-        return Fn(shape, dtype, load, node).with_ins(parts)
+        out = Fn(shape, dtype, load, node).with_ins(parts)
+        out.cat = (d, [p.shape[d] for p in parts])  # fusion_parts splits a kernel at equal parts
+        return out
     if name in ("gather",):
         src, d, index = args[0], args[1] % len(args[0].shape), args[2]
 

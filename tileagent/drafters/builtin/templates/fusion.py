@@ -16,6 +16,7 @@ from __future__ import annotations
 import textwrap
 from types import SimpleNamespace
 
+from tileagent.drafters.builtin.index import Unsupported
 from tileagent.drafters.builtin.recognize import FamilyMatch, Operand
 from tileagent.drafters.builtin.templates import common
 
@@ -34,7 +35,8 @@ def round16(v, dtype):
     return T.cast(T.cast(v, dtype), "float32") if ROUND_STEPS else v
 
 
-def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, half=False, light=False):
+def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, half=False, light=False,
+             parts=False):
     """(BM, BR, THREADS) for NX rows of NR columns: BR the row length as a power of two (up to BR_MAX, and 512 for a
     pointwise kernel; the whole row for top-k: BR_MAX=64 gives a rotary embedding's 128-value rows as half-row
     tiles, whose copies shifted by half a row lie wholly in the row or wholly outside it, never half-masked), BM
@@ -69,7 +71,10 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
     warp spanning it (768, 1536, 3072) is one tile of exactly its length (add + LayerNorm at D=768: 24 values a
     thread instead of 32 with 8 masked); failing that, a multiple of 128 values a warp (8-byte vectors of 16-bit
     values) on fewer warps a row, so more rows a block (DiT's adaLN at D=1152: 4 rows of one warp, 36 values a
-    thread, where the 2048-column tile left 44% of its lanes masked)."""
+    thread, where the 2048-column tile left 44% of its lanes masked). ``parts``: n > 0 when the columns are one
+    part of a kernel writing n parts (fusion_parts): BR the largest power of two from 32 that divides them (a
+    timestep embedding's 160: 32), so no tile holds masked lanes; the fill rule's floor of 4 values a thread counts
+    every part's (a timestep embedding at N=256: 160 blocks of 64 threads on the 132 SMs, not 80 of 128)."""
     cap = min(512, BR_MAX) if pointwise else (1 << 16 if topk else BR_MAX)
     per = max(4, PER_THREAD // 2) if pointwise and light else PER_THREAD
     if reread and NR > cap and NR <= 512 * PER_THREAD and half and NR > 256 * PER_THREAD and HALF_STASH:
@@ -83,6 +88,8 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
     br = 32
     while br < NR and br < cap:
         br *= 2
+    while parts and br > 32 and NR % br:
+        br //= 2
     bm = max(1, THREADS * per // br)
     rows = 1
     while rows < NX and rows < bm:
@@ -91,11 +98,11 @@ def schedule(NX, NR, pointwise, topk, reread=False, lanes=1, div=0, grow=True, h
     if div:
         while bm > 1 and div % bm:
             bm //= 2
-        while pointwise and bm * br < THREADS * per and br < NR and br < BR_MAX:
+        while pointwise and bm * br < THREADS * per and br < NR and br < BR_MAX and not (parts and NR % (2 * br)):
             br *= 2
     while pointwise and br < NR and (NX + bm - 1) // bm > 65535 and not (div and div % (2 * bm)):  # BM | div
         bm *= 2  # the grid's y (row blocks, when a row spans several tiles) holds at most 65535
-    while (pointwise and bm > 1 and bm * br >= THREADS * 8
+    while (pointwise and bm > 1 and bm * br * max(1, parts) >= THREADS * 8
            and (NX + bm - 1) // bm * ((NR + br - 1) // br) * THREADS < FILL_THREADS):
         bm //= 2  # a small pointwise kernel: fewer rows a block, down to 4 values a thread, until the grid has
         # FILL_THREADS threads (half of the H200's resident threads): timestep_embedding at N=256, dim=320 ran 64
@@ -209,6 +216,11 @@ def render(match: FamilyMatch, knobs: dict) -> str:
            f"HALF_STASH (16-bit rows read twice: in tiles through the stash rather than 2 x PER_THREAD a thread), "
            f"ROUND_STEPS (16-bit intermediate results rounded after every op, as eager does), FILL_THREADS (a "
            f"pointwise kernel takes fewer rows a block until its grid has this many threads; 0: off).")
+    if "_parts(" in forward:  # a pointwise kernel that can write its output by parts (fusion_parts)
+        constants["PARTS"] = knobs.get("PARTS", True)
+        tunables["PARTS"] = common.knob_values(constants, "PARTS", (True, False))
+        doc += (" PARTS (a kernel whose output is n equal parts, a cat's or the rows a nearest upsampling "
+                "repeats: one tile per part, each part's values computed apart, no select per value).")
     if "schedule_split(" in forward:  # a reduction split over blocks: how many blocks it fills the GPU with
         constants["SPLIT_BLOCKS"] = knobs.get("SPLIT_BLOCKS", 1024)
     if any("SPLIT_ONCE" in k for k in kernels):
@@ -279,13 +291,19 @@ def lifted(plans, knobs) -> tuple[list[str], str]:
     for p in plans:
         kernels, forward = p.render_kernels(knobs)
         texts.append(SEP.join(kernels + [forward]))
-    text, names = lift(plans, texts)
+    try:
+        text, names = lift(plans, texts)
+    except Unsupported:
+        if knobs.get("_no_parts"):
+            raise
+        return lifted(plans, dict(knobs, _no_parts=True))  # a config where the output splits otherwise
     pieces = text.split(SEP)
     kernels, forward = pieces[:-1], pieces[-1]
     if names:
         params = ", ".join(names)
-        kernels = [re.sub(r"^def (kernel\d+(?:_short)?)\(", rf"def \1({params}, ", k, flags=re.M) for k in kernels]
-        forward = re.sub(r"= (kernel\d+(?:_short)?)\(", rf"= \1({params}, ", forward)
+        kernels = [re.sub(r"^def (kernel\d+(?:_short|_parts)?)\(", rf"def \1({params}, ", k, flags=re.M)
+                   for k in kernels]
+        forward = re.sub(r"(?<![\w.])(kernel\d+(?:_short|_parts)?)\(", rf"\1({params}, ", forward)
         forward = "".join(f"        {n} = {src}\n" for n, src in names.items()) + forward
     return kernels, forward
 
