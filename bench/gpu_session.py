@@ -248,11 +248,17 @@ STEPS = (
          "--only mha_bwd_bshd,retention_fwd --timeout 120; done", 300,
          "TileLang's attention backward (dS^T @ K) and retention forward (K^T @ V) with a transposed A on mma.sync "
          "(0) and on wgmma (1), in two processes of one call", after="gpu_tests_27"),
-    Step("fusion_new_27", 17, "python bench/fusion_knobs.py --ops label_smoothing_ce,cosine_embedding,"
-         "embedding_bag_mean,timestep_embedding,rotary_cat,upsample_nearest --max-configs 3 --no-tunables "
-         "--variant 'DISTRIBUTE=False' --variant 'SPLIT_ONCE=False'", 420,
-         "the session's drafter changes against their knobs' old values, with torch.compile and a copy in the same "
-         "process"),
+    Step("fusion_27_loss", 17, "python bench/fusion_knobs.py --ops label_smoothing_ce,cosine_embedding "
+         "--max-configs 2 --no-tunables --variant 'DISTRIBUTE=False' --variant 'SPLIT_ONCE=False'", 180,
+         "a loss's reductions in fewer kernels and passes (DISTRIBUTE), a split kernel's tile loaded once for its "
+         "passes (SPLIT_ONCE), each against the old plan in the same process"),
+    Step("fusion_27_ebag", 17, "python bench/fusion_knobs.py --ops embedding_bag_mean --max-configs 3 --no-tunables "
+         "--variant 'SHORT_COLS=0' --variant 'SHORT_PER=16'", 150,
+         "the short-columns layout (gathered rows read coalesced, one kernel) against the tiled split kernel"),
+    Step("fusion_27_parts", 17, "python bench/fusion_knobs.py --ops timestep_embedding,rotary_cat,upsample_nearest "
+         "--max-configs 3 --no-tunables --variant 'PARTS=False' --variant 'PER_THREAD=64'", 240,
+         "pointwise kernels by equal output parts (a cat's branches apart, an upsample's rows by vectors) against "
+         "the whole-row kernel")
 )
 
 
