@@ -180,8 +180,13 @@ def _tile_addresses(block, buf, start_el: int, lbo: int, sbo: int, width: int, r
 
 
 def _values(block, buf, addr: torch.Tensor) -> torch.Tensor:
-    pairs = torch.stack([block.arena[addr], block.arena[addr + 1]], -1).contiguous()
-    return pairs.view(torch.int16).squeeze(-1).view(buf.dtype.torch)
+    """The elements at byte addresses ``addr``: 16-bit ones as their dtype, 32-bit ones as float32 truncated to TF32
+    (the tensor core reads a register's upper 19 bits)."""
+    eb = buf.dtype.bytes
+    raw = torch.stack([block.arena[addr + i] for i in range(eb)], -1).contiguous()
+    if eb == 2:
+        return raw.view(torch.int16).squeeze(-1).view(buf.dtype.torch)
+    return (raw.view(torch.int32).squeeze(-1) & -8192).view(torch.float32)
 
 
 def _mark_busy(block, addrs, delta: int) -> None:
@@ -254,7 +259,11 @@ def wgmma(block, s) -> None:
             len(s.a) == (4 if s.a_buf.dtype == "uint32" else 8)
     else:
         a_ok = s.a_buf.scope == "shared" and s.a_buf.dtype == s.dtype
-    if s.dtype not in ("float16", "bfloat16") or not a_ok or s.b_buf.dtype != s.dtype or \
+    tf32 = not rs and {s.dtype, str(s.a_buf.dtype), str(s.b_buf.dtype)} <= {"float32", "tfloat32"}
+    if tf32:
+        a_ok = s.a_buf.scope == "shared" and s.a_major == s.b_major == "k"
+    if s.dtype not in ("float16", "bfloat16", *(("float32", "tfloat32") if tf32 else ())) or not a_ok or \
+            (s.b_buf.dtype != s.dtype and not tf32) or \
             s.c_buf.dtype != "float32" or s.b_buf.scope != "shared" or s.c_buf.scope != "local":
         raise EmulationError(f"{type(s).__name__} wants float16/bfloat16 {'register' if rs else 'shared'} A, a "
                              f"shared B and a local float32 C, got {s.a_buf.scope} {s.a_buf.dtype}, "
@@ -275,14 +284,15 @@ def wgmma(block, s) -> None:
     for q in groups:
         threads = torch.arange(q * GROUP, (q + 1) * GROUP)
         a0 = None if rs else _uniform_start(block, s.a_index, q, "A", s.span)
+        kk = 32 // s.b_buf.dtype.bytes  # K of one wgmma: 16, or 8 for TF32
         a = _register_a(block, s, threads) if rs else \
-            _tile_addresses(block, s.a_buf, a0, s.a_lbo, s.a_sbo, s.a_swizzle, 64, 16, False, s.span, "A") \
+            _tile_addresses(block, s.a_buf, a0, s.a_lbo, s.a_sbo, s.a_swizzle, 64, kk, False, s.span, "A") \
             if s.a_major == "k" else \
-            _tile_addresses(block, s.a_buf, a0, s.a_lbo, s.a_sbo, s.a_swizzle, 16, 64, True, s.span, "A").T
+            _tile_addresses(block, s.a_buf, a0, s.a_lbo, s.a_sbo, s.a_swizzle, kk, 64, True, s.span, "A").T
         b0 = _uniform_start(block, s.b_index, q, "B", s.span)
-        b = (_tile_addresses(block, s.b_buf, b0, s.b_lbo, s.b_sbo, s.b_swizzle, s.n, 16, False, s.span, "B").T
+        b = (_tile_addresses(block, s.b_buf, b0, s.b_lbo, s.b_sbo, s.b_swizzle, s.n, kk, False, s.span, "B").T
              if s.b_major == "k" else
-             _tile_addresses(block, s.b_buf, b0, s.b_lbo, s.b_sbo, s.b_swizzle, 16, s.n, True, s.span, "B"))
+             _tile_addresses(block, s.b_buf, b0, s.b_lbo, s.b_sbo, s.b_swizzle, kk, s.n, True, s.span, "B"))
         if not rs:
             _check_readable(block, s.a_buf, a, q, "A", s.span)
         _check_readable(block, s.b_buf, b, q, "B", s.span)

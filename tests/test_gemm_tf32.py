@@ -1,6 +1,6 @@
-"""T.gemm on float32 / tfloat32 operands: mma.sync m16n8k8 .tf32 (compiler/instructions/mma_sync.py), lowered and run
-in the SIMT emulator against torch on TF32-truncated inputs, in every operand orientation and with A in registers;
-the CUDA compiles with NVRTC for sm_80 and sm_90a."""
+"""T.gemm on float32 / tfloat32 operands: mma.sync m16n8k8 .tf32 (compiler/instructions/mma_sync.py) and, K-major on
+sm_90a, wgmma m64nNk8 .tf32 (compiler/instructions/wgmma.py), lowered and run in the SIMT emulator against torch on
+TF32-truncated inputs, in every operand orientation and with A in registers; the CUDA compiles with NVRTC."""
 
 import pytest
 import torch
@@ -74,6 +74,28 @@ def test_tf32_gemm_with_a_in_registers():
     torch.testing.assert_close(tileagent.compile(main, out_idx=[2], target="cpu")(a, b), (a * 2) @ b)
 
 
+@pytest.mark.parametrize("M,N,K,tiles", [(128, 64, 96, (64, 64, 32)), (128, 128, 64, (128, 128, 64))])
+def test_k_major_tf32_gemm_takes_wgmma_k8_on_sm_90a(M, N, K, tiles, monkeypatch):
+    """On sm_90a a K-major float32 gemm (A (M, K), B (N, K)) runs on wgmma m64nNk8 .tf32 (32 bytes of a row per
+    instruction, as k16 for 16-bit types: the same descriptors), TMA feeding the canonical 128B-swizzled tiles; the
+    emulator reads the truncated operands; NVRTC accepts the instruction. B stored K x N keeps mma.sync (PTX has no
+    transposes for .tf32) and the IR says why."""
+    monkeypatch.delenv("TILEAGENT_ENABLE_WGMMA", raising=False)
+    monkeypatch.delenv("TILEAGENT_ENABLE_TMA", raising=False)
+    func = _gemm(M, N, K, *tiles, False, True, "float32", T.GemmWarpPolicy.Square, 2)
+    kernel = tileagent.compile(func, target="sim")
+    assert f"m64n{tiles[1]}k8.f32.tf32.tf32, A K-major 128B swizzle, B K-major 128B swizzle" in kernel.get_ir("thread")
+    a, b = torch.randn(M, K), torch.randn(N, K)
+    c = torch.full((M, N), float("nan"))
+    kernel(a, b, c)
+    torch.testing.assert_close(c, (_tf32(a).double() @ _tf32(b).double().T).float(), rtol=1e-5, atol=1e-5)
+    cuda = tileagent.compile(func, target="cuda:sm_90a")
+    assert f"wgmma.mma_async.sync.aligned.m64n{tiles[1]}k8.f32.tf32.tf32" in cuda.get_kernel_source()
+    assert cuda.cubin()[:4] == b"\x7fELF"
+    mn = tileagent.compile(_gemm(M, N, K, *tiles, False, False, "float32", T.GemmWarpPolicy.Square, 2), target="sim")
+    assert "mma.sync m16n8k8" in mn.get_ir("thread") and "takes TF32 operands K-major only" in mn.get_ir("thread")
+
+
 def test_a_tf32_gemm_whose_k_is_not_a_multiple_of_8_is_E602_naming_it():
     from tileagent.compiler.diagnostics import CompileError
 
@@ -87,8 +109,8 @@ def test_a_tf32_gemm_whose_k_is_not_a_multiple_of_8_is_E602_naming_it():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False), (True, True)])
 def test_tf32_gemm_on_the_gpu_matches_the_emulated_fragments(trans_a, trans_b):
-    """On the device (wgmma off and on: sm_90a has no .tf32 wgmma entry, so both run mma.sync m16n8k8), against a
-    float64 product of the truncated inputs: the register layout of the emulator is the hardware's. The hardware
+    """On the device, wgmma off (mma.sync m16n8k8) and on (K-major operands: wgmma m64nNk8 .tf32), against a float64
+    product of the truncated inputs: the operand layouts of the emulator are the hardware's. The hardware
     may truncate the operands or round them; either is within 2**-10 relative of an operand, so the bound is set
     by that, about 1e-2 absolute on these sums of 160 products."""
     M, N, K = 136, 72, 160

@@ -8,12 +8,13 @@ process by ``TILEAGENT_ENABLE_WGMMA=0`` (both remove the feature from the target
 ``compiler.passes.effective_target``); sm_80/86/89 targets have no wgmma and keep mma.sync.
 Applies to: a target with the "wgmma" feature (without a target, the visible GPU must be sm_90 or there must be none,
 as for the SIMT emulator); float16/bfloat16 A and B of
-one dtype with a float32 accumulator fragment; A (M x K, or K x M with transpose_A) and B (K x N, or N x K with
-transpose_B) as
+one dtype with a float32 accumulator fragment (or float32/tfloat32 A and B: m64nNk8 .tf32, both K-major, A (M x K)
+and B (N x K) with transpose_B); A (M x K, or K x M with transpose_A) and B (K x N, or N x K with transpose_B) as
 whole 2-d shared tiles whose contiguous rows are 32 or 64 bytes or a multiple of 128 bytes: the entry gives them the
 wgmma canonical layout (``compiler.layout.layout.wgmma_operand``: 128/64/32-byte hardware swizzle, rows wider than
 128 bytes cut into 128-byte column blocks, the tile on its swizzle-atom boundary); blocks of whole warpgroups (128
-threads) splitting M into 64-row atoms (M % (64 x warpgroups) == 0); N <= 256, a multiple of 8; K a multiple of 16.
+threads) splitting M into 64-row atoms (M % (64 x warpgroups) == 0); N <= 256, a multiple of 8; K a multiple of 16
+(8 for TF32: each wgmma reads 32 bytes of a row, ``k_step``).
 Descriptors (PTX ISA 9.7.15.5.1.2 "Matrix Descriptor Format", sm_90a): ``encode_descriptor`` packs bits 0-13 start
 address, 16-29 leading byte offset, 32-45 stride byte offset (each (x & 0x3FFFF) >> 4), 49-51 base offset (0: atoms
 on their natural boundary) and 62-63 the swizzle mode (1 = 128B, 2 = 64B, 3 = 32B); ``decode_descriptor`` inverts
@@ -60,6 +61,7 @@ ENV = FEATURE_ENV["wgmma"]  # "0": every kernel of the process stays on mma.sync
 OVERLAP_ENV = "TILEAGENT_WGMMA_OVERLAP"  # "0": a pipelined gemm waits for its wgmmas in its own iteration (A/B runs)
 M_MAJOR_A_ENV = "TILEAGENT_WGMMA_M_MAJOR_A"  # "0": a transposed A keeps mma.sync, as before it took wgmma (A/B runs)
 DTYPES = ("float16", "bfloat16")
+TF32 = ("float32", "tfloat32")  # SS only, both operands K-major: m64nNk8 .tf32 (PTX: no transposes for .tf32)
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}  # swizzle width in bytes -> descriptor bits 62-63 (sm_90a; 0 = none)
 _FIELD = 0x3FFF  # 14-bit address fields
 
@@ -86,6 +88,14 @@ def decode_descriptor(desc: int) -> dict:
     widths = {v: k for k, v in SWIZZLE_MODE.items()}
     return {"start": (desc & _FIELD) << 4, "lbo": (desc >> 16 & _FIELD) << 4, "sbo": (desc >> 32 & _FIELD) << 4,
             "base_offset": desc >> 49 & 7, "swizzle": widths.get(desc >> 62 & 3, 0)}
+
+
+SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32", "tfloat32": "tf32"}  # PTX operand types
+
+
+def k_step(buf) -> int:
+    """K of one wgmma on operands of ``buf``'s dtype: 32 bytes of each row, so 16 for 16-bit dtypes, 8 for TF32."""
+    return 32 // buf.dtype.bytes
 
 
 def d_position(thread: int, i: int) -> tuple[int, int]:
@@ -212,8 +222,12 @@ class WgmmaM64NK16(Instruction):
         if why is not None:
             return why
         a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
-        if a.dtype not in DTYPES or b.dtype != a.dtype or c.dtype != "float32":
-            return f"takes float16/bfloat16 A and B and a float32 accumulator; got {a.dtype}, {b.dtype} -> {c.dtype}"
+        tf32 = a.dtype in TF32 and b.dtype in TF32 and a.scope == "shared"
+        if not tf32 and (a.dtype not in DTYPES or b.dtype != a.dtype) or c.dtype != "float32":
+            return (f"takes float16/bfloat16 A and B (or float32/tfloat32 ones from shared memory: TF32) and a float32 "
+                    f"accumulator; got {a.dtype}, {b.dtype} -> {c.dtype}")
+        if tf32 and (g.transpose_a or not g.transpose_b):
+            return "takes TF32 operands K-major only: A (M, K) and B (N, K) with transpose_B=True"
         return None
 
     def _operand_reason(self, g, threads: int, shared) -> str | None:
@@ -227,9 +241,9 @@ class WgmmaM64NK16(Instruction):
                         f"(a wgmma swizzle), a multiple of 8 rows; '{buf.name}' has shape {tuple(buf.shape)}")
             if tuple(r.extents) != tuple(buf.shape):
                 return "needs whole shared tiles as operands"
-        k = g.a.matrix_shape()[0 if g.transpose_a else 1]
-        if k % 16:
-            return f"needs K a multiple of 16, got {k}"
+        k, step = g.a.matrix_shape()[0 if g.transpose_a else 1], k_step(g.a.buffer)
+        if k % step:
+            return f"needs K a multiple of {step}, got {k}"
         why = self.partition_problem(g, threads)
         if why is not None:
             return why
@@ -252,9 +266,9 @@ class WgmmaM64NK16(Instruction):
         types and the swizzle each operand's descriptor reads."""
         n = g.c.matrix_shape()[1] // partition[1]
         a, b = g.a.buffer, g.b.buffer
-        sfx = {"float16": "f16", "bfloat16": "bf16"}.get(str(a.dtype), str(a.dtype))
+        sfx = SUFFIX.get(str(a.dtype), str(a.dtype))
         wa, wb = (wgmma_operand(tuple(x.shape), x.dtype.bytes).align_bytes // 8 for x in (a, b))
-        return (f"m64n{n}k16.f32.{sfx}.{sfx}, A {'M' if g.transpose_a else 'K'}-major {wa}B swizzle, B "
+        return (f"m64n{n}k{k_step(a)}.f32.{sfx}.{sfx}, A {'M' if g.transpose_a else 'K'}-major {wa}B swizzle, B "
                 f"{'K' if g.transpose_b else 'N'}-major {wb}B swizzle")
 
     def layouts(self, g, threads: int, partition) -> dict:
@@ -284,16 +298,19 @@ class WgmmaM64NK16RS(WgmmaM64NK16):
     fallback_on_conversion = True  # layout inference drops it where A's producer would need a layout conversion
 
     def reason(self, g, threads: int, target) -> str | None:
-        why = self._common_reason(g, threads, target)
+        a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
+        why = self.target_reason(target)
+        if why is None and (a.scope != "fragment" or b.scope != "shared" or c.scope != "fragment"):
+            return "reads A from registers (RS) and B from shared memory into a fragment accumulator"
+        why = why or self._common_reason(g, threads, target)
         if why is not None:
             return why
-        a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
-        if a.scope != "fragment" or b.scope != "shared" or c.scope != "fragment":
-            return "reads A from registers (RS) and B from shared memory into a fragment accumulator"
         if len(a.shape) != 2 or tuple(g.a.extents) != tuple(a.shape):
             return f"needs the whole 2-d register tile '{a.name}' as A"
         if g.transpose_a:
             return "needs A in registers stored M x K (transpose_A=False)"
+        if a.dtype not in DTYPES:
+            return f"takes a float16/bfloat16 A in registers; got {a.dtype}"
         return self._operand_reason(g, threads, (("B", g.b),))
 
     def detail(self, g, partition=(1, 1)) -> str:

@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from tileagent.compiler.diagnostics import TargetError
-from tileagent.compiler.instructions.wgmma import n_split
+from tileagent.compiler.instructions.wgmma import k_step, n_split
 from tileagent.compiler.ir.expr import as_expr, make_binop
 from tileagent.compiler.ir.stmt import Gemm
 from tileagent.compiler.layout.layout import swizzle_width
@@ -116,6 +116,7 @@ def lower_wgmma(ctx, s: Gemm) -> list:
     k = s.a.matrix_shape()[0 if s.transpose_a else 1]
     q = ctx.threads // 128
     n = n_all // split  # columns per warpgroup: the instruction's N
+    step = k_step(b_buf)  # K a wgmma: 16, or 8 for TF32 (32 bytes of a row either way)
     atoms = m // (q // split) // 64
     wg = make_binop("//", THREAD, 128)
     row0 = make_binop("*", wg, m // q) if split == 1 else 0
@@ -131,8 +132,8 @@ def lower_wgmma(ctx, s: Gemm) -> list:
     for a in range(atoms):
         c_regs = tuple(as_expr(((a * 2 + h) * (n // 8) + j) * 2 + p)
                        for j in range(n // 8) for h in (0, 1) for p in (0, 1))  # PTX order d[4j + 2h + p]
-        for kb in range(k // 16):
-            b_idx = ctx.offset(b_buf, _at(s.b, col0, 16 * kb) if s.transpose_b else _at(s.b, 16 * kb, col0))
+        for kb in range(k // step):
+            b_idx = ctx.offset(b_buf, _at(s.b, col0, step * kb) if s.transpose_b else _at(s.b, step * kb, col0))
             if rs:
                 out.append(WgmmaRS(c_buf=c_reg, c=c_regs, a_buf=ctx.mem(a_buf),
                                    a=tuple(as_expr(x) for x in a_regs[a, kb]), b_buf=ctx.mem(b_buf),
@@ -141,7 +142,7 @@ def lower_wgmma(ctx, s: Gemm) -> list:
                                    dtype=str(b_buf.dtype), span=s.span))
                 continue
             rows = make_binop("+", row0, 64 * a)
-            a_idx = ctx.offset(a_buf, _at(s.a, 16 * kb, rows) if s.transpose_a else _at(s.a, rows, 16 * kb))
+            a_idx = ctx.offset(a_buf, _at(s.a, step * kb, rows) if s.transpose_a else _at(s.a, rows, step * kb))
             out.append(Wgmma(c_buf=c_reg, c=c_regs, a_buf=ctx.mem(a_buf), a_index=as_expr(a_idx), a_lbo=a_lbo,
                              a_sbo=a_sbo, a_swizzle=a_sw, b_buf=ctx.mem(b_buf), b_index=as_expr(b_idx), b_lbo=b_lbo,
                              b_sbo=b_sbo, b_swizzle=b_sw, b_major=b_major, n=n,

@@ -35,6 +35,7 @@ from tileagent.compiler.targets.cuda_tensor import _shared_address
 from tileagent.compiler.tir import AsyncProxyFence, Wgmma, WgmmaCommit, WgmmaFence, WgmmaRS, WgmmaWait
 
 _SFX = {"float16": "f16", "bfloat16": "bf16"}
+_TF32 = ("float32", "tfloat32")  # m64nNk8 .tf32: K-major operands, no transpose immediates (PTX ISA)
 
 
 _CONSTRAINT = {"float32": "f", "uint32": "r"}
@@ -89,13 +90,17 @@ def emit_wgmma(em, s: Wgmma) -> None:
     what = f"Wgmma into {s.c_buf.name}"
     if em.k.num_threads % 128:
         em.fail(f"{what}: wgmma is warpgroup-wide, but the block has {em.k.num_threads} threads")
-    if s.dtype not in _SFX or s.a_buf.dtype != s.dtype or s.b_buf.dtype != s.dtype or s.c_buf.dtype != "float32" \
-            or s.a_buf.scope != "shared" or s.b_buf.scope != "shared" or s.c_buf.scope != "local":
-        em.fail(f"{what}: want float16/bfloat16 shared A and B and a local float32 C, got {s.a_buf.scope} "
-                f"{s.a_buf.dtype}, {s.b_buf.scope} {s.b_buf.dtype}, {s.c_buf.scope} {s.c_buf.dtype}")
+    tf32 = s.dtype in _TF32 and s.a_buf.dtype in _TF32 and s.b_buf.dtype in _TF32
+    if (s.dtype not in _SFX or s.a_buf.dtype != s.dtype or s.b_buf.dtype != s.dtype) and not tf32 or \
+            s.c_buf.dtype != "float32" or s.a_buf.scope != "shared" or s.b_buf.scope != "shared" or \
+            s.c_buf.scope != "local" or tf32 and (s.a_major != "k" or s.b_major != "k"):
+        em.fail(f"{what}: want float16/bfloat16 (or K-major float32/tfloat32) shared A and B and a local float32 C, "
+                f"got {s.a_buf.scope} {s.a_buf.dtype}, {s.b_buf.scope} {s.b_buf.dtype}, {s.c_buf.scope} "
+                f"{s.c_buf.dtype}")
     regs = _checked_accumulator_and_shared(em, what, s, ((s.a_buf, s.a_swizzle), (s.b_buf, s.b_swizzle)))
-    sfx = _SFX[s.dtype]
-    em.ct(s.dtype)
+    sfx = "tf32" if tf32 else _SFX[s.dtype]
+    if not tf32:
+        em.ct(s.dtype)
     nd = len(regs)
     em.line("{")
     em.depth += 1
@@ -104,9 +109,10 @@ def emit_wgmma(em, s: Wgmma) -> None:
         em.line(f"const unsigned long long tl_d{name} = (unsigned long long)((({_shared_address(em, buf, idx)}) "
                 f"& 0x3FFFFu) >> 4) | 0x{encode_descriptor(0, lbo, sbo, width):016x}ull;")
     dlist = ", ".join(f"%{i}" for i in range(nd))
+    trans = "" if tf32 else f", {1 if s.a_major == 'mn' else 0}, {1 if s.b_major == 'mn' else 0}"
     em.line(f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 2}, 0;\\n'
-            f'wgmma.mma_async.sync.aligned.m64n{s.n}k16.f32.{sfx}.{sfx} {{{dlist}}}, %{nd}, %{nd + 1}, p, 1, 1, '
-            f'{1 if s.a_major == "mn" else 0}, {1 if s.b_major == "mn" else 0};\\n}}\\n"')
+            f'wgmma.mma_async.sync.aligned.m64n{s.n}k{8 if tf32 else 16}.f32.{sfx}.{sfx} {{{dlist}}}, %{nd}, '
+            f'%{nd + 1}, p, 1, 1{trans};\\n}}\\n"')
     em.line("    : " + ", ".join(f'"+f"({r})' for r in regs))
     em.line(f'    : "l"(tl_da), "l"(tl_db), "n"({1 if s.accumulate else 0}) : "memory");')
     em.depth -= 1
