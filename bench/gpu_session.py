@@ -244,6 +244,9 @@ STEPS = (
          "tests/test_barriers.py", 120,
          "first contact of mma.sync m16n8k8 .tf32 (every orientation, wgmma on and off) and of wgmma's M-major A "
          "descriptor (imm-trans-a 1), each against an exact or truncated-input reference"),
+    Step("tf32_gemm", 17, "python bench/tf32_gemm.py --sizes 4096 8192", 150,
+         "a K-major float32 GEMM on wgmma k8 .tf32 and on mma.sync m16n8k8, next to cuBLAS with TF32 and in float32",
+         after="gpu_tests_27"),
     Step("m_major_a_ab", 17, "for v in 0 1; do TILEAGENT_WGMMA_M_MAJOR_A=$v python bench/tilelang_examples.py "
          "--only mha_bwd_bshd,retention_fwd --timeout 120; done", 300,
          "TileLang's attention backward (dS^T @ K) and retention forward (K^T @ V) with a transposed A on mma.sync "
