@@ -222,9 +222,10 @@ class _Parser(LoopExitParser, ExpressionParser):
                     for v in _vars_in(d):
                         if not any(v is x for x in dynamic):
                             dynamic.append(v)
+        from tileagent.compiler.frontend_grow import grow_fragments_to_loops
         from tileagent.compiler.frontend_replicate import demote_replicated_fragments
 
-        body = demote_replicated_fragments(self.body(fdef.body, new_scope=False))
+        body = grow_fragments_to_loops(demote_replicated_fragments(self.body(fdef.body, new_scope=False)))
         if not any(isinstance(s, Kernel) for s in body):
             raise DSLSyntaxError(f"prim_func '{fdef.name}' has no `with T.Kernel(...)` scope", self.span(fdef),
                                  code="E103", hint="wrap the body in `with T.Kernel(grid..., threads=128) as bx:`")

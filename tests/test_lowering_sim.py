@@ -195,6 +195,29 @@ def test_parallel_variable_running_past_a_fragment_is_L004_on_the_gpu_path():
     assert "allocate 'sinks' with the loop's extent (64)" in err.hint
 
 
+def test_a_fragment_used_element_by_element_past_its_shape_takes_the_loops_size():
+    """The attention-sink backward as TileLang runs it: ``sinks = T.alloc_fragment([heads])`` (8) written and read as
+    ``sinks[i]`` in ``T.Parallel(block_M)`` (64) loops only, which TileLang lays out by the loops: the fragment is
+    declared at 64 (compiler/frontend_grow.py) and the kernel computes what TileLang's does. The test above, whose
+    fragment is also a T.copy source, stays an L004."""
+    @T.prim_func
+    def f(A: T.Tensor((4,), "float32"), B: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64):
+            sinks = T.alloc_fragment((8,), "float32")
+            acc = T.alloc_fragment((64,), "float32")
+            for i in T.Parallel(64):
+                sinks[i] = A[1] * 2.0
+            for i in T.Parallel(64):
+                acc[i] = sinks[i] + i
+            T.copy(acc, B)
+
+    a = torch.arange(4, dtype=torch.float32)
+    for target in ("sim", "cpu"):
+        b = torch.full((64,), float("nan"))
+        tileagent.compile(f, target=target)(a, b)
+        torch.testing.assert_close(b, 2.0 + torch.arange(64, dtype=torch.float32))
+
+
 def test_copy_offset_read_from_a_var_runs_in_the_emulator():
     """TileLang's grouped GEMM copies B[cur_batch_idx, ...] with cur_batch_idx a T.alloc_var: the region's start reads
     the var's register (it once reached codegen as a tile-level load: I000)."""
