@@ -251,6 +251,10 @@ STEPS = (
          "--only mha_bwd_bshd,retention_fwd --timeout 120; done", 300,
          "TileLang's attention backward (dS^T @ K) and retention forward (K^T @ V) with a transposed A on mma.sync "
          "(0) and on wgmma (1), in two processes of one call", after="gpu_tests_27"),
+    Step("tilelang_27", 17, "python bench/tilelang_examples.py --only mha_sink_bwd_bhsd,gqa_sink_bwd_bhsd,"
+         "mha_bwd_bshd --timeout 150", 360,
+         "TileLang's attention-sink backward (MHA, GQA), built for the first time this session, and the MHA backward "
+         "(its dS^T @ K on wgmma now), their own checks and printed times", after="gpu_tests_27"),
     Step("fusion_27_loss", 17, "python bench/fusion_knobs.py --ops label_smoothing_ce,cosine_embedding "
          "--max-configs 2 --no-tunables --variant 'DISTRIBUTE=False' --variant 'SPLIT_ONCE=False'", 180,
          "a loss's reductions in fewer kernels and passes (DISTRIBUTE), a split kernel's tile loaded once for its "
