@@ -58,6 +58,15 @@ def _registers(block, threads, buf, regs):
     return block.mem[buf], idx
 
 
+def _check_registers(s: Mma, operands) -> None:
+    """EmulationError unless each (buffer, register indices, count) of ``operands`` names ``count`` registers of a
+    local array."""
+    for buf, regs, n in operands:
+        if buf.scope != "local" or len(regs) != n:
+            raise EmulationError(f"Mma operand '{buf.name}' must be a local array with {n} register indices, "
+                                 f"got a {buf.scope} buffer with {len(regs)}", s.span)
+
+
 def _warp_threads(block, what: str):
     warps = block.full_warps(what)
     return (warps[:, None] * WARP_SIZE + torch.arange(WARP_SIZE)).reshape(-1), len(warps)
@@ -75,11 +84,8 @@ def mma(block, s: Mma) -> None:
             (s.c_buf.dtype != "float32" and not f16acc):
         raise EmulationError(f"Mma wants float16 or bfloat16 A and B of one dtype (or uint32 packed pairs) and a "
                              f"float32 C, got A {s.a_buf.dtype}, B {s.b_buf.dtype}, C {s.c_buf.dtype}", s.span)
-    for buf, regs, n in ((s.a_buf, s.a, 8), (s.b_buf, s.b, 4), (s.c_buf, s.c, 4)):
-        n = n // 2 if buf.dtype == "uint32" else n
-        if buf.scope != "local" or len(regs) != n:
-            raise EmulationError(f"Mma operand '{buf.name}' must be a local array with {n} register indices, "
-                                 f"got a {buf.scope} buffer with {len(regs)}", s.span)
+    _check_registers(s, [(b, r, n // 2 if b.dtype == "uint32" else n)
+                         for b, r, n in ((s.a_buf, s.a, 8), (s.b_buf, s.b, 4), (s.c_buf, s.c, 4))])
     threads, nw = _warp_threads(block, "Mma")
     if not nw:
         return
@@ -121,11 +127,8 @@ def _mma8(block, s: Mma, ab: str) -> None:
     if s.c_buf.dtype != acc or any(b.dtype not in (ab, "uint32") for b in (s.a_buf, s.b_buf)):
         raise EmulationError(f"Mma wants {ab} A and B (or uint32 packed registers) and a {acc} C, got A "
                              f"{s.a_buf.dtype}, B {s.b_buf.dtype}, C {s.c_buf.dtype}", s.span)
-    for buf, regs, n in ((s.a_buf, s.a, 4), (s.b_buf, s.b, 2), (s.c_buf, s.c, 4)):
-        n = n if buf.dtype == "uint32" or buf is s.c_buf else 4 * n
-        if buf.scope != "local" or len(regs) != n:
-            raise EmulationError(f"Mma operand '{buf.name}' must be a local array with {n} register indices, "
-                                 f"got a {buf.scope} buffer with {len(regs)}", s.span)
+    _check_registers(s, [(b, r, n if b.dtype == "uint32" or b is s.c_buf else 4 * n)
+                         for b, r, n in ((s.a_buf, s.a, 4), (s.b_buf, s.b, 2), (s.c_buf, s.c, 4))])
     threads, nw = _warp_threads(block, "Mma")
     if not nw:
         return
@@ -163,10 +166,7 @@ def _mma_tf32(block, s: Mma) -> None:
     if s.c_buf.dtype != "float32" or any(b.dtype not in ("float32", "tfloat32", "uint32") for b in (s.a_buf, s.b_buf)):
         raise EmulationError(f"Mma wants float32/tfloat32 A and B (or uint32 registers) and a float32 C, got A "
                              f"{s.a_buf.dtype}, B {s.b_buf.dtype}, C {s.c_buf.dtype}", s.span)
-    for buf, regs, n in ((s.a_buf, s.a, 4), (s.b_buf, s.b, 2), (s.c_buf, s.c, 4)):
-        if buf.scope != "local" or len(regs) != n:
-            raise EmulationError(f"Mma operand '{buf.name}' must be a local array with {n} register indices, "
-                                 f"got a {buf.scope} buffer with {len(regs)}", s.span)
+    _check_registers(s, ((s.a_buf, s.a, 4), (s.b_buf, s.b, 2), (s.c_buf, s.c, 4)))
     threads, nw = _warp_threads(block, "Mma")
     if not nw:
         return

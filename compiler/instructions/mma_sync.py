@@ -113,19 +113,21 @@ class MmaSyncM16N8K32(MmaSyncM16N8K16):
             return f"needs K a multiple of 32, got {g.a.matrix_shape()[1]}"
         return self.partition_problem(g, threads)
 
+    elements = 4  # K elements of A per 32-bit register
+
     def layouts(self, g, threads: int, partition) -> dict:
         m, n = g.c.matrix_shape()
         wm, wn = partition
         out = {"C": accumulator_layout(m, n, wm, wn, threads)}
         if g.a.buffer.scope == "fragment":
-            out["A"] = operand_a_layout(m, g.a.matrix_shape()[1], wm, wn, threads, elements=4)
+            out["A"] = operand_a_layout(m, g.a.matrix_shape()[1], wm, wn, threads, elements=self.elements)
         return out
 
 
 TF32 = ("float32", "tfloat32")
 
 
-class MmaSyncM16N8K8(MmaSyncM16N8K16):
+class MmaSyncM16N8K8(MmaSyncM16N8K32):
     """Registry entry ``mma.sync m16n8k8 .tf32``: T.gemm on float32 / tfloat32 operands on TensorFloat-32 tensor
     cores (``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``, sm_80 and later), a float32 accumulator.
 
@@ -140,6 +142,7 @@ class MmaSyncM16N8K8(MmaSyncM16N8K16):
     """
 
     name = "mma.sync m16n8k8"
+    elements = 1
 
     def reason(self, g, threads: int, target) -> str | None:
         a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
@@ -155,11 +158,3 @@ class MmaSyncM16N8K8(MmaSyncM16N8K16):
         if g.a.matrix_shape()[1 if not g.transpose_a else 0] % 8:
             return f"needs K a multiple of 8, got {g.a.matrix_shape()[1 if not g.transpose_a else 0]}"
         return self.partition_problem(g, threads)
-
-    def layouts(self, g, threads: int, partition) -> dict:
-        m, n = g.c.matrix_shape()
-        wm, wn = partition
-        out = {"C": accumulator_layout(m, n, wm, wn, threads)}
-        if g.a.buffer.scope == "fragment":
-            out["A"] = operand_a_layout(m, g.a.matrix_shape()[1], wm, wn, threads, elements=1)
-        return out
