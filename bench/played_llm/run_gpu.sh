@@ -32,7 +32,9 @@
 # TF32 mma.sync on the GPU while the CPU interpreter multiplies in full float32: expect a mismatch there (emulated
 # TF32 truncation: max abs err ~2.5e-3 against atol 1e-4, about 75% of elements outside). linear_weight_grad never
 # got a CPU verdict (3 timeouts at T=24, N=K=4096); its turn 3 is correct on the CPU at N=K=512 (--grid). Its
-# third config (T=16384, N=4096, K=14336) may need CAP=120.
+# third config (T=16384, N=4096, K=14336) may need CAP=120. gemm_sigmoid_scale_residual+bf16x6 is not a played
+# answer: the same op with float32 operands split into bf16 hi/mid/lo and six bf16 wgmma gemms (CPU-correct at the
+# float32 tolerance), the A/B against the TF32 answer and against torch's float32 matmul.
 set -u
 OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session27|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
@@ -133,6 +135,7 @@ SESSION26=(
 # every turn (no verdict): its last answer
 SESSION27=(
   "gemm_sigmoid_scale_residual:answers/gemm_sigmoid_scale_residual/turn1.py"
+  "gemm_sigmoid_scale_residual+bf16x6:answers/gemm_sigmoid_scale_residual/extra_bf16x6.py"
   "linear_weight_grad:answers/linear_weight_grad/turn3.py"
   "partial_rotary:answers/partial_rotary/turn1.py"
   "embedding_backward:answers/embedding_backward/turn1.py"
