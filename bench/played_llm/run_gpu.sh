@@ -3,7 +3,7 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session20|widths|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session27|session20|widths|session2|session1|all]
 # Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
 # $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
@@ -27,8 +27,16 @@
 # session26: the four ops of session 26 (ce_zloss, repetition_penalty, group_quant_int8, fp8_block_dequant), each
 # correct on the CPU at turn 1; group_quant_int8 divides by 127 as torch does per device (its GPU path multiplies by
 # the float32 reciprocal, never run on the CPU).
+# session27: the four ops of session 27 (gemm_sigmoid_scale_residual, linear_weight_grad, partial_rotary,
+# embedding_backward). gemm_sigmoid_scale_residual's answer (CPU-correct at turn 1) is a float32 T.gemm, lowered to
+# TF32 mma.sync on the GPU while the CPU interpreter multiplies in full float32: expect a mismatch there (emulated
+# TF32 truncation: max abs err ~2.5e-3 against atol 1e-4, about 75% of elements outside). linear_weight_grad never
+# got a CPU verdict (3 timeouts at T=24, N=K=4096); its turn 3 is correct on the CPU at N=K=512 (--grid). Its
+# third config (T=16384, N=4096, K=14336) may need CAP=120. gemm_sigmoid_scale_residual+bf16x6 is not a played
+# answer: the same op with float32 operands split into bf16 hi/mid/lo and six bf16 wgmma gemms (CPU-correct at the
+# float32 tolerance), the A/B against the TF32 answer and against torch's float32 matmul.
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session20|widths|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session27|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-55}
 mkdir -p "$OUT"
@@ -123,6 +131,15 @@ SESSION26=(
   "group_quant_int8:answers/group_quant_int8/turn1.py"
   "fp8_block_dequant:answers/fp8_block_dequant/turn1.py"
 )
+# session 27 ("Session 27" in RESULTS.md): three ops correct on the CPU at turn 1; linear_weight_grad timed out
+# every turn (no verdict): its last answer
+SESSION27=(
+  "gemm_sigmoid_scale_residual:answers/gemm_sigmoid_scale_residual/turn1.py"
+  "gemm_sigmoid_scale_residual+bf16x6:answers/gemm_sigmoid_scale_residual/extra_bf16x6.py"
+  "linear_weight_grad:answers/linear_weight_grad/turn3.py"
+  "partial_rotary:answers/partial_rotary/turn1.py"
+  "embedding_backward:answers/embedding_backward/turn1.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -146,9 +163,10 @@ case "$WHICH" in
   session25) ANSWERS=("${SESSION25[@]}") ;;
   session25b) ANSWERS=("${SESSION25B[@]}") ;;
   session26) ANSWERS=("${SESSION26[@]}") ;;
+  session27) ANSWERS=("${SESSION27[@]}") ;;
   widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
