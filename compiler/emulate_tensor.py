@@ -27,6 +27,7 @@ import torch
 
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.errors import KernelFault
+from tileagent.compiler.intrinsics import truncate_tf32
 from tileagent.compiler.tir import AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma, PackPairs
 
 WARP_SIZE = 32
@@ -175,10 +176,10 @@ def _mma_tf32(block, s: Mma) -> None:
         """The operand's elements per lane [nw * 32, len(regs)] as float32 truncated to tf32."""
         mem, idx = _registers(block, threads, buf, regs)
         vals = mem[threads[:, None], idx]
-        bits = (vals.to(torch.int64) & 0xFFFFFFFF) if buf.dtype == "uint32" else \
-            vals.to(torch.float32).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
-        bits = bits & 0xFFFFE000
-        return torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32).view(torch.float32)
+        if buf.dtype != "uint32":
+            return truncate_tf32(vals)
+        bits = vals.to(torch.int64) & 0xFFFFFFFF  # ldmatrix's registers: the float32 bits
+        return truncate_tf32(torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32).view(torch.float32))
 
     a_vals, b_vals = values(s.a_buf, s.a), values(s.b_buf, s.b)
     c_mem, c_idx = _registers(block, threads, s.c_buf, s.c)

@@ -53,6 +53,7 @@ import torch
 
 from tileagent.compiler.emulate_tensor import EmulationError, unpack
 from tileagent.compiler.instructions.wgmma import a_position, d_position, decode_descriptor, encode_descriptor
+from tileagent.compiler.intrinsics import truncate_tf32
 from tileagent.compiler.tir import AsyncProxyFence, Wgmma, WgmmaCommit, WgmmaFence, WgmmaRS, WgmmaWait
 
 GROUP = 128  # threads of a warpgroup
@@ -186,7 +187,7 @@ def _values(block, buf, addr: torch.Tensor) -> torch.Tensor:
     raw = torch.stack([block.arena[addr + i] for i in range(eb)], -1).contiguous()
     if eb == 2:
         return raw.view(torch.int16).squeeze(-1).view(buf.dtype.torch)
-    return (raw.view(torch.int32).squeeze(-1) & -8192).view(torch.float32)
+    return truncate_tf32(raw.view(torch.int32).squeeze(-1).view(torch.float32))
 
 
 def _mark_busy(block, addrs, delta: int) -> None:

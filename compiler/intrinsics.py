@@ -63,6 +63,14 @@ def round_tf32(t: torch.Tensor) -> torch.Tensor:
     return torch.where((u & 0x7F800000) != 0x7F800000, r, u).view(torch.float32)
 
 
+def truncate_tf32(t: torch.Tensor) -> torch.Tensor:
+    """float32 ``t`` as a TF32 tensor core reads it: the 13 low mantissa bits dropped (toward zero). The GPU lowering
+    of a float32 T.gemm (mma.sync m16n8k8 / wgmma k8 .tf32) passes float32 bits, so the interpreter and the SIMT
+    emulator multiply these values. A NaN keeps a NaN (its low bits may be all it has)."""
+    u = t.to(torch.float32).contiguous().view(torch.int32)
+    return torch.where(torch.isnan(t), t.to(torch.float32), (u & -8192).view(torch.float32))
+
+
 def _int_view(bits: int):
     return {8: torch.int8, 16: torch.int16, 32: torch.int32, 64: torch.int64}[bits]
 
