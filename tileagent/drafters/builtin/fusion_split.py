@@ -10,6 +10,15 @@ x2.x2, B=8192 x D=768 fp32, one tile a block) loaded x1 and x2 twice each, 4 rea
 for 2 of data (60-66% of a copy on the H200, torch.compile 79-89%); held in registers, each value is read once (the
 tiles cost PER_THREAD registers each, as the single pass over one tile of a row that is not split holds them:
 ``KernelWriter.loads``, NK == 1). Guarantees: the copies read the same tile (``kt = 0``: tile ``sp``) either way.
+
+``scopes`` assembles the kernel's body: the first scope (the partials, ``ws[sp, row]``), then the second, which
+combines each row's SPLIT partials and writes the row outputs. When ``schedule_split`` picks SPLIT == 1 (enough rows
+to fill the GPU: cosine_embedding's B=8192 x D=768, 2048 blocks of 4 rows) a block's partial is its rows' whole
+reduction: with the knob ``FINISH_IN_PLACE`` on (``IN_PLACE``, a compile-time constant of the factory) the first
+scope writes the row outputs from its partials itself, stores no partial, and the second scope is not written into
+the prim_func (one launch, not two). Guarantees: the row outputs are the same lines either way (each ``red<n>`` the
+combined partials, or in place the block's partial ``pr<n>``), so both compute the same values; the workspace
+outputs stay in the signature (unwritten when in place) so the factory's outputs and forward do not change.
 """
 
 from __future__ import annotations
@@ -21,6 +30,8 @@ if TYPE_CHECKING:
     from tileagent.drafters.builtin.fusion_writer import Cx
 
 SPLIT_TILE = "(kt * SPLIT + sp) * BR"  # the first column of the block's kt-th tile
+IN_PLACE = ("    IN_PLACE = SPLIT == 1 and FINISH_IN_PLACE  # one block a row group: its partials are the rows' "
+            "reductions")  # the factory's line (``scopes``)
 COPY = re.compile(r"^(\s*)T\.copy\(.*\(kt \* SPLIT \+ sp\) \* BR.*, (f\d+_\w+)(?:, .*)?\)$")
 
 
@@ -52,3 +63,33 @@ def load_once(lines: list[str]) -> list[str]:
         out += [m.group(1) + "if CH > 1 or not SPLIT_ONCE:  # else copied once before the passes", "    " + line]
     return [" " * 12 + "if CH == 1 and SPLIT_ONCE:  # one tile a block: copied once for every reduction"] + \
         list(first.values()) + out
+
+
+def scopes(w, body: list[str]) -> list[str]:
+    """The body of split kernel ``w`` (a ``KernelWriter`` whose ``body[:w.split_at]`` writes the partials, the rest
+    the row outputs from ``red<n>``): the first scope, its in-place finish under ``if IN_PLACE:``, and the second
+    scope under ``if not IN_PLACE:``. In place saves a launch and the workspace's write and read (3 x 32 KB each for
+    cosine_embedding's 8192 rows, nothing next to its 50 MB of rows): the launch is the gain, an estimated 2-4 us on
+    an H200 (not yet measured; the kernels launch with programmatic dependent launch, which may hide part of it)
+    against 10-40 us for the whole op. The block then also holds the row outputs' registers (a few per row)."""
+    from tileagent.drafters.builtin.fusion_writer import REDUCE_FN, _dtype_text
+
+    dt = w.alloc_dtype
+    allocs2 = [f"{n} = T.alloc_fragment({w.allocs[n]}, {_dtype_text(dt.get(n, 'float32'))})" for n in w.allocs2]
+    second = allocs2 + ["part = T.alloc_fragment((SPLIT, BM), \"float32\")"]
+    for n_red, op, ws in w.split_reduces:
+        second += [f"red{n_red} = T.alloc_fragment((BM,), \"float32\")", f"T.copy({ws}[0, bm * BM], part)",
+                   f"{REDUCE_FN[op]}(part, red{n_red}, dim=0)"]
+
+    def evict(line):  # tiles read once: L2 keeps the partials (BENCHMARKS.md); read again later (x / norm(x)):
+        return line if w.k.reread else re.sub(  # the L2 may keep the last tiles
+            r"^(\s*T\.copy\([gt]_\w+\[.*\], f\d+_\w+)\)$", r'\1, eviction_policy="evict_first")', line)
+
+    first = load_once([evict(line) for line in body[:w.split_at]])
+    rows = body[w.split_at:]
+    red = re.compile(r"\bred(" + "|".join(str(n) for n, _, _ in w.split_reduces) + r")\b")
+    own = [" " * 16 + s for s in allocs2] + ["    " + red.sub(r"pr\1", line) if line.strip() else line for line in rows]
+    head = " " * 12 + "with T.Kernel(T.ceildiv(NX, BM), threads=THREADS) as bm:  # after every partial"
+    return first + [" " * 12 + "if IN_PLACE:  # the block's partials are its rows' reductions: no second kernel"] + \
+        (own or [" " * 16 + "pass"]) + ["", " " * 8 + "if not IN_PLACE:", head] + [" " * 16 + s for s in second] + \
+        ["    " + line if line.strip() else line for line in rows]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from tileagent.drafters.builtin.fusion_onepass import moments, online_pair
-from tileagent.drafters.builtin.fusion_split import load_once, pass_loads
+from tileagent.drafters.builtin.fusion_split import IN_PLACE, pass_loads, scopes
 from tileagent.drafters.builtin.fusion_parts import col_gather, fragment_key, part_outs
 from tileagent.drafters.builtin.fusion_stash import stash
 from tileagent.drafters.builtin.scan import Scan, ScanOut, scan_lines
@@ -453,7 +453,7 @@ class KernelWriter:
                 self.allocs[f"pr{n_red}"] = "(BM,)"
                 ws = f"ws{k.index}_{n_red}"
                 body.append(" " * pad + f"{REDUCE_FN[r.op]}(acc, pr{n_red}, dim=1)")
-                body.append(" " * pad + f"T.copy(pr{n_red}, {ws}[sp, bm * BM])")
+                body += [" " * pad + "if not IN_PLACE:", " " * pad + f"    T.copy(pr{n_red}, {ws}[sp, bm * BM])"]
                 out_params.append((ws, f"{ws}: T.Tensor((SPLIT, {k.X.t}), \"float32\")", None))
                 self.split_reduces.append((n_red, r.op, ws))
             else:
@@ -692,20 +692,8 @@ class KernelWriter:
                    f"else {f}  # the same tile, staged for another pipeline" for a, f in self.stage_alias.items()
                    if f in staged]
         staged += [a for a, f in self.stage_alias.items() if f in staged]
-        if split:  # the second scope: combine the partials of every row, then the per-row outputs
-            second = [" " * 12 + f"{n} = T.alloc_fragment({self.allocs[n]}, {_dtype_text(dt.get(n, 'float32'))})"
-                      for n in self.allocs2]
-            second += [" " * 12 + "part = T.alloc_fragment((SPLIT, BM), \"float32\")"]
-            for n_red, op, ws in self.split_reduces:
-                second += [" " * 12 + f"red{n_red} = T.alloc_fragment((BM,), \"float32\")",
-                           " " * 12 + f"T.copy({ws}[0, bm * BM], part)",
-                           " " * 12 + f"{REDUCE_FN[op]}(part, red{n_red}, dim=0)"]
-            def evict(line):  # tiles read once: L2 keeps the partials (BENCHMARKS.md); read again later (x / norm(x)):
-                return line if k.reread else re.sub(  # the L2 may keep the last tiles
-                    r"^(\s*T\.copy\([gt]_\w+\[.*\], f\d+_\w+)\)$", r'\1, eviction_policy="evict_first")', line)
-            first = load_once([evict(line) for line in body[:self.split_at]])
-            body = first + ["", " " * 8 + "with T.Kernel(T.ceildiv(NX, BM), threads=THREADS) as bm:  "
-                                           "# after every partial"] + second + body[self.split_at:]
+        if split:  # the second scope, or the row outputs in the first (fusion_split)
+            body = scopes(self, body)
         if k.pointwise and k.reverse:  # before the row lets; copies take the row inline, bounded by the grid
             allocs.insert(0, " " * 12 + "bm = (NX + BM - 1) // BM - 1 - bmr")
         if k.pointwise:  # bmr: rows from the last (the let bm above)
@@ -723,7 +711,8 @@ class KernelWriter:
                 f"    NX = {k.X.t}",
                 f"    NR = {k.R.t}",
                 "    NK = (NR + BR - 1) // BR"] + (["    CH = (NK + SPLIT - 1) // SPLIT  # column tiles per block",
-                                                   "    EXACT = SPLIT * CH * BR == NR  # every tile whole: no mask"]
+                                                   "    EXACT = SPLIT * CH * BR == NR  # every tile whole: no mask",
+                                                   IN_PLACE]
                                                   if split else []) + (
                 [f"    NS = STAGES if NK > 1 and max({', '.join(sorted(set(self.stage_sizes)))}, 0) * 4 * STAGES <= "
                  "196608 else 1  # pipeline stages: a pass's tiles in shared memory when STAGES > 1"]

@@ -223,6 +223,9 @@ def render(match: FamilyMatch, knobs: dict) -> str:
                 "repeats: one tile per part, each part's values computed apart, no select per value).")
     if "schedule_split(" in forward:  # a reduction split over blocks: how many blocks it fills the GPU with
         constants["SPLIT_BLOCKS"] = knobs.get("SPLIT_BLOCKS", 1024)
+        constants["FINISH_IN_PLACE"] = knobs.get("FINISH_IN_PLACE", True)
+        doc += (" FINISH_IN_PLACE (a reduction split over blocks that runs one block a row group, SPLIT == 1: the "
+                "row outputs written by that block, one kernel; off: a second kernel combines its partials).")
     if any("SPLIT_ONCE" in k for k in kernels):
         constants["SPLIT_ONCE"] = knobs.get("SPLIT_ONCE", True)
         doc += (" SPLIT_ONCE (a reduction split over blocks, a block of one tile: the tile loaded once for all its "
