@@ -578,6 +578,10 @@ class _ConfigCheck:
             hint = (" (every differing value is off by exactly 1, at few elements: rounding ties decided the other "
                     "way; check the rounding rule and that the value before it is computed as the reference does, "
                     "e.g. on CUDA torch divides by a Python number as a multiplication by its float32 reciprocal)")
+        if ref.dtype == torch.float32 and n_bad and 1e-5 < rel < 3e-3:
+            hint = (" (a float32 output off by about TF32's precision: if the kernel has a T.gemm of float32 tiles, "
+                    "they run on TF32 tensor cores, 10 mantissa bits; the DSL guide's T.gemm paragraph gives the "
+                    "float32-accurate split)")
         if math.isnan(got) and not math.isnan(expected):
             hint = " (NaN where the reference is finite: an overflow, or an element the kernel never wrote: the " \
                    "evaluator fills fresh allocations with NaN)"

@@ -415,6 +415,25 @@ def test_integer_values_off_by_one_at_a_few_elements_are_named_as_rounding_ties(
     assert ("rounding ties decided the other way" in failure.message) == hinted, failure.message
 
 
+@pytest.mark.parametrize("bits, hinted", [(13, True), (0, False)])
+def test_a_float32_output_off_by_tf32_precision_names_tf32(bits, hinted):
+    """Played LLM, session 27: a float32 GEMM written with a float32 T.gemm runs on TF32 tensor cores (10 mantissa
+    bits). A float32 output whose error is of that size says so; an error far larger (a wrong value) does not."""
+    from tileagent.compiler.intrinsics import truncate_tf32
+    from tileagent.evaluator.correctness import _ConfigCheck
+
+    spec = load_spec(REPO / "bench" / "played_llm" / "refs" / "gemm_sigmoid_scale_residual.py")
+    check = _ConfigCheck(spec, None, "cpu", 0)
+    where = {"config": {"M": 40, "K": 256, "N": 256}, "seed": 0, "distribution": "normal"}
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(40, 256, generator=gen), torch.randn(256, 256, generator=gen) / 16
+    ref = x @ w.T
+    got = truncate_tf32(x) @ truncate_tf32(w).T if bits else ref * 1.5
+    failure = check.compare((got,), (ref,), where, 1)
+    assert isinstance(failure, Mismatch)
+    assert ("TF32 tensor cores" in failure.message) == hinted, failure.message
+
+
 def _fp16_check(tmp_path):
     from tileagent.evaluator.correctness import _ConfigCheck
 

@@ -437,3 +437,55 @@ def test_the_guides_l005_example_is_one_the_compiler_refuses():
         tileagent.compile(_gemm(16, 64, policy), target="cuda:sm_80")
     with pytest.raises(CompileError, match=r"error\[L005\]"):
         tileagent.compile(_gemm(16, 8, "FullRow"), target="cuda:sm_80")
+
+
+def _split_gemm(pieces: int):
+    """C = A @ B^T of float32 (64, 64) tiles: one float32 T.gemm (pieces 0), or each tile split into ``pieces``
+    bfloat16 pieces and the products of order <= pieces - 1 added, smallest first (the guide's float32 recipe)."""
+    orders = [(i, j) for i in range(pieces) for j in range(pieces) if i + j < pieces]
+    orders.sort(key=lambda ij: -(ij[0] + ij[1]))
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            acc = T.alloc_fragment((64, 64), "float32")
+            T.clear(acc)
+            if pieces == 0:
+                A_s = T.alloc_shared((64, 64), "float32")
+                B_s = T.alloc_shared((64, 64), "float32")
+                T.copy(A, A_s)
+                T.copy(B, B_s)
+                T.gemm(A_s, B_s, acc, transpose_B=True)
+            else:
+                a_f = T.alloc_fragment((64, 64), "float32")
+                b_f = T.alloc_fragment((64, 64), "float32")
+                a_p = T.alloc_shared((pieces, 64, 64), "bfloat16")
+                b_p = T.alloc_shared((pieces, 64, 64), "bfloat16")
+                T.copy(A, a_f)
+                T.copy(B, b_f)
+                for p in T.unroll(pieces):  # hi, mid, lo: each the bfloat16 rounding of what is left
+                    for i, j in T.Parallel(64, 64):
+                        a_p[p, i, j] = T.cast(a_f[i, j], "bfloat16")
+                        b_p[p, i, j] = T.cast(b_f[i, j], "bfloat16")
+                        a_f[i, j] = a_f[i, j] - T.cast(T.cast(a_f[i, j], "bfloat16"), "float32")
+                        b_f[i, j] = b_f[i, j] - T.cast(T.cast(b_f[i, j], "bfloat16"), "float32")
+                for i, j in orders:
+                    T.gemm(a_p[i, :, :], b_p[j, :, :], acc, transpose_B=True)
+            T.copy(acc, C)
+
+    return main
+
+
+def test_the_float32_gemm_recipe_meets_float32_accuracy_and_a_float32_gemm_is_tf32():
+    """The guide's T.gemm paragraph: float32 operands run at TF32 precision (the CPU check too), about 1e-3
+    relative; three bfloat16 pieces and six products reach float32's accuracy, two pieces and three do not."""
+    assert "TF32 tensor cores" in GUIDE and "three bfloat16 pieces" in GUIDE
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(64, 64, generator=gen), torch.randn(64, 64, generator=gen)
+    exact = a.double() @ b.double().T
+    errors = {}
+    for pieces in (0, 2, 3):
+        c = torch.zeros(64, 64)
+        tileagent.compile(_split_gemm(pieces), target="cpu")(a, b, c)
+        errors[pieces] = float((c.double() - exact).abs().max() / exact.abs().max())
+    assert errors[0] > 1e-4 and errors[2] > 1e-6 and errors[3] < 1e-6, errors
