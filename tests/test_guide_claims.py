@@ -489,3 +489,32 @@ def test_the_float32_gemm_recipe_meets_float32_accuracy_and_a_float32_gemm_is_tf
         tileagent.compile(_split_gemm(pieces), target="cpu")(a, b, c)
         errors[pieces] = float((c.double() - exact).abs().max() / exact.abs().max())
     assert errors[0] > 1e-4 and errors[2] > 1e-6 and errors[3] < 1e-6, errors
+
+
+def test_the_persistent_gemm_as_the_guide_writes_it():
+    """The guide's T.Persistent sentence (played LLM session 27, stuck point 7: recommended, never shown): one block
+    per SM walking the output tiles, allocations first, checked on the CPU and in the SIMT emulator."""
+    assert "for bm, bn in T.Persistent([T.ceildiv(M," in GUIDE
+
+    def persistent(M, N, K, block_M=64, block_N=64, block_K=32, num_sms=3):
+        @T.prim_func
+        def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+            with T.Kernel(num_sms, threads=128) as bid:
+                A_s = T.alloc_shared((block_M, block_K), "float16")
+                B_s = T.alloc_shared((block_K, block_N), "float16")
+                acc = T.alloc_fragment((block_M, block_N), "float32")
+                for bm, bn in T.Persistent([T.ceildiv(M, block_M), T.ceildiv(N, block_N)], num_sms, bid):
+                    T.clear(acc)
+                    for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+                        T.copy(A[bm * block_M, k * block_K], A_s)
+                        T.copy(B[k * block_K, bn * block_N], B_s)
+                        T.gemm(A_s, B_s, acc)
+                    T.copy(acc, C[bm * block_M, bn * block_N])
+
+        return main
+
+    a, b = torch.randn(192, 64).half(), torch.randn(64, 128).half()
+    for target in ("cpu", "sim"):
+        c = torch.full((192, 128), float("nan"))
+        tileagent.compile(persistent(192, 128, 64), target=target)(a, b, c)
+        torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
