@@ -4,13 +4,14 @@ In: a checked PrimFunc, its LayoutMap and the Target. Out: nothing, or a ``Resou
 that asks too much, with the numbers and the limit.
 Guarantees (each limit a named constant here or a field of ``Target``):
 
-- E802: each register array a thread declares (fragments by their layout's registers per thread, locals and vars
-  by their size; 32-bit words) fits ``ARRAY_FACTOR`` times ``target.registers_per_thread`` (ptxas spills what does
-  not fit: TileLang's DeepSeek-V3.2 sparse MLA backward accumulates a 64 x 512 float32 tile on 128 threads, 256 words,
-  one more than sm_90a's 255), and all of them together fit ``SPILL_FACTOR`` times that. Arrays whose lifetimes do not overlap share registers, and ptxas spills what does not
-  fit (the resources feedback shows it as local memory), so the sum alone is no limit (TileLang's MHA forward
-  declares 340 words per thread and ran at 223 TFLOP/s); past these bounds the kernel would run from local memory
-  and NVRTC's time grows with the arrays (a 2048 x 2048 float32 fragment is 32768 registers per thread).
+- E802: each register array a thread declares (fragments by their layout's registers per thread, locals and vars by
+  their size; 32-bit words) fits ``ARRAY_FACTOR`` times ``target.registers_per_thread`` (ptxas spills what does not
+  fit: TileLang's DeepSeek-V3.2 sparse MLA backward accumulates a 64 x 512 float32 tile on 128 threads, 256 words, one
+  more than sm_90a's 255), and all of them together fit ``SPILL_FACTOR`` times that. Arrays whose lifetimes do not
+  overlap share registers, and ptxas spills what does not fit (the resources feedback shows it as local memory), so
+  the sum alone is no limit (TileLang's MHA forward declares 340 words per thread and ran at 223 TFLOP/s); past these
+  bounds the kernel would run from local memory and NVRTC's time grows with the arrays (a 2048 x 2048 float32 fragment
+  is 32768 registers per thread).
 - E804: compile-time unrolling stays within ``MAX_UNROLLED`` copies of a body: the product of the enclosing
   ``T.unroll`` extents, times the registers per thread of a ``T.Parallel`` loop (its body is emitted once per
   register slot).

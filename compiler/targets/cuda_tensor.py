@@ -212,7 +212,8 @@ def emit_ldmatrix(em, s: LdMatrix) -> None:
     if (dt not in _TYPES and (dt not in (*_TYPES8, *_TF32) or s.trans)) or s.dst.dtype != "uint32" or \
             s.src.scope != "shared" or s.dst.scope != "local":
         em.fail(f"{what}: want a float16/bfloat16 (or, without .trans, 8-bit or 32-bit) shared source and a local "
-                f"uint32 destination, got {s.src.scope} {dt}{' .trans' if s.trans else ''} -> {s.dst.scope} {s.dst.dtype}")
+                f"uint32 destination, got {s.src.scope} {dt}{' .trans' if s.trans else ''} -> {s.dst.scope} "
+                f"{s.dst.dtype}")
     if s.num not in (1, 2, 4):
         em.fail(f"{what}: num must be 1, 2 or 4, got {s.num}")
     outs = ", ".join(f'"=r"({em.register(s.dst, _plus(s.dst_first, i))})' for i in range(s.num))

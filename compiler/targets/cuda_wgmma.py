@@ -8,14 +8,15 @@ Guarantees:
   cp.async, become visible to async-proxy reads), ``__syncthreads()`` (so for every thread's), then
   ``wgmma.fence.sync.aligned``; with ``sync=False`` only ``wgmma.fence.sync.aligned``. ``AsyncProxyFence`` is
   ``fence.proxy.async.shared::cta`` alone.
-- ``Wgmma`` builds two 64-bit matrix descriptors: the operand's 32-bit shared-window address as
-  ``(address & 0x3FFFF) >> 4`` ORed with the constant ``encode_descriptor(0, lbo, sbo, swizzle)`` of
-  ``compiler.instructions.wgmma`` (LBO, SBO, base offset 0, swizzle mode; the one encoder the emulator decodes);
-  and issues one ``wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{f16,bf16}.{f16,bf16}`` whose N / 2 accumulators are
-  ``"+f"`` operands named by constant register indices, scale-d a predicate set from ``accumulate``, imm-trans-a 1
-  for an M-major A (transpose_A), imm-trans-b 1 for an N-major B. An operand whose arena offset is not a multiple of its swizzle atom (8 x width
-  bytes) is a CodegenError; the arena start itself is rounded up to ``DeviceKernel.shared_align`` by the kernel's
-  prologue (``compiler.targets.cuda``), since ``__align__`` on ``extern __shared__`` is not a guarantee.
+- ``Wgmma`` builds two 64-bit matrix descriptors: the operand's 32-bit shared-window address as ``(address & 0x3FFFF)
+  >> 4`` ORed with the constant ``encode_descriptor(0, lbo, sbo, swizzle)`` of ``compiler.instructions.wgmma`` (LBO,
+  SBO, base offset 0, swizzle mode; the one encoder the emulator decodes); and issues one
+  ``wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{f16,bf16}.{f16,bf16}`` whose N / 2 accumulators are ``"+f"`` operands
+  named by constant register indices, scale-d a predicate set from ``accumulate``, imm-trans-a 1 for an M-major A
+  (transpose_A), imm-trans-b 1 for an N-major B (K-major float32/tfloat32 operands: ``m64n{N}k8.f32.tf32.tf32``, no
+  transpose immediates). An operand whose arena offset is not a multiple of its swizzle atom
+  (8 x width bytes) is a CodegenError; the arena start itself is rounded up to ``DeviceKernel.shared_align`` by the
+  kernel's prologue (``compiler.targets.cuda``), since ``__align__`` on ``extern __shared__`` is not a guarantee.
 - ``WgmmaRS`` builds B's descriptor the same way and issues ``wgmma.mma_async.sync.aligned.m64n{N}k16`` with A as
   four ``"r"`` (.b32) operands: a uint32 array's registers as they are, 16-bit registers packed in pairs (lower
   index in the low half, ``tl_pack_*x2`` of ``compiler.targets.cuda_tensor``); operands d, {a0..a3}, b-desc,
