@@ -32,6 +32,7 @@ import math
 import random
 import secrets
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -49,7 +50,8 @@ from tileagent.evaluator.ties import TIE_CHANGE, TIE_RUNS, TieRuns, equal_scores
 def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seeds: int = 5, distributions=None,
                     static_checks: bool = True, sandbox: Sandbox | None = None,
                     seed: int | None = None, max_tail_elements: int | None = None, tails: bool = True,
-                    budget_s: float | None = None) -> list[ConfigResult]:
+                    budget_s: float | None = None, on_call: Callable[[int, float], None] | None = None
+                    ) -> list[ConfigResult]:
     """Check the candidate at ``candidate_path`` against ``spec`` on ``configs`` (default: the spec's grid).
 
     The candidate runs in its own process (``evaluator.sandbox``); the reference, the comparisons and the verdict
@@ -70,6 +72,8 @@ def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seed
             a config it checks at a wide V with M halved to 1 would check M up to 7 at that V); the note says which.
         tails: also check the tail sizes of the free dims (``Spec.tail_configs``).
         budget_s: each call of the candidate may take this long on the CPU interpreter, else ``Timeout``.
+        on_call: told (the calls of the candidate this config's checks have finished, the seconds the last took)
+            after each call (the worker forwards it, so that a timeout can say how far the checks got).
 
     Raises:
         CandidateError: the first failure (Mismatch, GuardViolation, CompileFailed, RunFailed, LoadFailed).
@@ -84,7 +88,7 @@ def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seed
         dists = tuple(distributions or spec.distributions)
         results = []
         for config in configs if configs is not None else spec.configs:
-            checker = _ConfigCheck(spec, sandbox, device, base, budget_s)
+            checker = _ConfigCheck(spec, sandbox, device, base, budget_s, on_call)
             checker.run(config, max(1, seeds), dists)
             tails, fixed = (spec.tail_configs(config, base), spec.tail_configs(config)) if tails else ([], [])
             if max_tail_elements is not None:
@@ -178,9 +182,11 @@ def _too_large(spec: Spec, config: dict, limit: int) -> bool:
 class _ConfigCheck:
     """The checks of one config and its tails; accumulates statistics and notes."""
 
-    def __init__(self, spec: Spec, sandbox: Sandbox, device, base_seed: int, budget_s: float | None = None):
+    def __init__(self, spec: Spec, sandbox: Sandbox, device, base_seed: int, budget_s: float | None = None,
+                 on_call: Callable[[int, float], None] | None = None):
         self.spec, self.sandbox, self.device, self.base = spec, sandbox, str(device), base_seed
         self.budget_s = budget_s  # the time one call may take on the CPU interpreter (None: no limit)
+        self.on_call, self.calls = on_call, 0  # told after each call of the candidate (check_candidate's on_call)
         self.checks, self.max_abs, self.rel_l2 = 0, 0.0, 0.0
         self.notes: list[str] = []
         self.peaks: dict = {}  # (output, distribution) -> max |reference| seen
@@ -230,7 +236,11 @@ class _ConfigCheck:
 
     def call(self, key, buffers: list[Buffer], pristine, where: dict) -> tuple[torch.Tensor, ...]:
         try:
+            start = time.perf_counter()
             outs, _ = self.sandbox.call(key, buffers, f" ({_where(where)})", self.budget_s)
+            self.calls += 1
+            if self.on_call is not None:
+                self.on_call(self.calls, time.perf_counter() - start)
         except EvalError as e:
             e.details.update({k: v for k, v in where.items() if k not in e.details})
             if _where(where) not in e.message:

@@ -3,39 +3,44 @@
 In: a loaded ``Spec`` and one config (free dims already at their SMALL_CONFIG sizes, ``tileagent.configs``). Out:
 ``interpreter_config(spec, config) -> (the config to run, a note saying why it differs, or None)``. The interpreter
 needs minutes for a few hundred thousand elements, so a config whose inputs and model tensors (parameters and
-buffers: a GEMM's weight) hold more than ``INTERPRETER_INPUT_ELEMENTS`` is checked smaller: its free dims halved
-while the other sizes (which decide the schedule a GPU runs) stay as stated, else the sizes the reference's
-SMALL_CONFIG states halved toward it as far as needed, else SMALL_CONFIG's sizes. Guarantees: sizes are counted on
-the meta device (no values drawn); a config whose inputs cannot be counted there is kept as stated; a model that
-cannot be built there counts as no tensors for the first test and sends a config that is too large to SMALL_CONFIG's
-sizes.
+buffers: a GEMM's weight) hold more than ``INTERPRETER_INPUT_ELEMENTS``, or whose outputs do, is checked smaller: its
+free dims halved while the other sizes (which decide the schedule a GPU runs) stay as stated, else the sizes the
+reference's SMALL_CONFIG states halved toward it as far as needed, else SMALL_CONFIG's sizes. Guarantees: sizes are
+counted on the meta device (no values drawn, the reference's forward run on meta tensors for its outputs); a config
+whose inputs cannot be counted there is kept as stated; outputs that cannot be counted there (a forward that reads
+values) count as none; a model that cannot be built there counts as no tensors for the first test and sends a
+config that is too large to SMALL_CONFIG's sizes.
 """
 
 from __future__ import annotations
 
 INTERPRETER_INPUT_ELEMENTS = 1 << 18
-"""On the CPU, a config whose inputs hold more elements than this is checked at smaller sizes (``RULE``; the
-interpreter needs minutes for a few hundred thousand elements; see ``interpreter_config``)."""
+"""On the CPU, a config whose inputs hold more elements than this, or whose outputs do, is checked at smaller sizes
+(``RULE``; the interpreter needs minutes for a few hundred thousand elements; see ``interpreter_config``)."""
 
 TAILS_NOT_CHECKED = "tail sizes not checked"
 """How a config's note that some of its tail sizes were too large for the interpreter begins."""
 
 
-RULE = ("the free dims (FREE_DIMS) halved until the inputs and model tensors fit, other sizes as stated; where that "
-        "is not enough, every size SMALL_CONFIG states halved toward it until they fit; else SMALL_CONFIG's sizes")
+RULE = ("the free dims (FREE_DIMS) halved until the inputs and model tensors fit, and the outputs too, other sizes "
+        "as stated; where that is not enough, every size SMALL_CONFIG states halved toward it until they fit; else "
+        "SMALL_CONFIG's sizes")
 """How a config too large for the interpreter is checked, as the prompt, the feedback, the CLI and the report say it."""
 
 
 def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
     """The config the CPU interpreter checks for ``config``, and why it differs: ``config`` itself when its inputs
-    hold at most ``INTERPRETER_INPUT_ELEMENTS`` elements (counted on the meta device), when their size cannot be
-    told without real values, or when the reference states no SMALL_CONFIG; else ``config`` with its free dims
-    (FREE_DIMS) halved (down to 1) until the inputs fit, when that is enough and the model's parameters and buffers
-    fit too (the other sizes, which decide the schedule a GPU runs, as stated: a softmax over a 256000-word
-    vocabulary keeps its rows that wide); else ``config`` with each integer key that SMALL_CONFIG states smaller
-    halved toward SMALL_CONFIG's value until it fits (``_toward_small_config``); else lowered to that value (other
-    keys, and keys already smaller, kept). Inputs count with the model's parameters and buffers: a linear layer's
-    4096 x 16384 weight at 40 tokens was checked as stated and took over 7 minutes."""
+    and model tensors hold at most ``INTERPRETER_INPUT_ELEMENTS`` elements and so do its outputs (both counted on the
+    meta device), when the inputs' size cannot be told without real values, or when the reference states no
+    SMALL_CONFIG; else ``config`` with its free dims (FREE_DIMS) halved (down to 1) until both fit, when that is
+    enough and the model's parameters and buffers fit too (the other sizes, which decide the schedule a GPU runs, as
+    stated: a softmax over a 256000-word vocabulary keeps its rows that wide); else ``config`` with each integer key
+    that SMALL_CONFIG states smaller halved toward SMALL_CONFIG's value until it fits (``_toward_small_config``);
+    else lowered to that value (other keys, and keys already smaller, kept). Inputs count with the model's
+    parameters and buffers: a linear layer's 4096 x 16384 weight at 40 tokens was checked as stated and took over 7
+    minutes. Outputs count on their own (the same limit; an elementwise op's output, as large as its input, changes
+    nothing): a weight gradient dW = dY^T X of (4096, 4096) kept its 16.8 M outputs at every T the free dim was
+    halved to, 0.6-1 s a call and ~300 calls a config (played LLM, session 27: three timeouts, no verdict)."""
     small = spec.small_config or {}
     sized = {k: v for k, v in small.items() if type(v) is int and type(config.get(k)) is int and v < config[k]}
     if not sized:
@@ -43,7 +48,8 @@ def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
     try:
         weights = model_elements(spec, config)
         elements = spec.input_elements(config) + (weights or 0)
-        if elements <= INTERPRETER_INPUT_ELEMENTS:
+        outputs = output_elements(spec, config) or 0
+        if elements <= INTERPRETER_INPUT_ELEMENTS and outputs <= INTERPRETER_INPUT_ELEMENTS:
             return config, None
         run, how = _free_dims_halved(spec, config, weights), "the free dims halved, the other sizes as stated"
         if run is None:
@@ -52,10 +58,25 @@ def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
             run, how = {**config, **sized}, "the reference's SMALL_CONFIG sizes"
     except Exception:  # noqa: BLE001 - get_inputs needs real values: keep the config as stated
         return config, None
-    text = ", ".join(f"{k}={v}" for k, v in run.items())
-    return run, (f"checked at {text} on the CPU interpreter ({how}): the inputs and model tensors of "
-                 f"{', '.join(f'{k}={v}' for k, v in config.items())} hold {elements:,} elements, more than the "
-                 f"interpreter checks in time ({INTERPRETER_INPUT_ELEMENTS:,}); a GPU checks the config as stated")
+    text, stated = ", ".join(f"{k}={v}" for k, v in run.items()), ", ".join(f"{k}={v}" for k, v in config.items())
+    if elements > INTERPRETER_INPUT_ELEMENTS:
+        outs = f" and its outputs {outputs:,}" if outputs > INTERPRETER_INPUT_ELEMENTS else ""
+        held = (f"the inputs and model tensors of {stated} hold {elements:,} elements{outs}, more than the "
+                f"interpreter checks in time ({INTERPRETER_INPUT_ELEMENTS:,}{' each' if outs else ''})")
+    else:
+        held = (f"the outputs of {stated} hold {outputs:,} elements (its inputs and model tensors {elements:,}), "
+                f"more than the interpreter checks in time ({INTERPRETER_INPUT_ELEMENTS:,} each)")
+    return run, f"checked at {text} on the CPU interpreter ({how}): {held}; a GPU checks the config as stated"
+
+
+def fits(spec, config: dict, weights: int | None = None) -> bool:
+    """Whether the inputs and model tensors of ``config`` (``weights``: the model's, when the caller counted them)
+    hold at most ``INTERPRETER_INPUT_ELEMENTS`` elements, and its outputs too (outputs not countable on the meta
+    device count as none). Raises where ``get_inputs`` needs real values."""
+    weights = model_elements(spec, config) if weights is None else weights
+    if weights is None or spec.input_elements(config) + weights > INTERPRETER_INPUT_ELEMENTS:
+        return False
+    return (output_elements(spec, config) or 0) <= INTERPRETER_INPUT_ELEMENTS
 
 
 def interpreter_configs(reference, configs: list[dict]) -> list[dict] | None:
@@ -72,13 +93,14 @@ def interpreter_configs(reference, configs: list[dict]) -> list[dict] | None:
 
 def _free_dims_halved(spec, config: dict, weights: int | None) -> dict | None:
     """``config`` with its free dims halved (rounding down, at least 1) until its inputs and the model's ``weights``
-    (``model_elements``) fit the interpreter, or None when they never do, the config has no free dim, or the
+    (``model_elements``) fit the interpreter, and its outputs too (``fits``), or None when they never do (outputs
+    made of the other dims only: a weight gradient's (N, K)), the config has no free dim, or the
     model's own tensors are too large (a GEMM's weight) or of unknown size."""
     free = [k for k in spec.free_dims if type(config.get(k)) is int]
     if not free or weights is None or weights > INTERPRETER_INPUT_ELEMENTS:
         return None
     run = dict(config)
-    while spec.input_elements(run) + weights > INTERPRETER_INPUT_ELEMENTS:
+    while not fits(spec, run, weights):
         if all(run[k] == 1 for k in free):
             return None
         run.update({k: max(1, run[k] // 2) for k in free})
@@ -87,10 +109,10 @@ def _free_dims_halved(spec, config: dict, weights: int | None) -> dict | None:
 
 def _toward_small_config(spec, config: dict, sized: dict) -> dict | None:
     """``config`` with every key of ``sized`` (SMALL_CONFIG's smaller values) halved together, none below its
-    SMALL_CONFIG value, until the inputs and the model's tensors fit; None when they fit only at SMALL_CONFIG's values
-    (or the model cannot be counted). So a config keeps as much of its size as the interpreter allows, and two
-    configs that differ stay apart: played LLM, session 22, an ALiBi softmax over S = 1024 and 2048 was checked twice
-    at SMALL_CONFIG's S = 48, where its kernel took another schedule than at either size."""
+    SMALL_CONFIG value, until the inputs and the model's tensors fit, and the outputs too (``fits``); None when they
+    fit only at SMALL_CONFIG's values (or the model cannot be counted). So a config keeps as much of its size as the
+    interpreter allows, and two configs that differ stay apart: played LLM, session 22, an ALiBi softmax over S = 1024
+    and 2048 was checked twice at SMALL_CONFIG's S = 48, where its kernel took another schedule than at either size."""
     run = dict(config)
     while True:
         run = {**run, **{k: max(v, run[k] // 2) for k, v in sized.items()}}
@@ -99,7 +121,7 @@ def _toward_small_config(spec, config: dict, sized: dict) -> dict | None:
         weights = model_elements(spec, run)
         if weights is None:
             return None
-        if spec.input_elements(run) + weights <= INTERPRETER_INPUT_ELEMENTS:
+        if fits(spec, run, weights):
             return run
 
 
@@ -114,3 +136,37 @@ def model_elements(spec, config: dict) -> int | None:
     except Exception:  # noqa: BLE001 - a constructor that needs real values: its size is not known
         return None
     return sum(t.numel() for t in [*model.parameters(), *model.buffers()])
+
+
+def output_elements(spec, config: dict) -> int | None:
+    """The elements of the reference's outputs at ``config``: its forward run on the meta device (no values drawn,
+    nothing computed), or None when the model, the inputs or the forward need real values."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            model = spec.module.Model(*spec.init_inputs(config))
+        inputs = spec.sample_inputs(config, 0, "meta")
+        with torch.no_grad():
+            out = model(*inputs)
+    except Exception:  # noqa: BLE001 - a forward that reads values (an index, .item()): its outputs are not counted
+        return None
+    outs = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (list, tuple)) else []
+    return sum(t.numel() for t in outs if isinstance(t, torch.Tensor))
+
+
+def over_budget(spec, config: dict) -> str | None:
+    """Why the sizes ``config`` (as a check runs it) are too large for the interpreter to check in time: the inputs
+    and model tensors, or the outputs, hold more than ``INTERPRETER_INPUT_ELEMENTS`` (a size rule that could not
+    shrink them: no SMALL_CONFIG, or SMALL_CONFIG's own sizes); None when both fit or cannot be counted on the meta
+    device. A timeout's message says it, so that the feedback blames the sizes and not the kernel's schedule."""
+    try:
+        inputs = spec.input_elements(config) + (model_elements(spec, config) or 0)
+    except Exception:  # noqa: BLE001 - get_inputs needs real values: not counted
+        return None
+    outputs = output_elements(spec, config) or 0
+    parts = [f"its inputs and model tensors hold {inputs:,} elements"] if inputs > INTERPRETER_INPUT_ELEMENTS else []
+    if outputs > INTERPRETER_INPUT_ELEMENTS:
+        parts.append(f"its outputs hold {outputs:,} elements")
+    return f"{' and '.join(parts)}, more than the {INTERPRETER_INPUT_ELEMENTS:,} the interpreter checks in time" \
+        if parts else None

@@ -46,6 +46,12 @@ class EvalRequest(BaseModel):
                                "to run once at larger ones after the checks pass (evaluator.full_size); 0: not run")
 
 
+RUN_TIMEOUT_S = 300.0
+"""The limit for checking one config that ``tileagent generate`` (``LoopOptions``) and ``tileagent eval`` give by
+default (``EvalRequest``'s own default stays lower, for the API's quick checks). One value for both: played LLM,
+session 27, eval's former 120 s timed out on a kernel that generate had passed in 294 s."""
+
+
 class Timing(BaseModel):
     """One timed function: medians over trials, L2 flushed before each trial."""
 

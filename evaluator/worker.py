@@ -64,6 +64,7 @@ from tileagent.evaluator.errors import (
     Timeout,
     WorkerError,
 )
+from tileagent.evaluator.check_watch import CheckWatch, check_hooks
 from tileagent.evaluator.interpreter_sizes import INTERPRETER_INPUT_ELEMENTS, interpreter_config
 from tileagent.evaluator.records import ConfigResult, EvalRequest, EvalResult, Status
 
@@ -108,6 +109,9 @@ class Progress:
 
     def config(self, result: ConfigResult) -> None:
         """A config finished (kept even if a later one crashes the worker)."""
+
+    def check(self, **fields) -> None:
+        """How the current config's checks go (``evaluator.check_watch``: calls done, a call's seconds, sizes)."""
 
 
 def resolve_device(device: str) -> str:
@@ -258,6 +262,7 @@ def _check_config(request: EvalRequest, spec, config: dict, index: int, device: 
     extra = {"distributions": request.distributions} if request.distributions else {}
     if sandbox is not None:
         extra["sandbox"] = sandbox
+    extra.update(check_hooks(spec, config, device, progress, check_candidate))
     start = time.perf_counter()
     with _gpu_lowering_checked(device == "cpu"):
         (checked,) = check_candidate(spec, request.kernel_path, device=device, configs=[config],
@@ -382,6 +387,9 @@ class _PipeProgress(Progress):
 
     def config(self, result: ConfigResult) -> None:
         self.send({"type": "config", "id": self.id, "result": result.model_dump(mode="json")})
+
+    def check(self, **fields) -> None:
+        self.send({"type": "check", "id": self.id, **fields})
 
 
 def serve(evaluate_fn: str = DEFAULT_EVALUATE, device: str = "cpu") -> None:
@@ -633,7 +641,7 @@ class EvalWorker:
         phase, index, config, acknowledged = "load", None, None, False
         running = None  # what of the reference's own code the worker runs now (its "reference" messages)
         running_since = time.monotonic()  # when that began
-        done: list[ConfigResult] = []
+        done, watch = [], CheckWatch()  # the configs done; how the current one's checks go
         deadline = time.monotonic() + budget_s(request, phase, index)
         while True:
             try:
@@ -649,16 +657,7 @@ class EvalWorker:
                     self._restart()
                     return failed(error, configs=done, device=self.device, timing_available=timed)
                 self._restart()
-                what = {"load": "loading the reference and the candidate", "check": f"checking config {config}",
-                        "plan": f"compiling the kernels of config {config} for the GPU"}.get(phase,
-                                                                                            f"timing config {config}")
-                during = "" if running is None else (f" (the reference's {running.get('what', 'code')} was running, "
-                                                     f"for {ran:.2g} s: the phase's time went to many steps)")
-                budget = "" if phase != "check" else (f" (a config's checks have {request.run_timeout_s:g} s, "
-                                                       f"the first config's {request.compile_timeout_s:g} s more "
-                                                       f"for compiling the kernels)")
-                error = Timeout(f"{what} did not finish within {limit:g} s{during}; the worker was killed and "
-                                f"restarted{budget}", phase=phase, config=config, limit_s=limit)
+                error = watch.timeout(phase, config, limit, request, running, ran)
                 return failed(error, configs=done, device=self.device, timing_available=timed)
             if message is None and not acknowledged and retry:  # it died before it saw the request: not the
                 self._restart()                                     # candidate's doing; once more on a fresh one
@@ -682,8 +681,11 @@ class EvalWorker:
             if kind == "reference":
                 running = message.get("running") if isinstance(message.get("running"), dict) else None
                 running_since = time.monotonic()
+            elif kind == "check":
+                watch.update(message)
             elif kind == "phase":
                 phase, index, config = message["phase"], message.get("index"), message.get("config")
+                watch.reset()
                 deadline = time.monotonic() + budget_s(request, phase, index)
                 self._notify("phase", {"phase": phase, "index": index, "config": config})
             elif kind == "config":

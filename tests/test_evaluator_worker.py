@@ -385,10 +385,10 @@ def test_on_the_cpu_a_config_too_large_for_the_interpreter_is_checked_at_small_c
         ({"M": 16, "N": 65536}, {"M": 8, "N": 32768}), ({"M": 8, "N": 40}, None)]
     assert result.configs[1].notes == [
         "checked at M=4, N=32768 on the CPU interpreter (the sizes SMALL_CONFIG states halved toward it): the inputs "
-        "and model tensors of M=8, N=65536 hold 524,288 elements, more than the interpreter checks in time "
-        "(262,144); a GPU checks the config as stated"]
-    assert "Checked at smaller sizes (inputs too large for the interpreter; the free dims (FREE_DIMS) halved until " \
-           "the inputs and model tensors fit, other sizes as stated; where that is not enough, every size " \
+        "and model tensors of M=8, N=65536 hold 524,288 elements and its outputs 524,288, more than the interpreter "
+        "checks in time (262,144 each); a GPU checks the config as stated"]
+    assert "Checked at smaller sizes (inputs or outputs too large for the interpreter; the free dims (FREE_DIMS) " \
+           "halved until the inputs and model tensors fit, and the outputs too, other sizes as stated; where that is not enough, every size " \
            "SMALL_CONFIG states halved toward it until they fit; else SMALL_CONFIG's sizes): M=8, N=65536 at " \
            "M=4, N=32768; M=16, N=65536 at M=8, N=32768. A path your kernel takes only at the sizes as stated was " \
            "compiled for them, not run." in render_feedback(result)

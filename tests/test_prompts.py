@@ -18,7 +18,7 @@ from tests.conftest import REPO, load_module
 from tileagent import prompts
 
 FEEDBACK = ["compile_error", "mismatch", "guard_violation", "candidate_error", "kernel_fault", "worker_error",
-            "cpu_timeout", "timing_row",
+            "cpu_timeout", "cpu_timeout_sizes", "timing_row",
             "timing", "resources",
             "malformed_answer", "covered_by_tuning"]
 TEMPLATES = ["system", "dsl_guide"] + [f"feedback.{name}" for name in FEEDBACK]

@@ -22,6 +22,7 @@ from rich.table import Table
 from tileagent.compiler.diagnostics import CompileError
 from tileagent.evaluator.full_size import RULE as FULL_RUN_RULE
 from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
+from tileagent.evaluator.records import RUN_TIMEOUT_S
 from tileagent.display import CLIConsole, setup_logging
 from tileagent.drafter_flags import drafter_options, make_drafter
 
@@ -208,8 +209,8 @@ def _cpu_note(chosen, device: str, reference: Path) -> None:
         console.print("  CPU: checked at smaller sizes ("
                       + "; ".join(f"{cfgs_key(c)} -> {cfgs_key(run)}" for c, run in reduced[:3])
                       + (" ..." if len(reduced) > 3 else "") + "); not timed", highlight=False)
-    console.print("  CPU: free dims (FREE_DIMS) at their SMALL_CONFIG sizes; a config whose inputs and model tensors "
-                  f"still hold more than 2**18 elements is checked with {INTERPRETER_RULE}; {FULL_RUN_RULE}",
+    console.print("  CPU: free dims (FREE_DIMS) at their SMALL_CONFIG sizes; a config whose inputs and model tensors, "
+                  f"or outputs, still hold more than 2**18 elements is checked with {INTERPRETER_RULE}; {FULL_RUN_RULE}",
                   highlight=False)
 
 
@@ -261,7 +262,8 @@ def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file def
           no_timing: bool = typer.Option(False, "--no-timing", help="check correctness only"),
           seeds: int = typer.Option(5, help="random seeds per config and input distribution"),
           compile_timeout: float = typer.Option(120.0, help="seconds to load the reference and the candidate"),
-          run_timeout: float = typer.Option(120.0, help="seconds to check (or time) one config"),
+          run_timeout: float = typer.Option(RUN_TIMEOUT_S, help="seconds to check (or time) one config (the same "
+                                            "default as tileagent generate's)"),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     from tileagent import configs as cfgs
     from tileagent.evaluator.records import EvalRequest

@@ -111,7 +111,7 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                           verdict=verdict(result.configs, target), target=_num(target)) + cost
         smaller = [f"{_cfg(c.config)} at {_cfg(c.evaluated_at)}" for c in result.configs if c.evaluated_at]
         runs = [f"- {n}" for c in result.configs for n in c.notes if RAN in n or NOT_RAN in n]
-        checked = (f"\nChecked at smaller sizes (inputs too large for the interpreter; {INTERPRETER_RULE}): "
+        checked = (f"\nChecked at smaller sizes (inputs or outputs too large for the interpreter; {INTERPRETER_RULE}): "
                    f"{'; '.join(smaller)}." + ("" if runs else " A path your kernel takes only at the sizes as stated "
                                                "was compiled for them, not run.")) if smaller else ""
         if runs:  # played LLM, session 24: a kernel's paths for long sequences never ran on the CPU
@@ -159,7 +159,9 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                    (f" in {c.seconds['check']:.0f} s" if (c.seconds or {}).get("check") else "")
                    for c in result.configs if c.correct]
         passed = f"\nChecked correct before the timeout: {'; '.join(correct)}." if correct else ""
-        return render("feedback.cpu_timeout", message=result.message, passed=passed)
+        sizes = failure.get("sizes_cause") is True  # evaluator.check_watch: the check sizes are over the budget
+        return render("feedback.cpu_timeout_sizes" if sizes else "feedback.cpu_timeout", message=result.message,
+                      passed=passed)
     if status in ("timeout", "crash"):
         return render("feedback.worker_error", kind=failure.get("kind", status), message=result.message)
     if failure.get("exception") == "KernelFault":

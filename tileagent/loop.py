@@ -38,7 +38,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from tileagent.evaluator.records import ConfigResult, EvalRequest, EvalResult
+from tileagent.evaluator.records import RUN_TIMEOUT_S, ConfigResult, EvalRequest, EvalResult
 from tileagent.evaluator.full_size import RULE as FULL_RUN_RULE
 from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
 from tileagent.evaluator.spec import ALL_DISTRIBUTIONS
@@ -73,7 +73,7 @@ class LoopOptions(BaseModel):
     keep_going: bool = Field(False, description="evaluate each candidate on every config even after one fails "
                              "(batch: a kernel may serve some configs only)")
     compile_timeout_s: float = 120.0
-    run_timeout_s: float = 300.0
+    run_timeout_s: float = RUN_TIMEOUT_S  # tileagent eval's default too
 
 
 class Best(BaseModel):
@@ -329,8 +329,8 @@ class Loop:
             real = "\n".join(f"- {', '.join(f'{k}={v}' for k, v in rc.spec.items())}" for rc in self.o.configs)
             listed = self._interpreter_sizes(pending)
             note = ("Evaluated on the CPU interpreter, at smaller sizes than the GPU's: the free dims (FREE_DIMS) at "
-                    "their SMALL_CONFIG sizes, and a config whose inputs and model tensors (a layer's weight) "
-                    f"still hold more than 2**18 elements with {INTERPRETER_RULE}; {FULL_RUN_RULE}. Each config is "
+                    "their SMALL_CONFIG sizes, and a config whose inputs and model tensors (a layer's weight), "
+                    f"or its outputs, still hold more than 2**18 elements with {INTERPRETER_RULE}; {FULL_RUN_RULE}. Each config is "
                     f"checked on "
                     f"{self.o.seeds} seeds x {len(ALL_DISTRIBUTIONS)} input distributions and again at tail sizes "
                     "of its free dims, a few hundred runs, and the interpreter runs a launch's blocks one after "
