@@ -74,11 +74,11 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "elementwise_add": ("elementwise/example_elementwise_add.py", ["--m", "4096", "--n", "4096"], True, ()),
     "mha_sink_fwd_bhsd": ("attention_sink/example_mha_sink_fwd_bhsd.py",
                           ["--batch", "4", "--heads", "32", "--seq_q", "2048", "--seq_kv", "2048"], True, ()),
-    "mha_sink_bwd_bhsd": ("attention_sink/example_mha_sink_bwd_bhsd.py",  # its [heads] fragment grown to block_M
-                          ["--batch", "1", "--h", "64", "--n_ctx", "4096", "--d_head", "128"], True, ()),
+    "mha_sink_bwd_bhsd": ("attention_sink/example_mha_sink_bwd_bhsd.py",  # its [heads] fragment grown to block_M;
+                          ["--batch", "1", "--h", "64", "--n_ctx", "4096", "--d_head", "128"], False, ()),  # --only
     "gqa_sink_bwd_bhsd": ("attention_sink/example_gqa_sink_bwd_bhsd.py",
                           ["--batch", "1", "--h", "64", "--n_ctx", "4096", "--d_head", "128", "--groups", "8"],
-                          True, ()),
+                          False, ()),
     "block_sparse_attn": ("blocksparse_attention/example_tilelang_block_sparse_attn.py", [], True, ()),
     "grouped_gemm_fwd": ("grouped_gemm/example_grouped_gemm_fwd.py", ["--batch_sizes", "64,128,256,512", "--profile"],
                          True, ()),
