@@ -255,6 +255,9 @@ STEPS = (
          "mha_bwd_bshd --timeout 150", 360,
          "TileLang's attention-sink backward (MHA, GQA), built for the first time this session, and the MHA backward "
          "(its dS^T @ K on wgmma now), their own checks and printed times", after="gpu_tests_27"),
+    Step("played_27", 17, "CAP=120 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played27\" session27", 480,
+         "the played LLM's session-27 answers over every config (the float32 GEMM as TF32 and its bf16 x6 split, the "
+         "weight gradient, partial rotary, the embedding backward)"),
     Step("fusion_27_loss", 17, "python bench/fusion_knobs.py --ops label_smoothing_ce,cosine_embedding "
          "--max-configs 2 --no-tunables --variant 'DISTRIBUTE=False' --variant 'SPLIT_ONCE=False'", 180,
          "a loss's reductions in fewer kernels and passes (DISTRIBUTE), a split kernel's tile loaded once for its "
