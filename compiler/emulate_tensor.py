@@ -27,7 +27,7 @@ import torch
 
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.errors import KernelFault
-from tileagent.compiler.intrinsics import truncate_tf32
+from tileagent.compiler.intrinsics import TF32_DTYPES, truncate_tf32
 from tileagent.compiler.tir import AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma, PackPairs
 
 WARP_SIZE = 32
@@ -78,7 +78,7 @@ def mma(block, s: Mma) -> None:
     ab = s.element_dtype
     if ab in _EIGHT_BIT:
         return _mma8(block, s, ab)
-    if ab in ("float32", "tfloat32"):
+    if ab in TF32_DTYPES:
         return _mma_tf32(block, s)
     f16acc = ab == "float16" and s.c_buf.dtype == "float16"  # .f16 accumulators: each mma rounds its sums
     if ab not in ("float16", "bfloat16") or any(b.dtype not in (ab, "uint32") for b in (s.a_buf, s.b_buf)) or \
@@ -164,7 +164,7 @@ def _mma_tf32(block, s: Mma) -> None:
     """One mma.sync m16n8k8 .tf32 in every warp that executes it: the m16n8k16 fragments of ``compiler.tir.Mma``
     over 32-bit elements (A [16, 8], B [8, 8]), each element truncated to TF32 (its low 13 mantissa bits dropped, as
     the tensor core reads only the upper 19), products summed in float32."""
-    if s.c_buf.dtype != "float32" or any(b.dtype not in ("float32", "tfloat32", "uint32") for b in (s.a_buf, s.b_buf)):
+    if s.c_buf.dtype != "float32" or any(b.dtype not in (*TF32_DTYPES, "uint32") for b in (s.a_buf, s.b_buf)):
         raise EmulationError(f"Mma wants float32/tfloat32 A and B (or uint32 registers) and a float32 C, got A "
                              f"{s.a_buf.dtype}, B {s.b_buf.dtype}, C {s.c_buf.dtype}", s.span)
     _check_registers(s, ((s.a_buf, s.a, 4), (s.b_buf, s.b, 2), (s.c_buf, s.c, 4)))

@@ -53,7 +53,8 @@ import torch
 
 from tileagent.compiler.emulate_tensor import EmulationError, unpack
 from tileagent.compiler.instructions.wgmma import a_position, d_position, decode_descriptor, encode_descriptor
-from tileagent.compiler.intrinsics import truncate_tf32
+from tileagent.compiler.instructions.base import k_step
+from tileagent.compiler.intrinsics import TF32_DTYPES, truncate_tf32
 from tileagent.compiler.tir import AsyncProxyFence, Wgmma, WgmmaCommit, WgmmaFence, WgmmaRS, WgmmaWait
 
 GROUP = 128  # threads of a warpgroup
@@ -260,10 +261,10 @@ def wgmma(block, s) -> None:
             len(s.a) == (4 if s.a_buf.dtype == "uint32" else 8)
     else:
         a_ok = s.a_buf.scope == "shared" and s.a_buf.dtype == s.dtype
-    tf32 = not rs and {s.dtype, str(s.a_buf.dtype), str(s.b_buf.dtype)} <= {"float32", "tfloat32"}
+    tf32 = not rs and {s.dtype, str(s.a_buf.dtype), str(s.b_buf.dtype)} <= set(TF32_DTYPES)
     if tf32:
         a_ok = s.a_buf.scope == "shared" and s.a_major == s.b_major == "k"
-    if s.dtype not in ("float16", "bfloat16", *(("float32", "tfloat32") if tf32 else ())) or not a_ok or \
+    if s.dtype not in ("float16", "bfloat16", *(TF32_DTYPES if tf32 else ())) or not a_ok or \
             (s.b_buf.dtype != s.dtype and not tf32) or \
             s.c_buf.dtype != "float32" or s.b_buf.scope != "shared" or s.c_buf.scope != "local":
         raise EmulationError(f"{type(s).__name__} wants float16/bfloat16 {'register' if rs else 'shared'} A, a "
@@ -285,7 +286,7 @@ def wgmma(block, s) -> None:
     for q in groups:
         threads = torch.arange(q * GROUP, (q + 1) * GROUP)
         a0 = None if rs else _uniform_start(block, s.a_index, q, "A", s.span)
-        kk = 32 // s.b_buf.dtype.bytes  # K of one wgmma: 16, or 8 for TF32
+        kk = k_step(s.b_buf)  # K of one wgmma: 16, or 8 for TF32
         a = _register_a(block, s, threads) if rs else \
             _tile_addresses(block, s.a_buf, a0, s.a_lbo, s.a_sbo, s.a_swizzle, 64, kk, False, s.span, "A") \
             if s.a_major == "k" else \

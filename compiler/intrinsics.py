@@ -63,6 +63,9 @@ def round_tf32(t: torch.Tensor) -> torch.Tensor:
     return torch.where((u & 0x7F800000) != 0x7F800000, r, u).view(torch.float32)
 
 
+TF32_DTYPES = ("float32", "tfloat32")  # gemm operand dtypes the tensor cores read as TF32
+
+
 def truncate_tf32(t: torch.Tensor) -> torch.Tensor:
     """float32 ``t`` as a TF32 tensor core reads it: the 13 low mantissa bits dropped (toward zero). The GPU lowering
     of a float32 T.gemm (mma.sync m16n8k8 / wgmma k8 .tf32) passes float32 bits, so the interpreter and the SIMT

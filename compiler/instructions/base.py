@@ -66,6 +66,13 @@ class Instruction:
         return None
 
 
+def k_step(buf) -> int:
+    """K elements of one tensor-core instruction on operands of ``buf``'s dtype: the fragments (mma.sync m16n8k16's,
+    wgmma's descriptors) hold 32 bytes of a row's K, so 16 for 16-bit dtypes, 32 for 8-bit ones (m16n8k32), 8 for
+    32-bit ones (TF32: m16n8k8, wgmma k8)."""
+    return 32 // buf.dtype.bytes
+
+
 @dataclass(frozen=True)
 class GemmChoice:
     """The instruction chosen for one T.gemm and how it splits the block: ``partition`` = (warps along M, along N)."""

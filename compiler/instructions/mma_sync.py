@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from tileagent.compiler.diagnostics import LayoutError
 from tileagent.compiler.instructions.base import Instruction, sm_version
+from tileagent.compiler.intrinsics import TF32_DTYPES
 from tileagent.compiler.layout.mma import accumulator_layout, operand_a_layout, warp_partition
 
 DTYPES = ("float16", "bfloat16")
@@ -124,9 +125,6 @@ class MmaSyncM16N8K32(MmaSyncM16N8K16):
         return out
 
 
-TF32 = ("float32", "tfloat32")
-
-
 class MmaSyncM16N8K8(MmaSyncM16N8K32):
     """Registry entry ``mma.sync m16n8k8 .tf32``: T.gemm on float32 / tfloat32 operands on TensorFloat-32 tensor
     cores (``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``, sm_80 and later), a float32 accumulator.
@@ -146,7 +144,7 @@ class MmaSyncM16N8K8(MmaSyncM16N8K32):
 
     def reason(self, g, threads: int, target) -> str | None:
         a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
-        if a.dtype not in TF32 or b.dtype not in TF32 or c.dtype != "float32":
+        if a.dtype not in TF32_DTYPES or b.dtype not in TF32_DTYPES or c.dtype != "float32":
             return (f"takes float32/tfloat32 A and B (TF32) and a float32 accumulator; got {a.dtype}, {b.dtype} -> "
                     f"{c.dtype}")
         if sm_version(target) is not None and sm_version(target) < 80:

@@ -52,7 +52,8 @@ from __future__ import annotations
 import os
 
 from tileagent.compiler.diagnostics import LayoutError
-from tileagent.compiler.instructions.base import Instruction, has_feature
+from tileagent.compiler.instructions.base import Instruction, has_feature, k_step
+from tileagent.compiler.intrinsics import TF32_DTYPES
 from tileagent.compiler.layout.fragment import Fragment, Level
 from tileagent.compiler.layout.layout import wgmma_operand
 from tileagent.compiler.target import ARCHS, FEATURE_ENV, feature_switches
@@ -61,7 +62,6 @@ ENV = FEATURE_ENV["wgmma"]  # "0": every kernel of the process stays on mma.sync
 OVERLAP_ENV = "TILEAGENT_WGMMA_OVERLAP"  # "0": a pipelined gemm waits for its wgmmas in its own iteration (A/B runs)
 M_MAJOR_A_ENV = "TILEAGENT_WGMMA_M_MAJOR_A"  # "0": a transposed A keeps mma.sync, as before it took wgmma (A/B runs)
 DTYPES = ("float16", "bfloat16")
-TF32 = ("float32", "tfloat32")  # SS only, both operands K-major: m64nNk8 .tf32 (PTX: no transposes for .tf32)
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}  # swizzle width in bytes -> descriptor bits 62-63 (sm_90a; 0 = none)
 _FIELD = 0x3FFF  # 14-bit address fields
 
@@ -91,11 +91,6 @@ def decode_descriptor(desc: int) -> dict:
 
 
 SUFFIX = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32", "tfloat32": "tf32"}  # PTX operand types
-
-
-def k_step(buf) -> int:
-    """K of one wgmma on operands of ``buf``'s dtype: 32 bytes of each row, so 16 for 16-bit dtypes, 8 for TF32."""
-    return 32 // buf.dtype.bytes
 
 
 def d_position(thread: int, i: int) -> tuple[int, int]:
@@ -222,7 +217,7 @@ class WgmmaM64NK16(Instruction):
         if why is not None:
             return why
         a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
-        tf32 = a.dtype in TF32 and b.dtype in TF32 and a.scope == "shared"
+        tf32 = a.dtype in TF32_DTYPES and b.dtype in TF32_DTYPES and a.scope == "shared"  # SS only, K-major (PTX)
         if not tf32 and (a.dtype not in DTYPES or b.dtype != a.dtype) or c.dtype != "float32":
             return (f"takes float16/bfloat16 A and B (or float32/tfloat32 ones from shared memory: TF32) and a float32 "
                     f"accumulator; got {a.dtype}, {b.dtype} -> {c.dtype}")
@@ -299,10 +294,10 @@ class WgmmaM64NK16RS(WgmmaM64NK16):
 
     def reason(self, g, threads: int, target) -> str | None:
         a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
-        why = self.target_reason(target)
-        if why is None and (a.scope != "fragment" or b.scope != "shared" or c.scope != "fragment"):
+        if self.target_reason(target) is None and (a.scope != "fragment" or b.scope != "shared" or
+                                                   c.scope != "fragment"):  # before the dtypes: TF32 is SS only
             return "reads A from registers (RS) and B from shared memory into a fragment accumulator"
-        why = why or self._common_reason(g, threads, target)
+        why = self._common_reason(g, threads, target)
         if why is not None:
             return why
         if len(a.shape) != 2 or tuple(g.a.extents) != tuple(a.shape):

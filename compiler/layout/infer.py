@@ -474,8 +474,8 @@ class _KernelInference:
                 frag = self._sliced(self.r.fragments[buf], pattern)  # x[k, j] with k serial: x's row layout
                 if frag is not None and frag.shape == extents:
                     return frag
-            if permuted is None and sorted(p for p in pattern if isinstance(p, int)) == list(range(len(extents))) \
-                    and len(pattern) == len(extents):
+            if permuted is None and all(isinstance(p, int) for p in pattern) and \
+                    sorted(pattern) == list(range(len(extents))):
                 frag = self.r.fragments[buf].permute(sorted(range(len(pattern)), key=pattern.__getitem__))
                 permuted = frag if frag.shape == extents else None
         return permuted

@@ -19,6 +19,7 @@ from __future__ import annotations
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import Const, as_expr, make_binop
 from tileagent.compiler.ir.stmt import Alloc, Copy, For, Gemm, Store
+from tileagent.compiler.instructions.base import k_step
 from tileagent.compiler.instructions.mma_sync import DTYPES as MMA_DTYPES, MmaSyncM16N8K16
 from tileagent.compiler.ir.visit import leaves, walk
 from tileagent.compiler.ir.simplify import difference, is_even, known_multiple
@@ -29,7 +30,7 @@ def lower_gemm(ctx, s: Gemm) -> list:
     operand scopes were checked there)."""
     a_buf, b_buf, c_buf = s.a.buffer, s.b.buffer, s.c.buffer
     row_base, col_base, tm, tn, k = _warp_tile(ctx, s)
-    step_k = _k_step(a_buf)  # K elements per mma: 16, 32 for 8-bit operands, 8 for 32-bit ones
+    step_k = k_step(a_buf)  # K elements per mma: 16, 32 for 8-bit operands, 8 for 32-bit ones
     per = 4 // a_buf.dtype.bytes  # elements per 32-bit register: 2, 4 (8-bit) or 1 (tf32)
     lane = make_binop("%", THREAD, 32)
     g, t = make_binop("//", lane, 4), make_binop("%", lane, 4)
@@ -169,12 +170,6 @@ def lower_gemm(ctx, s: Gemm) -> list:
     return out
 
 
-def _k_step(buf) -> int:
-    """K elements of one mma on operands of ``buf``'s dtype: the m16n8k16 fragments hold 32 bytes of a row's K, so
-    16 for 16-bit dtypes, 32 for 8-bit ones (m16n8k32), 8 for 32-bit ones (m16n8k8 .tf32)."""
-    return 32 // buf.dtype.bytes
-
-
 def packable_a_operands(body, layouts) -> set:
     """16-bit fragments used only as T.gemm A operands and as the destination of whole copies from float32 fragments
     of the same layout (flash attention's P): they can live as packed 32-bit pairs (``PackPairs`` fills them, ``Mma``
@@ -250,7 +245,7 @@ def _ldmatrix_a(ctx, s: Gemm, row_base, kb, am, frag, first) -> LdMatrix:
     + 8 (mi % 2) and K + 8 (mi // 2); .trans when A is stored K x M."""
     lane = make_binop("%", THREAD, 32)
     mi, r8 = make_binop("//", lane, 8), make_binop("%", lane, 8)
-    step_k = _k_step(s.a.buffer)
+    step_k = k_step(s.a.buffer)
     mm = make_binop("+", make_binop("+", row_base, make_binop("*", am, 16)), make_binop("*", make_binop("%", mi, 2), 8))
     kk = make_binop("+", make_binop("*", kb, step_k), make_binop("*", make_binop("//", mi, 2), step_k // 2))
     elem = (make_binop("+", mm, r8), kk) if not s.transpose_a else (mm, make_binop("+", kk, r8))

@@ -42,7 +42,8 @@ from __future__ import annotations
 import numpy as np
 
 from tileagent.compiler.diagnostics import TargetError
-from tileagent.compiler.instructions.wgmma import k_step, n_split
+from tileagent.compiler.instructions.base import k_step
+from tileagent.compiler.instructions.wgmma import n_split
 from tileagent.compiler.ir.expr import as_expr, make_binop
 from tileagent.compiler.ir.stmt import Gemm
 from tileagent.compiler.layout.layout import swizzle_width

@@ -26,6 +26,7 @@ Guarantees:
 
 from __future__ import annotations
 
+from tileagent.compiler.intrinsics import TF32_DTYPES
 from tileagent.compiler.ir.expr import make_binop
 from tileagent.compiler.targets.swizzle_address import split_swizzled_index
 from tileagent.compiler.tir import LANE, THREAD, WARP, AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma, PackPairs
@@ -91,7 +92,6 @@ __device__ __forceinline__ void tl_mma_m16n8k8_tf32(float& d0, float& d1, float&
       : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }"""
-_TF32 = ("float32", "tfloat32")
 HELPERS["mma_f16acc"] = """\
 // mma.sync m16n8k16 with float16 accumulators, in place: {d0..d3} = A (16x16, f16) @ B (16x8, f16) + {d0..d3},
 // the accumulator pairs (d0, d1), (d2, d3) packed into two .f16x2 registers around the instruction.
@@ -120,7 +120,7 @@ def emit_mma(em, s: Mma) -> None:
     ab = s.element_dtype
     if ab in _TYPES8:
         return _emit_mma8(em, s, what, ab)
-    if ab in _TF32:
+    if ab in TF32_DTYPES:
         return _emit_mma_tf32(em, s, what)
     f16acc = ab == "float16" and s.c_buf.dtype == "float16"
     if ab not in _TYPES or any(b.dtype not in (ab, "uint32") for b in (s.a_buf, s.b_buf)) or \
@@ -185,7 +185,7 @@ def _emit_mma8(em, s: Mma, what: str, ab: str) -> None:
 def _emit_mma_tf32(em, s: Mma, what: str) -> None:
     """mma.sync m16n8k8 .tf32: 4 accumulators, A as 4 registers, B as 2, each one float32/tfloat32 element (its bits
     passed as they are) or a uint32 register ldmatrix filled."""
-    if s.c_buf.dtype != "float32" or any(b.dtype not in (*_TF32, "uint32") for b in (s.a_buf, s.b_buf)):
+    if s.c_buf.dtype != "float32" or any(b.dtype not in (*TF32_DTYPES, "uint32") for b in (s.a_buf, s.b_buf)):
         em.fail(f"{what}: want float32/tfloat32 A and B (or uint32 registers) and a float32 C, got A {s.a_buf.dtype}, "
                 f"B {s.b_buf.dtype}, C {s.c_buf.dtype}")
     regs = []
@@ -209,7 +209,7 @@ def _emit_mma_tf32(em, s: Mma, what: str) -> None:
 def emit_ldmatrix(em, s: LdMatrix) -> None:
     what = f"LdMatrix into {s.dst.name}"
     dt = s.src.dtype
-    if (dt not in _TYPES and (dt not in (*_TYPES8, *_TF32) or s.trans)) or s.dst.dtype != "uint32" or \
+    if (dt not in _TYPES and (dt not in (*_TYPES8, *TF32_DTYPES) or s.trans)) or s.dst.dtype != "uint32" or \
             s.src.scope != "shared" or s.dst.scope != "local":
         em.fail(f"{what}: want a float16/bfloat16 (or, without .trans, 8-bit or 32-bit) shared source and a local "
                 f"uint32 destination, got {s.src.scope} {dt}{' .trans' if s.trans else ''} -> {s.dst.scope} "

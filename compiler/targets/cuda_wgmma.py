@@ -31,12 +31,12 @@ Guarantees:
 
 from __future__ import annotations
 
+from tileagent.compiler.intrinsics import TF32_DTYPES
 from tileagent.compiler.instructions.wgmma import SWIZZLE_MODE, encode_descriptor
 from tileagent.compiler.targets.cuda_tensor import _shared_address
 from tileagent.compiler.tir import AsyncProxyFence, Wgmma, WgmmaCommit, WgmmaFence, WgmmaRS, WgmmaWait
 
 _SFX = {"float16": "f16", "bfloat16": "bf16"}
-_TF32 = ("float32", "tfloat32")  # m64nNk8 .tf32: K-major operands, no transpose immediates (PTX ISA)
 
 
 _CONSTRAINT = {"float32": "f", "uint32": "r"}
@@ -91,7 +91,7 @@ def emit_wgmma(em, s: Wgmma) -> None:
     what = f"Wgmma into {s.c_buf.name}"
     if em.k.num_threads % 128:
         em.fail(f"{what}: wgmma is warpgroup-wide, but the block has {em.k.num_threads} threads")
-    tf32 = s.dtype in _TF32 and s.a_buf.dtype in _TF32 and s.b_buf.dtype in _TF32
+    tf32 = s.dtype in TF32_DTYPES and s.a_buf.dtype in TF32_DTYPES and s.b_buf.dtype in TF32_DTYPES
     if (s.dtype not in _SFX or s.a_buf.dtype != s.dtype or s.b_buf.dtype != s.dtype) and not tf32 or \
             s.c_buf.dtype != "float32" or s.a_buf.scope != "shared" or s.b_buf.scope != "shared" or \
             s.c_buf.scope != "local" or tf32 and (s.a_major != "k" or s.b_major != "k"):

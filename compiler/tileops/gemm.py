@@ -19,7 +19,7 @@ from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.ir.stmt import Gemm, Region
 from tileagent.compiler.layout.layout import swizzled
 from tileagent.compiler.instructions import gemm_unavailable, select_gemm
-from tileagent.compiler.intrinsics import truncate_tf32
+from tileagent.compiler.intrinsics import TF32_DTYPES, truncate_tf32
 from tileagent.compiler.tileops.base import Effects, TileOp
 
 GEMM_INPUT_DTYPES = ("float16", "bfloat16", "float32", "tfloat32", "int8", "float8_e4m3fn", "float8_e5m2")
@@ -110,7 +110,7 @@ class GemmOp(TileOp):
         b = it.read_region(s.b, s.span).reshape(s.b.matrix_shape()).to(wide)
         a = a.T if s.transpose_a else a
         b = b.T if s.transpose_b else b
-        if s.a.buffer.dtype in ("float32", "tfloat32") and s.b.buffer.dtype in ("float32", "tfloat32"):
+        if s.a.buffer.dtype in TF32_DTYPES and s.b.buffer.dtype in TF32_DTYPES:
             a, b = truncate_tf32(a), truncate_tf32(b)  # as the GPU's TF32 tensor cores read them (10 mantissa bits)
         prod = a @ b
         if s.clear_accum:
