@@ -23,6 +23,7 @@ from tileagent.compiler.ir.stmt import (Alloc, AtomicAdd, For, If, Kernel, Let, 
 from tileagent.compiler.language.random import check_random
 from tileagent.compiler.loop_exits import check_loop_exits
 from tileagent.compiler.tileops import describe, op_for
+from tileagent.compiler.thread_ranges import regions
 
 
 def check(func: PrimFunc) -> PrimFunc:
@@ -34,6 +35,7 @@ def check(func: PrimFunc) -> PrimFunc:
 
 class _Checker:
     enclosing: tuple = ()  # the loops and branches around the statement being checked
+    regions: dict = {}  # id(statement) -> its warp-group range in the kernel being checked (compiler.thread_ranges)
 
     def body(self, stmts, in_kernel: bool, par_vars: tuple, static_par: bool) -> None:
         for s in stmts:
@@ -69,10 +71,11 @@ class _Checker:
                 self.not_under_thread_branch(_op_name(s), s)
         if isinstance(s, Kernel):
             self.thread_vars = _thread_dependent(s) if s.thread_vars else ()
-            self.threads = s.num_threads
+            self.threads, self.regions = s.num_threads, regions(s)
             check_random(s)
             self.body(s.body, True, (), True)
             self.thread_vars = ()
+            _fragments_of_one_range(s, self.regions)
         elif isinstance(s, Parallel):
             if getattr(self, "thread_vars", ()):
                 _per_thread_parallel(s, self.thread_vars)
@@ -149,15 +152,18 @@ class _Checker:
 
         if isinstance(s, Fill) and all(b.scope in ("local", "var") for b in op_for(s).effects(s).writes):
             return
+        if self.regions.get(id(s)) is not None:  # a warp group's own tile op (compiler.thread_ranges)
+            return
         for x in self.enclosing:
             if isinstance(x, If) and depends_on(x.cond, self.thread_vars):
-                raise ScopeError(f"{what} under a condition on a thread index (T.get_thread_binding): a tile op or "
-                                 f"T.Parallel is the whole block's (its threads split the tile), so the threads "
-                                 f"outside the branch would leave their part undone; warp specialization by hand, a "
-                                 f"warpgroup's own tile ops, is not supported", code="E509",
-                                 hint="run it in every thread of the block (outside the branch), write the branch's "
-                                      "work as per-thread code (T.serial loops over the thread's elements), or "
-                                      "write a T.Pipelined loop and let the compiler specialize the warps")
+                raise ScopeError(f"{what} under a condition on a thread index (T.get_thread_binding) that does not "
+                                 f"select whole warp groups: a tile op or T.Parallel there is run by the branch's "
+                                 f"threads, which must be 128 consecutive threads from a multiple of 128 (or "
+                                 f"several such groups), as in `if tx < 128:` / `elif tx < 256:`", code="E509",
+                                 hint="split the threads at multiples of 128 with a condition on the thread index "
+                                      "alone, run the op in every thread of the block (outside the branch), or "
+                                      "write the branch's work as per-thread code (T.serial loops over the "
+                                      "thread's elements)")
 
     # -- element accesses ------------------------------------------------------------------------------------
     def exprs(self, exprs, par_vars=None, static_par=None) -> None:
@@ -212,6 +218,22 @@ class _Checker:
                              f"{dst.buffer.name} {tuple(dst.extents)}", code="E402",
                              hint="both sides must have the same extents once size-1 dims are dropped; "
                                   "check the slice bounds and the tile shape")
+
+
+def _fragments_of_one_range(k: Kernel, where: dict) -> None:
+    """E509 for a fragment used by two warp-group ranges of a warp-specialized kernel (``compiler.thread_ranges``)."""
+    from tileagent.compiler.thread_ranges import shared_fragments
+
+    found = shared_fragments(k, where) if where else None
+    if found is not None:
+        buf, (r1, l1), (r2, l2) = found
+        def name(r):
+            return "the whole block" if r == (0, k.num_threads) else f"threads {r[0]}-{r[1] - 1}"
+        raise ScopeError(f"fragment '{buf.name}' is used by {name(r1)} (line {l1}) and by {name(r2)} (line {l2}): a "
+                         f"fragment's registers are spread over the threads of the one warp-group range that uses "
+                         f"it", code="E509",
+                         hint="give each branch its own fragments and pass values between them through shared memory "
+                              "(T.copy into a T.alloc_shared buffer, ordered by a barrier)")
 
 
 def _thread_dependent(k: Kernel) -> tuple:

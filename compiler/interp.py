@@ -34,6 +34,7 @@ from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer
                                         Kernel, Let, LoopExit, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc,
                                         Region, RngInit, Store, UseSwizzle, While)
 from tileagent.compiler import interp_race, random_philox
+from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.tileops import op_for
 
 _INT_POISON = -(2**30) + 7
@@ -89,6 +90,19 @@ def foreign_code(call: Call, span):
                        hint="run the kernel on the GPU (the CUDA target); on the CPU, write the function in the DSL")
 
 
+def _lane_ranges(m) -> str:
+    """The threads set in lane mask ``m`` as ranges: "0-127, 256-383"."""
+    idx = torch.nonzero(m).reshape(-1).tolist()
+    parts, start = [], None
+    for n, i in enumerate(idx):
+        if start is None:
+            start = i
+        if n + 1 == len(idx) or idx[n + 1] != i + 1:
+            parts.append(f"{start}-{i}" if i > start else f"{i}")
+            start = None
+    return ", ".join(parts)
+
+
 def run(func: PrimFunc, args: dict, env: dict) -> None:
     """Execute ``func``. ``args`` maps each parameter (Buffer or Var) to its tensor or number; ``env`` binds the
     dynamic shape Vars to ints."""
@@ -115,9 +129,12 @@ class _Interpreter:
         self.loop_lanes = None  # the lanes active when the innermost loop's current iteration began
         self.race = None  # the interp_race.Recorder of the T.Parallel running now (None: none, or nothing to record)
         self.race_plans: dict = {}  # interp_race.plan of each T.Parallel run so far
+        self.roles = None  # the block's interp_roles.Scheduler once a warp-specialized `if` ran (None: none yet)
 
     # -- statements ------------------------------------------------------------------------------------------
     def stmt(self, s, mask) -> None:
+        if self.active is not None and self.lanes is not None and (isinstance(s, Parallel) or op_for(s) is not None):
+            return self.warp_group_op(s)
         handler = self._HANDLERS.get(type(s))
         if handler is not None:
             handler(self, s, mask)
@@ -146,7 +163,7 @@ class _Interpreter:
                     self.env[var] = value
                 self.mbarriers = {}  # each block's own barriers (T.alloc_barrier): [completed phases, arrivals]
                 self.rng = random_philox.States(1 if self.lanes is None else len(self.lanes))  # T.rng_init's
-                self.block_threads = s.num_threads
+                self.block_threads, self.roles = s.num_threads, None
                 self.body(s.body, None)
                 if _deadline is not None:
                     _pace(done, blocks, start, s.span)
@@ -240,6 +257,8 @@ class _Interpreter:
         if isinstance(c, torch.Tensor) and c.dim() > 0:
             c = c.to(torch.bool)
             outer = self.active
+            if self.lanes is not None and any(isinstance(x, MBarrierOp) and x.op == "wait" for x in walk((s,))):
+                return self.concurrent_arms(s, c, mask)
             try:
                 for branch, m in ((s.then_body, c), (s.else_body, ~c)):
                     self.active = m if mask is None else mask & m
@@ -250,6 +269,50 @@ class _Interpreter:
             self.body(s.then_body, mask)
         else:
             self.body(s.else_body, mask)
+
+    def concurrent_arms(self, s: If, c, mask) -> None:
+        """The arms of a warp-specialized ``if`` (its threads wait on barriers) as concurrent roles
+        (``compiler.interp_roles``); an arm no thread takes does not run."""
+        from tileagent.compiler.interp_roles import Scheduler
+
+        if self.roles is None:
+            self.roles = Scheduler(self)
+        outer = self.active
+        arms = []
+        for branch, m in ((s.then_body, c), (s.else_body, ~c)):
+            m = torch.broadcast_to(m, self.lanes.shape)
+            m = m if outer is None else outer & m
+            if branch and bool(m.any()):
+                arms.append((f"threads {_lane_ranges(m)}", lambda b=branch, m=m: self._arm(b, m)))
+        try:
+            self.roles.run_arms(arms, s.span)
+        finally:
+            self.active = outer
+
+    def _arm(self, branch, m) -> None:
+        self.active = m
+        self.body(branch, m)
+
+    def save_state(self) -> tuple:
+        """What one warp-specialized arm keeps across its waits (``compiler.interp_roles``)."""
+        return dict(self.env), self.active, self.loop_lanes, self.race, getattr(self, "par_shape", None)
+
+    def restore_state(self, state: tuple) -> None:
+        env, self.active, self.loop_lanes, self.race, self.par_shape = state
+        self.env = dict(env)
+
+    def warp_group_op(self, s) -> None:
+        """A tile op or T.Parallel in a thread branch (a warp group's, ``compiler.thread_ranges``): the whole tile,
+        computed once by the branch's threads; nothing where no thread takes the branch."""
+        if not bool(torch.as_tensor(self.active).any()):
+            return
+        outer, outer_loop = self.active, self.loop_lanes
+        self.active = self.loop_lanes = None
+        try:
+            handler = self._HANDLERS.get(type(s))
+            handler(self, s, None) if handler is not None else op_for(s).interpret(s, self, None)
+        finally:
+            self.active, self.loop_lanes = outer, outer_loop
 
     def let(self, s: Let, mask) -> None:
         self.env[s.var] = self.ev(s.value)
@@ -294,8 +357,10 @@ class _Interpreter:
         pass
 
     def mbarrier(self, s: MBarrierOp, mask) -> None:
-        """Warp-specialized code runs in program order (compiler.language.warp_specialize): arrives count, and a
-        wait whose phase has not completed would block forever in that order."""
+        """A barrier's phases (``T.alloc_barrier``): an arrive counts its threads (the running lanes of per-thread
+        code, a T.ws group's, else the block's); a wait inside a warp-specialized ``if`` parks its branch until the
+        phase completes (``compiler.interp_roles``); elsewhere code runs in program order, where a wait whose phase
+        has not completed would block forever."""
         index = self.ev(s.index)
         if isinstance(index, torch.Tensor):
             if index.numel() > 1 and bool((index != index.reshape(-1)[0]).any()):
@@ -305,18 +370,27 @@ class _Interpreter:
             raise KernelFault(f"barrier index {index} is out of bounds of {s.barriers.name} "
                               f"({len(s.barriers.counts)} barriers)", s.span)
         state = self.mbarriers.setdefault((id(s.barriers), index), [0, 0])
-        if s.op == "arrive":
-            state[1] += self.block_threads if s.value is None else min(int(s.value), self.block_threads)
+        if s.op != "wait":  # "arrive", or "arrive_cp_async" (cp.async.mbarrier.arrive.noinc: copies end at once here)
+            if s.value is not None:
+                state[1] += min(int(s.value), self.block_threads)
+            elif self.lanes is not None and self.active is not None:
+                state[1] += int(torch.broadcast_to(self.active, self.lanes.shape).sum())
+            else:
+                state[1] += self.block_threads
             count = s.barriers.counts[index]
             state[0], state[1] = state[0] + state[1] // count, state[1] % count
             return
         parity = self.ev(s.value)
         parity = int(parity.reshape(-1)[0]) if isinstance(parity, torch.Tensor) else int(parity)
-        if state[0] % 2 == parity % 2:
-            raise KernelFault(f"barrier wait on {s.barriers.name}[{index}] for phase parity {parity % 2}: it has "
-                              f"completed {state[0]} phase(s), so the wait would block until an arrive that comes "
-                              f"later in the source; TileAgent runs warp-specialized code (T.ws) in program order, "
-                              f"so each wait must follow the arrives it waits for", s.span)
+        if state[0] % 2 != parity % 2:
+            return
+        if self.roles is not None and self.roles.current() is not self.roles.root:
+            return self.roles.block(lambda: state[0] % 2 != parity % 2,
+                                    f"{s.barriers.name}[{index}] phase parity {parity % 2}", s.span)
+        raise KernelFault(f"barrier wait on {s.barriers.name}[{index}] for phase parity {parity % 2}: it has "
+                          f"completed {state[0]} phase(s), so the wait would block until an arrive that comes "
+                          f"later in the source; TileAgent runs warp-specialized code (T.ws) in program order, "
+                          f"so each wait must follow the arrives it waits for", s.span)
 
     def named_barrier(self, s: NamedBarrier, mask) -> None:
         """``bar.sync id, count``: orders nothing here (per-thread code runs statement by statement for all threads
@@ -355,7 +429,39 @@ class _Interpreter:
         return out if e.name == "rng_rand" else random_philox.uniform(out)
 
     def evaluate(self, s: Evaluate, mask) -> None:
-        raise foreign_code(s.value, s.span)
+        from tileagent.compiler.language.cp_async import CALLS, CP_ASYNC
+
+        if not (isinstance(s.value, Call) and s.value.name in CALLS):
+            raise foreign_code(s.value, s.span)
+        if s.value.name == CP_ASYNC:  # lands at once here; commit/wait groups and proxy fences order nothing
+            self.cp_async(*s.value.args, s.span)
+
+    def cp_async(self, dst: Call, src: Call, elems: Const, span, predicate=None) -> None:
+        """``T.ptx_cp_async``: each running thread's ``elems`` elements from its global element into its shared one
+        (zeros where ``predicate`` is false)."""
+        (dl, sl), active = (dst.args[0], src.args[0]), self.active
+        n = int(elems.value)
+        lanes = torch.ones(len(self.lanes) if self.lanes is not None else 1, dtype=torch.bool)
+        lanes = lanes if active is None else torch.broadcast_to(active, lanes.shape)
+        keep = torch.ones(lanes.shape, dtype=torch.bool) if predicate is None else \
+            torch.broadcast_to(torch.as_tensor(self.ev(predicate), dtype=torch.bool), lanes.shape)
+        flat = []
+        for load in (dl, sl):
+            idx, _ = self._element_indices(load.buffer, load.indices, span)
+            lin = torch.zeros(lanes.shape, dtype=torch.int64)
+            for i, extent in zip(idx, self.shapes[load.buffer]):
+                lin = lin * int(extent) + torch.broadcast_to(torch.as_tensor(i, dtype=torch.int64), lanes.shape)
+            flat.append(lin[lanes])
+        d, src_view = self.mem[dl.buffer].view(-1), self.mem[sl.buffer].reshape(-1)
+        if bool(((flat[0] < 0) | (flat[0] + n > d.numel())).any()):
+            raise KernelFault(f"T.ptx_cp_async writes past the end of '{dl.buffer.name}'", span)
+        step = torch.arange(n, dtype=torch.int64)
+        s_idx = (flat[1][:, None] + step).reshape(-1)
+        ok = (s_idx >= 0) & (s_idx < src_view.numel())  # as other global reads: out of bounds gives 0
+        ok &= keep[lanes][:, None].expand(-1, n).reshape(-1)
+        values = torch.zeros(s_idx.shape, dtype=d.dtype)
+        values[ok] = src_view[s_idx[ok]].to(d.dtype)
+        d[(flat[0][:, None] + step).reshape(-1)] = values
 
     _HANDLERS = {Kernel: kernel, Alloc: alloc, For: for_, Parallel: parallel, If: if_, Let: let, Store: store,
                  AtomicAdd: atomic_add, Print: print_, AnnotateLayout: nothing, UseSwizzle: nothing,

@@ -113,7 +113,7 @@ def test_unsupported_T_name_in_a_prim_func_is_E701_at_its_line(tilelang, tmp_pat
             @T.prim_func
             def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
                 with T.Kernel(1, threads=32) as bx:
-                    T.fence_proxy_async()
+                    T.warpgroup_arrive()
                     T.copy(A, B)
             return main
         """)
@@ -121,7 +121,7 @@ def test_unsupported_T_name_in_a_prim_func_is_E701_at_its_line(tilelang, tmp_pat
     with pytest.raises(CompileError) as info:
         module["kernel"](64)
     err = info.value
-    assert err.code == "E701" and err.span.line == 10 and "T.fence_proxy_async" in err.message
+    assert err.code == "E701" and err.span.line == 10 and "T.warpgroup_arrive" in err.message
     assert "T.Pipelined" in err.message  # says what to write instead
 
 
@@ -1535,9 +1535,8 @@ def test_per_thread_code_errors(tilelang, tmp_path):
                                (3, "E301", "the kernel has 128 threads along threadIdx.x, not 64"),
                                (4, "E509", "T.copy works on a tile at a thread index"),
                                (5, "E509", "T.copy uses the per-thread local 'L'"),
-                               (6, "E509", "T.copy under a condition on a thread index (T.get_thread_binding): a tile "
-                                           "op or T.Parallel is the whole block's (its threads split the tile), so "
-                                           "the threads outside the branch would leave their part undone"),
+                               (6, "E509", "T.copy under a condition on a thread index (T.get_thread_binding) that "
+                                           "does not select whole warp groups"),
                                (7, "E509", "T.Parallel under a condition on a thread index")):
         with pytest.raises(CompileError) as e:
             ns["bad"](which)

@@ -421,26 +421,80 @@ def test_tensor_of_pointers_is_E701_at_the_parameter_with_the_grouped_gemm_alter
     assert "tensors of pointers" in err.message and "per-batch offsets" in err.message
 
 
-@pytest.mark.parametrize("call", ["T.ptx_cp_async(T.access_ptr(s[0], 'w', 8), T.access_ptr(A[0], 'r', 8), 16)",
-                                  "T.ptx_commit_group()", "T.ptx_wait_group(0)"])
-def test_cp_async_by_hand_is_E701_at_its_line_pointing_to_t_pipelined(tilelang, tmp_path, call):
-    """TileLang's minference and DSA sparse-MLA programs issue cp.async by hand; TileAgent issues it itself for the
-    copies of a T.Pipelined loop and owns the barriers and wait_groups around it."""
-    ns = load_script(write_source(tmp_path, "cp_async.py", f"""\
+def test_cp_async_by_hand_with_a_noinc_barrier_runs_as_producer_and_consumer(tilelang, tmp_path):
+    """TileLang's DSA sparse-MLA and MLA-decode programs: a producer warp group copies tiles with T.ptx_cp_async and
+    arrives on a barrier per stage (T.cp_async_barrier_noinc); a consumer warp group waits, computes with tile ops
+    and frees the stage. The CPU interpreter runs the two branches concurrently, handing over at the waits."""
+    ns = load_script(write_source(tmp_path, "ws_cp_async.py", """\
         import tilelang
         import tilelang.language as T
 
 
-        def f(N):
+        def f(N, stages=2):
             @T.prim_func
-            def main(A: T.Tensor((N,), "float16")):
-                with T.Kernel(1, threads=128) as bx:
-                    s = T.alloc_shared((N,), "float16")
-                    {call}
+            def main(A: T.Tensor((N, 64), "float16"), B: T.Tensor((N, 64), "float32")):
+                with T.Kernel(1, threads=256) as bx:
+                    s = T.alloc_shared((stages, 16, 64), "float16")
+                    acc = T.alloc_fragment((16, 64), "float32")
+                    full = T.alloc_barrier(arrive_count=[128] * stages)
+                    empty = T.alloc_barrier(arrive_count=[128] * stages)
+                    tx = T.get_thread_binding()
+                    if tx < 128:
+                        for k in T.serial(N // 16):
+                            T.barrier_wait(full[k % stages], (k // stages) & 1)
+                            T.copy(s[k % stages, :, :], acc)
+                            for i, j in T.Parallel(16, 64):
+                                acc[i, j] = acc[i, j] * 2.0
+                            T.copy(acc, B[k * 16, 0])
+                            T.barrier_arrive(empty[k % stages])
+                    else:
+                        for k in T.serial(N // 16):
+                            T.barrier_wait(empty[k % stages], ((k // stages) & 1) ^ 1)
+                            row = (tx - 128) // 8
+                            col = (tx - 128) % 8 * 8
+                            T.ptx_cp_async(T.access_ptr(s[k % stages, row, col], "w", 8),
+                                           T.access_ptr(A[k * 16 + row, col], "r", 8), 8)
+                            T.cp_async_barrier_noinc(full[k % stages])
+            return main
+        """))
+    a = torch.randn(96, 64, dtype=torch.float16)
+    b = torch.full((96, 64), float("nan"))
+    tilelang.compile(ns["f"](96), target="cpu")(a, b)
+    assert torch.equal(b, a.float() * 2)
+
+
+def test_cp_async_by_hand_counts_whole_copies_and_a_deadlock_names_each_wait(tilelang, tmp_path):
+    ns = load_script(write_source(tmp_path, "ws_bad.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        def f(which):
+            @T.prim_func
+            def main(A: T.Tensor((64,), "float16")):
+                with T.Kernel(1, threads=256) as bx:
+                    s = T.alloc_shared((64,), "float16")
+                    bar = T.alloc_barrier(arrive_count=[128, 128])
+                    tx = T.get_thread_binding()
+                    if which == 0:
+                        T.ptx_cp_async(T.access_ptr(s[0], "w", 3), T.access_ptr(A[0], "r", 3), 3)
+                    elif tx < 128:
+                        T.barrier_wait(bar[0], 0)
+                        T.barrier_arrive(bar[1])
+                    else:
+                        T.barrier_wait(bar[1], 0)
+                        T.barrier_arrive(bar[0])
             return main
         """))
     with pytest.raises(CompileError) as info:
-        tilelang.compile(ns["f"](64), target="cpu")
-    err = info.value
-    assert err.code == "E701" and err.span.line == 10 and "cp.async by hand" in err.message
-    assert "T.Pipelined(n, num_stages=2 or more)" in err.message
+        ns["f"](0)
+    assert info.value.code == "E301" and info.value.span.line == 13
+    assert info.value.message == ("T.ptx_cp_async copies 4, 8 or 16 bytes: 3 elements of float16 ('s') and float16 "
+                                  "('A') is not")
+    from tileagent.compiler.errors import KernelFault
+
+    with pytest.raises(KernelFault) as fault:
+        tilelang.compile(ns["f"](1), target="cpu")(torch.zeros(64, dtype=torch.float16))
+    assert str(fault.value).endswith(":18:17: the block's warp-specialized branches wait for each other forever (a "
+                                     "deadlock on the GPU): threads 0-127 waits for bar[0] phase parity 0 (line 15); "
+                                     "threads 128-255 waits for bar[1] phase parity 0 (line 18)"), str(fault.value)

@@ -200,8 +200,9 @@ def test_a_wait_count_that_is_not_a_compile_time_int_is_E301():
     assert err.message.startswith("T.wait_wgmma: the number of groups left pending must be a compile-time int >= 0")
 
 
-def test_warp_specialization_by_hand_is_E509_and_a_pipelined_loop_E701():
-    """TileLang's MLA programs issue T.wgmma_gemm under ``if tx < 128:`` (one warpgroup's own tile ops)."""
+def test_a_fragment_of_two_thread_ranges_is_E509_and_a_pipelined_loop_E701():
+    """TileLang's MLA programs issue T.wgmma_gemm under ``if tx < 128:`` (one warpgroup's own tile ops); the
+    accumulator cleared and stored by the whole block is another range's."""
 
     def build(where):
         @T.prim_func
@@ -226,12 +227,11 @@ def test_warp_specialization_by_hand_is_E509_and_a_pipelined_loop_E701():
         return main
 
     err = _dsl_error(lambda: build("branch"))
-    assert (err.code, err.span.line) == ("E509", 217)
-    assert err.message.startswith("T.wgmma_gemm under a condition on a thread index (T.get_thread_binding): a tile "
-                                  "op or T.Parallel is the whole block's (its threads split the tile), so the threads "
-                                  "outside the branch would leave their part undone; warp specialization by hand")
+    assert err.code == "E509"
+    assert err.message.startswith("fragment 'acc' is used by the whole block (line 214) and by threads 0-127 (line "
+                                  "218): a fragment's registers are spread over the threads"), err.message
     err = _dsl_error(lambda: build("pipelined"))
-    assert (err.code, err.span.line) == ("E701", 222)
+    assert (err.code, err.span.line) == ("E701", 223)
     assert err.message.startswith("T.wgmma_gemm inside T.Pipelined is not supported")
 
 

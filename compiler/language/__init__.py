@@ -15,6 +15,8 @@ from tileagent.compiler.language.extras import (Cast, FragmentBuffer, Layout, Lo
 from tileagent.compiler.language.annotations import (annotate_layout, make_full_bank_swizzled_layout,
                                            make_half_bank_swizzled_layout, make_quarter_bank_swizzled_layout,
                                            make_swizzled_layout, print, use_swizzle)
+from tileagent.compiler.language.cp_async import (cp_async_barrier_noinc, fence_proxy_async, ptx_commit_group,
+                                                  ptx_cp_async, ptx_wait_group)
 from tileagent.compiler.language.extern import access_ptr, call_extern, import_source
 from tileagent.compiler.language.kernel import (ClusterKernel, Kernel, alloc_fragment, alloc_local, alloc_shared,
                                                 alloc_var)

@@ -25,23 +25,19 @@ _BLACKWELL = ("Blackwell's (sm_100) tensor memory and tcgen05 MMAs do not exist 
               "examples of the same kernels, in flash_attention/ and gemm/, run)")
 _SIMT = ("warp-level SIMT code (warp/lane indices, shuffles, thread all-reduce) is not supported; "
          "T.get_thread_binding per-thread code is, and T.Parallel loops and tile ops are")
-_CP_ASYNC = ("cp.async by hand (T.ptx_cp_async(dst_ptr, src_ptr, bytes), T.ptx_commit_group(), T.ptx_wait_group(n), "
-             "T.cp_async_barrier_noinc, T.async_copy) is not supported: TileAgent issues cp.async itself, for the "
-             "global-to-shared T.copy of a T.Pipelined loop with num_stages >= 2, and places every shared-memory "
-             "barrier and wait_group, so a copy still in flight behind its back would race with them; write the "
-             "load as T.copy(src[...], shared_tile[...]) (or a T.Parallel store into the shared tile) inside "
-             "T.Pipelined(n, num_stages=2 or more)")
+_CP_ASYNC = ("T.async_copy is not supported: write T.ptx_cp_async(dst_ptr, src_ptr, bytes) per thread (with "
+             "T.ptx_commit_group / T.ptx_wait_group or T.cp_async_barrier_noinc), or the load as T.copy inside "
+             "T.Pipelined(n, num_stages=2 or more), where TileAgent issues cp.async itself")
 _ESCAPE = ("this escape hatch into hand-written CUDA/PTX is not supported (T.import_source with T.call_extern and "
            "T.access_ptr is: it runs on the CUDA target)")
 
 UNSUPPORTED = {
     # warp specialization, Hopper/Blackwell machinery
-    **{n: _HOPPER for n in ("mbarrier_expect_tx", "create_list_of_mbarrier", "get_mbarrier", "fence_proxy_async",
+    **{n: _HOPPER for n in ("mbarrier_expect_tx", "create_list_of_mbarrier", "get_mbarrier",
                             "annotate_producer_reg_dealloc", "annotate_consumer_reg_alloc", "warpgroup_arrive",
                             "warpgroup_commit_batch", "warpgroup_wait",
                             "alloc_descriptor")},
-    **{n: _CP_ASYNC for n in ("ptx_cp_async", "ptx_commit_group", "ptx_wait_group", "cp_async_barrier_noinc",
-                              "async_copy")},
+    "async_copy": _CP_ASYNC,
     **{n: _BLACKWELL for n in ("alloc_tmem", "tcgen05_gemm", "tcgen05_gemm_blockscaled", "tcgen05_mma_arrive",
                                "tcgen05_sf_warp_transpose", "tcgen05_cp_warpx4", "mma_gemm_blockscaled")},
     # SIMT-level code
