@@ -109,3 +109,33 @@ def shared_fragments(k: Kernel, where: dict):
             if reach is not None and first[0] is not None and first[0] != reach:
                 return b, first, (reach, s.span.line if s.span else "?")
     return None
+
+
+def check_lowerable(k: Kernel) -> None:
+    """E602 for warp specialization by hand in a kernel lowered for a GPU (its layouts inferred): an ``if`` on the
+    thread index whose arms hold tile ops or barrier waits (the CPU interpreter runs them: ``compiler.interp_roles``;
+    the GPU lowering of a warp group's own tile ops and of ``T.alloc_barrier`` barriers is not built)."""
+    from tileagent.compiler.diagnostics import TargetError
+    from tileagent.compiler.ir.stmt import Fill, MBarrierOp, Parallel
+    from tileagent.compiler.tileops import op_for
+
+    def warp_group_work(x) -> bool:
+        if isinstance(x, MBarrierOp):
+            return x.op == "wait"
+        if isinstance(x, Fill) and x.dst.buffer.scope in ("local", "var"):  # the thread's own
+            return False
+        return op_for(x) is not None or isinstance(x, Parallel)
+
+    if not k.thread_vars:
+        return
+    thread = tuple(_thread_lets(k))
+    ifs = [s for s in walk(k.body) if isinstance(s, If) and depends_on(s.cond, thread)]
+    for s, x in ((s, x) for s in ifs for x in walk(s.then_body + s.else_body)):
+        if warp_group_work(x):
+            what = "a barrier wait" if isinstance(x, MBarrierOp) else "tile ops"
+            raise TargetError(f"warp specialization by hand ({what} in a branch on the thread index, line "
+                              f"{x.span.line if x.span else '?'}) runs on the CPU interpreter only: the GPU lowering "
+                              f"of a warp group's own tile ops and of T.alloc_barrier barriers is not built",
+                              s.span, code="E602",
+                              hint="write the loop as T.Pipelined with T.copy / T.gemm and let the compiler "
+                                   "specialize the warps on sm_90a")

@@ -82,9 +82,12 @@ def infer_layouts(func: PrimFunc, target=None) -> LayoutMap:
     that several kernels declare (the parts of a T.Kernel cut at ``T.sync_grid()`` that use it) keeps the layout the
     first of them gave it: the later ones start from it (a conflict there is their L0xx), since the lowering reads
     one layout per buffer."""
+    from tileagent.compiler.thread_ranges import check_lowerable
+
     result = LayoutMap()
     for k in func.body:
         if isinstance(k, Kernel):
+            check_lowerable(k)
             excluded: dict = {}  # gemm -> registry entries dropped for it (fallback_on_conversion)
             while True:
                 part = LayoutMap()
