@@ -8,7 +8,9 @@ Why: TileLang gives such a fragment a fully replicated layout (every thread hold
 local array is; without this the checks reject the program (E504). Guarantees: results are unchanged (each thread
 copies the whole tile into its own array, as the replicated layout does); any other fragment is left alone, so the
 E504/E503 checks still report the programs that cannot be helped (a fragment computed by fill or element stores
-and then read by a serial index stays an E504).
+and then read by a serial index stays an E504). In a kernel with per-thread code (``T.get_thread_binding``) element
+stores outside ``T.Parallel`` do not block it either: every thread runs them into its own copy (TileLang's DSA
+sparse-MLA producer keeps each thread's prefetched indices so).
 """
 
 from __future__ import annotations
@@ -38,16 +40,17 @@ def _loads(x):
             yield from _loads(getattr(x, name))
 
 
-def _scan(stmts, par_vars: tuple, wanted: set, blocked: set) -> None:
+def _scan(stmts, par_vars: tuple, wanted: set, blocked: set, per_thread: bool = False) -> None:
     for s in stmts:
         inner = par_vars + tuple(s.vars) if isinstance(s, Parallel) else par_vars
+        per_thread = per_thread or bool(getattr(s, "thread_vars", ()))
         accesses = []
         for f in dataclasses.fields(s):
             if f.name in _BODIES or f.name == "span":
                 continue
             value = getattr(s, f.name)
             if isinstance(value, Buffer) and value.scope == "fragment":
-                if not isinstance(s, Alloc):
+                if not isinstance(s, (Alloc, Store)):
                     blocked.add(value)  # a whole-buffer operand of gemm/reduce/...
                 continue
             if isinstance(value, Region) and value.buffer.scope == "fragment" and not isinstance(s, Copy):
@@ -55,7 +58,7 @@ def _scan(stmts, par_vars: tuple, wanted: set, blocked: set) -> None:
             if isinstance(s, AnnotateLayout):
                 blocked.update(b for b, _ in s.layouts if isinstance(b, Buffer))
             accesses += [(ld.buffer, ld.indices) for ld in _loads(value)]
-        if isinstance(s, Store) and s.buffer.scope == "fragment":
+        if isinstance(s, Store) and s.buffer.scope == "fragment" and (inner or not per_thread):
             blocked.add(s.buffer)  # element writes: the fragment is computed, not a table loaded by T.copy
         for buf, indices in accesses:
             if buf.scope != "fragment":
@@ -65,7 +68,7 @@ def _scan(stmts, par_vars: tuple, wanted: set, blocked: set) -> None:
             elif not inner and any(static_int(i) is None for i in indices):
                 wanted.add(buf)
         for name in _BODIES:
-            _scan(getattr(s, name, ()) or (), inner, wanted, blocked)
+            _scan(getattr(s, name, ()) or (), inner, wanted, blocked, per_thread)
 
 
 def _rewrite(x, mapping: dict):

@@ -498,3 +498,34 @@ def test_cp_async_by_hand_counts_whole_copies_and_a_deadlock_names_each_wait(til
     assert str(fault.value).endswith(":18:17: the block's warp-specialized branches wait for each other forever (a "
                                      "deadlock on the GPU): threads 0-127 waits for bar[0] phase parity 0 (line 15); "
                                      "threads 128-255 waits for bar[1] phase parity 0 (line 18)"), str(fault.value)
+
+
+def test_a_fragment_of_per_thread_element_stores_is_each_threads_own(tilelang, tmp_path):
+    """TileLang's DSA sparse-MLA (seesaw) producer keeps its prefetched indices in a fragment written and read by
+    per-thread code with serial indices: every thread's own copy (an E504 before)."""
+    ns = load_script(write_source(tmp_path, "per_thread_fragment.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        def f():
+            @T.prim_func
+            def main(I: T.Tensor((256,), "int32"), O: T.Tensor((256,), "int32")):
+                with T.Kernel(1, threads=256) as bx:
+                    tx = T.get_thread_binding()
+                    if tx >= 128:
+                        p = T.alloc_fragment([2, 4], "int32")
+                        for r in T.serial(4):
+                            for st in T.unroll(2):
+                                p[st, r] = I[(tx + st * 4 + r) % 256]
+                        O[tx] = 0
+                        for r in T.serial(4):
+                            O[tx] = O[tx] + p[1, r] * 10 + p[0, r]
+            return main
+        """))
+    i = torch.randint(0, 100, (256,), dtype=torch.int32)
+    o = torch.full((256,), -1, dtype=torch.int32)
+    tilelang.compile(ns["f"](), target="cpu")(i, o)
+    t = torch.arange(128, 256)
+    want = sum(i[(t + 4 + r) % 256] * 10 + i[(t + r) % 256] for r in range(4))
+    assert torch.equal(o[128:], want.to(torch.int32)) and bool((o[:128] == -1).all())
