@@ -170,7 +170,7 @@ def _plan_pipelines(u: Unit) -> Unit:
 def _insert_barriers(u: Unit) -> Unit:
     from tileagent.compiler.lower.barriers import insert_barriers
 
-    return u.map_kernels(lambda p: replace(p, body=insert_barriers(p.body, p.kernel.thread_vars)))
+    return u.map_kernels(lambda p: replace(p, body=insert_barriers(p.body, p.kernel.thread_vars, p.kernel)))
 
 
 def _plan_shared(u: Unit) -> Unit:

@@ -111,13 +111,14 @@ def shared_fragments(k: Kernel, where: dict):
     return None
 
 
-def check_lowerable(k: Kernel) -> None:
-    """E602 for warp specialization by hand in a kernel lowered for a GPU (its layouts inferred): an ``if`` on the
-    thread index whose arms hold tile ops or barrier waits (the CPU interpreter runs them: ``compiler.interp_roles``;
-    the GPU lowering of a warp group's own tile ops and of ``T.alloc_barrier`` barriers is not built)."""
-    from tileagent.compiler.diagnostics import TargetError
+def hand_specialized(k: Kernel):
+    """(the ``if``, the statement) of the first ``if`` on the thread index whose arms hold tile ops or barrier waits
+    (warp specialization by hand), else None."""
     from tileagent.compiler.ir.stmt import Fill, MBarrierOp, Parallel
     from tileagent.compiler.tileops import op_for
+
+    if not k.thread_vars:
+        return None
 
     def warp_group_work(x) -> bool:
         if isinstance(x, MBarrierOp):
@@ -126,16 +127,73 @@ def check_lowerable(k: Kernel) -> None:
             return False
         return op_for(x) is not None or isinstance(x, Parallel)
 
-    if not k.thread_vars:
-        return
     thread = tuple(_thread_lets(k))
     ifs = [s for s in walk(k.body) if isinstance(s, If) and depends_on(s.cond, thread)]
-    for s, x in ((s, x) for s in ifs for x in walk(s.then_body + s.else_body)):
-        if warp_group_work(x):
-            what = "a barrier wait" if isinstance(x, MBarrierOp) else "tile ops"
-            raise TargetError(f"warp specialization by hand ({what} in a branch on the thread index, line "
-                              f"{x.span.line if x.span else '?'}) runs on the CPU interpreter only: the GPU lowering "
-                              f"of a warp group's own tile ops and of T.alloc_barrier barriers is not built",
-                              s.span, code="E602",
-                              hint="write the loop as T.Pipelined with T.copy / T.gemm and let the compiler "
-                                   "specialize the warps on sm_90a")
+    return next(((s, x) for s in ifs for x in walk(s.then_body + s.else_body) if warp_group_work(x)), None)
+
+
+def check_lowerable(k: Kernel, target=None) -> None:
+    """E602 for warp specialization by hand (``hand_specialized``) in a kernel lowered for anything but a CUDA target
+    with wgmma and mbarriers (sm_90a): the CPU interpreter runs it (``compiler.interp_roles``), the SIMT emulator
+    does not model concurrent branches."""
+    from tileagent.compiler.diagnostics import TargetError
+    from tileagent.compiler.ir.stmt import MBarrierOp
+
+    if target is not None and target.kind == "cuda" and target.has("wgmma") and target.has("mbarrier"):
+        return
+    found = hand_specialized(k)
+    if found is not None:
+        s, x = found
+        what = "a barrier wait" if isinstance(x, MBarrierOp) else "tile ops"
+        name = target.name if target is not None else "this target"
+        raise TargetError(f"warp specialization by hand ({what} in a branch on the thread index, line "
+                          f"{x.span.line if x.span else '?'}) is lowered for sm_90a CUDA targets only (wgmma, "
+                          f"mbarrier waits), not for {name}; the CPU interpreter runs it", s.span, code="E602",
+                          hint="compile for cuda:sm_90a, or write the loop as T.Pipelined with T.copy / T.gemm "
+                               "and let the compiler specialize the warps")
+
+
+def parts(k: Kernel) -> list:
+    """``k`` cut by warp-group range, for layout inference: [(kernel of the range's threads, whose body is the
+    range's statements with every other range's taken out, the fragments its statements use)], the whole block's
+    part first (its fragments: those no range uses). [(k, None)] when no statement runs in a warp-group range."""
+    import dataclasses
+
+    from tileagent.compiler.ir.stmt import Alloc
+    from tileagent.compiler.lower.smem import buffers_used
+
+    where = regions(k)
+    whole = (0, k.num_threads)
+    ranges = sorted({r for r in where.values() if r is not None})
+    if not ranges:
+        return [(k, None)]
+
+    def keep(stmts, r) -> tuple:
+        out = []
+        for s in stmts:
+            if where.get(id(s), whole) != r:
+                continue
+            bodies = {name: keep(getattr(s, name), r) for name in ("body", "then_body", "else_body")
+                      if isinstance(getattr(s, name, None), tuple)}
+            same = all(len(b) == len(getattr(s, n)) for n, b in bodies.items())  # the statement itself otherwise:
+            out.append(s if same else dataclasses.replace(s, **bodies))  # layouts are keyed by its loops and ops
+        return tuple(out)
+
+    def tops(stmts, outer, r, found) -> list:
+        for s in stmts:
+            here = where.get(id(s), whole)
+            if here == r and outer != r:
+                found.append(s)
+            for name in ("body", "then_body", "else_body"):
+                tops(getattr(s, name, ()) or (), here, r, found)
+        return found
+
+    out, owned = [], set()
+    for r in ranges:
+        body = keep(tuple(tops(k.body, whole, r, [])), r)
+        used = {b for s in walk(body) if not isinstance(s, Alloc) for b in buffers_used(s) if b.scope == "fragment"}
+        owned |= used
+        out.append((dataclasses.replace(k, body=body, threads=(r[1] - r[0], 1, 1)), sorted(used, key=lambda b: b.name)))
+    fragments = [s.buffer for s in walk(k.body) if isinstance(s, Alloc) and s.buffer.scope == "fragment"
+                 and s.buffer not in owned]
+    return [(dataclasses.replace(k, body=keep(k.body, whole)), fragments)] + out

@@ -556,16 +556,22 @@ class MbarrierArrive(Stmt):
     shared-memory accesses are ordered before lane 0's), then lane 0's ``mbarrier.arrive.shared::cta.b64`` (release
     semantics: those accesses happen before whatever follows a wait that sees the phase complete). Every lane of
     each executing warp runs it. A warp-specialized pipeline's consumers release a stage with it
-    (``compiler.lower.warp_specialize``)."""
+    (``compiler.lower.warp_specialize``). ``per_thread``: each executing thread arrives once instead (a barrier
+    ``T.alloc_barrier`` made, whose arrive count counts threads); with ``cp_async`` too, the arrival comes when the
+    thread's earlier cp.async copies have landed (``cp.async.mbarrier.arrive.noinc``)."""
 
     barriers: Buffer
     index: Expr
     span: Span | None = None
+    per_thread: bool = False
+    cp_async: bool = False
 
     def ir_lines(self, indent: int, _lines) -> list[str]:
         from tileagent.compiler.ir.printer import expr_str
 
-        return [" " * indent + f"mbarrier.arrive {self.barriers.name}[{expr_str(self.index)}] (one per warp)"]
+        how = "after its cp.async copies, one per thread" if self.cp_async else \
+            "one per thread" if self.per_thread else "one per warp"
+        return [" " * indent + f"mbarrier.arrive {self.barriers.name}[{expr_str(self.index)}] ({how})"]
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -595,3 +601,21 @@ class WarpSpecialize(If):
 
     consumers: int = 0
     blocks_per_sm: int = 0
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class WarpGroupRange(Stmt):
+    """Statements that threads ``lo .. hi - 1`` alone run (whole warp groups: the arm of a warp-specialized ``if``
+    written by hand, ``compiler.lower.warp_groups``): their tile ops were lowered for a block of ``hi - lo`` threads
+    whose ``THREAD`` is the thread's index from ``lo`` (``WARP`` likewise), and every ``Barrier`` in ``body`` (not in a
+    nested range) is the named barrier ``barrier_id`` over those threads (``bar.sync barrier_id, hi - lo``)."""
+
+    lo: int
+    hi: int
+    barrier_id: int
+    body: tuple
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, lines) -> list[str]:
+        return [" " * indent + f"warp group range [{self.lo}, {self.hi}) (barrier {self.barrier_id}):"] + \
+            [line for x in self.body for line in lines(x, indent + 2)]

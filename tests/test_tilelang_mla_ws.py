@@ -4,6 +4,7 @@ consumer warp groups computing with tile ops and handing the scores over through
 whose branches run concurrently (``compiler.interp_roles``), against the example's reference; and the same program
 is an E602 for the GPU (its lowering is not built)."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -30,10 +31,19 @@ def test_mla_decode_ws_matches_the_examples_reference_on_the_cpu(tilelang):
     torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
 
 
-def test_mla_decode_ws_is_E602_for_the_gpu(tilelang):
+def test_mla_decode_ws_lowers_for_sm90a_with_warp_group_ranges_and_real_barriers(tilelang):
+    """The GPU lowering, compiled by NVRTC: each consumer warp group's tile ops over its own 128 threads (thread
+    index from the group's first thread, its barriers the group's named barrier), the barriers of T.alloc_barrier as
+    mbarriers with the program's arrive counts, the producer's cp.async arriving on them; the SIMT emulator does not
+    run concurrent branches (E602)."""
     ns = load_script(MLA / "example_mla_decode_ws.py")
     func = ns["flashattn"].__wrapped__(1, 64, 1, 256, 512, 64, 64, 64, 1, 0.04)
+    src = tilelang.compile(func, target="cuda:sm_90a").get_kernel_source()
+    inits = re.findall(r"tl_mbar_init\(\(unsigned\)__cvta_generic_to_shared\(&v_tl_mbar\[tl_b\]\), (\d+)u\)", src)
+    assert inits == ["384", "128", "128", "256", "256", "256", "256"]  # bar_q, k_ready x2, k_free x2, sScale x2
+    assert 'bar.sync 8, 128;' in src and 'bar.sync 10, 128;' in src and "__syncthreads();" in src
+    assert src.count("cp.async.mbarrier.arrive.noinc.shared::cta.b64") == 1
+    assert "(tid - 128, 4)" in src and "wgmma.mma_async" in src  # the second consumer: threads from 128
     with pytest.raises(CompileError) as info:
-        tilelang.compile(func, target="cuda:sm_90a")
-    assert info.value.code == "E602" and "warp specialization by hand (tile ops in a branch on the thread index" \
-        in info.value.message
+        tilelang.compile(func, target="sim:sm_90a")
+    assert info.value.code == "E602" and "is lowered for sm_90a CUDA targets only" in info.value.message

@@ -155,8 +155,8 @@ def test_tiles_the_entry_does_not_take_fall_back_to_mma_sync(shared_example, wgm
     assert "wgmma" not in kernel.get_kernel_source()
     # the thread IR says which instruction ran and why the faster one did not
     assert "T.gemm at line 36: mma.sync m16n8k16, Square, 4 warps (4 x 1); wgmma.mma_async m64nNk16 SS not used: " \
-        "needs A in a 2-d shared tile of rows of 32 or 64 bytes or a multiple of 128 bytes (a wgmma swizzle), a " \
-        "multiple of 8 rows; 'A_shared' has shape (128, 48)" in kernel.get_ir("thread")
+        "needs A in a 2-d shared tile (or a stack of them) of rows of 32 or 64 bytes or a multiple of 128 bytes (a " \
+        "wgmma swizzle), a multiple of 8 rows; 'A_shared' has shape (128, 48)" in kernel.get_ir("thread")
 
 
 def _drop(monkeypatch, kind):
@@ -1191,3 +1191,37 @@ def test_m_major_a_on_the_gpu(wgmma_on, trans_b):
     c = torch.full((M, N), float("nan"), device="cuda")
     kernel(a, b, c)
     torch.testing.assert_close(c, a.float().T @ (b.float().T if trans_b else b.float()), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("transpose_b", [True, False])
+def test_wgmma_reads_a_stage_of_a_stack_and_a_slice_of_column_blocks(wgmma_on, transpose_b):
+    """TileLang's MLA programs multiply ``Q_shared[:, :256]`` by ``KV_shared[stage, :, :256]`` (a [stages][rows][cols]
+    stack, sliced at a 128-byte column block): the operands keep the canonical layout of the stack (its stages one
+    tile of stages x rows rows) and the descriptors start at the slice's block, for a K-major B and an N-major B."""
+    N = 128 if transpose_b else 64
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 256), "float16"), B: T.Tensor((2, 128, 256), "float16"),
+             C: T.Tensor((2, 64, N), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            A_s = T.alloc_shared((64, 256), "float16")
+            B_s = T.alloc_shared((2, 128, 256), "float16")
+            acc = T.alloc_fragment((64, N), "float32")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            for st in T.serial(2):
+                if transpose_b:  # stage st is N x K: K = columns 128..255
+                    T.gemm(A_s[:, 128:256], B_s[st, :, 128:256], acc, transpose_B=True, clear_accum=True)
+                else:  # stage st is K x N: N = columns 64..127
+                    T.gemm(A_s[:, 0:128], B_s[st, :, 64:128], acc, clear_accum=True)
+                T.copy(acc, C[st, :, :])
+
+    kernel = tileagent.compile(main, target="sim")
+    assert "wgmma.mma_async" in kernel.get_kernel_source()
+    a, b = torch.randn(64, 256).half(), torch.randn(2, 128, 256).half()
+    c = torch.full((2, 64, N), float("nan"))
+    kernel(a, b, c)
+    for st in range(2):
+        want = a[:, 128:].float() @ b[st, :, 128:].float().T if transpose_b else \
+            a[:, :128].float() @ b[st, :, 64:128].float()
+        torch.testing.assert_close(c[st], want, rtol=1e-3, atol=1e-3)

@@ -52,6 +52,7 @@ from __future__ import annotations
 import os
 
 from tileagent.compiler.diagnostics import LayoutError
+from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.instructions.base import Instruction, has_feature, k_step
 from tileagent.compiler.intrinsics import TF32_DTYPES
 from tileagent.compiler.layout.fragment import Fragment, Level
@@ -231,11 +232,14 @@ class WgmmaM64NK16(Instruction):
             return f"an M-major A (transpose_A) is switched off: {M_MAJOR_A_ENV}=0"
         for what, r in shared:
             buf = r.buffer
-            if len(buf.shape) != 2 or wgmma_operand(tuple(buf.shape), buf.dtype.bytes) is None:
-                return (f"needs {what} in a 2-d shared tile of rows of 32 or 64 bytes or a multiple of 128 bytes "
-                        f"(a wgmma swizzle), a multiple of 8 rows; '{buf.name}' has shape {tuple(buf.shape)}")
-            if tuple(r.extents) != tuple(buf.shape):
-                return "needs whole shared tiles as operands"
+            layout = wgmma_operand(tuple(buf.shape), buf.dtype.bytes)
+            if layout is None:
+                return (f"needs {what} in a 2-d shared tile (or a stack of them) of rows of 32 or 64 bytes or a "
+                        f"multiple of 128 bytes (a wgmma swizzle), a multiple of 8 rows; '{buf.name}' has shape "
+                        f"{tuple(buf.shape)}")
+            why = _slice_reason(r, layout)
+            if why is not None:
+                return f"needs {what} as a whole shared tile, {why}"
         k, step = g.a.matrix_shape()[0 if g.transpose_a else 1], k_step(g.a.buffer)
         if k % step:
             return f"needs K a multiple of {step}, got {k}"
@@ -323,3 +327,21 @@ class WgmmaM64NK16RS(WgmmaM64NK16):
         if split > 1:
             a = Fragment(a.shape, a.dims, a.replicate + (Level(split, 128 * (q // split)),), threads)
         return {"C": accumulator_layout(m, n, q, threads, split), "A": a}
+
+def _slice_reason(r, layout) -> str | None:
+    """Why shared operand region ``r`` is not a tile wgmma descriptors can address in ``layout`` (None: it is): one
+    tile of a stack (leading dims of extent 1), all of its rows, and all of its columns or whole column blocks from a
+    block's first column (TileLang's MLA programs multiply ``KV_shared[stage, :, :256]``)."""
+    shape, starts, extents = tuple(r.buffer.shape), r.starts, tuple(r.extents)
+    if any(n != 1 for n in extents[:-2]):
+        return f"one tile of a stack (extent 1 in the leading dims), not {extents}"
+    if extents[-2] != shape[-2]:
+        return f"all of its {shape[-2]} rows"
+    if extents[-1] == shape[-1]:
+        return None
+    cb = layout.col_block
+    start = static_int(starts[-1])
+    if not cb or start is None or start % cb or extents[-1] % cb:
+        return (f"or a slice of its columns in whole {cb or shape[-1]}-column swizzle blocks from a block's first "
+                f"column (compile-time start)")
+    return None

@@ -1,13 +1,14 @@
 """cp.async and proxy fences by hand, for warp-specialized kernels written as TileLang writes them:
-``T.ptx_cp_async(dst, src, bytes)``, ``T.ptx_commit_group()``, ``T.ptx_wait_group(n)``,
+``T.ptx_cp_async(dst, src, num_elems, predicate=None)``, ``T.ptx_commit_group()``, ``T.ptx_wait_group(n)``,
 ``T.cp_async_barrier_noinc(barrier)``, ``T.fence_proxy_async()``.
 
 In: per-thread code (``T.get_thread_binding``): a pointer into a shared buffer and one into a global buffer
 (``T.access_ptr(buf[...], "w"/"r", ...)``), an element count of 4, 8 or 16 bytes, optionally a predicate; a barrier
 of ``T.alloc_barrier``.
 Out: ``Evaluate`` statements of the calls named in ``CALLS`` (the pointers as ``address_of`` calls, the count a
-constant, the predicate if given); ``T.cp_async_barrier_noinc`` is an ``MBarrierOp`` "arrive_cp_async": each thread's arrival on the
-barrier once its earlier copies have landed (``cp.async.mbarrier.arrive.noinc``), so it counts one arrival a thread.
+constant, the predicate if given); ``T.cp_async_barrier_noinc`` is an ``MBarrierOp`` "arrive_cp_async": each
+thread's arrival on the barrier once its earlier copies have landed (``cp.async.mbarrier.arrive.noinc``), so it
+counts one arrival a thread.
 Guarantees: the CPU interpreter copies the bytes when the call runs (a copy has landed when issued, so a missing wait
 is not caught there); the CUDA target issues ``cp.async.ca`` (``.cg`` for 16 bytes), the group and the barrier
 instructions (``compiler.targets.cuda_extern``). Both pointers are checked for their memory spaces here.

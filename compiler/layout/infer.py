@@ -82,16 +82,20 @@ def infer_layouts(func: PrimFunc, target=None) -> LayoutMap:
     that several kernels declare (the parts of a T.Kernel cut at ``T.sync_grid()`` that use it) keeps the layout the
     first of them gave it: the later ones start from it (a conflict there is their L0xx), since the lowering reads
     one layout per buffer."""
-    from tileagent.compiler.thread_ranges import check_lowerable
+    from tileagent.compiler.thread_ranges import check_lowerable, parts
 
     result = LayoutMap()
-    for k in func.body:
-        if isinstance(k, Kernel):
-            check_lowerable(k)
+    for whole in func.body:
+        if not isinstance(whole, Kernel):
+            continue
+        check_lowerable(whole, target)
+        for k, own in parts(whole):  # a warp group's own tile ops: their layouts over its threads
             excluded: dict = {}  # gemm -> registry entries dropped for it (fallback_on_conversion)
             while True:
                 part = LayoutMap()
                 inference = _KernelInference(k, part, excluded, target)
+                if own is not None:
+                    inference.fragments = own
                 for buf in inference.fragments:  # a fragment of an earlier kernel (T.sync_grid's parts): its layout
                     if buf in result.fragments:
                         part.fragments[buf], part.origin[buf] = result.fragments[buf], result.origin[buf]

@@ -162,7 +162,8 @@ WGMMA_SWIZZLES = (128, 64, 32)  # bytes: the swizzle widths of the wgmma canonic
 
 def wgmma_operand(shape: tuple[int, ...], elem_bytes: int) -> "Layout | None":
     """The wgmma canonical shared layout of a 2-d [rows][cols] tile whose ``cols`` are contiguous (K for a K-major
-    operand, M or N for an MN-major one), or None when there is none.
+    operand, M or N for an MN-major one), or of a stack of them ([stages][rows][cols], leading dims of any number:
+    laid out as one tile of stages x rows rows, so each stage's tile starts on an atom), or None when there is none.
 
     Swizzle width W: 128 bytes when a row is a multiple of 128 bytes, else 64 or 32 when the row is exactly that
     (PTX "Shared Memory Matrix Layout": swizzle atoms of 8 rows x W bytes). A row wider than W is cut into column
@@ -170,9 +171,9 @@ def wgmma_operand(shape: tuple[int, ...], elem_bytes: int) -> "Layout | None":
     one atom (W * 8 bytes, contiguous). The XOR is the hardware's: byte-address bits [4, 4 + log2(W / 16)) ^= bits
     [7, 7 + log2(W / 16)) (CuTe Swizzle<log2(W/16), 4, 3> on bytes); it acts on absolute shared addresses, so the tile
     must start on an atom boundary (``align_bytes`` = 8 W) and rows must come in multiples of 8."""
-    if len(shape) != 2 or 16 % elem_bytes or shape[0] % 8:
+    if len(shape) < 2 or 16 % elem_bytes or shape[-2] % 8:
         return None
-    rows, cols = shape
+    cols = shape[-1]
     row_bytes = cols * elem_bytes
     width = 128 if row_bytes % 128 == 0 else row_bytes if row_bytes in (64, 32) else None
     if width is None:
@@ -180,7 +181,11 @@ def wgmma_operand(shape: tuple[int, ...], elem_bytes: int) -> "Layout | None":
     cb = width // elem_bytes
     base = (16 // elem_bytes).bit_length() - 1
     swizzle = Swizzle((width // 16).bit_length() - 1, base, 3)
-    return Layout((rows, cols), (cb, 1), swizzle, col_block=cb if cols > cb else 0, align_bytes=8 * width)
+    strides = [1, cb]
+    for n in reversed(shape[1:-1]):  # a leading dim steps over every row of the dims after it
+        strides.append(strides[-1] * n)
+    return Layout(tuple(shape), tuple(reversed(strides)), swizzle, col_block=cb if cols > cb else 0,
+                  align_bytes=8 * width)
 
 
 def swizzle_width(layout: "Layout", elem_bytes: int) -> int | None:

@@ -70,13 +70,17 @@ def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True, ws: boo
     from tileagent.compiler.instructions.tma import usable as tma_usable
     from tileagent.compiler.lower.cluster import cluster_dims
     from tileagent.compiler.lower.tma import TmaState, capacity, finish_kernel
+    from tileagent.compiler.lower.warp_groups import hand_barriers
     from tileagent.compiler.lower.warp_specialize import PRODUCER_THREADS, candidate, specialize
+    from tileagent.compiler.thread_ranges import hand_specialized
 
     k, shared = plan.kernel, plan.shared
     ctx = LowerContext(k, layouts, flat, k.num_threads, target=target, plan=plan)
+    ctx.hand_specialized = hand_specialized(k) is not None
     if tma and tma_usable(target):
         ctx.ws = candidate(plan, target, disabled=not ws)
-        ctx.tma = TmaState(capacity(plan.body) + (ctx.ws.pipeline.stages if ctx.ws else 0))
+        hand = sum(len(b.counts) for b in hand_barriers(plan.body)) if ctx.hand_specialized else 0
+        ctx.tma = TmaState(capacity(plan.body) + (ctx.ws.pipeline.stages if ctx.ws else 0) + hand)
     elif tma_usable(target):
         ctx.instructions[(k.span.line if k.span else 0, "T.Kernel")] = [
             "no TMA: its mbarriers do not fit in shared memory next to the planned tiles (cp.async instead)"]
@@ -281,8 +285,10 @@ class _Lowering:
             kind = "unroll" if s.kind == "unroll" else "serial"
             return [For(s.var, start, extent, s.step, kind, tuple(self.body(s.body)), {}, s.span)]
         if isinstance(s, If):
-            return [If(ctx.rewrite(s.cond, {}), tuple(self.body(s.then_body)), tuple(self.body(s.else_body)),
-                       s.span)]
+            from tileagent.compiler.lower.warp_groups import lower_thread_if
+
+            return lower_thread_if(self, s) or [If(ctx.rewrite(s.cond, {}), tuple(self.body(s.then_body)),
+                                                  tuple(self.body(s.else_body)), s.span)]
         if isinstance(s, While):
             return [While(ctx.rewrite(s.cond, {}), tuple(self.body(s.body)), s.span)]
         if isinstance(s, Let):
@@ -301,8 +307,12 @@ class _Lowering:
         if isinstance(s, Print):
             log.warning("T.print at %s is ignored on the CUDA target", s.span)
             return []
+        if isinstance(s, MBarrierOp) and ctx.hand_specialized:  # barriers of warp specialization by hand
+            from tileagent.compiler.lower.warp_groups import lower_barrier_op
+
+            return lower_barrier_op(ctx, s)
         if isinstance(s, (AnnotateLayout, UseSwizzle, MBarrierOp)):
-            return []  # MBarrierOp: warp-specialized code runs in program order; the compiler places its own barriers
+            return []  # MBarrierOp of T.ws: that code runs in program order; the compiler places its own barriers
         raise TargetError(f"{type(s).__name__} is not lowered by the CUDA backend", code="E602")
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tileagent.compiler.ir.stmt import AtomicAdd, Evaluate, For, If, Let, Parallel, Store, While
+from tileagent.compiler.language.cp_async import CALLS as _HAND_ASYNC
 from tileagent.compiler.ir.visit import loads, walk
 from tileagent.compiler.loop_exits import exits_early
 from tileagent.compiler.lower.pipeline import SoftwarePipeline
@@ -27,13 +28,32 @@ from tileagent.compiler.tileops import op_for
 from tileagent.compiler.tir import Barrier
 
 
-def insert_barriers(body: tuple, thread_vars: tuple = ()) -> tuple:
+def insert_barriers(body: tuple, thread_vars: tuple = (), kernel=None) -> tuple:
     """``body`` with barriers; ``thread_vars``: the kernel's threadIdx variables when it has per-thread code, whose
     ifs and loops that differ between threads are kept whole (a barrier inside them would not be reached by every
-    thread): the barrier goes before them."""
+    thread): the barrier goes before them. An ``if`` of ``kernel`` whose arms are whole warp groups
+    (``compiler.thread_ranges``: warp specialization by hand) gets barriers inside each arm as well, analysed as a
+    block of its own (its threads synchronize through the arm's named barrier, ``compiler.lower.warp_groups``;
+    between arms only the program's own barriers order anything)."""
     divergent = _divergent_vars(body, thread_vars) if thread_vars else None
-    out, _ = _body(body, (frozenset(), frozenset()), divergent)
+    arms = _WarpGroupArms(kernel) if kernel is not None and thread_vars else None
+    out, _ = _body(body, (frozenset(), frozenset()), divergent, arms)
     return out
+
+
+class _WarpGroupArms:
+    """Which ifs of a kernel split it into warp-group arms (the threads reaching each if tracked on the way down)."""
+
+    def __init__(self, kernel):
+        from tileagent.compiler.thread_ranges import _thread_lets
+
+        self.kernel, self.lets = kernel, _thread_lets(kernel)
+        self.reach = (0, kernel.num_threads)
+
+    def ranges(self, s):
+        from tileagent.compiler.thread_ranges import branch_ranges
+
+        return branch_ranges(s, self.kernel, self.reach, self.lets) if isinstance(s, If) else None
 
 
 def _divergent_vars(body, thread_vars) -> set:
@@ -60,7 +80,7 @@ def _differs(e, divergent) -> bool:
     return False
 
 
-def _body(body, state, divergent=None):
+def _body(body, state, divergent=None, arms=None):
     written, read = state
     out = []
     for s in body:
@@ -70,6 +90,14 @@ def _body(body, state, divergent=None):
             if (r & written) or (w & read) or (w & written):
                 out.append(Barrier())
                 written, read = frozenset(), frozenset()
+            ranges = arms.ranges(s) if arms is not None else None
+            if ranges is not None:  # each warp group's arm: a block of its own
+                reach, bodies = arms.reach, []
+                for arm, r_arm in ((s.then_body, ranges[0]), (s.else_body, ranges[1])):
+                    arms.reach = r_arm
+                    bodies.append(tuple(_body(arm, (frozenset(), frozenset()), divergent, arms)[0]))
+                arms.reach = reach
+                s = replace(s, then_body=bodies[0], else_body=bodies[1])
             out.append(s)
             written, read = written | w, read | r
             continue
@@ -78,7 +106,7 @@ def _body(body, state, divergent=None):
             if (r & written) or (w & read) or (w & written):
                 out.append(Barrier())
             # every iteration starts with a barrier (lower_pipeline); the staged tiles are only read in it
-            consumers, (written, read) = _body(s.consumers, (frozenset(), frozenset()), divergent)
+            consumers, (written, read) = _body(s.consumers, (frozenset(), frozenset()), divergent, arms)
             out.append(replace(s, consumers=tuple(consumers)))
             written = written | frozenset(s.staged)
             continue
@@ -89,12 +117,14 @@ def _body(body, state, divergent=None):
                     out.append(Barrier())
                     written, read = frozenset(), frozenset()
                 read = read | r
-            _, after_one = _body(s.body, (written, read), divergent)  # what one iteration leaves for the next one
+            # what one iteration leaves for the next one
+            _, after_one = _body(s.body, (written, read), divergent, arms)
             leavable = exits_early(s)
             if leavable:  # a break/continue leaves an iteration part-way: whatever the body touches carries
                 w, r = _synced(s)
                 after_one = (after_one[0] | w, after_one[1] | r)
-            inner, (written, read) = _body(s.body, (written | after_one[0], read | after_one[1]), divergent)
+            inner, (written, read) = _body(s.body, (written | after_one[0], read | after_one[1]), divergent,
+                                           arms)
             if leavable:
                 written, read = written | after_one[0], read | after_one[1]
             out.append(replace(s, body=tuple(inner)))
@@ -105,8 +135,8 @@ def _body(body, state, divergent=None):
                 out.append(Barrier())
                 written, read = frozenset(), frozenset()
             read = read | r
-            then_body, st1 = _body(s.then_body, (written, read), divergent)
-            else_body, st2 = _body(s.else_body, (written, read), divergent)
+            then_body, st1 = _body(s.then_body, (written, read), divergent, arms)
+            else_body, st2 = _body(s.else_body, (written, read), divergent, arms)
             out.append(replace(s, then_body=tuple(then_body), else_body=tuple(else_body)))
             written, read = st1[0] | st2[0], st1[1] | st2[1]
             continue
@@ -145,6 +175,8 @@ def _effects(s, w, r, scopes):
             _reads(e, r, scopes)
     elif isinstance(s, Let):
         _reads(s.value, r, scopes)
+    elif isinstance(s, Evaluate) and getattr(s.value, "name", None) in _HAND_ASYNC:
+        pass  # cp.async by hand: ordered by the program's own barriers and waits (compiler.language.cp_async)
     elif isinstance(s, Evaluate):  # T.call_extern: a pointer it is given may be read and written through
         _reads(s.value, r, scopes)
         _reads(s.value, w, scopes)

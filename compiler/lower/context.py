@@ -17,8 +17,8 @@ import numpy as np
 
 from tileagent.compiler.diagnostics import TargetError
 from tileagent.compiler.dtypes import DType
-from tileagent.compiler.ir.expr import (BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Unary, Var, as_expr, make_binop,
-                              make_cast, make_cmp, make_logical, make_select)
+from tileagent.compiler.ir.expr import (ADDRESS_OF, BinOp, Call, Cast, Cmp, Const, Expr, Load, Select, Unary, Var,
+                                        as_expr, make_binop, make_cast, make_cmp, make_logical, make_select)
 from tileagent.compiler.ir.simplify import below_bound, same_expr, static_int
 from tileagent.compiler.ir.stmt import Buffer, Store
 from tileagent.compiler.layout import Fragment, Layout
@@ -65,6 +65,7 @@ class LowerContext:
         self.instructions: dict = {}  # (line, tile op) -> the instructions it was lowered to (compiler.instructions)
         self.tma = None  # lower.tma.TmaState when the kernel may use TMA (shared by every view)
         self.ws = None  # lower.warp_specialize.WsPlan when the kernel's pipeline may be warp-specialized
+        self.hand_specialized = False  # warp specialization by hand (thread_ranges.hand_specialized): real mbarriers
 
     MODES = ("numeric", "slot_overrides", "stage_base", "async_copies", "wgmma_schedule")
 
@@ -276,6 +277,11 @@ class LowerContext:
         if isinstance(e, Select):
             return Select(self.rewrite(e.cond, subst), self.rewrite(e.a, subst), self.rewrite(e.b, subst), e.dtype)
         if isinstance(e, Call):
+            if e.name == ADDRESS_OF and isinstance(e.args[0], Load):  # a pointer: the element's address, unguarded
+                ld = e.args[0]
+                idx = tuple(self.rewrite(i, subst) for i in ld.indices)
+                return Call(e.name, (Load(self.mem(ld.buffer), (as_expr(self.offset(ld.buffer, idx)),),
+                                          ld.buffer.dtype, ld.span),), e.dtype)
             return Call(e.name, tuple(self.rewrite(a, subst) for a in e.args), e.dtype)
         raise TargetError(f"cannot lower expression {type(e).__name__}", code="E602")
 

@@ -39,6 +39,8 @@ Anything else is TargetError E602 (never a wrong register).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tileagent.compiler.diagnostics import TargetError
@@ -60,7 +62,7 @@ def operand_descriptor(ctx, buf, mn_major: bool) -> tuple[int, int, int]:
         raise TargetError(f"T.gemm on wgmma needs '{buf.name}' in its wgmma canonical shared layout (hardware "
                           f"swizzle, column blocks of at most 128 bytes), got {layout!r}", code="E602",
                           hint=f"drop the T.annotate_layout of '{buf.name}' or set pass config tl.disable_wgmma")
-    lbo = int(buf.shape[0]) * width if mn_major else UNUSED_LBO
+    lbo = math.prod(buf.shape[:-1]) * width if mn_major else UNUSED_LBO  # the rows of all stages: one column block
     return lbo, 8 * width, width
 
 

@@ -52,9 +52,37 @@ def extern_expr(emitter, e: Call) -> str:
 
 
 def emit_evaluate(emitter, s: Evaluate) -> None:
+    from tileagent.compiler.language.cp_async import CALLS
+
+    if isinstance(s.value, Call) and s.value.name in CALLS:
+        return _emit_cp_async_call(emitter, s.value)
     if not is_extern(s.value):
         emitter.fail(f"Evaluate of {type(s.value).__name__}: only T.call_extern runs as a statement")
     emitter.line(f"{extern_expr(emitter, s.value)};")
+
+
+def _emit_cp_async_call(emitter, e: Call) -> None:
+    """cp.async by hand (``compiler.language.cp_async``): the copy (``.cg`` for 16 bytes, ``.ca`` below; with a
+    predicate, a source size of 0 zero-fills), its group instructions, the async-proxy fence."""
+    from tileagent.compiler.language.cp_async import COMMIT, CP_ASYNC, FENCE, WAIT
+
+    if e.name == COMMIT:
+        return emitter.line('asm volatile("cp.async.commit_group;" ::: "memory");')
+    if e.name == WAIT:
+        return emitter.line(f'asm volatile("cp.async.wait_group {int(e.args[0].value)};" ::: "memory");')
+    if e.name == FENCE:
+        return emitter.line('asm volatile("fence.proxy.async.shared::cta;" ::: "memory");')
+    assert e.name == CP_ASYNC
+    dst, src = extern_expr(emitter, e.args[0]), extern_expr(emitter, e.args[1])
+    nbytes = int(e.args[2].value) * e.args[0].args[0].buffer.dtype.bytes
+    kind = "cg" if nbytes == 16 else "ca"
+    emitter.line(f"{{ unsigned tl_dst = (unsigned)__cvta_generic_to_shared({dst});")
+    if len(e.args) > 3:
+        emitter.line(f'  asm volatile("cp.async.{kind}.shared.global [%0], [%1], {nbytes}, %2;" :: "r"(tl_dst), '
+                     f'"l"({src}), "r"(({emitter.ex(e.args[3])}) ? {nbytes} : 0) : "memory"); }}')
+    else:
+        emitter.line(f'  asm volatile("cp.async.{kind}.shared.global [%0], [%1], {nbytes};" :: "r"(tl_dst), '
+                     f'"l"({src}) : "memory"); }}')
 
 
 def emit_nothing(emitter, s: ImportSource) -> None:

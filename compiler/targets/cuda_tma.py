@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 
 from tileagent.compiler.tir import (LANE, MbarrierArrive, MbarrierArriveExpectTx, MbarrierInit, MbarrierWait,
-                                    SetMaxNReg, TmaLoad, WarpSpecialize)
+                                    SetMaxNReg, TmaLoad, WarpGroupRange, WarpSpecialize)
 
 SPIN_LIMIT_ENV = "TILEAGENT_MBAR_SPIN_LIMIT"
 
@@ -134,6 +134,13 @@ def emit_mbarrier_wait(em, s: MbarrierWait) -> None:
 
 def emit_mbarrier_arrive(em, s: MbarrierArrive) -> None:
     em.state.helpers.add("tma")
+    if s.cp_async:
+        em.line(f'asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: '
+                f'"r"({_address(em, s.barriers, s.index)}) : "memory");')
+        return
+    if s.per_thread:
+        em.line(f"tl_mbar_arrive({_address(em, s.barriers, s.index)});")
+        return
     em.line("__syncwarp();")
     em.line(f"if ({em.ex(LANE)} == 0) tl_mbar_arrive({_address(em, s.barriers, s.index)});")
 
@@ -157,6 +164,15 @@ def emit_warp_specialize(em, s: WarpSpecialize) -> None:
     em.line("}")
 
 
+def emit_warp_group_range(em, s: WarpGroupRange) -> None:
+    """A warp group's arm (``compiler.lower.warp_groups``): its barriers are the named barrier of its threads."""
+    outer, em.sync_line = em.sync_line, f'asm volatile("bar.sync {s.barrier_id}, {s.hi - s.lo};" ::: "memory");'
+    em.line("{")
+    em.block(s.body)
+    em.line("}")
+    em.sync_line = outer
+
+
 HANDLERS = {MbarrierInit: emit_mbarrier_init, MbarrierArriveExpectTx: emit_expect_tx, TmaLoad: emit_tma_load,
             MbarrierWait: emit_mbarrier_wait, MbarrierArrive: emit_mbarrier_arrive, SetMaxNReg: emit_set_max_nreg,
-            WarpSpecialize: emit_warp_specialize}
+            WarpSpecialize: emit_warp_specialize, WarpGroupRange: emit_warp_group_range}
