@@ -269,7 +269,18 @@ STEPS = (
          "--max-configs 3 --no-tunables --variant 'PARTS=False' --variant 'PER_THREAD=64'", 240,
          "pointwise kernels by equal output parts (a cat's branches apart, an upsample's rows by vectors) against "
          "the whole-row kernel")
-)
+,
+    # group 18: what round 2 session 28 wrote (TileLang's warp specialization written by hand: warp-group tile ops,
+    # real mbarriers, cp.async by hand; wgmma on stacked and column-sliced shared tiles)
+    Step("mla_ws_gpu", 18, "TILEAGENT_MBAR_SPIN_LIMIT=2e9 python -m pytest -q -m gpu tests/test_tilelang_mla_ws.py "
+         "tests/test_wgmma.py -k 'mla or stack'", 150,
+         "first contact of a hand warp-specialized kernel (three warp groups, mbarriers with per-thread arrivals, "
+         "cp.async.mbarrier.arrive.noinc) against its reference"),
+    Step("mla_ws_bench", 18, "python bench/tilelang_examples.py --only mla_decode_ws,mla_decode --timeout 150"
+         " $([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 360,
+         "TileLang's example_mla_decode_ws (B64, ctx 4096) next to the plain MLA decode: its own check and TFLOP/s "
+         "(and real TileLang's, where .tl was unpacked to /tmp/tl)",
+         after="mla_ws_gpu"))
 
 
 def main(argv=None) -> int:

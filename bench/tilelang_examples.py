@@ -59,6 +59,8 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "gqa_decode": ("flash_decoding/example_gqa_decode.py", [], True, ("einops",)),
     "mha_inference": ("flash_decoding/example_mha_inference.py", [], True, ()),
     "mla_decode": ("deepseek_mla/example_mla_decode.py", ["--batch", "64", "--kv_ctx", "4096"], True, ("einops",)),
+    "mla_decode_ws": ("deepseek_mla/example_mla_decode_ws.py", ["--batch", "64", "--kv_ctx", "4096"], False,
+                      ("einops",)),
     "mla_decode_persistent": ("deepseek_mla/example_mla_decode_persistent.py", ["--batch", "64", "--kv_ctx", "4096"],
                               True, ("einops",)),
     "dequant_gemm_fp4": ("dequantize_gemm/example_dequant_gemm_fp4_hopper.py",

@@ -47,3 +47,24 @@ def test_mla_decode_ws_lowers_for_sm90a_with_warp_group_ranges_and_real_barriers
     with pytest.raises(CompileError) as info:
         tilelang.compile(func, target="sim:sm_90a")
     assert info.value.code == "E602" and "is lowered for sm_90a CUDA targets only" in info.value.message
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("batch,heads,ctx", [(1, 64, 256), (4, 128, 2048)])
+def test_mla_decode_ws_matches_the_reference_on_the_gpu(tilelang, monkeypatch, batch, heads, ctx):
+    monkeypatch.setenv("TILEAGENT_MBAR_SPIN_LIMIT", "2e9")  # a wrong barrier protocol traps instead of hanging
+    ns = load_script(MLA / "example_mla_decode_ws.py")
+    dim, pe = 512, 64
+    kernel = ns["flashattn"](batch, heads, 1, ctx, dim, pe, 64, 64, 1, (dim + pe) ** -0.5)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(batch, heads, dim, device="cuda", generator=gen).half()
+    q_pe = torch.randn(batch, heads, pe, device="cuda", generator=gen).half()
+    kv = torch.randn(batch, ctx, 1, dim, device="cuda", generator=gen).half()
+    k_pe = torch.randn(batch, ctx, 1, pe, device="cuda", generator=gen).half()
+    glse = torch.zeros(batch, heads, 1, device="cuda").half()
+    partial = torch.zeros(batch, heads, 1, dim, device="cuda").half()
+    out = kernel(q, q_pe, kv, k_pe, glse, partial)
+    torch.cuda.synchronize()
+    want = ns["ref_program"](*(t.float() for t in (q, q_pe, kv, k_pe)), glse, partial)
+    torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)

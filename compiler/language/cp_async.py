@@ -22,7 +22,8 @@ from tileagent.compiler.ir.expr import ADDRESS_OF, Call, Const, Load
 from tileagent.compiler.ir.stmt import Evaluate, MBarrierOp
 
 CP_ASYNC, COMMIT, WAIT, FENCE = "tl.cp_async", "tl.cp_async_commit", "tl.cp_async_wait", "tl.fence_proxy_async"
-CALLS = (CP_ASYNC, COMMIT, WAIT, FENCE)
+SET_MAX_NREG = "tl.set_max_nreg"
+CALLS = (CP_ASYNC, COMMIT, WAIT, FENCE, SET_MAX_NREG)
 _INT = DType("int32")
 
 
@@ -83,4 +84,15 @@ def fence_proxy_async(*args, **kwargs):
     return Evaluate(Call(FENCE, (), _INT))
 
 
-__all__ = ["cp_async_barrier_noinc", "fence_proxy_async", "ptx_commit_group", "ptx_cp_async", "ptx_wait_group"]
+def set_max_nreg(reg_count, is_inc):
+    """``setmaxnreg.{inc,dec}``: the executing warp group's per-thread register budget becomes ``reg_count`` (a
+    multiple of 8 in 24 .. 256; the kernel then declares one block an SM, so that ptxas honours it). Changes no
+    value: the CPU interpreter does nothing."""
+    if isinstance(reg_count, bool) or not isinstance(reg_count, int) or reg_count % 8 or not 24 <= reg_count <= 256:
+        raise DSLTypeError(f"T.set_max_nreg: reg_count must be a multiple of 8 in 24 .. 256, got {reg_count!r}",
+                           code="E301")
+    return Evaluate(Call(SET_MAX_NREG, (Const(reg_count, _INT), Const(int(bool(is_inc)), _INT)), _INT))
+
+
+__all__ = ["cp_async_barrier_noinc", "fence_proxy_async", "ptx_commit_group", "ptx_cp_async", "ptx_wait_group",
+           "set_max_nreg"]

@@ -26,7 +26,9 @@ from tileagent.compiler.lower.context import LowerContext
 from tileagent.compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
 from tileagent.compiler.lower.pipeline import SoftwarePipeline, lower_pipeline
 from tileagent.compiler.tileops import op_for
-from tileagent.compiler.tir import BLOCK_IDX, GRID_DIM, THREAD, Barrier, Declare, DeviceKernel, DeviceModule
+from tileagent.compiler.language.cp_async import SET_MAX_NREG
+from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, THREAD, Barrier, Declare, DeviceKernel, DeviceModule,
+                                    SetMaxNReg)
 
 log = logging.getLogger("tileagent.compiler")
 
@@ -302,6 +304,9 @@ class _Lowering:
             return [s]
         if isinstance(s, RngInit):  # every thread initializes its own generator
             return [RngInit(*(ctx.rewrite(x, {}) for x in (s.seed, s.subsequence, s.offset)), s.span)]
+        if isinstance(s, Evaluate) and getattr(s.value, "name", None) == SET_MAX_NREG:  # a warp group's own only
+            in_range = getattr(ctx, "thread_range", None) not in (None, (0, ctx.kernel.num_threads))
+            return [SetMaxNReg(int(s.value.args[0].value), bool(s.value.args[1].value), s.span)] if in_range else []
         if isinstance(s, Evaluate):  # T.call_extern: every thread calls it (per-thread code)
             return [Evaluate(ctx.rewrite(s.value, {}), s.span)]
         if isinstance(s, Print):

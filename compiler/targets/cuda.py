@@ -59,8 +59,8 @@ from tileagent.compiler.targets.cuda_scalars import bind_let, declare_scalars, e
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
 from tileagent.compiler.targets.cuda_tma import HELPERS as TMA_HELPERS
 from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
-                          SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP, WarpSpecialize, keeps_wide, nonneg,
-                          written_buffers)
+                          SetMaxNReg, SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP, WarpSpecialize, keeps_wide,
+                          nonneg, written_buffers)
 
 # low-precision floats: (header, to float32, from float32). Their arithmetic is done in float32.
 _LOWP = {
@@ -330,7 +330,8 @@ class _KernelEmitter:
         head = [rule, f"// kernel {k.name}: grid ({grid}), block {tuple(k.block)}, "
                       f"{k.shared_bytes} bytes of dynamic shared memory", rule]
         # setmaxnreg needs ptxas to know the registers at entry: a minimum of blocks per SM fixes them
-        split = max((x.blocks_per_sm for x in walk(k.body) if isinstance(x, WarpSpecialize)), default=0)
+        split = max([x.blocks_per_sm for x in walk(k.body) if isinstance(x, WarpSpecialize)] +
+                    [1 for x in walk(k.body) if isinstance(x, SetMaxNReg)], default=0)  # by hand: one block an SM
         bounds = f"{k.num_threads}, {split}" if split else k.num_threads
         cluster = "" if tuple(k.cluster) == (1, 1, 1) else "__cluster_dims__({}, {}, {}) ".format(*k.cluster)
         sig = f'extern "C" __global__ void {cluster}__launch_bounds__({bounds}) {kernel_symbol(k)}('

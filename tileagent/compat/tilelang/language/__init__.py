@@ -90,11 +90,12 @@ def disable_warp_group_reg_alloc() -> None:
 no_set_max_nreg = disable_warp_group_reg_alloc  # TileLang's other name for it
 
 
-def set_max_nreg(reg_count, is_inc) -> None:
-    """TileLang's ``T.set_max_nreg(reg_count, is_inc)``: ``setmaxnreg``, a warp group's register budget in a
-    hand-specialized kernel (a hint: it changes no value). TileAgent runs ``T.ws`` groups in program order and
-    allocates registers per kernel, so inside a prim_func the call is a statement with no effect."""
-    return None
+def set_max_nreg(reg_count, is_inc):
+    """TileLang's ``T.set_max_nreg(reg_count, is_inc)``: ``setmaxnreg``, the executing warp group's register budget in
+    a kernel specialized by hand (``compiler.language.cp_async.set_max_nreg``)."""
+    from tileagent.compiler.language.cp_async import set_max_nreg as _set_max_nreg
+
+    return _set_max_nreg(reg_count, is_inc)
 
 
 def parallel(start, stop=None, *, annotations=None):
