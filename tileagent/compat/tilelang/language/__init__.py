@@ -14,6 +14,7 @@ from tileagent.compat.tilelang.datatype import DataType
 from tileagent.language import *  # noqa: F401,F403
 from tileagent.compiler.language.allreduce import (alloc_reducer, attr, comm_reducer, dp4a, evaluate,
                                                    finalize_reducer, tvm_thread_allreduce)
+from tileagent.compiler.warp_shuffle import tvm_warp_shuffle
 from tileagent.compiler.language import __all__ as _dsl_names
 
 _HOPPER = ("this part of Hopper/Blackwell warp specialization by hand (expect-tx, raw warpgroup fences and waits, "
@@ -23,8 +24,9 @@ _HOPPER = ("this part of Hopper/Blackwell warp specialization by hand (expect-tx
 _BLACKWELL = ("Blackwell's (sm_100) tensor memory and tcgen05 MMAs do not exist on Hopper (sm_90, the H100/H200) or "
               "earlier GPUs, and TileAgent targets sm_80 to sm_90a: this program is for sm_100 (TileLang's sm_90 "
               "examples of the same kernels, in flash_attention/ and gemm/, run)")
-_SIMT = ("warp-level SIMT code (warp/lane indices, shuffles, thread all-reduce) is not supported; "
-         "T.get_thread_binding per-thread code is, and T.Parallel loops and tile ops are")
+_SIMT = ("warp-level SIMT code (warp/lane indices, these shuffles) is not supported; T.get_thread_binding "
+         "per-thread code is, with TVM's T.tvm_warp_shuffle and T.tvm_thread_allreduce, and T.Parallel loops and "
+         "tile ops are")
 _CP_ASYNC = ("cp.async by hand (T.ptx_cp_async(dst_ptr, src_ptr, bytes), T.ptx_commit_group(), T.ptx_wait_group(n), "
              "T.cp_async_barrier_noinc, T.async_copy) is not supported: TileAgent issues cp.async itself, for the "
              "global-to-shared T.copy of a T.Pipelined loop with num_stages >= 2, and places every shared-memory "
@@ -155,7 +157,7 @@ def _user_span():
 
 
 __all__ = list(_dsl_names) + ["alloc_reducer", "attr", "comm_reducer", "dp4a", "evaluate", "finalize_reducer",
-                              "tvm_thread_allreduce",
+                              "tvm_thread_allreduce", "tvm_warp_shuffle",
                               "disable_warp_group_reg_alloc", "float4_e2m1fn", "int", "int1", "int2", "int4", "long",
                               "no_set_max_nreg", "parallel", "set_max_nreg", "shift_left", "shift_right", "short",
                               "uint", "uint1", "uint2", "uint4"]
