@@ -99,6 +99,7 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "dsa_fp8_block_mean_pooling": ("dsa_hisa/fp8_block_mean_pooling.py", [], False, ()),
     "dsa_clean_and_maintain_logits": ("dsa_hisa/clean_and_maintain_logits.py", [], False, ()),
     "hadamard": ("hadamard_transform/example_hadamard.py", [], False, ("scipy",)),  # warp shuffles, T.Layout swizzle
+    "gemm_intrinsics": ("gemm/example_gemm_intrinsics.py", [], False, ()),  # TensorCoreIntrinEmitter: mma.sync by hand
 }
 
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"

@@ -172,4 +172,7 @@ def test_missing_tilelang_cuda_modules_name_what_is_missing(tilelang):
         e.value.message
     with pytest.raises(CompileError) as e:
         import tilelang.cuda.codegen  # noqa: F401
-    assert "of tilelang.cuda only intrinsics' mma.sync layout helpers" in e.value.message
+    assert "of tilelang.cuda only intrinsics' mma.sync helpers are provided" in e.value.message
+    with pytest.raises(CompileError) as e:
+        import tilelang.cuda.intrinsics.macro.wgmma_macro_generator  # noqa: F401
+    assert "only mma_macro_generator (TensorCoreIntrinEmitter: mma.sync on local arrays) is provided" in e.value.message

@@ -41,13 +41,13 @@ UNSUPPORTED_MODULES = {
     "tools": "of TileLang's tools only tilelang.tools.Analyzer is provided (not iket, lower traces, plotting)",
     "engine": "TileLang's lowering engine is not provided (of tilelang.engine only callback's "
               "register_cuda_postproc_callback is); kernel.get_kernel_source() shows the CUDA TileAgent generates",
-    "cuda": "of tilelang.cuda only intrinsics' mma.sync layout helpers (intrinsics.layout: mma_layout, utils) are "
-            "provided (not TileLang's CUDA backend, codegen or language modules)",
+    "cuda": "of tilelang.cuda only intrinsics' mma.sync helpers are provided (intrinsics.layout: mma_layout, utils; "
+            "intrinsics.macro.mma_macro_generator), not TileLang's CUDA backend, codegen or language modules",
     "cuda.intrinsics.sparse_layout": "2:4 sparse tensor-core layouts (mma.sp metadata) are not provided: TileAgent "
                                      "has no sparse gemm (mma.sp)",
-    "cuda.intrinsics.macro": "TileLang's macro generators (TensorCoreIntrinEmitter's per-thread ldmatrix / mma.sync "
-                             "/ stmatrix on T.alloc_local arrays) are not provided; T.gemm selects tensor-core "
-                             "instructions itself",
+    "cuda.intrinsics.macro": "of TileLang's macro generators only mma_macro_generator (TensorCoreIntrinEmitter: "
+                             "mma.sync on local arrays) is provided, not the wgmma, tcgen05, sm70/sm75/sm120 or "
+                             "mma.sp ones",
     "rocm": "AMD targets are not supported",
     "intrinsics": "TileLang's intrinsic emitters are not provided; T.gemm selects tensor-core instructions itself",
     "ir": "TileLang's TVM IR classes are not provided",

@@ -108,6 +108,24 @@ shared_16x32_to_mma_32x16_layout_rs_a = shared_32x16_to_mma_a_32x16_layout_trans
 shared_16x32_to_mma_32x16_layout_rs_b = shared_32x16_to_mma_b_32x16_layout_trans
 
 
+# (lane, register element) -> (row, col) of the operand tile the mma reads from each lane's registers: A as
+# (M, K), B as (N, K) ("_b": B's rows are N); with g = lane // 4, t = lane % 4 (PTX ISA mma.m16n8k16 / m16n8k32).
+def mma_load_a_32x8_to_shared_16x16_layout(thread_id, local_id):
+    return thread_id // 4 + 8 * (local_id % 4 // 2), (thread_id % 4) * 2 + local_id % 2 + 8 * (local_id // 4)
+
+
+def mma_load_b_32x8_to_shared_16x16_layout(thread_id, local_id):
+    return thread_id // 4 + 8 * (local_id // 4), (thread_id % 4) * 2 + local_id % 4 % 2 + (local_id % 4 // 2) * 8
+
+
+def mma_load_a_32x16_to_shared_16x32_layout(thread_id, local_id):
+    return 8 * (local_id % 8 // 4) + thread_id // 4, 16 * (local_id // 8) + (thread_id % 4) * 4 + local_id % 4
+
+
+def mma_load_b_32x16_to_shared_16x32_layout(thread_id, local_id):
+    return 8 * (local_id // 8) + thread_id // 4, 16 * (local_id % 8 // 4) + (thread_id % 4) * 4 + local_id % 4
+
+
 def get_swizzle_layout(row_idx, col_idx, row_size, dtype, swizzle_bytes=None):
     """(column block, row, swizzled column) of element (row_idx, col_idx) of a tile with ``row_size`` columns: the row
     is cut into blocks of ``swizzle_bytes`` (default: the row's bytes, at most 128), and within a block the 16-byte
