@@ -1,9 +1,10 @@
-"""TileLang's GEMM written with ``TensorCoreIntrinEmitter`` (``bench/tilelang_examples/gemm/example_gemm_intrinsics.py``:
-per-thread ldmatrix / mma.sync / stmatrix on ``T.alloc_local`` arrays, through
-``tilelang.cuda.intrinsics.macro.mma_macro_generator``) on the CPU: its own main and check at 128 with the GPU
-lowering checked; float16 and int8 against torch on the interpreter and the SIMT emulator of the CUDA lowering; the
-CUDA (mma.sync asm) compiled by NVRTC for sm_90a. Also: the compat layer's fragment maps equal the lane tables the
-executors run mma.sync with, and the emitter's unsupported forms are E701s naming them."""
+"""TileLang's GEMM written with ``TensorCoreIntrinEmitter``
+(``bench/tilelang_examples/gemm/example_gemm_intrinsics.py``: per-thread ldmatrix / mma.sync / stmatrix on
+``T.alloc_local`` arrays, through ``tilelang.cuda.intrinsics.macro.mma_macro_generator``) on the CPU: its own main
+and check at 128 with the GPU lowering checked; float16 and int8 against torch on the interpreter and the SIMT
+emulator of the CUDA lowering; the CUDA (mma.sync asm) compiled by NVRTC for sm_90a. Also: the compat layer's
+fragment maps equal the lane tables the executors run mma.sync with, and the emitter's unsupported forms are E701s
+naming them."""
 
 from pathlib import Path
 
