@@ -167,12 +167,46 @@ def test_warp_shuffle_with_a_partial_mask_is_E701(tilelang, tmp_path):
 
 def test_missing_tilelang_cuda_modules_name_what_is_missing(tilelang):
     with pytest.raises(CompileError) as e:
-        import tilelang.cuda.intrinsics.sparse_layout  # noqa: F401
-    assert e.value.code == "E701" and "2:4 sparse tensor-core layouts (mma.sp metadata) are not provided" in \
-        e.value.message
-    with pytest.raises(CompileError) as e:
         import tilelang.cuda.codegen  # noqa: F401
-    assert "of tilelang.cuda only intrinsics' mma.sync helpers are provided" in e.value.message
+    assert e.value.code == "E701" and "of tilelang.cuda only intrinsics' mma.sync helpers are provided" in \
+        e.value.message
     with pytest.raises(CompileError) as e:
         import tilelang.cuda.intrinsics.macro.wgmma_macro_generator  # noqa: F401
     assert "only mma_macro_generator (TensorCoreIntrinEmitter: mma.sync on local arrays) is provided" in e.value.message
+    with pytest.raises(CompileError) as e:  # bitnet's prefill benchmark: a name TileLang itself no longer has
+        from tilelang.cuda.intrinsics.macro.mma_macro_generator import INT4TensorCoreIntrinEmitter  # noqa: F401
+    assert e.value.code == "E701" and e.value.message.startswith(
+        "INT4TensorCoreIntrinEmitter is not in TileLang's mma_macro_generator: TileLang removed it")
+
+
+def test_sparse_layout_metadata_and_gemm_sp_names_mma_sp(tilelang, tmp_path):
+    """TileLang's 2:4 metadata helpers have its values; T.gemm_sp is an E701 naming the missing instructions."""
+    import tilelang.language as T
+    from tilelang.cuda.intrinsics.sparse_layout import GROUP_CONFIG, get_e_factor, get_e_replicate_factor
+
+    assert GROUP_CONFIG[T.float16] == (2, 4) and GROUP_CONFIG[T.float32] == (1, 2)
+    assert get_e_factor(T.float16, T.int16) == 16 and get_e_factor("int8", "int8") == 8
+    assert get_e_factor(T.float32, T.int32) == 16
+    assert get_e_replicate_factor(T.int8) == 1 and get_e_replicate_factor(T.bfloat16) == 2
+    ns = load_script(write_source(tmp_path, "sp.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[-1])
+        def sp():
+            @T.prim_func
+            def main(A: T.Tensor((64, 32), "float16"), E: T.Tensor((64, 4), "int16"),
+                     B: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float32")):
+                with T.Kernel(1, threads=128) as bx:
+                    a = T.alloc_shared((64, 32), "float16")
+                    e = T.alloc_shared((64, 4), "int16")
+                    b = T.alloc_shared((64, 64), "float16")
+                    c = T.alloc_fragment((64, 64), "float32")
+                    T.gemm_sp(a, e, b, c)
+            return main
+        """))
+    with pytest.raises(CompileError) as e:
+        ns["sp"]()
+    assert e.value.code == "E701" and "needs the sparse tensor-core instructions (PTX mma.sp.sync / wgmma.sp" in \
+        e.value.message

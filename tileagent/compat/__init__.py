@@ -43,8 +43,6 @@ UNSUPPORTED_MODULES = {
               "register_cuda_postproc_callback is); kernel.get_kernel_source() shows the CUDA TileAgent generates",
     "cuda": "of tilelang.cuda only intrinsics' mma.sync helpers are provided (intrinsics.layout: mma_layout, utils; "
             "intrinsics.macro.mma_macro_generator), not TileLang's CUDA backend, codegen or language modules",
-    "cuda.intrinsics.sparse_layout": "2:4 sparse tensor-core layouts (mma.sp metadata) are not provided: TileAgent "
-                                     "has no sparse gemm (mma.sp)",
     "cuda.intrinsics.macro": "of TileLang's macro generators only mma_macro_generator (TensorCoreIntrinEmitter: "
                              "mma.sync on local arrays) is provided, not the wgmma, tcgen05, sm70/sm75/sm120 or "
                              "mma.sp ones",

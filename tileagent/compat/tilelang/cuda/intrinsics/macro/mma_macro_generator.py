@@ -199,9 +199,17 @@ class TensorCoreIntrinEmitterWithLadderTransform(TensorCoreIntrinEmitter):
         raise _unsupported("TensorCoreIntrinEmitterWithLadderTransform (BitBLAS's ladder-transformed B)")
 
 
-class INT4TensorCoreIntrinEmitter(TensorCoreIntrinEmitter):
-    def __init__(self, *args, **kwargs):
-        raise _unsupported("INT4TensorCoreIntrinEmitter (mma.sync m16n8k64 on int4 operands)")
+_REMOVED = {"INT4TensorCoreIntrinEmitter", "INT4TensorCoreIntrinEmitterWithLadderTransform"}
 
 
-__all__ = ["INT4TensorCoreIntrinEmitter", "TensorCoreIntrinEmitter", "TensorCoreIntrinEmitterWithLadderTransform"]
+def __getattr__(name: str):
+    if name in _REMOVED:  # `from ...mma_macro_generator import INT4TensorCoreIntrinEmitter` (bitnet's benchmark)
+        raise UnsupportedError(f"{name} is not in TileLang's mma_macro_generator: TileLang removed it when T.gemm "
+                               f"took int4 operands (tile-ai/tilelang#2063), so the programs that import it fail on "
+                               f"TileLang as well; TensorCoreIntrinEmitter with int8 operands (mma.sync m16n8k32) is "
+                               f"provided",
+                               hint=_HINT)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["TensorCoreIntrinEmitter", "TensorCoreIntrinEmitterWithLadderTransform"]
