@@ -137,3 +137,75 @@ def test_mma_on_locals_needs_whole_warps_and_local_operands(tilelang, tmp_path):
     torch.testing.assert_close(ns["bad"](32, "local")(a), a.float() @ a.float().T, rtol=1e-3, atol=1e-3)
     with pytest.raises(Exception, match="mma.sync is warp-wide, but the block has 48 threads"):
         ns["bad"](48, "local")(a)
+
+
+EMITTER_GEMM = """\
+    import tilelang
+    import tilelang.language as T
+    from tilelang.cuda.intrinsics import TensorCoreIntrinEmitter
+
+
+    @tilelang.jit(out_idx=[2])
+    def gemm(dtype, acc, a_t, b_t, warp_cols_tiles):
+        em = TensorCoreIntrinEmitter(a_dtype=dtype, b_dtype=dtype, accum_dtype=acc, a_transposed=a_t,
+                                     b_transposed=b_t, block_row_warps=2, block_col_warps=1, warp_row_tiles=16,
+                                     warp_col_tiles=warp_cols_tiles, chunk=em_k(dtype), is_m_first=True)
+        M, N, K = 32, warp_cols_tiles, 2 * em_k(dtype)
+        a_shape, b_shape = ((K, M) if a_t else (M, K)), ((N, K) if b_t else (K, N))
+
+        @T.prim_func
+        def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), acc)):
+            with T.Kernel(1, threads=64) as bx:
+                As = T.alloc_shared(a_shape, dtype)
+                Bs = T.alloc_shared(b_shape, dtype)
+                a = T.alloc_local((em.local_size_a,), dtype)
+                b = T.alloc_local((em.warp_cols * em.local_size_b,), dtype)
+                c = T.alloc_local((em.warp_cols * em.local_size_out,), acc)
+                T.copy(A, As)
+                T.copy(B, Bs)
+                T.clear(c)
+                for ki in T.serial(2):
+                    em.ldmatrix_a(a, As, ki)
+                    em.ldmatrix_b(b, Bs, ki)
+                    em.mma(a, b, c)
+                em.stmatrix(c, C, 0, 0)
+        return main
+
+
+    def em_k(dtype):
+        return 32 if dtype == "int8" else 16
+    """
+
+
+@pytest.mark.parametrize("dtype, a_t, b_t, cols", [("float16", True, False, 24), ("float16", False, True, 16),
+                                                   ("int8", True, False, 16), ("bfloat16", False, False, 8)])
+def test_emitter_orientations_and_narrow_warp_tiles(tilelang, tmp_path, dtype, a_t, b_t, cols):
+    """Transposed A / B, n8 column atoms (num=2 ldmatrix, 24 = three of them), is_m_first: the interpreter (the
+    element stores) and the emulator of the CUDA lowering (ldmatrix.x4 / .x2 / .trans where TileLang uses it, else
+    element loads: 8-bit operands stored M- or N-major) both give A @ B; NVRTC compiles it."""
+    ns = load_script(write_source(tmp_path, "em.py", EMITTER_GEMM))
+    acc = "int32" if dtype == "int8" else "float32"
+    k = 64 if dtype == "int8" else 32
+    gen = torch.Generator().manual_seed(2)
+    if dtype == "int8":
+        a, b = torch.randint(-9, 9, (32, k), generator=gen, dtype=torch.int8), \
+            torch.randint(-9, 9, (k, cols), generator=gen, dtype=torch.int8)
+        want = (a.long() @ b.long()).int()
+    else:
+        a, b = (torch.randn(*s, generator=gen).to(getattr(torch, dtype)) for s in ((32, k), (k, cols)))
+        want = a.float() @ b.float()
+    args = (a.T.contiguous() if a_t else a, b.T.contiguous() if b_t else b)
+    with compile_defaults(lowering_check=True):
+        kernel = ns["gemm"](dtype, acc, a_t, b_t, cols)
+        got = kernel(*args)
+    sim = tilelang.compile(kernel.func, out_idx=[2], target="sim")(*args)
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+    assert torch.equal(sim, got)
+    if nvrtc_available():
+        cuda = tilelang.compile(kernel.func, out_idx=[2], target="cuda:sm_90a")
+        src = cuda.get_kernel_source()
+        ldm = {("float16", True): "ldmatrix.sync.aligned.m8n8.x4.trans", ("int8", True): None,
+               ("float16", False): "ldmatrix.sync.aligned.m8n8.x4",
+               ("bfloat16", False): "ldmatrix.sync.aligned.m8n8.x2.trans"}[dtype, a_t]
+        assert (ldm in src) if ldm else "ldmatrix" not in src
+        assert cuda.cubin()[:4] == b"\x7fELF"

@@ -26,10 +26,11 @@ R = _buf("R", (64,), "fragment")
 
 
 def test_every_tile_statement_has_one_op_class():
-    from tileagent.compiler.tileops.warp_mma import WarpMma
+    from tileagent.compiler.tileops.warp_mma import WarpLdMatrix, WarpMma
     from tileagent.compiler.tileops.wgmma_gemm import WaitWgmma, WgmmaGemm
 
-    assert set(TILE_OP_NODES) == {Copy, Gemm, Reduce, Fill, AtomicAddTile, CumSum, WgmmaGemm, WaitWgmma, WarpMma}
+    assert set(TILE_OP_NODES) == {Copy, Gemm, Reduce, Fill, AtomicAddTile, CumSum, WgmmaGemm, WaitWgmma, WarpMma,
+                                  WarpLdMatrix}
     for node, op in REGISTRY.items():
         assert isinstance(op, TileOp) and op.node is node
         assert op.layout_level in ("strict", "common", "free")

@@ -1,5 +1,5 @@
-"""A warp's mma.sync on per-thread register arrays: TileLang's ``T.ptx_mma`` as its ``TensorCoreIntrinEmitter.mma``
-issues it, in per-thread code (``T.get_thread_binding``).
+"""A warp's mma.sync and ldmatrix on per-thread register arrays: TileLang's ``T.ptx_mma`` / ``T.ptx_ldmatrix`` as
+its ``TensorCoreIntrinEmitter`` issues them, in per-thread code (``T.get_thread_binding``).
 
 The statement ``WarpMma(c_buf, c, a_buf, a, b_buf, b, dtype)`` names, in every thread, the elements of its own
 ``T.alloc_local`` arrays that hold its part of one m16n8k16 (16-bit ``dtype``) or m16n8k32 (8-bit ``dtype``) atom:
@@ -16,6 +16,12 @@ asm; emulator: ``compiler.emulate_tensor``). Interpreter: ``compiler.emulate_ten
 interpreter's per-lane copies of the arrays, so both CPU executors share one statement of the instruction's lane
 semantics. A block whose threads are not whole warps, or a call under a condition that leaves some lanes of a warp
 out, is a fault there (and an E509 at compile time where the condition is on a thread index).
+
+``WarpLdMatrix`` (``ldmatrix``): each lane's operand fragment from a shared tile into its local array. Its meaning
+is its element stores (the interpreter runs them); the lowering emits one thread-IR ``LdMatrix`` (into a uint32
+temporary, moved into the array by bit casts) where ldmatrix can read the tile (``WarpLdMatrixOp``), else the
+stores. The emulator runs that ``LdMatrix`` with its own lane semantics, so a CPU run of the lowering checks the
+addressing against the stores' meaning.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ import torch
 
 from tileagent.compiler.diagnostics import DSLTypeError, Span, UnsupportedError
 from tileagent.compiler.ir.expr import Const
-from tileagent.compiler.ir.stmt import Buffer, Stmt
+from tileagent.compiler.ir.stmt import Buffer, Stmt, Store
+from tileagent.compiler.ir.visit import loads
 from tileagent.compiler.tileops.base import Effects, TileOp
 
 # element dtype of A and B -> (accumulator dtypes, elements of A, of B per lane)
@@ -77,6 +84,80 @@ def mma(c_buf, c, a_buf, a, b_buf, b) -> WarpMma:
         raise DSLTypeError(f"mma.sync on local arrays: the accumulator elements {idx[0]} must be distinct",
                            code="E309")
     return WarpMma(c_buf, idx[0], a_buf, idx[1], b_buf, idx[2], ab)
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class WarpLdMatrix(Stmt):
+    """A warp's ldmatrix.x{num}[.trans] of its threads' operand fragments from a shared tile into local arrays.
+
+    ``stores`` are its meaning, element by element: ``dst[k] = src[...]`` at each lane's mma fragment positions (the
+    interpreter runs them). Lane ``l`` (< 8 ``num``) gives ``(row, col)``, the tile position of the start of row
+    ``l % 8`` of 8 x 8 matrix ``l // 8`` (eight contiguous 16-bit units along the last dim); matrix ``i`` lands in the
+    lane's 32-bit register ``i``: ``dst[dst_first + i * r .. + r]`` with ``r`` the elements per 4 bytes."""
+
+    stores: tuple
+    dst: Buffer
+    dst_first: int
+    src: Buffer
+    row: object
+    col: object
+    num: int
+    trans: bool
+    span: Span | None = None
+
+
+def ldmatrix(stores, dst, dst_first, src, row, col, num, trans) -> WarpLdMatrix:
+    """The statement for the element ``stores`` that ldmatrix.x``num`` (``.trans``) from ``src[row, col]`` fills."""
+    return WarpLdMatrix(tuple(stores), dst, int(dst_first), src, row, col, int(num), bool(trans))
+
+
+class WarpLdMatrixOp(TileOp):
+    """Lowering: where ldmatrix can read the shared tile (rows of whole 16-byte chunks in its layout, each lane's
+    column start a multiple of one chunk; 8-bit elements only without .trans) one ``LdMatrix`` into a uint32
+    temporary whose halves (bytes) are moved into ``dst`` by bit casts; elsewhere the element stores."""
+
+    node = WarpLdMatrix
+    per_thread = True
+
+    def name(self, s) -> str:
+        return "ldmatrix into local arrays"
+
+    def dsl(self, s) -> str:
+        return f"T.ptx_ldmatrix({s.trans}, {s.num}, {s.src.name}[...], {s.dst.name}[{s.dst_first}])"
+
+    def effects(self, s) -> Effects:
+        return Effects.of(reads=[r.buffer for st in s.stores for r in loads(st.value)], writes=(s.dst,),
+                          exprs=[i for st in s.stores for i in (*st.indices, st.value)])
+
+    def interpret(self, s, it, mask) -> None:
+        for st in s.stores:
+            it.stmt(st, mask)
+
+    def lower(self, s, ctx) -> list:
+        from tileagent.compiler.ir.expr import Load, as_expr, make_cast, make_reinterpret
+        from tileagent.compiler.ir.simplify import known_multiple
+        from tileagent.compiler.lower.gemm import ldmatrix_layout_ok
+        from tileagent.compiler.lower.parallel import lower_elements
+        from tileagent.compiler.dtypes import DType
+        from tileagent.compiler.tir import Declare, LdMatrix
+
+        eb = s.src.dtype.bytes
+        row, col = ctx.rewrite(as_expr(s.row), {}), ctx.rewrite(as_expr(s.col), {})
+        if s.src.ndim != 2 or not ldmatrix_layout_ok(s.src, ctx.shared_layouts[s.src]) or \
+                known_multiple(col) % (16 // eb) or (s.trans and eb != 2) or s.dst.dtype.bytes != eb:
+            return lower_elements(ctx, list(s.stores), {}, True)
+        idx = (row, col)
+        tmp = Buffer(ctx.fresh(f"{s.dst.name}_ldm"), (s.num,), DType("uint32"), "local", s.span)
+        out = [Declare(tmp, None, s.span), LdMatrix(tmp, as_expr(0), ctx.mem(s.src), as_expr(ctx.offset(s.src, idx)),
+                                                    s.num, s.trans, s.span)]
+        per, bits = 4 // eb, 8 * eb
+        unsigned, dst = DType(f"uint{bits}"), ctx.local[s.dst]
+        for i in range(s.num):
+            for j in range(per):
+                part = make_cast((Load(tmp, (as_expr(i),), tmp.dtype) >> (bits * j)) & ((1 << bits) - 1), unsigned)
+                out.append(Store(dst, (as_expr(s.dst_first + i * per + j),), make_reinterpret(part, dst.dtype),
+                                 s.span))
+        return out
 
 
 class _Lanes:
@@ -135,4 +216,4 @@ class WarpMmaOp(TileOp):
         run_mma(_Lanes(it, (s.a_buf, s.b_buf, s.c_buf), s.span), self._tir(s, s.c_buf, s.a_buf, s.b_buf))
 
 
-__all__ = ["DTYPES", "WarpMma", "WarpMmaOp", "mma"]
+__all__ = ["DTYPES", "WarpLdMatrix", "WarpLdMatrixOp", "WarpMma", "WarpMmaOp", "ldmatrix", "mma"]

@@ -4,8 +4,9 @@ methods write a warp's tensor-core code by hand in per-thread code on ``T.alloc_
 In: TileLang's constructor arguments (operand and accumulator dtypes, transposes, the block's warps and each warp's
 tile, the K chunk); inside a prim_func, its methods called on DSL buffers. Out: per-thread DSL statements:
 ``ldmatrix_a`` / ``ldmatrix_b`` load each lane's fragment elements from the shared tile into its local array (the
-registers ldmatrix would fill, in ldmatrix's order: element loads at the mma fragment positions of
-``layout.mma_layout``'s ``mma_load_*`` maps), ``mma`` issues one ``WarpMma`` per m16n8 atom
+elements at the mma fragment positions of ``layout.mma_layout``'s ``mma_load_*`` maps, in ldmatrix's register
+order), as one ``WarpLdMatrix`` per atom where TileLang uses ldmatrix (``compiler.tileops.warp_mma``: ldmatrix.x4 /
+.x2, .trans for 16-bit operands stored M- or N-major), ``mma`` issues one ``WarpMma`` per m16n8 atom
 (``compiler.tileops.warp_mma``: mma.sync on the arrays' registers), ``stmatrix`` stores each lane's accumulators
 at ``mma_store_index_map`` positions of a shared or global tile.
 Guarantees: the same local-array contents and results as TileLang's emitter for 16-bit (m16n8k16) and 8-bit
@@ -13,7 +14,7 @@ Guarantees: the same local-array contents and results as TileLang's emitter for 
 multiple of 16); thread ``t`` is lane ``t % 32`` of warp (M: ``t // 32 % block_row_warps``, N: ``t // (32 *
 block_row_warps) % block_col_warps``), or with ``is_m_first`` N first. Other operand widths (tf32, fp64, int4),
 fragment operands and ``make_mma_load_layout`` / ``make_mma_store_layout`` (``T.Fragment`` objects) are an E701
-naming them; the ldmatrix instruction itself is not emitted (the loads are per element).
+naming them.
 """
 
 from __future__ import annotations
@@ -112,37 +113,52 @@ class TensorCoreIntrinEmitter:
             raise _unsupported(f"{what} as {type(buf).__name__} (a buffer region; pass the whole shared buffer)")
         return buf
 
-    def ldmatrix_a(self, A_local_buf, A_shared_buf, ki, rk=0) -> list:
-        """Each lane's A fragments of its warp's ``warp_rows`` row atoms at K step ``ki`` into ``A_local_buf``."""
-        A = self._operand(A_shared_buf, "ldmatrix_a's shared operand")
-        tx, _, warp_m = self.extract_thread_binding(self.get_thread_binding())
-        layout = _m.mma_load_a_32x8_to_shared_16x16_layout if self.k_dim == 16 else \
-            _m.mma_load_a_32x16_to_shared_16x32_layout
+    def _load(self, matrix: str, local, shared, ki, rk, warp_idx, atoms: int, tile: int, size: int,
+              transposed: bool) -> list:
+        """Per atom: the element stores of each lane's fragment (``mma_load_*`` positions), as one ldmatrix where
+        TileLang uses one (16-bit operands, and 8-bit ones stored K-major)."""
+        from tileagent.compat.tilelang.cuda.intrinsics.layout.utils import get_ldmatrix_offset
+        from tileagent.compiler.tileops.warp_mma import ldmatrix
+
+        shared = self._operand(shared, f"ldmatrix_{matrix.lower()}'s shared operand")
+        tx = self.extract_thread_binding(self.get_thread_binding())[0]
+        dtype = self.a_dtype if matrix == "A" else self.b_dtype
+        bits = DataType(dtype).bits
+        small = self.k_dim == 32
+        layout = {("A", False): _m.mma_load_a_32x8_to_shared_16x16_layout,
+                  ("A", True): _m.mma_load_a_32x16_to_shared_16x32_layout,
+                  ("B", False): _m.mma_load_b_32x8_to_shared_16x16_layout,
+                  ("B", True): _m.mma_load_b_32x16_to_shared_16x32_layout}[matrix, small]
+        k_major = transposed == (matrix == "B")  # A as (M, K), B as (N, K)
         wk = rk * self.chunk + ki * self.k_dim
         out = []
-        for i in range(self.warp_rows):
-            wi = warp_m * self.warp_row_tiles + i * self.M_DIM
-            for j in range(self.local_size_a):
+        for i in range(atoms):
+            wi = warp_idx * (self.warp_row_tiles if matrix == "A" else self.warp_col_tiles) + i * tile
+            stores = []
+            for j in range(size):
                 mi, mk = layout(tx, j)
-                idx = (wk + mk, wi + mi) if self.a_transposed else (wi + mi, wk + mk)
-                out.append(_store(A_local_buf, (i * self.local_size_a + j,), _load(A, idx)))
+                idx = (wi + mi, wk + mk) if k_major else (wk + mk, wi + mi)
+                stores.append(_store(local, (i * size + j,), _load(shared, idx)))
+            if bits != 16 and not k_major:  # ldmatrix .trans moves 16-bit units: TileLang loads these by element
+                out += stores
+                continue
+            row, col = get_ldmatrix_offset(matrix, tx, 0, shared.shape[-1], dtype, transposed)
+            start = (wi + row, wk + col) if k_major else (wk + row, wi + col)
+            num = 4 if matrix == "A" or self.n_dim == 16 else 2
+            out.append(ldmatrix(stores, local, i * size, shared, *start, num, not k_major))
         return out
+
+    def ldmatrix_a(self, A_local_buf, A_shared_buf, ki, rk=0) -> list:
+        """Each lane's A fragments of its warp's ``warp_rows`` row atoms at K step ``ki`` into ``A_local_buf``."""
+        warp_m = self.extract_thread_binding(self.get_thread_binding())[2]
+        return self._load("A", A_local_buf, A_shared_buf, ki, rk, warp_m, self.warp_rows, self.M_DIM,
+                          self.local_size_a, self.a_transposed)
 
     def ldmatrix_b(self, B_local_buf, B_shared_buf, ki, rk=0) -> list:
         """Each lane's B fragments of its warp's ``warp_cols`` column atoms at K step ``ki`` into ``B_local_buf``."""
-        B = self._operand(B_shared_buf, "ldmatrix_b's shared operand")
-        tx, warp_n, _ = self.extract_thread_binding(self.get_thread_binding())
-        layout = _m.mma_load_b_32x8_to_shared_16x16_layout if self.k_dim == 16 else \
-            _m.mma_load_b_32x16_to_shared_16x32_layout
-        wk = rk * self.chunk + ki * self.k_dim
-        out = []
-        for i in range(self.warp_cols):
-            wi = warp_n * self.warp_col_tiles + i * self.n_dim
-            for j in range(self.local_size_b):
-                mi, mk = layout(tx, j)
-                idx = (wi + mi, wk + mk) if self.b_transposed else (wk + mk, wi + mi)
-                out.append(_store(B_local_buf, (i * self.local_size_b + j,), _load(B, idx)))
-        return out
+        warp_n = self.extract_thread_binding(self.get_thread_binding())[1]
+        return self._load("B", B_local_buf, B_shared_buf, ki, rk, warp_n, self.warp_cols, self.n_dim,
+                          self.local_size_b, self.b_transposed)
 
     def mma_atom(self, A_local_buf, B_local_buf, C_local_buf, inst_m_idx, inst_n_idx, k_inner=0) -> list:
         """The mma.sync atoms of tile (inst_m_idx, inst_n_idx): one m16n8, two when the warp's N atoms are 16 wide."""
