@@ -626,7 +626,7 @@ def test_macro_block_binding_and_global_layout_hint(tilelang, tmp_path):
     with pytest.raises(CompileError) as info:
         ns["bad_layout"](32)
     assert info.value.code == "E309" and info.value.span.line == 39 and info.value.message == (
-        "T.Layout on shared buffer 's': its index map cannot be evaluated on the tile's (32,) indices (TypeError: "
+        "T.Layout on shared buffer 's': its index map does not take the tile's 1-d index (TypeError: "
         "make_layout.<locals>.<lambda>() missing 1 required positional argument: 'j')")
     with pytest.raises(CompileError) as info:
         ns["global_inside"](32)

@@ -204,8 +204,8 @@ def kept_layouts(layout_map: dict) -> dict:
                 try:
                     ours = layout_of_index_map(tuple(buf.shape), buf.dtype.bytes, layout.forward_fn)
                 except MapError as e:
-                    raise DSLTypeError(f"T.Layout on shared buffer '{buf.name}': its index map cannot be evaluated "
-                                       f"on the tile's {tuple(buf.shape)} indices ({e})", code="E309") from None
+                    raise DSLTypeError(f"T.Layout on shared buffer '{buf.name}': its index map does not take the "
+                                       f"tile's {len(buf.shape)}-d index ({e})", code="E309") from None
                 if ours is not None:
                     kept[buf] = ours
                 else:

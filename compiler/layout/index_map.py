@@ -4,8 +4,8 @@ In: the tile's shape, its element size, and ``forward_fn`` (logical index -> phy
 ``IndexMap``: the physical buffer's shape is the range of each output). Out: ``layout_of_index_map`` gives the
 ``compiler.layout.layout.Layout`` whose element offsets are exactly the map's row-major physical offsets, or None
 when no Layout of ours is (or the map cannot be evaluated on integers).
-Guarantees: the map is evaluated at every logical index (numpy arrays, else Python ints; ``MapError`` when neither
-works: a wrong arity, an exception), and a Layout is returned
+Guarantees: the map is evaluated at every logical index (numpy arrays, else Python ints; ``MapError`` for a map of
+another arity; None when it cannot be evaluated on integers), and a Layout is returned
 only when its offset table equals the map's on the whole tile: row-major, our own XOR swizzle
 (``layout.swizzled``), the wgmma canonical layouts (``layout.wgmma_operand``), or TileLang's mma swizzle
 (``get_swizzle_layout``: the row cut into blocks of ``W`` = 32, 64 or 128 bytes, each block holding every row, the
@@ -26,31 +26,39 @@ MAX_ELEMENTS = 1 << 20  # tiles larger than this are not evaluated point by poin
 
 
 class MapError(ValueError):
-    """The index map cannot be evaluated on the tile's indices (its arity, or an exception it raised)."""
+    """The index map does not take the tile's indices: called with one integer per dim it raises a TypeError (a map
+    of another arity)."""
 
 
-def _evaluate(shape: tuple[int, ...], forward_fn) -> list[np.ndarray]:
-    """The map's outputs at every logical index (one int64 array of ``shape`` per physical dim); MapError when it
-    cannot be evaluated on integers."""
+def _evaluate(shape: tuple[int, ...], forward_fn) -> list[np.ndarray] | None:
+    """The map's outputs at every logical index (one int64 array of ``shape`` per physical dim); None when it cannot
+    be evaluated on integers (a map built from TVM expressions); MapError for a map of another arity."""
+    try:
+        forward_fn(*[0] * len(shape))
+    except TypeError as e:
+        raise MapError(f"TypeError: {e}") from None
+    except Exception:  # noqa: BLE001 -- judged below
+        pass
     grids = np.meshgrid(*[np.arange(n, dtype=np.int64) for n in shape], indexing="ij")
     try:
         return [np.broadcast_to(np.asarray(o, dtype=np.int64), shape) for o in forward_fn(*grids)]
-    except Exception:  # noqa: BLE001 -- a map written for TVM expressions (T.if_then_else...): try integers
+    except Exception:  # noqa: BLE001 -- a map that branches on its indices in Python: try integers
         pass
     try:
         points = [tuple(int(v) for v in forward_fn(*idx)) for idx in itertools.product(*map(range, shape))]
-    except Exception as e:  # noqa: BLE001 -- reported to the user with the tile's shape
-        raise MapError(f"{type(e).__name__}: {e}") from None
+    except Exception:  # noqa: BLE001 -- not evaluable on integers: no layout of ours is known to equal it
+        return None
     if not points or len({len(p) for p in points}) != 1:
-        raise MapError("it returns indices of different lengths")
+        return None
     return [np.array(col, dtype=np.int64).reshape(shape) for col in zip(*points)]
 
 
 def offsets_of_index_map(shape: tuple[int, ...], forward_fn) -> np.ndarray | None:
     """Row-major offsets into the physical buffer (shape: one past each output's largest value) at every logical
-    index, or None when the map yields a negative index; MapError when it cannot be evaluated."""
+    index, or None when it cannot be evaluated on integers or yields a negative index; MapError for a map of another
+    arity."""
     outs = _evaluate(tuple(shape), forward_fn)
-    if any(int(o.min()) < 0 for o in outs):
+    if outs is None or any(int(o.min()) < 0 for o in outs):
         return None
     extents = [int(o.max()) + 1 for o in outs]
     offset = np.zeros(tuple(shape), dtype=np.int64)
@@ -83,7 +91,7 @@ def _candidates(shape: tuple[int, ...], elem_bytes: int):
 
 def layout_of_index_map(shape: tuple[int, ...], elem_bytes: int, forward_fn) -> Layout | None:
     """The Layout equal to ``forward_fn`` on the whole tile (see the module docstring), or None (also for tiles of
-    more than MAX_ELEMENTS elements); MapError when the map cannot be evaluated on the tile's indices."""
+    more than MAX_ELEMENTS elements, and maps not evaluable on integers); MapError for a map of another arity."""
     shape = tuple(int(n) for n in shape)
     if math.prod(shape) > MAX_ELEMENTS:
         return None
