@@ -210,3 +210,35 @@ def test_sparse_layout_metadata_and_gemm_sp_names_mma_sp(tilelang, tmp_path):
         ns["sp"]()
     assert e.value.code == "E701" and "needs the sparse tensor-core instructions (PTX mma.sp.sync / wgmma.sp" in \
         e.value.message
+
+
+def test_t_layout_on_a_wgmma_operand_leaves_it_the_canonical_layout(tilelang, tmp_path):
+    """A row-major T.Layout on a T.gemm operand is a hint: on sm_90a the gemm runs on wgmma, whose canonical
+    swizzled layout the tile keeps (TileLang's own gemm lays out such a tile itself); the result is A @ B."""
+    ns = load_script(write_source(tmp_path, "wg.py", """\
+        import tilelang
+        import tilelang.language as T
+
+
+        @tilelang.jit(out_idx=[2])
+        def mm():
+            @T.prim_func
+            def main(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"),
+                     C: T.Tensor((64, 64), "float32")):
+                with T.Kernel(1, threads=128) as bx:
+                    a = T.alloc_shared((64, 64), "float16")
+                    b = T.alloc_shared((64, 64), "float16")
+                    c = T.alloc_fragment((64, 64), "float32")
+                    T.annotate_layout({a: T.Layout((64, 64), lambda i, j: [i, j])})
+                    T.copy(A, a)
+                    T.copy(B, b)
+                    T.gemm(a, b, c, clear_accum=True)
+                    T.copy(c, C)
+            return main
+        """))
+    kernel = ns["mm"]()
+    a, b = torch.randn(64, 64).half(), torch.randn(64, 64).half()
+    torch.testing.assert_close(kernel(a, b), a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+    if nvrtc_available():
+        cuda = tilelang.compile(kernel.func, out_idx=[2], target="cuda:sm_90a")
+        assert "wgmma.mma_async" in cuda.get_kernel_source() and cuda.cubin()[:4] == b"\x7fELF"

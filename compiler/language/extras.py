@@ -184,8 +184,8 @@ class Layout:
     backward's dQ accumulator) in an order that suits atomics, and every kernel that touches the tensor annotates
     the same order, so keeping it row-major gives the same results. On a shared tile it is kept where it equals a
     layout of ours on the whole tile (row-major, an XOR swizzle: TileLang's ``make_mma_swizzle_layout``,
-    ``compiler.layout.index_map``), else dropped (logged: the tile's layout is inferred; a storage order never
-    changes results). On fragments and per-thread locals (where layouts are inferred) it is an E701.
+    ``compiler.layout.index_map``) and no gemm instruction fixed the tile's layout (wgmma's canonical one wins),
+    else dropped (logged: the tile's layout is inferred; a storage order never changes results). On fragments and per-thread locals (where layouts are inferred) it is an E701.
     """
 
     def __init__(self, shape, forward_fn=None, *args, **kwargs):
@@ -194,8 +194,9 @@ class Layout:
 
 def kept_layouts(layout_map: dict) -> dict:
     """The ``T.annotate_layout`` entries layout inference uses: a ``T.Layout`` on a global tensor is dropped (logged),
-    on a shared tile replaced by the equal layout of ours (or dropped, logged); on any other buffer it is an E701."""
-    from tileagent.compiler.layout.index_map import MapError, layout_of_index_map
+    on a shared tile replaced by the equal layout of ours as a hint (``IndexMapLayout``; or dropped, logged); on any
+    other buffer it is an E701."""
+    from tileagent.compiler.layout.index_map import IndexMapLayout, MapError, layout_of_index_map
 
     kept = {}
     for buf, layout in layout_map.items():
@@ -207,7 +208,7 @@ def kept_layouts(layout_map: dict) -> dict:
                     raise DSLTypeError(f"T.Layout on shared buffer '{buf.name}': its index map does not take the "
                                        f"tile's {len(buf.shape)}-d index ({e})", code="E309") from None
                 if ours is not None:
-                    kept[buf] = ours
+                    kept[buf] = IndexMapLayout(ours)
                 else:
                     log.info("T.Layout of shared tile %s is no layout of ours: its layout is inferred", buf.name)
                 continue

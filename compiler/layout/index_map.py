@@ -10,19 +10,29 @@ only when its offset table equals the map's on the whole tile: row-major, our ow
 (``layout.swizzled``), the wgmma canonical layouts (``layout.wgmma_operand``), or TileLang's mma swizzle
 (``get_swizzle_layout``: the row cut into blocks of ``W`` = 32, 64 or 128 bytes, each block holding every row, the
 16-byte chunks of a row XORed with ``(row % 8) // (8 // (W / 16))``), which is ``Swizzle(log2(W/16), base, 3)``
-over column blocks of ``W`` bytes.
+over column blocks of ``W`` bytes. ``T.annotate_layout`` passes it on as an ``IndexMapLayout`` (a hint).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from tileagent.compiler.layout.layout import Layout, Swizzle, swizzled, wgmma_operand
 
 MAX_ELEMENTS = 1 << 20  # tiles larger than this are not evaluated point by point
+
+
+@dataclass(frozen=True)
+class IndexMapLayout:
+    """A user's ``T.Layout`` on a shared tile as the equal Layout of ours: a storage-order hint, which layout
+    inference takes unless a gemm instruction already fixed the tile's layout (wgmma's canonical one), as it does
+    for ``make_swizzled_layout``."""
+
+    layout: Layout
 
 
 class MapError(ValueError):

@@ -123,7 +123,10 @@ class WarpLdMatrixOp(TileOp):
         return "ldmatrix into local arrays"
 
     def dsl(self, s) -> str:
-        return f"T.ptx_ldmatrix({s.trans}, {s.num}, {s.src.name}[...], {s.dst.name}[{s.dst_first}])"
+        from tileagent.compiler.ir.printer import expr_str
+
+        return (f"T.ptx_ldmatrix({s.trans}, {s.num}, {s.src.name}[{expr_str(s.row)}, {expr_str(s.col)}], "
+                f"{s.dst.name}[{s.dst_first}])")
 
     def effects(self, s) -> Effects:
         return Effects.of(reads=[r.buffer for st in s.stores for r in loads(st.value)], writes=(s.dst,),
