@@ -100,6 +100,8 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "ws_barrierpipe_stage2": ("warp_specialize/example_warp_specialize_gemm_barrierpipe_stage2.py", [], False, ()),
     "dsa_fp8_block_mean_pooling": ("dsa_hisa/fp8_block_mean_pooling.py", [], False, ()),
     "dsa_clean_and_maintain_logits": ("dsa_hisa/clean_and_maintain_logits.py", [], False, ()),
+    "hadamard": ("hadamard_transform/example_hadamard.py", [], False, ("scipy",)),  # warp shuffles, T.Layout swizzle
+    "gemm_intrinsics": ("gemm/example_gemm_intrinsics.py", [], False, ()),  # TensorCoreIntrinEmitter: mma.sync by hand
 }
 
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"

@@ -67,7 +67,8 @@ class _Checker:
                 raise ScopeError(f"{_op_name(s)} inside T.Parallel", code="E502",
                                  hint="T.Parallel bodies hold element statements; move the tile op out of the loop")
             if getattr(self, "thread_vars", ()) and op_for(s) is not None:
-                _per_thread_tile_op(s, self.thread_vars)
+                if not getattr(op_for(s), "per_thread", False):  # a warp's mma uses its threads' own locals
+                    _per_thread_tile_op(s, self.thread_vars)
                 self.not_under_thread_branch(_op_name(s), s)
         if isinstance(s, Kernel):
             self.thread_vars = _thread_dependent(s) if s.thread_vars else ()

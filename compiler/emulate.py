@@ -41,6 +41,7 @@ import logging
 import torch
 
 from tileagent.compiler.errors import KernelArgumentError
+from tileagent.compiler import warp_shuffle
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
 from tileagent.compiler.atomic_ops import combine, elementwise, fetch
 from tileagent.compiler.ir.stmt import (AtomicAdd, Buffer, Evaluate, For, If, ImportSource, Let, LoopExit,
@@ -609,7 +610,8 @@ class _Block:
         if t is Select:
             return self.select(e)
         if t is Call:
-            return self.shfl_xor(e) if e.name == "shfl_xor" else self.call(e)
+            return self.shfl_xor(e) if e.name == "shfl_xor" else self.shfl(e) if e.name == warp_shuffle.SHFL \
+                else self.call(e)
         raise EmulationError(f"cannot evaluate {type(e).__name__}", self.span)
 
     def under(self, cond, expr):
@@ -709,6 +711,15 @@ class _Block:
                 return _wrap(abs(args[0]), dt)
             return args[0]
         return float_call(e.name, args, dt)
+
+    def shfl(self, e: Call):
+        """CUDA __shfl_sync(0xffffffff, v, lane, width) (T.tvm_warp_shuffle) over every warp of the block at once."""
+        self.warp_lanes("a warp shuffle")
+        try:
+            return warp_shuffle.gather(self.lanes(self.ev(e.args[0])), self.ev(e.args[1]), int(e.args[2].value),
+                                       self.tid)
+        except IndexError as err:
+            raise EmulationError(str(err), self.span) from None
 
     def shfl_xor(self, e: Call):
         """CUDA __shfl_xor_sync(0xffffffff, v, mask, width) over every warp of the block at once."""

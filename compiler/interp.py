@@ -27,6 +27,7 @@ import torch
 from tileagent.compiler.errors import InterpreterTimeLimit, KernelArgumentError, KernelFault
 from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float_binop, float_call, reinterpret,
                                            storage, to_float)
+from tileagent.compiler import warp_shuffle
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.atomic_ops import combine, fetch
@@ -694,6 +695,11 @@ class _Interpreter:
             raise foreign_code(e, None)
         if e.name in random_philox.CALLS:
             return self.rng_draw(e)
+        if e.name == warp_shuffle.SHFL:  # T.tvm_warp_shuffle: a value of another thread of the warp
+            try:
+                return warp_shuffle.gather(self.ev(e.args[0]), self.ev(e.args[1]), int(e.args[2].value), self.lanes)
+            except IndexError as err:
+                raise KernelFault(str(err)) from None
         args = [self.ev(a) for a in e.args]
         dt = e.dtype
         if e.name == "reinterpret":

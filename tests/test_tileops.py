@@ -26,9 +26,11 @@ R = _buf("R", (64,), "fragment")
 
 
 def test_every_tile_statement_has_one_op_class():
+    from tileagent.compiler.tileops.warp_mma import WarpLdMatrix, WarpMma
     from tileagent.compiler.tileops.wgmma_gemm import WaitWgmma, WgmmaGemm
 
-    assert set(TILE_OP_NODES) == {Copy, Gemm, Reduce, Fill, AtomicAddTile, CumSum, WgmmaGemm, WaitWgmma}
+    assert set(TILE_OP_NODES) == {Copy, Gemm, Reduce, Fill, AtomicAddTile, CumSum, WgmmaGemm, WaitWgmma, WarpMma,
+                                  WarpLdMatrix}
     for node, op in REGISTRY.items():
         assert isinstance(op, TileOp) and op.node is node
         assert op.layout_level in ("strict", "common", "free")
@@ -56,6 +58,11 @@ def test_effects_name_what_each_op_reads_and_writes():
     assert op_for(red).effects(red).reads == {F, R}  # clear=False combines with the old value
     cs = CumSum(S, S2, 0, False)
     assert op_for(cs).effects(cs).reads == {S} and op_for(cs).effects(cs).writes == {S2}
+    from tileagent.compiler.tileops.warp_mma import WarpMma
+
+    a, b, c = _buf("a", (8,), "local", "float16"), _buf("b", (4,), "local", "float16"), _buf("c", (4,), "local")
+    mma = WarpMma(c, (0, 1, 2, 3), a, tuple(range(8)), b, (0, 1, 2, 3), "float16")
+    assert op_for(mma).effects(mma).reads == {a, b, c} and op_for(mma).effects(mma).writes == {c}
 
 
 def test_a_fill_reading_shared_memory_waits_for_the_copy_that_wrote_it():

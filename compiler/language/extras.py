@@ -180,10 +180,12 @@ def alloc_buffer(shape, dtype="float32", data=None, strides=None, elem_offset=No
 class Layout:
     """``T.Layout(shape, lambda *idx: [...])``: a user-written storage order (TileLang's index map).
 
-    Supported for global tensors only, where it is a performance hint: TileLang programs use it to store an
-    intermediate tensor (attention backward's dQ accumulator) in an order that suits atomics, and every kernel that
-    touches the tensor annotates the same order, so keeping it row-major gives the same results. For shared memory
-    and fragments (where layouts are inferred) it is an E701.
+    On a global tensor it is a performance hint: TileLang programs use it to store an intermediate tensor (attention
+    backward's dQ accumulator) in an order that suits atomics, and every kernel that touches the tensor annotates
+    the same order, so keeping it row-major gives the same results. On a shared tile it is kept where it equals a
+    layout of ours on the whole tile (row-major, an XOR swizzle: TileLang's ``make_mma_swizzle_layout``,
+    ``compiler.layout.index_map``) and no gemm instruction fixed the tile's layout (wgmma's canonical one wins),
+    else dropped (logged: the tile's layout is inferred; a storage order never changes results). On fragments and per-thread locals (where layouts are inferred) it is an E701.
     """
 
     def __init__(self, shape, forward_fn=None, *args, **kwargs):
@@ -191,15 +193,29 @@ class Layout:
 
 
 def kept_layouts(layout_map: dict) -> dict:
-    """The ``T.annotate_layout`` entries layout inference uses: a ``T.Layout`` on a global tensor is dropped (logged);
-    on any other buffer it is an E701."""
+    """The ``T.annotate_layout`` entries layout inference uses: a ``T.Layout`` on a global tensor is dropped (logged),
+    on a shared tile replaced by the equal layout of ours as a hint (``IndexMapLayout``; or dropped, logged); on any
+    other buffer it is an E701."""
+    from tileagent.compiler.layout.index_map import IndexMapLayout, MapError, layout_of_index_map
+
     kept = {}
     for buf, layout in layout_map.items():
         if isinstance(layout, Layout):
+            if buf.scope == "shared" and layout.forward_fn is not None:
+                try:
+                    ours = layout_of_index_map(tuple(buf.shape), buf.dtype.bytes, layout.forward_fn)
+                except MapError as e:
+                    raise DSLTypeError(f"T.Layout on shared buffer '{buf.name}': its index map does not take the "
+                                       f"tile's {len(buf.shape)}-d index ({e})", code="E309") from None
+                if ours is not None:
+                    kept[buf] = IndexMapLayout(ours)
+                else:
+                    log.info("T.Layout of shared tile %s is no layout of ours: its layout is inferred", buf.name)
+                continue
             if buf.scope != "global":
                 raise UnsupportedError(f"T.Layout on {buf.scope} buffer '{buf.name}' is not supported: layouts of "
-                                       f"shared memory and fragments are inferred (T.annotate_layout takes "
-                                       f"make_swizzled_layout(buf) for shared tiles)")
+                                       f"fragments and locals are inferred (T.annotate_layout takes "
+                                       f"make_swizzled_layout(buf) or a T.Layout for shared tiles)")
             log.info("T.Layout of global tensor %s: kept row-major (a storage-order hint)", buf.name)
             continue
         kept[buf] = layout

@@ -49,6 +49,7 @@ from tileagent.compiler.ir.stmt import (AnnotateLayout, AtomicAdd, Buffer, Copy,
                                         Reduce, Store)
 from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
 from tileagent.compiler.layout.fragment import Fragment, Level, make_blocked, reshape
+from tileagent.compiler.layout.index_map import IndexMapLayout
 from tileagent.compiler.layout.layout import Layout, swizzled
 from tileagent.compiler.tileops import describe, op_for
 
@@ -311,6 +312,8 @@ class _KernelInference:
                         self.assign(buf, layout, op, "T.annotate_layout")
                     elif isinstance(layout, Layout):
                         self.r.shared[buf] = layout
+                    elif isinstance(layout, IndexMapLayout):  # a user's T.Layout: a gemm's own layout wins
+                        self.r.shared[buf] = self.r.shared.get(buf) or layout.layout
                     else:  # make_swizzled_layout(buf): a gemm instruction's own swizzle where it chose one
                         # (wgmma's canonical layout, which TileLang's swizzle is on Hopper), else ours
                         self.r.shared[buf] = self.r.shared.get(buf) or swizzled(tuple(buf.shape), buf.dtype.bytes)

@@ -260,16 +260,23 @@ def ldmatrix_ok(ctx, r) -> bool:
     return r.buffer.scope == "shared" and _ldmatrix_readable(r, ctx.shared_layouts[r.buffer])
 
 
-def _ldmatrix_readable(r, layout) -> bool:
-    """``ldmatrix_ok`` for shared operand ``r`` stored with ``layout``."""
-    buf = r.buffer
+def ldmatrix_layout_ok(buf, layout) -> bool:
+    """Whether ldmatrix can read rows of 16 bytes of shared tile ``buf`` stored with ``layout``: 8-, 16- or 32-bit
+    elements, row-major along the last dim, every row stride a whole chunk, a swizzle (if any) moving whole chunks."""
     if buf.dtype.bytes not in (1, 2, 4):
         return False
     chunk = 16 // buf.dtype.bytes  # elements per 16-byte row of an 8x8 matrix of 16-bit units
     strides = layout._strides()
-    if strides[-1] != 1 or any(x % chunk for x in strides[:-1]) or \
-            (layout.swizzle and layout.swizzle.base < chunk.bit_length() - 1):
+    return not (strides[-1] != 1 or any(x % chunk for x in strides[:-1]) or
+                (layout.swizzle and layout.swizzle.base < chunk.bit_length() - 1))
+
+
+def _ldmatrix_readable(r, layout) -> bool:
+    """``ldmatrix_ok`` for shared operand ``r`` stored with ``layout``."""
+    buf = r.buffer
+    if not ldmatrix_layout_ok(buf, layout):
         return False
+    chunk = 16 // buf.dtype.bytes
     dims = [d for d, e in enumerate(r.extents) if e != 1][-2:]
     return len(dims) == 2 and dims[1] == buf.ndim - 1 and known_multiple(r.starts[-1]) % chunk == 0
 

@@ -53,7 +53,7 @@ from tileagent.compiler.targets.cuda_atomic import HELPERS as ATOMIC_HELPERS, at
 from tileagent.compiler.targets.cuda_cache_hints import HELPERS as HINT_HELPERS, hinted_load  # eviction_policy
 from tileagent.compiler.targets.cuda_extern import HANDLERS as EXTERN_HANDLERS, extern_expr, imported_sources
 from tileagent.compiler.targets.cuda_prelude import preamble
-from tileagent.compiler.targets import cuda_random, cuda_sync
+from tileagent.compiler.targets import cuda_random, cuda_shuffle, cuda_sync
 from tileagent.compiler.targets.cuda_registers import scalar_arrays, static_loop, touches
 from tileagent.compiler.targets.cuda_scalars import bind_let, declare_scalars, element, unrolled_for, vec_copy_scalars
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
@@ -742,8 +742,8 @@ class _KernelEmitter:
             return extern_expr(self, e)
         if name in cuda_random.CALLS:  # T.rng_rand / T.rng_rand_float
             return cuda_random.call(self, e)
-        if name == "shfl_xor":
-            return self.widen(self.shfl_xor(e), w)
+        if name in cuda_shuffle.CALLS:  # warp shuffles (compiler.targets.cuda_shuffle)
+            return self.widen(cuda_shuffle.call(self, e), w)
         if name == "reinterpret":  # the bits of the argument as dt (same width): TVM's reinterpret
             src = e.args[0].dtype
             to, frm = self.ct(dt), self.ct(src)
@@ -773,19 +773,6 @@ class _KernelEmitter:
         else:
             r = f"{table[name]}({', '.join(args)})"
         return self.from_f32(r, dt)
-
-    def shfl_xor(self, e: Call) -> str:
-        if len(e.args) != 3:
-            self.fail("shfl_xor takes (value, mask, width)")
-        value, mask, width = e.args
-        dt = value.dtype
-        v, m, wd = _strip(self.ex(value)), _strip(self.ex(mask)), _strip(self.ex(width))
-        if dt in ("float16", "bfloat16", "float32", "float64", "int32", "uint32", "int64", "uint64"):
-            self.state.uses_header_api(dt)  # cuda_fp16.h's overload for __half
-            return f"__shfl_xor_sync(0xffffffffu, {v}, {m}, {wd})"
-        if dt in _LOWP:  # fp8: shuffle the float32 value
-            return self.from_f32(f"__shfl_xor_sync(0xffffffffu, {self.to_f32(v, dt)}, {m}, {wd})", dt)
-        return f"(({self.ct(dt)})__shfl_xor_sync(0xffffffffu, (int)({v}), {m}, {wd}))"
 
 
 _STMT_HANDLERS = {Store: _KernelEmitter.store, Let: _KernelEmitter.let, If: _KernelEmitter.if_,

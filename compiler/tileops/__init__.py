@@ -17,6 +17,7 @@ from tileagent.compiler.tileops.cumsum import CumSumOp
 from tileagent.compiler.tileops.fill import FillOp
 from tileagent.compiler.tileops.gemm import GemmOp
 from tileagent.compiler.tileops.reduce import ReduceOp
+from tileagent.compiler.tileops.warp_mma import WarpLdMatrixOp, WarpMmaOp
 from tileagent.compiler.tileops.wgmma_gemm import WaitWgmmaOp, WgmmaGemmOp
 
 _OPS = (
@@ -28,6 +29,8 @@ _OPS = (
     CumSumOp(),          # T.cumsum
     WgmmaGemmOp(),       # T.wgmma_gemm: T.gemm without its wgmma wait
     WaitWgmmaOp(),       # T.wait_wgmma: wgmma.wait_group
+    WarpMmaOp(),         # mma.sync on per-thread local arrays (TileLang's TensorCoreIntrinEmitter.mma)
+    WarpLdMatrixOp(),    # ldmatrix into per-thread local arrays (TensorCoreIntrinEmitter.ldmatrix_a / _b)
 )
 
 REGISTRY: dict[type, TileOp] = {op.node: op for op in _OPS}

@@ -41,8 +41,11 @@ UNSUPPORTED_MODULES = {
     "tools": "of TileLang's tools only tilelang.tools.Analyzer is provided (not iket, lower traces, plotting)",
     "engine": "TileLang's lowering engine is not provided (of tilelang.engine only callback's "
               "register_cuda_postproc_callback is); kernel.get_kernel_source() shows the CUDA TileAgent generates",
-    "cuda": "TileLang's hand-written CUDA intrinsic emitters (mma/ldmatrix macro generators) are not provided; "
-            "T.gemm selects tensor-core instructions itself",
+    "cuda": "of tilelang.cuda only intrinsics' mma.sync helpers are provided (intrinsics.layout: mma_layout, utils; "
+            "intrinsics.macro.mma_macro_generator), not TileLang's CUDA backend, codegen or language modules",
+    "cuda.intrinsics.macro": "of TileLang's macro generators only mma_macro_generator (TensorCoreIntrinEmitter: "
+                             "mma.sync on local arrays) is provided, not the wgmma, tcgen05, sm70/sm75/sm120 or "
+                             "mma.sp ones",
     "rocm": "AMD targets are not supported",
     "intrinsics": "TileLang's intrinsic emitters are not provided; T.gemm selects tensor-core instructions itself",
     "ir": "TileLang's TVM IR classes are not provided",
@@ -53,7 +56,9 @@ UNSUPPORTED_MODULES = {
 
 def _unsupported(fullname: str) -> UnsupportedError:
     parts = fullname.split(".")
-    reason = next((UNSUPPORTED_MODULES[p] for p in parts[1:] if p in UNSUPPORTED_MODULES), None)
+    prefixes = (".".join(parts[1:k]) for k in range(len(parts), 1, -1))  # the most specific entry first
+    reason = next((UNSUPPORTED_MODULES[p] for p in prefixes if p in UNSUPPORTED_MODULES), None) or \
+        next((UNSUPPORTED_MODULES[p] for p in parts[1:] if p in UNSUPPORTED_MODULES), None)
     return UnsupportedError(f"module '{fullname}' is not provided by TileAgent's TileLang compatibility layer"
                             + (f": {reason}" if reason else ""),
                             hint="docs/dsl.md lists what TileAgent supports of TileLang's API")

@@ -14,6 +14,7 @@ from tileagent.compat.tilelang.datatype import DataType
 from tileagent.language import *  # noqa: F401,F403
 from tileagent.compiler.language.allreduce import (alloc_reducer, attr, comm_reducer, dp4a, evaluate,
                                                    finalize_reducer, tvm_thread_allreduce)
+from tileagent.compiler.warp_shuffle import tvm_warp_shuffle
 from tileagent.compiler.language import __all__ as _dsl_names
 
 _HOPPER = ("this part of Hopper/Blackwell warp specialization by hand (expect-tx, raw warpgroup fences and waits, "
@@ -23,9 +24,10 @@ _HOPPER = ("this part of Hopper/Blackwell warp specialization by hand (expect-tx
 _BLACKWELL = ("Blackwell's (sm_100) tensor memory and tcgen05 MMAs do not exist on Hopper (sm_90, the H100/H200) or "
               "earlier GPUs, and TileAgent targets sm_80 to sm_90a: this program is for sm_100 (TileLang's sm_90 "
               "examples of the same kernels, in flash_attention/ and gemm/, run)")
-_SIMT = ("warp-level SIMT code (warp/lane indices, shuffles, thread all-reduce) is not supported; "
-         "T.get_thread_binding per-thread code is, and T.Parallel loops and tile ops are")
-_CP_ASYNC = ("T.async_copy is not supported: write T.ptx_cp_async(dst_ptr, src_ptr, bytes) per thread (with "
+_SIMT = ("warp-level SIMT code (warp/lane indices, these shuffles) is not supported; T.get_thread_binding "
+         "per-thread code is, with TVM's T.tvm_warp_shuffle and T.tvm_thread_allreduce, and T.Parallel loops and "
+         "tile ops are")
+_CP_ASYNC = ("T.async_copy is not supported: write T.ptx_cp_async(dst_ptr, src_ptr, num_elems) per thread (with "
              "T.ptx_commit_group / T.ptx_wait_group or T.cp_async_barrier_noinc), or the load as T.copy inside "
              "T.Pipelined(n, num_stages=2 or more), where TileAgent issues cp.async itself")
 _ESCAPE = ("this escape hatch into hand-written CUDA/PTX is not supported (T.import_source with T.call_extern and "
@@ -56,7 +58,9 @@ UNSUPPORTED = {
     "atomic_addx2": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
     "atomic_addx4": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
     "allocate": "raw TIR buffers are not supported; use T.alloc_shared / T.alloc_fragment / T.alloc_local",
-    "gemm_sp": "sparse T.gemm_sp is not supported",
+    "gemm_sp": "2:4 structured-sparse GEMM needs the sparse tensor-core instructions (PTX mma.sp.sync / "
+               "wgmma.sp, A compressed with its metadata operand E), which TileAgent's instruction registry does not "
+               "have (mma.sync and wgmma on dense operands); expand A to dense and use T.gemm",
     "transpose": "T.transpose is not supported; copy through a T.Parallel loop",
     "device_assert": "T.device_assert is not supported",
     "index_to_coordinates": "T.index_to_coordinates is not supported",
@@ -152,7 +156,7 @@ def _user_span():
 
 
 __all__ = list(_dsl_names) + ["alloc_reducer", "attr", "comm_reducer", "dp4a", "evaluate", "finalize_reducer",
-                              "tvm_thread_allreduce",
+                              "tvm_thread_allreduce", "tvm_warp_shuffle",
                               "disable_warp_group_reg_alloc", "float4_e2m1fn", "int", "int1", "int2", "int4", "long",
                               "no_set_max_nreg", "parallel", "set_max_nreg", "shift_left", "shift_right", "short",
                               "uint", "uint1", "uint2", "uint4"]
