@@ -46,12 +46,13 @@ from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Sele
 from tileagent.compiler.atomic_ops import combine, elementwise, fetch
 from tileagent.compiler.ir.stmt import (AtomicAdd, Buffer, Evaluate, For, If, ImportSource, Let, LoopExit,
                                         NamedBarrier, RngInit, Store, While)
-from tileagent.compiler import emulate_sync, random_philox
+from tileagent.compiler import emulate_hand_ws, emulate_sync, random_philox
 from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
 from tileagent.compiler.emulate_wgmma import check_not_busy, check_registers, finish_wgmma, note_generic_write
 from tileagent.compiler.emulate_tma import finish_tma
 from tileagent.compiler.instructions import emulators
 from tileagent.compiler.interp import ExitLoop, foreign_code
+from tileagent.compiler.language.cp_async import CALLS as HAND_CALLS
 from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float_binop, float_call, reinterpret,
                                            storage, to_float)
 from tileagent.compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
@@ -254,6 +255,8 @@ class _Block:
             self.run_masked(s.then_body if bool(c) else s.else_body, self.mask)
             return
         c = c.to(torch.bool)
+        if emulate_hand_ws.active(self) and emulate_hand_ws.concurrent_if(self, s, c):
+            return
         self.run_masked(s.then_body, self.narrowed(c))
         self.run_masked(s.else_body, self.narrowed(~c))
 
@@ -380,7 +383,8 @@ class _Block:
                  NamedBarrier: emulate_sync.named_barrier,
                  RngInit: lambda self, s: self.rng.init(*(self.ev(x) for x in (s.seed, s.subsequence, s.offset)),
                                                         self.mask),
-                 Evaluate: lambda self, s: self.call(s.value), ImportSource: lambda self, s: None,
+                 Evaluate: lambda self, s: emulate_hand_ws.evaluate(self, s.value) if s.value.name in HAND_CALLS
+                 else self.call(s.value), ImportSource: lambda self, s: None,
                  LoopExit: loop_exit}
 
     # -- memory ------------------------------------------------------------------------------------------------

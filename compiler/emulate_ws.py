@@ -121,6 +121,10 @@ def _progress(block) -> tuple:
 def mbarrier_arrive(block, s: MbarrierArrive) -> None:
     from tileagent.compiler.emulate_tma import _barrier
 
+    if s.per_thread:  # T.alloc_barrier's (warp specialization by hand): one arrival a thread
+        from tileagent.compiler.emulate_hand_ws import arrive
+
+        return arrive(block, s, *reversed(_barrier(block, s, s.barriers, s.index)))
     warps = block.full_warps("MbarrierArrive")
     key, bar = _barrier(block, s, s.barriers, s.index)
     bar["pending"] -= len(warps)

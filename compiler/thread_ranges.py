@@ -139,7 +139,7 @@ def check_lowerable(k: Kernel, target=None) -> None:
     from tileagent.compiler.diagnostics import TargetError
     from tileagent.compiler.ir.stmt import MBarrierOp
 
-    if target is not None and target.kind == "cuda" and target.has("wgmma") and target.has("mbarrier"):
+    if target is not None and target.kind in ("cuda", "sim") and target.has("wgmma") and target.has("mbarrier"):
         return
     found = hand_specialized(k)
     if found is not None:

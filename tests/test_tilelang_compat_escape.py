@@ -458,9 +458,10 @@ def test_cp_async_by_hand_with_a_noinc_barrier_runs_as_producer_and_consumer(til
             return main
         """))
     a = torch.randn(96, 64, dtype=torch.float16)
-    b = torch.full((96, 64), float("nan"))
-    tilelang.compile(ns["f"](96), target="cpu")(a, b)
-    assert torch.equal(b, a.float() * 2)
+    for target in ("cpu", "sim:sm_90a"):  # the interpreter, and the GPU lowering in the SIMT emulator
+        b = torch.full((96, 64), float("nan"))
+        tilelang.compile(ns["f"](96), target=target)(a, b)
+        assert torch.equal(b, a.float() * 2), target
 
 
 def test_cp_async_by_hand_counts_whole_copies_and_a_deadlock_names_each_wait(tilelang, tmp_path):
@@ -493,6 +494,10 @@ def test_cp_async_by_hand_counts_whole_copies_and_a_deadlock_names_each_wait(til
                                   "('A') is not")
     from tileagent.compiler.errors import KernelFault
 
+    with pytest.raises(KernelFault) as hang:  # the GPU lowering in the SIMT emulator (EmulationError)
+        tilelang.compile(ns["f"](1), target="sim:sm_90a")(torch.zeros(64, dtype=torch.float16))
+    assert "the block's warp-specialized branches wait for each other forever (a deadlock on the GPU): threads " \
+           "0-127 waits for tl_mbar[0] phase parity 0 (line 15)" in str(hang.value), str(hang.value)
     with pytest.raises(KernelFault) as fault:
         tilelang.compile(ns["f"](1), target="cpu")(torch.zeros(64, dtype=torch.float16))
     assert str(fault.value).endswith(":18:17: the block's warp-specialized branches wait for each other forever (a "

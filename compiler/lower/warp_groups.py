@@ -10,7 +10,8 @@ in what it produced becomes ``THREAD - lo`` and ``WARP`` becomes ``WARP - lo / 3
 its own ``lo`` already and is left alone), so a tile op's thread arithmetic counts from the warp group's first
 thread. Each range gets a named barrier of its own (ids from ``FIRST_BARRIER`` up, in the order ranges are met): a
 barrier the arm's tile ops or the barrier pass put inside it synchronizes the arm's threads only.
-Guarantees: code outside the arms is unchanged; inside an arm, every compiler-made index is relative to the warp
+Before the outermost such ``if`` every thread executes ``fence.proxy.async`` (shared bytes the block wrote before
+the split may be read by a warp group's wgmma). Guarantees: code outside the arms is unchanged; inside an arm, every compiler-made index is relative to the warp
 group, the program's own thread variables (Let-bound from THREAD at the kernel's top) are not.
 """
 
@@ -23,7 +24,7 @@ from tileagent.compiler.ir.expr import Expr, make_binop
 from tileagent.compiler.ir.simplify import depends_on
 from tileagent.compiler.ir.stmt import If
 from tileagent.compiler.ir.visit import substitute
-from tileagent.compiler.tir import THREAD, WARP, WarpGroupRange
+from tileagent.compiler.tir import THREAD, WARP, AsyncProxyFence, WarpGroupRange
 
 FIRST_BARRIER = 8  # named barriers 8.. (0 is __syncthreads, 1 the consumers of compiler.lower.warp_specialize)
 
@@ -46,7 +47,10 @@ def lower_thread_if(lowering, s: If) -> list | None:
         return None
     arms = [_arm(lowering, body, r, reach, s.span) for body, r in ((s.then_body, ranges[0]),
                                                                       (s.else_body, ranges[1]))]
-    return [If(ctx.rewrite(s.cond, {}), tuple(arms[0]), tuple(arms[1]), s.span)]
+    # the block's shared writes before the split (a tile every warp group copied) reach a warp group's wgmma or TMA
+    # through the async proxy: every thread that wrote fences its writes for it
+    fence = [AsyncProxyFence(s.span)] if reach == (0, k.num_threads) else []
+    return fence + [If(ctx.rewrite(s.cond, {}), tuple(arms[0]), tuple(arms[1]), s.span)]
 
 
 def _arm(lowering, body, r, reach, span) -> list:

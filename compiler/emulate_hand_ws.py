@@ -1,0 +1,128 @@
+"""Emulation of warp specialization written by hand (``compiler.lower.warp_groups``) for ``compiler.emulate``:
+``WarpGroupRange``, per-thread ``MbarrierArrive``s, waits inside warp-group arms, cp.async by hand.
+
+In: the emulated block (``compiler.emulate._Block``) of a kernel whose body holds a ``WarpGroupRange`` (``active``)
+and one statement. Out: the block's state updated; ``EmulationError`` where the program would hang or break the
+barrier protocol.
+Model: the arms of an ``if`` on the thread index that wait on mbarriers run as concurrent roles
+(``compiler.interp_roles``: one runs at a time and hands over when it waits for a phase that has not completed; when
+all wait, the kernel would hang: an EmulationError naming each wait); inside a ``WarpGroupRange`` a ``Barrier`` (or a
+wgmma fence with sync) synchronizes the range's threads, and a wait is made by them. A per-thread arrive counts one
+arrival per active thread and completes the phase at the last one; cp.async by hand copies at once (so its arrival
+after the copies, ``cp_async``, is an ordinary one) and its group instructions and proxy fences order nothing here.
+A wait on a fresh barrier's parity 1 returns at once (the phase "before the first"), as the hand-written producers
+expect.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tileagent.compiler.emulate_tensor import EmulationError
+from tileagent.compiler.ir.visit import walk
+from tileagent.compiler.tir import MbarrierWait, WarpGroupRange
+
+
+def active(block) -> bool:
+    """Whether the block's kernel is warp-specialized by hand (holds a WarpGroupRange)."""
+    found = getattr(block, "_hand_ws", None)
+    if found is None:
+        found = block._hand_ws = any(isinstance(x, WarpGroupRange) for x in walk(block.kernel.body))
+    return found
+
+
+def warp_group_range(block, s: WarpGroupRange) -> None:
+    want = (block.tid >= s.lo) & (block.tid < s.hi)
+    if block.mask is None or not torch.equal(block.mask, want):
+        raise EmulationError(f"WarpGroupRange [{s.lo}, {s.hi}) run by other threads than its own", s.span)
+    outer, block.sync_group = getattr(block, "sync_group", None), block.mask
+    try:
+        block.body(s.body)
+    finally:
+        block.sync_group = outer
+
+
+def concurrent_if(block, s, c) -> bool:
+    """Run the arms of ``if`` ``s`` (condition values ``c``) as concurrent roles when they wait on mbarriers; False
+    when they do not (the caller runs them one after the other)."""
+    from tileagent.compiler.interp_roles import Scheduler
+
+    if not any(isinstance(x, MbarrierWait) for x in walk(s.then_body + s.else_body)):
+        return False
+    if getattr(block, "roles", None) is None:
+        block.roles = Scheduler(_StateOf(block))
+    arms = []
+    for body, m in ((s.then_body, block.narrowed(c)), (s.else_body, block.narrowed(~c))):
+        if body and m is not False:
+            ids = block.tid if m is None else block.tid[m]
+            arms.append((f"threads {int(ids[0])}-{int(ids[-1])}", lambda b=body, m=m: block.run_masked(b, m)))
+    block.roles.run_arms(arms, s.span)
+    return True
+
+
+class _StateOf:
+    """What one role keeps across its waits: the mask stack, loop mask, scalar environment and sync group."""
+
+    def __init__(self, block):
+        self.block = block
+
+    def save_state(self):
+        b = self.block
+        return list(b.masks), b.loop_mask, dict(b.env), b.span, getattr(b, "sync_group", None)
+
+    def restore_state(self, state) -> None:
+        b = self.block
+        masks, b.loop_mask, env, b.span, b.sync_group = state
+        b.masks, b.env = list(masks), dict(env)
+
+
+def wait(block, s: MbarrierWait, bar: dict, key) -> None:
+    """A wait inside a warp-group arm: returns when the phase of its parity has completed, parking the role until
+    then (a fresh barrier's parity 1 counts as completed)."""
+    parity = int(block.uniform(block.ev(s.parity), "mbarrier parity")) & 1
+    if parity != bar["phase"] & 1:
+        return
+    roles = getattr(block, "roles", None)
+    if roles is None or roles.current() is roles.root:
+        raise EmulationError(f"wait on {key[0].name}[{key[1]}] (parity {parity}) would hang: {bar['pending']} "
+                             f"arrival(s) missing and no other warp group runs to make them", s.span)
+    roles.block(lambda: parity != bar["phase"] & 1, f"{key[0].name}[{key[1]}] phase parity {parity}", s.span)
+
+
+def arrive(block, s, bar: dict, key) -> None:
+    """One arrival per active thread (``MbarrierArrive.per_thread``); the phase completes at the last."""
+    n = int(block.nt if block.mask is None else block.mask.sum())
+    bar["pending"] -= n
+    if bar["pending"] < 0:
+        raise EmulationError(f"{n} arrival(s) on {key[0].name}[{key[1]}] with {bar['pending'] + n} pending in its "
+                             f"phase", s.span)
+    if bar["pending"] == 0 and not bar["expected"] and not bar["loads"]:
+        bar.update(phase=bar["phase"] + 1, pending=bar["count"])
+
+
+def evaluate(block, e) -> None:
+    """cp.async by hand (``compiler.language.cp_async``): each active thread's copy lands now; the rest orders
+    nothing in this model."""
+    from tileagent.compiler.language.cp_async import CP_ASYNC
+
+    if e.name != CP_ASYNC:
+        return
+    dst, src = e.args[0].args[0], e.args[1].args[0]
+    n = int(e.args[2].value)
+    ids = block.active()
+    d = block.lanes(block.ev(dst.indices[0]), torch.int64)[ids]
+    s_idx = block.lanes(block.ev(src.indices[0]), torch.int64)[ids]
+    keep = torch.ones(ids.shape, dtype=torch.bool)
+    if len(e.args) > 3:
+        keep = block.lanes(block.ev(e.args[3]), torch.bool)[ids]
+    step = torch.arange(n, dtype=torch.int64)
+    dmem, smem = block.buffer_memory(dst.buffer), block.buffer_memory(src.buffer)
+    di, si = (d[:, None] + step).reshape(-1), (s_idx[:, None] + step).reshape(-1)
+    if bool(((di < 0) | (di >= dmem.numel())).any()) or bool(((si < 0) | (si >= smem.numel())).any()):
+        raise EmulationError(f"cp.async by hand from '{src.buffer.name}' into '{dst.buffer.name}' out of bounds",
+                             block.span)
+    vals = smem[si].to(dmem.dtype)
+    dmem[di] = torch.where(keep.repeat_interleave(n), vals, torch.zeros_like(vals))
+
+
+HANDLERS = {WarpGroupRange: warp_group_range}
