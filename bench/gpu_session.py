@@ -272,13 +272,15 @@ STEPS = (
 ,
     # group 18: what round 2 session 28 wrote (TileLang's warp specialization written by hand: warp-group tile ops,
     # real mbarriers, cp.async by hand; wgmma on stacked and column-sliced shared tiles)
-    Step("mla_ws_gpu", 18, "TILEAGENT_MBAR_SPIN_LIMIT=2e9 python -m pytest -q -m gpu tests/test_tilelang_mla_ws.py "
-         "tests/test_wgmma.py -k 'mla or stack'", 150,
+    Step("mla_ws_gpu", 18, "TILEAGENT_MBAR_SPIN_LIMIT=2e9 python -m pytest -q -m gpu tests/test_tilelang_hand_ws.py "
+         "tests/test_wgmma.py -k 'mla or flashmla or sparse or stack'", 150,
          "first contact of a hand warp-specialized kernel (three warp groups, mbarriers with per-thread arrivals, "
          "cp.async.mbarrier.arrive.noinc) against its reference"),
-    Step("mla_ws_bench", 18, "python bench/tilelang_examples.py --only mla_decode_ws,mla_decode --timeout 150"
+    Step("mla_ws_bench", 18, "python bench/tilelang_examples.py --only mla_decode_ws,mla_decode,flashmla_ws,"
+         "sparse_mla_fwd_pipelined,sparse_mla_fwd_seesaw,sparse_mla_fwd --timeout 100"
          " $([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 360,
-         "TileLang's example_mla_decode_ws (B64, ctx 4096) next to the plain MLA decode: its own check and TFLOP/s "
+         "TileLang's hand warp-specialized MLA programs (decode, FlashMLA-style, DSA sparse pipelined and seesaw) next to "
+         "the plain MLA decode and sparse forward: their own checks and printed speed "
          "(and real TileLang's, where .tl was unpacked to /tmp/tl)",
          after="mla_ws_gpu"))
 

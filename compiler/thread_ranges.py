@@ -133,13 +133,12 @@ def hand_specialized(k: Kernel):
 
 
 def check_lowerable(k: Kernel, target=None) -> None:
-    """E602 for warp specialization by hand (``hand_specialized``) in a kernel lowered for anything but a CUDA target
-    with wgmma and mbarriers (sm_90a): the CPU interpreter runs it (``compiler.interp_roles``), the SIMT emulator
-    does not model concurrent branches."""
+    """E602 for warp specialization by hand (``hand_specialized``) in a kernel lowered for a target without wgmma and
+    mbarriers (below sm_90a: the CPU interpreter runs it all the same, ``compiler.interp_roles``)."""
     from tileagent.compiler.diagnostics import TargetError
     from tileagent.compiler.ir.stmt import MBarrierOp
 
-    if target is not None and target.kind in ("cuda", "sim") and target.has("wgmma") and target.has("mbarrier"):
+    if target is not None and target.has("wgmma") and target.has("mbarrier"):
         return
     found = hand_specialized(k)
     if found is not None:
@@ -147,8 +146,8 @@ def check_lowerable(k: Kernel, target=None) -> None:
         what = "a barrier wait" if isinstance(x, MBarrierOp) else "tile ops"
         name = target.name if target is not None else "this target"
         raise TargetError(f"warp specialization by hand ({what} in a branch on the thread index, line "
-                          f"{x.span.line if x.span else '?'}) is lowered for sm_90a CUDA targets only (wgmma, "
-                          f"mbarrier waits), not for {name}; the CPU interpreter runs it", s.span, code="E602",
+                          f"{x.span.line if x.span else '?'}) is lowered for sm_90a only (wgmma, mbarrier waits), "
+                          f"not for {name}; the CPU interpreter runs it", s.span, code="E602",
                           hint="compile for cuda:sm_90a, or write the loop as T.Pipelined with T.copy / T.gemm "
                                "and let the compiler specialize the warps")
 

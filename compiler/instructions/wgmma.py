@@ -52,7 +52,7 @@ from __future__ import annotations
 import os
 
 from tileagent.compiler.diagnostics import LayoutError
-from tileagent.compiler.ir.simplify import static_int
+from tileagent.compiler.ir.simplify import known_multiple
 from tileagent.compiler.instructions.base import Instruction, has_feature, k_step
 from tileagent.compiler.intrinsics import TF32_DTYPES
 from tileagent.compiler.layout.fragment import Fragment, Level
@@ -340,8 +340,7 @@ def _slice_reason(r, layout) -> str | None:
     if extents[-1] == shape[-1]:
         return None
     cb = layout.col_block
-    start = static_int(starts[-1])
-    if not cb or start is None or start % cb or extents[-1] % cb:
+    if not cb or known_multiple(starts[-1]) % cb or extents[-1] % cb:
         return (f"or a slice of its columns in whole {cb or shape[-1]}-column swizzle blocks from a block's first "
-                f"column (compile-time start)")
+                f"column (a start known to be a multiple of {cb or shape[-1]})")
     return None

@@ -142,4 +142,7 @@ def lower_barrier_op(ctx, s) -> list:
     if s.value is not None:
         raise TargetError("a T.ws group's barrier arrive is run in program order, not lowered as a barrier",
                           s.span, code="E602")
-    return [MbarrierArrive(state.barriers, index, s.span, per_thread=True, cp_async=s.op == "arrive_cp_async")]
+    arrive = MbarrierArrive(state.barriers, index, s.span, per_thread=True, cp_async=s.op == "arrive_cp_async")
+    # what the thread wrote to shared memory before it arrives may be read by the waiting side's wgmma or TMA store
+    # (the async proxy): the writer fences it (cp.async's own arrival fires after its copies, which it cannot fence)
+    return [arrive] if arrive.cp_async else [AsyncProxyFence(s.span), arrive]

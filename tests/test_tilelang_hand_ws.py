@@ -1,8 +1,9 @@
-"""TileLang's warp-specialized MLA decode written by hand (``bench/tilelang_examples/deepseek_mla/
-example_mla_decode_ws.py``: a producer warp group issuing ``T.ptx_cp_async`` with ``T.cp_async_barrier_noinc``, two
-consumer warp groups computing with tile ops and handing the scores over through barriers) on the CPU interpreter,
-whose branches run concurrently (``compiler.interp_roles``), and its sm_90a lowering (warp-group tile ops, mbarriers)
-in the SIMT emulator and with NVRTC, against the example's reference."""
+"""TileLang's warp-specialized programs written by hand (``if tx < 128:`` arms with their own tile ops, barriers of
+``T.alloc_barrier``, cp.async by hand): the MLA decode (``deepseek_mla/example_mla_decode_ws.py``), DeepSeek-V3.2's
+sparse MLA forward (pipelined, seesaw) and the FlashMLA-style example, copied unchanged to
+``bench/tilelang_examples``, against their own references on the CPU interpreter (branches run concurrently:
+``compiler.interp_roles``), their sm_90a lowering in the SIMT emulator (``compiler.emulate_hand_ws``) and with NVRTC,
+and on a GPU where there is one."""
 
 import re
 from pathlib import Path
@@ -28,7 +29,7 @@ def test_mla_decode_ws_matches_the_examples_reference_on_the_cpu(tilelang):
     glse, partial = torch.zeros(batch, heads, 1).half(), torch.zeros(batch, heads, 1, dim).half()
     out = kernel(q, q_pe, kv, k_pe, glse, partial)
     want = ns["ref_program"](*(t.float() for t in (q, q_pe, kv, k_pe)), glse, partial)
-    torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(out.float(), want.to(out.device), rtol=2e-3, atol=2e-3)
 
 
 def test_mla_decode_ws_lowers_for_sm90a_with_warp_group_ranges_and_real_barriers(tilelang):
@@ -63,7 +64,7 @@ def test_mla_decode_ws_gpu_lowering_matches_the_reference_in_the_simt_emulator(t
     glse, partial = torch.zeros(batch, heads, 1).half(), torch.zeros(batch, heads, 1, dim).half()
     out = kernel(q, q_pe, kv, k_pe, glse, partial)
     want = ns["ref_program"](*(t.float() for t in (q, q_pe, kv, k_pe)), glse, partial)
-    torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(out.float(), want.to(out.device), rtol=2e-3, atol=2e-3)
 
 
 @pytest.mark.gpu
@@ -84,4 +85,64 @@ def test_mla_decode_ws_matches_the_reference_on_the_gpu(tilelang, monkeypatch, b
     out = kernel(q, q_pe, kv, k_pe, glse, partial)
     torch.cuda.synchronize()
     want = ns["ref_program"](*(t.float() for t in (q, q_pe, kv, k_pe)), glse, partial)
-    torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(out.float(), want.to(out.device), rtol=2e-3, atol=2e-3)
+
+
+SPARSE = MLA.parent / "deepseek_v32"
+
+
+_ON_GPU = pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                            reason="needs a CUDA device")])
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("program", ["sparse_mla_fwd_pipelined.py", "sparse_mla_fwd_seesaw.py"])
+@pytest.mark.parametrize("target", ["cpu", "sim:sm_90a", _ON_GPU])
+def test_dsa_sparse_mla_by_hand_matches_the_reference(tilelang, monkeypatch, program, target):
+    """DeepSeek-V3.2's sparse MLA forward written by hand (a producer warp group gathering the selected K/V rows with
+    predicated cp.async, two consumer warp groups; seesaw: the consumers swap halves): the interpreter, and the
+    sm_90a lowering in the SIMT emulator."""
+    import importlib
+
+    jit = importlib.import_module("tileagent.compiler.jit")
+    real = jit.resolve_target
+    monkeypatch.setattr(jit, "resolve_target", lambda t=None, *a, **k: real(target if t in (None, "auto") else t))
+    ns = load_script(SPARSE / program)
+    B, S, SKV, H, topk, start = 1, 2, 256, 64, 128, 200
+    gen = torch.Generator().manual_seed(0)
+    q = (torch.randn((B, S, H, 576), generator=gen) / 10).bfloat16()
+    kv = (torch.randn((B, SKV, 1, 576), generator=gen) / 10).bfloat16()
+    indices = torch.full((B, S, 1, topk), SKV, dtype=torch.int32)
+    for t in range(S):
+        picked = torch.randperm(min(t + start, SKV), generator=gen)[:topk]
+        indices[0, t, 0, :len(picked)] = picked
+    dev = "cuda" if target == "cuda" else "cpu"
+    q, kv, indices = q.to(dev), kv.to(dev), indices.to(dev)
+    out, _ = ns["sparse_mla_fwd"](q, kv, indices, torch.tensor([start], dtype=torch.int32, device=dev), H, 512, 64,
+                                  topk, 1, 1, None, True, False)
+    if dev == "cpu":
+        arange = torch.arange
+        monkeypatch.setattr(torch, "arange", lambda *a, device=None, **k: arange(*a, **k))  # its reference's "cuda"
+    want = ns["ref_sparse_mla_fwd_interface"](q, kv, indices, start, 1)
+    torch.testing.assert_close(out.float(), want.float(), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("target", ["sim:sm_90a", _ON_GPU])
+def test_flashmla_by_hand_matches_the_reference(tilelang, target):
+    """TileLang's FlashMLA-style example (two consumer warp groups exchanging scores through shared memory, its
+    loads by T.tma_copy inside the branches, T.fence_proxy_async): the sm_90a lowering in the SIMT emulator."""
+    ns = load_script(MLA.parent / "warp_specialize" / "example_warp_specialize_flashmla.py")
+    batch, heads, ctx, dim, pe = 1, 64, 512, 512, 64
+    kernel = tilelang.compile(ns["flashattn"].__wrapped__(batch, heads, 1, ctx, dim, pe, 64, 64, 1),
+                              target=target, out_idx=[6])
+    gen = torch.Generator().manual_seed(2)
+    q, q_pe = torch.randn(batch, heads, dim, generator=gen).half(), torch.randn(batch, heads, pe, generator=gen).half()
+    kv = torch.randn(batch, ctx, 1, dim, generator=gen).half()
+    k_pe = torch.randn(batch, ctx, 1, pe, generator=gen).half()
+    glse, partial = torch.zeros(batch, heads, 1).half(), torch.zeros(batch, heads, 1, dim).half()
+    dev = "cuda" if target == "cuda" else "cpu"
+    q, q_pe, kv, k_pe, glse, partial = (t.to(dev) for t in (q, q_pe, kv, k_pe, glse, partial))
+    out = kernel(q, q_pe, kv, k_pe, glse, partial)
+    want = ns["ref_program"](*(t.float() for t in (q, q_pe, kv, k_pe)), glse, partial)
+    torch.testing.assert_close(out.float(), want.to(out.device), rtol=2e-3, atol=2e-3)
