@@ -50,12 +50,19 @@ class Scheduler:
         """Run ``arms`` ((name, callable) each) as concurrent roles; return when all have ended."""
         parent = self.turn
         state = self.interp.save_state()
+        threads = []
         for name, fn in arms:
             role = _Role(name, parent)
             parent.children.append(role)
             self.roles.append(role)
-            threading.Thread(target=self._main, args=(role, fn, state), daemon=True).start()
-        self.block(lambda: all(c.done for c in parent.children), "its branches to end", span)
+            threads.append(threading.Thread(target=self._main, args=(role, fn, state), daemon=True))
+            threads[-1].start()
+        try:
+            self.block(lambda: all(c.done for c in parent.children), "its branches to end", span)
+        finally:
+            if self.aborted is not None:  # the parked arms unwind (_Abort): let them end before the error goes on
+                for t in threads:
+                    t.join(timeout=10)
         parent.children, errors = [], [c.error for c in parent.children if c.error is not None]
         self.roles = [r for r in self.roles if not r.done]
         if errors:
