@@ -61,7 +61,7 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "mla_decode": ("deepseek_mla/example_mla_decode.py", ["--batch", "64", "--kv_ctx", "4096"], True, ("einops",)),
     "mla_decode_ws": ("deepseek_mla/example_mla_decode_ws.py", ["--batch", "64", "--kv_ctx", "4096"], False,
                       ("einops",)),
-    "sparse_mla_fwd": ("deepseek_v32/sparse_mla_fwd.py", [], False, ()),
+    "sparse_mla_fwd": ("deepseek_v32/sparse_mla_fwd.py", [], False, ("triton",)),
     "sparse_mla_fwd_pipelined": ("deepseek_v32/sparse_mla_fwd_pipelined.py", ["--test_correctness"], False, ()),
     "sparse_mla_fwd_seesaw": ("deepseek_v32/sparse_mla_fwd_seesaw.py", ["--test_correctness"], False, ()),
     "flashmla_ws": ("warp_specialize/example_warp_specialize_flashmla.py", ["--batch", "64", "--kv_ctx", "4096"],

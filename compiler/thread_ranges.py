@@ -57,7 +57,10 @@ def _span(mask: np.ndarray, lo: int, hi: int):
 
 def branch_ranges(s: If, k: Kernel, reach: tuple[int, int], lets: dict | None = None):
     """((lo, hi) of the then-branch, (lo, hi) of the else-branch) of ``s`` for the threads ``reach`` = [lo, hi)
-    that run it, when its condition is on the thread index alone and both are whole warp groups; else None."""
+    that run it, when its condition is on the thread index alone, both are whole warp groups and its arms hold
+    ``warp_group_work``; else None."""
+    if not any(warp_group_work(x) for x in walk(s.then_body + s.else_body)):
+        return None  # per-thread code alone
     mask = _taken(s.cond, k, lets if lets is not None else _thread_lets(k))
     if mask is None:
         return None
@@ -111,22 +114,25 @@ def shared_fragments(k: Kernel, where: dict):
     return None
 
 
-def hand_specialized(k: Kernel):
-    """(the ``if``, the statement) of the first ``if`` on the thread index whose arms hold tile ops or barrier waits
-    (warp specialization by hand), else None."""
+def warp_group_work(x) -> bool:
+    """Whether statement ``x`` makes the branch around it warp specialization by hand: a tile op or T.Parallel (but
+    T.fill/T.clear of a thread's own local) or a barrier wait. Branches of per-thread code alone keep the rules of
+    per-thread code (no compiler barriers inside: the program places its own)."""
     from tileagent.compiler.ir.stmt import Fill, MBarrierOp, Parallel
     from tileagent.compiler.tileops import op_for
 
+    if isinstance(x, MBarrierOp):
+        return x.op == "wait"
+    if isinstance(x, Fill) and x.dst.buffer.scope in ("local", "var"):
+        return False
+    return op_for(x) is not None or isinstance(x, Parallel)
+
+
+def hand_specialized(k: Kernel):
+    """(the ``if``, the statement) of the first ``if`` on the thread index whose arms hold ``warp_group_work``
+    (warp specialization by hand), else None."""
     if not k.thread_vars:
         return None
-
-    def warp_group_work(x) -> bool:
-        if isinstance(x, MBarrierOp):
-            return x.op == "wait"
-        if isinstance(x, Fill) and x.dst.buffer.scope in ("local", "var"):  # the thread's own
-            return False
-        return op_for(x) is not None or isinstance(x, Parallel)
-
     thread = tuple(_thread_lets(k))
     ifs = [s for s in walk(k.body) if isinstance(s, If) and depends_on(s.cond, thread)]
     return next(((s, x) for s in ifs for x in walk(s.then_body + s.else_body) if warp_group_work(x)), None)
