@@ -11,7 +11,8 @@ wgmma fence with sync) synchronizes the range's threads, and a wait is made by t
 arrival per active thread and completes the phase at the last one; cp.async by hand copies at once (so its arrival
 after the copies, ``cp_async``, is an ordinary one) and its group instructions and proxy fences order nothing here.
 A wait on a fresh barrier's parity 1 returns at once (the phase "before the first"), as the hand-written producers
-expect.
+expect. A phase with TMA bytes (``T.tma_copy(..., barrier=...)``) completes at a wait once its arrivals came and the
+loads delivered the announced bytes: they land then, as in ``compiler.emulate_tma``.
 """
 
 from __future__ import annotations
@@ -80,13 +81,30 @@ def wait(block, s: MbarrierWait, bar: dict, key) -> None:
     """A wait inside a warp-group arm: returns when the phase of its parity has completed, parking the role until
     then (a fresh barrier's parity 1 counts as completed)."""
     parity = int(block.uniform(block.ev(s.parity), "mbarrier parity")) & 1
-    if parity != bar["phase"] & 1:
+    if parity != bar["phase"] & 1 or _complete(block, bar, key, s):
         return
     roles = getattr(block, "roles", None)
     if roles is None or roles.current() is roles.root:
         raise EmulationError(f"wait on {key[0].name}[{key[1]}] (parity {parity}) would hang: {bar['pending']} "
                              f"arrival(s) missing and no other warp group runs to make them", s.span)
-    roles.block(lambda: parity != bar["phase"] & 1, f"{key[0].name}[{key[1]}] phase parity {parity}", s.span)
+    roles.block(lambda: parity != bar["phase"] & 1 or _complete(block, bar, key, s),
+                f"{key[0].name}[{key[1]}] phase parity {parity}", s.span)
+
+
+def _complete(block, bar: dict, key, s) -> bool:
+    """Complete the barrier's phase when its arrivals came and its TMA loads delivered the announced bytes (they land
+    now); False when not yet."""
+    from tileagent.compiler.emulate_tma import _land
+
+    if bar["pending"] > 0 or bar["delivered"] < bar["expected"] or not (bar["expected"] or bar["loads"]):
+        return False
+    if bar["delivered"] > bar["expected"]:
+        raise EmulationError(f"{key[0].name}[{key[1]}]: the loads deliver {bar['delivered']} bytes, expect_tx "
+                             f"announced {bar['expected']} (the phase could complete early)", s.span)
+    for dst, place, vals in bar["loads"]:
+        _land(block, dst, place, vals)
+    bar.update(phase=bar["phase"] + 1, pending=bar["count"], expected=0, delivered=0, loads=[])
+    return True
 
 
 def arrive(block, s, bar: dict, key) -> None:

@@ -66,9 +66,9 @@ def mbarrier_init(block, s: MbarrierInit) -> None:
 def expect_tx(block, s: MbarrierArriveExpectTx) -> None:
     _single_thread(block, "MbarrierArriveExpectTx")
     key, bar = _barrier(block, s, s.barriers, s.index)
-    if bar["pending"] <= 0:
+    if s.arrive and bar["pending"] <= 0:
         raise EmulationError(f"arrive on {key[0].name}[{key[1]}] with no arrival pending in its phase", s.span)
-    bar["pending"] -= 1
+    bar["pending"] -= 1 if s.arrive else 0
     bar["expected"] += s.bytes
 
 

@@ -489,12 +489,14 @@ class MbarrierInit(Stmt):
 class MbarrierArriveExpectTx(Stmt):
     """``mbarrier.arrive.expect_tx.shared::cta.b64 _, [barriers[index]], bytes``: one arrival on the barrier, which
     now also waits for ``bytes`` more bytes of asynchronous (TMA) transfers before its phase completes. Executed by
-    the issuing thread alone."""
+    the issuing thread alone. ``arrive`` False: ``mbarrier.expect_tx`` (the bytes without the arrival: a program's
+    ``T.tma_copy`` whose barrier counts the threads' own arrivals)."""
 
     barriers: Buffer
     index: Expr
     bytes: int
     span: Span | None = None
+    arrive: bool = True
 
     def ir_lines(self, indent: int, _lines) -> list[str]:
         from tileagent.compiler.ir.printer import expr_str

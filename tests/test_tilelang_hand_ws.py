@@ -131,11 +131,15 @@ def test_dsa_sparse_mla_by_hand_matches_the_reference(tilelang, monkeypatch, pro
 @pytest.mark.parametrize("target", ["sim:sm_90a", _ON_GPU])
 def test_flashmla_by_hand_matches_the_reference(tilelang, target):
     """TileLang's FlashMLA-style example (two consumer warp groups exchanging scores through shared memory, its
-    loads by T.tma_copy inside the branches, T.fence_proxy_async): the sm_90a lowering in the SIMT emulator."""
+    loads by T.tma_copy inside the branches, T.fence_proxy_async): the sm_90a lowering in the SIMT emulator. Its
+    whole-tile T.tma_copy calls are TMA loads announcing their bytes on the program's barrier (the emulator lands
+    them when a wait completes the phase); its column-block ones are plain copies before the threads' arrivals."""
     ns = load_script(MLA.parent / "warp_specialize" / "example_warp_specialize_flashmla.py")
     batch, heads, ctx, dim, pe = 1, 64, 512, 512, 64
     kernel = tilelang.compile(ns["flashattn"].__wrapped__(batch, heads, 1, ctx, dim, pe, 64, 64, 1),
                               target=target, out_idx=[6])
+    assert "T.copy at line 114: TMA 3d box 64x64x1 x4, 128B swizzle, 32768 B on an mbarrier, completing the " \
+        "program's barrier" in kernel.get_ir("thread")
     gen = torch.Generator().manual_seed(2)
     q, q_pe = torch.randn(batch, heads, dim, generator=gen).half(), torch.randn(batch, heads, pe, generator=gen).half()
     kv = torch.randn(batch, ctx, 1, dim, generator=gen).half()

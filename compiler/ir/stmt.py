@@ -238,12 +238,15 @@ class If(Stmt):
 class Copy(Stmt):
     """T.copy: dst = cast(src); tile shapes agree once size-1 dims are dropped. OOB global reads give 0, writes drop.
     ``eviction_policy``: None, "evict_first" or "evict_last", a cache hint for reads of global memory (no semantic
-    effect; ``compiler.language.tileops.eviction_hint``)."""
+    effect; ``compiler.language.tileops.eviction_hint``). ``barrier``: TileLang's ``T.tma_copy(src, dst,
+    barrier=bars[i])`` (a ``warp_specialize.BarrierRef``): in warp specialization by hand the copy's bytes complete
+    a phase of that barrier, whose wait the program places (``compiler.lower.warp_groups``)."""
 
     src: Region
     dst: Region
     span: Span | None = None
     eviction_policy: str | None = None
+    barrier: object = None
 
 
 @dataclass(frozen=True, eq=False, slots=True)

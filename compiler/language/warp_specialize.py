@@ -121,10 +121,18 @@ def mbarrier_arrive(mbarrier, cta_id=None):
 
 def tma_copy(src, dst, *, barrier=None, cluster_mask=None, leader_scope_threads=None, eviction_policy=None,
              annotations=None):
-    """TileLang's ``T.tma_copy``: the copy itself (``T.copy``); its barrier's transaction count is not modelled
-    (copies complete in program order)."""
+    """TileLang's ``T.tma_copy``: the copy (``T.copy``), bound to ``barrier``: in warp specialization by hand its
+    bytes complete that barrier's phase (a TMA load announcing them, ``compiler.lower.warp_groups``); elsewhere, and
+    on the CPU interpreter, it is the copy, done in program order."""
+    import dataclasses
+
     from tileagent.compiler.language.tileops import copy
 
     if cluster_mask is not None:
         raise DSLTypeError("T.tma_copy(cluster_mask=...): cluster multicast is not supported", code="E301")
-    return copy(src, dst)
+    from tileagent.compiler.ir.stmt import Copy
+
+    stmt = copy(src, dst)
+    if barrier is None or not isinstance(stmt, Copy):  # (a one-element copy is a store)
+        return stmt
+    return dataclasses.replace(stmt, barrier=_ref(barrier, "T.tma_copy"))

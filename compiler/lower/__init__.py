@@ -275,6 +275,12 @@ class _Lowering:
             init = ctx.rewrite(s.init, {}) if s.init is not None else None
             return [Declare(reg, init, s.span)]
         op = op_for(s)
+        if getattr(s, "barrier", None) is not None and ctx.hand_specialized:  # T.tma_copy(..., barrier=...)
+            from tileagent.compiler.lower.warp_groups import lower_bound_copy
+
+            bound = lower_bound_copy(ctx, s)
+            if bound is not None:
+                return bound
         if op is not None:  # a tile op lowers itself
             return op.lower(s, ctx)
         if isinstance(s, Parallel):

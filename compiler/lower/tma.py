@@ -142,10 +142,10 @@ def tile_plan(ctx, s):
     return entry, plan(s.src, s.dst, layout, offsets)
 
 
-def issue(ctx, copies, barrier_index, fence: bool = True, issuer: int | None = 0) -> list:
+def issue(ctx, copies, barrier_index, fence: bool = True, issuer: int | None = 0, arrive: bool = True) -> list:
     """Thread ``issuer`` (None: the caller runs these statements in one thread already): (``fence.proxy.async``),
-    one ``arrive.expect_tx`` of all the bytes of ``copies`` ((Copy, TmaPlan) pairs) on ``barriers[barrier_index]``,
-    and their TMA loads."""
+    one ``arrive.expect_tx`` of all the bytes of ``copies`` ((Copy, TmaPlan) pairs) on ``barriers[barrier_index]``
+    (``arrive`` False: ``expect_tx`` alone), and their TMA loads."""
     state = ctx.tma
     loads_, total = [], 0
     for s, p in copies:
@@ -163,7 +163,7 @@ def issue(ctx, copies, barrier_index, fence: bool = True, issuer: int | None = 0
         total += p.bytes
     span = copies[0][0].span
     body = ([AsyncProxyFence(span)] if fence else []) + \
-        [MbarrierArriveExpectTx(state.barriers, as_expr(barrier_index), total, span)] + loads_
+        [MbarrierArriveExpectTx(state.barriers, as_expr(barrier_index), total, span, arrive=arrive)] + loads_
     return body if issuer is None else [If(make_cmp("==", THREAD, issuer), tuple(body), (), span)]
 
 

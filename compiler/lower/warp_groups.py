@@ -128,15 +128,7 @@ def lower_barrier_op(ctx, s) -> list:
     from tileagent.compiler.tir import MbarrierArrive, MbarrierWait
 
     state = ctx.tma
-    if state is None:
-        raise TargetError("T.alloc_barrier barriers need the kernel's mbarrier array, which this target or "
-                          "configuration lacks (sm_90a with TMA on)", s.span, code="E602")
-    bases = state.__dict__.setdefault("hand", {})
-    if id(s.barriers) not in bases:
-        bases[id(s.barriers)] = state.used_barriers
-        for count in s.barriers.counts:
-            state.take_barriers(1, arrivals=count)
-    index = make_binop("+", bases[id(s.barriers)], ctx.rewrite(s.index, {}))
+    index = _barrier_index(ctx, s.barriers, s.index, s.span)
     if s.op == "wait":
         return [MbarrierWait(state.barriers, index, ctx.rewrite(s.value, {}), s.span)]
     if s.value is not None:
@@ -146,3 +138,35 @@ def lower_barrier_op(ctx, s) -> list:
     # what the thread wrote to shared memory before it arrives may be read by the waiting side's wgmma or TMA store
     # (the async proxy): the writer fences it (cp.async's own arrival fires after its copies, which it cannot fence)
     return [arrive] if arrive.cp_async else [AsyncProxyFence(s.span), arrive]
+
+
+def _barrier_index(ctx, barriers, index, span):
+    """The index in the kernel's mbarrier array of ``barriers[index]`` (a ``T.alloc_barrier`` set: its barriers are
+    taken, with their arrive counts, at the set's first use)."""
+    from tileagent.compiler.diagnostics import TargetError
+
+    state = ctx.tma
+    if state is None:
+        raise TargetError("T.alloc_barrier barriers need the kernel's mbarrier array, which this target or "
+                          "configuration lacks (sm_90a with TMA on)", span, code="E602")
+    bases = state.__dict__.setdefault("hand", {})
+    if id(barriers) not in bases:
+        bases[id(barriers)] = state.used_barriers
+        for count in barriers.counts:
+            state.take_barriers(1, arrivals=count)
+    return make_binop("+", bases[id(barriers)], ctx.rewrite(index, {}))
+
+
+def lower_bound_copy(ctx, s) -> list | None:
+    """``T.tma_copy(src, dst, barrier=b)`` in warp specialization by hand: the warp group's first thread announces
+    the tile's bytes on ``b`` (``mbarrier.expect_tx``, no arrival: the program's threads arrive themselves) and
+    issues the TMA loads, which complete ``b``'s phase; nothing waits here (the program's ``T.barrier_wait`` does).
+    None when TMA cannot move the tile (the caller lowers the plain copy: done before the threads' arrivals)."""
+    from tileagent.compiler.lower.tma import issue, tile_plan
+
+    entry, plan = tile_plan(ctx, s)
+    if entry is None:
+        return None
+    ctx.note_instruction(s, entry.describe_plan(plan, s.src.buffer.dtype) + ", completing the program's barrier")
+    return issue(ctx, [(s, plan)], _barrier_index(ctx, s.barrier.barriers, s.barrier.index, s.span), fence=True,
+                 issuer=0, arrive=False)

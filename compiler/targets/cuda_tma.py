@@ -96,6 +96,10 @@ def emit_expect_tx(em, s: MbarrierArriveExpectTx) -> None:
     if s.bytes <= 0 or s.bytes >= 1 << 20:
         em.fail(f"MbarrierArriveExpectTx of {s.bytes} bytes: the tx count is 1 .. 2**20 - 1")
     em.state.helpers.add("tma")
+    if not s.arrive:
+        em.line(f'asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" :: '
+                f'"r"({_address(em, s.barriers, s.index)}), "r"({s.bytes}u) : "memory");')
+        return
     em.line(f"tl_mbar_expect_tx({_address(em, s.barriers, s.index)}, {s.bytes}u);")
 
 
