@@ -138,7 +138,7 @@ def test_flashmla_by_hand_matches_the_reference(tilelang, target):
     batch, heads, ctx, dim, pe = 1, 64, 512, 512, 64
     kernel = tilelang.compile(ns["flashattn"].__wrapped__(batch, heads, 1, ctx, dim, pe, 64, 64, 1),
                               target=target, out_idx=[6])
-    assert "T.copy at line 114: TMA 3d box 64x64x1 x4, 128B swizzle, 32768 B on an mbarrier, completing the " \
+    assert "T.copy at line 116: TMA 3d box 64x64x1 x4, 128B swizzle, 32768 B on an mbarrier, completing the " \
         "program's barrier" in kernel.get_ir("thread")
     gen = torch.Generator().manual_seed(2)
     q, q_pe = torch.randn(batch, heads, dim, generator=gen).half(), torch.randn(batch, heads, pe, generator=gen).half()
