@@ -132,14 +132,17 @@ def test_dsa_sparse_mla_by_hand_matches_the_reference(tilelang, monkeypatch, pro
 def test_flashmla_by_hand_matches_the_reference(tilelang, target):
     """TileLang's FlashMLA-style example (two consumer warp groups exchanging scores through shared memory, its
     loads by T.tma_copy inside the branches, T.fence_proxy_async): the sm_90a lowering in the SIMT emulator. Its
-    whole-tile T.tma_copy calls are TMA loads announcing their bytes on the program's barrier (the emulator lands
-    them when a wait completes the phase); its column-block ones are plain copies before the threads' arrivals."""
+    T.tma_copy calls are TMA loads announcing their bytes on the program's barrier (the emulator lands
+    them when a wait completes the phase), also those of one 128-byte column block of a tile."""
     ns = load_script(MLA.parent / "warp_specialize" / "example_warp_specialize_flashmla.py")
     batch, heads, ctx, dim, pe = 1, 64, 512, 512, 64
     kernel = tilelang.compile(ns["flashattn"].__wrapped__(batch, heads, 1, ctx, dim, pe, 64, 64, 1),
                               target=target, out_idx=[6])
+    ir = kernel.get_ir("thread")
     assert "T.copy at line 116: TMA 3d box 64x64x1 x4, 128B swizzle, 32768 B on an mbarrier, completing the " \
-        "program's barrier" in kernel.get_ir("thread")
+        "program's barrier" in ir  # a whole tile
+    assert "T.copy at line 131: TMA 4d box 64x1x64x1 x1, 128B swizzle, 8192 B on an mbarrier, completing the " \
+        "program's barrier" in ir  # column block j of KV_shared_1_l (j an unrolled loop's variable)
     gen = torch.Generator().manual_seed(2)
     q, q_pe = torch.randn(batch, heads, dim, generator=gen).half(), torch.randn(batch, heads, pe, generator=gen).half()
     kv = torch.randn(batch, ctx, 1, dim, generator=gen).half()

@@ -164,16 +164,19 @@ def plan(src, dst, layout, elem_offset_align=None) -> TmaPlan | str:
     shape = tuple(static_int(n) for n in t.shape)
     if None in shape or len(shape) > MAX_RANK:
         return f"needs a shared tile of static shape with at most {MAX_RANK} dims; '{t.name}' is {tuple(t.shape)}"
-    if any(static_int(x) != 0 for x in dst.starts) or tuple(static_int(n) for n in dst.extents) != shape:
-        return f"needs the whole shared tile '{t.name}' as destination"
+    whole = all(static_int(x) == 0 for x in dst.starts) and tuple(static_int(n) for n in dst.extents) == shape
+    if not whole and not _column_blocks(dst, layout, shape):
+        return (f"needs the whole shared tile '{t.name}' as destination (or whole 128-byte column blocks of its "
+                f"rows, from a start known to be a block multiple)")
+    dst_ext = tuple(static_int(n) for n in dst.extents)
     if g.ndim > MAX_RANK:
         return f"maps global tensors of at most {MAX_RANK} dims; '{g.name}' has {g.ndim}"
     ext = tuple(static_int(n) for n in src.extents)
     if None in ext:
         return "needs static copy extents"
-    if [n for n in ext if n != 1] != [n for n in shape if n != 1]:
-        return f"the source extents {ext} do not pair with the tile's shape {shape}"
-    if ext[-1] == 1 or shape[-1] != ext[-1]:
+    if [n for n in ext if n != 1] != [n for n in dst_ext if n != 1]:
+        return f"the source extents {ext} do not pair with the destination's {dst_ext}"
+    if ext[-1] == 1 or dst_ext[-1] != ext[-1]:
         return "needs the innermost (contiguous) global dim to be the tile's last dim"
     elem = g.dtype.bytes
     swizzle = tma_model(layout, shape, elem)
@@ -198,9 +201,26 @@ def plan(src, dst, layout, elem_offset_align=None) -> TmaPlan | str:
     box = (width,) + tuple(reversed(ext[:-1]))
     if any(b > MAX_BOX for b in box):
         return f"box {box} has a dim over {MAX_BOX}"
-    blocks = shape[-1] // width
+    if not whole and shape[-1] // width == 1:
+        return "copies whole column blocks only where the tile has several"
+    blocks = dst_ext[-1] // width
     rows = math.prod(shape[:-1])
-    return TmaPlan(box, blocks, rows * width * elem, swizzle, math.prod(shape) * elem)
+    return TmaPlan(box, blocks, rows * width * elem, swizzle, math.prod(dst_ext) * elem)
+
+
+def _column_blocks(dst, layout, shape) -> bool:
+    """Whether Region ``dst`` is all rows of its tile and whole column blocks of ``layout`` (``col_block``) from a
+    start known to be a multiple of the block: TMA writes each block as it writes a whole tile's."""
+    from tileagent.compiler.ir.simplify import known_multiple, static_int
+
+    cb = getattr(layout, "col_block", 0)
+    if not cb or len(shape) < 2:
+        return False
+    if any(static_int(x) != 0 for x in dst.starts[:-1]) or \
+            tuple(static_int(n) for n in dst.extents[:-1]) != tuple(shape[:-1]):
+        return False
+    n = static_int(dst.extents[-1])
+    return n is not None and n % cb == 0 and known_multiple(dst.starts[-1]) % cb == 0
 
 
 def _tma_copies(body, in_pipeline: bool = False):

@@ -153,7 +153,7 @@ def issue(ctx, copies, barrier_index, fence: bool = True, issuer: int | None = 0
         tm = state.tensor_map(ctx.mem(g), g, p)
         starts = [start if next(loads(start), None) is None else ctx.rewrite(start, {}) for start in s.src.starts]
         coords = list(reversed(starts))  # innermost first
-        base = ctx.offset(s.dst.buffer, (0,) * s.dst.buffer.ndim)
+        base = ctx.offset(s.dst.buffer, tuple(s.dst.starts))  # a column block's first element (rows whole)
         dst = ctx.mem(s.dst.buffer)
         e = g.dtype.bytes
         for k in range(p.blocks):
