@@ -277,7 +277,7 @@ STEPS = (
          "first contact of a hand warp-specialized kernel (three warp groups, mbarriers with per-thread arrivals, "
          "cp.async.mbarrier.arrive.noinc) against its reference"),
     Step("mla_ws_bench", 18, "python bench/tilelang_examples.py --only mla_decode_ws,mla_decode,flashmla_ws,"
-         "sparse_mla_fwd_pipelined,sparse_mla_fwd_seesaw,sparse_mla_fwd --timeout 100"
+         "sparse_mla_fwd_pipelined,sparse_mla_fwd_seesaw,sparse_mla_fwd --timeout 100 --budget 330"
          " $([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 360,
          "TileLang's hand warp-specialized MLA programs (decode, FlashMLA-style, DSA sparse pipelined and seesaw) next to "
          "the plain MLA decode and sparse forward: their own checks and printed speed "
