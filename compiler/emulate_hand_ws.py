@@ -94,16 +94,11 @@ def wait(block, s: MbarrierWait, bar: dict, key) -> None:
 def _complete(block, bar: dict, key, s) -> bool:
     """Complete the barrier's phase when its arrivals came and its TMA loads delivered the announced bytes (they land
     now); False when not yet."""
-    from tileagent.compiler.emulate_tma import _land
+    from tileagent.compiler.emulate_tma import complete_phase
 
     if bar["pending"] > 0 or bar["delivered"] < bar["expected"] or not (bar["expected"] or bar["loads"]):
         return False
-    if bar["delivered"] > bar["expected"]:
-        raise EmulationError(f"{key[0].name}[{key[1]}]: the loads deliver {bar['delivered']} bytes, expect_tx "
-                             f"announced {bar['expected']} (the phase could complete early)", s.span)
-    for dst, place, vals in bar["loads"]:
-        _land(block, dst, place, vals)
-    bar.update(phase=bar["phase"] + 1, pending=bar["count"], expected=0, delivered=0, loads=[])
+    complete_phase(block, bar, key, s.span)
     return True
 
 

@@ -134,9 +134,15 @@ def mbarrier_wait(block, s: MbarrierWait) -> None:
     if bar["pending"] > 0 or bar["delivered"] < bar["expected"]:
         raise EmulationError(f"wait on {key[0].name}[{key[1]}] (parity {parity}) would hang: {bar['pending']} "
                              f"arrival(s) missing, {bar['delivered']} of {bar['expected']} bytes issued", s.span)
+    complete_phase(block, bar, key, s.span)
+
+
+def complete_phase(block, bar: dict, key, span) -> None:
+    """The barrier's phase completes (its arrivals came, its loads delivered at least the announced bytes): the
+    loads land, the next phase begins; more bytes than announced is an EmulationError."""
     if bar["delivered"] > bar["expected"]:
         raise EmulationError(f"{key[0].name}[{key[1]}]: the loads deliver {bar['delivered']} bytes, expect_tx "
-                             f"announced {bar['expected']} (the phase could complete early)", s.span)
+                             f"announced {bar['expected']} (the phase could complete early)", span)
     for dst, place, vals in bar["loads"]:
         _land(block, dst, place, vals)
     bar.update(phase=bar["phase"] + 1, pending=bar["count"], expected=0, delivered=0, loads=[])

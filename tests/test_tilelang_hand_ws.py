@@ -17,19 +17,23 @@ from tileagent.compiler.diagnostics import CompileError
 MLA = Path(__file__).resolve().parents[1] / "bench" / "tilelang_examples" / "deepseek_mla"
 
 
-@pytest.mark.filterwarnings("ignore")
-def test_mla_decode_ws_matches_the_examples_reference_on_the_cpu(tilelang):
-    ns = load_script(MLA / "example_mla_decode_ws.py")
-    batch, heads, ctx, dim, pe = 1, 64, 256, 512, 64
-    kernel = ns["flashattn"](batch, heads, 1, ctx, dim, pe, 64, 64, 1, (dim + pe) ** -0.5)
-    gen = torch.Generator().manual_seed(0)
+def _check_mla(ns, kernel, batch, heads, ctx, seed, device="cpu", dim=512, pe=64):
+    """Run an MLA decode ``kernel`` of program ``ns`` on fresh inputs and compare with the program's reference."""
+    gen = torch.Generator().manual_seed(seed)
     q, q_pe = torch.randn(batch, heads, dim, generator=gen).half(), torch.randn(batch, heads, pe, generator=gen).half()
     kv = torch.randn(batch, ctx, 1, dim, generator=gen).half()
     k_pe = torch.randn(batch, ctx, 1, pe, generator=gen).half()
     glse, partial = torch.zeros(batch, heads, 1).half(), torch.zeros(batch, heads, 1, dim).half()
-    out = kernel(q, q_pe, kv, k_pe, glse, partial)
-    want = ns["ref_program"](*(t.float() for t in (q, q_pe, kv, k_pe)), glse, partial)
+    args = [t.to(device) for t in (q, q_pe, kv, k_pe, glse, partial)]
+    out = kernel(*args)
+    want = ns["ref_program"](*(t.float() for t in args[:4]), *args[4:])
     torch.testing.assert_close(out.float(), want.to(out.device), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_mla_decode_ws_matches_the_examples_reference_on_the_cpu(tilelang):
+    ns = load_script(MLA / "example_mla_decode_ws.py")
+    _check_mla(ns, ns["flashattn"](1, 64, 1, 256, 512, 64, 64, 64, 1, (512 + 64) ** -0.5), 1, 64, 256, seed=0)
 
 
 def test_mla_decode_ws_lowers_for_sm90a_with_warp_group_ranges_and_real_barriers(tilelang):
@@ -54,17 +58,8 @@ def test_mla_decode_ws_gpu_lowering_matches_the_reference_in_the_simt_emulator(t
     waits), the wgmma groups, the per-thread arrivals and the cp.async copies, over four K/V tiles (both stage
     parities twice)."""
     ns = load_script(MLA / "example_mla_decode_ws.py")
-    batch, heads, ctx, dim, pe = 1, 64, 256, 512, 64
-    func = ns["flashattn"].__wrapped__(batch, heads, 1, ctx, dim, pe, 64, 64, 1, (dim + pe) ** -0.5)
-    kernel = tilelang.compile(func, target="sim:sm_90a", out_idx=[6])
-    gen = torch.Generator().manual_seed(1)
-    q, q_pe = torch.randn(batch, heads, dim, generator=gen).half(), torch.randn(batch, heads, pe, generator=gen).half()
-    kv = torch.randn(batch, ctx, 1, dim, generator=gen).half()
-    k_pe = torch.randn(batch, ctx, 1, pe, generator=gen).half()
-    glse, partial = torch.zeros(batch, heads, 1).half(), torch.zeros(batch, heads, 1, dim).half()
-    out = kernel(q, q_pe, kv, k_pe, glse, partial)
-    want = ns["ref_program"](*(t.float() for t in (q, q_pe, kv, k_pe)), glse, partial)
-    torch.testing.assert_close(out.float(), want.to(out.device), rtol=2e-3, atol=2e-3)
+    func = ns["flashattn"].__wrapped__(1, 64, 1, 256, 512, 64, 64, 64, 1, (512 + 64) ** -0.5)
+    _check_mla(ns, tilelang.compile(func, target="sim:sm_90a", out_idx=[6]), 1, 64, 256, seed=1)
 
 
 @pytest.mark.gpu
@@ -73,19 +68,8 @@ def test_mla_decode_ws_gpu_lowering_matches_the_reference_in_the_simt_emulator(t
 def test_mla_decode_ws_matches_the_reference_on_the_gpu(tilelang, monkeypatch, batch, heads, ctx):
     monkeypatch.setenv("TILEAGENT_MBAR_SPIN_LIMIT", "2e9")  # a wrong barrier protocol traps instead of hanging
     ns = load_script(MLA / "example_mla_decode_ws.py")
-    dim, pe = 512, 64
-    kernel = ns["flashattn"](batch, heads, 1, ctx, dim, pe, 64, 64, 1, (dim + pe) ** -0.5)
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn(batch, heads, dim, device="cuda", generator=gen).half()
-    q_pe = torch.randn(batch, heads, pe, device="cuda", generator=gen).half()
-    kv = torch.randn(batch, ctx, 1, dim, device="cuda", generator=gen).half()
-    k_pe = torch.randn(batch, ctx, 1, pe, device="cuda", generator=gen).half()
-    glse = torch.zeros(batch, heads, 1, device="cuda").half()
-    partial = torch.zeros(batch, heads, 1, dim, device="cuda").half()
-    out = kernel(q, q_pe, kv, k_pe, glse, partial)
-    torch.cuda.synchronize()
-    want = ns["ref_program"](*(t.float() for t in (q, q_pe, kv, k_pe)), glse, partial)
-    torch.testing.assert_close(out.float(), want.to(out.device), rtol=2e-3, atol=2e-3)
+    _check_mla(ns, ns["flashattn"](batch, heads, 1, ctx, 512, 64, 64, 64, 1, (512 + 64) ** -0.5), batch, heads, ctx,
+               seed=0, device="cuda")
 
 
 SPARSE = MLA.parent / "deepseek_v32"
@@ -135,21 +119,12 @@ def test_flashmla_by_hand_matches_the_reference(tilelang, target):
     T.tma_copy calls are TMA loads announcing their bytes on the program's barrier (the emulator lands
     them when a wait completes the phase), also those of one 128-byte column block of a tile."""
     ns = load_script(MLA.parent / "warp_specialize" / "example_warp_specialize_flashmla.py")
-    batch, heads, ctx, dim, pe = 1, 64, 512, 512, 64
-    kernel = tilelang.compile(ns["flashattn"].__wrapped__(batch, heads, 1, ctx, dim, pe, 64, 64, 1),
-                              target=target, out_idx=[6])
+    batch, heads, ctx = 1, 64, 512
+    kernel = tilelang.compile(ns["flashattn"].__wrapped__(batch, heads, 1, ctx, 512, 64, 64, 64, 1), target=target,
+                              out_idx=[6])
     ir = kernel.get_ir("thread")
     assert "T.copy at line 116: TMA 3d box 64x64x1 x4, 128B swizzle, 32768 B on an mbarrier, completing the " \
         "program's barrier" in ir  # a whole tile
     assert "T.copy at line 131: TMA 4d box 64x1x64x1 x1, 128B swizzle, 8192 B on an mbarrier, completing the " \
         "program's barrier" in ir  # column block j of KV_shared_1_l (j an unrolled loop's variable)
-    gen = torch.Generator().manual_seed(2)
-    q, q_pe = torch.randn(batch, heads, dim, generator=gen).half(), torch.randn(batch, heads, pe, generator=gen).half()
-    kv = torch.randn(batch, ctx, 1, dim, generator=gen).half()
-    k_pe = torch.randn(batch, ctx, 1, pe, generator=gen).half()
-    glse, partial = torch.zeros(batch, heads, 1).half(), torch.zeros(batch, heads, 1, dim).half()
-    dev = "cuda" if target == "cuda" else "cpu"
-    q, q_pe, kv, k_pe, glse, partial = (t.to(dev) for t in (q, q_pe, kv, k_pe, glse, partial))
-    out = kernel(q, q_pe, kv, k_pe, glse, partial)
-    want = ns["ref_program"](*(t.float() for t in (q, q_pe, kv, k_pe)), glse, partial)
-    torch.testing.assert_close(out.float(), want.to(out.device), rtol=2e-3, atol=2e-3)
+    _check_mla(ns, kernel, batch, heads, ctx, seed=2, device="cuda" if target == "cuda" else "cpu")
