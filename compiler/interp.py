@@ -6,7 +6,9 @@ Guarantees: thread blocks run one after another (bx fastest); tile ops run as to
 ``interpret``, ``compiler.tileops``); T.Parallel nests run vectorized over their whole iteration space (an ``if``
 inside runs masked), and an element of global or shared memory that one of their iterations reads and another
 writes, or that two write with different values, raises KernelFault (``compiler.interp_race``: on the GPU the
-iterations run in no fixed order); T.Pipelined runs as a serial loop.
+iterations run in no fixed order); T.Pipelined runs as a serial loop. In per-thread code the arms of an ``if`` on the
+thread index that wait on barriers run as concurrent roles (``compiler.interp_roles``), and a tile op or T.Parallel
+in an arm is that warp group's: the whole tile, once.
 Float arithmetic rounds to the expression's dtype after every operation, computing in float32 (float64 for
 float64), as the GPU does. Global memory is guarded: out-of-bounds reads give 0, out-of-bounds writes are dropped.
 On-chip buffers start as NaN (floats) so reads of unwritten data show up; an out-of-bounds on-chip access raises

@@ -1,8 +1,11 @@
 """Warp-group ranges of a kernel's thread branches: TileLang's warp specialization by hand (``if tx < 128:``).
 
 In: a Kernel with per-thread code (``T.get_thread_binding``) and the ``if`` statements of its body.
-Out: for each ``if`` whose condition depends on the thread index alone, the threads that take each branch, given the
-threads that reach it (``branch_ranges``); for each statement, the warp-group range it runs in (``regions``).
+Out: for each ``if`` whose condition depends on the thread index alone and whose arms hold tile ops or barrier waits
+(``warp_group_work``), the threads that take each arm, given the threads that reach it (``branch_ranges``); for each
+statement, the warp-group range it runs in (``regions``); the kernel cut by range for layout inference (``parts``);
+the checks: a fragment used by two ranges (``shared_fragments``, E509 in ``compiler.check``) and a target that cannot
+lower such a kernel (``check_lowerable``, E602).
 Guarantees: a range is returned only when it is a whole number of warp groups (128 consecutive threads starting at a
 multiple of 128, as ``wgmma`` and ``setmaxnreg`` need), so a tile op in it can be lowered as the tile op of a block
 of ``hi - lo`` threads whose thread index is ``tid - lo`` (``compiler.lower``); anything else is None, and tile ops
