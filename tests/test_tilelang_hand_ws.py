@@ -50,6 +50,8 @@ def test_mla_decode_ws_lowers_for_sm90a_with_warp_group_ranges_and_real_barriers
     assert src.count("cp.async.mbarrier.arrive.noinc.shared::cta.b64") == 1
     assert "(tid - 128, 4)" in src and "wgmma.mma_async" in src  # the second consumer: threads from 128
     assert "setmaxnreg.inc.sync.aligned.u32 240;" in src and "__launch_bounds__(384, 1)" in src
+    # the first consumer's three T.wgmma_gemm in a row: a proxy fence and barrier before the first alone, per stage
+    assert src.count("bar.sync 8, 128;") == 9
 
 
 @pytest.mark.filterwarnings("ignore")

@@ -24,7 +24,8 @@ from tileagent.compiler.ir.expr import Expr, make_binop
 from tileagent.compiler.ir.simplify import depends_on
 from tileagent.compiler.ir.stmt import If
 from tileagent.compiler.ir.visit import substitute
-from tileagent.compiler.tir import THREAD, WARP, AsyncProxyFence, WarpGroupRange
+from tileagent.compiler.tir import (THREAD, WARP, AsyncProxyFence, WarpGroupRange, Wgmma, WgmmaCommit, WgmmaFence,
+                                    WgmmaRS)
 
 FIRST_BARRIER = 8  # named barriers 8.. (0 is __syncthreads, 1 the consumers of compiler.lower.warp_specialize)
 
@@ -71,7 +72,26 @@ def _arm(lowering, body, r, reach, span) -> list:
     view.ranges = dict(ctx.ranges)
     view.ranges[THREAD] = (0, r[1] - r[0] - 1)
     out = lowering.with_context(view).body(body)
-    return [WarpGroupRange(r[0], r[1], barrier, tuple(shift(out, r[0])), span)]
+    return [WarpGroupRange(r[0], r[1], barrier, tuple(shift(_chained_fences(out), r[0])), span)]
+
+
+def _chained_fences(stmts) -> list:
+    """``stmts`` (and their nested bodies) where a wgmma gemm issued right after another one, with nothing between
+    but the first one's wgmmas (TileLang's ``T.wgmma_gemm`` calls in a row), fences with ``wgmma.fence`` alone: no
+    shared-memory write came since the first one's proxy fence and barrier."""
+    out, clean = [], False
+    for x in stmts:
+        if isinstance(x, WgmmaFence):
+            if x.sync and clean:
+                x = dataclasses.replace(x, sync=False)
+            clean = True
+        elif not isinstance(x, (Wgmma, WgmmaRS, WgmmaCommit)):
+            clean = False
+            bodies = {n: tuple(_chained_fences(getattr(x, n))) for n in ("body", "then_body", "else_body")
+                      if isinstance(getattr(x, n, None), tuple)}
+            x = dataclasses.replace(x, **bodies) if bodies and not isinstance(x, WarpGroupRange) else x
+        out.append(x)
+    return out
 
 
 def shift(stmts, lo: int) -> list:
