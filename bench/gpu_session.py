@@ -279,7 +279,8 @@ STEPS = (
     Step("mla_ws_bench", 18, "python bench/tilelang_examples.py --only mla_decode_ws,mla_decode,flashmla_ws,"
          "sparse_mla_fwd_pipelined,sparse_mla_fwd_seesaw,sparse_mla_fwd --timeout 100 --budget 330"
          " $([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 360,
-         "TileLang's hand warp-specialized MLA programs (decode, FlashMLA-style, DSA sparse pipelined and seesaw) next to "
+         "TileLang's hand warp-specialized MLA programs (decode, FlashMLA-style, DSA sparse pipelined and seesaw) "
+         "next to "
          "the plain MLA decode and sparse forward: their own checks and printed speed "
          "(and real TileLang's, where .tl was unpacked to /tmp/tl)",
          after="mla_ws_gpu"))

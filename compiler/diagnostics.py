@@ -209,8 +209,8 @@ CODES = {
     "E507": "T.Parallel with a non-static extent indexing a fragment",
     "E508": "atomic_add/max/min destination not in global or shared memory",
     "E509": "T.Parallel or a tile op reading a thread index or a per-thread local, or under an if on a thread index "
-            "that does not select whole warp groups, in a kernel with per-thread code; a fragment used by two warp-group "
-            "ranges",
+            "that does not select whole warp groups, in a kernel with per-thread code; a fragment used by two "
+            "warp-group ranges",
     "E510": "break/continue under a condition the compiler cannot prove equal in every thread of the block",
     "E601": "unknown or unavailable target",
     "E602": "an op the CUDA backend does not lower yet",

@@ -87,8 +87,12 @@ def wait(block, s: MbarrierWait, bar: dict, key) -> None:
     if roles is None or roles.current() is roles.root:
         raise EmulationError(f"wait on {key[0].name}[{key[1]}] (parity {parity}) would hang: {bar['pending']} "
                              f"arrival(s) missing and no other warp group runs to make them", s.span)
-    roles.block(lambda: parity != bar["phase"] & 1 or _complete(block, bar, key, s),
-                f"{key[0].name}[{key[1]}] phase parity {parity}", s.span)
+    name = f"{key[0].name}[{key[1]}]"
+    if s.label is not None:  # the program's own barrier
+        barriers, index = s.label
+        name = f"{barriers.name}[{int(block.uniform(block.ev(index), 'barrier index')) if barriers.counts[1:] else 0}]"
+    roles.block(lambda: parity != bar["phase"] & 1 or _complete(block, bar, key, s), f"{name} phase parity {parity}",
+                s.span)
 
 
 def _complete(block, bar: dict, key, s) -> bool:

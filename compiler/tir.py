@@ -543,6 +543,7 @@ class MbarrierWait(Stmt):
     parity: Expr
     span: Span | None = None
     for_free_stage: bool = False
+    label: object = None  # the program's barrier it is (a T.alloc_barrier set and the index expression), for messages
 
     def ir_lines(self, indent: int, _lines) -> list[str]:
         from tileagent.compiler.ir.printer import expr_str

@@ -185,7 +185,8 @@ class Layout:
     the same order, so keeping it row-major gives the same results. On a shared tile it is kept where it equals a
     layout of ours on the whole tile (row-major, an XOR swizzle: TileLang's ``make_mma_swizzle_layout``,
     ``compiler.layout.index_map``) and no gemm instruction fixed the tile's layout (wgmma's canonical one wins),
-    else dropped (logged: the tile's layout is inferred; a storage order never changes results). On fragments and per-thread locals (where layouts are inferred) it is an E701.
+    else dropped (logged: the tile's layout is inferred; a storage order never changes results). On fragments and
+    per-thread locals (where layouts are inferred) it is an E701.
     """
 
     def __init__(self, shape, forward_fn=None, *args, **kwargs):

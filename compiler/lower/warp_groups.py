@@ -11,8 +11,11 @@ its own ``lo`` already and is left alone), so a tile op's thread arithmetic coun
 thread. Each range gets a named barrier of its own (ids from ``FIRST_BARRIER`` up, in the order ranges are met): a
 barrier the arm's tile ops or the barrier pass put inside it synchronizes the arm's threads only.
 Before the outermost such ``if`` every thread executes ``fence.proxy.async`` (shared bytes the block wrote before
-the split may be read by a warp group's wgmma). Guarantees: code outside the arms is unchanged; inside an arm, every compiler-made index is relative to the warp
-group, the program's own thread variables (Let-bound from THREAD at the kernel's top) are not.
+the split may be read by a warp group's wgmma). Guarantees: code outside the arms is unchanged; inside an arm, every
+compiler-made index is relative to the warp group, the program's own thread variables (Let-bound from THREAD at the
+kernel's top) are not.
+Also here: the program's own barriers (``lower_barrier_op``: mbarriers with its arrive counts), ``T.tma_copy`` bound
+to one of them (``lower_bound_copy``), and the fences of wgmma gemms issued back to back (``_chained_fences``).
 """
 
 from __future__ import annotations
@@ -150,7 +153,7 @@ def lower_barrier_op(ctx, s) -> list:
     state = ctx.tma
     index = _barrier_index(ctx, s.barriers, s.index, s.span)
     if s.op == "wait":
-        return [MbarrierWait(state.barriers, index, ctx.rewrite(s.value, {}), s.span)]
+        return [MbarrierWait(state.barriers, index, ctx.rewrite(s.value, {}), s.span, label=(s.barriers, s.index))]
     if s.value is not None:
         raise TargetError("a T.ws group's barrier arrive is run in program order, not lowered as a barrier",
                           s.span, code="E602")
