@@ -86,8 +86,9 @@ def run_kernel(kernel: DeviceKernel, values: dict, *, check_races: bool = True) 
                                   f"{tuple(kernel.cluster)}")
     log.debug("emulating %s: grid %s, block %s, %d shared bytes", kernel.name, grid, kernel.block,
               kernel.shared_bytes)
+    hand_ws = emulate_hand_ws.prepare(kernel)
     for bz, by, bx in itertools.product(range(grid[2]), range(grid[1]), range(grid[0])):
-        _Block(kernel, scalars, globals_, (bx, by, bz), grid, check_races).run()
+        _Block(kernel, scalars, globals_, (bx, by, bz), grid, check_races, hand_ws).run()
 
 
 def _bind_params(kernel: DeviceKernel, values: dict) -> tuple[dict, dict]:
@@ -134,8 +135,10 @@ def _wrap(v, dt):
 class _Block:
     """One thread block of one launch: its memory, scalar environment and execution-mask stack."""
 
-    def __init__(self, kernel: DeviceKernel, scalars: dict, globals_: dict, block_idx, grid, check_races: bool):
+    def __init__(self, kernel: DeviceKernel, scalars: dict, globals_: dict, block_idx, grid, check_races: bool,
+                 hand_ws=None):
         self.kernel, self.nt = kernel, kernel.num_threads
+        self.hand_ws = hand_ws  # emulate_hand_ws.prepare's ifs whose arms wait, when warp-specialized by hand
         self.block_idx, self.check_races = block_idx, check_races
         tid = torch.arange(self.nt, dtype=torch.int64)
         self.tid = tid

@@ -24,12 +24,19 @@ from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.tir import MbarrierWait, WarpGroupRange
 
 
+def prepare(kernel) -> frozenset | None:
+    """Once per launch of ``kernel``: the ids of its ``if`` statements whose arms wait on mbarriers when it is
+    warp-specialized by hand (holds a WarpGroupRange), else None (``_Block.hand_ws``)."""
+    from tileagent.compiler.interp_roles import waiting_ifs
+
+    if not any(isinstance(x, WarpGroupRange) for x in walk(kernel.body)):
+        return None
+    return waiting_ifs(kernel.body, lambda x: isinstance(x, MbarrierWait))
+
+
 def active(block) -> bool:
-    """Whether the block's kernel is warp-specialized by hand (holds a WarpGroupRange)."""
-    found = getattr(block, "_hand_ws", None)
-    if found is None:
-        found = block._hand_ws = any(isinstance(x, WarpGroupRange) for x in walk(block.kernel.body))
-    return found
+    """Whether the block's kernel is warp-specialized by hand (``prepare``)."""
+    return block.hand_ws is not None
 
 
 def warp_group_range(block, s: WarpGroupRange) -> None:
@@ -48,7 +55,7 @@ def concurrent_if(block, s, c) -> bool:
     when they do not (the caller runs them one after the other)."""
     from tileagent.compiler.interp_roles import Scheduler
 
-    if not any(isinstance(x, MbarrierWait) for x in walk(s.then_body + s.else_body)):
+    if id(s) not in block.hand_ws:
         return False
     if getattr(block, "roles", None) is None:
         block.roles = Scheduler(_StateOf(block))
@@ -77,7 +84,7 @@ class _StateOf:
         b.masks, b.env = list(masks), dict(env)
 
 
-def wait(block, s: MbarrierWait, bar: dict, key) -> None:
+def wait(block, s: MbarrierWait, key, bar: dict) -> None:
     """A wait inside a warp-group arm: returns when the phase of its parity has completed, parking the role until
     then (a fresh barrier's parity 1 counts as completed)."""
     parity = int(block.uniform(block.ev(s.parity), "mbarrier parity")) & 1
@@ -104,17 +111,6 @@ def _complete(block, bar: dict, key, s) -> bool:
         return False
     complete_phase(block, bar, key, s.span)
     return True
-
-
-def arrive(block, s, bar: dict, key) -> None:
-    """One arrival per active thread (``MbarrierArrive.per_thread``); the phase completes at the last."""
-    n = int(block.nt if block.mask is None else block.mask.sum())
-    bar["pending"] -= n
-    if bar["pending"] < 0:
-        raise EmulationError(f"{n} arrival(s) on {key[0].name}[{key[1]}] with {bar['pending'] + n} pending in its "
-                             f"phase", s.span)
-    if bar["pending"] == 0 and not bar["expected"] and not bar["loads"]:
-        bar.update(phase=bar["phase"] + 1, pending=bar["count"])
 
 
 def evaluate(block, e) -> None:

@@ -111,13 +111,12 @@ def tma_load(block, s: TmaLoad) -> None:
 
 
 def mbarrier_wait(block, s: MbarrierWait) -> None:
-    from tileagent.compiler.emulate_ws import wait_for_producer
-
     from tileagent.compiler import emulate_hand_ws
+    from tileagent.compiler.emulate_ws import wait_for_producer
 
     group = getattr(block, "sync_group", None)  # the consumer threads of a WarpSpecialize
     if emulate_hand_ws.active(block):  # warp specialization by hand: the waiting arm parks until the phase completes
-        return emulate_hand_ws.wait(block, s, *reversed(_barrier(block, s, s.barriers, s.index)))
+        return emulate_hand_ws.wait(block, s, *_barrier(block, s, s.barriers, s.index))
     if block.mask is not None and not s.for_free_stage and not (group is not None and torch.equal(block.mask, group)):
         raise EmulationError("MbarrierWait by a subset of the block's threads; the lowering waits in all", s.span)
     if not s.for_free_stage:

@@ -10,7 +10,7 @@ EmulationError. After the consumer body the producer must run to its end. Inside
 a ``WgmmaFence`` with sync) synchronizes the consumer threads, which is all it has to. A producer's wait for a free
 stage that completes orders the consumers' earlier reads before its next loads (the race detector marks them
 released for the loads alone: an unsynchronized access among the consumers stays a race). ``MbarrierArrive`` counts
-one arrival per warp with an active lane (every lane must be active) and completes a phase that expects no bytes as
+one arrival per warp with an active lane (every lane must be active; with ``per_thread``, one per active thread) and completes a phase that expects no bytes as
 soon as its last arrival comes. ``SetMaxNReg`` changes no value.
 """
 
@@ -121,16 +121,14 @@ def _progress(block) -> tuple:
 def mbarrier_arrive(block, s: MbarrierArrive) -> None:
     from tileagent.compiler.emulate_tma import _barrier
 
-    if s.per_thread:  # T.alloc_barrier's (warp specialization by hand): one arrival a thread
-        from tileagent.compiler.emulate_hand_ws import arrive
-
-        return arrive(block, s, *reversed(_barrier(block, s, s.barriers, s.index)))
-    warps = block.full_warps("MbarrierArrive")
+    # one arrival per warp, or per active thread for T.alloc_barrier's (warp specialization by hand)
+    n = int(block.nt if block.mask is None else block.mask.sum()) if s.per_thread else \
+        len(block.full_warps("MbarrierArrive"))
     key, bar = _barrier(block, s, s.barriers, s.index)
-    bar["pending"] -= len(warps)
+    bar["pending"] -= n
     if bar["pending"] < 0:
-        raise EmulationError(f"{len(warps)} arrival(s) on {key[0].name}[{key[1]}] with "
-                             f"{bar['pending'] + len(warps)} pending in its phase", s.span)
+        raise EmulationError(f"{n} arrival(s) on {key[0].name}[{key[1]}] with {bar['pending'] + n} pending in its "
+                             f"phase", s.span)
     if bar["pending"] == 0 and not bar["expected"] and not bar["loads"]:  # nothing to land: the phase completes
         bar.update(phase=bar["phase"] + 1, pending=bar["count"])
 

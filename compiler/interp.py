@@ -37,7 +37,7 @@ from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer
                                         Kernel, Let, LoopExit, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc,
                                         Region, RngInit, Store, UseSwizzle, While)
 from tileagent.compiler import interp_race, random_philox
-from tileagent.compiler.ir.visit import walk
+from tileagent.compiler.interp_roles import Scheduler, waiting_ifs
 from tileagent.compiler.tileops import op_for
 
 _INT_POISON = -(2**30) + 7
@@ -133,6 +133,7 @@ class _Interpreter:
         self.race = None  # the interp_race.Recorder of the T.Parallel running now (None: none, or nothing to record)
         self.race_plans: dict = {}  # interp_race.plan of each T.Parallel run so far
         self.roles = None  # the block's interp_roles.Scheduler once a warp-specialized `if` ran (None: none yet)
+        self.waiting_ifs = frozenset()  # ids of the kernel's ifs whose arms wait on barriers (interp_roles)
 
     # -- statements ------------------------------------------------------------------------------------------
     def stmt(self, s, mask) -> None:
@@ -154,6 +155,7 @@ class _Interpreter:
             raise KernelArgumentError(f"T.Kernel at line {s.span.line if s.span else '?'}: grid "
                                       f"{tuple(grid) + (1,) * (3 - len(grid))} is not a multiple of its cluster_dims "
                                       f"{tuple(s.cluster)}")
+        self.waiting_ifs = waiting_ifs(s.body, lambda x: isinstance(x, MBarrierOp) and x.op == "wait")
         if s.thread_vars:  # per-thread code: every statement runs for all threads at once, vectorized over lanes
             tx, ty, _ = s.threads
             self.lanes = torch.arange(s.num_threads, dtype=torch.int64)
@@ -260,8 +262,8 @@ class _Interpreter:
         if isinstance(c, torch.Tensor) and c.dim() > 0:
             c = c.to(torch.bool)
             outer = self.active
-            if self.lanes is not None and any(isinstance(x, MBarrierOp) and x.op == "wait" for x in walk((s,))):
-                return self.concurrent_arms(s, c, mask)
+            if self.lanes is not None and id(s) in self.waiting_ifs:
+                return self.concurrent_arms(s, c)
             try:
                 for branch, m in ((s.then_body, c), (s.else_body, ~c)):
                     self.active = m if mask is None else mask & m
@@ -273,11 +275,9 @@ class _Interpreter:
         else:
             self.body(s.else_body, mask)
 
-    def concurrent_arms(self, s: If, c, mask) -> None:
+    def concurrent_arms(self, s: If, c) -> None:
         """The arms of a warp-specialized ``if`` (its threads wait on barriers) as concurrent roles
         (``compiler.interp_roles``); an arm no thread takes does not run."""
-        from tileagent.compiler.interp_roles import Scheduler
-
         if self.roles is None:
             self.roles = Scheduler(self)
         outer = self.active

@@ -17,6 +17,15 @@ from __future__ import annotations
 import threading
 
 from tileagent.compiler.errors import KernelFault
+from tileagent.compiler.ir.stmt import If
+from tileagent.compiler.ir.visit import walk
+
+
+def waiting_ifs(body, is_wait) -> frozenset:
+    """The ids of the ``if`` statements of ``body`` whose arms hold a statement ``is_wait`` accepts: the ones whose arms
+    run as concurrent roles (computed once per kernel: an ``if`` runs many times)."""
+    return frozenset(id(s) for s in walk(body) if isinstance(s, If) and any(is_wait(x) for x in walk(
+        s.then_body + s.else_body)))
 
 
 class _Abort(BaseException):
