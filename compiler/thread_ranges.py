@@ -37,13 +37,11 @@ def _thread_lets(k: Kernel) -> dict:
 def _taken(cond, k: Kernel, lets: dict) -> np.ndarray | None:
     """Whether each thread of ``k`` takes the then-branch of an ``if`` on ``cond`` (None: it depends on more than
     the thread index, or the kernel's threads are not one-dimensional)."""
-    from tileagent.compiler.lower.context import LowerContext
+    from tileagent.compiler.lower.context import eval_per_thread_bool
 
     if k.threads[1] != 1 or k.threads[2] != 1:
         return None
-    probe = LowerContext.__new__(LowerContext)  # per_thread_bool reads nothing but the thread count
-    probe.threads = k.num_threads
-    return probe.per_thread_bool(substitute(cond, lets))
+    return eval_per_thread_bool(substitute(cond, lets), k.num_threads)
 
 
 def _span(mask: np.ndarray, lo: int, hi: int):
@@ -183,8 +181,9 @@ def parts(k: Kernel) -> list:
                 continue
             bodies = {name: keep(getattr(s, name), r) for name in ("body", "then_body", "else_body")
                       if isinstance(getattr(s, name, None), tuple)}
-            same = all(len(b) == len(getattr(s, n)) for n, b in bodies.items())  # the statement itself otherwise:
-            out.append(s if same else dataclasses.replace(s, **bodies))  # layouts are keyed by its loops and ops
+            same = all(len(b) == len(getattr(s, n)) and all(x is y for x, y in zip(b, getattr(s, n)))
+                       for n, b in bodies.items())  # the statement itself where nothing inside changed: layouts
+            out.append(s if same else dataclasses.replace(s, **bodies))  # are keyed by its loops and ops
         return tuple(out)
 
     def tops(stmts, outer, r, found) -> list:
@@ -201,7 +200,8 @@ def parts(k: Kernel) -> list:
         body = keep(tuple(tops(k.body, whole, r, [])), r)
         used = {b for s in walk(body) if not isinstance(s, Alloc) for b in buffers_used(s) if b.scope == "fragment"}
         owned |= used
-        out.append((dataclasses.replace(k, body=body, threads=(r[1] - r[0], 1, 1)), sorted(used, key=lambda b: b.name)))
+        out.append((dataclasses.replace(k, body=body, threads=(r[1] - r[0], 1, 1)),
+                    sorted(used, key=lambda b: b.name)))
     fragments = [s.buffer for s in walk(k.body) if isinstance(s, Alloc) and s.buffer.scope == "fragment"
                  and s.buffer not in owned]
     return [(dataclasses.replace(k, body=keep(k.body, whole)), fragments)] + out

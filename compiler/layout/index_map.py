@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tileagent.compiler.layout.layout import Layout, Swizzle, swizzled, wgmma_operand
+from tileagent.compiler.layout.layout import Layout, column_blocked, swizzled, wgmma_operand
 
 MAX_ELEMENTS = 1 << 20  # tiles larger than this are not evaluated point by point
 
@@ -79,16 +79,9 @@ def offsets_of_index_map(shape: tuple[int, ...], forward_fn) -> np.ndarray | Non
 
 def mma_swizzle(shape: tuple[int, ...], elem_bytes: int, width: int) -> Layout | None:
     """TileLang's mma swizzle of ``width`` bytes (``get_swizzle_layout``) as a Layout, or None where it is none."""
-    if len(shape) < 2 or 16 % elem_bytes or width not in (32, 64, 128):
+    if len(shape) < 2 or 16 % elem_bytes or width not in (32, 64, 128) or shape[-1] % (width // elem_bytes):
         return None
-    cols = shape[-1]
-    cb = width // elem_bytes
-    if cols % cb:
-        return None
-    base = (16 // elem_bytes).bit_length() - 1
-    strides = Layout.row_major((*shape[:-1], cb)).strides  # a block: every row at a pitch of `width` bytes
-    return Layout(tuple(shape), strides, Swizzle((width // 16).bit_length() - 1, base, 3),
-                  col_block=cb if cols > cb else 0)
+    return column_blocked(shape, elem_bytes, width)
 
 
 def _candidates(shape: tuple[int, ...], elem_bytes: int):

@@ -173,19 +173,23 @@ def wgmma_operand(shape: tuple[int, ...], elem_bytes: int) -> "Layout | None":
     must start on an atom boundary (``align_bytes`` = 8 W) and rows must come in multiples of 8."""
     if len(shape) < 2 or 16 % elem_bytes or shape[-2] % 8:
         return None
-    cols = shape[-1]
-    row_bytes = cols * elem_bytes
+    row_bytes = shape[-1] * elem_bytes
     width = 128 if row_bytes % 128 == 0 else row_bytes if row_bytes in (64, 32) else None
-    if width is None:
-        return None
-    cb = width // elem_bytes
-    base = (16 // elem_bytes).bit_length() - 1
-    swizzle = Swizzle((width // 16).bit_length() - 1, base, 3)
+    return None if width is None else column_blocked(shape, elem_bytes, width, align_bytes=8 * width)
+
+
+def column_blocked(shape: tuple[int, ...], elem_bytes: int, width: int, align_bytes: int = 16) -> "Layout":
+    """Rows cut into column blocks of ``width`` bytes (32, 64 or 128; the row a multiple of it), each block holding
+    every row of every leading dim at a pitch of ``width`` bytes, its 16-byte chunks XORed with the row in groups of
+    8 rows (the hardware swizzle of that width): the wgmma canonical layout (``wgmma_operand``) and TileLang's mma
+    swizzle (``compiler.layout.index_map``)."""
+    cols, cb = shape[-1], width // elem_bytes
+    swizzle = Swizzle((width // 16).bit_length() - 1, (16 // elem_bytes).bit_length() - 1, 3)
     strides = [1, cb]
     for n in reversed(shape[1:-1]):  # a leading dim steps over every row of the dims after it
         strides.append(strides[-1] * n)
     return Layout(tuple(shape), tuple(reversed(strides)), swizzle, col_block=cb if cols > cb else 0,
-                  align_bytes=8 * width)
+                  align_bytes=align_bytes)
 
 
 def swizzle_width(layout: "Layout", elem_bytes: int) -> int | None:

@@ -311,7 +311,7 @@ class _Lowering:
         if isinstance(s, RngInit):  # every thread initializes its own generator
             return [RngInit(*(ctx.rewrite(x, {}) for x in (s.seed, s.subsequence, s.offset)), s.span)]
         if isinstance(s, Evaluate) and getattr(s.value, "name", None) == SET_MAX_NREG:  # a warp group's own only
-            in_range = getattr(ctx, "thread_range", None) not in (None, (0, ctx.kernel.num_threads))
+            in_range = ctx.thread_range != (0, ctx.kernel.num_threads)
             return [SetMaxNReg(int(s.value.args[0].value), bool(s.value.args[1].value), s.span)] if in_range else []
         if isinstance(s, Evaluate):  # T.call_extern: every thread calls it (per-thread code)
             return [Evaluate(ctx.rewrite(s.value, {}), s.span)]

@@ -66,6 +66,9 @@ class LowerContext:
         self.tma = None  # lower.tma.TmaState when the kernel may use TMA (shared by every view)
         self.ws = None  # lower.warp_specialize.WsPlan when the kernel's pipeline may be warp-specialized
         self.hand_specialized = False  # warp specialization by hand (thread_ranges.hand_specialized): real mbarriers
+        self.thread_range = (0, threads)  # the threads this view lowers for (a warp group's arm: lower.warp_groups)
+        self.thread_lets = None  # thread_ranges' Let map of the kernel, computed at its first thread if
+        self.warp_group_barriers: dict = {}  # warp-group range -> its named barrier id (shared by every view)
 
     MODES = ("numeric", "slot_overrides", "stage_base", "async_copies", "wgmma_schedule")
 
@@ -296,21 +299,7 @@ class LowerContext:
 
     def per_thread_bool(self, e) -> np.ndarray | None:
         """The value of a condition for every thread, when it depends on nothing but THREAD (None otherwise)."""
-        if isinstance(e, Cmp):
-            a, b = self.per_thread(e.a), self.per_thread(e.b)
-            if a is None or b is None:
-                return None
-            return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b, "!=": a != b}[e.op]
-        if isinstance(e, BinOp) and e.op in ("and", "or"):
-            a, b = self.per_thread_bool(e.a), self.per_thread_bool(e.b)
-            if e.op == "and" and ((a is not None and not a.any()) or (b is not None and not b.any())):
-                return np.zeros(self.threads, dtype=bool)
-            if a is None or b is None:
-                return None
-            return a & b if e.op == "and" else a | b
-        if isinstance(e, Const) and e.dtype.is_bool:
-            return np.full(self.threads, bool(e.value))
-        return None
+        return eval_per_thread_bool(e, self.threads)
 
 
 def _typed_binop(e: BinOp, a, b):
@@ -340,6 +329,25 @@ def _has_conjunct(cond, part) -> bool:
         cond = cond.value
     return isinstance(cond, BinOp) and cond.op == "and" and (_has_conjunct(cond.a, part) or
                                                                _has_conjunct(cond.b, part))
+
+
+def eval_per_thread_bool(e, threads: int) -> np.ndarray | None:
+    """Evaluate a condition of THREAD and constants for THREAD = 0..threads-1 (None if other vars occur)."""
+    if isinstance(e, Cmp):
+        a, b = eval_per_thread(e.a, threads), eval_per_thread(e.b, threads)
+        if a is None or b is None:
+            return None
+        return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b, "!=": a != b}[e.op]
+    if isinstance(e, BinOp) and e.op in ("and", "or"):
+        a, b = eval_per_thread_bool(e.a, threads), eval_per_thread_bool(e.b, threads)
+        if e.op == "and" and ((a is not None and not a.any()) or (b is not None and not b.any())):
+            return np.zeros(threads, dtype=bool)
+        if a is None or b is None:
+            return None
+        return a & b if e.op == "and" else a | b
+    if isinstance(e, Const) and e.dtype.is_bool:
+        return np.full(threads, bool(e.value))
+    return None
 
 
 def eval_per_thread(e, threads: int):

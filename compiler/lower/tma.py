@@ -41,6 +41,7 @@ class TmaState:
         self.used_barriers = 0
         self.used_slots = 0
         self.arrivals: dict = {}  # first index -> (count, arrivals per phase) of barriers not expecting 1 arrival
+        self.hand: dict = {}  # id of a program's T.alloc_barrier set -> its first index (lower.warp_groups)
         self.barriers = Buffer(BARRIERS, (max(capacity, 1),), DType("uint64"), "shared")
         self.phases = Buffer(PHASES, (max(capacity, 1),), DType("int32"), "local")
 

@@ -40,12 +40,12 @@ def lower_thread_if(lowering, s: If) -> list | None:
     k = ctx.kernel
     if not k.thread_vars:
         return None
-    lets = getattr(ctx, "thread_lets", None)
-    if lets is None:
-        lets = ctx.thread_lets = _thread_lets(k)
+    if ctx.thread_lets is None:
+        ctx.thread_lets = _thread_lets(k)
+    lets = ctx.thread_lets
     if not depends_on(s.cond, tuple(lets)):
         return None
-    reach = getattr(ctx, "thread_range", (0, k.num_threads))
+    reach = ctx.thread_range
     ranges = branch_ranges(s, k, reach, lets)
     if ranges is None:
         return None
@@ -63,7 +63,7 @@ def _arm(lowering, body, r, reach, span) -> list:
     if r == reach:
         return lowering.body(body)
     ctx = lowering.ctx
-    ids = ctx.__dict__.setdefault("warp_group_barriers", {})
+    ids = ctx.warp_group_barriers
     barrier = ids.setdefault(r, FIRST_BARRIER + len(ids))
     if barrier > 15:
         from tileagent.compiler.diagnostics import TargetError
@@ -123,11 +123,12 @@ def _shift(x, mapping):
 
 
 def _leaf(x) -> bool:
-    """Objects no thread index hides in: buffers, tensor maps, spans, layouts."""
+    """Objects no thread index hides in: buffers, tensor maps, spans."""
     from tileagent.compiler.diagnostics import Span
     from tileagent.compiler.ir.stmt import Buffer
+    from tileagent.compiler.tir import TensorMap
 
-    return isinstance(x, (Buffer, Span)) or type(x).__name__ in ("TensorMap", "BarrierSet")
+    return isinstance(x, (Buffer, Span, TensorMap))
 
 
 def hand_barriers(body) -> list:
@@ -172,7 +173,7 @@ def _barrier_index(ctx, barriers, index, span):
     if state is None:
         raise TargetError("T.alloc_barrier barriers need the kernel's mbarrier array, which this target or "
                           "configuration lacks (sm_90a with TMA on)", span, code="E602")
-    bases = state.__dict__.setdefault("hand", {})
+    bases = state.hand
     if id(barriers) not in bases:
         bases[id(barriers)] = state.used_barriers
         for count in barriers.counts:
