@@ -162,3 +162,15 @@ def test_owner_bits_and_valid_table_agree_with_the_tables(shape, threads, replic
         for k in range(frag.num_slots):
             want[t, k] = all(table[t, k, d] < n for d, n in enumerate(shape))
     assert (frag.valid_table(threads) == want).all()
+
+
+def test_truncate_keeps_the_fastest_levels_when_the_slower_ones_are_registers():
+    """mma.sync's TF32 A layout along K ([4 threads, 2 registers, 4 registers] for 32 columns): columns 0..3 are on
+    threads 0..3 and every block of 4 repeats that in other registers, so a loop over 4 columns runs on the cut map;
+    a cut of 2 splits a thread level, and a blocked layout spreads its blocks over threads: no cut."""
+    frag = Fragment((2, 32), ((Level(2, 4),), (Level(4, 1), Level(2), Level(4))), num_threads=8)
+    cut = frag.truncate(1, 4)
+    assert cut.shape == (2, 4) and cut.tables()[0].tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert frag.truncate(1, 8).tables()[1].tolist() == [[0, 0, 0, 0, 1, 1, 1, 1]] * 2
+    assert frag.truncate(1, 2) is None and frag.truncate(1, 3) is None
+    assert make_blocked((4, 64), num_threads=32, vector=4).truncate(1, 4) is None

@@ -167,6 +167,25 @@ class Fragment:
         return Fragment(tuple(self.shape[d] for d in order), tuple(self.dims[d] for d in order), self.replicate,
                         self.num_threads)
 
+    def truncate(self, dim: int, n: int) -> "Fragment | None":
+        """The thread map of the first ``n`` indices of ``dim``, when every later block of ``n`` indices repeats it in
+        other registers (the dim's fastest levels cover exactly ``n``, its slower ones are register levels): the map
+        of a loop over ``n`` values reading ``x[.., b * n + v, ..]`` for any block ``b``. None otherwise."""
+        if self.shape[dim] % n:
+            return None
+        kept, covered = [], 1
+        for k, lv in enumerate(self.dims[dim]):
+            if covered == n:
+                if any(slower.is_thread for slower in self.dims[dim][k:]):
+                    return None
+                break
+            kept.append(lv)
+            covered *= lv.size
+        if covered != n:
+            return None
+        dims = self.dims[:dim] + (tuple(kept) or (Level(1),),) + self.dims[dim + 1:]
+        return Fragment(self.shape[:dim] + (n,) + self.shape[dim + 1:], dims, self.replicate, self.num_threads)
+
     def replicate_over(self, n: int) -> "Fragment":
         """Every element held by ``n`` times more threads (the next thread digits)."""
         return Fragment(self.shape, self.dims, self.replicate + (Level(n, self.threads_used),), self.num_threads)

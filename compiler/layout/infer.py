@@ -159,6 +159,30 @@ def divided_loop_var(loop: Parallel, e):
     return None
 
 
+def shifted_loop_var(loop: Parallel, e):
+    """(loop dim, n, o) when ``e`` is ``v + o`` (or ``o + v``) for the variable ``v`` of a T.Parallel dim of static
+    extent n and a loop-invariant ``o`` that is a multiple of n by its form (TileLang's mHC reads
+    ``x_frag[i, jj * 4 + j]`` in a loop over 4 values of j: block jj of the row); None otherwise."""
+    if not (isinstance(e, BinOp) and e.op == "+"):
+        return None
+    for v, o in ((e.a, e.b), (e.b, e.a)):
+        if isinstance(v, Var) and any(v is lv for lv in loop.vars):
+            d = next(d for d, lv in enumerate(loop.vars) if lv is v)
+            n = static_int(loop.extents[d])
+            if n is not None and loop_invariant(loop, o) and _multiple_of(o, n):
+                return d, n, o
+    return None
+
+
+def _multiple_of(e, n: int) -> bool:
+    """True when ``e`` is a multiple of ``n`` by its form: a constant, a product with a multiple, a sum of multiples."""
+    if static_int(e) is not None:
+        return static_int(e) % n == 0
+    if isinstance(e, BinOp) and e.op == "*":
+        return _multiple_of(e.a, n) or _multiple_of(e.b, n)
+    return isinstance(e, BinOp) and e.op in ("+", "-") and _multiple_of(e.a, n) and _multiple_of(e.b, n)
+
+
 def _compressed(layout: Fragment, pattern) -> Fragment | None:
     """The layout of a fragment ``x`` read as ``x[.., v // c, ..]`` by a loop running on ``layout`` (every other dim
     its own loop variable, in order): the loop's innermost register level of that dim divided by ``c``, so the thread
@@ -426,7 +450,8 @@ class _KernelInference:
     def _pattern(self, loop: Parallel, buf: Buffer, indices, stmt):
         """Per fragment dim: the loop dim its index is, ('const', c), ANY (loop-invariant), or ('div', d, c) for
         ``v // c`` with ``v`` the variable of loop dim ``d`` and ``c`` a positive constant (TileLang's dequantization
-        loops read the packed byte ``B_local[i, j // 2]``). LayoutError (L004) for anything else."""
+        loops read the packed byte ``B_local[i, j // 2]``), or ('shift', d, n) for ``v + o`` with ``o`` a
+        loop-invariant multiple of the dim's extent n (``shifted_loop_var``). LayoutError (L004) for anything else."""
         pattern = []
         for dim, i in enumerate(indices):
             if self._loop_index(loop, i):
@@ -446,6 +471,8 @@ class _KernelInference:
                 pattern.append(ANY)
             elif (div := divided_loop_var(loop, i)) is not None:  # x[i, j // 2]: packed data, c loop steps a value
                 pattern.append(("div",) + div)
+            elif (shift := shifted_loop_var(loop, i)) is not None:  # x[i, jj * 4 + j]: block jj of the dim
+                pattern.append(("shift",) + shift[:2])
             else:
                 raise LayoutError(f"fragment '{buf.name}' is indexed by an expression of the loop variables",
                                   getattr(stmt, "span", None) or loop.span, code="L004",
@@ -454,6 +481,26 @@ class _KernelInference:
                                        "or values that do not change in the loop (an enclosing T.serial variable); "
                                        "stage shifted or strided accesses through T.alloc_shared")
         return pattern
+
+    def _unshifted(self, loop: Parallel, buf: Buffer, frag: Fragment, pattern, stmt):
+        """(frag, pattern) with each ('shift', d, n) dim read as loop dim d of ``frag`` cut to its first n indices:
+        what every block of n holds when the layout repeats its thread map from block to block. L004 when it does
+        not (block ``o // n`` would be held by other threads than block 0)."""
+        for dim, p in enumerate(pattern):
+            if isinstance(p, tuple) and p[0] == "shift":
+                cut = frag.truncate(dim, p[2])
+                if cut is None:
+                    first, why = self.r.origin.get(buf, (None, ""))
+                    first_line = first.span.line if first is not None and first.span else "?"
+                    raise LayoutError(
+                        f"fragment '{buf.name}' is read in blocks of {p[2]} along dim {dim} (a loop variable plus a "
+                        f"multiple of {p[2]}), but its layout (line {first_line}: {why}) does not hold every block "
+                        f"in the same threads", getattr(stmt, "span", None) or loop.span, code="L004",
+                        notes=[f"{buf.name}: {frag.describe()}"],
+                        hint=f"loop over all of dim {dim} of '{buf.name}' in the T.Parallel (x[i, j]), or stage it "
+                             f"through T.alloc_shared")
+                frag, pattern = cut, pattern[:dim] + [p[1]] + pattern[dim + 1:]
+        return frag, pattern
 
     def _sliced(self, frag: Fragment, pattern) -> Fragment | None:
         """``frag`` without its ANY dims (they must be held in registers only: the same threads for every value),
@@ -477,16 +524,17 @@ class _KernelInference:
         for buf, indices, _, stmt in self.accesses(loop):
             if buf not in self.r.fragments:
                 continue
-            pattern = self._pattern(loop, buf, indices, stmt)
-            if pattern == list(range(len(extents))) and tuple(buf.shape) == extents:
-                return self.r.fragments[buf]
+            own, pattern = self._unshifted(loop, buf, self.r.fragments[buf], self._pattern(loop, buf, indices, stmt),
+                                           stmt)
+            if pattern == list(range(len(extents))) and own.shape == extents:
+                return own
             if ANY in pattern and [p for p in pattern if p is not ANY] == list(range(len(extents))):
-                frag = self._sliced(self.r.fragments[buf], pattern)  # x[k, j] with k serial: x's row layout
+                frag = self._sliced(own, pattern)  # x[k, j] with k serial: x's row layout
                 if frag is not None and frag.shape == extents:
                     return frag
             if permuted is None and all(isinstance(p, int) for p in pattern) and \
                     sorted(pattern) == list(range(len(extents))):
-                frag = self.r.fragments[buf].permute(sorted(range(len(pattern)), key=pattern.__getitem__))
+                frag = own.permute(sorted(range(len(pattern)), key=pattern.__getitem__))
                 permuted = frag if frag.shape == extents else None
         return permuted
 
@@ -536,7 +584,8 @@ class _KernelInference:
                 self.assign(buf, frag, loop, "T.Parallel loop, its packed reads x[.., v // c]")
                 continue
             dims = [p for p in pattern if isinstance(p, int)]  # the loop dims it indexes, in its dims' order
-            if any(isinstance(p, tuple) and p[0] == "div" for p in pattern) or not dims or len(set(dims)) < len(dims):
+            if any(isinstance(p, tuple) and p[0] in ("div", "shift") for p in pattern) or not dims or \
+                    len(set(dims)) < len(dims):
                 continue
             frag = layout
             for d in reversed(range(len(extents))):
@@ -580,7 +629,12 @@ class _KernelInference:
             frag = self.r.fragments.get(buf)
             if frag is None:
                 continue
-            pattern = self._pattern(loop, buf, indices, stmt)
+            try:
+                frag, pattern = self._unshifted(loop, buf, frag, self._pattern(loop, buf, indices, stmt), stmt)
+            except LayoutError:
+                if raise_conflict:
+                    raise
+                raise LayoutError("incompatible") from None
             if pattern == identity and (frag is layout or frag == layout or frag.same_as(layout)):
                 continue  # the loop runs on this fragment's own thread map: each iteration on the element's owners
             spread = [d for d, p in enumerate(pattern) if p is ANY and

@@ -19,7 +19,7 @@ from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import loads, stmt_exprs
 from tileagent.compiler.ir.stmt import AtomicAdd, If, Let, Parallel, Store
 from tileagent.compiler.lower.copy import and_, guarded, valid_condition
-from tileagent.compiler.layout.infer import divided_loop_var, loop_invariant
+from tileagent.compiler.layout.infer import divided_loop_var, loop_invariant, shifted_loop_var
 from tileagent.compiler.lower.slots import SlotLoops
 from tileagent.compiler.tir import THREAD
 
@@ -71,6 +71,13 @@ def _slots_of(ctx, buf, indices, loop: Parallel, table, valid):
         elif divided_loop_var(loop, i) is not None:  # x[i, j // c] (inference made j's owners hold j // c)
             d, c = divided_loop_var(loop, i)
             idx.append(np.minimum(table[:, :, d] // c, buf.shape[dim] - 1))
+        elif (shift := shifted_loop_var(loop, i)) is not None:  # x[i, jj * 4 + j]: block jj's registers
+            d, n, o = shift
+            stride = _register_stride(slot_table, dim, block=n)
+            if stride is None:
+                return None
+            idx.append(np.minimum(table[:, :, d], n - 1))
+            extra.append((make_binop("//", o, n), stride))
         elif loop_invariant(loop, i) and not ctx.spread(buf, dim):
             stride = _register_stride(slot_table, dim)
             if stride is None:
@@ -85,15 +92,18 @@ def _slots_of(ctx, buf, indices, loop: Parallel, table, valid):
     return np.where(agree, first, -1), extra
 
 
-def _register_stride(slot_table: np.ndarray, dim: int) -> int | None:
-    """s when the register of element idx is register(idx with idx[dim] = 0) + idx[dim] * s everywhere, else None."""
+def _register_stride(slot_table: np.ndarray, dim: int, block: int = 1) -> int | None:
+    """s when the register of element idx is register(idx with idx[dim] = idx[dim] % block) + idx[dim] // block * s
+    everywhere, else None."""
     n = slot_table.shape[dim]
-    if n == 1:
+    if n == block:
         return 0
-    base = np.take(slot_table, [0], axis=dim)
-    stride = int(np.take(slot_table, [1], axis=dim).flat[0] - base.flat[0])
-    steps = np.arange(n).reshape([n if d == dim else 1 for d in range(slot_table.ndim)])
-    return stride if (slot_table == base + steps * stride).all() else None
+    shape = slot_table.shape[:dim] + (n // block, block) + slot_table.shape[dim + 1:]
+    blocks = slot_table.reshape(shape)
+    base = np.take(blocks, [0], axis=dim)
+    stride = int(np.take(blocks, [1], axis=dim).flat[0] - base.flat[0])
+    steps = np.arange(n // block).reshape([-1 if d == dim else 1 for d in range(blocks.ndim)])
+    return stride if (blocks == base + steps * stride).all() else None
 
 
 def _fragment_accesses(stmts):
