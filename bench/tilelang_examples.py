@@ -89,6 +89,8 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "block_sparse_attn": ("blocksparse_attention/example_tilelang_block_sparse_attn.py", [], True, ()),
     "grouped_gemm_fwd": ("grouped_gemm/example_grouped_gemm_fwd.py", ["--batch_sizes", "64,128,256,512", "--profile"],
                          True, ()),
+    "grouped_gemm_fwd_ptr": ("grouped_gemm/example_grouped_gemm_fwd_ptr.py",
+                             ["--batch_sizes", "64,128,256,512", "--profile"], True, ()),
     "blocksparse_gemm": ("blocksparse_gemm/example_blocksparse_gemm.py", [], True, ()),
     "convolution": ("convolution/example_convolution.py", [], True, ()),
     "online_softmax": ("online_softmax/online_softmax.py", [], True, ()),

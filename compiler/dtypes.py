@@ -31,7 +31,8 @@ _TORCH = {
 _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32", "bf16": "bfloat16",
             "fp16": "float16", "fp32": "float32", "float8_e4m3": "float8_e4m3fn",  # TileLang: e4m3 is e4m3fn on CUDA
             "uint": "uint32", "long": "int64", "short": "int16", "ulong": "uint64",  # TileLang's C-style names
-            "tf32": "tfloat32", "custom[tfloat32]": "tfloat32"}
+            "tf32": "tfloat32", "custom[tfloat32]": "tfloat32",
+            "handle": "int64"}  # T.ptr: a device address, an int64 of data_ptr() (compiler.language.pointers)
 SUB_BYTE = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2, "int1": 1, "uint1": 1, "float4_e2m1fn": 4,
             "float6_e2m3fn": 6, "float6_e3m2fn": 6}
 """Sub-byte dtype names TileLang has (TileAgent knows their widths, and stores none of them)."""

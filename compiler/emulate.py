@@ -55,8 +55,9 @@ from tileagent.compiler.interp import ExitLoop, foreign_code
 from tileagent.compiler.language.cp_async import CALLS as HAND_CALLS
 from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float_binop, float_call, reinterpret,
                                            storage, to_float)
-from tileagent.compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE, SpecialVar, THREAD,
-                          VecAtomicAdd, VecCopy, WARP)
+from tileagent.compiler.host_memory import tensor_at
+from tileagent.compiler.tir import (BLOCK_IDX, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, GlobalAt, LANE,
+                                    SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP)
 
 __all__ = ["EmulationError", "run_kernel", "run_module"]
 
@@ -311,6 +312,12 @@ class _Block:
             fill = self.lanes(as_tensor(self.ev(s.init), b.dtype).to(held))[rows, None]
         self.mem[b][rows] = fill
 
+    def global_at(self, s: GlobalAt) -> None:
+        """``T.make_tensor``: the flat tensor at the active threads' (equal) host address."""
+        b = s.buffer
+        self.mem[b] = tensor_at(self.lanes(self.ev(s.address))[self.active()], int(self.ev(b.shape[0])), b.dtype,
+                                b.name, s.span)
+
     def store(self, s: Store) -> None:
         self.write(s.buffer, self.ev(s.indices[0]), 1, self.ev(s.value), "store to", accumulate=False)
 
@@ -381,7 +388,8 @@ class _Block:
                                  f"are active; every lane of the warp must execute it", self.span)
         return present, active
 
-    _HANDLERS = {Let: let, If: if_, For: for_, While: while_, Declare: declare, Store: store, AtomicAdd: atomic_add,
+    _HANDLERS = {Let: let, If: if_, For: for_, While: while_, Declare: declare, GlobalAt: global_at, Store: store,
+                 AtomicAdd: atomic_add,
                  VecCopy: vec_copy, VecAtomicAdd: vec_atomic_add, Barrier: barrier, **emulators(),
                  NamedBarrier: emulate_sync.named_barrier,
                  RngInit: lambda self, s: self.rng.init(*(self.ev(x) for x in (s.seed, s.subsequence, s.offset)),

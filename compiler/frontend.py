@@ -317,7 +317,7 @@ class _Parser(LoopExitParser, ExpressionParser):
                                  hint="write `with T.Kernel(...) as bx:` and put the kernel body inside")
 
     def allocate(self, spec, name: str, node: ast.AST) -> Buffer:
-        if spec.scope == "global":
+        if spec.scope == "global" and spec.init is None:
             return self.allocate_workspace(spec, name, node)
         if self.kernel_depth == 0:
             raise DSLSyntaxError(f"allocation of '{name}' outside T.Kernel", code="E505",
@@ -326,7 +326,8 @@ class _Parser(LoopExitParser, ExpressionParser):
         while name in self.buffer_names:
             name, k = f"{base}_{k}", k + 1
         self.buffer_names.add(name)
-        init = None if spec.init is None else make_cast(as_expr(spec.init, spec.dtype), spec.dtype)
+        init = spec.init if spec.scope == "global" or spec.init is None else make_cast(as_expr(spec.init, spec.dtype),
+                                                                                       spec.dtype)  # global: address
         if spec.scope == "var" and self.parallel_frames:
             # T.alloc_var inside T.Parallel (TileLang: a scalar of each iteration): a fragment over the loop nest's
             # extents, allocated before the outermost T.Parallel, whose element [loop vars] each iteration uses

@@ -27,6 +27,7 @@ import time
 import torch
 
 from tileagent.compiler.errors import InterpreterTimeLimit, KernelArgumentError, KernelFault
+from tileagent.compiler.host_memory import tensor_at
 from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float_binop, float_call, reinterpret,
                                            storage, to_float)
 from tileagent.compiler import warp_shuffle
@@ -179,6 +180,11 @@ class _Interpreter:
         b = s.buffer
         lanes = self.lanes is not None and b.scope in ("local", "var")
         shape = ((len(self.lanes),) if lanes else ()) + tuple(b.shape)
+        if b.scope == "global":  # T.make_tensor: the tensor at a host address
+            shape = tuple(int(self.ev(d)) for d in b.shape)
+            self.mem[b] = tensor_at(self.ev(s.init), math.prod(shape), b.dtype, b.name, s.span).view(shape)
+            self.shapes[b] = shape
+            return
         if s.view_of is not None:  # T.reshape: the same storage, row-major in this shape
             base = self.mem[s.view_of]
             self.mem[b] = base.view((base.shape[0],) + tuple(b.shape) if s.view_of in self.lane_bufs else b.shape)

@@ -102,6 +102,16 @@ class Declare(Stmt):
 
 
 @dataclass(frozen=True, eq=False, slots=True)
+class GlobalAt(Stmt):
+    """From here to the end of the kernel, the 1-d global ``buffer`` is the tensor at device address ``address`` (an
+    int64 expression, the same for every thread of a block): ``T.make_tensor`` (``compiler.language.pointers``)."""
+
+    buffer: Buffer
+    address: Expr
+    span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class VecCopy(Stmt):
     """dst[dst_index + v] = cast(src[src_index + v]) for v in range(width). ``eviction_policy``: None, or the
     "evict_first"/"evict_last" cache hint of a read of global memory (``src.scope == "global"`` only; no semantic

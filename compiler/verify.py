@@ -19,7 +19,7 @@ from tileagent.compiler.ir.expr import Expr, Load
 from tileagent.compiler.ir.simplify import depends_on
 from tileagent.compiler.ir.stmt import (Alloc, AtomicAdd, AtomicAddTile, Copy, Fill, For, Gemm, If, Let, Parallel,
                                         Reduce, Store, While)
-from tileagent.compiler.tir import (LANE, THREAD, WARP, AsyncCopy, Barrier, Declare, LdMatrix, Mma, PackPairs,
+from tileagent.compiler.tir import (LANE, THREAD, WARP, AsyncCopy, Barrier, Declare, GlobalAt, LdMatrix, Mma, PackPairs,
                                     VecAtomicAdd, VecCopy, Wgmma, WgmmaRS)
 
 _TILE_LEVEL = (Alloc, Copy, Fill, Gemm, Reduce, AtomicAddTile, Parallel)
@@ -113,6 +113,9 @@ def _thread_ir(k) -> list:
             if isinstance(s, Declare):
                 declared.add(s.buffer)
                 buffer_ok(s.buffer, where)
+            elif isinstance(s, GlobalAt):  # T.make_tensor: a global buffer from here on
+                params.add(s.buffer)
+                exprs(s.address, where)
             elif isinstance(s, (Store, AtomicAdd)):
                 buffer_ok(s.buffer, where)
                 if len(s.indices) != 1:

@@ -85,6 +85,8 @@ def stmt_lines(s, indent: int = 0) -> list[str]:
         b = s.buffer
         if s.view_of is not None:
             return [f"{pad}{b.name} = T.reshape({s.view_of.name}, {_shape(b.shape)})"]
+        if b.scope == "global":
+            return [f"{pad}{b.name} = T.make_tensor({expr_str(s.init)}, {_shape(b.shape)}, {b.dtype!r})"]
         if b.scope == "var":
             init = "" if s.init is None else f", {expr_str(s.init)}"
             return [f"{pad}{b.name} = T.alloc_var({b.dtype!r}{init})"]
@@ -135,8 +137,10 @@ def stmt_lines(s, indent: int = 0) -> list[str]:
 
 
 def _thread_stmt_lines(s, pad: str) -> list[str]:
-    from tileagent.compiler.tir import Barrier, Declare, Mma, VecCopy
+    from tileagent.compiler.tir import Barrier, Declare, GlobalAt, Mma, VecCopy
 
+    if isinstance(s, GlobalAt):
+        return [f"{pad}{s.buffer.dtype}* {s.buffer.name} = {expr_str(s.address)}"]
     if isinstance(s, Declare):
         init = "" if s.init is None else f" = {expr_str(s.init)}"
         return [f"{pad}{s.buffer.dtype} {s.buffer.name}[{expr_str(s.buffer.shape[0])}]{init}"]

@@ -72,7 +72,8 @@ class Stmt:
 class Alloc(Stmt):
     """Declares ``buffer`` (shared, fragment, local or var) for the rest of the enclosing kernel. ``view_of``: the
     fragment or local buffer whose storage it shares, read row-major in its own shape (``T.reshape``,
-    ``compiler.language.views``); such a buffer has no storage of its own."""
+    ``compiler.language.views``); such a buffer has no storage of its own. A global ``buffer`` is a tensor at the
+    device address ``init`` (an int64 expression: ``T.make_tensor``, ``compiler.language.pointers``)."""
 
     buffer: Buffer
     init: Expr | None = None

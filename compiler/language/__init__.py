@@ -28,6 +28,7 @@ from tileagent.compiler.language.tileops import (GemmWarpPolicy, atomic_add, ato
                                                  copy, fill, gemm, im2col, reduce, reduce_abssum, reduce_absmax,
                                                  reduce_max, reduce_min, reduce_prod, reduce_sum)
 from tileagent.compiler.language.random import rng_init, rng_rand, rng_rand_float
+from tileagent.compiler.language.pointers import make_tensor, ptr
 from tileagent.compiler.language.sync import sync_threads
 from tileagent.compiler.language.views import reshape, view
 from tileagent.compiler.language.types import DTYPES, Buffer, Tensor, dynamic, symbolic

@@ -28,7 +28,7 @@ from tileagent.compiler.lower.pipeline import SoftwarePipeline, lower_pipeline
 from tileagent.compiler.tileops import op_for
 from tileagent.compiler.language.cp_async import SET_MAX_NREG
 from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, THREAD, Barrier, Declare, DeviceKernel, DeviceModule,
-                                    SetMaxNReg)
+                                    GlobalAt, SetMaxNReg)
 
 log = logging.getLogger("tileagent.compiler")
 
@@ -52,17 +52,19 @@ def kernel_scratch_bytes(k: Kernel, layouts) -> int:
 def lower_module(func: PrimFunc, layouts, plans, target, warp_specialize: bool = True) -> DeviceModule:
     """The thread IR of ``func``: one DeviceKernel per KernelPlan (``compiler.passes``), global tensors flattened;
     ``warp_specialize`` False keeps every pipeline in the kernel's own threads (``lower.warp_specialize``)."""
-    flat = {}
-    for p in func.params:
-        if isinstance(p, Buffer):
-            numel = 1
-            for n in p.shape:
-                numel = make_binop("*", numel, n)
-            flat[p] = Buffer(p.name, (numel,), p.dtype, "global", p.span)
+    flat = {p: _flat(p) for p in func.params if isinstance(p, Buffer)}
     scalars = tuple(p for p in func.params if isinstance(p, Var)) + tuple(func.dynamic_vars)
     params = tuple(flat.values()) + scalars
     kernels = tuple(_lower_kernel(plan, layouts, flat, params, target, ws=warp_specialize) for plan in plans)
     return DeviceModule(func.name, kernels, flat, scalars)
+
+
+def _flat(buf: Buffer) -> Buffer:
+    """The 1-d global Buffer over all of global tensor ``buf``'s elements."""
+    numel = 1
+    for n in buf.shape:
+        numel = make_binop("*", numel, n)
+    return Buffer(buf.name, (numel,), buf.dtype, "global", buf.span)
 
 
 def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True, ws: bool = True) -> DeviceKernel:
@@ -79,7 +81,12 @@ def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True, ws: boo
     k, shared = plan.kernel, plan.shared
     ctx = LowerContext(k, layouts, flat, k.num_threads, target=target, plan=plan)
     ctx.hand_specialized = hand_specialized(k) is not None
-    if tma and tma_usable(target):
+    made = [s.buffer.name for s in walk(plan.body) if isinstance(s, Alloc) and s.buffer.scope == "global"]
+    if made and tma_usable(target):
+        ctx.instructions[(k.span.line if k.span else 0, "T.Kernel")] = [
+            f"no TMA: {', '.join(made)} made from device addresses (T.make_tensor) have no tensor map, which the "
+            "host encodes from the tensors it passes (cp.async instead)"]
+    elif tma and tma_usable(target):
         ctx.ws = candidate(plan, target, disabled=not ws)
         hand = sum(len(b.counts) for b in hand_barriers(plan.body)) if ctx.hand_specialized else 0
         ctx.tma = TmaState(capacity(plan.body) + (ctx.ws.pipeline.stages if ctx.ws else 0) + hand)
@@ -268,6 +275,9 @@ class _Lowering:
         if isinstance(s, Alloc):
             if s.buffer.scope == "shared":
                 return []
+            if s.buffer.scope == "global":  # T.make_tensor: a global tensor at a device address
+                flat = ctx.flat_globals[s.buffer] = _flat(s.buffer)
+                return [GlobalAt(flat, ctx.rewrite(s.init, {}), s.span)]
             if s.view_of is not None:  # T.reshape: the base's registers (its layout maps to the same slots)
                 ctx.local[s.buffer] = ctx.local[s.view_of]
                 return []

@@ -38,7 +38,7 @@ class LowerContext:
     def __init__(self, kernel, layouts, flat_globals: dict, threads: int, target=None, plan=None):
         self.kernel, self.layouts, self.threads = kernel, layouts, threads
         self.target, self.plan = target, plan
-        self.flat_globals = flat_globals  # global param Buffer -> 1-d Buffer
+        self.flat_globals = dict(flat_globals)  # global Buffer -> 1-d Buffer: the params, then T.make_tensor's
         self.local: dict[Buffer, Buffer] = {}  # fragment/local/var -> register array
         self.ranges: dict = {THREAD: (0, threads - 1)}
         self.lets: dict = {}  # Var of a kernel-level named temporary -> its lowered value (alignment analysis)

@@ -59,6 +59,7 @@ from tileagent.compiler.targets.cuda_scalars import bind_let, declare_scalars, e
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
 from tileagent.compiler.targets.cuda_tma import HELPERS as TMA_HELPERS
 from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
+                          GlobalAt,
                           SetMaxNReg, SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP, WarpSpecialize, keeps_wide,
                           nonneg, written_buffers)
 
@@ -492,6 +493,13 @@ class _KernelEmitter:
     def barrier(self, s: Barrier) -> None:
         self.line(self.sync_line)
 
+    def global_at(self, s: GlobalAt) -> None:
+        """``T.make_tensor``: a pointer to the address, read plainly (another pointer may write the same memory)."""
+        name = self.buffers[s.buffer] = self.fresh(s.buffer.name)
+        ct = self.ct(s.buffer.dtype)
+        self.written.add(s.buffer)
+        self.line(f"{ct}* {name} = reinterpret_cast<{ct}*>({_strip(self.value_as(s.address, DType('int64')))});")
+
     def register(self, b: Buffer, i) -> str:
         """``b[i]`` for one register operand of an Mma; a constant index must lie inside the array."""
         if b in self.scalars:
@@ -777,7 +785,8 @@ class _KernelEmitter:
 
 _STMT_HANDLERS = {Store: _KernelEmitter.store, Let: _KernelEmitter.let, If: _KernelEmitter.if_,
                   For: _KernelEmitter.for_, While: _KernelEmitter.while_, AtomicAdd: _KernelEmitter.atomic_add,
-                  Declare: _KernelEmitter.declare, LoopExit: lambda em, s: em.line(f"{s.kind};"),  # break; continue;
+                  Declare: _KernelEmitter.declare, GlobalAt: _KernelEmitter.global_at,
+                  LoopExit: lambda em, s: em.line(f"{s.kind};"),  # break; continue;
                   Barrier: _KernelEmitter.barrier, VecCopy: _KernelEmitter.vec_copy,
                   VecAtomicAdd: vec_atomic_add, **cuda_emitters(), **EXTERN_HANDLERS, **cuda_sync.HANDLERS,
                   **cuda_random.HANDLERS}
