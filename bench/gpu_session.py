@@ -283,7 +283,15 @@ STEPS = (
          "next to "
          "the plain MLA decode and sparse forward: their own checks and printed speed "
          "(and real TileLang's, where .tl was unpacked to /tmp/tl)",
-         after="mla_ws_gpu"))
+         after="mla_ws_gpu"),
+    # group 19: what round 2 session 29 wrote (T.ptr / T.make_tensor, a fragment read in blocks x[i, jj * 4 + j])
+    Step("gpu_tests_29", 19, "python -m pytest -q -m gpu tests/test_tilelang_pointers.py tests/test_fragment_blocks.py",
+         120, "first contact of tensors made from device addresses (TileLang's grouped GEMM by pointer tables) and of "
+         "the TF32 A operand read in blocks of 4 (TileLang's mHC pre-block kernel)"),
+    Step("tilelang_29", 19, "python bench/tilelang_examples.py --only grouped_gemm_fwd_ptr,grouped_gemm_fwd "
+         "--timeout 100 $([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 240,
+         "the grouped GEMM by pointer tables next to the one over a packed tensor, and real TileLang's",
+         after="gpu_tests_29"))
 
 
 def main(argv=None) -> int:

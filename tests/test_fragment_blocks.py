@@ -95,3 +95,14 @@ def test_blocks_of_a_fragment_spread_over_threads_are_L004():
     assert "does not hold every block in the same threads" in err.message and "T.alloc_shared" in err.hint
     a = torch.randn(32, 64)  # the CPU interpreter has no layouts: it runs the program as written
     torch.testing.assert_close(tileagent.compile(f, out_idx=[1], target="cpu")(a), a.view(32, 16, 4).sum(1))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_gemm_operand_read_in_blocks_of_four_on_the_gpu():
+    func = _gemm_sqrsum(256, 1024, hb=256)
+    x, fn = torch.randn(256, 1024, device="cuda").bfloat16(), torch.randn(24, 1024, device="cuda")
+    out, sq = torch.full((256, 24), float("nan"), device="cuda"), torch.full((256,), float("nan"), device="cuda")
+    tileagent.compile(func)(x, fn, out, sq)
+    torch.testing.assert_close(sq, (x.float() ** 2).sum(1), rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(out, x.float() @ fn.T, rtol=2e-2, atol=0.2)  # TF32 inputs, 1024-long sums

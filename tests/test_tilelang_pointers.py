@@ -79,3 +79,12 @@ def test_an_address_that_is_not_a_64_bit_integer_is_E302():
     assert info.value.code == "E302"
     assert "T.make_tensor: the address is int32, not a 64-bit integer" in info.value.message
     assert "T.Tensor([n], T.ptr)" in info.value.hint
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_grouped_gemm_by_pointer_tables_on_the_gpu(tilelang):
+    """The example's own test on the GPU (its tensors on cuda, its check), then the example's sizes of main()."""
+    ns = load_script(EXAMPLE)
+    ns["test_grouped_gemm_ptr"]()
+    ns["run_tilelang_grouped_gemm_ptr"]([64, 128, 256], 1024, 1024, 64, 128, 64, threads=256)
