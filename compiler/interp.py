@@ -378,8 +378,11 @@ class _Interpreter:
         if not 0 <= index < len(s.barriers.counts):
             raise KernelFault(f"barrier index {index} is out of bounds of {s.barriers.name} "
                               f"({len(s.barriers.counts)} barriers)", s.span)
-        state = self.mbarriers.setdefault((id(s.barriers), index), [0, 0])
+        key = (id(s.barriers), index)
+        state = self.mbarriers.setdefault(key, [0, 0])
         if s.op != "wait":  # "arrive", or "arrive_cp_async" (cp.async.mbarrier.arrive.noinc: copies end at once here)
+            if self.roles is not None:
+                self.roles.races.arrive(self.roles.current(), key, state[0])
             if s.value is not None:
                 state[1] += min(int(s.value), self.block_threads)
             elif self.lanes is not None and self.active is not None:
@@ -391,11 +394,13 @@ class _Interpreter:
             return
         parity = self.ev(s.value)
         parity = int(parity.reshape(-1)[0]) if isinstance(parity, torch.Tensor) else int(parity)
+        if self.roles is not None and (state[0] % 2 != parity % 2 or self.roles.current() is not self.roles.root):
+            self.roles.block(lambda: state[0] % 2 != parity % 2, f"{s.barriers.name}[{index}] phase parity "
+                             f"{parity % 2}", s.span)  # returns at once where the phase has completed
+            # the latest completed phase of that parity: what the wait acquires (compiler.interp_role_race)
+            return self.roles.races.acquire(self.roles.current(), key, state[0] - 1 - (state[0] - 1 - parity) % 2)
         if state[0] % 2 != parity % 2:
             return
-        if self.roles is not None and self.roles.current() is not self.roles.root:
-            return self.roles.block(lambda: state[0] % 2 != parity % 2,
-                                    f"{s.barriers.name}[{index}] phase parity {parity % 2}", s.span)
         raise KernelFault(f"barrier wait on {s.barriers.name}[{index}] for phase parity {parity % 2}: it has "
                           f"completed {state[0]} phase(s), so the wait would block until an arrive that comes "
                           f"later in the source; TileAgent runs warp-specialized code (T.ws) in program order, "
@@ -465,6 +470,9 @@ class _Interpreter:
         if bool(((flat[0] < 0) | (flat[0] + n > d.numel())).any()):
             raise KernelFault(f"T.ptx_cp_async writes past the end of '{dl.buffer.name}'", span)
         step = torch.arange(n, dtype=torch.int64)
+        if self.roles is not None and dl.buffer.scope == "shared":
+            self.roles.races.access(self.roles.current(), dl.buffer, (flat[0][:, None] + step).reshape(-1), True,
+                                    span, d.numel())
         s_idx = (flat[1][:, None] + step).reshape(-1)
         ok = (s_idx >= 0) & (s_idx < src_view.numel())  # as other global reads: out of bounds gives 0
         ok &= keep[lanes][:, None].expand(-1, n).reshape(-1)
@@ -478,6 +486,24 @@ class _Interpreter:
                  NamedBarrier: named_barrier, RngInit: rng_init, LoopExit: loop_exit}
 
     # -- memory ----------------------------------------------------------------------------------------------
+    def _shared_region(self, buf: Buffer, clip, write: bool, span) -> None:
+        """A tile op's access of a shared region by the running branch (``compiler.interp_role_race``)."""
+        shape, flat = self.shapes[buf], torch.zeros((), dtype=torch.int64)
+        for dim, (_, lo, hi) in enumerate(clip):
+            flat = flat.unsqueeze(-1) * shape[dim] + torch.arange(lo, hi, dtype=torch.int64)
+        self.roles.races.access(self.roles.current(), buf, flat.reshape(-1), write, span, math.prod(shape))
+
+    def _shared_elements(self, buf: Buffer, idx, mask, write: bool, span) -> None:
+        """An element access of a shared buffer by the running branch's lanes (``mask``: the ones that run it)."""
+        shape = self.shapes[buf]
+        flat = torch.zeros((), dtype=torch.int64)
+        for i, n in zip(idx, shape):
+            flat = flat * n + torch.as_tensor(i, dtype=torch.int64).clamp(0, n - 1)
+        if mask is not None:
+            flat, mask = torch.broadcast_tensors(flat, torch.as_tensor(mask))
+            flat = flat[mask]
+        self.roles.races.access(self.roles.current(), buf, flat.reshape(-1), write, span, math.prod(shape))
+
     def _clip(self, r: Region, span):
         """Per dim: (start, in-bounds lo, hi). Faults on out-of-bounds on-chip regions."""
         shape = self.shapes[r.buffer]
@@ -497,6 +523,8 @@ class _Interpreter:
                               f"code (T.get_thread_binding); read it element by element", span)
         t = self.mem[r.buffer]
         clip = self._clip(r, span)
+        if self.roles is not None and r.buffer.scope == "shared":
+            self._shared_region(r.buffer, clip, False, span)
         if all(lo == s and hi == s + n for (s, lo, hi), n in zip(clip, r.extents)):
             return t[tuple(slice(lo, hi) for _, lo, hi in clip)]
         tile = torch.zeros(r.extents, dtype=t.dtype)
@@ -515,6 +543,8 @@ class _Interpreter:
                                   f"differs between threads", span)
             t[(slice(None),) + tuple(slice(lo, hi) for _, lo, hi in clip)] = tile
             return
+        if self.roles is not None and r.buffer.scope == "shared":
+            self._shared_region(r.buffer, clip, True, span)
         if all(hi > lo for _, lo, hi in clip):
             t[tuple(slice(lo, hi) for _, lo, hi in clip)] = tile[tuple(slice(lo - s, hi - s) for s, lo, hi in clip)]
 
@@ -545,6 +575,8 @@ class _Interpreter:
         if self.race is not None and buf in self.race.reads:
             live = self.active if inb is None else (inb if self.active is None else inb & self.active)
             self.race.read(buf, idx, live, e.span)
+        if self.roles is not None and buf.scope == "shared":
+            self._shared_elements(buf, idx, self.active, False, e.span)
         if inb is not None:
             idx = [torch.as_tensor(i).clamp(0, n - 1) for i, n in zip(idx, self.shapes[buf])]
         if buf in self.lane_bufs:  # each thread reads its own copy
@@ -568,6 +600,8 @@ class _Interpreter:
         if self.race is not None and buf in self.race.writes:
             self.race.write(buf, idx, value, mask if inb is None else (inb if mask is None else mask & inb), span,
                             atomic=accumulate is not False)
+        if self.roles is not None and buf.scope == "shared":
+            self._shared_elements(buf, idx, mask, True, span)
         if buf in self.lane_bufs:  # each thread writes its own copy
             idx = [self.lanes] + [torch.as_tensor(i) for i in idx]
         if accumulate in ("max", "min"):

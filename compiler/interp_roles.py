@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 
 from tileagent.compiler.errors import KernelFault
+from tileagent.compiler.interp_role_race import RoleRaces
 from tileagent.compiler.ir.stmt import If
 from tileagent.compiler.ir.visit import walk
 
@@ -50,6 +51,7 @@ class Scheduler:
         self.roles = [self.root]
         self.turn = self.root
         self.aborted = None
+        self.races = RoleRaces()  # happens-before between the roles (compiler.interp_role_race)
 
     # -- what the interpreter calls -----------------------------------------------------------------------------
     def current(self) -> _Role:
@@ -72,7 +74,10 @@ class Scheduler:
             if self.aborted is not None:  # the parked arms unwind (_Abort): let them end before the error goes on
                 for t in threads:
                     t.join(timeout=10)
-        parent.children, errors = [], [c.error for c in parent.children if c.error is not None]
+        errors = [c.error for c in parent.children if c.error is not None]
+        if not errors:
+            self.races.join(parent, parent.children)
+        parent.children = []
         self.roles = [r for r in self.roles if not r.done]
         if errors:
             raise errors[0]
