@@ -88,18 +88,21 @@ def wait(block, s: MbarrierWait, key, bar: dict) -> None:
     """A wait inside a warp-group arm: returns when the phase of its parity has completed, parking the role until
     then (a fresh barrier's parity 1 counts as completed)."""
     parity = int(block.uniform(block.ev(s.parity), "mbarrier parity")) & 1
-    if parity != bar["phase"] & 1 or _complete(block, bar, key, s):
-        return
-    roles = getattr(block, "roles", None)
-    if roles is None or roles.current() is roles.root:
-        raise EmulationError(f"wait on {key[0].name}[{key[1]}] (parity {parity}) would hang: {bar['pending']} "
-                             f"arrival(s) missing and no other warp group runs to make them", s.span)
-    name = f"{key[0].name}[{key[1]}]"
-    if s.label is not None:  # the program's own barrier
-        barriers, index = s.label
-        name = f"{barriers.name}[{int(block.uniform(block.ev(index), 'barrier index')) if barriers.counts[1:] else 0}]"
-    roles.block(lambda: parity != bar["phase"] & 1 or _complete(block, bar, key, s), f"{name} phase parity {parity}",
-                s.span)
+    if not (parity != bar["phase"] & 1 or _complete(block, bar, key, s)):
+        roles = getattr(block, "roles", None)
+        if roles is None or roles.current() is roles.root:
+            raise EmulationError(f"wait on {key[0].name}[{key[1]}] (parity {parity}) would hang: {bar['pending']} "
+                                 f"arrival(s) missing and no other warp group runs to make them", s.span)
+        name = f"{key[0].name}[{key[1]}]"
+        if s.label is not None:  # the program's own barrier
+            barriers, index = s.label
+            at = int(block.uniform(block.ev(index), 'barrier index')) if barriers.counts[1:] else 0
+            name = f"{barriers.name}[{at}]"
+        roles.block(lambda: parity != bar["phase"] & 1 or _complete(block, bar, key, s),
+                    f"{name} phase parity {parity}", s.span)
+    # the wait acquires what the phase's arrivals released: the race detector's epochs cannot say whose, so a new
+    # epoch begins (as at a warp group's barrier); the interpreter checks the branches exactly (interp_role_race)
+    block.epoch += 1
 
 
 def _complete(block, bar: dict, key, s) -> bool:

@@ -400,27 +400,6 @@ def test_gpu_bench_programs_have_their_helper_modules_next_to_them():
                     (name, mod)
 
 
-def test_tensor_of_pointers_is_E701_at_the_parameter_with_the_grouped_gemm_alternative(tilelang, tmp_path):
-    with pytest.raises(CompileError) as info:
-        ns = load_script(write_source(tmp_path, "ptrs.py", """\
-            import tilelang
-            import tilelang.language as T
-
-
-            @tilelang.jit
-            def grouped(batch_count):
-                @T.prim_func
-                def main(A_ptrs: T.Tensor([batch_count], T.ptr), C: T.Tensor((4,), "float32")):
-                    with T.Kernel(1, threads=32) as bx:
-                        C[0] = 1.0
-                return main
-            """))
-        ns["grouped"](4)
-    err = info.value
-    assert err.code == "E701" and err.span is not None and err.span.line == 8
-    assert "tensors of pointers" in err.message and "per-batch offsets" in err.message
-
-
 def test_cp_async_by_hand_with_a_noinc_barrier_runs_as_producer_and_consumer(tilelang, tmp_path):
     """TileLang's DSA sparse-MLA and MLA-decode programs: a producer warp group copies tiles with T.ptx_cp_async and
     arrives on a barrier per stage (T.cp_async_barrier_noinc); a consumer warp group waits, computes with tile ops

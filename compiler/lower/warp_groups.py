@@ -15,7 +15,8 @@ the split may be read by a warp group's wgmma). Guarantees: code outside the arm
 compiler-made index is relative to the warp group, the program's own thread variables (Let-bound from THREAD at the
 kernel's top) are not.
 Also here: the program's own barriers (``lower_barrier_op``: mbarriers with its arrive counts), ``T.tma_copy`` bound
-to one of them (``lower_bound_copy``), and the fences of wgmma gemms issued back to back (``_chained_fences``).
+to one of them (``lower_bound_copy``); an arm's fences are trimmed to the ones its writes need
+(``compiler.lower.arm_fences``).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from tileagent.compiler.ir.expr import Expr, make_binop
 from tileagent.compiler.ir.simplify import depends_on
 from tileagent.compiler.ir.stmt import If
 from tileagent.compiler.ir.visit import substitute
-from tileagent.compiler.tir import (THREAD, WARP, AsyncProxyFence, WarpGroupRange, Wgmma, WgmmaCommit, WgmmaFence,
-                                    WgmmaRS)
+from tileagent.compiler.lower.arm_fences import trim
+from tileagent.compiler.tir import THREAD, WARP, AsyncProxyFence, WarpGroupRange
 
 FIRST_BARRIER = 8  # named barriers 8.. (0 is __syncthreads, 1 the consumers of compiler.lower.warp_specialize)
 
@@ -75,26 +76,7 @@ def _arm(lowering, body, r, reach, span) -> list:
     view.ranges = dict(ctx.ranges)
     view.ranges[THREAD] = (0, r[1] - r[0] - 1)
     out = lowering.with_context(view).body(body)
-    return [WarpGroupRange(r[0], r[1], barrier, tuple(shift(_chained_fences(out), r[0])), span)]
-
-
-def _chained_fences(stmts) -> list:
-    """``stmts`` (and their nested bodies) where a wgmma gemm issued right after another one, with nothing between
-    but the first one's wgmmas (TileLang's ``T.wgmma_gemm`` calls in a row), fences with ``wgmma.fence`` alone: no
-    shared-memory write came since the first one's proxy fence and barrier."""
-    out, clean = [], False
-    for x in stmts:
-        if isinstance(x, WgmmaFence):
-            if x.sync and clean:
-                x = dataclasses.replace(x, sync=False)
-            clean = True
-        elif not isinstance(x, (Wgmma, WgmmaRS, WgmmaCommit)):
-            clean = False
-            bodies = {n: tuple(_chained_fences(getattr(x, n))) for n in ("body", "then_body", "else_body")
-                      if isinstance(getattr(x, n, None), tuple)}
-            x = dataclasses.replace(x, **bodies) if bodies and not isinstance(x, WarpGroupRange) else x
-        out.append(x)
-    return out
+    return [WarpGroupRange(r[0], r[1], barrier, tuple(shift(trim(out), r[0])), span)]
 
 
 def shift(stmts, lo: int) -> list:

@@ -49,11 +49,7 @@ UNSUPPORTED = {
                           "PersistentTileScheduler")},
     # escape hatches
     **{n: _ESCAPE for n in ("call_intrin", "call_pure_extern", "ptx", "ptx_mma",
-                            "ptx_ldmatrix", "CUDASourceCodeKernel", "address_of", "make_tensor")},
-    "ptr": "tensors of pointers (T.ptr elements, dereferenced with T.make_tensor) are not supported: TileAgent's "
-           "kernel parameters are typed arrays whose shapes, dtypes and alignment the launcher checks, and a raw "
-           "address it cannot check; pass the batches as one tensor with per-batch offsets (TileLang's "
-           "example_grouped_gemm_fwd.py form) instead",
+                            "ptx_ldmatrix", "CUDASourceCodeKernel", "address_of")},
     "Fragment": "user-defined fragment layouts are not supported; layouts are inferred",
     "atomic_addx2": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
     "atomic_addx4": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",

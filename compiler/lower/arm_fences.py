@@ -1,0 +1,96 @@
+"""The fences of a warp group's arm (warp specialization by hand, ``compiler.lower.warp_groups``), kept where a
+generic shared-memory write needs them and dropped elsewhere.
+
+In: the thread IR of one arm as lowered: every wgmma gemm opens with ``WgmmaFence(sync=True)`` (a proxy fence, the
+group's named barrier, ``wgmma.fence``) and every arrive on a program barrier comes after an ``AsyncProxyFence``.
+Out: the same statements, where
+- a ``WgmmaFence`` keeps its barrier only when the group wrote shared memory through the generic proxy (stores,
+  vector copies, cp.async) since its last fence and barrier: the wgmma may read what other threads of the group
+  wrote. Otherwise, after an mbarrier wait since the last proxy fence (data another group delivered: cp.async writes
+  its producer cannot fence), it becomes a proxy fence of each thread and a bare ``wgmma.fence``; with neither, a
+  bare ``wgmma.fence`` (TMA-delivered operands, a second gemm in a row);
+- the proxy fence before an arrive stays only when the thread wrote shared memory since its last proxy fence.
+How: a forward data flow over the arm (three flags: unfenced writes of this thread, writes not yet fenced and
+synchronized in the group, a wait since the last fence), loops to their fixed point, both arms of an ``if`` joined;
+the arm's entry has all three set, and any statement this module does not know counts as a write.
+Guarantees: a wgmma still reads only shared bytes its writers fenced and the group synchronized (or that reached it
+through an mbarrier and a reader-side fence), and a waiting group still sees fenced data behind every arrive that
+follows a write; ``TILEAGENT_ARM_FENCES=all`` keeps every fence (an A/B switch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from tileagent.compiler.ir.stmt import AtomicAdd, Evaluate, For, If, Let, LoopExit, Store, While
+from tileagent.compiler.tir import (AsyncCommit, AsyncCopy, AsyncProxyFence, AsyncWait, Barrier, Declare, LdMatrix,
+                                    MbarrierArrive, MbarrierArriveExpectTx, MbarrierWait, Mma, PackPairs, SetMaxNReg,
+                                    TmaLoad, VecAtomicAdd, VecCopy, WarpGroupRange, Wgmma, WgmmaCommit, WgmmaFence,
+                                    WgmmaRS, WgmmaWait)
+
+ALL = (True, True, True)  # (unfenced, unsynced, waited)
+_QUIET = (Let, Declare, LoopExit, LdMatrix, Mma, PackPairs, SetMaxNReg, TmaLoad, MbarrierArriveExpectTx, MbarrierArrive,
+          Wgmma, WgmmaRS, WgmmaCommit, WgmmaWait, AsyncCommit, AsyncWait)
+
+
+def enabled() -> bool:
+    """False under ``TILEAGENT_ARM_FENCES=all`` (every fence kept)."""
+    return os.environ.get("TILEAGENT_ARM_FENCES") != "all"
+
+
+def trim(stmts) -> list:
+    """``stmts`` (one arm's thread IR) with the fences it does not need dropped (see the module docstring)."""
+    return _flow(list(stmts), ALL)[0] if enabled() else list(stmts)
+
+
+def _writes_shared(x) -> bool:
+    if isinstance(x, (Store, AtomicAdd)):
+        return x.buffer.scope == "shared"
+    if isinstance(x, (VecCopy, VecAtomicAdd, AsyncCopy)):
+        return x.dst.scope == "shared"
+    return not isinstance(x, _QUIET)  # an Evaluate (hand cp.async), a nested range, anything unknown: a write
+
+
+def _join(a, b):
+    return tuple(p or q for p, q in zip(a, b))
+
+
+def _flow(stmts, state):
+    """(the statements with their fences trimmed, the state after them)."""
+    out = []
+    for k, x in enumerate(stmts):
+        unfenced, unsynced, waited = state
+        if isinstance(x, WgmmaFence):
+            if x.sync and not unsynced:  # nothing of the group's to synchronize
+                x = dataclasses.replace(x, sync=False)
+                if waited:  # what another group delivered behind the wait: a reader-side fence
+                    out.append(AsyncProxyFence(x.span))
+                    state = (False, False, False)
+            elif x.sync:
+                state = (False, False, False)
+        elif isinstance(x, AsyncProxyFence):
+            if not unfenced and k + 1 < len(stmts) and isinstance(stmts[k + 1], MbarrierArrive):
+                continue  # nothing written since the last fence: the arrive alone
+            state = (False, unsynced, False)
+        elif isinstance(x, Barrier):
+            state = (unfenced, unsynced and unfenced, waited)
+        elif isinstance(x, MbarrierWait):
+            state = (unfenced, unsynced, True)
+        elif isinstance(x, If):
+            then, s1 = _flow(list(x.then_body), state)
+            other, s2 = _flow(list(x.else_body), state)
+            x, state = dataclasses.replace(x, then_body=tuple(then), else_body=tuple(other)), _join(s1, s2)
+        elif isinstance(x, (For, While)):
+            entry = state
+            while True:  # the body's entry: from before the loop or from the end of an iteration
+                after = _flow(list(x.body), entry)[1]
+                if _join(entry, after) == entry:
+                    break
+                entry = _join(entry, after)
+            x, state = dataclasses.replace(x, body=tuple(_flow(list(x.body), entry)[0])), entry
+        elif _writes_shared(x):
+            state = (True, True, waited) if isinstance(x, (Store, AtomicAdd, VecCopy, VecAtomicAdd, AsyncCopy)) \
+                else ALL
+        out.append(x)
+    return out, state
