@@ -23,6 +23,7 @@ from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer
                                         Kernel, Let, LoopExit, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc,
                                         RngInit, Store, UseSwizzle, While)
 from tileagent.compiler.lower.context import LowerContext
+from tileagent.compiler.lower.copy import merge_async_waits
 from tileagent.compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
 from tileagent.compiler.lower.pipeline import SoftwarePipeline, lower_pipeline
 from tileagent.compiler.tileops import op_for
@@ -81,7 +82,9 @@ def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True, ws: boo
     k, shared = plan.kernel, plan.shared
     ctx = LowerContext(k, layouts, flat, k.num_threads, target=target, plan=plan)
     ctx.hand_specialized = hand_specialized(k) is not None
-    made = [s.buffer.name for s in walk(plan.body) if isinstance(s, Alloc) and s.buffer.scope == "global"]
+    ctx.made_tensors = frozenset(s.buffer for s in walk(plan.body)
+                                 if isinstance(s, Alloc) and s.buffer.scope == "global")
+    made = sorted(b.name for b in ctx.made_tensors)
     if made and tma_usable(target):
         ctx.instructions[(k.span.line if k.span else 0, "T.Kernel")] = [
             f"no TMA: {', '.join(made)} made from device addresses (T.make_tensor) have no tensor map, which the "
@@ -262,7 +265,7 @@ class _Lowering:
             except Exception as e:  # noqa: BLE001 -- nothing but CompileError escapes a compile
                 raise InternalCompilerError(f"internal error while lowering {type(s).__name__}: "
                                             f"{type(e).__name__}: {e}", getattr(s, "span", None)) from e
-        return out
+        return merge_async_waits(out) if self.ctx.made_tensors else out
 
     def note_loop(self, var, start, extent, step) -> None:
         """Record the value range of a loop variable (for dropping bounds guards) when its bounds are static."""

@@ -39,6 +39,7 @@ class LowerContext:
         self.kernel, self.layouts, self.threads = kernel, layouts, threads
         self.target, self.plan = target, plan
         self.flat_globals = dict(flat_globals)  # global Buffer -> 1-d Buffer: the params, then T.make_tensor's
+        self.made_tensors: frozenset = frozenset()  # the kernel's T.make_tensor buffers (lower._lower_kernel)
         self.local: dict[Buffer, Buffer] = {}  # fragment/local/var -> register array
         self.ranges: dict = {THREAD: (0, threads - 1)}
         self.lets: dict = {}  # Var of a kernel-level named temporary -> its lowered value (alignment analysis)

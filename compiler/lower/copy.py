@@ -33,8 +33,9 @@ from tileagent.compiler.ir.simplify import below_bound, known_multiple, static_i
 from tileagent.compiler.ir.visit import loads
 from tileagent.compiler.ir.stmt import AtomicAddTile, Buffer, Copy, Fill, For, If, Region, Store
 from tileagent.compiler.layout import Fragment, make_blocked
-from tileagent.compiler.tir import THREAD, Barrier, PackPairs, VecCopy
+from tileagent.compiler.tir import THREAD, AsyncCommit, AsyncCopy, AsyncWait, Barrier, PackPairs, VecCopy
 from tileagent.compiler.instructions import ATOMIC, select_copy
+from tileagent.compiler.instructions.base import has_feature
 from tileagent.compiler.instructions.copy import Run
 from tileagent.compiler.instructions.tma import standalone
 from tileagent.compiler.lower.context import and_
@@ -72,8 +73,36 @@ def lower_copy(ctx, s: Copy) -> list:
         if entry is not None:
             return lower_tma_copy(ctx, s, entry, plan)
         ctx.note_instruction(s, f"no TMA: {plan}")
+    if src.buffer in ctx.made_tensors and dst.buffer.scope == "shared" and not ctx.async_copies and \
+            has_feature(getattr(ctx, "target", None), "cp_async"):
+        # a tensor made from an address is no __restrict__ parameter: loads through registers would wait for the
+        # stores before them (they may alias); cp.async moves it without registers, waited for at once
+        return lower_copy(ctx.derive(async_copies=True), s) + [AsyncCommit(s.span), AsyncWait(0, s.span)]
     layout, coords, window = _iteration(ctx, src, dst, s)
     return _transfer(ctx, layout, coords, src, dst, s, atomic=False, window=window)
+
+
+def merge_async_waits(stmts: list) -> list:
+    """``stmts`` where the cp.async copies of tensors made from addresses (``lower_copy``) that follow one another
+    share one wait: a ``cp.async.wait_group 0`` followed, before anything else, by more copies and their own commit
+    and wait is dropped, so that every copy is in flight before the first wait."""
+    out = list(stmts)
+    for k in range(len(out) - 1, 0, -1):
+        if isinstance(out[k], AsyncWait) and out[k].pending == 0 and isinstance(out[k - 1], AsyncCommit):
+            rest = k + 1
+            while rest < len(out) and _only_async_copies(out[rest]):
+                rest += 1
+            if rest > k + 1 and rest + 1 < len(out) and isinstance(out[rest], AsyncCommit) and \
+                    isinstance(out[rest + 1], AsyncWait) and out[rest + 1].pending == 0:
+                del out[k]
+    return out
+
+
+def _only_async_copies(x) -> bool:
+    if isinstance(x, AsyncCopy):
+        return True
+    bodies = [getattr(x, n) for n in ("body", "then_body", "else_body") if isinstance(getattr(x, n, None), tuple)]
+    return isinstance(x, (For, If)) and bool(bodies) and all(_only_async_copies(y) for b in bodies for y in b)
 
 
 def _convert_through_shared(ctx, src, dst, s) -> list:
