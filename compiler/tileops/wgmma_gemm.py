@@ -133,13 +133,21 @@ class WaitWgmmaOp(TileOp):
         return Effects()
 
     def lower(self, s, ctx) -> list:
-        """``wgmma.wait_group`` pinning every asynchronous wgmma accumulator; nothing where no T.wgmma_gemm of the
-        kernel runs on wgmma."""
+        """``wgmma.wait_group`` pinning every asynchronous wgmma accumulator the executing threads own (in a warp
+        group's arm, those of the gemms inside the arm: pinning another group's accumulators would keep them alive
+        in this group's code, registers it then spills); nothing where no T.wgmma_gemm of the kernel runs on
+        wgmma."""
         from tileagent.compiler.lower.wgmma import accumulator_operand
+        from tileagent.compiler.thread_ranges import regions
         from tileagent.compiler.tir import WgmmaWait
 
+        lo, hi = ctx.thread_range
+        where = regions(ctx.kernel) if (lo, hi) != (0, ctx.kernel.num_threads) else {}
         seen, pins = set(), []
         for g in ctx.layouts.instructions:
+            r = where.get(id(g), (lo, hi)) if where else (lo, hi)
+            if r is None or r[0] < lo or r[1] > hi:
+                continue
             if isinstance(g, WgmmaGemm) and on_wgmma(g, ctx) and g.c.buffer not in seen:
                 seen.add(g.c.buffer)
                 pins.append(accumulator_operand(ctx, g))
