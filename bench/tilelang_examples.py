@@ -92,6 +92,7 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "grouped_gemm_fwd_ptr": ("grouped_gemm/example_grouped_gemm_fwd_ptr.py",
                              ["--batch_sizes", "64,128,256,512", "--profile"], True, ()),
     "blocksparse_gemm": ("blocksparse_gemm/example_blocksparse_gemm.py", [], True, ()),
+    "gemm_sp": ("gemm_sp/example_gemm_sp.py", [], False, ()),  # T.gemm_sp at dense speed; --only
     "convolution": ("convolution/example_convolution.py", [], True, ()),
     "online_softmax": ("online_softmax/online_softmax.py", [], True, ()),
     # not in the default set (autotuning, 16384-sized GEMMs, or long references); --all or --only runs them

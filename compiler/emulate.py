@@ -44,7 +44,7 @@ from tileagent.compiler.errors import KernelArgumentError
 from tileagent.compiler import warp_shuffle
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
 from tileagent.compiler.atomic_ops import combine, elementwise, fetch
-from tileagent.compiler.ir.stmt import (AtomicAdd, Buffer, Evaluate, For, If, ImportSource, Let, LoopExit,
+from tileagent.compiler.ir.stmt import (Assert, AtomicAdd, Buffer, Evaluate, For, If, ImportSource, Let, LoopExit,
                                         NamedBarrier, RngInit, Store, While)
 from tileagent.compiler import emulate_hand_ws, emulate_sync, random_philox
 from tileagent.compiler.emulate_tensor import WARP_SIZE, EmulationError, finish_async
@@ -312,6 +312,10 @@ class _Block:
             fill = self.lanes(as_tensor(self.ev(s.init), b.dtype).to(held))[rows, None]
         self.mem[b][rows] = fill
 
+    def device_assert(self, s: Assert) -> None:
+        if bool((~self.lanes(self.ev(s.cond), torch.bool)[self.active()]).any()):
+            raise EmulationError(f"T.device_assert failed: {s.message or 'the condition is false'}", s.span)
+
     def global_at(self, s: GlobalAt) -> None:
         """``T.make_tensor``: the flat tensor at the active threads' (equal) host address."""
         b = s.buffer
@@ -389,7 +393,7 @@ class _Block:
         return present, active
 
     _HANDLERS = {Let: let, If: if_, For: for_, While: while_, Declare: declare, GlobalAt: global_at, Store: store,
-                 AtomicAdd: atomic_add,
+                 AtomicAdd: atomic_add, Assert: device_assert,
                  VecCopy: vec_copy, VecAtomicAdd: vec_atomic_add, Barrier: barrier, **emulators(),
                  NamedBarrier: emulate_sync.named_barrier,
                  RngInit: lambda self, s: self.rng.init(*(self.ev(x) for x in (s.seed, s.subsequence, s.offset)),

@@ -26,7 +26,7 @@ from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
 from tileagent.compiler.ir.expr import (Call, Expr, Load, Var, as_expr, describe, is_extern, make_binop, make_cast,
                                         make_cmp)
 from tileagent.compiler.ir.simplify import static_int
-from tileagent.compiler.frontend_body import check_view_aliasing, parallel_nest, split_at_grid_syncs
+from tileagent.compiler.frontend_body import check_view_aliasing, parallel_nest, snapshot, split_at_grid_syncs
 from tileagent.compiler.frontend_loops import LoopExitParser
 from tileagent.compiler.frontend_macro import bound_outside_macro
 from tileagent.compiler.language.allreduce import reducer_add
@@ -417,12 +417,14 @@ class _Parser(LoopExitParser, ExpressionParser):
         if isinstance(target, ast.Name):
             self.assign_name(target.id, value, node)
         elif isinstance(target, (ast.Tuple, ast.List)):
-            names = [t.id for t in target.elts if isinstance(t, ast.Name)]
-            if len(names) != len(target.elts) or not isinstance(value, (tuple, list)) or len(value) != len(names):
-                raise DSLSyntaxError("tuple assignment needs plain names and a tuple of the same length",
-                                     code="E102")
-            for n, v in zip(names, value):
-                self.bind(n, v)
+            if not isinstance(value, (tuple, list)) or len(value) != len(target.elts):
+                raise DSLSyntaxError("tuple assignment needs a tuple of the same length", code="E102")
+            if all(isinstance(t, ast.Name) for t in target.elts):
+                for t, v in zip(target.elts, value):
+                    self.bind(t.id, v)
+            else:  # elements too (a swap): every value is read before any store, as in Python
+                for t, v in zip(target.elts, snapshot(self, value, node)):
+                    self.assign_value(t, v, node)
         elif isinstance(target, ast.Subscript):
             ref = self.expr(target)
             if isinstance(ref, Region):

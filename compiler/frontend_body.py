@@ -7,7 +7,8 @@ In: the statements of a ``@T.prim_func`` body as the parser built them. Out / gu
   with the lets and layout annotations before it and the allocations it uses (each part declares only the buffers
   it uses: a fragment of one part does not get a layout, or shared memory, in another); a marker inside a loop or
   branch is an E701;
-- ``parallel_nest``: a perfect nest of T.Parallel loops merged into one Parallel.
+- ``parallel_nest``: a perfect nest of T.Parallel loops merged into one Parallel;
+- ``snapshot``: the values of a tuple assignment to elements, each that reads memory bound to a let first.
 """
 
 from __future__ import annotations
@@ -15,6 +16,22 @@ from __future__ import annotations
 from tileagent.compiler.diagnostics import DSLSyntaxError
 from tileagent.compiler.ir.simplify import depends_on
 from tileagent.compiler.ir.stmt import Alloc, AtomicAdd, Kernel, Let, Parallel, Store
+
+
+def snapshot(fe, values, node) -> list:
+    """``values`` with each one that reads memory bound to a fresh let first (``a[0], a[1] = a[1], a[0]``: the
+    stores after it must not change what the later ones store)."""
+    from tileagent.compiler.ir.expr import Expr, Var
+    from tileagent.compiler.ir.visit import loads
+
+    out = []
+    for k, v in enumerate(values):
+        if isinstance(v, Expr) and any(True for _ in loads(v)):
+            var = Var(f"swapped{k}", v.dtype)
+            fe.emit(Let(var, v), node)
+            v = var
+        out.append(v)
+    return out
 
 
 def check_view_aliasing(body: tuple, views: list) -> None:

@@ -34,13 +34,14 @@ from tileagent.compiler import warp_shuffle
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.atomic_ops import combine, fetch
-from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
+from tileagent.compiler.ir.stmt import (Alloc, Assert, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
                                         Kernel, Let, LoopExit, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc,
                                         Region, RngInit, Store, UseSwizzle, While)
 from tileagent.compiler import interp_race, random_philox
 from tileagent.compiler.interp_roles import Scheduler, waiting_ifs
 from tileagent.compiler.tileops import op_for
 
+_NARROW_INDEX = (torch.bool, torch.uint8, torch.int8, torch.int16)  # torch indexes with a uint8/bool tensor as a mask
 _INT_POISON = -(2**30) + 7
 _deadline: float | None = None  # the time.monotonic() a run under ``time_limit`` must end by
 
@@ -222,6 +223,13 @@ class _Interpreter:
         finally:
             self.loop_lanes = outer
         return True
+
+    def device_assert(self, s: Assert, mask) -> None:
+        """``T.device_assert``: KernelFault when a running thread (or T.Parallel iteration) sees ``cond`` false."""
+        ok = torch.as_tensor(self.ev(s.cond), dtype=torch.bool)
+        running = self.active if self.active is not None else mask
+        if bool((~ok if running is None else ~ok & torch.as_tensor(running)).any()):
+            raise KernelFault(f"T.device_assert failed: {s.message or 'the condition is false'}", s.span)
 
     def loop_exit(self, s: LoopExit, mask) -> None:
         """``break``/``continue``: the lanes of a per-thread kernel that reach it must be all those that run the
@@ -483,7 +491,8 @@ class _Interpreter:
     _HANDLERS = {Kernel: kernel, Alloc: alloc, For: for_, Parallel: parallel, If: if_, Let: let, Store: store,
                  AtomicAdd: atomic_add, Print: print_, AnnotateLayout: nothing, UseSwizzle: nothing,
                  MBarrierOp: mbarrier, While: while_, Evaluate: evaluate, ImportSource: nothing,
-                 NamedBarrier: named_barrier, RngInit: rng_init, LoopExit: loop_exit}
+                 NamedBarrier: named_barrier, RngInit: rng_init, LoopExit: loop_exit,
+                 Assert: device_assert}
 
     # -- memory ----------------------------------------------------------------------------------------------
     def _shared_region(self, buf: Buffer, clip, write: bool, span) -> None:
@@ -551,6 +560,7 @@ class _Interpreter:
     def _element_indices(self, buf: Buffer, indices, span):
         """Evaluated indices (broadcast tensors or ints) and the in-bounds mask (None when all in bounds)."""
         idx = [self.ev(i) for i in indices]
+        idx = [i.long() if isinstance(i, torch.Tensor) and i.dtype in _NARROW_INDEX else i for i in idx]  # not masks
         shape = self.shapes[buf]
         inb = None
         for dim, (i, n) in enumerate(zip(idx, shape)):

@@ -138,6 +138,21 @@ class While(Stmt):
 
 
 @dataclass(frozen=True, eq=False, slots=True)
+class Assert(Stmt):
+    """``T.device_assert(cond, msg)``: a thread that runs it with ``cond`` false stops the kernel (CUDA: a trap; the
+    CPU interpreter and the emulator: KernelFault with ``message`` at the line). The same node in the thread IR."""
+
+    cond: object
+    message: str = ""
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        from tileagent.compiler.ir.printer import expr_str
+
+        return [" " * indent + f"T.device_assert({expr_str(self.cond)}, {self.message!r})"]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class LoopExit(Stmt):
     """``break`` (``kind`` "break") or ``continue`` ("continue") of the innermost T.serial or while loop around it,
     as in Python. The conditions of the ifs between that loop and the statement are block-uniform

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 
 from tileagent.compiler.ir.expr import Const, Expr, Load, Var
-from tileagent.compiler.ir.stmt import AtomicAdd, For, If, Let, Region, Store, While
+from tileagent.compiler.ir.stmt import Assert, AtomicAdd, For, If, Let, Region, Store, While
 
 
 def walk(stmts):
@@ -35,7 +35,7 @@ def stmt_exprs(s) -> list:
         return list(s.indices) + [s.value]
     if isinstance(s, Let):
         return [s.value]
-    if isinstance(s, If):
+    if isinstance(s, (If, Assert)):
         return [s.cond]
     if isinstance(s, While):
         return [s.cond]

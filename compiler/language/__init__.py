@@ -9,7 +9,8 @@ from tileagent.compiler.frontend import prim_func
 from tileagent.compiler.frontend_eager import const, empty
 from tileagent.compiler.frontend_macro import macro
 from tileagent.compiler.language.extras import (Cast, FragmentBuffer, Layout, LocalBuffer, Ref, SharedBuffer,
-                                                alloc_buffer, alloc_global, clamp, dtype, get_block_binding,
+                                                alloc_buffer, alloc_global, clamp, device_assert, dtype,
+                                                get_block_binding,
                                                 get_block_bindings, get_thread_binding, get_thread_bindings,
                                                 sync_grid, thread_binding, vectorized)
 from tileagent.compiler.language.annotations import (annotate_layout, make_full_bank_swizzled_layout,
@@ -29,6 +30,7 @@ from tileagent.compiler.language.tileops import (GemmWarpPolicy, atomic_add, ato
                                                  reduce_max, reduce_min, reduce_prod, reduce_sum)
 from tileagent.compiler.language.random import rng_init, rng_rand, rng_rand_float
 from tileagent.compiler.language.pointers import make_tensor, ptr
+from tileagent.compiler.language.sparse import gemm_sp
 from tileagent.compiler.language.sync import sync_threads
 from tileagent.compiler.language.views import reshape, view
 from tileagent.compiler.language.types import DTYPES, Buffer, Tensor, dynamic, symbolic

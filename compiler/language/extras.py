@@ -226,3 +226,19 @@ def kept_layouts(layout_map: dict) -> dict:
 def clamp(x, lo, hi):
     """``T.clamp(x, lo, hi)``: ``max(min(x, hi), lo)``."""
     return _max(_min(x, hi), lo)
+
+
+def device_assert(cond, msg: str = ""):
+    """``T.device_assert(cond, msg="")``: a thread reaching it with ``cond`` false stops the kernel (CUDA: a trap; the
+    CPU targets: KernelFault with ``msg`` at the line); a ``cond`` known when the kernel compiles is checked then."""
+    from tileagent.compiler.ir.expr import Expr, make_cmp
+    from tileagent.compiler.ir.simplify import static_int
+    from tileagent.compiler.ir.stmt import Assert
+
+    if not isinstance(msg, str):
+        raise DSLTypeError(f"T.device_assert: the message must be a string, got {msg!r}", code="E301")
+    if not isinstance(cond, Expr) or static_int(cond) is not None:
+        if not (static_int(cond) if isinstance(cond, Expr) else cond):
+            raise DSLTypeError(f"T.device_assert fails when the kernel compiles: {msg or cond!r}", code="E301")
+        return None
+    return Assert(cond if cond.dtype == "bool" else make_cmp("!=", cond, 0), msg)

@@ -11,7 +11,8 @@ import enum
 from dataclasses import dataclass
 
 from tileagent.compiler.diagnostics import DSLTypeError, ShapeError, UnsupportedError
-from tileagent.compiler.ir.expr import Expr, Load, as_expr, describe, make_cast
+from tileagent.compiler.ir.expr import Expr, Load, as_expr, describe, make_binop, make_cast
+from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.stmt import (AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, Gemm, Reduce, Region, Store)
 
 
@@ -90,7 +91,44 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
         s = _from_origin(s, d.extents, "T.copy")
     if isinstance(d, Load):
         d = _from_origin(d, s.extents, "T.copy")
+    if "local" in (s.buffer.scope, d.buffer.scope) and _per_thread_code():
+        return _per_thread_copy(s, d)
     return Copy(s, d, eviction_policy=hint)
+
+
+def _per_thread_code() -> bool:
+    """Whether the kernel being parsed has per-thread code (it asked for a thread index: T.get_thread_binding)."""
+    from tileagent.compiler.language.extras import CURRENT_THREAD_VARS
+
+    threads = CURRENT_THREAD_VARS.get()
+    return threads is not None and threads.used
+
+
+def _per_thread_copy(s: Region, d: Region):
+    """``T.copy`` to or from a per-thread local in per-thread code (TileLang's compressor copies each thread's slice
+    of a row into its registers): every thread copies the elements of its own regions, in an unrolled loop nest;
+    out-of-bounds global reads give 0 and writes are dropped, as for any element access."""
+    from tileagent.compiler.dtypes import DType
+    from tileagent.compiler.ir.expr import Var
+    from tileagent.compiler.ir.stmt import For
+
+    shape = [n for n in s.extents if n != 1]
+    if shape != [n for n in d.extents if n != 1] or any(static_int(n) is None for n in shape):
+        raise ShapeError(f"T.copy: per-thread regions of extents {s.extents} and {d.extents} do not match (size-1 "
+                         f"dims dropped) or are not compile-time sizes", code="E402")
+    loop = [Var(f"{d.buffer.name}_c{k}", DType("int32")) for k in range(len(shape))]
+
+    def at(r: Region):
+        idx, it = list(r.starts), iter(loop)
+        for k, n in enumerate(r.extents):
+            if n != 1:
+                idx[k] = make_binop("+", idx[k], next(it))
+        return tuple(idx)
+
+    body = (Store(d.buffer, at(d), make_cast(Load(s.buffer, at(s), s.buffer.dtype), d.buffer.dtype)),)
+    for v, n in reversed(list(zip(loop, shape))):
+        body = (For(v, 0, static_int(n), 1, "unroll", body),)
+    return body[0]
 
 
 def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square, clear_accum=False, k_pack=1,

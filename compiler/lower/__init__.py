@@ -19,7 +19,7 @@ from tileagent.compiler.diagnostics import CompileError, InternalCompilerError, 
 from tileagent.compiler.ir.expr import Var, make_binop, make_call
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import walk
-from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
+from tileagent.compiler.ir.stmt import (Alloc, Assert, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
                                         Kernel, Let, LoopExit, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc,
                                         RngInit, Store, UseSwizzle, While)
 from tileagent.compiler.lower.context import LowerContext
@@ -321,6 +321,8 @@ class _Lowering:
             return lower_elements(ctx, [s], {}, True if on_chip or ctx.kernel.thread_vars else kernel_level_writer())
         if isinstance(s, (Barrier, ImportSource, NamedBarrier, LoopExit)):
             return [s]
+        if isinstance(s, Assert):  # every thread checks its own
+            return [Assert(ctx.rewrite(s.cond, {}), s.message, s.span)]
         if isinstance(s, RngInit):  # every thread initializes its own generator
             return [RngInit(*(ctx.rewrite(x, {}) for x in (s.seed, s.subsequence, s.offset)), s.span)]
         if isinstance(s, Evaluate) and getattr(s.value, "name", None) == SET_MAX_NREG:  # a warp group's own only

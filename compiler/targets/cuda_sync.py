@@ -1,5 +1,6 @@
 """CUDA C++ for synchronization beyond ``__syncthreads()``: the named barriers a program writes itself
-(``T.sync_threads(barrier_id, arrive_count)``) and the dependent-launch grid wait the compiler adds.
+(``T.sync_threads(barrier_id, arrive_count)``), the dependent-launch grid wait the compiler adds, and the trap of a
+failed ``T.device_assert`` (a thread stopping the kernel).
 
 In: thread-IR ``NamedBarrier`` statements (``compiler.language.sync``); ``DeviceKernel.dependent_launch``.
 Out: ``bar.sync id, count;`` as inline PTX, with a memory clobber so that the compiler keeps shared-memory accesses
@@ -9,7 +10,7 @@ Guarantees: the id and count are the compile-time integers the frontend checked 
 
 from __future__ import annotations
 
-from tileagent.compiler.ir.stmt import NamedBarrier
+from tileagent.compiler.ir.stmt import Assert, NamedBarrier
 
 
 def named_barrier_asm(s: NamedBarrier) -> str:
@@ -21,7 +22,13 @@ def emit_named_barrier(em, s: NamedBarrier) -> None:
     em.line(f'asm volatile("{named_barrier_asm(s)}" ::: "memory");')
 
 
-HANDLERS = {NamedBarrier: emit_named_barrier}
+def emit_assert(em, s: Assert) -> None:
+    """``T.device_assert``: the thread traps (the launch fails with an error; no message: -minimal has no printf)."""
+    note = " ".join(s.message.split())[:80]
+    em.line(f"if (!({em.ex(s.cond)})) __trap();" + (f"  // T.device_assert: {note}" if note else ""))
+
+
+HANDLERS = {NamedBarrier: emit_named_barrier, Assert: emit_assert}
 HELPERS = {
     "dependent_launch": """\
 // A dependent launch (DeviceKernel.dependent_launch): wait until the stream's previous kernel is done and its writes

@@ -54,11 +54,7 @@ UNSUPPORTED = {
     "atomic_addx2": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
     "atomic_addx4": "vector atomics are not supported; use T.atomic_add (tile form vectorizes where it can)",
     "allocate": "raw TIR buffers are not supported; use T.alloc_shared / T.alloc_fragment / T.alloc_local",
-    "gemm_sp": "2:4 structured-sparse GEMM needs the sparse tensor-core instructions (PTX mma.sp.sync / "
-               "wgmma.sp, A compressed with its metadata operand E), which TileAgent's instruction registry does not "
-               "have (mma.sync and wgmma on dense operands); expand A to dense and use T.gemm",
     "transpose": "T.transpose is not supported; copy through a T.Parallel loop",
-    "device_assert": "T.device_assert is not supported",
     "index_to_coordinates": "T.index_to_coordinates is not supported",
     "annotate_pass_configs": "function-level pass configs are not supported; pass pass_configs= to tilelang.jit",
     "annotate_compile_flags": "compile flags are not supported",

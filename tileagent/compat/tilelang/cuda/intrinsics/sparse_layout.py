@@ -5,7 +5,7 @@ In: an operand dtype and a metadata dtype (any spelling ``T.dtype`` takes). Out:
 (kept, group): 1 of 2 float32 elements, 2 of 4 for 16- and 8-bit ones), ``get_e_factor`` (operand elements one
 metadata element indexes: 4 bits of metadata per group) and ``get_e_replicate_factor`` (threads that share one
 metadata value: 1 for 8-bit operands, else 2), with TileLang's names, arguments and values.
-Guarantees: pure metadata arithmetic; the sparse GEMM itself (``T.gemm_sp``: mma.sp) is an E701 where it is used.
+Guarantees: pure metadata arithmetic; the sparse GEMM itself is ``T.gemm_sp`` (``compiler.language.sparse``).
 """
 
 from __future__ import annotations
