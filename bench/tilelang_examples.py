@@ -90,7 +90,7 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "grouped_gemm_fwd": ("grouped_gemm/example_grouped_gemm_fwd.py", ["--batch_sizes", "64,128,256,512", "--profile"],
                          True, ()),
     "grouped_gemm_fwd_ptr": ("grouped_gemm/example_grouped_gemm_fwd_ptr.py",
-                             ["--batch_sizes", "64,128,256,512", "--profile"], True, ()),
+                             ["--batch_sizes", "64,128,256,512", "--profile"], False, ()),  # --only
     "blocksparse_gemm": ("blocksparse_gemm/example_blocksparse_gemm.py", [], True, ()),
     "gemm_sp": ("gemm_sp/example_gemm_sp.py", [], False, ()),  # T.gemm_sp at dense speed; --only
     "convolution": ("convolution/example_convolution.py", [], True, ()),

@@ -1,3 +1,5 @@
+# From TileLang (https://github.com/tile-ai/tilelang), examples/grouped_gemm/example_grouped_gemm_fwd_ptr.py at commit a35008a.
+# MIT License, Copyright (c) Tile-AI (bench/tilelang_examples/LICENSE). Unmodified below this header.
 import argparse
 import math
 import time
