@@ -110,6 +110,8 @@ def test_known_multiple_hand_table():
         (make_binop("+", h0, 8), {}, 1),                                 # an unknown temporary: nothing known
         (make_binop("%", make_binop("*", p, 12), 18), {}, 6),
         (make_binop("-", make_binop("*", make_binop("+", k, 1), 8), 8), {}, 8),
+        (make_binop("//", make_binop("*", k, 64), 2), {}, 32),          # TileLang's k * block_K // 2 (gemm_sp)
+        (make_binop("//", make_binop("*", k, 6), 4), {}, 1),            # not exact: nothing known
     ]
     for e, lets, expected in cases:
         assert known_multiple(e, lets) == expected, (e, expected)

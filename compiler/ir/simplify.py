@@ -82,6 +82,9 @@ def _structural_multiple(e, lets) -> int:
         shift = static_int(e.b) if e.op == "<<" else None
         if shift is not None and 0 <= shift < 63:
             return a << shift
+        c = static_int(e.b) if e.op == "//" else None
+        if c is not None and c > 0 and a % c == 0:  # (k * 64) // 2: the division is exact, k * 32
+            return a // c
     return 1
 
 
