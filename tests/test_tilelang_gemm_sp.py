@@ -103,3 +103,18 @@ def test_a_threads_slice_copied_into_its_registers_and_its_elements_swapped(targ
     tileagent.compile(f, target=target)(x, y)
     want = x.view(4, 8, 4)[:, :, [1, 0, 2, 3]].reshape(4, 32)
     torch.testing.assert_close(y, want)
+
+
+@pytest.mark.parametrize("target", ["cpu", "sim"])
+def test_device_assert_inside_t_parallel_checks_every_iteration(target):
+    @T.prim_func
+    def f(X: T.Tensor((256,), "int32")):
+        with T.Kernel(1, threads=128):
+            for i in T.Parallel(256):
+                T.device_assert(X[i] != 7, "a seven")
+
+    x = torch.arange(256, dtype=torch.int32) + 8
+    tileagent.compile(f, target=target)(x)
+    x[200] = 7
+    with pytest.raises(KernelFault, match="T.device_assert failed: a seven"):
+        tileagent.compile(f, target=target)(x)

@@ -17,7 +17,7 @@ from tileagent.compiler.diagnostics import TargetError
 from tileagent.compiler.ir.expr import Var, as_expr, make_binop, make_cast, make_cmp
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import loads, stmt_exprs
-from tileagent.compiler.ir.stmt import AtomicAdd, If, Let, Parallel, Store
+from tileagent.compiler.ir.stmt import Assert, AtomicAdd, If, Let, Parallel, Store
 from tileagent.compiler.lower.copy import and_, guarded, valid_condition
 from tileagent.compiler.layout.infer import divided_loop_var, loop_invariant, shifted_loop_var
 from tileagent.compiler.lower.slots import SlotLoops
@@ -162,6 +162,8 @@ def lower_elements(ctx, stmts, subst: dict, writer) -> list:
             add = AtomicAdd(ctx.mem(s.buffer), (as_expr(ctx.offset(s.buffer, idx)),),
                             make_cast(ctx.rewrite(s.value, subst), s.buffer.dtype), s.span, s.op, prev)
             out += guarded(ctx, guard, [add])
+        elif isinstance(s, Assert):  # T.device_assert: each iteration's thread checks its own
+            out.append(Assert(ctx.rewrite(s.cond, subst), s.message, s.span))
         elif isinstance(s, If):
             cond = ctx.rewrite(s.cond, subst)
             out.append(If(cond, tuple(lower_elements(ctx, s.then_body, subst, writer)),
