@@ -58,6 +58,7 @@ from tileagent.compiler.targets.cuda_registers import scalar_arrays, static_loop
 from tileagent.compiler.targets.cuda_scalars import bind_let, declare_scalars, element, unrolled_for, vec_copy_scalars
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
 from tileagent.compiler.targets.cuda_tma import HELPERS as TMA_HELPERS
+from tileagent.compiler.targets.cuda_wgmma import OPAQUE_HELPER
 from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
                           GlobalAt,
                           SetMaxNReg, SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP, WarpSpecialize, keeps_wide,
@@ -116,7 +117,7 @@ __device__ __forceinline__ float tl_exp2f(float x) {
 }""",
 }
 _ALL_HELPERS = {**_HELPERS, **cuda_sync.HELPERS, **TENSOR_HELPERS, **TMA_HELPERS, **ATOMIC_HELPERS, **HINT_HELPERS,
-                **cuda_random.HELPERS, **TF32_HELPERS}
+                **cuda_random.HELPERS, **TF32_HELPERS, "opaque_u32": OPAQUE_HELPER}
 _RESERVED = set("""
 alignas alignof and asm auto bool break case catch char char16_t char32_t class const constexpr const_cast continue
 decltype default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
@@ -254,6 +255,7 @@ class _KernelEmitter:
         self.sync_line = "__syncthreads();"  # a Barrier; the named barrier of the consumers in a WarpSpecialize
         self.scalars: frozenset = frozenset()  # local arrays written as named scalars (cuda_registers, cuda_scalars)
         self.consts: dict = {}  # Var -> int: variables of loops unrolled in the source, and Lets of them
+        self.opaque_wgmma = None  # wgmma descriptors through tl_opaque_u32 (cuda_wgmma, decided at the first one)
 
     # ---- names and types
 

@@ -17,6 +17,10 @@ Guarantees:
   transpose immediates). An operand whose arena offset is not a multiple of its swizzle atom
   (8 x width bytes) is a CodegenError; the arena start itself is rounded up to ``DeviceKernel.shared_align`` by the
   kernel's prologue (``compiler.targets.cuda``), since ``__align__`` on ``extern __shared__`` is not a guarantee.
+- In a kernel specialized by hand (``tir.WarpGroupRange``; ``opaque_mode``) that address goes through
+  ``tl_opaque_u32`` (a ``mov`` in ``asm volatile``), so NVVM computes each descriptor where its wgmma is instead of
+  hoisting every one out of the loop: TileLang's FlashMLA example spilled 1064 bytes a thread without it (ptxas, 255
+  registers; TileLang's own CUDA for it: 226 registers, none), 56 with it; its MLA decode spills 124 -> 176 bytes.
 - ``WgmmaRS`` builds B's descriptor the same way and issues ``wgmma.mma_async.sync.aligned.m64n{N}k16`` with A as
   four ``"r"`` (.b32) operands: a uint32 array's registers as they are, 16-bit registers packed in pairs (lower
   index in the low half, ``tl_pack_*x2`` of ``compiler.targets.cuda_tensor``); operands d, {a0..a3}, b-desc,
@@ -31,10 +35,13 @@ Guarantees:
 
 from __future__ import annotations
 
+import os
+
 from tileagent.compiler.intrinsics import TF32_DTYPES
+from tileagent.compiler.ir.visit import walk
 from tileagent.compiler.instructions.wgmma import SWIZZLE_MODE, encode_descriptor
 from tileagent.compiler.targets.cuda_tensor import _shared_address
-from tileagent.compiler.tir import AsyncProxyFence, Wgmma, WgmmaCommit, WgmmaFence, WgmmaRS, WgmmaWait
+from tileagent.compiler.tir import AsyncProxyFence, WarpGroupRange, Wgmma, WgmmaCommit, WgmmaFence, WgmmaRS, WgmmaWait
 
 _SFX = {"float16": "f16", "bfloat16": "bf16"}
 
@@ -87,6 +94,35 @@ def _checked_accumulator_and_shared(em, what: str, s, shared) -> list[str]:
     return regs
 
 
+OPAQUE_HELPER = """\
+// The value through a move NVVM cannot look into or move (asm volatile): a wgmma descriptor's address computed where
+// the wgmma is, not hoisted out of the loop into a register of its own (compiler.targets.cuda_wgmma).
+__device__ __forceinline__ unsigned tl_opaque_u32(unsigned x) {
+  unsigned y;
+  asm volatile("mov.b32 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}"""
+
+
+def opaque_mode() -> str:
+    """``TILEAGENT_WGMMA_OPAQUE``: "1" every kernel's descriptors through ``tl_opaque_u32``, "0" none's, else (the
+    default) those of kernels specialized by hand (an A/B switch; part of the module cache's key)."""
+    return {"1": "all", "0": "none"}.get(os.environ.get("TILEAGENT_WGMMA_OPAQUE", ""), "hand")
+
+
+def _descriptor_address(em, buf, idx) -> str:
+    """The 32-bit shared address a descriptor is built from (see the module docstring)."""
+    address = _shared_address(em, buf, idx)
+    if em.opaque_wgmma is None:
+        mode = opaque_mode()
+        em.opaque_wgmma = mode == "all" or mode == "hand" and any(isinstance(x, WarpGroupRange)
+                                                                  for x in walk(em.k.body))
+    if not em.opaque_wgmma:
+        return address
+    em.state.helpers.add("opaque_u32")
+    return f"tl_opaque_u32({address})"
+
+
 def emit_wgmma(em, s: Wgmma) -> None:
     what = f"Wgmma into {s.c_buf.name}"
     if em.k.num_threads % 128:
@@ -107,7 +143,7 @@ def emit_wgmma(em, s: Wgmma) -> None:
     em.depth += 1
     for name, buf, idx, lbo, sbo, width in (("a", s.a_buf, s.a_index, s.a_lbo, s.a_sbo, s.a_swizzle),
                                             ("b", s.b_buf, s.b_index, s.b_lbo, s.b_sbo, s.b_swizzle)):
-        em.line(f"const unsigned long long tl_d{name} = (unsigned long long)((({_shared_address(em, buf, idx)}) "
+        em.line(f"const unsigned long long tl_d{name} = (unsigned long long)((({_descriptor_address(em, buf, idx)}) "
                 f"& 0x3FFFFu) >> 4) | 0x{encode_descriptor(0, lbo, sbo, width):016x}ull;")
     dlist = ", ".join(f"%{i}" for i in range(nd))
     trans = "" if tf32 else f", {1 if s.a_major == 'mn' else 0}, {1 if s.b_major == 'mn' else 0}"
@@ -146,7 +182,7 @@ def emit_wgmma_rs(em, s: WgmmaRS) -> None:
         a = [f"tl_a{n}" for n in range(len(a) // 2)]
         em.line('asm volatile("" : ' + ", ".join(f'"+r"({x})' for x in a) + ' :: "memory");')
         em.line('asm volatile("wgmma.fence.sync.aligned;" ::: "memory");')
-    em.line(f"const unsigned long long tl_db = (unsigned long long)((({_shared_address(em, s.b_buf, s.b_index)}) "
+    em.line(f"const unsigned long long tl_db = (unsigned long long)((({_descriptor_address(em, s.b_buf, s.b_index)}) "
             f"& 0x3FFFFu) >> 4) | 0x{encode_descriptor(0, s.b_lbo, s.b_sbo, s.b_swizzle):016x}ull;")
     dlist = ", ".join(f"%{i}" for i in range(nd))
     alist = ", ".join(f"%{nd + i}" for i in range(4))
