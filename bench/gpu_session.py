@@ -291,7 +291,23 @@ STEPS = (
     Step("tilelang_29", 19, "python bench/tilelang_examples.py --only grouped_gemm_fwd_ptr,grouped_gemm_fwd "
          "--timeout 100 $([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 240,
          "the grouped GEMM by pointer tables next to the one over a packed tensor, and real TileLang's",
-         after="gpu_tests_29"))
+         after="gpu_tests_29"),
+    # group 20: what round 2 session 29 changed after its device time ran out (wgmma descriptors from an opaque
+    # address in kernels specialized by hand, gemm_sp on dense tensor cores, pointer-table copies by cp.async)
+    Step("opaque_ab", 20, "for v in 0 1; do TILEAGENT_WGMMA_OPAQUE=$v python bench/tilelang_examples.py --only "
+         "flashmla_ws,mla_decode_ws --timeout 60 --budget 150; done; python bench/tilelang_examples.py --only "
+         "flashmla_ws,mla_decode_ws --timeout 60 --budget 150 $([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)",
+         420, "FlashMLA (1064 -> 56 bytes of spills a thread) and the MLA decode (124 -> 176) with the descriptors' "
+         "addresses plain (0), opaque everywhere (1) and as by default (hand-specialized kernels), real TileLang "
+         "beside the default"),
+    Step("gpu_tests_29b", 20, "python -m pytest -q -m gpu tests/test_tilelang_gemm_sp.py "
+         "tests/test_tilelang_pointers.py tests/test_tilelang_hand_ws.py", 150,
+         "gemm_sp, T.device_assert, the pointer-table copies by cp.async, the hand-WS kernels with opaque "
+         "descriptors"),
+    Step("tilelang_29b", 20, "python bench/tilelang_examples.py --only grouped_gemm_fwd_ptr,gemm_sp --timeout 100 "
+         "$([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 240,
+         "the pointer-table GEMM after its cp.async change (0.37 of TileLang before) and gemm_sp at dense speed, next "
+         "to real TileLang's", after="gpu_tests_29b"))
 
 
 def main(argv=None) -> int:
