@@ -10,8 +10,8 @@ EmulationError. After the consumer body the producer must run to its end. Inside
 a ``WgmmaFence`` with sync) synchronizes the consumer threads, which is all it has to. A producer's wait for a free
 stage that completes orders the consumers' earlier reads before its next loads (the race detector marks them
 released for the loads alone: an unsynchronized access among the consumers stays a race). ``MbarrierArrive`` counts
-one arrival per warp with an active lane (every lane must be active; with ``per_thread``, one per active thread) and completes a phase that expects no bytes as
-soon as its last arrival comes. ``SetMaxNReg`` changes no value.
+one arrival per warp with an active lane (every lane must be active; with ``per_thread``, one per active thread)
+and completes a phase that expects no bytes as soon as its last arrival comes. ``SetMaxNReg`` changes no value.
 """
 
 from __future__ import annotations

@@ -34,9 +34,9 @@ from tileagent.compiler import warp_shuffle
 from tileagent.compiler.ir.expr import BinOp, Call, Cast, Cmp, Const, Load, Select, Unary, Var, is_extern
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.atomic_ops import combine, fetch
-from tileagent.compiler.ir.stmt import (Alloc, Assert, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
-                                        Kernel, Let, LoopExit, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc,
-                                        Region, RngInit, Store, UseSwizzle, While)
+from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, Assert, AtomicAdd, Buffer, Evaluate, For, If,
+                                        ImportSource, Kernel, Let, LoopExit, MBarrierOp, NamedBarrier, Parallel,
+                                        PrimFunc, Print, Region, RngInit, Store, UseSwizzle, While)
 from tileagent.compiler import interp_race, random_philox
 from tileagent.compiler.interp_roles import Scheduler, waiting_ifs
 from tileagent.compiler.tileops import op_for

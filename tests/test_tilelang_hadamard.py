@@ -180,8 +180,8 @@ def test_missing_tilelang_cuda_modules_name_what_is_missing(tilelang):
 
 
 def test_sparse_layout_metadata_and_gemm_sp_shapes(tilelang, tmp_path):
-    """TileLang's 2:4 metadata helpers have its values; T.gemm_sp checks that E indexes A (tests/test_tilelang_gemm_sp.py
-    runs it)."""
+    """TileLang's 2:4 metadata helpers have its values; T.gemm_sp checks that E indexes A
+    (tests/test_tilelang_gemm_sp.py runs it)."""
     import tilelang.language as T
     from tilelang.cuda.intrinsics.sparse_layout import GROUP_CONFIG, get_e_factor, get_e_replicate_factor
 

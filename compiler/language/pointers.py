@@ -15,8 +15,8 @@ on the CPU the addresses are those of CPU tensors (``compiler.runtime.host_memor
 from __future__ import annotations
 
 from tileagent.compiler.diagnostics import DSLTypeError, UnsupportedError
-from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
-from tileagent.compiler.ir.expr import Expr, as_expr, describe, make_cast
+from tileagent.compiler.dtypes import UnsupportedDType, dtype as as_dtype
+from tileagent.compiler.ir.expr import Expr, describe
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.language.kernel import AllocSpec
 
@@ -56,4 +56,4 @@ def make_tensor(ptr, shape, dtype="float32", strides=None) -> AllocSpec:
         dt = as_dtype(dtype)
     except UnsupportedDType as e:
         raise DSLTypeError(f"T.make_tensor: {e}", code="E302") from None
-    return AllocSpec(dims, DType(dt), "global", make_cast(as_expr(ptr), DType("int64")))
+    return AllocSpec(dims, dt, "global", ptr)

@@ -19,9 +19,9 @@ from tileagent.compiler.diagnostics import CompileError, InternalCompilerError, 
 from tileagent.compiler.ir.expr import Var, make_binop, make_call
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import walk
-from tileagent.compiler.ir.stmt import (Alloc, Assert, AnnotateLayout, AtomicAdd, Buffer, Evaluate, For, If, ImportSource,
-                                        Kernel, Let, LoopExit, MBarrierOp, NamedBarrier, Parallel, Print, PrimFunc,
-                                        RngInit, Store, UseSwizzle, While)
+from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, Assert, AtomicAdd, Buffer, Evaluate, For, If,
+                                        ImportSource, Kernel, Let, LoopExit, MBarrierOp, NamedBarrier, Parallel,
+                                        PrimFunc, Print, RngInit, Store, UseSwizzle, While)
 from tileagent.compiler.lower.context import LowerContext
 from tileagent.compiler.lower.copy import merge_async_waits
 from tileagent.compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel

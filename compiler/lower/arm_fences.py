@@ -30,6 +30,7 @@ from tileagent.compiler.tir import (AsyncCommit, AsyncCopy, AsyncProxyFence, Asy
                                     WgmmaRS, WgmmaWait)
 
 ALL = (True, True, True)  # (unfenced, unsynced, waited)
+_WRITERS = (Store, AtomicAdd, VecCopy, VecAtomicAdd, AsyncCopy)  # generic writes this module can tell the buffer of
 _QUIET = (Let, Declare, LoopExit, LdMatrix, Mma, PackPairs, SetMaxNReg, TmaLoad, MbarrierArriveExpectTx, MbarrierArrive,
           Wgmma, WgmmaRS, WgmmaCommit, WgmmaWait, AsyncCommit, AsyncWait)
 
@@ -45,10 +46,8 @@ def trim(stmts) -> list:
 
 
 def _writes_shared(x) -> bool:
-    if isinstance(x, (Store, AtomicAdd)):
-        return x.buffer.scope == "shared"
-    if isinstance(x, (VecCopy, VecAtomicAdd, AsyncCopy)):
-        return x.dst.scope == "shared"
+    if isinstance(x, _WRITERS):
+        return (x.buffer if isinstance(x, (Store, AtomicAdd)) else x.dst).scope == "shared"
     return not isinstance(x, _QUIET)  # an Evaluate (hand cp.async), a nested range, anything unknown: a write
 
 
@@ -90,7 +89,6 @@ def _flow(stmts, state):
                 entry = _join(entry, after)
             x, state = dataclasses.replace(x, body=tuple(_flow(list(x.body), entry)[0])), entry
         elif _writes_shared(x):
-            state = (True, True, waited) if isinstance(x, (Store, AtomicAdd, VecCopy, VecAtomicAdd, AsyncCopy)) \
-                else ALL
+            state = (True, True, waited) if isinstance(x, _WRITERS) else ALL
         out.append(x)
     return out, state

@@ -69,6 +69,7 @@ class LowerContext:
         self.hand_specialized = False  # warp specialization by hand (thread_ranges.hand_specialized): real mbarriers
         self.thread_range = (0, threads)  # the threads this view lowers for (a warp group's arm: lower.warp_groups)
         self.thread_lets = None  # thread_ranges' Let map of the kernel, computed at its first thread if
+        self.thread_regions = None  # thread_ranges.regions of the kernel, at its first T.wait_wgmma in an arm
         self.warp_group_barriers: dict = {}  # warp-group range -> its named barrier id (shared by every view)
 
     MODES = ("numeric", "slot_overrides", "stage_base", "async_copies", "wgmma_schedule")

@@ -142,11 +142,13 @@ class WaitWgmmaOp(TileOp):
         from tileagent.compiler.tir import WgmmaWait
 
         lo, hi = ctx.thread_range
-        where = regions(ctx.kernel) if (lo, hi) != (0, ctx.kernel.num_threads) else {}
+        if (lo, hi) != (0, ctx.kernel.num_threads) and ctx.thread_regions is None:
+            ctx.thread_regions = regions(ctx.kernel)
+        where = ctx.thread_regions if (lo, hi) != (0, ctx.kernel.num_threads) else {}
         seen, pins = set(), []
         for g in ctx.layouts.instructions:
-            r = where.get(id(g), (lo, hi)) if where else (lo, hi)
-            if r is None or r[0] < lo or r[1] > hi:
+            r = where.get(id(g), (lo, hi))
+            if r is None or r[0] < lo or r[1] > hi:  # another arm's gemm
                 continue
             if isinstance(g, WgmmaGemm) and on_wgmma(g, ctx) and g.c.buffer not in seen:
                 seen.add(g.c.buffer)
