@@ -248,20 +248,28 @@ def _ptxas(u: Unit) -> Unit:
 def _nvrtc(u: Unit) -> Unit:
     from tileagent.compiler.runtime.hooks import cuda_postproc
     from tileagent.compiler.runtime.nvrtc import NvrtcError, compile_to_cubin
+    from tileagent.compiler.runtime.occupancy_bound import bound_for_occupancy
 
     if u.cubin is not None:  # ptxas made it
         return u
+    postproc = cuda_postproc()
+
+    def build(source: str) -> bytes:
+        return compile_to_cubin(source, u.target.arch, u.options.nvrtc_options, timeout_s=u.options.nvrtc_timeout_s)
+
     try:
-        cubin = compile_to_cubin(u.source, u.target.arch, u.options.nvrtc_options, timeout_s=u.options.nvrtc_timeout_s)
+        cubin = build(u.source)
     except NvrtcError as e:
-        postproc = cuda_postproc()
         if postproc is None:
             raise
         raise TargetError(f"the CUDA source returned by the post-processing callback "  # the user's edit, not ours
                           f"{getattr(postproc, '__name__', postproc)!r} does not compile: {e}", u.func.span,
                           code="E603", hint="get_kernel_source() shows the source after the callback; the source "
                                             "before it compiles without the callback registered") from None
-    return replace(u, cubin=cubin)
+    if postproc is not None:  # the user's source is compiled as given
+        return replace(u, cubin=cubin)
+    source, cubin = bound_for_occupancy(u.source, cubin, u.target, u.module.kernels, build)
+    return replace(u, source=source, cubin=cubin)
 
 
 # One list per arch; each line one pass and what it does. The kind of target decides how far it runs (``pipeline``).
@@ -287,7 +295,7 @@ SM80 = (
     Pass("ptxas", _ptxas, "PTX -> cubin for target.arch (the ptxas program, else nvJitLink), each kernel's "
                          "register target chosen (compiler.runtime.register_target)"),
     Pass("nvrtc", _nvrtc, "CUDA C++ -> cubin for target.arch, under a time limit (E805), for the modules without "
-                          "PTX"),
+                          "PTX; one more block per SM where registers alone hold it back (runtime.occupancy_bound)"),
 )
 SM86 = SM89 = SM80
 # Hopper passes join here (wgmma, TMA, warp specialization and mbarrier pipelines are lowering decisions inside

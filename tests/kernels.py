@@ -84,9 +84,9 @@ def column_sum_atomic(M, N, block_m=16, threads=128):
     return main
 
 
-def splitk_gemm(M, N, K, splits, block=32, block_k=32, dtype="float16", out_dtype="float32"):
+def splitk_gemm(M, N, K, splits, block=32, block_k=32, dtype="float16", out_dtype="float32", elementwise=False):
     """C += A @ B with K split over ``splits`` blocks along z, each adding its partial tile with a tile-form
-    T.atomic_add (C must start zeroed)."""
+    T.atomic_add (``elementwise``: one T.atomic_add per element in a T.Parallel nest) (C must start zeroed)."""
     k_per = K // splits
 
     @T.prim_func
@@ -100,7 +100,11 @@ def splitk_gemm(M, N, K, splits, block=32, block_k=32, dtype="float16", out_dtyp
                 T.copy(A[by * block, bz * k_per + k * block_k], A_s)
                 T.copy(B[bz * k_per + k * block_k, bx * block], B_s)
                 T.gemm(A_s, B_s, acc)
-            T.atomic_add(C[by * block, bx * block], acc)
+            if elementwise:
+                for i, j in T.Parallel(block, block):
+                    T.atomic_add(C[by * block + i, bx * block + j], acc[i, j])
+            else:
+                T.atomic_add(C[by * block, bx * block], acc)
 
     return main
 
@@ -133,4 +137,5 @@ REFERENCES = {
     "column_sum_atomic": lambda x: x.sum(0),
     "scale_rows": lambda x: torch.exp2(x) * 0.5 - x.abs(),
     "splitk_gemm": lambda a, b: (a.float() @ b.float()),
+    "splitk_gemm_elementwise": lambda a, b: (a.float() @ b.float()),
 }

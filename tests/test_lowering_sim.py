@@ -37,6 +37,10 @@ CASES = {
     "splitk_gemm": (lambda: K.splitk_gemm(40, 64, 128, 2),
                     lambda: (torch.randn(40, 128, dtype=torch.float16), torch.randn(128, 64, dtype=torch.float16)),
                     lambda: torch.zeros(40, 64)),
+    "splitk_gemm_elementwise": (lambda: K.splitk_gemm(40, 64, 128, 2, elementwise=True),
+                                lambda: (torch.randn(40, 128, dtype=torch.float16),
+                                         torch.randn(128, 64, dtype=torch.float16)),
+                                lambda: torch.zeros(40, 64)),
 }
 
 
@@ -45,6 +49,19 @@ def test_tile_atomic_add_is_vectorized():
     does not have), with the per-element fallback below sm_90 in the same source."""
     src = tileagent.compile(K.splitk_gemm(40, 64, 128, 2), target="sim").get_kernel_source()
     assert "atomicAdd(reinterpret_cast<float2*>(&C[" in src and "#if __CUDA_ARCH__ >= 900" in src
+
+
+def test_element_atomic_adds_of_adjacent_registers_are_vectorized():
+    """T.atomic_add per element in T.Parallel (attention backward's dQ): each thread's pairs of adjacent accumulator
+    columns go out as one float2 atomic, under the row bounds check (40 rows, blocks of 32); a column sum whose
+    threads hold 4 adjacent columns each, as one float4."""
+    ir = tileagent.compile(K.splitk_gemm(40, 64, 128, 2, elementwise=True), target="sim").get_ir("thread")
+    adds = [line.strip() for line in ir.splitlines() if "atomic_add" in line]
+    assert adds and all(":+2], acc[" in a for a in adds), adds
+    assert "float2" in tileagent.compile(K.splitk_gemm(40, 64, 128, 2, elementwise=True),
+                                         target="cuda:sm_90a").get_kernel_source()
+    ir = tileagent.compile(K.column_sum_atomic(50, 64), target="sim").get_ir("thread")
+    assert "T.atomic_add(Y[tid % 16 * 4:+4], s[0:+4])" in ir
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -40,9 +40,9 @@ def test_shared_runs_become_vector_accesses_and_the_numbers_stay():
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
-def test_a_loop_that_reads_and_writes_one_shared_buffer_keeps_its_element_accesses():
+def _in_place(shifted: bool):
     @T.prim_func
-    def shift(X: T.Tensor((1024,), "float16"), Y: T.Tensor((1024,), "float16")):
+    def scale(X: T.Tensor((1024,), "float16"), Y: T.Tensor((1024,), "float16")):
         with T.Kernel(1, threads=128):
             s = T.alloc_shared((1024,), "float16")
             T.copy(X, s)
@@ -50,7 +50,25 @@ def test_a_loop_that_reads_and_writes_one_shared_buffer_keeps_its_element_access
                 s[j] = s[j] * T.float16(2.0)
             T.copy(s, Y)
 
-    cuda = tileagent.compile(shift, out_idx=[1], target="cuda:sm_90a").get_kernel_source()
-    assert "s_run" not in cuda
+    @T.prim_func
+    def shift(X: T.Tensor((1024,), "float16"), Y: T.Tensor((1024,), "float16")):
+        with T.Kernel(1, threads=128):
+            s = T.alloc_shared((1024,), "float16")
+            T.copy(X, s)
+            for j in T.Parallel(1024):
+                s[j] = s[(j + 8) % 1024] * T.float16(2.0)
+            T.copy(s, Y)
+
+    return shift if shifted else scale
+
+
+def test_a_loop_that_updates_its_own_elements_in_place_moves_them_as_vectors():
+    """s[j] = s[j] * 2: iteration r reads and writes element r alone, so the run is read before the loop and written
+    after it; s[j] = s[j + 8] reads what other threads write, and keeps its element accesses."""
+    cuda = tileagent.compile(_in_place(False), out_idx=[1], target="cuda:sm_90a").get_kernel_source()
+    body = cuda[cuda.index("__global__"):]
+    assert "s_run" in body and "*reinterpret_cast<const uint4*>(&s[tl_s])" in body
+    assert "*reinterpret_cast<uint4*>(&s[tl_d]) = *reinterpret_cast<const uint4*>(tl_o);" in body
+    assert "s_run" not in tileagent.compile(_in_place(True), out_idx=[1], target="cuda:sm_90a").get_kernel_source()
     x = torch.randn(1024, dtype=torch.float16)
-    torch.testing.assert_close(tileagent.compile(shift, out_idx=[1], target="sim")(x), x * 2, rtol=0, atol=0)
+    torch.testing.assert_close(tileagent.compile(_in_place(False), out_idx=[1], target="sim")(x), x * 2, rtol=0, atol=0)

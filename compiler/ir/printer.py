@@ -137,7 +137,7 @@ def stmt_lines(s, indent: int = 0) -> list[str]:
 
 
 def _thread_stmt_lines(s, pad: str) -> list[str]:
-    from tileagent.compiler.tir import Barrier, Declare, GlobalAt, Mma, VecCopy
+    from tileagent.compiler.tir import Barrier, Declare, GlobalAt, Mma, VecAtomicAdd, VecCopy
 
     if isinstance(s, GlobalAt):
         return [f"{pad}{s.buffer.dtype}* {s.buffer.name} = {expr_str(s.address)}"]
@@ -148,6 +148,9 @@ def _thread_stmt_lines(s, pad: str) -> list[str]:
         hint = f"  # {s.eviction_policy}" if s.eviction_policy else ""
         return [f"{pad}{s.dst.name}[{expr_str(s.dst_index)}:+{s.width}] = "
                 f"{s.src.name}[{expr_str(s.src_index)}:+{s.width}]{hint}"]
+    if isinstance(s, VecAtomicAdd):
+        return [f"{pad}T.atomic_add({s.dst.name}[{expr_str(s.dst_index)}:+{s.width}], "
+                f"{s.src.name}[{expr_str(s.src_index)}:+{s.width}])"]
     if isinstance(s, Barrier):
         return [f"{pad}T.sync_threads()"]
     if isinstance(s, Mma):

@@ -79,6 +79,9 @@ def _structural_multiple(e, lets) -> int:
             return a * _structural_multiple(e.b, lets)
         if e.op in ("+", "-", "%"):
             return math.gcd(a, _structural_multiple(e.b, lets))
+        if e.op in ("^", "|"):  # the low bits both sides have clear stay clear
+            g = math.gcd(a, _structural_multiple(e.b, lets))
+            return g & -g
         shift = static_int(e.b) if e.op == "<<" else None
         if shift is not None and 0 <= shift < 63:
             return a << shift

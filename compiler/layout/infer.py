@@ -546,9 +546,10 @@ class _KernelInference:
                     self._pattern(loop, buf, indices, stmt) == list(range(len(extents))):
                 # another loop indexes some dims of buf with a serial variable: keep those in registers
                 return make_blocked(extents, self.threads, self.loop_vector(buffers), self.register_dims[buf])
-        for other, layout in self.r.loops.items():
-            if layout.shape == extents and self.compatible(loop, layout):
-                return layout
+        if self.accesses(loop):  # a loop over memory alone is not tied to another's registers: vectorized runs
+            for other, layout in self.r.loops.items():
+                if layout.shape == extents and self.compatible(loop, layout):
+                    return layout
         blocked = make_blocked(extents, self.threads, self.loop_vector(buffers))
         if self.compatible(loop, blocked):
             return blocked

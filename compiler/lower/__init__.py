@@ -314,6 +314,8 @@ class _Lowering:
             return [While(ctx.rewrite(s.cond, {}), tuple(self.body(s.body)), s.span)]
         if isinstance(s, Let):
             ctx.lets[s.var] = value = ctx.rewrite(s.value, {})
+            if (r := ctx.range_of(value)) is not None:  # i_b = bz // H: bounds checks on it can be proven
+                ctx.ranges[s.var] = r
             return [Let(s.var, value, s.span)]
         if isinstance(s, (Store, AtomicAdd)):
             on_chip = s.buffer.scope in ("fragment", "local", "var")

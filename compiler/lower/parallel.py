@@ -2,7 +2,8 @@
 
 In: a Parallel loop with its layout (a Fragment over the iteration space), or element statements at kernel level.
 Out: thread-IR statements: the loop body once per register slot of the layout (unrolled), with the loop variables
-replaced by the iteration index each thread owns for that slot.
+replaced by the iteration index each thread owns for that slot; element atomic adds of adjacent registers into
+adjacent global elements become vector atomics (``compiler.lower.vector_atomics``).
 Guarantees: padded iterations are skipped; replicas of an iteration (threads that run it redundantly because they
 hold the same fragment elements) update their registers but only replica 0 writes memory; let-bound names are
 unique per unrolled copy; element statements outside T.Parallel write memory from thread 0 only (they mean "once per
@@ -21,6 +22,7 @@ from tileagent.compiler.ir.stmt import Assert, AtomicAdd, If, Let, Parallel, Sto
 from tileagent.compiler.lower.copy import and_, guarded, valid_condition
 from tileagent.compiler.layout.infer import divided_loop_var, loop_invariant, shifted_loop_var
 from tileagent.compiler.lower.slots import SlotLoops
+from tileagent.compiler.lower.vector_atomics import merge_vector_atomics
 from tileagent.compiler.tir import THREAD
 
 
@@ -28,7 +30,7 @@ def lower_parallel(ctx, loop: Parallel) -> list:
     layout = ctx.layouts.loops[loop]
     writer = _replica_only(ctx, layout)
     compact = _lower_as_loops(ctx, loop, layout, writer)
-    return compact if compact is not None else _lower_unrolled(ctx, loop, layout, writer)
+    return merge_vector_atomics(compact if compact is not None else _lower_unrolled(ctx, loop, layout, writer))
 
 
 def _lower_as_loops(ctx, loop: Parallel, layout, writer) -> list | None:

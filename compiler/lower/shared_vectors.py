@@ -1,20 +1,25 @@
-"""Shared-memory element runs of unrolled loops as vector accesses.
+"""Shared- and global-memory element runs of unrolled loops as vector accesses.
 
 In: a lowered ``DeviceModule`` (thread IR). Out: the same module where an unrolled loop ``for r in range(w)`` whose
-body reads ``S[base + r]`` of a shared buffer S (or writes it) one element at a time reads the run once before the
-loop into a register array by one ``VecCopy`` (writes: into the array, then one ``VecCopy`` after the loop).
+body reads ``S[base + r]`` of a shared or global buffer S (or writes it) one element at a time reads the run once
+before the loop into a register array by one ``VecCopy`` (writes: into the array, then one ``VecCopy`` after the
+loop). Global runs are in bounds (the lowering left no guard in the body) and the data pointer's alignment is checked
+at launch (``required_alignment`` counts every ``VecCopy``); kernel parameters are ``__restrict__``, so a run read
+while another tensor is written is read as the element loop would.
 Why: a T.Parallel body over a thread's 8 consecutive 16-bit elements moved them as 8 scalar shared accesses, and
 with threads 16 bytes apart a warp's lanes met 4-way bank conflicts (TileLang's LayerNorm forward example: 98 us on
-the H200 against TileLang's 43 us, which vectorizes them; BENCHMARKS.md, session 9).
+the H200 against TileLang's 43 us, which vectorizes them; BENCHMARKS.md, session 9); a T.Parallel loop scaling a
+global tile into shared memory (``q[i, j] = Q[..] * scale``, TileLang's retention forward) loaded it 2 bytes at a
+time.
 Guarantees (the rewrite applies only when all hold, else the loop is unchanged):
 
 - the loop's body is straight-line ``Let``/``Store`` statements (no branch, loop, barrier or other access kind), so
   every iteration makes each access exactly once, unconditionally;
-- S is read and not written in the body (a hoisted read), or written exactly once per iteration and not read (a
-  sunk write); every access of S in the body is at ``base + r`` with the same ``base``, which uses no variable the
-  body binds;
+- S is read in the body (a hoisted read), written exactly once per iteration (a sunk write), or both (``v[i, j] =
+  v[i, j] * c``: iteration r reads and writes element r alone); every access of S in the body is at ``base + r``
+  with the same ``base``, which uses no variable the body binds;
 - ``w`` elements of S make 4, 8 or 16 bytes and ``base`` is a known multiple of ``w`` (the vector is aligned: shared
-  buffers start 16-byte aligned), so the target emits one vector access (``tir.VecCopy``'s rule);
+  buffers start 16-byte aligned, global ones as checked at launch), so the target emits one vector access (``tir.VecCopy``'s rule);
 - results are the same as the loop's, for every thread: the run is read before the first iteration and written after
   the last, and nothing else in the body touches S.
 """
@@ -23,14 +28,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tileagent.compiler.ir.expr import Const, Load, Var, as_expr
+from tileagent.compiler.ir.expr import BinOp, Const, Load, Var, as_expr, make_binop
 from tileagent.compiler.ir.simplify import additive_terms, depends_on, known_multiple, same_expr, static_int, \
     sum_of_terms
 from tileagent.compiler.ir.stmt import Buffer, For, Let, Store
-from tileagent.compiler.ir.visit import loads
+from tileagent.compiler.ir.visit import loads, substitute
 from tileagent.compiler.tir import Declare, DeviceModule, VecCopy
 
 _WIDTH_BYTES = (4, 8, 16)
+_MEMORY = ("shared", "global")
 
 
 def vectorize_shared_runs(module: DeviceModule) -> DeviceModule:
@@ -58,18 +64,44 @@ def _stmts(stmts, counter) -> tuple:
     return tuple(out)
 
 
-def _run_base(index, r: Var):
-    """``base`` when ``index == base + r`` with ``base`` free of ``r``, else None."""
+def run_base(index, r: Var, w: int):
+    """``base`` when ``index == base + r`` for every r in [0, w) with ``base`` free of ``r``, else None. A swizzled
+    term ``(b + r) ^ m`` counts as ``(b ^ m) + r`` where b and m are multiples of w (a power of two) and m does not
+    change with r in that range (it reads ``b + r`` only through divisions by multiples of w: a swizzle's row)."""
     terms = additive_terms(index)
     if terms is None:
         return None
     coef, const = terms
+    swizzled = [(a, c) for a, c in coef if c == 1 and isinstance(a, BinOp) and a.op == "^" and
+                depends_on(a, (r,))]
+    if not any(a is r for a, _ in coef) and len(swizzled) == 1:
+        x = swizzled[0][0]
+        b = run_base(x.a, r, w)
+        if b is None or known_multiple(b) % w or not _unchanged(x.b, r, w):
+            return None
+        m = substitute(x.b, {r: Const(0, r.dtype)})
+        if known_multiple(m) % w:
+            return None
+        coef = [(a, c) if a is not x else (make_binop("^", b, m), 1) for a, c in coef] + [(r, 1)]
     rest = [(a, c) for a, c in coef if a is not r]
     if len(rest) != len(coef) - 1 or sum(c for a, c in coef if a is r) != 1:
         return None
     if any(depends_on(a, (r,)) for a, _ in rest):
         return None
     return sum_of_terms(rest, const)
+
+
+def _unchanged(e, r: Var, w: int) -> bool:
+    """Whether ``e`` has one value for every r in [0, w): r enters it only as ``(b + r) // d`` with b and d
+    multiples of w."""
+    if not depends_on(e, (r,)):
+        return True
+    if isinstance(e, BinOp) and e.op == "//" and (d := static_int(e.b)) is not None and d > 0 and d % w == 0:
+        b = run_base(e.a, r, w)
+        return b is not None and known_multiple(b) % w == 0
+    if isinstance(e, BinOp):
+        return _unchanged(e.a, r, w) and _unchanged(e.b, r, w)
+    return False
 
 
 def _vectorize(loop: For, counter):
@@ -82,21 +114,20 @@ def _vectorize(loop: For, counter):
     for s in loop.body:
         for e in (s.value, *(s.indices if isinstance(s, Store) else ())):
             for ld in loads(e):
-                if ld.buffer.scope == "shared":
+                if ld.buffer.scope in _MEMORY:
                     reads.setdefault(ld.buffer, []).append(ld)
     writes: dict[Buffer, list] = {}
     for s in loop.body:
-        if isinstance(s, Store) and s.buffer.scope == "shared":
+        if isinstance(s, Store) and s.buffer.scope in _MEMORY:
             writes.setdefault(s.buffer, []).append(s)
     before, after, load_map, store_map = [], [], {}, {}
-    for buf, accesses in [*reads.items(), *writes.items()]:
-        if buf in reads and buf in writes:
-            continue
-        if buf in writes and len(accesses) != 1:
+    for buf in {**reads, **writes}:
+        accesses = reads.get(buf, []) + writes.get(buf, [])
+        if len(writes.get(buf, ())) > 1:
             continue
         if w * buf.dtype.bytes not in _WIDTH_BYTES:
             continue
-        bases = [_run_base(a.indices[0], loop.var) for a in accesses]
+        bases = [run_base(a.indices[0], loop.var, w) for a in accesses]
         if any(b is None for b in bases) or not all(same_expr(bases[0], b) for b in bases[1:]):
             continue
         base = bases[0]
@@ -107,10 +138,10 @@ def _vectorize(loop: For, counter):
         before.append(Declare(tmp))
         if buf in reads:
             before.append(VecCopy(tmp, Const(0, loop.var.dtype), buf, as_expr(base), w))
-            for a in accesses:
+            for a in reads[buf]:
                 load_map[id(a)] = replace(a, buffer=tmp, indices=(loop.var,))
-        else:
-            store_map[id(accesses[0])] = tmp
+        if buf in writes:
+            store_map[id(writes[buf][0])] = tmp
             after.append(VecCopy(buf, as_expr(base), tmp, Const(0, loop.var.dtype), w))
     if not before:
         return None
