@@ -307,7 +307,16 @@ STEPS = (
     Step("tilelang_29b", 20, "python bench/tilelang_examples.py --only grouped_gemm_fwd_ptr,gemm_sp --timeout 100 "
          "$([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 240,
          "the pointer-table GEMM after its cp.async change (0.37 of TileLang before) and gemm_sp at dense speed, next "
-         "to real TileLang's", after="gpu_tests_29b"))
+         "to real TileLang's", after="gpu_tests_29b"),
+    # group 21: round 2 session 30 (vector atomics from T.Parallel, global / in-place / swizzled vector runs, Let
+    # ranges in bounds checks, loops over memory on vectorized layouts, one more block per SM by a launch bound)
+    Step("gpu_tests_30", 21, "python -m pytest -q -m gpu tests/", 240,
+         "every GPU test: the lowering changes touch every T.Parallel loop and copy"),
+    Step("tilelang_30", 21, "python bench/tilelang_examples.py --only mha_bwd_bshd,retention_fwd,rms_norm,layernorm,"
+         "gemm,mha_fwd_bhsd,gqa_fwd_bshd,mla_decode,dequant_gemm_w4a8,online_softmax,grouped_gemm_fwd --timeout 100 "
+         "--budget 300 $([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 330,
+         "the attention backward (0.62 of TileLang: its dQ atomics now float2), the retention forward (0.76: vector "
+         "runs, 3 blocks per SM) and the programs the changes reach, next to real TileLang's"))
 
 
 def main(argv=None) -> int:

@@ -247,7 +247,7 @@ def _ptxas(u: Unit) -> Unit:
 
 def _nvrtc(u: Unit) -> Unit:
     from tileagent.compiler.runtime.hooks import cuda_postproc
-    from tileagent.compiler.runtime.nvrtc import NvrtcError, compile_to_cubin
+    from tileagent.compiler.runtime.nvrtc import NvrtcError, cache_path, compile_to_cubin
     from tileagent.compiler.runtime.occupancy_bound import bound_for_occupancy
 
     if u.cubin is not None:  # ptxas made it
@@ -268,7 +268,8 @@ def _nvrtc(u: Unit) -> Unit:
                                             "before it compiles without the callback registered") from None
     if postproc is not None:  # the user's source is compiled as given
         return replace(u, cubin=cubin)
-    source, cubin = bound_for_occupancy(u.source, cubin, u.target, u.module.kernels, build)
+    source, cubin = bound_for_occupancy(u.source, cubin, u.target, u.module.kernels, build, lambda src: cache_path(
+        src, u.target.arch, u.options.nvrtc_options).with_suffix(".refused"))
     return replace(u, source=source, cubin=cubin)
 
 

@@ -758,3 +758,15 @@ def test_reduce_prod_across_threads_warps_and_registers(M, N, threads):
         tileagent.compile(_row_prod.fn(M, N, threads), target=target)(x, y)
         torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=0)
     tileagent.compile(_row_prod.fn(M, N, threads), target="cuda:sm_90a")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_element_atomic_adds_as_vectors_on_the_gpu():
+    """The float2 atomics of the element-wise split-K writeback (ragged rows) sum to A @ B on the GPU."""
+    kernel = tileagent.compile(K.splitk_gemm(200, 128, 256, 4, elementwise=True), target="cuda")
+    a, b = torch.randn(200, 256, dtype=torch.float16, device="cuda"), torch.randn(256, 128, dtype=torch.float16,
+                                                                                  device="cuda")
+    c = torch.zeros(200, 128, device="cuda")
+    kernel(a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-2, atol=1e-2)

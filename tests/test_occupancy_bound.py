@@ -69,3 +69,23 @@ def test_a_kernel_that_already_fixes_its_blocks_per_sm_is_not_rebounded(monkeypa
         "ws": FunctionInfo(registers=178, frame_bytes=0, static_shared_bytes=0)})
     src = 'extern "C" __global__ void __launch_bounds__(128, 1) ws(int x) {}'
     assert occupancy_bound.bound_for_occupancy(src, b"x", SM90, [k], lambda s: pytest.fail("compiled")) == (src, b"x")
+
+
+def test_a_bounded_build_ptxas_refuses_is_dropped_and_remembered(monkeypatch, tmp_path):
+    """ptxas fails a wgmma below its register need (C7602) instead of spilling: the first build stays."""
+    from tileagent.compiler.runtime.nvrtc import NvrtcError
+
+    k = _kernel("gemm")
+    monkeypatch.setattr(occupancy_bound, "cubin_functions", lambda cubin: {
+        "gemm": FunctionInfo(registers=178, frame_bytes=0, static_shared_bytes=0)})
+
+    def refuse(source):
+        raise NvrtcError("ptxas fatal   : (C7602) Insufficient registers (80) to compile instruction")
+
+    assert occupancy_bound.bound_for_occupancy(_source(k), b"x", SM90, [k], refuse) == (_source(k), b"x")
+    marks = tmp_path / "refused"
+    assert occupancy_bound.bound_for_occupancy(_source(k), b"x", SM90, [k], refuse, lambda s: marks) == \
+        (_source(k), b"x")
+    assert marks.exists()  # remembered: the next build of this source does not compile the bound again
+    assert occupancy_bound.bound_for_occupancy(_source(k), b"x", SM90, [k], lambda s: pytest.fail("compiled"),
+                                               lambda s: marks) == (_source(k), b"x")

@@ -8,6 +8,7 @@ import math
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 from tileagent.compat.run import load_script
@@ -54,3 +55,20 @@ def test_retention_forward_moves_its_tiles_as_vectors_and_fits_three_blocks_per_
     assert info.registers <= 168 and info.frame_bytes == 0
     shared = math.ceil(kernel.module.kernels[0].shared_bytes / 1024)
     assert 3 * (shared + 1) <= 228  # shared memory holds three blocks: the registers were what held them back
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_retention_forward_on_the_gpu(tilelang):
+    """The bench's sizes (B 4, S 2048, H 32, D 128) on the GPU against torch, output poisoned first."""
+    ns = load_script(EXAMPLE)
+    torch.manual_seed(0)
+    B, S, H, D = 4, 2048, 32, 128
+    q, k, v = (torch.randn(B, S, H, D, dtype=torch.float16, device="cuda") * 0.5 for _ in range(3))
+    kernel = tilelang.compile(ns["chunk_retention_fwd_kernel"].get_tir(B, S, H, D, D), target="cuda",
+                              pass_configs={"tl.disable_warp_specialized": True})
+    out = torch.full((2, B, S, H, D), float("nan"), dtype=torch.float16, device="cuda")
+    kernel(q, k, v, out)
+    want = _reference(q[:, :256].cpu(), k[:, :256].cpu(), v[:, :256].cpu())  # causal: a prefix needs only itself
+    torch.testing.assert_close(out.sum(0)[:, :256].float().cpu(), want, rtol=2e-2, atol=2e-2)
+    assert not out.isnan().any()

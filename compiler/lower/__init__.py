@@ -14,6 +14,7 @@ E602 at its span.
 from __future__ import annotations
 
 import logging
+import math
 
 from tileagent.compiler.diagnostics import CompileError, InternalCompilerError, TargetError
 from tileagent.compiler.ir.expr import Var, make_binop, make_call
@@ -102,7 +103,9 @@ def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True, ws: boo
     body = _Lowering(ctx).body(_barriers_before(plan.body, shared.reuse_points))
     threads, specialized = k.threads, False
     if ctx.ws is not None and ctx.ws.producer:  # the pipeline was lowered warp-specialized
-        split = specialize(ctx.ws, ctx.lets, body, target, shared.total_bytes + 16 * ctx.tma.capacity, k.span)
+        grid = [static_int(g) for g in k.grid]
+        split = specialize(ctx.ws, ctx.lets, body, target, shared.total_bytes + 16 * ctx.tma.capacity, k.span,
+                           math.prod(grid) if None not in grid else None)
         if split is None:
             log.info("kernel %s: a producer warpgroup would cost a block per SM; not warp-specialized", plan.name)
             return _lower_kernel(plan, layouts, flat, params, target, tma, ws=False)

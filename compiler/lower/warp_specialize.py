@@ -169,7 +169,8 @@ def wgmma_floor(stmts) -> int:
     return max(sizes) + WGMMA_OVERHEAD if sizes else 0
 
 
-def registers(consumers: int, target, shared_bytes: int, words: int, floor: int = 0) -> tuple | None:
+def registers(consumers: int, target, shared_bytes: int, words: int, floor: int = 0, useful: int | None = None) \
+        -> tuple | None:
     """(blocks per SM, (producer, consumer) registers for ``setmaxnreg``, or None where it would give the consumers
     no more than they have at entry), or None when the producer warpgroup would cost the kernel a block per SM.
 
@@ -182,7 +183,9 @@ def registers(consumers: int, target, shared_bytes: int, words: int, floor: int 
     hands the producer's unused registers over at run time: the producer down to ``PRODUCER_REGISTERS``, the
     consumers up to what is left of the block's pool (entry x threads; at most 240). H200, same run: MLA decode 409
     -> 471 TFLOP/s with the producer (1 block per SM either way);
-    flash attention 590 -> 465 forced to 1 block per SM instead of 2 (BENCHMARKS.md)."""
+    flash attention 590 -> 465 forced to 1 block per SM instead of 2 (BENCHMARKS.md).
+    ``useful``: the most blocks per SM the grid can fill (a static grid of at most one block per SM: 1); blocks the
+    producer takes beyond it cost nothing (TileLang's split-KV decoding, 128 blocks: it specializes too)."""
     total = consumers + PRODUCER_THREADS
     by_shared = max(1, min(target.shared_bytes_per_sm // (shared_bytes + 1024), target.blocks_per_sm))
     alone = min(by_shared, target.registers_per_sm // (consumers * min(255, -(-words // 8) * 8)),
@@ -190,7 +193,7 @@ def registers(consumers: int, target, shared_bytes: int, words: int, floor: int 
     need = min(255, max(-(-int(words * LIVE_FRACTION) // 8) * 8, floor))
     blocks = next((b for b in range(by_shared, 0, -1) if total * b <= target.threads_per_sm and
                    min(255, target.registers_per_sm // (b * total) // 8 * 8) >= need), 0)
-    if blocks < max(alone, 1):
+    if blocks < max(alone, 1) and not (useful is not None and 1 <= useful <= blocks):
         if not forced():
             return None
         blocks = 1
@@ -200,13 +203,17 @@ def registers(consumers: int, target, shared_bytes: int, words: int, floor: int 
     return blocks, ((PRODUCER_REGISTERS, consumer) if consumer > entry else None)
 
 
-def specialize(ws: WsPlan, lets: dict, consumer_body, target, shared_bytes: int, span=None):
+def specialize(ws: WsPlan, lets: dict, consumer_body, target, shared_bytes: int, span=None, grid_blocks=None):
     """``if (THREAD >= consumers) producer else consumer_body``: the producer rebinds the Lets before the pipeline
     (``lets``: Var -> lowered value) and runs its loop in its first thread; the registers split as ``registers``
-    says. None when the producer warpgroup would cost a block per SM (the caller lowers the kernel without it)."""
+    says. None when the producer warpgroup would cost a block per SM (the caller lowers the kernel without it) that
+    a grid of ``grid_blocks`` blocks (None: not static) could fill on the target's usual part."""
     from tileagent.compiler.ir.stmt import If
+    from tileagent.compiler.resources import ASSUMED_SMS
 
-    split = registers(ws.consumers, target, shared_bytes, register_words(consumer_body), wgmma_floor(consumer_body))
+    useful = None if grid_blocks is None else -(-grid_blocks // ASSUMED_SMS.get(target.arch, (132, ""))[0])
+    split = registers(ws.consumers, target, shared_bytes, register_words(consumer_body), wgmma_floor(consumer_body),
+                      useful)
     if split is None:
         return None
     blocks, regs = split

@@ -9,7 +9,8 @@ picks and the cubin NVRTC makes of it.
 Rule, per kernel without a blocks-per-SM bound: b, its blocks per SM at the registers ptxas chose, is bound by
 registers; shared memory, threads and the block limit leave room for b + 1; a static grid has more than b blocks per
 SM of the target's usual part; and b + 1 blocks need at most ``SLACK`` registers fewer per thread. The bounded build
-is kept where no kernel's local memory (spills) grew, else the first build is.
+is kept where it compiles (ptxas refuses a wgmma the bound leaves too few registers: C7602) and no kernel's local
+memory (spills) grew, else the first build is.
 Why: TileLang's retention forward (three 64x64 wgmma accumulators, 128 threads, 41 KB of shared memory) took 178
 registers, two blocks per SM; TileLang's CUDA for it takes 156 (three). With the bound ptxas fits 168 without a
 spill. A kernel that does not qualify costs nothing; one that does, a second NVRTC compile (its cubin is cached
@@ -23,6 +24,7 @@ import math
 
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.resources import ASSUMED_SMS, cubin_functions, occupancy
+from tileagent.compiler.runtime.nvrtc import NvrtcError
 from tileagent.compiler.targets.cuda import kernel_symbol
 
 logger = logging.getLogger(__name__)
@@ -30,8 +32,11 @@ logger = logging.getLogger(__name__)
 SLACK = 16  # registers per thread ptxas may be asked to give up for one more block
 
 
-def bound_for_occupancy(source: str, cubin: bytes, target, kernels, compile_source) -> tuple[str, bytes]:
-    """(source, cubin) after the module docstring's rule; ``compile_source(source) -> cubin`` compiles a variant."""
+def bound_for_occupancy(source: str, cubin: bytes, target, kernels, compile_source, refusals=None) \
+        -> tuple[str, bytes]:
+    """(source, cubin) after the module docstring's rule; ``compile_source(source) -> cubin`` compiles a variant
+    (its cubin cached, as NVRTC's are); ``refusals(source) -> Path`` names the file that remembers a variant ptxas
+    refused, so that a later build of the same source (a module-cache hit) does not ask again."""
     first = cubin_functions(cubin)
     bounded = source
     for k in kernels:
@@ -40,7 +45,17 @@ def bound_for_occupancy(source: str, cubin: bytes, target, kernels, compile_sour
             bounded = _with_bound(bounded, k, blocks)
     if bounded == source:
         return source, cubin
-    second_cubin = compile_source(bounded)
+    refused = refusals(bounded) if refusals is not None else None
+    if refused is not None and refused.exists():
+        return source, cubin
+    try:
+        second_cubin = compile_source(bounded)
+    except NvrtcError as e:  # ptxas refuses it: C7602, a wgmma needs more registers than the bound leaves
+        logger.info("a blocks-per-SM bound does not compile (%s); the unbounded build is kept", str(e).splitlines()[0])
+        if refused is not None:
+            refused.parent.mkdir(parents=True, exist_ok=True)
+            refused.touch()
+        return source, cubin
     second = cubin_functions(second_cubin)
     if any(second[name].frame_bytes > info.frame_bytes for name, info in first.items() if name in second):
         logger.info("a blocks-per-SM bound made ptxas spill; the unbounded build is kept")
