@@ -25,7 +25,8 @@ def _run(monkeypatch, kernels, first: dict, second: dict):
     """bound_for_occupancy with the cubins' function tables given: {name: (registers, frame bytes)}."""
     tables = {b"first": first, b"second": second}
     monkeypatch.setattr(occupancy_bound, "cubin_functions", lambda cubin: {
-        name: FunctionInfo(registers=r, frame_bytes=f, static_shared_bytes=0) for name, (r, f) in tables[cubin].items()})
+        name: FunctionInfo(registers=r, frame_bytes=f, static_shared_bytes=0)
+        for name, (r, f) in tables[cubin].items()})
     compiled = []
 
     def compile_source(source):

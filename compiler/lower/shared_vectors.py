@@ -19,7 +19,8 @@ Guarantees (the rewrite applies only when all hold, else the loop is unchanged):
   v[i, j] * c``: iteration r reads and writes element r alone); every access of S in the body is at ``base + r``
   with the same ``base``, which uses no variable the body binds;
 - ``w`` elements of S make 4, 8 or 16 bytes and ``base`` is a known multiple of ``w`` (the vector is aligned: shared
-  buffers start 16-byte aligned, global ones as checked at launch), so the target emits one vector access (``tir.VecCopy``'s rule);
+  buffers start 16-byte aligned, global ones as checked at launch), so the target emits one vector access
+  (``tir.VecCopy``'s rule);
 - results are the same as the loop's, for every thread: the run is read before the first iteration and written after
   the last, and nothing else in the body touches S.
 """

@@ -4,7 +4,7 @@ In: the thread-IR statements ``lower_parallel`` built (unrolled loops over a lay
 Out: the same statements, where an unrolled loop of 2 or 4 iterations held only ``dst[base + r] += reg[rbase + r]``
 (one scalar ``AtomicAdd``: op "add", no returned value, global float32 / float16 / bfloat16 destination; or that
 under an ``If`` whose condition does not depend on ``r``, a bounds check along another dim) now holds
-one ``VecAtomicAdd`` per ``width`` iterations (``width`` 4 or 2 for float32, 2 for 16-bit; see ``VECTOR_ATOMIC_WIDTHS``).
+one ``VecAtomicAdd`` per ``width`` iterations (``width`` 4 or 2 for float32, 2 for 16-bit: ``VECTOR_ATOMIC_WIDTHS``).
 Guarantees: merged only when ``base`` is a known multiple of ``width`` (the destination's data pointer is checked at
 launch: ``required_alignment``) and the loop variable enters both indices as a plain ``+ r``; each element's add stays
 atomic, as before (TileLang vectorizes such loops the same way: ``AtomicAddx2``). Anything else is left as it was.
