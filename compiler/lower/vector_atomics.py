@@ -1,7 +1,7 @@
 """Element atomic adds of a T.Parallel nest merged into vector atomics.
 
 In: the thread-IR statements ``lower_parallel`` built (unrolled loops over a layout's registers).
-Out: the same statements, where an unrolled loop of 2 or 4 iterations held only ``dst[base + r] += reg[rbase + r]``
+Out: the same statements, where an unrolled loop (r over an even count) held only ``dst[base + r] += reg[rbase + r]``
 (one scalar ``AtomicAdd``: op "add", no returned value, global float32 / float16 / bfloat16 destination; or that
 under an ``If`` whose condition does not depend on ``r``, a bounds check along another dim) now holds
 one ``VecAtomicAdd`` per ``width`` iterations (``width`` 4 or 2 for float32, 2 for 16-bit: ``VECTOR_ATOMIC_WIDTHS``).
