@@ -72,3 +72,26 @@ def test_a_loop_that_updates_its_own_elements_in_place_moves_them_as_vectors():
     assert "s_run" not in tileagent.compile(_in_place(True), out_idx=[1], target="cuda:sm_90a").get_kernel_source()
     x = torch.randn(1024, dtype=torch.float16)
     torch.testing.assert_close(tileagent.compile(_in_place(False), out_idx=[1], target="sim")(x), x * 2, rtol=0, atol=0)
+
+
+def test_run_base_sees_through_a_swizzle_only_where_the_run_stays_in_one_xor_block():
+    """(b + r) ^ ((b + r) // 64 % 8 * 8) is (b ^ m) + r for r < 8 when b is a multiple of 8; not when b may be odd,
+    when the run is longer than the 8-element block the XOR leaves alone, or for a run of 6 (not a power of two)."""
+    from tileagent.compiler.dtypes import dtype
+    from tileagent.compiler.ir.expr import Var, make_binop
+    from tileagent.compiler.ir.simplify import same_expr
+    from tileagent.compiler.lower.shared_vectors import run_base
+
+    t, r = Var("t", dtype("int32")), Var("r", dtype("int32"))
+
+    def swizzled(b):
+        x = make_binop("+", b, r)
+        return make_binop("^", x, make_binop("*", make_binop("%", make_binop("//", x, 64), 8), 8))
+
+    b = make_binop("*", t, 8)
+    base = run_base(make_binop("+", swizzled(b), 1024), r, 8)
+    want = make_binop("+", 1024, make_binop("^", b, make_binop("*", make_binop("%", make_binop("//", b, 64), 8), 8)))
+    assert base is not None and same_expr(base, want)
+    assert run_base(swizzled(make_binop("*", t, 4)), r, 8) is None  # b only a multiple of 4
+    assert run_base(swizzled(make_binop("*", t, 16)), r, 16) is None  # 16 elements cross the XOR's 8-element block
+    assert run_base(swizzled(make_binop("*", t, 8)), r, 6) is None

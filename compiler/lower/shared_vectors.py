@@ -75,12 +75,12 @@ def run_base(index, r: Var, w: int):
     coef, const = terms
     swizzled = [(a, c) for a, c in coef if c == 1 and isinstance(a, BinOp) and a.op == "^" and
                 depends_on(a, (r,))]
-    if not any(a is r for a, _ in coef) and len(swizzled) == 1:
+    if not any(a is r for a, _ in coef) and len(swizzled) == 1 and w & (w - 1) == 0:
         x = swizzled[0][0]
         b = run_base(x.a, r, w)
         if b is None or known_multiple(b) % w or not _unchanged(x.b, r, w):
             return None
-        m = substitute(x.b, {r: Const(0, r.dtype)})
+        m = _at_zero(x.b, r)
         if known_multiple(m) % w:
             return None
         coef = [(a, c) if a is not x else (make_binop("^", b, m), 1) for a, c in coef] + [(r, 1)]
@@ -90,6 +90,15 @@ def run_base(index, r: Var, w: int):
     if any(depends_on(a, (r,)) for a, _ in rest):
         return None
     return sum_of_terms(rest, const)
+
+
+def _at_zero(e, r: Var):
+    """``e`` with r = 0, folded where r was a term (``(b + r) // 64`` -> ``b // 64``)."""
+    if e is r:
+        return 0
+    if isinstance(e, BinOp) and depends_on(e, (r,)):
+        return make_binop(e.op, _at_zero(e.a, r), _at_zero(e.b, r))
+    return substitute(e, {r: Const(0, r.dtype)}) if depends_on(e, (r,)) else e
 
 
 def _unchanged(e, r: Var, w: int) -> bool:
