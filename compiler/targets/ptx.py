@@ -10,8 +10,8 @@ Out: one PTX module (a ``str``) with every kernel as ``.visible .entry <kernel_s
 Covered: ``Let``, ``Store``, ``If``, ``For`` (loops with static bounds unrolled when their kind is "unroll", a
 register array is indexed by their variable, or the unrolled body stays within ``_UNROLL_BUDGET`` statements; other
 loops kept as loops), ``Declare``, ``VecCopy``, ``Barrier``,
-``AtomicAdd`` (float32 and 32-bit integers), with the expressions of ``compiler.targets.ptx_expr``. Register arrays
-are registers, so every index into one must be known after unrolling. Global buffers the kernel never writes are
+``AtomicAdd`` (float32 and 32-bit integers), ``VecAtomicAdd`` (float32: one ``red`` per element), with the
+expressions of ``compiler.targets.ptx_expr``. Register arrays are registers, so every index into one must be known after unrolling. Global buffers the kernel never writes are
 read through the non-coherent path (``ld.global.nc``: the CUDA target's ``const __restrict__``), except the vector
 reads of a ``VecCopy`` with an ``eviction_policy``, which are the CUDA target's hinted ones
 (``compiler.targets.cuda_cache_hints``): ``ld.global.L1::<policy>.L2::cache_hint`` with the 64-bit policy that one
@@ -37,8 +37,8 @@ from tileagent.compiler.targets.ptx_expr import PtxUnsupported, Val, Values, _fr
 from tileagent.compiler.targets.ptx_schedule import schedule_stores
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
 from tileagent.compiler.targets.cuda_sync import named_barrier_asm
-from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceModule, VecCopy,
-                                     written_buffers)
+from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceModule,
+                                     VecAtomicAdd, VecCopy, written_buffers)
 
 # the PTX ISA version each arch needs (sm_90a: 8.0); ptxas of CUDA 12.0 and later reads all of them
 _PTX_VERSION = {"sm_80": "7.0", "sm_86": "7.1", "sm_89": "7.8", "sm_90": "8.0", "sm_90a": "8.0"}
@@ -360,6 +360,17 @@ class _KernelPtx(Calls, Values):
         v = self.in_reg(self.convert(self.ev(e), e.dtype, b.dtype))
         self.guarded(f"red.{b.scope}.add.{t} {self.address(b, s.indices[0])}, {v.text};")
 
+    def vec_atomic_add(self, s: VecAtomicAdd) -> None:
+        """One ``red`` per element (each element's add atomic, as the vector form's are; the vector ``red`` needs
+        PTX ISA 8.1 and sm_90, which the CUDA target's form takes)."""
+        b = s.dst
+        t = {"float32": "f32"}.get(str(b.dtype))
+        if t is None or b.scope != "global":
+            self.fail(f"vector atomic add into {b.scope} {b.dtype}")
+        for i, v in enumerate(self.read_elements(s.src, s.src_index, s.width)):
+            v = self.in_reg(self.convert(v, s.src.dtype, b.dtype))
+            self.guarded(f"red.global.add.{t} {self.address(b, as_expr(s.dst_index) + i)}, {v.text};")
+
     def vec_copy(self, s: VecCopy) -> None:
         w, sd, dd = s.width, s.src.dtype, s.dst.dtype
         vals = self.read_elements(s.src, s.src_index, w, self.hint(s))
@@ -641,4 +652,5 @@ def _shuffles(e) -> bool:
 
 _STMTS = {Let: _KernelPtx.let, Store: _KernelPtx.store, If: _KernelPtx.if_, For: _KernelPtx.for_,
           Declare: _KernelPtx.declare, Barrier: _KernelPtx.barrier, AtomicAdd: _KernelPtx.atomic_add,
-          VecCopy: _KernelPtx.vec_copy, NamedBarrier: lambda self, s: self.emit(named_barrier_asm(s))}
+          VecCopy: _KernelPtx.vec_copy, VecAtomicAdd: _KernelPtx.vec_atomic_add,
+          NamedBarrier: lambda self, s: self.emit(named_barrier_asm(s))}
