@@ -317,11 +317,15 @@ STEPS = (
          "grouped_gemm_fwd --timeout 100 --budget 300 $([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 330,
          "the attention backward (0.62 of TileLang: its dQ atomics now float2), the retention forward (0.76: vector "
          "runs, 3 blocks per SM) and the programs the changes reach, next to real TileLang's"),
-    # group 22: what session 30 left unmeasured (the PTX target's per-element red for VecAtomicAdd; memory-bound
-    # figures after global vector runs and Let ranges; the fusion suite's drafts on the new lowering)
+    # group 22: what session 30 left unmeasured (the PTX target's per-element red for VecAtomicAdd; serial loops
+    # that index registers unrolled; memory-bound figures after global vector runs and Let ranges; the fusion suite)
     Step("gpu_tests_30b", 22, "python -m pytest -q -m gpu tests/test_ptx.py tests/test_lowering_sim.py "
          "tests/test_cuda_codegen.py tests/test_atomic_extreme.py", 150,
          "column sums through the PTX target's red per element, the float2 split-K writeback, atomics"),
+    Step("tilelang_30b", 22, "python bench/tilelang_examples.py --only mha_inference,gqa_decode,retention_fwd "
+         "--timeout 60 --budget 120 $([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 130,
+         "the split-KV combine unrolled (its lse fragment out of local memory), next to real TileLang's",
+         after="gpu_tests_30b"),
     Step("memory_bound_30", 22, "python bench/memory_bound.py --quick", 200,
          "RMSNorm+SiLU (gamma now read 2 at a time) and softmax against a device copy and torch.compile",
          after="gpu_tests_30b"),

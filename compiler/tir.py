@@ -65,6 +65,24 @@ def written_buffers(stmts) -> set:
     return out | {s.dst for s in walk(stmts) if isinstance(s, (VecCopy, VecAtomicAdd))}
 
 
+def indexes_registers_by(body, var) -> bool:
+    """Whether a register array (a "local" buffer) is indexed by an expression of ``var`` somewhere in ``body``: a
+    loop over ``var`` the targets then unroll, so that the array stays in registers (an index known only at run time
+    puts it in local memory)."""
+    from tileagent.compiler.ir.simplify import depends_on
+    from tileagent.compiler.ir.visit import stmt_exprs
+
+    for s in walk(body):
+        idx = [(s.buffer, s.indices[0])] if isinstance(s, (Store, AtomicAdd)) else []
+        if isinstance(s, (VecCopy, VecAtomicAdd)):
+            idx += [(s.dst, s.dst_index), (s.src, s.src_index)]
+        exprs = list(stmt_exprs(s)) + ([s.dst_index, s.src_index] if isinstance(s, (VecCopy, VecAtomicAdd)) else [])
+        idx += [(ld.buffer, ld.indices[0]) for e in exprs for ld in loads(as_expr(e))]
+        if any(b.scope == "local" and depends_on(as_expr(i), [var]) for b, i in idx):
+            return True
+    return False
+
+
 def keeps_wide(e) -> bool:
     """Whether a 64-bit integer node of a global index evaluates its narrower operands in 64 bits too, as the index
     itself is (an int64 label plus ``row * V``: the 32-bit product overflowed before its cast): a sum, difference,

@@ -2,6 +2,7 @@
 generated CUDA compiled by NVRTC for sm_80 and sm_90a. This is how CI checks layout inference and lowering."""
 
 import inspect
+import re
 
 import pytest
 import torch
@@ -770,3 +771,35 @@ def test_element_atomic_adds_as_vectors_on_the_gpu():
     c = torch.zeros(200, 128, device="cuda")
     kernel(a, b, c)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-2, atol=1e-2)
+
+
+def _split_sum(n_split=4, n=128):
+    @T.prim_func
+    def split_sum(X: T.Tensor((n_split, n), "float32"), Y: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=128):
+            x = T.alloc_fragment((n_split, n), "float32")
+            acc = T.alloc_fragment((n,), "float32")
+            T.copy(X, x)
+            T.clear(acc)
+            for k in T.serial(n_split):
+                for i in T.Parallel(n):
+                    acc[i] += x[k, i]
+            T.copy(acc, Y)
+
+    return split_sum
+
+
+def test_a_serial_loop_indexing_registers_by_its_variable_is_unrolled():
+    """x[k, i] in a serial loop over k (TileLang's split-KV combine reads its lse fragment so): the loop is unrolled,
+    so the fragment stays in registers (an index known at run time put it in local memory: 128 bytes of stack in
+    the MHA inference example's combine kernel)."""
+    from tileagent.compiler.resources import cubin_functions
+
+    kernel = tileagent.compile(_split_sum(), target="cuda:sm_90a")
+    src = kernel.get_kernel_source()
+    assert re.search(r"#pragma unroll.*\n\s*for \(int k = 0; k < 4; \+\+k\)", src)
+    assert all(f.frame_bytes == 0 for f in cubin_functions(kernel.cubin()).values())
+    x = torch.randn(4, 128)
+    y = _nan(128)
+    tileagent.compile(_split_sum(), target="sim")(x, y)
+    torch.testing.assert_close(y, x.sum(0), rtol=1e-5, atol=1e-5)

@@ -23,10 +23,10 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from tileagent.compiler.ir.stmt import AtomicAdd, Evaluate, For, If, Let, LoopExit, Store, While
+from tileagent.compiler.ir.stmt import AtomicAdd, For, If, Let, LoopExit, Store, While
 from tileagent.compiler.tir import (AsyncCommit, AsyncCopy, AsyncProxyFence, AsyncWait, Barrier, Declare, LdMatrix,
                                     MbarrierArrive, MbarrierArriveExpectTx, MbarrierWait, Mma, PackPairs, SetMaxNReg,
-                                    TmaLoad, VecAtomicAdd, VecCopy, WarpGroupRange, Wgmma, WgmmaCommit, WgmmaFence,
+                                    TmaLoad, VecAtomicAdd, VecCopy, Wgmma, WgmmaCommit, WgmmaFence,
                                     WgmmaRS, WgmmaWait)
 
 ALL = (True, True, True)  # (unfenced, unsynced, waited)

@@ -16,7 +16,6 @@ executing each Mma.
 
 from __future__ import annotations
 
-from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import Const, as_expr, make_binop
 from tileagent.compiler.ir.stmt import Alloc, Copy, For, Gemm, Store
 from tileagent.compiler.instructions.base import k_step

@@ -38,7 +38,7 @@ from tileagent.compiler.targets.ptx_schedule import schedule_stores
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
 from tileagent.compiler.targets.cuda_sync import named_barrier_asm
 from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceModule,
-                                     VecAtomicAdd, VecCopy, written_buffers)
+                                     VecAtomicAdd, VecCopy, indexes_registers_by, written_buffers)
 
 # the PTX ISA version each arch needs (sm_90a: 8.0); ptxas of CUDA 12.0 and later reads all of them
 _PTX_VERSION = {"sm_80": "7.0", "sm_86": "7.1", "sm_89": "7.8", "sm_90": "8.0", "sm_90a": "8.0"}
@@ -70,18 +70,6 @@ def generate(module: DeviceModule, arch: str, fast_math: bool = False) -> str:
     if any(k.shared_offsets for k in module.kernels):
         head.append(f".extern .shared .align {SMEM_ALIGN} .b8 smem[];")
     return "\n".join(head + kernels) + "\n"
-
-
-def _indexes_registers_by(body, var) -> bool:
-    """Whether a register array is indexed by an expression of ``var`` somewhere in ``body``."""
-    for s in walk(body):
-        idx = [(s.buffer, s.indices[0])] if isinstance(s, (Store, AtomicAdd)) else []
-        if isinstance(s, VecCopy):
-            idx += [(s.dst, s.dst_index), (s.src, s.src_index)]
-        idx += [(ld.buffer, ld.indices[0]) for e in _exprs(s) for ld in loads(as_expr(e))]
-        if any(b.scope == "local" and depends_on(as_expr(i), [var]) for b, i in idx):
-            return True
-    return False
 
 
 class _KernelPtx(Calls, Values):
@@ -289,7 +277,7 @@ class _KernelPtx(Calls, Values):
         if static and count > 0:
             ends = (first, first + (count - 1) * step)
             self.var_bounds[s.var] = (min(ends), max(ends))
-        if static and (s.kind == "unroll" or count <= _UNROLL_ANYWAY or _indexes_registers_by(s.body, s.var)
+        if static and (s.kind == "unroll" or count <= _UNROLL_ANYWAY or indexes_registers_by(s.body, s.var)
                        or count * sum(1 for _ in walk(s.body)) <= _UNROLL_BUDGET):
             split = _unswitched(s) if self.guard is None and self.runtime_loops else None
             if split is not None:
