@@ -28,7 +28,7 @@ from tileagent.compiler.ir.expr import (Call, Expr, Load, Var, as_expr, describe
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.frontend_body import check_view_aliasing, parallel_nest, snapshot, split_at_grid_syncs
 from tileagent.compiler.frontend_loops import LoopExitParser
-from tileagent.compiler.frontend_macro import bound_outside_macro
+from tileagent.compiler.frontend_macro import bound_outside_macro, lost_rebinding
 from tileagent.compiler.language.allreduce import reducer_add
 from tileagent.compiler.frontend_expressions import _BINOPS, ExpressionParser, _call_builtin
 from tileagent.compiler.ir.stmt import (Alloc, Buffer, Evaluate, For, If, Kernel, Let, PrimFunc,
@@ -492,6 +492,10 @@ class _Parser(LoopExitParser, ExpressionParser):
             self.emit(Let(var, value), node)
             self.let_values[var] = value  # slice extents may be differences of let-bound bounds
             self.bind(name, var)
+        elif lost_rebinding(self, name):
+            raise DSLSyntaxError(f"cannot reassign '{name}' inside a nested block: it is bound outside, and the new "
+                                 f"value would be lost at the block's end", code="E102",
+                                 hint=f"for a value that changes at run time use {name} = T.alloc_var(dtype)")
         else:
             self.bind(name, value)
 
@@ -572,6 +576,7 @@ class _Parser(LoopExitParser, ExpressionParser):
         from tileagent.compiler.language.extras import CURRENT_BLOCK_VARS, CURRENT_THREAD_VARS, ThreadBindings
 
         self.kernel_depth += 1
+        outer_kernel_scope, self.kernel_scope = getattr(self, "kernel_scope", None), len(self.scopes) - 1
         token = CURRENT_BLOCK_VARS.set(block_vars)  # for T.get_block_binding
         threads = ThreadBindings(spec.threads, self.let_values)
         thread_token = CURRENT_THREAD_VARS.set(threads)  # for T.get_thread_binding
@@ -580,7 +585,7 @@ class _Parser(LoopExitParser, ExpressionParser):
         finally:
             CURRENT_BLOCK_VARS.reset(token)
             CURRENT_THREAD_VARS.reset(thread_token)
-            self.kernel_depth -= 1
+            self.kernel_depth, self.kernel_scope = self.kernel_depth - 1, outer_kernel_scope
             self.scopes.pop()
         grid = tuple(spec.grid)
         for part in split_at_grid_syncs(body):  # T.sync_grid(): kernels launched one after the other

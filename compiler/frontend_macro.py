@@ -105,4 +105,14 @@ def bound_outside_macro(parser, name: str) -> bool:
     return bool(bases) and not any(name in scope for scope in parser.scopes[bases[-1]:])
 
 
-__all__ = ["Macro", "bound_outside_macro", "inline", "macro"]
+def lost_rebinding(parser, name: str) -> bool:
+    """Whether binding a compile-time value to ``name`` here would be lost at the end of the current block: ``name``
+    is bound in an enclosing block of the same kernel, which keeps its old value after this one (``off = off + 4`` in
+    a T.serial loop, or ``x = 3`` in one branch of a runtime ``if``, changed nothing)."""
+    start = getattr(parser, "kernel_scope", None)
+    if start is None or name in parser.scopes[-1] or bound_outside_macro(parser, name):
+        return False
+    return any(name in scope for scope in parser.scopes[start:-1])
+
+
+__all__ = ["Macro", "bound_outside_macro", "inline", "lost_rebinding", "macro"]

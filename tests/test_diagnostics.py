@@ -130,6 +130,38 @@ def test_assignment_to_slice_is_rejected(marked):
     expect(info, "E102", marked, "slice", hint=True)
 
 
+def test_a_compile_time_value_reassigned_in_a_runtime_loop_is_rejected(marked):
+    """``off = off + 4`` in a T.serial loop, ``off`` a Python int bound outside: the new binding ended with the loop
+    body, and the kernel read A[0 + i] (Python means A[12 + i]); now E102 at the assignment."""
+    with pytest.raises(CompileError) as info:
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32"), B: T.Tensor((32,), "float32")):
+            with T.Kernel(1, threads=32) as bx:
+                off = 0
+                for k in T.serial(3):
+                    off = off + 4  # <- here
+                for i in T.Parallel(32):
+                    B[i] = A[off + i]
+
+        tileagent.compile(main, target="cpu")
+    expect(info, "E102", marked, "cannot reassign 'off' inside a nested block", "lost at the block's end", hint=True)
+
+
+def test_a_compile_time_value_reassigned_in_a_runtime_branch_is_rejected(marked):
+    with pytest.raises(CompileError) as info:
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32"), B: T.Tensor((32,), "float32"), c: T.int32):
+            with T.Kernel(1, threads=32) as bx:
+                x = 20
+                if c > 0:
+                    x = 3  # <- here
+                for i in T.Parallel(32):
+                    B[i] = A[x + i]
+
+        tileagent.compile(main, target="cpu")
+    expect(info, "E102", marked, "cannot reassign 'x'", hint=True)
+
+
 def test_chained_assignment_binds_every_target():
     """Once rejected (E102); TileLang's programs write it (BK = BV = block_T), so it now means what Python means."""
     @T.prim_func
