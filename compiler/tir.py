@@ -67,8 +67,8 @@ def written_buffers(stmts) -> set:
 
 def indexes_registers_by(body, var) -> bool:
     """Whether a register array (a "local" buffer) is indexed by an expression of ``var`` somewhere in ``body``: a
-    loop over ``var`` the targets then unroll, so that the array stays in registers (an index known only at run time
-    puts it in local memory)."""
+    loop over ``var`` the lowering (and the PTX target) then unrolls, so that the array stays in registers (an index
+    known only at run time puts it in local memory)."""
     from tileagent.compiler.ir.simplify import depends_on
     from tileagent.compiler.ir.visit import stmt_exprs
 

@@ -30,7 +30,7 @@ from tileagent.compiler.lower.pipeline import SoftwarePipeline, lower_pipeline
 from tileagent.compiler.tileops import op_for
 from tileagent.compiler.language.cp_async import SET_MAX_NREG
 from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, THREAD, Barrier, Declare, DeviceKernel, DeviceModule,
-                                    GlobalAt, SetMaxNReg)
+                                    GlobalAt, SetMaxNReg, indexes_registers_by)
 
 log = logging.getLogger("tileagent.compiler")
 
@@ -306,8 +306,11 @@ class _Lowering:
         if isinstance(s, For):
             start, extent = ctx.rewrite(s.start, {}), ctx.rewrite(s.extent, {})
             self.note_loop(s.var, start, extent, s.step)
-            kind = "unroll" if s.kind == "unroll" else "serial"
-            return [For(s.var, start, extent, s.step, kind, tuple(self.body(s.body)), {}, s.span)]
+            body, count = tuple(self.body(s.body)), static_int(extent)
+            # a register array indexed by the loop variable stays in registers only where the loop is unrolled
+            unroll = s.kind == "unroll" or (count is not None and count * sum(1 for _ in walk(body)) <= 2048 and
+                                            indexes_registers_by(body, s.var))
+            return [For(s.var, start, extent, s.step, "unroll" if unroll else "serial", body, {}, s.span)]
         if isinstance(s, If):
             from tileagent.compiler.lower.warp_groups import lower_thread_if
 

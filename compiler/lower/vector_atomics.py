@@ -14,6 +14,8 @@ adjacent columns per thread; a warp's scalar atomics touch every 32-byte sector 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tileagent.compiler.instructions.copy import VECTOR_ATOMIC_WIDTHS
 from tileagent.compiler.ir.expr import Cast, Load, as_expr, make_binop
 from tileagent.compiler.ir.simplify import depends_on, known_multiple, static_int
@@ -28,9 +30,7 @@ def merge_vector_atomics(stmts: list) -> list:
     for s in stmts:
         if isinstance(s, For):
             merged = _vectorized(s)
-            out.append(merged if merged is not None else
-                       For(s.var, s.start, s.extent, s.step, s.kind, tuple(merge_vector_atomics(list(s.body))),
-                           s.annotations, s.span))
+            out.append(merged if merged is not None else replace(s, body=tuple(merge_vector_atomics(list(s.body)))))
         else:
             out.append(s)
     return out
@@ -63,8 +63,7 @@ def _vectorized(loop: For):
         vector = VecAtomicAdd(add.buffer, as_expr(d_base), value.buffer, as_expr(s_base), width, add.span)
     else:
         step = make_binop("*", loop.var, width)
-        vector = For(loop.var, loop.start, extent // width, 1, "unroll",
-                     (VecAtomicAdd(add.buffer, as_expr(make_binop("+", d_base, step)), value.buffer,
-                                   as_expr(make_binop("+", s_base, step)), width, add.span),), loop.annotations,
-                     loop.span)
+        vector = replace(loop, extent=extent // width, body=(VecAtomicAdd(
+            add.buffer, as_expr(make_binop("+", d_base, step)), value.buffer, as_expr(make_binop("+", s_base, step)),
+            width, add.span),))
     return vector if guard is None else If(guard.cond, (vector,), (), guard.span)

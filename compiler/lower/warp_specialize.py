@@ -209,9 +209,9 @@ def specialize(ws: WsPlan, lets: dict, consumer_body, target, shared_bytes: int,
     says. None when the producer warpgroup would cost a block per SM (the caller lowers the kernel without it) that
     a grid of ``grid_blocks`` blocks (None: not static) could fill on the target's usual part."""
     from tileagent.compiler.ir.stmt import If
-    from tileagent.compiler.resources import ASSUMED_SMS
+    from tileagent.compiler.resources import sm_count
 
-    useful = None if grid_blocks is None else -(-grid_blocks // ASSUMED_SMS.get(target.arch, (132, ""))[0])
+    useful = None if grid_blocks is None else -(-grid_blocks // sm_count(target.arch)[0])
     split = registers(ws.consumers, target, shared_bytes, register_words(consumer_body), wgmma_floor(consumer_body),
                       useful)
     if split is None:

@@ -23,7 +23,7 @@ import logging
 import math
 
 from tileagent.compiler.ir.simplify import static_int
-from tileagent.compiler.resources import ASSUMED_SMS, cubin_functions, occupancy
+from tileagent.compiler.resources import cubin_functions, occupancy, sm_count
 from tileagent.compiler.runtime.nvrtc import NvrtcError
 from tileagent.compiler.targets.cuda import kernel_symbol
 
@@ -75,8 +75,7 @@ def _next_blocks(target, k, info) -> int | None:
     if limit != "registers" or occupancy(target, k.num_threads, 1, shared)[0] <= blocks:
         return None
     grid = [static_int(g) for g in k.grid]
-    sms = ASSUMED_SMS.get(target.arch, (132, ""))[0]
-    if all(g is not None for g in grid) and math.prod(grid) <= blocks * sms:
+    if all(g is not None for g in grid) and math.prod(grid) <= blocks * sm_count(target.arch)[0]:
         return None
     fits = [r for r in range(info.registers - SLACK, info.registers)
             if r > 0 and occupancy(target, k.num_threads, r, shared)[0] > blocks]

@@ -61,7 +61,7 @@ from tileagent.compiler.targets.cuda_tma import HELPERS as TMA_HELPERS
 from tileagent.compiler.targets.cuda_wgmma import OPAQUE_HELPER
 from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
                           GlobalAt, SetMaxNReg, SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP, WarpSpecialize,
-                          indexes_registers_by, keeps_wide, nonneg, written_buffers)
+                          keeps_wide, nonneg, written_buffers)
 
 # low-precision floats: (header, to float32, from float32). Their arithmetic is done in float32.
 _LOWP = {
@@ -445,9 +445,8 @@ class _KernelEmitter:
         first, count = static_int(s.start), static_int(s.extent)
         if s.kind == "unroll" and first is not None and count and isinstance(step, int) and step == 1:
             self.unrolled[s.var] = (first, first + count - 1)
-        if s.kind == "unroll" or (count is not None and count * sum(1 for _ in walk(s.body)) <= 2048 and
-                                  indexes_registers_by(s.body, s.var)):
-            self.line("#pragma unroll")  # (a register array indexed at run time would live in local memory)
+        if s.kind == "unroll":
+            self.line("#pragma unroll")
         if isinstance(step, int) and step == 1:
             end = extent if start == "0" else f"{start} + {extent}"
             self.line(f"for ({t} {name} = {_strip(start)}; {name} < {end}; ++{name}) {{")
