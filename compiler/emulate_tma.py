@@ -15,6 +15,7 @@ otherwise the kernel would hang (arrivals or bytes missing) or the transaction c
 than expected): both are EmulationErrors, as is a wait on a parity whose phase is two or more phases old (it
 returns at once on the hardware, but the program has lost track), loads still in flight when the block ends, and a
 TmaLoad into bytes another thread read since the last barrier (the load may write as soon as it is issued).
+Bulk stores (``BulkStore``, ``BulkStoreWait``): see ``bulk_store``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 
 from tileagent.compiler.emulate_tensor import EmulationError
 from tileagent.compiler.instructions.tma import atom_bytes, tma_offsets
-from tileagent.compiler.tir import MbarrierArriveExpectTx, MbarrierInit, MbarrierWait, TmaLoad
+from tileagent.compiler.tir import BulkStore, BulkStoreWait, MbarrierArriveExpectTx, MbarrierInit, MbarrierWait, TmaLoad
 
 
 def _state(block) -> dict:
@@ -160,10 +161,50 @@ def _land(block, dst, place, vals) -> None:
 
 
 def finish_tma(block) -> None:
-    """At the end of the block: no TMA load may still be in flight."""
+    """At the end of the block: no TMA load may still be in flight, no bulk store unwaited for."""
     for (buf, i), bar in getattr(block, "mbarriers", {}).items():
         if bar["loads"]:
             raise EmulationError(f"the block ends with TMA loads on {buf.name}[{i}] never waited for", block.span)
+    for thread, stores in getattr(block, "bulk_pending", {}).items():
+        if stores:
+            raise EmulationError(f"the block ends with bulk stores of thread {thread} never waited for", block.span)
+
+
+def bulk_store(block, s: BulkStore) -> None:
+    """Each active thread's copy takes the shared bytes as they are when issued; they land in global memory at that
+    thread's ``BulkStoreWait``, which also checks that nobody rewrote them in between (the hardware may read them at
+    any time until then). Addresses and the size must be 16-byte multiples, both ranges inside their buffers."""
+    elem = s.src.dtype.bytes
+    n = s.nbytes // elem
+    if s.nbytes <= 0 or s.nbytes % 16 or n * elem != s.nbytes:
+        raise EmulationError(f"BulkStore of {s.nbytes} bytes: want a positive multiple of 16", s.span)
+    ids = block.active()
+    src_idx, dst_idx = (block.lanes(block.ev(x), torch.int64)[ids] for x in (s.src_index, s.dst_index))
+    for name, byte in ((s.src.name, block.offset[s.src] + src_idx * elem), (s.dst.name, dst_idx * elem)):
+        bad = (byte % 16 != 0).nonzero()
+        if len(bad):
+            j = int(bad[0])
+            raise EmulationError(f"BulkStore of thread {int(ids[j])}: {name} at byte {int(byte[j])}, not a multiple of "
+                                 "16", s.span)
+    vals = block.read(s.src, block.ev(s.src_index), n, "bulk store from")[ids]
+    block.elements(s.dst, block.ev(s.dst_index), n, "bulk store to")
+    pending = getattr(block, "bulk_pending", None)
+    if pending is None:
+        pending = block.bulk_pending = {}
+    for j, t in enumerate(ids.tolist()):
+        pending.setdefault(t, []).append((s, int(src_idx[j]), int(dst_idx[j]), vals[j].clone()))
+
+
+def bulk_store_wait(block, s: BulkStoreWait) -> None:
+    pending = getattr(block, "bulk_pending", {})
+    for t in block.active().tolist():
+        for st, si, di, vals in pending.pop(t, []):
+            now = block.buffer_memory(st.src)[si:si + vals.numel()]
+            if not torch.equal(now.contiguous().view(torch.uint8), vals.view(torch.uint8)):  # bits: NaN poison too
+                raise EmulationError(f"shared bytes of {st.src.name} that thread {t}'s bulk store reads were rewritten "
+                                     "before its BulkStoreWait", s.span)
+            dst = block.buffer_memory(st.dst)
+            dst[di:di + vals.numel()] = vals.to(dst.dtype)
 
 
 def _ws_handlers() -> dict:
@@ -173,5 +214,6 @@ def _ws_handlers() -> dict:
     return {**WS, **HAND}
 
 
+BULK_HANDLERS = {BulkStore: bulk_store, BulkStoreWait: bulk_store_wait}
 HANDLERS = {MbarrierInit: mbarrier_init, MbarrierArriveExpectTx: expect_tx, TmaLoad: tma_load,
             MbarrierWait: mbarrier_wait, **_ws_handlers()}

@@ -58,11 +58,11 @@ def _special(name: str) -> SpecialVar:
 
 
 def written_buffers(stmts) -> set:
-    """The buffers that statements in ``stmts`` (at any depth) store to: Store, AtomicAdd, VecCopy and VecAtomicAdd
-    destinations."""
+    """The buffers that statements in ``stmts`` (at any depth) store to: Store, AtomicAdd, VecCopy, VecAtomicAdd and
+    BulkStore destinations."""
     out = {s.buffer for s in walk(stmts) if isinstance(s, (Store, AtomicAdd))}
     out |= {ld.buffer for s in walk(stmts) if isinstance(s, Evaluate) for ld in loads(s.value)}  # T.call_extern
-    return out | {s.dst for s in walk(stmts) if isinstance(s, (VecCopy, VecAtomicAdd))}
+    return out | {s.dst for s in walk(stmts) if isinstance(s, (VecCopy, VecAtomicAdd, BulkStore))}
 
 
 def indexes_registers_by(body, var) -> bool:
@@ -243,6 +243,40 @@ class AsyncCopy(Stmt):
     width: int
     valid: Expr | None = None
     span: Span | None = None
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class BulkStore(Stmt):
+    """``cp.async.bulk.global.shared::cta.bulk_group``: ``nbytes`` bytes from shared ``src`` at element ``src_index``
+    to global ``dst`` at element ``dst_index`` (the same dtype; both byte addresses and ``nbytes`` multiples of 16),
+    by the asynchronous proxy: the thread's generic-proxy writes of those shared bytes must be fenced
+    (``AsyncProxyFence``) and other threads' ordered before it by a Barrier; the source may be overwritten only after
+    the issuing thread's ``BulkStoreWait``. Executed by the threads its enclosing If selects, each with its own
+    indices (sm_90)."""
+
+    dst: Buffer
+    dst_index: Expr
+    src: Buffer
+    src_index: Expr
+    nbytes: int
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        from tileagent.compiler.ir.printer import expr_str
+
+        return [" " * indent + f"bulk.store {self.dst.name}[{expr_str(self.dst_index)}] <- "
+                f"{self.src.name}[{expr_str(self.src_index)}], {self.nbytes} B"]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class BulkStoreWait(Stmt):
+    """``cp.async.bulk.commit_group`` then ``cp.async.bulk.wait_group.read 0``: this thread's BulkStores have read
+    their shared bytes (the global writes complete later, visible to the kernels after this one)."""
+
+    span: Span | None = None
+
+    def ir_lines(self, indent: int, _lines) -> list[str]:
+        return [" " * indent + "bulk.wait_read 0"]
 
 
 @dataclass(frozen=True, eq=False, slots=True)

@@ -19,8 +19,8 @@ from tileagent.compiler.ir.expr import Expr, Load
 from tileagent.compiler.ir.simplify import depends_on
 from tileagent.compiler.ir.stmt import (Alloc, AtomicAdd, AtomicAddTile, Copy, Fill, For, Gemm, If, Let, Parallel,
                                         Reduce, Store, While)
-from tileagent.compiler.tir import (LANE, THREAD, WARP, AsyncCopy, Barrier, Declare, GlobalAt, LdMatrix, Mma, PackPairs,
-                                    VecAtomicAdd, VecCopy, Wgmma, WgmmaRS)
+from tileagent.compiler.tir import (LANE, THREAD, WARP, AsyncCopy, Barrier, BulkStore, Declare, GlobalAt, LdMatrix, Mma,
+                                    PackPairs, VecAtomicAdd, VecCopy, Wgmma, WgmmaRS)
 
 _TILE_LEVEL = (Alloc, Copy, Fill, Gemm, Reduce, AtomicAddTile, Parallel)
 
@@ -122,7 +122,7 @@ def _thread_ir(k) -> list:
                     out.append(f"{where}: {s.buffer.name} is accessed with {len(s.indices)} indices")
                 for e in tuple(s.indices) + (s.value,):
                     exprs(e, where)
-            elif isinstance(s, (VecCopy, VecAtomicAdd, AsyncCopy, LdMatrix)):
+            elif isinstance(s, (VecCopy, VecAtomicAdd, AsyncCopy, LdMatrix, BulkStore)):
                 for buf in (s.dst, s.src):
                     buffer_ok(buf, where)
             elif isinstance(s, PackPairs):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from tileagent.compiler.diagnostics import LayoutError, TargetError
 from tileagent.compiler.instructions.base import GemmChoice, Instruction, has_feature, sm_version
+from tileagent.compiler.instructions.bulk_store import BulkStoreCopy
 from tileagent.compiler.instructions.copy import AtomicAdd, CpAsync, LoadStore
 from tileagent.compiler.instructions.mma_sync import MmaSyncM16N8K8, MmaSyncM16N8K16, MmaSyncM16N8K32
 from tileagent.compiler.instructions.tma import TmaTileCopy
@@ -32,6 +33,7 @@ COPY = (
     TmaTileCopy(),           # cp.async.bulk.tensor (TMA): a whole global -> shared tile on an mbarrier, sm_90a,
     # by default in pipelines that feed a T.gemm (TILEAGENT_ENABLE_TMA: compiler.instructions.tma.mode); asked first
     # for the whole copy (select_tile_copy), never for a run
+    BulkStoreCopy(),         # cp.async.bulk shared -> global: a whole unswizzled tile's rows, sm_90 (asked first)
     CpAsync(),               # cp.async global -> shared, 4/8/16 bytes, pipeline producers only
     LoadStore(vector=True),  # ld/st of 4, 8 or 16 bytes
     LoadStore(vector=False),  # one element at a time
@@ -94,12 +96,12 @@ def select_copy(src, dst, width: int, async_ok: bool, target=None, entries=None)
 
 
 def select_tile_copy(src, dst, layout, target=None, offsets=None):
-    """(the entry that moves the whole copy ``src`` -> ``dst`` at once (TMA), None) or (None, why none does): the
-    entries of ``COPY`` with a ``tile_reason``; ``layout`` is the destination's shared Layout, ``offsets`` the byte
-    offsets its stages start at."""
+    """(the entry that moves the whole copy ``src`` -> ``dst`` at once (TMA, bulk stores), None) or (None, why none
+    does): the entries of ``COPY`` whose ``moves`` are the copy's scopes, by their ``tile_reason``; ``layout`` is the
+    shared tile's Layout, ``offsets`` the byte offsets its stages start at."""
     reasons = []
     for e in COPY:
-        if hasattr(e, "tile_reason"):
+        if getattr(e, "moves", None) == (src.buffer.scope, dst.buffer.scope):
             why = e.tile_reason(src, dst, layout, target, offsets)
             if why is None:
                 return e, None

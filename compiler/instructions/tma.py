@@ -273,6 +273,7 @@ def usable(target) -> bool:
 class TmaTileCopy(Instruction):
     name = "cp.async.bulk.tensor (TMA)"
     op = "copy"
+    moves = ("global", "shared")  # the scopes of a whole-tile copy it may take (``select_tile_copy``)
 
     def reason(self, src, dst, width: int, async_ok: bool, target) -> str | None:
         return "moves whole tiles (compiler.lower.copy asks tile_reason first), not runs"

@@ -29,8 +29,8 @@ from tileagent.compiler.lower.parallel import kernel_level_writer, lower_element
 from tileagent.compiler.lower.pipeline import SoftwarePipeline, lower_pipeline
 from tileagent.compiler.tileops import op_for
 from tileagent.compiler.language.cp_async import SET_MAX_NREG
-from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, THREAD, Barrier, Declare, DeviceKernel, DeviceModule,
-                                    GlobalAt, SetMaxNReg, indexes_registers_by)
+from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, THREAD, AsyncProxyFence, Barrier, Declare, DeviceKernel,
+                                    DeviceModule, GlobalAt, SetMaxNReg, indexes_registers_by)
 
 log = logging.getLogger("tileagent.compiler")
 
@@ -262,7 +262,11 @@ class _Lowering:
         out = []
         for s in stmts:
             try:
-                out += self.stmt(s)
+                lowered = self.stmt(s)
+                if out and isinstance(out[-1], Barrier) and len(lowered) > 1 and \
+                        isinstance(lowered[0], AsyncProxyFence) and isinstance(lowered[1], Barrier):
+                    out.pop()  # "barrier; fence; barrier": the second orders all the first did
+                out += lowered
             except CompileError as e:
                 raise e.with_span(getattr(s, "span", None))
             except Exception as e:  # noqa: BLE001 -- nothing but CompileError escapes a compile

@@ -13,7 +13,8 @@ producers (``ctx.async_copies``) a global -> shared run of 4, 8 or 16 bytes with
 (cp.async, zero-filled outside the tensor), else a vectorized or scalar ``VecCopy``. Before any run, with
 ``TILEAGENT_ENABLE_TMA=1`` on an sm_90a target (not by default: ``compiler.instructions.tma.mode``), a global ->
 shared copy outside a pipeline's producers moves as one TMA transfer on an mbarrier when the TMA entry accepts it
-(``compiler.lower.tma``; why it does not is noted).
+(``compiler.lower.tma``; why it does not is noted). A shared -> global copy of a whole unswizzled tile moves as
+bulk stores on sm_90a where ``compiler.lower.bulk_store`` can (why not is noted).
 ``scratch_bytes``: the shared scratch a copy between
 fragments of different layouts goes through.
 Guarantees: global reads outside the tensor give 0 (the destination is zero-filled), global writes outside it are
@@ -37,6 +38,7 @@ from tileagent.compiler.tir import THREAD, AsyncCommit, AsyncCopy, AsyncWait, Ba
 from tileagent.compiler.instructions import ATOMIC, select_copy
 from tileagent.compiler.instructions.base import has_feature
 from tileagent.compiler.instructions.copy import Run
+from tileagent.compiler.instructions.bulk_store import enabled as bulk_stores_enabled
 from tileagent.compiler.instructions.tma import standalone
 from tileagent.compiler.lower.context import and_
 from tileagent.compiler.lower.slots import SlotLoops
@@ -73,6 +75,15 @@ def lower_copy(ctx, s: Copy) -> list:
         if entry is not None:
             return lower_tma_copy(ctx, s, entry, plan)
         ctx.note_instruction(s, f"no TMA: {plan}")
+    if src.buffer.scope == "shared" and dst.buffer.scope == "global" and ctx.plan is not None and \
+            has_feature(getattr(ctx, "target", None), "tma") and bulk_stores_enabled():
+        from tileagent.compiler.lower.bulk_store import lower_bulk_store
+
+        stmts, how = lower_bulk_store(ctx, s)
+        if stmts is not None:
+            ctx.note_instruction(s, how)
+            return stmts
+        ctx.note_instruction(s, f"no bulk store: {how}")
     if src.buffer in ctx.made_tensors and dst.buffer.scope == "shared" and not ctx.async_copies and \
             has_feature(getattr(ctx, "target", None), "cp_async"):
         # a tensor made from an address is no __restrict__ parameter: loads through registers would wait for the

@@ -59,9 +59,9 @@ from tileagent.compiler.targets.cuda_scalars import bind_let, declare_scalars, e
 from tileagent.compiler.targets.cuda_tensor import HELPERS as TENSOR_HELPERS
 from tileagent.compiler.targets.cuda_tma import HELPERS as TMA_HELPERS
 from tileagent.compiler.targets.cuda_wgmma import OPAQUE_HELPER
-from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, Declare, DeviceKernel, DeviceModule, GRID_DIM, LANE,
-                          GlobalAt, SetMaxNReg, SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP, WarpSpecialize,
-                          keeps_wide, nonneg, written_buffers)
+from tileagent.compiler.tir import (BLOCK_IDX, AsyncCopy, Barrier, BulkStore, Declare, DeviceKernel, DeviceModule,
+                          GRID_DIM, LANE, GlobalAt, SetMaxNReg, SpecialVar, THREAD, VecAtomicAdd, VecCopy, WARP,
+                          WarpSpecialize, keeps_wide, nonneg, written_buffers)
 
 # low-precision floats: (header, to float32, from float32). Their arithmetic is done in float32.
 _LOWP = {
@@ -156,13 +156,16 @@ def kernel_symbol(kernel: DeviceKernel) -> str:
 
 def required_alignment(kernel: DeviceKernel) -> dict:
     """Byte alignment each global parameter Buffer needs for the vector accesses ``generate`` emits (1 if none):
-    ``VecCopy`` sides, ``VecAtomicAdd`` destinations and ``AsyncCopy`` (cp.async) sources of ``width * bytes``."""
+    ``VecCopy`` sides, ``VecAtomicAdd`` destinations and ``AsyncCopy`` (cp.async) sources of ``width * bytes``, 16 for
+    ``BulkStore`` destinations."""
     need = {p: max(1, p.dtype.bytes) for p in kernel.params if isinstance(p, Buffer)}
     for s in walk(kernel.body):
         if isinstance(s, (VecCopy, VecAtomicAdd, AsyncCopy)):
             for buf in (s.src, s.dst):
                 if buf in need:
                     need[buf] = max(need[buf], vector_bytes(buf.dtype, s.width))
+        elif isinstance(s, BulkStore) and s.dst in need:
+            need[s.dst] = max(need[s.dst], 16)
     return need
 
 

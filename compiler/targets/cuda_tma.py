@@ -17,6 +17,9 @@ Guarantees:
   with ``selp`` inside a ``{ }`` scope, so no PTX label is duplicated when the helper is inlined); with
   ``TILEAGENT_MBAR_SPIN_LIMIT=<cycles>`` set at code generation, a wait still incomplete after that many
   ``clock64`` cycles executes ``trap`` (a sticky CUDA error instead of a hung GPU: for test runs).
+- ``BulkStore`` is ``cp.async.bulk.global.shared::cta.bulk_group [global], [shared], bytes`` (the global side's
+  generic address, as CUTLASS passes it); ``BulkStoreWait`` is ``cp.async.bulk.commit_group`` and
+  ``cp.async.bulk.wait_group.read 0``.
 - ``MbarrierArrive`` is ``__syncwarp()`` and lane 0's ``mbarrier.arrive.shared::cta.b64``; ``SetMaxNReg`` is
   ``setmaxnreg.{inc,dec}.sync.aligned.u32`` (the kernel then declares ``__launch_bounds__(threads, blocks)``,
   without which ptxas ignores it, C7508); ``WarpSpecialize`` is an if / else whose consumer side has ``bar.sync 1,
@@ -27,8 +30,8 @@ from __future__ import annotations
 
 import os
 
-from tileagent.compiler.tir import (LANE, MbarrierArrive, MbarrierArriveExpectTx, MbarrierInit, MbarrierWait,
-                                    SetMaxNReg, TmaLoad, WarpGroupRange, WarpSpecialize)
+from tileagent.compiler.tir import (LANE, BulkStore, BulkStoreWait, MbarrierArrive, MbarrierArriveExpectTx,
+                                    MbarrierInit, MbarrierWait, SetMaxNReg, TmaLoad, WarpGroupRange, WarpSpecialize)
 
 SPIN_LIMIT_ENV = "TILEAGENT_MBAR_SPIN_LIMIT"
 
@@ -149,6 +152,18 @@ def emit_mbarrier_arrive(em, s: MbarrierArrive) -> None:
     em.line(f"if ({em.ex(LANE)} == 0) tl_mbar_arrive({_address(em, s.barriers, s.index)});")
 
 
+def emit_bulk_store(em, s: BulkStore) -> None:
+    if s.nbytes <= 0 or s.nbytes % 16 or s.src.scope != "shared" or s.dst.scope != "global":
+        em.fail(f"BulkStore {s.src.name} -> {s.dst.name} of {s.nbytes} bytes: want shared -> global, 16-byte multiples")
+    em.line(f'asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" :: '
+            f'"l"(&{em.buf(s.dst)}[{em.index(s.dst, s.dst_index)}]), "r"({_address(em, s.src, s.src_index)}), '
+            f'"r"({s.nbytes}u) : "memory");')
+
+
+def emit_bulk_store_wait(em, s: BulkStoreWait) -> None:
+    em.line('asm volatile("cp.async.bulk.commit_group;\\n  cp.async.bulk.wait_group.read 0;" ::: "memory");')
+
+
 def emit_set_max_nreg(em, s: SetMaxNReg) -> None:
     if s.registers % 8 or not 24 <= s.registers <= 256:
         em.fail(f"setmaxnreg {s.registers}: want a multiple of 8 in 24 .. 256")
@@ -177,6 +192,7 @@ def emit_warp_group_range(em, s: WarpGroupRange) -> None:
     em.sync_line = outer
 
 
+BULK_HANDLERS = {BulkStore: emit_bulk_store, BulkStoreWait: emit_bulk_store_wait}
 HANDLERS = {MbarrierInit: emit_mbarrier_init, MbarrierArriveExpectTx: emit_expect_tx, TmaLoad: emit_tma_load,
             MbarrierWait: emit_mbarrier_wait, MbarrierArrive: emit_mbarrier_arrive, SetMaxNReg: emit_set_max_nreg,
             WarpSpecialize: emit_warp_specialize, WarpGroupRange: emit_warp_group_range}

@@ -10,7 +10,7 @@ Out: one PTX module (a ``str``) with every kernel as ``.visible .entry <kernel_s
 Covered: ``Let``, ``Store``, ``If``, ``For`` (loops with static bounds unrolled when their kind is "unroll", a register
 array is indexed by their variable, or the unrolled body stays within ``_UNROLL_BUDGET`` statements; other loops kept as
 loops), ``Declare``, ``VecCopy``, ``Barrier``, ``AtomicAdd`` (float32 and 32-bit integers), ``VecAtomicAdd`` (float32:
-one ``red`` per element), with the expressions of ``compiler.targets.ptx_expr``. Register arrays are registers, so every
+one ``red`` per element), ``AsyncProxyFence``, ``BulkStore``, ``BulkStoreWait``, with the expressions of ``compiler.targets.ptx_expr``. Register arrays are registers, so every
 index into one must be known after unrolling. Global buffers the kernel never writes are read through the non-coherent
 path (``ld.global.nc``: the CUDA target's ``const __restrict__``), except the vector reads of a ``VecCopy`` with an
 ``eviction_policy``, which are the CUDA target's hinted ones (``compiler.targets.cuda_cache_hints``):
@@ -37,8 +37,9 @@ from tileagent.compiler.targets.ptx_expr import PtxUnsupported, Val, Values, _fr
 from tileagent.compiler.targets.ptx_schedule import schedule_stores
 from tileagent.compiler.targets.swizzle_address import SMEM_ALIGN
 from tileagent.compiler.targets.cuda_sync import named_barrier_asm
-from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, Barrier, Declare, DeviceModule,
-                                     VecAtomicAdd, VecCopy, indexes_registers_by, written_buffers)
+from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, LANE, THREAD, WARP, AsyncProxyFence, Barrier, BulkStore,
+                                     BulkStoreWait, Declare, DeviceModule, VecAtomicAdd, VecCopy, indexes_registers_by,
+                                     written_buffers)
 
 # the PTX ISA version each arch needs (sm_90a: 8.0); ptxas of CUDA 12.0 and later reads all of them
 _PTX_VERSION = {"sm_80": "7.0", "sm_86": "7.1", "sm_89": "7.8", "sm_90": "8.0", "sm_90a": "8.0"}
@@ -379,6 +380,11 @@ class _KernelPtx(Calls, Values):
         self.guarded(f"st.{s.dst.scope}{self.vec(len(words))}.{words[0].kind} "
                   f"{self.address(s.dst, s.dst_index)}, {self.braces(words)};")
 
+    def bulk_store(self, s: BulkStore) -> None:
+        """``cp.async.bulk`` from the shared arena to global memory (``compiler.tir.BulkStore``)."""
+        self.guarded(f"cp.async.bulk.global.shared::cta.bulk_group {self.address(s.dst, s.dst_index)}, "
+                     f"{self.address(s.src, s.src_index)}, {s.nbytes};")
+
     # ---- registers and memory
 
     def const_index(self, b: Buffer, i: Val) -> int:
@@ -641,4 +647,7 @@ def _shuffles(e) -> bool:
 _STMTS = {Let: _KernelPtx.let, Store: _KernelPtx.store, If: _KernelPtx.if_, For: _KernelPtx.for_,
           Declare: _KernelPtx.declare, Barrier: _KernelPtx.barrier, AtomicAdd: _KernelPtx.atomic_add,
           VecCopy: _KernelPtx.vec_copy, VecAtomicAdd: _KernelPtx.vec_atomic_add,
-          NamedBarrier: lambda self, s: self.emit(named_barrier_asm(s))}
+          NamedBarrier: lambda self, s: self.emit(named_barrier_asm(s)), BulkStore: _KernelPtx.bulk_store,
+          AsyncProxyFence: lambda self, s: self.emit("fence.proxy.async.shared::cta;"),
+          BulkStoreWait: lambda self, s: self.emit("cp.async.bulk.commit_group;") or self.emit(
+              "cp.async.bulk.wait_group.read 0;")}

@@ -20,7 +20,8 @@ import functools
 import re
 
 _REGISTER = re.compile(r"%[a-z]+\d+")
-_BARRIERS = ("bar.", "bra", "ret", "call", "exit", "membar", "fence", "st.", "red.", "atom.", "griddepcontrol")
+_BARRIERS = ("bar.", "bra", "ret", "call", "exit", "membar", "fence", "st.", "red.", "atom.", "griddepcontrol",
+             "cp.async")
 # loads a store may pass: parameters, shared memory, tensors the kernel never writes (plain or with a cache hint)
 _FREE_LOADS = ("ld.param", "ld.shared", "ld.global.nc", "ld.global.L1::")
 # integer and address computations (no memory, no side effect) that may move with a store they compute the address of
