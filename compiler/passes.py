@@ -195,10 +195,12 @@ def _plan_operands(u: Unit) -> Unit:
 def _lower_tile_ops(u: Unit) -> Unit:
     from tileagent.compiler.lower import lower_module
 
+    from tileagent.compiler.lower import forward_shared
     from tileagent.compiler.lower.shared_vectors import vectorize_shared_runs
 
-    module = lower_module(u.func, u.layouts, u.kernels, u.target, warp_specialize=u.options.warp_specialize)
-    return replace(u, module=vectorize_shared_runs(module))
+    module = vectorize_shared_runs(lower_module(u.func, u.layouts, u.kernels, u.target,
+                                                warp_specialize=u.options.warp_specialize))
+    return replace(u, module=forward_shared.forward_shared_reads(module) if forward_shared.enabled() else module)
 
 
 def _codegen_cuda(u: Unit) -> Unit:

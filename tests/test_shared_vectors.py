@@ -1,10 +1,18 @@
 """compiler.lower.shared_vectors: a thread's run of consecutive shared-memory elements in an unrolled loop is one
 vector access (read before the loop, written after it); loops where that would change the result stay as they were."""
 
+import pytest
 import torch
 
 import tileagent
 import tileagent.language as T
+
+
+@pytest.fixture(autouse=True)
+def _no_forwarding(monkeypatch):
+    """These kernels read back their own copies: compiler.lower.forward_shared would serve those reads from registers
+    (tests/test_forward_shared.py); here the shared accesses themselves are under test."""
+    monkeypatch.setenv("TILEAGENT_FORWARD_SHARED", "0")
 
 
 def _norm_rows(D=1024, threads=128, dtype="bfloat16"):

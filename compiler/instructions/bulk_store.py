@@ -9,7 +9,8 @@ the run entries with the reason noted); its ``reason`` for a single run always d
 Applies to: a shared -> global copy of one dtype whose source is a whole shared tile of static shape laid out
 row-major without a swizzle (its rows contiguous: a row stride of 16-byte multiples, padding allowed) and whose
 destination region has static extents that pair, in order, with the tile's non-unit dims, the innermost global dim
-(contiguous) paired with the tile's last dim; a row of 16 bytes or a multiple. What only the lowering can check
+(contiguous) paired with the tile's last dim; a row of 16 bytes or a multiple, and each copy at least
+``MIN_BYTES``. What only the lowering can check
 (``compiler.lower.bulk_store``): the region's columns inside the tensor, every row's start at a 16-byte offset, the
 tensor never read by the kernel.
 
@@ -29,6 +30,7 @@ from tileagent.compiler.instructions.base import Instruction, has_feature
 
 ENV = "TILEAGENT_BULK_STORE"
 ALIGN = 16  # bytes: addresses and sizes of cp.async.bulk
+MIN_BYTES = 128  # per copy: shorter rows stay vector stores (one bulk copy per 16 bytes would queue on the TMA unit)
 
 
 def enabled() -> bool:
@@ -86,8 +88,10 @@ def plan(src, dst, layout) -> BulkPlan | str:
         return f"rows of '{t.name}' start {row_stride * elem} bytes apart, not a multiple of {ALIGN}"
     dims = [static_int(n) for n in g.shape]
     rows = math.prod(shape[:-1])
-    return BulkPlan(rows, row_elems, row_elems * elem, row_stride,
-                    rows == 1 or (_dense(shape, strides) and _full_rows(dst, ext, dims)))
+    merged = rows == 1 or (_dense(shape, strides) and _full_rows(dst, ext, dims))
+    if (rows * row_elems * elem if merged else row_elems * elem) < MIN_BYTES:
+        return f"copies of {row_elems * elem} bytes (rows) are below {MIN_BYTES}: vector stores are as fast"
+    return BulkPlan(rows, row_elems, row_elems * elem, row_stride, merged)
 
 
 def _dense(shape, strides) -> bool:

@@ -24,7 +24,7 @@ from tileagent.compiler.ir.expr import as_expr, make_binop, make_cmp
 from tileagent.compiler.ir.simplify import known_multiple, static_int
 from tileagent.compiler.ir.stmt import AtomicAdd, AtomicAddTile, For, If
 from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
-from tileagent.compiler.instructions.bulk_store import ALIGN, plan
+from tileagent.compiler.instructions.bulk_store import ALIGN, MIN_BYTES, plan
 from tileagent.compiler.lower.context import and_
 from tileagent.compiler.tir import THREAD, AsyncProxyFence, Barrier, BulkStore, BulkStoreWait
 
@@ -56,6 +56,8 @@ def lower_bulk_store(ctx, s) -> tuple[list | None, str]:
         body = [BulkStore(ctx.mem(g), g_off, ctx.mem(src.buffer), t_off, p.rows * p.row_bytes, s.span)]
         issue = [If(make_cmp("==", THREAD, ctx.thread_range[0]), tuple(body + [BulkStoreWait(s.span)]), (), s.span)]
     else:  # one copy per row (also rows contiguous but not all proven inside the tensor: each is guarded)
+        if p.row_bytes < MIN_BYTES:
+            return None, f"rows of {p.row_bytes} bytes not all proven inside the tensor (one copy each: too short)"
         p = replace(p, merged=False)
         trips = -(-p.rows // issuers)
         k = ctx.var("k")
@@ -92,7 +94,7 @@ def _row(ctx, s, p, row) -> tuple:
 
 
 def _aligned(ctx, row, elem: int) -> bool:
-    """Whether both offsets of ``row`` are known to lie on 16 bytes (the tile's own start does: ``lower_bulk_store``)."""
+    """Whether both offsets of ``row`` are known to lie on 16 bytes (the tile's start does: ``lower_bulk_store``)."""
     g_off, t_off, _ = row
     return all(known_multiple(off, ctx.lets) * elem % ALIGN == 0 for off in (g_off, t_off))
 
