@@ -331,7 +331,17 @@ STEPS = (
          "RMSNorm+SiLU (gamma now read 2 at a time) and softmax against a device copy and torch.compile",
          after="gpu_tests_30b"),
     Step("fusion_30", 22, "python bench/fusion_suite.py --max-configs 3 --budget 150", 180,
-         "the drafter's kernels after the global vector runs (issue 14)", after="gpu_tests_30b"))
+         "the drafter's kernels after the global vector runs (issue 14)", after="gpu_tests_30b"),
+    # group 23: what session 31 left unmeasured (shared reads forwarded from the registers of their copy)
+    Step("gpu_tests_31", 23, "python -m pytest -q -m gpu tests/test_forward_shared.py tests/test_bulk_store.py "
+         "tests/test_shared_vectors.py", 120, "forwarded reads and bulk stores on the GPU"),
+    Step("forward_ab_31", 23, "for e in TILEAGENT_FORWARD_SHARED=0 X=1 TILEAGENT_FORWARD_SHARED=0 X=1; do echo $e; "
+         "env $e python bench/host_overhead.py | grep layernorm_fwd | tail -1; done", 150,
+         "TileLang's LayerNorm forward with X's reads forwarded (0.0544 ms in session 31's hand-edited probe, 0.0600 "
+         "before, TileLang 0.0506 on an H100): GPU ms column, alternating", after="gpu_tests_31"),
+    Step("tilelang_31", 23, "python bench/tilelang_examples.py --only layernorm,rms_norm,mla_decode,mha_fwd_bhsd "
+         "--timeout 60 $([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 200,
+         "the layer norm next to real TileLang (0.89 before)", after="gpu_tests_31"))
 
 
 def main(argv=None) -> int:

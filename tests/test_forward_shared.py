@@ -90,3 +90,20 @@ def test_another_threads_elements_are_not_forwarded():
     y = torch.zeros_like(x)
     kernel(x, y)
     assert torch.equal(y, x.flip(1))
+
+
+@pytest.mark.gpu
+def test_gpu_forwarded_reads():
+    """On a CUDA GPU: the forwarded kernels (one run a thread, four runs) and the one whose tile is rewritten between
+    give the numbers torch does."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    for N, rewrite in ((1024, False), (4096, False), (1024, True)):
+        k = tileagent.compile(_scale_rows(4096, N, rewrite_between=rewrite), target="cuda")
+        assert "_fwd" in k.get_ir("thread")
+        x = torch.randn(4096, N, dtype=torch.float16, device="cuda")
+        y = torch.full_like(x, float("nan"))
+        k(x, y)
+        torch.cuda.synchronize()
+        want = (x[1::2] if rewrite else x[0::2]) * 2 + 1
+        assert torch.equal(y[0::2], want.float().half()) and torch.equal(y[1::2], want.float().half()), (N, rewrite)
