@@ -50,7 +50,7 @@ def lower_bulk_store(ctx, s) -> tuple[list | None, str]:
     if n_last is None or r is None or r[0] < 0 or r[1] + p.row_elems > n_last:
         return None, f"the columns of '{g.name}' are not proven inside the tensor"
     issuers = ctx.thread_range[1] - ctx.thread_range[0]
-    ends = [_row(ctx, s, p, as_expr(r)) for r in sorted({0, p.rows - 1})] if p.merged else []
+    ends = [_row(ctx, s, p, as_expr(i)) for i in sorted({0, p.rows - 1})] if p.merged else []
     if ends and all(inside is True for _, _, inside in ends) and _aligned(ctx, ends[0], elem):
         g_off, t_off, _ = ends[0]
         body = [BulkStore(ctx.mem(g), g_off, ctx.mem(src.buffer), t_off, p.rows * p.row_bytes, s.span)]

@@ -73,15 +73,17 @@ def _stmts(stmts: tuple, state) -> tuple:
 
 
 def _unit(s) -> tuple:
-    """(loop variable or None, trips, body) of ``s``: an unrolled loop of static trip count from 0, else ``s`` alone
-    as one trip (a loop of one trip is no loop after lowering)."""
-    if isinstance(s, For) and s.kind == "unroll" and static_int(s.extent) is not None and static_int(s.start) == 0:
+    """(loop variable or None, trips, body) of ``s``: an unrolled loop of static trip count from 0 in steps of 1, else
+    ``s`` alone as one trip (a loop of one trip is no loop after lowering)."""
+    if isinstance(s, For) and s.kind == "unroll" and static_int(s.extent) is not None and static_int(s.start) == 0 \
+            and static_int(s.step) == 1:
         return s.var, static_int(s.extent), s.body
     return None, 1, (s,)
 
 
 def _rebuilt(s, body: tuple) -> tuple:
-    return (replace(s, body=body),) if isinstance(s, For) and s.kind == "unroll" else body
+    """``s`` (a statement ``_unit`` took apart) with ``body``: the loop with that body, or the statements alone."""
+    return (replace(s, body=body),) if _unit(s)[0] is not None else body
 
 
 def _fill(s):
