@@ -66,6 +66,40 @@ class Instruction:
         return None
 
 
+class WholeTileCopy(Instruction):
+    """Base of the copy entries that move a whole ``T.copy`` at once (TMA loads, bulk stores: ``select_tile_copy``),
+    never a run: ``moves`` the (source, destination) scopes they take, ``feature`` the target feature they need
+    (``unit``: what a target without it lacks, for the reason), ``switched_off()`` None or the line why not,
+    ``plan(src, dst, layout, offsets)`` a plan or the line why not."""
+
+    op = "copy"
+    moves: tuple = ()
+    feature = "tma"
+    unit = ""
+
+    def reason(self, src, dst, width: int, async_ok: bool, target) -> str | None:
+        return "moves whole tiles (compiler.lower.copy asks tile_reason first), not runs"
+
+    def cost(self, width: int) -> float:
+        return -1.0
+
+    def switched_off(self) -> str | None:
+        return None
+
+    def plan(self, src, dst, layout, offsets=None):
+        raise NotImplementedError
+
+    def tile_reason(self, src, dst, layout, target, offsets=None) -> str | None:
+        """None when the whole copy ``src`` -> ``dst`` can move by this entry, else why not."""
+        off = self.switched_off()
+        if off is not None:
+            return off
+        if target is None or not has_feature(target, self.feature):
+            return f"the target {getattr(target, 'name', target)} has no {self.unit}"
+        p = self.plan(src, dst, layout, offsets)
+        return p if isinstance(p, str) else None
+
+
 def k_step(buf) -> int:
     """K elements of one tensor-core instruction on operands of ``buf``'s dtype: the fragments (mma.sync m16n8k16's,
     wgmma's descriptors) hold 32 bytes of a row's K, so 16 for 16-bit dtypes, 32 for 8-bit ones (m16n8k32), 8 for

@@ -26,7 +26,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from tileagent.compiler.instructions.base import Instruction, has_feature
+from tileagent.compiler.instructions.base import WholeTileCopy
 
 ENV = "TILEAGENT_BULK_STORE"
 ALIGN = 16  # bytes: addresses and sizes of cp.async.bulk
@@ -114,25 +114,16 @@ def _full_rows(dst, ext, dims) -> bool:
                for d in range(first + 1, len(ext)))
 
 
-class BulkStoreCopy(Instruction):
+class BulkStoreCopy(WholeTileCopy):
     name = "cp.async.bulk (bulk store)"
-    op = "copy"
-    moves = ("shared", "global")  # the scopes of a whole-tile copy it may take (``select_tile_copy``)
+    moves = ("shared", "global")
+    unit = "bulk copies"
 
-    def reason(self, src, dst, width: int, async_ok: bool, target) -> str | None:
-        return "moves whole tiles (compiler.lower.copy asks tile_reason first), not runs"
+    def switched_off(self) -> str | None:
+        return None if enabled() else f"switched off: {ENV}=0"
 
-    def cost(self, width: int) -> float:
-        return -1.0
-
-    def tile_reason(self, src, dst, layout, target, offsets=None) -> str | None:
-        """None when the whole copy ``src`` -> ``dst`` can be bulk stores, else why not."""
-        if not enabled():
-            return f"switched off: {ENV}=0"
-        if target is None or not has_feature(target, "tma"):
-            return f"the target {getattr(target, 'name', target)} has no bulk copies"
-        p = plan(src, dst, layout)
-        return p if isinstance(p, str) else None
+    def plan(self, src, dst, layout, offsets=None):
+        return plan(src, dst, layout)
 
     def describe_plan(self, p: BulkPlan) -> str:
         if p.merged:

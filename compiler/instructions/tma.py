@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tileagent.compiler.instructions.base import Instruction, has_feature
+from tileagent.compiler.instructions.base import WholeTileCopy, has_feature
 
 ENV = "TILEAGENT_ENABLE_TMA"
 TMA_DTYPES = {"float16": "FLOAT16", "bfloat16": "BFLOAT16", "float32": "FLOAT32", "float64": "FLOAT64",
@@ -270,25 +270,16 @@ def usable(target) -> bool:
     return enabled() and target is not None and has_feature(target, "tma")
 
 
-class TmaTileCopy(Instruction):
+class TmaTileCopy(WholeTileCopy):
     name = "cp.async.bulk.tensor (TMA)"
-    op = "copy"
-    moves = ("global", "shared")  # the scopes of a whole-tile copy it may take (``select_tile_copy``)
+    moves = ("global", "shared")
+    unit = "TMA"
 
-    def reason(self, src, dst, width: int, async_ok: bool, target) -> str | None:
-        return "moves whole tiles (compiler.lower.copy asks tile_reason first), not runs"
+    def switched_off(self) -> str | None:
+        return None if enabled() else f"switched off: {ENV}=0"
 
-    def cost(self, width: int) -> float:
-        return -1.0
-
-    def tile_reason(self, src, dst, layout, target, offsets=None) -> str | None:
-        """None when the whole copy ``src`` -> ``dst`` can be one TMA transfer, else why not."""
-        if not enabled():
-            return f"switched off: {ENV}=0"
-        if target is None or not has_feature(target, "tma"):
-            return f"the target {getattr(target, 'name', target)} has no TMA"
-        p = plan(src, dst, layout, offsets)
-        return p if isinstance(p, str) else None
+    def plan(self, src, dst, layout, offsets=None):
+        return plan(src, dst, layout, offsets)
 
     def describe_plan(self, p: TmaPlan, dtype) -> str:
         sw = f"{p.swizzle}B swizzle" if p.swizzle else "no swizzle"
