@@ -13,6 +13,7 @@ from tileagent.compiler import instructions
 from tileagent.compiler.diagnostics import CompileError, LayoutError
 from tileagent.compiler.instructions import (COPY, GEMM, CpAsync, LoadStore, MmaSyncM16N8K16, cuda_emitters,
                                              emulators, gemm_unavailable, select_copy, select_gemm)
+from tileagent.compiler.instructions.bulk_store import BulkStoreCopy
 from tileagent.compiler.instructions.tma import TmaTileCopy
 from tileagent.compiler.ir.stmt import Buffer, Gemm, Region
 from tileagent.compiler.dtypes import DType
@@ -84,8 +85,8 @@ def test_copy_entries_by_cost():
     g = Region.whole(_buf("A", (64, 64), "float16", "global"))
     s = Region.whole(_buf("A_s", (64, 64), "float16", "shared"))
     f = Region.whole(_buf("A_f", (64, 64), "float32", "fragment"))
-    # TMA (sm_90a, opt-in) is first but moves whole tiles (select_tile_copy), never one run
-    assert [type(e) for e in COPY] == [TmaTileCopy, CpAsync, LoadStore, LoadStore]
+    # TMA loads and bulk stores (sm_90a) come first but move whole tiles (select_tile_copy), never one run
+    assert [type(e) for e in COPY] == [TmaTileCopy, BulkStoreCopy, CpAsync, LoadStore, LoadStore]
     assert isinstance(select_copy(g, s, 8, True), CpAsync)
     assert select_copy(g, s, 8, True).describe(g, 8) == "cp.async 16B"
     assert select_copy(g, s, 8, False).name == "vectorized ld/st"  # not a pipeline producer
