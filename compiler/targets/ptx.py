@@ -10,14 +10,14 @@ Out: one PTX module (a ``str``) with every kernel as ``.visible .entry <kernel_s
 Covered: ``Let``, ``Store``, ``If``, ``For`` (loops with static bounds unrolled when their kind is "unroll", a register
 array is indexed by their variable, or the unrolled body stays within ``_UNROLL_BUDGET`` statements; other loops kept as
 loops), ``Declare``, ``VecCopy``, ``Barrier``, ``AtomicAdd`` (float32 and 32-bit integers), ``VecAtomicAdd`` (float32:
-one ``red`` per element), ``AsyncProxyFence``, ``BulkStore``, ``BulkStoreWait``, with the expressions of ``compiler.targets.ptx_expr``. Register arrays are registers, so every
-index into one must be known after unrolling. Global buffers the kernel never writes are read through the non-coherent
-path (``ld.global.nc``: the CUDA target's ``const __restrict__``), except the vector reads of a ``VecCopy`` with an
-``eviction_policy``, which are the CUDA target's hinted ones (``compiler.targets.cuda_cache_hints``):
-``ld.global.L1::<policy>.L2::cache_hint`` with the 64-bit policy that one ``createpolicy.fractional.L2::<policy>`` per
-policy makes in the prologue. Guarantees: the semantics of ``compiler.targets.cuda`` for the same module (``ptx_expr``
-says how arithmetic is done); anything else raises ``PtxUnsupported`` naming it, and the caller compiles the CUDA C++
-with NVRTC instead.
+one ``red`` per element), ``AsyncProxyFence``, ``BulkStore``, ``BulkStoreWait``, with the expressions of
+``compiler.targets.ptx_expr``. Register arrays are registers, so every index into one must be known after unrolling.
+Global buffers the kernel never writes are read through the non-coherent path (``ld.global.nc``: the CUDA target's
+``const __restrict__``), except the vector reads of a ``VecCopy`` with an ``eviction_policy``, which are the CUDA
+target's hinted ones (``compiler.targets.cuda_cache_hints``): ``ld.global.L1::<policy>.L2::cache_hint`` with the 64-bit
+policy that one ``createpolicy.fractional.L2::<policy>`` per policy makes in the prologue. Guarantees: the semantics of
+``compiler.targets.cuda`` for the same module (``ptx_expr`` says how arithmetic is done); anything else raises
+``PtxUnsupported`` naming it, and the caller compiles the CUDA C++ with NVRTC instead.
 """
 
 from __future__ import annotations
