@@ -93,6 +93,7 @@ def test_strided_rows_of_a_head_leave_the_others_alone():
     ("sm_80", None),
     ("off", None),
     ("read", "no bulk store: the kernel reads 'B' (bulk stores complete after the kernel)"),
+    ("written", "no bulk store: the kernel also writes 'B' other than from shared tiles"),
     ("padded", None),
     ("narrow", "no bulk store: cp.async.bulk (bulk store): a row of 8 bytes is not a multiple of 16"),
 ])
@@ -107,6 +108,16 @@ def test_declines(case, note, monkeypatch):
                 S = T.alloc_shared((32, 64), "float16")
                 for i, j in T.Parallel(32, 64):
                     S[i, j] = A[bx * 32 + i, j] + B[bx * 32 + i, j]
+                T.copy(S, B[bx * 32, 0])
+    elif case == "written":  # B zeroed by generic stores first: the async proxy's writes would not be ordered after
+        @T.prim_func
+        def f(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16")):
+            with T.Kernel(2, threads=128) as bx:
+                S = T.alloc_shared((32, 64), "float16")
+                for i, j in T.Parallel(32, 64):
+                    B[bx * 32 + i, j] = 0
+                for i, j in T.Parallel(32, 64):
+                    S[i, j] = A[bx * 32 + i, j] * 2
                 T.copy(S, B[bx * 32, 0])
     elif case == "padded":  # 16 bytes of padding a row: rows 144 bytes apart in shared memory, still one per row
         f = _rows(64, 64, 32, layout=Layout.row_major((32, 64), pad=8))

@@ -9,7 +9,8 @@ each issuing thread then waits until its copies have read shared memory (``BulkS
 the tile (after the Barrier the barrier pass puts there: the copy reads the tile) cannot race with them.
 Declines (the reason is noted in ``get_ir("thread")``): warp specialization by hand or per-thread code (the copy may
 run in some threads only), a staged (pipelined) tile, a tensor the kernel reads or adds to (the copies' global
-writes complete only after the kernel: ``.read`` waits for the shared side alone), columns not proven inside the
+writes complete only after the kernel: ``.read`` waits for the shared side alone) or writes other than from shared
+tiles (generic and async-proxy writes of one address are not ordered), columns not proven inside the
 tensor, a row start not known to lie on 16 bytes, and rows not all proven inside the tensor for a merged copy (rows
 one by one are each guarded instead).
 Guarantees: every byte the copy writes is read from the tile after every thread's earlier writes of it; rows
@@ -22,7 +23,7 @@ from dataclasses import replace
 
 from tileagent.compiler.ir.expr import as_expr, make_binop, make_cmp
 from tileagent.compiler.ir.simplify import known_multiple, static_int
-from tileagent.compiler.ir.stmt import AtomicAdd, AtomicAddTile, For, If
+from tileagent.compiler.ir.stmt import AtomicAdd, AtomicAddTile, Copy, For, If, Store
 from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
 from tileagent.compiler.instructions.bulk_store import ALIGN, MIN_BYTES, plan
 from tileagent.compiler.lower.context import and_
@@ -44,6 +45,9 @@ def lower_bulk_store(ctx, s) -> tuple[list | None, str]:
     p = plan(src, dst, ctx.shared_layouts.get(src.buffer))
     if dst.buffer in _read_globals(ctx.kernel.body):
         return None, f"the kernel reads '{dst.buffer.name}' (bulk stores complete after the kernel)"
+    if _written_otherwise(ctx.kernel.body, dst.buffer):
+        return None, (f"the kernel also writes '{dst.buffer.name}' other than from shared tiles (the async proxy's "
+                      "writes are not ordered with those)")
     g, elem = dst.buffer, dst.buffer.dtype.bytes
     n_last = static_int(g.shape[-1])
     r = ctx.range_of(dst.starts[-1])
@@ -97,6 +101,20 @@ def _aligned(ctx, row, elem: int) -> bool:
     """Whether both offsets of ``row`` are known to lie on 16 bytes (the tile's start does: ``lower_bulk_store``)."""
     g_off, t_off, _ = row
     return all(known_multiple(off, ctx.lets) * elem % ALIGN == 0 for off in (g_off, t_off))
+
+
+def _written_otherwise(body, g) -> bool:
+    """Whether a statement of ``body`` other than a copy from a shared tile writes global tensor ``g``."""
+    from tileagent.compiler.tileops import op_for
+
+    for x in walk(body):
+        op = op_for(x)
+        from_shared = isinstance(x, Copy) and x.src.buffer.scope == "shared"
+        if op is not None and g in op.effects(x).writes and not from_shared:
+            return True
+        if isinstance(x, (Store, AtomicAdd)) and x.buffer is g:
+            return True
+    return False
 
 
 def _read_globals(body) -> set:
