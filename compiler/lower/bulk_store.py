@@ -23,9 +23,9 @@ from dataclasses import replace
 
 from tileagent.compiler.ir.expr import as_expr, make_binop, make_cmp
 from tileagent.compiler.ir.simplify import known_multiple, static_int
-from tileagent.compiler.ir.stmt import AtomicAdd, AtomicAddTile, Copy, For, If, Store
-from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
-from tileagent.compiler.instructions.bulk_store import ALIGN, MIN_BYTES, plan
+from tileagent.compiler.ir.stmt import Copy, For, If
+from tileagent.compiler.ir.visit import leaves
+from tileagent.compiler.instructions.bulk_store import ALIGN, MIN_BYTES
 from tileagent.compiler.lower.context import and_
 from tileagent.compiler.tir import THREAD, AsyncProxyFence, Barrier, BulkStore, BulkStoreWait
 
@@ -42,12 +42,10 @@ def lower_bulk_store(ctx, s) -> tuple[list | None, str]:
     entry, why = select_tile_copy(src, dst, ctx.shared_layouts.get(src.buffer), getattr(ctx, "target", None))
     if entry is None:
         return None, why
-    p = plan(src, dst, ctx.shared_layouts.get(src.buffer))
-    if dst.buffer in _read_globals(ctx.kernel.body):
-        return None, f"the kernel reads '{dst.buffer.name}' (bulk stores complete after the kernel)"
-    if _written_otherwise(ctx.kernel.body, dst.buffer):
-        return None, (f"the kernel also writes '{dst.buffer.name}' other than from shared tiles (the async proxy's "
-                      "writes are not ordered with those)")
+    p = entry.plan(src, dst, ctx.shared_layouts.get(src.buffer))
+    other = _other_access(ctx.kernel.body, dst.buffer)
+    if other is not None:
+        return None, other
     g, elem = dst.buffer, dst.buffer.dtype.bytes
     n_last = static_int(g.shape[-1])
     r = ctx.range_of(dst.starts[-1])
@@ -103,37 +101,18 @@ def _aligned(ctx, row, elem: int) -> bool:
     return all(known_multiple(off, ctx.lets) * elem % ALIGN == 0 for off in (g_off, t_off))
 
 
-def _written_otherwise(body, g) -> bool:
-    """Whether a statement of ``body`` other than a copy from a shared tile writes global tensor ``g``."""
-    from tileagent.compiler.tileops import op_for
+def _other_access(body, g) -> str | None:
+    """Why the kernel's other accesses of global tensor ``g`` rule bulk stores out (a read anywhere; a write other
+    than a copy from a shared tile), or None (``compiler.lower.barriers.shared_effects`` says what each touches)."""
+    from tileagent.compiler.lower.barriers import shared_effects
 
-    for x in walk(body):
-        op = op_for(x)
-        from_shared = isinstance(x, Copy) and x.src.buffer.scope == "shared"
-        if op is not None and g in op.effects(x).writes and not from_shared:
-            return True
-        if isinstance(x, (Store, AtomicAdd)) and x.buffer is g:
-            return True
-    return False
-
-
-def _read_globals(body) -> set:
-    """The global tensors ``body`` reads or adds to (tile ops' reads and atomics, loads, element atomics)."""
-    from tileagent.compiler.tileops import op_for
-
-    out = set()
-    for x in walk(body):
-        op = op_for(x)
-        if op is not None:
-            eff = op.effects(x)
-            out.update(b for b in eff.reads if b.scope == "global")
-            if isinstance(x, AtomicAddTile):
-                out.update(b for b in eff.writes if b.scope == "global")
-        if isinstance(x, AtomicAdd) and x.buffer.scope == "global":
-            out.add(x.buffer)
-        for e in stmt_exprs(x):
-            out.update(ld.buffer for ld in loads(as_expr(e)) if ld.buffer.scope == "global")
-    return out
+    if any(g in shared_effects(x, ("global",))[1] for x in body):
+        return f"the kernel reads '{g.name}' (bulk stores complete after the kernel)"
+    if any(g in shared_effects(x, ("global",))[0] for x in leaves(body)
+           if not (isinstance(x, Copy) and x.src.buffer.scope == "shared")):
+        return (f"the kernel also writes '{g.name}' other than from shared tiles (the async proxy's writes are not "
+                "ordered with those)")
+    return None
 
 
 __all__ = ["lower_bulk_store"]
