@@ -193,9 +193,7 @@ def _plan_operands(u: Unit) -> Unit:
 
 
 def _lower_tile_ops(u: Unit) -> Unit:
-    from tileagent.compiler.lower import lower_module
-
-    from tileagent.compiler.lower import forward_shared
+    from tileagent.compiler.lower import forward_shared, lower_module
     from tileagent.compiler.lower.shared_vectors import vectorize_shared_runs
 
     module = vectorize_shared_runs(lower_module(u.func, u.layouts, u.kernels, u.target,

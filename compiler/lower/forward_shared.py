@@ -128,14 +128,15 @@ def _forward(out: list, k: int, fill, state) -> int:
     state["budget"] -= nbytes
     state["n"] += 1
     regs = Buffer(f"{shared.name}_fwd{state['n']}", (trips * w,), shared.dtype, "local")
-    at = make_binop("*", var, w) if var is not None else as_expr(0)
+    def at(v):  # the register run of iteration v (None: the single trip)
+        return make_binop("*", v, w) if v is not None else as_expr(0)
+
     for j, tvar, matched in reversed(reads):
-        t_at = make_binop("*", tvar, w) if tvar is not None else as_expr(0)
-        body = tuple(replace(x, src=regs, src_index=t_at) if x in matched else x for x in _unit(out[j])[2])
+        body = tuple(replace(x, src=regs, src_index=at(tvar)) if x in matched else x for x in _unit(out[j])[2])
         out[j:j + 1] = _rebuilt(out[j], body)
     filled = (Declare(regs, span=copy.span),) + _rebuilt(out[k], (
-        VecCopy(regs, at, copy.src, copy.src_index, w, copy.span, copy.eviction_policy),
-        VecCopy(shared, copy.dst_index, regs, at, w, copy.span)))
+        VecCopy(regs, at(var), copy.src, copy.src_index, w, copy.span, copy.eviction_policy),
+        VecCopy(shared, copy.dst_index, regs, at(var), w, copy.span)))
     out[k:k + 1] = filled
     return len(filled)
 
