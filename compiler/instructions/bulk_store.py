@@ -10,9 +10,9 @@ Applies to: a shared -> global copy of one dtype whose source is a whole shared 
 row-major without a swizzle (its rows contiguous: a row stride of 16-byte multiples, padding allowed) and whose
 destination region has static extents that pair, in order, with the tile's non-unit dims, the innermost global dim
 (contiguous) paired with the tile's last dim; a row of 16 bytes or a multiple, and each copy at least
-``MIN_BYTES``. What only the lowering can check
-(``compiler.lower.bulk_store``): the region's columns inside the tensor, every row's start at a 16-byte offset, the
-tensor never read by the kernel.
+``MIN_BYTES``. What only the lowering can check (``compiler.lower.bulk_store``): the region's columns inside the
+tensor, every row's start at a 16-byte offset, the tensor neither read by the kernel nor written other than from
+shared tiles.
 
 A ``BulkPlan``: rows (the product of the tile's outer dims) of ``row_bytes`` each; ``merged`` when the rows are
 contiguous on both sides (one copy of all of them, as TileLang's layer norm).
