@@ -74,7 +74,7 @@ from tileagent.compiler.ir.expr import make_binop, make_call, make_cmp
 from tileagent.compiler.ir.simplify import depends_on
 from tileagent.compiler.ir.stmt import Alloc, Buffer, Copy, For, Gemm, If, Let, Stmt, While
 from tileagent.compiler.ir.visit import leaves, loads, stmt_exprs, substitute, walk
-from tileagent.compiler.lower import defer_gemm
+from tileagent.compiler.lower import defer_gemm, early_loads
 from tileagent.compiler.lower.copy import guarded, lower_copy
 from tileagent.compiler.lower.gemm import hoist_a_operand, hoistable_a
 from tileagent.compiler.tir import AsyncCommit, AsyncProxyFence, AsyncWait, Barrier, WgmmaWait
@@ -325,13 +325,15 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
         ctx.ranges[ahead] = ctx.ranges[v]
     schedules = wgmma_schedules(p, ctx.layouts)
     overlap = any(w.pending for w in schedules.values())
-    body = [AsyncWait(s - 2, p.span)] + ([AsyncProxyFence(p.span)] if schedules else []) + [Barrier(p.span)]
+    consumers = ctx.derive(stage_base={b: make_binop("*", make_binop("%", rel, s), n) for b, n in strides.items()},
+                           wgmma_schedule=schedules)
+    early, rest = early_loads.split(p.consumers, ctx.kernel.body)
+    body = lowering.with_context(consumers).body(early)
+    body += [AsyncWait(s - 2, p.span)] + ([AsyncProxyFence(p.span)] if schedules else []) + [Barrier(p.span)]
     issue = [Let(ahead, make_binop("+", v, s - 1), p.span)]
     issue += producers(ahead, make_binop("%", make_binop("-", ahead, start), s))
     refill = guarded(ctx, make_cmp("<", make_binop("+", v, s - 1), end), issue) + [AsyncCommit(p.span)]
-    consumers = ctx.derive(stage_base={b: make_binop("*", make_binop("%", rel, s), n) for b, n in strides.items()},
-                           wgmma_schedule=schedules)
-    work = lowering.with_context(consumers).body(p.consumers)
+    work = lowering.with_context(consumers).body(rest)
     # overlapped: refill stage (k - 1) % s only after every thread's wait_group 1 retired iteration k - 1's wgmmas
     body += work + [Barrier(p.span)] + refill if overlap else refill + work
     out.append(For(v, start, extent, loop.step, "serial", tuple(body), {}, loop.span))
@@ -416,14 +418,16 @@ def _lower_tma_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict) -> 
     lean = overlap and not any(shared_effects(x)[0] for x in p.consumers)
     if lean:
         out += [AsyncProxyFence(p.span), Barrier(p.span)]
-    body = wait(ctx, make_binop("+", first, stage), make_binop("%", make_binop("//", count, s), 2), p.span)
+    consumers = ctx.derive(stage_base={b: make_binop("*", stage, n) for b, n in strides.items()},
+                           wgmma_schedule=schedules)
+    early, rest = early_loads.split(p.consumers, ctx.kernel.body)
+    body = lowering.with_context(consumers).body(early)
+    body += wait(ctx, make_binop("+", first, stage), make_binop("%", make_binop("//", count, s), 2), p.span)
     if not lean:
         body += ([AsyncProxyFence(p.span)] if schedules else []) + [Barrier(p.span)]
     issue_next = [Let(ahead, make_binop("+", v, s - 1), p.span)] + producers(ahead, make_binop("+", count, s - 1))
     refill = guarded(ctx, make_cmp("<", make_binop("+", v, s - 1), end), issue_next)
-    consumers = ctx.derive(stage_base={b: make_binop("*", stage, n) for b, n in strides.items()},
-                           wgmma_schedule=schedules)
-    work = lowering.with_context(consumers).body(p.consumers)
+    work = lowering.with_context(consumers).body(rest)
     body += work + [Barrier(p.span)] + refill if overlap else refill + work
     out.append(For(v, start, extent, loop.step, "serial", tuple(body), {}, loop.span))
     if overlap:  # as in the cp.async pipeline: the accumulators pinned after the wait
@@ -523,14 +527,17 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
     lean = not any(shared_effects(x)[0] for x in p.consumers)
     if lean:
         out += [AsyncProxyFence(p.span), Barrier(p.span)]
-    body = wait(ctx, make_binop("+", full, stage), make_binop("%", make_binop("//", count, s), 2), p.span)
-    if not lean:
-        body += ([AsyncProxyFence(p.span)] if schedules else []) + [Barrier(p.span)]
 
     def on_stage(x):
         return ctx.derive(stage_base={b: make_binop("*", x, n) for b, n in strides.items()}, wgmma_schedule=schedules)
 
     consumers = on_stage(stage)
+    # (a deferred gemm's schedule lowers the consumers itself, in its own order)
+    early, rest = early_loads.split(p.consumers, ctx.kernel.body) if deferred is None else ((), p.consumers)
+    body = lowering.with_context(consumers).body(early)
+    body += wait(ctx, make_binop("+", full, stage), make_binop("%", make_binop("//", count, s), 2), p.span)
+    if not lean:
+        body += ([AsyncProxyFence(p.span)] if schedules else []) + [Barrier(p.span)]
     previous = defer_gemm.previous_stage(count, s)
     loop_start, loop_extent = start, extent
     if deferred is not None:  # iteration 0 peeled: no branch around the wgmmas (ptxas would drain them there)
@@ -541,11 +548,11 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
         body += defer_gemm.iteration(lowering, deferred, consumers, on_stage(previous),
                                      arrive(ctx, make_binop("+", empty, previous), p.span))
     elif overlap:  # this thread's wait_group 1 retired iteration k - 1's wgmmas: their stage is free
-        body += lowering.with_context(consumers).body(p.consumers)
+        body += lowering.with_context(consumers).body(rest)
         body.append(If(make_cmp(">", local, 0), tuple(arrive(ctx, make_binop("+", empty, previous), p.span)), (),
                        p.span))
     else:
-        body += lowering.with_context(consumers).body(p.consumers)
+        body += lowering.with_context(consumers).body(rest)
         body += arrive(ctx, make_binop("+", empty, stage), p.span)
     out.append(For(v, loop_start, loop_extent, loop.step, "serial", tuple(body), {}, loop.span))
     last = make_binop("%", make_binop("+", done, make_binop("-", extent, 1)), s)
