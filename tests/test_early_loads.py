@@ -60,8 +60,10 @@ MASK_LOAD = "m[0:+8] = Mask[k * 32 + tid % 4 * 8:+8]"
 def test_the_mask_load_runs_before_the_stage_wait(monkeypatch, tma, wait):
     monkeypatch.setenv("TILEAGENT_ENABLE_TMA", tma)  # 1: warp-specialized TMA pipeline, 0: cp.async
     k = tileagent.compile(_masked_sum(128, 256), target="sim")
-    first = _loop_lines(k.get_ir("thread"))
+    ir = k.get_ir("thread")
+    first = _loop_lines(ir)
     assert first[0] == MASK_LOAD and first[1].startswith(wait)
+    assert "# T.copy at line 36: issued before the pipeline's stage wait" in ir
     a, mask = torch.randn(128, 256, dtype=torch.float16), (torch.rand(256) > 0.5).to(torch.uint8)
     b = torch.full((128,), float("nan"))
     k(a, mask, b)

@@ -31,8 +31,9 @@ def enabled() -> bool:
     return os.environ.get("TILEAGENT_EARLY_LOADS", "").strip() != "0"
 
 
-def split(consumers: tuple, kernel_body) -> tuple[tuple, tuple]:
-    """(early, rest): the leading consumers that may run before the stage wait, as the module docstring says."""
+def split(ctx, consumers: tuple) -> tuple[tuple, tuple]:
+    """(early, rest): the leading consumers that may run before the stage wait, as the module docstring says; each
+    moved copy gets an instruction note (``kernel.get_ir("thread")``)."""
     from tileagent.compiler.lower.barriers import shared_effects
 
     if not enabled():
@@ -43,9 +44,11 @@ def split(consumers: tuple, kernel_body) -> tuple[tuple, tuple]:
     if n == 0:
         return (), tuple(consumers)
     written = set()
-    for x in kernel_body:
+    for x in ctx.kernel.body:
         written |= shared_effects(x, ("global",))[0]
     n = next((i for i, c in enumerate(consumers[:n]) if c.src.buffer in written), n)
+    for c in consumers[:n]:
+        ctx.note_instruction(c, "issued before the pipeline's stage wait")
     return tuple(consumers[:n]), tuple(consumers[n:])
 
 

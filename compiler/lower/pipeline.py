@@ -327,7 +327,7 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
     overlap = any(w.pending for w in schedules.values())
     consumers = ctx.derive(stage_base={b: make_binop("*", make_binop("%", rel, s), n) for b, n in strides.items()},
                            wgmma_schedule=schedules)
-    early, rest = early_loads.split(p.consumers, ctx.kernel.body)
+    early, rest = early_loads.split(ctx, p.consumers)
     body = lowering.with_context(consumers).body(early)
     body += [AsyncWait(s - 2, p.span)] + ([AsyncProxyFence(p.span)] if schedules else []) + [Barrier(p.span)]
     issue = [Let(ahead, make_binop("+", v, s - 1), p.span)]
@@ -420,7 +420,7 @@ def _lower_tma_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict) -> 
         out += [AsyncProxyFence(p.span), Barrier(p.span)]
     consumers = ctx.derive(stage_base={b: make_binop("*", stage, n) for b, n in strides.items()},
                            wgmma_schedule=schedules)
-    early, rest = early_loads.split(p.consumers, ctx.kernel.body)
+    early, rest = early_loads.split(ctx, p.consumers)
     body = lowering.with_context(consumers).body(early)
     body += wait(ctx, make_binop("+", first, stage), make_binop("%", make_binop("//", count, s), 2), p.span)
     if not lean:
@@ -533,7 +533,7 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
 
     consumers = on_stage(stage)
     # (a deferred gemm's schedule lowers the consumers itself, in its own order)
-    early, rest = early_loads.split(p.consumers, ctx.kernel.body) if deferred is None else ((), p.consumers)
+    early, rest = early_loads.split(ctx, p.consumers) if deferred is None else ((), p.consumers)
     body = lowering.with_context(consumers).body(early)
     body += wait(ctx, make_binop("+", full, stage), make_binop("%", make_binop("//", count, s), 2), p.span)
     if not lean:
