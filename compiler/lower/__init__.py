@@ -27,6 +27,7 @@ from tileagent.compiler.lower.context import LowerContext
 from tileagent.compiler.lower.copy import merge_async_waits
 from tileagent.compiler.lower.parallel import kernel_level_writer, lower_elements, lower_parallel
 from tileagent.compiler.lower.pipeline import SoftwarePipeline, lower_pipeline
+from tileagent.compiler.lower.reduce import fused_runs, lower_reduces, run_scratch_bytes
 from tileagent.compiler.tileops import op_for
 from tileagent.compiler.language.cp_async import SET_MAX_NREG
 from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, THREAD, AsyncProxyFence, Barrier, Declare, DeviceKernel,
@@ -46,9 +47,10 @@ def lower(func: PrimFunc, layouts=None, target=None) -> DeviceModule:
 
 
 def kernel_scratch_bytes(k: Kernel, layouts) -> int:
-    """Bytes of shared scratch the tile ops of kernel ``k`` need at most (reductions across warps, conversions)."""
+    """Bytes of shared scratch the tile ops of kernel ``k`` need at most (reductions across warps, conversions;
+    reductions lowered together need their sum: ``compiler.lower.reduce.run_scratch_bytes``)."""
     scratch = [op_for(s).scratch_bytes(s, layouts, k.num_threads) for s in walk(k.body) if op_for(s) is not None]
-    return max(scratch, default=0)
+    return max(scratch + [run_scratch_bytes(k.body, layouts, k.num_threads)], default=0)
 
 
 def lower_module(func: PrimFunc, layouts, plans, target, warp_specialize: bool = True) -> DeviceModule:
@@ -260,9 +262,10 @@ class _Lowering:
 
     def body(self, stmts) -> list:
         out = []
-        for s in stmts:
+        for run in fused_runs(self.ctx, stmts):
+            s = run[0]
             try:
-                lowered = self.stmt(s)
+                lowered = self.stmt(s) if len(run) == 1 else lower_reduces(self.ctx, run)
                 if out and isinstance(out[-1], Barrier) and len(lowered) > 1 and \
                         isinstance(lowered[0], AsyncProxyFence) and isinstance(lowered[1], Barrier):
                     out.pop()  # "barrier; fence; barrier": the second orders all the first did

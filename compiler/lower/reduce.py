@@ -14,13 +14,15 @@ accumulation happens in float32 (float64 for float64) and is rounded once into t
 from __future__ import annotations
 
 import math
+import os
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from tileagent.compiler.diagnostics import TargetError
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import Call, Const, Load, as_expr, make_binop, make_call, make_cast, make_cmp
-from tileagent.compiler.ir.stmt import For, Reduce, Store
+from tileagent.compiler.ir.stmt import Buffer, For, Reduce, Store
 from tileagent.compiler.layout import Level
 from tileagent.compiler.lower.copy import guarded, valid_condition
 from tileagent.compiler.lower.slots import SlotLoops
@@ -30,12 +32,45 @@ _COMBINE = {"sum": "+", "abssum": "+", "max": "max", "absmax": "max", "min": "mi
 
 
 def lower_reduce(ctx, s: Reduce) -> list:
-    if s.src.scope != "fragment" or s.dst.scope != "fragment":
-        raise TargetError("the CUDA backend reduces fragments only", s.span, code="E602",
-                          hint="T.copy the shared tile into a fragment first")
+    return lower_reduces(ctx, [s])
+
+
+def lower_reduces(ctx, run) -> list:
+    """A run of reductions (one, or independent ones that follow each other: ``fused_runs``) lowered together: each
+    folds in-thread and across lanes, then every one writes its partials to its own part of the scratch, one barrier,
+    every one folds them, one barrier (instead of two barriers a reduction)."""
+    for s in run:
+        if s.src.scope != "fragment" or s.dst.scope != "fragment":
+            raise TargetError("the CUDA backend reduces fragments only", s.span, code="E602",
+                              hint="T.copy the shared tile into a fragment first")
+    parts, offset = [], 0
+    for s in run:
+        parts.append(_in_registers(ctx, s, offset))
+        offset += scratch_bytes(s, ctx.layouts, ctx.threads) // parts[-1].acc.dtype.bytes
+    out = [x for p in parts for x in p.fold]
+    if any(p.shared for p in parts):
+        out += [x for p in parts for x in p.write] + [Barrier()]
+        out += [x for p in parts for x in p.gather] + [Barrier()]  # the scratch may be written again next
+    return out + [x for p in parts for x in p.result]
+
+
+@dataclass
+class _Parts:
+    """One reduction's thread IR in the order a run interleaves: ``fold`` (in-thread and warp butterflies),
+    ``write`` (its partials into the scratch), ``gather`` (after the barrier: the partials folded), ``result``
+    (stored into the destination)."""
+
+    acc: Buffer
+    shared: list
+    fold: list
+    write: list = field(default_factory=list)
+    gather: list = field(default_factory=list)
+    result: list = field(default_factory=list)
+
+
+def _in_registers(ctx, s: Reduce, offset: int) -> _Parts:
     src_layout, dim = ctx.frag(s.src), s.dim % s.src.ndim
-    acc_dtype = DType("float64") if s.dst.dtype == "float64" else (
-        DType("float32") if s.dst.dtype.is_float else s.dst.dtype)
+    acc_dtype = _acc_dtype(s)
     n_out = ctx.frag(s.dst).num_slots
     acc = ctx.scratch_registers(f"red_{s.dst.name}", n_out, acc_dtype)
     combine = _COMBINE[s.kind]
@@ -65,15 +100,80 @@ def lower_reduce(ctx, s: Reduce) -> list:
                          (", one round through shared memory" if shared else ""))
     for level in shuffled:
         out += _butterfly(acc, n_out, level, combine, s)
+    parts = _Parts(acc, shared, out)
     if shared:
-        out += _through_shared(ctx, acc, n_out, shared, combine, identity, s)
+        parts.write, parts.gather = _through_shared(ctx, acc, n_out, shared, combine, identity, s, offset)
     dst_reg = ctx.mem(s.dst)
     for j in range(n_out):
         total = Load(acc, (as_expr(j),), acc_dtype)
         if not s.clear:
             total = _combine(combine, make_cast(Load(dst_reg, (as_expr(j),), s.dst.dtype), acc_dtype), total)
-        out.append(Store(dst_reg, (as_expr(j),), make_cast(total, s.dst.dtype), s.span))
+        parts.result.append(Store(dst_reg, (as_expr(j),), make_cast(total, s.dst.dtype), s.span))
+    return parts
+
+
+def _acc_dtype(s: Reduce) -> DType:
+    """Accumulation in float32 (float64 for float64), integers in their own dtype."""
+    return DType("float64") if s.dst.dtype == "float64" else (DType("float32") if s.dst.dtype.is_float else s.dst.dtype)
+
+
+def fused_runs(ctx, stmts) -> list[list]:
+    """``stmts`` (one statement list) cut into runs: a run is several reductions in a row that go through shared
+    memory with one accumulation dtype, none reading or writing a tile another of the run writes (so their order
+    does not matter), whose scratch parts fit the kernel's scratch (``run_scratch_bytes`` planned it); every other
+    statement is a run of its own. ``TILEAGENT_FUSE_REDUCTIONS=0``: every statement alone."""
+    if not fuse_enabled():
+        return [[s] for s in stmts]
+    out = []
+    for run in _runs(stmts, ctx.layouts, ctx.threads):
+        if len(run) == 1 or sum(scratch_bytes(s, ctx.layouts, ctx.threads) for s in run) <= ctx.scratch_bytes:
+            out.append(run)
+        else:
+            out += [[s] for s in run]
     return out
+
+
+def run_scratch_bytes(body, layouts, threads: int) -> int:
+    """The most scratch bytes a run of reductions of ``body`` (any depth) needs together. A pipelined loop's
+    consumers are its body less the copies it issues ahead, so copies into shared tiles do not cut a run here."""
+    from tileagent.compiler.ir.stmt import Copy
+    from tileagent.compiler.ir.visit import walk
+
+    if not fuse_enabled():
+        return 0
+    most = 0
+    for stmts in [body] + [getattr(x, f) for x in walk(body) for f in ("body", "then_body", "else_body")
+                           if isinstance(getattr(x, f, None), (tuple, list))]:
+        kept = [s for s in stmts if not (isinstance(s, Copy) and s.dst.buffer.scope == "shared")]
+        for run in _runs(kept, layouts, threads):
+            if len(run) > 1:
+                most = max(most, sum(scratch_bytes(s, layouts, threads) for s in run))
+    return most
+
+
+def fuse_enabled() -> bool:
+    """Whether runs of reductions share one round (``TILEAGENT_FUSE_REDUCTIONS=0`` switches it off, for A/B runs)."""
+    return os.environ.get("TILEAGENT_FUSE_REDUCTIONS", "").strip() != "0"
+
+
+def _runs(stmts, layouts, threads: int) -> list[list]:
+    out = []
+    for s in stmts:
+        if out and _joins(out[-1], s, layouts, threads):
+            out[-1].append(s)
+        else:
+            out.append([s])
+    return out
+
+
+def _joins(run: list, s, layouts, threads: int) -> bool:
+    if not isinstance(s, Reduce) or not all(isinstance(x, Reduce) for x in run):
+        return False
+    if scratch_bytes(s, layouts, threads) == 0 or any(scratch_bytes(x, layouts, threads) == 0 for x in run):
+        return False
+    if any(_acc_dtype(x) != _acc_dtype(s) for x in run):
+        return False
+    return all(s.dst not in (x.src, x.dst) and x.dst not in (s.src, s.dst) for x in run)
 
 
 def _output_slots(ctx, s: Reduce, src_layout, dim: int):
@@ -178,12 +278,13 @@ def _butterfly(acc, n_out, level, combine, s) -> list:
     return out
 
 
-def _through_shared(ctx, acc, n_out, levels, combine, identity, s) -> list:
+def _through_shared(ctx, acc, n_out, levels, combine, identity, s, offset: int = 0) -> tuple[list, list]:
     """Combine ``levels`` through the scratch: each thread writes its partial of every destination element it holds
     at (its digits in ``levels``, element), barrier, then folds all partials of the element in the same order (so
     every holder gets the same value). Threads that hold the same element and digits hold the same value (they
     differ only in combined or replicated levels), so their identical writes do not conflict; threads past the
-    source's ``threads_used`` hold nothing and do not write."""
+    source's ``threads_used`` hold nothing and do not write. Returns (the writes, the folds after the barrier); the
+    partials start ``offset`` elements into the scratch (a run of reductions gives each its own part)."""
     ws = ctx.scratch(acc.dtype)
     dst, src = ctx.frag(s.dst), ctx.frag(s.src)
     group, digit = 1, 0
@@ -205,20 +306,21 @@ def _through_shared(ctx, acc, n_out, levels, combine, identity, s) -> list:
 
     def slot(j, combination):  # _spread: [combination][element] padded, else [element][combination]
         if spread:
-            return _padded(make_binop("+", make_binop("*", combination, elements), element(j)))
-        return make_binop("+", make_binop("*", element(j), group), combination)
+            return make_binop("+", _padded(make_binop("+", make_binop("*", combination, elements), element(j))),
+                              offset)
+        return make_binop("+", make_binop("+", make_binop("*", element(j), group), combination), offset)
 
     writes = [Store(ws, (slot(j, digit),), Load(acc, (as_expr(j),), acc.dtype), s.span) for j in range(n_out)]
-    out = guarded(ctx, make_cmp("<", THREAD, src.threads_used), writes) if src.threads_used < ctx.threads else writes
-    out.append(Barrier())
+    if src.threads_used < ctx.threads:
+        writes = guarded(ctx, make_cmp("<", THREAD, src.threads_used), writes)
+    out = []
     for j in range(n_out):
         r = ctx.var("r")
         out.append(Store(acc, (as_expr(j),), identity, s.span))
         out.append(For(r, 0, group, 1, "unroll", (Store(acc, (as_expr(j),), _combine(
             combine, Load(acc, (as_expr(j),), acc.dtype), Load(ws, (slot(j, r),), acc.dtype)),
             s.span),), span=s.span))
-    out.append(Barrier())  # the scratch may be written again by the next reduction
-    return out
+    return writes, out
 
 
 def make_call_shfl(value, mask: int):
