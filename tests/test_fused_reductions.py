@@ -104,7 +104,6 @@ def test_padded_column_partials_get_their_own_parts():
 @pytest.mark.parametrize("case", ["of a result", "one destination", "float64 beside float32"])
 def test_reductions_that_depend_on_each_other_keep_their_own_rounds(case):
     M, N = 2, 512
-    acc64 = case == "float64 beside float32"
 
     @T.prim_func
     def main(X: T.Tensor((M, N), "float32"), S: T.Tensor((M,), "float32"), Q: T.Tensor((1,), "float32")):
