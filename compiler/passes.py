@@ -193,12 +193,16 @@ def _plan_operands(u: Unit) -> Unit:
 
 
 def _lower_tile_ops(u: Unit) -> Unit:
-    from tileagent.compiler.lower import forward_shared, lower_module
+    from tileagent.compiler.lower import forward_shared, lower_module, redundant_barriers
     from tileagent.compiler.lower.shared_vectors import vectorize_shared_runs
 
     module = vectorize_shared_runs(lower_module(u.func, u.layouts, u.kernels, u.target,
                                                 warp_specialize=u.options.warp_specialize))
-    return replace(u, module=forward_shared.forward_shared_reads(module) if forward_shared.enabled() else module)
+    if forward_shared.enabled():
+        module = forward_shared.forward_shared_reads(module)
+    if redundant_barriers.enabled():
+        module = redundant_barriers.drop_redundant_barriers(module)
+    return replace(u, module=module)
 
 
 def _codegen_cuda(u: Unit) -> Unit:
