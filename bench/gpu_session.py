@@ -347,7 +347,16 @@ STEPS = (
          "env $e python bench/tilelang_examples.py --only gqa_decode,mha_inference --timeout 60 "
          "$([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl) | tail -4; done", 420,
          "TileLang's GQA decode with its mask copy issued before the stage wait (0.75 of TileLang before; 4.25 vs 3.72 "
-         "TFLOP/s with the loads early in session 31's A/B on an H200), alternating with the switch off"))
+         "TFLOP/s with the loads early in session 31's A/B on an H200), alternating with the switch off"),
+    Step("ln_rounds_32", 24, "for e in 'TILEAGENT_FUSE_REDUCTIONS=0 TILEAGENT_DROP_BARRIERS=0' X=1 "
+         "'TILEAGENT_FUSE_REDUCTIONS=0 TILEAGENT_DROP_BARRIERS=0' X=1; do echo $e; "
+         "env $e python bench/host_overhead.py | grep layernorm_fwd | tail -1; done", 150,
+         "TileLang's LayerNorm forward with its two row sums in one shared round and the closing barrier dropped "
+         "(1.5% in session 31's probe): GPU ms column, alternating with both switches off"),
+    Step("fusion_rounds_32", 24, "python bench/fusion_suite.py --ops add_layernorm,cumsum_rows,groupnorm,"
+         "label_smoothing_ce,softmax_topk,layernorm_widths --max-configs 4 --budget 300", 360,
+         "the drafts whose kernels lost barriers (fused reductions, dropped closing barriers) against torch.compile",
+         after="ln_rounds_32"))
 
 
 def main(argv=None) -> int:
