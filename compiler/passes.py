@@ -158,10 +158,12 @@ def _plan_scratch(u: Unit) -> Unit:
 
 
 def _plan_pipelines(u: Unit) -> Unit:
+    from tileagent.compiler.instructions.tma import usable
     from tileagent.compiler.lower.pipeline import fit_pipelines
 
     def one(p: KernelPlan) -> KernelPlan:
-        body, stages = fit_pipelines(p.name, p.kernel.body, u.layouts, p.scratch_bytes, u.target.shared_bytes)
+        body, stages = fit_pipelines(p.name, p.kernel.body, u.layouts, p.scratch_bytes, u.target.shared_bytes,
+                                     one_stage=usable(u.target))
         return replace(p, body=body, stages=stages)
 
     return u.map_kernels(one)

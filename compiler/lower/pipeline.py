@@ -121,15 +121,17 @@ def stage_stride(buf: Buffer, layout) -> int:
     return -(-nbytes // align) * align // buf.dtype.bytes
 
 
-def fit_pipelines(name: str, body: tuple, layouts, scratch_bytes: int, limit: int) -> tuple[tuple, dict]:
+def fit_pipelines(name: str, body: tuple, layouts, scratch_bytes: int, limit: int,
+                  one_stage: bool = False) -> tuple[tuple, dict]:
     """(``body`` with its pipelines planned, staged tile -> stages): every pipeline gets the stages it asks for, or
     fewer, down to a plain loop, until the kernel's shared memory (``smem.plan_shared``) fits ``limit`` bytes. What
-    still does not fit is left to ``smem.check_fits`` to report."""
+    still does not fit is left to ``smem.check_fits`` to report. ``one_stage``: the target has TMA, so one-stage
+    loops may be pipelines (``compiler.lower.single_stage``)."""
     from tileagent.compiler.lower.smem import plan_shared
 
     max_stages = None
     while True:
-        planned = plan_pipelines(body, max_stages)
+        planned = plan_pipelines(body, max_stages, one_stage)
         stages = {b: p.stages for p in walk(planned) if isinstance(p, SoftwarePipeline) for b in p.staged}
         total = plan_shared(planned, layouts.shared, scratch_bytes, stages).total_bytes
         if total <= limit or not stages:
@@ -139,13 +141,14 @@ def fit_pipelines(name: str, body: tuple, layouts, scratch_bytes: int, limit: in
                  max_stages + 1, limit, max_stages)
 
 
-def plan_pipelines(body: tuple, max_stages: int | None = None) -> tuple:
+def plan_pipelines(body: tuple, max_stages: int | None = None, one_stage: bool = False) -> tuple:
     """``body`` with every pipelinable ``T.Pipelined`` loop (at any depth) replaced by a SoftwarePipeline of at most
-    ``max_stages`` stages (the lowering lowers it when shared memory would not fit)."""
-    return _plan(body, body, max_stages)
+    ``max_stages`` stages (the lowering lowers it when shared memory would not fit); one-stage loops only with
+    ``one_stage`` (a target with TMA)."""
+    return _plan(body, body, max_stages, one_stage)
 
 
-def _plan(stmts, kernel_body, max_stages) -> tuple:
+def _plan(stmts, kernel_body, max_stages, one_stage) -> tuple:
     """``stmts`` with pipelines planned; statements with nothing planned inside stay the same objects (layout
     inference keys its results by them)."""
     out = []
@@ -154,21 +157,24 @@ def _plan(stmts, kernel_body, max_stages) -> tuple:
         changes = {}
         for name in ("body", "then_body", "else_body"):
             if name in fields:
-                new = _plan(getattr(s, name), kernel_body, max_stages)
+                new = _plan(getattr(s, name), kernel_body, max_stages, one_stage)
                 if any(a is not b for a, b in zip(new, getattr(s, name))):
                     changes[name] = new
         if changes:
             s = replace(s, **changes)
         if isinstance(s, For) and s.kind == "pipelined":
-            s = _pipeline(s, kernel_body, max_stages) or s
+            s = _pipeline(s, kernel_body, max_stages, one_stage) or s
         out.append(s)
     return tuple(out)
 
 
-def _pipeline(loop: For, kernel_body, max_stages) -> SoftwarePipeline | None:
-    stages = min(loop.annotations.get("num_stages", 0), max_stages or 1 << 30)
-    if stages < 2:
-        return None
+def _pipeline(loop: For, kernel_body, max_stages, one_stage) -> SoftwarePipeline | None:
+    from tileagent.compiler.instructions.tma import pipeline_uses_tma
+    from tileagent.compiler.lower import single_stage
+
+    stages = min(loop.annotations.get("num_stages", 0), 1 << 30 if max_stages is None else max_stages)
+    if stages < 1 or stages == 1 and not (one_stage and single_stage.enabled() and pipeline_uses_tma(loop.body)):
+        return None  # one stage: only with TMA producers (compiler.lower.single_stage)
     body = list(loop.body)
     order, stage = loop.annotations.get("order"), loop.annotations.get("stage")
     if order is not None:
@@ -293,6 +299,10 @@ def wgmma_schedules(p: SoftwarePipeline, layouts) -> dict:
 
 def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
     """Thread IR of one SoftwarePipeline (see the module docstring for the schedule)."""
+    if p.stages == 1:
+        from tileagent.compiler.lower.single_stage import lower_single_stage
+
+        return lower_single_stage(lowering, p)
     ctx = lowering.ctx
     loop, s, v = p.loop, p.stages, p.loop.var
     strides = {b: stage_stride(b, ctx.shared_layouts[b]) for b in p.staged}

@@ -88,8 +88,9 @@ def capacity(body) -> int:
 
     n = 0
     for s in body:
-        if isinstance(s, SoftwarePipeline):
-            n += (s.stages if pipeline_uses_tma(s.body) else 0) + capacity(s.consumers)
+        if isinstance(s, SoftwarePipeline):  # one stage: a barrier per producer (compiler.lower.single_stage)
+            per = len(s.producers) if s.stages == 1 else s.stages
+            n += (per if pipeline_uses_tma(s.body) else 0) + capacity(s.consumers)
             continue
         if isinstance(s, Copy) and s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared" and \
                 standalone():

@@ -92,7 +92,7 @@ def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
     if disabled or not enabled() or not usable(target) or k.thread_vars or threads % 128 or \
             threads + PRODUCER_THREADS > MAX_THREADS:
         return None
-    pipelines = [x for x in walk(body) if isinstance(x, SoftwarePipeline)]
+    pipelines = [x for x in walk(body) if isinstance(x, SoftwarePipeline) and x.stages > 1]  # (one stage: its own)
     if len(pipelines) != 1:
         return None
     p = pipelines[0]
