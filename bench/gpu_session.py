@@ -356,7 +356,13 @@ STEPS = (
     Step("fusion_rounds_32", 24, "python bench/fusion_suite.py --ops add_layernorm,cumsum_rows,groupnorm,"
          "label_smoothing_ce,softmax_topk,layernorm_widths --max-configs 4 --budget 300", 360,
          "the drafts whose kernels lost barriers (fused reductions, dropped closing barriers) against torch.compile",
-         after="ln_rounds_32"))
+         after="ln_rounds_32"),
+    Step("single_stage_32", 24, "for e in TILEAGENT_SINGLE_STAGE=0 X=1; do echo $e; env $e python "
+         "bench/tilelang_examples.py --only mha_fwd_bshd,mha_fwd_bhsd,dequant_gemm_w4a8,mha_sink_fwd_bhsd,"
+         "block_sparse_attn,gemm_streamk --timeout 90 $([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl) | tail -8; "
+         "done", 560,
+         "TileLang's num_stages=1 programs with their tiles loaded by TMA where free (single_stage; mha_fwd_bshd 0.89 "
+         "of TileLang before) against the plain loop, real TileLang in the same runs"))
 
 
 def main(argv=None) -> int:
