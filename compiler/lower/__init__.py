@@ -31,7 +31,7 @@ from tileagent.compiler.lower.reduce import fused_runs, lower_reduces, run_scrat
 from tileagent.compiler.tileops import op_for
 from tileagent.compiler.language.cp_async import SET_MAX_NREG
 from tileagent.compiler.tir import (BLOCK_IDX, GRID_DIM, THREAD, AsyncProxyFence, Barrier, Declare, DeviceKernel,
-                                    DeviceModule, GlobalAt, SetMaxNReg, indexes_registers_by)
+                                    DeviceModule, GlobalAt, SetMaxNReg, WgmmaFence, indexes_registers_by)
 
 log = logging.getLogger("tileagent.compiler")
 
@@ -266,9 +266,10 @@ class _Lowering:
             s = run[0]
             try:
                 lowered = self.stmt(s) if len(run) == 1 else lower_reduces(self.ctx, run)
-                if out and isinstance(out[-1], Barrier) and len(lowered) > 1 and \
-                        isinstance(lowered[0], AsyncProxyFence) and isinstance(lowered[1], Barrier):
-                    out.pop()  # "barrier; fence; barrier": the second orders all the first did
+                if out and isinstance(out[-1], Barrier) and (
+                        len(lowered) > 1 and isinstance(lowered[0], AsyncProxyFence) and isinstance(lowered[1], Barrier)
+                        or lowered and isinstance(lowered[0], WgmmaFence) and lowered[0].sync):
+                    out.pop()  # "barrier; fence; barrier" (a wgmma's own fence has both): the second orders it all
                 out += lowered
             except CompileError as e:
                 raise e.with_span(getattr(s, "span", None))
