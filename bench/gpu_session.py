@@ -343,6 +343,10 @@ STEPS = (
          "--timeout 60 $([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 200,
          "the layer norm next to real TileLang (0.89 before)", after="gpu_tests_31"),
     # group 24: what session 32 left unmeasured (no device was lent): register loads ahead of the stage wait
+    Step("gpu_tests_32", 24, "python -m pytest -q -m gpu tests/test_single_stage.py tests/test_early_loads.py "
+         "tests/test_fused_reductions.py tests/test_redundant_barriers.py tests/test_tilelang_hand_ws.py", 200,
+         "one-stage TMA pipelines, early mask loads, fused reduction rounds on the GPU; the hand-WS MLA programs "
+         "after the barrier before their P @ V fence went"),
     Step("early_loads_32", 24, "for e in TILEAGENT_EARLY_LOADS=0 X=1 TILEAGENT_EARLY_LOADS=0 X=1; do echo $e; "
          "env $e python bench/tilelang_examples.py --only gqa_decode,mha_inference --timeout 60 "
          "$([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl) | tail -4; done", 420,

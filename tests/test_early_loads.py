@@ -90,3 +90,19 @@ def test_the_load_stays_after_the_wait(monkeypatch, case):
                           target="sim")
     first = _loop_lines(k.get_ir("thread"))
     assert first[0].startswith("mbarrier.wait") and MASK_LOAD in k.get_ir("thread")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tma", ["1", "0"])
+def test_gpu_early_mask_loads(monkeypatch, tma):
+    """On an sm_90 GPU: the masked sum with its mask loads ahead of the wait matches torch."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    monkeypatch.setenv("TILEAGENT_ENABLE_TMA", tma)
+    k = tileagent.compile(_masked_sum(1024, 4096), target="cuda")
+    assert "issued before the pipeline's stage wait" in k.get_ir("thread")
+    a = torch.randn(1024, 4096, dtype=torch.float16, device="cuda")
+    mask = (torch.rand(4096, device="cuda") > 0.5).to(torch.uint8)
+    b = torch.full((1024,), float("nan"), device="cuda")
+    k(a, mask, b)
+    torch.testing.assert_close(b, (a.float() * mask.float()).sum(1), rtol=1e-3, atol=1e-2)

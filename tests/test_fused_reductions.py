@@ -175,3 +175,22 @@ def test_a_pipelined_loop_s_reductions_meet_once_its_copies_are_issued_ahead():
     x, y, s = torch.randn(K, M, N), torch.randn(K, M, N), _nan(M)
     kernel(x, y, s)
     torch.testing.assert_close(s, (x.sum(2) + x.amax(2)).sum(0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_gpu_fused_rounds_and_dropped_barriers():
+    """On a GPU: the row statistics in one round (and the column sums' padded parts) match torch."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    kernel = tileagent.compile(_sum_and_sumsq(4, 4096, 512), target="cuda")
+    x, s, q = torch.randn(4, 4096, device="cuda"), torch.empty(4, device="cuda"), torch.empty(4, device="cuda")
+    kernel(x, s, q)
+    torch.testing.assert_close(s, x.sum(1), rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(q, (x * x).sum(1), rtol=1e-4, atol=1e-3)
+    kernel = tileagent.compile(_column_sums(64, 64, 128), target="cuda")
+    x, y = torch.randn(64, 64, dtype=torch.float16, device="cuda"), torch.randn(64, 64, dtype=torch.float16,
+                                                                              device="cuda")
+    s, r = torch.empty(64, device="cuda"), torch.empty(64, device="cuda")
+    kernel(x, y, s, r)
+    torch.testing.assert_close(s, x.float().sum(0), rtol=1e-4, atol=1e-3)
+    assert torch.equal(r, y.float().amax(0))

@@ -79,3 +79,18 @@ def test_a_one_stage_loop_inside_another_counts_its_phases():
     c = torch.full((R, M, N), float("nan"))
     kernel(a, b, c)
     torch.testing.assert_close(c, a.float() @ b.float().transpose(1, 2), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_gpu_one_stage_attention(shared_example, is_causal):
+    """On an sm_90 GPU: the example attention at num_stages=1, 128 x 128 tiles on one warpgroup (TileLang's MHA
+    forward schedule), matches torch."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    fa = shared_example("flash_attn_fwd")
+    func = fa.flash_attn_fwd.fn(2, 4, 1000, 128, is_causal, block_M=128, block_N=128, num_stages=1, threads=128)
+    kernel = tileagent.compile(func, out_idx=[3], target="cuda")
+    assert "1 stage" in kernel.get_ir("thread")
+    q, k, v = (torch.randn(2, 1000, 4, 128, dtype=torch.float16, device="cuda") for _ in range(3))
+    torch.testing.assert_close(kernel(q, k, v), fa.reference(q, k, v, is_causal), rtol=1e-2, atol=1e-2)
