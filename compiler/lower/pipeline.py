@@ -10,7 +10,9 @@ Which loops: ``T.Pipelined(n, num_stages=s)`` with s >= 2 whose body has produce
 shared tile whose source indices depend only on the loop variable and values fixed before the loop, and whose tile
 nothing else in the kernel touches except reads by the loop's other statements (the consumers). With ``order`` /
 ``stage`` the body is first put in ``order``; the statements of stage 0 must then all be such copies. Any other
-pipelined loop runs as a plain loop (``log`` says why).
+pipelined loop runs as a plain loop (``log`` says why). s = 1 on a target with TMA, for a loop that runs a T.gemm:
+a one-stage pipeline, lowered by ``compiler.lower.single_stage``. In every schedule below, the consumers' leading
+copies of read-only global tensors into registers run before the iteration's wait (``compiler.lower.early_loads``).
 
 How (s stages, n iterations): every staged tile gets s buffers (``stage_stride`` elements apart, 128-byte aligned).
 Prologue: the producers of iterations 0 .. s-2, one cp.async group each. Iteration k: wait until at most s-2 groups
