@@ -55,10 +55,11 @@ def lower_single_stage(lowering, p) -> list:
     start, extent = ctx.rewrite(loop.start, {}), ctx.rewrite(loop.extent, {})
     end = make_binop("+", start, extent)
     plans = _tma_plans(ctx, p) if ctx.ws is None else None
-    early, rest = early_loads.split(ctx, p.consumers) if plans is not None else ((), p.consumers)
-    readers = {c: [j for j, x in enumerate(rest) if c.dst.buffer in shared_effects(x)[1]] for c in p.producers}
-    if plans is None or not all(readers.values()):
+    read = set().union(*(shared_effects(x)[1] for x in p.consumers))
+    if plans is None or any(c.dst.buffer not in read for c in p.producers):
         return _synchronous(lowering, p, start, extent)
+    early, rest = early_loads.split(ctx, p.consumers)  # (register loads: they read no tile)
+    readers = {c: [j for j, x in enumerate(rest) if c.dst.buffer in shared_effects(x)[1]] for c in p.producers}
     lowering.note_loop(v, start, extent, loop.step)
     state = ctx.tma
     first_bar = state.take_barriers(len(p.producers))
