@@ -324,10 +324,7 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
                                             dst=substitute(c.dst, {v: iteration})))
         return out
 
-    out = []
-    for g in walk(p.consumers):  # A operands the loop never changes: into registers once, before it
-        if isinstance(g, Gemm) and g in ctx.hoisted:
-            out += hoist_a_operand(ctx, g)
+    out = hoisted_operands(ctx, p)
     for i in range(s - 1):
         out += guarded(ctx, make_cmp("<", i, extent), producers(make_binop("+", start, i), i))
         out.append(AsyncCommit(p.span))
@@ -380,8 +377,6 @@ def _tma_plans(ctx, p: SoftwarePipeline) -> list | None:
 
 def _lower_tma_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict) -> list:
     """The pipeline with TMA producers: one mbarrier per stage instead of cp.async groups (module docstring)."""
-    from tileagent.compiler.ir.expr import Load, as_expr
-    from tileagent.compiler.ir.stmt import Store
     from tileagent.compiler.lower.barriers import shared_effects
     from tileagent.compiler.lower.tma import issue, wait
 
@@ -398,23 +393,14 @@ def _lower_tma_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict) -> 
                              (", issued by a producer warpgroup (warp-specialized)" if ws else ""))
     if ws is not None:
         return _lower_ws_pipeline(lowering, p, plans, strides, first, ws)
-    repeated = ctx.plan is None or _inside_loop(ctx.plan.body or (), p) is not False
-    out = []
-    if repeated:  # the iterations earlier executions of this loop ran set the barriers' phases: count them
-        slot = state.take_slot()
-        done = ctx.var(f"{v.name}_done")
-        out.append(Let(done, Load(state.phases, (as_expr(slot),), state.phases.dtype), p.span))
-    else:  # the loop runs once per block: its barriers start fresh
-        done = 0
+    out, done, count_execution = earlier_iterations(ctx, p)
 
     def producers(iteration, count) -> list:
         """Thread 0 issues the producers of ``iteration``, the ``count``-th of the pipeline's barriers' uses."""
         view, copies = _stage_copies(ctx, p, plans, strides, iteration, count, v)
         return issue(view, copies, make_binop("+", first, make_binop("%", count, s)))
 
-    for g in walk(p.consumers):
-        if isinstance(g, Gemm) and g in ctx.hoisted:
-            out += hoist_a_operand(ctx, g)
+    out += hoisted_operands(ctx, p)
     for i in range(s - 1):
         out += guarded(ctx, make_cmp("<", i, extent), producers(make_binop("+", start, i), make_binop("+", done, i)))
     count = make_binop("+", done, make_binop("-", v, start))
@@ -447,10 +433,7 @@ def _lower_tma_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict) -> 
 
         out.append(WgmmaWait(0, p.span, operands=tuple(accumulator_operand(consumers, g)
                                                        for g, w in schedules.items() if w.pending)))
-    if repeated:
-        ran = make_binop("+", done, make_call("max", extent, 0))
-        out.append(Store(state.phases, (as_expr(slot),), ran, p.span))
-    return out
+    return out + count_execution(extent)
 
 
 def _stage_copies(ctx, p: SoftwarePipeline, plans, strides: dict, iteration, count, v, outer=None):
@@ -519,9 +502,7 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
 
     # the consumers
     out, done = executions_before("c")
-    for g in walk(p.consumers):
-        if isinstance(g, Gemm) and g in ctx.hoisted:
-            out += hoist_a_operand(ctx, g)
+    out += hoisted_operands(ctx, p)
     local = make_binop("-", v, start)
     count = make_binop("+", done, local)
     stage = make_binop("%", count, s)
@@ -580,6 +561,32 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
             out.append(If(make_cmp(">", extent, 0), tuple(arrive(ctx, make_binop("+", empty, last), p.span)), (),
                           p.span))
     return out + count_executions(done, extent)
+
+
+def hoisted_operands(ctx, p: SoftwarePipeline) -> list:
+    """The A operands of ``p``'s gemms that the loop never changes (flash attention's Q): into registers once, before
+    the loop (``gemm.hoist_a_operand``)."""
+    return [x for g in walk(p.consumers) if isinstance(g, Gemm) and g in ctx.hoisted for x in hoist_a_operand(ctx, g)]
+
+
+def earlier_iterations(ctx, p: SoftwarePipeline) -> tuple:
+    """(statements before the loop, c0, after): c0 the iterations earlier executions of ``p``'s loop ran, which set
+    its mbarriers' phases; ``after(extent)`` the statements after the loop that add this execution's. A loop that may
+    run more than once per block (inside another loop) keeps the count in a phase slot of the TMA state; one that runs
+    once per block starts from 0 and counts nothing."""
+    from tileagent.compiler.ir.expr import Load, as_expr
+    from tileagent.compiler.ir.stmt import Store
+
+    if ctx.plan is not None and _inside_loop(ctx.plan.body or (), p) is False:
+        return [], 0, lambda extent: []
+    state = ctx.tma
+    slot = state.take_slot()
+    done = ctx.var(f"{p.loop.var.name}_done")
+
+    def after(extent) -> list:
+        return [Store(state.phases, (as_expr(slot),), make_binop("+", done, make_call("max", extent, 0)), p.span)]
+
+    return [Let(done, Load(state.phases, (as_expr(slot),), state.phases.dtype), p.span)], done, after
 
 
 def _inside_loop(body, p, depth: int = 0) -> bool | None:

@@ -30,9 +30,9 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from tileagent.compiler.ir.expr import Load, as_expr, make_binop, make_call, make_cmp
-from tileagent.compiler.ir.stmt import For, Gemm, Let, Store
-from tileagent.compiler.ir.visit import substitute, walk
+from tileagent.compiler.ir.expr import make_binop, make_cmp
+from tileagent.compiler.ir.stmt import For
+from tileagent.compiler.ir.visit import substitute
 from tileagent.compiler.tir import AsyncProxyFence, Barrier
 
 
@@ -46,8 +46,8 @@ def lower_single_stage(lowering, p) -> list:
     from tileagent.compiler.lower import early_loads
     from tileagent.compiler.lower.barriers import shared_effects
     from tileagent.compiler.lower.copy import guarded
-    from tileagent.compiler.lower.gemm import hoist_a_operand
-    from tileagent.compiler.lower.pipeline import WgmmaSchedule, _inside_loop, _tma_plans, wgmma_schedules
+    from tileagent.compiler.lower.pipeline import (WgmmaSchedule, _tma_plans, earlier_iterations, hoisted_operands,
+                                                   wgmma_schedules)
     from tileagent.compiler.lower.tma import issue, wait
 
     ctx = lowering.ctx
@@ -71,17 +71,8 @@ def lower_single_stage(lowering, p) -> list:
         when = "at the top of each iteration" if c in at_top else "for the next iteration right after its last reader"
         ctx.note_instruction(c, entry.describe_plan(pl, c.src.buffer.dtype) + f", 1 stage: issued {when}, waited for "
                              "where first read")
-    out = []
-    repeated = ctx.plan is None or _inside_loop(ctx.plan.body or (), p) is not False
-    if repeated:
-        slot = state.take_slot()
-        done = ctx.var(f"{v.name}_done")
-        out.append(Let(done, Load(state.phases, (as_expr(slot),), state.phases.dtype), p.span))
-    else:
-        done = 0
-    for g in walk(p.consumers):
-        if isinstance(g, Gemm) and g in ctx.hoisted:
-            out += hoist_a_operand(ctx, g)
+    out, done, count_execution = earlier_iterations(ctx, p)
+    out += hoisted_operands(ctx, p)
 
     def load(c, iteration, fence: bool = False) -> list:
         copy = replace(c, src=substitute(c.src, {v: iteration}), dst=substitute(c.dst, {v: iteration}))
@@ -115,9 +106,7 @@ def lower_single_stage(lowering, p) -> list:
                 body += guarded(ctx, make_cmp("<", nxt, end), load(c, nxt))
     body += work.body(segment)
     out.append(For(v, start, extent, loop.step, "serial", tuple(body), {}, loop.span))
-    if repeated:
-        out.append(Store(state.phases, (as_expr(slot),), make_binop("+", done, make_call("max", extent, 0)), p.span))
-    return out
+    return out + count_execution(extent)
 
 
 def _synchronous(lowering, p, start, extent) -> list:
