@@ -48,7 +48,7 @@ def lower_reduces(ctx, run) -> list:
         parts.append(_in_registers(ctx, s, offset))
         offset += scratch_bytes(s, ctx.layouts, ctx.threads) // parts[-1].acc.dtype.bytes
     out = [x for p in parts for x in p.fold]
-    if any(p.shared for p in parts):
+    if any(p.write for p in parts):
         out += [x for p in parts for x in p.write] + [Barrier()]
         out += [x for p in parts for x in p.gather] + [Barrier()]  # the scratch may be written again next
     return out + [x for p in parts for x in p.result]
@@ -61,7 +61,6 @@ class _Parts:
     (stored into the destination)."""
 
     acc: Buffer
-    shared: list
     fold: list
     write: list = field(default_factory=list)
     gather: list = field(default_factory=list)
@@ -100,7 +99,7 @@ def _in_registers(ctx, s: Reduce, offset: int) -> _Parts:
                          (", one round through shared memory" if shared else ""))
     for level in shuffled:
         out += _butterfly(acc, n_out, level, combine, s)
-    parts = _Parts(acc, shared, out)
+    parts = _Parts(acc, out)
     if shared:
         parts.write, parts.gather = _through_shared(ctx, acc, n_out, shared, combine, identity, s, offset)
     dst_reg = ctx.mem(s.dst)
@@ -167,11 +166,11 @@ def _runs(stmts, layouts, threads: int) -> list[list]:
 
 
 def _joins(run: list, s, layouts, threads: int) -> bool:
-    if not isinstance(s, Reduce) or not all(isinstance(x, Reduce) for x in run):
+    """Whether ``s`` may join ``run`` (whose members after the first joined it so: checking the first is enough)."""
+    first = run[0]
+    if not (isinstance(s, Reduce) and isinstance(first, Reduce)) or _acc_dtype(first) != _acc_dtype(s):
         return False
-    if scratch_bytes(s, layouts, threads) == 0 or any(scratch_bytes(x, layouts, threads) == 0 for x in run):
-        return False
-    if any(_acc_dtype(x) != _acc_dtype(s) for x in run):
+    if scratch_bytes(s, layouts, threads) == 0 or scratch_bytes(first, layouts, threads) == 0:
         return False
     return all(s.dst not in (x.src, x.dst) and x.dst not in (s.src, s.dst) for x in run)
 

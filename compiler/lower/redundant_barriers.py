@@ -33,6 +33,7 @@ from tileagent.compiler.ir.visit import loads, walk
 from tileagent.compiler.tir import Barrier, Declare, DeviceModule, GlobalAt, VecCopy
 
 _PURE_CALLS = frozenset(MATH) | {"shfl_xor"}
+_KINDS = (Declare, Let, Store, VecCopy, For, If, While)  # the statements a stretch between barriers may hold
 
 
 def enabled() -> bool:
@@ -65,7 +66,7 @@ def _facts(body) -> _Facts | None:
         for e in _exprs(s):
             f.loaded.update(x.buffer for x in loads(e) if x.buffer.scope == "global")
         if isinstance(s, (Store, VecCopy)):
-            dst = s.buffer if isinstance(s, Store) else s.dst
+            dst = _dst(s)
             if isinstance(s, VecCopy) and s.src.scope == "global":
                 f.loaded.add(s.src)
             if dst.scope == "global":
@@ -107,7 +108,7 @@ def _covered(stmts: tuple, i: int, facts: _Facts) -> bool:
         if not _quiet(s, facts):
             return False
         if isinstance(s, (Store, VecCopy)):
-            dst = s.buffer if isinstance(s, Store) else s.dst
+            dst = _dst(s)
             if dst.scope == "global":
                 here[dst] += 1
     return all(facts.stores[b] == n for b, n in here.items())
@@ -117,7 +118,7 @@ def _quiet(s, facts: _Facts) -> bool:
     if type(s) not in _KINDS:  # (a WarpSpecialize is an If, and not quiet)
         return False
     if isinstance(s, (Store, VecCopy)):
-        dst = s.buffer if isinstance(s, Store) else s.dst
+        dst = _dst(s)
         if dst.scope == "global" and dst in facts.loaded:
             return False
         if dst.scope not in ("global", "local"):
@@ -128,7 +129,9 @@ def _quiet(s, facts: _Facts) -> bool:
     return all(_quiet_expr(e, facts) for e in _exprs(s))
 
 
-_KINDS = (Declare, Let, Store, VecCopy, For, If, While)
+def _dst(s):
+    """The buffer a Store or VecCopy writes."""
+    return s.buffer if isinstance(s, Store) else s.dst
 
 
 def _quiet_expr(e, facts: _Facts) -> bool:
