@@ -308,7 +308,7 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
     ctx = lowering.ctx
     loop, s, v = p.loop, p.stages, p.loop.var
     strides = {b: stage_stride(b, ctx.shared_layouts[b]) for b in p.staged}
-    tma = _tma_plans(ctx, p)
+    tma = tma_plans(ctx, p)
     if tma is not None:
         return _lower_tma_pipeline(lowering, p, tma, strides)
     start, extent = ctx.rewrite(loop.start, {}), ctx.rewrite(loop.extent, {})
@@ -355,7 +355,7 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
     return out
 
 
-def _tma_plans(ctx, p: SoftwarePipeline) -> list | None:
+def tma_plans(ctx, p: SoftwarePipeline) -> list | None:
     """(entry, TmaPlan) per producer of ``p`` when every one can be a TMA load (``compiler.lower.tma``), else None
     (the pipeline keeps cp.async; each copy's instruction notes say why not)."""
     from tileagent.compiler.instructions.tma import pipeline_uses_tma

@@ -46,7 +46,7 @@ def lower_single_stage(lowering, p) -> list:
     from tileagent.compiler.lower import early_loads
     from tileagent.compiler.lower.barriers import shared_effects
     from tileagent.compiler.lower.copy import guarded
-    from tileagent.compiler.lower.pipeline import (WgmmaSchedule, _tma_plans, earlier_iterations, hoisted_operands,
+    from tileagent.compiler.lower.pipeline import (WgmmaSchedule, earlier_iterations, hoisted_operands, tma_plans,
                                                    wgmma_schedules)
     from tileagent.compiler.lower.tma import issue, wait
 
@@ -54,7 +54,7 @@ def lower_single_stage(lowering, p) -> list:
     loop, v = p.loop, p.loop.var
     start, extent = ctx.rewrite(loop.start, {}), ctx.rewrite(loop.extent, {})
     end = make_binop("+", start, extent)
-    plans = _tma_plans(ctx, p) if ctx.ws is None else None
+    plans = tma_plans(ctx, p) if ctx.ws is None else None
     read = set().union(*(shared_effects(x)[1] for x in p.consumers))
     if plans is None or any(c.dst.buffer not in read for c in p.producers):
         return _synchronous(lowering, p, start, extent)
