@@ -19,6 +19,7 @@ sides of one program run one after the other, never at once, so they do not shar
     python bench/tilelang_examples.py                       # TileAgent only, the curated set
     python bench/tilelang_examples.py --tilelang-site /tmp/tl --budget 500 --timeout 60 --markdown
     python bench/tilelang_examples.py --only rms_norm,layernorm --timeout 120
+    python bench/tilelang_examples.py --only gemm --ab TILEAGENT_STAGE_EPILOGUE=0   # a switch's A/B, same call
 """
 
 from __future__ import annotations
@@ -189,16 +190,20 @@ def _cell(o: Outcome | None) -> list[str]:
     return [result, f"{o.ms:.4g}" if o.ms is not None else "-", f"{o.tflops:.4g}" if o.tflops is not None else "-"]
 
 
-def run_program(name: str, ours_env: dict, theirs_env: dict | None, timeout: float) -> tuple[list[str], str]:
-    """One program on both sides, one after the other: its table row and a progress line."""
+def run_program(name: str, ours_env: dict, theirs_env: dict | None, timeout: float,
+                ab_env: dict | None = None) -> tuple[list[str], str]:
+    """One program on both sides, one after the other: its table row and a progress line. With ``ab_env`` (ours
+    with switches set), ours runs that way first, and the row ends with that run's ms and default / switched."""
     rel, extra, _, needs = PROGRAMS[name]
     path = EXAMPLES / rel
     args = " ".join(extra) or "defaults"
     missing = [m for m in needs if m != "tvm" and importlib.util.find_spec(m) is None]
     if missing:  # a module the program imports for its baseline or helpers is not installed here
         skipped = Outcome(False, 0.0, reason=f"needs {', '.join(missing)}")
-        return ([name, args, *_cell(skipped), *_cell(skipped if theirs_env else None), "-"],
-                f"[{name}] skipped: {skipped.reason} is not installed")
+        return ([name, args, *_cell(skipped), *_cell(skipped if theirs_env else None), "-"]
+                + (["-", "-"] if ab_env else []), f"[{name}] skipped: {skipped.reason} is not installed")
+    switched = run([sys.executable, "-m", "tileagent.tilelang", path.name, *extra], path.parent, ab_env,
+                   timeout) if ab_env else None
     ours = run([sys.executable, "-m", "tileagent.tilelang", path.name, *extra], path.parent, ours_env, timeout)
     theirs = run([sys.executable, path.name, *extra], path.parent, theirs_env, timeout) if theirs_env else None
     ratio = "-"
@@ -209,7 +214,12 @@ def run_program(name: str, ours_env: dict, theirs_env: dict | None, timeout: flo
     for o, who in ((ours, "TileAgent"), (theirs, "TileLang")):
         if o is not None and not o.ok:
             line += f"\n  --- {who} output (end) ---\n  " + "\n  ".join(o.output)
-    return [name, args, *_cell(ours), *_cell(theirs), ratio], line
+    row = [name, args, *_cell(ours), *_cell(theirs), ratio]
+    if switched is not None:
+        x = f"{switched.ms / ours.ms:.3f}" if switched.ok and ours.ok and switched.ms and ours.ms else "-"
+        row += [_cell(switched)[1] if switched.ok else _cell(switched)[0], x]
+        line += f"; switched: {_cell(switched)[0]} in {switched.seconds:.0f} s"
+    return row, line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
                              "median time a program took so far (both sides; at least 15 s), each side's limit is cut "
                              "to its share of the time left (a side stopped by that says 'timed out (budget)'), and "
                              "the programs never started are rows 'not run (budget)'")
+    parser.add_argument("--ab", action="append", default=[], metavar="NAME=VALUE",
+                        help="also run ours with this environment variable set (repeatable), before the default run: "
+                             "the table's last columns give that run's ms and its ms / the default's")
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
     parser.add_argument("--verbose", "-v", action="store_true", help="print the end of each failing run's output")
     args = parser.parse_args(argv)
@@ -238,22 +251,26 @@ def main(argv: list[str] | None = None) -> int:
     theirs_env = _env(os.pathsep.join([args.tilelang_site] + ([os.environ["PYTHONPATH"]]
                                                               if os.environ.get("PYTHONPATH") else []))) \
         if args.tilelang_site else None  # DIR first: its tilelang wins; the rest (einops...) stays reachable
+    ab_env = {**ours_env, **dict(kv.split("=", 1) for kv in args.ab)} if args.ab else None
     rows, start, took = [], time.perf_counter(), []
     for name in names:
         left = args.budget - (time.perf_counter() - start) if args.budget is not None else float("inf")
         if left < max(15.0, statistics.median(took) if took else 0.0):
             rows.append([name, " ".join(PROGRAMS[name][1]) or "defaults", "not run (budget)", "-", "-",
-                         *(["not run (budget)", "-", "-"] if theirs_env else ["-", "-", "-"]), "-"])
+                         *(["not run (budget)", "-", "-"] if theirs_env else ["-", "-", "-"]), "-"]
+                        + (["-", "-"] if ab_env else []))
             continue
         began = time.perf_counter()
-        sides = 2 if theirs_env else 1
-        row, line = run_program(name, ours_env, theirs_env, min(args.timeout, left / sides))
+        sides = 1 + bool(theirs_env) + bool(ab_env)
+        row, line = run_program(name, ours_env, theirs_env, min(args.timeout, left / sides), ab_env)
         took.append(time.perf_counter() - began)
         if left / sides < args.timeout:
             row = [c.replace("FAIL (timed out)", "FAIL (timed out (budget))") for c in row]
         rows.append(row)
         print(line if args.verbose else line.split("\n")[0], flush=True)
     header = ["program", "args", "TileAgent", "ms", "TFLOP/s", "TileLang", "ms", "TFLOP/s", "TileLang ms / ours"]
+    if ab_env:
+        header += [f"ours ms, {' '.join(args.ab)}", "that / default"]
     ran = [r for r in rows if r[2] != "not run (budget)"]
     print(f"TileAgent passed {sum(1 for r in ran if r[2] == 'pass')} of {len(ran)}"
           + (f"; TileLang passed {sum(1 for r in ran if r[5] == 'pass')}" if theirs_env else "")

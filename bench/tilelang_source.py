@@ -5,7 +5,8 @@ Usage (repository root):
         [--tilelang-site DIR --tilelang-python PYTHON]
 
 SCRIPT is a TileLang program (``bench/tilelang_examples/...``), FACTORY its ``@tilelang.jit`` function (through an
-``@autotune`` wrapper too), ARGS the factory's positional arguments as Python (``'8,32,1024,64,False,64,64'``).
+``@autotune`` wrapper too), ARGS the factory's arguments as Python (``'8,32,1024,64,False,64,64'``; keywords too:
+``'M=1024, N=1024, K=1024, block_M=128, block_N=128, block_K=32'`` for a program's ``T.const`` sizes).
 Writes DIR/tileagent.cu and, with real TileLang, DIR/tilelang.cu, and prints each kernel's registers and spills
 (ptxas -v through our NVRTC, sm_90a, with the program's fast-math setting; TileLang's source gets the
 ``tl_templates``, CUTLASS and CCCL headers of its own pack). How round 2 session 30 found what held the attention
@@ -38,14 +39,15 @@ program = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(program)
 factory = getattr(program, sys.argv[2])
 factory = getattr(factory, "jit_impl", factory)  # an @autotune wrapper
-func = factory.get_tir(*eval("(" + sys.argv[3] + ",)"))
+args, kwargs = eval("(lambda *a, **k: (a, k))(" + sys.argv[3] + ")")
+func = factory.get_tir(*args, **kwargs)
 target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
 with target:
     open(sys.argv[4], "w").write(tilelang.lower(func, target=target).kernel_source)
 """
 
 
-def ours(script: Path, factory: str, args: tuple, out: Path) -> tuple[str, tuple]:
+def ours(script: Path, factory: str, args: str, out: Path) -> tuple[str, tuple]:
     """(our CUDA source for sm_90a, the NVRTC options the program's pass configs give)."""
     from tileagent.compat.run import load_script
     from tileagent.compiler.jit import nvrtc_options
@@ -54,7 +56,8 @@ def ours(script: Path, factory: str, args: tuple, out: Path) -> tuple[str, tuple
     impl = load_script(script)[factory]
     impl = getattr(impl, "jit_impl", impl)
     configs = getattr(impl, "pass_configs", None)
-    kernel = tileagent.compile(impl.get_tir(*args), target="cuda:sm_90a", pass_configs=configs)
+    args, kwargs = eval("(lambda *a, **k: (a, k))(" + args + ")")
+    kernel = tileagent.compile(impl.get_tir(*args, **kwargs), target="cuda:sm_90a", pass_configs=configs)
     source = kernel.get_kernel_source()
     out.write_text(source)
     return source, nvrtc_options(kernel.pass_configs)
@@ -82,13 +85,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("script", type=Path)
     ap.add_argument("factory")
-    ap.add_argument("args", help="the factory's positional arguments, as Python")
+    ap.add_argument("args", help="the factory's arguments, as Python (positional and keyword)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/tilelang_source"))
     ap.add_argument("--tilelang-site", type=Path, help="the unpacked TileLang pack")
     ap.add_argument("--tilelang-python", default="python3.12")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
-    source, options = ours(a.script, a.factory, eval("(" + a.args + ",)"), a.out / "tileagent.cu")
+    source, options = ours(a.script, a.factory, a.args, a.out / "tileagent.cu")
     print(f"TileAgent: {a.out / 'tileagent.cu'}")
     print("\n".join(ptxas_lines(source, options, [])))
     if a.tilelang_site is None:
