@@ -42,6 +42,10 @@ class Step:
     after: str | None = None
 
 
+# every lowering switch sessions 31-32 added (each default-on), off together: `bench/tilelang_examples.py --ab`
+SWITCHES_31_32 = " ".join(f"--ab TILEAGENT_{n}=0" for n in ("EARLY_LOADS", "FORWARD_SHARED", "FUSE_REDUCTIONS",
+                                                            "DROP_BARRIERS", "SINGLE_STAGE"))
+
 STEPS = (
     # group 1: the Hopper path (issue 12), compile latency (issue 11), every GPU test
     Step("wgmma_probe", 1, "python bench/wgmma_probe.py", 120,
@@ -371,7 +375,28 @@ STEPS = (
          "flashmla_ws,layernorm,gqa_decode,gemm --timeout 90 $([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 400,
          "session 32's lowering next to real TileLang: retention (9 -> 6 barriers an iteration; 0.94 before), the MLA "
          "decodes (a barrier less before P @ V), the layer norm (fused sums, forwarded reads; 0.89), gqa_decode "
-         "(mask loads ahead; 0.75)"))
+         "(mask loads ahead; 0.75)"),
+    # group 25: sessions 31-32's default-on lowering changes in two calls: their GPU tests, then each program they
+    # reach run with all of them switched off, as by default, and by real TileLang, in one process per side
+    Step("gpu_tests_33", 25, "python -m pytest -q -m gpu tests/test_single_stage.py tests/test_early_loads.py "
+         "tests/test_fused_reductions.py tests/test_redundant_barriers.py tests/test_tilelang_hand_ws.py "
+         "tests/test_forward_shared.py tests/test_bulk_store.py tests/test_shared_vectors.py", 200,
+         "one-stage TMA pipelines, early loads, fused reduction rounds, dropped barriers, forwarded shared reads, bulk "
+         "stores on the GPU"),
+    Step("switches_33a", 25, "python bench/tilelang_examples.py --only gqa_decode,layernorm,retention_fwd,"
+         f"mha_fwd_bshd,mha_fwd_bhsd --timeout 60 {SWITCHES_31_32} "
+         "$([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 420,
+         "ratio to TileLang (gqa_decode 0.75, layernorm 0.89, retention 0.94, mha_fwd_bshd 0.89, bhsd 1.09 before) "
+         "and the x of sessions 31-32's switches", after="gpu_tests_33"),
+    Step("switches_33b", 25, "python bench/tilelang_examples.py --only dequant_gemm_w4a8,mha_sink_fwd_bhsd,"
+         f"mla_decode_ws,flashmla_ws,mha_inference,rms_norm --timeout 60 {SWITCHES_31_32} "
+         "$([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 480,
+         "the other programs the switches reach (w4a8 1.44, mla_decode_ws 0.95, flashmla_ws 0.87 before)",
+         after="gpu_tests_33"),
+    Step("epilogue_33", 25, "python bench/tilelang_examples.py --only gemm,gemm_splitk --timeout 60 "
+         "--ab TILEAGENT_STAGE_EPILOGUE=0 $([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 200,
+         "TileLang's 1024^3 GEMM (64 blocks, 15 us; 0.94 of TileLang): our staged epilogue against its direct stores",
+         after="gpu_tests_33"))
 
 
 def main(argv=None) -> int:
