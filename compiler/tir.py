@@ -90,23 +90,26 @@ def keeps_wide(e) -> bool:
     return isinstance(e, Select) or (isinstance(e, BinOp) and e.op in ("+", "-", "*"))
 
 
-def nonneg(e, known=frozenset()) -> bool:
+def nonneg(e, known=frozenset(), thread_from: int = 0) -> bool:
     """Whether an integer expression is provably >= 0 (then C's ``/`` and ``%`` are floor division and modulo): a
-    constant >= 0, a hardware index, a variable in ``known``, or +, *, /, //, %, min, max, an integer cast or a select
-    of such."""
+    constant >= 0, a hardware index, a variable in ``known``, ``THREAD - c`` where the code runs only on threads from
+    ``thread_from`` >= c on (a ``WarpGroupRange``'s arm), or +, *, /, //, %, min, max, an integer cast or a select of
+    such."""
     e = as_expr(e)
     if isinstance(e, Const):
         return e.value >= 0
     if isinstance(e, Var):
         return e in known or any(e is v for v in SPECIAL_VARS)
+    if isinstance(e, BinOp) and e.op == "-":
+        return e.a is THREAD and isinstance(e.b, Const) and e.b.value <= thread_from
     if isinstance(e, BinOp) and e.op in ("+", "*", "//", "%", "/"):
-        return nonneg(e.a, known) and nonneg(e.b, known)
+        return nonneg(e.a, known, thread_from) and nonneg(e.b, known, thread_from)
     if isinstance(e, Call) and e.name in ("min", "max"):
-        return all(nonneg(a, known) for a in e.args)
+        return all(nonneg(a, known, thread_from) for a in e.args)
     if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int:
-        return nonneg(e.value, known)
+        return nonneg(e.value, known, thread_from)
     if isinstance(e, Select):
-        return nonneg(e.a, known) and nonneg(e.b, known)
+        return nonneg(e.a, known, thread_from) and nonneg(e.b, known, thread_from)
     return False
 
 

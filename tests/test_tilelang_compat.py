@@ -737,8 +737,9 @@ def test_gpu_bench_curated_set_flags_exist_and_budget_lists_what_it_had_no_time_
         for flag in (a for a in args if a.startswith("--")):
             assert f'"{flag}"' in text, (name, flag)
     ran = []
-    monkeypatch.setattr(bench, "run_program", lambda name, ours, theirs, timeout: (
-        ran.append((name, timeout)) or [name, "defaults", "pass", "1", "-", "-", "-", "-", "-"], f"[{name}] pass"))
+    monkeypatch.setattr(bench, "run_program", lambda name, ours, theirs, timeout, ab=None: (
+        ran.append((name, timeout)) or [name, "defaults", "pass", "1", "-", "-", "-", "-", "-"]
+        + (["0.9", "0.900"] if ab else []), f"[{name}] pass"))
     bench.main(["--only", "rms_norm,gemm", "--budget", "10", "--markdown"])
     out = capsys.readouterr().out.splitlines()
     assert ran == [] and out[0] == "TileAgent passed 0 of 0; 2 not run (budget 10 s); 0 s"
@@ -747,6 +748,9 @@ def test_gpu_bench_curated_set_flags_exist_and_budget_lists_what_it_had_no_time_
     out = capsys.readouterr().out.splitlines()
     assert [n for n, _ in ran] == ["rms_norm", "gemm"] and 60 >= ran[0][1] > 59
     assert out[-1].startswith("| gemm | defaults | pass | 1 |")
+    bench.main(["--only", "gemm", "--ab", "TILEAGENT_BULK_STORE=0", "--timeout", "60", "--markdown"])  # ours twice
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3].endswith("| ours ms, TILEAGENT_BULK_STORE=0 | that / default |") and out[-1].endswith("| 0.9 | 0.900 |")
 
 
 def test_survey_groups_outcomes_and_runs_a_program_to_its_first_launch(tmp_path):

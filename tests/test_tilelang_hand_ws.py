@@ -81,7 +81,9 @@ def test_mla_decode_ws_lowers_for_sm90a_with_warp_group_ranges_and_real_barriers
     assert inits == ["384", "128", "128", "256", "256", "256", "256"]  # bar_q, k_ready x2, k_free x2, sScale x2
     assert 'bar.sync 8, 128;' in src and 'bar.sync 10, 128;' in src and "__syncthreads();" in src
     assert src.count("cp.async.mbarrier.arrive.noinc.shared::cta.b64") == 1
-    assert "(tid - 128, 4)" in src and "wgmma.mma_async" in src  # the second consumer: threads from 128
+    assert "((tid - 128) / 4)" in src and "wgmma.mma_async" in src  # the second consumer: threads from 128
+    # each arm states its threads, so its relative indices divide as C's / and % (no floor helpers, no spills)
+    assert "__builtin_assume(tid >= 128 && tid < 256);" in src and "tl_floordiv<int>(tid - 128" not in src
     assert "setmaxnreg.inc.sync.aligned.u32 240;" in src and "__launch_bounds__(384, 1)" in src
     # the first consumer's three T.wgmma_gemm in a row: a proxy fence and barrier before the first alone, per stage;
     # the barrier after its S_shared writes is the fence's own (no second one right before it)

@@ -121,7 +121,7 @@ def lower_wgmma(ctx, s: Gemm) -> list:
     n = n_all // split  # columns per warpgroup: the instruction's N
     step = k_step(b_buf)  # K a wgmma: 16, or 8 for TF32 (32 bytes of a row either way)
     atoms = m // (q // split) // 64
-    wg = make_binop("//", THREAD, 128)
+    wg = make_binop("//", THREAD, 128) if q > 1 else as_expr(0)  # the thread's warpgroup
     row0 = make_binop("*", wg, m // q) if split == 1 else 0
     col0 = make_binop("*", wg, n) if split > 1 else 0
     c_reg = ctx.mem(c_buf)

@@ -248,6 +248,7 @@ class _KernelEmitter:
         self.taken = set(_RESERVED)
         self.scopes: list[dict] = [{}]
         self.nonneg_vars: set = set()  # integer variables known to be >= 0 (Let and loop variables)
+        self.thread_from = 0  # the first thread that runs the code being emitted (a WarpGroupRange's lo)
         self.unrolled: dict = {}  # Var of an enclosing unrolled loop with constant bounds -> (first, last) value
         self.buffers: dict = {}
         self.tmaps: dict = {}  # TensorMap -> parameter name
@@ -404,7 +405,7 @@ class _KernelEmitter:
         self.line(f"{ref} = {_strip(self.value_as(s.value, s.buffer.dtype))};")
 
     def nonneg(self, e) -> bool:
-        return nonneg(e, self.nonneg_vars)
+        return nonneg(e, self.nonneg_vars, self.thread_from)
 
     def let(self, s: Let) -> None:
         if s.var.dtype.is_int and self.nonneg(s.value):

@@ -31,9 +31,11 @@ from __future__ import annotations
 import os
 
 from tileagent.compiler.tir import (LANE, BulkStore, BulkStoreWait, MbarrierArrive, MbarrierArriveExpectTx,
-                                    MbarrierInit, MbarrierWait, SetMaxNReg, TmaLoad, WarpGroupRange, WarpSpecialize)
+                                    MbarrierInit, MbarrierWait, SetMaxNReg, THREAD, TmaLoad, WarpGroupRange,
+                                    WarpSpecialize)
 
 SPIN_LIMIT_ENV = "TILEAGENT_MBAR_SPIN_LIMIT"
+ARM_RANGES_ENV = "TILEAGENT_ARM_RANGES"
 
 
 def _load_helper(rank: int) -> str:
@@ -183,13 +185,28 @@ def emit_warp_specialize(em, s: WarpSpecialize) -> None:
     em.line("}")
 
 
+def arm_ranges_enabled() -> bool:
+    """Whether a warp group's arm states its thread range (``TILEAGENT_ARM_RANGES=0`` turns it off)."""
+    return os.environ.get(ARM_RANGES_ENV, "1").strip() != "0"
+
+
 def emit_warp_group_range(em, s: WarpGroupRange) -> None:
-    """A warp group's arm (``compiler.lower.warp_groups``): its barriers are the named barrier of its threads."""
-    outer, em.sync_line = em.sync_line, f'asm volatile("bar.sync {s.barrier_id}, {s.hi - s.lo};" ::: "memory");'
+    """A warp group's arm (``compiler.lower.warp_groups``): its barriers are the named barrier of its threads. Its
+    thread range is stated to NVVM (``__builtin_assume``) and known to the emitter (``thread_from``): the arm's
+    ``tid - lo`` indices are then non-negative, so their floor divisions and modulos are C's ``/`` and ``%`` and
+    compile to shifts and masks (TileLang's FlashMLA-style decode: 11.1k -> 8.8k SASS instructions, 56 bytes of
+    spills a thread -> none; its MLA decode: 9.8k -> 7.5k, 176 -> none). ``TILEAGENT_ARM_RANGES=0``: neither."""
+    outer = em.sync_line, em.thread_from
+    em.sync_line = f'asm volatile("bar.sync {s.barrier_id}, {s.hi - s.lo};" ::: "memory");'
+    ranges = arm_ranges_enabled()
+    em.thread_from = s.lo if ranges else 0
     em.line("{")
+    if ranges:
+        tid = em.ex(THREAD)
+        em.line(f"__builtin_assume({tid} >= {s.lo} && {tid} < {s.hi});")
     em.block(s.body)
     em.line("}")
-    em.sync_line = outer
+    em.sync_line, em.thread_from = outer
 
 
 BULK_HANDLERS = {BulkStore: emit_bulk_store, BulkStoreWait: emit_bulk_store_wait}
