@@ -62,3 +62,27 @@ def test_a_barrier_after_fenced_writes_synchronizes_the_group_and_unknown_statem
     stmts = [WgmmaFence(), _write(), AsyncProxyFence(), Barrier(), WgmmaFence(), tma, WgmmaFence()]
     assert _kinds(trim(stmts)) == ["sync", "Store", "AsyncProxyFence", "Barrier", "bare", "TmaLoad", "bare"]
     assert _kinds(trim([WgmmaFence(sync=False), object(), WgmmaFence()]))[-1] == "sync"
+
+
+def test_only_a_wait_on_a_barrier_cp_async_arrives_on_needs_a_reader_fence():
+    """A barrier that TMA completes (or that threads arrive on after fencing their writes) delivers data the async
+    proxy sees: the wgmma after its wait needs no fence of its own; one that cp.async copies arrive on does (their
+    writes are generic and no writer can fence them). A wait the program did not write counts as such a barrier."""
+    tma_set, cp_set = object(), object()
+    tma_wait = MbarrierWait(BARS, ZERO, ZERO, label=(tma_set, ZERO))
+    cp_wait = MbarrierWait(BARS, Const(1, DType("int32")), ZERO, label=(cp_set, ZERO))
+    stmts = [WgmmaFence(), tma_wait, WgmmaFence(), cp_wait, WgmmaFence(), MbarrierWait(BARS, ZERO, ZERO), WgmmaFence()]
+    assert _kinds(trim(stmts, frozenset({id(cp_set)}))) == [
+        "sync", "MbarrierWait", "bare", "MbarrierWait", "AsyncProxyFence", "bare", "MbarrierWait", "AsyncProxyFence",
+        "bare"]
+    assert _kinds(trim(stmts)) == [  # no sets known: every wait as before
+        "sync", "MbarrierWait", "AsyncProxyFence", "bare", "MbarrierWait", "AsyncProxyFence", "bare",
+        "MbarrierWait", "AsyncProxyFence", "bare"]
+
+
+def test_the_programs_own_proxy_fence_makes_the_arrives_fence_redundant():
+    """TileLang's FlashMLA writes its P tile, calls T.fence_proxy_async() and arrives: one fence, not two."""
+    from tileagent.compiler.language.cp_async import fence_proxy_async
+
+    out = trim([WgmmaFence(), _write(), fence_proxy_async(), *_arrive()])
+    assert _kinds(out) == ["sync", "Store", "Evaluate", "MbarrierArrive"]

@@ -12,7 +12,10 @@ Out: the same statements, where
 - the proxy fence before an arrive stays only when the thread wrote shared memory since its last proxy fence.
 How: a forward data flow over the arm (three flags: unfenced writes of this thread, writes not yet fenced and
 synchronized in the group, a wait since the last fence), loops to their fixed point, both arms of an ``if`` joined;
-the arm's entry has all three set, and any statement this module does not know counts as a write.
+the arm's entry has all three set, and any statement this module does not know counts as a write. Only a wait on a
+barrier that cp.async copies arrive on (``cp_async_sets``: the kernel's ``T.cp_async_barrier_noinc`` sets; a wait
+the program did not write counts too) sets the third flag: TMA writes through the async proxy, and a thread that
+wrote shared memory fenced it before its arrive. The program's own ``T.fence_proxy_async()`` is a proxy fence.
 Guarantees: a wgmma still reads only shared bytes its writers fenced and the group synchronized (or that reached it
 through an mbarrier and a reader-side fence), and a waiting group still sees fenced data behind every arrive that
 follows a write; ``TILEAGENT_ARM_FENCES=all`` keeps every fence (an A/B switch).
@@ -40,9 +43,32 @@ def enabled() -> bool:
     return os.environ.get("TILEAGENT_ARM_FENCES") != "all"
 
 
-def trim(stmts) -> list:
-    """``stmts`` (one arm's thread IR) with the fences it does not need dropped (see the module docstring)."""
-    return _flow(list(stmts), ALL)[0] if enabled() else list(stmts)
+def trim(stmts, cp_async_sets=None) -> list:
+    """``stmts`` (one arm's thread IR) with the fences it does not need dropped (see the module docstring);
+    ``cp_async_sets``: the ids of the barrier sets cp.async copies arrive on (None: every barrier may be one)."""
+    return _flow(list(stmts), ALL, cp_async_sets)[0] if enabled() else list(stmts)
+
+
+def cp_async_sets(body) -> frozenset:
+    """The ids of the ``T.alloc_barrier`` sets that a ``T.cp_async_barrier_noinc`` of ``body`` (a kernel's tile IR)
+    arrives on: what their waits deliver was written by cp.async, which no writer can fence."""
+    from tileagent.compiler.ir.stmt import MBarrierOp
+    from tileagent.compiler.ir.visit import walk
+
+    return frozenset(id(s.barriers) for s in walk(body) if isinstance(s, MBarrierOp) and s.op == "arrive_cp_async")
+
+
+def _program_fence(x) -> bool:
+    """The program's ``T.fence_proxy_async()``."""
+    from tileagent.compiler.ir.expr import Call
+    from tileagent.compiler.ir.stmt import Evaluate
+    from tileagent.compiler.language.cp_async import FENCE
+
+    return isinstance(x, Evaluate) and isinstance(x.value, Call) and x.value.name == FENCE
+
+
+def _cp_async_wait(x: MbarrierWait, sets) -> bool:
+    return sets is None or x.label is None or id(x.label[0]) in sets
 
 
 def _writes_shared(x) -> bool:
@@ -55,7 +81,7 @@ def _join(a, b):
     return tuple(p or q for p, q in zip(a, b))
 
 
-def _flow(stmts, state):
+def _flow(stmts, state, sets=None):
     """(the statements with their fences trimmed, the state after them)."""
     out = []
     for k, x in enumerate(stmts):
@@ -68,26 +94,26 @@ def _flow(stmts, state):
                     state = (False, False, False)
             elif x.sync:
                 state = (False, False, False)
-        elif isinstance(x, AsyncProxyFence):
+        elif isinstance(x, AsyncProxyFence) or _program_fence(x):
             if not unfenced and k + 1 < len(stmts) and isinstance(stmts[k + 1], MbarrierArrive):
                 continue  # nothing written since the last fence: the arrive alone
             state = (False, unsynced, False)
         elif isinstance(x, Barrier):
             state = (unfenced, unsynced and unfenced, waited)
         elif isinstance(x, MbarrierWait):
-            state = (unfenced, unsynced, True)
+            state = (unfenced, unsynced, waited or _cp_async_wait(x, sets))
         elif isinstance(x, If):
-            then, s1 = _flow(list(x.then_body), state)
-            other, s2 = _flow(list(x.else_body), state)
+            then, s1 = _flow(list(x.then_body), state, sets)
+            other, s2 = _flow(list(x.else_body), state, sets)
             x, state = dataclasses.replace(x, then_body=tuple(then), else_body=tuple(other)), _join(s1, s2)
         elif isinstance(x, (For, While)):
             entry = state
             while True:  # the body's entry: from before the loop or from the end of an iteration
-                after = _flow(list(x.body), entry)[1]
+                after = _flow(list(x.body), entry, sets)[1]
                 if _join(entry, after) == entry:
                     break
                 entry = _join(entry, after)
-            x, state = dataclasses.replace(x, body=tuple(_flow(list(x.body), entry)[0])), entry
+            x, state = dataclasses.replace(x, body=tuple(_flow(list(x.body), entry, sets)[0])), entry
         elif _writes_shared(x):
             state = (True, True, waited) if isinstance(x, _WRITERS) else ALL
         out.append(x)

@@ -28,7 +28,7 @@ from tileagent.compiler.ir.expr import Expr, make_binop
 from tileagent.compiler.ir.simplify import depends_on
 from tileagent.compiler.ir.stmt import If
 from tileagent.compiler.ir.visit import substitute
-from tileagent.compiler.lower.arm_fences import trim
+from tileagent.compiler.lower.arm_fences import cp_async_sets, trim
 from tileagent.compiler.tir import THREAD, WARP, AsyncProxyFence, WarpGroupRange
 
 FIRST_BARRIER = 8  # named barriers 8.. (0 is __syncthreads, 1 the consumers of compiler.lower.warp_specialize)
@@ -76,7 +76,9 @@ def _arm(lowering, body, r, reach, span) -> list:
     view.ranges = dict(ctx.ranges)
     view.ranges[THREAD] = (0, r[1] - r[0] - 1)
     out = lowering.with_context(view).body(body)
-    return [WarpGroupRange(r[0], r[1], barrier, tuple(shift(trim(out), r[0])), span)]
+    if ctx.cp_async_sets is None:
+        ctx.cp_async_sets = cp_async_sets(ctx.kernel.body)
+    return [WarpGroupRange(r[0], r[1], barrier, tuple(shift(trim(out, ctx.cp_async_sets), r[0])), span)]
 
 
 def shift(stmts, lo: int) -> list:
