@@ -3,7 +3,7 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session27|session20|widths|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session20|widths|session2|session1|all]
 # Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
 # $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
@@ -35,8 +35,13 @@
 # third config (T=16384, N=4096, K=14336) may need CAP=120. gemm_sigmoid_scale_residual+bf16x6 is not a played
 # answer: the same op with float32 operands split into bf16 hi/mid/lo and six bf16 wgmma gemms (CPU-correct at the
 # float32 tolerance), the A/B against the TF32 answer and against torch's float32 matmul.
+# session33: the four ops of session 33 (adam_step, rmsnorm_backward, depthwise_conv7x7, bilinear_upsample2x), each
+# correct on the CPU (adam_step at turn 2, the others at turn 1). depthwise_conv7x7's 56x56 stage (config 0) and
+# bilinear_upsample2x's 256x256 config never ran on the CPU interpreter at their own plane sizes (checked at 28x28 and
+# 32x32): the GPU run is their first check there. Expect narrow (2-byte) loads of X in both (halo copies from a column
+# origin of -3 / -1).
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session27|session20|widths|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-55}
 mkdir -p "$OUT"
@@ -140,6 +145,13 @@ SESSION27=(
   "partial_rotary:answers/partial_rotary/turn1.py"
   "embedding_backward:answers/embedding_backward/turn1.py"
 )
+# session 33 ("Session 33" in RESULTS.md): every op correct on the CPU, its last answer
+SESSION33=(
+  "adam_step:answers/adam_step/turn2.py"
+  "rmsnorm_backward:answers/rmsnorm_backward/turn1.py"
+  "depthwise_conv7x7:answers/depthwise_conv7x7/turn1.py"
+  "bilinear_upsample2x:answers/bilinear_upsample2x/turn1.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -164,9 +176,10 @@ case "$WHICH" in
   session25b) ANSWERS=("${SESSION25B[@]}") ;;
   session26) ANSWERS=("${SESSION26[@]}") ;;
   session27) ANSWERS=("${SESSION27[@]}") ;;
+  session33) ANSWERS=("${SESSION33[@]}") ;;
   widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
