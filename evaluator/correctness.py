@@ -613,8 +613,10 @@ class _ConfigCheck:
                 continue
             r64 = r.detach().to(torch.float64)
             key = (k, where["distribution"])
-            self.peaks[key] = max(self.peaks.get(key, 0.0), float(r64.abs().max()))
-            constant = r.numel() > 1 and float(r64.max()) == float(r64.min())
+            finite = r64[torch.isfinite(r64)]  # NaN would read as 0 below (max(0.0, nan) is 0.0; played LLM, s. 33)
+            peak = float(finite.abs().max()) if finite.numel() else math.inf
+            self.peaks[key] = max(self.peaks.get(key, 0.0), peak)
+            constant = r.numel() > 1 and finite.numel() == r.numel() and float(r64.max()) == float(r64.min())
             self.constant[key] = self.constant.get(key, True) and constant
             self.atol[k] = self.spec.tolerance(r.dtype).atol
             if not bool(torch.isfinite(r64).all()):

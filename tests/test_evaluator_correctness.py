@@ -595,3 +595,18 @@ def test_feedback_names_the_relative_l2_rule_when_every_element_is_within_tolera
             "value: a relative tolerance).") in text
     assert "0 of 1 elements" not in text
     assert "seed 0 (inputs are drawn afresh every turn)" in text
+
+
+def test_a_reference_with_nan_is_not_called_below_atol(relu_spec):
+    """AdamW's update on a drawn (negative) second moment is half NaN: its finite values decide the peak (Python's
+    max(0.0, nan) is 0.0, and the note said "max |value| 0" before; played LLM, session 33)."""
+    from evaluator.correctness import _ConfigCheck
+
+    check = _ConfigCheck(relu_spec, sandbox=None, device="cpu", base_seed=0)
+    ref = torch.tensor([float("nan"), 3.0, -5.0, float("nan")])
+    check.flag_degenerate((ref,), {"distribution": "normal"})
+    check.flag_degenerate((torch.tensor([1e-6, -2e-6, 0.0, 3e-7]),), {"distribution": "small"})
+    notes = check.degenerate_notes()
+    assert not any("stays below atol" in n and "'normal'" in n for n in notes), notes
+    assert any("stays below atol" in n and "'small'" in n for n in notes)
+    assert any("gives NaN or Inf in output 0 under distribution(s) 'normal'" in n for n in notes)
