@@ -199,6 +199,7 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, exec
                                                    "compiler", key, value)
     resolved = resolve_target(target)
     outs = _out_indices(out_idx, len(func.params) - len(func.hidden))  # workspaces and views: last, hidden
+    _check_outputs_are_tensors(func, outs, out_idx)
     defaults = _DEFAULTS.get()
     options = Options(lowering_check=bool(defaults.get("lowering_check", False) if lowering_check is None
                                           else lowering_check),
@@ -258,6 +259,21 @@ def _build(func: PrimFunc, target: Target, options: Options):
         fallback = lambda: _build(func, without, options)[1]  # noqa: E731
     return unit, backends.CudaBackend(unit.module, func, unit.source, target.arch, options.nvrtc_options,
                                       cubin=unit.cubin, fallback=fallback)
+
+
+def _check_outputs_are_tensors(func: PrimFunc, outs: tuple[int, ...], out_idx) -> None:
+    """An out_idx entry must name a tensor parameter (the kernel allocates it): a scalar there failed later as
+    "'Var' object has no attribute 'shape'" (played LLM, session 33: out_idx=[10, 11, 12] counted one too far)."""
+    from tileagent.compiler.ir.stmt import Buffer
+
+    scalars = [k for k in outs if not isinstance(func.params[k], Buffer)]
+    if scalars:
+        names = ", ".join(f"{k} ({func.params[k].name}, a scalar {func.params[k].dtype})" for k in scalars)
+        tensors = [f"{k} {p.name}" for k, p in enumerate(func.params) if isinstance(p, Buffer) and k not in func.hidden]
+        raise DSLTypeError(f"out_idx={out_idx!r} names scalar parameter(s) {names} of {func.name}: out_idx lists the "
+                           f"tensor parameters the kernel allocates and returns", code="E301", span=func.span,
+                           hint=f"tensor parameters (index name): {', '.join(tensors)}; negative indices count from "
+                                f"the end (out_idx=[-1]: the last)")
 
 
 def _out_indices(out_idx, n_params: int) -> tuple[int, ...]:

@@ -1210,6 +1210,26 @@ def test_compile_arguments_of_the_wrong_kind_raise_compile_errors(kwargs):
     assert info.value.code in ("E301", "E308", "E601"), str(info.value)
 
 
+def test_an_out_idx_that_names_a_scalar_parameter_says_which_and_lists_the_tensors():
+    """Played LLM, session 33: out_idx=[10, 11, 12] counted one past the outputs into the scalar ``eps`` and failed
+    in the candidate's forward as "'Var' object has no attribute 'shape'"."""
+    @T.prim_func
+    def main(x: T.Tensor((32,), "float32"), y: T.Tensor((32,), "float32"), eps: T.float32):
+        with T.Kernel(1, threads=32) as b:
+            for i in T.Parallel(32):
+                y[i] = x[i] + eps
+
+    with pytest.raises(CompileError) as info:
+        tileagent.compile(main, out_idx=[1, 2], target="cpu")
+    e = info.value
+    assert e.code == "E301" and e.span.line == main.span.line
+    assert e.message == ("out_idx=[1, 2] names scalar parameter(s) 2 (eps, a scalar float32) of main: out_idx lists "
+                         "the tensor parameters the kernel allocates and returns")
+    assert e.hint == "tensor parameters (index name): 0 x, 1 y; negative indices count from the end (out_idx=[-1]: " \
+                     "the last)"
+    assert tileagent.compile(main, out_idx=[-2], target="cpu").out_idx == (1,)  # y
+
+
 MISUSES = {
     "use_swizzle_order_list": ("E306",),
     "dynamic_with_int_name": ("E301", "E309"),
