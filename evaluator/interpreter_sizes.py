@@ -5,7 +5,8 @@ In: a loaded ``Spec`` and one config (free dims already at their SMALL_CONFIG si
 needs minutes for a few hundred thousand elements, so a config whose inputs and model tensors (parameters and
 buffers: a GEMM's weight) hold more than ``INTERPRETER_INPUT_ELEMENTS``, or whose outputs do, is checked smaller: its
 free dims halved while the other sizes (which decide the schedule a GPU runs) stay as stated, else the sizes the
-reference's SMALL_CONFIG states halved toward it as far as needed, else SMALL_CONFIG's sizes. Guarantees: sizes are
+reference's SMALL_CONFIG states halved toward it as far as needed (the first stated first), else SMALL_CONFIG's
+sizes. Guarantees: sizes are
 counted on the meta device (no values drawn, the reference's forward run on meta tensors for its outputs); a config
 whose inputs cannot be counted there is kept as stated; outputs that cannot be counted there (a forward that reads
 values) count as none; a model that cannot be built there counts as no tensors for the first test and sends a
@@ -23,26 +24,30 @@ TAILS_NOT_CHECKED = "tail sizes not checked"
 
 
 RULE = ("the free dims (FREE_DIMS) halved until the inputs and model tensors fit, and the outputs too, other sizes "
-        "as stated; where that is not enough, every size SMALL_CONFIG states halved toward it until they fit; else "
-        "SMALL_CONFIG's sizes")
+        "as stated; where that is not enough, the sizes SMALL_CONFIG states halved toward it until they fit, the "
+        "first it states alone first, then with the next (a config's last dims, its rows and planes, stay as stated "
+        "where that fits, unless two configs would then be checked alike); else SMALL_CONFIG's sizes")
 """How a config too large for the interpreter is checked, as the prompt, the feedback, the CLI and the report say it."""
 
 
-def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
+def interpreter_config(spec, config: dict, configs: list | None = None) -> tuple[dict, str | None]:
     """The config the CPU interpreter checks for ``config``, and why it differs: ``config`` itself when its inputs
     and model tensors hold at most ``INTERPRETER_INPUT_ELEMENTS`` elements and so do its outputs (both counted on the
     meta device), when the inputs' size cannot be told without real values, or when the reference states no
     SMALL_CONFIG; else ``config`` with its free dims (FREE_DIMS) halved (down to 1) until both fit, when that is
     enough and the model's parameters and buffers fit too (the other sizes, which decide the schedule a GPU runs, as
-    stated: a softmax over a 256000-word vocabulary keeps its rows that wide); else ``config`` with each integer key
-    that SMALL_CONFIG states smaller halved toward SMALL_CONFIG's value until it fits (``_toward_small_config``);
-    else lowered to that value (other keys, and keys already smaller, kept). Inputs count with the model's
+    stated: a softmax over a 256000-word vocabulary keeps its rows that wide); else ``config`` with the integer keys
+    that SMALL_CONFIG states smaller halved toward SMALL_CONFIG's values until it fits, the first key SMALL_CONFIG
+    states alone, then the first two together, and so on (``_leading_first``: played LLM, session 33, a depthwise
+    7x7 conv's 56 x 56 planes were checked at 28 x 28 with C halved beside them, and a kernel wrong at 56 x 56
+    passed), all of them together where that would check ``config`` as it checks another of ``configs`` (the list
+    the config is one of; ``_toward_small_config``); else lowered to SMALL_CONFIG's values (other keys, and keys
+    already smaller, kept). Inputs count with the model's
     parameters and buffers: a linear layer's 4096 x 16384 weight at 40 tokens was checked as stated and took over 7
     minutes. Outputs count on their own (the same limit; an elementwise op's output, as large as its input, changes
     nothing): a weight gradient dW = dY^T X of (4096, 4096) kept its 16.8 M outputs at every T the free dim was
     halved to, 0.6-1 s a call and ~300 calls a config (played LLM, session 27: three timeouts, no verdict)."""
-    small = spec.small_config or {}
-    sized = {k: v for k, v in small.items() if type(v) is int and type(config.get(k)) is int and v < config[k]}
+    sized = _sized(spec, config)
     if not sized:
         return config, None
     try:
@@ -53,7 +58,8 @@ def interpreter_config(spec, config: dict) -> tuple[dict, str | None]:
             return config, None
         run, how = _free_dims_halved(spec, config, weights), "the free dims halved, the other sizes as stated"
         if run is None:
-            run, how = _toward_small_config(spec, config, sized), "the sizes SMALL_CONFIG states halved toward it"
+            run, how = _toward_small_config(spec, config, sized, configs), "the sizes SMALL_CONFIG states halved " \
+                                                                          "toward it"
         if run is None:
             run, how = {**config, **sized}, "the reference's SMALL_CONFIG sizes"
     except Exception:  # noqa: BLE001 - get_inputs needs real values: keep the config as stated
@@ -88,7 +94,7 @@ def interpreter_configs(reference, configs: list[dict]) -> list[dict] | None:
         spec = load_spec(reference, check=False)
     except Exception:  # noqa: BLE001 - any failure of the user's reference module
         return None
-    return [interpreter_config(spec, c)[0] for c in configs]
+    return [interpreter_config(spec, c, configs)[0] for c in configs]
 
 
 def _free_dims_halved(spec, config: dict, weights: int | None) -> dict | None:
@@ -107,12 +113,43 @@ def _free_dims_halved(spec, config: dict, weights: int | None) -> dict | None:
     return run
 
 
-def _toward_small_config(spec, config: dict, sized: dict) -> dict | None:
+def _toward_small_config(spec, config: dict, sized: dict, configs: list | None) -> dict | None:
+    """``_leading_first``'s run of ``config``, unless another of ``configs`` (stated otherwise) gets the same one:
+    then ``_halved_together``'s of every key of ``sized``. So two configs that differ stay apart: played LLM,
+    session 22, an ALiBi softmax over S = 1024 and 2048 was checked twice at SMALL_CONFIG's S = 48, where its kernel
+    took another schedule than at either size."""
+    run = _leading_first(spec, config, sized)
+    if run is None:
+        return _halved_together(spec, config, sized)
+    for other in configs or ():
+        if other != config and interpreter_config(spec, other)[0] == run:
+            return _halved_together(spec, config, sized)
+    return run
+
+
+def _sized(spec, config: dict) -> dict:
+    """The integer keys that SMALL_CONFIG states smaller than ``config``, at SMALL_CONFIG's values, in its order."""
+    small = spec.small_config or {}
+    return {k: v for k, v in small.items() if type(v) is int and type(config.get(k)) is int and v < config[k]}
+
+
+def _leading_first(spec, config: dict, sized: dict) -> dict | None:
+    """``_halved_together`` over the first key of ``sized`` alone, then the first two, ...: the first run that fits
+    while a later key keeps its stated size and none of the halved ones is down to its SMALL_CONFIG value (a batch
+    or channel count shrinks before rows and planes, not to nothing); None when there is no such run."""
+    keys = list(sized)
+    for n in range(1, len(keys)):
+        first = {k: sized[k] for k in keys[:n]}
+        run = _halved_together(spec, config, first)
+        if run is not None and all(run[k] > v for k, v in first.items()):
+            return run
+    return None
+
+
+def _halved_together(spec, config: dict, sized: dict) -> dict | None:
     """``config`` with every key of ``sized`` (SMALL_CONFIG's smaller values) halved together, none below its
     SMALL_CONFIG value, until the inputs and the model's tensors fit, and the outputs too (``fits``); None when they
-    fit only at SMALL_CONFIG's values (or the model cannot be counted). So a config keeps as much of its size as the
-    interpreter allows, and two configs that differ stay apart: played LLM, session 22, an ALiBi softmax over S = 1024
-    and 2048 was checked twice at SMALL_CONFIG's S = 48, where its kernel took another schedule than at either size."""
+    fit only at SMALL_CONFIG's values (or the model cannot be counted)."""
     run = dict(config)
     while True:
         run = {**run, **{k: max(v, run[k] // 2) for k, v in sized.items()}}

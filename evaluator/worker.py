@@ -173,7 +173,7 @@ def evaluate(request: EvalRequest, progress: Progress | None = None, *, load_spe
         first: EvalError | None = None
         done: dict[str, ConfigResult] = {}  # run config -> its result, for configs the interpreter checks alike
         for index, config in enumerate(configs):
-            run, note = interpreter_config(spec, config) if device == "cpu" else (config, None)
+            run, note = interpreter_config(spec, config, configs) if device == "cpu" else (config, None)
             key = repr(sorted(run.items()))
             try:
                 checked = done.get(key) or _check_config(request, spec, run, index, device, timed, progress,

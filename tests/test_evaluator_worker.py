@@ -388,8 +388,10 @@ def test_on_the_cpu_a_config_too_large_for_the_interpreter_is_checked_at_small_c
         "and model tensors of M=8, N=65536 hold 524,288 elements and its outputs 524,288, more than the interpreter "
         "checks in time (262,144 each); a GPU checks the config as stated"]
     assert "Checked at smaller sizes (inputs or outputs too large for the interpreter; the free dims (FREE_DIMS) " \
-           "halved until the inputs and model tensors fit, and the outputs too, other sizes as stated; where that is not enough, every size " \
-           "SMALL_CONFIG states halved toward it until they fit; else SMALL_CONFIG's sizes): M=8, N=65536 at " \
+           "halved until the inputs and model tensors fit, and the outputs too, other sizes as stated; where that is " \
+           "not enough, the sizes SMALL_CONFIG states halved toward it until they fit, the first it states alone " \
+           "first, then with the next (a config's last dims, its rows and planes, stay as stated where that fits, " \
+           "unless two configs would then be checked alike); else SMALL_CONFIG's sizes): M=8, N=65536 at " \
            "M=4, N=32768; M=16, N=65536 at M=8, N=32768. A path your kernel takes only at the sizes as stated was " \
            "compiled for them, not run." in render_feedback(result)
 
@@ -419,6 +421,23 @@ def test_on_the_cpu_a_config_too_large_for_the_interpreter_halves_its_free_dims_
         "        super().__init__()\n        self.w = torch.nn.Parameter(torch.randn(600, 600))\n"))
     # a weight too large at any input size: SMALL_CONFIG's sizes
     assert interpreter_config(load_spec(weighted), {"M": 8, "N": 65536})[0] == {"M": 2, "N": 64}
+
+
+def test_on_the_cpu_a_config_keeps_its_last_dims_where_shrinking_the_first_is_enough():
+    """Played LLM, session 33: a depthwise 7x7 conv's 56 x 56 planes (C=96) were checked at C=48, 28 x 28, where a
+    kernel leaving rows 36-55 of each plane unwritten passed. The first size SMALL_CONFIG states (C) shrinks alone
+    while that fits; the M x N reference above, whose two configs differ only in that first size, keeps them apart
+    by halving every size together (its expectations there are unchanged)."""
+    from tileagent.evaluator.interpreter_sizes import interpreter_configs
+    from tileagent.evaluator.spec import load_spec
+
+    from tests.conftest import REPO
+
+    ref = REPO / "bench" / "played_llm" / "refs" / "depthwise_conv7x7.py"
+    configs = [{**c, "B": 2} for c in load_spec(ref).configs]  # B free: at SMALL_CONFIG's 2
+    assert interpreter_configs(ref, configs) == [{"B": 2, "C": 24, "H": 56, "W": 56},
+                                                 {"B": 1, "C": 192, "H": 28, "W": 28},  # B halved
+                                                 {"B": 2, "C": 384, "H": 14, "W": 14}]  # fits as stated
 
 
 def test_on_the_cpu_a_layers_weight_counts_toward_the_interpreters_size():

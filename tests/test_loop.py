@@ -656,8 +656,10 @@ def test_configs_with_one_cpu_size_are_all_kept_and_that_size_is_checked_once(tm
     assert [r["config"] for r in rows(loop.o, outcome, lambda b: True) if r["correct"]] == [rc.spec for rc in chosen]
     user = drafter.calls[0].messages[1]["content"]
     assert "more than 2**18 elements with the free dims (FREE_DIMS) halved until the inputs and model tensors fit, " \
-           "and the outputs too, other sizes as stated; where that is not enough, every size SMALL_CONFIG states halved toward it until " \
-           "they fit; else SMALL_CONFIG's sizes" in user
+           "and the outputs too, other sizes as stated; where that is not enough, the sizes SMALL_CONFIG states " \
+           "halved toward it until they fit, the first it states alone first, then with the next (a config's last " \
+           "dims, its rows and planes, stay as stated where that fits, unless two configs would then be checked " \
+           "alike); else SMALL_CONFIG's sizes" in user
     assert "- M=8192, C=96" in user
 
 
