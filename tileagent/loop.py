@@ -334,7 +334,8 @@ class Loop:
                     f"checked on "
                     f"{self.o.seeds} seeds x {len(ALL_DISTRIBUTIONS)} input distributions and again at tail sizes "
                     "of its free dims, a few hundred runs, and the interpreter runs a launch's blocks one after "
-                    "another (milliseconds a block): a launch of many blocks, most of them empty at these short "
+                    "another (milliseconds a block for light work; a block that runs dozens of taps or a long loop per "
+                    "element takes up to a second): a launch of many blocks, most of them empty at these short "
                     "sizes, can time out; size tiles from the shapes forward gets. The kernel "
                     "must work at every size of the free dims and at the configs it is made for (which a GPU checks "
                     f"and times):\n{real}")
