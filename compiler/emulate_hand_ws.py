@@ -117,10 +117,14 @@ def _complete(block, bar: dict, key, s) -> bool:
 
 
 def evaluate(block, e) -> None:
-    """cp.async by hand (``compiler.language.cp_async``): each active thread's copy lands now; the rest orders
+    """cp.async by hand (``compiler.language.cp_async``): each active thread's copy lands now; the program's
+    ``T.fence_proxy_async()`` is each active thread's proxy fence (``emulate_wgmma.proxy_fence``); the rest orders
     nothing in this model."""
-    from tileagent.compiler.language.cp_async import CP_ASYNC
+    from tileagent.compiler.emulate_wgmma import proxy_fence
+    from tileagent.compiler.language.cp_async import CP_ASYNC, FENCE
 
+    if e.name == FENCE:
+        proxy_fence(block, None)
     if e.name != CP_ASYNC:
         return
     dst, src = e.args[0].args[0], e.args[1].args[0]

@@ -86,3 +86,24 @@ def test_the_programs_own_proxy_fence_makes_the_arrives_fence_redundant():
 
     out = trim([WgmmaFence(), _write(), fence_proxy_async(), *_arrive()])
     assert _kinds(out) == ["sync", "Store", "Evaluate", "MbarrierArrive"]
+
+
+def test_a_wgmma_keeps_the_barrier_only_for_writes_to_what_it_reads():
+    """TileLang's FlashMLA: the group writes its row maximum (a shared buffer its own wgmmas never read), then runs
+    P @ V from its registers and the TMA-fed V: no barrier there; the write still synchronizes the group before a
+    wgmma that reads it, and a fence whose wgmmas the module cannot see keeps its barrier."""
+    from tileagent.compiler.tir import Wgmma, WgmmaCommit
+
+    A = Buffer("A", (64, 64), DType("float16"), "shared")
+    B = Buffer("B", (64, 64), DType("float16"), "shared")
+    acc = Buffer("acc", (32,), DType("float32"), "local")
+
+    def gemm(a):
+        return [WgmmaFence(), Wgmma(acc, (), a, ZERO, 0, 0, 128, B, ZERO, 0, 0, 128, "k", 64, True, "float16"),
+                WgmmaCommit()]
+
+    stmts = [WgmmaFence(), _write(), *gemm(A), *gemm(S), WgmmaFence()]  # _write stores into S
+    assert _kinds(trim(stmts)) == ["sync", "Store", "bare", "Wgmma", "WgmmaCommit", "sync", "Wgmma", "WgmmaCommit",
+                                   "bare"]
+    stmts = [WgmmaFence(), _write(), WgmmaFence()]  # no wgmma after it in view: every buffer may be read
+    assert _kinds(trim(stmts)) == ["sync", "Store", "sync"]
