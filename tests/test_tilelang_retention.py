@@ -50,9 +50,10 @@ def test_retention_forward_moves_its_tiles_as_vectors_and_fits_three_blocks_per_
     assert "i_b >= 0" not in body and "i_b < 4" not in body  # i_b = i_bh // 32 with i_bh < 128
     assert "*reinterpret_cast<const uint4*>(&Q[tl_s])" in body  # q = Q * scale: 8 halves a load
     assert re.search(r"\*reinterpret_cast<uint4\*>\(&q\[tl_d\]\) = ", body)  # and a store, through the swizzle
-    assert "__launch_bounds__(128, 3) chunk_retention_fwd_kernel(" in body
     info = cubin_functions(kernel.cubin())["chunk_retention_fwd_kernel"]
-    assert info.registers <= 168 and info.frame_bytes == 0
+    # three blocks' registers fit the SM's 64K: by a launch bound (178 -> 168, runtime.occupancy_bound) or, since its
+    # one-warpgroup wgmmas lost their warpgroup term, from ptxas's first build (168)
+    assert info.registers <= 168 and 3 * 128 * info.registers <= 65536 and info.frame_bytes == 0
     shared = math.ceil(kernel.module.kernels[0].shared_bytes / 1024)
     assert 3 * (shared + 1) <= 228  # shared memory holds three blocks: the registers were what held them back
 
