@@ -175,8 +175,9 @@ def _pipeline(loop: For, kernel_body, max_stages, one_stage) -> SoftwarePipeline
     from tileagent.compiler.lower import single_stage
 
     stages = min(loop.annotations.get("num_stages", 0), 1 << 30 if max_stages is None else max_stages)
-    if stages < 1 or stages == 1 and not (one_stage and single_stage.enabled() and pipeline_uses_tma(loop.body)):
-        return None  # one stage: only with TMA producers (compiler.lower.single_stage)
+    if stages < 1 or stages == 1 and not (one_stage and single_stage.enabled() and pipeline_uses_tma(loop.body)
+                                          and single_stage.worthwhile(loop.body)):
+        return None  # one stage: only with TMA producers and two gemms or more (compiler.lower.single_stage)
     body = list(loop.body)
     order, stage = loop.annotations.get("order"), loop.annotations.get("stage")
     if order is not None:
