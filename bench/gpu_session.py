@@ -399,7 +399,17 @@ STEPS = (
     Step("epilogue_33", 25, "python bench/tilelang_examples.py --only gemm,gemm_splitk --timeout 60 "
          "--ab TILEAGENT_STAGE_EPILOGUE=0 $([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 200,
          "TileLang's 1024^3 GEMM (64 blocks, 15 us; 0.94 of TileLang): our staged epilogue against its direct stores",
-         after="gpu_tests_33"))
+         after="gpu_tests_33"),
+    # group 26: what session 33 changed after its one device call (one-stage pipelines for loops of two gemms only),
+    # the steps of group 25 it had no time for, and the played LLM's session-33 answers
+    Step("single_stage_rule_33", 26, "python bench/tilelang_examples.py --only dequant_gemm_w4a8,mha_fwd_bshd,"
+         "mha_fwd_bhsd,mha_sink_fwd_bhsd --timeout 60 --budget 300 --ab TILEAGENT_SINGLE_STAGE=0 "
+         "$([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 320,
+         "W4A8 back on the plain loop (0.92x as a one-stage pipeline), the attentions still one-stage pipelines "
+         "(1.34x / 1.50x); both columns should agree on W4A8 now"),
+    Step("played_33", 26, "CAP=55 bash bench/played_llm/run_gpu.sh $OUT/played33 session33", 300,
+         "the played LLM's session-33 answers (adam_step, rmsnorm_backward, depthwise_conv7x7, bilinear_upsample2x) "
+         "on every config"))
 
 
 def main(argv=None) -> int:
