@@ -407,7 +407,7 @@ STEPS = (
          "$([ -d /tmp/tl ] && echo --tilelang-site /tmp/tl)", 320,
          "W4A8 back on the plain loop (0.92x as a one-stage pipeline), the attentions still one-stage pipelines "
          "(1.34x / 1.50x); both columns should agree on W4A8 now"),
-    Step("played_33", 26, "CAP=55 bash bench/played_llm/run_gpu.sh $OUT/played33 session33", 300,
+    Step("played_33", 26, "CAP=55 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played33\" session33", 300,
          "the played LLM's session-33 answers (adam_step, rmsnorm_backward, depthwise_conv7x7, bilinear_upsample2x) "
          "on every config"))
 
