@@ -202,9 +202,9 @@ def run_program(name: str, ours_env: dict, theirs_env: dict | None, timeout: flo
         skipped = Outcome(False, 0.0, reason=f"needs {', '.join(missing)}")
         return ([name, args, *_cell(skipped), *_cell(skipped if theirs_env else None), "-"]
                 + (["-", "-"] if ab_env else []), f"[{name}] skipped: {skipped.reason} is not installed")
-    switched = run([sys.executable, "-m", "tileagent.tilelang", path.name, *extra], path.parent, ab_env,
-                   timeout) if ab_env else None
-    ours = run([sys.executable, "-m", "tileagent.tilelang", path.name, *extra], path.parent, ours_env, timeout)
+    command = [sys.executable, "-m", "tileagent.tilelang", path.name, *extra]
+    switched = run(command, path.parent, ab_env, timeout) if ab_env else None
+    ours = run(command, path.parent, ours_env, timeout)
     theirs = run([sys.executable, path.name, *extra], path.parent, theirs_env, timeout) if theirs_env else None
     ratio = "-"
     if ours.ok and theirs is not None and theirs.ok and ours.ms and theirs.ms:

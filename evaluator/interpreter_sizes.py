@@ -1,16 +1,16 @@
 """The sizes the CPU interpreter checks a config at (the evaluator's CPU path).
 
 In: a loaded ``Spec`` and one config (free dims already at their SMALL_CONFIG sizes, ``tileagent.configs``). Out:
-``interpreter_config(spec, config) -> (the config to run, a note saying why it differs, or None)``. The interpreter
-needs minutes for a few hundred thousand elements, so a config whose inputs and model tensors (parameters and
-buffers: a GEMM's weight) hold more than ``INTERPRETER_INPUT_ELEMENTS``, or whose outputs do, is checked smaller: its
-free dims halved while the other sizes (which decide the schedule a GPU runs) stay as stated, else the sizes the
-reference's SMALL_CONFIG states halved toward it as far as needed (the first stated first), else SMALL_CONFIG's
-sizes. Guarantees: sizes are
-counted on the meta device (no values drawn, the reference's forward run on meta tensors for its outputs); a config
-whose inputs cannot be counted there is kept as stated; outputs that cannot be counted there (a forward that reads
-values) count as none; a model that cannot be built there counts as no tensors for the first test and sends a
-config that is too large to SMALL_CONFIG's sizes.
+``interpreter_config(spec, config, configs) -> (the config to run, a note saying why it differs, or None)``
+(``configs``: the list the config is one of). The interpreter needs minutes for a few hundred thousand elements, so a
+config whose inputs and model tensors (parameters and buffers: a GEMM's weight) hold more than
+``INTERPRETER_INPUT_ELEMENTS``, or whose outputs do, is checked smaller: its free dims halved while the other sizes
+(which decide the schedule a GPU runs) stay as stated, else the sizes the reference's SMALL_CONFIG states halved
+toward it as far as needed (the first stated first), else SMALL_CONFIG's sizes. Guarantees: sizes are counted on the
+meta device (no values drawn, the reference's forward run on meta tensors for its outputs); a config whose inputs
+cannot be counted there is kept as stated; outputs that cannot be counted there (a forward that reads values) count
+as none; a model that cannot be built there counts as no tensors for the first test and sends a config that is too
+large to SMALL_CONFIG's sizes.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def interpreter_config(spec, config: dict, configs: list | None = None) -> tuple
             return config, None
         run, how = _free_dims_halved(spec, config, weights), "the free dims halved, the other sizes as stated"
         if run is None:
-            run, how = _toward_small_config(spec, config, sized, configs), "the sizes SMALL_CONFIG states halved " \
-                                                                          "toward it"
+            run = _toward_small_config(spec, config, sized, configs)
+            how = "the sizes SMALL_CONFIG states halved toward it"
         if run is None:
             run, how = {**config, **sized}, "the reference's SMALL_CONFIG sizes"
     except Exception:  # noqa: BLE001 - get_inputs needs real values: keep the config as stated

@@ -6,7 +6,8 @@ group's named barrier, ``wgmma.fence``) and every arrive on a program barrier co
 Out: the same statements, where
 - a ``WgmmaFence`` keeps its barrier only when the group wrote a shared buffer its wgmmas read through the generic
   proxy (stores, vector copies, cp.async) since its last fence and barrier: the wgmma may read what other threads of
-  the group wrote (a write to another buffer, a row maximum the group shares, waits for a later wgmma that reads it). Otherwise, after an mbarrier wait since the last proxy fence (data another group delivered: cp.async writes
+  the group wrote (a write to another buffer, a row maximum the group shares, waits for a later wgmma that reads
+  it). Otherwise, after an mbarrier wait since the last proxy fence (data another group delivered: cp.async writes
   its producer cannot fence), it becomes a proxy fence of each thread and a bare ``wgmma.fence``; with neither, a
   bare ``wgmma.fence`` (TMA-delivered operands, a second gemm in a row);
 - the proxy fence before an arrive stays only when the thread wrote shared memory since its last proxy fence.

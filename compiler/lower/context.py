@@ -70,7 +70,6 @@ class LowerContext:
         self.thread_range = (0, threads)  # the threads this view lowers for (a warp group's arm: lower.warp_groups)
         self.thread_lets = None  # thread_ranges' Let map of the kernel, computed at its first thread if
         self.thread_regions = None  # thread_ranges.regions of the kernel, at its first T.wait_wgmma in an arm
-        self.cp_async_sets = None  # arm_fences.cp_async_sets of the kernel, at its first arm
         self.warp_group_barriers: dict = {}  # warp-group range -> its named barrier id (shared by every view)
 
     MODES = ("numeric", "slot_overrides", "stage_base", "async_copies", "wgmma_schedule")

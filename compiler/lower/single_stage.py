@@ -32,8 +32,8 @@ import os
 from dataclasses import replace
 
 from tileagent.compiler.ir.expr import make_binop, make_cmp
-from tileagent.compiler.ir.stmt import For
-from tileagent.compiler.ir.visit import substitute
+from tileagent.compiler.ir.stmt import For, Gemm
+from tileagent.compiler.ir.visit import substitute, walk
 from tileagent.compiler.tir import AsyncProxyFence, Barrier
 
 
@@ -47,9 +47,6 @@ def worthwhile(body) -> bool:
     and P @ V, whose tiles are refilled while the other gemm runs). Measured on an H100 (round 2 session 33, against
     the plain loop in the same call): TileLang's MHA forward 1.34x (bshd, 128 x 128) and 1.50x (bhsd), its attention
     with sinks 1.00x; its W4A8 dequantized GEMM (one gemm a loop) 0.92x."""
-    from tileagent.compiler.ir.stmt import Gemm
-    from tileagent.compiler.ir.visit import walk
-
     return sum(isinstance(s, Gemm) for s in walk(tuple(body))) >= 2
 
 

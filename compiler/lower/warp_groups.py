@@ -76,9 +76,7 @@ def _arm(lowering, body, r, reach, span) -> list:
     view.ranges = dict(ctx.ranges)
     view.ranges[THREAD] = (0, r[1] - r[0] - 1)
     out = lowering.with_context(view).body(body)
-    if ctx.cp_async_sets is None:
-        ctx.cp_async_sets = cp_async_sets(ctx.kernel.body)
-    return [WarpGroupRange(r[0], r[1], barrier, tuple(shift(trim(out, ctx.cp_async_sets), r[0])), span)]
+    return [WarpGroupRange(r[0], r[1], barrier, tuple(shift(trim(out, cp_async_sets(ctx.kernel.body)), r[0])), span)]
 
 
 def shift(stmts, lo: int) -> list:
