@@ -62,9 +62,11 @@ def test_a_dynamic_length_is_the_same_trip_count_for_every_block(shared_example)
         _run(fa, kernel, seq)
 
 
-def test_the_schedule_hand_checked(shared_example):
-    """200 rows of 32: iteration 0 peeled, the loop from 1: Q @ K^T, then P @ V of the iteration before on its
-    stage, wait_group 1, the softmax, wait_group 0, the previous stage released, then P and the rescale."""
+def test_the_schedule_hand_checked(shared_example, monkeypatch):
+    """200 rows of 32, stages not split: iteration 0 peeled, the loop from 1: Q @ K^T, then P @ V of the iteration
+    before on its stage, wait_group 1, the softmax, wait_group 0, the previous stage released, then P and the
+    rescale."""
+    monkeypatch.setenv("TILEAGENT_SPLIT_STAGES", "0")
     _, kernel = _fa(shared_example, 200)
     ir = kernel.get_ir("thread")
     loop = _loop(ir, "for k in T.serial(1, 7):")
@@ -90,11 +92,50 @@ def test_a_missing_wait_before_the_new_p_fails_in_the_emulator(shared_example, m
         _run(fa, kernel, 200)
 
 
-@pytest.mark.parametrize("why", ["two stages", "switch", "not specialized", "causal"])
+@pytest.mark.parametrize("seq", [200, 32, 97])
+def test_two_split_stages_match_torch_in_the_emulator(shared_example, seq):
+    """Two stages: K and V fill and free on barriers of their own, so K's stage is free once Q @ K^T retired."""
+    fa, kernel = _fa(shared_example, seq, stages=2)
+    assert "wgmma.wait_group 1" in kernel.get_ir("thread")
+    _run(fa, kernel, seq)
+
+
+def test_split_stages_hand_checked(shared_example):
+    """The producer fills K on barriers 1-2 (freed on 3-4), V on 5-6 (freed on 7-8); each iteration waits for K,
+    issues Q @ K^T, waits for the previous iteration's V, issues its P @ V, frees K's stage after wait_group 1 and
+    V's previous stage after wait_group 0; after the loop the last V is waited for."""
+    _, kernel = _fa(shared_example, 200, stages=2)
+    ir = kernel.get_ir("thread")
+    producer = _loop(ir, "for k_p4 in T.serial(7):")
+    assert [x.split(" <-")[0].split(",")[0] for x in producer if not x.startswith("tma.load")] == [
+        "mbarrier.wait tl_mbar[3 + k_p4 % 2]", "mbarrier.arrive.expect_tx tl_mbar[1 + k_p4 % 2]",
+        "mbarrier.wait tl_mbar[7 + k_p4 % 2]", "mbarrier.arrive.expect_tx tl_mbar[5 + k_p4 % 2]"]
+    loop = _loop(ir, "for k in T.serial(1, 7):")
+    sync = [x for x in loop if x.startswith(("wgmma.wait_group", "mbarrier"))]
+    assert sync == ["mbarrier.wait tl_mbar[1 + k % 2], parity k // 2 % 2",
+                    "mbarrier.wait tl_mbar[5 + (k - 1) % 2], parity (k - 1) // 2 % 2", "wgmma.wait_group 1",
+                    "mbarrier.arrive tl_mbar[3 + k % 2] (one per warp)", "wgmma.wait_group 0",
+                    "mbarrier.arrive tl_mbar[7 + (k + 1) % 2] (one per warp)"]
+    assert "mbarrier.wait tl_mbar[5], parity 1" in ir  # the last (7th) V: stage 0, its 4th use
+
+
+def test_a_missing_wait_for_v_fails_in_the_emulator(shared_example, monkeypatch):
+    """Without the wait for the previous iteration's V, P @ V reads a tile TMA has not landed."""
+    real = defer_gemm.iteration
+    monkeypatch.setattr(defer_gemm, "iteration", lambda *args: real(*args[:6]))  # (..., release_early): no wait_late
+    fa, kernel = _fa(shared_example, 200, stages=2)
+    with pytest.raises((EmulationError, AssertionError)):
+        _run(fa, kernel, 200)
+
+
+@pytest.mark.parametrize("why", ["two stages, split off", "switch", "not specialized", "causal"])
 def test_not_deferred(shared_example, monkeypatch, why):
-    """Two stages, TILEAGENT_WGMMA_OVERLAP=0, no producer warpgroup, a trip count that depends on the block (causal:
-    its query block bounds the key blocks, through the Let n_blocks)."""
-    stages = 2 if why == "two stages" else 3
+    """Two stages without split stages (TILEAGENT_SPLIT_STAGES=0: the stage would be freed half an iteration late),
+    TILEAGENT_WGMMA_OVERLAP=0, no producer warpgroup, a trip count that depends on the block (causal: its query
+    block bounds the key blocks, through the Let n_blocks)."""
+    stages = 2 if why.startswith("two stages") else 3
+    if why.startswith("two stages"):
+        monkeypatch.setenv("TILEAGENT_SPLIT_STAGES", "0")
     if why == "switch":
         monkeypatch.setenv("TILEAGENT_WGMMA_OVERLAP", "0")
     if why == "not specialized":

@@ -79,7 +79,7 @@ def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True, ws: boo
     from tileagent.compiler.lower.cluster import cluster_dims
     from tileagent.compiler.lower.tma import TmaState, capacity, finish_kernel
     from tileagent.compiler.lower.warp_groups import hand_barriers
-    from tileagent.compiler.lower.warp_specialize import PRODUCER_THREADS, candidate, specialize
+    from tileagent.compiler.lower.warp_specialize import PRODUCER_THREADS, candidate, specialize, ws_barriers
     from tileagent.compiler.thread_ranges import hand_specialized
 
     k, shared = plan.kernel, plan.shared
@@ -95,7 +95,7 @@ def _lower_kernel(plan, layouts, flat, params, target, tma: bool = True, ws: boo
     elif tma and tma_usable(target):
         ctx.ws = candidate(plan, target, disabled=not ws)
         hand = sum(len(b.counts) for b in hand_barriers(plan.body)) if ctx.hand_specialized else 0
-        ctx.tma = TmaState(capacity(plan.body) + (ctx.ws.pipeline.stages if ctx.ws else 0) + hand)
+        ctx.tma = TmaState(capacity(plan.body) + (ws_barriers(ctx.ws, k, layouts) if ctx.ws else 0) + hand)
     elif tma_usable(target):
         ctx.instructions[(k.span.line if k.span else 0, "T.Kernel")] = [
             "no TMA: its mbarriers do not fit in shared memory next to the planned tiles (cp.async instead)"]

@@ -6,9 +6,9 @@ In: a warp-specialized TMA ``SoftwarePipeline`` (``compiler.lower.pipeline``) an
 run on wgmma). Out: ``plan`` gives a ``DeferredGemm`` or None; ``iteration`` and ``after_loop`` the consumers'
 thread IR of one iteration and what follows the loop.
 
-When: ``TILEAGENT_WGMMA_OVERLAP`` is not 0; three stages or more (a stage is released half an iteration later, so
-with two the producer's next load would start only then: flash attention 128/128/2 fell from 606 to 428 TFLOP/s on
-the H200); a trip count the same for every block and tile, one that depends on no block index or enclosing loop
+When: ``TILEAGENT_WGMMA_OVERLAP`` is not 0; three stages or more, or two with split stages (below; one barrier pair
+a stage is released half an iteration later, so with two the producer's next load would start only then: flash
+attention 128/128/2 fell from 606 to 428 TFLOP/s on the H200); a trip count the same for every block and tile, one that depends on no block index or enclosing loop
 variable, also through Lets (causal flash attention's falls with the query block: it ran at 494-498 TFLOP/s deferred
 against 520-521 not, its blocks averaging half the iterations, while each block pays a peeled iteration and a last
 gemm that overlap nothing); consumers that write no shared memory (the pipeline has no barrier per iteration) and
@@ -29,6 +29,11 @@ left, then ``wait_group 1`` (G1 retired, G2 left running); ``middle``; ``wait_gr
 accumulator and A registers pinned there, so that no write of ``after`` moves above it); the release of stage
 (c - 1) % s; ``after``. After the loop: G2 of the last iteration on its stage and ``wait_group 0`` (inside
 another loop, then the release of that stage for the producer's next execution).
+Split stages (``late_producers``; ``TILEAGENT_SPLIT_STAGES=0`` turns them off): the tiles only G2 reads (V) fill on
+``full`` and free on ``empty`` barriers of their own (FA3's separate K and V pipelines). The producer fills a stage's
+early tiles, then its late ones; a consumer iteration frees its early tiles right after ``wait_group 1`` (G1 is all
+that reads them), waits for iteration k - 1's late tiles just before G2 and frees them after ``wait_group 0``. The
+producer's K for iteration k + 2 then waits only for iteration k's Q @ K^T, not for its P @ V.
 Guarantees: G2's accumulator after the loop, and every register ``after`` and ``middle`` see, hold what they hold
 without the deferral (wgmma groups complete in order, so ``wait_group 1`` after G2's commit retires G1, which was
 committed before it); a stage is released only after the last wgmma that reads it was retired.
@@ -36,12 +41,15 @@ committed before it); a stage is released only after the last wgmma that reads i
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from tileagent.compiler.ir.expr import make_binop, make_cmp
 from tileagent.compiler.ir.stmt import Gemm, If, Let
 from tileagent.compiler.lower.wgmma import accumulator_operand
 from tileagent.compiler.tir import WgmmaWait
+
+SPLIT_ENV = "TILEAGENT_SPLIT_STAGES"
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,7 +70,7 @@ def plan(p, layouts, body=(), varying=()) -> DeferredGemm | None:
     from tileagent.compiler.lower.barriers import shared_effects
     from tileagent.compiler.lower.smem import buffers_used
 
-    if not overlap_enabled() or p.stages < 3 or not _uniform(p.loop.extent, body, varying) or \
+    if not overlap_enabled() or p.stages < 2 or not _uniform(p.loop.extent, body, varying) or \
             any(shared_effects(x)[0] for x in p.consumers):
         return None
     cons = list(p.consumers)
@@ -78,7 +86,27 @@ def plan(p, layouts, body=(), varying=()) -> DeferredGemm | None:
     split = next((j for j in range(i1 + 1, i2) if buffers_used(cons[j]) & own), i2)
     if split == i1 + 1:
         return None
-    return DeferredGemm(tuple(cons[:i1]), g1, tuple(cons[i1 + 1:split]), tuple(cons[split:i2]), g2)
+    d = DeferredGemm(tuple(cons[:i1]), g1, tuple(cons[i1 + 1:split]), tuple(cons[split:i2]), g2)
+    return d if p.stages >= 3 or late_producers(p, d) is not None else None
+
+
+def late_producers(p, d: DeferredGemm) -> frozenset | None:
+    """The indices of ``p``'s producers whose tiles only ``d.second`` reads (flash attention's V), when their stages
+    can be filled and released apart from the others' (``SPLIT_ENV`` not 0; some producers, not all, are late; the
+    early ones' tiles are not read by ``second``; ``middle`` and ``after`` read no staged tile), else None."""
+    from tileagent.compiler.lower.smem import buffers_used
+
+    if os.environ.get(SPLIT_ENV, "").strip() == "0":
+        return None
+    second = buffers_used(d.second)
+    late = frozenset(i for i, c in enumerate(p.producers) if c.dst.buffer in second)
+    early = {c.dst.buffer for i, c in enumerate(p.producers) if i not in late}
+    late_tiles = {p.producers[i].dst.buffer for i in late}
+    rest = set().union(*(buffers_used(x) for x in d.middle + d.after))
+    if not late or not early or early & second or rest & set(p.staged) or \
+            any(buffers_used(x) & late_tiles for x in d.before + (d.first,)):
+        return None
+    return late
 
 
 def _uniform(extent, body, varying) -> bool:
@@ -106,27 +134,31 @@ def registers(ctx, g: Gemm) -> tuple:
     return out
 
 
-def first_iteration(lowering, d: DeferredGemm, now) -> list:
-    """The loop's first iteration (peeled): as without the deferral, but ``second`` left to the next one."""
+def first_iteration(lowering, d: DeferredGemm, now, release_early: list = ()) -> list:
+    """The loop's first iteration (peeled): as without the deferral, but ``second`` left to the next one;
+    ``release_early`` (split stages) frees the early tiles' stage once ``first`` retired."""
     out = lowering.with_context(now).body(d.before + (d.first,))
     out.append(WgmmaWait(0, d.first.span, operands=(accumulator_operand(now, d.first),)))
-    return out + lowering.with_context(now).body(d.middle + d.after)
+    return out + list(release_early) + lowering.with_context(now).body(d.middle + d.after)
 
 
-def iteration(lowering, d: DeferredGemm, now, before, release: list) -> list:
+def iteration(lowering, d: DeferredGemm, now, before, release: list, release_early: list = (),
+              wait_late: list = ()) -> list:
     """Every later iteration's consumers: ``now`` / ``before`` lower on this iteration's and the previous one's
-    stage; ``release`` frees the previous stage."""
+    stage; ``release`` frees the previous stage (split stages: its late tiles; ``wait_late`` waits for them before
+    ``second`` and ``release_early`` frees this stage's early tiles once ``first`` retired)."""
     out = lowering.with_context(now).body(d.before + (d.first,))
-    out += lowering.with_context(before).body((d.second,))
+    out += list(wait_late) + lowering.with_context(before).body((d.second,))
     out.append(WgmmaWait(1, d.first.span, operands=(accumulator_operand(now, d.first),)))
-    out += lowering.with_context(now).body(d.middle)
+    out += list(release_early) + lowering.with_context(now).body(d.middle)
     out.append(WgmmaWait(0, d.second.span, operands=registers(now, d.second)))
     return out + release + lowering.with_context(now).body(d.after)
 
 
-def after_loop(lowering, d: DeferredGemm, last, extent, release: list) -> list:
-    """The last iteration's ``second`` gemm (``last``: the context on its stage), its wait, ``release``."""
-    work = lowering.with_context(last).body((d.second,))
+def after_loop(lowering, d: DeferredGemm, last, extent, release: list, wait_late: list = ()) -> list:
+    """The last iteration's ``second`` gemm (``last``: the context on its stage; ``wait_late``: for its late tiles,
+    split stages), its wait, ``release``."""
+    work = list(wait_late) + lowering.with_context(last).body((d.second,))
     work.append(WgmmaWait(0, d.second.span, operands=registers(last, d.second)))
     return [If(make_cmp(">", extent, 0), tuple(work + release), (), d.second.span)]
 
@@ -136,4 +168,5 @@ def previous_stage(count, stages: int):
     return make_binop("%", make_binop("+", count, stages - 1), stages)
 
 
-__all__ = ["DeferredGemm", "after_loop", "first_iteration", "iteration", "plan", "previous_stage", "registers"]
+__all__ = ["DeferredGemm", "SPLIT_ENV", "after_loop", "first_iteration", "iteration", "late_producers", "plan",
+           "previous_stage", "registers"]

@@ -462,6 +462,14 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
     lowering.note_loop(v, start, extent, loop.step)
     empty = ctx.tma.take_barriers(s, arrivals=ws.consumers // 32)
     state = ctx.tma
+    varying = list(ctx.kernel.block_vars) + [x.var for x in ws.path if isinstance(x, For)]
+    deferred = defer_gemm.plan(p, ctx.layouts, ctx.kernel.body, varying)  # the last gemm late, beside the softmax
+    # split stages: the tiles only the deferred gemm reads (V) fill and free on barriers of their own, so a stage
+    # of the others (K) is free as soon as the first gemm retired (``defer_gemm.late_producers``)
+    late = defer_gemm.late_producers(p, deferred) if deferred is not None else None
+    if late is not None:
+        full_late = state.take_barriers(s)
+        empty_late = state.take_barriers(s, arrivals=ws.consumers // 32)
     # inside a loop (ws.path) both sides count the iterations of earlier executions in a phase slot of their own
     # registers, and the producer runs the enclosing loops too, on variables of its own
     slot = state.take_slot() if ws.path else None
@@ -488,11 +496,19 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
     pcount = make_binop("+", pdone, make_binop("-", pv, pstart))  # (0 + x folds to x)
     pstage = make_binop("%", pcount, s)
     view, copies = _stage_copies(ctx, p, plans, strides, pv, pcount, v, outer)
-    free = wait(ctx, make_binop("+", empty, pstage), make_binop("^", make_binop("%", make_binop("//", pcount, s), 2), 1),
-                p.span, for_free_stage=True)
-    producer = head + [For(pv, pstart, pextent, loop.step, "serial",
-                           tuple(free + issue(view, copies, make_binop("+", full, pstage), fence=False, issuer=None)),
-                           {}, loop.span)] + count_executions(pdone, pextent)
+    free_parity = make_binop("^", make_binop("%", make_binop("//", pcount, s), 2), 1)
+
+    def fill(copies_, empty_, full_) -> list:
+        return wait(ctx, make_binop("+", empty_, pstage), free_parity, p.span, for_free_stage=True) + \
+            issue(view, copies_, make_binop("+", full_, pstage), fence=False, issuer=None)
+
+    if late is None:
+        loads_ = fill(copies, empty, full)
+    else:
+        loads_ = fill([c for i, c in enumerate(copies) if i not in late], empty, full) + \
+            fill([c for i, c in enumerate(copies) if i in late], empty_late, full_late)
+    producer = head + [For(pv, pstart, pextent, loop.step, "serial", tuple(loads_), {}, loop.span)] + \
+        count_executions(pdone, pextent)
     for x in reversed(ws.path):
         if isinstance(x, For):
             producer = [For(outer[x.var], ctx.rewrite(x.start, outer), ctx.rewrite(x.extent, outer), x.step, "serial",
@@ -508,8 +524,6 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
     count = make_binop("+", done, local)
     stage = make_binop("%", count, s)
     schedules = wgmma_schedules(p, ctx.layouts)
-    varying = list(ctx.kernel.block_vars) + [x.var for x in ws.path if isinstance(x, For)]
-    deferred = defer_gemm.plan(p, ctx.layouts, ctx.kernel.body, varying)  # the last gemm late, beside the softmax
     if deferred is not None:
         schedules = {**schedules, **{g: WgmmaSchedule(sync=False, pending=0, wait=False)
                                      for g in (deferred.first, deferred.second)}}
@@ -534,13 +548,23 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
         body += ([AsyncProxyFence(p.span)] if schedules else []) + [Barrier(p.span)]
     previous = defer_gemm.previous_stage(count, s)
     loop_start, loop_extent = start, extent
+    last = make_binop("%", make_binop("+", done, make_binop("-", extent, 1)), s)
     if deferred is not None:  # iteration 0 peeled: no branch around the wgmmas (ptxas would drain them there)
-        peeled = [Let(v, start, p.span)] + body + defer_gemm.first_iteration(lowering, deferred, consumers)
+        def release_early():  # split stages: the early tiles' stage, once the first gemm retired
+            return [] if late is None else arrive(ctx, make_binop("+", empty, stage), p.span)
+
+        def wait_late(c):  # split stages: the late tiles of the iteration of count c, before the deferred gemm
+            return [] if late is None else wait(ctx, make_binop("+", full_late, make_binop("%", c, s)),
+                                                make_binop("%", make_binop("//", c, s), 2), p.span)
+
+        peeled = [Let(v, start, p.span)] + body + \
+            defer_gemm.first_iteration(lowering, deferred, consumers, release_early())
         out.append(If(make_cmp(">", extent, 0), tuple(peeled), (), p.span))
         loop_start, loop_extent = make_binop("+", start, 1), make_binop("-", extent, 1)
-        # then it releases the previous stage once its wait retired the deferred gemm
+        # then it releases the previous stage (its late tiles) once its wait retired the deferred gemm
         body += defer_gemm.iteration(lowering, deferred, consumers, on_stage(previous),
-                                     arrive(ctx, make_binop("+", empty, previous), p.span))
+                                     arrive(ctx, make_binop("+", empty if late is None else empty_late, previous),
+                                            p.span), release_early(), wait_late(make_binop("-", count, 1)))
     elif overlap:  # this thread's wait_group 1 retired iteration k - 1's wgmmas: their stage is free
         body += lowering.with_context(consumers).body(rest)
         body.append(If(make_cmp(">", local, 0), tuple(arrive(ctx, make_binop("+", empty, previous), p.span)), (),
@@ -549,10 +573,11 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
         body += lowering.with_context(consumers).body(rest)
         body += arrive(ctx, make_binop("+", empty, stage), p.span)
     out.append(For(v, loop_start, loop_extent, loop.step, "serial", tuple(body), {}, loop.span))
-    last = make_binop("%", make_binop("+", done, make_binop("-", extent, 1)), s)
     if deferred is not None:  # the last iteration's deferred gemm; inside a loop, then its stage for the producer
-        out += defer_gemm.after_loop(lowering, deferred, on_stage(last), extent,
-                                     [] if slot is None else arrive(ctx, make_binop("+", empty, last), p.span))
+        out += defer_gemm.after_loop(
+            lowering, deferred, on_stage(last), extent,
+            [] if slot is None else arrive(ctx, make_binop("+", empty if late is None else empty_late, last), p.span),
+            wait_late(make_binop("+", done, make_binop("-", extent, 1))))
     elif overlap:
         from tileagent.compiler.lower.wgmma import accumulator_operand
 

@@ -122,6 +122,17 @@ def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
     return WsPlan(p, threads, lets, tuple(path))
 
 
+def ws_barriers(ws: WsPlan, kernel, layouts) -> int:
+    """The mbarriers the specialized pipeline takes beside its ``full`` ones: an ``empty`` one a stage, and with split
+    stages (``defer_gemm.late_producers``) a ``full`` and an ``empty`` one a stage more."""
+    from tileagent.compiler.lower import defer_gemm
+
+    p = ws.pipeline
+    varying = list(kernel.block_vars) + [x.var for x in ws.path if isinstance(x, For)]
+    d = defer_gemm.plan(p, layouts, kernel.body, varying)
+    return p.stages * (3 if d is not None and defer_gemm.late_producers(p, d) is not None else 1)
+
+
 def _extents(buffers, shared) -> list:
     """The arena byte ranges [start, end) of ``buffers`` in the shared plan ``shared`` (a buffer it does not place,
     or no plan: the whole arena)."""
@@ -227,4 +238,4 @@ def specialize(ws: WsPlan, lets: dict, consumer_body, target, shared_bytes: int,
 
 
 __all__ = ["ENV", "PRODUCER_THREADS", "WsPlan", "candidate", "enabled", "forced", "register_words", "registers",
-           "specialize", "wgmma_floor"]
+           "specialize", "wgmma_floor", "ws_barriers"]
