@@ -119,6 +119,24 @@ def test_split_stages_hand_checked(shared_example):
     assert "mbarrier.wait tl_mbar[5], parity 1" in ir  # the last (7th) V: stage 0, its 4th use
 
 
+@pytest.mark.parametrize("early", [True, False])
+def test_the_rescale_of_the_accumulator_runs_before_p_at_v(shared_example, monkeypatch, early):
+    """``acc *= alpha`` of iteration k - 1 runs right before that iteration's P @ V is issued (FA3's order), in the
+    loop and after it, so that after wait_group 0 only the new P is written; TILEAGENT_EARLY_RESCALE=0 keeps it
+    after the wait. Same numbers either way."""
+    monkeypatch.setenv("TILEAGENT_EARLY_RESCALE", "1" if early else "0")
+    fa, kernel = _fa(shared_example, 200, stages=2)
+    ir = kernel.get_ir("thread")
+    loop = _loop(ir, "for k in T.serial(1, 7):")
+    rescale = next(i for i, x in enumerate(loop) if x.startswith("acc[") and "* alpha[" in x)
+    pv = next(i for i, x in enumerate(loop) if "m64n128k16" in x)
+    assert (rescale < pv) == early
+    assert (rescale > loop.index("wgmma.wait_group 0")) != early
+    tail = ir[ir.index("mbarrier.wait tl_mbar[5], parity 1"):]
+    assert ("* alpha[" in tail[:tail.index("m64n128k16")]) == early
+    _run(fa, kernel, 200)
+
+
 def test_a_missing_wait_for_v_fails_in_the_emulator(shared_example, monkeypatch):
     """Without the wait for the previous iteration's V, P @ V reads a tile TMA has not landed."""
     real = defer_gemm.iteration

@@ -50,6 +50,7 @@ from tileagent.compiler.lower.wgmma import accumulator_operand
 from tileagent.compiler.tir import WgmmaWait
 
 SPLIT_ENV = "TILEAGENT_SPLIT_STAGES"
+EARLY_RESCALE_ENV = "TILEAGENT_EARLY_RESCALE"
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,6 +62,7 @@ class DeferredGemm:
     middle: tuple
     after: tuple
     second: Gemm
+    rescale: tuple = ()  # statements of the loop's ``after`` run just before ``second`` instead (``_rescale``)
 
 
 def plan(p, layouts, body=(), varying=()) -> DeferredGemm | None:
@@ -86,8 +88,32 @@ def plan(p, layouts, body=(), varying=()) -> DeferredGemm | None:
     split = next((j for j in range(i1 + 1, i2) if buffers_used(cons[j]) & own), i2)
     if split == i1 + 1:
         return None
-    d = DeferredGemm(tuple(cons[:i1]), g1, tuple(cons[i1 + 1:split]), tuple(cons[split:i2]), g2)
+    rescale, after = _rescale(tuple(cons[:i1 + 1]), tuple(cons[split:i2]), g2)
+    d = DeferredGemm(tuple(cons[:i1]), g1, tuple(cons[i1 + 1:split]), after, g2, rescale)
     return d if p.stages >= 3 or late_producers(p, d) is not None else None
+
+
+def _rescale(head: tuple, after: tuple, g2: Gemm) -> tuple:
+    """(rescale, rest): the statements of ``after`` that write ``g2``'s accumulator alone (flash attention's
+    ``acc *= alpha``), to run just before ``g2`` is issued in the next iteration (FA3's order: after the wait for
+    ``g2`` only the new A operand is written, so ptxas has no reason to wait early), and the others in their order;
+    ((), after) where that could change what anything computes: the rescale reads shared or global memory, another
+    statement of ``after`` touches the accumulator or writes what the rescale reads, or ``head`` (the statements up
+    to the first gemm, which run in between) writes it; a Let in ``after``; ``EARLY_RESCALE_ENV`` set to 0."""
+    from tileagent.compiler.lower.barriers import shared_effects
+    from tileagent.compiler.lower.smem import buffers_used
+
+    if os.environ.get(EARLY_RESCALE_ENV, "").strip() == "0" or any(isinstance(x, Let) for x in after):
+        return (), after
+    acc, regs = g2.c.buffer, ("fragment", "local")
+    rescale = tuple(x for x in after if shared_effects(x, regs)[0] == {acc} and g2.a.buffer not in buffers_used(x))
+    rest = tuple(x for x in after if x not in rescale)
+    reads = set().union(*(shared_effects(x, regs)[1] for x in rescale)) - {acc}
+    if not rescale or any(shared_effects(x, ("shared", "global"))[1] for x in rescale) or \
+            any(acc in buffers_used(x) or shared_effects(x, regs)[0] & reads for x in rest) or \
+            any(shared_effects(x, regs)[0] & reads for x in head):
+        return (), after
+    return rescale, rest
 
 
 def late_producers(p, d: DeferredGemm) -> frozenset | None:
@@ -148,7 +174,7 @@ def iteration(lowering, d: DeferredGemm, now, before, release: list, release_ear
     stage; ``release`` frees the previous stage (split stages: its late tiles; ``wait_late`` waits for them before
     ``second`` and ``release_early`` frees this stage's early tiles once ``first`` retired)."""
     out = lowering.with_context(now).body(d.before + (d.first,))
-    out += list(wait_late) + lowering.with_context(before).body((d.second,))
+    out += list(wait_late) + lowering.with_context(before).body(d.rescale + (d.second,))
     out.append(WgmmaWait(1, d.first.span, operands=(accumulator_operand(now, d.first),)))
     out += list(release_early) + lowering.with_context(now).body(d.middle)
     out.append(WgmmaWait(0, d.second.span, operands=registers(now, d.second)))
@@ -158,7 +184,7 @@ def iteration(lowering, d: DeferredGemm, now, before, release: list, release_ear
 def after_loop(lowering, d: DeferredGemm, last, extent, release: list, wait_late: list = ()) -> list:
     """The last iteration's ``second`` gemm (``last``: the context on its stage; ``wait_late``: for its late tiles,
     split stages), its wait, ``release``."""
-    work = list(wait_late) + lowering.with_context(last).body((d.second,))
+    work = list(wait_late) + lowering.with_context(last).body(d.rescale + (d.second,))
     work.append(WgmmaWait(0, d.second.span, operands=registers(last, d.second)))
     return [If(make_cmp(">", extent, 0), tuple(work + release), (), d.second.span)]
 
@@ -168,5 +194,5 @@ def previous_stage(count, stages: int):
     return make_binop("%", make_binop("+", count, stages - 1), stages)
 
 
-__all__ = ["DeferredGemm", "SPLIT_ENV", "after_loop", "first_iteration", "iteration", "late_producers", "plan",
+__all__ = ["DeferredGemm", "EARLY_RESCALE_ENV", "SPLIT_ENV", "after_loop", "first_iteration", "iteration", "late_producers", "plan",
            "previous_stage", "registers"]
