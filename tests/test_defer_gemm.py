@@ -172,14 +172,14 @@ def test_nvrtc_compiles_the_deferred_example(shared_example):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="needs an sm_90a GPU")
-@pytest.mark.parametrize("causal", [False, True])
-def test_gpu_flash_attention_128x128_three_stages(shared_example, monkeypatch, causal):
-    """The schedule the deferral is for (the H200's best): 128 x 128 tiles, 3 stages, two consumer warpgroups;
-    causal beside it, not deferred."""
+@pytest.mark.parametrize("causal,stages", [(False, 3), (True, 3), (False, 2)])
+def test_gpu_flash_attention_128x128(shared_example, monkeypatch, causal, stages):
+    """The schedules the deferral is for (the H200's best): 128 x 128 tiles, 3 or 2 (split) stages, two consumer
+    warpgroups; causal beside them, not deferred."""
     monkeypatch.delenv("TILEAGENT_WARP_SPECIALIZE", raising=False)
     monkeypatch.delenv("TILEAGENT_ENABLE_TMA", raising=False)
     fa = shared_example("flash_attn_fwd")
-    kernel = fa.flash_attn_fwd(2, 4, 1000, 128, causal, 128, 128, 3, 256)
+    kernel = fa.flash_attn_fwd(2, 4, 1000, 128, causal, 128, 128, stages, 256)
     assert ("wgmma.wait_group 1" in kernel.get_ir("thread")) != causal
     q, k, v = (torch.randn(2, 1000, 4, 128, device="cuda", dtype=torch.float16) for _ in range(3))
     torch.testing.assert_close(kernel(q, k, v), fa.reference(q, k, v, causal), rtol=1e-2, atol=1e-2)
