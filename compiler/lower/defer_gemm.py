@@ -51,6 +51,7 @@ from tileagent.compiler.tir import WgmmaWait
 
 SPLIT_ENV = "TILEAGENT_SPLIT_STAGES"
 EARLY_RESCALE_ENV = "TILEAGENT_EARLY_RESCALE"
+VARYING_ENV = "TILEAGENT_DEFER_VARYING"  # =1: defer also where the trip count varies by block (for A/B runs)
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,7 +73,8 @@ def plan(p, layouts, body=(), varying=()) -> DeferredGemm | None:
     from tileagent.compiler.lower.barriers import shared_effects
     from tileagent.compiler.lower.smem import buffers_used
 
-    if not overlap_enabled() or p.stages < 2 or not _uniform(p.loop.extent, body, varying) or \
+    uniform = os.environ.get(VARYING_ENV, "").strip() == "1" or _uniform(p.loop.extent, body, varying)
+    if not overlap_enabled() or p.stages < 2 or not uniform or \
             any(shared_effects(x)[0] for x in p.consumers):
         return None
     cons = list(p.consumers)
