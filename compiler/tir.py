@@ -501,11 +501,18 @@ class WgmmaCommit(Stmt):
 class WgmmaWait(Stmt):
     """``wgmma.wait_group.sync.aligned pending``: all but the newest ``pending`` groups are complete; their
     accumulators may be read and their shared operands overwritten. ``operands`` (as for ``WgmmaFence``: the
-    accumulators it retires) are pinned after the wait, so that no read of them is hoisted above it."""
+    accumulators it retires) are pinned after the wait, so that no read of them is hoisted above it.
+    ``anchor`` ((local buffer, register indices) pairs) with ``anchor_at`` ((shared buffer, index): a word no one
+    reads): those registers are stored there just before the wait. ptxas places a wgmma wait as early as its
+    dependences allow (H200 SASS: right after the first shuffle of flash attention's softmax, whose exponentials
+    then wait for P @ V), but keeps it after a shared store; a store of values the work before the wait produces last
+    keeps that work before it. No effect on what is computed."""
 
     pending: int
     span: Span | None = None
     operands: tuple = ()
+    anchor: tuple = ()
+    anchor_at: tuple | None = None
 
     def ir_lines(self, indent: int, _lines) -> list[str]:
         return [" " * indent + f"wgmma.wait_group {self.pending}"]

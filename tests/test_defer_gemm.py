@@ -163,9 +163,23 @@ def test_not_deferred(shared_example, monkeypatch, why):
     _run(fa, kernel, 200, causal=why == "causal")
 
 
-def test_nvrtc_compiles_the_deferred_example(shared_example):
+@pytest.mark.parametrize("anchor", [True, False])
+def test_nvrtc_compiles_the_deferred_example(shared_example, monkeypatch, anchor):
+    """With the wait's anchor: the running row sums stored to a word after the 13 barriers (Q's, 3 x 4 of the split
+    stages; the word not initialized as one) just before wait_group 0 in the loop; TILEAGENT_WAIT_ANCHOR=0: no
+    store, 13 barrier slots."""
+    monkeypatch.setenv("TILEAGENT_WAIT_ANCHOR", "1" if anchor else "0")
     _, kernel = _fa(shared_example, 4096, target="cuda:sm_90a")
-    assert "wgmma.wait_group.sync.aligned 1;" in kernel.get_kernel_source()
+    src = kernel.get_kernel_source()
+    assert "wgmma.wait_group.sync.aligned 1;" in src
+    stores = [i for i, x in enumerate(src.splitlines()) if "st.shared.b32" in x]
+    waits = [i for i, x in enumerate(src.splitlines()) if "wgmma.wait_group.sync.aligned 0;" in x]
+    if anchor:
+        assert len(stores) == 2 and all("&v_tl_mbar[13]" in src.splitlines()[i] for i in stores)
+        assert any(w == stores[-1] + 1 for w in waits)
+        assert "tl_b < 13;" in src and "tl_b < 14;" not in src  # the word is no barrier
+    else:
+        assert not stores and "v_tl_mbar[13]" not in src
     assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
 
 

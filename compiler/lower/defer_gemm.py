@@ -51,6 +51,9 @@ from tileagent.compiler.tir import WgmmaWait
 
 SPLIT_ENV = "TILEAGENT_SPLIT_STAGES"
 EARLY_RESCALE_ENV = "TILEAGENT_EARLY_RESCALE"
+ANCHOR_ENV = "TILEAGENT_WAIT_ANCHOR"
+ANCHOR_WORDS = 4
+_ANCHOR_DTYPES = ("float32", "uint32")
 VARYING_ENV = "TILEAGENT_DEFER_VARYING"  # =1: defer also where the trip count varies by block (for A/B runs)
 
 
@@ -118,6 +121,11 @@ def _rescale(head: tuple, after: tuple, g2: Gemm) -> tuple:
     return rescale, rest
 
 
+def switches() -> tuple:
+    """This module's environment switches as they are now (``compiler.module_cache.code_switches``)."""
+    return tuple(os.environ.get(name, "").strip() for name in (SPLIT_ENV, EARLY_RESCALE_ENV, ANCHOR_ENV, VARYING_ENV))
+
+
 def late_producers(p, d: DeferredGemm) -> frozenset | None:
     """The indices of ``p``'s producers whose tiles only ``d.second`` reads (flash attention's V), when their stages
     can be filled and released apart from the others' (``SPLIT_ENV`` not 0; some producers, not all, are late; the
@@ -171,16 +179,47 @@ def first_iteration(lowering, d: DeferredGemm, now, release_early: list = ()) ->
 
 
 def iteration(lowering, d: DeferredGemm, now, before, release: list, release_early: list = (),
-              wait_late: list = ()) -> list:
+              wait_late: list = (), anchor_at: tuple | None = None) -> list:
     """Every later iteration's consumers: ``now`` / ``before`` lower on this iteration's and the previous one's
     stage; ``release`` frees the previous stage (split stages: its late tiles; ``wait_late`` waits for them before
-    ``second`` and ``release_early`` frees this stage's early tiles once ``first`` retired)."""
+    ``second`` and ``release_early`` frees this stage's early tiles once ``first`` retired); ``anchor_at`` (a shared
+    word, ``anchored``) keeps the wait for ``second`` after ``middle``."""
     out = lowering.with_context(now).body(d.before + (d.first,))
     out += list(wait_late) + lowering.with_context(before).body(d.rescale + (d.second,))
     out.append(WgmmaWait(1, d.first.span, operands=(accumulator_operand(now, d.first),)))
     out += list(release_early) + lowering.with_context(now).body(d.middle)
-    out.append(WgmmaWait(0, d.second.span, operands=registers(now, d.second)))
+    anchor = _anchor_registers(now, d) if anchor_at is not None else ()
+    out.append(WgmmaWait(0, d.second.span, operands=registers(now, d.second), anchor=anchor,
+                         anchor_at=anchor_at if anchor else None))
     return out + release + lowering.with_context(now).body(d.after)
+
+
+def anchored(d: DeferredGemm) -> bool:
+    """Whether the wait for ``second`` in the loop gets an anchor (``tir.WgmmaWait.anchor``): the last statement of
+    ``middle`` (flash attention's running row sum, which every exponential feeds) writes 32-bit registers, and
+    ``ANCHOR_ENV`` is not 0. H200 SASS without it: the wait right after the row maximum's first shuffle, the
+    softmax's exponentials after P @ V was done; with it, every exponential and the row sums before the wait."""
+    from tileagent.compiler.lower.barriers import shared_effects
+
+    if os.environ.get(ANCHOR_ENV, "").strip() == "0":
+        return False
+    written = shared_effects(d.middle[-1], ("fragment", "local"))[0]
+    return any(str(b.dtype) in _ANCHOR_DTYPES for b in written)
+
+
+def _anchor_registers(ctx, d: DeferredGemm) -> tuple:
+    """(register array, indices) of what the last statement of ``middle`` writes: at most ``ANCHOR_WORDS`` 32-bit
+    registers, so that the anchor costs a few shared stores an iteration."""
+    from tileagent.compiler.lower.barriers import shared_effects
+
+    out, left = [], ANCHOR_WORDS
+    for b in sorted(shared_effects(d.middle[-1], ("fragment", "local"))[0], key=lambda b: b.name):
+        reg = ctx.mem(b)
+        if str(reg.dtype) in _ANCHOR_DTYPES and left > 0:
+            n = min(left, int(reg.shape[0]))
+            out.append((reg, tuple(range(n))))
+            left -= n
+    return tuple(out)
 
 
 def after_loop(lowering, d: DeferredGemm, last, extent, release: list, wait_late: list = ()) -> list:
@@ -196,5 +235,6 @@ def previous_stage(count, stages: int):
     return make_binop("%", make_binop("+", count, stages - 1), stages)
 
 
-__all__ = ["DeferredGemm", "EARLY_RESCALE_ENV", "SPLIT_ENV", "after_loop", "first_iteration", "iteration", "late_producers", "plan",
-           "previous_stage", "registers"]
+__all__ = ["ANCHOR_ENV", "DeferredGemm", "EARLY_RESCALE_ENV", "SPLIT_ENV", "after_loop", "anchored",
+           "first_iteration", "iteration", "late_producers", "plan", "previous_stage", "registers",
+           "switches"]

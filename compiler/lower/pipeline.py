@@ -562,9 +562,10 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
         out.append(If(make_cmp(">", extent, 0), tuple(peeled), (), p.span))
         loop_start, loop_extent = make_binop("+", start, 1), make_binop("-", extent, 1)
         # then it releases the previous stage (its late tiles) once its wait retired the deferred gemm
+        anchor_at = (state.barriers, state.take_word()) if defer_gemm.anchored(deferred) else None
         body += defer_gemm.iteration(lowering, deferred, consumers, on_stage(previous),
                                      arrive(ctx, make_binop("+", empty if late is None else empty_late, previous),
-                                            p.span), release_early(), wait_late(make_binop("-", count, 1)))
+                                            p.span), release_early(), wait_late(make_binop("-", count, 1)), anchor_at)
     elif overlap:  # this thread's wait_group 1 retired iteration k - 1's wgmmas: their stage is free
         body += lowering.with_context(consumers).body(rest)
         body.append(If(make_cmp(">", local, 0), tuple(arrive(ctx, make_binop("+", empty, previous), p.span)), (),

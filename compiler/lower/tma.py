@@ -42,6 +42,7 @@ class TmaState:
         self.used_slots = 0
         self.arrivals: dict = {}  # first index -> (count, arrivals per phase) of barriers not expecting 1 arrival
         self.hand: dict = {}  # id of a program's T.alloc_barrier set -> its first index (lower.warp_groups)
+        self.words: set = set()  # indices of slots that are plain words, not barriers (``take_word``)
         self.barriers = Buffer(BARRIERS, (max(capacity, 1),), DType("uint64"), "shared")
         self.phases = Buffer(PHASES, (max(capacity, 1),), DType("int32"), "local")
 
@@ -55,6 +56,13 @@ class TmaState:
         if arrivals != 1:
             self.arrivals[first] = (n, arrivals)
         return first
+
+    def take_word(self) -> int:
+        """The index of a slot of the barrier array that is no barrier (not initialized): a word some statement
+        stores to and nothing reads (``tir.WgmmaWait.anchor_at``)."""
+        index = self.take_barriers(1)
+        self.words.add(index)
+        return index
 
     def take_slot(self) -> int:
         slot = self.used_slots
@@ -212,9 +220,12 @@ def finish_kernel(state: TmaState, shared_bytes: int, shared_offsets: dict, base
     offsets[state.barriers] = offset
     inits, first, n = [], 0, state.barriers.shape[0]  # one init per run of barriers with one arrival count
     while first < n:
+        if first in state.words:
+            first += 1
+            continue
         count, arrivals = state.arrivals.get(first, (0, 1))
         if not count:
-            while first + count < n and first + count not in state.arrivals:
+            while first + count < n and first + count not in state.arrivals and first + count not in state.words:
                 count += 1
         inits.append(MbarrierInit(state.barriers, count, arrivals, span, first))
         first += count

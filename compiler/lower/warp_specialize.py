@@ -123,14 +123,17 @@ def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
 
 
 def ws_barriers(ws: WsPlan, kernel, layouts) -> int:
-    """The mbarriers the specialized pipeline takes beside its ``full`` ones: an ``empty`` one a stage, and with split
-    stages (``defer_gemm.late_producers``) a ``full`` and an ``empty`` one a stage more."""
+    """The mbarrier slots the specialized pipeline takes beside its ``full`` ones: an ``empty`` barrier a stage; with
+    split stages (``defer_gemm.late_producers``) a ``full`` and an ``empty`` one a stage more; a deferred gemm's
+    anchor word (``defer_gemm.anchored``)."""
     from tileagent.compiler.lower import defer_gemm
 
     p = ws.pipeline
     varying = list(kernel.block_vars) + [x.var for x in ws.path if isinstance(x, For)]
     d = defer_gemm.plan(p, layouts, kernel.body, varying)
-    return p.stages * (3 if d is not None and defer_gemm.late_producers(p, d) is not None else 1)
+    if d is None:
+        return p.stages
+    return p.stages * (3 if defer_gemm.late_producers(p, d) is not None else 1) + defer_gemm.anchored(d)
 
 
 def _extents(buffers, shared) -> list:

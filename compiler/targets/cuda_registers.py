@@ -105,7 +105,9 @@ def _drop_dynamic(stmts, static: frozenset, chosen: set) -> None:
 
 def _registers(s) -> list:
     """(buffer, register indices) pairs an Mma, a wgmma or a wgmma fence / wait names."""
-    if isinstance(s, (WgmmaFence, WgmmaWait)):
+    if isinstance(s, WgmmaWait):
+        return list(s.operands) + list(s.anchor)
+    if isinstance(s, WgmmaFence):
         return list(s.operands)
     pairs = [(s.c_buf, s.c)]
     if isinstance(s, (Mma, WgmmaRS)):

@@ -205,6 +205,14 @@ def emit_wgmma_commit(em, s: WgmmaCommit) -> None:
 
 
 def emit_wgmma_wait(em, s: WgmmaWait) -> None:
+    if s.anchor_at is not None:
+        buf, index = s.anchor_at
+        address = f"(unsigned)__cvta_generic_to_shared(&{em.buf(buf)}[{em.index(buf, index)}])"
+        for reg_buf, indices in s.anchor:
+            for i in indices:
+                value = em.register(reg_buf, i)
+                value = f"__float_as_uint({value})" if str(reg_buf.dtype) == "float32" else value
+                em.line(f'asm volatile("st.shared.b32 [%0], %1;" :: "r"({address}), "r"({value}) : "memory");')
     em.line(f'asm volatile("wgmma.wait_group.sync.aligned {int(s.pending)};" ::: "memory");')
     emit_operand_fence(em, s.operands)
 
