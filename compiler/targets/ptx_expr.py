@@ -282,7 +282,6 @@ class Values:
             return self.op("f32", f"cvt.rn.f32.{_ITYPE[str(src)]}", v)
         f = self.to_f32(v, src)  # float -> int truncates
         if f.imm is not None:
-            import math
             if not math.isfinite(f.imm):
                 raise PtxUnsupported("conversion of a non-finite constant to an integer")
             return self.imm(int(f.imm), dst)
