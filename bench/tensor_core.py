@@ -27,9 +27,11 @@ def load(name: str):
     return load_from(name, SHARED)
 
 
-# the best schedules of bench/flash_attn_sweep.py (block_M, block_N, num_stages, threads; BENCHMARKS.md): 3 stages
-# of 128 x 128 tiles let P @ V be deferred past the next Q @ K^T (non-causal); 128/64/2/128 was the best before
-TUNED_FA = ({"block_M": 128, "block_N": 128, "num_stages": 3, "threads": 256},
+# the best schedules of bench/flash_attn_sweep.py (block_M, block_N, num_stages, threads; BENCHMARKS.md): 128 x 128
+# tiles with P @ V deferred past the next Q @ K^T on two split stages (non-causal; 3 stages before round 2 session
+# 34), and the 128/64/2/128 of the mma.sync path
+TUNED_FA = ({"block_M": 128, "block_N": 128, "num_stages": 2, "threads": 256},
+            {"block_M": 128, "block_N": 128, "num_stages": 3, "threads": 256},
             {"block_M": 128, "block_N": 64, "num_stages": 2, "threads": 128})
 
 
