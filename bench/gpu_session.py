@@ -409,7 +409,16 @@ STEPS = (
          "(1.34x / 1.50x); both columns should agree on W4A8 now"),
     Step("played_33", 26, "CAP=55 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played33\" session33", 300,
          "the played LLM's session-33 answers (adam_step, rmsnorm_backward, depthwise_conv7x7, bilinear_upsample2x) "
-         "on every config"))
+         "on every config"),
+    # group 27: session 34's deferred P @ V (split stages, early rescale, wait anchor) against the build before, one
+    # process each, alternating; and what issue 12 still asks (the GEMM batch)
+    Step("defer_34", 27, "for i in 1 2 3; do for e in 'TILEAGENT_SPLIT_STAGES=0 TILEAGENT_EARLY_RESCALE=0 "
+         "TILEAGENT_WAIT_ANCHOR=0' TILEAGENT_WAIT_ANCHOR=0 AS_BUILT=1; do echo \"== $e\"; env $e python "
+         "bench/flash_attn_sweep.py --schedule 128,128,2,256 --schedule 128,128,3,256 | tail -4; done; done",
+         300, "flash attention 128/128/2/256 and 3/256 as built (647 / 615-647 TFLOP/s, 0.97 of SDPA in session 34) "
+         "against the build before and without the anchor"),
+    Step("gemm_batch_34", 27, "python -m tileagent batch tasks/gemm_relu.py --grid N=4096,11008", 200,
+         "issue 12: the GEMM batch exits 0 (it did in session 21; not run since)"))
 
 
 def main(argv=None) -> int:
