@@ -6,20 +6,21 @@ In: a warp-specialized TMA ``SoftwarePipeline`` (``compiler.lower.pipeline``) an
 run on wgmma). Out: ``plan`` gives a ``DeferredGemm`` or None; ``iteration`` and ``after_loop`` the consumers'
 thread IR of one iteration and what follows the loop.
 
-When: ``TILEAGENT_WGMMA_OVERLAP`` is not 0; three stages or more, or two with split stages (below; one barrier pair
-a stage is released half an iteration later, so with two the producer's next load would start only then: flash
-attention 128/128/2 fell from 606 to 428 TFLOP/s on the H200); a trip count the same for every block and tile, one that depends on no block index or enclosing loop
-variable, also through Lets (causal flash attention's falls with the query block: it ran at 494-498 TFLOP/s deferred
-against 520-521 not, its blocks averaging half the iterations, while each block pays a peeled iteration and a last
-gemm that overlap nothing); consumers that write no shared memory (the pipeline has no barrier per iteration) and
-hold exactly two wgmma gemms, G1 and G2, where G2 is the last consumer and accumulates (not ``clear_accum``) into
-registers of its own: neither its accumulator nor its register A operand (RS) is touched by G1 or a consumer before
-G1, and G1's accumulator is not G2's. The consumers between G1 and G2 split at the first one that touches G2's
-registers: ``middle`` (the softmax: none touches them) and ``after`` (the rescale of the accumulator, the new P);
-``middle`` must not be empty.
-Where ptxas leaves it (H200 SASS): the loop has one ``WARPGROUP.DEPBAR.LE gsb0, 0x1`` after both gemms, but
-ptxas moves the ``wait_group 0`` up to the row maximum's first shuffle, so the exponentials run after P @ V is done:
-what overlaps is the maximum, the two gemms back to back and the next iteration's issue (x1.05 in one process).
+When: ``TILEAGENT_WGMMA_OVERLAP`` is not 0; three stages or more, or two with split stages (below; one barrier pair a
+stage is released half an iteration later, so with two the producer's next load would start only then: flash attention
+128/128/2 fell from 606 to 428 TFLOP/s on the H200); a trip count the same for every block and tile, one that depends on
+no block index or enclosing loop variable, also through Lets (causal flash attention's falls with the query block: it
+ran at 494-498 TFLOP/s deferred against 520-521 not, its blocks averaging half the iterations, while each block pays a
+peeled iteration and a last gemm that overlap nothing; with split stages and the anchor level: 518-527 against 521-523,
+H200, ``TILEAGENT_DEFER_VARYING=1``); consumers that write no shared memory (the pipeline has no barrier per iteration)
+and hold exactly two wgmma gemms, G1 and G2, where G2 is the last consumer and accumulates (not ``clear_accum``) into
+registers of its own: neither its accumulator nor its register A operand (RS) is touched by G1 or a consumer before G1,
+and G1's accumulator is not G2's. The consumers between G1 and G2 split at the first one that touches G2's registers:
+``middle`` (the softmax: none touches them) and ``after`` (the rescale of the accumulator, the new P); ``middle`` must
+not be empty. Where ptxas leaves it (sm_90a SASS): the loop has one ``WARPGROUP.DEPBAR.LE gsb0, 0x1`` after both gemms,
+and without the wait's anchor (``anchored``) ptxas moves the ``wait_group 0`` up to the row maximum's first shuffle, so
+that the exponentials run after P @ V is done (what overlapped then was the maximum, the two gemms back to back and the
+next iteration's issue: x1.05 in one process).
 
 How (iteration k, count c; its stage c % s, iteration k - 1's (c - 1) % s): the first iteration is peeled (ptxas
 drains every wgmma group at the join of a branch that issues some: H200 SASS showed ``WARPGROUP.DEPBAR.LE gsb0,
