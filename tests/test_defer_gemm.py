@@ -197,3 +197,67 @@ def test_gpu_flash_attention_128x128(shared_example, monkeypatch, causal, stages
     assert ("wgmma.wait_group 1" in kernel.get_ir("thread")) != causal
     q, k, v = (torch.randn(2, 1000, 4, 128, device="cuda", dtype=torch.float16) for _ in range(3))
     torch.testing.assert_close(kernel(q, k, v), fa.reference(q, k, v, causal), rtol=1e-2, atol=1e-2)
+
+
+def _persistent_fa(seq, block_M=64, block_N=32, stages=2, threads=128, blocks=2):
+    """The example's flash attention with its query tiles walked by ``blocks`` blocks (``T.Persistent``): the
+    pipeline runs once per tile, so its barriers' phases carry over from one tile to the next."""
+    import tileagent.language as T
+
+    dim, scale, half = 128, (1.0 / 128) ** 0.5 * 1.44269504, "float16"
+    shape = [1, seq, 1, dim]
+
+    @T.prim_func
+    def main(Q: T.Tensor(shape, half), K: T.Tensor(shape, half), V: T.Tensor(shape, half), O: T.Tensor(shape, half)):
+        with T.Kernel(blocks, threads=threads) as b:
+            Q_s = T.alloc_shared([block_M, dim], "float16")
+            K_s = T.alloc_shared([block_N, dim], "float16")
+            V_s = T.alloc_shared([block_N, dim], "float16")
+            s = T.alloc_fragment([block_M, block_N], "float")
+            p = T.alloc_fragment([block_M, block_N], "float16")
+            acc = T.alloc_fragment([block_M, dim], "float")
+            m_new = T.alloc_fragment([block_M], "float")
+            m_old = T.alloc_fragment([block_M], "float")
+            alpha = T.alloc_fragment([block_M], "float")
+            l_blk = T.alloc_fragment([block_M], "float")
+            l_run = T.alloc_fragment([block_M], "float")
+            for (bx,) in T.Persistent([T.ceildiv(seq, block_M)], blocks, b):
+                T.copy(Q[0, bx * block_M:(bx + 1) * block_M, 0, :], Q_s)
+                T.fill(acc, 0)
+                T.fill(l_run, 0)
+                T.fill(m_new, -T.infinity("float"))
+                for k in T.Pipelined(T.ceildiv(seq, block_N), num_stages=stages):
+                    T.copy(K[0, k * block_N:(k + 1) * block_N, 0, :], K_s)
+                    for i, j in T.Parallel(block_M, block_N):
+                        s[i, j] = T.if_then_else(k * block_N + j >= seq, -T.infinity("float"), 0)
+                    T.gemm(Q_s, K_s, s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                    T.copy(m_new, m_old)
+                    T.reduce_max(s, m_new, dim=1, clear=False)
+                    for i in T.Parallel(block_M):
+                        alpha[i] = T.exp2(m_old[i] * scale - m_new[i] * scale)
+                    for i, j in T.Parallel(block_M, block_N):
+                        s[i, j] = T.exp2(s[i, j] * scale - m_new[i] * scale)
+                    T.reduce_sum(s, l_blk, dim=1)
+                    for i in T.Parallel(block_M):
+                        l_run[i] = l_run[i] * alpha[i] + l_blk[i]
+                    T.copy(s, p)
+                    for i, j in T.Parallel(block_M, dim):
+                        acc[i, j] *= alpha[i]
+                    T.copy(V[0, k * block_N:(k + 1) * block_N, 0, :], V_s)
+                    T.gemm(p, V_s, acc, policy=T.GemmWarpPolicy.FullRow)
+                for i, j in T.Parallel(block_M, dim):
+                    acc[i, j] /= l_run[i]
+                T.copy(acc, O[0, bx * block_M:(bx + 1) * block_M, 0, :])
+
+    return main
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_split_stages_inside_a_persistent_loop_match_torch_in_the_emulator(shared_example, stages):
+    """Two blocks walk four query tiles, each its pipeline twice: warp-specialized (the Q tile loaded again on the
+    tile loop's path is no staged tile), deferred on split stages, both sides counting earlier executions."""
+    fa = shared_example("flash_attn_fwd")
+    kernel = tileagent.compile(_persistent_fa(200, stages=stages), target="sim")
+    ir = kernel.get_ir("thread")
+    assert "wgmma.wait_group 1" in ir and "warp-specialized" in ir
+    _run(fa, kernel, 200)

@@ -110,10 +110,11 @@ def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
     if any(depends_on(e, inner) or any(ld.buffer.scope != "global" for ld in loads(e)) for e in exprs):
         return None
     # around a nested pipeline the producer runs ahead into the next execution: nothing else there may touch the
-    # shared memory the pipeline uses (an epilogue staged in its stages' bytes would race with the next loads); a
-    # tile of the consumers' own elsewhere in the arena may be (compiler.lower.stage_epilogue)
+    # bytes of the pipeline's staged tiles (an epilogue staged in them would race with the next loads); a tile of the
+    # consumers' own elsewhere in the arena may be (compiler.lower.stage_epilogue), and so may one the consumers
+    # read in the loop, such as flash attention's Q tile, loaded again for the next query tile
     steps = list(path) + [p]
-    piped = _extents(set().union(*shared_effects(p)), plan.shared)
+    piped = _extents({c.dst.buffer for c in p.producers} | set(p.staged), plan.shared)  # what the producer writes
     for x, nxt in zip(path, steps[1:]):
         for y in (x.body if isinstance(x, For) else x.then_body):
             touched = _extents(set().union(*shared_effects(y)), plan.shared) if y is not nxt else []
