@@ -15,8 +15,9 @@ lowered; otherwise the kernel is lowered as without this module). What the produ
 consumers: the loop bounds, the conditions on the path and the copies' source indices use block indices, the
 enclosing loops' variables, the kernel's scalars, global tensors and the Lets before the loop, which read no memory
 (the producer binds them again). Beside a nested pipeline nothing on its path touches the arena bytes of the
-pipeline's tiles (the producer runs ahead into the next execution while the consumers finish this one); a tile of
-the consumers' own, such as a staged epilogue's (``compiler.lower.stage_epilogue``), may be used there.
+tiles its producer writes (the producer runs ahead into the next execution while the consumers finish this one); a
+tile of the consumers' own, such as a staged epilogue's (``compiler.lower.stage_epilogue``), or one the loop only
+reads (a persistent flash attention's Q tile, loaded again for each query tile) may be used there.
 
 How (``compiler.lower.pipeline`` lowers both sides): the block gets ``PRODUCER_THREADS`` more threads. Their
 first thread runs the loop alone (inside the path's loops and ifs, on variables of its own): for iteration k (count
