@@ -101,6 +101,19 @@ def plan(p, layouts, body=(), varying=()) -> DeferredGemm | None:
     return d if p.stages >= 3 or late_producers(p, d) is not None else None
 
 
+def for_ws(ws, kernel, layouts) -> tuple:
+    """(DeferredGemm or None, its ``late_producers`` or None, ``anchored``) for the pipeline of warp-specialization
+    plan ``ws`` in ``kernel``: what its lowering builds (``compiler.lower.pipeline``) and the mbarrier slots it takes
+    (``warp_specialize.ws_barriers``) are decided here once, by the same rules."""
+    from tileagent.compiler.ir.stmt import For
+
+    varying = list(kernel.block_vars) + [x.var for x in ws.path if isinstance(x, For)]
+    d = plan(ws.pipeline, layouts, kernel.body, varying)
+    if d is None:
+        return None, None, False
+    return d, late_producers(ws.pipeline, d), anchored(d)
+
+
 def _rescale(head: tuple, after: tuple, g2: Gemm) -> tuple:
     """(rescale, rest): the statements of ``after`` that write ``g2``'s accumulator alone (flash attention's
     ``acc *= alpha``), to run just before ``g2`` is issued in the next iteration (FA3's order: after the wait for
@@ -240,5 +253,5 @@ def previous_stage(count, stages: int):
 
 
 __all__ = ["ANCHOR_ENV", "DeferredGemm", "EARLY_RESCALE_ENV", "SPLIT_ENV", "after_loop", "anchored",
-           "first_iteration", "iteration", "late_producers", "plan", "previous_stage", "registers",
+           "first_iteration", "for_ws", "iteration", "late_producers", "plan", "previous_stage", "registers",
            "switches"]

@@ -462,11 +462,9 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
     lowering.note_loop(v, start, extent, loop.step)
     empty = ctx.tma.take_barriers(s, arrivals=ws.consumers // 32)
     state = ctx.tma
-    varying = list(ctx.kernel.block_vars) + [x.var for x in ws.path if isinstance(x, For)]
-    deferred = defer_gemm.plan(p, ctx.layouts, ctx.kernel.body, varying)  # the last gemm late, beside the softmax
-    # split stages: the tiles only the deferred gemm reads (V) fill and free on barriers of their own, so a stage
-    # of the others (K) is free as soon as the first gemm retired (``defer_gemm.late_producers``)
-    late = defer_gemm.late_producers(p, deferred) if deferred is not None else None
+    # the last gemm late, beside the softmax; split stages: the tiles only it reads (V) fill and free on barriers of
+    # their own, so a stage of the others (K) is free as soon as the first gemm retired (``defer_gemm.late_producers``)
+    deferred, late, anchored = defer_gemm.for_ws(ws, ctx.kernel, ctx.layouts)
     if late is not None:
         full_late = state.take_barriers(s)
         empty_late = state.take_barriers(s, arrivals=ws.consumers // 32)
@@ -562,7 +560,7 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
         out.append(If(make_cmp(">", extent, 0), tuple(peeled), (), p.span))
         loop_start, loop_extent = make_binop("+", start, 1), make_binop("-", extent, 1)
         # then it releases the previous stage (its late tiles) once its wait retired the deferred gemm
-        anchor_at = (state.barriers, state.take_word()) if defer_gemm.anchored(deferred) else None
+        anchor_at = (state.barriers, state.take_word()) if anchored else None
         body += defer_gemm.iteration(lowering, deferred, consumers, on_stage(previous),
                                      arrive(ctx, make_binop("+", empty if late is None else empty_late, previous),
                                             p.span), release_early(), wait_late(make_binop("-", count, 1)), anchor_at)

@@ -130,12 +130,8 @@ def ws_barriers(ws: WsPlan, kernel, layouts) -> int:
     anchor word (``defer_gemm.anchored``)."""
     from tileagent.compiler.lower import defer_gemm
 
-    p = ws.pipeline
-    varying = list(kernel.block_vars) + [x.var for x in ws.path if isinstance(x, For)]
-    d = defer_gemm.plan(p, layouts, kernel.body, varying)
-    if d is None:
-        return p.stages
-    return p.stages * (3 if defer_gemm.late_producers(p, d) is not None else 1) + defer_gemm.anchored(d)
+    _, late, anchor = defer_gemm.for_ws(ws, kernel, layouts)
+    return ws.pipeline.stages * (1 if late is None else 3) + anchor
 
 
 def _extents(buffers, shared) -> list:

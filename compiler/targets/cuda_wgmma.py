@@ -206,8 +206,9 @@ def emit_wgmma_commit(em, s: WgmmaCommit) -> None:
 
 def emit_wgmma_wait(em, s: WgmmaWait) -> None:
     if s.anchor_at is not None:
-        buf, index = s.anchor_at
-        address = f"(unsigned)__cvta_generic_to_shared(&{em.buf(buf)}[{em.index(buf, index)}])"
+        from tileagent.compiler.targets.cuda_tma import _address
+
+        address = _address(em, *s.anchor_at)
         for reg_buf, indices in s.anchor:
             for i in indices:
                 value = em.register(reg_buf, i)
