@@ -504,7 +504,7 @@ class WgmmaWait(Stmt):
     accumulators it retires) are pinned after the wait, so that no read of them is hoisted above it.
     ``anchor`` ((local buffer, register indices) pairs) with ``anchor_at`` ((shared buffer, index): a word no one
     reads): those registers are stored there just before the wait. ptxas places a wgmma wait as early as its
-    dependences allow (H200 SASS: right after the first shuffle of flash attention's softmax, whose exponentials
+    dependences allow (sm_90a SASS: right after the first shuffle of flash attention's softmax, whose exponentials
     then wait for P @ V), but keeps it after a shared store; a store of values the work before the wait produces last
     keeps that work before it. No effect on what is computed."""
 
