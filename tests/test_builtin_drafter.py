@@ -196,6 +196,25 @@ def test_first_draft_passes_the_evaluator_on_the_cpu(name, tmp_path):
     assert [r.correct for r in results] == [True]
 
 
+def test_attention_rounds_p_unless_the_tolerance_is_tighter_than_the_default(tmp_path):
+    """tasks/attention.py declares atol 1e-3 for fp16: P @ V also takes P's rounding residue (a third gemm). The same
+    reference with the default tolerance gets the two-gemm kernel (P rounded to fp16, as FlashAttention), which
+    passes the evaluator."""
+    tight = BuiltinDrafter().draft(make_task("attention"))[0].source
+    assert "\nSPLIT_P = True\n" in tight
+    path = tmp_path / "attention_default_tol.py"
+    path.write_text("\n".join(line for line in task_path("attention").read_text().splitlines()
+                              if not line.startswith("TOLERANCES")))
+    draft = BuiltinDrafter().draft(DraftTask(task_name=path.stem, reference_path=str(path), reference_source="",
+                                             configs=[], turn=1))[0]
+    assert "\nSPLIT_P = False\n" in draft.source and draft.label == "builtin/attention:128x128s2t256"
+    candidate = tmp_path / "attention_default_tol_candidate.py"
+    candidate.write_text(draft.source)
+    spec = load_spec(path)
+    results = check_candidate(spec, candidate, device="cpu", configs=[spec.module.SMALL_CONFIG], seeds=1)
+    assert [r.correct for r in results] == [True]
+
+
 def test_generated_kernels_serve_inline_references(tmp_path):
     """Three inputs of different broadcast roles in fp32 (rows of 3-d tensors, a per-row operand), and nn.Linear +
     tanh-GELU in fp16 on a 3-d input: the first drafts pass the evaluator."""
