@@ -92,6 +92,17 @@ def test_a_missing_wait_before_the_new_p_fails_in_the_emulator(shared_example, m
         _run(fa, kernel, 200)
 
 
+def test_a_persistent_loop_with_tile_coordinates_in_lets_is_specialized_and_matches_torch(shared_example):
+    """Causal, the longest query tiles first: the tile index is a Let on the tile loop's path, which the producer
+    computes again in its own copy of the loop (it rules specialization out otherwise); the trip count varies by
+    tile, so P @ V is not deferred."""
+    fa = shared_example("flash_attn_fwd")
+    kernel = tileagent.compile(_persistent_fa(200, causal=True), target="sim")
+    ir = kernel.get_ir("thread")
+    assert "warp-specialized" in ir and "wgmma.wait_group 1" not in ir
+    _run(fa, kernel, 200, causal=True)
+
+
 @pytest.mark.parametrize("seq", [200, 32, 97])
 def test_two_split_stages_match_torch_in_the_emulator(shared_example, seq):
     """Two stages: K and V fill and free on barriers of their own, so K's stage is free once Q @ K^T retired."""
@@ -199,9 +210,10 @@ def test_gpu_flash_attention_128x128(shared_example, monkeypatch, causal, stages
     torch.testing.assert_close(kernel(q, k, v), fa.reference(q, k, v, causal), rtol=1e-2, atol=1e-2)
 
 
-def _persistent_fa(seq, block_M=64, block_N=32, stages=2, threads=128, blocks=2):
+def _persistent_fa(seq, block_M=64, block_N=32, stages=2, threads=128, blocks=2, causal=False):
     """The example's flash attention with its query tiles walked by ``blocks`` blocks (``T.Persistent``): the
-    pipeline runs once per tile, so its barriers' phases carry over from one tile to the next."""
+    pipeline runs once per tile, so its barriers' phases carry over from one tile to the next. Causal: the longest
+    query tiles first, their index a Let on the tile loop's path (``bx = n - 1 - x``)."""
     import tileagent.language as T
 
     dim, scale, half = 128, (1.0 / 128) ** 0.5 * 1.44269504, "float16"
@@ -221,15 +233,19 @@ def _persistent_fa(seq, block_M=64, block_N=32, stages=2, threads=128, blocks=2)
             alpha = T.alloc_fragment([block_M], "float")
             l_blk = T.alloc_fragment([block_M], "float")
             l_run = T.alloc_fragment([block_M], "float")
-            for (bx,) in T.Persistent([T.ceildiv(seq, block_M)], blocks, b):
+            for (x,) in T.Persistent([T.ceildiv(seq, block_M)], blocks, b):
+                bx = (T.ceildiv(seq, block_M) - 1 - x) if causal else x
                 T.copy(Q[0, bx * block_M:(bx + 1) * block_M, 0, :], Q_s)
                 T.fill(acc, 0)
                 T.fill(l_run, 0)
                 T.fill(m_new, -T.infinity("float"))
-                for k in T.Pipelined(T.ceildiv(seq, block_N), num_stages=stages):
+                n_blocks = T.min(T.ceildiv(seq, block_N), T.ceildiv((bx + 1) * block_M, block_N)) if causal \
+                    else T.ceildiv(seq, block_N)
+                for k in T.Pipelined(n_blocks, num_stages=stages):
                     T.copy(K[0, k * block_N:(k + 1) * block_N, 0, :], K_s)
                     for i, j in T.Parallel(block_M, block_N):
-                        s[i, j] = T.if_then_else(k * block_N + j >= seq, -T.infinity("float"), 0)
+                        s[i, j] = T.if_then_else(k * block_N + j >= seq or (causal and bx * block_M + i < k * block_N + j),
+                                                 -T.infinity("float"), 0)
                     T.gemm(Q_s, K_s, s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
                     T.copy(m_new, m_old)
                     T.reduce_max(s, m_new, dim=1, clear=False)

@@ -485,6 +485,7 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
 
     # the producer: its own loop variables, one thread
     outer = {x.var: ctx.var(f"{x.var.name}_p") for x in ws.path if isinstance(x, For)}
+    outer.update({y.var: ctx.var(f"{y.var.name}_p") for ys in ws.path_lets.values() for y in ys})  # tile coordinates
     pv = ctx.var(f"{v.name}_p")
     for old_var, new_var in [*outer.items(), (v, pv)]:
         if old_var in ctx.ranges:
@@ -508,6 +509,8 @@ def _lower_ws_pipeline(lowering, p: SoftwarePipeline, plans, strides: dict, full
     producer = head + [For(pv, pstart, pextent, loop.step, "serial", tuple(loads_), {}, loop.span)] + \
         count_executions(pdone, pextent)
     for x in reversed(ws.path):
+        producer = [Let(outer[y.var], ctx.rewrite(y.value, outer), y.span) for y in ws.path_lets.get(id(x), ())] + \
+            producer
         if isinstance(x, For):
             producer = [For(outer[x.var], ctx.rewrite(x.start, outer), ctx.rewrite(x.extent, outer), x.step, "serial",
                             tuple(producer), {}, x.span)]

@@ -13,8 +13,9 @@ pipeline, at the top level of its body or inside serial loops (none that a ``bre
 without else there (``path``: a ``T.Persistent`` tile loop), whose producers are all TMA loads (decided when it is
 lowered; otherwise the kernel is lowered as without this module). What the producer computes must not depend on the
 consumers: the loop bounds, the conditions on the path and the copies' source indices use block indices, the
-enclosing loops' variables, the kernel's scalars, global tensors and the Lets before the loop, which read no memory
-(the producer binds them again). Beside a nested pipeline nothing on its path touches the arena bytes of the
+enclosing loops' variables, the kernel's scalars, global tensors, the Lets before the loop and the Lets on its path
+(statements of a path loop or if ahead of the next step: a persistent kernel's tile coordinates), which read no
+memory (the producer binds them again, the path's in its own copy of the path). Beside a nested pipeline nothing on its path touches the arena bytes of the
 tiles its producer writes (the producer runs ahead into the next execution while the consumers finish this one); a
 tile of the consumers' own, such as a staged epilogue's (``compiler.lower.stage_epilogue``), or one the loop only
 reads (a persistent flash attention's Q tile, loaded again for each query tile) may be used there.
@@ -70,15 +71,16 @@ def forced() -> bool:
 class WsPlan:
     """The pipeline a kernel specializes, its consumer threads, the Vars of the Lets before it (the producer binds
     them again), the loops and conditions it runs inside (``path``, outermost first: serial For and If statements of
-    the kernel body, e.g. a ``T.Persistent`` tile loop; empty when it runs once per block) and, once the pipeline is
-    lowered, the producer's statements (empty: the pipeline was not lowered with TMA, and the kernel is not
-    specialized)."""
+    the kernel body, e.g. a ``T.Persistent`` tile loop; empty when it runs once per block), the Lets of each step of
+    the path ahead of the next step (``path_lets``), and, once the pipeline is lowered, the producer's statements
+    (empty: the pipeline was not lowered with TMA, and the kernel is not specialized)."""
 
     pipeline: object
     consumers: int
     lets: tuple
     path: tuple = ()
     producer: list = field(default_factory=list)
+    path_lets: dict = field(default_factory=dict)  # a step of ``path`` (by id) -> its Lets ahead of the next step
 
 
 def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
@@ -105,7 +107,9 @@ def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
     lets = tuple(x.var for x in before if isinstance(x, Let))
     if any(next(loads(x.value), None) is not None for x in before if isinstance(x, Let)):
         return None
-    inner = [x.var for x in walk(body) if isinstance(x, Let) and x.var not in lets]
+    path_lets = _path_lets(path, p, [x.var for x in walk(body) if isinstance(x, Let) and x.var not in lets])
+    rebound = {y.var for ys in path_lets.values() for y in ys}
+    inner = [x.var for x in walk(body) if isinstance(x, Let) and x.var not in lets and x.var not in rebound]
     exprs = [p.loop.start, p.loop.extent] + [e for c in p.producers for e in c.src.starts]
     exprs += [e for x in path for e in ((x.start, x.extent) if isinstance(x, For) else (x.cond,))]
     if any(depends_on(e, inner) or any(ld.buffer.scope != "global" for ld in loads(e)) for e in exprs):
@@ -121,7 +125,27 @@ def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
             touched = _extents(set().union(*shared_effects(y)), plan.shared) if y is not nxt else []
             if any(a < d and c < b for a, b in touched for c, d in piped):
                 return None
-    return WsPlan(p, threads, lets, tuple(path))
+    return WsPlan(p, threads, lets, tuple(path), path_lets=path_lets)
+
+
+def _path_lets(path, p, kernel_lets) -> dict:
+    """id(step) -> the Lets among a path step's statements ahead of the next step whose values read no memory and
+    use, of the Lets inside the kernel body (``kernel_lets``), only earlier ones of the path (the producer computes
+    them again); a Let that does not qualify stays the consumers' (a producer expression using it rules
+    specialization out)."""
+    out, known = {}, set()
+    steps = list(path) + [p]
+    for x, nxt in zip(path, steps[1:]):
+        mine = []
+        for y in (x.body if isinstance(x, For) else x.then_body):
+            if y is nxt:
+                break
+            if isinstance(y, Let) and next(loads(y.value), None) is None and \
+                    not depends_on(y.value, [v for v in kernel_lets if v not in known]):
+                mine.append(y)
+                known.add(y.var)
+        out[id(x)] = tuple(mine)
+    return out
 
 
 def ws_barriers(ws: WsPlan, kernel, layouts) -> int:
