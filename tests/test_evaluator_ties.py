@@ -392,3 +392,35 @@ def test_the_floating_tie_rule_gives_a_smooth_output_no_slack():
     kernel[1:] = 0
     assert check.compare_float_ties(0, kernel, ref, Jumps(), Tolerance(1e-4, 1e-4, 1e-3), Mismatch("m")) is None
     assert check.ties_accepted == {0: 8}
+
+
+def test_the_oracle_rule_widens_for_an_ill_conditioned_few_of_a_large_output_only():
+    """Attention on 'extremes' (scores near 1e8): a kernel summing in another order than the reference is off at a
+    few of millions of elements by more than twice the reference's own worst error there, within the reference's
+    worst over inputs perturbed by 2 ulps (the spread). That few is accepted by the spread; a kernel off at many
+    elements is judged without it, and the reference is not re-run for it."""
+    from tileagent.evaluator.correctness import SPREAD_FEW
+    from tileagent.evaluator.spec import Tolerance
+
+    n = 100_000
+    truth = torch.ones(n, dtype=torch.float64)
+    ref = truth.clone()
+    ref[7] += 0.1  # the reference's own worst error in this run
+    tol = Tolerance(1e-4, 1e-4, 1e-3)
+    calls = []
+
+    def spread():
+        calls.append(1)
+        return 0.4, 2.0  # the reference's worst over its perturbed runs: max abs, L2
+
+    check = _ConfigCheck(None, None, "cpu", 0)
+    few = int(SPREAD_FEW * n) // 2
+    out = truth.clone()
+    out[1000:1000 + few] += 0.5  # > 2 x 0.1, <= 2 x 0.4
+    assert check.compare_oracle(0, out.float(), ref.float(), truth, tol, {}, Mismatch("m"), spread) is None
+    assert calls == [1] and "oracle-spread" in check.oracle_accepted[0][1]
+
+    many = truth.clone()
+    many[1000:1000 + 4 * few] += 0.5
+    failure = check.compare_oracle(0, many.float(), ref.float(), truth, tol, {}, Mismatch("m"), spread)
+    assert failure is not None and failure.details["oracle_mismatched"] == 4 * few and calls == [1]
