@@ -418,7 +418,16 @@ STEPS = (
          300, "flash attention 128/128/2/256 and 3/256 as built (647 / 615-647 TFLOP/s, 0.97 of SDPA in session 34) "
          "against the build before and without the anchor"),
     Step("gemm_batch_34", 27, "python -m tileagent batch tasks/gemm_relu.py --grid N=4096,11008", 200,
-         "issue 12: the GEMM batch exits 0 (it did in session 21; not run since)"))
+         "issue 12: the GEMM batch exits 0 (it did in session 21; not run since)"),
+    # group 28: what session 35 changed after its device time ran out: the oracle rule's spread for an
+    # ill-conditioned few (the drafter's 128 x 128 attention was rejected on 'extremes' without it)
+    Step("attention_draft_35", 28, "python bench/attention_draft.py --variants 3", 240,
+         "the drafter's attention variants through the evaluator (every distribution) and next to SDPA: 128x128s2t256 "
+         "and 128x64s2t256 failed on 'extremes' in session 35 (H100), 128x64s2t128 passed at 0.71 of SDPA"),
+    Step("defer_causal_35", 28, "for e in AS_BUILT=1 TILEAGENT_DEFER_VARYING=1 AS_BUILT=1 TILEAGENT_DEFER_VARYING=1; "
+         "do echo \"== $e\"; env $e python bench/flash_attn_sweep.py --causal --schedule 128,128,2,256 | tail -3; done",
+         200, "causal flash attention (0.873 of SDPA on the H100) with P @ V deferred despite the varying trip count "
+         "(level in session 34), alternating"))
 
 
 def main(argv=None) -> int:
