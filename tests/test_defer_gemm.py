@@ -244,8 +244,8 @@ def _persistent_fa(seq, block_M=64, block_N=32, stages=2, threads=128, blocks=2,
                 for k in T.Pipelined(n_blocks, num_stages=stages):
                     T.copy(K[0, k * block_N:(k + 1) * block_N, 0, :], K_s)
                     for i, j in T.Parallel(block_M, block_N):
-                        s[i, j] = T.if_then_else(k * block_N + j >= seq or (causal and bx * block_M + i < k * block_N + j),
-                                                 -T.infinity("float"), 0)
+                        masked = k * block_N + j >= seq or (causal and bx * block_M + i < k * block_N + j)
+                        s[i, j] = T.if_then_else(masked, -T.infinity("float"), 0)
                     T.gemm(Q_s, K_s, s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
                     T.copy(m_new, m_old)
                     T.reduce_max(s, m_new, dim=1, clear=False)

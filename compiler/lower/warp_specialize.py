@@ -15,10 +15,11 @@ lowered; otherwise the kernel is lowered as without this module). What the produ
 consumers: the loop bounds, the conditions on the path and the copies' source indices use block indices, the
 enclosing loops' variables, the kernel's scalars, global tensors, the Lets before the loop and the Lets on its path
 (statements of a path loop or if ahead of the next step: a persistent kernel's tile coordinates), which read no
-memory (the producer binds them again, the path's in its own copy of the path). Beside a nested pipeline nothing on its path touches the arena bytes of the
-tiles its producer writes (the producer runs ahead into the next execution while the consumers finish this one); a
-tile of the consumers' own, such as a staged epilogue's (``compiler.lower.stage_epilogue``), or one the loop only
-reads (a persistent flash attention's Q tile, loaded again for each query tile) may be used there.
+memory (the producer binds them again, the path's in its own copy of the path). Beside a nested pipeline nothing on
+its path touches the arena bytes of the tiles its producer writes (the producer runs ahead into the next execution
+while the consumers finish this one); a tile of the consumers' own, such as a staged epilogue's
+(``compiler.lower.stage_epilogue``), or one the loop only reads (a persistent flash attention's Q tile, loaded again
+for each query tile) may be used there.
 
 How (``compiler.lower.pipeline`` lowers both sides): the block gets ``PRODUCER_THREADS`` more threads. Their
 first thread runs the loop alone (inside the path's loops and ifs, on variables of its own): for iteration k (count
