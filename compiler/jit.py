@@ -55,6 +55,7 @@ class PassConfigKey(str, enum.Enum):
     TL_DISABLE_PRELOWER_SEMANTIC_CHECK = "tl.disable_prelower_semantic_check"
     TL_DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"
     TL_PTXAS_REGISTER_USAGE_LEVEL = "tl.ptxas_register_usage_level"
+    TL_ENABLE_PTXAS_VERBOSE_OUTPUT = "tl.enable_ptxas_verbose_output"  # removed by TileLang (#2453); old programs set it
     TL_DEVICE_COMPILE_FLAGS = "tl.device_compile_flags"
     TL_EMIT_LINE_DIRECTIVES = "tl.emit_line_directives"
     TL_CONFIG_INDEX_BITWIDTH = "tl.config_index_bitwidth"
