@@ -3,7 +3,7 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session20|widths|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session20|widths|session2|session1|all]
 # Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
 # $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
@@ -40,8 +40,10 @@
 # bilinear_upsample2x's 256x256 config never ran on the CPU interpreter at their own plane sizes (checked at 28x28 and
 # 32x32): the GPU run is their first check there. Expect narrow (2-byte) loads of X in both (halo copies from a column
 # origin of -3 / -1).
+# session35: the three ops of session 35 (w8a16_linear, gqa_prefill, focal_loss), each correct on the CPU at turn 1;
+# gqa_prefill's B > 1 ran nowhere on the CPU (a planted batch-0 bug passed there), so the GPU run is its first check.
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session20|widths|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-55}
 mkdir -p "$OUT"
@@ -152,6 +154,11 @@ SESSION33=(
   "depthwise_conv7x7:answers/depthwise_conv7x7/turn1.py"
   "bilinear_upsample2x:answers/bilinear_upsample2x/turn1.py"
 )
+SESSION35=(
+  "w8a16_linear:answers/w8a16_linear/turn1.py"
+  "gqa_prefill:answers/gqa_prefill/turn1.py"
+  "focal_loss:answers/focal_loss/turn1.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -177,9 +184,10 @@ case "$WHICH" in
   session26) ANSWERS=("${SESSION26[@]}") ;;
   session27) ANSWERS=("${SESSION27[@]}") ;;
   session33) ANSWERS=("${SESSION33[@]}") ;;
+  session35) ANSWERS=("${SESSION35[@]}") ;;
   widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
