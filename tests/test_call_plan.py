@@ -47,7 +47,10 @@ def test_the_plan_binds_as_bind_arguments_does():
 @pytest.mark.parametrize("bad, message", [
     (lambda x: (x.half(), 1.0), "parameter 'X' expects dtype float32, got torch.float16"),
     (lambda x: (x.reshape(-1), 1.0), "parameter 'X' expects rank 2 (m, 4), got a tensor of rank 1 (24,)"),
-    (lambda x: (torch.randn(4, 6).t(), 1.0), "parameter 'X' must be contiguous (row-major); call .contiguous() first"),
+    (lambda x: (torch.randn(4, 6).t(), 1.0),
+     "parameter 'X' must be contiguous (row-major), got a view with strides (1, 6): declare the parameter in the "
+     "layout the tensor has in memory (a transpose's base shape) and index it accordingly in the kernel; "
+     ".contiguous() copies with a torch kernel, which a candidate's forward may not run"),
     (lambda x: (x, "two"), "parameter 'c' expects a number (float32), got 'two'"),
     (lambda x: (x,), "kernel scale_rows expects 2 input(s) (X, c) but got 1"),
 ])

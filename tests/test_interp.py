@@ -678,7 +678,10 @@ def test_non_contiguous_tensor_is_rejected_naming_the_parameter():
     args[0] = torch.randn(4, 8).t()
     with pytest.raises(KernelArgumentError) as e:
         _pair_kernel()(*args)
-    assert str(e.value) == "parameter 'X' must be contiguous (row-major); call .contiguous() first"
+    assert str(e.value) == (
+        "parameter 'X' must be contiguous (row-major), got a view with strides (1, 8): declare the parameter in "
+        "the layout the tensor has in memory (a transpose's base shape) and index it accordingly in the kernel; "
+        ".contiguous() copies with a torch kernel, which a candidate's forward may not run")
 
 
 # -- run-time faults and printing --------------------------------------------------------------------------------
