@@ -357,6 +357,28 @@ def test_gemm_rejects_mixed_input_dtypes(marked):
 
         tileagent.compile(main, target="cpu")
     expect(info, "E302", marked, "float16", "bfloat16")
+    assert info.value.hint.startswith("convert B's tile to float16 in the loop before the gemm")
+
+
+def test_gemm_of_an_int8_weight_and_fp16_activations_hints_the_dequantization(marked):
+    """Played LLM session 35 (a weight-only int8 linear): the int8 tile straight into the gemm; the hint says which
+    operand to convert, and how."""
+    with pytest.raises(CompileError) as info:
+        @T.prim_func
+        def main(C: T.Tensor((64, 64), "float32")):
+            with T.Kernel(1) as bx:
+                A_shared = T.alloc_shared((64, 32), "float16")
+                W_shared = T.alloc_shared((64, 32), "int8")
+                C_local = T.alloc_fragment((64, 64), "float32")
+                T.clear(C_local)
+                T.gemm(A_shared, W_shared, C_local, transpose_B=True)  # <- here
+                T.copy(C_local, C)
+
+        tileagent.compile(main, target="cpu")
+    expect(info, "E302", marked, "float16", "int8")
+    assert info.value.hint == ("convert B's tile to float16 in the loop before the gemm (a quantized weight: T.copy its "
+                               "tile into a fragment, scale it into a float16 fragment, T.copy that into a float16 "
+                               "shared tile, gemm on it)")
 
 
 def test_gemm_rejects_unknown_warp_policy(marked):

@@ -107,10 +107,20 @@ def test_compile_error_template_renders_a_real_diagnostic():
         tileagent.compile(main, target="sim")
     diag = info.value.to_dict()
     notes = "\n".join(f"  note: {n}" for n in diag["notes"])
-    text = prompts.render("feedback.compile_error", **{**diag, "notes": notes, "where": ""})
+    text = prompts.render("feedback.compile_error", **{**diag, "notes": notes, "where": "",
+                                                        "hint": f"  hint: {diag['hint']}"})
     assert text.startswith("Your module did not compile:\n")
     assert f"error[L001]: {diag['message']}" in text and "x[i, j] = x[i, j] * 2" in text
     assert f"  hint: {diag['hint']}" in text and "The DSL guide's error table explains L001" in text
+
+    # through the loop's renderer: a diagnostic without a hint gets no empty "hint:" line (played LLM session 35)
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.feedback import render_feedback
+
+    for hint, line in ((diag["hint"], f"  hint: {diag['hint']}"), ("", None)):
+        fed = render_feedback(EvalResult(status="compile_error", message="m",
+                                         failure={"diagnostic": {**diag, "hint": hint}}))
+        assert (line in fed) if line else "hint:" not in fed
 
 
 def test_timing_template_takes_rendered_rows():

@@ -129,6 +129,7 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                  f"the CPU checks smaller sizes)") if failure.get("planned") else ""
         return render("feedback.compile_error", **{**{k: "" if v is None else v for k, v in d.items()},
                                                    "notes": notes_text, "excerpt": d.get("excerpt") or "",
+                                                   "hint": f"  hint: {d['hint']}" if d.get("hint") else "",
                                                    "where": where})
     if status == "mismatch" and "index" in failure:
         f = {k: _num(v) for k, v in failure.items()}

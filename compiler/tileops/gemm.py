@@ -60,8 +60,14 @@ class GemmOp(TileOp):
         if c[1] != n:
             raise ShapeError(f"T.gemm N shape check failed: N_B = {n}, N_C = {c[1]}", code="E403")
         if g.a.buffer.dtype != g.b.buffer.dtype or g.a.buffer.dtype not in GEMM_INPUT_DTYPES:
+            a, b = g.a.buffer.dtype, g.b.buffer.dtype
+            narrow, wide = ("B", a) if a.bits >= b.bits else ("A", b)
             raise DSLTypeError(f"T.gemm inputs must share a dtype among {', '.join(GEMM_INPUT_DTYPES)}; got "
-                               f"A {g.a.buffer.dtype}, B {g.b.buffer.dtype}", code="E302")
+                               f"A {a}, B {b}", code="E302",
+                               hint=None if a not in GEMM_INPUT_DTYPES or b not in GEMM_INPUT_DTYPES else
+                               f"convert {narrow}'s tile to {wide} in the loop before the gemm (a quantized weight: "
+                               f"T.copy its tile into a fragment, scale it into a {wide} fragment, T.copy that into "
+                               f"a {wide} shared tile, gemm on it)")
         if g.c.buffer.dtype not in GEMM_ACCUM_DTYPES:
             raise DSLTypeError(f"T.gemm accumulator dtype {g.c.buffer.dtype} is not supported; use one of "
                                f"{', '.join(GEMM_ACCUM_DTYPES)}", code="E302")
