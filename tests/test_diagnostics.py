@@ -376,9 +376,9 @@ def test_gemm_of_an_int8_weight_and_fp16_activations_hints_the_dequantization(ma
 
         tileagent.compile(main, target="cpu")
     expect(info, "E302", marked, "float16", "int8")
-    assert info.value.hint == ("convert B's tile to float16 in the loop before the gemm (a quantized weight: T.copy its "
-                               "tile into a fragment, scale it into a float16 fragment, T.copy that into a float16 "
-                               "shared tile, gemm on it)")
+    assert info.value.hint == ("convert B's tile to float16 in the loop before the gemm (a quantized weight: T.copy "
+                               "its tile into a fragment, scale it into a float16 fragment, T.copy that into a "
+                               "float16 shared tile, gemm on it)")
 
 
 def test_gemm_rejects_unknown_warp_policy(marked):
