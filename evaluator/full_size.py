@@ -72,6 +72,18 @@ def attempts(spec, config: dict, checked: dict) -> list[dict]:
     return out[:MAX_ATTEMPTS]
 
 
+def _uncountable(spec, config: dict) -> str | None:
+    """Why the elements of ``config``'s inputs and model cannot be counted on the meta device, or None when they
+    can."""
+    if model_elements(spec, config) is None:
+        return "the Model's constructor needs real values"
+    try:
+        spec.input_elements(config)
+    except Exception as e:  # noqa: BLE001 - get_inputs needs real values
+        return f"get_inputs needs real values ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})"
+    return None
+
+
 def run_full_sizes(request, spec, result, sandbox, progress) -> None:
     """Run each config a GPU runs (``request.plan_configs``, else the configs checked) whose check ran at smaller
     sizes once at larger ones (``attempts``), in order, within ``request.full_size_s``; note the outcome on the
@@ -114,13 +126,15 @@ def _run_config(request, spec, sandbox, config: dict, at: dict, seed, deadline: 
         left = deadline - time.monotonic()
         if left < 1.0:
             break
+        budget = min(CALL_BUDGET_S, left / 2)
         try:
             (done,) = check_candidate(spec, request.kernel_path, "cpu", configs=[run], seeds=1,
                                       distributions=spec.distributions[:1], static_checks=False, sandbox=sandbox,
-                                      seed=seed, tails=False, budget_s=min(CALL_BUDGET_S, left / 2))
+                                      seed=seed, tails=False, budget_s=budget)
         except Timeout as e:
             needed = e.details.get("needed_s")
-            over.append(f"{sizes_text(run)} ({f'about {needed:.3g} s a call' if needed else 'past it in a block'})")
+            over.append(f"{sizes_text(run)} ({f'about {needed:.3g} s a call' if needed else 'past it in a block'}, "
+                        f"{budget:.3g} s allowed then)")
             continue
         except CandidateError as e:
             e.message = (f"at {sizes_text(run)} (run once on the CPU interpreter at the sizes nearest the config's "
@@ -133,9 +147,13 @@ def _run_config(request, spec, sandbox, config: dict, at: dict, seed, deadline: 
         return (f"{sizes_text(config)}: {RAN} {where} on the CPU interpreter ({spec.distributions[0]} inputs): "
                 f"correct, max abs err {done.max_abs_err:.3g}"), None
     if over:
-        why = f"the interpreter would need more than {CALL_BUDGET_S:g} s a call at {'; '.join(over)}"
+        why = (f"the interpreter would need more than it allows a call (at most {CALL_BUDGET_S:g} s, and half the "
+               f"time left for such runs) at {'; '.join(over)}")
     elif time.monotonic() >= deadline - 1.0:
         why = f"the {request.full_size_s:g} s this evaluation gives such runs were spent"
+    elif (problem := _uncountable(spec, config)) is not None:
+        why = (f"its sizes could not be counted: {problem}; a get_inputs / Model that builds on the meta device "
+               f"(no boolean-mask indexing, .item() or nonzero on values) lets these runs happen")
     else:
         why = f"every larger size holds more than {FULL_RUN_ELEMENTS:,} input and model elements"
     return (f"{sizes_text(config)}: {NOT_RAN} ({why}): a path the kernel takes only at larger sizes was compiled "

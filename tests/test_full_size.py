@@ -127,10 +127,12 @@ def test_sizes_the_interpreter_cannot_finish_in_time_are_named_and_fail_nothing(
     assert result.status == "ok", result.message
     (note,) = [n for n in result.configs[0].notes if n.startswith("M=8192")]
     assert note.startswith("M=8192, N=64: not run at larger sizes than checked (the interpreter would need more "
-                           "than 0.0001 s a call at M=8192, N=64 (")
+                           "than it allows a call (at most 0.0001 s, and half the time left for such runs) at "
+                           "M=8192, N=64 (")
     assert note.endswith("a path the kernel takes only at larger sizes was compiled for them, not run")
     assert "; M=4097, N=64 (" in note and "; M=1025, N=64 (" in note  # halves plus one: a tail
-    assert note.count("(about ") + note.count("(past it in a block)") == 4  # a block's loop or its grid
+    assert note.count("(about ") + note.count("(past it in a block") == 4  # a block's loop or its grid
+    assert note.count(", 0.0001 s allowed then)") == 4  # the budget each attempt had (played LLM session 35)
 
 
 def test_no_full_size_run_when_its_time_is_zero(tmp_path):
@@ -199,3 +201,19 @@ def test_a_full_size_run_that_outlasts_its_phase_leaves_the_checked_verdict(tmp_
     assert result.status == "ok", result.message
     assert result.configs[0].correct and result.configs[0].notes[-1] == (
         "M=8192, N=64: the run at larger sizes did not finish within 9 s (the kernel or the reference there); not run")
+
+
+def test_a_reference_whose_inputs_cannot_be_built_on_the_meta_device_is_told_so(tmp_path):
+    """Played LLM session 35 (a focal loss whose get_inputs indexed by a boolean mask): no size could be counted, and
+    the note blamed the element limit; it now names the cause and how to lift it."""
+    kernel, reference = _files(tmp_path)
+    text = REFERENCE.replace("    return [torch.randn(M, N)]",
+                             "    x = torch.randn(M, N)\n    return [x + x[x > 0].sum() * 0]")
+    (tmp_path / "ref.py").write_text(text)
+    result = evaluate(_request(kernel, reference))
+    assert result.status == "ok", result.message
+    (note,) = [n for n in result.configs[0].notes if n.startswith("M=8192")]
+    assert note.startswith("M=8192, N=64: not run at larger sizes than checked (its sizes could not be counted: "
+                           "get_inputs needs real values (SpecError: ")
+    assert "a get_inputs / Model that builds on the meta device (no boolean-mask indexing, .item() or nonzero on " \
+           "values) lets these runs happen" in note
