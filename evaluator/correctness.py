@@ -40,7 +40,7 @@ from tileagent.evaluator.candidate import read_candidate
 from tileagent.evaluator.errors import EvalError, Mismatch, SpecError
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
 from tileagent.evaluator import oracle
-from tileagent.evaluator.interpreter_sizes import TAILS_NOT_CHECKED
+from tileagent.evaluator.interpreter_sizes import TAILS_NOT_CHECKED, fit_tail, too_large
 from tileagent.evaluator.sandbox import Buffer, Sandbox
 from tileagent.evaluator.records import ConfigResult
 from tileagent.evaluator.spec import HIDDEN, Spec, Tolerance, identical
@@ -92,8 +92,17 @@ def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seed
             checker.run(config, max(1, seeds), dists)
             tails, fixed = (spec.tail_configs(config, base), spec.tail_configs(config)) if tails else ([], [])
             if max_tail_elements is not None:
-                large = [t for t in tails if _too_large(spec, t, max_tail_elements)]
-                tails = [t for t in tails if t not in large]
+                kept, large = [], []
+                for t in tails:
+                    fit = t if not too_large(spec, t, max_tail_elements) else \
+                        fit_tail(spec, t, config, max_tail_elements)
+                    if fit is None or fit in kept or fit == config:
+                        large.append(t)
+                        continue
+                    kept.append(fit)
+                    if t in fixed and fit is not t:
+                        fixed.append(fit)
+                tails = kept
                 if large:
                     checker.note(f"{TAILS_NOT_CHECKED} (inputs over {max_tail_elements:,} elements): "
                                  f"{', '.join(str(t) for t in large)}")
@@ -170,13 +179,6 @@ def draw_seed() -> int:
 
 HELD_OUTPUTS = 6  # outputs of the latest calls kept mapped and re-checked after every later call
 ORACLE_FACTOR = 2.0  # the oracle rule accepts an error up to this multiple of the reference's own error
-
-
-def _too_large(spec: Spec, config: dict, limit: int) -> bool:
-    try:
-        return spec.input_elements(config) > limit
-    except Exception:  # noqa: BLE001 - a get_inputs that reads what it drew: its size is not known, check it
-        return False
 
 
 class _ConfigCheck:

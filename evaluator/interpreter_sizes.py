@@ -10,7 +10,8 @@ toward it as far as needed (the first stated first), else SMALL_CONFIG's sizes. 
 meta device (no values drawn, the reference's forward run on meta tensors for its outputs); a config whose inputs
 cannot be counted there is kept as stated; outputs that cannot be counted there (a forward that reads values) count
 as none; a model that cannot be built there counts as no tensors for the first test and sends a config that is too
-large to SMALL_CONFIG's sizes.
+large to SMALL_CONFIG's sizes. ``fit_tail`` gives a tail size over the limit with its other free dims halved until
+it fits (the tails the evaluator checks: ``evaluator.correctness.check_candidate``).
 """
 
 from __future__ import annotations
@@ -207,3 +208,27 @@ def over_budget(spec, config: dict) -> str | None:
         parts.append(f"its outputs hold {outputs:,} elements")
     return f"{' and '.join(parts)}, more than the {INTERPRETER_INPUT_ELEMENTS:,} the interpreter checks in time" \
         if parts else None
+
+
+def fit_tail(spec, tail: dict, config: dict, limit: int) -> dict | None:
+    """``tail`` (a tail of ``config`` along one free dim) with the other free dims halved, the last of FREE_DIMS
+    first, until its inputs hold at most ``limit`` elements; None when none fits. A batch tail of attention is then
+    checked at a shorter sequence (played LLM session 35: checked at B=1, S=25, the tail B=4 was over the limit and
+    skipped, so a kernel reading batch 0's keys for every batch passed)."""
+    moved = {k for k in spec.free_dims if tail.get(k) != config.get(k)}
+    run = dict(tail)
+    for k in reversed(spec.free_dims):
+        while k not in moved and type(run.get(k)) is int and run[k] > 1:
+            run = {**run, k: run[k] // 2}
+            if not too_large(spec, run, limit):
+                return run
+    return None
+
+
+def too_large(spec, config: dict, limit: int) -> bool:
+    """Whether ``config``'s inputs hold more than ``limit`` elements (counted on the meta device; False when they
+    cannot be counted: such a config is checked)."""
+    try:
+        return spec.input_elements(config) > limit
+    except Exception:  # noqa: BLE001 - a get_inputs that reads what it drew: its size is not known, check it
+        return False

@@ -120,3 +120,28 @@ def test_a_check_that_times_out_says_how_far_it_got_and_whether_the_sizes_are_th
     else:
         assert "the sizes checked are the cause" not in result.message and result.failure["sizes_cause"] is False
         assert "Do not make tiles larger only to please the interpreter" in feedback
+
+
+def test_a_tail_over_the_limit_is_checked_with_the_other_free_dims_halved(tmp_path):
+    """Played LLM session 35: attention checked at B=1, S=25 had its batch tail B=4 skipped as too large, so a kernel
+    reading batch 0's keys for every batch passed; the tail now runs at a shorter sequence, and one that no halving
+    fits (a single free dim) is still skipped."""
+    from tileagent.evaluator.interpreter_sizes import fit_tail
+
+    path = tmp_path / "attn.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        class Model(torch.nn.Module):
+            def forward(self, q, k):
+                return q + k
+        CONFIGS = [{"B": 4, "S": 1024, "H": 32, "D": 128}]
+        FREE_DIMS = ["B", "S"]
+        def get_inputs(B, S, H, D):
+            return [torch.randn(B, H, S, D), torch.randn(B, H, S, D)]
+        def get_init_inputs(B, S, H, D):
+            return []
+        """))
+    spec = load_spec(str(path), check=False)
+    checked = {"B": 1, "S": 25, "H": 32, "D": 128}
+    assert fit_tail(spec, {**checked, "B": 4}, checked, INTERPRETER_INPUT_ELEMENTS) == {**checked, "B": 4, "S": 6}
+    assert fit_tail(spec, {**checked, "S": 28}, checked, 2 * 28 * 32 * 128 - 1) is None  # B is at 1 already
