@@ -93,15 +93,16 @@ def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seed
             tails, fixed = (spec.tail_configs(config, base), spec.tail_configs(config)) if tails else ([], [])
             if max_tail_elements is not None:
                 kept, large = [], []
-                for t in tails:  # v - 1 and v + 3 over the limit fitted; residue tails over it skipped
-                    fit = t if not too_large(spec, t, max_tail_elements) else \
-                        fit_tail(spec, t, config, max_tail_elements) if t in fixed else None
+                for t in tails:
+                    fit = t
+                    if too_large(spec, t, max_tail_elements):  # v - 1 / v + 3 fitted, residue tails skipped
+                        fit = fit_tail(spec, t, config, max_tail_elements) if t in fixed else None
                     if fit is None or fit in kept or fit == config:
                         large.append(t)
                         continue
                     kept.append(fit)
                     if t in fixed and fit is not t:
-                        fixed.append(fit)
+                        fixed.append(fit)  # checked with a fixed tail's seeds
                 tails = kept
                 if large:
                     checker.note(f"{TAILS_NOT_CHECKED} (inputs over {max_tail_elements:,} elements): "

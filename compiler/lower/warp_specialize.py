@@ -108,9 +108,10 @@ def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
     lets = tuple(x.var for x in before if isinstance(x, Let))
     if any(next(loads(x.value), None) is not None for x in before if isinstance(x, Let)):
         return None
-    path_lets = _path_lets(path, p, [x.var for x in walk(body) if isinstance(x, Let) and x.var not in lets])
+    body_lets = [x.var for x in walk(body) if isinstance(x, Let) and x.var not in lets]
+    path_lets = _path_lets(path, p, body_lets)
     rebound = {y.var for ys in path_lets.values() for y in ys}
-    inner = [x.var for x in walk(body) if isinstance(x, Let) and x.var not in lets and x.var not in rebound]
+    inner = [v for v in body_lets if v not in rebound]
     exprs = [p.loop.start, p.loop.extent] + [e for c in p.producers for e in c.src.starts]
     exprs += [e for x in path for e in ((x.start, x.extent) if isinstance(x, For) else (x.cond,))]
     if any(depends_on(e, inner) or any(ld.buffer.scope != "global" for ld in loads(e)) for e in exprs):

@@ -14,11 +14,9 @@ are compiled in.
 
 from __future__ import annotations
 
-import torch
-
 from tileagent.drafters.builtin.recognize import FamilyMatch
 from tileagent.drafters.builtin.templates import common
-from tileagent.evaluator.spec import DEFAULT_TOLERANCES
+from tileagent.evaluator.spec import DEFAULT_TOLERANCES, parse_dtype
 
 # Most likely first. On sm_90a (H100 / H200), B8 H32 S4096 D128, the shared flash_attn_fwd example: 128 x 128 tiles
 # on two consumer warpgroups, two stages, warp-specialized with P @ V deferred: 0.97 of SDPA (round 2, session 34);
@@ -105,7 +103,7 @@ def split_p(match: FamilyMatch) -> bool:
     for that dtype tighter than the evaluator's default. Rounded P against float32 math, B1 H2 S2048 D128, each of
     the evaluator's input distributions: at most 0.47 of the default fp16 tolerance (atol = rtol = 1e-2), but 1.87 of
     tasks/attention.py's atol 1e-3 (rows of V scaled by up to 100)."""
-    dtype = getattr(torch, match.out_dtype, None)
+    dtype = parse_dtype(match.out_dtype, "attention output")
     default = DEFAULT_TOLERANCES.get(dtype)
     if default is None:
         return True
