@@ -330,7 +330,7 @@ class _ConfigCheck:
             if failure and oracle is not None and failure.details.get("index") is not None:
                 truth = oracle()
                 if truth is not None:
-                    spread = (lambda: ties.own_error(k, SPREAD_RUNS)) if ties is not None else None
+                    spread = (lambda t=truth[k]: ties.own_error(k, SPREAD_RUNS, t)) if ties is not None else None
                     failure = self.compare_oracle(k, o, r, truth[k], self.spec.tolerance(r.dtype), where, failure,
                                                   spread)
             if failure and ties is not None and o.dtype == r.dtype == torch.int64 and \
@@ -415,7 +415,9 @@ class _ConfigCheck:
         1e-2 terms: a float32 kernel was off by 3.5x eager's error on 30% of its seeds; attention on the 'extremes'
         distribution, scores near 1e8 where one float32 ulp moves a weight by 2.7x: kernels with other summation
         orders than the reference's failed on 100-250 of millions of elements, or passed, by the draw of the data, on
-        an H100). A kernel off at many elements is not widened (and costs no runs)."""
+        an H100); and an element passes where its error is within how far those perturbations move the oracle itself
+        there (GQA prefill on 'extremes' on an H100: one element at 2.003x the reference's worst error, where the exact
+        answer is no better defined). A kernel off at many elements is not widened (and costs no runs)."""
         o, r, t = (x.detach().to(torch.float64) for x in (out, ref, truth))
         if t.shape != o.shape:
             return failure
@@ -441,8 +443,9 @@ class _ConfigCheck:
         few = out.numel() <= SPREAD_NUMEL or 0 < n_bad <= SPREAD_FEW * out.numel()
         widened = spread() if spread is not None and few and (n_bad or not l2_ok) else None
         if widened is not None:  # the reference's worst over perturbed runs as the scale
-            bad &= ~(known & (err <= ORACLE_FACTOR * max(float(own.max()), widened[0])))
-            l2_ok = l2_ok or e_l2 <= ORACLE_FACTOR * max(own_l2, widened[1])
+            moved = widened[2].to(err.device) if widened[2] is not None else torch.zeros_like(err)
+            bad &= ~(known & ((err <= ORACLE_FACTOR * max(float(own.max()), widened[0])) | (err <= moved)))
+            l2_ok = l2_ok or e_l2 <= max(ORACLE_FACTOR * max(own_l2, widened[1]), float(torch.linalg.vector_norm(moved)))
             n_bad, rule = int(bad.sum()), "oracle-spread"
         if n_bad == 0 and l2_ok:
             rule = rule or ("oracle-tolerance" if bool(fixed.all()) else "oracle-relative")
@@ -634,7 +637,8 @@ class _ConfigCheck:
         text = {"oracle-tolerance": "within the fixed tolerance of the float64 oracle",
                 "oracle-relative": f"within {ORACLE_FACTOR:g}x the reference's own error against the float64 oracle",
                 "oracle-spread": f"within {ORACLE_FACTOR:g}x the reference's worst error against the float64 oracle "
-                                 f"over {SPREAD_RUNS} runs on inputs perturbed by {TIE_CHANGE}"}
+                                 f"over {SPREAD_RUNS} runs on inputs perturbed by {TIE_CHANGE} (or within how far the oracle moves "
+                                 f"there on them)"}
         return [f"output {k}: accepted by the oracle rule, not the fixed one: the reference itself is off by up to "
                 f"{worst:.3g} against the float64 oracle, the candidate is {' or '.join(text[r] for r in sorted(rules))}"
                 for k, (worst, rules) in sorted(self.oracle_accepted.items())]

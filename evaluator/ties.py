@@ -155,7 +155,7 @@ class TieRuns:
     """The reference's runs for the tie rules, each at most once and only when asked for: ``ties(i)`` its outputs on
     ``evaluator.ties.perturbed(inputs, i)`` (int64 outputs only, the others None; None where the reference failed
     there), ``index_calls()`` the index ops one run on the inputs as they are records (``IndexCalls``),
-    ``own_error(k, n)`` the reference's worst error against ``oracle_of`` (inputs -> the float64 oracle's outputs,
+    ``own_error(k, n, truth)`` the reference's worst error against ``oracle_of`` (inputs -> the float64 oracle's outputs,
     or None) over the first ``n`` perturbations."""
 
     def __init__(self, spec, model, inputs, config: dict, oracle_of=None):
@@ -195,22 +195,27 @@ class TieRuns:
             self.calls = recorder.calls
         return self.calls
 
-    def own_error(self, k: int, n: int) -> tuple[float, float] | None:
-        """(max abs, L2) of the reference's error on output ``k`` against the float64 oracle, the worst of its runs on
-        ``perturbed(inputs, i)`` for i < n (finite elements of both); None when none ran. The spread of the
+    def own_error(self, k: int, n: int, truth=None) -> tuple[float, float, torch.Tensor | None] | None:
+        """(max abs, L2, moved) of the reference's error on output ``k`` against the float64 oracle, the worst of its
+        runs on ``perturbed(inputs, i)`` for i < n (finite elements of both); None when none ran. The spread of the
         reference's own rounding over inputs that differ by 2 ulps: the scale of a noisy output's error, where one
-        run's error is one draw of it."""
-        worst = None
+        run's error is one draw of it. ``moved``: given the oracle's output ``truth`` on the inputs as they are, how
+        far the oracle itself moves at each element over those runs (the element's condition: where 2 ulps of input
+        move the exact answer by 1e4, any summation order's answer is as good as the reference's); else None."""
+        worst, moved_most = None, None
         for i in range(n):
             moved, ref = self._run(i)
-            truth = self.oracle_of(moved) if ref is not None and self.oracle_of is not None else None
-            if truth is None or k >= min(len(ref), len(truth)) or ref[k].shape != truth[k].shape:
+            exact = self.oracle_of(moved) if ref is not None and self.oracle_of is not None else None
+            if exact is None or k >= min(len(ref), len(exact)) or ref[k].shape != exact[k].shape:
                 continue
-            r, t = ref[k].detach().to(torch.float64), truth[k].detach().to(torch.float64)
+            r, t = ref[k].detach().to(torch.float64), exact[k].detach().to(torch.float64)
             err = (r - t).abs().masked_fill_(~(torch.isfinite(r) & torch.isfinite(t)), 0.0)
             pair = (float(err.max()) if err.numel() else 0.0, float(torch.linalg.vector_norm(err)))
             worst = pair if worst is None else (max(worst[0], pair[0]), max(worst[1], pair[1]))
-        return worst
+            if truth is not None and truth.shape == t.shape:
+                shift = (t - truth.to(t.device, torch.float64)).abs().nan_to_num_(0.0, 0.0, 0.0)
+                moved_most = shift if moved_most is None else torch.maximum(moved_most, shift)
+        return None if worst is None else (*worst, moved_most)
 
 
 def equal_scores(out: torch.Tensor, ref: torch.Tensor, calls: list[IndexCall]) -> int | None:

@@ -519,8 +519,8 @@ def test_a_loss_is_judged_by_the_references_worst_error_over_perturbed_runs(tmp_
     def judge(spread):
         return check.compare_oracle(0, out, ref, truth, tol, where, Mismatch("m", index=[]), spread)
 
-    assert judge(None) is not None and judge(lambda: (4e-7, 4e-7)) is not None  # 9e-7 > 2 x 4e-7
-    assert judge(lambda: (6e-7, 6e-7)) is None
+    assert judge(None) is not None and judge(lambda: (4e-7, 4e-7, None)) is not None  # 9e-7 > 2 x 4e-7
+    assert judge(lambda: (6e-7, 6e-7, None)) is None
     (note,) = check.oracle_notes()
     assert "within 2x the reference's worst error against the float64 oracle over 8 runs on inputs perturbed" in note
 
