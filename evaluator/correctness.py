@@ -445,7 +445,8 @@ class _ConfigCheck:
         if widened is not None:  # the reference's worst over perturbed runs as the scale
             moved = widened[2].to(err.device) if widened[2] is not None else torch.zeros_like(err)
             bad &= ~(known & ((err <= ORACLE_FACTOR * max(float(own.max()), widened[0])) | (err <= moved)))
-            l2_ok = l2_ok or e_l2 <= max(ORACLE_FACTOR * max(own_l2, widened[1]), float(torch.linalg.vector_norm(moved)))
+            moved_l2 = float(torch.linalg.vector_norm(moved))
+            l2_ok = l2_ok or e_l2 <= max(ORACLE_FACTOR * max(own_l2, widened[1]), moved_l2)
             n_bad, rule = int(bad.sum()), "oracle-spread"
         if n_bad == 0 and l2_ok:
             rule = rule or ("oracle-tolerance" if bool(fixed.all()) else "oracle-relative")
@@ -637,8 +638,8 @@ class _ConfigCheck:
         text = {"oracle-tolerance": "within the fixed tolerance of the float64 oracle",
                 "oracle-relative": f"within {ORACLE_FACTOR:g}x the reference's own error against the float64 oracle",
                 "oracle-spread": f"within {ORACLE_FACTOR:g}x the reference's worst error against the float64 oracle "
-                                 f"over {SPREAD_RUNS} runs on inputs perturbed by {TIE_CHANGE} (or within how far the oracle moves "
-                                 f"there on them)"}
+                                 f"over {SPREAD_RUNS} runs on inputs perturbed by {TIE_CHANGE} (or within how far "
+                                 f"the oracle moves there on them)"}
         return [f"output {k}: accepted by the oracle rule, not the fixed one: the reference itself is off by up to "
                 f"{worst:.3g} against the float64 oracle, the candidate is {' or '.join(text[r] for r in sorted(rules))}"
                 for k, (worst, rules) in sorted(self.oracle_accepted.items())]

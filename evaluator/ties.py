@@ -155,8 +155,8 @@ class TieRuns:
     """The reference's runs for the tie rules, each at most once and only when asked for: ``ties(i)`` its outputs on
     ``evaluator.ties.perturbed(inputs, i)`` (int64 outputs only, the others None; None where the reference failed
     there), ``index_calls()`` the index ops one run on the inputs as they are records (``IndexCalls``),
-    ``own_error(k, n, truth)`` the reference's worst error against ``oracle_of`` (inputs -> the float64 oracle's outputs,
-    or None) over the first ``n`` perturbations."""
+    ``own_error(k, n, truth)`` the reference's worst error against ``oracle_of`` (inputs -> the float64 oracle's
+    outputs, or None) over the first ``n`` perturbations."""
 
     def __init__(self, spec, model, inputs, config: dict, oracle_of=None):
         self.spec, self.model, self.inputs, self.config, self.oracle_of = spec, model, inputs, config, oracle_of
