@@ -1,7 +1,8 @@
 """The float64 oracle: what the reference computes when its arithmetic is float64 throughout.
 
 In: a float64 copy of ``Model`` (``copy.deepcopy(model).to(torch.float64)``) and the inputs of one check.
-Out: its outputs (floating tensors), or None where it cannot run in float64 (an op without float64 support).
+Out: its outputs (floating tensors), or None where it cannot run in float64 (an op without float64 support, or
+out of the device's memory at once and not separable along the inputs' first dim).
 Guarantees: the inputs' floating tensors are cast to float64, and inside ``forward`` every cast to float32 stays
 float64: ``.float()``, ``.to(torch.float32)`` (positional or ``dtype=``), ``.type(torch.float32)``, a factory's
 ``dtype=torch.float32`` and the default dtype (``torch.zeros(n)``). References upcast 16-bit inputs with ``.float()``
@@ -43,13 +44,24 @@ class _KeepFloat64(TorchFunctionMode):
 
 
 def run(model64, inputs):
-    """``model64``'s outputs on ``inputs`` in float64 (see the module docstring), or None."""
-    args = [t.detach().to(_F64) if t.is_floating_point() else t for t in inputs]
+    """``model64``'s outputs on ``inputs`` in float64 (see the module docstring), or None. Where the device runs out
+    of memory (float64 attention over 7 x 32 x 4096^2 scores: 30 GB a copy), along the inputs' common first dim, one
+    index at a time, when the model is seen to treat those indices apart (``_sliced``)."""
+    try:
+        return _outputs(model64, inputs)
+    except torch.OutOfMemoryError:
+        return _sliced(model64, inputs)
+
+
+def _outputs(model64, inputs):
+    args = [t.detach().to(_F64) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs]
     default = torch.get_default_dtype()
     try:
         torch.set_default_dtype(_F64)
         with torch.no_grad(), _KeepFloat64():
             out = model64(*args)
+    except torch.OutOfMemoryError:
+        raise
     except Exception:  # noqa: BLE001 - ops without float64 support: no oracle, the fixed rule decides alone
         return None
     finally:
@@ -58,3 +70,30 @@ def run(model64, inputs):
     if not outs or not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in outs):
         return None
     return outs
+
+
+def _sliced(model64, inputs):
+    """The outputs of ``model64`` run on each index of the first dim that every tensor input shares (n >= 2) and
+    concatenated, or None: where there is no such dim, where an output does not keep it, where a slice still runs out
+    of memory, or where the model does not treat the indices apart (its outputs on indices 0 and 1 together differ
+    from those on each alone: a batch norm's statistics)."""
+    sizes = {t.shape[0] for t in inputs if isinstance(t, torch.Tensor) and t.dim() > 0}
+    if len(sizes) != 1 or min(sizes) < 2:
+        return None
+
+    def part(a: int, b: int):
+        return _outputs(model64, [t[a:b] if isinstance(t, torch.Tensor) and t.dim() > 0 else t for t in inputs])
+
+    try:
+        parts = [part(i, i + 1) for i in range(min(sizes))]
+        pair = part(0, 2)
+    except torch.OutOfMemoryError:
+        return None
+    if pair is None or any(p is None or len(p) != len(pair) for p in parts):
+        return None
+    for k, both in enumerate(pair):
+        apart = torch.cat([parts[0][k], parts[1][k]]) if parts[0][k].dim() else None
+        if apart is None or apart.shape != both.shape or not torch.allclose(
+                apart, both, rtol=1e-9, atol=1e-9 * float(both.abs().nan_to_num(0.0, 0.0, 0.0).max()), equal_nan=True):
+            return None
+    return tuple(torch.cat([p[k] for p in parts]) for k in range(len(pair)))

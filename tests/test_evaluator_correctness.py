@@ -563,6 +563,31 @@ def test_the_oracle_adds_exactly_after_a_cast_to_16_bits():
                                                                                                    dtype=torch.float64))
 
 
+def test_an_oracle_out_of_memory_runs_one_index_of_the_first_dim_at_a_time_where_the_model_keeps_them_apart():
+    """On the H100 (played LLM session 35) the float64 oracle of GQA prefill at B=7, S=4096 ran out of memory (30 GB
+    of scores a copy), so the fixed rule judged an ill-conditioned few alone and rejected a kernel the oracle rule
+    accepted at S=1024. Out of memory, the oracle runs each index of the inputs' common first dim and concatenates;
+    not where the indices are not treated apart (statistics over the batch) or an output loses that dim."""
+    from tileagent.evaluator import oracle
+
+    class Limited(torch.nn.Module):  # "out of memory" above one batch index
+        def __init__(self, f):
+            super().__init__()
+            self.f = f
+
+        def forward(self, x, w):
+            if x.shape[0] > 2:
+                raise torch.OutOfMemoryError("CUDA out of memory (a test)")
+            return self.f(x, w)
+
+    x, w = torch.randn(5, 3, 7), torch.randn(5, 7)
+    (out,) = oracle.run(Limited(lambda x, w: torch.softmax(x.float() * w[:, None], -1)), [x, w])
+    assert out.dtype == torch.float64 and torch.equal(out, torch.softmax(x.double() * w.double()[:, None], -1))
+    assert oracle.run(Limited(lambda x, w: x - x.mean(0)), [x, w]) is None  # the batch's mean: not apart
+    assert oracle.run(Limited(lambda x, w: (x * w[:, None]).sum()), [x, w]) is None  # a loss: no first dim
+    assert oracle.run(Limited(lambda x, w: x), [x, torch.randn(4, 7)]) is None  # no common first dim
+
+
 def test_a_loss_more_accurate_than_its_float32_reference_passes_and_a_wrong_one_fails(tmp_path):
     """The played KL-divergence kernel of session 24 accumulates in float64 and is within 1e-5 of the exact loss, where
     the float32 reference is up to 1% off (0-d output: the relative L2 rule is a relative tolerance): it failed every
