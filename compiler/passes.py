@@ -176,11 +176,19 @@ def _insert_barriers(u: Unit) -> Unit:
 
 
 def _plan_shared(u: Unit) -> Unit:
+    from tileagent.compiler.layout.staging_pad import staging_pads
     from tileagent.compiler.lower.smem import check_fits, plan_shared
 
     def one(p: KernelPlan) -> KernelPlan:
         plan = plan_shared(p.body, u.layouts.shared, p.scratch_bytes, p.stages)
         check_fits(plan, p.kernel, u.target)
+        pads = staging_pads(p.body, u.layouts.fragments, u.layouts.shared)
+        if pads:  # adopted where the padded tiles cost no block per SM
+            padded = plan_shared(p.body, {**u.layouts.shared, **pads}, p.scratch_bytes, p.stages)
+            per_sm = u.target.shared_bytes_per_sm
+            if padded.total_bytes <= u.target.shared_bytes and \
+                    per_sm // max(padded.total_bytes, 1) >= per_sm // max(plan.total_bytes, 1):
+                plan = padded
         return replace(p, shared=plan)
 
     return u.map_kernels(one)
@@ -291,8 +299,8 @@ SM80 = (
     Pass("plan_pipelines", _plan_pipelines, "T.Pipelined -> software pipelines (cp.async stages), as many stages as "
                                             "fit target.shared_bytes"),
     Pass("insert_barriers", _insert_barriers, "__syncthreads() between shared-memory writers and readers"),
-    Pass("plan_shared", _plan_shared, "offsets, reuse and scratch of the shared arena; over target.shared_bytes "
-                                      "is E801"),
+    Pass("plan_shared", _plan_shared, "offsets, reuse and scratch of the shared arena (staging tiles padded "
+                                      "against bank conflicts); over target.shared_bytes is E801"),
     Pass("plan_operands", _plan_operands, "16-bit gemm A fragments kept as packed 32-bit pairs; loop-invariant "
                                           "A operands hoisted into registers"),
     Pass("lower_tile_ops", _lower_tile_ops, "tile IR -> thread IR: each tile op, T.Parallel nest and pipeline"),
