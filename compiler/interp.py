@@ -37,7 +37,7 @@ from tileagent.compiler.atomic_ops import combine, fetch
 from tileagent.compiler.ir.stmt import (Alloc, AnnotateLayout, Assert, AtomicAdd, Buffer, Evaluate, For, If,
                                         ImportSource, Kernel, Let, LoopExit, MBarrierOp, NamedBarrier, Parallel,
                                         PrimFunc, Print, Region, RngInit, Store, UseSwizzle, While)
-from tileagent.compiler import interp_race, random_philox
+from tileagent.compiler import interp_block_race, interp_race, random_philox
 from tileagent.compiler.interp_roles import Scheduler, waiting_ifs
 from tileagent.compiler.tileops import op_for
 
@@ -134,6 +134,7 @@ class _Interpreter:
         self.loop_lanes = None  # the lanes active when the innermost loop's current iteration began
         self.race = None  # the interp_race.Recorder of the T.Parallel running now (None: none, or nothing to record)
         self.race_plans: dict = {}  # interp_race.plan of each T.Parallel run so far
+        self.block_races = None  # the interp_block_race.BlockRaces of the kernel running now (None: nothing watched)
         self.roles = None  # the block's interp_roles.Scheduler once a warp-specialized `if` ran (None: none yet)
         self.waiting_ifs = frozenset()  # ids of the kernel's ifs whose arms wait on barriers (interp_roles)
 
@@ -164,18 +165,23 @@ class _Interpreter:
             for var, value in zip(s.thread_vars, (self.lanes % tx, self.lanes // tx % ty, self.lanes // (tx * ty))):
                 self.env[var] = value
         blocks, start = math.prod(grid), time.monotonic()
+        self.block_races = interp_block_race.watch(s, self.mem)  # blocks racing on atomically updated memory
         try:
             for done, idx in enumerate(itertools.product(*(range(g) for g in reversed(grid))), 1):
                 for var, value in zip(s.block_vars, reversed(idx)):
                     self.env[var] = value
+                if self.block_races is not None:
+                    self.block_races.block(done - 1)
                 self.mbarriers = {}  # each block's own barriers (T.alloc_barrier): [completed phases, arrivals]
                 self.rng = random_philox.States(1 if self.lanes is None else len(self.lanes))  # T.rng_init's
                 self.block_threads, self.roles = s.num_threads, None
                 self.body(s.body, None)
                 if _deadline is not None:
                     _pace(done, blocks, start, s.span)
+            if self.block_races is not None:
+                self.block_races.check()
         finally:
-            self.lanes = None
+            self.lanes, self.block_races = None, None
 
     def alloc(self, s: Alloc, mask) -> None:
         b = s.buffer
@@ -352,6 +358,7 @@ class _Interpreter:
         keep = mask if inb is None else (inb if mask is None else mask & inb)
         if self.race is not None and buf in self.race.writes:
             self.race.write(buf, idx, as_tensor(value, buf.dtype), keep, span, atomic=True)
+        self.note_block_write(buf, idx, keep, span, atomic=True)
         parts = [torch.as_tensor(i) for i in idx] + [as_tensor(value, buf.dtype)]
         parts = torch.broadcast_tensors(*parts, *([torch.as_tensor(keep)] if keep is not None else []))
         flat = [p.reshape(-1) for p in parts]
@@ -541,7 +548,7 @@ class _Interpreter:
             tile[tuple(slice(lo - s, hi - s) for s, lo, hi in clip)] = t[tuple(slice(lo, hi) for _, lo, hi in clip)]
         return tile
 
-    def write_region(self, r: Region, tile: torch.Tensor, span) -> None:
+    def write_region(self, r: Region, tile: torch.Tensor, span, atomic: bool = False) -> None:
         t = self.mem[r.buffer]
         clip = self._clip(r, span)
         if r.buffer.dtype == "tfloat32":
@@ -556,6 +563,20 @@ class _Interpreter:
             self._shared_region(r.buffer, clip, True, span)
         if all(hi > lo for _, lo, hi in clip):
             t[tuple(slice(lo, hi) for _, lo, hi in clip)] = tile[tuple(slice(lo - s, hi - s) for s, lo, hi in clip)]
+            ranges = [torch.arange(lo, hi).reshape([-1 if d == k else 1 for k in range(len(clip))])
+                      for d, (_, lo, hi) in enumerate(clip)]
+            self.note_block_write(r.buffer, ranges, None, span, atomic)
+
+    def note_block_write(self, buf: Buffer, idx, keep, span, atomic: bool) -> None:
+        """Tell the kernel's interp_block_race recorder (if it watches ``buf``) which elements this block writes."""
+        if self.block_races is None or buf not in self.block_races.stored:
+            return
+        parts = torch.broadcast_tensors(*[torch.as_tensor(i) for i in idx],
+                                        *([torch.as_tensor(keep)] if keep is not None else []))
+        flat = torch.zeros(parts[0].shape, dtype=torch.int64)
+        for i, n in zip(parts[:len(idx)], self.shapes[buf]):
+            flat = flat * int(n) + i.to(torch.int64)
+        self.block_races.note(buf, (flat[parts[-1]] if keep is not None else flat).reshape(-1), span, atomic)
 
     def _element_indices(self, buf: Buffer, indices, span):
         """Evaluated indices (broadcast tensors or ints) and the in-bounds mask (None when all in bounds)."""
@@ -610,6 +631,8 @@ class _Interpreter:
         if self.race is not None and buf in self.race.writes:
             self.race.write(buf, idx, value, mask if inb is None else (inb if mask is None else mask & inb), span,
                             atomic=accumulate is not False)
+        self.note_block_write(buf, idx, mask if inb is None else (inb if mask is None else mask & inb), span,
+                              atomic=accumulate is not False)
         if self.roles is not None and buf.scope == "shared":
             self._shared_elements(buf, idx, mask, True, span)
         if buf in self.lane_bufs:  # each thread writes its own copy

@@ -122,6 +122,12 @@ def violation(rule: str, message: str, line: int | None = None, **details) -> Gu
     return GuardViolation(f"{where}{message} [rule {rule}: {RULES[rule]}]", rule=rule, line=line, **details)
 
 
+_FILLS = {f"torch.{name}{like}" for name in ("zeros", "ones", "full") for like in ("", "_like")}
+_FILL_HINT = (" (an output that blocks accumulate into with T.atomic_add: allocate it with torch.empty and set it in "
+              "an earlier T.Kernel scope of the kernel than the one whose blocks add to it; in the same scope the "
+              "blocks race)")
+
+
 # -- static check ----------------------------------------------------------------------------------------------------
 
 
@@ -491,7 +497,7 @@ class _Checker(ast.NodeVisitor):
         if dotted is not None:
             rule = self._reference_rule(dotted)
             if rule:
-                self.flag(rule, node, f"uses {dotted}")
+                self.flag(rule, node, f"uses {dotted}" + (_FILL_HINT if dotted in _FILLS else ""))
             return  # the chain is one reference; its parts are not checked again
         receiver_is_self = isinstance(node.value, ast.Name) and node.value.id == "self" and self.self_trusted
         inner = node.value

@@ -90,7 +90,9 @@ def test_honest_corpus_passes(path):
     ("class ModelNew(nn.Module):\n    def forward(self, x, w):\n        return x @ w", "torch-compute", "@ operator"),
     ("class ModelNew(nn.Module):\n    def forward(self, x):\n        return x.float()", "torch-compute", ".float()"),
     ("class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.zeros_like(x)", "torch-compute",
-     "torch.zeros_like"),
+     "uses torch.zeros_like (an output that blocks accumulate into with T.atomic_add: allocate it with torch.empty "
+     "and set it in an earlier T.Kernel scope of the kernel than the one whose blocks add to it; in the same scope "
+     "the blocks race)"),
     ("from torch import softmax\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return softmax(x, 0)",
      "torch-compute", "uses torch.softmax"),
     ("import torch.nn.functional as F\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return F.relu(x)",

@@ -247,3 +247,52 @@ def test_plan_skips_buffers_each_iteration_owns_and_stores_shown_one_to_one():
     assert not flat.scattered
     assert collide.scattered == {F}
     assert scatter.scattered == {Y} and Y not in scatter.owned
+
+
+# -- races between thread blocks (compiler.interp_block_race) ----------------------------------------------------
+
+
+def column_sums(zero_in: str, M=64, D=32, bm=16):
+    """dgamma-style column sums: each block adds its rows' sums into S atomically; S zeroed by block 0 of the same
+    launch (``zero_in`` "same": the race of played LLM session 36), by an earlier T.Kernel ("earlier"), or each block
+    clears and adds only its own slice of a per-block output ("own")."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, D), "float32"), S: T.Tensor((M // bm, D) if zero_in == "own" else (D,), "float32")):
+        if zero_in == "earlier":
+            with T.Kernel(1, threads=32):
+                for j in T.Parallel(D):
+                    S[j] = 0.0
+        with T.Kernel(M // bm, threads=32) as b:
+            x = T.alloc_fragment((bm, D), "float32")
+            part = T.alloc_fragment((D,), "float32")
+            T.copy(X[b * bm, 0], x)
+            T.reduce_sum(x, part, dim=0)
+            if zero_in == "same":
+                if b == 0:
+                    for j in T.Parallel(D):
+                        S[j] = 0.0  # zero-same-launch
+            if zero_in == "own":
+                T.clear(S[b, :])
+                T.atomic_add(S[b, :], part)
+            else:
+                T.atomic_add(S, part)  # column-atomic
+
+    return main
+
+
+def test_a_store_and_another_blocks_atomic_updates_of_one_element_in_one_launch_race():
+    x = torch.randn(64, 32)
+    with pytest.raises(KernelFault) as e:
+        build(column_sums("same"))(x, torch.full((32,), float("nan")))
+    assert str(e.value).startswith(
+        f"{at('zero-same-launch')}25: thread blocks race on 'S': element [0] is stored by block 0 and updated "
+        f"atomically by other blocks at line {line_of('column-atomic')} in the same kernel launch; blocks run in no "
+        f"fixed order on the GPU, so the store may land after some of the updates (the CPU runs blocks one after "
+        f"another). Initialize it in an earlier T.Kernel scope, or update it atomically everywhere")
+    s = torch.full((32,), float("nan"))
+    build(column_sums("earlier"))(x, s)
+    torch.testing.assert_close(s, x.sum(0), rtol=1e-5, atol=1e-5)
+    own = torch.full((4, 32), float("nan"))
+    build(column_sums("own"))(x, own)  # a block's own clear and atomic add of its own row: not a race
+    torch.testing.assert_close(own, x.view(4, 16, 32).sum(1), rtol=1e-5, atol=1e-5)

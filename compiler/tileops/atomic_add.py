@@ -51,7 +51,7 @@ class AtomicAddTileOp(TileOp):
         old = it.read_region(s.dst, s.span)
         add = it.read_region(s.src, s.span).reshape(s.dst.extents)
         if s.op != "add":
-            it.write_region(s.dst, elementwise(old, add.to(old.dtype), s.op), s.span)
+            it.write_region(s.dst, elementwise(old, add.to(old.dtype), s.op), s.span, atomic=True)
             return
         cd = compute_dtype(s.dst.buffer.dtype)
-        it.write_region(s.dst, (old.to(cd) + add.to(cd)).to(s.dst.buffer.dtype.torch), s.span)
+        it.write_region(s.dst, (old.to(cd) + add.to(cd)).to(s.dst.buffer.dtype.torch), s.span, atomic=True)

@@ -1,0 +1,88 @@
+"""Races between thread blocks on atomically updated global memory, found while the CPU interpreter runs a kernel.
+
+The interpreter runs a kernel's blocks one after another, so an element that block 0 sets (``out[i] = 0``) and the
+other blocks then add to (``T.atomic_add(out[i], part)``) comes out right on the CPU; on the GPU the blocks run in no
+fixed order and the store may land after some of the additions (played LLM session 36: a layer norm backward that
+zeroed dgamma in the kernel that accumulates it passed every CPU check).
+
+In: a T.Kernel (``watch``: the global buffers its body updates atomically, element or tile atomics of any op; None
+when there are none: nothing is recorded), then, block by block (``block``), each plain write of such a buffer (a
+store, a tile op's region) and each atomic update (``note``). Out: ``check`` after the last block raises KernelFault at the DSL
+line of the store, naming the buffer, the element, the block that stored it and another block that updated it
+atomically in the same launch; nothing otherwise.
+Guarantees: a race is an element that a plain write of one block and an atomic update of a different block both
+reach in one launch (in either order). Not races: a block's own stores and updates of an element (its threads order
+them with barriers), atomic updates among themselves, writes in an earlier T.Kernel scope (another launch).
+Not looked for: plain writes of two blocks to one element, a block reading what another wrote (no record of loads).
+Cost: two int32 tensors the size of each watched buffer per launch, and an indexed write into them per watched
+store or update.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tileagent.compiler.errors import KernelFault
+from tileagent.compiler.ir.stmt import AtomicAdd, AtomicAddTile
+from tileagent.compiler.ir.visit import walk
+
+
+def watch(kernel, mem: dict) -> "BlockRaces | None":
+    """A recorder for ``kernel``'s launch, or None when no global buffer of it is updated atomically."""
+    bufs = {s.buffer for s in walk(kernel.body) if isinstance(s, AtomicAdd)}
+    bufs |= {s.dst.buffer for s in walk(kernel.body) if isinstance(s, AtomicAddTile)}
+    bufs = {b for b in bufs if b.scope == "global"}
+    bufs = [b for b in bufs if b in mem]
+    return BlockRaces({b: mem[b].shape for b in bufs}) if bufs else None
+
+
+class BlockRaces:
+    def __init__(self, shapes: dict):
+        self.shapes = shapes
+        self.stored = {b: torch.full((max(1, _numel(s)),), -1, dtype=torch.int32) for b, s in shapes.items()}
+        self.updated = {b: torch.full((max(1, _numel(s)),), -1, dtype=torch.int32) for b, s in shapes.items()}
+        self.updated_by_two = {b: torch.zeros((max(1, _numel(s)),), dtype=torch.bool) for b, s in shapes.items()}
+        self.spans: dict = {}  # (buffer, "store" / "atomic") -> the first such access's span
+        self.current = 0
+
+    def block(self, linear: int) -> None:
+        """The block that runs from now on (its linear index in launch order)."""
+        self.current = linear
+
+    def note(self, buf, flat: torch.Tensor, span, atomic: bool) -> None:
+        """A plain write (``atomic`` False) or an atomic update of the elements ``flat`` (linear indices) of
+        ``buf`` by the current block."""
+        if buf not in self.stored or flat.numel() == 0:
+            return
+        self.spans.setdefault((buf, "atomic" if atomic else "store"), span)
+        if not atomic:
+            self.stored[buf][flat] = self.current
+            return
+        seen = self.updated[buf][flat]
+        self.updated_by_two[buf][flat] |= (seen >= 0) & (seen != self.current)
+        self.updated[buf][flat] = torch.where(seen >= 0, seen, torch.full_like(seen, self.current))
+
+    def check(self) -> None:
+        for buf, stored in self.stored.items():
+            updated, two = self.updated[buf], self.updated_by_two[buf]
+            race = (stored >= 0) & (updated >= 0) & (two | (updated != stored))
+            if not bool(race.any()):
+                continue
+            k = int(race.nonzero()[0])
+            element = tuple(int(i) for i in torch.unravel_index(torch.tensor(k), self.shapes[buf])) \
+                if self.shapes[buf] else ()
+            store, atomic = self.spans.get((buf, "store")), self.spans.get((buf, "atomic"))
+            other = "other blocks" if bool(two[k]) else f"block {int(updated[k])}"
+            at = f" at line {atomic.line}" if atomic is not None else ""
+            raise KernelFault(
+                f"thread blocks race on '{buf.name}': element {list(element)} is stored by block {int(stored[k])} "
+                f"and updated atomically by {other}{at} in the same kernel launch; blocks run in no fixed order on "
+                f"the GPU, so the store may land after some of the updates (the CPU runs blocks one after "
+                f"another). Initialize it in an earlier T.Kernel scope, or update it atomically everywhere", store)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
