@@ -10,8 +10,8 @@ a rope kernel's multi-token blocks and a decode kernel's rescale across key tile
 interpreter's cost is its blocks and loop steps, not the elements the size rule counts: both of those run at their
 full sizes in a few seconds.
 Guarantees: each config is run once (one seed, the reference's first distribution, the two calls and comparison
-rules of every check) at the largest of: its sizes as stated, then its free dims halved step by step toward the sizes
-checked, whose inputs and model tensors hold at most ``FULL_RUN_ELEMENTS`` and whose calls the interpreter finishes
+rules of every check) at the largest of: its sizes as stated, then its free dims cut to two thirds step by step
+toward the sizes checked, whose inputs and model tensors hold at most ``FULL_RUN_ELEMENTS`` and whose calls the interpreter finishes
 within ``CALL_BUDGET_S`` each (``compiler.interp.time_limit``: it gives up after a kernel's first block when the rest
 would not fit). An evaluation's runs share ``EvalRequest.full_size_s`` (none when it is 0). Sizes that could not run
 are named in the note; they never fail a candidate (a candidate that stops itself there only loses this run).
@@ -31,14 +31,14 @@ CALL_BUDGET_S = 20.0
 """The most time one call of the candidate may take in the interpreter at the larger sizes."""
 
 RULE = (f"once the checks pass, each config also runs once at its own sizes, or as near them as the interpreter "
-        f"finishes a call in {CALL_BUDGET_S:g} s (the free dims halved one at a time, in FREE_DIMS order, to odd "
-        f"sizes), compared with the reference as every check is: a path your kernel takes only at large sizes runs")
+        f"finishes a call in {CALL_BUDGET_S:g} s (the free dims cut to two thirds one at a time, in FREE_DIMS order, "
+        f"to odd sizes), compared with the reference as every check is: a path your kernel takes only at large sizes runs")
 """The full-size run, as the prompt and the feedback say it."""
 
 RAN, NOT_RAN = "also run once at", "not run at larger sizes than checked"
 """How a full-size run's note on a config's result reads, after the config's sizes."""
 
-MAX_ATTEMPTS = 4
+MAX_ATTEMPTS = 5
 """The most sizes tried for one config (each costs a compile and a kernel's first block)."""
 
 
@@ -48,17 +48,19 @@ def sizes_text(config: dict) -> str:
 
 def attempts(spec, config: dict, checked: dict) -> list[dict]:
     """The sizes to run ``config`` (checked at ``checked``) at, largest first: as stated, then with its free dims
-    halved one dim at a time in FREE_DIMS order (the first down to its value in ``checked`` before the next: a
-    batch dim listed first gives way before a sequence), each half plus one (4096 -> 2049: the large path meets a
-    tail too; played LLM, session 25: a grid of M // block_m passed at even sizes), at most ``MAX_ATTEMPTS``; sizes
-    whose inputs and model tensors hold more than ``FULL_RUN_ELEMENTS`` (or cannot be counted on the meta device)
-    left out."""
+    cut to two thirds one dim at a time in FREE_DIMS order (the first down to its value in ``checked`` before the
+    next: a batch dim listed first gives way before a sequence), each made odd (4096 -> 2731 -> 1821 -> 1215: the
+    large path meets a tail too, played LLM session 25: a grid of M // block_m passed at even sizes; and not one past
+    a power of two, as halves plus one were, where a kernel that drops the rows past the first 1024 errs by 1/1025,
+    inside the tolerance: played LLM session 36), at most ``MAX_ATTEMPTS``; sizes whose inputs and model tensors hold
+    more than ``FULL_RUN_ELEMENTS`` (or cannot be counted on the meta device) left out."""
     free = [k for k in spec.free_dims if type(config.get(k)) is int and type(checked.get(k)) is int]
     sizes, run = [dict(config)], dict(config)
     for k in free:
         while run[k] > checked[k]:
-            half = run[k] // 2 + 1 if run[k] // 2 + 1 < run[k] else run[k] // 2  # odd from even: a tail there too
-            run = {**run, k: max(checked[k], half)}
+            cut = run[k] * 2 // 3
+            cut += 1 - cut % 2 if cut + 1 - cut % 2 < run[k] else 0  # odd: a tail there too
+            run = {**run, k: max(checked[k], cut)}
             sizes.append(run)
     out = []
     for run in sizes:

@@ -112,8 +112,8 @@ def test_a_correct_kernel_says_at_which_sizes_it_also_ran(tmp_path, monkeypatch)
                      "max abs err 0", "M=64, N=64: also run once at its own sizes on the CPU interpreter (normal "
                      "inputs): correct, max abs err 0"]
     assert "At the GPU's sizes (once the checks pass, each config also runs once at its own sizes, or as near them " \
-           "as the interpreter finishes a call in 20 s (the free dims halved one at a time, in FREE_DIMS order, to " \
-           "odd sizes), compared with the reference as every check is: a path your kernel takes only at large sizes " \
+           "as the interpreter finishes a call in 20 s (the free dims cut to two thirds one at a time, in FREE_DIMS " \
+           "order, to odd sizes), compared with the reference as every check is: a path your kernel takes only at large sizes " \
            "runs):\n- M=8192, N=64: also run once at its own sizes" in render_feedback(result)  # RULE's 20 s: default
 
 
@@ -130,9 +130,9 @@ def test_sizes_the_interpreter_cannot_finish_in_time_are_named_and_fail_nothing(
                            "than it allows a call (at most 0.0001 s, and half the time left for such runs) at "
                            "M=8192, N=64 (")
     assert note.endswith("a path the kernel takes only at larger sizes was compiled for them, not run")
-    assert "; M=4097, N=64 (" in note and "; M=1025, N=64 (" in note  # halves plus one: a tail
-    assert note.count("(about ") + note.count("(past it in a block") == 4  # a block's loop or its grid
-    assert note.count(", 0.0001 s allowed then)") == 4  # the budget each attempt had (played LLM session 35)
+    assert "; M=5461, N=64 (" in note and "; M=1619, N=64 (" in note  # two thirds, odd: a tail
+    assert note.count("(about ") + note.count("(past it in a block") == 5  # a block's loop or its grid
+    assert note.count(", 0.0001 s allowed then)") == 5  # the budget each attempt had (played LLM session 35)
 
 
 def test_no_full_size_run_when_its_time_is_zero(tmp_path):
@@ -140,7 +140,7 @@ def test_no_full_size_run_when_its_time_is_zero(tmp_path):
     assert result.status == "ok" and not any("larger sizes" in n or "also run" in n for n in result.configs[0].notes)
 
 
-def test_full_size_attempts_halve_the_free_dims_in_their_order_and_skip_what_does_not_fit(tmp_path):
+def test_full_size_attempts_cut_the_free_dims_in_their_order_and_skip_what_does_not_fit(tmp_path):
     from tileagent.evaluator.full_size import FULL_RUN_ELEMENTS, attempts
     from tileagent.evaluator.spec import load_spec
 
@@ -158,9 +158,10 @@ def test_full_size_attempts_halve_the_free_dims_in_their_order_and_skip_what_doe
         """))
     spec = load_spec(str(tmp_path / "ref.py"), check=False)
     runs = attempts(spec, {"B": 32, "S": 4096, "D": 1024}, {"B": 1, "S": 50, "D": 1024})
-    assert runs == [{"B": 9, "S": 4096, "D": 1024}, {"B": 5, "S": 4096, "D": 1024}, {"B": 3, "S": 4096, "D": 1024},
-                    {"B": 2, "S": 4096, "D": 1024}]  # B gives way first; 32 and 17 x 4096 x 1024 are over the limit
-    assert 17 * 4096 * 1024 > FULL_RUN_ELEMENTS >= 9 * 4096 * 1024
+    assert runs == [{"B": b, "S": 4096, "D": 1024} for b in (15, 11, 7, 5, 3)]  # B gives way first; 32 and 21 x
+    assert 21 * 4096 * 1024 > FULL_RUN_ELEMENTS >= 15 * 4096 * 1024  # 4096 x 1024 are over the limit
+    _, s = zip(*[(r["B"], r["S"]) for r in attempts(spec, {"B": 1, "S": 4096, "D": 64}, {"B": 1, "S": 50, "D": 64})])
+    assert s == (4096, 2731, 1821, 1215, 811)  # odd, and none one past a power of two
 
 
 def _many_blocks():
