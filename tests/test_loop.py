@@ -239,6 +239,36 @@ def test_cpu_runs_stop_once_every_config_is_correct(tmp_path):
     assert outcome.outcome == "correct_untimed" and EXIT_CODES["correct_untimed"] == 0 and outcome.turns == 1
 
 
+class CpuWorker(FakeWorker):
+    """As on the CPU: correct, untimed; a candidate whose first line says "spills" has kernels that keep 2352 B a
+    thread in local memory at the GPU's sizes (EvalResult.plans)."""
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        self.requests.append(request)
+        spills = Path(request.kernel_path).read_text().splitlines()[0].split()[2] == "spills"
+        launch = {"kernel": "main_kernel", "blocks": 128, "threads": 256, "registers": 255 if spills else 64,
+                  "frame_bytes": 2352 if spills else 0, "shared_bytes": 0, "blocks_per_sm": 1, "occupancy_pct": 12,
+                  "limited_by": "registers", "waves": 0.97, "access_bytes": {"x": 16}, "arch": "sm_90a", "sms": 132,
+                  "sm_source": "device"}
+        return EvalResult(status="ok", configs=[ConfigResult(config=c, correct=True) for c in request.configs],
+                          plans=[{"config": c, "launches": [launch]} for c in request.configs], device="cpu")
+
+
+def test_cpu_runs_go_on_while_the_best_kernel_spills_and_keep_the_one_that_does_not(tmp_path):
+    """Played LLM session 36: a correct kernel keeping 2352 B a thread in local memory at the GPU's sizes ended the
+    CPU loop as done. It is fed back as what will make it slow, the loop goes on, and a later correct kernel without
+    local memory serves the configs."""
+    loop, outcome, drafter, _ = run(tmp_path, [[cand("spills", 1.0)], [cand("ok", 1.0)]], worker=CpuWorker(),
+                                    device="cpu", candidates=1)
+    assert outcome.outcome == "correct_untimed" and outcome.turns == 2 and outcome.reason == "every config meets " \
+        "the target"
+    assert {b.attempt_id for b in outcome.best.values()} == {"t2-c0"}
+    (first,) = drafter.calls[1].history
+    assert "Timing is unavailable on cpu, but one thing is sure to make it slow on the GPU: main_kernel at M=16384, " \
+           "C=96 keeps 2352 B a thread in local memory (255 registers a thread; spilled registers or a local array)" \
+        in first.feedback
+
+
 class GivesUp:
     name = "giving-up"
 

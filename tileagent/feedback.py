@@ -17,6 +17,15 @@ from tileagent.target import meets_target
 
 UNTIMED_OK = ("Your kernel is correct on every config ({configs} checked). Timing is unavailable on {device}, so "
               "there is nothing to speed up here.")
+UNTIMED_SPILLS = ("Your kernel is correct on every config ({configs} checked). Timing is unavailable on {device}, but "
+                  "one thing is sure to make it slow on the GPU: {where} keeps {bytes} B a thread in local memory "
+                  "({registers} registers a thread; spilled registers or a local array), which is as slow as global "
+                  "memory and is read again at every use. Hold fewer values a thread (a smaller tile a block, more "
+                  "threads, or a loop over a long row in parts instead of keeping it whole) until the resources "
+                  "below show no local memory.")
+SPILL_BYTES = 256
+"""Local memory a thread of a correct kernel may use at the GPU's sizes before the CPU loop asks for another kernel
+(``UNTIMED_SPILLS``; played LLM session 36: 2352 B a thread, 255 registers, reported as done on the CPU)."""
 
 
 def _num(x, digits: int = 4) -> str:
@@ -120,7 +129,13 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                    for c in result.configs for n in c.notes if n.startswith(TAILS_NOT_CHECKED)]
         if skipped:  # played LLM, session 22: only eval.json said so
             checked += "\nTail sizes not checked (too large for the interpreter) at " + "; ".join(skipped) + "."
-        return UNTIMED_OK.format(configs=len(result.configs), device=device) + checked + cost
+        spills = max(((launch.get("frame_bytes") or 0, launch, plan["config"]) for plan in result.plans
+                      for launch in plan.get("launches") or []), default=(0, None, None), key=lambda x: x[0])
+        head = UNTIMED_OK.format(configs=len(result.configs), device=device) if spills[0] < SPILL_BYTES else \
+            UNTIMED_SPILLS.format(configs=len(result.configs), device=device, bytes=spills[0],
+                                  where=f"{spills[1]['kernel']} at {_cfg(spills[2])}",
+                                  registers=spills[1]["registers"])
+        return head + checked + cost
     if status == "compile_error" and isinstance(failure.get("diagnostic"), dict):
         d = failure["diagnostic"]
         notes = d.get("notes") or []

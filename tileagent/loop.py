@@ -10,10 +10,11 @@ Guarantees:
   Each later turn asks the drafter for ``candidates`` candidates, evaluates them on the configs that do not yet meet
   the target, and feeds the results back (``tileagent.feedback``) in the next turn's context (``tileagent.context``).
 - Best per config: any fully checked correct config of any candidate (or autotuned variant) counts; the fastest wins
-  (untimed: the first). A candidate correct on all of its configs is autotuned when timing is available
-  (``tileagent.autotune``).
+  (untimed: the first, unless a later one keeps less in local memory at the GPU's sizes). A candidate correct on all
+  of its configs is autotuned when timing is available (``tileagent.autotune``).
 - Stops when every config meets the target (correct, and on CUDA at least ``target`` times faster than eager and
-  torch.compile, or at the limit of its roofline and tied with them: ``tileagent.target``; on the CPU, correct),
+  torch.compile, or at the limit of its roofline and tied with them: ``tileagent.target``; on the CPU, correct and
+  without ``feedback.SPILL_BYTES`` a thread in local memory at the GPU's sizes),
   after ``max_turns`` turns, when the drafters' tokens exceed
   ``budget_tokens``, or when the drafter gives up (``DrafterUnavailable``).
 - A module identical to one that failed on the same configs is not evaluated again: its attempt gets that verdict,
@@ -48,7 +49,7 @@ from tileagent.configs import RunConfig, unique_evals
 from tileagent.context import build_messages, family_of, pick_examples
 from tileagent.target import meets_target
 from tileagent.drafters.base import AttemptSummary, Draft, DrafterUnavailable, DraftTask
-from tileagent.feedback import render_feedback, summary
+from tileagent.feedback import SPILL_BYTES, render_feedback, summary
 from tileagent.prompts import render
 from tileagent.runstore import RunStore, config_key, source_digest
 
@@ -83,6 +84,8 @@ class Best(BaseModel):
     source: str = Field(description="the candidate's source (tunables not assigned)")
     tunables: dict = Field(default_factory=dict)
     result: ConfigResult
+    local_bytes: int = Field(0, description="the most local memory (spilled registers or local arrays) a thread of "
+                             "its kernels uses at the GPU's sizes of the config (EvalResult.plans), 0 when not sized")
 
     @property
     def time_ms(self) -> float | None:
@@ -215,8 +218,8 @@ class Loop:
     def meets_target(self, best: Best | None) -> bool:
         if best is None or not best.result.correct:
             return False
-        if not self.timed:
-            return True
+        if not self.timed:  # correct, and nothing the GPU is sure to make slow (played LLM session 36: 2352 B a
+            return best.local_bytes < SPILL_BYTES  # thread in local memory, the CPU loop stopped at "correct")
         return meets_target(best.result, self.o.target)
 
     def pending(self) -> list[RunConfig]:
@@ -475,7 +478,8 @@ class Loop:
             return
         for c in result.configs:
             if c.correct:
-                self._offer(Best(attempt_id=aid, source=draft.source, result=c))
+                self._offer(Best(attempt_id=aid, source=draft.source, result=c,
+                                 local_bytes=self._local_bytes(result, c)))
         correct = [c for c in result.configs if c.correct]
         if self.o.tune and self.timed and correct and autotune.tunables_of(draft.source):
             searched = self._tuned_space(draft.source, [c.config for c in correct])
@@ -526,6 +530,12 @@ class Loop:
             raise ReferenceFailed(aid, result)
         return result
 
+    def _local_bytes(self, result: EvalResult, c: ConfigResult) -> int:
+        """The most local memory a thread uses in ``result``'s plans of the GPU sizes ``c`` (an eval config) serves."""
+        sizes = [rc.spec for rc in self.o.configs if rc.eval == c.config] or [c.config]
+        return max((launch.get("frame_bytes") or 0 for plan in result.plans if plan.get("config") in sizes
+                    for launch in plan.get("launches") or []), default=0)
+
     def _request(self, path: Path, configs: list[dict], *, seeds: int | None = None, distributions=None,
                  trials: int | None = None, keep_going: bool = False) -> EvalRequest:
         gpu_sizes = [spec for c in configs for spec in ([rc.spec for rc in self.o.configs if rc.eval == c] or [c])]
@@ -538,7 +548,10 @@ class Loop:
     def _offer(self, b: Best) -> bool:
         key = config_key(b.result.config)
         old = self.best.get(key)
-        if old is not None and (b.time_ms is None or (old.time_ms is not None and old.time_ms <= b.time_ms)):
+        untimed_better = old is not None and old.time_ms is None and b.time_ms is None and \
+            b.local_bytes < old.local_bytes  # on the CPU: the first, unless a later one spills less
+        if old is not None and not untimed_better and \
+                (b.time_ms is None or (old.time_ms is not None and old.time_ms <= b.time_ms)):
             return False
         if old is not None and old.attempt_id.split("/")[0] != b.attempt_id.split("/")[0]:
             self.replaced[key] = old
