@@ -88,7 +88,8 @@ def _uncountable(spec, config: dict) -> str | None:
 
 def run_full_sizes(request, spec, result, sandbox, progress) -> None:
     """Run each config a GPU runs (``request.plan_configs``, else the configs checked) whose check ran at smaller
-    sizes once at larger ones (``attempts``), in order, within ``request.full_size_s``; note the outcome on the
+    sizes once at larger ones (``attempts``), in order, within ``request.full_size_s`` (each config a share of the
+    time left, the configs after it counted: ``left / (configs left)``); note the outcome on the
     result of the config that checked it, or mark that result incorrect and raise the candidate's failure there
     (with ``request.keep_going``, after every config has run)."""
     from tileagent.configs import reduce_for_device
@@ -97,17 +98,20 @@ def run_full_sizes(request, spec, result, sandbox, progress) -> None:
         return
     deadline, first = time.monotonic() + request.full_size_s, None
     passed = {i for i, c in enumerate(result.configs) if c.correct}  # by their checks
+    todo = []
     for config in request.plan_configs or [c.config for c in result.configs]:
         reduced = reduce_for_device(spec, [config], "cpu")[0].eval  # as the loop and the CLI give it on the CPU
         index = next((i for i, c in enumerate(result.configs) if c.config in (config, reduced)), None)
-        if index is None:
-            continue
-        checked = result.configs[index]
-        at = checked.evaluated_at or checked.config
-        if at == config or index not in passed:
-            continue
+        if index is not None and index in passed:
+            at = result.configs[index].evaluated_at or result.configs[index].config
+            if at != config:
+                todo.append((config, index, at))
+    for n, (config, index, at) in enumerate(todo):
         progress.phase("full", index, config)
-        note, error = _run_config(request, spec, sandbox, config, at, checked.seed, deadline)
+        share = (deadline - time.monotonic()) / (len(todo) - n)  # the configs left share the time left (played
+        # LLM session 36: the first configs' attempts spent it, and a vocabulary of 128256 ran at M <= 2 only)
+        note, error = _run_config(request, spec, sandbox, config, at, result.configs[index].seed,
+                                  time.monotonic() + share)
         now = result.configs[index]
         result.configs[index] = now.model_copy(update={"notes": [*now.notes, note],
                                                        "correct": now.correct and error is None})
@@ -152,7 +156,7 @@ def _run_config(request, spec, sandbox, config: dict, at: dict, seed, deadline: 
         why = (f"the interpreter would need more than it allows a call (at most {CALL_BUDGET_S:g} s, and half the "
                f"time left for such runs) at {'; '.join(over)}")
     elif time.monotonic() >= deadline - 1.0:
-        why = f"the {request.full_size_s:g} s this evaluation gives such runs were spent"
+        why = f"this config's share of the {request.full_size_s:g} s this evaluation gives such runs was spent"
     elif (problem := _uncountable(spec, config)) is not None:
         why = (f"its sizes could not be counted: {problem}; a get_inputs / Model that builds on the meta device "
                f"(no boolean-mask indexing, .item() or nonzero on values) lets these runs happen")

@@ -218,3 +218,32 @@ def test_a_reference_whose_inputs_cannot_be_built_on_the_meta_device_is_told_so(
                            "get_inputs needs real values (SpecError: ")
     assert "a get_inputs / Model that builds on the meta device (no boolean-mask indexing, .item() or nonzero on " \
            "values) lets these runs happen" in note
+
+
+def test_each_config_gets_its_share_of_the_time_left(tmp_path, monkeypatch):
+    """Played LLM session 36: the first configs' attempts spent the evaluation's full-size time and a vocabulary of
+    128256 was run at M <= 2 only. Each config's runs now end at its share of the time left (the time left over the
+    configs left), and a config that finishes early leaves its rest to the next."""
+    from tileagent.evaluator import full_size
+
+    now = [100.0]
+    monkeypatch.setattr(full_size.time, "monotonic", lambda: now[0])
+    given = []
+
+    def run_config(request, spec, sandbox, config, at, seed, deadline):
+        given.append((config["M"], deadline - now[0]))
+        now[0] += 5.0 if config["M"] == 8192 else 1.0  # M=8192 spends 5 s of its share, the next 1 s of its
+        return f"M={config['M']}: ran", None
+
+    monkeypatch.setattr(full_size, "_run_config", run_config)
+    kernel, reference = _files(tmp_path)
+    from tileagent.evaluator.records import ConfigResult, EvalResult
+    from tileagent.evaluator.spec import load_spec
+
+    result = EvalResult(status="ok", configs=[ConfigResult(config={"M": 37, "N": 64}, correct=True)])
+    request = _request(kernel, reference, full_size_s=90.0).model_copy(
+        update={"plan_configs": [{"M": 8192, "N": 64}, {"M": 4096, "N": 64}, {"M": 64, "N": 64}]})
+    full_size.run_full_sizes(request, load_spec(reference), result, None,
+                             type("P", (), {"phase": lambda *a: None})())
+    assert given == [(8192, 30.0), (4096, 42.5), (64, 84.0)]  # 90 / 3; (90 - 5) / 2; 90 - 6
+    assert result.configs[0].notes == ["M=8192: ran", "M=4096: ran", "M=64: ran"]
