@@ -11,9 +11,10 @@ interpreter's cost is its blocks and loop steps, not the elements the size rule 
 full sizes in a few seconds.
 Guarantees: each config is run once (one seed, the reference's first distribution, the two calls and comparison
 rules of every check) at the largest of: its sizes as stated, then its free dims cut to two thirds step by step
-toward the sizes checked, whose inputs and model tensors hold at most ``FULL_RUN_ELEMENTS`` and whose calls the interpreter finishes
-within ``CALL_BUDGET_S`` each (``compiler.interp.time_limit``: it gives up after a kernel's first block when the rest
-would not fit). An evaluation's runs share ``EvalRequest.full_size_s`` (none when it is 0). Sizes that could not run
+toward the sizes checked, whose inputs and model tensors hold at most ``FULL_RUN_ELEMENTS`` and whose calls the
+interpreter finishes within ``CALL_BUDGET_S`` each (``compiler.interp.time_limit``: it gives up after a kernel's first
+block when the rest would not fit). An evaluation's runs share ``EvalRequest.full_size_s`` (none when it is 0), each
+config a share of the time left. Sizes that could not run
 are named in the note; they never fail a candidate (a candidate that stops itself there only loses this run).
 """
 
@@ -32,7 +33,8 @@ CALL_BUDGET_S = 20.0
 
 RULE = (f"once the checks pass, each config also runs once at its own sizes, or as near them as the interpreter "
         f"finishes a call in {CALL_BUDGET_S:g} s (the free dims cut to two thirds one at a time, in FREE_DIMS order, "
-        f"to odd sizes), compared with the reference as every check is: a path your kernel takes only at large sizes runs")
+        f"to odd sizes), compared with the reference as every check is: a path your kernel takes only at large sizes "
+        f"runs")
 """The full-size run, as the prompt and the feedback say it."""
 
 RAN, NOT_RAN = "also run once at", "not run at larger sizes than checked"
