@@ -114,7 +114,8 @@ def test_a_correct_kernel_says_at_which_sizes_it_also_ran(tmp_path, monkeypatch)
     assert "At the GPU's sizes (once the checks pass, each config also runs once at its own sizes, or as near them " \
            "as the interpreter finishes a call in 20 s (the free dims cut to two thirds one at a time, in " \
            "FREE_DIMS order, to odd sizes), compared with the reference as every check is: a path your kernel " \
-           "takes only at large sizes runs):\n- M=8192, N=64: also run once at its own sizes" in render_feedback(result)  # RULE's 20 s: default
+           "takes only at large sizes runs):\n- M=8192, N=64: also run once at its own sizes" \
+        in render_feedback(result)  # RULE's 20 s: the default
 
 
 def test_sizes_the_interpreter_cannot_finish_in_time_are_named_and_fail_nothing(tmp_path, monkeypatch):
