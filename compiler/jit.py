@@ -490,10 +490,15 @@ def _check_tensor(p: Buffer, a, env: dict, target: str) -> None:
             raise KernelArgumentError(f"parameter '{p.name}' expects shape {tuple(p.shape)}, got {tuple(a.shape)} "
                                       f"(dim {dim}: expected {expected}, got {got})")
     if not a.is_contiguous():
+        strides = [st for st, n in zip(a.stride(), a.shape) if n != 1]
+        sliced = strides == sorted(strides, reverse=True) and (not strides or strides[-1] == 1)  # row-major, gaps
+        how = ("declare the whole tensor the slice is cut from (chunk, narrow or [..., a:b] make such views: pass "
+               "the tensor before the cut) and index the part inside the kernel" if sliced else
+               "declare the parameter in the layout the tensor has in memory (a transpose's base shape) and index "
+               "it accordingly in the kernel")
         raise KernelArgumentError(f"parameter '{p.name}' must be contiguous (row-major), got a view with strides "
-                                  f"{tuple(a.stride())}: declare the parameter in the layout the tensor has in memory "
-                                  f"(a transpose's base shape) and index it accordingly in the kernel; .contiguous() "
-                                  f"copies with a torch kernel, which a candidate's forward may not run")
+                                  f"{tuple(a.stride())}: {how}; .contiguous() copies with a torch kernel, which a "
+                                  f"candidate's forward may not run")
     if target == "cuda" and a.data_ptr() % 16:
         raise KernelArgumentError(f"parameter '{p.name}' must be 16-byte aligned (its data_ptr is "
                                   f"{a.data_ptr():#x}); pass a tensor that starts its own storage or .clone() it")

@@ -684,6 +684,19 @@ def test_non_contiguous_tensor_is_rejected_naming_the_parameter():
         ".contiguous() copies with a torch kernel, which a candidate's forward may not run")
 
 
+def test_a_slice_of_a_wider_tensor_is_rejected_with_the_way_to_pass_it():
+    """Played LLM session 36: GeGLU's h.chunk(2, -1) halves were told to declare "a transpose's base shape"."""
+    args = _args()
+    args[0] = torch.randn(8, 20)[:, :4]
+    with pytest.raises(KernelArgumentError) as e:
+        _pair_kernel()(*args)
+    assert str(e.value) == (
+        "parameter 'X' must be contiguous (row-major), got a view with strides (20, 1): declare the whole tensor the "
+        "slice is cut from (chunk, narrow or [..., a:b] make such views: pass the tensor before the cut) and index "
+        "the part inside the kernel; .contiguous() copies with a torch kernel, which a candidate's forward may not "
+        "run")
+
+
 # -- run-time faults and printing --------------------------------------------------------------------------------
 
 
