@@ -506,6 +506,20 @@ def test_where_the_oracle_overflows_the_fixed_rule_judges_and_the_oracle_the_res
     assert failure is not None and "against the float64 oracle 1 element(s) are outside" in failure.message
 
 
+def test_the_references_own_overflow_matched_by_the_kernel_leaves_the_oracle_the_other_elements(tmp_path):
+    """Played LLM session 36 on the H200: a column sum under 'extremes' whose float32 reference overflowed to inf at
+    an element where the float64 oracle is finite; the kernel overflowed there too (the fixed rule agrees), and that
+    element had disabled the oracle for the whole output, so 2 elements within the reference's own error failed."""
+    check, where = _fp16_check(tmp_path), {"config": {}, "seed": 0, "distribution": "extremes"}
+    truth = lambda: (torch.tensor([20000.0, -866.0, 3.0], dtype=torch.float64),)  # noqa: E731
+    ref = _half(math.inf, -880.0, 3.0)  # overflowed in fp16 on the way to element 0; off by 14 at element 1
+    assert check.compare(_half(math.inf, -852.0, 3.0), ref, where, 1, oracle=truth) is None
+    failure = check.compare(_half(-math.inf, -852.0, 3.0), ref, where, 1, oracle=truth)  # not the reference's inf
+    assert failure is not None and "against the float64 oracle" not in failure.message
+    failure = check.compare(_half(math.inf, -800.0, 3.0), ref, where, 1, oracle=truth)  # 66 > 2 x 14
+    assert failure is not None and "against the float64 oracle 1 element(s) are outside" in failure.message
+
+
 def test_a_loss_is_judged_by_the_references_worst_error_over_perturbed_runs(tmp_path):
     """A distillation KL of nearly equal distributions (1e-4 of cancelling 1e-2 terms, a sweep of session 26): one
     run's error of a 0-d output is one draw of the rounding noise; a float32 kernel off by 3x eager's error in that
