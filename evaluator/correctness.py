@@ -179,6 +179,8 @@ def draw_seed() -> int:
 
 
 HELD_OUTPUTS = 6  # outputs of the latest calls kept mapped and re-checked after every later call
+HELD_BYTES = 4 << 30  # ... and at most this many bytes of them and their copies, beyond the latest call's (played
+# LLM session 36 on an H100: 6 held logits gradients of 16384 x 128256 and their copies ran the evaluator out of memory)
 ORACLE_FACTOR = 2.0  # the oracle rule accepts an error up to this multiple of the reference's own error
 
 
@@ -275,7 +277,10 @@ class _ConfigCheck:
                 raise violation("output-reused", f"an output of an earlier call changed after a later call (the "
                                 f"candidate wrote into memory it had returned): allocate each call's outputs afresh; "
                                 f"{_where(where)}", **where)
-        self.held = (self.held + [(o, o.clone()) for o in outs])[-HELD_OUTPUTS:]
+        held = (self.held + [(o, o.clone()) for o in outs])[-HELD_OUTPUTS:]
+        while len(held) > len(outs) and sum(2 * t.numel() * t.element_size() for t, _ in held) > HELD_BYTES:
+            held = held[1:]  # the latest call's outputs stay; older ones go first
+        self.held = held
 
     def check(self, model, key, inputs, previous: list[Buffer] | None, where: dict):
         spec = self.spec
