@@ -563,9 +563,10 @@ class _Interpreter:
             self._shared_region(r.buffer, clip, True, span)
         if all(hi > lo for _, lo, hi in clip):
             t[tuple(slice(lo, hi) for _, lo, hi in clip)] = tile[tuple(slice(lo - s, hi - s) for s, lo, hi in clip)]
-            ranges = [torch.arange(lo, hi).reshape([-1 if d == k else 1 for k in range(len(clip))])
-                      for d, (_, lo, hi) in enumerate(clip)]
-            self.note_block_write(r.buffer, ranges, None, span, atomic)
+            if self.block_races is not None and r.buffer in self.block_races.stored:
+                ranges = [torch.arange(lo, hi).reshape([-1 if d == k else 1 for k in range(len(clip))])
+                          for d, (_, lo, hi) in enumerate(clip)]
+                self.note_block_write(r.buffer, ranges, None, span, atomic)
 
     def note_block_write(self, buf: Buffer, idx, keep, span, atomic: bool) -> None:
         """Tell the kernel's interp_block_race recorder (if it watches ``buf``) which elements this block writes."""
