@@ -45,8 +45,8 @@ class _KeepFloat64(TorchFunctionMode):
 
 def run(model64, inputs):
     """``model64``'s outputs on ``inputs`` in float64 (see the module docstring), or None. Where the device runs out
-    of memory (float64 attention over 7 x 32 x 4096^2 scores: 30 GB a copy), along the inputs' common first dim, one
-    index at a time, when the model is seen to treat those indices apart (``_sliced``)."""
+    of memory (float64 attention over 7 x 32 x 4096^2 scores: 30 GB a copy), along the inputs' common first dim, a
+    run of indices at a time, when the model is seen to treat those indices apart (``_sliced``)."""
     try:
         return _outputs(model64, inputs)
     except torch.OutOfMemoryError:
@@ -72,28 +72,35 @@ def _outputs(model64, inputs):
     return outs
 
 
+SLICES = 32
+"""The most runs ``_sliced`` splits the oracle into."""
+
+
 def _sliced(model64, inputs):
-    """The outputs of ``model64`` run on each index of the first dim that every tensor input shares (n >= 2) and
-    concatenated, or None: where there is no such dim, where an output does not keep it, where a slice still runs out
-    of memory, or where the model does not treat the indices apart (its outputs on indices 0 and 1 together differ
+    """The outputs of ``model64`` run on runs of indices of the first dim that every tensor input shares (n >= 2;
+    ``SLICES`` runs at most) and concatenated, or None: where there is no such dim, where an output does not keep it,
+    where a run still runs out of memory, or where the model does not treat the indices apart (its outputs on the first two runs together differ
     from those on each alone: a batch norm's statistics)."""
     sizes = {t.shape[0] for t in inputs if isinstance(t, torch.Tensor) and t.dim() > 0}
     if len(sizes) != 1 or min(sizes) < 2:
         return None
+    n = min(sizes)
+    step = -(-n // SLICES)  # indices a run: at most SLICES runs
 
     def part(a: int, b: int):
         return _outputs(model64, [t[a:b] if isinstance(t, torch.Tensor) and t.dim() > 0 else t for t in inputs])
 
     try:
-        parts = [part(i, i + 1) for i in range(min(sizes))]
-        pair = part(0, 2)
+        parts = [part(i, min(i + step, n)) for i in range(0, n, step)]
+        pair = part(0, min(2 * step, n))
     except torch.OutOfMemoryError:
         return None
     if pair is None or any(p is None or len(p) != len(pair) for p in parts):
         return None
     for k, both in enumerate(pair):
         apart = torch.cat([parts[0][k], parts[1][k]]) if parts[0][k].dim() else None
-        if apart is None or apart.shape != both.shape or not torch.allclose(
-                apart, both, rtol=1e-9, atol=1e-9 * float(both.abs().nan_to_num(0.0, 0.0, 0.0).max()), equal_nan=True):
+        scale = float(both.abs().nan_to_num(0.0, 0.0, 0.0).max()) if both.numel() else 0.0
+        if apart is None or apart.shape != both.shape or \
+                not torch.allclose(apart, both, rtol=1e-9, atol=1e-9 * scale, equal_nan=True):
             return None
     return tuple(torch.cat([p[k] for p in parts]) for k in range(len(pair)))

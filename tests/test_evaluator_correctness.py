@@ -584,19 +584,22 @@ def test_an_oracle_out_of_memory_runs_one_index_of_the_first_dim_at_a_time_where
     not where the indices are not treated apart (statistics over the batch) or an output loses that dim."""
     from tileagent.evaluator import oracle
 
-    class Limited(torch.nn.Module):  # "out of memory" above one batch index
+    class Limited(torch.nn.Module):  # "out of memory" above 8 batch indices
         def __init__(self, f):
             super().__init__()
             self.f = f
 
         def forward(self, x, w):
-            if x.shape[0] > 2:
+            if x.shape[0] > 8:
                 raise torch.OutOfMemoryError("CUDA out of memory (a test)")
             return self.f(x, w)
 
-    x, w = torch.randn(5, 3, 7), torch.randn(5, 7)
+    x, w = torch.randn(12, 3, 7), torch.randn(12, 7)
     (out,) = oracle.run(Limited(lambda x, w: torch.softmax(x.float() * w[:, None], -1)), [x, w])
     assert out.dtype == torch.float64 and torch.equal(out, torch.softmax(x.double() * w.double()[:, None], -1))
+    x, w = torch.randn(100, 3, 7), torch.randn(100, 7)  # runs of 4 indices (32 runs at most), 8 at once fit
+    (out,) = oracle.run(Limited(lambda x, w: torch.softmax(x.float() * w[:, None], -1)), [x, w])
+    assert torch.equal(out, torch.softmax(x.double() * w.double()[:, None], -1))
     assert oracle.run(Limited(lambda x, w: x - x.mean(0)), [x, w]) is None  # the batch's mean: not apart
     assert oracle.run(Limited(lambda x, w: (x * w[:, None]).sum()), [x, w]) is None  # a loss: no first dim
     assert oracle.run(Limited(lambda x, w: x), [x, torch.randn(4, 7)]) is None  # no common first dim
