@@ -79,8 +79,8 @@ SLICES = 32
 def _sliced(model64, inputs):
     """The outputs of ``model64`` run on runs of indices of the first dim that every tensor input shares (n >= 2;
     ``SLICES`` runs at most) and concatenated, or None: where there is no such dim, where an output does not keep it,
-    where a run still runs out of memory, or where the model does not treat the indices apart (its outputs on the first two runs together differ
-    from those on each alone: a batch norm's statistics)."""
+    where a run still runs out of memory, or where the model does not treat the indices apart (its outputs on the
+    first two runs together differ from those on each alone: a batch norm's statistics)."""
     sizes = {t.shape[0] for t in inputs if isinstance(t, torch.Tensor) and t.dim() > 0}
     if len(sizes) != 1 or min(sizes) < 2:
         return None
