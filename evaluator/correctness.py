@@ -595,8 +595,10 @@ class _ConfigCheck:
             flat = int(torch.argmax(err))
             reason = (f"relative L2 error {rel:.3g} exceeds {tol.rel_l2:g}, although every element is within "
                       f"atol={tol.atol:g}, rtol={tol.rtol:g} (the output is small next to atol)")
-        else:
-            self.max_abs, self.rel_l2 = max(self.max_abs, max_abs), max(self.rel_l2, rel)
+        else:  # the max abs error of a passing check under a hidden distribution (values near 1e15) says nothing
+            # of the kernel and reads as an error (played LLM session 36: 1.7e10 for a correct GeGLU): public only
+            self.max_abs = self.max_abs if where.get("hidden") else max(self.max_abs, max_abs)
+            self.rel_l2 = max(self.rel_l2, rel)
             return None
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(o.shape)))
         expected, got = float(r.reshape(-1)[flat]), float(o.reshape(-1)[flat])

@@ -70,7 +70,8 @@ class ConfigResult(BaseModel):
                                       "sizes)")
     correct: bool
     checks: int = Field(0, description="candidate runs compared with the reference")
-    max_abs_err: float | None = None
+    max_abs_err: float | None = Field(None, description="the worst max abs error over the checks of the published "
+                                      "input distributions")
     rel_l2: float | None = Field(None, description="||out - ref|| / ||ref|| over all checks, worst case")
     candidate: Timing | None = None
     eager: Timing | None = None

@@ -674,3 +674,17 @@ def test_held_outputs_stay_within_their_byte_budget_and_a_reused_buffer_is_still
     with pytest.raises(GuardViolation) as e:
         check.check_storage([torch.randn(8)], [], where)
     assert "an output of an earlier call changed after a later call" in str(e.value)
+
+
+def test_the_reported_max_abs_error_is_the_published_distributions_one():
+    """Played LLM session 36: a correct GeGLU reported max abs err 1.7e10, the rounding of values near 1e15 under a
+    hidden distribution; the relative L2 error keeps every distribution."""
+    from tileagent.evaluator import correctness
+    from tileagent.evaluator.spec import Tolerance
+
+    check, tol = correctness._ConfigCheck(None, None, "cpu", 0), Tolerance(1e-3, 1e-3, 1e-2)
+    ref = torch.tensor([1.0e15, 2.0])
+    assert check.compare_one(0, ref * (1 + 1e-6), ref, tol, {"distribution": "x", "hidden": True}, 1) is None
+    assert check.max_abs == 0.0 and check.rel_l2 > 0
+    assert check.compare_one(0, ref + 1e-4, ref, tol, {"distribution": "normal", "hidden": False}, 1) is None
+    assert 0 < check.max_abs < 1e-3
