@@ -267,3 +267,12 @@ def _perturb(x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 __all__ = ["DTYPE_ULPS", "FLOAT32_DELTA", "IndexCall", "IndexCalls", "TIE_CHANGE", "TIE_PAIRS", "TIE_RUNS", "TIE_SEED",
            "TieRuns", "equal_scores", "perturbed", "tie_delta", "unexplained"]
+
+
+def not_opposite(a: torch.Tensor, b: torch.Tensor, ref: torch.Tensor, tol) -> torch.Tensor:
+    """Where two runs of the reference on an antithetic pair of ``perturbed`` inputs (+u and -u) did not move it by
+    opposite amounts, within the tolerance ``tol`` of ``ref`` (a non-finite move counts as not opposite): where it
+    jumped (a choice among ties) rather than drifted (a smooth output answers +u and -u with opposite moves)."""
+    a, b, r = (x.detach().to(torch.float64) for x in (a, b, ref))
+    moves = (a - r) + (b - r)
+    return ~torch.isfinite(moves) | (moves.abs() > tol.atol + tol.rtol * r.abs())

@@ -448,3 +448,33 @@ def test_an_element_whose_exact_answer_moves_under_perturbed_inputs_passes_withi
     out[5], out[6] = 0.0, 4.0  # the same error where the oracle does not move
     failure = check.compare_oracle(0, out.float(), ref.float(), truth, tol, {}, Mismatch("m"), spread)
     assert failure is not None and failure.details["oracle_mismatched"] == 1
+
+
+COLUMN_SUM_REF = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x, y):
+        return (x * y).sum(0)
+
+CONFIGS = [{"M": 4096, "D": 64}]
+
+def get_inputs(M, D):
+    return [torch.randn(M, D), torch.randn(M, D)]
+
+def get_init_inputs(M, D):
+    return []
+'''
+
+
+def test_a_wrong_column_sum_is_not_sent_after_ties():
+    """Played LLM session 36: a column sum missing a row failed with "row(s) are not explained by ties either":
+    near zero, the sums move past atol under the 2-ulp perturbations, which the rule read as the reference jumping.
+    A smooth output answers an antithetic pair of perturbations with opposite moves; a jump does not."""
+    import tempfile
+    from pathlib import Path
+
+    spec = load_spec(write(Path(tempfile.mkdtemp()), COLUMN_SUM_REF, "column_sum.py"))
+    failure, _ = judge(spec, lambda x, y: (x[:-1] * y[:-1]).sum(0), {"M": 4096, "D": 64}, 0, "normal")
+    assert failure is not None and "ties" not in failure.message and "ties_unexplained" not in failure.details
