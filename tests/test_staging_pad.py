@@ -23,6 +23,7 @@ def test_wavefronts_of_hand_counted_stores():
     assert _wavefronts([r * 272 + c for r, c in rows_of], 4) == 1  # 16 bytes a row: row r on banks 4r..4r+3
     assert _wavefronts([16 * lane for lane in range(32)], 16) == 4  # 16-byte stores: 4 phases of 8 lanes
     assert _wavefronts([256 * lane for lane in range(32)], 16) == 32  # one row each: 8 lanes a bank, 4 phases
+    assert _wavefronts([2 * lane for lane in range(32)], 2) == 1  # 2-byte stores: two lanes a word, no conflict
 
 
 def _gemm_epilogue(M, N, K, bm, bn, parallel_read=False):

@@ -83,7 +83,7 @@ def _wavefronts(addresses: list[int], width: int) -> int:
     for p in range(0, len(addresses), per_phase):
         banks: dict = {}
         for a in addresses[p:p + per_phase]:
-            for word in range(a // 4, (a + max(width, 4) - 1) // 4 + 1):
+            for word in range(a // 4, (a + width - 1) // 4 + 1):
                 banks.setdefault(word % 32, set()).add(word)
         total += max(len(words) for words in banks.values())
     return total
