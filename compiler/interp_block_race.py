@@ -20,6 +20,8 @@ store or update.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from tileagent.compiler.errors import KernelFault
@@ -39,9 +41,9 @@ def watch(kernel, mem: dict) -> "BlockRaces | None":
 class BlockRaces:
     def __init__(self, shapes: dict):
         self.shapes = shapes
-        self.stored = {b: torch.full((max(1, _numel(s)),), -1, dtype=torch.int32) for b, s in shapes.items()}
-        self.updated = {b: torch.full((max(1, _numel(s)),), -1, dtype=torch.int32) for b, s in shapes.items()}
-        self.updated_by_two = {b: torch.zeros((max(1, _numel(s)),), dtype=torch.bool) for b, s in shapes.items()}
+        self.stored = {b: torch.full((math.prod(s),), -1, dtype=torch.int32) for b, s in shapes.items()}
+        self.updated = {b: torch.full((math.prod(s),), -1, dtype=torch.int32) for b, s in shapes.items()}
+        self.updated_by_two = {b: torch.zeros((math.prod(s),), dtype=torch.bool) for b, s in shapes.items()}
         self.spans: dict = {}  # (buffer, "store" / "atomic") -> the first such access's span
         self.current = 0
 
@@ -79,10 +81,3 @@ class BlockRaces:
                 f"and updated atomically by {other}{at} in the same kernel launch; blocks run in no fixed order on "
                 f"the GPU, so the store may land after some of the updates (the CPU runs blocks one after "
                 f"another). Initialize it in an earlier T.Kernel scope, or update it atomically everywhere", store)
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n

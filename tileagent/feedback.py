@@ -69,6 +69,14 @@ def resources(plans: list[dict]) -> str:
     return render("feedback.resources", arch=where["arch"], sms=sms, rows="\n".join(rows))
 
 
+def most_local_memory(plans: list[dict], configs: list[dict] | None = None) -> tuple[int, dict | None, dict | None]:
+    """(bytes, launch, its plan's config) of the launch whose threads keep the most local memory (spills or local
+    arrays) among ``plans`` (``EvalResult.plans``; those of ``configs`` when given); (0, None, None) when none."""
+    return max(((launch.get("frame_bytes") or 0, launch, plan["config"]) for plan in plans
+                if configs is None or plan.get("config") in configs for launch in plan.get("launches") or []),
+               default=(0, None, None), key=lambda x: x[0])
+
+
 def verdict(configs: list[ConfigResult], target: float) -> str:
     """Which configs miss ``target`` and by how much (the slowest first), or that every config meets it."""
     misses = []
@@ -129,8 +137,7 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                    for c in result.configs for n in c.notes if n.startswith(TAILS_NOT_CHECKED)]
         if skipped:  # played LLM, session 22: only eval.json said so
             checked += "\nTail sizes not checked (too large for the interpreter) at " + "; ".join(skipped) + "."
-        spills = max(((launch.get("frame_bytes") or 0, launch, plan["config"]) for plan in result.plans
-                      for launch in plan.get("launches") or []), default=(0, None, None), key=lambda x: x[0])
+        spills = most_local_memory(result.plans)
         head = UNTIMED_OK.format(configs=len(result.configs), device=device) if spills[0] < SPILL_BYTES else \
             UNTIMED_SPILLS.format(configs=len(result.configs), device=device, bytes=spills[0],
                                   where=f"{spills[1]['kernel']} at {_cfg(spills[2])}",

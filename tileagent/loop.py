@@ -49,7 +49,7 @@ from tileagent.configs import RunConfig, unique_evals
 from tileagent.context import build_messages, family_of, pick_examples
 from tileagent.target import meets_target
 from tileagent.drafters.base import AttemptSummary, Draft, DrafterUnavailable, DraftTask
-from tileagent.feedback import SPILL_BYTES, render_feedback, summary
+from tileagent.feedback import SPILL_BYTES, most_local_memory, render_feedback, summary
 from tileagent.prompts import render
 from tileagent.runstore import RunStore, config_key, source_digest
 
@@ -533,8 +533,7 @@ class Loop:
     def _local_bytes(self, result: EvalResult, c: ConfigResult) -> int:
         """The most local memory a thread uses in ``result``'s plans of the GPU sizes ``c`` (an eval config) serves."""
         sizes = [rc.spec for rc in self.o.configs if rc.eval == c.config] or [c.config]
-        return max((launch.get("frame_bytes") or 0 for plan in result.plans if plan.get("config") in sizes
-                    for launch in plan.get("launches") or []), default=0)
+        return most_local_memory(result.plans, sizes)[0]
 
     def _request(self, path: Path, configs: list[dict], *, seeds: int | None = None, distributions=None,
                  trials: int | None = None, keep_going: bool = False) -> EvalRequest:
