@@ -219,7 +219,7 @@ def _codegen_cuda(u: Unit) -> Unit:
     from tileagent.compiler.runtime.hooks import cuda_postproc
     from tileagent.compiler.targets.cuda import generate
 
-    source = generate(u.module)
+    source = generate(u.module, fast_math="--use_fast_math" in u.options.nvrtc_options)
     postproc = cuda_postproc()
     if postproc is not None:  # TileLang's register_cuda_postproc_callback
         source = postproc(source, u.target)

@@ -51,6 +51,8 @@ from tileagent.compiler.targets.cuda_literals import CTYPES as _CTYPES, float_li
     int_literal as _int_literal, round_to, TF32_HELPERS
 from tileagent.compiler.targets.cuda_atomic import HELPERS as ATOMIC_HELPERS, atomic_extreme, vec_atomic_add
 from tileagent.compiler.targets.cuda_cache_hints import HELPERS as HINT_HELPERS, hinted_load  # eviction_policy
+from tileagent.compiler.targets.cuda_division import HELPERS as DIVISION_HELPERS, division_run, emit_division_run, \
+    enabled as division_runs_enabled
 from tileagent.compiler.targets.cuda_extern import HANDLERS as EXTERN_HANDLERS, extern_expr, imported_sources
 from tileagent.compiler.targets.cuda_prelude import preamble
 from tileagent.compiler.targets import cuda_random, cuda_shuffle, cuda_sync
@@ -81,22 +83,6 @@ _PREC = {"*": 3, "/": 3, "%": 3, "+": 4, "-": 4, "<": 6, "<=": 6, ">": 6, ">=": 
          "||": 12, "?": 13}  # C precedence levels (lower binds tighter) of the operators emitted as (a op b)
 _VECTOR_TYPES = {4: "uint1", 8: "uint2", 16: "uint4"}
 _HELPERS = {
-    "floordiv": """\
-template <typename T> __device__ __forceinline__ T tl_floordiv(T a, T b) {
-  const T q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-template <> __device__ __forceinline__ float tl_floordiv<float>(float a, float b) { return floorf(a / b); }
-template <> __device__ __forceinline__ double tl_floordiv<double>(double a, double b) { return floor(a / b); }""",
-    "floormod": """\
-template <typename T> __device__ __forceinline__ T tl_floormod(T a, T b) {
-  const T r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-template <> __device__ __forceinline__ float tl_floormod<float>(float a, float b) { return a - floorf(a / b) * b; }
-template <> __device__ __forceinline__ double tl_floormod<double>(double a, double b) {
-  return a - floor(a / b) * b;
-}""",
     "bitcast": """\
 template <typename To, typename From> __device__ __forceinline__ To tl_bitcast(From v) {
   static_assert(sizeof(To) == sizeof(From), "tl_bitcast: the two types differ in width");
@@ -115,8 +101,8 @@ __device__ __forceinline__ float tl_exp2f(float x) {
   return y;
 }""",
 }
-_ALL_HELPERS = {**_HELPERS, **cuda_sync.HELPERS, **TENSOR_HELPERS, **TMA_HELPERS, **ATOMIC_HELPERS, **HINT_HELPERS,
-                **cuda_random.HELPERS, **TF32_HELPERS, "opaque_u32": OPAQUE_HELPER}
+_ALL_HELPERS = {**DIVISION_HELPERS, **_HELPERS, **cuda_sync.HELPERS, **TENSOR_HELPERS, **TMA_HELPERS, **ATOMIC_HELPERS,
+                **HINT_HELPERS, **cuda_random.HELPERS, **TF32_HELPERS, "opaque_u32": OPAQUE_HELPER}
 _RESERVED = set("""
 alignas alignof and asm auto bool break case catch char char16_t char32_t class const constexpr const_cast continue
 decltype default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
@@ -169,13 +155,15 @@ def required_alignment(kernel: DeviceKernel) -> dict:
     return need
 
 
-def generate(module: DeviceModule) -> str:
-    """Emit one CUDA C++ translation unit with every kernel of ``module``.
+def generate(module: DeviceModule, fast_math: bool = False) -> str:
+    """Emit one CUDA C++ translation unit with every kernel of ``module`` (for NVRTC with ``--use_fast_math`` when
+    ``fast_math``).
 
     Raises:
         CodegenError: when a kernel holds something the CUDA target cannot express.
     """
     state = _ModuleState()
+    state.group_divisions = not fast_math and division_runs_enabled()
     kernels, symbols = [], set()
     for k in module.kernels:
         sym = kernel_symbol(k)
@@ -206,6 +194,7 @@ class _ModuleState:
         self.headers: set[str] = set()
         self.helpers: set[str] = set()
         self.header_api: set[str] = set()  # dtypes whose header is needed beyond type and conversions
+        self.group_divisions = True  # cuda_division (not under --use_fast_math, where division is approximate)
 
     def uses_header_api(self, dtype) -> None:
         """The code uses more of ``dtype``'s CUDA header than ``compiler.targets.cuda_prelude`` defines (an atomic,
@@ -384,8 +373,11 @@ class _KernelEmitter:
         self.lines.append("  " * self.depth + s)
 
     def body(self, stmts) -> None:
-        for s in stmts:
-            self.stmt(s)
+        i = 0
+        while i < len(stmts):  # a run of divisions by shared divisors is written as one (cuda_division)
+            n, divisions = division_run(self, stmts, i) if self.state.group_divisions else (0, [])
+            emit_division_run(self, divisions, _strip) if n else self.stmt(stmts[i])
+            i += n or 1
 
     def block(self, stmts, bind=None) -> None:
         self.depth += 1
