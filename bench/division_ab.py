@@ -35,17 +35,19 @@ def compiled(jitted, *args, out_idx=None, **kwargs):
 
 
 def both_sides(build):
-    """(A, B): ``build()`` compiled with division runs and without, each in a fresh module cache."""
+    """(A, B): ``build()`` compiled with division runs and without, each in a fresh module cache; None when A has
+    no run (the kernel is past ``cuda_division.MAX_SITES`` or has no shared divisors)."""
     sides = []
     for runs in ("1", "0"):
         os.environ["TILEAGENT_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"division_ab{runs}_")
         os.environ["TILEAGENT_DIVISION_RUNS"] = runs
         kernel = build()
-        if ("tl_div_by_rcp(" in kernel.get_kernel_source()) != (runs == "1"):
-            raise SystemExit(f"TILEAGENT_DIVISION_RUNS={runs}: the source does not show what was asked")
-        sides.append(kernel)
+        grouped = "tl_div_by_rcp(" in kernel.get_kernel_source()
+        if runs == "0" and grouped:
+            raise SystemExit("TILEAGENT_DIVISION_RUNS=0: the source still has division runs")
+        sides.append(kernel if grouped or runs == "0" else None)
     os.environ.pop("TILEAGENT_DIVISION_RUNS")
-    return sides
+    return None if sides[0] is None else sides
 
 
 def cases():
@@ -70,7 +72,8 @@ def cases():
                2 * Bm * Hm * ctx * (512 + 64) + 2 * Bm * Hm * ctx * 512, "TFLOP/s", None)
     M, N = 16384, 8192
     x = torch.randn(M, N, device="cuda", dtype=torch.float16)
-    yield ("softmax 16384x8192", lambda: compiled(softmax.softmax, M, N, out_idx=[1]), (x,), 2 * x.numel() * 2, "GB/s", None)
+    moved = 4 * x.numel() * 1e3  # bytes read and written, x 1e3: GB/s on the scale of FLOPs to TFLOP/s
+    yield "softmax 16384x8192", lambda: compiled(softmax.softmax, M, N, out_idx=[1]), (x,), moved, "GB/s", None
 
 
 def main() -> None:
@@ -82,6 +85,9 @@ def main() -> None:
     print(f"{'kernel':34} {'A':>8} {'B':>8} {'B/A time':>9} {'baseline':>9}  unit, outputs", flush=True)
     for label, build, args, work, unit, baseline in cases():
         sides = both_sides(build)
+        if sides is None:
+            print(f"{label:34} no division run", flush=True)
+            continue
         outs = [kern(*args) for kern in sides]
         torch.cuda.synchronize()
         same = "identical" if torch.equal(outs[0], outs[1]) else \

@@ -45,11 +45,37 @@ def _float(rng, exponents=(-60, 59)) -> Fraction:
     return (-1) ** rng.getrandbits(1) * Fraction((1 << 23) | m, 1 << 23) * Fraction(2) ** rng.randint(*exponents)
 
 
+def biased_exponent(x: Fraction) -> int:
+    x = abs(x)
+    e = x.numerator.bit_length() - x.denominator.bit_length()
+    return e - (Fraction(2) ** e > x) + 127
+
+
+def fits(a: Fraction, d: Fraction) -> bool:
+    """tl_div_fits for one numerator and one divisor (the CUDA helper's bounds, on biased exponents)."""
+    ea, ed = biased_exponent(a), biased_exponent(d)
+    return 2 <= ed <= 251 and ea >= 49 and ea <= 254 and ea - ed >= -123 and ea - ed <= 124
+
+
 def test_the_algorithm_gives_the_correctly_rounded_quotient_across_the_range():
     rng = random.Random(7)
-    for _ in range(1500):
-        a, d = _float(rng), _float(rng)
-        assert by_reciprocal(a, d) == rn32(a / d), (a, d)
+    checked = 0
+    for _ in range(3000):
+        a, d = _float(rng, (-78, 127)), _float(rng, (-125, 124))
+        if fits(a, d):
+            checked += 1
+            assert by_reciprocal(a, d) == rn32(a / d), (a, d)
+    assert checked > 1000
+
+
+def test_the_range_check_admits_the_edges_of_its_bounds():
+    rng = random.Random(5)
+    for _ in range(400):  # quotients next to 2^-124 and 2^125, numerators next to 2^-78, divisors next to 2^+-125
+        d = _float(rng, (-125, 124))
+        for a in (d * Fraction(2) ** -123, d * Fraction(2) ** 124, _float(rng, (-78, -78))):
+            a = rn32(a)
+            if fits(a, d):
+                assert by_reciprocal(a, d) == rn32(a / d), (a, d)
 
 
 def test_the_algorithm_rounds_quotients_next_to_a_midpoint_and_exact_ones():

@@ -15,9 +15,9 @@ block, twice that for causal). The same quotients, bit for bit, with the work sh
 - per element, ``q0 = RN(a*y)``, ``r0 = fma(-d, q0, a)``, ``q1 = fma(r0, y, q0)`` (within one ulp of a/d),
   ``r1 = fma(-d, q1, a)`` (exact), ``q2 = fma(r1, y, q1)``: RN(a/d) by Markstein's theorem (y within half an ulp
   of 1/d, q1 within one ulp of a/d); a zero ``a`` gives ``a * y``, the signed zero the division gives;
-- it holds while nothing underflows or overflows: ``|d|`` in [2^-60, 2^60] and ``a`` zero or ``|a|`` in
-  [2^-60, 2^60] (every intermediate normal, quotients within 2^+-120). One check covers the run; when it fails
-  (an inf, a NaN, a zero divisor, an extreme value), every element is divided as written.
+- it holds while nothing underflows or overflows (``tl_div_fits``: ``|d|`` in [2^-125, 2^125), ``a`` zero or
+  ``|a|`` >= 2^-78, ``|a/d|`` in [2^-124, 2^125]). One check covers the run, on the extremes of its numerators and
+  divisors; when it fails (an inf, a NaN, a zero divisor, an extreme value), every element is divided as written.
 
 Guarantee: every stored value is bitwise ``a / d`` as NVRTC compiles it without fast math (``tests/gpu`` compares them
 on the GPU; ``tests/test_cuda_division.py`` checks the algorithm in exact arithmetic). Under ``--use_fast_math``
@@ -35,19 +35,31 @@ from tileagent.compiler.ir.stmt import For, Store
 from tileagent.compiler.ir.visit import loads
 from tileagent.compiler.targets.cuda_registers import static_loop, static_value
 
-MAX_RUN = 256  # divisions written as one run at most (the source grows by two lines a division)
+# Division sites in a kernel's source (unroll loops counted with their trip counts) beyond which nothing is grouped.
+# The fast path and the check add ~10 instructions a division beside the divisions kept for the other branch, and
+# NVRTC's time grows with them (session 37, CPU machine: flash attention's 64 +0.06 s, MLA decode's 128 +0.16 s over
+# 0.53 s) while a kernel keeping that many quotients a thread spends a smaller share of its time in them (MLA decode
+# +0.5% / +1.7% against flash attention's +5%, bench/division_ab.py).
+MAX_SITES = 64
 MIN_RUN = 4  # divisions in a run, at least two per divisor on average: below that the check costs what it saves
 
 _RCP_DIVISION = """\
 // IEEE float division from a shared reciprocal (compiler/targets/cuda_division.py): a / d bit for bit, given
-// y = __frcp_rn(d), tl_div_in_range(d) and a zero or in range (tl_div_range's bounds).
-__device__ __forceinline__ bool tl_div_in_range(float x) { return fabsf(x) >= 0x1p-60f && fabsf(x) <= 0x1p60f; }
-// The range of a run's numerators on their bits doubled (the sign shifted out): every x is zero or in range when
-// lo >= 2 * bits(2^-60) - 1 and hi <= 2 * bits(2^60); a zero wraps to the largest lo and leaves hi; inf, NaN exceed hi.
+// y = __frcp_rn(d) and tl_div_fits of the run's numerators and divisors.
+__device__ __forceinline__ unsigned tl_div_bits(float x) { return __float_as_uint(x) << 1; }  // the sign dropped
+// The range of a run's numerators on their doubled bits: a zero wraps to the largest lo and leaves hi.
 __device__ __forceinline__ void tl_div_range(float x, unsigned& lo, unsigned& hi) {
-  const unsigned t = __float_as_uint(x) << 1;
+  const unsigned t = tl_div_bits(x);
   lo = min(lo, t - 1u);
   hi = max(hi, t);
+}
+// Whether no step of tl_div_by_rcp underflows or overflows: numerators zero or with doubled bits in [lo + 1, hi],
+// divisors in [dlo, dhi]; on biased exponents e (|x| in [2^(e-127), 2^(e-126))): |d| in [2^-125, 2^125), |a| in
+// [2^-78, inf) (residuals stay normal), |a/d| in [2^-124, 2^125]. An inf or NaN has e = 255: it fails.
+__device__ __forceinline__ bool tl_div_fits(unsigned lo, unsigned hi, unsigned dlo, unsigned dhi) {
+  const int a_lo = (int)((lo + 1u) >> 24), a_hi = (int)(hi >> 24), d_lo = (int)(dlo >> 24), d_hi = (int)(dhi >> 24);
+  return d_lo >= 2 && d_hi <= 251 && (hi == 0u || (a_lo >= 49 && a_hi <= 254 && a_lo - d_hi >= -123 &&
+                                                   a_hi - d_lo <= 124));
 }
 __device__ __forceinline__ float tl_div_by_rcp(float a, float d, float y) {
   const float q0 = a * y;
@@ -55,7 +67,6 @@ __device__ __forceinline__ float tl_div_by_rcp(float a, float d, float y) {
   const float q2 = fmaf(fmaf(-d, q1, a), y, q1);
   return a == 0.0f ? q0 : q2;
 }"""
-_LO, _HI = 2 * (67 << 23) - 1, 2 * (187 << 23)  # tl_div_range's bounds: 2^-60 and 2^60 (biased exponents 67, 187)
 _CHAINS = 4  # independent lo/hi accumulators: the check is not one dependent chain through every element
 HELPERS = {  # name -> CUDA C++ (compiler.targets.cuda's helpers): floor division and modulo as the IR defines them
     "floordiv": """\
@@ -132,8 +143,10 @@ def _instances(s, consts: dict, budget: int) -> list | None:
 def division_run(em, stmts, start: int) -> tuple[int, list]:
     """(how many statements from ``stmts[start]`` form a run that :func:`emit_division_run` may write, their
     division instances); (0, []) when none does."""
+    if _sites(em) > MAX_SITES:
+        return 0, []
     end, inst = start, []
-    while end < len(stmts) and (got := _instances(stmts[end], dict(em.consts), MAX_RUN - len(inst))) is not None:
+    while end < len(stmts) and (got := _instances(stmts[end], dict(em.consts), MAX_SITES - len(inst))) is not None:
         inst += got
         end += 1
     while len(inst) >= MIN_RUN:
@@ -145,8 +158,25 @@ def division_run(em, stmts, start: int) -> tuple[int, list]:
                 and all(_reads_only(s.value.a, t, stored, c) for (s, c), t in zip(inst, targets))):
             return end - start, inst
         end -= 1  # a later statement spoils the run (it reads an earlier target): try without it
-        inst = [x for st in stmts[start:end] for x in _instances(st, dict(em.consts), MAX_RUN)]
+        inst = [x for st in stmts[start:end] for x in _instances(st, dict(em.consts), MAX_SITES)]
     return 0, []
+
+
+def _sites(em) -> int:
+    """The float32 division sites of the kernel ``em`` emits, each unroll loop's body counted once per trip."""
+    if getattr(em, "division_sites", None) is None:
+        em.division_sites = _count(em.k.body)
+    return em.division_sites
+
+
+def _count(stmts) -> int:
+    n = 0
+    for s in stmts:
+        if isinstance(s, Store) and isinstance(s.value, BinOp) and s.value.op == "/" and s.value.dtype == "float32":
+            n += 1
+        trips = len(static_loop(s) or ()) or 1 if isinstance(s, For) else 1
+        n += trips * sum(_count(getattr(s, name, None) or ()) for name in ("body", "then_body", "else_body"))
+    return n
 
 
 def _reads_only(e, target: tuple, stored: set, consts: dict) -> bool:
@@ -195,8 +225,8 @@ def emit_division_run(em, inst, strip) -> None:
     em.line(f"unsigned {', '.join(f'{x} = 0u' for x in hi)};")
     for i, n in enumerate(nums):
         em.line(f"tl_div_range({strip(n)}, {lo[i % len(lo)]}, {hi[i % len(lo)]});")
-    ok = " && ".join([f"tl_div_in_range({d})" for d, _ in names.values()]
-                     + [f"{_tree('min', lo)} >= {_LO:#x}u", f"{_tree('max', hi)} <= {_HI:#x}u"])
+    dbits = [f"tl_div_bits({d})" for d, _ in names.values()]
+    ok = f"tl_div_fits({_tree('min', lo)}, {_tree('max', hi)}, {_tree('min', dbits)}, {_tree('max', dbits)})"
     em.line(f"if ({ok}) {{")
     for ref, n, (d, y) in zip(refs, nums, divs):
         em.line(f"  {ref} = tl_div_by_rcp({strip(n)}, {d}, {y});")
