@@ -39,6 +39,7 @@ import torch
 from tileagent.evaluator.candidate import read_candidate
 from tileagent.evaluator.errors import EvalError, Mismatch, SpecError
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
+from tileagent.evaluator.held_outputs import HeldOutputs
 from tileagent.evaluator import oracle
 from tileagent.evaluator.interpreter_sizes import TAILS_NOT_CHECKED, fit_tail, too_large
 from tileagent.evaluator.sandbox import Buffer, Sandbox
@@ -178,9 +179,6 @@ def draw_seed() -> int:
     return secrets.randbits(62)
 
 
-HELD_OUTPUTS = 6  # outputs of the latest calls kept mapped and re-checked after every later call
-HELD_BYTES = 4 << 30  # ... and at most this many bytes of them and their copies, beyond the latest call's (played
-# LLM session 36 on an H100: 6 held logits gradients of 16384 x 128256 and their copies ran the evaluator out of memory)
 ORACLE_FACTOR = 2.0  # the oracle rule accepts an error up to this multiple of the reference's own error
 
 
@@ -198,7 +196,7 @@ class _ConfigCheck:
         self.constant: dict = {}  # (output, distribution) -> the reference was constant in every check
         self.nonfinite: dict = {}  # output -> the distributions under which the reference gave NaN or Inf
         self.atol: dict = {}  # output -> atol of its dtype
-        self.held: list[tuple[torch.Tensor, torch.Tensor]] = []  # (an earlier output as mapped, its values then)
+        self.held = HeldOutputs()  # earlier outputs the caller still holds (the output-reused rule)
         self.models64: dict = {}  # id(reference model) -> (model, its float64 copy or None)
         self.oracle_accepted: dict = {}  # output -> (the reference's worst own error, the oracle rules that decided)
         self.ties_accepted: dict = {}  # output -> differing int64 elements the tie rule accepted
@@ -267,26 +265,14 @@ class _ConfigCheck:
                 if _overlaps(mine, _storage_range(b.tensor)):
                     raise violation("output-aliases-input", f"output {k} shares memory with input {j}: return a new "
                                     f"tensor; {_where(where)}", output=k, input=j, **where)
-            for t, _ in self.held:
-                if _overlaps(mine, _storage_range(t)):
-                    raise violation("output-reused", f"output {k} shares memory with an output of an earlier call "
-                                    f"that the caller still holds: allocate each call's outputs afresh; "
-                                    f"{_where(where)}", output=k, **where)
-        for t, then in self.held:
-            if not identical(t, then):
-                raise violation("output-reused", f"an output of an earlier call changed after a later call (the "
-                                f"candidate wrote into memory it had returned): allocate each call's outputs afresh; "
-                                f"{_where(where)}", **where)
-        held = (self.held + [(o, o.clone()) for o in outs])[-HELD_OUTPUTS:]
-        while len(held) > len(outs) and sum(2 * t.numel() * t.element_size() for t, _ in held) > HELD_BYTES:
-            held = held[1:]  # the latest call's outputs stay; older ones go first
-        self.held = held
+        self.held.check(outs, where, _where(where))
+        self.held.hold(outs)
 
     def check(self, model, key, inputs, previous: list[Buffer] | None, where: dict):
-        spec = self.spec
+        spec = self.spec  # the reference first: its temporaries and the candidate's buffers need not fit together
+        ref = spec.run_reference(model, [t.clone() for t in inputs], where["config"])
         first = [Buffer(t.clone()) for t in inputs]
         out1 = self.call(key, first, inputs, where)
-        ref = spec.run_reference(model, [t.clone() for t in inputs], where["config"])
         if previous is not None and all(a.tensor.shape == b.shape and a.tensor.dtype == b.dtype
                                         for a, b in zip(previous, inputs)):
             second = previous

@@ -656,20 +656,22 @@ def test_a_reference_with_nan_is_not_called_below_atol(relu_spec):
 
 def test_held_outputs_stay_within_their_byte_budget_and_a_reused_buffer_is_still_caught(monkeypatch):
     """Played LLM session 36 on an H100: six held logits gradients of 16384 x 128256 and their copies (the
-    output-reused check) ran the evaluator out of memory. Beyond the latest call's outputs, held ones go oldest first
-    once they pass ``HELD_BYTES``; a candidate writing into the buffer it returned last time is still caught."""
-    from tileagent.evaluator import correctness
+    output-reused check) ran the evaluator out of memory. Held outputs keep a fingerprint, not a copy; beyond the
+    latest call's outputs, held ones go oldest first once they pass ``HELD_BYTES``; a candidate writing into the buffer
+    it returned last time is still caught."""
+    from tileagent.evaluator import correctness, held_outputs
     from tileagent.evaluator.errors import GuardViolation
 
-    monkeypatch.setattr(correctness, "HELD_BYTES", 3 * 2 * 4096)  # three held outputs of 1024 float32 and copies
+    monkeypatch.setattr(held_outputs, "HELD_BYTES", 3 * 4096)  # three held outputs of 1024 float32
     check, where = correctness._ConfigCheck(None, None, "cpu", 0), {"config": {}, "seed": 0, "distribution": "n"}
     outs = [torch.randn(1024) for _ in range(5)]
     for o in outs:
         check.check_storage([o], [], where)
-    assert [id(t) for t, _ in check.held] == [id(o) for o in outs[-3:]]
+    assert [id(t) for t, _ in check.held.held] == [id(o) for o in outs[-3:]]
+    assert all(isinstance(then, int) for _, then in check.held.held)  # fingerprints: no copies held
     big = torch.randn(4096)  # alone over the budget: the latest call's output is held all the same
     check.check_storage([big], [], where)
-    assert [id(t) for t, _ in check.held] == [id(big)]
+    assert [id(t) for t, _ in check.held.held] == [id(big)]
     big[0] += 1.0  # the candidate writes into what it returned, then returns another tensor
     with pytest.raises(GuardViolation) as e:
         check.check_storage([torch.randn(8)], [], where)
