@@ -38,6 +38,7 @@ import torch
 
 from tileagent.evaluator.candidate import read_candidate
 from tileagent.evaluator.errors import EvalError, Mismatch, SpecError
+from tileagent.evaluator.compare import compared, outside as _outside
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
 from tileagent.evaluator.held_outputs import HeldOutputs
 from tileagent.evaluator import oracle
@@ -566,34 +567,27 @@ class _ConfigCheck:
             return Mismatch(f"output {k} has dtype {out.dtype}, the reference {ref.dtype}; {_where(where)}", **base)
         if out.numel() == 0:
             return None
-        o, r, finite, same_special, err, bad = _parts(out, ref, tol)
-        diff_l2 = float(torch.linalg.vector_norm(err))
-        ref_l2 = float(torch.linalg.vector_norm(r.masked_fill(~finite, 0.0)))
-        rel = diff_l2 / ref_l2 if ref_l2 > 0 else (0.0 if diff_l2 == 0 else math.inf)
-        max_abs = float(err.max())
-        if bool((~finite & ~same_special).any()):
+        c = compared(out, ref, tol)
+        rel = c.err_l2 / c.ref_l2 if c.ref_l2 > 0 else (0.0 if c.err_l2 == 0 else math.inf)
+        max_abs, n_bad, flat = c.max_abs, c.outside, c.worst
+        if c.nonfinite:
             max_abs = rel = math.nan  # NaN or Inf where the reference has none: the error norms mean nothing
-        n_bad = int(bad.sum())
         index_output = ref.dtype == torch.int64  # torch's index dtype: an index is right or wrong, not near
         if n_bad:
-            allowed = tol.atol + tol.rtol * r.abs()
-            score = torch.where(bad & ~finite, torch.full_like(o, math.inf), err / allowed.clamp_min(1e-300))
-            flat = int(torch.argmax(torch.where(bad, score, torch.full_like(o, -1.0))))
-            reason = (f"{n_bad} of {o.numel()} int64 elements (indices) differ" if index_output else
-                      f"{n_bad} of {o.numel()} elements outside atol={tol.atol:g} + rtol={tol.rtol:g} * |expected|")
+            reason = (f"{n_bad} of {out.numel()} int64 elements (indices) differ" if index_output else
+                      f"{n_bad} of {out.numel()} elements outside atol={tol.atol:g} + rtol={tol.rtol:g} * |expected|")
         elif rel > tol.rel_l2:
-            flat = int(torch.argmax(err))
             reason = (f"relative L2 error {rel:.3g} exceeds {tol.rel_l2:g}, although every element is within "
                       f"atol={tol.atol:g}, rtol={tol.rtol:g} (the output is small next to atol)")
         else:  # max abs errors under hidden distributions (values near 1e15) read as errors: public ones only
             self.max_abs = self.max_abs if where.get("hidden") else max(self.max_abs, max_abs)
             self.rel_l2 = max(self.rel_l2, rel)
             return None
-        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(o.shape)))
-        expected, got = float(r.reshape(-1)[flat]), float(o.reshape(-1)[flat])
+        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(out.shape)))
+        expected, got = float(ref.reshape(-1)[flat]), float(out.reshape(-1)[flat])
         hint = ""
         if n_bad and not ref.dtype.is_floating_point and not ref.dtype.is_complex and ref.dtype != torch.bool and \
-                not index_output and n_bad * 100 <= o.numel() and bool((err[bad] == 1).all()):
+                not index_output and n_bad * 100 <= out.numel() and c.all_one:
             hint = (" (every differing value is off by exactly 1, at few elements: rounding ties decided the other "
                     "way; check the rounding rule and that the value before it is computed as the reference does, "
                     "e.g. on CUDA torch divides by a Python number as a multiplication by its float32 reciprocal)")
@@ -613,7 +607,7 @@ class _ConfigCheck:
         return Mismatch(f"output {k} differs from the reference at index {index}: expected {expected:.6g}, got "
                         f"{got:.6g}{hint}; {reason}{norms}; {_where(where)}, call {call}", index=list(index),
                         **_json_floats(expected=expected, got=got, max_abs_err=max_abs, rel_l2=rel), mismatched=n_bad,
-                        total=o.numel(), atol=tol.atol, rtol=tol.rtol, rel_l2_bound=tol.rel_l2,
+                        total=out.numel(), atol=tol.atol, rtol=tol.rtol, rel_l2_bound=tol.rel_l2,
                         dtype=str(ref.dtype).removeprefix("torch."), **base)
 
     def flag_degenerate(self, ref, where: dict) -> None:
@@ -731,31 +725,6 @@ FLOAT_TIES_PROBE = 4
 """The floating tie rule's first runs: when the reference jumped at none of the differing elements in these, the
 output is smooth there and the rule stops (played LLM session 26: an fp8 dequant's failure re-ran a 66M-element
 reference 64 times and its message spoke of ties)."""
-
-
-def _outside(out, ref, tol: Tolerance):
-    """Where ``out`` is outside ``ref``'s tolerance (atol + rtol * |ref|); ``_same_special`` values are inside. The
-    one definition of an element outside the tolerance (``compare_one``, the floating tie rule)."""
-    return _parts(out, ref, tol)[-1]
-
-
-def _parts(out, ref, tol: Tolerance):
-    """(o, r, finite, same, err, outside): both as float64, where both are finite, ``_same_special``, |o - r| where
-    finite (else 0) and ``_outside``, each computed once (a full-size run compares 67M-element outputs: the float64
-    temporaries were half of a CPU evaluation's time)."""
-    o, r = out.detach().to(torch.float64), ref.detach().to(torch.float64)
-    finite = torch.isfinite(o) & torch.isfinite(r)
-    same = _same_special(o, r)
-    err = (o - r).abs_().masked_fill_(~finite, 0.0)
-    return o, r, finite, same, err, ~(same | (finite & (err <= tol.atol + tol.rtol * r.abs())))
-
-
-def _same_special(o, r):
-    """Equal values (an infinity of the same sign), and NaN or an infinity where the reference is NaN: a NaN there is
-    no value, the overflow that made it (inf - inf, 0 * inf) comes out as an infinity in another order of the same
-    arithmetic (played LLM session 25: a selective scan under the 'extremes' distribution). A finite value where the
-    reference is NaN is outside."""
-    return (o == r) | (torch.isnan(r) & ~torch.isfinite(o))
 
 
 def _output(outs, k: int):
