@@ -345,8 +345,8 @@ def _device_fault(error: BaseException, device: str) -> DeviceFault | None:
         lower = text.lower()
         if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or "out of memory" in lower or \
                 "can't allocate memory" in lower:
-            return DeviceFault(f"out of memory: {text.splitlines()[0] if text else type(e).__name__}",
-                               fault="oom")
+            first = text.splitlines()[0] if text else type(e).__name__
+            return DeviceFault(f"out of memory{_raised_at(error)}: {first}", fault="oom")
     if device.startswith("cuda"):
         broken = device_broken(device)
         if broken:
@@ -354,6 +354,14 @@ def _device_fault(error: BaseException, device: str) -> DeviceFault | None:
             return DeviceFault(f"the device faulted: {broken} (raised as {type(error).__name__}: {first[:200]})",
                                fault="cuda")
     return None
+
+
+def _raised_at(error: BaseException) -> str:
+    """" in F at FILE:LINE" for the innermost frame of ``error``'s traceback outside torch (what ran out: the
+    reference's forward, one of the evaluator's checks, the candidate's code), or "" without a traceback."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f"{os.sep}torch{os.sep}" not in f.filename] \
+        if error.__traceback__ else []
+    return f" in {frames[-1].name} at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
 
 
 def device_broken(device: str) -> str | None:

@@ -479,3 +479,22 @@ def test_each_config_says_how_long_its_check_took(tmp_path):
     assert result.status == "ok" and result.configs
     for c in result.configs:
         assert set(c.seconds) == {"check"} and c.seconds["check"] >= 0.05, c.seconds
+
+
+def test_an_out_of_memory_names_the_function_and_line_that_ran_out():
+    """Played LLM session 37: the evaluator ran out of device memory and said nothing of where (the reference, one of
+    its own checks, the candidate)."""
+    import torch
+
+    from tileagent.evaluator.worker import classify
+
+    def allocate_everything():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 7.87 GiB (a test)")
+
+    try:
+        allocate_everything()
+    except torch.OutOfMemoryError as e:
+        fault = classify(e, "cpu")
+    line = allocate_everything.__code__.co_firstlineno + 1
+    assert fault.message == (f"out of memory in allocate_everything at test_evaluator_worker.py:{line}: CUDA out of "
+                             f"memory. Tried to allocate 7.87 GiB (a test)")
