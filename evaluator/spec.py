@@ -53,11 +53,22 @@ def _row_scales(shape, g):
     return x * 10.0 ** torch.empty(*shape[:-1], 1).uniform_(-3.0, 2.0, generator=g)
 
 
+def _positions(n: int, k: int, g) -> torch.Tensor:
+    """``k`` distinct positions of ``n`` in random order; above 2^24 elements about ``k`` (drawn with replacement,
+    repeats dropped): a permutation of all ``n`` was 16 GiB of int64 at 2^31 elements (played LLM session 37, a
+    16384 x 128256 input)."""
+    if n <= 1 << 24:
+        return torch.randperm(n, generator=g)[:k]
+    where = torch.unique(torch.randint(0, n, (k,), generator=g, device=g.device))
+    return where[torch.randperm(where.numel(), generator=g, device=g.device)]
+
+
 def _outliers(shape, g):
     x = torch.randn(shape, generator=g)
     flat = x.view(-1)
     k = max(1, flat.numel() // 100)
-    where = torch.randperm(flat.numel(), generator=g)[:k]
+    where = _positions(flat.numel(), k, g)
+    k = where.numel()
     sign = torch.randint(0, 2, (k,), generator=g) * 2.0 - 1.0
     flat[where] = sign * torch.empty(k).uniform_(100.0, 200.0, generator=g)
     return x
@@ -66,9 +77,9 @@ def _outliers(shape, g):
 def _ties(shape, g):
     x = (torch.randint(-16, 16, shape, generator=g).float() + 0.5) / 4.0
     flat = x.view(-1)
-    which = torch.rand(flat.numel(), generator=g)
-    flat[which < 0.1] = 0.0
-    flat[(which >= 0.1) & (which < 0.2)] = -0.0
+    which = torch.randint(0, 10, (flat.numel(),), generator=g, dtype=torch.uint8)  # 1 byte an element, not 4
+    flat[which == 0] = 0.0
+    flat[which == 1] = -0.0
     return x
 
 
@@ -76,8 +87,8 @@ def _extremes(shape, g, dtype=torch.float32):
     x = torch.randn(shape, generator=g)
     flat = x.view(-1)
     k = max(1, flat.numel() // 100)
-    where = torch.randperm(flat.numel(), generator=g)[:2 * k]
-    sign = torch.randint(0, 2, (2 * k,), generator=g) * 2.0 - 1.0
+    where = _positions(flat.numel(), 2 * k, g)
+    sign = torch.randint(0, 2, (where.numel(),), generator=g) * 2.0 - 1.0
     info = torch.finfo(dtype if dtype.is_floating_point else torch.float32)
     # large values, but small enough that a sum of squares over a row of the reference stays finite in fp32
     big = min(float(info.max) / 4, 1e15)
