@@ -1,8 +1,9 @@
 """Element by element comparison of an output with the reference under a tolerance, in bounded memory.
 
 In: two tensors of one shape and dtype (an output and the reference's) and a Tolerance.
-Out: ``outside`` (where the output is outside the tolerance, a bool tensor of their shape) and ``compared`` (the
-figures ``evaluator.correctness`` reports: elements outside, error norms, the worst element).
+Out: ``outside`` (where the output is outside the tolerance, a bool tensor of their shape), ``compared`` (the
+figures ``evaluator.correctness`` reports: elements outside, error norms, the worst element) and ``finite_range`` (a
+reference's extremes, for its degenerate-output notes).
 How: both are compared as float64 in chunks of ``CHUNK`` elements of their flattened order, so the temporaries are a
 few float64 chunks whatever the size (played LLM session 37 on an H100: comparing a 16384 x 128256 bfloat16 logits
 gradient as whole float64 tensors needed five 15.7 GiB temporaries and ran the evaluator out of device memory).
@@ -69,6 +70,21 @@ def outside(out, ref, tol):
     for start, o, r in _chunks(out, ref):
         flat[start:start + o.numel()] = parts(o, r, tol)[-1]
     return bad
+
+
+def finite_range(t) -> tuple[float, float, float, bool]:
+    """(max |x|, min x, max x) over the finite elements of ``t`` (-inf, inf, -inf when none is), and whether every
+    element is finite."""
+    peak, lo, hi, every = -math.inf, math.inf, -math.inf, True
+    flat = t.detach().reshape(-1)
+    for start in range(0, flat.numel(), CHUNK):
+        c = flat[start:start + CHUNK].to(torch.float64)
+        finite = torch.isfinite(c)
+        every = every and bool(finite.all())
+        c = c[finite]
+        if c.numel():
+            peak, lo, hi = max(peak, float(c.abs().max())), min(lo, float(c.min())), max(hi, float(c.max()))
+    return peak, lo, hi, every
 
 
 def compared(out, ref, tol) -> Compared:

@@ -38,7 +38,7 @@ import torch
 
 from tileagent.evaluator.candidate import read_candidate
 from tileagent.evaluator.errors import EvalError, Mismatch, SpecError
-from tileagent.evaluator.compare import compared, outside as _outside
+from tileagent.evaluator.compare import compared, finite_range, outside as _outside
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
 from tileagent.evaluator.held_outputs import HeldOutputs
 from tileagent.evaluator import oracle
@@ -614,15 +614,12 @@ class _ConfigCheck:
         for k, r in enumerate(ref):
             if not r.is_floating_point() or r.numel() == 0:
                 continue
-            r64 = r.detach().to(torch.float64)
             key = (k, where["distribution"])
-            finite = r64[torch.isfinite(r64)]  # NaN would read as 0 below (max(0.0, nan) is 0.0; played LLM, s. 33)
-            peak = float(finite.abs().max()) if finite.numel() else math.inf
-            self.peaks[key] = max(self.peaks.get(key, 0.0), peak)
-            constant = r.numel() > 1 and finite.numel() == r.numel() and float(r64.max()) == float(r64.min())
-            self.constant[key] = self.constant.get(key, True) and constant
+            peak, lo, hi, every = finite_range(r)  # finite values only: NaN would read as 0 (played LLM, s. 33)
+            self.peaks[key] = max(self.peaks.get(key, 0.0), peak if lo <= hi else math.inf)
+            self.constant[key] = self.constant.get(key, True) and r.numel() > 1 and every and lo == hi
             self.atol[k] = self.spec.tolerance(r.dtype).atol
-            if not bool(torch.isfinite(r64).all()):
+            if not every:
                 self.nonfinite.setdefault(k, []).append(where["distribution"])
 
     def oracle_notes(self) -> list[str]:

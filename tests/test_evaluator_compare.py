@@ -40,3 +40,12 @@ def test_with_nothing_outside_the_worst_is_the_first_largest_error(monkeypatch):
     out[[33, 71]] = 1e-4  # equal errors, both inside: the first
     c = compare.compared(out, ref, Tolerance(1e-3, 1e-3, 1e-2))
     assert (c.outside, c.worst, c.max_abs) == (0, 33, pytest.approx(1e-4))
+
+
+def test_the_finite_range_skips_nan_and_infinities_in_every_chunk(monkeypatch):
+    monkeypatch.setattr(compare, "CHUNK", 4)
+    t = torch.tensor([1.0, float("nan"), -3.0, 2.0, float("inf"), 0.5, -0.25, 7.0, float("-inf")])
+    assert compare.finite_range(t) == (7.0, -3.0, 7.0, False)
+    assert compare.finite_range(torch.full((9,), 2.0, dtype=torch.bfloat16)) == (2.0, 2.0, 2.0, True)
+    peak, lo, hi, every = compare.finite_range(torch.tensor([float("nan")] * 5))
+    assert (peak, lo > hi, every) == (-float("inf"), True, False)
