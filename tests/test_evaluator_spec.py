@@ -103,6 +103,16 @@ def test_non_deterministic_reference(tmp_path):
     assert message(tmp_path, text).endswith("; a reference must be deterministic")
 
 
+def test_non_deterministic_reference_with_outputs_too_large_to_keep(tmp_path, monkeypatch):
+    """Outputs past KEPT_OUTPUT_BYTES are compared by fingerprint: the second run gets their memory."""
+    from tileagent.evaluator import spec
+
+    monkeypatch.setattr(spec, "KEPT_OUTPUT_BYTES", 16)
+    assert "output 0, max abs diff not known: the first run's outputs were not kept" in \
+        message(tmp_path, GOOD.replace("return torch.relu(x)", "return x + torch.rand_like(x)"))
+    load_spec(write(tmp_path, GOOD))  # a deterministic one passes
+
+
 def test_output_of_the_wrong_type(tmp_path):
     text = GOOD.replace("return torch.relu(x)", "return 'relu'")
     assert message(tmp_path, text) == ("Model.forward returned a str ('relu'); the output must be a tensor or a tuple "
