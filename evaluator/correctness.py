@@ -172,6 +172,7 @@ def timed_calls(spec: Spec, sandbox: Sandbox, config: dict, device="cpu", trials
         k += 1
         if total is None and k >= warmup and time.perf_counter() - t0 >= 0.1:
             total = k + trials
+    sandbox.forget(arena)
     return times
 
 
@@ -237,6 +238,8 @@ class _ConfigCheck:
                     where["tail_of"] = tail_of
                 inputs = self.spec.make_inputs(config, self.input_seed(seed), dist, self.device)
                 previous = self.check(model, key, inputs, previous, where)
+        if previous is not None:  # the runner's mapping keeps the memory alive in this process too (CUDA IPC)
+            self.sandbox.forget(previous)
 
     def call(self, key, buffers: list[Buffer], pristine, where: dict) -> tuple[torch.Tensor, ...]:
         try:
@@ -297,8 +300,7 @@ class _ConfigCheck:
                             f"({verdicts} the reference; call 2 reused an earlier call's input buffers refilled with "
                             f"these values, call 3 used fresh buffers): results cached by input address or identity, "
                             f"or state kept between calls; {_where(where)}", **where)
-        if second is not previous:
-            self.sandbox.forget(second)
+        self.sandbox.forget(second)  # fresh, or the last check's first buffers: ``first`` is refilled next time
         self.checks += 2
         for k, (a, b) in enumerate(zip(out1, out2)):
             if not identical(a, b):

@@ -228,6 +228,7 @@ class Sandbox:
             self.proc.start()
         child.close()
         self._models, self.last_ms, self._built = 0, float("nan"), {}
+        self.mapped: set[int] = set()  # ids of Buffers the runner maps (sent and not forgotten): each keeps memory
         try:
             self._reply("while loading the candidate")
         except BaseException:
@@ -301,6 +302,7 @@ class Sandbox:
         for b in inputs:
             items.append(("same", b.id) if b.sent else ("new", b.id, b.tensor))
             b.sent = True
+            self.mapped.add(b.id)
         self._send(("call", model, items, budget_s))
         try:
             header = self._reply(f"while running forward{where}")
@@ -331,6 +333,9 @@ class Sandbox:
     def forget(self, buffers: list[Buffer]) -> None:
         """Let the runner drop its mappings of ``buffers``."""
         ids = [b.id for b in buffers if b.sent]
+        for b in buffers:
+            b.sent = False
+        self.mapped.difference_update(ids)
         if ids:
             self._send(("forget", ids))
 

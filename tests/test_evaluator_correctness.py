@@ -264,6 +264,21 @@ def test_seeds_distributions_and_configs_can_be_chosen(tmp_path, relu_spec):
     assert [r.checks for r in results] == [2 * 2 * 2 + 2 * 1 * 2 * 2 + n * 2 * 2 for n in residue_tails]
 
 
+def test_the_runner_maps_no_input_buffer_once_the_checks_and_timed_calls_are_done(relu_spec):
+    """Played LLM session 37 on an H100: the runner kept a mapping of every check's input buffers (each check's first
+    call's, refilled for the next check's second call, was never let go), and over a config's tails 57 GiB of them
+    stayed allocated in the checker's process (CUDA IPC keeps a block while a consumer maps it)."""
+    from tileagent.evaluator.correctness import timed_calls
+    from tileagent.evaluator.sandbox import Sandbox
+
+    with Sandbox(REPO / "tests" / "honest" / "relu_scale.py") as sandbox:
+        check_candidate(relu_spec, REPO / "tests" / "honest" / "relu_scale.py", seeds=2, configs=[{"M": 3, "N": 32}],
+                        distributions=["normal", "uniform", "normal_x3"], sandbox=sandbox)
+        assert sandbox.mapped == set()
+        timed_calls(relu_spec, sandbox, {"M": 3, "N": 32}, trials=3, warmup=1)
+        assert sandbox.mapped == set()
+
+
 def test_reference_failing_on_a_tail_is_a_spec_error(tmp_path):
     spec = load_spec(write(tmp_path, '''
         import torch
