@@ -227,6 +227,7 @@ class _ConfigCheck:
         return model, key
 
     def run(self, config: dict, seeds: int, dists: tuple[str, ...], tail_of: dict | None = None) -> None:
+        self.sandbox.trim()  # the last config's cached blocks, in both processes, are free for this one
         model, key = self.build(config)
         self.spec.validate(config, self.device, model)
         previous = None  # the input buffers of the last check's first call, refilled for the next check's second call
