@@ -19,8 +19,9 @@ block, twice that for causal). The same quotients, bit for bit, with the work sh
   ``|a|`` >= 2^-78, ``|a/d|`` in [2^-124, 2^125]). One check covers the run, on the extremes of its numerators and
   divisors; when it fails (an inf, a NaN, a zero divisor, an extreme value), every element is divided as written.
 
-Guarantee: every stored value is bitwise ``a / d`` as NVRTC compiles it without fast math (``tests/gpu`` compares them
-on the GPU; ``tests/test_cuda_division.py`` checks the algorithm in exact arithmetic). Under ``--use_fast_math``
+Guarantee: every stored value is bitwise ``a / d`` as NVRTC compiles it without fast math
+(``tests/test_cuda_division.py`` checks the algorithm in exact arithmetic, and on a GPU compares a kernel's quotients
+with torch's division). Under ``--use_fast_math``
 nothing is grouped: NVRTC's approximate division is faster still. ``bench/division_ab.py`` times the examples with and
 without it.
 """
@@ -236,7 +237,6 @@ def emit_division_run(em, inst, strip) -> None:
     em.line("}")
     em.depth -= 1
     em.line("}")
-
 
 
 def _tree(fn: str, names: list) -> str:
