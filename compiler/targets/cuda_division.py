@@ -21,9 +21,8 @@ block, twice that for causal). The same quotients, bit for bit, with the work sh
 
 Guarantee: every stored value is bitwise ``a / d`` as NVRTC compiles it without fast math
 (``tests/test_cuda_division.py`` checks the algorithm in exact arithmetic, and on a GPU compares a kernel's quotients
-with torch's division). Under ``--use_fast_math``
-nothing is grouped: NVRTC's approximate division is faster still. ``bench/division_ab.py`` times the examples with and
-without it.
+with torch's division). Under ``--use_fast_math`` nothing is grouped: NVRTC's approximate division is faster still.
+``bench/division_ab.py`` times the examples with and without the runs.
 """
 
 from __future__ import annotations
