@@ -3,7 +3,7 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session20|widths|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session20|widths|session2|session1|all]
 # Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
 # $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
@@ -46,8 +46,13 @@
 # the CPU at turn 1. cross_entropy_backward's V=128256 configs were checked at M <= 2 only (no own-size run in the loop),
 # so the GPU run is their first check at real M. The weak-round answers (answers/*_weak/) are not listed;
 # layernorm_backward_params_weak/turn2.py zeroes its outputs in the scope of its atomics (a race between blocks).
+# session37: the three ops of session 37 (rwkv_token_shift_mix, add_rmsnorm_fp8_quant, instance_norm2d), each correct
+# on the CPU at turn 1. add_rmsnorm_fp8_quant's scale divides by 448 as torch does per device (a multiply by the float32
+# reciprocal on CUDA, never run on the CPU); its float8 output is compared exactly there. instance_norm2d's first
+# config (H = W = 128) was checked at H=32, W=128 on the CPU and run once at its own sizes. The weak-round answers
+# (answers/*_weak/) are not listed.
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session20|widths|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-55}
 mkdir -p "$OUT"
@@ -169,6 +174,12 @@ SESSION36=(
   "geglu:answers/geglu/turn1.py"
   "cross_entropy_backward:answers/cross_entropy_backward/turn1.py"
 )
+# session 37 ("Session 37" in RESULTS.md): every op correct on the CPU at turn 1
+SESSION37=(
+  "rwkv_token_shift_mix:answers/rwkv_token_shift_mix/turn1.py"
+  "add_rmsnorm_fp8_quant:answers/add_rmsnorm_fp8_quant/turn1.py"
+  "instance_norm2d:answers/instance_norm2d/turn1.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -196,9 +207,10 @@ case "$WHICH" in
   session33) ANSWERS=("${SESSION33[@]}") ;;
   session35) ANSWERS=("${SESSION35[@]}") ;;
   session36) ANSWERS=("${SESSION36[@]}") ;;
+  session37) ANSWERS=("${SESSION37[@]}") ;;
   widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session36, session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session37, session36, session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
