@@ -498,6 +498,7 @@ class _ConfigCheck:
             return failure
         width = out.shape[-1]
         left = bad.reshape(-1, width).any(-1)  # rows still unexplained
+        rows = int(left.sum())
         stop, jumped = time.monotonic() + FLOAT_TIES_S, False
         pair = None  # the first run of the current antithetic pair (runs 2p and 2p + 1: inputs moved by +u, -u)
         for i in range(TIE_RUNS):
@@ -518,12 +519,13 @@ class _ConfigCheck:
             if not bool(left.any()):
                 self.ties_accepted[k] = self.ties_accepted.get(k, 0) + int(bad.sum())
                 return None
-        if not jumped:
-            return failure
+        if not jumped or (int(left.sum()) == rows and not ties.index_calls()):  # no row a tie, no rank in the
+            return failure  # reference: the sentence would send the reader after ties (played LLM session 37: a NaN
+        # scale, a one-pass variance of a quantizing op, whose rounding jumps under the perturbations)
         failure.details["ties_unexplained"] = int(left.sum())
-        failure.message = (f"{failure.message}; {int(left.sum())} row(s) are not explained by ties either (re-run "
-                           f"on {TIE_RUNS} perturbations of the inputs by up to {TIE_CHANGE}, no run of the reference "
-                           f"gave the kernel's row)")
+        failure.message = (f"{failure.message}; {int(left.sum())} of the {rows} differing row(s) are not explained by "
+                           f"ties either (re-run on {TIE_RUNS} perturbations of the inputs by up to {TIE_CHANGE}, no "
+                           f"run of the reference gave the kernel's row)")
         failure.args = (failure.message,)
         return failure
 
@@ -576,15 +578,18 @@ class _ConfigCheck:
         if c.nonfinite:
             max_abs = rel = math.nan  # NaN or Inf where the reference has none: the error norms mean nothing
         index_output = ref.dtype == torch.int64  # torch's index dtype: an index is right or wrong, not near
+        if not math.isnan(rel) and (ref.is_floating_point() or not (n_bad or rel > tol.rel_l2)):  # before the
+            # verdict: a floating output a later rule accepts (the oracle's) keeps its error against the reference in
+            # the record (played LLM session 37: fp8 one step off recorded as 0); indices only when they all match
+            self.max_abs = self.max_abs if where.get("hidden") else max(self.max_abs, max_abs)  # public ones only:
+            self.rel_l2 = max(self.rel_l2, rel)  # hidden distributions' values near 1e15 read as large errors
         if n_bad:
             reason = (f"{n_bad} of {out.numel()} int64 elements (indices) differ" if index_output else
                       f"{n_bad} of {out.numel()} elements outside atol={tol.atol:g} + rtol={tol.rtol:g} * |expected|")
         elif rel > tol.rel_l2:
             reason = (f"relative L2 error {rel:.3g} exceeds {tol.rel_l2:g}, although every element is within "
                       f"atol={tol.atol:g}, rtol={tol.rtol:g} (the output is small next to atol)")
-        else:  # max abs errors under hidden distributions (values near 1e15) read as errors: public ones only
-            self.max_abs = self.max_abs if where.get("hidden") else max(self.max_abs, max_abs)
-            self.rel_l2 = max(self.rel_l2, rel)
+        else:
             return None
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(out.shape)))
         expected, got = float(ref.reshape(-1)[flat]), float(out.reshape(-1)[flat])

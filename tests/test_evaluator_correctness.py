@@ -705,3 +705,19 @@ def test_the_reported_max_abs_error_is_the_published_distributions_one():
     assert check.max_abs == 0.0 and check.rel_l2 > 0
     assert check.compare_one(0, ref + 1e-4, ref, tol, {"distribution": "normal", "hidden": False}, 1) is None
     assert 0 < check.max_abs < 1e-3
+
+
+def test_a_floating_output_failing_the_fixed_rule_keeps_its_error_in_the_record():
+    """Played LLM session 37: an fp8 output one e4m3 step off, accepted by the oracle rule, was recorded with max abs
+    err 0. The fixed rule's figures are recorded before its verdict (a later rule may accept the output); index
+    outputs only when they match."""
+    from tileagent.evaluator import correctness
+    from tileagent.evaluator.spec import Tolerance
+
+    check, tol = correctness._ConfigCheck(None, None, "cpu", 0), Tolerance(1e-3, 1e-3, 1e-2)
+    ref, where = torch.tensor([448.0, 2.0, 1.0]), {"config": {}, "seed": 0, "distribution": "normal", "hidden": False}
+    assert check.compare_one(0, ref + torch.tensor([32.0, 0.0, 0.0]), ref, tol, where, 1) is not None
+    assert check.max_abs == 32.0 and check.rel_l2 > 0
+    idx = torch.tensor([3, 1, 2])
+    assert check.compare_one(1, idx + 5, idx, Tolerance(0, 0, 0), where, 1) is not None
+    assert check.max_abs == 32.0
