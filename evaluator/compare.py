@@ -15,11 +15,12 @@ rounding of their sums.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 CHUNK = 1 << 24  # elements compared at once: float64 temporaries of 128 MiB
+SAMPLE = 1 << 20  # flat indices of elements outside kept for ``where_outside``
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Compared:
     nonfinite: bool = False
     worst: int = 0
     all_one: bool = True
+    sample: list = field(default_factory=list)  # flat indices of elements outside, the first SAMPLE of them
 
 
 def _chunks(out, ref):
@@ -110,6 +112,33 @@ def compared(out, ref, tol) -> Compared:
         if float(score[i]) > worst_score:
             worst_score, c.worst = float(score[i]), start + i
         c.all_one = c.all_one and bool((err[bad] == 1).all())
+        if len(c.sample) < SAMPLE:
+            c.sample += (bad.nonzero().view(-1)[:SAMPLE - len(c.sample)] + start).tolist()
     if not c.outside:
         c.worst = worst_largest
     return c
+
+
+def where_outside(sample: list, shape: tuple, total: int) -> str | None:
+    """Where the elements outside sit, when they gather along some dim: "every one at index 0 (the first) of dim 1
+    (size 7)", "... at indices 4090..4095 (the last 6) of dim 2 (size 4096)"; None when no dim of size 4 or more has
+    them within an eighth of its size. ``sample``: their flat indices (``Compared.sample``), of ``total``."""
+    if not sample or len(shape) == 0:
+        return None
+    flat, parts = torch.tensor(sample, dtype=torch.int64), []
+    stride = 1
+    for d in range(len(shape) - 1, -1, -1):
+        size = int(shape[d])
+        at = (flat // stride) % size
+        stride *= size
+        lo, hi = int(at.min()), int(at.max())
+        if size < 4 or hi - lo + 1 > max(1, size // 8):
+            continue
+        span = f"index {lo}" if lo == hi else f"indices {lo}..{hi}"
+        edge = " (the first)" if lo == hi == 0 else " (the last)" if lo == hi == size - 1 else \
+            f" (the first {hi + 1})" if lo == 0 else f" (the last {size - lo})" if hi == size - 1 else ""
+        parts.insert(0, f"{span}{edge} of dim {d} (size {size})")
+    if not parts:
+        return None
+    which = "every one" if len(sample) == total else f"every one of the first {len(sample)}"
+    return f"{which} at {' and '.join(parts)}"

@@ -38,7 +38,7 @@ import torch
 
 from tileagent.evaluator.candidate import read_candidate
 from tileagent.evaluator.errors import EvalError, Mismatch, SpecError
-from tileagent.evaluator.compare import compared, finite_range, outside as _outside
+from tileagent.evaluator.compare import compared, finite_range, outside as _outside, where_outside
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
 from tileagent.evaluator.held_outputs import HeldOutputs
 from tileagent.evaluator import oracle
@@ -591,6 +591,8 @@ class _ConfigCheck:
                       f"atol={tol.atol:g}, rtol={tol.rtol:g} (the output is small next to atol)")
         else:
             return None
+        gathered = where_outside(c.sample, tuple(out.shape), n_bad) if n_bad else None
+        reason += f"; {gathered}" if gathered else ""
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(out.shape)))
         expected, got = float(ref.reshape(-1)[flat]), float(out.reshape(-1)[flat])
         hint = ""
@@ -616,7 +618,8 @@ class _ConfigCheck:
                         f"{got:.6g}{hint}; {reason}{norms}; {_where(where)}, call {call}", index=list(index),
                         **_json_floats(expected=expected, got=got, max_abs_err=max_abs, rel_l2=rel), mismatched=n_bad,
                         total=out.numel(), atol=tol.atol, rtol=tol.rtol, rel_l2_bound=tol.rel_l2,
-                        dtype=str(ref.dtype).removeprefix("torch."), **base)
+                        dtype=str(ref.dtype).removeprefix("torch."), **({"where_outside": gathered} if gathered else {}),
+                        **base)
 
     def flag_degenerate(self, ref, where: dict) -> None:
         for k, r in enumerate(ref):

@@ -23,6 +23,9 @@ UNTIMED_SPILLS = ("Your kernel is correct on every config ({configs} checked). T
                   "memory and is read again at every use. Hold fewer values a thread (a smaller tile a block, more "
                   "threads, or a loop over a long row in parts instead of keeping it whole) until the resources "
                   "below show no local memory.")
+GROSS_REL_L2 = 0.05
+"""A mismatch's relative L2 error above which the feedback calls it a wrong element rather than precision (played LLM
+session 37: an index bug at 0.257, 384x the reference's own error, was told it was less accurate arithmetic)."""
 SPILL_BYTES = 256
 """Local memory a thread of a correct kernel may use at the GPU's sizes before the CPU loop asks for another kernel
 (``UNTIMED_SPILLS``; played LLM session 36: 2352 B a thread, 255 registers, reported as done on the CPU)."""
@@ -169,11 +172,17 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                            NONFINITE_DIFFERENCE if nonfinite else
                            SMALL_OUTPUT_DIFFERENCE if failure.get("mismatched") == 0 and "rel_l2_bound" in failure else
                            FLOAT_DIFFERENCE).format(**f)
+        rel = failure.get("rel_l2")
+        gross = isinstance(rel, (int, float)) and rel > GROSS_REL_L2  # not rounding: a wrong element or term
         f["oracle"] = (f"\nAgainst a float64 evaluation of the reference, {failure['oracle_mismatched']} element(s) "
                        f"are off by more than twice the reference's own error (max abs error "
                        f"{_num(failure.get('oracle_max_abs_err'))}, the reference's "
-                       f"{_num(failure.get('reference_max_abs_err'))}): your kernel is less accurate than the "
-                       f"reference's own arithmetic.") if failure.get("oracle_mismatched") else ""
+                       f"{_num(failure.get('reference_max_abs_err'))}): " +
+                       ("far beyond rounding (relative L2 error above 5%): a wrong element, not precision." if gross
+                        else "your kernel is less accurate than the reference's own arithmetic.")
+                       ) if failure.get("oracle_mismatched") else ""
+        f["where_outside"] = f"\nThe differing elements: {failure['where_outside']}." if failure.get("where_outside") \
+            else ""
         return render("feedback.mismatch", **f)
     if status == "guard_violation":
         return render("feedback.guard_violation", rule=failure.get("rule", "?"), message=result.message)
