@@ -62,6 +62,10 @@ def test_generate_on_cpu_writes_the_run_the_best_kernel_the_module_and_the_repor
         ({"M": 16384, "C": 96}, {"M": 37, "C": 96}, True, "t2-c0"),
         ({"M": 16384, "C": 320}, {"M": 37, "C": 320}, True, "t2-c0")]
     assert "| M=16384,C=96 | M=37,C=96 | yes | t2-c0 |" in (run / "REPORT.md").read_text()
+    # what a GPU would give the serving kernel at the configs' own sizes (played LLM session 37: none was shown)
+    launch = report["configs"][0]["launches"][0]
+    assert launch["blocks"] > 0 and launch["registers"] > 0 and 0 < launch["occupancy_pct"] <= 100
+    assert "\n## GPU resources of the serving kernels\n\n- M=16384,C=96: " in (run / "REPORT.md").read_text()
 
 
 def test_no_correct_kernel_exits_4(tmp_path):

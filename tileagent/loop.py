@@ -86,6 +86,8 @@ class Best(BaseModel):
     result: ConfigResult
     local_bytes: int = Field(0, description="the most local memory (spilled registers or local arrays) a thread of "
                              "its kernels uses at the GPU's sizes of the config (EvalResult.plans), 0 when not sized")
+    launches: list[dict] = Field(default_factory=list, description="its kernels' launches at the GPU's sizes of the "
+                                 "config (``KernelResources.to_dict()`` from EvalResult.plans), [] when not sized")
 
     @property
     def time_ms(self) -> float | None:
@@ -478,8 +480,11 @@ class Loop:
             return
         for c in result.configs:
             if c.correct:
+                sizes = [rc.spec for rc in self.o.configs if rc.eval == c.config] or [c.config]  # the GPU's
                 self._offer(Best(attempt_id=aid, source=draft.source, result=c,
-                                 local_bytes=self._local_bytes(result, c)))
+                                 local_bytes=most_local_memory(result.plans, sizes)[0],
+                                 launches=[x for plan in result.plans if plan.get("config") in sizes
+                                           for x in plan.get("launches") or []]))
         correct = [c for c in result.configs if c.correct]
         if self.o.tune and self.timed and correct and autotune.tunables_of(draft.source):
             searched = self._tuned_space(draft.source, [c.config for c in correct])
@@ -529,11 +534,6 @@ class Loop:
             self.on_event("reference_failed", {"attempt_id": aid, "message": result.message})
             raise ReferenceFailed(aid, result)
         return result
-
-    def _local_bytes(self, result: EvalResult, c: ConfigResult) -> int:
-        """The most local memory a thread uses in ``result``'s plans of the GPU sizes ``c`` (an eval config) serves."""
-        sizes = [rc.spec for rc in self.o.configs if rc.eval == c.config] or [c.config]
-        return most_local_memory(result.plans, sizes)[0]
 
     def _request(self, path: Path, configs: list[dict], *, seeds: int | None = None, distributions=None,
                  trials: int | None = None, keep_going: bool = False) -> EvalRequest:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
+from tileagent.compiler.resources import render_launch
 from tileagent.evaluator.full_size import RULE as FULL_RUN_RULE
 from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
 from tileagent.runstore import RunStore, config_key, write_atomic
@@ -52,6 +53,9 @@ class ConfigRow(BaseModel):
     max_abs_err: float | None
     meets_target: bool
     notes: list[str] = Field(default_factory=list)
+    launches: list[dict] = Field(default_factory=list, description="the serving kernel's launches at the config's GPU "
+                                 "sizes (compiler.resources.KernelResources.to_dict(); on the CPU compiled for the "
+                                 "target, not run), [] when not sized")
 
 
 class RunReport(BaseModel):
@@ -94,7 +98,8 @@ def rows(options, outcome, meets_target) -> list[dict]:
             compile_ms=_ms(r.compiled) if r else None, speedup_eager=r.speedup_eager if r else None,
             speedup_compiled=r.speedup_compiled if r else None, roofline_pct=r.roofline_pct if r else None,
             bound=r.bound if r else None, max_abs_err=r.max_abs_err if r else None,
-            meets_target=meets_target(b), notes=r.notes if r else []).model_dump(mode="json"))
+            meets_target=meets_target(b), notes=r.notes if r else [],
+            launches=b.launches if b else []).model_dump(mode="json"))
     return out
 
 
@@ -141,6 +146,10 @@ def markdown(report: dict, chart: str | None = None) -> str:
                       cell(r["speedup_eager"], ".2f"), cell(r["speedup_compiled"], ".2f"),
                       cell(r["roofline_pct"], ".0f"), "met" if r["meets_target"] else "**not met**"]
         lines.append("| " + " | ".join(cells) + " |")
+    sized = [(r, x) for r in report["configs"] for x in r.get("launches") or []]
+    if sized:  # what a GPU gives each launch (played LLM session 37: a 19%-occupancy kernel reported as done)
+        lines += ["", "## GPU resources of the serving kernels", ""] + \
+            [f"- {config_key(r['config'])}: {render_launch(x)}" for r, x in sized]
     lines += workers_markdown(report.get("workers"))
     if report["outputs"]:
         lines += ["", "## Outputs", ""] + [f"- {k}: `{v}`" for k, v in report["outputs"].items()]
