@@ -43,9 +43,8 @@ def interpreter_config(spec, config: dict, configs: list | None = None) -> tuple
     7x7 conv's 56 x 56 planes were checked at 28 x 28 with C halved beside them, and a kernel wrong at 56 x 56
     passed), all of them together where that would check ``config`` as it checks another of ``configs`` (the list
     the config is one of; ``_toward_small_config``); else lowered to SMALL_CONFIG's values (other keys, and keys
-    already smaller, kept). Inputs count with the model's
-    parameters and buffers: a linear layer's 4096 x 16384 weight at 40 tokens was checked as stated and took over 7
-    minutes. Outputs count on their own (the same limit; an elementwise op's output, as large as its input, changes
+    already smaller, kept). Inputs count with the model's parameters and buffers past ``SMALL_TENSOR`` elements: a
+    linear layer's 4096 x 16384 weight at 40 tokens was checked as stated and took over 7 minutes. Outputs count on their own (the same limit; an elementwise op's output, as large as its input, changes
     nothing): a weight gradient dW = dY^T X of (4096, 4096) kept its 16.8 M outputs at every T the free dim was
     halved to, 0.6-1 s a call and ~300 calls a config (played LLM, session 27: three timeouts, no verdict)."""
     sized = _sized(spec, config)
@@ -163,9 +162,15 @@ def _halved_together(spec, config: dict, sized: dict) -> dict | None:
             return run
 
 
+SMALL_TENSOR = 4096
+"""Model tensors of at most this many elements (a norm's per-channel weight and bias) are not counted against the
+interpreter's limit: they cost it nothing next to the inputs (played LLM session 37: an instance norm whose input
+held exactly 2^18 elements was checked at half its batch for its 256 weights)."""
+
+
 def model_elements(spec, config: dict) -> int | None:
-    """The elements of the model's parameters and buffers at ``config`` (built on the meta device), or None when the
-    constructor needs real values."""
+    """The elements of the model's parameters and buffers at ``config`` (built on the meta device) larger than
+    ``SMALL_TENSOR``, or None when the constructor needs real values."""
     import torch
 
     try:
@@ -173,7 +178,7 @@ def model_elements(spec, config: dict) -> int | None:
             model = spec.module.Model(*spec.init_inputs(config))
     except Exception:  # noqa: BLE001 - a constructor that needs real values: its size is not known
         return None
-    return sum(t.numel() for t in [*model.parameters(), *model.buffers()])
+    return sum(t.numel() for t in [*model.parameters(), *model.buffers()] if t.numel() > SMALL_TENSOR)
 
 
 def output_elements(spec, config: dict) -> int | None:

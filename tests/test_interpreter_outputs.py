@@ -145,3 +145,33 @@ def test_a_tail_over_the_limit_is_checked_with_the_other_free_dims_halved(tmp_pa
     checked = {"B": 1, "S": 25, "H": 32, "D": 128}
     assert fit_tail(spec, {**checked, "B": 4}, checked, INTERPRETER_INPUT_ELEMENTS) == {**checked, "B": 4, "S": 6}
     assert fit_tail(spec, {**checked, "S": 28}, checked, 2 * 28 * 32 * 128 - 1) is None  # B is at 1 already
+
+
+INSTANCE_NORM = """
+import torch
+class Model(torch.nn.Module):
+    def __init__(self, C):
+        super().__init__()
+        self.norm = torch.nn.InstanceNorm2d(C, affine=True)
+    def forward(self, x):
+        return self.norm(x)
+CONFIGS = [{"N": 2, "C": 128, "H": 32, "W": 32}]
+SMALL_CONFIG = {"N": 1, "C": 4, "H": 8, "W": 8}
+FREE_DIMS = ["N"]
+def get_inputs(N, C, H, W):
+    return [torch.randn(N, C, H, W)]
+def get_init_inputs(N, C, H, W):
+    return [C]
+"""
+
+
+def test_a_norms_per_channel_weights_do_not_push_an_input_at_the_limit_over_it(tmp_path):
+    """Played LLM session 37: 2 x 128 x 32 x 32 = 2^18 input elements and 256 weights were 'more than the interpreter
+    checks in time', so the config was checked at N=1 and a batch-index bug could pass every check."""
+    ref = tmp_path / "ref.py"
+    ref.write_text(INSTANCE_NORM)
+    spec = load_spec(ref)
+    assert interpreter_config(spec, {"N": 2, "C": 128, "H": 32, "W": 32}) == ({"N": 2, "C": 128, "H": 32, "W": 32},
+                                                                               None)
+    run, note = interpreter_config(spec, {"N": 4, "C": 128, "H": 32, "W": 32})
+    assert run["N"] == 2 and "hold 524,288 elements" in note  # the weights still not counted past the limit
