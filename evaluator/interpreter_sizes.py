@@ -45,8 +45,9 @@ def interpreter_config(spec, config: dict, configs: list | None = None) -> tuple
     the config is one of; ``_toward_small_config``); else lowered to SMALL_CONFIG's values (other keys, and keys
     already smaller, kept). Inputs count with the model's parameters and buffers past ``SMALL_TENSOR`` elements: a
     linear layer's 4096 x 16384 weight at 40 tokens was checked as stated and took over 7 minutes. Outputs count on
-    their own (the same limit; an elementwise op's output, as large as its input, changes nothing): a weight gradient dW = dY^T X of (4096, 4096) kept its 16.8 M outputs at every T the free dim was
-    halved to, 0.6-1 s a call and ~300 calls a config (played LLM, session 27: three timeouts, no verdict)."""
+    their own (the same limit; an elementwise op's output, as large as its input, changes nothing): a weight
+    gradient dW = dY^T X of (4096, 4096) kept its 16.8 M outputs at every T the free dim was halved to, 0.6-1 s a
+    call and ~300 calls a config (played LLM, session 27: three timeouts, no verdict)."""
     sized = _sized(spec, config)
     if not sized:
         return config, None
