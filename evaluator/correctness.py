@@ -521,7 +521,7 @@ class _ConfigCheck:
                 return None
         if not jumped or (int(left.sum()) == rows and not ties.index_calls()):  # no row a tie, no rank in the
             return failure  # reference: the sentence would send the reader after ties (played LLM session 37: a NaN
-        # scale, a one-pass variance of a quantizing op, whose rounding jumps under the perturbations)
+        # scale of an fp8 quantizer, a one-pass variance of an instance norm; their rounding jumps under the runs)
         failure.details["ties_unexplained"] = int(left.sum())
         failure.message = (f"{failure.message}; {int(left.sum())} of the {rows} differing row(s) are not explained by "
                            f"ties either (re-run on {TIE_RUNS} perturbations of the inputs by up to {TIE_CHANGE}, no "
