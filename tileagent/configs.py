@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class ConfigSelectionError(ValueError):
@@ -30,8 +30,10 @@ class ConfigSelectionError(ValueError):
 
 
 class RunConfig(BaseModel):
-    spec: dict  # as the reference's grid states it
-    eval: dict  # as the evaluator runs it (free dims reduced on the CPU)
+    spec: dict = Field(description="the config as the reference's grid states it")
+    eval: dict = Field(description="the config the loop asks the evaluator for (on the CPU the free dims at "
+                                   "SMALL_CONFIG); the CPU interpreter may check smaller sizes still "
+                                   "(evaluator.interpreter_sizes), as each result's evaluated_at says")
 
 
 def _value(text: str):
