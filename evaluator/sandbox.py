@@ -344,9 +344,7 @@ class Sandbox:
         blocks of one config's outputs, cached in the runner, are memory the next config's reference cannot have
         (played LLM session 37: 26.8 GiB cached in the runner ran the checker out of memory at the next config)."""
         self._send(("trim",))
-        if self.device.startswith("cuda"):
-            gc.collect()
-            torch.cuda.empty_cache()
+        _release_cached(self.device)
 
     def close(self) -> None:
         """Stop the runner (by force if it does not stop at once)."""
@@ -527,10 +525,8 @@ class _Runner:
                 for i in message[1]:
                     self.buffers.pop(i, None)
                 continue
-            if kind == "trim":  # give the device memory cached for earlier sizes back to the driver
-                gc.collect()
-                if self.device.startswith("cuda"):
-                    torch.cuda.empty_cache()
+            if kind == "trim":
+                _release_cached(self.device)
                 continue
             try:
                 if kind == "build":
@@ -549,6 +545,13 @@ class _Runner:
         from tileagent.evaluator.worker import classify
 
         return classify(error, self.device, str(self.candidate.path) if hasattr(self, "candidate") else None)
+
+
+def _release_cached(device: str) -> None:
+    """Give the device memory this process's allocator caches for earlier sizes back to the driver."""
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
 
 
 def _new_task_refused(error: BaseException) -> bool:

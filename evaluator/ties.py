@@ -265,10 +265,6 @@ def _perturb(x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.where(finite, moved, x32).to(x.dtype)
 
 
-__all__ = ["DTYPE_ULPS", "FLOAT32_DELTA", "IndexCall", "IndexCalls", "TIE_CHANGE", "TIE_PAIRS", "TIE_RUNS", "TIE_SEED",
-           "TieRuns", "equal_scores", "perturbed", "tie_delta", "unexplained"]
-
-
 def not_opposite(a: torch.Tensor, b: torch.Tensor, ref: torch.Tensor, tol) -> torch.Tensor:
     """Where two runs of the reference on an antithetic pair of ``perturbed`` inputs (+u and -u) did not move it by
     opposite amounts, within the tolerance ``tol`` of ``ref`` (a non-finite move counts as not opposite): where it
@@ -276,3 +272,8 @@ def not_opposite(a: torch.Tensor, b: torch.Tensor, ref: torch.Tensor, tol) -> to
     a, b, r = (x.detach().to(torch.float64) for x in (a, b, ref))
     moves = (a - r) + (b - r)
     return ~torch.isfinite(moves) | (moves.abs() > tol.atol + tol.rtol * r.abs())
+
+
+__all__ = ["DTYPE_ULPS", "FLOAT32_DELTA", "IndexCall", "IndexCalls", "TIE_CHANGE", "TIE_PAIRS", "TIE_RUNS", "TIE_SEED",
+           "TieRuns", "equal_scores", "not_opposite", "perturbed", "tie_delta", "unexplained"]
+

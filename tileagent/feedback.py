@@ -72,12 +72,11 @@ def resources(plans: list[dict]) -> str:
     return render("feedback.resources", arch=where["arch"], sms=sms, rows="\n".join(rows))
 
 
-def most_local_memory(plans: list[dict], configs: list[dict] | None = None) -> tuple[int, dict | None, dict | None]:
+def most_local_memory(plans: list[dict]) -> tuple[int, dict | None, dict | None]:
     """(bytes, launch, its plan's config) of the launch whose threads keep the most local memory (spills or local
-    arrays) among ``plans`` (``EvalResult.plans``; those of ``configs`` when given); (0, None, None) when none."""
+    arrays) among ``plans`` (``EvalResult.plans``); (0, None, None) when none."""
     return max(((launch.get("frame_bytes") or 0, launch, plan["config"]) for plan in plans
-                if configs is None or plan.get("config") in configs for launch in plan.get("launches") or []),
-               default=(0, None, None), key=lambda x: x[0])
+                for launch in plan.get("launches") or []), default=(0, None, None), key=lambda x: x[0])
 
 
 def verdict(configs: list[ConfigResult], target: float) -> str:
@@ -178,7 +177,8 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                        f"are off by more than twice the reference's own error (max abs error "
                        f"{_num(failure.get('oracle_max_abs_err'))}, the reference's "
                        f"{_num(failure.get('reference_max_abs_err'))}): " +
-                       ("far beyond rounding (relative L2 error above 5%): a wrong element, not precision." if gross
+                       (f"far beyond rounding (relative L2 error above {GROSS_REL_L2:.0%}): a wrong element, not "
+                        "precision." if gross
                         else "your kernel is less accurate than the reference's own arithmetic.")
                        ) if failure.get("oracle_mismatched") else ""
         f["where_outside"] = f"\nThe differing elements: {failure['where_outside']}." if failure.get("where_outside") \

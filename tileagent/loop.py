@@ -49,7 +49,7 @@ from tileagent.configs import RunConfig, unique_evals
 from tileagent.context import build_messages, family_of, pick_examples
 from tileagent.target import meets_target
 from tileagent.drafters.base import AttemptSummary, Draft, DrafterUnavailable, DraftTask
-from tileagent.feedback import SPILL_BYTES, most_local_memory, render_feedback, summary
+from tileagent.feedback import SPILL_BYTES, render_feedback, summary
 from tileagent.prompts import render
 from tileagent.runstore import RunStore, config_key, source_digest
 
@@ -84,10 +84,13 @@ class Best(BaseModel):
     source: str = Field(description="the candidate's source (tunables not assigned)")
     tunables: dict = Field(default_factory=dict)
     result: ConfigResult
-    local_bytes: int = Field(0, description="the most local memory (spilled registers or local arrays) a thread of "
-                             "its kernels uses at the GPU's sizes of the config (EvalResult.plans), 0 when not sized")
     launches: list[dict] = Field(default_factory=list, description="its kernels' launches at the GPU's sizes of the "
                                  "config (``KernelResources.to_dict()`` from EvalResult.plans), [] when not sized")
+
+    @property
+    def local_bytes(self) -> int:
+        """The most local memory (spilled registers or local arrays) a thread of its launches uses, 0 unsized."""
+        return max((x.get("frame_bytes") or 0 for x in self.launches), default=0)
 
     @property
     def time_ms(self) -> float | None:
@@ -482,7 +485,6 @@ class Loop:
             if c.correct:
                 sizes = [rc.spec for rc in self.o.configs if rc.eval == c.config] or [c.config]  # the GPU's
                 self._offer(Best(attempt_id=aid, source=draft.source, result=c,
-                                 local_bytes=most_local_memory(result.plans, sizes)[0],
                                  launches=[x for plan in result.plans if plan.get("config") in sizes
                                            for x in plan.get("launches") or []]))
         correct = [c for c in result.configs if c.correct]
