@@ -26,6 +26,7 @@ from tileagent.compiler.ir.stmt import Copy, For
 from tileagent.compiler.layout.layout import Layout
 
 MAX_PAD_BYTES = 128
+WORDS = 1 << 30  # more 4-byte words than any shared address has
 
 
 def staging_pads(body: tuple, fragments: dict, shared: dict) -> dict:
@@ -63,30 +64,36 @@ def store_wavefronts(frag, layout: Layout, elem: int) -> int:
     run = 1
     while run * 2 <= frag.vector_width and run * 2 * elem <= 16:
         run *= 2
-    table = frag.index_table()[: frag.threads_used]
-    strides = np.array(layout._strides())
+    table = frag.index_table()[: frag.threads_used, ::run]
+    addresses = (table @ np.array(layout._strides())) * elem
     inside = (table < np.array(frag.shape)).all(axis=-1)
-    total = 0
-    for warp in range(0, len(table), 32):
-        for k in range(0, table.shape[1], run):
-            lanes = [t for t in range(warp, min(warp + 32, len(table))) if inside[t, k]]
-            if lanes:
-                total += _wavefronts([int(table[t, k] @ strides) * elem for t in lanes], run * elem)
-    return total
+    lanes = -len(table) % 32  # the last warp's missing lanes, as lanes outside
+    addresses = np.pad(addresses, ((0, lanes), (0, 0)))
+    inside = np.pad(inside, ((0, lanes), (0, 0)))
+    # one store a (warp, register run): rows of 32 lanes
+    return _store_cost(addresses.reshape(-1, 32, addresses.shape[1]).transpose(0, 2, 1).reshape(-1, 32),
+                       inside.reshape(-1, 32, inside.shape[1]).transpose(0, 2, 1).reshape(-1, 32), run * elem)
 
 
 def _wavefronts(addresses: list[int], width: int) -> int:
     """Wavefronts of one warp-wide store of ``width`` bytes a lane at these byte addresses: lanes in phases of
     128 bytes; a phase costs the most distinct words that one of the 32 banks holds."""
+    return _store_cost(np.array([addresses]), np.ones((1, len(addresses)), bool), width)
+
+
+def _store_cost(addresses: np.ndarray, inside: np.ndarray, width: int) -> int:
+    """Wavefronts of stores (one a row of ``addresses``, its lanes where ``inside``) of ``width`` bytes a lane,
+    summed: each store's lanes that take part go in phases of 128 bytes; a phase costs the most distinct 4-byte
+    words that one of the 32 banks holds."""
     per_phase = max(1, 128 // max(width, 4))
-    total = 0
-    for p in range(0, len(addresses), per_phase):
-        banks: dict = {}
-        for a in addresses[p:p + per_phase]:
-            for word in range(a // 4, (a + width - 1) // 4 + 1):
-                banks.setdefault(word % 32, set()).add(word)
-        total += max(len(words) for words in banks.values())
-    return total
+    phase = (np.cumsum(inside, axis=1) - 1) // per_phase  # the phase of each taking-part lane, in lane order
+    group = np.arange(len(addresses))[:, None] * (addresses.shape[1] + 1) + phase
+    first, last = addresses // 4, (addresses + width - 1) // 4
+    words = [(group * WORDS + first + j)[inside & (first + j <= last)] for j in range(int((last - first).max()) + 1)]
+    pairs = np.unique(np.concatenate(words))  # distinct (phase, word), as phase * WORDS + word
+    groups, per_bank = np.unique((pairs // WORDS) * 32 + pairs % 32, return_counts=True)  # (phase, bank): words
+    _, at = np.unique(groups // 32, return_index=True)
+    return int(np.maximum.reduceat(per_bank, at).sum()) if len(at) else 0
 
 
 def _statements(body, looped: bool = False):
