@@ -94,6 +94,7 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
                              ["--batch_sizes", "64,128,256,512", "--profile"], False, ()),  # --only
     "blocksparse_gemm": ("blocksparse_gemm/example_blocksparse_gemm.py", [], True, ()),
     "gemm_sp": ("gemm_sp/example_gemm_sp.py", [], False, ()),  # T.gemm_sp at dense speed; --only
+    "gemm_int4": ("gemm_int4/example_tilelang_gemm_int4.py", [], False, ()),  # int4 tiles, m16n8k64; --only
     "convolution": ("convolution/example_convolution.py", [], True, ()),
     "online_softmax": ("online_softmax/online_softmax.py", [], True, ()),
     # not in the default set (autotuning, 16384-sized GEMMs, or long references); --all or --only runs them

@@ -35,7 +35,11 @@ _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "
             "handle": "int64"}  # T.ptr: a device address, an int64 of data_ptr() (compiler.language.pointers)
 SUB_BYTE = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2, "int1": 1, "uint1": 1, "float4_e2m1fn": 4,
             "float6_e2m3fn": 6, "float6_e3m2fn": 6}
-"""Sub-byte dtype names TileLang has (TileAgent knows their widths, and stores none of them)."""
+"""Sub-byte dtype names TileLang has (TileAgent knows their widths; it stores only those of ``PACKED``)."""
+PACKED = {"int4": "int8", "uint4": "uint8"}
+"""Sub-byte dtypes a tensor or tile may have, each stored two to a byte: element 2k in the low nibble of byte k,
+2k + 1 in the high one (as torch code packs int4 into int8). Such a buffer is a buffer of the byte dtype with half
+the last dim, marked ``Buffer.packed`` (``compiler.language.packed``)."""
 _BITS = {"bool": 8, "float8_e4m3fn": 8, "float8_e5m2": 8}  # the rest filled in by DType.bits
 
 
@@ -101,6 +105,12 @@ def dtype(value) -> DType:
                                    f"value dtype; store such data packed in int8/uint8 and unpack it with shifts and "
                                    f"masks")
     raise UnsupportedDType(f"unsupported dtype {value!r}; known: {', '.join(_TORCH)}")
+
+
+def packed_storage(value) -> DType | None:
+    """The byte dtype that stores a buffer of the packed sub-byte dtype ``value`` (``PACKED``), else None."""
+    name = _ALIASES.get(value, value) if isinstance(value, str) else None
+    return DType(PACKED[name]) if name in PACKED else None
 
 
 def from_python(value) -> DType:

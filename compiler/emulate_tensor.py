@@ -78,6 +78,8 @@ def mma(block, s: Mma) -> None:
     ab = s.element_dtype
     if ab in _EIGHT_BIT:
         return _mma8(block, s, ab)
+    if ab in ("int4", "uint4"):
+        return _mma4(block, s, ab)
     if ab in TF32_DTYPES:
         return _mma_tf32(block, s)
     f16acc = ab == "float16" and s.c_buf.dtype == "float16"  # .f16 accumulators: each mma rounds its sums
@@ -158,6 +160,39 @@ def _mma8(block, s: Mma, ab: str) -> None:
     if acc == "int32":
         D = ((D + 2**31) % 2**32) - 2**31
     c_mem[rows, c_idx] = D.reshape(nw * WARP_SIZE, 4).to(c_mem.dtype)
+
+
+def _mma4(block, s: Mma, ab: str) -> None:
+    """One mma.sync m16n8k64 on int4 / uint4 A and B in every warp that executes it: ``_mma8``'s fragments with each
+    byte two K elements (the lower in the low nibble; A [16, 64], B [64, 8]), products summed exactly in int32
+    (wrapping). A and B come as uint32 registers (ldmatrix)."""
+    if s.c_buf.dtype != "int32" or any(b.dtype != "uint32" for b in (s.a_buf, s.b_buf)):
+        raise EmulationError(f"Mma wants {ab} A and B in uint32 registers and an int32 C, got A {s.a_buf.dtype}, "
+                             f"B {s.b_buf.dtype}, C {s.c_buf.dtype}", s.span)
+    _check_registers(s, ((s.a_buf, s.a, 4), (s.b_buf, s.b, 2), (s.c_buf, s.c, 4)))
+    threads, nw = _warp_threads(block, "Mma")
+    if not nw:
+        return
+
+    def values(buf, regs):
+        """The operand's nibbles per lane [nw * 32, 8 per register] as int64, lowest first."""
+        mem, idx = _registers(block, threads, buf, regs)
+        vals = mem[threads[:, None], idx].to(torch.int64) & 0xFFFFFFFF
+        nib = torch.stack([(vals >> (4 * i)) & 15 for i in range(8)], -1).reshape(vals.shape[0], -1)
+        return nib - 16 * (nib >= 8) if ab == "int4" else nib
+
+    a_vals, b_vals = values(s.a_buf, s.a), values(s.b_buf, s.b)  # [lanes, 32] / [lanes, 16]: units of four
+    c_mem, c_idx = _registers(block, threads, s.c_buf, s.c)
+    rows = threads[:, None]
+    A = torch.empty(nw, 16, 64, dtype=torch.int64)
+    B = torch.empty(nw, 64, 8, dtype=torch.int64)
+    a_units, b_units = a_vals.reshape(nw, WARP_SIZE, 8, 4), b_vals.reshape(nw, WARP_SIZE, 4, 4)
+    for nibble in range(4):
+        A[:, _MMA_A[0], 4 * _MMA_A[1] + nibble] = a_units[..., nibble]
+        B[:, 4 * _MMA_B[0] + nibble, _MMA_B[1]] = b_units[..., nibble]
+    C = c_mem[rows, c_idx].view(nw, WARP_SIZE, 4).to(torch.int64)
+    D = torch.matmul(A, B)[:, _MMA_C[0], _MMA_C[1]] + C
+    c_mem[rows, c_idx] = (((D + 2**31) % 2**32) - 2**31).reshape(nw * WARP_SIZE, 4).to(c_mem.dtype)
 
 
 def _mma_tf32(block, s: Mma) -> None:

@@ -23,12 +23,14 @@ from tileagent.compiler import python_ast
 from tileagent.compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, InternalCompilerError,
                                   NameResolutionError, ResourceError, ShapeError, Span)
 from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
-from tileagent.compiler.ir.expr import (Call, Expr, Load, Var, as_expr, describe, is_extern, make_binop, make_cast,
+from tileagent.compiler.ir.expr import (Expr, Load, Var, as_expr, describe, is_extern, make_binop, make_cast,
                                         make_cmp)
 from tileagent.compiler.ir.simplify import static_int
-from tileagent.compiler.frontend_body import check_view_aliasing, parallel_nest, snapshot, split_at_grid_syncs
+from tileagent.compiler.frontend_body import (check_view_aliasing, parallel_nest, snapshot, split_at_grid_syncs, vars_in,
+                                              with_span)
 from tileagent.compiler.frontend_loops import LoopExitParser
 from tileagent.compiler.frontend_macro import bound_outside_macro, lost_rebinding
+from tileagent.compiler.language import packed
 from tileagent.compiler.language.allreduce import reducer_add
 from tileagent.compiler.frontend_expressions import _BINOPS, ExpressionParser, _call_builtin
 from tileagent.compiler.ir.stmt import (Alloc, Buffer, Evaluate, For, If, Kernel, Let, PrimFunc,
@@ -70,6 +72,7 @@ def parse(func, enclosing: dict | None = None) -> PrimFunc:
             closure[var] = cell.cell_contents
         except ValueError:  # a cell not yet filled: the name is assigned after the def
             pass
+    packed.reset()
     return _Parser(file, first_line, lines, closure, func.__globals__).function(fdef, func)
 
 
@@ -188,7 +191,7 @@ class _Parser(LoopExitParser, ExpressionParser):
         self.scopes[-1][name] = value
 
     def emit(self, stmt: Stmt, node: ast.AST) -> None:
-        self.blocks[-1].append(_with_span(stmt, self.span(node)))
+        self.blocks[-1].append(with_span(stmt, self.span(node)))
 
     def body(self, stmts: list[ast.stmt], new_scope: bool = True) -> tuple[Stmt, ...]:
         self.blocks.append([])
@@ -219,7 +222,7 @@ class _Parser(LoopExitParser, ExpressionParser):
             self.bind(a.arg, param)
             if isinstance(param, Buffer):
                 for d in param.shape:
-                    for v in _vars_in(d):
+                    for v in vars_in(d):
                         if not any(v is x for x in dynamic):
                             dynamic.append(v)
         from tileagent.compiler.frontend_grow import grow_fragments_to_loops
@@ -261,7 +264,8 @@ class _Parser(LoopExitParser, ExpressionParser):
             raise DSLSyntaxError(f"parameter '{a.arg}' has no annotation", code="E105",
                                  hint=f"write {a.arg}: T.Tensor((M, N), 'float16') or {a.arg}: T.int32")
         if isinstance(ann, Tensor):
-            dt = self._dtype(ann.dtype, f"parameter '{a.arg}'")
+            as_bytes = packed.declare(tuple(ann.shape), ann.dtype, f"parameter '{a.arg}'")
+            dt = as_bytes[1] if as_bytes else self._dtype(ann.dtype, f"parameter '{a.arg}'")
             shape = []
             for d in ann.shape:
                 if isinstance(d, bool) or not isinstance(d, (int, Expr)):
@@ -270,7 +274,8 @@ class _Parser(LoopExitParser, ExpressionParser):
                 if isinstance(d, int) and d < 0:
                     raise ShapeError(f"parameter '{a.arg}': negative dimension {d}", code="E105")
                 shape.append(d)
-            return Buffer(a.arg, tuple(shape), dt, "global", self.span(a))
+            shape, kind = (as_bytes[0], as_bytes[2]) if as_bytes else (tuple(shape), "")  # int4: half the last dim
+            return Buffer(a.arg, shape, dt, "global", self.span(a), packed=kind)
         if isinstance(ann, (str, DType)) or _is_torch_dtype(ann):
             return Var(a.arg, self._dtype(ann, f"parameter '{a.arg}'"))
         raise DSLTypeError(f"parameter '{a.arg}' is annotated with {describe(ann)}", code="E105",
@@ -334,13 +339,13 @@ class _Parser(LoopExitParser, ExpressionParser):
             loop_vars = tuple(v for f in self.parallel_frames for v in f[0])
             extents = tuple(e for f in self.parallel_frames for e in f[1])
             buf = Buffer(name, extents, spec.dtype, "fragment", self.span(node))
-            self.parallel_frames[0][2].append(_with_span(Alloc(buf, None), self.span(node)))
+            self.parallel_frames[0][2].append(with_span(Alloc(buf, None), self.span(node)))
             self.iteration_vars[buf] = loop_vars
             self.bind(base, buf)
             if init is not None:  # set by each iteration where the allocation stands
                 self.store(buf, loop_vars, init, node)
             return buf
-        buf = Buffer(name, spec.shape, spec.dtype, spec.scope, self.span(node))
+        buf = Buffer(name, spec.shape, spec.dtype, spec.scope, self.span(node), packed=spec.packed)
         self.emit(Alloc(buf, init, view_of=spec.view_of), node)
         self.bind(base, buf)
         if getattr(spec, "reducer", False):  # T.alloc_reducer: `buf[i] += v` adds atomically (language.allreduce)
@@ -430,6 +435,7 @@ class _Parser(LoopExitParser, ExpressionParser):
             if isinstance(ref, Region):
                 raise DSLSyntaxError("cannot assign to a slice", code="E102",
                                      hint="use T.fill(buf[...], v), T.copy(src, dst) or a T.Parallel loop")
+            ref = packed.target(ref)
             if not isinstance(ref, Load):
                 raise DSLSyntaxError(f"cannot assign to an element of {describe(ref)}", code="E102")
             self.store(ref.buffer, ref.indices, value, node)
@@ -446,6 +452,7 @@ class _Parser(LoopExitParser, ExpressionParser):
         if not isinstance(value, (Expr, int, float)):
             raise DSLTypeError(f"cannot store {describe(value)} into {buf.name}", code="E309",
                                hint="tiles move with T.copy; element stores need a scalar value")
+        packed.check_store(buf)
         self.emit(Store(buf, tuple(indices), make_cast(as_expr(value, buf.dtype), buf.dtype)), node)
 
     def stmt_AugAssign(self, node: ast.AugAssign):
@@ -454,7 +461,7 @@ class _Parser(LoopExitParser, ExpressionParser):
             raise DSLSyntaxError(f"operator {type(node.op).__name__} is not supported", code="E101")
         target = node.target
         if isinstance(target, ast.Subscript):
-            ref = self.expr(target)
+            ref = packed.target(self.expr(target))
             if not isinstance(ref, Load):
                 raise DSLSyntaxError(f"cannot update `{ast.unparse(target)}` in place", code="E102",
                                      hint="in-place updates work on single elements inside T.Parallel")
@@ -781,20 +788,3 @@ def _is_constant(e: Expr) -> bool:
 
     return isinstance(e, Const)
 
-
-def _vars_in(e):
-    if isinstance(e, Var):
-        yield e
-    elif isinstance(e, Expr):
-        for name in getattr(e, "__slots__", ()):
-            child = getattr(e, name)
-            if isinstance(child, Expr):
-                yield from _vars_in(child)
-
-
-def _with_span(stmt: Stmt, span: Span) -> Stmt:
-    if getattr(stmt, "span", None) is not None:
-        return stmt
-    from dataclasses import replace
-
-    return replace(stmt, span=span)

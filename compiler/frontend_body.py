@@ -8,7 +8,8 @@ In: the statements of a ``@T.prim_func`` body as the parser built them. Out / gu
   it uses: a fragment of one part does not get a layout, or shared memory, in another); a marker inside a loop or
   branch is an E701;
 - ``parallel_nest``: a perfect nest of T.Parallel loops merged into one Parallel;
-- ``snapshot``: the values of a tuple assignment to elements, each that reads memory bound to a let first.
+- ``snapshot``: the values of a tuple assignment to elements, each that reads memory bound to a let first;
+- ``with_span`` (a statement given the parser's span unless it has one), ``vars_in`` (the Vars of an expression).
 """
 
 from __future__ import annotations
@@ -119,3 +120,25 @@ def parallel_nest(loop_vars: tuple, spec, body: tuple) -> Parallel:
         return Parallel(loop_vars, spec.extents, body, dict(spec.annotations))
     return Parallel(loop_vars + inner.vars, tuple(spec.extents) + tuple(inner.extents), inner.body,
                     {**spec.annotations, **inner.annotations})
+
+
+def vars_in(e):
+    """The Vars of expression ``e``, depth first (repeats included)."""
+    from tileagent.compiler.ir.expr import Expr, Var
+
+    if isinstance(e, Var):
+        yield e
+    elif isinstance(e, Expr):
+        for name in getattr(e, "__slots__", ()):
+            child = getattr(e, name)
+            if isinstance(child, Expr):
+                yield from vars_in(child)
+
+
+def with_span(stmt, span):
+    """``stmt`` with ``span`` unless it carries one."""
+    if getattr(stmt, "span", None) is not None:
+        return stmt
+    from dataclasses import replace
+
+    return replace(stmt, span=span)

@@ -28,7 +28,8 @@ import inspect
 from dataclasses import dataclass
 
 from tileagent.compiler.diagnostics import DSLSyntaxError, DSLTypeError, ShapeError, Span
-from tileagent.compiler.frontend import _Parser, _parse_def, _vars_in
+from tileagent.compiler.frontend import _Parser, _parse_def
+from tileagent.compiler.frontend_body import vars_in
 from tileagent.compiler.ir.expr import Expr
 from tileagent.compiler.ir.stmt import Buffer, Kernel, PrimFunc
 
@@ -241,7 +242,7 @@ class _EagerParser(_Parser):
         for p in all_params:
             if isinstance(p, Buffer):
                 for d in p.shape:
-                    for v in _vars_in(d):
+                    for v in vars_in(d):
                         if not any(v is x for x in dynamic):
                             dynamic.append(v)
         n = len(all_params)

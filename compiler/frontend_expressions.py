@@ -23,6 +23,7 @@ from tileagent.compiler.dtypes import UnsupportedDType
 from tileagent.compiler.ir.expr import Expr, Load, describe, make_cmp, make_logical, make_select, make_unary
 from tileagent.compiler.ir.simplify import difference, static_int
 from tileagent.compiler.ir.stmt import Alloc, Buffer, Region
+from tileagent.compiler.language import packed
 from tileagent.compiler.language.tileops import ReturnPrev
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -101,6 +102,8 @@ class ExpressionParser:
                              hint=f"write {obj.name}[{', '.join('i' + str(k) for k in range(obj.ndim))}]")
         if not any(isinstance(i, ast.Slice) for i in idx_nodes):
             indices = tuple(self._index(i) for i in idx_nodes)
+            if obj.packed:  # int4 / uint4: the element's nibble (compiler.language.packed)
+                return self._guard(node, packed.element, obj, indices, self.span(node))
             return Load(obj, indices, obj.dtype, self.span(node))
         starts, extents = [], []
         for dim, i in enumerate(idx_nodes):
@@ -124,6 +127,8 @@ class ExpressionParser:
                                  code="E407")
             starts.append(lo)
             extents.append(ext)
+        if obj.packed:
+            return self._guard(node, packed.region, obj, tuple(starts), tuple(extents))
         return Region(obj, tuple(starts), tuple(extents))
 
     def _expand_lets(self, e, depth: int = 8):

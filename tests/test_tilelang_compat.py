@@ -1046,8 +1046,8 @@ def test_alloc_buffer_scopes_and_dtype_names(tilelang, tmp_path):
     torch.testing.assert_close(load_script(path)["two_pass"](64, 3)(a), 2 * a.sum(0))
     assert (T.int, T.uint, T.long, T.short) == ("int32", "uint32", "int64", "int16") and T.uint in [T.int, T.uint]
     assert T.int4 == "int4" and T.int4.bits == 4 and T.int4 != T.int8 and {T.int4: "i4"}[T.int4] == "i4"
-    with pytest.raises(CompileError, match="sub-byte dtype int4") as info:
-        T.alloc_fragment((16,), T.int4)
+    with pytest.raises(CompileError, match="sub-byte dtype int2") as info:  # int4 / uint4 are stored packed
+        T.alloc_fragment((16,), T.int2)
     assert info.value.code == "E302"
     with pytest.raises(CompileError, match="unknown scope") as info:
         T.alloc_buffer((16,), T.float32, scope="texture")

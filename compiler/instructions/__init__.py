@@ -16,7 +16,7 @@ from tileagent.compiler.diagnostics import LayoutError, TargetError
 from tileagent.compiler.instructions.base import GemmChoice, Instruction, has_feature, sm_version
 from tileagent.compiler.instructions.bulk_store import BulkStoreCopy
 from tileagent.compiler.instructions.copy import AtomicAdd, CpAsync, LoadStore
-from tileagent.compiler.instructions.mma_sync import MmaSyncM16N8K8, MmaSyncM16N8K16, MmaSyncM16N8K32
+from tileagent.compiler.instructions.mma_sync import MmaSyncM16N8K8, MmaSyncM16N8K16, MmaSyncM16N8K32, MmaSyncM16N8K64
 from tileagent.compiler.instructions.tma import TmaTileCopy
 from tileagent.compiler.instructions.wgmma import WgmmaM64NK16, WgmmaM64NK16RS
 
@@ -27,6 +27,7 @@ GEMM = (
     # (tl.disable_wgmma / TILEAGENT_ENABLE_WGMMA=0 take the feature off the target: compiler.passes.effective_target)
     WgmmaM64NK16RS(),    # the same with A from registers (P @ V)
     MmaSyncM16N8K32(),   # mma.sync.aligned.m16n8k32: fp8 (sm_89+) -> fp32, int8 -> int32; K-major operands only
+    MmaSyncM16N8K64(),   # mma.sync.aligned.m16n8k64: int4/uint4 (packed two a byte) -> int32, K-major, sm_80+
     MmaSyncM16N8K8(),    # mma.sync.aligned.m16n8k8 .tf32: float32/tfloat32 -> fp32, sm_80+
 )
 COPY = (

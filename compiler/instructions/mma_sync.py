@@ -98,6 +98,8 @@ class MmaSyncM16N8K32(MmaSyncM16N8K16):
 
     def reason(self, g, threads: int, target) -> str | None:
         a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
+        if g.packed:
+            return f"takes 8-bit elements; {g.packed} tiles (two elements a byte) go to mma.sync m16n8k64"
         acc = EIGHT_BIT.get(str(a.dtype))
         if acc is None or b.dtype != a.dtype or c.dtype != acc:
             return (f"takes 8-bit A and B of one dtype (float8_e4m3fn/float8_e5m2 -> float32, int8 -> int32); got "
@@ -123,6 +125,31 @@ class MmaSyncM16N8K32(MmaSyncM16N8K16):
         if g.a.buffer.scope == "fragment":
             out["A"] = operand_a_layout(m, g.a.matrix_shape()[1], wm, wn, threads, elements=self.elements)
         return out
+
+
+class MmaSyncM16N8K64(MmaSyncM16N8K32):
+    """Registry entry ``mma.sync m16n8k64``: T.gemm on int4 / uint4 tiles (``compiler.language.packed``: two elements
+    a byte) into int32 (``mma.sync.aligned.m16n8k64.row.col.s32.{s4,u4}.{s4,u4}.s32``, sm_80 and later).
+
+    Byte for byte it is m16n8k32 on int8: an A register holds 8 consecutive K elements (4 bytes) of one row, a B
+    register 8 of one column, so the operands' bytes take m16n8k32's ldmatrix loads and its lowering, with K counted
+    in bytes (32 bytes, 64 elements, a step). Applies to: a gemm marked ``packed`` int4 or uint4 (A (M, K) and B
+    (N, K) with transpose_B, checked by the frontend) with an int32 accumulator, both in shared memory; K a multiple
+    of 64 elements. Emits ``Mma`` of dtype int4 / uint4 and ``LdMatrix``.
+    """
+
+    name = "mma.sync m16n8k64"
+
+    def reason(self, g, threads: int, target) -> str | None:
+        if g.packed not in ("int4", "uint4") or g.c.buffer.dtype != "int32":
+            return f"takes int4 or uint4 A and B (two elements a byte) into int32; got {g.packed or g.a.buffer.dtype}"
+        if sm_version(target) is not None and sm_version(target) < 80:
+            return f"needs sm_80 or newer; the target is {getattr(target, 'name', target)}"
+        if g.a.buffer.scope != "shared" or g.b.buffer.scope != "shared":
+            return "reads A and B from shared memory"
+        if g.a.matrix_shape()[1] % 32:
+            return f"needs K a multiple of 64, got {2 * g.a.matrix_shape()[1]}"
+        return self.partition_problem(g, threads)
 
 
 class MmaSyncM16N8K8(MmaSyncM16N8K32):

@@ -16,13 +16,16 @@ from tileagent.compiler.ir.expr import Expr, Var
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Buffer:
-    """A named array in one memory scope. ``var`` buffers are scalars (shape (1,)) stored by plain assignment."""
+    """A named array in one memory scope. ``var`` buffers are scalars (shape (1,)) stored by plain assignment.
+    ``packed``: the sub-byte dtype (int4, uint4) the program declared, two elements a byte of ``dtype`` and the last
+    dim halved (``compiler.language.packed``; the frontend resolves its indexing, passes need not keep it)."""
 
     name: str
     shape: tuple  # ints, or Vars / expressions for dynamic global shapes
     dtype: DType
     scope: str
     span: Span | None = None
+    packed: str = ""
 
     @property
     def ndim(self) -> int:
@@ -277,6 +280,7 @@ class Gemm(Stmt):
     policy: int
     clear_accum: bool
     span: Span | None = None
+    packed: str = ""  # int4 / uint4: A and B are tiles of such elements, two a byte (compiler.language.packed)
 
 
 @dataclass(frozen=True, eq=False, slots=True)

@@ -97,6 +97,7 @@ class AllocSpec:
     scope: str
     init: object = None
     view_of: object = None  # T.reshape: the on-chip buffer whose storage this one shares (compiler.language.views)
+    packed: str = ""  # int4 / uint4: shape and dtype are the bytes holding them (compiler.language.packed)
 
 
 def _shape(shape, what: str) -> tuple[int, ...]:
@@ -120,14 +121,24 @@ def _dtype(value, what: str) -> DType:
         raise DSLTypeError(f"{what}: {e}", code="E302") from None
 
 
+def _tile_spec(shape, dtype, scope: str, what: str) -> AllocSpec:
+    from tileagent.compiler.language import packed
+
+    shape = _shape(shape, what)
+    as_bytes = packed.declare(shape, dtype, what)
+    if as_bytes:
+        return AllocSpec(as_bytes[0], as_bytes[1], scope, packed=as_bytes[2])
+    return AllocSpec(shape, _dtype(dtype, what), scope)
+
+
 def alloc_shared(shape, dtype, scope="shared.dyn"):
     """A tile in shared memory, visible to every thread of the block."""
-    return AllocSpec(_shape(shape, "T.alloc_shared"), _dtype(dtype, "T.alloc_shared"), "shared")
+    return _tile_spec(shape, dtype, "shared", "T.alloc_shared")
 
 
 def alloc_fragment(shape, dtype, scope="local.fragment"):
     """A tile held in registers, distributed over the block's threads by layout inference."""
-    return AllocSpec(_shape(shape, "T.alloc_fragment"), _dtype(dtype, "T.alloc_fragment"), "fragment")
+    return _tile_spec(shape, dtype, "fragment", "T.alloc_fragment")
 
 
 def alloc_local(shape, dtype, scope="local"):

@@ -14,6 +14,7 @@ from tileagent.compiler.diagnostics import DSLTypeError, ShapeError, Unsupported
 from tileagent.compiler.ir.expr import Expr, Load, as_expr, describe, make_binop, make_cast
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.stmt import (AtomicAdd, AtomicAddTile, Buffer, Copy, Fill, Gemm, Reduce, Region, Store)
+from tileagent.compiler.language import packed
 
 
 class GemmWarpPolicy(enum.IntEnum):
@@ -30,9 +31,11 @@ class GemmWarpPolicy(enum.IntEnum):
 
 
 def _tile(x, op: str, arg: str) -> Region | Load:
+    x = packed.target(x)  # an element of an int4 / uint4 buffer: its byte
     if isinstance(x, Buffer):
-        return Region.whole(x)
+        x = Region.whole(x)
     if isinstance(x, (Region, Load)):
+        packed.check_tile_op(x, op, arg)
         return x
     raise DSLTypeError(f"{op}: {arg} must be a buffer, a region or an element of a buffer, got {describe(x)}",
                        code="E309")
@@ -86,11 +89,15 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
     hint = eviction_hint(eviction_policy)
     s, d = _tile(src, "T.copy", "src"), _tile(dst, "T.copy", "dst")
     if isinstance(s, Load) and isinstance(d, Load):  # element to element
-        return Store(d.buffer, d.indices, make_cast(s, d.buffer.dtype))
+        if d.buffer.packed:
+            packed.check_copy(_element_region(s), _element_region(d))
+        return Store(d.buffer, d.indices, make_cast(src if s.buffer.packed else s, d.buffer.dtype))
     if isinstance(s, Load):
         s = _from_origin(s, d.extents, "T.copy")
     if isinstance(d, Load):
         d = _from_origin(d, s.extents, "T.copy")
+    if s.buffer.packed or d.buffer.packed:
+        packed.check_copy(s, d)
     if "local" in (s.buffer.scope, d.buffer.scope) and _per_thread_code():
         return _per_thread_copy(s, d)
     return Copy(s, d, eviction_policy=hint)
@@ -166,7 +173,8 @@ def gemm_statements(node: type, A, B, C, transpose_A, transpose_B, policy, clear
     if isinstance(policy, bool) or not isinstance(policy, int) or policy not in tuple(GemmWarpPolicy):
         raise DSLTypeError(f"T.gemm: unknown policy {policy!r}", code="E303",
                            hint="use T.GemmWarpPolicy.Square, FullRow or FullCol")
-    g = node(*regions, bool(transpose_A), bool(transpose_B), int(policy), bool(clear_accum))
+    g = node(*regions, bool(transpose_A), bool(transpose_B), int(policy), bool(clear_accum),
+             packed=packed.gemm_dtype(regions, bool(transpose_A), bool(transpose_B)))
     if clear_first is None:
         return g
     c = regions[2]
@@ -177,7 +185,12 @@ def fill(buffer, value):
     """Set every element of a buffer or region to ``value``."""
     r = _tile(buffer, "T.fill", "buffer")
     if isinstance(r, Load):
+        if r.buffer.packed:
+            raise DSLTypeError(f"T.fill of one element of {r.buffer.packed} buffer '{r.buffer.name}' (two elements a "
+                               f"byte)", code="E302", hint="fill the whole tile, or a slice of an even width")
         r = _element_region(r)
+    if r.buffer.packed:
+        value = packed.fill_byte(r.buffer, value)
     return Fill(r, make_cast(as_expr(value, r.buffer.dtype), r.buffer.dtype))
 
 

@@ -64,4 +64,5 @@ symbolic = dynamic
 
 DTYPES = {name: DType(name) for name in KNOWN}
 DTYPES.update(float=DType("float32"), half=DType("float16"), double=DType("float64"),
-              float8_e4m3=DType("float8_e4m3fn"))
+              float8_e4m3=DType("float8_e4m3fn"),
+              int4="int4", uint4="uint4")  # buffer dtypes only, two elements a byte (compiler.language.packed)

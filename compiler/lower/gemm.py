@@ -2,6 +2,7 @@
 m16n8k32 for 8-bit operands (fp8 -> fp32, int8 -> int32), which is m16n8k16 over pairs of bytes: K steps of 32
 elements, ldmatrix reading rows of 16 bytes, four bytes per A/B register (K-major operands only), and m16n8k8 .tf32
 for 32-bit operands (float32 / tfloat32), m16n8k16 over 32-bit elements: K steps of 8, one element per register.
+int4 / uint4 tiles (two elements a byte, ``Gemm.packed``) are lowered as their bytes, as int8, into m16n8k64.
 
 In: a Gemm whose accumulator has the mma layout of its warp partition (layout inference guarantees it; see
 ``compiler.layout.mma``), A and B in shared memory, or A in registers with the A-operand layout. Out: thread IR.
@@ -149,7 +150,7 @@ def lower_gemm(ctx, s: Gemm) -> list:
             c_regs = tuple(as_expr(c_slot(am, h, an2, pair)) for h, pair in ((0, 0), (0, 1), (1, 0), (1, 1)))
             mma = Mma(c_reg, c_regs, ctx.mem(a_buf) if a_frag is None else a_frag, a_regs, b_frag,
                       tuple(as_expr(make_binop("+", make_binop("*", an2, b_per), i)) for i in range(b_per)), s.span,
-                      str(a_buf.dtype))
+                      s.packed or str(a_buf.dtype))  # int4 / uint4 tiles: their bytes, m16n8k64
             return For(am, 0, tm // 16, 1, "unroll", (For(an2, first, count, 1, "unroll", (mma,)),))
 
         if not ld_b:

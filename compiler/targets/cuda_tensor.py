@@ -56,12 +56,12 @@ _TYPES = {"float16": ("f16", "half", "__half2", "__halves2half2"),
           "bfloat16": ("bf16", "__nv_bfloat16", "__nv_bfloat162", "__halves2bfloat162")}
 _FLOATS2 = {"float16": "__floats2half2_rn", "bfloat16": "__floats2bfloat162_rn"}
 _MMA8_HELPER = """\
-// mma.sync m16n8k32, {acc} accumulate, in place: {{d0..d3}} = A (16x32, {dt}) @ B (32x8, {dt}) + {{d0..d3}}.
-// Per lane: the m16n8k16 fragments over byte pairs (compiler/tir.py, Mma); each .b32 operand packs four elements.
-__device__ __forceinline__ void tl_mma_m16n8k32_{sfx}({ct}& d0, {ct}& d1, {ct}& d2, {ct}& d3,
+// mma.sync m16n8k{k}, {acc} accumulate, in place: {{d0..d3}} = A (16x{k}, {dt}) @ B ({k}x8, {dt}) + {{d0..d3}}.
+// Per lane: the m16n8k16 fragments over byte pairs (compiler/tir.py, Mma); each .b32 operand packs {per} elements.
+__device__ __forceinline__ void tl_mma_m16n8k{k}_{sfx}({ct}& d0, {ct}& d1, {ct}& d2, {ct}& d3,
     unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {{
   asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.{acc}.{sfx}.{sfx}.{acc} "
+      "mma.sync.aligned.m16n8k{k}.row.col.{acc}.{sfx}.{sfx}.{acc} "
       "{{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"
       : "+{con}"(d0), "+{con}"(d1), "+{con}"(d2), "+{con}"(d3)
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -73,12 +73,18 @@ __device__ __forceinline__ unsigned tl_pack_b8x4(T a, T b, T c, T d) {
   return (unsigned)*reinterpret_cast<const unsigned char*>(&a) | (unsigned)*reinterpret_cast<const unsigned char*>(&b) << 8 |
          (unsigned)*reinterpret_cast<const unsigned char*>(&c) << 16 | (unsigned)*reinterpret_cast<const unsigned char*>(&d) << 24;
 }"""
-_TYPES8 = {"float8_e4m3fn": ("e4m3", "float32"), "float8_e5m2": ("e5m2", "float32"), "int8": ("s8", "int32")}
+def _k8(dt: str) -> int:
+    """K of the mma.sync of 8-bit (or packed 4-bit) ``dt``: 32, or 64 for int4 / uint4."""
+    return 64 if dt in ("int4", "uint4") else 32
+
+
+_TYPES8 = {"float8_e4m3fn": ("e4m3", "float32"), "float8_e5m2": ("e5m2", "float32"), "int8": ("s8", "int32"),
+           "int4": ("s4", "int32"), "uint4": ("u4", "int32")}  # 4-bit: packed two a byte, m16n8k64
 HELPERS = {f"mma_{sfx}": _MMA_HELPER.format(dt=dt, sfx=sfx, t=t, t2=t2, halves=halves)
            for dt, (sfx, t, t2, halves) in _TYPES.items()}
 HELPERS.update({f"mma_{sfx}": _MMA8_HELPER.format(dt=dt, sfx=sfx, acc="f32" if acc == "float32" else "s32",
                                                   ct="float" if acc == "float32" else "int",
-                                                  con="f" if acc == "float32" else "r")
+                                                  con="f" if acc == "float32" else "r", k=_k8(dt), per=_k8(dt) // 8)
                 for dt, (sfx, acc) in _TYPES8.items()})
 HELPERS["pack_b8x4"] = _PACK8_HELPER
 HELPERS["mma_tf32"] = """\
@@ -156,7 +162,8 @@ def _emit_mma8(em, s: Mma, what: str, ab: str) -> None:
     """mma.sync m16n8k32 on 8-bit A and B: 4 accumulators, A as 4 packed registers (or 16 byte registers, packed
     here four at a time), B as 2 packed registers."""
     sfx, acc = _TYPES8[ab]
-    if s.c_buf.dtype != acc or any(b.dtype not in (ab, "uint32") for b in (s.a_buf, s.b_buf)):
+    if s.c_buf.dtype != acc or any(b.dtype not in (ab, "uint32") or (_k8(ab) == 64 and b.dtype != "uint32")
+                                   for b in (s.a_buf, s.b_buf)):
         em.fail(f"{what}: want {ab} A and B (or uint32 packed registers) and a {acc} C, got A {s.a_buf.dtype}, "
                 f"B {s.b_buf.dtype}, C {s.c_buf.dtype}")
     regs = []
@@ -172,9 +179,10 @@ def _emit_mma8(em, s: Mma, what: str, ab: str) -> None:
         regs.append(names)
     if len(set(regs[0])) != 4:
         em.fail(f"{what}: the four accumulator registers must be distinct, got {', '.join(regs[0])}")
-    em.ct(ab)
+    if _k8(ab) == 32:
+        em.ct(ab)  # the fp8 header
     em.state.helpers.add(f"mma_{sfx}")
-    call = f"tl_mma_m16n8k32_{sfx}("
+    call = f"tl_mma_m16n8k{_k8(ab)}_{sfx}("
     pad = " " * len(call)
     c, a, b = (", ".join(r) for r in regs)
     em.line(f"{call}{c},")
@@ -209,7 +217,7 @@ def _emit_mma_tf32(em, s: Mma, what: str) -> None:
 def emit_ldmatrix(em, s: LdMatrix) -> None:
     what = f"LdMatrix into {s.dst.name}"
     dt = s.src.dtype
-    if (dt not in _TYPES and (dt not in (*_TYPES8, *TF32_DTYPES) or s.trans)) or s.dst.dtype != "uint32" or \
+    if (dt not in _TYPES and (dt not in (*_TYPES8, "uint8", *TF32_DTYPES) or s.trans)) or s.dst.dtype != "uint32" or \
             s.src.scope != "shared" or s.dst.scope != "local":
         em.fail(f"{what}: want a float16/bfloat16 (or, without .trans, 8-bit or 32-bit) shared source and a local "
                 f"uint32 destination, got {s.src.scope} {dt}{' .trans' if s.trans else ''} -> {s.dst.scope} "

@@ -20,6 +20,7 @@ from tileagent.compiler.ir.stmt import Gemm, Region
 from tileagent.compiler.layout.layout import swizzled
 from tileagent.compiler.instructions import gemm_unavailable, select_gemm
 from tileagent.compiler.intrinsics import TF32_DTYPES, truncate_tf32
+from tileagent.compiler.language.packed import unpack
 from tileagent.compiler.tileops.base import Effects, TileOp
 
 GEMM_INPUT_DTYPES = ("float16", "bfloat16", "float32", "tfloat32", "int8", "float8_e4m3fn", "float8_e5m2")
@@ -59,7 +60,7 @@ class GemmOp(TileOp):
             raise ShapeError(f"T.gemm M shape check failed: M_A = {m}, M_C = {c[0]}", code="E403")
         if c[1] != n:
             raise ShapeError(f"T.gemm N shape check failed: N_B = {n}, N_C = {c[1]}", code="E403")
-        if g.a.buffer.dtype != g.b.buffer.dtype or g.a.buffer.dtype not in GEMM_INPUT_DTYPES:
+        if g.a.buffer.dtype != g.b.buffer.dtype or (g.a.buffer.dtype not in GEMM_INPUT_DTYPES and not g.packed):
             a, b = g.a.buffer.dtype, g.b.buffer.dtype
             narrow, wide = ("B", a) if a.bits >= b.bits else ("A", b)
             raise DSLTypeError(f"T.gemm inputs must share a dtype among {', '.join(GEMM_INPUT_DTYPES)}; got "
@@ -112,8 +113,11 @@ class GemmOp(TileOp):
 
     def interpret(self, s, it, mask) -> None:
         wide = torch.float32 if s.c.buffer.dtype.is_float else torch.int64  # integer gemms are exact (int32 wraps)
-        a = it.read_region(s.a, s.span).reshape(s.a.matrix_shape()).to(wide)
-        b = it.read_region(s.b, s.span).reshape(s.b.matrix_shape()).to(wide)
+        a = it.read_region(s.a, s.span).reshape(s.a.matrix_shape())
+        b = it.read_region(s.b, s.span).reshape(s.b.matrix_shape())
+        if s.packed:  # int4 / uint4: two K elements a byte
+            a, b = unpack(a, s.packed), unpack(b, s.packed)
+        a, b = a.to(wide), b.to(wide)
         a = a.T if s.transpose_a else a
         b = b.T if s.transpose_b else b
         if s.a.buffer.dtype in TF32_DTYPES and s.b.buffer.dtype in TF32_DTYPES:
