@@ -175,6 +175,10 @@ def test_converting_copy_and_mixed_gemm_are_e302():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_the_examples_own_check_passes_on_the_gpu(tilelang):
-    """The example as its main() runs it: 1024^3 on the GPU, C exactly the int32 product (its own assert_close)."""
+    """The example as its main() runs it: 1024^3 on the GPU, C exactly the int32 product (its own assert_close); and
+    a uint4 gemm (on sm_90 both are two int8 / uint8 mmas a 4-bit one)."""
     ns = load_script(EXAMPLE)
     ns["check_int4_gemm_correctness"]()
+    a, b = torch.randint(0, 16, (32, 128)), torch.randint(0, 16, (16, 128))
+    c = tileagent.compile(uint4_gemm(32, 16, 128), out_idx=-1)(pack(a, torch.uint8).cuda(), pack(b, torch.uint8).cuda())
+    torch.testing.assert_close(c.cpu(), (a @ b.T).to(torch.int32), rtol=0, atol=0)

@@ -56,16 +56,50 @@ _TYPES = {"float16": ("f16", "half", "__half2", "__halves2half2"),
           "bfloat16": ("bf16", "__nv_bfloat16", "__nv_bfloat162", "__halves2bfloat162")}
 _FLOATS2 = {"float16": "__floats2half2_rn", "bfloat16": "__floats2bfloat162_rn"}
 _MMA8_HELPER = """\
-// mma.sync m16n8k{k}, {acc} accumulate, in place: {{d0..d3}} = A (16x{k}, {dt}) @ B ({k}x8, {dt}) + {{d0..d3}}.
-// Per lane: the m16n8k16 fragments over byte pairs (compiler/tir.py, Mma); each .b32 operand packs {per} elements.
-__device__ __forceinline__ void tl_mma_m16n8k{k}_{sfx}({ct}& d0, {ct}& d1, {ct}& d2, {ct}& d3,
+// mma.sync m16n8k32, {acc} accumulate, in place: {{d0..d3}} = A (16x32, {dt}) @ B (32x8, {dt}) + {{d0..d3}}.
+// Per lane: the m16n8k16 fragments over byte pairs (compiler/tir.py, Mma); each .b32 operand packs four elements.
+__device__ __forceinline__ void tl_mma_m16n8k32_{sfx}({ct}& d0, {ct}& d1, {ct}& d2, {ct}& d3,
     unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {{
   asm volatile(
-      "mma.sync.aligned.m16n8k{k}.row.col.{acc}.{sfx}.{sfx}.{acc} "
+      "mma.sync.aligned.m16n8k32.row.col.{acc}.{sfx}.{sfx}.{acc} "
       "{{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"
       : "+{con}"(d0), "+{con}"(d1), "+{con}"(d2), "+{con}"(d3)
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }}"""
+_MMA4_HELPER = """\
+// mma.sync m16n8k64, s32 accumulate, in place: {{d0..d3}} = A (16x64, {dt}) @ B (64x8, {dt}) + {{d0..d3}}; each .b32
+// operand packs eight elements (m16n8k32's fragments, a byte two elements). sm_90 has no 4-bit tensor cores (ptxas
+// emulates the .{sfx} mma: 46 TOPS on an H100 against int8's 862): there each operand register becomes two of four
+// bytes, its even elements and its odd ones ({ext_doc}), and the product two m16n8k32 .{s8} mmas: the same
+// sum over K in another order, A and B being split alike; exact either way.
+{ext_fn}__device__ __forceinline__ void tl_mma_m16n8k32_{s8}_in_place(int& d0, int& d1, int& d2, int& d3,
+    unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {{
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.{s8}.{s8}.s32 "
+      "{{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"
+      : "+r"(d0), "+r"(d1), "+r"(d2), "+r"(d3)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}}
+__device__ __forceinline__ void tl_mma_m16n8k64_{sfx}(int& d0, int& d1, int& d2, int& d3,
+    unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {{
+#if __CUDA_ARCH__ >= 900
+  const unsigned m = 0x0F0F0F0Fu;
+  tl_mma_m16n8k32_{s8}_in_place(d0, d1, d2, d3, {ext}(a0 & m), {ext}(a1 & m), {ext}(a2 & m), {ext}(a3 & m),
+                               {ext}(b0 & m), {ext}(b1 & m));
+  tl_mma_m16n8k32_{s8}_in_place(d0, d1, d2, d3, {ext}((a0 >> 4) & m), {ext}((a1 >> 4) & m), {ext}((a2 >> 4) & m),
+                               {ext}((a3 >> 4) & m), {ext}((b0 >> 4) & m), {ext}((b1 >> 4) & m));
+#else
+  asm volatile(
+      "mma.sync.aligned.m16n8k64.row.col.s32.{sfx}.{sfx}.s32 "
+      "{{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"
+      : "+r"(d0), "+r"(d1), "+r"(d2), "+r"(d3)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}}"""
+_S4_BYTES = """\
+// Four 4-bit values, one in the low nibble of each byte, sign-extended to four bytes.
+__device__ __forceinline__ unsigned tl_s4_bytes(unsigned v) { return v | ((v & 0x08080808u) * 0x1Eu); }
+"""
 _PACK8_HELPER = """\
 // Four 8-bit values in one 32-bit register, the first in the low byte.
 template <typename T>
@@ -84,8 +118,13 @@ HELPERS = {f"mma_{sfx}": _MMA_HELPER.format(dt=dt, sfx=sfx, t=t, t2=t2, halves=h
            for dt, (sfx, t, t2, halves) in _TYPES.items()}
 HELPERS.update({f"mma_{sfx}": _MMA8_HELPER.format(dt=dt, sfx=sfx, acc="f32" if acc == "float32" else "s32",
                                                   ct="float" if acc == "float32" else "int",
-                                                  con="f" if acc == "float32" else "r", k=_k8(dt), per=_k8(dt) // 8)
-                for dt, (sfx, acc) in _TYPES8.items()})
+                                                  con="f" if acc == "float32" else "r")
+                for dt, (sfx, acc) in _TYPES8.items() if _k8(dt) == 32})
+HELPERS.update({f"mma_{sfx}": _MMA4_HELPER.format(dt=dt, sfx=sfx, s8=sfx.replace("4", "8"),
+                                                  ext="tl_s4_bytes" if sfx == "s4" else "",
+                                                  ext_doc="sign-extended" if sfx == "s4" else "zero-extended",
+                                                  ext_fn=_S4_BYTES if sfx == "s4" else "")
+                for dt, (sfx, _) in _TYPES8.items() if _k8(dt) == 64})
 HELPERS["pack_b8x4"] = _PACK8_HELPER
 HELPERS["mma_tf32"] = """\
 // mma.sync m16n8k8 on TensorFloat-32, fp32 accumulate, in place: {d0..d3} = A (16x8) @ B (8x8) + {d0..d3}.
