@@ -24,9 +24,13 @@ SCHEDULES = {"128x256 t256": (128, 256, 256, False), "128x256 t256 persistent": 
              "128x128 t128": (128, 128, 128, False), "128x128 t256": (128, 128, 256, False),
              "64x128 t128": (64, 128, 128, False), "64x64 t128": (64, 64, 128, False)}
 
-# First: the H200's best schedule for a large fp16 GEMM with wgmma (bench/wgmma_gemm.py, 8192^3: 702 TFLOP/s, 93% of
-# cuBLAS; 128x256x32 528, the example's 128x128x64 622); 147 KB of shared memory at 3 stages (fits sm_80's 164 KB).
+# First: the H200's best tile for a large fp16 GEMM with wgmma (bench/wgmma_gemm.py, 8192^3: 702 TFLOP/s, 93% of
+# cuBLAS; 128x256x32 528, the example's 128x128x64 622), walked by one block per SM: the tuner's pick for
+# tasks/gemm_relu.py at N=11008 and faster than one block a tile on bench/suite/linear_fp32_master (H100, round 2
+# session 38: x0.992 / 0.947 of torch.compile against 0.958 / 0.942); 147 KB of shared memory at 3 stages (fits
+# sm_80's 164 KB; 4 stages, the tuner's pick at N=4096, do not).
 VARIANTS = [
+    ("128x256x64s3t256p", {"SCHEDULE": "128x256 t256 persistent", "BLOCK_K": 64, "NUM_STAGES": 3}),
     ("128x256x64s3t256", {"SCHEDULE": "128x256 t256", "BLOCK_K": 64, "NUM_STAGES": 3}),
     ("128x256x64s4t256p", {"SCHEDULE": "128x256 t256 persistent", "BLOCK_K": 64, "NUM_STAGES": 4}),
     ("128x128x32s3t128", {"SCHEDULE": "128x128 t128", "BLOCK_K": 32, "NUM_STAGES": 3}),
