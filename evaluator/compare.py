@@ -37,7 +37,8 @@ class Compared:
     nonfinite: bool = False
     worst: int = 0
     all_one: bool = True
-    sample: list = field(default_factory=list)  # flat indices of elements outside, the first SAMPLE of them
+    sample: list = field(default_factory=list)  # flat indices of elements outside: all, or every stride-th of them
+    stride: int = 1  # ``sample`` keeps the elements outside whose rank (in flat order) is a multiple of it
 
 
 def _chunks(out, ref):
@@ -105,6 +106,7 @@ def compared(out, ref, tol) -> Compared:
         n = int(bad.sum())
         if not n:
             continue
+        rank = c.outside
         c.outside += n
         allowed = tol.atol + tol.rtol * r.abs()
         score = torch.where(bad & ~finite, torch.full_like(o, math.inf), err / allowed.clamp_min(1e-300))
@@ -112,8 +114,10 @@ def compared(out, ref, tol) -> Compared:
         if float(score[i]) > worst_score:
             worst_score, c.worst = float(score[i]), start + i
         c.all_one = c.all_one and bool((err[bad] == 1).all())
-        if len(c.sample) < SAMPLE:
-            c.sample += (bad.nonzero().view(-1)[:SAMPLE - len(c.sample)] + start).tolist()
+        first = -rank % c.stride  # the chunk's first element outside whose rank is a multiple of the stride
+        c.sample += (bad.nonzero().view(-1)[first::c.stride] + start).tolist()
+        while len(c.sample) > SAMPLE:  # spread over the whole tensor, not its first rows (played LLM session 38)
+            c.sample, c.stride = c.sample[::2], 2 * c.stride
     if not c.outside:
         c.worst = worst_largest
     return c
@@ -140,5 +144,5 @@ def where_outside(sample: list, shape: tuple, total: int) -> str | None:
         parts.insert(0, f"{span}{edge} of dim {d} (size {size})")
     if not parts:
         return None
-    which = "every one" if len(sample) == total else f"every one of the first {len(sample)}"
+    which = "every one" if len(sample) == total else f"every one of {len(sample)} sampled evenly from them"
     return f"{which} at {' and '.join(parts)}"

@@ -335,8 +335,30 @@ class _ConfigCheck:
                     failure.details.get("index") is not None:
                 failure = self.compare_float_ties(k, o, r, ties, self.spec.tolerance(r.dtype), failure)
             if failure:
-                return failure
+                return self.also_differ(failure, k, outs, ref)
         return None
+
+    def also_differ(self, failure: Mismatch, k: int, outs, ref) -> Mismatch:
+        """``failure`` (of output ``k``) with the later outputs that differ too under the fixed rule (played LLM
+        session 38: a permutation's row map, never written, was not named while its gathered rows were): each one's
+        count outside and worst element, in ``details['other_outputs']`` and the message."""
+        others = []
+        for j in range(k + 1, len(ref)):
+            o, r = outs[j], ref[j]
+            if tuple(o.shape) != tuple(r.shape) or o.dtype != r.dtype or o.numel() == 0:
+                continue
+            c = compared(o, r, self.spec.tolerance(r.dtype))
+            if c.outside:
+                index = [int(i) for i in torch.unravel_index(torch.tensor(c.worst), tuple(o.shape))]
+                values = _json_floats(expected=float(r.reshape(-1)[c.worst]), got=float(o.reshape(-1)[c.worst]))
+                others.append({"output": j, "mismatched": c.outside, "total": o.numel(), "index": index, **values,
+                               "dtype": str(r.dtype).removeprefix("torch.")})
+        if others:
+            failure.details["other_outputs"] = others
+            failure.message += "".join(f"; output {e['output']} differs too ({e['mismatched']} of {e['total']} "
+                                       f"elements)" for e in others)
+            failure.args = (failure.message,)
+        return failure
 
     def compare_indices(self, k: int, outs, ref, failure: Mismatch) -> Mismatch | None:
         """The rule for the indices of equal values (``torch.topk``, ``sort``, ``max(dim)`` return (values, indices),

@@ -73,6 +73,29 @@ def test_the_elements_outside_are_located_where_they_gather_along_a_dim(monkeypa
     assert compare.where_outside(c.sample, (8, 7, 64), c.outside) is None
 
 
+def test_a_sample_of_the_elements_outside_spreads_over_the_whole_tensor(monkeypatch):
+    """Played LLM session 38: with 99% of an output wrong, the first 2^20 elements outside all sat in its first rows,
+    and the feedback said they gathered at indices 0..258 of dim 0. The sample is now every 2^k-th of them."""
+    monkeypatch.setattr(compare, "CHUNK", 1000)
+    monkeypatch.setattr(compare, "SAMPLE", 300)
+    ref = torch.zeros(64, 40)
+    out = torch.ones(64, 40)  # every element wrong
+    c = compare.compared(out, ref, Tolerance(1e-3, 1e-3, 1e-2))
+    assert c.outside == 2560 and c.stride == 16 and c.sample == list(range(0, 2560, 16))
+    assert compare.where_outside(c.sample, (64, 40), c.outside) is None
+    out = ref.clone()
+    out[:, 37:] = 1.0  # the last three columns: 192 elements, all kept
+    c = compare.compared(out, ref, Tolerance(1e-3, 1e-3, 1e-2))
+    assert compare.where_outside(c.sample, (64, 40), c.outside) == \
+        "every one at indices 37..39 (the last 3) of dim 1 (size 40)"
+    out = torch.zeros(64, 40, 8)
+    out[:, 39, :] = 1.0
+    c = compare.compared(out, torch.zeros(64, 40, 8), Tolerance(1e-3, 1e-3, 1e-2))
+    assert c.outside == 512 and c.stride == 2
+    assert compare.where_outside(c.sample, (64, 40, 8), c.outside) == \
+        "every one of 256 sampled evenly from them at index 39 (the last) of dim 1 (size 40)"
+
+
 def test_a_gross_mismatch_is_not_called_a_precision_problem():
     from tileagent.evaluator.records import EvalResult
     from tileagent.feedback import render_feedback
@@ -88,3 +111,29 @@ def test_a_gross_mismatch_is_not_called_a_precision_problem():
     assert "\nThe differing elements: every one at index 0 (the first) of dim 1 (size 7).\n" in text
     text = render_feedback(EvalResult(status="mismatch", message="m", failure={**failure, "rel_l2": 0.003}))
     assert "your kernel is less accurate than the reference's own arithmetic." in text
+
+
+def test_every_later_output_that_differs_is_named_with_the_first():
+    """Played LLM session 38: a MoE permutation returned (rows, row map); the feedback named output 0 (rows gathered
+    through the map) and never the map itself, which the kernel had not written (the int64 poison)."""
+    from types import SimpleNamespace
+
+    from tileagent.evaluator.correctness import _ConfigCheck
+    from tileagent.evaluator.errors import Mismatch
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.feedback import render_feedback
+
+    spec = SimpleNamespace(tolerance=lambda dtype: Tolerance(1e-2, 1e-2, 1e-2))
+    ref = [torch.ones(4, 3), torch.arange(6), torch.zeros(2)]
+    outs = [torch.zeros(4, 3), torch.full((6,), torch.iinfo(torch.int64).min), torch.zeros(2)]
+    outs[1][0] = 0
+    failure = Mismatch("output 0 differs", output=0, index=[0, 0], expected=1.0, got=0.0)
+    failure = _ConfigCheck.also_differ(SimpleNamespace(spec=spec), failure, 0, outs, ref)
+    assert failure.message == "output 0 differs; output 1 differs too (5 of 6 elements)"
+    assert failure.details["other_outputs"] == [{"output": 1, "mismatched": 5, "total": 6, "index": [1],
+                                                 "expected": 1.0, "got": -9.223372036854776e18, "dtype": "int64"}]
+    text = render_feedback(EvalResult(status="mismatch", message=failure.message, failure={
+        **failure.details, "mismatched": 12, "total": 12, "atol": 0.01, "rtol": 0.01, "max_abs_err": 1.0,
+        "rel_l2": 1.0, "config": {"M": 4}, "seed": 0, "distribution": "normal"}))
+    assert "\nOutput 1 differs too: 5 of 6 elements, e.g. at index (1,): expected 1, got -9223372036854775808.\n" \
+        in text

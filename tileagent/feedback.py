@@ -115,6 +115,13 @@ INDEX_DIFFERENCE = ("{mismatched} of {total} indices (int64) differ from the ref
                     "dim, and in which order).")
 
 
+def _value(entry: dict, key: str) -> str:
+    """``entry[key]`` as an integer output's exact value (the int64 poison, -9223372036854775808), else ``_num``."""
+    v, dtype = entry.get(key), str(entry.get("dtype", "float"))
+    return str(int(v)) if isinstance(v, float) and v.is_integer() and not dtype.startswith(("float", "bfloat")) \
+        else _num(v)
+
+
 def render_feedback(result: EvalResult | None, *, problem: str | None = None, device: str = "cpu",
                     target: float = 1.0) -> str:
     """The feedback text for one candidate (``result`` None: the answer was malformed, ``problem`` says how)."""
@@ -183,6 +190,10 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                        ) if failure.get("oracle_mismatched") else ""
         f["where_outside"] = f"\nThe differing elements: {failure['where_outside']}." if failure.get("where_outside") \
             else ""
+        f["other_outputs"] = "".join(
+            f"\nOutput {e['output']} differs too: {e['mismatched']} of {e['total']} elements, e.g. at index "
+            f"{tuple(e['index'])}: expected {_value(e, 'expected')}, got {_value(e, 'got')}."
+            for e in failure.get("other_outputs") or [])
         return render("feedback.mismatch", **f)
     if status == "guard_violation":
         return render("feedback.guard_violation", rule=failure.get("rule", "?"), message=result.message)
