@@ -111,6 +111,10 @@ def test_a_gross_mismatch_is_not_called_a_precision_problem():
     assert "\nThe differing elements: every one at index 0 (the first) of dim 1 (size 7).\n" in text
     text = render_feedback(EvalResult(status="mismatch", message="m", failure={**failure, "rel_l2": 0.003}))
     assert "your kernel is less accurate than the reference's own arithmetic." in text
+    text = render_feedback(EvalResult(status="mismatch", message="m", failure={**failure, "found_at": [3, 6, 5],
+                                                                                 "found_count": 2}))
+    assert ("every one at index 0 (the first) of dim 1 (size 7).\nThe value got at that index is the reference's at "
+            "index (3, 6, 5) (and at 1 other element(s)): an element read from the wrong place?\n") in text
 
 
 def test_every_later_output_that_differs_is_named_with_the_first():
@@ -137,3 +141,30 @@ def test_every_later_output_that_differs_is_named_with_the_first():
         "rel_l2": 1.0, "config": {"M": 4}, "seed": 0, "distribution": "normal"}))
     assert "\nOutput 1 differs too: 5 of 6 elements, e.g. at index (1,): expected 1, got -9223372036854775808.\n" \
         in text
+
+
+WHERE = {"config": {"B": 8}, "seed": 0, "distribution": "normal"}
+
+
+def test_a_wrong_value_found_elsewhere_in_the_reference_is_pointed_at():
+    """Played LLM session 38: a window partition with rows and columns swapped wrote other windows' values; the value
+    got is the reference's at another index (a rare value: a quantized output's common steps say nothing)."""
+    from types import SimpleNamespace
+
+    from tileagent.evaluator.correctness import _ConfigCheck
+
+    torch.manual_seed(0)
+    ref = torch.randn(8, 49, 16)
+    out = ref.clone()
+    out[3] = ref[3].reshape(7, 7, 16).transpose(0, 1).reshape(49, 16)  # window 3: row and column swapped
+    check = SimpleNamespace(max_abs=0.0, rel_l2=0.0)
+    failure = _ConfigCheck.compare_one(check, 0, out, ref, Tolerance(1e-3, 1e-3, 1e-2), WHERE, 1)
+    i = tuple(failure.details["index"])
+    assert failure.details["found_count"] == 1
+    assert float(ref[tuple(failure.details["found_at"])]) == float(out[i]) != float(ref[i])
+    assert f"the value got is the reference's at index {tuple(failure.details['found_at'])}" in failure.message
+    q = torch.randint(-3, 4, (64, 64)).to(torch.int8)  # a quantized output one step off: every value is common
+    off = q.clone()
+    off[5, 7] += 1
+    failure = _ConfigCheck.compare_one(check, 0, off, q, Tolerance(0, 0, 0), WHERE, 1)
+    assert "found_at" not in failure.details

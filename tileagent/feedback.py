@@ -190,6 +190,11 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                        ) if failure.get("oracle_mismatched") else ""
         f["where_outside"] = f"\nThe differing elements: {failure['where_outside']}." if failure.get("where_outside") \
             else ""
+        if failure.get("found_at"):
+            more = failure.get("found_count", 1) - 1
+            also = f" (and at {more} other element(s))" if more else ""
+            f["where_outside"] += (f"\nThe value got at that index is the reference's at index "
+                                   f"{tuple(failure['found_at'])}{also}: an element read from the wrong place?")
         f["other_outputs"] = "".join(
             f"\nOutput {e['output']} differs too: {e['mismatched']} of {e['total']} elements, e.g. at index "
             f"{tuple(e['index'])}: expected {_value(e, 'expected')}, got {_value(e, 'got')}."
