@@ -354,6 +354,15 @@ class Spec:
                                 f"must be a torch.Tensor (put constants in get_init_inputs())")
         return list(inputs)
 
+    def drawn(self, config: dict) -> bool:
+        """Whether an input distribution draws any of ``config``'s inputs (a floating one not in FIXED_INPUTS);
+        without one every distribution gives the same inputs. True when get_inputs cannot run on the meta device."""
+        try:
+            inputs = self.sample_inputs(config, 0, "meta")
+        except Exception:  # noqa: BLE001 - a get_inputs that needs values: assume it is drawn
+            return True
+        return any(t.is_floating_point() and k not in self.fixed_inputs for k, t in enumerate(inputs))
+
     def shaped_inputs(self, config: dict, device="cpu") -> list[torch.Tensor]:
         """``get_inputs(config)``'s tensors (seed 0) with DTYPES applied, their values as get_inputs draws them: for
         code that needs the inputs' shapes and dtypes, not a check's values (the export's dry run; ``device="meta"``

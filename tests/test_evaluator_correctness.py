@@ -721,3 +721,45 @@ def test_a_floating_output_failing_the_fixed_rule_keeps_its_error_in_the_record(
     idx = torch.tensor([3, 1, 2])
     assert check.compare_one(1, idx + 5, idx, Tolerance(0, 0, 0), where, 1) is not None
     assert check.max_abs == 32.0
+
+
+def test_integer_inputs_get_one_check_a_seed_not_one_per_distribution(tmp_path):
+    """Played LLM session 38: a relative-position bias whose one input is an int64 arange ran ~55 identical checks a
+    config (the input distributions draw floating inputs only)."""
+    spec = load_spec(write(tmp_path, '''
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, i):
+                return (i * 2).float()
+
+        def get_inputs():
+            return [torch.randint(0, 9, (64,))]
+
+        def get_init_inputs():
+            return []
+        ''', "ref_int.py"))
+    assert not spec.drawn({}) and len(spec.distributions) > 1
+    candidate = write(tmp_path, '''
+        import torch
+        import torch.nn as nn
+        import tileagent
+        import tileagent.language as T
+
+        @tileagent.jit(out_idx=[1])
+        def double(N):
+            @T.prim_func
+            def main(I: T.Tensor((N,), "int64"), Y: T.Tensor((N,), "float32")):
+                with T.Kernel(1, threads=32) as bx:
+                    for j in T.Parallel(N):
+                        Y[j] = T.cast(I[j] * 2, "float32")
+            return main
+
+        class ModelNew(nn.Module):
+            def forward(self, i):
+                return double(i.shape[0])(i)
+        ''', "cand_int.py")
+    (result,) = check_candidate(spec, candidate, seeds=2, tails=False)
+    assert result.correct and result.checks == 2 * 2  # two seeds, each one check of two calls
+    assert "no input is drawn from the input distributions (none is floating): one check a seed" in result.notes
