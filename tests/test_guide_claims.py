@@ -518,3 +518,39 @@ def test_the_persistent_gemm_as_the_guide_writes_it():
         c = torch.full((192, 128), float("nan"))
         tileagent.compile(persistent(192, 128, 64), target=target)(a, b, c)
         torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
+def test_a_counting_sort_as_the_guide_describes_it():
+    """The guide's counts / offsets / scatter paragraph: atomic counts into a shared int32 tile at run-time indices,
+    T.cumsum of an int32 tile (exact), an exclusive scan as the inclusive one minus the element, consecutive kernel
+    scopes through a T.alloc_global workspace, a stable rank by counting the equal keys before each element, and a
+    T.Parallel store to a computed index: the stable order of torch.sort."""
+    N, B = 96, 8
+
+    @T.prim_func
+    def main(Keys: T.Tensor((N,), "int32"), Order: T.Tensor((N,), "int32")):
+        Start = T.alloc_global((B,), "int32")
+        with T.Kernel(1, threads=32) as bx:
+            hist = T.alloc_shared((B,), "int32")
+            T.clear(hist)
+            for i in T.Parallel(N):
+                T.atomic_add(hist[Keys[i]], 1)
+            run = T.alloc_fragment((B,), "int32")
+            T.copy(hist, run)
+            T.cumsum(run, dim=0)
+            for b in T.Parallel(B):
+                Start[b] = run[b] - hist[b]
+        with T.Kernel(1, threads=32) as bx:
+            before = T.alloc_fragment((N,), "int32")
+            T.clear(before)
+            for j in T.serial(N):
+                for i in T.Parallel(N):
+                    if j < i and Keys[j] == Keys[i]:
+                        before[i] = before[i] + 1
+            for i in T.Parallel(N):
+                Order[Start[Keys[i]] + before[i]] = i
+
+    keys = torch.randint(0, B, (N,), dtype=torch.int32)
+    for target in ("cpu", "sim"):
+        kernel = tileagent.compile(main, out_idx=[1], target=target)
+        assert torch.equal(kernel(keys).long(), torch.sort(keys, stable=True).indices), target
