@@ -13,6 +13,8 @@ the buffer. Element reads keep their byte origin (``origin``) so that ``T.copy(A
 
 from __future__ import annotations
 
+import threading
+
 from tileagent.compiler.diagnostics import DSLTypeError, ShapeError
 from tileagent.compiler.dtypes import DType, PACKED, packed_storage
 from tileagent.compiler.ir.expr import Expr, Load, as_expr, make_binop, make_cast
@@ -20,7 +22,7 @@ from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.stmt import Region
 
 TILE_OPS = ("T.copy", "T.gemm", "T.fill", "T.clear")  # the tile ops that take packed tiles (as bytes)
-_ORIGINS: dict[int, tuple[Expr, Load]] = {}  # id(element read) -> (the read, its byte at the element's byte)
+_LOCAL = threading.local()  # .origins: id(element read) -> (the read, its byte); per thread (parallel compiles)
 
 
 def declare(shape: tuple, dtype, what: str) -> tuple[tuple, DType, str] | None:
@@ -63,14 +65,14 @@ def element(buf, indices: tuple, span=None) -> Expr:
     nibble = make_binop("&", make_binop(">>", make_cast(byte, DType("int32")), make_binop("*", make_binop(
         "%", last, 2), 4)), 15)
     value = make_binop("-", make_binop("^", nibble, 8), 8) if buf.packed == "int4" else nibble  # int4: sign-extended
-    _ORIGINS[id(value)] = (value, Load(buf, tuple(indices[:-1]) + (_byte_index(last, buf, "a tile"),), buf.dtype,
+    _origins()[id(value)] = (value, Load(buf, tuple(indices[:-1]) + (_byte_index(last, buf, "a tile"),), buf.dtype,
                                        span))
     return value
 
 
 def origin(x) -> Load | None:
     """The byte origin of ``x`` when it is an element read of a packed buffer (``element``), else None."""
-    entry = _ORIGINS.get(id(x))
+    entry = _origins().get(id(x))
     return entry[1] if entry is not None and entry[0] is x else None
 
 
@@ -91,7 +93,13 @@ def check_store(buf) -> None:
 
 def reset() -> None:
     """Forget the element reads of the last prim_func (the frontend calls this before parsing one)."""
-    _ORIGINS.clear()
+    _origins().clear()
+
+
+def _origins() -> dict:
+    if not hasattr(_LOCAL, "origins"):
+        _LOCAL.origins = {}
+    return _LOCAL.origins
 
 
 def check_tile_op(r, op: str, arg: str) -> None:
