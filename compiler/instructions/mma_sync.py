@@ -135,7 +135,8 @@ class MmaSyncM16N8K64(MmaSyncM16N8K32):
     register 8 of one column, so the operands' bytes take m16n8k32's ldmatrix loads and its lowering, with K counted
     in bytes (32 bytes, 64 elements, a step). Applies to: a gemm marked ``packed`` int4 or uint4 (A (M, K) and B
     (N, K) with transpose_B, checked by the frontend) with an int32 accumulator, both in shared memory; K a multiple
-    of 64 elements. Emits ``Mma`` of dtype int4 / uint4 and ``LdMatrix``.
+    of 64 elements. Emits ``Mma`` of dtype int4 / uint4 and ``LdMatrix``; on sm_90, which has no 4-bit tensor cores,
+    the CUDA target runs each as two int8 (uint8) m16n8k32 mmas (``compiler.targets.cuda_tensor``).
     """
 
     name = "mma.sync m16n8k64"
