@@ -49,8 +49,11 @@ def make_drafter(server, sleeps=None, **kwargs) -> OpenAIDrafter:
     ("```python\nx = 1\n```\nand\n```python\ny = 2\n```", "stop", "2 code blocks"),
     ("```python\na = 1\n```\n```py\nb = 2\n```\n```python3\nc = 3\n```", "stop", "3 code blocks"),
     ("```python\nx = 1\n```\n```python\ndef f(", "length", "2 code blocks"),
-    ("```python\nimport torch\nclass ModelNew(torch.nn.Mod", "length", "the code block is cut off"),
-    ("```python\nimport torch\n", "stop", "the code block is cut off"),
+    ("```python\nimport torch\nclass ModelNew(torch.nn.Mod", "length",
+     "the code block is cut off after its line 2: `class ModelNew(torch.nn.Mod`"),
+    ("```python\nimport torch\n", "stop", "the code block is cut off after its line 1: `import torch`"),
+    (f"```python\n{MODULE}", "length", f"the code block is cut off after its line {MODULE.count(chr(10))}: "
+                                        f"`{MODULE.strip().splitlines()[-1].strip()}`"),
     ("```python\n\n\n```", "stop", "the code block is empty"),
     ("```python\nimport torch\n\ndef f(:\n    pass\n```", "stop",
      "the code block is not valid Python: line 3: invalid syntax"),
@@ -73,6 +76,7 @@ def test_parse_answer_reports_exact_problem(text, finish, problem):
     f"<think>\nFirst try:\n```python\nx = (\n```\n</think>\n```python\n{MODULE}```",  # drafts in thinking skipped
     f"```python\r\n{MODULE.replace(chr(10), chr(13) + chr(10))}```\r\n",
     f"  ```python\n  {MODULE.replace(chr(10), chr(10) + '  ').rstrip(' ')}  ```",  # an indented fence
+    f"```python\n{MODULE}",  # the closing fence forgotten, no token limit: the module is whole (played LLM s. 38)
 ])
 def test_parse_answer_extracts_the_module(text):
     parsed = parse_answer(text, "stop")
@@ -197,7 +201,7 @@ def test_openai_drafter_does_not_retry_a_local_endpoint_that_refuses_connections
     (answer("Sure! Here is the idea, in prose."), "no python code block"),
     (answer("```python\nx = 1\n```\n```python\ny = 2\n```"), "2 code blocks"),
     (answer("```python\nimport torch\nclass ModelNew(torch.nn.Mo", finish_reason="length"),
-     "the code block is cut off"),
+     "the code block is cut off after its line 2: `class ModelNew(torch.nn.Mo`"),
     (answer(None), "no python code block"),
 ])
 def test_openai_drafter_malformed_answer_is_a_draft_with_a_problem(reply, problem):

@@ -20,8 +20,11 @@ Problems, checked in this order (the exact strings):
 - ``"no python code block"``: nothing counts as a code block (with ``finish_reason == "length"``:
   ``"the answer is cut off before its code block"``, the token limit struck while the model was still writing prose);
 - ``"N code blocks"`` (N >= 2), counting a final unclosed block too;
-- ``"the code block is cut off"``: the only block has no closing fence, whatever the finish reason (a block that
-  closed before the token limit struck is complete and is accepted: only the text after it was lost);
+- ``"the code block is cut off after its line N: `<that line>`"``: the only block has no closing fence (a block that
+  closed before the token limit struck is complete and is accepted: only the text after it was lost); a block
+  without its closing fence that defines ``ModelNew`` and parses is taken as it is unless the token limit struck
+  (``finish_reason == "length"``): a forgotten fence, the file provider having no finish reason (played LLM session
+  38: a whole module lost a turn for its last line);
 - ``"the code block is empty"``;
 - ``"the code block is not valid Python: line L: msg"`` (``L`` counts lines of the block, i.e. of the candidate file,
   ``msg`` is the ``SyntaxError``'s message). Decision: a module that does not parse is reported here rather than handed
@@ -120,9 +123,12 @@ def parse_answer(text: str | None, finish_reason: str | None = None, *, check_sy
     if len(blocks) > 1:
         return ParsedAnswer(None, f"{len(blocks)} code blocks")
     block = blocks[0]
-    if not block.closed:
-        return ParsedAnswer(None, CUT_OFF)
     source = block.text.strip("\n")
+    if not block.closed and not (finish_reason != "length" and "class ModelNew" in source and
+                                 _syntax_problem(source + "\n") is None):
+        lines = source.split("\n")
+        last = lines[-1].strip() if source.strip() else ""
+        return ParsedAnswer(None, f"{CUT_OFF} after its line {len(lines)}: `{last[:80]}`" if last else CUT_OFF)
     if not source.strip():
         return ParsedAnswer(None, EMPTY)
     source += "\n"
