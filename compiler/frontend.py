@@ -435,7 +435,7 @@ class _Parser(LoopExitParser, ExpressionParser):
             if isinstance(ref, Region):
                 raise DSLSyntaxError("cannot assign to a slice", code="E102",
                                      hint="use T.fill(buf[...], v), T.copy(src, dst) or a T.Parallel loop")
-            ref = packed.target(ref)
+            ref = packed.target(ref, tile=False)
             if not isinstance(ref, Load):
                 raise DSLSyntaxError(f"cannot assign to an element of {describe(ref)}", code="E102")
             self.store(ref.buffer, ref.indices, value, node)
@@ -461,7 +461,7 @@ class _Parser(LoopExitParser, ExpressionParser):
             raise DSLSyntaxError(f"operator {type(node.op).__name__} is not supported", code="E101")
         target = node.target
         if isinstance(target, ast.Subscript):
-            ref = packed.target(self.expr(target))
+            ref = packed.target(self.expr(target), tile=False)
             if not isinstance(ref, Load):
                 raise DSLSyntaxError(f"cannot update `{ast.unparse(target)}` in place", code="E102",
                                      hint="in-place updates work on single elements inside T.Parallel")

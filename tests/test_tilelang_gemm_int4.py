@@ -182,3 +182,29 @@ def test_the_examples_own_check_passes_on_the_gpu(tilelang):
     a, b = torch.randint(0, 16, (32, 128)), torch.randint(0, 16, (16, 128))
     c = tileagent.compile(uint4_gemm(32, 16, 128), out_idx=-1)(pack(a, torch.uint8).cuda(), pack(b, torch.uint8).cuda())
     torch.testing.assert_close(c.cpu(), (a @ b.T).to(torch.int32), rtol=0, atol=0)
+
+
+def test_an_odd_element_reads_as_a_value_and_is_refused_as_a_tile_origin():
+    def read_odd():
+        @T.prim_func
+        def main(X: T.Tensor((4, 32), T.int4), Y: T.Tensor((4,), T.int32)):
+            with T.Kernel(1, threads=32) as bx:
+                for i in T.Parallel(4):
+                    Y[i] = X[i, 3]
+
+        return main
+
+    x = torch.randint(-8, 8, (4, 32))
+    y = tileagent.compile(read_odd(), out_idx=-1, target="cpu")(pack(x))
+    torch.testing.assert_close(y, x[:, 3].to(torch.int32), rtol=0, atol=0)
+
+    def copy_from_odd():
+        @T.prim_func
+        def main(X: T.Tensor((4, 32), T.int4), Y: T.Tensor((4, 4), T.int4)):
+            with T.Kernel(1, threads=32) as bx:
+                T.copy(X[0, 3], Y)
+
+        return main
+
+    e = _error(copy_from_odd)
+    assert e.code == "E302" and e.message.startswith("a tile of int4 buffer 'X' starts at element 3 of its last dim")

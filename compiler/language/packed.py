@@ -65,21 +65,25 @@ def element(buf, indices: tuple, span=None) -> Expr:
     nibble = make_binop("&", make_binop(">>", make_cast(byte, DType("int32")), make_binop("*", make_binop(
         "%", last, 2), 4)), 15)
     value = make_binop("-", make_binop("^", nibble, 8), 8) if buf.packed == "int4" else nibble  # int4: sign-extended
-    _origins()[id(value)] = (value, Load(buf, tuple(indices[:-1]) + (_byte_index(last, buf, "a tile"),), buf.dtype,
-                                       span))
+    _origins()[id(value)] = (value, buf, tuple(indices), span)
     return value
 
 
-def origin(x) -> Load | None:
-    """The byte origin of ``x`` when it is an element read of a packed buffer (``element``), else None."""
+def origin(x, tile: bool = True) -> Load | None:
+    """The byte of ``x`` when it is an element read of a packed buffer (``element``), else None; as a tile's origin
+    (``tile``) the element must start its byte (E302 otherwise)."""
     entry = _origins().get(id(x))
-    return entry[1] if entry is not None and entry[0] is x else None
+    if entry is None or entry[0] is not x:
+        return None
+    _, buf, indices, span = entry
+    last = _byte_index(indices[-1], buf, "a tile") if tile else make_binop("//", indices[-1], 2)
+    return Load(buf, indices[:-1] + (last,), buf.dtype, span)
 
 
-def target(ref):
-    """The byte origin of ``ref`` when it is an element read of a packed buffer, else ``ref``: an assignment's
-    target, which ``check_store`` then refuses."""
-    byte = origin(ref)
+def target(ref, tile: bool = True):
+    """The byte of ``ref`` when it is an element read of a packed buffer, else ``ref``: a tile op's origin, or with
+    ``tile=False`` an assignment's target (which ``check_store`` then refuses)."""
+    byte = origin(ref, tile)
     return ref if byte is None else byte
 
 
