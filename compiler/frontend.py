@@ -26,8 +26,8 @@ from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
 from tileagent.compiler.ir.expr import (Expr, Load, Var, as_expr, describe, is_extern, make_binop, make_cast,
                                         make_cmp)
 from tileagent.compiler.ir.simplify import static_int
-from tileagent.compiler.frontend_body import (check_view_aliasing, parallel_nest, snapshot, split_at_grid_syncs, vars_in,
-                                              with_span)
+from tileagent.compiler.frontend_body import (check_view_aliasing, parallel_nest, snapshot, split_at_grid_syncs,
+                                              vars_in, with_span)
 from tileagent.compiler.frontend_loops import LoopExitParser
 from tileagent.compiler.frontend_macro import bound_outside_macro, lost_rebinding
 from tileagent.compiler.language import packed
