@@ -107,10 +107,10 @@ def dtype(value) -> DType:
     raise UnsupportedDType(f"unsupported dtype {value!r}; known: {', '.join(_TORCH)}")
 
 
-def packed_storage(value) -> DType | None:
-    """The byte dtype that stores a buffer of the packed sub-byte dtype ``value`` (``PACKED``), else None."""
+def packed_name(value) -> str | None:
+    """The canonical name of ``value`` when it is a packed sub-byte dtype (``PACKED``: int4, uint4), else None."""
     name = _ALIASES.get(value, value) if isinstance(value, str) else None
-    return DType(PACKED[name]) if name in PACKED else None
+    return name if name in PACKED else None
 
 
 def from_python(value) -> DType:

@@ -28,6 +28,7 @@ import torch
 from tileagent.compiler.dtypes import DType
 from tileagent.compiler.errors import KernelFault
 from tileagent.compiler.intrinsics import TF32_DTYPES, truncate_tf32
+from tileagent.compiler.language.packed import unpack as unpack_nibbles
 from tileagent.compiler.tir import AsyncCommit, AsyncCopy, AsyncWait, LdMatrix, Mma, PackPairs
 
 WARP_SIZE = 32
@@ -78,8 +79,6 @@ def mma(block, s: Mma) -> None:
     ab = s.element_dtype
     if ab in _EIGHT_BIT:
         return _mma8(block, s, ab)
-    if ab in ("int4", "uint4"):
-        return _mma4(block, s, ab)
     if ab in TF32_DTYPES:
         return _mma_tf32(block, s)
     f16acc = ab == "float16" and s.c_buf.dtype == "float16"  # .f16 accumulators: each mma rounds its sums
@@ -119,15 +118,19 @@ def mma(block, s: Mma) -> None:
     c_mem[rows, c_idx] = D[:, _MMA_C[0], _MMA_C[1]].reshape(nw * WARP_SIZE, 4).to(c_mem.dtype)
 
 
-_EIGHT_BIT = {"float8_e4m3fn": "float32", "float8_e5m2": "float32", "int8": "int32"}
+_EIGHT_BIT = {"float8_e4m3fn": "float32", "float8_e5m2": "float32", "int8": "int32",
+              "int4": "int32", "uint4": "int32"}  # 4-bit: packed two a byte (compiler.language.packed)
 
 
 def _mma8(block, s: Mma, ab: str) -> None:
     """One mma.sync m16n8k32 on 8-bit A and B in every warp that executes it: the m16n8k16 fragments of
     ``compiler.tir.Mma`` over byte pairs (A [16, 32], B [32, 8]); float8 products summed in float32, int8 ones exactly
-    in int32 (wrapping)."""
+    in int32 (wrapping). int4 / uint4 (A and B in uint32 registers): m16n8k64, each byte two K elements, the lower in
+    its low nibble (A [16, 64], B [64, 8])."""
     acc = _EIGHT_BIT[ab]
-    if s.c_buf.dtype != acc or any(b.dtype not in (ab, "uint32") for b in (s.a_buf, s.b_buf)):
+    per = 4 if ab in ("int4", "uint4") else 2  # elements a unit of two bytes
+    if s.c_buf.dtype != acc or any(b.dtype not in (ab, "uint32") or (per == 4 and b.dtype != "uint32")
+                                   for b in (s.a_buf, s.b_buf)):
         raise EmulationError(f"Mma wants {ab} A and B (or uint32 packed registers) and a {acc} C, got A "
                              f"{s.a_buf.dtype}, B {s.b_buf.dtype}, C {s.c_buf.dtype}", s.span)
     _check_registers(s, [(b, r, n if b.dtype == "uint32" or b is s.c_buf else 4 * n)
@@ -142,57 +145,24 @@ def _mma8(block, s: Mma, ab: str) -> None:
         vals = mem[threads[:, None], idx]
         if buf.dtype != "uint32":
             return vals.to(DType(ab).torch)
-        by = torch.stack([(vals >> (8 * i)) & 0xFF for i in range(4)], -1).reshape(vals.shape[0], -1)
-        return by.to(torch.uint8).view(DType(ab).torch)
+        by = torch.stack([(vals >> (8 * i)) & 0xFF for i in range(4)], -1).reshape(vals.shape[0], -1).to(torch.uint8)
+        return unpack_nibbles(by, ab) if per == 4 else by.view(DType(ab).torch)
 
-    a_vals, b_vals = values(s.a_buf, s.a), values(s.b_buf, s.b)  # [lanes, 16] / [lanes, 8]: units of two bytes
+    a_vals, b_vals = values(s.a_buf, s.a), values(s.b_buf, s.b)  # [lanes, 8 per] / [lanes, 4 per]: units of two bytes
     c_mem, c_idx = _registers(block, threads, s.c_buf, s.c)
     rows = threads[:, None]
     wide = torch.float32 if acc == "float32" else torch.int64
-    A = torch.empty(nw, 16, 32, dtype=wide)
-    B = torch.empty(nw, 32, 8, dtype=wide)
-    a_units, b_units = a_vals.to(wide).reshape(nw, WARP_SIZE, 8, 2), b_vals.to(wide).reshape(nw, WARP_SIZE, 4, 2)
-    for byte in range(2):
-        A[:, _MMA_A[0], 2 * _MMA_A[1] + byte] = a_units[..., byte]
-        B[:, 2 * _MMA_B[0] + byte, _MMA_B[1]] = b_units[..., byte]
+    A = torch.empty(nw, 16, 16 * per, dtype=wide)
+    B = torch.empty(nw, 16 * per, 8, dtype=wide)
+    a_units, b_units = a_vals.to(wide).reshape(nw, WARP_SIZE, 8, per), b_vals.to(wide).reshape(nw, WARP_SIZE, 4, per)
+    for e in range(per):
+        A[:, _MMA_A[0], per * _MMA_A[1] + e] = a_units[..., e]
+        B[:, per * _MMA_B[0] + e, _MMA_B[1]] = b_units[..., e]
     C = c_mem[rows, c_idx].view(nw, WARP_SIZE, 4).to(wide)
     D = torch.matmul(A, B)[:, _MMA_C[0], _MMA_C[1]] + C
     if acc == "int32":
         D = ((D + 2**31) % 2**32) - 2**31
     c_mem[rows, c_idx] = D.reshape(nw * WARP_SIZE, 4).to(c_mem.dtype)
-
-
-def _mma4(block, s: Mma, ab: str) -> None:
-    """One mma.sync m16n8k64 on int4 / uint4 A and B in every warp that executes it: ``_mma8``'s fragments with each
-    byte two K elements (the lower in the low nibble; A [16, 64], B [64, 8]), products summed exactly in int32
-    (wrapping). A and B come as uint32 registers (ldmatrix)."""
-    if s.c_buf.dtype != "int32" or any(b.dtype != "uint32" for b in (s.a_buf, s.b_buf)):
-        raise EmulationError(f"Mma wants {ab} A and B in uint32 registers and an int32 C, got A {s.a_buf.dtype}, "
-                             f"B {s.b_buf.dtype}, C {s.c_buf.dtype}", s.span)
-    _check_registers(s, ((s.a_buf, s.a, 4), (s.b_buf, s.b, 2), (s.c_buf, s.c, 4)))
-    threads, nw = _warp_threads(block, "Mma")
-    if not nw:
-        return
-
-    def values(buf, regs):
-        """The operand's nibbles per lane [nw * 32, 8 per register] as int64, lowest first."""
-        mem, idx = _registers(block, threads, buf, regs)
-        vals = mem[threads[:, None], idx].to(torch.int64) & 0xFFFFFFFF
-        nib = torch.stack([(vals >> (4 * i)) & 15 for i in range(8)], -1).reshape(vals.shape[0], -1)
-        return nib - 16 * (nib >= 8) if ab == "int4" else nib
-
-    a_vals, b_vals = values(s.a_buf, s.a), values(s.b_buf, s.b)  # [lanes, 32] / [lanes, 16]: units of four
-    c_mem, c_idx = _registers(block, threads, s.c_buf, s.c)
-    rows = threads[:, None]
-    A = torch.empty(nw, 16, 64, dtype=torch.int64)
-    B = torch.empty(nw, 64, 8, dtype=torch.int64)
-    a_units, b_units = a_vals.reshape(nw, WARP_SIZE, 8, 4), b_vals.reshape(nw, WARP_SIZE, 4, 4)
-    for nibble in range(4):
-        A[:, _MMA_A[0], 4 * _MMA_A[1] + nibble] = a_units[..., nibble]
-        B[:, 4 * _MMA_B[0] + nibble, _MMA_B[1]] = b_units[..., nibble]
-    C = c_mem[rows, c_idx].view(nw, WARP_SIZE, 4).to(torch.int64)
-    D = torch.matmul(A, B)[:, _MMA_C[0], _MMA_C[1]] + C
-    c_mem[rows, c_idx] = (((D + 2**31) % 2**32) - 2**31).reshape(nw * WARP_SIZE, 4).to(c_mem.dtype)
 
 
 def _mma_tf32(block, s: Mma) -> None:

@@ -11,6 +11,7 @@ from tileagent.compiler.diagnostics import DSLTypeError, ShapeError
 from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
 from tileagent.compiler.ir.expr import Expr
 from tileagent.compiler.ir.simplify import static_int
+from tileagent.compiler.language import packed
 
 MAX_THREADS = 1024
 MAX_CLUSTER = 8  # blocks per cluster every sm_90 GPU launches (the portable cluster size)
@@ -122,8 +123,6 @@ def _dtype(value, what: str) -> DType:
 
 
 def _tile_spec(shape, dtype, scope: str, what: str) -> AllocSpec:
-    from tileagent.compiler.language import packed
-
     shape = _shape(shape, what)
     as_bytes = packed.declare(shape, dtype, what)
     if as_bytes:

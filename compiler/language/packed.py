@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 
 from tileagent.compiler.diagnostics import DSLTypeError, ShapeError
-from tileagent.compiler.dtypes import DType, PACKED, packed_storage
+from tileagent.compiler.dtypes import DType, PACKED, packed_name
 from tileagent.compiler.ir.expr import Expr, Load, as_expr, make_binop, make_cast
 from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.stmt import Region
@@ -28,17 +28,16 @@ _LOCAL = threading.local()  # .origins: id(element read) -> (the read, its byte)
 def declare(shape: tuple, dtype, what: str) -> tuple[tuple, DType, str] | None:
     """(storage shape, storage dtype, packed name) of a buffer declared as ``shape`` of ``dtype``; None when the
     dtype is not a packed one."""
-    storage = packed_storage(dtype)
-    if storage is None:
+    name = packed_name(dtype)
+    if name is None:
         return None
-    name = next(k for k, v in PACKED.items() if v == storage)
     last = shape[-1] if shape else None
     n = static_int(last) if last is not None else None
     if last is None or (n is not None and n % 2):
         raise ShapeError(f"{what}: a {name} buffer's last dim is stored two elements a byte and must be even, got "
                          f"shape {tuple(shape)}", code="E302")
     half = n // 2 if n is not None else make_binop("//", last, 2)
-    return tuple(shape[:-1]) + (half,), storage, name
+    return tuple(shape[:-1]) + (half,), DType(PACKED[name]), name
 
 
 def _byte_index(index, buf, what: str):
@@ -60,13 +59,19 @@ def region(buf, starts: tuple, extents: tuple) -> Region:
 
 def element(buf, indices: tuple, span=None) -> Expr:
     """The value of element ``indices`` of packed ``buf`` as int32: its nibble of the byte holding it."""
-    last = as_expr(indices[-1])
-    byte = Load(buf, tuple(indices[:-1]) + (make_binop("//", last, 2),), buf.dtype, span)
-    nibble = make_binop("&", make_binop(">>", make_cast(byte, DType("int32")), make_binop("*", make_binop(
-        "%", last, 2), 4)), 15)
+    indices = tuple(indices[:-1]) + (as_expr(indices[-1]),)
+    nibble = make_binop("&", make_binop(">>", make_cast(_byte(buf, indices, span, False), DType("int32")),
+                                        make_binop("*", make_binop("%", indices[-1], 2), 4)), 15)
     value = make_binop("-", make_binop("^", nibble, 8), 8) if buf.packed == "int4" else nibble  # int4: sign-extended
-    _origins()[id(value)] = (value, buf, tuple(indices), span)
+    _origins()[id(value)] = (value, buf, indices, span)
     return value
+
+
+def _byte(buf, indices: tuple, span, tile: bool) -> Load:
+    """The byte holding element ``indices`` of packed ``buf``; as a tile's origin (``tile``) the element must start
+    it (E302 otherwise)."""
+    last = _byte_index(indices[-1], buf, "a tile") if tile else make_binop("//", indices[-1], 2)
+    return Load(buf, indices[:-1] + (last,), buf.dtype, span)
 
 
 def origin(x, tile: bool = True) -> Load | None:
@@ -75,9 +80,7 @@ def origin(x, tile: bool = True) -> Load | None:
     entry = _origins().get(id(x))
     if entry is None or entry[0] is not x:
         return None
-    _, buf, indices, span = entry
-    last = _byte_index(indices[-1], buf, "a tile") if tile else make_binop("//", indices[-1], 2)
-    return Load(buf, indices[:-1] + (last,), buf.dtype, span)
+    return _byte(*entry[1:], tile)
 
 
 def target(ref, tile: bool = True):
