@@ -148,12 +148,12 @@ def where_outside(sample: list, shape: tuple, total: int) -> str | None:
     return f"{which} at {' and '.join(parts)}"
 
 
-def occurrences(ref, value: float, limit: int = 1 << 31) -> tuple[int, int]:
+def occurrences(ref, value: float) -> tuple[int, int]:
     """(how many elements of ``ref`` equal ``value`` exactly, the flat index of the first), in chunks; (0, -1) for
-    none, for 0 and non-finite values (a never-written or zeroed element says nothing of where it came from) and for
-    a reference of more than ``limit`` elements. Where a copy, gather or permutation wrote a wrong element, its value
-    is often the reference's elsewhere (played LLM session 38: a window partition's swapped row and column)."""
-    if value == 0 or not math.isfinite(value) or ref.numel() > limit:
+    none, and for 0 and non-finite values (a never-written or zeroed element says nothing of where it came from).
+    Where a copy, gather or permutation wrote a wrong element, its value is often the reference's elsewhere (played
+    LLM session 38: a window partition's swapped row and column)."""
+    if value == 0 or not math.isfinite(value):
         return 0, -1
     count, first = 0, -1
     for start, _, r in _chunks(ref, ref):
