@@ -17,7 +17,9 @@ block, twice that for causal). The same quotients, bit for bit, with the work sh
   of 1/d, q1 within one ulp of a/d); a zero ``a`` gives ``a * y``, the signed zero the division gives;
 - it holds while nothing underflows or overflows (``tl_div_fits``: ``|d|`` in [2^-125, 2^125), ``a`` zero or
   ``|a|`` >= 2^-78, ``|a/d|`` in [2^-124, 2^125]). One check covers the run, on the extremes of its numerators and
-  divisors; when it fails (an inf, a NaN, a zero divisor, an extreme value), every element is divided as written.
+  divisors; when it fails (an inf, a NaN, a zero divisor, an extreme value), every element is divided as written,
+  in a loop that is not unrolled (cold code: unrolled, ptxas expanded each IEEE division, flash attention's 64 in
+  0.03 s of its 0.49 s NVRTC compile on the CPU machine, session 39).
 
 Guarantee: every stored value is bitwise ``a / d`` as NVRTC compiles it without fast math
 (``tests/test_cuda_division.py`` checks the algorithm in exact arithmetic, and on a GPU compares a kernel's quotients
@@ -36,9 +38,9 @@ from tileagent.compiler.ir.visit import loads
 from tileagent.compiler.targets.cuda_registers import static_loop, static_value
 
 # Division sites in a kernel's source (unroll loops counted with their trip counts) beyond which nothing is grouped.
-# The fast path and the check add ~10 instructions a division beside the divisions kept for the other branch, and
-# NVRTC's time grows with them (session 37, CPU machine: flash attention's 64 +0.06 s, MLA decode's 128 +0.16 s over
-# 0.53 s) while a kernel keeping that many quotients a thread spends a smaller share of its time in them (MLA decode
+# The fast path and the check add ~10 instructions a division, and NVRTC's time grows with them (session 37, CPU
+# machine: flash attention's 64 +0.06 s; session 39, with the other branch a loop: MLA decode's 128 +0.13 s over
+# 0.54 s) while a kernel keeping that many quotients a thread spends a smaller share of its time in them (MLA decode
 # +0.5% / +1.7% against flash attention's +5%, bench/division_ab.py).
 MAX_SITES = 64
 MIN_RUN = 4  # divisions in a run, at least two per divisor on average: below that the check costs what it saves
@@ -230,9 +232,14 @@ def emit_division_run(em, inst, strip) -> None:
     em.line(f"if ({ok}) {{")
     for ref, n, (d, y) in zip(refs, nums, divs):
         em.line(f"  {ref} = tl_div_by_rcp({strip(n)}, {d}, {y});")
-    em.line("} else {  // an inf, a NaN, a zero divisor or an extreme value: as written")
-    for ref, n, (d, _) in zip(refs, nums, divs):
-        em.line(f"  {ref} = {n} / {d};")
+    em.line("} else {  // an inf, a NaN, a zero divisor or an extreme value: as written, in a loop (cold code)")
+    q, dq, i = em.fresh("tl_div_q", raw=True), em.fresh("tl_div_d", raw=True), em.fresh("tl_div_i", raw=True)
+    em.line(f"  float {q}[{len(nums)}] = {{{', '.join(strip(n) for n in nums)}}};")
+    em.line(f"  const float {dq}[{len(nums)}] = {{{', '.join(d for d, _ in divs)}}};")
+    em.line("  #pragma unroll 1")
+    em.line(f"  for (int {i} = 0; {i} < {len(nums)}; ++{i}) {q}[{i}] = {q}[{i}] / {dq}[{i}];")
+    for k, ref in enumerate(refs):
+        em.line(f"  {ref} = {q}[{k}];")
     em.line("}")
     em.depth -= 1
     em.line("}")
