@@ -24,12 +24,15 @@ SCHEDULES = {"128x256 t256": (128, 256, 256, False), "128x256 t256 persistent": 
              "128x128 t128": (128, 128, 128, False), "128x128 t256": (128, 128, 256, False),
              "64x128 t128": (64, 128, 128, False), "64x64 t128": (64, 64, 128, False)}
 
-# First: the H200's best tile for a large fp16 GEMM with wgmma (bench/wgmma_gemm.py, 8192^3: 702 TFLOP/s, 93% of
+# First: SCHEDULE None, pick_schedule's choice per call by the output's tile count (a GEMM of few rows, as an exported
+# op meets at decode batch sizes, fills the GPU only with smaller tiles). Then: the H200's best tile for a large fp16
+# GEMM with wgmma (bench/wgmma_gemm.py, 8192^3: 702 TFLOP/s, 93% of
 # cuBLAS; 128x256x32 528, the example's 128x128x64 622), walked by one block per SM: the tuner's pick for
 # tasks/gemm_relu.py at N=11008 and faster than one block a tile on bench/suite/linear_fp32_master (H100, round 2
 # session 38: x0.992 / 0.947 of torch.compile against 0.958 / 0.942); 147 KB of shared memory at 3 stages (fits
 # sm_80's 164 KB; 4 stages, the tuner's pick at N=4096, do not).
 VARIANTS = [
+    ("autox64s3", {"SCHEDULE": None, "BLOCK_K": 64, "NUM_STAGES": 3}),
     ("128x256x64s3t256p", {"SCHEDULE": "128x256 t256 persistent", "BLOCK_K": 64, "NUM_STAGES": 3}),
     ("128x256x64s3t256", {"SCHEDULE": "128x256 t256", "BLOCK_K": 64, "NUM_STAGES": 3}),
     ("128x256x64s4t256p", {"SCHEDULE": "128x256 t256 persistent", "BLOCK_K": 64, "NUM_STAGES": 4}),
@@ -39,6 +42,19 @@ VARIANTS = [
     ("128x256x32s3t256", {"SCHEDULE": "128x256 t256", "BLOCK_K": 32, "NUM_STAGES": 3}),
     ("64x64x32s2t128", {"SCHEDULE": "64x64 t128", "BLOCK_K": 32, "NUM_STAGES": 2}),
 ]
+
+
+PICK = '''
+
+def pick_schedule(M, N, sms):
+    """The largest output tile of which there are at least as many as SMs (one block per SM walking 128 x 256
+    tiles when there are that many), else the smallest: a GEMM of few rows keeps every SM busy."""
+    for name in ("128x256 t256 persistent", "128x128 t256", "64x128 t128"):
+        block_M, block_N = SCHEDULES[name][:2]
+        if -(-M // block_M) * -(-N // block_N) >= sms:
+            return name
+    return "64x64 t128"
+'''
 
 
 CAST_KERNEL = '''
@@ -68,14 +84,15 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     b_ref = common.operand_ref(match, b)
     tb = match.gemm_b_transposed
     constants = dict(knobs, PANEL=8)
-    tunables = {"SCHEDULE": common.knob_values(knobs, "SCHEDULE", SCHEDULES),
+    tunables = {"SCHEDULE": common.knob_values(knobs, "SCHEDULE", (None, *SCHEDULES)),
                 "NUM_STAGES": common.knob_values(knobs, "NUM_STAGES", (2, 3, 4)),
                 "BLOCK_K": common.knob_values(knobs, "BLOCK_K", (32, 64)),
                 "PANEL": [8, 4, 16]}
     doc = (f"Candidate drafted by the built-in drafter (template gemm_epilogue): {match.summary}; "
            f"{match.dtype} operands on tensor cores, float32 accumulation, output {match.out_dtype}. Knobs: SCHEDULE "
            f"(a key of SCHEDULES: the output tile, the threads per block, and whether one block per SM walks the "
-           f"tiles), BLOCK_K, NUM_STAGES, PANEL (the block swizzle's panel, or the persistent loop's group).")
+           f"tiles; None: pick_schedule's choice for the call's sizes), BLOCK_K, NUM_STAGES, PANEL (the block "
+           f"swizzle's panel, or the persistent loop's group).")
     cparams, cargs = common.const_params(match)
     dparams = "".join(f", d_{o.name}" for o in ops)
     params, allocs, loads, texts = common.operand_tiles(ops, "block_M", "block_N", "by * block_M", "bx * block_N")
@@ -134,16 +151,18 @@ def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, p
         forward += (f"        b = cast_rows({b_ref}.shape[0], {b_ref}.shape[1], TL_DTYPE[{b_ref}.dtype], "
                     f"TL_DTYPE[{a_ref}.dtype])({b_ref})  # in A's dtype, as the reference casts it\n")
         b_ref = "b"
-    forward += (f"        block_M, block_N, threads, persistent = SCHEDULES[SCHEDULE]\n"
-                f"        blocks = (torch.cuda.get_device_properties({a_ref}.device).multi_processor_count "
-                f"if persistent and {a_ref}.is_cuda else 4)  # persistent: one block per SM\n")
+    forward += (f"        sms = (torch.cuda.get_device_properties({a_ref}.device).multi_processor_count "
+                f"if {a_ref}.is_cuda else 132)\n"
+                f"        schedule = SCHEDULE or pick_schedule({a_ref}.numel() // K, N, sms)\n"
+                f"        block_M, block_N, threads, persistent = SCHEDULES[schedule]\n"
+                f"        blocks = sms if persistent and {a_ref}.is_cuda else 4  # persistent: one block per SM\n")
     forward += (f"        kernel = gemm_epilogue(N, K, block_M, block_N, BLOCK_K, NUM_STAGES, threads, PANEL, persistent, "
                 f"blocks, "
                 f"TL_DTYPE[{a_ref}.dtype], TL_DTYPE[{b_ref}.dtype]{dargs},\n"
                 f"                               {common.out_dtype_ref(match, a_ref)}{cargs})\n"
                 f"        y = kernel({a_ref}.reshape(-1, K), {b_ref}{views})\n"
                 f"        return y.view(tuple({a_ref}.shape[:-1]) + (N,))\n")
-    schedules = "SCHEDULES = {" + ",\n             ".join(f"{k!r}: {v!r}" for k, v in SCHEDULES.items()) + "}\n"
+    schedules = "SCHEDULES = {" + ",\n             ".join(f"{k!r}: {v!r}" for k, v in SCHEDULES.items()) + "}\n" + PICK
     return (common.header(doc, constants, tunables, match) + schedules + "\n" + kernel + "\n\n"
             + common.model_class(match, forward))
 
