@@ -238,3 +238,52 @@ def test_compile_params_parse_ints_floats_booleans_and_text():
 
     assert _parse_params(["M=4", "z_coef=1e-4", "on_cuda=True", "dtype=float16"]) == \
         {"M": 4, "z_coef": 1e-4, "on_cuda": True, "dtype": "float16"}
+
+
+# -- diagnostics printed as written ----------------------------------------------------------------------------------
+
+BAD_INDEX = '''
+import torch
+import tileagent
+import tileagent.language as T
+
+
+@tileagent.jit(out_idx=[1])
+def copy_rows(M, N):
+    @T.prim_func
+    def main(x: T.Tensor((M, N), "float32"), y: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            for i, j in T.Parallel(M, N):
+                y[i, j] = x[i, j, 0]
+
+    return main
+
+
+def check(device="cpu"):
+    return copy_rows(4, 8)(torch.randn(4, 8))
+'''
+
+
+def test_a_compile_error_prints_its_source_line_with_the_subscripts(tmp_path):
+    """Rich reads ``[i, j]`` as a markup tag: printed through it, the excerpt read ``y = x`` and the hint ``write x``
+    (played LLM, session 39: an L001 on ``y[i, j] = x[i, k]`` showed ``22 | y = x``)."""
+    program = tmp_path / "bad_index.py"
+    program.write_text(BAD_INDEX)
+    result = invoke("run", program)
+    assert result.exit_code == 2, result.output
+    assert "13 | y[i, j] = x[i, j, 0]" in result.text
+    assert "hint: write x[i0, i1]" in result.text
+
+
+def test_the_progress_lines_print_a_summary_with_subscripts_as_written():
+    import io
+
+    from rich.console import Console
+
+    from tileagent.display import LiveProgress
+
+    out = io.StringIO()
+    with LiveProgress(Console(file=out, width=200), n_configs=1) as live:
+        live("drafting", {"turn": 1, "n": 1, "configs": 1})
+        live("evaluated", {"attempt_id": "t1-c0", "summary": "mismatch at out[i, k]: expected 1, got 2"})
+    assert "t1-c0: mismatch at out[i, k]: expected 1, got 2" in out.getvalue()

@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tileagent.report import cell
@@ -70,9 +71,10 @@ def batch_many(references: list[Path], resume: Path | None, out: Path | None, co
         if o["exported_module"]:
             cli.console.print(f"exported module ({o['task']}): {o['exported_module']}", highlight=False)
         if o["outcome"] == "error":
-            cli.err_console.print(f"[red]{o['task']} failed:[/] {o['reason']}", highlight=False)
+            cli.err_console.print(f"[red]{o['task']} failed:[/] {escape(str(o['reason']))}", highlight=False)
         elif o["outcome"] == "reference_failed":
-            cli.err_console.print(f"[red]{o['task']}: the reference failed, not the candidate:[/] {o['reason']} "
+            cli.err_console.print(f"[red]{o['task']}: the reference failed, not the candidate:[/] "
+                                  f"{escape(str(o['reason']))} "
                                   f"(fix it and continue with --resume {batch.root})", highlight=False, soft_wrap=True)
     cli.console.print(f"report: {batch.root / 'REPORT.md'}", highlight=False)
     busy = ", ".join(f"{w['worker']} {w['busy_s']:.0f} s" for w in (report.get("workers") or {}).get("workers", []))

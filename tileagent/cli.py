@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tileagent.compiler.diagnostics import CompileError
@@ -39,7 +40,7 @@ EXIT_NOT_FASTER, EXIT_NO_CORRECT = 3, 4
 
 def _load_module(path: Path):
     if not path.is_file():
-        err_console.print(f"[red]error:[/] no such file: {path}")
+        err_console.print(f"[red]error:[/] no such file: {escape(str(path))}")
         raise typer.Exit(EXIT_BAD_INPUT)
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
@@ -47,10 +48,10 @@ def _load_module(path: Path):
     try:
         spec.loader.exec_module(module)
     except CompileError as e:
-        err_console.print(str(e))
+        err_console.print(str(e), markup=False, highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except SyntaxError as e:
-        err_console.print(f"[red]error:[/] {path}:{e.lineno}: syntax error: {e.msg}")
+        err_console.print(f"[red]error:[/] {escape(f'{path}:{e.lineno}: syntax error: {e.msg}')}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
     return module
 
@@ -92,10 +93,10 @@ def run(program: Path = typer.Argument(..., help="a .py file defining check(devi
     try:
         kernel = check(device=device, **kwargs)
     except CompileError as e:
-        err_console.print(str(e))
+        err_console.print(str(e), markup=False, highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except AssertionError as e:
-        err_console.print(f"[red]mismatch:[/] {e}")
+        err_console.print(f"[red]mismatch:[/] {escape(str(e))}")
         raise typer.Exit(EXIT_CHECK_FAILED) from None
     elapsed = time.perf_counter() - start
     if show_ir and kernel is not None:
@@ -114,7 +115,7 @@ _NOT_CORRECT = {"mismatch", "guard_violation", "compile_error", "candidate_error
 
 
 def _bad(message: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -309,7 +310,7 @@ def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file def
         console.print(_eval_table(result, f"{kernel.name} vs {reference.name} on {result.device}", serves))
     for c in result.configs:
         for note in c.notes:
-            console.print(f"[yellow]note[/] ({', '.join(f'{k}={v}' for k, v in c.config.items())}): {note}",
+            console.print(f"[yellow]note[/] ({', '.join(f'{k}={v}' for k, v in c.config.items())}): {escape(note)}",
                           markup=True, highlight=False)
     if result.plans:
         from tileagent.feedback import resources
@@ -319,7 +320,7 @@ def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file def
         timed = "" if result.timing_available else " (timing unavailable on this device)"
         console.print(f"[green]correct[/] on {len(result.configs)} config(s){timed}")
         return
-    err_console.print(f"[red]{result.status}:[/] {result.message}", highlight=False)
+    err_console.print(f"[red]{result.status}:[/] {escape(result.message)}", highlight=False)
     raise typer.Exit(EXIT_CHECK_FAILED if result.status in _NOT_CORRECT else EXIT_BAD_INPUT)
 
 
@@ -367,10 +368,10 @@ def compile(program: Path = typer.Argument(..., help="a .py file defining a @til
         err_console.print(str(e), markup=False, highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except TypeError as e:
-        err_console.print(f"[red]error:[/] calling {factory.fn.__name__}: {e}")
+        err_console.print(f"[red]error:[/] calling {factory.fn.__name__}: {escape(str(e))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except ValueError as e:  # an unknown --after pass
-        err_console.print(f"[red]error:[/] {e}", highlight=False)
+        err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
@@ -430,7 +431,7 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
         if ended is not None and ended.get("outcome") in EXIT_CODES and \
                 (flags.get("max_turns") is None or flags["max_turns"] <= options.max_turns):
             outcome = ended["outcome"]
-            console.print(f"{store.root} is finished: {_OUTCOME_WORDS[outcome]} ({ended.get('reason')}; "
+            console.print(f"{store.root} is finished: {_OUTCOME_WORDS[outcome]} ({escape(str(ended.get('reason')))}; "
                           f"{ended.get('turns')} turn(s), {ended.get('tokens')} tokens); nothing was run again. Its "
                           f"report: {store.root / 'REPORT.md'}", highlight=False, soft_wrap=True)
             if EXIT_CODES[outcome] != 0:
@@ -518,7 +519,8 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
         raise typer.Exit(130) from None
     if broken is not None:
         err_console.print(f"[red]error:[/] the reference failed, not the candidate ({broken.attempt_id} is not "
-                          f"counted): {broken.message}\nFix {Path(options.reference).name} and continue the run with: "
+                          f"counted): {escape(broken.message)}\nFix {Path(options.reference).name} and continue the "
+                          f"run with: "
                           f"tileagent {command} --resume {store.root}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT)
     from tileagent import report
@@ -532,11 +534,12 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
     for what, path in outputs.items():
         console.print(f"{what}: {path}", highlight=False)
     for line in loop.reverify_failed:
-        err_console.print(f"[yellow]warning:[/] a recorded result did not hold when checked again: {line}",
+        err_console.print(f"[yellow]warning:[/] a recorded result did not hold when checked again: {escape(line)}",
                           highlight=False, soft_wrap=True)
     code = EXIT_CODES[outcome.outcome]
     colour = "green" if code == 0 else "yellow" if code == EXIT_NOT_FASTER else "red"
-    console.print(f"[{colour}]{_OUTCOME_WORDS[outcome.outcome]}[/] ({outcome.reason}; {outcome.turns} turn(s), "
+    reason = escape(str(outcome.reason))
+    console.print(f"[{colour}]{_OUTCOME_WORDS[outcome.outcome]}[/] ({reason}; {outcome.turns} turn(s), "
                   f"{outcome.tokens} tokens)", highlight=False)
     raise typer.Exit(code)
 

@@ -20,6 +20,7 @@ import time
 
 from rich.console import Console, ConsoleDimensions, Group
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 from rich.table import Table
@@ -187,7 +188,7 @@ class LiveProgress:
             self._update(description=f"turn {f['turn']}: {f['n']} candidate(s) drafted{tokens}",
                          total=f["n"] * max(1, self.turn_configs), completed=0)
         elif kind == "drafter_failed":
-            self._line(f"[red]drafter gave up[/] at turn {f['turn']}: {f['message']}")
+            self._line(f"[red]drafter gave up[/] at turn {f['turn']}: {escape(str(f['message']))}")
         elif kind == "evaluating":
             self.evaluating, self.counting = f"turn {self.turn}: {f['attempt_id']}", True
             self._update(description=f"{self.evaluating}: loading")
@@ -195,13 +196,13 @@ class LiveProgress:
             colour = "green" if f["summary"].startswith("correct") else "red"
             # the file drafter numbers its exchange files from 1, attempts count from 0: name the answer's file
             answer = f" ({f['label']})" if str(f.get("label") or "").startswith("file:") else ""
-            self._line(f"  {f['attempt_id']}{answer}: [{colour}]{f['summary']}[/]{replay}")
+            self._line(f"  {f['attempt_id']}{answer}: [{colour}]{escape(f['summary'])}[/]{replay}")
             # a candidate that stopped early (compile error, a wrong config) counts all its configs as done
             self.counting, self.candidates_done = False, self.candidates_done + 1
             self.done_in_turn = max(self.done_in_turn, self.candidates_done * max(1, self.turn_configs))
             self._update(completed=self.done_in_turn)
         elif kind == "skipped":
-            self._line(f"  {f['attempt_id']}: not evaluated ({f['why']})")
+            self._line(f"  {f['attempt_id']}: not evaluated ({escape(str(f['why']))})")
             self.candidates_done += 1
             self.done_in_turn = max(self.done_in_turn, self.candidates_done * max(1, self.turn_configs))
             self._update(completed=self.done_in_turn)
@@ -218,15 +219,15 @@ class LiveProgress:
             self._update()
         elif kind == "tuning":
             knobs = ", ".join(f"{k} in {v}" for k, v in (f.get("knobs") or {}).items())
-            self._line(f"  tuning {f['attempt_id']}: {knobs}")
+            self._line(f"  tuning {f['attempt_id']}: {escape(knobs)}")
             self._update(description=f"turn {self.turn}: tuning {f['attempt_id']}")
         elif kind == "variant":
-            self._update(description=f"tuning {f['attempt_id']}: {f['variant']} ({f['phase']}): {f['summary']}")
+            self._update(description=escape(f"tuning {f['attempt_id']}: {f['variant']} ({f['phase']}): {f['summary']}"))
         elif kind == "not_tuned":
             self._line(f"  not tuned: {f['attempt_id']} is in the space {f['tuned']}'s autotuning searched")
         elif kind == "tuned":
             note = f" ({f['note']})" if f.get("note") else ""
-            self._line(f"  tuned {f['attempt_id']}: {f['screened']} variant(s) screened{note}")
+            self._line(f"  tuned {f['attempt_id']}: {f['screened']} variant(s) screened{escape(note)}")
 
 
 def result_table(rows: list[dict], title: str, timed: bool, target: float) -> Table:
@@ -239,7 +240,7 @@ def result_table(rows: list[dict], title: str, timed: bool, target: float) -> Ta
         table.add_column(c, justify="left" if c in ("config", "evaluated at", "correct", "kernel") else "right",
                          no_wrap=True)
     for r in rows:
-        kernel = (r["attempt_id"] or "-") + (f" [{config_key(r['tunables'])}]" if r["tunables"] else "")
+        kernel = escape((r["attempt_id"] or "-") + (f" [{config_key(r['tunables'])}]" if r["tunables"] else ""))
         cells = [config_key(r["config"])] + ([] if timed else [config_key(r["evaluated_at"])])
         cells += ["[green]yes[/]" if r["correct"] else "[red]no[/]", kernel]
         if timed:
