@@ -13,7 +13,10 @@ Guarantees: each config is run once (one seed, the reference's first distributio
 rules of every check) at the largest of: its sizes as stated, then its free dims cut to two thirds step by step
 toward the sizes checked, whose inputs and model tensors hold at most ``FULL_RUN_ELEMENTS`` and whose calls the
 interpreter finishes within ``CALL_BUDGET_S`` each (``compiler.interp.time_limit``: it gives up after a kernel's first
-block when the rest would not fit). An evaluation's runs share ``EvalRequest.full_size_s`` (none when it is 0), each
+block when the rest would not fit); where none of those sizes fits, at the sizes checked with the last size the
+check shrank (a row's length: a vocabulary, a head dim) as stated and the others halved toward 1 (``row_attempts``).
+An attempt that timed out tells how long a call needs: later ones that would need longer are skipped. An
+evaluation's runs share ``EvalRequest.full_size_s`` (none when it is 0), each
 config a share of the time left. Sizes that could not run
 are named in the note; they never fail a candidate (a candidate that stops itself there only loses this run).
 """
@@ -33,8 +36,8 @@ CALL_BUDGET_S = 20.0
 
 RULE = (f"once the checks pass, each config also runs once at its own sizes, or as near them as the interpreter "
         f"finishes a call in {CALL_BUDGET_S:g} s (the free dims cut to two thirds one at a time, in FREE_DIMS order, "
-        f"to odd sizes), compared with the reference as every check is: a path your kernel takes only at large sizes "
-        f"runs")
+        f"to odd sizes; where none fits, the last size the check shrank as stated and the others halved toward 1), "
+        f"compared with the reference as every check is: a path your kernel takes only at large sizes runs")
 """The full-size run, as the prompt and the feedback say it."""
 
 RAN, NOT_RAN = "also run once at", "not run at larger sizes than checked"
@@ -55,7 +58,8 @@ def attempts(spec, config: dict, checked: dict) -> list[dict]:
     large path meets a tail too, played LLM session 25: a grid of M // block_m passed at even sizes; and not one past
     a power of two, as halves plus one were, where a kernel that drops the rows past the first 1024 errs by 1/1025,
     inside the tolerance: played LLM session 36), at most ``MAX_ATTEMPTS``; sizes whose inputs and model tensors hold
-    more than ``FULL_RUN_ELEMENTS`` (or cannot be counted on the meta device) left out."""
+    more than ``FULL_RUN_ELEMENTS`` (or cannot be counted on the meta device) left out; when that leaves none,
+    ``row_attempts``."""
     free = [k for k in spec.free_dims if type(config.get(k)) is int and type(checked.get(k)) is int]
     sizes, run = [dict(config)], dict(config)
     for k in free:
@@ -64,16 +68,41 @@ def attempts(spec, config: dict, checked: dict) -> list[dict]:
             cut += 1 - cut % 2 if cut + 1 - cut % 2 < run[k] else 0  # odd: a tail there too
             run = {**run, k: max(checked[k], cut)}
             sizes.append(run)
-    out = []
-    for run in sizes:
-        try:
-            weights = model_elements(spec, run)
-            fits = weights is not None and spec.input_elements(run) + weights <= FULL_RUN_ELEMENTS
-        except Exception:  # noqa: BLE001 - get_inputs needs real values: not counted, not run
-            fits = False
-        if fits and run != checked:
-            out.append(run)
-    return out[:MAX_ATTEMPTS]
+    out = [run for run in sizes if run != checked and _fits(spec, run)][:MAX_ATTEMPTS]
+    return out or [run for run in row_attempts(config, checked, free) if _fits(spec, run)][:MAX_ATTEMPTS]
+
+
+def row_attempts(config: dict, checked: dict, free: list) -> list[dict]:
+    """When no size nearer ``config`` fits: the sizes checked with the last key the check shrank (besides the free
+    dims ``free``, in ``config``'s order) as ``config`` states it, then the other shrunk keys and the free dims halved
+    together down to 1, largest first. Played LLM, session 39: log-softmax rows of a 151936-word vocabulary were
+    checked at V=2374 (16 rows a batch kept S from shrinking further), where a kernel without its rescale across
+    vocabulary tiles took one tile; at B=1, S=1, V=151936 it failed in 11 s."""
+    shrunk = [k for k, v in config.items() if k not in free and type(v) is int and type(checked.get(k)) is int
+              and checked[k] < v]
+    if not shrunk:
+        return []
+    others = [*shrunk[:-1], *(k for k in free if type(checked.get(k)) is int)]
+    run = {**config, **checked, shrunk[-1]: config[shrunk[-1]]}
+    out = [run]
+    while any(run[k] > 1 for k in others):
+        run = {**run, **{k: max(1, run[k] // 2) for k in others}}
+        out.append(run)
+    return out
+
+
+def _fits(spec, run: dict) -> bool:
+    """Whether the inputs and model tensors of ``run`` hold at most ``FULL_RUN_ELEMENTS`` (False when they cannot be
+    counted on the meta device)."""
+    return (elements := _elements(spec, run)) is not None and elements <= FULL_RUN_ELEMENTS
+
+
+def _elements(spec, run: dict) -> int | None:
+    try:
+        weights = model_elements(spec, run)
+        return None if weights is None else spec.input_elements(run) + weights
+    except Exception:  # noqa: BLE001 - get_inputs needs real values: not counted, not run
+        return None
 
 
 def _uncountable(spec, config: dict) -> str | None:
@@ -129,18 +158,22 @@ def _run_config(request, spec, sandbox, config: dict, at: dict, seed, deadline: 
     ``attempts`` that the interpreter finishes before ``deadline``."""
     from tileagent.evaluator.correctness import check_candidate
 
-    over = []
+    over, rate = [], None  # elements a second the interpreter got through in an attempt that timed out
     for run in attempts(spec, config, at):
         left = deadline - time.monotonic()
         if left < 1.0:
             break
         budget = min(CALL_BUDGET_S, left / 2)
+        if rate is not None and (_elements(spec, run) or 0) > rate * budget:
+            continue  # it would need longer than the one that timed out allowed for its size
         try:
             (done,) = check_candidate(spec, request.kernel_path, "cpu", configs=[run], seeds=1,
                                       distributions=spec.distributions[:1], static_checks=False, sandbox=sandbox,
                                       seed=seed, tails=False, budget_s=budget)
         except Timeout as e:
             needed = e.details.get("needed_s")
+            if needed:
+                rate = min(rate if rate is not None else float("inf"), (_elements(spec, run) or 0) / needed)
             over.append(f"{sizes_text(run)} ({f'about {needed:.3g} s a call' if needed else 'past it in a block'}, "
                         f"{budget:.3g} s allowed then)")
             continue

@@ -113,7 +113,8 @@ def test_a_correct_kernel_says_at_which_sizes_it_also_ran(tmp_path, monkeypatch)
                      "inputs): correct, max abs err 0"]
     assert "At the GPU's sizes (once the checks pass, each config also runs once at its own sizes, or as near them " \
            "as the interpreter finishes a call in 20 s (the free dims cut to two thirds one at a time, in " \
-           "FREE_DIMS order, to odd sizes), compared with the reference as every check is: a path your kernel " \
+           "FREE_DIMS order, to odd sizes; where none fits, the last size the check shrank as stated and the others " \
+           "halved toward 1), compared with the reference as every check is: a path your kernel " \
            "takes only at large sizes runs):\n- M=8192, N=64: also run once at its own sizes" \
         in render_feedback(result)  # RULE's 20 s: the default
 
@@ -248,3 +249,59 @@ def test_each_config_gets_its_share_of_the_time_left(tmp_path, monkeypatch):
                              type("P", (), {"phase": lambda *a: None})())
     assert given == [(8192, 30.0), (4096, 42.5), (64, 84.0)]  # 90 / 3; (90 - 5) / 2; 90 - 6
     assert result.configs[0].notes == ["M=8192: ran", "M=4096: ran", "M=64: ran"]
+
+
+LOG_SOFTMAX_PICK = """
+import torch
+class Model(torch.nn.Module):
+    def forward(self, logits, index):
+        return torch.log_softmax(logits.float(), -1).gather(-1, index[..., None])[..., 0]
+CONFIGS = [{"B": 8, "S": 1024, "V": 151936}]
+SMALL_CONFIG = {"B": 2, "S": 16, "V": 1000}
+FREE_DIMS = ["B"]
+def get_inputs(B, S, V):
+    return [torch.randn(B, S, V), torch.randint(0, V, (B, S))]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_when_no_size_near_the_config_fits_the_row_length_runs_as_stated(tmp_path):
+    """Played LLM session 39: log-softmax rows of 151936 words were checked at V=2374 (S stops at SMALL_CONFIG's 16),
+    every size with S=1024 holds over FULL_RUN_ELEMENTS, and a kernel without its rescale across vocabulary tiles
+    passed. The last size the check shrank now runs as stated, the others halved from the sizes checked toward 1."""
+    from tileagent.evaluator.full_size import attempts
+    from tileagent.evaluator.spec import load_spec
+
+    (tmp_path / "ref.py").write_text(LOG_SOFTMAX_PICK)
+    spec = load_spec(str(tmp_path / "ref.py"), check=False)
+    runs = attempts(spec, {"B": 8, "S": 1024, "V": 151936}, {"B": 2, "S": 16, "V": 2374})
+    assert runs == [{"B": 2, "S": 16, "V": 151936}, {"B": 1, "S": 8, "V": 151936}, {"B": 1, "S": 4, "V": 151936},
+                    {"B": 1, "S": 2, "V": 151936}, {"B": 1, "S": 1, "V": 151936}]
+
+
+def test_after_a_timeout_the_sizes_that_would_need_longer_are_skipped(tmp_path, monkeypatch):
+    """An attempt that timed out says how long a call needs: an attempt of more elements than the interpreter gets
+    through in a call's budget at that rate is not tried (each costs a compile and a kernel's first block)."""
+    from tileagent.evaluator import correctness, full_size
+    from tileagent.evaluator.errors import Timeout
+    from tileagent.evaluator.spec import load_spec
+
+    (tmp_path / "ref.py").write_text(LOG_SOFTMAX_PICK)
+    spec = load_spec(str(tmp_path / "ref.py"), check=False)
+    tried = []
+
+    def check(spec, path, device, configs, **kw):
+        (run,) = configs
+        tried.append(run["S"])
+        elements = run["B"] * run["S"] * (run["V"] + 1)
+        if elements > 400_000:  # the interpreter gets through 20,000 elements a second
+            raise Timeout("over", needed_s=elements / 20_000)
+        return [type("Done", (), {"max_abs_err": 0.0})()]
+
+    monkeypatch.setattr(correctness, "check_candidate", check)
+    request = EvalRequest(kernel_path="k.py", reference_path=str(tmp_path / "ref.py"), device="cpu")
+    note, error = full_size._run_config(request, spec, None, {"B": 8, "S": 1024, "V": 151936},
+                                        {"B": 2, "S": 16, "V": 2374}, 0, full_size.time.monotonic() + 1000)
+    assert error is None and tried == [16, 2]  # S=8 and 4 hold more than 20 s of elements at the rate S=16 showed
+    assert note.startswith("B=8, S=1024, V=151936: also run once at B=1, S=2, V=151936 on the CPU interpreter")
