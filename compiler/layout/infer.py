@@ -478,8 +478,10 @@ class _KernelInference:
                                   getattr(stmt, "span", None) or loop.span, code="L004",
                                   hint="index fragments with the T.Parallel variables themselves (x[i, j]), a "
                                        "variable over a constant (x[i, j // 2]), constants, "
-                                       "or values that do not change in the loop (an enclosing T.serial variable); "
-                                       "stage shifted or strided accesses through T.alloc_shared")
+                                       "or values that do not change in the loop (an enclosing T.serial variable, "
+                                       "for a dim the loop does not run over: x[k, j] of a (K, N) fragment in "
+                                       "T.Parallel(N)); stage shifted or strided accesses (every other column: "
+                                       "xs[i, 2 * j]) through T.alloc_shared")
         return pattern
 
     def _unshifted(self, loop: Parallel, buf: Buffer, frag: Fragment, pattern, stmt):
