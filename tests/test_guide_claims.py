@@ -554,3 +554,28 @@ def test_a_counting_sort_as_the_guide_describes_it():
     for target in ("cpu", "sim"):
         kernel = tileagent.compile(main, out_idx=[1], target=target)
         assert torch.equal(kernel(keys).long(), torch.sort(keys, stable=True).indices), target
+
+
+def test_interleaved_pairs_read_through_shared_memory_as_the_guide_says():
+    """Rule 1 (played LLM session 39, GPT-OSS's SwiGLU on interleaved gate / up columns): a (block_m, 2 * N) tile
+    copied to shared memory and read at xs[i, 2 * j] and xs[i, 2 * j + 1] in T.Parallel(block_m, N) lowers for sm_90a
+    and matches torch on the CPU."""
+    assert "`xs[i, 2 * j]` and `xs[i, 2 * j + 1]` in `T.Parallel(block_m, N)`" in GUIDE
+
+    @tileagent.jit(out_idx=[1])
+    def pairs(M, N, block_m=4, block_n=64):
+        @T.prim_func
+        def main(x: T.Tensor((M, 2 * N), "float32"), y: T.Tensor((M, N), "float32")):
+            with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=128) as (bn, bm):
+                xs = T.alloc_shared((block_m, 2 * block_n), "float32")
+                t = T.alloc_fragment((block_m, block_n), "float32")
+                T.copy(x[bm * block_m, bn * 2 * block_n], xs)
+                for i, j in T.Parallel(block_m, block_n):
+                    t[i, j] = xs[i, 2 * j] * (xs[i, 2 * j + 1] + 1.0)
+                T.copy(t, y[bm * block_m, bn * block_n])
+
+        return main
+
+    x = torch.randn(8, 256)
+    torch.testing.assert_close(pairs(8, 128)(x), x[:, ::2] * (x[:, 1::2] + 1))
+    assert "xs[" in tileagent.compile(pairs.fn(8, 128), out_idx=[1], target="cpu:sm_90a").get_kernel_source()
