@@ -394,6 +394,10 @@ def test_on_the_cpu_a_config_too_large_for_the_interpreter_is_checked_at_small_c
            "unless two configs would then be checked alike); else SMALL_CONFIG's sizes): M=8, N=65536 at " \
            "M=4, N=32768; M=16, N=65536 at M=8, N=32768. A path your kernel takes only at the sizes as stated was " \
            "compiled for them, not run." in render_feedback(result)
+    # played LLM session 39: the loop passes the configs as stated (free dims too) that each check stands for
+    stated = [[{"M": 64, "N": 1000}], [{"M": 64, "N": 65536}, {"M": 32, "N": 65536}], [{"M": 128, "N": 65536}], []]
+    assert "else SMALL_CONFIG's sizes): M=64, N=65536 and M=32, N=65536 at M=4, N=32768; M=128, N=65536 at M=8, " \
+           "N=32768." in render_feedback(result, stated=stated)
 
 
 def test_on_the_cpu_a_config_too_large_for_the_interpreter_halves_its_free_dims_first(tmp_path):

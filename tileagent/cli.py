@@ -228,10 +228,12 @@ def _eval_table(result, title: str, serves: dict[str, list[str]]) -> Table:
     table = Table(title=title)
     for col in cols:
         table.add_column(col, justify="left" if col in ("config", "correct") else "right", no_wrap=True)
-    for c in result.configs:
-        label = cfgs_key(c.config) + "".join(f" ({what} {text})" for what, text in (
-            ("for", "; ".join(serves.get(cfgs_key(c.config), []))),
-            ("checked at", cfgs_key(c.evaluated_at) if c.evaluated_at else "")) if text)
+    for c in result.configs:  # named by the grid's configs it stands for, not by its free dims' CPU sizes mixed with
+        # the other sizes as stated (played LLM session 39: "B=2 S=1024 V=151936 (for B=8 S=1024 V=151936)")
+        stands_for = serves.get(cfgs_key(c.config))
+        label = "; ".join(stands_for) if stands_for else cfgs_key(c.config)
+        at = c.evaluated_at or (c.config if stands_for else None)
+        label += f" (checked at {cfgs_key(at)})" if at else ""
         errors = [f"{v:.2e}" if v is not None and c.correct else "-" for v in (c.max_abs_err, c.rel_l2)]
         row = [label, "[green]yes[/]" if c.correct else "[red]no[/]", *errors]
         if timed:

@@ -123,8 +123,10 @@ def _value(entry: dict, key: str) -> str:
 
 
 def render_feedback(result: EvalResult | None, *, problem: str | None = None, device: str = "cpu",
-                    target: float = 1.0) -> str:
-    """The feedback text for one candidate (``result`` None: the answer was malformed, ``problem`` says how)."""
+                    target: float = 1.0, stated: list[list[dict]] | None = None) -> str:
+    """The feedback text for one candidate (``result`` None: the answer was malformed, ``problem`` says how).
+    ``stated``: per config of ``result``, the configs as the reference states them that its check stands for (on the
+    CPU, its free dims were at SMALL_CONFIG's sizes): the configs are named by them."""
     if result is None:
         return render("feedback.malformed_answer", problem=problem or "no python code block")
     failure = dict(result.failure or {})
@@ -135,7 +137,9 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         if result.timing_available and all(c.candidate is not None for c in result.configs):
             return render("feedback.timing", device=device, rows=timing_rows(result.configs),
                           verdict=verdict(result.configs, target), target=_num(target)) + cost
-        smaller = [f"{_cfg(c.config)} at {_cfg(c.evaluated_at)}" for c in result.configs if c.evaluated_at]
+        names = [" and ".join(map(_cfg, stated[i])) if stated and i < len(stated) and stated[i] else _cfg(c.config)
+                 for i, c in enumerate(result.configs)]  # played LLM session 39: not the free dims' CPU sizes
+        smaller = [f"{names[i]} at {_cfg(c.evaluated_at)}" for i, c in enumerate(result.configs) if c.evaluated_at]
         runs = [f"- {n}" for c in result.configs for n in c.notes if RAN in n or NOT_RAN in n]
         checked = (f"\nChecked at smaller sizes (inputs or outputs too large for the interpreter; {INTERPRETER_RULE}): "
                    f"{'; '.join(smaller)}." + ("" if runs else " A path your kernel takes only at the sizes as stated "

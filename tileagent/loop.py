@@ -463,7 +463,10 @@ class Loop:
                                   + ("; its search was cut short, but it screened each of these values"
                                      if covered in self.tuned_cut else ""))
             else:
-                feedback = render_feedback(result, problem=draft.problem, device=self.o.device, target=self.o.target)
+                stated = [[rc.spec for rc in self.o.configs if rc.eval == c.config] for c in result.configs] \
+                    if result is not None else None
+                feedback = render_feedback(result, problem=draft.problem, device=self.o.device, target=self.o.target,
+                                           stated=stated)
             if same is not None:
                 feedback = (f"This module is identical to {same} (turn {self.attempts[same].turn}), which failed on "
                             f"these configs, so it was not evaluated again. What that evaluation said:\n\n{feedback}")
