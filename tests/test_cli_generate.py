@@ -218,3 +218,24 @@ def test_a_reference_failing_inside_the_evaluation_exits_2_and_the_attempt_is_no
             f"--resume {run}") in result.text
     kinds = [e["event"] for e in events(run)]
     assert kinds[-1] == "reference_failed" and "evaluated" not in kinds
+
+
+def test_configs_checked_alike_on_the_cpu_list_only_their_own_launches_in_the_report():
+    """Played LLM session 39: T=4096 and T=16384 were checked alike on the CPU, share a Best, and the report gave each
+    row both configs' launches. Each row now lists the launches at its own sizes."""
+    from types import SimpleNamespace
+
+    from tileagent import report
+    from tileagent.evaluator.records import ConfigResult
+    from tileagent.loop import Best
+    from tileagent.runstore import config_key
+
+    small, big = {"T": 4096, "I": 64}, {"T": 16384, "I": 64}
+    checked = {"T": 8, "I": 64}
+    best = Best(attempt_id="t1-c0", source="", result=ConfigResult(config=checked, correct=True),
+                launches=[{"kernel": "main_kernel", "blocks": n, "config": c}
+                          for n, c in ((3072, small), (12288, big))])
+    options = SimpleNamespace(configs=[SimpleNamespace(spec=small, eval=checked),
+                                       SimpleNamespace(spec=big, eval=checked)])
+    rows = report.rows(options, SimpleNamespace(best={config_key(checked): best}), lambda b: True)
+    assert [[x["blocks"] for x in r["launches"]] for r in rows] == [[3072], [12288]]

@@ -85,7 +85,8 @@ class Best(BaseModel):
     tunables: dict = Field(default_factory=dict)
     result: ConfigResult
     launches: list[dict] = Field(default_factory=list, description="its kernels' launches at the GPU's sizes of the "
-                                 "config (``KernelResources.to_dict()`` from EvalResult.plans), [] when not sized")
+                                 "configs it serves (``KernelResources.to_dict()`` from EvalResult.plans, with the "
+                                 "config each is for as 'config'), [] when not sized")
 
     @property
     def local_bytes(self) -> int:
@@ -488,8 +489,8 @@ class Loop:
             if c.correct:
                 sizes = [rc.spec for rc in self.o.configs if rc.eval == c.config] or [c.config]  # the GPU's
                 self._offer(Best(attempt_id=aid, source=draft.source, result=c,
-                                 launches=[x for plan in result.plans if plan.get("config") in sizes
-                                           for x in plan.get("launches") or []]))
+                                 launches=[{**x, "config": plan["config"]} for plan in result.plans
+                                           if plan.get("config") in sizes for x in plan.get("launches") or []]))
         correct = [c for c in result.configs if c.correct]
         if self.o.tune and self.timed and correct and autotune.tunables_of(draft.source):
             searched = self._tuned_space(draft.source, [c.config for c in correct])

@@ -99,7 +99,9 @@ def rows(options, outcome, meets_target) -> list[dict]:
             speedup_compiled=r.speedup_compiled if r else None, roofline_pct=r.roofline_pct if r else None,
             bound=r.bound if r else None, max_abs_err=r.max_abs_err if r else None,
             meets_target=meets_target(b), notes=r.notes if r else [],
-            launches=b.launches if b else []).model_dump(mode="json"))
+            launches=[x for x in b.launches if x.get("config", rc.spec) == rc.spec] if b else []  # its own: configs
+            # checked alike share a Best (played LLM session 39: each row listed both configs' launches)
+        ).model_dump(mode="json"))
     return out
 
 
