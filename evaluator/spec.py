@@ -11,6 +11,8 @@ plus optional extensions (docs/evaluator.md is the reference):
   (a list with ``None`` to keep, or a dict {position: dtype}).
 - ``TOLERANCES``: {dtype name: (atol, rtol) or (atol, rtol, rel_l2)} overriding the defaults.
 - ``DISTRIBUTIONS``: the input distributions to use (names, or a dict name -> fn(shape, generator) -> float32 tensor);
+  ``EXTRA_DISTRIBUTIONS``: a dict name -> fn(shape, generator) of distributions checked besides those (the range
+  where the op does something particular: a clamp's limit, a threshold);
   ``FIXED_INPUTS``: positions whose values come from ``get_inputs`` itself (run under the seeded RNG).
 - ``KEEP_PARAMS``: True keeps constant-valued parameters (by default they are re-drawn, see ``make_model``).
 - ``BYTES`` / ``FLOPS``: numbers, or functions of the config (``f(**cfg)``, or ``f(cfg)`` for one parameter named
@@ -679,6 +681,15 @@ def _extensions(module, name: str, configs: list[dict]) -> dict:
                             f"{', '.join(PUBLIC_DISTRIBUTIONS)} (or a dict name -> fn(shape, generator))")
         out["distributions"], out["custom_distributions"] = tuple(names), {k: v for k, v in custom.items()
                                                                           if callable(v)}
+    extra = getattr(module, "EXTRA_DISTRIBUTIONS", None)
+    if extra is not None:  # played LLM session 39: a clamp at |x| = 7 met by few values of the default draws
+        known = out.get("distributions", tuple(ALL_DISTRIBUTIONS))
+        if not isinstance(extra, dict) or not extra or not all(callable(f) for f in extra.values()):
+            raise SpecError("EXTRA_DISTRIBUTIONS must be a dict name -> fn(shape, generator) -> float32 tensor")
+        if clash := [n for n in extra if n in known or n in ALL_DISTRIBUTIONS]:
+            raise SpecError(f"EXTRA_DISTRIBUTIONS: {clash[0]!r} is a distribution's name already")
+        out["distributions"] = (*known, *extra)
+        out["custom_distributions"] = {**out.get("custom_distributions", {}), **extra}
     out["fixed_inputs"] = frozenset(getattr(module, "FIXED_INPUTS", ()) or ())
     dtypes = getattr(module, "DTYPES", None)
     if isinstance(dtypes, (str, torch.dtype)):

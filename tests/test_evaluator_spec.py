@@ -161,6 +161,10 @@ def test_model_constructor_raising(tmp_path):
     ("DISTRIBUTIONS = ['normal', 'cauchy']", ("DISTRIBUTIONS: unknown distribution 'cauchy'; known: normal, uniform, "
                                               "normal_x3, normal_x0.01, negative (or a dict name -> fn(shape, "
                                               "generator))")),
+    ("EXTRA_DISTRIBUTIONS = ['x4']", "EXTRA_DISTRIBUTIONS must be a dict name -> fn(shape, generator) -> float32 "
+                                     "tensor"),
+    ("EXTRA_DISTRIBUTIONS = {'normal_x3': lambda s, g: None}", "EXTRA_DISTRIBUTIONS: 'normal_x3' is a "
+                                                                "distribution's name already"),
 ])
 def test_bad_extension(tmp_path, extra, expected):
     assert message(tmp_path, GOOD + "\n" + extra + "\n") == expected
@@ -209,6 +213,16 @@ def test_plain_kernelbench_file_has_one_empty_config(tmp_path):
     spec = load_spec(write(tmp_path, GOOD))
     assert spec.configs == [{}] and not spec.has_grid and spec.free_dims == ()
     assert spec.distributions == tuple(ALL_DISTRIBUTIONS)
+
+
+def test_extra_distributions_are_checked_besides_every_default_one(tmp_path):
+    """Played LLM session 39: GPT-OSS's SwiGLU clamps at |x| = 7, which the default draws reach with few values; a
+    reference adds the range it needs, and the hidden distributions stay."""
+    spec = load_spec(write(tmp_path, GOOD + "\nEXTRA_DISTRIBUTIONS = {'x8': lambda s, g: torch.randn(s, generator=g) "
+                                            "* 8}\n"))
+    assert spec.distributions == (*ALL_DISTRIBUTIONS, "x8")
+    x = spec.make_inputs({}, 0, "x8")[0]
+    assert 6.0 < x.float().std().item() < 10.0
 
 
 GRID = """
