@@ -24,8 +24,8 @@ SCHEDULES = {"128x256 t256": (128, 256, 256, False), "128x256 t256 persistent": 
              "128x128 t128": (128, 128, 128, False), "128x128 t256": (128, 128, 256, False),
              "64x128 t128": (64, 128, 128, False), "64x64 t128": (64, 64, 128, False)}
 
-# First: SCHEDULE None, pick_schedule's choice per call by the output's tile count (a GEMM of few rows, as an exported
-# op meets at decode batch sizes, fills the GPU only with smaller tiles). Then: the H200's best tile for a large fp16
+# First: SCHEDULE None, pick_schedule's choice per call by the output's tile count (a GEMM of few rows, a decode
+# batch, fills the GPU only with smaller tiles: bench/gemm_draft_sizes.py). Then: the H200's best tile for a large fp16
 # GEMM with wgmma (bench/wgmma_gemm.py, 8192^3: 702 TFLOP/s, 93% of
 # cuBLAS; 128x256x32 528, the example's 128x128x64 622), walked by one block per SM: the tuner's pick for
 # tasks/gemm_relu.py at N=11008 and faster than one block a tile on bench/suite/linear_fp32_master (H100, round 2
