@@ -561,3 +561,23 @@ def test_gpu_export_runs_the_cubin_the_kernel_was_built_with(tmp_path, monkeypat
     x = torch.randn(1000, 96, device="cuda", dtype=torch.float16)
     assert (model(x).float() - ref(x).float()).abs().max().item() <= 1e-2
     assert (arch, descriptor["id"]) in module._EXPORT.kernel(0)._cubins  # the kernel ran, not the reference
+
+
+def test_the_drafted_persistent_gemm_is_recorded_with_the_block_count_a_gpu_asks_for():
+    """The export records kernels in a dry run on the CPU. The GEMM template sized a persistent grid by the device's
+    SMs on CUDA and 4 blocks elsewhere, so the exported kernel (4 blocks) was never the one an H100 / H200 asked for
+    (132): every call fell back to torch. Off the GPU the grid is now sized as on their 132 SMs."""
+    from tileagent.drafters.base import DraftTask
+    from tileagent.drafters.builtin import BuiltinDrafter
+    from tileagent.export import record_kernels
+
+    task = REPO / "tasks" / "gemm_relu.py"
+    draft = BuiltinDrafter().draft(DraftTask(task_name="gemm_relu", reference_path=str(task),
+                                             reference_source=task.read_text(), configs=[], turn=1))[0]
+    spec = load_spec(task)
+    for tunables in ({}, {"SCHEDULE": "128x256 t256 persistent"}):
+        entry = ExportEntry(config={"M": 4096, "N": 4096, "K": 4096}, source=draft.source, tunables=tunables)
+        (calls,) = record_kernels(spec, entry).values()
+        (key,) = calls
+        args = ast.literal_eval(key)[0]
+        assert args[8:10] == (True, 132), args  # persistent, one block per SM of a 132-SM GPU (512 tiles)
