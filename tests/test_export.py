@@ -581,3 +581,20 @@ def test_the_drafted_persistent_gemm_is_recorded_with_the_block_count_a_gpu_asks
         (key,) = calls
         args = ast.literal_eval(key)[0]
         assert args[8:10] == (True, 132), args  # persistent, one block per SM of a 132-SM GPU (512 tiles)
+
+
+def test_a_kernel_taking_on_cuda_is_exported_as_a_gpu_calls_it():
+    """int8 row quantization divides by ``amax / 127`` as eager torch does on the kernel's device (ON_CUDA, a factory
+    argument read from ``x.is_cuda``). The export's dry run on CPU tensors recorded ON_CUDA False only, which a GPU
+    never asks for: the exported op fell back to torch there. The kernel with ON_CUDA True is recorded too."""
+    from tileagent.drafters.base import DraftTask
+    from tileagent.drafters.builtin import BuiltinDrafter
+    from tileagent.export import record_kernels
+
+    task = REPO / "bench" / "suite" / "int8_row_quant.py"
+    draft = BuiltinDrafter().draft(DraftTask(task_name=task.stem, reference_path=str(task),
+                                             reference_source=task.read_text(), configs=[], turn=1))[0]
+    spec = load_spec(task)
+    entry = ExportEntry(config=spec.configs[0], source=draft.source, tunables={})
+    flags = {ast.literal_eval(key)[0][3] for calls in record_kernels(spec, entry).values() for key in calls}
+    assert flags == {False, True}  # kernel0(M, K, dtype, ON_CUDA, BM, BR, THREADS): the CPU's and the GPU's

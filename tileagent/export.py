@@ -365,6 +365,8 @@ def record_kernels(spec: Spec, entry: ExportEntry) -> dict:
             inputs = spec.shaped_inputs(entry.config)
             with torch.no_grad():
                 model(*inputs)
+            for impl, args, kwargs, _ in list(run.factory_calls):
+                _as_on_cuda(impl, args, kwargs)
         except ExportError:
             raise
         except Exception as e:
@@ -377,6 +379,20 @@ def record_kernels(spec: Spec, entry: ExportEntry) -> dict:
                               f"runtime serves factory-style kernels only (a @jit function returning a T.prim_func)")
         calls.setdefault(impl.fn.__name__, {})[call_key(args, kwargs)] = kernel
     return calls
+
+
+def _as_on_cuda(impl, args: tuple, kwargs: dict) -> None:
+    """Call factory ``impl`` again as forward calls it on a GPU where it takes the built-in drafter's ``ON_CUDA``
+    argument (the device decides how it rounds a division by a scalar): the dry run runs on CPU tensors, and the
+    kernel it recorded, ON_CUDA False, is not the one a GPU asks for."""
+    from tileagent.drafters.builtin.pointwise_text import ON_CUDA
+
+    names = list(inspect.signature(impl.fn).parameters)
+    if ON_CUDA in kwargs and kwargs[ON_CUDA] is False:
+        impl(*args, **{**kwargs, ON_CUDA: True})
+    elif ON_CUDA in names and names.index(ON_CUDA) < len(args) and args[names.index(ON_CUDA)] is False:
+        at = names.index(ON_CUDA)
+        impl(*args[:at], True, *args[at + 1:], **kwargs)
 
 
 def launched_kernels(spec: Spec, entry: ExportEntry) -> list:
