@@ -351,7 +351,8 @@ def _header(name: str, reference: Path, entries: list[ExportEntry], input_names,
 def record_kernels(spec: Spec, entry: ExportEntry) -> dict:
     """{factory name: {call key: JITKernel}}: every ``@jit`` factory call the entry's ModelNew makes (constructor and
     forward) at its config, found by a dry run on CPU tensors (``compiler.resources.dry_run(size=False)``: kernels
-    are built, not executed; context-local, so a batch may export several entries at once)."""
+    are built, not executed; context-local, so a batch may export several entries at once), and for a factory taking
+    the drafter's ON_CUDA, the call a GPU makes too (``_as_on_cuda``)."""
     from tileagent.compiler.resources import dry_run
     from tileagent.export_template import exec_source
 
