@@ -151,13 +151,15 @@ def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, p
         forward += (f"        b = cast_rows({b_ref}.shape[0], {b_ref}.shape[1], TL_DTYPE[{b_ref}.dtype], "
                     f"TL_DTYPE[{a_ref}.dtype])({b_ref})  # in A's dtype, as the reference casts it\n")
         b_ref = "b"
-    # persistent: a block per SM, or per tile when there are fewer; off the GPU (the CPU checks, the export's dry run
-    # that records the kernels) as on an H100 / H200's 132 SMs, so the exported kernel is the one a GPU asks for
+    # persistent: a block per SM; off the GPU (the CPU checks, the export's dry run that records the kernels) as on an
+    # H100 / H200's 132 SMs, so the exported kernel is the one a GPU asks for, but no more blocks than tiles there
+    # (the interpreter runs blocks one after another)
     forward += (f"        sms = (torch.cuda.get_device_properties({a_ref}.device).multi_processor_count "
                 f"if {a_ref}.is_cuda else 132)\n"
                 f"        M = {a_ref}.numel() // K\n"
                 f"        block_M, block_N, threads, persistent = SCHEDULES[SCHEDULE or pick_schedule(M, N, sms)]\n"
-                f"        blocks = min(sms, -(-M // block_M) * -(-N // block_N)) if persistent else 4\n")
+                f"        tiles = -(-M // block_M) * -(-N // block_N)\n"
+                f"        blocks = (sms if {a_ref}.is_cuda else min(sms, tiles)) if persistent else 4\n")
     forward += (f"        kernel = gemm_epilogue(N, K, block_M, block_N, BLOCK_K, NUM_STAGES, threads, PANEL, persistent, "
                 f"blocks, "
                 f"TL_DTYPE[{a_ref}.dtype], TL_DTYPE[{b_ref}.dtype]{dargs},\n"
