@@ -598,3 +598,31 @@ def test_a_kernel_taking_on_cuda_is_exported_as_a_gpu_calls_it():
     entry = ExportEntry(config=spec.configs[0], source=draft.source, tunables={})
     flags = {ast.literal_eval(key)[0][3] for calls in record_kernels(spec, entry).values() for key in calls}
     assert flags == {False, True}  # kernel0(M, K, dtype, ON_CUDA, BM, BR, THREADS): the CPU's and the GPU's
+
+
+@pytest.mark.gpu
+def test_gpu_the_exported_gemm_draft_runs_its_persistent_kernel_at_every_row_count(tmp_path):
+    """On a 132-SM GPU (H100 / H200 SXM): the drafted GEMM exported at a config whose tiles fill the GPU serves that
+    config and another row count through its persistent kernel, with no fallback warning (before session 39 the
+    export recorded a 4-block grid, and every call fell back to torch)."""
+    import warnings
+
+    from tileagent.drafters.base import DraftTask
+    from tileagent.drafters.builtin import BuiltinDrafter
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_properties(0).multi_processor_count != 132:
+        pytest.skip("needs a 132-SM GPU")
+    task = REPO / "tasks" / "gemm_relu.py"
+    draft = BuiltinDrafter().draft(DraftTask(task_name="gemm_relu", reference_path=str(task),
+                                             reference_source=task.read_text(), configs=[], turn=1))[0]
+    entry = ExportEntry(config={"M": 4096, "N": 2048, "K": 256}, source=draft.source,
+                        tunables={"SCHEDULE": "128x256 t256 persistent"})
+    module = _import(export_module(task, [entry], tmp_path, name="gemm_relu_p"), "gemm_relu_p_tileagent")
+    model = module.Model().cuda()
+    for m in (4096, 2000):
+        a = torch.randn(m, 256, device="cuda", dtype=torch.float16)
+        b = torch.randn(256, 2048, device="cuda", dtype=torch.float16) / 16
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # a fallback warns
+            got = model(a, b)
+        torch.testing.assert_close(got.float(), torch.relu(a.float() @ b.float()), rtol=2e-2, atol=2e-2)
