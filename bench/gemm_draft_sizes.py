@@ -42,13 +42,6 @@ def draft_module(task: Path, tmp: Path):
     return draft.label, mod
 
 
-def load_reference(task: Path):
-    spec = importlib.util.spec_from_file_location("reference", task)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--task", default=str(REPO / "tasks" / "gemm_relu.py"))
@@ -58,7 +51,9 @@ def main() -> int:
     ap.add_argument("--dtype", default="float16")
     a = ap.parse_args()
     task = Path(a.task)
-    ref = load_reference(task)
+    from tileagent.evaluator.spec import load_spec
+
+    ref = load_spec(task).module
     dtype = getattr(torch, a.dtype)
     failed = False
     rows = []

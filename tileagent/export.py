@@ -388,12 +388,10 @@ def _as_on_cuda(impl, args: tuple, kwargs: dict) -> None:
     kernel it recorded, ON_CUDA False, is not the one a GPU asks for."""
     from tileagent.drafters.builtin.pointwise_text import ON_CUDA
 
-    names = list(inspect.signature(impl.fn).parameters)
-    if ON_CUDA in kwargs and kwargs[ON_CUDA] is False:
-        impl(*args, **{**kwargs, ON_CUDA: True})
-    elif ON_CUDA in names and names.index(ON_CUDA) < len(args) and args[names.index(ON_CUDA)] is False:
-        at = names.index(ON_CUDA)
-        impl(*args[:at], True, *args[at + 1:], **kwargs)
+    bound = inspect.signature(impl.fn).bind(*args, **kwargs)
+    if bound.arguments.get(ON_CUDA) is False:
+        bound.arguments[ON_CUDA] = True
+        impl(*bound.args, **bound.kwargs)
 
 
 def launched_kernels(spec: Spec, entry: ExportEntry) -> list:

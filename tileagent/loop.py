@@ -464,8 +464,7 @@ class Loop:
                                   + ("; its search was cut short, but it screened each of these values"
                                      if covered in self.tuned_cut else ""))
             else:
-                stated = [[rc.spec for rc in self.o.configs if rc.eval == c.config] for c in result.configs] \
-                    if result is not None else None
+                stated = [self._stated(c.config) for c in result.configs] if result is not None else None
                 feedback = render_feedback(result, problem=draft.problem, device=self.o.device, target=self.o.target,
                                            stated=stated)
             if same is not None:
@@ -487,7 +486,7 @@ class Loop:
             return
         for c in result.configs:
             if c.correct:
-                sizes = [rc.spec for rc in self.o.configs if rc.eval == c.config] or [c.config]  # the GPU's
+                sizes = self._stated(c.config) or [c.config]  # the GPU's
                 self._offer(Best(attempt_id=aid, source=draft.source, result=c,
                                  launches=[{**x, "config": plan["config"]} for plan in result.plans
                                            if plan.get("config") in sizes for x in plan.get("launches") or []]))
@@ -541,9 +540,14 @@ class Loop:
             raise ReferenceFailed(aid, result)
         return result
 
+    def _stated(self, checked: dict) -> list[dict]:
+        """The configs as the reference states them whose check runs at ``checked`` (on the CPU, several configs can
+        come down to one)."""
+        return [rc.spec for rc in self.o.configs if rc.eval == checked]
+
     def _request(self, path: Path, configs: list[dict], *, seeds: int | None = None, distributions=None,
                  trials: int | None = None, keep_going: bool = False) -> EvalRequest:
-        gpu_sizes = [spec for c in configs for spec in ([rc.spec for rc in self.o.configs if rc.eval == c] or [c])]
+        gpu_sizes = [spec for c in configs for spec in (self._stated(c) or [c])]
         return EvalRequest(kernel_path=str(path.resolve()), reference_path=self.o.reference, configs=configs,
                            plan_configs=gpu_sizes if gpu_sizes != configs else None,  # CPU: the GPU's sizes compile
                            device=self.o.device, seeds=seeds or self.o.seeds, distributions=distributions,
@@ -564,7 +568,7 @@ class Loop:
         self.on_event("best", {"config": b.result.config, "attempt_id": b.attempt_id, "time_ms": b.time_ms,
                                "speedup_compiled": b.result.speedup_compiled,
                                "evaluated_at": getattr(b.result, "evaluated_at", None),
-                               "serves": [rc.spec for rc in self.o.configs if rc.eval == b.result.config]})
+                               "serves": self._stated(b.result.config)})
         return True
 
     def _tune(self, aid: str, source: str, base: EvalResult) -> None:

@@ -46,12 +46,17 @@ VARIANTS = [
 
 PICK = '''
 
+def tile_count(M, N, schedule):
+    """The output tiles of an (M, N) output under ``schedule`` (a key of SCHEDULES)."""
+    block_M, block_N = SCHEDULES[schedule][:2]
+    return -(-M // block_M) * -(-N // block_N)
+
+
 def pick_schedule(M, N, sms):
     """The largest output tile of which there are at least as many as SMs (one block per SM walking 128 x 256
     tiles when there are that many), else the smallest: a GEMM of few rows keeps every SM busy."""
     for name in ("128x256 t256 persistent", "128x128 t256", "64x128 t128"):
-        block_M, block_N = SCHEDULES[name][:2]
-        if -(-M // block_M) * -(-N // block_N) >= sms:
+        if tile_count(M, N, name) >= sms:
             return name
     return "64x64 t128"
 '''
@@ -157,9 +162,10 @@ def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, p
     forward += (f"        sms = (torch.cuda.get_device_properties({a_ref}.device).multi_processor_count "
                 f"if {a_ref}.is_cuda else 132)\n"
                 f"        M = {a_ref}.numel() // K\n"
-                f"        block_M, block_N, threads, persistent = SCHEDULES[SCHEDULE or pick_schedule(M, N, sms)]\n"
-                f"        tiles = -(-M // block_M) * -(-N // block_N)\n"
-                f"        blocks = (sms if {a_ref}.is_cuda else min(sms, tiles)) if persistent else 4\n")
+                f"        schedule = SCHEDULE or pick_schedule(M, N, sms)\n"
+                f"        block_M, block_N, threads, persistent = SCHEDULES[schedule]\n"
+                f"        blocks = 4 if not persistent else sms if {a_ref}.is_cuda else min(sms, tile_count(M, N, "
+                f"schedule))\n")
     forward += (f"        kernel = gemm_epilogue(N, K, block_M, block_N, BLOCK_K, NUM_STAGES, threads, PANEL, persistent, "
                 f"blocks, "
                 f"TL_DTYPE[{a_ref}.dtype], TL_DTYPE[{b_ref}.dtype]{dargs},\n"
