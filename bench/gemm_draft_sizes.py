@@ -5,7 +5,8 @@ Usage (CUDA machine): python bench/gemm_draft_sizes.py [--task tasks/gemm_relu.p
     [--n 4096] [--k 4096] [--dtype float16]
 The draft is the drafter's turn-1 candidate for the task (its first variant), written to a temporary module; for each
 row count M the same module runs with SCHEDULE set to each value of its TUNABLES list (None: ``pick_schedule``'s
-choice, named in the table). Each run is checked against the reference in float32 on fresh inputs, its output
+choice, named in the table; SPLIT_K None: ``pick_split``'s), then with the pick's schedule and SPLIT_K set to each of
+1, 2, 4, 8, 16 (``split <n>``; 1: K not split). Each run is checked against the reference in float32 on fresh inputs, its output
 poisoned first (a wrong one is reported and not timed; exit status 1). Times: ``bench.memory_bound.bench`` (CUDA
 events, L2 flushed, medians). The last column: the pick's time over the fastest schedule's (1.00: the rule picked
 the fastest) and x torch.compile.
@@ -59,7 +60,8 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         label, mod = draft_module(task, Path(tmp))
-        schedules = mod.TUNABLES["SCHEDULE"]
+        variants = [("SCHEDULE", s) for s in mod.TUNABLES["SCHEDULE"]] + [("SPLIT_K", n) for n in (1, 2, 4, 8, 16)]
+        names = [str(v) if knob == "SCHEDULE" else f"split {v}" for knob, v in variants]
         print(f"{task.name}: {label}; N={a.n} K={a.k} {a.dtype}; {torch.cuda.get_device_name()}", flush=True)
         for m in (int(x) for x in a.rows.split(",")):
             torch.manual_seed(m)
@@ -74,30 +76,33 @@ def main() -> int:
             sms = torch.cuda.get_device_properties(0).multi_processor_count
             times = {}
             cand = mod.ModelNew().cuda()
-            for s in schedules:
-                mod.SCHEDULE = s
+            for (knob, value), name in zip(variants, names):
+                mod.SCHEDULE, mod.SPLIT_K = None, None
+                setattr(mod, knob, value)
                 got = cand(x, w)
                 got.fill_(float("nan"))
                 got = cand(x, w)
                 torch.cuda.synchronize()
                 if not torch.allclose(got.float(), want, atol=2e-2, rtol=2e-2):
-                    print(f"M={m} SCHEDULE={s!r}: WRONG (max error {(got.float() - want).abs().max().item():.3g})")
+                    print(f"M={m} {knob}={value!r}: WRONG (max error {(got.float() - want).abs().max().item():.3g})")
                     failed = True
                     continue
-                times[s] = bench(lambda: cand(x, w))[0]
+                times[name] = bench(lambda: cand(x, w))[0]
+            mod.SCHEDULE, mod.SPLIT_K = None, None
             pick = mod.pick_schedule(m, a.n, sms)
-            best = min((t, s) for s, t in times.items() if s is not None)
+            pick += f", split {mod.pick_split(m, a.n, a.k, pick, mod.BLOCK_K, sms)}"
+            best = min((t, s) for s, t in times.items() if s != "None")
             rows.append((m, pick, times, best, eager, comp))
             flops = 2 * m * a.n * a.k
-            print(f"M={m:6d} pick {pick!r}: {times.get(None, float('nan')):.4f} ms "
-                  f"({flops / times.get(None, float('nan')) / 1e9:.1f} TFLOP/s); best {best[1]!r} {best[0]:.4f}; "
+            auto = times.get("None", float("nan"))
+            print(f"M={m:6d} pick {pick!r}: {auto:.4f} ms ({flops / auto / 1e9:.1f} TFLOP/s); best {best[1]!r} "
+                  f"{best[0]:.4f}; "
                   f"eager {eager:.4f}, torch.compile {comp:.4f}", flush=True)
-        print("\n| M | " + " | ".join(str(s) for s in schedules) + " | eager | torch.compile | pick / best | "
-              "x torch.compile |")
-        print("|---" * (len(schedules) + 5) + "|")
+        print("\n| M | " + " | ".join(names) + " | eager | torch.compile | pick / best | x torch.compile |")
+        print("|---" * (len(names) + 5) + "|")
         for m, pick, times, best, eager, comp in rows:
-            cells = " | ".join(f"{times[s]:.4f}" if s in times else "WRONG" for s in schedules)
-            auto = times.get(None)
+            cells = " | ".join(f"{times[s]:.4f}" if s in times else "WRONG" for s in names)
+            auto = times.get("None")
             ratio = f"{auto / best[0]:.2f}" if auto else "-"
             print(f"| {m} ({pick}) | {cells} | {eager:.4f} | {comp:.4f} | {ratio} | "
                   f"{comp / auto if auto else float('nan'):.2f} |")

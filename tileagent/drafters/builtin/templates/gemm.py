@@ -59,6 +59,19 @@ def pick_schedule(M, N, sms):
         if tile_count(M, N, name) >= sms:
             return name
     return "64x64 t128"
+
+
+def pick_split(M, N, K, schedule, block_K, sms):
+    """How many equal runs of K's tiles the blocks of one output tile split between them (1: none; their float32
+    partial tiles are summed by split_epilogue). When the output has fewer tiles than SMs (a decode batch's few rows):
+    twice as many runs while there are fewer than two blocks per SM, up to 16, each run at least 4 tiles of K. A
+    persistent schedule never splits."""
+    tiles, steps, splits = tile_count(M, N, schedule), -(-K // block_K), 1
+    if SCHEDULES[schedule][3] or tiles >= sms:
+        return 1
+    while tiles * splits < 2 * sms and splits < 16 and steps % (2 * splits) == 0 and steps // (2 * splits) >= 4:
+        splits *= 2
+    return splits
 '''
 
 
@@ -88,16 +101,18 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     b = match.gemm_b
     b_ref = common.operand_ref(match, b)
     tb = match.gemm_b_transposed
-    constants = dict(knobs, PANEL=8)
+    constants = dict(knobs, PANEL=8, SPLIT_K=knobs.get("SPLIT_K"))
     tunables = {"SCHEDULE": common.knob_values(knobs, "SCHEDULE", (None, *SCHEDULES)),
                 "NUM_STAGES": common.knob_values(knobs, "NUM_STAGES", (2, 3, 4)),
                 "BLOCK_K": common.knob_values(knobs, "BLOCK_K", (32, 64)),
-                "PANEL": [8, 4, 16]}
+                "PANEL": [8, 4, 16],
+                "SPLIT_K": common.knob_values(constants, "SPLIT_K", (None, 1, 2, 4, 8, 16))}
     doc = (f"Candidate drafted by the built-in drafter (template gemm_epilogue): {match.summary}; "
            f"{match.dtype} operands on tensor cores, float32 accumulation, output {match.out_dtype}. Knobs: SCHEDULE "
            f"(a key of SCHEDULES: the output tile, the threads per block, and whether one block per SM walks the "
            f"tiles; None: pick_schedule's choice for the call's sizes), BLOCK_K, NUM_STAGES, PANEL (the block "
-           f"swizzle's panel, or the persistent loop's group).")
+           f"swizzle's panel, or the persistent loop's group), SPLIT_K (runs of K split between blocks of one "
+           f"output tile, 1: none; None: pick_split's choice for the call's sizes).")
     cparams, cargs = common.const_params(match)
     dparams = "".join(f", d_{o.name}" for o in ops)
     params, allocs, loads, texts = common.operand_tiles(ops, "block_M", "block_N", "by * block_M", "bx * block_N")
@@ -119,10 +134,11 @@ def render(match: FamilyMatch, knobs: dict) -> str:
 ''')
     head = (f"def main(g_a: T.Tensor((M, K), dtype), g_b: T.Tensor({b_shape}, b_dtype){sig}, "
             f"out: T.Tensor((M, N), out_dtype)):")
-    buffers = f'''            A_s = T.alloc_shared((block_M, block_K), dtype)
+    tile_buffers = f'''            A_s = T.alloc_shared((block_M, block_K), dtype)
             B_s = T.alloc_shared({b_tile}, dtype)
             acc = T.alloc_fragment((block_M, block_N), "float32")
-{allocs}'''
+'''
+    buffers = tile_buffers + allocs
     kernel = f'''
 @tileagent.jit(out_idx=[{len(ops) + 2}]{common.pass_configs(match)})
 def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, persistent, blocks, dtype, b_dtype{dparams}, out_dtype{cparams}):
@@ -143,6 +159,50 @@ def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, p
             with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
 {textwrap.indent(buffers, '    ')}                T.use_swizzle(panel_size=panel)
                 tile({tensors}, {tiles}, by, bx)
+    return main
+'''
+    b_run = "[bx * block_N, (bz * steps + k) * block_K]" if tb else "[(bz * steps + k) * block_K, bx * block_N]"
+    kernel += f'''
+
+@tileagent.jit(out_idx=[2])
+def gemm_split(N, K, block_M, block_N, block_K, num_stages, threads, splits, dtype, b_dtype):
+    """Split K: block (bx, by, bz) accumulates its tile over the bz-th of ``splits`` runs of K's tiles into the float32
+    part[bz] (tiles past K read as 0); split_epilogue sums the parts."""
+    M = T.dynamic("M")
+    steps = T.ceildiv(T.ceildiv(K, block_K), splits)
+
+    @T.prim_func
+    def main(g_a: T.Tensor((M, K), dtype), g_b: T.Tensor({b_shape}, b_dtype), part: T.Tensor((splits, M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), splits, threads=threads) as (bx, by, bz):
+{tile_buffers}            T.clear(acc)
+            for k in T.Pipelined(steps, num_stages=num_stages):
+                T.copy(g_a[by * block_M, (bz * steps + k) * block_K], A_s)
+                T.copy(g_b{b_run}, B_s)
+                T.gemm(A_s, B_s, acc{', transpose_B=True' if tb else ''})
+            T.copy(acc, part[bz, by * block_M, bx * block_N])
+
+    return main
+
+
+@tileagent.jit(out_idx=[{len(ops) + 1}]{common.pass_configs(match)})
+def split_epilogue(N, block_M, block_N, threads, splits{dparams}, out_dtype{cparams}):
+    """gemm_split's parts summed in float32, then the epilogue and one store in the output dtype."""
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def main(part: T.Tensor((splits, M, N), "float32"){sig}, out: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            acc = T.alloc_fragment((block_M, block_N), "float32")
+            t = T.alloc_fragment((block_M, block_N), "float32")
+{allocs}            T.clear(acc)
+            for s in T.serial(splits):
+                T.copy(part[s, by * block_M, bx * block_N], t)
+                for i, j in T.Parallel(block_M, block_N):
+                    acc[i, j] += t[i, j]
+{loads}            for i, j in T.Parallel(block_M, block_N):
+{stmts}                acc[i, j] = {result}
+            T.copy(acc, out[by * block_M, bx * block_N])
+
     return main
 '''
     cast = b.dtype != match.dtype  # an fp32 master weight cast in forward: its own cast kernel, then a 16-bit GEMM
@@ -166,11 +226,18 @@ def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, p
                 f"        block_M, block_N, threads, persistent = SCHEDULES[schedule]\n"
                 f"        blocks = 4 if not persistent else sms if {a_ref}.is_cuda else min(sms, tile_count(M, N, "
                 f"schedule))\n")
-    forward += (f"        kernel = gemm_epilogue(N, K, block_M, block_N, BLOCK_K, NUM_STAGES, threads, PANEL, persistent, "
-                f"blocks, "
-                f"TL_DTYPE[{a_ref}.dtype], TL_DTYPE[{b_ref}.dtype]{dargs},\n"
-                f"                               {common.out_dtype_ref(match, a_ref)}{cargs})\n"
-                f"        y = kernel({a_ref}.reshape(-1, K), {b_ref}{views})\n"
+    out_dtype = common.out_dtype_ref(match, a_ref)
+    forward += (f"        splits = SPLIT_K or pick_split(M, N, K, schedule, BLOCK_K, sms)\n"
+                f"        if splits > 1 and not persistent:  # few output tiles: K split, then the parts summed\n"
+                f"            split = gemm_split(N, K, block_M, block_N, BLOCK_K, NUM_STAGES, threads, splits, "
+                f"TL_DTYPE[{a_ref}.dtype], TL_DTYPE[{b_ref}.dtype])\n"
+                f"            part = split({a_ref}.reshape(-1, K), {b_ref})\n"
+                f"            y = split_epilogue(N, 16, 256, 128, splits{dargs}, {out_dtype}{cargs})(part{views})\n"
+                f"        else:\n"
+                f"            kernel = gemm_epilogue(N, K, block_M, block_N, BLOCK_K, NUM_STAGES, threads, PANEL, "
+                f"persistent, blocks, TL_DTYPE[{a_ref}.dtype], TL_DTYPE[{b_ref}.dtype]{dargs},\n"
+                f"                                   {out_dtype}{cargs})\n"
+                f"            y = kernel({a_ref}.reshape(-1, K), {b_ref}{views})\n"
                 f"        return y.view(tuple({a_ref}.shape[:-1]) + (N,))\n")
     schedules = "SCHEDULES = {" + ",\n             ".join(f"{k!r}: {v!r}" for k, v in SCHEDULES.items()) + "}\n" + PICK
     return (common.header(doc, constants, tunables, match) + schedules + "\n" + kernel + "\n\n"
