@@ -563,24 +563,45 @@ def test_gpu_export_runs_the_cubin_the_kernel_was_built_with(tmp_path, monkeypat
     assert (arch, descriptor["id"]) in module._EXPORT.kernel(0)._cubins  # the kernel ran, not the reference
 
 
+def _gemm_draft():
+    from tileagent.drafters.base import DraftTask
+    from tileagent.drafters.builtin import BuiltinDrafter
+
+    task = REPO / "tasks" / "gemm_relu.py"
+    return task, BuiltinDrafter().draft(DraftTask(task_name="gemm_relu", reference_path=str(task),
+                                                  reference_source=task.read_text(), configs=[], turn=1))[0]
+
+
 def test_the_drafted_persistent_gemm_is_recorded_with_the_block_count_a_gpu_asks_for():
     """The export records kernels in a dry run on the CPU. The GEMM template sized a persistent grid by the device's
     SMs on CUDA and 4 blocks elsewhere, so the exported kernel (4 blocks) was never the one an H100 / H200 asked for
     (132): every call fell back to torch. Off the GPU the grid is now sized as on their 132 SMs."""
-    from tileagent.drafters.base import DraftTask
-    from tileagent.drafters.builtin import BuiltinDrafter
     from tileagent.export import record_kernels
 
-    task = REPO / "tasks" / "gemm_relu.py"
-    draft = BuiltinDrafter().draft(DraftTask(task_name="gemm_relu", reference_path=str(task),
-                                             reference_source=task.read_text(), configs=[], turn=1))[0]
+    task, draft = _gemm_draft()
     spec = load_spec(task)
     for tunables in ({}, {"SCHEDULE": "128x256 t256 persistent"}):
         entry = ExportEntry(config={"M": 4096, "N": 4096, "K": 4096}, source=draft.source, tunables=tunables)
-        (calls,) = record_kernels(spec, entry).values()
-        (key,) = calls
-        args = ast.literal_eval(key)[0]
-        assert args[8:10] == (True, 132), args  # persistent, one block per SM of a 132-SM GPU (512 tiles)
+        grids = {ast.literal_eval(key)[0][8:10] for key in record_kernels(spec, entry)["gemm_epilogue"]}
+        assert (True, 132) in grids, grids  # persistent, one block per SM of a 132-SM GPU (512 tiles)
+
+
+def test_an_export_records_the_kernels_its_candidate_picks_at_fewer_rows():
+    """The GEMM draft picks its tile and split of K by the call's rows; exported at M=4096 it recorded only the
+    persistent kernel, so a decode batch (M=16) or M=1000 ran torch. The export's dry runs now cover the free dim's
+    smaller powers of two: the kernels a call at those row counts asks for are among the recorded ones."""
+    from tileagent.export import record_kernels
+
+    task, draft = _gemm_draft()
+    spec = load_spec(task)
+    recorded = record_kernels(spec, ExportEntry(config={"M": 4096, "N": 4096, "K": 4096}, source=draft.source,
+                                                tunables={}))
+    assert {"gemm_epilogue", "gemm_split", "split_epilogue"} <= set(recorded)
+    for m in (16, 100, 1000):
+        asked = record_kernels(spec, ExportEntry(config={"M": m, "N": 4096, "K": 4096}, source=draft.source,
+                                                 tunables={}))
+        for factory, calls in asked.items():
+            assert set(calls) <= set(recorded[factory]), (m, factory)
 
 
 def test_a_kernel_taking_on_cuda_is_exported_as_a_gpu_calls_it():
@@ -622,6 +643,27 @@ def test_gpu_the_exported_gemm_draft_runs_its_persistent_kernel_at_every_row_cou
     for m in (4096, 2000):
         a = torch.randn(m, 256, device="cuda", dtype=torch.float16)
         b = torch.randn(256, 2048, device="cuda", dtype=torch.float16) / 16
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # a fallback warns
+            got = model(a, b)
+        torch.testing.assert_close(got.float(), torch.relu(a.float() @ b.float()), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_the_exported_gemm_draft_serves_a_decode_batch_through_its_split_kernels(tmp_path):
+    """Exported at M=4096 (first variant: the tile and split picked per call), called at M=4096, 1000 and 16 on a
+    132-SM GPU: every call runs exported kernels (no fallback warning) and matches torch."""
+    import warnings
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_properties(0).multi_processor_count != 132:
+        pytest.skip("needs a 132-SM GPU")
+    task, draft = _gemm_draft()
+    entry = ExportEntry(config={"M": 4096, "N": 4096, "K": 4096}, source=draft.source, tunables={})
+    module = _import(export_module(task, [entry], tmp_path, name="gemm_relu_s"), "gemm_relu_s_tileagent")
+    model = module.Model().cuda()
+    for m in (4096, 1000, 16):
+        a = torch.randn(m, 4096, device="cuda", dtype=torch.float16)
+        b = torch.randn(4096, 4096, device="cuda", dtype=torch.float16) / 64
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)  # a fallback warns
             got = model(a, b)

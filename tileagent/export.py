@@ -348,11 +348,12 @@ def _header(name: str, reference: Path, entries: list[ExportEntry], input_names,
 
 # -- the kernels: recorded at export, described for the runtime ------------------------------------------------------
 
-def record_kernels(spec: Spec, entry: ExportEntry) -> dict:
+def record_kernels(spec: Spec, entry: ExportEntry, smaller: bool = True) -> dict:
     """{factory name: {call key: JITKernel}}: every ``@jit`` factory call the entry's ModelNew makes (constructor and
-    forward) at its config, found by a dry run on CPU tensors (``compiler.resources.dry_run(size=False)``: kernels
-    are built, not executed; context-local, so a batch may export several entries at once), and for a factory taking
-    the drafter's ON_CUDA, the call a GPU makes too (``_as_on_cuda``)."""
+    forward) at its config and (``smaller``) at its free dims' smaller powers of two (``_smaller_sizes``), found by
+    dry runs on CPU tensors (``compiler.resources.dry_run(size=False)``: kernels are built, not executed;
+    context-local, so a batch may export several entries at once), and for a factory taking the drafter's ON_CUDA,
+    the call a GPU makes too (``_as_on_cuda``)."""
     from tileagent.compiler.resources import dry_run
     from tileagent.export_template import exec_source
 
@@ -366,6 +367,12 @@ def record_kernels(spec: Spec, entry: ExportEntry) -> dict:
             inputs = spec.shaped_inputs(entry.config)
             with torch.no_grad():
                 model(*inputs)
+                for config in _smaller_sizes(spec, entry.config) if smaller else ():
+                    try:
+                        model(*spec.shaped_inputs(config))
+                    except Exception as e:  # noqa: BLE001 -- calls of that size then run the reference, warned
+                        log.info("export: the candidate for %s failed its dry run at %s (%s: %s); calls of that "
+                                 "size will run the PyTorch reference", entry.config, config, type(e).__name__, e)
             for impl, args, kwargs, _ in list(run.factory_calls):
                 _as_on_cuda(impl, args, kwargs)
         except ExportError:
@@ -382,6 +389,14 @@ def record_kernels(spec: Spec, entry: ExportEntry) -> dict:
     return calls
 
 
+def _smaller_sizes(spec: Spec, config: dict) -> list[dict]:
+    """``config`` with one free dim (FREE_DIMS) at a power of two below its value, for each such dim and power: a
+    candidate that picks its kernels by the call's sizes (the GEMM template's tile and split of K for a decode
+    batch's few rows, a fusion kernel's rows per block) then has them recorded for calls at those sizes too."""
+    return [{**config, dim: 1 << b} for dim in spec.free_dims if isinstance(config.get(dim), int)
+            for b in range(config[dim].bit_length()) if 1 << b < config[dim]]
+
+
 def _as_on_cuda(impl, args: tuple, kwargs: dict) -> None:
     """Call factory ``impl`` again as forward calls it on a GPU where it takes the built-in drafter's ``ON_CUDA``
     argument (the device decides how it rounds a division by a scalar): the dry run runs on CPU tensors, and the
@@ -396,7 +411,7 @@ def _as_on_cuda(impl, args: tuple, kwargs: dict) -> None:
 
 def launched_kernels(spec: Spec, entry: ExportEntry) -> list:
     """The JITKernels entry's ModelNew launches at its config (``record_kernels``), each once."""
-    kernels = [k for calls in record_kernels(spec, entry).values() for k in calls.values()]
+    kernels = [k for calls in record_kernels(spec, entry, smaller=False).values() for k in calls.values()]
     return list({id(k): k for k in kernels}.values())
 
 

@@ -105,8 +105,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     tunables = {"SCHEDULE": common.knob_values(knobs, "SCHEDULE", (None, *SCHEDULES)),
                 "NUM_STAGES": common.knob_values(knobs, "NUM_STAGES", (2, 3, 4)),
                 "BLOCK_K": common.knob_values(knobs, "BLOCK_K", (32, 64)),
-                "PANEL": [8, 4, 16],
-                "SPLIT_K": common.knob_values(constants, "SPLIT_K", (None, 1, 2, 4, 8, 16))}
+                "PANEL": [8, 4, 16]}  # not SPLIT_K: at the rows that split, pick_split is within x of the best
     doc = (f"Candidate drafted by the built-in drafter (template gemm_epilogue): {match.summary}; "
            f"{match.dtype} operands on tensor cores, float32 accumulation, output {match.out_dtype}. Knobs: SCHEDULE "
            f"(a key of SCHEDULES: the output tile, the threads per block, and whether one block per SM walks the "
