@@ -25,13 +25,16 @@ def _module(source, tmp_path, name="gemm_draft"):
     return mod
 
 
-def test_few_output_tiles_split_k_until_two_blocks_per_sm(tmp_path):
+def test_few_output_tiles_split_k_while_the_blocks_fit_the_sms_at_once(tmp_path):
     mod = _module(_draft(REPO / "tasks" / "gemm_relu.py").source, tmp_path)
-    table = [  # (M, N, K, schedule, block_K) -> splits, on 132 SMs
+    table = [  # (M, N, K, schedule, block_K) -> splits, on 132 SMs (528 blocks of 64 x 64 at once)
         ((16, 4096, 4096, "64x64 t128", 64), 8),  # 64 tiles: 512 blocks of 8 K tiles
         ((1, 4096, 1024, "64x64 t128", 64), 4),  # 16 K tiles: runs of 4, no shorter
-        ((16, 4096, 4096, "64x64 t128", 32), 8),  # 128 K tiles: 8 runs give 512 blocks
-        ((256, 4096, 4096, "64x64 t128", 64), 1),  # 256 tiles: every SM has one
+        ((16, 4096, 4096, "64x64 t128", 32), 8),  # 128 K tiles: 16 runs would give 1024 blocks
+        ((256, 4096, 4096, "64x64 t128", 64), 2),  # 256 tiles: 512 blocks
+        ((512, 4096, 4096, "64x64 t128", 64), 1),  # 512 tiles fill the SMs already
+        ((1024, 4096, 4096, "128x128 t256", 64), 1),  # 256 larger tiles: more than one an SM
+        ((16, 4096, 4096, "128x128 t256", 64), 4),  # 32 of them: 128 blocks
         ((16, 4096, 4096, "128x256 t256 persistent", 64), 1),  # a persistent grid never splits
         ((40, 48, 64, "64x64 t128", 64), 1),  # one K tile
         ((16, 4096, 4160, "64x64 t128", 64), 1),  # 65 K tiles: no equal runs

@@ -63,13 +63,14 @@ def pick_schedule(M, N, sms):
 
 def pick_split(M, N, K, schedule, block_K, sms):
     """How many equal runs of K's tiles the blocks of one output tile split between them (1: none; their float32
-    partial tiles are summed by split_epilogue). When the output has fewer tiles than SMs (a decode batch's few rows):
-    twice as many runs while there are fewer than two blocks per SM, up to 16, each run at least 4 tiles of K. A
-    persistent schedule never splits."""
+    partial tiles are summed by split_epilogue): twice as many while the blocks, twice as many, still fit the SMs at
+    once (four 64 x 64 blocks an SM; one of a larger tile), up to 16, each run at least 4 tiles of K. A decode batch's
+    few rows then stream B on every SM; a persistent schedule never splits."""
+    block_M, block_N, _, persistent = SCHEDULES[schedule]
+    per_sm = 4 if block_M * block_N <= 64 * 64 else 1
     tiles, steps, splits = tile_count(M, N, schedule), -(-K // block_K), 1
-    if SCHEDULES[schedule][3] or tiles >= sms:
-        return 1
-    while tiles * splits < 2 * sms and splits < 16 and steps % (2 * splits) == 0 and steps // (2 * splits) >= 4:
+    while (not persistent and tiles * 2 * splits <= per_sm * sms and splits < 16 and steps % (2 * splits) == 0
+           and steps // (2 * splits) >= 4):
         splits *= 2
     return splits
 '''
@@ -185,7 +186,9 @@ def gemm_split(N, K, block_M, block_N, block_K, num_stages, threads, splits, dty
 
 @tileagent.jit(out_idx=[{len(ops) + 1}]{common.pass_configs(match)})
 def split_epilogue(N, block_M, block_N, threads, splits{dparams}, out_dtype{cparams}):
-    """gemm_split's parts summed in float32, then the epilogue and one store in the output dtype."""
+    """gemm_split's parts summed in float32, then the epilogue and one store in the output dtype. Small tiles (4 x 128
+    on 128 threads: a 16-byte load a part) so that a few rows still make many blocks: 16 x 256 tiles left a
+    16 x 4096 output 16 blocks, and the sum of 8 parts took longer than the split saved (H200)."""
     M = T.dynamic("M")
 
     @T.prim_func
@@ -231,7 +234,7 @@ def split_epilogue(N, block_M, block_N, threads, splits{dparams}, out_dtype{cpar
                 f"            split = gemm_split(N, K, block_M, block_N, BLOCK_K, NUM_STAGES, threads, splits, "
                 f"TL_DTYPE[{a_ref}.dtype], TL_DTYPE[{b_ref}.dtype])\n"
                 f"            part = split({a_ref}.reshape(-1, K), {b_ref})\n"
-                f"            y = split_epilogue(N, 16, 256, 128, splits{dargs}, {out_dtype}{cargs})(part{views})\n"
+                f"            y = split_epilogue(N, 4, 128, 128, splits{dargs}, {out_dtype}{cargs})(part{views})\n"
                 f"        else:\n"
                 f"            kernel = gemm_epilogue(N, K, block_M, block_N, BLOCK_K, NUM_STAGES, threads, PANEL, "
                 f"persistent, blocks, TL_DTYPE[{a_ref}.dtype], TL_DTYPE[{b_ref}.dtype]{dargs},\n"
