@@ -106,7 +106,7 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     tunables = {"SCHEDULE": common.knob_values(knobs, "SCHEDULE", (None, *SCHEDULES)),
                 "NUM_STAGES": common.knob_values(knobs, "NUM_STAGES", (2, 3, 4)),
                 "BLOCK_K": common.knob_values(knobs, "BLOCK_K", (32, 64)),
-                "PANEL": [8, 4, 16]}  # not SPLIT_K: at the rows that split, pick_split is within x of the best
+                "PANEL": [8, 4, 16]}  # not SPLIT_K: pick_split decides per call
     doc = (f"Candidate drafted by the built-in drafter (template gemm_epilogue): {match.summary}; "
            f"{match.dtype} operands on tensor cores, float32 accumulation, output {match.out_dtype}. Knobs: SCHEDULE "
            f"(a key of SCHEDULES: the output tile, the threads per block, and whether one block per SM walks the "
@@ -197,7 +197,7 @@ def split_epilogue(N, block_M, block_N, threads, splits{dparams}, out_dtype{cpar
             acc = T.alloc_fragment((block_M, block_N), "float32")
             t = T.alloc_fragment((block_M, block_N), "float32")
 {allocs}            T.clear(acc)
-            for s in T.serial(splits):
+            for s in T.unroll(splits):  # every part's load issued before the sums
                 T.copy(part[s, by * block_M, bx * block_N], t)
                 for i, j in T.Parallel(block_M, block_N):
                     acc[i, j] += t[i, j]
