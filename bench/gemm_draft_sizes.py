@@ -5,11 +5,11 @@ Usage (CUDA machine): python bench/gemm_draft_sizes.py [--task tasks/gemm_relu.p
     [--n 4096] [--k 4096] [--dtype float16]
 The draft is the drafter's turn-1 candidate for the task (its first variant), written to a temporary module; for each
 row count M the same module runs with SCHEDULE set to each value of its TUNABLES list (None: ``pick_schedule``'s
-choice, named in the table; SPLIT_K None: ``pick_split``'s), then with the pick's schedule and SPLIT_K set to each of
-1, 2, 4, 8, 16 (``split <n>``; 1: K not split). Each run is checked against the reference in float32 on fresh inputs, its output
-poisoned first (a wrong one is reported and not timed; exit status 1). Times: ``bench.memory_bound.bench`` (CUDA
-events, L2 flushed, medians). The last column: the pick's time over the fastest schedule's (1.00: the rule picked
-the fastest) and x torch.compile.
+choice, named in the table; SPLIT_K None: ``pick_split``'s), then with the pick's schedule and SPLIT_K set to
+each of 1, 2, 4, 8, 16 (``split <n>``; 1: K not split). Each run is checked against the reference in float32 on
+fresh inputs, its output poisoned first (a wrong one is reported and not timed; exit status 1). Times:
+``bench.memory_bound.bench`` (CUDA events, L2 flushed, medians). The last columns: the pick's time over the fastest
+variant's (1.00: the rules picked the fastest) and x torch.compile.
 """
 
 from __future__ import annotations

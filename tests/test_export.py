@@ -621,50 +621,36 @@ def test_a_kernel_taking_on_cuda_is_exported_as_a_gpu_calls_it():
     assert flags == {False, True}  # kernel0(M, K, dtype, ON_CUDA, BM, BR, THREADS): the CPU's and the GPU's
 
 
-@pytest.mark.gpu
-def test_gpu_the_exported_gemm_draft_runs_its_persistent_kernel_at_every_row_count(tmp_path):
-    """On a 132-SM GPU (H100 / H200 SXM): the drafted GEMM exported at a config whose tiles fill the GPU serves that
-    config and another row count through its persistent kernel, with no fallback warning (before session 39 the
-    export recorded a 4-block grid, and every call fell back to torch)."""
-    import warnings
-
-    from tileagent.drafters.base import DraftTask
-    from tileagent.drafters.builtin import BuiltinDrafter
-
-    if not torch.cuda.is_available() or torch.cuda.get_device_properties(0).multi_processor_count != 132:
-        pytest.skip("needs a 132-SM GPU")
-    task = REPO / "tasks" / "gemm_relu.py"
-    draft = BuiltinDrafter().draft(DraftTask(task_name="gemm_relu", reference_path=str(task),
-                                             reference_source=task.read_text(), configs=[], turn=1))[0]
-    entry = ExportEntry(config={"M": 4096, "N": 2048, "K": 256}, source=draft.source,
-                        tunables={"SCHEDULE": "128x256 t256 persistent"})
-    module = _import(export_module(task, [entry], tmp_path, name="gemm_relu_p"), "gemm_relu_p_tileagent")
-    model = module.Model().cuda()
-    for m in (4096, 2000):
-        a = torch.randn(m, 256, device="cuda", dtype=torch.float16)
-        b = torch.randn(256, 2048, device="cuda", dtype=torch.float16) / 16
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", RuntimeWarning)  # a fallback warns
-            got = model(a, b)
-        torch.testing.assert_close(got.float(), torch.relu(a.float() @ b.float()), rtol=2e-2, atol=2e-2)
-
-
-@pytest.mark.gpu
-def test_gpu_the_exported_gemm_draft_serves_a_decode_batch_through_its_split_kernels(tmp_path):
-    """Exported at M=4096 (first variant: the tile and split picked per call), called at M=4096, 1000 and 16 on a
-    132-SM GPU: every call runs exported kernels (no fallback warning) and matches torch."""
+def _serves_without_fallback(tmp_path, name, config, tunables, rows):
+    """The drafted GEMM exported at ``config`` with ``tunables``, called at each row count of ``rows`` on a 132-SM
+    GPU (H100 / H200 SXM): every call runs exported kernels (a fallback warns: an error here) and matches torch."""
     import warnings
 
     if not torch.cuda.is_available() or torch.cuda.get_device_properties(0).multi_processor_count != 132:
         pytest.skip("needs a 132-SM GPU")
     task, draft = _gemm_draft()
-    entry = ExportEntry(config={"M": 4096, "N": 4096, "K": 4096}, source=draft.source, tunables={})
-    module = _import(export_module(task, [entry], tmp_path, name="gemm_relu_s"), "gemm_relu_s_tileagent")
-    model = module.Model().cuda()
-    for m in (4096, 1000, 16):
-        a = torch.randn(m, 4096, device="cuda", dtype=torch.float16)
-        b = torch.randn(4096, 4096, device="cuda", dtype=torch.float16) / 64
+    entry = ExportEntry(config=config, source=draft.source, tunables=tunables)
+    model = _import(export_module(task, [entry], tmp_path, name=name), f"{name}_tileagent").Model().cuda()
+    n, k = config["N"], config["K"]
+    for m in rows:
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.float16) / k ** 0.5
         with warnings.catch_warnings():
-            warnings.simplefilter("error", RuntimeWarning)  # a fallback warns
+            warnings.simplefilter("error", RuntimeWarning)
             got = model(a, b)
         torch.testing.assert_close(got.float(), torch.relu(a.float() @ b.float()), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_the_exported_gemm_draft_runs_its_persistent_kernel_at_every_row_count(tmp_path):
+    """Exported at a config whose tiles fill the GPU, the persistent kernel serves that config and another row count
+    (before session 39 the export recorded a 4-block grid, and every call fell back to torch)."""
+    _serves_without_fallback(tmp_path, "gemm_relu_p", {"M": 4096, "N": 2048, "K": 256},
+                             {"SCHEDULE": "128x256 t256 persistent"}, (4096, 2000))
+
+
+@pytest.mark.gpu
+def test_gpu_the_exported_gemm_draft_serves_a_decode_batch_through_its_split_kernels(tmp_path):
+    """Exported at M=4096 (first variant: the tile and split of K picked per call), calls at M=1000 and 16 run the
+    kernels the export's smaller sizes recorded (split K at 16 rows)."""
+    _serves_without_fallback(tmp_path, "gemm_relu_s", {"M": 4096, "N": 4096, "K": 4096}, {}, (4096, 1000, 16))

@@ -172,7 +172,8 @@ def gemm_split(N, K, block_M, block_N, block_K, num_stages, threads, splits, dty
     steps = T.ceildiv(T.ceildiv(K, block_K), splits)
 
     @T.prim_func
-    def main(g_a: T.Tensor((M, K), dtype), g_b: T.Tensor({b_shape}, b_dtype), part: T.Tensor((splits, M, N), "float32")):
+    def main(g_a: T.Tensor((M, K), dtype), g_b: T.Tensor({b_shape}, b_dtype),
+             part: T.Tensor((splits, M, N), "float32")):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), splits, threads=threads) as (bx, by, bz):
 {tile_buffers}            T.clear(acc)
             for k in T.Pipelined(steps, num_stages=num_stages):
