@@ -7,6 +7,7 @@ import importlib.util
 
 import pytest
 
+from tests.test_builtin_drafter import write_reference
 from tests.test_fusion_everyday import _draft
 from tileagent.evaluator.correctness import check_candidate
 from tileagent.evaluator.spec import load_spec
@@ -58,3 +59,20 @@ def test_a_split_gemm_matches_torch_with_its_epilogue(ref, tmp_path):
         assert result.correct, (split, result.message)
     mod = _module(source, tmp_path, f"{ref.stem}_mod")
     assert mod.pick_split(5, 96, 512, mod.pick_schedule(5, 96, 132), mod.BLOCK_K, 132) == 2
+
+
+def test_a_split_gemm_adds_a_residual_of_the_outputs_shape(tmp_path):
+    """An operand of C's shape (a residual) is read by split_epilogue on its own tile, after the parts' sum."""
+    ref = write_reference(tmp_path, "gemm_residual", '''
+        class Model(nn.Module):
+            def forward(self, a, b, r):
+                return F.gelu(a @ b) + r
+        ''', "[torch.randn(5, 512, dtype=torch.float16), torch.randn(512, 96, dtype=torch.float16) / 16, "
+            "torch.randn(5, 96, dtype=torch.float16)]")
+    source = _draft(ref).source
+    assert "def split_epilogue" in source and "g_r" in source.split("def split_epilogue")[1]
+    for split in ("None", "1"):
+        candidate = tmp_path / f"residual_split{split}.py"
+        candidate.write_text(source.replace("SPLIT_K = None", f"SPLIT_K = {split}"))
+        (result,) = check_candidate(load_spec(ref), candidate, device="cpu", configs=[{}], seeds=1, seed=0)
+        assert result.correct, (split, result.message)
