@@ -63,9 +63,9 @@ def pick_schedule(M, N, sms):
 
 def pick_split(M, N, K, schedule, block_K, sms):
     """How many equal runs of K's tiles the blocks of one output tile split between them (1: none; their float32
-    partial tiles are summed by split_epilogue): twice as many while the blocks, twice as many, still fit the SMs at
-    once (four 64 x 64 blocks an SM; one of a larger tile), up to 16, each run at least 4 tiles of K. A decode batch's
-    few rows then stream B on every SM; a persistent schedule never splits."""
+    partial tiles are summed by split_epilogue): doubled while twice the blocks still fit the SMs at once (four
+    64 x 64 blocks an SM, one of a larger tile), up to 16, each run at least 4 tiles of K. A decode batch's few rows
+    then stream B on every SM; a persistent schedule never splits."""
     block_M, block_N, _, persistent = SCHEDULES[schedule]
     per_sm = 4 if block_M * block_N <= 64 * 64 else 1
     tiles, steps, splits = tile_count(M, N, schedule), -(-K // block_K), 1
