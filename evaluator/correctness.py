@@ -345,18 +345,24 @@ class _ConfigCheck:
     def also_differ(self, failure: Mismatch, k: int, outs, ref) -> Mismatch:
         """``failure`` (of output ``k``) with the later outputs that differ too under the fixed rule (played LLM
         session 38: a permutation's row map, never written, was not named while its gathered rows were): each one's
-        count outside and worst element, in ``details['other_outputs']`` and the message."""
-        others = []
+        count outside and worst element, in ``details['other_outputs']`` and the message; with several outputs, the
+        ones that match (the earlier ones, checked before ``k``, and later ones within the rule) in
+        ``details['matching_outputs']`` (played LLM session 40: router indices right and weights wrong is the hint)."""
+        others, matching = [], list(range(k))
         for j in range(k + 1, len(ref)):
             o, r = outs[j], ref[j]
             if tuple(o.shape) != tuple(r.shape) or o.dtype != r.dtype or o.numel() == 0:
                 continue
             c = compared(o, r, self.spec.tolerance(r.dtype))
-            if c.outside:
+            if not c.outside:
+                matching.append(j)
+            else:
                 index = [int(i) for i in torch.unravel_index(torch.tensor(c.worst), tuple(o.shape))]
                 values = _json_floats(expected=float(r.reshape(-1)[c.worst]), got=float(o.reshape(-1)[c.worst]))
                 others.append({"output": j, "mismatched": c.outside, "total": o.numel(), "index": index, **values,
                                "dtype": str(r.dtype).removeprefix("torch.")})
+        if matching:
+            failure.details["matching_outputs"] = matching
         if others:
             failure.details["other_outputs"] = others
             failure.message += "".join(f"; output {e['output']} differs too ({e['mismatched']} of {e['total']} "

@@ -37,6 +37,8 @@ RULES = {
     "patch": "no monkeypatching: only attributes of self are assigned; timers, torch, the compiler and the evaluator "
              "stay genuine",
     "global-state": "no changes to torch's global state (seeds, default dtype, backends flags)",
+    "init-random": "no seeds or torch.Generator in __init__ (the evaluator copies Model's parameters and buffers "
+                   "into ModelNew's by name; a seeded generator could reproduce the check's inputs)",
     "introspection": "no introspection (sys, gc, inspect, importlib, os, getattr/setattr, globals, dunders)",
     "private": "no private attributes (names starting with _) of modules or tensors",
     "dynamic-code": "no eval, exec, compile or __import__",
@@ -87,6 +89,7 @@ _TORCH_SUBMODULE_RULES = {
     "stream": {"Stream", "StreamContext"},
     "timer": {"Event", "synchronize"},
 }
+_INIT_RANDOM = {"manual_seed", "seed", "random", "initial_seed", "get_rng_state", "Generator"}
 _CUDA_ALLOWED = {"is_available", "device_count", "current_device", "get_device_name", "get_device_capability",
                  "get_device_properties"}
 _CUDA_STREAM = {"Stream", "stream", "ExternalStream", "set_stream", "current_stream", "default_stream",
@@ -217,6 +220,8 @@ def _torch_rule(dotted: str, region: str) -> str | None:
         if name.split(".")[0] in _CUDA_TIMER:
             return "timer"
         return None if name in _CUDA_ALLOWED else "stream"  # a bare torch.cuda could be passed around
+    if region == "init" and sub in _INIT_RANDOM:
+        return "init-random"
     for rule, names in _TORCH_SUBMODULE_RULES.items():
         if sub in names:
             return rule

@@ -141,6 +141,11 @@ def test_every_later_output_that_differs_is_named_with_the_first():
         "rel_l2": 1.0, "config": {"M": 4}, "seed": 0, "distribution": "normal"}))
     assert "\nOutput 1 differs too: 5 of 6 elements, e.g. at index (1,): expected 1, got -9223372036854775808.\n" \
         in text
+    # played LLM session 40: the outputs that match are named too (a router's indices right, its weights wrong)
+    assert failure.details["matching_outputs"] == [2] and "\nOutput 2 matches the reference.\n" in text
+    later = _ConfigCheck.also_differ(SimpleNamespace(spec=spec), Mismatch("output 1 differs", output=1, index=[1],
+                                                                          expected=1.0, got=0.0), 1, ref, ref)
+    assert later.details["matching_outputs"] == [0, 2]
 
 
 WHERE = {"config": {"B": 8}, "seed": 0, "distribution": "normal"}

@@ -104,7 +104,9 @@ def test_honest_corpus_passes(path):
     ("def helper(x):\n    return x.sum()", "torch-compute", ".sum()"),
     ("torch.manual_seed(0)", "global-state", "torch.manual_seed"),
     ("class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n        torch.manual_seed(1)",
-     "global-state", "torch.manual_seed"),
+     "init-random", "torch.manual_seed"),
+    ("class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.w = torch.randn(4, generator=torch.Generator().manual_seed(0))", "init-random", "torch.Generator"),
     ("torch.backends.cuda.matmul.allow_tf32 = False", "patch", "torch.backends.cuda.matmul.allow_tf32"),
     ("torch.cuda.synchronize()", "timer", "torch.cuda.synchronize"),
     ("e = torch.cuda.Event(enable_timing=True)", "timer", "torch.cuda.Event"),
@@ -380,3 +382,19 @@ def test_torch_imports_that_rebind_torch_functions_are_not_taken_for_a_candidate
             "import torch._dynamo\nids.check('after importing torch._dynamo')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_seed_in_init_is_fed_back_with_how_weights_arrive():
+    """Played LLM session 40: a reference's seeded ``torch.Generator`` copied into ModelNew.__init__ was rejected as
+    "global state", with advice about code outside __init__; a weaker model then tried torch.manual_seed. The rule
+    has its own name and the feedback says how weights reach ModelNew."""
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.feedback import render_feedback
+
+    found = violation_of("class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                         "        self.b = nn.Parameter(torch.randn(8, generator=torch.Generator().manual_seed(0)))\n"
+                         "    def forward(self, x):\n        return kernel(*x.shape)(x)\n")
+    assert found.details["rule"] == "init-random"
+    text = render_feedback(EvalResult(status="guard_violation", message=str(found),
+                                      failure={"kind": "GuardViolation", "rule": "init-random"}))
+    assert "the evaluator copies Model's values into them" in text and "Outside __init__" not in text

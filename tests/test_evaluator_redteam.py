@@ -104,7 +104,7 @@ CHEATS = {
     # predictable inputs
     "precomputes_public_seeds": ("relu_scale", GuardViolation, "evaluator-access",
                                  "from tileagent.evaluator.spec import load_spec"),
-    "precomputes_seed_table": ("relu_scale", GuardViolation, "global-state", "uses torch.Generator"),
+    "precomputes_seed_table": ("relu_scale", GuardViolation, "init-random", "uses torch.Generator"),
     # coverage
     "wrong_when_m_mod_4_is_1_or_2": ("relu_scale", Mismatch, None, "(a tail size of config {'M': 8, 'N': 32})"),
     "one_pass_variance": ("layernorm", Mismatch, None, "input distribution 'offset"),

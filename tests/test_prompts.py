@@ -17,7 +17,7 @@ from tileagent.evaluator.spec import load_spec
 from tests.conftest import REPO, load_module
 from tileagent import prompts
 
-FEEDBACK = ["compile_error", "mismatch", "guard_violation", "candidate_error", "kernel_fault", "worker_error",
+FEEDBACK = ["compile_error", "mismatch", "guard_violation", "guard_violation_init", "candidate_error", "kernel_fault", "worker_error",
             "cpu_timeout", "cpu_timeout_sizes", "timing_row",
             "timing", "resources",
             "malformed_answer", "covered_by_tuning"]

@@ -203,9 +203,14 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
             f"\nOutput {e['output']} differs too: {e['mismatched']} of {e['total']} elements, e.g. at index "
             f"{tuple(e['index'])}: expected {_value(e, 'expected')}, got {_value(e, 'got')}."
             for e in failure.get("other_outputs") or [])
+        matching = failure.get("matching_outputs") or []
+        f["matching_outputs"] = (f"\nOutput{'s' if len(matching) > 1 else ''} {', '.join(map(str, matching))} "
+                                 f"match{'' if len(matching) > 1 else 'es'} the reference.") if matching else ""
         return render("feedback.mismatch", **f)
     if status == "guard_violation":
-        return render("feedback.guard_violation", rule=failure.get("rule", "?"), message=result.message)
+        rule = failure.get("rule", "?")
+        return render("feedback.guard_violation_init" if rule == "init-random" else "feedback.guard_violation",
+                      rule=rule, message=result.message)
     if status == "timeout" and not device.startswith("cuda"):
         correct = [_cfg(c.config) + (f" (at {_cfg(c.evaluated_at)})" if c.evaluated_at else "") +
                    (f" in {c.seconds['check']:.0f} s" if (c.seconds or {}).get("check") else "")
