@@ -334,6 +334,15 @@ OUTSIDE_TASKS = {  # references that tasks/ does not ship -> the examples their 
             def forward(self, x):
                 return self.gn(x)
         """, {"layernorm"}),
+    "patch_embed": ("""
+        import torch.nn as nn
+        class Model(nn.Module):
+            def __init__(self, D, P):
+                super().__init__()
+                self.proj = nn.Conv2d(3, D, kernel_size=P, stride=P)
+            def forward(self, x):
+                return self.proj(x).flatten(2).transpose(1, 2)
+        """, {"gemm_relu"}),
     "gqa_decode": ("""
         import torch
         import torch.nn as nn

@@ -55,7 +55,8 @@ _IDIOM_CALLS = {  # names of torch functions, methods and nn layers -> idiom
                "one_hot", "CrossEntropyLoss", "NLLLoss"},
     "streamed_row": {"logsumexp", "cross_entropy", "CrossEntropyLoss", "log_softmax", "topk"},
     "attention": {"scaled_dot_product_attention", "MultiheadAttention"},
-    "gemm": {"matmul", "mm", "bmm", "linear", "Linear", "einsum", "addmm", "baddbmm"},
+    "gemm": {"matmul", "mm", "bmm", "linear", "Linear", "einsum", "addmm", "baddbmm",  # and convolutions: a GEMM
+             "conv1d", "conv2d", "conv3d", "Conv1d", "Conv2d", "Conv3d"},  # over gathered patches (played LLM s40)
     "softmax": {"softmax", "log_softmax", "Softmax", "LogSoftmax", "topk"},
     "mean_variance": {"layer_norm", "LayerNorm", "group_norm", "GroupNorm", "var", "std", "var_mean",
                       "instance_norm", "InstanceNorm1d", "InstanceNorm2d", "batch_norm", "BatchNorm1d", "BatchNorm2d"},
