@@ -239,3 +239,16 @@ def test_configs_checked_alike_on_the_cpu_list_only_their_own_launches_in_the_re
                                        SimpleNamespace(spec=big, eval=checked)])
     rows = report.rows(options, SimpleNamespace(best={config_key(checked): best}), lambda b: True)
     assert [[x["blocks"] for x in r["launches"]] for r in rows] == [[3072], [12288]]
+
+
+def test_a_cpu_run_names_the_spills_the_gpu_estimate_finds():
+    """Played LLM session 40: a CPU run stops at the first correct turn, and a patch embedding ended at 255 registers
+    with spills that only REPORT.md showed. The run's last lines name kernels with local memory, each once."""
+    from tileagent import report
+
+    spill = {"kernel": "main_kernel", "registers": 255, "frame_bytes": 32, "occupancy_pct": 12}
+    table = [{"config": {"B": 32}, "launches": [spill]}, {"config": {"B": 64}, "launches": [spill]},
+             {"config": {"B": 8}, "launches": [{"kernel": "gemm", "registers": 168, "frame_bytes": 0,
+                                                 "occupancy_pct": 12}]}]
+    assert report.gpu_flags(table) == ["main_kernel (255 registers/thread, 32 B local memory/thread: spills or local "
+                                       "arrays) at B=32 and 1 more config(s)"]

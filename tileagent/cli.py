@@ -543,6 +543,11 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
     reason = escape(str(outcome.reason))
     console.print(f"[{colour}]{_OUTCOME_WORDS[outcome.outcome]}[/] ({reason}; {outcome.turns} turn(s), "
                   f"{outcome.tokens} tokens)", highlight=False)
+    gpu_notes = report.gpu_flags(rows) if outcome.outcome == "correct_untimed" else []
+    if gpu_notes:
+        console.print(escape(f"not timed here; the compiler's estimate for the GPU flags {'; '.join(gpu_notes)} "
+                             f"(REPORT.md). A run on a GPU (--device cuda) works on speed."), highlight=False,
+                      soft_wrap=True)
     raise typer.Exit(code)
 
 

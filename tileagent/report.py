@@ -105,6 +105,23 @@ def rows(options, outcome, meets_target) -> list[dict]:
     return out
 
 
+def gpu_flags(table: list[dict]) -> list[str]:
+    """What the compiler's GPU resource estimate flags in the serving kernels of ``table`` (``rows``): local memory
+    (spilled registers or local arrays), one line per kernel and size of it (the first config that shows it, and how
+    many more do). On the CPU, which does not time, it is the run's only word on speed (played LLM session 40: a
+    patch embedding ended at 255 registers and spills, unsaid). Low occupancy is not flagged: a tensor-core GEMM runs
+    one or two blocks an SM by design."""
+    found: dict[tuple, list] = {}
+    for r in table:
+        for x in r.get("launches") or []:
+            if x.get("frame_bytes"):
+                found.setdefault((x["kernel"], x.get("registers"), x["frame_bytes"]), []).append(
+                    config_key(r["config"]))
+    return [f"{kernel} ({registers} registers/thread, {local} B local memory/thread: spills or local arrays) at "
+            f"{configs[0]}" + (f" and {len(configs) - 1} more config(s)" if len(configs) > 1 else "")
+            for (kernel, registers, local), configs in found.items()]
+
+
 def build(options, outcome, table: list[dict], *, command: str, device: str, cost_usd: float,
           outputs: dict[str, str], workers: dict | None = None) -> dict:
     """The report as a dict (what report.json holds), validated by ``RunReport``. ``workers``: the evaluation
@@ -262,6 +279,5 @@ def rerender(run_dir: Path) -> tuple[dict, list[Path]]:
     return data, [md, *written]
 
 
-__all__ = ["CHART", "FORMAT_VERSION", "ConfigRow", "ReportError", "RunReport", "build", "cell", "chart", "load",
-           "workers_markdown",
-           "markdown", "rerender", "rows", "write"]
+__all__ = ["CHART", "FORMAT_VERSION", "ConfigRow", "ReportError", "RunReport", "build", "cell", "chart", "gpu_flags",
+           "load", "workers_markdown", "markdown", "rerender", "rows", "write"]
