@@ -3,7 +3,7 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session20|widths|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session20|widths|session2|session1|all]
 # Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
 # $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
@@ -62,8 +62,10 @@
 # the streamed row: the online rescale across tiles ran on the CPU only in config 2's own-size run at V=32000), so
 # the GPU run is their first check at a real vocabulary. repeat_kv's grid is under one wave at configs 1 and 2 (the
 # cost section says so). The weak-round answers (answers/*_weak/) are not listed.
+# session40: the three ops of session 40 (bmm_bias, patch_embed, deepseek_group_topk), correct on the CPU (the router
+# at turn 2, after the init-random rule); patch_embed was checked at P=8 / 7 on the CPU and its GPU estimate spills.
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session20|widths|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-55}
 mkdir -p "$OUT"
@@ -203,6 +205,11 @@ SESSION39=(
   "selective_log_softmax:answers/selective_log_softmax/turn1.py"
   "repeat_kv:answers/repeat_kv/turn1.py"
 )
+SESSION40=(
+  "bmm_bias:answers/bmm_bias/turn1.py"
+  "patch_embed:answers/patch_embed/turn1.py"
+  "deepseek_group_topk:answers/deepseek_group_topk/turn2.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -233,9 +240,10 @@ case "$WHICH" in
   session37) ANSWERS=("${SESSION37[@]}") ;;
   session38) ANSWERS=("${SESSION38[@]}") ;;
   session39) ANSWERS=("${SESSION39[@]}") ;;
+  session40) ANSWERS=("${SESSION40[@]}") ;;
   widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session39, session38, session37, session36, session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session40, session39, session38, session37, session36, session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
