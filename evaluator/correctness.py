@@ -344,10 +344,9 @@ class _ConfigCheck:
 
     def also_differ(self, failure: Mismatch, k: int, outs, ref) -> Mismatch:
         """``failure`` (of output ``k``) with the later outputs that differ too under the fixed rule (played LLM
-        session 38: a permutation's row map, never written, was not named while its gathered rows were): each one's
-        count outside and worst element, in ``details['other_outputs']`` and the message; with several outputs, the
-        ones that match (the earlier ones, checked before ``k``, and later ones within the rule) in
-        ``details['matching_outputs']`` (played LLM session 40: router indices right and weights wrong is the hint)."""
+        session 38: a permutation's row map, never written, went unnamed): each one's count outside and worst element,
+        in ``details['other_outputs']`` and the message; the outputs that match (those before ``k``, later ones within
+        the rule) in ``details['matching_outputs']`` (session 40: a router's indices right, its weights wrong)."""
         others, matching = [], list(range(k))
         for j in range(k + 1, len(ref)):
             o, r = outs[j], ref[j]
@@ -361,8 +360,7 @@ class _ConfigCheck:
                 values = _json_floats(expected=float(r.reshape(-1)[c.worst]), got=float(o.reshape(-1)[c.worst]))
                 others.append({"output": j, "mismatched": c.outside, "total": o.numel(), "index": index, **values,
                                "dtype": str(r.dtype).removeprefix("torch.")})
-        if matching:
-            failure.details["matching_outputs"] = matching
+        failure.details.update({"matching_outputs": matching} if matching else {})
         if others:
             failure.details["other_outputs"] = others
             failure.message += "".join(f"; output {e['output']} differs too ({e['mismatched']} of {e['total']} "
