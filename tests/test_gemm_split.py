@@ -3,8 +3,6 @@ between blocks of one output tile (``gemm_split``), then sums the float32 parts 
 (``split_epilogue``). The rule's choices against a hand-checked table; each epilogue form (ReLU, bias and residual
 scale, an fp32 master weight cast in forward) matches torch on the CPU interpreter, split and not."""
 
-import importlib.util
-
 import pytest
 
 from tests.test_builtin_drafter import write_reference
@@ -12,7 +10,7 @@ from tests.test_fusion_everyday import _draft
 from tileagent.evaluator.correctness import check_candidate
 from tileagent.evaluator.spec import load_spec
 
-from tests.conftest import REPO
+from tests.conftest import REPO, load_module
 
 SUITE = REPO / "bench" / "suite"
 
@@ -20,10 +18,7 @@ SUITE = REPO / "bench" / "suite"
 def _module(source, tmp_path, name="gemm_draft"):
     path = tmp_path / f"{name}.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module(path)
 
 
 def test_few_output_tiles_split_k_while_the_blocks_fit_the_sms_at_once(tmp_path):

@@ -119,16 +119,21 @@ def render(match: FamilyMatch, knobs: dict) -> str:
     stmts, result = common.body(match, match.expr, texts, "acc[i, j]", 16)
     sig = "".join(f", {p}" for p in params)
     b_shape, b_tile = ("(N, K)", "(block_N, block_K)") if tb else ("(K, N)", "(block_K, block_N)")
-    b_origin = "[bx * block_N, k * block_K]" if tb else "[k * block_K, bx * block_N]"
+
+    def k_step(kt: str) -> str:
+        """The statements of one step along K, at K tile ``kt``: the A and B tiles to shared memory, the gemm."""
+        b_at = f"[bx * block_N, {kt} * block_K]" if tb else f"[{kt} * block_K, bx * block_N]"
+        return (f"                T.copy(g_a[by * block_M, {kt} * block_K], A_s)\n"
+                f"                T.copy(g_b{b_at}, B_s)\n"
+                f"                T.gemm(A_s, B_s, acc{', transpose_B=True' if tb else ''})  "
+                f"# acc += A_s @ B_s{'^T' if tb else ''}\n")
+
     names = [p.split(":")[0] for p in params]
     tensors = ", ".join(["g_a", "g_b", *names, "out"])
     tiles = ", ".join(["A_s", "B_s", "acc", *(f"f_{o.name}" for o in ops)])
     tile = _dedent(f'''            T.clear(acc)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                T.copy(g_a[by * block_M, k * block_K], A_s)
-                T.copy(g_b{b_origin}, B_s)
-                T.gemm(A_s, B_s, acc{', transpose_B=True' if tb else ''})  # acc += A_s @ B_s{'^T' if tb else ''}
-{loads}            for i, j in T.Parallel(block_M, block_N):  # the epilogue, on the accumulator's layout
+{k_step("k")}{loads}            for i, j in T.Parallel(block_M, block_N):  # the epilogue, on the accumulator's layout
 {stmts}                acc[i, j] = {result}
             T.copy(acc, out[by * block_M, bx * block_N])
 ''')
@@ -161,7 +166,6 @@ def gemm_epilogue(N, K, block_M, block_N, block_K, num_stages, threads, panel, p
                 tile({tensors}, {tiles}, by, bx)
     return main
 '''
-    b_run = "[bx * block_N, (bz * steps + k) * block_K]" if tb else "[(bz * steps + k) * block_K, bx * block_N]"
     kernel += f'''
 
 @tileagent.jit(out_idx=[2])
@@ -177,10 +181,7 @@ def gemm_split(N, K, block_M, block_N, block_K, num_stages, threads, splits, dty
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), splits, threads=threads) as (bx, by, bz):
 {tile_buffers}            T.clear(acc)
             for k in T.Pipelined(steps, num_stages=num_stages):
-                T.copy(g_a[by * block_M, (bz * steps + k) * block_K], A_s)
-                T.copy(g_b{b_run}, B_s)
-                T.gemm(A_s, B_s, acc{', transpose_B=True' if tb else ''})
-            T.copy(acc, part[bz, by * block_M, bx * block_N])
+{k_step("(bz * steps + k)")}            T.copy(acc, part[bz, by * block_M, bx * block_N])
 
     return main
 
