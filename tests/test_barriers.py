@@ -55,3 +55,65 @@ def test_the_reversed_workspace_read_is_right_on_the_gpu():
     y, ws = torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
     kernel(x, y, ws)
     torch.testing.assert_close(y, (x * 2).flip(0), rtol=0, atol=0)
+
+
+def _unpack_nibbles():
+    """TileLang's dequantizing GEMMs in small: per-thread code reads 4 packed bytes from shared memory, unpacks them
+    and stores each thread's 8 values in a T.vectorized loop (TileLang's fast_dequant_bf16_fp4_twiddling)."""
+    @T.prim_func
+    def main(X: T.Tensor((64, 32), "uint8"), Y: T.Tensor((64, 64), "float16")):
+        with T.Kernel(1, threads=128):
+            xs = T.alloc_shared((64, 32), "uint8")
+            ys = T.alloc_shared((64, 64), "float16")
+            T.copy(X, xs)
+            tx = T.get_thread_binding()
+            a = T.alloc_local((4,), "uint8")
+            b = T.alloc_local((8,), "float16")
+            for i in T.serial(4):
+                for v in T.vectorized(4):
+                    index = i * 512 + tx * 4 + v
+                    a[v] = xs[index // 32, index % 32]
+                for v in T.vectorized(8):
+                    b[v] = T.cast((a[v // 2] >> (4 * (v % 2))) & 15, "float16")
+                for v in T.vectorized(8):
+                    index = i * 1024 + tx * 8 + v
+                    ys[index // 64, index % 64] = b[v]
+            T.copy(ys, Y)
+
+    return main
+
+
+def test_per_thread_stores_need_no_barrier_between_them_and_the_copys_barrier_goes_before_the_loop():
+    """Write after write by plain per-thread stores at thread-dependent addresses is no hazard (TileLang's thread
+    sync orders only read-after-write and write-after-read): no barrier between a thread's stores (there was one
+    per element). The T.copy before the loop is ordered by one barrier before the loop, not one per iteration."""
+    src = tileagent.compile(_unpack_nibbles(), out_idx=[1], target="cuda:sm_90a").get_kernel_source()
+    loop = src[src.index("for (int i = 0; i < 4; ++i)"):]
+    loop = loop[:loop.index("\n  }\n")]
+    assert "__syncthreads" not in loop
+    assert src[:src.index("for (int i = 0; i < 4; ++i)")].rstrip().endswith("__syncthreads();")
+    x = torch.randint(0, 256, (64, 32), dtype=torch.uint8)
+    want = torch.stack([x & 15, x >> 4], -1).reshape(64, 64).half()
+    for target in ("sim", "cpu"):
+        torch.testing.assert_close(tileagent.compile(_unpack_nibbles(), out_idx=[1], target=target)(x), want,
+                                   rtol=0, atol=0)
+
+
+def test_a_store_every_thread_makes_to_one_address_after_per_thread_stores_gets_a_barrier():
+    """s[tx] = 1 then s[0] = 2 by every thread: without a barrier thread 0's first store may land after another
+    thread's second, and s[0] would end 1."""
+    @T.prim_func
+    def main(Y: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128):
+            s = T.alloc_shared((128,), "float32")
+            tx = T.get_thread_binding()
+            s[tx] = 1.0
+            s[0] = 2.0
+            T.copy(s, Y)
+
+    src = tileagent.compile(main, out_idx=[0], target="cuda:sm_90a").get_kernel_source()
+    first = src.index("s[tx")
+    assert "__syncthreads();" in src[first:src.index("s[0] = ", first)]
+    want = torch.ones(128)
+    want[0] = 2.0
+    torch.testing.assert_close(tileagent.compile(main, out_idx=[0], target="cpu")(), want)

@@ -97,3 +97,26 @@ def test_run_base_sees_through_a_swizzle_only_where_the_run_stays_in_one_xor_blo
     assert run_base(swizzled(make_binop("*", t, 4)), r, 8) is None  # b only a multiple of 4
     assert run_base(swizzled(make_binop("*", t, 16)), r, 16) is None  # 16 elements cross the XOR's 8-element block
     assert run_base(swizzled(make_binop("*", t, 8)), r, 6) is None
+
+
+def test_run_base_sees_through_a_flattened_two_dimensional_index():
+    """A 2-D shared buffer indexed by a flat per-thread index i = t * 4 + r (``xs[i // 32, i % 32]``) flattens to
+    (i // 32) * 32 + i % 32: a run of 4 where 32 is a multiple of 4 and t * 4 is; nested modulos
+    ((i % 128) % 64) too. Not when i = t * 2 + r (a run may cross a row)."""
+    from tileagent.compiler.dtypes import dtype
+    from tileagent.compiler.ir.expr import Var, make_binop
+    from tileagent.compiler.ir.simplify import same_expr
+    from tileagent.compiler.lower.shared_vectors import run_base
+
+    t, r = Var("t", dtype("int32")), Var("r", dtype("int32"))
+
+    def flat(i, row=32):
+        return make_binop("+", make_binop("*", make_binop("//", i, row), row), make_binop("%", i, row))
+
+    i = make_binop("+", make_binop("*", t, 4), r)
+    b = make_binop("*", t, 4)
+    assert same_expr(run_base(flat(i), r, 4), flat(b))
+    nested = make_binop("+", make_binop("%", make_binop("%", i, 128), 64), 7)
+    assert same_expr(run_base(nested, r, 4), make_binop("+", 7, make_binop("%", make_binop("%", b, 128), 64)))
+    assert run_base(flat(make_binop("+", make_binop("*", t, 2), r)), r, 4) is None
+    assert run_base(make_binop("%", i, 6), r, 4) is None  # rows of 6: a run of 4 may wrap

@@ -4,7 +4,10 @@ one is read or rewritten by a later one, or read by one and then overwritten.
 In: a T.Kernel body of the tile IR (before lowering). Out: the same body with ``tir.Barrier`` statements added.
 Guarantees: for every pair of statements A before B (also across loop iterations: B early in the body, A late)
 where A writes a shared or global buffer that B reads or writes, or A reads one that B writes, a barrier runs between
-them. Global buffers count because two statements split their elements among the threads differently (a T.Parallel
+them; except where A and B both write and neither reads (write after write) and both are plain per-thread stores
+(a ``Store`` outside any tile op and ``T.Parallel`` whose address differs between threads): each thread's stores
+are its own, as in TileLang's thread sync, which orders only read-after-write and write-after-read (TileLang's
+dequantizing GEMMs store each thread's values in a ``T.vectorized`` loop: a barrier per element before this). Global buffers count because two statements split their elements among the threads differently (a T.Parallel
 writing a workspace, the next reading it reversed: another thread's element, written or not yet); the barrier
 orders the block's own accesses only, blocks stay unordered.
 Barriers are only placed at block-uniform points (between statements of kernel, loop and uniform-if bodies).
@@ -37,7 +40,7 @@ def insert_barriers(body: tuple, thread_vars: tuple = (), kernel=None) -> tuple:
     between arms only the program's own barriers order anything)."""
     divergent = _divergent_vars(body, thread_vars) if thread_vars else None
     arms = _WarpGroupArms(kernel) if kernel is not None and thread_vars else None
-    out, _ = _body(body, (frozenset(), frozenset()), divergent, arms)
+    out, _ = _body(body, _EMPTY, divergent, arms)
     return out
 
 
@@ -80,73 +83,102 @@ def _differs(e, divergent) -> bool:
     return False
 
 
+_EMPTY = (frozenset(), frozenset(), frozenset())
+
+
+def _hazard(s, state, divergent) -> bool:
+    """Whether ``s`` needs a barrier before it after statements that wrote and read ``state`` (written, read, written
+    other than by plain per-thread stores: see the module docstring)."""
+    written, read, tile_written = state
+    w, r = _synced(s)
+    return bool((r & written) or (w & read) or (w & tile_written) or (_tile_writes(s, divergent) & written))
+
+
+def _after(s, state, divergent) -> tuple:
+    """``state`` with what ``s`` writes and reads added."""
+    w, r = _synced(s)
+    return state[0] | w, state[1] | r, state[2] | _tile_writes(s, divergent)
+
+
+def _join(a, b) -> tuple:
+    return tuple(x | y for x, y in zip(a, b))
+
+
 def _body(body, state, divergent=None, arms=None):
-    written, read = state
     out = []
     for s in body:
         if divergent is not None and ((isinstance(s, (If, While)) and _differs(s.cond, divergent)) or (
                 isinstance(s, For) and _differs((s.start, s.extent, s.step), divergent))):
-            w, r = _synced(s)  # taken whole: no barrier inside code not every thread runs
-            if (r & written) or (w & read) or (w & written):
+            if _hazard(s, state, divergent):  # taken whole: no barrier inside code not every thread runs
                 out.append(Barrier())
-                written, read = frozenset(), frozenset()
+                state = _EMPTY
             ranges = arms.ranges(s) if arms is not None else None
             if ranges is not None:  # each warp group's arm: a block of its own
                 reach, bodies = arms.reach, []
                 for arm, r_arm in ((s.then_body, ranges[0]), (s.else_body, ranges[1])):
                     arms.reach = r_arm
-                    bodies.append(tuple(_body(arm, (frozenset(), frozenset()), divergent, arms)[0]))
+                    bodies.append(tuple(_body(arm, _EMPTY, divergent, arms)[0]))
                 arms.reach = reach
                 s = replace(s, then_body=bodies[0], else_body=bodies[1])
             out.append(s)
-            written, read = written | w, read | r
+            state = _after(s, state, divergent)
             continue
         if isinstance(s, SoftwarePipeline):
-            w, r = _synced(s)
-            if (r & written) or (w & read) or (w & written):
+            if _hazard(s, state, divergent):
                 out.append(Barrier())
             # every iteration starts with a barrier (lower_pipeline); the staged tiles are only read in it
-            consumers, (written, read) = _body(s.consumers, (frozenset(), frozenset()), divergent, arms)
+            consumers, state = _body(s.consumers, _EMPTY, divergent, arms)
             out.append(replace(s, consumers=tuple(consumers)))
-            written = written | frozenset(s.staged)
+            staged = frozenset(s.staged)
+            state = (state[0] | staged, state[1], state[2] | staged)
             continue
         if isinstance(s, (For, While)):
             if isinstance(s, While):  # its condition is evaluated before every iteration
-                w, r = frozenset(), _synced(If(s.cond, (), ()))[1]
-                if r & written:
+                cond = If(s.cond, (), ())
+                if _hazard(cond, state, divergent):
                     out.append(Barrier())
-                    written, read = frozenset(), frozenset()
-                read = read | r
-            # what one iteration leaves for the next one
-            _, after_one = _body(s.body, (written, read), divergent, arms)
-            leavable = exits_early(s)
-            if leavable:  # a break/continue leaves an iteration part-way: whatever the body touches carries
-                w, r = _synced(s)
-                after_one = (after_one[0] | w, after_one[1] | r)
-            inner, (written, read) = _body(s.body, (written | after_one[0], read | after_one[1]), divergent,
-                                           arms)
-            if leavable:
-                written, read = written | after_one[0], read | after_one[1]
+                    state = _EMPTY
+                state = _after(cond, state, divergent)
+            inner, end = _loop(s, state, divergent, arms)
+            if isinstance(s, For) and state != _EMPTY:  # one barrier before the loop rather than one per iteration
+                hoisted, end_hoisted = _loop(s, _EMPTY, divergent, arms)
+                if _barriers(hoisted) < _barriers(inner):
+                    out.append(Barrier())
+                    inner, end = hoisted, end_hoisted
             out.append(replace(s, body=tuple(inner)))
+            state = end
             continue
         if isinstance(s, If):
-            r = _synced(If(s.cond, (), ()))[1]  # its condition is evaluated before either branch
-            if r & written:
+            cond = If(s.cond, (), ())  # its condition is evaluated before either branch
+            if _hazard(cond, state, divergent):
                 out.append(Barrier())
-                written, read = frozenset(), frozenset()
-            read = read | r
-            then_body, st1 = _body(s.then_body, (written, read), divergent, arms)
-            else_body, st2 = _body(s.else_body, (written, read), divergent, arms)
+                state = _EMPTY
+            state = _after(cond, state, divergent)
+            then_body, st1 = _body(s.then_body, state, divergent, arms)
+            else_body, st2 = _body(s.else_body, state, divergent, arms)
             out.append(replace(s, then_body=tuple(then_body), else_body=tuple(else_body)))
-            written, read = st1[0] | st2[0], st1[1] | st2[1]
+            state = _join(st1, st2)
             continue
-        w, r = _synced(s)
-        if (r & written) or (w & read) or (w & written):
+        if _hazard(s, state, divergent):
             out.append(Barrier())
-            written, read = frozenset(), frozenset()
+            state = _EMPTY
         out.append(s)
-        written, read = written | w, read | r
-    return out, (written, read)
+        state = _after(s, state, divergent)
+    return out, state
+
+
+def _loop(s, state, divergent, arms) -> tuple:
+    """(the loop's body with barriers, the state after the loop), entered with ``state``."""
+    _, after_one = _body(s.body, state, divergent, arms)  # what one iteration leaves for the next one
+    leavable = exits_early(s)
+    if leavable:  # a break/continue leaves an iteration part-way: whatever the body touches carries
+        after_one = _after(s, after_one, divergent)
+    inner, end = _body(s.body, _join(state, after_one), divergent, arms)
+    return inner, _join(end, after_one) if leavable else end
+
+
+def _barriers(body) -> int:
+    return sum(isinstance(x, Barrier) for x in walk(body))
 
 
 def shared_effects(s, scopes=("shared",)) -> tuple[frozenset, frozenset]:
@@ -160,6 +192,18 @@ def shared_effects(s, scopes=("shared",)) -> tuple[frozenset, frozenset]:
 def _synced(s) -> tuple[frozenset, frozenset]:
     """The shared and global buffers a statement writes and reads: what a barrier orders."""
     return shared_effects(s, ("shared", "global"))
+
+
+def _tile_writes(s, divergent) -> frozenset:
+    """The shared and global buffers ``s`` writes other than by plain per-thread stores (a ``Store`` whose address
+    differs between threads): by tile ops (whose threads the layout picks), ``T.Parallel`` bodies, atomics, extern
+    calls and stores of one address by every thread."""
+    if isinstance(s, Store) and divergent is not None and _differs(s.indices, divergent):
+        return frozenset()
+    if op_for(s) is None and isinstance(s, (For, While, If)):
+        parts = s.body if isinstance(s, (For, While)) else s.then_body + s.else_body
+        return frozenset().union(*(_tile_writes(x, divergent) for x in parts))
+    return _synced(s)[0]
 
 
 def _effects(s, w, r, scopes):

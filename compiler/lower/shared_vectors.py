@@ -66,30 +66,39 @@ def _stmts(stmts, counter) -> tuple:
 
 
 def run_base(index, r: Var, w: int):
-    """``base`` when ``index == base + r`` for every r in [0, w) with ``base`` free of ``r``, else None. A swizzled
-    term ``(b + r) ^ m`` counts as ``(b ^ m) + r`` where b and m are multiples of w (a power of two) and m does not
-    change with r in that range (it reads ``b + r`` only through divisions by multiples of w: a swizzle's row)."""
+    """``base`` when ``index == base + r`` for every r in [0, w) with ``base`` free of ``r``, else None. For w a power
+    of two, a term ``(b + r) ^ m`` counts as ``(b ^ m) + r`` and ``(b + r) % d`` as ``(b % d) + r`` where b, m and d
+    are multiples of w and m does not change with r in that range (it reads ``b + r`` only through divisions by
+    multiples of w: a swizzle's row), and a term that does not change with r (``((b + r) // 64) * 64``) counts at
+    r = 0: a flattened 2-D index ``(i // 64) * 64 + i % 64`` is a run where i is."""
     terms = additive_terms(index)
     if terms is None:
         return None
     coef, const = terms
-    swizzled = [(a, c) for a, c in coef if c == 1 and isinstance(a, BinOp) and a.op == "^" and
-                depends_on(a, (r,))]
-    if not any(a is r for a, _ in coef) and len(swizzled) == 1 and w & (w - 1) == 0:
-        x = swizzled[0][0]
-        b = run_base(x.a, r, w)
-        if b is None or known_multiple(b) % w or not _unchanged(x.b, r, w):
+    pow2 = w & (w - 1) == 0
+    runs, rest = 0, []
+    for a, c in coef:
+        if not depends_on(a, (r,)):
+            rest.append((a, c))
+        elif a is r:
+            runs += c
+        elif pow2 and c == 1 and isinstance(a, BinOp) and a.op in ("^", "%"):
+            b = run_base(a.a, r, w)
+            if b is None or known_multiple(b) % w:
+                return None
+            if a.op == "^":
+                m = _at_zero(a.b, r)
+                if not _unchanged(a.b, r, w) or known_multiple(m) % w:
+                    return None
+            elif (m := static_int(a.b)) is None or m <= 0 or m % w:
+                return None
+            rest.append((make_binop(a.op, b, m), 1))
+            runs += 1
+        elif pow2 and _unchanged(a, r, w):
+            rest.append((_at_zero(a, r), c))
+        else:
             return None
-        m = _at_zero(x.b, r)
-        if known_multiple(m) % w:
-            return None
-        coef = [(a, c) if a is not x else (make_binop("^", b, m), 1) for a, c in coef] + [(r, 1)]
-    rest = [(a, c) for a, c in coef if a is not r]
-    if len(rest) != len(coef) - 1 or sum(c for a, c in coef if a is r) != 1:
-        return None
-    if any(depends_on(a, (r,)) for a, _ in rest):
-        return None
-    return sum_of_terms(rest, const)
+    return sum_of_terms(rest, const) if runs == 1 else None
 
 
 def _at_zero(e, r: Var):
@@ -120,6 +129,10 @@ def _vectorize(loop: For, counter):
             not all(isinstance(s, (Let, Store)) for s in loop.body):
         return None
     bound = {s.var for s in loop.body if isinstance(s, Let)}
+    lets = {}  # the body's named temporaries, each as its expression of the loop's and outer variables
+    for s in loop.body:
+        if isinstance(s, Let):
+            lets[s.var] = substitute(s.value, lets)
     reads: dict[Buffer, list] = {}
     for s in loop.body:
         for e in (s.value, *(s.indices if isinstance(s, Store) else ())):
@@ -137,7 +150,7 @@ def _vectorize(loop: For, counter):
             continue
         if w * buf.dtype.bytes not in _WIDTH_BYTES:
             continue
-        bases = [run_base(a.indices[0], loop.var, w) for a in accesses]
+        bases = [run_base(substitute(a.indices[0], lets), loop.var, w) for a in accesses]
         if any(b is None for b in bases) or not all(same_expr(bases[0], b) for b in bases[1:]):
             continue
         base = bases[0]
