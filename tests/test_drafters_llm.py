@@ -11,7 +11,7 @@ import pytest
 
 from tests.fake_openai import FakeOpenAI, answer, delay, error
 from tileagent import prompts
-from tileagent.answers import parse_answer
+from tileagent.answers import answer_file, parse_answer
 from tileagent.drafters.base import Draft, Drafter, DrafterUnavailable, DraftTask
 from tileagent.drafters.file_drafter import FileDrafter, exchange_paths
 from tileagent.drafters.openai_drafter import OpenAIDrafter
@@ -98,6 +98,22 @@ def test_parse_answer_syntax_check_can_be_turned_off():
 
 
 # -- OpenAIDrafter against the fake server, with the real openai client ------------------------------------------------
+def test_answer_file_gives_eval_the_python_block_of_a_saved_answer(tmp_path):
+    """tileagent eval on a saved LLM answer (prose and one ```python block) evaluates the block; a Python file, and a
+    file that is neither (the evaluator reports its syntax error), stay as they are."""
+    module = "class ModelNew:\n    pass\n"
+    answer = tmp_path / "turn1.py"
+    answer.write_text(f"The kernel tiles rows.\n\n```python\n{module}```\n")
+    block = answer_file(answer)
+    assert block != answer and block.name == "turn1.py" and block.read_text() == module
+    code = tmp_path / "code.py"
+    code.write_text(module)
+    assert answer_file(code) == code
+    broken = tmp_path / "broken.py"
+    broken.write_text("def f(:\n")
+    assert answer_file(broken) == broken
+
+
 def test_openai_drafter_drafts_and_sends_the_task_messages():
     with FakeOpenAI([answer(GOOD, prompt_tokens=120, completion_tokens=30)], api_key="sk-test") as server:
         drafter = make_drafter(server)

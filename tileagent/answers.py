@@ -35,8 +35,10 @@ Problems, checked in this order (the exact strings):
 from __future__ import annotations
 
 import re
+import tempfile
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 from tileagent.compiler import python_ast
 
@@ -136,4 +138,20 @@ def parse_answer(text: str | None, finish_reason: str | None = None, *, check_sy
     return ParsedAnswer(None, problem) if problem else ParsedAnswer(source)
 
 
-__all__ = ["CUT_OFF", "CUT_OFF_BEFORE", "EMPTY", "NO_BLOCK", "PYTHON_TAGS", "ParsedAnswer", "parse_answer"]
+def answer_file(path: Path) -> Path:
+    """``path``, or where it holds an LLM's whole answer (not Python, one python block: what ``--provider file``
+    responses and saved chat answers are), that block written to a file of the same name in a fresh temporary
+    folder, for ``tileagent eval``. A file that is neither stays as it is: the evaluator reports its syntax error."""
+    text = path.read_text(errors="replace")
+    if _syntax_problem(text) is None:
+        return path
+    parsed = parse_answer(text)
+    if parsed.source is None:
+        return path
+    block = Path(tempfile.mkdtemp(prefix="tileagent-answer-")) / path.name
+    block.write_text(parsed.source)
+    return block
+
+
+__all__ = ["CUT_OFF", "CUT_OFF_BEFORE", "EMPTY", "NO_BLOCK", "PYTHON_TAGS", "ParsedAnswer", "answer_file",
+           "parse_answer"]

@@ -269,6 +269,7 @@ def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file def
                                             "default as tileagent generate's)"),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     from tileagent import configs as cfgs
+    from tileagent.answers import answer_file
     from tileagent.evaluator.records import EvalRequest
     from tileagent.evaluator.worker import EvalWorker
 
@@ -286,6 +287,11 @@ def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file def
     except cfgs.ConfigSelectionError as e:
         raise _bad(str(e)) from None
     _json_target(json_out)
+    block = answer_file(kernel)
+    if block != kernel:
+        console.print(f"{kernel.name} is an answer with one python block, not Python: evaluating that block",
+                      highlight=False)
+        kernel = block
     summary = _reference(reference, compile_timeout)
     chosen = cfgs.reduce_for_device(summary, _select_configs(summary, configs, axes), device)
     request = EvalRequest(kernel_path=str(kernel.resolve()), reference_path=str(reference.resolve()),
@@ -416,7 +422,6 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
     from tileagent.display import LiveProgress, result_table, speedup_bars
     from tileagent.evaluator import probe
     from tileagent.evaluator.errors import SpecError
-    from tileagent.evaluator.worker import EvalWorker
     from tileagent.loop import EXIT_CODES, Loop, LoopOptions, ReferenceFailed, finalize
     from tileagent.runstore import RunStore, RunStoreError
 
