@@ -9,8 +9,8 @@ How: each program runs in its own process, under ``tileagent.compat`` (``import 
 torch's ``device="cuda"`` tensors and the profiler's generated inputs made ``meta`` tensors (``--device cpu``: CPU
 tensors, for programs that read data on the host; a reference the profiler runs before the kernel then computes on
 the CPU), ``torch.cuda`` answering as one sm_90 device (an H200's properties: 132 SMs), kernels built for the CPU
-target with ``lowering_check=True`` (``--nvrtc``: also compiled by NVRTC), and the first kernel launch stopping the
-program.
+target with ``lowering_check=True`` (``--nvrtc``: also compiled by NVRTC; ``--dump DIR``: each kernel's CUDA
+written to DIR), and the first kernel launch stopping the program.
 Guarantees: nothing is timed and no result is checked: "launch" means the program's kernels build for the GPU, not
 that they compute the right values (``bench/tilelang_examples.py`` runs programs for real on a GPU, and CI runs a
 subset on the CPU). Programs that need data-dependent host work (``.item()`` on a fake tensor) run again with CPU
@@ -80,6 +80,10 @@ def _counting_init(self, *a, **kw):
     built[0] += 1
     if os.environ.get("SURVEY_NVRTC"):
         self.cubin("sm_90a")
+    if os.environ.get("SURVEY_DUMP"):  # --dump: the kernel's CUDA for sm_90a
+        name = f"{os.path.splitext(os.path.basename(sys.argv[0]))[0]}.{built[0]}.cu"
+        with open(os.path.join(os.environ["SURVEY_DUMP"], name), "w") as f:
+            f.write(self.get_kernel_source())
 
 
 class Launch(BaseException):
@@ -116,11 +120,13 @@ except BaseException as e:  # noqa: BLE001 -- the survey reports whatever stoppe
 '''
 
 
-def survey_one(path: Path, timeout: float, device: str, nvrtc: bool) -> str:
+def survey_one(path: Path, timeout: float, device: str, nvrtc: bool, dump: Path | None = None) -> str:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHONPATH=str(REPO), SURVEY_DEVICE=device, PYTHONUNBUFFERED="1")
     if nvrtc:
         env["SURVEY_NVRTC"] = "1"
+    if dump is not None:
+        env["SURVEY_DUMP"] = str(dump.resolve())
     try:
         proc = subprocess.run([sys.executable, "-c", _CHILD, path.name], cwd=path.parent, env=env, text=True,
                               capture_output=True, timeout=timeout)
@@ -166,6 +172,7 @@ def main(argv=None) -> int:
                              "default it runs again with --device cpu, and its line says so)")
     parser.add_argument("--nvrtc", action="store_true", help="also compile every kernel built with NVRTC")
     parser.add_argument("--tsv", help="write 'program<TAB>result' lines to this file")
+    parser.add_argument("--dump", type=Path, help="write each kernel's CUDA (sm_90a) here as <program>.<n>.cu")
     args = parser.parse_args(argv)
     root = Path(args.examples)
     folders = [root / f.strip() for f in args.only.split(",")] if args.only else [root]
@@ -173,10 +180,10 @@ def main(argv=None) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        results = list(pool.map(lambda p: survey_one(p, args.timeout, args.device, args.nvrtc), programs))
+        results = list(pool.map(lambda p: survey_one(p, args.timeout, args.device, args.nvrtc, args.dump), programs))
         if args.device == "meta" and not args.no_cpu_retry:  # host work on fake tensors: again on CPU tensors
             again = [k for k, r in enumerate(results) if outcome(r) == SURVEY_LIMIT]
-            retried = pool.map(lambda k: survey_one(programs[k], args.timeout, "cpu", args.nvrtc), again)
+            retried = pool.map(lambda k: survey_one(programs[k], args.timeout, "cpu", args.nvrtc, args.dump), again)
             for k, r in zip(again, retried):
                 results[k] = f"{r} [{CPU_RETRY}]"
     groups = collections.defaultdict(list)

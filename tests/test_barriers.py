@@ -117,3 +117,33 @@ def test_a_store_every_thread_makes_to_one_address_after_per_thread_stores_gets_
     want = torch.ones(128)
     want[0] = 2.0
     torch.testing.assert_close(tileagent.compile(main, out_idx=[0], target="cpu")(), want)
+
+
+def test_a_row_every_thread_stores_gets_one_barrier_an_outer_iteration_not_one_an_element():
+    """TileLang's naive GEMV: every thread stores all of A_shared (the same values) and its own row of B_shared, then
+    reads them. The store of A_shared[tk] by one statement in the next iteration is no hazard; the reads of the last
+    outer iteration are, once: a barrier before the store loop (there was one in it, 128 an outer iteration)."""
+    @T.prim_func
+    def gemv(A: T.Tensor((256,), "float16"), B: T.Tensor((32, 256), "float16"), C: T.Tensor((32,), "float16")):
+        with T.Kernel(1, threads=32) as bn:
+            tn = T.get_thread_binding(0)
+            a_s = T.alloc_shared((64,), "float16")
+            b_s = T.alloc_shared((32, 64), "float16")
+            acc = T.alloc_local((1,), "float32")
+            T.clear(acc)
+            for bk in T.serial(4):
+                for tk in T.serial(64):
+                    a_s[tk] = A[bk * 64 + tk]
+                    b_s[tn, tk] = B[tn, bk * 64 + tk]
+                for tk in T.serial(64):
+                    acc[0] += a_s[tk].astype("float32") * b_s[tn, tk].astype("float32")
+            C[tn] = acc[0]
+
+    src = tileagent.compile(gemv, target="cuda:sm_90a").get_kernel_source()
+    stores = src[src.index("for (int tk = 0;"):]
+    assert "__syncthreads" not in stores[:stores.index("}")]
+    assert src[:src.index("for (int tk = 0;")].rstrip().endswith("__syncthreads();")
+    a, b = torch.randn(256, dtype=torch.float16), torch.randn(32, 256, dtype=torch.float16)
+    c = torch.empty(32, dtype=torch.float16)
+    tileagent.compile(gemv, target="sim")(a, b, c)
+    torch.testing.assert_close(c.float(), b.float() @ a.float(), rtol=1e-2, atol=1e-2)

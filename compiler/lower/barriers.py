@@ -5,9 +5,10 @@ In: a T.Kernel body of the tile IR (before lowering). Out: the same body with ``
 Guarantees: for every pair of statements A before B (also across loop iterations: B early in the body, A late)
 where A writes a shared or global buffer that B reads or writes, or A reads one that B writes, a barrier runs between
 them; except where A and B both write and neither reads (write after write) and both are plain per-thread stores
-(a ``Store`` outside any tile op and ``T.Parallel`` whose address differs between threads): each thread's stores
-are its own, as in TileLang's thread sync, which orders only read-after-write and write-after-read (TileLang's
-dequantizing GEMMs store each thread's values in a ``T.vectorized`` loop: a barrier per element before this). Global buffers count because two statements split their elements among the threads differently (a T.Parallel
+(a ``Store`` outside any tile op and ``T.Parallel``) whose address differs between threads, or A and B are one such
+store of an address every thread writes, in two iterations: as in TileLang's thread sync, which orders only
+read-after-write and write-after-read (TileLang's dequantizing GEMMs store each thread's values in a
+``T.vectorized`` loop, its naive GEMV a row of A_shared by every thread: a barrier per element before this). Global buffers count because two statements split their elements among the threads differently (a T.Parallel
 writing a workspace, the next reading it reversed: another thread's element, written or not yet); the barrier
 orders the block's own accesses only, blocks stay unordered.
 Barriers are only placed at block-uniform points (between statements of kernel, loop and uniform-if bodies).
@@ -87,17 +88,19 @@ _EMPTY = (frozenset(), frozenset(), frozenset())
 
 
 def _hazard(s, state, divergent) -> bool:
-    """Whether ``s`` needs a barrier before it after statements that wrote and read ``state`` (written, read, written
-    other than by plain per-thread stores: see the module docstring)."""
-    written, read, tile_written = state
+    """Whether ``s`` needs a barrier before it after statements that wrote and read ``state`` (buffers written,
+    buffers read, (buffer, writer) pairs: see ``_writers``)."""
+    written, read, writers = state
     w, r = _synced(s)
-    return bool((r & written) or (w & read) or (w & tile_written) or (_tile_writes(s, divergent) & written))
+    if (r & written) or (w & read):
+        return True
+    return any(b == b2 and not (k == k2 and k is not None) for b, k in _writers(s, divergent) for b2, k2 in writers)
 
 
 def _after(s, state, divergent) -> tuple:
     """``state`` with what ``s`` writes and reads added."""
     w, r = _synced(s)
-    return state[0] | w, state[1] | r, state[2] | _tile_writes(s, divergent)
+    return state[0] | w, state[1] | r, state[2] | _writers(s, divergent)
 
 
 def _join(a, b) -> tuple:
@@ -130,7 +133,7 @@ def _body(body, state, divergent=None, arms=None):
             consumers, state = _body(s.consumers, _EMPTY, divergent, arms)
             out.append(replace(s, consumers=tuple(consumers)))
             staged = frozenset(s.staged)
-            state = (state[0] | staged, state[1], state[2] | staged)
+            state = (state[0] | staged, state[1], state[2] | {(b, None) for b in staged})
             continue
         if isinstance(s, (For, While)):
             if isinstance(s, While):  # its condition is evaluated before every iteration
@@ -194,16 +197,18 @@ def _synced(s) -> tuple[frozenset, frozenset]:
     return shared_effects(s, ("shared", "global"))
 
 
-def _tile_writes(s, divergent) -> frozenset:
-    """The shared and global buffers ``s`` writes other than by plain per-thread stores (a ``Store`` whose address
-    differs between threads): by tile ops (whose threads the layout picks), ``T.Parallel`` bodies, atomics, extern
-    calls and stores of one address by every thread."""
-    if isinstance(s, Store) and divergent is not None and _differs(s.indices, divergent):
-        return frozenset()
+def _writers(s, divergent) -> frozenset:
+    """(buffer, writer) for each shared or global buffer ``s`` writes. Two writes need no barrier between them when
+    their writers are equal and not None: ``"thread"`` for plain per-thread stores whose address differs between
+    threads (each thread's elements are its own), a store's id for one of an address every thread writes (that store
+    in a later iteration: each thread's last write is the loop's last), None for the rest (tile ops, whose threads
+    the layout picks, ``T.Parallel`` bodies, atomics, extern calls)."""
+    if isinstance(s, Store) and divergent is not None and op_for(s) is None:
+        return frozenset((b, "thread" if _differs(s.indices, divergent) else id(s)) for b in _synced(s)[0])
     if op_for(s) is None and isinstance(s, (For, While, If)):
         parts = s.body if isinstance(s, (For, While)) else s.then_body + s.else_body
-        return frozenset().union(*(_tile_writes(x, divergent) for x in parts))
-    return _synced(s)[0]
+        return frozenset().union(*(_writers(x, divergent) for x in parts))
+    return frozenset((b, None) for b in _synced(s)[0])
 
 
 def _effects(s, w, r, scopes):
