@@ -604,6 +604,20 @@ def test_an_export_records_the_kernels_its_candidate_picks_at_fewer_rows():
             assert set(calls) <= set(recorded[factory]), (m, factory)
 
 
+def test_a_tuned_persistent_gemm_is_exported_as_a_gpu_calls_it_at_fewer_rows_than_its_tiles_fill():
+    """A tuned SCHEDULE "128x256 t256 persistent" walks the tiles with one block per SM. Off the GPU (the export's dry
+    run) the template gave it only as many blocks as tiles, so a row count of fewer tiles than SMs (M=1000: 128) was
+    recorded with 128 blocks while a GPU asks for 132: those calls ran torch. Every row count now records 132."""
+    from tileagent.export import record_kernels
+
+    task, draft = _gemm_draft()
+    spec = load_spec(task)
+    entry = ExportEntry(config={"M": 1000, "N": 4096, "K": 4096}, source=draft.source,
+                        tunables={"SCHEDULE": "128x256 t256 persistent"})
+    grids = {ast.literal_eval(key)[0][8:10] for key in record_kernels(spec, entry, smaller=False)["gemm_epilogue"]}
+    assert grids == {(True, 132)}
+
+
 def test_a_kernel_taking_on_cuda_is_exported_as_a_gpu_calls_it():
     """int8 row quantization divides by ``amax / 127`` as eager torch does on the kernel's device (ON_CUDA, a factory
     argument read from ``x.is_cuda``). The export's dry run on CPU tensors recorded ON_CUDA False only, which a GPU
@@ -643,10 +657,11 @@ def _serves_without_fallback(tmp_path, name, config, tunables, rows):
 
 @pytest.mark.gpu
 def test_gpu_the_exported_gemm_draft_runs_its_persistent_kernel_at_every_row_count(tmp_path):
-    """Exported at a config whose tiles fill the GPU, the persistent kernel serves that config and another row count
-    (before session 39 the export recorded a 4-block grid, and every call fell back to torch)."""
+    """Exported at a config whose tiles fill the GPU, the persistent kernel serves that config and other row counts,
+    also one of fewer tiles than SMs (before session 39 the export recorded a 4-block grid, and every call fell back
+    to torch; before session 41 so did a call of fewer tiles than SMs)."""
     _serves_without_fallback(tmp_path, "gemm_relu_p", {"M": 4096, "N": 2048, "K": 256},
-                             {"SCHEDULE": "128x256 t256 persistent"}, (4096, 2000))
+                             {"SCHEDULE": "128x256 t256 persistent"}, (4096, 2000, 1000))
 
 
 @pytest.mark.gpu

@@ -221,15 +221,14 @@ def split_epilogue(N, block_M, block_N, threads, splits{dparams}, out_dtype{cpar
                     f"TL_DTYPE[{a_ref}.dtype])({b_ref})  # in A's dtype, as the reference casts it\n")
         b_ref = "b"
     # persistent: a block per SM; off the GPU (the CPU checks, the export's dry run that records the kernels) as on an
-    # H100 / H200's 132 SMs, so the exported kernel is the one a GPU asks for, but no more blocks than tiles there
-    # (the interpreter runs blocks one after another)
+    # H100 / H200's 132 SMs, so the exported kernel is the one a GPU asks for at every row count (the interpreter's
+    # blocks past the tile count walk no tile: as fast)
     forward += (f"        sms = (torch.cuda.get_device_properties({a_ref}.device).multi_processor_count "
                 f"if {a_ref}.is_cuda else 132)\n"
                 f"        M = {a_ref}.numel() // K\n"
                 f"        schedule = SCHEDULE or pick_schedule(M, N, sms)\n"
                 f"        block_M, block_N, threads, persistent = SCHEDULES[schedule]\n"
-                f"        blocks = 4 if not persistent else sms if {a_ref}.is_cuda else min(sms, tile_count(M, N, "
-                f"schedule))\n")
+                f"        blocks = sms if persistent else 4\n")
     out_dtype = common.out_dtype_ref(match, a_ref)
     forward += (f"        splits = SPLIT_K or pick_split(M, N, K, schedule, BLOCK_K, sms)\n"
                 f"        if splits > 1 and not persistent:  # few output tiles: K split, then the parts summed\n"
