@@ -143,6 +143,7 @@ def _vectorize(loop: For, counter):
     for s in loop.body:
         if isinstance(s, Store) and s.buffer.scope in _MEMORY:
             writes.setdefault(s.buffer, []).append(s)
+    written = {s.buffer for s in loop.body if isinstance(s, Store)}
     before, after, load_map, store_map = [], [], {}, {}
     for buf in {**reads, **writes}:
         accesses = reads.get(buf, []) + writes.get(buf, [])
@@ -154,7 +155,8 @@ def _vectorize(loop: For, counter):
         if any(b is None for b in bases) or not all(same_expr(bases[0], b) for b in bases[1:]):
             continue
         base = bases[0]
-        if depends_on(base, tuple(bound)) or known_multiple(base) % w:
+        if depends_on(base, tuple(bound)) or known_multiple(base) % w or \
+                any(ld.buffer in written for ld in loads(base)):  # read before the loop: nothing in it may write it
             continue
         counter[0] += 1
         tmp = Buffer(f"{buf.name}_run{counter[0]}", (w,), buf.dtype, "local")
