@@ -8,7 +8,9 @@ them; except where A and B both write and neither reads (write after write) and 
 (a ``Store`` outside any tile op and ``T.Parallel``) whose address differs between threads, or A and B are one such
 store of an address every thread writes, in two iterations: as in TileLang's thread sync, which orders only
 read-after-write and write-after-read (TileLang's dequantizing GEMMs store each thread's values in a
-``T.vectorized`` loop, its naive GEMV a row of A_shared by every thread: a barrier per element before this). Global buffers count because two statements split their elements among the threads differently (a T.Parallel
+``T.vectorized`` loop, its naive GEMV a row of A_shared by every thread: a barrier per element before this). A
+barrier that orders only what came before a loop goes before it, where that leaves fewer barriers in the loop.
+Global buffers count because two statements split their elements among the threads differently (a T.Parallel
 writing a workspace, the next reading it reversed: another thread's element, written or not yet); the barrier
 orders the block's own accesses only, blocks stay unordered.
 Barriers are only placed at block-uniform points (between statements of kernel, loop and uniform-if bodies).
@@ -143,7 +145,8 @@ def _body(body, state, divergent=None, arms=None):
                     state = _EMPTY
                 state = _after(cond, state, divergent)
             inner, end = _loop(s, state, divergent, arms)
-            if isinstance(s, For) and state != _EMPTY:  # one barrier before the loop rather than one per iteration
+            if isinstance(s, For) and state != _EMPTY and _barriers(inner):  # one before the loop rather than
+                # one per iteration, where that leaves fewer in it
                 hoisted, end_hoisted = _loop(s, _EMPTY, divergent, arms)
                 if _barriers(hoisted) < _barriers(inner):
                     out.append(Barrier())
