@@ -88,18 +88,25 @@ def test_pack_leaves_out_temporary_files_and_unpacks_in_place(tmp_path):
 
 
 def test_stop_interrupts_the_run_and_kills_its_group_if_it_lingers():
-    polite = subprocess.Popen([sys.executable, "-c", "import time\nprint('ready', flush=True)\ntry:\n"
+    """The polite child says it is ready inside its try (an interrupt between the two, on a loaded machine, ended it
+    with -2 and left both children for a later test's garbage collection to warn about)."""
+    polite = subprocess.Popen([sys.executable, "-c", "import time\ntry:\n    print('ready', flush=True)\n"
                                "    time.sleep(60)\nexcept KeyboardInterrupt:\n    raise SystemExit(130)"],
                               start_new_session=True, stdout=subprocess.PIPE)
     stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
                                  "signal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('ready', flush=True)\n"
                                  "time.sleep(60)"], start_new_session=True, stdout=subprocess.PIPE)
-    assert polite.stdout.readline() == b"ready\n" and stubborn.stdout.readline() == b"ready\n"
-    t0 = time.monotonic()
-    assert gpu_turn.stop(polite, grace=10) == 130 and time.monotonic() - t0 < 5
-    assert gpu_turn.stop(stubborn, grace=0.5) == -signal.SIGTERM
-    polite.stdout.close()
-    stubborn.stdout.close()
+    try:
+        assert polite.stdout.readline() == b"ready\n" and stubborn.stdout.readline() == b"ready\n"
+        t0 = time.monotonic()
+        assert gpu_turn.stop(polite, grace=10) == 130 and time.monotonic() - t0 < 5
+        assert gpu_turn.stop(stubborn, grace=0.5) == -signal.SIGTERM
+    finally:
+        for child in (polite, stubborn):
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+            child.stdout.close()
 
 
 def test_a_replayed_run_starts_with_every_recorded_answer_and_a_new_one_with_the_seed(tmp_path):
