@@ -148,6 +148,23 @@ def where_outside(sample: list, shape: tuple, total: int) -> str | None:
     return f"{which} at {' and '.join(parts)}"
 
 
+def found_elsewhere(refs, k: int, got) -> dict | None:
+    """Where ``got`` (output ``k``'s wrong value) is a rare value of another reference output (at most
+    max(2, numel / 1000) elements, the rule within an output): ``{"found_in": j, "found_at": index, "found_count":
+    n}`` for the first such output j, else None. A kernel that reads one output's source for another (a fused QKV
+    split taking k from q's columns: played LLM session 41) writes the other output's values."""
+    if not isinstance(got, float):
+        return None
+    for j, r in enumerate(refs):
+        if j == k or not r.is_floating_point() or r.numel() == 0:
+            continue
+        count, at = occurrences(r, got)
+        if 0 < count <= max(2, r.numel() // 1000):
+            index = [int(i) for i in torch.unravel_index(torch.tensor(at), tuple(r.shape))]
+            return {"found_in": j, "found_at": index, "found_count": count}
+    return None
+
+
 def occurrences(ref, value: float) -> tuple[int, int]:
     """(how many elements of ``ref`` equal ``value`` exactly, the flat index of the first), in chunks; (0, -1) for
     none, and for 0 and non-finite values (a never-written or zeroed element says nothing of where it came from).
@@ -162,3 +179,43 @@ def occurrences(ref, value: float) -> tuple[int, int]:
             first = start + int(hits[0])
         count += len(hits)
     return count, first
+
+
+def json_floats(**values: float) -> dict:
+    """``values`` with NaN and infinities as the text "nan", "inf", "-inf": a failure's details travel as JSON, where
+    pydantic writes them null, and the feedback read "expected 6592, got -" (played LLM, session 25)."""
+    return {k: v if math.isfinite(v) else repr(v) for k, v in values.items()}
+
+
+def other_outputs(failure, k: int, outs, ref, tolerance):
+    """``failure`` (a Mismatch of output ``k``) with the later outputs that differ too under the fixed rule (played
+    LLM session 38: a permutation's row map, never written, went unnamed): each one's count outside and worst
+    element, in ``details['other_outputs']`` and the message; the outputs that match (those before ``k``, later ones
+    within the rule) in ``details['matching_outputs']`` (session 40: a router's indices right, its weights wrong);
+    where the value got is a rare one of another output, that (``found_elsewhere``). ``tolerance``: dtype ->
+    Tolerance."""
+    others, matching = [], list(range(k))
+    for j in range(k + 1, len(ref)):
+        o, r = outs[j], ref[j]
+        if tuple(o.shape) != tuple(r.shape) or o.dtype != r.dtype or o.numel() == 0:
+            continue
+        c = compared(o, r, tolerance(r.dtype))
+        if not c.outside:
+            matching.append(j)
+        else:
+            index = [int(i) for i in torch.unravel_index(torch.tensor(c.worst), tuple(o.shape))]
+            values = json_floats(expected=float(r.reshape(-1)[c.worst]), got=float(o.reshape(-1)[c.worst]))
+            others.append({"output": j, "mismatched": c.outside, "total": o.numel(), "index": index, **values,
+                           "dtype": str(r.dtype).removeprefix("torch.")})
+    failure.details.update({"matching_outputs": matching} if matching else {})
+    found = None if "found_at" in failure.details else found_elsewhere(ref, k, failure.details.get("got"))
+    if found:  # the value got is another output's: read from that output's source?
+        failure.details.update(found)
+        failure.message += f"; the value got is the reference's output {found['found_in']} at index " \
+                           f"{tuple(found['found_at'])}"
+    if others:
+        failure.details["other_outputs"] = others
+        failure.message += "".join(f"; output {e['output']} differs too ({e['mismatched']} of {e['total']} "
+                                   f"elements)" for e in others)
+    failure.args = (failure.message,)
+    return failure

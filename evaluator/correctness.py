@@ -37,8 +37,9 @@ from collections.abc import Callable
 import torch
 
 from tileagent.evaluator.candidate import read_candidate
-from tileagent.evaluator.errors import EvalError, Mismatch, SpecError
-from tileagent.evaluator.compare import compared, finite_range, occurrences, outside as _outside, where_outside
+from tileagent.evaluator.errors import EvalError, Mismatch
+from tileagent.evaluator.compare import compared, finite_range, json_floats as _json_floats, occurrences, \
+    other_outputs, outside as _outside, where_outside
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
 from tileagent.evaluator.held_outputs import HeldOutputs
 from tileagent.evaluator import oracle
@@ -343,30 +344,8 @@ class _ConfigCheck:
         return None
 
     def also_differ(self, failure: Mismatch, k: int, outs, ref) -> Mismatch:
-        """``failure`` (of output ``k``) with the later outputs that differ too under the fixed rule (played LLM
-        session 38: a permutation's row map, never written, went unnamed): each one's count outside and worst element,
-        in ``details['other_outputs']`` and the message; the outputs that match (those before ``k``, later ones within
-        the rule) in ``details['matching_outputs']`` (session 40: a router's indices right, its weights wrong)."""
-        others, matching = [], list(range(k))
-        for j in range(k + 1, len(ref)):
-            o, r = outs[j], ref[j]
-            if tuple(o.shape) != tuple(r.shape) or o.dtype != r.dtype or o.numel() == 0:
-                continue
-            c = compared(o, r, self.spec.tolerance(r.dtype))
-            if not c.outside:
-                matching.append(j)
-            else:
-                index = [int(i) for i in torch.unravel_index(torch.tensor(c.worst), tuple(o.shape))]
-                values = _json_floats(expected=float(r.reshape(-1)[c.worst]), got=float(o.reshape(-1)[c.worst]))
-                others.append({"output": j, "mismatched": c.outside, "total": o.numel(), "index": index, **values,
-                               "dtype": str(r.dtype).removeprefix("torch.")})
-        failure.details.update({"matching_outputs": matching} if matching else {})
-        if others:
-            failure.details["other_outputs"] = others
-            failure.message += "".join(f"; output {e['output']} differs too ({e['mismatched']} of {e['total']} "
-                                       f"elements)" for e in others)
-            failure.args = (failure.message,)
-        return failure
+        """``failure`` (of output ``k``) with what the other outputs say (``compare.other_outputs``)."""
+        return other_outputs(failure, k, outs, ref, self.spec.tolerance)
 
     def compare_indices(self, k: int, outs, ref, failure: Mismatch) -> Mismatch | None:
         """The rule for the indices of equal values (``torch.topk``, ``sort``, ``max(dim)`` return (values, indices),
@@ -713,12 +692,6 @@ class _ConfigCheck:
                              f"{', '.join(map(repr, seen))} (they must match in place; consider DISTRIBUTIONS in the "
                              f"spec, or FIXED_INPUTS for inputs that are model parameters drawn by get_inputs)")
         return notes
-
-
-def _json_floats(**values: float) -> dict:
-    """``values`` with NaN and infinities as the text "nan", "inf", "-inf": a failure's details travel as JSON, where
-    pydantic writes them null, and the feedback read "expected 6592, got -" (played LLM, session 25)."""
-    return {k: v if math.isfinite(v) else repr(v) for k, v in values.items()}
 
 
 MAX_INPUTS_AT_INDEX = 4

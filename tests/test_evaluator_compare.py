@@ -173,3 +173,29 @@ def test_a_wrong_value_found_elsewhere_in_the_reference_is_pointed_at():
     off[5, 7] += 1
     failure = _ConfigCheck.compare_one(check, 0, off, q, Tolerance(0, 0, 0), WHERE, 1)
     assert "found_at" not in failure.details
+
+
+def test_a_wrong_value_that_is_another_outputs_is_pointed_at():
+    """Played LLM session 41: a fused QKV split read k from q's columns; k's wrong values are q's (output 0's), which
+    the search within output 1 cannot find. The feedback names the output and the index."""
+    from types import SimpleNamespace
+
+    from tileagent.evaluator.correctness import _ConfigCheck
+    from tileagent.evaluator.errors import Mismatch
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.feedback import render_feedback
+
+    torch.manual_seed(0)
+    ref = [torch.randn(5, 4, 8), torch.randn(5, 2, 8), torch.randn(5, 2, 8)]
+    outs = [ref[0].clone(), ref[0][:, :2].clone(), ref[2].clone()]
+    spec = SimpleNamespace(tolerance=lambda dtype: Tolerance(1e-2, 1e-2, 1e-2))
+    failure = Mismatch("output 1 differs", output=1, index=[0, 1, 7], expected=float(ref[1][0, 1, 7]),
+                       got=float(outs[1][0, 1, 7]))
+    failure = _ConfigCheck.also_differ(SimpleNamespace(spec=spec), failure, 1, outs, ref)
+    assert failure.details["found_in"] == 0 and failure.details["found_at"] == [0, 1, 7]
+    assert failure.message.endswith("; the value got is the reference's output 0 at index (0, 1, 7)")
+    text = render_feedback(EvalResult(status="mismatch", message=failure.message, failure={
+        **failure.details, "mismatched": 80, "total": 80, "atol": 0.01, "rtol": 0.01, "max_abs_err": 3.0,
+        "rel_l2": 1.4, "config": {"T": 5}, "seed": 0, "distribution": "normal"}))
+    assert ("The value got at that index is the reference's output 0 at index (0, 1, 7): an element read from the "
+            "wrong place?") in text

@@ -197,7 +197,8 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         if failure.get("found_at"):
             more = failure.get("found_count", 1) - 1
             also = f" (and at {more} other element(s))" if more else ""
-            f["where_outside"] += (f"\nThe value got at that index is the reference's at index "
+            source = "the reference's" + (f" output {failure['found_in']}" if "found_in" in failure else "")
+            f["where_outside"] += (f"\nThe value got at that index is {source} at index "
                                    f"{tuple(failure['found_at'])}{also}: an element read from the wrong place?")
         f["other_outputs"] = "".join(
             f"\nOutput {e['output']} differs too: {e['mismatched']} of {e['total']} elements, e.g. at index "
