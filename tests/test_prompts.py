@@ -379,6 +379,11 @@ def test_archived_kernels_come_first_and_the_format_example_last():
     examples = pick_examples("softmax", archived, limit=3, reference_source="import torch\ntorch.softmax(x, -1)")
     assert [t for t, _ in examples] == [archived[0][0], "prompts/examples/softmax.py",
                                         f"prompts/examples/{FORMAT_EXAMPLE}.py"]
+    # played LLM session 41: three archived kernels (other ops') took every place; they leave two now
+    many = [(f"verified fusion kernel (op{k}, N=8, cpu)", "SRC") for k in range(3)]
+    examples = pick_examples("softmax", many, limit=3, reference_source="import torch\ntorch.softmax(x, -1)")
+    assert [t for t, _ in examples] == [many[0][0], "prompts/examples/softmax.py",
+                                        f"prompts/examples/{FORMAT_EXAMPLE}.py"]
 
 
 

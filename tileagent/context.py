@@ -122,10 +122,11 @@ def idioms_of(reference_source: str) -> list[str]:
 
 def pick_examples(family: str, archived: list[tuple[str, str]] | None = None, limit: int = MAX_EXAMPLES,
                   reference_source: str = "") -> list[tuple[str, str]]:
-    """Up to ``limit`` (title, source) examples: ``archived`` ones (verified kernels of this family) first, then
-    ``prompts/examples`` for the family, then those showing the reference's idioms (``idioms_of``), then the
-    candidate-format example; no file twice."""
-    out = list(archived or [])[:limit]
+    """Up to ``limit`` (title, source) examples: ``archived`` ones (verified kernels of this family) first, at most
+    ``limit - 2`` of them (played LLM session 41: three of other ops' CPU-checked kernels took every place, and the
+    prompt's curated examples, with their references, were gone), then ``prompts/examples`` for the family, then
+    those showing the reference's idioms (``idioms_of``), then the candidate-format example; no file twice."""
+    out = list(archived or [])[:max(0, limit - 2)]
     files = {p.stem: p for p in example_kernels()}
     stems = FAMILY_EXAMPLES.get(family, []) + [IDIOM_EXAMPLES[i] for i in idioms_of(reference_source)]
     stems = [s for s in dict.fromkeys(stems) if s in files][:max(0, limit - len(out) - 1)]

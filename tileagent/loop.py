@@ -376,7 +376,7 @@ class Loop:
         archived = []
         if self.o.reuse_archive and self.archive is not None:  # --no-archive: runs stay independent
             seen = set()
-            for e in self.archive.find(self.family):
+            for e in sorted(self.archive.find(self.family), key=lambda e: e.arch == "cpu"):  # GPU-verified first
                 if e.source not in seen:
                     seen.add(e.source)
                     speed = f", x{e.speedup_compiled:.2f} over torch.compile" if e.speedup_compiled else ""
