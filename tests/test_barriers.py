@@ -125,7 +125,7 @@ def test_a_row_every_thread_stores_gets_one_barrier_an_outer_iteration_not_one_a
     outer iteration are, once: a barrier before the store loop (there was one in it, 128 an outer iteration)."""
     @T.prim_func
     def gemv(A: T.Tensor((256,), "float16"), B: T.Tensor((32, 256), "float16"), C: T.Tensor((32,), "float16")):
-        with T.Kernel(1, threads=32) as bn:
+        with T.Kernel(1, threads=32):
             tn = T.get_thread_binding(0)
             a_s = T.alloc_shared((64,), "float16")
             b_s = T.alloc_shared((32, 64), "float16")
