@@ -34,7 +34,9 @@ Problems, checked in this order (the exact strings):
 
 from __future__ import annotations
 
+import atexit
 import re
+import shutil
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -141,14 +143,17 @@ def parse_answer(text: str | None, finish_reason: str | None = None, *, check_sy
 def answer_file(path: Path) -> Path:
     """``path``, or where it holds an LLM's whole answer (not Python, one python block: what ``--provider file``
     responses and saved chat answers are), that block written to a file of the same name in a fresh temporary
-    folder, for ``tileagent eval``. A file that is neither stays as it is: the evaluator reports its syntax error."""
+    folder (removed when the process ends), for ``tileagent eval``. A file that is neither stays as it is: the
+    evaluator reports its syntax error."""
     text = path.read_text(errors="replace")
     if _syntax_problem(text) is None:
         return path
     parsed = parse_answer(text)
     if parsed.source is None:
         return path
-    block = Path(tempfile.mkdtemp(prefix="tileagent-answer-")) / path.name
+    folder = tempfile.mkdtemp(prefix="tileagent-answer-")
+    atexit.register(shutil.rmtree, folder, True)  # removed when the process ends
+    block = Path(folder) / path.name
     block.write_text(parsed.source)
     return block
 
