@@ -694,19 +694,20 @@ class _ConfigCheck:
         return notes
 
 
-MAX_INPUTS_AT_INDEX = 4
+MAX_INPUTS_AT_INDEX, MAX_ROW_AT_INDEX = 4, 8
 
 
 def with_inputs_at_index(failure: Mismatch, inputs, outs=None) -> Mismatch:
     """``failure`` with ``inputs_at_index``: [position, value] of each input tensor (up to ``MAX_INPUTS_AT_INDEX``)
     that has an element at the failing output index, so the feedback can say what the inputs were there (a hidden
     distribution stays unnamed; its magnitudes show): an input that broadcasts to the output's shape (``outs``: the
-    outputs of the failing call; each dim equal or 1), read at the broadcast index; without ``outs``, any input of
-    the output's rank with the index in range. An input of the same rank but other dims is not shown: its element at
-    that index is another quantity (played LLM, session 25: a scan's (B, N, L) state inputs quoted for a (B, Dm, L)
-    output). Not for an int64 (index) output: its positions are ranks or reduced rows, and the input there is not
-    the element it chose (played LLM, session 22: the MoE router's feedback quoted the logit of expert 1 for the
-    second-choice index of a row)."""
+    outputs of the failing call; each dim equal or 1), read at the broadcast index, or one dim more whose last dim
+    holds at most ``MAX_ROW_AT_INDEX`` values, its row there as a list (played LLM session 41: a conv state
+    (B, C, 4) for a (B, C) output); without ``outs``, any input of the output's rank with the index in range. An
+    input of the same rank but other dims is not shown: its element at that index is another quantity (played LLM,
+    session 25: a scan's (B, N, L) state inputs quoted for a (B, Dm, L) output). Not for an int64 (index) output:
+    its positions are ranks or reduced rows, and the input there is not the element it chose (played LLM, session
+    22: the MoE router's feedback quoted the logit of expert 1 for the second-choice index of a row)."""
     index = failure.details.get("index")
     if not isinstance(index, (list, tuple)) or failure.details.get("dtype") == "int64":
         return failure
@@ -714,23 +715,28 @@ def with_inputs_at_index(failure: Mismatch, inputs, outs=None) -> Mismatch:
     shape = tuple(outs[k].shape) if outs is not None and isinstance(k, int) and k < len(outs) else None
     values = []
     for position, t in enumerate(inputs):
-        if not isinstance(t, torch.Tensor) or t.dim() != len(index):
+        if not isinstance(t, torch.Tensor) or t.dim() not in (len(index), len(index) + 1):
             continue
+        row = t.dim() > len(index)  # one dim more: its row at the index where that dim is short
         if shape is not None:
-            if not all(n in (s, 1) for n, s in zip(t.shape, shape)):
+            if not all(n in (s, 1) for n, s in zip(t.shape, shape)) or row and not 0 < t.shape[-1] <= MAX_ROW_AT_INDEX:
                 continue
             at = tuple(i if n > 1 else 0 for i, n in zip(index, t.shape))
-        elif all(0 <= i < n for i, n in zip(index, t.shape)):
+        elif not row and all(0 <= i < n for i, n in zip(index, t.shape)):
             at = tuple(index)
         else:
             continue
-        v = t[at].item()
-        values.append([position, v if isinstance(v, (bool, int)) else _json_floats(v=float(v))["v"]])
+        v = t[at].tolist()
+        values.append([position, [_scalar(x) for x in v] if row else _scalar(v)])
         if len(values) == MAX_INPUTS_AT_INDEX:
             break
     if values:
         failure.details["inputs_at_index"] = values
     return failure
+
+
+def _scalar(v):
+    return v if isinstance(v, (bool, int)) else _json_floats(v=float(v))["v"]
 
 
 SPREAD_NUMEL, SPREAD_RUNS, SPREAD_FEW = 64, 8, 1e-3

@@ -167,6 +167,23 @@ def test_the_inputs_quoted_at_a_failing_index_are_those_that_broadcast_to_the_ou
     assert nan.details["inputs_at_index"] == [[0, "nan"]]  # text: it travels as JSON
 
 
+def test_an_input_with_one_short_dim_more_is_quoted_by_its_row():
+    """Played LLM session 41: a conv1d decode step's (B, C) output was quoted with x alone, not the (B, C, 4) state
+    it shifts; such an input's row at the index is quoted (up to 8 values), a longer last dim is not."""
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.evaluator.correctness import with_inputs_at_index
+    from tileagent.feedback import render_feedback
+
+    x, state, long = torch.randn(2, 6), torch.randn(2, 6, 4), torch.randn(2, 6, 64)
+    failure = with_inputs_at_index(Mismatch("m", index=[1, 5], output=0), [x, state, long], (torch.zeros(2, 6),))
+    assert failure.details["inputs_at_index"] == [[0, x[1, 5].item()], [1, state[1, 5].tolist()]]
+    text = render_feedback(EvalResult(status="mismatch", message="m", failure={
+        **failure.details, "expected": 1.0, "got": 2.0, "mismatched": 1, "total": 12, "atol": 0.01, "rtol": 0.01,
+        "max_abs_err": 1.0, "rel_l2": 0.5, "config": {"B": 2}, "seed": 0, "distribution": "normal"}))
+    row = ", ".join(f"{v:.6g}" for v in state[1, 5].tolist())
+    assert f"Inputs at that index: input 0 = {x[1, 5].item():.6g}, input 1 = [{row}] (its last dim)." in text
+
+
 def test_the_mismatch_feedback_quotes_the_inputs_at_the_failing_index(tmp_path, relu_spec):
     """A hidden distribution stays unnamed, but its magnitudes show: the input value at the wrong element."""
     from tileagent.evaluator.records import EvalResult

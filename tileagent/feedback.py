@@ -173,8 +173,9 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         f["index"] = str(tuple(failure["index"])) if isinstance(failure["index"], list) else f["index"]
         needed = ("output", "expected", "got", "mismatched", "total", "atol", "rtol", "max_abs_err", "rel_l2", "seed")
         at = failure.get("inputs_at_index") or []
-        f["inputs_at_index"] = ("\nInputs at that index: " + ", ".join(f"input {p} = {_num(v, 6)}" for p, v in at) +
-                                ".") if at else ""
+        f["inputs_at_index"] = ("\nInputs at that index: " + ", ".join(
+            f"input {p} = " + (f"[{', '.join(_num(x, 6) for x in v)}] (its last dim)" if isinstance(v, list)
+                               else _num(v, 6)) for p, v in at) + ".") if at else ""
         f = {**{k: "-" for k in needed}, **f}
         f["single"] = " (a single value: a relative tolerance)" if failure.get("total") == 1 else ""
         nonfinite = failure.get("rel_l2") == "nan"  # evaluator.correctness._json_floats
