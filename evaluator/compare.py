@@ -148,20 +148,25 @@ def where_outside(sample: list, shape: tuple, total: int) -> str | None:
     return f"{which} at {' and '.join(parts)}"
 
 
+def rare_value_at(ref, value: float) -> dict | None:
+    """``{"found_at": index, "found_count": n}`` where ``value`` is a rare value of ``ref`` (1 to max(2, numel /
+    1000) elements; a common one, a quantized grid's step, says nothing of where it came from), else None."""
+    count, at = occurrences(ref, value)
+    if not 0 < count <= max(2, ref.numel() // 1000):
+        return None
+    return {"found_at": [int(i) for i in torch.unravel_index(torch.tensor(at), tuple(ref.shape))], "found_count": count}
+
+
 def found_elsewhere(refs, k: int, got) -> dict | None:
-    """Where ``got`` (output ``k``'s wrong value) is a rare value of another reference output (at most
-    max(2, numel / 1000) elements, the rule within an output): ``{"found_in": j, "found_at": index, "found_count":
-    n}`` for the first such output j, else None. A kernel that reads one output's source for another (a fused QKV
-    split taking k from q's columns: played LLM session 41) writes the other output's values."""
+    """Where ``got`` (output ``k``'s wrong value) is a rare value of another reference output (``rare_value_at``):
+    ``{"found_in": j, "found_at": index, "found_count": n}`` for the first such output j, else None. A kernel that
+    reads one output's source for another (a fused QKV split taking k from q's columns: played LLM session 41)
+    writes the other output's values."""
     if not isinstance(got, float):
         return None
     for j, r in enumerate(refs):
-        if j == k or not r.is_floating_point() or r.numel() == 0:
-            continue
-        count, at = occurrences(r, got)
-        if 0 < count <= max(2, r.numel() // 1000):
-            index = [int(i) for i in torch.unravel_index(torch.tensor(at), tuple(r.shape))]
-            return {"found_in": j, "found_at": index, "found_count": count}
+        if j != k and r.is_floating_point() and r.numel() and (found := rare_value_at(r, got)):
+            return {"found_in": j, **found}
     return None
 
 

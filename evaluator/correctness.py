@@ -38,8 +38,8 @@ import torch
 
 from tileagent.evaluator.candidate import read_candidate
 from tileagent.evaluator.errors import EvalError, Mismatch
-from tileagent.evaluator.compare import compared, finite_range, json_floats as _json_floats, occurrences, \
-    other_outputs, outside as _outside, where_outside
+from tileagent.evaluator.compare import compared, finite_range, json_floats as _json_floats, other_outputs, \
+    outside as _outside, rare_value_at, where_outside
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
 from tileagent.evaluator.held_outputs import HeldOutputs
 from tileagent.evaluator import oracle
@@ -623,13 +623,11 @@ class _ConfigCheck:
         norms = "" if index_output else (f"; max abs err {max_abs:.3g}, rel L2 err {rel:.3g}" if not math.isnan(rel)
                                          else "; no error size: some values are non-finite where the reference's "
                                               "are not, or the reverse")
-        found, at = occurrences(ref, got) if n_bad and not index_output else (0, -1)
-        if 0 < found <= max(2, out.numel() // 1000):  # the wrong value is a rare one of the reference's, elsewhere: an
-            # element read from the wrong place (a common one, a quantized grid's step, says nothing)
-            base["found_at"] = [int(i) for i in torch.unravel_index(torch.tensor(at), tuple(out.shape))]
-            base["found_count"] = found
-            reason += f"; the value got is the reference's at index {tuple(base['found_at'])}" + \
-                (f" (and {found - 1} other element(s))" if found > 1 else "")
+        found = rare_value_at(ref, got) if n_bad and not index_output else None
+        if found:  # the wrong value is a rare one of the reference's, elsewhere: an element read from the wrong place
+            base.update(found)
+            reason += f"; the value got is the reference's at index {tuple(found['found_at'])}" + \
+                (f" (and {found['found_count'] - 1} other element(s))" if found["found_count"] > 1 else "")
         return Mismatch(f"output {k} differs from the reference at index {index}: expected {expected:.6g}, got "
                         f"{got:.6g}{hint}; {reason}{norms}; {_where(where)}, call {call}", index=list(index),
                         **_json_floats(expected=expected, got=got, max_abs_err=max_abs, rel_l2=rel), mismatched=n_bad,
