@@ -178,7 +178,7 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                                else _num(v, 6)) for p, v in at) + ".") if at else ""
         f = {**{k: "-" for k in needed}, **f}
         f["single"] = " (a single value: a relative tolerance)" if failure.get("total") == 1 else ""
-        nonfinite = failure.get("rel_l2") == "nan"  # evaluator.correctness._json_floats
+        nonfinite = failure.get("rel_l2") == "nan"  # evaluator.compare.json_floats
         f["difference"] = (INDEX_DIFFERENCE if failure.get("dtype") == "int64" else
                            NONFINITE_DIFFERENCE if nonfinite else
                            SMALL_OUTPUT_DIFFERENCE if failure.get("mismatched") == 0 and "rel_l2_bound" in failure else
