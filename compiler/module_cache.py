@@ -46,10 +46,11 @@ def code_switches() -> tuple:
     epilogues (TILEAGENT_STAGE_EPILOGUE), the fences of hand-specialized arms (TILEAGENT_ARM_FENCES), wgmma
     descriptors' opaque addresses (TILEAGENT_WGMMA_OPAQUE), bulk stores (TILEAGENT_BULK_STORE), shared reads forwarded
     from registers (TILEAGENT_FORWARD_SHARED), register loads ahead of a pipeline's wait (TILEAGENT_EARLY_LOADS),
-    reductions sharing one round (TILEAGENT_FUSE_REDUCTIONS), barriers the next one covers dropped
-    (TILEAGENT_DROP_BARRIERS), one-stage TMA pipelines (TILEAGENT_SINGLE_STAGE), hand-specialized arms' thread ranges
-    stated (TILEAGENT_ARM_RANGES), the deferred gemm's split stages, early rescale, anchor and trip-count rule
-    (``defer_gemm.switches``). This cache's keys and @jit's in-process caches hold them."""
+    reductions sharing one round (TILEAGENT_FUSE_REDUCTIONS), barriers that order nothing dropped
+    (TILEAGENT_DROP_BARRIERS: both rules, =quiet the first), one-stage TMA pipelines (TILEAGENT_SINGLE_STAGE),
+    hand-specialized arms' thread ranges stated (TILEAGENT_ARM_RANGES), the deferred gemm's split stages, early
+    rescale, anchor and trip-count rule (``defer_gemm.switches``). This cache's keys and @jit's in-process caches
+    hold them."""
     from tileagent.compiler.instructions import bulk_store
     from tileagent.compiler.instructions.tma import mode as tma_mode
     from tileagent.compiler.instructions.wgmma import m_major_a_enabled, overlap_enabled
@@ -61,7 +62,8 @@ def code_switches() -> tuple:
     return (tma_mode(), overlap_enabled(), spin_limit(), warp_specialize.enabled(), warp_specialize.forced(),
             coarsen.enabled(), stage_epilogue.enabled(), m_major_a_enabled(), arm_fences.enabled(), opaque_mode(),
             bulk_store.enabled(), forward_shared.enabled(), early_loads.enabled(), reduce.fuse_enabled(),
-            redundant_barriers.enabled(), single_stage.enabled(), arm_ranges_enabled(), defer_gemm.switches())
+            redundant_barriers.enabled(), redundant_barriers.sides_enabled(), single_stage.enabled(),
+            arm_ranges_enabled(), defer_gemm.switches())
 
 
 def cache_key(func: PrimFunc, *parts: str) -> str:

@@ -1,8 +1,11 @@
-"""Barriers the next barrier covers are dropped (compiler.lower.redundant_barriers): a reduction's closing barrier
-followed by register work and stores into write-only tensors, then the barrier before the next shared write, keeps
-only the second. Kept: when a shared access, a store into a tensor the kernel reads, or a store into a tensor also
-written elsewhere comes between, and with TILEAGENT_DROP_BARRIERS=0. Numbers (and the shared-memory race detector)
-through the SIMT emulator."""
+"""Barriers that order nothing are dropped (compiler.lower.redundant_barriers).
+First rule (alone with TILEAGENT_DROP_BARRIERS=quiet): a reduction's closing barrier followed by register work and
+stores into write-only tensors, then the barrier before the next shared write, keeps only the second; kept when a
+shared access, a store into a tensor the kernel reads, or a store into a tensor also written elsewhere comes
+between. Second rule: a barrier of the kernel's own list whose sides touch different memory goes, one between a read
+and a write of the same shared bytes (the same tile, or two tiles the arena places on the same bytes) stays.
+Nothing goes with TILEAGENT_DROP_BARRIERS=0. Numbers (and the shared-memory race detector) through the SIMT
+emulator."""
 
 import pytest
 import torch
@@ -14,6 +17,11 @@ import tileagent.language as T
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def first_rule(monkeypatch):
+    monkeypatch.setenv("TILEAGENT_DROP_BARRIERS", "quiet")
 
 
 def _normalize(M, N, between="stats"):
@@ -52,7 +60,7 @@ def _barriers(kernel) -> int:
     return kernel.get_ir("thread").count("T.sync_threads()")
 
 
-def test_the_reductions_closing_barrier_goes(monkeypatch):
+def test_the_reductions_closing_barrier_goes(monkeypatch, first_rule):
     M, N = 2, 512
     kept = tileagent.compile(_normalize(M, N), target="sim")
     monkeypatch.setenv("TILEAGENT_DROP_BARRIERS", "0")
@@ -69,10 +77,69 @@ def test_the_reductions_closing_barrier_goes(monkeypatch):
 
 
 @pytest.mark.parametrize("between", ["shared", "read", "twice"])
-def test_a_barrier_that_orders_something_stays(monkeypatch, between):
+def test_a_barrier_that_orders_something_stays(monkeypatch, first_rule, between):
     M, N = 2, 512
     kernel = tileagent.compile(_normalize(M, N, between), target="sim")
     monkeypatch.setenv("TILEAGENT_DROP_BARRIERS", "0")
     every = tileagent.compile(_normalize(M, N, between), target="sim")
     # the same barriers as the plain normalization has without the rewrite: none was dropped
     assert _barriers(kernel) == _barriers(every) == _barriers(tileagent.compile(_normalize(M, N), target="sim"))
+
+
+def _run_normalize(kernel, M, N):
+    x = torch.rand(M, N) + 0.5
+    y, s = torch.full((M, N), float("nan")), torch.full((M,), float("nan"))
+    kernel(x, y, s)  # the emulator's race detector runs too
+    torch.testing.assert_close(s, x.sum(1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(y, x / x.sum(1, keepdim=True), rtol=1e-5, atol=1e-6)
+
+
+def test_barriers_whose_sides_touch_different_memory_go(monkeypatch):
+    M, N = 2, 512
+    kernel = tileagent.compile(_normalize(M, N), target="sim")
+    monkeypatch.setenv("TILEAGENT_DROP_BARRIERS", "quiet")
+    first = tileagent.compile(_normalize(M, N), target="sim")
+    ir = kernel.get_ir("thread")
+    # the copy's barrier (its tile is read only after the reduction's barrier: the rows come from registers) and the
+    # one before the output tile's write (the other side read only the scratch) go; the reduction's and the bulk
+    # store's stay
+    assert (_barriers(first), _barriers(kernel)) == (4, 2)
+    assert "o_fwd1[0:+4]\n    x[0:+4] = o_fwd1[0:+4]" in ir and ir.index("T.sync_threads()") > ir.index("scratch_float32[")
+    _run_normalize(kernel, M, N)
+
+
+def test_a_read_then_a_write_of_the_same_tile_keeps_its_barrier():
+    M, N = 2, 512
+    kernel = tileagent.compile(_normalize(M, N, "shared"), target="sim")
+    assert "s[0] = s[0] + o[tid // 128 % 2 * 512] * 0.0\n    T.sync_threads()" in kernel.get_ir("thread")
+    assert _barriers(kernel) == 3
+    _run_normalize(kernel, M, N)
+
+
+def _two_tiles(M, N):
+    """Y = 2 * X reversed + 1 through a shared input tile and a shared output tile whose lives do not overlap (the
+    arena places both at the same bytes); each thread reads another thread's element of the input tile."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            a = T.alloc_shared((M, N), "float32")
+            b = T.alloc_shared((M, N), "float32")
+            x = T.alloc_fragment((M, N), "float32")
+            T.copy(X, a)
+            for i, j in T.Parallel(M, N):
+                x[i, j] = a[M - 1 - i, N - 1 - j] * 2
+            for i, j in T.Parallel(M, N):
+                b[i, j] = x[i, j] + 1
+            T.copy(b, Y)
+    return main
+
+
+def test_tiles_on_the_same_bytes_keep_the_barrier_between_them():
+    kernel = tileagent.compile(_two_tiles(4, 64), target="sim")
+    ir = kernel.get_ir("thread")
+    assert "shared a: float32[256] at +0" in ir and "shared b: float32[256] at +0" in ir
+    assert "* 2.0\n    T.sync_threads()" in ir  # between the last read of a and the first write of b
+    x, y = torch.rand(4, 64), torch.full((4, 64), float("nan"))
+    kernel(x, y)  # without that barrier the race detector stops it (b[0] written while a is read)
+    torch.testing.assert_close(y, x.flip(0).flip(1) * 2 + 1)

@@ -1,8 +1,17 @@
-"""Block barriers that order nothing the next one does not: the first of the two dropped.
+"""Block barriers that order nothing: the first of two with nothing between them to order, and one whose two sides
+touch different memory.
 
 In: a lowered ``DeviceModule`` (thread IR, after ``compiler.lower.forward_shared``). Out: the same module where, in
 one statement list, a ``Barrier`` followed by quiet statements (below) and then another ``Barrier`` of the same list
-loses the first. Every access before the first barrier stays ordered against every access after the second, and
+loses the first; and where a ``Barrier`` of the kernel's own statement list (not inside a loop or an if) whose two
+sides (back to the previous barrier or the kernel's start, on to the next one or its end) touch different global
+tensors and shared bytes, or only read the same ones, is dropped: whatever one side touches, the other does not
+write, so no access of one thread needs it ordered against another thread's. The sides may hold only the
+statement kinds of ``_KINDS`` and the async-proxy fence (anything else, an asynchronous copy, an mbarrier, a tensor
+core step, keeps the barrier), and shared buffers are told apart by their bytes in the arena (buffers whose lives do
+not overlap share bytes). Why this one: barriers are placed on the tile IR, before ``forward_shared`` serves a
+tile's reads from registers; TileLang's LayerNorm forward then kept a barrier after its copies (the rows now read
+only from registers) and the reduction's closing one: 2 of its 4 barriers, and 64 registers a thread (48 without). Every access before the first barrier stays ordered against every access after the second, and
 the statements between touch no memory another thread of the block touches in an order the first barrier decided.
 Why: a reduction that goes through shared memory closes with a barrier (its scratch may be written again), and the
 register work after it often ends at the barrier before the next shared-memory write (TileLang's LayerNorm forward:
@@ -16,7 +25,7 @@ Quiet statements:
 and every expression of them loads only registers or global tensors the kernel never writes, and calls only math
 and warp shuffles. Tensors are told apart by identity, as everywhere in the compiler (a tensor passed twice is
 the caller's aliasing); a kernel that places a tensor at an address (``T.make_tensor``) or calls external code is
-left as it was. ``TILEAGENT_DROP_BARRIERS=0`` switches it off.
+left as it was. ``TILEAGENT_DROP_BARRIERS=0`` switches it off, ``=quiet`` keeps the first rule only.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from tileagent.compiler.intrinsics import MATH
 from tileagent.compiler.ir.expr import Call, Expr, Load
 from tileagent.compiler.ir.stmt import Buffer, Evaluate, For, If, Let, Store, While
 from tileagent.compiler.ir.visit import loads, walk
-from tileagent.compiler.tir import Barrier, Declare, DeviceModule, GlobalAt, VecCopy
+from tileagent.compiler.tir import AsyncProxyFence, Barrier, Declare, DeviceModule, GlobalAt, VecCopy
 
 _PURE_CALLS = frozenset(MATH) | {"shfl_xor"}
 _KINDS = (Declare, Let, Store, VecCopy, For, If, While)  # the statements a stretch between barriers may hold
@@ -41,12 +50,17 @@ def enabled() -> bool:
     return os.environ.get("TILEAGENT_DROP_BARRIERS", "").strip() != "0"
 
 
+def sides_enabled() -> bool:
+    """Whether barriers whose sides touch different memory go too (``TILEAGENT_DROP_BARRIERS=quiet``: not)."""
+    return os.environ.get("TILEAGENT_DROP_BARRIERS", "").strip() != "quiet"
+
+
 def drop_redundant_barriers(module: DeviceModule) -> DeviceModule:
     """``module`` without the barriers the module docstring describes."""
     kernels = []
     for k in module.kernels:
-        facts = _facts(k.body)
-        kernels.append(k if facts is None else replace(k, body=_stmts(tuple(k.body), facts)))
+        facts = _facts(k.body, k.shared_offsets)
+        kernels.append(k if facts is None else replace(k, body=_stmts(tuple(k.body), facts, sides_enabled())))
     return replace(module, kernels=tuple(kernels))
 
 
@@ -55,11 +69,21 @@ class _Facts:
     loaded: set  # global tensors some expression loads, or a statement of another kind names
     written: set  # global tensors something writes
     stores: Counter  # global tensor -> the Store / VecCopy statements into it
+    shared: dict  # shared buffer -> its bytes in the arena, (start, end): buffers with disjoint lives share bytes
+
+    def overlap(self, a: set, b: set) -> bool:
+        """Whether buffers of ``a`` and ``b`` share memory: the same tensor, or shared buffers whose bytes meet (one
+        without a place in the arena meets every shared buffer)."""
+        def span(x):
+            return self.shared.get(x, (0, 1 << 62))
+
+        return bool(a & b) or any(span(x)[0] < span(y)[1] and span(y)[0] < span(x)[1]
+                                  for x in a if x.scope != "global" for y in b if y.scope != "global")
 
 
-def _facts(body) -> _Facts | None:
+def _facts(body, shared_offsets: dict) -> _Facts | None:
     """What the kernel does to its global tensors; None where it places tensors or calls external code."""
-    f = _Facts(set(), set(), Counter())
+    f = _Facts(set(), set(), Counter(), {b: (o, o + b.static_bytes()) for b, o in shared_offsets.items()})
     for s in walk(body):
         if isinstance(s, (GlobalAt, Evaluate)):
             return None
@@ -79,20 +103,50 @@ def _facts(body) -> _Facts | None:
     return f
 
 
-def _stmts(stmts: tuple, facts: _Facts) -> tuple:
+def _stmts(stmts: tuple, facts: _Facts, top: bool) -> tuple:
+    """``stmts`` without their redundant barriers; ``top``: the kernel's own list, with the second rule on."""
     stmts = tuple(_nested(s, facts) for s in stmts)
     out = []
     for i, s in enumerate(stmts):
-        if type(s) is Barrier and _covered(stmts, i, facts):
+        if type(s) is Barrier and (_covered(stmts, i, facts) or top and _apart(out, stmts[i + 1:], facts)):
             continue
         out.append(s)
     return tuple(out)
 
 
 def _nested(s, facts: _Facts):
-    changes = {name: _stmts(tuple(getattr(s, name)), facts) for name in ("body", "then_body", "else_body")
+    changes = {name: _stmts(tuple(getattr(s, name)), facts, top=False) for name in ("body", "then_body", "else_body")
                if isinstance(getattr(s, name, None), (tuple, list))}
     return replace(s, **changes) if changes else s
+
+
+def _apart(before: list, after: tuple, facts: _Facts) -> bool:
+    """Whether a barrier of the kernel's own statement list, with ``before`` the statements kept before it and
+    ``after`` those after it, orders nothing: from the barrier before it to the one after it, the two sides touch
+    different global tensors and shared bytes, or only read the same ones."""
+    start = max((i + 1 for i, s in enumerate(before) if type(s) is Barrier), default=0)
+    end = next((i for i, s in enumerate(after) if type(s) is Barrier), len(after))
+    sides = [_touched(before[start:]), _touched(after[:end])]
+    if None in sides:
+        return False
+    (r1, w1), (r2, w2) = sides
+    return not (facts.overlap(w1, r2 | w2) or facts.overlap(r1, w2))
+
+
+def _touched(stmts) -> tuple[set, set] | None:
+    """(buffers read, buffers written) of the shared and global buffers that ``stmts`` touch, at any depth; None
+    when one holds a statement of a kind not analysed here (an asynchronous copy, a tensor-core or mbarrier step)."""
+    read, written = set(), set()
+    for s in walk(stmts):
+        if type(s) not in _KINDS and type(s) is not AsyncProxyFence:  # the fence orders the thread's own writes
+            return None
+        for e in _exprs(s):
+            read.update(x.buffer for x in _nodes(e) if isinstance(x, Load) and x.buffer.scope != "local")
+        if isinstance(s, VecCopy) and s.src.scope != "local":
+            read.add(s.src)
+        if isinstance(s, (Store, VecCopy)) and _dst(s).scope != "local":
+            written.add(_dst(s))
+    return read, written
 
 
 def _covered(stmts: tuple, i: int, facts: _Facts) -> bool:
@@ -189,4 +243,4 @@ def _buffers(x, seen=None) -> set:
     return out
 
 
-__all__ = ["drop_redundant_barriers", "enabled"]
+__all__ = ["drop_redundant_barriers", "enabled", "sides_enabled"]
