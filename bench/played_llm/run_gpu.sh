@@ -3,7 +3,7 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session20|widths|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session20|widths|session2|session1|all]
 # Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
 # $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
@@ -68,8 +68,13 @@
 # at turn 1. infonce_loss's multi-tile online logsumexp (N > 64) ran on the CPU only in the own-size runs (every check
 # was N <= 43: one row block, one column tile). conv1d_state_update reads X and Bias and writes Y 16 bits at a time (the
 # cost section says so). The weak-round answers (answers/*_weak/) are not listed.
+# session42: the three ops of session 42 (nf4_dequant, lora_linear, segment_sum), each correct on the CPU at turn 1.
+# lora_linear's CPU checks were all at T=5 (its 64 x 32 decode tiles); the 128 x 128 path ran once at T=512 (normal
+# inputs) and T=2048 never (36 s a call); its rank-16 update runs on CUDA cores in float32 (a cost to measure).
+# segment_sum splits each sequence over P = 4 blocks at config 1 (a float32 workspace, then a combine scope): run on
+# the CPU only in the own-size run. The weak-round answers (answers/*_weak/) are not listed.
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session20|widths|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-55}
 mkdir -p "$OUT"
@@ -220,6 +225,12 @@ SESSION41=(
   "infonce_loss:answers/infonce_loss/turn1.py"
   "conv1d_state_update:answers/conv1d_state_update/turn1.py"
 )
+# session 42 ("Session 42" in RESULTS.md): every op correct on the CPU at turn 1
+SESSION42=(
+  "nf4_dequant:answers/nf4_dequant/turn1.py"
+  "lora_linear:answers/lora_linear/turn1.py"
+  "segment_sum:answers/segment_sum/turn1.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -252,9 +263,10 @@ case "$WHICH" in
   session39) ANSWERS=("${SESSION39[@]}") ;;
   session40) ANSWERS=("${SESSION40[@]}") ;;
   session41) ANSWERS=("${SESSION41[@]}") ;;
+  session42) ANSWERS=("${SESSION42[@]}") ;;
   widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session41, session40, session39, session38, session37, session36, session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session42, session41, session40, session39, session38, session37, session36, session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
