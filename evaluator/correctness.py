@@ -614,7 +614,10 @@ class _ConfigCheck:
             hint = (" (a float32 output off by about TF32's precision: if the kernel has a T.gemm of float32 tiles, "
                     "they run on TF32 tensor cores, 10 mantissa bits; the DSL guide's T.gemm paragraph gives the "
                     "float32-accurate split)")
-        if math.isnan(got) and not math.isnan(expected):
+        if math.isnan(got) and math.isinf(expected):
+            hint = " (NaN where the reference is infinite: inf - inf, 0 * inf or inf / inf in the kernel's arithmetic " \
+                   "where the reference's gives one infinity, or an element the kernel never wrote)"
+        elif math.isnan(got) and not math.isnan(expected):
             hint = " (NaN where the reference is finite: an overflow, or an element the kernel never wrote: the " \
                    "evaluator fills fresh allocations with NaN)"
         elif math.isinf(got) != math.isinf(expected):
@@ -623,7 +626,7 @@ class _ConfigCheck:
         norms = "" if index_output else (f"; max abs err {max_abs:.3g}, rel L2 err {rel:.3g}" if not math.isnan(rel)
                                          else "; no error size: some values are non-finite where the reference's "
                                               "are not, or the reverse")
-        found = rare_value_at(ref, got) if n_bad and not index_output else None
+        found = rare_value_at(ref, got, index) if n_bad and not index_output else None
         if found:  # the wrong value is a rare one of the reference's, elsewhere: an element read from the wrong place
             base.update(found)
             reason += f"; the value got is the reference's at index {tuple(found['found_at'])}" + \

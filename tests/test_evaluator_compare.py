@@ -1,6 +1,8 @@
 """The evaluator's element by element comparison in chunks (evaluator.compare): the figures and the mask of the whole
 tensors at once, whatever the chunk size."""
 
+import math
+
 import pytest
 import torch
 
@@ -199,3 +201,43 @@ def test_a_wrong_value_that_is_another_outputs_is_pointed_at():
         "rel_l2": 1.4, "config": {"T": 5}, "seed": 0, "distribution": "normal"}))
     assert ("The value got at that index is the reference's output 0 at index (0, 1, 7): an element read from the "
             "wrong place?") in text
+
+
+def test_a_chance_match_in_a_dense_low_precision_output_is_not_pointed_at():
+    """Played LLM session 42: in a bfloat16 output nearly any wrong value is some element's value (948 of 1,000 random
+    ones were "found"), so the pointer named a chance element. There only a match in the failing element's row, a
+    few elements away (a swapped pair, a shifted read), counts; a float32 output keeps the search of the whole."""
+    from types import SimpleNamespace
+
+    from tileagent.evaluator.correctness import _ConfigCheck
+
+    torch.manual_seed(0)
+    ref = torch.randn(64, 512).to(torch.bfloat16)
+    check = SimpleNamespace(max_abs=0.0, rel_l2=0.0)
+    far = ref.clone()
+    row = ref[3, 92:109].tolist()
+    values, counts = ref.unique(return_counts=True)
+    rare = [v for v, n in zip(values.tolist(), counts.tolist()) if n <= 2 and 1.5 < abs(v) < 3 and v not in row]
+    far[3, 100] = rare[len(rare) // 2]  # a wrong value one or two other elements hold by chance, none near it
+    failure = _ConfigCheck.compare_one(check, 0, far, ref, Tolerance(1e-2, 1e-2, 1e-2), WHERE, 1)
+    assert failure.details["index"] == [3, 100] and "found_at" not in failure.details
+    swapped = ref.clone()
+    swapped[3, 100], swapped[3, 103] = ref[3, 103], ref[3, 100]
+    failure = _ConfigCheck.compare_one(check, 0, swapped, ref, Tolerance(1e-3, 1e-3, 1e-3), WHERE, 1)
+    assert failure.details["found_at"] == [3, 103 if failure.details["index"] == [3, 100] else 100]
+
+
+def test_nan_where_the_reference_is_infinite_is_told_as_such():
+    """Played LLM session 42: "expected inf, got nan (NaN where the reference is finite...)" misread the case."""
+    from types import SimpleNamespace
+
+    from tileagent.evaluator.correctness import _ConfigCheck
+
+    ref = torch.ones(4, 8)
+    ref[1, 2] = math.inf
+    out = ref.clone()
+    out[1, 2] = math.nan
+    failure = _ConfigCheck.compare_one(SimpleNamespace(max_abs=0.0, rel_l2=0.0), 0, out, ref,
+                                       Tolerance(1e-3, 1e-3, 1e-3), WHERE, 1)
+    assert "expected inf, got nan (NaN where the reference is infinite: inf - inf, 0 * inf or inf / inf" \
+        in failure.message
