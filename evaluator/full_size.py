@@ -193,8 +193,9 @@ def _run_config(request, spec, sandbox, config: dict, at: dict, seed, deadline: 
     elif time.monotonic() >= deadline - 1.0:
         why = f"this config's share of the {request.full_size_s:g} s this evaluation gives such runs was spent"
     elif (problem := _uncountable(spec, config)) is not None:
-        why = (f"its sizes could not be counted: {problem}; a get_inputs / Model that builds on the meta device "
-               f"(no boolean-mask indexing, .item() or nonzero on values) lets these runs happen")
+        why = (f"its sizes could not be counted: {problem}; not the kernel's to change: the reference's get_inputs "
+               f"/ Model, built on the meta device (without boolean-mask indexing, .item() or nonzero on values), "
+               f"would let these runs happen")
     else:
         why = f"every larger size holds more than {FULL_RUN_ELEMENTS:,} input and model elements"
     return (f"{sizes_text(config)}: {NOT_RAN} ({why}): a path the kernel takes only at larger sizes was compiled "
