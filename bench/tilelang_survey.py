@@ -177,6 +177,8 @@ def main(argv=None) -> int:
     root = Path(args.examples)
     folders = [root / f.strip() for f in args.only.split(",")] if args.only else [root]
     programs = sorted(p for f in folders for p in f.rglob("*.py") if not p.name.startswith("test_"))
+    if args.dump is not None:
+        args.dump.mkdir(parents=True, exist_ok=True)
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
