@@ -4,6 +4,7 @@ example candidate passes the evaluator."""
 
 import re
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -394,3 +395,17 @@ def test_system_prompt_says_how_torch_divides_by_a_python_number_on_cuda():
     text = prompts.render("system", device="one GPU", **prompts.evaluator_facts())
     assert "a multiplication by the float32 reciprocal" in text
     assert "multiply by `1.0 / c` as torch does" in text
+
+
+def test_the_fusion_familys_archive_fills_only_the_places_curated_examples_leave():
+    """Played LLM session 42: a segmented sum (family "fusion", whose archive holds every op that family drafts) got
+    an RMSNorm's archived kernel and lost the column-sum example its reduction needed."""
+    from tileagent.context import FORMAT_EXAMPLE, pick_examples
+
+    archived = [("verified fusion kernel (add_rmsnorm_fp8_quant, N=8, cpu)", "SRC")]
+    source = (Path(__file__).resolve().parents[1] / "bench/played_llm/refs/segment_sum.py").read_text()
+    examples = [t for t, _ in pick_examples("fusion", archived, limit=3, reference_source=source)]
+    assert examples == ["prompts/examples/cross_entropy.py", "prompts/examples/sum_dim1.py",
+                        f"prompts/examples/{FORMAT_EXAMPLE}.py"]
+    examples = [t for t, _ in pick_examples("fusion", archived, limit=3, reference_source="import torch\nx + y")]
+    assert examples == [archived[0][0], "prompts/examples/bias_gelu.py", f"prompts/examples/{FORMAT_EXAMPLE}.py"]

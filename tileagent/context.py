@@ -65,6 +65,9 @@ _IDIOM_CALLS = {  # names of torch functions, methods and nn layers -> idiom
 }
 
 
+GENERIC_FAMILY = "fusion"  # the built-in fusion drafter's: any graph of pointwise, shape and reduction ops
+
+
 def family_of(reference_path: str | Path) -> str:
     """The op family of a reference (``recognize_family`` of the built-in drafter), else the file's stem."""
     try:
@@ -125,12 +128,15 @@ def pick_examples(family: str, archived: list[tuple[str, str]] | None = None, li
     """Up to ``limit`` (title, source) examples: ``archived`` ones (verified kernels of this family) first, at most
     ``limit - 2`` of them (played LLM session 41: three of other ops' CPU-checked kernels took every place, and the
     prompt's curated examples, with their references, were gone), then ``prompts/examples`` for the family, then
-    those showing the reference's idioms (``idioms_of``), then the candidate-format example; no file twice."""
-    out = list(archived or [])[:max(0, limit - 2)]
+    those showing the reference's idioms (``idioms_of``), then the candidate-format example; no file twice. The
+    fusion family's archive holds every op that family drafts, so there archived kernels only fill the places the
+    curated examples leave (played LLM session 42: a segmented sum lost the column-sum example to an RMSNorm's)."""
     files = {p.stem: p for p in example_kernels()}
     stems = FAMILY_EXAMPLES.get(family, []) + [IDIOM_EXAMPLES[i] for i in idioms_of(reference_source)]
-    stems = [s for s in dict.fromkeys(stems) if s in files][:max(0, limit - len(out) - 1)]
-    for stem in [*stems, FORMAT_EXAMPLE]:
+    stems = [s for s in dict.fromkeys(stems) if s in files and s != FORMAT_EXAMPLE]
+    places = max(0, limit - 2) if family != GENERIC_FAMILY else max(0, limit - 1 - len(stems))
+    out = list(archived or [])[:places]
+    for stem in [*stems[:max(0, limit - len(out) - 1)], FORMAT_EXAMPLE]:
         if len(out) < limit and stem in files:
             out.append((f"prompts/examples/{stem}.py", files[stem].read_text()))
     return out
