@@ -1,22 +1,26 @@
 """Block barriers that order nothing: the first of two with nothing between them to order, and one whose two sides
 touch different memory.
 
-In: a lowered ``DeviceModule`` (thread IR, after ``compiler.lower.forward_shared``). Out: the same module where, in
-one statement list, a ``Barrier`` followed by quiet statements (below) and then another ``Barrier`` of the same list
-loses the first; and where a ``Barrier`` of the kernel's own statement list (not inside a loop or an if) whose two
-sides (back to the previous barrier or the kernel's start, on to the next one or its end) touch different global
-tensors and shared bytes, or only read the same ones, is dropped: whatever one side touches, the other does not
-write, so no access of one thread needs it ordered against another thread's. The sides may hold only the
-statement kinds of ``_KINDS`` and the async-proxy fence (anything else, an asynchronous copy, an mbarrier, a tensor
-core step, keeps the barrier), and shared buffers are told apart by their bytes in the arena (buffers whose lives do
-not overlap share bytes). Why this one: barriers are placed on the tile IR, before ``forward_shared`` serves a
-tile's reads from registers; TileLang's LayerNorm forward then kept a barrier after its copies (the rows now read
-only from registers) and the reduction's closing one: 2 of its 4 barriers, and 64 registers a thread (48 without). Every access before the first barrier stays ordered against every access after the second, and
-the statements between touch no memory another thread of the block touches in an order the first barrier decided.
-Why: a reduction that goes through shared memory closes with a barrier (its scratch may be written again), and the
-register work after it often ends at the barrier before the next shared-memory write (TileLang's LayerNorm forward:
-statistics, then the normalized row into the output tile); each barrier costs the row's block a round of its warps.
-Quiet statements:
+In: a lowered ``DeviceModule`` (thread IR, after ``compiler.lower.forward_shared``). Out: the same module where
+
+1. in one statement list, a ``Barrier`` followed by quiet statements (below) and then another ``Barrier`` of the
+   same list loses the first. Every access before the first barrier stays ordered against every access after the
+   second, and the statements between touch no memory another thread of the block touches in an order the first
+   barrier decided. Why: a reduction that goes through shared memory closes with a barrier (its scratch may be
+   written again), and the register work after it often ends at the barrier before the next shared-memory write
+   (TileLang's LayerNorm forward: statistics, then the normalized row into the output tile); each barrier costs the
+   row's block a round of its warps.
+2. a ``Barrier`` of the kernel's own statement list (not inside a loop or an if) whose two sides (back to the
+   previous barrier or the kernel's start, on to the next one or its end) touch different global tensors and shared
+   bytes, or only read the same ones, is dropped: whatever one side touches, the other does not write, so no access
+   of one thread needs ordering against another thread's. The sides may hold only the statement kinds of ``_KINDS``
+   and the async-proxy fence (anything else, an asynchronous copy, an mbarrier, a tensor-core step, keeps the
+   barrier); shared buffers are told apart by their bytes in the arena (buffers whose lives do not overlap share
+   bytes). Why: barriers are placed on the tile IR, before ``forward_shared`` serves a tile's reads from registers;
+   TileLang's LayerNorm forward then kept a barrier after its copies (its rows now read only from registers) and
+   the reduction's closing one: 2 of its 4 barriers, and 64 registers a thread (48 without them).
+
+Quiet statements (rule 1):
 
 - ``Declare``, ``Let``, and stores (``Store``, ``VecCopy``) into registers (scope "local");
 - stores into a global tensor the kernel never loads, and stores only inside this stretch (no other writer to race
