@@ -2,8 +2,9 @@
 First rule (alone with TILEAGENT_DROP_BARRIERS=quiet): a reduction's closing barrier followed by register work and
 stores into write-only tensors, then the barrier before the next shared write, keeps only the second; kept when a
 shared access, a store into a tensor the kernel reads, or a store into a tensor also written elsewhere comes
-between. Second rule: a barrier of the kernel's own list whose sides touch different memory goes, one between a read
-and a write of the same shared bytes (the same tile, or two tiles the arena places on the same bytes) stays.
+between. Second rule: a barrier whose sides touch different memory goes (in a loop's body only one between two others
+of the body), one between a read and a write of the same shared bytes (the same tile, or two tiles the arena places
+on the same bytes) stays.
 Nothing goes with TILEAGENT_DROP_BARRIERS=0. Numbers (and the shared-memory race detector) through the SIMT
 emulator."""
 
@@ -143,3 +144,37 @@ def test_tiles_on_the_same_bytes_keep_the_barrier_between_them():
     x, y = torch.rand(4, 64), torch.full((4, 64), float("nan"))
     kernel(x, y)  # without that barrier the race detector stops it (b[0] written while a is read)
     torch.testing.assert_close(y, x.flip(0).flip(1) * 2 + 1)
+
+
+def _rows_in_a_loop(R, N):
+    """Y = X / row sums, one row an iteration of a loop, through one shared tile."""
+
+    @T.prim_func
+    def main(X: T.Tensor((R, N), "float32"), Y: T.Tensor((R, N), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            o = T.alloc_shared((N,), "float32")
+            x = T.alloc_fragment((N,), "float32")
+            s = T.alloc_fragment((1,), "float32")
+            for r in T.serial(R):
+                T.copy(X[r, 0], o)
+                T.copy(o, x)
+                T.reduce_sum(x, s, dim=0)
+                for j in T.Parallel(N):
+                    o[j] = x[j] / s[0]
+                T.copy(o, Y[r, 0])
+    return main
+
+
+def test_in_a_loop_only_barriers_between_two_others_of_its_body_go(monkeypatch):
+    kernel = tileagent.compile(_rows_in_a_loop(3, 512), target="sim")
+    monkeypatch.setenv("TILEAGENT_DROP_BARRIERS", "quiet")
+    first = tileagent.compile(_rows_in_a_loop(3, 512), target="sim")
+    body = kernel.get_ir("thread").split("for r in T.serial(3):")[1]
+    # kept: the body's first (the previous iteration's bulk store read the tile this one writes), the reduction's
+    # and the one before the bulk store; gone: the copy's and the reduction's closing one (their sides touch
+    # different memory)
+    assert (_barriers(first), _barriers(kernel)) == (5, 3)
+    assert body.lstrip().startswith("T.sync_threads()") and "o[tid % 128 * 4:+4] = o_fwd1[0:+4]" in body
+    x, y = torch.rand(3, 512) + 0.5, torch.full((3, 512), float("nan"))
+    kernel(x, y)  # the race detector runs too
+    torch.testing.assert_close(y, x / x.sum(1, keepdim=True), rtol=1e-5, atol=1e-6)

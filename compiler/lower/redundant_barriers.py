@@ -10,9 +10,9 @@ In: a lowered ``DeviceModule`` (thread IR, after ``compiler.lower.forward_shared
    written again), and the register work after it often ends at the barrier before the next shared-memory write
    (TileLang's LayerNorm forward: statistics, then the normalized row into the output tile); each barrier costs the
    row's block a round of its warps.
-2. a ``Barrier`` of the kernel's own statement list (not inside a loop or an if) whose two sides (back to the
-   previous barrier or the kernel's start, on to the next one or its end) touch different global tensors and shared
-   bytes, or only read the same ones, is dropped: whatever one side touches, the other does not write, so no access
+2. a ``Barrier`` whose two sides (back to the previous barrier of its statement list, on to the next one; in the
+   kernel's own list also the kernel's start or end) touch different global tensors and shared bytes, or only read
+   the same ones, is dropped: whatever one side touches, the other does not write, so no access
    of one thread needs ordering against another thread's. The sides may hold only the statement kinds of ``_KINDS``
    and the async-proxy fence (anything else, an asynchronous copy, an mbarrier, a tensor-core step, keeps the
    barrier); shared buffers are told apart by their bytes in the arena (buffers whose lives do not overlap share
@@ -107,30 +107,34 @@ def _facts(body, shared_offsets: dict) -> _Facts | None:
     return f
 
 
-def _stmts(stmts: tuple, facts: _Facts, top: bool) -> tuple:
-    """``stmts`` without their redundant barriers; ``top``: the kernel's own list, with the second rule on."""
-    stmts = tuple(_nested(s, facts) for s in stmts)
+def _stmts(stmts: tuple, facts: _Facts, sides: bool, top: bool = True) -> tuple:
+    """``stmts`` without their redundant barriers; ``sides``: rule 2 on; ``top``: the kernel's own list."""
+    stmts = tuple(_nested(s, facts, sides) for s in stmts)
     out = []
     for i, s in enumerate(stmts):
-        if type(s) is Barrier and (_covered(stmts, i, facts) or top and _apart(out, stmts[i + 1:], facts)):
+        if type(s) is Barrier and (_covered(stmts, i, facts) or sides and _apart(out, stmts[i + 1:], facts, top)):
             continue
         out.append(s)
     return tuple(out)
 
 
-def _nested(s, facts: _Facts):
-    changes = {name: _stmts(tuple(getattr(s, name)), facts, top=False) for name in ("body", "then_body", "else_body")
-               if isinstance(getattr(s, name, None), (tuple, list))}
+def _nested(s, facts: _Facts, sides: bool):
+    changes = {name: _stmts(tuple(getattr(s, name)), facts, sides, top=False)
+               for name in ("body", "then_body", "else_body") if isinstance(getattr(s, name, None), (tuple, list))}
     return replace(s, **changes) if changes else s
 
 
-def _apart(before: list, after: tuple, facts: _Facts) -> bool:
-    """Whether a barrier of the kernel's own statement list, with ``before`` the statements kept before it and
-    ``after`` those after it, orders nothing: from the barrier before it to the one after it, the two sides touch
-    different global tensors and shared bytes, or only read the same ones."""
-    start = max((i + 1 for i, s in enumerate(before) if type(s) is Barrier), default=0)
-    end = next((i for i, s in enumerate(after) if type(s) is Barrier), len(after))
-    sides = [_touched(before[start:]), _touched(after[:end])]
+def _apart(before: list, after: tuple, facts: _Facts, top: bool) -> bool:
+    """Whether a barrier with ``before`` the statements kept before it in its list and ``after`` those after it orders
+    nothing: from the barrier before it to the one after it, the two sides touch different global tensors and shared
+    bytes, or only read the same ones. In the kernel's own list (``top``) a side may run to the kernel's start or end;
+    in a loop's or an if's, both must end at a barrier of the list (else the side would run on into the previous or
+    next iteration, or the code around the loop)."""
+    starts = [i + 1 for i, s in enumerate(before) if type(s) is Barrier]
+    end = next((i for i, s in enumerate(after) if type(s) is Barrier), None)
+    if not top and (not starts or end is None):
+        return False
+    sides = [_touched(before[max(starts, default=0):]), _touched(after[:len(after) if end is None else end])]
     if None in sides:
         return False
     (r1, w1), (r2, w2) = sides
