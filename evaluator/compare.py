@@ -150,55 +150,31 @@ def where_outside(sample: list, shape: tuple, total: int) -> str | None:
 
 def rare_value_at(ref, value: float, index=None) -> dict | None:
     """``{"found_at": index, "found_count": n}`` where ``value`` is a rare value of ``ref`` (1 to max(2, numel /
-    1000) elements), else None. Where ``value`` is more common, or ``ref`` is dense around it (``_dense_around``: a
-    match anywhere is likely chance; played LLM session 42: 948 of 1,000 random bfloat16 values were "found" in a
-    bfloat16 output), only a match in ``index``'s row within ``NEAR`` elements of it counts (a swapped pair, a
-    shifted read), given as that element, and only where such a neighbour would hold it by chance less than 1 time
-    in 20 (a quantized grid's steps say nothing of where a value came from)."""
-    count, at = occurrences(ref, value)
+    1000) elements), else None. Where ``value`` is more common, or ``ref`` is dense around it (2 or more other
+    elements within ``_ULPS`` representable values of it: a match anywhere is likely chance; played LLM session 42:
+    948 of 1,000 random bfloat16 values were "found" in a bfloat16 output), only a match in ``index``'s row within
+    ``NEAR`` elements of it counts (a swapped pair, a shifted read), given as that element, and only where such a
+    neighbour would hold it by chance less than 1 time in 20 (a quantized grid's steps say nothing of where a value
+    came from)."""
+    count, at, near = occurrences(ref, value)
     if count == 0:
         return None
-    if count > max(2, ref.numel() // 1000) or _dense_around(ref, value):
-        if 2 * NEAR * count > ref.numel() / 20:  # even a neighbour would hold it by chance 1 time in 20
-            return None
-        at = _nearby(ref, value, index)
-        if at is None:
-            return None
-    return {"found_at": [int(i) for i in torch.unravel_index(torch.tensor(at), tuple(ref.shape))], "found_count": count}
+    if count <= max(2, ref.numel() // 1000) and near < 2:
+        return {"found_at": [int(i) for i in torch.unravel_index(torch.tensor(at), tuple(ref.shape))],
+                "found_count": count}
+    if 2 * NEAR * count > ref.numel() / 20 or index is None or ref.dim() == 0:  # a neighbour holds it by chance
+        return None
+    *row, col = (int(i) for i in index)
+    for c in sorted(range(max(0, col - NEAR), min(ref.shape[-1], col + NEAR + 1)), key=lambda c: abs(c - col)):
+        if c != col and float(ref[(*row, c)]) == value:
+            return {"found_at": [*row, c], "found_count": count}
+    return None
 
 
 NEAR = 8  # elements either side of the failing one (same row) where a match counts in a dense reference
 _ULPS = 4  # representable values either side of a wrong value whose presence in the reference makes it dense
-
-
-def _dense_around(ref, value: float) -> bool:
-    """Whether ``ref`` holds at least 2 elements within ``_ULPS`` representable values (in its dtype) of ``value`` that
-    are not ``value`` itself: then a value drawn at random near it would often be found too."""
-    bits = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
-            torch.float64: torch.int64}.get(ref.dtype)
-    if bits is None:
-        return True
-    v = torch.tensor([value], dtype=ref.dtype).view(bits)
-    lo, hi = (torch.cat([v - _ULPS, v + _ULPS]).view(ref.dtype).double().sort().values.tolist())
-    near = sum(int(((r >= lo) & (r <= hi) & (r != value)).sum()) for _, _, r in _chunks(ref, ref))
-    return near >= 2
-
-
-def _nearby(ref, value: float, index) -> int | None:
-    """The flat index of the element of ``index``'s row nearest to it (within ``NEAR``, itself excluded) that equals
-    ``value``, else None."""
-    if index is None or ref.dim() == 0:
-        return None
-    *row, col = (int(i) for i in index)
-    width = ref.shape[-1]
-    base = 0
-    for i, n in zip(row, ref.shape[:-1]):  # the row's first element, in row-major flat order
-        base = base * n + i
-    for d in range(1, NEAR + 1):
-        for c in (col - d, col + d):
-            if 0 <= c < width and float(ref[(*row, c)]) == value:
-                return base * width + c
-    return None
+_BITS = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+         torch.float64: torch.int64}
 
 
 def found_elsewhere(refs, k: int, got) -> dict | None:
@@ -214,20 +190,26 @@ def found_elsewhere(refs, k: int, got) -> dict | None:
     return None
 
 
-def occurrences(ref, value: float) -> tuple[int, int]:
-    """(how many elements of ``ref`` equal ``value`` exactly, the flat index of the first), in chunks; (0, -1) for
-    none, and for 0 and non-finite values (a never-written or zeroed element says nothing of where it came from).
+def occurrences(ref, value: float) -> tuple[int, int, int]:
+    """(how many elements of ``ref`` equal ``value`` exactly, the flat index of the first, how many others lie within
+    ``_ULPS`` representable values of it in ``ref``'s dtype: all of them for another dtype), in one pass of chunks;
+    (0, -1, 0) for 0 and non-finite values (a never-written or zeroed element says nothing of where it came from).
     Where a copy, gather or permutation wrote a wrong element, its value is often the reference's elsewhere (played
     LLM session 38: a window partition's swapped row and column)."""
     if value == 0 or not math.isfinite(value):
-        return 0, -1
-    count, first = 0, -1
+        return 0, -1, 0
+    bits = _BITS.get(ref.dtype)
+    if bits is not None:
+        v = torch.tensor([value], dtype=ref.dtype).view(bits)
+        lo, hi = torch.cat([v - _ULPS, v + _ULPS]).view(ref.dtype).double().sort().values.tolist()
+    count, first, near = 0, -1, 0
     for start, _, r in _chunks(ref, ref):
         hits = (r == value).nonzero().view(-1)
         if len(hits) and first < 0:
             first = start + int(hits[0])
         count += len(hits)
-    return count, first
+        near += int(((r >= lo) & (r <= hi)).sum()) - len(hits) if bits is not None else r.numel() - len(hits)
+    return count, first, near
 
 
 def json_floats(**values: float) -> dict:
