@@ -21,6 +21,8 @@ import torch
 
 CHUNK = 1 << 24  # elements compared at once: float64 temporaries of 128 MiB
 SAMPLE = 1 << 20  # flat indices of elements outside kept for ``where_outside``
+ROWS = 64  # dims up to this size: ``where_outside`` names which indices hold the elements outside
+PER_INDEX = 16  # ... when each index holding them holds this many on average
 
 
 @dataclass
@@ -125,27 +127,52 @@ def compared(out, ref, tol) -> Compared:
 
 def where_outside(sample: list, shape: tuple, total: int) -> str | None:
     """Where the elements outside sit, when they gather along some dim: "every one at index 0 (the first) of dim 1
-    (size 7)", "... at indices 4090..4095 (the last 6) of dim 2 (size 4096)"; None when no dim of size 4 or more has
-    them within an eighth of its size. ``sample``: their flat indices (``Compared.sample``), of ``total``."""
+    (size 7)", "... at indices 4090..4095 (the last 6) of dim 2 (size 4096)", and for a dim of at most ``ROWS``
+    indices that the first rule leaves out, which of its indices hold them when some hold none: "... at indices 1, 2
+    of dim 0 (size 3), none at index 0" (the rows, segments or heads that are wrong; said only where each index holding
+    them holds ``PER_INDEX`` or more on average, so that a clean index is not chance, and only from a full sample).
+    None when no dim has either.
+    ``sample``: their flat indices (``Compared.sample``), of ``total``."""
     if not sample or len(shape) == 0:
         return None
-    flat, parts = torch.tensor(sample, dtype=torch.int64), []
+    flat, parts, held_by = torch.tensor(sample, dtype=torch.int64), [], []
     stride = 1
     for d in range(len(shape) - 1, -1, -1):
         size = int(shape[d])
         at = (flat // stride) % size
         stride *= size
         lo, hi = int(at.min()), int(at.max())
-        if size < 4 or hi - lo + 1 > max(1, size // 8):
-            continue
-        span = f"index {lo}" if lo == hi else f"indices {lo}..{hi}"
-        edge = " (the first)" if lo == hi == 0 else " (the last)" if lo == hi == size - 1 else \
-            f" (the first {hi + 1})" if lo == 0 else f" (the last {size - lo})" if hi == size - 1 else ""
-        parts.insert(0, f"{span}{edge} of dim {d} (size {size})")
-    if not parts:
+        if size >= 4 and hi - lo + 1 <= max(1, size // 8):
+            span = f"index {lo}" if lo == hi else f"indices {lo}..{hi}"
+            edge = " (the first)" if lo == hi == 0 else " (the last)" if lo == hi == size - 1 else \
+                f" (the first {hi + 1})" if lo == 0 else f" (the last {size - lo})" if hi == size - 1 else ""
+            parts.insert(0, f"{span}{edge} of dim {d} (size {size})")
+        elif 2 <= size <= ROWS and len(sample) == total:  # a strided sample aliases with the inner dims
+            held = torch.bincount(at, minlength=size).nonzero().view(-1).tolist()
+            if len(held) < size and len(sample) >= PER_INDEX * len(held):
+                clean = sorted(set(range(size)) - set(held))
+                named, none = _indices(held), _indices(clean)
+                if named or none:
+                    held_by.insert(0, f"at {named or f'{len(held)} of its indices'} of dim {d} (size {size}), none at "
+                                      f"{none or f'{len(clean)} of its indices'}")
+    if not parts and not held_by:
         return None
     which = "every one" if len(sample) == total else f"every one of {len(sample)} sampled evenly from them"
-    return f"{which} at {' and '.join(parts)}"
+    gathered = [f"at {' and '.join(parts)}"] if parts else []
+    return f"{which} {'; '.join(gathered + held_by)}"
+
+
+def _indices(at: list) -> str | None:
+    """"index 3", "indices 1, 2, 5", "indices 1..7, 9" (runs of 3 or more); None past 8 runs."""
+    if len(at) == 1:
+        return f"index {at[0]}"
+    runs, start = [], 0
+    for i in range(1, len(at) + 1):
+        if i == len(at) or at[i] != at[i - 1] + 1:
+            run = at[start:i]
+            runs += [f"{run[0]}..{run[-1]}"] if len(run) >= 3 else map(str, run)
+            start = i
+    return f"indices {', '.join(runs)}" if len(runs) <= 8 else None
 
 
 def rare_value_at(ref, value: float, index=None) -> dict | None:

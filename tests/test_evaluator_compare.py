@@ -63,16 +63,43 @@ def test_the_elements_outside_are_located_where_they_gather_along_a_dim(monkeypa
     c = compare.compared(out, ref, Tolerance(1e-3, 1e-3, 1e-2))
     assert c.outside == 7 * 64 and len(c.sample) == c.outside
     assert compare.where_outside(c.sample, (8, 7, 64), c.outside) == \
-        "every one at index 0 (the first) of dim 1 (size 7)"
+        "every one at index 0 (the first) of dim 1 (size 7); at indices 1..7 of dim 0 (size 8), none at index 0"
     out = ref.clone()
     out[:, :, 61:] = 1.0  # the last three columns
     c = compare.compared(out, ref, Tolerance(1e-3, 1e-3, 1e-2))
     assert compare.where_outside(c.sample, (8, 7, 64), c.outside) == \
         "every one at indices 61..63 (the last 3) of dim 2 (size 64)"
     out = ref.clone()
-    out[::2, ::2, ::2] = 1.0  # spread over every dim: nothing to say
+    out[::2, ::2, ::2] = 1.0  # a stride's pattern; dim 2's 32 runs each side are too many to name
+    c = compare.compared(out, ref, Tolerance(1e-3, 1e-3, 1e-2))
+    assert compare.where_outside(c.sample, (8, 7, 64), c.outside) == \
+        "every one at indices 0, 2, 4, 6 of dim 0 (size 8), none at indices 1, 3, 5, 7; " \
+        "at indices 0, 2, 4, 6 of dim 1 (size 7), none at indices 1, 3, 5"
+    out = ref.clone()
+    out[torch.rand(8, 7, 64) < 0.5] = 1.0  # spread at random: nothing to say
     c = compare.compared(out, ref, Tolerance(1e-3, 1e-3, 1e-2))
     assert compare.where_outside(c.sample, (8, 7, 64), c.outside) is None
+
+
+def test_the_rows_holding_the_elements_outside_are_named_when_others_hold_none():
+    """Played LLM session 42: a segmented sum without the segment-end mask was wrong in 2 of its 3 segments; the
+    feedback named one element and a chance match, nothing said which segments were wrong."""
+    ref = torch.zeros(3, 4096)
+    out = ref.clone()
+    out[1:, ::3] = 1.0  # segments 1 and 2, a third of their columns
+    c = compare.compared(out, ref, Tolerance(1e-3, 1e-3, 1e-2))
+    assert compare.where_outside(c.sample, (3, 4096), c.outside) == \
+        "every one at indices 1, 2 of dim 0 (size 3), none at index 0"
+    out = torch.zeros(64, 2, 32)
+    out[[0, 5, 6, 7, 40], 1, :] = 1.0
+    c = compare.compared(out, torch.zeros(64, 2, 32), Tolerance(1e-3, 1e-3, 1e-2))
+    assert compare.where_outside(c.sample, (64, 2, 32), c.outside) == \
+        "every one at indices 0, 5..7, 40 of dim 0 (size 64), none at indices 1..4, 8..39, 41..63; " \
+        "at index 1 of dim 1 (size 2), none at index 0"
+    out = torch.zeros(5, 256)
+    out[torch.arange(5).repeat(3)[:13], torch.arange(13) * 17] = 1.0  # 13 scattered elements: a clean row is chance
+    c = compare.compared(out, torch.zeros(5, 256), Tolerance(1e-3, 1e-3, 1e-2))
+    assert compare.where_outside(c.sample, (5, 256), c.outside) is None
 
 
 def test_a_sample_of_the_elements_outside_spreads_over_the_whole_tensor(monkeypatch):
