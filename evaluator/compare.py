@@ -23,6 +23,7 @@ CHUNK = 1 << 24  # elements compared at once: float64 temporaries of 128 MiB
 SAMPLE = 1 << 20  # flat indices of elements outside kept for ``where_outside``
 ROWS = 64  # dims up to this size: ``where_outside`` names which indices hold the elements outside
 PER_INDEX = 16  # ... when each index holding them holds this many on average
+PEAK_RATIO = 10.0  # ``input_peaks``: an input's values at those indices this many times larger than elsewhere
 
 
 @dataclass
@@ -135,12 +136,8 @@ def where_outside(sample: list, shape: tuple, total: int) -> str | None:
     ``sample``: their flat indices (``Compared.sample``), of ``total``."""
     if not sample or len(shape) == 0:
         return None
-    flat, parts, held_by = torch.tensor(sample, dtype=torch.int64), [], []
-    stride = 1
-    for d in range(len(shape) - 1, -1, -1):
-        size = int(shape[d])
-        at = (flat // stride) % size
-        stride *= size
+    parts, held_by = [], []
+    for d, size, at in _along_dims(sample, shape):
         lo, hi = int(at.min()), int(at.max())
         if size >= 4 and hi - lo + 1 <= max(1, size // 8):
             span = f"index {lo}" if lo == hi else f"indices {lo}..{hi}"
@@ -160,6 +157,46 @@ def where_outside(sample: list, shape: tuple, total: int) -> str | None:
     which = "every one" if len(sample) == total else f"every one of {len(sample)} sampled evenly from them"
     gathered = [f"at {' and '.join(parts)}"] if parts else []
     return f"{which} {'; '.join(gathered + held_by)}"
+
+
+def _along_dims(sample: list, shape: tuple):
+    """(dim, size, index along that dim of each sampled element), from the last dim to the first."""
+    flat, stride = torch.tensor(sample, dtype=torch.int64), 1
+    for d in range(len(shape) - 1, -1, -1):
+        size = int(shape[d])
+        yield d, size, (flat // stride) % size
+        stride *= size
+
+
+def held_indices(sample: list, shape: tuple, total: int) -> dict[int, list[int]]:
+    """Per dim of 2 to ``ROWS`` indices, the indices holding elements outside where some hold none (a full sample
+    only: ``sample`` is all ``total`` of them)."""
+    if not sample or len(sample) != total:
+        return {}
+    held = {d: torch.bincount(at, minlength=size).nonzero().view(-1).tolist()
+            for d, size, at in _along_dims(sample, shape) if 2 <= size <= ROWS}
+    return {d: h for d, h in sorted(held.items()) if len(h) < int(shape[d])}
+
+
+def input_peaks(inputs, shape: tuple, held: dict[int, list[int]]) -> list[list]:
+    """[input position, dim, largest |value| at the held indices, largest elsewhere] for each floating input with
+    the output's size along a dim of ``held`` (``held_indices``) whose largest values sit at the indices holding the
+    elements outside, ``PEAK_RATIO`` times the rest's or more (played LLM session 42: a hidden distribution's extreme
+    row read as a tail bug). One entry an input, its first such dim."""
+    peaks = []
+    for position, t in enumerate(inputs):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() < len(shape):
+            continue
+        for d, at in held.items():
+            if t.shape[d] != shape[d]:
+                continue
+            peak = [float(t.select(d, i).detach().float().abs().nan_to_num(0.0).max()) for i in range(t.shape[d])]
+            inside = max(peak[i] for i in at)
+            rest = max(p for i, p in enumerate(peak) if i not in set(at))
+            if inside > 0 and inside >= PEAK_RATIO * rest:
+                peaks.append([position, d, inside, rest])
+                break
+    return peaks
 
 
 def _indices(at: list) -> str | None:

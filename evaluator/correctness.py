@@ -39,7 +39,7 @@ import torch
 from tileagent.evaluator.candidate import read_candidate
 from tileagent.evaluator.errors import EvalError, Mismatch
 from tileagent.evaluator.compare import compared, finite_range, json_floats as _json_floats, other_outputs, \
-    outside as _outside, rare_value_at, where_outside
+    held_indices, input_peaks, outside as _outside, rare_value_at, where_outside
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
 from tileagent.evaluator.held_outputs import HeldOutputs
 from tileagent.evaluator import oracle
@@ -602,6 +602,7 @@ class _ConfigCheck:
             return None
         gathered = where_outside(c.sample, tuple(out.shape), n_bad) if n_bad else None
         reason += f"; {gathered}" if gathered else ""
+        held = list(held_indices(c.sample, tuple(out.shape), n_bad).items())  # for ``with_inputs_at_index``
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(out.shape)))
         expected, got = float(ref.reshape(-1)[flat]), float(out.reshape(-1)[flat])
         hint = ""
@@ -636,6 +637,7 @@ class _ConfigCheck:
                         **_json_floats(expected=expected, got=got, max_abs_err=max_abs, rel_l2=rel), mismatched=n_bad,
                         total=out.numel(), atol=tol.atol, rtol=tol.rtol, rel_l2_bound=tol.rel_l2,
                         dtype=str(ref.dtype).removeprefix("torch."), **({"where_outside": gathered} if gathered else {}),
+                        **({"held": held} if held else {}),
                         **base)
 
     def flag_degenerate(self, ref, where: dict) -> None:
@@ -708,12 +710,16 @@ def with_inputs_at_index(failure: Mismatch, inputs, outs=None) -> Mismatch:
     input of the same rank but other dims is not shown: its element at that index is another quantity (played LLM,
     session 25: a scan's (B, N, L) state inputs quoted for a (B, Dm, L) output). Not for an int64 (index) output:
     its positions are ranks or reduced rows, and the input there is not the element it chose (played LLM, session
-    22: the MoE router's feedback quoted the logit of expert 1 for the second-choice index of a row)."""
-    index = failure.details.get("index")
+    22: the MoE router's feedback quoted the logit of expert 1 for the second-choice index of a row). Also
+    ``inputs_peak`` (``compare.input_peaks``): inputs whose largest values sit in the rows holding the elements
+    outside."""
+    index, held = failure.details.get("index"), dict(failure.details.pop("held", []))
     if not isinstance(index, (list, tuple)) or failure.details.get("dtype") == "int64":
         return failure
     k = failure.details.get("output")
     shape = tuple(outs[k].shape) if outs is not None and isinstance(k, int) and k < len(outs) else None
+    if shape is not None and held and (peaks := input_peaks(inputs, shape, held)):
+        failure.details["inputs_peak"] = peaks
     values = []
     for position, t in enumerate(inputs):
         if not isinstance(t, torch.Tensor) or t.dim() not in (len(index), len(index) + 1):

@@ -102,6 +102,32 @@ def test_the_rows_holding_the_elements_outside_are_named_when_others_hold_none()
     assert compare.where_outside(c.sample, (5, 256), c.outside) is None
 
 
+def test_an_input_whose_largest_values_sit_in_the_wrong_rows_is_named():
+    """Played LLM session 42: a rank-16 update overflowed float16 in the one row of a hidden distribution's extreme
+    inputs (the last of 5), and the feedback's "index 4 (the last) of dim 0" was read as a tail bug."""
+    x = torch.randn(5, 64)
+    x[4, 7] = 16000.0
+    ref = torch.zeros(5, 48)
+    ref[4, 3] = -math.inf
+    out = ref.clone()
+    out[4, 3] = -65504.0
+    c = compare.compared(out, ref, Tolerance(1e-3, 1e-3, 1e-2))
+    held = compare.held_indices(c.sample, (5, 48), c.outside)
+    assert held == {0: [4], 1: [3]}
+    assert compare.input_peaks([x, torch.ones(48), torch.arange(5.0)], (5, 48), held) == \
+        [[0, 0, 16000.0, float(x[:4].abs().max())]]
+    x[4, 7] = 3.0  # no input larger there: nothing to say
+    assert compare.input_peaks([x], (5, 48), held) == []
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.feedback import render_feedback
+    failure = {"kind": "Mismatch", "output": 0, "index": [4, 3], "expected": "-inf", "got": -65504.0, "mismatched": 1,
+               "total": 240, "atol": 0.01, "rtol": 0.01, "max_abs_err": "nan", "rel_l2": "nan", "config": {"T": 5},
+               "seed": 0, "distribution": "extremes", "hidden": True, "inputs_peak": [[0, 0, 16000.0, 3.91]]}
+    text = render_feedback(EvalResult(status="mismatch", message="m", failure=failure))
+    assert "Input 0 is largest there: |values| up to 1.6e+04 at those indices of dim 0, at most 3.91 at the others " \
+           "(an overflow or a precision loss at large magnitudes, rather than an index or tail error?)" in text
+
+
 def test_a_sample_of_the_elements_outside_spreads_over_the_whole_tensor(monkeypatch):
     """Played LLM session 38: with 99% of an output wrong, the first 2^20 elements outside all sat in its first rows,
     and the feedback said they gathered at indices 0..258 of dim 0. The sample is now every 2^k-th of them."""

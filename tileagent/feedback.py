@@ -195,6 +195,10 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                        ) if failure.get("oracle_mismatched") else ""
         f["where_outside"] = f"\nThe differing elements: {failure['where_outside']}." if failure.get("where_outside") \
             else ""
+        for position, d, inside, rest in failure.get("inputs_peak") or []:
+            f["where_outside"] += (f"\nInput {position} is largest there: |values| up to {_num(inside, 3)} at those "
+                                   f"indices of dim {d}, at most {_num(rest, 3)} at the others (an overflow or a "
+                                   "precision loss at large magnitudes, rather than an index or tail error?)")
         if failure.get("found_at"):
             more = failure.get("found_count", 1) - 1
             also = f" (and at {more} other element(s))" if more else ""
