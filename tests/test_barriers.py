@@ -147,3 +147,27 @@ def test_a_row_every_thread_stores_gets_one_barrier_an_outer_iteration_not_one_a
     c = torch.empty(32, dtype=torch.float16)
     tileagent.compile(gemv, target="sim")(a, b, c)
     torch.testing.assert_close(c.float(), b.float() @ a.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_two_stores_at_an_address_read_from_a_buffer_get_a_barrier():
+    """s[idx[0]] = 1 then s[idx[0]] = 2 by every thread: the address is read from a buffer, so it may be one address
+    in every thread (it is here), and without a barrier one thread's first store may land after another's second
+    (session 41's note: the write-after-write exemption took any address that reads a buffer as per-thread)."""
+    @T.prim_func
+    def main(Idx: T.Tensor((1,), "int32"), Y: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128):
+            s = T.alloc_shared((128,), "float32")
+            tx = T.get_thread_binding()
+            s[tx] = 0.0
+            s[Idx[0]] = 1.0
+            s[Idx[0]] = 2.0
+            T.copy(s, Y)
+
+    src = tileagent.compile(main, out_idx=[1], target="cuda:sm_90a").get_kernel_source()
+    first = src.index("] = 1.0")
+    assert "__syncthreads();" in src[first:src.index("] = 2.0", first)]
+    want = torch.zeros(128)
+    want[5] = 2.0
+    for target in ("sim", "cpu"):
+        torch.testing.assert_close(tileagent.compile(main, out_idx=[1], target=target)(
+            torch.tensor([5], dtype=torch.int32)), want)

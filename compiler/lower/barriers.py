@@ -5,7 +5,8 @@ In: a T.Kernel body of the tile IR (before lowering). Out: the same body with ``
 Guarantees: for every pair of statements A before B (also across loop iterations: B early in the body, A late)
 where A writes a shared or global buffer that B reads or writes, or A reads one that B writes, a barrier runs between
 them; except where A and B both write and neither reads (write after write) and both are plain per-thread stores
-(a ``Store`` outside any tile op and ``T.Parallel``) whose address differs between threads, or A and B are one such
+(a ``Store`` outside any tile op and ``T.Parallel``) whose address uses the thread index (not only through a value
+read from a buffer, which may be one address in every thread), or A and B are one such
 store of an address every thread writes, in two iterations: as in TileLang's thread sync, which orders only
 read-after-write and write-after-read (TileLang's dequantizing GEMMs store each thread's values in a
 ``T.vectorized`` loop, its naive GEMV a row of A_shared by every thread: a barrier per element before this). A
@@ -62,13 +63,24 @@ class _WarpGroupArms:
         return branch_ranges(s, self.kernel, self.reach, self.lets) if isinstance(s, If) else None
 
 
-def _divergent_vars(body, thread_vars) -> set:
+class _Divergent(set):
+    """The variables whose value may differ between threads (``_divergent_vars``); ``threads``: those of them computed
+    from the thread index alone, without reading a buffer (an address made of them differs between threads by
+    construction; one read from a buffer may be the same in every thread: ``s[cnt[0]]``)."""
+
+    threads: frozenset = frozenset()
+
+
+def _divergent_vars(body, thread_vars) -> _Divergent:
     """The thread variables and every Let-bound variable whose value may differ between threads: it reads one of
     them or any buffer (per-thread code keeps per-thread values in locals)."""
-    found = set(thread_vars)
+    found, threads = _Divergent(thread_vars), set(thread_vars)
     for s in walk(body):
         if isinstance(s, Let) and _differs(s.value, found):
             found.add(s.var)
+            if _differs(s.value, threads) and not any(True for _ in loads(s.value)):
+                threads.add(s.var)
+    found.threads = frozenset(threads)
     return found
 
 
@@ -202,16 +214,32 @@ def _synced(s) -> tuple[frozenset, frozenset]:
 
 def _writers(s, divergent) -> frozenset:
     """(buffer, writer) for each shared or global buffer ``s`` writes. Two writes need no barrier between them when
-    their writers are equal and not None: ``"thread"`` for plain per-thread stores whose address differs between
-    threads (each thread's elements are its own), a store's id for one of an address every thread writes (that store
-    in a later iteration: each thread's last write is the loop's last), None for the rest (tile ops, whose threads
-    the layout picks, ``T.Parallel`` bodies, atomics, extern calls)."""
+    their writers are equal and not None: ``"thread"`` for plain per-thread stores whose address uses the thread
+    index outside any buffer read (each thread's elements are its own), a store's id for one of an address every
+    thread writes (that store in a later iteration: each thread's last write is the loop's last), None for the rest
+    (an address read from a buffer, which may be one address in every thread: ``s[cnt[0]] = a`` then
+    ``s[cnt[0]] = b``; tile ops, whose threads the layout picks, ``T.Parallel`` bodies, atomics, extern calls)."""
     if isinstance(s, Store) and divergent is not None and op_for(s) is None:
-        return frozenset((b, "thread" if _differs(s.indices, divergent) else id(s)) for b in _synced(s)[0])
+        writer = "thread" if _by_thread(s.indices, divergent.threads) else None if _differs(s.indices, divergent) \
+            else id(s)
+        return frozenset((b, writer) for b in _synced(s)[0])
     if op_for(s) is None and isinstance(s, (For, While, If)):
         parts = s.body if isinstance(s, (For, While)) else s.then_body + s.else_body
         return frozenset().union(*(_writers(x, divergent) for x in parts))
     return frozenset((b, None) for b in _synced(s)[0])
+
+
+def _by_thread(e, threads) -> bool:
+    """Whether ``e`` uses a thread-index variable outside any buffer read (``_Divergent.threads``)."""
+    from tileagent.compiler.ir.expr import Expr, Load, Var
+
+    if isinstance(e, Var):
+        return e in threads
+    if isinstance(e, Expr) and not isinstance(e, Load):
+        return any(_by_thread(getattr(e, n), threads) for n in getattr(e, "__slots__", ()))
+    if isinstance(e, (tuple, list)):
+        return any(_by_thread(x, threads) for x in e)
+    return False
 
 
 def _effects(s, w, r, scopes):
