@@ -16,7 +16,8 @@ Guarantees:
   loaded value, leaving out a loop variable, or mixing several in one index whose coefficients may collide). A
   loop with none costs one walk of its body per kernel call (``plan``), and a dict lookup per access.
 - read-write race: an element that one iteration reads and a different iteration writes, by a store that changes the
-  element (new bits != the bits before the store; NaNs alike, -0.0 == 0.0) or by an atomic update.
+  element (new bits != the bits before the store; NaNs alike, -0.0 == 0.0) or by an atomic update; where the reading
+  iteration stores to the element too (a read-modify-write: ``hist[ids[i]] += 1``), the hint is the atomic update.
 - write-write race: an element whose last stores by two different iterations leave different values.
 - not races: an iteration's own reads and writes, in any order; several iterations storing the same value; atomic
   updates among themselves; accesses of lanes an ``if`` masks off; out-of-bounds global accesses (the interpreter
@@ -51,6 +52,11 @@ _HINT = {
               "second (TileAgent places a barrier between them for shared memory), or make each element read and "
               "written by one iteration only; accumulate with T.atomic_add / T.atomic_max / T.atomic_min",
 }
+_HINT_RMW = ("Several iterations read this element and write it back: their updates get lost in any order, also "
+             "with the reads and the writes split into two loops; where one update an element is meant, read the "
+             "value from a tensor this loop does not write (the input rather than the output being updated); where "
+             "every iteration's update counts (a histogram, a scatter-add), update it in place with "
+             "T.atomic_add(buffer[index], value) (or T.atomic_max / T.atomic_min), one atomic per iteration")
 _HINT_WW = ("Make each element written by one iteration only (or by iterations that store the same value), or "
             "combine the values with T.atomic_add / T.atomic_max / T.atomic_min")
 
@@ -314,11 +320,13 @@ class Recorder:
                 other = int(wi[here].min())  # the first other iteration that changes the element
                 w = next(a for a in writes if bool(((a.addrs == r.addrs[k]) & (a.iters == other) & a.changed).any()))
                 how = "updates atomically" if w.kind == "a" else "writes"
+                rmw = any(bool(((a.addrs == r.addrs[k]) & (a.iters == me)).any()) for a in writes if a.kind == "w")
                 what = f"the read may see the element before or after that {'update' if w.kind == 'a' else 'write'}"
                 raise KernelFault(f"T.Parallel iterations race on {r.buf.name}: iteration ({self._it(me)}) reads "
                                   f"{self._elem(r, k)} that iteration ({self._it(other)}) {how}{self._at(w, r)} in "
                                   f"the same loop; {_GPU.format(what=what)}. "
-                                  f"{_HINT['global' if r.buf.scope == 'global' else 'shared']}", r.span or w.span)
+                                  f"{_HINT_RMW if rmw else _HINT['global' if r.buf.scope == 'global' else 'shared']}",
+                                  r.span or w.span)
 
     def _write_write(self, writes) -> None:
         writes = [a for a in writes if len(a.addrs)]

@@ -467,8 +467,9 @@ class _Runner:
             if _new_task_refused(e):
                 raise _violation("threads", f"the forward tried to start a thread or a process ({type(e).__name__}: "
                                  f"{e}); the candidate's process may not") from e
-            line = candidate_line(e, self.candidate.path)
-            at = f" (line {line})" if line else ""
+            line = candidate_line(e, self.candidate.path)  # a message that names a DSL line: the kernel's call
+            at = "" if not line else f" (called at line {line})" if f"{self.candidate.path.name}:" in str(e) else \
+                f" (line {line})"
             raise RunFailed(f"ModelNew.forward raised {type(e).__name__}: {e}{at}", exception=type(e).__name__,
                             line=line) from e
         self.earlier = list(outs)

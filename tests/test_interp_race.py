@@ -26,6 +26,12 @@ GLOBAL_HINT = ("Make each element read and written by one iteration only (read f
                "write, e.g. the input rather than the output being updated), or do the writes in a later T.Kernel; "
                "accumulate with T.atomic_add / T.atomic_max / T.atomic_min")
 
+RMW_HINT = ("Several iterations read this element and write it back: their updates get lost in any order, also with the "
+            "reads and the writes split into two loops; where one update an element is meant, read the value from a "
+            "tensor this loop does not write (the input rather than the output being updated); where every "
+            "iteration's update counts (a histogram, a scatter-add), update it in place with "
+            "T.atomic_add(buffer[index], value) (or T.atomic_max / T.atomic_min), one atomic per iteration")
+
 
 def penalty(read_output: bool, V=16, L=8, p=1.5):
     """HF's repetition penalty as a scatter: Y = X, then Y[tok] penalized for every id; ``read_output`` reads the logit
@@ -56,7 +62,7 @@ def test_repetition_penalty_reading_its_own_output_faults_at_the_read_naming_the
     what = "the read may see the element before or after that write"
     assert str(e.value) == (f"{at('racy-read')}25: T.Parallel iterations race on Y: iteration (k=0) reads Y[0, 3] that "
                             f"iteration (k=2) writes at line {line_of('penalized-write')} in the same loop; "
-                            + GPU.format(what=what) + GLOBAL_HINT)
+                            + GPU.format(what=what) + RMW_HINT)
 
 
 def test_repetition_penalty_reading_the_input_passes_though_repeats_store_the_same_value():
@@ -170,6 +176,28 @@ def test_shared_memory_shifted_in_place_faults_with_the_shared_memory_hint():
                             "writes in the second (TileAgent places a barrier between them for shared memory), or "
                             "make each element read and written by one iteration only; accumulate with T.atomic_add / "
                             "T.atomic_max / T.atomic_min")
+
+
+def test_a_histogram_by_plain_stores_is_told_to_update_atomically():
+    """Played LLM session 43: ``hist[ids[i]] = hist[ids[i]] + 1`` got the shared-memory hint, whose first fix (the
+    reads and the writes in two loops) keeps the lost updates; the next turn's kernel counted 1 where 14 were due."""
+    E, L = 4, 16
+
+    @T.prim_func
+    def histogram(Ids: T.Tensor((L,), "int32"), Counts: T.Tensor((E,), "int32")):
+        with T.Kernel(1, threads=32):
+            hist = T.alloc_shared((E,), "int32")
+            T.clear(hist)
+            for i in T.Parallel(L):
+                hist[Ids[i]] = hist[Ids[i]] + 1  # histogram
+            T.copy(hist, Counts)
+
+    with pytest.raises(KernelFault) as e:
+        build(histogram)(torch.tensor([1, 1] + [0] * (L - 2), dtype=torch.int32), torch.empty(E, dtype=torch.int32))
+    message = str(e.value)
+    assert message.startswith(f"{at('histogram')}")
+    assert "T.Parallel iterations race on hist: iteration (i=0) reads hist[1] that iteration (i=1) writes" in message
+    assert message.endswith(RMW_HINT)
 
 
 def test_a_read_of_an_element_other_iterations_update_atomically_is_a_race():
@@ -296,3 +324,20 @@ def test_a_store_and_another_blocks_atomic_updates_of_one_element_in_one_launch_
     own = torch.full((4, 32), float("nan"))
     build(column_sums("own"))(x, own)  # a block's own clear and atomic add of its own row: not a race
     torch.testing.assert_close(own, x.view(4, 16, 32).sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_a_global_shift_in_place_faults_with_the_global_memory_hint():
+    """Not a read-modify-write (each iteration reads one element and writes another): the hint is the one for
+    global memory, not the atomic update's."""
+    N = 32
+
+    @T.prim_func
+    def shift(Y: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(N - 1):
+                Y[i] = Y[i + 1]  # global-shift
+
+    with pytest.raises(KernelFault) as e:
+        build(shift)(torch.randn(N))
+    assert str(e.value).startswith(f"{at('global-shift')}")
+    assert str(e.value).endswith(GLOBAL_HINT)
