@@ -42,7 +42,7 @@ from tileagent.evaluator.compare import compared, finite_range, json_floats as _
     held_indices, input_peaks, outside as _outside, rare_value_at, where_outside
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
 from tileagent.evaluator.held_outputs import HeldOutputs
-from tileagent.evaluator import oracle
+from tileagent.evaluator import oracle, other_distributions
 from tileagent.evaluator.interpreter_sizes import TAILS_NOT_CHECKED, fit_tail, too_large
 from tileagent.evaluator.sandbox import Buffer, Sandbox
 from tileagent.evaluator.records import ConfigResult
@@ -243,7 +243,10 @@ class _ConfigCheck:
                 if tail_of is not None:
                     where["tail_of"] = tail_of
                 inputs = self.spec.make_inputs(config, self.input_seed(seed), dist, self.device)
-                previous = self.check(model, key, inputs, previous, where)
+                try:
+                    previous = self.check(model, key, inputs, previous, where)
+                except Mismatch as e:  # the same seed under the other distributions, for the feedback
+                    raise other_distributions.probe(self, model, key, e, dists)
         if previous is not None:  # the runner's mapping keeps the memory alive in this process too (CUDA IPC)
             self.sandbox.forget(previous)
 

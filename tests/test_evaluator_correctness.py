@@ -169,6 +169,29 @@ def test_error_just_over_the_fp32_tolerance_fails_with_everything_the_agent_need
     assert position == 0 and math.isclose(d["expected"], max(x, 0.0) * 2.0, rel_tol=1e-6)
 
 
+def test_a_mismatch_says_how_the_other_distributions_fare_naming_only_the_public_ones(tmp_path, relu_spec):
+    """Played LLM session 43: an fp16 sum of squares that overflows failed under one hidden distribution, and the
+    feedback's lone 'got -0' read as an out-of-bounds load; which distributions fail tells range from indexing."""
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.evaluator.spec import HIDDEN, PUBLIC_DISTRIBUTIONS
+    from tileagent.feedback import render_feedback
+
+    with pytest.raises(Mismatch) as info:  # wrong only past 50: the large hidden distributions
+        check_candidate(relu_spec, relu_candidate(tmp_path, "T.if_then_else(x[j] > 50.0, 0.0, T.max(x[j], 0.0) * 2.0)"),
+                        seeds=1)
+    d = info.value.details
+    assert d["hidden"] and d["distribution"] in HIDDEN
+    probed = d["distributions"]
+    assert probed["public"] == {name: "correct" for name in PUBLIC_DISTRIBUTIONS}
+    run, wrong, nonfinite = probed["hidden"]
+    assert 1 <= wrong < run <= len(HIDDEN) and nonfinite == 0
+    text = render_feedback(EvalResult(status="mismatch", message="m", failure={**d, "kind": "Mismatch"}))
+    assert ("The same config and seed under each input distribution: 'normal' correct, 'uniform' correct, "
+            f"'normal_x3' correct, 'normal_x0.01' correct, 'negative' correct; hidden ones: {wrong} of {run} wrong.") \
+        in text
+    assert not any(f"'{name}'" in text for name in HIDDEN)
+
+
 def test_the_inputs_quoted_at_a_failing_index_are_those_that_broadcast_to_the_output():
     """Played LLM, session 25: a scan's (B, N, L) inputs were quoted at a (B, Dm, L) output's index (another
     quantity there); a (1, Dm, 1) operand is read at its broadcast index."""

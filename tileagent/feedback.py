@@ -12,6 +12,7 @@ from __future__ import annotations
 from tileagent.evaluator.records import ConfigResult, EvalResult
 from tileagent.evaluator.full_size import NOT_RAN, RAN, RULE as FULL_RUN_RULE
 from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE, TAILS_NOT_CHECKED
+from tileagent.evaluator.other_distributions import sentence
 from tileagent.prompts import render
 from tileagent.target import meets_target
 
@@ -205,6 +206,7 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
             source = "the reference's" + (f" output {failure['found_in']}" if "found_in" in failure else "")
             f["where_outside"] += (f"\nThe value got at that index is {source} at index "
                                    f"{tuple(failure['found_at'])}{also}: an element read from the wrong place?")
+        f["distributions"] = sentence(failure["distributions"]) if failure.get("distributions") else ""
         f["other_outputs"] = "".join(
             f"\nOutput {e['output']} differs too: {e['mismatched']} of {e['total']} elements, e.g. at index "
             f"{tuple(e['index'])}: expected {_value(e, 'expected')}, got {_value(e, 'got')}."

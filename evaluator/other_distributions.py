@@ -1,0 +1,90 @@
+"""After a mismatch: how the same config fares under the other input distributions (played LLM session 43).
+
+In: the config check that raised a Mismatch (``evaluator.correctness._ConfigCheck``: its reference model, the
+candidate's model key, the seed and the distribution that failed), the distributions of the check and a time budget.
+Out: ``details["distributions"]`` on the Mismatch: per public distribution its verdict ("correct", "wrong",
+"wrong, non-finite"), and for the hidden ones a count ("2 of 6 wrong, 1 of them non-finite"), never their names (the
+feedback names no hidden distribution: a kernel must not special-case them).
+How: one call of the candidate per other distribution, on inputs drawn from the failing seed, compared with the
+reference by the check's own rule (``compare``; the oracle and the tie rules included), the distributions that ran
+before the failing one on that seed counted as correct without a call; stopped when the budget is spent (the ones not
+run are left out).
+Guarantees: the Mismatch raised is the one found, unchanged but for ``distributions``; an error of a probe call (a
+fault, a guard) ends the probe quietly, so nothing the probe does can hide or replace the first failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from tileagent.evaluator.errors import Mismatch
+from tileagent.evaluator.sandbox import Buffer
+from tileagent.evaluator.spec import HIDDEN
+
+log = logging.getLogger(__name__)
+
+BUDGET_S = 20.0
+"""The most time the probe may add to a failing check."""
+
+
+def probe(checker, model, key, mismatch: Mismatch, dists: tuple[str, ...], budget_s: float = BUDGET_S) -> Mismatch:
+    """``mismatch`` with ``details["distributions"]`` (see the module docstring) when another distribution ran."""
+    where = mismatch.details
+    failed, seed = where.get("distribution"), where.get("seed")
+    if failed not in dists or not isinstance(seed, int) or "tail_of" in where or "trial" in where or len(dists) < 2:
+        return mismatch
+    verdicts: dict[str, str] = {}
+    for d in dists[:dists.index(failed)]:
+        verdicts[d] = "correct"  # checked on this seed before the failing one
+    verdicts[failed] = _verdict(mismatch)
+    start = time.perf_counter()
+    for d in dists[dists.index(failed) + 1:]:
+        if time.perf_counter() - start > budget_s:
+            break
+        at = {**{k: where[k] for k in ("config", "seed", "input_seed") if k in where}, "distribution": d,
+              "hidden": d in HIDDEN}
+        buffers = []
+        try:
+            inputs = checker.spec.make_inputs(where["config"], checker.input_seed(seed), d, checker.device)
+            ref = checker.spec.run_reference(model, [t.clone() for t in inputs], where["config"])
+            buffers = [Buffer(t.clone()) for t in inputs]
+            outs = checker.call(key, buffers, inputs, at)
+            failure = checker.compare(outs, ref, at, 1, checker.oracle(model, inputs),
+                                      checker.tie_runs(model, inputs, where["config"]))
+        except Exception as e:  # noqa: BLE001 - the first failure stands; the probe only adds to it
+            log.info("probe of distribution %r stopped: %s", d, e)
+            break
+        finally:
+            if buffers:
+                checker.sandbox.forget(buffers)
+        verdicts[d] = "correct" if failure is None else _verdict(failure)
+    if len(verdicts) > 1:
+        mismatch.details["distributions"] = summary(verdicts)
+    return mismatch
+
+
+def _verdict(failure: Mismatch) -> str:
+    rel = failure.details.get("rel_l2")
+    nonfinite = isinstance(rel, str) and rel == "nan" or isinstance(rel, float) and rel != rel
+    return "wrong, non-finite" if nonfinite else "wrong"
+
+
+def summary(verdicts: dict[str, str]) -> dict:
+    """{"public": {name: verdict}, "hidden": [run, wrong, non-finite]} of ``verdicts``."""
+    hidden = [v for d, v in verdicts.items() if d in HIDDEN]
+    return {"public": {d: v for d, v in verdicts.items() if d not in HIDDEN},
+            "hidden": [len(hidden), sum(v != "correct" for v in hidden), sum(v.endswith("non-finite") for v in hidden)]}
+
+
+def sentence(distributions: dict) -> str:
+    """The feedback's line for ``summary``'s dict: "The same config under each input distribution: 'normal'
+    correct, 'uniform' correct; hidden ones: 2 of 6 wrong (1 with NaN or inf where the reference is finite)."."""
+    parts = [f"'{d}' {v.replace('wrong, non-finite', 'wrong (NaN or inf where the reference is finite)')}"
+             for d, v in distributions.get("public", {}).items()]
+    run, wrong, nonfinite = distributions.get("hidden") or (0, 0, 0)
+    text = ", ".join(parts)
+    if run:
+        text += ("; " if text else "") + f"hidden ones: {wrong} of {run} wrong" + (
+            f" ({nonfinite} with NaN or inf where the reference is finite)" if nonfinite else "")
+    return f"\nThe same config and seed under each input distribution: {text}."
