@@ -39,9 +39,10 @@ import torch
 from tileagent.evaluator.candidate import read_candidate
 from tileagent.evaluator.errors import EvalError, Mismatch
 from tileagent.evaluator.compare import compared, finite_range, json_floats as _json_floats, other_outputs, \
-    held_indices, input_peaks, outside as _outside, rare_value_at, where_outside
+    held_indices, outside as _outside, rare_value_at, where_outside
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
 from tileagent.evaluator.held_outputs import HeldOutputs
+from tileagent.evaluator.inputs_at import with_inputs_at_index
 from tileagent.evaluator import oracle, other_distributions
 from tileagent.evaluator.interpreter_sizes import TAILS_NOT_CHECKED, fit_tail, too_large
 from tileagent.evaluator.sandbox import Buffer, Sandbox
@@ -698,55 +699,6 @@ class _ConfigCheck:
                              f"{', '.join(map(repr, seen))} (they must match in place; consider DISTRIBUTIONS in the "
                              f"spec, or FIXED_INPUTS for inputs that are model parameters drawn by get_inputs)")
         return notes
-
-
-MAX_INPUTS_AT_INDEX, MAX_ROW_AT_INDEX = 4, 8
-
-
-def with_inputs_at_index(failure: Mismatch, inputs, outs=None) -> Mismatch:
-    """``failure`` with ``inputs_at_index``: [position, value] of each input tensor (up to ``MAX_INPUTS_AT_INDEX``)
-    that has an element at the failing output index, so the feedback can say what the inputs were there (a hidden
-    distribution stays unnamed; its magnitudes show): an input that broadcasts to the output's shape (``outs``: the
-    outputs of the failing call; each dim equal or 1), read at the broadcast index, or one dim more whose last dim
-    holds at most ``MAX_ROW_AT_INDEX`` values, its row there as a list (played LLM session 41: a conv state
-    (B, C, 4) for a (B, C) output); without ``outs``, any input of the output's rank with the index in range. An
-    input of the same rank but other dims is not shown: its element at that index is another quantity (played LLM,
-    session 25: a scan's (B, N, L) state inputs quoted for a (B, Dm, L) output). Not for an int64 (index) output:
-    its positions are ranks or reduced rows, and the input there is not the element it chose (played LLM, session
-    22: the MoE router's feedback quoted the logit of expert 1 for the second-choice index of a row). Also
-    ``inputs_peak`` (``compare.input_peaks``): inputs whose largest values sit in the rows holding the elements
-    outside."""
-    index, held = failure.details.get("index"), dict(failure.details.pop("held", []))
-    if not isinstance(index, (list, tuple)) or failure.details.get("dtype") == "int64":
-        return failure
-    k = failure.details.get("output")
-    shape = tuple(outs[k].shape) if outs is not None and isinstance(k, int) and k < len(outs) else None
-    if shape is not None and held and (peaks := input_peaks(inputs, shape, held)):
-        failure.details["inputs_peak"] = peaks
-    values = []
-    for position, t in enumerate(inputs):
-        if not isinstance(t, torch.Tensor) or t.dim() not in (len(index), len(index) + 1):
-            continue
-        row = t.dim() > len(index)  # one dim more: its row at the index where that dim is short
-        if shape is not None:
-            if not all(n in (s, 1) for n, s in zip(t.shape, shape)) or row and not 0 < t.shape[-1] <= MAX_ROW_AT_INDEX:
-                continue
-            at = tuple(i if n > 1 else 0 for i, n in zip(index, t.shape))
-        elif not row and all(0 <= i < n for i, n in zip(index, t.shape)):
-            at = tuple(index)
-        else:
-            continue
-        v = t[at].tolist()
-        values.append([position, [_scalar(x) for x in v] if row else _scalar(v)])
-        if len(values) == MAX_INPUTS_AT_INDEX:
-            break
-    if values:
-        failure.details["inputs_at_index"] = values
-    return failure
-
-
-def _scalar(v):
-    return v if isinstance(v, (bool, int)) else _json_floats(v=float(v))["v"]
 
 
 SPREAD_NUMEL, SPREAD_RUNS, SPREAD_FEW = 64, 8, 1e-3

@@ -223,6 +223,29 @@ def test_an_input_with_one_short_dim_more_is_quoted_by_its_row():
     assert f"Inputs at that index: input 0 = {x[1, 5].item():.6g}, input 1 = [{row}] (its last dim)." in text
 
 
+def test_an_input_of_fewer_dims_is_quoted_where_its_sizes_name_the_output_dims_it_follows():
+    """Played LLM session 43: adaLN's (B, C) shift and scale of a (B, T, C) output were not quoted, and a block that
+    read the wrong sample's row was read as a shifted read. An input whose sizes are one choice of the output's
+    dims is read there (with its index); where two choices fit (B == T) it is left out."""
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.evaluator.correctness import with_inputs_at_index
+    from tileagent.feedback import render_feedback
+
+    x, shift, weight, ambiguous = torch.randn(2, 5, 3), torch.randn(2, 3), torch.randn(3), torch.randn(5, 5)
+    failure = with_inputs_at_index(Mismatch("m", index=[1, 4, 2], output=0), [x, shift, weight, ambiguous],
+                                   (torch.zeros(2, 5, 3),))
+    assert failure.details["inputs_at_index"] == [[0, x[1, 4, 2].item()], [1, shift[1, 2].item(), [1, 2]],
+                                                  [2, weight[2].item(), [2]]]
+    square = with_inputs_at_index(Mismatch("m", index=[1, 4, 2], output=0), [torch.randn(5, 3)],
+                                  (torch.zeros(5, 5, 3),))  # dims (0, 2) or (1, 2): not quoted
+    assert "inputs_at_index" not in square.details
+    text = render_feedback(EvalResult(status="mismatch", message="m", failure={
+        **failure.details, "expected": 1.0, "got": 2.0, "mismatched": 1, "total": 30, "atol": 0.01, "rtol": 0.01,
+        "max_abs_err": 1.0, "rel_l2": 0.5, "config": {"B": 2}, "seed": 0, "distribution": "normal"}))
+    assert f"input 1 = {shift[1, 2].item():.6g} (at its index (1, 2)), input 2 = {weight[2].item():.6g} (at its " \
+           "index (2,))." in text
+
+
 def test_the_mismatch_feedback_quotes_the_inputs_at_the_failing_index(tmp_path, relu_spec):
     """A hidden distribution stays unnamed, but its magnitudes show: the input value at the wrong element."""
     from tileagent.evaluator.records import EvalResult

@@ -176,7 +176,8 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         at = failure.get("inputs_at_index") or []
         f["inputs_at_index"] = ("\nInputs at that index: " + ", ".join(
             f"input {p} = " + (f"[{', '.join(_num(x, 6) for x in v)}] (its last dim)" if isinstance(v, list)
-                               else _num(v, 6)) for p, v in at) + ".") if at else ""
+                               else _num(v, 6)) + (f" (at its index {tuple(own[0])})" if own else "")
+            for p, v, *own in at) + ".") if at else ""
         f = {**{k: "-" for k in needed}, **f}
         f["single"] = " (a single value: a relative tolerance)" if failure.get("total") == 1 else ""
         nonfinite = failure.get("rel_l2") == "nan"  # evaluator.compare.json_floats

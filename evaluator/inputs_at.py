@@ -1,0 +1,97 @@
+"""The inputs' values at a mismatch's failing output index, for the feedback (``with_inputs_at_index``).
+
+In: a Mismatch with ``index`` and ``output`` (``evaluator.correctness``), the failing call's inputs and outputs.
+Out: the same Mismatch with ``inputs_at_index`` ([position, value] or [position, value, the input's index] per input
+that has an element there) and ``inputs_peak`` (``compare.input_peaks``); its ``held`` detail (the rows holding the
+differing elements, ``compare.held_indices``) consumed.
+Guarantees: reads the inputs only (nothing is called); an input whose element at the index cannot be told from the
+shapes alone is left out rather than guessed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tileagent.evaluator.compare import input_peaks, json_floats as _json_floats
+from tileagent.evaluator.errors import Mismatch
+
+MAX_INPUTS_AT_INDEX, MAX_ROW_AT_INDEX = 4, 8
+
+
+def with_inputs_at_index(failure: Mismatch, inputs, outs=None) -> Mismatch:
+    """``failure`` with ``inputs_at_index``: [position, value] of each input tensor (up to ``MAX_INPUTS_AT_INDEX``)
+    that has an element at the failing output index, so the feedback can say what the inputs were there (a hidden
+    distribution stays unnamed; its magnitudes show): an input that broadcasts to the output's shape (``outs``: the
+    outputs of the failing call; each dim equal or 1), read at the broadcast index, or one dim more whose last dim
+    holds at most ``MAX_ROW_AT_INDEX`` values, its row there as a list (played LLM session 41: a conv state
+    (B, C, 4) for a (B, C) output); an input of fewer dims whose sizes are those of one choice of the output's dims,
+    in order (``_dims_in``: a (B, C) shift of a (B, T, C) output, at [b, c], with that index quoted; played LLM
+    session 43); without ``outs``, any input of the output's rank with the index in range. An
+    input of the same rank but other dims is not shown: its element at that index is another quantity (played LLM,
+    session 25: a scan's (B, N, L) state inputs quoted for a (B, Dm, L) output). Not for an int64 (index) output:
+    its positions are ranks or reduced rows, and the input there is not the element it chose (played LLM, session
+    22: the MoE router's feedback quoted the logit of expert 1 for the second-choice index of a row). Also
+    ``inputs_peak`` (``compare.input_peaks``): inputs whose largest values sit in the rows holding the elements
+    outside."""
+    index, held = failure.details.get("index"), dict(failure.details.pop("held", []))
+    if not isinstance(index, (list, tuple)) or failure.details.get("dtype") == "int64":
+        return failure
+    k = failure.details.get("output")
+    shape = tuple(outs[k].shape) if outs is not None and isinstance(k, int) and k < len(outs) else None
+    if shape is not None and held and (peaks := input_peaks(inputs, shape, held)):
+        failure.details["inputs_peak"] = peaks
+    values = []
+    for position, t in enumerate(inputs):
+        if not isinstance(t, torch.Tensor) or t.dim() == 0:
+            continue
+        if shape is not None and t.dim() < len(index):
+            dims = _dims_in(tuple(t.shape), shape)
+            if dims is not None:
+                at = tuple(index[d] for d in dims)
+                values.append([position, _scalar(t[at].item()), list(at)])
+            if len(values) == MAX_INPUTS_AT_INDEX:
+                break
+            continue
+        if t.dim() not in (len(index), len(index) + 1):
+            continue
+        row = t.dim() > len(index)  # one dim more: its row at the index where that dim is short
+        if shape is not None:
+            if not all(n in (s, 1) for n, s in zip(t.shape, shape)) or row and not 0 < t.shape[-1] <= MAX_ROW_AT_INDEX:
+                continue
+            at = tuple(i if n > 1 else 0 for i, n in zip(index, t.shape))
+        elif not row and all(0 <= i < n for i, n in zip(index, t.shape)):
+            at = tuple(index)
+        else:
+            continue
+        v = t[at].tolist()
+        values.append([position, [_scalar(x) for x in v] if row else _scalar(v)])
+        if len(values) == MAX_INPUTS_AT_INDEX:
+            break
+    if values:
+        failure.details["inputs_at_index"] = values
+    return failure
+
+
+def _scalar(v):
+    return v if isinstance(v, (bool, int)) else _json_floats(v=float(v))["v"]
+
+
+def _dims_in(small: tuple, shape: tuple) -> tuple | None:
+    """The one choice of ``shape``'s dims, in order, whose sizes are ``small`` (each of them over 1); None when there
+    is none or more than one (a (B, C) input of a (B, T, C) output with B == T could be either)."""
+    found: list[tuple] = []
+
+    def walk(i: int, start: int, chosen: tuple) -> None:
+        if len(found) > 1:
+            return
+        if i == len(small):
+            found.append(chosen)
+            return
+        for d in range(start, len(shape)):
+            if shape[d] == small[i]:
+                walk(i + 1, d + 1, chosen + (d,))
+
+    if any(n <= 1 for n in small):
+        return None
+    walk(0, 0, ())
+    return found[0] if len(found) == 1 else None
