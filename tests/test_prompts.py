@@ -41,6 +41,7 @@ EXAMPLES = {
     "cross_entropy": ({"M": 5, "V": 1000, "block_v": 256, "threads": 64},
                       {"M": 3, "V": 300, "block_v": 128, "threads": 64}, ("cross_entropy", (None, 128256))),
     "add_rmsnorm": ({"M": 37, "C": 160}, {"M": 7, "C": 96}, ("add_rmsnorm", (None, 4096))),
+    "bincount": ({"L": 5000, "E": 37}, {"L": 700, "E": 20, "block": 256, "threads": 64}, ("bincount", (256,))),
 }
 
 
@@ -409,3 +410,17 @@ def test_the_fusion_familys_archive_fills_only_the_places_curated_examples_leave
                         f"prompts/examples/{FORMAT_EXAMPLE}.py"]
     examples = [t for t, _ in pick_examples("fusion", archived, limit=3, reference_source="import torch\nx + y")]
     assert examples == [archived[0][0], "prompts/examples/bias_gelu.py", f"prompts/examples/{FORMAT_EXAMPLE}.py"]
+
+
+def test_a_histogram_reference_gets_the_counts_example_and_its_inputs_drawing_shows_no_idiom():
+    """Played LLM session 43: tokens-per-expert counts got cross_entropy and softmax as examples (its get_inputs
+    draws the router's choices with topk) and no example of atomic counting."""
+    from tileagent.context import FORMAT_EXAMPLE, idioms_of, pick_examples
+
+    source = (Path(__file__).resolve().parents[1] / "bench/played_llm/refs/moe_expert_count.py").read_text()
+    assert idioms_of(source) == ["counts"]
+    assert [t for t, _ in pick_examples("fusion", [], limit=3, reference_source=source)] == \
+        ["prompts/examples/bincount.py", f"prompts/examples/{FORMAT_EXAMPLE}.py"]
+    assert idioms_of("def get_inputs():\n    return [torch.randn(4).topk(2).indices]\nclass Model:\n"
+                     "    def forward(self, x):\n        return torch.cosine_similarity(x, x, dim=-1)\n") == \
+        ["rms", "broadcast"]

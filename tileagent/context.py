@@ -48,6 +48,7 @@ IDIOM_EXAMPLES = {  # an idiom seen in the reference -> the prompts/examples ste
     "mean_variance": "layernorm",
     "rms": "rmsnorm_silu",
     "dim_reduction": "sum_dim1",
+    "counts": "bincount",
     "broadcast": "bias_gelu",
 }
 _IDIOM_CALLS = {  # names of torch functions, methods and nn layers -> idiom
@@ -60,8 +61,10 @@ _IDIOM_CALLS = {  # names of torch functions, methods and nn layers -> idiom
     "softmax": {"softmax", "log_softmax", "Softmax", "LogSoftmax", "topk"},
     "mean_variance": {"layer_norm", "LayerNorm", "group_norm", "GroupNorm", "var", "std", "var_mean",
                       "instance_norm", "InstanceNorm1d", "InstanceNorm2d", "batch_norm", "BatchNorm1d", "BatchNorm2d"},
-    "rms": {"rsqrt", "rms_norm", "RMSNorm", "normalize"},
+    "rms": {"rsqrt", "rms_norm", "RMSNorm", "normalize", "cosine_similarity", "CosineSimilarity"},
     "dim_reduction": {"sum", "mean", "amax", "amin", "max", "min", "prod", "norm", "cumsum", "argmax", "argmin"},
+    "counts": {"bincount", "histc", "histogram", "scatter_add", "scatter_add_", "index_add", "index_add_",
+               "scatter_reduce", "scatter_reduce_", "index_put_"},
 }
 
 
@@ -98,14 +101,16 @@ def device_words(device: str) -> str:
 
 def idioms_of(reference_source: str) -> list[str]:
     """The idioms (keys of ``IDIOM_EXAMPLES``) a reference's source shows, in ``IDIOM_EXAMPLES``' order: the torch
-    functions, methods and layers it names, ``@`` (a GEMM), and a ``forward`` returning a tuple (several outputs).
-    A source that does not parse shows none."""
+    functions, methods and layers it names outside ``get_inputs`` / ``get_init_inputs``, ``@`` (a GEMM), and a
+    ``forward`` returning a tuple (several outputs). A source that does not parse shows none."""
     try:
         tree = python_ast.parse(reference_source)
     except SyntaxError:
         return []
     names, found = set(), set()
-    for node in ast.walk(tree):
+    inputs = {"get_inputs", "get_init_inputs"}  # how the inputs are drawn is not the op (a router's topk)
+    for node in (n for top in tree.body if not (isinstance(top, ast.FunctionDef) and top.name in inputs)
+                 for n in ast.walk(top)):
         if isinstance(node, ast.Attribute):
             names.add(node.attr)
         elif isinstance(node, ast.Name):
@@ -118,7 +123,7 @@ def idioms_of(reference_source: str) -> list[str]:
     found |= {idiom for idiom, calls in _IDIOM_CALLS.items() if names & calls}
     if {"gemm", "softmax"} <= found:  # softmax(q k^T) v written out (a decode step's GQA: played LLM, session 24)
         found.add("attention")
-    if not found & {"gemm", "attention", "lookup"}:
+    if not found & {"gemm", "attention", "lookup", "counts"}:
         found.add("broadcast")  # a pointwise op: the 2-d elementwise example with a broadcast operand
     return [idiom for idiom in IDIOM_EXAMPLES if idiom in found]
 
