@@ -49,6 +49,12 @@ def test_column_sums_through_padded_scratch_on_gpu(M, N, threads, dtype):
     x = torch.randn(64, 1000, 300, device="cuda")
     torch.testing.assert_close(mod.sum_dim1(None, 1000, 300)(x), x.sum(1, keepdim=True), rtol=1e-4, atol=1e-3)
 
+@pytest.mark.parametrize("L,E", [(1, 8), (100_000, 256), (262_144, 8)])
+def test_bincount_example_on_gpu(L, E):
+    """Shared-memory bins with atomics, then one global atomic per bin: exact counts, skewed to bin 0."""
+    load_module(REPO / "prompts" / "examples" / "bincount.py").check(device="cuda", L=L, E=E)
+
+
 def test_own_kernels_on_gpu():
     x, b = torch.randn(37, 96, device="cuda", dtype=torch.float16), torch.randn(96, device="cuda", dtype=torch.float16)
     y = _nan(37, 96, dtype=torch.float16)
