@@ -185,7 +185,8 @@ def _run_config(request, spec, sandbox, config: dict, at: dict, seed, deadline: 
             e.details["full_size"] = run
             return e.message, e
         where = "its own sizes" if run == config else sizes_text(run)
-        return (f"{sizes_text(config)}: {RAN} {where} on the CPU interpreter ({spec.distributions[0]} inputs): "
+        inputs = f"{spec.distributions[0]} inputs" if spec.drawn(run) else "inputs as get_inputs draws them"
+        return (f"{sizes_text(config)}: {RAN} {where} on the CPU interpreter ({inputs}): "
                 f"correct, max abs err {done.max_abs_err:.3g}"), None
     if over:
         why = (f"the interpreter would need more than it allows a call (at most {CALL_BUDGET_S:g} s, and half the "
