@@ -615,6 +615,10 @@ class _ConfigCheck:
             hint = (" (every differing value is off by exactly 1, at few elements: rounding ties decided the other "
                     "way; check the rounding rule and that the value before it is computed as the reference does, "
                     "e.g. on CUDA torch divides by a Python number as a multiplication by its float32 reciprocal)")
+        elif n_bad and ref.dtype in (torch.int32, torch.int16) and 0 <= got < expected and \
+                bool((out.masked_select(bad := _outside(out, ref, tol)) < ref.masked_select(bad)).all()):
+            hint = (" (every differing count is below the reference's: updates lost, as when several iterations or "
+                    "threads add into one element by a plain read and write instead of T.atomic_add)")
         if ref.dtype == torch.float32 and n_bad and 1e-5 < rel < 3e-3:
             hint = (" (a float32 output off by about TF32's precision: if the kernel has a T.gemm of float32 tiles, "
                     "they run on TF32 tensor cores, 10 mantissa bits; the DSL guide's T.gemm paragraph gives the "

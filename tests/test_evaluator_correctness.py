@@ -509,6 +509,25 @@ def test_integer_values_off_by_one_at_a_few_elements_are_named_as_rounding_ties(
     assert ("rounding ties decided the other way" in failure.message) == hinted, failure.message
 
 
+@pytest.mark.parametrize("under, hinted", [(True, True), (False, False)])
+def test_int32_counts_all_below_the_reference_are_named_lost_updates(under, hinted):
+    """Played LLM session 43: a histogram by plain read-and-write counted 1 where 14 were due, and the feedback's
+    reading was written for floats. Counts that are all too small say lost updates; one too large does not."""
+    from tileagent.evaluator.correctness import _ConfigCheck
+
+    spec = load_spec(REPO / "bench" / "played_llm" / "refs" / "moe_expert_count.py")
+    check = _ConfigCheck(spec, None, "cpu", 0)
+    where = {"config": {"T": 37, "K": 2, "E": 8}, "seed": 0, "distribution": "normal"}
+    counts = torch.tensor([14, 9, 0, 3, 20, 7, 11, 10], dtype=torch.int32)
+    got = torch.where(counts > 0, torch.ones_like(counts), counts)
+    if not under:
+        got[1] = 30
+    failure = check.compare((got,), (counts,), where, 1)
+    assert isinstance(failure, Mismatch) and failure.message.startswith("output 0 differs from the reference at")
+    assert ("updates lost, as when several iterations or threads add into one element by a plain read and write "
+            "instead of T.atomic_add" in failure.message) == hinted, failure.message
+
+
 @pytest.mark.parametrize("bits, hinted", [(13, True), (0, False)])
 def test_a_float32_output_off_by_tf32_precision_names_tf32(bits, hinted):
     """Played LLM, session 27: a float32 GEMM written with a float32 T.gemm runs on TF32 tensor cores (10 mantissa
