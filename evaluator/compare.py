@@ -136,7 +136,7 @@ def where_outside(sample: list, shape: tuple, total: int) -> str | None:
     ``sample``: their flat indices (``Compared.sample``), of ``total``."""
     if not sample or len(shape) == 0:
         return None
-    parts, held_by = [], []
+    parts, held_by, held = [], [], held_indices(sample, shape, total)
     for d, size, at in _along_dims(sample, shape):
         lo, hi = int(at.min()), int(at.max())
         if size >= 4 and hi - lo + 1 <= max(1, size // 8):
@@ -144,14 +144,12 @@ def where_outside(sample: list, shape: tuple, total: int) -> str | None:
             edge = " (the first)" if lo == hi == 0 else " (the last)" if lo == hi == size - 1 else \
                 f" (the first {hi + 1})" if lo == 0 else f" (the last {size - lo})" if hi == size - 1 else ""
             parts.insert(0, f"{span}{edge} of dim {d} (size {size})")
-        elif 2 <= size <= ROWS and len(sample) == total:  # a strided sample aliases with the inner dims
-            held = torch.bincount(at, minlength=size).nonzero().view(-1).tolist()
-            if len(held) < size and len(sample) >= PER_INDEX * len(held):
-                clean = sorted(set(range(size)) - set(held))
-                named, none = _indices(held), _indices(clean)
-                if named or none:
-                    held_by.insert(0, f"at {named or f'{len(held)} of its indices'} of dim {d} (size {size}), none at "
-                                      f"{none or f'{len(clean)} of its indices'}")
+        elif d in held and len(sample) >= PER_INDEX * len(held[d]):
+            clean = sorted(set(range(size)) - set(held[d]))
+            named, none = _indices(held[d]), _indices(clean)
+            if named or none:
+                held_by.insert(0, f"at {named or f'{len(held[d])} of its indices'} of dim {d} (size {size}), none "
+                                  f"at {none or f'{len(clean)} of its indices'}")
     if not parts and not held_by:
         return None
     which = "every one" if len(sample) == total else f"every one of {len(sample)} sampled evenly from them"
@@ -170,7 +168,7 @@ def _along_dims(sample: list, shape: tuple):
 
 def held_indices(sample: list, shape: tuple, total: int) -> dict[int, list[int]]:
     """Per dim of 2 to ``ROWS`` indices, the indices holding elements outside where some hold none (a full sample
-    only: ``sample`` is all ``total`` of them)."""
+    only, ``sample`` all ``total`` of them: a strided sample aliases with the inner dims)."""
     if not sample or len(sample) != total:
         return {}
     held = {d: torch.bincount(at, minlength=size).nonzero().view(-1).tolist()
@@ -191,8 +189,7 @@ def input_peaks(inputs, shape: tuple, held: dict[int, list[int]]) -> list[list]:
             if t.shape[d] != shape[d]:
                 continue
             peak = [float(t.select(d, i).detach().float().abs().nan_to_num(0.0).max()) for i in range(t.shape[d])]
-            inside = max(peak[i] for i in at)
-            rest = max(p for i, p in enumerate(peak) if i not in set(at))
+            inside, rest = max(peak[i] for i in at), max(p for i, p in enumerate(peak) if i not in at)
             if inside > 0 and inside >= PEAK_RATIO * rest:
                 peaks.append([position, d, inside, rest])
                 break
