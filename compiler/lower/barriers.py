@@ -64,9 +64,9 @@ class _WarpGroupArms:
 
 
 class _Divergent(set):
-    """The variables whose value may differ between threads (``_divergent_vars``); ``threads``: those of them computed
-    from the thread index alone, without reading a buffer (an address made of them differs between threads by
-    construction; one read from a buffer may be the same in every thread: ``s[cnt[0]]``)."""
+    """The variables whose value may differ between threads (``_divergent_vars``); ``threads``: those of them that use
+    the thread index outside any buffer read (an address made of them differs between threads by construction; one
+    read from a buffer may be the same in every thread: ``s[cnt[0]]``)."""
 
     threads: frozenset = frozenset()
 
@@ -78,23 +78,25 @@ def _divergent_vars(body, thread_vars) -> _Divergent:
     for s in walk(body):
         if isinstance(s, Let) and _differs(s.value, found):
             found.add(s.var)
-            if _differs(s.value, threads) and not any(True for _ in loads(s.value)):
+            if _differs(s.value, threads, through_loads=False):
                 threads.add(s.var)
     found.threads = frozenset(threads)
     return found
 
 
-def _differs(e, divergent) -> bool:
+def _differs(e, divergent, through_loads: bool = True) -> bool:
+    """Whether ``e`` may differ between threads: it uses a variable of ``divergent``, or (``through_loads``) reads a
+    buffer; with ``through_loads`` False only a variable outside any buffer read counts (``_Divergent.threads``)."""
     from tileagent.compiler.ir.expr import Expr, Load, Var
 
     if isinstance(e, Var):
         return e in divergent
-    if isinstance(e, Load):
+    if isinstance(e, Load) and through_loads:
         return True
-    if isinstance(e, Expr):
-        return any(_differs(getattr(e, n), divergent) for n in getattr(e, "__slots__", ()))
+    if isinstance(e, Expr) and not isinstance(e, Load):
+        return any(_differs(getattr(e, n), divergent, through_loads) for n in getattr(e, "__slots__", ()))
     if isinstance(e, (tuple, list)):
-        return any(_differs(x, divergent) for x in e)
+        return any(_differs(x, divergent, through_loads) for x in e)
     return False
 
 
@@ -220,26 +222,13 @@ def _writers(s, divergent) -> frozenset:
     (an address read from a buffer, which may be one address in every thread: ``s[cnt[0]] = a`` then
     ``s[cnt[0]] = b``; tile ops, whose threads the layout picks, ``T.Parallel`` bodies, atomics, extern calls)."""
     if isinstance(s, Store) and divergent is not None and op_for(s) is None:
-        writer = "thread" if _by_thread(s.indices, divergent.threads) else None if _differs(s.indices, divergent) \
-            else id(s)
+        writer = "thread" if _differs(s.indices, divergent.threads, through_loads=False) else \
+            None if _differs(s.indices, divergent) else id(s)
         return frozenset((b, writer) for b in _synced(s)[0])
     if op_for(s) is None and isinstance(s, (For, While, If)):
         parts = s.body if isinstance(s, (For, While)) else s.then_body + s.else_body
         return frozenset().union(*(_writers(x, divergent) for x in parts))
     return frozenset((b, None) for b in _synced(s)[0])
-
-
-def _by_thread(e, threads) -> bool:
-    """Whether ``e`` uses a thread-index variable outside any buffer read (``_Divergent.threads``)."""
-    from tileagent.compiler.ir.expr import Expr, Load, Var
-
-    if isinstance(e, Var):
-        return e in threads
-    if isinstance(e, Expr) and not isinstance(e, Load):
-        return any(_by_thread(getattr(e, n), threads) for n in getattr(e, "__slots__", ()))
-    if isinstance(e, (tuple, list)):
-        return any(_by_thread(x, threads) for x in e)
-    return False
 
 
 def _effects(s, w, r, scopes):
