@@ -672,14 +672,12 @@ class _Parser(LoopExitParser, ExpressionParser):
         if spec.kind in ("serial", "unroll") and self.parallel_frames and _static_range(spec) is not None:
             # a sequential loop inside T.Parallel (TileLang: each parallel iteration runs it in order), with a
             # compile-time trip count: unrolled here, so the Parallel body stays element statements
+            # as Python runs it: the loop variable and the names the body rebinds (a sum over taps, ``v = v + ...``)
+            # live on in the enclosing scope, as for a loop over a compile-time iterable
             for value in _static_range(spec):
-                self.scopes.append({names[0]: value})
-                self.loop_kinds.append("unrolled")
-                try:
-                    self.blocks[-1].extend(self.body(node.body))
-                finally:
-                    self.scopes.pop()
-                    self.loop_kinds.pop()
+                self.bind(names[0], value)
+                with self.in_loop("unrolled"):
+                    self.blocks[-1].extend(self.body(node.body, new_scope=False))
             return
         loop_vars = tuple(Var(n, DType("int32")) for n in names)
         self.scopes.append(dict(zip(names, loop_vars)))

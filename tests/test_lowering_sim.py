@@ -634,6 +634,31 @@ def test_fragment_read_at_constant_rows_holds_those_rows_in_registers():
     assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
 
 
+def test_a_sum_over_an_unrolled_range_inside_t_parallel_rebinds_like_python():
+    """Played LLM session 43b: a causal conv's taps, ``v = v + w[i, k] * x[...]`` for k in range(W) inside the
+    T.Parallel, was E102 ("cannot reassign 'v' inside a nested block") with a T.alloc_var hint; the loop is unrolled
+    at compile time, so the name is rebound as Python would, and v after the loop is the sum."""
+    W = 4
+
+    @T.prim_func
+    def taps(X: T.Tensor((2, 128 + W), "float32"), Y: T.Tensor((2, 128), "float32")):
+        with T.Kernel(2, threads=64) as b:
+            for i in T.Parallel(128):
+                v = X[b, i] * 0.0
+                for k in range(W):
+                    v = v + X[b, i + k] * (k + 1.0)
+                Y[b, i] = v
+
+    x = torch.randn(2, 128 + W)
+    want = sum(x[:, k:k + 128] * (k + 1) for k in range(W))
+    for target in ("cpu", "sim"):
+        y = _nan(2, 128)
+        kernel = tileagent.compile(taps, target=target)
+        kernel(x, y)
+        torch.testing.assert_close(y, want)
+    assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
 @pytest.mark.parametrize("target", ["cpu", "sim"])
 def test_python_int_on_the_left_of_shift_and_xor(target):
     """``1 << i`` with i a loop variable (TileLang's top-k selector: ``offset = 1 << i``), ``x >> n`` and ``c ^ x``
