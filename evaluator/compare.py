@@ -196,6 +196,26 @@ def input_peaks(inputs, shape: tuple, held: dict[int, list[int]]) -> list[list]:
     return peaks
 
 
+def common_ratio(out, ref, tol) -> float | None:
+    """The one factor the elements outside the tolerance are the reference's times (95% of them within 2%, of 8 or
+    more whose reference is past atol; the first ``SAMPLE``), when it is not 1: a scale missing or applied twice (played LLM session 43b: a
+    grouped RMSNorm divided by D instead of D / 8, every value sqrt(8) = 2.83 times too large); else None."""
+    ratios, kept = [], 0
+    for _, o, r in _chunks(out, ref):  # float64 a chunk at a time, as ``compared``
+        o, r, _, _, _, bad = parts(o, r, tol)
+        keep = bad & (r.abs() > max(tol.atol, 1e-30))
+        ratios.append((o[keep] / r[keep])[:SAMPLE - kept])
+        kept += len(ratios[-1])
+        if kept >= SAMPLE:
+            break
+    ratio = torch.cat(ratios) if ratios else torch.empty(0, dtype=torch.float64)
+    if ratio.numel() < 8 or not bool(torch.isfinite(ratio).all()):
+        return None
+    mid = float(ratio.median())
+    close = float(((ratio - mid).abs() <= 0.02 * abs(mid)).double().mean())  # two bf16 roundings: 1.6% apart
+    return mid if abs(mid - 1.0) >= 0.05 and close >= 0.95 else None
+
+
 def _indices(at: list) -> str | None:
     """"index 3", "indices 1, 2, 5", "indices 1..7, 9" (runs of 3 or more); None past 8 runs."""
     if len(at) == 1:

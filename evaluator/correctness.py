@@ -38,7 +38,7 @@ import torch
 
 from tileagent.evaluator.candidate import read_candidate
 from tileagent.evaluator.errors import EvalError, Mismatch
-from tileagent.evaluator.compare import compared, finite_range, json_floats as _json_floats, other_outputs, \
+from tileagent.evaluator.compare import common_ratio, compared, finite_range, json_floats as _json_floats, other_outputs, \
     held_indices, outside as _outside, rare_value_at, where_outside
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
 from tileagent.evaluator.held_outputs import HeldOutputs
@@ -623,6 +623,10 @@ class _ConfigCheck:
             hint = (" (a float32 output off by about TF32's precision: if the kernel has a T.gemm of float32 tiles, "
                     "they run on TF32 tensor cores, 10 mantissa bits; the DSL guide's T.gemm paragraph gives the "
                     "float32-accurate split)")
+        elif ref.is_floating_point() and n_bad >= 8 and not c.nonfinite and \
+                (ratio := common_ratio(out, ref, tol)) is not None:
+            hint = (f" (every differing value is the reference's times {ratio:.4g}: a factor missing or applied "
+                    f"twice, e.g. a wrong divisor or scale)")
         if math.isnan(got) and math.isinf(expected):
             hint = " (NaN where the reference is infinite: inf - inf, 0 * inf or inf / inf in the kernel's arithmetic " \
                    "where the reference's gives one infinity, or an element the kernel never wrote)"

@@ -294,3 +294,17 @@ def test_nan_where_the_reference_is_infinite_is_told_as_such():
                                        Tolerance(1e-3, 1e-3, 1e-3), WHERE, 1)
     assert "expected inf, got nan (NaN where the reference is infinite: inf - inf, 0 * inf or inf / inf" \
         in failure.message
+
+
+def test_a_common_factor_between_the_output_and_the_reference_is_found(monkeypatch):
+    """Played LLM session 43b: a grouped RMSNorm divided by D instead of D / 8; every value was sqrt(8) times too
+    large, and the feedback quoted one element. A constant ratio over the differing elements is named; noise is not."""
+    monkeypatch.setattr(compare, "CHUNK", 1000)
+    ref = torch.randn(64, 40) + 3.0
+    tol = Tolerance(1e-2, 1e-2, 1e-2)
+    assert compare.common_ratio(ref * 8 ** 0.5, ref, tol) == pytest.approx(8 ** 0.5)
+    bf = ref.bfloat16()
+    assert compare.common_ratio((bf.float() * 8 ** 0.5).bfloat16(), bf, tol) == pytest.approx(8 ** 0.5, rel=0.01)
+    assert compare.common_ratio(ref.half(), ref.half(), tol) is None  # nothing outside
+    assert compare.common_ratio(ref + torch.randn(64, 40), ref, tol) is None  # errors, but no common factor
+    assert compare.common_ratio(ref * (1 + 1e-3), ref, tol) is None  # inside the tolerance
