@@ -649,7 +649,7 @@ class _ConfigCheck:
                         **_json_floats(expected=expected, got=got, max_abs_err=max_abs, rel_l2=rel), mismatched=n_bad,
                         total=out.numel(), atol=tol.atol, rtol=tol.rtol, rel_l2_bound=tol.rel_l2,
                         dtype=str(ref.dtype).removeprefix("torch."), **({"where_outside": gathered} if gathered else {}),
-                        **({"held": held} if held else {}),
+                        **({"held": held} if held else {}), **({"hint": hint.strip()[1:-1]} if hint else {}),
                         **base)
 
     def flag_degenerate(self, ref, where: dict) -> None:

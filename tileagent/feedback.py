@@ -208,6 +208,7 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
             f["where_outside"] += (f"\nThe value got at that index is {source} at index "
                                    f"{tuple(failure['found_at'])}{also}: an element read from the wrong place?")
         f["distributions"] = sentence(failure["distributions"]) if failure.get("distributions") else ""
+        f["hint"] = f"\nThe pattern: {failure['hint']}." if failure.get("hint") else ""
         f["other_outputs"] = "".join(
             f"\nOutput {e['output']} differs too: {e['mismatched']} of {e['total']} elements, e.g. at index "
             f"{tuple(e['index'])}: expected {_value(e, 'expected')}, got {_value(e, 'got')}."
