@@ -424,3 +424,6 @@ def test_a_histogram_reference_gets_the_counts_example_and_its_inputs_drawing_sh
     assert idioms_of("def get_inputs():\n    return [torch.randn(4).topk(2).indices]\nclass Model:\n"
                      "    def forward(self, x):\n        return torch.cosine_similarity(x, x, dim=-1)\n") == \
         ["rms", "broadcast"]
+    depthwise = (Path(__file__).resolve().parents[1] / "bench/played_llm/refs/causal_conv1d_prefill.py").read_text()
+    assert "groups=D" in depthwise and idioms_of(depthwise) == ["broadcast"]  # a window a channel: not a GEMM
+    assert idioms_of("class Model:\n    def forward(self, x):\n        return F.conv2d(x, self.w)\n") == ["gemm"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import re
 from pathlib import Path
 
 from tileagent.compiler import python_ast
@@ -68,6 +69,7 @@ _IDIOM_CALLS = {  # names of torch functions, methods and nn layers -> idiom
 }
 
 
+_CONV = re.compile(r"^(conv[123]d|Conv[123]d)$")
 GENERIC_FAMILY = "fusion"  # the built-in fusion drafter's: any graph of pointwise, shape and reduction ops
 
 
@@ -101,17 +103,24 @@ def device_words(device: str) -> str:
 
 def idioms_of(reference_source: str) -> list[str]:
     """The idioms (keys of ``IDIOM_EXAMPLES``) a reference's source shows, in ``IDIOM_EXAMPLES``' order: the torch
-    functions, methods and layers it names outside ``get_inputs`` / ``get_init_inputs``, ``@`` (a GEMM), and a
-    ``forward`` returning a tuple (several outputs). A source that does not parse shows none."""
+    functions, methods and layers it names outside ``get_inputs`` / ``get_init_inputs`` (a convolution with
+    ``groups=`` is a window a channel, not a GEMM), ``@`` (a GEMM), and a ``forward`` returning a tuple (several
+    outputs). A source that does not parse shows none."""
     try:
         tree = python_ast.parse(reference_source)
     except SyntaxError:
         return []
-    names, found = set(), set()
+    names, found, skipped = set(), set(), set()
     inputs = {"get_inputs", "get_init_inputs"}  # how the inputs are drawn is not the op (a router's topk)
     for node in (n for top in tree.body if not (isinstance(top, ast.FunctionDef) and top.name in inputs)
                  for n in ast.walk(top)):
-        if isinstance(node, ast.Attribute):
+        if isinstance(node, ast.Call) and _CONV.match(ast.unparse(node.func).rsplit(".", 1)[-1]) and \
+                any(k.arg == "groups" for k in node.keywords):
+            for n in ast.walk(node.func):  # groups=C: a window a channel, no GEMM (played LLM session 43b)
+                skipped.add(id(n))
+        elif id(node) in skipped:
+            continue
+        elif isinstance(node, ast.Attribute):
             names.add(node.attr)
         elif isinstance(node, ast.Name):
             names.add(node.id)
