@@ -198,8 +198,9 @@ def input_peaks(inputs, shape: tuple, held: dict[int, list[int]]) -> list[list]:
 
 def common_ratio(out, ref, tol) -> float | None:
     """The one factor the elements outside the tolerance are the reference's times (95% of them within 2%, of 8 or
-    more whose reference is past atol; the first ``SAMPLE``), when it is not 1: a scale missing or applied twice (played LLM session 43b: a
-    grouped RMSNorm divided by D instead of D / 8, every value sqrt(8) = 2.83 times too large); else None."""
+    more whose reference is past atol; the first ``SAMPLE``), when it is not 1: a scale missing or applied twice
+    (played LLM session 43b: a grouped RMSNorm divided by D instead of D / 8, every value sqrt(8) = 2.83 times too
+    large); else None."""
     ratios, kept = [], 0
     for _, o, r in _chunks(out, ref):  # float64 a chunk at a time, as ``compared``
         o, r, _, _, _, bad = parts(o, r, tol)

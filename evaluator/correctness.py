@@ -38,8 +38,8 @@ import torch
 
 from tileagent.evaluator.candidate import read_candidate
 from tileagent.evaluator.errors import EvalError, Mismatch
-from tileagent.evaluator.compare import common_ratio, compared, finite_range, json_floats as _json_floats, other_outputs, \
-    held_indices, outside as _outside, rare_value_at, where_outside
+from tileagent.evaluator.compare import common_ratio, compared, finite_range, json_floats as _json_floats, \
+    other_outputs, held_indices, outside as _outside, rare_value_at, where_outside
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
 from tileagent.evaluator.held_outputs import HeldOutputs
 from tileagent.evaluator.inputs_at import with_inputs_at_index

@@ -134,9 +134,9 @@ def test_forward_raising_is_run_failed_with_the_line(tmp_path, relu_spec):
 def test_a_kernel_fault_at_a_dsl_line_names_the_forward_line_as_the_call(tmp_path, relu_spec):
     """Played LLM session 43: "... T.atomic_min (line 48)" after a race named at its DSL line read as a second
     location; the forward's line is where the kernel was called."""
-    text = RELU_SCALE.replace("BODY", "x[j]").replace(
-        "            T.copy(x, Y[row, 0])\n",
-        "            T.copy(x, Y[row, 0])\n            for j in T.Parallel(N - 1):\n                Y[row, j] = Y[row, j + 1]\n")
+    shift = "            for j in T.Parallel(N - 1):\n                Y[row, j] = Y[row, j + 1]\n"
+    text = RELU_SCALE.replace("BODY", "x[j]").replace("            T.copy(x, Y[row, 0])\n",
+                                                       "            T.copy(x, Y[row, 0])\n" + shift)
     with pytest.raises(RunFailed) as info:
         check_candidate(relu_spec, write(tmp_path, text))
     lines = text.splitlines()

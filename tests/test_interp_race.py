@@ -26,8 +26,8 @@ GLOBAL_HINT = ("Make each element read and written by one iteration only (read f
                "write, e.g. the input rather than the output being updated), or do the writes in a later T.Kernel; "
                "accumulate with T.atomic_add / T.atomic_max / T.atomic_min")
 
-RMW_HINT = ("Several iterations read this element and write it back: their updates get lost in any order, also with the "
-            "reads and the writes split into two loops; where one update an element is meant, read the value from a "
+RMW_HINT = ("Several iterations read this element and write it back: their updates get lost in any order, also with "
+            "the reads and the writes split into two loops; where one update an element is meant, read the value from a "
             "tensor this loop does not write (the input rather than the output being updated); where every "
             "iteration's update counts (a histogram, a scatter-add), update it in place with "
             "T.atomic_add(buffer[index], value) (or T.atomic_max / T.atomic_min), one atomic per iteration")

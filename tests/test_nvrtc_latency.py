@@ -178,7 +178,8 @@ def test_a_pch_made_by_another_process_is_not_used(tmp_path):
 def test_a_forked_child_uses_its_parents_pch():
     """(The evaluator forks from a forkserver, which compiles nothing.) A fork while another thread is inside NVRTC
     leaves the child waiting on NVRTC's lock for good: an earlier test's compile past its time limit goes on in the
-    background (``_compile_limited``), so the fork waits for those first (session 43: E805 after 120 s in a full run)."""
+    background (``_compile_limited``), so the fork waits for those first (session 43: E805 after 120 s in a full
+    run)."""
     for t in threading.enumerate():
         if t.name == "tileagent-nvrtc":
             t.join()
