@@ -409,7 +409,7 @@ def test_the_fusion_familys_archive_fills_only_the_places_curated_examples_leave
     assert examples == ["prompts/examples/cross_entropy.py", "prompts/examples/sum_dim1.py",
                         f"prompts/examples/{FORMAT_EXAMPLE}.py"]
     examples = [t for t, _ in pick_examples("fusion", archived, limit=3, reference_source="import torch\nx + y")]
-    assert examples == [archived[0][0], "prompts/examples/bias_gelu.py", f"prompts/examples/{FORMAT_EXAMPLE}.py"]
+    assert examples == ["prompts/examples/bias_gelu.py", archived[0][0], f"prompts/examples/{FORMAT_EXAMPLE}.py"]
 
 
 def test_a_histogram_reference_gets_the_counts_example_and_its_inputs_drawing_shows_no_idiom():

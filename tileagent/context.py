@@ -144,16 +144,18 @@ def pick_examples(family: str, archived: list[tuple[str, str]] | None = None, li
     prompt's curated examples, with their references, were gone), then ``prompts/examples`` for the family, then
     those showing the reference's idioms (``idioms_of``), then the candidate-format example; no file twice. The
     fusion family's archive holds every op that family drafts, so there archived kernels only fill the places the
-    curated examples leave (played LLM session 42: a segmented sum lost the column-sum example to an RMSNorm's)."""
+    curated examples leave, after them (played LLM session 42: a segmented sum lost the column-sum example to an
+    RMSNorm's; 43b: a causal conv's first example was a SwiGLU's)."""
     files = {p.stem: p for p in example_kernels()}
     stems = FAMILY_EXAMPLES.get(family, []) + [IDIOM_EXAMPLES[i] for i in idioms_of(reference_source)]
     stems = [s for s in dict.fromkeys(stems) if s in files and s != FORMAT_EXAMPLE]
     places = max(0, limit - 2) if family != GENERIC_FAMILY else max(0, limit - 1 - len(stems))
-    out = list(archived or [])[:places]
-    for stem in [*stems[:max(0, limit - len(out) - 1)], FORMAT_EXAMPLE]:
-        if len(out) < limit and stem in files:
-            out.append((f"prompts/examples/{stem}.py", files[stem].read_text()))
-    return out
+    kept = list(archived or [])[:places]
+    curated = [(f"prompts/examples/{stem}.py", files[stem].read_text())
+               for stem in [*stems[:max(0, limit - len(kept) - 1)], FORMAT_EXAMPLE] if stem in files]
+    if family == GENERIC_FAMILY:  # another op's kernel after the curated ones it fills in for (session 43b)
+        return (curated[:-1] + kept + curated[-1:])[:limit]
+    return (kept + curated)[:limit]
 
 
 def _cut(text: str, limit: int) -> str:
