@@ -54,8 +54,8 @@ from tileagent.evaluator.ties import TIE_CHANGE, TIE_RUNS, TieRuns, equal_scores
 def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seeds: int = 5, distributions=None,
                     static_checks: bool = True, sandbox: Sandbox | None = None,
                     seed: int | None = None, max_tail_elements: int | None = None, tails: bool = True,
-                    budget_s: float | None = None, on_call: Callable[[int, float], None] | None = None
-                    ) -> list[ConfigResult]:
+                    budget_s: float | None = None, on_call: Callable[[int, float], None] | None = None,
+                    probe_until: float | None = None) -> list[ConfigResult]:
     """Check the candidate at ``candidate_path`` against ``spec`` on ``configs`` (default: the spec's grid).
 
     The candidate runs in its own process (``evaluator.sandbox``); the reference, the comparisons and the verdict
@@ -78,6 +78,8 @@ def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seed
         budget_s: each call of the candidate may take this long on the CPU interpreter, else ``Timeout``.
         on_call: told (the calls of the candidate this config's checks have finished, the seconds the last took)
             after each call (the worker forwards it, so that a timeout can say how far the checks got).
+        probe_until: a ``time.perf_counter()`` time by which a mismatch's look at the other distributions
+            (``evaluator.other_distributions``) stops, so that it cannot turn the mismatch into a timeout.
 
     Raises:
         CandidateError: the first failure (Mismatch, GuardViolation, CompileFailed, RunFailed, LoadFailed).
@@ -93,6 +95,7 @@ def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seed
         results = []
         for config in configs if configs is not None else spec.configs:
             checker = _ConfigCheck(spec, sandbox, device, base, budget_s, on_call)
+            checker.probe_until = probe_until
             checker.run(config, max(1, seeds), dists)
             tails, fixed = (spec.tail_configs(config, base), spec.tail_configs(config)) if tails else ([], [])
             if max_tail_elements is not None:
@@ -194,6 +197,7 @@ class _ConfigCheck:
         self.spec, self.sandbox, self.device, self.base = spec, sandbox, str(device), base_seed
         self.budget_s = budget_s  # the time one call may take on the CPU interpreter (None: no limit)
         self.on_call, self.calls = on_call, 0  # told after each call of the candidate (check_candidate's on_call)
+        self.probe_until: float | None = None  # check_candidate's
         self.checks, self.max_abs, self.rel_l2 = 0, 0.0, 0.0
         self.notes: list[str] = []
         self.peaks: dict = {}  # (output, distribution) -> max |reference| seen

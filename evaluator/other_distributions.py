@@ -7,8 +7,9 @@ Out: ``details["distributions"]`` on the Mismatch: per public distribution its v
 feedback names no hidden distribution: a kernel must not special-case them).
 How: one call of the candidate per other distribution, on inputs drawn from the failing seed, compared with the
 reference by the check's own rule (``compare``; the oracle and the tie rules included), the distributions that ran
-before the failing one on that seed counted as correct without a call; stopped when the budget is spent (the ones not
-run are left out).
+before the failing one on that seed counted as correct without a call; stopped before a call that would likely end
+past the budget or the check's own deadline (``probe_until``: the worker's phase limit, so the probe cannot turn the
+mismatch into a timeout); the ones not run are left out.
 Guarantees: the Mismatch raised is the one found, unchanged but for ``distributions``; an error of a probe call (a
 fault, a guard) ends the probe quietly, so nothing the probe does can hide or replace the first failure.
 """
@@ -16,6 +17,7 @@ fault, a guard) ends the probe quietly, so nothing the probe does can hide or re
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 from tileagent.evaluator.errors import Mismatch
@@ -38,9 +40,11 @@ def probe(checker, model, key, mismatch: Mismatch, dists: tuple[str, ...], budge
     for d in dists[:dists.index(failed)]:
         verdicts[d] = "correct"  # checked on this seed before the failing one
     verdicts[failed] = _verdict(mismatch)
-    start = time.perf_counter()
+    start, last = time.perf_counter(), 0.0
+    until = min(start + budget_s, checker.probe_until if checker.probe_until is not None else math.inf)
     for d in dists[dists.index(failed) + 1:]:
-        if time.perf_counter() - start > budget_s:
+        began = time.perf_counter()
+        if began + last > until:  # the next call would likely end past it
             break
         at = {**{k: where[k] for k in ("config", "seed", "input_seed") if k in where}, "distribution": d,
               "hidden": d in HIDDEN}
@@ -59,6 +63,7 @@ def probe(checker, model, key, mismatch: Mismatch, dists: tuple[str, ...], budge
             if buffers:
                 checker.sandbox.forget(buffers)
         verdicts[d] = "correct" if failure is None else _verdict(failure)
+        last = time.perf_counter() - began
     if len(verdicts) > 1:
         mismatch.details["distributions"] = summary(verdicts)
     return mismatch

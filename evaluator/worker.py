@@ -263,7 +263,7 @@ def _check_config(request: EvalRequest, spec, config: dict, index: int, device: 
     if sandbox is not None:
         extra["sandbox"] = sandbox
     extra.update(check_hooks(spec, config, device, progress, check_candidate))
-    start = time.perf_counter()
+    extra["probe_until"] = (start := time.perf_counter()) + 0.8 * budget_s(request, "check", index)  # its limit
     with _gpu_lowering_checked(device == "cpu"):
         (checked,) = check_candidate(spec, request.kernel_path, device=device, configs=[config],
                                      seeds=request.seeds, max_tail_elements=INTERPRETER_INPUT_ELEMENTS

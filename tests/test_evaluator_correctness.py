@@ -192,6 +192,20 @@ def test_a_mismatch_says_how_the_other_distributions_fare_naming_only_the_public
     assert not any(f"'{name}'" in text for name in HIDDEN)
 
 
+def test_the_look_at_the_other_distributions_stops_at_the_checks_deadline(tmp_path, relu_spec):
+    """The worker passes its phase's limit: past it the probe makes no call (a mismatch must not become a timeout);
+    the distributions checked before the failing one still count."""
+    import time
+
+    from tileagent.evaluator.spec import PUBLIC_DISTRIBUTIONS
+
+    with pytest.raises(Mismatch) as info:
+        check_candidate(relu_spec, relu_candidate(tmp_path, "T.if_then_else(x[j] > 50.0, 0.0, T.max(x[j], 0.0) * 2.0)"),
+                        seeds=1, probe_until=time.perf_counter())
+    assert info.value.details["distributions"] == {"public": {name: "correct" for name in PUBLIC_DISTRIBUTIONS},
+                                                   "hidden": [1, 1, 0]}
+
+
 def test_the_inputs_quoted_at_a_failing_index_are_those_that_broadcast_to_the_output():
     """Played LLM, session 25: a scan's (B, N, L) inputs were quoted at a (B, Dm, L) output's index (another
     quantity there); a (1, Dm, 1) operand is read at its broadcast index."""
