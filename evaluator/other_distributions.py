@@ -83,8 +83,9 @@ def summary(verdicts: dict[str, str]) -> dict:
 
 
 def sentence(distributions: dict) -> str:
-    """The feedback's line for ``summary``'s dict: "The same config under each input distribution: 'normal'
-    correct, 'uniform' correct; hidden ones: 2 of 6 wrong (1 with NaN or inf where the reference is finite)."."""
+    """The feedback's line for ``summary``'s dict: "The same config and seed under each input distribution:
+    'normal' correct, 'uniform' correct; hidden ones: 2 of 6 wrong (1 with NaN or inf where the reference is
+    finite)."."""
     parts = [f"'{d}' {v.replace('wrong, non-finite', 'wrong (NaN or inf where the reference is finite)')}"
              for d, v in distributions.get("public", {}).items()]
     run, wrong, nonfinite = distributions.get("hidden") or (0, 0, 0)
