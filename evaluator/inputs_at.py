@@ -42,9 +42,9 @@ def with_inputs_at_index(failure: Mismatch, inputs, outs=None) -> Mismatch:
         failure.details["inputs_peak"] = peaks
     values = []
     for position, t in enumerate(inputs):
-        if not isinstance(t, torch.Tensor) or t.dim() == 0:
+        if not isinstance(t, torch.Tensor):
             continue
-        if shape is not None and t.dim() < len(index):
+        if shape is not None and 0 < t.dim() < len(index):
             dims = _dims_in(tuple(t.shape), shape)
             if dims is not None:
                 at = tuple(index[d] for d in dims)
