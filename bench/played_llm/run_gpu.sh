@@ -3,7 +3,7 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session20|widths|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session20|widths|session2|session1|all]
 # Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
 # $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
@@ -73,8 +73,11 @@
 # inputs) and T=2048 never (36 s a call); its rank-16 update runs on CUDA cores in float32 (a cost to measure).
 # segment_sum splits each sequence over P = 4 blocks at config 1 (a float32 workspace, then a combine scope): run on
 # the CPU only in the own-size run. The weak-round answers (answers/*_weak/) are not listed.
+# session43: the six ops of sessions 43 and 43b (adaln_modulate, cosine_sim_rows, moe_expert_count, swiglu_fp8_quant,
+# gated_group_rmsnorm, causal_conv1d_prefill), correct on the CPU (the conv at turn 2). moe_expert_count counts with
+# shared-memory atomics; the conv reads X 16 bits at a time (dynamic L). The weak-round answers are not listed.
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session20|widths|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-55}
 mkdir -p "$OUT"
@@ -231,6 +234,14 @@ SESSION42=(
   "lora_linear:answers/lora_linear/turn1.py"
   "segment_sum:answers/segment_sum/turn1.py"
 )
+SESSION43=(
+  "adaln_modulate:answers/adaln_modulate/turn1.py"
+  "cosine_sim_rows:answers/cosine_sim_rows/turn1.py"
+  "moe_expert_count:answers/moe_expert_count/turn1.py"
+  "swiglu_fp8_quant:answers/swiglu_fp8_quant/turn1.py"
+  "gated_group_rmsnorm:answers/gated_group_rmsnorm/turn1.py"
+  "causal_conv1d_prefill:answers/causal_conv1d_prefill/turn2.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -264,9 +275,10 @@ case "$WHICH" in
   session40) ANSWERS=("${SESSION40[@]}") ;;
   session41) ANSWERS=("${SESSION41[@]}") ;;
   session42) ANSWERS=("${SESSION42[@]}") ;;
+  session43) ANSWERS=("${SESSION43[@]}") ;;
   widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session42, session41, session40, session39, session38, session37, session36, session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session43, session42, session41, session40, session39, session38, session37, session36, session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
