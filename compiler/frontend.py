@@ -671,9 +671,8 @@ class _Parser(LoopExitParser, ExpressionParser):
                                  f"got `{ast.unparse(t)}`", code="E102")
         if spec.kind in ("serial", "unroll") and self.parallel_frames and _static_range(spec) is not None:
             # a sequential loop inside T.Parallel (TileLang: each parallel iteration runs it in order), with a
-            # compile-time trip count: unrolled here, so the Parallel body stays element statements
-            # as Python runs it: the loop variable and the names the body rebinds (a sum over taps, ``v = v + ...``)
-            # live on in the enclosing scope, as for a loop over a compile-time iterable
+            # compile-time trip count: unrolled here, so the Parallel body stays element statements; as Python runs
+            # it, the loop variable and the names the body rebinds (``v = v + ...``) live on in the enclosing scope
             for value in _static_range(spec):
                 self.bind(names[0], value)
                 with self.in_loop("unrolled"):

@@ -126,17 +126,19 @@ def compared(out, ref, tol) -> Compared:
     return c
 
 
-def where_outside(sample: list, shape: tuple, total: int) -> str | None:
+def where_outside(sample: list, shape: tuple, total: int, held: dict | None = None) -> str | None:
     """Where the elements outside sit, when they gather along some dim: "every one at index 0 (the first) of dim 1
     (size 7)", "... at indices 4090..4095 (the last 6) of dim 2 (size 4096)", and for a dim of at most ``ROWS``
     indices that the first rule leaves out, which of its indices hold them when some hold none: "... at indices 1, 2
     of dim 0 (size 3), none at index 0" (the rows, segments or heads that are wrong; said only where each index holding
     them holds ``PER_INDEX`` or more on average, so that a clean index is not chance, and only from a full sample).
     None when no dim has either.
-    ``sample``: their flat indices (``Compared.sample``), of ``total``."""
+    ``sample``: their flat indices (``Compared.sample``), of ``total``; ``held``: ``held_indices`` of them, when the
+    caller has it."""
     if not sample or len(shape) == 0:
         return None
-    parts, held_by, held = [], [], held_indices(sample, shape, total)
+    parts, held_by = [], []
+    held = held_indices(sample, shape, total) if held is None else held
     for d, size, at in _along_dims(sample, shape):
         lo, hi = int(at.min()), int(at.max())
         if size >= 4 and hi - lo + 1 <= max(1, size // 8):

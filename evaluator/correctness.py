@@ -94,8 +94,7 @@ def check_candidate(spec: Spec, candidate_path, device="cpu", configs=None, seed
         dists = tuple(distributions or spec.distributions)
         results = []
         for config in configs if configs is not None else spec.configs:
-            checker = _ConfigCheck(spec, sandbox, device, base, budget_s, on_call)
-            checker.probe_until = probe_until
+            checker = _ConfigCheck(spec, sandbox, device, base, budget_s, on_call, probe_until)
             checker.run(config, max(1, seeds), dists)
             tails, fixed = (spec.tail_configs(config, base), spec.tail_configs(config)) if tails else ([], [])
             if max_tail_elements is not None:
@@ -193,11 +192,11 @@ class _ConfigCheck:
     """The checks of one config and its tails; accumulates statistics and notes."""
 
     def __init__(self, spec: Spec, sandbox: Sandbox, device, base_seed: int, budget_s: float | None = None,
-                 on_call: Callable[[int, float], None] | None = None):
+                 on_call: Callable[[int, float], None] | None = None, probe_until: float | None = None):
         self.spec, self.sandbox, self.device, self.base = spec, sandbox, str(device), base_seed
         self.budget_s = budget_s  # the time one call may take on the CPU interpreter (None: no limit)
         self.on_call, self.calls = on_call, 0  # told after each call of the candidate (check_candidate's on_call)
-        self.probe_until: float | None = None  # check_candidate's
+        self.probe_until = probe_until  # check_candidate's
         self.checks, self.max_abs, self.rel_l2 = 0, 0.0, 0.0
         self.notes: list[str] = []
         self.peaks: dict = {}  # (output, distribution) -> max |reference| seen
@@ -608,38 +607,38 @@ class _ConfigCheck:
                       f"atol={tol.atol:g}, rtol={tol.rtol:g} (the output is small next to atol)")
         else:
             return None
-        gathered = where_outside(c.sample, tuple(out.shape), n_bad) if n_bad else None
+        held = held_indices(c.sample, tuple(out.shape), n_bad)  # also for ``with_inputs_at_index``
+        gathered = where_outside(c.sample, tuple(out.shape), n_bad, held) if n_bad else None
         reason += f"; {gathered}" if gathered else ""
-        held = list(held_indices(c.sample, tuple(out.shape), n_bad).items())  # for ``with_inputs_at_index``
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(out.shape)))
         expected, got = float(ref.reshape(-1)[flat]), float(out.reshape(-1)[flat])
         hint = ""
         if n_bad and not ref.dtype.is_floating_point and not ref.dtype.is_complex and ref.dtype != torch.bool and \
                 not index_output and n_bad * 100 <= out.numel() and c.all_one:
-            hint = (" (every differing value is off by exactly 1, at few elements: rounding ties decided the other "
+            hint = ("every differing value is off by exactly 1, at few elements: rounding ties decided the other "
                     "way; check the rounding rule and that the value before it is computed as the reference does, "
-                    "e.g. on CUDA torch divides by a Python number as a multiplication by its float32 reciprocal)")
+                    "e.g. on CUDA torch divides by a Python number as a multiplication by its float32 reciprocal")
         elif n_bad and ref.dtype in (torch.int32, torch.int16) and 0 <= got < expected and \
                 bool((out.masked_select(bad := _outside(out, ref, tol)) < ref.masked_select(bad)).all()):
-            hint = (" (every differing count is below the reference's: updates lost, as when several iterations or "
-                    "threads add into one element by a plain read and write instead of T.atomic_add)")
+            hint = ("every differing count is below the reference's: updates lost, as when several iterations or "
+                    "threads add into one element by a plain read and write instead of T.atomic_add")
         if ref.dtype == torch.float32 and n_bad and 1e-5 < rel < 3e-3:
-            hint = (" (a float32 output off by about TF32's precision: if the kernel has a T.gemm of float32 tiles, "
+            hint = ("a float32 output off by about TF32's precision: if the kernel has a T.gemm of float32 tiles, "
                     "they run on TF32 tensor cores, 10 mantissa bits; the DSL guide's T.gemm paragraph gives the "
-                    "float32-accurate split)")
+                    "float32-accurate split")
         elif ref.is_floating_point() and n_bad >= 8 and not c.nonfinite and \
                 (ratio := common_ratio(out, ref, tol)) is not None:
-            hint = (f" (every differing value is the reference's times {ratio:.4g}: a factor missing or applied "
-                    f"twice, e.g. a wrong divisor or scale)")
+            hint = (f"every differing value is the reference's times {ratio:.4g}: a factor missing or applied "
+                    f"twice, e.g. a wrong divisor or scale")
         if math.isnan(got) and math.isinf(expected):
-            hint = " (NaN where the reference is infinite: inf - inf, 0 * inf or inf / inf in the kernel's arithmetic " \
-                   "where the reference's gives one infinity, or an element the kernel never wrote)"
+            hint = "NaN where the reference is infinite: inf - inf, 0 * inf or inf / inf in the kernel's arithmetic " \
+                   "where the reference's gives one infinity, or an element the kernel never wrote"
         elif math.isnan(got) and not math.isnan(expected):
-            hint = " (NaN where the reference is finite: an overflow, or an element the kernel never wrote: the " \
-                   "evaluator fills fresh allocations with NaN)"
+            hint = "NaN where the reference is finite: an overflow, or an element the kernel never wrote: the " \
+                   "evaluator fills fresh allocations with NaN"
         elif math.isinf(got) != math.isinf(expected):
-            hint = (" (infinite where the reference is finite, or the reverse: a mask or fill applied where the "
-                    "reference keeps the value, or not applied where it fills, or an overflow)")
+            hint = ("infinite where the reference is finite, or the reverse: a mask or fill applied where the "
+                    "reference keeps the value, or not applied where it fills, or an overflow")
         norms = "" if index_output else (f"; max abs err {max_abs:.3g}, rel L2 err {rel:.3g}" if not math.isnan(rel)
                                          else "; no error size: some values are non-finite where the reference's "
                                               "are not, or the reverse")
@@ -648,12 +647,13 @@ class _ConfigCheck:
             base.update(found)
             reason += f"; the value got is the reference's at index {tuple(found['found_at'])}" + \
                 (f" (and {found['found_count'] - 1} other element(s))" if found["found_count"] > 1 else "")
+        shown = f" ({hint})" if hint else ""
         return Mismatch(f"output {k} differs from the reference at index {index}: expected {expected:.6g}, got "
-                        f"{got:.6g}{hint}; {reason}{norms}; {_where(where)}, call {call}", index=list(index),
+                        f"{got:.6g}{shown}; {reason}{norms}; {_where(where)}, call {call}", index=list(index),
                         **_json_floats(expected=expected, got=got, max_abs_err=max_abs, rel_l2=rel), mismatched=n_bad,
                         total=out.numel(), atol=tol.atol, rtol=tol.rtol, rel_l2_bound=tol.rel_l2,
                         dtype=str(ref.dtype).removeprefix("torch."), **({"where_outside": gathered} if gathered else {}),
-                        **({"held": held} if held else {}), **({"hint": hint.strip()[1:-1]} if hint else {}),
+                        **({"held": list(held.items())} if held else {}), **({"hint": hint} if hint else {}),
                         **base)
 
     def flag_degenerate(self, ref, where: dict) -> None:
