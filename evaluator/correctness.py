@@ -48,6 +48,7 @@ from tileagent.evaluator.interpreter_sizes import TAILS_NOT_CHECKED, fit_tail, t
 from tileagent.evaluator.sandbox import Buffer, Sandbox
 from tileagent.evaluator.records import ConfigResult
 from tileagent.evaluator.spec import HIDDEN, Spec, Tolerance, identical
+from tileagent.evaluator.overflow_edge import explained
 from tileagent.evaluator.ties import TIE_CHANGE, TIE_RUNS, TieRuns, equal_scores, not_opposite, unexplained
 
 
@@ -340,6 +341,8 @@ class _ConfigCheck:
                     spread = (lambda t=truth[k]: ties.own_error(k, SPREAD_RUNS, t)) if ties is not None else None
                     failure = self.compare_oracle(k, o, r, truth[k], self.spec.tolerance(r.dtype), where, failure,
                                                   spread)
+            if failure and ties is not None and o.is_floating_point() and failure.details.get("index") is not None:
+                failure = self.compare_overflow_edge(k, o, r, ties, self.spec.tolerance(r.dtype), failure)
             if failure and ties is not None and o.dtype == r.dtype == torch.int64 and \
                     failure.details.get("index") is not None:
                 failure = self.compare_ties(k, o, r, ties, failure)
@@ -473,6 +476,16 @@ class _ConfigCheck:
                            f"{float(err.max()):.3g}, the reference's {float(own.max()):.3g})")
         failure.args = (failure.message,)
         return failure
+
+    def compare_overflow_edge(self, k: int, out, ref, ties, tol: Tolerance, failure: Mismatch) -> Mismatch | None:
+        """``evaluator.overflow_edge``'s rule: None (accepted, with a note) or ``failure``."""
+        if not explained(out, ref, _outside(out, ref, tol), lambda i: _output(ties.outputs(i), k),
+                         time.monotonic() + FLOAT_TIES_S):
+            return failure
+        self.note(f"output {k}: element(s) at the dtype's largest finite value where the reference rounded to an "
+                  f"infinity of the same sign, on that boundary (inputs perturbed by up to {TIE_CHANGE} make the "
+                  f"reference finite there): accepted")
+        return None
 
     def compare_ties(self, k: int, out, ref, ties, failure: Mismatch) -> Mismatch | None:
         """The tie rules (``evaluator.ties``) for an int64 output ``k`` (torch's index dtype; int8 and other integer

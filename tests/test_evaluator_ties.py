@@ -517,3 +517,48 @@ def test_a_one_pass_variance_gets_no_sentence_about_ties(tmp_path):
 
     failure, _ = judge(spec, one_pass, {"B": 16, "V": 256}, 0, "offset_x1000")
     assert failure is not None and "ties" not in failure.message, failure.message
+
+
+EDGE_REF = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """float32 arithmetic rounded to float16 at the end, with values around fp16's overflow boundary (65520)."""
+    def forward(self, x):
+        return (x.float() * 65525.0).to(torch.float16)  # x = +-1 lands just past the boundary
+
+CONFIGS = [{"M": 256, "N": 256}]
+def get_inputs(M=256, N=256):
+    return [torch.randn(M, N, dtype=torch.float16)]
+def get_init_inputs(M=256, N=256):
+    return []
+'''
+
+
+def test_the_largest_finite_value_where_the_reference_overflowed_on_the_boundary_passes(tmp_path):
+    """Played LLM session 42's LoRA linear on an H100: 5 of 65536 elements "expected -inf, got -65504" (float32 sums in
+    another order, one rounding step apart at fp16's overflow boundary; the oracle keeps the reference's casts and
+    overflowed too). Such elements pass where inputs perturbed by 2 epsilons make the reference finite; a kernel
+    that clamps values far beyond the boundary to 65504 still fails."""
+    spec = load_spec(write(tmp_path, EDGE_REF, "edge_ref.py"))
+    config = {"M": 256, "N": 256}
+
+    def other_order(x):  # the same product a hair smaller: values just past 65520 round to 65504 instead of inf
+        return (x.float() * 65525.0 * (1 - 2.0 ** -12)).to(torch.float16)
+
+    def saturating(x):
+        return (x.float() * 65525.0).clamp(-65504, 65504).to(torch.float16)
+
+    failure, check = judge(spec, other_order, config, 0, "normal")
+    assert failure is None, failure.message
+    with pytest.MonkeyPatch.context() as m:  # the same judgement without the rule: the case it exists for
+        m.setattr(correctness, "explained", lambda *a: 0)
+        assert "expected inf, got 65504" in judge(spec, other_order, config, 0, "normal")[0].message.replace("-", "")
+    assert any("largest finite value where the reference rounded to an infinity" in n for n in check.notes)
+    failure, _ = judge(spec, saturating, config, 0, "normal")
+    assert failure is not None and "expected inf, got 65504" in failure.message.replace("-", "")
+    ref, bad = torch.tensor([float("inf"), 1.0]), torch.tensor([True, True])
+    from tileagent.evaluator.overflow_edge import at_edge
+    assert at_edge(torch.tensor([65504.0, 2.0]), ref, bad) is None  # another element outside: not this rule's case
+    assert at_edge(torch.tensor([-65504.0, 1.0]).half(), ref.half(), torch.tensor([True, False])) is None  # sign
