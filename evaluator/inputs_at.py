@@ -25,14 +25,14 @@ def with_inputs_at_index(failure: Mismatch, inputs, outs=None) -> Mismatch:
     outputs of the failing call; each dim equal or 1), read at the broadcast index, or one dim more whose last dim
     holds at most ``MAX_ROW_AT_INDEX`` values, its row there as a list (played LLM session 41: a conv state
     (B, C, 4) for a (B, C) output); an input of fewer dims whose sizes are those of one choice of the output's dims,
-    in order (``_dims_in``: a (B, C) shift of a (B, T, C) output, at [b, c], with that index quoted; played LLM
-    session 43); without ``outs``, any input of the output's rank with the index in range. An
-    input of the same rank but other dims is not shown: its element at that index is another quantity (played LLM,
-    session 25: a scan's (B, N, L) state inputs quoted for a (B, Dm, L) output). Not for an int64 (index) output:
-    its positions are ranks or reduced rows, and the input there is not the element it chose (played LLM, session
-    22: the MoE router's feedback quoted the logit of expert 1 for the second-choice index of a row). Also
-    ``inputs_peak`` (``compare.input_peaks``): inputs whose largest values sit in the rows holding the elements
-    outside."""
+    in any order (``_dims_in``: a (B, C) shift of a (B, T, C) output at [b, c], played LLM session 43; an (H, T) lse
+    of a (T, H, D) output at [h, t], session 44), with that index quoted; without ``outs``, any input of the output's
+    rank with the index in range. An input of the same rank but other dims is not shown: its element at that index
+    is another quantity (played LLM, session 25: a scan's (B, N, L) state inputs quoted for a (B, Dm, L) output).
+    Not for an int64 (index) output: its positions are ranks or reduced rows, and the input there is not the element
+    it chose (played LLM, session 22: the MoE router's feedback quoted the logit of expert 1 for the second-choice
+    index of a row). Also ``inputs_peak`` (``compare.input_peaks``): inputs whose largest values sit in the rows
+    holding the elements outside."""
     index, held = failure.details.get("index"), dict(failure.details.pop("held", []))
     if not isinstance(index, (list, tuple)) or failure.details.get("dtype") == "int64":
         return failure
@@ -47,7 +47,7 @@ def with_inputs_at_index(failure: Mismatch, inputs, outs=None) -> Mismatch:
         if shape is not None and 0 < t.dim() < len(index):
             dims = _dims_in(tuple(t.shape), shape)
             if dims is not None:
-                at = tuple(index[d] for d in dims)
+                at = tuple(0 if d is None else index[d] for d in dims)
                 values.append([position, _scalar(t[at].item()), list(at)])
             if len(values) == MAX_INPUTS_AT_INDEX:
                 break
@@ -77,21 +77,23 @@ def _scalar(v):
 
 
 def _dims_in(small: tuple, shape: tuple) -> tuple | None:
-    """The one choice of ``shape``'s dims, in order, whose sizes are ``small`` (each of them over 1); None when there
-    is none or more than one (a (B, C) input of a (B, T, C) output with B == T could be either)."""
+    """For each dim of ``small``, the dim of ``shape`` it follows, or None for a dim of size 1 (read at 0): the one
+    choice of distinct dims, in any order, whose sizes are those of ``small``'s other dims (an (H, T) lse of a
+    (T, H, D) output; played LLM session 44); None when there is none or more than one (a (B, C) input of a
+    (B, T, C) output with B == T could be either; so could a (T, H) or (H, T) one with T == H)."""
+    big = [i for i, n in enumerate(small) if n > 1]
     found: list[tuple] = []
 
-    def walk(i: int, start: int, chosen: tuple) -> None:
+    def walk(i: int, chosen: tuple) -> None:
         if len(found) > 1:
             return
-        if i == len(small):
+        if i == len(big):
             found.append(chosen)
             return
-        for d in range(start, len(shape)):
-            if shape[d] == small[i]:
-                walk(i + 1, d + 1, chosen + (d,))
+        for d in range(len(shape)):
+            if d not in chosen and shape[d] == small[big[i]]:
+                walk(i + 1, chosen + (d,))
 
-    if any(n <= 1 for n in small):
-        return None
-    walk(0, 0, ())
-    return found[0] if len(found) == 1 else None
+    if big:
+        walk(0, ())
+    return tuple(dict(zip(big, found[0])).get(j) for j in range(len(small))) if len(found) == 1 else None

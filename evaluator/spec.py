@@ -13,7 +13,9 @@ plus optional extensions (docs/evaluator.md is the reference):
 - ``DISTRIBUTIONS``: the input distributions to use (names, or a dict name -> fn(shape, generator) -> float32 tensor);
   ``EXTRA_DISTRIBUTIONS``: a dict name -> fn(shape, generator) of distributions checked besides those (the range
   where the op does something particular: a clamp's limit, a threshold);
-  ``FIXED_INPUTS``: positions whose values come from ``get_inputs`` itself (run under the seeded RNG).
+  ``FIXED_INPUTS``: positions whose values come from ``get_inputs`` itself (run under the seeded RNG);
+  ``SPECIAL_VALUES``: {input position: [values]} planted at about a quarter of those inputs' elements in one more
+  distribution, ``special_values`` (an infinity, a -1 padding index: values the op defines but no draw produces).
 - ``KEEP_PARAMS``: True keeps constant-valued parameters (by default they are re-drawn, see ``make_model``).
 - ``BYTES`` / ``FLOPS``: numbers, or functions of the config (``f(**cfg)``, or ``f(cfg)`` for one parameter named
   cfg or config), for the roofline; bytes default to the sizes of inputs and outputs.
@@ -117,11 +119,16 @@ _HIDDEN_DISTRIBUTIONS: dict[str, tuple[Callable, str]] = {
 }
 ALL_DISTRIBUTIONS: dict[str, tuple[Callable, str]] = {**PUBLIC_DISTRIBUTIONS, **_HIDDEN_DISTRIBUTIONS}
 HIDDEN = frozenset(_HIDDEN_DISTRIBUTIONS)
+SPECIAL = "special_values"  # N(0, 1) draws with the reference's SPECIAL_VALUES planted (a public distribution)
+SPECIAL_SHARE = 0.25  # of the elements of each input SPECIAL_VALUES names
 
 
 def public_distribution_text() -> str:
     """The input distributions a drafter may be told about, one per line (hidden ones are never included)."""
-    return "\n".join(f"- {name}: {doc}" for name, (_, doc) in PUBLIC_DISTRIBUTIONS.items())
+    return "\n".join([*(f"- {name}: {doc}" for name, (_, doc) in PUBLIC_DISTRIBUTIONS.items()),
+                      f"- {SPECIAL} (where the reference sets SPECIAL_VALUES): N(0, 1) with about a quarter of the "
+                      f"elements of the inputs it names set to its values (an infinite lse, a -1 padding index): the "
+                      f"kernel must treat them as the reference does"])
 
 
 # -- dtypes and tolerances -------------------------------------------------------------------------------------------
@@ -283,6 +290,7 @@ class Spec:
     distributions: tuple[str, ...] = tuple(ALL_DISTRIBUTIONS)
     custom_distributions: dict = field(default_factory=dict)
     fixed_inputs: frozenset = frozenset()
+    special_values: dict = field(default_factory=dict)
     dtypes: object = None
     tolerances: dict = field(default_factory=dict)
     keep_params: bool = False
@@ -389,11 +397,31 @@ class Spec:
             elif t.dtype != dtype:
                 t = t.to(dtype)
             out.append(t.to(device).contiguous())
-        return out
+        return self.planted(out, seed, config) if distribution == SPECIAL else out
+
+    def planted(self, inputs: list[torch.Tensor], seed: int, config: dict) -> list[torch.Tensor]:
+        """``inputs`` with SPECIAL_VALUES planted: at each position it names, each element independently with
+        probability SPECIAL_SHARE takes one of its values (uniformly), drawn by a generator seeded like the draws."""
+        for k, values in self.special_values.items():
+            if k >= len(inputs):
+                raise SpecError(f"SPECIAL_VALUES names input position {k}, but get_inputs returns {len(inputs)} "
+                                f"input(s)")
+            t = inputs[k]
+            if not t.is_floating_point() and not all(float(v).is_integer() for v in values):
+                raise SpecError(f"SPECIAL_VALUES[{k}] holds {values!r}, but input {k} is {str(t.dtype)[6:]}: "
+                                f"integer inputs take integer values only")
+            g = torch.Generator(device=t.device).manual_seed(_mix(seed, config, f"{SPECIAL}/planted/{k}"))
+            hit = torch.rand(t.shape, generator=g, device=t.device) < SPECIAL_SHARE
+            pick = torch.randint(len(values), t.shape, generator=g, device=t.device)
+            table = torch.tensor(values, dtype=torch.float64 if t.is_floating_point() else torch.int64)
+            inputs[k] = torch.where(hit, table.to(t.device)[pick].to(t.dtype), t).contiguous()
+        return inputs
 
     def _distribution(self, name: str) -> Callable:
         if name in self.custom_distributions:
             return self.custom_distributions[name]
+        if name == SPECIAL and self.special_values:
+            return PUBLIC_DISTRIBUTIONS["normal"][0]
         if name not in ALL_DISTRIBUTIONS:
             raise SpecError(f"unknown input distribution {name!r}; known: {', '.join(self.distributions)}")
         return ALL_DISTRIBUTIONS[name][0]
@@ -454,6 +482,8 @@ class Spec:
         if key in self._validated:
             return self._validated[key]
         inputs = self.make_inputs(config, 0, self.distributions[0], device)
+        if self.special_values:  # a position or value SPECIAL_VALUES cannot plant: an error at load, not mid-check
+            self.planted(list(inputs), 0, config)
         model = self.make_model(config, device) if model is None else model
         from tileagent.evaluator.held_outputs import fingerprint
 
@@ -691,6 +721,15 @@ def _extensions(module, name: str, configs: list[dict]) -> dict:
         out["distributions"] = (*known, *extra)
         out["custom_distributions"] = {**out.get("custom_distributions", {}), **extra}
     out["fixed_inputs"] = frozenset(getattr(module, "FIXED_INPUTS", ()) or ())
+    special = getattr(module, "SPECIAL_VALUES", None)
+    if special is not None:  # played LLM session 44: a merge of attention states' +inf lse, drawn by no distribution
+        if not isinstance(special, dict) or not special or not all(
+                isinstance(k, int) and k >= 0 and isinstance(v, (list, tuple)) and v and
+                all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v) for k, v in special.items()):
+            raise SpecError(f"SPECIAL_VALUES must be a dict {{input position: [numbers]}}, e.g. {{1: [float('inf'), "
+                            f"float('-inf')]}}, got {special!r}")
+        out["special_values"] = {k: tuple(v) for k, v in special.items()}
+        out["distributions"] = (*out.get("distributions", tuple(ALL_DISTRIBUTIONS)), SPECIAL)
     dtypes = getattr(module, "DTYPES", None)
     if isinstance(dtypes, (str, torch.dtype)):
         out["dtypes"] = parse_dtype(dtypes, "DTYPES")
@@ -729,5 +768,6 @@ def _tolerances(table) -> dict:
 
 
 __all__ = ["ALL_DISTRIBUTIONS", "DEFAULT_TOLERANCES", "HIDDEN", "PUBLIC_DISTRIBUTIONS", "ReferenceInfo", "Roofline",
-           "Spec", "Tolerance", "accepted_config_keys", "call_with_config", "cast_floating", "check_config_keys",
-           "identical", "import_file", "load_spec", "metadata", "normalize_outputs", "public_distribution_text"]
+           "SPECIAL", "Spec", "Tolerance", "accepted_config_keys", "call_with_config", "cast_floating",
+           "check_config_keys", "identical", "import_file", "load_spec", "metadata", "normalize_outputs",
+           "public_distribution_text"]

@@ -876,3 +876,19 @@ def test_integer_inputs_get_one_check_a_seed_not_one_per_distribution(tmp_path):
     (result,) = check_candidate(spec, candidate, seeds=2, tails=False)
     assert result.correct and result.checks == 2 * 2  # two seeds, each one check of two calls
     assert "no input is drawn from the input distributions (none is floating): one check a seed" in result.notes
+
+
+def test_an_input_whose_dims_follow_the_output_in_another_order_is_quoted():
+    """Played LLM session 44: a merge of attention states NaN at (t, h, d) under its ~1000-valued inputs; the (H, T)
+    log-sum-exps that overflowed were left out of the quoted inputs (a (T, H, D) output). They are quoted at [h, t],
+    also where T is 1 (a dim of size 1 is read at 0); an input that two choices of dims fit is still left out."""
+    from tileagent.evaluator.correctness import with_inputs_at_index
+
+    out, lse = torch.randn(4, 3, 8), torch.randn(3, 4)
+    failure = with_inputs_at_index(Mismatch("m", index=[2, 1, 5], output=0), [out, lse], (torch.zeros(4, 3, 8),))
+    assert failure.details["inputs_at_index"] == [[0, out[2, 1, 5].item()], [1, lse[1, 2].item(), [1, 2]]]
+    one = torch.randn(3, 1)
+    decode = with_inputs_at_index(Mismatch("m", index=[0, 2, 5], output=0), [one], (torch.zeros(1, 3, 8),))
+    assert decode.details["inputs_at_index"] == [[0, one[2, 0].item(), [2, 0]]]
+    both = with_inputs_at_index(Mismatch("m", index=[2, 1, 5], output=0), [torch.randn(4, 4)], (torch.zeros(4, 4, 8),))
+    assert "inputs_at_index" not in both.details  # (T, H) or (H, T) when T == H: left out, never guessed

@@ -341,3 +341,83 @@ def test_hidden_distributions_stay_out_of_drafter_text():
 def test_reference_files_of_the_test_corpora_load():
     for path in sorted((REPO / "tests" / "redteam").glob("ref_*.py")):
         assert load_spec(path).configs
+
+
+MERGE = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    \"\"\"Two partial softmax results merged by their log-sum-exps; a +inf lse marks an empty part (weight 0), and
+    where both parts are empty the first is kept.\"\"\"
+    def forward(self, a, lse_a, b, lse_b):
+        la = torch.where(lse_a == float("inf"), float("-inf"), lse_a)
+        lb = torch.where(lse_b == float("inf"), float("-inf"), lse_b)
+        m = torch.maximum(la, lb)
+        m = torch.where(m == float("-inf"), 0.0, m)
+        pa, pb = torch.exp(la - m), torch.exp(lb - m)
+        wa = torch.where(pa + pb > 0, pa / (pa + pb), 1.0)
+        return wa[:, None] * a + (1 - wa)[:, None] * b
+
+SPECIAL_VALUES = {1: [float("inf"), float("-inf")], 3: [float("inf"), float("-inf")]}
+
+def get_inputs():
+    return [torch.randn(64, 8), torch.randn(64), torch.randn(64, 8), torch.randn(64)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def naive_merge(a, lse_a, b, lse_b):
+    """The merge without the reference's rules for infinite lse (played LLM session 44's probe: NaN there)."""
+    m = torch.maximum(lse_a, lse_b)
+    pa, pb = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    return (pa[:, None] * a + pb[:, None] * b) / (pa + pb)[:, None]
+
+
+def test_special_values_are_planted_in_one_more_public_distribution(tmp_path):
+    """Played LLM session 44: a merge of attention states without its +inf / both -inf rules passed every check, as
+    no distribution draws an infinity. SPECIAL_VALUES plants them in 'special_values', and the naive merge fails
+    there while the reference's own arithmetic passes."""
+    from tileagent.evaluator.correctness import _ConfigCheck
+    from tileagent.evaluator.spec import SPECIAL
+
+    spec = load_spec(write(tmp_path, MERGE))
+    assert spec.distributions == (*ALL_DISTRIBUTIONS, SPECIAL) and SPECIAL not in HIDDEN
+    inputs = spec.make_inputs({}, 3, SPECIAL)
+    for k in (1, 3):
+        assert 4 <= int(torch.isposinf(inputs[k]).sum()) <= 16 and 4 <= int(torch.isneginf(inputs[k]).sum()) <= 16
+    assert torch.isfinite(inputs[0]).all() and torch.isfinite(inputs[2]).all()
+    assert all(torch.equal(x, y) for x, y in zip(inputs, spec.make_inputs({}, 3, SPECIAL)))  # seeded
+    assert all(torch.isfinite(x).all() for x in spec.make_inputs({}, 3, "normal"))
+    check = _ConfigCheck(spec, None, "cpu", 0)
+    where = {"config": {}, "seed": 3, "distribution": SPECIAL, "hidden": False}
+    ref = spec.run_reference(spec.make_model({}), [t.clone() for t in inputs], {})
+    failure = check.compare((naive_merge(*inputs),), ref, where, 1)
+    assert failure is not None and "expected" in failure.message and "got nan" in failure.message
+    assert check.compare((spec.module.Model()(*inputs),), ref, where, 1) is None
+    normal = spec.make_inputs({}, 3, "normal")
+    assert check.compare((naive_merge(*normal),), spec.run_reference(spec.make_model({}), normal, {}), where, 1) is None
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ("SPECIAL_VALUES = {1: []}", "SPECIAL_VALUES must be a dict {input position: [numbers]}, e.g. {1: [float('inf'), "
+                                 "float('-inf')]}, got {1: []}"),
+    ("SPECIAL_VALUES = {'x': [1.0]}", "SPECIAL_VALUES must be a dict {input position: [numbers]}, e.g. {1: "
+                                      "[float('inf'), float('-inf')]}, got {'x': [1.0]}"),
+    ("SPECIAL_VALUES = {4: [float('inf')]}", "SPECIAL_VALUES names input position 4, but get_inputs returns 1 "
+                                             "input(s)"),
+])
+def test_bad_special_values(tmp_path, extra, expected):
+    assert message(tmp_path, GOOD + "\n" + extra + "\n") == expected
+
+
+def test_special_values_of_an_integer_input_must_be_integers(tmp_path):
+    ids = GOOD.replace("return [torch.randn(4, 8)]", "return [torch.randn(4, 8), torch.randint(0, 9, (4,))]").replace(
+        "def forward(self, x):", "def forward(self, x, ids):")
+    assert message(tmp_path, ids + "\nSPECIAL_VALUES = {1: [0.5]}\n") == (
+        "SPECIAL_VALUES[1] holds (0.5,), but input 1 is int64: integer inputs take integer values only")
+    spec = load_spec(write(tmp_path, ids + "\nSPECIAL_VALUES = {1: [-1]}\n"))
+    ids_planted = spec.make_inputs({}, 0, "special_values")[1]
+    assert ids_planted.dtype == torch.int64 and set(ids_planted.tolist()) <= set(range(9)) | {-1}
