@@ -21,7 +21,8 @@ import torch
 
 CHUNK = 1 << 24  # elements compared at once: float64 temporaries of 128 MiB
 SAMPLE = 1 << 20  # flat indices of elements outside kept for ``where_outside``
-ROWS = 64  # dims up to this size: ``where_outside`` names which indices hold the elements outside
+ROWS = 1024  # dims up to this size: ``where_outside`` names which indices hold the elements outside (played LLM
+# session 44: a rotary's wrong frequencies 24..39 of 64, the columns of a dim of 128)
 PER_INDEX = 16  # ... when each index holding them holds this many on average
 PEAK_RATIO = 10.0  # ``input_peaks``: an input's values at those indices this many times larger than elsewhere
 

@@ -96,6 +96,13 @@ def test_the_rows_holding_the_elements_outside_are_named_when_others_hold_none()
     assert compare.where_outside(c.sample, (64, 2, 32), c.outside) == \
         "every one at indices 0, 5..7, 40 of dim 0 (size 64), none at indices 1..4, 8..39, 41..63; " \
         "at index 1 of dim 1 (size 2), none at index 0"
+    out = torch.zeros(27, 4, 128)  # played LLM session 44: a rotary whose frequencies 24..39 read the wrong position
+    out[:, :, 24:40] = out[:, :, 88:104] = 1.0
+    out[[6, 10, 14]] = 0.0  # tokens whose two positions agree
+    c = compare.compared(out, torch.zeros(27, 4, 128), Tolerance(1e-3, 1e-3, 1e-2))
+    assert compare.where_outside(c.sample, (27, 4, 128), c.outside) == \
+        "every one at indices 0..5, 7..9, 11..13, 15..26 of dim 0 (size 27), none at indices 6, 10, 14; " \
+        "at indices 24..39, 88..103 of dim 2 (size 128), none at indices 0..23, 40..87, 104..127"
     out = torch.zeros(5, 256)
     out[torch.arange(5).repeat(3)[:13], torch.arange(13) * 17] = 1.0  # 13 scattered elements: a clean row is chance
     c = compare.compared(out, torch.zeros(5, 256), Tolerance(1e-3, 1e-3, 1e-2))
