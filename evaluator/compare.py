@@ -308,8 +308,8 @@ def other_outputs(failure, k: int, outs, ref, tolerance):
     LLM session 38: a permutation's row map, never written, went unnamed): each one's count outside and worst
     element, in ``details['other_outputs']`` and the message; the outputs that match (those before ``k``, later ones
     within the rule) in ``details['matching_outputs']`` (session 40: a router's indices right, its weights wrong);
-    where the value got is a rare one of another output, that (``found_elsewhere``). ``tolerance``: dtype ->
-    Tolerance."""
+    where the value got is a rare one of another output, that (``found_elsewhere``); a floating output's factor
+    (``ratio``: got / expected for a single value, else ``common_ratio``'s). ``tolerance``: dtype -> Tolerance."""
     others, matching = [], list(range(k))
     for j in range(k + 1, len(ref)):
         o, r = outs[j], ref[j]
@@ -320,9 +320,14 @@ def other_outputs(failure, k: int, outs, ref, tolerance):
             matching.append(j)
         else:
             index = [int(i) for i in torch.unravel_index(torch.tensor(c.worst), tuple(o.shape))]
-            values = json_floats(expected=float(r.reshape(-1)[c.worst]), got=float(o.reshape(-1)[c.worst]))
-            others.append({"output": j, "mismatched": c.outside, "total": o.numel(), "index": index, **values,
-                           "dtype": str(r.dtype).removeprefix("torch.")})
+            expected, got = float(r.reshape(-1)[c.worst]), float(o.reshape(-1)[c.worst])
+            ratio = None
+            if r.is_floating_point():  # played LLM session 44: a mean's scale off by 37/40, its quantized values wrong
+                one = o.numel() == 1 and math.isfinite(got) and math.isfinite(expected) and expected != 0
+                ratio = got / expected if one else common_ratio(o, r, tolerance(r.dtype))
+            others.append({"output": j, "mismatched": c.outside, "total": o.numel(), "index": index,
+                           **json_floats(expected=expected, got=got), "dtype": str(r.dtype).removeprefix("torch."),
+                           **({"ratio": ratio} if ratio is not None else {})})
     failure.details.update({"matching_outputs": matching} if matching else {})
     found = None if "found_at" in failure.details else found_elsewhere(ref, k, failure.details.get("got"))
     if found:  # the value got is another output's: read from that output's source?

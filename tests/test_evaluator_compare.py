@@ -210,6 +210,31 @@ def test_every_later_output_that_differs_is_named_with_the_first():
     assert later.details["matching_outputs"] == [0, 2]
 
 
+def test_a_single_value_that_differs_is_given_as_a_factor():
+    """Played LLM session 44: a BitNet quantizer divided its mean by the padded element count (40 rows for 37); the
+    feedback led with the int8 values, one grid step off, and left the scale's 0.925 = 37/40 to the reader."""
+    from types import SimpleNamespace
+
+    from tileagent.evaluator.correctness import _ConfigCheck
+    from tileagent.evaluator.errors import Mismatch
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.feedback import render_feedback
+
+    spec = SimpleNamespace(tolerance=lambda dtype: Tolerance(1e-2, 1e-2, 1e-2))
+    ref = [torch.zeros(4, 3, dtype=torch.int8), torch.tensor(0.798), torch.linspace(1, 2, 16)]
+    outs = [torch.ones(4, 3, dtype=torch.int8), torch.tensor(0.798 * 37 / 40), torch.linspace(1, 2, 16) * 2]
+    failure = _ConfigCheck.also_differ(SimpleNamespace(spec=spec), Mismatch("m", output=0, index=[0, 0]), 0, outs,
+                                       ref)
+    scale, doubled = failure.details["other_outputs"]
+    assert abs(scale["ratio"] - 37 / 40) < 1e-6 and abs(doubled["ratio"] - 2.0) < 1e-6
+    text = render_feedback(EvalResult(status="mismatch", message="m", failure={
+        **failure.details, "expected": 0.0, "got": 1.0, "mismatched": 12, "total": 12, "atol": 0, "rtol": 0,
+        "max_abs_err": 1.0, "rel_l2": 1.0, "config": {"N": 4}, "seed": 0, "distribution": "normal", "dtype": "int8"}))
+    assert "expected 0.798, got 0.7382 (0.925 times the reference's; a single value: outputs computed from it " \
+           "differ as a consequence)." in text
+    assert "(2 times the reference's)." in text
+
+
 WHERE = {"config": {"B": 8}, "seed": 0, "distribution": "normal"}
 
 

@@ -123,6 +123,15 @@ def _value(entry: dict, key: str) -> str:
         else _num(v)
 
 
+def _ratio(entry: dict) -> str:
+    """A differing output's factor against the reference (``compare.other_outputs``), with what a single value means
+    for the outputs computed from it."""
+    if entry.get("ratio") is None:
+        return ""
+    single = "; a single value: outputs computed from it differ as a consequence" if entry.get("total") == 1 else ""
+    return f" ({entry['ratio']:.4g} times the reference's{single})"
+
+
 def render_feedback(result: EvalResult | None, *, problem: str | None = None, device: str = "cpu",
                     target: float = 1.0, stated: list[list[dict]] | None = None) -> str:
     """The feedback text for one candidate (``result`` None: the answer was malformed, ``problem`` says how).
@@ -211,7 +220,7 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         f["hint"] = f"\nThe pattern: {failure['hint']}." if failure.get("hint") else ""
         f["other_outputs"] = "".join(
             f"\nOutput {e['output']} differs too: {e['mismatched']} of {e['total']} elements, e.g. at index "
-            f"{tuple(e['index'])}: expected {_value(e, 'expected')}, got {_value(e, 'got')}."
+            f"{tuple(e['index'])}: expected {_value(e, 'expected')}, got {_value(e, 'got')}{_ratio(e)}."
             for e in failure.get("other_outputs") or [])
         matching = failure.get("matching_outputs") or []
         f["matching_outputs"] = (f"\nOutput{'s' if len(matching) > 1 else ''} {', '.join(map(str, matching))} "
