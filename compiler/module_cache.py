@@ -47,7 +47,7 @@ def code_switches() -> tuple:
     descriptors' opaque addresses (TILEAGENT_WGMMA_OPAQUE), bulk stores (TILEAGENT_BULK_STORE), shared reads forwarded
     from registers (TILEAGENT_FORWARD_SHARED), register loads ahead of a pipeline's wait (TILEAGENT_EARLY_LOADS),
     reductions sharing one round (TILEAGENT_FUSE_REDUCTIONS), barriers that order nothing dropped
-    (TILEAGENT_DROP_BARRIERS: both rules, =quiet the first), one-stage TMA pipelines (TILEAGENT_SINGLE_STAGE),
+    (TILEAGENT_DROP_BARRIERS: the first rule, =sides both), one-stage TMA pipelines (TILEAGENT_SINGLE_STAGE),
     hand-specialized arms' thread ranges stated (TILEAGENT_ARM_RANGES), the deferred gemm's split stages, early
     rescale, anchor and trip-count rule (``defer_gemm.switches``). This cache's keys and @jit's in-process caches
     hold them."""

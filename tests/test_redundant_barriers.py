@@ -1,8 +1,8 @@
 """Barriers that order nothing are dropped (compiler.lower.redundant_barriers).
-First rule (alone with TILEAGENT_DROP_BARRIERS=quiet): a reduction's closing barrier followed by register work and
+First rule (the default; alone with TILEAGENT_DROP_BARRIERS=quiet too): a reduction's closing barrier followed by register work and
 stores into write-only tensors, then the barrier before the next shared write, keeps only the second; kept when a
 shared access, a store into a tensor the kernel reads, or a store into a tensor also written elsewhere comes
-between. Second rule: a barrier whose sides touch different memory goes (in a loop's body only one between two others
+between. Second rule (with TILEAGENT_DROP_BARRIERS=sides): a barrier whose sides touch different memory goes (in a loop's body only one between two others
 of the body), one between a read and a write of the same shared bytes (the same tile, or two tiles the arena places
 on the same bytes) stays.
 Nothing goes with TILEAGENT_DROP_BARRIERS=0. Numbers (and the shared-memory race detector) through the SIMT
@@ -23,6 +23,11 @@ def _seed():
 @pytest.fixture
 def first_rule(monkeypatch):
     monkeypatch.setenv("TILEAGENT_DROP_BARRIERS", "quiet")
+
+
+@pytest.fixture
+def both_rules(monkeypatch):
+    monkeypatch.setenv("TILEAGENT_DROP_BARRIERS", "sides")
 
 
 def _normalize(M, N, between="stats"):
@@ -93,8 +98,9 @@ def _run_normalize(kernel, M, N):
 
 def test_barriers_whose_sides_touch_different_memory_go(monkeypatch):
     M, N = 2, 512
+    monkeypatch.setenv("TILEAGENT_DROP_BARRIERS", "sides")
     kernel = tileagent.compile(_normalize(M, N), target="sim")
-    monkeypatch.setenv("TILEAGENT_DROP_BARRIERS", "quiet")
+    monkeypatch.delenv("TILEAGENT_DROP_BARRIERS")
     first = tileagent.compile(_normalize(M, N), target="sim")
     ir = kernel.get_ir("thread")
     # the copy's barrier (its tile is read only after the reduction's barrier: the rows come from registers) and the
@@ -105,7 +111,7 @@ def test_barriers_whose_sides_touch_different_memory_go(monkeypatch):
     _run_normalize(kernel, M, N)
 
 
-def test_a_read_then_a_write_of_the_same_tile_keeps_its_barrier():
+def test_a_read_then_a_write_of_the_same_tile_keeps_its_barrier(both_rules):
     M, N = 2, 512
     kernel = tileagent.compile(_normalize(M, N, "shared"), target="sim")
     assert "s[0] = s[0] + o[tid // 128 % 2 * 512] * 0.0\n    T.sync_threads()" in kernel.get_ir("thread")
@@ -132,7 +138,7 @@ def _two_tiles(M, N):
     return main
 
 
-def test_tiles_on_the_same_bytes_keep_the_barrier_between_them():
+def test_tiles_on_the_same_bytes_keep_the_barrier_between_them(both_rules):
     kernel = tileagent.compile(_two_tiles(4, 64), target="sim")
     ir = kernel.get_ir("thread")
     assert "shared a: float32[256] at +0" in ir and "shared b: float32[256] at +0" in ir
@@ -162,8 +168,9 @@ def _rows_in_a_loop(R, N):
 
 
 def test_in_a_loop_only_barriers_between_two_others_of_its_body_go(monkeypatch):
+    monkeypatch.setenv("TILEAGENT_DROP_BARRIERS", "sides")
     kernel = tileagent.compile(_rows_in_a_loop(3, 512), target="sim")
-    monkeypatch.setenv("TILEAGENT_DROP_BARRIERS", "quiet")
+    monkeypatch.delenv("TILEAGENT_DROP_BARRIERS")
     first = tileagent.compile(_rows_in_a_loop(3, 512), target="sim")
     body = kernel.get_ir("thread").split("for r in T.serial(3):")[1]
     # kept: the body's first (the previous iteration's bulk store read the tile this one writes), the reduction's
