@@ -165,6 +165,12 @@ def test_model_constructor_raising(tmp_path):
                                      "tensor"),
     ("EXTRA_DISTRIBUTIONS = {'normal_x3': lambda s, g: None}", "EXTRA_DISTRIBUTIONS: 'normal_x3' is a "
                                                                 "distribution's name already"),
+    ("SPECIAL_VALUES = {1: []}", "SPECIAL_VALUES must be a dict {input position: [numbers]}, e.g. {1: [float('inf'), "
+                                 "float('-inf')]}, got {1: []}"),
+    ("SPECIAL_VALUES = {'x': [1.0]}", "SPECIAL_VALUES must be a dict {input position: [numbers]}, e.g. {1: "
+                                      "[float('inf'), float('-inf')]}, got {'x': [1.0]}"),
+    ("SPECIAL_VALUES = {4: [float('inf')]}", "SPECIAL_VALUES names input position 4, but get_inputs returns 1 "
+                                             "input(s)"),
 ])
 def test_bad_extension(tmp_path, extra, expected):
     assert message(tmp_path, GOOD + "\n" + extra + "\n") == expected
@@ -399,18 +405,6 @@ def test_special_values_are_planted_in_one_more_public_distribution(tmp_path):
     assert check.compare((spec.module.Model()(*inputs),), ref, where, 1) is None
     normal = spec.make_inputs({}, 3, "normal")
     assert check.compare((naive_merge(*normal),), spec.run_reference(spec.make_model({}), normal, {}), where, 1) is None
-
-
-@pytest.mark.parametrize("extra, expected", [
-    ("SPECIAL_VALUES = {1: []}", "SPECIAL_VALUES must be a dict {input position: [numbers]}, e.g. {1: [float('inf'), "
-                                 "float('-inf')]}, got {1: []}"),
-    ("SPECIAL_VALUES = {'x': [1.0]}", "SPECIAL_VALUES must be a dict {input position: [numbers]}, e.g. {1: "
-                                      "[float('inf'), float('-inf')]}, got {'x': [1.0]}"),
-    ("SPECIAL_VALUES = {4: [float('inf')]}", "SPECIAL_VALUES names input position 4, but get_inputs returns 1 "
-                                             "input(s)"),
-])
-def test_bad_special_values(tmp_path, extra, expected):
-    assert message(tmp_path, GOOD + "\n" + extra + "\n") == expected
 
 
 def test_special_values_of_an_integer_input_must_be_integers(tmp_path):
