@@ -470,6 +470,23 @@ def test_archived_kernels_reach_the_prompt_only_when_archive_reuse_is_on(tmp_pat
     assert ("# ARCHIVED KERNEL" in prompt) == reuse
 
 
+def test_the_fusion_familys_cpu_checked_kernels_of_other_ops_are_no_examples(tmp_path):
+    """Played LLM session 44: a merge of attention states, CPU-checked three minutes earlier, was a rotary embedding's
+    second example. Other ops' kernels of the fusion family serve as examples only GPU-verified; the same op's do."""
+    archive = Archive(tmp_path / "archive")
+    this = tmp_path / "ref.py"
+    this.write_text("import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n")
+    loop = Loop(options(reuse_archive=True, reference=str(this)), RunStore.create(tmp_path / "run", {}),
+                ScriptedDrafter([[cand("ok")]]), FakeWorker(), archive=archive)
+    loop.family = "fusion"
+    shown = []
+    for op, arch, mark in (("other", "cpu", "CPU OTHER"), (loop.op, "cpu", "CPU SAME"), ("other", "sm_90a", "GPU")):
+        archive.put(ArchiveEntry(family="fusion", dtype="float16", arch=arch, config={"C": 96}, task=mark, op=op,
+                                 time_ms=None if arch == "cpu" else 1.0, source=f"# {mark}\n"))
+        shown.append([t.split("(")[1].split(",")[0] for t, _ in loop.examples() if t.startswith("verified")])
+    assert shown == [[], ["CPU SAME"], ["GPU"]]  # one place for an archived kernel here: GPU-verified first
+
+
 def test_a_cpu_run_tells_the_model_the_real_configs_too(tmp_path):
     configs = [RunConfig(spec={"M": 16384, "C": 96}, eval={"M": 37, "C": 96})]
     loop = Loop(options(device="cpu", configs=configs), RunStore.create(tmp_path / "run", {}), ScriptedDrafter([[cand("ok")]]),

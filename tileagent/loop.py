@@ -46,7 +46,7 @@ from tileagent.evaluator.spec import ALL_DISTRIBUTIONS
 from tileagent.archive import op_digest
 from tileagent import autotune
 from tileagent.configs import RunConfig, unique_evals
-from tileagent.context import build_messages, family_of, pick_examples
+from tileagent.context import GENERIC_FAMILY, build_messages, family_of, pick_examples
 from tileagent.target import meets_target
 from tileagent.drafters.base import AttemptSummary, Draft, DrafterUnavailable, DraftTask
 from tileagent.feedback import SPILL_BYTES, render_feedback, summary
@@ -377,6 +377,9 @@ class Loop:
         if self.o.reuse_archive and self.archive is not None:  # --no-archive: runs stay independent
             seen = set()
             for e in sorted(self.archive.find(self.family), key=lambda e: e.arch == "cpu"):  # GPU-verified first
+                if e.family == GENERIC_FAMILY and e.arch == "cpu" and e.op != self.op:
+                    continue  # another op's kernel, only CPU-checked: not an example (played LLM session 44: a merge
+                    # of attention states, 3 minutes old, was a rotary embedding's second example)
                 if e.source not in seen:
                     seen.add(e.source)
                     speed = f", x{e.speedup_compiled:.2f} over torch.compile" if e.speedup_compiled else ""
