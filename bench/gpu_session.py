@@ -427,7 +427,19 @@ STEPS = (
     Step("defer_causal_35", 28, "for e in AS_BUILT=1 TILEAGENT_DEFER_VARYING=1 AS_BUILT=1 TILEAGENT_DEFER_VARYING=1; "
          "do echo \"== $e\"; env $e python bench/flash_attn_sweep.py --causal --schedule 128,128,2,256 | tail -3; done",
          200, "causal flash attention (0.873 of SDPA on the H100) with P @ V deferred despite the varying trip count "
-         "(level in session 34), alternating"))
+         "(level in session 34), alternating"),
+    # group 29: what session 44 left unmeasured (one H100 call's A/B turned the second barrier rule off by default)
+    Step("barrier_rule_44", 29, "for i in 1 2; do python bench/fusion_knobs.py --ops rmsnorm_module,layernorm_widths "
+         "--max-configs 3 --trials 40 --env TILEAGENT_DROP_BARRIERS=sides --no-tunables | tail -6; done", 200,
+         "the second barrier rule (=sides) against the default, twice: session 44 measured RMSNorm D=4096 at 0.90x "
+         "torch.compile with it and 1.00x without, once"),
+    Step("played_44", 29, "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played44\" session44 && "
+         "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played42\" session42", 330,
+         "session 44's answers (merge_attn_states with its infinite lse planted) and session 42's (lora_linear failed "
+         "at fp16's overflow boundary before the overflow-edge rule)"),
+    Step("played_41_40", 30, "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played41\" session41 && "
+         "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played40\" session40", 480,
+         "sessions 40 and 41's answers: CAP=30 timed them out in session 44"))
 
 
 def main(argv=None) -> int:
