@@ -75,6 +75,20 @@ def test_gemm_entry_reasons_name_what_does_not_fit():
            "float32 -> float16" in error.notes
 
 
+def test_an_accumulator_its_operands_do_not_take_is_named_first():
+    """Played LLM session 44b: int8 A and B into a float16 accumulator read "E602: reads A from registers (RS)" (the
+    RS entry's description, with A in shared memory); the E302 for a bfloat16 one named no accumulator for int8."""
+    error = gemm_unavailable(_gemm(dtype="int8", acc="float16"), 128, for_arch("sm_90a"))
+    assert error.message == "T.gemm on tensor cores: int8 A and B accumulate in int32; the accumulator here is float16"
+    assert error.hint == "allocate the accumulator fragment as int32 (an int8 product summed in int32 is exact); " \
+                         "convert and scale it after the loop"
+    assert "wgmma.mma_async m64nNk16 RS: needs A in registers (a fragment), B in shared memory and a fragment " \
+           "accumulator; here A is shared, B shared, the accumulator fragment" in error.notes
+    k_major = gemm_unavailable(_gemm(dtype="int8", acc="int32", k=64), 128, for_arch("sm_90a"))  # B is (K, N)
+    assert k_major.message == "T.gemm on tensor cores: needs K-major 8-bit operands: A as (M, K) without " \
+                              "transpose_A and B as (N, K) with transpose_B=True"
+
+
 def test_a_tile_no_entry_can_split_is_a_layout_error():
     with pytest.raises(LayoutError) as info:
         select_gemm(_gemm(m=48, n=24, policy=1), threads=128)

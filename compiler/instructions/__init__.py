@@ -30,6 +30,10 @@ GEMM = (
     MmaSyncM16N8K64(),   # mma.sync.aligned.m16n8k64: int4/uint4 (packed two a byte) -> int32, K-major, sm_80+
     MmaSyncM16N8K8(),    # mma.sync.aligned.m16n8k8 .tf32: float32/tfloat32 -> fp32, sm_80+
 )
+# operand dtype -> the accumulator dtypes GEMM's entries take for it (E602's headline when only the accumulator is off)
+ACCUMULATORS = {"float16": ("float32", "float16"), "bfloat16": ("float32",), "float32": ("float32",),
+                "tfloat32": ("float32",), "float8_e4m3fn": ("float32",), "float8_e5m2": ("float32",),
+                "int8": ("int32",), "int4": ("int32",), "uint4": ("int32",)}
 COPY = (
     TmaTileCopy(),           # cp.async.bulk.tensor (TMA): a whole global -> shared tile on an mbarrier, sm_90a,
     # by default in pipelines that feed a T.gemm (TILEAGENT_ENABLE_TMA: compiler.instructions.tma.mode); asked first
@@ -76,8 +80,20 @@ def gemm_unavailable(g, threads: int, target=None) -> TargetError | None:
     reasons = [(e, e.reason(g, threads, target)) for e in GEMM]
     if any(r is None for _, r in reasons):
         return None
-    first = next((r for e, r in reasons if not r.startswith("takes ") and e.target_reason(target) is None),
-                 reasons[0][1])  # the reason of the entry for its dtypes, on this target
+    operands, acc = str(g.a.buffer.dtype), str(g.c.buffer.dtype)
+    takes = ACCUMULATORS.get(operands, ())
+    if takes and acc not in takes:  # played LLM session 44b: int8 operands into a float16 accumulator
+        return TargetError(f"T.gemm on tensor cores: {operands} A and B accumulate in {' or '.join(takes)}; the "
+                           f"accumulator here is {acc}", g.span, code="E602",
+                           notes=[f"{e.name}: {r}" for e, r in reasons],
+                           hint=f"allocate the accumulator fragment as {takes[0]}" + (
+                               " (an int8 product summed in int32 is exact); convert and scale it after the loop"
+                               if takes[0] == "int32" else ""))
+    specific = [r for e, r in reasons if not r.startswith("takes ") and e.target_reason(target) is None]
+    # the reason of the entry for its dtypes, on this target; the RS form's (where A lives, checked before its
+    # dtypes) only when no other entry has one (an int8 gemm with B not K-major read as "needs A in registers")
+    first = next((r for r in specific if not r.startswith("needs A in registers")),
+                 specific[0] if specific else reasons[0][1])
     return TargetError(f"T.gemm on tensor cores: {first}", g.span, code="E602",
                        notes=[f"{e.name}: {r}" for e, r in reasons],
                        hint="T.copy the operands into float16/bfloat16 shared tiles and accumulate in float32 (the "

@@ -300,7 +300,8 @@ class WgmmaM64NK16RS(WgmmaM64NK16):
         a, b, c = g.a.buffer, g.b.buffer, g.c.buffer
         if self.target_reason(target) is None and (a.scope != "fragment" or b.scope != "shared" or
                                                    c.scope != "fragment"):  # before the dtypes: TF32 is SS only
-            return "reads A from registers (RS) and B from shared memory into a fragment accumulator"
+            return (f"needs A in registers (a fragment), B in shared memory and a fragment accumulator; here A is "
+                    f"{a.scope}, B {b.scope}, the accumulator {c.scope}")
         why = self._common_reason(g, threads, target)
         if why is not None:
             return why

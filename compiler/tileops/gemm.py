@@ -18,7 +18,7 @@ from tileagent.compiler.diagnostics import DSLTypeError, LayoutError, ScopeError
 from tileagent.compiler.ir.printer import region_str
 from tileagent.compiler.ir.stmt import Gemm, Region
 from tileagent.compiler.layout.layout import swizzled
-from tileagent.compiler.instructions import gemm_unavailable, select_gemm
+from tileagent.compiler.instructions import ACCUMULATORS, gemm_unavailable, select_gemm
 from tileagent.compiler.intrinsics import TF32_DTYPES, truncate_tf32
 from tileagent.compiler.language.packed import unpack
 from tileagent.compiler.tileops.base import Effects, TileOp
@@ -70,8 +70,11 @@ class GemmOp(TileOp):
                                f"T.copy its tile into a fragment, scale it into a {wide} fragment, T.copy that into "
                                f"a {wide} shared tile, gemm on it)")
         if g.c.buffer.dtype not in GEMM_ACCUM_DTYPES:
+            takes = ACCUMULATORS.get(str(g.a.buffer.dtype))
             raise DSLTypeError(f"T.gemm accumulator dtype {g.c.buffer.dtype} is not supported; use one of "
-                               f"{', '.join(GEMM_ACCUM_DTYPES)}", code="E302")
+                               f"{', '.join(GEMM_ACCUM_DTYPES)}", code="E302",
+                               hint=f"{g.a.buffer.dtype} A and B accumulate in {' or '.join(takes)} on tensor cores"
+                               if takes else None)
 
     def effects(self, s) -> Effects:
         return Effects.of(reads=(s.a, s.b) if s.clear_accum else (s.a, s.b, s.c), writes=(s.c,))
