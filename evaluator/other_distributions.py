@@ -82,15 +82,17 @@ def summary(verdicts: dict[str, str]) -> dict:
             "hidden": [len(hidden), sum(v != "correct" for v in hidden), sum(v.endswith("non-finite") for v in hidden)]}
 
 
+ONE_SIDE = "wrong (NaN or inf where the reference is finite, or finite where it is not)"  # a mask not applied too
+
+
 def sentence(distributions: dict) -> str:
     """The feedback's line for ``summary``'s dict: "The same config and seed under each input distribution:
-    'normal' correct, 'uniform' correct; hidden ones: 2 of 6 wrong (1 with NaN or inf where the reference is
-    finite)."."""
-    parts = [f"'{d}' {v.replace('wrong, non-finite', 'wrong (NaN or inf where the reference is finite)')}"
+    'normal' correct, 'uniform' correct; hidden ones: 2 of 6 wrong (1 with NaN or inf on one side only)"."""
+    parts = [f"'{d}' {v.replace('wrong, non-finite', ONE_SIDE)}"
              for d, v in distributions.get("public", {}).items()]
     run, wrong, nonfinite = distributions.get("hidden") or (0, 0, 0)
     text = ", ".join(parts)
     if run:
         text += ("; " if text else "") + f"hidden ones: {wrong} of {run} wrong" + (
-            f" ({nonfinite} with NaN or inf where the reference is finite)" if nonfinite else "")
+            f" ({nonfinite} with NaN or inf on one side only)" if nonfinite else "")
     return f"\nThe same config and seed under each input distribution: {text}."

@@ -173,6 +173,16 @@ def test_a_gross_mismatch_is_not_called_a_precision_problem():
     assert "\nThe differing elements: every one at index 0 (the first) of dim 1 (size 7).\n" in text
     text = render_feedback(EvalResult(status="mismatch", message="m", failure={**failure, "rel_l2": 0.003}))
     assert "your kernel is less accurate than the reference's own arithmetic." in text
+    # played LLM session 44b: a min-p mask applied on the raw logits kept tokens the reference masks to -inf; the
+    # float64 line called that precision, and the distributions line said "NaN or inf where the reference is finite"
+    text = render_feedback(EvalResult(status="mismatch", message="m", failure={
+        **failure, "rel_l2": "nan", "max_abs_err": "nan", "oracle_max_abs_err": 2.4e-7,
+        "reference_max_abs_err": 2.4e-7, "distributions": {"public": {"normal": "wrong, non-finite"},
+                                                           "hidden": [2, 1, 1]}}))
+    assert "13353 element(s) differ too, some of them infinite or NaN on one side only: a mask, a fill or an " \
+           "overflow, not precision." in text and "less accurate" not in text
+    assert "'normal' wrong (NaN or inf where the reference is finite, or finite where it is not); hidden ones: 1 " \
+           "of 2 wrong (1 with NaN or inf on one side only)." in text
     text = render_feedback(EvalResult(status="mismatch", message="m", failure={**failure, "found_at": [3, 6, 5],
                                                                                  "found_count": 2}))
     assert ("every one at index 0 (the first) of dim 1 (size 7).\nThe value got at that index is the reference's at "

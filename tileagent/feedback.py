@@ -196,14 +196,16 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                            FLOAT_DIFFERENCE).format(**f)
         rel = failure.get("rel_l2")
         gross = isinstance(rel, (int, float)) and rel > GROSS_REL_L2  # not rounding: a wrong element or term
-        f["oracle"] = (f"\nAgainst a float64 evaluation of the reference, {failure['oracle_mismatched']} element(s) "
-                       f"are off by more than twice the reference's own error (max abs error "
-                       f"{_num(failure.get('oracle_max_abs_err'))}, the reference's "
-                       f"{_num(failure.get('reference_max_abs_err'))}): " +
-                       (f"far beyond rounding (relative L2 error above {GROSS_REL_L2:.0%}): a wrong element, not "
-                        "precision." if gross
-                        else "your kernel is less accurate than the reference's own arithmetic.")
-                       ) if failure.get("oracle_mismatched") else ""
+        f["oracle"] = "" if not failure.get("oracle_mismatched") else (
+            f"\nAgainst a float64 evaluation of the reference, {failure['oracle_mismatched']} element(s) differ too, "
+            f"some of them infinite or NaN on one side only: a mask, a fill or an overflow, not precision."
+            if nonfinite else  # played LLM session 44b: a min-p mask applied before the temperature read as precision
+            f"\nAgainst a float64 evaluation of the reference, {failure['oracle_mismatched']} element(s) "
+            f"are off by more than twice the reference's own error (max abs error "
+            f"{_num(failure.get('oracle_max_abs_err'))}, the reference's "
+            f"{_num(failure.get('reference_max_abs_err'))}): " +
+            (f"far beyond rounding (relative L2 error above {GROSS_REL_L2:.0%}): a wrong element, not precision."
+             if gross else "your kernel is less accurate than the reference's own arithmetic."))
         f["where_outside"] = f"\nThe differing elements: {failure['where_outside']}." if failure.get("where_outside") \
             else ""
         for position, d, inside, rest in failure.get("inputs_peak") or []:
