@@ -79,8 +79,9 @@ def _scalar(v):
 def _dims_in(small: tuple, shape: tuple) -> tuple | None:
     """For each dim of ``small``, the dim of ``shape`` it follows, or None for a dim of size 1 (read at 0): the one
     choice of distinct dims, in any order, whose sizes are those of ``small``'s other dims (an (H, T) lse of a
-    (T, H, D) output; played LLM session 44); None when there is none or more than one (a (B, C) input of a
-    (B, T, C) output with B == T could be either; so could a (T, H) or (H, T) one with T == H)."""
+    (T, H, D) output; played LLM session 44), all None for an input of one element (44b: a min-p filter's (1,)
+    temperature at B = 1); None when there is none or more than one (a (B, C) input of a (B, T, C) output with
+    B == T could be either; so could a (T, H) or (H, T) one with T == H)."""
     big = [i for i, n in enumerate(small) if n > 1]
     found: list[tuple] = []
 
@@ -94,6 +95,7 @@ def _dims_in(small: tuple, shape: tuple) -> tuple | None:
             if d not in chosen and shape[d] == small[big[i]]:
                 walk(i + 1, chosen + (d,))
 
-    if big:
-        walk(0, ())
+    if not big:  # one value (a batch of 1's temperature): the one every output element reads
+        return (None,) * len(small)
+    walk(0, ())
     return tuple(dict(zip(big, found[0])).get(j) for j in range(len(small))) if len(found) == 1 else None

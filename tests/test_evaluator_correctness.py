@@ -892,5 +892,8 @@ def test_an_input_whose_dims_follow_the_output_in_another_order_is_quoted():
     one = torch.randn(3, 1)
     decode = with_inputs_at_index(Mismatch("m", index=[0, 2, 5], output=0), [one], (torch.zeros(1, 3, 8),))
     assert decode.details["inputs_at_index"] == [[0, one[2, 0].item(), [2, 0]]]
+    temperature = torch.rand(1)  # session 44b: a min-p filter's per-row temperature at B = 1
+    one = with_inputs_at_index(Mismatch("m", index=[0, 75], output=0), [temperature], (torch.zeros(1, 128),))
+    assert one.details["inputs_at_index"] == [[0, temperature[0].item(), [0]]]
     both = with_inputs_at_index(Mismatch("m", index=[2, 1, 5], output=0), [torch.randn(4, 4)], (torch.zeros(4, 4, 8),))
     assert "inputs_at_index" not in both.details  # (T, H) or (H, T) when T == H: left out, never guessed
