@@ -607,6 +607,42 @@ def test_reduction_output_read_transposed_runs_the_loop_on_its_layout_transposed
     assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
 
 
+def test_a_reduction_output_of_one_column_is_written_at_a_constant_index_on_its_own_layout():
+    """TileLang's HISA indexer (dsa_hisa/block_sparse_mqa_fp8.py): heads reduced into (N, 1) logits, then
+    ``logits[n, 0] = -inf`` for masked rows in ``T.Parallel(N)`` (was L001 against the loop's blocked default: the
+    constant index of a dim of size 1 now reads as the fragment's row layout)."""
+    N, H = 64, 16
+
+    @T.prim_func
+    def f(K_: T.Tensor((N, 32), "float16"), Qm: T.Tensor((H, 32), "float16"), Y: T.Tensor((N,), "float32"),
+          lo: T.int32):
+        with T.Kernel(1, threads=128):
+            k_s = T.alloc_shared((N, 32), "float16")
+            q_s = T.alloc_shared((H, 32), "float16")
+            s = T.alloc_fragment((N, H), "float32")
+            s3 = T.reshape(s, (N, 1, H))
+            logits = T.alloc_fragment((N, 1), "float32")
+            T.copy(K_, k_s)
+            T.copy(Qm, q_s)
+            T.gemm(k_s, q_s, s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+            T.reduce_sum(s3, logits, dim=-1, clear=True)
+            for n in T.Parallel(N):
+                if n < lo:
+                    logits[n, 0] = -T.infinity("float32")
+            for n in T.Parallel(N):
+                Y[n] = logits[n, 0]
+
+    k, qm = torch.randn(N, 32).half(), torch.randn(H, 32).half()
+    ref = (k.float() @ qm.float().T).sum(-1)
+    ref[:5] = -float("inf")
+    kernel = tileagent.compile(f, target="sim")
+    for target in ("sim", "cpu"):
+        y = _nan(N)
+        tileagent.compile(f, target=target)(k, qm, y, 5)
+        torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-4)
+    assert kernel.cubin("sm_90a")[:4] == b"\x7fELF"
+
+
 def test_fragment_read_at_constant_rows_holds_those_rows_in_registers():
     """TileLang's DeepSeek mHC post mixes rows with a small matrix, ``x[o, h] += a[k, o] * b[k, h]`` for k in an
     unrolled T.serial inside the T.Parallel: a (filled by a T.copy) takes the loop's map of o with every k in the

@@ -530,8 +530,11 @@ class _KernelInference:
                                            stmt)
             if pattern == list(range(len(extents))) and own.shape == extents:
                 return own
-            if ANY in pattern and [p for p in pattern if p is not ANY] == list(range(len(extents))):
-                frag = self._sliced(own, pattern)  # x[k, j] with k serial: x's row layout
+            # x[k, j] with k serial, or x[j, 0] (DSA's (N, 1) logits from a reduction: played by TileLang's HISA
+            # indexer) where that dim is in registers or of size 1: x's row layout
+            held = [ANY if isinstance(p, tuple) and p[0] == "const" else p for p in pattern]
+            if ANY in held and [p for p in held if p is not ANY] == list(range(len(extents))):
+                frag = self._sliced(own, held)
                 if frag is not None and frag.shape == extents:
                     return frag
             if permuted is None and all(isinstance(p, int) for p in pattern) and \
