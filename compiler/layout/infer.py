@@ -530,8 +530,8 @@ class _KernelInference:
                                            stmt)
             if pattern == list(range(len(extents))) and own.shape == extents:
                 return own
-            # x[k, j] with k serial, or x[j, 0] (DSA's (N, 1) logits from a reduction: played by TileLang's HISA
-            # indexer) where that dim is in registers or of size 1: x's row layout
+            # x[k, j] with k serial, or x[j, 0] where that dim is in registers or of size 1 (the (N, 1) logits of a
+            # reduction in TileLang's HISA indexer): x's row layout
             held = [ANY if isinstance(p, tuple) and p[0] == "const" else p for p in pattern]
             if ANY in held and [p for p in held if p is not ANY] == list(range(len(extents))):
                 frag = self._sliced(own, held)

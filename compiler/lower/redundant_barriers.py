@@ -10,15 +10,16 @@ In: a lowered ``DeviceModule`` (thread IR, after ``compiler.lower.forward_shared
    written again), and the register work after it often ends at the barrier before the next shared-memory write
    (TileLang's LayerNorm forward: statistics, then the normalized row into the output tile); each barrier costs the
    row's block a round of its warps.
-2. (with ``TILEAGENT_DROP_BARRIERS=sides``) a ``Barrier`` whose two sides (back to the previous barrier of its statement list, on to the next one; in the
-   kernel's own list also the kernel's start or end) touch different global tensors and shared bytes, or only read
-   the same ones, is dropped: whatever one side touches, the other does not write, so no access of one thread needs
-   ordering against another thread's. The sides may hold only the statement kinds of ``_KINDS`` and the async-proxy
-   fence (anything else, an asynchronous copy, an mbarrier, a tensor-core step, keeps the barrier); shared buffers
-   are told apart by their bytes in the arena (buffers whose lives do not overlap share bytes). Why: barriers are
-   placed on the tile IR, before ``forward_shared`` serves a tile's reads from registers; TileLang's LayerNorm
-   forward then kept a barrier after its copies (its rows now read only from registers) and the reduction's closing
-   one: 2 of its 4 barriers, and 64 registers a thread (48 without them).
+2. (with ``TILEAGENT_DROP_BARRIERS=sides``) a ``Barrier`` whose two sides (back to the previous barrier of its
+   statement list, on to the next one; in the kernel's own list also the kernel's start or end) touch different
+   global tensors and shared bytes, or only read the same ones, is dropped: whatever one side touches, the other does
+   not write, so no access of one thread needs ordering against another thread's. The sides may hold only the
+   statement kinds of ``_KINDS`` and the async-proxy fence (anything else, an asynchronous copy, an mbarrier, a
+   tensor-core step, keeps the barrier); shared buffers are told apart by their bytes in the arena (buffers whose
+   lives do not overlap share bytes). Why: barriers are placed on the tile IR, before ``forward_shared`` serves a
+   tile's reads from registers; TileLang's LayerNorm forward then kept a barrier after its copies (its rows now read
+   only from registers) and the reduction's closing one: 2 of its 4 barriers, and 64 registers a thread (48 without
+   them).
 
 Quiet statements (rule 1):
 
