@@ -54,7 +54,7 @@ torch.Tensor.cuda = lambda self, *a, **k: self.to(DEVICE)
 _Generator = torch.Generator
 
 
-class _SurveyGenerator(_Generator):  # a device="cuda" generator draws on the CPU (fused MoE's inputs): CPU torch has none
+class _SurveyGenerator(_Generator):  # a device="cuda" generator draws on the CPU (fused MoE's inputs)
     def __new__(cls, device="cpu"):
         return _Generator("cpu" if "cuda" in str(device) else device)
 

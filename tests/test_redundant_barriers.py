@@ -1,10 +1,10 @@
 """Barriers that order nothing are dropped (compiler.lower.redundant_barriers).
-First rule (the default; alone with TILEAGENT_DROP_BARRIERS=quiet too): a reduction's closing barrier followed by register work and
-stores into write-only tensors, then the barrier before the next shared write, keeps only the second; kept when a
-shared access, a store into a tensor the kernel reads, or a store into a tensor also written elsewhere comes
-between. Second rule (with TILEAGENT_DROP_BARRIERS=sides): a barrier whose sides touch different memory goes (in a loop's body only one between two others
-of the body), one between a read and a write of the same shared bytes (the same tile, or two tiles the arena places
-on the same bytes) stays.
+First rule (the default; alone with TILEAGENT_DROP_BARRIERS=quiet too): a reduction's closing barrier followed by
+register work and stores into write-only tensors, then the barrier before the next shared write, keeps only the
+second; kept when a shared access, a store into a tensor the kernel reads, or a store into a tensor also written
+elsewhere comes between. Second rule (with TILEAGENT_DROP_BARRIERS=sides): a barrier whose sides touch different
+memory goes (in a loop's body only one between two others of the body), one between a read and a write of the same
+shared bytes (the same tile, or two tiles the arena places on the same bytes) stays.
 Nothing goes with TILEAGENT_DROP_BARRIERS=0. Numbers (and the shared-memory race detector) through the SIMT
 emulator."""
 
