@@ -49,6 +49,10 @@ def with_inputs_at_index(failure: Mismatch, inputs, outs=None) -> Mismatch:
             if dims is not None:
                 at = tuple(0 if d is None else index[d] for d in dims)
                 values.append([position, _scalar(t[at].item()), list(at)])
+            elif (row := _row_in(tuple(t.shape), shape)) is not None:  # positions (3, T) of a (T, H, D) output
+                at = tuple(slice(None) if d == "row" else 0 if d is None else index[d] for d in row)
+                values.append([position, [_scalar(x) for x in t[at].tolist()],
+                               [None if d == "row" else a for d, a in zip(row, at)]])
             if len(values) == MAX_INPUTS_AT_INDEX:
                 break
             continue
@@ -74,6 +78,20 @@ def with_inputs_at_index(failure: Mismatch, inputs, outs=None) -> Mismatch:
 
 def _scalar(v):
     return v if isinstance(v, (bool, int)) else _json_floats(v=float(v))["v"]
+
+
+def _row_in(small: tuple, shape: tuple) -> tuple | None:
+    """``_dims_in`` of ``small`` without one dim of at most ``MAX_ROW_AT_INDEX`` values and a size no dim of ``shape``
+    has, that dim marked "row": the values the output element reads along it (played LLM session 44: mrope's (3, T)
+    positions of a (T, H, D) output, the temporal, height and width positions of token t); None when no such dim, or
+    more than one, gives a choice."""
+    found = []
+    for r, n in enumerate(small):
+        short = 1 < n <= MAX_ROW_AT_INDEX and n not in shape and len(small) > 1
+        rest = _dims_in(small[:r] + small[r + 1:], shape) if short else None
+        if rest is not None:
+            found.append(rest[:r] + ("row",) + rest[r:])
+    return found[0] if len(found) == 1 else None
 
 
 def _dims_in(small: tuple, shape: tuple) -> tuple | None:

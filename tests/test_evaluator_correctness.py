@@ -883,8 +883,11 @@ def test_integer_inputs_get_one_check_a_seed_not_one_per_distribution(tmp_path):
 def test_an_input_whose_dims_follow_the_output_in_another_order_is_quoted():
     """Played LLM session 44: a merge of attention states NaN at (t, h, d) under its ~1000-valued inputs; the (H, T)
     log-sum-exps that overflowed were left out of the quoted inputs (a (T, H, D) output). They are quoted at [h, t],
-    also where T is 1 (a dim of size 1 is read at 0); an input that two choices of dims fit is still left out."""
+    also where T is 1 (a dim of size 1 is read at 0); a short dim the output lacks (mrope's (3, T) positions) is
+    quoted as a row; an input that two choices of dims fit is still left out."""
     from tileagent.evaluator.correctness import with_inputs_at_index
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.feedback import render_feedback
 
     out, lse = torch.randn(4, 3, 8), torch.randn(3, 4)
     failure = with_inputs_at_index(Mismatch("m", index=[2, 1, 5], output=0), [out, lse], (torch.zeros(4, 3, 8),))
@@ -895,5 +898,12 @@ def test_an_input_whose_dims_follow_the_output_in_another_order_is_quoted():
     temperature = torch.rand(1)  # session 44b: a min-p filter's per-row temperature at B = 1
     one = with_inputs_at_index(Mismatch("m", index=[0, 75], output=0), [temperature], (torch.zeros(1, 128),))
     assert one.details["inputs_at_index"] == [[0, temperature[0].item(), [0]]]
+    positions = torch.randint(0, 9, (3, 4))  # mrope's (t, h, w) positions of each token, a (T, H, D) output
+    rows = with_inputs_at_index(Mismatch("m", index=[2, 1, 5], output=0), [positions], (torch.zeros(4, 2, 8),))
+    assert rows.details["inputs_at_index"] == [[0, positions[:, 2].tolist(), [None, 2]]]
+    text = render_feedback(EvalResult(status="mismatch", message="m", failure={
+        **rows.details, "expected": 1.0, "got": 2.0, "mismatched": 1, "total": 96, "atol": 0.01, "rtol": 0.01,
+        "max_abs_err": 1.0, "rel_l2": 0.5, "config": {"T": 4}, "seed": 0, "distribution": "normal"}))
+    assert f"input 0 = [{', '.join(str(v) for v in positions[:, 2].tolist())}] (at its index (:, 2))." in text
     both = with_inputs_at_index(Mismatch("m", index=[2, 1, 5], output=0), [torch.randn(4, 4)], (torch.zeros(4, 4, 8),))
     assert "inputs_at_index" not in both.details  # (T, H) or (H, T) when T == H: left out, never guessed

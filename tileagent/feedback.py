@@ -123,6 +123,12 @@ def _value(entry: dict, key: str) -> str:
         else _num(v)
 
 
+def _index(at: list) -> str:
+    """An input's index as Python writes it, ``:`` for a dim quoted whole: "(1, 2)", "(2,)", "(:, 19)"."""
+    parts = [":" if i is None else str(i) for i in at]
+    return f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"
+
+
 def _ratio(entry: dict) -> str:
     """A differing output's factor against the reference (``compare.other_outputs``), with what a single value means
     for the outputs computed from it."""
@@ -184,8 +190,9 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         needed = ("output", "expected", "got", "mismatched", "total", "atol", "rtol", "max_abs_err", "rel_l2", "seed")
         at = failure.get("inputs_at_index") or []
         f["inputs_at_index"] = ("\nInputs at that index: " + ", ".join(
-            f"input {p} = " + (f"[{', '.join(_num(x, 6) for x in v)}] (its last dim)" if isinstance(v, list)
-                               else _num(v, 6)) + (f" (at its index {tuple(own[0])})" if own else "")
+            f"input {p} = " + (f"[{', '.join(_num(x, 6) for x in v)}]" + ("" if own else " (its last dim)")
+                               if isinstance(v, list) else _num(v, 6)) + (
+                f" (at its index {_index(own[0])})" if own else "")
             for p, v, *own in at) + ".") if at else ""
         f = {**{k: "-" for k in needed}, **f}
         f["single"] = " (a single value: a relative tolerance)" if failure.get("total") == 1 else ""
