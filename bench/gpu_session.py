@@ -440,7 +440,18 @@ STEPS = (
          "(lora_linear failed at fp16's overflow boundary before the overflow-edge rule)"),
     Step("played_41_40", 30, "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played41\" session41 && "
          "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played40\" session40", 480,
-         "sessions 40 and 41's answers: CAP=30 timed them out in session 44"))
+         "sessions 40 and 41's answers: CAP=30 timed them out in session 44"),
+    # group 31, once a call until it reports nothing left (issue 13's full table): carry .tl with tl_site.tar.xz and
+    # tl_examples.tar.xz (`cd /tmp/tilelang && tar --exclude="*.png" --exclude="*.jpg" --exclude="*.svg" --exclude=
+    # "*.md" --exclude="*.ipynb" -cJf REPO/.tl/tl_examples.tar.xz examples`: TileLang's examples/ at the survey's
+    # commit, a35008a, 0.3 MB); commit the folder_done.tsv it brings back as bench/tilelang_examples/'s
+    Step("tilelang_folder", 31, "mkdir -p /tmp/tl /tmp/tlx && tar -xJf .tl/tl_site.tar.xz -C /tmp/tl && tar -xJf "
+         ".tl/tl_examples.tar.xz -C /tmp/tlx && cp bench/tilelang_examples/folder_done.tsv \"$GPU_SESSION_OUT/\" "
+         "2>/dev/null; python bench/tilelang_examples.py --folder /tmp/tlx/examples --survey "
+         "bench/tilelang_examples/survey.tsv --done \"$GPU_SESSION_OUT/folder_done.tsv\" --tilelang-site /tmp/tl "
+         "--timeout 60 --budget 480 --markdown", 540,
+         "TileLang's whole examples folder (the 127 programs the CPU survey builds) on both sides, resumed from the "
+         "rows done before"))
 
 
 def main(argv=None) -> int:

@@ -20,6 +20,15 @@ sides of one program run one after the other, never at once, so they do not shar
     python bench/tilelang_examples.py --tilelang-site /tmp/tl --budget 500 --timeout 60 --markdown
     python bench/tilelang_examples.py --only rms_norm,layernorm --timeout 120
     python bench/tilelang_examples.py --only gemm --ab TILEAGENT_STAGE_EPILOGUE=0   # a switch's A/B, same call
+
+The whole examples folder (issue 13's full table; several device calls): ``--folder DIR`` runs the programs of a
+TileLang ``examples/`` folder with their default arguments instead, those a ``bench/tilelang_survey.py --tsv FILE``
+found building for sm_90a when ``--survey FILE`` is given, and ``--done FILE`` makes the run resumable: programs
+with a row there are skipped, and each finished program's row is appended at once (a tab-separated table row), so
+a device call cut short keeps what finished and the next call goes on from there:
+
+    python bench/tilelang_examples.py --folder /tmp/tilelang/examples --survey bench/tilelang_examples/survey.tsv \
+        --done bench/tilelang_examples/folder_done.tsv --tilelang-site /tmp/tl --timeout 60 --budget 540
 """
 
 from __future__ import annotations
@@ -114,6 +123,8 @@ PROGRAMS: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {
     "gemm_intrinsics": ("gemm/example_gemm_intrinsics.py", [], False, ()),  # TensorCoreIntrinEmitter: mma.sync by hand
 }
 
+FOLDER: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {}  # --folder's programs, as PROGRAMS' entries
+
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 _MS = re.compile(r"(?i)tile-?lang[^\n]*?:\s*" + _NUM + r"\s*ms")
 _MS_BARE = re.compile(r"(?i)^\s*(?:tile-?lang\s+)?latency:\s*" + _NUM)
@@ -195,8 +206,8 @@ def run_program(name: str, ours_env: dict, theirs_env: dict | None, timeout: flo
                 ab_env: dict | None = None) -> tuple[list[str], str]:
     """One program on both sides, one after the other: its table row and a progress line. With ``ab_env`` (ours
     with switches set), ours runs that way first, and the row ends with that run's ms and default / switched."""
-    rel, extra, _, needs = PROGRAMS[name]
-    path = EXAMPLES / rel
+    rel, extra, _, needs = FOLDER.get(name) or PROGRAMS[name]
+    path = EXAMPLES / rel  # an absolute path (--folder) stays itself
     args = " ".join(extra) or "defaults"
     missing = [m for m in needs if m != "tvm" and importlib.util.find_spec(m) is None]
     if missing:  # a module the program imports for its baseline or helpers is not installed here
@@ -223,6 +234,18 @@ def run_program(name: str, ours_env: dict, theirs_env: dict | None, timeout: flo
     return row, line
 
 
+def folder_programs(folder: Path, survey: Path | None) -> list[str]:
+    """The programs of a TileLang examples folder as PROGRAMS entries (default arguments, relative paths as names):
+    those ``survey`` (a ``bench/tilelang_survey.py --tsv`` file) found building, else every .py file."""
+    if survey is not None:
+        built = [line.split("\t")[0] for line in survey.read_text().splitlines()
+                 if re.match(r"[^\t]+\t(launch|ended kernels=[1-9])", line)]
+    else:
+        built = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.py"))
+    FOLDER.update({name: (str(folder.resolve() / name), [], False, ()) for name in built})
+    return built
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="comma-separated program names (default: the curated set)")
@@ -239,14 +262,25 @@ def main(argv: list[str] | None = None) -> int:
                              "the table's last columns give that run's ms and its ms / the default's")
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
     parser.add_argument("--verbose", "-v", action="store_true", help="print the end of each failing run's output")
+    parser.add_argument("--folder", help="a TileLang examples/ folder: run its programs (default arguments) instead")
+    parser.add_argument("--survey", help="with --folder: bench/tilelang_survey.py's --tsv file; only the programs it "
+                                         "found building for sm_90a")
+    parser.add_argument("--done", help="a file of finished rows (tab-separated): their programs are skipped, and "
+                                       "each program finished now is appended")
     args = parser.parse_args(argv)
-    if args.only:
+    if args.folder:
+        names = folder_programs(Path(args.folder), Path(args.survey) if args.survey else None)
+    elif args.only:
         names = [n.strip() for n in args.only.split(",") if n.strip()]
         unknown = [n for n in names if n not in PROGRAMS]
         if unknown:
             parser.error(f"unknown program(s) {unknown}; known: {', '.join(PROGRAMS)}")
     else:
         names = [n for n, (_, _, default, _) in PROGRAMS.items() if default or args.all]
+    done = Path(args.done) if args.done else None
+    if done is not None and done.exists():
+        finished = {line.split("\t")[0] for line in done.read_text().splitlines() if line.strip()}
+        names = [n for n in names if n not in finished]
     ours_env = _env(os.pathsep.join([str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH")
                                                    else [])))
     theirs_env = _env(os.pathsep.join([args.tilelang_site] + ([os.environ["PYTHONPATH"]]
@@ -257,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         left = args.budget - (time.perf_counter() - start) if args.budget is not None else float("inf")
         if left < max(15.0, statistics.median(took) if took else 0.0):
-            rows.append([name, " ".join(PROGRAMS[name][1]) or "defaults", "not run (budget)", "-", "-",
+            extra = (FOLDER.get(name) or PROGRAMS[name])[1]
+            rows.append([name, " ".join(extra) or "defaults", "not run (budget)", "-", "-",
                          *(["not run (budget)", "-", "-"] if theirs_env else ["-", "-", "-"]), "-"]
                         + (["-", "-"] if ab_env else []))
             continue
@@ -268,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         if left / sides < args.timeout:
             row = [c.replace("FAIL (timed out)", "FAIL (timed out (budget))") for c in row]
         rows.append(row)
+        if done is not None and "timed out (budget)" not in " ".join(row):
+            with done.open("a") as f:
+                f.write("\t".join(row) + "\n")
         print(line if args.verbose else line.split("\n")[0], flush=True)
     header = ["program", "args", "TileAgent", "ms", "TFLOP/s", "TileLang", "ms", "TFLOP/s", "TileLang ms / ours"]
     if ab_env:

@@ -753,6 +753,33 @@ def test_gpu_bench_curated_set_flags_exist_and_budget_lists_what_it_had_no_time_
     assert out[-3].endswith("| ours ms, TILEAGENT_BULK_STORE=0 | that / default |") and out[-1].endswith("| 0.9 | 0.900 |")
 
 
+def test_gpu_bench_runs_a_whole_examples_folder_resumably(tmp_path, capsys, monkeypatch):
+    """Issue 13's full table takes several device calls: --folder runs the programs a survey found building, --done
+    keeps each finished row at once and skips it next time."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import tilelang_examples as bench
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    for rel in ("a/one.py", "a/two.py", "b/three.py"):
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_text("print('hi')\n")
+    survey = tmp_path / "survey.tsv"
+    survey.write_text("a/one.py\tlaunch kernels=1\na/two.py\tE701 kernels=0: x\nb/three.py\tended kernels=2\n")
+    ran = []
+    monkeypatch.setattr(bench, "run_program", lambda name, ours, theirs, timeout, ab=None: (
+        ran.append(name) or [name, "defaults", "pass", "1", "-", "-", "-", "-", "-"], f"[{name}] pass"))
+    monkeypatch.setattr(bench, "FOLDER", {})
+    done = tmp_path / "done.tsv"
+    bench.main(["--folder", str(tmp_path), "--survey", str(survey), "--done", str(done)])
+    assert ran == ["a/one.py", "b/three.py"] and bench.FOLDER["b/three.py"][0] == str(tmp_path / "b/three.py")
+    assert done.read_text().splitlines()[1] == "b/three.py\tdefaults\tpass\t1\t-\t-\t-\t-\t-"
+    done.write_text(done.read_text().splitlines()[0] + "\n")  # a call cut after the first program
+    bench.main(["--folder", str(tmp_path), "--survey", str(survey), "--done", str(done)])
+    assert ran == ["a/one.py", "b/three.py", "b/three.py"] and len(done.read_text().splitlines()) == 2
+    capsys.readouterr()
+
+
 def test_survey_groups_outcomes_and_runs_a_program_to_its_first_launch(tmp_path):
     sys.path.insert(0, str(REPO / "bench"))
     try:
