@@ -95,4 +95,8 @@ def sentence(distributions: dict) -> str:
     if run:
         text += ("; " if text else "") + f"hidden ones: {wrong} of {run} wrong" + (
             f" ({nonfinite} with NaN or inf on one side only)" if nonfinite else "")
+    public = distributions.get("public", {})
+    if public.get("normal_x0.01") == "correct" and sum(v != "correct" for v in public.values()) >= 2:
+        text += (": correct only on values near 0, where a cap, clamp or threshold never acts and a nonlinear "
+                 "function is nearly linear; look at where such a function or a scale is applied")  # 44c: a soft cap
     return f"\nThe same config and seed under each input distribution: {text}."

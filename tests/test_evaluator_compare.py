@@ -243,6 +243,20 @@ def test_a_single_value_that_differs_is_given_as_a_factor():
     assert "expected 0.798, got 0.7382 (0.925 times the reference's; a single value: outputs computed from it " \
            "differ as a consequence)." in text
     assert "(2 times the reference's)." in text
+    # played LLM session 44c: an empty bag's row all zeros read "the reference's times -0: a factor missing"
+    assert compare.common_ratio(torch.zeros(16), torch.linspace(1, 2, 16), Tolerance(1e-2, 1e-2, 1e-2)) is None
+
+
+def test_a_kernel_correct_only_near_zero_is_pointed_at_its_nonlinearity():
+    """Played LLM session 44c: a soft cap applied before the attention scale was correct under 'normal_x0.01' only
+    (tanh is linear there); the distributions line said so without saying what it means."""
+    from tileagent.evaluator.other_distributions import sentence
+
+    wrong = {"normal": "wrong", "uniform": "wrong", "normal_x3": "wrong", "normal_x0.01": "correct"}
+    assert sentence({"public": wrong, "hidden": [6, 6, 0]}).endswith(
+        "hidden ones: 6 of 6 wrong: correct only on values near 0, where a cap, clamp or threshold never acts and a "
+        "nonlinear function is nearly linear; look at where such a function or a scale is applied.")
+    assert "near 0" not in sentence({"public": {**wrong, "normal": "correct", "uniform": "correct"}})
 
 
 WHERE = {"config": {"B": 8}, "seed": 0, "distribution": "normal"}
