@@ -435,8 +435,9 @@ STEPS = (
          "torch.compile with it and 1.00x without, once"),
     Step("played_44", 29, "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played44\" session44 && "
          "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played44b\" session44b && "
-         "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played42\" session42", 500,
-         "session 44's and 44b's answers (merge_attn_states with its infinite lse planted) and session 42's "
+         "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played44c\" session44c && "
+         "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played42\" session42", 580,
+         "session 44's, 44b's and 44c's answers (merge_attn_states with its infinite lse planted) and session 42's "
          "(lora_linear failed at fp16's overflow boundary before the overflow-edge rule)"),
     Step("played_41_40", 30, "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played41\" session41 && "
          "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played40\" session40", 480,

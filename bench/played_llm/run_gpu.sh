@@ -3,7 +3,7 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session44|session44b|session20|widths|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session44|session44b|session44c|session20|widths|session2|session1|all]
 # Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
 # $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
@@ -81,8 +81,10 @@
 # them on the CPU). mrope at Hq=28 reads and writes 32 bits at a time (the cost section says so).
 # session44b: the three ops of session 44b (w8a8_int8_gemm on int8 tensor cores, bert_embeddings_layernorm,
 # min_p_filter), each correct on the CPU at turn 1; w8a8 at M=16 fills 0.12 waves.
+# session44c: the three ops of session 44c (varlen_softmax, gemma2_softcap_decode, embedding_bag_weighted), each
+# correct on the CPU at turn 1 (the refs' second versions: totals drawn as Python numbers).
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session44|session44b|session20|widths|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session44|session44b|session44c|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-55}
 mkdir -p "$OUT"
@@ -257,6 +259,11 @@ SESSION44B=(
   "bert_embeddings_layernorm:answers/bert_embeddings_layernorm/turn1.py"
   "min_p_filter:answers/min_p_filter/turn1.py"
 )
+SESSION44C=(
+  "varlen_softmax:answers/varlen_softmax/turn1.py"
+  "gemma2_softcap_decode:answers/gemma2_softcap_decode/turn1.py"
+  "embedding_bag_weighted:answers/embedding_bag_weighted/turn1.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -293,9 +300,10 @@ case "$WHICH" in
   session43) ANSWERS=("${SESSION43[@]}") ;;
   session44) ANSWERS=("${SESSION44[@]}") ;;
   session44b) ANSWERS=("${SESSION44B[@]}") ;;
+  session44c) ANSWERS=("${SESSION44C[@]}") ;;
   widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session44b, session44, session43, session42, session41, session40, session39, session38, session37, session36, session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session44c, session44b, session44, session43, session42, session41, session40, session39, session38, session37, session36, session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
