@@ -434,11 +434,12 @@ STEPS = (
          "the second barrier rule (=sides) against the default, twice: session 44 measured RMSNorm D=4096 at 0.90x "
          "torch.compile with it and 1.00x without, once"),
     Step("played_44", 29, "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played44\" session44 && "
-         "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played44b\" session44b && "
-         "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played44c\" session44c && "
-         "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played42\" session42", 580,
-         "session 44's, 44b's and 44c's answers (merge_attn_states with its infinite lse planted) and session 42's "
-         "(lora_linear failed at fp16's overflow boundary before the overflow-edge rule)"),
+         "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played44b\" session44b", 330,
+         "session 44's and 44b's answers (merge_attn_states with its infinite lse planted, the int8 GEMM)"),
+    Step("played_44c_42", 32, "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played44c\" session44c && "
+         "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played42\" session42", 480,
+         "session 44c's answers and session 42's (lora_linear failed at fp16's overflow boundary before the "
+         "overflow-edge rule)"),
     Step("played_41_40", 30, "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played41\" session41 && "
          "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played40\" session40", 480,
          "sessions 40 and 41's answers: CAP=30 timed them out in session 44"),
