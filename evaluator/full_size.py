@@ -105,7 +105,7 @@ def _elements(spec, run: dict) -> int | None:
         return None
 
 
-def _uncountable(spec, config: dict) -> str | None:
+def uncountable(spec, config: dict) -> str | None:
     """Why the elements of ``config``'s inputs and model cannot be counted on the meta device, or None when they
     can."""
     if model_elements(spec, config) is None:
@@ -193,7 +193,7 @@ def _run_config(request, spec, sandbox, config: dict, at: dict, seed, deadline: 
                f"time left for such runs) at {'; '.join(over)}")
     elif time.monotonic() >= deadline - 1.0:
         why = f"this config's share of the {request.full_size_s:g} s this evaluation gives such runs was spent"
-    elif (problem := _uncountable(spec, config)) is not None:
+    elif (problem := uncountable(spec, config)) is not None:
         why = (f"its sizes could not be counted: {problem}; not the kernel's to change: the reference's get_inputs "
                f"/ Model, built on the meta device (without boolean-mask indexing, .item() or nonzero on values), "
                f"would let these runs happen")

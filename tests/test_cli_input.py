@@ -233,6 +233,29 @@ def test_the_cpu_note_names_the_size_the_interpreter_checks(monkeypatch):
     assert len(lines) == 2  # nothing on CUDA
 
 
+def test_the_cpu_note_warns_of_a_reference_that_cannot_be_sized_on_the_meta_device(tmp_path, monkeypatch):
+    """Played LLM session 44c: a varlen reference reading its drawn total in get_inputs (``int(lens.sum())``) was
+    never run at its configs' own sizes, said only in the first attempt's feedback after a 90 s check."""
+    from tileagent import cli
+    from tileagent.configs import reduce_for_device
+    from tileagent.evaluator.spec import load_spec
+
+    ref = tmp_path / "varlen.py"
+    ref.write_text("import torch\nCONFIGS = [{'B': 4}]\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                   "        return x * 2\n\ndef get_inputs(B=4):\n    lens = torch.randint(1, 9, (B,))\n"
+                   "    return [torch.randn(int(lens.sum()), 8)]\n\ndef get_init_inputs(B=4):\n    return []\n")
+    lines = []
+    monkeypatch.setattr(cli.console, "print", lambda text, **kw: lines.append(text))
+    cli._cpu_note(reduce_for_device(load_spec(ref, check=False), [{"B": 4}], "cpu"), "cpu", ref)
+    assert lines[-1].startswith("  CPU: warning: the reference cannot be sized on the meta device (get_inputs needs "
+                                "real values (")
+    lines.clear()
+    alibi = REPO / "bench" / "played_llm" / "refs" / "alibi_softmax.py"
+    spec = load_spec(alibi, check=False)
+    cli._cpu_note(reduce_for_device(spec, spec.configs, "cpu"), "cpu", alibi)
+    assert not any("warning" in line for line in lines)
+
+
 def test_compile_params_parse_ints_floats_booleans_and_text():
     """Played LLM session 26: ``-p z_coef=1e-4`` reached the factory as the text '0.0001' (E309)."""
     from tileagent.cli import _parse_params

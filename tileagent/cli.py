@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tileagent.compiler.diagnostics import CompileError
-from tileagent.evaluator.full_size import RULE as FULL_RUN_RULE
+from tileagent.evaluator.full_size import RULE as FULL_RUN_RULE, uncountable
 from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
 from tileagent.evaluator.records import RUN_TIMEOUT_S
 from tileagent.display import CLIConsole, setup_logging
@@ -213,6 +213,16 @@ def _cpu_note(chosen, device: str, reference: Path) -> None:
     console.print("  CPU: free dims (FREE_DIMS) at their SMALL_CONFIG sizes; a config whose inputs and model tensors, "
                   f"or outputs, still hold more than 2**18 elements is checked with {INTERPRETER_RULE}; {FULL_RUN_RULE}",
                   highlight=False)
+    from tileagent.evaluator.spec import load_spec
+
+    try:
+        problem = uncountable(load_spec(reference, check=False), chosen[0].spec) if chosen else None
+    except Exception:  # noqa: BLE001 - a reference that does not load is reported where it is checked
+        problem = None
+    if problem:  # played LLM session 44c: said only after a check, in the first attempt's feedback
+        console.print(f"  CPU: warning: the reference cannot be sized on the meta device ({problem}): its configs will "
+                      "not also run at their own sizes; draw totals as Python numbers (docs/evaluator.md)",
+                      highlight=False)
 
 
 def _ms(t) -> str:
