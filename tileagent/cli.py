@@ -201,11 +201,16 @@ def _cpu_note(chosen, device: str, reference: Path) -> None:
     interpreter's size rule, ``evaluator.interpreter_sizes``), and the rule."""
     if device.startswith("cuda"):
         return
-    from tileagent.evaluator.interpreter_sizes import interpreter_configs
+    from tileagent.evaluator.interpreter_sizes import interpreter_config
+    from tileagent.evaluator.spec import load_spec
 
-    evals = [rc.eval for rc in chosen]  # the free-dim step alone where the reference does not load
-    reduced = [(rc.spec, run) for rc, run in zip(chosen, interpreter_configs(reference, evals) or evals)
-               if run != rc.spec]
+    evals = [rc.eval for rc in chosen]
+    try:
+        spec = load_spec(reference, check=False)
+    except Exception:  # noqa: BLE001 - a reference that does not load is reported where it is checked
+        spec = None  # then the free-dim step alone
+    runs = [interpreter_config(spec, c, evals)[0] for c in evals] if spec is not None else evals
+    reduced = [(rc.spec, run) for rc, run in zip(chosen, runs) if run != rc.spec]
     if reduced:
         console.print("  CPU: checked at smaller sizes ("
                       + "; ".join(f"{cfgs_key(c)} -> {cfgs_key(run)}" for c, run in reduced[:3])
@@ -213,12 +218,7 @@ def _cpu_note(chosen, device: str, reference: Path) -> None:
     console.print("  CPU: free dims (FREE_DIMS) at their SMALL_CONFIG sizes; a config whose inputs and model tensors, "
                   f"or outputs, still hold more than 2**18 elements is checked with {INTERPRETER_RULE}; {FULL_RUN_RULE}",
                   highlight=False)
-    from tileagent.evaluator.spec import load_spec
-
-    try:
-        problem = uncountable(load_spec(reference, check=False), chosen[0].spec) if chosen else None
-    except Exception:  # noqa: BLE001 - a reference that does not load is reported where it is checked
-        problem = None
+    problem = uncountable(spec, chosen[0].spec) if spec is not None and chosen else None
     if problem:  # played LLM session 44c: said only after a check, in the first attempt's feedback
         console.print(f"  CPU: warning: the reference cannot be sized on the meta device ({problem}): its configs will "
                       "not also run at their own sizes; draw totals as Python numbers (docs/evaluator.md)",

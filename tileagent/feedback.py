@@ -203,11 +203,10 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                            FLOAT_DIFFERENCE).format(**f)
         rel = failure.get("rel_l2")
         gross = isinstance(rel, (int, float)) and rel > GROSS_REL_L2  # not rounding: a wrong element or term
-        f["oracle"] = "" if not failure.get("oracle_mismatched") else (
-            f"\nAgainst a float64 evaluation of the reference, {failure['oracle_mismatched']} element(s) differ too, "
-            f"some of them infinite or NaN on one side only: a mask, a fill or an overflow, not precision."
+        oracle = f"\nAgainst a float64 evaluation of the reference, {failure.get('oracle_mismatched')} element(s) "
+        f["oracle"] = "" if not failure.get("oracle_mismatched") else oracle + (
+            "differ too, some of them infinite or NaN on one side only: a mask, a fill or an overflow, not precision."
             if nonfinite else  # played LLM session 44b: a min-p mask applied before the temperature read as precision
-            f"\nAgainst a float64 evaluation of the reference, {failure['oracle_mismatched']} element(s) "
             f"are off by more than twice the reference's own error (max abs error "
             f"{_num(failure.get('oracle_max_abs_err'))}, the reference's "
             f"{_num(failure.get('reference_max_abs_err'))}): " +

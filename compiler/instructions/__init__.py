@@ -83,21 +83,20 @@ def gemm_unavailable(g, threads: int, target=None) -> TargetError | None:
     operands, acc = str(g.a.buffer.dtype), str(g.c.buffer.dtype)
     takes = ACCUMULATORS.get(operands, ())
     if takes and acc not in takes:  # played LLM session 44b: int8 operands into a float16 accumulator
-        return TargetError(f"T.gemm on tensor cores: {operands} A and B accumulate in {' or '.join(takes)}; the "
-                           f"accumulator here is {acc}", g.span, code="E602",
-                           notes=[f"{e.name}: {r}" for e, r in reasons],
-                           hint=f"allocate the accumulator fragment as {takes[0]}" + (
-                               " (an int8 product summed in int32 is exact); convert and scale it after the loop"
-                               if takes[0] == "int32" else ""))
-    specific = [r for e, r in reasons if not r.startswith("takes ") and e.target_reason(target) is None]
-    # the reason of the entry for its dtypes, on this target; the RS form's (where A lives, checked before its
-    # dtypes) only when no other entry has one (an int8 gemm with B not K-major read as "needs A in registers")
-    first = next((r for r in specific if not r.startswith("needs A in registers")),
-                 specific[0] if specific else reasons[0][1])
+        first = f"{operands} A and B accumulate in {' or '.join(takes)}; the accumulator here is {acc}"
+        hint = f"allocate the accumulator fragment as {takes[0]}" + (
+            " (an int8 product summed in int32 is exact); convert and scale it after the loop"
+            if takes[0] == "int32" else "")
+    else:
+        specific = [r for e, r in reasons if not r.startswith("takes ") and e.target_reason(target) is None]
+        # the reason of the entry for its dtypes, on this target; the RS form's (where A lives, checked before its
+        # dtypes) only when no other entry has one (an int8 gemm with B not K-major read as "needs A in registers")
+        first = next((r for r in specific if not r.startswith("needs A in registers")),
+                     specific[0] if specific else reasons[0][1])
+        hint = ("T.copy the operands into float16/bfloat16 shared tiles and accumulate in float32 (the CPU "
+                "interpreter runs the float32 gemm as written)")
     return TargetError(f"T.gemm on tensor cores: {first}", g.span, code="E602",
-                       notes=[f"{e.name}: {r}" for e, r in reasons],
-                       hint="T.copy the operands into float16/bfloat16 shared tiles and accumulate in float32 (the "
-                            "CPU interpreter runs the float32 gemm as written)")
+                       notes=[f"{e.name}: {r}" for e, r in reasons], hint=hint)
 
 
 def select_copy(src, dst, width: int, async_ok: bool, target=None, entries=None):
