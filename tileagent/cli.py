@@ -514,9 +514,10 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
         store.append("run_started", options=options.model_dump(mode="json"), drafter=drafter_opts)
         console.print(f"[bold]{command}[/] {reference} -> {store.root}: {len(chosen)} config(s) on {device}, "
                       f"drafter {drafter_opts['provider']}")
-        _cpu_note(chosen, device, reference)
-    archive = Archive()
-    try:
+    try:  # from here on the run exists: Ctrl-C at any point says how to resume it
+        if resume is None:
+            _cpu_note(chosen, device, reference)
+        archive = Archive()
         with _open_pool(options.device, flags) as pool, \
                 LiveProgress(console, len(options.configs), pool=pool) as progress:
             pool.on_progress = progress.worker_progress
@@ -527,12 +528,9 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
                 outputs = finalize(loop, outcome, command=command, workers=pool.report())
             except ReferenceFailed as e:
                 broken = e
-            except KeyboardInterrupt:
-                progress.__exit__(None, None, None)
-                err_console.print(f"interrupted: the run so far is saved in {store.root}; continue it with: "
-                                  f"tileagent {command} --resume {store.root}", highlight=False, soft_wrap=True)
-                raise
     except KeyboardInterrupt:
+        err_console.print(f"interrupted: the run so far is saved in {store.root}; continue it with: "
+                          f"tileagent {command} --resume {store.root}", highlight=False, soft_wrap=True)
         raise typer.Exit(130) from None
     if broken is not None:
         err_console.print(f"[red]error:[/] the reference failed, not the candidate ({broken.attempt_id} is not "
