@@ -11,10 +11,12 @@ interpreter's cost is its blocks and loop steps, not the elements the size rule 
 full sizes in a few seconds.
 Guarantees: each config is run once (one seed, the reference's first distribution, the two calls and comparison
 rules of every check) at the largest of: its sizes as stated, then its free dims cut to two thirds step by step
-toward the sizes checked, whose inputs and model tensors hold at most ``FULL_RUN_ELEMENTS`` and whose calls the
-interpreter finishes within ``CALL_BUDGET_S`` each (``compiler.interp.time_limit``: it gives up after a kernel's first
-block when the rest would not fit); where none of those sizes fits, at the sizes checked with the last size the
-check shrank (a row's length: a vocabulary, a head dim) as stated and the others halved toward 1 (``row_attempts``).
+toward the sizes checked (while over the element limit, one whose cut frees less than half what another's does
+waits), whose inputs and
+model tensors hold at most ``FULL_RUN_ELEMENTS`` and whose calls the interpreter finishes within ``CALL_BUDGET_S``
+each (``compiler.interp.time_limit``: it gives up after a kernel's first block when the rest would not fit); where
+none of those sizes fits, at the sizes checked with the last size the check shrank (a row's length: a vocabulary, a
+head dim) as stated and the others halved toward 1 (``row_attempts``).
 An attempt that timed out tells how long a call needs: later ones that would need longer are skipped. An
 evaluation's runs share ``EvalRequest.full_size_s`` (none when it is 0), each
 config a share of the time left. Sizes that could not run
@@ -35,9 +37,10 @@ CALL_BUDGET_S = 20.0
 """The most time one call of the candidate may take in the interpreter at the larger sizes."""
 
 RULE = (f"once the checks pass, each config also runs once at its own sizes, or as near them as the interpreter "
-        f"finishes a call in {CALL_BUDGET_S:g} s (the free dims cut to two thirds one at a time, in FREE_DIMS order, "
-        f"to odd sizes; where none fits, the last size the check shrank as stated and the others halved toward 1), "
-        f"compared with the reference as every check is: a path your kernel takes only at large sizes runs")
+        f"finishes a call in {CALL_BUDGET_S:g} s (the free dims cut to two thirds one at a time, to odd sizes, in "
+        f"FREE_DIMS order, a dim that holds little of the memory waiting while the inputs exceed 2**26 elements; where "
+        f"none fits, the last size the check shrank as stated and the others halved toward 1), compared with the "
+        f"reference as every check is: a path your kernel takes only at large sizes runs")
 """The full-size run, as the prompt and the feedback say it."""
 
 RAN, NOT_RAN = "also run once at", "not run at larger sizes than checked"
@@ -52,7 +55,9 @@ def sizes_text(config: dict) -> str:
 
 
 def attempts(spec, config: dict, checked: dict) -> list[dict]:
-    """The sizes to run ``config`` (checked at ``checked``) at, largest first: as stated, then with its free dims
+    """The sizes to run ``config`` (checked at ``checked``) at, largest first: as stated; while its inputs and model
+    tensors hold more than ``FULL_RUN_ELEMENTS``, the first free dim whose cut frees at least half what the best cut
+    does; then its free dims
     cut to two thirds one dim at a time in FREE_DIMS order (the first down to its value in ``checked`` before the
     next: a batch dim listed first gives way before a sequence), each made odd (4096 -> 2731 -> 1821 -> 1215: the
     large path meets a tail too, played LLM session 25: a grid of M // block_m passed at even sizes; and not one past
@@ -62,14 +67,30 @@ def attempts(spec, config: dict, checked: dict) -> list[dict]:
     ``row_attempts``."""
     free = [k for k in spec.free_dims if type(config.get(k)) is int and type(checked.get(k)) is int]
     sizes, run = [dict(config)], dict(config)
+    while (over := _elements(spec, run)) is not None and over > FULL_RUN_ELEMENTS:
+        # memory first: a dim whose cut frees less than half what another's does waits (played LLM session 44c: an
+        # embedding bag's batch was cut to its checked size, the multi-block path with it, before its 1M-row table
+        # shrank to fit)
+        cuts = [{**run, k: _cut(run[k], checked[k])} for k in free if run[k] > checked[k]]
+        counted = [(over - n, cut) for cut in cuts if (n := _elements(spec, cut)) is not None]
+        if not counted:
+            break
+        most = max(freed for freed, _ in counted)
+        run = next(cut for freed, cut in counted if 2 * freed >= most)
+        sizes.append(run)
     for k in free:
         while run[k] > checked[k]:
-            cut = run[k] * 2 // 3
-            cut += 1 - cut % 2 if cut + 1 - cut % 2 < run[k] else 0  # odd: a tail there too
-            run = {**run, k: max(checked[k], cut)}
+            run = {**run, k: _cut(run[k], checked[k])}
             sizes.append(run)
     out = [run for run in sizes if run != checked and _fits(spec, run)][:MAX_ATTEMPTS]
     return out or [run for run in row_attempts(config, checked, free) if _fits(spec, run)][:MAX_ATTEMPTS]
+
+
+def _cut(size: int, floor: int) -> int:
+    """``size`` cut to two thirds, made odd (a tail there too), not below ``floor``."""
+    cut = size * 2 // 3
+    cut += 1 - cut % 2 if cut + 1 - cut % 2 < size else 0
+    return max(floor, cut)
 
 
 def row_attempts(config: dict, checked: dict, free: list) -> list[dict]:

@@ -112,8 +112,9 @@ def test_a_correct_kernel_says_at_which_sizes_it_also_ran(tmp_path, monkeypatch)
                      "max abs err 0", "M=64, N=64: also run once at its own sizes on the CPU interpreter (normal "
                      "inputs): correct, max abs err 0"]
     assert "At the GPU's sizes (once the checks pass, each config also runs once at its own sizes, or as near them " \
-           "as the interpreter finishes a call in 20 s (the free dims cut to two thirds one at a time, in " \
-           "FREE_DIMS order, to odd sizes; where none fits, the last size the check shrank as stated and the others " \
+           "as the interpreter finishes a call in 20 s (the free dims cut to two thirds one at a time, to odd " \
+           "sizes, in FREE_DIMS order, a dim that holds little of the memory waiting while the inputs exceed " \
+           "2**26 elements; where none fits, the last size the check shrank as stated and the others " \
            "halved toward 1), compared with the reference as every check is: a path your kernel " \
            "takes only at large sizes runs):\n- M=8192, N=64: also run once at its own sizes" \
         in render_feedback(result)  # RULE's 20 s: the default
@@ -164,6 +165,30 @@ def test_full_size_attempts_cut_the_free_dims_in_their_order_and_skip_what_does_
     assert 21 * 4096 * 1024 > FULL_RUN_ELEMENTS >= 15 * 4096 * 1024  # 4096 x 1024 are over the limit
     _, s = zip(*[(r["B"], r["S"]) for r in attempts(spec, {"B": 1, "S": 4096, "D": 64}, {"B": 1, "S": 50, "D": 64})])
     assert s == (4096, 2731, 1821, 1215, 811)  # odd, and none one past a power of two
+
+
+def test_full_size_attempts_shrink_the_dim_that_holds_the_memory_before_the_batch(tmp_path):
+    """Played LLM session 44c: an embedding bag's 2**20-row table (over the element limit) kept its size while the
+    batch of bags, listed first, was cut to its checked size, and the kernel's multi-block path never ran."""
+    from tileagent.evaluator.full_size import attempts
+    from tileagent.evaluator.spec import load_spec
+
+    (tmp_path / "ref.py").write_text(textwrap.dedent("""
+        import torch
+        class Model(torch.nn.Module):
+            def forward(self, idx, table):
+                return table[idx].sum(1)
+        CONFIGS = [{"B": 2048, "V": 1048576, "E": 64}]
+        FREE_DIMS = ["B", "V"]
+        def get_inputs(B, V, E):
+            return [torch.randint(0, V, (B, 64)), torch.randn(V, E)]
+        def get_init_inputs():
+            return []
+        """))
+    spec = load_spec(str(tmp_path / "ref.py"), check=False)
+    runs = attempts(spec, {"B": 2048, "V": 1048576, "E": 64}, {"B": 5, "V": 1000, "E": 64})
+    assert runs[:3] == [{"B": 2048, "V": 699051, "E": 64}, {"B": 1365, "V": 699051, "E": 64},
+                        {"B": 911, "V": 699051, "E": 64}]
 
 
 def _many_blocks():

@@ -728,8 +728,9 @@ def test_cpu_prompt_names_the_size_the_interpreter_checks_a_large_config_at(tmp_
          drafter, FakeWorker()).run()
     user = drafter.calls[0].messages[1]["content"]
     assert "else SMALL_CONFIG's sizes; once the checks pass, each config also runs once at its own sizes, or as near " \
-           "them as the interpreter finishes a call in 20 s (the free dims cut to two thirds one at a time, in " \
-           "FREE_DIMS order, to odd sizes; where none fits, the last size the check shrank as stated and the others " \
+           "them as the interpreter finishes a call in 20 s (the free dims cut to two thirds one at a time, to " \
+           "odd sizes, in FREE_DIMS order, a dim that holds little of the memory waiting while the inputs " \
+           "exceed 2**26 elements; where none fits, the last size the check shrank as stated and the others " \
            "halved toward 1), compared with the reference as every check is: a path your kernel takes only at " \
            "large sizes runs. Each config" in user, user
     # session 23: a correct causal conv1d timed out on its empty blocks; the prompt now says what a check costs
