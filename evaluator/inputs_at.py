@@ -2,7 +2,7 @@
 
 In: a Mismatch with ``index`` and ``output`` (``evaluator.correctness``), the failing call's inputs and outputs.
 Out: the same Mismatch with ``inputs_at_index`` ([position, value] or [position, value, the input's index] per input
-that has an element there) and ``inputs_peak`` (``compare.input_peaks``); its ``held`` detail (the rows holding the
+that has an element there), ``segment_at_index`` (an offsets input's segment holding the index) and ``inputs_peak`` (``compare.input_peaks``); its ``held`` detail (the rows holding the
 differing elements, ``compare.held_indices``) consumed.
 Guarantees: reads the inputs only (nothing is called); an input whose element at the index cannot be told from the
 shapes alone is left out rather than guessed.
@@ -40,9 +40,9 @@ def with_inputs_at_index(failure: Mismatch, inputs, outs=None) -> Mismatch:
     shape = tuple(outs[k].shape) if outs is not None and isinstance(k, int) and k < len(outs) else None
     if shape is not None and held and (peaks := input_peaks(inputs, shape, held)):
         failure.details["inputs_peak"] = peaks
-    values = []
+    values, segment = [], _segment_at(inputs, shape, index) if shape is not None else None
     for position, t in enumerate(inputs):
-        if not isinstance(t, torch.Tensor):
+        if not isinstance(t, torch.Tensor) or segment and position == segment[0]:  # offsets: its segment, below
             continue
         if shape is not None and 0 < t.dim() < len(index):
             dims = _dims_in(tuple(t.shape), shape)
@@ -73,7 +73,30 @@ def with_inputs_at_index(failure: Mismatch, inputs, outs=None) -> Mismatch:
             break
     if values:
         failure.details["inputs_at_index"] = values
+    if segment:
+        failure.details["segment_at_index"] = segment
     return failure
+
+
+def _segment_at(inputs, shape: tuple, index) -> list | None:
+    """[position, dim, segment, start, end] for the first integer input that reads as offsets along one dim of
+    ``shape`` (1-D, non-decreasing from >= 0, its last value that dim's size, no other dim of that size): the segment
+    (rows start..end - 1) holding the failing index there. Played LLM session 44c: a varlen softmax that took in the
+    next sequence's rows was quoted only x's element; the packed row's sequence is what tells the cause."""
+    for position, t in enumerate(inputs):
+        if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.numel() < 2 or t.dtype.is_floating_point \
+                or t.dtype == torch.bool:
+            continue
+        offsets = t.detach().to("cpu", torch.int64)
+        end = int(offsets[-1])
+        dims = [d for d, n in enumerate(shape) if n == end]
+        if len(dims) != 1 or int(offsets[0]) < 0 or bool((offsets[1:] < offsets[:-1]).any()):
+            continue
+        bounds = offsets if int(offsets[0]) == 0 else torch.cat([offsets.new_zeros(1), offsets])
+        row = index[dims[0]]
+        segment = int(torch.searchsorted(bounds, torch.tensor([row]), right=True)[0]) - 1
+        return [position, dims[0], segment, int(bounds[segment]), int(bounds[segment + 1])]
+    return None
 
 
 def _scalar(v):

@@ -262,6 +262,30 @@ def test_an_input_of_fewer_dims_is_quoted_where_its_sizes_name_the_output_dims_i
            "index (2,))." in text
 
 
+def test_an_offsets_input_names_the_segment_holding_the_failing_row():
+    """Played LLM session 44c: a varlen softmax that took in the next sequence's rows was quoted x's element only.
+    An integer input that reads as offsets along one output dim (cu_seqlens; or ends without the leading 0) names the
+    segment holding the index; offsets ending at a size two dims share, or not sorted, name none."""
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.evaluator.correctness import with_inputs_at_index
+    from tileagent.feedback import render_feedback
+
+    x, cu = torch.randn(9, 4), torch.tensor([0, 2, 3, 9], dtype=torch.int32)
+    failure = with_inputs_at_index(Mismatch("m", index=[5, 1], output=0), [x, cu], (torch.zeros(9, 4),))
+    assert failure.details["segment_at_index"] == [1, 0, 2, 3, 9]
+    ends = with_inputs_at_index(Mismatch("m", index=[2, 1], output=0), [x, cu[1:]], (torch.zeros(9, 4),))
+    assert ends.details["segment_at_index"] == [1, 0, 1, 2, 3]
+    for bad, out in ((cu, torch.zeros(9, 9)), (torch.tensor([0, 3, 2, 9]), torch.zeros(9, 4)),
+                     (cu.float(), torch.zeros(9, 4))):
+        assert "segment_at_index" not in with_inputs_at_index(Mismatch("m", index=[5, 1], output=0), [x, bad],
+                                                              (out,)).details
+    text = render_feedback(EvalResult(status="mismatch", message="m", failure={
+        **failure.details, "expected": 1.0, "got": 2.0, "mismatched": 1, "total": 36, "atol": 0.01, "rtol": 0.01,
+        "max_abs_err": 1.0, "rel_l2": 0.5, "config": {"T": 9}, "seed": 0, "distribution": "normal"}))
+    assert f"Inputs at that index: input 0 = {x[5, 1].item():.6g}.\nInput 1 reads as offsets along dim 0: index 5 " \
+           "there lies in its segment 2, rows 3 to 8 (6 rows).\n" in text
+
+
 def test_the_mismatch_feedback_quotes_the_inputs_at_the_failing_index(tmp_path, relu_spec):
     """A hidden distribution stays unnamed, but its magnitudes show: the input value at the wrong element."""
     from tileagent.evaluator.records import EvalResult

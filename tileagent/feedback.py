@@ -194,6 +194,11 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                                if isinstance(v, list) else _num(v, 6)) + (
                 f" (at its index {_index(own[0])})" if own else "")
             for p, v, *own in at) + ".") if at else ""
+        if segment := failure.get("segment_at_index"):
+            p, dim, k, start, end = segment
+            f["inputs_at_index"] += (f"\nInput {p} reads as offsets along dim {dim}: index {failure['index'][dim]} "
+                                     f"there lies in its segment {k}, rows {start} to {end - 1} ({end - start} "
+                                     f"row{'s' if end - start != 1 else ''}).")
         f = {**{k: "-" for k in needed}, **f}
         f["single"] = " (a single value: a relative tolerance)" if failure.get("total") == 1 else ""
         nonfinite = failure.get("rel_l2") == "nan"  # evaluator.compare.json_floats
