@@ -233,7 +233,7 @@ def test_the_cpu_note_names_the_size_the_interpreter_checks(monkeypatch):
     assert len(lines) == 2  # nothing on CUDA
 
 
-def test_the_cpu_note_warns_of_a_reference_that_cannot_be_sized_on_the_meta_device(tmp_path, monkeypatch):
+def test_the_cpu_note_warns_of_a_reference_unsized_on_the_meta_device_or_checked_too_large(tmp_path, monkeypatch):
     """Played LLM session 44c: a varlen reference reading its drawn total in get_inputs (``int(lens.sum())``) was
     never run at its configs' own sizes, said only in the first attempt's feedback after a 90 s check."""
     from tileagent import cli
@@ -254,6 +254,17 @@ def test_the_cpu_note_warns_of_a_reference_that_cannot_be_sized_on_the_meta_devi
     spec = load_spec(alibi, check=False)
     cli._cpu_note(reduce_for_device(spec, spec.configs, "cpu"), "cpu", alibi)
     assert not any("warning" in line for line in lines)
+    # no SMALL_CONFIG and a large config: checked as stated, said up front and not only by a timeout
+    big = tmp_path / "big.py"
+    big.write_text("import torch\nCONFIGS = [{'M': 4096, 'N': 512}, {'M': 8, 'N': 512}]\n\nclass Model(torch.nn.Module):"
+                   "\n    def forward(self, x):\n        return x * 2\n\ndef get_inputs(M=4096, N=512):\n"
+                   "    return [torch.randn(M, N)]\n\ndef get_init_inputs(M=4096, N=512):\n    return []\n")
+    spec = load_spec(big, check=False)
+    cli._cpu_note(reduce_for_device(spec, spec.configs, "cpu"), "cpu", big)
+    assert [line for line in lines if "warning" in line] == [
+        "  CPU: warning: checked at M=4096 N=512, its inputs and model tensors hold 2,097,152 elements and its outputs "
+        "hold 2,097,152 elements, more than the 262,144 the interpreter checks in time: its checks may time out; give the reference a SMALL_CONFIG with "
+        "smaller sizes, or check on a GPU"]
 
 
 def test_compile_params_parse_ints_floats_booleans_and_text():

@@ -21,8 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tileagent.compiler.diagnostics import CompileError
-from tileagent.evaluator.full_size import RULE as FULL_RUN_RULE, uncountable
-from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
+from tileagent.configs import key as cfgs_key
 from tileagent.evaluator.records import RUN_TIMEOUT_S
 from tileagent.display import CLIConsole, setup_logging
 from tileagent.drafter_flags import drafter_options, make_drafter
@@ -197,32 +196,11 @@ def _select_configs(summary, selections: list[str], axes: list[tuple[str, str]])
 
 
 def _cpu_note(chosen, device: str, reference: Path) -> None:
-    """On the CPU: the size each config is checked at where it differs (free dims at SMALL_CONFIG's sizes, then the
-    interpreter's size rule, ``evaluator.interpreter_sizes``), and the rule."""
-    if device.startswith("cuda"):
-        return
-    from tileagent.evaluator.interpreter_sizes import interpreter_config
-    from tileagent.evaluator.spec import load_spec
+    if not device.startswith("cuda"):
+        from tileagent.cpu_note import cpu_note
 
-    evals = [rc.eval for rc in chosen]
-    try:
-        spec = load_spec(reference, check=False)
-    except Exception:  # noqa: BLE001 - a reference that does not load is reported where it is checked
-        spec = None  # then the free-dim step alone
-    runs = [interpreter_config(spec, c, evals)[0] for c in evals] if spec is not None else evals
-    reduced = [(rc.spec, run) for rc, run in zip(chosen, runs) if run != rc.spec]
-    if reduced:
-        console.print("  CPU: checked at smaller sizes ("
-                      + "; ".join(f"{cfgs_key(c)} -> {cfgs_key(run)}" for c, run in reduced[:3])
-                      + (" ..." if len(reduced) > 3 else "") + "); not timed", highlight=False)
-    console.print("  CPU: free dims (FREE_DIMS) at their SMALL_CONFIG sizes; a config whose inputs and model tensors, "
-                  f"or outputs, still hold more than 2**18 elements is checked with {INTERPRETER_RULE}; {FULL_RUN_RULE}",
-                  highlight=False)
-    problem = uncountable(spec, chosen[0].spec) if spec is not None and chosen else None
-    if problem:  # played LLM session 44c: said only after a check, in the first attempt's feedback
-        console.print(f"  CPU: warning: the reference cannot be sized on the meta device ({problem}): its configs will "
-                      "not also run at their own sizes; draw totals as Python numbers (docs/evaluator.md)",
-                      highlight=False)
+        for line in cpu_note(chosen, reference):
+            console.print(line, highlight=False)
 
 
 def _ms(t) -> str:
@@ -592,10 +570,6 @@ def _ray_device(address: str) -> str:
         return cluster_device(address)
     except GpuSelectionError as e:
         raise _bad(str(e)) from None
-
-
-def cfgs_key(config: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in config.items())
 
 
 _AGENT_EXIT = ("Exit codes: 0 target met (on the CPU: correct on every config; not timed); 3 correct but not faster "

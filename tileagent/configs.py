@@ -25,6 +25,11 @@ import itertools
 from pydantic import BaseModel, Field
 
 
+def key(config: dict) -> str:
+    """A config as the CLI and its notes write it: ``M=37 C=96``."""
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
 class ConfigSelectionError(ValueError):
     """A --configs or --grid argument does not fit the spec's grid."""
 
