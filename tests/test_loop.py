@@ -337,6 +337,9 @@ def test_a_long_feedback_paragraph_is_printed_once_a_prompt():
 def test_feedback_for_an_untimed_correct_candidate_and_a_guard_violation():
     ok = EvalResult(status="ok", configs=[ConfigResult(config={"C": 96}, correct=True)])
     assert "correct on every config (1 checked)" in render_feedback(ok, device="the CPU")
+    alike = EvalResult(status="ok", configs=[ConfigResult(config={"B": 1, "V": 9}, correct=True), ConfigResult(
+        config={"B": 3, "V": 9}, evaluated_at={"B": 1, "V": 9}, correct=True)])  # one check for both
+    assert "correct on every config (1 checked)" in render_feedback(alike, device="the CPU")
     guard = EvalResult(status="guard_violation", message="line 3: torch.exp [rule torch-compute]",
                        failure={"kind": "GuardViolation", "rule": "torch-compute"})
     assert "broke the evaluation rule `torch-compute`:\nline 3: torch.exp" in render_feedback(guard)
