@@ -99,4 +99,5 @@ class EvalResult(BaseModel):
     device: str = ""
     timing_available: bool = False
     plans: list[dict] = Field(default_factory=list, description="per plan config: {'config', 'launches': "
-                              "[compiler.resources.KernelResources.to_dict()]} or {'config', 'unavailable': why}")
+                              "[compiler.resources.KernelResources.to_dict()], 'bytes': the inputs' and ModelNew's "
+                              "tensors' bytes} or {'config', 'unavailable': why}")

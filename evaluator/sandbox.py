@@ -323,8 +323,9 @@ class Sandbox:
         """Build ModelNew(*init) on the meta device and run its forward on ``inputs`` (tensors of any device: only
         their shapes and dtypes travel) in a dry run (``compiler.resources.dry_run``): every kernel the forward
         calls is compiled for ``arch`` (default: the device's, else sm_90a) and sized; nothing computes. Returns
-        {"launches": [KernelResources.to_dict(), ...]}, or {"unavailable": why} when the forward cannot run on meta
-        tensors (it reads values, say). A kernel that does not compile at these sizes raises CompileFailed."""
+        {"launches": [KernelResources.to_dict(), ...], "bytes": the bytes of the inputs and of ModelNew's tensors},
+        or {"unavailable": why} when the forward cannot run on meta tensors (it reads values, say). A kernel that
+        does not compile at these sizes raises CompileFailed."""
         described = [("tensor", list(t.shape), str(t.dtype).removeprefix("torch.")) if isinstance(t, torch.Tensor)
                      else ("value", t) for t in inputs]
         self._send(("plan", config, list(init), described, seed, str(dtype) if dtype else None, arch))
@@ -511,7 +512,10 @@ class _Runner:
             self.send({"ok": True, "unavailable": f"the forward cannot run on shapes alone ({type(e).__name__}: "
                                                   f"{str(e).strip()[:200]})"})
             return
-        self.send({"ok": True, "launches": [r.to_dict() for r in run.launches[built:]]})
+        own = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
+        held = [*(t for t in args if isinstance(t, torch.Tensor)), *own]
+        self.send({"ok": True, "launches": [r.to_dict() for r in run.launches[built:]],
+                   "bytes": sum(t.numel() * t.element_size() for t in held)})
 
     def serve(self) -> None:
         while True:

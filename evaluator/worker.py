@@ -250,7 +250,7 @@ def _plans(request: EvalRequest, spec, configs: list[dict], device: str, sandbox
         except CandidateError as e:  # CompileFailed, RunFailed: at a size the checks did not run
             raise type(e)(f"at the config the GPU runs, {config}: {e.message}",
                           **{**e.details, "config": config, "planned": True}) from e
-        plans.append({"config": config, **{k: v for k, v in plan.items() if k in ("launches", "unavailable")}})
+        plans.append({"config": config, **{k: v for k, v in plan.items() if k in ("launches", "unavailable", "bytes")}})
     return plans
 
 

@@ -241,17 +241,20 @@ def test_cpu_runs_stop_once_every_config_is_correct(tmp_path):
 
 class CpuWorker(FakeWorker):
     """As on the CPU: correct, untimed; a candidate whose first line says "spills" has kernels that keep 2352 B a
-    thread in local memory at the GPU's sizes (EvalResult.plans)."""
+    thread in local memory at the GPU's sizes (EvalResult.plans), one that says "idle" runs 16 blocks for 64 MiB."""
 
     def evaluate(self, request: EvalRequest) -> EvalResult:
         self.requests.append(request)
         spills = Path(request.kernel_path).read_text().splitlines()[0].split()[2] == "spills"
-        launch = {"kernel": "main_kernel", "blocks": 128, "threads": 256, "registers": 255 if spills else 64,
+        idle = Path(request.kernel_path).read_text().splitlines()[0].split()[2] == "idle"
+        launch = {"kernel": "main_kernel", "blocks": 16 if idle else 128, "threads": 256,
+                  "registers": 255 if spills else 64,
                   "frame_bytes": 2352 if spills else 0, "shared_bytes": 0, "blocks_per_sm": 1, "occupancy_pct": 12,
                   "limited_by": "registers", "waves": 0.97, "access_bytes": {"x": 16}, "arch": "sm_90a", "sms": 132,
                   "sm_source": "device"}
         return EvalResult(status="ok", configs=[ConfigResult(config=c, correct=True) for c in request.configs],
-                          plans=[{"config": c, "launches": [launch]} for c in request.configs], device="cpu")
+                          plans=[{"config": c, "launches": [launch], "bytes": 64 << 20} for c in request.configs],
+                          device="cpu")
 
 
 def test_cpu_runs_go_on_while_the_best_kernel_spills_and_keep_the_one_that_does_not(tmp_path):
@@ -267,6 +270,27 @@ def test_cpu_runs_go_on_while_the_best_kernel_spills_and_keep_the_one_that_does_
     assert "Timing is unavailable on cpu, but one thing is sure to make it slow on the GPU: main_kernel at M=16384, " \
            "C=96 keeps 2352 B a thread in local memory (255 registers a thread; spilled registers or a local array)" \
         in first.feedback
+
+
+def test_cpu_runs_go_on_while_the_best_kernel_leaves_most_sms_idle(tmp_path):
+    """Played LLM sessions 43b and 44b: a decode GEMM of 32 blocks (0.12 waves) ended the CPU loop as done. A correct
+    kernel whose launch has blocks for fewer than a quarter of the SMs, each streaming 256 KiB or more, is fed back as
+    what will make it slow; a later one with enough blocks serves the configs."""
+    from tileagent.feedback import idle_launch
+
+    loop, outcome, drafter, _ = run(tmp_path, [[cand("idle", 1.0)], [cand("ok", 1.0)]], worker=CpuWorker(),
+                                    device="cpu", candidates=1)
+    assert outcome.outcome == "correct_untimed" and outcome.turns == 2
+    assert {b.attempt_id for b in outcome.best.values()} == {"t2-c0"}
+    (first,) = drafter.calls[1].history
+    assert "Timing is unavailable on cpu, but one thing is sure to make it slow on the GPU: at M=16384, C=96, " \
+           "main_kernel runs 16 block(s) on the GPU's 132 SMs, each streaming 4096 KiB of the 64 MiB of inputs: most " \
+           "SMs stay idle while a few move the data." in " ".join(first.feedback.split())
+    launch = {"kernel": "k", "config": {"M": 1}, "sms": 132, "blocks": 32, "bytes": 32 << 20}
+    assert idle_launch([launch]) == launch  # 32 blocks of 1 MiB
+    assert idle_launch([{**launch, "blocks": 33}]) is None  # a quarter of the SMs
+    assert idle_launch([{**launch, "bytes": 4 << 20}]) is None  # 128 KiB a block: a small op's latency
+    assert idle_launch([launch, {**launch, "kernel": "split", "blocks": 264}]) is None  # its busiest launch counts
 
 
 class GivesUp:

@@ -24,6 +24,15 @@ UNTIMED_SPILLS = ("Your kernel is correct on every config ({configs} checked). T
                   "memory and is read again at every use. Hold fewer values a thread (a smaller tile a block, more "
                   "threads, or a loop over a long row in parts instead of keeping it whole) until the resources "
                   "below show no local memory.")
+UNTIMED_IDLE = ("Your kernel is correct on every config ({configs} checked). Timing is unavailable on {device}, but "
+                "one thing is sure to make it slow on the GPU: at {config}, {kernel} runs {blocks} block(s) on the "
+                "GPU's {sms} SMs, each streaming {kib} KiB of the {mib} MiB of inputs: most SMs stay idle while a few "
+                "move the data. Give the work to more blocks (fewer rows a block, or a long row or K split across "
+                "blocks with a second pass or kernel combining the parts) until {sms} or more run.")
+IDLE_SM_SHARE, IDLE_BLOCK_BYTES = 4, 256 << 10
+"""A correct kernel's launch is the GPU idling when it runs blocks for fewer than 1 / ``IDLE_SM_SHARE`` of the SMs,
+each with at least ``IDLE_BLOCK_BYTES`` of the inputs to stream (``idle_launch``; played LLM sessions 43b and 44b: a
+decode GEMM of 32 blocks and a min-p filter of one block a 128256-wide row ended the CPU loop as done)."""
 GROSS_REL_L2 = 0.05
 """A mismatch's relative L2 error above which the feedback calls it a wrong element rather than precision (played LLM
 session 37: an index bug at 0.257, 384x the reference's own error, was told it was less accurate arithmetic)."""
@@ -78,6 +87,26 @@ def most_local_memory(plans: list[dict]) -> tuple[int, dict | None, dict | None]
     arrays) among ``plans`` (``EvalResult.plans``); (0, None, None) when none."""
     return max(((launch.get("frame_bytes") or 0, launch, plan["config"]) for plan in plans
                 for launch in plan.get("launches") or []), default=(0, None, None), key=lambda x: x[0])
+
+
+def idle_launch(launches: list[dict]) -> dict | None:
+    """Of ``launches`` (``KernelResources.to_dict()`` each with its plan's 'config' and 'bytes'), the one that leaves
+    the GPU idlest, or None: per config its launch of the most blocks, where that has fewer than 1 /
+    ``IDLE_SM_SHARE`` of the SMs' count and each block streams ``IDLE_BLOCK_BYTES`` or more of the inputs and model
+    tensors (a small op's few blocks are its launch latency, not idle SMs)."""
+    busiest: dict[str, dict] = {}
+    for x in launches:
+        key = _cfg(x["config"])
+        if key not in busiest or x["blocks"] > busiest[key]["blocks"]:
+            busiest[key] = x
+    idle = [x for x in busiest.values() if x.get("bytes") and IDLE_SM_SHARE * x["blocks"] < x["sms"]
+            and x["bytes"] >= IDLE_BLOCK_BYTES * x["blocks"]]
+    return min(idle, key=lambda x: x["blocks"] / x["bytes"], default=None)
+
+
+def plan_launches(plans: list[dict]) -> list[dict]:
+    """``EvalResult.plans`` as one list of launches, each with its plan's 'config' and 'bytes'."""
+    return [{**x, "config": p["config"], "bytes": p.get("bytes")} for p in plans for x in p.get("launches") or []]
 
 
 def verdict(configs: list[ConfigResult], target: float) -> str:
@@ -169,10 +198,14 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         spills = most_local_memory(result.plans)
         distinct = len({repr(sorted((c.evaluated_at or c.config).items())) for c in result.configs})  # one check
         # stands for configs the interpreter runs alike (played LLM 44b: "3 checked" for 2 checks)
-        head = UNTIMED_OK.format(configs=distinct, device=device) if spills[0] < SPILL_BYTES else \
-            UNTIMED_SPILLS.format(configs=distinct, device=device, bytes=spills[0],
-                                  where=f"{spills[1]['kernel']} at {_cfg(spills[2])}",
-                                  registers=spills[1]["registers"])
+        idle = idle_launch(plan_launches(result.plans))
+        head = UNTIMED_SPILLS.format(configs=distinct, device=device, bytes=spills[0],
+                                     where=f"{spills[1]['kernel']} at {_cfg(spills[2])}",
+                                     registers=spills[1]["registers"]) if spills[0] >= SPILL_BYTES else \
+            UNTIMED_IDLE.format(configs=distinct, device=device, config=_cfg(idle["config"]), kernel=idle["kernel"],
+                                blocks=idle["blocks"], sms=idle["sms"], kib=idle["bytes"] // idle["blocks"] >> 10,
+                                mib=_num(idle["bytes"] / (1 << 20), 3)) if idle else \
+            UNTIMED_OK.format(configs=distinct, device=device)
         return head + checked + cost
     if status == "compile_error" and isinstance(failure.get("diagnostic"), dict):
         d = failure["diagnostic"]
