@@ -252,3 +252,6 @@ def test_a_cpu_run_names_the_spills_the_gpu_estimate_finds():
                                                  "occupancy_pct": 12}]}]
     assert report.gpu_flags(table) == ["main_kernel (255 registers/thread, 32 B local memory/thread: spills or local "
                                        "arrays) at B=32 and 1 more config(s)"]
+    gemv = {"kernel": "gemv", "config": {"M": 16}, "blocks": 32, "sms": 132, "bytes": 32 << 20, "frame_bytes": 0}
+    assert report.gpu_flags([{"config": {"M": 16}, "launches": [gemv]}]) == [
+        "gemv at M=16 (32 block(s) on 132 SMs, 1024 KiB of the inputs each: most SMs idle)"]

@@ -96,10 +96,10 @@ def idle_launch(launches: list[dict]) -> dict | None:
     tensors (a small op's few blocks are its launch latency, not idle SMs)."""
     busiest: dict[str, dict] = {}
     for x in launches:
-        key = _cfg(x["config"])
-        if key not in busiest or x["blocks"] > busiest[key]["blocks"]:
+        key = _cfg(x.get("config"))
+        if x.get("bytes") and (key not in busiest or x["blocks"] > busiest[key]["blocks"]):  # sized with its bytes
             busiest[key] = x
-    idle = [x for x in busiest.values() if x.get("bytes") and IDLE_SM_SHARE * x["blocks"] < x["sms"]
+    idle = [x for x in busiest.values() if IDLE_SM_SHARE * x["blocks"] < x["sms"]
             and x["bytes"] >= IDLE_BLOCK_BYTES * x["blocks"]]
     return min(idle, key=lambda x: x["blocks"] / x["bytes"], default=None)
 

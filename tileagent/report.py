@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field, ValidationError
 from tileagent.compiler.resources import render_launch
 from tileagent.evaluator.full_size import RULE as FULL_RUN_RULE
 from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
+from tileagent.feedback import idle_launch
 from tileagent.runstore import RunStore, config_key, write_atomic
 
 log = logging.getLogger("tileagent.report")
@@ -108,18 +109,21 @@ def rows(options, outcome, meets_target) -> list[dict]:
 def gpu_flags(table: list[dict]) -> list[str]:
     """What the compiler's GPU resource estimate flags in the serving kernels of ``table`` (``rows``): local memory
     (spilled registers or local arrays), one line per kernel and size of it (the first config that shows it, and how
-    many more do). On the CPU, which does not time, it is the run's only word on speed (played LLM session 40: a
-    patch embedding ended at 255 registers and spills, unsaid). Low occupancy is not flagged: a tensor-core GEMM runs
-    one or two blocks an SM by design."""
+    many more do), and a launch that leaves most SMs idle (``feedback.idle_launch``). On the CPU, which does not time,
+    it is the run's only word on speed (played LLM session 40: a patch embedding ended at 255 registers and spills,
+    unsaid). Low occupancy is not flagged: a tensor-core GEMM runs one or two blocks an SM by design."""
     found: dict[tuple, list] = {}
     for r in table:
         for x in r.get("launches") or []:
             if x.get("frame_bytes"):
                 found.setdefault((x["kernel"], x.get("registers"), x["frame_bytes"]), []).append(
                     config_key(r["config"]))
+    idle = [x for r in table if (x := idle_launch(r.get("launches") or []))]
     return [f"{kernel} ({registers} registers/thread, {local} B local memory/thread: spills or local arrays) at "
             f"{configs[0]}" + (f" and {len(configs) - 1} more config(s)" if len(configs) > 1 else "")
-            for (kernel, registers, local), configs in found.items()]
+            for (kernel, registers, local), configs in found.items()] + [
+        f"{x['kernel']} at {config_key(x['config'])} ({x['blocks']} block(s) on {x['sms']} SMs, "
+        f"{x['bytes'] // x['blocks'] >> 10} KiB of the inputs each: most SMs idle)" for x in idle]
 
 
 def build(options, outcome, table: list[dict], *, command: str, device: str, cost_usd: float,
