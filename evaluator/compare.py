@@ -24,6 +24,7 @@ SAMPLE = 1 << 20  # flat indices of elements outside kept for ``where_outside``
 ROWS = 1024  # dims up to this size: ``where_outside`` names which indices hold the elements outside (played LLM
 # session 44: a rotary's wrong frequencies 24..39 of 64, the columns of a dim of 128)
 PER_INDEX = 16  # ... when each index holding them holds this many on average
+ROW_OFFSET_ROWS = 64  # ``common_offset``: the rows holding elements outside it reads
 PEAK_RATIO = 10.0  # ``input_peaks``: an input's values at those indices this many times larger than elsewhere
 
 
@@ -220,6 +221,44 @@ def common_ratio(out, ref, tol) -> float | None:
         return None
     close = float(((ratio - mid).abs() <= 0.02 * abs(mid)).double().mean())  # two bf16 roundings: 1.6% apart
     return mid if abs(mid - 1.0) >= 0.05 and close >= 0.95 else None
+
+
+def common_offset(out, ref, tol) -> str | None:
+    """How the elements outside the tolerance are off when, row by row (rows over the last dim), each row's are off by
+    one amount: "by +0.0002 at 2 elements in row 0, by +0.0009 at 4 in row 2, ..." (the first rows holding 2 or more,
+    at least 2 such rows, 95% of them one amount within 5% and two roundings); "by +0.5, every one of them" when that
+    amount is one for every such row; else None. Played LLM session 45: a sparsemax threshold divided by the row's length instead
+    of its support shifted each row's nonzero outputs by one amount, and was read as precision."""
+    if out.dim() < 2 or out.shape[-1] < 2 or not out.is_floating_point():
+        return None
+    n = out.shape[-1]
+    o, r = out.detach().reshape(-1, n), ref.detach().reshape(-1, n)
+    bad = outside(out, ref, tol).reshape(-1, n)
+    eps = torch.finfo(out.dtype).eps
+    rows, kept = [], 0
+    for row in bad.sum(1).nonzero().flatten().tolist():
+        if kept == ROW_OFFSET_ROWS:
+            break
+        m = bad[row]
+        if int(m.sum()) < 2:
+            continue
+        d = o[row][m].double() - r[row][m].double()
+        mid = float(d.median())
+        slack = 0.05 * abs(mid) + 2 * eps * (r[row][m].double().abs() + abs(mid))
+        kept += 1
+        if mid != 0 and math.isfinite(mid) and bool(((d - mid).abs() <= slack).all()):
+            rows.append((row, mid, int(m.sum())))
+    if len(rows) < 2 or len(rows) < 0.95 * kept:
+        return None
+    if all(abs(mid - rows[0][1]) <= 0.05 * abs(rows[0][1]) for _, mid, _ in rows):
+        return f"by {rows[0][1]:+.4g}, every one of them"
+    lead = tuple(out.shape[:-1])
+
+    def name(row: int) -> str:
+        return str(row) if len(lead) == 1 else str(tuple(int(i) for i in torch.unravel_index(torch.tensor(row), lead)))
+
+    return ", ".join(f"by {mid:+.4g} at {count} elements in row {name(row)}" for row, mid, count in rows[:3]) + \
+        (", ..." if len(rows) > 3 else "")
 
 
 def _indices(at: list) -> str | None:

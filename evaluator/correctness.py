@@ -38,8 +38,8 @@ import torch
 
 from tileagent.evaluator.candidate import read_candidate
 from tileagent.evaluator.errors import EvalError, Mismatch
-from tileagent.evaluator.compare import common_ratio, compared, finite_range, json_floats as _json_floats, \
-    other_outputs, held_indices, outside as _outside, rare_value_at, where_outside
+from tileagent.evaluator.compare import common_offset, common_ratio, compared, finite_range, held_indices, \
+    json_floats as _json_floats, other_outputs, outside as _outside, rare_value_at, where_outside
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
 from tileagent.evaluator.held_outputs import HeldOutputs
 from tileagent.evaluator.inputs_at import with_inputs_at_index
@@ -625,7 +625,7 @@ class _ConfigCheck:
         reason += f"; {gathered}" if gathered else ""
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(out.shape)))
         expected, got = float(ref.reshape(-1)[flat]), float(out.reshape(-1)[flat])
-        hint = ""
+        hint, systematic = "", False  # systematic: a pattern the float64 line must not call precision
         if n_bad and not ref.dtype.is_floating_point and not ref.dtype.is_complex and ref.dtype != torch.bool and \
                 not index_output and n_bad * 100 <= out.numel() and c.all_one:
             hint = ("every differing value is off by exactly 1, at few elements: rounding ties decided the other "
@@ -641,8 +641,11 @@ class _ConfigCheck:
                     "float32-accurate split")
         elif ref.is_floating_point() and n_bad >= 8 and not c.nonfinite and \
                 (ratio := common_ratio(out, ref, tol)) is not None:
-            hint = (f"every differing value is the reference's times {ratio:.4g}: a factor missing or applied "
-                    f"twice, e.g. a wrong divisor or scale")
+            hint, systematic = (f"every differing value is the reference's times {ratio:.4g}: a factor missing or "
+                                f"applied twice, e.g. a wrong divisor or scale"), True
+        elif ref.is_floating_point() and n_bad >= 4 and not c.nonfinite and (shift := common_offset(out, ref, tol)):
+            hint, systematic = (f"the differing values are off {shift}: a term added, subtracted or compared against "
+                                f"that is wrong (a shift, a threshold, a mean or a max: its divisor or count)"), True
         if math.isnan(got) and math.isinf(expected):
             hint = "NaN where the reference is infinite: inf - inf, 0 * inf or inf / inf in the kernel's arithmetic " \
                    "where the reference's gives one infinity, or an element the kernel never wrote"
@@ -667,7 +670,7 @@ class _ConfigCheck:
                         total=out.numel(), atol=tol.atol, rtol=tol.rtol, rel_l2_bound=tol.rel_l2,
                         dtype=str(ref.dtype).removeprefix("torch."), **({"where_outside": gathered} if gathered else {}),
                         **({"held": list(held.items())} if held else {}), **({"hint": hint} if hint else {}),
-                        **base)
+                        **({"systematic": True} if systematic else {}), **base)
 
     def flag_degenerate(self, ref, where: dict) -> None:
         for k, r in enumerate(ref):

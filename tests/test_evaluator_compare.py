@@ -158,6 +158,46 @@ def test_a_sample_of_the_elements_outside_spreads_over_the_whole_tensor(monkeypa
         "every one of 256 sampled evenly from them at index 39 (the last) of dim 1 (size 40)"
 
 
+def test_rows_off_by_one_amount_each_are_named_and_not_called_precision():
+    """Played LLM session 45: a sparsemax threshold divided by the row's length instead of its support count shifted
+    each row's nonzero outputs by one amount (18 of 500 elements, relative L2 0.3%); the float64 line called it
+    "less accurate than the reference's own arithmetic", and the "fix" (more bisection steps) passed with the bug."""
+    from tileagent.evaluator.compare import common_offset
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.evaluator.spec import Tolerance
+    from tileagent.feedback import render_feedback
+
+    tol = Tolerance(1e-4, 1e-4, 1e-4)
+    ref = torch.zeros(4, 50)
+    ref[0, :2], ref[1, :3], ref[2, :4], ref[3, 0] = torch.tensor([.3, .7]), torch.tensor([.5, .25, .25]), \
+        torch.tensor([.1, .2, .3, .4]), 1.0
+    out = ref.clone()
+    out[0, :2] += 2e-4
+    out[1, :3] += 5e-4
+    out[2, :4] -= 9e-4
+    assert common_offset(out, ref, tol) == "by +0.0002 at 2 elements in row 0, by +0.0005 at 3 elements in row 1, " \
+                                           "by -0.0009 at 4 elements in row 2"
+    assert common_offset(ref + 0.5, ref, tol) == "by +0.5, every one of them"
+    assert common_offset(ref + torch.randn(4, 50) * 1e-2, ref, tol) is None  # noise: no one amount a row
+    assert common_offset(ref.unsqueeze(0).expand(2, 4, 50) + 0.25 * torch.arange(1., 3.).view(2, 1, 1),
+                         ref.unsqueeze(0).expand(2, 4, 50), tol) == "by +0.25 at 50 elements in row (0, 0), by +0.25 " \
+                                                                   "at 50 elements in row (0, 1), by +0.25 at 50 " \
+                                                                   "elements in row (0, 2), ..."
+    failure = {"kind": "Mismatch", "output": 0, "index": [2, 3], "expected": 0.4, "got": 0.3991, "mismatched": 9,
+               "total": 200, "atol": 1e-4, "rtol": 1e-4, "max_abs_err": 9e-4, "rel_l2": 0.0015, "config": {"M": 4},
+               "seed": 0, "distribution": "normal", "oracle_mismatched": 9, "oracle_max_abs_err": 9e-4,
+               "reference_max_abs_err": 3e-8}
+    text = " ".join(render_feedback(EvalResult(status="mismatch", message="m", failure=failure)).split())
+    assert "your kernel is less accurate than the reference's own arithmetic." in text
+    text = " ".join(render_feedback(EvalResult(status="mismatch", message="m", failure={
+        **failure, "systematic": True})).split())
+    assert "(max abs error 0.0009, the reference's 3e-08): a systematic error (the pattern above), not precision." \
+        in text
+    text = " ".join(render_feedback(EvalResult(status="mismatch", message="m", failure={
+        **failure, "expected": 0.007, "got": 0.0103})).split())  # 47% off an element 70 atol large
+    assert "far beyond rounding (the element shown is 47% off its value): a wrong element, not precision." in text
+
+
 def test_a_gross_mismatch_is_not_called_a_precision_problem():
     from tileagent.evaluator.records import EvalResult
     from tileagent.feedback import render_feedback
@@ -171,7 +211,8 @@ def test_a_gross_mismatch_is_not_called_a_precision_problem():
     assert "far beyond rounding (relative L2 error above 5%): a wrong element, not precision." in text
     assert "less accurate" not in text
     assert "\nThe differing elements: every one at index 0 (the first) of dim 1 (size 7).\n" in text
-    text = render_feedback(EvalResult(status="mismatch", message="m", failure={**failure, "rel_l2": 0.003}))
+    text = render_feedback(EvalResult(status="mismatch", message="m", failure={**failure, "rel_l2": 0.003,
+                                                                                "got": 0.46}))  # 8% off
     assert "your kernel is less accurate than the reference's own arithmetic." in text
     # played LLM session 44b: a min-p mask applied on the raw logits kept tokens the reference masks to -inf; the
     # float64 line called that precision, and the distributions line said "NaN or inf where the reference is finite"
