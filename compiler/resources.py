@@ -32,7 +32,7 @@ import contextlib
 import contextvars
 import math
 import struct
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 # The SM count assumed when no device is at hand (waves are estimates then): the usual part of each arch.
 ASSUMED_SMS = {"sm_80": (108, "A100"), "sm_86": (84, "RTX 3090"), "sm_89": (128, "RTX 4090"),
@@ -135,6 +135,8 @@ class KernelResources:
     sms: int
     sm_source: str  # "device" or the assumed part
     access_bytes: dict  # tensor parameter the kernel reads or writes -> its widest global access in bytes
+    runtime_rows: list = field(default_factory=list)  # those of them whose last dim is a run-time size (rows of
+    # unknown alignment: accessed an element at a time)
     occupancy_pct: int = 0  # resident threads per SM at blocks_per_sm, % of the SM's maximum
 
     @property
@@ -152,7 +154,9 @@ class KernelResources:
 def render_launch(launch: dict) -> str:
     """``KernelResources.to_dict()`` as one line: grid, threads, registers, local and shared memory, blocks per SM,
     the occupancy they give and what limits them, waves, the widest global access to each tensor it touches."""
-    access = ", ".join(f"{name} {8 * width}-bit" for name, width in launch["access_bytes"].items()) or "none"
+    access = ", ".join(f"{name} {8 * width}-bit" + (" (a run-time row length)" if width < 16 and name in
+                                                     launch.get("runtime_rows", ()) else "")
+                       for name, width in launch["access_bytes"].items()) or "none"
     local = f", {launch['frame_bytes']} B local memory/thread (spills or local arrays)" if launch["frame_bytes"] else ""
     return (f"{launch['kernel']}: {launch['blocks']} blocks x {launch['threads']} threads, {launch['registers']} "
             f"registers/thread{local}, {launch['shared_bytes']} B shared/block -> {launch['blocks_per_sm']} "
@@ -185,6 +189,7 @@ def launch_resources(kernel, args, arch: str | None = None, device=None, nvrtc_t
 def _resources(kernel, bound: dict, env: dict, arch: str | None, device, nvrtc_timeout_s) -> list[KernelResources]:
     from tileagent.compiler import passes
     from tileagent.compiler.backends import device_values
+    from tileagent.compiler.ir.simplify import static_int
     from tileagent.compiler.runtime.launch import eval_scalar
     from tileagent.compiler.target import for_arch
     from tileagent.compiler.targets.cuda import kernel_symbol, required_alignment
@@ -200,6 +205,8 @@ def _resources(kernel, bound: dict, env: dict, arch: str | None, device, nvrtc_t
         unit = passes.run(kernel.func, target.with_kind("cuda"), replace(kernel.options, nvrtc_timeout_s=timeout))
         module, cubin = unit.module, unit.cubin
     values = device_values(module, kernel.func, bound, env)
+    runtime_rows = {p.name for p in kernel.func.params if len(getattr(p, "shape", ())) > 1
+                    and static_int(p.shape[-1]) is None}  # as written: lowered buffers are flat
     functions = cubin_functions(cubin)
     sms, source = sm_count(target.arch, device)
     out = []
@@ -210,10 +217,11 @@ def _resources(kernel, bound: dict, env: dict, arch: str | None, device, nvrtc_t
         blocks, limit = occupancy(target, k.num_threads, info.registers, shared)
         touched = _touched(k)
         access = {p.name: a for p, a in required_alignment(k).items() if p in touched}
+        runtime = [name for name in access if name in runtime_rows]
         out.append(KernelResources(kernel=kernel_symbol(k), arch=target.arch, grid=grid, threads=k.num_threads,
                                    registers=info.registers, frame_bytes=info.frame_bytes, shared_bytes=shared,
                                    blocks_per_sm=blocks, limited_by=limit, sms=sms, sm_source=source,
-                                   access_bytes=access,
+                                   access_bytes=access, runtime_rows=runtime,
                                    occupancy_pct=min(100, round(100 * blocks * k.num_threads / target.threads_per_sm))))
     return out
 

@@ -138,6 +138,33 @@ def test_access_widths_name_only_the_tensors_each_kernel_touches(tmp_path):
     assert set(first.access_bytes) == {"X", "P"} and set(second.access_bytes) == {"P", "Y"}
 
 
+def test_a_run_time_row_length_is_named_where_it_narrows_the_accesses():
+    """Played LLM session 45: a max-pool with ``H, W = T.dynamic`` (as the guide advised for free dims) loaded and
+    stored 16 bits at a time at W = 112, and the cost note's reasons did not fit; with W static the same copy is
+    128-bit."""
+    import tileagent
+    import tileagent.language as T
+
+    def rows(static: bool):
+        M = T.dynamic("M")
+        W = 256 if static else T.dynamic("W")
+
+        @T.prim_func
+        def copy_rows(X: T.Tensor((M, W), "float16"), Y: T.Tensor((M, W), "float16")):
+            with T.Kernel(M, threads=32) as bx:
+                t = T.alloc_fragment((256,), "float16")
+                T.copy(X[bx, 0:256], t)
+                T.copy(t, Y[bx, 0:256])
+        return tileagent.compile(copy_rows, target="sim:sm_90a")
+
+    x = torch.empty(64, 256, dtype=torch.float16, device="meta")
+    (static,), (runtime,) = (launch_resources(rows(s), [x, x.clone()], "sm_90a") for s in (True, False))
+    assert static.access_bytes == {"X": 16, "Y": 16} and static.runtime_rows == []
+    assert runtime.access_bytes == {"X": 2, "Y": 2} and runtime.runtime_rows == ["X", "Y"]
+    assert render_launch(runtime.to_dict()).endswith("global accesses: X 16-bit (a run-time row length), Y 16-bit "
+                                                     "(a run-time row length)")
+
+
 def test_the_cpu_evaluation_compiles_and_sizes_the_gpu_configs_and_the_feedback_shows_them():
     request = EvalRequest(kernel_path=str(CANDIDATE), reference_path=str(RMSNORM), configs=[{"M": 37, "C": 96}],
                           plan_configs=[{"M": 16384, "C": 96}, {"M": 16384, "C": 8192}], device="cpu", seeds=1)
