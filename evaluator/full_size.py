@@ -17,10 +17,10 @@ model tensors hold at most ``FULL_RUN_ELEMENTS`` and whose calls the interpreter
 each (``compiler.interp.time_limit``: it gives up after a kernel's first block when the rest would not fit); where
 none of those sizes fits, at the sizes checked with the last size the check shrank (a row's length: a vocabulary, a
 head dim) as stated and the others halved toward 1 (``row_attempts``).
-An attempt that timed out tells how long a call needs: later ones that would need longer are skipped. An
-evaluation's runs share ``EvalRequest.full_size_s`` (none when it is 0), each
-config a share of the time left. Sizes that could not run
-are named in the note; they never fail a candidate (a candidate that stops itself there only loses this run).
+An attempt that timed out tells how long a call needs: later ones that would need longer are skipped, and after the
+listed sizes one sized to that rate is tried (``_scaled``). An evaluation's runs share ``EvalRequest.full_size_s``
+(none when it is 0), each config a share of the time left. Sizes that could not run are named in the note; they
+never fail a candidate (a candidate that stops itself there only loses this run).
 """
 
 from __future__ import annotations
@@ -91,6 +91,22 @@ def _cut(size: int, floor: int) -> int:
     cut = size * 2 // 3
     cut += 1 - cut % 2 if cut + 1 - cut % 2 < size else 0
     return max(floor, cut)
+
+
+def _scaled(spec, run: dict, at: dict, elements: float) -> dict | None:
+    """``run`` with its first free dim that can shrink (toward ``at``) at the largest odd size whose inputs and model
+    tensors hold at most ``elements``; None when none does."""
+    for k in (k for k in spec.free_dims if type(run.get(k)) is int and type(at.get(k)) is int and run[k] > at[k]):
+        lo, hi, best = at[k], run[k] - 1, None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if (n := _elements(spec, {**run, k: mid})) is not None and n <= elements:
+                best, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        if best is not None and best > at[k]:
+            return {**run, k: best - 1 + best % 2}
+    return None
 
 
 def row_attempts(config: dict, checked: dict, free: list) -> list[dict]:
@@ -180,7 +196,19 @@ def _run_config(request, spec, sandbox, config: dict, at: dict, seed, deadline: 
     from tileagent.evaluator.correctness import check_candidate
 
     over, rate = [], None  # elements a second the interpreter got through in an attempt that timed out
-    for run in attempts(spec, config, at):
+
+    def sizes():
+        tried = None
+        for tried in attempts(spec, config, at):
+            yield tried
+        if rate is not None and tried is not None:  # every size left would time out: one sized to the rate seen
+            # (played LLM session 45: five cuts of two thirds stopped at M=361 where a row of 32000 needed M < 300)
+            left = deadline - time.monotonic()
+            scaled = _scaled(spec, tried, at, 0.7 * rate * min(CALL_BUDGET_S, left / 2))
+            if scaled is not None:
+                yield scaled
+
+    for run in sizes():
         left = deadline - time.monotonic()
         if left < 1.0:
             break

@@ -5,6 +5,8 @@ first token, and a decode kernel without its rescale across key tiles, passed th
 the GPU's sizes."""
 
 import textwrap
+import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -189,6 +191,46 @@ def test_full_size_attempts_shrink_the_dim_that_holds_the_memory_before_the_batc
     runs = attempts(spec, {"B": 2048, "V": 1048576, "E": 64}, {"B": 5, "V": 1000, "E": 64})
     assert runs[:3] == [{"B": 2048, "V": 699051, "E": 64}, {"B": 1365, "V": 699051, "E": 64},
                         {"B": 911, "V": 699051, "E": 64}]
+
+
+def test_after_timeouts_a_size_scaled_to_the_rate_seen_is_tried(tmp_path, monkeypatch):
+    """Played LLM session 45: a sparsemax row of 32000 needed 79 s a call at M=1821; five cuts of two thirds stopped
+    at M=361 (about 34 s), and the 1024-thread path of that width never ran. After the listed sizes, one sized to the
+    rate the timeouts showed (70% of the budget) is tried."""
+    from tileagent.evaluator import correctness
+    from tileagent.evaluator.errors import Timeout
+    from tileagent.evaluator.full_size import _run_config, _scaled
+    from tileagent.evaluator.spec import load_spec
+
+    (tmp_path / "ref.py").write_text(textwrap.dedent("""
+        import torch
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                return x * 2
+        CONFIGS = [{"M": 4096, "D": 32000}]
+        FREE_DIMS = ["M"]
+        def get_inputs(M, D):
+            return [torch.randn(M, D)]
+        def get_init_inputs():
+            return []
+        """))
+    spec = load_spec(str(tmp_path / "ref.py"), check=False)
+    assert _scaled(spec, {"M": 2000, "D": 32000}, {"M": 5, "D": 100}, 300 * 32000 + 5) == {"M": 299, "D": 32000}
+    assert _scaled(spec, {"M": 5, "D": 32000}, {"M": 5, "D": 100}, 1e9) is None  # nothing left to cut
+    calls = []
+
+    def check(spec, path, device, configs, **kw):  # 100k elements a second
+        calls.append(configs[0]["M"])
+        needed = configs[0]["M"] * configs[0]["D"] / 1e5
+        if needed > kw["budget_s"]:
+            raise Timeout("slow", needed_s=needed)
+        return [SimpleNamespace(max_abs_err=0.0)]
+
+    monkeypatch.setattr(correctness, "check_candidate", check)
+    note, error = _run_config(SimpleNamespace(kernel_path="k.py"), spec, None, {"M": 4096, "D": 32000},
+                              {"M": 5, "D": 100}, 0, time.monotonic() + 600)
+    assert error is None and calls == [1821, 43]  # the next four skipped; 43 x 32000 < 0.7 x 20 s at 1e5 a second
+    assert note.startswith("M=4096, D=32000: also run once at M=43, D=32000 on the CPU interpreter")
 
 
 def _many_blocks():
