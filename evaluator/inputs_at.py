@@ -2,13 +2,16 @@
 
 In: a Mismatch with ``index`` and ``output`` (``evaluator.correctness``), the failing call's inputs and outputs.
 Out: the same Mismatch with ``inputs_at_index`` ([position, value] or [position, value, the input's index] per input
-that has an element there), ``segment_at_index`` (an offsets input's segment holding the index) and ``inputs_peak`` (``compare.input_peaks``); its ``held`` detail (the rows holding the
-differing elements, ``compare.held_indices``) consumed.
+that has an element there), ``segment_at_index`` (an offsets input's segment holding the index), ``got_from_input``
+(an input of other sizes holding the wrong value near the index) and ``inputs_peak`` (``compare.input_peaks``); its
+``held`` detail (the rows holding the differing elements, ``compare.held_indices``) consumed.
 Guarantees: reads the inputs only (nothing is called); an input whose element at the index cannot be told from the
 shapes alone is left out rather than guessed.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -16,6 +19,7 @@ from tileagent.evaluator.compare import input_peaks, json_floats as _json_floats
 from tileagent.evaluator.errors import Mismatch
 
 MAX_INPUTS_AT_INDEX, MAX_ROW_AT_INDEX = 4, 8
+WINDOW = 3  # ``_source_near``: elements either side of the scaled index searched for the value got
 
 
 def with_inputs_at_index(failure: Mismatch, inputs, outs=None) -> Mismatch:
@@ -75,7 +79,33 @@ def with_inputs_at_index(failure: Mismatch, inputs, outs=None) -> Mismatch:
         failure.details["inputs_at_index"] = values
     if segment:
         failure.details["segment_at_index"] = segment
+    if shape is not None and (source := _source_near(inputs, shape, index, failure.details.get("got"))):
+        failure.details["got_from_input"] = source
     return failure
+
+
+def _source_near(inputs, shape: tuple, index, got) -> list | None:
+    """[position, its index holding ``got``, the failing index scaled by the two shapes' ratio] for the first floating
+    input of the output's rank and of other sizes (a pooling's or an upsampling's input) holding ``got`` exactly within
+    ``WINDOW`` of that scaled index along each dim of another size (its own index along the others), nearest first.
+    Played LLM session 45: a max-pool whose window started a row low had no input quoted (no dim matched), though each
+    wrong value was an input element two rows off its window; a window keeps chance matches rare."""
+    if not isinstance(got, float) or not math.isfinite(got):
+        return None
+    for position, t in enumerate(inputs):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() != len(shape) or \
+                tuple(t.shape) == shape or any(n == 0 for n in t.shape):
+            continue
+        scaled = [i * n // s for i, n, s in zip(index, t.shape, shape)]
+        ranges = [range(max(0, c - WINDOW), min(n, c + WINDOW + 1)) if n != s else range(i, i + 1)
+                  for c, i, n, s in zip(scaled, index, t.shape, shape)]
+        window = t[tuple(slice(r.start, r.stop) for r in ranges)].detach().to("cpu", torch.float64)
+        hits = (window == got).nonzero().tolist()
+        if hits:
+            at = min(([r.start + h for r, h in zip(ranges, hit)] for hit in hits),
+                     key=lambda a: sum(abs(x - c) for x, c in zip(a, scaled)))
+            return [position, at, scaled]
+    return None
 
 
 def _segment_at(inputs, shape: tuple, index) -> list | None:

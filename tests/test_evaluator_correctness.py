@@ -286,6 +286,28 @@ def test_an_offsets_input_names_the_segment_holding_the_failing_row():
            "there lies in its segment 2, rows 3 to 8 (6 rows).\n" in text
 
 
+def test_a_wrong_value_found_in_an_input_of_other_sizes_near_the_scaled_index_is_named():
+    """Played LLM session 45: a 3x3 stride-2 max-pool whose window started a row low had no input quoted (no dim of x
+    matches the output's), though each wrong value was an element of x just past its window. The value got is
+    looked for in such an input within 3 elements of the failing index scaled by the shapes' ratio."""
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.evaluator.correctness import with_inputs_at_index
+    from tileagent.feedback import render_feedback
+
+    x = torch.randn(2, 4, 15, 14)
+    out = torch.zeros(2, 4, 8, 7)
+    got = float(x[1, 2, 8, 1])
+    failure = with_inputs_at_index(Mismatch("m", index=[1, 2, 3, 0], output=0, got=got), [x], (out,))
+    assert failure.details["got_from_input"] == [0, [1, 2, 8, 1], [1, 2, 5, 0]]
+    far = with_inputs_at_index(Mismatch("m", index=[1, 2, 0, 0], output=0, got=got), [x], (out,))
+    assert "got_from_input" not in far.details  # row 8 is 8 rows from the scaled index 0: not looked at
+    text = render_feedback(EvalResult(status="mismatch", message="m", failure={
+        **failure.details, "expected": 1.0, "mismatched": 1, "total": 448, "atol": 0.01, "rtol": 0.01,
+        "max_abs_err": 1.0, "rel_l2": 0.5, "config": {"N": 2}, "seed": 0, "distribution": "normal"}))
+    assert "\nThe value got is input 0's at index (1, 2, 8, 1); the failing index, scaled by the two shapes' ratio, " \
+           "falls at (1, 2, 5, 0) of it: a window, stride or padding that reads there?" in text
+
+
 def test_the_mismatch_feedback_quotes_the_inputs_at_the_failing_index(tmp_path, relu_spec):
     """A hidden distribution stays unnamed, but its magnitudes show: the input value at the wrong element."""
     from tileagent.evaluator.records import EvalResult

@@ -273,6 +273,11 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
             source = "the reference's" + (f" output {failure['found_in']}" if "found_in" in failure else "")
             f["where_outside"] += (f"\nThe value got at that index is {source} at index "
                                    f"{tuple(failure['found_at'])}{also}: an element read from the wrong place?")
+        if source := failure.get("got_from_input"):
+            p, at, scaled = source
+            f["where_outside"] += (f"\nThe value got is input {p}'s at index {tuple(at)}; the failing index, scaled "
+                                   f"by the two shapes' ratio, falls at {tuple(scaled)} of it: a window, stride or "
+                                   f"padding that reads there?")
         f["distributions"] = sentence(failure["distributions"]) if failure.get("distributions") else ""
         f["hint"] = f"\nThe pattern: {failure['hint']}." if failure.get("hint") else ""
         f["other_outputs"] = "".join(
