@@ -64,8 +64,8 @@ class CallPlan:
             if dtype is None:
                 bound[p] = self.check_scalar(p, a)
                 continue
-            if not isinstance(a, torch.Tensor) or a.dtype != dtype or a.dim() != ndim:
-                return None
+            if type(a) not in (torch.Tensor, torch.nn.Parameter) or a.dtype != dtype or a.dim() != ndim:
+                return None  # a subclass: the full check refuses it
             shape = a.shape
             for want, got in zip(dims, shape):
                 if type(want) is int:

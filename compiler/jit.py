@@ -391,7 +391,7 @@ class JITKernel:
         return self
 
     def __call__(self, *args):
-        notify_launch(self)  # public hooks (compiler.runtime.launch.on_launch) see every call
+        notify_launch(self, args)  # public hooks (compiler.runtime.launch.on_launch) see every call
         dry = active_dry_run()
         if dry is not None:  # compiled and sized at these shapes, not run (compiler.resources.dry_run)
             outputs = dry.launch(self, args)
@@ -407,6 +407,10 @@ class JITKernel:
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else outputs
+
+
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+"""The tensor types a kernel takes: a subclass's Python methods (indexing, __torch_function__) would run inside it."""
 
 
 def bind_arguments(func: PrimFunc, args, out_idx: tuple[int, ...], target: str):
@@ -460,6 +464,9 @@ def _describe_param(p: Buffer) -> str:
 def _check_tensor(p: Buffer, a, env: dict, target: str) -> None:
     if not isinstance(a, torch.Tensor):
         raise KernelArgumentError(f"parameter '{p.name}' expects {_describe_param(p)}, got {type(a).__name__}")
+    if type(a) not in PLAIN_TENSORS:  # its Python methods would run inside the kernel, unwatched
+        raise KernelArgumentError(f"parameter '{p.name}' is a {type(a).__qualname__}, a subclass of torch.Tensor: "
+                                  f"pass a plain tensor")
     if a.dim() != p.ndim:
         raise KernelArgumentError(f"parameter '{p.name}' expects rank {p.ndim} {tuple(p.shape)}, got a tensor of "
                                   f"rank {a.dim()} {tuple(a.shape)}")
@@ -528,10 +535,12 @@ def _check_scalar(p: Var, a):
     if isinstance(a, torch.Tensor) and a.dim() == 0:
         a = a.item()
     if p.dtype.is_int and (isinstance(a, bool) or not isinstance(a, int)):
-        raise KernelArgumentError(f"parameter '{p.name}' expects an integer ({p.dtype}), got {a!r}")
+        raise KernelArgumentError(f"parameter '{p.name}' expects an integer ({p.dtype}), got {type(a).__name__}")
     if p.dtype.is_float and not isinstance(a, (int, float)):
-        raise KernelArgumentError(f"parameter '{p.name}' expects a number ({p.dtype}), got {a!r}")
-    return a
+        raise KernelArgumentError(f"parameter '{p.name}' expects a number ({p.dtype}), got {type(a).__name__}")
+    # a subclass's own methods (__int__, __index__, arithmetic) would run inside the kernel, where the evaluator's
+    # guard does not watch: the plain value goes in (red team, round 2 session 45)
+    return a if type(a) in (int, float, bool) else int.__int__(a) if isinstance(a, int) else float.__float__(a)
 
 
 def _eval_shape(e, env: dict):

@@ -5,11 +5,13 @@ run?) and ``launch_count()`` (how many runs this thread has entered, ever). Guar
 another thread never appears to be inside a kernel; while a kernel of a CPU backend runs, Python dispatch modes are
 suspended: the torch ops the interpreter or the emulator performs are the kernel's own work, and a tool that watches
 the caller's torch ops from outside (``evaluator.guards``) sees the launch as one event, not the interpreter's steps
-(a CUDA launch performs no torch op outside ``CudaBackend.run``'s own suspension).
+(a CUDA launch performs no torch op outside ``CudaBackend.run``'s own suspension); the automatic garbage collection
+is off inside, so no finalizer of the caller's objects runs there.
 """
 
 from __future__ import annotations
 
+import gc
 import threading
 
 from torch.utils._python_dispatch import _disable_current_modes
@@ -30,12 +32,15 @@ class kernel_scope:  # noqa: N801 - used as a function: ``with kernel_scope():``
     def __enter__(self):
         _state.depth = getattr(_state, "depth", 0) + 1
         _state.launches = getattr(_state, "launches", 0) + 1
+        if _state.depth == 1:  # no automatic collection inside: a finalizer it ran would be unwatched caller code
+            _state.collecting = gc.isenabled()  # (red team, round 2 session 45); the evaluator collects after
+            gc.disable()
         if self._suspend:
             try:
                 self._modes = _disable_current_modes()
                 self._modes.__enter__()
             except BaseException:
-                _state.depth -= 1
+                _leave()
                 raise
         return self
 
@@ -45,7 +50,13 @@ class kernel_scope:  # noqa: N801 - used as a function: ``with kernel_scope():``
                 return self._modes.__exit__(*exc)
             return False
         finally:
-            _state.depth -= 1
+            _leave()
+
+
+def _leave() -> None:
+    _state.depth -= 1
+    if _state.depth == 0 and _state.collecting:
+        gc.enable()
 
 
 def inside_kernel() -> bool:

@@ -252,7 +252,8 @@ def check_outputs(outputs, inputs, device, earlier=(), allocated=None) -> tuple[
 
 
 @contextmanager
-def guard_forward(poison_allocations: bool = True, launches: list | None = None, collect: bool = False):
+def guard_forward(poison_allocations: bool = True, launches: list | None = None, collect: bool = False,
+                  model=None, inputs=()):
     """Run the candidate's forward inside: ForwardGuard active, and afterwards checks that a kernel was launched, that
     every kernel scope was entered by a call of a compiled kernel (counted through the runtime's public hook
     ``compiler.runtime.launch.on_launch`` while the forward runs; no compiler class is patched), that the guard is
@@ -260,7 +261,10 @@ def guard_forward(poison_allocations: bool = True, launches: list | None = None,
     through ``_thread`` directly). Yields the ForwardGuard. ``launches``, when given, receives
     the names of the device kernels of every compiled kernel called (for the CUDA kernel accounting). With ``collect``
     a garbage collection runs before the guard ends, so finalizers of the candidate's objects run under it (the
-    candidate's process freezes its start-up objects, which makes this cheap)."""
+    candidate's process freezes its start-up objects, which makes this cheap). With ``model`` (the candidate's
+    module, called on ``inputs``) every tensor handed to a compiled kernel must be one of ``inputs``, a tensor the
+    model or the candidate's module holds, or memory allocated under the guard in this call, or a view of them
+    (``kernel_input_violation``)."""
     from tileagent.compiler.runtime.hooks import on_launch
 
     threads, raw_threads = set(threading.enumerate()), _THREAD_COUNT()
@@ -270,8 +274,16 @@ def guard_forward(poison_allocations: bool = True, launches: list | None = None,
     stream = torch.cuda.current_stream() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
     guard = ForwardGuard(poison_allocations)
 
-    def counted(kernel) -> None:
+    known: list = []  # the storages of the inputs and of the model's tensors, found at the first launch
+
+    def counted(kernel, args=()) -> None:
         calls[0] += 1
+        if model is not None:
+            known[:] = known or [_held_storages(model, inputs)]
+            v = kernel_input_violation(kernel, args, known[0], guard.allocated)
+            if v is not None:
+                guard.violations.append(v)  # raised here, and again after the forward if it swallows this one
+                raise v
         if threading.get_ident() != caller:
             guard.violations.append(violation("threads", "a compiled kernel was launched from another thread than "
                                               "the forward's (work left to a thread)"))
@@ -281,7 +293,7 @@ def guard_forward(poison_allocations: bool = True, launches: list | None = None,
         if launches is not None:
             launches.extend(_kernel_names(kernel))
 
-    with on_launch(counted), torch.no_grad(), guard:
+    with on_launch(counted, with_args=True), torch.no_grad(), guard:
         yield guard
         depth = torch._C._len_torch_dispatch_stack()
         if depth == 0 or torch._C._get_dispatch_stack_at(depth - 1) is not guard:
@@ -309,6 +321,50 @@ def guard_forward(poison_allocations: bool = True, launches: list | None = None,
 _THREAD_COUNT = _thread._count  # the genuine counter of threads started through _thread (threading uses it too)
 
 
+def _storage(t: torch.Tensor) -> int | None:
+    return t.untyped_storage().data_ptr() if t.numel() and not t.is_meta else None
+
+
+def _tensors_in(value, depth: int = 2) -> list:
+    """``value`` if a tensor, else the tensors among the values of a list, tuple or dict, ``depth`` levels down."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if depth == 0 or not isinstance(value, (list, tuple, dict)):
+        return []
+    return [t for v in (value.values() if isinstance(value, dict) else value) for t in _tensors_in(v, depth - 1)]
+
+
+def _held_storages(model, inputs) -> set:
+    """The storages of ``inputs`` and of every tensor the model's modules (and their classes) or the candidate's module
+    hold (parameters, buffers, attributes, lists and dicts of them: weights, tables made in __init__, workspaces kept
+    from a call)."""
+    held = _tensors_in(list(inputs), 1)
+    for m in model.modules() if isinstance(model, torch.nn.Module) else ():
+        held += [t for v in [*vars(m).values(), *vars(type(m)).values()] for t in _tensors_in(v)]
+    module = sys.modules.get(type(model).__module__)
+    held += [t for v in (vars(module).values() if module is not None else ()) for t in _tensors_in(v)]
+    return {p for t in held if (p := _storage(t)) is not None}
+
+
+def kernel_input_violation(kernel, args, held: set, allocated: list) -> GuardViolation | None:
+    """A violation when a tensor of ``args`` is in none of the storages ``held`` (``_held_storages``) or
+    ``allocated`` (under the guard, this call): memory made where the guard could not see it (red team, round 2
+    session 45: numpy computed the op from Tensor.numpy(), torch.frombuffer wrapped it, a copy kernel wrote it out)."""
+    fresh = None
+    for k, a in enumerate(args):
+        if not isinstance(a, torch.Tensor) or (p := _storage(a)) is None or p in held:
+            continue
+        fresh = fresh or {_storage(t) for t in allocated}
+        if p not in fresh:
+            name = getattr(getattr(kernel, "func", None), "name", "?")
+            return violation("kernel-input-provenance", f"argument {k} of the kernel {name} "
+                             f"is in memory that is none of the forward's inputs, the model's tensors or an "
+                             f"allocation the forward made during this call (torch.empty, empty_like, new_empty, a "
+                             f"kernel's out_idx): data made where the run-time guard could not see it (numpy, "
+                             f"frombuffer, a dispatch mode popped) is not accepted", argument=k)
+    return None
+
+
 def _kernel_names(kernel) -> list[str]:
     """The device kernels a compiled kernel's call launches (CUDA backend; none for the CPU backends)."""
     module = getattr(getattr(kernel, "backend", None), "module", None)
@@ -321,7 +377,7 @@ def _kernel_names(kernel) -> list[str]:
 
 def run_guarded(model, inputs: list, device, earlier=(), identities: Identities | None = None):
     """``model(*inputs)`` under ``guard_forward``, then ``check_outputs``; the outputs as a tuple of tensors."""
-    with guard_forward() as guard:
+    with guard_forward(model=model, inputs=inputs) as guard:
         out = model(*inputs)
     if identities is not None:
         identities.check("during the candidate's forward")
@@ -361,7 +417,7 @@ class CallGuard:
 
         if not self.cuda:
             t0 = time.perf_counter()
-            with guard_forward(poison_allocations=True, collect=True) as guard:
+            with guard_forward(poison_allocations=True, collect=True, model=model, inputs=inputs) as guard:
                 out = model(*inputs)
             ms = 1e3 * (time.perf_counter() - t0)
         else:
@@ -379,7 +435,8 @@ class CallGuard:
                 torch.cuda._sleep(cycles)
                 start.record()
                 h = time.perf_counter()
-                with guard_forward(poison_allocations=False, launches=launches, collect=True) as guard:
+                with guard_forward(poison_allocations=False, launches=launches, collect=True, model=model,
+                                   inputs=inputs) as guard:
                     out = model(*inputs)
                     end.record()
                 self.host_ms.append(1e3 * (time.perf_counter() - h))

@@ -60,6 +60,8 @@ RULES = {
     "output-reused": "each call allocates its outputs (no buffer shared with an earlier call's output)",
     "output-provenance": "outputs live in memory the forward allocated during the call, where the run-time guard saw "
                          "it",
+    "kernel-input-provenance": "tensors handed to a kernel are the forward's inputs, the model's tensors or memory "
+                               "the forward allocated where the run-time guard saw it",
     "input-mutation": "inputs are left unchanged",
     "inconsistent-runs": "the same inputs give the same outputs in every call (no state, no caching by identity)",
 }
@@ -117,6 +119,10 @@ _BUILTIN_RULES = {"eval": "dynamic-code", "exec": "dynamic-code", "compile": "dy
                   "vars": "introspection", "getattr": "introspection", "setattr": "introspection",
                   "delattr": "introspection", "breakpoint": "introspection", "open": "file-io", "input": "file-io",
                   "id": "identity-cache", "hash": "identity-cache"}
+_BUILTIN_VALUES = set(_BUILTIN_RULES) - {"input", "id", "hash"}
+"""Builtins flagged wherever they are named, not only called (the three left out are common variable names; calling
+them is flagged)."""
+_NUMBER_TYPES = {"int", "float", "complex", "bool"}  # a subclass's methods run wherever a value of it is used
 _ALLOWED_DUNDERS = {"__init__", "__name__", "__version__", "__doc__"}
 
 
@@ -243,6 +249,13 @@ def _torch_rule(dotted: str, region: str) -> str | None:
 _CHAIN_ROOTS = ("torch", "math", "functools", "typing", "dataclasses", "itertools", "operator", "tileagent")
 
 
+def _routine(dotted: str) -> bool:
+    """Whether ``dotted`` names a torch function or method (not a class, a dtype or a module)."""
+    import inspect
+
+    return inspect.isroutine(_resolve(dotted))
+
+
 def _resolve(dotted: str):
     """The object ``dotted`` names, found through the real modules without running any attribute hook
     (``inspect.getattr_static``); None when some part is not there. Only roots the candidate may import are looked up."""
@@ -311,6 +324,7 @@ class _Checker(ast.NodeVisitor):
         self.defines_kernel = False
         self.self_trusted = False  # `self` here is the first parameter of a method of one of the candidate's classes
         self.class_body: ast.ClassDef | None = None  # the class whose body is being visited (methods, not nested)
+        self.called: set[int] = set()  # id() of the nodes called (a Call's func), for what is used only as a value
 
     def flag(self, rule: str, node: ast.AST, message: str, **details) -> None:
         self.found.append(violation(rule, message, getattr(node, "lineno", None), **details))
@@ -350,6 +364,9 @@ class _Checker(ast.NodeVisitor):
             name = self.dotted(base) or (base.id if isinstance(base, ast.Name) else "")
             if name.endswith(("Tensor", "Parameter")):
                 self.flag("tensor-subclass", node, f"class {node.name} subclasses {name}")
+            elif name in _NUMBER_TYPES:  # red team, round 2 session 45: an int whose __int__ computed the op
+                self.flag("introspection", node, f"class {node.name} subclasses {name} (its methods would run "
+                          f"wherever the value is used, a kernel's launch included)")
         for item in node.decorator_list + node.bases + node.keywords:
             self.visit(item)
         outer, trusted, region = self.class_body, self.self_trusted, self.region
@@ -381,6 +398,8 @@ class _Checker(ast.NodeVisitor):
     def visit_FunctionDef(self, node) -> None:
         if node.name in ("__torch_function__", "__torch_dispatch__"):
             self.flag("tensor-subclass", node, f"defines {node.name} (a tensor subclass or mode)")
+        if node.name == "__del__":  # red team, round 2 session 45: a collection inside a kernel ran it unwatched
+            self.flag("introspection", node, "defines __del__ (a finalizer runs wherever the object happens to die)")
         for deco in node.decorator_list:
             target = deco.func if isinstance(deco, ast.Call) else deco
             name = self.dotted(target) or ""
@@ -470,6 +489,10 @@ class _Checker(ast.NodeVisitor):
             self.flag("patch", node, f"binds the name {node.id} (self is the instance; dunder names are the "
                       f"interpreter's)")
             return
+        if node.id in _BUILTIN_VALUES and node.id not in self.aliases and id(node) not in self.called:
+            self.flag(_BUILTIN_RULES[node.id], node, f"{'binds' if isinstance(node.ctx, ast.Store) else 'uses'} the "
+                      f"builtin {node.id} as a value (only a direct call to it can be checked)")
+            return
         if node.id in self.aliases:  # reached only for names not at the root of an attribute chain
             target = self.aliases[node.id]
             rule = self._reference_rule(target)
@@ -503,6 +526,12 @@ class _Checker(ast.NodeVisitor):
             rule = self._reference_rule(dotted)
             if rule:
                 self.flag(rule, node, f"uses {dotted}" + (_FILL_HINT if dotted in _FILLS else ""))
+            elif id(node) not in self.called and dotted.split(".")[0] == "torch" and _routine(dotted):
+                self.flag("torch-compute", node, f"takes the torch function {dotted} as a value (kept on self it would "
+                          f"escape these checks; call it where it is written)")
+            elif id(node) not in self.called and dotted in ("torch.nn", "torch.nn.functional"):
+                self.flag("introspection", node, f"uses the module {dotted} as a value (write {dotted}.NAME in full, "
+                          f"so that every use can be checked)")
             return  # the chain is one reference; its parts are not checked again
         receiver_is_self = isinstance(node.value, ast.Name) and node.value.id == "self" and self.self_trusted
         inner = node.value
@@ -527,6 +556,7 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        self.called.add(id(func))
         if isinstance(func, ast.Name) and func.id in _BUILTIN_RULES and func.id not in self.aliases:
             self.flag(_BUILTIN_RULES[func.id], node, f"calls {func.id}()")
         if isinstance(func, ast.Name) and func.id == "type" and len(node.args) == 3:

@@ -82,7 +82,7 @@ CHEATS = {
                               "from tileagent.compiler import kernel_scope"),
     "export_runtime_raw_cuda": ("relu_scale", GuardViolation, "compiler-internals",
                                 "from tileagent import export_runtime"),
-    "finalizer_compute": ("relu_scale", GuardViolation, "torch-compute", "uses torch.relu"),
+    "finalizer_compute": ("relu_scale", GuardViolation, "introspection", "defines __del__"),
     # static blind spots
     "typing_sys_modules": ("relu_scale", GuardViolation, "introspection", "uses typing.sys.modules"),
     "dataclasses_inspect": ("relu_scale", GuardViolation, "introspection", "uses dataclasses.inspect.currentframe"),
@@ -113,6 +113,13 @@ CHEATS = {
     "output_ping_pong": ("relu_scale", GuardViolation, "output-provenance", "memory kept from an earlier call"),
     "round_half_up": ("quantize", Mismatch, None, "input distribution 'ties'"),
     "signed_zero_lost": ("half_recip", Mismatch, None, "input distribution 'ties'"),
+    # red team, round 2 session 45: code run inside a kernel's scope, and memory the guard never saw
+    "int_subclass_scalar": ("rmsnorm_silu", GuardViolation, "introspection", "class Grid subclasses int"),
+    "builtin_alias_eval": ("rmsnorm_silu", GuardViolation, "dynamic-code", "uses the builtin eval as a value"),
+    "init_stash_numpy": ("rmsnorm_silu", GuardViolation, "torch-compute",
+                         "takes the torch function torch.Tensor.numpy as a value"),
+    "getattr_alias_numpy": ("rmsnorm_silu", GuardViolation, "introspection", "uses the builtin getattr as a value"),
+    "finalizer_in_kernel": ("rmsnorm_silu", GuardViolation, "introspection", "defines __del__"),
 }
 
 # cheats that pass the checks and are caught by the timed calls (checked, then timed in the same process)
@@ -182,6 +189,10 @@ RUNTIME_ONLY = {
     "pop_dispatch_mode": (GuardViolation, "output-provenance", "output 0 is not in memory that the forward allocated"),
     "padded_launch_counter": (GuardViolation, "output-provenance", "output 0 is not in memory that the forward "
                               "allocated"),
+    "int_subclass_scalar": (Mismatch, None, "output 0 differs"),  # the kernel got the plain int
+    "init_stash_numpy": (GuardViolation, "kernel-input-provenance", "argument 0 of the kernel main"),
+    "getattr_alias_numpy": (GuardViolation, "kernel-input-provenance", "argument 0 of the kernel main"),
+    "finalizer_in_kernel": (GuardViolation, "torch-op", "aten::copy_"),
 }
 
 # with the static checks off these look at the phase and find none: every call, timed or not, is made alike, so they
@@ -190,7 +201,7 @@ PHASE_BLIND = ["detects_dispatch_mode", "reads_argv", "reads_environment"]
 # caught only by the static rules on the CPU (on CUDA the kernel accounting sees the torch kernels: the GPU bench): a
 # torch op run with the dispatch mode popped leaves no trace in the candidate's process when its result is copied
 # into memory allocated under the guard (docs/evaluator.md, "What the run-time guard cannot see on the CPU")
-CPU_STATIC_ONLY = ["pop_mode_copy_into_allocation"]
+CPU_STATIC_ONLY = ["pop_mode_copy_into_allocation", "builtin_alias_eval"]
 
 _SPECS = {}
 
@@ -276,7 +287,7 @@ def test_mismatch_on_a_tail_names_the_tail_and_its_config():
 
 HONEST_REFS = {"softmax": "softmax", "rmsnorm": "rmsnorm", "relu_scale": "relu_scale", "tiny_scale": "tiny_scale",
                "bias_gelu": "bias_gelu", "rmsnorm_silu": "rmsnorm_silu", "rms_stats": "rms_stats",
-               "out_proj_fused": "out_proj"}
+               "out_proj_fused": "out_proj", "relu_scale_held": "relu_scale"}
 
 
 def test_every_honest_candidate_has_a_reference():

@@ -1,7 +1,8 @@
 """Public hooks of the runtime: who wants to hear about kernel launches.
 
-In: callbacks registered with ``on_launch``. Out: each is called with the ``JITKernel`` at the start of every call
-of a compiled kernel (``JITKernel.__call__``, any thread, any target) made while its block runs.
+In: callbacks registered with ``on_launch``. Out: each is called with the ``JITKernel`` (and, registered
+``with_args``, the call's arguments) at the start of every call of a compiled kernel (``JITKernel.__call__``, any
+thread, any target) made while its block runs.
 Guarantees: registration is scoped (the callback is removed when the block ends, also on an exception); callbacks
 run in registration order, on the calling thread, before the kernel's arguments are checked; an exception in a
 callback propagates to the caller and the kernel does not run. This is how the evaluator counts launches, instead of
@@ -24,23 +25,29 @@ _LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def on_launch(callback):
-    """Call ``callback(kernel)`` for every compiled-kernel call made while the block runs."""
+def on_launch(callback, with_args: bool = False):
+    """Call ``callback(kernel)`` (``with_args``: ``callback(kernel, args)``, the call's arguments as passed) for every
+    compiled-kernel call made while the block runs."""
     if not callable(callback):
         raise TypeError(f"on_launch takes a callable, got {type(callback).__name__}")
+    entry = (callback, with_args)
     with _LOCK:
-        _CALLBACKS.append(callback)
+        _CALLBACKS.append(entry)
     try:
         yield
     finally:
         with _LOCK:
-            _CALLBACKS.remove(callback)
+            _CALLBACKS.remove(entry)
 
 
-def notify_launch(kernel) -> None:
-    """Tell every registered callback that ``kernel`` is being called (``JITKernel.__call__`` does this)."""
-    for callback in tuple(_CALLBACKS):
-        callback(kernel)
+def notify_launch(kernel, args: tuple = ()) -> None:
+    """Tell every registered callback that ``kernel`` is being called with ``args`` (``JITKernel.__call__`` does
+    this)."""
+    for callback, with_args in tuple(_CALLBACKS):
+        if with_args:
+            callback(kernel, args)
+        else:
+            callback(kernel)
 
 
 _CUDA_POSTPROC: list = []  # at most one: TileLang keeps one registered function (override=True replaces it)
