@@ -18,7 +18,7 @@ each (``compiler.interp.time_limit``: it gives up after a kernel's first block w
 none of those sizes fits, at the sizes checked with the last size the check shrank (a row's length: a vocabulary, a
 head dim) as stated and the others halved toward 1 (``row_attempts``).
 An attempt that timed out tells how long a call needs: later ones that would need longer are skipped, and after the
-listed sizes one sized to that rate is tried (``_scaled``). An evaluation's runs share ``EvalRequest.full_size_s``
+listed sizes up to ``SCALED_ATTEMPTS`` sized to the slowest rate seen are tried (``_scaled``). An evaluation's runs share ``EvalRequest.full_size_s``
 (none when it is 0), each config a share of the time left. Sizes that could not run are named in the note; they
 never fail a candidate (a candidate that stops itself there only loses this run).
 """
@@ -45,6 +45,10 @@ RULE = (f"once the checks pass, each config also runs once at its own sizes, or 
 
 RAN, NOT_RAN = "also run once at", "not run at larger sizes than checked"
 """How a full-size run's note on a config's result reads, after the config's sizes."""
+
+SCALED_ATTEMPTS = 3
+"""The most sizes tried after the listed ones, each scaled to the interpreter's slowest rate seen so far (the rate is
+not linear in the sizes: a 1024-wide row's first estimate ran 60% over)."""
 
 MAX_ATTEMPTS = 5
 """The most sizes tried for one config (each costs a compile and a kernel's first block)."""
@@ -201,12 +205,14 @@ def _run_config(request, spec, sandbox, config: dict, at: dict, seed, deadline: 
         tried = None
         for tried in attempts(spec, config, at):
             yield tried
-        if rate is not None and tried is not None:  # every size left would time out: one sized to the rate seen
-            # (played LLM session 45: five cuts of two thirds stopped at M=361 where a row of 32000 needed M < 300)
+        for _ in range(SCALED_ATTEMPTS):  # every size left would time out: one sized to the slowest rate seen (played
+            # LLM session 45: five cuts of two thirds stopped at M=361 where a row of 32000 needed M < 300)
             left = deadline - time.monotonic()
-            scaled = _scaled(spec, tried, at, 0.7 * rate * min(CALL_BUDGET_S, left / 2))
-            if scaled is not None:
-                yield scaled
+            scaled = _scaled(spec, tried, at, 0.7 * rate * min(CALL_BUDGET_S, left / 2)) if rate and tried else None
+            if scaled is None or scaled == tried:
+                return
+            tried = scaled
+            yield scaled
 
     for run in sizes():
         left = deadline - time.monotonic()

@@ -231,6 +231,12 @@ def test_after_timeouts_a_size_scaled_to_the_rate_seen_is_tried(tmp_path, monkey
                               {"M": 5, "D": 100}, 0, time.monotonic() + 600)
     assert error is None and calls == [1821, 43]  # the next four skipped; 43 x 32000 < 0.7 x 20 s at 1e5 a second
     assert note.startswith("M=4096, D=32000: also run once at M=43, D=32000 on the CPU interpreter")
+    calls.clear()  # slower than linear below M=1821 (twice as slow): the next scaled size comes from the new rate
+    monkeypatch.setattr(correctness, "check_candidate", lambda spec, path, device, configs, **kw: check(
+        spec, path, device, [{**configs[0], "D": configs[0]["D"] * (2 if configs[0]["M"] < 1821 else 1)}], **kw))
+    note, error = _run_config(SimpleNamespace(kernel_path="k.py"), spec, None, {"M": 4096, "D": 32000},
+                              {"M": 5, "D": 100}, 0, time.monotonic() + 600)
+    assert error is None and calls == [1821, 43, 21] and "also run once at M=21, D=32000" in note
 
 
 def _many_blocks():
