@@ -202,6 +202,7 @@ class _ConfigCheck:
         self.notes: list[str] = []
         self.peaks: dict = {}  # (output, distribution) -> max |reference| seen
         self.constant: dict = {}  # (output, distribution) -> the reference was constant in every check
+        self.flat: dict = {}  # (output, distribution) -> a constant (its values' midpoint) was within the tolerance
         self.nonfinite: dict = {}  # output -> the distributions under which the reference gave NaN or Inf
         self.atol: dict = {}  # output -> atol of its dtype
         self.held = HeldOutputs()  # earlier outputs the caller still holds (the output-reused rule)
@@ -680,7 +681,10 @@ class _ConfigCheck:
             peak, lo, hi, every = finite_range(r)  # finite values only: NaN would read as 0 (played LLM, s. 33)
             self.peaks[key] = max(self.peaks.get(key, 0.0), peak if lo <= hi else math.inf)
             self.constant[key] = self.constant.get(key, True) and r.numel() > 1 and every and lo == hi
-            self.atol[k] = self.spec.tolerance(r.dtype).atol
+            tol = self.spec.tolerance(r.dtype)
+            self.atol[k] = tol.atol
+            # red team, session 45: 1 + 1e-3 * tanh(x) in fp16 varies less than its tolerance, and a constant passed
+            self.flat[key] = self.flat.get(key, True) and r.numel() > 1 and hi - lo <= 2 * (tol.atol + tol.rtol * peak)
             if not every:
                 self.nonfinite.setdefault(k, []).append(where["distribution"])
 
@@ -712,6 +716,11 @@ class _ConfigCheck:
             if constant:
                 notes.append(f"degenerate reference: output {k} is constant under distribution(s) "
                              f"{', '.join(map(repr, constant))}")
+            flat = [c for (j, _), c in self.flat.items() if j == k]
+            if flat and all(flat) and len(constant) < len(flat):
+                notes.append(f"degenerate reference: output {k} varies by less than its tolerance under every "
+                             f"distribution: a constant output would pass; tighten TOLERANCES or draw inputs that "
+                             f"move it")
             if small:
                 peak = max(self.peaks[(k, d)] for d in small)
                 notes.append(f"degenerate reference: output {k} stays below atol {self.atol[k]:g} (max |value| "

@@ -394,6 +394,25 @@ def test_inf_must_match_in_sign_and_place(tmp_path):
 def test_degenerate_reference_is_flagged(tmp_path, relu_spec):
     (result,) = check_candidate(relu_spec, REPO / "tests" / "honest" / "relu_scale.py", seeds=1)
     assert "degenerate reference: output 0 is constant under distribution(s) 'negative'" in result.notes
+    assert not any("varies by less than its tolerance" in n for n in result.notes)
+    # red team, session 45: 1 + 1e-3 * tanh(x) in fp16 stayed within the tolerance of one constant, which passed
+    spec = load_spec(write(tmp_path, '''
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return 1.0 + 1e-5 * torch.tanh(x)
+
+        def get_inputs():
+            return [torch.randn(8, 32)]
+
+        def get_init_inputs():
+            return []
+        ''', "ref_near_const.py"))
+    (result,) = check_candidate(spec, relu_candidate(tmp_path, "1.0 + 0.00001 * T.tanh(x[j])", "near.py"), seeds=1)
+    assert "degenerate reference: output 0 varies by less than its tolerance under every distribution: a constant " \
+           "output would pass; tighten TOLERANCES or draw inputs that move it" in result.notes
 
 
 def test_seeds_distributions_and_configs_can_be_chosen(tmp_path, relu_spec):
