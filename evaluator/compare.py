@@ -227,8 +227,8 @@ def common_offset(out, ref, tol) -> str | None:
     """How the elements outside the tolerance are off when, row by row (rows over the last dim), each row's are off by
     one amount: "by +0.0002 at 2 elements in row 0, by +0.0009 at 4 in row 2, ..." (the first rows holding 2 or more,
     at least 2 such rows, 95% of them one amount within 5% and two roundings); "by +0.5, every one of them" when that
-    amount is one for every such row; else None. Played LLM session 45: a sparsemax threshold divided by the row's length instead
-    of its support shifted each row's nonzero outputs by one amount, and was read as precision."""
+    amount is one for every such row; else None. Played LLM session 45: a sparsemax threshold divided by the row's
+    length instead of its support shifted each row's nonzero outputs by one amount, and was read as precision."""
     if out.dim() < 2 or out.shape[-1] < 2 or not out.is_floating_point():
         return None
     n = out.shape[-1]

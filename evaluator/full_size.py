@@ -12,15 +12,14 @@ full sizes in a few seconds.
 Guarantees: each config is run once (one seed, the reference's first distribution, the two calls and comparison
 rules of every check) at the largest of: its sizes as stated, then its free dims cut to two thirds step by step
 toward the sizes checked (while over the element limit, one whose cut frees less than half what another's does
-waits), whose inputs and
-model tensors hold at most ``FULL_RUN_ELEMENTS`` and whose calls the interpreter finishes within ``CALL_BUDGET_S``
-each (``compiler.interp.time_limit``: it gives up after a kernel's first block when the rest would not fit); where
-none of those sizes fits, at the sizes checked with the last size the check shrank (a row's length: a vocabulary, a
-head dim) as stated and the others halved toward 1 (``row_attempts``).
+waits), whose inputs and model tensors hold at most ``FULL_RUN_ELEMENTS`` and whose calls the interpreter finishes
+within ``CALL_BUDGET_S`` each (``compiler.interp.time_limit``: it gives up after a kernel's first block when the rest
+would not fit); where none of those sizes fits, at the sizes checked with the last size the check shrank (a row's
+length: a vocabulary, a head dim) as stated and the others halved toward 1 (``row_attempts``).
 An attempt that timed out tells how long a call needs: later ones that would need longer are skipped, and after the
-listed sizes up to ``SCALED_ATTEMPTS`` sized to the slowest rate seen are tried (``_scaled``). An evaluation's runs share ``EvalRequest.full_size_s``
-(none when it is 0), each config a share of the time left. Sizes that could not run are named in the note; they
-never fail a candidate (a candidate that stops itself there only loses this run).
+listed sizes up to ``SCALED_ATTEMPTS`` sized to the slowest rate seen are tried (``_scaled``). An evaluation's runs
+share ``EvalRequest.full_size_s`` (none when it is 0), each config a share of the time left. Sizes that could not run
+are named in the note; they never fail a candidate (a candidate that stops itself there only loses this run).
 """
 
 from __future__ import annotations

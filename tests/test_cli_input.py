@@ -256,15 +256,16 @@ def test_the_cpu_note_warns_of_a_reference_unsized_on_the_meta_device_or_checked
     assert not any("warning" in line for line in lines)
     # no SMALL_CONFIG and a large config: checked as stated, said up front and not only by a timeout
     big = tmp_path / "big.py"
-    big.write_text("import torch\nCONFIGS = [{'M': 4096, 'N': 512}, {'M': 8, 'N': 512}]\n\nclass Model(torch.nn.Module):"
-                   "\n    def forward(self, x):\n        return x * 2\n\ndef get_inputs(M=4096, N=512):\n"
-                   "    return [torch.randn(M, N)]\n\ndef get_init_inputs(M=4096, N=512):\n    return []\n")
+    big.write_text("import torch\nCONFIGS = [{'M': 4096, 'N': 512}, {'M': 8, 'N': 512}]\n\n"
+                   "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n\n"
+                   "def get_inputs(M=4096, N=512):\n    return [torch.randn(M, N)]\n\n"
+                   "def get_init_inputs(M=4096, N=512):\n    return []\n")
     spec = load_spec(big, check=False)
     cli._cpu_note(reduce_for_device(spec, spec.configs, "cpu"), "cpu", big)
     assert [line for line in lines if "warning" in line] == [
         "  CPU: warning: checked at M=4096 N=512, its inputs and model tensors hold 2,097,152 elements and its outputs "
-        "hold 2,097,152 elements, more than the 262,144 the interpreter checks in time: its checks may time out; give the reference a SMALL_CONFIG with "
-        "smaller sizes, or check on a GPU"]
+        "hold 2,097,152 elements, more than the 262,144 the interpreter checks in time: its checks may time out; "
+        "give the reference a SMALL_CONFIG with smaller sizes, or check on a GPU"]
 
 
 def test_compile_params_parse_ints_floats_booleans_and_text():

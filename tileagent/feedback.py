@@ -248,8 +248,8 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         gross = isinstance(rel, (int, float)) and rel > GROSS_REL_L2  # not rounding: a wrong element or term
         expected, got, atol = (failure.get(k) for k in ("expected", "got", "atol"))
         off = abs(got - expected) / abs(expected) if all(isinstance(v, (int, float)) for v in (expected, got, atol)) \
-            and abs(expected) >= max(10 * atol, 1e-30) else 0.0  # played LLM session 45: a sparsemax threshold 47% off at the
-        # element shown (few elements: relative L2 0.3%) read as precision
+            and abs(expected) >= max(10 * atol, 1e-30) else 0.0  # played LLM session 45: a sparsemax threshold 47%
+        # off at the element shown (few elements: relative L2 0.3%) read as precision
         oracle = f"\nAgainst a float64 evaluation of the reference, {failure.get('oracle_mismatched')} element(s) "
         f["oracle"] = "" if not failure.get("oracle_mismatched") else oracle + (
             "differ too, some of them infinite or NaN on one side only: a mask, a fill or an overflow, not precision."
@@ -273,8 +273,8 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
             source = "the reference's" + (f" output {failure['found_in']}" if "found_in" in failure else "")
             f["where_outside"] += (f"\nThe value got at that index is {source} at index "
                                    f"{tuple(failure['found_at'])}{also}: an element read from the wrong place?")
-        if source := failure.get("got_from_input"):
-            p, at, scaled = source
+        if origin := failure.get("got_from_input"):
+            p, at, scaled = origin
             f["where_outside"] += (f"\nThe value got is input {p}'s at index {tuple(at)}; the failing index, scaled "
                                    f"by the two shapes' ratio, falls at {tuple(scaled)} of it: a window, stride or "
                                    f"padding that reads there?")
