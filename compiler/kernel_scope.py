@@ -6,12 +6,13 @@ another thread never appears to be inside a kernel; while a kernel of a CPU back
 suspended: the torch ops the interpreter or the emulator performs are the kernel's own work, and a tool that watches
 the caller's torch ops from outside (``evaluator.guards``) sees the launch as one event, not the interpreter's steps
 (a CUDA launch performs no torch op outside ``CudaBackend.run``'s own suspension); the automatic garbage collection
-is off inside, so no finalizer of the caller's objects runs there.
+is off inside, and so are this thread's profile and trace hooks, so none of the caller's code runs there.
 """
 
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 
 from torch.utils._python_dispatch import _disable_current_modes
@@ -32,9 +33,12 @@ class kernel_scope:  # noqa: N801 - used as a function: ``with kernel_scope():``
     def __enter__(self):
         _state.depth = getattr(_state, "depth", 0) + 1
         _state.launches = getattr(_state, "launches", 0) + 1
-        if _state.depth == 1:  # no automatic collection inside: a finalizer it ran would be unwatched caller code
-            _state.collecting = gc.isenabled()  # (red team, round 2 session 45); the evaluator collects after
+        if _state.depth == 1:  # no automatic collection and no profile or trace hook inside: a finalizer or a hook
+            # would run the caller's code unwatched (red team, round 2 session 45); the evaluator collects after
+            _state.collecting, _state.hooks = gc.isenabled(), (sys.getprofile(), sys.gettrace())
             gc.disable()
+            sys.setprofile(None)
+            sys.settrace(None)
         if self._suspend:
             try:
                 self._modes = _disable_current_modes()
@@ -55,8 +59,11 @@ class kernel_scope:  # noqa: N801 - used as a function: ``with kernel_scope():``
 
 def _leave() -> None:
     _state.depth -= 1
-    if _state.depth == 0 and _state.collecting:
-        gc.enable()
+    if _state.depth == 0:
+        if _state.collecting:
+            gc.enable()
+        sys.setprofile(_state.hooks[0])
+        sys.settrace(_state.hooks[1])
 
 
 def inside_kernel() -> bool:

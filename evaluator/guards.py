@@ -78,6 +78,8 @@ class ForwardGuard(TorchDispatchMode):
         self.poison_allocations = poison_allocations
         self.violations: list[GuardViolation] = []
         self.allocated: list[torch.Tensor] = []  # every allocation seen, held until the call ends (no address reuse)
+        self.written: set = set()  # storages handed to a compiled kernel, or allocated by one's call (its out_idx)
+        self.binding = lambda: False  # whether a compiled kernel's call is binding its arguments (set by guard_forward)
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -94,6 +96,8 @@ class ForwardGuard(TorchDispatchMode):
                 poison(out)
             if isinstance(out, torch.Tensor):
                 self.allocated.append(out)
+                if self.binding() and (p := _storage(out)) is not None:
+                    self.written.add(p)  # a kernel's out_idx output
             return out
         if func.is_view and name not in NOT_VIEWS:
             return func(*args, **kwargs)
@@ -203,7 +207,7 @@ def _same_device(t: torch.Tensor, device: torch.device) -> bool:
     return t.device.type == device.type and (device.index is None or t.device.index == device.index)
 
 
-def check_outputs(outputs, inputs, device, earlier=(), allocated=None) -> tuple[torch.Tensor, ...]:
+def check_outputs(outputs, inputs, device, earlier=(), allocated=None, written=None) -> tuple[torch.Tensor, ...]:
     """``outputs`` as a tuple of plain tensors with storage on ``device``, aliasing no input and no tensor of
     ``earlier`` (outputs of previous calls the caller still holds), and, when ``allocated`` (the allocations the
     run-time guard saw during the call, ``ForwardGuard.allocated``) is given, each in the storage of one of them.
@@ -248,6 +252,10 @@ def check_outputs(outputs, inputs, device, earlier=(), allocated=None) -> tuple[
                                 f"or a kernel's out_idx); memory kept from an earlier call or from __init__, or made "
                                 f"where the run-time guard could not see it (a dispatch mode popped, a kernel scope "
                                 f"entered by hand), is not accepted", output=k)
+    for k, o in enumerate(outs):  # red team, session 45: numpy wrote into memory allocated under the guard
+        if written is not None and o.numel() and _storage(o) not in written:
+            raise violation("output-written", f"output {k} was neither handed to a compiled kernel nor returned by "
+                            f"one (out_idx) during this call: compute every output in a kernel", output=k)
     return outs
 
 
@@ -274,13 +282,15 @@ def guard_forward(poison_allocations: bool = True, launches: list | None = None,
     stream = torch.cuda.current_stream() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
     guard = ForwardGuard(poison_allocations)
 
-    known: list = []  # the storages of the inputs and of the model's tensors, found at the first launch
+    # the storages of the inputs and of the tensors the model holds as the call starts (red team, session 45: found at
+    # the first launch, a frombuffer tensor stashed on self before it counted as held)
+    held = _held_storages(model, inputs) if model is not None else None
 
     def counted(kernel, args=()) -> None:
         calls[0] += 1
-        if model is not None:
-            known[:] = known or [_held_storages(model, inputs)]
-            v = kernel_input_violation(kernel, args, known[0], guard.allocated)
+        guard.written.update(p for a in args if isinstance(a, torch.Tensor) and (p := _storage(a)) is not None)
+        if held is not None:
+            v = kernel_input_violation(kernel, args, held, guard.allocated)
             if v is not None:
                 guard.violations.append(v)  # raised here, and again after the forward if it swallows this one
                 raise v
@@ -293,8 +303,15 @@ def guard_forward(poison_allocations: bool = True, launches: list | None = None,
         if launches is not None:
             launches.extend(_kernel_names(kernel))
 
+    hooks = sys.getprofile(), sys.gettrace()
+    guard.binding = lambda: calls[0] > kernel_scope.launch_count() - launched_before  # called, its scope not entered
     with on_launch(counted, with_args=True), torch.no_grad(), guard:
         yield guard
+        if (sys.getprofile(), sys.gettrace()) != hooks:  # red team, session 45: a profile hook left behind filled
+            sys.setprofile(hooks[0])  # the output after the guard ended, on the runner's next call
+            sys.settrace(hooks[1])
+            guard.violations.append(violation("patch", "the forward installed a profile or trace hook (code that "
+                                              "would run after the call, unwatched)"))
         depth = torch._C._len_torch_dispatch_stack()
         if depth == 0 or torch._C._get_dispatch_stack_at(depth - 1) is not guard:
             guard.violations.append(violation(
@@ -341,8 +358,8 @@ def _held_storages(model, inputs) -> set:
     held = _tensors_in(list(inputs), 1)
     for m in model.modules() if isinstance(model, torch.nn.Module) else ():
         held += [t for v in [*vars(m).values(), *vars(type(m)).values()] for t in _tensors_in(v)]
-    module = sys.modules.get(type(model).__module__)
-    held += [t for v in (vars(module).values() if module is not None else ()) for t in _tensors_in(v)]
+    module = getattr(getattr(type(model), "forward", None), "__globals__", {})  # the candidate's module (the sandbox
+    held += [t for v in list(module.values()) for t in _tensors_in(v)]  # takes it out of sys.modules once loaded)
     return {p for t in held if (p := _storage(t)) is not None}
 
 
@@ -381,7 +398,7 @@ def run_guarded(model, inputs: list, device, earlier=(), identities: Identities 
         out = model(*inputs)
     if identities is not None:
         identities.check("during the candidate's forward")
-    outs = check_outputs(out, inputs, device, earlier, guard.allocated)
+    outs = check_outputs(out, inputs, device, earlier, guard.allocated, guard.written)
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
     return outs
@@ -445,7 +462,7 @@ class CallGuard:
             ms = start.elapsed_time(end)
         if identities is not None:
             identities.check("during the candidate's forward")
-        outs = check_outputs(out, inputs, self.device, earlier, guard.allocated)
+        outs = check_outputs(out, inputs, self.device, earlier, guard.allocated, guard.written)
         guard.allocated.clear()
         return outs, ms
 

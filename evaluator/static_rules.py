@@ -60,6 +60,7 @@ RULES = {
     "output-reused": "each call allocates its outputs (no buffer shared with an earlier call's output)",
     "output-provenance": "outputs live in memory the forward allocated during the call, where the run-time guard saw "
                          "it",
+    "output-written": "each output is memory a compiled kernel was handed or returned during the call",
     "kernel-input-provenance": "tensors handed to a kernel are the forward's inputs, the model's tensors or memory "
                                "the forward allocated where the run-time guard saw it",
     "input-mutation": "inputs are left unchanged",
@@ -122,6 +123,10 @@ _BUILTIN_RULES = {"eval": "dynamic-code", "exec": "dynamic-code", "compile": "dy
 _BUILTIN_VALUES = set(_BUILTIN_RULES) - {"input", "id", "hash"}
 """Builtins flagged wherever they are named, not only called (the three left out are common variable names; calling
 them is flagged)."""
+_BY_NAME = {"operator.attrgetter": "introspection", "operator.methodcaller": "introspection",
+            "typing.get_type_hints": "dynamic-code", "typing.ForwardRef": "dynamic-code",
+            "dataclasses.make_dataclass": "introspection"}
+"""Helpers that reach attributes, evaluate strings or build classes from names: flagged however they are reached."""
 _NUMBER_TYPES = {"int", "float", "complex", "bool"}  # a subclass's methods run wherever a value of it is used
 _ALLOWED_DUNDERS = {"__init__", "__name__", "__version__", "__doc__"}
 
@@ -408,6 +413,11 @@ class _Checker(ast.NodeVisitor):
         for default in node.args.defaults + node.args.kw_defaults:
             if default is not None:
                 self.visit(default)
+        arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs + [
+            a for a in (node.args.vararg, node.args.kwarg) if a is not None]
+        for annotation in [a.annotation for a in arguments] + [node.returns]:  # red team, session 45: exec(SRC) as
+            if annotation is not None:  # an annotation ran at definition, never visited
+                self.visit(annotation)
         for deco in node.decorator_list:
             self.visit(deco)
         region, trusted, cls = self.region, self.self_trusted, self.class_body
@@ -472,6 +482,10 @@ class _Checker(ast.NodeVisitor):
             return
         for a in node.names:
             full = f"{node.module}.{a.name}"
+            if a.name == "*":  # red team, session 45: `from operator import *` hid attrgetter behind a bare name
+                self.flag("introspection", node, f"from {node.module} import * (import each name, so that every "
+                          f"use can be checked)")
+                continue
             if node.module.split(".")[0] == "torch":
                 rule = _torch_rule(full, "init")  # what may be used where is checked at each use
             else:
@@ -503,6 +517,8 @@ class _Checker(ast.NodeVisitor):
                           f"full, so that every use can be checked)")
 
     def _reference_rule(self, dotted: str) -> str | None:
+        if dotted in _BY_NAME:  # attribute access or code by a string, however it is bound (red team, session 45)
+            return _BY_NAME[dotted]
         top = dotted.split(".")[0]
         reached = _chain_rule(dotted)
         if reached:
@@ -607,6 +623,7 @@ class _Checker(ast.NodeVisitor):
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         self._check_target(node.target, node.value)
+        self.visit(node.annotation)  # evaluated at module and class level
         if node.value is not None:
             self.visit(node.value)
 

@@ -41,7 +41,8 @@ CHEATS = {
     # caught at run time
     "contiguous_copy": ("relu_scale", GuardViolation, "torch-op", "aten::clone"),
     "freed_memory_no_kernel": ("softmax", GuardViolation, "no-kernel", "launched no compiled kernel"),
-    "freed_memory_decoy": ("softmax", Mismatch, None, "got nan (NaN where the reference is finite"),
+    "freed_memory_decoy": ("softmax", GuardViolation, "output-written", "output 0 was neither handed to a compiled "
+                           "kernel"),
     "mutates_inputs": ("softmax", GuardViolation, "input-mutation", "changed input 0"),
     "identity_nonnegative": ("relu_scale", Mismatch, None, "input distribution 'normal'"),
     "returns_input_view": ("relu_scale", GuardViolation, "output-aliases-input", "shares memory with input 0"),
@@ -120,6 +121,15 @@ CHEATS = {
                          "takes the torch function torch.Tensor.numpy as a value"),
     "getattr_alias_numpy": ("rmsnorm_silu", GuardViolation, "introspection", "uses the builtin getattr as a value"),
     "finalizer_in_kernel": ("rmsnorm_silu", GuardViolation, "introspection", "defines __del__"),
+    # its second round, against those defences
+    "stash_on_self_numpy": ("rmsnorm_silu", GuardViolation, "foreign-compute", "import numpy"),
+    "gth_eval_numpy": ("rmsnorm_silu", GuardViolation, "dynamic-code", "uses typing.get_type_hints"),
+    "attrgetter_value_numpy": ("relu_scale", GuardViolation, "introspection", "uses operator.attrgetter"),
+    "star_import_attrgetter": ("relu_scale", GuardViolation, "introspection", "from operator import *"),
+    "annotation_exec_numpy": ("relu_scale", GuardViolation, "dynamic-code", "calls exec()"),
+    "numpy_writes_allocation": ("relu_scale", GuardViolation, "introspection", "uses operator.attrgetter"),
+    "setprofile_inside_kernel": ("relu_scale", GuardViolation, "introspection", "uses operator.attrgetter"),
+    "fake_scope_depth": ("relu_scale", GuardViolation, "dynamic-code", "uses typing.get_type_hints"),
 }
 
 # cheats that pass the checks and are caught by the timed calls (checked, then timed in the same process)
@@ -189,19 +199,29 @@ RUNTIME_ONLY = {
     "pop_dispatch_mode": (GuardViolation, "output-provenance", "output 0 is not in memory that the forward allocated"),
     "padded_launch_counter": (GuardViolation, "output-provenance", "output 0 is not in memory that the forward "
                               "allocated"),
-    "int_subclass_scalar": (Mismatch, None, "output 0 differs"),  # the kernel got the plain int
+    "int_subclass_scalar": (GuardViolation, "output-written", "output 0 was neither handed"),  # (and the kernel
+    # got the plain int: __int__ never ran)
     "init_stash_numpy": (GuardViolation, "kernel-input-provenance", "argument 0 of the kernel main"),
     "getattr_alias_numpy": (GuardViolation, "kernel-input-provenance", "argument 0 of the kernel main"),
     "finalizer_in_kernel": (GuardViolation, "torch-op", "aten::copy_"),
+    "stash_on_self_numpy": (GuardViolation, "kernel-input-provenance", "argument 0 of the kernel main"),
+    "gth_eval_numpy": (GuardViolation, "kernel-input-provenance", "argument 0 of the kernel main"),
+    "attrgetter_value_numpy": (GuardViolation, "kernel-input-provenance", "argument 0 of the kernel main"),
+    "setprofile_inside_kernel": (GuardViolation, "patch", "installed a profile or trace hook"),
+    # an output no kernel was handed or returned: written where the guard could not see (numpy, a dispatch mode popped,
+    # a faked kernel scope)
+    "star_import_attrgetter": (GuardViolation, "output-written", "output 0 was neither handed to a compiled kernel"),
+    "annotation_exec_numpy": (GuardViolation, "output-written", "output 0 was neither handed to a compiled kernel"),
+    "numpy_writes_allocation": (GuardViolation, "output-written", "output 0 was neither handed to a compiled kernel"),
+    "fake_scope_depth": (GuardViolation, "output-written", "output 0 was neither handed to a compiled kernel"),
+    "builtin_alias_eval": (GuardViolation, "output-written", "output 0 was neither handed to a compiled kernel"),
+    "pop_mode_copy_into_allocation": (GuardViolation, "output-written", "output 0 was neither handed to a compiled "
+                                      "kernel"),
 }
 
 # with the static checks off these look at the phase and find none: every call, timed or not, is made alike, so they
 # compute in every call (the old evaluator timed them unguarded, where they skipped the work)
 PHASE_BLIND = ["detects_dispatch_mode", "reads_argv", "reads_environment"]
-# caught only by the static rules on the CPU (on CUDA the kernel accounting sees the torch kernels: the GPU bench): a
-# torch op run with the dispatch mode popped leaves no trace in the candidate's process when its result is copied
-# into memory allocated under the guard (docs/evaluator.md, "What the run-time guard cannot see on the CPU")
-CPU_STATIC_ONLY = ["pop_mode_copy_into_allocation", "builtin_alias_eval"]
 
 _SPECS = {}
 
@@ -216,7 +236,7 @@ def test_corpus_is_complete():
     cheats = sorted(p.stem for p in REDTEAM.glob("*.py") if not p.stem.startswith("ref_"))
     assert cheats == sorted({**CHEATS, **TIMING_ONLY})
     assert len(cheats) >= 80
-    static_off = set(RUNTIME_ONLY) | set(PHASE_BLIND) | set(CPU_STATIC_ONLY)
+    static_off = set(RUNTIME_ONLY) | set(PHASE_BLIND)
     assert not static_off - set(CHEATS)
     assert len(list(HONEST.glob("*.py"))) >= 4
 
