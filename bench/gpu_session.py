@@ -440,6 +440,14 @@ STEPS = (
          "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played42\" session42", 480,
          "session 44c's answers and session 42's (lora_linear failed at fp16's overflow boundary before the "
          "overflow-edge rule)"),
+    # group 33: what session 45 wrote without a device: the evaluator's new run-time rules on CUDA (the guards' GPU
+    # tests, every shared example through the evaluator), then session 45's played answers
+    Step("gpu_tests_45", 33, "python -m pytest -q -m gpu tests/test_evaluator_timing.py tests/test_gpu.py "
+         "tests/test_export.py && python bench/evaluator_isolation.py --cheats-only", 300,
+         "the guards after output-written and the plain-argument rule, on CUDA: the evaluator's GPU tests and the "
+         "red-team corpus under the kernel accounting"),
+    Step("played_45", 33, "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played45\" session45", 240,
+         "session 45's answers (moe_grouped_gemm, maxpool2d_3x3s2, sparsemax)", after="gpu_tests_45"),
     Step("played_41_40", 30, "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played41\" session41 && "
          "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played40\" session40", 480,
          "sessions 40 and 41's answers: CAP=30 timed them out in session 44"),
