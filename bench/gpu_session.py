@@ -445,7 +445,7 @@ STEPS = (
     Step("gpu_tests_45", 33, "python -m pytest -q -m gpu tests/test_evaluator_timing.py tests/test_gpu.py "
          "tests/test_export.py && python bench/evaluator_isolation.py --cheats-only", 300,
          "the guards after output-written and the plain-argument rule, on CUDA: the evaluator's GPU tests and the "
-         "red-team corpus under the kernel accounting"),
+         "timing cheats and the isolation A/B (bench/evaluator_isolation.py --cheats-only)"),
     Step("played_45", 33, "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played45\" session45", 240,
          "session 45's answers (moe_grouped_gemm, maxpool2d_3x3s2, sparsemax)", after="gpu_tests_45"),
     Step("played_41_40", 30, "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played41\" session41 && "
