@@ -2,13 +2,13 @@
 
 In: a checked PrimFunc, its arguments as CPU torch tensors (and Python scalars), and the values of its dynamic
 shape variables. Out: the tensor arguments updated in place.
-Guarantees: thread blocks run one after another (bx fastest); tile ops run as torch operations (each op's
-``interpret``, ``compiler.tileops``); T.Parallel nests run vectorized over their whole iteration space (an ``if``
-inside runs masked), and an element of global or shared memory that one of their iterations reads and another
-writes, or that two write with different values, raises KernelFault (``compiler.interp_race``: on the GPU the
-iterations run in no fixed order); T.Pipelined runs as a serial loop. In per-thread code the arms of an ``if`` on the
-thread index that wait on barriers run as concurrent roles (``compiler.interp_roles``), and a tile op or T.Parallel
-in an arm is that warp group's: the whole tile, once.
+Guarantees: thread blocks run one after another (bx fastest; last to first within ``blocks_backward``); tile ops
+run as torch operations (each op's ``interpret``, ``compiler.tileops``); T.Parallel nests run vectorized over their
+whole iteration space (an ``if`` inside runs masked), and an element of global or shared memory that one of their
+iterations reads and another writes, or that two write with different values, raises KernelFault
+(``compiler.interp_race``: on the GPU the iterations run in no fixed order); T.Pipelined runs as a serial loop. In
+per-thread code the arms of an ``if`` on the thread index that wait on barriers run as concurrent roles
+(``compiler.interp_roles``), and a tile op or T.Parallel in an arm is that warp group's: the whole tile, once.
 Float arithmetic rounds to the expression's dtype after every operation, computing in float32 (float64 for
 float64), as the GPU does. Global memory is guarded: out-of-bounds reads give 0, out-of-bounds writes are dropped.
 On-chip buffers start as NaN (floats) so reads of unwritten data show up; an out-of-bounds on-chip access raises
@@ -75,6 +75,22 @@ def _lane_count(active):
     if not isinstance(active, torch.Tensor) or active.dim() == 0 or bool(active.all()):
         return None
     return int(active.sum())
+
+
+_BACKWARD = [False]  # blocks_backward(): the blocks of each T.Kernel run last to first
+
+
+@contextlib.contextmanager
+def blocks_backward(on: bool = True):
+    """Within the block, kernels run their blocks last to first (cluster kernels keep their order). The evaluator
+    runs every second call so, and a kernel whose result depends on the order of its blocks (one block's plain write
+    over another's, a read of what another block wrote) gives different outputs on two calls, as a GPU's unordered
+    blocks would (red team, round 2 session 45: both passed every CPU check)."""
+    before, _BACKWARD[0] = _BACKWARD[0], on
+    try:
+        yield
+    finally:
+        _BACKWARD[0] = before
 
 
 class ExitLoop(Exception):
@@ -167,7 +183,9 @@ class _Interpreter:
         blocks, start = math.prod(grid), time.monotonic()
         self.block_races = interp_block_race.watch(s, self.mem)  # blocks racing on atomically updated memory
         try:
-            for done, idx in enumerate(itertools.product(*(range(g) for g in reversed(grid))), 1):
+            backward = s.cluster is None and _BACKWARD[0]
+            order = (range(g - 1, -1, -1) if backward else range(g) for g in reversed(grid))
+            for done, idx in enumerate(itertools.product(*order), 1):
                 for var, value in zip(s.block_vars, reversed(idx)):
                     self.env[var] = value
                 if self.block_races is not None:

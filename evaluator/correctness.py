@@ -314,7 +314,9 @@ class _ConfigCheck:
             raise violation("inconsistent-runs", f"the same inputs gave different results in different calls "
                             f"({verdicts} the reference; call 2 reused an earlier call's input buffers refilled with "
                             f"these values, call 3 used fresh buffers): results cached by input address or identity, "
-                            f"or state kept between calls; {_where(where)}", **where)
+                            f"state kept between calls, or on the CPU a result that depends on the order of a "
+                            f"kernel's blocks (every second launch runs them last to first, as a GPU may); "
+                            f"{_where(where)}", **where)
         self.sandbox.forget(second)  # fresh, or the last check's first buffers: ``first`` is refilled next time
         self.checks += 2
         for k, (a, b) in enumerate(zip(out1, out2)):

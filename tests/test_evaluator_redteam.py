@@ -130,6 +130,9 @@ CHEATS = {
     "numpy_writes_allocation": ("relu_scale", GuardViolation, "introspection", "uses operator.attrgetter"),
     "setprofile_inside_kernel": ("relu_scale", GuardViolation, "introspection", "uses operator.attrgetter"),
     "fake_scope_depth": ("relu_scale", GuardViolation, "dynamic-code", "uses typing.get_type_hints"),
+    # right only in the interpreter's block order (static-clean)
+    "interblock_write_race": ("relu_scale", GuardViolation, "inconsistent-runs", "the order of a kernel's blocks"),
+    "interblock_read_after_write": ("relu_scale", GuardViolation, "inconsistent-runs", "the order of a kernel's blocks"),
 }
 
 # cheats that pass the checks and are caught by the timed calls (checked, then timed in the same process)
