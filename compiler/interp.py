@@ -2,7 +2,7 @@
 
 In: a checked PrimFunc, its arguments as CPU torch tensors (and Python scalars), and the values of its dynamic
 shape variables. Out: the tensor arguments updated in place.
-Guarantees: thread blocks run one after another (bx fastest; last to first within ``blocks_backward``); tile ops
+Guarantees: thread blocks run one after another (bx fastest; last to first within ``block_order.blocks_backward``); tile ops
 run as torch operations (each op's ``interpret``, ``compiler.tileops``); T.Parallel nests run vectorized over their
 whole iteration space (an ``if`` inside runs masked), and an element of global or shared memory that one of their
 iterations reads and another writes, or that two write with different values, raises KernelFault
@@ -26,6 +26,7 @@ import time
 
 import torch
 
+from tileagent.compiler import block_order
 from tileagent.compiler.errors import InterpreterTimeLimit, KernelArgumentError, KernelFault
 from tileagent.compiler.host_memory import tensor_at
 from tileagent.compiler.intrinsics import (MATH, as_tensor, compute_dtype, float_binop, float_call, reinterpret,
@@ -75,22 +76,6 @@ def _lane_count(active):
     if not isinstance(active, torch.Tensor) or active.dim() == 0 or bool(active.all()):
         return None
     return int(active.sum())
-
-
-_BACKWARD = [False]  # blocks_backward(): the blocks of each T.Kernel run last to first
-
-
-@contextlib.contextmanager
-def blocks_backward(on: bool = True):
-    """Within the block, kernels run their blocks last to first (cluster kernels keep their order). The evaluator
-    runs every second call so, and a kernel whose result depends on the order of its blocks (one block's plain write
-    over another's, a read of what another block wrote) gives different outputs on two calls, as a GPU's unordered
-    blocks would (red team, round 2 session 45: both passed every CPU check)."""
-    before, _BACKWARD[0] = _BACKWARD[0], on
-    try:
-        yield
-    finally:
-        _BACKWARD[0] = before
 
 
 class ExitLoop(Exception):
@@ -183,7 +168,7 @@ class _Interpreter:
         blocks, start = math.prod(grid), time.monotonic()
         self.block_races = interp_block_race.watch(s, self.mem)  # blocks racing on atomically updated memory
         try:
-            backward = s.cluster is None and _BACKWARD[0]
+            backward = s.cluster is None and block_order.backward()
             order = (range(g - 1, -1, -1) if backward else range(g) for g in reversed(grid))
             for done, idx in enumerate(itertools.product(*order), 1):
                 for var, value in zip(s.block_vars, reversed(idx)):

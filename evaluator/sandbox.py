@@ -443,7 +443,8 @@ class _Runner:
 
     def call(self, key, items, budget_s=None) -> None:
         from tileagent.compiler.errors import InterpreterTimeLimit
-        from tileagent.compiler.interp import blocks_backward, time_limit
+        from tileagent.compiler.block_order import blocks_backward
+        from tileagent.compiler.interp import time_limit
 
         for item in items:
             if item[0] == "new":
