@@ -2,10 +2,10 @@
 
 In: a checked PrimFunc, its arguments as CPU torch tensors (and Python scalars), and the values of its dynamic
 shape variables. Out: the tensor arguments updated in place.
-Guarantees: thread blocks run one after another (bx fastest; last to first within ``block_order.blocks_backward``); tile ops
-run as torch operations (each op's ``interpret``, ``compiler.tileops``); T.Parallel nests run vectorized over their
-whole iteration space (an ``if`` inside runs masked), and an element of global or shared memory that one of their
-iterations reads and another writes, or that two write with different values, raises KernelFault
+Guarantees: thread blocks run one after another (bx fastest; last to first within ``block_order.blocks_backward``);
+tile ops run as torch operations (each op's ``interpret``, ``compiler.tileops``); T.Parallel nests run vectorized over
+their whole iteration space (an ``if`` inside runs masked), and an element of global or shared memory that one of
+their iterations reads and another writes, or that two write with different values, raises KernelFault
 (``compiler.interp_race``: on the GPU the iterations run in no fixed order); T.Pipelined runs as a serial loop. In
 per-thread code the arms of an ``if`` on the thread index that wait on barriers run as concurrent roles
 (``compiler.interp_roles``), and a tile op or T.Parallel in an arm is that warp group's: the whole tile, once.

@@ -43,8 +43,8 @@ def cpu_note(chosen, reference: Path) -> list[str]:
     if problem := uncountable(spec, chosen[0].spec):  # played LLM session 44c: said only after a check
         lines.append(f"  CPU: warning: the reference cannot be sized on the meta device ({problem}): its configs will "
                      "not also run at their own sizes; draw totals as Python numbers (docs/evaluator.md)")
-    for text in dict.fromkeys(cfgs_key(r) for r in runs):
-        if over := over_budget(spec, next(r for r in runs if cfgs_key(r) == text)):  # said only by a check's timeout
+    for text, run in {cfgs_key(r): r for r in runs}.items():  # each size checked once
+        if over := over_budget(spec, run):  # said only by a check's timeout before
             lines.append(f"  CPU: warning: checked at {text}, {over}: its checks may time out; give the reference a "
                          "SMALL_CONFIG with smaller sizes, or check on a GPU")
     return lines

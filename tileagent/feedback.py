@@ -199,7 +199,7 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         if skipped:  # played LLM, session 22: only eval.json said so
             checked += "\nTail sizes not checked (too large for the interpreter) at " + "; ".join(skipped) + "."
         spills = most_local_memory(result.plans)
-        distinct = len({repr(sorted((c.evaluated_at or c.config).items())) for c in result.configs})  # one check
+        distinct = len({_cfg(c.evaluated_at or c.config) for c in result.configs})  # one check
         # stands for configs the interpreter runs alike (played LLM 44b: "3 checked" for 2 checks)
         idle = idle_launch(plan_launches(result.plans))
         head = UNTIMED_SPILLS.format(configs=distinct, device=device, bytes=spills[0],
