@@ -56,6 +56,9 @@ class Expr:
     def __le__(self, o): return make_cmp("<=", self, o)
     def __gt__(self, o): return make_cmp(">", self, o)
     def __ge__(self, o): return make_cmp(">=", self, o)
+    def __eq__(self, o): return _python_cmp("==", self, o)
+    def __ne__(self, o): return _python_cmp("!=", self, o)
+    __hash__ = object.__hash__
     def __neg__(self): return make_unary("-", self)
     def __invert__(self): return make_unary("~", self)
     def __pos__(self): return self
@@ -104,10 +107,18 @@ class BinOp(Expr):
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Cmp(Expr):
+    """``same``: set only on a comparison Python ran (``_python_cmp``), whether its operands are one object."""
+
     op: str  # < <= > >= == !=
     a: Expr
     b: Expr
     dtype: DType = DType("bool")
+    same: bool | None = None
+
+    def __bool__(self):
+        if self.same is None:
+            return Expr.__bool__(self)
+        return self.same == (self.op == "==")
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -270,6 +281,22 @@ def make_cmp(op: str, a, b):
                 "==": operator.eq, "!=": operator.ne}[op](a, b)
     dt = _operand_dtypes(a, b)
     return Cmp(op, make_cast(as_expr(a, dt), dt), make_cast(as_expr(b, dt), dt))
+
+
+def _python_cmp(op: str, a: Expr, b):
+    """``a == b`` / ``a != b`` as Python runs it on an expression: in a plain helper function that a prim_func calls
+    (TileLang's block-causal attention builds its mask with ``is_noisy_diag == 1`` there), TVM's PrimExpr gives the
+    DSL comparison, and so does this. Python's truth test of the result (``if``, ``in``, dict lookups) is whether the
+    operands are one object, as before, so expressions stay usable as keys; an operand that is not a number or an
+    expression, or a pair that cannot be compared in the DSL, gives that identity test's plain bool."""
+    same = a is b
+    if not isinstance(b, (Expr, int, float)):
+        return NotImplemented
+    try:
+        c = make_cmp(op, a, b)
+    except (DSLSyntaxError, DSLTypeError):
+        return same == (op == "==")
+    return Cmp(c.op, c.a, c.b, c.dtype, same)
 
 
 def make_unary(op: str, a):

@@ -10,9 +10,7 @@ frontend places in the kernel like any other. Guarantees (TVM's semantics):
   else E302); ``Select(cond, t, f)``: ``t`` where ``cond`` holds (both evaluated); ``if_then_else`` likewise;
   ``Min``/``Max``/``min``/``max``; ``floordiv``/``floormod``.
 - ``PrimExpr`` is the base class of TileAgent's scalar expressions (for annotations and ``isinstance``).
-- A comparison of two runtime expressions written in a plain-Python helper (``a == b`` outside the prim_func's own
-  source) is Python's identity test in TileAgent (TVM builds an EQ node): ``Select`` refuses such a Python bool as
-  its condition (E309) instead of choosing a branch silently; use ``EQ(a, b)`` / ``NE(a, b)`` there.
+- ``a == b`` / ``a != b`` on expressions in a plain-Python helper build the comparison, as TVM's EQ / NE nodes.
 """
 
 from __future__ import annotations
@@ -74,11 +72,6 @@ def reinterpret(dtype, value):
 
 def Select(condition, true_value, false_value):  # noqa: N802 -- TVM's name
     """``true_value`` where ``condition`` holds, else ``false_value``; both sides are evaluated."""
-    if isinstance(condition, bool):
-        raise DSLTypeError("tvm.tirx.Select got a Python bool as its condition: a comparison of runtime values "
-                           "written in a plain-Python helper (a == b) is Python's identity test in TileAgent, not a "
-                           "TVM EQ node", code="E309",
-                           hint="write tirx.EQ(a, b) / tirx.NE(a, b), or compare inside the prim_func itself")
     return make_select(condition, true_value, false_value)
 
 
