@@ -248,7 +248,8 @@ def folder_programs(folder: Path, survey: Path | None) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", help="comma-separated program names (default: the curated set)")
+    parser.add_argument("--only", help="comma-separated program names (default: the curated set; with --folder, paths "
+                                       "in the folder)")
     parser.add_argument("--all", action="store_true", help="every program in PROGRAMS")
     parser.add_argument("--tilelang-site", help="a folder holding a real TileLang (also run the programs on it)")
     parser.add_argument("--timeout", type=float, default=90, help="seconds per program and side")
@@ -270,6 +271,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.folder:
         names = folder_programs(Path(args.folder), Path(args.survey) if args.survey else None)
+        if args.only:  # some of the folder's programs, by their paths in it
+            only = [n.strip() for n in args.only.split(",") if n.strip()]
+            if unknown := [n for n in only if n not in names]:
+                parser.error(f"program(s) {unknown} are not among the folder's ({len(names)} programs)")
+            names = only
     elif args.only:
         names = [n.strip() for n in args.only.split(",") if n.strip()]
         unknown = [n for n in names if n not in PROGRAMS]

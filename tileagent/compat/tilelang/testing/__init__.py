@@ -8,9 +8,11 @@ Guarantees: a marker skips (never fails) a test whose requirement is not met, wi
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
 import inspect
 import logging
+import os
 import random
 import sys
 
@@ -139,15 +141,21 @@ def process_func(func, name: str | None = None, /, **kwargs) -> None:
 
 
 def regression(prefixes=("regression_",), verbose: bool = True) -> None:
-    """Run the caller module's ``regression_*`` functions and print their latencies as a markdown table."""
+    """Call the caller module's ``regression_*`` functions in name order (each records its latencies through
+    ``process_func``; what it returns is ignored, as in TileLang), then print ``name: latency`` per record.
+    ``TL_PERF_REGRESSION_ONLY`` (comma-separated names or patterns) picks the functions run."""
     caller = inspect.currentframe().f_back.f_globals
     _RESULTS.clear()
+    only = [p.strip().lower() for p in os.environ.get("TL_PERF_REGRESSION_ONLY", "").split(",") if p.strip()]
     for name, fn in sorted((k, v) for k, v in caller.items() if callable(v) and k.startswith(tuple(prefixes))):
-        process_func(fn, name)
-    if verbose:
-        print("| name | latency |\n|---|---|")
-        for name, latency in _RESULTS:
-            print(f"| {name} | {latency:.6f} |")
+        case = name.removeprefix("regression_").lower()
+        if only and not any(fnmatch.fnmatch(n, p) or p in n for p in only for n in (name.lower(), case)):
+            continue
+        if verbose:
+            print(f"  [{case}]", flush=True)
+        fn()
+    for name, latency in _RESULTS:
+        print(f"{name}: {latency}")
 
 
 def main():
