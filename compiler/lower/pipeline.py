@@ -7,7 +7,8 @@ many stages fit the target's shared memory; ``lower_pipeline`` turns one into th
 under lowering contexts derived with their stage offsets, ``LowerContext.derive``).
 
 Which loops: ``T.Pipelined(n, num_stages=s)`` with s >= 2 whose body has producers: ``T.copy`` from global into a
-shared tile whose source indices depend only on the loop variable and values fixed before the loop, and whose tile
+shared tile whose source indices depend only on the loop variable and values fixed before the loop (through names
+the body binds once from those, which the copy's indices take in: ``actual_k = k + start``), and whose tile
 nothing else in the kernel touches except reads by the loop's other statements (the consumers). With ``order`` /
 ``stage`` the body is first put in ``order``; the statements of stage 0 must then all be such copies. Any other
 pipelined loop runs as a plain loop (``log`` says why). s = 1 on a target with TMA, for a loop that runs a T.gemm:
@@ -178,7 +179,7 @@ def _pipeline(loop: For, kernel_body, max_stages, one_stage) -> SoftwarePipeline
     if stages < 1 or stages == 1 and not (one_stage and single_stage.enabled() and pipeline_uses_tma(loop.body)
                                           and single_stage.worthwhile(loop.body)):
         return None  # one stage: only with TMA producers and two gemms or more (compiler.lower.single_stage)
-    body = list(loop.body)
+    body, originals = _through_lets(list(loop.body))
     order, stage = loop.annotations.get("order"), loop.annotations.get("stage")
     if order is not None:
         if sorted(order) != list(range(len(body))) or len(stage) != len(body):
@@ -188,12 +189,12 @@ def _pipeline(loop: For, kernel_body, max_stages, one_stage) -> SoftwarePipeline
         body = [body[order.index(i)] for i in range(len(body))]
         stage = [stage[order.index(i)] for i in range(len(body))]
         chosen = [s for s, st in zip(body, stage) if st == 0]
-        if not all(_is_producer(s, loop, body, kernel_body) for s in chosen):
+        if not all(_is_producer(s, loop, body, kernel_body, originals) for s in chosen):
             log.info("T.Pipelined at %s: a statement of stage 0 is not a global -> shared copy the loop can issue "
                      "ahead; not pipelined", loop.span)
             return None
     else:
-        chosen = [s for s in body if _is_producer(s, loop, body, kernel_body)]
+        chosen = [s for s in body if _is_producer(s, loop, body, kernel_body, originals)]
     if not chosen:
         log.info("T.Pipelined at %s: no copy from global into a shared tile can be issued ahead; not pipelined",
                  loop.span)
@@ -203,19 +204,46 @@ def _pipeline(loop: For, kernel_body, max_stages, one_stage) -> SoftwarePipeline
     return SoftwarePipeline(loop, stages, tuple(chosen), consumers, staged)
 
 
-def _is_producer(s, loop: For, body, kernel_body) -> bool:
+def _through_lets(body: list) -> tuple[list, dict]:
+    """``body`` with each global -> shared copy's indices taking in the values of the names the body binds once, at
+    its top level, from the loop variable and values fixed before the loop (TileLang's varlen attention: ``actual_k =
+    k + start``, then ``K[kv_start + actual_k * block_N : ...]``: such a copy can be issued iterations ahead);
+    and a map from each rewritten copy's id to the statement it replaces. The bindings stay, for the other
+    statements."""
+    from collections import Counter
+
+    once = Counter(x.var for x in walk(tuple(body)) if isinstance(x, Let))
+    bound, out, originals = {}, [], {}
+    for s in body:
+        if isinstance(s, Let) and once[s.var] == 1:
+            value = substitute(s.value, bound)
+            if _fixed_in_loop((value,), tuple(body)):
+                bound[s.var] = value
+        elif bound and isinstance(s, Copy) and s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared" \
+                and any(depends_on(e, list(bound)) for e in tuple(s.src.starts) + tuple(s.dst.starts)):
+            new = replace(s, src=substitute(s.src, bound), dst=substitute(s.dst, bound))
+            originals[id(new)] = s
+            s = new
+        out.append(s)
+    return out, originals
+
+
+def _is_producer(s, loop: For, body, kernel_body, originals=None) -> bool:
     """Whether copy ``s`` can be issued iterations ahead: global -> shared, indices fixed before the loop apart from
-    its variable, the only writer of its tile in the kernel, the tile read nowhere outside the loop body."""
+    its variable, the only writer of its tile in the kernel, the tile read nowhere outside the loop body.
+    ``originals`` maps a copy ``_through_lets`` rewrote to the kernel's own statement."""
     from tileagent.compiler.lower.barriers import shared_effects
 
     if not isinstance(s, Copy) or s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared":
         return False
     if not _fixed_in_loop(tuple(s.src.starts) + tuple(s.dst.starts), body):
         return False
-    tile, inside = s.dst.buffer, set(map(id, walk(body)))
+    originals = originals or {}
+    tile, inside = s.dst.buffer, set(map(id, walk(tuple(body) + tuple(originals.values()))))
     leaf = set(map(id, leaves(kernel_body)))
+    original = originals.get(id(s))
     for x in walk(kernel_body):
-        if x is s or isinstance(x, Alloc):
+        if x is s or x is original or isinstance(x, Alloc):
             continue
         if id(x) not in leaf:  # a loop or if: its own header expressions
             if id(x) not in inside and any(ld.buffer is tile for e in stmt_exprs(x) for ld in loads(e)):
