@@ -223,12 +223,15 @@ def common_ratio(out, ref, tol) -> float | None:
     return mid if abs(mid - 1.0) >= 0.05 and close >= 0.95 else None
 
 
-def common_offset(out, ref, tol) -> str | None:
+def common_offset(out, ref, tol, ratio: bool = False) -> str | None:
     """How the elements outside the tolerance are off when, row by row (rows over the last dim), each row's are off by
     one amount: "by +0.0002 at 2 elements in row 0, by +0.0009 at 4 in row 2, ..." (the first rows holding 2 or more,
     at least 2 such rows, 95% of them one amount within 5% and two roundings); "by +0.5, every one of them" when that
     amount is one for every such row; else None. Played LLM session 45: a sparsemax threshold divided by the row's
-    length instead of its support shifted each row's nonzero outputs by one amount, and was read as precision."""
+    length instead of its support shifted each row's nonzero outputs by one amount, and was read as precision.
+    With ``ratio``, one factor a row instead ("times 0.9617 at 12 elements in row (4, 35), ..."; within 2%): played
+    LLM session 46, a decode's key mask one key too long added a term to each row's softmax denominator; one factor
+    for every row means deviations from 1 within 10% of each other."""
     if out.dim() < 2 or out.shape[-1] < 2 or not out.is_floating_point():
         return None
     n = out.shape[-1]
@@ -239,26 +242,28 @@ def common_offset(out, ref, tol) -> str | None:
     for row in bad.sum(1).nonzero().flatten().tolist():
         if kept == ROW_OFFSET_ROWS:
             break
-        m = bad[row]
+        m = bad[row] & (r[row].abs() > tol.atol) if ratio else bad[row]
         if int(m.sum()) < 2:
             continue
-        d = o[row][m].double() - r[row][m].double()
+        ro = r[row][m].double()
+        d = o[row][m].double() / ro if ratio else o[row][m].double() - ro
         mid = float(d.median())
-        slack = 0.05 * abs(mid) + 2 * eps * (r[row][m].double().abs() + abs(mid))
+        slack = 0.02 * abs(mid) if ratio else 0.05 * abs(mid) + 2 * eps * (ro.abs() + abs(mid))
         kept += 1
         if mid != 0 and math.isfinite(mid) and bool(((d - mid).abs() <= slack).all()):
             rows.append((row, mid, int(m.sum())))
     if len(rows) < 2 or len(rows) < 0.95 * kept:
         return None
-    if all(abs(mid - rows[0][1]) <= 0.05 * abs(rows[0][1]) for _, mid, _ in rows):
-        return f"by {rows[0][1]:+.4g}, every one of them"
+    word, first = "times " if ratio else "by ", rows[0][1]
+    if all(abs(mid - first) <= (0.1 * abs(first - 1) if ratio else 0.05 * abs(first)) for _, mid, _ in rows):
+        return f"{word}{first:{'.4g' if ratio else '+.4g'}}, every one of them"
     lead = tuple(out.shape[:-1])
 
     def name(row: int) -> str:
         return str(row) if len(lead) == 1 else str(tuple(int(i) for i in torch.unravel_index(torch.tensor(row), lead)))
 
-    return ", ".join(f"by {mid:+.4g} at {count} elements in row {name(row)}" for row, mid, count in rows[:3]) + \
-        (", ..." if len(rows) > 3 else "")
+    return ", ".join(f"{word}{mid:{'.4g' if ratio else '+.4g'}} at {count} elements in row {name(row)}"
+                     for row, mid, count in rows[:3]) + (", ..." if len(rows) > 3 else "")
 
 
 def _indices(at: list) -> str | None:

@@ -288,6 +288,26 @@ def test_a_single_value_that_differs_is_given_as_a_factor():
     assert compare.common_ratio(torch.zeros(16), torch.linspace(1, 2, 16), Tolerance(1e-2, 1e-2, 1e-2)) is None
 
 
+def test_rows_off_by_one_factor_each_are_named_and_not_called_precision():
+    """Played LLM session 46: a decode whose key mask reached one key past S added a term to each (batch, head) row's
+    softmax denominator: every value of such a row was the reference's times its own factor near 0.96, 442 of 20480
+    elements off at relative L2 2%, and the feedback called it "less accurate than the reference's own arithmetic"."""
+    from tileagent.evaluator.compare import common_offset
+    from tileagent.evaluator.spec import Tolerance
+
+    tol = Tolerance(2e-3, 2e-2, 2e-2)
+    torch.manual_seed(0)
+    ref = torch.randn(2, 3, 64).bfloat16().float()
+    factors = torch.tensor([[0.9617, 1.0, 0.95], [1.0, 0.97, 1.0]]).view(2, 3, 1)
+    out = (ref * factors).bfloat16().float()
+    assert common_offset(out, ref, tol, ratio=True) == "times 0.9609 at 61 elements in row (0, 0), times 0.95 at 64 " \
+                                                       "elements in row (0, 2), times 0.9699 at 53 elements in row " \
+                                                       "(1, 1)"  # medians of bf16-rounded ratios
+    assert common_offset(out, ref, tol) is None  # not one amount added a row
+    noisy = (ref * (1 + 0.05 * torch.randn_like(ref))).bfloat16().float()
+    assert common_offset(noisy, ref, tol, ratio=True) is None  # precision-like scatter: no one factor a row
+
+
 def test_a_kernel_correct_only_near_zero_is_pointed_at_its_nonlinearity():
     """Played LLM session 44c: a soft cap applied before the attention scale was correct under 'normal_x0.01' only
     (tanh is linear there); the distributions line said so without saying what it means."""
