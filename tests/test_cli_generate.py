@@ -149,6 +149,9 @@ def test_batch_covers_the_grid_with_one_module_and_reuses_archived_kernels(tmp_p
     rows = json.loads((tmp_path / "two/report.json").read_text())["configs"]
     assert [(r["config"]["C"], r["attempt_id"]) for r in rows] == [(96, "t0-c0"), (160, "t0-c0"), (320, "t0-c0")]
     assert not (tmp_path / "two/attempts/t1-c0").exists()  # the archived kernel served every config: no drafting
+    said = " ".join(second.output.split())
+    assert "turn 0: 1 kernel(s) of this op verified by earlier runs, tried first (archive: " in said
+    assert "--no-archive skips them" in said
 
 
 def test_generate_with_the_builtin_drafter_on_cpu(tmp_path):

@@ -187,6 +187,9 @@ class LiveProgress:
             self.done_in_turn = self.candidates_done = 0
             self._update(description=f"turn {f['turn']}: {f['n']} candidate(s) drafted{tokens}",
                          total=f["n"] * max(1, self.turn_configs), completed=0)
+        elif kind == "archived":
+            self._line(f"[bold]turn 0[/]: {len(f['labels'])} kernel(s) of this op verified by earlier runs, tried "
+                       f"first ({escape('; '.join(f['labels']))}); --no-archive skips them")
         elif kind == "drafter_failed":
             self._line(f"[red]drafter gave up[/] at turn {f['turn']}: {escape(str(f['message']))}")
         elif kind == "evaluating":

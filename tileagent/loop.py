@@ -296,6 +296,8 @@ class Loop:
         if 0 not in self.memo_drafts and drafts:
             self.store.append("drafted", turn=0, drafts=[d.model_dump() for d in drafts])
             self.memo_drafts[0] = [d.model_dump() for d in drafts]
+        if self.memo_drafts.get(0):  # played LLM 46: a rerun seeded an earlier run's kernel, and nothing said so
+            self.on_event("archived", {"labels": [d["label"] for d in self.memo_drafts[0]]})
         for k, d in enumerate(self.memo_drafts.get(0, [])):
             if not self.pending():
                 break
