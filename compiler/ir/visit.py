@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
-from tileagent.compiler.ir.expr import Const, Expr, Load, Var
+from tileagent.compiler.ir.expr import Const, Expr, Load, Var, as_expr
 from tileagent.compiler.ir.stmt import Assert, AtomicAdd, For, If, Let, Region, Store, While
 
 
@@ -84,6 +84,6 @@ def substitute(x, mapping: dict):
         v = getattr(x, f.name)
         if isinstance(v, (Expr, tuple)):
             nv = substitute(v, mapping)
-            if nv is not v:
-                changes[f.name] = nv
+            if nv is not v:  # a field that held an expression keeps one (a Var replaced by a number: a Const)
+                changes[f.name] = as_expr(nv, v.dtype) if isinstance(v, Expr) and isinstance(nv, (int, float)) else nv
     return replace(x, **changes) if changes else x

@@ -8,7 +8,8 @@ under lowering contexts derived with their stage offsets, ``LowerContext.derive`
 
 Which loops: ``T.Pipelined(n, num_stages=s)`` with s >= 2 whose body has producers: ``T.copy`` from global into a
 shared tile whose source indices depend only on the loop variable and values fixed before the loop (through names
-the body binds once from those, which the copy's indices take in: ``actual_k = k + start``), and whose tile
+the body binds once from those, which the copy's indices take in: ``actual_k = k + start``; an ``if`` whose two arms
+copy one tensor into one tile counts as one copy from a chosen start), and whose tile
 nothing else in the kernel touches except reads by the loop's other statements (the consumers). With ``order`` /
 ``stage`` the body is first put in ``order``; the statements of stage 0 must then all be such copies. Any other
 pipelined loop runs as a plain loop (``log`` says why). s = 1 on a target with TMA, for a loop that runs a T.gemm:
@@ -73,7 +74,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from tileagent.compiler.ir.expr import make_binop, make_call, make_cmp
+from tileagent.compiler.ir.expr import make_binop, make_call, make_cmp, make_select
 from tileagent.compiler.ir.simplify import depends_on
 from tileagent.compiler.ir.stmt import Alloc, Buffer, Copy, For, Gemm, If, Let, Stmt, While
 from tileagent.compiler.ir.visit import leaves, loads, stmt_exprs, substitute, walk
@@ -179,7 +180,7 @@ def _pipeline(loop: For, kernel_body, max_stages, one_stage) -> SoftwarePipeline
     if stages < 1 or stages == 1 and not (one_stage and single_stage.enabled() and pipeline_uses_tma(loop.body)
                                           and single_stage.worthwhile(loop.body)):
         return None  # one stage: only with TMA producers and two gemms or more (compiler.lower.single_stage)
-    body, originals = _through_lets(list(loop.body))
+    body, originals = _through_lets(*_branch_copies(list(loop.body)))
     order, stage = loop.annotations.get("order"), loop.annotations.get("stage")
     if order is not None:
         if sorted(order) != list(range(len(body))) or len(stage) != len(body):
@@ -204,16 +205,37 @@ def _pipeline(loop: For, kernel_body, max_stages, one_stage) -> SoftwarePipeline
     return SoftwarePipeline(loop, stages, tuple(chosen), consumers, staged)
 
 
-def _through_lets(body: list) -> tuple[list, dict]:
+def _branch_copies(body: list) -> tuple[list, dict]:
+    """``body`` with each top-level ``if c: T.copy(G[a...], tile) else: T.copy(G[b...], tile)`` (one global tensor,
+    one tile, the same extents) as one copy from ``G[c ? a : b, ...]``, which can be issued ahead where ``c`` can
+    (TileLang's block-causal attention loads its diagonal tile or a clean one that way); and a map from each new
+    copy's id to the ``if`` it replaces."""
+    out, originals = [], {}
+    for s in body:
+        a, b = (s.then_body, s.else_body) if isinstance(s, If) else ((), ())
+        if len(a) == len(b) == 1 and isinstance(a[0], Copy) and isinstance(b[0], Copy) and \
+                a[0].src.buffer is b[0].src.buffer and a[0].dst.buffer is b[0].dst.buffer and \
+                a[0].src.extents == b[0].src.extents and a[0].dst.extents == b[0].dst.extents and \
+                a[0].eviction_policy == b[0].eviction_policy and a[0].barrier is b[0].barrier is None:
+            pick = lambda x, y: tuple(make_select(s.cond, i, j) if i is not j else i for i, j in zip(x, y))  # noqa: E731
+            new = replace(a[0], src=replace(a[0].src, starts=pick(a[0].src.starts, b[0].src.starts)),
+                          dst=replace(a[0].dst, starts=pick(a[0].dst.starts, b[0].dst.starts)), span=s.span)
+            originals[id(new)] = s
+            s = new
+        out.append(s)
+    return out, originals
+
+
+def _through_lets(body: list, originals: dict) -> tuple[list, dict]:
     """``body`` with each global -> shared copy's indices taking in the values of the names the body binds once, at
     its top level, from the loop variable and values fixed before the loop (TileLang's varlen attention: ``actual_k =
     k + start``, then ``K[kv_start + actual_k * block_N : ...]``: such a copy can be issued iterations ahead);
-    and a map from each rewritten copy's id to the statement it replaces. The bindings stay, for the other
-    statements."""
+    and ``originals`` (a map from a rewritten statement's id to the kernel's own) extended to these copies. The
+    bindings stay, for the other statements."""
     from collections import Counter
 
     once = Counter(x.var for x in walk(tuple(body)) if isinstance(x, Let))
-    bound, out, originals = {}, [], {}
+    bound, out = {}, []
     for s in body:
         if isinstance(s, Let) and once[s.var] == 1:
             value = substitute(s.value, bound)
@@ -222,7 +244,7 @@ def _through_lets(body: list) -> tuple[list, dict]:
         elif bound and isinstance(s, Copy) and s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared" \
                 and any(depends_on(e, list(bound)) for e in tuple(s.src.starts) + tuple(s.dst.starts)):
             new = replace(s, src=substitute(s.src, bound), dst=substitute(s.dst, bound))
-            originals[id(new)] = s
+            originals[id(new)] = originals.pop(id(s), s)
             s = new
         out.append(s)
     return out, originals
@@ -231,7 +253,7 @@ def _through_lets(body: list) -> tuple[list, dict]:
 def _is_producer(s, loop: For, body, kernel_body, originals=None) -> bool:
     """Whether copy ``s`` can be issued iterations ahead: global -> shared, indices fixed before the loop apart from
     its variable, the only writer of its tile in the kernel, the tile read nowhere outside the loop body.
-    ``originals`` maps a copy ``_through_lets`` rewrote to the kernel's own statement."""
+    ``originals`` maps a copy ``_branch_copies`` or ``_through_lets`` made to the kernel's own statement."""
     from tileagent.compiler.lower.barriers import shared_effects
 
     if not isinstance(s, Copy) or s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared":
@@ -241,9 +263,9 @@ def _is_producer(s, loop: For, body, kernel_body, originals=None) -> bool:
     originals = originals or {}
     tile, inside = s.dst.buffer, set(map(id, walk(tuple(body) + tuple(originals.values()))))
     leaf = set(map(id, leaves(kernel_body)))
-    original = originals.get(id(s))
+    replaced = set(map(id, walk((originals[id(s)],)))) if id(s) in originals else set()
     for x in walk(kernel_body):
-        if x is s or x is original or isinstance(x, Alloc):
+        if x is s or id(x) in replaced or isinstance(x, Alloc):
             continue
         if id(x) not in leaf:  # a loop or if: its own header expressions
             if id(x) not in inside and any(ld.buffer is tile for e in stmt_exprs(x) for ld in loads(e)):
