@@ -210,6 +210,9 @@ def _branch_copies(body: list) -> tuple[list, dict]:
     one tile, the same extents) as one copy from ``G[c ? a : b, ...]``, which can be issued ahead where ``c`` can
     (TileLang's block-causal attention loads its diagonal tile or a clean one that way); and a map from each new
     copy's id to the ``if`` it replaces."""
+    def pick(cond, x, y) -> tuple:
+        return tuple(i if i is j else make_select(cond, i, j) for i, j in zip(x, y))
+
     out, originals = [], {}
     for s in body:
         a, b = (s.then_body, s.else_body) if isinstance(s, If) else ((), ())
@@ -217,9 +220,8 @@ def _branch_copies(body: list) -> tuple[list, dict]:
                 a[0].src.buffer is b[0].src.buffer and a[0].dst.buffer is b[0].dst.buffer and \
                 a[0].src.extents == b[0].src.extents and a[0].dst.extents == b[0].dst.extents and \
                 a[0].eviction_policy == b[0].eviction_policy and a[0].barrier is b[0].barrier is None:
-            pick = lambda x, y: tuple(make_select(s.cond, i, j) if i is not j else i for i, j in zip(x, y))  # noqa: E731
-            new = replace(a[0], src=replace(a[0].src, starts=pick(a[0].src.starts, b[0].src.starts)),
-                          dst=replace(a[0].dst, starts=pick(a[0].dst.starts, b[0].dst.starts)), span=s.span)
+            new = replace(a[0], src=replace(a[0].src, starts=pick(s.cond, a[0].src.starts, b[0].src.starts)),
+                          dst=replace(a[0].dst, starts=pick(s.cond, a[0].dst.starts, b[0].dst.starts)), span=s.span)
             originals[id(new)] = s
             s = new
         out.append(s)
