@@ -308,6 +308,26 @@ def test_rows_off_by_one_factor_each_are_named_and_not_called_precision():
     assert common_offset(noisy, ref, tol, ratio=True) is None  # precision-like scatter: no one factor a row
 
 
+def test_a_mismatch_names_its_tail_and_the_configs_left_unchecked():
+    """Played LLM session 46: the failing size was a tail (B=5, S=25) of a config that passed, and checking had
+    stopped there; the feedback said neither, and the player read the error as precision."""
+    from tileagent.evaluator.records import ConfigResult, EvalResult
+    from tileagent.feedback import render_feedback
+
+    failure = {"kind": "Mismatch", "output": 0, "index": [4, 35, 9], "expected": -0.6133, "got": -0.5898,
+               "mismatched": 442, "total": 20480, "atol": 2e-3, "rtol": 2e-2, "max_abs_err": 0.027, "rel_l2": 0.0198,
+               "config": {"B": 5, "S": 25}, "tail_of": {"B": 2, "S": 100}, "seed": 0, "distribution": "normal"}
+    asked = [{"B": 1, "S": 64}, {"B": 2, "S": 100}, {"B": 2, "S": 300}, {"B": 3, "S": 40}]
+    result = EvalResult(status="mismatch", message="m", failure=failure,
+                        configs=[ConfigResult(config=asked[0], correct=True)])
+    text = " ".join(render_feedback(result, asked=asked).split())
+    assert "Inputs: config B=5, S=25 (a tail size of config B=2, S=100, which itself passed: sizes just off the " \
+           "config's, where a tile ends part-full), seed 0" in text
+    assert "Checking stops at the first failing config: B=1, S=64 passed, B=2, S=300; B=3, S=40 not checked this " \
+           "turn." in text
+    assert "Checking stops" not in render_feedback(result)  # batch runs check every config
+
+
 def test_a_kernel_correct_only_near_zero_is_pointed_at_its_nonlinearity():
     """Played LLM session 44c: a soft cap applied before the attention scale was correct under 'normal_x0.01' only
     (tanh is linear there); the distributions line said so without saying what it means."""

@@ -171,10 +171,11 @@ def _ratio(entry: dict) -> str:
 
 
 def render_feedback(result: EvalResult | None, *, problem: str | None = None, device: str = "cpu",
-                    target: float = 1.0, stated: list[list[dict]] | None = None) -> str:
+                    target: float = 1.0, stated: list[list[dict]] | None = None, asked: list[dict] | None = None) -> str:
     """The feedback text for one candidate (``result`` None: the answer was malformed, ``problem`` says how).
     ``stated``: per config of ``result``, the configs as the reference states them that its check stands for (on the
-    CPU, its free dims were at SMALL_CONFIG's sizes): the configs are named by them."""
+    CPU, its free dims were at SMALL_CONFIG's sizes): the configs are named by them. ``asked``: the configs the
+    evaluation was to check, in order, when it stops at the first failing one (a mismatch names those left)."""
     if result is None:
         return render("feedback.malformed_answer", problem=problem or "no python code block")
     failure = dict(result.failure or {})
@@ -223,6 +224,14 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
     if status == "mismatch" and "index" in failure:
         f = {k: _num(v) for k, v in failure.items()}
         f["config"] = _cfg(failure.get("config"))
+        if tail := failure.get("tail_of"):  # played LLM 46: a mask one key too long, wrong at a tail only
+            f["config"] += (f" (a tail size of config {_cfg(tail)}, which itself passed: sizes just off the config's, "
+                            f"where a tile ends part-full)")
+        done = [c.config for c in result.configs if c.correct]
+        left = [c for c in asked or () if c not in done and c not in (failure.get("config"), failure.get("tail_of"))]
+        f["checked"] = ("\nChecking stops at the first failing config: " +
+                        (f"{'; '.join(map(_cfg, done))} passed, " if done else "") +
+                        f"{'; '.join(map(_cfg, left))} not checked this turn.") if left else ""
         f["distribution"] = "a hidden distribution" if failure.get("hidden") else f"'{failure.get('distribution')}'"
         f["index"] = str(tuple(failure["index"])) if isinstance(failure["index"], list) else f["index"]
         needed = ("output", "expected", "got", "mismatched", "total", "atol", "rtol", "max_abs_err", "rel_l2", "seed")

@@ -479,7 +479,7 @@ class Loop:
             else:
                 stated = [self._stated(c.config) for c in result.configs] if result is not None else None
                 feedback = render_feedback(result, problem=draft.problem, device=self.o.device, target=self.o.target,
-                                           stated=stated)
+                                           stated=stated, asked=None if keep_going else configs)
             if same is not None:
                 feedback = (f"This module is identical to {same} (turn {self.attempts[same].turn}), which failed on "
                             f"these configs, so it was not evaluated again. What that evaluation said:\n\n{feedback}")
