@@ -451,6 +451,25 @@ STEPS = (
     Step("played_41_40", 30, "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played41\" session41 && "
          "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played40\" session40", 480,
          "sessions 40 and 41's answers: CAP=30 timed them out in session 44"),
+    # group 34: what session 46 changed after its device time ran out (issue 13's folder failures fixed on the CPU, the
+    # varlen loop now pipelined), its layernorm wave question (issue 14), its played answers; carry .tl
+    Step("tilelang_fixed_46", 34, "mkdir -p /tmp/tl /tmp/tlx && tar -xJf .tl/tl_site.tar.xz -C /tmp/tl && tar -xJf "
+         ".tl/tl_examples.tar.xz -C /tmp/tlx && F='--folder /tmp/tlx/examples --survey "
+         "bench/tilelang_examples/survey.tsv' && python bench/tilelang_examples.py $F --only "
+         "block_causal_attention/block_causal_attention.py,block_causal_attention/block_causal_attention_varlen.py,"
+         "attention_sink/regression_attention_sink.py --timeout 90 --markdown -v && python bench/tilelang_examples.py "
+         "$F --only attention_sink/example_gqa_sink_fwd_varlen.py,attention_sink/example_mha_sink_fwd_bhsd.py "
+         "--tilelang-site /tmp/tl --timeout 60 --markdown", 300,
+         "the three programs of ours that failed in session 46 (the == miscompile, the regression harness), ours only "
+         "(TileLang's JIT timed out on them at 60 s), and the varlen sink forward (0.44 of TileLang; its K/V loop "
+         "now a TMA pipeline) next to real TileLang"),
+    Step("ln_waves_46", 34, "python bench/fusion_knobs.py --ops layernorm_widths --max-configs 3 --trials 20 "
+         "--no-tunables --variant BLOCK_M=8 --variant BLOCK_M=32 --variant BLOCK_M=8,THREADS=64", 120,
+         "layernorm_widths N=200 at x0.82 torch.compile: 1024 blocks of 16 rows at 7 blocks/SM make 1.11 waves; "
+         "8 or 32 rows a block"),
+    Step("played_46", 34, "CAP=75 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played46\" session46", 330,
+         "session 46's answers (fp8_per_tensor_quant, reverse_cumsum as float32 and float64 scans, "
+         "sink_attention_decode)"),
     # group 31, once a call until it reports nothing left (issue 13's full table): carry .tl with tl_site.tar.xz and
     # tl_examples.tar.xz (`cd /tmp/tilelang && tar --exclude="*.png" --exclude="*.jpg" --exclude="*.svg" --exclude=
     # "*.md" --exclude="*.ipynb" -cJf REPO/.tl/tl_examples.tar.xz examples`: TileLang's examples/ at the survey's
