@@ -98,5 +98,6 @@ def sentence(distributions: dict) -> str:
     public = distributions.get("public", {})
     if public.get("normal_x0.01") == "correct" and sum(v != "correct" for v in public.values()) >= 2:
         text += (": correct only on values near 0, where a cap, clamp or threshold never acts and a nonlinear "
-                 "function is nearly linear; look at where such a function or a scale is applied")  # 44c: a soft cap
+                 "function is nearly linear; look at where such a function or a scale is applied, unless the "
+                 "error grows with the values (precision: there it falls under atol)")  # 44c: a soft cap; 46b: TF32
     return f"\nThe same config and seed under each input distribution: {text}."

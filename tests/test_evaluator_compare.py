@@ -326,6 +326,8 @@ def test_a_mismatch_names_its_tail_and_the_configs_left_unchecked():
     assert "Checking stops at the first failing config: B=1, S=64 passed, B=2, S=300; B=3, S=40 not checked this " \
            "turn." in text
     assert "Checking stops" not in render_feedback(result)  # batch runs check every config
+    close = EvalResult(status="mismatch", message="m", failure={**failure, "expected": 14.0554, "got": 14.0575})
+    assert "expected 14.055, got 14.057." in render_feedback(close)  # played LLM 46b: "expected 14.06, got 14.06"
 
 
 def test_a_kernel_correct_only_near_zero_is_pointed_at_its_nonlinearity():
@@ -336,7 +338,8 @@ def test_a_kernel_correct_only_near_zero_is_pointed_at_its_nonlinearity():
     wrong = {"normal": "wrong", "uniform": "wrong", "normal_x3": "wrong", "normal_x0.01": "correct"}
     assert sentence({"public": wrong, "hidden": [6, 6, 0]}).endswith(
         "hidden ones: 6 of 6 wrong: correct only on values near 0, where a cap, clamp or threshold never acts and a "
-        "nonlinear function is nearly linear; look at where such a function or a scale is applied.")
+        "nonlinear function is nearly linear; look at where such a function or a scale is applied, unless the error "
+        "grows with the values (precision: there it falls under atol).")
     assert "near 0" not in sentence({"public": {**wrong, "normal": "correct", "uniform": "correct"}})
 
 

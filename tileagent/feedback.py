@@ -223,6 +223,11 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
                                                    "where": where})
     if status == "mismatch" and "index" in failure:
         f = {k: _num(v) for k, v in failure.items()}
+        e, g, digits = failure.get("expected"), failure.get("got"), 4
+        while isinstance(e, float) and isinstance(g, float) and e != g and digits < 9 and _num(e, digits) == \
+                _num(g, digits):  # played LLM 46b: "expected 14.06, got 14.06"
+            digits += 1
+        f["expected"], f["got"] = _num(e, digits), _num(g, digits)
         f["config"] = _cfg(failure.get("config"))
         if tail := failure.get("tail_of"):  # played LLM 46: a mask one key too long, wrong at a tail only
             f["config"] += (f" (a tail size of config {_cfg(tail)}, which itself passed: sizes just off the config's, "
