@@ -804,6 +804,28 @@ class _SlowAtC320(FakeWorker):
         return result
 
 
+class WrongAt320(FakeWorker):
+    """A "partial" candidate is correct at C=96 and computes wrong values at C=320 (checking stops there)."""
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        result = super().evaluate(request)
+        if Path(request.kernel_path).read_text().split()[2] != "partial" or len(request.configs) < 2:
+            return result
+        return EvalResult(status="mismatch", message="output 0 differs", configs=result.configs[:1],
+                          failure={**MISMATCH, "config": request.configs[1]})
+
+
+def test_a_kernel_correct_everywhere_takes_over_configs_served_by_one_that_was_wrong_elsewhere(tmp_path):
+    """Played LLM 46b: turn 2's float32 batchnorm passed config 1 and computed wrong values on config 2, turn 3 was
+    drafted and checked for the configs left only, and the export kept turn 2's kernel for config 1."""
+    worker = WrongAt320()
+    loop, outcome, _, _ = run(tmp_path, [[cand("partial", 0.5)], [cand("ok", 2.0)]], worker=worker, candidates=1,
+                              device="cpu", max_turns=2)
+    checked = [(Path(r.kernel_path).parent.name, [c["C"] for c in r.configs]) for r in worker.requests]
+    assert checked == [("t1-c0", [96, 320]), ("t2-c0", [320]), ("t2-c0", [96])]
+    assert {k: b.attempt_id for k, b in loop.best.items()} == {"M=16384,C=96": "t2-c0", "M=16384,C=320": "t2-c0"}
+
+
 def test_a_turn_after_a_partial_success_says_which_configs_it_checks_and_which_keep_their_kernel(tmp_path):
     """Played LLM, GPU turn 2 (issue 19): the prompt listed 3 of 5 configs as "checked on" while the timings covered
     all 5, and the player could not tell why; the turn now says that the others keep the kernel that met them."""

@@ -499,9 +499,9 @@ class Loop:
             return
         for c in result.configs:
             if c.correct:
-                sizes = self._stated(c.config) or [c.config]  # the GPU's
-                self._offer(Best(attempt_id=aid, source=draft.source, result=c,
-                                 launches=plan_launches([p for p in result.plans if p.get("config") in sizes])))
+                self._offer(self._best(aid, draft.source, result, c))
+        if result.status == "ok" and not keep_going:  # a resumed run too: this check is not in its log
+            self._take_over_from_wrong(aid, draft.source, self.store.root / "attempts" / aid / "candidate.py")
         correct = [c for c in result.configs if c.correct]
         if self.o.tune and self.timed and correct and autotune.tunables_of(draft.source):
             searched = self._tuned_space(draft.source, [c.config for c in correct])
@@ -566,12 +566,31 @@ class Loop:
                            timing=True, timing_trials=trials, keep_going=keep_going,
                            compile_timeout_s=self.o.compile_timeout_s, run_timeout_s=self.o.run_timeout_s)
 
-    def _offer(self, b: Best) -> bool:
+    def _best(self, aid: str, source: str, result: EvalResult, c: ConfigResult) -> Best:
+        sizes = self._stated(c.config) or [c.config]  # the GPU's
+        return Best(attempt_id=aid, source=source, result=c,
+                    launches=plan_launches([p for p in result.plans if p.get("config") in sizes]))
+
+    def _take_over_from_wrong(self, aid: str, source: str, path: Path) -> None:
+        """Configs served by a kernel that computed wrong values on another config are checked with ``aid``, correct
+        on every config it was asked; it serves those it passes, whatever its speed (played LLM 46b: a float32
+        batchnorm failed on a channel of 1e11 values and kept serving the config whose draws it had passed)."""
+        wrong = {a for a, x in self.attempts.items() if a != aid and x.result and x.result.status == "mismatch"}
+        keys = [k for k, b in self.best.items() if b.attempt_id.split("/")[0] in wrong]
+        if keys:
+            result = self._evaluate(f"{aid} (on {'; '.join(keys)})", self._request(
+                path, [self.best[k].result.config for k in keys], keep_going=True))
+            self.fresh.extend(result.configs)
+            for c in result.configs:
+                if c.correct:
+                    self._offer(self._best(aid, source, result, c), force=True)
+
+    def _offer(self, b: Best, force: bool = False) -> bool:
         key = config_key(b.result.config)
         old = self.best.get(key)
         untimed_better = old is not None and old.time_ms is None and b.time_ms is None and \
             b.untimed_cost < old.untimed_cost  # on the CPU: the first, unless a later one spills less or idles less
-        if old is not None and not untimed_better and \
+        if old is not None and not force and not untimed_better and \
                 (b.time_ms is None or (old.time_ms is not None and old.time_ms <= b.time_ms)):
             return False
         if old is not None and old.attempt_id.split("/")[0] != b.attempt_id.split("/")[0]:
