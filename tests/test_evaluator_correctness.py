@@ -972,3 +972,15 @@ def test_an_input_whose_dims_follow_the_output_in_another_order_is_quoted():
     assert f"input 0 = [{', '.join(str(v) for v in positions[:, 2].tolist())}] (at its index (:, 2))." in text
     both = with_inputs_at_index(Mismatch("m", index=[2, 1, 5], output=0), [torch.randn(4, 4)], (torch.zeros(4, 4, 8),))
     assert "inputs_at_index" not in both.details  # (T, H) or (H, T) when T == H: left out, never guessed
+
+
+def test_an_error_spread_over_the_output_names_the_l2_rule_not_an_element_count(tmp_path):
+    """Played LLM 46b's cdist_l2 on an H100: every element within 2x the reference's worst error against the float64
+    oracle, the kernel's L2 error more than 2x the reference's; the message said '0 element(s) are outside'."""
+    check, where = _fp16_check(tmp_path), {"config": {}, "seed": 0, "distribution": "offset"}
+    truth = lambda: (torch.ones(16, dtype=torch.float64),)  # noqa: E731
+    ref = (torch.tensor([1.25] + [1.0] * 15, dtype=torch.float16),)  # the reference off by 0.25 at one element
+    failure = check.compare((torch.full((16,), 1.3, dtype=torch.float16),), ref, where, 1, oracle=truth)
+    assert failure is not None and "against the float64 oracle each element is within 2x the reference's worst " \
+        "error (max abs err 0.3, the reference's 0.25), but the L2 error over the output, 0.3 of its norm, is 4.8x " \
+        "the reference's (0.0625)" in failure.message

@@ -38,7 +38,8 @@ GROSS_REL_L2 = 0.05
 session 37: an index bug at 0.257, 384x the reference's own error, was told it was less accurate arithmetic)."""
 GROSS_ELEMENT = 0.1
 """... or the relative error of the element shown above which it does, where its expected value is 10 atol or more
-(played LLM session 45: a few elements 47% off, relative L2 0.3%)."""
+and at most half the elements differ (played LLM session 45: 9 of 200 elements, one 47% off, relative L2 0.3%; an
+fp16-accumulating GEMM differs at 419 of 512, one near-zero element shown 93% off, relative L2 0.1%: precision)."""
 SPILL_BYTES = 256
 """Local memory a thread of a correct kernel may use at the GPU's sizes before the CPU loop asks for another kernel
 (``UNTIMED_SPILLS``; played LLM session 36: 2352 B a thread, 255 registers, reported as done on the CPU)."""
@@ -262,7 +263,8 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         gross = isinstance(rel, (int, float)) and rel > GROSS_REL_L2  # not rounding: a wrong element or term
         expected, got, atol = (failure.get(k) for k in ("expected", "got", "atol"))
         off = abs(got - expected) / abs(expected) if all(isinstance(v, (int, float)) for v in (expected, got, atol)) \
-            and abs(expected) >= max(10 * atol, 1e-30) else 0.0  # played LLM session 45: a sparsemax threshold 47%
+            and abs(expected) >= max(10 * atol, 1e-30) and 2 * (failure.get("mismatched") or 0) <= \
+            (failure.get("total") or 0) else 0.0  # played LLM session 45: a sparsemax threshold 47%
         # off at the element shown (few elements: relative L2 0.3%) read as precision
         oracle = f"\nAgainst a float64 evaluation of the reference, {failure.get('oracle_mismatched')} element(s) "
         f["oracle"] = "" if not failure.get("oracle_mismatched") else oracle + (
