@@ -13,9 +13,10 @@ pipeline, at the top level of its body or inside serial loops (none that a ``bre
 without else there (``path``: a ``T.Persistent`` tile loop), whose producers are all TMA loads (decided when it is
 lowered; otherwise the kernel is lowered as without this module). What the producer computes must not depend on the
 consumers: the loop bounds, the conditions on the path and the copies' source indices use block indices, the
-enclosing loops' variables, the kernel's scalars, global tensors, the Lets before the loop and the Lets on its path
-(statements of a path loop or if ahead of the next step: a persistent kernel's tile coordinates), which read no
-memory (the producer binds them again, the path's in its own copy of the path). Beside a nested pipeline nothing on
+enclosing loops' variables, the kernel's scalars, global tensors, the Lets before the loop, which read no memory but
+global tensors the kernel does not write (varlen attention's sequence starts, ``cu_seqlens[b]``), and the Lets on
+its path (statements of a path loop or if ahead of the next step: a persistent kernel's tile coordinates), which
+read no memory (the producer binds them again, the path's in its own copy of the path). Beside a nested pipeline nothing on
 its path touches the arena bytes of the tiles its producer writes (the producer runs ahead into the next execution
 while the consumers finish this one); a tile of the consumers' own, such as a staged epilogue's
 (``compiler.lower.stage_epilogue``), or one the loop only reads (a persistent flash attention's Q tile, loaded again
@@ -106,8 +107,10 @@ def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
     top = path[0] if path else p
     before = body[:next(n for n, x in enumerate(body) if x is top)]
     lets = tuple(x.var for x in before if isinstance(x, Let))
-    if any(next(loads(x.value), None) is not None for x in before if isinstance(x, Let)):
-        return None
+    written = set().union(*(shared_effects(x, ("global",))[0] for x in body))
+    if any(ld.buffer.scope != "global" or ld.buffer in written
+           for x in before if isinstance(x, Let) for ld in loads(x.value)):
+        return None  # the producer loads them again: only from global tensors the kernel does not write
     body_lets = [x.var for x in walk(body) if isinstance(x, Let) and x.var not in lets]
     path_lets = _path_lets(path, p, body_lets)
     rebound = {y.var for ys in path_lets.values() for y in ys}
