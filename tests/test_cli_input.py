@@ -3,6 +3,7 @@ directory exists; a reference's own failures (hang, exit, out of memory, not UTF
 reported as the reference's. Also the renamed flags and their deprecated spellings."""
 
 import json
+import re
 import socket
 import textwrap
 
@@ -201,6 +202,9 @@ def test_eval_on_the_cpu_shrinks_free_dims_and_creates_the_json_folder(tmp_path)
     # played LLM, session 26: the table named the CPU's sizes only and showed a failed config's errors as 0.00e+00;
     # session 39: a config is named as the reference states it, the sizes checked beside it
     assert "M=16384 C=96 (checked at M=37 C=96)" in result.text and "rel L2 err" in result.text
+    # played LLM 46b on an H100: an evaluation stopped at 130 s printed nothing after its first line; off a terminal
+    # each phase is a line with the seconds so far
+    assert re.search(r" \d+\.\d s checking M=37 C=96 \d+\.\d s running at larger sizes M=16384 C=96 ", result.text)
 
 
 # -- renamed flags ---------------------------------------------------------------------------------------------------

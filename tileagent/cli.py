@@ -207,6 +207,22 @@ def _ms(t) -> str:
     return f"{t.median_ms:.4f} ±{t.iqr_ms:.4f}" if t is not None else "-"
 
 
+def _eval_progress(status, start: float):
+    """``EvalWorker.on_progress`` for ``tileagent eval``: the phase in the spinner; on a non-terminal (a log, CI) a
+    line per phase with the seconds so far, so that a slow or stuck evaluation shows where it is."""
+    phases = {"check": "checking", "timing": "timing", "full": "running at larger sizes"}
+
+    def report(kind: str, f: dict) -> None:
+        if kind != "phase" or f.get("config") is None:
+            return
+        what = f"{phases.get(f['phase'], f['phase'])} {cfgs_key(f['config'])}"
+        status.update(f"evaluating: {what}")
+        if not console.is_terminal:
+            console.print(f"{time.monotonic() - start:6.1f} s  {what}", highlight=False)
+
+    return report
+
+
 def _eval_table(result, title: str, serves: dict[str, list[str]]) -> Table:
     """One row per config checked: the grid's configs it stands for (on the CPU) and the sizes the interpreter ran it
     at where smaller; error sizes only for a correct config (a failed one's are those of the checks before)."""
@@ -290,8 +306,9 @@ def eval_(kernel: Path = typer.Argument(..., help="the candidate: a .py file def
                   highlight=False)
     _cpu_note(chosen, device, reference)
     try:
-        with console.status(f"evaluating {kernel.name} against {reference.name}"):
+        with console.status(f"evaluating {kernel.name} against {reference.name}") as status:
             with EvalWorker(device, evaluate_fn=EVALUATE_FN) as worker:
+                worker.on_progress = _eval_progress(status, time.monotonic())
                 result = worker.evaluate(request)
     except KeyboardInterrupt:
         err_console.print("interrupted")
