@@ -649,7 +649,7 @@ class _ConfigCheck:
         if ref.dtype == torch.float32 and n_bad and 1e-5 < rel < 3e-3:
             hint = ("a float32 output off by about TF32's precision: if the kernel has a T.gemm of float32 tiles, "
                     "they run on TF32 tensor cores, 10 mantissa bits; the DSL guide's T.gemm paragraph gives the "
-                    "float32-accurate split")
+                    "float32-accurate split, and what to do where the output is a small difference of large sums")
         elif ref.is_floating_point() and n_bad >= 8 and not c.nonfinite and \
                 (ratio := common_ratio(out, ref, tol)) is not None:
             hint, systematic = (f"every differing value is the reference's times {ratio:.4g}: a factor missing or "

@@ -579,3 +579,31 @@ def test_interleaved_pairs_read_through_shared_memory_as_the_guide_says():
     x = torch.randn(8, 256)
     torch.testing.assert_close(pairs(8, 128)(x), x[:, ::2] * (x[:, 1::2] + 1))
     assert "xs[" in tileagent.compile(pairs.fn(8, 128), out_idx=[1], target="cpu:sm_90a").get_kernel_source()
+
+
+def test_a_distance_from_the_differences_themselves_keeps_float32_accuracy_on_offset_inputs():
+    """The guide's T.gemm paragraph: where the output is a small difference of large sums (cdist as |x|^2 + |y|^2 -
+    2 x.y; on an H100 the six-product split was off by more than twice torch's float32 error on inputs sharing an
+    offset), compute it from the differences: a T.Parallel of (x - y)^2 and T.reduce_sum."""
+    assert "a `T.Parallel` of (x - y)^2 and `T.reduce_sum`" in GUIDE
+
+    @T.prim_func
+    def cdist(X: T.Tensor((8, 32), "float32"), Y: T.Tensor((16, 32), "float32"), O: T.Tensor((8, 16), "float32")):
+        with T.Kernel(8, threads=128) as i:
+            d = T.alloc_fragment((16, 32), "float32")
+            s = T.alloc_fragment((16,), "float32")
+            for j, k in T.Parallel(16, 32):
+                d[j, k] = (X[i, k] - Y[j, k]) * (X[i, k] - Y[j, k])
+            T.reduce_sum(d, s, dim=1)
+            for j in T.Parallel(16):
+                O[i, j] = T.sqrt(s[j])
+
+    gen = torch.Generator().manual_seed(0)
+    x, y = 1000 + torch.randn(8, 32, generator=gen), 1000 + torch.randn(16, 32, generator=gen)
+    exact = torch.cdist(x.double(), y.double())
+    out = torch.full((8, 16), float("nan"))
+    tileagent.compile(cdist, target="cpu")(x, y, out)
+    assert float(((out.double() - exact).abs() / exact).max()) < 1e-6
+    norms = (x.double() ** 2).sum(1, keepdim=True) + (y.double() ** 2).sum(1) - 2 * x.double() @ y.double().T
+    form = ((x * x).sum(1, keepdim=True) + (y * y).sum(1) - 2 * x @ y.T).clamp(min=0).sqrt()  # float32, the norm form
+    assert float(((form.double() - norms.clamp(min=0).sqrt()).abs() / exact).max()) > 1e-3  # cancellation
