@@ -9,7 +9,8 @@ under lowering contexts derived with their stage offsets, ``LowerContext.derive`
 Which loops: ``T.Pipelined(n, num_stages=s)`` with s >= 2 whose body has producers: ``T.copy`` from global into a
 shared tile whose source indices depend only on the loop variable and values fixed before the loop (through names
 the body binds once from those, which the copy's indices take in: ``actual_k = k + start``; an ``if`` whose two arms
-copy one tensor into one tile counts as one copy from a chosen start), and whose tile
+copy one tensor into one tile counts as one copy from a chosen start; the copies at the top of an ``if c:`` without
+an else come out of it, reading past the tensor where ``c`` is false: ``_guarded_copies``), and whose tile
 nothing else in the kernel touches except reads by the loop's other statements (the consumers). With ``order`` /
 ``stage`` the body is first put in ``order``; the statements of stage 0 must then all be such copies. Any other
 pipelined loop runs as a plain loop (``log`` says why). s = 1 on a target with TMA, for a loop that runs a T.gemm:
@@ -181,6 +182,7 @@ def _pipeline(loop: For, kernel_body, max_stages, one_stage) -> SoftwarePipeline
                                           and single_stage.worthwhile(loop.body)):
         return None  # one stage: only with TMA producers and two gemms or more (compiler.lower.single_stage)
     body, originals = _through_lets(*_branch_copies(list(loop.body)))
+    body, originals = _guarded_copies(loop, body, originals, kernel_body)
     order, stage = loop.annotations.get("order"), loop.annotations.get("stage")
     if order is not None:
         if sorted(order) != list(range(len(body))) or len(stage) != len(body):
@@ -225,6 +227,37 @@ def _branch_copies(body: list) -> tuple[list, dict]:
             originals[id(new)] = s
             s = new
         out.append(s)
+    return out, originals
+
+
+def _guarded_copies(loop: For, body: list, originals: dict, kernel_body) -> tuple[list, dict]:
+    """``body`` with the global -> shared copies at the top of each ``if c:`` (no else) of its top level taken out of
+    the ``if``, in order, as copies that read the tile from ``G[c ? start : (past the tensor's first dim), ...]``:
+    where ``c`` is false they read nothing and fill the tile with zeros, which only the ``if``'s own statements read
+    (TileLang's block-sparse attention and GEMM: ``if block_mask[k]: T.copy(K[...], K_shared) ...``). Done only where
+    every such copy can then be issued ahead (``_is_producer``) and the loop reads or writes its tile nowhere else;
+    ``originals`` maps each new copy's id to the kernel's own."""
+    from tileagent.compiler.lower.barriers import shared_effects
+
+    out = []
+    for i, s in enumerate(body):
+        if not (isinstance(s, If) and s.then_body and not s.else_body):
+            out.append(s)
+            continue
+        copies = [x for x in s.then_body if isinstance(x, Copy) and x.src.buffer.scope == "global" and
+                  x.dst.buffer.scope == "shared" and x.barrier is None]
+        rest = tuple(x for x in s.then_body if not any(x is c for c in copies))
+        new = [replace(c, src=replace(c.src, starts=(make_select(s.cond, c.src.starts[0], c.src.buffer.shape[0]),)
+                                      + tuple(c.src.starts[1:])), span=c.span) for c in copies]
+        tiles, kept = {c.dst.buffer for c in copies}, replace(s, then_body=rest)
+        trial = {**originals, **{id(n): c for n, c in zip(new, copies)}}
+        if not copies or not rest or any(tiles & (shared_effects(x)[0] | shared_effects(x)[1])
+                                         for x in body if x is not s) or \
+                not all(_is_producer(n, loop, out + new + [kept] + body[i + 1:], kernel_body, trial) for n in new):
+            out.append(s)
+            continue
+        originals = trial
+        out += new + [kept]
     return out, originals
 
 
