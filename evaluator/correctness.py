@@ -480,6 +480,7 @@ class _ConfigCheck:
                        f"{float(own.max()):.3g})")
         else:  # every element within 2x the reference's worst error, the error spread over many of them
             norm = max(t_l2, 1e-300)
+            failure.details["oracle_l2_ratio"] = e_l2 / max(own_l2, 1e-300)
             verdict = (f"each element is within {ORACLE_FACTOR:g}x the reference's worst error (max abs err "
                        f"{float(err.max()):.3g}, the reference's {float(own.max()):.3g}), but the L2 error over "
                        f"the output, {e_l2 / norm:.3g} of its norm, is {e_l2 / max(own_l2, 1e-300):.3g}x the "

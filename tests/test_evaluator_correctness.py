@@ -984,3 +984,11 @@ def test_an_error_spread_over_the_output_names_the_l2_rule_not_an_element_count(
     assert failure is not None and "against the float64 oracle each element is within 2x the reference's worst " \
         "error (max abs err 0.3, the reference's 0.25), but the L2 error over the output, 0.3 of its norm, is 4.8x " \
         "the reference's (0.0625)" in failure.message
+    from tileagent.evaluator.records import EvalResult
+    from tileagent.feedback import render_feedback
+
+    text = " ".join(render_feedback(EvalResult(status="mismatch", message=failure.message,
+                                               failure=failure.to_dict())).split())
+    assert ("Against a float64 evaluation of the reference, every element is within twice the reference's own error "
+            "(max abs error 0.2998, the reference's 0.25), but more of them are off: the L2 norm of the error is 4.8x "
+            "the reference's: far beyond rounding (relative L2 error above 5%): a wrong element") in text, text

@@ -266,17 +266,25 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
             and abs(expected) >= max(10 * atol, 1e-30) and 2 * (failure.get("mismatched") or 0) <= \
             (failure.get("total") or 0) else 0.0  # played LLM session 45: a sparsemax threshold 47%
         # off at the element shown (few elements: relative L2 0.3%) read as precision
-        oracle = f"\nAgainst a float64 evaluation of the reference, {failure.get('oracle_mismatched')} element(s) "
-        f["oracle"] = "" if not failure.get("oracle_mismatched") else oracle + (
-            "differ too, some of them infinite or NaN on one side only: a mask, a fill or an overflow, not precision."
-            if nonfinite else  # played LLM session 44b: a min-p mask applied before the temperature read as precision
-            f"are off by more than twice the reference's own error (max abs error "
-            f"{_num(failure.get('oracle_max_abs_err'))}, the reference's "
-            f"{_num(failure.get('reference_max_abs_err'))}): " +
-            (f"far beyond rounding (relative L2 error above {GROSS_REL_L2:.0%}): a wrong element, not precision."
-             if gross else f"far beyond rounding (the element shown is {off:.0%} off its value): a wrong element, not "
-             f"precision." if off >= GROSS_ELEMENT else "a systematic error (the pattern above), not precision."
-             if failure.get("systematic") else "your kernel is less accurate than the reference's own arithmetic."))
+        lead, n = "\nAgainst a float64 evaluation of the reference, ", failure.get("oracle_mismatched")
+        spread = failure.get("oracle_l2_ratio")  # every element within twice the reference's error, the L2 not
+        worst = (f"(max abs error {_num(failure.get('oracle_max_abs_err'))}, the reference's "
+                 f"{_num(failure.get('reference_max_abs_err'))})")
+        verdict = (f"far beyond rounding (relative L2 error above {GROSS_REL_L2:.0%}): a wrong element, not precision."
+                   if gross else f"far beyond rounding (the element shown is {off:.0%} off its value): a wrong "
+                   f"element, not precision." if off >= GROSS_ELEMENT else
+                   "a systematic error (the pattern above), not precision." if failure.get("systematic") else
+                   "your kernel is less accurate than the reference's own arithmetic.")
+        if n and nonfinite:  # played LLM session 44b: a min-p mask applied before the temperature read as precision
+            f["oracle"] = (f"{lead}{n} element(s) differ too, some of them infinite or NaN on one side only: a mask, "
+                           f"a fill or an overflow, not precision.")
+        elif n:
+            f["oracle"] = f"{lead}{n} element(s) are off by more than twice the reference's own error {worst}: {verdict}"
+        elif spread:  # played LLM 46b's cdist_l2 on an H100
+            f["oracle"] = (f"{lead}every element is within twice the reference's own error {worst}, but more of them "
+                           f"are off: the L2 norm of the error is {_num(spread, 3)}x the reference's: {verdict}")
+        else:
+            f["oracle"] = ""
         f["where_outside"] = f"\nThe differing elements: {failure['where_outside']}." if failure.get("where_outside") \
             else ""
         for position, d, inside, rest in failure.get("inputs_peak") or []:
