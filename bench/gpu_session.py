@@ -478,9 +478,25 @@ STEPS = (
          ".tl/tl_examples.tar.xz -C /tmp/tlx && cp bench/tilelang_examples/folder_done.tsv \"$GPU_SESSION_OUT/\" "
          "2>/dev/null; python bench/tilelang_examples.py --folder /tmp/tlx/examples --survey "
          "bench/tilelang_examples/survey.tsv --done \"$GPU_SESSION_OUT/folder_done.tsv\" --tilelang-site /tmp/tl "
-         "--timeout 60 --budget 480 --markdown", 540,
+         "--timeout 60 --budget 480 --warm 12 --markdown", 540,
          "TileLang's whole examples folder (the 127 programs the CPU survey builds) on both sides, resumed from the "
-         "rows done before"))
+         "rows done before; the compile caches warmed 12 programs at a time first (session 46: 12 programs in 448 s "
+         "without)"),
+    # group 35: what session 47 changed after its device time ran out (carry .tl): the varlen sink forward
+    # warp-specialized, the block-sparse programs pipelined, cdist's promoted K blocks, segment_softmax's stall
+    Step("tilelang_pipelined_47", 35, "mkdir -p /tmp/tl /tmp/tlx && tar -xJf .tl/tl_site.tar.xz -C /tmp/tl && tar "
+         "-xJf .tl/tl_examples.tar.xz -C /tmp/tlx && python bench/tilelang_examples.py --folder /tmp/tlx/examples "
+         "--only attention_sink/example_gqa_sink_fwd_varlen.py,blocksparse_attention/"
+         "example_tilelang_block_sparse_attn.py,blocksparse_gemm/example_blocksparse_gemm.py --tilelang-site /tmp/tl "
+         "--timeout 60 --markdown -v", 300,
+         "the varlen sink forward with a producer warpgroup (0.60 of TileLang unspecialized, session 47) and the "
+         "block-sparse attention and GEMM with their masked copies pipelined (plain loops before), next to TileLang"),
+    Step("played_47", 35, "H=bench/played_llm; timeout 60 python -m tileagent eval "
+         "$H/answers/cdist_l2/turn2_promote_extra.py $H/refs/cdist_l2.py --device cuda --seeds 2; timeout 200 python "
+         "-m tileagent eval $H/answers/segment_softmax/turn1.py $H/refs/segment_softmax.py --device cuda --seeds 1 "
+         "--configs 1", 280,
+         "cdist_l2 with each K block's six products promoted to a float32 total (the split alone failed under "
+         "'offset' inputs), and segment_softmax (no verdict in 130 s in session 47) with its phases printed"))
 
 
 def main(argv=None) -> int:

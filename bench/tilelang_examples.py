@@ -28,7 +28,10 @@ with a row there are skipped, and each finished program's row is appended at onc
 a device call cut short keeps what finished and the next call goes on from there:
 
     python bench/tilelang_examples.py --folder /tmp/tilelang/examples --survey bench/tilelang_examples/survey.tsv \
-        --done bench/tilelang_examples/folder_done.tsv --tilelang-site /tmp/tl --timeout 60 --budget 540
+        --done bench/tilelang_examples/folder_done.tsv --tilelang-site /tmp/tl --timeout 60 --budget 540 --warm 12
+
+``--warm N`` first runs the selected programs once on each side, N processes at a time, for at most half the budget,
+and discards those runs: the timed runs, one at a time as always, then load their kernels from the compile caches.
 """
 
 from __future__ import annotations
@@ -202,22 +205,26 @@ def _cell(o: Outcome | None) -> list[str]:
     return [result, f"{o.ms:.4g}" if o.ms is not None else "-", f"{o.tflops:.4g}" if o.tflops is not None else "-"]
 
 
+def _missing(name: str) -> list[str]:
+    """The modules program ``name`` imports for its baseline or helpers that are not installed here."""
+    needs = (FOLDER.get(name) or PROGRAMS[name])[3]
+    return [m for m in needs if m != "tvm" and importlib.util.find_spec(m) is None]
+
+
 def run_program(name: str, ours_env: dict, theirs_env: dict | None, timeout: float,
                 ab_env: dict | None = None) -> tuple[list[str], str]:
     """One program on both sides, one after the other: its table row and a progress line. With ``ab_env`` (ours
     with switches set), ours runs that way first, and the row ends with that run's ms and default / switched."""
-    rel, extra, _, needs = FOLDER.get(name) or PROGRAMS[name]
-    path = EXAMPLES / rel  # an absolute path (--folder) stays itself
+    extra = (FOLDER.get(name) or PROGRAMS[name])[1]  # a folder's program: an absolute path, which EXAMPLES keeps
     args = " ".join(extra) or "defaults"
-    missing = [m for m in needs if m != "tvm" and importlib.util.find_spec(m) is None]
-    if missing:  # a module the program imports for its baseline or helpers is not installed here
+    if missing := _missing(name):  # a module the program imports for its baseline or helpers is not installed here
         skipped = Outcome(False, 0.0, reason=f"needs {', '.join(missing)}")
         return ([name, args, *_cell(skipped), *_cell(skipped if theirs_env else None), "-"]
                 + (["-", "-"] if ab_env else []), f"[{name}] skipped: {skipped.reason} is not installed")
-    command = [sys.executable, "-m", "tileagent.tilelang", path.name, *extra]
-    switched = run(command, path.parent, ab_env, timeout) if ab_env else None
-    ours = run(command, path.parent, ours_env, timeout)
-    theirs = run([sys.executable, path.name, *extra], path.parent, theirs_env, timeout) if theirs_env else None
+    (command, cwd, _), *other = _commands(name, ours_env, theirs_env)
+    switched = run(command, cwd, ab_env, timeout) if ab_env else None
+    ours = run(command, cwd, ours_env, timeout)
+    theirs = run(*other[0], timeout) if other else None
     ratio = "-"
     if ours.ok and theirs is not None and theirs.ok and ours.ms and theirs.ms:
         ratio = f"{theirs.ms / ours.ms:.2f}"
@@ -232,6 +239,37 @@ def run_program(name: str, ours_env: dict, theirs_env: dict | None, timeout: flo
         row += [_cell(switched)[1] if switched.ok else _cell(switched)[0], x]
         line += f"; switched: {_cell(switched)[0]} in {switched.seconds:.0f} s"
     return row, line
+
+
+def _commands(name: str, ours_env: dict, theirs_env: dict | None) -> list[tuple[list[str], Path, dict]]:
+    """(command, folder, environment) of each side of program ``name``, as ``run_program`` runs them."""
+    rel, extra, _, _ = FOLDER.get(name) or PROGRAMS[name]
+    path = EXAMPLES / rel
+    out = [([sys.executable, "-m", "tileagent.tilelang", path.name, *extra], path.parent, ours_env)]
+    return out + ([([sys.executable, path.name, *extra], path.parent, theirs_env)] if theirs_env else [])
+
+
+def warm(names: list[str], ours_env: dict, theirs_env: dict | None, timeout: float, workers: int,
+         seconds: float) -> str:
+    """Run each program of ``names`` once on each side, ``workers`` processes at a time, in order, for at most
+    ``seconds`` (no run starts later), and discard the results: the timed runs that follow find their kernels in the
+    compile caches (ours under TILEAGENT_CACHE_DIR; TileLang's) instead of compiling them (TileLang's JIT took more
+    than 60 s on three programs of the folder, session 46). Programs whose source mentions ``autotune`` are left out:
+    their tuners would cache choices timed on a shared GPU. A summary line."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    start = time.perf_counter()
+    tuned = [n for n in names if "autotune" in Path(EXAMPLES / (FOLDER.get(n) or PROGRAMS[n])[0]).read_text()]
+    jobs = [job for n in names if n not in tuned for job in _commands(n, ours_env, theirs_env)]
+
+    def one(job) -> bool:
+        left = seconds - (time.perf_counter() - start)
+        return left > 1 and run(*job, min(timeout, left)) is not None
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        ran = sum(pool.map(one, jobs))
+    return (f"warmed {ran} of {len(jobs)} runs ({len(names) - len(tuned)} programs, {workers} at a time) in "
+            f"{time.perf_counter() - start:.0f} s; {len(tuned)} that autotune left cold")
 
 
 def folder_programs(folder: Path, survey: Path | None) -> list[str]:
@@ -268,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
                                          "found building for sm_90a")
     parser.add_argument("--done", help="a file of finished rows (tab-separated): their programs are skipped, and "
                                        "each program finished now is appended")
+    parser.add_argument("--warm", type=int, default=0, metavar="N",
+                        help="first run every program once on each side, N at a time, results discarded, for at most "
+                             "half the budget: the timed runs then find their kernels compiled (programs that "
+                             "autotune are left out)")
     args = parser.parse_args(argv)
     if args.folder:
         names = folder_programs(Path(args.folder), Path(args.survey) if args.survey else None)
@@ -294,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.tilelang_site else None  # DIR first: its tilelang wins; the rest (einops...) stays reachable
     ab_env = {**ours_env, **dict(kv.split("=", 1) for kv in args.ab)} if args.ab else None
     rows, start, took = [], time.perf_counter(), []
+    if args.warm:
+        print(warm([n for n in names if not _missing(n)], ours_env, theirs_env, args.timeout, args.warm,
+                   args.budget / 2 if args.budget is not None else float("inf")), flush=True)
     for name in names:
         left = args.budget - (time.perf_counter() - start) if args.budget is not None else float("inf")
         if left < max(15.0, statistics.median(took) if took else 0.0):

@@ -881,6 +881,29 @@ def test_gpu_bench_runs_a_whole_examples_folder_resumably(tmp_path, capsys, monk
     capsys.readouterr()
 
 
+def test_gpu_bench_warms_the_compile_caches_in_parallel_first(tmp_path, capsys, monkeypatch):
+    """--warm N runs each program once on each side, N at a time, before the timed runs (whose compile the caches
+    then save), except programs that autotune; the timed runs are still one at a time, in order."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import tilelang_examples as bench
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    for rel, text in (("a/one.py", "print('hi')\n"), ("a/tuned.py", "# tilelang.autotune(configs=...)\n")):
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    warmed, timed = [], []
+    monkeypatch.setattr(bench, "run", lambda command, cwd, env, timeout: warmed.append(
+        (command[-1], env["PYTHONPATH"].split(":")[0])) or bench.Outcome(True, 0.0))
+    monkeypatch.setattr(bench, "run_program", lambda name, ours, theirs, timeout, ab=None: (
+        timed.append(name) or [name, "defaults", "pass", "1", "-", "-", "-", "-", "-"], f"[{name}] pass"))
+    monkeypatch.setattr(bench, "FOLDER", {})
+    bench.main(["--folder", str(tmp_path), "--tilelang-site", "/tl", "--warm", "4", "--budget", "100"])
+    assert sorted(warmed) == sorted([("one.py", str(REPO)), ("one.py", "/tl")]) and timed == ["a/one.py", "a/tuned.py"]
+    assert capsys.readouterr().out.startswith("warmed 2 of 2 runs (1 programs, 4 at a time) in 0 s; 1 that "
+                                              "autotune left cold\n")
+
+
 def test_survey_groups_outcomes_and_runs_a_program_to_its_first_launch(tmp_path):
     sys.path.insert(0, str(REPO / "bench"))
     try:
