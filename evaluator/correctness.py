@@ -33,6 +33,7 @@ import random
 import secrets
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -187,6 +188,16 @@ def draw_seed() -> int:
 
 
 ORACLE_FACTOR = 2.0  # the oracle rule accepts an error up to this multiple of the reference's own error
+
+
+def _has_gemm(check) -> bool:
+    """Whether the candidate's source calls a gemm (a float32 one runs on TF32 tensor cores); True when unknown.
+    Played LLM 46b: the TF32 line misled on a kernel without one (a mean's float32 precision at an offset)."""
+    path = getattr(getattr(check, "sandbox", None), "path", None)
+    try:
+        return path is None or "gemm" in Path(path).read_text()
+    except OSError:
+        return True
 
 
 class _ConfigCheck:
@@ -647,7 +658,7 @@ class _ConfigCheck:
                 bool((out.masked_select(bad := _outside(out, ref, tol)) < ref.masked_select(bad)).all()):
             hint = ("every differing count is below the reference's: updates lost, as when several iterations or "
                     "threads add into one element by a plain read and write instead of T.atomic_add")
-        if ref.dtype == torch.float32 and n_bad and 1e-5 < rel < 3e-3:
+        if ref.dtype == torch.float32 and n_bad and 1e-5 < rel < 3e-3 and _has_gemm(self):
             hint = ("a float32 output off by about TF32's precision: if the kernel has a T.gemm of float32 tiles, "
                     "they run on TF32 tensor cores, 10 mantissa bits; the DSL guide's T.gemm paragraph gives the "
                     "float32-accurate split, and what to do where the output is a small difference of large sums")

@@ -448,3 +448,16 @@ def test_a_common_factor_between_the_output_and_the_reference_is_found(monkeypat
     assert compare.common_ratio(ref.half(), ref.half(), tol) is None  # nothing outside
     assert compare.common_ratio(ref + torch.randn(64, 40), ref, tol) is None  # errors, but no common factor
     assert compare.common_ratio(ref * (1 + 1e-3), ref, tol) is None  # inside the tolerance
+
+
+def test_precision_noise_is_not_one_factor_a_row():
+    """An fp16-accumulating GEMM's rows are the reference's times 1 +- 1e-3 at every element: within 2% of each other,
+    they read as one factor a row (systematic), and without the TF32 line the feedback said so on some draws."""
+    from tileagent.evaluator.compare import common_offset
+    from tileagent.evaluator.spec import Tolerance
+
+    torch.manual_seed(0)
+    ref = torch.randn(16, 32)
+    noisy = ref * (1 + 1e-3 * torch.randn_like(ref))
+    assert common_offset(noisy, ref, Tolerance(1e-5, 1e-5, 1e-5), ratio=True) is None
+    assert common_offset(ref * 0.99, ref, Tolerance(1e-5, 1e-5, 1e-5), ratio=True) == "times 0.99, every one of them"

@@ -320,8 +320,8 @@ def test_the_mismatch_feedback_quotes_the_inputs_at_the_failing_index(tmp_path, 
     assert d["hidden"] is True and d["inputs_at_index"][0][1] > 900
     text = render_feedback(EvalResult(status="mismatch", message=d["message"], failure=d))
     x = d["inputs_at_index"][0][1]
-    assert f"got {d['got']:.4g}.\nThe pattern: a float32 output off by about TF32's precision" in text  # d["hint"]
-    assert f"\nInputs at that index: input 0 = {x:.6g}.\n" in text
+    # no TF32 line: the kernel has no gemm (played LLM 46b: it misled on a mean's precision at an offset)
+    assert f"\nInputs at that index: input 0 = {x:.6g}.\n" in text and "TF32" not in text
     assert "input distribution a hidden distribution" in text and "offset" not in text
 
 
