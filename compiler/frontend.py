@@ -21,7 +21,7 @@ import sys
 
 from tileagent.compiler import python_ast
 from tileagent.compiler.diagnostics import (CompileError, DSLSyntaxError, DSLTypeError, InternalCompilerError,
-                                  NameResolutionError, ResourceError, ShapeError, Span)
+                                  NameResolutionError, ResourceError, ScopeError, ShapeError, Span)
 from tileagent.compiler.dtypes import DType, UnsupportedDType, dtype as as_dtype
 from tileagent.compiler.ir.expr import (Expr, Load, Var, as_expr, describe, is_extern, make_binop, make_cast,
                                         make_cmp)
@@ -492,7 +492,13 @@ class _Parser(LoopExitParser, ExpressionParser):
             value.name = name
             self.bind(name, value)
         elif isinstance(value, Expr) and self.kernel_depth and not _is_constant(value):
-            if isinstance(current, Var) and name not in self.scopes[-1] and not bound_outside_macro(self, name):
+            # a compile-time value bound outside that the new value reads (`acc = 0.0`, then `acc = acc + X[c]` in a
+            # T.serial loop): each iteration read 0.0, the loop's value was lost at its end and the code after it
+            # read 0.0 (played LLM 47); a value that does not read it (`v = X[c] * 2` for use in the body) is local
+            carried = isinstance(node, ast.AugAssign) or any(
+                isinstance(n, ast.Name) and n.id == name for n in ast.walk(getattr(node, "value", node)))
+            if (isinstance(current, Var) and name not in self.scopes[-1] and not bound_outside_macro(self, name)) \
+                    or (carried and lost_rebinding(self, name)):
                 raise DSLSyntaxError(f"cannot reassign '{name}' inside a nested block: it is bound outside",
                                      code="E102", hint=f"for a loop-carried scalar use {name} = T.alloc_var(dtype)")
             var = Var(name, value.dtype)
@@ -678,6 +684,14 @@ class _Parser(LoopExitParser, ExpressionParser):
                 with self.in_loop("unrolled"):
                     self.blocks[-1].extend(self.body(node.body, new_scope=False))
             return
+        if spec.kind != "parallel" and self.parallel_frames:  # before its body, whose rebindings would be lost
+            trip = spec.extent if isinstance(spec.extent, int) else "known only at run time"
+            raise ScopeError(f"T.{spec.kind} loop inside T.Parallel (`{ast.unparse(node.iter)}`, {trip} "
+                             f"iterations): a sequential loop runs there only unrolled, with a compile-time trip "
+                             f"count of at most {UNROLL_IN_PARALLEL}", code="E506",
+                             hint="put sequential loops outside the T.Parallel nest (state kept per element in a "
+                                  "fragment); one with a compile-time trip count of at most 64 is unrolled there and "
+                                  "allowed")
         loop_vars = tuple(Var(n, DType("int32")) for n in names)
         self.scopes.append(dict(zip(names, loop_vars)))
         if spec.kind == "parallel":

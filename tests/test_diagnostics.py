@@ -1003,6 +1003,41 @@ def test_pipelined_inside_parallel_is_rejected(marked):
     expect(info, "E506", marked, "pipelined", "T.Parallel", hint=True)
 
 
+def test_a_long_range_inside_parallel_is_named_before_its_body(marked):
+    """Played LLM 47: an online softmax over 150 channels, one pixel per lane, rebinding `l` in `for c in range(C)`
+    inside T.Parallel; up to 64 iterations it is unrolled, past that the body's rebindings were lost and the error
+    was E309 "float division by zero" at `1.0 / l` after the loop."""
+    with pytest.raises(CompileError) as info:
+        @T.prim_func
+        def main(X: T.Tensor((150, 256), "float32"), Y: T.Tensor((256,), "float32")):
+            with T.Kernel(1, threads=256) as bx:
+                for s in T.Parallel(256):
+                    l = 0.0
+                    for c in range(150):  # <- here
+                        l = l + X[c, s]
+                    Y[s] = 1.0 / l
+
+        tileagent.compile(main, target="cpu")
+    expect(info, "E506", marked, "T.serial loop inside T.Parallel (`range(150)`, 150 iterations): a sequential loop "
+           "runs there only unrolled, with a compile-time trip count of at most 64", hint=True)
+
+
+def test_a_compile_time_value_rebound_in_a_loop_is_rejected(marked):
+    """`acc = 0.0`, then `acc = acc + X[c]` in a T.serial loop: the loop's value was lost at its end and the kernel
+    stored 0.0, silently (played LLM 47's probe, at kernel level)."""
+    with pytest.raises(CompileError) as info:
+        @T.prim_func
+        def main(X: T.Tensor((100,), "float32"), Y: T.Tensor((1,), "float32")):
+            with T.Kernel(1, threads=32) as bx:
+                acc = 0.0
+                for c in T.serial(100):
+                    acc = acc + X[c]  # <- here
+                Y[0] = acc
+
+        tileagent.compile(main, target="cpu")
+    expect(info, "E102", marked, "cannot reassign 'acc' inside a nested block: it is bound outside", hint=True)
+
+
 def test_parallel_with_dynamic_extent_over_fragment_is_rejected(marked):
     N = T.dynamic("N")
     with pytest.raises(CompileError) as info:
