@@ -123,6 +123,10 @@ def test_compile_error_template_renders_a_real_diagnostic():
         fed = render_feedback(EvalResult(status="compile_error", message="m",
                                          failure={"diagnostic": {**diag, "hint": hint}}))
         assert (line in fed) if line else "hint:" not in fed
+    # a compile error at one config names it (played LLM 47: E506 at C=150, where C=19 had compiled)
+    fed = render_feedback(EvalResult(status="compile_error", message="m",
+                                     failure={"diagnostic": diag, "config": {"C": 150, "HW": 64}}))
+    assert fed.startswith("Your module did not compile at config C=150, HW=64:\n"), fed
 
 
 def test_timing_template_takes_rendered_rows():

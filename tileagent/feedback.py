@@ -217,7 +217,9 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         notes = d.get("notes") or []
         notes_text = "\n".join(f"  note: {n}" for n in notes) if isinstance(notes, list) else str(notes)
         where = (f" at the config the GPU runs, {_cfg(failure.get('config'))} (compiled for the GPU and not run: "
-                 f"the CPU checks smaller sizes)") if failure.get("planned") else ""
+                 f"the CPU checks smaller sizes)") if failure.get("planned") else \
+            f" at config {_cfg(failure['config'])}" if failure.get("config") else ""  # played LLM 47: E506 at C=150
+        # only, C=19 compiled; the prompt did not say which config
         return render("feedback.compile_error", **{**{k: "" if v is None else v for k, v in d.items()},
                                                    "notes": notes_text, "excerpt": d.get("excerpt") or "",
                                                    "hint": f"  hint: {d['hint']}" if d.get("hint") else "",
@@ -270,19 +272,19 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         spread = failure.get("oracle_l2_ratio")  # every element within twice the reference's error, the L2 not
         worst = (f"(max abs error {_num(failure.get('oracle_max_abs_err'))}, the reference's "
                  f"{_num(failure.get('reference_max_abs_err'))})")
-        verdict = (f"far beyond rounding (relative L2 error above {GROSS_REL_L2:.0%}): a wrong element, not precision."
-                   if gross else f"far beyond rounding (the element shown is {off:.0%} off its value): a wrong "
-                   f"element, not precision." if off >= GROSS_ELEMENT else
-                   "a systematic error (the pattern above), not precision." if failure.get("systematic") else
-                   "your kernel is less accurate than the reference's own arithmetic.")
+        cause = (f"far beyond rounding (relative L2 error above {GROSS_REL_L2:.0%}): a wrong element, not precision."
+                 if gross else f"far beyond rounding (the element shown is {off:.0%} off its value): a wrong "
+                 f"element, not precision." if off >= GROSS_ELEMENT else
+                 "a systematic error (the pattern above), not precision." if failure.get("systematic") else
+                 "your kernel is less accurate than the reference's own arithmetic.")
         if n and nonfinite:  # played LLM session 44b: a min-p mask applied before the temperature read as precision
             f["oracle"] = (f"{lead}{n} element(s) differ too, some of them infinite or NaN on one side only: a mask, "
                            f"a fill or an overflow, not precision.")
         elif n:
-            f["oracle"] = f"{lead}{n} element(s) are off by more than twice the reference's own error {worst}: {verdict}"
+            f["oracle"] = f"{lead}{n} element(s) are off by more than twice the reference's own error {worst}: {cause}"
         elif spread:  # played LLM 46b's cdist_l2 on an H100
             f["oracle"] = (f"{lead}every element is within twice the reference's own error {worst}, but more of them "
-                           f"are off: the L2 norm of the error is {_num(spread, 3)}x the reference's: {verdict}")
+                           f"are off: the L2 norm of the error is {_num(spread, 3)}x the reference's: {cause}")
         else:
             f["oracle"] = ""
         f["where_outside"] = f"\nThe differing elements: {failure['where_outside']}." if failure.get("where_outside") \
