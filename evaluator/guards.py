@@ -103,14 +103,30 @@ class ForwardGuard(TorchDispatchMode):
             return func(*args, **kwargs)
         hint = ""
         if name in _COPY_OPS:
-            hint = " (a copy or dtype conversion: .contiguous() of a non-contiguous tensor, .clone(), .to(), .float() " \
-                   "run torch kernels; read strided data or convert inside your kernel)"
+            hint = " (a copy or dtype conversion: .contiguous() of a non-contiguous tensor, a .reshape() / .view() " \
+                   "/ .flatten() of a permuted or transposed one, .clone(), .to(), .float() run torch kernels; read " \
+                   "strided data or convert inside your kernel)"
         elif name == "aten::lift_fresh":
             hint = " (torch.tensor(...) builds data in Python)"
-        v = violation("torch-op", f"the forward ran the torch op {name} outside a compiled kernel{hint}; only "
-                       f"allocations (torch.empty, empty_like, new_empty) and views may run as torch ops", op=name)
+        line, code = _caller()
+        v = violation("torch-op", f"the forward ran the torch op {name} outside a compiled kernel{code}{hint}; only "
+                      f"allocations (torch.empty, empty_like, new_empty) and views may run as torch ops", line, op=name)
         self.violations.append(v)
         raise v
+
+
+def _caller() -> tuple[int | None, str]:
+    """(N, " (`source`)"): the innermost line of the stack outside torch and TileAgent, the candidate's line that ran
+    the op (played LLM 47: aten::clone was named, not the `.permute(...).reshape(...)` that ran it); or (None, "")."""
+    import os
+    import traceback
+
+    ours = tuple(os.path.dirname(os.path.abspath(sys.modules[m].__file__)) + os.sep
+                 for m in ("torch", "tileagent", "tileagent.evaluator", "tileagent.compiler") if m in sys.modules)
+    for frame in reversed(traceback.extract_stack()):
+        if not os.path.abspath(frame.filename).startswith(ours) and not frame.filename.startswith("<"):
+            return frame.lineno, f" (`{(frame.line or '').strip()}`)"
+    return None, ""
 
 
 _WATCHED_MODULES = ("time", "torch", "torch.cuda", "torch.testing", "threading")

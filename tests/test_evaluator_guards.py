@@ -258,7 +258,8 @@ def test_forward_guard_rejects_compute(op, name):
     guard = ForwardGuard()
     with pytest.raises(GuardViolation) as info, guard:
         op(x)
-    assert info.value.details == {"rule": "torch-op", "line": None, "op": name}
+    # the line that ran it (played LLM 47: aten::clone named, not the reshape of a permuted view that ran it)
+    assert info.value.details == {"rule": "torch-op", "line": op.__code__.co_firstlineno, "op": name}
     assert guard.violations  # recorded even if a candidate swallowed the exception
 
 
