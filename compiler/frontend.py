@@ -492,9 +492,8 @@ class _Parser(LoopExitParser, ExpressionParser):
             value.name = name
             self.bind(name, value)
         elif isinstance(value, Expr) and self.kernel_depth and not _is_constant(value):
-            # a compile-time value bound outside that the new value reads (`acc = 0.0`, then `acc = acc + X[c]` in a
-            # T.serial loop): each iteration read 0.0, the loop's value was lost at its end and the code after it
-            # read 0.0 (played LLM 47); a value that does not read it (`v = X[c] * 2` for use in the body) is local
+            # also a compile-time value bound outside that the new value reads (`acc = 0.0`, then `acc = acc + X[c]`
+            # in a T.serial loop: each iteration read 0.0, and so did the code after it; played LLM 47)
             carried = isinstance(node, ast.AugAssign) or any(
                 isinstance(n, ast.Name) and n.id == name for n in ast.walk(getattr(node, "value", node)))
             if (isinstance(current, Var) and name not in self.scopes[-1] and not bound_outside_macro(self, name)) \

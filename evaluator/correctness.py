@@ -191,8 +191,7 @@ ORACLE_FACTOR = 2.0  # the oracle rule accepts an error up to this multiple of t
 
 
 def _has_gemm(check) -> bool:
-    """Whether the candidate's source calls a gemm (a float32 one runs on TF32 tensor cores); True when unknown.
-    Played LLM 46b: the TF32 line misled on a kernel without one (a mean's float32 precision at an offset)."""
+    """Whether the candidate's source calls a gemm; True when unknown (played LLM 46b: the TF32 line misled without)."""
     path = getattr(getattr(check, "sandbox", None), "path", None)
     try:
         return path is None or "gemm" in Path(path).read_text()
@@ -483,19 +482,14 @@ class _ConfigCheck:
             worst, rules = self.oracle_accepted.get(k, (0.0, set()))
             self.oracle_accepted[k] = (max(worst, float(own.max())), rules | {rule})
             return None
+        ratio, norm = e_l2 / max(own_l2, 1e-300), max(t_l2, 1e-300)  # no element over 2x: the L2 rule failed
         failure.details.update(oracle_mismatched=n_bad, oracle_max_abs_err=float(err.max()),
-                               reference_max_abs_err=float(own.max()))
-        if n_bad:
-            verdict = (f"{n_bad} element(s) are outside the tolerance and more than {ORACLE_FACTOR:g}x the "
-                       f"reference's own error (max abs err {float(err.max()):.3g}, the reference's "
-                       f"{float(own.max()):.3g})")
-        else:  # every element within 2x the reference's worst error, the error spread over many of them
-            norm = max(t_l2, 1e-300)
-            failure.details["oracle_l2_ratio"] = e_l2 / max(own_l2, 1e-300)
-            verdict = (f"each element is within {ORACLE_FACTOR:g}x the reference's worst error (max abs err "
-                       f"{float(err.max()):.3g}, the reference's {float(own.max()):.3g}), but the L2 error over "
-                       f"the output, {e_l2 / norm:.3g} of its norm, is {e_l2 / max(own_l2, 1e-300):.3g}x the "
-                       f"reference's ({own_l2 / norm:.3g}): the kernel is off at more elements than the reference")
+                               reference_max_abs_err=float(own.max()), **({} if n_bad else {"oracle_l2_ratio": ratio}))
+        errs = f"(max abs err {float(err.max()):.3g}, the reference's {float(own.max()):.3g})"
+        verdict = (f"{n_bad} element(s) are outside the tolerance and more than {ORACLE_FACTOR:g}x the reference's own "
+                   f"error {errs}" if n_bad else f"each element is within {ORACLE_FACTOR:g}x the reference's worst "
+                   f"error {errs}, but the L2 error over the output, {e_l2 / norm:.3g} of its norm, is {ratio:.3g}x "
+                   f"the reference's ({own_l2 / norm:.3g}): the kernel is off at more elements than the reference")
         failure.message = f"{failure.message}; against the float64 oracle {verdict}"
         failure.args = (failure.message,)
         return failure
