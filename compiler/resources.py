@@ -42,6 +42,7 @@ _EIATTR_REGCOUNT, _EIATTR_FRAME_SIZE = 0x2F, 0x11
 _EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
 _REGISTER_UNIT = 256  # registers are allocated per warp in units of 256
 _RESERVED_SHARED = 1024  # shared memory the system reserves per block (sm_80 and newer)
+SMALL_TENSOR_BYTES = 64 << 10  # a tensor this small (a bias, a norm's weight) costs little in narrow accesses
 
 
 class CubinFormatError(ValueError):
@@ -137,6 +138,7 @@ class KernelResources:
     access_bytes: dict  # tensor parameter the kernel reads or writes -> its widest global access in bytes
     runtime_rows: list = field(default_factory=list)  # those of them whose last dim is a run-time size (rows of
     # unknown alignment: accessed an element at a time)
+    small: list = field(default_factory=list)  # those of them of at most SMALL_TENSOR_BYTES (a bias: width costs little)
     occupancy_pct: int = 0  # resident threads per SM at blocks_per_sm, % of the SM's maximum
 
     @property
@@ -155,7 +157,9 @@ def render_launch(launch: dict) -> str:
     """``KernelResources.to_dict()`` as one line: grid, threads, registers, local and shared memory, blocks per SM,
     the occupancy they give and what limits them, waves, the widest global access to each tensor it touches."""
     access = ", ".join(f"{name} {8 * width}-bit" + (" (a run-time row length)" if width < 16 and name in
-                                                     launch.get("runtime_rows", ()) else "")
+                                                     launch.get("runtime_rows", ()) else
+                                                     " (small: costs little)" if width < 16 and name in
+                                                     launch.get("small", ()) else "")
                        for name, width in launch["access_bytes"].items()) or "none"
     local = f", {launch['frame_bytes']} B local memory/thread (spills or local arrays)" if launch["frame_bytes"] else ""
     return (f"{launch['kernel']}: {launch['blocks']} blocks x {launch['threads']} threads, {launch['registers']} "
@@ -218,10 +222,12 @@ def _resources(kernel, bound: dict, env: dict, arch: str | None, device, nvrtc_t
         touched = _touched(k)
         access = {p.name: a for p, a in required_alignment(k).items() if p in touched}
         runtime = [name for name in access if name in runtime_rows]
+        small = [p.name for p in kernel.func.params if p.name in access and hasattr(p, "shape") and
+                 math.prod(int(eval_scalar(d, values)) for d in p.shape) * p.dtype.bytes <= SMALL_TENSOR_BYTES]
         out.append(KernelResources(kernel=kernel_symbol(k), arch=target.arch, grid=grid, threads=k.num_threads,
                                    registers=info.registers, frame_bytes=info.frame_bytes, shared_bytes=shared,
                                    blocks_per_sm=blocks, limited_by=limit, sms=sms, sm_source=source,
-                                   access_bytes=access, runtime_rows=runtime,
+                                   access_bytes=access, runtime_rows=runtime, small=small,
                                    occupancy_pct=min(100, round(100 * blocks * k.num_threads / target.threads_per_sm))))
     return out
 

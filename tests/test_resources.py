@@ -235,3 +235,15 @@ def test_the_feedbacks_access_width_rule(C, width):
         impl(None, C, block_m=2, threads=256)(x, gamma)
     (launch,) = run.launches
     assert launch.access_bytes["X"] == width
+
+
+def test_a_small_tensor_read_narrowly_is_marked_as_costing_little():
+    """Played LLM 47: "Bias 16-bit" in a 1x1 convolution's cost line, a 1280-byte tensor read once a block; the
+    explanation below the lines excused only small outputs."""
+    from tileagent.compiler.resources import KernelResources
+
+    k = KernelResources(kernel="k", arch="sm_90a", grid=(160, 1, 1), threads=128, registers=64, frame_bytes=0,
+                        shared_bytes=0, blocks_per_sm=8, limited_by="registers", sms=132, sm_source="H100",
+                        access_bytes={"Bias": 2, "X": 2, "Y": 16}, small=["Bias"])
+    assert render_launch(k.to_dict()).endswith("global accesses: Bias 16-bit (small: costs little), X 16-bit, "
+                                               "Y 128-bit")
