@@ -686,8 +686,8 @@ class _Parser(LoopExitParser, ExpressionParser):
         if spec.kind != "parallel" and self.parallel_frames:  # before its body, whose rebindings would be lost
             trip = spec.extent if isinstance(spec.extent, int) else "known only at run time"
             raise ScopeError(f"T.{spec.kind} loop inside T.Parallel (`{ast.unparse(node.iter)}`, {trip} "
-                             f"iterations): a sequential loop runs there only unrolled, with a compile-time trip "
-                             f"count of at most {UNROLL_IN_PARALLEL}", code="E506",
+                             f"iterations): a sequential loop runs there only as an unrolled range / T.serial / "
+                             f"T.unroll of at most {UNROLL_IN_PARALLEL} compile-time iterations", code="E506",
                              hint="put sequential loops outside the T.Parallel nest (state kept per element in a "
                                   "fragment); one with a compile-time trip count of at most 64 is unrolled there and "
                                   "allowed")

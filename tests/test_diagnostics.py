@@ -1019,7 +1019,7 @@ def test_a_long_range_inside_parallel_is_named_before_its_body(marked):
 
         tileagent.compile(main, target="cpu")
     expect(info, "E506", marked, "T.serial loop inside T.Parallel (`range(150)`, 150 iterations): a sequential loop "
-           "runs there only unrolled, with a compile-time trip count of at most 64", hint=True)
+           "runs there only as an unrolled range / T.serial / T.unroll of at most 64 compile-time iterations", hint=True)
 
 
 def test_a_compile_time_value_rebound_in_a_loop_is_rejected(marked):
