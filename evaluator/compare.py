@@ -253,7 +253,7 @@ def common_offset(out, ref, tol, ratio: bool = False) -> str | None:
         # factors about 1 +- 1e-3, all within 2% of each other: an fp16-accumulating GEMM's rows read as one each)
         slack = 0.2 * abs(mid - 1) + 2 * eps if ratio else 0.05 * abs(mid) + 2 * eps * (ro.abs() + abs(mid))
         kept += 1
-        if (abs(mid - 1) > 4 * eps if ratio else mid != 0) and math.isfinite(mid) and \
+        if (abs(mid - 1) > 2 * eps if ratio else mid != 0) and math.isfinite(mid) and \
                 bool(((d - mid).abs() <= slack).all()):
             rows.append((row, mid, int(m.sum())))
     if len(rows) < 2 or len(rows) < 0.95 * kept:
