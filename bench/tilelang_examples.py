@@ -215,7 +215,7 @@ def run_program(name: str, ours_env: dict, theirs_env: dict | None, timeout: flo
                 ab_env: dict | None = None) -> tuple[list[str], str]:
     """One program on both sides, one after the other: its table row and a progress line. With ``ab_env`` (ours
     with switches set), ours runs that way first, and the row ends with that run's ms and default / switched."""
-    extra = (FOLDER.get(name) or PROGRAMS[name])[1]  # a folder's program: an absolute path, which EXAMPLES keeps
+    extra = (FOLDER.get(name) or PROGRAMS[name])[1]
     args = " ".join(extra) or "defaults"
     if missing := _missing(name):  # a module the program imports for its baseline or helpers is not installed here
         skipped = Outcome(False, 0.0, reason=f"needs {', '.join(missing)}")
@@ -241,10 +241,14 @@ def run_program(name: str, ours_env: dict, theirs_env: dict | None, timeout: flo
     return row, line
 
 
+def _path(name: str) -> Path:
+    """Program ``name``'s file (a folder's program has an absolute path, which ``EXAMPLES /`` keeps)."""
+    return EXAMPLES / (FOLDER.get(name) or PROGRAMS[name])[0]
+
+
 def _commands(name: str, ours_env: dict, theirs_env: dict | None) -> list[tuple[list[str], Path, dict]]:
     """(command, folder, environment) of each side of program ``name``, as ``run_program`` runs them."""
-    rel, extra, _, _ = FOLDER.get(name) or PROGRAMS[name]
-    path = EXAMPLES / rel
+    path, extra = _path(name), (FOLDER.get(name) or PROGRAMS[name])[1]
     out = [([sys.executable, "-m", "tileagent.tilelang", path.name, *extra], path.parent, ours_env)]
     return out + ([([sys.executable, path.name, *extra], path.parent, theirs_env)] if theirs_env else [])
 
@@ -259,12 +263,14 @@ def warm(names: list[str], ours_env: dict, theirs_env: dict | None, timeout: flo
     from concurrent.futures import ThreadPoolExecutor
 
     start = time.perf_counter()
-    tuned = [n for n in names if "autotune" in Path(EXAMPLES / (FOLDER.get(n) or PROGRAMS[n])[0]).read_text()]
+    tuned = [n for n in names if "autotune" in _path(n).read_text()]
     jobs = [job for n in names if n not in tuned for job in _commands(n, ours_env, theirs_env)]
 
-    def one(job) -> bool:
+    def one(job) -> bool:  # whether it started
         left = seconds - (time.perf_counter() - start)
-        return left > 1 and run(*job, min(timeout, left)) is not None
+        if left > 1:
+            run(*job, min(timeout, left))
+        return left > 1
 
     with ThreadPoolExecutor(max(1, workers)) as pool:
         ran = sum(pool.map(one, jobs))

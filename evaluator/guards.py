@@ -20,8 +20,10 @@ import _thread
 import gc
 import logging
 import math
+import os
 import sys
 import threading
+import traceback
 from contextlib import contextmanager
 
 import torch
@@ -118,9 +120,6 @@ class ForwardGuard(TorchDispatchMode):
 def _caller() -> tuple[int | None, str]:
     """(N, " (`source`)"): the innermost line of the stack outside torch and TileAgent, the candidate's line that ran
     the op (played LLM 47: aten::clone was named, not the `.permute(...).reshape(...)` that ran it); or (None, "")."""
-    import os
-    import traceback
-
     ours = tuple(os.path.dirname(os.path.abspath(sys.modules[m].__file__)) + os.sep
                  for m in ("torch", "tileagent", "tileagent.evaluator", "tileagent.compiler") if m in sys.modules)
     for frame in reversed(traceback.extract_stack()):

@@ -210,12 +210,12 @@ def _ms(t) -> str:
 def _eval_progress(status, start: float):
     """``EvalWorker.on_progress`` for ``tileagent eval``: the phase in the spinner; on a non-terminal (a log, CI) a
     line per phase with the seconds so far, so that a slow or stuck evaluation shows where it is."""
-    phases = {"check": "checking", "timing": "timing", "full": "running at larger sizes"}
+    from tileagent.display import PHASES
 
     def report(kind: str, f: dict) -> None:
         if kind != "phase" or f.get("config") is None:
             return
-        what = f"{phases.get(f['phase'], f['phase'])} {cfgs_key(f['config'])}"
+        what = f"{PHASES.get(f['phase'], f['phase'])} {cfgs_key(f['config'])}"
         status.update(f"evaluating: {what}")
         if not console.is_terminal:
             console.print(f"{time.monotonic() - start:6.1f} s  {what}", highlight=False)

@@ -30,6 +30,7 @@ from tileagent.report import cell
 from tileagent.runstore import config_key
 
 
+PHASES = {"check": "checking", "timing": "timing", "full": "running at larger sizes"}  # EvalWorker's phases, as said
 PIPE_WIDTH = 400
 """Columns a console assumes when its output is not a terminal (no wrapping of log files and CI output at 80)."""
 
@@ -160,8 +161,7 @@ class LiveProgress:
 
     def _worker_progress(self, kind: str, f: dict) -> None:
         if kind == "phase" and f.get("config") is not None:
-            what = {"check": "checking", "timing": "timing",
-                    "full": "running at larger sizes"}.get(f["phase"], f["phase"])
+            what = PHASES.get(f["phase"], f["phase"])
             self._update(description=f"{self.evaluating}: {what} {config_key(f['config'])}")
         elif kind == "config" and self.counting:
             self.done_in_turn += 1

@@ -216,10 +216,10 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         d = failure["diagnostic"]
         notes = d.get("notes") or []
         notes_text = "\n".join(f"  note: {n}" for n in notes) if isinstance(notes, list) else str(notes)
+        # the config it failed at (played LLM 47: E506 at C=150 only, C=19 compiled; the prompt did not say which)
         where = (f" at the config the GPU runs, {_cfg(failure.get('config'))} (compiled for the GPU and not run: "
                  f"the CPU checks smaller sizes)") if failure.get("planned") else \
-            f" at config {_cfg(failure['config'])}" if failure.get("config") else ""  # played LLM 47: E506 at C=150
-        # only, C=19 compiled; the prompt did not say which config
+            f" at config {_cfg(failure['config'])}" if failure.get("config") else ""
         return render("feedback.compile_error", **{**{k: "" if v is None else v for k, v in d.items()},
                                                    "notes": notes_text, "excerpt": d.get("excerpt") or "",
                                                    "hint": f"  hint: {d['hint']}" if d.get("hint") else "",

@@ -251,8 +251,7 @@ def _guarded_copies(loop: For, body: list, originals: dict, kernel_body) -> tupl
                                       + tuple(c.src.starts[1:])), span=c.span) for c in copies]
         tiles, kept = {c.dst.buffer for c in copies}, replace(s, then_body=rest)
         trial = {**originals, **{id(n): c for n, c in zip(new, copies)}}
-        if not copies or not rest or any(tiles & (shared_effects(x)[0] | shared_effects(x)[1])
-                                         for x in body if x is not s) or \
+        if not copies or not rest or any(tiles & set().union(*shared_effects(x)) for x in body if x is not s) or \
                 not all(_is_producer(n, loop, out + new + [kept] + body[i + 1:], kernel_body, trial) for n in new):
             out.append(s)
             continue
