@@ -241,16 +241,18 @@ def test_cpu_runs_stop_once_every_config_is_correct(tmp_path):
 
 class CpuWorker(FakeWorker):
     """As on the CPU: correct, untimed; a candidate whose first line says "spills" has kernels that keep 2352 B a
-    thread in local memory at the GPU's sizes (EvalResult.plans), one that says "idle" runs 16 blocks for 64 MiB."""
+    thread in local memory at the GPU's sizes (EvalResult.plans), one that says "idle" runs 16 blocks for 64 MiB, one
+    that says "narrow" reads x 16 bits at a time (a run-time row length; so is the small w's, in every kernel)."""
 
     def evaluate(self, request: EvalRequest) -> EvalResult:
         self.requests.append(request)
-        spills = Path(request.kernel_path).read_text().splitlines()[0].split()[2] == "spills"
-        idle = Path(request.kernel_path).read_text().splitlines()[0].split()[2] == "idle"
+        word = Path(request.kernel_path).read_text().splitlines()[0].split()[2]
+        spills, idle, narrow = word == "spills", word == "idle", word == "narrow"
         launch = {"kernel": "main_kernel", "blocks": 16 if idle else 128, "threads": 256,
                   "registers": 255 if spills else 64,
                   "frame_bytes": 2352 if spills else 0, "shared_bytes": 0, "blocks_per_sm": 1, "occupancy_pct": 12,
-                  "limited_by": "registers", "waves": 0.97, "access_bytes": {"x": 16}, "arch": "sm_90a", "sms": 132,
+                  "limited_by": "registers", "waves": 0.97, "access_bytes": {"x": 2 if narrow else 16, "w": 2},
+                  "runtime_rows": ["x", "w"] if narrow else [], "small": ["w"], "arch": "sm_90a", "sms": 132,
                   "sm_source": "device"}
         return EvalResult(status="ok", configs=[ConfigResult(config=c, correct=True) for c in request.configs],
                           plans=[{"config": c, "launches": [launch], "bytes": 64 << 20} for c in request.configs],
@@ -291,6 +293,26 @@ def test_cpu_runs_go_on_while_the_best_kernel_leaves_most_sms_idle(tmp_path):
     assert idle_launch([{**launch, "blocks": 33}]) is None  # a quarter of the SMs
     assert idle_launch([{**launch, "bytes": 4 << 20}]) is None  # 128 KiB a block: a small op's latency
     assert idle_launch([launch, {**launch, "kernel": "split", "blocks": 264}]) is None  # its busiest launch counts
+
+
+def test_cpu_runs_go_on_while_the_best_kernel_reads_a_large_tensor_an_element_at_a_time(tmp_path):
+    """Played LLM sessions 45 and 47: a `T.dynamic` row length (16-bit accesses; a maxpool at 0.31-0.40x
+    torch.compile on the GPU) ended the CPU loop as done. A correct kernel reading a tensor of more than 64 KiB an
+    element at a time for that reason is fed back as what will make it slow; a small tensor (a norm's weight) read so
+    does not count, and a later kernel without it serves the configs."""
+    from tileagent import report
+
+    loop, outcome, drafter, _ = run(tmp_path, [[cand("narrow", 1.0)], [cand("ok", 1.0)]], worker=CpuWorker(),
+                                    device="cpu", candidates=1)
+    assert outcome.outcome == "correct_untimed" and outcome.turns == 2
+    assert {b.attempt_id for b in outcome.best.values()} == {"t2-c0"}
+    (first,) = drafter.calls[1].history
+    assert "one thing is sure to make it slow on the GPU: at M=16384, C=96, main_kernel reads or writes x 16 bits at " \
+           "a time, because its last dim is a run-time size" in " ".join(first.feedback.split())
+    narrow = {**loop.attempts["t1-c0"].result.plans[0]["launches"][0], "config": {"M": 16}}  # as Best.launches
+    table = [{"config": {"M": 16}, "launches": [narrow]}]
+    assert report.gpu_flags(table) == ["main_kernel at M=16 (x 16 bits at a time: a run-time row length)"]
+    assert report.gpu_flags([{"config": {"M": 16}, "launches": [{**narrow, "small": ["w", "x"]}]}]) == []
 
 
 class GivesUp:

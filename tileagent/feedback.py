@@ -29,6 +29,13 @@ UNTIMED_IDLE = ("Your kernel is correct on every config ({configs} checked). Tim
                 "GPU's {sms} SMs, each streaming {kib} KiB of the {mib} MiB of inputs: most SMs stay idle while a few "
                 "move the data. Give the work to more blocks (fewer rows a block, or a long row or K split across "
                 "blocks with a second pass or kernel combining the parts) until {sms} or more run.")
+UNTIMED_NARROW = ("Your kernel is correct on every config ({configs} checked). Timing is unavailable on {device}, but "
+                  "one thing is sure to make it slow on the GPU: at {config}, {kernel} reads or writes {tensor} "
+                  "{bits} bits at a time, because its last dim is a run-time size (a `T.dynamic` row length): its "
+                  "rows may start at any address, so no access can be wider than one element, and a memory-bound "
+                  "kernel moves its data several times slower than with 128-bit accesses. Pass that length to the "
+                  "factory instead (one compile for each value it takes) until the resources below show no run-time "
+                  "row length.")
 IDLE_SM_SHARE, IDLE_BLOCK_BYTES = 4, 256 << 10
 """A correct kernel's launch is the GPU idling when it runs blocks for fewer than 1 / ``IDLE_SM_SHARE`` of the SMs,
 each with at least ``IDLE_BLOCK_BYTES`` of the inputs to stream (``idle_launch``; played LLM sessions 43b and 44b: a
@@ -106,6 +113,26 @@ def idle_launch(launches: list[dict]) -> dict | None:
     idle = [x for x in busiest.values() if IDLE_SM_SHARE * x["blocks"] < x["sms"]
             and x["bytes"] >= IDLE_BLOCK_BYTES * x["blocks"]]
     return min(idle, key=lambda x: x["blocks"] / x["bytes"], default=None)
+
+
+def narrow_rows(launches: list[dict]) -> dict | None:
+    """Of ``launches`` (as for ``idle_launch``), the first that reads or writes a tensor of more than
+    ``compiler.resources.SMALL_TENSOR_BYTES`` an element at a time because its last dim is a run-time size (``runtime_rows``), with
+    that tensor's name as 'tensor', or None (played LLM 45 and 47: a `T.dynamic` row length, 16-bit accesses, a
+    maxpool at 0.31-0.40x torch.compile on the GPU, ended the CPU loop as done)."""
+    return next(({**x, "tensor": name} for x in launches for name in x.get("runtime_rows") or ()
+                 if x["access_bytes"].get(name, 16) < 16 and name not in (x.get("small") or ())), None)
+
+
+def untimed_cost(launches: list[dict]) -> tuple:
+    """What the GPU is sure to make slow in a correct kernel's ``launches`` at its sizes, for the CPU loop, which
+    does not time (least is best): first whether it spills past ``SPILL_BYTES``, idles the GPU (``idle_launch``),
+    accesses a large tensor an element at a time (``narrow_rows``), then as tie-breakers its local memory and the
+    idle launch's fewer blocks."""
+    local = max((x.get("frame_bytes") or 0 for x in launches), default=0)
+    idle = idle_launch(launches)
+    return (local >= SPILL_BYTES, idle is not None, narrow_rows(launches) is not None, local,
+            -idle["blocks"] if idle else 0)
 
 
 def plan_launches(plans: list[dict]) -> list[dict]:
@@ -203,13 +230,16 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         spills = most_local_memory(result.plans)
         distinct = len({_cfg(c.evaluated_at or c.config) for c in result.configs})  # one check
         # stands for configs the interpreter runs alike (played LLM 44b: "3 checked" for 2 checks)
-        idle = idle_launch(plan_launches(result.plans))
+        idle, narrow = idle_launch(plan_launches(result.plans)), narrow_rows(plan_launches(result.plans))
         head = UNTIMED_SPILLS.format(configs=distinct, device=device, bytes=spills[0],
                                      where=f"{spills[1]['kernel']} at {_cfg(spills[2])}",
                                      registers=spills[1]["registers"]) if spills[0] >= SPILL_BYTES else \
             UNTIMED_IDLE.format(configs=distinct, device=device, config=_cfg(idle["config"]), kernel=idle["kernel"],
                                 blocks=idle["blocks"], sms=idle["sms"], kib=idle["bytes"] // idle["blocks"] >> 10,
                                 mib=_num(idle["bytes"] / (1 << 20), 3)) if idle else \
+            UNTIMED_NARROW.format(configs=distinct, device=device, config=_cfg(narrow["config"]),
+                                  kernel=narrow["kernel"], tensor=narrow["tensor"],
+                                  bits=8 * narrow["access_bytes"][narrow["tensor"]]) if narrow else \
             UNTIMED_OK.format(configs=distinct, device=device)
         return head + checked + cost
     if status == "compile_error" and isinstance(failure.get("diagnostic"), dict):

@@ -10,13 +10,12 @@ Guarantees:
   Each later turn asks the drafter for ``candidates`` candidates, evaluates them on the configs that do not yet meet
   the target, and feeds the results back (``tileagent.feedback``) in the next turn's context (``tileagent.context``).
 - Best per config: any fully checked correct config of any candidate (or autotuned variant) counts; the fastest wins
-  (untimed: the first, unless a later one keeps less in local memory or leaves fewer SMs idle at the GPU's sizes).
+  (untimed: the first, unless a later one costs the GPU less by ``feedback.untimed_cost`` at the GPU's sizes).
   A candidate correct on all of its configs is autotuned when timing is available (``tileagent.autotune``).
 - Stops when every config meets the target (correct, and on CUDA at least ``target`` times faster than eager and
   torch.compile, or at the limit of its roofline and tied with them: ``tileagent.target``; on the CPU, correct,
-  without ``feedback.SPILL_BYTES`` a thread in local memory and not idling the GPU (``feedback.idle_launch``) at the
-  GPU's sizes),
-  after ``max_turns`` turns, when the drafters' tokens exceed
+  and at the GPU's sizes without spills, an idle GPU or a large tensor accessed an element at a time:
+  ``feedback.untimed_cost``), after ``max_turns`` turns, when the drafters' tokens exceed
   ``budget_tokens``, or when the drafter gives up (``DrafterUnavailable``).
 - A module identical to one that failed on the same configs is not evaluated again: its attempt gets that verdict,
   and its feedback says so (a model resending a kernel unchanged learns it at once, not after another evaluation).
@@ -50,7 +49,7 @@ from tileagent.configs import RunConfig, unique_evals
 from tileagent.context import GENERIC_FAMILY, build_messages, family_of, pick_examples
 from tileagent.target import meets_target
 from tileagent.drafters.base import AttemptSummary, Draft, DrafterUnavailable, DraftTask
-from tileagent.feedback import SPILL_BYTES, idle_launch, plan_launches, render_feedback, summary
+from tileagent.feedback import plan_launches, render_feedback, summary, untimed_cost
 from tileagent.prompts import render
 from tileagent.runstore import RunStore, config_key, source_digest
 
@@ -90,16 +89,9 @@ class Best(BaseModel):
                                  "config each is for as 'config'), [] when not sized")
 
     @property
-    def local_bytes(self) -> int:
-        """The most local memory (spilled registers or local arrays) a thread of its launches uses, 0 unsized."""
-        return max((x.get("frame_bytes") or 0 for x in self.launches), default=0)
-
-    @property
     def untimed_cost(self) -> tuple:
-        """What the GPU is sure to make slow, least first (for the CPU loop): spills past ``SPILL_BYTES``, an idle
-        GPU (``feedback.idle_launch``), the local memory, the idle launch's fewer blocks."""
-        idle = idle_launch(self.launches)
-        return self.local_bytes >= SPILL_BYTES, idle is not None, self.local_bytes, -idle["blocks"] if idle else 0
+        """What the GPU is sure to make slow, least first (for the CPU loop): ``feedback.untimed_cost``."""
+        return untimed_cost(self.launches)
 
     @property
     def time_ms(self) -> float | None:
@@ -233,7 +225,7 @@ class Loop:
         if best is None or not best.result.correct:
             return False
         if not self.timed:  # correct, and nothing the GPU is sure to make slow (played LLM session 36: 2352 B a
-            return not any(best.untimed_cost[:2])  # thread in local memory, the CPU loop stopped at "correct")
+            return not any(best.untimed_cost[:3])  # thread in local memory, the CPU loop stopped at "correct")
         return meets_target(best.result, self.o.target)
 
     def pending(self) -> list[RunConfig]:
@@ -589,7 +581,7 @@ class Loop:
         key = config_key(b.result.config)
         old = self.best.get(key)
         untimed_better = old is not None and old.time_ms is None and b.time_ms is None and \
-            b.untimed_cost < old.untimed_cost  # on the CPU: the first, unless a later one spills less or idles less
+            b.untimed_cost < old.untimed_cost  # on the CPU: the first, unless a later one costs the GPU less
         if old is not None and not force and not untimed_better and \
                 (b.time_ms is None or (old.time_ms is not None and old.time_ms <= b.time_ms)):
             return False

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field, ValidationError
 from tileagent.compiler.resources import render_launch
 from tileagent.evaluator.full_size import RULE as FULL_RUN_RULE
 from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
-from tileagent.feedback import idle_launch
+from tileagent.feedback import idle_launch, narrow_rows
 from tileagent.runstore import RunStore, config_key, write_atomic
 
 log = logging.getLogger("tileagent.report")
@@ -109,7 +109,8 @@ def rows(options, outcome, meets_target) -> list[dict]:
 def gpu_flags(table: list[dict]) -> list[str]:
     """What the compiler's GPU resource estimate flags in the serving kernels of ``table`` (``rows``): local memory
     (spilled registers or local arrays), one line per kernel and size of it (the first config that shows it, and how
-    many more do), and a launch that leaves most SMs idle (``feedback.idle_launch``). On the CPU, which does not time,
+    many more do), a launch that leaves most SMs idle (``feedback.idle_launch``) and a large tensor accessed an
+    element at a time (``feedback.narrow_rows``). On the CPU, which does not time,
     it is the run's only word on speed (played LLM session 40: a patch embedding ended at 255 registers and spills,
     unsaid). Low occupancy is not flagged: a tensor-core GEMM runs one or two blocks an SM by design."""
     found: dict[tuple, list] = {}
@@ -119,11 +120,14 @@ def gpu_flags(table: list[dict]) -> list[str]:
                 found.setdefault((x["kernel"], x.get("registers"), x["frame_bytes"]), []).append(
                     config_key(r["config"]))
     idle = [x for r in table if (x := idle_launch(r.get("launches") or []))]
+    narrow = [x for r in table if (x := narrow_rows(r.get("launches") or []))]
     return [f"{kernel} ({registers} registers/thread, {local} B local memory/thread: spills or local arrays) at "
             f"{configs[0]}" + (f" and {len(configs) - 1} more config(s)" if len(configs) > 1 else "")
             for (kernel, registers, local), configs in found.items()] + [
         f"{x['kernel']} at {config_key(x['config'])} ({x['blocks']} block(s) on {x['sms']} SMs, "
-        f"{x['bytes'] // x['blocks'] >> 10} KiB of the inputs each: most SMs idle)" for x in idle]
+        f"{x['bytes'] // x['blocks'] >> 10} KiB of the inputs each: most SMs idle)" for x in idle] + [
+        f"{x['kernel']} at {config_key(x['config'])} ({x['tensor']} {8 * x['access_bytes'][x['tensor']]} bits at a "
+        f"time: a run-time row length)" for x in narrow]
 
 
 def build(options, outcome, table: list[dict], *, command: str, device: str, cost_usd: float,
