@@ -237,6 +237,24 @@ def test_the_cpu_note_names_the_size_the_interpreter_checks(monkeypatch):
     assert len(lines) == 2  # nothing on CUDA
 
 
+def test_the_cpu_prompt_names_the_sizes_beyond_the_free_dims_that_the_interpreter_changes():
+    """Played LLM, session 47: a conv's Cin (not a free dim) was checked at 160 for 1280, and the prompt's list of
+    configs did not say so. Each stated config now names the other sizes the interpreter changes."""
+    from tileagent.configs import reduce_for_device
+    from tileagent.cpu_note import stated_configs
+    from tileagent.evaluator.spec import load_spec
+
+    ref = REPO / "bench" / "played_llm" / "refs" / "linear_bias_gelu.py"
+    spec = load_spec(ref, check=False)
+    assert stated_configs(reduce_for_device(spec, spec.configs, "cpu"), ref).splitlines() == [
+        "- M=4096, K=2048, N=8192 (on the CPU also K=128, N=512: not free dims, smaller to fit the interpreter)",
+        "- M=256, K=4096, N=16384 (on the CPU also K=128, N=512: not free dims, smaller to fit the interpreter)"]
+    swiglu = REPO / "bench" / "played_llm" / "refs" / "swiglu.py"  # its free dim M alone changes
+    swiglu_spec = load_spec(swiglu, check=False)
+    assert stated_configs(reduce_for_device(swiglu_spec, swiglu_spec.configs[:2], "cpu"), swiglu).splitlines() == [
+        "- M=8192, N=11008", "- M=8192, N=14336"]
+
+
 def test_the_cpu_note_warns_of_a_reference_unsized_on_the_meta_device_or_checked_too_large(tmp_path, monkeypatch):
     """Played LLM session 44c: a varlen reference reading its drawn total in get_inputs (``int(lens.sum())``) was
     never run at its configs' own sizes, said only in the first attempt's feedback after a 90 s check."""

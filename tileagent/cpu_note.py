@@ -7,6 +7,8 @@ its sizes cannot be counted on the meta device (no config is also run at its own
 at sizes too large for the interpreter (its checks may time out).
 Guarantees: loads the reference once in this process (it already passed ``evaluator.probe``); a reference that does
 not load gives the rules alone (its failure is reported where it is checked). Nothing is run beyond the meta device.
+``stated_configs`` lists the configs for the CPU loop's prompt, with the sizes the interpreter changes beyond the
+free dims.
 """
 
 from __future__ import annotations
@@ -48,3 +50,23 @@ def cpu_note(chosen, reference: Path) -> list[str]:
             lines.append(f"  CPU: warning: checked at {text}, {over}: its checks may time out; give the reference a "
                          "SMALL_CONFIG with smaller sizes, or check on a GPU")
     return lines
+
+
+def stated_configs(chosen, reference: Path) -> str:
+    """``chosen``'s configs as stated, one a line, each followed by the sizes other than its free dims (FREE_DIMS)
+    that the interpreter checks it at (played LLM 47: a conv checked at Cin=160 for 1280, not a free dim, unsaid)."""
+    from tileagent.evaluator.spec import load_spec
+
+    try:
+        spec = load_spec(reference, check=False)
+    except Exception:  # noqa: BLE001 - a reference that does not load is reported where it is checked
+        spec = None
+    evals, lines = [rc.eval for rc in chosen], []
+    for rc in chosen:
+        run = interpreter_config(spec, rc.eval, evals)[0] if spec is not None else rc.eval
+        changed = [f"{k}={v}" for k, v in run.items() if v != rc.spec.get(k) and k not in spec.free_dims] \
+            if spec is not None else []
+        lines.append("- " + ", ".join(f"{k}={v}" for k, v in rc.spec.items())
+                     + (f" (on the CPU also {', '.join(changed)}: not free dims, smaller to fit the interpreter)"
+                        if changed else ""))
+    return "\n".join(lines)

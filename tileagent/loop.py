@@ -49,6 +49,7 @@ from tileagent.configs import RunConfig, unique_evals
 from tileagent.context import GENERIC_FAMILY, build_messages, family_of, pick_examples
 from tileagent.target import meets_target
 from tileagent.drafters.base import AttemptSummary, Draft, DrafterUnavailable, DraftTask
+from tileagent.cpu_note import stated_configs
 from tileagent.feedback import plan_launches, render_feedback, summary, untimed_cost
 from tileagent.prompts import render
 from tileagent.runstore import RunStore, config_key, source_digest
@@ -337,7 +338,7 @@ class Loop:
         pending = self.pending_evals()
         note, listed = "", pending
         if not self.o.device.startswith("cuda"):
-            real = "\n".join(f"- {', '.join(f'{k}={v}' for k, v in rc.spec.items())}" for rc in self.o.configs)
+            real = stated_configs(self.o.configs, Path(self.o.reference))
             listed = self._interpreter_sizes(pending)
             note = ("Evaluated on the CPU interpreter, at smaller sizes than the GPU's: the free dims (FREE_DIMS) at "
                     "their SMALL_CONFIG sizes, and a config whose inputs and model tensors (a layer's weight), "
