@@ -211,6 +211,13 @@ def test_a_gross_mismatch_is_not_called_a_precision_problem():
     assert "far beyond rounding (relative L2 error above 5%): a wrong element, not precision." in text
     assert "less accurate" not in text
     assert "\nThe differing elements: every one at index 0 (the first) of dim 1 (size 7).\n" in text
+    # played LLM 48: dy - sum(dy * y) in bf16 at dy ~ 64 (a hidden distribution), correct under 'normal': precision
+    text = " ".join(render_feedback(EvalResult(status="mismatch", message="m", failure={
+        **failure, "distribution": "a hidden distribution", "hidden": True,
+        "distributions": {"public": {"normal": "correct", "uniform": "correct"}, "hidden": [6, 2, 0]}})).split())
+    assert "far beyond rounding (relative L2 error above 5%), yet the same config and seed are correct under " \
+           "'normal' (below): these values break a step the others do not, by precision or range (a difference of " \
+           "nearly equal values held in fp16 / bf16" in text and "a wrong element, not precision" not in text
     text = render_feedback(EvalResult(status="mismatch", message="m", failure={**failure, "rel_l2": 0.003,
                                                                                 "got": 0.46}))  # 8% off
     assert "your kernel is less accurate than the reference's own arithmetic." in text

@@ -302,7 +302,13 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         spread = failure.get("oracle_l2_ratio")  # every element within twice the reference's error, the L2 not
         worst = (f"(max abs error {_num(failure.get('oracle_max_abs_err'))}, the reference's "
                  f"{_num(failure.get('reference_max_abs_err'))})")
-        cause = (f"far beyond rounding (relative L2 error above {GROSS_REL_L2:.0%}): a wrong element, not precision."
+        others = (failure.get("distributions") or {}).get("public", {})
+        cause = (f"far beyond rounding (relative L2 error above {GROSS_REL_L2:.0%}), yet the same config and seed are "
+                 f"correct under 'normal' (below): these values break a step the others do not, by precision or "
+                 f"range (a difference of nearly equal values held in fp16 / bf16, which inputs with a large common "
+                 f"offset give; an overflow) or by a path only they take." if gross and others.get("normal") ==
+                 "correct" else  # played LLM 48: a bf16 dy - sum(dy * y) at dy ~ 64 read as a wrong element
+                 f"far beyond rounding (relative L2 error above {GROSS_REL_L2:.0%}): a wrong element, not precision."
                  if gross else f"far beyond rounding (the element shown is {off:.0%} off its value): a wrong "
                  f"element, not precision." if off >= GROSS_ELEMENT else
                  "a systematic error (the pattern above), not precision." if failure.get("systematic") else
