@@ -3,6 +3,7 @@
     KernelRuntimeError
     ├── KernelArgumentError   a call's arguments do not fit the kernel's parameters (names the parameter)
     ├── KernelFault           the kernel did something illegal while running (an out-of-bounds on-chip access)
+    │   └── RaceFault         two parts of a launch that the GPU runs at once touch one element in no fixed order
     ├── TargetUnavailable     the target cannot run on this machine (no CUDA device, backend missing)
     └── InterpreterTimeLimit  a CPU interpreter run would pass the time it was given (``interp.time_limit``)
 """
@@ -26,6 +27,11 @@ class KernelFault(KernelRuntimeError):
     def __init__(self, message: str, span: Span | None = None):
         super().__init__(f"{span}: {message}" if span else message)
         self.message, self.span = message, span
+
+
+class RaceFault(KernelFault):
+    """A race the CPU interpreter saw (T.Parallel iterations, thread blocks, warp-specialized branches): a fault of
+    the kernel's structure, not of the sizes it ran at, so a check at sizes too small to show it proves nothing."""
 
 
 class TargetUnavailable(KernelRuntimeError):

@@ -7,7 +7,7 @@ zeroed dgamma in the kernel that accumulates it passed every CPU check).
 
 In: a T.Kernel (``watch``: the global buffers its body updates atomically, element or tile atomics of any op; None
 when there are none: nothing is recorded), then, block by block (``block``), each plain write of such a buffer (a
-store, a tile op's region) and each atomic update (``note``). Out: ``check`` after the last block raises KernelFault at the DSL
+store, a tile op's region) and each atomic update (``note``). Out: ``check`` after the last block raises RaceFault at the DSL
 line of the store, naming the buffer, the element, the block that stored it and another block that updated it
 atomically in the same launch; nothing otherwise.
 Guarantees: a race is an element that a plain write of one block and an atomic update of a different block both
@@ -24,7 +24,7 @@ import math
 
 import torch
 
-from tileagent.compiler.errors import KernelFault
+from tileagent.compiler.errors import RaceFault
 from tileagent.compiler.ir.stmt import AtomicAdd, AtomicAddTile
 from tileagent.compiler.ir.visit import walk
 
@@ -76,7 +76,7 @@ class BlockRaces:
             store, atomic = self.spans.get((buf, "store")), self.spans.get((buf, "atomic"))
             other = "other blocks" if bool(two[k]) else f"block {int(updated[k])}"
             at = f" at line {atomic.line}" if atomic is not None else ""
-            raise KernelFault(
+            raise RaceFault(
                 f"thread blocks race on '{buf.name}': element {list(element)} is stored by block {int(stored[k])} "
                 f"and updated atomically by {other}{at} in the same kernel launch; blocks run in no fixed order on "
                 f"the GPU, so the store may land after some of the updates (the CPU runs blocks one after "

@@ -7,7 +7,7 @@ fixed order. A kernel whose result depends on that order would pass on the CPU a
 In: a Parallel statement and its iteration shape (``watch``: which buffers to record, from the loop body), then, while
 its body runs, each element load (``read``) and each store or atomic update (``write``) of a recorded buffer, with the
 evaluated indices (tensors over the iteration space), the lanes that run it and its value; ``check`` after the body.
-Out: ``check`` raises KernelFault at the DSL line of the racing access, naming the buffer, the element and the two
+Out: ``check`` raises RaceFault at the DSL line of the racing access, naming the buffer, the element and the two
 iterations; nothing otherwise.
 Guarantees:
 - recorded: the global and shared buffers that the body both loads and stores (two views of one storage count as one
@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import torch
 
-from tileagent.compiler.errors import KernelFault
+from tileagent.compiler.errors import RaceFault
 from tileagent.compiler.ir.simplify import linear_form, static_int
 from tileagent.compiler.ir.stmt import AtomicAdd, For, Let, Parallel, Store
 from tileagent.compiler.ir.visit import loads, stmt_exprs, substitute, variables
@@ -285,7 +285,7 @@ class Recorder:
 
     # -- the check -------------------------------------------------------------------------------------------
     def check(self) -> None:
-        """KernelFault at the first racing access (see the module docstring); reads against writes first."""
+        """RaceFault at the first racing access (see the module docstring); reads against writes first."""
         if self.off:
             return
         groups: dict[int, list[_Access]] = {}
@@ -322,7 +322,7 @@ class Recorder:
                 how = "updates atomically" if w.kind == "a" else "writes"
                 rmw = any(bool(((a.addrs == r.addrs[k]) & (a.iters == me)).any()) for a in writes if a.kind == "w")
                 what = f"the read may see the element before or after that {'update' if w.kind == 'a' else 'write'}"
-                raise KernelFault(f"T.Parallel iterations race on {r.buf.name}: iteration ({self._it(me)}) reads "
+                raise RaceFault(f"T.Parallel iterations race on {r.buf.name}: iteration ({self._it(me)}) reads "
                                   f"{self._elem(r, k)} that iteration ({self._it(other)}) {how}{self._at(w, r)} in "
                                   f"the same loop; {_GPU.format(what=what)}. "
                                   f"{_HINT_RMW if rmw else _HINT['global' if r.buf.scope == 'global' else 'shared']}",
@@ -353,7 +353,7 @@ class Recorder:
         second = here[keys[here] != keys[here[0]]][0]
         (a, i), (b, j) = self._locate(writes, int(here[0])), self._locate(writes, int(second))
         what = "which value the element keeps depends on which iteration stores last"
-        raise KernelFault(f"T.Parallel iterations race on {a.buf.name}: iterations ({self._it(int(a.iters[i]))}) and "
+        raise RaceFault(f"T.Parallel iterations race on {a.buf.name}: iterations ({self._it(int(a.iters[i]))}) and "
                           f"({self._it(int(b.iters[j]))}) write different values to {self._elem(a, i)} "
                           f"({_num(a.vals[i])} and {_num(b.vals[j])}{self._at(b, a)}) in the same loop; "
                           f"{_GPU.format(what=what)}. {_HINT_WW}", a.span or b.span)

@@ -9,7 +9,7 @@ happens before the branches, and the branches before the code after them.
 In: from the scheduler, each role's fork (its parent's clock) and the join of a split; from the interpreter, each
 barrier arrive (barrier, index, the phase it counts toward), each completed wait (the phase it saw complete) and each
 access of a shared buffer by a role (flat element indices of the running lanes, read or write, its span).
-Out: KernelFault at the DSL line of the second access when two accesses of one shared element by different roles,
+Out: RaceFault at the DSL line of the second access when two accesses of one shared element by different roles,
 at least one a write, are not ordered by the barriers: it names the buffer, the element, both branches and both lines.
 Guarantees: vector clocks (one epoch per role, advanced at each arrive): an access ordered after another through any
 chain of arrives and completed waits is never reported, whatever order the interpreter happened to run them in; the
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from tileagent.compiler.errors import KernelFault
+from tileagent.compiler.errors import RaceFault
 
 
 class RoleRaces:
@@ -103,7 +103,7 @@ class RoleRaces:
     def _report(buf, element: int, role, verb: str, span, other, done: str, line: int) -> None:
         risk = "this read may see the value from before that write" if done == "written" else \
             "this write may land before that read"
-        raise KernelFault(
+        raise RaceFault(
             f"the block's warp-specialized branches race on shared '{buf.name}' (flat element {element}): "
             f"{role.name} {verb} it here, {done} by {other.name} at line {line}, and no barrier wait orders the two "
             f"(on the GPU the branches run at the same time: {risk})", span)

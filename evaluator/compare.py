@@ -306,6 +306,18 @@ def rare_value_at(ref, value: float, index=None) -> dict | None:
     return None
 
 
+def index_outside(ref, got: float) -> str | None:
+    """Where an index output's wrong value ``got`` lies outside the values the reference's output ``ref`` takes (an
+    argmax of 150 over 150 channels), what that points at; else None (played LLM 48: the feedback pointed at
+    numerical stability)."""
+    lo, hi = int(ref.min()), int(ref.max())
+    if lo <= got <= hi:
+        return None
+    return (f"{got:.0f} lies outside the values the reference's indices take ({lo} to {hi}): a position past a dim's "
+            f"end, as a lane of a tile padded past the real size that won a max or a min (give such lanes -inf or "
+            f"+inf first), or an index not offset to its tile's start")
+
+
 NEAR = 8  # elements either side of the failing one (same row) where a match counts in a dense reference
 _ULPS = 4  # representable values either side of a wrong value whose presence in the reference makes it dense
 _BITS = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,

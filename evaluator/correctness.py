@@ -40,7 +40,7 @@ import torch
 from tileagent.evaluator.candidate import read_candidate
 from tileagent.evaluator.errors import EvalError, Mismatch
 from tileagent.evaluator.compare import common_offset, common_ratio, compared, finite_range, held_indices, \
-    json_floats as _json_floats, other_outputs, outside as _outside, rare_value_at, where_outside
+    index_outside, json_floats as _json_floats, other_outputs, outside as _outside, rare_value_at, where_outside
 from tileagent.evaluator.guards import _overlaps, _storage_range, violation
 from tileagent.evaluator.held_outputs import HeldOutputs
 from tileagent.evaluator.inputs_at import with_inputs_at_index
@@ -153,8 +153,7 @@ def timed_calls(spec: Spec, sandbox: Sandbox, config: dict, device="cpu", trials
     sampled = set(rng.sample(range(trials), min(samples, trials)))
     arena: list[Buffer] | None = None
     times: list[float] = []
-    t0, k = time.perf_counter(), 0
-    total = None
+    t0, k, total = time.perf_counter(), 0, None
     while total is None or k < total:
         inputs = spec.make_inputs(config, checker.input_seed(1000 + k), distribution, device)
         if arena is None:
@@ -648,6 +647,8 @@ class _ConfigCheck:
             hint = ("every differing value is off by exactly 1, at few elements: rounding ties decided the other "
                     "way; check the rounding rule and that the value before it is computed as the reference does, "
                     "e.g. on CUDA torch divides by a Python number as a multiplication by its float32 reciprocal")
+        elif n_bad and index_output and (outside := index_outside(ref, got)):
+            hint = outside
         elif n_bad and ref.dtype in (torch.int32, torch.int16) and 0 <= got < expected and \
                 bool((out.masked_select(bad := _outside(out, ref, tol)) < ref.masked_select(bad)).all()):
             hint = ("every differing count is below the reference's: updates lost, as when several iterations or "

@@ -143,7 +143,7 @@ def test_a_kernel_fault_at_a_dsl_line_names_the_forward_line_as_the_call(tmp_pat
     race = 1 + next(k for k, t in enumerate(lines) if "Y[row, j + 1]" in t)
     call = 1 + next(k for k, t in enumerate(lines) if "return relu_scale" in t)
     message = info.value.message
-    assert message.startswith("ModelNew.forward raised KernelFault: ") and f"cand.py:{race}:" in message
+    assert message.startswith("ModelNew.forward raised RaceFault: ") and f"cand.py:{race}:" in message
     assert "T.Parallel iterations race on Y" in message and f"(called at line {call});" in message
 
 

@@ -293,6 +293,28 @@ def test_an_index_mismatch_reads_as_wrong_indices_not_wrong_math(moe_spec):
     assert "outliers" not in text and "a hidden distribution" in text
 
 
+def padded_lane_wins(logits):
+    """The router's top-2 over 8 experts as a kernel with 16-lane tiles would compute it when its padded lanes,
+    filled with 0 instead of -inf, win where every real logit is negative."""
+    p = torch.softmax(logits, dim=-1)
+    w, idx = torch.topk(p, 2, dim=-1)
+    idx = torch.where(logits.max(-1, keepdim=True).values < 0, torch.tensor([8, 9]), idx)
+    return w / w.sum(-1, keepdim=True), idx
+
+
+def test_an_index_outside_the_references_values_is_named_as_a_lane_past_the_end(moe_spec):
+    """Played LLM 48: an argmax over 150 channels returned 150 where the padded lanes of its last chunk, unmasked,
+    won under 'negative' inputs; the feedback pointed at numerical stability. An index outside every value the
+    reference's indices take is named as a position past a dim's end."""
+    failure, _ = judge(moe_spec, padded_lane_wins, {"T": 16, "E": 8}, 1, "negative")
+    d = failure.to_dict()
+    assert d["hint"] == ("9 lies outside the values the reference's indices take (0 to 7): a position past a dim's "
+                         "end, as a lane of a tile padded past the real size that won a max or a min (give such "
+                         "lanes -inf or +inf first), or an index not offset to its tile's start")
+    failure, _ = judge(moe_spec, third_instead_of_second, {"T": 16, "E": 8}, 1, "negative")
+    assert "hint" not in failure.to_dict()  # a wrong index within the range: no such pattern
+
+
 TOP_P_REF = '''
 import torch
 import torch.nn as nn

@@ -315,6 +315,32 @@ def test_cpu_runs_go_on_while_the_best_kernel_reads_a_large_tensor_an_element_at
     assert report.gpu_flags([{"config": {"M": 16}, "launches": [{**narrow, "small": ["w", "x"]}]}]) == []
 
 
+class RacesAtTheSecond(CpuWorker):
+    """As on the CPU: the first config passes (checked in one block), the second raises the block race a "race"
+    candidate has; any other candidate is correct on both."""
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        result = super().evaluate(request)
+        if Path(request.kernel_path).read_text().splitlines()[0].split()[2] != "race":
+            return result
+        message = "ModelNew.forward raised RaceFault: k.py:25:17: thread blocks race on 'Out'"
+        return result.model_copy(update={"status": "candidate_error", "message": message, "configs": [
+            result.configs[0], ConfigResult(config=request.configs[1], correct=False)], "failure": {
+            "kind": "RunFailed", "message": message, "exception": "RaceFault", "config": request.configs[1]}})
+
+
+def test_a_candidate_that_raced_at_one_config_serves_none(tmp_path):
+    """Played LLM 48: a kernel that zeroes its output in the launch that adds into it atomically raced at one
+    config, and passed another checked in one block; it stayed the best kernel there and was exported to serve it on
+    6300 blocks. A race is the kernel's structure, not its sizes: such a candidate serves no config."""
+    loop, outcome, drafter, _ = run(tmp_path, [[cand("race", 1.0)], [cand("ok", 1.0)]], worker=RacesAtTheSecond(),
+                                    device="cpu", candidates=1)
+    assert outcome.outcome == "correct_untimed" and outcome.turns == 2
+    assert {b.attempt_id for b in outcome.best.values()} == {"t2-c0"}
+    assert len(drafter.calls[1].configs) == 2  # both configs drafted again at turn 2
+    assert "Best kernel so far" not in drafter.calls[1].messages[-1]["content"]
+
+
 class GivesUp:
     name = "giving-up"
 
