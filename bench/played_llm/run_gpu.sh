@@ -3,7 +3,7 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session47|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session44|session44b|session44c|session45|session46|session46b|session20|widths|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session48|session47|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session44|session44b|session44c|session45|session46|session46b|session20|widths|session2|session1|all]
 # Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
 # $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
@@ -91,8 +91,12 @@
 # Welford kernel), cdist_l2 (turn 2: bf16 x3 split GEMMs), segment_softmax (turn 1), each correct on the CPU.
 # session47: channel_softmax_nchw (turn 1; +dynamic: the probe's turn 2, H*W a T.dynamic dim: 16-bit accesses, which the
 # cost section flagged and the CPU loop ended with), conv1x1_nchw, activation_histc (each turn 1, correct on the CPU).
+# session48: softmax_backward, smooth_l1_loss, argmax_channels (each turn 1, correct on the CPU); +rows: the probe's
+# whole-row kernel that the export kept for V=32000 (88 B local memory a thread); +race: the probe's turn 1 (block 0
+# zeroes the scalar in the launch that adds into it atomically: a KernelFault on the CPU at 2+ blocks, yet the export
+# served N=6451200,D=4 with it, checked there at 12 elements, one block).
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session47|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session44|session44b|session44c|session45|session46|session46b|session20|widths|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session48|session47|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session44|session44b|session44c|session45|session46|session46b|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-55}
 mkdir -p "$OUT"
@@ -294,6 +298,13 @@ SESSION47=(
   "conv1x1_nchw:answers/conv1x1_nchw/turn1.py"
   "activation_histc:answers/activation_histc/turn1.py"
 )
+SESSION48=(
+  "softmax_backward:answers/softmax_backward/turn1.py"
+  "softmax_backward+rows:answers/softmax_backward_weak/turn1.py"
+  "smooth_l1_loss:answers/smooth_l1_loss/turn1.py"
+  "smooth_l1_loss+race:answers/smooth_l1_loss_weak/turn1.py"
+  "argmax_channels:answers/argmax_channels/turn1.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -335,9 +346,10 @@ case "$WHICH" in
   session46) ANSWERS=("${SESSION46[@]}") ;;
   session46b) ANSWERS=("${SESSION46B[@]}") ;;
   session47) ANSWERS=("${SESSION47[@]}") ;;
+  session48) ANSWERS=("${SESSION48[@]}") ;;
   widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session47, session46b, session46, session45, session44c, session44b, session44, session43, session42, session41, session40, session39, session38, session37, session36, session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session48, session47, session46b, session46, session45, session44c, session44b, session44, session43, session42, session41, session40, session39, session38, session37, session36, session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
