@@ -333,6 +333,11 @@ def test_a_mismatch_names_its_tail_and_the_configs_left_unchecked():
     assert "Checking stops at the first failing config: B=1, S=64 passed, B=2, S=300; B=3, S=40 not checked this " \
            "turn." in text
     assert "Checking stops" not in render_feedback(result)  # batch runs check every config
+    shrunk = {**failure, "config": {"B": 1, "S": 100}}  # played LLM 48: the failing config at the interpreter's B
+    shrunk.pop("tail_of")
+    text = " ".join(render_feedback(result.model_copy(update={"failure": shrunk}), asked=asked).split())
+    assert "Checking stops at the first failing config: B=1, S=64 passed, B=2, S=300; B=3, S=40 not checked this " \
+           "turn." in text
     close = EvalResult(status="mismatch", message="m", failure={**failure, "expected": 14.0554, "got": 14.0575})
     assert "expected 14.055, got 14.057." in render_feedback(close)  # played LLM 46b: "expected 14.06, got 14.06"
 

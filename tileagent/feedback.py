@@ -266,7 +266,8 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
             f["config"] += (f" (a tail size of config {_cfg(tail)}, which itself passed: sizes just off the config's, "
                             f"where a tile ends part-full)")
         done = [c.config for c in result.configs if c.correct]
-        left = [c for c in asked or () if c not in done and c not in (failure.get("config"), failure.get("tail_of"))]
+        pending = [c for c in asked or () if c not in done]  # in order: the first is the one that failed, whatever
+        left = pending[1:]  # size the interpreter checked it at (played LLM 48: M=2 for M=5, listed as not checked)
         f["checked"] = ("\nChecking stops at the first failing config: " +
                         (f"{'; '.join(map(_cfg, done))} passed, " if done else "") +
                         f"{'; '.join(map(_cfg, left))} not checked this turn.") if left else ""
