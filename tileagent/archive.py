@@ -3,7 +3,8 @@
 In: verified kernels from the loop (``put``). Out: entries by op family (``find``), for prompt examples, and by op
 (``find(..., op=...)``) for reuse across configs (``tileagent batch`` and ``generate`` try archived kernels of the
 same op first: the same reference code, whatever its configs; ``op_digest``).
-Where: ``$TILEAGENT_ARCHIVE``, else ``~/.cache/tileagent/archive``. Layout: ``<family>/<dtype>/<arch>/<op>-<config>/``
+Where: ``$TILEAGENT_ARCHIVE``, else ``archive`` in ``$TILEAGENT_CACHE_DIR`` (default ``~/.cache/tileagent``).
+Layout: ``<family>/<dtype>/<arch>/<op>-<config>/``
 (``<config>/`` for entries from before the op was recorded) holding ``candidate.py`` (the module, tunables assigned)
 and ``entry.json`` (an ``ArchiveEntry``).
 Guarantees: files are written atomically; a later kernel for the same key replaces an earlier one only when it is
@@ -48,9 +49,11 @@ class ArchiveEntry(BaseModel):
 
 
 def default_root() -> Path:
-    """``$TILEAGENT_ARCHIVE``, else ``~/.cache/tileagent/archive``."""
-    env = os.environ.get("TILEAGENT_ARCHIVE")
-    return Path(env) if env else Path.home() / ".cache" / "tileagent" / "archive"
+    """``$TILEAGENT_ARCHIVE``, else ``$TILEAGENT_CACHE_DIR/archive`` (played LLM 48: a cache directory set apart for
+    a session still shared the home directory's archive), else ``~/.cache/tileagent/archive``."""
+    env, cache = os.environ.get("TILEAGENT_ARCHIVE"), os.environ.get("TILEAGENT_CACHE_DIR")
+    return Path(env) if env else Path(cache).expanduser() / "archive" if cache else \
+        Path.home() / ".cache" / "tileagent" / "archive"
 
 
 class Archive:
