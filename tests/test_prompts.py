@@ -431,3 +431,4 @@ def test_a_histogram_reference_gets_the_counts_example_and_its_inputs_drawing_sh
     depthwise = (Path(__file__).resolve().parents[1] / "bench/played_llm/refs/causal_conv1d_prefill.py").read_text()
     assert "groups=D" in depthwise and idioms_of(depthwise) == ["broadcast"]  # a window a channel: not a GEMM
     assert idioms_of("class Model:\n    def forward(self, x):\n        return F.conv2d(x, self.w)\n") == ["gemm"]
+    assert "dim_reduction" in idioms_of((REPO / "bench" / "played_llm" / "refs" / "smooth_l1_loss.py").read_text())

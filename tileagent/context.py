@@ -63,7 +63,10 @@ _IDIOM_CALLS = {  # names of torch functions, methods and nn layers -> idiom
     "mean_variance": {"layer_norm", "LayerNorm", "group_norm", "GroupNorm", "var", "std", "var_mean",
                       "instance_norm", "InstanceNorm1d", "InstanceNorm2d", "batch_norm", "BatchNorm1d", "BatchNorm2d"},
     "rms": {"rsqrt", "rms_norm", "RMSNorm", "normalize", "cosine_similarity", "CosineSimilarity"},
-    "dim_reduction": {"sum", "mean", "amax", "amin", "max", "min", "prod", "norm", "cumsum", "argmax", "argmin"},
+    "dim_reduction": {"sum", "mean", "amax", "amin", "max", "min", "prod", "norm", "cumsum", "argmax", "argmin",
+                      "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "kl_div",  # a
+                      "binary_cross_entropy_with_logits", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss",  # mean
+                      "BCELoss", "BCEWithLogitsLoss", "KLDivLoss"},  # over everything (played LLM 48)
     "counts": {"bincount", "histc", "histogram", "scatter_add", "scatter_add_", "index_add", "index_add_",
                "scatter_reduce", "scatter_reduce_", "index_put_"},
 }
