@@ -58,6 +58,7 @@ class ReferenceSummary:
     small_config: dict | None = None
     accepts: frozenset[str] | None = None
     keys: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what the reference does that the checks will not see
 
     def check_config(self, config: dict, where: str) -> None:
         """Raise SpecError when ``config`` names a key that neither get_inputs nor get_init_inputs takes."""
@@ -98,8 +99,13 @@ def _probe(path: Path) -> dict:
             return {"ok": False, "message": e.message}
         return {"ok": False, "message": f"the reference {name}: loading it raised {type(e).__name__}: {e}"}
     accepts = accepted_config_keys(spec.module)
+    try:
+        warnings = spec.unchecked_values(spec.small_config if spec.small_config is not None else spec.configs[0])
+    except Exception:  # noqa: BLE001 - a warning only; the checks report what fails
+        warnings = []
     return {"ok": True, "configs": spec.configs, "has_grid": spec.has_grid, "free_dims": list(spec.free_dims),
-            "small_config": spec.small_config, "accepts": sorted(accepts) if accepts is not None else None}
+            "small_config": spec.small_config, "accepts": sorted(accepts) if accepts is not None else None,
+            "warnings": warnings}
 
 
 def probe_reference(path: str | Path, timeout_s: float = REFERENCE_TIMEOUT_S) -> ReferenceSummary:
@@ -161,7 +167,7 @@ def probe_reference(path: str | Path, timeout_s: float = REFERENCE_TIMEOUT_S) ->
     return ReferenceSummary(path=path, configs=configs, has_grid=bool(answer.get("has_grid")),
                             free_dims=tuple(answer.get("free_dims") or ()), small_config=answer.get("small_config"),
                             accepts=frozenset(accepts) if accepts is not None else None,
-                            keys=sorted({k for c in configs for k in c}))
+                            keys=sorted({k for c in configs for k in c}), warnings=list(answer.get("warnings") or []))
 
 
 class _Lines:

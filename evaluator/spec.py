@@ -373,6 +373,16 @@ class Spec:
             return True
         return any(t.is_floating_point() and k not in self.fixed_inputs for k, t in enumerate(inputs))
 
+    def unchecked_values(self, config: dict) -> list[str]:
+        """A warning for each floating input that ``get_inputs(config)`` fills with inf or NaN which no check will
+        see: the checks draw it afresh unless FIXED_INPUTS names it, and plant only SPECIAL_VALUES' values (played
+        LLM 47: an author planted values in get_inputs and took them for checked)."""
+        return [f"get_inputs() puts inf or NaN into input {k}, but the checks draw input {k} afresh from the input "
+                f"distributions: list such values in SPECIAL_VALUES = {{{k}: [...]}} to have them checked, or name "
+                f"{k} in FIXED_INPUTS to keep get_inputs' values" for k, t in enumerate(self.sample_inputs(config, 0))
+                if t.is_floating_point() and k not in self.fixed_inputs and k not in self.special_values and
+                not bool(torch.isfinite(t).all())]
+
     def shaped_inputs(self, config: dict, device="cpu") -> list[torch.Tensor]:
         """``get_inputs(config)``'s tensors (seed 0) with DTYPES applied, their values as get_inputs draws them: for
         code that needs the inputs' shapes and dtypes, not a check's values (the export's dry run; ``device="meta"``

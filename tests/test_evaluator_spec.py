@@ -415,3 +415,19 @@ def test_special_values_of_an_integer_input_must_be_integers(tmp_path):
     spec = load_spec(write(tmp_path, ids + "\nSPECIAL_VALUES = {1: [-1]}\n"))
     ids_planted = spec.make_inputs({}, 0, "special_values")[1]
     assert ids_planted.dtype == torch.int64 and set(ids_planted.tolist()) <= set(range(9)) | {-1}
+
+
+def test_inf_or_nan_planted_by_get_inputs_is_named_as_unchecked(tmp_path):
+    """Played LLM 47: an author planted special values in get_inputs and took them for checked; the checks draw
+    floating inputs afresh. The probe warns, naming the input and both ways to have them checked."""
+    from tileagent.evaluator.probe import probe_reference
+
+    planted = GOOD.replace("return [torch.randn(4, 8)]", "x = torch.randn(4, 8)\n    x[0, 0] = float('inf')\n"
+                           "    return [x]")
+    warning = ("get_inputs() puts inf or NaN into input 0, but the checks draw input 0 afresh from the input "
+               "distributions: list such values in SPECIAL_VALUES = {0: [...]} to have them checked, or name 0 in "
+               "FIXED_INPUTS to keep get_inputs' values")
+    assert probe_reference(write(tmp_path, planted)).warnings == [warning]
+    assert probe_reference(write(tmp_path, GOOD, "good.py")).warnings == []
+    for kept in ("FIXED_INPUTS = [0]", "SPECIAL_VALUES = {0: [float('inf')]}"):
+        assert load_spec(write(tmp_path, planted + kept + "\n", "kept.py")).unchecked_values({}) == []

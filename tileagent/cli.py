@@ -169,9 +169,12 @@ def _reference(reference: Path, timeout_s: float):
     if not reference.is_file():
         raise _bad(f"no such file: {reference}")
     try:
-        return probe.probe_reference(reference, timeout_s)
+        summary = probe.probe_reference(reference, timeout_s)
     except SpecError as e:
         raise _bad(f"{reference}: {e}") from None
+    for warning in summary.warnings:
+        err_console.print(f"[yellow]warning:[/] {escape(f'{reference}: {warning}')}", highlight=False, soft_wrap=True)
+    return summary
 
 
 def _select_configs(summary, selections: list[str], axes: list[tuple[str, str]]) -> list[dict]:
