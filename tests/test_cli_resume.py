@@ -91,7 +91,7 @@ def test_resume_of_a_finished_run_says_so_and_a_forged_log_exports_nothing(tmp_p
 @pytest.mark.parametrize("wait_s", [0.0, 4.0], ids=["as-the-run-is-created", "in-the-drafters-wait"])
 def test_ctrl_c_prints_how_to_resume(tmp_path, archive, wait_s):
     # CI, round 2 session 44: a Ctrl-C while the CPU note or the worker pool was starting (the run already on disk)
-    # exited 130 without the message
+    # exited 130 without the message; session 48's full run: one between the first event and the run's announcement
     run = tmp_path / "run"
     env = {**os.environ, "TILEAGENT_ARCHIVE": str(archive)}
     proc = subprocess.Popen([sys.executable, "-m", "tileagent", "generate", RMSNORM, "--device", "cpu",

@@ -10,6 +10,7 @@ settings, the reference (loaded in a throw-away process, ``evaluator.probe``), t
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -159,6 +160,18 @@ def _json_target(path: Path | None) -> None:
         raise _bad(f"--json {path}: cannot create the folder {path.parent} ({e.strerror or e})") from None
     if not os.access(path.parent, os.W_OK):
         raise _bad(f"--json {path}: the folder {path.parent} is not writable")
+
+
+@contextlib.contextmanager
+def _resumable(command: str, root: Path):
+    """Ctrl-C inside: once the run at ``root`` is on disk (its event log), say how to resume it; exit 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        saved = (root / "events.jsonl").exists()
+        err_console.print(f"interrupted: the run so far is saved in {root}; continue it with: tileagent {command} "
+                          f"--resume {root}" if saved else "interrupted", highlight=False, soft_wrap=True)
+        raise typer.Exit(130) from None
 
 
 def _reference(reference: Path, timeout_s: float):
@@ -504,15 +517,16 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
             if out is not None or not root.exists():
                 break
             root = Path("runs") / f"{reference.stem}-{stamp}-{k}"
-        try:
-            store = RunStore.create(root, {"command": command, "loop": options.model_dump(mode="json"),
-                                           "drafter": drafter_opts})
-        except (RunStoreError, OSError) as e:
-            raise _bad(str(e)) from None
-        store.append("run_started", options=options.model_dump(mode="json"), drafter=drafter_opts)
-        console.print(f"[bold]{command}[/] {reference} -> {store.root}: {len(chosen)} config(s) on {device}, "
-                      f"drafter {drafter_opts['provider']}")
-    try:  # from here on the run exists: Ctrl-C at any point says how to resume it
+        with _resumable(command, root):  # CI (session 48): a Ctrl-C while the run was being announced
+            try:
+                store = RunStore.create(root, {"command": command, "loop": options.model_dump(mode="json"),
+                                               "drafter": drafter_opts})
+            except (RunStoreError, OSError) as e:
+                raise _bad(str(e)) from None
+            store.append("run_started", options=options.model_dump(mode="json"), drafter=drafter_opts)
+            console.print(f"[bold]{command}[/] {reference} -> {store.root}: {len(chosen)} config(s) on {device}, "
+                          f"drafter {drafter_opts['provider']}")
+    with _resumable(command, store.root):  # from here on the run exists
         if resume is None:
             _cpu_note(chosen, device, reference)
         archive = Archive()
@@ -526,10 +540,6 @@ def _agent(command: str, reference: Path | None, resume: Path | None, out: Path 
                 outputs = finalize(loop, outcome, command=command, workers=pool.report())
             except ReferenceFailed as e:
                 broken = e
-    except KeyboardInterrupt:
-        err_console.print(f"interrupted: the run so far is saved in {store.root}; continue it with: "
-                          f"tileagent {command} --resume {store.root}", highlight=False, soft_wrap=True)
-        raise typer.Exit(130) from None
     if broken is not None:
         err_console.print(f"[red]error:[/] the reference failed, not the candidate ({broken.attempt_id} is not "
                           f"counted): {escape(broken.message)}\nFix {Path(options.reference).name} and continue the "
