@@ -157,6 +157,13 @@ def uncountable(spec, config: dict) -> str | None:
     return None
 
 
+def stands_for_gpu_sizes(c, stated: list[dict]) -> bool:
+    """Whether the check of a config result ``c`` stands for the sizes a GPU runs (``stated``: the configs it stands
+    for): a note says it also ran at larger sizes (or tried), or it was checked at stated sizes themselves. A config
+    that passed in an evaluation that failed elsewhere had no such run (they follow the checks that all pass)."""
+    return any(RAN in n or NOT_RAN in n for n in c.notes) or (c.evaluated_at or c.config) in stated
+
+
 def run_full_sizes(request, spec, result, sandbox, progress) -> None:
     """Run each config a GPU runs (``request.plan_configs``, else the configs checked) whose check ran at smaller
     sizes once at larger ones (``attempts``), in order, within ``request.full_size_s`` (each config a share of the

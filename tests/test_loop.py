@@ -315,26 +315,36 @@ def test_cpu_runs_go_on_while_the_best_kernel_reads_a_large_tensor_an_element_at
     assert report.gpu_flags([{"config": {"M": 16}, "launches": [{**narrow, "small": ["w", "x"]}]}]) == []
 
 
-class RacesAtTheSecond(CpuWorker):
-    """As on the CPU: the first config passes (checked in one block), the second raises the block race a "race"
-    candidate has; any other candidate is correct on both."""
+class FailsAtTheSecond(CpuWorker):
+    """As on the CPU: the first config passes its check, the second raises the block race a "race" candidate has or
+    differs for a "mismatch" one; any other candidate is correct on both."""
 
     def evaluate(self, request: EvalRequest) -> EvalResult:
         result = super().evaluate(request)
-        if Path(request.kernel_path).read_text().splitlines()[0].split()[2] != "race":
+        kind = Path(request.kernel_path).read_text().splitlines()[0].split()[2]
+        if kind not in ("race", "mismatch"):
             return result
-        message = "ModelNew.forward raised RaceFault: k.py:25:17: thread blocks race on 'Out'"
-        return result.model_copy(update={"status": "candidate_error", "message": message, "configs": [
-            result.configs[0], ConfigResult(config=request.configs[1], correct=False)], "failure": {
-            "kind": "RunFailed", "message": message, "exception": "RaceFault", "config": request.configs[1]}})
+        message = "ModelNew.forward raised RaceFault: k.py:25:17: thread blocks race on 'Out'" if kind == "race" \
+            else "output 0 differs"
+        failure = {"kind": "RunFailed", "message": message, "exception": "RaceFault", "config": request.configs[1]} \
+            if kind == "race" else {**MISMATCH, "config": request.configs[1]}
+        return result.model_copy(update={
+            "status": "candidate_error" if kind == "race" else "mismatch", "message": message, "failure": failure,
+            "configs": [result.configs[0], ConfigResult(config=request.configs[1], correct=False)]})
 
 
-def test_a_candidate_that_raced_at_one_config_serves_none(tmp_path):
+@pytest.mark.parametrize("kind, own_sizes", [("race", True), ("mismatch", False), ("mismatch", True)])
+def test_a_candidate_that_failed_at_one_config_serves_none_it_did_not_run_at_its_sizes(tmp_path, kind, own_sizes):
     """Played LLM 48: a kernel that zeroes its output in the launch that adds into it atomically raced at one
     config, and passed another checked in one block; it stayed the best kernel there and was exported to serve it on
-    6300 blocks. A race is the kernel's structure, not its sizes: such a candidate serves no config."""
-    loop, outcome, drafter, _ = run(tmp_path, [[cand("race", 1.0)], [cand("ok", 1.0)]], worker=RacesAtTheSecond(),
-                                    device="cpu", candidates=1)
+    6300 blocks, never run at its sizes (a failure elsewhere skips those runs). A race is the kernel's structure, not
+    its sizes: such a candidate serves no config. Another failure leaves it the configs checked at their own sizes."""
+    configs = [RunConfig(spec={"M": 16384, "C": c}, eval={"M": 16384 if own_sizes else 37, "C": c}) for c in (96, 320)]
+    loop, outcome, drafter, _ = run(tmp_path, [[cand(kind, 1.0)], [cand("ok", 1.0)]], worker=FailsAtTheSecond(),
+                                    device="cpu", candidates=1, configs=configs)
+    if kind == "mismatch" and own_sizes:  # C=96 checked as stated: served by t1-c0 until t2-c0 took it over
+        assert len(drafter.calls[1].configs) == 1 and outcome.turns == 2
+        return
     assert outcome.outcome == "correct_untimed" and outcome.turns == 2
     assert {b.attempt_id for b in outcome.best.values()} == {"t2-c0"}
     assert len(drafter.calls[1].configs) == 2  # both configs drafted again at turn 2

@@ -9,8 +9,9 @@ Guarantees:
 - Turn 0 tries kernels already verified for this op (the archive, when ``reuse_archive``) on every config.
   Each later turn asks the drafter for ``candidates`` candidates, evaluates them on the configs that do not yet meet
   the target, and feeds the results back (``tileagent.feedback``) in the next turn's context (``tileagent.context``).
-- Best per config: any fully checked correct config of any candidate (or autotuned variant) counts, unless the
-  candidate raced somewhere (``RaceFault``: its structure is wrong whatever sizes passed); the fastest wins
+- Best per config: any fully checked correct config of any candidate (or autotuned variant) counts (on the CPU: at
+  the GPU's sizes too, ``evaluator.full_size.stands_for_gpu_sizes``), unless the candidate raced somewhere
+  (``RaceFault``: its structure is wrong whatever sizes passed); the fastest wins
   (untimed: the first, unless a later one costs the GPU less by ``feedback.untimed_cost`` at the GPU's sizes).
   A candidate correct on all of its configs is autotuned when timing is available (``tileagent.autotune``).
 - Stops when every config meets the target (correct, and on CUDA at least ``target`` times faster than eager and
@@ -41,7 +42,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from tileagent.evaluator.records import RUN_TIMEOUT_S, ConfigResult, EvalRequest, EvalResult
-from tileagent.evaluator.full_size import RULE as FULL_RUN_RULE
+from tileagent.evaluator.full_size import RULE as FULL_RUN_RULE, stands_for_gpu_sizes
 from tileagent.evaluator.interpreter_sizes import RULE as INTERPRETER_RULE
 from tileagent.evaluator.spec import ALL_DISTRIBUTIONS
 from tileagent.archive import op_digest
@@ -492,8 +493,9 @@ class Loop:
         if result is None:
             return
         raced = (result.failure or {}).get("exception") == "RaceFault"  # played LLM 48: a race seen at one config
-        for c in result.configs:  # served another, checked in one block, on 6300 blocks in the export
-            if c.correct and not raced:
+        partial = not self.timed and result.status != "ok"  # served another, checked in one block, on 6300 blocks in
+        for c in result.configs:  # the export, never run at its sizes (a failure elsewhere skips those runs)
+            if c.correct and not raced and (not partial or stands_for_gpu_sizes(c, self._stated(c.config))):
                 self._offer(self._best(aid, draft.source, result, c))
         if result.status == "ok" and not keep_going:  # a resumed run too: this check is not in its log
             self._take_over_from_wrong(aid, draft.source, self.store.root / "attempts" / aid / "candidate.py")
