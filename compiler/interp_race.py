@@ -323,10 +323,10 @@ class Recorder:
                 rmw = any(bool(((a.addrs == r.addrs[k]) & (a.iters == me)).any()) for a in writes if a.kind == "w")
                 what = f"the read may see the element before or after that {'update' if w.kind == 'a' else 'write'}"
                 raise RaceFault(f"T.Parallel iterations race on {r.buf.name}: iteration ({self._it(me)}) reads "
-                                  f"{self._elem(r, k)} that iteration ({self._it(other)}) {how}{self._at(w, r)} in "
-                                  f"the same loop; {_GPU.format(what=what)}. "
-                                  f"{_HINT_RMW if rmw else _HINT['global' if r.buf.scope == 'global' else 'shared']}",
-                                  r.span or w.span)
+                                 f"{self._elem(r, k)} that iteration ({self._it(other)}) {how}{self._at(w, r)} in "
+                                 f"the same loop; {_GPU.format(what=what)}. "
+                                 f"{_HINT_RMW if rmw else _HINT['global' if r.buf.scope == 'global' else 'shared']}",
+                                 r.span or w.span)
 
     def _write_write(self, writes) -> None:
         writes = [a for a in writes if len(a.addrs)]
@@ -354,9 +354,9 @@ class Recorder:
         (a, i), (b, j) = self._locate(writes, int(here[0])), self._locate(writes, int(second))
         what = "which value the element keeps depends on which iteration stores last"
         raise RaceFault(f"T.Parallel iterations race on {a.buf.name}: iterations ({self._it(int(a.iters[i]))}) and "
-                          f"({self._it(int(b.iters[j]))}) write different values to {self._elem(a, i)} "
-                          f"({_num(a.vals[i])} and {_num(b.vals[j])}{self._at(b, a)}) in the same loop; "
-                          f"{_GPU.format(what=what)}. {_HINT_WW}", a.span or b.span)
+                         f"({self._it(int(b.iters[j]))}) write different values to {self._elem(a, i)} "
+                         f"({_num(a.vals[i])} and {_num(b.vals[j])}{self._at(b, a)}) in the same loop; "
+                         f"{_GPU.format(what=what)}. {_HINT_WW}", a.span or b.span)
 
     # -- naming ----------------------------------------------------------------------------------------------
     @staticmethod
