@@ -7,8 +7,8 @@ zeroed dgamma in the kernel that accumulates it passed every CPU check).
 
 In: a T.Kernel (``watch``: the global buffers its body updates atomically, element or tile atomics of any op; None
 when there are none: nothing is recorded), then, block by block (``block``), each plain write of such a buffer (a
-store, a tile op's region) and each atomic update (``note``). Out: ``check`` after the last block raises RaceFault at the DSL
-line of the store, naming the buffer, the element, the block that stored it and another block that updated it
+store, a tile op's region) and each atomic update (``note``). Out: ``check`` after the last block raises RaceFault at
+the DSL line of the store, naming the buffer, the element, the block that stored it and another block that updated it
 atomically in the same launch; nothing otherwise.
 Guarantees: a race is an element that a plain write of one block and an atomic update of a different block both
 reach in one launch (in either order). Not races: a block's own stores and updates of an element (its threads order

@@ -118,8 +118,8 @@ def idle_launch(launches: list[dict]) -> dict | None:
 def narrow_rows(launches: list[dict]) -> dict | None:
     """Of ``launches`` (as for ``idle_launch``), the first that reads or writes a tensor larger than
     ``compiler.resources.SMALL_TENSOR_BYTES`` an element at a time because its last dim is a run-time size
-    (``runtime_rows``), with that tensor's name as 'tensor', or None (played LLM 45 and 47: a `T.dynamic` row length, 16-bit accesses, a
-    maxpool at 0.31-0.40x torch.compile on the GPU, ended the CPU loop as done)."""
+    (``runtime_rows``), with that tensor's name as 'tensor', or None (played LLM 45 and 47: a `T.dynamic` row
+    length, 16-bit accesses, a maxpool at 0.31-0.40x torch.compile on the GPU, ended the CPU loop as done)."""
     return next(({**x, "tensor": name} for x in launches for name in x.get("runtime_rows") or ()
                  if x["access_bytes"].get(name, 16) < 16 and name not in (x.get("small") or ())), None)
 

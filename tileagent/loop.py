@@ -492,9 +492,11 @@ class Loop:
                                     "replayed": replayed, "label": draft.label})
         if result is None:
             return
-        raced = (result.failure or {}).get("exception") == "RaceFault"  # played LLM 48: a race seen at one config
-        partial = not self.timed and result.status != "ok"  # served another, checked in one block, on 6300 blocks in
-        for c in result.configs:  # the export, never run at its sizes (a failure elsewhere skips those runs)
+        # played LLM 48: a kernel that raced at one config served another, checked in one block and never run at
+        # its own sizes (a failure elsewhere skips those runs), and was exported for 6300 blocks
+        raced = (result.failure or {}).get("exception") == "RaceFault"
+        partial = not self.timed and result.status != "ok"
+        for c in result.configs:
             if c.correct and not raced and (not partial or stands_for_gpu_sizes(c, self._stated(c.config))):
                 self._offer(self._best(aid, draft.source, result, c))
         if result.status == "ok" and not keep_going:  # a resumed run too: this check is not in its log
