@@ -5,15 +5,21 @@ other blocks then add to (``T.atomic_add(out[i], part)``) comes out right on the
 fixed order and the store may land after some of the additions (played LLM session 36: a layer norm backward that
 zeroed dgamma in the kernel that accumulates it passed every CPU check).
 
-In: a T.Kernel (``watch``: the global buffers its body updates atomically, element or tile atomics of any op; None
-when there are none: nothing is recorded), then, block by block (``block``), each plain write of such a buffer (a
-store, a tile op's region) and each atomic update (``note``). Out: ``check`` after the last block raises RaceFault at
-the DSL line of the store, naming the buffer, the element, the block that stored it and another block that updated it
-atomically in the same launch; nothing otherwise.
+Likewise a read-modify-write by plain loads and stores (``acc[s, j] = acc[s, j] + x``) from several blocks adds
+every part on the CPU and loses updates on the GPU (played LLM 48b: a segment mean over 2048 blocks, exported).
+
+In: a T.Kernel (``watch``: the global buffers its body updates atomically, element or tile atomics of any op, and
+those it both reads and writes with plain accesses; None when there are none: nothing is recorded), then, block by
+block (``block``), each plain write of such a buffer (a store, a tile op's region) and each atomic update (``note``).
+Out: ``check`` after the last block raises RaceFault at the DSL line of the store, naming the buffer, the element and
+two blocks: one that stored it and another that updated it atomically, or two that stored it, in the same launch;
+nothing otherwise.
 Guarantees: a race is an element that a plain write of one block and an atomic update of a different block both
-reach in one launch (in either order). Not races: a block's own stores and updates of an element (its threads order
-them with barriers), atomic updates among themselves, writes in an earlier T.Kernel scope (another launch).
-Not looked for: plain writes of two blocks to one element, a block reading what another wrote (no record of loads).
+reach in one launch (in either order), or, in a buffer the kernel also reads, plain writes of two blocks. Not races:
+a block's own stores and updates of an element (its threads order them with barriers), atomic updates among
+themselves, writes in an earlier T.Kernel scope (another launch), two blocks' writes to one element of a buffer the
+kernel only writes (the same value written twice, as a flag, is common and harmless).
+Not looked for: a block reading what another wrote (no record of loads).
 Cost: two int32 tensors the size of each watched buffer per launch, and an indexed write into them per watched
 store or update.
 """
@@ -25,22 +31,26 @@ import math
 import torch
 
 from tileagent.compiler.errors import RaceFault
-from tileagent.compiler.ir.stmt import AtomicAdd, AtomicAddTile
-from tileagent.compiler.ir.visit import walk
+from tileagent.compiler.ir.stmt import AtomicAdd, AtomicAddTile, Store
+from tileagent.compiler.ir.visit import loads, stmt_exprs, walk
 
 
 def watch(kernel, mem: dict) -> "BlockRaces | None":
-    """A recorder for ``kernel``'s launch, or None when no global buffer of it is updated atomically."""
+    """A recorder for ``kernel``'s launch, or None when no global buffer of it is updated atomically or both read
+    and stored by plain accesses."""
     bufs = {s.buffer for s in walk(kernel.body) if isinstance(s, AtomicAdd)}
     bufs |= {s.dst.buffer for s in walk(kernel.body) if isinstance(s, AtomicAddTile)}
-    bufs = {b for b in bufs if b.scope == "global"}
-    bufs = [b for b in bufs if b in mem]
-    return BlockRaces({b: mem[b].shape for b in bufs}) if bufs else None
+    read = {ld.buffer for s in walk(kernel.body) for e in stmt_exprs(s) for ld in loads(e)}
+    read |= {getattr(x, "buffer", x) for s in walk(kernel.body) for x in (getattr(s, "src", None),) if x is not None}
+    rmw = {s.buffer for s in walk(kernel.body) if isinstance(s, Store) and s.buffer in read}
+    bufs = [b for b in bufs | rmw if b.scope == "global" and b in mem]
+    return BlockRaces({b: mem[b].shape for b in bufs}, {b for b in rmw if b in bufs}) if bufs else None
 
 
 class BlockRaces:
-    def __init__(self, shapes: dict):
-        self.shapes = shapes
+    def __init__(self, shapes: dict, rmw: set = frozenset()):
+        self.shapes, self.rmw = shapes, rmw
+        self.stored_twice: dict = {}  # rmw buffer -> (flat element, first block, second block, span) of the first
         self.stored = {b: torch.full((math.prod(s),), -1, dtype=torch.int32) for b, s in shapes.items()}
         self.updated = {b: torch.full((math.prod(s),), -1, dtype=torch.int32) for b, s in shapes.items()}
         self.updated_by_two = {b: torch.zeros((math.prod(s),), dtype=torch.bool) for b, s in shapes.items()}
@@ -58,6 +68,12 @@ class BlockRaces:
             return
         self.spans.setdefault((buf, "atomic" if atomic else "store"), span)
         if not atomic:
+            if buf in self.rmw and buf not in self.stored_twice:
+                prior = self.stored[buf][flat]
+                other = (prior >= 0) & (prior != self.current)
+                if bool(other.any()):
+                    k = int(other.nonzero()[0])
+                    self.stored_twice[buf] = (int(flat[k]), int(prior[k]), self.current, span)
             self.stored[buf][flat] = self.current
             return
         seen = self.updated[buf][flat]
@@ -65,6 +81,15 @@ class BlockRaces:
         self.updated[buf][flat] = torch.where(seen >= 0, seen, torch.full_like(seen, self.current))
 
     def check(self) -> None:
+        for buf, (k, first, second, span) in self.stored_twice.items():
+            element = tuple(int(i) for i in torch.unravel_index(torch.tensor(k), self.shapes[buf])) \
+                if self.shapes[buf] else ()
+            raise RaceFault(
+                f"thread blocks race on '{buf.name}': element {list(element)} is read and stored by block {first} "
+                f"and by block {second} in the same kernel launch; blocks run at the same time on the GPU, so one "
+                f"block's store can overwrite another's update of the element (the CPU runs blocks one after "
+                f"another). Add into such an element with T.atomic_add, or give each block elements of its own and "
+                f"combine them in a later T.Kernel scope", span)
         for buf, stored in self.stored.items():
             updated, two = self.updated[buf], self.updated_by_two[buf]
             race = (stored >= 0) & (updated >= 0) & (two | (updated != stored))

@@ -326,6 +326,47 @@ def test_a_store_and_another_blocks_atomic_updates_of_one_element_in_one_launch_
     torch.testing.assert_close(own, x.view(4, 16, 32).sum(1), rtol=1e-5, atol=1e-5)
 
 
+def segment_sums(atomic: bool, N=64, S=4, D=32, bt=8):
+    """Played LLM 48b: each block of ``bt`` rows adds each row into the sum of its segment, by plain loads and stores
+    (the racy form: blocks whose rows share a segment lose updates on the GPU) or atomically; the sums zeroed in an
+    earlier T.Kernel scope. Each block also stores its own rows' segment ids, read nowhere: not watched."""
+
+    @T.prim_func
+    def main(X: T.Tensor((N, D), "float32"), Seg: T.Tensor((N,), "int64"), Acc: T.Tensor((S, D), "float32"),
+             Ids: T.Tensor((N,), "int64")):
+        with T.Kernel(S, threads=32) as s:
+            for j in T.Parallel(D):
+                Acc[s, j] = 0.0
+        with T.Kernel(N // bt, threads=32) as b:
+            for r in T.serial(bt):
+                sg = Seg[b * bt + r]
+                Ids[b * bt + r] = sg
+                for j in T.Parallel(D):
+                    if atomic:
+                        T.atomic_add(Acc[sg, j], X[b * bt + r, j])
+                    else:
+                        Acc[sg, j] = Acc[sg, j] + X[b * bt + r, j]  # plain-rmw
+
+    return main
+
+
+def test_a_read_modify_write_of_one_element_by_two_blocks_in_one_launch_races():
+    x, seg = torch.randn(64, 32), torch.arange(64) * 4 // 64  # segments of 16 rows: two blocks each
+    acc, ids = torch.full((4, 32), float("nan")), torch.zeros(64, dtype=torch.int64)
+    with pytest.raises(KernelFault) as e:
+        build(segment_sums(atomic=False))(x, seg, acc, ids)
+    assert str(e.value) == (
+        f"{at('plain-rmw')}25: thread blocks race on 'Acc': element [0, 0] is read and stored by block 0 and by "
+        f"block 1 in the same kernel launch; blocks run at the same time on the GPU, so one block's store can "
+        f"overwrite another's update of the element (the CPU runs blocks one after another). Add into such an "
+        f"element with T.atomic_add, or give each block elements of its own and combine them in a later T.Kernel "
+        f"scope")
+    build(segment_sums(atomic=True))(x, seg, acc, ids)
+    torch.testing.assert_close(acc, x.view(4, 16, 32).sum(1), rtol=1e-5, atol=1e-5)
+    own = torch.arange(64) // 8  # a segment a block: each block reads and stores elements of its own
+    build(segment_sums(atomic=False, S=8))(x, own, torch.zeros(8, 32), ids)
+
+
 def test_a_global_shift_in_place_faults_with_the_global_memory_hint():
     """Not a read-modify-write (each iteration reads one element and writes another): the hint is the one for
     global memory, not the atomic update's."""
