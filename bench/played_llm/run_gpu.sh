@@ -3,7 +3,7 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session48|session47|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session44|session44b|session44c|session45|session46|session46b|session20|widths|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session48b|session48|session47|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session44|session44b|session44c|session45|session46|session46b|session20|widths|session2|session1|all]
 # Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
 # $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
@@ -95,8 +95,13 @@
 # whole-row kernel that the export kept for V=32000 (88 B local memory a thread); +race: the probe's turn 1 (block 0
 # zeroes the scalar in the launch that adds into it atomically: a KernelFault on the CPU at 2+ blocks, yet the export
 # served N=6451200,D=4 with it, checked there at 12 elements, one block).
+# session48b: rmsnorm_gated_residual, masked_scatter_mean, rope_interleaved_bwd (each turn 1, correct on the CPU);
+# +shared: the probe's turn 3 (interleaved pairs read and written through float32 shared tiles: 64-bit accesses to
+# G and GX, 32 KB shared a block, 38% occupancy); +race: masked_scatter_mean's scatter-add probe, judged correct on
+# the CPU at turn 1 and exported and archived, though its blocks add into the float32 sums with a plain
+# read-modify-write (`acc[seg[t], j] = acc[seg[t], j] + x`), which loses updates on a GPU: expected wrong there.
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session48|session47|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session44|session44b|session44c|session45|session46|session46b|session20|widths|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session48b|session48|session47|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session44|session44b|session44c|session45|session46|session46b|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-55}
 mkdir -p "$OUT"
@@ -305,6 +310,13 @@ SESSION48=(
   "smooth_l1_loss+race:answers/smooth_l1_loss_weak/turn1.py"
   "argmax_channels:answers/argmax_channels/turn1.py"
 )
+SESSION48B=(
+  "rmsnorm_gated_residual:answers/rmsnorm_gated_residual/turn1.py"
+  "masked_scatter_mean:answers/masked_scatter_mean/turn1.py"
+  "rope_interleaved_bwd:answers/rope_interleaved_bwd/turn1.py"
+  "rope_interleaved_bwd+shared:answers/rope_interleaved_bwd_weak2/turn3.py"
+  "masked_scatter_mean+race:answers/masked_scatter_mean_weak3/turn1.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -347,9 +359,10 @@ case "$WHICH" in
   session46b) ANSWERS=("${SESSION46B[@]}") ;;
   session47) ANSWERS=("${SESSION47[@]}") ;;
   session48) ANSWERS=("${SESSION48[@]}") ;;
+  session48b) ANSWERS=("${SESSION48B[@]}") ;;
   widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session48, session47, session46b, session46, session45, session44c, session44b, session44, session43, session42, session41, session40, session39, session38, session37, session36, session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session48b, session48, session47, session46b, session46, session45, session44c, session44b, session44, session43, session42, session41, session40, session39, session38, session37, session36, session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
