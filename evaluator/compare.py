@@ -232,7 +232,8 @@ def common_offset(out, ref, tol, ratio: bool = False) -> str | None:
     With ``ratio``, one factor a row instead ("times 0.9617 at 12 elements in row (4, 35), ..."; within 20% of its
     distance from 1): played
     LLM session 46, a decode's key mask one key too long added a term to each row's softmax denominator; one factor
-    for every row means deviations from 1 within 10% of each other."""
+    for every row means deviations from 1 within 10% of each other. Zeros are no factor (played LLM 48b: reads past
+    a table's end, named "times 0 ... a normalizer that is off")."""
     if out.dim() < 2 or out.shape[-1] < 2 or not out.is_floating_point():
         return None
     n = out.shape[-1]
@@ -253,7 +254,7 @@ def common_offset(out, ref, tol, ratio: bool = False) -> str | None:
         # factors about 1 +- 1e-3, all within 2% of each other: an fp16-accumulating GEMM's rows read as one each)
         slack = 0.2 * abs(mid - 1) + 2 * eps if ratio else 0.05 * abs(mid) + 2 * eps * (ro.abs() + abs(mid))
         kept += 1
-        if (abs(mid - 1) > 2 * eps if ratio else mid != 0) and math.isfinite(mid) and \
+        if (abs(mid - 1) > 2 * eps and mid != 0 if ratio else mid != 0) and math.isfinite(mid) and \
                 bool(((d - mid).abs() <= slack).all()):
             rows.append((row, mid, int(m.sum())))
     if len(rows) < 2 or len(rows) < 0.95 * kept:

@@ -313,6 +313,8 @@ def test_rows_off_by_one_factor_each_are_named_and_not_called_precision():
     assert common_offset(out, ref, tol) is None  # not one amount added a row
     noisy = (ref * (1 + 0.05 * torch.randn_like(ref))).bfloat16().float()
     assert common_offset(noisy, ref, tol, ratio=True) is None  # precision-like scatter: no one factor a row
+    zeros = ref * (torch.arange(3).view(1, 3, 1) != 1)  # played LLM 48b: rows read past a table's end are 0
+    assert common_offset(zeros, ref, tol, ratio=True) is None  # no factor: not "times 0 ... a normalizer"
 
 
 def test_a_mismatch_names_its_tail_and_the_configs_left_unchecked():
