@@ -360,3 +360,13 @@ def test_two_threads_tracing_at_once_leave_torch_nn_unpatched(tmp_path, monkeypa
     a_done.set()
     second.join(30)
     assert torch.nn.Module.__call__ is call
+
+
+def test_an_op_without_a_meta_kernel_fails_the_trace_without_printing_a_traceback(capfd):
+    """Played LLM 48b: every run of a reference calling torch.bincount began with a raw torch traceback (fx's
+    ShapeProp prints it before it raises); the trace's error says what failed, and nothing else is printed."""
+    from tileagent.drafters.builtin.graph import TraceError, trace_reference
+
+    with pytest.raises(TraceError, match="torch.fx could not trace Model.forward: RuntimeError: ShapeProp error"):
+        trace_reference(REPO / "bench" / "played_llm" / "refs" / "masked_scatter_mean.py")
+    assert "Traceback" not in capfd.readouterr().err

@@ -16,7 +16,9 @@ message.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
+import io
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -382,7 +384,8 @@ def trace_reference(path, config: dict | None = None) -> Traced:
     try:
         with TRACE_LOCK:
             gm = symbolic_trace(model)
-        ShapeProp(gm).propagate(*inputs)
+        with contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints the traceback of an op without a meta
+            ShapeProp(gm).propagate(*inputs)  # kernel before it raises (played LLM 48b: aten::bincount at start)
     except Exception as e:  # noqa: BLE001
         raise TraceError(f"torch.fx could not trace Model.forward: {type(e).__name__}: {str(e).splitlines()[0]}") \
             from e
