@@ -498,12 +498,16 @@ STEPS = (
          "cdist_l2 with each K block's six products promoted to a float32 total (the split alone failed under "
          "'offset' inputs), and segment_softmax (no verdict in 130 s in session 47) with its phases printed"),
     # group 36: what session 48 wrote without a device (no machine was lent): the played answers of sessions 47 and 48
-    Step("played_47_48", 36, "CAP=70 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played47\" session47 && "
-         "CAP=70 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played48\" session48", 540,
+    Step("played_47_48", 36, "CAP=60 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played47\" session47 && "
+         "CAP=60 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played48\" session48", 540,
          "session 47's answers (channel_softmax_nchw with and without its T.dynamic rows: what the CPU loop's new "
          "run-time-row rule is for) and session 48's (softmax_backward, smooth_l1_loss, argmax_channels; +rows: the "
          "88 B-spilling kernel the export kept; +race: the racing scalar loss a config checked in one block kept, "
-         "which the loop no longer serves)"))
+         "which the loop no longer serves)"),
+    Step("played_48b", 36, "CAP=60 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played48b\" session48b", 360,
+         "session 48b's answers (rmsnorm_gated_residual, masked_scatter_mean, rope_interleaved_bwd; +shared: the L004 "
+         "probe's final kernel, 64-bit accesses; +race: the plain read-modify-write from 2048 blocks the CPU loop "
+         "exported before the cross-block check, expected wrong on the GPU)"))
 
 
 def main(argv=None) -> int:
