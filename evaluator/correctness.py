@@ -667,8 +667,8 @@ class _ConfigCheck:
         elif ref.is_floating_point() and n_bad >= 4 and not c.nonfinite and \
                 (scaled := common_offset(out, ref, tol, ratio=True)):
             hint, systematic = (f"the differing values are the reference's {scaled}: one factor a row, a normalizer "
-                                f"that is off (a sum or a count with a term too many or too few: a mask one element "
-                                f"too long or short, a tail)"), True
+                                f"that is off (a sum or count with a term too many or too few: a mask, a tail; or "
+                                f"one over other values, e.g. taken before a gate, not after)"), True
         if math.isnan(got) and math.isinf(expected):
             hint = "NaN where the reference is infinite: inf - inf, 0 * inf or inf / inf in the kernel's arithmetic " \
                    "where the reference's gives one infinity, or an element the kernel never wrote"
