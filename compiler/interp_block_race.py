@@ -15,10 +15,10 @@ Out: ``check`` after the last block raises RaceFault at the DSL line of the stor
 two blocks: one that stored it and another that updated it atomically, or two that stored it, in the same launch;
 nothing otherwise.
 Guarantees: a race is an element that a plain write of one block and an atomic update of a different block both
-reach in one launch (in either order), or, in a buffer the kernel also reads, plain writes of two blocks. Not races:
-a block's own stores and updates of an element (its threads order them with barriers), atomic updates among
-themselves, writes in an earlier T.Kernel scope (another launch), two blocks' writes to one element of a buffer the
-kernel only writes (the same value written twice, as a flag, is common and harmless).
+reach in one launch (in either order), or, in a buffer the kernel also reads, plain writes of two blocks of which
+the later changes the value the earlier left (seen after each block). Not races: a block's own stores and updates of
+an element (its threads order them with barriers), atomic updates among themselves, writes in an earlier T.Kernel
+scope (another launch), the same value stored again (a flag), two blocks' writes to a buffer the kernel only writes.
 Not looked for: a block reading what another wrote (no record of loads).
 Cost: two int32 tensors the size of each watched buffer per launch, and an indexed write into them per watched
 store or update.
@@ -44,13 +44,16 @@ def watch(kernel, mem: dict) -> "BlockRaces | None":
     read |= {getattr(x, "buffer", x) for s in walk(kernel.body) for x in (getattr(s, "src", None),) if x is not None}
     rmw = {s.buffer for s in walk(kernel.body) if isinstance(s, Store) and s.buffer in read}
     bufs = [b for b in bufs | rmw if b.scope == "global" and b in mem]
-    return BlockRaces({b: mem[b].shape for b in bufs}, {b for b in rmw if b in bufs}) if bufs else None
+    return BlockRaces({b: mem[b].shape for b in bufs}, {b: mem[b] for b in rmw if b in bufs}) if bufs else None
 
 
 class BlockRaces:
-    def __init__(self, shapes: dict, rmw: set = frozenset()):
-        self.shapes, self.rmw = shapes, rmw
-        self.stored_twice: dict = {}  # rmw buffer -> (flat element, first block, second block, span) of the first
+    def __init__(self, shapes: dict, rmw: dict | None = None):
+        self.shapes, self.rmw = shapes, rmw or {}  # rmw: buffer read and stored by plain accesses -> its memory
+        self.owner = {b: torch.full((t.numel(),), -1, dtype=torch.int32) for b, t in self.rmw.items()}  # the last
+        self.value = {b: torch.empty(t.numel(), dtype=t.dtype) for b, t in self.rmw.items()}  # block to store an
+        self.touched: dict = {b: [] for b in self.rmw}  # element, and its value after that block; the elements the
+        self.stored_twice: dict = {}  # current block stores; buffer -> (element, first, second block) of a race
         self.stored = {b: torch.full((math.prod(s),), -1, dtype=torch.int32) for b, s in shapes.items()}
         self.updated = {b: torch.full((math.prod(s),), -1, dtype=torch.int32) for b, s in shapes.items()}
         self.updated_by_two = {b: torch.zeros((math.prod(s),), dtype=torch.bool) for b, s in shapes.items()}
@@ -59,7 +62,24 @@ class BlockRaces:
 
     def block(self, linear: int) -> None:
         """The block that runs from now on (its linear index in launch order)."""
+        self._settle()
         self.current = linear
+
+    def _settle(self) -> None:
+        """After a block: the elements of read-and-stored buffers it stored whose value it changed from the one
+        another block stored (the same value stored again, a flag, is no race); the first found is kept."""
+        for buf, parts in self.touched.items():
+            if parts and buf not in self.stored_twice:
+                flat = torch.unique(torch.cat(parts))
+                now, prior = self.rmw[buf].reshape(-1)[flat], self.owner[buf][flat]
+                was = self.value[buf][flat]
+                changed = (prior >= 0) & (prior != self.current) & (now != was) & ~(now.isnan() & was.isnan()
+                                                                                  if now.is_floating_point() else False)
+                if bool(changed.any()):
+                    k = int(changed.nonzero()[0])
+                    self.stored_twice[buf] = (int(flat[k]), int(prior[k]), self.current)
+                self.owner[buf][flat], self.value[buf][flat] = self.current, now
+            parts.clear()
 
     def note(self, buf, flat: torch.Tensor, span, atomic: bool) -> None:
         """A plain write (``atomic`` False) or an atomic update of the elements ``flat`` (linear indices) of
@@ -68,12 +88,8 @@ class BlockRaces:
             return
         self.spans.setdefault((buf, "atomic" if atomic else "store"), span)
         if not atomic:
-            if buf in self.rmw and buf not in self.stored_twice:
-                prior = self.stored[buf][flat]
-                other = (prior >= 0) & (prior != self.current)
-                if bool(other.any()):
-                    k = int(other.nonzero()[0])
-                    self.stored_twice[buf] = (int(flat[k]), int(prior[k]), self.current, span)
+            if buf in self.rmw:
+                self.touched[buf].append(flat)
             self.stored[buf][flat] = self.current
             return
         seen = self.updated[buf][flat]
@@ -81,7 +97,8 @@ class BlockRaces:
         self.updated[buf][flat] = torch.where(seen >= 0, seen, torch.full_like(seen, self.current))
 
     def check(self) -> None:
-        for buf, (k, first, second, span) in self.stored_twice.items():
+        self._settle()
+        for buf, (k, first, second) in self.stored_twice.items():
             element = tuple(int(i) for i in torch.unravel_index(torch.tensor(k), self.shapes[buf])) \
                 if self.shapes[buf] else ()
             raise RaceFault(
@@ -89,7 +106,7 @@ class BlockRaces:
                 f"and by block {second} in the same kernel launch; blocks run at the same time on the GPU, so one "
                 f"block's store can overwrite another's update of the element (the CPU runs blocks one after "
                 f"another). Add into such an element with T.atomic_add, or give each block elements of its own and "
-                f"combine them in a later T.Kernel scope", span)
+                f"combine them in a later T.Kernel scope", self.spans.get((buf, "store")))
         for buf, stored in self.stored.items():
             updated, two = self.updated[buf], self.updated_by_two[buf]
             race = (stored >= 0) & (updated >= 0) & (two | (updated != stored))

@@ -366,6 +366,16 @@ def test_a_read_modify_write_of_one_element_by_two_blocks_in_one_launch_races():
     own = torch.arange(64) // 8  # a segment a block: each block reads and stores elements of its own
     build(segment_sums(atomic=False, S=8))(x, own, torch.zeros(8, 32), ids)
 
+    @T.prim_func
+    def same_value(D: T.Tensor((16,), "float32")):
+        with T.Kernel(4, threads=32):
+            for j in T.Parallel(16):
+                D[j] = D[j] * 0.0 + 1.0  # every block stores what the others left: no race
+
+    d = torch.randn(16)
+    build(same_value)(d)
+    assert bool((d == 1.0).all())
+
 
 def test_a_global_shift_in_place_faults_with_the_global_memory_hint():
     """Not a read-modify-write (each iteration reads one element and writes another): the hint is the one for
