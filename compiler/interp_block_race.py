@@ -72,9 +72,9 @@ class BlockRaces:
             if parts and buf not in self.stored_twice:
                 flat = torch.unique(torch.cat(parts))
                 now, prior = self.rmw[buf].reshape(-1)[flat], self.owner[buf][flat]
-                was = self.value[buf][flat]
-                changed = (prior >= 0) & (prior != self.current) & (now != was) & ~(now.isnan() & was.isnan()
-                                                                                  if now.is_floating_point() else False)
+                bits = (now.view(torch.uint8).reshape(len(flat), -1) !=  # any dtype (fp8, bool); a NaN stored again
+                        self.value[buf][flat].view(torch.uint8).reshape(len(flat), -1)).any(1)  # is the same value
+                changed = (prior >= 0) & (prior != self.current) & bits
                 if bool(changed.any()):
                     k = int(changed.nonzero()[0])
                     self.stored_twice[buf] = (int(flat[k]), int(prior[k]), self.current)
