@@ -207,7 +207,7 @@ def _cell(o: Outcome | None) -> list[str]:
 
 def _missing(name: str) -> list[str]:
     """The modules program ``name`` imports for its baseline or helpers that are not installed here."""
-    needs = (FOLDER.get(name) or PROGRAMS[name])[3]
+    needs = _entry(name)[3]
     return [m for m in needs if m != "tvm" and importlib.util.find_spec(m) is None]
 
 
@@ -215,7 +215,7 @@ def run_program(name: str, ours_env: dict, theirs_env: dict | None, timeout: flo
                 ab_env: dict | None = None) -> tuple[list[str], str]:
     """One program on both sides, one after the other: its table row and a progress line. With ``ab_env`` (ours
     with switches set), ours runs that way first, and the row ends with that run's ms and default / switched."""
-    extra = (FOLDER.get(name) or PROGRAMS[name])[1]
+    extra = _entry(name)[1]
     args = " ".join(extra) or "defaults"
     if missing := _missing(name):  # a module the program imports for its baseline or helpers is not installed here
         skipped = Outcome(False, 0.0, reason=f"needs {', '.join(missing)}")
@@ -241,14 +241,19 @@ def run_program(name: str, ours_env: dict, theirs_env: dict | None, timeout: flo
     return row, line
 
 
+def _entry(name: str) -> tuple:
+    """Program ``name``'s (path, arguments, ...) row: the folder's, else the curated list's."""
+    return FOLDER.get(name) or PROGRAMS[name]
+
+
 def _path(name: str) -> Path:
     """Program ``name``'s file (a folder's program has an absolute path, which ``EXAMPLES /`` keeps)."""
-    return EXAMPLES / (FOLDER.get(name) or PROGRAMS[name])[0]
+    return EXAMPLES / _entry(name)[0]
 
 
 def _commands(name: str, ours_env: dict, theirs_env: dict | None) -> list[tuple[list[str], Path, dict]]:
     """(command, folder, environment) of each side of program ``name``, as ``run_program`` runs them."""
-    path, extra = _path(name), (FOLDER.get(name) or PROGRAMS[name])[1]
+    path, extra = _path(name), _entry(name)[1]
     out = [([sys.executable, "-m", "tileagent.tilelang", path.name, *extra], path.parent, ours_env)]
     return out + ([([sys.executable, path.name, *extra], path.parent, theirs_env)] if theirs_env else [])
 
@@ -348,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         left = args.budget - (time.perf_counter() - start) if args.budget is not None else float("inf")
         if left < max(15.0, statistics.median(took) if took else 0.0):
-            extra = (FOLDER.get(name) or PROGRAMS[name])[1]
+            extra = _entry(name)[1]
             rows.append([name, " ".join(extra) or "defaults", "not run (budget)", "-", "-",
                          *(["not run (budget)", "-", "-"] if theirs_env else ["-", "-", "-"]), "-"]
                         + (["-", "-"] if ab_env else []))

@@ -50,10 +50,9 @@ def watch(kernel, mem: dict) -> "BlockRaces | None":
 class BlockRaces:
     def __init__(self, shapes: dict, rmw: dict | None = None):
         self.shapes, self.rmw = shapes, rmw or {}  # rmw: buffer read and stored by plain accesses -> its memory
-        self.owner = {b: torch.full((t.numel(),), -1, dtype=torch.int32) for b, t in self.rmw.items()}  # the last
-        self.value = {b: torch.empty(t.numel(), dtype=t.dtype) for b, t in self.rmw.items()}  # block to store an
-        self.touched: dict = {b: [] for b in self.rmw}  # element, and its value after that block; the elements the
-        self.stored_twice: dict = {}  # current block stores; buffer -> (element, first, second block) of a race
+        self.value = {b: torch.empty(t.numel(), dtype=t.dtype) for b, t in self.rmw.items()}  # after its last storer
+        self.touched: dict = {b: [] for b in self.rmw}  # (elements, the block that stored each before) this block
+        self.stored_twice: dict = {}  # buffer -> (element, first block, second block) of its first race
         self.stored = {b: torch.full((math.prod(s),), -1, dtype=torch.int32) for b, s in shapes.items()}
         self.updated = {b: torch.full((math.prod(s),), -1, dtype=torch.int32) for b, s in shapes.items()}
         self.updated_by_two = {b: torch.zeros((math.prod(s),), dtype=torch.bool) for b, s in shapes.items()}
@@ -70,15 +69,15 @@ class BlockRaces:
         another block stored (the same value stored again, a flag, is no race); the first found is kept."""
         for buf, parts in self.touched.items():
             if parts and buf not in self.stored_twice:
-                flat = torch.unique(torch.cat(parts))
-                now, prior = self.rmw[buf].reshape(-1)[flat], self.owner[buf][flat]
+                flat, prior = (torch.cat(x) for x in zip(*parts))
+                now = self.rmw[buf].reshape(-1)[flat]
                 bits = (now.view(torch.uint8).reshape(len(flat), -1) !=  # any dtype (fp8, bool); a NaN stored again
                         self.value[buf][flat].view(torch.uint8).reshape(len(flat), -1)).any(1)  # is the same value
                 changed = (prior >= 0) & (prior != self.current) & bits
                 if bool(changed.any()):
                     k = int(changed.nonzero()[0])
                     self.stored_twice[buf] = (int(flat[k]), int(prior[k]), self.current)
-                self.owner[buf][flat], self.value[buf][flat] = self.current, now
+                self.value[buf][flat] = now
             parts.clear()
 
     def note(self, buf, flat: torch.Tensor, span, atomic: bool) -> None:
@@ -89,7 +88,7 @@ class BlockRaces:
         self.spans.setdefault((buf, "atomic" if atomic else "store"), span)
         if not atomic:
             if buf in self.rmw:
-                self.touched[buf].append(flat)
+                self.touched[buf].append((flat, self.stored[buf][flat]))  # a copy: who stored them before
             self.stored[buf][flat] = self.current
             return
         seen = self.updated[buf][flat]
