@@ -230,7 +230,8 @@ def render_feedback(result: EvalResult | None, *, problem: str | None = None, de
         spills = most_local_memory(result.plans)
         distinct = len({_cfg(c.evaluated_at or c.config) for c in result.configs})  # one check
         # stands for configs the interpreter runs alike (played LLM 44b: "3 checked" for 2 checks)
-        idle, narrow = idle_launch(plan_launches(result.plans)), narrow_rows(plan_launches(result.plans))
+        launches = plan_launches(result.plans)
+        idle, narrow = idle_launch(launches), narrow_rows(launches)
         head = UNTIMED_SPILLS.format(configs=distinct, device=device, bytes=spills[0],
                                      where=f"{spills[1]['kernel']} at {_cfg(spills[2])}",
                                      registers=spills[1]["registers"]) if spills[0] >= SPILL_BYTES else \
