@@ -507,7 +507,15 @@ STEPS = (
     Step("played_48b", 36, "CAP=60 bash bench/played_llm/run_gpu.sh \"$GPU_SESSION_OUT/played48b\" session48b", 360,
          "session 48b's answers (rmsnorm_gated_residual, masked_scatter_mean, rope_interleaved_bwd; +shared: the L004 "
          "probe's final kernel, 64-bit accesses; +race: the plain read-modify-write from 2048 blocks the CPU loop "
-         "exported before the cross-block check, expected wrong on the GPU)"))
+         "exported before the cross-block check, expected wrong on the GPU)"),
+    # group 37: session 49's row gathers (compiler.lower.gather), A/B against the element loop, next to TileLang
+    Step("row_gather_49", 37, "mkdir -p /tmp/tl /tmp/tlx && tar -xJf .tl/tl_site.tar.xz -C /tmp/tl && tar -xJf "
+         ".tl/tl_examples.tar.xz -C /tmp/tlx && python bench/tilelang_examples.py --folder /tmp/tlx/examples --only "
+         "deepseek_v32/sparse_mla_fwd.py,dsa_sparse_finetune/sparse_mla_fwd.py "
+         "--tilelang-site /tmp/tl --ab TILEAGENT_ROW_GATHER=0 --timeout 90 --markdown -v", 280,
+         "TileLang's sparse MLA forward (DeepSeek V3.2's and the DSA finetune's): their KV rows gathered by index "
+         "into shared tiles as cp.async pipeline producers (16-byte runs), against the element loop "
+         "(TILEAGENT_ROW_GATHER=0) and real TileLang in the same run"))
 
 
 def main(argv=None) -> int:

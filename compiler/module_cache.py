@@ -49,12 +49,12 @@ def code_switches() -> tuple:
     reductions sharing one round (TILEAGENT_FUSE_REDUCTIONS), barriers that order nothing dropped
     (TILEAGENT_DROP_BARRIERS: the first rule, =sides both), one-stage TMA pipelines (TILEAGENT_SINGLE_STAGE),
     hand-specialized arms' thread ranges stated (TILEAGENT_ARM_RANGES), the deferred gemm's split stages, early
-    rescale, anchor and trip-count rule (``defer_gemm.switches``). This cache's keys and @jit's in-process caches
+    rescale, anchor and trip-count rule (``defer_gemm.switches``), row gathers by runs (TILEAGENT_ROW_GATHER). This cache's keys and @jit's in-process caches
     hold them."""
     from tileagent.compiler.instructions import bulk_store
     from tileagent.compiler.instructions.tma import mode as tma_mode
     from tileagent.compiler.instructions.wgmma import m_major_a_enabled, overlap_enabled
-    from tileagent.compiler.lower import (arm_fences, coarsen, defer_gemm, early_loads, forward_shared,
+    from tileagent.compiler.lower import (arm_fences, coarsen, defer_gemm, early_loads, forward_shared, gather,
                                          redundant_barriers, reduce, single_stage, stage_epilogue, warp_specialize)
     from tileagent.compiler.targets.cuda_tma import arm_ranges_enabled, spin_limit
     from tileagent.compiler.targets.cuda_wgmma import opaque_mode
@@ -63,7 +63,7 @@ def code_switches() -> tuple:
             coarsen.enabled(), stage_epilogue.enabled(), m_major_a_enabled(), arm_fences.enabled(), opaque_mode(),
             bulk_store.enabled(), forward_shared.enabled(), early_loads.enabled(), reduce.fuse_enabled(),
             redundant_barriers.enabled(), redundant_barriers.sides_enabled(), single_stage.enabled(),
-            arm_ranges_enabled(), defer_gemm.switches())
+            arm_ranges_enabled(), defer_gemm.switches(), gather.enabled())
 
 
 def cache_key(func: PrimFunc, *parts: str) -> str:

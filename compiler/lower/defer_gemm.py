@@ -146,14 +146,15 @@ def late_producers(p, d: DeferredGemm) -> frozenset | None:
     """The indices of ``p``'s producers whose tiles only ``d.second`` reads (flash attention's V), when their stages
     can be filled and released apart from the others' (``SPLIT_ENV`` not 0; some producers, not all, are late; the
     early ones' tiles are not read by ``second``; ``middle`` and ``after`` read no staged tile), else None."""
+    from tileagent.compiler.lower.pipeline import producer_tile
     from tileagent.compiler.lower.smem import buffers_used
 
     if os.environ.get(SPLIT_ENV, "").strip() == "0":
         return None
     second = buffers_used(d.second)
-    late = frozenset(i for i, c in enumerate(p.producers) if c.dst.buffer in second)
-    early = {c.dst.buffer for i, c in enumerate(p.producers) if i not in late}
-    late_tiles = {p.producers[i].dst.buffer for i in late}
+    late = frozenset(i for i, c in enumerate(p.producers) if producer_tile(c) in second)
+    early = {producer_tile(c) for i, c in enumerate(p.producers) if i not in late}
+    late_tiles = {producer_tile(p.producers[i]) for i in late}
     rest = set().union(*(buffers_used(x) for x in d.middle + d.after))
     if not late or not early or early & second or rest & set(p.staged) or \
             any(buffers_used(x) & late_tiles for x in d.before + (d.first,)):

@@ -1,9 +1,10 @@
 """Lowering of ``T.Parallel`` nests and element statements (stores, let-bindings, ifs, scalar atomics).
 
 In: a Parallel loop with its layout (a Fragment over the iteration space), or element statements at kernel level.
-Out: thread-IR statements: the loop body once per register slot of the layout (unrolled), with the loop variables
-replaced by the iteration index each thread owns for that slot; element atomic adds of adjacent registers into
-adjacent global elements become vector atomics (``compiler.lower.vector_atomics``).
+Out: thread-IR statements: a row gather (``compiler.lower.gather``) by its runs; else the loop body once per register
+slot of the layout (unrolled), with the loop variables replaced by the iteration index each thread owns for that
+slot; element atomic adds of adjacent registers into adjacent global elements become vector atomics
+(``compiler.lower.vector_atomics``).
 Guarantees: padded iterations are skipped; replicas of an iteration (threads that run it redundantly because they
 hold the same fragment elements) update their registers but only replica 0 writes memory; let-bound names are
 unique per unrolled copy; element statements outside T.Parallel write memory from thread 0 only (they mean "once per
@@ -20,6 +21,7 @@ from tileagent.compiler.ir.simplify import static_int
 from tileagent.compiler.ir.visit import loads, stmt_exprs
 from tileagent.compiler.ir.stmt import Assert, AtomicAdd, If, Let, Parallel, Store
 from tileagent.compiler.lower.copy import and_, guarded, valid_condition
+from tileagent.compiler.lower.gather import lower_gather, row_gather
 from tileagent.compiler.layout.infer import divided_loop_var, loop_invariant, shifted_loop_var
 from tileagent.compiler.lower.slots import SlotLoops
 from tileagent.compiler.lower.vector_atomics import merge_vector_atomics
@@ -27,6 +29,9 @@ from tileagent.compiler.tir import THREAD
 
 
 def lower_parallel(ctx, loop: Parallel) -> list:
+    gather = row_gather(loop)
+    if gather is not None:  # rows of a global tensor picked by an index: runs of up to 16 bytes
+        return lower_gather(ctx, gather)
     layout = ctx.layouts.loops[loop]
     writer = _replica_only(ctx, layout)
     compact = _lower_as_loops(ctx, loop, layout, writer)

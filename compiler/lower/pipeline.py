@@ -81,6 +81,7 @@ from tileagent.compiler.ir.stmt import Alloc, Buffer, Copy, For, Gemm, If, Let, 
 from tileagent.compiler.ir.visit import leaves, loads, stmt_exprs, substitute, walk
 from tileagent.compiler.lower import defer_gemm, early_loads
 from tileagent.compiler.lower.copy import guarded, lower_copy
+from tileagent.compiler.lower.gather import lower_gather, row_gather
 from tileagent.compiler.lower.gemm import hoist_a_operand, hoistable_a
 from tileagent.compiler.tir import AsyncCommit, AsyncProxyFence, AsyncWait, Barrier, WgmmaWait
 
@@ -192,18 +193,18 @@ def _pipeline(loop: For, kernel_body, max_stages, one_stage) -> SoftwarePipeline
         body = [body[order.index(i)] for i in range(len(body))]
         stage = [stage[order.index(i)] for i in range(len(body))]
         chosen = [s for s, st in zip(body, stage) if st == 0]
-        if not all(_is_producer(s, loop, body, kernel_body, originals) for s in chosen):
+        if not all(_is_producer(s, loop, body, kernel_body, originals, stages) for s in chosen):
             log.info("T.Pipelined at %s: a statement of stage 0 is not a global -> shared copy the loop can issue "
                      "ahead; not pipelined", loop.span)
             return None
     else:
-        chosen = [s for s in body if _is_producer(s, loop, body, kernel_body, originals)]
+        chosen = [s for s in body if _is_producer(s, loop, body, kernel_body, originals, stages)]
     if not chosen:
         log.info("T.Pipelined at %s: no copy from global into a shared tile can be issued ahead; not pipelined",
                  loop.span)
         return None
     consumers = tuple(s for s in body if not any(s is c for c in chosen))
-    staged = tuple(dict.fromkeys(c.dst.buffer for c in chosen))
+    staged = tuple(dict.fromkeys(producer_tile(c) for c in chosen))
     return SoftwarePipeline(loop, stages, tuple(chosen), consumers, staged)
 
 
@@ -284,20 +285,29 @@ def _through_lets(body: list, originals: dict) -> tuple[list, dict]:
     return out, originals
 
 
-def _is_producer(s, loop: For, body, kernel_body, originals=None) -> bool:
-    """Whether copy ``s`` can be issued iterations ahead: global -> shared, indices fixed before the loop apart from
-    its variable, the only writer of its tile in the kernel, the tile read nowhere outside the loop body.
+def producer_tile(s) -> Buffer:
+    """The shared tile producer ``s`` (a T.copy or a row gather) fills."""
+    return s.dst.buffer if isinstance(s, Copy) else s.body[0].buffer
+
+
+def _is_producer(s, loop: For, body, kernel_body, originals=None, stages: int = 2) -> bool:
+    """Whether ``s`` can be issued iterations ahead: a global -> shared copy, or with two stages or more a row gather
+    (``compiler.lower.gather``: cp.async, never TMA), indices fixed before the loop apart from its variable, the only
+    writer of its tile in the kernel, the tile read nowhere outside the loop body.
     ``originals`` maps a copy ``_branch_copies`` or ``_through_lets`` made to the kernel's own statement."""
     from tileagent.compiler.lower.barriers import shared_effects
 
-    if not isinstance(s, Copy) or s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared":
-        return False
-    if not _fixed_in_loop(tuple(s.src.starts) + tuple(s.dst.starts), body):
+    gather = row_gather(s) if stages > 1 else None
+    if gather is not None:  # the loop's own variables are no values of the pipeline's iterations
+        if not _fixed_in_loop(substitute(gather.src_indices, {v: 0 for v in s.vars}), body):
+            return False
+    elif not isinstance(s, Copy) or s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared" or \
+            not _fixed_in_loop(tuple(s.src.starts) + tuple(s.dst.starts), body):
         return False
     originals = originals or {}
-    tile, inside = s.dst.buffer, set(map(id, walk(tuple(body) + tuple(originals.values()))))
+    tile, inside = producer_tile(s), set(map(id, walk(tuple(body) + tuple(originals.values()))))
     leaf = set(map(id, leaves(kernel_body)))
-    replaced = set(map(id, walk((originals[id(s)],)))) if id(s) in originals else set()
+    replaced = set(map(id, walk((originals[id(s)],) if id(s) in originals else (s,))))
     for x in walk(kernel_body):
         if x is s or id(x) in replaced or isinstance(x, Alloc):
             continue
@@ -405,8 +415,11 @@ def lower_pipeline(lowering, p: SoftwarePipeline) -> list:
         view = ctx.derive(stage_base={b: make_binop("*", stage, n) for b, n in strides.items()}, async_copies=True)
         out = []
         for c in p.producers:
-            out += lower_copy(view, replace(c, src=substitute(c.src, {v: iteration}),
-                                            dst=substitute(c.dst, {v: iteration})))
+            if isinstance(c, Copy):
+                out += lower_copy(view, replace(c, src=substitute(c.src, {v: iteration}),
+                                                dst=substitute(c.dst, {v: iteration})))
+            else:
+                out += lower_gather(view, row_gather(c), {v: iteration})
         return out
 
     out = hoisted_operands(ctx, p)
@@ -448,6 +461,10 @@ def tma_plans(ctx, p: SoftwarePipeline) -> list | None:
 
     if getattr(ctx, "tma", None) is None or not pipeline_uses_tma(p.body):
         return None
+    for c in p.producers:
+        if not isinstance(c, Copy):
+            ctx.note_instruction(c, "no TMA: a row gather (cp.async)")
+            return None
 
     view = ctx.derive(stage_base={b: 0 for b in p.staged})
     plans = []

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 from tileagent.compiler.ir.expr import make_cmp
 from tileagent.compiler.ir.simplify import depends_on
-from tileagent.compiler.ir.stmt import For, Let
+from tileagent.compiler.ir.stmt import Copy, For, Let
 from tileagent.compiler.ir.visit import loads, walk
 from tileagent.compiler.tir import THREAD, Declare, SetMaxNReg, WarpSpecialize
 
@@ -104,6 +104,8 @@ def candidate(plan, target, disabled: bool = False) -> WsPlan | None:
     path = _path(body, p)
     if path is None or not pipeline_uses_tma(p.body) or any(isinstance(x, For) and exits_early(x) for x in path):
         return None  # a loop a break/continue may leave: the producer's copy of it would not know when
+    if not all(isinstance(c, Copy) for c in p.producers):
+        return None  # a row gather (compiler.lower.gather) is no TMA load
     top = path[0] if path else p
     before = body[:next(n for n, x in enumerate(body) if x is top)]
     lets = tuple(x.var for x in before if isinstance(x, Let))

@@ -1,0 +1,110 @@
+"""Row gathers: ``T.Parallel`` loops that fill a shared tile with rows of a global tensor picked by an index.
+
+In: a ``T.Parallel`` loop of tile IR and the LowerContext. ``row_gather`` recognizes the form
+``for i, ..., d in T.Parallel(...): S[i, ..., d] = G[e0, ..., d + c]``: one store into a shared tile S, indexed by
+the loop's variables in order over S's whole shape, of a load of a global tensor G of the same dtype, whose last
+index is the loop's last variable plus an offset free of the loop's variables and whose other indices do not use the
+last variable (they may read global tensors: TileLang's sparse MLA gathers ``KV[b, Indices[b, s, g, k * BI + i], g,
+d]``). ``lower_gather`` moves each thread's runs of the last dim as one access of up to 16 bytes: one in-bounds test
+and one read of the index per run, not per element; in a software pipeline's producers (``ctx.async_copies``) a run
+of 4, 8 or 16 bytes is one ``cp.async`` (``compiler.lower.pipeline`` issues such loops iterations ahead).
+Out: thread-IR statements.
+Why: the element loop read the row 2 bytes at a time, each element behind its own test of the gathered index, and
+such a loop was never a pipeline producer: TileLang's sparse MLA and NSA kernels loaded their K/V rows synchronously
+at the top of every iteration.
+Switch: ``TILEAGENT_ROW_GATHER=0`` lowers such loops element by element again (an A/B of this module).
+Guarantees: the same elements as the element loop: a run whose row lies outside G reads nothing and writes zeros
+(the element loop's out-of-bounds reads gave 0); runs are contiguous and aligned on both sides (G's last dim is
+static and a multiple of the width, the offset a known multiple of it, no run crosses a swizzled 16-byte chunk).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tileagent.compiler.ir.expr import BinOp, Load, Var
+from tileagent.compiler.ir.simplify import depends_on, static_int
+from tileagent.compiler.ir.stmt import Buffer, Parallel, Region, Store
+from tileagent.compiler.ir.visit import loads, substitute
+
+
+@dataclass(frozen=True)
+class RowGather:
+    """A recognized gather loop: ``dst[vars] = src[src_indices]`` (``src_indices`` over ``loop.vars``)."""
+
+    loop: Parallel
+    dst: Buffer
+    src: Buffer
+    src_indices: tuple
+
+    @property
+    def extents(self) -> tuple:
+        return tuple(static_int(n) for n in self.loop.extents)
+
+
+def enabled() -> bool:
+    """Whether row gathers are lowered by this module (``TILEAGENT_ROW_GATHER`` is not 0)."""
+    return os.environ.get("TILEAGENT_ROW_GATHER", "").strip() != "0"
+
+
+def row_gather(loop) -> RowGather | None:
+    """The loop as a RowGather, or None when it is not of the form the module docstring names (or not ``enabled``)."""
+    if not enabled() or not isinstance(loop, Parallel) or len(loop.body) != 1 or not isinstance(loop.body[0], Store):
+        return None
+    store = loop.body[0]
+    dst, value = store.buffer, store.value
+    if dst.scope != "shared" or not isinstance(value, Load) or value.buffer.scope != "global" or \
+            value.buffer.dtype != dst.dtype:
+        return None
+    extents = [static_int(n) for n in loop.extents]
+    if None in extents or len(store.indices) != len(loop.vars) or \
+            any(i is not v for i, v in zip(store.indices, loop.vars)) or \
+            tuple(extents) != tuple(static_int(n) for n in dst.shape):
+        return None
+    last, indices = loop.vars[-1], tuple(value.indices)
+    if any(depends_on(e, [last]) for e in indices[:-1]) or _offset(indices[-1], last) is None:
+        return None
+    if any(ld.buffer.scope != "global" for e in indices for ld in loads(e)):
+        return None  # an index read from registers or shared memory: each thread's own, not the run's
+    return RowGather(loop, dst, value.buffer, indices)
+
+
+def _offset(e, last: Var):
+    """c when ``e`` is ``last + c`` (or ``c + last``, or ``last``: c = 0) with c free of ``last``, else None."""
+    if e is last:
+        return 0
+    if isinstance(e, BinOp) and e.op == "+":
+        for a, b in ((e.a, e.b), (e.b, e.a)):
+            if a is last and not depends_on(b, [last]):
+                return b
+    return None
+
+
+def lower_gather(ctx, g: RowGather, subst: dict | None = None) -> list:
+    """Thread IR of ``g`` (``subst``: tile-IR values for variables outside the loop, such as a pipeline producer's
+    iteration ahead)."""
+    from tileagent.compiler.instructions import select_copy
+    from tileagent.compiler.instructions.copy import Run
+    from tileagent.compiler.layout import make_blocked
+    from tileagent.compiler.lower.copy import _vector_ok, valid_condition
+    from tileagent.compiler.lower.slots import SlotLoops
+    from tileagent.compiler.tir import THREAD
+
+    loop, coords = g.loop, g.extents
+    indices = substitute(g.src_indices, subst or {})
+    layout = make_blocked(coords, ctx.threads, max(1, 16 // g.dst.dtype.bytes))
+    dst = Region.whole(g.dst)
+    src = Region(g.src, (0,) * (g.src.ndim - 1) + (_offset(indices[-1], loop.vars[-1]),),
+                 (1,) * (g.src.ndim - 1) + (coords[-1],))  # what _vector_ok asks of the source: its last dim
+    width = layout.vector_width
+    while width > 1 and not (_vector_ok(ctx, src, coords, width) and _vector_ok(ctx, dst, coords, width)):
+        width //= 2
+    instruction = select_copy(src, dst, width, ctx.async_copies, getattr(ctx, "target", None))
+    ctx.note_instruction(loop, f"row gather: {instruction.describe(src, width)}")
+    loops = SlotLoops(ctx, layout, vector=width)
+    c = loops.index(THREAD)
+    s_idx = tuple(ctx.rewrite(e, dict(zip(loop.vars, c))) for e in indices)
+    run = Run(width, s_idx, tuple(c), ctx.offset(g.src, s_idx), ctx.offset(g.dst, tuple(c)),
+              ctx.in_bounds(g.src, s_idx), True, valid_condition(ctx, layout, c, write=True))
+    return loops.nest(instruction.build(ctx, loop, src, dst, run))
