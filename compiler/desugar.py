@@ -17,7 +17,8 @@ tests are uniform over the block (they read no loop variable): the smallest and 
 over the tile's box, from the signs of its coefficients. This is how causal attention's mask (``bx * bM + i >= k * bN +
 j``) costs a compare and a select per element only on the tiles the diagonal crosses, and a ragged-length mask only on
 the last tile. Values are those of the loop, element for element (the branch taken is the select's outcome at every
-point).
+point). A row gather's mask (``T.if_then_else(row < n, G[row, d], 0)`` into a shared tile) stays: the gather's
+lowering tests it once per run of the row, and only the loop as written can be a pipeline producer.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tileagent.compiler.dtypes import DType
 from tileagent.compiler.ir.expr import Cast, Cmp, Load, Select, Var, make_binop, make_cast, make_cmp
 from tileagent.compiler.ir.simplify import additive_terms, depends_on, static_int, sum_of_terms
 from tileagent.compiler.ir.stmt import Copy, If, Parallel, PrimFunc, Region, Store
+from tileagent.compiler.lower.gather import row_gather
 
 
 def desugar(func: PrimFunc) -> PrimFunc:
@@ -63,7 +65,8 @@ _FLIP = {">=": (1, 0), ">": (1, 1), "<=": (-1, 0), "<": (-1, 1)}  # a op b <=> s
 
 def _split_mask(s):
     """The If a masking T.Parallel loop becomes, or ``s`` itself."""
-    if not isinstance(s, Parallel) or len(s.body) != 1 or not isinstance(s.body[0], Store):
+    if not isinstance(s, Parallel) or len(s.body) != 1 or not isinstance(s.body[0], Store) or \
+            row_gather(s) is not None:  # rows under a row condition: tested once a run (compiler.lower.gather)
         return s
     store = s.body[0]
     value, cast = store.value, None

@@ -114,3 +114,48 @@ def test_switched_off_the_loop_moves_elements_and_stays_in_place(monkeypatch):
     out = torch.empty(2, 16)
     kernel(kv, idx, out)
     torch.testing.assert_close(out, kv[idx.long()].float().sum(1), rtol=1e-3, atol=1e-3)
+
+
+def _varlen_sum(R, D, BN, n_blocks, form):
+    """O[s, d] = sum of X[start_s + j, d] over the rows j < len_s of sequence s (cu_seqlens), tiles of BN rows filled
+    under a row condition, zeros past the sequence (TileLang's varlen attention backward fills K and V so)."""
+
+    @T.prim_func
+    def main(X: T.Tensor((R, D), "float16"), Cu: T.Tensor((3,), "int32"), O: T.Tensor((2, D), "float32")):
+        with T.Kernel(2, threads=64) as bx:
+            rows = T.alloc_shared((BN, D), "float16")
+            part = T.alloc_fragment((BN, D), "float32")
+            total = T.alloc_fragment((D,), "float32")
+            acc = T.alloc_fragment((D,), "float32")
+            start = Cu[bx]
+            length = Cu[bx + 1] - Cu[bx]
+            T.clear(acc)
+            for k in T.Pipelined(n_blocks, num_stages=2):
+                for i, d in T.Parallel(BN, D):
+                    if form == "if":
+                        if k * BN + i < length:
+                            rows[i, d] = X[start + k * BN + i, d]
+                        else:
+                            rows[i, d] = 0
+                    else:
+                        rows[i, d] = T.if_then_else(k * BN + i < length, X[start + k * BN + i, d], 0)
+                for i, d in T.Parallel(BN, D):
+                    part[i, d] = rows[i, d]
+                T.reduce_sum(part, total, dim=0)
+                for d in T.Parallel(D):
+                    acc[d] += total[d]
+            T.copy(acc, O[bx, :])
+
+    return main
+
+
+@pytest.mark.parametrize("form", ["if", "if_then_else"])
+def test_rows_under_a_row_condition(form):
+    kernel = tileagent.compile(_varlen_sum(40, 32, 8, 3, form), target="sim:sm_90a")
+    assert "software pipeline: 2 stages of rows" in kernel.get_ir(after="plan_pipelines")
+    assert "row gather: cp.async 8B" in kernel.get_ir("thread")
+    x, cu = torch.randn(40, 32, dtype=torch.float16), torch.tensor([0, 13, 37], dtype=torch.int32)
+    out = torch.full((2, 32), float("nan"))
+    kernel(x, cu, out)  # the second sequence's 24 rows: all three tiles; the first's 13: rows past it read as zeros
+    torch.testing.assert_close(out, torch.stack([x[:13].float().sum(0), x[13:37].float().sum(0)]),
+                               rtol=1e-3, atol=1e-3)

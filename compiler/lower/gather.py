@@ -5,7 +5,9 @@ In: a ``T.Parallel`` loop of tile IR and the LowerContext. ``row_gather`` recogn
 the loop's variables in order over S's whole shape, of a load of a global tensor G of the same dtype, whose last
 index is the loop's last variable plus an offset free of the loop's variables and whose other indices do not use the
 last variable (they may read global tensors: TileLang's sparse MLA gathers ``KV[b, Indices[b, s, g, k * BI + i], g,
-d]``). ``lower_gather`` moves each thread's runs of the last dim as one access of up to 16 bytes: one in-bounds test
+d]``); also the load under a row condition that does not use the last variable, zeros elsewhere:
+``T.if_then_else(cond, G[...], 0)``, or ``if cond: S[...] = G[...] else: S[...] = 0`` (TileLang's varlen attention
+backward fills its K and V tiles so). ``lower_gather`` moves each thread's runs of the last dim as one access of up to 16 bytes: one in-bounds test
 and one read of the index per run, not per element; in a software pipeline's producers (``ctx.async_copies``) a run
 of 4, 8 or 16 bytes is one ``cp.async`` (``compiler.lower.pipeline`` issues such loops iterations ahead).
 Out: thread-IR statements.
@@ -13,19 +15,19 @@ Why: the element loop read the row 2 bytes at a time, each element behind its ow
 such a loop was never a pipeline producer: TileLang's sparse MLA and NSA kernels loaded their K/V rows synchronously
 at the top of every iteration.
 Switch: ``TILEAGENT_ROW_GATHER=0`` lowers such loops element by element again (an A/B of this module).
-Guarantees: the same elements as the element loop: a run whose row lies outside G reads nothing and writes zeros
-(the element loop's out-of-bounds reads gave 0); runs are contiguous and aligned on both sides (G's last dim is
+Guarantees: the same elements as the element loop: a run whose row lies outside G, or whose row condition is false,
+reads nothing and writes zeros (the element loop's out-of-bounds reads gave 0); runs are contiguous and aligned on both sides (G's last dim is
 static and a multiple of the width, the offset a known multiple of it, no run crosses a swizzled 16-byte chunk).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from tileagent.compiler.ir.expr import BinOp, Load, Var
+from tileagent.compiler.ir.expr import BinOp, Cast, Const, Load, Select, Var
 from tileagent.compiler.ir.simplify import depends_on, static_int
-from tileagent.compiler.ir.stmt import Buffer, Parallel, Region, Store
+from tileagent.compiler.ir.stmt import Buffer, If, Parallel, Region, Store
 from tileagent.compiler.ir.visit import loads, substitute
 
 
@@ -37,6 +39,12 @@ class RowGather:
     dst: Buffer
     src: Buffer
     src_indices: tuple
+    cond: object = True  # the row condition (over the loop's variables but the last): zeros where it is false
+
+    @property
+    def exprs(self) -> tuple:
+        """The expressions a run's source and condition are computed from."""
+        return self.src_indices + (() if self.cond is True else (self.cond,))
 
     @property
     def extents(self) -> tuple:
@@ -50,10 +58,13 @@ def enabled() -> bool:
 
 def row_gather(loop) -> RowGather | None:
     """The loop as a RowGather, or None when it is not of the form the module docstring names (or not ``enabled``)."""
-    if not enabled() or not isinstance(loop, Parallel) or len(loop.body) != 1 or not isinstance(loop.body[0], Store):
+    if not enabled() or not isinstance(loop, Parallel) or len(loop.body) != 1:
         return None
-    store = loop.body[0]
-    dst, value = store.buffer, store.value
+    found = _conditional_store(loop.body[0])
+    if found is None:
+        return None
+    cond, store = found
+    dst, value = store.buffer, _uncast(store.value)
     if dst.scope != "shared" or not isinstance(value, Load) or value.buffer.scope != "global" or \
             value.buffer.dtype != dst.dtype:
         return None
@@ -62,12 +73,41 @@ def row_gather(loop) -> RowGather | None:
             any(i is not v for i, v in zip(store.indices, loop.vars)) or \
             tuple(extents) != tuple(static_int(n) for n in dst.shape):
         return None
-    last, indices = loop.vars[-1], tuple(value.indices)
-    if any(depends_on(e, [last]) for e in indices[:-1]) or _offset(indices[-1], last) is None:
+    last, indices, conds = loop.vars[-1], tuple(value.indices), () if cond is True else (cond,)
+    if any(depends_on(e, [last]) for e in indices[:-1] + conds) or _offset(indices[-1], last) is None:
         return None
-    if any(ld.buffer.scope != "global" for e in indices for ld in loads(e)):
+    if any(ld.buffer.scope != "global" for e in indices + conds for ld in loads(e)):
         return None  # an index read from registers or shared memory: each thread's own, not the run's
-    return RowGather(loop, dst, value.buffer, indices)
+    return RowGather(loop, dst, value.buffer, indices, cond)
+
+
+def _conditional_store(s) -> tuple | None:
+    """(cond, the Store of the load) when ``s`` stores a value where ``cond`` holds and zeros elsewhere (cond True:
+    always), else None."""
+    if isinstance(s, Store):
+        value = _uncast(s.value)
+        if isinstance(value, Select) and _zero(value.b):
+            return value.cond, replace(s, value=value.a)
+        return True, s
+    if isinstance(s, If) and len(s.then_body) == len(s.else_body) == 1 and \
+            all(isinstance(x, Store) for x in s.then_body + s.else_body):
+        (a,), (b,) = s.then_body, s.else_body
+        if b.buffer is a.buffer and len(a.indices) == len(b.indices) and \
+                all(x is y for x, y in zip(a.indices, b.indices)) and _zero(b.value):
+            return s.cond, a
+    return None
+
+
+def _uncast(e):
+    """``e`` without casts that keep its dtype."""
+    while isinstance(e, Cast) and e.value.dtype == e.dtype:
+        e = e.value
+    return e
+
+
+def _zero(e) -> bool:
+    e = e.value if isinstance(e, Cast) else e
+    return isinstance(e, Const) and e.value == 0
 
 
 def _offset(e, last: Var):
@@ -87,7 +127,7 @@ def lower_gather(ctx, g: RowGather, subst: dict | None = None) -> list:
     from tileagent.compiler.instructions import select_copy
     from tileagent.compiler.instructions.copy import Run
     from tileagent.compiler.layout import make_blocked
-    from tileagent.compiler.lower.copy import _vector_ok, valid_condition
+    from tileagent.compiler.lower.copy import _vector_ok, and_, valid_condition
     from tileagent.compiler.lower.slots import SlotLoops
     from tileagent.compiler.tir import THREAD
 
@@ -105,6 +145,7 @@ def lower_gather(ctx, g: RowGather, subst: dict | None = None) -> list:
     loops = SlotLoops(ctx, layout, vector=width)
     c = loops.index(THREAD)
     s_idx = tuple(ctx.rewrite(e, dict(zip(loop.vars, c))) for e in indices)
-    run = Run(width, s_idx, tuple(c), ctx.offset(g.src, s_idx), ctx.offset(g.dst, tuple(c)),
-              ctx.in_bounds(g.src, s_idx), True, valid_condition(ctx, layout, c, write=True))
+    inside = and_(ctx.rewrite(substitute(g.cond, subst or {}), dict(zip(loop.vars, c))), ctx.in_bounds(g.src, s_idx))
+    run = Run(width, s_idx, tuple(c), ctx.offset(g.src, s_idx), ctx.offset(g.dst, tuple(c)), inside, True,
+              valid_condition(ctx, layout, c, write=True))
     return loops.nest(instruction.build(ctx, loop, src, dst, run))

@@ -287,7 +287,7 @@ def _through_lets(body: list, originals: dict) -> tuple[list, dict]:
 
 def producer_tile(s) -> Buffer:
     """The shared tile producer ``s`` (a T.copy or a row gather) fills."""
-    return s.dst.buffer if isinstance(s, Copy) else s.body[0].buffer
+    return s.dst.buffer if isinstance(s, Copy) else row_gather(s).dst
 
 
 def _is_producer(s, loop: For, body, kernel_body, originals=None, stages: int = 2) -> bool:
@@ -299,7 +299,7 @@ def _is_producer(s, loop: For, body, kernel_body, originals=None, stages: int = 
 
     gather = row_gather(s) if stages > 1 else None
     if gather is not None:  # the loop's own variables are no values of the pipeline's iterations
-        if not _fixed_in_loop(substitute(gather.src_indices, {v: 0 for v in s.vars}), body):
+        if not _fixed_in_loop(substitute(gather.exprs, {v: 0 for v in s.vars}), body):
             return False
     elif not isinstance(s, Copy) or s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared" or \
             not _fixed_in_loop(tuple(s.src.starts) + tuple(s.dst.starts), body):
