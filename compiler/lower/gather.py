@@ -7,17 +7,19 @@ index is the loop's last variable plus an offset free of the loop's variables an
 last variable (they may read global tensors: TileLang's sparse MLA gathers ``KV[b, Indices[b, s, g, k * BI + i], g,
 d]``); also the load under a row condition that does not use the last variable, zeros elsewhere:
 ``T.if_then_else(cond, G[...], 0)``, or ``if cond: S[...] = G[...] else: S[...] = 0`` (TileLang's varlen attention
-backward fills its K and V tiles so). ``lower_gather`` moves each thread's runs of the last dim as one access of up to 16 bytes: one in-bounds test
-and one read of the index per run, not per element; in a software pipeline's producers (``ctx.async_copies``) a run
-of 4, 8 or 16 bytes is one ``cp.async`` (``compiler.lower.pipeline`` issues such loops iterations ahead).
+backward fills its K and V tiles so). ``lower_gather`` moves each thread's runs of the last dim as one access of up
+to 16 bytes: one in-bounds test and one read of the index per run, not per element; in a software pipeline's
+producers (``ctx.async_copies``) a run of 4, 8 or 16 bytes is one ``cp.async`` (``compiler.lower.pipeline`` issues
+such loops iterations ahead).
 Out: thread-IR statements.
 Why: the element loop read the row 2 bytes at a time, each element behind its own test of the gathered index, and
 such a loop was never a pipeline producer: TileLang's sparse MLA and NSA kernels loaded their K/V rows synchronously
 at the top of every iteration.
 Switch: ``TILEAGENT_ROW_GATHER=0`` lowers such loops element by element again (an A/B of this module).
 Guarantees: the same elements as the element loop: a run whose row lies outside G, or whose row condition is false,
-reads nothing and writes zeros (the element loop's out-of-bounds reads gave 0); runs are contiguous and aligned on both sides (G's last dim is
-static and a multiple of the width, the offset a known multiple of it, no run crosses a swizzled 16-byte chunk).
+reads nothing and writes zeros (the element loop's out-of-bounds reads gave 0); runs are contiguous and aligned on
+both sides (G's last dim is static and a multiple of the width, the offset a known multiple of it, no run crosses a
+swizzled 16-byte chunk).
 """
 
 from __future__ import annotations
