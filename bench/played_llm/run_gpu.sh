@@ -3,7 +3,7 @@
 # `tileagent eval` over all configs of the op's CONFIGS grid, one JSON record per op under $1, then print
 # op -> correct, min speedup vs eager and vs torch.compile over the configs.
 #
-# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session48b|session48|session47|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session44|session44b|session44c|session45|session46|session46b|session20|widths|session2|session1|all]
+# Usage (from the repository root, on the H200):  bash bench/played_llm/run_gpu.sh /tmp/played_gpu [session3|session49|session48b|session48|session47|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session44|session44b|session44c|session45|session46|session46b|session20|widths|session2|session1|all]
 # Default session3: the five ops played in session 3 (causal_softmax, groupnorm and cross_entropy replayed after the
 # CPU check of too-large configs at SMALL_CONFIG sizes; the new masked_mean_pool and embed_pos), each op capped at
 # $CAP s (default 55) by `timeout`, 2 seeds per config: < 5 minutes; a capped op shows "timeout". session2 and session1 re-run the five
@@ -95,13 +95,17 @@
 # whole-row kernel that the export kept for V=32000 (88 B local memory a thread); +race: the probe's turn 1 (block 0
 # zeroes the scalar in the launch that adds into it atomically: a KernelFault on the CPU at 2+ blocks, yet the export
 # served N=6451200,D=4 with it, checked there at 12 elements, one block).
+# session49: paged_kv_gather (turn 1), triplet_margin_loss (turn 1), cummax_lastdim (turn 3), each correct on the CPU;
+# +rowgather: the probe's turn 2, the same gather written as a T.Parallel fill of a shared tile with rows picked by
+# the block table under a row condition (T.if_then_else(s < n, K[BT[b, s // BS], s % BS, d], 0)), the form the
+# product just learned to lower as 16-byte runs: an A/B against the T.copy-origin gather of turn 1.
 # session48b: rmsnorm_gated_residual, masked_scatter_mean, rope_interleaved_bwd (each turn 1, correct on the CPU);
 # +shared: the probe's turn 3 (interleaved pairs read and written through float32 shared tiles: 64-bit accesses to
 # G and GX, 32 KB shared a block, 38% occupancy); +race: masked_scatter_mean's scatter-add probe, judged correct on
 # the CPU at turn 1 and exported and archived, though its blocks add into the float32 sums with a plain
 # read-modify-write (`acc[seg[t], j] = acc[seg[t], j] + x`), which loses updates on a GPU: expected wrong there.
 set -u
-OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session48b|session48|session47|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session44|session44b|session44c|session45|session46|session46b|session20|widths|session2|session1|all]}
+OUT=${1:?usage: run_gpu.sh OUTDIR [session3|session49|session48b|session48|session47|session24|session24b|session24c|session25|session25b|session26|session27|session33|session35|session36|session37|session38|session39|session40|session41|session42|session43|session44|session44b|session44c|session45|session46|session46b|session20|widths|session2|session1|all]}
 WHICH=${2:-session3}
 CAP=${CAP:-55}
 mkdir -p "$OUT"
@@ -317,6 +321,12 @@ SESSION48B=(
   "rope_interleaved_bwd+shared:answers/rope_interleaved_bwd_weak2/turn3.py"
   "masked_scatter_mean+race:answers/masked_scatter_mean_weak3/turn1.py"
 )
+SESSION49=(
+  "paged_kv_gather:answers/paged_kv_gather/turn1.py"
+  "paged_kv_gather+rowgather:answers/paged_kv_gather_weak/turn2.py"
+  "triplet_margin_loss:answers/triplet_margin_loss/turn1.py"
+  "cummax_lastdim:answers/cummax_lastdim/turn3.py"
+)
 # every op once, with its latest answer (session 3's for the ops replayed there)
 ALL=(
   "rotary:answers/rotary/turn2.py"
@@ -360,9 +370,10 @@ case "$WHICH" in
   session47) ANSWERS=("${SESSION47[@]}") ;;
   session48) ANSWERS=("${SESSION48[@]}") ;;
   session48b) ANSWERS=("${SESSION48B[@]}") ;;
+  session49) ANSWERS=("${SESSION49[@]}") ;;
   widths) ANSWERS=("${WIDTHS[@]}") ;;
   all) ANSWERS=("${ALL[@]}") ;;
-  *) echo "run_gpu.sh: unknown selection '$WHICH' (session48b, session48, session47, session46b, session46, session45, session44c, session44b, session44, session43, session42, session41, session40, session39, session38, session37, session36, session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
+  *) echo "run_gpu.sh: unknown selection '$WHICH' (session49, session48b, session48, session47, session46b, session46, session45, session44c, session44b, session44, session43, session42, session41, session40, session39, session38, session37, session36, session35, session33, session27, session26, session25b, session25, session24, session24b, session24c, session20, session3, widths, session2, session1 or all)" >&2; exit 2 ;;
 esac
 for entry in "${ANSWERS[@]}"; do
   [ -f "$HERE/${entry#*:}" ] || { echo "run_gpu.sh: missing answer file $HERE/${entry#*:}" >&2; exit 2; }
