@@ -159,3 +159,36 @@ def test_rows_under_a_row_condition(form):
     kernel(x, cu, out)  # the second sequence's 24 rows: all three tiles; the first's 13: rows past it read as zeros
     torch.testing.assert_close(out, torch.stack([x[:13].float().sum(0), x[13:37].float().sum(0)]),
                                rtol=1e-3, atol=1e-3)
+
+
+def _paged_gather(BS, HD, block_s):
+    """A vLLM-style paged cache gathered into rows (played LLM 49's answer): token s of sequence b is row s % BS of
+    page BT[b, s // BS]; zeros at and past the sequence's length."""
+    NB, B, MB, S = T.dynamic("NB, B, MB, S")
+
+    @T.prim_func
+    def main(K: T.Tensor((NB, BS, HD), "float16"), BT: T.Tensor((B, MB), "int32"), SL: T.Tensor((B,), "int32"),
+             Out: T.Tensor((B, S, HD), "float16")):
+        with T.Kernel(T.ceildiv(S, block_s), B, threads=64) as (bs, b):
+            ks = T.alloc_shared((block_s, HD), "float16")
+            n = SL[b]
+            for i, d in T.Parallel(block_s, HD):
+                s = bs * block_s + i
+                ks[i, d] = T.if_then_else(s < n, K[BT[b, s // BS], s % BS, d], 0.0)
+            T.copy(ks, Out[b, bs * block_s, 0])
+
+    return main
+
+
+def test_a_paged_cache_is_gathered_by_runs():
+    BS, HD, NB, B, MB = 4, 32, 9, 2, 4
+    kernel = tileagent.compile(_paged_gather(BS, HD, 8), target="sim:sm_90a")
+    assert "row gather: vectorized ld/st x4" in kernel.get_ir("thread")  # the element lets taken in
+    k = torch.randn(NB, BS, HD, dtype=torch.float16)
+    bt = torch.randint(0, NB, (B, MB), dtype=torch.int32)
+    sl = torch.tensor([11, 16], dtype=torch.int32)
+    out = torch.full((B, MB * BS, HD), float("nan"), dtype=torch.float16)
+    kernel(k, bt, sl, out)
+    want = k[bt.long()].reshape(B, MB * BS, HD)
+    want[torch.arange(MB * BS)[None, :] >= sl[:, None]] = 0
+    torch.testing.assert_close(out, want)

@@ -1,16 +1,16 @@
 """Row gathers: ``T.Parallel`` loops that fill a shared tile with rows of a global tensor picked by an index.
 
 In: a ``T.Parallel`` loop of tile IR and the LowerContext. ``row_gather`` recognizes the form
-``for i, ..., d in T.Parallel(...): S[i, ..., d] = G[e0, ..., d + c]``: one store into a shared tile S, indexed by
-the loop's variables in order over S's whole shape, of a load of a global tensor G of the same dtype, whose last
-index is the loop's last variable plus an offset free of the loop's variables and whose other indices do not use the
-last variable (they may read global tensors: TileLang's sparse MLA gathers ``KV[b, Indices[b, s, g, k * BI + i], g,
-d]``); also the load under a row condition that does not use the last variable, zeros elsewhere:
-``T.if_then_else(cond, G[...], 0)``, or ``if cond: S[...] = G[...] else: S[...] = 0`` (TileLang's varlen attention
-backward fills its K and V tiles so). ``lower_gather`` moves each thread's runs of the last dim as one access of up
-to 16 bytes: one in-bounds test and one read of the index per run, not per element; in a software pipeline's
-producers (``ctx.async_copies``) a run of 4, 8 or 16 bytes is one ``cp.async`` (``compiler.lower.pipeline`` issues
-such loops iterations ahead).
+``for i, ..., d in T.Parallel(...): S[i, ..., d] = G[e0, ..., d + c]``: one store (after element lets, taken in) into a
+shared tile S, indexed by the loop's variables in order over S's whole shape, of a load of a global tensor G of the
+same dtype, whose last index is the loop's last variable plus an offset free of the loop's variables and whose other
+indices do not use the last variable (they may read global tensors: TileLang's sparse MLA gathers ``KV[b, Indices[b,
+s, g, k * BI + i], g, d]``, a paged cache ``K[BT[b, s // BS], s % BS, d]``); also the load under a row condition that
+does not use the last variable, zeros elsewhere: ``T.if_then_else(cond, G[...], 0)``, or ``if cond: S[...] = G[...]
+else: S[...] = 0`` (TileLang's varlen attention backward fills its K and V tiles so). ``lower_gather`` moves each
+thread's runs of the last dim as one access of up to 16 bytes: one in-bounds test and one read of the index per run,
+not per element; in a software pipeline's producers (``ctx.async_copies``) a run of 4, 8 or 16 bytes is one
+``cp.async`` (``compiler.lower.pipeline`` issues such loops iterations ahead).
 Out: thread-IR statements.
 Why: the element loop read the row 2 bytes at a time, each element behind its own test of the gathered index, and
 such a loop was never a pipeline producer: TileLang's sparse MLA and NSA kernels loaded their K/V rows synchronously
@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from tileagent.compiler.ir.expr import BinOp, Cast, Const, Load, Select, Var
 from tileagent.compiler.ir.simplify import depends_on, static_int
-from tileagent.compiler.ir.stmt import Buffer, If, Parallel, Region, Store
+from tileagent.compiler.ir.stmt import Buffer, If, Let, Parallel, Region, Store
 from tileagent.compiler.ir.visit import loads, substitute
 
 
@@ -60,9 +60,10 @@ def enabled() -> bool:
 
 def row_gather(loop) -> RowGather | None:
     """The loop as a RowGather, or None when it is not of the form the module docstring names (or not ``enabled``)."""
-    if not enabled() or not isinstance(loop, Parallel) or len(loop.body) != 1:
+    if not enabled() or not isinstance(loop, Parallel) or not loop.body or \
+            not all(isinstance(x, Let) for x in loop.body[:-1]):
         return None
-    found = _conditional_store(loop.body[0])
+    found = _conditional_store(_inlined(loop.body))
     if found is None:
         return None
     cond, store = found
@@ -81,6 +82,24 @@ def row_gather(loop) -> RowGather | None:
     if any(ld.buffer.scope != "global" for e in indices + conds for ld in loads(e)):
         return None  # an index read from registers or shared memory: each thread's own, not the run's
     return RowGather(loop, dst, value.buffer, indices, cond)
+
+
+def _inlined(body: tuple):
+    """The last statement of ``body`` with the names the ``Let`` statements before it bind replaced by their values
+    (``s = bs * block_s + i`` then ``ks[i, d] = K[BT[b, s // BS], s % BS, d]``)."""
+    bound = {}
+    for x in body[:-1]:
+        bound[x.var] = substitute(x.value, bound)
+    return _substituted(body[-1], bound) if bound else body[-1]
+
+
+def _substituted(s, bound: dict):
+    if isinstance(s, Store):
+        return replace(s, indices=substitute(tuple(s.indices), bound), value=substitute(s.value, bound))
+    if isinstance(s, If):
+        return replace(s, cond=substitute(s.cond, bound), then_body=tuple(_substituted(x, bound) for x in s.then_body),
+                       else_body=tuple(_substituted(x, bound) for x in s.else_body))
+    return s
 
 
 def _conditional_store(s) -> tuple | None:
