@@ -138,7 +138,8 @@ class KernelResources:
     access_bytes: dict  # tensor parameter the kernel reads or writes -> its widest global access in bytes
     runtime_rows: list = field(default_factory=list)  # those of them whose last dim is a run-time size (rows of
     # unknown alignment: accessed an element at a time)
-    small: list = field(default_factory=list)  # those of them of at most SMALL_TENSOR_BYTES (a bias: width costs little)
+    small: list = field(default_factory=list)  # those of them of at most SMALL_TENSOR_BYTES (a bias) or read only as
+    # indices of other accesses (``index_tables``): their width costs little
     occupancy_pct: int = 0  # resident threads per SM at blocks_per_sm, % of the SM's maximum
 
     @property
@@ -156,10 +157,10 @@ class KernelResources:
 def render_launch(launch: dict) -> str:
     """``KernelResources.to_dict()`` as one line: grid, threads, registers, local and shared memory, blocks per SM,
     the occupancy they give and what limits them, waves, the widest global access to each tensor it touches."""
-    access = ", ".join(f"{name} {8 * width}-bit" + (" (a run-time row length)" if width < 16 and name in
-                                                     launch.get("runtime_rows", ()) else
-                                                     " (small: costs little)" if width < 16 and name in
-                                                     launch.get("small", ()) else "")
+    access = ", ".join(f"{name} {8 * width}-bit" + (" (small or an index table: costs little)" if width < 16 and
+                                                     name in launch.get("small", ()) else
+                                                     " (a run-time row length)" if width < 16 and name in
+                                                     launch.get("runtime_rows", ()) else "")
                        for name, width in launch["access_bytes"].items()) or "none"
     local = f", {launch['frame_bytes']} B local memory/thread (spills or local arrays)" if launch["frame_bytes"] else ""
     return (f"{launch['kernel']}: {launch['blocks']} blocks x {launch['threads']} threads, {launch['registers']} "
@@ -222,14 +223,49 @@ def _resources(kernel, bound: dict, env: dict, arch: str | None, device, nvrtc_t
         touched = _touched(k)
         access = {p.name: a for p, a in required_alignment(k).items() if p in touched}
         runtime = [name for name in access if name in runtime_rows]
-        small = [p.name for p in kernel.func.params if p.name in access and hasattr(p, "shape") and
-                 math.prod(int(eval_scalar(d, values)) for d in p.shape) * p.dtype.bytes <= SMALL_TENSOR_BYTES]
+        tables = index_tables(kernel.func)
+        small = [p.name for p in kernel.func.params if p.name in access and hasattr(p, "shape") and (
+                 p.name in tables or
+                 math.prod(int(eval_scalar(d, values)) for d in p.shape) * p.dtype.bytes <= SMALL_TENSOR_BYTES)]
         out.append(KernelResources(kernel=kernel_symbol(k), arch=target.arch, grid=grid, threads=k.num_threads,
                                    registers=info.registers, frame_bytes=info.frame_bytes, shared_bytes=shared,
                                    blocks_per_sm=blocks, limited_by=limit, sms=sms, sm_source=source,
                                    access_bytes=access, runtime_rows=runtime, small=small,
                                    occupancy_pct=min(100, round(100 * blocks * k.num_threads / target.threads_per_sm))))
     return out
+
+
+def index_tables(func) -> set:
+    """Names of the tensors ``func`` (tile IR) reads only inside the indices of other accesses (a paged cache's block
+    table in ``K[BT[b, s // BS], s % BS, d]``): a value per row of what they index, whatever their accesses' width
+    (played LLM 49: a block table's 32-bit reads were named as an element-at-a-time cost)."""
+    from tileagent.compiler.ir.expr import Expr, Load
+    from tileagent.compiler.ir.stmt import Copy
+    from tileagent.compiler.ir.visit import stmt_exprs, walk
+
+    as_index, elsewhere = set(), set()
+
+    def visit(e, in_index: bool) -> None:
+        if isinstance(e, Load):
+            (as_index if in_index else elsewhere).add(e.buffer.name)
+            for i in e.indices:
+                visit(i, True)
+        elif isinstance(e, tuple):
+            for c in e:
+                visit(c, in_index)
+        elif isinstance(e, Expr):
+            for name in getattr(e, "__slots__", ()):
+                visit(getattr(e, name), in_index)
+
+    for x in walk(func.body):
+        if isinstance(x, Copy):
+            visit(tuple(x.src.starts) + tuple(x.dst.starts), True)
+        elif hasattr(x, "indices") and hasattr(x, "value"):  # a store: its indices, then its value
+            visit(tuple(x.indices), True)
+            visit(x.value, False)
+        else:
+            visit(tuple(stmt_exprs(x)), False)
+    return as_index - elsewhere
 
 
 def _touched(kernel) -> set:

@@ -157,7 +157,7 @@ def test_a_run_time_row_length_is_named_where_it_narrows_the_accesses():
                 T.copy(t, Y[bx, 0:256])
         return tileagent.compile(copy_rows, target="sim:sm_90a")
 
-    x = torch.empty(64, 256, dtype=torch.float16, device="meta")
+    x = torch.empty(512, 256, dtype=torch.float16, device="meta")  # 256 KiB: not small
     (static,), (runtime,) = (launch_resources(rows(s), [x, x.clone()], "sm_90a") for s in (True, False))
     assert static.access_bytes == {"X": 16, "Y": 16} and static.runtime_rows == []
     assert runtime.access_bytes == {"X": 2, "Y": 2} and runtime.runtime_rows == ["X", "Y"]
@@ -245,5 +245,24 @@ def test_a_small_tensor_read_narrowly_is_marked_as_costing_little():
     k = KernelResources(kernel="k", arch="sm_90a", grid=(160, 1, 1), threads=128, registers=64, frame_bytes=0,
                         shared_bytes=0, blocks_per_sm=8, limited_by="registers", sms=132, sm_source="H100",
                         access_bytes={"Bias": 2, "X": 2, "Y": 16}, small=["Bias"])
-    assert render_launch(k.to_dict()).endswith("global accesses: Bias 16-bit (small: costs little), X 16-bit, "
-                                               "Y 128-bit")
+    assert render_launch(k.to_dict()).endswith("global accesses: Bias 16-bit (small or an index table: costs "
+                                               "little), X 16-bit, Y 128-bit")
+
+
+def test_a_table_read_only_as_indices_costs_little():
+    """Played LLM 49: a paged cache's block table, read to index the cache (once a row), was named "BT 32-bit (a
+    run-time row length)", and the cost advice was to pass its length to the factory."""
+    import tileagent.language as T
+    from tileagent.compiler.resources import index_tables
+
+    NB, B, MB, S = T.dynamic("NB, B, MB, S")
+
+    @T.prim_func
+    def main(K: T.Tensor((NB, 4, 32), "float16"), BT: T.Tensor((B, MB), "int32"), SL: T.Tensor((B,), "int32"),
+             Out: T.Tensor((B, S, 32), "float16")):
+        with T.Kernel(T.ceildiv(S, 8), B, threads=64) as (bs, b):
+            for i, d in T.Parallel(8, 32):
+                s = bs * 8 + i
+                Out[b, s, d] = T.if_then_else(s < SL[b], K[BT[b, s // 4], s % 4, d], 0.0)
+
+    assert index_tables(main) == {"BT"}  # SL is compared, not an index; K and Out are the data
