@@ -49,8 +49,8 @@ def code_switches() -> tuple:
     reductions sharing one round (TILEAGENT_FUSE_REDUCTIONS), barriers that order nothing dropped
     (TILEAGENT_DROP_BARRIERS: the first rule, =sides both), one-stage TMA pipelines (TILEAGENT_SINGLE_STAGE),
     hand-specialized arms' thread ranges stated (TILEAGENT_ARM_RANGES), the deferred gemm's split stages, early
-    rescale, anchor and trip-count rule (``defer_gemm.switches``), row gathers by runs (TILEAGENT_ROW_GATHER). This cache's keys and @jit's in-process caches
-    hold them."""
+    rescale, anchor and trip-count rule (``defer_gemm.switches``), row gathers by runs (TILEAGENT_ROW_GATHER). This
+    cache's keys and @jit's in-process caches hold them."""
     from tileagent.compiler.instructions import bulk_store
     from tileagent.compiler.instructions.tma import mode as tma_mode
     from tileagent.compiler.instructions.wgmma import m_major_a_enabled, overlap_enabled
