@@ -130,10 +130,10 @@ FOLDER: dict[str, tuple[str, list[str], bool, tuple[str, ...]]] = {}  # --folder
 
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 _MS = re.compile(r"(?i)tile-?lang[^\n]*?:\s*" + _NUM + r"\s*ms")
-_MS_BARE = re.compile(r"(?i)^\s*(?:tile-?lang\s+)?latency:\s*" + _NUM)
+_MS_BARE = re.compile(r"(?i)^\s*(?:tile-?lang\s+)?(?:latency|average time):\s*" + _NUM)  # "Average time:": DSA
 _MS_ONLY = re.compile(r"^\s*" + _NUM + r"\s*ms\s*$")  # "0.1234 ms" alone on a line: the last one is the kernel's
 _TFLOPS = re.compile(r"(?i)tile-?lang[^\n]*?:\s*" + _NUM + r"\s*tflops")
-_TFLOPS_ALT = re.compile(r"(?i)tile-?lang\s+tflops:\s*" + _NUM)
+_TFLOPS_ALT = re.compile(r"(?i)(?:tile-?lang\s+tflops:|^\s*fwd tflops\s*=)\s*" + _NUM)
 _CODE = re.compile(r"error\[([EL]\d{3}|I000)\]: ([^\n]*)")
 
 

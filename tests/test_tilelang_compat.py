@@ -818,6 +818,7 @@ def test_gpu_bench_lists_existing_programs_and_reads_their_printed_numbers():
     assert bench.parse_metrics("fwd  tilelang: 0.0440 ms   ref: 0.0630 ms") == (0.044, None)
     assert bench.parse_metrics("Tilelang latency: 0.123 ms\nTilelang TFLOPs: 55.5") == (0.123, 55.5)
     assert bench.parse_metrics("1.20 ms\n2.00 TFlops\n0.3000 ms\n") == (0.3, None)
+    assert bench.parse_metrics("Average time: 6.984 ms\nfwd io bandwidth =  1.2\nfwd tflops =  334.5") == (6.984, 334.5)
     assert bench.printed_mismatch("ok\n\u274c Tilelang and Torch mismatch\n") == "\u274c Tilelang and Torch mismatch"
     assert bench.printed_mismatch("\u2705 Tilelang and Torch match\n") == ""
     assert bench.failure_reason("", "x.py:3:1: error[E701]: module 'tilelang.carver' is not provided", 2) \
