@@ -214,6 +214,7 @@ def _resources(kernel, bound: dict, env: dict, arch: str | None, device, nvrtc_t
                     and static_int(p.shape[-1]) is None}  # as written: lowered buffers are flat
     functions = cubin_functions(cubin)
     sms, source = sm_count(target.arch, device)
+    tables = index_tables(kernel.func)
     out = []
     for k in module.kernels:
         info = functions[kernel_symbol(k)]
@@ -223,7 +224,6 @@ def _resources(kernel, bound: dict, env: dict, arch: str | None, device, nvrtc_t
         touched = _touched(k)
         access = {p.name: a for p, a in required_alignment(k).items() if p in touched}
         runtime = [name for name in access if name in runtime_rows]
-        tables = index_tables(kernel.func)
         small = [p.name for p in kernel.func.params if p.name in access and hasattr(p, "shape") and (
                  p.name in tables or
                  math.prod(int(eval_scalar(d, values)) for d in p.shape) * p.dtype.bytes <= SMALL_TENSOR_BYTES)]

@@ -153,7 +153,7 @@ def lower_gather(ctx, g: RowGather, subst: dict | None = None) -> list:
     from tileagent.compiler.tir import THREAD
 
     loop, coords = g.loop, g.extents
-    indices = substitute(g.src_indices, subst or {})
+    *indices, cond = substitute(g.src_indices + (g.cond,), subst or {})
     layout = make_blocked(coords, ctx.threads, max(1, 16 // g.dst.dtype.bytes))
     dst = Region.whole(g.dst)
     src = Region(g.src, (0,) * (g.src.ndim - 1) + (_offset(indices[-1], loop.vars[-1]),),
@@ -166,7 +166,7 @@ def lower_gather(ctx, g: RowGather, subst: dict | None = None) -> list:
     loops = SlotLoops(ctx, layout, vector=width)
     c = loops.index(THREAD)
     s_idx = tuple(ctx.rewrite(e, dict(zip(loop.vars, c))) for e in indices)
-    inside = and_(ctx.rewrite(substitute(g.cond, subst or {}), dict(zip(loop.vars, c))), ctx.in_bounds(g.src, s_idx))
+    inside = and_(ctx.rewrite(cond, dict(zip(loop.vars, c))), ctx.in_bounds(g.src, s_idx))
     run = Run(width, s_idx, tuple(c), ctx.offset(g.src, s_idx), ctx.offset(g.dst, tuple(c)), inside, True,
               valid_condition(ctx, layout, c, write=True))
     return loops.nest(instruction.build(ctx, loop, src, dst, run))
